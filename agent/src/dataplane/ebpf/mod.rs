@@ -1,0 +1,225 @@
+//! The eBPF backend's kernel side as seen from userspace: the object embedded at build time, loading
+//! every program through the verifier, tcx attachment to interfaces (in any network namespace) and
+//! reading the programs' counters. Owns the `aya::Ebpf` handle; dropping it detaches the programs.
+//! Touches: the bpf() syscall and, for attachment, a helper thread's network namespace.
+
+use std::{io, path::Path};
+
+use aya::{
+    Ebpf, TestRun, TestRunOptions,
+    maps::PerCpuHashMap,
+    programs::{ProgramError, SchedClassifier, TcAttachType},
+};
+use ovnbpf_common::{InterfaceCounters, map, program};
+
+use crate::netns;
+
+/// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));
+
+/// Errors of the eBPF backend. Verifier rejections carry the verifier's log.
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfError {
+    #[error("this agent was built with AYA_BUILD_SKIP=1 and embeds no kernel programs")]
+    NoObject,
+    #[error("parsing the embedded kernel object: {0}")]
+    Parse(#[source] aya::EbpfError),
+    #[error("program {name} is missing from the kernel object")]
+    MissingProgram { name: &'static str },
+    #[error("map {name} is missing from the kernel object")]
+    MissingMap { name: &'static str },
+    #[error("the verifier rejected program {name}: {source}\n--- verifier log ---\n{log}")]
+    Rejected {
+        name: &'static str,
+        source: io::Error,
+        log: String,
+    },
+    #[error("program {name}: {source}")]
+    Program {
+        name: &'static str,
+        source: ProgramError,
+    },
+    #[error("attaching {name} to interface {interface}: {source}")]
+    Attach {
+        name: &'static str,
+        interface: String,
+        source: ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+}
+
+/// Where a program attaches; each hook runs one program on tcx ingress of its interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// A pod's host-side veth (traffic leaving the pod).
+    Pod,
+    /// The node's uplink (traffic from other nodes).
+    Uplink,
+}
+
+impl Hook {
+    #[must_use]
+    pub fn program_name(self) -> &'static str {
+        match self {
+            Hook::Pod => program::FROM_POD,
+            Hook::Uplink => program::FROM_UPLINK,
+        }
+    }
+}
+
+/// What the kernel reports about one loaded program.
+#[derive(Clone, Debug)]
+pub struct LoadedProgram {
+    pub name: &'static str,
+    pub id: u32,
+    /// Instructions the verifier processed (kernel ≥ 5.16), a measure of verification cost.
+    pub verified_instructions: Option<u32>,
+    /// Size of the program after the kernel's translation, in bytes.
+    pub translated_bytes: Option<u32>,
+}
+
+/// Result of one BPF_PROG_TEST_RUN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestRunOutcome {
+    /// The program's return value (a tc verdict; -1 is TCX_NEXT).
+    pub verdict: i32,
+    /// The packet after the program ran.
+    pub frame: Vec<u8>,
+}
+
+/// The loaded kernel programs and their maps.
+pub struct KernelPrograms {
+    ebpf: Ebpf,
+}
+
+impl KernelPrograms {
+    /// Parses the embedded object and loads every program through the verifier. Fails on the
+    /// first program the verifier rejects, with its log.
+    pub fn load() -> Result<Self, EbpfError> {
+        if OBJECT.is_empty() {
+            return Err(EbpfError::NoObject);
+        }
+        let mut ebpf = Ebpf::load(OBJECT).map_err(EbpfError::Parse)?;
+        for name in program::ALL {
+            classifier(&mut ebpf, name)?
+                .load()
+                .map_err(|source| match source {
+                    ProgramError::LoadError {
+                        io_error,
+                        verifier_log,
+                    } => EbpfError::Rejected {
+                        name,
+                        source: io_error,
+                        log: format!("{verifier_log:?}"),
+                    },
+                    source => EbpfError::Program { name, source },
+                })?;
+        }
+        Ok(Self { ebpf })
+    }
+
+    /// The kernel's view of each loaded program, in [`program::ALL`] order.
+    pub fn programs(&self) -> Result<Vec<LoadedProgram>, EbpfError> {
+        program::ALL
+            .into_iter()
+            .map(|name| {
+                let program = self
+                    .ebpf
+                    .program(name)
+                    .ok_or(EbpfError::MissingProgram { name })?;
+                let info = program
+                    .info()
+                    .map_err(|source| EbpfError::Program { name, source })?;
+                Ok(LoadedProgram {
+                    name,
+                    id: info.id(),
+                    verified_instructions: info.verified_instruction_count(),
+                    translated_bytes: info.size_translated(),
+                })
+            })
+            .collect()
+    }
+
+    /// Attaches the hook's program on tcx ingress of `interface` in the caller's network namespace.
+    pub fn attach(&mut self, hook: Hook, interface: &str) -> Result<(), EbpfError> {
+        let name = hook.program_name();
+        classifier(&mut self.ebpf, name)?
+            .attach(interface, TcAttachType::Ingress)
+            .map_err(|source| EbpfError::Attach {
+                name,
+                interface: interface.to_string(),
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// Attaches like [`Self::attach`], resolving `interface` inside the network namespace at
+    /// `netns_path` (e.g. `/run/netns/node1`). The calling thread stays where it is.
+    pub fn attach_in_netns(
+        &mut self,
+        netns_path: &Path,
+        hook: Hook,
+        interface: &str,
+    ) -> Result<(), EbpfError> {
+        netns::run_in(netns_path, || self.attach(hook, interface))?
+    }
+
+    /// Runs the hook's program once on `frame` with BPF_PROG_TEST_RUN (the skb's ifindex is the
+    /// loopback device's, 1) and returns its verdict and the frame as the program left it.
+    pub fn test_run(&self, hook: Hook, frame: &[u8]) -> Result<TestRunOutcome, EbpfError> {
+        let name = hook.program_name();
+        let program: &SchedClassifier = self
+            .ebpf
+            .program(name)
+            .ok_or(EbpfError::MissingProgram { name })?
+            .try_into()
+            .map_err(|source| EbpfError::Program { name, source })?;
+        // Room for the frame plus any encapsulation a program may add.
+        let mut out = vec![0_u8; frame.len() + 256];
+        let result = program
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..TestRunOptions::new()
+            })
+            .map_err(|source| EbpfError::Program { name, source })?;
+        out.truncate(result.data_size_out as usize);
+        Ok(TestRunOutcome {
+            verdict: result.return_value as i32,
+            frame: out,
+        })
+    }
+
+    /// Counters of one interface summed over all CPUs; `None` if no program has seen a packet on it.
+    pub fn interface_counters(&self, ifindex: u32) -> Result<Option<InterfaceCounters>, EbpfError> {
+        let name = map::INTERFACE_COUNTERS;
+        let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+        let counters: PerCpuHashMap<_, u32, InterfaceCounters> =
+            PerCpuHashMap::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
+        match counters.get(&ifindex, 0) {
+            Ok(per_cpu) => Ok(Some(
+                per_cpu
+                    .iter()
+                    .fold(InterfaceCounters::default(), |sum, c| sum.sum(*c)),
+            )),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(EbpfError::Map { name, source }),
+        }
+    }
+}
+
+fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, EbpfError> {
+    ebpf.program_mut(name)
+        .ok_or(EbpfError::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| EbpfError::Program { name, source })
+}

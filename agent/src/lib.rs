@@ -1,0 +1,6 @@
+//! ovnbpf agent library: everything the `ovnbpf-agent` daemon is made of, exposed as modules so
+//! integration tests and tools drive the same code. See DESIGN.md for the data flow; each module's
+//! doc says what it owns.
+
+pub mod dataplane;
+pub mod netns;

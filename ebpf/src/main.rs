@@ -1,0 +1,140 @@
+//! ovnbpf kernel programs: tcx classifiers built for `bpfel-unknown-none` and embedded in the agent.
+//!
+//! `from_pod` runs on tcx ingress of each pod's host-side veth, `from_uplink` on tcx ingress of the
+//! node's uplink. Today both parse Ethernet/IPv4 and count into the per-CPU
+//! `INTERFACE_COUNTERS` map, then hand the packet on unchanged (`TCX_NEXT`): they never drop or
+//! alter traffic that is not theirs. Map and program names come from `ovnbpf-common`.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+
+mod headers;
+
+use aya_ebpf::{
+    macros::{classifier, map},
+    maps::PerCpuHashMap,
+    programs::TcContext,
+};
+use ovnbpf_common::{InterfaceCounters, MAX_INTERFACES};
+
+use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
+
+/// tcx verdict "continue with the next program, or the stack if none": the programs only observe.
+const TCX_NEXT: i32 = -1;
+
+#[map(name = "INTERFACE_COUNTERS")]
+static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
+    PerCpuHashMap::with_max_entries(MAX_INTERFACES, 0);
+
+/// What the parser found in a frame; selects the counter to increment.
+enum FrameClass {
+    Ipv4,
+    Other,
+    Malformed,
+}
+
+#[classifier]
+pub fn from_pod(ctx: TcContext) -> i32 {
+    observe(&ctx)
+}
+
+#[classifier]
+pub fn from_uplink(ctx: TcContext) -> i32 {
+    observe(&ctx)
+}
+
+#[inline(always)]
+fn observe(ctx: &TcContext) -> i32 {
+    let class = classify(ctx);
+    count(ctx, class);
+    TCX_NEXT
+}
+
+/// Returns a bounds-checked pointer to a `T` at `offset` in the linear packet data, pulling
+/// non-linear data in when the packet is long enough but its head is short.
+#[inline(always)]
+fn header<T>(ctx: &TcContext, offset: usize) -> Option<*const T> {
+    let needed = offset + core::mem::size_of::<T>();
+    if ctx.data() + needed > ctx.data_end() {
+        if (ctx.len() as usize) < needed || ctx.pull_data(needed as u32).is_err() {
+            return None;
+        }
+    }
+    let start = ctx.data();
+    if start + needed > ctx.data_end() {
+        return None;
+    }
+    Some((start + offset) as *const T)
+}
+
+#[inline(always)]
+fn classify(ctx: &TcContext) -> FrameClass {
+    let Some(eth) = header::<EthHeader>(ctx, 0) else {
+        return FrameClass::Malformed;
+    };
+    // SAFETY: `header` checked that the Ethernet header lies inside the packet.
+    let ether_type = u16::from_be(unsafe { (*eth).ether_type });
+    if ether_type != ETH_P_IPV4 {
+        return FrameClass::Other;
+    }
+    let Some(ip) = header::<Ipv4Header>(ctx, ETH_HEADER_LEN) else {
+        return FrameClass::Malformed;
+    };
+    // SAFETY: `header` checked that the fixed IPv4 header lies inside the packet.
+    let (version_ihl, total_len) = unsafe { ((*ip).version_ihl, u16::from_be((*ip).total_len)) };
+    let header_len = usize::from(version_ihl & 0x0f) * 4;
+    let ip_len = ctx.len() as usize - ETH_HEADER_LEN;
+    if version_ihl >> 4 != 4 || header_len < 20 || usize::from(total_len) < header_len {
+        return FrameClass::Malformed;
+    }
+    if usize::from(total_len) > ip_len {
+        return FrameClass::Malformed;
+    }
+    FrameClass::Ipv4
+}
+
+#[inline(always)]
+fn count(ctx: &TcContext, class: FrameClass) {
+    // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let counters = match INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
+        Some(counters) => counters,
+        None => {
+            // First packet on this interface on this CPU's view: create the entry. A concurrent
+            // insert by another CPU is harmless (BPF_NOEXIST fails, the lookup below finds it).
+            let _ = INTERFACE_COUNTERS.insert(ifindex, InterfaceCounters::default(), 1);
+            match INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
+                Some(counters) => counters,
+                None => return,
+            }
+        }
+    };
+    // SAFETY: the pointer comes from a successful lookup in a per-CPU map, so no other CPU writes
+    // this slot and it stays valid for the rest of the program.
+    unsafe {
+        (*counters).packets += 1;
+        (*counters).bytes += u64::from(ctx.len());
+        match class {
+            FrameClass::Ipv4 => (*counters).ipv4 += 1,
+            FrameClass::Other => (*counters).other += 1,
+            FrameClass::Malformed => (*counters).malformed += 1,
+        }
+    }
+}
+
+#[cfg(target_arch = "bpf")]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: eBPF programs cannot panic at run time; the verifier rejects unreachable code paths
+    // that would lead here, so this is never executed.
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {
+    eprintln!("ovnbpf-ebpf holds kernel programs; the agent embeds them (built by aya-build)");
+    std::process::exit(2);
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,395 @@
+//! Kube-OVN-shaped topologies, built through `ovn-nbctl` with the names and columns Kube-OVN's
+//! controller writes (see ../shared/reference/kube-ovn.md), and read-back of what northd made of
+//! them in the Southbound DB. Tunnel keys are always read back, never assumed.
+//!
+//! - VPC → `Logical_Router` `<vpc>`; subnet → `Logical_Switch` `<subnet>` with
+//!   `other_config:subnet`, linked by LRP `<vpc>-<subnet>` (gateway = first address) and LSP
+//!   `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`);
+//! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
+//! - node → LSP `node-<node>` on `join`;
+//! - static route → `lr-route-add`; peering → LRPs `<a>-<b>` / `<b>-<a>` with `peer`.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::ovn::OvnLab;
+
+/// Kube-OVN's default VPC and its two subnets.
+pub const DEFAULT_VPC: &str = "ovn-cluster";
+pub const DEFAULT_SUBNET: (&str, &str) = ("ovn-default", "10.16.0.0/16");
+pub const JOIN_SUBNET: (&str, &str) = ("join", "100.64.0.0/16");
+const VENDOR: &str = "external_ids:vendor=kube-ovn";
+
+/// An IPv4 prefix such as 10.0.1.0/24.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub network: Ipv4Addr,
+    pub len: u8,
+}
+
+impl Cidr {
+    pub fn parse(text: &str) -> Result<Self> {
+        let (address, len) = text
+            .split_once('/')
+            .with_context(|| format!("{text:?} is not a CIDR"))?;
+        let address: Ipv4Addr = address
+            .parse()
+            .with_context(|| format!("address in {text:?}"))?;
+        let len: u8 = len
+            .parse()
+            .with_context(|| format!("prefix length in {text:?}"))?;
+        if len > 32 {
+            bail!("prefix length {len} in {text:?} is over 32");
+        }
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        Ok(Self {
+            network: Ipv4Addr::from(u32::from(address) & mask),
+            len,
+        })
+    }
+
+    /// The `n`-th address of the prefix (1 is Kube-OVN's default gateway).
+    #[must_use]
+    pub fn host(&self, n: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network) + n)
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.len)
+    }
+}
+
+/// A MAC in Kube-OVN's `0a:58:` style, derived from a name so rebuilds give the same value.
+#[must_use]
+pub fn mac_for(name: &str) -> String {
+    // FNV-1a: a stable, dependency-free hash; only needs to spread names over 32 bits.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let b = hash.to_be_bytes();
+    format!("0a:58:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3])
+}
+
+/// An NB change built up from Kube-OVN-style steps and applied as one `ovn-nbctl` transaction.
+#[derive(Debug, Default)]
+pub struct Topology {
+    commands: Vec<Vec<String>>,
+}
+
+impl Topology {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn add(&mut self, command: &[&str]) -> &mut Self {
+        self.commands
+            .push(command.iter().map(|s| (*s).to_string()).collect());
+        self
+    }
+
+    /// The default VPC `ovn-cluster` with `ovn-default` (10.16.0.0/16) and `join` (100.64.0.0/16).
+    pub fn default_vpc(&mut self) -> Result<&mut Self> {
+        self.vpc(DEFAULT_VPC);
+        self.subnet(DEFAULT_VPC, DEFAULT_SUBNET.0, DEFAULT_SUBNET.1)?;
+        self.subnet(DEFAULT_VPC, JOIN_SUBNET.0, JOIN_SUBNET.1)
+    }
+
+    /// A VPC: logical router `<vpc>`.
+    pub fn vpc(&mut self, vpc: &str) -> &mut Self {
+        self.add(&["--may-exist", "lr-add", vpc])
+            .add(&["set", "logical_router", vpc, VENDOR])
+    }
+
+    /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
+    pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
+        let cidr = Cidr::parse(cidr)?;
+        let router_port = format!("{vpc}-{subnet}");
+        let switch_port = format!("{subnet}-{vpc}");
+        let gateway = format!("{}/{}", cidr.host(1), cidr.len);
+        let subnet_option = format!("other_config:subnet={cidr}");
+        let router_port_option = format!("router-port={router_port}");
+        Ok(self
+            .add(&["--may-exist", "ls-add", subnet])
+            .add(&["set", "logical_switch", subnet, VENDOR, &subnet_option])
+            .add(&[
+                "--may-exist",
+                "lrp-add",
+                vpc,
+                &router_port,
+                &mac_for(&router_port),
+                &gateway,
+            ])
+            .add(&["--may-exist", "lsp-add", subnet, &switch_port])
+            .add(&["lsp-set-type", &switch_port, "router"])
+            .add(&["lsp-set-addresses", &switch_port, "router"])
+            .add(&["lsp-set-options", &switch_port, &router_port_option])
+            .add(&["set", "logical_switch_port", &switch_port, VENDOR]))
+    }
+
+    /// A pod: LSP `<pod>.<namespace>` on `subnet` with addresses "MAC IP".
+    pub fn pod(
+        &mut self,
+        subnet: &str,
+        pod: &str,
+        namespace: &str,
+        mac: &str,
+        ip: Ipv4Addr,
+    ) -> &mut Self {
+        let port = format!("{pod}.{namespace}");
+        let addresses = format!("{mac} {ip}");
+        let pod_id = format!("external_ids:pod={namespace}/{pod}");
+        let switch = format!("external_ids:ls={subnet}");
+        let ip_id = format!("external_ids:ip={ip}");
+        self.add(&["--may-exist", "lsp-add", subnet, &port])
+            .add(&["lsp-set-addresses", &port, &addresses])
+            .add(&[
+                "set",
+                "logical_switch_port",
+                &port,
+                &pod_id,
+                &switch,
+                &ip_id,
+                VENDOR,
+            ])
+    }
+
+    /// A node's port on `join`: LSP `node-<node>`.
+    pub fn node_port(&mut self, node: &str, mac: &str, ip: Ipv4Addr) -> &mut Self {
+        let port = format!("node-{node}");
+        let addresses = format!("{mac} {ip}");
+        let node_id = format!("external_ids:node={node}");
+        self.add(&["--may-exist", "lsp-add", JOIN_SUBNET.0, &port])
+            .add(&["lsp-set-addresses", &port, &addresses])
+            .add(&["set", "logical_switch_port", &port, VENDOR, &node_id])
+    }
+
+    /// A VPC static route `prefix` via `nexthop`.
+    pub fn static_route(&mut self, vpc: &str, prefix: &str, nexthop: Ipv4Addr) -> &mut Self {
+        self.add(&[
+            "--may-exist",
+            "lr-route-add",
+            vpc,
+            prefix,
+            &nexthop.to_string(),
+        ])
+    }
+
+    /// A VPC peering: router ports `<a>-<b>` (address `a_ip`, e.g. 10.0.255.1/30) and `<b>-<a>`,
+    /// each the other's peer. Like Kube-OVN, routes over the peering are separate static routes.
+    pub fn peering(&mut self, a: &str, a_ip: &str, b: &str, b_ip: &str) -> &mut Self {
+        let a_port = format!("{a}-{b}");
+        let b_port = format!("{b}-{a}");
+        let a_peer = format!("peer={b_port}");
+        let b_peer = format!("peer={a_port}");
+        self.add(&[
+            "--may-exist",
+            "lrp-add",
+            a,
+            &a_port,
+            &mac_for(&a_port),
+            a_ip,
+            &a_peer,
+        ])
+        .add(&[
+            "--may-exist",
+            "lrp-add",
+            b,
+            &b_port,
+            &mac_for(&b_port),
+            b_ip,
+            &b_peer,
+        ])
+    }
+
+    /// Applies everything as one NB transaction and waits until northd has updated the SB.
+    pub fn apply(&mut self, lab: &OvnLab) -> Result<()> {
+        let mut args = vec!["--wait=sb".to_string()];
+        for command in self.commands.drain(..) {
+            args.push("--".to_string());
+            args.extend(command);
+        }
+        lab.nbctl(&args)
+            .map(drop)
+            .context("applying the topology through ovn-nbctl")
+    }
+}
+
+/// Kind of a Southbound datapath.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatapathKind {
+    Switch,
+    Router,
+}
+
+/// A Datapath_Binding as northd wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SbDatapath {
+    pub name: String,
+    pub kind: DatapathKind,
+    pub tunnel_key: u32,
+}
+
+/// A Port_Binding as northd wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SbPort {
+    pub logical_port: String,
+    /// Port_Binding.type ("" for a VIF, "patch", "l3gateway", …).
+    pub kind: String,
+    pub tunnel_key: u32,
+    /// Tunnel key of the port's datapath.
+    pub datapath_key: u32,
+}
+
+/// Every Datapath_Binding in the lab's SB, sorted by name.
+pub fn sb_datapaths(lab: &OvnLab) -> Result<Vec<SbDatapath>> {
+    let table = sbctl_json(lab, "Datapath_Binding", "tunnel_key,external_ids")?;
+    let mut datapaths = table
+        .iter()
+        .map(|row| {
+            let tunnel_key = as_u32(&row[0])?;
+            let ids = ovsdb_map(&row[1]);
+            let name = lookup(&ids, "name").context("datapath without external_ids:name")?;
+            let kind = if lookup(&ids, "logical-router").is_some() {
+                DatapathKind::Router
+            } else {
+                DatapathKind::Switch
+            };
+            Ok(SbDatapath {
+                name: name.to_string(),
+                kind,
+                tunnel_key,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    datapaths.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(datapaths)
+}
+
+/// Every Port_Binding in the lab's SB, sorted by logical port.
+pub fn sb_ports(lab: &OvnLab) -> Result<Vec<SbPort>> {
+    let keys: Vec<(String, u32)> = sbctl_json(lab, "Datapath_Binding", "_uuid,tunnel_key")?
+        .iter()
+        .map(|row| Ok((uuid(&row[0])?, as_u32(&row[1])?)))
+        .collect::<Result<_>>()?;
+    let table = sbctl_json(lab, "Port_Binding", "logical_port,type,tunnel_key,datapath")?;
+    let mut ports = table
+        .iter()
+        .map(|row| {
+            let datapath = uuid(&row[3])?;
+            let datapath_key = keys
+                .iter()
+                .find(|(id, _)| *id == datapath)
+                .map(|(_, key)| *key)
+                .with_context(|| format!("port binding on unknown datapath {datapath}"))?;
+            Ok(SbPort {
+                logical_port: row[0].as_str().context("logical_port")?.to_string(),
+                kind: row[1].as_str().context("type")?.to_string(),
+                tunnel_key: as_u32(&row[2])?,
+                datapath_key,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    ports.sort_by(|a, b| a.logical_port.cmp(&b.logical_port));
+    Ok(ports)
+}
+
+/// Rows of `ovn-sbctl --format=json --columns=… list <table>`.
+fn sbctl_json(lab: &OvnLab, table: &str, columns: &str) -> Result<Vec<Vec<Value>>> {
+    let text = lab.sbctl(&[
+        "--format=json",
+        &format!("--columns={columns}"),
+        "list",
+        table,
+    ])?;
+    let json: Value =
+        serde_json::from_str(&text).with_context(|| format!("ovn-sbctl output for {table}"))?;
+    let rows = json["data"]
+        .as_array()
+        .with_context(|| format!("no data in {table} output"))?;
+    rows.iter()
+        .map(|row| {
+            row.as_array()
+                .cloned()
+                .with_context(|| format!("malformed {table} row"))
+        })
+        .collect()
+}
+
+fn as_u32(value: &Value) -> Result<u32> {
+    value
+        .as_u64()
+        .and_then(|v| u32::try_from(v).ok())
+        .with_context(|| format!("{value} is not a u32"))
+}
+
+/// `["uuid", "…"]` → the uuid string.
+fn uuid(value: &Value) -> Result<String> {
+    match value.as_array().map(Vec::as_slice) {
+        Some([tag, Value::String(id)]) if tag == "uuid" => Ok(id.clone()),
+        _ => bail!("{value} is not an OVSDB uuid"),
+    }
+}
+
+/// `["map", [[k, v], …]]` → pairs (non-string entries are skipped).
+fn ovsdb_map(value: &Value) -> Vec<(String, String)> {
+    let Some([tag, Value::Array(pairs)]) = value.as_array().map(Vec::as_slice) else {
+        return vec![];
+    };
+    if tag != "map" {
+        return vec![];
+    }
+    pairs
+        .iter()
+        .filter_map(|pair| match pair.as_array().map(Vec::as_slice) {
+            Some([Value::String(k), Value::String(v)]) => Some((k.clone(), v.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lookup<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_parses_normalises_and_finds_the_gateway() {
+        let cidr = Cidr::parse("10.0.1.7/24").unwrap();
+        assert_eq!(cidr.to_string(), "10.0.1.0/24");
+        assert_eq!(cidr.host(1), Ipv4Addr::new(10, 0, 1, 1));
+        assert_eq!(
+            Cidr::parse("0.0.0.0/0").unwrap().host(1),
+            Ipv4Addr::new(0, 0, 0, 1)
+        );
+        assert!(Cidr::parse("10.0.1.0/33").is_err());
+        assert!(Cidr::parse("10.0.1.0").is_err());
+    }
+
+    #[test]
+    fn macs_are_stable_local_and_distinct() {
+        assert_eq!(mac_for("vpc-a-subnet-a"), mac_for("vpc-a-subnet-a"));
+        assert_ne!(mac_for("vpc-a-subnet-a"), mac_for("vpc-c-subnet-c"));
+        assert!(mac_for("x").starts_with("0a:58:"));
+    }
+
+    #[test]
+    fn ovsdb_json_values_decode() {
+        let map = serde_json::json!(["map", [["name", "vpc-a"], ["logical-router", "1234"]]]);
+        let pairs = ovsdb_map(&map);
+        assert_eq!(lookup(&pairs, "name"), Some("vpc-a"));
+        assert_eq!(lookup(&pairs, "logical-router"), Some("1234"));
+        assert_eq!(uuid(&serde_json::json!(["uuid", "abc"])).unwrap(), "abc");
+        assert!(uuid(&serde_json::json!(["set", []])).is_err());
+    }
+}

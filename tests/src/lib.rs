@@ -1,0 +1,29 @@
+//! Root integration-test harness for ovnbpf, shared by every integration test and by `cargo xtask`.
+//!
+//! - [`names`]: unique per-test name prefixes and removal of leftovers from dead test processes;
+//! - [`process`]: running commands, and long-running children tracked and ended by PID;
+//! - [`netns`]: network namespaces and commands inside them;
+//! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
+//! - [`bpffs`]: per-test pin directories under /sys/fs/bpf;
+//! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
+//! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back.
+//!
+//! Everything here cleans up after itself on drop, which also runs when a test panics.
+
+pub mod bpffs;
+pub mod kubeovn;
+pub mod names;
+pub mod netns;
+pub mod network;
+pub mod ovn;
+pub mod process;
+
+/// Fails with a clear message unless the process runs as root (netns, eBPF and OVN need it).
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        uid, 0,
+        "ovnbpf integration tests need root (netns, veth, eBPF); run them as root"
+    );
+}

@@ -1,0 +1,326 @@
+//! The simulated cluster network: an underlay (a Linux bridge in its own namespace), nodes (one
+//! namespace each, uplink `eth0` plugged into the underlay bridge) and pods (one namespace each,
+//! `eth0` paired with a host-side veth in their node's namespace). Nothing is created in the
+//! caller's namespace, so interface names only need to be unique inside their own namespace.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context, Result, bail};
+
+use crate::netns::Netns;
+
+/// Underlay subnet the nodes' uplinks live in (inside the test namespaces only).
+pub const UNDERLAY_PREFIX_LEN: u8 = 24;
+const UNDERLAY_BASE: [u8; 3] = [172, 31, 0];
+const BRIDGE: &str = "br0";
+/// Name of each node's uplink interface.
+pub const UPLINK: &str = "eth0";
+
+/// Longest interface name Linux accepts (IFNAMSIZ - 1).
+const MAX_INTERFACE_NAME: usize = 15;
+
+fn check_interface_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_INTERFACE_NAME || name.contains(['/', ' ', ':']) {
+        bail!("invalid interface name {name:?} (1..=15 characters, no '/', ':' or spaces)");
+    }
+    Ok(())
+}
+
+/// The shared L2 segment between nodes.
+#[derive(Debug)]
+pub struct Underlay {
+    prefix: String,
+    netns: Netns,
+    next_host: u8,
+}
+
+impl Underlay {
+    /// Creates the underlay namespace `<prefix>-underlay` with bridge `br0`.
+    pub fn create(prefix: &str) -> Result<Self> {
+        let netns = Netns::create(&format!("{prefix}-underlay"))?;
+        netns.ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        netns.ip(&["link", "set", BRIDGE, "up"])?;
+        Ok(Self {
+            prefix: prefix.to_string(),
+            netns,
+            next_host: 10,
+        })
+    }
+
+    #[must_use]
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+
+    /// Adds node `name`: namespace `<prefix>-<name>`, uplink `eth0` with the next free underlay
+    /// address, its peer (named after the node) enslaved to the bridge.
+    pub fn add_node(&mut self, name: &str) -> Result<Node> {
+        check_interface_name(name)?;
+        let host = self.next_host;
+        self.next_host = host
+            .checked_add(1)
+            .context("underlay address space exhausted")?;
+        let ip = Ipv4Addr::new(UNDERLAY_BASE[0], UNDERLAY_BASE[1], UNDERLAY_BASE[2], host);
+        let netns = Netns::create(&format!("{}-{name}", self.prefix))?;
+        netns.ip(&[
+            "link",
+            "add",
+            UPLINK,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            name,
+            "netns",
+            self.netns.name(),
+        ])?;
+        self.netns.ip(&["link", "set", name, "master", BRIDGE])?;
+        self.netns.ip(&["link", "set", name, "up"])?;
+        netns.ip(&[
+            "addr",
+            "add",
+            &format!("{ip}/{UNDERLAY_PREFIX_LEN}"),
+            "dev",
+            UPLINK,
+        ])?;
+        netns.ip(&["link", "set", UPLINK, "up"])?;
+        Ok(Node {
+            prefix: self.prefix.clone(),
+            name: name.to_string(),
+            netns,
+            ip,
+        })
+    }
+}
+
+/// A simulated Kubernetes node.
+#[derive(Debug)]
+pub struct Node {
+    prefix: String,
+    name: String,
+    netns: Netns,
+    ip: Ipv4Addr,
+}
+
+/// How to wire a pod, the way a CNI would.
+#[derive(Clone, Debug)]
+pub struct PodSpec<'a> {
+    pub name: &'a str,
+    /// Host-side veth name in the node namespace (Kube-OVN uses `<container-id[:12]>_h`).
+    pub host_interface: &'a str,
+    pub mac: Option<&'a str>,
+    /// Address with prefix, e.g. `10.0.1.2/24`.
+    pub address: Option<&'a str>,
+    pub gateway: Option<Ipv4Addr>,
+    pub mtu: Option<u32>,
+}
+
+impl Node {
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[must_use]
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+
+    /// The node's underlay (tunnel endpoint) address.
+    #[must_use]
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// Creates pod namespace `<prefix>-<node>-<pod>` with `eth0` configured per `spec`, paired with
+    /// `spec.host_interface` (up, unaddressed) in the node namespace.
+    pub fn add_pod(&self, spec: &PodSpec<'_>) -> Result<Pod> {
+        check_interface_name(spec.host_interface)?;
+        let netns = Netns::create(&format!("{}-{}-{}", self.prefix, self.name, spec.name))?;
+        self.netns.ip(&[
+            "link",
+            "add",
+            spec.host_interface,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            netns.name(),
+        ])?;
+        let mtu = spec.mtu.map(|m| m.to_string());
+        if let Some(mtu) = &mtu {
+            self.netns
+                .ip(&["link", "set", spec.host_interface, "mtu", mtu])?;
+            netns.ip(&["link", "set", "eth0", "mtu", mtu])?;
+        }
+        self.netns.ip(&["link", "set", spec.host_interface, "up"])?;
+        if let Some(mac) = spec.mac {
+            netns.ip(&["link", "set", "eth0", "address", mac])?;
+        }
+        if let Some(address) = spec.address {
+            netns.ip(&["addr", "add", address, "dev", "eth0"])?;
+        }
+        netns.ip(&["link", "set", "eth0", "up"])?;
+        if let Some(gateway) = spec.gateway {
+            netns.ip(&[
+                "route",
+                "add",
+                "default",
+                "via",
+                &gateway.to_string(),
+                "dev",
+                "eth0",
+            ])?;
+        }
+        Ok(Pod {
+            name: spec.name.to_string(),
+            host_interface: spec.host_interface.to_string(),
+            netns,
+        })
+    }
+}
+
+/// A simulated pod.
+#[derive(Debug)]
+pub struct Pod {
+    name: String,
+    host_interface: String,
+    netns: Netns,
+}
+
+impl Pod {
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[must_use]
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+
+    /// The host-side veth in the node namespace.
+    #[must_use]
+    pub fn host_interface(&self) -> &str {
+        &self.host_interface
+    }
+
+    /// Pings `target` from the pod: `count` echo requests 50 ms apart, 1 s deadline per reply.
+    /// Returns how many replies came back.
+    pub fn ping(&self, target: Ipv4Addr, count: u32) -> Result<u32> {
+        let output = self
+            .netns
+            .command("ping")
+            .args([
+                "-n",
+                "-q",
+                "-i",
+                "0.05",
+                "-W",
+                "1",
+                "-c",
+                &count.to_string(),
+            ])
+            .arg(target.to_string())
+            .output()
+            .context("running ping")?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        parse_ping_received(&text).with_context(|| format!("unexpected ping output: {text}"))
+    }
+}
+
+/// Extracts the `N received` count from ping's summary line.
+fn parse_ping_received(output: &str) -> Option<u32> {
+    let summary = output
+        .lines()
+        .find(|line| line.contains("packets transmitted"))?;
+    let received = summary.split(',').nth(1)?.trim();
+    received.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::unique_prefix;
+
+    #[test]
+    fn ping_summary_is_parsed() {
+        let text = "--- 10.0.0.1 ping statistics ---\n3 packets transmitted, 2 received, 33% packet loss, time 2003ms\n";
+        assert_eq!(parse_ping_received(text), Some(2));
+        assert_eq!(parse_ping_received("nothing"), None);
+    }
+
+    #[test]
+    fn interface_names_are_checked() {
+        assert!(check_interface_name("abcdef012345_h").is_ok());
+        assert!(check_interface_name("abcdef0123456789").is_err());
+        assert!(check_interface_name("").is_err());
+    }
+
+    #[test]
+    fn nodes_reach_each_other_over_the_underlay() {
+        crate::require_root();
+        let prefix = unique_prefix();
+        let mut underlay = Underlay::create(&prefix).unwrap();
+        let node1 = underlay.add_node("node1").unwrap();
+        let node2 = underlay.add_node("node2").unwrap();
+        assert_ne!(node1.ip(), node2.ip());
+        let out = node1
+            .netns()
+            .exec(
+                "ping",
+                &["-c", "2", "-i", "0.05", "-W", "1", &node2.ip().to_string()],
+            )
+            .unwrap();
+        assert_eq!(parse_ping_received(&out), Some(2), "{out}");
+    }
+
+    #[test]
+    fn pod_reaches_its_node_and_everything_goes_away() {
+        crate::require_root();
+        let prefix = unique_prefix();
+        let mut underlay = Underlay::create(&prefix).unwrap();
+        let node = underlay.add_node("node1").unwrap();
+        node.netns()
+            .ip(&[
+                "link",
+                "add",
+                "probe",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "probe-peer",
+            ])
+            .unwrap();
+        let pod = node
+            .add_pod(&PodSpec {
+                name: "pod1",
+                host_interface: "pod1_h",
+                mac: Some("0a:58:0a:00:01:02"),
+                address: Some("10.0.1.2/24"),
+                gateway: None,
+                mtu: Some(1400),
+            })
+            .unwrap();
+        node.netns()
+            .ip(&["addr", "add", "10.0.1.1/24", "dev", "pod1_h"])
+            .unwrap();
+        assert_eq!(pod.netns().mac("eth0").unwrap(), "0a:58:0a:00:01:02");
+        assert_eq!(pod.ping(Ipv4Addr::new(10, 0, 1, 1), 2).unwrap(), 2);
+        let names = [
+            pod.netns().name().to_string(),
+            node.netns().name().to_string(),
+        ];
+        drop(pod);
+        drop(node);
+        drop(underlay);
+        let left = crate::netns::list_named();
+        assert!(
+            names.iter().all(|n| !left.contains(n)),
+            "left over: {left:?}"
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! `cargo xtask`: the project's developer entry points. `setup` prepares the machine, `test` runs the
+//! whole suite (what CI runs), `demo` shows the product on a built-in topology, `lab` keeps a real OVN
+//! central running for manual work. This crate must build without bpf-linker or nightly, because it
+//! is what installs them.
+
+mod cmd;
+mod setup;
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  setup [--check]     install (or only check) what the project needs on this machine
+";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(command) = args.first() else {
+        print!("{USAGE}");
+        return Ok(());
+    };
+    let rest = &args[1..];
+    match command.as_str() {
+        "setup" => setup::run(&setup::Options {
+            check_only: rest.iter().any(|a| a == "--check"),
+        }),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown command `{other}`\n{USAGE}"),
+    }
+}
