@@ -54,10 +54,10 @@ fn observe(ctx: &TcContext) -> i32 {
 #[inline(always)]
 fn header<T>(ctx: &TcContext, offset: usize) -> Option<*const T> {
     let needed = offset + core::mem::size_of::<T>();
-    if ctx.data() + needed > ctx.data_end() {
-        if (ctx.len() as usize) < needed || ctx.pull_data(needed as u32).is_err() {
-            return None;
-        }
+    if ctx.data() + needed > ctx.data_end()
+        && ((ctx.len() as usize) < needed || ctx.pull_data(needed as u32).is_err())
+    {
+        return None;
     }
     let start = ctx.data();
     if start + needed > ctx.data_end() {

@@ -18,12 +18,17 @@ pub mod network;
 pub mod ovn;
 pub mod process;
 
+/// Whether the process runs as root.
+#[must_use]
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Fails with a clear message unless the process runs as root (netns, eBPF and OVN need it).
 pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    assert_eq!(
-        uid, 0,
+    assert!(
+        is_root(),
         "ovnbpf integration tests need root (netns, veth, eBPF); run them as root"
     );
 }

@@ -38,7 +38,17 @@ impl Underlay {
     /// Creates the underlay namespace `<prefix>-underlay` with bridge `br0`.
     pub fn create(prefix: &str) -> Result<Self> {
         let netns = Netns::create(&format!("{prefix}-underlay"))?;
-        netns.ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        // No multicast snooping: with it the bridge joins the multicast-router-discovery group
+        // and sends IGMP reports into the underlay at random times, noise on every node uplink.
+        netns.ip(&[
+            "link",
+            "add",
+            BRIDGE,
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ])?;
         netns.ip(&["link", "set", BRIDGE, "up"])?;
         Ok(Self {
             prefix: prefix.to_string(),

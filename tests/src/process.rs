@@ -184,6 +184,6 @@ mod tests {
         drop(child);
         // Reaped by the guard: the PID no longer names our sleep (it may be gone or reused).
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        assert_ne!(cmdline, b"sleep\060\0", "sleep {pid} is still running");
+        assert_ne!(cmdline, b"sleep\x0060\0", "sleep {pid} is still running");
     }
 }

@@ -4,14 +4,22 @@
 //! is what installs them.
 
 mod cmd;
+mod demo;
+mod demo_topology;
+mod lab;
 mod setup;
+mod test;
 
 use anyhow::{Result, bail};
 
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  setup [--check]     install (or only check) what the project needs on this machine
+  setup [--check]        install (or only check) what the project needs on this machine
+  test [-- ARGS]         the whole suite as CI runs it (root); ARGS go to `cargo test`
+  demo                   real OVN + a two-VPC Kube-OVN topology + ovnbpf's verified programs
+  lab up [--demo]|down|status
+                         keep a real OVN central running for manual work
 ";
 
 fn main() -> Result<()> {
@@ -21,10 +29,29 @@ fn main() -> Result<()> {
         return Ok(());
     };
     let rest = &args[1..];
+    let setup = || setup::run(&setup::Options { check_only: false });
     match command.as_str() {
         "setup" => setup::run(&setup::Options {
             check_only: rest.iter().any(|a| a == "--check"),
         }),
+        "test" => {
+            setup()?;
+            let passthrough = rest
+                .iter()
+                .skip_while(|a| *a != "--")
+                .skip(1)
+                .cloned()
+                .collect::<Vec<_>>();
+            test::run(&passthrough)
+        }
+        "demo" => {
+            setup()?;
+            demo::run()
+        }
+        "lab" => {
+            setup::run(&setup::Options { check_only: true })?;
+            lab::run(rest)
+        }
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

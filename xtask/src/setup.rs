@@ -72,22 +72,13 @@ fn mode_name(options: &Options) -> &'static str {
 }
 
 fn require_root(what: &str) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc_geteuid() } != 0 {
+    if !is_root() {
         bail!("{what} needs root; run `cargo xtask setup` as root");
     }
     Ok(())
 }
 
-unsafe extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc_geteuid() == 0 }
-}
+pub use ovnbpf_tests::is_root;
 
 fn missing_apt_packages() -> Result<Vec<&'static str>> {
     let mut missing = Vec::new();
