@@ -69,10 +69,13 @@ fn delta(before: Option<InterfaceCounters>, after: Option<InterfaceCounters>) ->
     }
 }
 
+/// Picks the counter a frame is expected to land in.
+type CounterField = fn(&InterfaceCounters) -> u64;
+
 #[test]
 fn frames_are_classified_counted_and_passed_unchanged() {
     let programs = load();
-    let cases: [(&str, Vec<u8>, fn(&InterfaceCounters) -> u64); 5] = [
+    let cases: [(&str, Vec<u8>, CounterField); 5] = [
         ("IPv4/UDP", ethernet(0x0800, &ipv4_udp(28, 0x45)), |c| {
             c.ipv4
         }),
