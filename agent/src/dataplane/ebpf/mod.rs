@@ -26,6 +26,10 @@ pub enum EbpfError {
     Parse(#[source] aya::EbpfError),
     #[error("program {name} is missing from the kernel object")]
     MissingProgram { name: &'static str },
+    #[error(
+        "the kernel object contains program {name}, which ovnbpf_common::program::ALL does not list"
+    )]
+    UnknownProgram { name: String },
     #[error("map {name} is missing from the kernel object")]
     MissingMap { name: &'static str },
     #[error("the verifier rejected program {name}: {source}\n--- verifier log ---\n{log}")]
@@ -100,12 +104,22 @@ pub struct KernelPrograms {
 
 impl KernelPrograms {
     /// Parses the embedded object and loads every program through the verifier. Fails on the
-    /// first program the verifier rejects, with its log.
+    /// first program the verifier rejects, with its log, and on programs the agent does not know.
     pub fn load() -> Result<Self, EbpfError> {
         if OBJECT.is_empty() {
             return Err(EbpfError::NoObject);
         }
         let mut ebpf = Ebpf::load(OBJECT).map_err(EbpfError::Parse)?;
+        // Every program in the object must be one the agent knows, so none escapes the verifier
+        // gate below (and none ships that nothing attaches).
+        if let Some((name, _)) = ebpf
+            .programs()
+            .find(|(name, _)| !program::ALL.contains(name))
+        {
+            return Err(EbpfError::UnknownProgram {
+                name: name.to_string(),
+            });
+        }
         for name in program::ALL {
             classifier(&mut ebpf, name)?
                 .load()
