@@ -4,3 +4,4 @@
 
 pub mod dataplane;
 pub mod netns;
+pub mod ovsdb;

@@ -17,6 +17,7 @@ pub mod netns;
 pub mod network;
 pub mod ovn;
 pub mod process;
+pub mod sbdump;
 
 /// Whether the process runs as root.
 #[must_use]

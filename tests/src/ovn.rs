@@ -185,6 +185,26 @@ impl OvnLab {
         process::output(command.args(args))
     }
 
+    /// Stops the database server of `db` (clients see the connection drop; the file stays).
+    pub fn stop_database(&mut self, db: Db) {
+        match db {
+            Db::Northbound => self.northbound.stop(),
+            Db::Southbound => self.southbound.stop(),
+        }
+    }
+
+    /// Starts the database server of `db` again on the same file, socket and TCP port.
+    pub fn start_database(&mut self, db: Db) -> Result<()> {
+        let (port, slot) = match db {
+            Db::Northbound => (self.nb_port, &mut self.northbound),
+            Db::Southbound => (self.sb_port, &mut self.southbound),
+        };
+        slot.stop();
+        let _ = std::fs::remove_file(self.dir.path().join(format!("{}.sock", db.short())));
+        *slot = serve_database(self.dir.path(), db, port)?;
+        Ok(())
+    }
+
     /// Leaves the daemons running after this value is gone (for `cargo xtask lab up`) and
     /// returns their PIDs (NB server, SB server, northd). The directory must be a kept one.
     pub fn detach(self) -> Result<[u32; 3]> {
@@ -205,10 +225,9 @@ impl OvnLab {
 /// Creates `<db>.db` from the packaged schema and starts its ovsdb-server on `<db>.sock` and a
 /// free loopback TCP port; returns once the server answers on both.
 fn start_database(dir: &Path, db: Db) -> Result<(Child, u16)> {
-    let name = db.short();
-    let db_file = dir.join(format!("{name}.db"));
+    let db_file = dir.join(format!("{}.db", db.short()));
     let _ = std::fs::remove_file(&db_file);
-    let schema = Path::new(SCHEMA_DIR).join(format!("ovn-{name}.ovsschema"));
+    let schema = Path::new(SCHEMA_DIR).join(format!("ovn-{}.ovsschema", db.short()));
     process::output(
         Command::new("ovsdb-tool")
             .arg("create")
@@ -217,43 +236,52 @@ fn start_database(dir: &Path, db: Db) -> Result<(Child, u16)> {
     )
     .with_context(|| format!("creating the {} database", db.schema_name()))?;
     // A port picked by binding to :0 can be taken by someone else before ovsdb-server binds it,
-    // so verify who answers and retry with another port if it is not our server.
+    // so `serve_database` verifies who answers; retry with another port if it is not our server.
     let mut last_error = None;
     for _ in 0..3 {
         let port = free_loopback_port()?;
-        let socket = dir.join(format!("{name}.sock"));
-        let mut server = Child::spawn(
-            &format!("ovsdb-server ({name})"),
-            Command::new("ovsdb-server")
-                .arg(&db_file)
-                .arg(format!("--remote=punix:{}", socket.display()))
-                .arg(format!("--remote=ptcp:{port}:{}", Ipv4Addr::LOCALHOST))
-                .arg(format!(
-                    "--unixctl={}",
-                    dir.join(format!("{name}.ctl")).display()
-                ))
-                .arg(format!(
-                    "--log-file={}",
-                    dir.join(format!("{name}.log")).display()
-                ))
-                .process_group(0),
-            Some(dir.join(format!("{name}.stderr"))),
-        )?;
-        let answers = |remote: &str| {
-            process::run("ovsdb-client", &["--timeout=2", "list-dbs", remote])
-                .is_ok_and(|dbs| dbs.lines().any(|line| line == db.schema_name()))
-        };
-        let unix = format!("unix:{}", socket.display());
-        let tcp = format!("tcp:127.0.0.1:{port}");
-        if wait_until(START_TIMEOUT, || socket.exists() && answers(&unix)) && answers(&tcp) {
-            return Ok((server, port));
+        match serve_database(dir, db, port) {
+            Ok(server) => return Ok((server, port)),
+            Err(error) => last_error = Some(error),
         }
-        server.check_running()?;
-        last_error = Some(anyhow::anyhow!(
-            "ovsdb-server ({name}) did not answer on {unix} and {tcp}"
-        ));
     }
-    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("ovsdb-server ({name}) did not start")))
+    Err(last_error
+        .unwrap_or_else(|| anyhow::anyhow!("ovsdb-server ({}) did not start", db.short())))
+}
+
+/// Starts ovsdb-server for the existing `<db>.db` on `<db>.sock` and loopback `port`; returns once
+/// it answers on both.
+fn serve_database(dir: &Path, db: Db, port: u16) -> Result<Child> {
+    let name = db.short();
+    let socket = dir.join(format!("{name}.sock"));
+    let mut server = Child::spawn(
+        &format!("ovsdb-server ({name})"),
+        Command::new("ovsdb-server")
+            .arg(dir.join(format!("{name}.db")))
+            .arg(format!("--remote=punix:{}", socket.display()))
+            .arg(format!("--remote=ptcp:{port}:{}", Ipv4Addr::LOCALHOST))
+            .arg(format!(
+                "--unixctl={}",
+                dir.join(format!("{name}.ctl")).display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                dir.join(format!("{name}.log")).display()
+            ))
+            .process_group(0),
+        Some(dir.join(format!("{name}.stderr"))),
+    )?;
+    let answers = |remote: &str| {
+        process::run("ovsdb-client", &["--timeout=2", "list-dbs", remote])
+            .is_ok_and(|dbs| dbs.lines().any(|line| line == db.schema_name()))
+    };
+    let unix = format!("unix:{}", socket.display());
+    let tcp = format!("tcp:127.0.0.1:{port}");
+    if wait_until(START_TIMEOUT, || socket.exists() && answers(&unix)) && answers(&tcp) {
+        return Ok(server);
+    }
+    server.check_running()?;
+    bail!("ovsdb-server ({name}) did not answer on {unix} and {tcp}")
 }
 
 fn free_loopback_port() -> Result<u16> {

@@ -1,0 +1,319 @@
+//! One JSON-RPC 1.0 connection to an OVSDB server: a reader task that splits the stream into
+//! messages, answers the server's `echo` requests, routes replies to their callers and hands
+//! notifications (update/update2/update3, …) to the owner; a writer task; an inactivity probe.
+//! The connection never reconnects (see `session`); when it fails, every pending call and the
+//! notification stream end with the reason.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
+use tracing::{debug, warn};
+
+use super::{OvsdbError, framing::Decoder, remote::Remote};
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, OvsdbError>>>>>;
+
+/// A server-initiated message without an id (or one we do not answer ourselves).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notification {
+    pub method: String,
+    pub params: Value,
+}
+
+/// Connection settings.
+#[derive(Clone, Debug)]
+pub struct ConnectionOptions {
+    /// Send an echo after this long without any message; give up after twice this long.
+    /// `None` disables the probe (ovn-controller's default is 60 s for the SB).
+    pub probe_interval: Option<Duration>,
+    pub connect_timeout: Duration,
+}
+
+impl Default for ConnectionOptions {
+    fn default() -> Self {
+        Self {
+            probe_interval: Some(Duration::from_secs(60)),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The request side of a connection; cheap to clone, usable from any task.
+#[derive(Clone)]
+pub struct Caller {
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Pending,
+    next_id: Arc<AtomicU64>,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl Caller {
+    /// Calls `method` and waits for its reply. A JSON-RPC error reply is [`OvsdbError::Rpc`].
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, OvsdbError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id, tx);
+        let message = json!({"id": id, "method": method, "params": params});
+        if self
+            .outgoing
+            .send(message.to_string().into_bytes())
+            .is_err()
+        {
+            lock(&self.pending).remove(&id);
+            return Err(self.disconnected());
+        }
+        match rx.await {
+            Ok(result) => result,
+            Err(_) => Err(self.disconnected()),
+        }
+    }
+
+    fn disconnected(&self) -> OvsdbError {
+        OvsdbError::Disconnected(
+            lock(&self.failure)
+                .clone()
+                .unwrap_or_else(|| "connection closed".into()),
+        )
+    }
+}
+
+/// A live connection.
+pub struct Connection {
+    remote: Remote,
+    caller: Caller,
+    notifications: mpsc::UnboundedReceiver<Notification>,
+    failure: Arc<Mutex<Option<String>>>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Connection {
+    /// Connects to `remote`.
+    pub async fn connect(remote: &Remote, options: &ConnectionOptions) -> Result<Self, OvsdbError> {
+        let stream = tokio::time::timeout(options.connect_timeout, remote.connect())
+            .await
+            .map_err(|_| OvsdbError::Connect {
+                remote: remote.to_string(),
+                reason: "timed out".into(),
+            })?
+            .map_err(|e| OvsdbError::Connect {
+                remote: remote.to_string(),
+                reason: e.to_string(),
+            })?;
+        let (reader, mut writer) = tokio::io::split(stream);
+        let (outgoing, mut outgoing_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (notify_tx, notifications) = mpsc::unbounded_channel();
+        let pending: Pending = Arc::default();
+        let failure: Arc<Mutex<Option<String>>> = Arc::default();
+
+        let writer_failure = failure.clone();
+        let writer_task = tokio::spawn(async move {
+            while let Some(bytes) = outgoing_rx.recv().await {
+                if let Err(error) = writer.write_all(&bytes).await {
+                    record_failure(&writer_failure, format!("write failed: {error}"));
+                    break;
+                }
+            }
+        });
+        let reader_task = tokio::spawn(read_loop(
+            reader,
+            ReadContext {
+                outgoing: outgoing.clone(),
+                pending: pending.clone(),
+                notify: notify_tx,
+                failure: failure.clone(),
+                probe_interval: options.probe_interval,
+                remote: remote.to_string(),
+            },
+        ));
+        let caller = Caller {
+            outgoing,
+            pending,
+            next_id: Arc::new(AtomicU64::new(1)),
+            failure: failure.clone(),
+        };
+        Ok(Self {
+            remote: remote.clone(),
+            caller,
+            notifications,
+            failure,
+            tasks: [reader_task, writer_task],
+        })
+    }
+
+    #[must_use]
+    pub fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    /// Calls `method` and waits for its reply. A JSON-RPC error reply is [`OvsdbError::Rpc`].
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, OvsdbError> {
+        self.caller.call(method, params).await
+    }
+
+    /// A handle for calls from other tasks.
+    #[must_use]
+    pub fn caller(&self) -> Caller {
+        self.caller.clone()
+    }
+
+    /// The next notification; `None` once the connection has failed (see [`Self::failure`]).
+    pub async fn next_notification(&mut self) -> Option<Notification> {
+        self.notifications.recv().await
+    }
+
+    /// Why the connection failed, if it did.
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.failure).clone()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave the maps inconsistent; keep going.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn record_failure(failure: &Mutex<Option<String>>, reason: String) {
+    lock(failure).get_or_insert(reason);
+}
+
+struct ReadContext {
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Pending,
+    notify: mpsc::UnboundedSender<Notification>,
+    failure: Arc<Mutex<Option<String>>>,
+    probe_interval: Option<Duration>,
+    remote: String,
+}
+
+/// Id of the echo requests the probe sends (replies to it are not routed to any caller).
+const PROBE_ID: &str = "echo";
+
+async fn read_loop(
+    mut reader: tokio::io::ReadHalf<Box<dyn super::remote::Transport>>,
+    context: ReadContext,
+) {
+    let mut decoder = Decoder::default();
+    let mut buffer = vec![0_u8; 256 * 1024];
+    let mut probe_outstanding = false;
+    let reason = loop {
+        let read = match context.probe_interval {
+            Some(interval) => {
+                match tokio::time::timeout(interval, reader.read(&mut buffer)).await {
+                    Ok(read) => read,
+                    Err(_) if probe_outstanding => {
+                        break format!("no reply to inactivity probe within {interval:?}");
+                    }
+                    Err(_) => {
+                        probe_outstanding = true;
+                        let probe = json!({"id": PROBE_ID, "method": "echo", "params": []});
+                        let _ = context.outgoing.send(probe.to_string().into_bytes());
+                        continue;
+                    }
+                }
+            }
+            None => reader.read(&mut buffer).await,
+        };
+        let count = match read {
+            Ok(0) => break "server closed the connection".to_string(),
+            Ok(count) => count,
+            Err(error) => break format!("read failed: {error}"),
+        };
+        probe_outstanding = false;
+        decoder.feed(&buffer[..count]);
+        if let Err(reason) = drain_messages(&mut decoder, &context) {
+            break reason;
+        }
+    };
+    debug!(remote = %context.remote, %reason, "ovsdb connection ended");
+    record_failure(&context.failure, reason.clone());
+    for (_, waiter) in lock(&context.pending).drain() {
+        let _ = waiter.send(Err(OvsdbError::Disconnected(reason.clone())));
+    }
+}
+
+/// Dispatches every complete message in the decoder; an error ends the connection.
+fn drain_messages(decoder: &mut Decoder, context: &ReadContext) -> Result<(), String> {
+    loop {
+        let bytes = match decoder.next_message() {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(format!("framing error: {error}")),
+        };
+        let message: Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("invalid JSON: {e}"))?;
+        dispatch(message, context)?;
+    }
+}
+
+fn dispatch(message: Value, context: &ReadContext) -> Result<(), String> {
+    let Value::Object(mut object) = message else {
+        return Err("message is not a JSON object".into());
+    };
+    let id = object.remove("id").unwrap_or(Value::Null);
+    if let Some(method) = object.remove("method") {
+        let Value::String(method) = method else {
+            return Err("method is not a string".into());
+        };
+        let params = object.remove("params").unwrap_or(Value::Null);
+        if id.is_null() {
+            // A notification for the owner; if it is gone, nobody cares any more.
+            let _ = context.notify.send(Notification { method, params });
+            return Ok(());
+        }
+        let reply = if method == "echo" {
+            json!({"id": id, "result": params, "error": null})
+        } else {
+            warn!(remote = %context.remote, %method, "server sent an unknown request");
+            json!({"id": id, "result": null, "error": "unknown method"})
+        };
+        let _ = context.outgoing.send(reply.to_string().into_bytes());
+        return Ok(());
+    }
+    if !object.contains_key("result") && !object.contains_key("error") {
+        return Err("message is neither a request nor a reply".into());
+    }
+    let Some(id) = id.as_u64() else {
+        // Replies to our probe (id "echo") and stray ids are not anyone's business.
+        return Ok(());
+    };
+    let Some(waiter) = lock(&context.pending).remove(&id) else {
+        return Ok(());
+    };
+    let error = object.remove("error").unwrap_or(Value::Null);
+    let result = if error.is_null() {
+        Ok(object.remove("result").unwrap_or(Value::Null))
+    } else {
+        let text = error
+            .as_str()
+            .map_or_else(|| error.to_string(), str::to_string);
+        Err(OvsdbError::Rpc {
+            error: text,
+            details: object.remove("details"),
+        })
+    };
+    let _ = waiter.send(result);
+    Ok(())
+}

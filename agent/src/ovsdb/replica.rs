@@ -1,0 +1,417 @@
+//! The client-side copy of monitored tables. Applies the session's snapshots and updates (update,
+//! update2 and update3 row formats) and reports, for each, the change set: exactly which rows were
+//! inserted, modified (with their old values) and deleted (with their last values). A snapshot that
+//! is not a resume is diffed against what the replica holds, so a reconnect costs the consumer only
+//! the real differences. Malformed rows are rejected one by one and reported, never fatal.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{
+    datum::Datum,
+    schema::{ColumnType, DatabaseSchema},
+    session::{SessionEvent, UpdateFormat},
+};
+
+/// The monitored columns of one table, in a fixed order that [`Row`] values follow.
+#[derive(Debug)]
+pub struct TableLayout {
+    pub name: String,
+    pub columns: Vec<(String, ColumnType)>,
+    index: HashMap<String, usize>,
+}
+
+impl TableLayout {
+    #[must_use]
+    pub fn new(name: &str, columns: Vec<(String, ColumnType)>) -> Self {
+        let index = columns
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), i))
+            .collect();
+        Self {
+            name: name.to_string(),
+            columns,
+            index,
+        }
+    }
+
+    /// Position of `column` in rows of this table.
+    #[must_use]
+    pub fn position(&self, column: &str) -> Option<usize> {
+        self.index.get(column).copied()
+    }
+
+    fn default_row(&self) -> Row {
+        Row {
+            values: self
+                .columns
+                .iter()
+                .map(|(_, t)| Datum::default_of(t))
+                .collect(),
+        }
+    }
+}
+
+/// One row's values, ordered as its table's [`TableLayout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub values: Vec<Datum>,
+}
+
+/// One replicated table.
+#[derive(Debug)]
+pub struct Table {
+    layout: Arc<TableLayout>,
+    rows: HashMap<Uuid, Row>,
+}
+
+impl Table {
+    #[must_use]
+    pub fn layout(&self) -> &Arc<TableLayout> {
+        &self.layout
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    #[must_use]
+    pub fn row(&self, uuid: &Uuid) -> Option<RowRef<'_>> {
+        self.rows.get(uuid).map(|row| RowRef {
+            uuid: *uuid,
+            layout: &self.layout,
+            row,
+        })
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = RowRef<'_>> {
+        self.rows.iter().map(|(uuid, row)| RowRef {
+            uuid: *uuid,
+            layout: &self.layout,
+            row,
+        })
+    }
+}
+
+/// A row with its table layout, for access by column name.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRef<'a> {
+    pub uuid: Uuid,
+    pub layout: &'a TableLayout,
+    pub row: &'a Row,
+}
+
+impl<'a> RowRef<'a> {
+    /// Value of `column`, `None` if the column is not monitored (or not in this schema version).
+    #[must_use]
+    pub fn get(&self, column: &str) -> Option<&'a Datum> {
+        self.layout.position(column).map(|i| &self.row.values[i])
+    }
+}
+
+/// What one applied event changed in one table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    pub inserted: Vec<Uuid>,
+    /// Modified rows with their values before the change.
+    pub modified: Vec<(Uuid, Row)>,
+    /// Deleted rows with their last values.
+    pub deleted: Vec<(Uuid, Row)>,
+}
+
+impl TableChanges {
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.inserted.is_empty() && self.modified.is_empty() && self.deleted.is_empty()
+    }
+
+    /// Number of rows touched.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inserted.len() + self.modified.len() + self.deleted.len()
+    }
+}
+
+/// What one applied event changed, per table (tables without changes are absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangeSet {
+    pub tables: BTreeMap<String, TableChanges>,
+    /// Row updates that could not be applied (malformed values, modify of an unknown row, …).
+    pub rejected: Vec<String>,
+    /// Whether the whole replica was (re)built from a snapshot in this change set.
+    pub resynced: bool,
+}
+
+impl ChangeSet {
+    #[must_use]
+    pub fn table(&self, name: &str) -> Option<&TableChanges> {
+        self.tables.get(name)
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tables.values().all(TableChanges::is_empty)
+    }
+
+    fn entry(&mut self, table: &str) -> &mut TableChanges {
+        self.tables.entry(table.to_string()).or_default()
+    }
+}
+
+/// The replicated database.
+#[derive(Debug, Default)]
+pub struct Replica {
+    schema: Option<Arc<DatabaseSchema>>,
+    tables: BTreeMap<String, Table>,
+}
+
+impl Replica {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    #[must_use]
+    pub fn schema(&self) -> Option<&Arc<DatabaseSchema>> {
+        self.schema.as_ref()
+    }
+
+    #[must_use]
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.get(name)
+    }
+
+    pub fn tables(&self) -> impl Iterator<Item = (&str, &Table)> {
+        self.tables
+            .iter()
+            .map(|(name, table)| (name.as_str(), table))
+    }
+
+    /// Applies a session event; `Disconnected` changes nothing (the replica stays as it was until
+    /// the next snapshot tells what changed meanwhile).
+    pub fn apply(&mut self, event: &SessionEvent) -> ChangeSet {
+        match event {
+            SessionEvent::Snapshot {
+                schema,
+                monitored,
+                updates,
+                format,
+                resumed,
+                ..
+            } => {
+                if *resumed && self.schema.as_ref() == Some(schema) {
+                    self.apply_updates(updates, *format)
+                } else {
+                    self.resync(schema, monitored, updates, *format)
+                }
+            }
+            SessionEvent::Update { updates, format } => self.apply_updates(updates, *format),
+            SessionEvent::Disconnected { .. } => ChangeSet::default(),
+        }
+    }
+
+    /// Replaces the contents with `updates` (a full snapshot) and reports the differences.
+    fn resync(
+        &mut self,
+        schema: &Arc<DatabaseSchema>,
+        monitored: &BTreeMap<String, Vec<String>>,
+        updates: &Value,
+        format: UpdateFormat,
+    ) -> ChangeSet {
+        let mut fresh = Replica {
+            schema: Some(schema.clone()),
+            tables: BTreeMap::new(),
+        };
+        for (table_name, columns) in monitored {
+            let Some(table_schema) = schema.tables.get(table_name) else {
+                continue;
+            };
+            let columns = columns
+                .iter()
+                .filter_map(|c| table_schema.columns.get(c).map(|t| (c.clone(), t.clone())))
+                .collect();
+            let layout = Arc::new(TableLayout::new(table_name, columns));
+            fresh.tables.insert(
+                table_name.clone(),
+                Table {
+                    layout,
+                    rows: HashMap::new(),
+                },
+            );
+        }
+        let mut changes = fresh.apply_updates(updates, format);
+        let rejected = std::mem::take(&mut changes.rejected);
+        let old = std::mem::replace(self, fresh);
+        let mut diff = ChangeSet {
+            rejected,
+            resynced: true,
+            ..ChangeSet::default()
+        };
+        for (name, table) in &self.tables {
+            let old_table = old.tables.get(name);
+            let same_layout = old_table.is_some_and(|t| t.layout.columns == table.layout.columns);
+            for (uuid, row) in &table.rows {
+                match old_table.and_then(|t| t.rows.get(uuid)) {
+                    None => diff.entry(name).inserted.push(*uuid),
+                    Some(old_row) if !same_layout || old_row != row => {
+                        diff.entry(name).modified.push((*uuid, old_row.clone()));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        for (name, old_table) in old.tables {
+            let new_table = self.tables.get(&name);
+            for (uuid, row) in old_table.rows {
+                if new_table.is_none_or(|t| !t.rows.contains_key(&uuid)) {
+                    diff.entry(&name).deleted.push((uuid, row));
+                }
+            }
+        }
+        diff.tables.retain(|_, t| !t.is_empty());
+        diff
+    }
+
+    /// Applies `<table-updates>` / `<table-updates2>`.
+    fn apply_updates(&mut self, updates: &Value, format: UpdateFormat) -> ChangeSet {
+        let mut changes = ChangeSet::default();
+        let Some(tables) = updates.as_object() else {
+            if !updates.is_null() {
+                changes
+                    .rejected
+                    .push(format!("table updates are not an object: {updates}"));
+            }
+            return changes;
+        };
+        for (table_name, rows) in tables {
+            let Some(table) = self.tables.get_mut(table_name) else {
+                continue;
+            };
+            let Some(rows) = rows.as_object() else {
+                changes
+                    .rejected
+                    .push(format!("{table_name}: row updates are not an object"));
+                continue;
+            };
+            for (uuid_text, update) in rows {
+                let Ok(uuid) = Uuid::parse_str(uuid_text) else {
+                    changes
+                        .rejected
+                        .push(format!("{table_name}: invalid row uuid {uuid_text:?}"));
+                    continue;
+                };
+                let result = match format {
+                    UpdateFormat::Update2 => table.apply_update2(uuid, update),
+                    UpdateFormat::Update1 => table.apply_update1(uuid, update),
+                };
+                match result {
+                    Ok(Some(change)) => change.record(changes.entry(table_name), uuid),
+                    Ok(None) => {}
+                    Err(reason) => changes
+                        .rejected
+                        .push(format!("{table_name} {uuid}: {reason}")),
+                }
+            }
+        }
+        changes.tables.retain(|_, t| !t.is_empty());
+        changes
+    }
+}
+
+enum RowChange {
+    Inserted,
+    Modified(Row),
+    Deleted(Row),
+}
+
+impl RowChange {
+    fn record(self, changes: &mut TableChanges, uuid: Uuid) {
+        match self {
+            RowChange::Inserted => changes.inserted.push(uuid),
+            RowChange::Modified(old) => changes.modified.push((uuid, old)),
+            RowChange::Deleted(old) => changes.deleted.push((uuid, old)),
+        }
+    }
+}
+
+impl Table {
+    /// Decodes a full row (absent columns take their defaults).
+    fn decode_row(&self, columns: &Value) -> Result<Row, String> {
+        let object = columns
+            .as_object()
+            .ok_or_else(|| format!("row is not an object: {columns}"))?;
+        let mut row = self.layout.default_row();
+        for (column, value) in object {
+            if let Some(position) = self.layout.position(column) {
+                let column_type = &self.layout.columns[position].1;
+                row.values[position] =
+                    Datum::decode(value, column_type).map_err(|e| format!("{column}: {e}"))?;
+            }
+        }
+        Ok(row)
+    }
+
+    fn insert(&mut self, uuid: Uuid, row: Row) -> Option<RowChange> {
+        match self.rows.insert(uuid, row) {
+            None => Some(RowChange::Inserted),
+            Some(old) if self.rows.get(&uuid) == Some(&old) => None,
+            Some(old) => Some(RowChange::Modified(old)),
+        }
+    }
+
+    fn apply_update2(&mut self, uuid: Uuid, update: &Value) -> Result<Option<RowChange>, String> {
+        let object = update.as_object().ok_or("row update is not an object")?;
+        let (kind, columns) = object.iter().next().ok_or("empty row update")?;
+        match kind.as_str() {
+            "initial" | "insert" => {
+                let row = self.decode_row(columns)?;
+                Ok(self.insert(uuid, row))
+            }
+            "modify" => {
+                let diffs = columns.as_object().ok_or("modify is not an object")?;
+                let old = self
+                    .rows
+                    .get(&uuid)
+                    .ok_or("modify of a row the replica does not have")?;
+                let mut row = old.clone();
+                for (column, diff) in diffs {
+                    if let Some(position) = self.layout.position(column) {
+                        let column_type = &self.layout.columns[position].1;
+                        row.values[position]
+                            .apply_diff(diff, column_type)
+                            .map_err(|e| format!("{column}: {e}"))?;
+                    }
+                }
+                Ok(self.insert(uuid, row))
+            }
+            "delete" => Ok(self.rows.remove(&uuid).map(RowChange::Deleted)),
+            other => Err(format!("unknown row update kind {other:?}")),
+        }
+    }
+
+    fn apply_update1(&mut self, uuid: Uuid, update: &Value) -> Result<Option<RowChange>, String> {
+        match update.get("new") {
+            Some(new) => {
+                // `new` carries every monitored column, so it replaces the row.
+                let row = self.decode_row(new)?;
+                Ok(self.insert(uuid, row))
+            }
+            None if update.get("old").is_some() => {
+                Ok(self.rows.remove(&uuid).map(RowChange::Deleted))
+            }
+            None => Err("row update has neither old nor new".into()),
+        }
+    }
+}

@@ -1,0 +1,536 @@
+//! A monitoring session that survives failures: it connects to one of its remotes (rotating through
+//! the list with exponential backoff), skips cluster members that are not connected to their
+//! cluster, fetches the schema, monitors the requested tables with the best method the server has
+//! (`monitor_cond_since` → `monitor_cond` → `monitor`), resumes from the last transaction id after
+//! a reconnect, and streams [`SessionEvent`]s to its owner. Transactions and condition changes go
+//! through a [`SessionHandle`]. Owns the connection; holds no replica (see `replica`).
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use super::{
+    OvsdbError,
+    connection::{Caller, Connection, ConnectionOptions, Notification},
+    remote::Remote,
+    schema::DatabaseSchema,
+};
+
+/// How rows are encoded in an update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateFormat {
+    /// `update` / `monitor`: `{"old": …, "new": …}`.
+    Update1,
+    /// `update2` / `update3` / `monitor_cond*`: `initial`/`insert`/`modify`/`delete`.
+    Update2,
+}
+
+/// Which monitoring method the server accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MonitorMethod {
+    MonitorCondSince,
+    MonitorCond,
+    Monitor,
+}
+
+/// A table to monitor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MonitoredTable {
+    pub name: String,
+    /// Columns to monitor; `None` for all columns the server's schema has.
+    pub columns: Option<Vec<String>>,
+    /// An OVSDB `where` clause list (a JSON array of conditions); `None` for all rows.
+    pub condition: Option<Value>,
+}
+
+impl MonitoredTable {
+    #[must_use]
+    pub fn all(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            columns: None,
+            condition: None,
+        }
+    }
+}
+
+/// Session settings.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    pub remotes: Vec<Remote>,
+    pub database: String,
+    pub tables: Vec<MonitoredTable>,
+    pub connection: ConnectionOptions,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl SessionConfig {
+    #[must_use]
+    pub fn new(remotes: Vec<Remote>, database: &str, tables: Vec<MonitoredTable>) -> Self {
+        Self {
+            remotes,
+            database: database.to_string(),
+            tables,
+            connection: ConnectionOptions::default(),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(8),
+        }
+    }
+}
+
+/// What the session reports.
+#[derive(Clone, Debug)]
+pub enum SessionEvent {
+    /// Monitoring (re)started. `updates` is the server's full view unless `resumed`, in which case
+    /// it holds only what changed since the last transaction the replica has seen.
+    Snapshot {
+        remote: String,
+        method: MonitorMethod,
+        schema: Arc<DatabaseSchema>,
+        /// Monitored tables and columns actually requested (those the server's schema has).
+        monitored: BTreeMap<String, Vec<String>>,
+        updates: Value,
+        format: UpdateFormat,
+        resumed: bool,
+    },
+    /// An incremental update.
+    Update {
+        updates: Value,
+        format: UpdateFormat,
+    },
+    /// The connection was lost; the session is reconnecting.
+    Disconnected { remote: String, reason: String },
+}
+
+enum Command {
+    Transact {
+        operations: Vec<Value>,
+        reply: oneshot::Sender<Result<Value, OvsdbError>>,
+    },
+    SetCondition {
+        table: String,
+        condition: Option<Value>,
+    },
+}
+
+/// The owner's side of a running session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl SessionHandle {
+    /// Runs a transaction (`operations` as in RFC 7047 §5.2) on the current connection and returns
+    /// the per-operation results. Fails if any operation failed (the reply's error objects are in
+    /// the message) or the session is disconnected.
+    pub async fn transact(&self, operations: Vec<Value>) -> Result<Vec<Value>, OvsdbError> {
+        let (reply, result) = oneshot::channel();
+        self.commands
+            .send(Command::Transact { operations, reply })
+            .map_err(|_| OvsdbError::SessionEnded)?;
+        let value = result.await.map_err(|_| OvsdbError::SessionEnded)??;
+        let results = value
+            .as_array()
+            .cloned()
+            .ok_or_else(|| OvsdbError::Protocol(format!("transact result {value}")))?;
+        let failures: Vec<&Value> = results
+            .iter()
+            .filter(|r| r.get("error").is_some())
+            .collect();
+        if !failures.is_empty() {
+            return Err(OvsdbError::Transaction(
+                failures
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ));
+        }
+        Ok(results)
+    }
+
+    /// Replaces the `where` condition of a monitored table (`None` = all rows). Applied with
+    /// `monitor_cond_change` when connected, and remembered for every later reconnect.
+    pub fn set_condition(&self, table: &str, condition: Option<Value>) -> Result<(), OvsdbError> {
+        self.commands
+            .send(Command::SetCondition {
+                table: table.to_string(),
+                condition,
+            })
+            .map_err(|_| OvsdbError::SessionEnded)
+    }
+}
+
+/// Starts the session on the current tokio runtime. Events arrive on the returned receiver; the
+/// session ends when both the handle and the receiver are dropped.
+pub fn start(config: SessionConfig) -> (SessionHandle, mpsc::UnboundedReceiver<SessionEvent>) {
+    let (commands, command_rx) = mpsc::unbounded_channel();
+    let (events, event_rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(config, command_rx, events));
+    (SessionHandle { commands }, event_rx)
+}
+
+const MONITOR_ID: &str = "ovnbpf";
+const SERVER_MONITOR_ID: &str = "ovnbpf-server";
+const ZERO_TXN: &str = "00000000-0000-0000-0000-000000000000";
+
+struct State {
+    config: SessionConfig,
+    conditions: BTreeMap<String, Option<Value>>,
+    last_txn_id: Option<String>,
+    schema: Option<Arc<DatabaseSchema>>,
+}
+
+enum Ended {
+    /// The owner went away.
+    Shutdown,
+    Failed(String),
+}
+
+async fn run(
+    config: SessionConfig,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::UnboundedSender<SessionEvent>,
+) {
+    let conditions = config
+        .tables
+        .iter()
+        .map(|t| (t.name.clone(), t.condition.clone()))
+        .collect();
+    let mut state = State {
+        config,
+        conditions,
+        last_txn_id: None,
+        schema: None,
+    };
+    let mut backoff = state.config.backoff_min;
+    let mut next_remote = 0;
+    loop {
+        if state.config.remotes.is_empty() {
+            warn!("ovsdb session has no remotes");
+            return;
+        }
+        let remote = state.config.remotes[next_remote % state.config.remotes.len()].clone();
+        next_remote += 1;
+        let outcome = match Connection::connect(&remote, &state.config.connection).await {
+            Ok(connection) => {
+                let was_monitoring = serve(&mut state, connection, &mut commands, &events).await;
+                if was_monitoring.0 {
+                    backoff = state.config.backoff_min;
+                }
+                was_monitoring.1
+            }
+            Err(error) => Ended::Failed(error.to_string()),
+        };
+        match outcome {
+            Ended::Shutdown => return,
+            Ended::Failed(reason) => {
+                debug!(%remote, %reason, "ovsdb session lost its server");
+                let event = SessionEvent::Disconnected {
+                    remote: remote.to_string(),
+                    reason,
+                };
+                if events.send(event).is_err() {
+                    return;
+                }
+            }
+        }
+        // Fail pending commands while disconnected rather than letting callers hang.
+        let sleep = tokio::time::sleep(backoff);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                () = &mut sleep => break,
+                command = commands.recv() => match command {
+                    None if events.is_closed() => return,
+                    None => {}
+                    Some(command) => reject_while_disconnected(command, &mut state),
+                },
+            }
+        }
+        backoff = (backoff * 2).min(state.config.backoff_max);
+    }
+}
+
+fn reject_while_disconnected(command: Command, state: &mut State) {
+    match command {
+        Command::Transact { reply, .. } => {
+            let _ = reply.send(Err(OvsdbError::Disconnected(
+                "the session is reconnecting".into(),
+            )));
+        }
+        Command::SetCondition { table, condition } => {
+            state.conditions.insert(table, condition);
+        }
+    }
+}
+
+/// Serves one connection until it fails. Returns (whether monitoring was established, why it ended).
+async fn serve(
+    state: &mut State,
+    mut connection: Connection,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    events: &mpsc::UnboundedSender<SessionEvent>,
+) -> (bool, Ended) {
+    let remote = connection.remote().to_string();
+    if let Err(reason) = check_cluster_member(&connection, &state.config.database).await {
+        return (false, Ended::Failed(reason));
+    }
+    let snapshot = match start_monitor(state, &connection).await {
+        Ok(snapshot) => snapshot,
+        Err(error) => return (false, Ended::Failed(error.to_string())),
+    };
+    info!(%remote, method = ?snapshot.method, resumed = snapshot.resumed, "ovsdb monitor established");
+    let format = snapshot.format;
+    if events.send(snapshot.into_event(remote.clone())).is_err() {
+        return (true, Ended::Shutdown);
+    }
+    let caller = connection.caller();
+    loop {
+        tokio::select! {
+            notification = connection.next_notification() => {
+                let Some(notification) = notification else {
+                    let reason = connection.failure().unwrap_or_else(|| "connection closed".into());
+                    return (true, Ended::Failed(reason));
+                };
+                match handle_notification(state, notification, format) {
+                    Ok(Some(event)) => {
+                        if events.send(event).is_err() {
+                            return (true, Ended::Shutdown);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(reason) => return (true, Ended::Failed(reason)),
+                }
+            }
+            command = commands.recv() => match command {
+                None if events.is_closed() => return (true, Ended::Shutdown),
+                None => {}
+                Some(Command::Transact { operations, reply }) => {
+                    let caller = caller.clone();
+                    let mut params = vec![json!(state.config.database)];
+                    params.extend(operations);
+                    tokio::spawn(async move {
+                        let _ = reply.send(caller.call("transact", Value::Array(params)).await);
+                    });
+                }
+                Some(Command::SetCondition { table, condition }) => {
+                    change_condition(state, &caller, table, condition);
+                }
+            },
+        }
+    }
+}
+
+/// Rejects a clustered-database member that is not connected to its cluster (it may serve stale
+/// data). Servers without `_Server` (old or relay-less standalone ones) are accepted.
+async fn check_cluster_member(connection: &Connection, database: &str) -> Result<(), String> {
+    let request = json!({"Database": {"columns": ["name", "model", "connected", "leader"]}});
+    let reply = match connection
+        .call("monitor", json!(["_Server", SERVER_MONITOR_ID, request]))
+        .await
+    {
+        Ok(reply) => reply,
+        Err(error @ OvsdbError::Disconnected(_)) => return Err(error.to_string()),
+        // No _Server database: nothing to check.
+        Err(_) => return Ok(()),
+    };
+    let rows = reply.get("Database").and_then(Value::as_object);
+    let row = rows
+        .into_iter()
+        .flat_map(|rows| rows.values())
+        .filter_map(|update| update.get("new"))
+        .find(|row| row.get("name").and_then(Value::as_str) == Some(database));
+    // Leave the _Server monitor running would cost update traffic for nothing.
+    let _ = connection
+        .call("monitor_cancel", json!([SERVER_MONITOR_ID]))
+        .await;
+    let Some(row) = row else {
+        return Err(format!("server does not serve database {database}"));
+    };
+    let clustered = row.get("model").and_then(Value::as_str) == Some("clustered");
+    if clustered && row.get("connected").and_then(Value::as_bool) != Some(true) {
+        return Err("cluster member is not connected to its cluster".into());
+    }
+    Ok(())
+}
+
+struct Established {
+    method: MonitorMethod,
+    schema: Arc<DatabaseSchema>,
+    monitored: BTreeMap<String, Vec<String>>,
+    updates: Value,
+    format: UpdateFormat,
+    resumed: bool,
+}
+
+impl Established {
+    fn into_event(self, remote: String) -> SessionEvent {
+        SessionEvent::Snapshot {
+            remote,
+            method: self.method,
+            schema: self.schema,
+            monitored: self.monitored,
+            updates: self.updates,
+            format: self.format,
+            resumed: self.resumed,
+        }
+    }
+}
+
+async fn start_monitor(
+    state: &mut State,
+    connection: &Connection,
+) -> Result<Established, OvsdbError> {
+    let database = state.config.database.clone();
+    let schema_json = connection.call("get_schema", json!([database])).await?;
+    let schema = Arc::new(DatabaseSchema::parse(&schema_json)?);
+    if state.schema.as_ref() != Some(&schema) {
+        // A different schema (an upgraded server) invalidates the resume point.
+        state.last_txn_id = None;
+        state.schema = Some(schema.clone());
+    }
+    let mut monitored = BTreeMap::new();
+    let mut requests = serde_json::Map::new();
+    let mut plain_requests = serde_json::Map::new();
+    for table in &state.config.tables {
+        let Some(table_schema) = schema.tables.get(&table.name) else {
+            warn!(table = %table.name, "server schema lacks a monitored table; skipped");
+            continue;
+        };
+        let columns: Vec<String> = match &table.columns {
+            Some(wanted) => wanted
+                .iter()
+                .filter(|c| table_schema.columns.contains_key(*c))
+                .cloned()
+                .collect(),
+            None => table_schema.columns.keys().cloned().collect(),
+        };
+        let mut request = json!({"columns": columns});
+        plain_requests.insert(table.name.clone(), json!([request.clone()]));
+        if let Some(Some(condition)) = state.conditions.get(&table.name) {
+            request["where"] = condition.clone();
+        }
+        requests.insert(table.name.clone(), json!([request]));
+        monitored.insert(table.name.clone(), columns);
+    }
+    let since = state
+        .last_txn_id
+        .clone()
+        .unwrap_or_else(|| ZERO_TXN.to_string());
+    let params = json!([database, MONITOR_ID, requests, since]);
+    match connection.call("monitor_cond_since", params).await {
+        Ok(reply) => {
+            let (found, txn, updates) = match reply.as_array().map(Vec::as_slice) {
+                Some([found, txn, updates]) => (
+                    found.as_bool().unwrap_or(false),
+                    txn.as_str(),
+                    updates.clone(),
+                ),
+                _ => {
+                    return Err(OvsdbError::Protocol(format!(
+                        "monitor_cond_since reply {reply}"
+                    )));
+                }
+            };
+            let resumed = found && state.last_txn_id.is_some();
+            state.last_txn_id = txn.map(str::to_string);
+            return Ok(Established {
+                method: MonitorMethod::MonitorCondSince,
+                schema,
+                monitored,
+                updates,
+                format: UpdateFormat::Update2,
+                resumed,
+            });
+        }
+        Err(error) if error.is_unknown_method() => {}
+        Err(error) => return Err(error),
+    }
+    state.last_txn_id = None;
+    match connection
+        .call("monitor_cond", json!([database, MONITOR_ID, requests]))
+        .await
+    {
+        Ok(updates) => {
+            return Ok(Established {
+                method: MonitorMethod::MonitorCond,
+                schema,
+                monitored,
+                updates,
+                format: UpdateFormat::Update2,
+                resumed: false,
+            });
+        }
+        Err(error) if error.is_unknown_method() => {}
+        Err(error) => return Err(error),
+    }
+    // Plain monitor has no conditions: every row is replicated.
+    let updates = connection
+        .call("monitor", json!([database, MONITOR_ID, plain_requests]))
+        .await?;
+    Ok(Established {
+        method: MonitorMethod::Monitor,
+        schema,
+        monitored,
+        updates,
+        format: UpdateFormat::Update1,
+        resumed: false,
+    })
+}
+
+fn handle_notification(
+    state: &mut State,
+    notification: Notification,
+    format: UpdateFormat,
+) -> Result<Option<SessionEvent>, String> {
+    let params = notification.params.as_array().cloned().unwrap_or_default();
+    let ours = params.first().and_then(Value::as_str) == Some(MONITOR_ID);
+    match notification.method.as_str() {
+        "update3" if ours => {
+            let [_, txn, updates] = params.as_slice() else {
+                return Err(format!("malformed update3 with {} params", params.len()));
+            };
+            if let Some(txn) = txn.as_str() {
+                state.last_txn_id = Some(txn.to_string());
+            }
+            Ok(Some(SessionEvent::Update {
+                updates: updates.clone(),
+                format: UpdateFormat::Update2,
+            }))
+        }
+        "update2" | "update" if ours => {
+            let [_, updates] = params.as_slice() else {
+                return Err(format!(
+                    "malformed {} with {} params",
+                    notification.method,
+                    params.len()
+                ));
+            };
+            Ok(Some(SessionEvent::Update {
+                updates: updates.clone(),
+                format,
+            }))
+        }
+        "monitor_canceled" if ours => Err("the server canceled the monitor".into()),
+        method => {
+            debug!(%method, "ignoring ovsdb notification");
+            Ok(None)
+        }
+    }
+}
+
+fn change_condition(state: &mut State, caller: &Caller, table: String, condition: Option<Value>) {
+    state.conditions.insert(table.clone(), condition.clone());
+    let clause = condition.unwrap_or_else(|| json!([true]));
+    let params = json!([MONITOR_ID, MONITOR_ID, {table.clone(): [{"where": clause}]}]);
+    let caller = caller.clone();
+    tokio::spawn(async move {
+        if let Err(error) = caller.call("monitor_cond_change", params).await {
+            warn!(%table, %error, "monitor_cond_change failed");
+        }
+    });
+}
