@@ -338,10 +338,11 @@ async fn check_cluster_member(connection: &Connection, database: &str) -> Result
         // No _Server database: nothing to check.
         Err(_) => return Ok(()),
     };
-    let rows = reply.get("Database").and_then(Value::as_object);
+    let Some(rows) = reply.get("Database").and_then(Value::as_object) else {
+        return Ok(());
+    };
     let row = rows
-        .into_iter()
-        .flat_map(|rows| rows.values())
+        .values()
         .filter_map(|update| update.get("new"))
         .find(|row| row.get("name").and_then(Value::as_str) == Some(database));
     // Leave the _Server monitor running would cost update traffic for nothing.
