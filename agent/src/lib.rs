@@ -2,6 +2,9 @@
 //! integration tests and tools drive the same code. See DESIGN.md for the data flow; each module's
 //! doc says what it owns.
 
+pub mod chassis;
+pub mod daemon;
 pub mod dataplane;
 pub mod netns;
 pub mod ovsdb;
+pub mod sb;

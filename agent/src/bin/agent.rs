@@ -1,10 +1,17 @@
-//! `ovnbpf-agent`: the node daemon. Today it offers `verify`, which loads every kernel program
-//! through the verifier and reports what the kernel accepted; the Southbound-driven daemon mode
-//! arrives with the OVSDB client.
+//! `ovnbpf-agent`: the node daemon. `run` follows the OVN Southbound DB, registers this chassis and
+//! claims local ports (`run --cleanup` removes the chassis instead); `verify` loads every kernel
+//! program through the verifier and reports what the kernel accepted.
+
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use ovnbpf_agent::dataplane::ebpf::KernelPrograms;
+use clap::{Args, Parser, Subcommand};
+use ovnbpf_agent::{
+    chassis::{self, ChassisConfig},
+    daemon::{self, DaemonConfig},
+    dataplane::ebpf::KernelPrograms,
+    ovsdb::remote::Remote,
+};
 
 #[derive(Parser)]
 #[command(name = "ovnbpf-agent", version, about = "ovnbpf node datapath agent")]
@@ -15,17 +22,117 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Follow the Southbound DB as this node's chassis.
+    Run(RunArgs),
     /// Load every kernel program through the verifier and print what the kernel accepted.
     Verify,
 }
 
+#[derive(Args)]
+struct RunArgs {
+    /// Southbound remotes, as ovn-controller's ovn-remote: tcp:HOST:PORT[,…] or unix:PATH.
+    #[arg(long, env = "OVN_SB_REMOTE")]
+    sb_remote: String,
+    /// Chassis name; defaults to the first line of --system-id-file.
+    #[arg(long, env = "OVNBPF_SYSTEM_ID")]
+    system_id: Option<String>,
+    #[arg(long, default_value = "/etc/openvswitch/system-id.conf")]
+    system_id_file: String,
+    /// Hostname to register; defaults to the kernel's.
+    #[arg(long, env = "OVNBPF_HOSTNAME")]
+    hostname: Option<String>,
+    /// Tunnel endpoint IP (Encap.ip) of this node.
+    #[arg(long, env = "OVN_ENCAP_IP")]
+    encap_ip: String,
+    /// Send outer UDP checksums on Geneve (Encap options:csum).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    encap_csum: bool,
+    /// Replicate every row instead of only the local datapaths' (ovn-monitor-all).
+    #[arg(long, env = "OVN_MONITOR_ALL")]
+    monitor_all: bool,
+    /// ovn-bridge-mappings, e.g. physnet1:eth1.
+    #[arg(long, default_value = "")]
+    bridge_mappings: String,
+    /// A logical port bound to this node by configuration (repeatable).
+    #[arg(long = "local-port")]
+    local_ports: Vec<String>,
+    /// Echo the Southbound server after this many seconds of silence (0 = never).
+    #[arg(long, default_value_t = 60)]
+    probe_interval_s: u64,
+    /// Delete this chassis's rows from the Southbound DB and exit.
+    #[arg(long)]
+    cleanup: bool,
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Run(args) => run(args),
         Command::Verify => verify(),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let name = chassis::system_id(args.system_id.as_deref(), &args.system_id_file)?;
+    let hostname = match args.hostname {
+        Some(hostname) => hostname,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("reading the hostname")?
+            .trim()
+            .to_string(),
+    };
+    let config = DaemonConfig {
+        sb_remotes: Remote::parse_list(&args.sb_remote).context("--sb-remote")?,
+        chassis: ChassisConfig {
+            name,
+            hostname,
+            encap_ip: args.encap_ip,
+            encap_csum: args.encap_csum,
+            monitor_all: args.monitor_all,
+            bridge_mappings: args.bridge_mappings,
+        },
+        local_ports: args.local_ports,
+        probe_interval: (args.probe_interval_s > 0)
+            .then(|| Duration::from_secs(args.probe_interval_s)),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        if args.cleanup {
+            daemon::cleanup(&config, Duration::from_secs(30))
+                .await
+                .context("removing the chassis rows")?;
+            tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
+            return Ok(());
+        }
+        daemon::run(config, shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; stop with SIGKILL");
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -1,0 +1,276 @@
+//! The agent's main loop: follow the Southbound DB through a monitoring session, keep the typed
+//! replica current, register this chassis, claim the ports configured as local, narrow the
+//! monitor to the local datapaths (unless monitor-all), and acknowledge `nb_cfg` once each change
+//! set has been processed. Owns the session and the replica; writes only this chassis's rows.
+
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::Value;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::{
+    chassis::{self, ChassisConfig},
+    ovsdb::{
+        connection::ConnectionOptions,
+        remote::Remote,
+        replica::ChangeSet,
+        session::{self, SessionConfig, SessionEvent, SessionHandle},
+    },
+    sb::{
+        DATABASE, Southbound,
+        monitor::{self, LocalScope},
+        rows,
+    },
+};
+
+/// Everything the daemon needs to know.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    pub sb_remotes: Vec<Remote>,
+    pub chassis: ChassisConfig,
+    /// Logical ports bound to this node by configuration (ports the CNI will add come later).
+    pub local_ports: Vec<String>,
+    pub probe_interval: Option<Duration>,
+}
+
+/// Counters of what the loop did, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonStats {
+    pub events: u64,
+    pub rows_changed: u64,
+    pub rejected_rows: u64,
+    pub transactions: u64,
+    pub failed_transactions: u64,
+}
+
+struct Daemon {
+    config: DaemonConfig,
+    sb: Southbound,
+    handle: SessionHandle,
+    scope: LocalScope,
+    local_ports: HashSet<String>,
+    /// Last submitted write per purpose, with when, so a write is not repeated while its effect
+    /// has not arrived in the replica yet.
+    in_flight: Vec<(Vec<Value>, Instant)>,
+    stats: DaemonStats,
+}
+
+/// How long a submitted write suppresses an identical one.
+const WRITE_SETTLE: Duration = Duration::from_secs(5);
+
+/// Runs until `shutdown` resolves (the chassis rows stay, so a restart is hitless).
+pub async fn run(
+    config: DaemonConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> DaemonStats {
+    let span = info_span!("agent", chassis = %config.chassis.name);
+    async move {
+        let scope = LocalScope {
+            ports: config.local_ports.iter().cloned().collect(),
+            ..LocalScope::default()
+        };
+        let tables =
+            monitor::monitored_tables(config.chassis.monitor_all, &config.chassis.name, &scope);
+        let mut session_config = SessionConfig::new(config.sb_remotes.clone(), DATABASE, tables);
+        session_config.connection = ConnectionOptions {
+            probe_interval: config.probe_interval,
+            ..ConnectionOptions::default()
+        };
+        let (handle, mut events) = session::start(session_config);
+        let local_ports = config.local_ports.iter().cloned().collect();
+        let mut daemon = Daemon {
+            config,
+            sb: Southbound::new(),
+            handle,
+            scope,
+            local_ports,
+            in_flight: Vec::new(),
+            stats: DaemonStats::default(),
+        };
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                event = events.recv() => match event {
+                    Some(event) => daemon.handle(&event).await,
+                    None => break,
+                },
+            }
+        }
+        info!(stats = ?daemon.stats, "agent stopping; chassis rows kept");
+        daemon.stats
+    }
+    .instrument(span)
+    .await
+}
+
+impl Daemon {
+    async fn handle(&mut self, event: &SessionEvent) {
+        self.stats.events += 1;
+        let changes = self.sb.apply(event);
+        self.record(event, &changes);
+        if matches!(event, SessionEvent::Disconnected { .. }) {
+            self.in_flight.clear();
+            return;
+        }
+        let registration = self.config.chassis.registration_ops(&self.sb);
+        self.write("register chassis", registration).await;
+        let Some(chassis) = self.sb.chassis_by_name(&self.config.chassis.name) else {
+            return;
+        };
+        self.claim_local_ports(chassis.uuid).await;
+        self.update_scope(chassis.uuid);
+        self.acknowledge_nb_cfg().await;
+    }
+
+    fn record(&mut self, event: &SessionEvent, changes: &ChangeSet) {
+        let rows: usize = changes.tables.values().map(|t| t.len()).sum();
+        self.stats.rows_changed += rows as u64;
+        self.stats.rejected_rows += changes.rejected.len() as u64;
+        for reason in &changes.rejected {
+            warn!(%reason, "rejected a malformed Southbound row");
+        }
+        match event {
+            SessionEvent::Snapshot {
+                remote,
+                method,
+                resumed,
+                ..
+            } => {
+                info!(%remote, ?method, resumed, rows, "southbound snapshot applied");
+            }
+            SessionEvent::Disconnected { remote, reason } => {
+                warn!(%remote, %reason, "southbound connection lost")
+            }
+            SessionEvent::Update { .. } => {}
+        }
+    }
+
+    /// Claims configured local ports not yet bound here.
+    async fn claim_local_ports(&mut self, chassis: uuid::Uuid) {
+        let mut ops = Vec::new();
+        for name in &self.config.local_ports {
+            if let Some(port) = self.sb.port_by_name(name) {
+                ops.extend(chassis::claim_ops(&port, chassis));
+            }
+        }
+        self.write("claim local ports", ops).await;
+    }
+
+    /// Narrows (or widens) the conditional monitor when the set of local datapaths changed.
+    fn update_scope(&mut self, chassis: uuid::Uuid) {
+        if self.config.chassis.monitor_all {
+            return;
+        }
+        let scope = monitor::local_scope(&self.sb, Some(chassis), &self.local_ports);
+        if scope == self.scope {
+            return;
+        }
+        info!(
+            datapaths = scope.datapaths.len(),
+            "local datapaths changed; updating monitor conditions"
+        );
+        for (table, _) in rows::MONITORED {
+            let before = monitor::condition(table, &self.config.chassis.name, &self.scope);
+            let after = monitor::condition(table, &self.config.chassis.name, &scope);
+            if before != after
+                && let Err(error) = self.handle.set_condition(table, after)
+            {
+                warn!(%table, %error, "could not change the monitor condition");
+            }
+        }
+        self.scope = scope;
+    }
+
+    /// Tells northd (through Chassis_Private.nb_cfg) that this chassis has processed the SB as of
+    /// SB_Global.nb_cfg. Today processing means the replica and claims are current; the datapath
+    /// backends will join this acknowledgement when they program from the replica.
+    async fn acknowledge_nb_cfg(&mut self) {
+        let (Some(global), Some(private)) = (
+            self.sb.sb_global(),
+            self.sb.chassis_private_by_name(&self.config.chassis.name),
+        ) else {
+            return;
+        };
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let ops = chassis::nb_cfg_ops(&private, global.nb_cfg, now_ms);
+        self.write("acknowledge nb_cfg", ops).await;
+    }
+
+    /// Runs `ops` unless empty or identical to a write still settling.
+    async fn write(&mut self, what: &str, ops: Vec<Value>) {
+        if ops.is_empty() {
+            return;
+        }
+        self.in_flight.retain(|(_, at)| at.elapsed() < WRITE_SETTLE);
+        // Timestamps differ between otherwise identical nb_cfg writes; compare without them.
+        let key = strip_timestamps(&ops);
+        if self
+            .in_flight
+            .iter()
+            .any(|(submitted, _)| *submitted == key)
+        {
+            return;
+        }
+        self.stats.transactions += 1;
+        match self.handle.transact(ops).await {
+            Ok(_) => {
+                info!(what, "southbound write committed");
+                self.in_flight.push((key, Instant::now()));
+            }
+            Err(error) => {
+                self.stats.failed_transactions += 1;
+                warn!(what, %error, "southbound write failed; will retry on the next change");
+            }
+        }
+    }
+}
+
+fn strip_timestamps(ops: &[Value]) -> Vec<Value> {
+    ops.iter()
+        .map(|op| {
+            let mut op = op.clone();
+            if let Some(row) = op.get_mut("row").and_then(Value::as_object_mut) {
+                row.remove("nb_cfg_timestamp");
+            }
+            op
+        })
+        .collect()
+}
+
+/// Removes this chassis's rows (`ovnbpf-agent run --cleanup`): waits for the first snapshot, then
+/// deletes Chassis and Chassis_Private. Fails after `timeout`.
+pub async fn cleanup(
+    config: &DaemonConfig,
+    timeout: Duration,
+) -> Result<(), crate::ovsdb::OvsdbError> {
+    let tables = monitor::monitored_tables(true, &config.chassis.name, &LocalScope::default());
+    let (handle, mut events) = session::start(SessionConfig::new(
+        config.sb_remotes.clone(),
+        DATABASE,
+        tables,
+    ));
+    let wait = async {
+        while let Some(event) = events.recv().await {
+            if matches!(event, SessionEvent::Snapshot { .. }) {
+                return handle
+                    .transact(config.chassis.cleanup_ops())
+                    .await
+                    .map(drop);
+            }
+        }
+        Err(crate::ovsdb::OvsdbError::SessionEnded)
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::ovsdb::OvsdbError::Disconnected(
+                "timed out waiting for the Southbound DB".into(),
+            ))
+        })
+}
