@@ -434,3 +434,49 @@ async fn a_silent_server_is_dropped_by_the_inactivity_probe() {
     let seen = server.seen.lock().unwrap();
     assert!(seen.requests.iter().any(|(method, _)| method == "echo"));
 }
+
+#[tokio::test]
+async fn a_cluster_member_cut_off_from_its_cluster_is_skipped_and_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let cut_off = dir.path().join("a.sock");
+    let healthy = dir.path().join("b.sock");
+    let database_row = |connected: bool| json!({"Database": {U1: {"new": {"name": "Test", "model": "clustered", "connected": connected, "leader": false}}}});
+    serve(
+        &cut_off,
+        Arc::new(move |_, method, params| match method {
+            "monitor" if params[0] == "_Server" => Answer::Result(database_row(false)),
+            "get_schema" => Answer::Result(schema()),
+            "monitor_cond_since" => Answer::Result(json!([false, "t", {}])),
+            _ => Answer::Error("unknown method"),
+        }),
+    );
+    let server = serve(
+        &healthy,
+        Arc::new(move |_, method, params| match method {
+            "monitor" if params[0] == "_Server" => Answer::Result(database_row(true)),
+            "get_schema" => Answer::Result(schema()),
+            "monitor_cond_since" => Answer::Result(json!([false, "t", {}])),
+            _ => Answer::Error("unknown method"),
+        }),
+    );
+    let remotes = vec![Remote::Unix(cut_off.clone()), Remote::Unix(healthy.clone())];
+    let mut config = SessionConfig::new(remotes, "Test", vec![MonitoredTable::all("T")]);
+    config.backoff_min = Duration::from_millis(10);
+    let (_handle, mut events) = session::start(config);
+    let SessionEvent::Disconnected { reason, .. } = next(&mut events).await else {
+        panic!("expected a refusal")
+    };
+    assert!(reason.contains("not connected to its cluster"), "{reason}");
+    let SessionEvent::Snapshot { remote, .. } = next(&mut events).await else {
+        panic!("expected a snapshot")
+    };
+    assert_eq!(remote, format!("unix:{}", healthy.display()));
+    // When the member later loses its cluster, the client leaves it.
+    server.push_json(
+        json!({"id": null, "method": "update", "params": ["ovnbpf-server", database_row(false)]}),
+    );
+    let SessionEvent::Disconnected { reason, .. } = next(&mut events).await else {
+        panic!("expected a disconnect")
+    };
+    assert!(reason.contains("not connected to its cluster"), "{reason}");
+}

@@ -208,14 +208,20 @@ impl Topology {
 
     /// Applies everything as one NB transaction and waits until northd has updated the SB.
     pub fn apply(&mut self, lab: &OvnLab) -> Result<()> {
+        lab.nbctl(&self.take_args())
+            .map(drop)
+            .context("applying the topology through ovn-nbctl")
+    }
+
+    /// The `ovn-nbctl` arguments of everything added so far (one `--wait=sb` transaction), for
+    /// labs other than [`OvnLab`]; the topology is empty afterwards.
+    pub fn take_args(&mut self) -> Vec<String> {
         let mut args = vec!["--wait=sb".to_string()];
         for command in self.commands.drain(..) {
             args.push("--".to_string());
             args.extend(command);
         }
-        lab.nbctl(&args)
-            .map(drop)
-            .context("applying the topology through ovn-nbctl")
+        args
     }
 }
 

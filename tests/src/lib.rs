@@ -11,6 +11,7 @@
 //! Everything here cleans up after itself on drop, which also runs when a test panics.
 
 pub mod bpffs;
+pub mod cluster;
 pub mod kubeovn;
 pub mod names;
 pub mod netns;

@@ -15,7 +15,7 @@ use tempfile::TempDir;
 
 use crate::process::{self, Child, wait_until};
 
-const SCHEMA_DIR: &str = "/usr/share/ovn";
+pub(crate) const SCHEMA_DIR: &str = "/usr/share/ovn";
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One of the two OVN databases.
@@ -100,21 +100,10 @@ impl OvnLab {
         let (northbound, nb_port) = start_database(dir.path(), Db::Northbound)?;
         let (southbound, sb_port) = start_database(dir.path(), Db::Southbound)?;
         let path = dir.path();
-        let northd = Child::spawn(
-            "ovn-northd",
-            Command::new("ovn-northd")
-                .arg(format!(
-                    "--ovnnb-db=unix:{}",
-                    path.join("nb.sock").display()
-                ))
-                .arg(format!(
-                    "--ovnsb-db=unix:{}",
-                    path.join("sb.sock").display()
-                ))
-                .arg(format!("--unixctl={}", path.join("northd.ctl").display()))
-                .arg(format!("--log-file={}", path.join("northd.log").display()))
-                .process_group(0),
-            Some(path.join("northd.stderr")),
+        let northd = spawn_northd(
+            path,
+            &format!("unix:{}", path.join("nb.sock").display()),
+            &format!("unix:{}", path.join("sb.sock").display()),
         )?;
         let mut lab = Self {
             northd,
@@ -222,9 +211,23 @@ impl OvnLab {
     }
 }
 
+/// Starts ovn-northd between `nb` and `sb` (remotes), logging into `dir`.
+pub(crate) fn spawn_northd(dir: &Path, nb: &str, sb: &str) -> Result<Child> {
+    Child::spawn(
+        "ovn-northd",
+        Command::new("ovn-northd")
+            .arg(format!("--ovnnb-db={nb}"))
+            .arg(format!("--ovnsb-db={sb}"))
+            .arg(format!("--unixctl={}", dir.join("northd.ctl").display()))
+            .arg(format!("--log-file={}", dir.join("northd.log").display()))
+            .process_group(0),
+        Some(dir.join("northd.stderr")),
+    )
+}
+
 /// Creates `<db>.db` from the packaged schema and starts its ovsdb-server on `<db>.sock` and a
 /// free loopback TCP port; returns once the server answers on both.
-fn start_database(dir: &Path, db: Db) -> Result<(Child, u16)> {
+pub(crate) fn start_database(dir: &Path, db: Db) -> Result<(Child, u16)> {
     let db_file = dir.join(format!("{}.db", db.short()));
     let _ = std::fs::remove_file(&db_file);
     let schema = Path::new(SCHEMA_DIR).join(format!("ovn-{}.ovsschema", db.short()));
@@ -252,7 +255,12 @@ fn start_database(dir: &Path, db: Db) -> Result<(Child, u16)> {
 /// Starts ovsdb-server for the existing `<db>.db` on `<db>.sock` and loopback `port`; returns once
 /// it answers on both.
 fn serve_database(dir: &Path, db: Db, port: u16) -> Result<Child> {
-    let name = db.short();
+    serve_db_file(dir, db.short(), db.schema_name(), port)
+}
+
+/// Starts ovsdb-server for `<name>.db` (holding `schema_name`) on `<name>.sock` and loopback
+/// `port`, with control socket `<name>.ctl`; returns once it answers on both.
+pub(crate) fn serve_db_file(dir: &Path, name: &str, schema_name: &str, port: u16) -> Result<Child> {
     let socket = dir.join(format!("{name}.sock"));
     let mut server = Child::spawn(
         &format!("ovsdb-server ({name})"),
@@ -273,7 +281,7 @@ fn serve_database(dir: &Path, db: Db, port: u16) -> Result<Child> {
     )?;
     let answers = |remote: &str| {
         process::run("ovsdb-client", &["--timeout=2", "list-dbs", remote])
-            .is_ok_and(|dbs| dbs.lines().any(|line| line == db.schema_name()))
+            .is_ok_and(|dbs| dbs.lines().any(|line| line == schema_name))
     };
     let unix = format!("unix:{}", socket.display());
     let tcp = format!("tcp:127.0.0.1:{port}");
@@ -284,7 +292,7 @@ fn serve_database(dir: &Path, db: Db, port: u16) -> Result<Child> {
     bail!("ovsdb-server ({name}) did not answer on {unix} and {tcp}")
 }
 
-fn free_loopback_port() -> Result<u16> {
+pub(crate) fn free_loopback_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }

@@ -13,7 +13,15 @@ pub type DumpedRow = BTreeMap<String, Value>;
 
 /// Every row of `table`, keyed by its UUID.
 pub fn dump_table(lab: &OvnLab, table: &str) -> Result<BTreeMap<String, DumpedRow>> {
-    let text = lab.sbctl(&["--format=json", "list", table])?;
+    dump_table_with(|args| lab.sbctl(args), table)
+}
+
+/// Like [`dump_table`], through any `ovn-sbctl` runner (e.g. a clustered lab's).
+pub fn dump_table_with(
+    sbctl: impl Fn(&[&str]) -> Result<String>,
+    table: &str,
+) -> Result<BTreeMap<String, DumpedRow>> {
+    let text = sbctl(&["--format=json", "list", table])?;
     let json: Value =
         serde_json::from_str(&text).with_context(|| format!("ovn-sbctl list {table}"))?;
     let headings: Vec<&str> = json["headings"]

@@ -345,15 +345,17 @@ async fn check_cluster_member(connection: &Connection, database: &str) -> Result
         .values()
         .filter_map(|update| update.get("new"))
         .find(|row| row.get("name").and_then(Value::as_str) == Some(database));
-    // Leave the _Server monitor running would cost update traffic for nothing.
-    let _ = connection
-        .call("monitor_cancel", json!([SERVER_MONITOR_ID]))
-        .await;
+    // The _Server monitor stays: its updates tell when this member loses its cluster.
     let Some(row) = row else {
         return Err(format!("server does not serve database {database}"));
     };
+    check_database_row(row)
+}
+
+/// Fails for a clustered member that is not connected to its cluster.
+fn check_database_row(row: &Value) -> Result<(), String> {
     let clustered = row.get("model").and_then(Value::as_str) == Some("clustered");
-    if clustered && row.get("connected").and_then(Value::as_bool) != Some(true) {
+    if clustered && row.get("connected").and_then(Value::as_bool) == Some(false) {
         return Err("cluster member is not connected to its cluster".into());
     }
     Ok(())
@@ -517,6 +519,23 @@ fn handle_notification(
             }))
         }
         "monitor_canceled" if ours => Err("the server canceled the monitor".into()),
+        "update" if params.first().and_then(Value::as_str) == Some(SERVER_MONITOR_ID) => {
+            let database = &state.config.database;
+            let rows = params
+                .get(1)
+                .and_then(|u| u.get("Database"))
+                .and_then(Value::as_object);
+            for row in rows
+                .into_iter()
+                .flat_map(|rows| rows.values())
+                .filter_map(|u| u.get("new"))
+            {
+                if row.get("name").and_then(Value::as_str) == Some(database.as_str()) {
+                    check_database_row(row)?;
+                }
+            }
+            Ok(None)
+        }
         method => {
             debug!(%method, "ignoring ovsdb notification");
             Ok(None)
