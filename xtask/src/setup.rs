@@ -57,6 +57,7 @@ pub fn run(options: &Options) -> Result<()> {
     }
     ensure_rust_src(options)?;
     ensure_bpf_linker(options)?;
+    ensure_cargo_fuzz(options)?;
     ensure_bpffs(options)?;
     check_kernel()?;
     println!("== setup: done");
@@ -200,6 +201,23 @@ fn ensure_bpf_linker(options: &Options) -> Result<()> {
             "bpf-linker was installed but is not on PATH; add $CARGO_HOME/bin (usually ~/.cargo/bin) to PATH"
         ),
     }
+}
+
+/// cargo-fuzz drives the fuzz targets (libFuzzer, nightly) that the test suite runs briefly.
+fn ensure_cargo_fuzz(options: &Options) -> Result<()> {
+    let installed = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if installed {
+        println!("ok   cargo-fuzz");
+        return Ok(());
+    }
+    if options.check_only {
+        bail!("cargo-fuzz is missing (run `cargo xtask setup`)");
+    }
+    println!("do   cargo install cargo-fuzz --locked (takes ~1 min)");
+    run_checked(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
 }
 
 fn ensure_bpffs(options: &Options) -> Result<()> {

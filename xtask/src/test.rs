@@ -35,6 +35,8 @@ pub fn run(extra_args: &[String]) -> Result<()> {
         .args(extra_args)
         .status()?;
 
+    let fuzzed = if status.success() { fuzz() } else { Ok(()) };
+
     let leftovers: Vec<String> = netns::list_named()
         .into_iter()
         .filter(|name| names::owner_pid(name).is_some())
@@ -43,11 +45,53 @@ pub fn run(extra_args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("tests failed ({status})");
     }
+    fuzzed?;
     if !leftovers.is_empty() {
         bail!("tests left network namespaces behind: {leftovers:?}");
     }
     println!("== test: all passed, nothing left behind");
     Ok(())
+}
+
+/// Fuzz targets and the seeds they start from.
+const FUZZ_TARGETS: &[(&str, &str)] = &[("ovsdb_stream", "agent/fuzz/seeds/ovsdb_stream")];
+
+/// Runs every fuzz target for a bounded time (OVNBPF_FUZZ_SECONDS, default 30) from its seeds; a
+/// crash fails the suite and leaves the reproducer under agent/fuzz/artifacts.
+fn fuzz() -> Result<()> {
+    let seconds = std::env::var("OVNBPF_FUZZ_SECONDS").unwrap_or_else(|_| "30".into());
+    for (target, seeds) in FUZZ_TARGETS {
+        println!("== test: fuzzing {target} for {seconds} s");
+        let corpus = tempfile_dir(target)?;
+        run_checked(
+            Command::new("cargo")
+                .env("AYA_BUILD_SKIP", "1")
+                .args([
+                    "+nightly",
+                    "fuzz",
+                    "run",
+                    target,
+                    "--fuzz-dir",
+                    "agent/fuzz",
+                ])
+                .arg(&corpus)
+                .arg(seeds)
+                .args([
+                    "--",
+                    &format!("-max_total_time={seconds}"),
+                    "-print_final_stats=1",
+                ]),
+        )?;
+        let _ = std::fs::remove_dir_all(&corpus);
+    }
+    Ok(())
+}
+
+/// A fresh scratch corpus directory (libFuzzer writes new inputs into the first corpus dir).
+fn tempfile_dir(target: &str) -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("ovnbpf-fuzz-{target}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 fn reap(when: &str) {
