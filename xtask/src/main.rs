@@ -3,6 +3,7 @@
 //! central running for manual work. This crate must build without bpf-linker or nightly, because it
 //! is what installs them.
 
+mod bench;
 mod cmd;
 mod demo;
 mod demo_topology;
@@ -18,6 +19,8 @@ commands:
   setup [--check]        install (or only check) what the project needs on this machine
   test [-- ARGS]         the whole suite as CI runs it (root); ARGS go to `cargo test`
   demo                   real OVN + a two-VPC Kube-OVN topology + ovnbpf's verified programs
+  bench sb [--pods N,…] [--updates K]
+                         Southbound sync/apply cost vs ovsdb-client dump (same run)
   lab up [--demo]|down|status
                          keep a real OVN central running for manual work
 ";
@@ -47,6 +50,10 @@ fn main() -> Result<()> {
         "demo" => {
             setup()?;
             demo::run()
+        }
+        "bench" => {
+            setup()?;
+            bench::run(rest)
         }
         "lab" => {
             setup::run(&setup::Options { check_only: true })?;

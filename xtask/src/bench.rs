@@ -1,0 +1,287 @@
+//! `cargo xtask bench …`: measurements that compare ovnbpf with a baseline taken in the same run,
+//! print a table and write JSON under target/bench/. Never part of the test suite.
+//!
+//! `bench sb [--pods 1000,10000,50000] [--updates 20]`: for each size, a real OVN central with a
+//! Kube-OVN-like topology of that many pod ports; baseline = `ovsdb-client dump` of the SB (wall
+//! time, peak RSS); ovnbpf = `ovnbpfctl sb-sync` (initial sync wall time, peak RSS, and the time
+//! to apply each of `--updates` single-pod NB changes to the replica and its indexes).
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    net::Ipv4Addr,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use ovnbpf_tests::{
+    kubeovn::{Topology, mac_for},
+    ovn::{Db, OvnLab},
+};
+use serde_json::{Value, json};
+
+use crate::cmd;
+
+pub fn run(args: &[String]) -> Result<()> {
+    match args.first().map(String::as_str) {
+        Some("sb") => bench_sb(&args[1..]),
+        _ => bail!("usage: cargo xtask bench sb [--pods 1000,10000,50000] [--updates 20]"),
+    }
+}
+
+fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// What one measured child process cost.
+struct Measured {
+    wall: Duration,
+    max_rss_kib: u64,
+    stdout: String,
+}
+
+/// Waits for `pid` with wait4(2) to get its peak RSS.
+fn wait_measured(pid: u32) -> Result<u64> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child `pid`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = i32::try_from(pid)?;
+    // SAFETY: waiting for our own child; pointers are valid for the call.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if rc != pid {
+        bail!("wait4({pid}) failed: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("measured process {pid} failed (status {status})");
+    }
+    Ok(u64::try_from(usage.ru_maxrss).unwrap_or(0))
+}
+
+fn measure(command: &mut Command) -> Result<Measured> {
+    let started = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout)?;
+    }
+    let max_rss_kib = wait_measured(child.id())?;
+    Ok(Measured {
+        wall: started.elapsed(),
+        max_rss_kib,
+        stdout,
+    })
+}
+
+/// Default VPC plus three custom VPCs, `pods` pod ports spread over four /16 subnets.
+fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
+    let subnets = [
+        ("ovn-cluster", "ovn-default", [10, 16]),
+        ("vpc-a", "subnet-a", [10, 0]),
+        ("vpc-b", "subnet-b", [10, 1]),
+        ("vpc-c", "subnet-c", [10, 0]),
+    ];
+    let mut topology = Topology::new();
+    topology.default_vpc()?;
+    for (vpc, subnet, [a, b]) in subnets.iter().skip(1) {
+        topology
+            .vpc(vpc)
+            .subnet(vpc, subnet, &format!("{a}.{b}.0.0/16"))?;
+    }
+    topology.apply(lab)?;
+    // ovn-nbctl takes the whole batch on its command line: 1000 pods stay well under ARG_MAX.
+    for batch in (0..pods).collect::<Vec<_>>().chunks(1000) {
+        let mut topology = Topology::new();
+        for &index in batch {
+            let (_, subnet, [a, b]) = subnets[(index % 4) as usize];
+            let host = 2 + index / 4;
+            let ip = Ipv4Addr::new(a, b, (host >> 8) as u8, (host & 0xff) as u8);
+            let pod = format!("pod-{index}");
+            topology.pod(subnet, &pod, "bench", &mac_for(&pod), ip);
+        }
+        let mut args = topology.take_args();
+        args[0] = "--no-wait".into();
+        lab.nbctl(&args)?;
+    }
+    lab.nbctl(&["--timeout=600", "--wait=sb", "sync"])?;
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile(&values, 50.0)
+}
+
+fn bench_sb(args: &[String]) -> Result<()> {
+    let sizes: Vec<u32> = option(args, "--pods")
+        .unwrap_or("1000,10000,50000")
+        .split(',')
+        .map(|n| n.trim().parse().context("--pods takes numbers"))
+        .collect::<Result<_>>()?;
+    let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
+    println!("== bench sb: building ovnbpfctl (release)");
+    cmd::run_checked(Command::new("cargo").args([
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        "ovnbpf-agent",
+        "--bin",
+        "ovnbpfctl",
+    ]))?;
+    let ctl = std::path::Path::new("target/release/ovnbpfctl").canonicalize()?;
+    let mut results = Vec::new();
+    for pods in sizes {
+        println!("== bench sb: {pods} pods: building the topology");
+        let lab = OvnLab::start()?;
+        let started = Instant::now();
+        populate(&lab, pods)?;
+        println!(
+            "   NB + northd took {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let remote = lab.unix_remote(Db::Southbound);
+
+        let mut dump_ms = Vec::new();
+        let mut dump_rss = 0;
+        for _ in 0..3 {
+            let measured =
+                measure(Command::new("ovsdb-client").args(["dump", &remote, "OVN_Southbound"]))?;
+            dump_ms.push(measured.wall.as_secs_f64() * 1000.0);
+            dump_rss = dump_rss.max(measured.max_rss_kib);
+        }
+        let mut sync_ms = Vec::new();
+        let mut sync_rss = 0;
+        let mut rows = 0;
+        for _ in 0..2 {
+            let measured = measure(Command::new(&ctl).args(["sb-sync", "--remote", &remote]))?;
+            let report: Value = serde_json::from_str(&measured.stdout)?;
+            sync_ms.push(measured.wall.as_secs_f64() * 1000.0);
+            sync_rss = sync_rss.max(measured.max_rss_kib);
+            rows = report["rows"].as_u64().unwrap_or(0);
+        }
+        let apply_us = measure_updates(&lab, &ctl, &remote, updates)?;
+        let mut sorted = apply_us.clone();
+        sorted.sort_by(f64::total_cmp);
+        let result = json!({
+            "pods": pods, "sb_rows": rows,
+            "baseline_dump_ms": median(dump_ms), "baseline_dump_max_rss_kib": dump_rss,
+            "ovnbpf_sync_ms": median(sync_ms), "ovnbpf_sync_max_rss_kib": sync_rss,
+            "apply_p50_us": percentile(&sorted, 50.0), "apply_p99_us": percentile(&sorted, 99.0),
+            "updates": apply_us.len(),
+        });
+        results.push(result);
+    }
+    print_table(&results);
+    std::fs::create_dir_all("target/bench")?;
+    let path = "target/bench/sb.json";
+    std::fs::write(
+        path,
+        serde_json::to_string_pretty(&json!({"bench": "sb", "results": results}))?,
+    )?;
+    println!("wrote {path}");
+    Ok(())
+}
+
+/// Starts a replica, then makes `updates` single-pod NB changes and returns the replica's apply
+/// time for each resulting SB update.
+fn measure_updates(
+    lab: &OvnLab,
+    ctl: &std::path::Path,
+    remote: &str,
+    updates: usize,
+) -> Result<Vec<f64>> {
+    if updates == 0 {
+        return Ok(Vec::new());
+    }
+    // Each pod change makes northd commit one SB transaction; collect exactly those.
+    let mut child = Command::new(ctl)
+        .args([
+            "sb-sync",
+            "--remote",
+            remote,
+            "--updates",
+            &updates.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.trim() == "synced" => break,
+            Some(Ok(_)) => {}
+            _ => bail!("ovnbpfctl sb-sync ended before syncing"),
+        }
+    }
+    for i in 0..updates {
+        let pod = format!("bench-update-{i}");
+        let ip = format!("10.0.255.{}", 10 + i % 200);
+        lab.nbctl(&[
+            "--timeout=600",
+            "--wait=sb",
+            "lsp-add",
+            "subnet-a",
+            &format!("{pod}.bench"),
+            "--",
+            "lsp-set-addresses",
+            &format!("{pod}.bench"),
+            &format!("{} {ip}", mac_for(&pod)),
+        ])?;
+    }
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .context("stdout")?
+        .read_to_string(&mut stdout)?;
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("ovnbpfctl sb-sync failed: {status}");
+    }
+    let report: Value = serde_json::from_str(&stdout)?;
+    Ok(report["apply_us"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .collect())
+}
+
+fn print_table(results: &[Value]) {
+    println!();
+    println!(
+        "| pods | SB rows | ovsdb-client dump ms | ovnbpf sync ms | sync / dump | dump peak RSS MiB | ovnbpf peak RSS MiB | RSS ratio | apply p50 µs | apply p99 µs |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            r["pods"],
+            r["sb_rows"],
+            f("baseline_dump_ms"),
+            f("ovnbpf_sync_ms"),
+            f("ovnbpf_sync_ms") / f("baseline_dump_ms"),
+            f("baseline_dump_max_rss_kib") / 1024.0,
+            f("ovnbpf_sync_max_rss_kib") / 1024.0,
+            f("ovnbpf_sync_max_rss_kib") / f("baseline_dump_max_rss_kib"),
+            f("apply_p50_us"),
+            f("apply_p99_us"),
+        );
+    }
+}
