@@ -433,3 +433,77 @@ async fn restarted_sb_server_resyncs_without_spurious_changes() {
         expected_changes(&replica, &before, &dump_all(&lab, &replica))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn condition_changes_narrow_and_widen_the_replica() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    build_topology(&lab, 12);
+    let datapath_of = |name: &str| -> String {
+        let dumped = dump_table(&lab, "Datapath_Binding").unwrap();
+        dumped
+            .into_iter()
+            .find(|(_, row)| {
+                row["external_ids"]
+                    .to_string()
+                    .contains(&format!("\"{name}\""))
+            })
+            .map(|(uuid, _)| uuid)
+            .unwrap()
+    };
+    let subnet_a = datapath_of("subnet-a");
+    let subnet_b = datapath_of("subnet-b");
+    let only = |uuid: &str| serde_json::json!([["datapath", "==", ["uuid", uuid]]]);
+    let tables = vec![MonitoredTable {
+        name: "Port_Binding".into(),
+        columns: None,
+        condition: Some(only(&subnet_a)),
+    }];
+    let mut config = SessionConfig::new(
+        Remote::parse_list(&lab.unix_remote(Db::Southbound)).unwrap(),
+        SB,
+        tables,
+    );
+    config.backoff_min = Duration::from_millis(20);
+    let (handle, mut events) = session::start(config);
+    let mut replica = Replica::new();
+    sync(&mut replica, &mut events).await;
+    let ports_on = |replica: &Replica| -> BTreeSet<String> {
+        replica
+            .table("Port_Binding")
+            .unwrap()
+            .rows()
+            .map(|r| {
+                r.get("datapath")
+                    .unwrap()
+                    .single()
+                    .unwrap()
+                    .as_uuid()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(ports_on(&replica), BTreeSet::from([subnet_a.clone()]));
+    let on_a = replica.table("Port_Binding").unwrap().len();
+
+    handle
+        .set_condition("Port_Binding", Some(only(&subnet_b)))
+        .unwrap();
+    let changes = settle(&mut replica, &mut events, Duration::from_millis(300)).await;
+    assert_eq!(ports_on(&replica), BTreeSet::from([subnet_b.clone()]));
+    let port_changes = &changes.0["Port_Binding"];
+    assert_eq!(
+        port_changes.deleted.len(),
+        on_a,
+        "rows leaving the condition are deleted"
+    );
+    assert!(!port_changes.inserted.is_empty());
+
+    handle.set_condition("Port_Binding", None).unwrap();
+    settle(&mut replica, &mut events, Duration::from_millis(300)).await;
+    assert_eq!(
+        replica.table("Port_Binding").unwrap().len(),
+        dump_table(&lab, "Port_Binding").unwrap().len()
+    );
+}

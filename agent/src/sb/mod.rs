@@ -149,3 +149,101 @@ impl Southbound {
         self.row(self.indexes.chassis_private_by_name.get(name)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeMap, sync::Arc};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::ovsdb::{
+        schema::DatabaseSchema,
+        session::{MonitorMethod, UpdateFormat},
+    };
+
+    const DP: &str = "11111111-1111-4111-8111-111111111111";
+    const PB: &str = "22222222-2222-4222-8222-222222222222";
+
+    /// A Southbound built from a schema of another OVN version: Port_Binding lacks `up` and has
+    /// a column ovnbpf does not know.
+    fn southbound_of_another_version() -> Southbound {
+        let schema = DatabaseSchema::parse(
+            &json!({"name": "OVN_Southbound", "version": "99.0.0", "tables": {
+                "Port_Binding": {"columns": {
+                    "logical_port": {"type": "string"},
+                    "datapath": {"type": {"key": {"type": "uuid", "refTable": "Datapath_Binding"}}},
+                    "tunnel_key": {"type": "integer"},
+                    "future_column": {"type": "string"}
+                }},
+                "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}}
+            }}),
+        )
+        .unwrap();
+        let monitored: BTreeMap<String, Vec<String>> = [
+            (
+                "Port_Binding".to_string(),
+                vec![
+                    "logical_port".into(),
+                    "datapath".into(),
+                    "tunnel_key".into(),
+                ],
+            ),
+            ("Datapath_Binding".to_string(), vec!["tunnel_key".into()]),
+        ]
+        .into();
+        let mut sb = Southbound::new();
+        sb.apply(&SessionEvent::Snapshot {
+            remote: "test".into(),
+            method: MonitorMethod::MonitorCondSince,
+            schema: Arc::new(schema),
+            monitored,
+            updates: json!({
+                "Datapath_Binding": {DP: {"initial": {"tunnel_key": 7}}},
+                "Port_Binding": {PB: {"initial": {"logical_port": "p1.ns", "datapath": ["uuid", DP], "tunnel_key": 3, "future_column": "x"}}}
+            }),
+            format: UpdateFormat::Update2,
+            resumed: false,
+        });
+        sb
+    }
+
+    #[test]
+    fn rows_of_other_schema_versions_decode_with_defaults() {
+        let sb = southbound_of_another_version();
+        let port = sb.port_by_name("p1.ns").expect("indexed by name");
+        assert_eq!(port.tunnel_key, 3);
+        assert_eq!(port.up, None, "a column the server lacks reads as absent");
+        assert!(port.options.is_empty() && port.kind.is_empty());
+        assert_eq!(
+            sb.port_by_key(7, 3).map(|p| p.logical_port),
+            Some("p1.ns".into())
+        );
+        assert_eq!(
+            sb.datapath_by_key(7).map(|d| d.uuid.to_string()),
+            Some(DP.to_string())
+        );
+    }
+
+    #[test]
+    fn indexes_follow_modifications_and_deletions() {
+        let mut sb = southbound_of_another_version();
+        sb.apply(&SessionEvent::Update {
+            updates: json!({"Port_Binding": {PB: {"modify": {"logical_port": "renamed.ns", "tunnel_key": 4}}}}),
+            format: UpdateFormat::Update2,
+        });
+        assert!(sb.port_by_name("p1.ns").is_none());
+        assert!(sb.port_by_key(7, 3).is_none());
+        assert_eq!(
+            sb.port_by_key(7, 4).map(|p| p.logical_port),
+            Some("renamed.ns".into())
+        );
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: json!({"Port_Binding": {PB: {"delete": null}}}),
+            format: UpdateFormat::Update2,
+        });
+        assert_eq!(changes.table("Port_Binding").unwrap().deleted.len(), 1);
+        assert!(sb.port_by_name("renamed.ns").is_none());
+        assert_eq!(sb.ports_on_datapath(DP.parse().unwrap()).count(), 0);
+    }
+}
