@@ -5,6 +5,7 @@
 pub mod chassis;
 pub mod daemon;
 pub mod dataplane;
+pub mod lflow;
 pub mod netns;
 pub mod ovsdb;
 pub mod sb;

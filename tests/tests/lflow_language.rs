@@ -1,0 +1,221 @@
+//! Every logical flow real ovn-northd emits for Kube-OVN-shaped topologies (VPCs, peering, static
+//! and policy routes, ACLs on switches and port groups with address sets, load balancers on
+//! switches and routers, a localnet underlay subnet with a VLAN tag, port security, NAT on a
+//! gateway router port) parses, prints, and parses again to the same tree.
+
+use std::net::Ipv4Addr;
+
+use ovnbpf_agent::lflow::{Actions, parse_actions, parse_match};
+use ovnbpf_tests::{
+    kubeovn::{Topology, mac_for},
+    ovn::OvnLab,
+    require_root,
+    sbdump::dump_table,
+};
+use serde_json::Value;
+
+fn build(lab: &OvnLab) {
+    let mut topology = Topology::new();
+    topology.default_vpc().unwrap();
+    topology
+        .vpc("vpc-a")
+        .subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap();
+    topology
+        .vpc("vpc-b")
+        .subnet("vpc-b", "subnet-b", "10.1.1.0/24")
+        .unwrap();
+    topology
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
+        .unwrap();
+    topology
+        .subnet("ovn-cluster", "underlay", "192.168.100.0/24")
+        .unwrap();
+    topology
+        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
+        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
+        .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1))
+        .node_port("node1", "0a:58:64:40:00:02", Ipv4Addr::new(100, 64, 0, 2));
+    for (subnet, pod, ip) in [
+        ("subnet-a", "web-1", Ipv4Addr::new(10, 0, 1, 2)),
+        ("subnet-a", "web-2", Ipv4Addr::new(10, 0, 1, 3)),
+        ("subnet-a2", "db-1", Ipv4Addr::new(10, 0, 2, 2)),
+        ("subnet-b", "api-1", Ipv4Addr::new(10, 1, 1, 2)),
+        ("ovn-default", "coredns-1", Ipv4Addr::new(10, 16, 0, 2)),
+        ("underlay", "vm-1", Ipv4Addr::new(192, 168, 100, 10)),
+    ] {
+        topology.pod(subnet, pod, "ns", &mac_for(pod), ip);
+    }
+    topology.apply(lab).unwrap();
+    let commands: &[&[&str]] = &[
+        // Underlay: a localnet port with a VLAN tag (Kube-OVN Vlan + ProviderNetwork).
+        &["lsp-add", "underlay", "localnet.underlay"],
+        &["lsp-set-type", "localnet.underlay", "localnet"],
+        &["lsp-set-addresses", "localnet.underlay", "unknown"],
+        &[
+            "lsp-set-options",
+            "localnet.underlay",
+            "network_name=provider1",
+        ],
+        &["set", "logical_switch_port", "localnet.underlay", "tag=100"],
+        // Port security on one pod.
+        &[
+            "lsp-set-port-security",
+            "web-1.ns",
+            "0a:58:0a:00:01:02 10.0.1.2",
+        ],
+        // NetworkPolicy-style port group, address set and ACLs.
+        &["pg-add", "np.web", "web-1.ns", "web-2.ns"],
+        &[
+            "create",
+            "address_set",
+            "name=np.web.allow.ipv4",
+            "addresses=\"10.1.1.0/24\",\"10.0.2.2\"",
+        ],
+        &[
+            "acl-add",
+            "np.web",
+            "to-lport",
+            "2001",
+            "outport == @np.web && ip4.src == $np.web.allow.ipv4 && tcp.dst == 80",
+            "allow-related",
+        ],
+        &[
+            "acl-add",
+            "np.web",
+            "to-lport",
+            "2000",
+            "outport == @np.web && ip",
+            "drop",
+        ],
+        &[
+            "acl-add",
+            "subnet-b",
+            "from-lport",
+            "1000",
+            "ip4.dst == 10.0.0.0/8 && udp",
+            "reject",
+        ],
+        // Load balancers on a switch and on a router.
+        &[
+            "lb-add",
+            "lb-web",
+            "10.96.0.10:80",
+            "10.0.1.2:8080,10.0.1.3:8080",
+            "tcp",
+        ],
+        &["ls-lb-add", "subnet-a", "lb-web"],
+        &["lb-add", "lb-dns", "10.96.0.3:53", "10.16.0.2:53", "udp"],
+        &["lr-lb-add", "ovn-cluster", "lb-dns"],
+        // Policy routes as Kube-OVN writes them.
+        &[
+            "lr-policy-add",
+            "ovn-cluster",
+            "31000",
+            "ip4.dst == 10.16.0.0/16",
+            "allow",
+        ],
+        &[
+            "lr-policy-add",
+            "ovn-cluster",
+            "29000",
+            "ip4.src == 10.16.0.2",
+            "reroute",
+            "100.64.0.2",
+        ],
+        // A distributed gateway port with SNAT and a floating IP.
+        &[
+            "lrp-add",
+            "vpc-b",
+            "vpc-b-external",
+            "0a:58:c0:a8:01:01",
+            "172.20.0.1/24",
+        ],
+        &["lrp-set-gateway-chassis", "vpc-b-external", "gw-node", "10"],
+        &["lr-nat-add", "vpc-b", "snat", "172.20.0.1", "10.1.1.0/24"],
+        &[
+            "lr-nat-add",
+            "vpc-b",
+            "dnat_and_snat",
+            "172.20.0.50",
+            "10.1.1.2",
+        ],
+    ];
+    for command in commands {
+        lab.nbctl(command)
+            .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    }
+    lab.nbctl(&["--wait=sb", "sync"]).unwrap();
+}
+
+#[test]
+fn every_flow_northd_emits_parses_and_round_trips() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    build(&lab);
+    let flows = dump_table(&lab, "Logical_Flow").unwrap();
+    let mut failures = Vec::new();
+    let mut stages = std::collections::BTreeSet::new();
+    for (uuid, row) in &flows {
+        let stage = row["external_ids"].to_string();
+        let text = |column: &str| row[column].as_str().unwrap_or_default().to_string();
+        let (match_text, actions_text) = (text("match"), text("actions"));
+        match parse_match(&match_text) {
+            Ok(tree) => {
+                let printed = tree.to_string();
+                if parse_match(&printed).ok().as_ref() != Some(&tree) {
+                    failures.push(format!(
+                        "{uuid} match round trip: {match_text:?} → {printed:?}"
+                    ));
+                }
+            }
+            Err(error) => failures.push(format!("{uuid} {stage} match {error}: {match_text:?}")),
+        }
+        match parse_actions(&actions_text) {
+            Ok(tree) => {
+                let printed = Actions(&tree).to_string();
+                if parse_actions(&printed).ok().as_ref() != Some(&tree) {
+                    failures.push(format!(
+                        "{uuid} actions round trip: {actions_text:?} → {printed:?}"
+                    ));
+                }
+            }
+            Err(error) => {
+                failures.push(format!("{uuid} {stage} actions {error}: {actions_text:?}"))
+            }
+        }
+        if let Some(Value::Array(pairs)) = row["external_ids"].get(1) {
+            for pair in pairs {
+                if pair[0] == "stage-name" {
+                    stages.insert(pair[1].as_str().unwrap_or_default().to_string());
+                }
+            }
+        }
+    }
+    println!(
+        "{} flows in {} stages parsed and round-tripped",
+        flows.len(),
+        stages.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} flows failed:\n{}",
+        failures.len(),
+        flows.len(),
+        failures.join("\n")
+    );
+    assert!(flows.len() > 400, "{}", flows.len());
+    for stage in [
+        "ls_in_acl",
+        "ls_in_lb",
+        "lr_in_dnat",
+        "lr_out_snat",
+        "ls_in_check_port_sec",
+        "lr_in_policy",
+    ] {
+        assert!(
+            stages.contains(stage),
+            "the topology should exercise {stage}: {stages:?}"
+        );
+    }
+}
