@@ -54,7 +54,10 @@ pub fn run(extra_args: &[String]) -> Result<()> {
 }
 
 /// Fuzz targets and the seeds they start from.
-const FUZZ_TARGETS: &[(&str, &str)] = &[("ovsdb_stream", "agent/fuzz/seeds/ovsdb_stream")];
+const FUZZ_TARGETS: &[(&str, &str)] = &[
+    ("ovsdb_stream", "agent/fuzz/seeds/ovsdb_stream"),
+    ("lflow_round_trip", "agent/fuzz/seeds/lflow_round_trip"),
+];
 
 /// Runs every fuzz target for a bounded time (OVNBPF_FUZZ_SECONDS, default 30) from its seeds; a
 /// crash fails the suite and leaves the reproducer under agent/fuzz/artifacts.

@@ -5,7 +5,7 @@ use std::fmt::{self, Display, Formatter, Write};
 
 use super::{
     ast::{Action, Expr, FieldRef, Source, Value},
-    lexer::{Constant, Mask, Token},
+    lexer::{Constant, Mask, Token, tokenize},
 };
 
 impl Display for FieldRef {
@@ -110,20 +110,30 @@ impl Display for Token {
     }
 }
 
-/// Raw argument tokens, spaced so that they lex back to the same tokens.
+/// Raw argument tokens, spaced so that they lex back to the same tokens: written tight where
+/// that reads naturally (`backends=10.0.0.1:80,…`) and the text so far provably lexes back to the
+/// same tokens (constants can absorb neighbours, e.g. `0` `:` `0` into an address), else spaced.
 fn write_tokens(f: &mut Formatter<'_>, tokens: &[Token]) -> fmt::Result {
+    /// Beyond this many tokens the quadratic check is skipped and everything is spaced.
+    const CHECKED_TOKENS: usize = 64;
+    let mut text = String::new();
     for (index, token) in tokens.iter().enumerate() {
-        let tight = matches!(token, Token::Punct("," | "=" | ";" | ":" | ")" | "]"))
-            || matches!(
-                tokens.get(index.wrapping_sub(1)),
-                Some(Token::Punct("=" | "(" | ":" | "["))
-            );
-        if index > 0 && !tight {
-            f.write_char(' ')?;
+        let token_text = token.to_string();
+        if index > 0 {
+            let wants_tight = matches!(token, Token::Punct("," | "=" | ";" | ":" | ")" | "]"))
+                || matches!(tokens[index - 1], Token::Punct("=" | "(" | ":" | "["));
+            let tight = format!("{text}{token_text}");
+            let lexes_back = tokens.len() <= CHECKED_TOKENS
+                && tokenize(&tight).is_ok_and(|lexed| {
+                    lexed.len() == index + 1 && lexed.iter().zip(tokens).all(|((_, a), b)| a == b)
+                });
+            if !(wants_tight && lexes_back) {
+                text.push(' ');
+            }
         }
-        write!(f, "{token}")?;
+        text.push_str(&token_text);
     }
-    Ok(())
+    f.write_str(&text)
 }
 
 impl Expr {
