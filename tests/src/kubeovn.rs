@@ -105,6 +105,11 @@ impl Topology {
             .add(&["set", "logical_router", vpc, VENDOR])
     }
 
+    /// A VPC with one subnet (the common case in tests).
+    pub fn vpc_with_subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
+        self.vpc(vpc).subnet(vpc, subnet, cidr)
+    }
+
     /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
         let cidr = Cidr::parse(cidr)?;

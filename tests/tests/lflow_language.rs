@@ -18,12 +18,10 @@ fn build(lab: &OvnLab) {
     let mut topology = Topology::new();
     topology.default_vpc().unwrap();
     topology
-        .vpc("vpc-a")
-        .subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
         .unwrap();
     topology
-        .vpc("vpc-b")
-        .subnet("vpc-b", "subnet-b", "10.1.1.0/24")
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
         .unwrap();
     topology
         .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")

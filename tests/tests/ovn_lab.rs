@@ -20,8 +20,7 @@ fn two_vpcs_with_overlapping_cidrs_get_distinct_router_datapaths() {
         ("vpc-b", "subnet-b", "pod-b1"),
     ] {
         topology
-            .vpc(vpc)
-            .subnet(vpc, subnet, "10.0.1.0/24")
+            .vpc_with_subnet(vpc, subnet, "10.0.1.0/24")
             .unwrap();
         topology.pod(
             subnet,
@@ -100,12 +99,10 @@ fn peering_and_static_routes_reach_the_southbound() {
     let lab = OvnLab::start().unwrap();
     let mut topology = Topology::new();
     topology
-        .vpc("vpc-a")
-        .subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
         .unwrap();
     topology
-        .vpc("vpc-b")
-        .subnet("vpc-b", "subnet-b", "10.1.1.0/24")
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
         .unwrap();
     topology
         .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")

@@ -86,8 +86,7 @@ async fn killing_the_leader_moves_the_client_and_loses_nothing() {
     let mut lab = ClusterLab::start(3).unwrap();
     let mut topology = Topology::new();
     topology
-        .vpc("vpc-a")
-        .subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
         .unwrap();
     lab.nbctl(&topology.take_args()).unwrap();
     lab.nbctl(&pods(2..12)).unwrap();

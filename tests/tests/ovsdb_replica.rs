@@ -37,8 +37,7 @@ fn build_topology(lab: &OvnLab, pods: u32) {
     ];
     for (vpc, subnet, [a, b, c]) in subnets.iter().skip(1) {
         topology
-            .vpc(vpc)
-            .subnet(vpc, subnet, &format!("{a}.{b}.{c}.0/24"))
+            .vpc_with_subnet(vpc, subnet, &format!("{a}.{b}.{c}.0/24"))
             .unwrap();
     }
     topology

@@ -89,9 +89,7 @@ fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
     let mut topology = Topology::new();
     topology.default_vpc()?;
     for (vpc, subnet, [a, b]) in subnets.iter().skip(1) {
-        topology
-            .vpc(vpc)
-            .subnet(vpc, subnet, &format!("{a}.{b}.0.0/16"))?;
+        topology.vpc_with_subnet(vpc, subnet, &format!("{a}.{b}.0.0/16"))?;
     }
     topology.apply(lab)?;
     // ovn-nbctl takes the whole batch on its command line: 1000 pods stay well under ARG_MAX.

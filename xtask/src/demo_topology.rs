@@ -17,7 +17,7 @@ pub fn build() -> Result<Topology> {
     let mut topology = Topology::new();
     topology.default_vpc()?;
     for (vpc, subnet, namespace, pods) in VPCS {
-        topology.vpc(vpc).subnet(vpc, subnet, SHARED_CIDR)?;
+        topology.vpc_with_subnet(vpc, subnet, SHARED_CIDR)?;
         for (index, pod) in (2_u8..).zip(pods) {
             topology.pod(
                 subnet,

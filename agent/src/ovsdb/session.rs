@@ -283,9 +283,21 @@ async fn serve(
         Ok(snapshot) => snapshot,
         Err(error) => return (false, Ended::Failed(error.to_string())),
     };
-    info!(%remote, method = ?snapshot.method, resumed = snapshot.resumed, "ovsdb monitor established");
-    let format = snapshot.format;
-    if events.send(snapshot.into_event(remote.clone())).is_err() {
+    let SessionEvent::Snapshot {
+        method,
+        resumed,
+        format,
+        ..
+    } = &snapshot
+    else {
+        return (
+            false,
+            Ended::Failed("internal: monitor start produced no snapshot".into()),
+        );
+    };
+    info!(%remote, ?method, resumed, "ovsdb monitor established");
+    let format = *format;
+    if events.send(snapshot).is_err() {
         return (true, Ended::Shutdown);
     }
     let caller = connection.caller();
@@ -361,33 +373,12 @@ fn check_database_row(row: &Value) -> Result<(), String> {
     Ok(())
 }
 
-struct Established {
-    method: MonitorMethod,
-    schema: Arc<DatabaseSchema>,
-    monitored: BTreeMap<String, Vec<String>>,
-    updates: Value,
-    format: UpdateFormat,
-    resumed: bool,
-}
-
-impl Established {
-    fn into_event(self, remote: String) -> SessionEvent {
-        SessionEvent::Snapshot {
-            remote,
-            method: self.method,
-            schema: self.schema,
-            monitored: self.monitored,
-            updates: self.updates,
-            format: self.format,
-            resumed: self.resumed,
-        }
-    }
-}
-
+/// Fetches the schema and starts the monitor; returns the resulting [`SessionEvent::Snapshot`].
 async fn start_monitor(
     state: &mut State,
     connection: &Connection,
-) -> Result<Established, OvsdbError> {
+) -> Result<SessionEvent, OvsdbError> {
+    let remote = connection.remote().to_string();
     let database = state.config.database.clone();
     let schema_json = connection.call("get_schema", json!([database])).await?;
     let schema = Arc::new(DatabaseSchema::parse(&schema_json)?);
@@ -441,7 +432,8 @@ async fn start_monitor(
             };
             let resumed = found && state.last_txn_id.is_some();
             state.last_txn_id = txn.map(str::to_string);
-            return Ok(Established {
+            return Ok(SessionEvent::Snapshot {
+                remote,
                 method: MonitorMethod::MonitorCondSince,
                 schema,
                 monitored,
@@ -459,7 +451,8 @@ async fn start_monitor(
         .await
     {
         Ok(updates) => {
-            return Ok(Established {
+            return Ok(SessionEvent::Snapshot {
+                remote,
                 method: MonitorMethod::MonitorCond,
                 schema,
                 monitored,
@@ -475,7 +468,8 @@ async fn start_monitor(
     let updates = connection
         .call("monitor", json!([database, MONITOR_ID, plain_requests]))
         .await?;
-    Ok(Established {
+    Ok(SessionEvent::Snapshot {
+        remote,
         method: MonitorMethod::Monitor,
         schema,
         monitored,
