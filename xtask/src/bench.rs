@@ -92,21 +92,36 @@ fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
         topology.vpc_with_subnet(vpc, subnet, &format!("{a}.{b}.0.0/16"))?;
     }
     topology.apply(lab)?;
-    // ovn-nbctl takes the whole batch on its command line: 1000 pods stay well under ARG_MAX.
-    for batch in (0..pods).collect::<Vec<_>>().chunks(1000) {
-        let mut topology = Topology::new();
+    // Pods are written like Kube-OVN's controller writes them (libovsdb transactions: insert the
+    // LSPs, add them to their switch), in batches that keep each `ovsdb-client transact` argument
+    // under the kernel's 128 KiB limit. ovn-nbctl would re-read the whole NB on every call.
+    let nb = lab.unix_remote(Db::Northbound);
+    for batch in (0..pods).collect::<Vec<_>>().chunks(250) {
+        let mut operations = vec![json!("OVN_Northbound")];
+        let mut members: Vec<Vec<Value>> = vec![Vec::new(); subnets.len()];
         for &index in batch {
-            let (_, subnet, [a, b]) = subnets[(index % 4) as usize];
+            let which = (index % 4) as usize;
+            let (_, subnet, [a, b]) = subnets[which];
             let host = 2 + index / 4;
             let ip = Ipv4Addr::new(a, b, (host >> 8) as u8, (host & 0xff) as u8);
             let pod = format!("pod-{index}");
-            topology.pod(subnet, &pod, "bench", &mac_for(&pod), ip);
+            let handle = format!("lsp{index}");
+            operations.push(json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": handle,
+                "row": {"name": format!("{pod}.bench"), "addresses": format!("{} {ip}", mac_for(&pod)),
+                        "external_ids": ["map", [["pod", format!("bench/{pod}")], ["ls", subnet], ["ip", ip.to_string()], ["vendor", "kube-ovn"]]]}}));
+            members[which].push(json!(["named-uuid", handle]));
         }
-        let mut args = topology.take_args();
-        args[0] = "--no-wait".into();
-        lab.nbctl(&args)?;
+        for ((_, subnet, _), ports) in subnets.iter().zip(members) {
+            if !ports.is_empty() {
+                operations.push(json!({"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", subnet]],
+                    "mutations": [["ports", "insert", ["set", ports]]]}));
+            }
+        }
+        let transaction = Value::Array(operations).to_string();
+        cmd::output(Command::new("ovsdb-client").args(["transact", &nb, &transaction]))
+            .context("inserting pods into the NB")?;
     }
-    lab.nbctl(&["--timeout=600", "--wait=sb", "sync"])?;
+    lab.nbctl(&["--timeout=1800", "--wait=sb", "sync"])?;
     Ok(())
 }
 
