@@ -8,4 +8,5 @@ pub mod dataplane;
 pub mod lflow;
 pub mod netns;
 pub mod ovsdb;
+pub mod pipeline;
 pub mod sb;

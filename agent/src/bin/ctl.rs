@@ -1,9 +1,13 @@
-//! `ovnbpfctl`: inspection and measurement tools. `sb-sync` replicates a Southbound DB the way the
+//! `ovnbpfctl`: inspection and measurement tools. `lflow coverage` shows, per pipeline stage,
+//! how much of the Southbound's logical flows the compiler handles. `sb-sync` replicates a Southbound DB the way the
 //! agent does (all tables ovnbpf monitors, every row) and reports how long the initial sync took,
 //! how many rows arrived and how long each later update took to apply (replica + indexes), as
 //! one JSON object on stdout; `cargo xtask bench sb` drives it.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -12,6 +16,7 @@ use ovnbpf_agent::{
         remote::Remote,
         session::{self, SessionConfig, SessionEvent},
     },
+    pipeline::{Compiler, StageCoverage},
     sb::{DATABASE, Southbound, monitor},
 };
 use serde_json::json;
@@ -25,6 +30,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Logical-flow tools.
+    Lflow {
+        #[command(subcommand)]
+        command: LflowCommand,
+    },
     /// Replicate the Southbound DB and report sync time and per-update apply latency.
     SbSync {
         /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
@@ -39,8 +49,34 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum LflowCommand {
+    /// Per stage: how many logical flows the compiler turns into IR entries (compiled), can
+    /// ignore (neutral) or cannot handle yet (unsupported, with the top reasons).
+    Coverage {
+        /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
+        #[arg(long)]
+        remote: String,
+        /// Print as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Lflow {
+            command: LflowCommand::Coverage { remote, json },
+        } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let coverage = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(120), coverage(&remote)).await
+            });
+            let coverage =
+                coverage.map_err(|_| anyhow::anyhow!("timed out reading the Southbound DB"))??;
+            print_coverage(&coverage, json);
+            Ok(())
+        }
         Command::SbSync {
             remote,
             updates,
@@ -60,6 +96,79 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Replicates the SB once and compiles it.
+async fn coverage(remote: &str) -> anyhow::Result<BTreeMap<String, StageCoverage>> {
+    let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
+    let (_handle, mut events) = session::start(SessionConfig::new(
+        Remote::parse_list(remote)?,
+        DATABASE,
+        tables,
+    ));
+    let mut sb = Southbound::new();
+    while let Some(event) = events.recv().await {
+        let changes = sb.apply(&event);
+        match event {
+            SessionEvent::Snapshot { .. } => {
+                let mut compiler = Compiler::new();
+                compiler.apply(&sb, &changes);
+                return Ok(compiler.coverage());
+            }
+            SessionEvent::Disconnected { reason, .. } => {
+                bail!("cannot read the Southbound DB: {reason}")
+            }
+            SessionEvent::Update { .. } => {}
+        }
+    }
+    bail!("the session ended before the first snapshot")
+}
+
+fn print_coverage(coverage: &BTreeMap<String, StageCoverage>, as_json: bool) {
+    if as_json {
+        let stages: serde_json::Map<String, serde_json::Value> = coverage
+            .iter()
+            .map(|(stage, c)| {
+                (
+                    stage.clone(),
+                    json!({"flows": c.flows, "compiled": c.compiled, "neutral": c.neutral,
+                    "unsupported": c.unsupported, "reasons": c.reasons}),
+                )
+            })
+            .collect();
+        println!("{}", serde_json::Value::Object(stages));
+        return;
+    }
+    println!(
+        "{:<26} {:>6} {:>9} {:>8} {:>12}  top reasons",
+        "stage", "flows", "compiled", "neutral", "unsupported"
+    );
+    let mut totals = StageCoverage::default();
+    for (stage, c) in coverage {
+        let mut reasons: Vec<(&String, &usize)> = c.reasons.iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(a.1));
+        let top: Vec<String> = reasons
+            .iter()
+            .take(2)
+            .map(|(r, n)| format!("{r} ({n})"))
+            .collect();
+        println!(
+            "{stage:<26} {:>6} {:>9} {:>8} {:>12}  {}",
+            c.flows,
+            c.compiled,
+            c.neutral,
+            c.unsupported,
+            top.join("; ")
+        );
+        totals.flows += c.flows;
+        totals.compiled += c.compiled;
+        totals.neutral += c.neutral;
+        totals.unsupported += c.unsupported;
+    }
+    println!(
+        "{:<26} {:>6} {:>9} {:>8} {:>12}",
+        "total", totals.flows, totals.compiled, totals.neutral, totals.unsupported
+    );
 }
 
 async fn sb_sync(remote: &str, updates: usize) -> anyhow::Result<serde_json::Value> {

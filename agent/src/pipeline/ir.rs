@@ -1,0 +1,159 @@
+//! The pipeline IR: the few typed tables the datapath backends implement, per datapath (keyed by
+//! tunnel keys and port names as the SB names them). Every entry is derived from Southbound rows
+//! or logical flows; entries are values, so a diff between two IRs is a set difference.
+
+use std::net::Ipv4Addr;
+
+/// A MAC address.
+pub type Mac = [u8; 6];
+
+/// An IPv4 prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Prefix {
+    pub network: Ipv4Addr,
+    pub length: u8,
+}
+
+/// What a logical port is to the datapath.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PortKind {
+    /// A pod (VIF), bound to a chassis or not yet.
+    Vif { chassis: Option<String> },
+    /// One end of a switch–router or router–router link.
+    Patch { peer: String },
+    /// The bridge to a physical network (underlay), with its VLAN tag.
+    Localnet {
+        network_name: String,
+        tag: Option<u16>,
+    },
+    /// Any other Port_Binding type (l3gateway, chassisredirect, localport, …).
+    Other(String),
+}
+
+/// One IR entry. `datapath` is always the datapath's tunnel key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IrEntry {
+    /// A logical port (from Port_Binding).
+    Port {
+        datapath: u32,
+        key: u32,
+        name: String,
+        kind: PortKind,
+        addresses: Vec<String>,
+    },
+    /// A flood/multicast group (from Multicast_Group): member port keys.
+    FloodGroup {
+        datapath: u32,
+        key: u32,
+        name: String,
+        ports: Vec<u32>,
+    },
+    /// Ingress sanity: VLAN-tagged frames and frames with a multicast source are dropped.
+    IngressSanity { datapath: u32 },
+    /// Port security is checked (from Port_Binding.port_security) on ingress or egress.
+    PortSecurity { datapath: u32, egress: bool },
+    /// Known destination MAC → output port.
+    L2Fib {
+        datapath: u32,
+        mac: Mac,
+        port: String,
+    },
+    /// Multicast/broadcast destination → flood group.
+    FloodMulticast { datapath: u32, group: String },
+    /// ARP/ND sent by a router port is flooded only to non-router ports.
+    RouterOriginatedFlood {
+        datapath: u32,
+        router_macs: Vec<Mac>,
+        group: String,
+    },
+    /// An ARP request for a router IP goes to that router port, and to the L2 flood group.
+    ArpForRouterIp {
+        datapath: u32,
+        ip: Ipv4Addr,
+        router_port: String,
+        group: String,
+    },
+    /// Unknown unicast: FDB lookup, else dropped (no "unknown" ports yet).
+    UnknownUnicast { datapath: u32 },
+    /// Frames whose output port is still unknown are dropped.
+    DropUnknownDestination { datapath: u32 },
+    /// The switch answers ARP requests for `ip` with `mac`.
+    ArpReply {
+        datapath: u32,
+        ip: Ipv4Addr,
+        mac: Mac,
+    },
+    /// …except when the request comes from the port that owns `ip`.
+    ArpReplySkip {
+        datapath: u32,
+        ip: Ipv4Addr,
+        inport: String,
+    },
+    /// No ARP replies to requests arriving on `inport` (localnet ports).
+    ArpReplySkipPort { datapath: u32, inport: String },
+    /// Frames reaching the end of a pipeline are delivered to their output port.
+    Deliver { datapath: u32, egress: bool },
+    /// A router port accepts unicast frames to `mac` (and multicast) arriving on `port`.
+    RouterPort {
+        datapath: u32,
+        port: String,
+        mac: Mac,
+        multicast: bool,
+    },
+    /// A route: destination prefix → output router port, next hop (None = directly connected).
+    Route {
+        datapath: u32,
+        prefix: Prefix,
+        priority: u16,
+        route_table: Option<u32>,
+        nexthop: Option<Ipv4Addr>,
+        source_ip: Ipv4Addr,
+        source_mac: Mac,
+        port: String,
+    },
+    /// Destinations without a route are dropped.
+    RouteMissDrop { datapath: u32 },
+    /// Next hop `ip` out of `port` has MAC `mac`.
+    Neighbour {
+        datapath: u32,
+        port: String,
+        ip: Ipv4Addr,
+        mac: Mac,
+    },
+    /// Next hops without a static neighbour are looked up in MAC_Binding.
+    NeighbourLookup { datapath: u32 },
+    /// Frames routed out of `port` are delivered to it.
+    RouterDelivery { datapath: u32, port: String },
+    /// The router drops frames not admitted by any router port.
+    RouterAdmissionDrop { datapath: u32 },
+}
+
+impl IrEntry {
+    /// The datapath (tunnel key) the entry belongs to.
+    #[must_use]
+    pub fn datapath(&self) -> u32 {
+        match self {
+            IrEntry::Port { datapath, .. }
+            | IrEntry::FloodGroup { datapath, .. }
+            | IrEntry::IngressSanity { datapath }
+            | IrEntry::PortSecurity { datapath, .. }
+            | IrEntry::L2Fib { datapath, .. }
+            | IrEntry::FloodMulticast { datapath, .. }
+            | IrEntry::RouterOriginatedFlood { datapath, .. }
+            | IrEntry::ArpForRouterIp { datapath, .. }
+            | IrEntry::UnknownUnicast { datapath }
+            | IrEntry::DropUnknownDestination { datapath }
+            | IrEntry::ArpReply { datapath, .. }
+            | IrEntry::ArpReplySkip { datapath, .. }
+            | IrEntry::ArpReplySkipPort { datapath, .. }
+            | IrEntry::Deliver { datapath, .. }
+            | IrEntry::RouterPort { datapath, .. }
+            | IrEntry::Route { datapath, .. }
+            | IrEntry::RouteMissDrop { datapath }
+            | IrEntry::Neighbour { datapath, .. }
+            | IrEntry::NeighbourLookup { datapath }
+            | IrEntry::RouterDelivery { datapath, .. }
+            | IrEntry::RouterAdmissionDrop { datapath } => *datapath,
+        }
+    }
+}

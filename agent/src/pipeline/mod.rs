@@ -1,0 +1,371 @@
+//! Southbound → pipeline IR. Each logical flow is parsed once and classified per datapath
+//! ([`classify`]); Port_Binding and Multicast_Group rows become port and flood-group entries.
+//! Every source row remembers the entries it contributed and entries are reference-counted, so a
+//! change set costs O(changed rows) and yields an [`IrDiff`] of exactly the entries that appeared
+//! or disappeared. Also keeps the per-stage coverage (compiled / neutral / unsupported) that
+//! `ovnbpfctl lflow coverage` prints.
+
+pub mod classify;
+pub mod ir;
+
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
+
+use crate::{
+    lflow::{parse_actions, parse_match},
+    ovsdb::replica::ChangeSet,
+    sb::{
+        Southbound,
+        rows::{
+            Chassis, DatapathBinding, LogicalDpGroup, LogicalFlow, MulticastGroup, PortBinding,
+        },
+    },
+};
+use classify::{Class, Flow};
+use ir::{IrEntry, PortKind};
+
+/// How one logical flow was handled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Compiled,
+    Neutral,
+    Unsupported(String),
+}
+
+/// A source row's contribution.
+#[derive(Debug, Default)]
+struct Contribution {
+    stage: String,
+    outcome: Option<Outcome>,
+    entries: Vec<IrEntry>,
+}
+
+/// Entries that appeared and disappeared in one step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrDiff {
+    pub added: Vec<IrEntry>,
+    pub removed: Vec<IrEntry>,
+}
+
+impl IrDiff {
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.added.len() + self.removed.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Per-stage counts of logical flows (rows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageCoverage {
+    pub flows: usize,
+    pub compiled: usize,
+    pub neutral: usize,
+    pub unsupported: usize,
+    pub reasons: BTreeMap<String, usize>,
+}
+
+/// The compiler's state: contributions per source row and the reference-counted IR.
+#[derive(Debug, Default)]
+pub struct Compiler {
+    flows: HashMap<Uuid, Contribution>,
+    rows: HashMap<Uuid, Contribution>,
+    entries: HashMap<IrEntry, u32>,
+}
+
+#[derive(Default)]
+struct Delta(HashMap<IrEntry, i64>);
+
+impl Delta {
+    fn into_diff(self) -> IrDiff {
+        let mut diff = IrDiff::default();
+        for (entry, change) in self.0 {
+            match change {
+                1.. => diff.added.push(entry),
+                ..=-1 => diff.removed.push(entry),
+                0 => {}
+            }
+        }
+        diff.added.sort();
+        diff.removed.sort();
+        diff
+    }
+}
+
+impl Compiler {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every IR entry.
+    pub fn entries(&self) -> impl Iterator<Item = &IrEntry> {
+        self.entries.keys()
+    }
+
+    /// Brings the IR in line with `sb` after it applied `changes`.
+    pub fn apply(&mut self, sb: &Southbound, changes: &ChangeSet) -> IrDiff {
+        let mut delta = Delta::default();
+        if changes.resynced {
+            self.rebuild(sb, &mut delta);
+            return delta.into_diff();
+        }
+        let mut flows = Vec::new();
+        let mut rows = Vec::new();
+        for (table, change) in &changes.tables {
+            let touched = change
+                .inserted
+                .iter()
+                .copied()
+                .chain(change.modified.iter().map(|(u, _)| *u));
+            let gone = change.deleted.iter().map(|(u, _)| *u);
+            match table.as_str() {
+                LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
+                PortBinding::TABLE | MulticastGroup::TABLE => rows.extend(touched.chain(gone)),
+                LogicalDpGroup::TABLE => {
+                    for group in touched.chain(gone) {
+                        flows.extend(
+                            sb.indexes()
+                                .flows_by_group
+                                .get(&group)
+                                .into_iter()
+                                .flatten(),
+                        );
+                    }
+                }
+                DatapathBinding::TABLE | Chassis::TABLE => {
+                    // Tunnel keys and chassis names are baked into entries everywhere: rare, so
+                    // recompile all rather than tracking every dependency.
+                    self.rebuild(sb, &mut delta);
+                    return delta.into_diff();
+                }
+                _ => {}
+            }
+        }
+        for uuid in flows {
+            self.retract_flow(uuid, &mut delta);
+            if let Some(flow) = sb.row::<LogicalFlow>(&uuid) {
+                self.compile_flow(sb, &flow, &mut delta);
+            }
+        }
+        for uuid in rows {
+            self.retract_row(uuid, &mut delta);
+            self.compile_row(sb, uuid, &mut delta);
+        }
+        delta.into_diff()
+    }
+
+    fn rebuild(&mut self, sb: &Southbound, delta: &mut Delta) {
+        let flows: Vec<Uuid> = self.flows.keys().copied().collect();
+        for uuid in flows {
+            self.retract_flow(uuid, delta);
+        }
+        let rows: Vec<Uuid> = self.rows.keys().copied().collect();
+        for uuid in rows {
+            self.retract_row(uuid, delta);
+        }
+        for flow in sb.rows::<LogicalFlow>() {
+            self.compile_flow(sb, &flow, delta);
+        }
+        let rows: Vec<Uuid> = sb
+            .rows::<PortBinding>()
+            .map(|p| p.uuid)
+            .chain(sb.rows::<MulticastGroup>().map(|m| m.uuid))
+            .collect();
+        for uuid in rows {
+            self.compile_row(sb, uuid, delta);
+        }
+    }
+
+    fn add(&mut self, entry: IrEntry, delta: &mut Delta) {
+        let count = self.entries.entry(entry.clone()).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            *delta.0.entry(entry).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, entry: IrEntry, delta: &mut Delta) {
+        if let Some(count) = self.entries.get_mut(&entry) {
+            *count -= 1;
+            if *count == 0 {
+                self.entries.remove(&entry);
+                *delta.0.entry(entry).or_insert(0) -= 1;
+            }
+        }
+    }
+
+    fn retract_flow(&mut self, uuid: Uuid, delta: &mut Delta) {
+        if let Some(contribution) = self.flows.remove(&uuid) {
+            for entry in contribution.entries {
+                self.remove(entry, delta);
+            }
+        }
+    }
+
+    fn retract_row(&mut self, uuid: Uuid, delta: &mut Delta) {
+        if let Some(contribution) = self.rows.remove(&uuid) {
+            for entry in contribution.entries {
+                self.remove(entry, delta);
+            }
+        }
+    }
+
+    fn compile_flow(&mut self, sb: &Southbound, flow: &LogicalFlow, delta: &mut Delta) {
+        let stage = flow
+            .external_ids
+            .get("stage-name")
+            .cloned()
+            .unwrap_or_default();
+        let mut contribution = Contribution {
+            stage: stage.clone(),
+            ..Contribution::default()
+        };
+        let parsed = parse_match(&flow.match_)
+            .map_err(|e| format!("match does not parse: {e}"))
+            .and_then(|m| {
+                parse_actions(&flow.actions)
+                    .map(|a| (m, a))
+                    .map_err(|e| format!("actions do not parse: {e}"))
+            });
+        match parsed {
+            Err(reason) => contribution.outcome = Some(Outcome::Unsupported(reason)),
+            Ok((match_, actions)) => {
+                for datapath in flow_datapaths(sb, flow) {
+                    let class = classify::classify(&Flow {
+                        datapath,
+                        stage: &stage,
+                        priority: flow.priority,
+                        match_: &match_,
+                        actions: &actions,
+                    });
+                    let outcome = match class {
+                        Class::Compiled(entries) => {
+                            contribution.entries.extend(entries);
+                            Outcome::Compiled
+                        }
+                        Class::Neutral => Outcome::Neutral,
+                        Class::Unsupported(reason) => Outcome::Unsupported(reason),
+                    };
+                    // A flow is as supported as its worst datapath.
+                    if !matches!(contribution.outcome, Some(Outcome::Unsupported(_))) {
+                        contribution.outcome = Some(outcome);
+                    }
+                }
+            }
+        }
+        for entry in contribution.entries.clone() {
+            self.add(entry, delta);
+        }
+        self.flows.insert(flow.uuid, contribution);
+    }
+
+    fn compile_row(&mut self, sb: &Southbound, uuid: Uuid, delta: &mut Delta) {
+        let entries = if let Some(port) = sb.row::<PortBinding>(&uuid) {
+            port_entry(sb, &port).into_iter().collect()
+        } else if let Some(group) = sb.row::<MulticastGroup>(&uuid) {
+            flood_group_entry(sb, &group).into_iter().collect()
+        } else {
+            return;
+        };
+        let contribution = Contribution {
+            entries,
+            ..Contribution::default()
+        };
+        for entry in contribution.entries.clone() {
+            self.add(entry, delta);
+        }
+        self.rows.insert(uuid, contribution);
+    }
+
+    /// Per-stage coverage of the logical flows compiled so far.
+    #[must_use]
+    pub fn coverage(&self) -> BTreeMap<String, StageCoverage> {
+        let mut coverage: BTreeMap<String, StageCoverage> = BTreeMap::new();
+        for contribution in self.flows.values() {
+            let stage = coverage.entry(contribution.stage.clone()).or_default();
+            stage.flows += 1;
+            match &contribution.outcome {
+                Some(Outcome::Compiled) => stage.compiled += 1,
+                Some(Outcome::Neutral) => stage.neutral += 1,
+                Some(Outcome::Unsupported(reason)) => {
+                    stage.unsupported += 1;
+                    *stage.reasons.entry(reason.clone()).or_insert(0) += 1;
+                }
+                // A flow on no datapath known to this replica: nothing to forward with.
+                None => stage.neutral += 1,
+            }
+        }
+        coverage
+    }
+}
+
+/// Tunnel keys of the datapaths a flow applies to.
+fn flow_datapaths(sb: &Southbound, flow: &LogicalFlow) -> Vec<u32> {
+    let datapaths: Vec<Uuid> = match (flow.logical_datapath, flow.logical_dp_group) {
+        (Some(datapath), _) => vec![datapath],
+        (None, Some(group)) => sb
+            .row::<LogicalDpGroup>(&group)
+            .map(|g| g.datapaths)
+            .unwrap_or_default(),
+        (None, None) => Vec::new(),
+    };
+    datapaths
+        .iter()
+        .filter_map(|dp| sb.row::<DatapathBinding>(dp))
+        .map(|dp| dp.tunnel_key)
+        .collect()
+}
+
+fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry> {
+    let datapath = sb.row::<DatapathBinding>(&port.datapath?)?.tunnel_key;
+    let kind = match port.kind.as_str() {
+        "" => PortKind::Vif {
+            chassis: port
+                .chassis
+                .and_then(|c| sb.row::<Chassis>(&c))
+                .map(|c| c.name),
+        },
+        "patch" => PortKind::Patch {
+            peer: port.options.get("peer").cloned().unwrap_or_default(),
+        },
+        "localnet" => PortKind::Localnet {
+            network_name: port
+                .options
+                .get("network_name")
+                .cloned()
+                .unwrap_or_default(),
+            tag: port.tag.and_then(|t| u16::try_from(t).ok()),
+        },
+        other => PortKind::Other(other.to_string()),
+    };
+    Some(IrEntry::Port {
+        datapath,
+        key: port.tunnel_key,
+        name: port.logical_port.clone(),
+        kind,
+        addresses: port.mac.clone(),
+    })
+}
+
+fn flood_group_entry(sb: &Southbound, group: &MulticastGroup) -> Option<IrEntry> {
+    let datapath = sb.row::<DatapathBinding>(&group.datapath?)?.tunnel_key;
+    let mut ports: Vec<u32> = group
+        .ports
+        .iter()
+        .filter_map(|p| sb.row::<PortBinding>(p))
+        .map(|p| p.tunnel_key)
+        .collect();
+    ports.sort_unstable();
+    Some(IrEntry::FloodGroup {
+        datapath,
+        key: group.tunnel_key,
+        name: group.name.clone(),
+        ports,
+    })
+}

@@ -1,0 +1,277 @@
+//! SB → pipeline IR against real northd output: the L2/L3 tables hold exactly what the topology
+//! says, and adding one pod changes the same handful of IR entries whatever the size.
+
+use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
+
+use ovnbpf_agent::{
+    ovsdb::{
+        remote::Remote,
+        session::{self, SessionConfig, SessionEvent},
+    },
+    pipeline::{
+        Compiler, IrDiff,
+        ir::{IrEntry, Prefix},
+    },
+    sb::{DATABASE, Southbound, monitor},
+};
+use ovnbpf_tests::{
+    kubeovn::{self, Topology, mac_for},
+    ovn::{Db, OvnLab},
+    require_root,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+fn mac(text: &str) -> [u8; 6] {
+    let mut bytes = [0_u8; 6];
+    for (byte, part) in bytes.iter_mut().zip(text.split(':')) {
+        *byte = u8::from_str_radix(part, 16).unwrap();
+    }
+    bytes
+}
+
+fn pod_ip(index: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, (index / 250) as u8 + 1, (index % 250) as u8 + 2)
+}
+
+fn add_pods(lab: &OvnLab, range: std::ops::Range<u32>) {
+    let mut topology = Topology::new();
+    for index in range {
+        let pod = format!("pod-{index}");
+        topology.pod("subnet-a", &pod, "ns", &mac_for(&pod), pod_ip(index));
+    }
+    topology.apply(lab).unwrap();
+}
+
+struct Replica {
+    sb: Southbound,
+    compiler: Compiler,
+    events: UnboundedReceiver<SessionEvent>,
+}
+
+impl Replica {
+    async fn start(lab: &OvnLab) -> Self {
+        let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
+        let remote = Remote::parse_list(&lab.unix_remote(Db::Southbound)).unwrap();
+        let (handle, events) = session::start(SessionConfig::new(remote, DATABASE, tables));
+        std::mem::forget(handle);
+        let mut replica = Self {
+            sb: Southbound::new(),
+            compiler: Compiler::new(),
+            events,
+        };
+        replica.settle().await;
+        replica
+    }
+
+    /// Applies events until none arrives for 300 ms; returns the merged IR diff.
+    async fn settle(&mut self) -> IrDiff {
+        let mut added = BTreeSet::new();
+        let mut removed = BTreeSet::new();
+        while let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(300), self.events.recv()).await
+        {
+            let changes = self.sb.apply(&event);
+            let diff = self.compiler.apply(&self.sb, &changes);
+            for entry in diff.removed {
+                if !added.remove(&entry) {
+                    removed.insert(entry);
+                }
+            }
+            for entry in diff.added {
+                if !removed.remove(&entry) {
+                    added.insert(entry);
+                }
+            }
+        }
+        IrDiff {
+            added: added.into_iter().collect(),
+            removed: removed.into_iter().collect(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l2_and_l3_tables_reflect_the_topology() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
+        .unwrap();
+    topology
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
+        .unwrap();
+    topology
+        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
+        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2));
+    topology.apply(&lab).unwrap();
+    add_pods(&lab, 0..3);
+    let replica = Replica::start(&lab).await;
+    let datapaths = kubeovn::sb_datapaths(&lab).unwrap();
+    let key = |name: &str| {
+        datapaths
+            .iter()
+            .find(|d| d.name == name)
+            .unwrap()
+            .tunnel_key
+    };
+    let (subnet_a, vpc_a) = (key("subnet-a"), key("vpc-a"));
+    let entries: Vec<&IrEntry> = replica.compiler.entries().collect();
+
+    let fib: BTreeSet<(String, [u8; 6])> = entries
+        .iter()
+        .filter_map(|e| match e {
+            IrEntry::L2Fib {
+                datapath,
+                mac,
+                port,
+            } if *datapath == subnet_a => Some((port.clone(), *mac)),
+            _ => None,
+        })
+        .collect();
+    let router_mac = mac(&kubeovn::mac_for("vpc-a-subnet-a"));
+    let mut expected: BTreeSet<(String, [u8; 6])> = (0..3)
+        .map(|i| (format!("pod-{i}.ns"), mac(&mac_for(&format!("pod-{i}")))))
+        .collect();
+    expected.insert(("subnet-a-vpc-a".into(), router_mac));
+    assert_eq!(fib, expected);
+
+    for index in 0..3 {
+        let ip = pod_ip(index);
+        let pod_mac = mac(&mac_for(&format!("pod-{index}")));
+        assert!(
+            entries.contains(&&IrEntry::ArpReply {
+                datapath: subnet_a,
+                ip,
+                mac: pod_mac
+            }),
+            "ARP reply for {ip}"
+        );
+        assert!(entries.contains(&&IrEntry::Neighbour {
+            datapath: vpc_a,
+            port: "vpc-a-subnet-a".into(),
+            ip,
+            mac: pod_mac
+        }));
+    }
+    let routes: Vec<(Prefix, Option<Ipv4Addr>, String)> = entries
+        .iter()
+        .filter_map(|e| match e {
+            IrEntry::Route {
+                datapath,
+                prefix,
+                nexthop,
+                port,
+                ..
+            } if *datapath == vpc_a => Some((*prefix, *nexthop, port.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        routes.contains(&(
+            Prefix {
+                network: Ipv4Addr::new(10, 0, 0, 0),
+                length: 17
+            },
+            None,
+            "vpc-a-subnet-a".into()
+        )),
+        "{routes:?}"
+    );
+    assert!(
+        routes.contains(&(
+            Prefix {
+                network: Ipv4Addr::new(10, 1, 1, 0),
+                length: 24
+            },
+            Some(Ipv4Addr::new(10, 0, 255, 2)),
+            "vpc-a-vpc-b".into()
+        )),
+        "{routes:?}"
+    );
+    assert!(entries.contains(&&IrEntry::RouterPort {
+        datapath: vpc_a,
+        port: "vpc-a-subnet-a".into(),
+        mac: router_mac,
+        multicast: false
+    }));
+
+    let coverage = replica.compiler.coverage();
+    for (stage, c) in &coverage {
+        assert!(
+            c.reasons.keys().all(|r| !r.contains("does not parse")),
+            "{stage}: {:?}",
+            c.reasons
+        );
+    }
+    for stage in [
+        "ls_in_l2_lkup",
+        "ls_in_arp_rsp",
+        "lr_in_admission",
+        "lr_in_ip_routing",
+        "lr_in_arp_resolve",
+    ] {
+        assert!(
+            coverage[stage].compiled > 0,
+            "{stage}: {:?}",
+            coverage[stage]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_one_pod_changes_the_same_few_entries_at_any_size() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
+        .unwrap();
+    topology.apply(&lab).unwrap();
+    add_pods(&lab, 0..20);
+    let mut replica = Replica::start(&lab).await;
+
+    add_pods(&lab, 20..21);
+    let small = replica.settle().await;
+    add_pods(&lab, 21..1500);
+    replica.settle().await;
+    add_pods(&lab, 1500..1501);
+    let large = replica.settle().await;
+
+    let describe = |diff: &IrDiff| {
+        let kinds = |entries: &[IrEntry]| {
+            entries
+                .iter()
+                .map(|e| {
+                    format!("{e:?}")
+                        .split([' ', '{'])
+                        .next()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+        };
+        (kinds(&diff.added), kinds(&diff.removed))
+    };
+    println!("one pod at 21 ports: {:?}", describe(&small));
+    println!("one pod at 1501 ports: {:?}", describe(&large));
+    assert_eq!(
+        describe(&small),
+        describe(&large),
+        "the IR diff of one pod must not grow with the topology"
+    );
+    assert!(small.len() <= 12, "{small:?}");
+    let new_mac = mac(&mac_for("pod-1500"));
+    assert!(
+        large
+            .added
+            .iter()
+            .any(|e| matches!(e, IrEntry::L2Fib { mac, .. } if *mac == new_mac))
+    );
+    assert!(
+        large
+            .added
+            .iter()
+            .any(|e| matches!(e, IrEntry::ArpReply { ip, .. } if *ip == pod_ip(1500)))
+    );
+}
