@@ -17,7 +17,7 @@ use ovnbpf_agent::{
         session::{self, SessionConfig, SessionEvent},
     },
     pipeline::{Compiler, StageCoverage},
-    sb::{DATABASE, Southbound, monitor},
+    sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
 };
 use serde_json::json;
 
@@ -60,21 +60,39 @@ enum LflowCommand {
         /// Print as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also list every unsupported flow with its match, actions and reason.
+        #[arg(long)]
+        unsupported: bool,
     },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Lflow {
-            command: LflowCommand::Coverage { remote, json },
+            command:
+                LflowCommand::Coverage {
+                    remote,
+                    json,
+                    unsupported,
+                },
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let coverage = runtime.block_on(async {
                 tokio::time::timeout(Duration::from_secs(120), coverage(&remote)).await
             });
-            let coverage =
+            let (sb, compiler) =
                 coverage.map_err(|_| anyhow::anyhow!("timed out reading the Southbound DB"))??;
-            print_coverage(&coverage, json);
+            print_coverage(&compiler.coverage(), json);
+            if unsupported {
+                for (uuid, stage, reason) in compiler.unsupported_flows() {
+                    let flow = sb.row::<LogicalFlow>(&uuid);
+                    let (match_, actions) =
+                        flow.map_or_else(Default::default, |f| (f.match_, f.actions));
+                    println!(
+                        "{stage} {uuid}: {reason}\n    match=({match_})\n    actions=({actions})"
+                    );
+                }
+            }
             Ok(())
         }
         Command::SbSync {
@@ -99,7 +117,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Replicates the SB once and compiles it.
-async fn coverage(remote: &str) -> anyhow::Result<BTreeMap<String, StageCoverage>> {
+async fn coverage(remote: &str) -> anyhow::Result<(Southbound, Compiler)> {
     let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
     let (_handle, mut events) = session::start(SessionConfig::new(
         Remote::parse_list(remote)?,
@@ -113,7 +131,7 @@ async fn coverage(remote: &str) -> anyhow::Result<BTreeMap<String, StageCoverage
             SessionEvent::Snapshot { .. } => {
                 let mut compiler = Compiler::new();
                 compiler.apply(&sb, &changes);
-                return Ok(compiler.coverage());
+                return Ok((sb, compiler));
             }
             SessionEvent::Disconnected { reason, .. } => {
                 bail!("cannot read the Southbound DB: {reason}")

@@ -5,7 +5,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::ir::{IrEntry, Mac, Prefix};
+use super::ir::{IrEntry, Mac, Prefix, RouterDropRule};
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source, Value},
     lexer::{Constant, Mask},
@@ -93,6 +93,27 @@ pub fn classify(flow: &Flow<'_>) -> Class {
             }
         }
         "ls_out_check_port_sec" => match (terms.as_slice(), flow.actions) {
+            // Multicast is exempt from egress port security.
+            (
+                [Expr::Field(field)],
+                [
+                    Action::Assign {
+                        destination,
+                        source:
+                            Source::Constant(Constant::Integer {
+                                value: 0,
+                                mask: None,
+                                ..
+                            }),
+                    },
+                    next,
+                ],
+            ) if plain(field, "eth.mcast") && destination == &bit("reg0", 15) && is_next(next) => {
+                Class::Compiled(vec![IrEntry::PortSecurity {
+                    datapath: dp,
+                    egress: true,
+                }])
+            }
             ([Expr::Bool(true)], [assign, next])
                 if calls(assign, "check_out_port_sec") && is_next(next) =>
             {
@@ -140,6 +161,84 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         "lr_in_admission" => classify_admission(dp, &terms, flow.actions),
         "lr_in_ip_routing" => classify_route(dp, flow.priority, &terms, flow.actions),
         "lr_in_arp_resolve" => classify_neighbour(dp, &terms, flow.actions),
+        "lr_in_ip_input" => classify_router_input(dp, flow.priority, &terms, flow.actions),
+        "lr_in_lookup_neighbor" | "lr_in_learn_neighbor" => {
+            classify_neighbour_learning(dp, &terms, flow.actions)
+        }
+        "lr_in_ip_routing_pre" => match (terms.as_slice(), flow.actions) {
+            // Everything uses route table 0 unless route tables are configured.
+            (
+                [Expr::Bool(true)],
+                [
+                    Action::Assign {
+                        destination,
+                        source:
+                            Source::Constant(Constant::Integer {
+                                value: 0,
+                                mask: None,
+                                ..
+                            }),
+                    },
+                    next,
+                ],
+            ) if plain(destination, "reg7") && is_next(next) => Class::Neutral,
+            _ => unsupported("route tables"),
+        },
+        "lr_in_policy" => match (terms.as_slice(), flow.actions) {
+            (
+                [Expr::Bool(true)],
+                [
+                    Action::Assign {
+                        destination,
+                        source:
+                            Source::Constant(Constant::Integer {
+                                value: 0,
+                                mask: None,
+                                ..
+                            }),
+                    },
+                    next,
+                ],
+            ) if destination == &slice("reg8", 0, 15) && is_next(next) => Class::Neutral,
+            _ => unsupported("router policies"),
+        },
+        "lr_in_arp_request" => match (terms.as_slice(), flow.actions) {
+            (
+                [Expr::Bool(true)],
+                [
+                    Action::Keyword {
+                        name,
+                        arguments: None,
+                        block: None,
+                    },
+                ],
+            ) if name == "output" => Class::Compiled(vec![IrEntry::Deliver {
+                datapath: dp,
+                egress: false,
+            }]),
+            (
+                [dst, Expr::Field(ip4)],
+                [
+                    Action::Keyword {
+                        name,
+                        block: Some(_),
+                        ..
+                    },
+                ],
+            ) if compare_mac(dst, "eth.dst") == Some([0; 6])
+                && plain(ip4, "ip4")
+                && name == "arp" =>
+            {
+                Class::Compiled(vec![IrEntry::ArpRequestForNextHop { datapath: dp }])
+            }
+            _ => unsupported("IPv6 neighbour discovery"),
+        },
+        "lr_out_delivery"
+            if matches!(terms.as_slice(), [Expr::Bool(true)])
+                && matches!(flow.actions, [Action::Keyword { name, .. }] if is_drop(name)) =>
+        {
+            Class::Compiled(vec![IrEntry::EgressDefaultDrop { datapath: dp }])
+        }
         "lr_out_delivery" => match (terms.as_slice(), flow.actions) {
             (
                 [
@@ -166,19 +265,55 @@ pub fn classify(flow: &Flow<'_>) -> Class {
             },
             _ => unsupported("router delivery variant"),
         },
-        stage if is_stateful_stage(stage) => {
-            unsupported("ACL/conntrack/load balancing is not in the datapath yet")
+        stage if stage.ends_with("_ecmp") => match (terms.as_slice(), flow.actions) {
+            // Without ECMP routes the group id is always 0 and the default drop is unreachable.
+            (
+                [
+                    Expr::Compare {
+                        field,
+                        relation: Relation::Eq,
+                        values,
+                        ..
+                    },
+                ],
+                [next],
+            ) if field == &slice("reg8", 0, 15) && is_zero(values) && is_next(next) => {
+                Class::Neutral
+            }
+            ([Expr::Bool(true)], [Action::Keyword { name, .. }]) if is_drop(name) => Class::Neutral,
+            _ => unsupported("ECMP routes"),
+        },
+        "lr_out_chk_dnat_local"
+            if matches!(terms.as_slice(), [Expr::Bool(true)])
+                && matches!(flow.actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, .. }) }, next]
+                    if destination == &bit("reg9", 4) && is_next(next)) =>
+        {
+            Class::Neutral
         }
-        stage => unsupported(format!("stage {stage} is not compiled yet")),
+        stage => match stateful_feature(stage) {
+            Some(feature) => unsupported(format!("{feature} is not in the datapath yet")),
+            None => unsupported(format!("stage {stage} is not compiled yet")),
+        },
     }
 }
 
-fn is_stateful_stage(stage: &str) -> bool {
-    [
-        "acl", "lb", "stateful", "hairpin", "dnat", "snat", "defrag", "ecmp", "aff", "qos", "ct",
-    ]
-    .iter()
-    .any(|word| stage.split('_').any(|part| part == *word) || stage.contains(&format!("_{word}")))
+/// The stateful feature a stage implements, for the unsupported reason.
+fn stateful_feature(stage: &str) -> Option<&'static str> {
+    let words: Vec<&str> = stage.split('_').collect();
+    let has = |word: &str| words.contains(&word);
+    Some(if has("acl") {
+        "ACL"
+    } else if has("lb") || has("aff") || has("hairpin") {
+        "load balancing"
+    } else if has("dnat") || has("snat") || has("unsnat") || has("undnat") {
+        "NAT"
+    } else if has("stateful") || has("defrag") || has("ct") {
+        "conntrack"
+    } else if has("qos") {
+        "QoS"
+    } else {
+        return None;
+    })
 }
 
 fn classify_arp_responder(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
@@ -302,11 +437,20 @@ fn classify_l2_lookup(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action
                             datapath: dp,
                             ip,
                             router_port: router_port.to_string(),
-                            group: group.to_string(),
+                            group: Some(group.to_string()),
                         }])
                     }
                     _ => unsupported("ARP-for-router variant"),
                 },
+                // A switch whose only other member is the router: no L2 flood needed.
+                (Some(ip), [_, _]) if output_to(actions).is_some() => {
+                    Class::Compiled(vec![IrEntry::ArpForRouterIp {
+                        datapath: dp,
+                        ip,
+                        router_port: output_to(actions).unwrap_or_default().to_string(),
+                        group: None,
+                    }])
+                }
                 _ if terms.iter().any(|t| mentions(t, "nd_ns")) => {
                     unsupported("IPv6 neighbour discovery")
                 }
@@ -407,6 +551,158 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
     }])
 }
 
+fn classify_router_input(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
+    if ipv6_only(terms) {
+        return if is_next_only(actions) {
+            Class::Neutral
+        } else {
+            unsupported("IPv6")
+        };
+    }
+    let drops = matches!(actions, [Action::Keyword { name, .. }] if is_drop(name));
+    let drop = |rule| Class::Compiled(vec![IrEntry::RouterDrop { datapath: dp, rule }]);
+    // ARP request for a router IP from its own subnet: answered with the port's MAC.
+    if let (Some(port), Some(ip), Some(subnet), true) = (
+        terms.iter().find_map(|t| compare_string(t, "inport")),
+        terms.iter().find_map(|t| compare_ipv4(t, "arp.tpa")),
+        terms.iter().find_map(|t| compare_prefix(t, "arp.spa")),
+        terms
+            .iter()
+            .any(|t| compare_integer(t, "arp.op") == Some(1)),
+    ) {
+        let replies = assigned_integer(actions, "arp.op") == Some(2) && ends_with_output(actions);
+        return if replies && terms.len() == 4 {
+            Class::Compiled(vec![IrEntry::RouterArpReply {
+                datapath: dp,
+                port: port.to_string(),
+                ip,
+                subnet,
+            }])
+        } else {
+            unsupported("router ARP variant")
+        };
+    }
+    // ICMP echo to a router IP: echo reply.
+    if let (Some(ip), Some(8), Some(0)) = (
+        terms.iter().find_map(|t| compare_ipv4(t, "ip4.dst")),
+        terms.iter().find_map(|t| compare_integer(t, "icmp4.type")),
+        terms.iter().find_map(|t| compare_integer(t, "icmp4.code")),
+    ) {
+        let replies = assigned_integer(actions, "icmp4.type") == Some(0)
+            && actions.iter().any(|a| matches!(a, Action::Exchange { left, right } if plain(left, "ip4.dst") && plain(right, "ip4.src")));
+        return if replies && terms.len() == 3 {
+            Class::Compiled(vec![IrEntry::RouterEchoReply { datapath: dp, ip }])
+        } else {
+            unsupported("router ICMP variant")
+        };
+    }
+    match (terms, drops) {
+        ([Expr::Compare { field, relation: Relation::Eq, values, .. }, Expr::Compare { field: reg9, values: zero, .. }], true)
+            if plain(field, "ip4.src") && reg9 == &bit("reg9", 0) && is_zero(zero) =>
+        {
+            match values.iter().map(value_ipv4).collect::<Option<Vec<_>>>() {
+                Some(addresses) => drop(RouterDropRule::SpoofedSource(addresses)),
+                None => unsupported("router input variant"),
+            }
+        }
+        ([Expr::Or(alternatives)], true) if alternatives.iter().any(|a| mentions(a, "ip4.src_mcast")) => drop(RouterDropRule::Martian),
+        ([Expr::Or(alternatives)], true)
+            if alternatives.iter().all(|a| matches!(a, Expr::Field(f) if plain(f, "arp") || plain(f, "nd"))) =>
+        {
+            drop(RouterDropRule::UnhandledNeighbourDiscovery)
+        }
+        ([Expr::Or(alternatives)], true) if alternatives.iter().any(|a| matches!(a, Expr::Field(f) if plain(f, "ip4.mcast"))) => {
+            drop(RouterDropRule::Multicast)
+        }
+        ([Expr::Field(field)], true) if plain(field, "eth.bcast") => drop(RouterDropRule::Broadcast),
+        ([Expr::Compare { field, relation: Relation::Eq, values, .. }], true) if plain(field, "ip4.dst") => {
+            match values.iter().map(value_ipv4).collect::<Option<Vec<_>>>() {
+                Some(addresses) => drop(RouterDropRule::ToRouter(addresses)),
+                None => unsupported("router input variant"),
+            }
+        }
+        _ if drops && terms.iter().any(|t| mentions(t, "ip.ttl")) => drop(RouterDropRule::TtlExpired),
+        _ if priority == 31 => match (
+            terms.iter().find_map(|t| compare_string(t, "inport")),
+            ttl_exceeded_source(actions),
+        ) {
+            (Some(port), Some(source)) => Class::Compiled(vec![IrEntry::TtlExceeded { datapath: dp, port: port.to_string(), source }]),
+            _ => unsupported("TTL-exceeded variant"),
+        },
+        _ if actions.iter().any(|a| matches!(a, Action::Keyword { name, .. } if ["tcp_reset", "sctp_abort", "icmp4"].contains(&name.as_str()))) => {
+            unsupported("ICMP unreachable / TCP reset generation for traffic to router IPs")
+        }
+        _ if actions.iter().any(|a| matches!(a, Action::Keyword { name, .. } if name == "handle_dhcpv6_reply")) => unsupported("IPv6"),
+        _ => unsupported("router input variant"),
+    }
+}
+
+/// `icmp4 { …; ip4.src = S; …; output; }` → S.
+fn ttl_exceeded_source(actions: &[Action]) -> Option<Ipv4Addr> {
+    let [
+        Action::Keyword {
+            name,
+            block: Some(block),
+            ..
+        },
+    ] = actions
+    else {
+        return None;
+    };
+    if name != "icmp4" || assigned_integer(block, "icmp4.type") != Some(11) {
+        return None;
+    }
+    match assigned(block, "ip4.src")? {
+        Source::Constant(Constant::Ipv4 {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
+fn classify_neighbour_learning(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
+    let learning = |port: Option<&str>, subnet: Option<Prefix>| {
+        Class::Compiled(vec![IrEntry::NeighbourLearning {
+            datapath: dp,
+            port: port.map(str::to_string),
+            subnet,
+        }])
+    };
+    if terms
+        .iter()
+        .any(|t| mentions(t, "nd_na") || mentions(t, "nd_ns") || mentions(t, "nd"))
+    {
+        return unsupported("IPv6 neighbour discovery");
+    }
+    match (terms, actions) {
+        // Default: not ARP, nothing to learn.
+        ([Expr::Bool(true)], [Action::Assign { destination, .. }, next])
+            if destination == &bit("reg9", 2) && is_next(next) =>
+        {
+            learning(None, None)
+        }
+        ([Expr::Compare { field, values, .. }], [next])
+            if field == &bit("reg9", 2) && is_one(values) && is_next(next) =>
+        {
+            learning(None, None)
+        }
+        ([Expr::Bool(true)], [Action::Keyword { name, .. }]) if is_drop(name) => {
+            learning(None, None)
+        }
+        (_, [first, next])
+            if is_next(next)
+                && (calls(first, "lookup_arp")
+                    || matches!(first, Action::Keyword { name, .. } if name == "put_arp")) =>
+        {
+            let port = terms.iter().find_map(|t| compare_string(t, "inport"));
+            let subnet = terms.iter().find_map(|t| compare_prefix(t, "arp.spa"));
+            learning(port, subnet)
+        }
+        _ => unsupported("neighbour learning variant"),
+    }
+}
+
 fn classify_neighbour(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
     match (terms, actions) {
         (
@@ -450,7 +746,14 @@ fn classify_neighbour(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
             Class::Compiled(vec![IrEntry::NeighbourLookup { datapath: dp }])
         }
         ([Expr::Or(_)], [next]) if is_next(next) => Class::Neutral,
-        _ => unsupported("neighbour variant (IPv6 or gateway)"),
+        ([Expr::Bool(true)], [Action::Keyword { name, .. }]) if is_drop(name) => {
+            Class::Compiled(vec![IrEntry::RouterDrop {
+                datapath: dp,
+                rule: RouterDropRule::Unresolvable,
+            }])
+        }
+        _ if terms.iter().any(|t| mentions_ipv6(t)) => unsupported("IPv6 neighbour discovery"),
+        _ => unsupported("neighbour variant (gateway port)"),
     }
 }
 
@@ -492,6 +795,37 @@ fn mentions(expr: &Expr, name: &str) -> bool {
     }
 }
 
+/// Whether the expression tests a field of one of the `families` (`ip6` matches `ip6`, `ip6.*`
+/// and `ip6_*`).
+fn mentions_family(expr: &Expr, families: &[&str]) -> bool {
+    match expr {
+        Expr::Field(field) | Expr::Compare { field, .. } | Expr::Range { field, .. } => {
+            let name = field.name.as_str();
+            families.iter().any(|family| {
+                name == *family
+                    || name.starts_with(&format!("{family}."))
+                    || name.starts_with(&format!("{family}_"))
+            })
+        }
+        Expr::Not(inner) => mentions_family(inner, families),
+        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions_family(t, families)),
+        Expr::Bool(_) | Expr::Function { .. } => false,
+    }
+}
+
+const IPV6_FIELDS: &[&str] = &["ip6", "nd", "icmp6", "mld"];
+const IPV4_FIELDS: &[&str] = &["ip4", "arp", "icmp4", "rarp"];
+
+/// Whether the expression tests any IPv6-only field or predicate.
+fn mentions_ipv6(expr: &Expr) -> bool {
+    mentions_family(expr, IPV6_FIELDS)
+}
+
+/// A match only IPv6 packets can satisfy (mixed IPv4/IPv6 rules compile for their IPv4 part).
+fn ipv6_only(terms: &[&Expr]) -> bool {
+    terms.iter().any(|t| mentions_ipv6(t)) && !terms.iter().any(|t| mentions_family(t, IPV4_FIELDS))
+}
+
 fn is_drop(name: &str) -> bool {
     name == "drop"
 }
@@ -522,6 +856,27 @@ fn is_one(values: &[Value]) -> bool {
 fn string_value(values: &[Value]) -> Option<&str> {
     match values {
         [Value::Constant(Constant::String(text))] => Some(text),
+        _ => None,
+    }
+}
+
+fn is_zero(values: &[Value]) -> bool {
+    matches!(
+        values,
+        [Value::Constant(Constant::Integer {
+            value: 0,
+            mask: None,
+            ..
+        })]
+    )
+}
+
+fn value_ipv4(value: &Value) -> Option<Ipv4Addr> {
+    match value {
+        Value::Constant(Constant::Ipv4 {
+            address,
+            mask: None,
+        }) => Some(*address),
         _ => None,
     }
 }
@@ -666,5 +1021,99 @@ fn output_to(actions: &[Action]) -> Option<&str> {
             },
         ] if plain(destination, "outport") && name == "output" => Some(port),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lflow::{parse_actions, parse_match};
+
+    fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
+        let match_ = parse_match(match_).unwrap();
+        let actions = parse_actions(actions).unwrap();
+        classify(&Flow {
+            datapath: 7,
+            stage,
+            priority,
+            match_: &match_,
+            actions: &actions,
+        })
+    }
+
+    #[test]
+    fn switch_flows_from_northd_compile() {
+        assert_eq!(
+            class(
+                "ls_in_l2_lkup",
+                50,
+                "eth.dst == 00:00:00:00:00:01",
+                r#"outport = "pod-a1.ns1"; output;"#
+            ),
+            Class::Compiled(vec![IrEntry::L2Fib {
+                datapath: 7,
+                mac: [0, 0, 0, 0, 0, 1],
+                port: "pod-a1.ns1".into()
+            }])
+        );
+        assert!(matches!(
+            class("ls_in_l2_lkup", 75, "eth.src == {0a:58:0a:00:01:01} && (arp.op == 1 || rarp.op == 3 || nd_ns)", r#"outport = "_MC_flood_l2"; output;"#),
+            Class::Compiled(entries) if matches!(entries[0], IrEntry::RouterOriginatedFlood { .. })
+        ));
+        assert!(matches!(
+            class("ls_in_l2_lkup", 80, "flags[1] == 0 && arp.op == 1 && arp.tpa == 10.0.1.1", r#"clone {outport = "subnet-a-vpc-a"; output; }; outport = "_MC_flood_l2"; output;"#),
+            Class::Compiled(entries) if matches!(&entries[0], IrEntry::ArpForRouterIp { router_port, .. } if router_port == "subnet-a-vpc-a")
+        ));
+        assert_eq!(
+            class(
+                "ls_in_arp_rsp",
+                50,
+                "arp.tpa == 10.0.1.2 && arp.op == 1",
+                "eth.dst = eth.src; eth.src = 00:00:00:00:00:01; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = 00:00:00:00:00:01; arp.tpa = arp.spa; arp.spa = 10.0.1.2; outport = inport; flags.loopback = 1; output;"
+            ),
+            Class::Compiled(vec![IrEntry::ArpReply {
+                datapath: 7,
+                ip: Ipv4Addr::new(10, 0, 1, 2),
+                mac: [0, 0, 0, 0, 0, 1]
+            }])
+        );
+        assert_eq!(class("ls_in_pre_acl", 0, "1", "next;"), Class::Neutral);
+        assert!(
+            matches!(class("ls_in_acl", 1000, "ip4", "ct_commit { ct_mark.blocked = 0; }; next;"), Class::Unsupported(r) if r.contains("ACL"))
+        );
+        assert!(
+            matches!(class("ls_in_l2_lkup", 110, "eth.dst == $svc_monitor_mac && (tcp || icmp || icmp6)", "handle_svc_check(inport);"), Class::Unsupported(r) if r.contains("service monitor"))
+        );
+    }
+
+    #[test]
+    fn router_flows_from_northd_compile() {
+        assert!(matches!(
+            class("lr_in_ip_routing", 73, "reg7 == 0 && ip4.dst == 10.1.1.0/24", r#"ip.ttl--; reg8[0..15] = 0; reg0 = 10.0.255.2; reg1 = 10.0.255.1; eth.src = 0a:58:0a:00:ff:01; outport = "vpc-a-vpc-b"; flags.loopback = 1; next;"#),
+            Class::Compiled(entries) if matches!(&entries[0], IrEntry::Route { nexthop: Some(_), route_table: Some(0), priority: 73, .. })
+        ));
+        assert!(matches!(
+            class("lr_in_ip_input", 90, r#"inport == "vpc-a-subnet-a" && arp.op == 1 && arp.tpa == 10.0.1.1 && arp.spa == 10.0.1.0/24"#, "eth.dst = eth.src; eth.src = xreg0[0..47]; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = xreg0[0..47]; arp.tpa <-> arp.spa; outport = inport; flags.loopback = 1; output;"),
+            Class::Compiled(entries) if matches!(entries[0], IrEntry::RouterArpReply { .. })
+        ));
+        assert_eq!(
+            class(
+                "lr_in_ip_input",
+                90,
+                "ip4.dst == 10.0.1.1 && icmp4.type == 8 && icmp4.code == 0",
+                "ip4.dst <-> ip4.src; ip.ttl = 255; icmp4.type = 0; flags.loopback = 1; next; "
+            ),
+            Class::Compiled(vec![IrEntry::RouterEchoReply {
+                datapath: 7,
+                ip: Ipv4Addr::new(10, 0, 1, 1)
+            }])
+        );
+        assert!(matches!(
+            class("lr_in_ip_input", 31, r#"inport == "vpc-a-subnet-a" && ip4 && ip.ttl == {0, 1} && !ip.later_frag"#, r#"icmp4 {eth.dst <-> eth.src; icmp4.type = 11; /* Time exceeded */ icmp4.code = 0; /* TTL exceeded in transit */ ip4.dst = ip4.src; ip4.src = 10.0.1.1 ; ip.ttl = 254; outport = "vpc-a-subnet-a"; flags.loopback = 1; output; };"#),
+            Class::Compiled(entries) if matches!(entries[0], IrEntry::TtlExceeded { .. })
+        ));
+        assert!(
+            matches!(class("lr_in_ip_routing", 194, r#"inport == "p" && ip6.dst == fe80::/64"#, "ip.ttl--; next;"), Class::Unsupported(r) if r.contains("IPv6"))
+        );
     }
 }

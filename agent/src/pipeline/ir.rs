@@ -66,12 +66,13 @@ pub enum IrEntry {
         router_macs: Vec<Mac>,
         group: String,
     },
-    /// An ARP request for a router IP goes to that router port, and to the L2 flood group.
+    /// An ARP request for a router IP goes to that router port (and to the L2 flood group, if
+    /// the switch has other ports that want it).
     ArpForRouterIp {
         datapath: u32,
         ip: Ipv4Addr,
         router_port: String,
-        group: String,
+        group: Option<String>,
     },
     /// Unknown unicast: FDB lookup, else dropped (no "unknown" ports yet).
     UnknownUnicast { datapath: u32 },
@@ -126,6 +127,55 @@ pub enum IrEntry {
     RouterDelivery { datapath: u32, port: String },
     /// The router drops frames not admitted by any router port.
     RouterAdmissionDrop { datapath: u32 },
+    /// ARP from `port` (if any) whose sender is in `subnet` (if any) teaches the router a
+    /// neighbour (MAC_Binding, written by the slow path); other traffic skips learning.
+    NeighbourLearning {
+        datapath: u32,
+        port: Option<String>,
+        subnet: Option<Prefix>,
+    },
+    /// Routed IPv4 packets whose next hop has no known MAC become ARP requests for it.
+    ArpRequestForNextHop { datapath: u32 },
+    /// Packets reaching the end of the router egress pipeline without a delivery are dropped.
+    EgressDefaultDrop { datapath: u32 },
+    /// The router answers ARP for its `ip` on `port`, from requesters inside `subnet`.
+    RouterArpReply {
+        datapath: u32,
+        port: String,
+        ip: Ipv4Addr,
+        subnet: Prefix,
+    },
+    /// The router answers ICMP echo requests to `ip`.
+    RouterEchoReply { datapath: u32, ip: Ipv4Addr },
+    /// A router drop rule of the IP input stage.
+    RouterDrop { datapath: u32, rule: RouterDropRule },
+    /// Packets arriving on `port` with TTL 0 or 1 get ICMP time exceeded from `source`.
+    TtlExceeded {
+        datapath: u32,
+        port: String,
+        source: Ipv4Addr,
+    },
+}
+
+/// Why the router's IP input stage drops a packet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouterDropRule {
+    /// Source address is one of the router's own (or its subnets' broadcast) addresses.
+    SpoofedSource(Vec<Ipv4Addr>),
+    /// Multicast/broadcast/loopback/"this network" sources or destinations.
+    Martian,
+    /// ARP or ND not handled by an earlier rule.
+    UnhandledNeighbourDiscovery,
+    /// IP multicast.
+    Multicast,
+    /// Ethernet broadcast.
+    Broadcast,
+    /// Anything else addressed to the router's own IPs.
+    ToRouter(Vec<Ipv4Addr>),
+    /// TTL 0 or 1 (after time-exceeded handling).
+    TtlExpired,
+    /// Neither IPv4 nor IPv6 after routing: no next hop can be resolved.
+    Unresolvable,
 }
 
 impl IrEntry {
@@ -153,7 +203,14 @@ impl IrEntry {
             | IrEntry::Neighbour { datapath, .. }
             | IrEntry::NeighbourLookup { datapath }
             | IrEntry::RouterDelivery { datapath, .. }
-            | IrEntry::RouterAdmissionDrop { datapath } => *datapath,
+            | IrEntry::RouterAdmissionDrop { datapath }
+            | IrEntry::NeighbourLearning { datapath, .. }
+            | IrEntry::ArpRequestForNextHop { datapath }
+            | IrEntry::EgressDefaultDrop { datapath }
+            | IrEntry::RouterArpReply { datapath, .. }
+            | IrEntry::RouterEchoReply { datapath, .. }
+            | IrEntry::RouterDrop { datapath, .. }
+            | IrEntry::TtlExceeded { datapath, .. } => *datapath,
         }
     }
 }

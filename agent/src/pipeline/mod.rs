@@ -283,6 +283,23 @@ impl Compiler {
         self.rows.insert(uuid, contribution);
     }
 
+    /// Every unsupported flow: (flow, stage, reason).
+    #[must_use]
+    pub fn unsupported_flows(&self) -> Vec<(Uuid, &str, &str)> {
+        let mut flows: Vec<(Uuid, &str, &str)> = self
+            .flows
+            .iter()
+            .filter_map(|(uuid, c)| match &c.outcome {
+                Some(Outcome::Unsupported(reason)) => {
+                    Some((*uuid, c.stage.as_str(), reason.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        flows.sort_by(|a, b| (a.1, a.2, a.0).cmp(&(b.1, b.2, b.0)));
+        flows
+    }
+
     /// Per-stage coverage of the logical flows compiled so far.
     #[must_use]
     pub fn coverage(&self) -> BTreeMap<String, StageCoverage> {
