@@ -30,10 +30,7 @@ pub fn run(extra_args: &[String]) -> Result<()> {
     ]))?;
 
     println!("== test: cargo test (unit, eBPF, netns and real-OVN integration tests)");
-    let status = Command::new("cargo")
-        .args(["test", "--workspace", "--exclude", "ovnbpf-ebpf"])
-        .args(extra_args)
-        .status()?;
+    let (status, counts) = run_cargo_test(extra_args)?;
 
     let fuzzed = if status.success() { fuzz() } else { Ok(()) };
 
@@ -43,6 +40,11 @@ pub fn run(extra_args: &[String]) -> Result<()> {
         .collect();
     reap("after");
     if !status.success() {
+        println!(
+            "tests: {} passed, {} failed",
+            counts.passed,
+            counts.failed.max(1)
+        );
         bail!("tests failed ({status})");
     }
     fuzzed?;
@@ -50,7 +52,46 @@ pub fn run(extra_args: &[String]) -> Result<()> {
         bail!("tests left network namespaces behind: {leftovers:?}");
     }
     println!("== test: all passed, nothing left behind");
+    // The plain summary CI reads: every test the suite ran (fuzz targets not counted).
+    println!("tests: {} passed, {} failed", counts.passed, counts.failed);
     Ok(())
+}
+
+#[derive(Default)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+}
+
+/// Runs `cargo test`, echoing its output, and sums its `test result:` lines.
+fn run_cargo_test(extra_args: &[String]) -> Result<(std::process::ExitStatus, Counts)> {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new("cargo")
+        .args(["test", "--workspace", "--exclude", "ovnbpf-ebpf"])
+        .args(extra_args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut counts = Counts::default();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line?;
+            println!("{line}");
+            if let Some(summary) = line.strip_prefix("test result: ") {
+                counts.passed += count_before(summary, " passed");
+                counts.failed += count_before(summary, " failed");
+            }
+        }
+    }
+    Ok((child.wait()?, counts))
+}
+
+/// The number just before `label` in a `test result:` line (`ok. 3 passed; 0 failed; …`).
+fn count_before(summary: &str, label: &str) -> u64 {
+    summary
+        .find(label)
+        .and_then(|end| summary[..end].rsplit(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Fuzz targets and the seeds they start from.
@@ -101,5 +142,20 @@ fn reap(when: &str) {
     let reaped = names::reap_stale();
     if !reaped.namespaces.is_empty() || !reaped.pin_dirs.is_empty() {
         println!("== test: removed leftovers of dead test runs {when} the suite: {reaped:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_before;
+
+    #[test]
+    fn result_lines_are_summed_field_by_field() {
+        let line =
+            "ok. 12 passed; 3 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.12s";
+        assert_eq!(count_before(line, " passed"), 12);
+        assert_eq!(count_before(line, " failed"), 3);
+        assert_eq!(count_before("FAILED. 0 passed; 1 failed;", " failed"), 1);
+        assert_eq!(count_before("garbage", " passed"), 0);
     }
 }
