@@ -16,7 +16,7 @@ use ovnbpf_agent::{
         remote::Remote,
         session::{self, SessionConfig, SessionEvent},
     },
-    pipeline::{Compiler, StageCoverage},
+    pipeline::{Compiler, StageCoverage, packet::Packet, trace::Evaluator},
     sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
 };
 use serde_json::json;
@@ -34,6 +34,14 @@ enum Command {
     Lflow {
         #[command(subcommand)]
         command: LflowCommand,
+    },
+    /// Evaluate the pipeline IR for one packet, like ovn-trace: each step, then what is output.
+    Trace {
+        /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
+        #[arg(long)]
+        remote: String,
+        /// The packet, as ovn-trace takes it: `inport == "pod.ns" && eth.src == … && ip4.dst == …`.
+        microflow: String,
     },
     /// Replicate the Southbound DB and report sync time and per-update apply latency.
     SbSync {
@@ -92,6 +100,32 @@ fn main() -> anyhow::Result<()> {
                         "{stage} {uuid}: {reason}\n    match=({match_})\n    actions=({actions})"
                     );
                 }
+            }
+            Ok(())
+        }
+        Command::Trace { remote, microflow } => {
+            let expression =
+                ovnbpf_agent::lflow::parse_match(&microflow).context("parsing the microflow")?;
+            let (inport, packet) =
+                Packet::from_microflow(&expression).map_err(|e| anyhow::anyhow!(e))?;
+            let inport = inport.context("the microflow must name its inport (inport == \"…\")")?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let compiled = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(120), coverage(&remote)).await
+            });
+            let (_, compiler) =
+                compiled.map_err(|_| anyhow::anyhow!("timed out reading the Southbound DB"))??;
+            let trace = Evaluator::new(compiler.entries())
+                .trace(&inport, packet)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            for step in &trace.steps {
+                println!("{step}");
+            }
+            if trace.outputs.is_empty() {
+                println!("=> dropped");
+            }
+            for (port, packet) in &trace.outputs {
+                println!("=> output to {port}: {packet}");
             }
             Ok(())
         }

@@ -33,6 +33,12 @@ pub enum PortKind {
 /// One IR entry. `datapath` is always the datapath's tunnel key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IrEntry {
+    /// A datapath (from Datapath_Binding): a logical switch or router.
+    Datapath {
+        datapath: u32,
+        name: String,
+        router: bool,
+    },
     /// A logical port (from Port_Binding).
     Port {
         datapath: u32,
@@ -183,7 +189,8 @@ impl IrEntry {
     #[must_use]
     pub fn datapath(&self) -> u32 {
         match self {
-            IrEntry::Port { datapath, .. }
+            IrEntry::Datapath { datapath, .. }
+            | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }
             | IrEntry::IngressSanity { datapath }
             | IrEntry::PortSecurity { datapath, .. }

@@ -7,6 +7,8 @@
 
 pub mod classify;
 pub mod ir;
+pub mod packet;
+pub mod trace;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -176,6 +178,7 @@ impl Compiler {
             .rows::<PortBinding>()
             .map(|p| p.uuid)
             .chain(sb.rows::<MulticastGroup>().map(|m| m.uuid))
+            .chain(sb.rows::<DatapathBinding>().map(|d| d.uuid))
             .collect();
         for uuid in rows {
             self.compile_row(sb, uuid, delta);
@@ -270,6 +273,16 @@ impl Compiler {
             port_entry(sb, &port).into_iter().collect()
         } else if let Some(group) = sb.row::<MulticastGroup>(&uuid) {
             flood_group_entry(sb, &group).into_iter().collect()
+        } else if let Some(datapath) = sb.row::<DatapathBinding>(&uuid) {
+            vec![IrEntry::Datapath {
+                datapath: datapath.tunnel_key,
+                name: datapath
+                    .external_ids
+                    .get("name")
+                    .cloned()
+                    .unwrap_or_default(),
+                router: datapath.external_ids.contains_key("logical-router"),
+            }]
         } else {
             return;
         };

@@ -1,0 +1,590 @@
+//! Evaluates the IR for one packet, the way the datapath will: the sender runs the whole ingress
+//! pipeline, switch and router hops included, and the result is the set of packets output to
+//! logical ports. Each step is recorded in words, so `ovnbpfctl trace` can show a person what
+//! happened and why. This is the semantic reference the differential tests compare with
+//! `ovn-trace`; it reads only IR entries.
+
+use std::{collections::HashMap, net::Ipv4Addr};
+
+use super::{
+    ir::{IrEntry, Mac, PortKind, Prefix, RouterDropRule},
+    packet::{L3, L4, Packet, format_mac},
+};
+
+/// What happened to a packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub steps: Vec<String>,
+    /// Packets output to logical ports, with the port name.
+    pub outputs: Vec<(String, Packet)>,
+}
+
+/// The IR, indexed for evaluation.
+pub struct Evaluator<'a> {
+    datapaths: HashMap<u32, (&'a str, bool)>,
+    ports: HashMap<&'a str, (u32, u32, &'a PortKind)>,
+    port_names: HashMap<(u32, u32), &'a str>,
+    groups: HashMap<(u32, &'a str), &'a [u32]>,
+    by_datapath: HashMap<u32, Vec<&'a IrEntry>>,
+}
+
+/// Hops allowed before a packet is considered looping.
+const MAX_HOPS: usize = 16;
+
+fn is_multicast(mac: &Mac) -> bool {
+    mac[0] & 1 == 1
+}
+
+fn contains(prefix: &Prefix, ip: Ipv4Addr) -> bool {
+    let mask = if prefix.length == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix.length))
+    };
+    u32::from(ip) & mask == u32::from(prefix.network) & mask
+}
+
+impl<'a> Evaluator<'a> {
+    #[must_use]
+    pub fn new(entries: impl IntoIterator<Item = &'a IrEntry>) -> Self {
+        let mut evaluator = Self {
+            datapaths: HashMap::new(),
+            ports: HashMap::new(),
+            port_names: HashMap::new(),
+            groups: HashMap::new(),
+            by_datapath: HashMap::new(),
+        };
+        for entry in entries {
+            match entry {
+                IrEntry::Datapath {
+                    datapath,
+                    name,
+                    router,
+                } => {
+                    evaluator.datapaths.insert(*datapath, (name, *router));
+                }
+                IrEntry::Port {
+                    datapath,
+                    key,
+                    name,
+                    kind,
+                    ..
+                } => {
+                    evaluator.ports.insert(name, (*datapath, *key, kind));
+                    evaluator.port_names.insert((*datapath, *key), name);
+                }
+                IrEntry::FloodGroup {
+                    datapath,
+                    name,
+                    ports,
+                    ..
+                } => {
+                    evaluator.groups.insert((*datapath, name), ports);
+                }
+                _ => {}
+            }
+            evaluator
+                .by_datapath
+                .entry(entry.datapath())
+                .or_default()
+                .push(entry);
+        }
+        evaluator
+    }
+
+    fn entries(&self, datapath: u32) -> impl Iterator<Item = &'a IrEntry> + '_ {
+        self.by_datapath
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .copied()
+    }
+
+    fn datapath_name(&self, datapath: u32) -> &str {
+        self.datapaths.get(&datapath).map_or("?", |(name, _)| name)
+    }
+
+    /// Traces `packet` arriving from the VIF `inport`.
+    pub fn trace(&self, inport: &str, packet: Packet) -> Result<Trace, String> {
+        let (datapath, _, _) = self
+            .ports
+            .get(inport)
+            .ok_or_else(|| format!("unknown port {inport:?}"))?;
+        let mut trace = Trace::default();
+        self.switch(*datapath, inport, packet, false, &mut trace, 0);
+        Ok(trace)
+    }
+
+    fn step(&self, trace: &mut Trace, datapath: u32, text: String) {
+        trace
+            .steps
+            .push(format!("[{}] {text}", self.datapath_name(datapath)));
+    }
+
+    /// The logical switch pipeline (ingress), then delivery.
+    fn switch(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: Packet,
+        from_router: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if hops > MAX_HOPS {
+            self.step(trace, dp, "dropped: too many hops".into());
+            return;
+        }
+        self.step(trace, dp, format!("switch ingress from {inport}: {packet}"));
+        let has = |wanted: &dyn Fn(&IrEntry) -> bool| self.entries(dp).any(wanted);
+        if has(&|e| matches!(e, IrEntry::IngressSanity { .. })) && is_multicast(&packet.eth_src) {
+            self.step(trace, dp, "dropped: multicast source MAC".into());
+            return;
+        }
+        if let L3::Arp {
+            op: 1,
+            tpa,
+            sha,
+            spa,
+            ..
+        } = packet.l3
+        {
+            let reply = self.entries(dp).find_map(|e| match e {
+                IrEntry::ArpReply { ip, mac, .. } if *ip == tpa => Some(*mac),
+                _ => None,
+            });
+            let skipped = has(
+                &|e| matches!(e, IrEntry::ArpReplySkip { ip, inport: p, .. } if *ip == tpa && p == inport),
+            ) || has(
+                &|e| matches!(e, IrEntry::ArpReplySkipPort { inport: p, .. } if p == inport),
+            );
+            if let (Some(mac), false) = (reply, skipped) {
+                self.step(
+                    trace,
+                    dp,
+                    format!("ARP responder: {tpa} is-at {}", format_mac(&mac)),
+                );
+                let answer = Packet {
+                    eth_src: mac,
+                    eth_dst: packet.eth_src,
+                    l3: L3::Arp {
+                        op: 2,
+                        sha: mac,
+                        spa: tpa,
+                        tha: sha,
+                        tpa: spa,
+                    },
+                };
+                self.deliver(dp, inport, inport, answer, true, trace, hops);
+                return;
+            }
+        }
+        // L2 lookup, in northd's priority order.
+        if let (L3::Arp { op: 1, tpa, .. }, false) = (packet.l3, from_router) {
+            let to_router = self.entries(dp).find_map(|e| match e {
+                IrEntry::ArpForRouterIp {
+                    ip,
+                    router_port,
+                    group,
+                    ..
+                } if *ip == tpa => Some((router_port, group)),
+                _ => None,
+            });
+            if let Some((router_port, group)) = to_router {
+                self.step(
+                    trace,
+                    dp,
+                    format!("ARP for router IP {tpa}: to {router_port}"),
+                );
+                self.deliver(dp, inport, router_port, packet, false, trace, hops);
+                if let Some(group) = group {
+                    self.flood(dp, inport, group, packet, trace, hops);
+                }
+                return;
+            }
+        }
+        if let L3::Arp { op: 1, .. } = packet.l3 {
+            let router_flood = self.entries(dp).find_map(|e| match e {
+                IrEntry::RouterOriginatedFlood {
+                    router_macs, group, ..
+                } if router_macs.contains(&packet.eth_src) => Some(group),
+                _ => None,
+            });
+            if let Some(group) = router_flood {
+                self.step(
+                    trace,
+                    dp,
+                    format!("ARP from a router port: flood to {group}"),
+                );
+                self.flood(dp, inport, group, packet, trace, hops);
+                return;
+            }
+        }
+        if is_multicast(&packet.eth_dst) {
+            let group = self.entries(dp).find_map(|e| match e {
+                IrEntry::FloodMulticast { group, .. } => Some(group),
+                _ => None,
+            });
+            match group {
+                Some(group) => {
+                    self.step(
+                        trace,
+                        dp,
+                        format!("multicast destination: flood to {group}"),
+                    );
+                    self.flood(dp, inport, group, packet, trace, hops);
+                }
+                None => self.step(trace, dp, "dropped: multicast and no flood rule".into()),
+            }
+            return;
+        }
+        let known = self.entries(dp).find_map(|e| match e {
+            IrEntry::L2Fib { mac, port, .. } if *mac == packet.eth_dst => Some(port),
+            _ => None,
+        });
+        match known {
+            Some(port) => {
+                self.step(
+                    trace,
+                    dp,
+                    format!("L2 lookup: {} is on {port}", format_mac(&packet.eth_dst)),
+                );
+                self.deliver(dp, inport, port, packet, false, trace, hops);
+            }
+            None => self.step(
+                trace,
+                dp,
+                format!(
+                    "dropped: unknown destination {}",
+                    format_mac(&packet.eth_dst)
+                ),
+            ),
+        }
+    }
+
+    fn flood(
+        &self,
+        dp: u32,
+        inport: &str,
+        group: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        let members = self.groups.get(&(dp, group)).copied().unwrap_or_default();
+        for key in members {
+            if let Some(port) = self.port_names.get(&(dp, *key)) {
+                if *port != inport {
+                    self.deliver(dp, inport, port, packet, false, trace, hops);
+                }
+            }
+        }
+    }
+
+    /// Switch egress: to a VIF or localnet port, or across a patch port into a router.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &self,
+        dp: u32,
+        inport: &str,
+        outport: &str,
+        packet: Packet,
+        loopback: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if outport == inport && !loopback {
+            self.step(trace, dp, format!("not sent back out of {inport}"));
+            return;
+        }
+        match self.ports.get(outport) {
+            Some((_, _, PortKind::Patch { peer })) => match self.ports.get(peer.as_str()) {
+                Some((peer_dp, _, _)) => self.router(*peer_dp, peer, packet, trace, hops + 1),
+                None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
+            },
+            Some(_) => {
+                self.step(trace, dp, format!("output to {outport}: {packet}"));
+                trace.outputs.push((outport.to_string(), packet));
+            }
+            None => self.step(trace, dp, format!("dropped: output port {outport} unknown")),
+        }
+    }
+
+    fn router_port_mac(&self, dp: u32, port: &str) -> Option<Mac> {
+        self.entries(dp).find_map(|e| match e {
+            IrEntry::RouterPort {
+                port: p,
+                mac,
+                multicast: false,
+                ..
+            } if p == port => Some(*mac),
+            _ => None,
+        })
+    }
+
+    /// Leaves the router through `port` into the switch behind it.
+    fn router_output(&self, dp: u32, port: &str, packet: Packet, trace: &mut Trace, hops: usize) {
+        let delivered = self
+            .entries(dp)
+            .any(|e| matches!(e, IrEntry::RouterDelivery { port: p, .. } if p == port));
+        if !delivered {
+            self.step(trace, dp, format!("dropped: no delivery for {port}"));
+            return;
+        }
+        match self.ports.get(port) {
+            Some((_, _, PortKind::Patch { peer })) => match self.ports.get(peer.as_str()) {
+                Some((peer_dp, _, _)) => self.switch(*peer_dp, peer, packet, true, trace, hops + 1),
+                None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
+            },
+            _ => self.step(
+                trace,
+                dp,
+                format!("dropped: router port {port} is not a patch port"),
+            ),
+        }
+    }
+
+    /// The logical router pipeline (ingress and egress).
+    fn router(&self, dp: u32, inport: &str, mut packet: Packet, trace: &mut Trace, hops: usize) {
+        if hops > MAX_HOPS {
+            self.step(trace, dp, "dropped: too many hops".into());
+            return;
+        }
+        self.step(trace, dp, format!("router ingress from {inport}: {packet}"));
+        let Some(port_mac) = self.router_port_mac(dp, inport) else {
+            self.step(trace, dp, format!("dropped: {inport} is not admitted"));
+            return;
+        };
+        let multicast_ok = self.entries(dp).any(
+            |e| matches!(e, IrEntry::RouterPort { port, multicast: true, .. } if port == inport),
+        );
+        let admitted =
+            packet.eth_dst == port_mac || (is_multicast(&packet.eth_dst) && multicast_ok);
+        if is_multicast(&packet.eth_src) || !admitted {
+            self.step(trace, dp, "dropped by admission".into());
+            return;
+        }
+        let drop_rule = |rule: &dyn Fn(&RouterDropRule) -> bool| {
+            self.entries(dp)
+                .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
+        };
+        let (source, destination, ttl) = match packet.l3 {
+            L3::Arp {
+                op: 1,
+                tpa,
+                spa,
+                sha,
+                ..
+            } => {
+                let answers = self.entries(dp).any(|e| matches!(e,
+                    IrEntry::RouterArpReply { port, ip, subnet, .. } if port == inport && *ip == tpa && contains(subnet, spa)));
+                if answers {
+                    self.step(trace, dp, format!("router answers ARP for {tpa}"));
+                    let answer = Packet {
+                        eth_src: port_mac,
+                        eth_dst: packet.eth_src,
+                        l3: L3::Arp {
+                            op: 2,
+                            sha: port_mac,
+                            spa: tpa,
+                            tha: sha,
+                            tpa: spa,
+                        },
+                    };
+                    self.router_output(dp, inport, answer, trace, hops);
+                } else {
+                    self.step(
+                        trace,
+                        dp,
+                        "dropped: ARP not for this router (learned by the slow path)".into(),
+                    );
+                }
+                return;
+            }
+            L3::Arp { .. } => {
+                self.step(
+                    trace,
+                    dp,
+                    "dropped: ARP reply (learned by the slow path)".into(),
+                );
+                return;
+            }
+            L3::Ipv4 {
+                source,
+                destination,
+                ttl,
+                ..
+            } => (source, destination, ttl),
+        };
+        let martian = |ip: Ipv4Addr| {
+            ip.is_multicast() || ip.is_broadcast() || ip.is_loopback() || ip.octets()[0] == 0
+        };
+        if drop_rule(
+            &|r| matches!(r, RouterDropRule::SpoofedSource(list) if list.contains(&source)),
+        ) {
+            self.step(
+                trace,
+                dp,
+                format!("dropped: source {source} is the router's own"),
+            );
+            return;
+        }
+        if drop_rule(&|r| matches!(r, RouterDropRule::Martian))
+            && (martian(source) || destination.is_loopback() || destination.octets()[0] == 0)
+        {
+            self.step(trace, dp, "dropped: martian address".into());
+            return;
+        }
+        let echo = matches!(
+            packet.l3,
+            L3::Ipv4 {
+                l4: L4::Icmp { kind: 8, code: 0 },
+                ..
+            }
+        ) && self
+            .entries(dp)
+            .any(|e| matches!(e, IrEntry::RouterEchoReply { ip, .. } if *ip == destination));
+        if echo {
+            self.step(trace, dp, format!("router answers ping to {destination}"));
+            packet.l3 = L3::Ipv4 {
+                source: destination,
+                destination: source,
+                ttl: 255,
+                l4: L4::Icmp { kind: 0, code: 0 },
+            };
+        } else {
+            if destination.is_multicast() && drop_rule(&|r| matches!(r, RouterDropRule::Multicast))
+            {
+                self.step(trace, dp, "dropped: IP multicast".into());
+                return;
+            }
+            if drop_rule(
+                &|r| matches!(r, RouterDropRule::ToRouter(list) if list.contains(&destination)),
+            ) {
+                self.step(
+                    trace,
+                    dp,
+                    format!("dropped: {destination} is the router's own"),
+                );
+                return;
+            }
+            if packet.eth_dst == [0xff; 6] && drop_rule(&|r| matches!(r, RouterDropRule::Broadcast))
+            {
+                self.step(trace, dp, "dropped: Ethernet broadcast".into());
+                return;
+            }
+            if ttl <= 1 {
+                let source_ip = self.entries(dp).find_map(|e| match e {
+                    IrEntry::TtlExceeded { port, source, .. } if port == inport => Some(*source),
+                    _ => None,
+                });
+                if let Some(router_ip) = source_ip {
+                    self.step(
+                        trace,
+                        dp,
+                        "TTL exceeded: ICMP time exceeded back to the sender".into(),
+                    );
+                    let error = Packet {
+                        eth_src: port_mac,
+                        eth_dst: packet.eth_src,
+                        l3: L3::Ipv4 {
+                            source: router_ip,
+                            destination: source,
+                            ttl: 254,
+                            l4: L4::Icmp { kind: 11, code: 0 },
+                        },
+                    };
+                    self.router_output(dp, inport, error, trace, hops);
+                } else {
+                    self.step(trace, dp, "dropped: TTL expired".into());
+                }
+                return;
+            }
+        }
+        self.route(dp, packet, trace, hops);
+    }
+
+    fn route(&self, dp: u32, mut packet: Packet, trace: &mut Trace, hops: usize) {
+        let L3::Ipv4 { destination, .. } = packet.l3 else {
+            return;
+        };
+        let route = self
+            .entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::Route {
+                    prefix,
+                    priority,
+                    route_table: None | Some(0),
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } if contains(prefix, destination) => Some((
+                    *priority,
+                    *nexthop,
+                    *source_ip,
+                    *source_mac,
+                    port.as_str(),
+                    *prefix,
+                )),
+                _ => None,
+            })
+            .max_by_key(|(priority, ..)| *priority);
+        let Some((_, nexthop, source_ip, source_mac, port, prefix)) = route else {
+            self.step(trace, dp, format!("dropped: no route to {destination}"));
+            return;
+        };
+        let nexthop = nexthop.unwrap_or(destination);
+        self.step(
+            trace,
+            dp,
+            format!(
+                "route {}/{} via {nexthop} out of {port}",
+                prefix.network, prefix.length
+            ),
+        );
+        packet.decrement_ttl();
+        packet.eth_src = source_mac;
+        let neighbour = self.entries(dp).find_map(|e| match e {
+            IrEntry::Neighbour {
+                port: p, ip, mac, ..
+            } if p == port && *ip == nexthop => Some(*mac),
+            _ => None,
+        });
+        match neighbour {
+            Some(mac) => {
+                packet.eth_dst = mac;
+                self.step(
+                    trace,
+                    dp,
+                    format!("neighbour {nexthop} is-at {}", format_mac(&mac)),
+                );
+                self.router_output(dp, port, packet, trace, hops);
+            }
+            None if self
+                .entries(dp)
+                .any(|e| matches!(e, IrEntry::ArpRequestForNextHop { .. })) =>
+            {
+                self.step(
+                    trace,
+                    dp,
+                    format!("next hop {nexthop} unknown: ARP request for it"),
+                );
+                let request = Packet {
+                    eth_src: source_mac,
+                    eth_dst: [0xff; 6],
+                    l3: L3::Arp {
+                        op: 1,
+                        sha: source_mac,
+                        spa: source_ip,
+                        tha: [0; 6],
+                        tpa: nexthop,
+                    },
+                };
+                self.router_output(dp, port, request, trace, hops);
+            }
+            None => self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved")),
+        }
+    }
+}
