@@ -273,10 +273,10 @@ impl<'a> Evaluator<'a> {
     ) {
         let members = self.groups.get(&(dp, group)).copied().unwrap_or_default();
         for key in members {
-            if let Some(port) = self.port_names.get(&(dp, *key)) {
-                if *port != inport {
-                    self.deliver(dp, inport, port, packet, false, trace, hops);
-                }
+            if let Some(port) = self.port_names.get(&(dp, *key))
+                && *port != inport
+            {
+                self.deliver(dp, inport, port, packet, false, trace, hops);
             }
         }
     }
