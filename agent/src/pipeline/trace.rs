@@ -298,10 +298,9 @@ impl<'a> Evaluator<'a> {
             return;
         }
         match self.ports.get(outport) {
-            Some((_, _, PortKind::Patch { peer })) => match self.ports.get(peer.as_str()) {
-                Some((peer_dp, _, _)) => self.router(*peer_dp, peer, packet, trace, hops + 1),
-                None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
-            },
+            Some((_, _, PortKind::Patch { peer })) => {
+                self.cross_patch(dp, peer, packet, false, trace, hops)
+            }
             Some(_) => {
                 self.step(trace, dp, format!("output to {outport}: {packet}"));
                 trace.outputs.push((outport.to_string(), packet));
@@ -332,15 +331,41 @@ impl<'a> Evaluator<'a> {
             return;
         }
         match self.ports.get(port) {
-            Some((_, _, PortKind::Patch { peer })) => match self.ports.get(peer.as_str()) {
-                Some((peer_dp, _, _)) => self.switch(*peer_dp, peer, packet, true, trace, hops + 1),
-                None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
-            },
+            Some((_, _, PortKind::Patch { peer })) => {
+                self.cross_patch(dp, peer, packet, true, trace, hops)
+            }
             _ => self.step(
                 trace,
                 dp,
                 format!("dropped: router port {port} is not a patch port"),
             ),
+        }
+    }
+
+    /// Enters the datapath on the other side of a patch port: a router (LS→LR, LR→LR peering)
+    /// or a switch (LR→LS).
+    fn cross_patch(
+        &self,
+        dp: u32,
+        peer: &str,
+        packet: Packet,
+        from_router: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        match self.ports.get(peer) {
+            Some((peer_dp, _, _))
+                if self
+                    .datapaths
+                    .get(peer_dp)
+                    .is_some_and(|(_, router)| *router) =>
+            {
+                self.router(*peer_dp, peer, packet, trace, hops + 1);
+            }
+            Some((peer_dp, _, _)) => {
+                self.switch(*peer_dp, peer, packet, from_router, trace, hops + 1)
+            }
+            None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
         }
     }
 

@@ -1,0 +1,315 @@
+//! The differential oracle: for generated packets on Kube-OVN-shaped topologies, the verdict of
+//! ovnbpf's IR evaluator (the packets output, with their ports and rewritten headers, or a drop)
+//! must equal `ovn-trace --minimal` on the same Southbound DB. A disagreement prints both traces.
+//!
+//! Topology: the default VPC; vpc-a with two subnets; vpc-b whose subnet overlaps vpc-a's
+//! (10.0.1.0/24) and is not peered; vpc-c peered with vpc-a (static routes both ways); a static
+//! route in vpc-a whose next hop is a pod (a pod acting as a router).
+
+use std::{net::Ipv4Addr, process::Command, time::Duration};
+
+use ovnbpf_agent::{
+    lflow::parse_actions,
+    ovsdb::{
+        remote::Remote,
+        session::{self, SessionConfig, SessionEvent},
+    },
+    pipeline::{
+        Compiler,
+        packet::{L3, L4, Packet, apply_statements},
+        trace::Evaluator,
+    },
+    sb::{DATABASE, Southbound, monitor},
+};
+use ovnbpf_tests::{
+    kubeovn::{Topology, mac_for},
+    ovn::{Db, OvnLab},
+    process, require_root,
+};
+
+struct Pod {
+    port: String,
+    switch: &'static str,
+    vpc: &'static str,
+    mac: [u8; 6],
+    ip: Ipv4Addr,
+}
+
+/// (vpc, subnet, cidr base, pods)
+const SUBNETS: &[(&str, &str, [u8; 3], u8)] = &[
+    ("ovn-cluster", "ovn-default", [10, 16, 0], 2),
+    ("vpc-a", "subnet-a", [10, 0, 1], 3),
+    ("vpc-a", "subnet-a2", [10, 0, 2], 2),
+    ("vpc-b", "subnet-b", [10, 0, 1], 2),
+    ("vpc-c", "subnet-c", [10, 2, 1], 2),
+];
+
+fn mac(text: &str) -> [u8; 6] {
+    let mut bytes = [0_u8; 6];
+    for (byte, part) in bytes.iter_mut().zip(text.split(':')) {
+        *byte = u8::from_str_radix(part, 16).unwrap();
+    }
+    bytes
+}
+
+fn build(lab: &OvnLab) -> Vec<Pod> {
+    let mut topology = Topology::new();
+    topology.default_vpc().unwrap();
+    let mut pods = Vec::new();
+    for (vpc, subnet, [a, b, c], count) in SUBNETS {
+        if *vpc != "ovn-cluster" {
+            topology
+                .vpc(vpc)
+                .subnet(vpc, subnet, &format!("{a}.{b}.{c}.0/24"))
+                .unwrap();
+        }
+        for index in 0..*count {
+            let name = format!("{subnet}-p{index}");
+            let ip = Ipv4Addr::new(*a, *b, *c, 10 + index);
+            topology.pod(subnet, &name, "ns", &mac_for(&name), ip);
+            pods.push(Pod {
+                port: format!("{name}.ns"),
+                switch: subnet,
+                vpc,
+                mac: mac(&mac_for(&name)),
+                ip,
+            });
+        }
+    }
+    topology
+        .peering("vpc-a", "10.255.0.1/30", "vpc-c", "10.255.0.2/30")
+        .static_route("vpc-a", "10.2.1.0/24", Ipv4Addr::new(10, 255, 0, 2))
+        .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 255, 0, 1))
+        .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12));
+    topology.apply(lab).unwrap();
+    pods
+}
+
+fn gateway(pod: &Pod) -> (Ipv4Addr, [u8; 6]) {
+    let [a, b, c, _] = pod.ip.octets();
+    (
+        Ipv4Addr::new(a, b, c, 1),
+        mac(&mac_for(&format!("{}-{}", pod.vpc, pod.switch))),
+    )
+}
+
+fn ipv4(pod: &Pod, eth_dst: [u8; 6], destination: Ipv4Addr, ttl: u8, l4: L4) -> Packet {
+    Packet {
+        eth_src: pod.mac,
+        eth_dst,
+        l3: L3::Ipv4 {
+            source: pod.ip,
+            destination,
+            ttl,
+            l4,
+        },
+    }
+}
+
+fn arp_request(pod: &Pod, target: Ipv4Addr) -> Packet {
+    Packet {
+        eth_src: pod.mac,
+        eth_dst: [0xff; 6],
+        l3: L3::Arp {
+            op: 1,
+            sha: pod.mac,
+            spa: pod.ip,
+            tha: [0; 6],
+            tpa: target,
+        },
+    }
+}
+
+const PING: L4 = L4::Icmp { kind: 8, code: 0 };
+
+/// Every case: (description, inport, switch, packet).
+fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
+    let mut cases = Vec::new();
+    for pod in pods {
+        let (gateway_ip, router_mac) = gateway(pod);
+        let [a, b, c, _] = pod.ip.octets();
+        let mut add =
+            |what: &str, packet: Packet| cases.push((format!("{} {what}", pod.port), pod, packet));
+        add(
+            "pings its gateway",
+            ipv4(pod, router_mac, gateway_ip, 64, PING),
+        );
+        add("ARPs for its gateway", arp_request(pod, gateway_ip));
+        add(
+            "ARPs for an unknown address",
+            arp_request(pod, Ipv4Addr::new(a, b, c, 200)),
+        );
+        add(
+            "sends to an unknown MAC",
+            ipv4(
+                pod,
+                [0x0a, 0x58, 0, 0, 0, 0x99],
+                Ipv4Addr::new(a, b, c, 99),
+                64,
+                PING,
+            ),
+        );
+        add(
+            "broadcasts",
+            ipv4(
+                pod,
+                [0xff; 6],
+                Ipv4Addr::new(a, b, c, 255),
+                64,
+                L4::Udp {
+                    source: 68,
+                    destination: 67,
+                },
+            ),
+        );
+        add(
+            "routes to an unknown address in its subnet",
+            ipv4(pod, router_mac, Ipv4Addr::new(a, b, c, 200), 64, PING),
+        );
+        add(
+            "routes to a VPC without a route",
+            ipv4(pod, router_mac, Ipv4Addr::new(172, 16, 9, 9), 64, PING),
+        );
+        for other in pods.iter().filter(|o| o.port != pod.port) {
+            let same_switch = other.switch == pod.switch;
+            let same_vpc = other.vpc == pod.vpc;
+            if same_switch {
+                add(
+                    &format!("pings {}", other.port),
+                    ipv4(pod, other.mac, other.ip, 64, PING),
+                );
+                add(
+                    &format!("ARPs for {}", other.port),
+                    arp_request(pod, other.ip),
+                );
+                add(
+                    &format!("sends TCP to {}", other.port),
+                    ipv4(
+                        pod,
+                        other.mac,
+                        other.ip,
+                        64,
+                        L4::Tcp {
+                            source: 40000,
+                            destination: 80,
+                        },
+                    ),
+                );
+            } else {
+                // Through the router: same VPC, across the peering, or into an overlapping CIDR.
+                let relation = if same_vpc { "same VPC" } else { "other VPC" };
+                add(
+                    &format!("pings {} ({relation})", other.port),
+                    ipv4(pod, router_mac, other.ip, 64, PING),
+                );
+                add(
+                    &format!("sends UDP to {} ({relation})", other.port),
+                    ipv4(
+                        pod,
+                        router_mac,
+                        other.ip,
+                        64,
+                        L4::Udp {
+                            source: 5353,
+                            destination: 53,
+                        },
+                    ),
+                );
+                if same_vpc {
+                    add(
+                        &format!("reaches {} with TTL 1", other.port),
+                        ipv4(pod, router_mac, other.ip, 1, PING),
+                    );
+                }
+            }
+        }
+        if pod.vpc == "vpc-a" {
+            add(
+                "uses the static route via a pod",
+                ipv4(pod, router_mac, Ipv4Addr::new(192, 168, 50, 7), 64, PING),
+            );
+        }
+    }
+    cases
+}
+
+/// `ovn-trace --minimal` of `packet` entering `switch` on `inport`, as output packets.
+fn ovn_trace(
+    lab: &OvnLab,
+    switch: &str,
+    inport: &str,
+    packet: &Packet,
+) -> (Vec<(String, Packet)>, String) {
+    let microflow = packet.to_microflow(inport);
+    let sb = format!("--db={}", lab.unix_remote(Db::Southbound));
+    let text =
+        process::output(Command::new("ovn-trace").args([&sb, "--minimal", switch, &microflow]))
+            .unwrap_or_else(|e| panic!("ovn-trace failed for {microflow}: {e}"));
+    let statements: String = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let actions = parse_actions(&statements)
+        .unwrap_or_else(|e| panic!("cannot parse ovn-trace output {statements:?}: {e}"));
+    let outputs = apply_statements(packet, &actions)
+        .unwrap_or_else(|e| panic!("cannot apply ovn-trace output {statements:?}: {e}"));
+    (outputs, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ir_verdicts_equal_ovn_trace() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let pods = build(&lab);
+
+    let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
+    let remote = Remote::parse_list(&lab.unix_remote(Db::Southbound)).unwrap();
+    let (_handle, mut events) = session::start(SessionConfig::new(remote, DATABASE, tables));
+    let mut sb = Southbound::new();
+    let mut compiler = Compiler::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(500), events.recv()).await
+    {
+        let changes = sb.apply(&event);
+        compiler.apply(&sb, &changes);
+        if let SessionEvent::Disconnected { reason, .. } = event {
+            panic!("lost the SB: {reason}");
+        }
+    }
+    let evaluator = Evaluator::new(compiler.entries());
+
+    let cases = cases(&pods);
+    let mut disagreements = Vec::new();
+    let mut drops = 0;
+    for (what, pod, packet) in &cases {
+        let ours = evaluator.trace(&pod.port, *packet).unwrap();
+        let (theirs, their_text) = ovn_trace(&lab, pod.switch, &pod.port, packet);
+        let mut ours_sorted = ours.outputs.clone();
+        let mut theirs_sorted = theirs.clone();
+        ours_sorted.sort();
+        theirs_sorted.sort();
+        if theirs_sorted.is_empty() {
+            drops += 1;
+        }
+        if ours_sorted != theirs_sorted {
+            disagreements.push(format!(
+                "{what}\n  packet: {packet}\n  ovnbpf: {ours_sorted:?}\n{}\n  ovn-trace: {theirs_sorted:?}\n{their_text}",
+                ours.steps.iter().map(|s| format!("    {s}")).collect::<Vec<_>>().join("\n")
+            ));
+        }
+    }
+    println!(
+        "{} cases ({drops} drops), {} disagreements",
+        cases.len(),
+        disagreements.len()
+    );
+    assert!(cases.len() >= 200, "only {} cases", cases.len());
+    assert!(
+        disagreements.is_empty(),
+        "{} of {} cases disagree:\n\n{}",
+        disagreements.len(),
+        cases.len(),
+        disagreements.join("\n\n")
+    );
+}
