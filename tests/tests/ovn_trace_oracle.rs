@@ -82,6 +82,18 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 255, 0, 1))
         .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12));
     topology.apply(lab).unwrap();
+    // One pod with port security, as Kube-OVN sets it for pods with `port_security: true`.
+    let secured = &pods
+        .iter()
+        .find(|p| p.switch == "subnet-a2")
+        .expect("a subnet-a2 pod");
+    let entry = format!(
+        "{} {}",
+        ovnbpf_agent::pipeline::packet::format_mac(&secured.mac),
+        secured.ip
+    );
+    lab.nbctl(&["--wait=sb", "lsp-set-port-security", &secured.port, &entry])
+        .unwrap();
     pods
 }
 
@@ -222,6 +234,33 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                     );
                 }
             }
+        }
+        let spoofed_mac = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
+        let mut spoofed_ip = arp_request(pod, gateway_ip);
+        if let L3::Arp { spa, .. } = &mut spoofed_ip.l3 {
+            *spa = Ipv4Addr::new(a, b, c, 201);
+        }
+        add("ARPs with a spoofed sender IP", spoofed_ip);
+        for other in pods
+            .iter()
+            .filter(|o| o.port != pod.port && o.switch == pod.switch)
+        {
+            let mut packet = ipv4(pod, other.mac, other.ip, 64, PING);
+            if let L3::Ipv4 { source, .. } = &mut packet.l3 {
+                *source = Ipv4Addr::new(a, b, c, 202);
+            }
+            add(&format!("pings {} from a spoofed IP", other.port), packet);
+            add(
+                &format!("pings {} from a spoofed MAC", other.port),
+                Packet {
+                    eth_src: spoofed_mac,
+                    ..ipv4(pod, other.mac, other.ip, 64, PING)
+                },
+            );
+            add(
+                &format!("sends to {}'s MAC but another IP", other.port),
+                ipv4(pod, other.mac, Ipv4Addr::new(a, b, c, 203), 64, PING),
+            );
         }
         if pod.vpc == "vpc-a" {
             add(

@@ -35,6 +35,15 @@ enum Command {
         #[command(subcommand)]
         command: LflowCommand,
     },
+    /// Print the pipeline IR compiled from the Southbound DB, one entry per line.
+    Ir {
+        /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
+        #[arg(long)]
+        remote: String,
+        /// Only this datapath (tunnel key).
+        #[arg(long)]
+        datapath: Option<u32>,
+    },
     /// Evaluate the pipeline IR for one packet, like ovn-trace: each step, then what is output.
     Trace {
         /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
@@ -100,6 +109,23 @@ fn main() -> anyhow::Result<()> {
                         "{stage} {uuid}: {reason}\n    match=({match_})\n    actions=({actions})"
                     );
                 }
+            }
+            Ok(())
+        }
+        Command::Ir { remote, datapath } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let compiled = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(120), coverage(&remote)).await
+            });
+            let (_, compiler) =
+                compiled.map_err(|_| anyhow::anyhow!("timed out reading the Southbound DB"))??;
+            let mut entries: Vec<_> = compiler
+                .entries()
+                .filter(|e| datapath.is_none_or(|d| e.datapath() == d))
+                .collect();
+            entries.sort();
+            for entry in entries {
+                println!("{entry:?}");
             }
             Ok(())
         }

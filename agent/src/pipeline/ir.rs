@@ -39,13 +39,21 @@ pub enum IrEntry {
         name: String,
         router: bool,
     },
-    /// A logical port (from Port_Binding).
+    /// Some logical flow of this datapath could not be compiled: a backend must not forward
+    /// traffic of this datapath as if the flow did not exist (it may refuse, or fall back).
+    Unsupported {
+        datapath: u32,
+        stage: String,
+        reason: String,
+    },
+    /// A logical port (from Port_Binding), with its addresses and port-security allowances.
     Port {
         datapath: u32,
         key: u32,
         name: String,
         kind: PortKind,
         addresses: Vec<String>,
+        port_security: Vec<String>,
     },
     /// A flood/multicast group (from Multicast_Group): member port keys.
     FloodGroup {
@@ -190,6 +198,7 @@ impl IrEntry {
     pub fn datapath(&self) -> u32 {
         match self {
             IrEntry::Datapath { datapath, .. }
+            | IrEntry::Unsupported { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }
             | IrEntry::IngressSanity { datapath }

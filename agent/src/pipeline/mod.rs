@@ -253,7 +253,14 @@ impl Compiler {
                             Outcome::Compiled
                         }
                         Class::Neutral => Outcome::Neutral,
-                        Class::Unsupported(reason) => Outcome::Unsupported(reason),
+                        Class::Unsupported(reason) => {
+                            contribution.entries.push(IrEntry::Unsupported {
+                                datapath,
+                                stage: stage.clone(),
+                                reason: reason.clone(),
+                            });
+                            Outcome::Unsupported(reason)
+                        }
                     };
                     // A flow is as supported as its worst datapath.
                     if !matches!(contribution.outcome, Some(Outcome::Unsupported(_))) {
@@ -380,6 +387,7 @@ fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry> {
         name: port.logical_port.clone(),
         kind,
         addresses: port.mac.clone(),
+        port_security: port.port_security.clone(),
     })
 }
 

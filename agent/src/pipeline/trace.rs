@@ -23,6 +23,7 @@ pub struct Trace {
 pub struct Evaluator<'a> {
     datapaths: HashMap<u32, (&'a str, bool)>,
     ports: HashMap<&'a str, (u32, u32, &'a PortKind)>,
+    port_security: HashMap<&'a str, &'a [String]>,
     port_names: HashMap<(u32, u32), &'a str>,
     groups: HashMap<(u32, &'a str), &'a [u32]>,
     by_datapath: HashMap<u32, Vec<&'a IrEntry>>,
@@ -44,12 +45,98 @@ fn contains(prefix: &Prefix, ip: Ipv4Addr) -> bool {
     u32::from(ip) & mask == u32::from(prefix.network) & mask
 }
 
+/// One `port_security` entry: "MAC [IP[/prefix]…]".
+fn parse_port_security(entry: &str) -> Option<(Mac, Vec<Prefix>)> {
+    let mut words = entry.split_whitespace();
+    let mac_text = words.next()?;
+    let mut mac = [0_u8; 6];
+    let parts: Vec<&str> = mac_text.split(':').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    let prefixes = words
+        .filter_map(|word| {
+            let (address, length) = word.split_once('/').map_or((word, "32"), |(a, l)| (a, l));
+            Some(Prefix {
+                network: address.parse().ok()?,
+                length: length.parse().ok()?,
+            })
+        })
+        .collect();
+    Some((mac, prefixes))
+}
+
+/// OVN's ingress port security (IPv4/ARP): the source MAC must be allowed; when addresses are
+/// listed, so must be the IPv4 source (0.0.0.0 for DHCP discovery) and the ARP sender.
+fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
+    allowed
+        .iter()
+        .filter_map(|e| parse_port_security(e))
+        .any(|(mac, prefixes)| {
+            if packet.eth_src != mac {
+                return false;
+            }
+            if prefixes.is_empty() {
+                return true;
+            }
+            match packet.l3 {
+                L3::Arp { sha, spa, .. } => sha == mac && prefixes.iter().any(|p| contains(p, spa)),
+                L3::Ipv4 {
+                    source,
+                    destination,
+                    l4,
+                    ..
+                } => {
+                    prefixes.iter().any(|p| contains(p, source))
+                        || (source.is_unspecified()
+                            && destination.is_broadcast()
+                            && matches!(
+                                l4,
+                                L4::Udp {
+                                    source: 68,
+                                    destination: 67
+                                }
+                            ))
+                }
+            }
+        })
+}
+
+/// OVN's egress port security (IPv4): frames to multicast/broadcast MACs are exempt (northd's
+/// `eth.mcast` rule); otherwise the destination MAC must be allowed and, when addresses are
+/// listed, so must be the IPv4 destination (or limited broadcast/multicast).
+fn egress_allowed(allowed: &[String], packet: &Packet) -> bool {
+    if is_multicast(&packet.eth_dst) {
+        return true;
+    }
+    allowed
+        .iter()
+        .filter_map(|e| parse_port_security(e))
+        .any(|(mac, prefixes)| {
+            if packet.eth_dst != mac {
+                return false;
+            }
+            match packet.l3 {
+                L3::Ipv4 { destination, .. } if !prefixes.is_empty() => {
+                    destination.is_broadcast()
+                        || destination.is_multicast()
+                        || prefixes.iter().any(|p| contains(p, destination))
+                }
+                _ => true,
+            }
+        })
+}
+
 impl<'a> Evaluator<'a> {
     #[must_use]
     pub fn new(entries: impl IntoIterator<Item = &'a IrEntry>) -> Self {
         let mut evaluator = Self {
             datapaths: HashMap::new(),
             ports: HashMap::new(),
+            port_security: HashMap::new(),
             port_names: HashMap::new(),
             groups: HashMap::new(),
             by_datapath: HashMap::new(),
@@ -68,10 +155,14 @@ impl<'a> Evaluator<'a> {
                     key,
                     name,
                     kind,
+                    port_security,
                     ..
                 } => {
                     evaluator.ports.insert(name, (*datapath, *key, kind));
                     evaluator.port_names.insert((*datapath, *key), name);
+                    if !port_security.is_empty() {
+                        evaluator.port_security.insert(name, port_security);
+                    }
                 }
                 IrEntry::FloodGroup {
                     datapath,
@@ -139,6 +230,13 @@ impl<'a> Evaluator<'a> {
         let has = |wanted: &dyn Fn(&IrEntry) -> bool| self.entries(dp).any(wanted);
         if has(&|e| matches!(e, IrEntry::IngressSanity { .. })) && is_multicast(&packet.eth_src) {
             self.step(trace, dp, "dropped: multicast source MAC".into());
+            return;
+        }
+        if has(&|e| matches!(e, IrEntry::PortSecurity { egress: false, .. }))
+            && let Some(allowed) = self.port_security.get(inport)
+            && !ingress_allowed(allowed, &packet)
+        {
+            self.step(trace, dp, format!("dropped: port security of {inport}"));
             return;
         }
         if let L3::Arp {
@@ -300,6 +398,21 @@ impl<'a> Evaluator<'a> {
         match self.ports.get(outport) {
             Some((_, _, PortKind::Patch { peer })) => {
                 self.cross_patch(dp, peer, packet, false, trace, hops)
+            }
+            Some(_)
+                if self
+                    .entries(dp)
+                    .any(|e| matches!(e, IrEntry::PortSecurity { egress: true, .. }))
+                    && self
+                        .port_security
+                        .get(outport)
+                        .is_some_and(|allowed| !egress_allowed(allowed, &packet)) =>
+            {
+                self.step(
+                    trace,
+                    dp,
+                    format!("dropped: egress port security of {outport}"),
+                );
             }
             Some(_) => {
                 self.step(trace, dp, format!("output to {outport}: {packet}"));
