@@ -1,6 +1,14 @@
 //! `cargo xtask bench …`: measurements that compare ovnbpf with a baseline taken in the same run,
 //! print a table and write JSON under target/bench/. Never part of the test suite.
 //!
+//! `bench compile [--pods …] [--updates 20]`: the full SB → IR compile (time, IR entries, RSS it
+//! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
+//! cost in the same run as the baseline.
+//!
+//! `bench compile [--pods …] [--updates 20]`: the full SB → IR compile (time, IR entries, RSS it
+//! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
+//! cost in the same run as the baseline.
+//!
 //! `bench sb [--pods 1000,10000,50000] [--updates 20]`: for each size, a real OVN central with a
 //! Kube-OVN-like topology of that many pod ports; baseline = `ovsdb-client dump` of the SB (wall
 //! time, peak RSS); ovnbpf = `ovnbpfctl sb-sync` (initial sync wall time, peak RSS, and the time
@@ -25,7 +33,8 @@ use crate::cmd;
 pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("sb") => bench_sb(&args[1..]),
-        _ => bail!("usage: cargo xtask bench sb [--pods 1000,10000,50000] [--updates 20]"),
+        Some("compile") => bench_compile(&args[1..]),
+        _ => bail!("usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20]"),
     }
 }
 
@@ -138,14 +147,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     percentile(&values, 50.0)
 }
 
-fn bench_sb(args: &[String]) -> Result<()> {
-    let sizes: Vec<u32> = option(args, "--pods")
-        .unwrap_or("1000,10000,50000")
-        .split(',')
-        .map(|n| n.trim().parse().context("--pods takes numbers"))
-        .collect::<Result<_>>()?;
-    let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
-    println!("== bench sb: building ovnbpfctl (release)");
+fn build_ctl() -> Result<std::path::PathBuf> {
     cmd::run_checked(Command::new("cargo").args([
         "build",
         "--quiet",
@@ -155,7 +157,31 @@ fn bench_sb(args: &[String]) -> Result<()> {
         "--bin",
         "ovnbpfctl",
     ]))?;
-    let ctl = std::path::Path::new("target/release/ovnbpfctl").canonicalize()?;
+    Ok(std::path::Path::new("target/release/ovnbpfctl").canonicalize()?)
+}
+
+fn sizes(args: &[String]) -> Result<Vec<u32>> {
+    option(args, "--pods")
+        .unwrap_or("1000,10000,50000")
+        .split(',')
+        .map(|n| n.trim().parse().context("--pods takes numbers"))
+        .collect()
+}
+
+fn numbers(report: &Value, key: &str) -> Vec<f64> {
+    report[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .collect()
+}
+
+fn bench_sb(args: &[String]) -> Result<()> {
+    let sizes = sizes(args)?;
+    let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
+    println!("== bench sb: building ovnbpfctl (release)");
+    let ctl = build_ctl()?;
     let mut results = Vec::new();
     for pods in sizes {
         println!("== bench sb: {pods} pods: building the topology");
@@ -186,41 +212,43 @@ fn bench_sb(args: &[String]) -> Result<()> {
             sync_rss = sync_rss.max(measured.max_rss_kib);
             rows = report["rows"].as_u64().unwrap_or(0);
         }
-        let apply_us = measure_updates(&lab, &ctl, &remote, updates)?;
-        let mut sorted = apply_us.clone();
-        sorted.sort_by(f64::total_cmp);
-        let result = json!({
+        let mut apply_us = numbers(
+            &sync_and_update(&lab, &ctl, &remote, updates, &[])?,
+            "apply_us",
+        );
+        apply_us.sort_by(f64::total_cmp);
+        results.push(json!({
             "pods": pods, "sb_rows": rows,
             "baseline_dump_ms": median(dump_ms), "baseline_dump_max_rss_kib": dump_rss,
             "ovnbpf_sync_ms": median(sync_ms), "ovnbpf_sync_max_rss_kib": sync_rss,
-            "apply_p50_us": percentile(&sorted, 50.0), "apply_p99_us": percentile(&sorted, 99.0),
+            "apply_p50_us": percentile(&apply_us, 50.0), "apply_p99_us": percentile(&apply_us, 99.0),
             "updates": apply_us.len(),
-        });
-        results.push(result);
+        }));
     }
-    print_table(&results);
+    print_sb_table(&results);
+    write_json("sb", &results)
+}
+
+fn write_json(bench: &str, results: &[Value]) -> Result<()> {
     std::fs::create_dir_all("target/bench")?;
-    let path = "target/bench/sb.json";
+    let path = format!("target/bench/{bench}.json");
     std::fs::write(
-        path,
-        serde_json::to_string_pretty(&json!({"bench": "sb", "results": results}))?,
+        &path,
+        serde_json::to_string_pretty(&json!({"bench": bench, "results": results}))?,
     )?;
     println!("wrote {path}");
     Ok(())
 }
 
-/// Starts a replica, then makes `updates` single-pod NB changes and returns the replica's apply
-/// time for each resulting SB update.
-fn measure_updates(
+/// Runs `ovnbpfctl sb-sync` (with `extra` arguments), makes `updates` single-pod NB changes once
+/// it has synced (each one SB transaction by northd), and returns its JSON report.
+fn sync_and_update(
     lab: &OvnLab,
     ctl: &std::path::Path,
     remote: &str,
     updates: usize,
-) -> Result<Vec<f64>> {
-    if updates == 0 {
-        return Ok(Vec::new());
-    }
-    // Each pod change makes northd commit one SB transaction; collect exactly those.
+    extra: &[&str],
+) -> Result<Value> {
     let mut child = Command::new(ctl)
         .args([
             "sb-sync",
@@ -229,6 +257,7 @@ fn measure_updates(
             "--updates",
             &updates.to_string(),
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -243,17 +272,18 @@ fn measure_updates(
     }
     for i in 0..updates {
         let pod = format!("bench-update-{i}");
-        let ip = format!("10.0.255.{}", 10 + i % 200);
+        let port = format!("{pod}.bench");
+        let addresses = format!("{} 10.0.255.{}", mac_for(&pod), 10 + i % 200);
         lab.nbctl(&[
             "--timeout=600",
             "--wait=sb",
             "lsp-add",
             "subnet-a",
-            &format!("{pod}.bench"),
+            &port,
             "--",
             "lsp-set-addresses",
-            &format!("{pod}.bench"),
-            &format!("{} {ip}", mac_for(&pod)),
+            &port,
+            &addresses,
         ])?;
     }
     let mut stdout = String::new();
@@ -266,16 +296,65 @@ fn measure_updates(
     if !status.success() {
         bail!("ovnbpfctl sb-sync failed: {status}");
     }
-    let report: Value = serde_json::from_str(&stdout)?;
-    Ok(report["apply_us"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_f64)
-        .collect())
+    Ok(serde_json::from_str(&stdout)?)
 }
 
-fn print_table(results: &[Value]) {
+/// `bench compile`: full SB → IR compile time and IR memory, and the cost of one pod change,
+/// against the replica's own sync and apply cost in the same run as the baseline.
+fn bench_compile(args: &[String]) -> Result<()> {
+    let sizes = sizes(args)?;
+    let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
+    println!("== bench compile: building ovnbpfctl (release)");
+    let ctl = build_ctl()?;
+    let mut results = Vec::new();
+    for pods in sizes {
+        println!("== bench compile: {pods} pods: building the topology");
+        let lab = OvnLab::start()?;
+        populate(&lab, pods)?;
+        let remote = lab.unix_remote(Db::Southbound);
+        let report = sync_and_update(&lab, &ctl, &remote, updates, &["--compile"])?;
+        let mut apply = numbers(&report, "apply_us");
+        let mut compile = numbers(&report, "compile_us");
+        let diffs = numbers(&report, "diff_entries");
+        apply.sort_by(f64::total_cmp);
+        compile.sort_by(f64::total_cmp);
+        results.push(json!({
+            "pods": pods, "sb_rows": report["rows"], "ir_entries": report["ir_entries"],
+            "baseline_replica_sync_ms": report["sync_ms"], "full_compile_ms": report["compile_ms"],
+            "ir_rss_kib": report["ir_rss_kib"],
+            "baseline_replica_apply_p50_us": percentile(&apply, 50.0),
+            "compile_p50_us": percentile(&compile, 50.0), "compile_p99_us": percentile(&compile, 99.0),
+            "max_diff_entries": diffs.iter().copied().fold(0.0, f64::max),
+            "updates": compile.len(),
+        }));
+    }
+    println!();
+    println!(
+        "| pods | SB rows | IR entries | replica sync ms (baseline) | full compile ms | compile / sync | IR RSS MiB | replica apply p50 µs (baseline) | compile p50 µs | compile p99 µs | compile / apply (p50) | max IR diff per pod |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &results {
+        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} |",
+            r["pods"],
+            r["sb_rows"],
+            r["ir_entries"],
+            f("baseline_replica_sync_ms"),
+            f("full_compile_ms"),
+            f("full_compile_ms") / f("baseline_replica_sync_ms"),
+            f("ir_rss_kib") / 1024.0,
+            f("baseline_replica_apply_p50_us"),
+            f("compile_p50_us"),
+            f("compile_p99_us"),
+            f("compile_p50_us") / f("baseline_replica_apply_p50_us"),
+            f("max_diff_entries"),
+        );
+    }
+    write_json("compile", &results)
+}
+
+fn print_sb_table(results: &[Value]) {
     println!();
     println!(
         "| pods | SB rows | ovsdb-client dump ms | ovnbpf sync ms | sync / dump | dump peak RSS MiB | ovnbpf peak RSS MiB | RSS ratio | apply p50 µs | apply p99 µs |"

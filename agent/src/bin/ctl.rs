@@ -63,6 +63,9 @@ enum Command {
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout_s: u64,
+        /// Also compile the replica into the pipeline IR and time that (full and per update).
+        #[arg(long)]
+        compile: bool,
     },
 }
 
@@ -159,11 +162,15 @@ fn main() -> anyhow::Result<()> {
             remote,
             updates,
             timeout_s,
+            compile,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let report = runtime.block_on(async {
-                tokio::time::timeout(Duration::from_secs(timeout_s), sb_sync(&remote, updates))
-                    .await
+                tokio::time::timeout(
+                    Duration::from_secs(timeout_s),
+                    sb_sync(&remote, updates, compile),
+                )
+                .await
             });
             match report {
                 Ok(report) => {
@@ -249,14 +256,33 @@ fn print_coverage(coverage: &BTreeMap<String, StageCoverage>, as_json: bool) {
     );
 }
 
-async fn sb_sync(remote: &str, updates: usize) -> anyhow::Result<serde_json::Value> {
+/// Resident set size of this process, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))?
+                .to_string();
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<serde_json::Value> {
     let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
     let config = SessionConfig::new(Remote::parse_list(remote)?, DATABASE, tables);
     let started = Instant::now();
     let (_handle, mut events) = session::start(config);
     let mut sb = Southbound::new();
+    let mut compiler = Compiler::new();
     let mut sync_ms = None;
+    let mut compile_ms = None;
+    let mut ir_rss_kib = 0;
     let mut apply_us = Vec::new();
+    let mut compile_us = Vec::new();
+    let mut diff_entries = Vec::new();
     while let Some(event) = events.recv().await {
         let received = Instant::now();
         let changes = sb.apply(&event);
@@ -264,13 +290,33 @@ async fn sb_sync(remote: &str, updates: usize) -> anyhow::Result<serde_json::Val
         if !changes.rejected.is_empty() {
             bail!("rejected rows: {:?}", changes.rejected);
         }
+        let rss_before = rss_kib();
+        let compiling = Instant::now();
+        let diff = if compile {
+            Some(compiler.apply(&sb, &changes))
+        } else {
+            None
+        };
+        let compiled = compiling.elapsed();
         match event {
             SessionEvent::Snapshot { .. } if sync_ms.is_none() => {
-                sync_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+                sync_ms = Some(
+                    started.elapsed().as_secs_f64() * 1000.0 - compiled.as_secs_f64() * 1000.0,
+                );
+                if compile {
+                    compile_ms = Some(compiled.as_secs_f64() * 1000.0);
+                    ir_rss_kib = rss_kib().saturating_sub(rss_before);
+                }
                 // Tell a driving process that the initial sync is done.
                 eprintln!("synced");
             }
-            SessionEvent::Update { .. } => apply_us.push(applied.as_secs_f64() * 1e6),
+            SessionEvent::Update { .. } => {
+                apply_us.push(applied.as_secs_f64() * 1e6);
+                if let Some(diff) = diff {
+                    compile_us.push(compiled.as_secs_f64() * 1e6);
+                    diff_entries.push(diff.len());
+                }
+            }
             SessionEvent::Disconnected { reason, .. } => bail!("disconnected: {reason}"),
             SessionEvent::Snapshot { .. } => {}
         }
@@ -279,5 +325,9 @@ async fn sb_sync(remote: &str, updates: usize) -> anyhow::Result<serde_json::Val
         }
     }
     let rows: usize = sb.replica().tables().map(|(_, table)| table.len()).sum();
-    Ok(json!({"sync_ms": sync_ms, "rows": rows, "apply_us": apply_us}))
+    Ok(json!({
+        "sync_ms": sync_ms, "rows": rows, "apply_us": apply_us,
+        "compile_ms": compile_ms, "ir_entries": compiler.entries().count(), "ir_rss_kib": ir_rss_kib,
+        "compile_us": compile_us, "diff_entries": diff_entries,
+    }))
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    datum::Datum,
+    datum::{Atom, Datum},
     schema::{ColumnType, DatabaseSchema},
     session::{SessionEvent, UpdateFormat},
 };
@@ -121,6 +121,15 @@ impl<'a> RowRef<'a> {
     }
 }
 
+/// Elements added to and removed from one set column of a modified row (from an update2 diff),
+/// so consumers can follow a large set (a flood group's ports) in O(change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetChange {
+    pub column: String,
+    pub added: Vec<Atom>,
+    pub removed: Vec<Atom>,
+}
+
 /// What one applied event changed in one table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TableChanges {
@@ -129,6 +138,8 @@ pub struct TableChanges {
     pub modified: Vec<(Uuid, Row)>,
     /// Deleted rows with their last values.
     pub deleted: Vec<(Uuid, Row)>,
+    /// For modified rows whose update carried set diffs: exactly what each set gained and lost.
+    pub set_changes: HashMap<Uuid, Vec<SetChange>>,
 }
 
 impl TableChanges {
@@ -332,7 +343,7 @@ impl Replica {
 
 enum RowChange {
     Inserted,
-    Modified(Row),
+    Modified(Row, Vec<SetChange>),
     Deleted(Row),
 }
 
@@ -340,7 +351,12 @@ impl RowChange {
     fn record(self, changes: &mut TableChanges, uuid: Uuid) {
         match self {
             RowChange::Inserted => changes.inserted.push(uuid),
-            RowChange::Modified(old) => changes.modified.push((uuid, old)),
+            RowChange::Modified(old, set_changes) => {
+                changes.modified.push((uuid, old));
+                if !set_changes.is_empty() {
+                    changes.set_changes.insert(uuid, set_changes);
+                }
+            }
             RowChange::Deleted(old) => changes.deleted.push((uuid, old)),
         }
     }
@@ -367,7 +383,7 @@ impl Table {
         match self.rows.insert(uuid, row) {
             None => Some(RowChange::Inserted),
             Some(old) if self.rows.get(&uuid) == Some(&old) => None,
-            Some(old) => Some(RowChange::Modified(old)),
+            Some(old) => Some(RowChange::Modified(old, Vec::new())),
         }
     }
 
@@ -386,15 +402,36 @@ impl Table {
                     .get(&uuid)
                     .ok_or("modify of a row the replica does not have")?;
                 let mut row = old.clone();
+                let mut set_changes = Vec::new();
                 for (column, diff) in diffs {
                     if let Some(position) = self.layout.position(column) {
                         let column_type = &self.layout.columns[position].1;
+                        if column_type.is_composite() && !column_type.is_map() {
+                            let toggled = Datum::decode(diff, column_type)
+                                .map_err(|e| format!("{column}: {e}"))?;
+                            let before = row.values[position].atoms();
+                            let (removed, added) = toggled
+                                .atoms()
+                                .iter()
+                                .cloned()
+                                .partition(|atom| before.binary_search(atom).is_ok());
+                            set_changes.push(SetChange {
+                                column: column.clone(),
+                                added,
+                                removed,
+                            });
+                        }
                         row.values[position]
                             .apply_diff(diff, column_type)
                             .map_err(|e| format!("{column}: {e}"))?;
                     }
                 }
-                Ok(self.insert(uuid, row))
+                Ok(match self.insert(uuid, row) {
+                    Some(RowChange::Modified(old, _)) => {
+                        Some(RowChange::Modified(old, set_changes))
+                    }
+                    other => other,
+                })
             }
             "delete" => Ok(self.rows.remove(&uuid).map(RowChange::Deleted)),
             other => Err(format!("unknown row update kind {other:?}")),
@@ -413,5 +450,69 @@ impl Table {
             }
             None => Err("row update has neither old nor new".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ovsdb::session::MonitorMethod;
+
+    const ROW: &str = "11111111-1111-4111-8111-111111111111";
+    const A: &str = "aaaaaaaa-1111-4111-8111-111111111111";
+    const B: &str = "bbbbbbbb-1111-4111-8111-111111111111";
+    const C: &str = "cccccccc-1111-4111-8111-111111111111";
+
+    fn replica() -> Replica {
+        let schema = DatabaseSchema::parse(
+            &json!({"name": "T", "version": "1", "tables": {"G": {"columns": {
+                "name": {"type": "string"},
+                "ports": {"type": {"key": "uuid", "min": 0, "max": "unlimited"}}
+            }}}}),
+        )
+        .unwrap();
+        let mut replica = Replica::new();
+        replica.apply(&SessionEvent::Snapshot {
+            remote: "test".into(),
+            method: MonitorMethod::MonitorCondSince,
+            schema: Arc::new(schema),
+            monitored: [("G".to_string(), vec!["name".to_string(), "ports".to_string()])].into(),
+            updates: json!({"G": {ROW: {"initial": {"name": "g", "ports": ["set", [["uuid", A], ["uuid", B]]]}}}}),
+            format: UpdateFormat::Update2,
+            resumed: false,
+        });
+        replica
+    }
+
+    #[test]
+    fn set_diffs_are_reported_as_added_and_removed_elements() {
+        let mut replica = replica();
+        let changes = replica.apply(&SessionEvent::Update {
+            updates: json!({"G": {ROW: {"modify": {"ports": ["set", [["uuid", B], ["uuid", C]]], "name": "h"}}}}),
+            format: UpdateFormat::Update2,
+        });
+        let table = changes.table("G").unwrap();
+        assert_eq!(table.modified.len(), 1);
+        let set_changes = &table.set_changes[&ROW.parse().unwrap()];
+        assert_eq!(set_changes.len(), 1, "scalar columns carry no set change");
+        assert_eq!(set_changes[0].column, "ports");
+        assert_eq!(set_changes[0].added, vec![Atom::Uuid(C.parse().unwrap())]);
+        assert_eq!(set_changes[0].removed, vec![Atom::Uuid(B.parse().unwrap())]);
+        let row = replica
+            .table("G")
+            .unwrap()
+            .row(&ROW.parse().unwrap())
+            .unwrap();
+        let ports: Vec<_> = row
+            .get("ports")
+            .unwrap()
+            .atoms()
+            .iter()
+            .filter_map(Atom::as_uuid)
+            .map(|u| u.to_string())
+            .collect();
+        assert_eq!(ports, [A, C]);
     }
 }

@@ -55,12 +55,18 @@ pub enum IrEntry {
         addresses: Vec<String>,
         port_security: Vec<String>,
     },
-    /// A flood/multicast group (from Multicast_Group): member port keys.
+    /// A flood/multicast group (from Multicast_Group), by its tunnel key.
     FloodGroup {
         datapath: u32,
         key: u32,
         name: String,
-        ports: Vec<u32>,
+    },
+    /// One member port of a flood group (one entry per member, so a membership change is one
+    /// entry, whatever the group's size).
+    FloodMember {
+        datapath: u32,
+        group: u32,
+        port: u32,
     },
     /// Ingress sanity: VLAN-tagged frames and frames with a multicast source are dropped.
     IngressSanity { datapath: u32 },
@@ -201,6 +207,7 @@ impl IrEntry {
             | IrEntry::Unsupported { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }
+            | IrEntry::FloodMember { datapath, .. }
             | IrEntry::IngressSanity { datapath }
             | IrEntry::PortSecurity { datapath, .. }
             | IrEntry::L2Fib { datapath, .. }

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::{
     lflow::{parse_actions, parse_match},
-    ovsdb::replica::ChangeSet,
+    ovsdb::replica::{ChangeSet, SetChange},
     sb::{
         Southbound,
         rows::{
@@ -72,11 +72,19 @@ pub struct StageCoverage {
     pub reasons: BTreeMap<String, usize>,
 }
 
+/// A flood group's entries: its header and one entry per member port (by Port_Binding row).
+#[derive(Debug)]
+struct GroupState {
+    header: IrEntry,
+    members: HashMap<Uuid, IrEntry>,
+}
+
 /// The compiler's state: contributions per source row and the reference-counted IR.
 #[derive(Debug, Default)]
 pub struct Compiler {
     flows: HashMap<Uuid, Contribution>,
     rows: HashMap<Uuid, Contribution>,
+    groups: HashMap<Uuid, GroupState>,
     entries: HashMap<IrEntry, u32>,
 }
 
@@ -119,6 +127,7 @@ impl Compiler {
         }
         let mut flows = Vec::new();
         let mut rows = Vec::new();
+        let mut groups = Vec::new();
         for (table, change) in &changes.tables {
             let touched = change
                 .inserted
@@ -128,7 +137,16 @@ impl Compiler {
             let gone = change.deleted.iter().map(|(u, _)| *u);
             match table.as_str() {
                 LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
-                PortBinding::TABLE | MulticastGroup::TABLE => rows.extend(touched.chain(gone)),
+                PortBinding::TABLE => rows.extend(touched.chain(gone)),
+                MulticastGroup::TABLE => {
+                    for uuid in touched.chain(gone) {
+                        let ports = change
+                            .set_changes
+                            .get(&uuid)
+                            .and_then(|c| c.iter().find(|c| c.column == "ports"));
+                        groups.push((uuid, ports.cloned()));
+                    }
+                }
                 LogicalDpGroup::TABLE => {
                     for group in touched.chain(gone) {
                         flows.extend(
@@ -159,7 +177,142 @@ impl Compiler {
             self.retract_row(uuid, &mut delta);
             self.compile_row(sb, uuid, &mut delta);
         }
+        for (uuid, ports_change) in groups {
+            match ports_change {
+                Some(change) if self.group_header_unchanged(sb, uuid) => {
+                    self.apply_member_change(sb, uuid, &change, &mut delta)
+                }
+                _ => self.update_group(sb, uuid, &mut delta),
+            }
+        }
         delta.into_diff()
+    }
+
+    /// Whether a group's datapath, key and name are what its header entry says (read without
+    /// decoding its member list).
+    fn group_header_unchanged(&self, sb: &Southbound, uuid: Uuid) -> bool {
+        let Some(state) = self.groups.get(&uuid) else {
+            return false;
+        };
+        group_header(sb, uuid).is_some_and(|header| header == state.header)
+    }
+
+    /// Applies the members a group gained and lost (from the update's set diff): O(change).
+    fn apply_member_change(
+        &mut self,
+        sb: &Southbound,
+        uuid: Uuid,
+        change: &SetChange,
+        delta: &mut Delta,
+    ) {
+        let Some(mut state) = self.groups.remove(&uuid) else {
+            return;
+        };
+        let IrEntry::FloodGroup {
+            datapath,
+            key: group,
+            ..
+        } = state.header
+        else {
+            self.groups.insert(uuid, state);
+            return;
+        };
+        for port in change.removed.iter().filter_map(|a| a.as_uuid()) {
+            if let Some(entry) = state.members.remove(&port) {
+                self.remove(entry, delta);
+            }
+        }
+        let key_of = port_key_reader(sb);
+        for port in change.added.iter().filter_map(|a| a.as_uuid()) {
+            if let Some(key) = key_of.as_ref().and_then(|read| read(&port)) {
+                let entry = IrEntry::FloodMember {
+                    datapath,
+                    group,
+                    port: key,
+                };
+                self.add(entry.clone(), delta);
+                state.members.insert(port, entry);
+            }
+        }
+        self.groups.insert(uuid, state);
+    }
+
+    /// Brings one Multicast_Group's entries up to date, touching only the members that changed.
+    fn update_group(&mut self, sb: &Southbound, uuid: Uuid, delta: &mut Delta) {
+        let Some(group) = sb.row::<MulticastGroup>(&uuid) else {
+            self.retract_group(uuid, delta);
+            return;
+        };
+        let Some(datapath) = group
+            .datapath
+            .and_then(|dp| sb.row::<DatapathBinding>(&dp))
+            .map(|dp| dp.tunnel_key)
+        else {
+            self.retract_group(uuid, delta);
+            return;
+        };
+        let header = IrEntry::FloodGroup {
+            datapath,
+            key: group.tunnel_key,
+            name: group.name.clone(),
+        };
+        if self
+            .groups
+            .get(&uuid)
+            .is_some_and(|state| state.header != header)
+        {
+            self.retract_group(uuid, delta);
+        }
+        if !self.groups.contains_key(&uuid) {
+            self.add(header.clone(), delta);
+            self.groups.insert(
+                uuid,
+                GroupState {
+                    header,
+                    members: HashMap::new(),
+                },
+            );
+        }
+        let ports: std::collections::HashSet<Uuid> = group.ports.iter().copied().collect();
+        let Some(mut state) = self.groups.remove(&uuid) else {
+            return;
+        };
+        let gone: Vec<Uuid> = state
+            .members
+            .keys()
+            .filter(|p| !ports.contains(p))
+            .copied()
+            .collect();
+        for port in gone {
+            if let Some(entry) = state.members.remove(&port) {
+                self.remove(entry, delta);
+            }
+        }
+        let key_of = port_key_reader(sb);
+        for port in ports {
+            if state.members.contains_key(&port) {
+                continue;
+            }
+            if let Some(key) = key_of.as_ref().and_then(|read| read(&port)) {
+                let entry = IrEntry::FloodMember {
+                    datapath,
+                    group: group.tunnel_key,
+                    port: key,
+                };
+                self.add(entry.clone(), delta);
+                state.members.insert(port, entry);
+            }
+        }
+        self.groups.insert(uuid, state);
+    }
+
+    fn retract_group(&mut self, uuid: Uuid, delta: &mut Delta) {
+        if let Some(state) = self.groups.remove(&uuid) {
+            self.remove(state.header, delta);
+            for (_, entry) in state.members {
+                self.remove(entry, delta);
+            }
+        }
     }
 
     fn rebuild(&mut self, sb: &Southbound, delta: &mut Delta) {
@@ -171,17 +324,24 @@ impl Compiler {
         for uuid in rows {
             self.retract_row(uuid, delta);
         }
+        let groups: Vec<Uuid> = self.groups.keys().copied().collect();
+        for uuid in groups {
+            self.retract_group(uuid, delta);
+        }
         for flow in sb.rows::<LogicalFlow>() {
             self.compile_flow(sb, &flow, delta);
         }
         let rows: Vec<Uuid> = sb
             .rows::<PortBinding>()
             .map(|p| p.uuid)
-            .chain(sb.rows::<MulticastGroup>().map(|m| m.uuid))
             .chain(sb.rows::<DatapathBinding>().map(|d| d.uuid))
             .collect();
         for uuid in rows {
             self.compile_row(sb, uuid, delta);
+        }
+        let groups: Vec<Uuid> = sb.rows::<MulticastGroup>().map(|m| m.uuid).collect();
+        for uuid in groups {
+            self.update_group(sb, uuid, delta);
         }
     }
 
@@ -278,8 +438,6 @@ impl Compiler {
     fn compile_row(&mut self, sb: &Southbound, uuid: Uuid, delta: &mut Delta) {
         let entries = if let Some(port) = sb.row::<PortBinding>(&uuid) {
             port_entry(sb, &port).into_iter().collect()
-        } else if let Some(group) = sb.row::<MulticastGroup>(&uuid) {
-            flood_group_entry(sb, &group).into_iter().collect()
         } else if let Some(datapath) = sb.row::<DatapathBinding>(&uuid) {
             vec![IrEntry::Datapath {
                 datapath: datapath.tunnel_key,
@@ -391,19 +549,28 @@ fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry> {
     })
 }
 
-fn flood_group_entry(sb: &Southbound, group: &MulticastGroup) -> Option<IrEntry> {
-    let datapath = sb.row::<DatapathBinding>(&group.datapath?)?.tunnel_key;
-    let mut ports: Vec<u32> = group
-        .ports
-        .iter()
-        .filter_map(|p| sb.row::<PortBinding>(p))
-        .map(|p| p.tunnel_key)
-        .collect();
-    ports.sort_unstable();
+/// A Multicast_Group's header entry, read column by column (its member list is not decoded).
+fn group_header(sb: &Southbound, uuid: Uuid) -> Option<IrEntry> {
+    let row = sb.replica().table(MulticastGroup::TABLE)?.row(&uuid)?;
+    let datapath_row = row.get("datapath")?.single()?.as_uuid()?;
+    let datapath = sb.row::<DatapathBinding>(&datapath_row)?.tunnel_key;
+    let key = u32::try_from(row.get("tunnel_key")?.single()?.as_integer()?).ok()?;
+    let name = row.get("name")?.single()?.as_str()?.to_string();
     Some(IrEntry::FloodGroup {
         datapath,
-        key: group.tunnel_key,
-        name: group.name.clone(),
-        ports,
+        key,
+        name,
+    })
+}
+
+/// Reads a Port_Binding's tunnel key by row, from the replica column alone (no row decoding:
+/// groups like `_MC_flood` hold every port of a switch).
+fn port_key_reader(sb: &Southbound) -> Option<impl Fn(&Uuid) -> Option<u32> + '_> {
+    let bindings = sb.replica().table(PortBinding::TABLE)?;
+    let key_column = bindings.layout().position("tunnel_key")?;
+    Some(move |port: &Uuid| {
+        let row = bindings.row(port)?;
+        let key = row.row.values[key_column].single()?.as_integer()?;
+        u32::try_from(key).ok()
     })
 }

@@ -25,7 +25,7 @@ pub struct Evaluator<'a> {
     ports: HashMap<&'a str, (u32, u32, &'a PortKind)>,
     port_security: HashMap<&'a str, &'a [String]>,
     port_names: HashMap<(u32, u32), &'a str>,
-    groups: HashMap<(u32, &'a str), &'a [u32]>,
+    groups: HashMap<(u32, &'a str), Vec<u32>>,
     by_datapath: HashMap<u32, Vec<&'a IrEntry>>,
 }
 
@@ -141,8 +141,15 @@ impl<'a> Evaluator<'a> {
             groups: HashMap::new(),
             by_datapath: HashMap::new(),
         };
+        let mut group_names: HashMap<(u32, u32), &'a str> = HashMap::new();
+        let mut members: Vec<(u32, u32, u32)> = Vec::new();
         for entry in entries {
             match entry {
+                IrEntry::FloodMember {
+                    datapath,
+                    group,
+                    port,
+                } => members.push((*datapath, *group, *port)),
                 IrEntry::Datapath {
                     datapath,
                     name,
@@ -166,11 +173,10 @@ impl<'a> Evaluator<'a> {
                 }
                 IrEntry::FloodGroup {
                     datapath,
+                    key,
                     name,
-                    ports,
-                    ..
                 } => {
-                    evaluator.groups.insert((*datapath, name), ports);
+                    group_names.insert((*datapath, *key), name);
                 }
                 _ => {}
             }
@@ -179,6 +185,18 @@ impl<'a> Evaluator<'a> {
                 .entry(entry.datapath())
                 .or_default()
                 .push(entry);
+        }
+        for (datapath, group, port) in members {
+            if let Some(name) = group_names.get(&(datapath, group)) {
+                evaluator
+                    .groups
+                    .entry((datapath, name))
+                    .or_default()
+                    .push(port);
+            }
+        }
+        for ports in evaluator.groups.values_mut() {
+            ports.sort_unstable();
         }
         evaluator
     }
@@ -369,7 +387,11 @@ impl<'a> Evaluator<'a> {
         trace: &mut Trace,
         hops: usize,
     ) {
-        let members = self.groups.get(&(dp, group)).copied().unwrap_or_default();
+        let members = self
+            .groups
+            .get(&(dp, group))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         for key in members {
             if let Some(port) = self.port_names.get(&(dp, *key))
                 && *port != inport
