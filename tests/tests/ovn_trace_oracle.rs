@@ -94,8 +94,41 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     );
     lab.nbctl(&["--wait=sb", "lsp-set-port-security", &secured.port, &entry])
         .unwrap();
+    // A neighbour a chassis learned (MAC_Binding is written by chassis, not northd): a second
+    // address of the first subnet-a pod.
+    let owner = pods
+        .iter()
+        .find(|p| p.switch == "subnet-a")
+        .expect("a subnet-a pod");
+    let vpc_a = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "Datapath_Binding",
+            "external_ids:name=vpc-a",
+        ])
+        .unwrap();
+    let mac = format!(
+        "mac=\"{}\"",
+        ovnbpf_agent::pipeline::packet::format_mac(&owner.mac)
+    );
+    let datapath = format!("datapath={}", vpc_a.trim());
+    let ip = format!("ip=\"{LEARNED}\"");
+    lab.sbctl(&[
+        "create",
+        "MAC_Binding",
+        "logical_port=vpc-a-subnet-a",
+        &ip,
+        &mac,
+        &datapath,
+    ])
+    .unwrap();
     pods
 }
+
+/// The address of the learned neighbour.
+const LEARNED: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 77);
 
 fn gateway(pod: &Pod) -> (Ipv4Addr, [u8; 6]) {
     let [a, b, c, _] = pod.ip.octets();
@@ -263,6 +296,10 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             );
         }
         if pod.vpc == "vpc-a" {
+            add(
+                "routes to a learned neighbour",
+                ipv4(pod, router_mac, LEARNED, 64, PING),
+            );
             add(
                 "uses the static route via a pod",
                 ipv4(pod, router_mac, Ipv4Addr::new(192, 168, 50, 7), 64, PING),

@@ -141,6 +141,14 @@ pub enum IrEntry {
         ip: Ipv4Addr,
         mac: Mac,
     },
+    /// A neighbour learned at run time (from MAC_Binding, written by chassis): used when no
+    /// static neighbour matches.
+    LearnedNeighbour {
+        datapath: u32,
+        port: String,
+        ip: Ipv4Addr,
+        mac: Mac,
+    },
     /// Next hops without a static neighbour are looked up in MAC_Binding.
     NeighbourLookup { datapath: u32 },
     /// Frames routed out of `port` are delivered to it.
@@ -225,6 +233,7 @@ impl IrEntry {
             | IrEntry::RouteMissDrop { datapath }
             | IrEntry::Neighbour { datapath, .. }
             | IrEntry::NeighbourLookup { datapath }
+            | IrEntry::LearnedNeighbour { datapath, .. }
             | IrEntry::RouterDelivery { datapath, .. }
             | IrEntry::RouterAdmissionDrop { datapath }
             | IrEntry::NeighbourLearning { datapath, .. }

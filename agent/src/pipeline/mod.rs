@@ -20,7 +20,8 @@ use crate::{
     sb::{
         Southbound,
         rows::{
-            Chassis, DatapathBinding, LogicalDpGroup, LogicalFlow, MulticastGroup, PortBinding,
+            Chassis, DatapathBinding, LogicalDpGroup, LogicalFlow, MacBinding, MulticastGroup,
+            PortBinding,
         },
     },
 };
@@ -137,7 +138,7 @@ impl Compiler {
             let gone = change.deleted.iter().map(|(u, _)| *u);
             match table.as_str() {
                 LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
-                PortBinding::TABLE => rows.extend(touched.chain(gone)),
+                PortBinding::TABLE | MacBinding::TABLE => rows.extend(touched.chain(gone)),
                 MulticastGroup::TABLE => {
                     for uuid in touched.chain(gone) {
                         let ports = change
@@ -335,6 +336,7 @@ impl Compiler {
             .rows::<PortBinding>()
             .map(|p| p.uuid)
             .chain(sb.rows::<DatapathBinding>().map(|d| d.uuid))
+            .chain(sb.rows::<MacBinding>().map(|m| m.uuid))
             .collect();
         for uuid in rows {
             self.compile_row(sb, uuid, delta);
@@ -438,6 +440,8 @@ impl Compiler {
     fn compile_row(&mut self, sb: &Southbound, uuid: Uuid, delta: &mut Delta) {
         let entries = if let Some(port) = sb.row::<PortBinding>(&uuid) {
             port_entry(sb, &port).into_iter().collect()
+        } else if let Some(binding) = sb.row::<MacBinding>(&uuid) {
+            learned_neighbour(sb, &binding).into_iter().collect()
         } else if let Some(datapath) = sb.row::<DatapathBinding>(&uuid) {
             vec![IrEntry::Datapath {
                 datapath: datapath.tunnel_key,
@@ -546,6 +550,26 @@ fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry> {
         kind,
         addresses: port.mac.clone(),
         port_security: port.port_security.clone(),
+    })
+}
+
+/// A MAC_Binding row as a learned neighbour (IPv4 only for now).
+fn learned_neighbour(sb: &Southbound, binding: &MacBinding) -> Option<IrEntry> {
+    let datapath = sb.row::<DatapathBinding>(&binding.datapath?)?.tunnel_key;
+    let ip = binding.ip.parse().ok()?;
+    let mut mac = [0_u8; 6];
+    let parts: Vec<&str> = binding.mac.split(':').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    Some(IrEntry::LearnedNeighbour {
+        datapath,
+        port: binding.logical_port.clone(),
+        ip,
+        mac,
     })
 }
 

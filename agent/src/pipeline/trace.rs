@@ -706,12 +706,25 @@ impl<'a> Evaluator<'a> {
         );
         packet.decrement_ttl();
         packet.eth_src = source_mac;
-        let neighbour = self.entries(dp).find_map(|e| match e {
-            IrEntry::Neighbour {
-                port: p, ip, mac, ..
-            } if p == port && *ip == nexthop => Some(*mac),
-            _ => None,
-        });
+        let neighbour = self
+            .entries(dp)
+            .find_map(|e| match e {
+                IrEntry::Neighbour {
+                    port: p, ip, mac, ..
+                } if p == port && *ip == nexthop => Some(*mac),
+                _ => None,
+            })
+            .or_else(|| {
+                let lookup = self
+                    .entries(dp)
+                    .any(|e| matches!(e, IrEntry::NeighbourLookup { .. }));
+                self.entries(dp).find_map(|e| match e {
+                    IrEntry::LearnedNeighbour {
+                        port: p, ip, mac, ..
+                    } if lookup && p == port && *ip == nexthop => Some(*mac),
+                    _ => None,
+                })
+            });
         match neighbour {
             Some(mac) => {
                 packet.eth_dst = mac;
