@@ -180,6 +180,27 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             ipv4(pod, router_mac, gateway_ip, 64, PING),
         );
         add("ARPs for its gateway", arp_request(pod, gateway_ip));
+        let tcp = L4::Tcp {
+            source: 40000,
+            destination: 22,
+        };
+        add(
+            "opens TCP to its gateway",
+            ipv4(pod, router_mac, gateway_ip, 64, tcp),
+        );
+        let udp = L4::Udp {
+            source: 40000,
+            destination: 161,
+        };
+        add(
+            "sends UDP to its gateway",
+            ipv4(pod, router_mac, gateway_ip, 64, udp),
+        );
+        let timestamp = L4::Icmp { kind: 13, code: 0 };
+        add(
+            "sends an ICMP timestamp to its gateway",
+            ipv4(pod, router_mac, gateway_ip, 64, timestamp),
+        );
         add(
             "ARPs for an unknown address",
             arp_request(pod, Ipv4Addr::new(a, b, c, 200)),

@@ -5,7 +5,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::ir::{IrEntry, Mac, Prefix, RouterDropRule};
+use super::ir::{IrEntry, Mac, Prefix, RejectProtocol, RejectResponse, RouterDropRule};
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source, Value},
     lexer::{Constant, Mask},
@@ -630,10 +630,77 @@ fn classify_router_input(dp: u32, priority: i64, terms: &[&Expr], actions: &[Act
             _ => unsupported("TTL-exceeded variant"),
         },
         _ if actions.iter().any(|a| matches!(a, Action::Keyword { name, .. } if ["tcp_reset", "sctp_abort", "icmp4"].contains(&name.as_str()))) => {
-            unsupported("ICMP unreachable / TCP reset generation for traffic to router IPs")
+            classify_router_reject(dp, terms, actions)
         }
         _ if actions.iter().any(|a| matches!(a, Action::Keyword { name, .. } if name == "handle_dhcpv6_reply")) => unsupported("IPv6"),
         _ => unsupported("router input variant"),
+    }
+}
+
+/// Traffic to a router IP that the router answers: `ip4 && ip4.dst == IP && !ip.later_frag
+/// [&& tcp|udp|sctp]` → `tcp_reset {…}`, `sctp_abort {…}` or `icmp4 { … icmp4.type = 3; … }`.
+fn classify_router_reject(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
+    let Some(ip) = terms.iter().find_map(|t| compare_ipv4(t, "ip4.dst")) else {
+        return unsupported("router reject variant");
+    };
+    let protocols: Vec<RejectProtocol> = terms
+        .iter()
+        .filter_map(|t| match t {
+            Expr::Field(f) if plain(f, "tcp") => Some(RejectProtocol::Tcp),
+            Expr::Field(f) if plain(f, "udp") => Some(RejectProtocol::Udp),
+            Expr::Field(f) if plain(f, "sctp") => Some(RejectProtocol::Sctp),
+            _ => None,
+        })
+        .collect();
+    let recognised = terms.iter().all(|t| match t {
+        Expr::Field(f) => {
+            ["ip4", "tcp", "udp", "sctp"].contains(&f.name.as_str()) && f.slice.is_none()
+        }
+        Expr::Not(inner) => matches!(inner.as_ref(), Expr::Field(f) if plain(f, "ip.later_frag")),
+        other => compare_ipv4(other, "ip4.dst").is_some(),
+    });
+    let response = match actions {
+        [
+            Action::Keyword {
+                name,
+                block: Some(_),
+                ..
+            },
+        ] if name == "tcp_reset" => Some(RejectResponse::TcpReset),
+        [
+            Action::Keyword {
+                name,
+                block: Some(_),
+                ..
+            },
+        ] if name == "sctp_abort" => Some(RejectResponse::SctpAbort),
+        [
+            Action::Keyword {
+                name,
+                block: Some(block),
+                ..
+            },
+        ] if name == "icmp4" && assigned_integer(block, "icmp4.type") == Some(3) => {
+            assigned_integer(block, "icmp4.code")
+                .and_then(|code| u8::try_from(code).ok())
+                .map(|code| RejectResponse::IcmpUnreachable { code })
+        }
+        _ => None,
+    };
+    match (protocols.as_slice(), response, recognised) {
+        ([], Some(response), true) => Class::Compiled(vec![IrEntry::RouterReject {
+            datapath: dp,
+            ip,
+            protocol: None,
+            response,
+        }]),
+        ([protocol], Some(response), true) => Class::Compiled(vec![IrEntry::RouterReject {
+            datapath: dp,
+            ip,
+            protocol: Some(*protocol),
+            response,
+        }]),
+        _ => unsupported("router reject variant"),
     }
 }
 

@@ -175,6 +175,14 @@ pub enum IrEntry {
     },
     /// The router answers ICMP echo requests to `ip`.
     RouterEchoReply { datapath: u32, ip: Ipv4Addr },
+    /// Traffic to the router's own `ip` (of `protocol`, or any other protocol when `None`) is
+    /// answered: a TCP reset, or ICMP destination unreachable with `code`.
+    RouterReject {
+        datapath: u32,
+        ip: Ipv4Addr,
+        protocol: Option<RejectProtocol>,
+        response: RejectResponse,
+    },
     /// A router drop rule of the IP input stage.
     RouterDrop { datapath: u32, rule: RouterDropRule },
     /// Packets arriving on `port` with TTL 0 or 1 get ICMP time exceeded from `source`.
@@ -183,6 +191,22 @@ pub enum IrEntry {
         port: String,
         source: Ipv4Addr,
     },
+}
+
+/// The transport protocol a router reject rule is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectProtocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+/// What a router sends back for traffic to its own addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectResponse {
+    TcpReset,
+    SctpAbort,
+    IcmpUnreachable { code: u8 },
 }
 
 /// Why the router's IP input stage drops a packet.
@@ -242,6 +266,7 @@ impl IrEntry {
             | IrEntry::RouterArpReply { datapath, .. }
             | IrEntry::RouterEchoReply { datapath, .. }
             | IrEntry::RouterDrop { datapath, .. }
+            | IrEntry::RouterReject { datapath, .. }
             | IrEntry::TtlExceeded { datapath, .. } => *datapath,
         }
     }

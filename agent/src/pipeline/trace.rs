@@ -7,7 +7,7 @@
 use std::{collections::HashMap, net::Ipv4Addr};
 
 use super::{
-    ir::{IrEntry, Mac, PortKind, Prefix, RouterDropRule},
+    ir::{IrEntry, Mac, PortKind, Prefix, RejectProtocol, RejectResponse, RouterDropRule},
     packet::{L3, L4, Packet, format_mac},
 };
 
@@ -618,6 +618,14 @@ impl<'a> Evaluator<'a> {
                 self.step(trace, dp, "dropped: IP multicast".into());
                 return;
             }
+            if let Some(reply) = self.reject(dp, &packet, destination) {
+                self.step(
+                    trace,
+                    dp,
+                    format!("router rejects traffic to its own {destination}"),
+                );
+                return self.route(dp, reply, trace, hops);
+            }
             if drop_rule(
                 &|r| matches!(r, RouterDropRule::ToRouter(list) if list.contains(&destination)),
             ) {
@@ -662,6 +670,68 @@ impl<'a> Evaluator<'a> {
             }
         }
         self.route(dp, packet, trace, hops);
+    }
+
+    /// The answer to traffic for a router IP that a reject rule covers (TCP reset or ICMP
+    /// unreachable, addressed back to the sender), as OVN builds it before routing it back.
+    fn reject(&self, dp: u32, packet: &Packet, destination: Ipv4Addr) -> Option<Packet> {
+        let L3::Ipv4 {
+            source, ttl, l4, ..
+        } = packet.l3
+        else {
+            return None;
+        };
+        let protocol = match l4 {
+            L4::Tcp { .. } | L4::TcpReset { .. } => Some(RejectProtocol::Tcp),
+            L4::Udp { .. } => Some(RejectProtocol::Udp),
+            L4::Icmp { .. } => None,
+        };
+        // A protocol-specific rule (priority 80) wins over the catch-all (priority 70).
+        let response = self
+            .entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::RouterReject {
+                    ip,
+                    protocol: p,
+                    response,
+                    ..
+                } if *ip == destination && (p.is_none() || *p == protocol) => {
+                    Some((p.is_some(), *response))
+                }
+                _ => None,
+            })
+            .max_by_key(|(specific, _)| *specific)
+            .map(|(_, response)| response)?;
+        let swapped = |l4| Packet {
+            eth_src: packet.eth_dst,
+            eth_dst: packet.eth_src,
+            l3: L3::Ipv4 {
+                source: destination,
+                destination: source,
+                ttl,
+                l4,
+            },
+        };
+        Some(match (response, l4) {
+            (
+                RejectResponse::TcpReset,
+                L4::Tcp {
+                    source,
+                    destination,
+                },
+            ) => swapped(L4::TcpReset {
+                source,
+                destination,
+            }),
+            (RejectResponse::IcmpUnreachable { code }, _) => {
+                let mut reply = swapped(L4::Icmp { kind: 3, code });
+                if let L3::Ipv4 { ttl, .. } = &mut reply.l3 {
+                    *ttl = 255;
+                }
+                reply
+            }
+            _ => return None,
+        })
     }
 
     fn route(&self, dp: u32, mut packet: Packet, trace: &mut Trace, hops: usize) {
