@@ -1,7 +1,8 @@
 //! The agent's main loop: follow the Southbound DB through a monitoring session, keep the typed
-//! replica current, register this chassis, claim the ports configured as local, narrow the
-//! monitor to the local datapaths (unless monitor-all), and acknowledge `nb_cfg` once each change
-//! set has been processed. Owns the session and the replica; writes only this chassis's rows.
+//! replica and the pipeline IR current, register this chassis, claim the ports configured as
+//! local, narrow the monitor to the local datapaths (unless monitor-all), and acknowledge `nb_cfg`
+//! once each change set has been processed. Owns the session, the replica and the compiler;
+//! writes only this chassis's rows.
 
 use std::{
     collections::HashSet,
@@ -9,7 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     chassis::{self, ChassisConfig},
@@ -19,6 +20,7 @@ use crate::{
         replica::ChangeSet,
         session::{self, SessionConfig, SessionEvent, SessionHandle},
     },
+    pipeline::Compiler,
     sb::{
         DATABASE, Southbound,
         monitor::{self, LocalScope},
@@ -44,11 +46,14 @@ pub struct DaemonStats {
     pub rejected_rows: u64,
     pub transactions: u64,
     pub failed_transactions: u64,
+    /// IR entries added and removed by the compiler over the daemon's life.
+    pub ir_changes: u64,
 }
 
 struct Daemon {
     config: DaemonConfig,
     sb: Southbound,
+    compiler: Compiler,
     handle: SessionHandle,
     scope: LocalScope,
     local_ports: HashSet<String>,
@@ -84,6 +89,7 @@ pub async fn run(
         let mut daemon = Daemon {
             config,
             sb: Southbound::new(),
+            compiler: Compiler::new(),
             handle,
             scope,
             local_ports,
@@ -112,6 +118,15 @@ impl Daemon {
         self.stats.events += 1;
         let changes = self.sb.apply(event);
         self.record(event, &changes);
+        let diff = self.compiler.apply(&self.sb, &changes);
+        self.stats.ir_changes += diff.len() as u64;
+        if !diff.is_empty() {
+            debug!(
+                added = diff.added.len(),
+                removed = diff.removed.len(),
+                "pipeline IR changed"
+            );
+        }
         if matches!(event, SessionEvent::Disconnected { .. }) {
             self.in_flight.clear();
             return;
@@ -186,8 +201,8 @@ impl Daemon {
     }
 
     /// Tells northd (through Chassis_Private.nb_cfg) that this chassis has processed the SB as of
-    /// SB_Global.nb_cfg. Today processing means the replica and claims are current; the datapath
-    /// backends will join this acknowledgement when they program from the replica.
+    /// SB_Global.nb_cfg: the replica, the claims and the pipeline IR are current. The datapath
+    /// backends will join this acknowledgement when they program from the IR.
     async fn acknowledge_nb_cfg(&mut self) {
         let (Some(global), Some(private)) = (
             self.sb.sb_global(),
