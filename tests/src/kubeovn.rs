@@ -254,6 +254,8 @@ pub struct SbPort {
     pub tunnel_key: u32,
     /// Tunnel key of the port's datapath.
     pub datapath_key: u32,
+    /// The port's MAC (first word of its first address), empty for ports without one.
+    pub mac: String,
 }
 
 /// Every Datapath_Binding in the lab's SB, sorted by name.
@@ -287,7 +289,11 @@ pub fn sb_ports(lab: &OvnLab) -> Result<Vec<SbPort>> {
         .iter()
         .map(|row| Ok((uuid(&row[0])?, as_u32(&row[1])?)))
         .collect::<Result<_>>()?;
-    let table = sbctl_json(lab, "Port_Binding", "logical_port,type,tunnel_key,datapath")?;
+    let table = sbctl_json(
+        lab,
+        "Port_Binding",
+        "logical_port,type,tunnel_key,datapath,mac",
+    )?;
     let mut ports = table
         .iter()
         .map(|row| {
@@ -302,6 +308,7 @@ pub fn sb_ports(lab: &OvnLab) -> Result<Vec<SbPort>> {
                 kind: row[1].as_str().context("type")?.to_string(),
                 tunnel_key: as_u32(&row[2])?,
                 datapath_key,
+                mac: first_mac(&row[4]),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -336,6 +343,23 @@ fn as_u32(value: &Value) -> Result<u32> {
         .as_u64()
         .and_then(|v| u32::try_from(v).ok())
         .with_context(|| format!("{value} is not a u32"))
+}
+
+/// The first word of the first address of a Port_Binding `mac` column ("MAC IP…" strings).
+fn first_mac(value: &Value) -> String {
+    let first = match value {
+        Value::String(address) => Some(address.as_str()),
+        Value::Array(parts) => parts
+            .get(1)
+            .and_then(Value::as_array)
+            .and_then(|set| set.first())
+            .and_then(Value::as_str),
+        _ => None,
+    };
+    first
+        .and_then(|address| address.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `["uuid", "…"]` → the uuid string.

@@ -1,7 +1,8 @@
 //! `cargo xtask demo`: the product on a built-in default. Starts a real OVN central (ovsdb-server
 //! and ovn-northd), builds a Kube-OVN-shaped two-VPC topology with overlapping CIDRs, shows what
-//! northd put in the Southbound DB, loads ovnbpf's kernel programs through the verifier, and tears
-//! everything down. Later work extends it with agents, pods and traffic.
+//! northd put in the Southbound DB, shows what ovnbpf's compiler makes of the logical flows
+//! (coverage, and traces of packets through the IR), loads ovnbpf's kernel programs through the
+//! verifier, and tears everything down. Later work extends it with agents, pods and traffic.
 
 use std::process::Command;
 
@@ -12,6 +13,15 @@ use ovnbpf_tests::{
 };
 
 use crate::{cmd, demo_topology};
+
+/// The MAC of a pod port in the SB (its "MAC IP" address).
+fn mac_of(ports: &[kubeovn::SbPort], name: &str) -> String {
+    ports
+        .iter()
+        .find(|p| p.logical_port == name)
+        .map(|p| p.mac.clone())
+        .unwrap_or_default()
+}
 
 pub fn run() -> Result<()> {
     println!("== demo: building the agent");
@@ -71,6 +81,47 @@ pub fn run() -> Result<()> {
         "   {} logical flows in the SB",
         flows.lines().filter(|l| !l.is_empty()).count()
     );
+
+    let ctl = std::path::Path::new("target/debug/ovnbpfctl");
+    let remote = lab.unix_remote(Db::Southbound);
+    println!(
+        "== demo: ovnbpf compiles the logical flows into its pipeline IR (ovnbpfctl lflow coverage)"
+    );
+    let coverage = cmd::output(Command::new(ctl).args(["lflow", "coverage", "--remote", &remote]))?;
+    for line in coverage.lines().filter(|l| {
+        l.starts_with("stage")
+            || l.starts_with("total")
+            || l.starts_with("ls_in_l2_lkup")
+            || l.starts_with("lr_in_ip_routing ")
+    }) {
+        println!("   {line}");
+    }
+    let (web, db) = (
+        mac_of(&ports, "web-a.team-a"),
+        mac_of(&ports, "db-a.team-a"),
+    );
+    let router_mac = ovnbpf_tests::kubeovn::mac_for("vpc-a-subnet-a");
+    for (what, microflow) in [
+        (
+            "web-a pings db-a (same subnet, 10.0.1.0/24 in vpc-a)",
+            format!(
+                "inport == \"web-a.team-a\" && eth.src == {web} && eth.dst == {db} && ip4.src == 10.0.1.2 && ip4.dst == 10.0.1.3 && ip.ttl == 64 && icmp4.type == 8 && icmp4.code == 0"
+            ),
+        ),
+        (
+            "web-a pings its gateway 10.0.1.1 (vpc-a's router answers)",
+            format!(
+                "inport == \"web-a.team-a\" && eth.src == {web} && eth.dst == {router_mac} && ip4.src == 10.0.1.2 && ip4.dst == 10.0.1.1 && ip.ttl == 64 && icmp4.type == 8 && icmp4.code == 0"
+            ),
+        ),
+    ] {
+        println!("== demo: ovnbpfctl trace: {what}");
+        let trace =
+            cmd::output(Command::new(ctl).args(["trace", "--remote", &remote, &microflow]))?;
+        for line in trace.lines() {
+            println!("   {line}");
+        }
+    }
 
     println!("== demo: ovnbpf kernel programs, loaded through the verifier");
     let agent = std::path::Path::new("target/debug/ovnbpf-agent");
