@@ -94,21 +94,9 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         }
         "ls_out_check_port_sec" => match (terms.as_slice(), flow.actions) {
             // Multicast is exempt from egress port security.
-            (
-                [Expr::Field(field)],
-                [
-                    Action::Assign {
-                        destination,
-                        source:
-                            Source::Constant(Constant::Integer {
-                                value: 0,
-                                mask: None,
-                                ..
-                            }),
-                    },
-                    next,
-                ],
-            ) if plain(field, "eth.mcast") && destination == &bit("reg0", 15) && is_next(next) => {
+            ([Expr::Field(field)], actions)
+                if plain(field, "eth.mcast") && zeroes_then_next(actions, &bit("reg0", 15)) =>
+            {
                 Class::Compiled(vec![IrEntry::PortSecurity {
                     datapath: dp,
                     egress: true,
@@ -167,39 +155,23 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         }
         "lr_in_ip_routing_pre" => match (terms.as_slice(), flow.actions) {
             // Everything uses route table 0 unless route tables are configured.
-            (
-                [Expr::Bool(true)],
-                [
-                    Action::Assign {
-                        destination,
-                        source:
-                            Source::Constant(Constant::Integer {
-                                value: 0,
-                                mask: None,
-                                ..
-                            }),
+            ([Expr::Bool(true)], actions)
+                if zeroes_then_next(
+                    actions,
+                    &FieldRef {
+                        name: "reg7".into(),
+                        slice: None,
                     },
-                    next,
-                ],
-            ) if plain(destination, "reg7") && is_next(next) => Class::Neutral,
+                ) =>
+            {
+                Class::Neutral
+            }
             _ => unsupported("route tables"),
         },
         "lr_in_policy" => match (terms.as_slice(), flow.actions) {
-            (
-                [Expr::Bool(true)],
-                [
-                    Action::Assign {
-                        destination,
-                        source:
-                            Source::Constant(Constant::Integer {
-                                value: 0,
-                                mask: None,
-                                ..
-                            }),
-                    },
-                    next,
-                ],
-            ) if destination == &slice("reg8", 0, 15) && is_next(next) => Class::Neutral,
+            ([Expr::Bool(true)], actions) if zeroes_then_next(actions, &slice("reg8", 0, 15)) => {
+                Class::Neutral
+            }
             _ => unsupported("router policies"),
         },
         "lr_in_arp_request" => match (terms.as_slice(), flow.actions) {
@@ -285,8 +257,7 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         },
         "lr_out_chk_dnat_local"
             if matches!(terms.as_slice(), [Expr::Bool(true)])
-                && matches!(flow.actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, .. }) }, next]
-                    if destination == &bit("reg9", 4) && is_next(next)) =>
+                && zeroes_then_next(flow.actions, &bit("reg9", 4)) =>
         {
             Class::Neutral
         }
@@ -899,6 +870,12 @@ fn is_drop(name: &str) -> bool {
 
 fn is_next(action: &Action) -> bool {
     matches!(action, Action::Keyword { name, arguments: None, block: None } if name == "next")
+}
+
+/// `field = 0; next;`
+fn zeroes_then_next(actions: &[Action], field: &FieldRef) -> bool {
+    matches!(actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, mask: None, .. }) }, next]
+        if destination == field && is_next(next))
 }
 
 fn is_next_only(actions: &[Action]) -> bool {
