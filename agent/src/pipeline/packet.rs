@@ -317,24 +317,25 @@ impl Packet {
     }
 
     /// The packet OVN's `tcp_reset { … }` action starts from (ovn-trace's model: the segment
-    /// turned into a reset, headers otherwise unchanged until the block's statements).
+    /// turned into a reset with TTL 255, addresses and ports unchanged until the block's
+    /// statements).
     #[must_use]
     pub fn tcp_reset_template(&self) -> Packet {
         match self.l3 {
             L3::Ipv4 {
                 source,
                 destination,
-                ttl,
                 l4:
                     L4::Tcp {
                         source: from,
                         destination: to,
                     },
+                ..
             } => Packet {
                 l3: L3::Ipv4 {
                     source,
                     destination,
-                    ttl,
+                    ttl: 255,
                     l4: L4::TcpReset {
                         source: from,
                         destination: to,
@@ -353,13 +354,12 @@ impl Packet {
             L3::Ipv4 {
                 source,
                 destination,
-                ttl,
                 ..
             } => Packet {
                 l3: L3::Ipv4 {
                     source,
                     destination,
-                    ttl,
+                    ttl: 255,
                     l4: L4::Icmp { kind: 3, code: 1 },
                 },
                 ..*self

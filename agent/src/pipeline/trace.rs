@@ -676,7 +676,7 @@ impl<'a> Evaluator<'a> {
     /// unreachable, addressed back to the sender), as OVN builds it before routing it back.
     fn reject(&self, dp: u32, packet: &Packet, destination: Ipv4Addr) -> Option<Packet> {
         let L3::Ipv4 {
-            source, ttl, l4, ..
+            source, l4, ..
         } = packet.l3
         else {
             return None;
@@ -702,13 +702,14 @@ impl<'a> Evaluator<'a> {
             })
             .max_by_key(|(specific, _)| *specific)
             .map(|(_, response)| response)?;
+        // Generated replies start with TTL 255 (OVN's tcp_reset and icmp4 actions).
         let swapped = |l4| Packet {
             eth_src: packet.eth_dst,
             eth_dst: packet.eth_src,
             l3: L3::Ipv4 {
                 source: destination,
                 destination: source,
-                ttl,
+                ttl: 255,
                 l4,
             },
         };
@@ -723,13 +724,7 @@ impl<'a> Evaluator<'a> {
                 source,
                 destination,
             }),
-            (RejectResponse::IcmpUnreachable { code }, _) => {
-                let mut reply = swapped(L4::Icmp { kind: 3, code });
-                if let L3::Ipv4 { ttl, .. } = &mut reply.l3 {
-                    *ttl = 255;
-                }
-                reply
-            }
+            (RejectResponse::IcmpUnreachable { code }, _) => swapped(L4::Icmp { kind: 3, code }),
             _ => return None,
         })
     }
