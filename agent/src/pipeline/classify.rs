@@ -6,9 +6,10 @@
 use std::net::Ipv4Addr;
 
 use super::ir::{IrEntry, Mac, Prefix, RejectProtocol, RejectResponse, RouterDropRule};
+use super::matching::*;
 use crate::lflow::{
-    ast::{Action, Expr, FieldRef, Relation, Source, Value},
-    lexer::{Constant, Mask},
+    ast::{Action, Expr, FieldRef, Relation, Source},
+    lexer::Constant,
 };
 
 /// The verdict on one flow for one datapath.
@@ -40,6 +41,12 @@ pub fn classify(flow: &Flow<'_>) -> Class {
     }
     let dp = flow.datapath;
     let terms = conjuncts(flow.match_);
+    if ipv6_only(&terms)
+        && let Some(class) =
+            super::classify_ipv6::classify(dp, flow.stage, flow.priority, &terms, flow.actions)
+    {
+        return class;
+    }
     match flow.stage {
         "ls_in_check_port_sec" => match (terms.as_slice(), flow.actions) {
             ([Expr::Field(f)], [Action::Keyword { name, .. }])
@@ -432,7 +439,10 @@ fn classify_l2_lookup(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action
             .iter()
             .any(|a| matches!(a, Action::Keyword { name, .. } if name == "handle_svc_check")) =>
         {
-            unsupported("service monitor (load balancer health checks)")
+            Class::Compiled(vec![IrEntry::Punt {
+                datapath: dp,
+                reason: "service monitor (load balancer health checks)".into(),
+            }])
         }
         _ => unsupported("L2 lookup variant"),
     }
@@ -792,279 +802,6 @@ fn classify_neighbour(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
         }
         _ if terms.iter().any(|t| mentions_ipv6(t)) => unsupported("IPv6 neighbour discovery"),
         _ => unsupported("neighbour variant (gateway port)"),
-    }
-}
-
-// ---- helpers over the syntax trees ----
-
-fn conjuncts(expr: &Expr) -> Vec<&Expr> {
-    match expr {
-        Expr::And(terms) => terms.iter().flat_map(conjuncts).collect(),
-        other => vec![other],
-    }
-}
-
-fn plain(field: &FieldRef, name: &str) -> bool {
-    field.name == name && field.slice.is_none()
-}
-
-fn bit(name: &str, bit: u32) -> FieldRef {
-    FieldRef {
-        name: name.to_string(),
-        slice: Some((bit, None)),
-    }
-}
-
-fn slice(name: &str, low: u32, high: u32) -> FieldRef {
-    FieldRef {
-        name: name.to_string(),
-        slice: Some((low, Some(high))),
-    }
-}
-
-fn mentions(expr: &Expr, name: &str) -> bool {
-    match expr {
-        Expr::Field(field) | Expr::Compare { field, .. } | Expr::Range { field, .. } => {
-            field.name == name
-        }
-        Expr::Not(inner) => mentions(inner, name),
-        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions(t, name)),
-        Expr::Bool(_) | Expr::Function { .. } => false,
-    }
-}
-
-/// Whether the expression tests a field of one of the `families` (`ip6` matches `ip6`, `ip6.*`
-/// and `ip6_*`).
-fn mentions_family(expr: &Expr, families: &[&str]) -> bool {
-    match expr {
-        Expr::Field(field) | Expr::Compare { field, .. } | Expr::Range { field, .. } => {
-            let name = field.name.as_str();
-            families.iter().any(|family| {
-                name == *family
-                    || name.starts_with(&format!("{family}."))
-                    || name.starts_with(&format!("{family}_"))
-            })
-        }
-        Expr::Not(inner) => mentions_family(inner, families),
-        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions_family(t, families)),
-        Expr::Bool(_) | Expr::Function { .. } => false,
-    }
-}
-
-const IPV6_FIELDS: &[&str] = &["ip6", "nd", "icmp6", "mld"];
-const IPV4_FIELDS: &[&str] = &["ip4", "arp", "icmp4", "rarp"];
-
-/// Whether the expression tests any IPv6-only field or predicate.
-fn mentions_ipv6(expr: &Expr) -> bool {
-    mentions_family(expr, IPV6_FIELDS)
-}
-
-/// A match only IPv6 packets can satisfy (mixed IPv4/IPv6 rules compile for their IPv4 part).
-fn ipv6_only(terms: &[&Expr]) -> bool {
-    terms.iter().any(|t| mentions_ipv6(t)) && !terms.iter().any(|t| mentions_family(t, IPV4_FIELDS))
-}
-
-fn is_drop(name: &str) -> bool {
-    name == "drop"
-}
-
-fn is_next(action: &Action) -> bool {
-    matches!(action, Action::Keyword { name, arguments: None, block: None } if name == "next")
-}
-
-/// `field = 0; next;`
-fn zeroes_then_next(actions: &[Action], field: &FieldRef) -> bool {
-    matches!(actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, mask: None, .. }) }, next]
-        if destination == field && is_next(next))
-}
-
-fn is_next_only(actions: &[Action]) -> bool {
-    matches!(actions, [next] if is_next(next))
-}
-
-fn calls(action: &Action, function: &str) -> bool {
-    matches!(action, Action::Assign { source: Source::Call { name, .. }, .. } if name == function)
-}
-
-fn is_one(values: &[Value]) -> bool {
-    matches!(
-        values,
-        [Value::Constant(Constant::Integer {
-            value: 1,
-            mask: None,
-            ..
-        })]
-    )
-}
-
-fn string_value(values: &[Value]) -> Option<&str> {
-    match values {
-        [Value::Constant(Constant::String(text))] => Some(text),
-        _ => None,
-    }
-}
-
-fn is_zero(values: &[Value]) -> bool {
-    matches!(
-        values,
-        [Value::Constant(Constant::Integer {
-            value: 0,
-            mask: None,
-            ..
-        })]
-    )
-}
-
-fn value_ipv4(value: &Value) -> Option<Ipv4Addr> {
-    match value {
-        Value::Constant(Constant::Ipv4 {
-            address,
-            mask: None,
-        }) => Some(*address),
-        _ => None,
-    }
-}
-
-fn value_mac(value: &Value) -> Option<Mac> {
-    match value {
-        Value::Constant(Constant::Mac {
-            address,
-            mask: None,
-        }) => Some(*address),
-        _ => None,
-    }
-}
-
-fn single_mac(values: &[Value]) -> Option<Mac> {
-    match values {
-        [value] => value_mac(value),
-        _ => None,
-    }
-}
-
-fn compare_values<'a>(expr: &'a Expr, name: &str) -> Option<&'a [Value]> {
-    match expr {
-        Expr::Compare {
-            field,
-            relation: Relation::Eq,
-            values,
-            ..
-        } if plain(field, name) => Some(values),
-        _ => None,
-    }
-}
-
-fn compare_string<'a>(expr: &'a Expr, name: &str) -> Option<&'a str> {
-    string_value(compare_values(expr, name)?)
-}
-
-fn compare_integer(expr: &Expr, name: &str) -> Option<u128> {
-    match compare_values(expr, name)? {
-        [
-            Value::Constant(Constant::Integer {
-                value, mask: None, ..
-            }),
-        ] => Some(*value),
-        _ => None,
-    }
-}
-
-fn compare_mac(expr: &Expr, name: &str) -> Option<Mac> {
-    single_mac(compare_values(expr, name)?)
-}
-
-fn compare_ipv4(expr: &Expr, name: &str) -> Option<Ipv4Addr> {
-    match compare_values(expr, name)? {
-        [
-            Value::Constant(Constant::Ipv4 {
-                address,
-                mask: None,
-            }),
-        ] => Some(*address),
-        _ => None,
-    }
-}
-
-fn compare_prefix(expr: &Expr, name: &str) -> Option<Prefix> {
-    match compare_values(expr, name)? {
-        [
-            Value::Constant(Constant::Ipv4 {
-                address,
-                mask: None,
-            }),
-        ] => Some(Prefix {
-            network: *address,
-            length: 32,
-        }),
-        [
-            Value::Constant(Constant::Ipv4 {
-                address,
-                mask: Some(Mask::Prefix(length)),
-            }),
-        ] => Some(Prefix {
-            network: *address,
-            length: *length,
-        }),
-        _ => None,
-    }
-}
-
-fn assigned<'a>(actions: &'a [Action], name: &str) -> Option<&'a Source> {
-    actions.iter().find_map(|action| match action {
-        Action::Assign {
-            destination,
-            source,
-        } if plain(destination, name) => Some(source),
-        _ => None,
-    })
-}
-
-fn assigned_mac(actions: &[Action], name: &str) -> Option<Mac> {
-    match assigned(actions, name)? {
-        Source::Constant(Constant::Mac {
-            address,
-            mask: None,
-        }) => Some(*address),
-        _ => None,
-    }
-}
-
-fn assigned_integer(actions: &[Action], name: &str) -> Option<u128> {
-    match assigned(actions, name)? {
-        Source::Constant(Constant::Integer {
-            value, mask: None, ..
-        }) => Some(*value),
-        _ => None,
-    }
-}
-
-fn assigned_string<'a>(actions: &'a [Action], name: &str) -> Option<&'a str> {
-    match assigned(actions, name)? {
-        Source::Constant(Constant::String(text)) => Some(text),
-        _ => None,
-    }
-}
-
-fn ends_with_output(actions: &[Action]) -> bool {
-    matches!(actions.last(), Some(Action::Keyword { name, arguments: None, block: None }) if name == "output")
-}
-
-/// `outport = "P"; output;` → P.
-fn output_to(actions: &[Action]) -> Option<&str> {
-    match actions {
-        [
-            ..,
-            Action::Assign {
-                destination,
-                source: Source::Constant(Constant::String(port)),
-            },
-            Action::Keyword {
-                name,
-                arguments: None,
-                block: None,
-            },
-        ] if plain(destination, "outport") && name == "output" => Some(port),
-        _ => None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! tunnel keys and port names as the SB names them). Every entry is derived from Southbound rows
 //! or logical flows; entries are values, so a diff between two IRs is a set difference.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// A MAC address.
 pub type Mac = [u8; 6];
@@ -11,6 +11,13 @@ pub type Mac = [u8; 6];
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Prefix {
     pub network: Ipv4Addr,
+    pub length: u8,
+}
+
+/// An IPv6 prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Prefix6 {
+    pub network: Ipv6Addr,
     pub length: u8,
 }
 
@@ -153,6 +160,72 @@ pub enum IrEntry {
     NeighbourLookup { datapath: u32 },
     /// Frames routed out of `port` are delivered to it.
     RouterDelivery { datapath: u32, port: String },
+    /// The switch answers neighbour solicitations for `ip` (to it or its solicited-node address)
+    /// with `mac`.
+    NdReply {
+        datapath: u32,
+        ip: Ipv6Addr,
+        mac: Mac,
+    },
+    /// …except when the solicitation comes from the port that owns `ip`.
+    NdReplySkip {
+        datapath: u32,
+        ip: Ipv6Addr,
+        inport: String,
+    },
+    /// A solicitation for a router address goes to that router port (and the L2 flood group).
+    NdForRouterIp {
+        datapath: u32,
+        ip: Ipv6Addr,
+        router_port: String,
+        group: Option<String>,
+    },
+    /// The router answers solicitations for its `ip` arriving on `port`.
+    RouterNdReply {
+        datapath: u32,
+        port: String,
+        ip: Ipv6Addr,
+    },
+    /// The router answers ICMPv6 echo requests to `ip`.
+    RouterEchoReply6 { datapath: u32, ip: Ipv6Addr },
+    /// Traffic to the router's own IPv6 `ip` is answered (TCP reset or ICMPv6 unreachable).
+    RouterReject6 {
+        datapath: u32,
+        ip: Ipv6Addr,
+        protocol: Option<RejectProtocol>,
+        response: RejectResponse,
+    },
+    /// An IPv6 route (`inport` set for the per-port link-local routes).
+    Route6 {
+        datapath: u32,
+        prefix: Prefix6,
+        priority: u16,
+        inport: Option<String>,
+        nexthop: Option<Ipv6Addr>,
+        source_ip: Ipv6Addr,
+        source_mac: Mac,
+        port: String,
+    },
+    /// IPv6 next hop `ip` out of `port` has MAC `mac`.
+    Neighbour6 {
+        datapath: u32,
+        port: String,
+        ip: Ipv6Addr,
+        mac: Mac,
+    },
+    /// An IPv6 neighbour learned at run time (MAC_Binding).
+    LearnedNeighbour6 {
+        datapath: u32,
+        port: String,
+        ip: Ipv6Addr,
+        mac: Mac,
+    },
+    /// IPv6 next hops without a static neighbour are looked up in MAC_Binding.
+    NeighbourLookup6 { datapath: u32 },
+    /// Routed IPv6 packets whose next hop has no known MAC become neighbour solicitations.
+    NsForNextHop { datapath: u32 },
+    /// Packets of this kind go to the slow path (the agent), e.g. DHCPv6 replies to a router port.
+    Punt { datapath: u32, reason: String },
     /// The router drops frames not admitted by any router port.
     RouterAdmissionDrop { datapath: u32 },
     /// ARP from `port` (if any) whose sender is in `subnet` (if any) teaches the router a
@@ -228,6 +301,12 @@ pub enum RouterDropRule {
     TtlExpired,
     /// Neither IPv4 nor IPv6 after routing: no next hop can be resolved.
     Unresolvable,
+    /// IPv6 reserved multicast destinations (ff0X::/16 scopes 0–2).
+    Ipv6ReservedMulticast,
+    /// Anything else addressed to the router's own IPv6 addresses.
+    ToRouter6(Vec<Ipv6Addr>),
+    /// Router solicitations and advertisements are not routed.
+    RouterSolicitationOrAdvertisement,
 }
 
 impl IrEntry {
@@ -266,6 +345,18 @@ impl IrEntry {
             | IrEntry::RouterArpReply { datapath, .. }
             | IrEntry::RouterEchoReply { datapath, .. }
             | IrEntry::RouterDrop { datapath, .. }
+            | IrEntry::NdReply { datapath, .. }
+            | IrEntry::NdReplySkip { datapath, .. }
+            | IrEntry::NdForRouterIp { datapath, .. }
+            | IrEntry::RouterNdReply { datapath, .. }
+            | IrEntry::RouterEchoReply6 { datapath, .. }
+            | IrEntry::RouterReject6 { datapath, .. }
+            | IrEntry::Route6 { datapath, .. }
+            | IrEntry::Neighbour6 { datapath, .. }
+            | IrEntry::LearnedNeighbour6 { datapath, .. }
+            | IrEntry::NeighbourLookup6 { datapath }
+            | IrEntry::NsForNextHop { datapath }
+            | IrEntry::Punt { datapath, .. }
             | IrEntry::RouterReject { datapath, .. }
             | IrEntry::TtlExceeded { datapath, .. } => *datapath,
         }

@@ -6,7 +6,9 @@
 //! `ovnbpfctl lflow coverage` prints.
 
 pub mod classify;
+mod classify_ipv6;
 pub mod ir;
+mod matching;
 pub mod packet;
 pub mod trace;
 

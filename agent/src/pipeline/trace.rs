@@ -675,10 +675,7 @@ impl<'a> Evaluator<'a> {
     /// The answer to traffic for a router IP that a reject rule covers (TCP reset or ICMP
     /// unreachable, addressed back to the sender), as OVN builds it before routing it back.
     fn reject(&self, dp: u32, packet: &Packet, destination: Ipv4Addr) -> Option<Packet> {
-        let L3::Ipv4 {
-            source, l4, ..
-        } = packet.l3
-        else {
+        let L3::Ipv4 { source, l4, .. } = packet.l3 else {
             return None;
         };
         let protocol = match l4 {

@@ -1,0 +1,359 @@
+//! Small pattern helpers over parsed logical flows (fields, relations, constants, action
+//! shapes) shared by the classifiers. Pure functions over the syntax trees.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::ir::{Mac, Prefix, Prefix6};
+use crate::lflow::{
+    ast::{Action, Expr, FieldRef, Relation, Source, Value},
+    lexer::{Constant, Mask},
+};
+
+pub(super) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
+    match expr {
+        Expr::And(terms) => terms.iter().flat_map(conjuncts).collect(),
+        other => vec![other],
+    }
+}
+
+pub(super) fn plain(field: &FieldRef, name: &str) -> bool {
+    field.name == name && field.slice.is_none()
+}
+
+pub(super) fn bit(name: &str, bit: u32) -> FieldRef {
+    FieldRef {
+        name: name.to_string(),
+        slice: Some((bit, None)),
+    }
+}
+
+pub(super) fn slice(name: &str, low: u32, high: u32) -> FieldRef {
+    FieldRef {
+        name: name.to_string(),
+        slice: Some((low, Some(high))),
+    }
+}
+
+pub(super) fn mentions(expr: &Expr, name: &str) -> bool {
+    match expr {
+        Expr::Field(field) | Expr::Compare { field, .. } | Expr::Range { field, .. } => {
+            field.name == name
+        }
+        Expr::Not(inner) => mentions(inner, name),
+        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions(t, name)),
+        Expr::Bool(_) | Expr::Function { .. } => false,
+    }
+}
+
+/// Whether the expression tests a field of one of the `families` (`ip6` matches `ip6`, `ip6.*`
+/// and `ip6_*`).
+pub(super) fn mentions_family(expr: &Expr, families: &[&str]) -> bool {
+    match expr {
+        Expr::Field(field) | Expr::Compare { field, .. } | Expr::Range { field, .. } => {
+            let name = field.name.as_str();
+            families.iter().any(|family| {
+                name == *family
+                    || name.starts_with(&format!("{family}."))
+                    || name.starts_with(&format!("{family}_"))
+            })
+        }
+        Expr::Not(inner) => mentions_family(inner, families),
+        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(|t| mentions_family(t, families)),
+        Expr::Bool(_) | Expr::Function { .. } => false,
+    }
+}
+
+pub(super) const IPV6_FIELDS: &[&str] = &["ip6", "nd", "icmp6", "mld"];
+pub(super) const IPV4_FIELDS: &[&str] = &["ip4", "arp", "icmp4", "rarp"];
+
+/// Whether the expression tests any IPv6-only field or predicate.
+pub(super) fn mentions_ipv6(expr: &Expr) -> bool {
+    mentions_family(expr, IPV6_FIELDS)
+}
+
+/// A match only IPv6 packets can satisfy (mixed IPv4/IPv6 rules compile for their IPv4 part).
+pub(super) fn ipv6_only(terms: &[&Expr]) -> bool {
+    terms.iter().any(|t| mentions_ipv6(t)) && !terms.iter().any(|t| mentions_family(t, IPV4_FIELDS))
+}
+
+pub(super) fn is_drop(name: &str) -> bool {
+    name == "drop"
+}
+
+pub(super) fn is_next(action: &Action) -> bool {
+    matches!(action, Action::Keyword { name, arguments: None, block: None } if name == "next")
+}
+
+/// `field = 0; next;`
+pub(super) fn zeroes_then_next(actions: &[Action], field: &FieldRef) -> bool {
+    matches!(actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, mask: None, .. }) }, next]
+        if destination == field && is_next(next))
+}
+
+pub(super) fn is_next_only(actions: &[Action]) -> bool {
+    matches!(actions, [next] if is_next(next))
+}
+
+pub(super) fn calls(action: &Action, function: &str) -> bool {
+    matches!(action, Action::Assign { source: Source::Call { name, .. }, .. } if name == function)
+}
+
+pub(super) fn is_one(values: &[Value]) -> bool {
+    matches!(
+        values,
+        [Value::Constant(Constant::Integer {
+            value: 1,
+            mask: None,
+            ..
+        })]
+    )
+}
+
+pub(super) fn string_value(values: &[Value]) -> Option<&str> {
+    match values {
+        [Value::Constant(Constant::String(text))] => Some(text),
+        _ => None,
+    }
+}
+
+pub(super) fn is_zero(values: &[Value]) -> bool {
+    matches!(
+        values,
+        [Value::Constant(Constant::Integer {
+            value: 0,
+            mask: None,
+            ..
+        })]
+    )
+}
+
+pub(super) fn value_ipv4(value: &Value) -> Option<Ipv4Addr> {
+    match value {
+        Value::Constant(Constant::Ipv4 {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
+pub(super) fn value_mac(value: &Value) -> Option<Mac> {
+    match value {
+        Value::Constant(Constant::Mac {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
+pub(super) fn single_mac(values: &[Value]) -> Option<Mac> {
+    match values {
+        [value] => value_mac(value),
+        _ => None,
+    }
+}
+
+pub(super) fn compare_values<'a>(expr: &'a Expr, name: &str) -> Option<&'a [Value]> {
+    match expr {
+        Expr::Compare {
+            field,
+            relation: Relation::Eq,
+            values,
+            ..
+        } if plain(field, name) => Some(values),
+        _ => None,
+    }
+}
+
+pub(super) fn compare_string<'a>(expr: &'a Expr, name: &str) -> Option<&'a str> {
+    string_value(compare_values(expr, name)?)
+}
+
+pub(super) fn compare_integer(expr: &Expr, name: &str) -> Option<u128> {
+    match compare_values(expr, name)? {
+        [
+            Value::Constant(Constant::Integer {
+                value, mask: None, ..
+            }),
+        ] => Some(*value),
+        _ => None,
+    }
+}
+
+pub(super) fn compare_mac(expr: &Expr, name: &str) -> Option<Mac> {
+    single_mac(compare_values(expr, name)?)
+}
+
+pub(super) fn compare_ipv4(expr: &Expr, name: &str) -> Option<Ipv4Addr> {
+    match compare_values(expr, name)? {
+        [
+            Value::Constant(Constant::Ipv4 {
+                address,
+                mask: None,
+            }),
+        ] => Some(*address),
+        _ => None,
+    }
+}
+
+pub(super) fn compare_prefix(expr: &Expr, name: &str) -> Option<Prefix> {
+    match compare_values(expr, name)? {
+        [
+            Value::Constant(Constant::Ipv4 {
+                address,
+                mask: None,
+            }),
+        ] => Some(Prefix {
+            network: *address,
+            length: 32,
+        }),
+        [
+            Value::Constant(Constant::Ipv4 {
+                address,
+                mask: Some(Mask::Prefix(length)),
+            }),
+        ] => Some(Prefix {
+            network: *address,
+            length: *length,
+        }),
+        _ => None,
+    }
+}
+
+pub(super) fn assigned<'a>(actions: &'a [Action], name: &str) -> Option<&'a Source> {
+    actions.iter().find_map(|action| match action {
+        Action::Assign {
+            destination,
+            source,
+        } if plain(destination, name) => Some(source),
+        _ => None,
+    })
+}
+
+pub(super) fn assigned_mac(actions: &[Action], name: &str) -> Option<Mac> {
+    match assigned(actions, name)? {
+        Source::Constant(Constant::Mac {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
+pub(super) fn assigned_integer(actions: &[Action], name: &str) -> Option<u128> {
+    match assigned(actions, name)? {
+        Source::Constant(Constant::Integer {
+            value, mask: None, ..
+        }) => Some(*value),
+        _ => None,
+    }
+}
+
+pub(super) fn assigned_string<'a>(actions: &'a [Action], name: &str) -> Option<&'a str> {
+    match assigned(actions, name)? {
+        Source::Constant(Constant::String(text)) => Some(text),
+        _ => None,
+    }
+}
+
+pub(super) fn ends_with_output(actions: &[Action]) -> bool {
+    matches!(actions.last(), Some(Action::Keyword { name, arguments: None, block: None }) if name == "output")
+}
+
+/// `outport = "P"; output;` → P.
+pub(super) fn output_to(actions: &[Action]) -> Option<&str> {
+    match actions {
+        [
+            ..,
+            Action::Assign {
+                destination,
+                source: Source::Constant(Constant::String(port)),
+            },
+            Action::Keyword {
+                name,
+                arguments: None,
+                block: None,
+            },
+        ] if plain(destination, "outport") && name == "output" => Some(port),
+        _ => None,
+    }
+}
+
+pub(super) fn value_ipv6(value: &Value) -> Option<Ipv6Addr> {
+    match value {
+        Value::Constant(Constant::Ipv6 {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
+pub(super) fn compare_ipv6(expr: &Expr, name: &str) -> Option<Ipv6Addr> {
+    match compare_values(expr, name)? {
+        [value] => value_ipv6(value),
+        _ => None,
+    }
+}
+
+/// `name == {A, B, …}` (or a single value) as IPv6 addresses.
+pub(super) fn compare_ipv6_set(expr: &Expr, name: &str) -> Option<Vec<Ipv6Addr>> {
+    compare_values(expr, name)?.iter().map(value_ipv6).collect()
+}
+
+pub(super) fn compare_prefix6(expr: &Expr, name: &str) -> Option<Prefix6> {
+    match compare_values(expr, name)? {
+        [
+            Value::Constant(Constant::Ipv6 {
+                address,
+                mask: None,
+            }),
+        ] => Some(Prefix6 {
+            network: *address,
+            length: 128,
+        }),
+        [
+            Value::Constant(Constant::Ipv6 {
+                address,
+                mask: Some(Mask::Prefix(length)),
+            }),
+        ] => Some(Prefix6 {
+            network: *address,
+            length: *length,
+        }),
+        _ => None,
+    }
+}
+
+pub(super) fn assigned_ipv6(actions: &[Action], name: &str) -> Option<Ipv6Addr> {
+    match assigned(actions, name)? {
+        Source::Constant(Constant::Ipv6 {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
+/// Whether the expression is exactly the bare predicate `name`.
+pub(super) fn is_predicate(expr: &Expr, name: &str) -> bool {
+    matches!(expr, Expr::Field(field) if plain(field, name))
+}
+
+/// The nested block of a single keyword action named one of `names`.
+pub(super) fn only_block<'a>(
+    actions: &'a [Action],
+    names: &[&str],
+) -> Option<(&'a str, &'a [Action])> {
+    match actions {
+        [
+            Action::Keyword {
+                name,
+                block: Some(block),
+                ..
+            },
+        ] if names.contains(&name.as_str()) => Some((name, block)),
+        _ => None,
+    }
+}
