@@ -6,7 +6,11 @@
 //! (10.0.1.0/24) and is not peered; vpc-c peered with vpc-a (static routes both ways); a static
 //! route in vpc-a whose next hop is a pod (a pod acting as a router).
 
-use std::{net::Ipv4Addr, process::Command, time::Duration};
+use std::{
+    net::{Ipv4Addr, Ipv6Addr},
+    process::Command,
+    time::Duration,
+};
 
 use ovnbpf_agent::{
     lflow::parse_actions,
@@ -16,7 +20,7 @@ use ovnbpf_agent::{
     },
     pipeline::{
         Compiler,
-        packet::{L3, L4, Packet, apply_statements},
+        packet::{L3, L4, Packet, apply_statements, ipv6_multicast_mac, solicited_node},
         trace::Evaluator,
     },
     sb::{DATABASE, Southbound, monitor},
@@ -149,6 +153,55 @@ fn ipv4(pod: &Pod, eth_dst: [u8; 6], destination: Ipv4Addr, ttl: u8, l4: L4) -> 
             l4,
         },
     }
+}
+
+/// The EUI-64 link-local address of `mac` (what OVN gives router ports).
+fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([mac[0] ^ 2, mac[1]]),
+        u16::from_be_bytes([mac[2], 0xff]),
+        u16::from_be_bytes([0xfe, mac[3]]),
+        u16::from_be_bytes([mac[4], mac[5]]),
+    )
+}
+
+fn ipv6(pod: &Pod, eth_dst: [u8; 6], destination: Ipv6Addr, ttl: u8, l4: L4) -> Packet {
+    Packet {
+        eth_src: pod.mac,
+        eth_dst,
+        l3: L3::Ipv6 {
+            source: link_local(pod.mac),
+            destination,
+            ttl,
+            l4,
+        },
+    }
+}
+
+/// A neighbour solicitation for `target`, to its solicited-node group or to `target` itself.
+fn solicitation(pod: &Pod, target: Ipv6Addr, to_group: bool) -> Packet {
+    let (destination, eth_dst) = if to_group {
+        let group = solicited_node(target);
+        (group, ipv6_multicast_mac(group))
+    } else {
+        (target, [0; 6])
+    };
+    ipv6(
+        pod,
+        eth_dst,
+        destination,
+        255,
+        L4::Nd {
+            kind: 135,
+            target,
+            sll: pod.mac,
+            tll: [0; 6],
+        },
+    )
 }
 
 fn arp_request(pod: &Pod, target: Ipv4Addr) -> Packet {
@@ -316,6 +369,83 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 ipv4(pod, other.mac, Ipv4Addr::new(a, b, c, 203), 64, PING),
             );
         }
+        // IPv6: the router ports' link-local addresses (pods here are IPv4-only; they send from
+        // their own EUI-64 link-local address). The port-secured pod is left out: IPv6 port
+        // security is not modelled.
+        if pod.switch != "subnet-a2" || pod.ip.octets()[3] != 10 {
+            let gateway6 = link_local(router_mac);
+            add(
+                "solicits its gateway's link-local address",
+                solicitation(pod, gateway6, true),
+            );
+            add(
+                "solicits its gateway at its unicast address",
+                Packet {
+                    eth_dst: router_mac,
+                    ..solicitation(pod, gateway6, false)
+                },
+            );
+            add(
+                "pings its gateway over IPv6",
+                ipv6(
+                    pod,
+                    router_mac,
+                    gateway6,
+                    64,
+                    L4::Icmp { kind: 128, code: 0 },
+                ),
+            );
+            add(
+                "sends UDP to its gateway over IPv6",
+                ipv6(
+                    pod,
+                    router_mac,
+                    gateway6,
+                    64,
+                    L4::Udp {
+                        source: 40000,
+                        destination: 53,
+                    },
+                ),
+            );
+            add(
+                "opens TCP to its gateway over IPv6",
+                ipv6(
+                    pod,
+                    router_mac,
+                    gateway6,
+                    64,
+                    L4::Tcp {
+                        source: 40000,
+                        destination: 22,
+                    },
+                ),
+            );
+            add(
+                "routes to an unknown link-local address",
+                ipv6(
+                    pod,
+                    router_mac,
+                    "fe80::99".parse().unwrap(),
+                    64,
+                    L4::Icmp { kind: 128, code: 0 },
+                ),
+            );
+            add(
+                "routes IPv6 off-link",
+                ipv6(
+                    pod,
+                    router_mac,
+                    "2001:db8::1".parse().unwrap(),
+                    64,
+                    L4::Icmp { kind: 128, code: 0 },
+                ),
+            );
+            add(
+                "solicits an unknown address",
+                solicitation(pod, "fe80::77".parse().unwrap(), true),
+            );
+        }
         if pod.vpc == "vpc-a" {
             add(
                 "routes to a learned neighbour",
@@ -331,17 +461,27 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
 }
 
 /// `ovn-trace --minimal` of `packet` entering `switch` on `inport`, as output packets.
+/// `None` when ovn-trace itself cannot evaluate the packet: ovn-trace 23.03 aborts on
+/// `nd_na_router` (an assertion in its `ovnact_get_ND_NA`), which answers every solicitation
+/// for a router address.
 fn ovn_trace(
     lab: &OvnLab,
     switch: &str,
     inport: &str,
     packet: &Packet,
-) -> (Vec<(String, Packet)>, String) {
+) -> Option<(Vec<(String, Packet)>, String)> {
     let microflow = packet.to_microflow(inport);
     let sb = format!("--db={}", lab.unix_remote(Db::Southbound));
-    let text =
-        process::output(Command::new("ovn-trace").args([&sb, "--minimal", switch, &microflow]))
-            .unwrap_or_else(|e| panic!("ovn-trace failed for {microflow}: {e}"));
+    let text = match process::output(Command::new("ovn-trace").args([
+        &sb,
+        "--minimal",
+        switch,
+        &microflow,
+    ])) {
+        Ok(text) => text,
+        Err(error) if error.to_string().contains("OVNACT_ND_NA") => return None,
+        Err(error) => panic!("ovn-trace failed for {microflow}: {error}"),
+    };
     let statements: String = text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -351,7 +491,7 @@ fn ovn_trace(
         .unwrap_or_else(|e| panic!("cannot parse ovn-trace output {statements:?}: {e}"));
     let outputs = apply_statements(packet, &actions)
         .unwrap_or_else(|e| panic!("cannot apply ovn-trace output {statements:?}: {e}"));
-    (outputs, text)
+    Some((outputs, text))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,9 +519,15 @@ async fn ir_verdicts_equal_ovn_trace() {
     let cases = cases(&pods);
     let mut disagreements = Vec::new();
     let mut drops = 0;
+    let mut compared = 0;
+    let mut beyond_ovn_trace = 0;
     for (what, pod, packet) in &cases {
         let ours = evaluator.trace(&pod.port, *packet).unwrap();
-        let (theirs, their_text) = ovn_trace(&lab, pod.switch, &pod.port, packet);
+        let Some((theirs, their_text)) = ovn_trace(&lab, pod.switch, &pod.port, packet) else {
+            beyond_ovn_trace += 1;
+            continue;
+        };
+        compared += 1;
         let mut ours_sorted = ours.outputs.clone();
         let mut theirs_sorted = theirs.clone();
         ours_sorted.sort();
@@ -397,11 +543,11 @@ async fn ir_verdicts_equal_ovn_trace() {
         }
     }
     println!(
-        "{} cases ({drops} drops), {} disagreements",
+        "{} cases: {compared} compared with ovn-trace ({drops} drops), {beyond_ovn_trace} that ovn-trace 23.03 cannot evaluate, {} disagreements",
         cases.len(),
         disagreements.len()
     );
-    assert!(cases.len() >= 200, "only {} cases", cases.len());
+    assert!(compared >= 200, "only {compared} cases compared");
     assert!(
         disagreements.is_empty(),
         "{} of {} cases disagree:\n\n{}",

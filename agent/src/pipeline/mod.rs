@@ -11,6 +11,7 @@ pub mod ir;
 mod matching;
 pub mod packet;
 pub mod trace;
+mod trace_ipv6;
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -1,10 +1,14 @@
-//! A concrete packet as the IR evaluator and `ovn-trace` see it (Ethernet + ARP or IPv4 with
-//! ICMP/TCP/UDP), built from a microflow description (`eth.src == … && ip4.dst == …`, the syntax
-//! ovn-trace takes), printed back to one, and changed by action statements (`field = value;`,
-//! `ip.ttl--;`, `arp { … };`, `icmp4 { … };`, `output("port");`) as `ovn-trace --minimal` prints
-//! them.
+//! A concrete packet as the IR evaluator and `ovn-trace` see it (Ethernet + ARP, IPv4 or IPv6
+//! with ICMP/TCP/UDP or neighbour discovery), built from a microflow description
+//! (`eth.src == … && ip4.dst == …`, the syntax ovn-trace takes), printed back to one, and changed
+//! by action statements (`field = value;`, `ip.ttl--;`, `arp { … };`, `nd_ns { … };`,
+//! `icmp4 { … };`, `output("port");`) as `ovn-trace --minimal` prints them. The packets nested
+//! actions start from follow ovn-trace's own model of them.
 
-use std::{fmt, net::Ipv4Addr};
+use std::{
+    fmt,
+    net::{Ipv4Addr, Ipv6Addr},
+};
 
 use super::ir::Mac;
 use crate::lflow::{
@@ -12,7 +16,7 @@ use crate::lflow::{
     lexer::{Constant, Token},
 };
 
-/// Layer 4 of an IPv4 packet.
+/// Layer 4 (ICMP means ICMPv4 under IPv4 and ICMPv6 under IPv6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum L4 {
     Icmp {
@@ -32,6 +36,13 @@ pub enum L4 {
         source: u16,
         destination: u16,
     },
+    /// IPv6 neighbour discovery: solicitation (kind 135) or advertisement (136).
+    Nd {
+        kind: u8,
+        target: Ipv6Addr,
+        sll: Mac,
+        tll: Mac,
+    },
 }
 
 /// Layer 3.
@@ -50,6 +61,13 @@ pub enum L3 {
         ttl: u8,
         l4: L4,
     },
+    /// `ttl` is the hop limit (OVN's `ip.ttl`).
+    Ipv6 {
+        source: Ipv6Addr,
+        destination: Ipv6Addr,
+        ttl: u8,
+        l4: L4,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,6 +83,29 @@ pub fn format_mac(mac: &Mac) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// The solicited-node multicast address of `address` (ff02::1:ffXX:XXXX).
+#[must_use]
+pub fn solicited_node(address: Ipv6Addr) -> Ipv6Addr {
+    let octets = address.octets();
+    Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(octets[13]),
+        u16::from_be_bytes([octets[14], octets[15]]),
+    )
+}
+
+/// The Ethernet multicast address of an IPv6 multicast address (33:33 + its last 32 bits).
+#[must_use]
+pub fn ipv6_multicast_mac(address: Ipv6Addr) -> Mac {
+    let octets = address.octets();
+    [0x33, 0x33, octets[12], octets[13], octets[14], octets[15]]
 }
 
 fn as_mac(constant: &Constant) -> Option<Mac> {
@@ -91,6 +132,19 @@ fn as_ipv4(constant: &Constant) -> Option<Ipv4Addr> {
     }
 }
 
+fn as_ipv6(constant: &Constant) -> Option<Ipv6Addr> {
+    match constant {
+        Constant::Ipv6 {
+            address,
+            mask: None,
+        } => Some(*address),
+        Constant::Integer {
+            value, mask: None, ..
+        } => Some(Ipv6Addr::from(*value)),
+        _ => None,
+    }
+}
+
 fn as_integer<T: TryFrom<u128>>(constant: &Constant) -> Option<T> {
     match constant {
         Constant::Integer {
@@ -100,13 +154,87 @@ fn as_integer<T: TryFrom<u128>>(constant: &Constant) -> Option<T> {
     }
 }
 
+/// The equalities and bare predicates of a microflow.
+struct Microflow<'a> {
+    fields: Vec<(&'a str, &'a Constant)>,
+    predicates: Vec<&'a str>,
+}
+
+impl<'a> Microflow<'a> {
+    fn get(&self, name: &str) -> Option<&'a Constant> {
+        self.fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| *c)
+    }
+
+    fn has(&self, predicate: &str) -> bool {
+        self.predicates.contains(&predicate)
+    }
+
+    fn mac(&self, name: &str) -> Result<Mac, String> {
+        self.get(name).map_or(Ok([0; 6]), |c| {
+            as_mac(c).ok_or(format!("{name} is not a MAC"))
+        })
+    }
+
+    fn ipv4(&self, name: &str) -> Result<Ipv4Addr, String> {
+        self.get(name).map_or(Ok(Ipv4Addr::UNSPECIFIED), |c| {
+            as_ipv4(c).ok_or(format!("{name} is not an IPv4 address"))
+        })
+    }
+
+    fn ipv6(&self, name: &str) -> Result<Ipv6Addr, String> {
+        self.get(name).map_or(Ok(Ipv6Addr::UNSPECIFIED), |c| {
+            as_ipv6(c).ok_or(format!("{name} is not an IPv6 address"))
+        })
+    }
+
+    fn number<T: TryFrom<u128>>(&self, name: &str, default: T) -> Result<T, String> {
+        self.get(name).map_or(Ok(default), |c| {
+            as_integer(c).ok_or(format!("{name} is not a number in range"))
+        })
+    }
+
+    /// Transport of an IP packet; `icmp_prefix` is `icmp4` or `icmp6`.
+    fn l4(&self, icmp_prefix: &str) -> Result<L4, String> {
+        if self.has("tcp") || self.get("tcp.dst").is_some() {
+            return Ok(L4::Tcp {
+                source: self.number("tcp.src", 0)?,
+                destination: self.number("tcp.dst", 0)?,
+            });
+        }
+        if self.has("udp") || self.get("udp.dst").is_some() {
+            return Ok(L4::Udp {
+                source: self.number("udp.src", 0)?,
+                destination: self.number("udp.dst", 0)?,
+            });
+        }
+        if self.has("nd_ns") || self.has("nd_na") {
+            return Ok(L4::Nd {
+                kind: if self.has("nd_ns") { 135 } else { 136 },
+                target: self.ipv6("nd.target")?,
+                sll: self.mac("nd.sll")?,
+                tll: self.mac("nd.tll")?,
+            });
+        }
+        let default_kind = if icmp_prefix == "icmp6" { 128 } else { 8 };
+        Ok(L4::Icmp {
+            kind: self.number(&format!("{icmp_prefix}.type"), default_kind)?,
+            code: self.number(&format!("{icmp_prefix}.code"), 0)?,
+        })
+    }
+}
+
 impl Packet {
     /// Builds a packet and its inport from a conjunction of equalities and predicates.
     pub fn from_microflow(expr: &Expr) -> Result<(Option<String>, Packet), String> {
         let mut terms = Vec::new();
         flatten(expr, &mut terms);
-        let mut fields: Vec<(&str, &Constant)> = Vec::new();
-        let mut predicates: Vec<&str> = Vec::new();
+        let mut flow = Microflow {
+            fields: Vec::new(),
+            predicates: Vec::new(),
+        };
         for term in terms {
             match term {
                 Expr::Compare {
@@ -115,68 +243,46 @@ impl Packet {
                     values,
                     set: false,
                 } if field.slice.is_none() => match values.as_slice() {
-                    [Value::Constant(constant)] => fields.push((&field.name, constant)),
+                    [Value::Constant(constant)] => flow.fields.push((&field.name, constant)),
                     _ => return Err(format!("unsupported value for {}", field.name)),
                 },
-                Expr::Field(field) if field.slice.is_none() => predicates.push(&field.name),
+                Expr::Field(field) if field.slice.is_none() => flow.predicates.push(&field.name),
                 other => return Err(format!("unsupported microflow term {other}")),
             }
         }
-        let get = |name: &str| fields.iter().find(|(n, _)| *n == name).map(|(_, c)| *c);
-        let mac = |name: &str| {
-            get(name).map_or(Ok([0; 6]), |c| {
-                as_mac(c).ok_or(format!("{name} is not a MAC"))
-            })
-        };
-        let ip = |name: &str| {
-            get(name).map_or(Ok(Ipv4Addr::UNSPECIFIED), |c| {
-                as_ipv4(c).ok_or(format!("{name} is not an IPv4 address"))
-            })
-        };
-        let number = |name: &str, default: u16| {
-            get(name).map_or(Ok(default), |c| {
-                as_integer(c).ok_or(format!("{name} is not a number"))
-            })
-        };
-        let inport = match get("inport") {
+        let inport = match flow.get("inport") {
             Some(Constant::String(port)) => Some(port.clone()),
             Some(_) => return Err("inport must be a string".into()),
             None => None,
         };
-        let eth_src = mac("eth.src")?;
-        let eth_dst = mac("eth.dst")?;
-        let l3 = if get("arp.op").is_some() || predicates.contains(&"arp") {
+        let eth_src = flow.mac("eth.src")?;
+        let eth_dst = flow.mac("eth.dst")?;
+        let ipv6 = flow.get("ip6.src").is_some()
+            || flow.get("ip6.dst").is_some()
+            || flow.has("ip6")
+            || flow.has("nd_ns")
+            || flow.has("nd_na");
+        let l3 = if flow.get("arp.op").is_some() || flow.has("arp") {
             L3::Arp {
-                op: number("arp.op", 1)?,
-                sha: mac("arp.sha")?,
-                spa: ip("arp.spa")?,
-                tha: mac("arp.tha")?,
-                tpa: ip("arp.tpa")?,
+                op: flow.number("arp.op", 1)?,
+                sha: flow.mac("arp.sha")?,
+                spa: flow.ipv4("arp.spa")?,
+                tha: flow.mac("arp.tha")?,
+                tpa: flow.ipv4("arp.tpa")?,
+            }
+        } else if ipv6 {
+            L3::Ipv6 {
+                source: flow.ipv6("ip6.src")?,
+                destination: flow.ipv6("ip6.dst")?,
+                ttl: flow.number("ip.ttl", 64)?,
+                l4: flow.l4("icmp6")?,
             }
         } else {
-            let ttl = u8::try_from(number("ip.ttl", 64)?).map_err(|_| "ip.ttl is out of range")?;
-            let l4 = if predicates.contains(&"tcp") || get("tcp.dst").is_some() {
-                L4::Tcp {
-                    source: number("tcp.src", 0)?,
-                    destination: number("tcp.dst", 0)?,
-                }
-            } else if predicates.contains(&"udp") || get("udp.dst").is_some() {
-                L4::Udp {
-                    source: number("udp.src", 0)?,
-                    destination: number("udp.dst", 0)?,
-                }
-            } else {
-                let kind = u8::try_from(number("icmp4.type", 8)?)
-                    .map_err(|_| "icmp4.type is out of range")?;
-                let code = u8::try_from(number("icmp4.code", 0)?)
-                    .map_err(|_| "icmp4.code is out of range")?;
-                L4::Icmp { kind, code }
-            };
             L3::Ipv4 {
-                source: ip("ip4.src")?,
-                destination: ip("ip4.dst")?,
-                ttl,
-                l4,
+                source: flow.ipv4("ip4.src")?,
+                destination: flow.ipv4("ip4.dst")?,
+                ttl: flow.number("ip.ttl", 64)?,
+                l4: flow.l4("icmp4")?,
             }
         };
         Ok((
@@ -197,6 +303,51 @@ impl Packet {
             format!("eth.src == {}", format_mac(&self.eth_src)),
             format!("eth.dst == {}", format_mac(&self.eth_dst)),
         ];
+        let l4_terms = |l4: L4, icmp: &str| match l4 {
+            L4::Icmp { kind, code } => vec![
+                format!("{icmp}.type == {kind}"),
+                format!("{icmp}.code == {code}"),
+            ],
+            L4::Tcp {
+                source,
+                destination,
+            }
+            | L4::TcpReset {
+                source,
+                destination,
+            } => {
+                vec![
+                    format!("tcp.src == {source}"),
+                    format!("tcp.dst == {destination}"),
+                ]
+            }
+            L4::Udp {
+                source,
+                destination,
+            } => vec![
+                format!("udp.src == {source}"),
+                format!("udp.dst == {destination}"),
+            ],
+            L4::Nd {
+                kind: 135,
+                target,
+                sll,
+                ..
+            } => {
+                vec![
+                    "nd_ns".into(),
+                    format!("nd.target == {target}"),
+                    format!("nd.sll == {}", format_mac(&sll)),
+                ]
+            }
+            L4::Nd { target, tll, .. } => {
+                vec![
+                    "nd_na".into(),
+                    format!("nd.target == {target}"),
+                    format!("nd.tll == {}", format_mac(&tll)),
+                ]
+            }
+        };
         match self.l3 {
             L3::Arp {
                 op,
@@ -222,30 +373,20 @@ impl Packet {
                     format!("ip4.dst == {destination}"),
                     format!("ip.ttl == {ttl}"),
                 ]);
-                match l4 {
-                    L4::Icmp { kind, code } => terms.extend([
-                        format!("icmp4.type == {kind}"),
-                        format!("icmp4.code == {code}"),
-                    ]),
-                    L4::Tcp {
-                        source,
-                        destination,
-                    }
-                    | L4::TcpReset {
-                        source,
-                        destination,
-                    } => terms.extend([
-                        format!("tcp.src == {source}"),
-                        format!("tcp.dst == {destination}"),
-                    ]),
-                    L4::Udp {
-                        source,
-                        destination,
-                    } => terms.extend([
-                        format!("udp.src == {source}"),
-                        format!("udp.dst == {destination}"),
-                    ]),
-                }
+                terms.extend(l4_terms(l4, "icmp4"));
+            }
+            L3::Ipv6 {
+                source,
+                destination,
+                ttl,
+                l4,
+            } => {
+                terms.extend([
+                    format!("ip6.src == {source}"),
+                    format!("ip6.dst == {destination}"),
+                    format!("ip.ttl == {ttl}"),
+                ]);
+                terms.extend(l4_terms(l4, "icmp6"));
             }
         }
         terms.join(" && ")
@@ -266,21 +407,66 @@ impl Packet {
             ("ip4.dst", L3::Ipv4 { destination, .. }) => {
                 *destination = as_ipv4(value).ok_or_else(bad)?
             }
-            ("ip.ttl", L3::Ipv4 { ttl, .. }) => *ttl = as_integer(value).ok_or_else(bad)?,
+            ("ip6.src", L3::Ipv6 { source, .. }) => *source = as_ipv6(value).ok_or_else(bad)?,
+            ("ip6.dst", L3::Ipv6 { destination, .. }) => {
+                *destination = as_ipv6(value).ok_or_else(bad)?
+            }
+            ("ip.ttl", L3::Ipv4 { ttl, .. } | L3::Ipv6 { ttl, .. }) => {
+                *ttl = as_integer(value).ok_or_else(bad)?
+            }
             (
                 "icmp4.type",
                 L3::Ipv4 {
                     l4: L4::Icmp { kind, .. },
                     ..
                 },
-            ) => *kind = as_integer(value).ok_or_else(bad)?,
+            )
+            | (
+                "icmp6.type",
+                L3::Ipv6 {
+                    l4: L4::Icmp { kind, .. } | L4::Nd { kind, .. },
+                    ..
+                },
+            ) => {
+                *kind = as_integer(value).ok_or_else(bad)?;
+            }
             (
                 "icmp4.code",
                 L3::Ipv4 {
                     l4: L4::Icmp { code, .. },
                     ..
                 },
-            ) => *code = as_integer(value).ok_or_else(bad)?,
+            )
+            | (
+                "icmp6.code",
+                L3::Ipv6 {
+                    l4: L4::Icmp { code, .. },
+                    ..
+                },
+            ) => {
+                *code = as_integer(value).ok_or_else(bad)?;
+            }
+            (
+                "nd.target",
+                L3::Ipv6 {
+                    l4: L4::Nd { target, .. },
+                    ..
+                },
+            ) => *target = as_ipv6(value).ok_or_else(bad)?,
+            (
+                "nd.sll",
+                L3::Ipv6 {
+                    l4: L4::Nd { sll, .. },
+                    ..
+                },
+            ) => *sll = as_mac(value).ok_or_else(bad)?,
+            (
+                "nd.tll",
+                L3::Ipv6 {
+                    l4: L4::Nd { tll, .. },
+                    ..
+                },
+            ) => *tll = as_mac(value).ok_or_else(bad)?,
             _ => return Err(bad()),
         }
         Ok(())
@@ -288,7 +474,7 @@ impl Packet {
 
     /// `ip.ttl--`.
     pub fn decrement_ttl(&mut self) {
-        if let L3::Ipv4 { ttl, .. } = &mut self.l3 {
+        if let L3::Ipv4 { ttl, .. } | L3::Ipv6 { ttl, .. } = &mut self.l3 {
             *ttl = ttl.saturating_sub(1);
         }
     }
@@ -303,6 +489,7 @@ impl Packet {
                 ..
             } => (source, destination),
             L3::Arp { spa, tpa, .. } => (spa, tpa),
+            L3::Ipv6 { .. } => (Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED),
         };
         Packet {
             l3: L3::Arp {
@@ -316,56 +503,142 @@ impl Packet {
         }
     }
 
+    /// The packet OVN's `nd_ns { … }` action starts from (ovn-trace's model): addressed to the
+    /// solicited-node group of the IPv6 destination, addresses unchanged, tll = old eth.dst.
+    #[must_use]
+    pub fn nd_ns_template(&self) -> Packet {
+        let L3::Ipv6 {
+            source,
+            destination,
+            ttl,
+            l4,
+        } = self.l3
+        else {
+            return *self;
+        };
+        let target = match l4 {
+            L4::Nd { target, .. } => target,
+            _ => Ipv6Addr::UNSPECIFIED,
+        };
+        Packet {
+            eth_src: self.eth_src,
+            eth_dst: ipv6_multicast_mac(solicited_node(destination)),
+            l3: L3::Ipv6 {
+                source,
+                destination,
+                ttl,
+                l4: L4::Nd {
+                    kind: 135,
+                    target,
+                    sll: [0; 6],
+                    tll: self.eth_dst,
+                },
+            },
+        }
+    }
+
+    /// The packet OVN's `nd_na { … }` / `nd_na_router { … }` actions start from (ovn-trace's
+    /// model): back to the solicitor, from the target address.
+    #[must_use]
+    pub fn nd_na_template(&self) -> Packet {
+        let L3::Ipv6 {
+            source, ttl, l4, ..
+        } = self.l3
+        else {
+            return *self;
+        };
+        let target = match l4 {
+            L4::Nd { target, .. } => target,
+            _ => Ipv6Addr::UNSPECIFIED,
+        };
+        Packet {
+            eth_src: self.eth_dst,
+            eth_dst: self.eth_src,
+            l3: L3::Ipv6 {
+                source: target,
+                destination: source,
+                ttl,
+                l4: L4::Nd {
+                    kind: 136,
+                    target,
+                    sll: [0; 6],
+                    tll: self.eth_dst,
+                },
+            },
+        }
+    }
+
     /// The packet OVN's `tcp_reset { … }` action starts from (ovn-trace's model: the segment
     /// turned into a reset with TTL 255, addresses and ports unchanged until the block's
     /// statements).
     #[must_use]
     pub fn tcp_reset_template(&self) -> Packet {
-        match self.l3 {
+        let reset = |l4| match l4 {
+            L4::Tcp {
+                source,
+                destination,
+            } => L4::TcpReset {
+                source,
+                destination,
+            },
+            other => other,
+        };
+        let l3 = match self.l3 {
             L3::Ipv4 {
                 source,
                 destination,
-                l4:
-                    L4::Tcp {
-                        source: from,
-                        destination: to,
-                    },
+                l4,
                 ..
-            } => Packet {
-                l3: L3::Ipv4 {
-                    source,
-                    destination,
-                    ttl: 255,
-                    l4: L4::TcpReset {
-                        source: from,
-                        destination: to,
-                    },
-                },
-                ..*self
+            } => L3::Ipv4 {
+                source,
+                destination,
+                ttl: 255,
+                l4: reset(l4),
             },
-            _ => *self,
-        }
+            L3::Ipv6 {
+                source,
+                destination,
+                l4,
+                ..
+            } => L3::Ipv6 {
+                source,
+                destination,
+                ttl: 255,
+                l4: reset(l4),
+            },
+            arp @ L3::Arp { .. } => arp,
+        };
+        Packet { l3, ..*self }
     }
 
-    /// The packet OVN's `icmp4 { … }` action starts from (an ICMP error about this packet).
+    /// The packet OVN's `icmp4 { … }` / `icmp6 { … }` actions start from (ovn-trace's model: an
+    /// ICMP destination unreachable, code 1, TTL 255, addresses unchanged).
     #[must_use]
     pub fn icmp_template(&self) -> Packet {
-        match self.l3 {
+        let l3 = match self.l3 {
             L3::Ipv4 {
                 source,
                 destination,
                 ..
-            } => Packet {
-                l3: L3::Ipv4 {
-                    source,
-                    destination,
-                    ttl: 255,
-                    l4: L4::Icmp { kind: 3, code: 1 },
-                },
-                ..*self
+            } => L3::Ipv4 {
+                source,
+                destination,
+                ttl: 255,
+                l4: L4::Icmp { kind: 3, code: 1 },
             },
-            L3::Arp { .. } => *self,
-        }
+            L3::Ipv6 {
+                source,
+                destination,
+                ..
+            } => L3::Ipv6 {
+                source,
+                destination,
+                ttl: 255,
+                l4: L4::Icmp { kind: 1, code: 1 },
+            },
+            arp @ L3::Arp { .. } => arp,
+        };
+        Packet { l3, ..*self }
     }
 }
 
@@ -373,6 +646,35 @@ fn flatten<'a>(expr: &'a Expr, out: &mut Vec<&'a Expr>) {
     match expr {
         Expr::And(terms) => terms.iter().for_each(|t| flatten(t, out)),
         other => out.push(other),
+    }
+}
+
+impl fmt::Display for L4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            L4::Icmp { kind, code } => write!(f, "ICMP {kind}/{code}"),
+            L4::Tcp {
+                source,
+                destination,
+            } => write!(f, "TCP {source} → {destination}"),
+            L4::TcpReset {
+                source,
+                destination,
+            } => write!(f, "TCP RST {source} → {destination}"),
+            L4::Udp {
+                source,
+                destination,
+            } => write!(f, "UDP {source} → {destination}"),
+            L4::Nd {
+                kind: 135,
+                target,
+                sll,
+                ..
+            } => write!(f, "NS who-has {target} (sll {})", format_mac(&sll)),
+            L4::Nd {
+                kind, target, tll, ..
+            } => write!(f, "ND {kind} {target} is-at {}", format_mac(&tll)),
+        }
     }
 }
 
@@ -404,24 +706,13 @@ impl fmt::Display for Packet {
                 destination,
                 ttl,
                 l4,
-            } => {
-                write!(f, "IPv4 {source} → {destination} ttl {ttl} ")?;
-                match l4 {
-                    L4::Icmp { kind, code } => write!(f, "ICMP {kind}/{code}"),
-                    L4::Tcp {
-                        source,
-                        destination,
-                    } => write!(f, "TCP {source} → {destination}"),
-                    L4::TcpReset {
-                        source,
-                        destination,
-                    } => write!(f, "TCP RST {source} → {destination}"),
-                    L4::Udp {
-                        source,
-                        destination,
-                    } => write!(f, "UDP {source} → {destination}"),
-                }
-            }
+            } => write!(f, "IPv4 {source} → {destination} ttl {ttl} {l4}"),
+            L3::Ipv6 {
+                source,
+                destination,
+                ttl,
+                l4,
+            } => write!(f, "IPv6 {source} → {destination} hops {ttl} {l4}"),
         }
     }
 }
@@ -461,7 +752,13 @@ pub fn apply_statements(
                 ("arp", None, Some(block)) => {
                     outputs.extend(apply_statements(&current.arp_request_template(), block)?)
                 }
-                ("icmp4", None, Some(block)) => {
+                ("nd_ns", None, Some(block)) => {
+                    outputs.extend(apply_statements(&current.nd_ns_template(), block)?)
+                }
+                ("nd_na" | "nd_na_router", None, Some(block)) => {
+                    outputs.extend(apply_statements(&current.nd_na_template(), block)?);
+                }
+                ("icmp4" | "icmp6", None, Some(block)) => {
                     outputs.extend(apply_statements(&current.icmp_template(), block)?)
                 }
                 ("clone", None, Some(block)) => outputs.extend(apply_statements(&current, block)?),
@@ -473,4 +770,43 @@ pub fn apply_statements(
         }
     }
     Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn solicited_node_addresses_and_macs() {
+        let address: Ipv6Addr = "fe80::858:aff:fe10:1".parse().unwrap();
+        assert_eq!(
+            solicited_node(address),
+            "ff02::1:ff10:1".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(
+            ipv6_multicast_mac(solicited_node(address)),
+            [0x33, 0x33, 0xff, 0x10, 0x00, 0x01]
+        );
+    }
+
+    #[test]
+    fn microflows_round_trip_through_packets() {
+        let text = "inport == \"p\" && eth.src == 0a:58:00:00:00:01 && eth.dst == 33:33:ff:00:00:01 && ip6.src == fe80::1 && ip6.dst == ff02::1:ff00:1 && ip.ttl == 255 && nd_ns && nd.target == fe80::2 && nd.sll == 0a:58:00:00:00:01";
+        let expr = crate::lflow::parse_match(text).unwrap();
+        let (inport, packet) = Packet::from_microflow(&expr).unwrap();
+        assert_eq!(inport.as_deref(), Some("p"));
+        assert!(matches!(
+            packet.l3,
+            L3::Ipv6 {
+                l4: L4::Nd { kind: 135, .. },
+                ttl: 255,
+                ..
+            }
+        ));
+        let again =
+            Packet::from_microflow(&crate::lflow::parse_match(&packet.to_microflow("p")).unwrap())
+                .unwrap()
+                .1;
+        assert_eq!(again, packet);
+    }
 }

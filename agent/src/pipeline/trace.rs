@@ -84,6 +84,8 @@ fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
             }
             match packet.l3 {
                 L3::Arp { sha, spa, .. } => sha == mac && prefixes.iter().any(|p| contains(p, spa)),
+                // IPv6 port security is not modelled beyond the source MAC.
+                L3::Ipv6 { .. } => true,
                 L3::Ipv4 {
                     source,
                     destination,
@@ -201,7 +203,7 @@ impl<'a> Evaluator<'a> {
         evaluator
     }
 
-    fn entries(&self, datapath: u32) -> impl Iterator<Item = &'a IrEntry> + '_ {
+    pub(super) fn entries(&self, datapath: u32) -> impl Iterator<Item = &'a IrEntry> + '_ {
         self.by_datapath
             .get(&datapath)
             .into_iter()
@@ -224,7 +226,7 @@ impl<'a> Evaluator<'a> {
         Ok(trace)
     }
 
-    fn step(&self, trace: &mut Trace, datapath: u32, text: String) {
+    pub(super) fn step(&self, trace: &mut Trace, datapath: u32, text: String) {
         trace
             .steps
             .push(format!("[{}] {text}", self.datapath_name(datapath)));
@@ -255,6 +257,9 @@ impl<'a> Evaluator<'a> {
             && !ingress_allowed(allowed, &packet)
         {
             self.step(trace, dp, format!("dropped: port security of {inport}"));
+            return;
+        }
+        if self.switch_ipv6(dp, inport, packet, from_router, trace, hops) {
             return;
         }
         if let L3::Arp {
@@ -319,7 +324,14 @@ impl<'a> Evaluator<'a> {
                 return;
             }
         }
-        if let L3::Arp { op: 1, .. } = packet.l3 {
+        if matches!(
+            packet.l3,
+            L3::Arp { op: 1, .. }
+                | L3::Ipv6 {
+                    l4: L4::Nd { kind: 135, .. },
+                    ..
+                }
+        ) {
             let router_flood = self.entries(dp).find_map(|e| match e {
                 IrEntry::RouterOriginatedFlood {
                     router_macs, group, ..
@@ -378,7 +390,7 @@ impl<'a> Evaluator<'a> {
         }
     }
 
-    fn flood(
+    pub(super) fn flood(
         &self,
         dp: u32,
         inport: &str,
@@ -403,7 +415,7 @@ impl<'a> Evaluator<'a> {
 
     /// Switch egress: to a VIF or localnet port, or across a patch port into a router.
     #[allow(clippy::too_many_arguments)]
-    fn deliver(
+    pub(super) fn deliver(
         &self,
         dp: u32,
         inport: &str,
@@ -457,7 +469,14 @@ impl<'a> Evaluator<'a> {
     }
 
     /// Leaves the router through `port` into the switch behind it.
-    fn router_output(&self, dp: u32, port: &str, packet: Packet, trace: &mut Trace, hops: usize) {
+    pub(super) fn router_output(
+        &self,
+        dp: u32,
+        port: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
         let delivered = self
             .entries(dp)
             .any(|e| matches!(e, IrEntry::RouterDelivery { port: p, .. } if p == port));
@@ -528,6 +547,10 @@ impl<'a> Evaluator<'a> {
             self.entries(dp)
                 .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
         };
+        if let L3::Ipv6 { .. } = packet.l3 {
+            self.router_ipv6(dp, inport, port_mac, packet, trace, hops);
+            return;
+        }
         let (source, destination, ttl) = match packet.l3 {
             L3::Arp {
                 op: 1,
@@ -575,6 +598,7 @@ impl<'a> Evaluator<'a> {
                 ttl,
                 ..
             } => (source, destination, ttl),
+            L3::Ipv6 { .. } => return,
         };
         let martian = |ip: Ipv4Addr| {
             ip.is_multicast() || ip.is_broadcast() || ip.is_loopback() || ip.octets()[0] == 0
@@ -681,7 +705,7 @@ impl<'a> Evaluator<'a> {
         let protocol = match l4 {
             L4::Tcp { .. } | L4::TcpReset { .. } => Some(RejectProtocol::Tcp),
             L4::Udp { .. } => Some(RejectProtocol::Udp),
-            L4::Icmp { .. } => None,
+            L4::Icmp { .. } | L4::Nd { .. } => None,
         };
         // A protocol-specific rule (priority 80) wins over the catch-all (priority 70).
         let response = self
