@@ -163,6 +163,24 @@ impl Topology {
             ])
     }
 
+    /// An underlay subnet's uplink, as Kube-OVN creates it: LSP `localnet.<subnet>` of type
+    /// localnet with addresses "unknown", bound to the provider network `provider`, tagged with
+    /// `vlan` (0 = untagged).
+    pub fn localnet(&mut self, subnet: &str, provider: &str, vlan: u16) -> &mut Self {
+        let port = format!("localnet.{subnet}");
+        let network = format!("network_name={provider}");
+        self.add(&["--may-exist", "lsp-add", subnet, &port])
+            .add(&["lsp-set-type", &port, "localnet"])
+            .add(&["lsp-set-addresses", &port, "unknown"])
+            .add(&["lsp-set-options", &port, &network])
+            .add(&["set", "logical_switch_port", &port, VENDOR]);
+        if vlan != 0 {
+            let tag = format!("tag={vlan}");
+            self.add(&["set", "logical_switch_port", &port, &tag]);
+        }
+        self
+    }
+
     /// A node's port on `join`: LSP `node-<node>`.
     pub fn node_port(&mut self, node: &str, mac: &str, ip: Ipv4Addr) -> &mut Self {
         let port = format!("node-{node}");

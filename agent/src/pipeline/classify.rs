@@ -138,6 +138,27 @@ pub fn classify(flow: &Flow<'_>) -> Class {
             {
                 Class::Compiled(vec![IrEntry::DropUnknownDestination { datapath: dp }])
             }
+            // The switch has ports with "unknown" addresses (localnet, or LSPs that accept any
+            // MAC): frames nobody claims are flooded to them.
+            (
+                [
+                    Expr::Compare {
+                        field,
+                        relation: Relation::Eq,
+                        values,
+                        ..
+                    },
+                ],
+                actions @ [_, _],
+            ) if plain(field, "outport") && string_value(values) == Some("none") => {
+                match output_to(actions) {
+                    Some(group) => Class::Compiled(vec![IrEntry::FloodUnknown {
+                        datapath: dp,
+                        group: group.to_string(),
+                    }]),
+                    None => unsupported("unknown-destination variant"),
+                }
+            }
             (
                 [Expr::Bool(true)],
                 [
@@ -866,6 +887,26 @@ mod tests {
             class("ls_in_l2_lkup", 110, "eth.dst == $svc_monitor_mac && (tcp || icmp || icmp6)", "handle_svc_check(inport);"),
             Class::Compiled(entries) if matches!(&entries[0], IrEntry::Punt { reason, .. } if reason.contains("service monitor"))
         ));
+    }
+
+    #[test]
+    fn peer_router_link_local_neighbours_compile() {
+        // On a peering link the next hop is the peer router port's link-local address, held in
+        // xxreg0 (no ip6.* field in the match).
+        assert_eq!(
+            class(
+                "lr_in_arp_resolve",
+                100,
+                r#"outport == "vpc-a-vpc-c" && xxreg0 == fe80::858:d6ff:fe22:2a24"#,
+                "eth.dst = 0a:58:d6:22:2a:24; next;"
+            ),
+            Class::Compiled(vec![IrEntry::Neighbour6 {
+                datapath: 7,
+                port: "vpc-a-vpc-c".into(),
+                ip: "fe80::858:d6ff:fe22:2a24".parse().unwrap(),
+                mac: [0x0a, 0x58, 0xd6, 0x22, 0x2a, 0x24],
+            }])
+        );
     }
 
     #[test]

@@ -101,10 +101,14 @@ pub enum IrEntry {
         router_port: String,
         group: Option<String>,
     },
-    /// Unknown unicast: FDB lookup, else dropped (no "unknown" ports yet).
+    /// Unknown unicast: FDB lookup first; what stays unknown meets `DropUnknownDestination` or
+    /// `FloodUnknown`.
     UnknownUnicast { datapath: u32 },
     /// Frames whose output port is still unknown are dropped.
     DropUnknownDestination { datapath: u32 },
+    /// Frames whose output port is still unknown are flooded to `group` (`_MC_unknown`: the
+    /// switch's ports with "unknown" addresses, e.g. a localnet port).
+    FloodUnknown { datapath: u32, group: String },
     /// The switch answers ARP requests for `ip` with `mac`.
     ArpReply {
         datapath: u32,
@@ -327,6 +331,7 @@ impl IrEntry {
             | IrEntry::ArpForRouterIp { datapath, .. }
             | IrEntry::UnknownUnicast { datapath }
             | IrEntry::DropUnknownDestination { datapath }
+            | IrEntry::FloodUnknown { datapath, .. }
             | IrEntry::ArpReply { datapath, .. }
             | IrEntry::ArpReplySkip { datapath, .. }
             | IrEntry::ArpReplySkipPort { datapath, .. }

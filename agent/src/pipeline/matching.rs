@@ -71,9 +71,24 @@ pub(super) fn mentions_ipv6(expr: &Expr) -> bool {
     mentions_family(expr, IPV6_FIELDS)
 }
 
+/// Whether the expression compares a field (e.g. the `xxreg0` next hop) with IPv6 addresses.
+fn compares_with_ipv6(expr: &Expr) -> bool {
+    match expr {
+        Expr::Compare { values, .. } => values
+            .iter()
+            .any(|v| matches!(v, Value::Constant(Constant::Ipv6 { .. }))),
+        Expr::Not(inner) => compares_with_ipv6(inner),
+        Expr::And(terms) | Expr::Or(terms) => terms.iter().any(compares_with_ipv6),
+        Expr::Bool(_) | Expr::Field(_) | Expr::Range { .. } | Expr::Function { .. } => false,
+    }
+}
+
 /// A match only IPv6 packets can satisfy (mixed IPv4/IPv6 rules compile for their IPv4 part).
 pub(super) fn ipv6_only(terms: &[&Expr]) -> bool {
-    terms.iter().any(|t| mentions_ipv6(t)) && !terms.iter().any(|t| mentions_family(t, IPV4_FIELDS))
+    terms
+        .iter()
+        .any(|t| mentions_ipv6(t) || compares_with_ipv6(t))
+        && !terms.iter().any(|t| mentions_family(t, IPV4_FIELDS))
 }
 
 pub(super) fn is_drop(name: &str) -> bool {

@@ -379,14 +379,33 @@ impl<'a> Evaluator<'a> {
                 );
                 self.deliver(dp, inport, port, packet, false, trace, hops);
             }
-            None => self.step(
-                trace,
-                dp,
-                format!(
-                    "dropped: unknown destination {}",
-                    format_mac(&packet.eth_dst)
-                ),
-            ),
+            None => {
+                let unknown_group = self.entries(dp).find_map(|e| match e {
+                    IrEntry::FloodUnknown { group, .. } => Some(group),
+                    _ => None,
+                });
+                match unknown_group {
+                    Some(group) => {
+                        self.step(
+                            trace,
+                            dp,
+                            format!(
+                                "unknown destination {}: flood to {group}",
+                                format_mac(&packet.eth_dst)
+                            ),
+                        );
+                        self.flood(dp, inport, group, packet, trace, hops);
+                    }
+                    None => self.step(
+                        trace,
+                        dp,
+                        format!(
+                            "dropped: unknown destination {}",
+                            format_mac(&packet.eth_dst)
+                        ),
+                    ),
+                }
+            }
         }
     }
 
