@@ -191,6 +191,32 @@ impl Topology {
             .add(&["set", "logical_switch_port", &port, VENDOR, &node_id])
     }
 
+    /// A router policy, as Kube-OVN writes them: `action` is allow, drop or reroute (with
+    /// `nexthop`).
+    pub fn policy(
+        &mut self,
+        vpc: &str,
+        priority: u16,
+        match_: &str,
+        action: &str,
+        nexthop: Option<Ipv4Addr>,
+    ) -> &mut Self {
+        let priority = priority.to_string();
+        let mut args = vec![
+            "--may-exist",
+            "lr-policy-add",
+            vpc,
+            &priority,
+            match_,
+            action,
+        ];
+        let nexthop = nexthop.map(|ip| ip.to_string());
+        if let Some(nexthop) = &nexthop {
+            args.push(nexthop);
+        }
+        self.add(&args)
+    }
+
     /// A VPC static route `prefix` via `nexthop`.
     pub fn static_route(&mut self, vpc: &str, prefix: &str, nexthop: Ipv4Addr) -> &mut Self {
         self.add(&[

@@ -6,7 +6,8 @@
 //! Topology: the default VPC; vpc-a with two subnets; vpc-b whose subnet overlaps vpc-a's
 //! (10.0.1.0/24) and is not peered; vpc-c peered with vpc-a (static routes both ways); a static
 //! route in vpc-a whose next hop is a pod (a pod acting as a router); an underlay subnet in the
-//! default VPC whose localnet port (VLAN 100) takes the frames no pod claims.
+//! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
+//! (allow, reroute to a node over the join switch, drop).
 
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
@@ -95,7 +96,26 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .peering("vpc-a", "10.255.0.1/30", "vpc-c", "10.255.0.2/30")
         .static_route("vpc-a", "10.2.1.0/24", Ipv4Addr::new(10, 255, 0, 2))
         .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 255, 0, 1))
-        .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12));
+        .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12))
+        // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes; a pod's
+        // other traffic is rerouted to its node over the join switch.
+        .node_port("node1", NODE1_MAC, NODE1_IP)
+        .policy(
+            "ovn-cluster",
+            31000,
+            "ip4.dst == 10.16.0.0/16",
+            "allow",
+            None,
+        )
+        .policy(
+            "ovn-cluster",
+            29000,
+            "ip4.src == 10.16.0.11",
+            "reroute",
+            Some(NODE1_IP),
+        )
+        // A policy that drops one destination across the peering.
+        .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None);
     topology.apply(lab).unwrap();
     // One pod with port security, as Kube-OVN sets it for pods with `port_security: true`.
     let secured = &pods
@@ -141,6 +161,10 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     .unwrap();
     pods
 }
+
+/// The node port on the join switch that the default VPC's reroute policy sends to.
+const NODE1_IP: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
+const NODE1_MAC: &str = "0a:58:64:40:00:02";
 
 /// The address of the learned neighbour.
 const LEARNED: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 77);

@@ -5,7 +5,9 @@
 
 use std::net::Ipv4Addr;
 
-use super::ir::{IrEntry, Mac, Prefix, RejectProtocol, RejectResponse, RouterDropRule};
+use super::ir::{
+    IrEntry, Mac, PolicyVerdict, Prefix, RejectProtocol, RejectResponse, RouterDropRule,
+};
 use super::matching::*;
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source},
@@ -200,7 +202,7 @@ pub fn classify(flow: &Flow<'_>) -> Class {
             ([Expr::Bool(true)], actions) if zeroes_then_next(actions, &slice("reg8", 0, 15)) => {
                 Class::Neutral
             }
-            _ => unsupported("router policies"),
+            _ => classify_policy(dp, flow.priority, &terms, flow.actions),
         },
         "lr_in_arp_request" => match (terms.as_slice(), flow.actions) {
             (
@@ -550,6 +552,65 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
         source_ip,
         source_mac,
         port: port.to_string(),
+    }])
+}
+
+/// `lr_in_policy`: policies matching on IPv4 source and/or destination prefixes that allow,
+/// drop or reroute (ECMP reroutes and other matches stay unsupported).
+fn classify_policy(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
+    let source = terms.iter().find_map(|t| compare_prefix(t, "ip4.src"));
+    let destination = terms.iter().find_map(|t| compare_prefix(t, "ip4.dst"));
+    let ip4_only = terms.iter().filter(|t| is_predicate(t, "ip4")).count();
+    let recognised = terms.len()
+        == usize::from(source.is_some()) + usize::from(destination.is_some()) + ip4_only;
+    if !recognised || (source.is_none() && destination.is_none()) {
+        return unsupported("router policy match (only IPv4 prefixes are compiled)");
+    }
+    // A reroute ends by clearing the ECMP group id (reg8[0..15]) before `next;`.
+    let resets_ecmp = |actions: &[Action]| {
+        actions.iter().any(|a| {
+            matches!(a, Action::Assign { destination, .. } if destination == &slice("reg8", 0, 15))
+        })
+    };
+    let verdict = match actions {
+        [Action::Keyword { name, .. }] if is_drop(name) => PolicyVerdict::Drop,
+        _ if zeroes_then_next(actions, &slice("reg8", 0, 15)) => PolicyVerdict::Allow,
+        [.., next] if is_next(next) && resets_ecmp(actions) => {
+            let nexthop = match assigned(actions, "reg0") {
+                Some(Source::Constant(Constant::Ipv4 {
+                    address,
+                    mask: None,
+                })) => *address,
+                _ => return unsupported("router policy reroute variant"),
+            };
+            let source_ip = match assigned(actions, "reg1") {
+                Some(Source::Constant(Constant::Ipv4 {
+                    address,
+                    mask: None,
+                })) => *address,
+                _ => return unsupported("router policy reroute variant"),
+            };
+            let (Some(source_mac), Some(port)) = (
+                assigned_mac(actions, "eth.src"),
+                assigned_string(actions, "outport"),
+            ) else {
+                return unsupported("router policy reroute variant");
+            };
+            PolicyVerdict::Reroute {
+                nexthop,
+                source_ip,
+                source_mac,
+                port: port.to_string(),
+            }
+        }
+        _ => return unsupported("router policy action (ECMP reroute)"),
+    };
+    Class::Compiled(vec![IrEntry::RouterPolicy {
+        datapath: dp,
+        priority: u16::try_from(priority).unwrap_or(u16::MAX),
+        source,
+        destination,
+        verdict,
     }])
 }
 

@@ -145,6 +145,16 @@ pub enum IrEntry {
     },
     /// Destinations without a route are dropped.
     RouteMissDrop { datapath: u32 },
+    /// A logical router policy (`lr-policy-add`, Kube-OVN's node and subnet policies): after
+    /// routing, the highest-priority policy whose prefixes contain the packet's source and
+    /// destination (an absent prefix matches anything) decides its fate.
+    RouterPolicy {
+        datapath: u32,
+        priority: u16,
+        source: Option<Prefix>,
+        destination: Option<Prefix>,
+        verdict: PolicyVerdict,
+    },
     /// Next hop `ip` out of `port` has MAC `mac`.
     Neighbour {
         datapath: u32,
@@ -286,6 +296,21 @@ pub enum RejectResponse {
     IcmpUnreachable { code: u8 },
 }
 
+/// What a router policy does with the packets it matches.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyVerdict {
+    /// Keep the routing decision.
+    Allow,
+    Drop,
+    /// Replace the routing decision: next hop, source address and MAC, output port.
+    Reroute {
+        nexthop: Ipv4Addr,
+        source_ip: Ipv4Addr,
+        source_mac: Mac,
+        port: String,
+    },
+}
+
 /// Why the router's IP input stage drops a packet.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RouterDropRule {
@@ -339,6 +364,7 @@ impl IrEntry {
             | IrEntry::RouterPort { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::RouteMissDrop { datapath }
+            | IrEntry::RouterPolicy { datapath, .. }
             | IrEntry::Neighbour { datapath, .. }
             | IrEntry::NeighbourLookup { datapath }
             | IrEntry::LearnedNeighbour { datapath, .. }

@@ -7,7 +7,10 @@
 use std::{collections::HashMap, net::Ipv4Addr};
 
 use super::{
-    ir::{IrEntry, Mac, PortKind, Prefix, RejectProtocol, RejectResponse, RouterDropRule},
+    ir::{
+        IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
+        RouterDropRule,
+    },
     packet::{L3, L4, Packet, format_mac},
 };
 
@@ -769,6 +772,31 @@ impl<'a> Evaluator<'a> {
         })
     }
 
+    /// The highest-priority router policy matching `packet`, if any.
+    fn policy(&self, dp: u32, packet: &Packet) -> Option<(u16, &'a PolicyVerdict)> {
+        let L3::Ipv4 {
+            source,
+            destination,
+            ..
+        } = packet.l3
+        else {
+            return None;
+        };
+        let within = |prefix: &Option<Prefix>, ip| prefix.as_ref().is_none_or(|p| contains(p, ip));
+        self.entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::RouterPolicy {
+                    priority,
+                    source: from,
+                    destination: to,
+                    verdict,
+                    ..
+                } if within(from, source) && within(to, destination) => Some((*priority, verdict)),
+                _ => None,
+            })
+            .max_by_key(|(priority, _)| *priority)
+    }
+
     fn route(&self, dp: u32, mut packet: Packet, trace: &mut Trace, hops: usize) {
         let L3::Ipv4 { destination, .. } = packet.l3 else {
             return;
@@ -796,11 +824,11 @@ impl<'a> Evaluator<'a> {
                 _ => None,
             })
             .max_by_key(|(priority, ..)| *priority);
-        let Some((_, nexthop, source_ip, source_mac, port, prefix)) = route else {
+        let Some((_, nexthop, mut source_ip, mut source_mac, mut port, prefix)) = route else {
             self.step(trace, dp, format!("dropped: no route to {destination}"));
             return;
         };
-        let nexthop = nexthop.unwrap_or(destination);
+        let mut nexthop = nexthop.unwrap_or(destination);
         self.step(
             trace,
             dp,
@@ -809,6 +837,32 @@ impl<'a> Evaluator<'a> {
                 prefix.network, prefix.length
             ),
         );
+        match self.policy(dp, &packet) {
+            None | Some((_, PolicyVerdict::Allow)) => {}
+            Some((priority, PolicyVerdict::Drop)) => {
+                self.step(trace, dp, format!("dropped: router policy {priority}"));
+                return;
+            }
+            Some((
+                priority,
+                PolicyVerdict::Reroute {
+                    nexthop: policy_nexthop,
+                    source_ip: policy_source_ip,
+                    source_mac: policy_source_mac,
+                    port: policy_port,
+                },
+            )) => {
+                nexthop = *policy_nexthop;
+                source_ip = *policy_source_ip;
+                source_mac = *policy_source_mac;
+                port = policy_port;
+                self.step(
+                    trace,
+                    dp,
+                    format!("router policy {priority}: reroute via {nexthop} out of {port}"),
+                );
+            }
+        }
         packet.decrement_ttl();
         packet.eth_src = source_mac;
         let neighbour = self
