@@ -275,3 +275,51 @@ async fn adding_one_pod_changes_the_same_few_entries_at_any_size() {
             .any(|e| matches!(e, IrEntry::ArpReply { ip, .. } if *ip == pod_ip(5000)))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_ir_equals_a_fresh_compile_after_changes() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
+        .unwrap();
+    topology.apply(&lab).unwrap();
+    add_pods(&lab, 0..5);
+    let mut replica = Replica::start(&lab).await;
+
+    // A port's tunnel key changes (requested-tnl-key): its flood-group members must follow,
+    // although the groups' member lists stay the same.
+    lab.nbctl(&[
+        "--wait=sb",
+        "set",
+        "logical_switch_port",
+        "pod-2.ns",
+        "options:requested-tnl-key=900",
+    ])
+    .unwrap();
+    replica.settle().await;
+    add_pods(&lab, 5..8);
+    lab.nbctl(&["--wait=sb", "lsp-del", "pod-1.ns"]).unwrap();
+    replica.settle().await;
+
+    let fresh = Replica::start(&lab).await;
+    let sorted = |compiler: &Compiler| {
+        let mut entries: Vec<IrEntry> = compiler.entries().cloned().collect();
+        entries.sort();
+        entries
+    };
+    let (incremental, full) = (sorted(&replica.compiler), sorted(&fresh.compiler));
+    let members_900 = incremental
+        .iter()
+        .filter(|e| matches!(e, IrEntry::FloodMember { port: 900, .. }))
+        .count();
+    assert!(members_900 >= 1, "no flood member with the new key 900");
+    if incremental != full {
+        let only_incremental: Vec<_> = incremental.iter().filter(|e| !full.contains(e)).collect();
+        let only_full: Vec<_> = full.iter().filter(|e| !incremental.contains(e)).collect();
+        panic!(
+            "incremental IR differs: only incremental {only_incremental:?}, only fresh {only_full:?}"
+        );
+    }
+}

@@ -13,7 +13,7 @@ pub mod packet;
 pub mod trace;
 mod trace_ipv6;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use uuid::Uuid;
 
@@ -76,11 +76,12 @@ pub struct StageCoverage {
     pub reasons: BTreeMap<String, usize>,
 }
 
-/// A flood group's entries: its header and one entry per member port (by Port_Binding row).
+/// A flood group's entries: its header and one entry per member port (by Port_Binding row);
+/// `None` for a listed port whose Port_Binding is not (yet) in the replica.
 #[derive(Debug)]
 struct GroupState {
     header: IrEntry,
-    members: HashMap<Uuid, IrEntry>,
+    members: HashMap<Uuid, Option<IrEntry>>,
 }
 
 /// The compiler's state: contributions per source row and the reference-counted IR.
@@ -89,6 +90,9 @@ pub struct Compiler {
     flows: HashMap<Uuid, Contribution>,
     rows: HashMap<Uuid, Contribution>,
     groups: HashMap<Uuid, GroupState>,
+    /// Port_Binding row → the groups listing it, so a port that arrives (or changes its key)
+    /// after its groups updates just its member entries.
+    port_groups: HashMap<Uuid, HashSet<Uuid>>,
     entries: HashMap<IrEntry, u32>,
 }
 
@@ -180,6 +184,7 @@ impl Compiler {
         for uuid in rows {
             self.retract_row(uuid, &mut delta);
             self.compile_row(sb, uuid, &mut delta);
+            self.refresh_memberships(sb, uuid, &mut delta);
         }
         for (uuid, ports_change) in groups {
             match ports_change {
@@ -222,23 +227,72 @@ impl Compiler {
             return;
         };
         for port in change.removed.iter().filter_map(|a| a.as_uuid()) {
-            if let Some(entry) = state.members.remove(&port) {
-                self.remove(entry, delta);
-            }
+            self.unlist_member(uuid, &mut state, port, delta);
         }
         let key_of = port_key_reader(sb);
         for port in change.added.iter().filter_map(|a| a.as_uuid()) {
-            if let Some(key) = key_of.as_ref().and_then(|read| read(&port)) {
-                let entry = IrEntry::FloodMember {
-                    datapath,
-                    group,
-                    port: key,
-                };
-                self.add(entry.clone(), delta);
-                state.members.insert(port, entry);
-            }
+            let key = key_of.as_ref().and_then(|read| read(&port));
+            self.list_member(uuid, &mut state, (datapath, group), port, key, delta);
         }
         self.groups.insert(uuid, state);
+    }
+
+    /// Records `port` as listed by group `uuid`, with a member entry when its key is known.
+    fn list_member(
+        &mut self,
+        uuid: Uuid,
+        state: &mut GroupState,
+        (datapath, group): (u32, u32),
+        port: Uuid,
+        key: Option<u32>,
+        delta: &mut Delta,
+    ) {
+        self.port_groups.entry(port).or_default().insert(uuid);
+        let entry = key.map(|key| IrEntry::FloodMember {
+            datapath,
+            group,
+            port: key,
+        });
+        if let Some(entry) = &entry {
+            self.add(entry.clone(), delta);
+        }
+        if let Some(Some(old)) = state.members.insert(port, entry) {
+            self.remove(old, delta);
+        }
+    }
+
+    fn unlist_member(&mut self, uuid: Uuid, state: &mut GroupState, port: Uuid, delta: &mut Delta) {
+        if let Some(Some(entry)) = state.members.remove(&port) {
+            self.remove(entry, delta);
+        }
+        if let Some(groups) = self.port_groups.get_mut(&port) {
+            groups.remove(&uuid);
+            if groups.is_empty() {
+                self.port_groups.remove(&port);
+            }
+        }
+    }
+
+    /// A Port_Binding row changed: re-resolve its member entries in the groups listing it.
+    fn refresh_memberships(&mut self, sb: &Southbound, port: Uuid, delta: &mut Delta) {
+        let Some(groups) = self.port_groups.get(&port).cloned() else {
+            return;
+        };
+        let key = port_key_reader(sb).and_then(|read| read(&port));
+        for uuid in groups {
+            let Some(mut state) = self.groups.remove(&uuid) else {
+                continue;
+            };
+            if let IrEntry::FloodGroup {
+                datapath,
+                key: group,
+                ..
+            } = state.header
+            {
+                self.list_member(uuid, &mut state, (datapath, group), port, key, delta);
+            }
+            self.groups.insert(uuid, state);
+        }
     }
 
     /// Brings one Multicast_Group's entries up to date, touching only the members that changed.
@@ -277,7 +331,7 @@ impl Compiler {
                 },
             );
         }
-        let ports: std::collections::HashSet<Uuid> = group.ports.iter().copied().collect();
+        let ports: HashSet<Uuid> = group.ports.iter().copied().collect();
         let Some(mut state) = self.groups.remove(&uuid) else {
             return;
         };
@@ -288,34 +342,33 @@ impl Compiler {
             .copied()
             .collect();
         for port in gone {
-            if let Some(entry) = state.members.remove(&port) {
-                self.remove(entry, delta);
-            }
+            self.unlist_member(uuid, &mut state, port, delta);
         }
         let key_of = port_key_reader(sb);
         for port in ports {
-            if state.members.contains_key(&port) {
+            if matches!(state.members.get(&port), Some(Some(_))) {
                 continue;
             }
-            if let Some(key) = key_of.as_ref().and_then(|read| read(&port)) {
-                let entry = IrEntry::FloodMember {
-                    datapath,
-                    group: group.tunnel_key,
-                    port: key,
-                };
-                self.add(entry.clone(), delta);
-                state.members.insert(port, entry);
-            }
+            let key = key_of.as_ref().and_then(|read| read(&port));
+            self.list_member(
+                uuid,
+                &mut state,
+                (datapath, group.tunnel_key),
+                port,
+                key,
+                delta,
+            );
         }
         self.groups.insert(uuid, state);
     }
 
     fn retract_group(&mut self, uuid: Uuid, delta: &mut Delta) {
-        if let Some(state) = self.groups.remove(&uuid) {
-            self.remove(state.header, delta);
-            for (_, entry) in state.members {
-                self.remove(entry, delta);
+        if let Some(mut state) = self.groups.remove(&uuid) {
+            let ports: Vec<Uuid> = state.members.keys().copied().collect();
+            for port in ports {
+                self.unlist_member(uuid, &mut state, port, delta);
             }
+            self.remove(state.header, delta);
         }
     }
 
