@@ -17,14 +17,14 @@ use crate::{
     ovsdb::{
         connection::ConnectionOptions,
         remote::Remote,
-        replica::ChangeSet,
+        replica::{ChangeSet, RowRef},
         session::{self, SessionConfig, SessionEvent, SessionHandle},
     },
     pipeline::Compiler,
     sb::{
         DATABASE, Southbound,
         monitor::{self, LocalScope},
-        rows,
+        rows::{self, DatapathBinding, PortBinding},
     },
 };
 
@@ -137,7 +137,9 @@ impl Daemon {
             return;
         };
         self.claim_local_ports(chassis.uuid).await;
-        self.update_scope(chassis.uuid);
+        if self.scope_may_change(&changes, chassis.uuid) {
+            self.update_scope(chassis.uuid);
+        }
         self.acknowledge_nb_cfg().await;
     }
 
@@ -173,6 +175,51 @@ impl Daemon {
             }
         }
         self.write("claim local ports", ops).await;
+    }
+
+    /// Whether `changes` can alter the local scope: a resync, a datapath change, or a
+    /// Port_Binding that is (or was) a patch port or bound here. Other nodes' pods, the bulk of
+    /// the updates, skip the scope computation (which walks the local ports).
+    fn scope_may_change(&self, changes: &ChangeSet, chassis: uuid::Uuid) -> bool {
+        if changes.resynced || self.scope.chassis != Some(chassis) {
+            return true;
+        }
+        if changes
+            .tables
+            .get(DatapathBinding::TABLE)
+            .is_some_and(|c| !c.is_empty())
+        {
+            return true;
+        }
+        let Some(change) = changes.tables.get(PortBinding::TABLE) else {
+            return false;
+        };
+        let Some(table) = self.sb.replica().table(PortBinding::TABLE) else {
+            return true;
+        };
+        let relevant = |port: &PortBinding| {
+            port.kind == "patch"
+                || port.chassis == Some(chassis)
+                || port.requested_chassis == Some(chassis)
+                || self.local_ports.contains(&port.logical_port)
+        };
+        let now = change
+            .inserted
+            .iter()
+            .chain(change.modified.iter().map(|(uuid, _)| uuid))
+            .filter_map(|uuid| self.sb.row::<PortBinding>(uuid));
+        let before = change
+            .modified
+            .iter()
+            .chain(&change.deleted)
+            .map(|(uuid, row)| {
+                PortBinding::from_row(&RowRef {
+                    uuid: *uuid,
+                    layout: table.layout(),
+                    row,
+                })
+            });
+        now.chain(before).any(|port| relevant(&port))
     }
 
     /// Narrows (or widens) the conditional monitor when the set of local datapaths changed.

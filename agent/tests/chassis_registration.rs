@@ -155,6 +155,18 @@ fn agent_registers_acknowledges_claims_and_cleans_up() {
         Value::Bool(false),
         "up must wait for the datapath"
     );
+    // The daemon narrowed its monitor to p1's datapaths: subnet-a, vpc-a, and through the
+    // peering vpc-b and subnet-b (not vpc-c/subnet-c).
+    let log = std::fs::read_to_string(agent.log_path().unwrap()).unwrap_or_default();
+    let scope = log
+        .lines()
+        .rfind(|l| l.contains("local datapaths changed"))
+        .unwrap_or_default();
+    assert!(
+        scope.ends_with("datapaths=4"),
+        "scope: {scope:?}{}",
+        agent.log_tail()
+    );
     let (_, other) = row_named(&lab, "Port_Binding", "logical_port", "p2.ns").unwrap();
     assert_eq!(
         other["chassis"],

@@ -97,6 +97,11 @@ impl Child {
 
     /// The last lines of the log, for error messages.
     #[must_use]
+    /// The file the process logs to, if any.
+    pub fn log_path(&self) -> Option<&std::path::Path> {
+        self.log.as_deref()
+    }
+
     pub fn log_tail(&self) -> String {
         let Some(path) = &self.log else {
             return String::new();
