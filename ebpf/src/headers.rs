@@ -25,3 +25,56 @@ pub struct Ipv4Header {
     pub source: u32,
     pub destination: u32,
 }
+
+pub const ETH_P_IPV6: u16 = 0x86dd;
+pub const IPPROTO_UDP: u8 = 17;
+
+#[repr(C, packed)]
+pub struct UdpHeader {
+    /// Network byte order (all fields).
+    pub source: u16,
+    pub destination: u16,
+    pub len: u16,
+    pub checksum: u16,
+}
+
+/// Geneve base header (RFC 8926 §3.4).
+#[repr(C, packed)]
+pub struct GeneveHeader {
+    /// Version (2 bits) and length of the options in 4-byte words (6 bits).
+    pub version_options: u8,
+    /// O (control), C (critical options present), reserved.
+    pub flags: u8,
+    /// Network byte order.
+    pub protocol: u16,
+    /// VNI (24 bits) and a reserved byte.
+    pub vni_reserved: [u8; 4],
+}
+
+/// One Geneve option with 4 bytes of data, the shape of OVN's.
+#[repr(C, packed)]
+pub struct GeneveOption {
+    /// Network byte order.
+    pub class: u16,
+    pub kind: u8,
+    /// Reserved (3 bits) and data length in 4-byte words (5 bits).
+    pub length: u8,
+    /// Network byte order.
+    pub data: u32,
+}
+
+/// Outer Ethernet, IPv4 (without options) and UDP: enough to tell whether a frame is ours.
+#[repr(C, packed)]
+pub struct UdpFrame {
+    pub eth: EthHeader,
+    pub ip: Ipv4Header,
+    pub udp: UdpHeader,
+}
+
+/// Everything OVN puts in front of the inner frame, read in one go.
+#[repr(C, packed)]
+pub struct OuterHeaders {
+    pub udp_frame: UdpFrame,
+    pub geneve: GeneveHeader,
+    pub option: GeneveOption,
+}

@@ -1,20 +1,27 @@
 //! ovnbpf kernel programs: tcx classifiers built for `bpfel-unknown-none` and embedded in the agent.
 //!
 //! `from_pod` runs on tcx ingress of each pod's host-side veth, `from_uplink` on tcx ingress of the
-//! node's uplink. Today both parse Ethernet/IPv4 and count into the per-CPU
-//! `INTERFACE_COUNTERS` map, then hand the packet on unchanged (`TCX_NEXT`): they never drop or
-//! alter traffic that is not theirs. Map and program names come from `ovnbpf-common`.
+//! node's uplink. Both parse Ethernet/IPv4 and count into the per-CPU `INTERFACE_COUNTERS` map.
+//! `from_uplink` decapsulates OVN Geneve frames addressed to this node ([`geneve`]) and delivers
+//! them to local ports; everything else, and everything `from_pod` sees for now, goes on
+//! unchanged (`TCX_NEXT`): traffic that is not theirs is never dropped or altered. Map and
+//! program names come from `ovnbpf-common`.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod geneve;
 mod headers;
 
 use aya_ebpf::{
+    bindings::TC_ACT_SHOT,
     macros::{classifier, map},
-    maps::PerCpuHashMap,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::TcContext,
 };
-use ovnbpf_common::{InterfaceCounters, MAX_INTERFACES};
+use ovnbpf_common::{
+    InterfaceCounters, LocalPort, MAX_INTERFACES, MAX_TUNNEL_PORTS, TunnelConfig, TunnelPortKey,
+    drop_reason,
+};
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 
@@ -24,6 +31,16 @@ const TCX_NEXT: i32 = -1;
 #[map(name = "INTERFACE_COUNTERS")]
 static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
     PerCpuHashMap::with_max_entries(MAX_INTERFACES, 0);
+
+#[map(name = "TUNNEL_CONFIG")]
+static TUNNEL_CONFIG: Array<TunnelConfig> = Array::with_max_entries(1, 0);
+
+#[map(name = "TUNNEL_PORTS")]
+static TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort> =
+    HashMap::with_max_entries(MAX_TUNNEL_PORTS, 0);
+
+#[map(name = "DROP_COUNTERS")]
+static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
 
 /// What the parser found in a frame; selects the counter to increment.
 enum FrameClass {
@@ -39,7 +56,24 @@ pub fn from_pod(ctx: TcContext) -> i32 {
 
 #[classifier]
 pub fn from_uplink(ctx: TcContext) -> i32 {
-    observe(&ctx)
+    let class = classify(&ctx);
+    count(&ctx, class);
+    match geneve::decapsulate(&ctx) {
+        geneve::Decision::NotOurs => TCX_NEXT,
+        geneve::Decision::Drop(reason) => {
+            count_drop(reason);
+            TC_ACT_SHOT as i32
+        }
+        geneve::Decision::Redirected(verdict) => verdict,
+    }
+}
+
+#[inline(always)]
+fn count_drop(reason: u32) {
+    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason) {
+        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
+        unsafe { *counter += 1 };
+    }
 }
 
 #[inline(always)]

@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// Program names as they appear in the object file (the function names in the eBPF crate).
 pub mod program {
@@ -22,10 +22,83 @@ pub mod program {
 pub mod map {
     /// Per-CPU hash: ifindex (`u32`) → [`super::InterfaceCounters`].
     pub const INTERFACE_COUNTERS: &str = "INTERFACE_COUNTERS";
+    /// Array with one [`super::TunnelConfig`] (index 0): this node's tunnel endpoint.
+    pub const TUNNEL_CONFIG: &str = "TUNNEL_CONFIG";
+    /// Hash: [`super::TunnelPortKey`] → [`super::LocalPort`]: where a decapsulated frame for
+    /// (datapath, logical output port) is delivered.
+    pub const TUNNEL_PORTS: &str = "TUNNEL_PORTS";
+    /// Per-CPU array of `u64`, indexed by [`super::drop_reason`]: frames the programs dropped.
+    pub const DROP_COUNTERS: &str = "DROP_COUNTERS";
+}
+
+/// OVN's Geneve encapsulation, as ovn-controller puts it on the wire.
+pub mod geneve {
+    /// IANA UDP port of Geneve.
+    pub const UDP_PORT: u16 = 6081;
+    /// Geneve protocol type of an Ethernet payload ("transparent Ethernet bridging").
+    pub const PROTOCOL_ETHERNET: u16 = 0x6558;
+    /// The OVN option: class 0x0102, type 0x80 (critical), 4 bytes of data: 1 reserved bit,
+    /// 15 bits of logical ingress port key, 16 bits of logical egress port key.
+    pub const OVN_OPTION_CLASS: u16 = 0x0102;
+    pub const OVN_OPTION_TYPE: u8 = 0x80;
+    /// Outer Ethernet 14 + IPv4 20 + UDP 8 + Geneve 8 + OVN option 8 bytes.
+    pub const OVERHEAD: usize = 58;
+}
+
+/// Indexes of [`map::DROP_COUNTERS`].
+pub mod drop_reason {
+    /// Addressed to our Geneve port but not a frame OVN sends (version, options, protocol,
+    /// lengths).
+    pub const GENEVE_MALFORMED: u32 = 0;
+    /// A well-formed Geneve frame whose (VNI, egress port key) has no local port.
+    pub const GENEVE_UNKNOWN_DESTINATION: u32 = 1;
+    /// The kernel refused to strip the outer headers.
+    pub const DECAP_FAILED: u32 = 2;
+    /// Number of reasons (the map's size).
+    pub const COUNT: u32 = 3;
+    /// Names for metrics and logs, by index.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "geneve_malformed",
+        "geneve_unknown_destination",
+        "decap_failed",
+    ];
+}
+
+/// This node's tunnel endpoint. `encap_ip` is the IPv4 address of this chassis's Encap row in
+/// network byte order; 0 means "not configured": the uplink program then decapsulates nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunnelConfig {
+    pub encap_ip: u32,
+    pub reserved: u32,
+}
+
+/// A logical port as a tunnel addresses it: the datapath's tunnel key (the Geneve VNI) and the
+/// Port_Binding's tunnel key (the OVN option's egress port).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TunnelPortKey {
+    pub datapath: u32,
+    pub port: u32,
+}
+
+/// Flag of [`LocalPort::flags`]: deliver with `bpf_redirect_peer` into the pod's netns (the port
+/// is a veth whose peer is the pod's interface).
+pub const LOCAL_PORT_VETH_PEER: u32 = 1;
+
+/// A port on this node: the host-side interface to deliver to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalPort {
+    pub ifindex: u32,
+    pub flags: u32,
 }
 
 /// Capacity of [`map::INTERFACE_COUNTERS`]: one entry per attached interface.
 pub const MAX_INTERFACES: u32 = 65_536;
+
+/// Capacity of [`map::TUNNEL_PORTS`]: local ports reachable through the tunnel.
+pub const MAX_TUNNEL_PORTS: u32 = 65_536;
 
 /// Per-interface packet counters, kept per CPU by the kernel and summed by the agent.
 ///
@@ -61,6 +134,15 @@ impl InterfaceCounters {
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for InterfaceCounters {}
 
+// SAFETY: the following are repr(C), Copy, made of u32 fields without padding; every bit
+// pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TunnelConfig {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TunnelPortKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for LocalPort {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +152,14 @@ mod tests {
         // The kernel side writes five consecutive u64; any padding or reordering would corrupt reads.
         assert_eq!(core::mem::size_of::<InterfaceCounters>(), 40);
         assert_eq!(core::mem::align_of::<InterfaceCounters>(), 8);
+    }
+
+    #[test]
+    fn tunnel_types_have_the_kernel_layout() {
+        assert_eq!(core::mem::size_of::<TunnelConfig>(), 8);
+        assert_eq!(core::mem::size_of::<TunnelPortKey>(), 8);
+        assert_eq!(core::mem::size_of::<LocalPort>(), 8);
+        assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }
 
     #[test]

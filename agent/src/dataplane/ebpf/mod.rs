@@ -1,16 +1,19 @@
 //! The eBPF backend's kernel side as seen from userspace: the object embedded at build time, loading
 //! every program through the verifier, tcx attachment to interfaces (in any network namespace) and
-//! reading the programs' counters. Owns the `aya::Ebpf` handle; dropping it detaches the programs.
+//! reading the programs' counters, and the tunnel maps (this node's encap IP, local ports by
+//! (datapath, port key)). Owns the `aya::Ebpf` handle; dropping it detaches the programs.
 //! Touches: the bpf() syscall and, for attachment, a helper thread's network namespace.
 
 use std::{io, path::Path};
 
 use aya::{
     Ebpf, TestRun, TestRunOptions,
-    maps::PerCpuHashMap,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{ProgramError, SchedClassifier, TcAttachType},
 };
-use ovnbpf_common::{InterfaceCounters, map, program};
+use ovnbpf_common::{
+    InterfaceCounters, LocalPort, TunnelConfig, TunnelPortKey, drop_reason, map, program,
+};
 
 use crate::netns;
 
@@ -225,6 +228,74 @@ impl KernelPrograms {
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
             Err(source) => Err(EbpfError::Map { name, source }),
         }
+    }
+}
+
+impl KernelPrograms {
+    fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, EbpfError> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or(EbpfError::MissingMap { name })
+    }
+
+    /// Sets this node's tunnel endpoint: Geneve frames to `encap_ip` are decapsulated.
+    pub fn set_encap_ip(&mut self, encap_ip: std::net::Ipv4Addr) -> Result<(), EbpfError> {
+        let name = map::TUNNEL_CONFIG;
+        let mut config: Array<_, TunnelConfig> = Array::try_from(self.map_mut(name)?)
+            .map_err(|source| EbpfError::Map { name, source })?;
+        let value = TunnelConfig {
+            encap_ip: u32::from_ne_bytes(encap_ip.octets()),
+            reserved: 0,
+        };
+        config
+            .set(0, value, 0)
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// Delivers tunnel frames for (datapath key, port key) to `port`.
+    pub fn set_tunnel_port(
+        &mut self,
+        key: TunnelPortKey,
+        port: LocalPort,
+    ) -> Result<(), EbpfError> {
+        let name = map::TUNNEL_PORTS;
+        let mut ports: HashMap<_, TunnelPortKey, LocalPort> =
+            HashMap::try_from(self.map_mut(name)?)
+                .map_err(|source| EbpfError::Map { name, source })?;
+        ports
+            .insert(key, port, 0)
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// Stops delivering tunnel frames for `key` (absent keys are fine).
+    pub fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
+        let name = map::TUNNEL_PORTS;
+        let mut ports: HashMap<_, TunnelPortKey, LocalPort> =
+            HashMap::try_from(self.map_mut(name)?)
+                .map_err(|source| EbpfError::Map { name, source })?;
+        match ports.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(EbpfError::Map { name, source }),
+        }
+    }
+
+    /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].
+    pub fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        let name = map::DROP_COUNTERS;
+        let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+        let counters: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
+        (0..drop_reason::COUNT)
+            .map(|reason| {
+                let per_cpu = counters
+                    .get(&reason, 0)
+                    .map_err(|source| EbpfError::Map { name, source })?;
+                Ok((
+                    drop_reason::NAMES[reason as usize],
+                    per_cpu.iter().sum::<u64>(),
+                ))
+            })
+            .collect()
     }
 }
 
