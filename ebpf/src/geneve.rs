@@ -1,21 +1,27 @@
-//! Geneve decapsulation on the uplink: a frame in OVN's layout (outer IPv4, UDP 6081, Geneve
-//! with exactly the OVN option) addressed to this node's encap IP loses its outer 58 bytes and
-//! goes to the local port that (VNI = datapath key, egress port key) names. Owns the parsing and
-//! the decision; reads `TUNNEL_CONFIG` and `TUNNEL_PORTS`, counts into `DROP_COUNTERS`.
+//! Geneve as OVN puts it on the wire. Decapsulation on the uplink: a frame in OVN's layout (outer
+//! IPv4, UDP 6081, Geneve with exactly the OVN option) addressed to this node's encap IP loses its
+//! outer 58 bytes and goes to the local port that (VNI = datapath key, egress port key) names.
+//! Encapsulation toward another chassis: the same 58 bytes in front of the frame, out of the
+//! uplink with the next hop's MAC resolved by the kernel. Reads `TUNNEL_CONFIG` and
+//! `TUNNEL_PORTS`.
 
 use aya_ebpf::{
     bindings::{
-        BPF_F_ADJ_ROOM_DECAP_L3_IPV4, BPF_F_ADJ_ROOM_DECAP_L3_IPV6, BPF_F_ADJ_ROOM_FIXED_GSO,
+        BPF_F_ADJ_ROOM_DECAP_L3_IPV4, BPF_F_ADJ_ROOM_DECAP_L3_IPV6, BPF_F_ADJ_ROOM_ENCAP_L2_ETH,
+        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L4_UDP, BPF_F_ADJ_ROOM_FIXED_GSO,
         bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
     },
-    helpers::{bpf_redirect, bpf_redirect_peer},
+    helpers::{bpf_get_hash_recalc, bpf_redirect_neigh, bpf_skb_change_head},
     programs::TcContext,
 };
-use ovnbpf_common::{LOCAL_PORT_VETH_PEER, TunnelPortKey, drop_reason, geneve};
+use ovnbpf_common::{TunnelConfig, TunnelPortKey, drop_reason, geneve};
 
 use crate::{
-    TUNNEL_CONFIG, TUNNEL_PORTS,
-    headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_UDP, OuterHeaders, UdpFrame},
+    TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local,
+    headers::{
+        ETH_P_IPV4, ETH_P_IPV6, EthHeader, GeneveHeader, GeneveOption, IPPROTO_UDP, Ipv4Header,
+        OuterHeaders, UdpFrame, UdpHeader,
+    },
 };
 
 /// What to do with a frame from the uplink.
@@ -30,12 +36,9 @@ pub enum Decision {
 
 #[inline(always)]
 pub fn decapsulate(ctx: &TcContext) -> Decision {
-    let Some(config) = TUNNEL_CONFIG.get(0) else {
+    let Some(config) = tunnel_config() else {
         return Decision::NotOurs;
     };
-    if config.encap_ip == 0 {
-        return Decision::NotOurs;
-    }
     let Ok(frame) = ctx.load::<UdpFrame>(0) else {
         return Decision::NotOurs;
     };
@@ -99,16 +102,127 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
     {
         return Decision::Drop(drop_reason::DECAP_FAILED);
     }
-    // redirect_peer enters the pod's netns at once but hands frames to the IP stack: non-IP
-    // frames (ARP) take the veth's egress instead.
-    let peer = flags & LOCAL_PORT_VETH_PEER != 0 && decap_flags != 0;
-    // SAFETY: the redirect helpers take plain integers and only set the skb's redirect target.
-    let verdict = unsafe {
-        if peer {
-            bpf_redirect_peer(ifindex, 0)
-        } else {
-            bpf_redirect(ifindex, 0)
+    Decision::Redirected(deliver_local(ifindex, flags, decap_flags != 0))
+}
+
+/// This node's tunnel endpoint, if configured.
+#[inline(always)]
+pub fn tunnel_config() -> Option<TunnelConfig> {
+    let config = TUNNEL_CONFIG.get(0)?;
+    (config.encap_ip != 0).then_some(*config)
+}
+
+/// Where an encapsulated frame goes: the datapath (VNI), the logical ports it names and the
+/// remote chassis's encap IP (network byte order).
+pub struct Tunnel {
+    pub datapath: u32,
+    pub ingress_port: u32,
+    pub egress_port: u32,
+    pub remote_ip: u32,
+}
+
+/// Puts OVN's outer headers in front of the frame and sends it out of the uplink; the verdict
+/// of the redirect, or the drop reason.
+#[inline(always)]
+pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> Result<i32, u32> {
+    let inner = ctx
+        .load::<EthHeader>(0)
+        .map_err(|_| drop_reason::ENCAP_FAILED)?;
+    let ip_inner = u16::from_be(inner.ether_type) == ETH_P_IPV4;
+    if ip_inner {
+        // Room after the Ethernet header, marked as UDP-tunnelled Ethernet so GSO segments the
+        // inner packet and fixes every segment's outer lengths.
+        let room = geneve::OVERHEAD as i32;
+        let flags = BPF_F_ADJ_ROOM_FIXED_GSO
+            | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
+            | BPF_F_ADJ_ROOM_ENCAP_L4_UDP
+            | BPF_F_ADJ_ROOM_ENCAP_L2_ETH;
+        let inner_l2 = (14_u64 & 0xff) << 56;
+        ctx.adjust_room(room, BPF_ADJ_ROOM_MAC, u64::from(flags) | inner_l2)
+            .map_err(|_| drop_reason::ENCAP_FAILED)?;
+        ctx.store(geneve::OVERHEAD, &inner, 0)
+            .map_err(|_| drop_reason::ENCAP_FAILED)?;
+    } else {
+        // adjust_room refuses non-IP payloads (ARP): prepend instead.
+        // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+        let result = unsafe { bpf_skb_change_head(ctx.skb.skb, geneve::OVERHEAD as u32, 0) };
+        if result != 0 {
+            return Err(drop_reason::ENCAP_FAILED);
         }
+    }
+    let frame_len = ctx.len();
+    let ip_len = (frame_len - 14) as u16;
+    let udp_len = ip_len - 20;
+    // SAFETY: the helper takes the skb pointer the context holds.
+    let hash = unsafe { bpf_get_hash_recalc(ctx.skb.skb) };
+    let outer = OuterHeaders {
+        udp_frame: UdpFrame {
+            // The kernel fills in the MACs when it resolves the next hop (bpf_redirect_neigh).
+            eth: EthHeader {
+                destination: [0; 6],
+                source: [0; 6],
+                ether_type: ETH_P_IPV4.to_be(),
+            },
+            ip: Ipv4Header {
+                version_ihl: 0x45,
+                tos: 0,
+                total_len: ip_len.to_be(),
+                id: 0,
+                fragment: 0x4000_u16.to_be(),
+                ttl: 64,
+                protocol: IPPROTO_UDP,
+                checksum: ipv4_checksum(ip_len, config.encap_ip, tunnel.remote_ip).to_be(),
+                source: config.encap_ip,
+                destination: tunnel.remote_ip,
+            },
+            udp: UdpHeader {
+                // A flow hash in 32768..=65535 so ECMP and RSS spread flows (RFC 8926 §3.3).
+                source: (0x8000 | (hash & 0x7fff) as u16).to_be(),
+                destination: geneve::UDP_PORT.to_be(),
+                len: udp_len.to_be(),
+                checksum: 0,
+            },
+        },
+        geneve: GeneveHeader {
+            version_options: 2,
+            // C: a critical option is present.
+            flags: 0x40,
+            protocol: geneve::PROTOCOL_ETHERNET.to_be(),
+            vni_reserved: [
+                (tunnel.datapath >> 16) as u8,
+                (tunnel.datapath >> 8) as u8,
+                tunnel.datapath as u8,
+                0,
+            ],
+        },
+        option: GeneveOption {
+            class: geneve::OVN_OPTION_CLASS.to_be(),
+            kind: geneve::OVN_OPTION_TYPE,
+            length: 1,
+            data: (((tunnel.ingress_port & 0x7fff) << 16) | (tunnel.egress_port & 0xffff)).to_be(),
+        },
     };
-    Decision::Redirected(verdict as i32)
+    ctx.store(0, &outer, 0)
+        .map_err(|_| drop_reason::ENCAP_FAILED)?;
+    // SAFETY: a null parameter block asks the kernel to look the next hop up by the outer
+    // destination address.
+    let verdict = unsafe { bpf_redirect_neigh(config.uplink_ifindex, core::ptr::null_mut(), 0, 0) };
+    Ok(verdict as i32)
+}
+
+/// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.
+#[inline(always)]
+fn ipv4_checksum(total_len: u16, source: u32, destination: u32) -> u16 {
+    let (source, destination) = (u32::from_be(source), u32::from_be(destination));
+    let mut sum: u32 = 0x4500
+        + u32::from(total_len)
+        + 0x4000
+        + ((64 << 8) | u32::from(IPPROTO_UDP))
+        + (source >> 16)
+        + (source & 0xffff)
+        + (destination >> 16)
+        + (destination & 0xffff);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
 }

@@ -11,7 +11,9 @@
 
 mod geneve;
 mod headers;
+mod switching;
 
+use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::{
     bindings::TC_ACT_SHOT,
     macros::{classifier, map},
@@ -19,14 +21,14 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    InterfaceCounters, LocalPort, MAX_INTERFACES, MAX_TUNNEL_PORTS, TunnelConfig, TunnelPortKey,
-    drop_reason,
+    FibEntry, FibKey, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, MAX_FIB_ENTRIES,
+    MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, TunnelConfig, TunnelPortKey, drop_reason,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 
 /// tcx verdict "continue with the next program, or the stack if none": the programs only observe.
-const TCX_NEXT: i32 = -1;
+pub(crate) const TCX_NEXT: i32 = -1;
 
 #[map(name = "INTERFACE_COUNTERS")]
 static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
@@ -38,6 +40,12 @@ static TUNNEL_CONFIG: Array<TunnelConfig> = Array::with_max_entries(1, 0);
 #[map(name = "TUNNEL_PORTS")]
 static TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort> =
     HashMap::with_max_entries(MAX_TUNNEL_PORTS, 0);
+
+#[map(name = "POD_PORTS")]
+static POD_PORTS: HashMap<u32, PodPort> = HashMap::with_max_entries(MAX_INTERFACES, 0);
+
+#[map(name = "L2_FIB")]
+static L2_FIB: HashMap<FibKey, FibEntry> = HashMap::with_max_entries(MAX_FIB_ENTRIES, 0);
 
 #[map(name = "DROP_COUNTERS")]
 static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
@@ -51,7 +59,30 @@ enum FrameClass {
 
 #[classifier]
 pub fn from_pod(ctx: TcContext) -> i32 {
-    observe(&ctx)
+    let class = classify(&ctx);
+    count(&ctx, class);
+    match switching::forward(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => {
+            count_drop(reason);
+            TC_ACT_SHOT as i32
+        }
+    }
+}
+
+/// Hands a frame to a port on this node. `redirect_peer` enters the pod's netns at once but
+/// gives frames to the IP stack, so non-IP frames (ARP) take the veth's egress instead.
+#[inline(always)]
+fn deliver_local(ifindex: u32, flags: u32, ip: bool) -> i32 {
+    // SAFETY: the redirect helpers take plain integers and only set the skb's redirect target.
+    let verdict = unsafe {
+        if ip && flags & LOCAL_PORT_VETH_PEER != 0 {
+            bpf_redirect_peer(ifindex, 0)
+        } else {
+            bpf_redirect(ifindex, 0)
+        }
+    };
+    verdict as i32
 }
 
 #[classifier]
@@ -74,13 +105,6 @@ fn count_drop(reason: u32) {
         // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
         unsafe { *counter += 1 };
     }
-}
-
-#[inline(always)]
-fn observe(ctx: &TcContext) -> i32 {
-    let class = classify(ctx);
-    count(ctx, class);
-    TCX_NEXT
 }
 
 /// Returns a bounds-checked pointer to a `T` at `offset` in the linear packet data, pulling

@@ -29,6 +29,10 @@ pub mod map {
     pub const TUNNEL_PORTS: &str = "TUNNEL_PORTS";
     /// Per-CPU array of `u64`, indexed by [`super::drop_reason`]: frames the programs dropped.
     pub const DROP_COUNTERS: &str = "DROP_COUNTERS";
+    /// Hash: ifindex of a pod's host-side veth (`u32`) → [`super::PodPort`].
+    pub const POD_PORTS: &str = "POD_PORTS";
+    /// Hash: [`super::FibKey`] → [`super::FibEntry`]: where frames to a MAC on a datapath go.
+    pub const L2_FIB: &str = "L2_FIB";
 }
 
 /// OVN's Geneve encapsulation, as ovn-controller puts it on the wire.
@@ -54,23 +58,62 @@ pub mod drop_reason {
     pub const GENEVE_UNKNOWN_DESTINATION: u32 = 1;
     /// The kernel refused to strip the outer headers.
     pub const DECAP_FAILED: u32 = 2;
+    /// The kernel refused to make room for the outer headers.
+    pub const ENCAP_FAILED: u32 = 3;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
         "geneve_unknown_destination",
         "decap_failed",
+        "encap_failed",
     ];
 }
 
 /// This node's tunnel endpoint. `encap_ip` is the IPv4 address of this chassis's Encap row in
-/// network byte order; 0 means "not configured": the uplink program then decapsulates nothing.
+/// network byte order; 0 means "not configured": the programs then neither decapsulate nor
+/// encapsulate. Encapsulated frames leave through `uplink_ifindex`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TunnelConfig {
     pub encap_ip: u32,
-    pub reserved: u32,
+    pub uplink_ifindex: u32,
+}
+
+/// A pod's logical port: its datapath's tunnel key and its Port_Binding tunnel key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodPort {
+    pub datapath: u32,
+    pub port: u32,
+}
+
+/// An L2 FIB key: a MAC on a datapath (`padding` must be zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FibKey {
+    pub datapath: u32,
+    pub mac: [u8; 6],
+    pub padding: [u8; 2],
+}
+
+/// [`FibEntry::kind`]: a port on this node, reached through `ifindex` (flags as in
+/// [`LocalPort`]).
+pub const FIB_LOCAL: u32 = 1;
+/// [`FibEntry::kind`]: a port on another chassis, reached through the tunnel to `remote_ip`
+/// (network byte order) with egress port key `port`.
+pub const FIB_REMOTE: u32 = 2;
+
+/// Where frames to one MAC go.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FibEntry {
+    pub kind: u32,
+    pub ifindex: u32,
+    pub flags: u32,
+    pub remote_ip: u32,
+    pub port: u32,
 }
 
 /// A logical port as a tunnel addresses it: the datapath's tunnel key (the Geneve VNI) and the
@@ -99,6 +142,9 @@ pub const MAX_INTERFACES: u32 = 65_536;
 
 /// Capacity of [`map::TUNNEL_PORTS`]: local ports reachable through the tunnel.
 pub const MAX_TUNNEL_PORTS: u32 = 65_536;
+
+/// Capacity of [`map::L2_FIB`]: MACs across all datapaths this node forwards for.
+pub const MAX_FIB_ENTRIES: u32 = 262_144;
 
 /// Per-interface packet counters, kept per CPU by the kernel and summed by the agent.
 ///
@@ -134,14 +180,20 @@ impl InterfaceCounters {
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for InterfaceCounters {}
 
-// SAFETY: the following are repr(C), Copy, made of u32 fields without padding; every bit
-// pattern is a valid value.
+// SAFETY: the following are repr(C), Copy, made of u32 fields (and byte arrays filling whole
+// u32s) without padding; every bit pattern is a valid value.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TunnelConfig {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TunnelPortKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for LocalPort {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for PodPort {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FibKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FibEntry {}
 
 #[cfg(test)]
 mod tests {
@@ -159,6 +211,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<TunnelConfig>(), 8);
         assert_eq!(core::mem::size_of::<TunnelPortKey>(), 8);
         assert_eq!(core::mem::size_of::<LocalPort>(), 8);
+        assert_eq!(core::mem::size_of::<PodPort>(), 8);
+        assert_eq!(core::mem::size_of::<FibKey>(), 12);
+        assert_eq!(core::mem::size_of::<FibEntry>(), 20);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }
 

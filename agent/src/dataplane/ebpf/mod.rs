@@ -12,7 +12,8 @@ use aya::{
     programs::{ProgramError, SchedClassifier, TcAttachType},
 };
 use ovnbpf_common::{
-    InterfaceCounters, LocalPort, TunnelConfig, TunnelPortKey, drop_reason, map, program,
+    FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, TunnelConfig, TunnelPortKey,
+    drop_reason, map, program,
 };
 
 use crate::netns;
@@ -238,18 +239,49 @@ impl KernelPrograms {
             .ok_or(EbpfError::MissingMap { name })
     }
 
-    /// Sets this node's tunnel endpoint: Geneve frames to `encap_ip` are decapsulated.
-    pub fn set_encap_ip(&mut self, encap_ip: std::net::Ipv4Addr) -> Result<(), EbpfError> {
+    /// Sets this node's tunnel endpoint: Geneve frames to `encap_ip` are decapsulated, and
+    /// frames for other chassis leave, encapsulated, through `uplink_ifindex`.
+    pub fn set_tunnel_endpoint(
+        &mut self,
+        encap_ip: std::net::Ipv4Addr,
+        uplink_ifindex: u32,
+    ) -> Result<(), EbpfError> {
         let name = map::TUNNEL_CONFIG;
         let mut config: Array<_, TunnelConfig> = Array::try_from(self.map_mut(name)?)
             .map_err(|source| EbpfError::Map { name, source })?;
         let value = TunnelConfig {
             encap_ip: u32::from_ne_bytes(encap_ip.octets()),
-            reserved: 0,
+            uplink_ifindex,
         };
         config
             .set(0, value, 0)
             .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    fn hash_insert<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+        key: K,
+        value: V,
+    ) -> Result<(), EbpfError> {
+        let mut map: HashMap<_, K, V> = HashMap::try_from(self.map_mut(name)?)
+            .map_err(|source| EbpfError::Map { name, source })?;
+        map.insert(key, value, 0)
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// Removes `key` from a hash map (absent keys are fine).
+    fn hash_remove<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+        key: K,
+    ) -> Result<(), EbpfError> {
+        let mut map: HashMap<_, K, V> = HashMap::try_from(self.map_mut(name)?)
+            .map_err(|source| EbpfError::Map { name, source })?;
+        match map.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(EbpfError::Map { name, source }),
+        }
     }
 
     /// Delivers tunnel frames for (datapath key, port key) to `port`.
@@ -258,25 +290,30 @@ impl KernelPrograms {
         key: TunnelPortKey,
         port: LocalPort,
     ) -> Result<(), EbpfError> {
-        let name = map::TUNNEL_PORTS;
-        let mut ports: HashMap<_, TunnelPortKey, LocalPort> =
-            HashMap::try_from(self.map_mut(name)?)
-                .map_err(|source| EbpfError::Map { name, source })?;
-        ports
-            .insert(key, port, 0)
-            .map_err(|source| EbpfError::Map { name, source })
+        self.hash_insert(map::TUNNEL_PORTS, key, port)
     }
 
-    /// Stops delivering tunnel frames for `key` (absent keys are fine).
+    /// Stops delivering tunnel frames for `key`.
     pub fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
-        let name = map::TUNNEL_PORTS;
-        let mut ports: HashMap<_, TunnelPortKey, LocalPort> =
-            HashMap::try_from(self.map_mut(name)?)
-                .map_err(|source| EbpfError::Map { name, source })?;
-        match ports.remove(&key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(EbpfError::Map { name, source }),
-        }
+        self.hash_remove::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS, key)
+    }
+
+    /// Frames entering on the host-side veth `ifindex` come from logical port `port`.
+    pub fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
+        self.hash_insert(map::POD_PORTS, ifindex, port)
+    }
+
+    pub fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        self.hash_remove::<u32, PodPort>(map::POD_PORTS, ifindex)
+    }
+
+    /// Frames to `key`'s MAC on its datapath go where `entry` says.
+    pub fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
+        self.hash_insert(map::L2_FIB, key, entry)
+    }
+
+    pub fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
+        self.hash_remove::<FibKey, FibEntry>(map::L2_FIB, key)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].

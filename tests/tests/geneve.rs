@@ -1,12 +1,18 @@
-//! Geneve decapsulation in `from_uplink`, under BPF_PROG_TEST_RUN with filled maps: frames in
-//! OVN's layout (built here field by field as RFC 8926 and OVN define them) addressed to this
-//! node come out as the inner frame, redirected; wrong VNI, unknown port keys, foreign options and
-//! truncated frames are dropped and counted; other traffic passes untouched.
+//! Geneve in the kernel programs, under BPF_PROG_TEST_RUN with filled maps. Decapsulation in
+//! `from_uplink`: frames in OVN's layout (built here field by field as RFC 8926 and OVN define
+//! them) addressed to this node come out as the inner frame, redirected; wrong VNI, unknown port
+//! keys, foreign options and truncated frames are dropped and counted; other traffic passes
+//! untouched. Switching in `from_pod`: frames to a MAC on another chassis leave in exactly that
+//! layout (decapsulated again by the peer's program), to a local MAC are redirected as they are,
+//! and anything unknown passes untouched.
 
 use std::net::Ipv4Addr;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
-use ovnbpf_common::{LOCAL_PORT_VETH_PEER, LocalPort, TunnelPortKey};
+use ovnbpf_common::{
+    FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
+    TunnelPortKey,
+};
 use ovnbpf_tests::require_root;
 
 const TCX_NEXT: i32 = -1;
@@ -49,7 +55,10 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
 /// The fields of one encapsulated frame that the tests vary.
 #[derive(Clone, Copy)]
 struct Encap {
+    source: Ipv4Addr,
     destination: Ipv4Addr,
+    outer_macs: [u8; 12],
+    udp_source_port: u16,
     udp_port: u16,
     vni: u32,
     option_class: u16,
@@ -60,7 +69,10 @@ struct Encap {
 impl Default for Encap {
     fn default() -> Self {
         Self {
+            source: PEER_IP,
             destination: NODE_IP,
+            outer_macs: [0x0a, 0x58, 0xac, 0x1f, 0, 1, 0x0a, 0x58, 0xac, 0x1f, 0, 2],
+            udp_source_port: 50000,
             udp_port: 6081,
             vni: DATAPATH,
             option_class: 0x0102,
@@ -79,20 +91,19 @@ fn encapsulate(encap: Encap, inner: &[u8]) -> Vec<u8> {
     let data = (u32::from(encap.ingress & 0x7fff) << 16) | u32::from(encap.egress);
     geneve.extend_from_slice(&data.to_be_bytes());
     let udp_len = (8 + geneve.len() + inner.len()) as u16;
-    let mut udp = vec![0xc3, 0x50];
+    let mut udp = encap.udp_source_port.to_be_bytes().to_vec();
     udp.extend_from_slice(&encap.udp_port.to_be_bytes());
     udp.extend_from_slice(&udp_len.to_be_bytes());
     udp.extend_from_slice(&[0, 0]);
     let mut ip = vec![0x45, 0];
     ip.extend_from_slice(&(20 + udp_len).to_be_bytes());
     ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
-    ip.extend_from_slice(&PEER_IP.octets());
+    ip.extend_from_slice(&encap.source.octets());
     ip.extend_from_slice(&encap.destination.octets());
     let checksum = ipv4_checksum(&ip);
     ip[10..12].copy_from_slice(&checksum.to_be_bytes());
-    let mut frame = vec![
-        0x0a, 0x58, 0xac, 0x1f, 0, 1, 0x0a, 0x58, 0xac, 0x1f, 0, 2, 0x08, 0,
-    ];
+    let mut frame = encap.outer_macs.to_vec();
+    frame.extend_from_slice(&[0x08, 0]);
     for part in [ip, udp, geneve] {
         frame.extend_from_slice(&part);
     }
@@ -107,7 +118,7 @@ fn programs() -> KernelPrograms {
         Ok(programs) => programs,
         Err(error) => panic!("kernel programs failed to load:\n{error}"),
     };
-    programs.set_encap_ip(NODE_IP).unwrap();
+    programs.set_tunnel_endpoint(NODE_IP, 1).unwrap();
     programs
         .set_tunnel_port(
             TunnelPortKey {
@@ -265,4 +276,116 @@ fn traffic_that_is_not_ours_passes_untouched() {
             "{what}"
         );
     }
+}
+
+/// The pod behind the test-run device (ifindex 1) is port 1 of datapath 5; MAC …:02 (the inner
+/// frame's destination) is port 2 on the chassis at PEER_IP, MAC …:09 is a local port.
+fn switching_programs() -> KernelPrograms {
+    let mut programs = programs();
+    programs
+        .set_pod_port(
+            1,
+            PodPort {
+                datapath: DATAPATH,
+                port: 1,
+            },
+        )
+        .unwrap();
+    let key = |mac: [u8; 6]| FibKey {
+        datapath: DATAPATH,
+        mac,
+        padding: [0; 2],
+    };
+    programs
+        .set_fib_entry(
+            key([0x0a, 0x58, 0x0a, 0, 1, 2]),
+            FibEntry {
+                kind: FIB_REMOTE,
+                remote_ip: u32::from_ne_bytes(PEER_IP.octets()),
+                port: PORT,
+                ..FibEntry::default()
+            },
+        )
+        .unwrap();
+    programs
+        .set_fib_entry(
+            key([0x0a, 0x58, 0x0a, 0, 1, 9]),
+            FibEntry {
+                kind: FIB_LOCAL,
+                ifindex: 1,
+                flags: LOCAL_PORT_VETH_PEER,
+                ..FibEntry::default()
+            },
+        )
+        .unwrap();
+    programs
+}
+
+/// What `from_pod` must send for `inner` to the peer: OVN's layout from NODE_IP to PEER_IP,
+/// ingress key 1, egress key 2, outer MACs left to the kernel's next-hop resolution (zero under
+/// test runs), and the UDP source port the program chose (checked to be in the flow-hash range).
+fn expected_encapsulation(inner: &[u8], sent: &[u8]) -> Vec<u8> {
+    let source_port = u16::from_be_bytes([sent[34], sent[35]]);
+    assert!(source_port >= 32768, "UDP source port {source_port}");
+    encapsulate(
+        Encap {
+            source: NODE_IP,
+            destination: PEER_IP,
+            outer_macs: [0; 12],
+            udp_source_port: source_port,
+            ingress: 1,
+            ..Encap::default()
+        },
+        inner,
+    )
+}
+
+#[test]
+fn frames_to_another_chassis_leave_in_ovn_layout() {
+    let mut programs = switching_programs();
+    let inner = inner_frame();
+    let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(
+        outcome.frame,
+        expected_encapsulation(&inner, &outcome.frame),
+        "outer IPv4 (with checksum), UDP, Geneve, OVN option, inner frame"
+    );
+
+    // A unicast ARP reply (not IP) takes the other encapsulation path, same layout.
+    let mut arp = inner[..14].to_vec();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3, 10, 0, 1, 3]);
+    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 2, 10, 0, 1, 2]);
+    let outcome = programs.test_run(Hook::Pod, &arp).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(outcome.frame, expected_encapsulation(&arp, &outcome.frame));
+
+    // The peer's uplink program takes the frame back to the original.
+    let sent = programs.test_run(Hook::Pod, &inner).unwrap().frame;
+    programs.set_tunnel_endpoint(PEER_IP, 1).unwrap();
+    let received = programs.test_run(Hook::Uplink, &sent).unwrap();
+    assert_eq!((received.verdict, received.frame), (TC_ACT_REDIRECT, inner));
+}
+
+#[test]
+fn frames_to_local_ports_are_redirected_and_unknown_ones_pass() {
+    let programs = switching_programs();
+    let mut local = inner_frame();
+    local[..6].copy_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 9]);
+    let outcome = programs.test_run(Hook::Pod, &local).unwrap();
+    assert_eq!((outcome.verdict, &outcome.frame), (TC_ACT_REDIRECT, &local));
+
+    let mut unknown = inner_frame();
+    unknown[..6].copy_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 77]);
+    let outcome = programs.test_run(Hook::Pod, &unknown).unwrap();
+    assert_eq!((outcome.verdict, &outcome.frame), (TCX_NEXT, &unknown));
+
+    // A port the agent has not configured: not ours.
+    let mut programs = programs;
+    programs.remove_pod_port(1).unwrap();
+    let inner = inner_frame();
+    let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
+    assert_eq!((outcome.verdict, &outcome.frame), (TCX_NEXT, &inner));
 }

@@ -1,0 +1,59 @@
+//! L2 switching of frames leaving a pod: the pod's port (by the veth's ifindex) gives the
+//! datapath; the destination MAC on that datapath gives a local port (redirect) or a port on
+//! another chassis (Geneve). Frames of unknown ports or to unknown MACs go on untouched, to the
+//! stack or the next program (flooding and port security come later). Reads `POD_PORTS` and
+//! `L2_FIB`.
+
+use aya_ebpf::programs::TcContext;
+use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FibKey};
+
+use crate::{
+    L2_FIB, POD_PORTS, TCX_NEXT, deliver_local,
+    geneve::{self, Tunnel},
+    headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader},
+};
+
+/// The verdict for a frame from a pod, or the reason to drop it.
+#[inline(always)]
+pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
+    // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
+    let Some(pod) = (unsafe { POD_PORTS.get(&ifindex) }) else {
+        return Ok(TCX_NEXT);
+    };
+    let (datapath, ingress_port) = (pod.datapath, pod.port);
+    let Ok(eth) = ctx.load::<EthHeader>(0) else {
+        return Ok(TCX_NEXT);
+    };
+    let key = FibKey {
+        datapath,
+        mac: eth.destination,
+        padding: [0; 2],
+    };
+    // SAFETY: as above.
+    let Some(entry) = (unsafe { L2_FIB.get(&key) }) else {
+        return Ok(TCX_NEXT);
+    };
+    let ether_type = u16::from_be(eth.ether_type);
+    match entry.kind {
+        FIB_LOCAL => Ok(deliver_local(
+            entry.ifindex,
+            entry.flags,
+            ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,
+        )),
+        FIB_REMOTE => {
+            let Some(config) = geneve::tunnel_config() else {
+                return Ok(TCX_NEXT);
+            };
+            let tunnel = Tunnel {
+                datapath,
+                ingress_port,
+                egress_port: entry.port,
+                remote_ip: entry.remote_ip,
+            };
+            geneve::encapsulate(ctx, &config, &tunnel)
+        }
+        _ => Ok(TCX_NEXT),
+    }
+}
