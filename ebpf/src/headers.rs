@@ -4,6 +4,7 @@ pub const ETH_HEADER_LEN: usize = 14;
 pub const ETH_P_IPV4: u16 = 0x0800;
 
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct EthHeader {
     pub destination: [u8; 6],
     pub source: [u8; 6],
@@ -27,6 +28,7 @@ pub struct Ipv4Header {
 }
 
 pub const ETH_P_IPV6: u16 = 0x86dd;
+pub const ETH_P_ARP: u16 = 0x0806;
 pub const IPPROTO_UDP: u8 = 17;
 
 #[repr(C, packed)]
@@ -77,4 +79,21 @@ pub struct OuterHeaders {
     pub udp_frame: UdpFrame,
     pub geneve: GeneveHeader,
     pub option: GeneveOption,
+}
+
+/// An Ethernet frame carrying an IPv4-over-Ethernet ARP packet.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct ArpFrame {
+    pub eth: EthHeader,
+    /// Network byte order (hardware type, protocol type, operation).
+    pub hardware_type: u16,
+    pub protocol_type: u16,
+    pub hardware_len: u8,
+    pub protocol_len: u8,
+    pub operation: u16,
+    pub sender_mac: [u8; 6],
+    pub sender_ip: [u8; 4],
+    pub target_mac: [u8; 6],
+    pub target_ip: [u8; 4],
 }

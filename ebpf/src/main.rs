@@ -9,6 +9,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod arp;
 mod geneve;
 mod headers;
 mod switching;
@@ -21,8 +22,9 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    FibEntry, FibKey, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, MAX_FIB_ENTRIES,
-    MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, TunnelConfig, TunnelPortKey, drop_reason,
+    ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort,
+    MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, TunnelConfig,
+    TunnelPortKey, drop_reason,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -46,6 +48,9 @@ static POD_PORTS: HashMap<u32, PodPort> = HashMap::with_max_entries(MAX_INTERFAC
 
 #[map(name = "L2_FIB")]
 static L2_FIB: HashMap<FibKey, FibEntry> = HashMap::with_max_entries(MAX_FIB_ENTRIES, 0);
+
+#[map(name = "ARP_RESPONDER")]
+static ARP_RESPONDER: HashMap<ArpKey, ArpAnswer> = HashMap::with_max_entries(MAX_ARP_ENTRIES, 0);
 
 #[map(name = "DROP_COUNTERS")]
 static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);

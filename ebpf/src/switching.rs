@@ -1,16 +1,16 @@
 //! L2 switching of frames leaving a pod: the pod's port (by the veth's ifindex) gives the
 //! datapath; the destination MAC on that datapath gives a local port (redirect) or a port on
-//! another chassis (Geneve). Frames of unknown ports or to unknown MACs go on untouched, to the
-//! stack or the next program (flooding and port security come later). Reads `POD_PORTS` and
-//! `L2_FIB`.
+//! another chassis (Geneve). ARP requests for known addresses are answered ([`crate::arp`]).
+//! Frames of unknown ports or to unknown MACs go on untouched, to the stack or the next program
+//! (flooding and port security come later). Reads `POD_PORTS` and `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FibKey};
 
 use crate::{
-    L2_FIB, POD_PORTS, TCX_NEXT, deliver_local,
+    L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local,
     geneve::{self, Tunnel},
-    headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader},
+    headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -26,6 +26,12 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
         return Ok(TCX_NEXT);
     };
+    let ether_type = u16::from_be(eth.ether_type);
+    if ether_type == ETH_P_ARP
+        && let Some(verdict) = arp::respond(ctx, datapath, ingress_port, ifindex)
+    {
+        return Ok(verdict);
+    }
     let key = FibKey {
         datapath,
         mac: eth.destination,
@@ -35,7 +41,6 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     let Some(entry) = (unsafe { L2_FIB.get(&key) }) else {
         return Ok(TCX_NEXT);
     };
-    let ether_type = u16::from_be(eth.ether_type);
     match entry.kind {
         FIB_LOCAL => Ok(deliver_local(
             entry.ifindex,

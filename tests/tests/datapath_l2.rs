@@ -2,14 +2,15 @@
 //! one agent per node would load), pods of two VPCs whose subnets overlap (10.0.1.0/24). Maps are
 //! filled here the way the agent will fill them from the Southbound DB. Same-VPC pods reach each
 //! other across nodes through Geneve (ping and TCP), a capture on the underlay shows OVN's
-//! layout with the datapath key and port keys, and nothing crosses between the VPCs. Pods know
-//! their peers' MACs statically: ARP answering is not in the kernel programs yet.
+//! layout with the datapath key and port keys, and nothing crosses between the VPCs. Pods learn
+//! their peers' MACs from the kernel ARP responder.
 
 use std::{net::Ipv4Addr, time::Duration};
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_common::{
-    FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort, TunnelPortKey,
+    ArpAnswer, ArpKey, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
+    TunnelPortKey,
 };
 use ovnbpf_tests::{
     names::unique_prefix,
@@ -93,6 +94,19 @@ fn program_node(programs: &mut KernelPrograms, nodes: &[Node], index: usize, pod
         .attach_in_netns(&netns.path(), Hook::Uplink, "eth0")
         .unwrap();
     for (plan, pod) in PODS.iter().zip(pods) {
+        programs
+            .set_arp_answer(
+                ArpKey {
+                    datapath: plan.datapath,
+                    ip: u32::from_ne_bytes(plan.ip.octets()),
+                },
+                ArpAnswer {
+                    mac: mac_bytes(plan.mac),
+                    padding: [0; 2],
+                    owner_port: plan.port,
+                },
+            )
+            .unwrap();
         if plan.node == index {
             let ifindex = netns.ifindex(pod.host_interface()).unwrap();
             programs
@@ -165,18 +179,6 @@ fn pods_of_one_vpc_talk_across_nodes_and_vpcs_stay_apart() {
                 .unwrap()
         })
         .collect();
-    // Static neighbours: every pod knows the MAC of the same-VPC pod on the other node, and
-    // (to try crossing) the MAC of the other VPC's pod with the address it would reach.
-    for (plan, pod) in PODS.iter().zip(&pods) {
-        for other in PODS.iter().filter(|o| o.node != plan.node) {
-            if other.datapath == plan.datapath {
-                let (ip, mac) = (other.ip.to_string(), other.mac);
-                pod.netns()
-                    .ip(&["neigh", "replace", &ip, "lladdr", mac, "dev", "eth0"])
-                    .unwrap();
-            }
-        }
-    }
     let mut node_programs = [load(), load()];
     for (index, programs) in node_programs.iter_mut().enumerate() {
         program_node(programs, &nodes, index, &pods);
@@ -199,6 +201,11 @@ fn pods_of_one_vpc_talk_across_nodes_and_vpcs_stay_apart() {
 
     let (a1, a2, b1, b2) = (&pods[0], &pods[1], &pods[2], &pods[3]);
     assert_eq!(a1.ping(PODS[1].ip, 5).unwrap(), 5, "a1 → a2 across nodes");
+    let learned = a1.netns().ip(&["neigh", "show", "10.0.1.3"]).unwrap();
+    assert!(
+        learned.contains(PODS[1].mac),
+        "a1 resolved a2 by ARP: {learned}"
+    );
     assert_eq!(b2.ping(PODS[2].ip, 5).unwrap(), 5, "b2 → b1 across nodes");
 
     let captured = wait_until(Duration::from_secs(5), || {

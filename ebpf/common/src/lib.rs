@@ -33,6 +33,9 @@ pub mod map {
     pub const POD_PORTS: &str = "POD_PORTS";
     /// Hash: [`super::FibKey`] → [`super::FibEntry`]: where frames to a MAC on a datapath go.
     pub const L2_FIB: &str = "L2_FIB";
+    /// Hash: [`super::ArpKey`] → [`super::ArpAnswer`]: the ARP responder (an IPv4 address on a
+    /// datapath and the MAC to answer with).
+    pub const ARP_RESPONDER: &str = "ARP_RESPONDER";
 }
 
 /// OVN's Geneve encapsulation, as ovn-controller puts it on the wire.
@@ -105,6 +108,24 @@ pub const FIB_LOCAL: u32 = 1;
 /// (network byte order) with egress port key `port`.
 pub const FIB_REMOTE: u32 = 2;
 
+/// An IPv4 address (network byte order) on a datapath, as the ARP responder looks it up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ArpKey {
+    pub datapath: u32,
+    pub ip: u32,
+}
+
+/// The ARP responder's answer: `mac`, unless the request comes from `owner_port` (the port that
+/// owns the address, which must get no answer from the switch; 0 = no owner).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArpAnswer {
+    pub mac: [u8; 6],
+    pub padding: [u8; 2],
+    pub owner_port: u32,
+}
+
 /// Where frames to one MAC go.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,6 +166,9 @@ pub const MAX_TUNNEL_PORTS: u32 = 65_536;
 
 /// Capacity of [`map::L2_FIB`]: MACs across all datapaths this node forwards for.
 pub const MAX_FIB_ENTRIES: u32 = 262_144;
+
+/// Capacity of [`map::ARP_RESPONDER`]: addresses across all datapaths.
+pub const MAX_ARP_ENTRIES: u32 = 262_144;
 
 /// Per-interface packet counters, kept per CPU by the kernel and summed by the agent.
 ///
@@ -194,6 +218,10 @@ unsafe impl aya::Pod for PodPort {}
 unsafe impl aya::Pod for FibKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for FibEntry {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ArpKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ArpAnswer {}
 
 #[cfg(test)]
 mod tests {
@@ -214,6 +242,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<PodPort>(), 8);
         assert_eq!(core::mem::size_of::<FibKey>(), 12);
         assert_eq!(core::mem::size_of::<FibEntry>(), 20);
+        assert_eq!(core::mem::size_of::<ArpKey>(), 8);
+        assert_eq!(core::mem::size_of::<ArpAnswer>(), 12);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }
 

@@ -12,8 +12,8 @@ use aya::{
     programs::{ProgramError, SchedClassifier, TcAttachType},
 };
 use ovnbpf_common::{
-    FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, TunnelConfig, TunnelPortKey,
-    drop_reason, map, program,
+    ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, TunnelConfig,
+    TunnelPortKey, drop_reason, map, program,
 };
 
 use crate::netns;
@@ -314,6 +314,15 @@ impl KernelPrograms {
 
     pub fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
         self.hash_remove::<FibKey, FibEntry>(map::L2_FIB, key)
+    }
+
+    /// The switch answers ARP requests for `key` (an address on a datapath) with `answer`.
+    pub fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
+        self.hash_insert(map::ARP_RESPONDER, key, answer)
+    }
+
+    pub fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
+        self.hash_remove::<ArpKey, ArpAnswer>(map::ARP_RESPONDER, key)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].

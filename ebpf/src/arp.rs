@@ -1,0 +1,47 @@
+//! The switch's ARP responder for frames leaving a pod: a request for an address the datapath
+//! knows (a pod's or a router port's) is answered in place and sent back out of the pod's veth,
+//! as OVN's `ls_in_arp_rsp` stage does, unless the request comes from the address's own port.
+//! Reads `ARP_RESPONDER`.
+
+use aya_ebpf::{helpers::bpf_redirect, programs::TcContext};
+use ovnbpf_common::ArpKey;
+
+use crate::{
+    ARP_RESPONDER,
+    headers::{ArpFrame, ETH_P_IPV4},
+};
+
+/// The verdict if the frame was an ARP request this responder answered.
+#[inline(always)]
+pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Option<i32> {
+    let request = ctx.load::<ArpFrame>(0).ok()?;
+    if u16::from_be(request.hardware_type) != 1
+        || u16::from_be(request.protocol_type) != ETH_P_IPV4
+        || request.hardware_len != 6
+        || request.protocol_len != 4
+        || u16::from_be(request.operation) != 1
+    {
+        return None;
+    }
+    let key = ArpKey {
+        datapath,
+        ip: u32::from_ne_bytes(request.target_ip),
+    };
+    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
+    let answer = unsafe { ARP_RESPONDER.get(&key) }?;
+    if answer.owner_port == inport {
+        return None;
+    }
+    let mut reply = request;
+    reply.eth.destination = request.eth.source;
+    reply.eth.source = answer.mac;
+    reply.operation = 2_u16.to_be();
+    reply.sender_mac = answer.mac;
+    reply.sender_ip = request.target_ip;
+    reply.target_mac = request.sender_mac;
+    reply.target_ip = request.sender_ip;
+    ctx.store(0, &reply, 0).ok()?;
+    // Back out of the same veth: its egress is the pod's ingress.
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
+    Some(unsafe { bpf_redirect(ifindex, 0) } as i32)
+}
