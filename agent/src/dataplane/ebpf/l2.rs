@@ -1,0 +1,437 @@
+//! This chassis's L2 kernel maps, derived from the IR: pod ports (host veth → datapath and port
+//! key), tunnel ports (datapath and port key → host veth), the L2 FIB (a MAC on a datapath → a
+//! local veth or another chassis's encap IP and port key) and the ARP responder. Owns the desired
+//! and installed map contents; touches the kernel only through [`L2Maps`].
+//!
+//! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
+//! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::Ipv4Addr,
+};
+
+use ovnbpf_common::{
+    ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort,
+    PodPort, TunnelPortKey,
+};
+
+use super::{EbpfError, KernelPrograms};
+use crate::pipeline::{
+    IrDiff,
+    ir::{IrEntry, Mac, PortKind},
+};
+
+/// Writes to the L2 maps (the kernel programs, or a recorder in tests).
+pub trait L2Maps {
+    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError>;
+    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError>;
+    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError>;
+    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError>;
+    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError>;
+    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError>;
+    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError>;
+    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError>;
+}
+
+impl L2Maps for KernelPrograms {
+    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
+        KernelPrograms::set_pod_port(self, ifindex, port)
+    }
+    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        KernelPrograms::remove_pod_port(self, ifindex)
+    }
+    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
+        KernelPrograms::set_tunnel_port(self, key, port)
+    }
+    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
+        KernelPrograms::remove_tunnel_port(self, key)
+    }
+    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
+        KernelPrograms::set_fib_entry(self, key, entry)
+    }
+    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
+        KernelPrograms::remove_fib_entry(self, key)
+    }
+    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
+        KernelPrograms::set_arp_answer(self, key, answer)
+    }
+    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
+        KernelPrograms::remove_arp_answer(self, key)
+    }
+}
+
+/// A logical port as the L2 maps need it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PortInfo {
+    datapath: u32,
+    key: u32,
+    /// The chassis a VIF is bound to; `None` for unbound VIFs and non-VIF ports.
+    chassis: Option<String>,
+}
+
+/// A map key whose desired value may have changed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Dirty {
+    /// The pod-port and tunnel-port entries of a logical port.
+    Port(String),
+    Fib(u32, Mac),
+    Arp(u32, Ipv4Addr),
+}
+
+/// What is installed for one logical port bound here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct InstalledPort {
+    ifindex: u32,
+    datapath: u32,
+    key: u32,
+}
+
+/// The L2 maps of one chassis: what the IR and the local interfaces ask for, and what is in the
+/// kernel.
+#[derive(Debug, Default)]
+pub struct L2State {
+    chassis: String,
+    /// Logical port name → its host-side veth on this node.
+    interfaces: HashMap<String, u32>,
+    /// Chassis name → encap IP.
+    encaps: HashMap<String, Ipv4Addr>,
+    ports: HashMap<String, PortInfo>,
+    /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
+    ports_by_chassis: HashMap<String, HashSet<String>>,
+    fib: HashMap<(u32, Mac), String>,
+    /// FIB keys per port name.
+    fib_by_port: HashMap<String, HashSet<(u32, Mac)>>,
+    arp: HashMap<(u32, Ipv4Addr), Mac>,
+    arp_owner: HashMap<(u32, Ipv4Addr), String>,
+    arp_by_owner: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
+    dirty: HashSet<Dirty>,
+    installed_ports: HashMap<String, InstalledPort>,
+    installed_fib: HashMap<(u32, Mac), FibEntry>,
+    installed_arp: HashMap<(u32, Ipv4Addr), ArpAnswer>,
+}
+
+impl L2State {
+    /// The maps of chassis `chassis` (its name in the Chassis table).
+    #[must_use]
+    pub fn new(chassis: &str) -> Self {
+        Self {
+            chassis: chassis.to_string(),
+            ..Self::default()
+        }
+    }
+
+    /// Logical port `port` is plugged into host veth `ifindex` (`None`: unplugged).
+    pub fn set_interface(&mut self, port: &str, ifindex: Option<u32>) {
+        match ifindex {
+            Some(ifindex) => self.interfaces.insert(port.to_string(), ifindex),
+            None => self.interfaces.remove(port),
+        };
+        self.mark_port(port);
+    }
+
+    /// Chassis `chassis` is reached at `encap_ip` (`None`: gone).
+    pub fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) {
+        let changed = match encap_ip {
+            Some(ip) => self.encaps.insert(chassis.to_string(), ip) != Some(ip),
+            None => self.encaps.remove(chassis).is_some(),
+        };
+        if changed {
+            let ports: Vec<String> = self
+                .ports_by_chassis
+                .get(chassis)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect();
+            for port in ports {
+                self.mark_port(&port);
+            }
+        }
+    }
+
+    /// Takes in one IR diff.
+    pub fn apply(&mut self, diff: &IrDiff) {
+        for entry in &diff.removed {
+            self.take(entry, false);
+        }
+        for entry in &diff.added {
+            self.take(entry, true);
+        }
+    }
+
+    fn take(&mut self, entry: &IrEntry, added: bool) {
+        match entry {
+            IrEntry::Port {
+                datapath,
+                key,
+                name,
+                kind,
+                ..
+            } => {
+                let chassis = match kind {
+                    PortKind::Vif { chassis } => chassis.clone(),
+                    _ => None,
+                };
+                if let Some(old) = self.ports.remove(name)
+                    && let Some(old_chassis) = &old.chassis
+                {
+                    remove_from_index(&mut self.ports_by_chassis, old_chassis, name);
+                }
+                if added {
+                    if let Some(chassis) = &chassis {
+                        self.ports_by_chassis
+                            .entry(chassis.clone())
+                            .or_default()
+                            .insert(name.clone());
+                    }
+                    let info = PortInfo {
+                        datapath: *datapath,
+                        key: *key,
+                        chassis,
+                    };
+                    self.ports.insert(name.clone(), info);
+                }
+                self.mark_port(name);
+            }
+            IrEntry::L2Fib {
+                datapath,
+                mac,
+                port,
+            } => {
+                let fib_key = (*datapath, *mac);
+                if let Some(old) = self.fib.remove(&fib_key) {
+                    remove_from_index(&mut self.fib_by_port, &old, &fib_key);
+                }
+                if added {
+                    self.fib.insert(fib_key, port.clone());
+                    self.fib_by_port
+                        .entry(port.clone())
+                        .or_default()
+                        .insert(fib_key);
+                }
+                self.dirty.insert(Dirty::Fib(*datapath, *mac));
+            }
+            IrEntry::ArpReply { datapath, ip, mac } => {
+                if added {
+                    self.arp.insert((*datapath, *ip), *mac);
+                } else if self.arp.get(&(*datapath, *ip)) == Some(mac) {
+                    self.arp.remove(&(*datapath, *ip));
+                }
+                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            }
+            IrEntry::ArpReplySkip {
+                datapath,
+                ip,
+                inport,
+            } => {
+                let arp_key = (*datapath, *ip);
+                if let Some(old) = self.arp_owner.remove(&arp_key) {
+                    remove_from_index(&mut self.arp_by_owner, &old, &arp_key);
+                }
+                if added {
+                    self.arp_owner.insert(arp_key, inport.clone());
+                    self.arp_by_owner
+                        .entry(inport.clone())
+                        .or_default()
+                        .insert(arp_key);
+                }
+                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks everything that depends on `port`: its own entries, the FIB entries pointing to it
+    /// and the ARP answers it owns (its key may have changed).
+    fn mark_port(&mut self, port: &str) {
+        self.dirty.insert(Dirty::Port(port.to_string()));
+        for (datapath, mac) in self.fib_by_port.get(port).into_iter().flatten() {
+            self.dirty.insert(Dirty::Fib(*datapath, *mac));
+        }
+        for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
+            self.dirty.insert(Dirty::Arp(*datapath, *ip));
+        }
+    }
+
+    /// Number of map keys waiting for [`Self::flush`].
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Writes every marked key whose desired value differs from the installed one. On an error
+    /// the key stays marked, so the next flush retries it.
+    pub fn flush(&mut self, maps: &mut impl L2Maps) -> Result<usize, EbpfError> {
+        let mut writes = 0;
+        let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
+        for key in dirty {
+            writes += match &key {
+                Dirty::Port(port) => self.flush_port(maps, port)?,
+                Dirty::Fib(datapath, mac) => self.flush_fib(maps, *datapath, *mac)?,
+                Dirty::Arp(datapath, ip) => self.flush_arp(maps, *datapath, *ip)?,
+            };
+            self.dirty.remove(&key);
+        }
+        Ok(writes)
+    }
+
+    /// A port bound here with a known veth.
+    fn local_port(&self, port: &str) -> Option<InstalledPort> {
+        let info = self.ports.get(port)?;
+        if info.chassis.as_deref() != Some(self.chassis.as_str()) {
+            return None;
+        }
+        Some(InstalledPort {
+            ifindex: *self.interfaces.get(port)?,
+            datapath: info.datapath,
+            key: info.key,
+        })
+    }
+
+    fn flush_port(&mut self, maps: &mut impl L2Maps, port: &str) -> Result<usize, EbpfError> {
+        let desired = self.local_port(port);
+        let installed = self.installed_ports.get(port).copied();
+        if desired == installed {
+            return Ok(0);
+        }
+        let mut writes = 0;
+        if let Some(old) = installed {
+            maps.remove_pod_port(old.ifindex)?;
+            maps.remove_tunnel_port(tunnel_key(old))?;
+            self.installed_ports.remove(port);
+            writes += 2;
+        }
+        if let Some(new) = desired {
+            let pod_port = PodPort {
+                datapath: new.datapath,
+                port: new.key,
+            };
+            let local = LocalPort {
+                ifindex: new.ifindex,
+                flags: LOCAL_PORT_VETH_PEER,
+            };
+            maps.set_pod_port(new.ifindex, pod_port)?;
+            maps.set_tunnel_port(tunnel_key(new), local)?;
+            self.installed_ports.insert(port.to_string(), new);
+            writes += 2;
+        }
+        Ok(writes)
+    }
+
+    fn desired_fib(&self, datapath: u32, mac: Mac) -> Option<FibEntry> {
+        let port = self.fib.get(&(datapath, mac))?;
+        if let Some(local) = self.local_port(port) {
+            return Some(FibEntry {
+                kind: FIB_LOCAL,
+                ifindex: local.ifindex,
+                flags: LOCAL_PORT_VETH_PEER,
+                ..FibEntry::default()
+            });
+        }
+        let info = self.ports.get(port)?;
+        let chassis = info.chassis.as_ref().filter(|c| **c != self.chassis)?;
+        let encap_ip = self.encaps.get(chassis)?;
+        Some(FibEntry {
+            kind: FIB_REMOTE,
+            remote_ip: u32::from_ne_bytes(encap_ip.octets()),
+            port: info.key,
+            ..FibEntry::default()
+        })
+    }
+
+    fn flush_fib(
+        &mut self,
+        maps: &mut impl L2Maps,
+        datapath: u32,
+        mac: Mac,
+    ) -> Result<usize, EbpfError> {
+        let desired = self.desired_fib(datapath, mac);
+        let installed = self.installed_fib.get(&(datapath, mac)).copied();
+        if desired == installed {
+            return Ok(0);
+        }
+        let key = FibKey {
+            datapath,
+            mac,
+            padding: [0; 2],
+        };
+        match desired {
+            Some(entry) => {
+                maps.set_fib_entry(key, entry)?;
+                self.installed_fib.insert((datapath, mac), entry);
+            }
+            None => {
+                maps.remove_fib_entry(key)?;
+                self.installed_fib.remove(&(datapath, mac));
+            }
+        }
+        Ok(1)
+    }
+
+    fn desired_arp(&self, datapath: u32, ip: Ipv4Addr) -> Option<ArpAnswer> {
+        let mac = self.arp.get(&(datapath, ip))?;
+        let owner_port = self
+            .arp_owner
+            .get(&(datapath, ip))
+            .and_then(|owner| self.ports.get(owner))
+            .map_or(0, |info| info.key);
+        Some(ArpAnswer {
+            mac: *mac,
+            padding: [0; 2],
+            owner_port,
+        })
+    }
+
+    fn flush_arp(
+        &mut self,
+        maps: &mut impl L2Maps,
+        datapath: u32,
+        ip: Ipv4Addr,
+    ) -> Result<usize, EbpfError> {
+        let desired = self.desired_arp(datapath, ip);
+        let installed = self.installed_arp.get(&(datapath, ip)).copied();
+        if desired == installed {
+            return Ok(0);
+        }
+        let key = ArpKey {
+            datapath,
+            ip: u32::from_ne_bytes(ip.octets()),
+        };
+        match desired {
+            Some(answer) => {
+                maps.set_arp_answer(key, answer)?;
+                self.installed_arp.insert((datapath, ip), answer);
+            }
+            None => {
+                maps.remove_arp_answer(key)?;
+                self.installed_arp.remove(&(datapath, ip));
+            }
+        }
+        Ok(1)
+    }
+}
+
+fn tunnel_key(port: InstalledPort) -> TunnelPortKey {
+    TunnelPortKey {
+        datapath: port.datapath,
+        port: port.key,
+    }
+}
+
+/// Removes `value` from `index[name]`, dropping the set when it becomes empty.
+fn remove_from_index<V: std::hash::Hash + Eq>(
+    index: &mut HashMap<String, HashSet<V>>,
+    name: &str,
+    value: &V,
+) {
+    if let Some(values) = index.get_mut(name) {
+        values.remove(value);
+        if values.is_empty() {
+            index.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+use super::*;
+
+/// The maps as a kernel would hold them after the writes.
+#[derive(Debug, Default)]
+struct Recorder {
+    pod_ports: HashMap<u32, PodPort>,
+    tunnel_ports: HashMap<(u32, u32), LocalPort>,
+    fib: HashMap<(u32, Mac), FibEntry>,
+    arp: HashMap<(u32, u32), ArpAnswer>,
+    writes: usize,
+}
+
+impl L2Maps for Recorder {
+    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.pod_ports.insert(ifindex, port);
+        Ok(())
+    }
+    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.pod_ports.remove(&ifindex);
+        Ok(())
+    }
+    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.tunnel_ports.insert((key.datapath, key.port), port);
+        Ok(())
+    }
+    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.tunnel_ports.remove(&(key.datapath, key.port));
+        Ok(())
+    }
+    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.fib.insert((key.datapath, key.mac), entry);
+        Ok(())
+    }
+    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.fib.remove(&(key.datapath, key.mac));
+        Ok(())
+    }
+    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.arp.insert((key.datapath, key.ip), answer);
+        Ok(())
+    }
+    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.arp.remove(&(key.datapath, key.ip));
+        Ok(())
+    }
+}
+
+const DP: u32 = 5;
+const LOCAL_MAC: Mac = [0x0a, 0x58, 0x0a, 0, 1, 2];
+const REMOTE_MAC: Mac = [0x0a, 0x58, 0x0a, 0, 1, 3];
+const LOCAL_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+const REMOTE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+const NODE2: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 11);
+
+fn port(name: &str, key: u32, chassis: Option<&str>) -> IrEntry {
+    IrEntry::Port {
+        datapath: DP,
+        key,
+        name: name.into(),
+        kind: PortKind::Vif {
+            chassis: chassis.map(str::to_string),
+        },
+        addresses: Vec::new(),
+        port_security: Vec::new(),
+    }
+}
+
+/// What the compiler emits for one pod: port, FIB entry, ARP answer and its owner skip.
+fn pod(name: &str, key: u32, chassis: Option<&str>, mac: Mac, ip: Ipv4Addr) -> Vec<IrEntry> {
+    vec![
+        port(name, key, chassis),
+        IrEntry::L2Fib {
+            datapath: DP,
+            mac,
+            port: name.into(),
+        },
+        IrEntry::ArpReply {
+            datapath: DP,
+            ip,
+            mac,
+        },
+        IrEntry::ArpReplySkip {
+            datapath: DP,
+            ip,
+            inport: name.into(),
+        },
+    ]
+}
+
+fn added(entries: Vec<IrEntry>) -> IrDiff {
+    IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    }
+}
+
+fn two_pods() -> (L2State, Recorder) {
+    let mut state = L2State::new("node1");
+    state.set_interface("a1", Some(40));
+    state.set_encap("node2", Some(NODE2));
+    let mut entries = pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP);
+    entries.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
+    state.apply(&added(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    (state, maps)
+}
+
+#[test]
+fn local_and_remote_pods_fill_every_map() {
+    let (state, maps) = two_pods();
+    assert_eq!(state.pending(), 0);
+    assert_eq!(
+        maps.pod_ports,
+        HashMap::from([(
+            40,
+            PodPort {
+                datapath: DP,
+                port: 1
+            }
+        )])
+    );
+    assert_eq!(
+        maps.tunnel_ports,
+        HashMap::from([(
+            (DP, 1),
+            LocalPort {
+                ifindex: 40,
+                flags: LOCAL_PORT_VETH_PEER
+            }
+        )])
+    );
+    assert_eq!(maps.fib[&(DP, LOCAL_MAC)].kind, FIB_LOCAL);
+    assert_eq!(maps.fib[&(DP, LOCAL_MAC)].ifindex, 40);
+    let remote = maps.fib[&(DP, REMOTE_MAC)];
+    assert_eq!(
+        (remote.kind, remote.remote_ip, remote.port),
+        (FIB_REMOTE, u32::from_ne_bytes(NODE2.octets()), 2)
+    );
+    let answer = maps.arp[&(DP, u32::from_ne_bytes(REMOTE_IP.octets()))];
+    assert_eq!((answer.mac, answer.owner_port), (REMOTE_MAC, 2));
+}
+
+#[test]
+fn a_pod_moving_to_another_chassis_rewrites_only_its_fib_entry() {
+    let (mut state, mut maps) = two_pods();
+    let node3 = Ipv4Addr::new(172, 31, 0, 12);
+    state.set_encap("node3", Some(node3));
+    assert_eq!(state.pending(), 0, "no port on node3 yet");
+    state.apply(&IrDiff {
+        added: vec![port("a2", 2, Some("node3"))],
+        removed: vec![port("a2", 2, Some("node2"))],
+    });
+    maps.writes = 0;
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes, 1, "just the FIB entry of a2");
+    assert_eq!(
+        maps.fib[&(DP, REMOTE_MAC)].remote_ip,
+        u32::from_ne_bytes(node3.octets())
+    );
+    // Node2's encap IP changing now touches nothing.
+    state.set_encap("node2", Some(Ipv4Addr::new(172, 31, 0, 99)));
+    maps.writes = 0;
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes, 0);
+    // Node3's does: one write.
+    state.set_encap("node3", Some(Ipv4Addr::new(172, 31, 0, 13)));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes, 1);
+}
+
+#[test]
+fn unplugging_and_removing_pods_empties_the_maps() {
+    let (mut state, mut maps) = two_pods();
+    state.set_interface("a1", None);
+    state.flush(&mut maps).unwrap();
+    assert!(maps.pod_ports.is_empty() && maps.tunnel_ports.is_empty());
+    assert!(
+        !maps.fib.contains_key(&(DP, LOCAL_MAC)),
+        "no veth, no local FIB entry"
+    );
+
+    let mut all = pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP);
+    all.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: all,
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.fib.is_empty() && maps.arp.is_empty(), "{maps:?}");
+}
+
+#[test]
+fn unbound_ports_and_unknown_chassis_get_no_fib_entry() {
+    let mut state = L2State::new("node1");
+    let mut entries = pod("p", 3, None, REMOTE_MAC, REMOTE_IP);
+    entries.extend(pod("q", 4, Some("node9"), LOCAL_MAC, LOCAL_IP));
+    state.apply(&added(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(maps.fib.is_empty(), "{:?}", maps.fib);
+    // The switch still answers ARP for them (as OVN's ARP responder does).
+    assert_eq!(maps.arp.len(), 2);
+    // node9 appears: q becomes reachable.
+    state.set_encap("node9", Some(NODE2));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.fib[&(DP, LOCAL_MAC)].kind, FIB_REMOTE);
+}
