@@ -1,25 +1,20 @@
 //! SB → pipeline IR against real northd output: the L2/L3 tables hold exactly what the topology
 //! says, and adding one pod changes the same handful of IR entries whatever the size.
 
-use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
+use std::{collections::BTreeSet, net::Ipv4Addr};
 
-use ovnbpf_agent::{
-    ovsdb::{
-        remote::Remote,
-        session::{self, SessionConfig, SessionEvent},
-    },
-    pipeline::{
-        Compiler, IrDiff,
-        ir::{IrEntry, Prefix},
-    },
-    sb::{DATABASE, Southbound, monitor},
+mod common;
+
+use common::Replica;
+use ovnbpf_agent::pipeline::{
+    Compiler, IrDiff,
+    ir::{IrEntry, Prefix},
 };
 use ovnbpf_tests::{
     kubeovn::{self, Topology, mac_for},
-    ovn::{Db, OvnLab},
+    ovn::OvnLab,
     require_root,
 };
-use tokio::sync::mpsc::UnboundedReceiver;
 
 fn mac(text: &str) -> [u8; 6] {
     let mut bytes = [0_u8; 6];
@@ -40,54 +35,6 @@ fn add_pods(lab: &OvnLab, range: std::ops::Range<u32>) {
         topology.pod("subnet-a", &pod, "ns", &mac_for(&pod), pod_ip(index));
     }
     topology.apply(lab).unwrap();
-}
-
-struct Replica {
-    sb: Southbound,
-    compiler: Compiler,
-    events: UnboundedReceiver<SessionEvent>,
-}
-
-impl Replica {
-    async fn start(lab: &OvnLab) -> Self {
-        let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
-        let remote = Remote::parse_list(&lab.unix_remote(Db::Southbound)).unwrap();
-        let (handle, events) = session::start(SessionConfig::new(remote, DATABASE, tables));
-        std::mem::forget(handle);
-        let mut replica = Self {
-            sb: Southbound::new(),
-            compiler: Compiler::new(),
-            events,
-        };
-        replica.settle().await;
-        replica
-    }
-
-    /// Applies events until none arrives for 300 ms; returns the merged IR diff.
-    async fn settle(&mut self) -> IrDiff {
-        let mut added = BTreeSet::new();
-        let mut removed = BTreeSet::new();
-        while let Ok(Some(event)) =
-            tokio::time::timeout(Duration::from_millis(300), self.events.recv()).await
-        {
-            let changes = self.sb.apply(&event);
-            let diff = self.compiler.apply(&self.sb, &changes);
-            for entry in diff.removed {
-                if !added.remove(&entry) {
-                    removed.insert(entry);
-                }
-            }
-            for entry in diff.added {
-                if !removed.remove(&entry) {
-                    added.insert(entry);
-                }
-            }
-        }
-        IrDiff {
-            added: added.into_iter().collect(),
-            removed: removed.into_iter().collect(),
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

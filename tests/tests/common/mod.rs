@@ -1,0 +1,63 @@
+//! Shared by the integration tests that follow a real SB: a replica plus compiler.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use ovnbpf_agent::{
+    ovsdb::{
+        remote::Remote,
+        session::{self, SessionConfig, SessionEvent},
+    },
+    pipeline::{Compiler, IrDiff},
+    sb::{DATABASE, Southbound, monitor},
+};
+use ovnbpf_tests::ovn::{Db, OvnLab};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// A monitor-all SB replica and the compiler fed by it.
+pub struct Replica {
+    pub sb: Southbound,
+    pub compiler: Compiler,
+    events: UnboundedReceiver<SessionEvent>,
+}
+
+impl Replica {
+    pub async fn start(lab: &OvnLab) -> Self {
+        let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
+        let remote = Remote::parse_list(&lab.unix_remote(Db::Southbound)).unwrap();
+        let (handle, events) = session::start(SessionConfig::new(remote, DATABASE, tables));
+        std::mem::forget(handle);
+        let mut replica = Self {
+            sb: Southbound::new(),
+            compiler: Compiler::new(),
+            events,
+        };
+        replica.settle().await;
+        replica
+    }
+
+    /// Applies events until none arrives for 300 ms; returns the merged IR diff.
+    pub async fn settle(&mut self) -> IrDiff {
+        let mut added = BTreeSet::new();
+        let mut removed = BTreeSet::new();
+        while let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(300), self.events.recv()).await
+        {
+            let changes = self.sb.apply(&event);
+            let diff = self.compiler.apply(&self.sb, &changes);
+            for entry in diff.removed {
+                if !added.remove(&entry) {
+                    removed.insert(entry);
+                }
+            }
+            for entry in diff.added {
+                if !removed.remove(&entry) {
+                    added.insert(entry);
+                }
+            }
+        }
+        IrDiff {
+            added: added.into_iter().collect(),
+            removed: removed.into_iter().collect(),
+        }
+    }
+}
