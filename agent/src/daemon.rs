@@ -5,7 +5,8 @@
 //! writes only this chassis's rows.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
+    net::Ipv4Addr,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -14,6 +15,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     chassis::{self, ChassisConfig},
+    dataplane::ebpf::node::NodeDatapath,
     ovsdb::{
         connection::ConnectionOptions,
         remote::Remote,
@@ -24,7 +26,7 @@ use crate::{
     sb::{
         DATABASE, Southbound,
         monitor::{self, LocalScope},
-        rows::{self, DatapathBinding, PortBinding},
+        rows::{self, Chassis, DatapathBinding, Encap, PortBinding},
     },
 };
 
@@ -48,6 +50,9 @@ pub struct DaemonStats {
     pub failed_transactions: u64,
     /// IR entries added and removed by the compiler over the daemon's life.
     pub ir_changes: u64,
+    /// Kernel map writes, and failed attempts (retried with the next change).
+    pub datapath_writes: u64,
+    pub datapath_errors: u64,
 }
 
 struct Daemon {
@@ -60,15 +65,21 @@ struct Daemon {
     /// Last submitted write per purpose, with when, so a write is not repeated while its effect
     /// has not arrived in the replica yet.
     in_flight: Vec<(Vec<Value>, Instant)>,
+    /// The kernel datapath, when this agent forwards (not only follows the SB).
+    datapath: Option<NodeDatapath>,
+    /// Other chassis's encap IPs as last given to the datapath.
+    encaps: HashMap<String, Ipv4Addr>,
     stats: DaemonStats,
 }
 
 /// How long a submitted write suppresses an identical one.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
 
-/// Runs until `shutdown` resolves (the chassis rows stay, so a restart is hitless).
+/// Runs until `shutdown` resolves (the chassis rows stay, so a restart is hitless). With a
+/// `datapath`, the IR and the chassis's encap IPs are programmed into it as they change.
 pub async fn run(
     config: DaemonConfig,
+    datapath: Option<NodeDatapath>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> DaemonStats {
     let span = info_span!("agent", chassis = %config.chassis.name);
@@ -94,6 +105,8 @@ pub async fn run(
             scope,
             local_ports,
             in_flight: Vec::new(),
+            datapath,
+            encaps: HashMap::new(),
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
@@ -113,6 +126,14 @@ pub async fn run(
     .await
 }
 
+/// Every chassis's Geneve encap IP (IPv4) by chassis name.
+fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
+    sb.rows::<Encap>()
+        .filter(|encap| encap.kind == "geneve")
+        .filter_map(|encap| Some((encap.chassis_name.clone(), encap.ip.parse().ok()?)))
+        .collect()
+}
+
 impl Daemon {
     async fn handle(&mut self, event: &SessionEvent) {
         self.stats.events += 1;
@@ -120,6 +141,7 @@ impl Daemon {
         self.record(event, &changes);
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
+        self.program_datapath(&changes, &diff);
         if !diff.is_empty() {
             debug!(
                 added = diff.added.len(),
@@ -137,6 +159,7 @@ impl Daemon {
             return;
         };
         self.claim_local_ports(chassis.uuid).await;
+        self.report_ports_up(chassis.uuid).await;
         if self.scope_may_change(&changes, chassis.uuid) {
             self.update_scope(chassis.uuid);
         }
@@ -164,6 +187,52 @@ impl Daemon {
             }
             SessionEvent::Update { .. } => {}
         }
+    }
+
+    /// Writes the IR diff and any encap change into the kernel datapath; failures are logged and
+    /// counted, and the maps retry on the next change.
+    fn program_datapath(&mut self, changes: &ChangeSet, diff: &crate::pipeline::IrDiff) {
+        let Some(datapath) = self.datapath.as_mut() else {
+            return;
+        };
+        let mut result = datapath.apply(diff);
+        let encaps_touched = changes.resynced
+            || [Chassis::TABLE, Encap::TABLE]
+                .iter()
+                .any(|t| changes.tables.get(*t).is_some_and(|c| !c.is_empty()));
+        if encaps_touched && result.is_ok() {
+            let encaps = chassis_encaps(&self.sb);
+            if encaps != self.encaps {
+                result = datapath
+                    .set_encaps(&encaps)
+                    .map(|n| n + result.unwrap_or(0));
+                self.encaps = encaps;
+            }
+        }
+        match result {
+            Ok(writes) => self.stats.datapath_writes += writes as u64,
+            Err(error) => {
+                self.stats.datapath_errors += 1;
+                warn!(%error, "programming the datapath failed; retrying with the next change");
+            }
+        }
+    }
+
+    /// Sets `up` on claimed local ports once the datapath forwards for them (like
+    /// ovn-controller once their flows are installed).
+    async fn report_ports_up(&mut self, chassis: uuid::Uuid) {
+        let Some(datapath) = &self.datapath else {
+            return;
+        };
+        let mut ops = Vec::new();
+        for name in &self.config.local_ports {
+            if let Some(port) = self.sb.port_by_name(name)
+                && datapath.programmed(name)
+            {
+                ops.extend(chassis::set_up_ops(&port, chassis, true));
+            }
+        }
+        self.write("report ports up", ops).await;
     }
 
     /// Claims configured local ports not yet bound here.

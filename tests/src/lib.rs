@@ -20,6 +20,22 @@ pub mod ovn;
 pub mod process;
 pub mod sbdump;
 
+/// A binary of the workspace built alongside the running test (`cargo test --workspace`, which
+/// `cargo xtask test` runs, builds every package's binaries into the same target directory).
+#[must_use]
+pub fn workspace_binary(name: &str) -> std::path::PathBuf {
+    let path = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent()?.parent().map(|dir| dir.join(name)))
+        .unwrap_or_else(|| std::path::PathBuf::from(name));
+    assert!(
+        path.exists(),
+        "{} missing: run the suite with `cargo xtask test` (it builds the workspace's binaries)",
+        path.display()
+    );
+    path
+}
+
 /// Whether the process runs as root.
 #[must_use]
 pub fn is_root() -> bool {

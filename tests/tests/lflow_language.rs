@@ -223,22 +223,6 @@ fn every_flow_northd_emits_parses_and_round_trips() {
     }
 }
 
-/// The `ovnbpfctl` built alongside this test (`cargo test --workspace` builds the agent's bins).
-fn ovnbpfctl() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("ovnbpfctl"))
-        .unwrap();
-    assert!(
-        path.exists(),
-        "{} missing: run the suite with `cargo xtask test` (it builds the workspace's binaries)",
-        path.display()
-    );
-    path
-}
-
 /// The L2/L3 forwarding stages: every flow in them must compile or be neutral.
 const FORWARDING_STAGES: &[&str] = &[
     "ls_in_check_port_sec",
@@ -267,7 +251,7 @@ fn coverage_shows_forwarding_stages_compiled_and_lists_the_rest() {
     // the datapath yet; their flows are reported unsupported, so they stay out of this topology.
     let lab = OvnLab::start().unwrap();
     build(&lab, false);
-    let output = std::process::Command::new(ovnbpfctl())
+    let output = std::process::Command::new(ovnbpf_tests::workspace_binary("ovnbpfctl"))
         .args([
             "lflow",
             "coverage",

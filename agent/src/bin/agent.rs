@@ -9,7 +9,10 @@ use clap::{Args, Parser, Subcommand};
 use ovnbpf_agent::{
     chassis::{self, ChassisConfig},
     daemon::{self, DaemonConfig},
-    dataplane::ebpf::KernelPrograms,
+    dataplane::ebpf::{
+        KernelPrograms,
+        node::{NodeDatapath, NodeDatapathConfig},
+    },
     ovsdb::remote::Remote,
 };
 
@@ -23,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Follow the Southbound DB as this node's chassis.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Load every kernel program through the verifier and print what the kernel accepted.
     Verify,
 }
@@ -53,9 +56,14 @@ struct RunArgs {
     /// ovn-bridge-mappings, e.g. physnet1:eth1.
     #[arg(long, default_value = "")]
     bridge_mappings: String,
-    /// A logical port bound to this node by configuration (repeatable).
+    /// A logical port bound to this node by configuration (repeatable): `NAME`, or
+    /// `NAME=INTERFACE` to forward for it through its host-side veth (needs --uplink).
     #[arg(long = "local-port")]
     local_ports: Vec<String>,
+    /// Forward with the eBPF datapath, Geneve over this interface (without it the agent only
+    /// follows the Southbound DB and registers the chassis).
+    #[arg(long)]
+    uplink: Option<String>,
     /// Echo the Southbound server after this many seconds of silence (0 = never).
     #[arg(long, default_value_t = 60)]
     probe_interval_s: u64,
@@ -74,7 +82,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Verify => verify(),
     }
 }
@@ -88,6 +96,35 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .trim()
             .to_string(),
     };
+    let (local_ports, interfaces): (Vec<String>, Vec<(String, String)>) = {
+        let mut names = Vec::new();
+        let mut interfaces = Vec::new();
+        for entry in &args.local_ports {
+            match entry.split_once('=') {
+                Some((port, interface)) => {
+                    names.push(port.to_string());
+                    interfaces.push((port.to_string(), interface.to_string()));
+                }
+                None => names.push(entry.clone()),
+            }
+        }
+        (names, interfaces)
+    };
+    let datapath_config = match &args.uplink {
+        Some(uplink) => Some(NodeDatapathConfig {
+            chassis: name.clone(),
+            encap_ip: args
+                .encap_ip
+                .parse()
+                .context("--encap-ip must be an IPv4 address to forward")?,
+            uplink: uplink.clone(),
+            interfaces,
+        }),
+        None if !interfaces.is_empty() => {
+            anyhow::bail!("--local-port NAME=INTERFACE needs --uplink")
+        }
+        None => None,
+    };
     let config = DaemonConfig {
         sb_remotes: Remote::parse_list(&args.sb_remote).context("--sb-remote")?,
         chassis: ChassisConfig {
@@ -98,7 +135,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             monitor_all: args.monitor_all,
             bridge_mappings: args.bridge_mappings,
         },
-        local_ports: args.local_ports,
+        local_ports,
         probe_interval: (args.probe_interval_s > 0)
             .then(|| Duration::from_secs(args.probe_interval_s)),
     };
@@ -111,7 +148,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
             return Ok(());
         }
-        daemon::run(config, shutdown_signal()).await;
+        let datapath = match &datapath_config {
+            Some(datapath_config) => {
+                Some(NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?)
+            }
+            None => None,
+        };
+        daemon::run(config, datapath, shutdown_signal()).await;
         Ok(())
     })
 }

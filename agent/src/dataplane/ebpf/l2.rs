@@ -150,6 +150,28 @@ impl L2State {
         }
     }
 
+    /// Sets every chassis's encap IP at once; chassis missing from `encaps` are forgotten.
+    pub fn replace_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) {
+        let gone: Vec<String> = self
+            .encaps
+            .keys()
+            .filter(|c| !encaps.contains_key(*c))
+            .cloned()
+            .collect();
+        for chassis in gone {
+            self.set_encap(&chassis, None);
+        }
+        for (chassis, ip) in encaps {
+            self.set_encap(chassis, Some(*ip));
+        }
+    }
+
+    /// Whether `port` has its pod and tunnel entries installed.
+    #[must_use]
+    pub fn programmed(&self, port: &str) -> bool {
+        self.installed_ports.contains_key(port)
+    }
+
     /// Takes in one IR diff.
     pub fn apply(&mut self, diff: &IrDiff) {
         for entry in &diff.removed {

@@ -19,6 +19,7 @@ use ovnbpf_common::{
 use crate::netns;
 
 pub mod l2;
+pub mod node;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));

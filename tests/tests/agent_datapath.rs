@@ -1,0 +1,132 @@
+//! Two `ovnbpf-agent` processes, one per simulated node, forward for their pods with the eBPF
+//! datapath: each follows the real SB, registers its chassis, claims its pods, programs the
+//! kernel maps from the IR, and reports the pods `up`. Pods of overlapping VPCs reach their own
+//! VPC's pods on the other node, resolved through the kernel ARP responder.
+
+use std::{net::Ipv4Addr, time::Duration};
+
+use ovnbpf_tests::{
+    kubeovn::{Topology, mac_for},
+    names::unique_prefix,
+    network::{Pod, PodSpec, Underlay},
+    ovn::{Db, OvnLab},
+    process::{Child, wait_until},
+    require_root, workspace_binary,
+};
+
+/// (pod, subnet, node index, address): vpc-b reuses vpc-a's addresses on the other nodes.
+const PODS: [(&str, &str, usize, Ipv4Addr); 4] = [
+    ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
+    ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
+    ("b1", "subnet-b", 0, Ipv4Addr::new(10, 0, 1, 3)),
+    ("b2", "subnet-b", 1, Ipv4Addr::new(10, 0, 1, 2)),
+];
+const NODES: [&str; 2] = ["node1", "node2"];
+
+fn port_up(lab: &OvnLab, port: &str) -> bool {
+    let selector = format!("logical_port={port}");
+    lab.sbctl(&["--bare", "--columns=up", "find", "Port_Binding", &selector])
+        .is_ok_and(|text| text.trim() == "true")
+}
+
+#[test]
+fn agents_program_the_datapath_from_the_sb() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let prefix = unique_prefix();
+    let mut underlay = Underlay::create(&prefix).unwrap();
+    let nodes = [
+        underlay.add_node("node1").unwrap(),
+        underlay.add_node("node2").unwrap(),
+    ];
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
+        .unwrap();
+    for (name, subnet, _, ip) in PODS {
+        topology.pod(subnet, name, "ns", &mac_for(name), ip);
+    }
+    topology.apply(&lab).unwrap();
+    let pods: Vec<Pod> = PODS
+        .iter()
+        .map(|(name, _, node_index, ip)| {
+            let address = format!("{ip}/24");
+            let host = format!("{name}_h");
+            let mac = mac_for(name);
+            nodes[*node_index]
+                .add_pod(&PodSpec {
+                    name,
+                    host_interface: &host,
+                    mac: Some(&mac),
+                    address: Some(&address),
+                    gateway: None,
+                    mtu: Some(1442),
+                })
+                .unwrap()
+        })
+        .collect();
+
+    let agent = workspace_binary("ovnbpf-agent");
+    let agent = agent.to_string_lossy();
+    let agents: Vec<Child> = nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| {
+            let mut args = vec![
+                "run".to_string(),
+                "--sb-remote".into(),
+                lab.unix_remote(Db::Southbound),
+                "--system-id".into(),
+                NODES[index].into(),
+                "--hostname".into(),
+                NODES[index].into(),
+                "--encap-ip".into(),
+                node.ip().to_string(),
+                "--uplink".into(),
+                "eth0".into(),
+            ];
+            for (name, _, node_index, _) in PODS {
+                if node_index == index {
+                    args.push("--local-port".into());
+                    args.push(format!("{name}.ns={name}_h"));
+                }
+            }
+            let log = std::env::temp_dir().join(format!("{prefix}-{}.log", NODES[index]));
+            node.netns()
+                .spawn(NODES[index], &agent, &args, Some(log))
+                .unwrap()
+        })
+        .collect();
+    let logs = || {
+        agents
+            .iter()
+            .map(|a| a.log_tail())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    // ovn-controller's contract: a pod is `up` once its flows are installed.
+    let all_up = wait_until(Duration::from_secs(20), || {
+        PODS.iter()
+            .all(|(name, ..)| port_up(&lab, &format!("{name}.ns")))
+    });
+    assert!(all_up, "not every pod came up{}", logs());
+
+    let (a1, b1, b2) = (&pods[0], &pods[2], &pods[3]);
+    assert_eq!(a1.ping(PODS[1].3, 5).unwrap(), 5, "a1 → a2{}", logs());
+    assert_eq!(b2.ping(PODS[2].3, 5).unwrap(), 5, "b2 → b1{}", logs());
+    assert_eq!(b1.ping(PODS[3].3, 3).unwrap(), 3, "b1 → b2");
+    let neighbour = a1.netns().ip(&["neigh", "show", "10.0.1.3"]).unwrap();
+    assert!(neighbour.contains(&mac_for("a2")), "{neighbour}");
+
+    // A pod deleted in the NB stops being reachable.
+    lab.nbctl(&["--wait=sb", "lsp-del", "a2.ns"]).unwrap();
+    let gone = wait_until(Duration::from_secs(10), || {
+        a1.ping(PODS[1].3, 1).is_ok_and(|received| received == 0)
+    });
+    assert!(gone, "a2 still reachable after its deletion{}", logs());
+    assert_eq!(b2.ping(PODS[2].3, 3).unwrap(), 3, "vpc-b untouched");
+    drop(agents);
+}
