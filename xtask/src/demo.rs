@@ -2,7 +2,8 @@
 //! and ovn-northd), builds a Kube-OVN-shaped two-VPC topology with overlapping CIDRs, shows what
 //! northd put in the Southbound DB, shows what ovnbpf's compiler makes of the logical flows
 //! (coverage, and traces of packets through the IR), loads ovnbpf's kernel programs through the
-//! verifier, and tears everything down. Later work extends it with agents, pods and traffic.
+//! verifier, then runs two simulated nodes with one agent each and pings between their pods
+//! through the eBPF datapath ([`crate::demo_agents`]), and tears everything down.
 
 use std::process::Command;
 
@@ -129,6 +130,9 @@ pub fn run() -> Result<()> {
     for line in verified.lines() {
         println!("   {line}");
     }
+
+    println!("== demo: two nodes, one ovnbpf-agent each, the pods spread over them");
+    crate::demo_agents::run(&lab, agent)?;
 
     println!("== demo: tearing down");
     drop(lab);

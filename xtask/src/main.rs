@@ -6,6 +6,7 @@
 mod bench;
 mod cmd;
 mod demo;
+mod demo_agents;
 mod demo_topology;
 mod lab;
 mod setup;
