@@ -28,7 +28,7 @@ pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Opt
         ip: u32::from_ne_bytes(request.target_ip),
     };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let answer = unsafe { ARP_RESPONDER.get(&key) }?;
+    let answer = unsafe { ARP_RESPONDER.get(key) }?;
     if answer.owner_port == inport {
         return None;
     }

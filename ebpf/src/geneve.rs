@@ -76,7 +76,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         port: u32::from_be(outer.option.data) & 0xffff,
     };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(port) = (unsafe { TUNNEL_PORTS.get(&key) }) else {
+    let Some(port) = (unsafe { TUNNEL_PORTS.get(key) }) else {
         return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION);
     };
     let (ifindex, flags) = (port.ifindex, port.flags);

@@ -16,7 +16,6 @@ mod switching;
 
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::{
-    bindings::TC_ACT_SHOT,
     macros::{classifier, map},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::TcContext,
@@ -31,6 +30,8 @@ use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 
 /// tcx verdict "continue with the next program, or the stack if none": the programs only observe.
 pub(crate) const TCX_NEXT: i32 = -1;
+/// tc verdict "drop".
+const TC_ACT_SHOT: i32 = 2;
 
 #[map(name = "INTERFACE_COUNTERS")]
 static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
@@ -70,7 +71,7 @@ pub fn from_pod(ctx: TcContext) -> i32 {
         Ok(verdict) => verdict,
         Err(reason) => {
             count_drop(reason);
-            TC_ACT_SHOT as i32
+            TC_ACT_SHOT
         }
     }
 }
@@ -98,7 +99,7 @@ pub fn from_uplink(ctx: TcContext) -> i32 {
         geneve::Decision::NotOurs => TCX_NEXT,
         geneve::Decision::Drop(reason) => {
             count_drop(reason);
-            TC_ACT_SHOT as i32
+            TC_ACT_SHOT
         }
         geneve::Decision::Redirected(verdict) => verdict,
     }

@@ -19,7 +19,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(pod) = (unsafe { POD_PORTS.get(&ifindex) }) else {
+    let Some(pod) = (unsafe { POD_PORTS.get(ifindex) }) else {
         return Ok(TCX_NEXT);
     };
     let (datapath, ingress_port) = (pod.datapath, pod.port);
@@ -38,7 +38,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
         padding: [0; 2],
     };
     // SAFETY: as above.
-    let Some(entry) = (unsafe { L2_FIB.get(&key) }) else {
+    let Some(entry) = (unsafe { L2_FIB.get(key) }) else {
         return Ok(TCX_NEXT);
     };
     match entry.kind {
