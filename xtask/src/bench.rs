@@ -5,9 +5,7 @@
 //! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
 //! cost in the same run as the baseline.
 //!
-//! `bench compile [--pods …] [--updates 20]`: the full SB → IR compile (time, IR entries, RSS it
-//! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
-//! cost in the same run as the baseline.
+//! `bench datapath`: see [`crate::bench_datapath`].
 //!
 //! `bench sb [--pods 1000,10000,50000] [--updates 20]`: for each size, a real OVN central with a
 //! Kube-OVN-like topology of that many pod ports; baseline = `ovsdb-client dump` of the SB (wall
@@ -34,11 +32,14 @@ pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("sb") => bench_sb(&args[1..]),
         Some("compile") => bench_compile(&args[1..]),
-        _ => bail!("usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20]"),
+        Some("datapath") => crate::bench_datapath::run(&args[1..]),
+        _ => bail!(
+            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5]"
+        ),
     }
 }
 
-fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+pub(crate) fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
@@ -134,7 +135,7 @@ fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
     Ok(())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -142,7 +143,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     percentile(&values, 50.0)
 }
@@ -229,7 +230,7 @@ fn bench_sb(args: &[String]) -> Result<()> {
     write_json("sb", &results)
 }
 
-fn write_json(bench: &str, results: &[Value]) -> Result<()> {
+pub(crate) fn write_json(bench: &str, results: &[Value]) -> Result<()> {
     std::fs::create_dir_all("target/bench")?;
     let path = format!("target/bench/{bench}.json");
     std::fs::write(

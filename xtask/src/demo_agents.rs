@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
     kubeovn::mac_for,
     names::unique_prefix,
-    network::{Pod, PodSpec, Underlay},
+    network::{Node, Pod, PodSpec, Underlay},
     ovn::{Db, OvnLab},
     process::{Child, wait_until},
 };
@@ -22,6 +22,58 @@ const NODES: [&str; 2] = ["node1", "node2"];
 /// every same-VPC ping crosses the underlay.
 fn node_of(vpc_index: usize, pod_index: usize) -> usize {
     (vpc_index + pod_index) % 2
+}
+
+/// Starts `ovnbpf-agent` as chassis `name` inside `node`'s namespace, forwarding with eBPF for
+/// `local_ports` (`PORT=INTERFACE`), logging to `log`.
+pub fn spawn_agent(
+    lab: &OvnLab,
+    agent: &Path,
+    node: &Node,
+    name: &str,
+    local_ports: &[String],
+    log: std::path::PathBuf,
+) -> Result<Child> {
+    let mut args = vec![
+        "run".to_string(),
+        "--sb-remote".into(),
+        lab.unix_remote(Db::Southbound),
+        "--system-id".into(),
+        name.into(),
+        "--hostname".into(),
+        name.into(),
+        "--encap-ip".into(),
+        node.ip().to_string(),
+        "--uplink".into(),
+        "eth0".into(),
+    ];
+    for port in local_ports {
+        args.extend(["--local-port".to_string(), port.clone()]);
+    }
+    node.netns()
+        .spawn(name, &agent.to_string_lossy(), &args, Some(log))
+}
+
+/// Waits until every VIF Port_Binding in the SB is `up` (its agent programmed it).
+pub fn wait_all_up(lab: &OvnLab, ports: usize, agents: &[Child]) -> Result<()> {
+    let all_up = wait_until(Duration::from_secs(30), || {
+        lab.sbctl(&[
+            "--bare",
+            "--columns=up",
+            "find",
+            "Port_Binding",
+            "type=\"\"",
+        ])
+        .is_ok_and(|text| {
+            let states: Vec<&str> = text.split_whitespace().collect();
+            states.len() == ports && states.iter().all(|s| *s == "true")
+        })
+    });
+    if !all_up {
+        let logs: Vec<String> = agents.iter().map(Child::log_tail).collect();
+        bail!("the pods did not come up:{}", logs.join("\n"));
+    }
+    Ok(())
 }
 
 pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
@@ -52,50 +104,24 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
             pods.push((name.to_string(), pod));
         }
     }
-    let agent = agent.to_string_lossy();
     let mut agents: Vec<Child> = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
-        let mut args = vec![
-            "run".to_string(),
-            "--sb-remote".into(),
-            lab.unix_remote(Db::Southbound),
-            "--system-id".into(),
-            NODES[index].into(),
-            "--hostname".into(),
-            NODES[index].into(),
-            "--encap-ip".into(),
-            node.ip().to_string(),
-            "--uplink".into(),
-            "eth0".into(),
-        ];
-        for port in &local_ports[index] {
-            args.extend(["--local-port".to_string(), port.clone()]);
-        }
         let log = std::env::temp_dir().join(format!("{prefix}-{}.log", NODES[index]));
         println!(
             "== demo: starting ovnbpf-agent on {} (log {})",
             NODES[index],
             log.display()
         );
-        agents.push(node.netns().spawn(NODES[index], &agent, &args, Some(log))?);
+        agents.push(spawn_agent(
+            lab,
+            agent,
+            node,
+            NODES[index],
+            &local_ports[index],
+            log,
+        )?);
     }
-    let all_up = wait_until(Duration::from_secs(30), || {
-        lab.sbctl(&[
-            "--bare",
-            "--columns=up",
-            "find",
-            "Port_Binding",
-            "type=\"\"",
-        ])
-        .is_ok_and(|text| {
-            let states: Vec<&str> = text.split_whitespace().collect();
-            states.len() == pods.len() && states.iter().all(|s| *s == "true")
-        })
-    });
-    if !all_up {
-        let logs: Vec<String> = agents.iter().map(Child::log_tail).collect();
-        bail!("the pods did not come up:{}", logs.join("\n"));
-    }
+    wait_all_up(lab, pods.len(), &agents)?;
     println!("   every pod is up in the SB (its agent programmed the kernel maps)");
 
     let pod = |name: &str| {

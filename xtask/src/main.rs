@@ -4,6 +4,7 @@
 //! is what installs them.
 
 mod bench;
+mod bench_datapath;
 mod cmd;
 mod demo;
 mod demo_agents;

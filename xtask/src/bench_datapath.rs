@@ -1,0 +1,284 @@
+//! `cargo xtask bench datapath [--runs 3] [--seconds 5]`: pod↔pod across two nodes, three paths
+//! measured in one run: (a) a raw veth pair between two namespaces (the limit), (b) the same
+//! node/pod topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents,
+//! Geneve in eBPF. TCP throughput (iperf3, one stream, median of the runs) and request/response
+//! latency (ICMP echo RTT p50/p99 over 1000 pings 2 ms apart). Pod MTU is 1442 on (b) and (c),
+//! so both carry the same payload per packet.
+
+use std::{net::Ipv4Addr, path::Path, process::Command};
+
+use anyhow::{Context, Result, bail};
+use ovnbpf_tests::{
+    kubeovn::{Topology, mac_for},
+    names::unique_prefix,
+    netns::Netns,
+    network::{Node, PodSpec, Underlay},
+    ovn::OvnLab,
+};
+use serde_json::{Value, json};
+
+use crate::{
+    bench::{median, option, percentile, write_json},
+    cmd,
+    demo_agents::{spawn_agent, wait_all_up},
+};
+
+/// What one path measured.
+struct PathResult {
+    name: &'static str,
+    gbits: Vec<f64>,
+    rtt_us: Vec<f64>,
+}
+
+impl PathResult {
+    fn gbit_median(&self) -> f64 {
+        median(self.gbits.clone())
+    }
+    fn rtt(&self, p: f64) -> f64 {
+        let mut sorted = self.rtt_us.clone();
+        sorted.sort_by(f64::total_cmp);
+        percentile(&sorted, p)
+    }
+}
+
+/// iperf3 from `client` to `server_ip` (served from `server`), `runs` times; Gbit/s per run.
+fn throughput(
+    client: &Netns,
+    server: &Netns,
+    server_ip: Ipv4Addr,
+    runs: u32,
+    seconds: u32,
+) -> Result<Vec<f64>> {
+    let ip = server_ip.to_string();
+    let _server = server.spawn("iperf3", "iperf3", &["-s", "-B", &ip], None)?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut results = Vec::new();
+    for _ in 0..runs {
+        let text = client.exec("iperf3", &["-c", &ip, "-t", &seconds.to_string(), "-J"])?;
+        let report: Value = serde_json::from_str(&text).context("iperf3 -J output")?;
+        let bits = report["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .context("iperf3 report without sum_received")?;
+        results.push(bits / 1e9);
+    }
+    Ok(results)
+}
+
+/// Per-packet RTTs (µs) of 1000 echo requests 2 ms apart.
+fn latency(client: &Netns, target: Ipv4Addr) -> Result<Vec<f64>> {
+    let text = client.exec(
+        "ping",
+        &[
+            "-n",
+            "-i",
+            "0.002",
+            "-c",
+            "1000",
+            "-W",
+            "1",
+            &target.to_string(),
+        ],
+    )?;
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|line| line.split("time=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|ms| ms * 1000.0)
+        .collect();
+    if rtts.len() < 900 {
+        bail!("only {} of 1000 pings answered", rtts.len());
+    }
+    Ok(rtts)
+}
+
+fn measure(
+    name: &'static str,
+    client: &Netns,
+    server: &Netns,
+    server_ip: Ipv4Addr,
+    runs: u32,
+    seconds: u32,
+) -> Result<PathResult> {
+    println!("== bench datapath: {name}");
+    Ok(PathResult {
+        name,
+        gbits: throughput(client, server, server_ip, runs, seconds)?,
+        rtt_us: latency(client, server_ip)?,
+    })
+}
+
+/// (a) Two namespaces joined by one veth pair.
+fn raw(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
+    let left = Netns::create(&format!("{prefix}-raw1"))?;
+    let right = Netns::create(&format!("{prefix}-raw2"))?;
+    left.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        right.name(),
+    ])?;
+    for (netns, address) in [(&left, "10.99.0.1/24"), (&right, "10.99.0.2/24")] {
+        netns.ip(&["addr", "add", address, "dev", "eth0"])?;
+        netns.ip(&["link", "set", "eth0", "up"])?;
+    }
+    measure(
+        "raw veth",
+        &left,
+        &right,
+        Ipv4Addr::new(10, 99, 0, 2),
+        runs,
+        seconds,
+    )
+}
+
+/// (b) Pods behind veths on two nodes; the nodes route the pod subnets to each other.
+fn routed(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
+    let mut underlay = Underlay::create(&format!("{prefix}r"))?;
+    let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+    let mut pods = Vec::new();
+    for (index, node) in nodes.iter().enumerate() {
+        let subnet = index + 1;
+        let pod = node.add_pod(&PodSpec {
+            name: "pod",
+            host_interface: "pod_h",
+            mac: None,
+            address: Some(&format!("10.1.{subnet}.2/24")),
+            gateway: Some(Ipv4Addr::new(10, 1, subnet as u8, 1)),
+            mtu: Some(1442),
+        })?;
+        node.netns().ip(&[
+            "addr",
+            "add",
+            &format!("10.1.{subnet}.1/24"),
+            "dev",
+            "pod_h",
+        ])?;
+        node.netns()
+            .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        pods.push(pod);
+    }
+    for (index, node) in nodes.iter().enumerate() {
+        let other = &nodes[1 - index];
+        let subnet = format!("10.1.{}.0/24", 2 - index);
+        node.netns()
+            .ip(&["route", "add", &subnet, "via", &other.ip().to_string()])?;
+    }
+    measure(
+        "kernel routing",
+        pods[0].netns(),
+        pods[1].netns(),
+        Ipv4Addr::new(10, 1, 2, 2),
+        runs,
+        seconds,
+    )
+}
+
+/// (c) ovnbpf: a subnet of one VPC, one pod per node, one agent per node.
+fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<PathResult> {
+    let lab = OvnLab::start()?;
+    let mut topology = Topology::new();
+    topology.vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?;
+    let plan = [
+        ("p1", Ipv4Addr::new(10, 0, 1, 2)),
+        ("p2", Ipv4Addr::new(10, 0, 1, 3)),
+    ];
+    for (name, ip) in plan {
+        topology.pod("subnet-a", name, "bench", &mac_for(name), ip);
+    }
+    topology.apply(&lab)?;
+    let mut underlay = Underlay::create(&format!("{prefix}o"))?;
+    let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+    let mut pods = Vec::new();
+    let mut agents = Vec::new();
+    for ((name, ip), (node, chassis)) in plan.iter().zip(nodes.iter().zip(["node1", "node2"])) {
+        pods.push(node.add_pod(&PodSpec {
+            name,
+            host_interface: "pod_h",
+            mac: Some(&mac_for(name)),
+            address: Some(&format!("{ip}/24")),
+            gateway: None,
+            mtu: Some(1442),
+        })?);
+        let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
+        let ports = [format!("{name}.bench=pod_h")];
+        agents.push(spawn_agent(&lab, agent, node, chassis, &ports, log)?);
+    }
+    wait_all_up(&lab, plan.len(), &agents)?;
+    let result = measure(
+        "ovnbpf (Geneve in eBPF)",
+        pods[0].netns(),
+        pods[1].netns(),
+        plan[1].1,
+        runs,
+        seconds,
+    );
+    let logs: Vec<_> = agents
+        .iter()
+        .filter_map(|a| a.log_path().map(Path::to_path_buf))
+        .collect();
+    drop(agents);
+    for log in logs {
+        let _ = std::fs::remove_file(log);
+    }
+    result
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let runs: u32 = option(args, "--runs").unwrap_or("3").parse()?;
+    let seconds: u32 = option(args, "--seconds").unwrap_or("5").parse()?;
+    println!("== bench datapath: building the agent");
+    cmd::run_checked(Command::new("cargo").args([
+        "build",
+        "--quiet",
+        "--package",
+        "ovnbpf-agent",
+    ]))?;
+    let agent = Path::new("target/debug/ovnbpf-agent");
+    let prefix = unique_prefix();
+    let results = [
+        raw(&prefix, runs, seconds)?,
+        routed(&prefix, runs, seconds)?,
+        ovnbpf(&prefix, agent, runs, seconds)?,
+    ];
+    let (a, b, c) = (&results[0], &results[1], &results[2]);
+    println!(
+        "\n{:<26} {:>22} {:>10} {:>10}",
+        "path", "TCP Gbit/s med [min-max]", "RTT p50 µs", "RTT p99 µs"
+    );
+    for r in &results {
+        let min = r.gbits.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = r.gbits.iter().copied().fold(0.0, f64::max);
+        println!(
+            "{:<26} {:>9.2} [{:.2}-{:.2}] {:>10.0} {:>10.0}",
+            r.name,
+            r.gbit_median(),
+            min,
+            max,
+            r.rtt(50.0),
+            r.rtt(99.0)
+        );
+    }
+    let ratio = |x: &PathResult, y: &PathResult| x.gbit_median() / y.gbit_median();
+    println!(
+        "\nthroughput c/a {:.2}, c/b {:.2} (target c/b ≥ 0.8); RTT p99 c/a {:.2}, c/b {:.2} (target c/b ≤ 1.2); p50 c/b {:.2}",
+        ratio(c, a),
+        ratio(c, b),
+        c.rtt(99.0) / a.rtt(99.0),
+        c.rtt(99.0) / b.rtt(99.0),
+        c.rtt(50.0) / b.rtt(50.0),
+    );
+    let json_results: Vec<Value> = results
+        .iter()
+        .map(|r| {
+            json!({"path": r.name, "gbit_per_s": r.gbits, "gbit_median": r.gbit_median(),
+                   "rtt_p50_us": r.rtt(50.0), "rtt_p99_us": r.rtt(99.0)})
+        })
+        .collect();
+    write_json("datapath", &json_results)
+}
