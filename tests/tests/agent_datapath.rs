@@ -3,24 +3,20 @@
 //! kernel maps from the IR, and reports the pods `up`. Pods of overlapping VPCs reach their own
 //! VPC's pods on the other node, resolved through the kernel ARP responder.
 
-use std::{net::Ipv4Addr, time::Duration};
+mod common;
+
+use std::time::Duration;
 
 use ovnbpf_tests::{
-    kubeovn::{Topology, mac_for},
+    kubeovn::mac_for,
     names::unique_prefix,
-    network::{Pod, PodSpec, Underlay},
+    network::Underlay,
     ovn::{Db, OvnLab},
     process::{Child, wait_until},
     require_root, workspace_binary,
 };
 
-/// (pod, subnet, node index, address): vpc-b reuses vpc-a's addresses on the other nodes.
-const PODS: [(&str, &str, usize, Ipv4Addr); 4] = [
-    ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
-    ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
-    ("b1", "subnet-b", 0, Ipv4Addr::new(10, 0, 1, 3)),
-    ("b2", "subnet-b", 1, Ipv4Addr::new(10, 0, 1, 2)),
-];
+use common::OVERLAPPING_PODS as PODS;
 const NODES: [&str; 2] = ["node1", "node2"];
 
 fn port_up(lab: &OvnLab, port: &str) -> bool {
@@ -39,34 +35,7 @@ fn agents_program_the_datapath_from_the_sb() {
         underlay.add_node("node1").unwrap(),
         underlay.add_node("node2").unwrap(),
     ];
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap()
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
-        .unwrap();
-    for (name, subnet, _, ip) in PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(&lab).unwrap();
-    let pods: Vec<Pod> = PODS
-        .iter()
-        .map(|(name, _, node_index, ip)| {
-            let address = format!("{ip}/24");
-            let host = format!("{name}_h");
-            let mac = mac_for(name);
-            nodes[*node_index]
-                .add_pod(&PodSpec {
-                    name,
-                    host_interface: &host,
-                    mac: Some(&mac),
-                    address: Some(&address),
-                    gateway: None,
-                    mtu: Some(1442),
-                })
-                .unwrap()
-        })
-        .collect();
+    let pods = common::overlapping_vpcs(&lab, &nodes);
 
     let agent = workspace_binary("ovnbpf-agent");
     let agent = agent.to_string_lossy();

@@ -6,28 +6,20 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
-
 use common::Replica;
 use ovnbpf_agent::{
     dataplane::ebpf::{Hook, KernelPrograms, l2::L2State},
     pipeline::IrDiff,
 };
 use ovnbpf_tests::{
-    kubeovn::{Topology, mac_for},
+    kubeovn::mac_for,
     names::unique_prefix,
-    network::{Node, Pod, PodSpec, Underlay},
+    network::{Node, Pod, Underlay},
     ovn::OvnLab,
     require_root,
 };
 
-/// (pod, subnet, node index, address): vpc-b reuses vpc-a's addresses on the other nodes.
-const PODS: [(&str, &str, usize, Ipv4Addr); 4] = [
-    ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
-    ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
-    ("b1", "subnet-b", 0, Ipv4Addr::new(10, 0, 1, 3)),
-    ("b2", "subnet-b", 1, Ipv4Addr::new(10, 0, 1, 2)),
-];
+use common::OVERLAPPING_PODS as PODS;
 const NODES: [&str; 2] = ["node1", "node2"];
 
 /// One node's agent-side state: its programs and its L2 maps.
@@ -83,16 +75,7 @@ async fn pods_bound_in_the_sb_talk_through_the_ebpf_datapath() {
         underlay.add_node("node2").unwrap(),
     ];
 
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap()
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
-        .unwrap();
-    for (name, subnet, _, ip) in PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(&lab).unwrap();
+    let pods = common::overlapping_vpcs(&lab, &nodes);
     // What each node's ovn-controller (here: ovnbpf agent) does: register and claim its pods.
     for (name, node) in NODES.iter().zip(&nodes) {
         lab.sbctl(&["chassis-add", name, "geneve", &node.ip().to_string()])
@@ -102,25 +85,6 @@ async fn pods_bound_in_the_sb_talk_through_the_ebpf_datapath() {
         lab.sbctl(&["lsp-bind", &format!("{name}.ns"), NODES[node_index]])
             .unwrap();
     }
-
-    let pods: Vec<Pod> = PODS
-        .iter()
-        .map(|(name, _, node_index, ip)| {
-            let address = format!("{ip}/24");
-            let host = format!("{name}_h");
-            let mac = mac_for(name);
-            nodes[*node_index]
-                .add_pod(&PodSpec {
-                    name,
-                    host_interface: &host,
-                    mac: Some(&mac),
-                    address: Some(&address),
-                    gateway: None,
-                    mtu: Some(1442),
-                })
-                .unwrap()
-        })
-        .collect();
 
     let mut agents: Vec<NodeAgent> = (0..2).map(|i| NodeAgent::start(i, &nodes, &pods)).collect();
     let mut replicas = Vec::new();

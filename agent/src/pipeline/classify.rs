@@ -530,12 +530,8 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
         })) => Some(*address),
         _ => return unsupported("route next-hop variant"),
     };
-    let source_ip = match assigned(actions, "reg1") {
-        Some(Source::Constant(Constant::Ipv4 {
-            address,
-            mask: None,
-        })) => *address,
-        _ => return unsupported("route source-address variant"),
+    let Some(source_ip) = assigned_ipv4(actions, "reg1") else {
+        return unsupported("route source-address variant");
     };
     let (Some(source_mac), Some(port)) = (
         assigned_mac(actions, "eth.src"),
@@ -576,21 +572,9 @@ fn classify_policy(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) 
         [Action::Keyword { name, .. }] if is_drop(name) => PolicyVerdict::Drop,
         _ if zeroes_then_next(actions, &slice("reg8", 0, 15)) => PolicyVerdict::Allow,
         [.., next] if is_next(next) && resets_ecmp(actions) => {
-            let nexthop = match assigned(actions, "reg0") {
-                Some(Source::Constant(Constant::Ipv4 {
-                    address,
-                    mask: None,
-                })) => *address,
-                _ => return unsupported("router policy reroute variant"),
-            };
-            let source_ip = match assigned(actions, "reg1") {
-                Some(Source::Constant(Constant::Ipv4 {
-                    address,
-                    mask: None,
-                })) => *address,
-                _ => return unsupported("router policy reroute variant"),
-            };
-            let (Some(source_mac), Some(port)) = (
+            let (Some(nexthop), Some(source_ip), Some(source_mac), Some(port)) = (
+                assigned_ipv4(actions, "reg0"),
+                assigned_ipv4(actions, "reg1"),
                 assigned_mac(actions, "eth.src"),
                 assigned_string(actions, "outport"),
             ) else {

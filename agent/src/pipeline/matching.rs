@@ -341,6 +341,17 @@ pub(super) fn compare_prefix6(expr: &Expr, name: &str) -> Option<Prefix6> {
     }
 }
 
+/// `name = A.B.C.D;` → the address.
+pub(super) fn assigned_ipv4(actions: &[Action], name: &str) -> Option<Ipv4Addr> {
+    match assigned(actions, name)? {
+        Source::Constant(Constant::Ipv4 {
+            address,
+            mask: None,
+        }) => Some(*address),
+        _ => None,
+    }
+}
+
 pub(super) fn assigned_ipv6(actions: &[Action], name: &str) -> Option<Ipv6Addr> {
     match assigned(actions, name)? {
         Source::Constant(Constant::Ipv6 {

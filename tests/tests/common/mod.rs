@@ -1,6 +1,9 @@
-//! Shared by the integration tests that follow a real SB: a replica plus compiler.
+//! Shared by the integration tests that follow a real SB: a replica plus compiler, and the
+//! overlapping-VPC pod layout of the datapath tests.
 
-use std::{collections::BTreeSet, time::Duration};
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
 
 use ovnbpf_agent::{
     ovsdb::{
@@ -10,7 +13,11 @@ use ovnbpf_agent::{
     pipeline::{Compiler, IrDiff},
     sb::{DATABASE, Southbound, monitor},
 };
-use ovnbpf_tests::ovn::{Db, OvnLab};
+use ovnbpf_tests::{
+    kubeovn::{Topology, mac_for},
+    network::{Node, Pod, PodSpec},
+    ovn::{Db, OvnLab},
+};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// A monitor-all SB replica and the compiler fed by it.
@@ -60,4 +67,46 @@ impl Replica {
             removed: removed.into_iter().collect(),
         }
     }
+}
+
+/// Two VPCs whose subnets overlap (10.0.1.0/24), two pods each, spread over two nodes:
+/// (pod, subnet, node index, address). vpc-b reuses vpc-a's addresses on the other nodes.
+pub const OVERLAPPING_PODS: [(&str, &str, usize, Ipv4Addr); 4] = [
+    ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
+    ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
+    ("b1", "subnet-b", 0, Ipv4Addr::new(10, 0, 1, 3)),
+    ("b2", "subnet-b", 1, Ipv4Addr::new(10, 0, 1, 2)),
+];
+
+/// Builds [`OVERLAPPING_PODS`] in the NB (through ovn-nbctl, as Kube-OVN does) and as real pods
+/// (namespaces with veths, MTU 1442 for Geneve) on `nodes`; host veths are `<pod>_h`.
+pub fn overlapping_vpcs(lab: &OvnLab, nodes: &[Node]) -> Vec<Pod> {
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
+        .unwrap();
+    for (name, subnet, _, ip) in OVERLAPPING_PODS {
+        topology.pod(subnet, name, "ns", &mac_for(name), ip);
+    }
+    topology.apply(lab).unwrap();
+    OVERLAPPING_PODS
+        .iter()
+        .map(|(name, _, node_index, ip)| {
+            let address = format!("{ip}/24");
+            let host = format!("{name}_h");
+            let mac = mac_for(name);
+            nodes[*node_index]
+                .add_pod(&PodSpec {
+                    name,
+                    host_interface: &host,
+                    mac: Some(&mac),
+                    address: Some(&address),
+                    gateway: None,
+                    mtu: Some(1442),
+                })
+                .unwrap()
+        })
+        .collect()
 }
