@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use crate::{
     bench::{median, option, percentile, write_json},
     cmd,
-    demo_agents::{spawn_agent, wait_all_up},
+    demo_agents::{spawn_agent, stop_agents, wait_all_up},
 };
 
 /// What one path measured.
@@ -218,14 +218,7 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<PathRes
         runs,
         seconds,
     );
-    let logs: Vec<_> = agents
-        .iter()
-        .filter_map(|a| a.log_path().map(Path::to_path_buf))
-        .collect();
-    drop(agents);
-    for log in logs {
-        let _ = std::fs::remove_file(log);
-    }
+    stop_agents(agents);
     result
 }
 

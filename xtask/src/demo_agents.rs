@@ -54,6 +54,18 @@ pub fn spawn_agent(
         .spawn(name, &agent.to_string_lossy(), &args, Some(log))
 }
 
+/// Ends the agents (by PID) and removes their logs.
+pub fn stop_agents(agents: Vec<Child>) {
+    let logs: Vec<_> = agents
+        .iter()
+        .filter_map(|a| a.log_path().map(Path::to_path_buf))
+        .collect();
+    drop(agents);
+    for log in logs {
+        let _ = std::fs::remove_file(log);
+    }
+}
+
 /// Waits until every VIF Port_Binding in the SB is `up` (its agent programmed it).
 pub fn wait_all_up(lab: &OvnLab, ports: usize, agents: &[Child]) -> Result<()> {
     let all_up = wait_until(Duration::from_secs(30), || {
@@ -156,13 +168,6 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
     println!(
         "   (details: cargo test -p ovnbpf-tests --test datapath_l2 shows the Geneve capture)"
     );
-    let logs: Vec<_> = agents
-        .iter()
-        .filter_map(|a| a.log_path().map(Path::to_path_buf))
-        .collect();
-    drop(agents);
-    for log in logs {
-        let _ = std::fs::remove_file(log);
-    }
+    stop_agents(agents);
     Ok(())
 }
