@@ -200,13 +200,17 @@ impl Daemon {
             || [Chassis::TABLE, Encap::TABLE]
                 .iter()
                 .any(|t| changes.tables.get(*t).is_some_and(|c| !c.is_empty()));
-        if encaps_touched && result.is_ok() {
+        if encaps_touched {
             let encaps = chassis_encaps(&self.sb);
             if encaps != self.encaps {
-                result = datapath
-                    .set_encaps(&encaps)
-                    .map(|n| n + result.unwrap_or(0));
+                // The L2 state keeps the new encaps even when a write fails; the keys it could
+                // not write stay marked and are retried with the next change.
+                let encap_result = datapath.set_encaps(&encaps);
                 self.encaps = encaps;
+                result = match (result, encap_result) {
+                    (Ok(ir_writes), Ok(encap_writes)) => Ok(ir_writes + encap_writes),
+                    (Err(error), _) | (_, Err(error)) => Err(error),
+                };
             }
         }
         match result {
