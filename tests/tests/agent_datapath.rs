@@ -39,6 +39,8 @@ fn agents_program_the_datapath_from_the_sb() {
 
     let agent = workspace_binary("ovnbpf-agent");
     let agent = agent.to_string_lossy();
+    // Removed with the test, whatever its outcome (failures print the logs' tails first).
+    let log_dir = tempfile::tempdir().unwrap();
     let agents: Vec<Child> = nodes
         .iter()
         .enumerate()
@@ -62,7 +64,7 @@ fn agents_program_the_datapath_from_the_sb() {
                     args.push(format!("{name}.ns={name}_h"));
                 }
             }
-            let log = std::env::temp_dir().join(format!("{prefix}-{}.log", NODES[index]));
+            let log = log_dir.path().join(format!("{}.log", NODES[index]));
             node.netns()
                 .spawn(NODES[index], &agent, &args, Some(log))
                 .unwrap()
