@@ -13,6 +13,7 @@ pub struct EthHeader {
 }
 
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct Ipv4Header {
     pub version_ihl: u8,
     pub tos: u8,
@@ -96,4 +97,12 @@ pub struct ArpFrame {
     pub sender_ip: [u8; 4],
     pub target_mac: [u8; 6],
     pub target_ip: [u8; 4],
+}
+
+/// Ethernet, IPv4 without options, UDP: what a DHCP discovery looks like.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct Ipv4Frame {
+    pub eth: EthHeader,
+    pub ip: Ipv4Header,
 }

@@ -12,6 +12,7 @@
 mod arp;
 mod geneve;
 mod headers;
+mod port_security;
 mod switching;
 
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
@@ -22,8 +23,8 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort,
-    MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, TunnelConfig,
-    TunnelPortKey, drop_reason,
+    MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, PortSecurity,
+    TunnelConfig, TunnelPortKey, drop_reason,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -49,6 +50,9 @@ static POD_PORTS: HashMap<u32, PodPort> = HashMap::with_max_entries(MAX_INTERFAC
 
 #[map(name = "L2_FIB")]
 static L2_FIB: HashMap<FibKey, FibEntry> = HashMap::with_max_entries(MAX_FIB_ENTRIES, 0);
+
+#[map(name = "PORT_SECURITY")]
+static PORT_SECURITY: HashMap<u32, PortSecurity> = HashMap::with_max_entries(MAX_INTERFACES, 0);
 
 #[map(name = "ARP_RESPONDER")]
 static ARP_RESPONDER: HashMap<ArpKey, ArpAnswer> = HashMap::with_max_entries(MAX_ARP_ENTRIES, 0);

@@ -1,16 +1,18 @@
 //! L2 switching of frames leaving a pod: the pod's port (by the veth's ifindex) gives the
 //! datapath; the destination MAC on that datapath gives a local port (redirect) or a port on
-//! another chassis (Geneve). ARP requests for known addresses are answered ([`crate::arp`]).
+//! another chassis (Geneve). Port security is checked first ([`crate::port_security`]); ARP
+//! requests for known addresses are answered ([`crate::arp`]).
 //! Frames of unknown ports or to unknown MACs go on untouched, to the stack or the next program
 //! (flooding and port security come later). Reads `POD_PORTS` and `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
-use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FibKey};
+use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FibKey, drop_reason};
 
 use crate::{
     L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local,
     geneve::{self, Tunnel},
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
+    port_security,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -26,6 +28,9 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
         return Ok(TCX_NEXT);
     };
+    if !port_security::allows(ctx, ifindex, &eth) {
+        return Err(drop_reason::PORT_SECURITY);
+    }
     let ether_type = u16::from_be(eth.ether_type);
     if ether_type == ETH_P_ARP
         && let Some(verdict) = arp::respond(ctx, datapath, ingress_port, ifindex)

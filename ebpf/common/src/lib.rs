@@ -33,6 +33,9 @@ pub mod map {
     pub const POD_PORTS: &str = "POD_PORTS";
     /// Hash: [`super::FibKey`] → [`super::FibEntry`]: where frames to a MAC on a datapath go.
     pub const L2_FIB: &str = "L2_FIB";
+    /// Hash: ifindex of a pod's host-side veth (`u32`) → [`super::PortSecurity`]: what the pod
+    /// may send (ports without an entry are not checked).
+    pub const PORT_SECURITY: &str = "PORT_SECURITY";
     /// Hash: [`super::ArpKey`] → [`super::ArpAnswer`]: the ARP responder (an IPv4 address on a
     /// datapath and the MAC to answer with).
     pub const ARP_RESPONDER: &str = "ARP_RESPONDER";
@@ -63,14 +66,17 @@ pub mod drop_reason {
     pub const DECAP_FAILED: u32 = 2;
     /// The kernel refused to make room for the outer headers.
     pub const ENCAP_FAILED: u32 = 3;
+    /// A pod sent with a source MAC or IPv4 address its port security does not allow.
+    pub const PORT_SECURITY: u32 = 4;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
         "geneve_unknown_destination",
         "decap_failed",
         "encap_failed",
+        "port_security",
     ];
 }
 
@@ -107,6 +113,21 @@ pub const FIB_LOCAL: u32 = 1;
 /// [`FibEntry::kind`]: a port on another chassis, reached through the tunnel to `remote_ip`
 /// (network byte order) with egress port key `port`.
 pub const FIB_REMOTE: u32 = 2;
+
+/// Most IPv4 addresses one [`PortSecurity`] entry holds.
+pub const PORT_SECURITY_MAX_IPS: usize = 4;
+
+/// OVN's ingress port security for one pod (Port_Binding.port_security "MAC [IP…]"): frames must
+/// come from `mac`; when `ip_count` > 0, IPv4 packets from one of `ips` (network byte order; or a
+/// DHCP discovery from 0.0.0.0) and ARP with `mac` and one of `ips` as sender.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortSecurity {
+    pub mac: [u8; 6],
+    pub ip_count: u8,
+    pub padding: u8,
+    pub ips: [u32; PORT_SECURITY_MAX_IPS],
+}
 
 /// An IPv4 address (network byte order) on a datapath, as the ARP responder looks it up.
 #[repr(C)]
@@ -221,6 +242,8 @@ unsafe impl aya::Pod for FibEntry {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ArpKey {}
 #[cfg(feature = "user")]
+unsafe impl aya::Pod for PortSecurity {}
+#[cfg(feature = "user")]
 unsafe impl aya::Pod for ArpAnswer {}
 
 #[cfg(test)]
@@ -243,6 +266,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<FibKey>(), 12);
         assert_eq!(core::mem::size_of::<FibEntry>(), 20);
         assert_eq!(core::mem::size_of::<ArpKey>(), 8);
+        assert_eq!(core::mem::size_of::<PortSecurity>(), 24);
         assert_eq!(core::mem::size_of::<ArpAnswer>(), 12);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }

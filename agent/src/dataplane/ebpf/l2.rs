@@ -1,5 +1,5 @@
 //! This chassis's L2 kernel maps, derived from the IR: pod ports (host veth → datapath and port
-//! key), tunnel ports (datapath and port key → host veth), the L2 FIB (a MAC on a datapath → a
+//! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB (a MAC on a datapath → a
 //! local veth or another chassis's encap IP and port key) and the ARP responder. Owns the desired
 //! and installed map contents; touches the kernel only through [`L2Maps`].
 //!
@@ -13,7 +13,7 @@ use std::{
 
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort,
-    PodPort, TunnelPortKey,
+    PodPort, PortSecurity, TunnelPortKey,
 };
 
 use super::{EbpfError, KernelPrograms};
@@ -26,6 +26,8 @@ use crate::pipeline::{
 pub trait L2Maps {
     fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError>;
     fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError>;
+    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError>;
+    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError>;
     fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError>;
     fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError>;
     fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError>;
@@ -40,6 +42,12 @@ impl L2Maps for KernelPrograms {
     }
     fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
         KernelPrograms::remove_pod_port(self, ifindex)
+    }
+    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError> {
+        KernelPrograms::set_port_security(self, ifindex, security)
+    }
+    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        KernelPrograms::remove_port_security(self, ifindex)
     }
     fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
         KernelPrograms::set_tunnel_port(self, key, port)
@@ -68,6 +76,33 @@ struct PortInfo {
     key: u32,
     /// The chassis a VIF is bound to; `None` for unbound VIFs and non-VIF ports.
     chassis: Option<String>,
+    security: Option<PortSecurity>,
+}
+
+/// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
+/// [`ovnbpf_common::PORT_SECURITY_MAX_IPS`] IPv4 addresses (single hosts). IPv6 addresses are skipped (the
+/// kernel checks IPv6 by MAC only). `None` when there is no entry or the first one does not
+/// parse.
+fn kernel_port_security(entries: &[String]) -> Option<PortSecurity> {
+    let mut words = entries.first()?.split_whitespace();
+    let mut mac = [0_u8; 6];
+    let parts: Vec<&str> = words.next()?.split(':').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    let mut security = PortSecurity {
+        mac,
+        ..PortSecurity::default()
+    };
+    let ipv4 = words.filter_map(|w| w.strip_suffix("/32").unwrap_or(w).parse::<Ipv4Addr>().ok());
+    for (slot, ip) in security.ips.iter_mut().zip(ipv4) {
+        *slot = u32::from_ne_bytes(ip.octets());
+        security.ip_count += 1;
+    }
+    Some(security)
 }
 
 /// A map key whose desired value may have changed.
@@ -85,6 +120,7 @@ struct InstalledPort {
     ifindex: u32,
     datapath: u32,
     key: u32,
+    security: Option<PortSecurity>,
 }
 
 /// The L2 maps of one chassis: what the IR and the local interfaces ask for, and what is in the
@@ -189,6 +225,7 @@ impl L2State {
                 key,
                 name,
                 kind,
+                port_security,
                 ..
             } => {
                 let chassis = match kind {
@@ -211,6 +248,7 @@ impl L2State {
                         datapath: *datapath,
                         key: *key,
                         chassis,
+                        security: kernel_port_security(port_security),
                     };
                     self.ports.insert(name.clone(), info);
                 }
@@ -308,6 +346,7 @@ impl L2State {
             ifindex: *self.interfaces.get(port)?,
             datapath: info.datapath,
             key: info.key,
+            security: info.security,
         })
     }
 
@@ -321,8 +360,9 @@ impl L2State {
         if let Some(old) = installed {
             maps.remove_pod_port(old.ifindex)?;
             maps.remove_tunnel_port(tunnel_key(old))?;
+            maps.remove_port_security(old.ifindex)?;
             self.installed_ports.remove(port);
-            writes += 2;
+            writes += 3;
         }
         if let Some(new) = desired {
             let pod_port = PodPort {
@@ -333,6 +373,11 @@ impl L2State {
                 ifindex: new.ifindex,
                 flags: LOCAL_PORT_VETH_PEER,
             };
+            // Security first, so the port never forwards unchecked.
+            if let Some(security) = new.security {
+                maps.set_port_security(new.ifindex, security)?;
+                writes += 1;
+            }
             maps.set_pod_port(new.ifindex, pod_port)?;
             maps.set_tunnel_port(tunnel_key(new), local)?;
             self.installed_ports.insert(port.to_string(), new);

@@ -12,8 +12,8 @@ use aya::{
     programs::{ProgramError, SchedClassifier, TcAttachType},
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, TunnelConfig,
-    TunnelPortKey, drop_reason, map, program,
+    ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, PortSecurity,
+    TunnelConfig, TunnelPortKey, drop_reason, map, program,
 };
 
 use crate::netns;
@@ -283,6 +283,12 @@ impl KernelPrograms {
             .map_err(|source| EbpfError::Map { name, source })?;
         match map.remove(&key) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            // The kernel answers a delete of an absent key with ENOENT.
+            Err(aya::maps::MapError::SyscallError(error))
+                if error.io_error.kind() == io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
             Err(source) => Err(EbpfError::Map { name, source }),
         }
     }
@@ -317,6 +323,19 @@ impl KernelPrograms {
 
     pub fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
         self.hash_remove::<FibKey, FibEntry>(map::L2_FIB, key)
+    }
+
+    /// Frames from the pod behind `ifindex` must satisfy `security`.
+    pub fn set_port_security(
+        &mut self,
+        ifindex: u32,
+        security: PortSecurity,
+    ) -> Result<(), EbpfError> {
+        self.hash_insert(map::PORT_SECURITY, ifindex, security)
+    }
+
+    pub fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        self.hash_remove::<u32, PortSecurity>(map::PORT_SECURITY, ifindex)
     }
 
     /// The switch answers ARP requests for `key` (an address on a datapath) with `answer`.

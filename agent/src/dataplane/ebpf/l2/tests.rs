@@ -4,6 +4,7 @@ use super::*;
 #[derive(Debug, Default)]
 struct Recorder {
     pod_ports: HashMap<u32, PodPort>,
+    port_security: HashMap<u32, PortSecurity>,
     tunnel_ports: HashMap<(u32, u32), LocalPort>,
     fib: HashMap<(u32, Mac), FibEntry>,
     arp: HashMap<(u32, u32), ArpAnswer>,
@@ -19,6 +20,16 @@ impl L2Maps for Recorder {
     fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
         self.writes += 1;
         self.pod_ports.remove(&ifindex);
+        Ok(())
+    }
+    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.port_security.insert(ifindex, security);
+        Ok(())
+    }
+    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.port_security.remove(&ifindex);
         Ok(())
     }
     fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
@@ -213,4 +224,41 @@ fn unbound_ports_and_unknown_chassis_get_no_fib_entry() {
     state.set_encap("node9", Some(NODE2));
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.fib[&(DP, LOCAL_MAC)].kind, FIB_REMOTE);
+}
+
+#[test]
+fn port_security_of_local_pods_reaches_the_kernel_form() {
+    let mut state = L2State::new("node1");
+    state.set_interface("a1", Some(40));
+    let secured = IrEntry::Port {
+        datapath: DP,
+        key: 1,
+        name: "a1".into(),
+        kind: PortKind::Vif {
+            chassis: Some("node1".into()),
+        },
+        addresses: Vec::new(),
+        port_security: vec!["0a:58:0a:00:01:02 10.0.1.2 10.0.1.20/32 fd00::2".into()],
+    };
+    state.apply(&added(vec![secured.clone()]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let security = maps.port_security[&40];
+    assert_eq!(security.mac, LOCAL_MAC);
+    assert_eq!(security.ip_count, 2, "IPv6 is checked by MAC only");
+    assert_eq!(
+        &security.ips[..2],
+        &[
+            u32::from_ne_bytes([10, 0, 1, 2]),
+            u32::from_ne_bytes([10, 0, 1, 20])
+        ]
+    );
+    // Dropping port security (lsp-set-port-security with nothing) removes the entry.
+    state.apply(&IrDiff {
+        added: vec![port("a1", 1, Some("node1"))],
+        removed: vec![secured],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.port_security.is_empty());
+    assert_eq!(maps.pod_ports.len(), 1);
 }

@@ -1,0 +1,135 @@
+//! Kernel ingress port security under BPF_PROG_TEST_RUN: a pod with port security "MAC IP" may
+//! send IPv4 from its address, ARP as itself and DHCP discovery from 0.0.0.0; a spoofed source
+//! MAC, IPv4 source or ARP sender is dropped and counted. Ports without port security are not
+//! checked.
+
+use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
+use ovnbpf_common::{PodPort, PortSecurity};
+use ovnbpf_tests::require_root;
+
+const TCX_NEXT: i32 = -1;
+const TC_ACT_SHOT: i32 = 2;
+const MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
+const IP: [u8; 4] = [10, 0, 1, 2];
+const SPOOFED_MAC: [u8; 6] = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
+
+fn programs(secured: bool) -> KernelPrograms {
+    require_root();
+    let mut programs = match KernelPrograms::load() {
+        Ok(programs) => programs,
+        Err(error) => panic!("kernel programs failed to load:\n{error}"),
+    };
+    programs
+        .set_pod_port(
+            1,
+            PodPort {
+                datapath: 5,
+                port: 1,
+            },
+        )
+        .unwrap();
+    if secured {
+        let mut ips = [0; 4];
+        ips[0] = u32::from_ne_bytes(IP);
+        programs
+            .set_port_security(
+                1,
+                PortSecurity {
+                    mac: MAC,
+                    ip_count: 1,
+                    padding: 0,
+                    ips,
+                },
+            )
+            .unwrap();
+    }
+    programs
+}
+
+/// Ethernet + IPv4 (no options) + UDP with 4 bytes of payload.
+fn udp(eth_source: [u8; 6], source: [u8; 4], destination: [u8; 4], ports: (u16, u16)) -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&eth_source);
+    frame.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    frame.extend_from_slice(&source);
+    frame.extend_from_slice(&destination);
+    frame.extend_from_slice(&ports.0.to_be_bytes());
+    frame.extend_from_slice(&ports.1.to_be_bytes());
+    frame.extend_from_slice(&[0, 12, 0, 0, 1, 2, 3, 4]);
+    frame
+}
+
+fn arp_request(sender_mac: [u8; 6], sender_ip: [u8; 4]) -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&MAC);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    frame.extend_from_slice(&sender_mac);
+    frame.extend_from_slice(&sender_ip);
+    frame.extend_from_slice(&[0; 6]);
+    frame.extend_from_slice(&[10, 0, 1, 99]);
+    frame
+}
+
+fn drops(programs: &KernelPrograms) -> u64 {
+    programs
+        .drop_counters()
+        .unwrap()
+        .into_iter()
+        .find(|(name, _)| *name == "port_security")
+        .map(|(_, count)| count)
+        .unwrap()
+}
+
+#[test]
+fn spoofed_frames_are_dropped_and_counted() {
+    let programs = programs(true);
+    let other = [10, 0, 1, 3];
+    for (what, frame) in [
+        (
+            "spoofed source MAC",
+            udp(SPOOFED_MAC, IP, other, (5000, 53)),
+        ),
+        (
+            "spoofed IPv4 source",
+            udp(MAC, [10, 0, 1, 66], other, (5000, 53)),
+        ),
+        (
+            "ARP with a spoofed sender IP",
+            arp_request(MAC, [10, 0, 1, 66]),
+        ),
+        (
+            "ARP with a spoofed sender MAC",
+            arp_request(SPOOFED_MAC, IP),
+        ),
+        (
+            "DHCP-shaped but to another port",
+            udp(MAC, [0; 4], [255; 4], (68, 68)),
+        ),
+    ] {
+        let before = drops(&programs);
+        let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
+        assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
+        assert_eq!(drops(&programs), before + 1, "{what}");
+    }
+}
+
+#[test]
+fn allowed_frames_and_unsecured_ports_pass() {
+    let secured = programs(true);
+    let unsecured = programs(false);
+    for (what, frame) in [
+        ("its own address", udp(MAC, IP, [10, 0, 1, 3], (5000, 53))),
+        ("DHCP discovery", udp(MAC, [0; 4], [255; 4], (68, 67))),
+        ("ARP as itself", arp_request(MAC, IP)),
+    ] {
+        let outcome = secured.test_run(Hook::Pod, &frame).unwrap();
+        assert_eq!(
+            (outcome.verdict, &outcome.frame),
+            (TCX_NEXT, &frame),
+            "{what}"
+        );
+    }
+    let spoofed = udp(SPOOFED_MAC, [10, 0, 1, 66], [10, 0, 1, 3], (5000, 53));
+    let outcome = unsecured.test_run(Hook::Pod, &spoofed).unwrap();
+    assert_eq!(outcome.verdict, TCX_NEXT, "no port security, no check");
+}
