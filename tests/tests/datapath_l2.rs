@@ -69,11 +69,7 @@ const PODS: [PodPlan; 4] = [
 ];
 
 fn mac_bytes(text: &str) -> [u8; 6] {
-    let mut bytes = [0; 6];
-    for (byte, part) in bytes.iter_mut().zip(text.split(':')) {
-        *byte = u8::from_str_radix(part, 16).unwrap();
-    }
-    bytes
+    ovnbpf_agent::lflow::parse_mac(text).unwrap()
 }
 
 fn load() -> KernelPrograms {

@@ -56,11 +56,7 @@ const SUBNETS: &[(&str, &str, [u8; 3], u8)] = &[
 const UNDERLAY: &str = "underlay";
 
 fn mac(text: &str) -> [u8; 6] {
-    let mut bytes = [0_u8; 6];
-    for (byte, part) in bytes.iter_mut().zip(text.split(':')) {
-        *byte = u8::from_str_radix(part, 16).unwrap();
-    }
-    bytes
+    ovnbpf_agent::lflow::parse_mac(text).unwrap()
 }
 
 fn build(lab: &OvnLab) -> Vec<Pod> {

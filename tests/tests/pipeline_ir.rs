@@ -17,11 +17,7 @@ use ovnbpf_tests::{
 };
 
 fn mac(text: &str) -> [u8; 6] {
-    let mut bytes = [0_u8; 6];
-    for (byte, part) in bytes.iter_mut().zip(text.split(':')) {
-        *byte = u8::from_str_radix(part, 16).unwrap();
-    }
-    bytes
+    ovnbpf_agent::lflow::parse_mac(text).unwrap()
 }
 
 fn pod_ip(index: u32) -> Ipv4Addr {

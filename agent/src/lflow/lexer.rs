@@ -264,7 +264,8 @@ fn parse_integer(text: &str) -> Option<(u128, usize, bool)> {
     text[..digits].parse().ok().map(|v| (v, digits, false))
 }
 
-fn parse_mac(text: &str) -> Option<[u8; 6]> {
+/// "0a:58:0a:00:01:02" → bytes (exactly six two-digit hex groups).
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
     let parts: Vec<&str> = text.split(':').collect();
     if parts.len() != 6 || parts.iter().any(|p| p.len() != 2) {
         return None;

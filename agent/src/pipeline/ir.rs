@@ -14,6 +14,25 @@ pub struct Prefix {
     pub length: u8,
 }
 
+/// One Port_Binding `port_security` entry, "MAC [IP[/prefix]…]": the MAC and its IPv4
+/// prefixes (a bare address is a /32; IPv6 addresses are skipped). `None` if the MAC does not
+/// parse.
+#[must_use]
+pub fn parse_port_security(entry: &str) -> Option<(Mac, Vec<Prefix>)> {
+    let mut words = entry.split_whitespace();
+    let mac = crate::lflow::parse_mac(words.next()?)?;
+    let prefixes = words
+        .filter_map(|word| {
+            let (address, length) = word.split_once('/').unwrap_or((word, "32"));
+            Some(Prefix {
+                network: address.parse().ok()?,
+                length: length.parse().ok()?,
+            })
+        })
+        .collect();
+    Some((mac, prefixes))
+}
+
 /// An IPv6 prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Prefix6 {

@@ -9,7 +9,7 @@ use std::{collections::HashMap, net::Ipv4Addr};
 use super::{
     ir::{
         IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
-        RouterDropRule,
+        RouterDropRule, parse_port_security,
     },
     packet::{L3, L4, Packet, format_mac},
 };
@@ -46,30 +46,6 @@ fn contains(prefix: &Prefix, ip: Ipv4Addr) -> bool {
         u32::MAX << (32 - u32::from(prefix.length))
     };
     u32::from(ip) & mask == u32::from(prefix.network) & mask
-}
-
-/// One `port_security` entry: "MAC [IP[/prefix]…]".
-fn parse_port_security(entry: &str) -> Option<(Mac, Vec<Prefix>)> {
-    let mut words = entry.split_whitespace();
-    let mac_text = words.next()?;
-    let mut mac = [0_u8; 6];
-    let parts: Vec<&str> = mac_text.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    for (byte, part) in mac.iter_mut().zip(parts) {
-        *byte = u8::from_str_radix(part, 16).ok()?;
-    }
-    let prefixes = words
-        .filter_map(|word| {
-            let (address, length) = word.split_once('/').map_or((word, "32"), |(a, l)| (a, l));
-            Some(Prefix {
-                network: address.parse().ok()?,
-                length: length.parse().ok()?,
-            })
-        })
-        .collect();
-    Some((mac, prefixes))
 }
 
 /// OVN's ingress port security (IPv4/ARP): the source MAC must be allowed; when addresses are
@@ -724,52 +700,41 @@ impl<'a> Evaluator<'a> {
         let L3::Ipv4 { source, l4, .. } = packet.l3 else {
             return None;
         };
+        let response = self.reject_response(dp, l4, |e| match e {
+            IrEntry::RouterReject {
+                ip,
+                protocol,
+                response,
+                ..
+            } if *ip == destination => Some((*protocol, *response)),
+            _ => None,
+        })?;
+        reject_reply(packet, response, l4, 3, |l4| L3::Ipv4 {
+            source: destination,
+            destination: source,
+            ttl: 255,
+            l4,
+        })
+    }
+
+    /// The reject rule of `dp` for traffic with `l4`, among the rules `rule` selects: a
+    /// protocol-specific rule (priority 80) wins over the catch-all (priority 70).
+    pub(super) fn reject_response(
+        &self,
+        dp: u32,
+        l4: L4,
+        rule: impl Fn(&IrEntry) -> Option<(Option<RejectProtocol>, RejectResponse)>,
+    ) -> Option<RejectResponse> {
         let protocol = match l4 {
             L4::Tcp { .. } | L4::TcpReset { .. } => Some(RejectProtocol::Tcp),
             L4::Udp { .. } => Some(RejectProtocol::Udp),
             L4::Icmp { .. } | L4::Nd { .. } => None,
         };
-        // A protocol-specific rule (priority 80) wins over the catch-all (priority 70).
-        let response = self
-            .entries(dp)
-            .filter_map(|e| match e {
-                IrEntry::RouterReject {
-                    ip,
-                    protocol: p,
-                    response,
-                    ..
-                } if *ip == destination && (p.is_none() || *p == protocol) => {
-                    Some((p.is_some(), *response))
-                }
-                _ => None,
-            })
-            .max_by_key(|(specific, _)| *specific)
-            .map(|(_, response)| response)?;
-        // Generated replies start with TTL 255 (OVN's tcp_reset and icmp4 actions).
-        let swapped = |l4| Packet {
-            eth_src: packet.eth_dst,
-            eth_dst: packet.eth_src,
-            l3: L3::Ipv4 {
-                source: destination,
-                destination: source,
-                ttl: 255,
-                l4,
-            },
-        };
-        Some(match (response, l4) {
-            (
-                RejectResponse::TcpReset,
-                L4::Tcp {
-                    source,
-                    destination,
-                },
-            ) => swapped(L4::TcpReset {
-                source,
-                destination,
-            }),
-            (RejectResponse::IcmpUnreachable { code }, _) => swapped(L4::Icmp { kind: 3, code }),
-            _ => return None,
-        })
+        self.entries(dp)
+            .filter_map(rule)
+            .filter(|(p, _)| p.is_none() || *p == protocol)
+            .max_by_key(|(p, _)| p.is_some())
+            .map(|(_, response)| response)
     }
 
     /// The highest-priority router policy matching `packet`, if any.
@@ -919,4 +884,39 @@ impl<'a> Evaluator<'a> {
             None => self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved")),
         }
     }
+}
+
+/// The reply a reject response makes to `packet` (whose transport is `l4`): a TCP reset for TCP,
+/// or an ICMP destination unreachable of type `unreachable_kind` (3 in ICMPv4, 1 in ICMPv6).
+/// `back` builds the reply's L3 header, swapped and with TTL 255 as OVN's `tcp_reset` and
+/// `icmp4`/`icmp6` actions start it.
+pub(super) fn reject_reply(
+    packet: &Packet,
+    response: RejectResponse,
+    l4: L4,
+    unreachable_kind: u8,
+    back: impl Fn(L4) -> L3,
+) -> Option<Packet> {
+    let reply_l4 = match (response, l4) {
+        (
+            RejectResponse::TcpReset,
+            L4::Tcp {
+                source,
+                destination,
+            },
+        ) => L4::TcpReset {
+            source,
+            destination,
+        },
+        (RejectResponse::IcmpUnreachable { code }, _) => L4::Icmp {
+            kind: unreachable_kind,
+            code,
+        },
+        _ => return None,
+    };
+    Some(Packet {
+        eth_src: packet.eth_dst,
+        eth_dst: packet.eth_src,
+        l3: back(reply_l4),
+    })
 }

@@ -5,9 +5,9 @@
 use std::net::Ipv6Addr;
 
 use super::{
-    ir::{IrEntry, Mac, Prefix6, RejectProtocol, RejectResponse, RouterDropRule},
+    ir::{IrEntry, Mac, Prefix6, RouterDropRule},
     packet::{L3, L4, Packet, format_mac, solicited_node},
-    trace::{Evaluator, Trace},
+    trace::{Evaluator, Trace, reject_reply},
 };
 
 fn contains6(prefix: &Prefix6, ip: Ipv6Addr) -> bool {
@@ -220,53 +220,21 @@ impl Evaluator<'_> {
         destination: Ipv6Addr,
         l4: L4,
     ) -> Option<Packet> {
-        let protocol = match l4 {
-            L4::Tcp { .. } | L4::TcpReset { .. } => Some(RejectProtocol::Tcp),
-            L4::Udp { .. } => Some(RejectProtocol::Udp),
-            L4::Icmp { .. } | L4::Nd { .. } => None,
-        };
-        // A protocol-specific rule wins over the catch-all.
-        let response = self
-            .entries(dp)
-            .filter_map(|e| match e {
-                IrEntry::RouterReject6 {
-                    ip,
-                    protocol: p,
-                    response,
-                    ..
-                } if *ip == destination && (p.is_none() || *p == protocol) => {
-                    Some((p.is_some(), *response))
-                }
-                _ => None,
-            })
-            .max_by_key(|(specific, _)| *specific)
-            .map(|(_, response)| response)?;
-        let swapped = |l4| Packet {
-            eth_src: packet.eth_dst,
-            eth_dst: packet.eth_src,
-            l3: L3::Ipv6 {
-                source: destination,
-                destination: source,
-                ttl: 255,
-                l4,
-            },
-        };
-        match (response, l4) {
-            (
-                RejectResponse::TcpReset,
-                L4::Tcp {
-                    source,
-                    destination,
-                },
-            ) => Some(swapped(L4::TcpReset {
-                source,
-                destination,
-            })),
-            (RejectResponse::IcmpUnreachable { code }, _) => {
-                Some(swapped(L4::Icmp { kind: 1, code }))
-            }
+        let response = self.reject_response(dp, l4, |e| match e {
+            IrEntry::RouterReject6 {
+                ip,
+                protocol,
+                response,
+                ..
+            } if *ip == destination => Some((*protocol, *response)),
             _ => None,
-        }
+        })?;
+        reject_reply(packet, response, l4, 1, |l4| L3::Ipv6 {
+            source: destination,
+            destination: source,
+            ttl: 255,
+            l4,
+        })
     }
 
     fn route6(&self, dp: u32, inport: &str, mut packet: Packet, trace: &mut Trace, hops: usize) {

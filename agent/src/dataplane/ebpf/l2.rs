@@ -19,7 +19,7 @@ use ovnbpf_common::{
 use super::{EbpfError, KernelPrograms};
 use crate::pipeline::{
     IrDiff,
-    ir::{IrEntry, Mac, PortKind},
+    ir::{IrEntry, Mac, PortKind, parse_port_security},
 };
 
 /// Writes to the L2 maps (the kernel programs, or a recorder in tests).
@@ -80,26 +80,17 @@ struct PortInfo {
 }
 
 /// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
-/// [`ovnbpf_common::PORT_SECURITY_MAX_IPS`] IPv4 addresses (single hosts). IPv6 addresses are skipped (the
-/// kernel checks IPv6 by MAC only). `None` when there is no entry or the first one does not
-/// parse.
+/// [`ovnbpf_common::PORT_SECURITY_MAX_IPS`] IPv4 single-host addresses (IPv6 is checked by MAC
+/// only). `None` when there is no entry or the first one does not parse.
 fn kernel_port_security(entries: &[String]) -> Option<PortSecurity> {
-    let mut words = entries.first()?.split_whitespace();
-    let mut mac = [0_u8; 6];
-    let parts: Vec<&str> = words.next()?.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    for (byte, part) in mac.iter_mut().zip(parts) {
-        *byte = u8::from_str_radix(part, 16).ok()?;
-    }
+    let (mac, prefixes) = parse_port_security(entries.first()?)?;
     let mut security = PortSecurity {
         mac,
         ..PortSecurity::default()
     };
-    let ipv4 = words.filter_map(|w| w.strip_suffix("/32").unwrap_or(w).parse::<Ipv4Addr>().ok());
-    for (slot, ip) in security.ips.iter_mut().zip(ipv4) {
-        *slot = u32::from_ne_bytes(ip.octets());
+    let hosts = prefixes.iter().filter(|p| p.length == 32);
+    for (slot, prefix) in security.ips.iter_mut().zip(hosts) {
+        *slot = u32::from_ne_bytes(prefix.network.octets());
         security.ip_count += 1;
     }
     Some(security)
