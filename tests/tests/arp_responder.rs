@@ -3,6 +3,8 @@
 //! veth; requests from the address's own port, for unknown addresses or on another datapath, and
 //! ARP replies, pass untouched.
 
+mod common;
+
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_common::{ArpAnswer, ArpKey, PodPort};
 use ovnbpf_tests::require_root;
@@ -34,10 +36,7 @@ fn arp(
 
 fn programs_for_port(inport: u32) -> KernelPrograms {
     require_root();
-    let mut programs = match KernelPrograms::load() {
-        Ok(programs) => programs,
-        Err(error) => panic!("kernel programs failed to load:\n{error}"),
-    };
+    let mut programs = common::load_programs();
     // The test-run device (ifindex 1) is port `inport` of datapath 5; 10.0.1.3 is port 2's.
     programs
         .set_pod_port(

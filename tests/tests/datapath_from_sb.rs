@@ -32,10 +32,7 @@ impl NodeAgent {
     fn start(index: usize, nodes: &[Node], pods: &[Pod]) -> Self {
         let node = &nodes[index];
         let netns = node.netns();
-        let mut programs = match KernelPrograms::load() {
-            Ok(programs) => programs,
-            Err(error) => panic!("kernel programs failed to load:\n{error}"),
-        };
+        let mut programs = common::load_programs();
         let uplink = netns.ifindex("eth0").unwrap();
         programs.set_tunnel_endpoint(node.ip(), uplink).unwrap();
         programs

@@ -5,6 +5,8 @@
 //! layout with the datapath key and port keys, and nothing crosses between the VPCs. Pods learn
 //! their peers' MACs from the kernel ARP responder.
 
+mod common;
+
 use std::{net::Ipv4Addr, time::Duration};
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
@@ -70,13 +72,6 @@ const PODS: [PodPlan; 4] = [
 
 fn mac_bytes(text: &str) -> [u8; 6] {
     ovnbpf_agent::lflow::parse_mac(text).unwrap()
-}
-
-fn load() -> KernelPrograms {
-    match KernelPrograms::load() {
-        Ok(programs) => programs,
-        Err(error) => panic!("kernel programs failed to load:\n{error}"),
-    }
 }
 
 /// Attaches and fills one node's programs: its pods, the tunnel endpoint, and for every pod of
@@ -175,7 +170,7 @@ fn pods_of_one_vpc_talk_across_nodes_and_vpcs_stay_apart() {
                 .unwrap()
         })
         .collect();
-    let mut node_programs = [load(), load()];
+    let mut node_programs = [common::load_programs(), common::load_programs()];
     for (index, programs) in node_programs.iter_mut().enumerate() {
         program_node(programs, &nodes, index, &pods);
     }

@@ -2,14 +2,15 @@
 //! classification under BPF_PROG_TEST_RUN, and counting of real packets on tcx-attached veths in
 //! test namespaces.
 
+mod common;
+
 use std::net::Ipv4Addr;
 
-use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
+use ovnbpf_agent::dataplane::ebpf::Hook;
 use ovnbpf_common::{InterfaceCounters, program};
 use ovnbpf_tests::{
     names::unique_prefix,
     network::{PodSpec, Underlay},
-    require_root,
 };
 
 /// tcx "continue" verdict: the observing programs must hand every packet on untouched.
@@ -17,18 +18,9 @@ const TCX_NEXT: i32 = -1;
 /// skb->ifindex under BPF_PROG_TEST_RUN (the loopback device).
 const TEST_RUN_IFINDEX: u32 = 1;
 
-fn load() -> KernelPrograms {
-    require_root();
-    match KernelPrograms::load() {
-        Ok(programs) => programs,
-        // The error carries the verifier log; print it whole so a rejection is diagnosable.
-        Err(error) => panic!("kernel programs failed to load:\n{error}"),
-    }
-}
-
 #[test]
 fn verifier_accepts_every_program() {
-    let programs = load();
+    let programs = common::load_programs();
     let loaded = programs.programs().unwrap();
     let names: Vec<_> = loaded.iter().map(|p| p.name).collect();
     assert_eq!(names, program::ALL);
@@ -74,7 +66,7 @@ type CounterField = fn(&InterfaceCounters) -> u64;
 
 #[test]
 fn frames_are_classified_counted_and_passed_unchanged() {
-    let programs = load();
+    let programs = common::load_programs();
     let cases: [(&str, Vec<u8>, CounterField); 5] = [
         ("IPv4/UDP", ethernet(0x0800, &ipv4_udp(28, 0x45)), |c| {
             c.ipv4
@@ -126,7 +118,7 @@ fn frames_are_classified_counted_and_passed_unchanged() {
 
 #[test]
 fn attached_programs_count_real_traffic() {
-    let mut programs = load();
+    let mut programs = common::load_programs();
     let prefix = unique_prefix();
     let mut underlay = Underlay::create(&prefix).unwrap();
     let node1 = underlay.add_node("node1").unwrap();

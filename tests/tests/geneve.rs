@@ -6,6 +6,8 @@
 //! layout (decapsulated again by the peer's program), to a local MAC are redirected as they are,
 //! and anything unknown passes untouched.
 
+mod common;
+
 use std::net::Ipv4Addr;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
@@ -114,10 +116,7 @@ fn encapsulate(encap: Encap, inner: &[u8]) -> Vec<u8> {
 
 fn programs() -> KernelPrograms {
     require_root();
-    let mut programs = match KernelPrograms::load() {
-        Ok(programs) => programs,
-        Err(error) => panic!("kernel programs failed to load:\n{error}"),
-    };
+    let mut programs = common::load_programs();
     programs.set_tunnel_endpoint(NODE_IP, 1).unwrap();
     programs
         .set_tunnel_port(

@@ -33,6 +33,20 @@ fn add_pods(lab: &OvnLab, range: std::ops::Range<u32>) {
     topology.apply(lab).unwrap();
 }
 
+/// A lab with vpc-a's subnet-a (10.0.0.0/17) holding `pods` pods, and a replica synced to it.
+async fn subnet_with_pods(pods: u32) -> (OvnLab, Replica) {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
+        .unwrap();
+    topology.apply(&lab).unwrap();
+    add_pods(&lab, 0..pods);
+    let replica = Replica::start(&lab).await;
+    (lab, replica)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l2_and_l3_tables_reflect_the_topology() {
     require_root();
@@ -164,15 +178,7 @@ async fn l2_and_l3_tables_reflect_the_topology() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adding_one_pod_changes_the_same_few_entries_at_any_size() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
-        .unwrap();
-    topology.apply(&lab).unwrap();
-    add_pods(&lab, 0..20);
-    let mut replica = Replica::start(&lab).await;
+    let (lab, mut replica) = subnet_with_pods(20).await;
 
     add_pods(&lab, 20..21);
     let small = replica.settle().await;
@@ -221,15 +227,7 @@ async fn adding_one_pod_changes_the_same_few_entries_at_any_size() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incremental_ir_equals_a_fresh_compile_after_changes() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
-        .unwrap();
-    topology.apply(&lab).unwrap();
-    add_pods(&lab, 0..5);
-    let mut replica = Replica::start(&lab).await;
+    let (lab, mut replica) = subnet_with_pods(5).await;
 
     // A port's tunnel key changes (requested-tnl-key): its flood-group members must follow,
     // although the groups' member lists stay the same.

@@ -3,6 +3,8 @@
 //! MAC, IPv4 source or ARP sender is dropped and counted. Ports without port security are not
 //! checked.
 
+mod common;
+
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_common::{PodPort, PortSecurity};
 use ovnbpf_tests::require_root;
@@ -15,10 +17,7 @@ const SPOOFED_MAC: [u8; 6] = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
 
 fn programs(secured: bool) -> KernelPrograms {
     require_root();
-    let mut programs = match KernelPrograms::load() {
-        Ok(programs) => programs,
-        Err(error) => panic!("kernel programs failed to load:\n{error}"),
-    };
+    let mut programs = common::load_programs();
     programs
         .set_pod_port(
             1,

@@ -5,7 +5,7 @@
 //! latency (ICMP echo RTT p50/p99 over 1000 pings 2 ms apart). Pod MTU is 1442 on (b) and (c),
 //! so both carry the same payload per packet.
 
-use std::{net::Ipv4Addr, path::Path, process::Command};
+use std::{net::Ipv4Addr, path::Path};
 
 use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
@@ -226,18 +226,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let runs: u32 = option(args, "--runs").unwrap_or("3").parse()?;
     let seconds: u32 = option(args, "--seconds").unwrap_or("5").parse()?;
     println!("== bench datapath: building the agent");
-    cmd::run_checked(Command::new("cargo").args([
-        "build",
-        "--quiet",
-        "--package",
-        "ovnbpf-agent",
-    ]))?;
-    let agent = Path::new("target/debug/ovnbpf-agent");
+    let agent = cmd::build_agent()?;
     let prefix = unique_prefix();
     let results = [
         raw(&prefix, runs, seconds)?,
         routed(&prefix, runs, seconds)?,
-        ovnbpf(&prefix, agent, runs, seconds)?,
+        ovnbpf(&prefix, &agent, runs, seconds)?,
     ];
     let (a, b, c) = (&results[0], &results[1], &results[2]);
     println!(

@@ -25,6 +25,12 @@ pub fn run_checked(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Builds the agent's binaries (with the kernel programs) and returns the agent's path.
+pub fn build_agent() -> Result<std::path::PathBuf> {
+    run_checked(Command::new("cargo").args(["build", "--quiet", "--package", "ovnbpf-agent"]))?;
+    Ok(std::path::PathBuf::from("target/debug/ovnbpf-agent"))
+}
+
 /// Runs `command` and returns its stdout; fails if it exits non-zero (stderr is included).
 pub fn output(command: &mut Command) -> Result<String> {
     let out = command

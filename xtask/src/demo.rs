@@ -26,12 +26,7 @@ fn mac_of(ports: &[kubeovn::SbPort], name: &str) -> String {
 
 pub fn run() -> Result<()> {
     println!("== demo: building the agent");
-    cmd::run_checked(Command::new("cargo").args([
-        "build",
-        "--quiet",
-        "--package",
-        "ovnbpf-agent",
-    ]))?;
+    let agent = cmd::build_agent()?;
 
     println!("== demo: starting a real OVN central (ovsdb-server NB+SB, ovn-northd)");
     let lab = OvnLab::start()?;
@@ -125,14 +120,14 @@ pub fn run() -> Result<()> {
     }
 
     println!("== demo: ovnbpf kernel programs, loaded through the verifier");
-    let agent = std::path::Path::new("target/debug/ovnbpf-agent");
-    let verified = cmd::output(Command::new(agent).arg("verify")).context("ovnbpf-agent verify")?;
+    let verified =
+        cmd::output(Command::new(&agent).arg("verify")).context("ovnbpf-agent verify")?;
     for line in verified.lines() {
         println!("   {line}");
     }
 
     println!("== demo: two nodes, one ovnbpf-agent each, the pods spread over them");
-    crate::demo_agents::run(&lab, agent)?;
+    crate::demo_agents::run(&lab, &agent)?;
 
     println!("== demo: tearing down");
     drop(lab);

@@ -1,5 +1,5 @@
 //! Shared by the integration tests that follow a real SB: a replica plus compiler, and the
-//! overlapping-VPC pod layout of the datapath tests.
+//! overlapping-VPC pod layout of the datapath tests, and loading the kernel programs.
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -19,6 +19,16 @@ use ovnbpf_tests::{
     ovn::{Db, OvnLab},
 };
 use tokio::sync::mpsc::UnboundedReceiver;
+
+/// The kernel programs, loaded through the verifier; a rejection panics with the whole verifier
+/// log so it is diagnosable from the test output.
+pub fn load_programs() -> ovnbpf_agent::dataplane::ebpf::KernelPrograms {
+    ovnbpf_tests::require_root();
+    match ovnbpf_agent::dataplane::ebpf::KernelPrograms::load() {
+        Ok(programs) => programs,
+        Err(error) => panic!("kernel programs failed to load:\n{error}"),
+    }
+}
 
 /// A monitor-all SB replica and the compiler fed by it.
 pub struct Replica {
