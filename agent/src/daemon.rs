@@ -141,7 +141,7 @@ impl Daemon {
         self.record(event, &changes);
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
-        self.program_datapath(&changes, &diff);
+        let datapath_writes = self.program_datapath(&changes, &diff);
         if !diff.is_empty() {
             debug!(
                 added = diff.added.len(),
@@ -159,7 +159,16 @@ impl Daemon {
             return;
         };
         self.claim_local_ports(chassis.uuid).await;
-        self.report_ports_up(chassis.uuid).await;
+        // `up` can only change when the datapath was written or a Port_Binding changed.
+        if datapath_writes > 0
+            || changes.resynced
+            || changes
+                .tables
+                .get(PortBinding::TABLE)
+                .is_some_and(|c| !c.is_empty())
+        {
+            self.report_ports_up(chassis.uuid).await;
+        }
         if self.scope_may_change(&changes, chassis.uuid) {
             self.update_scope(chassis.uuid);
         }
@@ -191,9 +200,10 @@ impl Daemon {
 
     /// Writes the IR diff and any encap change into the kernel datapath; failures are logged and
     /// counted, and the maps retry on the next change.
-    fn program_datapath(&mut self, changes: &ChangeSet, diff: &crate::pipeline::IrDiff) {
+    /// Returns the number of map writes.
+    fn program_datapath(&mut self, changes: &ChangeSet, diff: &crate::pipeline::IrDiff) -> usize {
         let Some(datapath) = self.datapath.as_mut() else {
-            return;
+            return 0;
         };
         let mut result = datapath.apply(diff);
         let encaps_touched = changes.resynced
@@ -214,10 +224,14 @@ impl Daemon {
             }
         }
         match result {
-            Ok(writes) => self.stats.datapath_writes += writes as u64,
+            Ok(writes) => {
+                self.stats.datapath_writes += writes as u64;
+                writes
+            }
             Err(error) => {
                 self.stats.datapath_errors += 1;
                 warn!(%error, "programming the datapath failed; retrying with the next change");
+                0
             }
         }
     }

@@ -39,8 +39,15 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
     let Some(config) = tunnel_config() else {
         return Decision::NotOurs;
     };
-    let Ok(frame) = ctx.load::<UdpFrame>(0) else {
-        return Decision::NotOurs;
+    // One copy of the outer headers for every frame long enough to be Geneve; shorter frames
+    // only need their UDP part read to tell whether they are truncated Geneve or not ours.
+    let outer = ctx.load::<OuterHeaders>(0);
+    let frame = match &outer {
+        Ok(outer) => outer.udp_frame,
+        Err(_) => match ctx.load::<UdpFrame>(0) {
+            Ok(frame) => frame,
+            Err(_) => return Decision::NotOurs,
+        },
     };
     let fragment = u16::from_be(frame.ip.fragment) & 0x3fff;
     if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4
@@ -53,7 +60,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         return Decision::NotOurs;
     }
     // From here on the frame is addressed to our Geneve endpoint: anything off is dropped.
-    let Ok(outer) = ctx.load::<OuterHeaders>(0) else {
+    let Ok(outer) = outer else {
         return Decision::Drop(drop_reason::GENEVE_MALFORMED);
     };
     let frame_len = ctx.len() as usize;

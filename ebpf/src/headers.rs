@@ -33,6 +33,7 @@ pub const ETH_P_ARP: u16 = 0x0806;
 pub const IPPROTO_UDP: u8 = 17;
 
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct UdpHeader {
     /// Network byte order (all fields).
     pub source: u16,
@@ -43,6 +44,7 @@ pub struct UdpHeader {
 
 /// Geneve base header (RFC 8926 §3.4).
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct GeneveHeader {
     /// Version (2 bits) and length of the options in 4-byte words (6 bits).
     pub version_options: u8,
@@ -56,6 +58,7 @@ pub struct GeneveHeader {
 
 /// One Geneve option with 4 bytes of data, the shape of OVN's.
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct GeneveOption {
     /// Network byte order.
     pub class: u16,
@@ -68,6 +71,7 @@ pub struct GeneveOption {
 
 /// Outer Ethernet, IPv4 (without options) and UDP: enough to tell whether a frame is ours.
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct UdpFrame {
     pub eth: EthHeader,
     pub ip: Ipv4Header,
@@ -76,6 +80,7 @@ pub struct UdpFrame {
 
 /// Everything OVN puts in front of the inner frame, read in one go.
 #[repr(C, packed)]
+#[derive(Clone, Copy)]
 pub struct OuterHeaders {
     pub udp_frame: UdpFrame,
     pub geneve: GeneveHeader,
