@@ -69,11 +69,19 @@ struct Daemon {
     datapath: Option<NodeDatapath>,
     /// Other chassis's encap IPs as last given to the datapath.
     encaps: HashMap<String, Ipv4Addr>,
+    /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
+    /// the monitored scope still grows).
+    sweep_at: Option<tokio::time::Instant>,
     stats: DaemonStats,
 }
 
 /// How long a submitted write suppresses an identical one.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
+
+/// How long after a snapshot, or the last scope change that followed it, the datapath is swept.
+/// Until then entries a previous agent left keep forwarding: the rows of the datapaths added to
+/// the monitor after the snapshot arrive later, and sweeping before would cut live traffic.
+const SWEEP_DELAY: Duration = Duration::from_secs(3);
 
 /// Runs until `shutdown` resolves (the chassis rows stay, so a restart is hitless). With a
 /// `datapath`, the IR and the chassis's encap IPs are programmed into it as they change.
@@ -107,12 +115,21 @@ pub async fn run(
             in_flight: Vec::new(),
             datapath,
             encaps: HashMap::new(),
+            sweep_at: None,
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
         loop {
+            let sweep_at = daemon.sweep_at;
+            let sweep_due = async move {
+                match sweep_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = &mut shutdown => break,
+                () = sweep_due => daemon.sweep_datapath(),
                 event = events.recv() => match event {
                     Some(event) => daemon.handle(&event).await,
                     None => break,
@@ -137,6 +154,9 @@ fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
 impl Daemon {
     async fn handle(&mut self, event: &SessionEvent) {
         self.stats.events += 1;
+        if matches!(event, SessionEvent::Snapshot { .. }) && self.datapath.is_some() {
+            self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
+        }
         let changes = self.sb.apply(event);
         self.record(event, &changes);
         let diff = self.compiler.apply(&self.sb, &changes);
@@ -236,6 +256,25 @@ impl Daemon {
         }
     }
 
+    /// Removes what a previous agent left in the kernel maps and the Southbound no longer asks
+    /// for. A failure is retried after the next snapshot.
+    fn sweep_datapath(&mut self) {
+        self.sweep_at = None;
+        let Some(datapath) = self.datapath.as_mut() else {
+            return;
+        };
+        match datapath.sweep() {
+            Ok(removed) => {
+                self.stats.datapath_writes += removed as u64;
+                info!(removed, "datapath swept of stale entries");
+            }
+            Err(error) => {
+                self.stats.datapath_errors += 1;
+                warn!(%error, "sweeping the datapath failed");
+            }
+        }
+    }
+
     /// Sets `up` on claimed local ports once the datapath forwards for them (like
     /// ovn-controller once their flows are installed).
     async fn report_ports_up(&mut self, chassis: uuid::Uuid) {
@@ -322,6 +361,9 @@ impl Daemon {
             datapaths = scope.datapaths.len(),
             "local datapaths changed; updating monitor conditions"
         );
+        if self.sweep_at.is_some() {
+            self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
+        }
         for (table, _) in rows::MONITORED {
             let before = monitor::condition(table, &self.config.chassis.name, &self.scope);
             let after = monitor::condition(table, &self.config.chassis.name, &scope);

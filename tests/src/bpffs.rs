@@ -35,3 +35,49 @@ impl Drop for PinDir {
         }
     }
 }
+
+/// A BPF filesystem of its own, mounted on a temporary directory and unmounted (its pins and
+/// what only they held going with it) on drop. Agents that run in a node's namespace through
+/// `ip netns exec` do not see the host's /sys/fs/bpf (the command remounts /sys), but they do
+/// see this mount, and it survives their restarts as the host's would.
+#[derive(Debug)]
+pub struct BpfMount {
+    dir: tempfile::TempDir,
+}
+
+impl BpfMount {
+    pub fn create() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("ovnbpf-bpffs-")
+            .tempdir()
+            .context("creating a mount point")?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(dir.path())
+            .status()
+            .context("running mount")?;
+        anyhow::ensure!(
+            status.success(),
+            "mount -t bpf on {}: {status}",
+            dir.path().display()
+        );
+        Ok(Self { dir })
+    }
+
+    /// The mount point (the pin root to give an agent, or a parent of it).
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for BpfMount {
+    fn drop(&mut self) {
+        let status = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!("warning: could not unmount {}", self.dir.path().display());
+        }
+    }
+}

@@ -4,12 +4,14 @@
 //! - [`process`]: running commands, and long-running children tracked and ended by PID;
 //! - [`netns`]: network namespaces and commands inside them;
 //! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
-//! - [`bpffs`]: per-test pin directories under /sys/fs/bpf;
+//! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
+//! - [`agent`]: `ovnbpf-agent` as a simulated node's agent;
 //! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
 //! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back.
 //!
 //! Everything here cleans up after itself on drop, which also runs when a test panics.
 
+pub mod agent;
 pub mod bpffs;
 pub mod cluster;
 pub mod kubeovn;

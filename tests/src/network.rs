@@ -220,6 +220,12 @@ impl Pod {
     /// Pings `target` from the pod: `count` echo requests 50 ms apart, 1 s deadline per reply.
     /// Returns how many replies came back.
     pub fn ping(&self, target: Ipv4Addr, count: u32) -> Result<u32> {
+        self.ping_every(target, count, "0.05")
+    }
+
+    /// Sends `count` echo requests `interval` seconds apart (ping's `-i`) and returns how many
+    /// replies came back.
+    pub fn ping_every(&self, target: Ipv4Addr, count: u32, interval: &str) -> Result<u32> {
         let output = self
             .netns
             .command("ping")
@@ -227,7 +233,7 @@ impl Pod {
                 "-n",
                 "-q",
                 "-i",
-                "0.05",
+                interval,
                 "-W",
                 "1",
                 "-c",

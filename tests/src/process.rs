@@ -95,13 +95,14 @@ impl Child {
         Ok(())
     }
 
-    /// The last lines of the log, for error messages.
-    #[must_use]
     /// The file the process logs to, if any.
+    #[must_use]
     pub fn log_path(&self) -> Option<&std::path::Path> {
         self.log.as_deref()
     }
 
+    /// The last lines of the log, for error messages.
+    #[must_use]
     pub fn log_tail(&self) -> String {
         let Some(path) = &self.log else {
             return String::new();
@@ -117,6 +118,14 @@ impl Child {
         let pid = self.pid();
         self.child = None;
         pid
+    }
+
+    /// Ends the process with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Ends the process: SIGTERM, up to 3 s for it to exit, then SIGKILL. Always reaps it.

@@ -11,19 +11,12 @@ use ovnbpf_tests::{
     kubeovn::mac_for,
     names::unique_prefix,
     network::Underlay,
-    ovn::{Db, OvnLab},
+    ovn::OvnLab,
     process::{Child, wait_until},
-    require_root, workspace_binary,
+    require_root,
 };
 
 use common::OVERLAPPING_PODS as PODS;
-const NODES: [&str; 2] = ["node1", "node2"];
-
-fn port_up(lab: &OvnLab, port: &str) -> bool {
-    let selector = format!("logical_port={port}");
-    lab.sbctl(&["--bare", "--columns=up", "find", "Port_Binding", &selector])
-        .is_ok_and(|text| text.trim() == "true")
-}
 
 #[test]
 fn agents_program_the_datapath_from_the_sb() {
@@ -37,53 +30,19 @@ fn agents_program_the_datapath_from_the_sb() {
     ];
     let pods = common::overlapping_vpcs(&lab, &nodes);
 
-    let agent = workspace_binary("ovnbpf-agent");
-    let agent = agent.to_string_lossy();
     // Removed with the test, whatever its outcome (failures print the logs' tails first).
     let log_dir = tempfile::tempdir().unwrap();
-    let agents: Vec<Child> = nodes
-        .iter()
-        .enumerate()
-        .map(|(index, node)| {
-            let mut args = vec![
-                "run".to_string(),
-                "--sb-remote".into(),
-                lab.unix_remote(Db::Southbound),
-                "--system-id".into(),
-                NODES[index].into(),
-                "--hostname".into(),
-                NODES[index].into(),
-                "--encap-ip".into(),
-                node.ip().to_string(),
-                "--uplink".into(),
-                "eth0".into(),
-            ];
-            for (name, _, node_index, _) in PODS {
-                if node_index == index {
-                    args.push("--local-port".into());
-                    args.push(format!("{name}.ns={name}_h"));
-                }
-            }
-            let log = log_dir.path().join(format!("{}.log", NODES[index]));
-            node.netns()
-                .spawn(NODES[index], &agent, &args, Some(log))
-                .unwrap()
-        })
+    let agents: Vec<Child> = (0..nodes.len())
+        .map(|index| common::start_overlapping_agent(&lab, &nodes, index, None, log_dir.path()))
         .collect();
-    let logs = || {
-        agents
-            .iter()
-            .map(|a| a.log_tail())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let logs = || common::log_tails(&agents);
 
     // ovn-controller's contract: a pod is `up` once its flows are installed.
-    let all_up = wait_until(Duration::from_secs(20), || {
-        PODS.iter()
-            .all(|(name, ..)| port_up(&lab, &format!("{name}.ns")))
-    });
-    assert!(all_up, "not every pod came up{}", logs());
+    assert!(
+        common::all_overlapping_pods_up(&lab),
+        "not every pod came up{}",
+        logs()
+    );
 
     let (a1, b1, b2) = (&pods[0], &pods[2], &pods[3]);
     assert_eq!(a1.ping(PODS[1].3, 5).unwrap(), 5, "a1 → a2{}", logs());

@@ -9,6 +9,7 @@ use std::{net::Ipv4Addr, path::Path};
 
 use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
+    bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
@@ -195,6 +196,7 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<PathRes
     let mut underlay = Underlay::create(&format!("{prefix}o"))?;
     let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
     let mut pods = Vec::new();
+    let bpffs = BpfMount::create()?;
     let mut agents = Vec::new();
     for ((name, ip), (node, chassis)) in plan.iter().zip(nodes.iter().zip(["node1", "node2"])) {
         pods.push(node.add_pod(&PodSpec {
@@ -207,7 +209,15 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<PathRes
         })?);
         let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
         let ports = [format!("{name}.bench=pod_h")];
-        agents.push(spawn_agent(&lab, agent, node, chassis, &ports, log)?);
+        agents.push(spawn_agent(
+            &lab,
+            agent,
+            node,
+            chassis,
+            &ports,
+            bpffs.path(),
+            log,
+        )?);
     }
     wait_all_up(&lab, plan.len(), &agents)?;
     let result = measure(

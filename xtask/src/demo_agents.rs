@@ -7,10 +7,12 @@ use std::{path::Path, time::Duration};
 
 use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
+    agent::AgentSpec,
+    bpffs::BpfMount,
     kubeovn::mac_for,
     names::unique_prefix,
     network::{Node, Pod, PodSpec, Underlay},
-    ovn::{Db, OvnLab},
+    ovn::OvnLab,
     process::{Child, wait_until},
 };
 
@@ -25,33 +27,23 @@ fn node_of(vpc_index: usize, pod_index: usize) -> usize {
 }
 
 /// Starts `ovnbpf-agent` as chassis `name` inside `node`'s namespace, forwarding with eBPF for
-/// `local_ports` (`PORT=INTERFACE`), logging to `log`.
+/// `local_ports` (`PORT=INTERFACE`), pinning under `pin_root`, logging to `log`.
 pub fn spawn_agent(
     lab: &OvnLab,
     agent: &Path,
     node: &Node,
     name: &str,
     local_ports: &[String],
+    pin_root: &Path,
     log: std::path::PathBuf,
 ) -> Result<Child> {
-    let mut args = vec![
-        "run".to_string(),
-        "--sb-remote".into(),
-        lab.unix_remote(Db::Southbound),
-        "--system-id".into(),
-        name.into(),
-        "--hostname".into(),
-        name.into(),
-        "--encap-ip".into(),
-        node.ip().to_string(),
-        "--uplink".into(),
-        "eth0".into(),
-    ];
-    for port in local_ports {
-        args.extend(["--local-port".to_string(), port.clone()]);
+    AgentSpec {
+        chassis: name,
+        node,
+        local_ports: local_ports.to_vec(),
+        pin_root: Some(pin_root.join(name)),
     }
-    node.netns()
-        .spawn(name, &agent.to_string_lossy(), &args, Some(log))
+    .spawn(lab, agent, log)
 }
 
 /// Ends the agents (by PID) and removes their logs.
@@ -116,6 +108,8 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
             pods.push((name.to_string(), pod));
         }
     }
+    // The agents pin their maps and links here, so they survive the agents' restarts.
+    let bpffs = BpfMount::create()?;
     let mut agents: Vec<Child> = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
         let log = std::env::temp_dir().join(format!("{prefix}-{}.log", NODES[index]));
@@ -130,6 +124,7 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
             node,
             NODES[index],
             &local_ports[index],
+            bpffs.path(),
             log,
         )?);
     }

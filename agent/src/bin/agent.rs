@@ -1,6 +1,7 @@
 //! `ovnbpf-agent`: the node daemon. `run` follows the OVN Southbound DB, registers this chassis and
 //! claims local ports (`run --cleanup` removes the chassis instead); `verify` loads every kernel
-//! program through the verifier and reports what the kernel accepted.
+//! program through the verifier and reports what the kernel accepted; `unpin` removes the pinned
+//! datapath (what stays forwarding after `run` exits).
 
 use std::time::Duration;
 
@@ -29,6 +30,12 @@ enum Command {
     Run(Box<RunArgs>),
     /// Load every kernel program through the verifier and print what the kernel accepted.
     Verify,
+    /// Remove every pinned map and link under the pin directory: the datapath a stopped agent left
+    /// forwarding detaches (uninstall).
+    Unpin {
+        #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
+        pin_dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -64,6 +71,13 @@ struct RunArgs {
     /// follows the Southbound DB and registers the chassis).
     #[arg(long)]
     uplink: Option<String>,
+    /// Pin maps and links here (on bpffs) so the datapath forwards while the agent restarts; a
+    /// new agent adopts them.
+    #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
+    pin_dir: std::path::PathBuf,
+    /// Pin nothing: the programs detach when the agent exits.
+    #[arg(long)]
+    no_pins: bool,
     /// Echo the Southbound server after this many seconds of silence (0 = never).
     #[arg(long, default_value_t = 60)]
     probe_interval_s: u64,
@@ -84,6 +98,12 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
         Command::Verify => verify(),
+        Command::Unpin { pin_dir } => {
+            ovnbpf_agent::dataplane::ebpf::pins::remove_all(&pin_dir)
+                .with_context(|| format!("removing {}", pin_dir.display()))?;
+            tracing::info!(pin_dir = %pin_dir.display(), "pinned datapath removed");
+            Ok(())
+        }
     }
 }
 
@@ -119,6 +139,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .context("--encap-ip must be an IPv4 address to forward")?,
             uplink: uplink.clone(),
             interfaces,
+            pin_root: (!args.no_pins).then(|| args.pin_dir.clone()),
         }),
         None if !interfaces.is_empty() => {
             anyhow::bail!("--local-port NAME=INTERFACE needs --uplink")

@@ -39,7 +39,23 @@ pub mod map {
     /// Hash: [`super::ArpKey`] → [`super::ArpAnswer`]: the ARP responder (an IPv4 address on a
     /// datapath and the MAC to answer with).
     pub const ARP_RESPONDER: &str = "ARP_RESPONDER";
+    /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
+    pub const ALL: [&str; 8] = [
+        INTERFACE_COUNTERS,
+        TUNNEL_CONFIG,
+        TUNNEL_PORTS,
+        DROP_COUNTERS,
+        POD_PORTS,
+        L2_FIB,
+        PORT_SECURITY,
+        ARP_RESPONDER,
+    ];
 }
+
+/// Where a node's agent pins its maps and links on the BPF filesystem, so that a restarted agent
+/// adopts them and forwarding never stops: `<root>/v<LAYOUT_VERSION>/maps/<MAP>` and
+/// `<root>/v<LAYOUT_VERSION>/links/<hook>-<ifindex>`.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/ovnbpf";
 
 /// OVN's Geneve encapsulation, as ovn-controller puts it on the wire.
 pub mod geneve {

@@ -14,9 +14,12 @@ use ovnbpf_agent::{
     sb::{DATABASE, Southbound, monitor},
 };
 use ovnbpf_tests::{
+    agent::AgentSpec,
     kubeovn::{Topology, mac_for},
     network::{Node, Pod, PodSpec},
     ovn::{Db, OvnLab},
+    process::{Child, wait_until},
+    workspace_binary,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -119,4 +122,64 @@ pub fn overlapping_vpcs(lab: &OvnLab, nodes: &[Node]) -> Vec<Pod> {
                 .unwrap()
         })
         .collect()
+}
+
+/// Chassis names of the simulated nodes, by node index.
+pub const NODES: [&str; 2] = ["node1", "node2"];
+
+/// The agent of node `index` for [`OVERLAPPING_PODS`], pinning under `pin_root/<chassis>`.
+pub fn overlapping_agent<'a>(
+    nodes: &'a [Node],
+    index: usize,
+    pin_root: Option<&std::path::Path>,
+) -> AgentSpec<'a> {
+    AgentSpec {
+        chassis: NODES[index],
+        node: &nodes[index],
+        local_ports: OVERLAPPING_PODS
+            .iter()
+            .filter(|(_, _, node_index, _)| *node_index == index)
+            .map(|(name, ..)| format!("{name}.ns={name}_h"))
+            .collect(),
+        pin_root: pin_root.map(|root| root.join(NODES[index])),
+    }
+}
+
+/// Starts the agent of node `index` (see [`overlapping_agent`]), logging to `log_dir`.
+pub fn start_overlapping_agent(
+    lab: &OvnLab,
+    nodes: &[Node],
+    index: usize,
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> Child {
+    let log = log_dir.join(format!("{}.log", NODES[index]));
+    overlapping_agent(nodes, index, pin_root)
+        .spawn(lab, &workspace_binary("ovnbpf-agent"), log)
+        .unwrap()
+}
+
+/// Whether Port_Binding `port` is `up` in the SB.
+pub fn port_up(lab: &OvnLab, port: &str) -> bool {
+    let selector = format!("logical_port={port}");
+    lab.sbctl(&["--bare", "--columns=up", "find", "Port_Binding", &selector])
+        .is_ok_and(|text| text.trim() == "true")
+}
+
+/// Waits up to 20 s until every pod of [`OVERLAPPING_PODS`] is `up` (its agent programmed it).
+pub fn all_overlapping_pods_up(lab: &OvnLab) -> bool {
+    wait_until(Duration::from_secs(20), || {
+        OVERLAPPING_PODS
+            .iter()
+            .all(|(name, ..)| port_up(lab, &format!("{name}.ns")))
+    })
+}
+
+/// The ends of the agents' logs, for assertion messages.
+pub fn log_tails(agents: &[Child]) -> String {
+    agents
+        .iter()
+        .map(Child::log_tail)
+        .collect::<Vec<_>>()
+        .join("\n")
 }

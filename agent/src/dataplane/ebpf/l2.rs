@@ -13,7 +13,7 @@ use std::{
 
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort,
-    PodPort, PortSecurity, TunnelPortKey,
+    PodPort, PortSecurity, TunnelPortKey, map,
 };
 
 use super::{EbpfError, KernelPrograms};
@@ -34,6 +34,18 @@ pub trait L2Maps {
     fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError>;
     fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError>;
     fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError>;
+    /// The keys present in the maps, whoever wrote them.
+    fn keys(&self) -> Result<MapKeys, EbpfError>;
+}
+
+/// The keys present in the L2 maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapKeys {
+    pub pod_ports: Vec<u32>,
+    pub port_security: Vec<u32>,
+    pub tunnel_ports: Vec<TunnelPortKey>,
+    pub fib: Vec<FibKey>,
+    pub arp: Vec<ArpKey>,
 }
 
 impl L2Maps for KernelPrograms {
@@ -66,6 +78,15 @@ impl L2Maps for KernelPrograms {
     }
     fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
         KernelPrograms::remove_arp_answer(self, key)
+    }
+    fn keys(&self) -> Result<MapKeys, EbpfError> {
+        Ok(MapKeys {
+            pod_ports: self.hash_keys::<u32, PodPort>(map::POD_PORTS)?,
+            port_security: self.hash_keys::<u32, PortSecurity>(map::PORT_SECURITY)?,
+            tunnel_ports: self.hash_keys::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS)?,
+            fib: self.hash_keys::<FibKey, FibEntry>(map::L2_FIB)?,
+            arp: self.hash_keys::<ArpKey, ArpAnswer>(map::ARP_RESPONDER)?,
+        })
     }
 }
 
@@ -325,6 +346,59 @@ impl L2State {
             self.dirty.remove(&key);
         }
         Ok(writes)
+    }
+
+    /// Removes every map key this state did not install: what a previous agent left for ports,
+    /// MACs or addresses that are gone. Run it only once the state is complete (the Southbound
+    /// snapshot and the local scope are in, nothing is pending), or it removes live entries.
+    /// Returns the number of keys removed.
+    pub fn sweep(&self, maps: &mut impl L2Maps) -> Result<usize, EbpfError> {
+        let keys = maps.keys()?;
+        let pods: HashSet<u32> = self.installed_ports.values().map(|p| p.ifindex).collect();
+        let secured: HashSet<u32> = self
+            .installed_ports
+            .values()
+            .filter(|p| p.security.is_some())
+            .map(|p| p.ifindex)
+            .collect();
+        let tunnels: HashSet<(u32, u32)> = self
+            .installed_ports
+            .values()
+            .map(|p| (p.datapath, p.key))
+            .collect();
+        let mut removed = 0;
+        for ifindex in keys.pod_ports.into_iter().filter(|i| !pods.contains(i)) {
+            maps.remove_pod_port(ifindex)?;
+            removed += 1;
+        }
+        for ifindex in keys
+            .port_security
+            .into_iter()
+            .filter(|i| !secured.contains(i))
+        {
+            maps.remove_port_security(ifindex)?;
+            removed += 1;
+        }
+        for key in keys.tunnel_ports {
+            if !tunnels.contains(&(key.datapath, key.port)) {
+                maps.remove_tunnel_port(key)?;
+                removed += 1;
+            }
+        }
+        for key in keys.fib {
+            if !self.installed_fib.contains_key(&(key.datapath, key.mac)) {
+                maps.remove_fib_entry(key)?;
+                removed += 1;
+            }
+        }
+        for key in keys.arp {
+            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
+            if !self.installed_arp.contains_key(&(key.datapath, ip)) {
+                maps.remove_arp_answer(key)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// A port bound here with a known veth.

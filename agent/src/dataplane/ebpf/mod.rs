@@ -1,15 +1,22 @@
 //! The eBPF backend's kernel side as seen from userspace: the object embedded at build time, loading
 //! every program through the verifier, tcx attachment to interfaces (in any network namespace) and
 //! reading the programs' counters, and the tunnel maps (this node's encap IP, local ports by
-//! (datapath, port key)). Owns the `aya::Ebpf` handle; dropping it detaches the programs.
-//! Touches: the bpf() syscall and, for attachment, a helper thread's network namespace.
+//! (datapath, port key)). With a [`pins::PinLayout`], maps are adopted from (or pinned to) bpffs
+//! and links are pinned, so they outlive the agent and a new agent replaces the programs
+//! atomically; without one, dropping the handle detaches the programs.
+//! Touches: the bpf() syscall, its pin files and, for attachment, a helper thread's network
+//! namespace.
 
 use std::{io, path::Path};
 
 use aya::{
-    Ebpf, TestRun, TestRunOptions,
+    Ebpf, EbpfLoader, TestRun, TestRunOptions,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
-    programs::{ProgramError, SchedClassifier, TcAttachType},
+    programs::{
+        ProgramError, SchedClassifier, TcAttachType,
+        links::{FdLink, LinkError, PinnedLink},
+        tc::SchedClassifierLink,
+    },
 };
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, PortSecurity,
@@ -20,6 +27,7 @@ use crate::netns;
 
 pub mod l2;
 pub mod node;
+pub mod pins;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));
@@ -56,6 +64,22 @@ pub enum EbpfError {
         interface: String,
         source: ProgramError,
     },
+    #[error("pinning the link of {name} on interface {interface}: {source}")]
+    PinLink {
+        name: &'static str,
+        interface: String,
+        source: aya::pin::PinError,
+    },
+    #[error("the link of {name} on interface {interface}: {source}")]
+    Link {
+        name: &'static str,
+        interface: String,
+        source: LinkError,
+    },
+    #[error("map {name} is in the kernel object but not in ovnbpf_common::map::ALL")]
+    UnknownMap { name: String },
+    #[error(transparent)]
+    Pins(#[from] pins::PinError),
     #[error("map {name}: {source}")]
     Map {
         name: &'static str,
@@ -104,6 +128,15 @@ pub struct TestRunOutcome {
     pub frame: Vec<u8>,
 }
 
+/// How a pinned attachment came about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attachment {
+    /// A link a previous agent pinned now runs this agent's program (atomic replacement).
+    Replaced,
+    /// No usable pinned link existed; a new one was attached and pinned.
+    Attached,
+}
+
 /// The loaded kernel programs and their maps.
 pub struct KernelPrograms {
     ebpf: Ebpf,
@@ -113,10 +146,33 @@ impl KernelPrograms {
     /// Parses the embedded object and loads every program through the verifier. Fails on the
     /// first program the verifier rejects, with its log, and on programs the agent does not know.
     pub fn load() -> Result<Self, EbpfError> {
+        Self::load_with(None)
+    }
+
+    /// Like [`Self::load`]; with `pins`, every map is taken from its pin when one exists (a
+    /// previous agent's state, forwarding on) and created and pinned otherwise.
+    pub fn load_with(pins: Option<&pins::PinLayout>) -> Result<Self, EbpfError> {
         if OBJECT.is_empty() {
             return Err(EbpfError::NoObject);
         }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(EbpfError::Parse)?;
+        let mut loader = EbpfLoader::new();
+        let paths: Vec<(&str, std::path::PathBuf)> = match pins {
+            Some(pins) => map::ALL
+                .into_iter()
+                .map(|name| (name, pins.map_path(name)))
+                .collect(),
+            None => Vec::new(),
+        };
+        for (name, path) in &paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader.load(OBJECT).map_err(EbpfError::Parse)?;
+        // Every map must be one the agent pins, or a restart would lose its contents.
+        if let Some((name, _)) = ebpf.maps().find(|(name, _)| !map::ALL.contains(name)) {
+            return Err(EbpfError::UnknownMap {
+                name: name.to_string(),
+            });
+        }
         // Every program in the object must be one the agent knows, so none escapes the verifier
         // gate below (and none ships that nothing attaches).
         if let Some((name, _)) = ebpf
@@ -178,6 +234,64 @@ impl KernelPrograms {
                 source,
             })?;
         Ok(())
+    }
+
+    /// Attaches the hook's program to `interface` (index `ifindex`) through the link pinned at
+    /// `pin`: a link a previous agent left there gets this program atomically (no frame misses
+    /// a program); without a usable one, a new link is attached and pinned there.
+    pub fn attach_pinned(
+        &mut self,
+        hook: Hook,
+        interface: &str,
+        pin: &Path,
+    ) -> Result<Attachment, EbpfError> {
+        let name = hook.program_name();
+        let program = classifier(&mut self.ebpf, name)?;
+        match PinnedLink::from_pin(pin) {
+            Ok(pinned) => {
+                let replaced = SchedClassifierLink::try_from(FdLink::from(pinned))
+                    .map_err(|error| error.to_string())
+                    .and_then(|link| {
+                        program
+                            .attach_to_link(link)
+                            .map_err(|error| error.to_string())
+                    });
+                match replaced {
+                    Ok(_) => return Ok(Attachment::Replaced),
+                    Err(error) => {
+                        // Its interface is gone (ENOLINK) or it is not a tcx link: start afresh.
+                        tracing::warn!(pin = %pin.display(), %error, "discarding an unusable pinned link");
+                        remove_pin(pin);
+                    }
+                }
+            }
+            Err(LinkError::SyscallError(error))
+                if error.io_error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::warn!(pin = %pin.display(), %error, "discarding an unreadable pinned link");
+                remove_pin(pin);
+            }
+        }
+        let attach_error = |source| EbpfError::Attach {
+            name,
+            interface: interface.to_string(),
+            source,
+        };
+        let id = program
+            .attach(interface, TcAttachType::Ingress)
+            .map_err(attach_error)?;
+        let link = program.take_link(id).map_err(attach_error)?;
+        let link = FdLink::try_from(link).map_err(|source| EbpfError::Link {
+            name,
+            interface: interface.to_string(),
+            source,
+        })?;
+        link.pin(pin).map_err(|source| EbpfError::PinLink {
+            name,
+            interface: interface.to_string(),
+            source,
+        })?;
+        Ok(Attachment::Attached)
     }
 
     /// Attaches like [`Self::attach`], resolving `interface` inside the network namespace at
@@ -347,6 +461,19 @@ impl KernelPrograms {
         self.hash_remove::<ArpKey, ArpAnswer>(map::ARP_RESPONDER, key)
     }
 
+    /// Keys present in hash map `name` (keyed by `K`, valued by `V`).
+    pub fn hash_keys<K: aya::Pod, V: aya::Pod>(
+        &self,
+        name: &'static str,
+    ) -> Result<Vec<K>, EbpfError> {
+        let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+        let map: HashMap<_, K, V> =
+            HashMap::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
+        map.keys()
+            .collect::<Result<Vec<K>, _>>()
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].
     pub fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         let name = map::DROP_COUNTERS;
@@ -365,6 +492,20 @@ impl KernelPrograms {
             })
             .collect()
     }
+}
+
+/// Removes a pin file; a link or map nobody else holds goes with it.
+fn remove_pin(pin: &Path) {
+    if let Err(error) = std::fs::remove_file(pin)
+        && error.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(pin = %pin.display(), %error, "could not remove a pin");
+    }
+}
+
+/// Detaches the link pinned at `pin` (unless an agent still holds it open).
+pub fn unpin_link(pin: &Path) {
+    remove_pin(pin);
 }
 
 fn classifier<'a>(

@@ -1,11 +1,24 @@
 //! The eBPF datapath of one node as the daemon drives it: loads the kernel programs, sets the
 //! tunnel endpoint, attaches to the uplink and to the pods' host veths (in the agent's network
 //! namespace), and keeps the L2 maps in line with the IR and the chassis encap IPs it is told
-//! about. Owns a [`KernelPrograms`] and an [`L2State`]; never reads the Southbound DB.
+//! about. With a pin root, a new agent adopts the maps and links of the previous one (forwarding
+//! never stops), replaces the programs atomically, and sweeps stale entries once told its state is
+//! complete. Owns a [`KernelPrograms`] and an [`L2State`]; never reads the Southbound DB.
 
-use std::{collections::HashMap, net::Ipv4Addr};
+use std::{
+    collections::{HashMap, HashSet},
+    net::Ipv4Addr,
+    path::PathBuf,
+};
 
-use super::{EbpfError, Hook, KernelPrograms, l2::L2State};
+use tracing::info;
+
+use super::{
+    EbpfError, Hook, KernelPrograms,
+    l2::L2State,
+    pins::{PinError, PinLayout},
+    unpin_link,
+};
 use crate::pipeline::IrDiff;
 
 /// What the node datapath needs to start.
@@ -19,6 +32,9 @@ pub struct NodeDatapathConfig {
     pub uplink: String,
     /// Logical port name → its host-side veth.
     pub interfaces: Vec<(String, String)>,
+    /// Where maps and links are pinned (on bpffs), so they outlive the agent; `None` detaches
+    /// everything when the agent exits.
+    pub pin_root: Option<PathBuf>,
 }
 
 /// Errors starting the node datapath.
@@ -31,11 +47,15 @@ pub enum NodeDatapathError {
     },
     #[error(transparent)]
     Ebpf(#[from] EbpfError),
+    #[error(transparent)]
+    Pins(#[from] PinError),
 }
 
 pub struct NodeDatapath {
     programs: KernelPrograms,
     l2: L2State,
+    /// Whether the maps came from a previous agent (they may hold stale entries until swept).
+    adopted: bool,
 }
 
 fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
@@ -53,18 +73,69 @@ fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
 
 impl NodeDatapath {
     /// Loads the programs through the verifier and attaches them to the uplink and to every
-    /// configured pod interface.
+    /// configured pod interface. With a pin root, the maps and links a previous agent pinned are
+    /// adopted (its entries keep forwarding until [`Self::sweep`]) and each link gets the new
+    /// program atomically; links of interfaces no longer configured, and pins of other layout
+    /// versions, are removed.
     pub fn start(config: &NodeDatapathConfig) -> Result<Self, NodeDatapathError> {
-        let mut programs = KernelPrograms::load()?;
-        programs.set_tunnel_endpoint(config.encap_ip, ifindex(&config.uplink)?)?;
-        programs.attach(Hook::Uplink, &config.uplink)?;
+        let pins = config
+            .pin_root
+            .as_deref()
+            .map(PinLayout::prepare)
+            .transpose()?;
+        let adopted = pins.as_ref().is_some_and(PinLayout::has_maps);
+        let mut programs = KernelPrograms::load_with(pins.as_ref())?;
+        let uplink_index = ifindex(&config.uplink)?;
+        programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let mut l2 = L2State::new(&config.chassis);
+        let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
         for (port, interface) in &config.interfaces {
             let index = ifindex(interface)?;
-            programs.attach(Hook::Pod, interface)?;
             l2.set_interface(port, Some(index));
+            hooks.push((Hook::Pod, interface, index));
         }
-        Ok(Self { programs, l2 })
+        let mut linked = HashSet::new();
+        for (hook, interface, index) in hooks {
+            match &pins {
+                Some(pins) => {
+                    let pin = pins.link_path(hook, index);
+                    let how = programs.attach_pinned(hook, interface, &pin)?;
+                    info!(?hook, interface, ?how, "program attached");
+                    linked.insert(pin);
+                }
+                None => programs.attach(hook, interface)?,
+            }
+        }
+        if let Some(pins) = &pins {
+            for pin in pins.link_pins()? {
+                if !linked.contains(&pin) {
+                    unpin_link(&pin);
+                    info!(pin = %pin.display(), "detached the link of an interface no longer configured");
+                }
+            }
+            for dir in pins.remove_other_versions()? {
+                info!(dir = %dir.display(), "removed the pins of another layout version");
+            }
+        }
+        info!(adopted, pinned = pins.is_some(), "eBPF datapath started");
+        Ok(Self {
+            programs,
+            l2,
+            adopted,
+        })
+    }
+
+    /// Whether the maps were adopted from a previous agent.
+    #[must_use]
+    pub fn adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// Removes map entries this agent did not install (see [`L2State::sweep`]); call once the
+    /// Southbound view is complete. Returns the number removed.
+    pub fn sweep(&mut self) -> Result<usize, EbpfError> {
+        self.l2.flush(&mut self.programs)?;
+        self.l2.sweep(&mut self.programs)
     }
 
     /// Takes in an IR diff and writes what it changes.

@@ -62,6 +62,31 @@ impl L2Maps for Recorder {
         self.arp.remove(&(key.datapath, key.ip));
         Ok(())
     }
+    fn keys(&self) -> Result<MapKeys, EbpfError> {
+        Ok(MapKeys {
+            pod_ports: self.pod_ports.keys().copied().collect(),
+            port_security: self.port_security.keys().copied().collect(),
+            tunnel_ports: self
+                .tunnel_ports
+                .keys()
+                .map(|&(datapath, port)| TunnelPortKey { datapath, port })
+                .collect(),
+            fib: self
+                .fib
+                .keys()
+                .map(|&(datapath, mac)| FibKey {
+                    datapath,
+                    mac,
+                    padding: [0; 2],
+                })
+                .collect(),
+            arp: self
+                .arp
+                .keys()
+                .map(|&(datapath, ip)| ArpKey { datapath, ip })
+                .collect(),
+        })
+    }
 }
 
 const DP: u32 = 5;
@@ -261,4 +286,55 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
     state.flush(&mut maps).unwrap();
     assert!(maps.port_security.is_empty());
     assert_eq!(maps.pod_ports.len(), 1);
+}
+
+#[test]
+fn a_restarted_agent_rewrites_nothing_away_and_sweeps_only_what_is_gone() {
+    // A previous agent programmed a1, a2 and a pod "gone" that was deleted while no agent ran.
+    let (_, mut maps) = two_pods();
+    let gone_mac: Mac = [0x0a, 0x58, 0x0a, 0, 1, 9];
+    let gone_ip = Ipv4Addr::new(10, 0, 1, 9);
+    let mut previous = L2State::new("node1");
+    previous.set_interface("a1", Some(40));
+    previous.set_interface("gone", Some(41));
+    previous.set_encap("node2", Some(NODE2));
+    let mut entries = pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP);
+    entries.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
+    entries.extend(pod("gone", 9, Some("node1"), gone_mac, gone_ip));
+    previous.apply(&added(entries));
+    previous.flush(&mut maps).unwrap();
+    let before = (maps.pod_ports.len(), maps.fib.len(), maps.arp.len());
+    assert_eq!(before, (2, 3, 3));
+
+    // The new agent learns a1 and a2 first, without the chassis encap yet: a2's FIB entry is
+    // not desired yet, but nothing it did not install is removed by a flush.
+    let mut restarted = L2State::new("node1");
+    restarted.set_interface("a1", Some(40));
+    let mut entries = pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP);
+    entries.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
+    restarted.apply(&added(entries));
+    restarted.flush(&mut maps).unwrap();
+    assert_eq!(
+        (maps.pod_ports.len(), maps.fib.len(), maps.arp.len()),
+        before,
+        "a flush only overwrites"
+    );
+    assert_eq!(maps.fib[&(DP, REMOTE_MAC)].kind, FIB_REMOTE);
+
+    restarted.set_encap("node2", Some(NODE2));
+    restarted.flush(&mut maps).unwrap();
+    maps.writes = 0;
+    let removed = restarted.sweep(&mut maps).unwrap();
+    // gone's pod port, tunnel port, FIB entry and ARP answer.
+    assert_eq!(removed, 4, "{maps:?}");
+    assert_eq!(maps.writes, 4);
+    assert!(!maps.pod_ports.contains_key(&41));
+    assert!(!maps.fib.contains_key(&(DP, gone_mac)));
+    assert!(
+        !maps
+            .arp
+            .contains_key(&(DP, u32::from_ne_bytes(gone_ip.octets())))
+    );
+    assert_eq!(maps.fib.len(), 2, "a1 and a2 stay");
+    assert_eq!(restarted.sweep(&mut maps).unwrap(), 0, "idempotent");
 }

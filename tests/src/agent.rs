@@ -1,0 +1,63 @@
+//! `ovnbpf-agent` as a simulated node's agent: the command line the tests and the demo use
+//! (the lab's SB, the node's name and underlay IP, Geneve over the node's `eth0`, the node's pods
+//! as `PORT=INTERFACE`), started inside the node's namespace and tracked by PID.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::{
+    network::Node,
+    ovn::{Db, OvnLab},
+    process::Child,
+};
+
+/// One node's agent.
+#[derive(Clone, Debug)]
+pub struct AgentSpec<'a> {
+    /// Chassis name (also the hostname it registers).
+    pub chassis: &'a str,
+    pub node: &'a Node,
+    /// `PORT=INTERFACE` per local pod.
+    pub local_ports: Vec<String>,
+    /// Pin root for maps and links (see [`crate::bpffs::BpfMount`]); `None` pins nothing.
+    pub pin_root: Option<PathBuf>,
+}
+
+impl AgentSpec<'_> {
+    /// The `ovnbpf-agent` arguments for this node.
+    #[must_use]
+    pub fn args(&self, lab: &OvnLab) -> Vec<String> {
+        let mut args = vec![
+            "run".to_string(),
+            "--sb-remote".into(),
+            lab.unix_remote(Db::Southbound),
+            "--system-id".into(),
+            self.chassis.into(),
+            "--hostname".into(),
+            self.chassis.into(),
+            "--encap-ip".into(),
+            self.node.ip().to_string(),
+            "--uplink".into(),
+            "eth0".into(),
+        ];
+        match &self.pin_root {
+            Some(root) => args.extend(["--pin-dir".into(), root.display().to_string()]),
+            None => args.push("--no-pins".into()),
+        }
+        for port in &self.local_ports {
+            args.extend(["--local-port".to_string(), port.clone()]);
+        }
+        args
+    }
+
+    /// Starts `binary` (an `ovnbpf-agent`) in the node's namespace, appending to `log`.
+    pub fn spawn(&self, lab: &OvnLab, binary: &Path, log: PathBuf) -> Result<Child> {
+        self.node.netns().spawn(
+            self.chassis,
+            &binary.to_string_lossy(),
+            &self.args(lab),
+            Some(log),
+        )
+    }
+}
