@@ -75,6 +75,9 @@ struct Daemon {
     stats: DaemonStats,
 }
 
+/// Drop events logged per second at most (all are counted in the kernel's drop counters).
+const DROP_LOGS_PER_SECOND: u32 = 10;
+
 /// How long a submitted write suppresses an identical one.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
 
@@ -87,11 +90,15 @@ const SWEEP_DELAY: Duration = Duration::from_secs(3);
 /// `datapath`, the IR and the chassis's encap IPs are programmed into it as they change.
 pub async fn run(
     config: DaemonConfig,
-    datapath: Option<NodeDatapath>,
+    mut datapath: Option<NodeDatapath>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> DaemonStats {
     let span = info_span!("agent", chassis = %config.chassis.name);
     async move {
+        let drop_events = datapath
+            .as_mut()
+            .and_then(NodeDatapath::take_drop_events)
+            .map(|events| tokio::spawn(events.follow(DROP_LOGS_PER_SECOND).in_current_span()));
         let scope = LocalScope {
             ports: config.local_ports.iter().cloned().collect(),
             ..LocalScope::default()
@@ -135,6 +142,9 @@ pub async fn run(
                     None => break,
                 },
             }
+        }
+        if let Some(task) = drop_events {
+            task.abort();
         }
         info!(stats = ?daemon.stats, "agent stopping; chassis rows kept");
         daemon.stats

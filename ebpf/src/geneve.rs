@@ -2,22 +2,28 @@
 //! IPv4, UDP 6081, Geneve with exactly the OVN option) addressed to this node's encap IP loses its
 //! outer 58 bytes and goes to the local port that (VNI = datapath key, egress port key) names.
 //! Encapsulation toward another chassis: the same 58 bytes in front of the frame, out of the
-//! uplink with the next hop's MAC resolved by the kernel. Reads `TUNNEL_CONFIG` and
+//! uplink with the next hop's MAC resolved by the kernel. A frame whose egress key names a flood
+//! group goes to the group's local members ([`crate::flood`]). Reads `TUNNEL_CONFIG` and
 //! `TUNNEL_PORTS`.
 
 use aya_ebpf::{
+    bindings::bpf_fib_lookup,
     bindings::{
         BPF_F_ADJ_ROOM_DECAP_L3_IPV4, BPF_F_ADJ_ROOM_DECAP_L3_IPV6, BPF_F_ADJ_ROOM_ENCAP_L2_ETH,
         BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L4_UDP, BPF_F_ADJ_ROOM_FIXED_GSO,
         bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
     },
-    helpers::{bpf_get_hash_recalc, bpf_redirect_neigh, bpf_skb_change_head},
+    cty::c_void,
+    helpers::{bpf_fib_lookup, bpf_get_hash_recalc, bpf_redirect_neigh, bpf_skb_change_head},
     programs::TcContext,
 };
+
+/// Address family of an IPv4 FIB lookup.
+const AF_INET: u8 = 2;
 use ovnbpf_common::{TunnelConfig, TunnelPortKey, drop_reason, geneve};
 
 use crate::{
-    TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local,
+    TC_ACT_STOLEN, TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local, flood,
     headers::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, GeneveHeader, GeneveOption, IPPROTO_UDP, Ipv4Header,
         OuterHeaders, UdpFrame, UdpHeader,
@@ -83,10 +89,13 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         port: u32::from_be(outer.option.data) & 0xffff,
     };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(port) = (unsafe { TUNNEL_PORTS.get(key) }) else {
-        return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION);
+    let (port, group) = match unsafe { TUNNEL_PORTS.get(key) } {
+        Some(port) => (Some((port.ifindex, port.flags)), None),
+        None => match flood::local_group(key.datapath, key.port) {
+            Some(targets) => (None, Some(targets)),
+            None => return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
+        },
     };
-    let (ifindex, flags) = (port.ifindex, port.flags);
     let Ok(inner) = ctx.load::<EthHeader>(geneve::OVERHEAD) else {
         return Decision::Drop(drop_reason::GENEVE_MALFORMED);
     };
@@ -109,7 +118,16 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
     {
         return Decision::Drop(drop_reason::DECAP_FAILED);
     }
-    Decision::Redirected(deliver_local(ifindex, flags, decap_flags != 0))
+    match (port, group) {
+        (Some((ifindex, flags)), _) => {
+            Decision::Redirected(deliver_local(ctx, ifindex, flags, decap_flags != 0))
+        }
+        (None, Some(targets)) => {
+            flood::to_local_members(ctx, targets, 0);
+            Decision::Redirected(TC_ACT_STOLEN)
+        }
+        (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
+    }
 }
 
 /// This node's tunnel endpoint, if configured.
@@ -132,6 +150,71 @@ pub struct Tunnel {
 /// of the redirect, or the drop reason.
 #[inline(always)]
 pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> Result<i32, u32> {
+    push_outer_headers(ctx, config, tunnel)?;
+    Ok(send_to_next_hop(config))
+}
+
+/// Sends an encapsulated frame out of the uplink, the kernel resolving the next hop's MAC for
+/// the outer destination (`bpf_redirect_neigh`); the redirect verdict.
+#[inline(always)]
+pub fn send_to_next_hop(config: &TunnelConfig) -> i32 {
+    // SAFETY: a null parameter block asks the kernel to look the next hop up by the outer
+    // destination address.
+    unsafe { bpf_redirect_neigh(config.uplink_ifindex, core::ptr::null_mut(), 0, 0) as i32 }
+}
+
+/// Offset of the outer IPv4 checksum and destination in an encapsulated frame.
+const OUTER_IP_CHECKSUM: usize = 14 + 10;
+const OUTER_IP_DESTINATION: usize = 14 + 16;
+
+/// Points an encapsulated frame at another chassis: outer destination and checksum.
+#[inline(always)]
+pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+    let ip_len = (ctx.len() - 14) as u16;
+    let checksum = ipv4_checksum(ip_len, config.encap_ip, remote_ip).to_be();
+    ctx.store(OUTER_IP_DESTINATION, &remote_ip, 0)
+        .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &checksum, 0))
+        .map_err(|_| drop_reason::ENCAP_FAILED)
+}
+
+/// Sends a copy of an encapsulated frame out of the uplink, with the outer MACs of the next hop
+/// toward `remote_ip` from the kernel's FIB and neighbour table; the frame stays for more.
+#[inline(always)]
+pub fn send_copy(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+    // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
+    let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    params.family = AF_INET;
+    params.ifindex = config.uplink_ifindex;
+    params.__bindgen_anon_3.ipv4_src = config.encap_ip;
+    params.__bindgen_anon_4.ipv4_dst = remote_ip;
+    // SAFETY: the helper reads and writes the parameter block we own, of the size we pass.
+    let result = unsafe {
+        bpf_fib_lookup(
+            ctx.skb.skb as *mut c_void,
+            &mut params,
+            core::mem::size_of::<bpf_fib_lookup>() as i32,
+            0,
+        )
+    };
+    if result != 0 {
+        return Err(drop_reason::FLOOD_NEXT_HOP_UNRESOLVED);
+    }
+    let mut macs = [0_u8; 12];
+    macs[..6].copy_from_slice(&params.dmac);
+    macs[6..].copy_from_slice(&params.smac);
+    ctx.store(0, &macs, 0)
+        .map_err(|_| drop_reason::ENCAP_FAILED)?;
+    ctx.clone_redirect(config.uplink_ifindex, 0)
+        .map_err(|_| drop_reason::FLOOD_CLONE_FAILED)
+}
+
+/// Puts OVN's outer headers (toward `tunnel.remote_ip`, outer MACs zero) in front of the frame.
+#[inline(always)]
+pub fn push_outer_headers(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    tunnel: &Tunnel,
+) -> Result<(), u32> {
     let inner = ctx
         .load::<EthHeader>(0)
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
@@ -210,11 +293,7 @@ pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> R
         },
     };
     ctx.store(0, &outer, 0)
-        .map_err(|_| drop_reason::ENCAP_FAILED)?;
-    // SAFETY: a null parameter block asks the kernel to look the next hop up by the outer
-    // destination address.
-    let verdict = unsafe { bpf_redirect_neigh(config.uplink_ifindex, core::ptr::null_mut(), 0, 0) };
-    Ok(verdict as i32)
+        .map_err(|_| drop_reason::ENCAP_FAILED)
 }
 
 /// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.

@@ -10,6 +10,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod arp;
+mod flood;
 mod geneve;
 mod headers;
 mod port_security;
@@ -18,12 +19,13 @@ mod switching;
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::{
     macros::{classifier, map},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort,
-    MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, PortSecurity,
+    ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodKey,
+    FloodRoles, FloodTargets, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, MAX_ARP_ENTRIES,
+    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, PortSecurity,
     TunnelConfig, TunnelPortKey, drop_reason,
 };
 
@@ -33,6 +35,8 @@ use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 pub(crate) const TCX_NEXT: i32 = -1;
 /// tc verdict "drop".
 const TC_ACT_SHOT: i32 = 2;
+/// tc verdict "consumed": the program disposed of the frame (its clones went on).
+pub(crate) const TC_ACT_STOLEN: i32 = 4;
 
 #[map(name = "INTERFACE_COUNTERS")]
 static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
@@ -57,6 +61,16 @@ static PORT_SECURITY: HashMap<u32, PortSecurity> = HashMap::with_max_entries(MAX
 #[map(name = "ARP_RESPONDER")]
 static ARP_RESPONDER: HashMap<ArpKey, ArpAnswer> = HashMap::with_max_entries(MAX_ARP_ENTRIES, 0);
 
+#[map(name = "FLOOD_GROUPS")]
+static FLOOD_GROUPS: HashMap<FloodKey, FloodTargets> =
+    HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
+
+#[map(name = "FLOOD_ROLES")]
+static FLOOD_ROLES: HashMap<u32, FloodRoles> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
+
+#[map(name = "DROP_EVENTS")]
+static DROP_EVENTS: RingBuf = RingBuf::with_byte_size(DROP_EVENTS_BYTES, 0);
+
 #[map(name = "DROP_COUNTERS")]
 static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
 
@@ -73,17 +87,16 @@ pub fn from_pod(ctx: TcContext) -> i32 {
     count(&ctx, class);
     match switching::forward(&ctx) {
         Ok(verdict) => verdict,
-        Err(reason) => {
-            count_drop(reason);
-            TC_ACT_SHOT
-        }
+        Err(reason) => drop_frame(&ctx, reason),
     }
 }
 
-/// Hands a frame to a port on this node. `redirect_peer` enters the pod's netns at once but
-/// gives frames to the IP stack, so non-IP frames (ARP) take the veth's egress instead.
+/// Hands a frame to a port on this node and counts it there. `redirect_peer` enters the pod's
+/// netns at once but gives frames to the IP stack, so non-IP frames (ARP) take the veth's egress
+/// instead.
 #[inline(always)]
-fn deliver_local(ifindex: u32, flags: u32, ip: bool) -> i32 {
+fn deliver_local(ctx: &TcContext, ifindex: u32, flags: u32, ip: bool) -> i32 {
+    count_delivered(ifindex, ctx.len());
     // SAFETY: the redirect helpers take plain integers and only set the skb's redirect target.
     let verdict = unsafe {
         if ip && flags & LOCAL_PORT_VETH_PEER != 0 {
@@ -101,16 +114,61 @@ pub fn from_uplink(ctx: TcContext) -> i32 {
     count(&ctx, class);
     match geneve::decapsulate(&ctx) {
         geneve::Decision::NotOurs => TCX_NEXT,
-        geneve::Decision::Drop(reason) => {
-            count_drop(reason);
-            TC_ACT_SHOT
-        }
+        geneve::Decision::Drop(reason) => drop_frame(&ctx, reason),
         geneve::Decision::Redirected(verdict) => verdict,
     }
 }
 
+/// Drops the frame: counted by reason and on its interface, and reported on the ring buffer
+/// with its first bytes (when the buffer has room; the counters always count).
 #[inline(always)]
-fn count_drop(reason: u32) {
+fn drop_frame(ctx: &TcContext, reason: u32) -> i32 {
+    count_drop(reason);
+    // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if let Some(counters) = interface_counters(ifindex) {
+        // SAFETY: a per-CPU slot from a successful lookup (see `count`).
+        unsafe { (*counters).dropped += 1 };
+    }
+    if let Some(mut entry) = DROP_EVENTS.reserve::<DropEvent>(0) {
+        let (captured, header) = match ctx.load::<[u8; DROP_EVENT_HEADER]>(0) {
+            Ok(header) => (DROP_EVENT_HEADER as u32, header),
+            Err(_) => match ctx.load::<[u8; 14]>(0) {
+                Ok(start) => {
+                    let mut header = [0_u8; DROP_EVENT_HEADER];
+                    header[..14].copy_from_slice(&start);
+                    (14, header)
+                }
+                Err(_) => (0, [0_u8; DROP_EVENT_HEADER]),
+            },
+        };
+        entry.write(DropEvent {
+            reason,
+            ifindex,
+            length: ctx.len(),
+            captured,
+            header,
+        });
+        entry.submit(0);
+    }
+    TC_ACT_SHOT
+}
+
+/// Counts a frame sent into interface `ifindex`, once the interface has an entry (its first
+/// frame out creates it; a lookup alone keeps the flood loop cheap to verify).
+#[inline(always)]
+pub(crate) fn count_delivered(ifindex: u32, length: u32) {
+    if let Some(counters) = INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
+        // SAFETY: a per-CPU slot from a successful lookup (see `count`).
+        unsafe {
+            (*counters).delivered_packets += 1;
+            (*counters).delivered_bytes += u64::from(length);
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn count_drop(reason: u32) {
     if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason) {
         // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
         unsafe { *counter += 1 };
@@ -164,17 +222,8 @@ fn classify(ctx: &TcContext) -> FrameClass {
 fn count(ctx: &TcContext, class: FrameClass) {
     // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let counters = match INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
-        Some(counters) => counters,
-        None => {
-            // First packet on this interface on this CPU's view: create the entry. A concurrent
-            // insert by another CPU is harmless (BPF_NOEXIST fails, the lookup below finds it).
-            let _ = INTERFACE_COUNTERS.insert(ifindex, InterfaceCounters::default(), 1);
-            match INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
-                Some(counters) => counters,
-                None => return,
-            }
-        }
+    let Some(counters) = interface_counters(ifindex) else {
+        return;
     };
     // SAFETY: the pointer comes from a successful lookup in a per-CPU map, so no other CPU writes
     // this slot and it stays valid for the rest of the program.
@@ -187,6 +236,17 @@ fn count(ctx: &TcContext, class: FrameClass) {
             FrameClass::Malformed => (*counters).malformed += 1,
         }
     }
+}
+
+/// This CPU's counters of interface `ifindex`, created on first use. A concurrent insert by
+/// another CPU is harmless (BPF_NOEXIST fails, the lookup after it finds the entry).
+#[inline(always)]
+fn interface_counters(ifindex: u32) -> Option<*mut InterfaceCounters> {
+    if let Some(counters) = INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
+        return Some(counters);
+    }
+    let _ = INTERFACE_COUNTERS.insert(ifindex, InterfaceCounters::default(), 1);
+    INTERFACE_COUNTERS.get_ptr_mut(ifindex)
 }
 
 #[cfg(target_arch = "bpf")]

@@ -2,14 +2,16 @@
 //! datapath; the destination MAC on that datapath gives a local port (redirect) or a port on
 //! another chassis (Geneve). Port security is checked first ([`crate::port_security`]); ARP
 //! requests for known addresses are answered ([`crate::arp`]).
-//! Frames of unknown ports or to unknown MACs go on untouched, to the stack or the next program
-//! (flooding and port security come later). Reads `POD_PORTS` and `L2_FIB`.
+//! Broadcast and multicast frames, and unicast to unknown MACs where the switch floods them, go to
+//! the datapath's flood group ([`crate::flood`]). Frames of unknown ports, and unicast to unknown
+//! MACs elsewhere, go on untouched, to the stack or the next program. Reads `POD_PORTS` and
+//! `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FibKey, drop_reason};
 
 use crate::{
-    L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local,
+    L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local, flood,
     geneve::{self, Tunnel},
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
     port_security,
@@ -37,17 +39,33 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     {
         return Ok(verdict);
     }
+    let multicast = eth.destination[0] & 1 != 0;
     let key = FibKey {
         datapath,
         mac: eth.destination,
         padding: [0; 2],
     };
     // SAFETY: as above.
-    let Some(entry) = (unsafe { L2_FIB.get(key) }) else {
-        return Ok(TCX_NEXT);
+    let entry = if multicast {
+        None
+    } else {
+        unsafe { L2_FIB.get(key) }
+    };
+    let Some(entry) = entry else {
+        let Some((group, targets)) = flood::group_of(datapath, multicast) else {
+            return Ok(TCX_NEXT);
+        };
+        let mut tunnel = Tunnel {
+            datapath,
+            ingress_port,
+            egress_port: group,
+            remote_ip: 0,
+        };
+        return flood::from_pod(ctx, targets, ifindex, &mut tunnel);
     };
     match entry.kind {
         FIB_LOCAL => Ok(deliver_local(
+            ctx,
             entry.ifindex,
             entry.flags,
             ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,

@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use ovnbpf_tests::{
+    bpffs::BpfMount,
     kubeovn::mac_for,
     names::unique_prefix,
     network::Underlay,
@@ -32,8 +33,11 @@ fn agents_program_the_datapath_from_the_sb() {
 
     // Removed with the test, whatever its outcome (failures print the logs' tails first).
     let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = BpfMount::create().unwrap();
     let agents: Vec<Child> = (0..nodes.len())
-        .map(|index| common::start_overlapping_agent(&lab, &nodes, index, None, log_dir.path()))
+        .map(|index| {
+            common::start_overlapping_agent(&lab, &nodes, index, Some(bpffs.path()), log_dir.path())
+        })
         .collect();
     let logs = || common::log_tails(&agents);
 
@@ -45,7 +49,31 @@ fn agents_program_the_datapath_from_the_sb() {
     );
 
     let (a1, b1, b2) = (&pods[0], &pods[2], &pods[3]);
+    // vpc-b's pods stay quiet (no IPv6 chatter), so anything delivered to them came from vpc-a.
+    for pod in [b1, b2] {
+        pod.netns()
+            .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = || {
+        [0, 1].map(|index| {
+            common::datapath_counters(&nodes[index], &bpffs.path().join(common::NODES[index]))
+        })
+    };
+    let before = counters();
     assert_eq!(a1.ping(PODS[1].3, 5).unwrap(), 5, "a1 → a2{}", logs());
+    let after = counters();
+    let delivered = |node: usize, interface: &str| {
+        let count = |all: &[serde_json::Value; 2]| common::delivered(&all[node], interface);
+        count(&after) - count(&before)
+    };
+    // Per-port counters: a2 got the echo requests, a1 the replies; vpc-b's pods, which use the
+    // same addresses, got nothing.
+    assert!(delivered(1, "a2_h") >= 5, "{after:?}");
+    assert!(delivered(0, "a1_h") >= 5, "{after:?}");
+    assert_eq!(delivered(0, "b1_h"), 0, "{before:?} {after:?}");
+    assert_eq!(delivered(1, "b2_h"), 0, "{before:?} {after:?}");
     assert_eq!(b2.ping(PODS[2].3, 5).unwrap(), 5, "b2 → b1{}", logs());
     assert_eq!(b1.ping(PODS[3].3, 3).unwrap(), 3, "b1 → b2");
     let neighbour = a1.netns().ip(&["neigh", "show", "10.0.1.3"]).unwrap();

@@ -52,13 +52,7 @@ fn ipv4_udp(total_len: u16, version_ihl: u8) -> Vec<u8> {
 fn delta(before: Option<InterfaceCounters>, after: Option<InterfaceCounters>) -> InterfaceCounters {
     let before = before.unwrap_or_default();
     let after = after.expect("the program created no counter entry");
-    InterfaceCounters {
-        packets: after.packets - before.packets,
-        bytes: after.bytes - before.bytes,
-        ipv4: after.ipv4 - before.ipv4,
-        other: after.other - before.other,
-        malformed: after.malformed - before.malformed,
-    }
+    after.since(before)
 }
 
 /// Picks the counter a frame is expected to land in.

@@ -1,12 +1,12 @@
 //! Kernel ingress port security under BPF_PROG_TEST_RUN: a pod with port security "MAC IP" may
 //! send IPv4 from its address, ARP as itself and DHCP discovery from 0.0.0.0; a spoofed source
-//! MAC, IPv4 source or ARP sender is dropped and counted. Ports without port security are not
-//! checked.
+//! MAC, IPv4 source or ARP sender is dropped, counted (per reason and on the interface) and
+//! reported on the drop-event ring buffer. Ports without port security are not checked.
 
 mod common;
 
-use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
-use ovnbpf_common::{PodPort, PortSecurity};
+use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, events::DropReport};
+use ovnbpf_common::{PodPort, PortSecurity, drop_reason};
 use ovnbpf_tests::require_root;
 
 const TCX_NEXT: i32 = -1;
@@ -80,8 +80,9 @@ fn drops(programs: &KernelPrograms) -> u64 {
 }
 
 #[test]
-fn spoofed_frames_are_dropped_and_counted() {
-    let programs = programs(true);
+fn spoofed_frames_are_dropped_counted_and_reported() {
+    let mut programs = programs(true);
+    let mut events = programs.take_drop_events().unwrap();
     let other = [10, 0, 1, 3];
     for (what, frame) in [
         (
@@ -106,9 +107,31 @@ fn spoofed_frames_are_dropped_and_counted() {
         ),
     ] {
         let before = drops(&programs);
+        let interface_before = programs.interface_counters(1).unwrap().unwrap_or_default();
         let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
         assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
         assert_eq!(drops(&programs), before + 1, "{what}");
+        let interface = programs
+            .interface_counters(1)
+            .unwrap()
+            .unwrap()
+            .since(interface_before);
+        assert_eq!((interface.packets, interface.dropped), (1, 1), "{what}");
+        // One event on the ring buffer, carrying the frame's start.
+        let reported = events.drain();
+        assert_eq!(reported.len(), 1, "{what}: {reported:?}");
+        let event = reported[0];
+        assert_eq!(event.reason, drop_reason::PORT_SECURITY, "{what}");
+        assert_eq!(event.length as usize, frame.len(), "{what}");
+        let captured = event.captured as usize;
+        assert!(captured >= 14, "{what}: {captured}");
+        assert_eq!(&event.header[..captured], &frame[..captured], "{what}");
+        let report = DropReport::decode(&event);
+        assert_eq!(
+            report.source_mac,
+            Some(frame[6..12].try_into().unwrap()),
+            "{what}"
+        );
     }
 }
 

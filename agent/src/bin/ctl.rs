@@ -1,4 +1,6 @@
-//! `ovnbpfctl`: inspection and measurement tools. `lflow coverage` shows, per pipeline stage,
+//! `ovnbpfctl`: inspection and measurement tools. `datapath counters` reads a running
+//! datapath's per-interface and per-drop-reason counters through its pins. `lflow coverage`
+//! shows, per pipeline stage,
 //! how much of the Southbound's logical flows the compiler handles. `sb-sync` replicates a Southbound DB the way the
 //! agent does (all tables ovnbpf monitors, every row) and reports how long the initial sync took,
 //! how many rows arrived and how long each later update took to apply (replica + indexes), as
@@ -52,6 +54,11 @@ enum Command {
         /// The packet, as ovn-trace takes it: `inport == "pod.ns" && eth.src == … && ip4.dst == …`.
         microflow: String,
     },
+    /// Inspect a running eBPF datapath through its pins.
+    Datapath {
+        #[command(subcommand)]
+        command: DatapathCommand,
+    },
     /// Replicate the Southbound DB and report sync time and per-update apply latency.
     SbSync {
         /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
@@ -66,6 +73,19 @@ enum Command {
         /// Also compile the replica into the pipeline IR and time that (full and per update).
         #[arg(long)]
         compile: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum DatapathCommand {
+    /// Per-interface counters (per port, for pods' veths) and drops per reason.
+    Counters {
+        /// The agent's --pin-dir.
+        #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
+        pin_dir: std::path::PathBuf,
+        /// Print as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -88,6 +108,9 @@ enum LflowCommand {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Datapath {
+            command: DatapathCommand::Counters { pin_dir, json },
+        } => print_counters(&pin_dir, json),
         Command::Lflow {
             command:
                 LflowCommand::Coverage {
@@ -330,4 +353,50 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
         "compile_ms": compile_ms, "ir_entries": compiler.entries().count(), "ir_rss_kib": ir_rss_kib,
         "compile_us": compile_us, "diff_entries": diff_entries,
     }))
+}
+
+fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()> {
+    let counters = ovnbpf_agent::dataplane::ebpf::inspect::read_counters(pin_dir)
+        .with_context(|| format!("reading the datapath pinned under {}", pin_dir.display()))?;
+    if as_json {
+        let interfaces: Vec<_> = counters
+            .interfaces
+            .iter()
+            .map(|(ifindex, (name, c))| {
+                json!({
+                    "ifindex": ifindex,
+                    "name": name,
+                    "packets": c.packets,
+                    "bytes": c.bytes,
+                    "ipv4": c.ipv4,
+                    "other": c.other,
+                    "malformed": c.malformed,
+                    "dropped": c.dropped,
+                    "delivered_packets": c.delivered_packets,
+                    "delivered_bytes": c.delivered_bytes,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({ "interfaces": interfaces, "drops": counters.drops })
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:>10} {:>12} {:>9} {:>10} {:>12}",
+        "interface", "in pkts", "in bytes", "dropped", "out pkts", "out bytes"
+    );
+    for (ifindex, (name, c)) in &counters.interfaces {
+        let name = name.clone().unwrap_or_else(|| format!("#{ifindex}"));
+        println!(
+            "{name:<16} {:>10} {:>12} {:>9} {:>10} {:>12}",
+            c.packets, c.bytes, c.dropped, c.delivered_packets, c.delivered_bytes
+        );
+    }
+    println!("drops by reason:");
+    for (reason, count) in &counters.drops {
+        println!("  {reason:<28} {count}");
+    }
+    Ok(())
 }

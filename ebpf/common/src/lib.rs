@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Program names as they appear in the object file (the function names in the eBPF crate).
 pub mod program {
@@ -39,8 +39,19 @@ pub mod map {
     /// Hash: [`super::ArpKey`] → [`super::ArpAnswer`]: the ARP responder (an IPv4 address on a
     /// datapath and the MAC to answer with).
     pub const ARP_RESPONDER: &str = "ARP_RESPONDER";
+    /// Hash: [`super::FloodKey`] → [`super::FloodTargets`]: the members of a flood group
+    /// (Multicast_Group) as this node reaches them.
+    pub const FLOOD_GROUPS: &str = "FLOOD_GROUPS";
+    /// Hash: datapath tunnel key (`u32`) → [`super::FloodRoles`]: which group a datapath floods
+    /// broadcasts and unknown unicast to.
+    pub const FLOOD_ROLES: &str = "FLOOD_ROLES";
+    /// Ring buffer of [`super::DropEvent`]s: one per frame a program dropped.
+    pub const DROP_EVENTS: &str = "DROP_EVENTS";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 8] = [
+    pub const ALL: [&str; 11] = [
+        DROP_EVENTS,
+        FLOOD_GROUPS,
+        FLOOD_ROLES,
         INTERFACE_COUNTERS,
         TUNNEL_CONFIG,
         TUNNEL_PORTS,
@@ -84,8 +95,12 @@ pub mod drop_reason {
     pub const ENCAP_FAILED: u32 = 3;
     /// A pod sent with a source MAC or IPv4 address its port security does not allow.
     pub const PORT_SECURITY: u32 = 4;
+    /// A flood copy for another chassis whose next hop has no resolved neighbour entry.
+    pub const FLOOD_NEXT_HOP_UNRESOLVED: u32 = 5;
+    /// A clone for a flood group member failed.
+    pub const FLOOD_CLONE_FAILED: u32 = 6;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 7;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
@@ -93,6 +108,8 @@ pub mod drop_reason {
         "decap_failed",
         "encap_failed",
         "port_security",
+        "flood_next_hop_unresolved",
+        "flood_clone_failed",
     ];
 }
 
@@ -195,6 +212,43 @@ pub struct LocalPort {
     pub flags: u32,
 }
 
+/// A flood group on a datapath: both tunnel keys (the group's is ≥ 32768).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FloodKey {
+    pub datapath: u32,
+    pub group: u32,
+}
+
+/// Local members a flood group reaches on one node (more are left out, and the agent says so).
+pub const FLOOD_MAX_LOCAL: usize = 32;
+/// Other chassis a flood group reaches (one Geneve copy each).
+pub const FLOOD_MAX_REMOTE: usize = 16;
+
+/// A flood group's members as this node reaches them: host-side interfaces of local members,
+/// and the encap IPs (network byte order) of the other chassis with members, each listed once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloodTargets {
+    pub local_count: u32,
+    pub remote_count: u32,
+    pub local: [u32; FLOOD_MAX_LOCAL],
+    pub remote: [u32; FLOOD_MAX_REMOTE],
+}
+
+/// The flood groups of one datapath by purpose (group tunnel keys; 0 = none): broadcast and
+/// multicast frames go to `broadcast` (`_MC_flood`), unicast to unknown MACs to `unknown`
+/// (`_MC_unknown`, on switches with ports of unknown addresses).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloodRoles {
+    pub broadcast: u32,
+    pub unknown: u32,
+}
+
+/// Capacity of [`map::FLOOD_GROUPS`].
+pub const MAX_FLOOD_GROUPS: u32 = 16_384;
+
 /// Capacity of [`map::INTERFACE_COUNTERS`]: one entry per attached interface.
 pub const MAX_INTERFACES: u32 = 65_536;
 
@@ -207,11 +261,15 @@ pub const MAX_FIB_ENTRIES: u32 = 262_144;
 /// Capacity of [`map::ARP_RESPONDER`]: addresses across all datapaths.
 pub const MAX_ARP_ENTRIES: u32 = 262_144;
 
-/// Per-interface packet counters, kept per CPU by the kernel and summed by the agent.
+/// Per-interface (so, for a pod's veth, per-port) packet counters, kept per CPU by the kernel
+/// and summed by the agent.
 ///
-/// Every packet a program sees increments `packets` and `bytes` and exactly one of `ipv4`,
-/// `other` (a well-formed Ethernet frame that is not IPv4) or `malformed` (too short for its
-/// Ethernet header, or an IPv4 header that fails version/IHL/length checks).
+/// Every packet a program sees arriving on the interface (from the pod, for a pod's veth)
+/// increments `packets` and `bytes` and exactly one of `ipv4`, `other` (a well-formed Ethernet
+/// frame that is not IPv4) or `malformed` (too short for its Ethernet header, or an IPv4 header
+/// that fails version/IHL/length checks); `dropped` counts those the programs dropped.
+/// `delivered_packets` and `delivered_bytes` count frames the programs sent into the interface
+/// (to the pod), flooded copies included.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InterfaceCounters {
@@ -220,23 +278,57 @@ pub struct InterfaceCounters {
     pub ipv4: u64,
     pub other: u64,
     pub malformed: u64,
+    pub dropped: u64,
+    pub delivered_packets: u64,
+    pub delivered_bytes: u64,
 }
 
 impl InterfaceCounters {
     /// Field-wise sum, used to fold per-CPU values into one total.
     #[must_use]
     pub fn sum(self, other: Self) -> Self {
+        self.combine(other, u64::wrapping_add)
+    }
+
+    /// Field-wise difference from an `earlier` reading.
+    #[must_use]
+    pub fn since(self, earlier: Self) -> Self {
+        self.combine(earlier, u64::wrapping_sub)
+    }
+
+    fn combine(self, other: Self, op: fn(u64, u64) -> u64) -> Self {
         Self {
-            packets: self.packets + other.packets,
-            bytes: self.bytes + other.bytes,
-            ipv4: self.ipv4 + other.ipv4,
-            other: self.other + other.other,
-            malformed: self.malformed + other.malformed,
+            packets: op(self.packets, other.packets),
+            bytes: op(self.bytes, other.bytes),
+            ipv4: op(self.ipv4, other.ipv4),
+            other: op(self.other, other.other),
+            malformed: op(self.malformed, other.malformed),
+            dropped: op(self.dropped, other.dropped),
+            delivered_packets: op(self.delivered_packets, other.delivered_packets),
+            delivered_bytes: op(self.delivered_bytes, other.delivered_bytes),
         }
     }
 }
 
-// SAFETY: InterfaceCounters is repr(C), Copy, has no padding (five u64) and every bit pattern is
+/// Bytes of a dropped frame's start carried by its [`DropEvent`].
+pub const DROP_EVENT_HEADER: usize = 64;
+
+/// Capacity of [`map::DROP_EVENTS`] in bytes (a power of two, a multiple of the page size).
+pub const DROP_EVENTS_BYTES: u32 = 256 * 1024;
+
+/// One dropped frame: why ([`drop_reason`]), where it arrived, its length, and its first
+/// `captured` bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropEvent {
+    pub reason: u32,
+    pub ifindex: u32,
+    pub length: u32,
+    pub captured: u32,
+    pub header: [u8; DROP_EVENT_HEADER],
+}
+
+// SAFETY: InterfaceCounters is repr(C), Copy, has no padding (eight u64) and every bit pattern is
 // a valid value.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for InterfaceCounters {}
@@ -261,6 +353,14 @@ unsafe impl aya::Pod for ArpKey {}
 unsafe impl aya::Pod for PortSecurity {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ArpAnswer {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FloodKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FloodTargets {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FloodRoles {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for DropEvent {}
 
 #[cfg(test)]
 mod tests {
@@ -268,8 +368,8 @@ mod tests {
 
     #[test]
     fn counters_have_the_kernel_layout() {
-        // The kernel side writes five consecutive u64; any padding or reordering would corrupt reads.
-        assert_eq!(core::mem::size_of::<InterfaceCounters>(), 40);
+        // The kernel side writes eight consecutive u64; any padding or reordering would corrupt reads.
+        assert_eq!(core::mem::size_of::<InterfaceCounters>(), 64);
         assert_eq!(core::mem::align_of::<InterfaceCounters>(), 8);
     }
 
@@ -284,34 +384,29 @@ mod tests {
         assert_eq!(core::mem::size_of::<ArpKey>(), 8);
         assert_eq!(core::mem::size_of::<PortSecurity>(), 24);
         assert_eq!(core::mem::size_of::<ArpAnswer>(), 12);
+        assert_eq!(core::mem::size_of::<FloodKey>(), 8);
+        assert_eq!(
+            core::mem::size_of::<FloodTargets>(),
+            8 + 4 * (FLOOD_MAX_LOCAL + FLOOD_MAX_REMOTE)
+        );
+        assert_eq!(core::mem::size_of::<FloodRoles>(), 8);
+        assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }
 
     #[test]
-    fn sum_adds_every_field() {
-        let a = InterfaceCounters {
-            packets: 1,
-            bytes: 2,
-            ipv4: 3,
-            other: 4,
-            malformed: 5,
+    fn sum_adds_and_since_subtracts_every_field() {
+        let field = |n: u64| InterfaceCounters {
+            packets: n,
+            bytes: 2 * n,
+            ipv4: 3 * n,
+            other: 4 * n,
+            malformed: 5 * n,
+            dropped: 6 * n,
+            delivered_packets: 7 * n,
+            delivered_bytes: 8 * n,
         };
-        let b = InterfaceCounters {
-            packets: 10,
-            bytes: 20,
-            ipv4: 30,
-            other: 40,
-            malformed: 50,
-        };
-        assert_eq!(
-            a.sum(b),
-            InterfaceCounters {
-                packets: 11,
-                bytes: 22,
-                ipv4: 33,
-                other: 44,
-                malformed: 55
-            }
-        );
+        assert_eq!(field(1).sum(field(10)), field(11));
+        assert_eq!(field(11).since(field(1)), field(10));
     }
 }

@@ -183,3 +183,34 @@ pub fn log_tails(agents: &[Child]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// `ovnbpfctl datapath counters --json` for the datapath `node`'s agent pinned under `pin_root`,
+/// read inside the node's namespace (so interfaces have their names).
+pub fn datapath_counters(node: &Node, pin_root: &std::path::Path) -> serde_json::Value {
+    let ctl = workspace_binary("ovnbpfctl");
+    let text = node
+        .netns()
+        .exec(
+            &ctl.to_string_lossy(),
+            &[
+                "datapath",
+                "counters",
+                "--json",
+                "--pin-dir",
+                &pin_root.to_string_lossy(),
+            ],
+        )
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Frames delivered to interface `name` in `ovnbpfctl datapath counters --json` output.
+pub fn delivered(counters: &serde_json::Value, name: &str) -> u64 {
+    counters["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|interface| interface["name"] == name)
+        .and_then(|interface| interface["delivered_packets"].as_u64())
+        .unwrap_or_else(|| panic!("no counters for {name}: {counters}"))
+}

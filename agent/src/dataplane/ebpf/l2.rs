@@ -1,6 +1,8 @@
 //! This chassis's L2 kernel maps, derived from the IR: pod ports (host veth → datapath and port
-//! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB (a MAC on a datapath → a
-//! local veth or another chassis's encap IP and port key) and the ARP responder. Owns the desired
+//! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB
+//! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP
+//! responder, and flood groups (local members' veths and the chassis with members) with the
+//! groups each datapath floods broadcasts and unknown unicast to. Owns the desired
 //! and installed map contents; touches the kernel only through [`L2Maps`].
 //!
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
@@ -12,8 +14,9 @@ use std::{
 };
 
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort,
-    PodPort, PortSecurity, TunnelPortKey, map,
+    ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FLOOD_MAX_LOCAL, FLOOD_MAX_REMOTE, FibEntry, FibKey,
+    FloodKey, FloodRoles, FloodTargets, LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity,
+    TunnelPortKey, map,
 };
 
 use super::{EbpfError, KernelPrograms};
@@ -34,6 +37,10 @@ pub trait L2Maps {
     fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError>;
     fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError>;
     fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError>;
+    fn set_flood_group(&mut self, key: FloodKey, targets: FloodTargets) -> Result<(), EbpfError>;
+    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError>;
+    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError>;
+    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError>;
     /// The keys present in the maps, whoever wrote them.
     fn keys(&self) -> Result<MapKeys, EbpfError>;
 }
@@ -46,6 +53,8 @@ pub struct MapKeys {
     pub tunnel_ports: Vec<TunnelPortKey>,
     pub fib: Vec<FibKey>,
     pub arp: Vec<ArpKey>,
+    pub flood_groups: Vec<FloodKey>,
+    pub flood_roles: Vec<u32>,
 }
 
 impl L2Maps for KernelPrograms {
@@ -79,8 +88,22 @@ impl L2Maps for KernelPrograms {
     fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
         KernelPrograms::remove_arp_answer(self, key)
     }
+    fn set_flood_group(&mut self, key: FloodKey, targets: FloodTargets) -> Result<(), EbpfError> {
+        KernelPrograms::set_flood_group(self, key, targets)
+    }
+    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
+        KernelPrograms::remove_flood_group(self, key)
+    }
+    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
+        KernelPrograms::set_flood_roles(self, datapath, roles)
+    }
+    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        KernelPrograms::remove_flood_roles(self, datapath)
+    }
     fn keys(&self) -> Result<MapKeys, EbpfError> {
         Ok(MapKeys {
+            flood_groups: self.hash_keys::<FloodKey, FloodTargets>(map::FLOOD_GROUPS)?,
+            flood_roles: self.hash_keys::<u32, FloodRoles>(map::FLOOD_ROLES)?,
             pod_ports: self.hash_keys::<u32, PodPort>(map::POD_PORTS)?,
             port_security: self.hash_keys::<u32, PortSecurity>(map::PORT_SECURITY)?,
             tunnel_ports: self.hash_keys::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS)?,
@@ -124,6 +147,10 @@ enum Dirty {
     Port(String),
     Fib(u32, Mac),
     Arp(u32, Ipv4Addr),
+    /// A flood group's targets, by (datapath, group key).
+    Group(u32, u32),
+    /// A datapath's flood roles.
+    Roles(u32),
 }
 
 /// What is installed for one logical port bound here.
@@ -153,8 +180,21 @@ pub struct L2State {
     arp: HashMap<(u32, Ipv4Addr), Mac>,
     arp_owner: HashMap<(u32, Ipv4Addr), String>,
     arp_by_owner: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
+    /// (datapath, port key) → port name, to resolve flood group members.
+    port_names: HashMap<(u32, u32), String>,
+    /// (datapath, group key) → member port keys, and the reverse index.
+    group_members: HashMap<(u32, u32), HashSet<u32>>,
+    groups_of_port: HashMap<(u32, u32), HashSet<u32>>,
+    /// (datapath, group name) → group key.
+    group_keys: HashMap<(u32, String), u32>,
+    /// Datapath → the names of its broadcast and unknown-unicast groups.
+    roles: HashMap<u32, (Option<String>, Option<String>)>,
+    /// Groups with more local members or chassis than the kernel holds, as last flushed.
+    truncated_groups: HashSet<(u32, u32)>,
     dirty: HashSet<Dirty>,
     installed_ports: HashMap<String, InstalledPort>,
+    installed_groups: HashMap<(u32, u32), FloodTargets>,
+    installed_roles: HashMap<u32, FloodRoles>,
     installed_fib: HashMap<(u32, Mac), FibEntry>,
     installed_arp: HashMap<(u32, Ipv4Addr), ArpAnswer>,
 }
@@ -244,10 +284,14 @@ impl L2State {
                     PortKind::Vif { chassis } => chassis.clone(),
                     _ => None,
                 };
-                if let Some(old) = self.ports.remove(name)
-                    && let Some(old_chassis) = &old.chassis
-                {
-                    remove_from_index(&mut self.ports_by_chassis, old_chassis, name);
+                if let Some(old) = self.ports.remove(name) {
+                    if let Some(old_chassis) = &old.chassis {
+                        remove_from_index(&mut self.ports_by_chassis, old_chassis, name);
+                    }
+                    if self.port_names.get(&(old.datapath, old.key)) == Some(name) {
+                        self.port_names.remove(&(old.datapath, old.key));
+                    }
+                    self.mark_groups_of(old.datapath, old.key);
                 }
                 if added {
                     if let Some(chassis) = &chassis {
@@ -263,8 +307,54 @@ impl L2State {
                         security: kernel_port_security(port_security),
                     };
                     self.ports.insert(name.clone(), info);
+                    self.port_names.insert((*datapath, *key), name.clone());
+                    self.mark_groups_of(*datapath, *key);
                 }
                 self.mark_port(name);
+            }
+            IrEntry::FloodGroup {
+                datapath,
+                key,
+                name,
+            } => {
+                if added {
+                    self.group_keys.insert((*datapath, name.clone()), *key);
+                } else if self.group_keys.get(&(*datapath, name.clone())) == Some(key) {
+                    self.group_keys.remove(&(*datapath, name.clone()));
+                }
+                self.dirty.insert(Dirty::Group(*datapath, *key));
+                self.dirty.insert(Dirty::Roles(*datapath));
+            }
+            IrEntry::FloodMember {
+                datapath,
+                group,
+                port,
+            } => {
+                let (group_key, port_key) = ((*datapath, *group), (*datapath, *port));
+                if added {
+                    self.group_members
+                        .entry(group_key)
+                        .or_default()
+                        .insert(*port);
+                    self.groups_of_port
+                        .entry(port_key)
+                        .or_default()
+                        .insert(*group);
+                } else {
+                    remove_member(&mut self.group_members, group_key, *port);
+                    remove_member(&mut self.groups_of_port, port_key, *group);
+                }
+                self.dirty.insert(Dirty::Group(*datapath, *group));
+            }
+            IrEntry::FloodMulticast { datapath, group } => {
+                let roles = self.roles.entry(*datapath).or_default();
+                roles.0 = added.then(|| group.clone());
+                self.dirty.insert(Dirty::Roles(*datapath));
+            }
+            IrEntry::FloodUnknown { datapath, group } => {
+                let roles = self.roles.entry(*datapath).or_default();
+                roles.1 = added.then(|| group.clone());
+                self.dirty.insert(Dirty::Roles(*datapath));
             }
             IrEntry::L2Fib {
                 datapath,
@@ -324,6 +414,28 @@ impl L2State {
         for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
             self.dirty.insert(Dirty::Arp(*datapath, *ip));
         }
+        if let Some(info) = self.ports.get(port) {
+            let (datapath, key) = (info.datapath, info.key);
+            self.mark_groups_of(datapath, key);
+        }
+    }
+
+    /// Marks the flood groups port `key` of `datapath` is a member of.
+    fn mark_groups_of(&mut self, datapath: u32, key: u32) {
+        for group in self
+            .groups_of_port
+            .get(&(datapath, key))
+            .into_iter()
+            .flatten()
+        {
+            self.dirty.insert(Dirty::Group(datapath, *group));
+        }
+    }
+
+    /// Flood groups whose members did not all fit the kernel's entry, as of the last flush.
+    #[must_use]
+    pub fn truncated_groups(&self) -> usize {
+        self.truncated_groups.len()
     }
 
     /// Number of map keys waiting for [`Self::flush`].
@@ -342,6 +454,8 @@ impl L2State {
                 Dirty::Port(port) => self.flush_port(maps, port)?,
                 Dirty::Fib(datapath, mac) => self.flush_fib(maps, *datapath, *mac)?,
                 Dirty::Arp(datapath, ip) => self.flush_arp(maps, *datapath, *ip)?,
+                Dirty::Group(datapath, group) => self.flush_group(maps, *datapath, *group)?,
+                Dirty::Roles(datapath) => self.flush_roles(maps, *datapath)?,
             };
             self.dirty.remove(&key);
         }
@@ -388,6 +502,21 @@ impl L2State {
         for key in keys.fib {
             if !self.installed_fib.contains_key(&(key.datapath, key.mac)) {
                 maps.remove_fib_entry(key)?;
+                removed += 1;
+            }
+        }
+        for key in keys.flood_groups {
+            if !self
+                .installed_groups
+                .contains_key(&(key.datapath, key.group))
+            {
+                maps.remove_flood_group(key)?;
+                removed += 1;
+            }
+        }
+        for datapath in keys.flood_roles {
+            if !self.installed_roles.contains_key(&datapath) {
+                maps.remove_flood_roles(datapath)?;
                 removed += 1;
             }
         }
@@ -541,6 +670,137 @@ impl L2State {
             }
         }
         Ok(1)
+    }
+}
+
+impl L2State {
+    /// What flood group (datapath, group) reaches from here: local members' veths and the other
+    /// chassis with members, in member-key order, as many as the kernel entry holds. `None`
+    /// when it reaches nothing.
+    fn desired_group(&mut self, datapath: u32, group: u32) -> Option<FloodTargets> {
+        let mut members: Vec<u32> = self
+            .group_members
+            .get(&(datapath, group))?
+            .iter()
+            .copied()
+            .collect();
+        members.sort_unstable();
+        let mut local = Vec::new();
+        let mut remote = Vec::new();
+        for member in members {
+            let Some(name) = self.port_names.get(&(datapath, member)) else {
+                continue;
+            };
+            if let Some(port) = self.local_port(name) {
+                local.push(port.ifindex);
+                continue;
+            }
+            let chassis = self.ports.get(name).and_then(|info| info.chassis.as_ref());
+            if let Some(ip) = chassis
+                .filter(|c| **c != self.chassis)
+                .and_then(|c| self.encaps.get(c))
+            {
+                let ip = u32::from_ne_bytes(ip.octets());
+                if !remote.contains(&ip) {
+                    remote.push(ip);
+                }
+            }
+        }
+        if local.len() > FLOOD_MAX_LOCAL || remote.len() > FLOOD_MAX_REMOTE {
+            if self.truncated_groups.insert((datapath, group)) {
+                tracing::warn!(
+                    datapath,
+                    group,
+                    local = local.len(),
+                    remote = remote.len(),
+                    "flood group exceeds the kernel entry; members beyond it get no flooded frames"
+                );
+            }
+        } else {
+            self.truncated_groups.remove(&(datapath, group));
+        }
+        if local.is_empty() && remote.is_empty() {
+            return None;
+        }
+        let mut targets = FloodTargets::default();
+        for (slot, ifindex) in targets.local.iter_mut().zip(&local) {
+            *slot = *ifindex;
+            targets.local_count += 1;
+        }
+        for (slot, ip) in targets.remote.iter_mut().zip(&remote) {
+            *slot = *ip;
+            targets.remote_count += 1;
+        }
+        Some(targets)
+    }
+
+    fn flush_group(
+        &mut self,
+        maps: &mut impl L2Maps,
+        datapath: u32,
+        group: u32,
+    ) -> Result<usize, EbpfError> {
+        let desired = self.desired_group(datapath, group);
+        let installed = self.installed_groups.get(&(datapath, group)).copied();
+        if desired == installed {
+            return Ok(0);
+        }
+        let key = FloodKey { datapath, group };
+        match desired {
+            Some(targets) => {
+                maps.set_flood_group(key, targets)?;
+                self.installed_groups.insert((datapath, group), targets);
+            }
+            None => {
+                maps.remove_flood_group(key)?;
+                self.installed_groups.remove(&(datapath, group));
+            }
+        }
+        Ok(1)
+    }
+
+    fn desired_roles(&self, datapath: u32) -> Option<FloodRoles> {
+        let (broadcast, unknown) = self.roles.get(&datapath)?;
+        let key_of = |name: &Option<String>| {
+            name.as_ref()
+                .and_then(|name| self.group_keys.get(&(datapath, name.clone())))
+                .copied()
+                .unwrap_or(0)
+        };
+        let roles = FloodRoles {
+            broadcast: key_of(broadcast),
+            unknown: key_of(unknown),
+        };
+        (roles != FloodRoles::default()).then_some(roles)
+    }
+
+    fn flush_roles(&mut self, maps: &mut impl L2Maps, datapath: u32) -> Result<usize, EbpfError> {
+        let desired = self.desired_roles(datapath);
+        let installed = self.installed_roles.get(&datapath).copied();
+        if desired == installed {
+            return Ok(0);
+        }
+        match desired {
+            Some(roles) => {
+                maps.set_flood_roles(datapath, roles)?;
+                self.installed_roles.insert(datapath, roles);
+            }
+            None => {
+                maps.remove_flood_roles(datapath)?;
+                self.installed_roles.remove(&datapath);
+            }
+        }
+        Ok(1)
+    }
+}
+
+/// Removes `value` from the set at `key`, dropping the set when it becomes empty.
+fn remove_member(index: &mut HashMap<(u32, u32), HashSet<u32>>, key: (u32, u32), value: u32) {
+    if let Some(values) = index.get_mut(&key) {
+        values.remove(&value);
+        if values.is_empty() {
+            index.remove(&key);
+        }
     }
 }
 

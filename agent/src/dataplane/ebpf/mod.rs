@@ -19,12 +19,14 @@ use aya::{
     },
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FibEntry, FibKey, InterfaceCounters, LocalPort, PodPort, PortSecurity,
-    TunnelConfig, TunnelPortKey, drop_reason, map, program,
+    ArpAnswer, ArpKey, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, InterfaceCounters,
+    LocalPort, PodPort, PortSecurity, TunnelConfig, TunnelPortKey, drop_reason, map, program,
 };
 
 use crate::netns;
 
+pub mod events;
+pub mod inspect;
 pub mod l2;
 pub mod node;
 pub mod pins;
@@ -80,6 +82,8 @@ pub enum EbpfError {
     UnknownMap { name: String },
     #[error(transparent)]
     Pins(#[from] pins::PinError),
+    #[error("counting the possible CPUs for per-CPU map values: {0}")]
+    Cpus(io::Error),
     #[error("map {name}: {source}")]
     Map {
         name: &'static str,
@@ -421,9 +425,37 @@ impl KernelPrograms {
         self.hash_remove::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS, key)
     }
 
-    /// Frames entering on the host-side veth `ifindex` come from logical port `port`.
+    /// Frames entering on the host-side veth `ifindex` come from logical port `port`. Also
+    /// gives the veth a counter entry (kept if it has one), so frames delivered to the pod count
+    /// from the start.
     pub fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
+        let name = map::INTERFACE_COUNTERS;
+        let mut counters: PerCpuHashMap<_, u32, InterfaceCounters> =
+            PerCpuHashMap::try_from(self.map_mut(name)?)
+                .map_err(|source| EbpfError::Map { name, source })?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, error)| EbpfError::Cpus(error))?;
+        let zero = aya::maps::PerCpuValues::try_from(vec![InterfaceCounters::default(); cpus])
+            .map_err(EbpfError::Cpus)?;
+        // BPF_NOEXIST: an entry a previous agent's programs filled keeps its counts.
+        match counters.insert(ifindex, zero, 1) {
+            Ok(()) => {}
+            Err(aya::maps::MapError::SyscallError(error))
+                if error.io_error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(EbpfError::Map { name, source }),
+        }
         self.hash_insert(map::POD_PORTS, ifindex, port)
+    }
+
+    /// Takes the consumer side of the drop-event ring buffer (once per loaded object).
+    pub fn take_drop_events(&mut self) -> Result<events::DropEvents, EbpfError> {
+        let name = map::DROP_EVENTS;
+        let map = self
+            .ebpf
+            .take_map(name)
+            .ok_or(EbpfError::MissingMap { name })?;
+        let ring =
+            aya::maps::RingBuf::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
+        Ok(events::DropEvents::new(ring))
     }
 
     pub fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
@@ -472,6 +504,28 @@ impl KernelPrograms {
         map.keys()
             .collect::<Result<Vec<K>, _>>()
             .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// Flood group `key` reaches `targets` from this node.
+    pub fn set_flood_group(
+        &mut self,
+        key: FloodKey,
+        targets: FloodTargets,
+    ) -> Result<(), EbpfError> {
+        self.hash_insert(map::FLOOD_GROUPS, key, targets)
+    }
+
+    pub fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
+        self.hash_remove::<FloodKey, FloodTargets>(map::FLOOD_GROUPS, key)
+    }
+
+    /// Datapath `datapath` floods broadcasts and unknown unicast to the groups `roles` names.
+    pub fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
+        self.hash_insert(map::FLOOD_ROLES, datapath, roles)
+    }
+
+    pub fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        self.hash_remove::<u32, FloodRoles>(map::FLOOD_ROLES, datapath)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].

@@ -125,6 +125,17 @@ impl NodeDatapath {
         })
     }
 
+    /// The drop-event ring buffer's consumer (`None` after the first call).
+    pub fn take_drop_events(&mut self) -> Option<super::events::DropEvents> {
+        match self.programs.take_drop_events() {
+            Ok(events) => Some(events),
+            Err(error) => {
+                tracing::debug!(%error, "no drop-event ring buffer to follow");
+                None
+            }
+        }
+    }
+
     /// Whether the maps were adopted from a previous agent.
     #[must_use]
     pub fn adopted(&self) -> bool {

@@ -8,6 +8,8 @@ struct Recorder {
     tunnel_ports: HashMap<(u32, u32), LocalPort>,
     fib: HashMap<(u32, Mac), FibEntry>,
     arp: HashMap<(u32, u32), ArpAnswer>,
+    groups: HashMap<(u32, u32), FloodTargets>,
+    roles: HashMap<u32, FloodRoles>,
     writes: usize,
 }
 
@@ -62,8 +64,34 @@ impl L2Maps for Recorder {
         self.arp.remove(&(key.datapath, key.ip));
         Ok(())
     }
+    fn set_flood_group(&mut self, key: FloodKey, targets: FloodTargets) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.groups.insert((key.datapath, key.group), targets);
+        Ok(())
+    }
+    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.groups.remove(&(key.datapath, key.group));
+        Ok(())
+    }
+    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.roles.insert(datapath, roles);
+        Ok(())
+    }
+    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.roles.remove(&datapath);
+        Ok(())
+    }
     fn keys(&self) -> Result<MapKeys, EbpfError> {
         Ok(MapKeys {
+            flood_groups: self
+                .groups
+                .keys()
+                .map(|&(datapath, group)| FloodKey { datapath, group })
+                .collect(),
+            flood_roles: self.roles.keys().copied().collect(),
             pod_ports: self.pod_ports.keys().copied().collect(),
             port_security: self.port_security.keys().copied().collect(),
             tunnel_ports: self
@@ -337,4 +365,95 @@ fn a_restarted_agent_rewrites_nothing_away_and_sweeps_only_what_is_gone() {
     );
     assert_eq!(maps.fib.len(), 2, "a1 and a2 stay");
     assert_eq!(restarted.sweep(&mut maps).unwrap(), 0, "idempotent");
+}
+
+const FLOOD: u32 = 32768;
+
+fn flood_group(members: &[u32]) -> Vec<IrEntry> {
+    let mut entries = vec![
+        IrEntry::FloodGroup {
+            datapath: DP,
+            key: FLOOD,
+            name: "_MC_flood".into(),
+        },
+        IrEntry::FloodMulticast {
+            datapath: DP,
+            group: "_MC_flood".into(),
+        },
+    ];
+    entries.extend(members.iter().map(|&port| IrEntry::FloodMember {
+        datapath: DP,
+        group: FLOOD,
+        port,
+    }));
+    entries
+}
+
+#[test]
+fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
+    let (mut state, mut maps) = two_pods();
+    // a3 is a second pod on node2: node2 must still get a single copy.
+    state.apply(&added(pod(
+        "a3",
+        3,
+        Some("node2"),
+        [0x0a, 0x58, 0x0a, 0, 1, 4],
+        Ipv4Addr::new(10, 0, 1, 4),
+    )));
+    state.apply(&added(flood_group(&[1, 2, 3])));
+    state.flush(&mut maps).unwrap();
+    let targets = maps.groups[&(DP, FLOOD)];
+    assert_eq!(targets.local_count, 1);
+    assert_eq!(targets.local[0], 40);
+    assert_eq!(targets.remote_count, 1);
+    assert_eq!(targets.remote[0], u32::from_ne_bytes(NODE2.octets()));
+    assert_eq!(
+        maps.roles[&DP],
+        FloodRoles {
+            broadcast: FLOOD,
+            unknown: 0
+        }
+    );
+
+    // Node2's encap IP changes: one write, the group's.
+    maps.writes = 0;
+    let moved = Ipv4Addr::new(172, 31, 0, 50);
+    state.set_encap("node2", Some(moved));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.groups[&(DP, FLOOD)].remote[0],
+        u32::from_ne_bytes(moved.octets())
+    );
+    // The local pod unplugged: the group keeps only the remote chassis.
+    state.set_interface("a1", None);
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.groups[&(DP, FLOOD)].local_count, 0);
+    // Every member gone: no entry, and the sweep leaves the maps as the state has them.
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: flood_group(&[1, 2, 3]),
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.groups.is_empty() && maps.roles.is_empty(), "{maps:?}");
+    assert_eq!(state.sweep(&mut maps).unwrap(), 0);
+}
+
+#[test]
+fn groups_beyond_the_kernel_entry_are_truncated_and_reported() {
+    let mut state = L2State::new("node1");
+    let mut entries = Vec::new();
+    let members: Vec<u32> = (1..=(FLOOD_MAX_LOCAL as u32 + 3)).collect();
+    for &key in &members {
+        let name = format!("p{key}");
+        state.set_interface(&name, Some(100 + key));
+        entries.push(port(&name, key, Some("node1")));
+    }
+    entries.extend(flood_group(&members));
+    state.apply(&added(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let targets = maps.groups[&(DP, FLOOD)];
+    assert_eq!(targets.local_count as usize, FLOOD_MAX_LOCAL);
+    assert_eq!(targets.local[0], 101, "lowest keys first");
+    assert_eq!(state.truncated_groups(), 1);
 }

@@ -1,0 +1,281 @@
+//! Drop events from the kernel's `DROP_EVENTS` ring buffer: reading them, decoding a dropped
+//! frame's first bytes into something an operator can act on (reason, interface, MACs, IPv4
+//! addresses), and logging them at a bounded rate while counting every one. Owns the ring buffer
+//! handle; touches nothing else.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    net::Ipv4Addr,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+use ovnbpf_common::{DropEvent, drop_reason};
+
+/// The consumer side of the drop-event ring buffer (one per agent: events are not duplicated).
+pub struct DropEvents {
+    ring: RingBuf<MapData>,
+}
+
+impl DropEvents {
+    pub(super) fn new(ring: RingBuf<MapData>) -> Self {
+        Self { ring }
+    }
+
+    /// Every event waiting in the buffer, oldest first.
+    pub fn drain(&mut self) -> Vec<DropEvent> {
+        drain(&mut self.ring)
+    }
+
+    /// Follows the buffer until the task is dropped, logging at most `per_second` events a
+    /// second (the rest are counted and summarised).
+    pub async fn follow(self, per_second: u32) {
+        // SAFETY: the ring buffer owns its fd and moves into the AsyncFd, which deregisters the
+        // fd before dropping (and closing) it.
+        let mut ring = match unsafe { tokio::io::unix::AsyncFd::register(self.ring) } {
+            Ok(ring) => ring,
+            Err(error) => {
+                tracing::warn!(%error, "cannot poll the drop-event ring buffer; drop events are only counted");
+                return;
+            }
+        };
+        let mut limiter = LogLimiter::new(per_second);
+        loop {
+            let mut guard = match ring.readable_mut().await {
+                Ok(guard) => guard,
+                Err(error) => {
+                    tracing::warn!(%error, "polling the drop-event ring buffer failed");
+                    return;
+                }
+            };
+            for event in drain(guard.get_inner_mut()) {
+                if limiter.allow(Instant::now()) {
+                    let report = DropReport::decode(&event);
+                    tracing::info!(
+                        reason = report.reason,
+                        interface = %report.interface,
+                        length = event.length,
+                        frame = %report,
+                        "frame dropped"
+                    );
+                }
+            }
+            if let Some(suppressed) = limiter.take_suppressed(Instant::now()) {
+                tracing::info!(
+                    suppressed,
+                    "drop events not logged (rate limit); the drop counters have them all"
+                );
+            }
+            guard.clear_ready();
+        }
+    }
+}
+
+/// Every event waiting in `ring`, oldest first.
+fn drain(ring: &mut RingBuf<MapData>) -> Vec<DropEvent> {
+    let mut events = Vec::new();
+    while let Some(item) = ring.next() {
+        if item.len() >= std::mem::size_of::<DropEvent>() {
+            // SAFETY: the kernel wrote a whole DropEvent (repr(C), any bit pattern valid);
+            // read_unaligned copes with the ring's 8-byte alignment.
+            events.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<DropEvent>()) });
+        }
+    }
+    events
+}
+
+/// Allows `per_second` events a second and counts the rest.
+struct LogLimiter {
+    per_second: u32,
+    window: Instant,
+    in_window: u32,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    fn new(per_second: u32) -> Self {
+        Self {
+            per_second,
+            window: Instant::now(),
+            in_window: 0,
+            suppressed: 0,
+        }
+    }
+
+    fn allow(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.window) >= Duration::from_secs(1) {
+            self.window = now;
+            self.in_window = 0;
+        }
+        if self.in_window < self.per_second {
+            self.in_window += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+
+    /// The number suppressed so far, once a window has passed since it was last reported.
+    fn take_suppressed(&mut self, now: Instant) -> Option<u64> {
+        (self.suppressed > 0 && now.duration_since(self.window) >= Duration::from_secs(1))
+            .then(|| std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// A drop event decoded for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DropReport {
+    pub reason: &'static str,
+    /// Interface name in the agent's namespace, or `ifindex N` if it has none (any more).
+    pub interface: String,
+    pub source_mac: Option<[u8; 6]>,
+    pub destination_mac: Option<[u8; 6]>,
+    pub ether_type: Option<u16>,
+    pub ipv4: Option<(Ipv4Addr, Ipv4Addr)>,
+}
+
+impl DropReport {
+    #[must_use]
+    pub fn decode(event: &DropEvent) -> Self {
+        let captured = &event.header[..(event.captured as usize).min(event.header.len())];
+        let mac = |range: std::ops::Range<usize>| {
+            captured
+                .get(range)
+                .and_then(|bytes| <[u8; 6]>::try_from(bytes).ok())
+        };
+        let ether_type = captured
+            .get(12..14)
+            .map(|bytes| u16::from_be_bytes([bytes[0], bytes[1]]));
+        let ipv4 = (ether_type == Some(0x0800))
+            .then(|| captured.get(26..34))
+            .flatten()
+            .map(|bytes| {
+                (
+                    Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]),
+                    Ipv4Addr::new(bytes[4], bytes[5], bytes[6], bytes[7]),
+                )
+            });
+        Self {
+            reason: drop_reason::NAMES
+                .get(event.reason as usize)
+                .copied()
+                .unwrap_or("unknown"),
+            interface: interface_name(event.ifindex),
+            source_mac: mac(6..12),
+            destination_mac: mac(0..6),
+            ether_type,
+            ipv4,
+        }
+    }
+}
+
+impl fmt::Display for DropReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mac = |mac: Option<[u8; 6]>| {
+            mac.map_or("?".to_string(), |m| {
+                m.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            })
+        };
+        write!(
+            f,
+            "{} > {}",
+            mac(self.source_mac),
+            mac(self.destination_mac)
+        )?;
+        if let Some(ether_type) = self.ether_type {
+            write!(f, " type 0x{ether_type:04x}")?;
+        }
+        if let Some((source, destination)) = self.ipv4 {
+            write!(f, " {source} > {destination}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The name of interface `ifindex` in this process's network namespace.
+fn interface_name(ifindex: u32) -> String {
+    interface_names()
+        .remove(&ifindex)
+        .unwrap_or_else(|| format!("ifindex {ifindex}"))
+}
+
+/// Interface index → name, from /sys/class/net.
+#[must_use]
+pub fn interface_names() -> HashMap<u32, String> {
+    let Ok(entries) = std::fs::read_dir("/sys/class/net") else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let index = std::fs::read_to_string(entry.path().join("ifindex")).ok()?;
+            Some((
+                index.trim().parse().ok()?,
+                entry.file_name().to_string_lossy().into_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv4_drop_is_decoded_and_a_short_one_is_not_invented() {
+        let mut header = [0_u8; ovnbpf_common::DROP_EVENT_HEADER];
+        header[..6].copy_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3]);
+        header[6..12].copy_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 66]);
+        header[12..14].copy_from_slice(&[0x08, 0x00]);
+        header[26..30].copy_from_slice(&[10, 0, 1, 66]);
+        header[30..34].copy_from_slice(&[10, 0, 1, 3]);
+        let event = DropEvent {
+            reason: drop_reason::PORT_SECURITY,
+            ifindex: u32::MAX,
+            length: 98,
+            captured: 64,
+            header,
+        };
+        let report = DropReport::decode(&event);
+        assert_eq!(report.reason, "port_security");
+        assert_eq!(report.interface, format!("ifindex {}", u32::MAX));
+        assert_eq!(
+            report.to_string(),
+            "0a:58:0a:00:01:42 > 0a:58:0a:00:01:03 type 0x0800 10.0.1.66 > 10.0.1.3"
+        );
+        let short = DropEvent {
+            captured: 14,
+            ..event
+        };
+        assert_eq!(DropReport::decode(&short).ipv4, None);
+        let unknown = DropEvent {
+            reason: 999,
+            captured: 0,
+            ..event
+        };
+        let report = DropReport::decode(&unknown);
+        assert_eq!((report.reason, report.ether_type), ("unknown", None));
+    }
+
+    #[test]
+    fn the_limiter_lets_a_burst_through_then_counts() {
+        let start = Instant::now();
+        let mut limiter = LogLimiter::new(2);
+        limiter.window = start;
+        assert!(limiter.allow(start) && limiter.allow(start));
+        assert!(!limiter.allow(start));
+        assert_eq!(
+            limiter.take_suppressed(start),
+            None,
+            "not before a window passed"
+        );
+        let later = start + Duration::from_secs(1);
+        assert_eq!(limiter.take_suppressed(later), Some(1));
+        assert!(limiter.allow(later));
+    }
+}

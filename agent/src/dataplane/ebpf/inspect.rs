@@ -1,0 +1,57 @@
+//! Reading a running datapath from outside its agent, through the pinned maps: per-interface
+//! counters (per port, for pods' veths) and drops per reason. Used by `ovnbpfctl datapath`;
+//! read-only, touches nothing but the pins it opens.
+
+use std::{collections::BTreeMap, path::Path};
+
+use aya::maps::{Map, MapData, PerCpuArray, PerCpuHashMap};
+use ovnbpf_common::{InterfaceCounters, drop_reason, map};
+
+use super::{EbpfError, events::interface_names, pins::PinLayout};
+
+/// The counters of one pinned datapath.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DatapathCounters {
+    /// By ifindex: the interface's name in the reader's namespace (if any) and its counters.
+    pub interfaces: BTreeMap<u32, (Option<String>, InterfaceCounters)>,
+    /// By drop reason name.
+    pub drops: BTreeMap<&'static str, u64>,
+}
+
+fn open(pins: &PinLayout, name: &'static str) -> Result<Map, EbpfError> {
+    let data =
+        MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
+    Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })
+}
+
+/// Reads the counters pinned under `root` (the agent's `--pin-dir`).
+pub fn read_counters(root: &Path) -> Result<DatapathCounters, EbpfError> {
+    let pins = PinLayout::prepare(root)?;
+    let name = map::INTERFACE_COUNTERS;
+    let interfaces: PerCpuHashMap<_, u32, InterfaceCounters> =
+        PerCpuHashMap::try_from(open(&pins, name)?)
+            .map_err(|source| EbpfError::Map { name, source })?;
+    let mut names = interface_names();
+    let mut counters = DatapathCounters::default();
+    for entry in interfaces.iter() {
+        let (ifindex, per_cpu) = entry.map_err(|source| EbpfError::Map { name, source })?;
+        let total = per_cpu
+            .iter()
+            .fold(InterfaceCounters::default(), |sum, c| sum.sum(*c));
+        counters
+            .interfaces
+            .insert(ifindex, (names.remove(&ifindex), total));
+    }
+    let name = map::DROP_COUNTERS;
+    let drops: PerCpuArray<_, u64> = PerCpuArray::try_from(open(&pins, name)?)
+        .map_err(|source| EbpfError::Map { name, source })?;
+    for reason in 0..drop_reason::COUNT {
+        let per_cpu = drops
+            .get(&reason, 0)
+            .map_err(|source| EbpfError::Map { name, source })?;
+        counters
+            .drops
+            .insert(drop_reason::NAMES[reason as usize], per_cpu.iter().sum());
+    }
+    Ok(counters)
+}
