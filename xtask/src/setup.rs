@@ -31,6 +31,7 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "ip netns / ip link in tests"),
     ("iputils-ping", "ping in tests"),
     ("iperf3", "throughput benchmarks"),
+    ("sockperf", "TCP request/response latency benchmarks"),
     ("tcpdump", "captures in tests"),
     ("ethtool", "offload settings on veths"),
     ("bpftool", "inspecting loaded programs"),
