@@ -7,6 +7,7 @@
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
 //! - [`agent`]: `ovnbpf-agent` as a simulated node's agent;
 //! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
+//! - [`ovs_chassis`]: a real OVN chassis (OVS userspace datapath + ovn-controller), the interop peer;
 //! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back.
 //!
 //! Everything here cleans up after itself on drop, which also runs when a test panics.
@@ -19,6 +20,7 @@ pub mod names;
 pub mod netns;
 pub mod network;
 pub mod ovn;
+pub mod ovs_chassis;
 pub mod process;
 pub mod sbdump;
 

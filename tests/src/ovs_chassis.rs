@@ -1,0 +1,221 @@
+//! A real OVN chassis on a simulated node, the interop peer: ovsdb-server, ovs-vswitchd with the
+//! userspace (netdev) datapath and ovn-controller, all from Debian's packages, running in the
+//! node's namespace with their state in a temp dir. The node's underlay IP moves onto a netdev
+//! bridge `br-phy` holding its `eth0` (OVS userspace tunnelling needs it there); pods are plugged
+//! into `br-int` with `external_ids:iface-id`, and their veths get TX checksum offload turned off
+//! (OVS 3.1's userspace datapath does not complete partial checksums). The daemons are ended by
+//! PID on drop, ovn-controller first.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use anyhow::{Context, Result};
+
+use crate::{
+    network::{Node, UNDERLAY_PREFIX_LEN, UPLINK},
+    ovn::{Db, OvnLab},
+    process::{Child, output, wait_until},
+};
+
+const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
+
+/// The three daemons of one real chassis.
+pub struct OvsChassis {
+    dir: tempfile::TempDir,
+    netns: String,
+    /// ovsdb-server, ovs-vswitchd, ovn-controller (stopped in reverse).
+    daemons: Vec<Child>,
+}
+
+impl OvsChassis {
+    /// Starts a chassis named `chassis` on `node`, registered in `lab`'s Southbound with the
+    /// node's underlay IP as its Geneve endpoint.
+    pub fn start(lab: &OvnLab, node: &Node, chassis: &str) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("ovnbpf-ovs-")
+            .tempdir()
+            .context("creating the OVS state dir")?;
+        let mut this = Self {
+            dir,
+            netns: node.netns().name().to_string(),
+            daemons: Vec::new(),
+        };
+        let path = this.dir.path().to_path_buf();
+        let db = path.join("conf.db");
+        output(
+            Command::new("ovsdb-tool")
+                .arg("create")
+                .arg(&db)
+                .arg(VSWITCH_SCHEMA),
+        )?;
+        let socket = path.join("db.sock");
+        let remote = format!("unix:{}", socket.display());
+        this.spawn(
+            "ovsdb-server",
+            &[
+                db.display().to_string(),
+                format!("--remote=punix:{}", socket.display()),
+            ],
+        )?;
+        anyhow::ensure!(
+            wait_until(Duration::from_secs(5), || socket.exists()),
+            "ovsdb-server did not open {}{}",
+            socket.display(),
+            this.log_tails()
+        );
+        this.vsctl(&["--no-wait", "init"])?;
+        this.spawn("ovs-vswitchd", std::slice::from_ref(&remote))?;
+        let ip = node.ip();
+        this.vsctl(&[
+            "set",
+            "open",
+            ".",
+            &format!("external_ids:system-id={chassis}"),
+            &format!("external_ids:hostname={chassis}"),
+            &format!(
+                "external_ids:ovn-remote={}",
+                lab.unix_remote(Db::Southbound)
+            ),
+            "external_ids:ovn-encap-type=geneve",
+            &format!("external_ids:ovn-encap-ip={ip}"),
+            "external_ids:ovn-bridge-datapath-type=netdev",
+        ])?;
+        this.vsctl(&[
+            "--may-exist",
+            "add-br",
+            "br-int",
+            "--",
+            "set",
+            "bridge",
+            "br-int",
+            "datapath_type=netdev",
+            "fail_mode=secure",
+            "other_config:disable-in-band=true",
+        ])?;
+        this.vsctl(&[
+            "--may-exist",
+            "add-br",
+            "br-phy",
+            "--",
+            "set",
+            "bridge",
+            "br-phy",
+            "datapath_type=netdev",
+            "--",
+            "--may-exist",
+            "add-port",
+            "br-phy",
+            UPLINK,
+        ])?;
+        let netns = node.netns();
+        netns.ip(&["addr", "flush", "dev", UPLINK])?;
+        netns.ip(&["link", "set", "br-phy", "up"])?;
+        netns.ip(&[
+            "addr",
+            "add",
+            &format!("{ip}/{UNDERLAY_PREFIX_LEN}"),
+            "dev",
+            "br-phy",
+        ])?;
+        this.spawn("ovn-controller", &[remote])?;
+        Ok(this)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.netns, program]);
+        for variable in [
+            "OVS_RUNDIR",
+            "OVS_DBDIR",
+            "OVS_LOGDIR",
+            "OVS_SYSCONFDIR",
+            "OVN_RUNDIR",
+            "OVN_LOGDIR",
+        ] {
+            command.env(variable, self.dir.path());
+        }
+        command
+    }
+
+    /// Starts a daemon in the foreground (tracked by PID), logging to `<dir>/<program>.log`.
+    fn spawn(&mut self, program: &str, args: &[String]) -> Result<()> {
+        let dir = self.dir.path();
+        let mut command = self.command(program);
+        command.args(args).args([
+            format!("--pidfile={}", dir.join(format!("{program}.pid")).display()),
+            format!(
+                "--log-file={}",
+                dir.join(format!("{program}.log")).display()
+            ),
+        ]);
+        let child = Child::spawn(
+            program,
+            &mut command,
+            Some(dir.join(format!("{program}.out"))),
+        )?;
+        self.daemons.push(child);
+        Ok(())
+    }
+
+    /// Runs `ovs-vsctl` against this chassis's database.
+    pub fn vsctl(&self, args: &[&str]) -> Result<String> {
+        let database = format!("--db=unix:{}", self.dir.path().join("db.sock").display());
+        output(
+            self.command("ovs-vsctl")
+                .arg(database)
+                .arg("--timeout=30")
+                .args(args),
+        )
+    }
+
+    /// Plugs host veth `interface` (in the node's namespace; its pod peer in `pod_netns`) into
+    /// `br-int` as logical port `logical_port`, with TX checksum offload off on both ends.
+    pub fn plug(
+        &self,
+        interface: &str,
+        pod_netns: &crate::netns::Netns,
+        logical_port: &str,
+    ) -> Result<()> {
+        output(self.command("ethtool").args(["-K", interface, "tx", "off"]))?;
+        pod_netns.exec("ethtool", &["-K", "eth0", "tx", "off"])?;
+        self.vsctl(&[
+            "--may-exist",
+            "add-port",
+            "br-int",
+            interface,
+            "--",
+            "set",
+            "interface",
+            interface,
+            &format!("external_ids:iface-id={logical_port}"),
+        ])?;
+        Ok(())
+    }
+
+    /// The ends of the daemons' logs, for assertion messages.
+    #[must_use]
+    pub fn log_tails(&self) -> String {
+        ["ovsdb-server", "ovs-vswitchd", "ovn-controller"]
+            .iter()
+            .map(|name| tail(&self.dir.path().join(format!("{name}.log"))))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    format!(
+        "\n--- last lines of {} ---\n{}",
+        path.display(),
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    )
+}
+
+impl Drop for OvsChassis {
+    fn drop(&mut self) {
+        while let Some(mut daemon) = self.daemons.pop() {
+            daemon.stop();
+        }
+    }
+}

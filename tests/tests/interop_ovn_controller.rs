@@ -1,0 +1,171 @@
+//! Wire compatibility with real OVN: node1 forwards with ovnbpf (agent + eBPF), node2 is a real
+//! ovn-controller chassis on the OVS userspace datapath, both bound in the same Southbound.
+//! Pods on the two nodes reach each other with ping and TCP in both directions, and broadcasts
+//! cross in both directions (ovnbpf's copy for `_MC_flood` is delivered by OVS, OVS's by ovnbpf).
+
+mod common;
+
+use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
+
+use ovnbpf_tests::{
+    agent::AgentSpec,
+    kubeovn::{Topology, mac_for},
+    names::unique_prefix,
+    network::{Pod, PodSpec, Underlay},
+    ovn::OvnLab,
+    ovs_chassis::OvsChassis,
+    process::{Child, wait_until},
+    require_root, workspace_binary,
+};
+
+const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+
+/// Starts a capture of broadcast echo requests on `pod`'s eth0, logging to `log`.
+fn capture_broadcasts(pod: &Pod, log: PathBuf) -> Child {
+    pod.netns()
+        .spawn(
+            "tcpdump",
+            "tcpdump",
+            &["-i", "eth0", "-nn", "-l", "icmp and ether broadcast"],
+            Some(log),
+        )
+        .unwrap()
+}
+
+fn broadcast_ping(from: &Pod) {
+    let ping = from
+        .netns()
+        .command("ping")
+        .args(["-b", "-n", "-c", "3", "-i", "0.2", "-W", "1", "10.0.1.255"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ping.stdout).contains("3 packets transmitted"),
+        "{ping:?}"
+    );
+}
+
+fn echo_requests(log: &PathBuf) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("ICMP echo request")
+        .count()
+}
+
+#[test]
+fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let prefix = unique_prefix();
+    let mut underlay = Underlay::create(&prefix).unwrap();
+    let nodes = [
+        underlay.add_node("node1").unwrap(),
+        underlay.add_node("node2").unwrap(),
+    ];
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap();
+    for (name, ip) in [("a1", A1), ("a2", A2)] {
+        topology.pod("subnet-a", name, "ns", &mac_for(name), ip);
+    }
+    topology.apply(&lab).unwrap();
+    let pods: Vec<Pod> = [("a1", A1, 0), ("a2", A2, 1)]
+        .iter()
+        .map(|(name, ip, node)| {
+            nodes[*node]
+                .add_pod(&PodSpec {
+                    name,
+                    host_interface: &format!("{name}_h"),
+                    mac: Some(&mac_for(name)),
+                    address: Some(&format!("{ip}/24")),
+                    gateway: None,
+                    mtu: Some(1442),
+                })
+                .unwrap()
+        })
+        .collect();
+    let (a1, a2) = (&pods[0], &pods[1]);
+
+    let peer = OvsChassis::start(&lab, &nodes[1], "node2").unwrap();
+    peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
+    // OVS's userspace datapath reads frames whole: a1 must not hand it partial checksums or
+    // GSO super-packets inside the tunnel (a kernel OVS peer would take both).
+    a1.netns()
+        .exec("ethtool", &["-K", "eth0", "tx", "off"])
+        .unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let agent = AgentSpec {
+        chassis: "node1",
+        node: &nodes[0],
+        local_ports: vec!["a1.ns=a1_h".into()],
+        pin_root: None,
+    }
+    .spawn(
+        &lab,
+        &workspace_binary("ovnbpf-agent"),
+        log_dir.path().join("node1.log"),
+    )
+    .unwrap();
+    let logs = || format!("{}{}", agent.log_tail(), peer.log_tails());
+    let up = wait_until(Duration::from_secs(30), || {
+        common::port_up(&lab, "a1.ns") && common::port_up(&lab, "a2.ns")
+    });
+    assert!(up, "ports not up{}", logs());
+
+    // Unicast both ways: ovnbpf's Geneve into OVS, OVS's into ovnbpf.
+    let reached = wait_until(Duration::from_secs(10), || {
+        a1.ping(A2, 1).is_ok_and(|n| n == 1)
+    });
+    assert!(reached, "a1 (ovnbpf) → a2 (ovn-controller){}", logs());
+    assert_eq!(a1.ping(A2, 5).unwrap(), 5, "a1 → a2{}", logs());
+    assert_eq!(a2.ping(A1, 5).unwrap(), 5, "a2 → a1{}", logs());
+
+    // TCP both ways.
+    for (client, server, server_ip) in [(a1, a2, A2), (a2, a1, A1)] {
+        let mut iperf = server
+            .netns()
+            .spawn(
+                "iperf3",
+                "iperf3",
+                &["-s", "-1", "-B", &server_ip.to_string()],
+                None,
+            )
+            .unwrap();
+        let mut report = String::new();
+        let done = wait_until(Duration::from_secs(10), || {
+            match client.netns().exec(
+                "iperf3",
+                &["-c", &server_ip.to_string(), "-t", "1", "-f", "m"],
+            ) {
+                Ok(text) => {
+                    report = text;
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        iperf.stop();
+        assert!(done, "TCP to {server_ip} failed{}", logs());
+        assert!(report.contains("receiver"), "{report}");
+    }
+
+    // Broadcasts both ways: each side's flood copy is delivered by the other.
+    for (sender, receiver, name) in [(a1, a2, "a2"), (a2, a1, "a1")] {
+        let log = log_dir.path().join(format!("{name}-capture.txt"));
+        let capture = capture_broadcasts(receiver, log.clone());
+        std::thread::sleep(Duration::from_millis(700));
+        broadcast_ping(sender);
+        let seen = wait_until(Duration::from_secs(5), || echo_requests(&log) >= 3);
+        drop(capture);
+        assert!(
+            seen,
+            "{name} got {} broadcasts{}",
+            echo_requests(&log),
+            logs()
+        );
+    }
+    drop(agent);
+    drop(peer);
+}
