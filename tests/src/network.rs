@@ -223,6 +223,31 @@ impl Pod {
         self.ping_every(target, count, "0.05")
     }
 
+    /// A one-second iperf3 TCP stream from this pod to `server` at `server_ip` (retried for up to
+    /// 5 s while the path comes up); the client's report.
+    pub fn tcp_stream_to(&self, server: &Pod, server_ip: Ipv4Addr) -> Result<String> {
+        let ip = server_ip.to_string();
+        let mut listener =
+            server
+                .netns
+                .spawn("iperf3", "iperf3", &["-s", "-1", "-B", &ip], None)?;
+        let mut report = Err(anyhow::anyhow!("iperf3 never ran"));
+        let connected = crate::process::wait_until(std::time::Duration::from_secs(5), || {
+            report = self
+                .netns
+                .exec("iperf3", &["-c", &ip, "-t", "1", "-f", "m"]);
+            report.is_ok()
+        });
+        listener.stop();
+        let report = report.with_context(|| format!("TCP {} → {ip}", self.name))?;
+        anyhow::ensure!(
+            connected && report.contains("receiver"),
+            "TCP {} → {ip}: {report}",
+            self.name
+        );
+        Ok(report)
+    }
+
     /// Sends `count` echo requests `interval` seconds apart (ping's `-i`) and returns how many
     /// replies came back.
     pub fn ping_every(&self, target: Ipv4Addr, count: u32, interval: &str) -> Result<u32> {

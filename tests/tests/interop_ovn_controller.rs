@@ -124,31 +124,8 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
 
     // TCP both ways.
     for (client, server, server_ip) in [(a1, a2, A2), (a2, a1, A1)] {
-        let mut iperf = server
-            .netns()
-            .spawn(
-                "iperf3",
-                "iperf3",
-                &["-s", "-1", "-B", &server_ip.to_string()],
-                None,
-            )
-            .unwrap();
-        let mut report = String::new();
-        let done = wait_until(Duration::from_secs(10), || {
-            match client.netns().exec(
-                "iperf3",
-                &["-c", &server_ip.to_string(), "-t", "1", "-f", "m"],
-            ) {
-                Ok(text) => {
-                    report = text;
-                    true
-                }
-                Err(_) => false,
-            }
-        });
-        iperf.stop();
-        assert!(done, "TCP to {server_ip} failed{}", logs());
-        assert!(report.contains("receiver"), "{report}");
+        let report = client.tcp_stream_to(server, server_ip);
+        assert!(report.is_ok(), "{report:?}{}", logs());
     }
 
     // Broadcasts both ways: each side's flood copy is delivered by the other.

@@ -1,7 +1,10 @@
-//! Flooding through the agents' eBPF datapath: a broadcast from a pod reaches every other pod of
+//! L2 inside VPCs through the agents' eBPF datapath, two VPCs whose subnets both use
+//! 10.0.1.0/24 on two nodes. Unicast (ping and TCP) reaches the same VPC's pods on the same node
+//! (redirect into the peer veth) and on the other node (Geneve); the per-port counters show
+//! nothing delivered to the other VPC's pods meanwhile. A broadcast reaches every other pod of
 //! its switch, on its own node (a clone into the local member's veth) and on the other node (one
 //! Geneve copy carrying `_MC_flood`'s key, delivered there to the local members), and no pod of
-//! the other VPC, whose subnet uses the same addresses.
+//! the other VPC.
 
 mod common;
 
@@ -9,6 +12,7 @@ use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
 use ovnbpf_tests::{
     agent::AgentSpec,
+    bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     network::{Pod, PodSpec, Underlay},
@@ -28,7 +32,7 @@ const PODS: [(&str, &str, usize, Ipv4Addr); 5] = [
 ];
 
 #[test]
-fn a_broadcast_reaches_every_pod_of_its_switch_on_every_node_and_no_other() {
+fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else() {
     require_root();
     let lab = OvnLab::start().unwrap();
     let prefix = unique_prefix();
@@ -64,6 +68,7 @@ fn a_broadcast_reaches_every_pod_of_its_switch_on_every_node_and_no_other() {
         .collect();
 
     let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = BpfMount::create().unwrap();
     let agents: Vec<Child> = nodes
         .iter()
         .enumerate()
@@ -77,7 +82,7 @@ fn a_broadcast_reaches_every_pod_of_its_switch_on_every_node_and_no_other() {
                     .filter(|(_, _, node_index, _)| *node_index == index)
                     .map(|(name, ..)| format!("{name}.ns={name}_h"))
                     .collect(),
-                pin_root: None,
+                pin_root: Some(bpffs.path().join(chassis)),
             }
             .spawn(
                 &lab,
@@ -94,7 +99,45 @@ fn a_broadcast_reaches_every_pod_of_its_switch_on_every_node_and_no_other() {
     });
     assert!(all_up, "not every pod came up{}", logs());
 
-    // Every other pod listens for broadcast echo requests.
+    // Unicast: vpc-b's pods stay quiet (no IPv6 chatter) while vpc-a talks, same node and across.
+    for pod in &pods[3..] {
+        pod.netns()
+            .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = || {
+        [0, 1].map(|index| {
+            common::datapath_counters(&nodes[index], &bpffs.path().join(common::NODES[index]))
+        })
+    };
+    let before = counters();
+    let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
+    for (from, to, ip, what) in [
+        (a1, a3, PODS[2].3, "a1 → a3, same node"),
+        (a1, a2, PODS[1].3, "a1 → a2, across nodes"),
+        (a2, a3, PODS[2].3, "a2 → a3, across nodes"),
+    ] {
+        assert_eq!(from.ping(ip, 3).unwrap(), 3, "{what}{}", logs());
+        let report = from.tcp_stream_to(to, ip);
+        assert!(report.is_ok(), "{what}: {report:?}{}", logs());
+    }
+    let after = counters();
+    let delivered = |node: usize, interface: &str| {
+        common::delivered(&after[node], interface) - common::delivered(&before[node], interface)
+    };
+    assert!(
+        delivered(0, "a3_h") > 1000,
+        "a3 got the TCP streams: {after:?}"
+    );
+    assert!(
+        delivered(1, "a2_h") > 1000,
+        "a2 got the TCP stream: {after:?}"
+    );
+    assert_eq!(delivered(0, "b1_h"), 0, "{before:?} {after:?}");
+    assert_eq!(delivered(1, "b2_h"), 0, "{before:?} {after:?}");
+
+    // Broadcast: every other pod listens for broadcast echo requests.
     let captures: Vec<(&str, Child, PathBuf)> = pods
         .iter()
         .zip(PODS)
