@@ -3,6 +3,7 @@
 //! doc says what it owns.
 
 pub mod chassis;
+pub mod cni;
 pub mod daemon;
 pub mod dataplane;
 pub mod lflow;

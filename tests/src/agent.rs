@@ -22,6 +22,9 @@ pub struct AgentSpec<'a> {
     pub local_ports: Vec<String>,
     /// Pin root for maps and links (see [`crate::bpffs::BpfMount`]); `None` pins nothing.
     pub pin_root: Option<PathBuf>,
+    /// Serve CNI on `<dir>/cni.sock`, recording attachments under `<dir>/state`, waiting 5 s for
+    /// a pod's Port_Binding (tests ask for missing ones); `None` serves no CNI.
+    pub cni_dir: Option<PathBuf>,
 }
 
 impl AgentSpec<'_> {
@@ -44,6 +47,17 @@ impl AgentSpec<'_> {
         match &self.pin_root {
             Some(root) => args.extend(["--pin-dir".into(), root.display().to_string()]),
             None => args.push("--no-pins".into()),
+        }
+        match &self.cni_dir {
+            Some(dir) => args.extend([
+                "--cni-socket".into(),
+                dir.join("cni.sock").display().to_string(),
+                "--state-dir".into(),
+                dir.join("state").display().to_string(),
+                "--cni-port-wait-s".into(),
+                "5".into(),
+            ]),
+            None => args.push("--no-cni".into()),
         }
         for port in &self.local_ports {
             args.extend(["--local-port".to_string(), port.clone()]);

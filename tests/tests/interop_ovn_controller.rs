@@ -101,6 +101,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
         node: &nodes[0],
         local_ports: vec!["a1.ns=a1_h".into()],
         pin_root: None,
+        cni_dir: None,
     }
     .spawn(
         &lab,

@@ -83,6 +83,7 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
                     .map(|(name, ..)| format!("{name}.ns={name}_h"))
                     .collect(),
                 pin_root: Some(bpffs.path().join(chassis)),
+                cni_dir: None,
             }
             .spawn(
                 &lab,

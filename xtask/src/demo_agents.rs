@@ -42,6 +42,7 @@ pub fn spawn_agent(
         node,
         local_ports: local_ports.to_vec(),
         pin_root: Some(pin_root.join(name)),
+        cni_dir: None,
     }
     .spawn(lab, agent, log)
 }

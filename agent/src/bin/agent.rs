@@ -9,6 +9,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use ovnbpf_agent::{
     chassis::{self, ChassisConfig},
+    cni::{
+        handler::{Handler, HandlerConfig},
+        plumbing, server,
+        store::AttachmentStore,
+    },
     daemon::{self, DaemonConfig},
     dataplane::ebpf::{
         KernelPrograms,
@@ -78,6 +83,21 @@ struct RunArgs {
     /// Pin nothing: the programs detach when the agent exits.
     #[arg(long)]
     no_pins: bool,
+    /// Serve CNI requests (Kube-OVN's API) on this unix socket (with --uplink).
+    #[arg(long, default_value = "/run/ovnbpf/cni.sock")]
+    cni_socket: std::path::PathBuf,
+    /// Serve no CNI requests.
+    #[arg(long)]
+    no_cni: bool,
+    /// Where CNI attachments are recorded, so a restarted agent keeps forwarding for its pods.
+    #[arg(long, default_value = "/run/ovnbpf")]
+    state_dir: std::path::PathBuf,
+    /// MTU of pod NICs (0: the uplink's MTU minus 100, Kube-OVN's Geneve default).
+    #[arg(long, default_value_t = 0)]
+    pod_mtu: u32,
+    /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
+    #[arg(long, default_value_t = 20)]
+    cni_port_wait_s: u64,
     /// Echo the Southbound server after this many seconds of silence (0 = never).
     #[arg(long, default_value_t = 60)]
     probe_interval_s: u64,
@@ -130,6 +150,28 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         (names, interfaces)
     };
+    // Pods the CNI server attached before a restart: keep forwarding for them.
+    let store = match (&args.uplink, args.no_cni) {
+        (Some(_), false) => Some(
+            AttachmentStore::open(&args.state_dir)
+                .with_context(|| format!("opening the state dir {}", args.state_dir.display()))?,
+        ),
+        _ => None,
+    };
+    let mut interfaces = interfaces;
+    let mut restored_ports = Vec::new();
+    for record in store.iter().flat_map(AttachmentStore::all) {
+        if plumbing::host_interface_exists(&record.host_interface) {
+            restored_ports.push(record.logical_port.clone());
+            interfaces.push((record.logical_port, record.host_interface));
+        } else {
+            tracing::warn!(
+                port = record.logical_port,
+                interface = record.host_interface,
+                "a recorded CNI attachment lost its interface; DEL or GC will clean it up"
+            );
+        }
+    }
     let datapath_config = match &args.uplink {
         Some(uplink) => Some(NodeDatapathConfig {
             chassis: name.clone(),
@@ -157,8 +199,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             bridge_mappings: args.bridge_mappings,
         },
         local_ports,
+        restored_ports,
         probe_interval: (args.probe_interval_s > 0)
             .then(|| Duration::from_secs(args.probe_interval_s)),
+    };
+    let pod_mtu = match (args.pod_mtu, &args.uplink) {
+        (0, Some(uplink)) => interface_mtu(uplink)?.saturating_sub(100),
+        (mtu, _) => mtu,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
@@ -175,9 +222,46 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-        daemon::run(config, datapath, shutdown_signal()).await;
+        let (handle, commands) = daemon::ports::channel();
+        let cni = match store {
+            Some(store) => {
+                let listener = server::bind(&args.cni_socket).with_context(|| {
+                    format!("binding the CNI socket {}", args.cni_socket.display())
+                })?;
+                let handler = Handler::new(
+                    handle,
+                    store,
+                    HandlerConfig {
+                        mtu: pod_mtu,
+                        port_wait: Duration::from_secs(args.cni_port_wait_s),
+                    },
+                );
+                tracing::info!(socket = %args.cni_socket.display(), pod_mtu, "serving CNI");
+                Some(tokio::spawn(server::serve(
+                    listener,
+                    std::sync::Arc::new(handler),
+                    std::sync::Arc::default(),
+                )))
+            }
+            None => None,
+        };
+        daemon::run(config, datapath, commands, shutdown_signal()).await;
+        if let Some(cni) = cni {
+            cni.abort();
+            let _ = std::fs::remove_file(&args.cni_socket);
+        }
         Ok(())
     })
+}
+
+/// The MTU of `interface` in the agent's namespace.
+fn interface_mtu(interface: &str) -> anyhow::Result<u32> {
+    let path = format!("/sys/class/net/{interface}/mtu");
+    std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {path}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("parsing {path}"))
 }
 
 /// Resolves on SIGTERM or SIGINT.

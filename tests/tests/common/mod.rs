@@ -142,6 +142,7 @@ pub fn overlapping_agent<'a>(
             .map(|(name, ..)| format!("{name}.ns={name}_h"))
             .collect(),
         pin_root: pin_root.map(|root| root.join(NODES[index])),
+        cni_dir: None,
     }
 }
 

@@ -54,6 +54,9 @@ pub enum NodeDatapathError {
 pub struct NodeDatapath {
     programs: KernelPrograms,
     l2: L2State,
+    pins: Option<PinLayout>,
+    /// Logical port → its host veth (name, index).
+    plugged: HashMap<String, (String, u32)>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
 }
@@ -89,10 +92,12 @@ impl NodeDatapath {
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let mut l2 = L2State::new(&config.chassis);
         let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
+        let mut plugged = HashMap::new();
         for (port, interface) in &config.interfaces {
             let index = ifindex(interface)?;
             l2.set_interface(port, Some(index));
             hooks.push((Hook::Pod, interface, index));
+            plugged.insert(port.clone(), (interface.clone(), index));
         }
         let mut linked = HashSet::new();
         for (hook, interface, index) in hooks {
@@ -121,8 +126,56 @@ impl NodeDatapath {
         Ok(Self {
             programs,
             l2,
+            pins,
+            plugged,
             adopted,
         })
+    }
+
+    /// Attaches `from_pod` to `interface` (pinned, when pinning) and forwards for logical port
+    /// `port` through it; returns the map writes made.
+    pub fn plug(&mut self, port: &str, interface: &str) -> Result<usize, NodeDatapathError> {
+        let index = ifindex(interface)?;
+        match &self.pins {
+            Some(pins) => {
+                let pin = pins.link_path(Hook::Pod, index);
+                self.programs.attach_pinned(Hook::Pod, interface, &pin)?;
+            }
+            None => self.programs.attach(Hook::Pod, interface)?,
+        }
+        if let Some((_, old_index)) = self
+            .plugged
+            .insert(port.to_string(), (interface.to_string(), index))
+            && old_index != index
+            && let Some(pins) = &self.pins
+        {
+            unpin_link(&pins.link_path(Hook::Pod, old_index));
+        }
+        self.l2.set_interface(port, Some(index));
+        info!(port, interface, ifindex = index, "port plugged");
+        Ok(self.l2.flush(&mut self.programs)?)
+    }
+
+    /// Stops forwarding for `port`: its map entries go, its link is unpinned (the link itself
+    /// goes with the veth). Returns the map writes made.
+    pub fn unplug(&mut self, port: &str) -> Result<usize, EbpfError> {
+        let Some((interface, index)) = self.plugged.remove(port) else {
+            return Ok(0);
+        };
+        self.l2.set_interface(port, None);
+        if let Some(pins) = &self.pins {
+            unpin_link(&pins.link_path(Hook::Pod, index));
+        }
+        info!(port, interface, "port unplugged");
+        self.l2.flush(&mut self.programs)
+    }
+
+    /// The host veth `port` is plugged into.
+    #[must_use]
+    pub fn interface_of(&self, port: &str) -> Option<&str> {
+        self.plugged
+            .get(port)
+            .map(|(interface, _)| interface.as_str())
     }
 
     /// The drop-event ring buffer's consumer (`None` after the first call).

@@ -13,6 +13,10 @@ use std::{
 use serde_json::Value;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+pub mod ports;
+
+use ports::{Pending, PortCommand, PortCommands, PortError, PortStatus};
+
 use crate::{
     chassis::{self, ChassisConfig},
     dataplane::ebpf::node::NodeDatapath,
@@ -37,6 +41,8 @@ pub struct DaemonConfig {
     pub chassis: ChassisConfig,
     /// Logical ports bound to this node by configuration (ports the CNI will add come later).
     pub local_ports: Vec<String>,
+    /// Ports the CNI server attached before a restart (released again by CNI DEL).
+    pub restored_ports: Vec<String>,
     pub probe_interval: Option<Duration>,
 }
 
@@ -61,7 +67,12 @@ struct Daemon {
     compiler: Compiler,
     handle: SessionHandle,
     scope: LocalScope,
+    /// Ports bound here: the configured ones and those the CNI server plugged.
     local_ports: HashSet<String>,
+    /// Replies to port commands waiting for the Southbound.
+    pending: Pending,
+    /// Whether a Southbound snapshot has been applied.
+    synced: bool,
     /// Last submitted write per purpose, with when, so a write is not repeated while its effect
     /// has not arrived in the replica yet.
     in_flight: Vec<(Vec<Value>, Instant)>,
@@ -91,6 +102,7 @@ const SWEEP_DELAY: Duration = Duration::from_secs(3);
 pub async fn run(
     config: DaemonConfig,
     mut datapath: Option<NodeDatapath>,
+    mut commands: PortCommands,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> DaemonStats {
     let span = info_span!("agent", chassis = %config.chassis.name);
@@ -100,7 +112,12 @@ pub async fn run(
             .and_then(NodeDatapath::take_drop_events)
             .map(|events| tokio::spawn(events.follow(DROP_LOGS_PER_SECOND).in_current_span()));
         let scope = LocalScope {
-            ports: config.local_ports.iter().cloned().collect(),
+            ports: config
+                .local_ports
+                .iter()
+                .chain(&config.restored_ports)
+                .cloned()
+                .collect(),
             ..LocalScope::default()
         };
         let tables =
@@ -111,7 +128,12 @@ pub async fn run(
             ..ConnectionOptions::default()
         };
         let (handle, mut events) = session::start(session_config);
-        let local_ports = config.local_ports.iter().cloned().collect();
+        let local_ports = config
+            .local_ports
+            .iter()
+            .chain(&config.restored_ports)
+            .cloned()
+            .collect();
         let mut daemon = Daemon {
             config,
             sb: Southbound::new(),
@@ -119,6 +141,8 @@ pub async fn run(
             handle,
             scope,
             local_ports,
+            pending: Pending::default(),
+            synced: false,
             in_flight: Vec::new(),
             datapath,
             encaps: HashMap::new(),
@@ -126,6 +150,7 @@ pub async fn run(
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
+        let mut commands_open = true;
         loop {
             let sweep_at = daemon.sweep_at;
             let sweep_due = async move {
@@ -137,6 +162,10 @@ pub async fn run(
             tokio::select! {
                 () = &mut shutdown => break,
                 () = sweep_due => daemon.sweep_datapath(),
+                command = commands.recv(), if commands_open => match command {
+                    Some(command) => daemon.command(command).await,
+                    None => commands_open = false,
+                },
                 event = events.recv() => match event {
                     Some(event) => daemon.handle(&event).await,
                     None => break,
@@ -164,8 +193,11 @@ fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
 impl Daemon {
     async fn handle(&mut self, event: &SessionEvent) {
         self.stats.events += 1;
-        if matches!(event, SessionEvent::Snapshot { .. }) && self.datapath.is_some() {
-            self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
+        if matches!(event, SessionEvent::Snapshot { .. }) {
+            self.synced = true;
+            if self.datapath.is_some() {
+                self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
+            }
         }
         let changes = self.sb.apply(event);
         self.record(event, &changes);
@@ -203,6 +235,125 @@ impl Daemon {
             self.update_scope(chassis.uuid);
         }
         self.acknowledge_nb_cfg().await;
+        self.poll_pending();
+    }
+
+    /// Answers the port commands the replica can now answer.
+    fn poll_pending(&mut self) {
+        let chassis = self
+            .sb
+            .chassis_by_name(&self.config.chassis.name)
+            .map(|c| c.uuid);
+        self.pending.poll(&self.sb, |binding| {
+            chassis.is_some() && binding.chassis == chassis && binding.up != Some(false)
+        });
+    }
+
+    /// Recomputes the monitored scope now (after the local ports changed).
+    fn refresh_scope(&mut self) {
+        if let Some(chassis) = self.sb.chassis_by_name(&self.config.chassis.name) {
+            self.update_scope(chassis.uuid);
+        }
+    }
+
+    /// Applies one request of the CNI server.
+    async fn command(&mut self, command: PortCommand) {
+        // An explicit request may repeat an earlier write on purpose (claim, release, claim
+        // again within seconds): nothing in flight suppresses it.
+        self.in_flight.clear();
+        let chassis = self
+            .sb
+            .chassis_by_name(&self.config.chassis.name)
+            .map(|c| c.uuid);
+        match command {
+            PortCommand::Bind { port, reply } => {
+                info!(port, "binding port");
+                self.local_ports.insert(port.clone());
+                self.refresh_scope();
+                if let Some(chassis) = chassis {
+                    self.claim_local_ports(chassis).await;
+                }
+                self.pending.wait_for_facts(port, reply);
+            }
+            PortCommand::Plug {
+                port,
+                interface,
+                reply,
+            } => {
+                let Some(datapath) = self.datapath.as_mut() else {
+                    let _ = reply.send(Err(PortError::Rejected(
+                        "this agent does not forward (started without --uplink)".into(),
+                    )));
+                    return;
+                };
+                match datapath.plug(&port, &interface) {
+                    Ok(writes) => self.stats.datapath_writes += writes as u64,
+                    Err(error) => {
+                        self.stats.datapath_errors += 1;
+                        let _ = reply.send(Err(PortError::Rejected(format!(
+                            "plugging {port} into {interface}: {error}"
+                        ))));
+                        return;
+                    }
+                }
+                self.local_ports.insert(port.clone());
+                if let Some(chassis) = chassis {
+                    self.claim_local_ports(chassis).await;
+                    self.report_ports_up(chassis).await;
+                }
+                self.pending.wait_for_up(port, reply);
+            }
+            PortCommand::Unplug {
+                port,
+                interface,
+                reply,
+            } => {
+                if let Some(datapath) = self.datapath.as_mut() {
+                    if datapath
+                        .interface_of(&port)
+                        .is_some_and(|current| current != interface)
+                    {
+                        // A stale DEL: the port lives on in another sandbox's NIC.
+                        info!(port, interface, "unplug of a replaced interface ignored");
+                        let _ = reply.send(Ok(()));
+                        return;
+                    }
+                    match datapath.unplug(&port) {
+                        Ok(writes) => self.stats.datapath_writes += writes as u64,
+                        Err(error) => {
+                            self.stats.datapath_errors += 1;
+                            warn!(port, %error, "removing the port's map entries failed");
+                        }
+                    }
+                }
+                if !self.config.local_ports.contains(&port) {
+                    self.local_ports.remove(&port);
+                }
+                if let (Some(chassis), Some(binding)) = (chassis, self.sb.port_by_name(&port)) {
+                    let ops = chassis::release_ops(&binding, chassis);
+                    self.write("release port", ops).await;
+                }
+                self.refresh_scope();
+                let _ = reply.send(Ok(()));
+            }
+            PortCommand::Status { port, reply } => {
+                let mut status = PortStatus {
+                    ready: self.synced && chassis.is_some() && self.datapath.is_some(),
+                    ..PortStatus::default()
+                };
+                if let Some(port) = port {
+                    status.programmed = self
+                        .datapath
+                        .as_ref()
+                        .is_some_and(|datapath| datapath.programmed(&port));
+                    status.up = self.sb.port_by_name(&port).is_some_and(|binding| {
+                        chassis.is_some() && binding.chassis == chassis && binding.up != Some(false)
+                    });
+                }
+                let _ = reply.send(status);
+            }
+        }
+        self.poll_pending();
     }
 
     fn record(&mut self, event: &SessionEvent, changes: &ChangeSet) {
@@ -292,7 +443,7 @@ impl Daemon {
             return;
         };
         let mut ops = Vec::new();
-        for name in &self.config.local_ports {
+        for name in &self.local_ports {
             if let Some(port) = self.sb.port_by_name(name)
                 && datapath.programmed(name)
             {
@@ -305,7 +456,7 @@ impl Daemon {
     /// Claims configured local ports not yet bound here.
     async fn claim_local_ports(&mut self, chassis: uuid::Uuid) {
         let mut ops = Vec::new();
-        for name in &self.config.local_ports {
+        for name in &self.local_ports {
             if let Some(port) = self.sb.port_by_name(name) {
                 ops.extend(chassis::claim_ops(&port, chassis));
             }

@@ -1,0 +1,335 @@
+//! The CNI operations, in Kube-OVN's API: ADD (bind the logical port, build the NIC, plug it into
+//! the datapath, wait until the Port_Binding is up), DEL (unplug, release, remove the NIC; always
+//! idempotent), CHECK, STATUS and GC. Operations on one pod are serialised; different pods run
+//! concurrently. Talks to the daemon loop through a [`DaemonHandle`], builds NICs with
+//! [`plumbing`], and records attachments in the [`AttachmentStore`].
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use ovnbpf_cni::wire::{
+    Attachment, CniRequest, CniResponse, IpConfig, Route, host_interface_name, logical_port_name,
+};
+use tracing::{info, warn};
+
+use super::{
+    plumbing::{self, PodNic},
+    store::{AttachmentRecord, AttachmentStore},
+};
+use crate::daemon::ports::{DaemonHandle, PortError};
+
+/// Why an operation failed; the server turns it into an HTTP status and the error string.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Failed(String),
+    #[error("not ready: {0}")]
+    NotReady(String),
+}
+
+impl From<PortError> for HandlerError {
+    fn from(error: PortError) -> Self {
+        HandlerError::Failed(error.to_string())
+    }
+}
+
+/// How the handler is set up.
+#[derive(Clone, Debug)]
+pub struct HandlerConfig {
+    /// MTU of pod NICs.
+    pub mtu: u32,
+    /// How long ADD waits for the Port_Binding, and then for it to be up.
+    pub port_wait: Duration,
+}
+
+/// The CNI operations of one agent.
+pub struct Handler {
+    daemon: DaemonHandle,
+    store: AttachmentStore,
+    config: HandlerConfig,
+    /// One lock per logical port, so ADD and DEL of the same pod never interleave.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Counters for logs and the status endpoint.
+fn elapsed_ms(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+impl Handler {
+    #[must_use]
+    pub fn new(daemon: DaemonHandle, store: AttachmentStore, config: HandlerConfig) -> Self {
+        Self {
+            daemon,
+            store,
+            config,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock_for(&self, port: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = match self.locks.lock() {
+            Ok(locks) => locks,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Locks of finished operations are dropped, so the map holds only live pods.
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Arc::clone(locks.entry(port.to_string()).or_default())
+    }
+
+    fn names(request: &CniRequest) -> Result<(String, String, String), HandlerError> {
+        for (field, value) in [
+            ("pod_name", &request.pod_name),
+            ("pod_namespace", &request.pod_namespace),
+            ("container_id", &request.container_id),
+        ] {
+            if value.is_empty() {
+                return Err(HandlerError::BadRequest(format!("{field} is empty")));
+            }
+        }
+        let if_name = if request.if_name.is_empty() {
+            "eth0".to_string()
+        } else {
+            request.if_name.clone()
+        };
+        if if_name.len() > 15 || if_name.contains('/') || if_name.contains(char::is_whitespace) {
+            return Err(HandlerError::BadRequest(format!(
+                "interface name {if_name:?} is not a valid Linux interface name"
+            )));
+        }
+        let port = logical_port_name(&request.pod_name, &request.pod_namespace, &request.provider);
+        let host = host_interface_name(&request.container_id, &if_name);
+        Ok((port, host, if_name))
+    }
+
+    /// ADD: see the module doc. Any failure after the NIC exists removes it again.
+    pub async fn add(&self, request: &CniRequest) -> Result<CniResponse, HandlerError> {
+        let start = Instant::now();
+        let (port, host, if_name) = Self::names(request)?;
+        if request.net_ns.is_empty() {
+            return Err(HandlerError::BadRequest("net_ns is empty".into()));
+        }
+        let lock = self.lock_for(&port);
+        let _guard = lock.lock().await;
+        let facts = match self.daemon.bind(&port, self.config.port_wait).await {
+            Ok(facts) => facts,
+            Err(error) => {
+                let _ = self.daemon.unplug(&port, &host).await;
+                return Err(error.into());
+            }
+        };
+        let nic = PodNic {
+            netns: PathBuf::from(&request.net_ns),
+            host_interface: host.clone(),
+            pod_interface: if_name.clone(),
+            mac: facts.mac.clone(),
+            mtu: self.config.mtu,
+            ip: facts.ip,
+            prefix_len: facts.prefix_len,
+            gateway: Some(facts.gateway),
+        };
+        let built = {
+            let nic = nic.clone();
+            tokio::task::spawn_blocking(move || plumbing::create(&nic)).await
+        };
+        let names = (
+            request.container_id.as_str(),
+            if_name.as_str(),
+            port.as_str(),
+            host.as_str(),
+        );
+        match built {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return Err(self.rollback(names, error.to_string()).await),
+            Err(error) => {
+                return Err(self
+                    .rollback(names, format!("building the NIC: {error}"))
+                    .await);
+            }
+        }
+        let record = AttachmentRecord {
+            container_id: request.container_id.clone(),
+            if_name: if_name.clone(),
+            netns: request.net_ns.clone(),
+            logical_port: port.clone(),
+            host_interface: host.clone(),
+        };
+        if let Err(error) = self.store.save(&record) {
+            let reason = format!("recording the attachment: {error}");
+            return Err(self.rollback(names, reason).await);
+        }
+        if let Err(error) = self.daemon.plug(&port, &host, self.config.port_wait).await {
+            return Err(self.rollback(names, error.to_string()).await);
+        }
+        info!(
+            port,
+            interface = host,
+            ip = %facts.ip,
+            ms = elapsed_ms(start),
+            "CNI ADD done"
+        );
+        let network = u32::from(facts.ip)
+            & u32::MAX
+                .checked_shl(32 - u32::from(facts.prefix_len))
+                .unwrap_or(0);
+        Ok(CniResponse {
+            ips: vec![IpConfig {
+                protocol: "IPv4".into(),
+                ip: facts.ip.to_string(),
+                cidr: format!("{}/{}", std::net::Ipv4Addr::from(network), facts.prefix_len),
+                gateway: facts.gateway.to_string(),
+            }],
+            mac_address: facts.mac,
+            routes: vec![Route {
+                dst: "0.0.0.0/0".into(),
+                gw: facts.gateway.to_string(),
+            }],
+            mtu: self.config.mtu,
+            nicname: if_name,
+            dns: None,
+            error: String::new(),
+        })
+    }
+
+    /// Undoes a failed ADD (unplug and release, remove the NIC and the record) and returns the
+    /// error to report.
+    async fn rollback(
+        &self,
+        (container_id, if_name, port, host): (&str, &str, &str, &str),
+        reason: String,
+    ) -> HandlerError {
+        if let Err(error) = self.remove(container_id, if_name, port, host).await {
+            warn!(port, %error, "cleaning up after a failed ADD failed");
+        }
+        HandlerError::Failed(reason)
+    }
+
+    /// DEL: see the module doc. Succeeds when there is nothing (left) to remove.
+    pub async fn del(&self, request: &CniRequest) -> Result<(), HandlerError> {
+        let (port, host, if_name) = Self::names(request)?;
+        let lock = self.lock_for(&port);
+        let _guard = lock.lock().await;
+        self.remove(&request.container_id, &if_name, &port, &host)
+            .await
+    }
+
+    async fn remove(
+        &self,
+        container_id: &str,
+        if_name: &str,
+        port: &str,
+        host: &str,
+    ) -> Result<(), HandlerError> {
+        self.daemon.unplug(port, host).await?;
+        let interface = host.to_string();
+        tokio::task::spawn_blocking(move || plumbing::delete(&interface))
+            .await
+            .map_err(|e| HandlerError::Failed(format!("removing {host}: {e}")))?
+            .map_err(|e| HandlerError::Failed(e.to_string()))?;
+        self.store
+            .remove(container_id, if_name)
+            .map_err(|e| HandlerError::Failed(format!("forgetting the attachment: {e}")))?;
+        info!(port, interface = host, "CNI DEL done");
+        Ok(())
+    }
+
+    /// CHECK: the NIC has the port's MAC, address and default route, and the datapath forwards
+    /// for it with the Port_Binding up.
+    pub async fn check(&self, request: &CniRequest) -> Result<(), HandlerError> {
+        let (port, host, if_name) = Self::names(request)?;
+        let lock = self.lock_for(&port);
+        let _guard = lock.lock().await;
+        if self.store.get(&request.container_id, &if_name).is_none() {
+            return Err(HandlerError::Failed(format!(
+                "no attachment of container {} as {if_name}",
+                request.container_id
+            )));
+        }
+        let facts = self.daemon.bind(&port, Duration::from_secs(2)).await?;
+        let netns = PathBuf::from(&request.net_ns);
+        let name = if_name.clone();
+        let state = tokio::task::spawn_blocking(move || plumbing::inspect(&netns, &name))
+            .await
+            .map_err(|e| HandlerError::Failed(e.to_string()))?
+            .map_err(|e| HandlerError::Failed(e.to_string()))?;
+        let address = format!("{}/{}", facts.ip, facts.prefix_len);
+        let mut problems = Vec::new();
+        if !state.mac.eq_ignore_ascii_case(&facts.mac) {
+            problems.push(format!("MAC {} instead of {}", state.mac, facts.mac));
+        }
+        if !state.addresses.contains(&address) {
+            problems.push(format!("addresses {:?} lack {address}", state.addresses));
+        }
+        if state.default_gateway != Some(facts.gateway) {
+            problems.push(format!(
+                "default route via {:?} instead of {}",
+                state.default_gateway, facts.gateway
+            ));
+        }
+        let status = self.daemon.status(Some(&port)).await?;
+        if !status.programmed {
+            problems.push(format!("the datapath does not forward for {port} ({host})"));
+        }
+        if !status.up {
+            problems.push(format!("Port_Binding {port} is not bound here and up"));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(HandlerError::Failed(problems.join("; ")))
+        }
+    }
+
+    /// STATUS: ready once the Southbound is synced and the datapath loaded.
+    pub async fn status(&self) -> Result<(), HandlerError> {
+        let status = self
+            .daemon
+            .status(None)
+            .await
+            .map_err(|e| HandlerError::NotReady(e.to_string()))?;
+        if status.ready {
+            Ok(())
+        } else {
+            Err(HandlerError::NotReady(
+                "the Southbound is not synced or the datapath is not loaded yet".into(),
+            ))
+        }
+    }
+
+    /// GC: removes every attachment the runtime no longer lists.
+    pub async fn gc(&self, valid: &[Attachment]) -> Result<usize, HandlerError> {
+        let valid: HashSet<(&str, &str)> = valid
+            .iter()
+            .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
+            .collect();
+        let mut removed = 0;
+        for record in self.store.all() {
+            if valid.contains(&(record.container_id.as_str(), record.if_name.as_str())) {
+                continue;
+            }
+            let lock = self.lock_for(&record.logical_port);
+            let _guard = lock.lock().await;
+            match self
+                .remove(
+                    &record.container_id,
+                    &record.if_name,
+                    &record.logical_port,
+                    &record.host_interface,
+                )
+                .await
+            {
+                Ok(()) => removed += 1,
+                Err(error) => {
+                    warn!(container = record.container_id, %error, "GC could not remove an attachment")
+                }
+            }
+        }
+        Ok(removed)
+    }
+}

@@ -1,0 +1,261 @@
+//! A pod's NIC, as the CNI server builds it: a veth pair whose host end stays in the agent's
+//! namespace and whose other end goes into the pod's namespace under the requested name, with the
+//! logical port's MAC, the MTU, its address, a default route via the gateway, and a gratuitous
+//! ARP. Also reading a pod NIC back (CHECK) and deleting the host end (DEL). Uses `ip -batch`
+//! (one process per namespace) and, for the ARP, a packet socket; namespace switches happen only
+//! on helper threads ([`crate::netns::run_in`]). Blocking: call from a blocking task.
+
+use std::{
+    io::Write,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use crate::netns;
+
+/// Errors building or reading a pod NIC.
+#[derive(Debug, thiserror::Error)]
+pub enum PlumbingError {
+    #[error("the pod's network namespace {0} does not exist")]
+    NoNetns(String),
+    #[error("`ip {what}` failed: {stderr}")]
+    Ip { what: String, stderr: String },
+    #[error("running ip: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("interface {interface}: {source}")]
+    Interface {
+        interface: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+}
+
+/// Everything a pod NIC gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodNic {
+    pub netns: PathBuf,
+    /// Host end, in the agent's namespace.
+    pub host_interface: String,
+    /// Name inside the pod (CNI_IFNAME).
+    pub pod_interface: String,
+    pub mac: String,
+    pub mtu: u32,
+    pub ip: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<Ipv4Addr>,
+}
+
+/// Runs `ip -batch -` with `commands` in the caller's namespace.
+fn ip_batch(commands: &[String]) -> Result<(), PlumbingError> {
+    let mut child = Command::new("ip")
+        .args(["-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(PlumbingError::Spawn)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let script = commands.join("\n") + "\n";
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(PlumbingError::Spawn)?;
+    }
+    let output = child.wait_with_output().map_err(PlumbingError::Spawn)?;
+    if !output.status.success() {
+        return Err(PlumbingError::Ip {
+            what: commands.join("; "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The index of `interface` in the agent's namespace.
+pub fn host_ifindex(interface: &str) -> Result<u32, PlumbingError> {
+    let error = |source| PlumbingError::Interface {
+        interface: interface.to_string(),
+        source,
+    };
+    std::fs::read_to_string(format!("/sys/class/net/{interface}/ifindex"))
+        .map_err(error)?
+        .trim()
+        .parse()
+        .map_err(|e| error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+/// Whether `interface` exists in the agent's namespace.
+#[must_use]
+pub fn host_interface_exists(interface: &str) -> bool {
+    Path::new("/sys/class/net").join(interface).exists()
+}
+
+/// Builds the NIC and returns the host end's index. On failure nothing is left behind.
+pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
+    if !nic.netns.exists() {
+        return Err(PlumbingError::NoNetns(nic.netns.display().to_string()));
+    }
+    // A leftover host end of the same container (a retried ADD) is replaced.
+    delete(&nic.host_interface)?;
+    let peer = format!(
+        "{}_c",
+        nic.host_interface
+            .trim_end_matches("_h")
+            .chars()
+            .take(12)
+            .collect::<String>()
+    );
+    ip_batch(&[format!(
+        "link add {} mtu {} type veth peer name {peer} mtu {} netns {}",
+        nic.host_interface,
+        nic.mtu,
+        nic.mtu,
+        nic.netns.display()
+    )])?;
+    let result = configure_pod_side(nic, &peer).and_then(|()| {
+        ip_batch(&[
+            format!("link set {} up", nic.host_interface),
+            format!("link set {} txqueuelen 1000", nic.host_interface),
+        ])?;
+        host_ifindex(&nic.host_interface)
+    });
+    if result.is_err() {
+        let _ = delete(&nic.host_interface);
+    }
+    result
+}
+
+fn configure_pod_side(nic: &PodNic, peer: &str) -> Result<(), PlumbingError> {
+    let name = &nic.pod_interface;
+    let mut commands = vec![
+        format!("link set {peer} name {name}"),
+        format!("link set {name} address {}", nic.mac),
+        format!("addr add {}/{} dev {name}", nic.ip, nic.prefix_len),
+        format!("link set {name} up"),
+    ];
+    if let Some(gateway) = nic.gateway {
+        commands.push(format!("route replace default via {gateway} dev {name}"));
+    }
+    netns::run_in(&nic.netns, || {
+        ip_batch(&commands)?;
+        announce(name, &nic.mac, nic.ip);
+        Ok(())
+    })?
+}
+
+/// Sends one gratuitous ARP request for `ip` from `interface` (best effort: a failure is logged,
+/// neighbours learn the address at the first exchange anyway).
+fn announce(interface: &str, mac: &str, ip: Ipv4Addr) {
+    let Some(mac) = crate::lflow::parse_mac(mac) else {
+        return;
+    };
+    if let Err(error) = send_gratuitous_arp(interface, mac, ip) {
+        tracing::debug!(interface, %error, "gratuitous ARP not sent");
+    }
+}
+
+fn send_gratuitous_arp(interface: &str, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Result<()> {
+    let ifindex = std::fs::read_to_string(format!("/sys/class/net/{interface}/ifindex"))?
+        .trim()
+        .parse::<i32>()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut frame = Vec::with_capacity(42);
+    frame.extend_from_slice(&[0xff; 6]);
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&ip.octets());
+    frame.extend_from_slice(&[0; 6]);
+    frame.extend_from_slice(&ip.octets());
+    // SAFETY: plain socket calls with a sockaddr_ll we own and a buffer of the length we pass;
+    // the descriptor is closed on every path.
+    unsafe {
+        let socket = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        if socket < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut address: libc::sockaddr_ll = std::mem::zeroed();
+        address.sll_family = libc::AF_PACKET as u16;
+        address.sll_protocol = 0x0806_u16.to_be();
+        address.sll_ifindex = ifindex;
+        address.sll_halen = 6;
+        address.sll_addr[..6].copy_from_slice(&[0xff; 6]);
+        let sent = libc::sendto(
+            socket,
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            std::ptr::addr_of!(address).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        );
+        let error = std::io::Error::last_os_error();
+        libc::close(socket);
+        if sent < 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the host end (and with it the pod end); an absent interface is fine.
+pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
+    if !host_interface_exists(host_interface) {
+        return Ok(());
+    }
+    match ip_batch(&[format!("link del {host_interface}")]) {
+        Err(_) if !host_interface_exists(host_interface) => Ok(()),
+        other => other,
+    }
+}
+
+/// What a pod NIC looks like from inside the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NicState {
+    pub mac: String,
+    pub addresses: Vec<String>,
+    pub default_gateway: Option<Ipv4Addr>,
+}
+
+/// Reads `interface` in the namespace at `netns` (CHECK).
+pub fn inspect(netns_path: &Path, interface: &str) -> Result<NicState, PlumbingError> {
+    if !netns_path.exists() {
+        return Err(PlumbingError::NoNetns(netns_path.display().to_string()));
+    }
+    let run = |args: &[&str]| -> Result<String, PlumbingError> {
+        let output = Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(PlumbingError::Spawn)?;
+        if !output.status.success() {
+            return Err(PlumbingError::Ip {
+                what: args.join(" "),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    netns::run_in(netns_path, || {
+        let link = run(&["-o", "link", "show", "dev", interface])?;
+        let mac = link
+            .split("link/ether ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_default()
+            .to_string();
+        let addresses = run(&["-o", "-4", "addr", "show", "dev", interface])?
+            .lines()
+            .filter_map(|line| line.split("inet ").nth(1)?.split_whitespace().next())
+            .map(str::to_string)
+            .collect();
+        let default_gateway = run(&["-4", "route", "show", "default", "dev", interface])?
+            .split("via ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+        Ok(NicState {
+            mac,
+            addresses,
+            default_gateway,
+        })
+    })?
+}

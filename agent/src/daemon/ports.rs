@@ -1,0 +1,279 @@
+//! Ports that come and go at run time (the CNI server's): the requests other tasks send the daemon
+//! loop ([`PortCommand`], through a [`DaemonHandle`]), what a pod NIC needs to know about its
+//! logical port ([`PortFacts`], read from the Southbound replica), and the replies waiting for the
+//! Southbound to catch up ([`Pending`]). Owns no state of the loop; the loop applies the commands.
+
+use std::{net::Ipv4Addr, time::Duration};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    pipeline::ir::parse_port_security,
+    sb::{Southbound, rows::PortBinding},
+};
+
+/// What the pod side of a logical port is configured with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortFacts {
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    pub ip: Ipv4Addr,
+    /// The subnet's prefix length (from the router port that holds the gateway).
+    pub prefix_len: u8,
+    pub gateway: Ipv4Addr,
+}
+
+/// Why a port request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    #[error("{0}")]
+    Rejected(String),
+    #[error("timed out after {0:?}: {1}")]
+    Timeout(Duration, String),
+    #[error("the agent's main loop is not running")]
+    Gone,
+}
+
+/// Whether the agent can serve CNI requests, and how a port is doing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortStatus {
+    /// The Southbound snapshot is in, this chassis is registered and the datapath is loaded.
+    pub ready: bool,
+    /// For a queried port: its veth forwards (map entries installed).
+    pub programmed: bool,
+    /// For a queried port: its Port_Binding is bound here and `up`.
+    pub up: bool,
+}
+
+/// A request to the daemon loop.
+#[derive(Debug)]
+pub enum PortCommand {
+    /// Make `port` local (monitored, claimed) and answer with its facts once the Southbound has
+    /// them.
+    Bind {
+        port: String,
+        reply: oneshot::Sender<Result<PortFacts, PortError>>,
+    },
+    /// `port`'s NIC exists, its host end is `interface`: forward for it; answer once its
+    /// Port_Binding is bound here and up.
+    Plug {
+        port: String,
+        interface: String,
+        reply: oneshot::Sender<Result<(), PortError>>,
+    },
+    /// Stop forwarding for `port` if it is still plugged into `interface` (or not plugged at
+    /// all), and release its Port_Binding.
+    Unplug {
+        port: String,
+        interface: String,
+        reply: oneshot::Sender<Result<(), PortError>>,
+    },
+    /// Readiness, and `port`'s state.
+    Status {
+        port: Option<String>,
+        reply: oneshot::Sender<PortStatus>,
+    },
+}
+
+/// The sending side, for the CNI server.
+#[derive(Clone, Debug)]
+pub struct DaemonHandle {
+    commands: mpsc::UnboundedSender<PortCommand>,
+}
+
+/// The receiving side, for [`super::run`].
+pub type PortCommands = mpsc::UnboundedReceiver<PortCommand>;
+
+/// A connected handle and command stream.
+#[must_use]
+pub fn channel() -> (DaemonHandle, PortCommands) {
+    let (commands, receiver) = mpsc::unbounded_channel();
+    (DaemonHandle { commands }, receiver)
+}
+
+impl DaemonHandle {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> PortCommand,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<T, PortError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(make(reply))
+            .map_err(|_| PortError::Gone)?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(_)) => Err(PortError::Gone),
+            Err(_) => Err(PortError::Timeout(timeout, what.to_string())),
+        }
+    }
+
+    /// See [`PortCommand::Bind`].
+    pub async fn bind(&self, port: &str, timeout: Duration) -> Result<PortFacts, PortError> {
+        let port = port.to_string();
+        let what = format!("waiting for the Port_Binding of {port} and its switch's router port");
+        self.ask(|reply| PortCommand::Bind { port, reply }, timeout, &what)
+            .await?
+    }
+
+    /// See [`PortCommand::Plug`].
+    pub async fn plug(
+        &self,
+        port: &str,
+        interface: &str,
+        timeout: Duration,
+    ) -> Result<(), PortError> {
+        let (port, interface) = (port.to_string(), interface.to_string());
+        let what = format!("waiting for {port} to be bound here and up");
+        self.ask(
+            |reply| PortCommand::Plug {
+                port,
+                interface,
+                reply,
+            },
+            timeout,
+            &what,
+        )
+        .await?
+    }
+
+    /// See [`PortCommand::Unplug`].
+    pub async fn unplug(&self, port: &str, interface: &str) -> Result<(), PortError> {
+        let (port, interface) = (port.to_string(), interface.to_string());
+        self.ask(
+            |reply| PortCommand::Unplug {
+                port,
+                interface,
+                reply,
+            },
+            Duration::from_secs(30),
+            "releasing the port",
+        )
+        .await?
+    }
+
+    /// See [`PortCommand::Status`].
+    pub async fn status(&self, port: Option<&str>) -> Result<PortStatus, PortError> {
+        let port = port.map(str::to_string);
+        self.ask(
+            |reply| PortCommand::Status { port, reply },
+            Duration::from_secs(5),
+            "status",
+        )
+        .await
+    }
+}
+
+/// The facts of `port`: `Ok(None)` while the Southbound does not have them yet (no
+/// Port_Binding, or its switch's router port not replicated yet); an error when the port can
+/// never have them (no static MAC and IPv4 address).
+pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, String> {
+    let Some(binding) = sb.port_by_name(port) else {
+        return Ok(None);
+    };
+    let Some((mac, addresses)) = binding
+        .mac
+        .iter()
+        .find_map(|entry| parse_port_security(entry))
+    else {
+        return Err(format!(
+            "Port_Binding {port} has no static \"MAC IP\" address ({:?})",
+            binding.mac
+        ));
+    };
+    let Some(ip) = addresses.first().map(|prefix| prefix.network) else {
+        return Err(format!(
+            "Port_Binding {port} has no IPv4 address ({:?})",
+            binding.mac
+        ));
+    };
+    let Some(datapath) = binding.datapath else {
+        return Ok(None);
+    };
+    let gateway = sb
+        .ports_on_datapath(datapath)
+        .filter(|p| p.kind == "patch")
+        .filter_map(|p| sb.port_by_name(p.options.get("peer")?))
+        .find_map(|router_port| subnet_gateway(&router_port, ip));
+    Ok(gateway.map(|(gateway, prefix_len)| PortFacts {
+        mac: format_mac(mac),
+        ip,
+        prefix_len,
+        gateway,
+    }))
+}
+
+/// The router port's network that contains `ip`: (router IP, prefix length).
+fn subnet_gateway(router_port: &PortBinding, ip: Ipv4Addr) -> Option<(Ipv4Addr, u8)> {
+    router_port.mac.iter().find_map(|entry| {
+        let (_, networks) = parse_port_security(entry)?;
+        networks.into_iter().find_map(|network| {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(network.length))
+                .unwrap_or(0);
+            (u32::from(network.network) & mask == u32::from(ip) & mask)
+                .then_some((network.network, network.length))
+        })
+    })
+}
+
+fn format_mac(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Replies waiting for the Southbound.
+#[derive(Debug, Default)]
+pub struct Pending {
+    binds: Vec<(String, oneshot::Sender<Result<PortFacts, PortError>>)>,
+    ups: Vec<(String, oneshot::Sender<Result<(), PortError>>)>,
+}
+
+impl Pending {
+    pub fn wait_for_facts(
+        &mut self,
+        port: String,
+        reply: oneshot::Sender<Result<PortFacts, PortError>>,
+    ) {
+        self.binds.push((port, reply));
+    }
+
+    pub fn wait_for_up(&mut self, port: String, reply: oneshot::Sender<Result<(), PortError>>) {
+        self.ups.push((port, reply));
+    }
+
+    /// Answers every request the replica can now answer; requests whose caller gave up are
+    /// dropped. `bound_up(port)` says whether a port is bound here and up.
+    pub fn poll(&mut self, sb: &Southbound, bound_up: impl Fn(&PortBinding) -> bool) {
+        for (port, reply) in std::mem::take(&mut self.binds) {
+            if reply.is_closed() {
+                continue;
+            }
+            match port_facts(sb, &port) {
+                Ok(Some(facts)) => {
+                    let _ = reply.send(Ok(facts));
+                }
+                Ok(None) => self.binds.push((port, reply)),
+                Err(reason) => {
+                    let _ = reply.send(Err(PortError::Rejected(reason)));
+                }
+            }
+        }
+        for (port, reply) in std::mem::take(&mut self.ups) {
+            if reply.is_closed() {
+                continue;
+            }
+            if sb
+                .port_by_name(&port)
+                .is_some_and(|binding| bound_up(&binding))
+            {
+                let _ = reply.send(Ok(()));
+            } else {
+                self.ups.push((port, reply));
+            }
+        }
+    }
+}
