@@ -16,6 +16,17 @@ pub fn add_result(response: &CniResponse, netns: &str, cni_version: &str) -> Val
     if version_at_least(cni_version, "1.1.0") && response.mtu > 0 {
         interface["mtu"] = json!(response.mtu);
     }
+    // The host end first, when the agent names it (the container interface is then index 1).
+    let mut interfaces = Vec::new();
+    if !response.host_interface.is_empty() {
+        let mut host = json!({"name": response.host_interface, "mac": response.host_mac});
+        if version_at_least(cni_version, "1.1.0") && response.mtu > 0 {
+            host["mtu"] = json!(response.mtu);
+        }
+        interfaces.push(host);
+    }
+    let container_index = interfaces.len();
+    interfaces.push(interface);
     let ips: Vec<Value> = response
         .ips
         .iter()
@@ -23,7 +34,7 @@ pub fn add_result(response: &CniResponse, netns: &str, cni_version: &str) -> Val
             let prefix = ip.cidr.split_once('/')?.1;
             let mut entry = json!({
                 "address": format!("{}/{prefix}", ip.ip),
-                "interface": 0,
+                "interface": container_index,
             });
             if !ip.gateway.is_empty() {
                 entry["gateway"] = json!(ip.gateway);
@@ -65,7 +76,7 @@ pub fn add_result(response: &CniResponse, netns: &str, cni_version: &str) -> Val
     };
     json!({
         "cniVersion": cni_version,
-        "interfaces": [interface],
+        "interfaces": interfaces,
         "ips": ips,
         "routes": routes,
         "dns": response.dns.clone().unwrap_or_else(|| json!({})),
@@ -105,6 +116,19 @@ mod tests {
             new["routes"][0],
             json!({"dst": "0.0.0.0/0", "gw": "10.0.1.1"})
         );
+
+        assert_eq!(new["ips"][0]["interface"], 0);
+
+        let with_host = CniResponse {
+            host_interface: "0123456789ab_h".into(),
+            host_mac: "02:00:00:00:00:01".into(),
+            ..response()
+        };
+        let paired = add_result(&with_host, "/var/run/netns/p", "1.0.0");
+        assert_eq!(paired["interfaces"][0]["name"], "0123456789ab_h");
+        assert!(paired["interfaces"][0].get("sandbox").is_none());
+        assert_eq!(paired["interfaces"][1]["sandbox"], "/var/run/netns/p");
+        assert_eq!(paired["ips"][0]["interface"], 1);
 
         let old = add_result(&response(), "/var/run/netns/p", "0.3.1");
         assert_eq!(old["ips"][0]["version"], "4");

@@ -70,6 +70,12 @@ pub struct CniResponse {
     pub dns: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// ovnbpf's addition: the host end of the veth and its MAC, listed in the CNI result so
+    /// chained plugins (bandwidth) find the pair.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_interface: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_mac: String,
 }
 
 /// An attachment the runtime still considers valid (CNI GC's `cni.dev/valid-attachments`).

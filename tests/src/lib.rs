@@ -6,6 +6,7 @@
 //! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
 //! - [`agent`]: `ovnbpf-agent` as a simulated node's agent;
+//! - [`cni_runtime`]: a container runtime's side of CNI (plugins, conflists);
 //! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
 //! - [`ovs_chassis`]: a real OVN chassis (OVS userspace datapath + ovn-controller), the interop peer;
 //! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back.
@@ -15,6 +16,7 @@
 pub mod agent;
 pub mod bpffs;
 pub mod cluster;
+pub mod cni_runtime;
 pub mod kubeovn;
 pub mod names;
 pub mod netns;

@@ -6,11 +6,17 @@
 
 mod common;
 
-use std::{net::Ipv4Addr, path::Path, process::Output, time::Duration};
+use std::{
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Output,
+    time::{Duration, Instant},
+};
 
 use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
+    cni_runtime::{PodAttachment, Runtime, plugin_dir},
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
@@ -19,50 +25,13 @@ use ovnbpf_tests::{
     process::{Child, wait_until},
     require_root, workspace_binary,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 
-/// One runtime-style invocation of the plugin.
-struct Invocation<'a> {
-    command: &'a str,
-    container_id: &'a str,
-    netns: &'a str,
-    args: &'a str,
-    config: String,
-}
-
-fn config(socket: &Path, version: &str) -> String {
-    format!(
-        r#"{{"cniVersion":"{version}","name":"ovn","type":"ovnbpf","server_socket":"{}"}}"#,
-        socket.display()
-    )
-}
-
-/// Runs the plugin in `node`'s namespace (where a kubelet would) and returns its output.
-fn invoke(node: &Node, invocation: &Invocation<'_>) -> Output {
-    use std::io::Write;
-    let mut child = node
-        .netns()
-        .command(&workspace_binary("ovnbpf-cni").to_string_lossy())
-        .env("CNI_COMMAND", invocation.command)
-        .env("CNI_CONTAINERID", invocation.container_id)
-        .env("CNI_NETNS", invocation.netns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_ARGS", invocation.args)
-        .env("CNI_PATH", "/opt/cni/bin")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(invocation.config.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+fn config(socket: &Path, version: &str) -> Value {
+    json!({"cniVersion": version, "name": "ovn", "type": "ovnbpf", "server_socket": socket})
 }
 
 fn stdout_json(output: &Output) -> Value {
@@ -91,98 +60,189 @@ fn chassis_of(lab: &OvnLab, port: &str) -> String {
     .to_string()
 }
 
-#[test]
-fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let prefix = unique_prefix();
-    let mut underlay = Underlay::create(&prefix).unwrap();
-    let nodes = [
-        underlay.add_node("node1").unwrap(),
-        underlay.add_node("node2").unwrap(),
-    ];
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap();
-    for (name, ip) in [("a1", A1), ("a2", A2)] {
-        topology.pod("subnet-a", name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(&lab).unwrap();
+fn ping(from: &Netns, to: Ipv4Addr) -> bool {
+    from.exec(
+        "ping",
+        &[
+            "-n",
+            "-q",
+            "-c",
+            "3",
+            "-i",
+            "0.1",
+            "-W",
+            "1",
+            &to.to_string(),
+        ],
+    )
+    .is_ok_and(|text| text.contains(" 3 received"))
+}
 
-    let work = tempfile::tempdir().unwrap();
-    let bpffs = BpfMount::create().unwrap();
-    let start = |index: usize| -> Child {
+/// A real OVN central, `pods` in subnet-a (10.0.1.0/24, vpc-a) in the NB only, two nodes with
+/// an agent each serving CNI, and the plugin installed as type `ovnbpf`.
+struct CniLab {
+    lab: OvnLab,
+    nodes: [Node; 2],
+    work: tempfile::TempDir,
+    bpffs: BpfMount,
+    plugins: PathBuf,
+    agents: Vec<Child>,
+    _underlay: Underlay,
+}
+
+impl CniLab {
+    fn start(pods: &[(String, Ipv4Addr)]) -> Self {
+        require_root();
+        let lab = OvnLab::start().unwrap();
+        let prefix = unique_prefix();
+        let mut underlay = Underlay::create(&prefix).unwrap();
+        let nodes = [
+            underlay.add_node("node1").unwrap(),
+            underlay.add_node("node2").unwrap(),
+        ];
+        let mut topology = Topology::new();
+        topology
+            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+            .unwrap();
+        for (name, ip) in pods {
+            topology.pod("subnet-a", name, "ns", &mac_for(name), *ip);
+        }
+        topology.apply(&lab).unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let plugins = plugin_dir(
+            &work.path().join("bin"),
+            "ovnbpf",
+            &workspace_binary("ovnbpf-cni"),
+        )
+        .unwrap();
+        let mut this = Self {
+            lab,
+            nodes,
+            work,
+            bpffs: BpfMount::create().unwrap(),
+            plugins,
+            agents: Vec::new(),
+            _underlay: underlay,
+        };
+        this.agents = vec![this.start_agent(0), this.start_agent(1)];
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                this.socket(0).exists() && this.socket(1).exists()
+            }),
+            "no CNI socket{}",
+            this.logs()
+        );
+        this
+    }
+
+    fn start_agent(&self, index: usize) -> Child {
         let chassis = common::NODES[index];
         AgentSpec {
             chassis,
-            node: &nodes[index],
+            node: &self.nodes[index],
             local_ports: Vec::new(),
-            pin_root: Some(bpffs.path().join(chassis)),
-            cni_dir: Some(work.path().join(chassis)),
+            pin_root: Some(self.bpffs.path().join(chassis)),
+            cni_dir: Some(self.work.path().join(chassis)),
         }
         .spawn(
-            &lab,
+            &self.lab,
             &workspace_binary("ovnbpf-agent"),
-            work.path().join(format!("{chassis}.log")),
+            self.work.path().join(format!("{chassis}.log")),
         )
         .unwrap()
-    };
-    let mut agents = vec![start(0), start(1)];
-    let socket = |index: usize| work.path().join(common::NODES[index]).join("cni.sock");
-    assert!(
-        wait_until(Duration::from_secs(10), || socket(0).exists()
-            && socket(1).exists()),
-        "no CNI socket{}",
-        common::log_tails(&agents)
-    );
+    }
+
+    fn socket(&self, index: usize) -> PathBuf {
+        self.work.path().join(common::NODES[index]).join("cni.sock")
+    }
+
+    fn runtime(&self, index: usize) -> Runtime<'_> {
+        Runtime::new(
+            self.nodes[index].netns(),
+            vec![self.plugins.clone(), PathBuf::from("/usr/lib/cni")],
+        )
+    }
+
+    fn logs(&self) -> String {
+        common::log_tails(&self.agents)
+    }
+
+    /// Runs the plugin alone, as a runtime would, on node `index`.
+    fn invoke(
+        &self,
+        index: usize,
+        command: &str,
+        attachment: &PodAttachment,
+        config: &Value,
+    ) -> Output {
+        self.runtime(index)
+            .exec(command, attachment, config)
+            .unwrap()
+    }
+
+    fn ready(&self, index: usize) -> bool {
+        let attachment = PodAttachment {
+            container_id: String::new(),
+            netns: String::new(),
+            if_name: String::new(),
+            args: String::new(),
+        };
+        self.invoke(
+            index,
+            "STATUS",
+            &attachment,
+            &config(&self.socket(index), "1.1.0"),
+        )
+        .status
+        .success()
+    }
+}
+
+fn attachment(container_id: &str, netns: &Netns, pod: &str) -> PodAttachment {
+    PodAttachment {
+        container_id: container_id.to_string(),
+        netns: netns.path().display().to_string(),
+        if_name: "eth0".into(),
+        args: pod_args(pod),
+    }
+}
+
+#[test]
+fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
+    let pods = [("a1".to_string(), A1), ("a2".to_string(), A2)];
+    let mut lab = CniLab::start(&pods);
+    let prefix = unique_prefix();
     let pod_netns = [
         Netns::create(&format!("{prefix}-pa1")).unwrap(),
         Netns::create(&format!("{prefix}-pa2")).unwrap(),
     ];
-    let netns_path = |index: usize| pod_netns[index].path().display().to_string();
 
     // STATUS: ready once the agent synced.
-    let status = || {
-        invoke(
-            &nodes[0],
-            &Invocation {
-                command: "STATUS",
-                container_id: "",
-                netns: "",
-                args: "",
-                config: config(&socket(0), "1.1.0"),
-            },
-        )
-    };
     assert!(
-        wait_until(Duration::from_secs(10), || status().status.success()),
-        "STATUS never ready: {:?}",
-        status()
+        wait_until(Duration::from_secs(10), || lab.ready(0) && lab.ready(1)),
+        "STATUS never ready{}",
+        lab.logs()
     );
 
     // ADD both pods, as a runtime would (0.3.1 like Kube-OVN's conflist, and 1.1.0).
+    let attachments = [
+        attachment("c0ffee00123456789", &pod_netns[0], "a1"),
+        attachment("c0ffee10123456789", &pod_netns[1], "a2"),
+    ];
     let mut results = Vec::new();
-    for (index, (pod, version)) in [("a1", "0.3.1"), ("a2", "1.1.0")].iter().enumerate() {
-        let output = invoke(
-            &nodes[index],
-            &Invocation {
-                command: "ADD",
-                container_id: &format!("c0ffee{index}0123456789"),
-                netns: &netns_path(index),
-                args: &pod_args(pod),
-                config: config(&socket(index), version),
-            },
-        );
+    for (index, version) in ["0.3.1", "1.1.0"].iter().enumerate() {
+        let conf = config(&lab.socket(index), version);
+        let output = lab.invoke(index, "ADD", &attachments[index], &conf);
+        let pod = &pods[index].0;
         assert!(
             output.status.success(),
             "ADD {pod}: {output:?}{}",
-            common::log_tails(&agents)
+            lab.logs()
         );
         results.push(stdout_json(&output));
         // Only then: the Port_Binding is bound and up.
         assert!(
-            common::port_up(&lab, &format!("{pod}.ns")),
+            common::port_up(&lab.lab, &format!("{pod}.ns")),
             "{pod} not up after ADD"
         );
     }
@@ -191,9 +251,12 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert_eq!(a1_result["ips"][0]["address"], "10.0.1.2/24");
     assert_eq!(a1_result["ips"][0]["gateway"], "10.0.1.1");
     assert_eq!(a1_result["ips"][0]["version"], "4");
-    assert_eq!(a1_result["interfaces"][0]["mac"], mac_for("a1"));
-    assert_eq!(results[1]["interfaces"][0]["mtu"], 1400);
-    assert!(host_interfaces(&nodes[0]).contains("c0ffee001234_h"));
+    // The host end of the veth first, then the pod's interface, which the address names.
+    assert_eq!(a1_result["interfaces"][0]["name"], "c0ffee001234_h");
+    assert_eq!(a1_result["interfaces"][1]["mac"], mac_for("a1"));
+    assert_eq!(a1_result["ips"][0]["interface"], 1);
+    assert_eq!(results[1]["interfaces"][1]["mtu"], 1400);
+    assert!(host_interfaces(&lab.nodes[0]).contains("c0ffee001234_h"));
     let inside = pod_netns[0]
         .ip(&["-o", "addr", "show", "dev", "eth0"])
         .unwrap();
@@ -202,183 +265,230 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert!(route.contains("via 10.0.1.1"), "{route}");
 
     // The pods reach each other across nodes.
-    let ping = |from: &Netns, to: Ipv4Addr| {
-        from.exec(
-            "ping",
-            &[
-                "-n",
-                "-q",
-                "-c",
-                "3",
-                "-i",
-                "0.1",
-                "-W",
-                "1",
-                &to.to_string(),
-            ],
-        )
-        .is_ok_and(|text| text.contains(" 3 received"))
-    };
-    assert!(
-        ping(&pod_netns[0], A2),
-        "a1 → a2{}",
-        common::log_tails(&agents)
-    );
+    assert!(ping(&pod_netns[0], A2), "a1 → a2{}", lab.logs());
     assert!(ping(&pod_netns[1], A1), "a2 → a1");
 
     // CHECK with the ADD result as prevResult.
-    let check_config = {
-        let mut conf: Value = serde_json::from_str(&config(&socket(1), "1.1.0")).unwrap();
-        conf["prevResult"] = results[1].clone();
-        conf.to_string()
-    };
-    let check = invoke(
-        &nodes[1],
-        &Invocation {
-            command: "CHECK",
-            container_id: "c0ffee10123456789",
-            netns: &netns_path(1),
-            args: &pod_args("a2"),
-            config: check_config,
-        },
-    );
+    let mut check_config = config(&lab.socket(1), "1.1.0");
+    check_config["prevResult"] = results[1].clone();
+    let check = lab.invoke(1, "CHECK", &attachments[1], &check_config);
     assert!(check.status.success(), "CHECK: {check:?}");
 
     // The agent on node1 restarts (SIGKILL) between ADD and DEL: it keeps forwarding for a1.
-    agents[0].kill();
-    agents[0] = start(0);
+    lab.agents[0].kill();
+    let restarted = lab.start_agent(0);
+    lab.agents[0] = restarted;
     assert!(
-        wait_until(Duration::from_secs(10), || status().status.success()),
+        wait_until(Duration::from_secs(10), || lab.ready(0)),
         "STATUS after the restart"
     );
     assert!(
         ping(&pod_netns[0], A2),
         "a1 → a2 after the agent restart{}",
-        common::log_tails(&agents)
+        lab.logs()
     );
 
     // DEL a1: NIC, record and claim gone; DEL again is fine.
+    let del_config = config(&lab.socket(0), "0.3.1");
     for round in 0..2 {
-        let output = invoke(
-            &nodes[0],
-            &Invocation {
-                command: "DEL",
-                container_id: "c0ffee00123456789",
-                netns: &netns_path(0),
-                args: &pod_args("a1"),
-                config: config(&socket(0), "0.3.1"),
-            },
-        );
+        let output = lab.invoke(0, "DEL", &attachments[0], &del_config);
         assert!(output.status.success(), "DEL round {round}: {output:?}");
         assert!(output.stdout.is_empty(), "DEL prints nothing: {output:?}");
     }
-    assert!(!host_interfaces(&nodes[0]).contains("c0ffee001234_h"));
+    assert!(!host_interfaces(&lab.nodes[0]).contains("c0ffee001234_h"));
     assert!(
         pod_netns[0]
             .ip(&["-o", "link", "show", "dev", "eth0"])
             .is_err()
     );
     assert!(
-        wait_until(Duration::from_secs(5), || chassis_of(&lab, "a1.ns")
+        wait_until(Duration::from_secs(5), || chassis_of(&lab.lab, "a1.ns")
             .is_empty()),
         "a1.ns still claimed"
     );
-    let records = std::fs::read_dir(work.path().join("node1/state/attachments"))
+    let records = std::fs::read_dir(lab.work.path().join("node1/state/attachments"))
         .unwrap()
         .count();
     assert_eq!(records, 0, "the attachment record is gone");
     assert!(!ping(&pod_netns[1], A1), "a1 still reachable after DEL");
 
     // Bad input: the spec's codes, nothing leaked.
-    let before = host_interfaces(&nodes[0]);
+    let before = host_interfaces(&lab.nodes[0]);
     let code = |output: &Output| {
         assert!(!output.status.success(), "{output:?}");
         stdout_json(output)["code"].as_u64().unwrap()
     };
-    let bad = |command, container_id, netns: &str, args: &str, config: String| {
-        invoke(
-            &nodes[0],
-            &Invocation {
-                command,
-                container_id,
-                netns,
-                args,
-                config,
-            },
-        )
+    let good = config(&lab.socket(0), "1.0.0");
+    let a1 = attachment("c1", &pod_netns[0], "a1");
+    let malformed = json!({"cniVersion": "1.0.0", "type": "ovnbpf", "server_socket": 5});
+    assert_eq!(code(&lab.invoke(0, "ADD", &a1, &malformed)), 7);
+    let no_args = PodAttachment {
+        args: "IgnoreUnknown=1".into(),
+        ..a1.clone()
     };
-    let good = config(&socket(0), "1.0.0");
-    assert_eq!(
-        code(&bad(
-            "ADD",
-            "c1",
-            &netns_path(0),
-            &pod_args("a1"),
-            "{".into()
-        )),
-        6
-    );
-    assert_eq!(
-        code(&bad(
-            "ADD",
-            "c1",
-            &netns_path(0),
-            "IgnoreUnknown=1",
-            good.clone()
-        )),
-        4
-    );
-    assert_eq!(
-        code(&bad(
-            "ADD",
-            "",
-            &netns_path(0),
-            &pod_args("a1"),
-            good.clone()
-        )),
-        4
-    );
-    let missing_agent = config(&work.path().join("nowhere.sock"), "1.0.0");
-    assert_eq!(
-        code(&bad(
-            "ADD",
-            "c1",
-            &netns_path(0),
-            &pod_args("a1"),
-            missing_agent
-        )),
-        11
-    );
-    let unknown_netns = bad(
-        "ADD",
-        "c1",
-        "/run/netns/does-not-exist",
-        &pod_args("a1"),
-        good.clone(),
-    );
-    assert_eq!(code(&unknown_netns), 11);
+    assert_eq!(code(&lab.invoke(0, "ADD", &no_args, &good)), 4);
+    let no_container = PodAttachment {
+        container_id: String::new(),
+        ..a1.clone()
+    };
+    assert_eq!(code(&lab.invoke(0, "ADD", &no_container, &good)), 4);
+    let missing_agent = config(&lab.work.path().join("nowhere.sock"), "1.0.0");
+    assert_eq!(code(&lab.invoke(0, "ADD", &a1, &missing_agent)), 11);
+    let unknown_netns = PodAttachment {
+        netns: "/run/netns/does-not-exist".into(),
+        ..a1.clone()
+    };
+    let output = lab.invoke(0, "ADD", &unknown_netns, &good);
+    assert_eq!(code(&output), 11);
     assert!(
-        stdout_json(&unknown_netns)["details"]
+        stdout_json(&output)["details"]
             .as_str()
             .unwrap()
             .contains("does not exist"),
-        "{unknown_netns:?}"
+        "{output:?}"
     );
-    let no_binding = bad(
-        "ADD",
-        "c2",
-        &netns_path(0),
-        &pod_args("ghost"),
-        good.clone(),
-    );
-    assert_eq!(code(&no_binding), 11);
-    assert_eq!(host_interfaces(&nodes[0]), before, "no veth leaked");
+    let ghost = attachment("c2", &pod_netns[0], "ghost");
+    assert_eq!(code(&lab.invoke(0, "ADD", &ghost, &good)), 11);
+    assert_eq!(host_interfaces(&lab.nodes[0]), before, "no veth leaked");
     assert!(
-        wait_until(Duration::from_secs(5), || chassis_of(&lab, "a1.ns")
+        wait_until(Duration::from_secs(5), || chassis_of(&lab.lab, "a1.ns")
             .is_empty()),
         "the failed ADDs left a1.ns claimed"
     );
-    let del_without_add = bad("DEL", "never-added", "", &pod_args("nobody"), good);
-    assert!(del_without_add.status.success(), "{del_without_add:?}");
-    drop(agents);
+    let del_without_add = PodAttachment {
+        netns: String::new(),
+        ..attachment("never-added", &pod_netns[0], "nobody")
+    };
+    let output = lab.invoke(0, "DEL", &del_without_add, &good);
+    assert!(output.status.success(), "{output:?}");
+
+    // Garbage on the socket is answered (400) and counted, and the agent serves on.
+    use std::io::{Read, Write};
+    let mut raw = std::os::unix::net::UnixStream::connect(lab.socket(0)).unwrap();
+    raw.write_all(b"GARBAGE\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(lab.ready(0), "the agent still serves");
+}
+
+#[test]
+fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
+    let pods: Vec<(String, Ipv4Addr)> = (0..10)
+        .map(|i| (format!("p{i}"), Ipv4Addr::new(10, 0, 1, 10 + i)))
+        .collect();
+    let lab = CniLab::start(&pods);
+    assert!(
+        wait_until(Duration::from_secs(10), || lab.ready(0) && lab.ready(1)),
+        "STATUS never ready{}",
+        lab.logs()
+    );
+    let prefix = unique_prefix();
+    let netns: Vec<Netns> = pods
+        .iter()
+        .map(|(name, _)| Netns::create(&format!("{prefix}-{name}")).unwrap())
+        .collect();
+
+    // ovnbpf first, then the reference plugins, as a conflist (containernetworking-plugins 1.1
+    // speaks up to 1.0.0).
+    let conflist = |index: usize| {
+        json!({
+            "cniVersion": "1.0.0",
+            "name": "ovn",
+            "plugins": [
+                {"type": "ovnbpf", "server_socket": lab.socket(index)},
+                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.arp_notify": "1"}},
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+                // Shaping what enters the pod (a tbf on our host veth) needs no ifb device.
+                {"type": "bandwidth", "ingressRate": 1_000_000_000_u64, "ingressBurst": 100_000_000_u64},
+            ]
+        })
+    };
+    let chained = attachment("chain0123456789", &netns[0], "p0");
+    let runtime = lab.runtime(0);
+    let result = runtime
+        .add(&conflist(0), &chained)
+        .unwrap_or_else(|e| panic!("{e}{}", lab.logs()));
+    assert_eq!(result["ips"][0]["address"], "10.0.1.10/24", "{result}");
+    let sysctl = netns[0]
+        .exec("sysctl", &["-n", "net.ipv4.conf.eth0.arp_notify"])
+        .unwrap();
+    assert_eq!(sysctl.trim(), "1", "tuning ran on our interface");
+    runtime.check(&conflist(0), &chained, &result).unwrap();
+
+    // The other nine pods ADDed at once, spread over both nodes.
+    let started = Instant::now();
+    let outcomes: Vec<(usize, Output)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..pods.len())
+            .map(|i| {
+                let lab = &lab;
+                let netns = &netns[i];
+                let name = &pods[i].0;
+                scope.spawn(move || {
+                    let node = i % 2;
+                    let attachment = attachment(&format!("conc{i:02}0123456789"), netns, name);
+                    (
+                        i,
+                        lab.invoke(
+                            node,
+                            "ADD",
+                            &attachment,
+                            &config(&lab.socket(node), "1.0.0"),
+                        ),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, output) in &outcomes {
+        assert!(
+            output.status.success(),
+            "ADD p{i}: {output:?}{}",
+            lab.logs()
+        );
+    }
+    eprintln!("9 concurrent ADDs took {:?}", started.elapsed());
+    // Every pod reaches p0 (on node1), from either node.
+    for (i, pod_netns) in netns.iter().enumerate().skip(1) {
+        assert!(ping(pod_netns, pods[0].1), "p{i} → p0{}", lab.logs());
+    }
+
+    // DEL through the chain in reverse order, then the rest concurrently.
+    runtime.del(&conflist(0), &chained, Some(&result)).unwrap();
+    std::thread::scope(|scope| {
+        for i in 1..pods.len() {
+            let lab = &lab;
+            let netns = &netns[i];
+            let name = &pods[i].0;
+            scope.spawn(move || {
+                let node = i % 2;
+                let attachment = attachment(&format!("conc{i:02}0123456789"), netns, name);
+                let output = lab.invoke(
+                    node,
+                    "DEL",
+                    &attachment,
+                    &config(&lab.socket(node), "1.0.0"),
+                );
+                assert!(output.status.success(), "DEL p{i}: {output:?}");
+            });
+        }
+    });
+    for (index, node) in lab.nodes.iter().enumerate() {
+        let links = host_interfaces(node);
+        assert!(
+            !links.contains("_h"),
+            "node {index} kept pod veths: {links}"
+        );
+    }
+    for (name, _) in &pods {
+        assert!(
+            wait_until(Duration::from_secs(5), || chassis_of(
+                &lab.lab,
+                &format!("{name}.ns")
+            )
+            .is_empty()),
+            "{name}.ns still claimed"
+        );
+    }
 }

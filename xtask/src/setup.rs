@@ -32,6 +32,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("iputils-ping", "ping in tests"),
     ("iperf3", "throughput benchmarks"),
     ("sockperf", "TCP request/response latency benchmarks"),
+    (
+        "containernetworking-plugins",
+        "reference CNI plugins (tuning, portmap, bandwidth) chained after ovnbpf in tests",
+    ),
     ("tcpdump", "captures in tests"),
     ("ethtool", "offload settings on veths"),
     ("bpftool", "inspecting loaded programs"),

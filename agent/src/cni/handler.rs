@@ -194,6 +194,10 @@ impl Handler {
             nicname: if_name,
             dns: None,
             error: String::new(),
+            host_mac: std::fs::read_to_string(format!("/sys/class/net/{host}/address"))
+                .map(|mac| mac.trim().to_string())
+                .unwrap_or_default(),
+            host_interface: host,
         })
     }
 
