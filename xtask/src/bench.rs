@@ -5,7 +5,7 @@
 //! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
 //! cost in the same run as the baseline.
 //!
-//! `bench datapath`: see [`crate::bench_datapath`].
+//! `bench datapath`: see [`crate::bench_datapath`]. `bench cni`: see [`crate::bench_cni`].
 //!
 //! `bench sb [--pods 1000,10000,50000] [--updates 20]`: for each size, a real OVN central with a
 //! Kube-OVN-like topology of that many pod ports; baseline = `ovsdb-client dump` of the SB (wall
@@ -33,8 +33,9 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("sb") => bench_sb(&args[1..]),
         Some("compile") => bench_compile(&args[1..]),
         Some("datapath") => crate::bench_datapath::run(&args[1..]),
+        Some("cni") => crate::bench_cni::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5]"
+            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5] | cni [--pods 100] [--concurrency 10]"
         ),
     }
 }

@@ -4,6 +4,7 @@
 //! is what installs them.
 
 mod bench;
+mod bench_cni;
 mod bench_datapath;
 mod cmd;
 mod demo;

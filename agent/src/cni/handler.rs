@@ -117,6 +117,7 @@ impl Handler {
         }
         let lock = self.lock_for(&port);
         let _guard = lock.lock().await;
+        let locked_ms = elapsed_ms(start);
         let facts = match self.daemon.bind(&port, self.config.port_wait).await {
             Ok(facts) => facts,
             Err(error) => {
@@ -124,6 +125,7 @@ impl Handler {
                 return Err(error.into());
             }
         };
+        let bound_ms = elapsed_ms(start);
         let nic = PodNic {
             netns: PathBuf::from(&request.net_ns),
             host_interface: host.clone(),
@@ -138,6 +140,7 @@ impl Handler {
             let nic = nic.clone();
             tokio::task::spawn_blocking(move || plumbing::create(&nic)).await
         };
+        let built_ms = elapsed_ms(start);
         let names = (
             request.container_id.as_str(),
             if_name.as_str(),
@@ -171,6 +174,9 @@ impl Handler {
             port,
             interface = host,
             ip = %facts.ip,
+            locked_ms,
+            bound_ms,
+            built_ms,
             ms = elapsed_ms(start),
             "CNI ADD done"
         );
@@ -230,7 +236,9 @@ impl Handler {
         port: &str,
         host: &str,
     ) -> Result<(), HandlerError> {
+        let start = Instant::now();
         self.daemon.unplug(port, host).await?;
+        let unplugged_ms = elapsed_ms(start);
         let interface = host.to_string();
         tokio::task::spawn_blocking(move || plumbing::delete(&interface))
             .await
@@ -239,7 +247,13 @@ impl Handler {
         self.store
             .remove(container_id, if_name)
             .map_err(|e| HandlerError::Failed(format!("forgetting the attachment: {e}")))?;
-        info!(port, interface = host, "CNI DEL done");
+        info!(
+            port,
+            interface = host,
+            unplugged_ms,
+            ms = elapsed_ms(start),
+            "CNI DEL done"
+        );
         Ok(())
     }
 

@@ -106,20 +106,17 @@ pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
             .take(12)
             .collect::<String>()
     );
-    ip_batch(&[format!(
-        "link add {} mtu {} type veth peer name {peer} mtu {} netns {}",
-        nic.host_interface,
-        nic.mtu,
-        nic.mtu,
-        nic.netns.display()
-    )])?;
-    let result = configure_pod_side(nic, &peer).and_then(|()| {
-        ip_batch(&[
-            format!("link set {} up", nic.host_interface),
-            format!("link set {} txqueuelen 1000", nic.host_interface),
-        ])?;
-        host_ifindex(&nic.host_interface)
-    });
+    ip_batch(&[
+        format!(
+            "link add {} mtu {} type veth peer name {peer} mtu {} netns {}",
+            nic.host_interface,
+            nic.mtu,
+            nic.mtu,
+            nic.netns.display()
+        ),
+        format!("link set {} txqueuelen 1000 up", nic.host_interface),
+    ])?;
+    let result = configure_pod_side(nic, &peer).and_then(|()| host_ifindex(&nic.host_interface));
     if result.is_err() {
         let _ = delete(&nic.host_interface);
     }

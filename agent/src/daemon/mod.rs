@@ -76,6 +76,9 @@ struct Daemon {
     /// Last submitted write per purpose, with when, so a write is not repeated while its effect
     /// has not arrived in the replica yet.
     in_flight: Vec<(Vec<Value>, Instant)>,
+    /// Outcomes of submitted writes (what, the write's key, the result): writes never block the
+    /// loop, so one slow commit does not hold up every other port.
+    writes_done: tokio::sync::mpsc::UnboundedSender<(String, Vec<Value>, Result<(), String>)>,
     /// The kernel datapath, when this agent forwards (not only follows the SB).
     datapath: Option<NodeDatapath>,
     /// Other chassis's encap IPs as last given to the datapath.
@@ -128,6 +131,7 @@ pub async fn run(
             ..ConnectionOptions::default()
         };
         let (handle, mut events) = session::start(session_config);
+        let (writes_done, mut write_outcomes) = tokio::sync::mpsc::unbounded_channel();
         let local_ports = config
             .local_ports
             .iter()
@@ -144,6 +148,7 @@ pub async fn run(
             pending: Pending::default(),
             synced: false,
             in_flight: Vec::new(),
+            writes_done,
             datapath,
             encaps: HashMap::new(),
             sweep_at: None,
@@ -162,6 +167,7 @@ pub async fn run(
             tokio::select! {
                 () = &mut shutdown => break,
                 () = sweep_due => daemon.sweep_datapath(),
+                Some((what, key, outcome)) = write_outcomes.recv() => daemon.write_finished(&what, &key, outcome),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => daemon.command(command).await,
                     None => commands_open = false,
@@ -216,7 +222,7 @@ impl Daemon {
             return;
         }
         let registration = self.config.chassis.registration_ops(&self.sb);
-        self.write("register chassis", registration).await;
+        self.write("register chassis", registration);
         let Some(chassis) = self.sb.chassis_by_name(&self.config.chassis.name) else {
             return;
         };
@@ -331,7 +337,7 @@ impl Daemon {
                 }
                 if let (Some(chassis), Some(binding)) = (chassis, self.sb.port_by_name(&port)) {
                     let ops = chassis::release_ops(&binding, chassis);
-                    self.write("release port", ops).await;
+                    self.write("release port", ops);
                 }
                 self.refresh_scope();
                 let _ = reply.send(Ok(()));
@@ -450,7 +456,7 @@ impl Daemon {
                 ops.extend(chassis::set_up_ops(&port, chassis, true));
             }
         }
-        self.write("report ports up", ops).await;
+        self.write("report ports up", ops);
     }
 
     /// Claims configured local ports not yet bound here.
@@ -461,7 +467,7 @@ impl Daemon {
                 ops.extend(chassis::claim_ops(&port, chassis));
             }
         }
-        self.write("claim local ports", ops).await;
+        self.write("claim local ports", ops);
     }
 
     /// Whether `changes` can alter the local scope: a resync, a datapath change, or a
@@ -551,11 +557,12 @@ impl Daemon {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let ops = chassis::nb_cfg_ops(&private, global.nb_cfg, now_ms);
-        self.write("acknowledge nb_cfg", ops).await;
+        self.write("acknowledge nb_cfg", ops);
     }
 
-    /// Runs `ops` unless empty or identical to a write still settling.
-    async fn write(&mut self, what: &str, ops: Vec<Value>) {
+    /// Submits `ops` (in call order, without waiting) unless empty or identical to a write still
+    /// settling; the outcome comes back through [`Self::write_finished`].
+    fn write(&mut self, what: &str, ops: Vec<Value>) {
         if ops.is_empty() {
             return;
         }
@@ -570,13 +577,23 @@ impl Daemon {
             return;
         }
         self.stats.transactions += 1;
-        match self.handle.transact(ops).await {
-            Ok(_) => {
-                info!(what, "southbound write committed");
-                self.in_flight.push((key, Instant::now()));
-            }
+        self.in_flight.push((key.clone(), Instant::now()));
+        let outcome = self.handle.submit(ops);
+        let done = self.writes_done.clone();
+        let what = what.to_string();
+        tokio::spawn(async move {
+            let result = outcome.await.map(|_| ()).map_err(|e| e.to_string());
+            let _ = done.send((what, key, result));
+        });
+    }
+
+    /// A submitted write's outcome: a failed one no longer suppresses its retry.
+    fn write_finished(&mut self, what: &str, key: &[Value], outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => info!(what, "southbound write committed"),
             Err(error) => {
                 self.stats.failed_transactions += 1;
+                self.in_flight.retain(|(submitted, _)| submitted != key);
                 warn!(what, %error, "southbound write failed; will retry on the next change");
             }
         }

@@ -127,31 +127,50 @@ impl SessionHandle {
     /// the per-operation results. Fails if any operation failed (the reply's error objects are in
     /// the message) or the session is disconnected.
     pub async fn transact(&self, operations: Vec<Value>) -> Result<Vec<Value>, OvsdbError> {
-        let (reply, result) = oneshot::channel();
-        self.commands
-            .send(Command::Transact { operations, reply })
-            .map_err(|_| OvsdbError::SessionEnded)?;
-        let value = result.await.map_err(|_| OvsdbError::SessionEnded)??;
-        let results = value
-            .as_array()
-            .cloned()
-            .ok_or_else(|| OvsdbError::Protocol(format!("transact result {value}")))?;
-        let failures: Vec<&Value> = results
-            .iter()
-            .filter(|r| r.get("error").is_some())
-            .collect();
-        if !failures.is_empty() {
-            return Err(OvsdbError::Transaction(
-                failures
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ));
-        }
-        Ok(results)
+        self.submit(operations).await
     }
 
+    /// Like [`Self::transact`], but the transaction is queued at once, in call order, and the
+    /// returned future only waits for its outcome (so a caller can submit without waiting).
+    pub fn submit(
+        &self,
+        operations: Vec<Value>,
+    ) -> impl std::future::Future<Output = Result<Vec<Value>, OvsdbError>> + Send + 'static {
+        let (reply, result) = oneshot::channel();
+        let queued = self
+            .commands
+            .send(Command::Transact { operations, reply })
+            .map_err(|_| OvsdbError::SessionEnded);
+        async move {
+            queued?;
+            transaction_outcome(result.await.map_err(|_| OvsdbError::SessionEnded)??)
+        }
+    }
+}
+
+/// A transaction's per-operation results, or the errors among them.
+fn transaction_outcome(value: Value) -> Result<Vec<Value>, OvsdbError> {
+    let results = value
+        .as_array()
+        .cloned()
+        .ok_or_else(|| OvsdbError::Protocol(format!("transact result {value}")))?;
+    let failures: Vec<&Value> = results
+        .iter()
+        .filter(|r| r.get("error").is_some())
+        .collect();
+    if !failures.is_empty() {
+        return Err(OvsdbError::Transaction(
+            failures
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    Ok(results)
+}
+
+impl SessionHandle {
     /// Replaces the `where` condition of a monitored table (`None` = all rows). Applied with
     /// `monitor_cond_change` when connected, and remembered for every later reconnect.
     pub fn set_condition(&self, table: &str, condition: Option<Value>) -> Result<(), OvsdbError> {

@@ -1,0 +1,341 @@
+//! `cargo xtask bench cni [--pods 100] [--concurrency 10]`: pod attach and detach through the
+//! CNI binary, as a runtime calls it, on two nodes with one agent each (release builds).
+//! - ADD: from invoking the plugin until it returns, and until the pod answers a ping from a
+//!   prober pod on the other node;
+//! - DEL: from invoking the plugin until it returns.
+//!
+//! Baseline in the same run: the same NIC (veth into a fresh namespace, MAC, MTU, address,
+//! default route) built with plain `ip` commands and no agent, with the same concurrency.
+//! Prints p50/p99 and the ratios; JSON in target/bench/cni.json. Goal: ADD p99 under 100 ms.
+
+use std::{
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use ovnbpf_tests::{
+    agent::AgentSpec,
+    bpffs::BpfMount,
+    cni_runtime::{PodAttachment, Runtime, plugin_dir},
+    kubeovn::{Topology, mac_for},
+    names::unique_prefix,
+    netns::Netns,
+    network::{Node, Underlay},
+    ovn::OvnLab,
+    process::{Child, wait_until},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    bench::{option, percentile, write_json},
+    cmd,
+};
+
+const NODES: [&str; 2] = ["node1", "node2"];
+
+fn pod_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, (1 + index / 200) as u8, (10 + index % 200) as u8)
+}
+
+/// Runs `work(i)` for `0..count` on `concurrency` threads; the durations in index order.
+fn concurrently(
+    count: usize,
+    concurrency: usize,
+    work: impl Fn(usize) -> Result<Duration> + Sync,
+) -> Result<Vec<Duration>> {
+    let next = Mutex::new(0_usize);
+    let results = Mutex::new(vec![None; count]);
+    std::thread::scope(|scope| {
+        for _ in 0..concurrency {
+            scope.spawn(|| {
+                loop {
+                    let index = {
+                        let Ok(mut next) = next.lock() else { return };
+                        let index = *next;
+                        *next += 1;
+                        index
+                    };
+                    if index >= count {
+                        return;
+                    }
+                    let outcome = work(index);
+                    if let Ok(mut results) = results.lock() {
+                        results[index] = Some(outcome.map_err(|e| e.to_string()));
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a worker panicked"))?
+        .into_iter()
+        .enumerate()
+        .map(|(index, outcome)| match outcome {
+            Some(Ok(duration)) => Ok(duration),
+            Some(Err(error)) => bail!("item {index}: {error}"),
+            None => bail!("item {index} never ran"),
+        })
+        .collect()
+}
+
+fn summary(name: &str, durations: &[Duration]) -> Value {
+    let mut ms: Vec<f64> = durations.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    json!({"what": name, "n": ms.len(), "p50_ms": percentile(&ms, 50.0), "p99_ms": percentile(&ms, 99.0), "max_ms": ms.last()})
+}
+
+/// The baseline: the NIC built by hand, no agent.
+fn baseline(node: &Node, pods: &[Netns], concurrency: usize) -> Result<Vec<Duration>> {
+    concurrently(pods.len(), concurrency, |index| {
+        let pod = &pods[index];
+        let host = format!("base{index}_h");
+        let start = Instant::now();
+        node.netns().ip(&[
+            "link",
+            "add",
+            &host,
+            "mtu",
+            "1400",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "mtu",
+            "1400",
+            "netns",
+            &pod.path().to_string_lossy(),
+        ])?;
+        node.netns().ip(&["link", "set", &host, "up"])?;
+        let ip = pod_ip(index);
+        pod.ip(&[
+            "link",
+            "set",
+            "eth0",
+            "address",
+            &mac_for(&format!("b{index}")),
+        ])?;
+        pod.ip(&["addr", "add", &format!("{ip}/16"), "dev", "eth0"])?;
+        pod.ip(&["link", "set", "eth0", "up"])?;
+        pod.ip(&["route", "add", "default", "via", "10.0.0.1", "dev", "eth0"])?;
+        let elapsed = start.elapsed();
+        node.netns().ip(&["link", "del", &host])?;
+        Ok(elapsed)
+    })
+}
+
+fn build_release() -> Result<(PathBuf, PathBuf)> {
+    cmd::run_checked(std::process::Command::new("cargo").args([
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        "ovnbpf-agent",
+        "-p",
+        "ovnbpf-cni",
+    ]))?;
+    Ok((
+        PathBuf::from("target/release/ovnbpf-agent"),
+        PathBuf::from("target/release/ovnbpf-cni"),
+    ))
+}
+
+fn start_agent(
+    lab: &OvnLab,
+    node: &Node,
+    chassis: &str,
+    agent: &Path,
+    dirs: &Path,
+    pins: &Path,
+) -> Result<Child> {
+    AgentSpec {
+        chassis,
+        node,
+        local_ports: Vec::new(),
+        pin_root: Some(pins.join(chassis)),
+        cni_dir: Some(dirs.join(chassis)),
+    }
+    .spawn(lab, agent, dirs.join(format!("{chassis}.log")))
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let count: usize = option(args, "--pods").unwrap_or("100").parse()?;
+    let concurrency: usize = option(args, "--concurrency").unwrap_or("10").parse()?;
+    println!("== bench cni: building the agent and the plugin (release)");
+    let (agent, plugin) = build_release()?;
+    let agent = std::fs::canonicalize(agent)?;
+    let plugin = std::fs::canonicalize(plugin)?;
+    let lab = OvnLab::start()?;
+    let prefix = unique_prefix();
+    let mut topology = Topology::new();
+    topology.vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/16")?;
+    topology.pod(
+        "subnet-a",
+        "prober",
+        "bench",
+        &mac_for("prober"),
+        Ipv4Addr::new(10, 0, 0, 5),
+    );
+    let names: Vec<String> = (0..count).map(|i| format!("pod{i}")).collect();
+    for (index, name) in names.iter().enumerate() {
+        topology.pod("subnet-a", name, "bench", &mac_for(name), pod_ip(index));
+    }
+    topology.apply(&lab)?;
+    let mut underlay = Underlay::create(&prefix)?;
+    let nodes = [underlay.add_node(NODES[0])?, underlay.add_node(NODES[1])?];
+    let work = tempfile::tempdir()?;
+    let bpffs = BpfMount::create()?;
+    let plugins = plugin_dir(&work.path().join("bin"), "ovnbpf", &plugin)?;
+    let agents: Vec<Child> = nodes
+        .iter()
+        .zip(NODES)
+        .map(|(node, chassis)| start_agent(&lab, node, chassis, &agent, work.path(), bpffs.path()))
+        .collect::<Result<_>>()?;
+    let socket = |index: usize| work.path().join(NODES[index]).join("cni.sock");
+    let config = |index: usize| json!({"cniVersion": "1.0.0", "name": "ovn", "type": "ovnbpf", "server_socket": socket(index)});
+    let runtimes = [
+        Runtime::new(nodes[0].netns(), vec![plugins.clone()]),
+        Runtime::new(nodes[1].netns(), vec![plugins.clone()]),
+    ];
+    if !wait_until(Duration::from_secs(15), || {
+        socket(0).exists() && socket(1).exists()
+    }) {
+        bail!("the agents did not open their CNI sockets");
+    }
+    let netns: Vec<Netns> = (0..count)
+        .map(|i| Netns::create(&format!("{prefix}-p{i}")))
+        .collect::<Result<_>>()?;
+    let attachment = |index: usize| PodAttachment {
+        container_id: format!("{index:04}bench0000000000"),
+        netns: netns[index].path().display().to_string(),
+        if_name: "eth0".into(),
+        args: format!("K8S_POD_NAMESPACE=bench;K8S_POD_NAME={}", names[index]),
+    };
+
+    println!(
+        "== bench cni: baseline, the same NIC built with ip commands ({count}, {concurrency} at a time)"
+    );
+    let base_netns: Vec<Netns> = (0..count)
+        .map(|i| Netns::create(&format!("{prefix}-b{i}")))
+        .collect::<Result<_>>()?;
+    let base = baseline(&nodes[0], &base_netns, concurrency)?;
+    drop(base_netns);
+
+    println!("== bench cni: the prober pod (node2)");
+    let prober = Netns::create(&format!("{prefix}-prober"))?;
+    let prober_attachment = PodAttachment {
+        container_id: "proberbench000000".into(),
+        netns: prober.path().display().to_string(),
+        if_name: "eth0".into(),
+        args: "K8S_POD_NAMESPACE=bench;K8S_POD_NAME=prober".into(),
+    };
+    let ready = wait_until(Duration::from_secs(20), || {
+        runtimes[1]
+            .exec("ADD", &prober_attachment, &config(1))
+            .is_ok_and(|output| output.status.success())
+    });
+    if !ready {
+        let logs: Vec<String> = agents.iter().map(Child::log_tail).collect();
+        bail!("the prober pod could not be added{}", logs.join("\n"));
+    }
+
+    println!("== bench cni: ADD {count} pods, {concurrency} at a time, alternating nodes");
+    let answered = Mutex::new(vec![Duration::ZERO; count]);
+    let add = concurrently(count, concurrency, |index| {
+        let node = index % 2;
+        let start = Instant::now();
+        let output = runtimes[node].exec("ADD", &attachment(index), &config(node))?;
+        let returned = start.elapsed();
+        if !output.status.success() {
+            bail!(
+                "ADD {}: {}",
+                names[index],
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
+        let target = pod_ip(index).to_string();
+        let reachable = wait_until(Duration::from_secs(10), || {
+            prober
+                .exec("ping", &["-n", "-q", "-c", "1", "-W", "0.2", &target])
+                .is_ok()
+        });
+        if !reachable {
+            bail!("{} never answered the prober", names[index]);
+        }
+        if let Ok(mut answered) = answered.lock() {
+            answered[index] = start.elapsed();
+        }
+        Ok(returned)
+    })?;
+    let answered = answered
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a worker panicked"))?;
+
+    println!("== bench cni: DEL {count} pods, {concurrency} at a time");
+    let del = concurrently(count, concurrency, |index| {
+        let node = index % 2;
+        let start = Instant::now();
+        let output = runtimes[node].exec("DEL", &attachment(index), &config(node))?;
+        if !output.status.success() {
+            bail!(
+                "DEL {}: {}",
+                names[index],
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
+        Ok(start.elapsed())
+    })?;
+    // Where the time goes, per phase, as the agents log it.
+    for agent in &agents {
+        let log = agent
+            .log_path()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default();
+        for line in log.lines().filter(|l| l.contains("CNI ADD done")).take(3) {
+            println!(
+                "   {}",
+                line.split("CNI ADD done").nth(1).unwrap_or_default()
+            );
+        }
+    }
+    drop(agents);
+
+    let results = [
+        summary("baseline: NIC by ip commands", &base),
+        summary("ovnbpf ADD (plugin returns)", &add),
+        summary("ovnbpf ADD until the pod answers a ping", &answered),
+        summary("ovnbpf DEL (plugin returns)", &del),
+    ];
+    println!(
+        "\n{:<44} {:>6} {:>10} {:>10} {:>10}",
+        "what", "n", "p50 ms", "p99 ms", "max ms"
+    );
+    for r in &results {
+        println!(
+            "{:<44} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+            r["what"].as_str().unwrap_or_default(),
+            r["n"],
+            r["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            r["p99_ms"].as_f64().unwrap_or(f64::NAN),
+            r["max_ms"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+    let ratio = |i: usize, key: &str| {
+        results[i][key].as_f64().unwrap_or(f64::NAN) / results[0][key].as_f64().unwrap_or(f64::NAN)
+    };
+    println!(
+        "\nADD / baseline: p50 {:.1}×, p99 {:.1}× (goal: ADD p99 under 100 ms: {})",
+        ratio(1, "p50_ms"),
+        ratio(1, "p99_ms"),
+        if results[1]["p99_ms"].as_f64().is_some_and(|p99| p99 < 100.0) {
+            "met"
+        } else {
+            "missed"
+        }
+    );
+    write_json("cni", &results).context("writing target/bench/cni.json")
+}
