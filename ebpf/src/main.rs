@@ -14,6 +14,7 @@ mod flood;
 mod geneve;
 mod headers;
 mod port_security;
+mod router;
 mod switching;
 
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};

@@ -8,13 +8,13 @@
 //! `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
-use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FibKey, drop_reason};
+use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
 
 use crate::{
     L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local, flood,
     geneve::{self, Tunnel},
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    port_security,
+    port_security, router,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -82,6 +82,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
             };
             geneve::encapsulate(ctx, &config, &tunnel)
         }
+        FIB_ROUTER => router::handle(ctx, datapath, ifindex),
         _ => Ok(TCX_NEXT),
     }
 }

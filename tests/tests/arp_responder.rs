@@ -55,7 +55,8 @@ fn programs_for_port(inport: u32) -> KernelPrograms {
             },
             ArpAnswer {
                 mac: TARGET_MAC,
-                padding: [0; 2],
+                flags: 0,
+                reserved: 0,
                 owner_port: 2,
             },
         )

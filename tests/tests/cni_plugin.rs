@@ -1,7 +1,7 @@
 //! The `ovnbpf-cni` binary invoked exactly as a container runtime does (environment + netconf on
 //! stdin, a fresh pod namespace) against agents serving CNI in the lab: ADD builds the NIC from
 //! the Port_Binding and the switch's router port and returns only once the port is up; the pod
-//! then reaches a pod on the other node. DEL removes the NIC, the attachment and the claim, also
+//! then reaches its gateway and a pod on the other node. DEL removes the NIC, the attachment and the claim, also
 //! after an agent restart in between. Bad input gets the spec's error codes and leaks nothing.
 
 mod common;
@@ -264,7 +264,15 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     let route = pod_netns[0].ip(&["route", "show", "default"]).unwrap();
     assert!(route.contains("via 10.0.1.1"), "{route}");
 
-    // The pods reach each other across nodes.
+    // The pods reach their gateway (the router port, answered by the kernel) and each other
+    // across nodes.
+    let gateway = Ipv4Addr::new(10, 0, 1, 1);
+    assert!(
+        ping(&pod_netns[0], gateway),
+        "a1 → its gateway{}",
+        lab.logs()
+    );
+    assert!(ping(&pod_netns[1], gateway), "a2 → its gateway");
     assert!(ping(&pod_netns[0], A2), "a1 → a2{}", lab.logs());
     assert!(ping(&pod_netns[1], A1), "a2 → a1");
 

@@ -93,8 +93,8 @@ fn program_node(programs: &mut KernelPrograms, nodes: &[Node], index: usize, pod
                 },
                 ArpAnswer {
                     mac: mac_bytes(plan.mac),
-                    padding: [0; 2],
                     owner_port: plan.port,
+                    ..ArpAnswer::default()
                 },
             )
             .unwrap();

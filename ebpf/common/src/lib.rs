@@ -99,8 +99,10 @@ pub mod drop_reason {
     pub const FLOOD_NEXT_HOP_UNRESOLVED: u32 = 5;
     /// A clone for a flood group member failed.
     pub const FLOOD_CLONE_FAILED: u32 = 6;
+    /// The kernel refused to rewrite a router's reply.
+    pub const ROUTER_REPLY_FAILED: u32 = 7;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
@@ -110,6 +112,7 @@ pub mod drop_reason {
         "port_security",
         "flood_next_hop_unresolved",
         "flood_clone_failed",
+        "router_reply_failed",
     ];
 }
 
@@ -146,6 +149,8 @@ pub const FIB_LOCAL: u32 = 1;
 /// [`FibEntry::kind`]: a port on another chassis, reached through the tunnel to `remote_ip`
 /// (network byte order) with egress port key `port`.
 pub const FIB_REMOTE: u32 = 2;
+/// [`FibEntry::kind`]: the MAC is a router port's; the router handles the frame.
+pub const FIB_ROUTER: u32 = 3;
 
 /// Most IPv4 addresses one [`PortSecurity`] entry holds.
 pub const PORT_SECURITY_MAX_IPS: usize = 4;
@@ -176,9 +181,17 @@ pub struct ArpKey {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArpAnswer {
     pub mac: [u8; 6],
-    pub padding: [u8; 2],
+    /// [`ARP_ANSWER_ROUTER`], [`ARP_ANSWER_ECHO`].
+    pub flags: u8,
+    pub reserved: u8,
     pub owner_port: u32,
 }
+
+/// Flag of [`ArpAnswer::flags`]: the address is a router port's on this switch, and frames to
+/// `mac` on this switch go to the router ([`FIB_ROUTER`]).
+pub const ARP_ANSWER_ROUTER: u8 = 1;
+/// Flag of [`ArpAnswer::flags`]: the router answers ICMP echo requests to the address.
+pub const ARP_ANSWER_ECHO: u8 = 2;
 
 /// Where frames to one MAC go.
 #[repr(C)]

@@ -14,9 +14,9 @@ use std::{
 };
 
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FLOOD_MAX_LOCAL, FLOOD_MAX_REMOTE, FibEntry, FibKey,
-    FloodKey, FloodRoles, FloodTargets, LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity,
-    TunnelPortKey, map,
+    ARP_ANSWER_ECHO, ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER,
+    FLOOD_MAX_LOCAL, FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets,
+    LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity, TunnelPortKey, map,
 };
 
 use super::{EbpfError, KernelPrograms};
@@ -121,6 +121,10 @@ struct PortInfo {
     /// The chassis a VIF is bound to; `None` for unbound VIFs and non-VIF ports.
     chassis: Option<String>,
     security: Option<PortSecurity>,
+    /// For a patch port (a switch's router port, or a router port): its peer's name.
+    peer: Option<String>,
+    /// The MAC of its first address (a router port's MAC).
+    mac: Option<Mac>,
 }
 
 /// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
@@ -191,6 +195,14 @@ pub struct L2State {
     roles: HashMap<u32, (Option<String>, Option<String>)>,
     /// Groups with more local members or chassis than the kernel holds, as last flushed.
     truncated_groups: HashSet<(u32, u32)>,
+    /// ARP requests for a router's address on a switch: (switch, address) → the switch's
+    /// router port, and the reverse index.
+    router_arp: HashMap<(u32, Ipv4Addr), String>,
+    router_arp_by_port: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
+    /// Router port → the switch port it is patched to (to re-resolve its MAC).
+    patch_by_peer: HashMap<String, String>,
+    /// (router, address) the router answers pings for.
+    echo_replies: HashSet<(u32, Ipv4Addr)>,
     dirty: HashSet<Dirty>,
     installed_ports: HashMap<String, InstalledPort>,
     installed_groups: HashMap<(u32, u32), FloodTargets>,
@@ -277,16 +289,25 @@ impl L2State {
                 key,
                 name,
                 kind,
+                addresses,
                 port_security,
-                ..
             } => {
                 let chassis = match kind {
                     PortKind::Vif { chassis } => chassis.clone(),
                     _ => None,
                 };
+                let peer = match kind {
+                    PortKind::Patch { peer } => Some(peer.clone()),
+                    _ => None,
+                };
                 if let Some(old) = self.ports.remove(name) {
                     if let Some(old_chassis) = &old.chassis {
                         remove_from_index(&mut self.ports_by_chassis, old_chassis, name);
+                    }
+                    if let Some(old_peer) = &old.peer
+                        && self.patch_by_peer.get(old_peer) == Some(name)
+                    {
+                        self.patch_by_peer.remove(old_peer);
                     }
                     if self.port_names.get(&(old.datapath, old.key)) == Some(name) {
                         self.port_names.remove(&(old.datapath, old.key));
@@ -300,17 +321,60 @@ impl L2State {
                             .or_default()
                             .insert(name.clone());
                     }
+                    if let Some(peer) = &peer {
+                        self.patch_by_peer.insert(peer.clone(), name.clone());
+                    }
                     let info = PortInfo {
                         datapath: *datapath,
                         key: *key,
                         chassis,
                         security: kernel_port_security(port_security),
+                        peer,
+                        mac: addresses
+                            .first()
+                            .and_then(|a| crate::lflow::parse_mac(a.split_whitespace().next()?)),
                     };
                     self.ports.insert(name.clone(), info);
                     self.port_names.insert((*datapath, *key), name.clone());
                     self.mark_groups_of(*datapath, *key);
                 }
                 self.mark_port(name);
+            }
+            IrEntry::ArpForRouterIp {
+                datapath,
+                ip,
+                router_port,
+                ..
+            } => {
+                let arp_key = (*datapath, *ip);
+                if let Some(old) = self.router_arp.remove(&arp_key) {
+                    remove_from_index(&mut self.router_arp_by_port, &old, &arp_key);
+                }
+                if added {
+                    self.router_arp.insert(arp_key, router_port.clone());
+                    self.router_arp_by_port
+                        .entry(router_port.clone())
+                        .or_default()
+                        .insert(arp_key);
+                }
+                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            }
+            IrEntry::RouterEchoReply { datapath, ip } => {
+                if added {
+                    self.echo_replies.insert((*datapath, *ip));
+                } else {
+                    self.echo_replies.remove(&(*datapath, *ip));
+                }
+                // The switches' router entries for this address carry the echo flag.
+                let keys: Vec<(u32, Ipv4Addr)> = self
+                    .router_arp
+                    .keys()
+                    .filter(|(_, address)| address == ip)
+                    .copied()
+                    .collect();
+                for (switch, address) in keys {
+                    self.dirty.insert(Dirty::Arp(switch, address));
+                }
             }
             IrEntry::FloodGroup {
                 datapath,
@@ -413,6 +477,13 @@ impl L2State {
         }
         for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
             self.dirty.insert(Dirty::Arp(*datapath, *ip));
+        }
+        // A router port's MAC is what its switch port's router entries answer with.
+        let switch_port = self.patch_by_peer.get(port).cloned();
+        for name in std::iter::once(port).chain(switch_port.as_deref()) {
+            for (datapath, ip) in self.router_arp_by_port.get(name).into_iter().flatten() {
+                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            }
         }
         if let Some(info) = self.ports.get(port) {
             let (datapath, key) = (info.datapath, info.key);
@@ -591,6 +662,13 @@ impl L2State {
             });
         }
         let info = self.ports.get(port)?;
+        if info.peer.is_some() {
+            return Some(FibEntry {
+                kind: FIB_ROUTER,
+                port: info.key,
+                ..FibEntry::default()
+            });
+        }
         let chassis = info.chassis.as_ref().filter(|c| **c != self.chassis)?;
         let encap_ip = self.encaps.get(chassis)?;
         Some(FibEntry {
@@ -631,7 +709,14 @@ impl L2State {
     }
 
     fn desired_arp(&self, datapath: u32, ip: Ipv4Addr) -> Option<ArpAnswer> {
-        let mac = self.arp.get(&(datapath, ip))?;
+        let router = self.router_flags(datapath, ip);
+        let Some(mac) = self.arp.get(&(datapath, ip)) else {
+            return router.map(|(mac, flags)| ArpAnswer {
+                mac,
+                flags,
+                ..ArpAnswer::default()
+            });
+        };
         let owner_port = self
             .arp_owner
             .get(&(datapath, ip))
@@ -639,9 +724,23 @@ impl L2State {
             .map_or(0, |info| info.key);
         Some(ArpAnswer {
             mac: *mac,
-            padding: [0; 2],
+            flags: router.map_or(0, |(_, flags)| flags),
             owner_port,
+            ..ArpAnswer::default()
         })
+    }
+
+    /// For a router's address on switch `datapath`: the router port's MAC and the flags telling
+    /// the kernel's router that it owns the address (and answers pings to it).
+    fn router_flags(&self, datapath: u32, ip: Ipv4Addr) -> Option<(Mac, u8)> {
+        let switch_port = self.router_arp.get(&(datapath, ip))?;
+        let peer = self.ports.get(switch_port)?.peer.as_ref()?;
+        let router_port = self.ports.get(peer)?;
+        let mut flags = ARP_ANSWER_ROUTER;
+        if self.echo_replies.contains(&(router_port.datapath, ip)) {
+            flags |= ARP_ANSWER_ECHO;
+        }
+        Some((router_port.mac?, flags))
     }
 
     fn flush_arp(

@@ -457,3 +457,58 @@ fn groups_beyond_the_kernel_entry_are_truncated_and_reported() {
     assert_eq!(targets.local[0], 101, "lowest keys first");
     assert_eq!(state.truncated_groups(), 1);
 }
+
+#[test]
+fn router_addresses_are_flagged_for_the_kernel_router() {
+    const ROUTER_DP: u32 = 9;
+    const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
+    let gateway = Ipv4Addr::new(10, 0, 1, 1);
+    let patch = |datapath, key, name: &str, peer: &str, address: &str| IrEntry::Port {
+        datapath,
+        key,
+        name: name.into(),
+        kind: PortKind::Patch { peer: peer.into() },
+        addresses: vec![address.into()],
+        port_security: Vec::new(),
+    };
+    let mut state = L2State::new("node1");
+    let mut entries = vec![
+        patch(DP, 2, "ls-lr", "lr-ls", "router"),
+        patch(ROUTER_DP, 1, "lr-ls", "ls-lr", "0a:58:63:5f:04:aa 10.0.1.1/24"),
+        IrEntry::L2Fib {
+            datapath: DP,
+            mac: ROUTER_MAC,
+            port: "ls-lr".into(),
+        },
+        IrEntry::ArpForRouterIp {
+            datapath: DP,
+            ip: gateway,
+            router_port: "ls-lr".into(),
+            group: None,
+        },
+    ];
+    // northd also lists the router's address among the switch's ARP replies.
+    entries.extend(pod("ls-lr", 2, None, ROUTER_MAC, gateway).into_iter().skip(2));
+    state.apply(&added(entries));
+    let echo = IrEntry::RouterEchoReply {
+        datapath: ROUTER_DP,
+        ip: gateway,
+    };
+    state.apply(&added(vec![echo.clone()]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let key = (DP, u32::from_ne_bytes(gateway.octets()));
+    assert_eq!(maps.arp[&key].mac, ROUTER_MAC);
+    assert_eq!(maps.arp[&key].flags, ARP_ANSWER_ROUTER | ARP_ANSWER_ECHO);
+    assert_eq!(maps.fib[&(DP, ROUTER_MAC)].kind, FIB_ROUTER);
+
+    // The router stops answering pings there: only that entry changes.
+    maps.writes = 0;
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![echo],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes, 1);
+    assert_eq!(maps.arp[&key].flags, ARP_ANSWER_ROUTER);
+}
