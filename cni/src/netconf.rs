@@ -188,3 +188,20 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod deploy_conflist {
+    use super::*;
+
+    #[test]
+    fn the_shipped_conflist_parses_for_our_plugin() {
+        let text = include_str!("../../deploy/cni/01-ovnbpf.conflist");
+        let list: Value = serde_json::from_str(text).unwrap();
+        let mut ours = list["plugins"][0].clone();
+        ours["cniVersion"] = list["cniVersion"].clone();
+        ours["name"] = list["name"].clone();
+        let conf = parse(ours.to_string().as_bytes()).unwrap();
+        assert_eq!(conf.server_socket, "/run/ovnbpf/cni.sock");
+        assert_eq!(conf.plugin_type, "ovnbpf");
+    }
+}

@@ -201,6 +201,17 @@ pub struct Pod {
 }
 
 impl Pod {
+    /// A pod whose interface something else built (a CNI plugin) in `netns`, with host end
+    /// `host_interface`; the namespace is deleted with the pod.
+    #[must_use]
+    pub fn attached(name: &str, netns: Netns, host_interface: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            host_interface: host_interface.to_string(),
+            netns,
+        }
+    }
+
     #[must_use]
     pub fn name(&self) -> &str {
         &self.name

@@ -10,6 +10,7 @@ use std::{net::Ipv4Addr, path::Path};
 
 use anyhow::{Context, Result};
 use ovnbpf_tests::{
+    agent::AgentSpec,
     bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
@@ -22,7 +23,7 @@ use serde_json::{Value, json};
 use crate::{
     bench::{median, option, write_json},
     cmd,
-    demo_agents::{spawn_agent, stop_agents, wait_all_up},
+    demo_agents::{stop_agents, wait_all_up},
 };
 
 /// What one path measured.
@@ -233,16 +234,14 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<PathRes
             mtu: Some(1442),
         })?);
         let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
-        let ports = [format!("{name}.bench=pod_h")];
-        agents.push(spawn_agent(
-            &lab,
-            agent,
-            node,
+        let spec = AgentSpec {
             chassis,
-            &ports,
-            bpffs.path(),
-            log,
-        )?);
+            node,
+            local_ports: vec![format!("{name}.bench=pod_h")],
+            pin_root: Some(bpffs.path().join(chassis)),
+            cni_dir: None,
+        };
+        agents.push(spec.spawn(&lab, agent, log)?);
     }
     wait_all_up(&lab, plan.len(), &agents)?;
     let result = measure(

@@ -9,12 +9,15 @@ use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
+    cni_runtime::{PodAttachment, Runtime, plugin_dir},
     kubeovn::mac_for,
     names::unique_prefix,
-    network::{Node, Pod, PodSpec, Underlay},
+    netns::Netns,
+    network::{Node, Pod, Underlay},
     ovn::OvnLab,
     process::{Child, wait_until},
 };
+use serde_json::{Value, json};
 
 use crate::demo_topology::VPCS;
 
@@ -26,23 +29,23 @@ fn node_of(vpc_index: usize, pod_index: usize) -> usize {
     (vpc_index + pod_index) % 2
 }
 
-/// Starts `ovnbpf-agent` as chassis `name` inside `node`'s namespace, forwarding with eBPF for
-/// `local_ports` (`PORT=INTERFACE`), pinning under `pin_root`, logging to `log`.
+/// Starts `ovnbpf-agent` as chassis `name` inside `node`'s namespace, forwarding with eBPF,
+/// pinning under `pin_root/<name>`, serving CNI under `cni_root/<name>`, logging to `log`.
 pub fn spawn_agent(
     lab: &OvnLab,
     agent: &Path,
     node: &Node,
     name: &str,
-    local_ports: &[String],
     pin_root: &Path,
+    cni_root: &Path,
     log: std::path::PathBuf,
 ) -> Result<Child> {
     AgentSpec {
         chassis: name,
         node,
-        local_ports: local_ports.to_vec(),
+        local_ports: Vec::new(),
         pin_root: Some(pin_root.join(name)),
-        cni_dir: None,
+        cni_dir: Some(cni_root.join(name)),
     }
     .spawn(lab, agent, log)
 }
@@ -85,32 +88,10 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
     let prefix = unique_prefix();
     let mut underlay = Underlay::create(&prefix)?;
     let nodes = [underlay.add_node(NODES[0])?, underlay.add_node(NODES[1])?];
-    let mut pods: Vec<(String, Pod)> = Vec::new();
-    let mut local_ports: [Vec<String>; 2] = [Vec::new(), Vec::new()];
-    for (vpc_index, (_, _, namespace, names)) in VPCS.iter().enumerate() {
-        for (pod_index, name) in names.iter().enumerate() {
-            let node = node_of(vpc_index, pod_index);
-            let address = format!("10.0.1.{}/24", pod_index + 2);
-            let host = format!("{name}_h");
-            let mac = mac_for(name);
-            let pod = nodes[node].add_pod(&PodSpec {
-                name,
-                host_interface: &host,
-                mac: Some(&mac),
-                address: Some(&address),
-                gateway: None,
-                mtu: Some(1442),
-            })?;
-            local_ports[node].push(format!("{name}.{namespace}={host}"));
-            println!(
-                "   {name:<6} {:<6} {address:<13} on {}",
-                VPCS[vpc_index].0, NODES[node]
-            );
-            pods.push((name.to_string(), pod));
-        }
-    }
-    // The agents pin their maps and links here, so they survive the agents' restarts.
+    // The agents pin their maps and links here, so they survive the agents' restarts; each
+    // serves CNI on a socket in `work`.
     let bpffs = BpfMount::create()?;
+    let work = tempfile::Builder::new().prefix("ovnbpf-demo-").tempdir()?;
     let mut agents: Vec<Child> = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
         let log = std::env::temp_dir().join(format!("{prefix}-{}.log", NODES[index]));
@@ -124,10 +105,69 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
             agent,
             node,
             NODES[index],
-            &local_ports[index],
             bpffs.path(),
+            work.path(),
             log,
         )?);
+    }
+    let plugins = plugin_dir(
+        &work.path().join("bin"),
+        "ovnbpf",
+        &std::fs::canonicalize(agent.with_file_name("ovnbpf-cni"))?,
+    )?;
+    let socket = |index: usize| work.path().join(NODES[index]).join("cni.sock");
+    if !wait_until(Duration::from_secs(15), || {
+        socket(0).exists() && socket(1).exists()
+    }) {
+        let logs: Vec<String> = agents.iter().map(Child::log_tail).collect();
+        bail!(
+            "the agents did not open their CNI sockets:{}",
+            logs.join("\n")
+        );
+    }
+    println!(
+        "== demo: pods attached by the CNI plugin (/opt/cni/bin/ovnbpf as a runtime calls it)"
+    );
+    let mut pods: Vec<(String, Pod)> = Vec::new();
+    for (vpc_index, (_, _, namespace, names)) in VPCS.iter().enumerate() {
+        for (pod_index, name) in names.iter().enumerate() {
+            let node = node_of(vpc_index, pod_index);
+            let netns = Netns::create(&format!("{prefix}-{name}"))?;
+            let container_id = format!("{name:0<8}0000demo");
+            let attachment = PodAttachment {
+                container_id: container_id.clone(),
+                netns: netns.path().display().to_string(),
+                if_name: "eth0".into(),
+                args: format!("K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"),
+            };
+            let config = json!({"cniVersion": "1.0.0", "name": "ovn", "type": "ovnbpf", "server_socket": socket(node)});
+            let started = std::time::Instant::now();
+            let output = Runtime::new(nodes[node].netns(), vec![plugins.clone()]).exec(
+                "ADD",
+                &attachment,
+                &config,
+            )?;
+            if !output.status.success() {
+                bail!(
+                    "CNI ADD of {name} failed: {}",
+                    String::from_utf8_lossy(&output.stdout)
+                );
+            }
+            let result: Value = serde_json::from_slice(&output.stdout)?;
+            println!(
+                "   {name:<6} {:<6} {:<13} gw {:<9} on {} (ADD {} ms)",
+                VPCS[vpc_index].0,
+                result["ips"][0]["address"].as_str().unwrap_or("?"),
+                result["ips"][0]["gateway"].as_str().unwrap_or("?"),
+                NODES[node],
+                started.elapsed().as_millis()
+            );
+            let host = result["interfaces"][0]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            pods.push((name.to_string(), Pod::attached(name, netns, &host)));
+        }
     }
     wait_all_up(lab, pods.len(), &agents)?;
     println!("   every pod is up in the SB (its agent programmed the kernel maps)");
@@ -139,6 +179,15 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
             .context("demo pod")
     };
     println!("== demo: traffic");
+    for (vpc, _, _, [first, _]) in VPCS {
+        let received = pod(first)?.ping("10.0.1.1".parse()?, 3)?;
+        println!(
+            "   {first} → its gateway 10.0.1.1 ({vpc}'s router, answered in the kernel): {received}/3 replies"
+        );
+        if received != 3 {
+            bail!("{first} could not reach its gateway");
+        }
+    }
     for (vpc, _, _, [first, second]) in VPCS {
         let received = pod(first)?.ping("10.0.1.3".parse()?, 5)?;
         println!("   {first} → {second} (10.0.1.3, {vpc}, other node): {received}/5 replies");
@@ -200,8 +249,8 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
                 agent,
                 &nodes[index],
                 NODES[index],
-                &local_ports[index],
                 bpffs.path(),
+                work.path(),
                 log,
             )?;
         }

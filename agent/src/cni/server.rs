@@ -5,7 +5,7 @@
 
 use std::{
     os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -181,10 +181,4 @@ async fn route(head: &http::RequestHead, body: &[u8], handler: &Handler) -> (u16
             (status, error_body(&error.to_string()))
         }
     }
-}
-
-/// The default socket path of the agent.
-#[must_use]
-pub fn default_socket() -> PathBuf {
-    PathBuf::from("/run/ovnbpf/cni.sock")
 }

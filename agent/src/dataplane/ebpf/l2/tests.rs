@@ -474,7 +474,13 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
     let mut state = L2State::new("node1");
     let mut entries = vec![
         patch(DP, 2, "ls-lr", "lr-ls", "router"),
-        patch(ROUTER_DP, 1, "lr-ls", "ls-lr", "0a:58:63:5f:04:aa 10.0.1.1/24"),
+        patch(
+            ROUTER_DP,
+            1,
+            "lr-ls",
+            "ls-lr",
+            "0a:58:63:5f:04:aa 10.0.1.1/24",
+        ),
         IrEntry::L2Fib {
             datapath: DP,
             mac: ROUTER_MAC,
@@ -488,7 +494,11 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
         },
     ];
     // northd also lists the router's address among the switch's ARP replies.
-    entries.extend(pod("ls-lr", 2, None, ROUTER_MAC, gateway).into_iter().skip(2));
+    entries.extend(
+        pod("ls-lr", 2, None, ROUTER_MAC, gateway)
+            .into_iter()
+            .skip(2),
+    );
     state.apply(&added(entries));
     let echo = IrEntry::RouterEchoReply {
         datapath: ROUTER_DP,
