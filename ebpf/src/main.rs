@@ -20,14 +20,15 @@ mod switching;
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::{
     macros::{classifier, map},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TcContext,
 };
 use ovnbpf_common::{
     ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodKey,
     FloodRoles, FloodTargets, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, MAX_ARP_ENTRIES,
-    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_TUNNEL_PORTS, PodPort, PortSecurity,
-    TunnelConfig, TunnelPortKey, drop_reason,
+    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES,
+    MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort, PortSecurity, RouteEntry, RouteKey,
+    RouterInfo, TunnelConfig, TunnelPortKey, drop_reason,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -68,6 +69,15 @@ static FLOOD_GROUPS: HashMap<FloodKey, FloodTargets> =
 
 #[map(name = "FLOOD_ROLES")]
 static FLOOD_ROLES: HashMap<u32, FloodRoles> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
+
+#[map(name = "ROUTES")]
+static ROUTES: LpmTrie<RouteKey, RouteEntry> = LpmTrie::with_max_entries(MAX_ROUTES, 0);
+
+#[map(name = "NEIGHBOURS")]
+static NEIGHBOURS: HashMap<NeighbourKey, Neighbour> = HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
+
+#[map(name = "ROUTERS")]
+static ROUTERS: HashMap<u32, RouterInfo> = HashMap::with_max_entries(MAX_ROUTERS, 0);
 
 #[map(name = "DROP_EVENTS")]
 static DROP_EVENTS: RingBuf = RingBuf::with_byte_size(DROP_EVENTS_BYTES, 0);

@@ -1,14 +1,23 @@
-//! What a logical router does for frames a pod sends to its gateway's MAC, so far: an ICMP echo
-//! request to one of the router's addresses on that switch is answered in place (MACs and
-//! addresses swapped, TTL 255, type 0) and sent back out of the pod's veth, as OVN's
-//! `lr_in_ip_input` does. Everything else goes on untouched (routing comes later). Reads
-//! `ARP_RESPONDER`, whose router entries say which addresses the router owns and answers.
+//! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request
+//! to one of the router's addresses on that switch is answered in place (MACs and addresses
+//! swapped, TTL 255, type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input`
+//! does. Other IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
+//! router (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
+//! decremented per router, source MAC of the output port, the next hop's MAC from the
+//! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
+//! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
+//! Non-IPv4 goes on untouched. Reads `ARP_RESPONDER`, `ROUTERS`, `ROUTES`, `NEIGHBOURS`,
+//! `L2_FIB`.
 
-use aya_ebpf::{helpers::bpf_redirect, programs::TcContext};
-use ovnbpf_common::{ARP_ANSWER_ECHO, ARP_ANSWER_ROUTER, ArpKey, drop_reason};
+use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
+use ovnbpf_common::{
+    ARP_ANSWER_ECHO, ARP_ANSWER_ROUTER, ArpKey, FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS,
+    NeighbourKey, ROUTE_TO_ROUTER, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason,
+};
 
 use crate::{
-    ARP_RESPONDER, TCX_NEXT, count_delivered,
+    ARP_RESPONDER, L2_FIB, NEIGHBOURS, ROUTERS, ROUTES, TCX_NEXT, count_delivered, deliver_local,
+    geneve::{self, Tunnel},
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
 };
 
@@ -24,20 +33,37 @@ struct IcmpHead {
     checksum: u16,
 }
 
-/// Handles a frame addressed to a router port's MAC on `datapath`, sent from host veth
-/// `ifindex`: the verdict, or the drop reason.
+/// Handles a frame addressed to a router port's MAC on switch `datapath` (whose router is
+/// `router`), sent from host veth `ifindex`: the verdict, or the drop reason.
 #[inline(always)]
-pub fn handle(ctx: &TcContext, datapath: u32, ifindex: u32) -> Result<i32, u32> {
+pub fn handle(ctx: &TcContext, datapath: u32, router: u32, ifindex: u32) -> Result<i32, u32> {
     let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
         return Ok(TCX_NEXT);
     };
+    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
+        return Ok(TCX_NEXT);
+    }
+    match echo_reply(ctx, &frame, datapath, ifindex)? {
+        Some(verdict) => Ok(verdict),
+        None => route(ctx, &frame, router),
+    }
+}
+
+/// Answers an ICMP echo request to one of the router's addresses on switch `datapath`;
+/// `None` when the frame is not one.
+#[inline(always)]
+fn echo_reply(
+    ctx: &TcContext,
+    frame: &Ipv4Frame,
+    datapath: u32,
+    ifindex: u32,
+) -> Result<Option<i32>, u32> {
     let ip = frame.ip;
-    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4
-        || ip.version_ihl != 0x45
+    if ip.version_ihl != 0x45
         || ip.protocol != IPPROTO_ICMP
         || u16::from_be(ip.fragment) & 0x3fff != 0
     {
-        return Ok(TCX_NEXT);
+        return Ok(None);
     }
     let key = ArpKey {
         datapath,
@@ -45,20 +71,20 @@ pub fn handle(ctx: &TcContext, datapath: u32, ifindex: u32) -> Result<i32, u32> 
     };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
     let Some(answer) = (unsafe { ARP_RESPONDER.get(key) }) else {
-        return Ok(TCX_NEXT);
+        return Ok(None);
     };
     let wanted = ARP_ANSWER_ROUTER | ARP_ANSWER_ECHO;
     if answer.flags & wanted != wanted || answer.mac != frame.eth.destination {
-        return Ok(TCX_NEXT);
+        return Ok(None);
     }
     let icmp_offset = ETH_HEADER_LEN + 20;
     let Ok(icmp) = ctx.load::<IcmpHead>(icmp_offset) else {
-        return Ok(TCX_NEXT);
+        return Ok(None);
     };
     if icmp.kind != ICMP_ECHO_REQUEST || icmp.code != 0 {
-        return Ok(TCX_NEXT);
+        return Ok(None);
     }
-    let mut reply = frame;
+    let mut reply = *frame;
     reply.eth.destination = frame.eth.source;
     reply.eth.source = answer.mac;
     reply.ip.source = ip.destination;
@@ -82,7 +108,108 @@ pub fn handle(ctx: &TcContext, datapath: u32, ifindex: u32) -> Result<i32, u32> 
     count_delivered(ifindex, ctx.len());
     // Back out of the same veth: its egress is the pod's ingress.
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+    Ok(Some(unsafe { bpf_redirect(ifindex, 0) } as i32))
+}
+
+/// The route `router` (and the routers it hands over to) picks for `destination`: the last
+/// router, its route, and the number of routers passed.
+#[inline(always)]
+fn lookup(router: u32, destination: u32) -> Result<(u32, RouteEntry, u8), u32> {
+    let mut datapath = router;
+    let mut hops: u8 = 0;
+    for _ in 0..MAX_ROUTER_HOPS {
+        // SAFETY: map lookups return pointers into the maps that stay valid for the program.
+        let forwards =
+            unsafe { ROUTERS.get(datapath) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
+        if !forwards {
+            return Err(drop_reason::ROUTER_UNSUPPORTED);
+        }
+        let key = Key::new(
+            64,
+            RouteKey {
+                datapath: datapath.to_be(),
+                ip: destination,
+            },
+        );
+        let Some(route) = ROUTES.get(key) else {
+            return Err(drop_reason::NO_ROUTE);
+        };
+        hops += 1;
+        if route.kind != ROUTE_TO_ROUTER {
+            return Ok((datapath, *route, hops));
+        }
+        datapath = route.next_datapath;
+    }
+    Err(drop_reason::TOO_MANY_HOPS)
+}
+
+/// Routes `frame` (IPv4, addressed to a router port of `router`) and hands it to the destination
+/// switch's L2 step.
+#[inline(always)]
+fn route(ctx: &TcContext, frame: &Ipv4Frame, router: u32) -> Result<i32, u32> {
+    let ip = frame.ip;
+    let (last_router, route, hops) = lookup(router, ip.destination)?;
+    if ip.ttl <= hops {
+        return Err(drop_reason::TTL_EXPIRED);
+    }
+    let nexthop = if route.nexthop != 0 {
+        route.nexthop
+    } else {
+        ip.destination
+    };
+    let key = NeighbourKey {
+        datapath: last_router,
+        ip: nexthop,
+    };
+    // SAFETY: as above.
+    let Some(neighbour) = (unsafe { NEIGHBOURS.get(key) }) else {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    };
+    let mac = neighbour.mac;
+    let fib_key = FibKey {
+        datapath: route.next_datapath,
+        mac,
+        padding: [0; 2],
+    };
+    // SAFETY: as above.
+    let Some(entry) = (unsafe { L2_FIB.get(fib_key) }) else {
+        return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION);
+    };
+    let entry = *entry;
+    // TTL and its checksum word (TTL is the high byte of the word it shares with the protocol).
+    let old_word = (u16::from(ip.ttl) << 8 | u16::from(ip.protocol)).to_be();
+    let new_ttl = ip.ttl - hops;
+    let new_word = (u16::from(new_ttl) << 8 | u16::from(ip.protocol)).to_be();
+    let mut macs = [0_u8; 12];
+    macs[..6].copy_from_slice(&mac);
+    macs[6..].copy_from_slice(&route.source_mac);
+    ctx.store(0, &macs, 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 8, &new_ttl, 0))
+        .and_then(|()| {
+            ctx.l3_csum_replace(
+                ETH_HEADER_LEN + 10,
+                u64::from(old_word),
+                u64::from(new_word),
+                2,
+            )
+        })
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    match entry.kind {
+        FIB_LOCAL => Ok(deliver_local(ctx, entry.ifindex, entry.flags, true)),
+        FIB_REMOTE => {
+            let Some(config) = geneve::tunnel_config() else {
+                return Err(drop_reason::ENCAP_FAILED);
+            };
+            let tunnel = Tunnel {
+                datapath: route.next_datapath,
+                ingress_port: route.ingress_port,
+                egress_port: entry.port,
+                remote_ip: entry.remote_ip,
+            };
+            geneve::encapsulate(ctx, &config, &tunnel)
+        }
+        _ => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
+    }
 }
 
 /// The checksum of a 20-byte IPv4 header whose checksum field is zero.

@@ -1,8 +1,8 @@
 //! The kernel's answers for a router's own addresses under BPF_PROG_TEST_RUN: a pod's ICMP echo
 //! request to its gateway (the router port's MAC and address) comes back as the reply OVN's
 //! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255, type 0, valid checksums), out
-//! of the same veth. Requests to addresses the router does not answer, other ICMP types and
-//! other protocols pass untouched.
+//! of the same veth. Other IPv4 to the router's MAC is routed; a router the kernel does not
+//! forward for drops it and counts why. Non-IPv4 passes untouched.
 
 mod common;
 
@@ -13,6 +13,7 @@ use ovnbpf_common::{
 use ovnbpf_tests::require_root;
 
 const TCX_NEXT: i32 = -1;
+const TC_ACT_SHOT: i32 = 2;
 const TC_ACT_REDIRECT: i32 = 7;
 const POD_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
 const POD_IP: [u8; 4] = [10, 0, 1, 2];
@@ -122,8 +123,17 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
 }
 
 #[test]
-fn other_traffic_to_the_router_passes_untouched() {
+fn other_traffic_to_a_router_the_kernel_does_not_forward_for_is_dropped_and_counted() {
     let programs = programs();
+    let unsupported = || {
+        programs
+            .drop_counters()
+            .unwrap()
+            .into_iter()
+            .find(|(name, _)| *name == "router_unsupported")
+            .unwrap()
+            .1
+    };
     for (what, frame) in [
         (
             "a ping to an address without echo",
@@ -138,8 +148,15 @@ fn other_traffic_to_the_router_passes_untouched() {
             icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, [10, 0, 2, 5]), 8),
         ),
     ] {
+        let before = unsupported();
         let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
-        assert_eq!(outcome.verdict, TCX_NEXT, "{what}");
-        assert_eq!(outcome.frame, frame, "{what}");
+        assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
+        assert_eq!(unsupported(), before + 1, "{what}");
     }
+    // Not IPv4 (an IPv6 header behind the router's MAC): untouched.
+    let mut ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
+    ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    let outcome = programs.test_run(Hook::Pod, &ipv6).unwrap();
+    assert_eq!(outcome.verdict, TCX_NEXT);
+    assert_eq!(outcome.frame, ipv6);
 }

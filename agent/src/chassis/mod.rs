@@ -235,6 +235,25 @@ pub fn release_ops(port: &PortBinding, chassis: Uuid) -> Vec<Value> {
     ]
 }
 
+/// Releases `port` if it is bound to `chassis` when the transaction runs, whatever the replica
+/// shows now: a claim still in flight (submitted earlier, so committed earlier) is undone too,
+/// and a port another chassis took meanwhile is left alone.
+#[must_use]
+pub fn release_ops_if_ours(port: &PortBinding, chassis: Uuid) -> Vec<Value> {
+    if port.chassis.is_some_and(|holder| holder != chassis) {
+        return Vec::new();
+    }
+    let mut row = json!({"chassis": ["set", []], "encap": ["set", []]});
+    if port.up.is_some() {
+        row["up"] = json!(false);
+    }
+    let condition = json!([
+        ["_uuid", "==", uuid_json(port.uuid)],
+        ["chassis", "==", uuid_json(chassis)]
+    ]);
+    vec![json!({"op": "update", "table": PortBinding::TABLE, "where": condition, "row": row})]
+}
+
 /// Acknowledges `nb_cfg` in our Chassis_Private row, with the time it was reached (ms since epoch).
 #[must_use]
 pub fn nb_cfg_ops(private: &ChassisPrivate, nb_cfg: i64, timestamp_ms: i64) -> Vec<Value> {

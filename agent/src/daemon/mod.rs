@@ -336,7 +336,8 @@ impl Daemon {
                     self.local_ports.remove(&port);
                 }
                 if let (Some(chassis), Some(binding)) = (chassis, self.sb.port_by_name(&port)) {
-                    let ops = chassis::release_ops(&binding, chassis);
+                    // Our claim may still be on its way: release on the server's view.
+                    let ops = chassis::release_ops_if_ours(&binding, chassis);
                     self.write("release port", ops);
                 }
                 self.refresh_scope();

@@ -47,8 +47,17 @@ pub mod map {
     pub const FLOOD_ROLES: &str = "FLOOD_ROLES";
     /// Ring buffer of [`super::DropEvent`]s: one per frame a program dropped.
     pub const DROP_EVENTS: &str = "DROP_EVENTS";
+    /// LPM trie: ([`super::RouteKey`], prefix) → [`super::RouteEntry`]: each router's routes.
+    pub const ROUTES: &str = "ROUTES";
+    /// Hash: [`super::NeighbourKey`] → [`super::Neighbour`]: next hops' MACs per router.
+    pub const NEIGHBOURS: &str = "NEIGHBOURS";
+    /// Hash: router datapath key (`u32`) → [`super::RouterInfo`]: routers the kernel forwards for.
+    pub const ROUTERS: &str = "ROUTERS";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 14] = [
+        ROUTES,
+        NEIGHBOURS,
+        ROUTERS,
         DROP_EVENTS,
         FLOOD_GROUPS,
         FLOOD_ROLES,
@@ -101,8 +110,21 @@ pub mod drop_reason {
     pub const FLOOD_CLONE_FAILED: u32 = 6;
     /// The kernel refused to rewrite a router's reply.
     pub const ROUTER_REPLY_FAILED: u32 = 7;
+    /// A router the kernel does not forward for (its pipeline has flows the kernel lacks:
+    /// policies, NAT, ECMP…): counted, never forwarded half-right.
+    pub const ROUTER_UNSUPPORTED: u32 = 8;
+    /// No route to the destination.
+    pub const NO_ROUTE: u32 = 9;
+    /// The next hop's MAC is not known (OVN would send an ARP request).
+    pub const NEXT_HOP_UNRESOLVED: u32 = 10;
+    /// TTL would expire (OVN answers ICMP time exceeded; the kernel only counts it so far).
+    pub const TTL_EXPIRED: u32 = 11;
+    /// More router hops than the kernel follows.
+    pub const TOO_MANY_HOPS: u32 = 12;
+    /// The routed frame's next switch has no entry for the neighbour's MAC.
+    pub const ROUTED_UNKNOWN_DESTINATION: u32 = 13;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 14;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
@@ -113,6 +135,12 @@ pub mod drop_reason {
         "flood_next_hop_unresolved",
         "flood_clone_failed",
         "router_reply_failed",
+        "router_unsupported",
+        "no_route",
+        "next_hop_unresolved",
+        "ttl_expired",
+        "too_many_hops",
+        "routed_unknown_destination",
     ];
 }
 
@@ -193,7 +221,8 @@ pub const ARP_ANSWER_ROUTER: u8 = 1;
 /// Flag of [`ArpAnswer::flags`]: the router answers ICMP echo requests to the address.
 pub const ARP_ANSWER_ECHO: u8 = 2;
 
-/// Where frames to one MAC go.
+/// Where frames to one MAC go. For [`FIB_ROUTER`]: `port` is the switch's router port key and
+/// `ifindex` the router's datapath key.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FibEntry {
@@ -258,6 +287,72 @@ pub struct FloodRoles {
     pub broadcast: u32,
     pub unknown: u32,
 }
+
+/// The data of a [`map::ROUTES`] key: a router's datapath key and a destination, both in network
+/// byte order, so the trie's prefix length is 32 + the route's prefix length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RouteKey {
+    pub datapath: u32,
+    pub ip: u32,
+}
+
+/// [`RouteEntry::kind`]: the output port faces a switch; the neighbour's MAC is looked up and
+/// the switch's L2 step follows.
+pub const ROUTE_TO_SWITCH: u8 = 1;
+/// [`RouteEntry::kind`]: the output port faces another router (peering); routing goes on there.
+pub const ROUTE_TO_ROUTER: u8 = 2;
+
+/// Where a route sends a packet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteEntry {
+    /// Next hop (network byte order); 0 = the destination itself (directly connected).
+    pub nexthop: u32,
+    /// The output router port's MAC.
+    pub source_mac: [u8; 6],
+    pub kind: u8,
+    pub reserved: u8,
+    /// The datapath behind the output port: the switch, or the peer router.
+    pub next_datapath: u32,
+    /// The port the packet enters `next_datapath` through (the switch's router port key).
+    pub ingress_port: u32,
+}
+
+/// A next hop of a router.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NeighbourKey {
+    pub datapath: u32,
+    pub ip: u32,
+}
+
+/// A next hop's MAC.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Neighbour {
+    pub mac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+
+/// [`RouterInfo::flags`]: the kernel forwards for this router.
+pub const ROUTER_FORWARDS: u32 = 1;
+
+/// A router as the kernel sees it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterInfo {
+    pub flags: u32,
+}
+
+/// Capacity of [`map::ROUTES`].
+pub const MAX_ROUTES: u32 = 65_536;
+/// Capacity of [`map::NEIGHBOURS`].
+pub const MAX_NEIGHBOURS: u32 = 262_144;
+/// Capacity of [`map::ROUTERS`].
+pub const MAX_ROUTERS: u32 = 16_384;
+/// Router hops the kernel follows for one packet (peering chains).
+pub const MAX_ROUTER_HOPS: usize = 4;
 
 /// Capacity of [`map::FLOOD_GROUPS`].
 pub const MAX_FLOOD_GROUPS: u32 = 16_384;
@@ -374,6 +469,16 @@ unsafe impl aya::Pod for FloodTargets {}
 unsafe impl aya::Pod for FloodRoles {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for DropEvent {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RouteKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RouteEntry {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for NeighbourKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Neighbour {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RouterInfo {}
 
 #[cfg(test)]
 mod tests {
@@ -404,6 +509,9 @@ mod tests {
         );
         assert_eq!(core::mem::size_of::<FloodRoles>(), 8);
         assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
+        assert_eq!(core::mem::size_of::<RouteKey>(), 8);
+        assert_eq!(core::mem::size_of::<RouteEntry>(), 20);
+        assert_eq!(core::mem::size_of::<Neighbour>(), 8);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }
 

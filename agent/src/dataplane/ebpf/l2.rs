@@ -478,11 +478,17 @@ impl L2State {
         for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
             self.dirty.insert(Dirty::Arp(*datapath, *ip));
         }
-        // A router port's MAC is what its switch port's router entries answer with.
+        // A router port's MAC is what its switch port's router entries answer with, and its
+        // datapath is where the switch port's FIB entry hands frames over.
         let switch_port = self.patch_by_peer.get(port).cloned();
         for name in std::iter::once(port).chain(switch_port.as_deref()) {
             for (datapath, ip) in self.router_arp_by_port.get(name).into_iter().flatten() {
                 self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            }
+        }
+        if let Some(switch_port) = &switch_port {
+            for (datapath, mac) in self.fib_by_port.get(switch_port).into_iter().flatten() {
+                self.dirty.insert(Dirty::Fib(*datapath, *mac));
             }
         }
         if let Some(info) = self.ports.get(port) {
@@ -662,9 +668,11 @@ impl L2State {
             });
         }
         let info = self.ports.get(port)?;
-        if info.peer.is_some() {
+        if let Some(peer) = &info.peer {
+            let router = self.ports.get(peer)?;
             return Some(FibEntry {
                 kind: FIB_ROUTER,
+                ifindex: router.datapath,
                 port: info.key,
                 ..FibEntry::default()
             });

@@ -9,6 +9,7 @@
 
 use std::{io, path::Path};
 
+use aya::maps::lpm_trie::Key as LpmKey;
 use aya::{
     Ebpf, EbpfLoader, TestRun, TestRunOptions,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
@@ -20,7 +21,8 @@ use aya::{
 };
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, InterfaceCounters,
-    LocalPort, PodPort, PortSecurity, TunnelConfig, TunnelPortKey, drop_reason, map, program,
+    LocalPort, Neighbour, NeighbourKey, PodPort, PortSecurity, RouteEntry, RouteKey, RouterInfo,
+    TunnelConfig, TunnelPortKey, drop_reason, map, program,
 };
 
 use crate::netns;
@@ -28,6 +30,7 @@ use crate::netns;
 pub mod events;
 pub mod inspect;
 pub mod l2;
+pub mod l3;
 pub mod node;
 pub mod pins;
 
@@ -526,6 +529,73 @@ impl KernelPrograms {
 
     pub fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
         self.hash_remove::<u32, FloodRoles>(map::FLOOD_ROLES, datapath)
+    }
+
+    fn routes(
+        &mut self,
+    ) -> Result<aya::maps::LpmTrie<&mut aya::maps::MapData, RouteKey, RouteEntry>, EbpfError> {
+        let name = map::ROUTES;
+        aya::maps::LpmTrie::try_from(self.map_mut(name)?)
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// Router `key.datapath` sends `key.ip`/`length` where `entry` says.
+    pub fn set_route(
+        &mut self,
+        key: RouteKey,
+        length: u8,
+        entry: RouteEntry,
+    ) -> Result<(), EbpfError> {
+        let name = map::ROUTES;
+        self.routes()?
+            .insert(&LpmKey::new(32 + u32::from(length), key), entry, 0)
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    pub fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
+        let name = map::ROUTES;
+        match self
+            .routes()?
+            .remove(&LpmKey::new(32 + u32::from(length), key))
+        {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(error))
+                if error.io_error.kind() == io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(EbpfError::Map { name, source }),
+        }
+    }
+
+    /// Every route key present, as (key, prefix length).
+    pub fn route_keys(&self) -> Result<Vec<(RouteKey, u8)>, EbpfError> {
+        let name = map::ROUTES;
+        let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+        let trie: aya::maps::LpmTrie<_, RouteKey, RouteEntry> =
+            aya::maps::LpmTrie::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
+        trie.keys()
+            .map(|key| {
+                key.map(|key| (key.data(), key.prefix_len().saturating_sub(32) as u8))
+                    .map_err(|source| EbpfError::Map { name, source })
+            })
+            .collect()
+    }
+
+    pub fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
+        self.hash_insert(map::NEIGHBOURS, key, value)
+    }
+
+    pub fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
+        self.hash_remove::<NeighbourKey, Neighbour>(map::NEIGHBOURS, key)
+    }
+
+    pub fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
+        self.hash_insert(map::ROUTERS, datapath, info)
+    }
+
+    pub fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        self.hash_remove::<u32, RouterInfo>(map::ROUTERS, datapath)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].

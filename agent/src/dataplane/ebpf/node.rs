@@ -16,6 +16,7 @@ use tracing::info;
 use super::{
     EbpfError, Hook, KernelPrograms,
     l2::L2State,
+    l3::L3State,
     pins::{PinError, PinLayout},
     unpin_link,
 };
@@ -54,6 +55,7 @@ pub enum NodeDatapathError {
 pub struct NodeDatapath {
     programs: KernelPrograms,
     l2: L2State,
+    l3: L3State,
     pins: Option<PinLayout>,
     /// Logical port → its host veth (name, index).
     plugged: HashMap<String, (String, u32)>,
@@ -126,6 +128,7 @@ impl NodeDatapath {
         Ok(Self {
             programs,
             l2,
+            l3: L3State::default(),
             pins,
             plugged,
             adopted,
@@ -198,14 +201,18 @@ impl NodeDatapath {
     /// Removes map entries this agent did not install (see [`L2State::sweep`]); call once the
     /// Southbound view is complete. Returns the number removed.
     pub fn sweep(&mut self) -> Result<usize, EbpfError> {
+        self.l3.flush(&mut self.programs)?;
         self.l2.flush(&mut self.programs)?;
-        self.l2.sweep(&mut self.programs)
+        Ok(self.l2.sweep(&mut self.programs)? + self.l3.sweep(&mut self.programs)?)
     }
 
     /// Takes in an IR diff and writes what it changes.
     pub fn apply(&mut self, diff: &IrDiff) -> Result<usize, EbpfError> {
         self.l2.apply(diff);
-        self.l2.flush(&mut self.programs)
+        self.l3.apply(diff);
+        // Routes before the switch entries that lead to them.
+        let routed = self.l3.flush(&mut self.programs)?;
+        Ok(routed + self.l2.flush(&mut self.programs)?)
     }
 
     /// Replaces the known chassis encap IPs (other chassis's tunnel endpoints) and writes what

@@ -1,0 +1,511 @@
+//! This chassis's L3 kernel maps, derived from the IR: the routers the kernel forwards for (those
+//! without policies or flows it cannot run), their routes (per destination prefix the
+//! highest-priority route of the main table, OVN's precedence, with the datapath behind the
+//! output port: a switch, or a peer router), and their neighbours (static from the flows; learned
+//! from MAC_Binding where the router looks them up). Owns the desired and installed contents;
+//! touches the kernel only through [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
+//! [`L3State::flush`] writes just those.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::Ipv4Addr,
+};
+
+use ovnbpf_common::{
+    Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_FORWARDS, RouteEntry,
+    RouteKey, RouterInfo,
+};
+
+use super::EbpfError;
+use crate::pipeline::{
+    IrDiff,
+    ir::{IrEntry, Mac, PortKind, Prefix},
+};
+
+/// Router stages whose unsupported flows do not change how plain routed IPv4 is forwarded
+/// between pods: SNAT on the way out applies only where NAT rules exist, which northd also
+/// expresses as flows in the stages that are checked.
+const HARMLESS_UNSUPPORTED_STAGES: [&str; 1] = ["lr_out_snat"];
+
+/// Writes to the L3 maps (the kernel programs, or a recorder in tests).
+pub trait L3Maps {
+    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError>;
+    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError>;
+    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError>;
+    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
+    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError>;
+    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError>;
+    /// The keys present, whoever wrote them: routes as (key, prefix length).
+    fn l3_keys(&self) -> Result<L3Keys, EbpfError>;
+}
+
+impl L3Maps for super::KernelPrograms {
+    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError> {
+        super::KernelPrograms::set_route(self, key, length, entry)
+    }
+    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
+        super::KernelPrograms::remove_route(self, key, length)
+    }
+    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
+        super::KernelPrograms::set_neighbour(self, key, value)
+    }
+    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
+        super::KernelPrograms::remove_neighbour(self, key)
+    }
+    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
+        super::KernelPrograms::set_router(self, datapath, info)
+    }
+    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        super::KernelPrograms::remove_router(self, datapath)
+    }
+    fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
+        Ok(L3Keys {
+            routes: self.route_keys()?,
+            neighbours: self
+                .hash_keys::<NeighbourKey, Neighbour>(ovnbpf_common::map::NEIGHBOURS)?,
+            routers: self.hash_keys::<u32, RouterInfo>(ovnbpf_common::map::ROUTERS)?,
+        })
+    }
+}
+
+/// The keys present in the L3 maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct L3Keys {
+    pub routes: Vec<(RouteKey, u8)>,
+    pub neighbours: Vec<NeighbourKey>,
+    pub routers: Vec<u32>,
+}
+
+/// The kernel's route key for `prefix` in router `datapath` (both in network byte order).
+#[must_use]
+pub fn route_key(datapath: u32, prefix: Prefix) -> RouteKey {
+    RouteKey {
+        datapath: datapath.to_be(),
+        ip: u32::from_ne_bytes(prefix.network.octets()),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Dirty {
+    Route(u32, Prefix),
+    Neighbour(u32, Ipv4Addr),
+    Router(u32),
+}
+
+/// One route of the main table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Candidate {
+    priority: u16,
+    nexthop: Option<Ipv4Addr>,
+    source_mac: Mac,
+    port: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PortInfo {
+    datapath: u32,
+    key: u32,
+    peer: Option<String>,
+}
+
+/// The L3 maps of one chassis.
+#[derive(Debug, Default)]
+pub struct L3State {
+    /// Datapath key → whether it is a router.
+    routers: HashMap<u32, bool>,
+    ports: HashMap<String, PortInfo>,
+    routes: HashMap<(u32, Prefix), HashSet<Candidate>>,
+    routes_by_port: HashMap<String, HashSet<(u32, Prefix)>>,
+    /// (router, next hop) → (MAC from the flows, MAC learned).
+    neighbours: HashMap<(u32, Ipv4Addr), (Option<Mac>, Option<Mac>)>,
+    /// Routers that look next hops up in MAC_Binding.
+    neighbour_lookup: HashSet<u32>,
+    /// Per router: entries that keep the kernel from forwarding for it (policies, unsupported
+    /// flows).
+    blockers: HashMap<u32, HashSet<String>>,
+    dirty: HashSet<Dirty>,
+    installed_routes: HashMap<(u32, Prefix), RouteEntry>,
+    installed_neighbours: HashMap<(u32, Ipv4Addr), Neighbour>,
+    installed_routers: HashMap<u32, RouterInfo>,
+}
+
+impl L3State {
+    /// Takes in one IR diff.
+    pub fn apply(&mut self, diff: &IrDiff) {
+        for entry in &diff.removed {
+            self.take(entry, false);
+        }
+        for entry in &diff.added {
+            self.take(entry, true);
+        }
+    }
+
+    fn block(&mut self, datapath: u32, reason: String, added: bool) {
+        let set = self.blockers.entry(datapath).or_default();
+        if added {
+            set.insert(reason);
+        } else {
+            set.remove(&reason);
+        }
+        if set.is_empty() {
+            self.blockers.remove(&datapath);
+        }
+        self.dirty.insert(Dirty::Router(datapath));
+    }
+
+    fn take(&mut self, entry: &IrEntry, added: bool) {
+        match entry {
+            IrEntry::Datapath {
+                datapath, router, ..
+            } => {
+                if added {
+                    self.routers.insert(*datapath, *router);
+                } else {
+                    self.routers.remove(datapath);
+                }
+                self.dirty.insert(Dirty::Router(*datapath));
+                // Routes into this datapath may change kind.
+                let keys: Vec<(u32, Prefix)> = self.routes.keys().copied().collect();
+                self.dirty.extend(
+                    keys.into_iter()
+                        .map(|(dp, prefix)| Dirty::Route(dp, prefix)),
+                );
+            }
+            IrEntry::Port {
+                datapath,
+                key,
+                name,
+                kind,
+                ..
+            } => {
+                self.ports.remove(name);
+                if added {
+                    let peer = match kind {
+                        PortKind::Patch { peer } => Some(peer.clone()),
+                        _ => None,
+                    };
+                    self.ports.insert(
+                        name.clone(),
+                        PortInfo {
+                            datapath: *datapath,
+                            key: *key,
+                            peer,
+                        },
+                    );
+                }
+                // Routes out of this port, and out of its peer, resolve through it.
+                let mut marks: Vec<(u32, Prefix)> = Vec::new();
+                for port in self.names_around(name) {
+                    marks.extend(
+                        self.routes_by_port
+                            .get(&port)
+                            .into_iter()
+                            .flatten()
+                            .copied(),
+                    );
+                }
+                self.dirty.extend(
+                    marks
+                        .into_iter()
+                        .map(|(dp, prefix)| Dirty::Route(dp, prefix)),
+                );
+            }
+            IrEntry::Route {
+                datapath,
+                prefix,
+                priority,
+                route_table: None | Some(0),
+                nexthop,
+                source_mac,
+                port,
+                ..
+            } => {
+                let candidate = Candidate {
+                    priority: *priority,
+                    nexthop: *nexthop,
+                    source_mac: *source_mac,
+                    port: port.clone(),
+                };
+                let key = (*datapath, *prefix);
+                let set = self.routes.entry(key).or_default();
+                if added {
+                    set.insert(candidate);
+                    self.routes_by_port
+                        .entry(port.clone())
+                        .or_default()
+                        .insert(key);
+                } else {
+                    set.remove(&candidate);
+                    if set.is_empty() {
+                        self.routes.remove(&key);
+                    }
+                    if let Some(keys) = self.routes_by_port.get_mut(port) {
+                        let still_used = self
+                            .routes
+                            .get(&key)
+                            .is_some_and(|set| set.iter().any(|c| c.port == *port));
+                        if !still_used {
+                            keys.remove(&key);
+                        }
+                        if keys.is_empty() {
+                            self.routes_by_port.remove(port);
+                        }
+                    }
+                }
+                self.dirty.insert(Dirty::Route(*datapath, *prefix));
+            }
+            IrEntry::Neighbour {
+                datapath, ip, mac, ..
+            } => {
+                let slot = self.neighbours.entry((*datapath, *ip)).or_default();
+                slot.0 = added.then_some(*mac);
+                self.neighbour_changed(*datapath, *ip);
+            }
+            IrEntry::LearnedNeighbour {
+                datapath, ip, mac, ..
+            } => {
+                let slot = self.neighbours.entry((*datapath, *ip)).or_default();
+                slot.1 = added.then_some(*mac);
+                self.neighbour_changed(*datapath, *ip);
+            }
+            IrEntry::NeighbourLookup { datapath } => {
+                if added {
+                    self.neighbour_lookup.insert(*datapath);
+                } else {
+                    self.neighbour_lookup.remove(datapath);
+                }
+                let keys: Vec<(u32, Ipv4Addr)> = self
+                    .neighbours
+                    .keys()
+                    .filter(|(dp, _)| dp == datapath)
+                    .copied()
+                    .collect();
+                self.dirty
+                    .extend(keys.into_iter().map(|(dp, ip)| Dirty::Neighbour(dp, ip)));
+            }
+            IrEntry::RouterPolicy {
+                datapath, priority, ..
+            } => self.block(*datapath, format!("policy {priority}: {entry:?}"), added),
+            IrEntry::Route {
+                datapath,
+                route_table: Some(table),
+                prefix,
+                ..
+            } => self.block(
+                *datapath,
+                format!(
+                    "route table {table} for {}/{}",
+                    prefix.network, prefix.length
+                ),
+                added,
+            ),
+            IrEntry::Unsupported {
+                datapath,
+                stage,
+                reason,
+            } if stage.starts_with("lr_")
+                && !HARMLESS_UNSUPPORTED_STAGES.contains(&stage.as_str()) =>
+            {
+                self.block(*datapath, format!("{stage}: {reason}"), added);
+            }
+            _ => {}
+        }
+    }
+
+    fn neighbour_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
+        if self
+            .neighbours
+            .get(&(datapath, ip))
+            .is_some_and(|(fixed, learned)| fixed.is_none() && learned.is_none())
+        {
+            self.neighbours.remove(&(datapath, ip));
+        }
+        self.dirty.insert(Dirty::Neighbour(datapath, ip));
+    }
+
+    /// `name` and the port patched to it.
+    fn names_around(&self, name: &str) -> Vec<String> {
+        let mut names = vec![name.to_string()];
+        names.extend(
+            self.ports
+                .iter()
+                .filter(|(_, info)| info.peer.as_deref() == Some(name))
+                .map(|(other, _)| other.clone()),
+        );
+        names
+    }
+
+    /// Why the kernel does not forward for `router` (empty when it does).
+    #[must_use]
+    pub fn blocked(&self, router: u32) -> Vec<String> {
+        let mut reasons: Vec<String> = self
+            .blockers
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        reasons.sort();
+        reasons
+    }
+
+    /// Number of keys waiting for [`Self::flush`].
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.dirty.len()
+    }
+
+    fn desired_route(&self, datapath: u32, prefix: Prefix) -> Option<RouteEntry> {
+        let best = self
+            .routes
+            .get(&(datapath, prefix))?
+            .iter()
+            .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
+        let out = self.ports.get(&best.port)?;
+        let peer = self.ports.get(out.peer.as_ref()?)?;
+        let kind = match self.routers.get(&peer.datapath)? {
+            true => ROUTE_TO_ROUTER,
+            false => ROUTE_TO_SWITCH,
+        };
+        Some(RouteEntry {
+            nexthop: best.nexthop.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
+            source_mac: best.source_mac,
+            kind,
+            reserved: 0,
+            next_datapath: peer.datapath,
+            ingress_port: peer.key,
+        })
+    }
+
+    fn desired_neighbour(&self, datapath: u32, ip: Ipv4Addr) -> Option<Neighbour> {
+        let (fixed, learned) = self.neighbours.get(&(datapath, ip))?;
+        let mac =
+            fixed.or_else(|| learned.filter(|_| self.neighbour_lookup.contains(&datapath)))?;
+        Some(Neighbour {
+            mac,
+            reserved: [0; 2],
+        })
+    }
+
+    fn desired_router(&self, datapath: u32) -> Option<RouterInfo> {
+        (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
+            .then_some(RouterInfo {
+                flags: ROUTER_FORWARDS,
+            })
+    }
+
+    /// Writes every marked key whose desired value differs from the installed one; failed keys
+    /// stay marked.
+    pub fn flush(&mut self, maps: &mut impl L3Maps) -> Result<usize, EbpfError> {
+        let mut writes = 0;
+        let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
+        for key in dirty {
+            writes += match &key {
+                Dirty::Route(datapath, prefix) => {
+                    let desired = self.desired_route(*datapath, *prefix);
+                    let slot = (*datapath, *prefix);
+                    if desired == self.installed_routes.get(&slot).copied() {
+                        0
+                    } else {
+                        let map_key = route_key(*datapath, *prefix);
+                        match desired {
+                            Some(entry) => {
+                                maps.set_route(map_key, prefix.length, entry)?;
+                                self.installed_routes.insert(slot, entry);
+                            }
+                            None => {
+                                maps.remove_route(map_key, prefix.length)?;
+                                self.installed_routes.remove(&slot);
+                            }
+                        }
+                        1
+                    }
+                }
+                Dirty::Neighbour(datapath, ip) => {
+                    let desired = self.desired_neighbour(*datapath, *ip);
+                    let slot = (*datapath, *ip);
+                    if desired == self.installed_neighbours.get(&slot).copied() {
+                        0
+                    } else {
+                        let map_key = NeighbourKey {
+                            datapath: *datapath,
+                            ip: u32::from_ne_bytes(ip.octets()),
+                        };
+                        match desired {
+                            Some(value) => {
+                                maps.set_neighbour(map_key, value)?;
+                                self.installed_neighbours.insert(slot, value);
+                            }
+                            None => {
+                                maps.remove_neighbour(map_key)?;
+                                self.installed_neighbours.remove(&slot);
+                            }
+                        }
+                        1
+                    }
+                }
+                Dirty::Router(datapath) => {
+                    let desired = self.desired_router(*datapath);
+                    if desired == self.installed_routers.get(datapath).copied() {
+                        0
+                    } else {
+                        match desired {
+                            Some(info) => {
+                                maps.set_router(*datapath, info)?;
+                                self.installed_routers.insert(*datapath, info);
+                            }
+                            None => {
+                                if !self.blocked(*datapath).is_empty() {
+                                    tracing::info!(
+                                        router = datapath,
+                                        reasons = ?self.blocked(*datapath),
+                                        "the kernel does not route for this router; its traffic is dropped and counted"
+                                    );
+                                }
+                                maps.remove_router(*datapath)?;
+                                self.installed_routers.remove(datapath);
+                            }
+                        }
+                        1
+                    }
+                }
+            };
+            self.dirty.remove(&key);
+        }
+        Ok(writes)
+    }
+
+    /// Removes every L3 key this state did not install (see [`super::l2::L2State::sweep`]).
+    pub fn sweep(&self, maps: &mut impl L3Maps) -> Result<usize, EbpfError> {
+        let keys = maps.l3_keys()?;
+        let routes: HashSet<(RouteKey, u8)> = self
+            .installed_routes
+            .keys()
+            .map(|(dp, prefix)| (route_key(*dp, *prefix), prefix.length))
+            .collect();
+        let mut removed = 0;
+        for (key, length) in keys.routes {
+            if !routes.contains(&(key, length)) {
+                maps.remove_route(key, length)?;
+                removed += 1;
+            }
+        }
+        for key in keys.neighbours {
+            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
+            if !self.installed_neighbours.contains_key(&(key.datapath, ip)) {
+                maps.remove_neighbour(key)?;
+                removed += 1;
+            }
+        }
+        for datapath in keys.routers {
+            if !self.installed_routers.contains_key(&datapath) {
+                maps.remove_router(datapath)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests;

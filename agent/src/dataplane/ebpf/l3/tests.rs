@@ -1,0 +1,269 @@
+use super::*;
+
+/// The L3 maps as a kernel would hold them.
+#[derive(Debug, Default)]
+struct Recorder {
+    routes: HashMap<(u32, u32, u8), RouteEntry>,
+    neighbours: HashMap<(u32, u32), Neighbour>,
+    routers: HashMap<u32, RouterInfo>,
+    writes: usize,
+}
+
+impl L3Maps for Recorder {
+    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.routes.insert((key.datapath, key.ip, length), entry);
+        Ok(())
+    }
+    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.routes.remove(&(key.datapath, key.ip, length));
+        Ok(())
+    }
+    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.neighbours.insert((key.datapath, key.ip), value);
+        Ok(())
+    }
+    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.neighbours.remove(&(key.datapath, key.ip));
+        Ok(())
+    }
+    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.routers.insert(datapath, info);
+        Ok(())
+    }
+    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.routers.remove(&datapath);
+        Ok(())
+    }
+    fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
+        Ok(L3Keys {
+            routes: self
+                .routes
+                .keys()
+                .map(|&(datapath, ip, length)| (RouteKey { datapath, ip }, length))
+                .collect(),
+            neighbours: self
+                .neighbours
+                .keys()
+                .map(|&(datapath, ip)| NeighbourKey { datapath, ip })
+                .collect(),
+            routers: self.routers.keys().copied().collect(),
+        })
+    }
+}
+
+const ROUTER: u32 = 10;
+const PEER_ROUTER: u32 = 11;
+const SWITCH_A: u32 = 1;
+const SWITCH_B: u32 = 2;
+const MAC_A: Mac = [0x0a, 0x58, 0, 0, 0, 0xa];
+const MAC_B: Mac = [0x0a, 0x58, 0, 0, 0, 0xb];
+
+fn datapath(datapath: u32, router: bool) -> IrEntry {
+    IrEntry::Datapath {
+        datapath,
+        name: format!("dp{datapath}"),
+        router,
+    }
+}
+
+fn patch(datapath: u32, key: u32, name: &str, peer: &str) -> IrEntry {
+    IrEntry::Port {
+        datapath,
+        key,
+        name: name.into(),
+        kind: PortKind::Patch { peer: peer.into() },
+        addresses: Vec::new(),
+        port_security: Vec::new(),
+    }
+}
+
+fn prefix(text: &str) -> Prefix {
+    let (network, length) = text.split_once('/').unwrap();
+    Prefix {
+        network: network.parse().unwrap(),
+        length: length.parse().unwrap(),
+    }
+}
+
+fn route(
+    datapath: u32,
+    to: &str,
+    priority: u16,
+    nexthop: Option<&str>,
+    mac: Mac,
+    port: &str,
+) -> IrEntry {
+    IrEntry::Route {
+        datapath,
+        prefix: prefix(to),
+        priority,
+        route_table: None,
+        nexthop: nexthop.map(|n| n.parse().unwrap()),
+        source_ip: Ipv4Addr::UNSPECIFIED,
+        source_mac: mac,
+        port: port.into(),
+    }
+}
+
+fn key(datapath: u32, to: &str) -> (u32, u32, u8) {
+    let p = prefix(to);
+    let k = route_key(datapath, p);
+    (k.datapath, k.ip, p.length)
+}
+
+/// A VPC router with two subnets, a peer router, and a static route via a pod.
+fn vpc() -> Vec<IrEntry> {
+    vec![
+        datapath(ROUTER, true),
+        datapath(PEER_ROUTER, true),
+        datapath(SWITCH_A, false),
+        datapath(SWITCH_B, false),
+        patch(ROUTER, 1, "lr-a", "a-lr"),
+        patch(SWITCH_A, 5, "a-lr", "lr-a"),
+        patch(ROUTER, 2, "lr-b", "b-lr"),
+        patch(SWITCH_B, 6, "b-lr", "lr-b"),
+        patch(ROUTER, 3, "lr-peer", "peer-lr"),
+        patch(PEER_ROUTER, 1, "peer-lr", "lr-peer"),
+        route(ROUTER, "10.0.1.0/24", 74, None, MAC_A, "lr-a"),
+        route(ROUTER, "10.0.2.0/24", 74, None, MAC_B, "lr-b"),
+        route(
+            ROUTER,
+            "10.1.0.0/16",
+            49,
+            Some("10.0.255.2"),
+            MAC_A,
+            "lr-peer",
+        ),
+        // A static route for a prefix connected routes also cover: the longer prefix wins by
+        // the trie; for the same prefix, the higher priority.
+        route(ROUTER, "10.0.2.0/24", 73, Some("10.0.1.9"), MAC_A, "lr-a"),
+        IrEntry::Neighbour {
+            datapath: ROUTER,
+            port: "lr-b".into(),
+            ip: "10.0.2.5".parse().unwrap(),
+            mac: [0x0a, 0x58, 0, 0, 2, 5],
+        },
+    ]
+}
+
+fn diff(added: Vec<IrEntry>) -> IrDiff {
+    IrDiff {
+        added,
+        removed: Vec::new(),
+    }
+}
+
+#[test]
+fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
+    let mut state = L3State::default();
+    state.apply(&diff(vpc()));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let to_b = maps.routes[&key(ROUTER, "10.0.2.0/24")];
+    assert_eq!(
+        (
+            to_b.kind,
+            to_b.next_datapath,
+            to_b.ingress_port,
+            to_b.nexthop,
+            to_b.source_mac
+        ),
+        (ROUTE_TO_SWITCH, SWITCH_B, 6, 0, MAC_B),
+        "the connected route (priority 74) beats the static one (73)"
+    );
+    let to_peer = maps.routes[&key(ROUTER, "10.1.0.0/16")];
+    assert_eq!(
+        (to_peer.kind, to_peer.next_datapath, to_peer.nexthop),
+        (
+            ROUTE_TO_ROUTER,
+            PEER_ROUTER,
+            u32::from_ne_bytes([10, 0, 255, 2])
+        )
+    );
+    assert_eq!(maps.routers[&ROUTER].flags, ROUTER_FORWARDS);
+    assert_eq!(maps.neighbours.len(), 1);
+
+    // The connected route goes away: the static one takes over the prefix, one write.
+    maps.writes = 0;
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![route(ROUTER, "10.0.2.0/24", 74, None, MAC_B, "lr-b")],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes, 1);
+    let to_b = maps.routes[&key(ROUTER, "10.0.2.0/24")];
+    assert_eq!(
+        (to_b.next_datapath, to_b.nexthop),
+        (SWITCH_A, u32::from_ne_bytes([10, 0, 1, 9]))
+    );
+}
+
+#[test]
+fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
+    let mut state = L3State::default();
+    let mut entries = vpc();
+    let policy = IrEntry::RouterPolicy {
+        datapath: ROUTER,
+        priority: 31000,
+        source: None,
+        destination: Some(prefix("10.0.0.0/8")),
+        verdict: crate::pipeline::ir::PolicyVerdict::Allow,
+    };
+    entries.push(policy.clone());
+    entries.push(IrEntry::Unsupported {
+        datapath: PEER_ROUTER,
+        stage: "lr_out_snat".into(),
+        reason: "NAT".into(),
+    });
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(
+        !maps.routers.contains_key(&ROUTER),
+        "the policy keeps it out"
+    );
+    assert_eq!(state.blocked(ROUTER).len(), 1);
+    assert!(
+        maps.routers.contains_key(&PEER_ROUTER),
+        "lr_out_snat alone does not"
+    );
+
+    state.apply(&IrDiff {
+        added: vec![IrEntry::Unsupported {
+            datapath: PEER_ROUTER,
+            stage: "lr_in_unsnat".into(),
+            reason: "NAT".into(),
+        }],
+        removed: vec![policy],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.routers.contains_key(&ROUTER));
+    assert!(!maps.routers.contains_key(&PEER_ROUTER));
+}
+
+#[test]
+fn learned_neighbours_count_only_where_the_router_looks_them_up() {
+    let mut state = L3State::default();
+    let learned = IrEntry::LearnedNeighbour {
+        datapath: ROUTER,
+        port: "lr-a".into(),
+        ip: "10.0.1.9".parse().unwrap(),
+        mac: [2, 0, 0, 0, 0, 9],
+    };
+    state.apply(&diff(vec![learned]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(maps.neighbours.is_empty());
+    state.apply(&diff(vec![IrEntry::NeighbourLookup { datapath: ROUTER }]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.neighbours.len(), 1);
+    assert_eq!(state.sweep(&mut maps).unwrap(), 0);
+    maps.neighbours.insert((ROUTER, 1), Neighbour::default());
+    assert_eq!(state.sweep(&mut maps).unwrap(), 1, "a stale key is swept");
+}

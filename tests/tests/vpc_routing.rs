@@ -1,0 +1,235 @@
+//! L3 through the agents' eBPF datapath, routed on the sending node as OVN does: vpc-a has two
+//! subnets (pods on the same node and across nodes), is peered with vpc-b (static routes both
+//! ways), and routes 192.168.50.0/24 via a pod acting as a router; vpc-c, unpeered, reuses
+//! vpc-a's second subnet. Routed pings and TCP work both ways with the TTL decremented per
+//! router; the gateway answers; vpc-c reaches nothing of vpc-a.
+
+mod common;
+
+use std::{net::Ipv4Addr, time::Duration};
+
+use ovnbpf_tests::{
+    agent::AgentSpec,
+    kubeovn::{Topology, mac_for},
+    names::unique_prefix,
+    netns::Netns,
+    network::{Pod, PodSpec, Underlay},
+    ovn::OvnLab,
+    process::{Child, wait_until},
+    require_root, workspace_binary,
+};
+
+/// (pod, subnet, node index, address, gateway).
+const PODS: [(&str, &str, usize, Ipv4Addr, Ipv4Addr); 6] = [
+    (
+        "a1",
+        "subnet-a",
+        0,
+        Ipv4Addr::new(10, 0, 1, 2),
+        Ipv4Addr::new(10, 0, 1, 1),
+    ),
+    (
+        "a2",
+        "subnet-a2",
+        0,
+        Ipv4Addr::new(10, 0, 2, 2),
+        Ipv4Addr::new(10, 0, 2, 1),
+    ),
+    (
+        "a3",
+        "subnet-a2",
+        1,
+        Ipv4Addr::new(10, 0, 2, 3),
+        Ipv4Addr::new(10, 0, 2, 1),
+    ),
+    (
+        "b1",
+        "subnet-b",
+        1,
+        Ipv4Addr::new(10, 1, 1, 2),
+        Ipv4Addr::new(10, 1, 1, 1),
+    ),
+    (
+        "c1",
+        "subnet-c",
+        0,
+        Ipv4Addr::new(10, 0, 2, 4),
+        Ipv4Addr::new(10, 0, 2, 1),
+    ),
+    (
+        "r1",
+        "subnet-a",
+        1,
+        Ipv4Addr::new(10, 0, 1, 10),
+        Ipv4Addr::new(10, 0, 1, 1),
+    ),
+];
+
+/// The TTL of the replies of a 3-echo ping, if all came back.
+fn ping_ttl(from: &Pod, to: Ipv4Addr) -> Option<u8> {
+    let text = from
+        .netns()
+        .exec(
+            "ping",
+            &["-n", "-c", "3", "-i", "0.1", "-W", "1", &to.to_string()],
+        )
+        .ok()?;
+    if !text.contains(" 3 received") {
+        return None;
+    }
+    text.split("ttl=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
+    require_root();
+    let lab = OvnLab::start().unwrap();
+    let prefix = unique_prefix();
+    let mut underlay = Underlay::create(&prefix).unwrap();
+    let nodes = [
+        underlay.add_node("node1").unwrap(),
+        underlay.add_node("node2").unwrap(),
+    ];
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
+        .unwrap()
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
+        .unwrap()
+        .vpc_with_subnet("vpc-c", "subnet-c", "10.0.2.0/24")
+        .unwrap()
+        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
+        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
+        .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1))
+        .static_route("vpc-a", "192.168.50.0/24", PODS[5].3);
+    for (name, subnet, _, ip, _) in PODS {
+        topology.pod(subnet, name, "ns", &mac_for(name), ip);
+    }
+    topology.apply(&lab).unwrap();
+    let pods: Vec<Pod> = PODS
+        .iter()
+        .map(|(name, _, node, ip, gateway)| {
+            nodes[*node]
+                .add_pod(&PodSpec {
+                    name,
+                    host_interface: &format!("{name}_h"),
+                    mac: Some(&mac_for(name)),
+                    address: Some(&format!("{ip}/24")),
+                    gateway: Some(*gateway),
+                    mtu: Some(1400),
+                })
+                .unwrap()
+        })
+        .collect();
+    let pod = |name: &str| &pods[PODS.iter().position(|p| p.0 == name).unwrap()];
+    let address = |name: &str| PODS.iter().find(|p| p.0 == name).unwrap().3;
+
+    // r1 routes for 192.168.50.0/24: a namespace behind it holds 192.168.50.2.
+    let behind = Netns::create(&format!("{prefix}-behind")).unwrap();
+    let r1 = pod("r1").netns();
+    r1.ip(&[
+        "link",
+        "add",
+        "back",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        behind.name(),
+    ])
+    .unwrap();
+    r1.ip(&["addr", "add", "192.168.50.1/24", "dev", "back"])
+        .unwrap();
+    r1.ip(&["link", "set", "back", "up"]).unwrap();
+    r1.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    behind
+        .ip(&["addr", "add", "192.168.50.2/24", "dev", "eth0"])
+        .unwrap();
+    behind.ip(&["link", "set", "eth0", "up"]).unwrap();
+    behind
+        .ip(&["route", "add", "default", "via", "192.168.50.1"])
+        .unwrap();
+
+    let log_dir = tempfile::tempdir().unwrap();
+    let agents: Vec<Child> = nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| {
+            let chassis = common::NODES[index];
+            AgentSpec {
+                chassis,
+                node,
+                local_ports: PODS
+                    .iter()
+                    .filter(|p| p.2 == index)
+                    .map(|(name, ..)| format!("{name}.ns={name}_h"))
+                    .collect(),
+                pin_root: None,
+                cni_dir: None,
+            }
+            .spawn(
+                &lab,
+                &workspace_binary("ovnbpf-agent"),
+                log_dir.path().join(format!("{chassis}.log")),
+            )
+            .unwrap()
+        })
+        .collect();
+    let logs = || common::log_tails(&agents);
+    let up = wait_until(Duration::from_secs(20), || {
+        PODS.iter()
+            .all(|(name, ..)| common::port_up(&lab, &format!("{name}.ns")))
+    });
+    assert!(up, "not every pod came up{}", logs());
+
+    let a1 = pod("a1");
+    assert!(
+        wait_until(Duration::from_secs(5), || ping_ttl(
+            a1,
+            Ipv4Addr::new(10, 0, 1, 1)
+        )
+        .is_some()),
+        "a1 → its gateway{}",
+        logs()
+    );
+    // One router between the subnets: replies arrive with TTL 63, on the same node and across.
+    for (from, to) in [("a1", "a2"), ("a2", "a1"), ("a1", "a3"), ("a3", "a1")] {
+        let ttl = ping_ttl(pod(from), address(to));
+        assert_eq!(ttl, Some(63), "{from} → {to}{}", logs());
+    }
+    for (from, to) in [("a1", "a2"), ("a3", "a1")] {
+        let report = pod(from).tcp_stream_to(pod(to), address(to));
+        assert!(report.is_ok(), "TCP {from} → {to}: {report:?}{}", logs());
+    }
+    // Over the peering: two routers.
+    assert_eq!(ping_ttl(a1, address("b1")), Some(62), "a1 → b1{}", logs());
+    assert_eq!(ping_ttl(pod("b1"), address("a1")), Some(62), "b1 → a1");
+    // Through the pod router r1: out via vpc-a's static route and r1's kernel; replies come
+    // back from r1 to a1 on their shared subnet, so only r1 decrements their TTL.
+    let behind_ip = Ipv4Addr::new(192, 168, 50, 2);
+    assert_eq!(
+        ping_ttl(a1, behind_ip),
+        Some(63),
+        "a1 → behind r1{}",
+        logs()
+    );
+    // vpc-c shares 10.0.2.0/24 with vpc-a but is not peered: nothing of vpc-a is reachable
+    // from it, and vpc-a's 10.0.2.4 is not c1.
+    assert_eq!(ping_ttl(pod("c1"), address("a1")), None, "c1 reached a1");
+    assert_eq!(ping_ttl(a1, address("c1")), None, "a1 reached c1 in vpc-c");
+    assert!(
+        ping_ttl(pod("c1"), Ipv4Addr::new(10, 0, 2, 1)).is_some(),
+        "c1 → its own gateway"
+    );
+    drop(agents);
+}
