@@ -462,6 +462,40 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
         assert!(ping(pod_netns, pods[0].1), "p{i} → p0{}", lab.logs());
     }
 
+    // A duplicate ADD (same container and interface) rebuilds the NIC; the pod still works and
+    // has one host veth.
+    let p1 = attachment("conc010123456789", &netns[1], &pods[1].0);
+    let again = lab.invoke(1, "ADD", &p1, &config(&lab.socket(1), "1.0.0"));
+    assert!(again.status.success(), "duplicate ADD: {again:?}");
+    assert_eq!(
+        host_interfaces(&lab.nodes[1])
+            .matches("conc01012345_h")
+            .count(),
+        1
+    );
+    assert!(ping(&netns[1], pods[0].1), "p1 after the duplicate ADD");
+
+    // GC on node2 with p9 missing from the valid attachments: p9 goes, the others stay.
+    let last = pods.len() - 1;
+    let valid: Vec<Value> = (1..last)
+        .filter(|i| i % 2 == 1)
+        .map(|i| json!({"containerID": format!("conc{i:02}0123456789"), "ifname": "eth0"}))
+        .collect();
+    let mut gc_config = config(&lab.socket(1), "1.1.0");
+    gc_config["cni.dev/valid-attachments"] = json!(valid);
+    let gc = lab.invoke(1, "GC", &p1, &gc_config);
+    assert!(gc.status.success(), "GC: {gc:?}");
+    assert!(!host_interfaces(&lab.nodes[1]).contains(&format!("conc{last:02}012345_h")));
+    assert!(
+        wait_until(Duration::from_secs(5), || chassis_of(
+            &lab.lab,
+            &format!("p{last}.ns")
+        )
+        .is_empty()),
+        "GC left p{last} claimed"
+    );
+    assert!(ping(&netns[1], pods[0].1), "p1 survived GC");
+
     // DEL through the chain in reverse order, then the rest concurrently.
     runtime.del(&conflist(0), &chained, Some(&result)).unwrap();
     std::thread::scope(|scope| {
@@ -487,6 +521,23 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
         assert!(
             !links.contains("_h"),
             "node {index} kept pod veths: {links}"
+        );
+    }
+    // No map entry is left behind for a deleted pod.
+    for chassis in common::NODES {
+        let pod_ports = lab.bpffs.path().join(format!(
+            "{chassis}/v{}/maps/POD_PORTS",
+            ovnbpf_common::LAYOUT_VERSION
+        ));
+        let dump = std::process::Command::new("bpftool")
+            .args(["map", "dump", "pinned"])
+            .arg(&pod_ports)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&dump.stdout);
+        assert!(
+            text.contains("Found 0 elements"),
+            "{chassis} POD_PORTS: {text}"
         );
     }
     for (name, _) in &pods {
