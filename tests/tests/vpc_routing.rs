@@ -202,6 +202,70 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         "a1 → its gateway{}",
         logs()
     );
+    // On the wire, a routed packet carries the destination switch's VNI, the switch's router
+    // port as ingress and the destination pod as egress (the sending node ran the router).
+    let key = |table: &str, column: &str, name: &str| -> u32 {
+        lab.sbctl(&[
+            "--bare",
+            "--columns=tunnel_key",
+            "find",
+            table,
+            &format!("{column}={name}"),
+        ])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    let vni = key("Datapath_Binding", "external_ids:name", "subnet-a2");
+    let option = format!(
+        "data {:04x}{:04x}",
+        key("Port_Binding", "logical_port", "subnet-a2-vpc-a"),
+        key("Port_Binding", "logical_port", "a3.ns")
+    );
+    let capture_log = log_dir.path().join("capture.txt");
+    let mut capture = nodes[1]
+        .netns()
+        .spawn(
+            "tcpdump",
+            "tcpdump",
+            &[
+                "-i",
+                "eth0",
+                "-nn",
+                "-vv",
+                "-l",
+                "-c",
+                "1",
+                "udp",
+                "port",
+                "6081",
+                "and",
+                "src",
+                "host",
+                &nodes[0].ip().to_string(),
+            ],
+            Some(capture_log.clone()),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ping_ttl(a1, address("a3")).is_some(), "a1 → a3{}", logs());
+    // Other frames (IPv6 chatter of other switches) may cross too: look for ours.
+    let ours = |text: &str| {
+        text.contains(&format!("vni {vni:#x}"))
+            && text.contains(&option)
+            && text.contains(&format!("{} > {}", address("a1"), address("a3")))
+    };
+    let captured = wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&capture_log).is_ok_and(|t| ours(&t))
+    });
+    capture.stop();
+    let text = std::fs::read_to_string(&capture_log).unwrap_or_default();
+    assert!(
+        captured,
+        "no routed Geneve frame with VNI {vni} and {option}: {text}"
+    );
+
     // One router between the subnets: replies arrive with TTL 63, on the same node and across.
     for (from, to) in [("a1", "a2"), ("a2", "a1"), ("a1", "a3"), ("a3", "a1")] {
         let ttl = ping_ttl(pod(from), address(to));
