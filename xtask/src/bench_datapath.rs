@@ -1,7 +1,8 @@
-//! `cargo xtask bench datapath [--runs 3] [--seconds 5]`: pod↔pod across two nodes, three paths
-//! measured in one run: (a) a raw veth pair between two namespaces (the limit), (b) the same
-//! node/pod topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents,
-//! Geneve in eBPF. TCP throughput (iperf3, one stream, median of the runs) and TCP
+//! `cargo xtask bench datapath [--runs 3] [--seconds 5]`: pod↔pod across two nodes, measured in
+//! one run: (a) a raw veth pair between two namespaces (the limit), (b) the same node/pod
+//! topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents, Geneve in
+//! eBPF, one switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed across a
+//! VPC peering. TCP throughput (iperf3, one stream, median of the runs) and TCP
 //! request/response latency (sockperf ping-pong, 14-byte messages, full round trip, `--runs`
 //! runs of `--seconds`; the median over runs of each run's p50 and p99). Pod MTU is 1442 on (b)
 //! and (c), so both carry the same payload per packet.
@@ -207,53 +208,106 @@ fn routed(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
 }
 
 /// (c) ovnbpf: a subnet of one VPC, one pod per node, one agent per node.
-fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<PathResult> {
+/// (c) ovnbpf, and its routed variants in the same setup: (d) two subnets of one VPC,
+/// (e) two peered VPCs; every pair crosses the nodes (the sender on node1).
+fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<PathResult>> {
     let lab = OvnLab::start()?;
     let mut topology = Topology::new();
-    topology.vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?;
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")?
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")?
+        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
+        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
+        .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1));
+    // (pod, subnet, address, gateway, node index)
     let plan = [
-        ("p1", Ipv4Addr::new(10, 0, 1, 2)),
-        ("p2", Ipv4Addr::new(10, 0, 1, 3)),
+        (
+            "p1",
+            "subnet-a",
+            Ipv4Addr::new(10, 0, 1, 2),
+            Ipv4Addr::new(10, 0, 1, 1),
+            0,
+        ),
+        (
+            "p2",
+            "subnet-a",
+            Ipv4Addr::new(10, 0, 1, 3),
+            Ipv4Addr::new(10, 0, 1, 1),
+            1,
+        ),
+        (
+            "p3",
+            "subnet-a2",
+            Ipv4Addr::new(10, 0, 2, 3),
+            Ipv4Addr::new(10, 0, 2, 1),
+            1,
+        ),
+        (
+            "p4",
+            "subnet-b",
+            Ipv4Addr::new(10, 1, 1, 3),
+            Ipv4Addr::new(10, 1, 1, 1),
+            1,
+        ),
     ];
-    for (name, ip) in plan {
-        topology.pod("subnet-a", name, "bench", &mac_for(name), ip);
+    for (name, subnet, ip, ..) in plan {
+        topology.pod(subnet, name, "bench", &mac_for(name), ip);
     }
     topology.apply(&lab)?;
     let mut underlay = Underlay::create(&format!("{prefix}o"))?;
     let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
     let mut pods = Vec::new();
-    let bpffs = BpfMount::create()?;
-    let mut agents = Vec::new();
-    for ((name, ip), (node, chassis)) in plan.iter().zip(nodes.iter().zip(["node1", "node2"])) {
-        pods.push(node.add_pod(&PodSpec {
+    let mut local_ports: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    for (name, _, ip, gateway, node) in plan {
+        let host = format!("{name}_h");
+        pods.push(nodes[node].add_pod(&PodSpec {
             name,
-            host_interface: "pod_h",
+            host_interface: &host,
             mac: Some(&mac_for(name)),
             address: Some(&format!("{ip}/24")),
-            gateway: None,
+            gateway: Some(gateway),
             mtu: Some(1442),
         })?);
+        local_ports[node].push(format!("{name}.bench={host}"));
+    }
+    let bpffs = BpfMount::create()?;
+    let mut agents = Vec::new();
+    for ((node, chassis), ports) in nodes.iter().zip(["node1", "node2"]).zip(local_ports) {
         let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
         let spec = AgentSpec {
             chassis,
             node,
-            local_ports: vec![format!("{name}.bench=pod_h")],
+            local_ports: ports,
             pin_root: Some(bpffs.path().join(chassis)),
             cni_dir: None,
         };
         agents.push(spec.spawn(&lab, agent, log)?);
     }
     wait_all_up(&lab, plan.len(), &agents)?;
-    let result = measure(
-        "ovnbpf (Geneve in eBPF)",
-        pods[0].netns(),
-        pods[1].netns(),
-        plan[1].1,
-        runs,
-        seconds,
-    );
+    let mut results = Vec::new();
+    for (name, target) in [
+        ("(c) ovnbpf L2 (Geneve)", 1),
+        ("(d) ovnbpf routed, subnets", 2),
+        ("(e) ovnbpf routed, peering", 3),
+    ] {
+        match measure(
+            name,
+            pods[0].netns(),
+            pods[target].netns(),
+            plan[target].2,
+            runs,
+            seconds,
+        ) {
+            Ok(result) => results.push(result),
+            Err(error) => {
+                stop_agents(agents);
+                return Err(error);
+            }
+        }
+    }
     stop_agents(agents);
-    result
+    Ok(results)
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -262,11 +316,11 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("== bench datapath: building the agent");
     let agent = cmd::build_agent()?;
     let prefix = unique_prefix();
-    let results = [
+    let mut results = vec![
         raw(&prefix, runs, seconds)?,
         routed(&prefix, runs, seconds)?,
-        ovnbpf(&prefix, &agent, runs, seconds)?,
     ];
+    results.extend(ovnbpf(&prefix, &agent, runs, seconds)?);
     let (a, b, c) = (&results[0], &results[1], &results[2]);
     println!(
         "\n{:<26} {:>22} {:>10} {:>10}",
@@ -295,6 +349,15 @@ pub fn run(args: &[String]) -> Result<()> {
         c.rtt(false) / a.rtt(false),
         c.rtt(false) / b.rtt(false),
     );
+    for routed in &results[3..] {
+        println!(
+            "{} / (c): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2} (target: within 10%)",
+            routed.name,
+            ratio(routed, c),
+            routed.rtt(true) / c.rtt(true),
+            routed.rtt(false) / c.rtt(false),
+        );
+    }
     let json_results: Vec<Value> = results
         .iter()
         .map(|r| {
