@@ -2,6 +2,8 @@
 //! ovn-controller chassis on the OVS userspace datapath, both bound in the same Southbound.
 //! Pods on the two nodes reach each other with ping and TCP in both directions, and broadcasts
 //! cross in both directions (ovnbpf's copy for `_MC_flood` is delivered by OVS, OVS's by ovnbpf).
+//! Routed traffic between two subnets crosses both ways too: each sender runs the router and
+//! tunnels with the destination switch's VNI, which the other side takes.
 
 mod common;
 
@@ -20,6 +22,8 @@ use ovnbpf_tests::{
 
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+/// A pod of vpc-a's second subnet, on the real OVN node.
+const A3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 
 /// Starts a capture of broadcast echo requests on `pod`'s eth0, logging to `log`.
 fn capture_broadcasts(pod: &Pod, log: PathBuf) -> Child {
@@ -66,30 +70,38 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
         .unwrap();
-    for (name, ip) in [("a1", A1), ("a2", A2)] {
-        topology.pod("subnet-a", name, "ns", &mac_for(name), ip);
+    for (name, subnet, ip) in [
+        ("a1", "subnet-a", A1),
+        ("a2", "subnet-a", A2),
+        ("a3", "subnet-a2", A3),
+    ] {
+        topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(&lab).unwrap();
-    let pods: Vec<Pod> = [("a1", A1, 0), ("a2", A2, 1)]
+    let pods: Vec<Pod> = [("a1", A1, 0), ("a2", A2, 1), ("a3", A3, 1)]
         .iter()
         .map(|(name, ip, node)| {
+            let octets = ip.octets();
             nodes[*node]
                 .add_pod(&PodSpec {
                     name,
                     host_interface: &format!("{name}_h"),
                     mac: Some(&mac_for(name)),
                     address: Some(&format!("{ip}/24")),
-                    gateway: None,
+                    gateway: Some(Ipv4Addr::new(octets[0], octets[1], octets[2], 1)),
                     mtu: Some(1442),
                 })
                 .unwrap()
         })
         .collect();
-    let (a1, a2) = (&pods[0], &pods[1]);
+    let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
 
     let peer = OvsChassis::start(&lab, &nodes[1], "node2").unwrap();
     peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
+    peer.plug("a3_h", a3.netns(), "a3.ns").unwrap();
     // OVS's userspace datapath reads frames whole: a1 must not hand it partial checksums or
     // GSO super-packets inside the tunnel (a kernel OVS peer would take both).
     a1.netns()
@@ -111,7 +123,9 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     .unwrap();
     let logs = || format!("{}{}", agent.log_tail(), peer.log_tails());
     let up = wait_until(Duration::from_secs(30), || {
-        common::port_up(&lab, "a1.ns") && common::port_up(&lab, "a2.ns")
+        ["a1.ns", "a2.ns", "a3.ns"]
+            .iter()
+            .all(|port| common::port_up(&lab, port))
     });
     assert!(up, "ports not up{}", logs());
 
@@ -122,6 +136,10 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     assert!(reached, "a1 (ovnbpf) → a2 (ovn-controller){}", logs());
     assert_eq!(a1.ping(A2, 5).unwrap(), 5, "a1 → a2{}", logs());
     assert_eq!(a2.ping(A1, 5).unwrap(), 5, "a2 → a1{}", logs());
+
+    // Routed both ways: ovnbpf runs vpc-a for a1's packets, OVS for a3's.
+    assert_eq!(a1.ping(A3, 5).unwrap(), 5, "a1 → a3 (routed){}", logs());
+    assert_eq!(a3.ping(A1, 5).unwrap(), 5, "a3 → a1 (routed){}", logs());
 
     // TCP both ways.
     for (client, server, server_ip) in [(a1, a2, A2), (a2, a1, A1)] {
