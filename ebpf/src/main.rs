@@ -28,7 +28,7 @@ use ovnbpf_common::{
     FloodRoles, FloodTargets, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, MAX_ARP_ENTRIES,
     MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES,
     MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort, PortSecurity, RouteEntry, RouteKey,
-    RouterInfo, TunnelConfig, TunnelPortKey, drop_reason,
+    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -75,6 +75,10 @@ static ROUTES: LpmTrie<RouteKey, RouteEntry> = LpmTrie::with_max_entries(MAX_ROU
 
 #[map(name = "NEIGHBOURS")]
 static NEIGHBOURS: HashMap<NeighbourKey, Neighbour> = HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
+
+#[map(name = "ROUTER_ADDRESSES")]
+static ROUTER_ADDRESSES: HashMap<NeighbourKey, RouterAddress> =
+    HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
 
 #[map(name = "ROUTERS")]
 static ROUTERS: HashMap<u32, RouterInfo> = HashMap::with_max_entries(MAX_ROUTERS, 0);

@@ -1,22 +1,23 @@
 //! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request
-//! to one of the router's addresses on that switch is answered in place (MACs and addresses
-//! swapped, TTL 255, type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input`
-//! does. Other IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
+//! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255,
+//! type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input` does; other traffic
+//! to the router's addresses is counted (OVN's resets and unreachables are not built yet). Other IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
 //! router (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
 //! decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
-//! Non-IPv4 goes on untouched. Reads `ARP_RESPONDER`, `ROUTERS`, `ROUTES`, `NEIGHBOURS`,
+//! Non-IPv4 goes on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `NEIGHBOURS`,
 //! `L2_FIB`.
 
 use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
-    ARP_ANSWER_ECHO, ARP_ANSWER_ROUTER, ArpKey, FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS,
-    NeighbourKey, ROUTE_TO_ROUTER, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason,
+    FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
+    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason,
 };
 
 use crate::{
-    ARP_RESPONDER, L2_FIB, NEIGHBOURS, ROUTERS, ROUTES, TCX_NEXT, count_delivered, deliver_local,
+    L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered,
+    deliver_local,
     geneve::{self, Tunnel},
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
 };
@@ -33,48 +34,47 @@ struct IcmpHead {
     checksum: u16,
 }
 
-/// Handles a frame addressed to a router port's MAC on switch `datapath` (whose router is
-/// `router`), sent from host veth `ifindex`: the verdict, or the drop reason.
+/// Handles a frame addressed to a router port's MAC (of router `router`), sent from host veth
+/// `ifindex`: the verdict, or the drop reason.
 #[inline(always)]
-pub fn handle(ctx: &TcContext, datapath: u32, router: u32, ifindex: u32) -> Result<i32, u32> {
+pub fn handle(ctx: &TcContext, router: u32, ifindex: u32) -> Result<i32, u32> {
     let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
         return Ok(TCX_NEXT);
     };
     if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
         return Ok(TCX_NEXT);
     }
-    match echo_reply(ctx, &frame, datapath, ifindex)? {
-        Some(verdict) => Ok(verdict),
+    let key = NeighbourKey {
+        datapath: router,
+        ip: frame.ip.destination,
+    };
+    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
+    match unsafe { ROUTER_ADDRESSES.get(key) } {
+        // For the router itself: a ping is answered, the rest counted.
+        Some(address) => match echo_reply(ctx, &frame, address.flags, ifindex)? {
+            Some(verdict) => Ok(verdict),
+            None => Err(drop_reason::TO_ROUTER_UNHANDLED),
+        },
         None => route(ctx, &frame, router),
     }
 }
 
-/// Answers an ICMP echo request to one of the router's addresses on switch `datapath`;
-/// `None` when the frame is not one.
+/// Answers an ICMP echo request to one of the router's addresses (whose flags are `flags`),
+/// from the router port's MAC the pod addressed; `None` when the frame is not one or the router
+/// does not answer pings there.
 #[inline(always)]
 fn echo_reply(
     ctx: &TcContext,
     frame: &Ipv4Frame,
-    datapath: u32,
+    flags: u32,
     ifindex: u32,
 ) -> Result<Option<i32>, u32> {
     let ip = frame.ip;
-    if ip.version_ihl != 0x45
+    if flags & ROUTER_ADDRESS_ECHO == 0
+        || ip.version_ihl != 0x45
         || ip.protocol != IPPROTO_ICMP
         || u16::from_be(ip.fragment) & 0x3fff != 0
     {
-        return Ok(None);
-    }
-    let key = ArpKey {
-        datapath,
-        ip: ip.destination,
-    };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(answer) = (unsafe { ARP_RESPONDER.get(key) }) else {
-        return Ok(None);
-    };
-    let wanted = ARP_ANSWER_ROUTER | ARP_ANSWER_ECHO;
-    if answer.flags & wanted != wanted || answer.mac != frame.eth.destination {
         return Ok(None);
     }
     let icmp_offset = ETH_HEADER_LEN + 20;
@@ -86,7 +86,7 @@ fn echo_reply(
     }
     let mut reply = *frame;
     reply.eth.destination = frame.eth.source;
-    reply.eth.source = answer.mac;
+    reply.eth.source = frame.eth.destination;
     reply.ip.source = ip.destination;
     reply.ip.destination = ip.source;
     reply.ip.ttl = 255;

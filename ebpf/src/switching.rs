@@ -82,7 +82,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
             };
             geneve::encapsulate(ctx, &config, &tunnel)
         }
-        FIB_ROUTER => router::handle(ctx, datapath, entry.ifindex, ifindex),
+        FIB_ROUTER => router::handle(ctx, entry.ifindex, ifindex),
         _ => Ok(TCX_NEXT),
     }
 }

@@ -1,14 +1,15 @@
 //! The kernel's answers for a router's own addresses under BPF_PROG_TEST_RUN: a pod's ICMP echo
 //! request to its gateway (the router port's MAC and address) comes back as the reply OVN's
 //! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255, type 0, valid checksums), out
-//! of the same veth. Other IPv4 to the router's MAC is routed; a router the kernel does not
-//! forward for drops it and counts why. Non-IPv4 passes untouched.
+//! of the same veth. Other traffic to the router's addresses is dropped and counted; other IPv4
+//! to the router's MAC is routed, and a router the kernel does not forward for drops it and
+//! counts why. Non-IPv4 passes untouched.
 
 mod common;
 
-use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
+use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, l3::L3Maps};
 use ovnbpf_common::{
-    ARP_ANSWER_ECHO, ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_ROUTER, FibEntry, FibKey, PodPort,
+    FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO, RouterAddress,
 };
 use ovnbpf_tests::require_root;
 
@@ -21,6 +22,8 @@ const ROUTER_MAC: [u8; 6] = [0x00, 0x00, 0x00, 0x5e, 0x01, 0x01];
 const GATEWAY: [u8; 4] = [10, 0, 1, 1];
 /// An address of the router it does not answer pings for (no echo flag).
 const SILENT: [u8; 4] = [10, 0, 1, 254];
+/// The router's datapath key.
+const ROUTER: u32 = 9;
 
 /// The Internet checksum of `bytes`.
 fn checksum(bytes: &[u8]) -> u16 {
@@ -78,26 +81,20 @@ fn programs() -> KernelPrograms {
             },
             FibEntry {
                 kind: FIB_ROUTER,
+                ifindex: ROUTER,
                 port: 3,
                 ..FibEntry::default()
             },
         )
         .unwrap();
-    for (ip, flags) in [
-        (GATEWAY, ARP_ANSWER_ROUTER | ARP_ANSWER_ECHO),
-        (SILENT, ARP_ANSWER_ROUTER),
-    ] {
+    for (ip, flags) in [(GATEWAY, ROUTER_ADDRESS_ECHO), (SILENT, 0)] {
         programs
-            .set_arp_answer(
-                ArpKey {
-                    datapath: 5,
+            .set_router_address(
+                NeighbourKey {
+                    datapath: ROUTER,
                     ip: u32::from_ne_bytes(ip),
                 },
-                ArpAnswer {
-                    mac: ROUTER_MAC,
-                    flags,
-                    ..ArpAnswer::default()
-                },
+                RouterAddress { flags },
             )
             .unwrap();
     }
@@ -123,35 +120,38 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
 }
 
 #[test]
-fn other_traffic_to_a_router_the_kernel_does_not_forward_for_is_dropped_and_counted() {
+fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
     let programs = programs();
-    let unsupported = || {
+    let drops = |reason: &str| {
         programs
             .drop_counters()
             .unwrap()
             .into_iter()
-            .find(|(name, _)| *name == "router_unsupported")
+            .find(|(name, _)| *name == reason)
             .unwrap()
             .1
     };
-    for (what, frame) in [
+    for (what, frame, reason) in [
         (
             "a ping to an address without echo",
             icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, SILENT), 8),
+            "to_router_unhandled",
         ),
         (
             "an echo reply",
             icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 0),
+            "to_router_unhandled",
         ),
         (
             "a ping to an address beyond the router",
             icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, [10, 0, 2, 5]), 8),
+            "router_unsupported",
         ),
     ] {
-        let before = unsupported();
+        let before = drops(reason);
         let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
         assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
-        assert_eq!(unsupported(), before + 1, "{what}");
+        assert_eq!(drops(reason), before + 1, "{what}");
     }
     // Not IPv4 (an IPv6 header behind the router's MAC): untouched.
     let mut ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);

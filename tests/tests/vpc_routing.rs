@@ -202,6 +202,14 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         "a1 → its gateway{}",
         logs()
     );
+    // The router answers on all its addresses, not only the one on the pod's switch.
+    assert_eq!(
+        ping_ttl(a1, Ipv4Addr::new(10, 0, 2, 1)),
+        Some(255),
+        "a1 → vpc-a's address on subnet-a2{}",
+        logs()
+    );
+
     // On the wire, a routed packet carries the destination switch's VNI, the switch's router
     // port as ingress and the destination pod as egress (the sending node ran the router).
     let key = |table: &str, column: &str, name: &str| -> u32 {

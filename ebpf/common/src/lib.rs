@@ -53,8 +53,12 @@ pub mod map {
     pub const NEIGHBOURS: &str = "NEIGHBOURS";
     /// Hash: router datapath key (`u32`) → [`super::RouterInfo`]: routers the kernel forwards for.
     pub const ROUTERS: &str = "ROUTERS";
+    /// Hash: [`super::NeighbourKey`] (a router and one of its own addresses) →
+    /// [`super::RouterAddress`].
+    pub const ROUTER_ADDRESSES: &str = "ROUTER_ADDRESSES";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
+        ROUTER_ADDRESSES,
         ROUTES,
         NEIGHBOURS,
         ROUTERS,
@@ -123,8 +127,11 @@ pub mod drop_reason {
     pub const TOO_MANY_HOPS: u32 = 12;
     /// The routed frame's next switch has no entry for the neighbour's MAC.
     pub const ROUTED_UNKNOWN_DESTINATION: u32 = 13;
+    /// Traffic to a router's own address other than ICMP echo (OVN answers it with a TCP reset
+    /// or ICMP unreachable; the kernel only counts it so far).
+    pub const TO_ROUTER_UNHANDLED: u32 = 14;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
@@ -141,6 +148,7 @@ pub mod drop_reason {
         "ttl_expired",
         "too_many_hops",
         "routed_unknown_destination",
+        "to_router_unhandled",
     ];
 }
 
@@ -209,7 +217,7 @@ pub struct ArpKey {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArpAnswer {
     pub mac: [u8; 6],
-    /// [`ARP_ANSWER_ROUTER`], [`ARP_ANSWER_ECHO`].
+    /// [`ARP_ANSWER_ROUTER`].
     pub flags: u8,
     pub reserved: u8,
     pub owner_port: u32,
@@ -218,8 +226,6 @@ pub struct ArpAnswer {
 /// Flag of [`ArpAnswer::flags`]: the address is a router port's on this switch, and frames to
 /// `mac` on this switch go to the router ([`FIB_ROUTER`]).
 pub const ARP_ANSWER_ROUTER: u8 = 1;
-/// Flag of [`ArpAnswer::flags`]: the router answers ICMP echo requests to the address.
-pub const ARP_ANSWER_ECHO: u8 = 2;
 
 /// Where frames to one MAC go. For [`FIB_ROUTER`]: `port` is the switch's router port key and
 /// `ifindex` the router's datapath key.
@@ -333,6 +339,16 @@ pub struct NeighbourKey {
 pub struct Neighbour {
     pub mac: [u8; 6],
     pub reserved: [u8; 2],
+}
+
+/// [`RouterAddress::flags`]: the router answers ICMP echo requests to the address.
+pub const ROUTER_ADDRESS_ECHO: u32 = 1;
+
+/// One of a router's own addresses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterAddress {
+    pub flags: u32,
 }
 
 /// [`RouterInfo::flags`]: the kernel forwards for this router.
@@ -479,6 +495,8 @@ unsafe impl aya::Pod for NeighbourKey {}
 unsafe impl aya::Pod for Neighbour {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouterInfo {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RouterAddress {}
 
 #[cfg(test)]
 mod tests {

@@ -14,9 +14,9 @@ use std::{
 };
 
 use ovnbpf_common::{
-    ARP_ANSWER_ECHO, ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER,
-    FLOOD_MAX_LOCAL, FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets,
-    LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity, TunnelPortKey, map,
+    ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL,
+    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, LOCAL_PORT_VETH_PEER,
+    LocalPort, PodPort, PortSecurity, TunnelPortKey, map,
 };
 
 use super::{EbpfError, KernelPrograms};
@@ -201,8 +201,6 @@ pub struct L2State {
     router_arp_by_port: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
     /// Router port → the switch port it is patched to (to re-resolve its MAC).
     patch_by_peer: HashMap<String, String>,
-    /// (router, address) the router answers pings for.
-    echo_replies: HashSet<(u32, Ipv4Addr)>,
     dirty: HashSet<Dirty>,
     installed_ports: HashMap<String, InstalledPort>,
     installed_groups: HashMap<(u32, u32), FloodTargets>,
@@ -358,23 +356,6 @@ impl L2State {
                         .insert(arp_key);
                 }
                 self.dirty.insert(Dirty::Arp(*datapath, *ip));
-            }
-            IrEntry::RouterEchoReply { datapath, ip } => {
-                if added {
-                    self.echo_replies.insert((*datapath, *ip));
-                } else {
-                    self.echo_replies.remove(&(*datapath, *ip));
-                }
-                // The switches' router entries for this address carry the echo flag.
-                let keys: Vec<(u32, Ipv4Addr)> = self
-                    .router_arp
-                    .keys()
-                    .filter(|(_, address)| address == ip)
-                    .copied()
-                    .collect();
-                for (switch, address) in keys {
-                    self.dirty.insert(Dirty::Arp(switch, address));
-                }
             }
             IrEntry::FloodGroup {
                 datapath,
@@ -738,17 +719,13 @@ impl L2State {
         })
     }
 
-    /// For a router's address on switch `datapath`: the router port's MAC and the flags telling
-    /// the kernel's router that it owns the address (and answers pings to it).
+    /// For a router's address on switch `datapath`: the router port's MAC and the flag telling
+    /// the kernel the address is the router's.
     fn router_flags(&self, datapath: u32, ip: Ipv4Addr) -> Option<(Mac, u8)> {
         let switch_port = self.router_arp.get(&(datapath, ip))?;
         let peer = self.ports.get(switch_port)?.peer.as_ref()?;
         let router_port = self.ports.get(peer)?;
-        let mut flags = ARP_ANSWER_ROUTER;
-        if self.echo_replies.contains(&(router_port.datapath, ip)) {
-            flags |= ARP_ANSWER_ECHO;
-        }
-        Some((router_port.mac?, flags))
+        Some((router_port.mac?, ARP_ANSWER_ROUTER))
     }
 
     fn flush_arp(

@@ -1,8 +1,9 @@
 //! This chassis's L3 kernel maps, derived from the IR: the routers the kernel forwards for (those
 //! without policies or flows it cannot run), their routes (per destination prefix the
 //! highest-priority route of the main table, OVN's precedence, with the datapath behind the
-//! output port: a switch, or a peer router), and their neighbours (static from the flows; learned
-//! from MAC_Binding where the router looks them up). Owns the desired and installed contents;
+//! output port: a switch, or a peer router), their neighbours (static from the flows; learned
+//! from MAC_Binding where the router looks them up), and their own addresses (and whether they
+//! answer pings there). Owns the desired and installed contents;
 //! touches the kernel only through [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
@@ -12,8 +13,8 @@ use std::{
 };
 
 use ovnbpf_common::{
-    Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_FORWARDS, RouteEntry,
-    RouteKey, RouterInfo,
+    Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
+    ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
 };
 
 use super::EbpfError;
@@ -35,6 +36,12 @@ pub trait L3Maps {
     fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
     fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError>;
     fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError>;
+    fn set_router_address(
+        &mut self,
+        key: NeighbourKey,
+        address: RouterAddress,
+    ) -> Result<(), EbpfError>;
+    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
     /// The keys present, whoever wrote them: routes as (key, prefix length).
     fn l3_keys(&self) -> Result<L3Keys, EbpfError>;
 }
@@ -58,8 +65,20 @@ impl L3Maps for super::KernelPrograms {
     fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
         super::KernelPrograms::remove_router(self, datapath)
     }
+    fn set_router_address(
+        &mut self,
+        key: NeighbourKey,
+        address: RouterAddress,
+    ) -> Result<(), EbpfError> {
+        self.hash_insert(ovnbpf_common::map::ROUTER_ADDRESSES, key, address)
+    }
+    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
+        self.hash_remove::<NeighbourKey, RouterAddress>(ovnbpf_common::map::ROUTER_ADDRESSES, key)
+    }
     fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
         Ok(L3Keys {
+            router_addresses: self
+                .hash_keys::<NeighbourKey, RouterAddress>(ovnbpf_common::map::ROUTER_ADDRESSES)?,
             routes: self.route_keys()?,
             neighbours: self
                 .hash_keys::<NeighbourKey, Neighbour>(ovnbpf_common::map::NEIGHBOURS)?,
@@ -74,6 +93,7 @@ pub struct L3Keys {
     pub routes: Vec<(RouteKey, u8)>,
     pub neighbours: Vec<NeighbourKey>,
     pub routers: Vec<u32>,
+    pub router_addresses: Vec<NeighbourKey>,
 }
 
 /// The kernel's route key for `prefix` in router `datapath` (both in network byte order).
@@ -90,6 +110,7 @@ enum Dirty {
     Route(u32, Prefix),
     Neighbour(u32, Ipv4Addr),
     Router(u32),
+    Address(u32, Ipv4Addr),
 }
 
 /// One route of the main table.
@@ -123,8 +144,12 @@ pub struct L3State {
     /// Per router: entries that keep the kernel from forwarding for it (policies, unsupported
     /// flows).
     blockers: HashMap<u32, HashSet<String>>,
+    /// A router's own addresses: (router, address) → how many entries name it, and whether the
+    /// router answers pings to it.
+    addresses: HashMap<(u32, Ipv4Addr), (usize, bool)>,
     dirty: HashSet<Dirty>,
     installed_routes: HashMap<(u32, Prefix), RouteEntry>,
+    installed_addresses: HashMap<(u32, Ipv4Addr), RouterAddress>,
     installed_neighbours: HashMap<(u32, Ipv4Addr), Neighbour>,
     installed_routers: HashMap<u32, RouterInfo>,
 }
@@ -283,6 +308,19 @@ impl L3State {
                 self.dirty
                     .extend(keys.into_iter().map(|(dp, ip)| Dirty::Neighbour(dp, ip)));
             }
+            IrEntry::RouterArpReply { datapath, ip, .. } => {
+                let slot = self.addresses.entry((*datapath, *ip)).or_default();
+                if added {
+                    slot.0 += 1;
+                } else {
+                    slot.0 = slot.0.saturating_sub(1);
+                }
+                self.address_changed(*datapath, *ip);
+            }
+            IrEntry::RouterEchoReply { datapath, ip } => {
+                self.addresses.entry((*datapath, *ip)).or_default().1 = added;
+                self.address_changed(*datapath, *ip);
+            }
             IrEntry::RouterPolicy {
                 datapath, priority, ..
             } => self.block(*datapath, format!("policy {priority}: {entry:?}"), added),
@@ -310,6 +348,13 @@ impl L3State {
             }
             _ => {}
         }
+    }
+
+    fn address_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
+        if self.addresses.get(&(datapath, ip)) == Some(&(0, false)) {
+            self.addresses.remove(&(datapath, ip));
+        }
+        self.dirty.insert(Dirty::Address(datapath, ip));
     }
 
     fn neighbour_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
@@ -387,6 +432,13 @@ impl L3State {
         })
     }
 
+    fn desired_address(&self, datapath: u32, ip: Ipv4Addr) -> Option<RouterAddress> {
+        let (_, echo) = self.addresses.get(&(datapath, ip))?;
+        Some(RouterAddress {
+            flags: if *echo { ROUTER_ADDRESS_ECHO } else { 0 },
+        })
+    }
+
     fn desired_router(&self, datapath: u32) -> Option<RouterInfo> {
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
             .then_some(RouterInfo {
@@ -439,6 +491,29 @@ impl L3State {
                             None => {
                                 maps.remove_neighbour(map_key)?;
                                 self.installed_neighbours.remove(&slot);
+                            }
+                        }
+                        1
+                    }
+                }
+                Dirty::Address(datapath, ip) => {
+                    let desired = self.desired_address(*datapath, *ip);
+                    let slot = (*datapath, *ip);
+                    if desired == self.installed_addresses.get(&slot).copied() {
+                        0
+                    } else {
+                        let map_key = NeighbourKey {
+                            datapath: *datapath,
+                            ip: u32::from_ne_bytes(ip.octets()),
+                        };
+                        match desired {
+                            Some(address) => {
+                                maps.set_router_address(map_key, address)?;
+                                self.installed_addresses.insert(slot, address);
+                            }
+                            None => {
+                                maps.remove_router_address(map_key)?;
+                                self.installed_addresses.remove(&slot);
                             }
                         }
                         1
@@ -500,6 +575,13 @@ impl L3State {
         for datapath in keys.routers {
             if !self.installed_routers.contains_key(&datapath) {
                 maps.remove_router(datapath)?;
+                removed += 1;
+            }
+        }
+        for key in keys.router_addresses {
+            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
+            if !self.installed_addresses.contains_key(&(key.datapath, ip)) {
+                maps.remove_router_address(key)?;
                 removed += 1;
             }
         }

@@ -500,25 +500,30 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
             .skip(2),
     );
     state.apply(&added(entries));
-    let echo = IrEntry::RouterEchoReply {
-        datapath: ROUTER_DP,
-        ip: gateway,
-    };
-    state.apply(&added(vec![echo.clone()]));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     let key = (DP, u32::from_ne_bytes(gateway.octets()));
     assert_eq!(maps.arp[&key].mac, ROUTER_MAC);
-    assert_eq!(maps.arp[&key].flags, ARP_ANSWER_ROUTER | ARP_ANSWER_ECHO);
-    assert_eq!(maps.fib[&(DP, ROUTER_MAC)].kind, FIB_ROUTER);
+    assert_eq!(maps.arp[&key].flags, ARP_ANSWER_ROUTER);
+    let fib = maps.fib[&(DP, ROUTER_MAC)];
+    assert_eq!(
+        (fib.kind, fib.ifindex, fib.port),
+        (FIB_ROUTER, ROUTER_DP, 2)
+    );
 
-    // The router stops answering pings there: only that entry changes.
+    // The switch stops sending ARP for the address to the router: the answer stays (northd's
+    // ARP reply), the router flag goes, one write.
     maps.writes = 0;
     state.apply(&IrDiff {
         added: Vec::new(),
-        removed: vec![echo],
+        removed: vec![IrEntry::ArpForRouterIp {
+            datapath: DP,
+            ip: gateway,
+            router_port: "ls-lr".into(),
+            group: None,
+        }],
     });
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.writes, 1);
-    assert_eq!(maps.arp[&key].flags, ARP_ANSWER_ROUTER);
+    assert_eq!(maps.arp[&key].flags, 0);
 }

@@ -6,6 +6,7 @@ struct Recorder {
     routes: HashMap<(u32, u32, u8), RouteEntry>,
     neighbours: HashMap<(u32, u32), Neighbour>,
     routers: HashMap<u32, RouterInfo>,
+    addresses: HashMap<(u32, u32), RouterAddress>,
     writes: usize,
 }
 
@@ -40,8 +41,27 @@ impl L3Maps for Recorder {
         self.routers.remove(&datapath);
         Ok(())
     }
+    fn set_router_address(
+        &mut self,
+        key: NeighbourKey,
+        address: RouterAddress,
+    ) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.addresses.insert((key.datapath, key.ip), address);
+        Ok(())
+    }
+    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.addresses.remove(&(key.datapath, key.ip));
+        Ok(())
+    }
     fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
         Ok(L3Keys {
+            router_addresses: self
+                .addresses
+                .keys()
+                .map(|&(datapath, ip)| NeighbourKey { datapath, ip })
+                .collect(),
             routes: self
                 .routes
                 .keys()
@@ -266,4 +286,40 @@ fn learned_neighbours_count_only_where_the_router_looks_them_up() {
     assert_eq!(state.sweep(&mut maps).unwrap(), 0);
     maps.neighbours.insert((ROUTER, 1), Neighbour::default());
     assert_eq!(state.sweep(&mut maps).unwrap(), 1, "a stale key is swept");
+}
+
+#[test]
+fn a_routers_own_addresses_are_known_with_their_ping_answers() {
+    let mut state = L3State::default();
+    let gateway: Ipv4Addr = "10.0.2.1".parse().unwrap();
+    let arp = IrEntry::RouterArpReply {
+        datapath: ROUTER,
+        port: "lr-b".into(),
+        ip: gateway,
+        subnet: prefix("10.0.2.0/24"),
+    };
+    let echo = IrEntry::RouterEchoReply {
+        datapath: ROUTER,
+        ip: gateway,
+    };
+    state.apply(&diff(vec![arp.clone(), echo.clone()]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let key = (ROUTER, u32::from_ne_bytes(gateway.octets()));
+    assert_eq!(maps.addresses[&key].flags, ROUTER_ADDRESS_ECHO);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![echo],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.addresses[&key].flags, 0,
+        "still the router's, no pings"
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![arp],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.addresses.is_empty());
 }
