@@ -37,7 +37,7 @@ struct IcmpHead {
 /// Handles a frame addressed to a router port's MAC (of router `router`), sent from host veth
 /// `ifindex`: the verdict, or the drop reason.
 #[inline(always)]
-pub fn handle(ctx: &TcContext, router: u32, ifindex: u32) -> Result<i32, u32> {
+pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Result<i32, u32> {
     let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
         return Ok(TCX_NEXT);
     };
@@ -55,8 +55,80 @@ pub fn handle(ctx: &TcContext, router: u32, ifindex: u32) -> Result<i32, u32> {
             Some(verdict) => Ok(verdict),
             None => Err(drop_reason::TO_ROUTER_UNHANDLED),
         },
+        None if frame.ip.ttl <= 1 => time_exceeded(ctx, &frame, router_ip, ifindex),
         None => route(ctx, &frame, router),
     }
+}
+
+/// Length of an ICMP time exceeded frame: Ethernet, IPv4, ICMP header, the expired packet's IPv4
+/// header and its first 8 bytes.
+const TIME_EXCEEDED_LEN: u32 = 14 + 20 + 8 + 28;
+
+/// The ICMP part of a time exceeded message: header and the quoted start of the expired packet.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct TimeExceeded {
+    kind: u8,
+    code: u8,
+    checksum: u16,
+    unused: u32,
+    quoted: [u8; 28],
+}
+
+/// Turns a packet whose TTL expires at the first router into the ICMP time exceeded OVN's
+/// router sends back (`TtlExceeded`): from the router port's address, TTL 255, quoting the
+/// packet's IPv4 header and first 8 bytes; out of the pod's veth.
+#[inline(always)]
+fn time_exceeded(
+    ctx: &TcContext,
+    frame: &Ipv4Frame,
+    router_ip: u32,
+    ifindex: u32,
+) -> Result<i32, u32> {
+    if router_ip == 0 || frame.ip.version_ihl != 0x45 {
+        return Err(drop_reason::TTL_EXPIRED);
+    }
+    let Ok(quoted) = ctx.load::<[u8; 28]>(ETH_HEADER_LEN) else {
+        return Err(drop_reason::TTL_EXPIRED);
+    };
+    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+    if unsafe { aya_ebpf::helpers::bpf_skb_change_tail(ctx.skb.skb, TIME_EXCEEDED_LEN, 0) } != 0 {
+        return Err(drop_reason::ROUTER_REPLY_FAILED);
+    }
+    let mut reply = *frame;
+    reply.eth.destination = frame.eth.source;
+    reply.eth.source = frame.eth.destination;
+    reply.ip.total_len = ((TIME_EXCEEDED_LEN - 14) as u16).to_be();
+    reply.ip.id = 0;
+    reply.ip.fragment = 0;
+    reply.ip.ttl = 255;
+    reply.ip.protocol = IPPROTO_ICMP;
+    reply.ip.source = router_ip;
+    reply.ip.destination = frame.ip.source;
+    reply.ip.checksum = 0;
+    reply.ip.checksum = ipv4_header_checksum(&reply.ip).to_be();
+    let mut icmp = TimeExceeded {
+        kind: 11,
+        code: 0,
+        checksum: 0,
+        unused: 0,
+        quoted,
+    };
+    let mut sum: u32 = 11 << 8;
+    let mut index = 0;
+    while index < 28 {
+        sum += u32::from(quoted[index]) << 8 | u32::from(quoted[index + 1]);
+        index += 2;
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    icmp.checksum = (!(sum as u16)).to_be();
+    ctx.store(0, &reply, 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &icmp, 0))
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_delivered(ifindex, ctx.len());
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
+    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
 }
 
 /// Answers an ICMP echo request to one of the router's addresses (whose flags are `flags`),

@@ -82,7 +82,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
             };
             geneve::encapsulate(ctx, &config, &tunnel)
         }
-        FIB_ROUTER => router::handle(ctx, entry.ifindex, ifindex),
+        FIB_ROUTER => router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex),
         _ => Ok(TCX_NEXT),
     }
 }

@@ -1,7 +1,8 @@
 //! The kernel's answers for a router's own addresses under BPF_PROG_TEST_RUN: a pod's ICMP echo
 //! request to its gateway (the router port's MAC and address) comes back as the reply OVN's
 //! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255, type 0, valid checksums), out
-//! of the same veth. Other traffic to the router's addresses is dropped and counted; other IPv4
+//! of the same veth. A packet whose TTL expires there gets ICMP time exceeded from the router
+//! port's address. Other traffic to the router's addresses is dropped and counted; other IPv4
 //! to the router's MAC is routed, and a router the kernel does not forward for drops it and
 //! counts why. Non-IPv4 passes untouched.
 
@@ -82,6 +83,7 @@ fn programs() -> KernelPrograms {
             FibEntry {
                 kind: FIB_ROUTER,
                 ifindex: ROUTER,
+                remote_ip: u32::from_ne_bytes(GATEWAY),
                 port: 3,
                 ..FibEntry::default()
             },
@@ -117,6 +119,31 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
     assert_eq!(outcome.frame, expected);
     assert_eq!(checksum(&outcome.frame[34..]), 0, "ICMP checksum valid");
     assert_eq!(checksum(&outcome.frame[14..34]), 0, "IP checksum valid");
+}
+
+#[test]
+fn a_packet_expiring_at_the_router_gets_icmp_time_exceeded() {
+    let programs = programs();
+    let expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
+    let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    // Built independently: from the router port's address, quoting the expired packet's IPv4
+    // header and its first 8 bytes.
+    let mut icmp = vec![11, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&expiring[14..42]);
+    let icmp_sum = checksum(&icmp);
+    icmp[2..4].copy_from_slice(&icmp_sum.to_be_bytes());
+    let mut ip = vec![0x45, 0, 0, 56, 0, 0, 0, 0, 255, 1, 0, 0];
+    ip.extend_from_slice(&GATEWAY);
+    ip.extend_from_slice(&POD_IP);
+    let ip_sum = checksum(&ip);
+    ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+    let mut expected = POD_MAC.to_vec();
+    expected.extend_from_slice(&ROUTER_MAC);
+    expected.extend_from_slice(&[0x08, 0x00]);
+    expected.extend_from_slice(&ip);
+    expected.extend_from_slice(&icmp);
+    assert_eq!(outcome.frame, expected);
 }
 
 #[test]

@@ -121,7 +121,8 @@ pub mod drop_reason {
     pub const NO_ROUTE: u32 = 9;
     /// The next hop's MAC is not known (OVN would send an ARP request).
     pub const NEXT_HOP_UNRESOLVED: u32 = 10;
-    /// TTL would expire (OVN answers ICMP time exceeded; the kernel only counts it so far).
+    /// TTL expires past the first router (the first router's own expiry is answered with ICMP
+    /// time exceeded; a later router's is only counted so far).
     pub const TTL_EXPIRED: u32 = 11;
     /// More router hops than the kernel follows.
     pub const TOO_MANY_HOPS: u32 = 12;
@@ -227,8 +228,9 @@ pub struct ArpAnswer {
 /// `mac` on this switch go to the router ([`FIB_ROUTER`]).
 pub const ARP_ANSWER_ROUTER: u8 = 1;
 
-/// Where frames to one MAC go. For [`FIB_ROUTER`]: `port` is the switch's router port key and
-/// `ifindex` the router's datapath key.
+/// Where frames to one MAC go. For [`FIB_ROUTER`]: `port` is the switch's router port key,
+/// `ifindex` the router's datapath key and `remote_ip` the router port's IPv4 address (network
+/// byte order; the source of the router's ICMP errors on this switch).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FibEntry {

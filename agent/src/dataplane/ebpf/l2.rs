@@ -125,6 +125,8 @@ struct PortInfo {
     peer: Option<String>,
     /// The MAC of its first address (a router port's MAC).
     mac: Option<Mac>,
+    /// The first IPv4 of its first address (a router port's address).
+    ipv4: Option<Ipv4Addr>,
 }
 
 /// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
@@ -331,6 +333,10 @@ impl L2State {
                         mac: addresses
                             .first()
                             .and_then(|a| crate::lflow::parse_mac(a.split_whitespace().next()?)),
+                        ipv4: addresses
+                            .first()
+                            .and_then(|a| parse_port_security(a))
+                            .and_then(|(_, prefixes)| prefixes.first().map(|p| p.network)),
                     };
                     self.ports.insert(name.clone(), info);
                     self.port_names.insert((*datapath, *key), name.clone());
@@ -654,6 +660,8 @@ impl L2State {
             return Some(FibEntry {
                 kind: FIB_ROUTER,
                 ifindex: router.datapath,
+                // The router port's address: the source of its ICMP errors on this switch.
+                remote_ip: router.ipv4.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
                 port: info.key,
                 ..FibEntry::default()
             });
