@@ -5,45 +5,36 @@
 
 mod common;
 
+use common::TwoNodes;
+
 use std::time::Duration;
 
 use ovnbpf_tests::{
     bpffs::BpfMount,
     kubeovn::mac_for,
-    names::unique_prefix,
-    network::Underlay,
-    ovn::OvnLab,
     process::{Child, wait_until},
-    require_root,
 };
 
 use common::OVERLAPPING_PODS as PODS;
 
 #[test]
 fn agents_program_the_datapath_from_the_sb() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let prefix = unique_prefix();
-    let mut underlay = Underlay::create(&prefix).unwrap();
-    let nodes = [
-        underlay.add_node("node1").unwrap(),
-        underlay.add_node("node2").unwrap(),
-    ];
-    let pods = common::overlapping_vpcs(&lab, &nodes);
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
+    let pods = common::overlapping_vpcs(lab, nodes);
 
     // Removed with the test, whatever its outcome (failures print the logs' tails first).
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
     let agents: Vec<Child> = (0..nodes.len())
         .map(|index| {
-            common::start_overlapping_agent(&lab, &nodes, index, Some(bpffs.path()), log_dir.path())
+            common::start_overlapping_agent(lab, nodes, index, Some(bpffs.path()), log_dir.path())
         })
         .collect();
     let logs = || common::log_tails(&agents);
 
     // ovn-controller's contract: a pod is `up` once its flows are installed.
     assert!(
-        common::all_overlapping_pods_up(&lab),
+        common::all_overlapping_pods_up(lab),
         "not every pod came up{}",
         logs()
     );

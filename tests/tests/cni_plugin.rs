@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::TwoNodes;
+
 use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
@@ -23,7 +25,7 @@ use ovnbpf_tests::{
     network::{Node, Underlay},
     ovn::OvnLab,
     process::{Child, wait_until},
-    require_root, workspace_binary,
+    workspace_binary,
 };
 use serde_json::{Value, json};
 
@@ -92,14 +94,12 @@ struct CniLab {
 
 impl CniLab {
     fn start(pods: &[(String, Ipv4Addr)]) -> Self {
-        require_root();
-        let lab = OvnLab::start().unwrap();
-        let prefix = unique_prefix();
-        let mut underlay = Underlay::create(&prefix).unwrap();
-        let nodes = [
-            underlay.add_node("node1").unwrap(),
-            underlay.add_node("node2").unwrap(),
-        ];
+        let TwoNodes {
+            lab,
+            nodes,
+            underlay,
+            ..
+        } = TwoNodes::start();
         let mut topology = Topology::new();
         topology
             .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::TwoNodes;
+
 use std::{
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
@@ -18,10 +20,7 @@ use std::{
 };
 
 use ovnbpf_agent::netns::run_in;
-use ovnbpf_tests::{
-    bpffs::BpfMount, names::unique_prefix, network::Pod, network::Underlay, ovn::OvnLab,
-    process::wait_until, require_root,
-};
+use ovnbpf_tests::{bpffs::BpfMount, network::Pod, process::wait_until};
 
 use common::OVERLAPPING_PODS as PODS;
 
@@ -86,23 +85,16 @@ fn paced_stream(
 
 #[test]
 fn restarting_the_agents_loses_no_ping_and_never_stalls_a_tcp_stream() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let prefix = unique_prefix();
-    let mut underlay = Underlay::create(&prefix).unwrap();
-    let nodes = [
-        underlay.add_node("node1").unwrap(),
-        underlay.add_node("node2").unwrap(),
-    ];
-    let pods = common::overlapping_vpcs(&lab, &nodes);
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
+    let pods = common::overlapping_vpcs(lab, nodes);
     let bpffs = BpfMount::create().unwrap();
     let log_dir = tempfile::tempdir().unwrap();
     let start = |index| {
-        common::start_overlapping_agent(&lab, &nodes, index, Some(bpffs.path()), log_dir.path())
+        common::start_overlapping_agent(lab, nodes, index, Some(bpffs.path()), log_dir.path())
     };
     let mut agents = vec![start(0), start(1)];
     assert!(
-        common::all_overlapping_pods_up(&lab),
+        common::all_overlapping_pods_up(lab),
         "not every pod came up{}",
         common::log_tails(&agents)
     );

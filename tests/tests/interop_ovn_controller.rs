@@ -9,21 +9,26 @@ mod common;
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
+use common::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     agent::AgentSpec,
     kubeovn::{Topology, mac_for},
-    names::unique_prefix,
-    network::{Pod, PodSpec, Underlay},
-    ovn::OvnLab,
+    network::Pod,
     ovs_chassis::OvsChassis,
     process::{Child, wait_until},
-    require_root, workspace_binary,
+    workspace_binary,
 };
 
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 /// A pod of vpc-a's second subnet, on the real OVN node.
 const A3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+/// a1 on the ovnbpf node; a2 and a3 on the real OVN node.
+const PODS: [PodPlan; 3] = [
+    ("a1", "subnet-a", 0, A1),
+    ("a2", "subnet-a", 1, A2),
+    ("a3", "subnet-a2", 1, A3),
+];
 
 /// Starts a capture of broadcast echo requests on `pod`'s eth0, logging to `log`.
 fn capture_broadcasts(pod: &Pod, log: PathBuf) -> Child {
@@ -59,47 +64,21 @@ fn echo_requests(log: &PathBuf) -> usize {
 
 #[test]
 fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let prefix = unique_prefix();
-    let mut underlay = Underlay::create(&prefix).unwrap();
-    let nodes = [
-        underlay.add_node("node1").unwrap(),
-        underlay.add_node("node2").unwrap(),
-    ];
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
         .unwrap()
         .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
         .unwrap();
-    for (name, subnet, ip) in [
-        ("a1", "subnet-a", A1),
-        ("a2", "subnet-a", A2),
-        ("a3", "subnet-a2", A3),
-    ] {
+    for (name, subnet, _, ip) in PODS {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
-    topology.apply(&lab).unwrap();
-    let pods: Vec<Pod> = [("a1", A1, 0), ("a2", A2, 1), ("a3", A3, 1)]
-        .iter()
-        .map(|(name, ip, node)| {
-            let octets = ip.octets();
-            nodes[*node]
-                .add_pod(&PodSpec {
-                    name,
-                    host_interface: &format!("{name}_h"),
-                    mac: Some(&mac_for(name)),
-                    address: Some(&format!("{ip}/24")),
-                    gateway: Some(Ipv4Addr::new(octets[0], octets[1], octets[2], 1)),
-                    mtu: Some(1442),
-                })
-                .unwrap()
-        })
-        .collect();
+    topology.apply(lab).unwrap();
+    let pods = common::add_planned_pods(nodes, &PODS, true, 1442);
     let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
 
-    let peer = OvsChassis::start(&lab, &nodes[1], "node2").unwrap();
+    let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
     peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
     peer.plug("a3_h", a3.netns(), "a3.ns").unwrap();
     // OVS's userspace datapath reads frames whole: a1 must not hand it partial checksums or
@@ -116,7 +95,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
         cni_dir: None,
     }
     .spawn(
-        &lab,
+        lab,
         &workspace_binary("ovnbpf-agent"),
         log_dir.path().join("node1.log"),
     )
@@ -125,7 +104,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     let up = wait_until(Duration::from_secs(30), || {
         ["a1.ns", "a2.ns", "a3.ns"]
             .iter()
-            .all(|port| common::port_up(&lab, port))
+            .all(|port| common::port_up(lab, port))
     });
     assert!(up, "ports not up{}", logs());
 

@@ -8,61 +8,22 @@ mod common;
 
 use std::{net::Ipv4Addr, time::Duration};
 
+use common::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
-    agent::AgentSpec,
     kubeovn::{Topology, mac_for},
-    names::unique_prefix,
     netns::Netns,
-    network::{Pod, PodSpec, Underlay},
-    ovn::OvnLab,
-    process::{Child, wait_until},
-    require_root, workspace_binary,
+    network::Pod,
+    process::wait_until,
 };
 
-/// (pod, subnet, node index, address, gateway).
-const PODS: [(&str, &str, usize, Ipv4Addr, Ipv4Addr); 6] = [
-    (
-        "a1",
-        "subnet-a",
-        0,
-        Ipv4Addr::new(10, 0, 1, 2),
-        Ipv4Addr::new(10, 0, 1, 1),
-    ),
-    (
-        "a2",
-        "subnet-a2",
-        0,
-        Ipv4Addr::new(10, 0, 2, 2),
-        Ipv4Addr::new(10, 0, 2, 1),
-    ),
-    (
-        "a3",
-        "subnet-a2",
-        1,
-        Ipv4Addr::new(10, 0, 2, 3),
-        Ipv4Addr::new(10, 0, 2, 1),
-    ),
-    (
-        "b1",
-        "subnet-b",
-        1,
-        Ipv4Addr::new(10, 1, 1, 2),
-        Ipv4Addr::new(10, 1, 1, 1),
-    ),
-    (
-        "c1",
-        "subnet-c",
-        0,
-        Ipv4Addr::new(10, 0, 2, 4),
-        Ipv4Addr::new(10, 0, 2, 1),
-    ),
-    (
-        "r1",
-        "subnet-a",
-        1,
-        Ipv4Addr::new(10, 0, 1, 10),
-        Ipv4Addr::new(10, 0, 1, 1),
-    ),
+/// Every pod's gateway is its subnet's first address.
+const PODS: [PodPlan; 6] = [
+    ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
+    ("a2", "subnet-a2", 0, Ipv4Addr::new(10, 0, 2, 2)),
+    ("a3", "subnet-a2", 1, Ipv4Addr::new(10, 0, 2, 3)),
+    ("b1", "subnet-b", 1, Ipv4Addr::new(10, 1, 1, 2)),
+    ("c1", "subnet-c", 0, Ipv4Addr::new(10, 0, 2, 4)),
+    ("r1", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 10)),
 ];
 
 /// The TTL of the replies of a 3-echo ping, if all came back.
@@ -87,14 +48,9 @@ fn ping_ttl(from: &Pod, to: Ipv4Addr) -> Option<u8> {
 
 #[test]
 fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let prefix = unique_prefix();
-    let mut underlay = Underlay::create(&prefix).unwrap();
-    let nodes = [
-        underlay.add_node("node1").unwrap(),
-        underlay.add_node("node2").unwrap(),
-    ];
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
@@ -109,25 +65,11 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
         .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1))
         .static_route("vpc-a", "192.168.50.0/24", PODS[5].3);
-    for (name, subnet, _, ip, _) in PODS {
+    for (name, subnet, _, ip) in PODS {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
-    topology.apply(&lab).unwrap();
-    let pods: Vec<Pod> = PODS
-        .iter()
-        .map(|(name, _, node, ip, gateway)| {
-            nodes[*node]
-                .add_pod(&PodSpec {
-                    name,
-                    host_interface: &format!("{name}_h"),
-                    mac: Some(&mac_for(name)),
-                    address: Some(&format!("{ip}/24")),
-                    gateway: Some(*gateway),
-                    mtu: Some(1400),
-                })
-                .unwrap()
-        })
-        .collect();
+    topology.apply(lab).unwrap();
+    let pods = common::add_planned_pods(nodes, &PODS, true, 1400);
     let pod = |name: &str| &pods[PODS.iter().position(|p| p.0 == name).unwrap()];
     let address = |name: &str| PODS.iter().find(|p| p.0 == name).unwrap().3;
 
@@ -161,36 +103,13 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         .unwrap();
 
     let log_dir = tempfile::tempdir().unwrap();
-    let agents: Vec<Child> = nodes
-        .iter()
-        .enumerate()
-        .map(|(index, node)| {
-            let chassis = common::NODES[index];
-            AgentSpec {
-                chassis,
-                node,
-                local_ports: PODS
-                    .iter()
-                    .filter(|p| p.2 == index)
-                    .map(|(name, ..)| format!("{name}.ns={name}_h"))
-                    .collect(),
-                pin_root: None,
-                cni_dir: None,
-            }
-            .spawn(
-                &lab,
-                &workspace_binary("ovnbpf-agent"),
-                log_dir.path().join(format!("{chassis}.log")),
-            )
-            .unwrap()
-        })
-        .collect();
+    let agents = common::start_planned_agents(lab, nodes, &PODS, None, log_dir.path());
     let logs = || common::log_tails(&agents);
-    let up = wait_until(Duration::from_secs(20), || {
-        PODS.iter()
-            .all(|(name, ..)| common::port_up(&lab, &format!("{name}.ns")))
-    });
-    assert!(up, "not every pod came up{}", logs());
+    assert!(
+        common::planned_pods_up(lab, &PODS),
+        "not every pod came up{}",
+        logs()
+    );
 
     let a1 = pod("a1");
     assert!(

@@ -10,20 +10,16 @@ mod common;
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
+use common::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
-    agent::AgentSpec,
     bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
-    names::unique_prefix,
-    network::{Pod, PodSpec, Underlay},
-    ovn::OvnLab,
     process::{Child, wait_until},
-    require_root, workspace_binary,
 };
 
 /// (pod, subnet, node index, address): a1 and a3 share node1, a2 is on node2; vpc-b reuses the
 /// addresses on both nodes.
-const PODS: [(&str, &str, usize, Ipv4Addr); 5] = [
+const PODS: [PodPlan; 5] = [
     ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
     ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
     ("a3", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 4)),
@@ -33,14 +29,7 @@ const PODS: [(&str, &str, usize, Ipv4Addr); 5] = [
 
 #[test]
 fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else() {
-    require_root();
-    let lab = OvnLab::start().unwrap();
-    let prefix = unique_prefix();
-    let mut underlay = Underlay::create(&prefix).unwrap();
-    let nodes = [
-        underlay.add_node("node1").unwrap(),
-        underlay.add_node("node2").unwrap(),
-    ];
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
@@ -50,55 +39,18 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
     for (name, subnet, _, ip) in PODS {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
-    topology.apply(&lab).unwrap();
-    let pods: Vec<Pod> = PODS
-        .iter()
-        .map(|(name, _, node, ip)| {
-            nodes[*node]
-                .add_pod(&PodSpec {
-                    name,
-                    host_interface: &format!("{name}_h"),
-                    mac: Some(&mac_for(name)),
-                    address: Some(&format!("{ip}/24")),
-                    gateway: None,
-                    mtu: Some(1442),
-                })
-                .unwrap()
-        })
-        .collect();
-
+    topology.apply(lab).unwrap();
+    let pods = common::add_planned_pods(nodes, &PODS, false, 1442);
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
-    let agents: Vec<Child> = nodes
-        .iter()
-        .enumerate()
-        .map(|(index, node)| {
-            let chassis = common::NODES[index];
-            AgentSpec {
-                chassis,
-                node,
-                local_ports: PODS
-                    .iter()
-                    .filter(|(_, _, node_index, _)| *node_index == index)
-                    .map(|(name, ..)| format!("{name}.ns={name}_h"))
-                    .collect(),
-                pin_root: Some(bpffs.path().join(chassis)),
-                cni_dir: None,
-            }
-            .spawn(
-                &lab,
-                &workspace_binary("ovnbpf-agent"),
-                log_dir.path().join(format!("{chassis}.log")),
-            )
-            .unwrap()
-        })
-        .collect();
+    let agents =
+        common::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
     let logs = || common::log_tails(&agents);
-    let all_up = wait_until(Duration::from_secs(20), || {
-        PODS.iter()
-            .all(|(name, ..)| common::port_up(&lab, &format!("{name}.ns")))
-    });
-    assert!(all_up, "not every pod came up{}", logs());
+    assert!(
+        common::planned_pods_up(lab, &PODS),
+        "not every pod came up{}",
+        logs()
+    );
 
     // Unicast: vpc-b's pods stay quiet (no IPv6 chatter) while vpc-a talks, same node and across.
     for pod in &pods[3..] {

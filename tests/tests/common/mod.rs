@@ -16,7 +16,7 @@ use ovnbpf_agent::{
 use ovnbpf_tests::{
     agent::AgentSpec,
     kubeovn::{Topology, mac_for},
-    network::{Node, Pod, PodSpec},
+    network::{Node, Pod, PodSpec, Underlay},
     ovn::{Db, OvnLab},
     process::{Child, wait_until},
     workspace_binary,
@@ -84,7 +84,7 @@ impl Replica {
 
 /// Two VPCs whose subnets overlap (10.0.1.0/24), two pods each, spread over two nodes:
 /// (pod, subnet, node index, address). vpc-b reuses vpc-a's addresses on the other nodes.
-pub const OVERLAPPING_PODS: [(&str, &str, usize, Ipv4Addr); 4] = [
+pub const OVERLAPPING_PODS: [PodPlan; 4] = [
     ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
     ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
     ("b1", "subnet-b", 0, Ipv4Addr::new(10, 0, 1, 3)),
@@ -104,41 +104,75 @@ pub fn overlapping_vpcs(lab: &OvnLab, nodes: &[Node]) -> Vec<Pod> {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(lab).unwrap();
-    OVERLAPPING_PODS
+    add_planned_pods(nodes, &OVERLAPPING_PODS, false, 1442)
+}
+
+/// A pod as the tests plan it: (name, subnet, node index, address in a /24).
+pub type PodPlan = (&'static str, &'static str, usize, Ipv4Addr);
+
+/// A real OVN central and two simulated nodes on one underlay, removed on drop.
+pub struct TwoNodes {
+    pub lab: OvnLab,
+    pub nodes: [Node; 2],
+    /// The name prefix of this test's namespaces.
+    pub prefix: String,
+    pub underlay: Underlay,
+}
+
+impl TwoNodes {
+    pub fn start() -> Self {
+        ovnbpf_tests::require_root();
+        let lab = OvnLab::start().unwrap();
+        let prefix = ovnbpf_tests::names::unique_prefix();
+        let mut underlay = Underlay::create(&prefix).unwrap();
+        let nodes = [
+            underlay.add_node("node1").unwrap(),
+            underlay.add_node("node2").unwrap(),
+        ];
+        Self {
+            lab,
+            nodes,
+            prefix,
+            underlay,
+        }
+    }
+}
+
+/// Creates `plans` as real pods (namespaces with veths `<pod>_h`, the given MTU), with a
+/// default route via their subnet's first address when `gateway`.
+pub fn add_planned_pods(nodes: &[Node], plans: &[PodPlan], gateway: bool, mtu: u32) -> Vec<Pod> {
+    plans
         .iter()
-        .map(|(name, _, node_index, ip)| {
-            let address = format!("{ip}/24");
-            let host = format!("{name}_h");
-            let mac = mac_for(name);
-            nodes[*node_index]
+        .map(|(name, _, node, ip)| {
+            let octets = ip.octets();
+            nodes[*node]
                 .add_pod(&PodSpec {
                     name,
-                    host_interface: &host,
-                    mac: Some(&mac),
-                    address: Some(&address),
-                    gateway: None,
-                    mtu: Some(1442),
+                    host_interface: &format!("{name}_h"),
+                    mac: Some(&mac_for(name)),
+                    address: Some(&format!("{ip}/24")),
+                    gateway: gateway.then(|| Ipv4Addr::new(octets[0], octets[1], octets[2], 1)),
+                    mtu: Some(mtu),
                 })
                 .unwrap()
         })
         .collect()
 }
 
-/// Chassis names of the simulated nodes, by node index.
-pub const NODES: [&str; 2] = ["node1", "node2"];
-
-/// The agent of node `index` for [`OVERLAPPING_PODS`], pinning under `pin_root/<chassis>`.
-pub fn overlapping_agent<'a>(
+/// The agent of node `index`, forwarding for the planned pods on it (`PORT=<pod>_h`), pinning
+/// under `pin_root/<chassis>` when given.
+pub fn planned_agent<'a>(
     nodes: &'a [Node],
+    plans: &[PodPlan],
     index: usize,
     pin_root: Option<&std::path::Path>,
 ) -> AgentSpec<'a> {
     AgentSpec {
         chassis: NODES[index],
         node: &nodes[index],
-        local_ports: OVERLAPPING_PODS
+        local_ports: plans
             .iter()
-            .filter(|(_, _, node_index, _)| *node_index == index)
+            .filter(|plan| plan.2 == index)
             .map(|(name, ..)| format!("{name}.ns={name}_h"))
             .collect(),
         pin_root: pin_root.map(|root| root.join(NODES[index])),
@@ -146,7 +180,47 @@ pub fn overlapping_agent<'a>(
     }
 }
 
-/// Starts the agent of node `index` (see [`overlapping_agent`]), logging to `log_dir`.
+/// Starts [`planned_agent`] of node `index`, logging to `log_dir/<chassis>.log`.
+pub fn start_planned_agent(
+    lab: &OvnLab,
+    nodes: &[Node],
+    plans: &[PodPlan],
+    index: usize,
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> Child {
+    let log = log_dir.join(format!("{}.log", NODES[index]));
+    planned_agent(nodes, plans, index, pin_root)
+        .spawn(lab, &workspace_binary("ovnbpf-agent"), log)
+        .unwrap()
+}
+
+/// Starts the planned agent of every node.
+pub fn start_planned_agents(
+    lab: &OvnLab,
+    nodes: &[Node],
+    plans: &[PodPlan],
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> Vec<Child> {
+    (0..nodes.len())
+        .map(|index| start_planned_agent(lab, nodes, plans, index, pin_root, log_dir))
+        .collect()
+}
+
+/// Waits up to 20 s until every planned pod's Port_Binding is `up`.
+pub fn planned_pods_up(lab: &OvnLab, plans: &[PodPlan]) -> bool {
+    wait_until(Duration::from_secs(20), || {
+        plans
+            .iter()
+            .all(|(name, ..)| port_up(lab, &format!("{name}.ns")))
+    })
+}
+
+/// Chassis names of the simulated nodes, by node index.
+pub const NODES: [&str; 2] = ["node1", "node2"];
+
+/// Starts the agent of node `index` for [`OVERLAPPING_PODS`] (see [`start_planned_agent`]).
 pub fn start_overlapping_agent(
     lab: &OvnLab,
     nodes: &[Node],
@@ -154,10 +228,7 @@ pub fn start_overlapping_agent(
     pin_root: Option<&std::path::Path>,
     log_dir: &std::path::Path,
 ) -> Child {
-    let log = log_dir.join(format!("{}.log", NODES[index]));
-    overlapping_agent(nodes, index, pin_root)
-        .spawn(lab, &workspace_binary("ovnbpf-agent"), log)
-        .unwrap()
+    start_planned_agent(lab, nodes, &OVERLAPPING_PODS, index, pin_root, log_dir)
 }
 
 /// Whether Port_Binding `port` is `up` in the SB.
@@ -169,11 +240,7 @@ pub fn port_up(lab: &OvnLab, port: &str) -> bool {
 
 /// Waits up to 20 s until every pod of [`OVERLAPPING_PODS`] is `up` (its agent programmed it).
 pub fn all_overlapping_pods_up(lab: &OvnLab) -> bool {
-    wait_until(Duration::from_secs(20), || {
-        OVERLAPPING_PODS
-            .iter()
-            .all(|(name, ..)| port_up(lab, &format!("{name}.ns")))
-    })
+    planned_pods_up(lab, &OVERLAPPING_PODS)
 }
 
 /// The ends of the agents' logs, for assertion messages.
