@@ -9,7 +9,7 @@ use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{FLOOD_MAX_LOCAL, FLOOD_MAX_REMOTE, FloodKey, FloodTargets, drop_reason};
 
 use crate::{
-    FLOOD_GROUPS, FLOOD_ROLES, TC_ACT_STOLEN, count_delivered, count_drop,
+    FLOOD_GROUPS, FLOOD_ROLES, TC_ACT_SHOT, count_delivered, count_drop,
     geneve::{self, Tunnel},
 };
 
@@ -56,8 +56,36 @@ pub fn to_local_members(ctx: &TcContext, targets: &FloodTargets, except: u32) {
     }
 }
 
+/// Hands the frame to every local member but `except`: clones to all but the last, the frame
+/// itself to the last (tcx knows no "stolen" verdict: a consumed frame must be redirected or
+/// dropped). Drops it when there is no member.
+#[inline(always)]
+pub fn deliver_to_members(ctx: &TcContext, targets: &FloodTargets, except: u32) -> i32 {
+    let count = (targets.local_count as usize).min(FLOOD_MAX_LOCAL);
+    let mut last = 0;
+    for &ifindex in targets.local.iter().take(count) {
+        if ifindex == except {
+            continue;
+        }
+        if last != 0 {
+            match ctx.clone_redirect(last, 0) {
+                Ok(()) => count_delivered(last, ctx.len()),
+                Err(_) => count_drop(drop_reason::FLOOD_CLONE_FAILED),
+            }
+        }
+        last = ifindex;
+    }
+    if last == 0 {
+        return TC_ACT_SHOT;
+    }
+    count_delivered(last, ctx.len());
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
+    unsafe { aya_ebpf::helpers::bpf_redirect(last, 0) as i32 }
+}
+
 /// Floods a pod's frame (see the module doc); `tunnel` carries the datapath, the sender's port
-/// key and the group's key. The frame itself ends as the last remote copy, or is consumed.
+/// key and the group's key. The frame itself ends as the last remote copy, or goes to the last
+/// local member when there are no remote ones.
 #[inline(always)]
 pub fn from_pod(
     ctx: &TcContext,
@@ -65,23 +93,46 @@ pub fn from_pod(
     ingress_ifindex: u32,
     tunnel: &mut Tunnel,
 ) -> Result<i32, u32> {
-    to_local_members(ctx, targets, ingress_ifindex);
     let remotes = (targets.remote_count as usize).min(FLOOD_MAX_REMOTE);
     let Some(config) = geneve::tunnel_config().filter(|_| remotes > 0) else {
-        return Ok(TC_ACT_STOLEN);
+        return Ok(deliver_to_members(ctx, targets, ingress_ifindex));
     };
+    to_local_members(ctx, targets, ingress_ifindex);
     tunnel.remote_ip = targets.remote[0];
-    geneve::push_outer_headers(ctx, &config, tunnel)?;
+    let ip = geneve::push_outer_headers(ctx, &config, tunnel)?;
     // Every chassis but the last gets a clone with its next hop's MACs; the last gets the frame.
+    // An IP frame whose next hop to some chassis is unresolved goes there as the frame itself,
+    // so the kernel's neighbour redirect resolves it (instead of that chassis never getting
+    // floods).
+    let mut current = targets.remote[0];
+    let mut pending: Option<u32> = None;
+    let mut last = targets.remote[0];
     for (index, &remote_ip) in targets.remote.iter().take(remotes).enumerate() {
         if index > 0 {
             geneve::retarget(ctx, &config, remote_ip)?;
+            current = remote_ip;
         }
-        if index + 1 < remotes
-            && let Err(reason) = geneve::send_copy(ctx, &config, remote_ip)
-        {
-            count_drop(reason);
+        last = remote_ip;
+        if index + 1 == remotes && pending.is_none() {
+            break;
+        }
+        match geneve::send_copy(ctx, &config, remote_ip) {
+            Ok(()) => {}
+            Err(reason)
+                if ip && pending.is_none() && reason == drop_reason::FLOOD_NEXT_HOP_UNRESOLVED =>
+            {
+                pending = Some(remote_ip);
+            }
+            Err(reason) => count_drop(reason),
         }
     }
-    Ok(geneve::send_to_next_hop(&config))
+    let target = pending.unwrap_or(last);
+    if current != target {
+        geneve::retarget(ctx, &config, target)?;
+    }
+    if ip {
+        Ok(geneve::send_to_next_hop(&config))
+    } else {
+        geneve::send_resolved(ctx, &config, target)
+    }
 }

@@ -23,7 +23,7 @@ const AF_INET: u8 = 2;
 use ovnbpf_common::{TunnelConfig, TunnelPortKey, drop_reason, geneve};
 
 use crate::{
-    TC_ACT_STOLEN, TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local, flood,
+    TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local, flood,
     headers::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, GeneveHeader, GeneveOption, IPPROTO_UDP, Ipv4Header,
         OuterHeaders, UdpFrame, UdpHeader,
@@ -122,10 +122,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         (Some((ifindex, flags)), _) => {
             Decision::Redirected(deliver_local(ctx, ifindex, flags, decap_flags != 0))
         }
-        (None, Some(targets)) => {
-            flood::to_local_members(ctx, targets, 0);
-            Decision::Redirected(TC_ACT_STOLEN)
-        }
+        (None, Some(targets)) => Decision::Redirected(flood::deliver_to_members(ctx, targets, 0)),
         (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
     }
 }
@@ -150,8 +147,21 @@ pub struct Tunnel {
 /// of the redirect, or the drop reason.
 #[inline(always)]
 pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> Result<i32, u32> {
-    push_outer_headers(ctx, config, tunnel)?;
-    Ok(send_to_next_hop(config))
+    if push_outer_headers(ctx, config, tunnel)? {
+        Ok(send_to_next_hop(config))
+    } else {
+        send_resolved(ctx, config, tunnel.remote_ip)
+    }
+}
+
+/// Sends an encapsulated frame whose skb protocol is not IP (an ARP inside: the kernel's
+/// neighbour redirect only handles IP) out of the uplink, with the next hop's MACs from the FIB
+/// and neighbour table; the redirect verdict.
+#[inline(always)]
+pub fn send_resolved(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<i32, u32> {
+    set_next_hop_macs(ctx, config, remote_ip)?;
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
+    Ok(unsafe { aya_ebpf::helpers::bpf_redirect(config.uplink_ifindex, 0) } as i32)
 }
 
 /// Sends an encapsulated frame out of the uplink, the kernel resolving the next hop's MAC for
@@ -181,6 +191,15 @@ pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Resul
 /// toward `remote_ip` from the kernel's FIB and neighbour table; the frame stays for more.
 #[inline(always)]
 pub fn send_copy(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+    set_next_hop_macs(ctx, config, remote_ip)?;
+    ctx.clone_redirect(config.uplink_ifindex, 0)
+        .map_err(|_| drop_reason::FLOOD_CLONE_FAILED)
+}
+
+/// Writes the outer MACs of the next hop toward `remote_ip` (from the kernel's FIB and
+/// neighbour table); fails when the neighbour is not resolved.
+#[inline(always)]
+fn set_next_hop_macs(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
     // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
     params.family = AF_INET;
@@ -193,6 +212,8 @@ pub fn send_copy(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Resu
             ctx.skb.skb as *mut c_void,
             &mut params,
             core::mem::size_of::<bpf_fib_lookup>() as i32,
+            // As a forwarded packet: the node forwards IP (Kubernetes nodes do, and the agent
+            // makes sure at start).
             0,
         )
     };
@@ -203,22 +224,24 @@ pub fn send_copy(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Resu
     macs[..6].copy_from_slice(&params.dmac);
     macs[6..].copy_from_slice(&params.smac);
     ctx.store(0, &macs, 0)
-        .map_err(|_| drop_reason::ENCAP_FAILED)?;
-    ctx.clone_redirect(config.uplink_ifindex, 0)
-        .map_err(|_| drop_reason::FLOOD_CLONE_FAILED)
+        .map_err(|_| drop_reason::ENCAP_FAILED)
 }
 
 /// Puts OVN's outer headers (toward `tunnel.remote_ip`, outer MACs zero) in front of the frame.
+/// Returns whether the skb is now an IPv4 packet to the kernel (IP inside: the room is made
+/// with the encapsulation flags, which also set the outer protocol); other payloads (ARP) are
+/// prepended and keep their protocol.
 #[inline(always)]
 pub fn push_outer_headers(
     ctx: &TcContext,
     config: &TunnelConfig,
     tunnel: &Tunnel,
-) -> Result<(), u32> {
+) -> Result<bool, u32> {
     let inner = ctx
         .load::<EthHeader>(0)
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
-    let ip_inner = u16::from_be(inner.ether_type) == ETH_P_IPV4;
+    let inner_type = u16::from_be(inner.ether_type);
+    let ip_inner = inner_type == ETH_P_IPV4 || inner_type == ETH_P_IPV6;
     if ip_inner {
         // Room after the Ethernet header, marked as UDP-tunnelled Ethernet so GSO segments the
         // inner packet and fixes every segment's outer lengths.
@@ -293,7 +316,8 @@ pub fn push_outer_headers(
         },
     };
     ctx.store(0, &outer, 0)
-        .map_err(|_| drop_reason::ENCAP_FAILED)
+        .map_err(|_| drop_reason::ENCAP_FAILED)?;
+    Ok(ip_inner)
 }
 
 /// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.

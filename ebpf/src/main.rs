@@ -16,6 +16,7 @@ mod headers;
 mod port_security;
 mod router;
 mod switching;
+mod underlay;
 
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
 use aya_ebpf::{
@@ -25,10 +26,11 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodKey,
-    FloodRoles, FloodTargets, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, MAX_ARP_ENTRIES,
-    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES,
-    MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort, PortSecurity, RouteEntry, RouteKey,
-    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason,
+    FloodRoles, FloodTargets, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, Localnet,
+    MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_LOCALNETS,
+    MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
+    PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
+    TunnelPortKey, drop_reason,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -36,9 +38,7 @@ use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 /// tcx verdict "continue with the next program, or the stack if none": the programs only observe.
 pub(crate) const TCX_NEXT: i32 = -1;
 /// tc verdict "drop".
-const TC_ACT_SHOT: i32 = 2;
-/// tc verdict "consumed": the program disposed of the frame (its clones went on).
-pub(crate) const TC_ACT_STOLEN: i32 = 4;
+pub(crate) const TC_ACT_SHOT: i32 = 2;
 
 #[map(name = "INTERFACE_COUNTERS")]
 static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
@@ -75,6 +75,12 @@ static ROUTES: LpmTrie<RouteKey, RouteEntry> = LpmTrie::with_max_entries(MAX_ROU
 
 #[map(name = "NEIGHBOURS")]
 static NEIGHBOURS: HashMap<NeighbourKey, Neighbour> = HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
+
+#[map(name = "LOCALNETS")]
+static LOCALNETS: HashMap<u32, Localnet> = HashMap::with_max_entries(MAX_LOCALNETS, 0);
+
+#[map(name = "PROVIDER_NETWORKS")]
+static PROVIDER_NETWORKS: HashMap<ProviderKey, u32> = HashMap::with_max_entries(MAX_LOCALNETS, 0);
 
 #[map(name = "ROUTER_ADDRESSES")]
 static ROUTER_ADDRESSES: HashMap<NeighbourKey, RouterAddress> =
@@ -180,6 +186,13 @@ pub(crate) fn count_delivered(ifindex: u32, length: u32) {
             (*counters).delivered_bytes += u64::from(length);
         }
     }
+}
+
+#[classifier]
+pub fn from_provider(ctx: TcContext) -> i32 {
+    let class = classify(&ctx);
+    count(&ctx, class);
+    underlay::from_provider(&ctx)
 }
 
 #[inline(always)]

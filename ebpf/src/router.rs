@@ -44,6 +44,11 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
     if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
         return Ok(TCX_NEXT);
     }
+    // Only well-formed IPv4 without options is routed or answered.
+    let total = usize::from(u16::from_be(frame.ip.total_len));
+    if frame.ip.version_ihl != 0x45 || total < 20 || total + ETH_HEADER_LEN > ctx.len() as usize {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    }
     let key = NeighbourKey {
         datapath: router,
         ip: frame.ip.destination,
@@ -55,7 +60,19 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
             Some(verdict) => Ok(verdict),
             None => Err(drop_reason::TO_ROUTER_UNHANDLED),
         },
-        None if frame.ip.ttl <= 1 => time_exceeded(ctx, &frame, router_ip, ifindex),
+        None if frame.ip.ttl <= 1 => {
+            // As OVN: only for routers the kernel forwards for, and first fragments.
+            // SAFETY: as above.
+            let forwards =
+                unsafe { ROUTERS.get(router) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
+            if !forwards {
+                return Err(drop_reason::ROUTER_UNSUPPORTED);
+            }
+            if u16::from_be(frame.ip.fragment) & 0x1fff != 0 {
+                return Err(drop_reason::TTL_EXPIRED);
+            }
+            time_exceeded(ctx, &frame, router_ip, ifindex)
+        }
         None => route(ctx, &frame, router),
     }
 }

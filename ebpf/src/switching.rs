@@ -14,7 +14,7 @@ use crate::{
     L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local, flood,
     geneve::{self, Tunnel},
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    port_security, router,
+    port_security, router, underlay,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -49,8 +49,17 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     let entry = if multicast {
         None
     } else {
-        unsafe { L2_FIB.get(key) }
+        unsafe { L2_FIB.get(key) }.copied()
     };
+    // An underlay switch: what is not a local pod goes to the physical network.
+    if let Some(localnet) = underlay::localnet(datapath)
+        && !entry.is_some_and(|e| e.kind == FIB_LOCAL || e.kind == FIB_ROUTER)
+    {
+        if multicast && let Some((_, targets)) = flood::group_of(datapath, true) {
+            flood::to_local_members(ctx, targets, ifindex);
+        }
+        return underlay::to_provider(ctx, &localnet);
+    }
     let Some(entry) = entry else {
         let Some((group, targets)) = flood::group_of(datapath, multicast) else {
             return Ok(TCX_NEXT);
@@ -64,6 +73,8 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
         return flood::from_pod(ctx, targets, ifindex, &mut tunnel);
     };
     match entry.kind {
+        // OVN never sends a frame back out of the port it came in on.
+        FIB_LOCAL if entry.ifindex == ifindex => Ok(crate::TC_ACT_SHOT),
         FIB_LOCAL => Ok(deliver_local(
             ctx,
             entry.ifindex,

@@ -25,6 +25,8 @@ pub struct AgentSpec<'a> {
     /// Serve CNI on `<dir>/cni.sock`, recording attachments under `<dir>/state`, waiting 5 s for
     /// a pod's Port_Binding (tests ask for missing ones); `None` serves no CNI.
     pub cni_dir: Option<PathBuf>,
+    /// More arguments (e.g. `--bridge-mappings physnet1:eth1`).
+    pub extra_args: Vec<String>,
 }
 
 impl AgentSpec<'_> {
@@ -62,6 +64,7 @@ impl AgentSpec<'_> {
         for port in &self.local_ports {
             args.extend(["--local-port".to_string(), port.clone()]);
         }
+        args.extend(self.extra_args.iter().cloned());
         args
     }
 

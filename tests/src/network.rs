@@ -376,3 +376,48 @@ mod tests {
         );
     }
 }
+
+/// The physical network of underlay tests: a namespace with a Linux bridge joining the nodes'
+/// provider NICs. The kernel has no 8021q module, so the bridge cannot filter VLANs: it carries
+/// tagged frames as they are, like a switch whose ports all trunk every VLAN; keeping VLANs apart
+/// is the nodes' job (as it is ovnbpf's on a real trunk).
+#[derive(Debug)]
+pub struct PhysicalSwitch {
+    netns: Netns,
+}
+
+impl PhysicalSwitch {
+    pub fn create(prefix: &str) -> Result<Self> {
+        let netns = Netns::create(&format!("{prefix}-phys"))?;
+        netns.ip(&["link", "add", "br0", "type", "bridge"])?;
+        netns.ip(&["link", "set", "br0", "up"])?;
+        Ok(Self { netns })
+    }
+
+    #[must_use]
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+
+    /// Gives `node` a provider NIC `nic` on the switch's port `t-<node>`.
+    pub fn add_trunk(&self, node: &Node, nic: &str) -> Result<()> {
+        let port = format!("t-{}", node.name());
+        check_interface_name(&port)?;
+        node.netns().ip(&[
+            "link",
+            "add",
+            nic,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &port,
+            "netns",
+            self.netns.name(),
+        ])?;
+        node.netns().ip(&["link", "set", nic, "up"])?;
+        self.netns.ip(&["link", "set", &port, "master", "br0"])?;
+        self.netns.ip(&["link", "set", &port, "up"])?;
+        Ok(())
+    }
+}

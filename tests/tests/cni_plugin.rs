@@ -143,6 +143,7 @@ impl CniLab {
             local_ports: Vec::new(),
             pin_root: Some(self.bpffs.path().join(chassis)),
             cni_dir: Some(self.work.path().join(chassis)),
+            extra_args: Vec::new(),
         }
         .spawn(
             &self.lab,

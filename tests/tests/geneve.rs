@@ -11,11 +11,12 @@ mod common;
 use std::net::Ipv4Addr;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
+use ovnbpf_agent::netns::run_in;
 use ovnbpf_common::{
     FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
     TunnelPortKey,
 };
-use ovnbpf_tests::require_root;
+use ovnbpf_tests::{names::unique_prefix, netns::Netns, require_root};
 
 const TCX_NEXT: i32 = -1;
 const TC_ACT_SHOT: i32 = 2;
@@ -311,7 +312,8 @@ fn switching_programs() -> KernelPrograms {
             key([0x0a, 0x58, 0x0a, 0, 1, 9]),
             FibEntry {
                 kind: FIB_LOCAL,
-                ifindex: 1,
+                // Not the sending port (1): OVN never sends a frame back where it came from.
+                ifindex: 99,
                 flags: LOCAL_PORT_VETH_PEER,
                 ..FibEntry::default()
             },
@@ -351,15 +353,62 @@ fn frames_to_another_chassis_leave_in_ovn_layout() {
         "outer IPv4 (with checksum), UDP, Geneve, OVN option, inner frame"
     );
 
-    // A unicast ARP reply (not IP) takes the other encapsulation path, same layout.
+    // A unicast ARP reply (not IP) takes the other encapsulation path, same layout; the kernel's
+    // neighbour redirect only handles IP, so its outer MACs come from the neighbour table: run
+    // it where the peer is a known neighbour of the uplink.
     let mut arp = inner[..14].to_vec();
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
     arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3, 10, 0, 1, 3]);
     arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 2, 10, 0, 1, 2]);
-    let outcome = programs.test_run(Hook::Pod, &arp).unwrap();
-    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
-    assert_eq!(outcome.frame, expected_encapsulation(&arp, &outcome.frame));
+    let netns = Netns::create(&format!("{}-arp", unique_prefix())).unwrap();
+    netns
+        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"])
+        .unwrap();
+    netns
+        .ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", "up0"])
+        .unwrap();
+    netns.ip(&["link", "set", "up0", "up"]).unwrap();
+    // A node forwards IP (the agent makes sure): the FIB lookup is a forwarding one.
+    netns
+        .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    netns.ip(&["link", "set", "up1", "up"]).unwrap();
+    let peer_mac = [0x02, 0, 0, 0, 0, 0x42];
+    netns
+        .ip(&[
+            "neigh",
+            "add",
+            &PEER_IP.to_string(),
+            "lladdr",
+            "02:00:00:00:00:42",
+            "dev",
+            "up0",
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+    let uplink_mac = ovnbpf_agent::lflow::parse_mac(&netns.mac("up0").unwrap()).unwrap();
+    programs
+        .set_tunnel_endpoint(NODE_IP, netns.ifindex("up0").unwrap())
+        .unwrap();
+    let outcome = run_in(&netns.path(), || programs.test_run(Hook::Pod, &arp))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        outcome.verdict,
+        TC_ACT_REDIRECT,
+        "{:?}",
+        programs.drop_counters().unwrap()
+    );
+    let mut expected = expected_encapsulation(&arp, &outcome.frame);
+    expected[..6].copy_from_slice(&peer_mac);
+    expected[6..12].copy_from_slice(&uplink_mac);
+    assert_eq!(
+        outcome.frame, expected,
+        "outer MACs from the neighbour table"
+    );
+    programs.set_tunnel_endpoint(NODE_IP, 1).unwrap();
 
     // The peer's uplink program takes the frame back to the original.
     let sent = programs.test_run(Hook::Pod, &inner).unwrap().frame;
@@ -373,6 +422,7 @@ fn frames_to_local_ports_are_redirected_and_unknown_ones_pass() {
     let programs = switching_programs();
     let mut local = inner_frame();
     local[..6].copy_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 9]);
+    // (The local port is the test-run device's neighbour at ifindex 99.)
     let outcome = programs.test_run(Hook::Pod, &local).unwrap();
     assert_eq!((outcome.verdict, &outcome.frame), (TC_ACT_REDIRECT, &local));
 

@@ -93,6 +93,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
         local_ports: vec!["a1.ns=a1_h".into()],
         pin_root: None,
         cni_dir: None,
+        extra_args: Vec::new(),
     }
     .spawn(
         lab,

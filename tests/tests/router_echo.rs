@@ -3,14 +3,14 @@
 //! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255, type 0, valid checksums), out
 //! of the same veth. A packet whose TTL expires there gets ICMP time exceeded from the router
 //! port's address. Other traffic to the router's addresses is dropped and counted; other IPv4
-//! to the router's MAC is routed, and a router the kernel does not forward for drops it and
-//! counts why. Non-IPv4 passes untouched.
+//! to the router's MAC is routed; what the router cannot route is dropped and counted. Non-IPv4 passes untouched.
 
 mod common;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, l3::L3Maps};
 use ovnbpf_common::{
-    FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO, RouterAddress,
+    FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS,
+    RouterAddress, RouterInfo,
 };
 use ovnbpf_tests::require_root;
 
@@ -86,6 +86,14 @@ fn programs() -> KernelPrograms {
                 remote_ip: u32::from_ne_bytes(GATEWAY),
                 port: 3,
                 ..FibEntry::default()
+            },
+        )
+        .unwrap();
+    programs
+        .set_router(
+            ROUTER,
+            RouterInfo {
+                flags: ROUTER_FORWARDS,
             },
         )
         .unwrap();
@@ -170,9 +178,9 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
             "to_router_unhandled",
         ),
         (
-            "a ping to an address beyond the router",
+            "a ping to an address the router has no route to",
             icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, [10, 0, 2, 5]), 8),
-            "router_unsupported",
+            "no_route",
         ),
     ] {
         let before = drops(reason);

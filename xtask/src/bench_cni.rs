@@ -158,6 +158,7 @@ fn start_agent(
         local_ports: Vec::new(),
         pin_root: Some(pins.join(chassis)),
         cni_dir: Some(dirs.join(chassis)),
+        extra_args: Vec::new(),
     }
     .spawn(lab, agent, dirs.join(format!("{chassis}.log")))
 }

@@ -281,6 +281,7 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
             local_ports: ports,
             pin_root: Some(bpffs.path().join(chassis)),
             cni_dir: None,
+            extra_args: Vec::new(),
         };
         agents.push(spec.spawn(&lab, agent, log)?);
     }

@@ -46,6 +46,7 @@ pub fn spawn_agent(
         local_ports: Vec::new(),
         pin_root: Some(pin_root.join(name)),
         cni_dir: Some(cni_root.join(name)),
+        extra_args: Vec::new(),
     }
     .spawn(lab, agent, log)
 }

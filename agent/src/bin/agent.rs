@@ -160,16 +160,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut interfaces = interfaces;
     let mut restored_ports = Vec::new();
-    for record in store.iter().flat_map(AttachmentStore::all) {
-        if plumbing::host_interface_exists(&record.host_interface) {
+    if let Some(store) = &store {
+        for record in store.restorable(plumbing::host_interface_exists) {
             restored_ports.push(record.logical_port.clone());
             interfaces.push((record.logical_port, record.host_interface));
-        } else {
-            tracing::warn!(
-                port = record.logical_port,
-                interface = record.host_interface,
-                "a recorded CNI attachment lost its interface; DEL or GC will clean it up"
-            );
         }
     }
     let datapath_config = match &args.uplink {
@@ -182,6 +176,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             uplink: uplink.clone(),
             interfaces,
             pin_root: (!args.no_pins).then(|| args.pin_dir.clone()),
+            providers: parse_bridge_mappings(&args.bridge_mappings)?,
         }),
         None if !interfaces.is_empty() => {
             anyhow::bail!("--local-port NAME=INTERFACE needs --uplink")
@@ -252,6 +247,20 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// `physnet1:eth1,physnet2:eth2` (ovn-bridge-mappings) as (network, NIC) pairs.
+fn parse_bridge_mappings(text: &str) -> anyhow::Result<Vec<(String, String)>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| match entry.split_once(':') {
+            Some((network, nic)) if !network.is_empty() && !nic.is_empty() => {
+                Ok((network.to_string(), nic.to_string()))
+            }
+            _ => anyhow::bail!("--bridge-mappings entry {entry:?} is not NETWORK:NIC"),
+        })
+        .collect()
 }
 
 /// The MTU of `interface` in the agent's namespace.

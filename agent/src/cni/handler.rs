@@ -93,12 +93,36 @@ impl Handler {
                 return Err(HandlerError::BadRequest(format!("{field} is empty")));
             }
         }
+        // These end up in interface names, paths and `ip` commands.
+        let plain = |text: &str| {
+            text.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if !plain(&request.container_id) {
+            return Err(HandlerError::BadRequest(format!(
+                "container_id {:?} has characters other than letters, digits, '-', '_' and '.'",
+                request.container_id
+            )));
+        }
+        if !request.net_ns.is_empty()
+            && (!request.net_ns.starts_with('/')
+                || request
+                    .net_ns
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(HandlerError::BadRequest(format!(
+                "net_ns {:?} is not an absolute path",
+                request.net_ns
+            )));
+        }
         let if_name = if request.if_name.is_empty() {
             "eth0".to_string()
         } else {
             request.if_name.clone()
         };
-        if if_name.len() > 15 || if_name.contains('/') || if_name.contains(char::is_whitespace) {
+        // Longer names would leave too little of the container ID in the host veth's name.
+        if if_name.len() > 11 || !plain(&if_name) {
             return Err(HandlerError::BadRequest(format!(
                 "interface name {if_name:?} is not a valid Linux interface name"
             )));
@@ -126,6 +150,19 @@ impl Handler {
             }
         };
         let bound_ms = elapsed_ms(start);
+        // A host veth of this name that another attachment owns is not ours to replace (a
+        // leftover of this attachment, or of none, is).
+        let taken = plumbing::host_interface_exists(&host)
+            && self.store.all().into_iter().any(|r| {
+                r.host_interface == host
+                    && (r.container_id != request.container_id || r.if_name != if_name)
+            });
+        if taken {
+            let _ = self.daemon.unplug(&port, &host).await;
+            return Err(HandlerError::Failed(format!(
+                "host interface {host} belongs to another attachment"
+            )));
+        }
         let nic = PodNic {
             netns: PathBuf::from(&request.net_ns),
             host_interface: host.clone(),
@@ -162,6 +199,9 @@ impl Handler {
             netns: request.net_ns.clone(),
             logical_port: port.clone(),
             host_interface: host.clone(),
+            created_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         };
         if let Err(error) = self.store.save(&record) {
             let reason = format!("recording the attachment: {error}");
@@ -237,7 +277,9 @@ impl Handler {
         host: &str,
     ) -> Result<(), HandlerError> {
         let start = Instant::now();
-        self.daemon.unplug(port, host).await?;
+        // The NIC and the record go even if the daemon could not unplug (it releases on its
+        // next start: a missing interface is not restored).
+        let unplugged = self.daemon.unplug(port, host).await;
         let unplugged_ms = elapsed_ms(start);
         let interface = host.to_string();
         tokio::task::spawn_blocking(move || plumbing::delete(&interface))
@@ -247,6 +289,7 @@ impl Handler {
         self.store
             .remove(container_id, if_name)
             .map_err(|e| HandlerError::Failed(format!("forgetting the attachment: {e}")))?;
+        unplugged?;
         info!(
             port,
             interface = host,
@@ -263,13 +306,19 @@ impl Handler {
         let (port, host, if_name) = Self::names(request)?;
         let lock = self.lock_for(&port);
         let _guard = lock.lock().await;
-        if self.store.get(&request.container_id, &if_name).is_none() {
+        let Some(record) = self.store.get(&request.container_id, &if_name) else {
             return Err(HandlerError::Failed(format!(
                 "no attachment of container {} as {if_name}",
                 request.container_id
             )));
+        };
+        if record.logical_port != port {
+            return Err(HandlerError::Failed(format!(
+                "container {} is attached as {}, not {port}",
+                request.container_id, record.logical_port
+            )));
         }
-        let facts = self.daemon.bind(&port, Duration::from_secs(2)).await?;
+        let facts = self.daemon.facts(&port).await?;
         let netns = PathBuf::from(&request.net_ns);
         let name = if_name.clone();
         let state = tokio::task::spawn_blocking(move || plumbing::inspect(&netns, &name))

@@ -18,6 +18,9 @@ pub struct AttachmentRecord {
     pub netns: String,
     pub logical_port: String,
     pub host_interface: String,
+    /// When it was attached (ms since the epoch), to pick the newest of one port's records.
+    #[serde(default)]
+    pub created_ms: u64,
 }
 
 /// The attachment directory.
@@ -75,6 +78,30 @@ impl AttachmentStore {
         serde_json::from_slice(&text).ok()
     }
 
+    /// The record each logical port is restored from after a restart: the newest of its records
+    /// whose host interface `exists`. Older sandboxes of a pod are left to DEL or GC.
+    pub fn restorable(&self, exists: impl Fn(&str) -> bool) -> Vec<AttachmentRecord> {
+        let mut newest: std::collections::BTreeMap<String, AttachmentRecord> =
+            std::collections::BTreeMap::new();
+        for record in self.all() {
+            if !exists(&record.host_interface) {
+                tracing::warn!(
+                    port = record.logical_port,
+                    interface = record.host_interface,
+                    "a recorded CNI attachment lost its interface; DEL or GC will clean it up"
+                );
+                continue;
+            }
+            match newest.get(&record.logical_port) {
+                Some(kept) if kept.created_ms >= record.created_ms => {}
+                _ => {
+                    newest.insert(record.logical_port.clone(), record);
+                }
+            }
+        }
+        newest.into_values().collect()
+    }
+
     /// Every record; unreadable files are skipped with a warning.
     pub fn all(&self) -> Vec<AttachmentRecord> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
@@ -113,16 +140,31 @@ mod tests {
             netns: "/var/run/netns/x".into(),
             logical_port: "web.ns".into(),
             host_interface: "0123456789ab_h".into(),
+            created_ms: 1,
         };
         store.save(&record).unwrap();
         assert_eq!(store.all(), vec![record.clone()]);
-        assert_eq!(store.get("../../etc/passwd", "eth0"), Some(record));
+        assert_eq!(store.get("../../etc/passwd", "eth0"), Some(record.clone()));
         let files: Vec<_> = std::fs::read_dir(dir.path().join("attachments"))
             .unwrap()
             .collect();
         assert_eq!(files.len(), 1);
         std::fs::write(dir.path().join("attachments/bad.json"), b"{").unwrap();
         assert_eq!(store.all().len(), 1, "the unreadable file is skipped");
+        let newer = AttachmentRecord {
+            container_id: "second".into(),
+            host_interface: "second_h".into(),
+            created_ms: 2,
+            ..record.clone()
+        };
+        store.save(&newer).unwrap();
+        assert_eq!(store.restorable(|_| true), vec![newer.clone()]);
+        assert_eq!(
+            store.restorable(|interface| interface != "second_h"),
+            vec![record.clone()],
+            "the newest with an interface"
+        );
+        store.remove("second", "eth0").unwrap();
         store.remove("../../etc/passwd", "eth0").unwrap();
         store.remove("../../etc/passwd", "eth0").unwrap();
         assert_eq!(store.get("../../etc/passwd", "eth0"), None);

@@ -264,9 +264,14 @@ impl Daemon {
 
     /// Applies one request of the CNI server.
     async fn command(&mut self, command: PortCommand) {
-        // An explicit request may repeat an earlier write on purpose (claim, release, claim
+        // An explicit change may repeat an earlier write on purpose (claim, release, claim
         // again within seconds): nothing in flight suppresses it.
-        self.in_flight.clear();
+        if !matches!(
+            command,
+            PortCommand::Status { .. } | PortCommand::Facts { .. }
+        ) {
+            self.in_flight.clear();
+        }
         let chassis = self
             .sb
             .chassis_by_name(&self.config.chassis.name)
@@ -342,6 +347,16 @@ impl Daemon {
                 }
                 self.refresh_scope();
                 let _ = reply.send(Ok(()));
+            }
+            PortCommand::Facts { port, reply } => {
+                let facts = match ports::port_facts(&self.sb, &port) {
+                    Ok(Some(facts)) => Ok(facts),
+                    Ok(None) => Err(PortError::Rejected(format!(
+                        "{port} or its switch's router port is not known here"
+                    ))),
+                    Err(reason) => Err(PortError::Rejected(reason)),
+                };
+                let _ = reply.send(facts);
             }
             PortCommand::Status { port, reply } => {
                 let mut status = PortStatus {

@@ -68,6 +68,11 @@ pub enum PortCommand {
         interface: String,
         reply: oneshot::Sender<Result<(), PortError>>,
     },
+    /// `port`'s facts as the replica has them now, without binding it (CHECK).
+    Facts {
+        port: String,
+        reply: oneshot::Sender<Result<PortFacts, PortError>>,
+    },
     /// Readiness, and `port`'s state.
     Status {
         port: Option<String>,
@@ -149,6 +154,17 @@ impl DaemonHandle {
             },
             Duration::from_secs(30),
             "releasing the port",
+        )
+        .await?
+    }
+
+    /// See [`PortCommand::Facts`].
+    pub async fn facts(&self, port: &str) -> Result<PortFacts, PortError> {
+        let port = port.to_string();
+        self.ask(
+            |reply| PortCommand::Facts { port, reply },
+            Duration::from_secs(5),
+            "facts",
         )
         .await?
     }

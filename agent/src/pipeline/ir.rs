@@ -26,7 +26,7 @@ pub fn parse_port_security(entry: &str) -> Option<(Mac, Vec<Prefix>)> {
             let (address, length) = word.split_once('/').unwrap_or((word, "32"));
             Some(Prefix {
                 network: address.parse().ok()?,
-                length: length.parse().ok()?,
+                length: length.parse().ok().filter(|length| *length <= 32)?,
             })
         })
         .collect();

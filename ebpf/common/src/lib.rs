@@ -14,8 +14,10 @@ pub mod program {
     pub const FROM_POD: &str = "from_pod";
     /// tcx ingress of the node's tunnel/uplink NIC: traffic arriving from other nodes.
     pub const FROM_UPLINK: &str = "from_uplink";
+    /// tcx ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
+    pub const FROM_PROVIDER: &str = "from_provider";
     /// Every program the object must contain; each one is loaded through the verifier at start-up.
-    pub const ALL: [&str; 2] = [FROM_POD, FROM_UPLINK];
+    pub const ALL: [&str; 3] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER];
 }
 
 /// Map names as they appear in the object file.
@@ -56,8 +58,15 @@ pub mod map {
     /// Hash: [`super::NeighbourKey`] (a router and one of its own addresses) →
     /// [`super::RouterAddress`].
     pub const ROUTER_ADDRESSES: &str = "ROUTER_ADDRESSES";
+    /// Hash: switch datapath key (`u32`) → [`super::Localnet`]: underlay switches and the
+    /// provider NIC and VLAN their localnet port is bridged to.
+    pub const LOCALNETS: &str = "LOCALNETS";
+    /// Hash: [`super::ProviderKey`] (provider NIC, VLAN) → switch datapath key (`u32`).
+    pub const PROVIDER_NETWORKS: &str = "PROVIDER_NETWORKS";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 17] = [
+        LOCALNETS,
+        PROVIDER_NETWORKS,
         ROUTER_ADDRESSES,
         ROUTES,
         NEIGHBOURS,
@@ -131,8 +140,11 @@ pub mod drop_reason {
     /// Traffic to a router's own address other than ICMP echo (OVN answers it with a TCP reset
     /// or ICMP unreachable; the kernel only counts it so far).
     pub const TO_ROUTER_UNHANDLED: u32 = 14;
+    /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
+    /// route).
+    pub const ROUTED_MALFORMED: u32 = 15;
     /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 16;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
@@ -150,6 +162,7 @@ pub mod drop_reason {
         "too_many_hops",
         "routed_unknown_destination",
         "to_router_unhandled",
+        "routed_malformed",
     ];
 }
 
@@ -363,6 +376,26 @@ pub struct RouterInfo {
     pub flags: u32,
 }
 
+/// Where an underlay switch meets the physical network: the provider NIC (from the bridge
+/// mappings) and the localnet port's VLAN tag (0 = untagged).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Localnet {
+    pub ifindex: u32,
+    pub vlan: u32,
+}
+
+/// A provider NIC and a VLAN on it (0 = untagged frames).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ProviderKey {
+    pub ifindex: u32,
+    pub vlan: u32,
+}
+
+/// Capacity of [`map::LOCALNETS`] and [`map::PROVIDER_NETWORKS`].
+pub const MAX_LOCALNETS: u32 = 4_096;
+
 /// Capacity of [`map::ROUTES`].
 pub const MAX_ROUTES: u32 = 65_536;
 /// Capacity of [`map::NEIGHBOURS`].
@@ -499,6 +532,10 @@ unsafe impl aya::Pod for Neighbour {}
 unsafe impl aya::Pod for RouterInfo {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouterAddress {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Localnet {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ProviderKey {}
 
 #[cfg(test)]
 mod tests {

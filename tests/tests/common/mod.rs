@@ -177,6 +177,7 @@ pub fn planned_agent<'a>(
             .collect(),
         pin_root: pin_root.map(|root| root.join(NODES[index])),
         cni_dir: None,
+        extra_args: Vec::new(),
     }
 }
 

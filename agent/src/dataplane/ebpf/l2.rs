@@ -16,7 +16,7 @@ use std::{
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL,
     FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, LOCAL_PORT_VETH_PEER,
-    LocalPort, PodPort, PortSecurity, TunnelPortKey, map,
+    LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey, map,
 };
 
 use super::{EbpfError, KernelPrograms};
@@ -41,6 +41,10 @@ pub trait L2Maps {
     fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError>;
     fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError>;
     fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError>;
+    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError>;
+    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError>;
+    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError>;
+    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError>;
     /// The keys present in the maps, whoever wrote them.
     fn keys(&self) -> Result<MapKeys, EbpfError>;
 }
@@ -55,6 +59,8 @@ pub struct MapKeys {
     pub arp: Vec<ArpKey>,
     pub flood_groups: Vec<FloodKey>,
     pub flood_roles: Vec<u32>,
+    pub localnets: Vec<u32>,
+    pub provider_networks: Vec<ProviderKey>,
 }
 
 impl L2Maps for KernelPrograms {
@@ -100,8 +106,22 @@ impl L2Maps for KernelPrograms {
     fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
         KernelPrograms::remove_flood_roles(self, datapath)
     }
+    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
+        KernelPrograms::set_localnet(self, datapath, localnet)
+    }
+    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        KernelPrograms::remove_localnet(self, datapath)
+    }
+    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError> {
+        KernelPrograms::set_provider_network(self, key, datapath)
+    }
+    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
+        KernelPrograms::remove_provider_network(self, key)
+    }
     fn keys(&self) -> Result<MapKeys, EbpfError> {
         Ok(MapKeys {
+            localnets: self.hash_keys::<u32, Localnet>(map::LOCALNETS)?,
+            provider_networks: self.hash_keys::<ProviderKey, u32>(map::PROVIDER_NETWORKS)?,
             flood_groups: self.hash_keys::<FloodKey, FloodTargets>(map::FLOOD_GROUPS)?,
             flood_roles: self.hash_keys::<u32, FloodRoles>(map::FLOOD_ROLES)?,
             pod_ports: self.hash_keys::<u32, PodPort>(map::POD_PORTS)?,
@@ -155,6 +175,8 @@ enum Dirty {
     Arp(u32, Ipv4Addr),
     /// A flood group's targets, by (datapath, group key).
     Group(u32, u32),
+    /// An underlay switch's localnet (and its provider network entry).
+    Localnet(u32),
     /// A datapath's flood roles.
     Roles(u32),
 }
@@ -193,6 +215,11 @@ pub struct L2State {
     groups_of_port: HashMap<(u32, u32), HashSet<u32>>,
     /// (datapath, group name) → group key.
     group_keys: HashMap<(u32, String), u32>,
+    /// Provider network name → its NIC's index (bridge mappings).
+    providers: HashMap<String, u32>,
+    /// Underlay switch → (localnet port name, network name, VLAN tag).
+    localnets: HashMap<u32, (String, String, Option<u16>)>,
+    installed_localnets: HashMap<u32, Localnet>,
     /// Datapath → the names of its broadcast and unknown-unicast groups.
     roles: HashMap<u32, (Option<String>, Option<String>)>,
     /// Groups with more local members or chassis than the kernel holds, as last flushed.
@@ -228,6 +255,14 @@ impl L2State {
             None => self.interfaces.remove(port),
         };
         self.mark_port(port);
+    }
+
+    /// The provider networks of this node (bridge mappings): network name → NIC index.
+    pub fn set_providers(&mut self, providers: HashMap<String, u32>) {
+        self.providers = providers;
+        let datapaths: Vec<u32> = self.localnets.keys().copied().collect();
+        self.dirty
+            .extend(datapaths.into_iter().map(Dirty::Localnet));
     }
 
     /// Chassis `chassis` is reached at `encap_ip` (`None`: gone).
@@ -300,6 +335,15 @@ impl L2State {
                     PortKind::Patch { peer } => Some(peer.clone()),
                     _ => None,
                 };
+                if let PortKind::Localnet { network_name, tag } = kind {
+                    if added {
+                        self.localnets
+                            .insert(*datapath, (name.clone(), network_name.clone(), *tag));
+                    } else if self.localnets.get(datapath).is_some_and(|l| l.0 == *name) {
+                        self.localnets.remove(datapath);
+                    }
+                    self.dirty.insert(Dirty::Localnet(*datapath));
+                }
                 if let Some(old) = self.ports.remove(name) {
                     if let Some(old_chassis) = &old.chassis {
                         remove_from_index(&mut self.ports_by_chassis, old_chassis, name);
@@ -519,6 +563,7 @@ impl L2State {
                 Dirty::Fib(datapath, mac) => self.flush_fib(maps, *datapath, *mac)?,
                 Dirty::Arp(datapath, ip) => self.flush_arp(maps, *datapath, *ip)?,
                 Dirty::Group(datapath, group) => self.flush_group(maps, *datapath, *group)?,
+                Dirty::Localnet(datapath) => self.flush_localnet(maps, *datapath)?,
                 Dirty::Roles(datapath) => self.flush_roles(maps, *datapath)?,
             };
             self.dirty.remove(&key);
@@ -566,6 +611,26 @@ impl L2State {
         for key in keys.fib {
             if !self.installed_fib.contains_key(&(key.datapath, key.mac)) {
                 maps.remove_fib_entry(key)?;
+                removed += 1;
+            }
+        }
+        for datapath in keys.localnets {
+            if !self.installed_localnets.contains_key(&datapath) {
+                maps.remove_localnet(datapath)?;
+                removed += 1;
+            }
+        }
+        let provider_keys: HashSet<ProviderKey> = self
+            .installed_localnets
+            .values()
+            .map(|l| ProviderKey {
+                ifindex: l.ifindex,
+                vlan: l.vlan,
+            })
+            .collect();
+        for key in keys.provider_networks {
+            if !provider_keys.contains(&key) {
+                maps.remove_provider_network(key)?;
                 removed += 1;
             }
         }
@@ -893,6 +958,46 @@ fn remove_member(index: &mut HashMap<(u32, u32), HashSet<u32>>, key: (u32, u32),
         if values.is_empty() {
             index.remove(&key);
         }
+    }
+}
+
+impl L2State {
+    fn desired_localnet(&self, datapath: u32) -> Option<Localnet> {
+        let (_, network, tag) = self.localnets.get(&datapath)?;
+        Some(Localnet {
+            ifindex: *self.providers.get(network)?,
+            vlan: u32::from(tag.unwrap_or(0)),
+        })
+    }
+
+    fn flush_localnet(
+        &mut self,
+        maps: &mut impl L2Maps,
+        datapath: u32,
+    ) -> Result<usize, EbpfError> {
+        let desired = self.desired_localnet(datapath);
+        let installed = self.installed_localnets.get(&datapath).copied();
+        if desired == installed {
+            return Ok(0);
+        }
+        let key = |l: Localnet| ProviderKey {
+            ifindex: l.ifindex,
+            vlan: l.vlan,
+        };
+        let mut writes = 0;
+        if let Some(old) = installed {
+            maps.remove_provider_network(key(old))?;
+            maps.remove_localnet(datapath)?;
+            self.installed_localnets.remove(&datapath);
+            writes += 2;
+        }
+        if let Some(new) = desired {
+            maps.set_provider_network(key(new), datapath)?;
+            maps.set_localnet(datapath, new)?;
+            self.installed_localnets.insert(datapath, new);
+            writes += 2;
+        }
+        Ok(writes)
     }
 }
 

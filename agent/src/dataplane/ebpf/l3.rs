@@ -134,7 +134,10 @@ struct PortInfo {
 pub struct L3State {
     /// Datapath key → whether it is a router.
     routers: HashMap<u32, bool>,
+    /// Patch ports (router ports and their switch-side peers).
     ports: HashMap<String, PortInfo>,
+    /// Port name → the patch ports whose peer it is.
+    patch_by_peer: HashMap<String, HashSet<String>>,
     routes: HashMap<(u32, Prefix), HashSet<Candidate>>,
     routes_by_port: HashMap<String, HashSet<(u32, Prefix)>>,
     /// (router, next hop) → (MAC from the flows, MAC learned).
@@ -203,31 +206,34 @@ impl L3State {
                 kind,
                 ..
             } => {
-                self.ports.remove(name);
+                // Only patch ports (router ports and their switch-side peers) matter to routes;
+                // pods are skipped, so a pod costs nothing here.
+                let PortKind::Patch { peer } = kind else {
+                    return;
+                };
+                if self.ports.remove(name).is_some() {
+                    remove_patch(&mut self.patch_by_peer, peer, name);
+                }
                 if added {
-                    let peer = match kind {
-                        PortKind::Patch { peer } => Some(peer.clone()),
-                        _ => None,
-                    };
                     self.ports.insert(
                         name.clone(),
                         PortInfo {
                             datapath: *datapath,
                             key: *key,
-                            peer,
+                            peer: Some(peer.clone()),
                         },
                     );
+                    self.patch_by_peer
+                        .entry(peer.clone())
+                        .or_default()
+                        .insert(name.clone());
                 }
-                // Routes out of this port, and out of its peer, resolve through it.
+                // Routes out of this port, and out of the ports patched to it, resolve through
+                // it.
                 let mut marks: Vec<(u32, Prefix)> = Vec::new();
-                for port in self.names_around(name) {
-                    marks.extend(
-                        self.routes_by_port
-                            .get(&port)
-                            .into_iter()
-                            .flatten()
-                            .copied(),
-                    );
+                let around = self.patch_by_peer.get(name).into_iter().flatten();
+                for port in std::iter::once(name).chain(around) {
+                    marks.extend(self.routes_by_port.get(port).into_iter().flatten().copied());
                 }
                 self.dirty.extend(
                     marks
@@ -366,18 +372,6 @@ impl L3State {
             self.neighbours.remove(&(datapath, ip));
         }
         self.dirty.insert(Dirty::Neighbour(datapath, ip));
-    }
-
-    /// `name` and the port patched to it.
-    fn names_around(&self, name: &str) -> Vec<String> {
-        let mut names = vec![name.to_string()];
-        names.extend(
-            self.ports
-                .iter()
-                .filter(|(_, info)| info.peer.as_deref() == Some(name))
-                .map(|(other, _)| other.clone()),
-        );
-        names
     }
 
     /// Why the kernel does not forward for `router` (empty when it does).
@@ -586,6 +580,16 @@ impl L3State {
             }
         }
         Ok(removed)
+    }
+}
+
+/// Drops `name` from the patch ports peering with `peer`.
+fn remove_patch(index: &mut HashMap<String, HashSet<String>>, peer: &str, name: &str) {
+    if let Some(names) = index.get_mut(peer) {
+        names.remove(name);
+        if names.is_empty() {
+            index.remove(peer);
+        }
     }
 }
 

@@ -21,8 +21,8 @@ use aya::{
 };
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, InterfaceCounters,
-    LocalPort, Neighbour, NeighbourKey, PodPort, PortSecurity, RouteEntry, RouteKey, RouterInfo,
-    TunnelConfig, TunnelPortKey, drop_reason, map, program,
+    LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry,
+    RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map, program,
 };
 
 use crate::netns;
@@ -103,6 +103,8 @@ pub enum Hook {
     Pod,
     /// The node's uplink (traffic from other nodes).
     Uplink,
+    /// A provider NIC of an underlay network (bridge mappings).
+    Provider,
 }
 
 impl Hook {
@@ -111,6 +113,7 @@ impl Hook {
         match self {
             Hook::Pod => program::FROM_POD,
             Hook::Uplink => program::FROM_UPLINK,
+            Hook::Provider => program::FROM_PROVIDER,
         }
     }
 }
@@ -461,8 +464,22 @@ impl KernelPrograms {
         Ok(events::DropEvents::new(ring))
     }
 
+    /// Forgets the pod port behind `ifindex`, and its counters (the index may be reused).
     pub fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        self.hash_remove::<u32, PodPort>(map::POD_PORTS, ifindex)
+        self.hash_remove::<u32, PodPort>(map::POD_PORTS, ifindex)?;
+        let name = map::INTERFACE_COUNTERS;
+        let mut counters: PerCpuHashMap<_, u32, InterfaceCounters> =
+            PerCpuHashMap::try_from(self.map_mut(name)?)
+                .map_err(|source| EbpfError::Map { name, source })?;
+        match counters.remove(&ifindex) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(error))
+                if error.io_error.kind() == io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(EbpfError::Map { name, source }),
+        }
     }
 
     /// Frames to `key`'s MAC on its datapath go where `entry` says.
@@ -596,6 +613,28 @@ impl KernelPrograms {
 
     pub fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
         self.hash_remove::<u32, RouterInfo>(map::ROUTERS, datapath)
+    }
+
+    /// Underlay switch `datapath` meets the physical network as `localnet` says.
+    pub fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
+        self.hash_insert(map::LOCALNETS, datapath, localnet)
+    }
+
+    pub fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        self.hash_remove::<u32, Localnet>(map::LOCALNETS, datapath)
+    }
+
+    /// Frames of `key` (provider NIC, VLAN) belong to switch `datapath`.
+    pub fn set_provider_network(
+        &mut self,
+        key: ProviderKey,
+        datapath: u32,
+    ) -> Result<(), EbpfError> {
+        self.hash_insert(map::PROVIDER_NETWORKS, key, datapath)
+    }
+
+    pub fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
+        self.hash_remove::<ProviderKey, u32>(map::PROVIDER_NETWORKS, key)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].

@@ -36,6 +36,8 @@ pub struct NodeDatapathConfig {
     /// Where maps and links are pinned (on bpffs), so they outlive the agent; `None` detaches
     /// everything when the agent exits.
     pub pin_root: Option<PathBuf>,
+    /// Bridge mappings: provider network name → the NIC its underlay traffic uses.
+    pub providers: Vec<(String, String)>,
 }
 
 /// Errors starting the node datapath.
@@ -76,6 +78,20 @@ fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
         .map_err(|e| error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
+/// The kernel's FIB lookups for tunnel next hops are forwarding lookups: the node must forward
+/// IPv4, as Kubernetes nodes do (Kube-OVN's installer turns it on too). Failing that is logged;
+/// flood copies and tunnelled ARP then find no next hop and are counted.
+fn ensure_ip_forwarding() {
+    let path = "/proc/sys/net/ipv4/ip_forward";
+    if std::fs::read_to_string(path).is_ok_and(|value| value.trim() == "1") {
+        return;
+    }
+    match std::fs::write(path, "1") {
+        Ok(()) => info!("IPv4 forwarding turned on (net.ipv4.ip_forward=1)"),
+        Err(error) => tracing::warn!(%error, "cannot turn on IPv4 forwarding"),
+    }
+}
+
 impl NodeDatapath {
     /// Loads the programs through the verifier and attaches them to the uplink and to every
     /// configured pod interface. With a pin root, the maps and links a previous agent pinned are
@@ -89,14 +105,30 @@ impl NodeDatapath {
             .map(PinLayout::prepare)
             .transpose()?;
         let adopted = pins.as_ref().is_some_and(PinLayout::has_maps);
+        ensure_ip_forwarding();
         let mut programs = KernelPrograms::load_with(pins.as_ref())?;
         let uplink_index = ifindex(&config.uplink)?;
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let mut l2 = L2State::new(&config.chassis);
         let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
+        let mut providers = HashMap::new();
+        for (network, interface) in &config.providers {
+            let index = ifindex(interface)?;
+            providers.insert(network.clone(), index);
+            hooks.push((Hook::Provider, interface, index));
+        }
+        l2.set_providers(providers);
         let mut plugged = HashMap::new();
         for (port, interface) in &config.interfaces {
-            let index = ifindex(interface)?;
+            // An interface gone while the agent was down (its pod deleted) is skipped: the port
+            // stays unprogrammed and `up` false until the CNI (or its configuration) fixes it.
+            let index = match ifindex(interface) {
+                Ok(index) => index,
+                Err(error) => {
+                    tracing::warn!(port, interface, %error, "interface missing; port not plugged");
+                    continue;
+                }
+            };
             l2.set_interface(port, Some(index));
             hooks.push((Hook::Pod, interface, index));
             plugged.insert(port.clone(), (interface.clone(), index));

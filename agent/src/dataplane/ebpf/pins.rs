@@ -94,6 +94,7 @@ impl PinLayout {
         let hook = match hook {
             Hook::Pod => "pod",
             Hook::Uplink => "uplink",
+            Hook::Provider => "provider",
         };
         self.versioned
             .join("links")

@@ -10,6 +10,8 @@ struct Recorder {
     arp: HashMap<(u32, u32), ArpAnswer>,
     groups: HashMap<(u32, u32), FloodTargets>,
     roles: HashMap<u32, FloodRoles>,
+    localnets: HashMap<u32, Localnet>,
+    providers: HashMap<ProviderKey, u32>,
     writes: usize,
 }
 
@@ -84,8 +86,30 @@ impl L2Maps for Recorder {
         self.roles.remove(&datapath);
         Ok(())
     }
+    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.localnets.insert(datapath, localnet);
+        Ok(())
+    }
+    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.localnets.remove(&datapath);
+        Ok(())
+    }
+    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.providers.insert(key, datapath);
+        Ok(())
+    }
+    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.providers.remove(&key);
+        Ok(())
+    }
     fn keys(&self) -> Result<MapKeys, EbpfError> {
         Ok(MapKeys {
+            localnets: self.localnets.keys().copied().collect(),
+            provider_networks: self.providers.keys().copied().collect(),
             flood_groups: self
                 .groups
                 .keys()
@@ -526,4 +550,58 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.writes, 1);
     assert_eq!(maps.arp[&key].flags, 0);
+}
+
+#[test]
+fn an_underlay_switch_meets_its_provider_nic_with_its_vlan() {
+    let mut state = L2State::new("node1");
+    let localnet = |tag: Option<u16>| IrEntry::Port {
+        datapath: DP,
+        key: 7,
+        name: "localnet.subnet-u".into(),
+        kind: PortKind::Localnet {
+            network_name: "physnet1".into(),
+            tag,
+        },
+        addresses: vec!["unknown".into()],
+        port_security: Vec::new(),
+    };
+    state.apply(&added(vec![localnet(Some(100))]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(
+        maps.localnets.is_empty(),
+        "no bridge mapping for physnet1 yet"
+    );
+    state.set_providers(HashMap::from([("physnet1".to_string(), 30)]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.localnets[&DP],
+        Localnet {
+            ifindex: 30,
+            vlan: 100
+        }
+    );
+    assert_eq!(
+        maps.providers[&ProviderKey {
+            ifindex: 30,
+            vlan: 100
+        }],
+        DP
+    );
+    // The VLAN changes: the old provider entry goes.
+    state.apply(&IrDiff {
+        added: vec![localnet(Some(200))],
+        removed: vec![localnet(Some(100))],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.providers.len(), 1);
+    assert_eq!(
+        maps.providers[&ProviderKey {
+            ifindex: 30,
+            vlan: 200
+        }],
+        DP
+    );
+    assert_eq!(state.sweep(&mut maps).unwrap(), 0);
 }
