@@ -57,7 +57,7 @@ pub struct Handler {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// Counters for logs and the status endpoint.
+/// Milliseconds since `start`, for the operation logs.
 fn elapsed_ms(start: Instant) -> u64 {
     start.elapsed().as_millis() as u64
 }

@@ -1,8 +1,10 @@
 //! The agent's main loop: follow the Southbound DB through a monitoring session, keep the typed
-//! replica and the pipeline IR current, register this chassis, claim the ports configured as
-//! local, narrow the monitor to the local datapaths (unless monitor-all), and acknowledge `nb_cfg`
-//! once each change set has been processed. Owns the session, the replica and the compiler;
-//! writes only this chassis's rows.
+//! replica and the pipeline IR current, register this chassis, claim its ports (configured, or
+//! plugged by the CNI server through [`ports`] commands), narrow the monitor to the local
+//! datapaths (unless monitor-all), program the eBPF datapath from the IR (retrying failed writes,
+//! sweeping what a previous agent left once the view settles), report ports `up`, and
+//! acknowledge `nb_cfg` once each change set has been processed. Owns the session, the replica,
+//! the compiler and the datapath; writes only this chassis's rows.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -95,6 +97,9 @@ const DROP_LOGS_PER_SECOND: u32 = 10;
 /// How long a submitted write suppresses an identical one.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
 
+/// How often failed datapath writes are retried (they are also retried with every change).
+const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
 /// How long after a snapshot, or the last scope change that followed it, the datapath is swept.
 /// Until then entries a previous agent left keep forwarding: the rows of the datapaths added to
 /// the monitor after the snapshot arrive later, and sweeping before would cut live traffic.
@@ -156,6 +161,8 @@ pub async fn run(
         };
         tokio::pin!(shutdown);
         let mut commands_open = true;
+        let mut retry = tokio::time::interval(RETRY_INTERVAL);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let sweep_at = daemon.sweep_at;
             let sweep_due = async move {
@@ -167,6 +174,7 @@ pub async fn run(
             tokio::select! {
                 () = &mut shutdown => break,
                 () = sweep_due => daemon.sweep_datapath(),
+                _ = retry.tick() => daemon.retry_datapath(),
                 Some((what, key, outcome)) = write_outcomes.recv() => daemon.write_finished(&what, &key, outcome),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => daemon.command(command).await,
@@ -435,6 +443,27 @@ impl Daemon {
                 self.stats.datapath_errors += 1;
                 warn!(%error, "programming the datapath failed; retrying with the next change");
                 0
+            }
+        }
+    }
+
+    /// Retries map writes that failed, if any.
+    fn retry_datapath(&mut self) {
+        let Some(datapath) = self.datapath.as_mut() else {
+            return;
+        };
+        let pending = datapath.pending();
+        if pending == 0 {
+            return;
+        }
+        match datapath.retry() {
+            Ok(writes) => {
+                self.stats.datapath_writes += writes as u64;
+                info!(pending, writes, "failed datapath writes retried");
+            }
+            Err(error) => {
+                self.stats.datapath_errors += 1;
+                warn!(pending, %error, "retrying datapath writes failed again");
             }
         }
     }

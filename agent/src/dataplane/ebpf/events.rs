@@ -199,9 +199,16 @@ impl fmt::Display for DropReport {
 
 /// The name of interface `ifindex` in this process's network namespace.
 fn interface_name(ifindex: u32) -> String {
-    interface_names()
-        .remove(&ifindex)
-        .unwrap_or_else(|| format!("ifindex {ifindex}"))
+    let mut buffer = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes, NUL-terminated, into `buffer`.
+    let name = unsafe { libc::if_indextoname(ifindex, buffer.as_mut_ptr()) };
+    if name.is_null() {
+        return format!("ifindex {ifindex}");
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated name.
+    unsafe { std::ffi::CStr::from_ptr(buffer.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Interface index → name, from /sys/class/net.

@@ -1,6 +1,7 @@
 //! Reading a running datapath from outside its agent, through the pinned maps: per-interface
-//! counters (per port, for pods' veths) and drops per reason. Used by `ovnbpfctl datapath`;
-//! read-only, touches nothing but the pins it opens.
+//! counters (for pods' veths, the port's: interfaces are shown by name) and drops per reason.
+//! Used by `ovnbpfctl datapath`; reads the pins (creating the layout's directories if absent,
+//! like the agent) and writes nothing else.
 
 use std::{collections::BTreeMap, path::Path};
 

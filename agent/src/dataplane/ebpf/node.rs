@@ -1,9 +1,11 @@
 //! The eBPF datapath of one node as the daemon drives it: loads the kernel programs, sets the
-//! tunnel endpoint, attaches to the uplink and to the pods' host veths (in the agent's network
-//! namespace), and keeps the L2 maps in line with the IR and the chassis encap IPs it is told
-//! about. With a pin root, a new agent adopts the maps and links of the previous one (forwarding
-//! never stops), replaces the programs atomically, and sweeps stale entries once told its state is
-//! complete. Owns a [`KernelPrograms`] and an [`L2State`]; never reads the Southbound DB.
+//! tunnel endpoint, attaches to the uplink, the provider NICs and the pods' host veths (in the
+//! agent's network namespace; pods plug and unplug at run time), and keeps the L2 and L3 maps in
+//! line with the IR and the chassis encap IPs it is told about. With a pin root, a new agent
+//! adopts the maps and links of the previous one (forwarding never stops), replaces the programs
+//! atomically, and sweeps stale entries once told its state is complete. Owns a
+//! [`KernelPrograms`], an [`L2State`], an [`L3State`] and the pin layout; never reads the
+//! Southbound DB.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -222,6 +224,18 @@ impl NodeDatapath {
                 None
             }
         }
+    }
+
+    /// Map keys whose writes failed and wait for a retry.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.l2.pending() + self.l3.pending()
+    }
+
+    /// Retries the writes that failed.
+    pub fn retry(&mut self) -> Result<usize, EbpfError> {
+        let routed = self.l3.flush(&mut self.programs)?;
+        Ok(routed + self.l2.flush(&mut self.programs)?)
     }
 
     /// Whether the maps were adopted from a previous agent.
