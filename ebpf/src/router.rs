@@ -73,7 +73,7 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
             }
             time_exceeded(ctx, &frame, router_ip, ifindex)
         }
-        None => route(ctx, &frame, router),
+        None => route(ctx, &frame, router, router_ip, ifindex),
     }
 }
 
@@ -92,9 +92,10 @@ struct TimeExceeded {
     quoted: [u8; 28],
 }
 
-/// Turns a packet whose TTL expires at the first router into the ICMP time exceeded OVN's
-/// router sends back (`TtlExceeded`): from the router port's address, TTL 255, quoting the
-/// packet's IPv4 header and first 8 bytes; out of the pod's veth.
+/// Turns a packet whose TTL expires at a router into the ICMP time exceeded OVN's router sends
+/// back (`TtlExceeded`): from that router's ingress port address `router_ip`, TTL 254, DF,
+/// quoting the packet's IPv4 header and first 8 bytes (OVN quotes more of longer packets); out
+/// of the pod's veth, from the gateway's MAC.
 #[inline(always)]
 fn time_exceeded(
     ctx: &TcContext,
@@ -117,8 +118,8 @@ fn time_exceeded(
     reply.eth.source = frame.eth.destination;
     reply.ip.total_len = ((TIME_EXCEEDED_LEN - 14) as u16).to_be();
     reply.ip.id = 0;
-    reply.ip.fragment = 0;
-    reply.ip.ttl = 255;
+    reply.ip.fragment = 0x4000_u16.to_be();
+    reply.ip.ttl = 254;
     reply.ip.protocol = IPPROTO_ICMP;
     reply.ip.source = router_ip;
     reply.ip.destination = frame.ip.source;
@@ -200,13 +201,26 @@ fn echo_reply(
     Ok(Some(unsafe { bpf_redirect(ifindex, 0) } as i32))
 }
 
-/// The route `router` (and the routers it hands over to) picks for `destination`: the last
-/// router, its route, and the number of routers passed.
+/// Where the routers take a packet.
+enum Lookup {
+    /// The last router, its route to a switch, and the number of routers passed.
+    Route(u32, RouteEntry, u8),
+    /// The TTL runs out on entering a later router, whose ingress port has this address.
+    Expired(u32),
+}
+
+/// The route `router` (and the routers it hands over to) picks for `destination`, for a packet
+/// that arrived with `ttl` on the first router's port with address `router_ip`.
 #[inline(always)]
-fn lookup(router: u32, destination: u32) -> Result<(u32, RouteEntry, u8), u32> {
+fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Lookup, u32> {
     let mut datapath = router;
     let mut hops: u8 = 0;
+    let mut ingress_ip = router_ip;
     for _ in 0..MAX_ROUTER_HOPS {
+        // Each router decrements: the next one receives `ttl - hops`, and answers 0 or 1.
+        if hops > 0 && ttl <= hops + 1 {
+            return Ok(Lookup::Expired(ingress_ip));
+        }
         // SAFETY: map lookups return pointers into the maps that stay valid for the program.
         let forwards =
             unsafe { ROUTERS.get(datapath) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
@@ -225,9 +239,10 @@ fn lookup(router: u32, destination: u32) -> Result<(u32, RouteEntry, u8), u32> {
         };
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
-            return Ok((datapath, *route, hops));
+            return Ok(Lookup::Route(datapath, *route, hops));
         }
         datapath = route.next_datapath;
+        ingress_ip = route.ingress_ip;
     }
     Err(drop_reason::TOO_MANY_HOPS)
 }
@@ -235,12 +250,21 @@ fn lookup(router: u32, destination: u32) -> Result<(u32, RouteEntry, u8), u32> {
 /// Routes `frame` (IPv4, addressed to a router port of `router`) and hands it to the destination
 /// switch's L2 step.
 #[inline(always)]
-fn route(ctx: &TcContext, frame: &Ipv4Frame, router: u32) -> Result<i32, u32> {
+fn route(
+    ctx: &TcContext,
+    frame: &Ipv4Frame,
+    router: u32,
+    router_ip: u32,
+    ifindex: u32,
+) -> Result<i32, u32> {
     let ip = frame.ip;
-    let (last_router, route, hops) = lookup(router, ip.destination)?;
-    if ip.ttl <= hops {
-        return Err(drop_reason::TTL_EXPIRED);
-    }
+    let (last_router, route, hops) = match lookup(router, ip.destination, ip.ttl, router_ip)? {
+        Lookup::Route(last_router, route, hops) => (last_router, route, hops),
+        Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
+            return time_exceeded(ctx, frame, source, ifindex);
+        }
+        Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
+    };
     let nexthop = if route.nexthop != 0 {
         route.nexthop
     } else {

@@ -135,13 +135,13 @@ fn a_packet_expiring_at_the_router_gets_icmp_time_exceeded() {
     let expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
     let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
-    // Built independently: from the router port's address, quoting the expired packet's IPv4
-    // header and its first 8 bytes.
+    // Built independently: from the router port's address, TTL 254 and DF as OVN's, quoting the
+    // expired packet's IPv4 header and its first 8 bytes.
     let mut icmp = vec![11, 0, 0, 0, 0, 0, 0, 0];
     icmp.extend_from_slice(&expiring[14..42]);
     let icmp_sum = checksum(&icmp);
     icmp[2..4].copy_from_slice(&icmp_sum.to_be_bytes());
-    let mut ip = vec![0x45, 0, 0, 56, 0, 0, 0, 0, 255, 1, 0, 0];
+    let mut ip = vec![0x45, 0, 0, 56, 0, 0, 0x40, 0, 254, 1, 0, 0];
     ip.extend_from_slice(&GATEWAY);
     ip.extend_from_slice(&POD_IP);
     let ip_sum = checksum(&ip);

@@ -155,6 +155,30 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         logs()
     );
 
+    // Expiring at the second router (vpc-b, over the peering): time exceeded from vpc-b's
+    // peering port.
+    let expired = a1
+        .netns()
+        .command("ping")
+        .args([
+            "-n",
+            "-c",
+            "1",
+            "-t",
+            "2",
+            "-W",
+            "1",
+            &address("b1").to_string(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&expired.stdout);
+    assert!(
+        text.contains("From 10.0.255.2") && text.contains("Time to live exceeded"),
+        "{text}{}",
+        logs()
+    );
+
     // On the wire, a routed packet carries the destination switch's VNI, the switch's router
     // port as ingress and the destination pod as egress (the sending node ran the router).
     let key = |table: &str, column: &str, name: &str| -> u32 {

@@ -2,7 +2,7 @@
 //! one run: (a) a raw veth pair between two namespaces (the limit), (b) the same node/pod
 //! topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents, Geneve in
 //! eBPF, one switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed across a
-//! VPC peering. TCP throughput (iperf3, one stream, median of the runs) and TCP
+//! VPC peering; (f) ovnbpf on an underlay switch (VLAN 100 through a physical switch, MTU 1500). TCP throughput (iperf3, one stream, median of the runs) and TCP
 //! request/response latency (sockperf ping-pong, 14-byte messages, full round trip, `--runs`
 //! runs of `--seconds`; the median over runs of each run's p50 and p99). Pod MTU is 1442 on (b)
 //! and (c), so both carry the same payload per packet.
@@ -16,7 +16,7 @@ use ovnbpf_tests::{
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
-    network::{Node, PodSpec, Underlay},
+    network::{Node, PhysicalSwitch, PodSpec, Underlay},
     ovn::OvnLab,
 };
 use serde_json::{Value, json};
@@ -219,7 +219,9 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
         .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")?
         .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
         .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
-        .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1));
+        .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1))
+        .vpc_with_subnet("vpc-u", "subnet-u", "10.100.0.0/24")?
+        .localnet("subnet-u", "physnet1", 100);
     // (pod, subnet, address, gateway, node index)
     let plan = [
         (
@@ -250,6 +252,21 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
             Ipv4Addr::new(10, 1, 1, 1),
             1,
         ),
+        // The underlay pair: VLAN 100 through a physical switch, no Geneve.
+        (
+            "p5",
+            "subnet-u",
+            Ipv4Addr::new(10, 100, 0, 2),
+            Ipv4Addr::new(10, 100, 0, 1),
+            0,
+        ),
+        (
+            "p6",
+            "subnet-u",
+            Ipv4Addr::new(10, 100, 0, 3),
+            Ipv4Addr::new(10, 100, 0, 1),
+            1,
+        ),
     ];
     for (name, subnet, ip, ..) in plan {
         topology.pod(subnet, name, "bench", &mac_for(name), ip);
@@ -257,9 +274,13 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
     topology.apply(&lab)?;
     let mut underlay = Underlay::create(&format!("{prefix}o"))?;
     let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+    let physical = PhysicalSwitch::create(&format!("{prefix}o"))?;
+    for node in &nodes {
+        physical.add_trunk(node, "eth1")?;
+    }
     let mut pods = Vec::new();
     let mut local_ports: [Vec<String>; 2] = [Vec::new(), Vec::new()];
-    for (name, _, ip, gateway, node) in plan {
+    for (name, subnet, ip, gateway, node) in plan {
         let host = format!("{name}_h");
         pods.push(nodes[node].add_pod(&PodSpec {
             name,
@@ -267,7 +288,8 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
             mac: Some(&mac_for(name)),
             address: Some(&format!("{ip}/24")),
             gateway: Some(gateway),
-            mtu: Some(1442),
+            // Geneve costs 58 bytes; the underlay carries full frames.
+            mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
         })?);
         local_ports[node].push(format!("{name}.bench={host}"));
     }
@@ -281,20 +303,21 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
             local_ports: ports,
             pin_root: Some(bpffs.path().join(chassis)),
             cni_dir: None,
-            extra_args: Vec::new(),
+            extra_args: vec!["--bridge-mappings".into(), "physnet1:eth1".into()],
         };
         agents.push(spec.spawn(&lab, agent, log)?);
     }
     wait_all_up(&lab, plan.len(), &agents)?;
     let mut results = Vec::new();
-    for (name, target) in [
-        ("(c) ovnbpf L2 (Geneve)", 1),
-        ("(d) ovnbpf routed, subnets", 2),
-        ("(e) ovnbpf routed, peering", 3),
+    for (name, source, target) in [
+        ("(c) ovnbpf L2 (Geneve)", 0, 1),
+        ("(d) ovnbpf routed, subnets", 0, 2),
+        ("(e) ovnbpf routed, peering", 0, 3),
+        ("(f) ovnbpf underlay VLAN", 4, 5),
     ] {
         match measure(
             name,
-            pods[0].netns(),
+            pods[source].netns(),
             pods[target].netns(),
             plan[target].2,
             runs,
@@ -350,13 +373,14 @@ pub fn run(args: &[String]) -> Result<()> {
         c.rtt(false) / a.rtt(false),
         c.rtt(false) / b.rtt(false),
     );
-    for routed in &results[3..] {
+    for other in &results[3..] {
         println!(
-            "{} / (c): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2} (target: within 10%)",
-            routed.name,
-            ratio(routed, c),
-            routed.rtt(true) / c.rtt(true),
-            routed.rtt(false) / c.rtt(false),
+            "{} / (c): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2}; / (a) raw: throughput {:.2}",
+            other.name,
+            ratio(other, c),
+            other.rtt(true) / c.rtt(true),
+            other.rtt(false) / c.rtt(false),
+            ratio(other, a),
         );
     }
     let json_results: Vec<Value> = results

@@ -338,6 +338,9 @@ pub struct RouteEntry {
     pub next_datapath: u32,
     /// The port the packet enters `next_datapath` through (the switch's router port key).
     pub ingress_port: u32,
+    /// For [`ROUTE_TO_ROUTER`]: that port's IPv4 address (network byte order), the source of
+    /// the next router's ICMP errors.
+    pub ingress_ip: u32,
 }
 
 /// A next hop of a router.
@@ -567,7 +570,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<FloodRoles>(), 8);
         assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
-        assert_eq!(core::mem::size_of::<RouteEntry>(), 20);
+        assert_eq!(core::mem::size_of::<RouteEntry>(), 24);
         assert_eq!(core::mem::size_of::<Neighbour>(), 8);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }

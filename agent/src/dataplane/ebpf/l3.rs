@@ -20,7 +20,7 @@ use ovnbpf_common::{
 use super::EbpfError;
 use crate::pipeline::{
     IrDiff,
-    ir::{IrEntry, Mac, PortKind, Prefix},
+    ir::{IrEntry, Mac, PortKind, Prefix, parse_port_security},
 };
 
 /// Router stages whose unsupported flows do not change how plain routed IPv4 is forwarded
@@ -127,6 +127,8 @@ struct PortInfo {
     datapath: u32,
     key: u32,
     peer: Option<String>,
+    /// The first IPv4 of its addresses (a router port's).
+    ipv4: Option<Ipv4Addr>,
 }
 
 /// The L3 maps of one chassis.
@@ -204,6 +206,7 @@ impl L3State {
                 key,
                 name,
                 kind,
+                addresses,
                 ..
             } => {
                 // Only patch ports (router ports and their switch-side peers) matter to routes;
@@ -221,6 +224,10 @@ impl L3State {
                             datapath: *datapath,
                             key: *key,
                             peer: Some(peer.clone()),
+                            ipv4: addresses
+                                .first()
+                                .and_then(|a| parse_port_security(a))
+                                .and_then(|(_, prefixes)| prefixes.first().map(|p| p.network)),
                         },
                     );
                     self.patch_by_peer
@@ -413,6 +420,7 @@ impl L3State {
             reserved: 0,
             next_datapath: peer.datapath,
             ingress_port: peer.key,
+            ingress_ip: peer.ipv4.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
         })
     }
 

@@ -93,12 +93,17 @@ fn datapath(datapath: u32, router: bool) -> IrEntry {
 }
 
 fn patch(datapath: u32, key: u32, name: &str, peer: &str) -> IrEntry {
+    // Router ports carry "MAC CIDR"; switch ports "router".
+    let address = match name {
+        "peer-lr" => "0a:58:00:00:00:99 10.0.255.2/30",
+        _ => "router",
+    };
     IrEntry::Port {
         datapath,
         key,
         name: name.into(),
         kind: PortKind::Patch { peer: peer.into() },
-        addresses: Vec::new(),
+        addresses: vec![address.into()],
         port_security: Vec::new(),
     }
 }
@@ -205,6 +210,11 @@ fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
             PEER_ROUTER,
             u32::from_ne_bytes([10, 0, 255, 2])
         )
+    );
+    assert_eq!(
+        to_peer.ingress_ip,
+        u32::from_ne_bytes([10, 0, 255, 2]),
+        "the peer router's port address: the source of its ICMP errors"
     );
     assert_eq!(maps.routers[&ROUTER].flags, ROUTER_FORWARDS);
     assert_eq!(maps.neighbours.len(), 1);
