@@ -26,8 +26,8 @@ pub mod ovs_chassis;
 pub mod process;
 pub mod sbdump;
 
-/// A binary of the workspace built alongside the running test (`cargo test --workspace`, which
-/// `cargo xtask test` runs, builds every package's binaries into the same target directory).
+/// A binary of the workspace built alongside the running test (`cargo xtask test` builds every
+/// package's binaries into the same target directory before it runs the tests).
 #[must_use]
 pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     let path = std::env::current_exe()

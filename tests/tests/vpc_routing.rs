@@ -131,53 +131,31 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         logs()
     );
 
-    // A packet that would leave the router with TTL 0 comes back as ICMP time exceeded from
-    // the gateway.
-    let expired = a1
-        .netns()
-        .command("ping")
-        .args([
-            "-n",
-            "-c",
-            "1",
-            "-t",
-            "1",
-            "-W",
-            "1",
-            &address("a3").to_string(),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&expired.stdout);
-    assert!(
-        text.contains("From 10.0.1.1") && text.contains("Time to live exceeded"),
-        "{text}{}",
-        logs()
-    );
-
-    // Expiring at the second router (vpc-b, over the peering): time exceeded from vpc-b's
-    // peering port.
-    let expired = a1
-        .netns()
-        .command("ping")
-        .args([
-            "-n",
-            "-c",
-            "1",
-            "-t",
-            "2",
-            "-W",
-            "1",
-            &address("b1").to_string(),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&expired.stdout);
-    assert!(
-        text.contains("From 10.0.255.2") && text.contains("Time to live exceeded"),
-        "{text}{}",
-        logs()
-    );
+    // A packet whose TTL runs out comes back as ICMP time exceeded from the router where it
+    // does: the gateway for TTL 1, vpc-b's peering port for TTL 2 over the peering.
+    for (to, ttl, router) in [("a3", "1", "10.0.1.1"), ("b1", "2", "10.0.255.2")] {
+        let expired = a1
+            .netns()
+            .command("ping")
+            .args([
+                "-n",
+                "-c",
+                "1",
+                "-t",
+                ttl,
+                "-W",
+                "1",
+                &address(to).to_string(),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&expired.stdout);
+        assert!(
+            text.contains(&format!("From {router}")) && text.contains("Time to live exceeded"),
+            "TTL {ttl} to {to}: {text}{}",
+            logs()
+        );
+    }
 
     // On the wire, a routed packet carries the destination switch's VNI, the switch's router
     // port as ingress and the destination pod as egress (the sending node ran the router).

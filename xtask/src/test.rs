@@ -66,6 +66,14 @@ struct Counts {
 /// Runs `cargo test`, echoing its output, and sums its `test result:` lines.
 fn run_cargo_test(extra_args: &[String]) -> Result<(std::process::ExitStatus, Counts)> {
     use std::io::{BufRead, BufReader};
+    // The integration tests run the workspace's binaries (agent, ctl, CNI plugin); `cargo test`
+    // builds a package's binaries only for that package's own integration tests.
+    let built = Command::new("cargo")
+        .args(["build", "--workspace", "--exclude", "ovnbpf-ebpf", "--bins"])
+        .status()?;
+    if !built.success() {
+        return Ok((built, Counts::default()));
+    }
     let mut child = Command::new("cargo")
         .args(["test", "--workspace", "--exclude", "ovnbpf-ebpf"])
         .args(extra_args)
