@@ -23,7 +23,8 @@ pub struct AgentSpec<'a> {
     /// Pin root for maps and links (see [`crate::bpffs::BpfMount`]); `None` pins nothing.
     pub pin_root: Option<PathBuf>,
     /// Serve CNI on `<dir>/cni.sock`, recording attachments under `<dir>/state`, waiting 5 s for
-    /// a pod's Port_Binding (tests ask for missing ones); `None` serves no CNI.
+    /// a pod's Port_Binding (tests ask for missing ones), with no GC grace (tests GC right after
+    /// ADD); `None` serves no CNI.
     pub cni_dir: Option<PathBuf>,
     /// More arguments (e.g. `--bridge-mappings physnet1:eth1`).
     pub extra_args: Vec<String>,
@@ -58,6 +59,8 @@ impl AgentSpec<'_> {
                 dir.join("state").display().to_string(),
                 "--cni-port-wait-s".into(),
                 "5".into(),
+                "--cni-gc-grace-s".into(),
+                "0".into(),
             ]),
             None => args.push("--no-cni".into()),
         }

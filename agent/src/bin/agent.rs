@@ -98,6 +98,9 @@ struct RunArgs {
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
     cni_port_wait_s: u64,
+    /// CNI GC leaves attachments younger than this alone.
+    #[arg(long, default_value_t = 60)]
+    cni_gc_grace_s: u64,
     /// Echo the Southbound server after this many seconds of silence (0 = never).
     #[arg(long, default_value_t = 60)]
     probe_interval_s: u64,
@@ -229,6 +232,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     HandlerConfig {
                         mtu: pod_mtu,
                         port_wait: Duration::from_secs(args.cni_port_wait_s),
+                        gc_grace: Duration::from_secs(args.cni_gc_grace_s),
                     },
                 );
                 tracing::info!(socket = %args.cni_socket.display(), pod_mtu, "serving CNI");

@@ -46,6 +46,9 @@ pub struct HandlerConfig {
     pub mtu: u32,
     /// How long ADD waits for the Port_Binding, and then for it to be up.
     pub port_wait: Duration,
+    /// GC leaves attachments younger than this alone (the runtime's list of valid attachments
+    /// may predate them).
+    pub gc_grace: Duration,
 }
 
 /// The CNI operations of one agent.
@@ -55,6 +58,13 @@ pub struct Handler {
     config: HandlerConfig,
     /// One lock per logical port, so ADD and DEL of the same pod never interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Milliseconds since `start`, for the operation logs.
@@ -199,9 +209,7 @@ impl Handler {
             netns: request.net_ns.clone(),
             logical_port: port.clone(),
             host_interface: host.clone(),
-            created_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            created_ms: now_ms(),
         };
         if let Err(error) = self.store.save(&record) {
             let reason = format!("recording the attachment: {error}");
@@ -375,9 +383,15 @@ impl Handler {
             .iter()
             .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
             .collect();
+        // The runtime built its list before calling: an attachment made since is not in it and
+        // must stay.
+        let started_ms = now_ms();
         let mut removed = 0;
         for record in self.store.all() {
-            if valid.contains(&(record.container_id.as_str(), record.if_name.as_str())) {
+            if valid.contains(&(record.container_id.as_str(), record.if_name.as_str()))
+                || record.created_ms
+                    >= started_ms.saturating_sub(self.config.gc_grace.as_millis() as u64)
+            {
                 continue;
             }
             let lock = self.lock_for(&record.logical_port);

@@ -138,6 +138,14 @@ pub struct TestRunOutcome {
     pub frame: Vec<u8>,
 }
 
+/// A link held by this process (not pinned): detached with [`KernelPrograms::detach`] or when the
+/// programs are dropped.
+#[derive(Debug)]
+pub struct AttachedLink {
+    hook: Hook,
+    id: aya::programs::tc::SchedClassifierLinkId,
+}
+
 /// How a pinned attachment came about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attachment {
@@ -234,16 +242,24 @@ impl KernelPrograms {
     }
 
     /// Attaches the hook's program on tcx ingress of `interface` in the caller's network namespace.
-    pub fn attach(&mut self, hook: Hook, interface: &str) -> Result<(), EbpfError> {
+    pub fn attach(&mut self, hook: Hook, interface: &str) -> Result<AttachedLink, EbpfError> {
         let name = hook.program_name();
-        classifier(&mut self.ebpf, name)?
+        let id = classifier(&mut self.ebpf, name)?
             .attach(interface, TcAttachType::Ingress)
             .map_err(|source| EbpfError::Attach {
                 name,
                 interface: interface.to_string(),
                 source,
             })?;
-        Ok(())
+        Ok(AttachedLink { hook, id })
+    }
+
+    /// Detaches a link [`Self::attach`] made (pinned links go by unpinning instead).
+    pub fn detach(&mut self, link: AttachedLink) -> Result<(), EbpfError> {
+        let name = link.hook.program_name();
+        classifier(&mut self.ebpf, name)?
+            .detach(link.id)
+            .map_err(|source| EbpfError::Program { name, source })
     }
 
     /// Attaches the hook's program to `interface` (index `ifindex`) through the link pinned at
@@ -311,7 +327,7 @@ impl KernelPrograms {
         netns_path: &Path,
         hook: Hook,
         interface: &str,
-    ) -> Result<(), EbpfError> {
+    ) -> Result<AttachedLink, EbpfError> {
         netns::run_in(netns_path, || self.attach(hook, interface))?
     }
 

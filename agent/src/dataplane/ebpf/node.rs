@@ -16,7 +16,7 @@ use std::{
 use tracing::info;
 
 use super::{
-    EbpfError, Hook, KernelPrograms,
+    AttachedLink, EbpfError, Hook, KernelPrograms,
     l2::L2State,
     l3::L3State,
     pins::{PinError, PinLayout},
@@ -63,6 +63,8 @@ pub struct NodeDatapath {
     pins: Option<PinLayout>,
     /// Logical port → its host veth (name, index).
     plugged: HashMap<String, (String, u32)>,
+    /// Without pins: the links of plugged ports, detached when they are unplugged.
+    links: HashMap<String, AttachedLink>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
 }
@@ -144,7 +146,11 @@ impl NodeDatapath {
                     info!(?hook, interface, ?how, "program attached");
                     linked.insert(pin);
                 }
-                None => programs.attach(hook, interface)?,
+                None => {
+                    // Static links (uplink, providers, configured ports) live as long as the
+                    // programs.
+                    let _ = programs.attach(hook, interface)?;
+                }
             }
         }
         if let Some(pins) = &pins {
@@ -165,6 +171,7 @@ impl NodeDatapath {
             l3: L3State::default(),
             pins,
             plugged,
+            links: HashMap::new(),
             adopted,
         })
     }
@@ -178,7 +185,14 @@ impl NodeDatapath {
                 let pin = pins.link_path(Hook::Pod, index);
                 self.programs.attach_pinned(Hook::Pod, interface, &pin)?;
             }
-            None => self.programs.attach(Hook::Pod, interface)?,
+            None => {
+                let link = self.programs.attach(Hook::Pod, interface)?;
+                if let Some(old) = self.links.insert(port.to_string(), link)
+                    && let Err(error) = self.programs.detach(old)
+                {
+                    tracing::debug!(port, %error, "the replaced link was already gone");
+                }
+            }
         }
         if let Some((_, old_index)) = self
             .plugged
@@ -202,6 +216,12 @@ impl NodeDatapath {
         self.l2.set_interface(port, None);
         if let Some(pins) = &self.pins {
             unpin_link(&pins.link_path(Hook::Pod, index));
+        }
+        if let Some(link) = self.links.remove(port)
+            && let Err(error) = self.programs.detach(link)
+        {
+            // The veth (and with it the link) may be gone already.
+            tracing::debug!(port, %error, "link already detached");
         }
         info!(port, interface, "port unplugged");
         self.l2.flush(&mut self.programs)
