@@ -9,7 +9,7 @@
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     net::Ipv4Addr,
 };
 
@@ -166,6 +166,17 @@ fn kernel_port_security(entries: &[String]) -> Option<PortSecurity> {
     Some(security)
 }
 
+/// How this node reaches one flood group member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MemberTarget {
+    /// A local pod behind this veth.
+    Local(u32),
+    /// A pod on the chassis with this encap IP (network byte order).
+    Remote(u32),
+    /// Not reachable as a flood target (router, localnet, unbound, unknown chassis).
+    Unreachable,
+}
+
 /// A map key whose desired value may have changed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Dirty {
@@ -224,6 +235,12 @@ pub struct L2State {
     roles: HashMap<u32, (Option<String>, Option<String>)>,
     /// Groups with more local members or chassis than the kernel holds, as last flushed.
     truncated_groups: HashSet<(u32, u32)>,
+    /// How each flood group member is reached from here, kept current as ports change, so a
+    /// group's targets are updated per member, never rebuilt from all members.
+    member_targets: HashMap<(u32, u32), MemberTarget>,
+    /// Per group: local members (member key → veth index) and chassis (encap IP → members).
+    group_local: HashMap<(u32, u32), BTreeMap<u32, u32>>,
+    group_remote: HashMap<(u32, u32), BTreeMap<u32, usize>>,
     /// ARP requests for a router's address on a switch: (switch, address) → the switch's
     /// router port, and the reverse index.
     router_arp: HashMap<(u32, Ipv4Addr), String>,
@@ -435,9 +452,24 @@ impl L2State {
                         .entry(port_key)
                         .or_default()
                         .insert(*group);
+                    let target = match self.member_targets.get(&port_key) {
+                        Some(target) => *target,
+                        None => {
+                            let target = self.resolve_member(*datapath, *port);
+                            self.member_targets.insert(port_key, target);
+                            target
+                        }
+                    };
+                    self.add_to_group(group_key, *port, target);
                 } else {
+                    if let Some(target) = self.member_targets.get(&port_key).copied() {
+                        self.remove_from_group(group_key, *port, target);
+                    }
                     remove_member(&mut self.group_members, group_key, *port);
                     remove_member(&mut self.groups_of_port, port_key, *group);
+                    if !self.groups_of_port.contains_key(&port_key) {
+                        self.member_targets.remove(&port_key);
+                    }
                 }
                 self.dirty.insert(Dirty::Group(*datapath, *group));
             }
@@ -528,15 +560,88 @@ impl L2State {
         }
     }
 
-    /// Marks the flood groups port `key` of `datapath` is a member of.
+    /// Re-resolves port `key` of `datapath` as a flood group member and, if that changed, updates
+    /// and marks the groups it belongs to: O(its groups).
     fn mark_groups_of(&mut self, datapath: u32, key: u32) {
-        for group in self
-            .groups_of_port
-            .get(&(datapath, key))
-            .into_iter()
-            .flatten()
-        {
-            self.dirty.insert(Dirty::Group(datapath, *group));
+        let Some(groups) = self.groups_of_port.get(&(datapath, key)).cloned() else {
+            return;
+        };
+        let new = self.resolve_member(datapath, key);
+        let old = self.member_targets.insert((datapath, key), new);
+        if old == Some(new) {
+            return;
+        }
+        for group in groups {
+            if let Some(old) = old {
+                self.remove_from_group((datapath, group), key, old);
+            }
+            self.add_to_group((datapath, group), key, new);
+            self.dirty.insert(Dirty::Group(datapath, group));
+        }
+    }
+
+    /// How this node reaches port `key` of `datapath` as a flood target.
+    fn resolve_member(&self, datapath: u32, key: u32) -> MemberTarget {
+        let Some(name) = self.port_names.get(&(datapath, key)) else {
+            return MemberTarget::Unreachable;
+        };
+        if let Some(port) = self.local_port(name) {
+            return MemberTarget::Local(port.ifindex);
+        }
+        self.ports
+            .get(name)
+            .and_then(|info| info.chassis.as_ref())
+            .filter(|chassis| **chassis != self.chassis)
+            .and_then(|chassis| self.encaps.get(chassis))
+            .map_or(MemberTarget::Unreachable, |ip| {
+                MemberTarget::Remote(u32::from_ne_bytes(ip.octets()))
+            })
+    }
+
+    fn add_to_group(&mut self, group: (u32, u32), member: u32, target: MemberTarget) {
+        match target {
+            MemberTarget::Local(ifindex) => {
+                self.group_local
+                    .entry(group)
+                    .or_default()
+                    .insert(member, ifindex);
+            }
+            MemberTarget::Remote(ip) => {
+                *self
+                    .group_remote
+                    .entry(group)
+                    .or_default()
+                    .entry(ip)
+                    .or_default() += 1;
+            }
+            MemberTarget::Unreachable => {}
+        }
+    }
+
+    fn remove_from_group(&mut self, group: (u32, u32), member: u32, target: MemberTarget) {
+        match target {
+            MemberTarget::Local(_) => {
+                if let Some(local) = self.group_local.get_mut(&group) {
+                    local.remove(&member);
+                    if local.is_empty() {
+                        self.group_local.remove(&group);
+                    }
+                }
+            }
+            MemberTarget::Remote(ip) => {
+                if let Some(remote) = self.group_remote.get_mut(&group) {
+                    if let Some(count) = remote.get_mut(&ip) {
+                        *count -= 1;
+                        if *count == 0 {
+                            remote.remove(&ip);
+                        }
+                    }
+                    if remote.is_empty() {
+                        self.group_remote.remove(&group);
+                    }
+                }
+            }
+            MemberTarget::Unreachable => {}
         }
     }
 
@@ -831,60 +936,45 @@ impl L2State {
 }
 
 impl L2State {
-    /// What flood group (datapath, group) reaches from here: local members' veths and the other
-    /// chassis with members, in member-key order, as many as the kernel entry holds. `None`
+    /// What flood group (datapath, group) reaches from here: local members' veths (lowest member
+    /// keys first) and the other chassis with members, as many as the kernel entry holds. `None`
     /// when it reaches nothing.
     fn desired_group(&mut self, datapath: u32, group: u32) -> Option<FloodTargets> {
-        let mut members: Vec<u32> = self
-            .group_members
-            .get(&(datapath, group))?
-            .iter()
-            .copied()
-            .collect();
-        members.sort_unstable();
-        let mut local = Vec::new();
-        let mut remote = Vec::new();
-        for member in members {
-            let Some(name) = self.port_names.get(&(datapath, member)) else {
-                continue;
-            };
-            if let Some(port) = self.local_port(name) {
-                local.push(port.ifindex);
-                continue;
-            }
-            let chassis = self.ports.get(name).and_then(|info| info.chassis.as_ref());
-            if let Some(ip) = chassis
-                .filter(|c| **c != self.chassis)
-                .and_then(|c| self.encaps.get(c))
-            {
-                let ip = u32::from_ne_bytes(ip.octets());
-                if !remote.contains(&ip) {
-                    remote.push(ip);
-                }
-            }
-        }
-        if local.len() > FLOOD_MAX_LOCAL || remote.len() > FLOOD_MAX_REMOTE {
-            if self.truncated_groups.insert((datapath, group)) {
+        let key = (datapath, group);
+        let local_count = self.group_local.get(&key).map_or(0, BTreeMap::len);
+        let remote_count = self.group_remote.get(&key).map_or(0, BTreeMap::len);
+        if local_count > FLOOD_MAX_LOCAL || remote_count > FLOOD_MAX_REMOTE {
+            if self.truncated_groups.insert(key) {
                 tracing::warn!(
                     datapath,
                     group,
-                    local = local.len(),
-                    remote = remote.len(),
+                    local = local_count,
+                    remote = remote_count,
                     "flood group exceeds the kernel entry; members beyond it get no flooded frames"
                 );
             }
         } else {
-            self.truncated_groups.remove(&(datapath, group));
+            self.truncated_groups.remove(&key);
         }
-        if local.is_empty() && remote.is_empty() {
+        if local_count == 0 && remote_count == 0 {
             return None;
         }
         let mut targets = FloodTargets::default();
-        for (slot, ifindex) in targets.local.iter_mut().zip(&local) {
+        let local = self
+            .group_local
+            .get(&key)
+            .into_iter()
+            .flat_map(|m| m.values());
+        for (slot, ifindex) in targets.local.iter_mut().zip(local) {
             *slot = *ifindex;
             targets.local_count += 1;
         }
-        for (slot, ip) in targets.remote.iter_mut().zip(&remote) {
+        let remote = self
+            .group_remote
+            .get(&key)
+            .into_iter()
+            .flat_map(|m| m.keys());
+        for (slot, ip) in targets.remote.iter_mut().zip(remote) {
             *slot = *ip;
             targets.remote_count += 1;
         }
