@@ -110,17 +110,29 @@ impl Topology {
         self.vpc(vpc).subnet(vpc, subnet, cidr)
     }
 
+    /// A switch `<subnet>` on no router: an underlay subnet without a logical gateway, whose
+    /// gateway is on the physical network (give it a [`Self::localnet`] port).
+    pub fn plain_switch(&mut self, subnet: &str, cidr: &str) -> Result<&mut Self> {
+        let cidr = Cidr::parse(cidr)?;
+        let subnet_option = format!("other_config:subnet={cidr}");
+        Ok(self.add(&["--may-exist", "ls-add", subnet]).add(&[
+            "set",
+            "logical_switch",
+            subnet,
+            VENDOR,
+            &subnet_option,
+        ]))
+    }
+
     /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
+        self.plain_switch(subnet, cidr)?;
         let cidr = Cidr::parse(cidr)?;
         let router_port = format!("{vpc}-{subnet}");
         let switch_port = format!("{subnet}-{vpc}");
         let gateway = format!("{}/{}", cidr.host(1), cidr.len);
-        let subnet_option = format!("other_config:subnet={cidr}");
         let router_port_option = format!("router-port={router_port}");
         Ok(self
-            .add(&["--may-exist", "ls-add", subnet])
-            .add(&["set", "logical_switch", subnet, VENDOR, &subnet_option])
             .add(&[
                 "--may-exist",
                 "lrp-add",

@@ -4,6 +4,7 @@
 //! - [`process`]: running commands, and long-running children tracked and ended by PID;
 //! - [`netns`]: network namespaces and commands inside them;
 //! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
+//! - [`vlan_access`]: the physical switch's VLAN access ports, as tc programs;
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
 //! - [`agent`]: `ovnbpf-agent` as a simulated node's agent;
 //! - [`cni_runtime`]: a container runtime's side of CNI (plugins, conflists);
@@ -25,6 +26,7 @@ pub mod ovn;
 pub mod ovs_chassis;
 pub mod process;
 pub mod sbdump;
+pub mod vlan_access;
 
 /// A binary of the workspace built alongside the running test (`cargo xtask test` builds every
 /// package's binaries into the same target directory before it runs the tests).

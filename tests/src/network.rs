@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Context, Result, bail};
 
-use crate::netns::Netns;
+use crate::{netns::Netns, vlan_access::AccessPortPrograms};
 
 /// Underlay subnet the nodes' uplinks live in (inside the test namespaces only).
 pub const UNDERLAY_PREFIX_LEN: u8 = 24;
@@ -262,25 +262,30 @@ impl Pod {
     /// Sends `count` echo requests `interval` seconds apart (ping's `-i`) and returns how many
     /// replies came back.
     pub fn ping_every(&self, target: Ipv4Addr, count: u32, interval: &str) -> Result<u32> {
-        let output = self
-            .netns
-            .command("ping")
-            .args([
-                "-n",
-                "-q",
-                "-i",
-                interval,
-                "-W",
-                "1",
-                "-c",
-                &count.to_string(),
-            ])
-            .arg(target.to_string())
-            .output()
-            .context("running ping")?;
-        let text = String::from_utf8_lossy(&output.stdout);
-        parse_ping_received(&text).with_context(|| format!("unexpected ping output: {text}"))
+        ping_from(&self.netns, target, count, interval)
     }
+}
+
+/// Pings `target` from `netns`: `count` echo requests `interval` seconds apart, 1 s deadline per
+/// reply. Returns how many replies came back.
+fn ping_from(netns: &Netns, target: Ipv4Addr, count: u32, interval: &str) -> Result<u32> {
+    let output = netns
+        .command("ping")
+        .args([
+            "-n",
+            "-q",
+            "-i",
+            interval,
+            "-W",
+            "1",
+            "-c",
+            &count.to_string(),
+        ])
+        .arg(target.to_string())
+        .output()
+        .context("running ping")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    parse_ping_received(&text).with_context(|| format!("unexpected ping output: {text}"))
 }
 
 /// Extracts the `N received` count from ping's summary line.
@@ -296,6 +301,41 @@ fn parse_ping_received(output: &str) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::names::unique_prefix;
+
+    /// Access ports keep VLANs apart on the untagged side and tag on the shared bridge.
+    #[test]
+    fn access_ports_join_their_vlan_only() {
+        let prefix = unique_prefix();
+        let switch = PhysicalSwitch::create(&prefix).unwrap();
+        let a = switch.add_access_host("a", 100, "10.51.0.1/24").unwrap();
+        let b = switch.add_access_host("b", 100, "10.51.0.2/24").unwrap();
+        let c = switch.add_access_host("c", 200, "10.51.0.3/24").unwrap();
+        let d = switch.add_access_host("d", 200, "10.51.0.4/24").unwrap();
+        assert_eq!(a.ping(Ipv4Addr::new(10, 51, 0, 2), 2).unwrap(), 2);
+        assert_eq!(c.ping(Ipv4Addr::new(10, 51, 0, 4), 2).unwrap(), 2);
+        assert_eq!(a.ping(Ipv4Addr::new(10, 51, 0, 3), 2).unwrap(), 0);
+        assert_eq!(d.ping(Ipv4Addr::new(10, 51, 0, 2), 2).unwrap(), 0);
+        // On the bridge the frames carry their port's tag.
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut capture = switch
+            .netns()
+            .spawn(
+                "tcpdump",
+                "tcpdump",
+                &["-i", "br0", "-nn", "-e", "-l", "icmp"],
+                Some(log.path().to_path_buf()),
+            )
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert_eq!(c.ping(Ipv4Addr::new(10, 51, 0, 4), 1).unwrap(), 1);
+        let tagged = crate::process::wait_until(std::time::Duration::from_secs(3), || {
+            std::fs::read_to_string(log.path()).is_ok_and(|text| text.contains("vlan 200"))
+        });
+        capture.stop();
+        let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+        assert!(tagged && !text.contains("vlan 100"), "{text}");
+        drop((a, b, c, d));
+    }
 
     #[test]
     fn ping_summary_is_parsed() {
@@ -378,9 +418,11 @@ mod tests {
 }
 
 /// The physical network of underlay tests: a namespace with a Linux bridge joining the nodes'
-/// provider NICs. The kernel has no 8021q module, so the bridge cannot filter VLANs: it carries
-/// tagged frames as they are, like a switch whose ports all trunk every VLAN; keeping VLANs apart
-/// is the nodes' job (as it is ovnbpf's on a real trunk).
+/// provider NICs as trunk ports, and external hosts on access ports. The kernel has no 8021q
+/// module and no bridge VLAN filtering, so the bridge carries tagged frames as they are (its
+/// trunk ports carry every VLAN; keeping VLANs apart on a trunk is the nodes' job, as it is
+/// ovnbpf's on a real one), and access ports tag and untag with tc programs
+/// ([`crate::vlan_access`]).
 #[derive(Debug)]
 pub struct PhysicalSwitch {
     netns: Netns,
@@ -419,5 +461,56 @@ impl PhysicalSwitch {
         self.netns.ip(&["link", "set", &port, "master", "br0"])?;
         self.netns.ip(&["link", "set", &port, "up"])?;
         Ok(())
+    }
+
+    /// An external host `<prefix>-<name>` whose `eth0` (`address` is `ip/prefix`) sits on an
+    /// access port of `vlan`: it sends and receives untagged frames, the switch carries them
+    /// tagged.
+    pub fn add_access_host(&self, name: &str, vlan: u16, address: &str) -> Result<ExternalHost> {
+        let prefix = self.netns.name().trim_end_matches("-phys");
+        let netns = Netns::create(&format!("{prefix}-{name}"))?;
+        let port = format!("a-{name}");
+        check_interface_name(&port)?;
+        netns.ip(&[
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &port,
+            "netns",
+            self.netns.name(),
+        ])?;
+        netns.exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        netns.ip(&["addr", "add", address, "dev", "eth0"])?;
+        netns.ip(&["link", "set", "eth0", "up"])?;
+        let programs = AccessPortPrograms::attach(&self.netns.path(), &port, vlan)?;
+        self.netns.ip(&["link", "set", &port, "master", "br0"])?;
+        self.netns.ip(&["link", "set", &port, "up"])?;
+        Ok(ExternalHost {
+            _programs: programs,
+            netns,
+        })
+    }
+}
+
+/// A host outside the cluster, on an access port of the [`PhysicalSwitch`].
+#[derive(Debug)]
+pub struct ExternalHost {
+    _programs: AccessPortPrograms,
+    netns: Netns,
+}
+
+impl ExternalHost {
+    #[must_use]
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+
+    /// Pings `target`: `count` echo requests 50 ms apart; how many replies came back.
+    pub fn ping(&self, target: Ipv4Addr, count: u32) -> Result<u32> {
+        ping_from(&self.netns, target, count, "0.05")
     }
 }

@@ -358,6 +358,29 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     );
     let ghost = attachment("c2", &pod_netns[0], "ghost");
     assert_eq!(code(&lab.invoke(0, "ADD", &ghost, &good)), 11);
+    // A pod of an underlay subnet without a logical gateway: refused at once, with the reason.
+    let mut underlay = Topology::new();
+    underlay
+        .plain_switch("subnet-u", "10.100.0.0/24")
+        .unwrap()
+        .localnet("subnet-u", "physnet1", 100)
+        .pod(
+            "subnet-u",
+            "u1",
+            "ns",
+            &mac_for("u1"),
+            Ipv4Addr::new(10, 100, 0, 2),
+        );
+    underlay.apply(&lab.lab).unwrap();
+    let started = std::time::Instant::now();
+    let output = lab.invoke(0, "ADD", &attachment("c3", &pod_netns[0], "u1"), &good);
+    assert_eq!(code(&output), 11);
+    let details = stdout_json(&output)["details"].to_string();
+    assert!(details.contains("without a logical gateway"), "{output:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not refused at once"
+    );
     assert_eq!(host_interfaces(&lab.nodes[0]), before, "no veth leaked");
     assert!(
         wait_until(Duration::from_secs(5), || chassis_of(&lab.lab, "a1.ns")

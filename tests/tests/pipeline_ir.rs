@@ -7,7 +7,7 @@ mod common;
 
 use common::Replica;
 use ovnbpf_agent::pipeline::{
-    Compiler, IrDiff,
+    Compiler, IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{IrEntry, Prefix},
 };
 use ovnbpf_tests::{
@@ -263,4 +263,97 @@ async fn incremental_ir_equals_a_fresh_compile_after_changes() {
             "incremental IR differs: only incremental {only_incremental:?}, only fresh {only_full:?}"
         );
     }
+}
+
+/// Routing onto an underlay switch (Kube-OVN's U2O interconnection) is reported unsupported for
+/// the router, and the report follows the localnet port and the router port incrementally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routers_on_underlay_switches_are_reported_unsupported() {
+    let (lab, mut replica) = subnet_with_pods(2).await;
+    let router_key = |replica: &Replica| {
+        replica
+            .compiler
+            .entries()
+            .find_map(|e| match e {
+                IrEntry::Datapath {
+                    datapath,
+                    name,
+                    router: true,
+                } if name == "vpc-a" => Some(*datapath),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let u2o = |replica: &Replica| -> Vec<(u32, String)> {
+        let mut found: Vec<(u32, String)> = replica
+            .compiler
+            .entries()
+            .filter_map(|e| match e {
+                IrEntry::Unsupported {
+                    datapath,
+                    stage,
+                    reason,
+                } if stage == UNDERLAY_ROUTING_STAGE => Some((*datapath, reason.clone())),
+                _ => None,
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    assert!(u2o(&replica).is_empty(), "{:?}", u2o(&replica));
+
+    // An underlay subnet of vpc-a, first without its router port: nothing routes onto it.
+    let mut topology = Topology::new();
+    topology
+        .plain_switch("subnet-u", "10.200.0.0/24")
+        .unwrap()
+        .localnet("subnet-u", "physnet1", 100);
+    topology.apply(&lab).unwrap();
+    replica.settle().await;
+    assert!(u2o(&replica).is_empty(), "{:?}", u2o(&replica));
+
+    // U2O: the router gets a port on it.
+    let mut topology = Topology::new();
+    topology
+        .subnet("vpc-a", "subnet-u", "10.200.0.0/24")
+        .unwrap();
+    topology.apply(&lab).unwrap();
+    replica.settle().await;
+    let reported = u2o(&replica);
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(reported[0].0, router_key(&replica));
+    assert!(reported[0].1.contains("subnet-u"), "{reported:?}");
+    let coverage = replica.compiler.coverage();
+    assert_eq!(coverage[UNDERLAY_ROUTING_STAGE].unsupported, 1);
+
+    // Without the localnet port the switch is an overlay subnet again.
+    lab.nbctl(&["--wait=sb", "lsp-del", "localnet.subnet-u"])
+        .unwrap();
+    replica.settle().await;
+    assert!(u2o(&replica).is_empty(), "{:?}", u2o(&replica));
+    lab.nbctl(&[
+        "--wait=sb",
+        "lsp-add",
+        "subnet-u",
+        "localnet.subnet-u",
+        "--",
+        "lsp-set-type",
+        "localnet.subnet-u",
+        "localnet",
+        "--",
+        "lsp-set-options",
+        "localnet.subnet-u",
+        "network_name=physnet1",
+    ])
+    .unwrap();
+    replica.settle().await;
+    assert_eq!(u2o(&replica).len(), 1);
+    let fresh = Replica::start(&lab).await;
+    assert_eq!(u2o(&fresh), u2o(&replica));
+
+    // Removing the router port ends it.
+    lab.nbctl(&["--wait=sb", "lrp-del", "vpc-a-subnet-u"])
+        .unwrap();
+    replica.settle().await;
+    assert!(u2o(&replica).is_empty(), "{:?}", u2o(&replica));
 }

@@ -3,8 +3,9 @@
 //! (`--bridge-mappings physnet1:eth1`) to each node's `eth1` on a physical switch. Both use
 //! 10.100.0.0/24. Pods reach their VLAN's pods on the other node through the physical switch (a
 //! capture shows the tags and no Geneve), broadcasts reach the VLAN's pods, and nothing crosses
-//! between the VLANs. (External hosts on access ports need a VLAN-aware bridge, which this
-//! kernel, without 8021q, cannot build.)
+//! between the VLANs. External hosts on access ports of VLAN 100 and VLAN 200 reach the pods of
+//! their VLAN (their ARP answered by the pod) and nothing else, although both VLANs use the same
+//! addresses.
 
 mod common;
 
@@ -12,17 +13,19 @@ use std::{net::Ipv4Addr, time::Duration};
 
 use common::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
+    bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
     network::PhysicalSwitch,
     process::{Child, wait_until},
     workspace_binary,
 };
 
-const PODS: [PodPlan; 4] = [
+const PODS: [PodPlan; 5] = [
     ("u1", "subnet-u100", 0, Ipv4Addr::new(10, 100, 0, 2)),
     ("u2", "subnet-u100", 1, Ipv4Addr::new(10, 100, 0, 3)),
     ("w1", "subnet-u200", 0, Ipv4Addr::new(10, 100, 0, 3)),
     ("w2", "subnet-u200", 1, Ipv4Addr::new(10, 100, 0, 2)),
+    ("o1", "subnet-o", 0, Ipv4Addr::new(10, 16, 0, 2)),
 ];
 
 #[test]
@@ -34,19 +37,31 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     for node in nodes {
         physical.add_trunk(node, "eth1").unwrap();
     }
+    let external_100 = physical
+        .add_access_host("x100", 100, "10.100.0.200/24")
+        .unwrap();
+    let external_200 = physical
+        .add_access_host("x200", 200, "10.100.0.201/24")
+        .unwrap();
     let mut topology = Topology::new();
+    // Kube-OVN's underlay subnets have no logical gateway: the switches are on no router.
+    // VLAN 100's is also routed to an overlay subnet of vpc-o (U2O), which is not compiled.
     topology
-        .vpc_with_subnet("vpc-u100", "subnet-u100", "10.100.0.0/24")
+        .plain_switch("subnet-u100", "10.100.0.0/24")
         .unwrap()
-        .vpc_with_subnet("vpc-u200", "subnet-u200", "10.100.0.0/24")
+        .plain_switch("subnet-u200", "10.100.0.0/24")
         .unwrap()
         .localnet("subnet-u100", "physnet1", 100)
-        .localnet("subnet-u200", "physnet1", 200);
+        .localnet("subnet-u200", "physnet1", 200)
+        .vpc_with_subnet("vpc-o", "subnet-o", "10.16.0.0/24")
+        .unwrap()
+        .subnet("vpc-o", "subnet-u100", "10.100.0.0/24")
+        .unwrap();
     for (name, subnet, _, ip) in PODS {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(lab).unwrap();
-    let pods = common::add_planned_pods(nodes, &PODS, false, 1500);
+    let pods = common::add_planned_pods(nodes, &PODS, true, 1500);
     for pod in &pods {
         pod.netns()
             .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
@@ -54,9 +69,10 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     }
 
     let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = BpfMount::create().unwrap();
     let agents: Vec<Child> = (0..2)
         .map(|index| {
-            let mut spec = common::planned_agent(nodes, &PODS, index, None);
+            let mut spec = common::planned_agent(nodes, &PODS, index, Some(bpffs.path()));
             spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
             spec.spawn(
                 lab,
@@ -85,7 +101,7 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         )
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let (u1, u2, w1, w2) = (&pods[0], &pods[1], &pods[2], &pods[3]);
+    let (u1, u2, w1, w2, o1) = (&pods[0], &pods[1], &pods[2], &pods[3], &pods[4]);
     let reached = wait_until(Duration::from_secs(5), || {
         u1.ping(PODS[1].3, 1).is_ok_and(|n| n == 1)
     });
@@ -113,6 +129,57 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     // The same address in the other VLAN is another pod: u1 resolved 10.100.0.3 to u2.
     let neighbour = u1.netns().ip(&["neigh", "show", "10.100.0.3"]).unwrap();
     assert!(neighbour.contains(&mac_for("u2")), "{neighbour}");
+
+    // External hosts: their ARP for a pod address is answered by that VLAN's pod (10.100.0.2 is
+    // u1 in VLAN 100 and w2 in VLAN 200), and pods reach the host of their VLAN only.
+    let external_neighbour = |host: &ovnbpf_tests::network::ExternalHost, ip: &str| {
+        host.netns()
+            .ip(&["neigh", "show", ip, "dev", "eth0"])
+            .unwrap()
+    };
+    assert_eq!(
+        external_100.ping(PODS[0].3, 3).unwrap(),
+        3,
+        "VLAN 100 host → u1{}",
+        logs()
+    );
+    let resolved = external_neighbour(&external_100, "10.100.0.2");
+    assert!(resolved.contains(&mac_for("u1")), "{resolved}");
+    assert_eq!(
+        external_200.ping(PODS[3].3, 3).unwrap(),
+        3,
+        "VLAN 200 host → w2{}",
+        logs()
+    );
+    let resolved = external_neighbour(&external_200, "10.100.0.2");
+    assert!(resolved.contains(&mac_for("w2")), "{resolved}");
+    let external_100_ip = Ipv4Addr::new(10, 100, 0, 200);
+    let external_200_ip = Ipv4Addr::new(10, 100, 0, 201);
+    assert_eq!(
+        u2.ping(external_100_ip, 3).unwrap(),
+        3,
+        "u2 → VLAN 100 host"
+    );
+    assert_eq!(
+        w1.ping(external_200_ip, 3).unwrap(),
+        3,
+        "w1 → VLAN 200 host"
+    );
+    assert_eq!(
+        u1.ping(external_200_ip, 2).unwrap(),
+        0,
+        "u1 → VLAN 200 host"
+    );
+    assert_eq!(
+        w2.ping(external_100_ip, 2).unwrap(),
+        0,
+        "w2 → VLAN 100 host"
+    );
+    assert_eq!(
+        external_100.ping(external_200_ip, 2).unwrap(),
+        0,
+        "the hosts are in different VLANs"
+    );
 
     // A broadcast in VLAN 100 reaches u2 (other node) and no pod of VLAN 200.
     let listen = |pod: &ovnbpf_tests::network::Pod, name: &str| {
@@ -168,4 +235,21 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         "VLAN 200 pods got VLAN 100 broadcasts"
     );
     assert_eq!(w2.ping(PODS[2].3, 2).unwrap(), 2, "w2 → w1 still fine");
+
+    // U2O: the compiler reports vpc-o unsupported, so the kernel routes nothing between the
+    // underlay and the overlay subnet: dropped and counted, not sent where OVN would not.
+    let unsupported = |node: usize| {
+        common::datapath_counters(&nodes[node], &bpffs.path().join(common::NODES[node]))["drops"]
+            ["router_unsupported"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    let before = unsupported(0);
+    assert_eq!(u1.ping(PODS[4].3, 2).unwrap(), 0, "u1 → o1 through vpc-o");
+    assert_eq!(o1.ping(PODS[0].3, 2).unwrap(), 0, "o1 → u1 through vpc-o");
+    assert!(
+        unsupported(0) >= before + 4,
+        "routed underlay traffic not counted as router_unsupported{}",
+        logs()
+    );
 }

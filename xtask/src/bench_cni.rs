@@ -82,6 +82,57 @@ fn concurrently(
         .collect()
 }
 
+/// The number after `name=` in a log line.
+fn log_field(line: &str, name: &str) -> Option<f64> {
+    let start = line.find(&format!(" {name}="))? + name.len() + 2;
+    line[start..].split_whitespace().next()?.parse().ok()
+}
+
+/// p50/p99 of each ADD phase the agents logged (lock, bind, NIC, datapath plug, wait for up).
+fn print_phases(logs: &str) {
+    let collect = |message: &str, field: &str, scale: f64| -> Vec<Duration> {
+        logs.lines()
+            .filter(|line| line.contains(message))
+            .filter_map(|line| log_field(line, field))
+            .map(|value| Duration::from_secs_f64(value * scale / 1000.0))
+            .collect()
+    };
+    let phases = [
+        (
+            "bound (Port_Binding facts)",
+            collect("CNI ADD done", "bound_ms", 1.0),
+        ),
+        (
+            "NIC built (cumulative)",
+            collect("CNI ADD done", "built_ms", 1.0),
+        ),
+        (
+            "datapath plug: tcx attach",
+            collect("port plugged", "attach_us", 0.001),
+        ),
+        (
+            "datapath plug: attach + maps",
+            collect("port plugged", "us", 0.001),
+        ),
+        (
+            "wait for up=true",
+            collect("bound here and up", "waited_ms", 1.0),
+        ),
+        ("ADD in the agent", collect("CNI ADD done", "ms", 1.0)),
+    ];
+    println!("   ADD phases in the agents:");
+    for (name, values) in phases {
+        let summary = summary(name, &values);
+        println!(
+            "   {:<40} {:>6} p50 {:>7.1} ms  p99 {:>7.1} ms",
+            name,
+            summary["n"],
+            summary["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            summary["p99_ms"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+}
+
 fn summary(name: &str, durations: &[Duration]) -> Value {
     let mut ms: Vec<f64> = durations.iter().map(|d| d.as_secs_f64() * 1e3).collect();
     ms.sort_by(f64::total_cmp);
@@ -291,18 +342,11 @@ pub fn run(args: &[String]) -> Result<()> {
         Ok(start.elapsed())
     })?;
     // Where the time goes, per phase, as the agents log it.
-    for agent in &agents {
-        let log = agent
-            .log_path()
-            .and_then(|path| std::fs::read_to_string(path).ok())
-            .unwrap_or_default();
-        for line in log.lines().filter(|l| l.contains("CNI ADD done")).take(3) {
-            println!(
-                "   {}",
-                line.split("CNI ADD done").nth(1).unwrap_or_default()
-            );
-        }
-    }
+    let logs: String = agents
+        .iter()
+        .filter_map(|agent| std::fs::read_to_string(agent.log_path()?).ok())
+        .collect();
+    print_phases(&logs);
     drop(agents);
 
     let results = [

@@ -8,6 +8,7 @@
 use std::{
     io::Write,
     net::Ipv4Addr,
+    os::fd::{AsRawFd, FromRawFd},
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
@@ -166,31 +167,37 @@ fn send_gratuitous_arp(interface: &str, mac: [u8; 6], ip: Ipv4Addr) -> std::io::
     frame.extend_from_slice(&[0; 6]);
     frame.extend_from_slice(&ip.octets());
     // SAFETY: plain socket calls with a sockaddr_ll we own and a buffer of the length we pass;
-    // the descriptor is closed on every path.
-    unsafe {
-        let socket = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        if socket < 0 {
+    // the descriptor is owned by an `OwnedFd` from its creation on.
+    let socket = unsafe {
+        let raw = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        if raw < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        std::os::fd::OwnedFd::from_raw_fd(raw)
+    };
+    // SAFETY: see above.
+    let sent = unsafe {
         let mut address: libc::sockaddr_ll = std::mem::zeroed();
         address.sll_family = libc::AF_PACKET as u16;
         address.sll_protocol = 0x0806_u16.to_be();
         address.sll_ifindex = ifindex;
         address.sll_halen = 6;
         address.sll_addr[..6].copy_from_slice(&[0xff; 6]);
-        let sent = libc::sendto(
-            socket,
+        libc::sendto(
+            socket.as_raw_fd(),
             frame.as_ptr().cast(),
             frame.len(),
             0,
             std::ptr::addr_of!(address).cast(),
             std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        );
-        let error = std::io::Error::last_os_error();
-        libc::close(socket);
-        if sent < 0 {
-            return Err(error);
-        }
+        )
+    };
+    let error = std::io::Error::last_os_error();
+    // Closing a packet socket waits for an RCU grace period (packet_release calls
+    // synchronize_net: about 15 ms here); ADD need not wait for it.
+    std::thread::spawn(move || drop(socket));
+    if sent < 0 {
+        return Err(error);
     }
     Ok(())
 }

@@ -207,11 +207,25 @@ pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, Stri
     let Some(datapath) = binding.datapath else {
         return Ok(None);
     };
-    let gateway = sb
-        .ports_on_datapath(datapath)
+    let neighbours: Vec<PortBinding> = sb.ports_on_datapath(datapath).collect();
+    let gateway = neighbours
+        .iter()
         .filter(|p| p.kind == "patch")
         .filter_map(|p| sb.port_by_name(p.options.get("peer")?))
         .find_map(|router_port| subnet_gateway(&router_port, ip));
+    if gateway.is_none()
+        && let Some(localnet) = neighbours.iter().find(|p| p.kind == "localnet")
+        && !neighbours.iter().any(|p| p.kind == "patch")
+    {
+        // Kube-OVN's daemon takes such a subnet's gateway from the pod's annotations; the
+        // Southbound does not have it.
+        return Err(format!(
+            "{port} is on an underlay subnet without a logical gateway (localnet port {}, no \
+             router port): its prefix and gateway are not in the Southbound, which ovnbpf's CNI \
+             does not support yet",
+            localnet.logical_port
+        ));
+    }
     Ok(gateway.map(|(gateway, prefix_len)| PortFacts {
         mac: format_mac(mac),
         ip,
@@ -241,11 +255,15 @@ fn format_mac(mac: [u8; 6]) -> String {
         .join(":")
 }
 
+/// Where a plugged port's caller waits for `up`.
+type UpReply = oneshot::Sender<Result<(), PortError>>;
+
 /// Replies waiting for the Southbound.
 #[derive(Debug, Default)]
 pub struct Pending {
     binds: Vec<(String, oneshot::Sender<Result<PortFacts, PortError>>)>,
-    ups: Vec<(String, oneshot::Sender<Result<(), PortError>>)>,
+    /// With when the wait began, for the log.
+    ups: Vec<(String, std::time::Instant, UpReply)>,
 }
 
 impl Pending {
@@ -257,8 +275,8 @@ impl Pending {
         self.binds.push((port, reply));
     }
 
-    pub fn wait_for_up(&mut self, port: String, reply: oneshot::Sender<Result<(), PortError>>) {
-        self.ups.push((port, reply));
+    pub fn wait_for_up(&mut self, port: String, reply: UpReply) {
+        self.ups.push((port, std::time::Instant::now(), reply));
     }
 
     /// Answers every request the replica can now answer; requests whose caller gave up are
@@ -278,7 +296,7 @@ impl Pending {
                 }
             }
         }
-        for (port, reply) in std::mem::take(&mut self.ups) {
+        for (port, since, reply) in std::mem::take(&mut self.ups) {
             if reply.is_closed() {
                 continue;
             }
@@ -286,9 +304,14 @@ impl Pending {
                 .port_by_name(&port)
                 .is_some_and(|binding| bound_up(&binding))
             {
+                tracing::info!(
+                    port,
+                    waited_ms = since.elapsed().as_millis() as u64,
+                    "Port_Binding bound here and up"
+                );
                 let _ = reply.send(Ok(()));
             } else {
-                self.ups.push((port, reply));
+                self.ups.push((port, since, reply));
             }
         }
     }

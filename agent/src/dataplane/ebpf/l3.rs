@@ -19,7 +19,7 @@ use ovnbpf_common::{
 
 use super::EbpfError;
 use crate::pipeline::{
-    IrDiff,
+    IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{IrEntry, Mac, PortKind, Prefix, parse_port_security},
 };
 
@@ -354,8 +354,9 @@ impl L3State {
                 datapath,
                 stage,
                 reason,
-            } if stage.starts_with("lr_")
-                && !HARMLESS_UNSUPPORTED_STAGES.contains(&stage.as_str()) =>
+            } if (stage.starts_with("lr_")
+                && !HARMLESS_UNSUPPORTED_STAGES.contains(&stage.as_str()))
+                || stage == UNDERLAY_ROUTING_STAGE =>
             {
                 self.block(*datapath, format!("{stage}: {reason}"), added);
             }

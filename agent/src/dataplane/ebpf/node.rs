@@ -179,6 +179,7 @@ impl NodeDatapath {
     /// Attaches `from_pod` to `interface` (pinned, when pinning) and forwards for logical port
     /// `port` through it; returns the map writes made.
     pub fn plug(&mut self, port: &str, interface: &str) -> Result<usize, NodeDatapathError> {
+        let start = std::time::Instant::now();
         let index = ifindex(interface)?;
         match &self.pins {
             Some(pins) => {
@@ -202,9 +203,19 @@ impl NodeDatapath {
         {
             unpin_link(&pins.link_path(Hook::Pod, old_index));
         }
+        let attach_us = start.elapsed().as_micros() as u64;
         self.l2.set_interface(port, Some(index));
-        info!(port, interface, ifindex = index, "port plugged");
-        Ok(self.l2.flush(&mut self.programs)?)
+        let writes = self.l2.flush(&mut self.programs)?;
+        info!(
+            port,
+            interface,
+            ifindex = index,
+            writes,
+            attach_us,
+            us = start.elapsed().as_micros() as u64,
+            "port plugged"
+        );
+        Ok(writes)
     }
 
     /// Stops forwarding for `port`: its map entries go, its link is unpinned (the link itself

@@ -275,6 +275,22 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
     state.flush(&mut maps).unwrap();
     assert!(maps.routers.contains_key(&ROUTER));
     assert!(!maps.routers.contains_key(&PEER_ROUTER));
+
+    // Routing onto an underlay switch (U2O), reported by the compiler, keeps it out too.
+    let u2o = IrEntry::Unsupported {
+        datapath: ROUTER,
+        stage: crate::pipeline::UNDERLAY_ROUTING_STAGE.into(),
+        reason: "routes onto underlay switch".into(),
+    };
+    state.apply(&diff(vec![u2o.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.routers.contains_key(&ROUTER));
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![u2o],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.routers.contains_key(&ROUTER));
 }
 
 #[test]
