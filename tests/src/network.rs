@@ -307,10 +307,10 @@ mod tests {
     fn access_ports_join_their_vlan_only() {
         let prefix = unique_prefix();
         let switch = PhysicalSwitch::create(&prefix).unwrap();
-        let a = switch.add_access_host("a", 100, "10.51.0.1/24").unwrap();
-        let b = switch.add_access_host("b", 100, "10.51.0.2/24").unwrap();
-        let c = switch.add_access_host("c", 200, "10.51.0.3/24").unwrap();
-        let d = switch.add_access_host("d", 200, "10.51.0.4/24").unwrap();
+        let a = switch.add_host("a", Some(100), "10.51.0.1/24").unwrap();
+        let b = switch.add_host("b", Some(100), "10.51.0.2/24").unwrap();
+        let c = switch.add_host("c", Some(200), "10.51.0.3/24").unwrap();
+        let d = switch.add_host("d", Some(200), "10.51.0.4/24").unwrap();
         assert_eq!(a.ping(Ipv4Addr::new(10, 51, 0, 2), 2).unwrap(), 2);
         assert_eq!(c.ping(Ipv4Addr::new(10, 51, 0, 4), 2).unwrap(), 2);
         assert_eq!(a.ping(Ipv4Addr::new(10, 51, 0, 3), 2).unwrap(), 0);
@@ -464,9 +464,10 @@ impl PhysicalSwitch {
     }
 
     /// An external host `<prefix>-<name>` whose `eth0` (`address` is `ip/prefix`) sits on an
-    /// access port of `vlan`: it sends and receives untagged frames, the switch carries them
-    /// tagged.
-    pub fn add_access_host(&self, name: &str, vlan: u16, address: &str) -> Result<ExternalHost> {
+    /// access port of `vlan` (it sends and receives untagged frames, the switch carries them
+    /// tagged), or with `None` on a plain port (untagged frames as they are; a tagged one
+    /// reaches it but its kernel, with no VLAN device, ignores it).
+    pub fn add_host(&self, name: &str, vlan: Option<u16>, address: &str) -> Result<ExternalHost> {
         let prefix = self.netns.name().trim_end_matches("-phys");
         let netns = Netns::create(&format!("{prefix}-{name}"))?;
         let port = format!("a-{name}");
@@ -486,7 +487,9 @@ impl PhysicalSwitch {
         netns.exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
         netns.ip(&["addr", "add", address, "dev", "eth0"])?;
         netns.ip(&["link", "set", "eth0", "up"])?;
-        let programs = AccessPortPrograms::attach(&self.netns.path(), &port, vlan)?;
+        let programs = vlan
+            .map(|vlan| AccessPortPrograms::attach(&self.netns.path(), &port, vlan))
+            .transpose()?;
         self.netns.ip(&["link", "set", &port, "master", "br0"])?;
         self.netns.ip(&["link", "set", &port, "up"])?;
         Ok(ExternalHost {
@@ -499,7 +502,7 @@ impl PhysicalSwitch {
 /// A host outside the cluster, on an access port of the [`PhysicalSwitch`].
 #[derive(Debug)]
 pub struct ExternalHost {
-    _programs: AccessPortPrograms,
+    _programs: Option<AccessPortPrograms>,
     netns: Netns,
 }
 

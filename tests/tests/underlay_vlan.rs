@@ -5,7 +5,9 @@
 //! capture shows the tags and no Geneve), broadcasts reach the VLAN's pods, and nothing crosses
 //! between the VLANs. External hosts on access ports of VLAN 100 and VLAN 200 reach the pods of
 //! their VLAN (their ARP answered by the pod) and nothing else, although both VLANs use the same
-//! addresses.
+//! addresses. A third subnet's localnet port has no tag: its frames cross the trunk untagged and
+//! an untagged host reaches its pods. VLAN 100's subnet is also routed to an overlay subnet (U2O),
+//! which the compiler reports unsupported: that traffic is dropped and counted.
 
 mod common;
 
@@ -20,12 +22,14 @@ use ovnbpf_tests::{
     workspace_binary,
 };
 
-const PODS: [PodPlan; 5] = [
+const PODS: [PodPlan; 7] = [
     ("u1", "subnet-u100", 0, Ipv4Addr::new(10, 100, 0, 2)),
     ("u2", "subnet-u100", 1, Ipv4Addr::new(10, 100, 0, 3)),
     ("w1", "subnet-u200", 0, Ipv4Addr::new(10, 100, 0, 3)),
     ("w2", "subnet-u200", 1, Ipv4Addr::new(10, 100, 0, 2)),
     ("o1", "subnet-o", 0, Ipv4Addr::new(10, 16, 0, 2)),
+    ("n1", "subnet-n", 0, Ipv4Addr::new(10, 101, 0, 2)),
+    ("n2", "subnet-n", 1, Ipv4Addr::new(10, 101, 0, 3)),
 ];
 
 #[test]
@@ -38,11 +42,12 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         physical.add_trunk(node, "eth1").unwrap();
     }
     let external_100 = physical
-        .add_access_host("x100", 100, "10.100.0.200/24")
+        .add_host("x100", Some(100), "10.100.0.200/24")
         .unwrap();
     let external_200 = physical
-        .add_access_host("x200", 200, "10.100.0.201/24")
+        .add_host("x200", Some(200), "10.100.0.201/24")
         .unwrap();
+    let external_untagged = physical.add_host("xn", None, "10.101.0.200/24").unwrap();
     let mut topology = Topology::new();
     // Kube-OVN's underlay subnets have no logical gateway: the switches are on no router.
     // VLAN 100's is also routed to an overlay subnet of vpc-o (U2O), which is not compiled.
@@ -53,6 +58,9 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         .unwrap()
         .localnet("subnet-u100", "physnet1", 100)
         .localnet("subnet-u200", "physnet1", 200)
+        .plain_switch("subnet-n", "10.101.0.0/24")
+        .unwrap()
+        .localnet("subnet-n", "physnet1", 0)
         .vpc_with_subnet("vpc-o", "subnet-o", "10.16.0.0/24")
         .unwrap()
         .subnet("vpc-o", "subnet-u100", "10.100.0.0/24")
@@ -101,7 +109,7 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         )
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let (u1, u2, w1, w2, o1) = (&pods[0], &pods[1], &pods[2], &pods[3], &pods[4]);
+    let (u1, u2, w1, w2, o1, n1) = (&pods[0], &pods[1], &pods[2], &pods[3], &pods[4], &pods[5]);
     let reached = wait_until(Duration::from_secs(5), || {
         u1.ping(PODS[1].3, 1).is_ok_and(|n| n == 1)
     });
@@ -113,14 +121,34 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         "w1 → w2 (VLAN 200){}",
         logs()
     );
+    // The untagged localnet's pods: untagged frames on the trunk.
+    assert_eq!(
+        n1.ping(PODS[6].3, 3).unwrap(),
+        3,
+        "n1 → n2 (untagged){}",
+        logs()
+    );
+    let untagged_echo = |text: &str| {
+        text.lines()
+            .any(|line| line.contains("10.101.0.2 > 10.101.0.3") && !line.contains("vlan"))
+    };
     let seen = wait_until(Duration::from_secs(3), || {
         std::fs::read_to_string(&capture_log).is_ok_and(|text| {
-            text.contains("vlan 100") && text.contains("vlan 200") && text.contains("ICMP echo")
+            text.contains("vlan 100")
+                && text.contains("vlan 200")
+                && text.contains("ICMP echo")
+                && untagged_echo(&text)
         })
     });
     capture.stop();
     let text = std::fs::read_to_string(&capture_log).unwrap_or_default();
-    assert!(seen, "no tagged echoes on the trunk: {text}");
+    assert!(seen, "no tagged and untagged echoes on the trunk: {text}");
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.contains("10.101.0.") && line.contains("vlan")),
+        "the untagged subnet's frames carry a tag: {text}"
+    );
     assert!(
         !text.contains(".6081"),
         "Geneve on an underlay switch: {text}"
@@ -153,6 +181,14 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     );
     let resolved = external_neighbour(&external_200, "10.100.0.2");
     assert!(resolved.contains(&mac_for("w2")), "{resolved}");
+    assert_eq!(
+        external_untagged.ping(PODS[6].3, 3).unwrap(),
+        3,
+        "untagged host → n2{}",
+        logs()
+    );
+    let resolved = external_neighbour(&external_untagged, "10.101.0.3");
+    assert!(resolved.contains(&mac_for("n2")), "{resolved}");
     let external_100_ip = Ipv4Addr::new(10, 100, 0, 200);
     let external_200_ip = Ipv4Addr::new(10, 100, 0, 201);
     assert_eq!(
