@@ -207,7 +207,7 @@ pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, Stri
     let Some(datapath) = binding.datapath else {
         return Ok(None);
     };
-    let neighbours: Vec<PortBinding> = sb.ports_on_datapath(datapath).collect();
+    let neighbours: Vec<PortBinding> = sb.typed_ports_on_datapath(datapath).collect();
     let gateway = neighbours
         .iter()
         .filter(|p| p.kind == "patch")

@@ -652,7 +652,7 @@ fn underlay_routing_entries(sb: &Southbound, switch: u32) -> Vec<IrEntry> {
     if datapath.external_ids.contains_key("logical-router") {
         return Vec::new();
     }
-    let ports: Vec<PortBinding> = sb.ports_on_datapath(datapath.uuid).collect();
+    let ports: Vec<PortBinding> = sb.typed_ports_on_datapath(datapath.uuid).collect();
     let Some(localnet) = ports.iter().find(|port| port.kind == "localnet") else {
         return Vec::new();
     };

@@ -21,6 +21,11 @@ pub struct Indexes {
     /// (datapath row, port tunnel key) → Port_Binding.
     pub port_by_key: HashMap<(Uuid, u32), Uuid>,
     pub ports_by_datapath: HashMap<Uuid, HashSet<Uuid>>,
+    /// Ports with a type (patch, localnet, chassisredirect, …) per datapath: few per datapath,
+    /// unlike its VIFs.
+    pub typed_ports_by_datapath: HashMap<Uuid, HashSet<Uuid>>,
+    /// Ports whose `chassis` or `requested_chassis` is a chassis row (the closure's seeds).
+    pub ports_by_chassis: HashMap<Uuid, HashSet<Uuid>>,
     pub datapath_by_key: HashMap<u32, Uuid>,
     pub flows_by_datapath: HashMap<Uuid, HashSet<Uuid>>,
     pub flows_by_group: HashMap<Uuid, HashSet<Uuid>>,
@@ -81,6 +86,10 @@ impl Indexes {
                 if let Some(datapath) = port.datapath {
                     remove_if(&mut self.port_by_key, &(datapath, port.tunnel_key), uuid);
                     remove_member(&mut self.ports_by_datapath, datapath, uuid);
+                    remove_member(&mut self.typed_ports_by_datapath, datapath, uuid);
+                }
+                for chassis in [port.chassis, port.requested_chassis].into_iter().flatten() {
+                    remove_member(&mut self.ports_by_chassis, chassis, uuid);
                 }
             }
             DatapathBinding::TABLE => {
@@ -129,6 +138,18 @@ impl Indexes {
                     self.port_by_key.insert((datapath, port.tunnel_key), uuid);
                     self.ports_by_datapath
                         .entry(datapath)
+                        .or_default()
+                        .insert(uuid);
+                    if !port.kind.is_empty() {
+                        self.typed_ports_by_datapath
+                            .entry(datapath)
+                            .or_default()
+                            .insert(uuid);
+                    }
+                }
+                for chassis in [port.chassis, port.requested_chassis].into_iter().flatten() {
+                    self.ports_by_chassis
+                        .entry(chassis)
                         .or_default()
                         .insert(uuid);
                 }

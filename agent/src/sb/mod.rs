@@ -121,6 +121,29 @@ impl Southbound {
             .filter_map(|uuid| self.row(uuid))
     }
 
+    /// The ports of `datapath` that have a type (patch, localnet, …), without its VIFs.
+    pub fn typed_ports_on_datapath(
+        &self,
+        datapath: Uuid,
+    ) -> impl Iterator<Item = PortBinding> + '_ {
+        self.indexes
+            .typed_ports_by_datapath
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .filter_map(|uuid| self.row(uuid))
+    }
+
+    /// The ports bound to `chassis` or requested for it.
+    pub fn ports_of_chassis(&self, chassis: Uuid) -> impl Iterator<Item = PortBinding> + '_ {
+        self.indexes
+            .ports_by_chassis
+            .get(&chassis)
+            .into_iter()
+            .flatten()
+            .filter_map(|uuid| self.row(uuid))
+    }
+
     /// Every logical flow that applies to `datapath`: its own and those of its datapath groups.
     pub fn flows_for_datapath(&self, datapath: Uuid) -> impl Iterator<Item = LogicalFlow> + '_ {
         let own = self
@@ -245,5 +268,84 @@ mod tests {
         assert_eq!(changes.table("Port_Binding").unwrap().deleted.len(), 1);
         assert!(sb.port_by_name("renamed.ns").is_none());
         assert_eq!(sb.ports_on_datapath(DP.parse().unwrap()).count(), 0);
+    }
+
+    #[test]
+    fn typed_and_chassis_indexes_follow_the_rows() {
+        const CHASSIS: &str = "33333333-3333-4333-8333-333333333333";
+        const OTHER: &str = "44444444-4444-4444-8444-444444444444";
+        let uuid_column = |table: &str| json!({"type": {"key": {"type": "uuid", "refTable": table}, "min": 0, "max": 1}});
+        let schema = DatabaseSchema::parse(
+            &json!({"name": "OVN_Southbound", "version": "20.0.0", "tables": {
+                "Port_Binding": {"columns": {
+                    "logical_port": {"type": "string"},
+                    "type": {"type": "string"},
+                    "datapath": uuid_column("Datapath_Binding"),
+                    "chassis": uuid_column("Chassis"),
+                    "requested_chassis": uuid_column("Chassis"),
+                    "tunnel_key": {"type": "integer"}
+                }},
+                "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}}
+            }}),
+        )
+        .unwrap();
+        let monitored: BTreeMap<String, Vec<String>> = [
+            (
+                "Port_Binding".to_string(),
+                [
+                    "logical_port",
+                    "type",
+                    "datapath",
+                    "chassis",
+                    "requested_chassis",
+                    "tunnel_key",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+            ("Datapath_Binding".to_string(), vec!["tunnel_key".into()]),
+        ]
+        .into();
+        let mut sb = Southbound::new();
+        sb.apply(&SessionEvent::Snapshot {
+            remote: "test".into(),
+            method: MonitorMethod::MonitorCondSince,
+            schema: Arc::new(schema),
+            monitored,
+            updates: json!({
+                "Datapath_Binding": {DP: {"initial": {"tunnel_key": 7}}},
+                "Port_Binding": {PB: {"initial": {"logical_port": "lrp", "type": "patch", "datapath": ["uuid", DP], "requested_chassis": ["uuid", CHASSIS], "tunnel_key": 3}}}
+            }),
+            format: UpdateFormat::Update2,
+            resumed: false,
+        });
+        let datapath: Uuid = DP.parse().unwrap();
+        let names = |ports: Vec<PortBinding>| -> Vec<String> {
+            ports.into_iter().map(|p| p.logical_port).collect()
+        };
+        assert_eq!(
+            names(sb.typed_ports_on_datapath(datapath).collect()),
+            ["lrp"]
+        );
+        assert_eq!(
+            names(sb.ports_of_chassis(CHASSIS.parse().unwrap()).collect()),
+            ["lrp"]
+        );
+        sb.apply(&SessionEvent::Update {
+            updates: json!({"Port_Binding": {PB: {"modify": {"type": "", "requested_chassis": ["set", []], "chassis": ["uuid", OTHER]}}}}),
+            format: UpdateFormat::Update2,
+        });
+        assert_eq!(sb.typed_ports_on_datapath(datapath).count(), 0, "a VIF now");
+        assert_eq!(sb.ports_of_chassis(CHASSIS.parse().unwrap()).count(), 0);
+        assert_eq!(
+            names(sb.ports_of_chassis(OTHER.parse().unwrap()).collect()),
+            ["lrp"]
+        );
+        sb.apply(&SessionEvent::Update {
+            updates: json!({"Port_Binding": {PB: {"delete": null}}}),
+            format: UpdateFormat::Update2,
+        });
+        assert_eq!(sb.ports_of_chassis(OTHER.parse().unwrap()).count(), 0);
+        assert!(sb.indexes().ports_by_chassis.is_empty());
     }
 }

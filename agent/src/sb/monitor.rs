@@ -115,12 +115,11 @@ pub fn local_scope(
     chassis: Option<Uuid>,
     local_ports: &HashSet<String>,
 ) -> LocalScope {
-    let mut pending: Vec<Uuid> = sb
-        .rows::<PortBinding>()
-        .filter(|port| {
-            chassis.is_some_and(|c| port.chassis == Some(c) || port.requested_chassis == Some(c))
-                || local_ports.contains(&port.logical_port)
-        })
+    // From the indexes: O(local ports + the closure's patch ports), whatever the cluster's size.
+    let mut pending: Vec<Uuid> = chassis
+        .into_iter()
+        .flat_map(|chassis| sb.ports_of_chassis(chassis))
+        .chain(local_ports.iter().filter_map(|name| sb.port_by_name(name)))
         .filter_map(|port| port.datapath)
         .collect();
     let mut datapaths = BTreeSet::new();
@@ -128,7 +127,7 @@ pub fn local_scope(
         if !datapaths.insert(datapath) {
             continue;
         }
-        for port in sb.ports_on_datapath(datapath) {
+        for port in sb.typed_ports_on_datapath(datapath) {
             if port.kind != "patch" {
                 continue;
             }
