@@ -20,6 +20,10 @@ pub const INVALID_NETWORK_CONFIG: u32 = 7;
 pub const TRY_AGAIN_LATER: u32 = 11;
 /// STATUS: the plugin cannot service ADD requests.
 pub const PLUGIN_NOT_AVAILABLE: u32 = 50;
+/// ovnbpf's own (the spec leaves 100 and up to plugins): the agent cannot serve this pod as its
+/// logical port is configured (no static address, no gateway in the Southbound); retrying does
+/// not help until the configuration changes.
+pub const POD_NOT_SERVABLE: u32 = 100;
 
 /// A CNI error as the spec defines it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -216,8 +216,10 @@ fn pod_request(
     })
 }
 
-/// POSTs `body` to the agent and returns a 2xx response; anything else is a CNI error:
-/// unreachable agent or a refusal → 11 (try again later) with the agent's reason.
+/// POSTs `body` to the agent and returns a 2xx response; anything else is a CNI error with the
+/// agent's reason: a request the agent calls malformed (400) → 4 (invalid arguments), a pod it
+/// cannot serve as configured (422) → 100, an unreachable agent and every other failure → 11
+/// (try again later).
 fn call(
     conf: &NetConf,
     post: Post<'_>,
@@ -246,8 +248,13 @@ fn call(
     let reason = serde_json::from_slice::<CniResponse>(&response.body)
         .map(|r| r.error)
         .unwrap_or_else(|_| String::from_utf8_lossy(&response.body).into_owned());
+    let code = match response.status {
+        400 => error::INVALID_ENVIRONMENT,
+        422 => error::POD_NOT_SERVABLE,
+        _ => error::TRY_AGAIN_LATER,
+    };
     Err(CniError::new(
-        error::TRY_AGAIN_LATER,
+        code,
         "RPC failed",
         format!("{path} answered {}: {reason}", response.status),
     ))

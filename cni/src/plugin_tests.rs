@@ -109,6 +109,14 @@ fn failures_map_to_cni_codes() {
         "{error}"
     );
 
+    let code_for = |status: u16| {
+        let agent = Agent::answering(status, r#"{"error":"reason"}"#);
+        code(agent.run(&invocation("ADD"), CONF))
+    };
+    assert_eq!(code_for(400), error::INVALID_ENVIRONMENT);
+    assert_eq!(code_for(422), error::POD_NOT_SERVABLE);
+    assert_eq!(code_for(503), error::TRY_AGAIN_LATER);
+
     let unreachable = |_: &Path, _: &str, _: &[u8], _: Duration| -> std::io::Result<Response> {
         Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,

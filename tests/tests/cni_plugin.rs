@@ -374,7 +374,7 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     underlay.apply(&lab.lab).unwrap();
     let started = std::time::Instant::now();
     let output = lab.invoke(0, "ADD", &attachment("c3", &pod_netns[0], "u1"), &good);
-    assert_eq!(code(&output), 11);
+    assert_eq!(code(&output), 100, "not servable: retrying does not help");
     let details = stdout_json(&output)["details"].to_string();
     assert!(details.contains("without a logical gateway"), "{output:?}");
     assert!(

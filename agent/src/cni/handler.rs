@@ -31,11 +31,17 @@ pub enum HandlerError {
     Failed(String),
     #[error("not ready: {0}")]
     NotReady(String),
+    /// The pod cannot be served as configured; a retry fails the same way.
+    #[error("{0}")]
+    Unservable(String),
 }
 
 impl From<PortError> for HandlerError {
     fn from(error: PortError) -> Self {
-        HandlerError::Failed(error.to_string())
+        match error {
+            PortError::Unservable(reason) => HandlerError::Unservable(reason),
+            other => HandlerError::Failed(other.to_string()),
+        }
     }
 }
 

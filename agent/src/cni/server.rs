@@ -1,6 +1,7 @@
 //! The CNI socket: HTTP/1.1 on a unix socket (mode 0600), one request per connection, routed to
 //! the [`Handler`]. Kube-OVN's statuses: ADD 200 + JSON, DEL 204; CHECK and STATUS 200, GC 204;
-//! failures 400 (bad request), 500 (failed) or 503 (not ready) with `{"error": …}`. Malformed
+//! failures 400 (bad request), 422 (the pod cannot be served as configured), 500 (failed) or
+//! 503 (not ready) with `{"error": …}`. Malformed
 //! requests are answered and counted, never fatal; slow clients time out.
 
 use std::{
@@ -177,6 +178,7 @@ async fn route(head: &http::RequestHead, body: &[u8], handler: &Handler) -> (u16
                 HandlerError::BadRequest(_) => 404,
                 HandlerError::Failed(_) => 500,
                 HandlerError::NotReady(_) => 503,
+                HandlerError::Unservable(_) => 422,
             };
             (status, error_body(&error.to_string()))
         }

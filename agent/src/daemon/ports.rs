@@ -28,6 +28,10 @@ pub struct PortFacts {
 pub enum PortError {
     #[error("{0}")]
     Rejected(String),
+    /// The port can never be served as it is configured (no static address, no gateway in the
+    /// Southbound): retrying does not help.
+    #[error("{0}")]
+    Unservable(String),
     #[error("timed out after {0:?}: {1}")]
     Timeout(Duration, String),
     #[error("the agent's main loop is not running")]
@@ -292,7 +296,7 @@ impl Pending {
                 }
                 Ok(None) => self.binds.push((port, reply)),
                 Err(reason) => {
-                    let _ = reply.send(Err(PortError::Rejected(reason)));
+                    let _ = reply.send(Err(PortError::Unservable(reason)));
                 }
             }
         }
