@@ -103,15 +103,11 @@ fn print_phases(logs: &str) {
             collect("CNI ADD done", "bound_ms", 1.0),
         ),
         (
-            "NIC built (cumulative)",
-            collect("CNI ADD done", "built_ms", 1.0),
+            "NIC built, from_pod attached (cumulative)",
+            collect("CNI ADD done", "linked_ms", 1.0),
         ),
         (
-            "datapath plug: tcx attach",
-            collect("port plugged", "attach_us", 0.001),
-        ),
-        (
-            "datapath plug: attach + maps",
+            "datapath plug (map writes)",
             collect("port plugged", "us", 0.001),
         ),
         (

@@ -214,12 +214,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
             return Ok(());
         }
-        let datapath = match &datapath_config {
+        let mut datapath = match &datapath_config {
             Some(datapath_config) => {
                 Some(NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?)
             }
             None => None,
         };
+        let linker = datapath
+            .as_mut()
+            .map(NodeDatapath::pod_linker)
+            .transpose()
+            .context("sharing from_pod with the CNI server")?;
         let (handle, commands) = daemon::ports::channel();
         let cni = match store {
             Some(store) => {
@@ -228,6 +233,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 })?;
                 let handler = Handler::new(
                     handle,
+                    linker,
                     store,
                     HandlerConfig {
                         mtu: pod_mtu,

@@ -20,7 +20,10 @@ use super::{
     plumbing::{self, PodNic},
     store::{AttachmentRecord, AttachmentStore},
 };
-use crate::daemon::ports::{DaemonHandle, PortError};
+use crate::{
+    daemon::ports::{DaemonHandle, PortError},
+    dataplane::ebpf::pod_link::PodLinker,
+};
 
 /// Why an operation failed; the server turns it into an HTTP status and the error string.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +63,9 @@ pub struct HandlerConfig {
 /// The CNI operations of one agent.
 pub struct Handler {
     daemon: DaemonHandle,
+    /// Attaches `from_pod` to new NICs on the blocking task that builds them (see
+    /// [`PodLinker`]); `None` leaves it to the daemon.
+    linker: Option<PodLinker>,
     store: AttachmentStore,
     config: HandlerConfig,
     /// One lock per logical port, so ADD and DEL of the same pod never interleave.
@@ -80,9 +86,15 @@ fn elapsed_ms(start: Instant) -> u64 {
 
 impl Handler {
     #[must_use]
-    pub fn new(daemon: DaemonHandle, store: AttachmentStore, config: HandlerConfig) -> Self {
+    pub fn new(
+        daemon: DaemonHandle,
+        linker: Option<PodLinker>,
+        store: AttachmentStore,
+        config: HandlerConfig,
+    ) -> Self {
         Self {
             daemon,
+            linker,
             store,
             config,
             locks: Mutex::new(HashMap::new()),
@@ -191,24 +203,47 @@ impl Handler {
         };
         let built = {
             let nic = nic.clone();
-            tokio::task::spawn_blocking(move || plumbing::create(&nic)).await
+            let linker = self.linker.clone();
+            tokio::task::spawn_blocking(move || {
+                let index = plumbing::create(&nic).map_err(|e| e.to_string())?;
+                let link = linker
+                    .map(|linker| linker.attach(index))
+                    .transpose()
+                    .map_err(|e| e.to_string());
+                if link.is_err() {
+                    let _ = plumbing::delete(&nic.host_interface);
+                }
+                link
+            })
+            .await
         };
-        let built_ms = elapsed_ms(start);
+        let linked_ms = elapsed_ms(start);
         let names = (
             request.container_id.as_str(),
             if_name.as_str(),
             port.as_str(),
             host.as_str(),
         );
-        match built {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => return Err(self.rollback(names, error.to_string()).await),
+        let link = match built {
+            Ok(Ok(link)) => link,
+            Ok(Err(error)) => return Err(self.rollback(names, error).await),
             Err(error) => {
                 return Err(self
                     .rollback(names, format!("building the NIC: {error}"))
                     .await);
             }
-        }
+        };
+        // A pinned link outlives its descriptor: if the daemon never takes it over, the pin goes
+        // with the rollback (the link itself goes with the veth).
+        let pin = link
+            .as_ref()
+            .filter(|link| link.pinned)
+            .and_then(|link| self.linker.as_ref()?.pin_path(link.ifindex));
+        let unpin = || {
+            if let Some(pin) = &pin {
+                let _ = std::fs::remove_file(pin);
+            }
+        };
         let record = AttachmentRecord {
             container_id: request.container_id.clone(),
             if_name: if_name.clone(),
@@ -218,10 +253,16 @@ impl Handler {
             created_ms: now_ms(),
         };
         if let Err(error) = self.store.save(&record) {
+            unpin();
             let reason = format!("recording the attachment: {error}");
             return Err(self.rollback(names, reason).await);
         }
-        if let Err(error) = self.daemon.plug(&port, &host, self.config.port_wait).await {
+        if let Err(error) = self
+            .daemon
+            .plug(&port, &host, link, self.config.port_wait)
+            .await
+        {
+            unpin();
             return Err(self.rollback(names, error.to_string()).await);
         }
         info!(
@@ -230,7 +271,7 @@ impl Handler {
             ip = %facts.ip,
             locked_ms,
             bound_ms,
-            built_ms,
+            linked_ms,
             ms = elapsed_ms(start),
             "CNI ADD done"
         );

@@ -297,6 +297,7 @@ impl Daemon {
             PortCommand::Plug {
                 port,
                 interface,
+                link,
                 reply,
             } => {
                 let Some(datapath) = self.datapath.as_mut() else {
@@ -305,7 +306,11 @@ impl Daemon {
                     )));
                     return;
                 };
-                match datapath.plug(&port, &interface) {
+                let plugged = match link {
+                    Some(link) => datapath.plug_linked(&port, &interface, link),
+                    None => datapath.plug(&port, &interface),
+                };
+                match plugged {
                     Ok(writes) => self.stats.datapath_writes += writes as u64,
                     Err(error) => {
                         self.stats.datapath_errors += 1;

@@ -8,6 +8,7 @@ use std::{net::Ipv4Addr, time::Duration};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
+    dataplane::ebpf::pod_link::PodLink,
     pipeline::ir::parse_port_security,
     sb::{Southbound, rows::PortBinding},
 };
@@ -58,11 +59,13 @@ pub enum PortCommand {
         port: String,
         reply: oneshot::Sender<Result<PortFacts, PortError>>,
     },
-    /// `port`'s NIC exists, its host end is `interface`: forward for it; answer once its
-    /// Port_Binding is bound here and up.
+    /// `port`'s NIC exists, its host end is `interface`: forward for it (through `link`, when
+    /// the caller attached `from_pod` already); answer once its Port_Binding is bound here and
+    /// up.
     Plug {
         port: String,
         interface: String,
+        link: Option<PodLink>,
         reply: oneshot::Sender<Result<(), PortError>>,
     },
     /// Stop forwarding for `port` if it is still plugged into `interface` (or not plugged at
@@ -131,6 +134,7 @@ impl DaemonHandle {
         &self,
         port: &str,
         interface: &str,
+        link: Option<PodLink>,
         timeout: Duration,
     ) -> Result<(), PortError> {
         let (port, interface) = (port.to_string(), interface.to_string());
@@ -139,6 +143,7 @@ impl DaemonHandle {
             |reply| PortCommand::Plug {
                 port,
                 interface,
+                link,
                 reply,
             },
             timeout,

@@ -33,6 +33,7 @@ pub mod l2;
 pub mod l3;
 pub mod node;
 pub mod pins;
+pub mod pod_link;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));
@@ -57,6 +58,11 @@ pub enum EbpfError {
         name: &'static str,
         source: io::Error,
         log: String,
+    },
+    #[error("duplicating the descriptor of program {name}: {source}")]
+    Descriptor {
+        name: &'static str,
+        source: io::Error,
     },
     #[error("program {name}: {source}")]
     Program {
@@ -252,6 +258,20 @@ impl KernelPrograms {
                 source,
             })?;
         Ok(AttachedLink { hook, id })
+    }
+
+    /// A duplicate of the descriptor of the hook's program, to attach it from another thread
+    /// ([`pod_link::PodLinker`]).
+    pub fn program_fd(&mut self, hook: Hook) -> Result<std::os::fd::OwnedFd, EbpfError> {
+        use std::os::fd::AsFd;
+        let name = hook.program_name();
+        let program = classifier(&mut self.ebpf, name)?;
+        let fd = program
+            .fd()
+            .map_err(|source| EbpfError::Program { name, source })?;
+        fd.as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| EbpfError::Descriptor { name, source })
     }
 
     /// Detaches a link [`Self::attach`] made (pinned links go by unpinning instead).

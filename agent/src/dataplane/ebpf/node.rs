@@ -10,6 +10,7 @@
 use std::{
     collections::{HashMap, HashSet},
     net::Ipv4Addr,
+    os::fd::OwnedFd,
     path::PathBuf,
 };
 
@@ -20,6 +21,7 @@ use super::{
     l2::L2State,
     l3::L3State,
     pins::{PinError, PinLayout},
+    pod_link::{PodLink, PodLinker},
     unpin_link,
 };
 use crate::pipeline::IrDiff;
@@ -63,8 +65,10 @@ pub struct NodeDatapath {
     pins: Option<PinLayout>,
     /// Logical port → its host veth (name, index).
     plugged: HashMap<String, (String, u32)>,
-    /// Without pins: the links of plugged ports, detached when they are unplugged.
+    /// Without pins: the links of plugged ports, detached when they are unplugged (attached here,
+    /// or by a [`PodLinker`] and held by their descriptor).
     links: HashMap<String, AttachedLink>,
+    linked_elsewhere: HashMap<String, OwnedFd>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
 }
@@ -172,6 +176,7 @@ impl NodeDatapath {
             pins,
             plugged,
             links: HashMap::new(),
+            linked_elsewhere: HashMap::new(),
             adopted,
         })
     }
@@ -188,6 +193,7 @@ impl NodeDatapath {
             }
             None => {
                 let link = self.programs.attach(Hook::Pod, interface)?;
+                self.linked_elsewhere.remove(port);
                 if let Some(old) = self.links.insert(port.to_string(), link)
                     && let Err(error) = self.programs.detach(old)
                 {
@@ -203,7 +209,6 @@ impl NodeDatapath {
         {
             unpin_link(&pins.link_path(Hook::Pod, old_index));
         }
-        let attach_us = start.elapsed().as_micros() as u64;
         self.l2.set_interface(port, Some(index));
         let writes = self.l2.flush(&mut self.programs)?;
         info!(
@@ -211,7 +216,64 @@ impl NodeDatapath {
             interface,
             ifindex = index,
             writes,
-            attach_us,
+            us = start.elapsed().as_micros() as u64,
+            "port plugged"
+        );
+        Ok(writes)
+    }
+
+    /// What attaches `from_pod` to new pods' veths away from the daemon loop (see
+    /// [`PodLinker`]), sharing this datapath's program and pins.
+    pub fn pod_linker(&mut self) -> Result<PodLinker, EbpfError> {
+        Ok(PodLinker::new(
+            self.programs.program_fd(Hook::Pod)?,
+            self.pins.clone(),
+        ))
+    }
+
+    /// Forwards for `port` through `interface`, whose `from_pod` link a [`PodLinker`] made;
+    /// returns the map writes made. Takes no kernel lock a tcx attach would wait for.
+    pub fn plug_linked(
+        &mut self,
+        port: &str,
+        interface: &str,
+        link: PodLink,
+    ) -> Result<usize, NodeDatapathError> {
+        let start = std::time::Instant::now();
+        let index = ifindex(interface)?;
+        if index != link.ifindex {
+            return Err(NodeDatapathError::Interface {
+                interface: interface.to_string(),
+                source: std::io::Error::other(format!(
+                    "the link is on interface index {}, the interface has index {index}",
+                    link.ifindex
+                )),
+            });
+        }
+        if let Some(old) = self.links.remove(port)
+            && let Err(error) = self.programs.detach(old)
+        {
+            tracing::debug!(port, %error, "the replaced link was already gone");
+        }
+        if !link.pinned {
+            self.linked_elsewhere
+                .insert(port.to_string(), link.into_fd());
+        }
+        if let Some((_, old_index)) = self
+            .plugged
+            .insert(port.to_string(), (interface.to_string(), index))
+            && old_index != index
+            && let Some(pins) = &self.pins
+        {
+            unpin_link(&pins.link_path(Hook::Pod, old_index));
+        }
+        self.l2.set_interface(port, Some(index));
+        let writes = self.l2.flush(&mut self.programs)?;
+        info!(
+            port,
+            interface,
+            ifindex = index,
+            writes,
             us = start.elapsed().as_micros() as u64,
             "port plugged"
         );
@@ -234,6 +296,8 @@ impl NodeDatapath {
             // The veth (and with it the link) may be gone already.
             tracing::debug!(port, %error, "link already detached");
         }
+        // Closing the last descriptor of an unpinned link detaches it.
+        self.linked_elsewhere.remove(port);
         info!(port, interface, "port unplugged");
         self.l2.flush(&mut self.programs)
     }
