@@ -10,4 +10,5 @@ pub mod lflow;
 pub mod netns;
 pub mod ovsdb;
 pub mod pipeline;
+pub mod rtnetlink;
 pub mod sb;

@@ -1,19 +1,19 @@
 //! A pod's NIC, as the CNI server builds it: a veth pair whose host end stays in the agent's
 //! namespace and whose other end goes into the pod's namespace under the requested name, with the
 //! logical port's MAC, the MTU, its address, a default route via the gateway, and a gratuitous
-//! ARP. Also reading a pod NIC back (CHECK) and deleting the host end (DEL). Uses `ip -batch`
-//! (one process per namespace) and, for the ARP, a packet socket; namespace switches happen only
-//! on helper threads ([`crate::netns::run_in`]). Blocking: call from a blocking task.
+//! ARP. Also reading a pod NIC back (CHECK, with `ip`) and deleting the host end (DEL). Builds
+//! and deletes through rtnetlink ([`crate::rtnetlink`]: no process per NIC) and, for the ARP, a
+//! packet socket; namespace switches happen only on helper threads ([`crate::netns::run_in`]).
+//! Blocking: call from a blocking task.
 
 use std::{
-    io::Write,
     net::Ipv4Addr,
     os::fd::{AsRawFd, FromRawFd},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
-use crate::netns;
+use crate::{netns, rtnetlink};
 
 /// Errors building or reading a pod NIC.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +24,11 @@ pub enum PlumbingError {
     Ip { what: String, stderr: String },
     #[error("running ip: {0}")]
     Spawn(#[source] std::io::Error),
+    #[error("{what}: {source}")]
+    Netlink {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("interface {interface}: {source}")]
     Interface {
         interface: String,
@@ -46,31 +51,6 @@ pub struct PodNic {
     pub ip: Ipv4Addr,
     pub prefix_len: u8,
     pub gateway: Option<Ipv4Addr>,
-}
-
-/// Runs `ip -batch -` with `commands` in the caller's namespace.
-fn ip_batch(commands: &[String]) -> Result<(), PlumbingError> {
-    let mut child = Command::new("ip")
-        .args(["-batch", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(PlumbingError::Spawn)?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let script = commands.join("\n") + "\n";
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(PlumbingError::Spawn)?;
-    }
-    let output = child.wait_with_output().map_err(PlumbingError::Spawn)?;
-    if !output.status.success() {
-        return Err(PlumbingError::Ip {
-            what: commands.join("; "),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
 }
 
 /// The index of `interface` in the agent's namespace.
@@ -99,44 +79,63 @@ pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
     }
     // A leftover host end of the same container (a retried ADD) is replaced.
     delete(&nic.host_interface)?;
-    let peer = format!(
-        "{}_c",
-        nic.host_interface
-            .trim_end_matches("_h")
-            .chars()
-            .take(12)
-            .collect::<String>()
-    );
-    ip_batch(&[
-        format!(
-            "link add {} mtu {} type veth peer name {peer} mtu {} netns {}",
+    let mac = crate::lflow::parse_mac(&nic.mac).ok_or_else(|| PlumbingError::Netlink {
+        what: format!("the MAC {:?}", nic.mac),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a MAC address"),
+    })?;
+    let netns = std::fs::File::open(&nic.netns).map_err(|source| PlumbingError::Netlink {
+        what: format!("opening {}", nic.netns.display()),
+        source,
+    })?;
+    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    socket
+        .create_veth(&rtnetlink::VethPair {
+            host: &nic.host_interface,
+            peer: &nic.pod_interface,
+            peer_mac: mac,
+            mtu: nic.mtu,
+            peer_netns: &netns,
+        })
+        .map_err(netlink(&format!(
+            "creating veth {} with {} in {}",
             nic.host_interface,
-            nic.mtu,
-            nic.mtu,
+            nic.pod_interface,
             nic.netns.display()
-        ),
-        format!("link set {} txqueuelen 1000 up", nic.host_interface),
-    ])?;
-    let result = configure_pod_side(nic, &peer).and_then(|()| host_ifindex(&nic.host_interface));
+        )))?;
+    let result = configure_pod_side(nic).and_then(|()| host_ifindex(&nic.host_interface));
     if result.is_err() {
         let _ = delete(&nic.host_interface);
     }
     result
 }
 
-fn configure_pod_side(nic: &PodNic, peer: &str) -> Result<(), PlumbingError> {
-    let name = &nic.pod_interface;
-    let mut commands = vec![
-        format!("link set {peer} name {name}"),
-        format!("link set {name} address {}", nic.mac),
-        format!("addr add {}/{} dev {name}", nic.ip, nic.prefix_len),
-        format!("link set {name} up"),
-    ];
-    if let Some(gateway) = nic.gateway {
-        commands.push(format!("route replace default via {gateway} dev {name}"));
+/// Maps an I/O error of the netlink request `what`.
+fn netlink(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
+    move |source| PlumbingError::Netlink {
+        what: what.to_string(),
+        source,
     }
+}
+
+fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
+    let name = &nic.pod_interface;
     netns::run_in(&nic.netns, || {
-        ip_batch(&commands)?;
+        let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+        let index = rtnetlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
+        socket
+            .set_up(index)
+            .map_err(netlink(&format!("bringing {name} up")))?;
+        socket
+            .add_address(index, nic.ip, nic.prefix_len)
+            .map_err(netlink(&format!(
+                "adding {}/{} to {name}",
+                nic.ip, nic.prefix_len
+            )))?;
+        if let Some(gateway) = nic.gateway {
+            socket
+                .replace_default_route(index, gateway)
+                .map_err(netlink(&format!("default route via {gateway} dev {name}")))?;
+        }
         announce(name, &nic.mac, nic.ip);
         Ok(())
     })?
@@ -204,12 +203,13 @@ fn send_gratuitous_arp(interface: &str, mac: [u8; 6], ip: Ipv4Addr) -> std::io::
 
 /// Deletes the host end (and with it the pod end); an absent interface is fine.
 pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
-    if !host_interface_exists(host_interface) {
+    let Ok(index) = host_ifindex(host_interface) else {
         return Ok(());
-    }
-    match ip_batch(&[format!("link del {host_interface}")]) {
+    };
+    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    match socket.delete_link(index) {
         Err(_) if !host_interface_exists(host_interface) => Ok(()),
-        other => other,
+        other => other.map_err(netlink(&format!("deleting {host_interface}"))),
     }
 }
 

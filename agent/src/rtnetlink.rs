@@ -1,0 +1,358 @@
+//! The few rtnetlink requests a pod NIC needs, sent from the agent itself instead of spawning
+//! `ip`: create a veth pair whose peer is born in the pod's namespace with its final name, MAC,
+//! MTU and state (one request), add an IPv4 address, replace the default route, delete a link.
+//! Each request is acknowledged before returning. A [`Socket`] acts in the namespace it was opened
+//! in: open it on a thread that joined the pod's namespace ([`crate::netns::run_in`]) for the pod
+//! side. Touches only the links, addresses and routes it is asked to.
+
+use std::{
+    io,
+    net::Ipv4Addr,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+};
+
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_REPLACE: u16 = 0x100;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
+const RTM_NEWADDR: u16 = 20;
+const RTM_NEWROUTE: u16 = 24;
+const IFLA_ADDRESS: u16 = 1;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
+const IFLA_TXQLEN: u16 = 13;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+const VETH_INFO_PEER: u16 = 1;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const NLA_F_NESTED: u16 = 0x8000;
+const IFF_UP: u32 = 0x1;
+const RT_TABLE_MAIN: u8 = 254;
+const RTPROT_BOOT: u8 = 3;
+const RTN_UNICAST: u8 = 1;
+
+/// A request under construction: header, fixed part, attributes (4-byte aligned).
+struct Message {
+    bytes: Vec<u8>,
+    /// Offsets of the length fields of open nested attributes.
+    open: Vec<usize>,
+}
+
+impl Message {
+    fn new(kind: u16, flags: u16) -> Self {
+        let mut bytes = Vec::with_capacity(256);
+        bytes.extend_from_slice(&0u32.to_ne_bytes()); // length, set by `finish`
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(&(flags | NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+        bytes.extend_from_slice(&1u32.to_ne_bytes()); // sequence
+        bytes.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
+        Self {
+            bytes,
+            open: Vec::new(),
+        }
+    }
+
+    /// `struct ifinfomsg`: family, type, index, flags, change mask.
+    fn link_header(&mut self, index: i32, flags: u32, change: u32) {
+        self.bytes.extend_from_slice(&[0, 0, 0, 0]);
+        self.bytes.extend_from_slice(&index.to_ne_bytes());
+        self.bytes.extend_from_slice(&flags.to_ne_bytes());
+        self.bytes.extend_from_slice(&change.to_ne_bytes());
+    }
+
+    fn pad(&mut self) {
+        while !self.bytes.len().is_multiple_of(4) {
+            self.bytes.push(0);
+        }
+    }
+
+    fn attribute(&mut self, kind: u16, payload: &[u8]) {
+        let length = 4 + payload.len();
+        self.bytes.extend_from_slice(&(length as u16).to_ne_bytes());
+        self.bytes.extend_from_slice(&kind.to_ne_bytes());
+        self.bytes.extend_from_slice(payload);
+        self.pad();
+    }
+
+    fn name(&mut self, kind: u16, name: &str) {
+        let mut payload = name.as_bytes().to_vec();
+        payload.push(0);
+        self.attribute(kind, &payload);
+    }
+
+    fn begin_nested(&mut self, kind: u16) {
+        self.open.push(self.bytes.len());
+        self.bytes.extend_from_slice(&0u16.to_ne_bytes());
+        self.bytes
+            .extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
+    }
+
+    fn end_nested(&mut self) {
+        if let Some(start) = self.open.pop() {
+            let length = (self.bytes.len() - start) as u16;
+            self.bytes[start..start + 2].copy_from_slice(&length.to_ne_bytes());
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        let length = self.bytes.len() as u32;
+        self.bytes[..4].copy_from_slice(&length.to_ne_bytes());
+        self.bytes
+    }
+}
+
+/// What a pod's veth pair gets.
+#[derive(Clone, Copy, Debug)]
+pub struct VethPair<'a> {
+    /// Host end, in the socket's namespace, created up.
+    pub host: &'a str,
+    /// Pod end: created directly in `peer_netns` under this name, with `peer_mac`, down (see
+    /// [`Socket::set_up`]).
+    pub peer: &'a str,
+    pub peer_mac: [u8; 6],
+    pub mtu: u32,
+    pub peer_netns: &'a std::fs::File,
+}
+
+/// A NETLINK_ROUTE socket of the namespace it was opened in.
+pub struct Socket {
+    fd: OwnedFd,
+}
+
+impl Socket {
+    pub fn open() -> io::Result<Self> {
+        // SAFETY: plain socket call; the descriptor is owned from here on.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Sends one request and waits for its acknowledgement (the kernel's error code).
+    fn request(&self, message: Message) -> io::Result<()> {
+        let bytes = message.finish();
+        // SAFETY: the buffer is valid for its length; the kernel is the destination (zeroed
+        // sockaddr_nl).
+        let sent = unsafe {
+            let mut address: libc::sockaddr_nl = std::mem::zeroed();
+            address.nl_family = libc::AF_NETLINK as u16;
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                0,
+                std::ptr::addr_of!(address).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut answer = [0u8; 8192];
+        loop {
+            // SAFETY: the buffer is valid for its length.
+            let received = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    answer.as_mut_ptr().cast(),
+                    answer.len(),
+                    0,
+                )
+            };
+            if received < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            if let Some(result) = acknowledgement(&answer[..received as usize]) {
+                return result;
+            }
+        }
+    }
+
+    /// Creates the pair in one request (see [`VethPair`]); fails if either name is taken.
+    pub fn create_veth(&self, pair: &VethPair<'_>) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
+        message.link_header(0, IFF_UP, IFF_UP);
+        message.name(IFLA_IFNAME, pair.host);
+        message.attribute(IFLA_MTU, &pair.mtu.to_ne_bytes());
+        message.attribute(IFLA_TXQLEN, &1000u32.to_ne_bytes());
+        message.begin_nested(IFLA_LINKINFO);
+        message.name(IFLA_INFO_KIND, "veth");
+        message.begin_nested(IFLA_INFO_DATA);
+        message.begin_nested(VETH_INFO_PEER);
+        // Down: the kernel opens the peer before it pairs the two (ENOTCONN).
+        message.link_header(0, 0, 0);
+        message.name(IFLA_IFNAME, pair.peer);
+        message.attribute(IFLA_ADDRESS, &pair.peer_mac);
+        message.attribute(IFLA_MTU, &pair.mtu.to_ne_bytes());
+        message.attribute(
+            IFLA_NET_NS_FD,
+            &(pair.peer_netns.as_raw_fd() as u32).to_ne_bytes(),
+        );
+        message.end_nested();
+        message.end_nested();
+        message.end_nested();
+        self.request(message)
+    }
+
+    /// Brings link `index` up.
+    pub fn set_up(&self, index: u32) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, 0);
+        message.link_header(index as i32, IFF_UP, IFF_UP);
+        self.request(message)
+    }
+
+    /// Deletes link `index` (and, for a veth, its peer).
+    pub fn delete_link(&self, index: u32) -> io::Result<()> {
+        let mut message = Message::new(RTM_DELLINK, 0);
+        message.link_header(index as i32, 0, 0);
+        self.request(message)
+    }
+
+    /// Adds `address/prefix_len` to link `index`.
+    pub fn add_address(&self, index: u32, address: Ipv4Addr, prefix_len: u8) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL);
+        // struct ifaddrmsg: family, prefix length, flags, scope, index.
+        message
+            .bytes
+            .extend_from_slice(&[libc::AF_INET as u8, prefix_len, 0, 0]);
+        message.bytes.extend_from_slice(&index.to_ne_bytes());
+        message.attribute(IFA_LOCAL, &address.octets());
+        message.attribute(IFA_ADDRESS, &address.octets());
+        self.request(message)
+    }
+
+    /// Sets the main table's IPv4 default route to `gateway` through link `index`.
+    pub fn replace_default_route(&self, index: u32, gateway: Ipv4Addr) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE);
+        // struct rtmsg: family, dst/src length, tos, table, protocol, scope, type, flags.
+        message.bytes.extend_from_slice(&[
+            libc::AF_INET as u8,
+            0,
+            0,
+            0,
+            RT_TABLE_MAIN,
+            RTPROT_BOOT,
+            0,
+            RTN_UNICAST,
+        ]);
+        message.bytes.extend_from_slice(&0u32.to_ne_bytes());
+        message.attribute(RTA_GATEWAY, &gateway.octets());
+        message.attribute(RTA_OIF, &index.to_ne_bytes());
+        self.request(message)
+    }
+}
+
+/// The outcome in a reply, if it holds our acknowledgement: `Ok` for an ACK (error 0).
+fn acknowledgement(reply: &[u8]) -> Option<io::Result<()>> {
+    let mut offset = 0;
+    while offset + 16 <= reply.len() {
+        let length = u32::from_ne_bytes(reply[offset..offset + 4].try_into().ok()?) as usize;
+        let kind = u16::from_ne_bytes(reply[offset + 4..offset + 6].try_into().ok()?);
+        if length < 16 || offset + length > reply.len() {
+            return Some(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "truncated netlink reply",
+            )));
+        }
+        if kind == NLMSG_ERROR && length >= 20 {
+            let code = i32::from_ne_bytes(reply[offset + 16..offset + 20].try_into().ok()?);
+            return Some(if code == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::from_raw_os_error(-code))
+            });
+        }
+        offset += length.next_multiple_of(4);
+    }
+    None
+}
+
+/// The index of `name` in the calling thread's namespace.
+pub fn index_of(name: &str) -> io::Result<u32> {
+    let name =
+        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a valid C string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The veth request nests peer attributes (with their own ifinfomsg) inside
+    /// IFLA_LINKINFO/IFLA_INFO_DATA/VETH_INFO_PEER, lengths covering exactly their contents.
+    #[test]
+    fn nested_attributes_have_consistent_lengths() {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_CREATE);
+        message.link_header(0, IFF_UP, IFF_UP);
+        message.name(IFLA_IFNAME, "abc_h");
+        message.begin_nested(IFLA_LINKINFO);
+        message.name(IFLA_INFO_KIND, "veth");
+        message.begin_nested(IFLA_INFO_DATA);
+        message.attribute(IFLA_MTU, &1400u32.to_ne_bytes());
+        message.end_nested();
+        message.end_nested();
+        let bytes = message.finish();
+        assert_eq!(
+            u32::from_ne_bytes(bytes[..4].try_into().unwrap()) as usize,
+            bytes.len()
+        );
+        // Header 16 + ifinfomsg 16, then IFLA_IFNAME ("abc_h\0" → 4 + 6, padded to 12).
+        assert_eq!(&bytes[32..36], &[10, 0, 3, 0]);
+        let linkinfo = 44;
+        let linkinfo_length = u16::from_ne_bytes([bytes[linkinfo], bytes[linkinfo + 1]]);
+        assert_eq!(usize::from(linkinfo_length), bytes.len() - linkinfo);
+        assert_eq!(
+            u16::from_ne_bytes([bytes[linkinfo + 2], bytes[linkinfo + 3]]),
+            IFLA_LINKINFO | NLA_F_NESTED
+        );
+        // IFLA_INFO_KIND "veth\0" (4 + 5 → 12), then IFLA_INFO_DATA holding one 8-byte MTU.
+        let data = linkinfo + 4 + 12;
+        assert_eq!(u16::from_ne_bytes([bytes[data], bytes[data + 1]]), 4 + 8);
+    }
+
+    #[test]
+    fn acknowledgements_carry_the_kernel_error() {
+        let reply = |code: i32| {
+            let mut bytes = 36u32.to_ne_bytes().to_vec();
+            bytes.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+            bytes.extend_from_slice(&[0; 10]);
+            bytes.extend_from_slice(&code.to_ne_bytes());
+            bytes.extend_from_slice(&[0; 16]);
+            bytes
+        };
+        assert!(matches!(acknowledgement(&reply(0)), Some(Ok(()))));
+        let error = acknowledgement(&reply(-libc::EEXIST)).unwrap().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EEXIST));
+        assert!(acknowledgement(&[0; 8]).is_none());
+        assert!(matches!(acknowledgement(&reply(0)[..20]), Some(Err(_))));
+    }
+}
