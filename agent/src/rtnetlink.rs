@@ -19,12 +19,14 @@ const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
+const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
 const IFLA_TXQLEN: u16 = 13;
+const IFLA_OPERSTATE: u16 = 16;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_FD: u16 = 28;
 const IFLA_INFO_KIND: u16 = 1;
@@ -36,6 +38,7 @@ const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const NLA_F_NESTED: u16 = 0x8000;
 const IFF_UP: u32 = 0x1;
+const IF_OPER_UP: u8 = 6;
 const RT_TABLE_MAIN: u8 = 254;
 const RTPROT_BOOT: u8 = 3;
 const RTN_UNICAST: u8 = 1;
@@ -48,11 +51,21 @@ struct Message {
 }
 
 impl Message {
+    /// A change, acknowledged by the kernel.
     fn new(kind: u16, flags: u16) -> Self {
+        Self::with_flags(kind, flags | NLM_F_ACK)
+    }
+
+    /// A query: the kernel answers with the data (or an error), no acknowledgement after it.
+    fn query(kind: u16) -> Self {
+        Self::with_flags(kind, 0)
+    }
+
+    fn with_flags(kind: u16, flags: u16) -> Self {
         let mut bytes = Vec::with_capacity(256);
         bytes.extend_from_slice(&0u32.to_ne_bytes()); // length, set by `finish`
         bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&(flags | NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+        bytes.extend_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
         bytes.extend_from_slice(&1u32.to_ne_bytes()); // sequence
         bytes.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
         Self {
@@ -149,6 +162,17 @@ impl Socket {
 
     /// Sends one request and waits for its acknowledgement (the kernel's error code).
     fn request(&self, message: Message) -> io::Result<()> {
+        let reply = self.exchange(message)?;
+        acknowledgement(&reply).unwrap_or_else(|| {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "no acknowledgement in the reply",
+            ))
+        })
+    }
+
+    /// Sends one request and returns the datagram that answers it.
+    fn exchange(&self, message: Message) -> io::Result<Vec<u8>> {
         let bytes = message.finish();
         // SAFETY: the buffer is valid for its length; the kernel is the destination (zeroed
         // sockaddr_nl).
@@ -167,7 +191,7 @@ impl Socket {
         if sent < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut answer = [0u8; 8192];
+        let mut answer = vec![0u8; 16384];
         loop {
             // SAFETY: the buffer is valid for its length.
             let received = unsafe {
@@ -185,9 +209,8 @@ impl Socket {
                 }
                 return Err(error);
             }
-            if let Some(result) = acknowledgement(&answer[..received as usize]) {
-                return result;
-            }
+            answer.truncate(received as usize);
+            return Ok(answer);
         }
     }
 
@@ -222,6 +245,35 @@ impl Socket {
         let mut message = Message::new(RTM_NEWLINK, 0);
         message.link_header(index as i32, IFF_UP, IFF_UP);
         self.request(message)
+    }
+
+    /// The RFC 2863 operational state of link `index` (`IF_OPER_UP` is 6).
+    pub fn operstate(&self, index: u32) -> io::Result<u8> {
+        let mut message = Message::query(RTM_GETLINK);
+        message.link_header(index as i32, 0, 0);
+        let reply = self.exchange(message)?;
+        if let Some(Err(error)) = acknowledgement(&reply) {
+            return Err(error);
+        }
+        link_attribute(&reply, IFLA_OPERSTATE)
+            .and_then(|value| value.first().copied())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no IFLA_OPERSTATE"))
+    }
+
+    /// Waits (polling, up to `timeout`) until link `index` is operationally up: the kernel's
+    /// link watcher has seen its carrier, which is also when it gives the device its transmit
+    /// queue (until then every frame it sends is dropped). Returns whether it came up.
+    pub fn wait_up(&self, index: u32, timeout: std::time::Duration) -> io::Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.operstate(index)? == IF_OPER_UP {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Deletes link `index` (and, for a veth, its peer).
@@ -290,6 +342,31 @@ fn acknowledgement(reply: &[u8]) -> Option<io::Result<()>> {
     None
 }
 
+/// Attribute `kind` of the RTM_NEWLINK message in `reply`; `None` if the reply is an error or
+/// lacks it.
+fn link_attribute(reply: &[u8], kind: u16) -> Option<&[u8]> {
+    let length = u32::from_ne_bytes(reply.get(..4)?.try_into().ok()?) as usize;
+    let message = reply.get(..length)?;
+    if u16::from_ne_bytes(message.get(4..6)?.try_into().ok()?) != RTM_NEWLINK {
+        return None;
+    }
+    let mut offset = 32; // nlmsghdr + ifinfomsg
+    while offset + 4 <= message.len() {
+        let size = usize::from(u16::from_ne_bytes(
+            message[offset..offset + 2].try_into().ok()?,
+        ));
+        let attribute = u16::from_ne_bytes(message[offset + 2..offset + 4].try_into().ok()?);
+        if size < 4 || offset + size > message.len() {
+            return None;
+        }
+        if attribute & !NLA_F_NESTED == kind {
+            return Some(&message[offset + 4..offset + size]);
+        }
+        offset += size.next_multiple_of(4);
+    }
+    None
+}
+
 /// The index of `name` in the calling thread's namespace.
 pub fn index_of(name: &str) -> io::Result<u32> {
     let name =
@@ -354,5 +431,20 @@ mod tests {
         assert_eq!(error.raw_os_error(), Some(libc::EEXIST));
         assert!(acknowledgement(&[0; 8]).is_none());
         assert!(matches!(acknowledgement(&reply(0)[..20]), Some(Err(_))));
+    }
+
+    #[test]
+    fn link_attributes_are_found_in_a_newlink_reply() {
+        let mut message = Message::query(RTM_NEWLINK);
+        message.link_header(7, 0, 0);
+        message.name(IFLA_IFNAME, "eth0");
+        message.attribute(IFLA_OPERSTATE, &[IF_OPER_UP]);
+        let reply = message.finish();
+        assert_eq!(
+            link_attribute(&reply, IFLA_OPERSTATE),
+            Some(&[IF_OPER_UP][..])
+        );
+        assert_eq!(link_attribute(&reply, IFLA_MTU), None);
+        assert_eq!(link_attribute(&reply[..30], IFLA_OPERSTATE), None);
     }
 }

@@ -317,6 +317,14 @@ pub fn run(args: &[String]) -> Result<()> {
         if let Ok(mut answered) = answered.lock() {
             answered[index] = start.elapsed();
         }
+        if start.elapsed() > returned + Duration::from_millis(300) {
+            println!(
+                "   {} (node {}) answered {:?} after ADD returned",
+                names[index],
+                node + 1,
+                start.elapsed() - returned
+            );
+        }
         Ok(returned)
     })?;
     let answered = answered

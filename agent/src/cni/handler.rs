@@ -212,6 +212,11 @@ impl Handler {
                     .map_err(|e| e.to_string());
                 if link.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
+                    return link;
+                }
+                // Best effort, like the announcement itself: the NIC works without it.
+                if let Err(error) = plumbing::announce_when_up(&nic, index) {
+                    warn!(interface = nic.host_interface, %error, "waiting for the links or announcing failed");
                 }
                 link
             })

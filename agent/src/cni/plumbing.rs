@@ -136,9 +136,38 @@ fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
                 .replace_default_route(index, gateway)
                 .map_err(netlink(&format!("default route via {gateway} dev {name}")))?;
         }
+        Ok(())
+    })?
+}
+
+/// How long ADD waits for a new link to be running.
+const RUNNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Finishes a NIC [`create`] built (host end `host_index`) once the datapath forwards for it:
+/// waits until both ends are operationally up, then announces the pod's address with a
+/// gratuitous ARP. The kernel brings the links up while the datapath is being set up.
+pub fn announce_when_up(nic: &PodNic, host_index: u32) -> Result<(), PlumbingError> {
+    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    wait_up(&socket, host_index, &nic.host_interface);
+    let name = &nic.pod_interface;
+    netns::run_in(&nic.netns, || {
+        let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+        let index = rtnetlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
+        wait_up(&socket, index, name);
         announce(name, &nic.mac, nic.ip);
         Ok(())
     })?
+}
+
+/// Waits until link `index` (`interface`) is operationally up: before, frames it sends are
+/// dropped (a pod's first ARP would go unanswered for a second). Best effort: a link that stays
+/// down is logged; the pod gets it when it comes up.
+fn wait_up(socket: &rtnetlink::Socket, index: u32, interface: &str) {
+    match socket.wait_up(index, RUNNING_WAIT) {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(interface, "the link is not up after {RUNNING_WAIT:?}"),
+        Err(error) => tracing::warn!(interface, %error, "cannot read the link's state"),
+    }
 }
 
 /// Sends one gratuitous ARP request for `ip` from `interface` (best effort: a failure is logged,
