@@ -376,8 +376,14 @@ pub fn run(args: &[String]) -> Result<()> {
     let ratio = |i: usize, key: &str| {
         results[i][key].as_f64().unwrap_or(f64::NAN) / results[0][key].as_f64().unwrap_or(f64::NAN)
     };
+    // Every tcx attach waits for an RCU grace period under rtnl: expedited grace periods change
+    // the numbers several-fold, so say which kind this kernel uses.
+    let expedited = std::fs::read_to_string("/sys/kernel/rcu_expedited")
+        .map(|text| text.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    println!("\nkernel: rcu_expedited={expedited} (concurrency {concurrency}, {count} pods)");
     println!(
-        "\nADD / baseline: p50 {:.1}×, p99 {:.1}× (goal: ADD p99 under 100 ms: {})",
+        "ADD / baseline: p50 {:.1}×, p99 {:.1}× (goal: ADD p99 under 100 ms: {})",
         ratio(1, "p50_ms"),
         ratio(1, "p99_ms"),
         if results[1]["p99_ms"].as_f64().is_some_and(|p99| p99 < 100.0) {
