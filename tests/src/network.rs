@@ -444,8 +444,16 @@ impl PhysicalSwitch {
     /// Gives `node` a provider NIC `nic` on the switch's port `t-<node>`.
     pub fn add_trunk(&self, node: &Node, nic: &str) -> Result<()> {
         let port = format!("t-{}", node.name());
-        check_interface_name(&port)?;
-        node.netns().ip(&[
+        self.cable(node.netns(), nic, &port)?;
+        node.netns().ip(&["link", "set", nic, "up"])?;
+        self.netns.ip(&["link", "set", &port, "up"])?;
+        Ok(())
+    }
+
+    /// A veth from `nic` in `netns` to switch port `port` (down), on the bridge.
+    fn cable(&self, netns: &Netns, nic: &str, port: &str) -> Result<()> {
+        check_interface_name(port)?;
+        netns.ip(&[
             "link",
             "add",
             nic,
@@ -453,13 +461,11 @@ impl PhysicalSwitch {
             "veth",
             "peer",
             "name",
-            &port,
+            port,
             "netns",
             self.netns.name(),
         ])?;
-        node.netns().ip(&["link", "set", nic, "up"])?;
-        self.netns.ip(&["link", "set", &port, "master", "br0"])?;
-        self.netns.ip(&["link", "set", &port, "up"])?;
+        self.netns.ip(&["link", "set", port, "master", "br0"])?;
         Ok(())
     }
 
@@ -471,26 +477,14 @@ impl PhysicalSwitch {
         let prefix = self.netns.name().trim_end_matches("-phys");
         let netns = Netns::create(&format!("{prefix}-{name}"))?;
         let port = format!("a-{name}");
-        check_interface_name(&port)?;
-        netns.ip(&[
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &port,
-            "netns",
-            self.netns.name(),
-        ])?;
+        self.cable(&netns, "eth0", &port)?;
         netns.exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
         netns.ip(&["addr", "add", address, "dev", "eth0"])?;
         netns.ip(&["link", "set", "eth0", "up"])?;
+        // The port comes up only once it tags and untags.
         let programs = vlan
             .map(|vlan| AccessPortPrograms::attach(&self.netns.path(), &port, vlan))
             .transpose()?;
-        self.netns.ip(&["link", "set", &port, "master", "br0"])?;
         self.netns.ip(&["link", "set", &port, "up"])?;
         Ok(ExternalHost {
             _programs: programs,

@@ -113,12 +113,7 @@ impl Southbound {
     }
 
     pub fn ports_on_datapath(&self, datapath: Uuid) -> impl Iterator<Item = PortBinding> + '_ {
-        self.indexes
-            .ports_by_datapath
-            .get(&datapath)
-            .into_iter()
-            .flatten()
-            .filter_map(|uuid| self.row(uuid))
+        self.ports_listed(self.indexes.ports_by_datapath.get(&datapath))
     }
 
     /// The ports of `datapath` that have a type (patch, localnet, …), without its VIFs.
@@ -126,22 +121,20 @@ impl Southbound {
         &self,
         datapath: Uuid,
     ) -> impl Iterator<Item = PortBinding> + '_ {
-        self.indexes
-            .typed_ports_by_datapath
-            .get(&datapath)
-            .into_iter()
-            .flatten()
-            .filter_map(|uuid| self.row(uuid))
+        self.ports_listed(self.indexes.typed_ports_by_datapath.get(&datapath))
     }
 
     /// The ports bound to `chassis` or requested for it.
     pub fn ports_of_chassis(&self, chassis: Uuid) -> impl Iterator<Item = PortBinding> + '_ {
-        self.indexes
-            .ports_by_chassis
-            .get(&chassis)
-            .into_iter()
-            .flatten()
-            .filter_map(|uuid| self.row(uuid))
+        self.ports_listed(self.indexes.ports_by_chassis.get(&chassis))
+    }
+
+    /// The Port_Binding rows an index entry lists.
+    fn ports_listed<'a>(
+        &'a self,
+        rows: Option<&'a std::collections::HashSet<Uuid>>,
+    ) -> impl Iterator<Item = PortBinding> + 'a {
+        rows.into_iter().flatten().filter_map(|uuid| self.row(uuid))
     }
 
     /// Every logical flow that applies to `datapath`: its own and those of its datapath groups.
@@ -188,30 +181,26 @@ mod tests {
     const DP: &str = "11111111-1111-4111-8111-111111111111";
     const PB: &str = "22222222-2222-4222-8222-222222222222";
 
-    /// A Southbound built from a schema of another OVN version: Port_Binding lacks `up` and has
-    /// a column ovnbpf does not know.
-    fn southbound_of_another_version() -> Southbound {
+    /// A Southbound whose schema has Port_Binding `columns` (all monitored) and Datapath_Binding
+    /// `tunnel_key`, with datapath DP (key 7) and Port_Binding PB = `port` in its snapshot.
+    fn southbound_with(
+        version: &str,
+        columns: serde_json::Value,
+        port: serde_json::Value,
+    ) -> Southbound {
+        let names: Vec<String> = columns
+            .as_object()
+            .map(|columns| columns.keys().cloned().collect())
+            .unwrap_or_default();
         let schema = DatabaseSchema::parse(
-            &json!({"name": "OVN_Southbound", "version": "99.0.0", "tables": {
-                "Port_Binding": {"columns": {
-                    "logical_port": {"type": "string"},
-                    "datapath": {"type": {"key": {"type": "uuid", "refTable": "Datapath_Binding"}}},
-                    "tunnel_key": {"type": "integer"},
-                    "future_column": {"type": "string"}
-                }},
+            &json!({"name": "OVN_Southbound", "version": version, "tables": {
+                "Port_Binding": {"columns": columns},
                 "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}}
             }}),
         )
         .unwrap();
         let monitored: BTreeMap<String, Vec<String>> = [
-            (
-                "Port_Binding".to_string(),
-                vec![
-                    "logical_port".into(),
-                    "datapath".into(),
-                    "tunnel_key".into(),
-                ],
-            ),
+            ("Port_Binding".to_string(), names),
             ("Datapath_Binding".to_string(), vec!["tunnel_key".into()]),
         ]
         .into();
@@ -223,12 +212,27 @@ mod tests {
             monitored,
             updates: json!({
                 "Datapath_Binding": {DP: {"initial": {"tunnel_key": 7}}},
-                "Port_Binding": {PB: {"initial": {"logical_port": "p1.ns", "datapath": ["uuid", DP], "tunnel_key": 3, "future_column": "x"}}}
+                "Port_Binding": {PB: {"initial": port}}
             }),
             format: UpdateFormat::Update2,
             resumed: false,
         });
         sb
+    }
+
+    /// A Southbound built from a schema of another OVN version: Port_Binding lacks `up` and has
+    /// a column ovnbpf does not know.
+    fn southbound_of_another_version() -> Southbound {
+        southbound_with(
+            "99.0.0",
+            json!({
+                "logical_port": {"type": "string"},
+                "datapath": {"type": {"key": {"type": "uuid", "refTable": "Datapath_Binding"}}},
+                "tunnel_key": {"type": "integer"},
+                "future_column": {"type": "string"}
+            }),
+            json!({"logical_port": "p1.ns", "datapath": ["uuid", DP], "tunnel_key": 3, "future_column": "x"}),
+        )
     }
 
     #[test]
@@ -275,50 +279,18 @@ mod tests {
         const CHASSIS: &str = "33333333-3333-4333-8333-333333333333";
         const OTHER: &str = "44444444-4444-4444-8444-444444444444";
         let uuid_column = |table: &str| json!({"type": {"key": {"type": "uuid", "refTable": table}, "min": 0, "max": 1}});
-        let schema = DatabaseSchema::parse(
-            &json!({"name": "OVN_Southbound", "version": "20.0.0", "tables": {
-                "Port_Binding": {"columns": {
-                    "logical_port": {"type": "string"},
-                    "type": {"type": "string"},
-                    "datapath": uuid_column("Datapath_Binding"),
-                    "chassis": uuid_column("Chassis"),
-                    "requested_chassis": uuid_column("Chassis"),
-                    "tunnel_key": {"type": "integer"}
-                }},
-                "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}}
-            }}),
-        )
-        .unwrap();
-        let monitored: BTreeMap<String, Vec<String>> = [
-            (
-                "Port_Binding".to_string(),
-                [
-                    "logical_port",
-                    "type",
-                    "datapath",
-                    "chassis",
-                    "requested_chassis",
-                    "tunnel_key",
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
-            ("Datapath_Binding".to_string(), vec!["tunnel_key".into()]),
-        ]
-        .into();
-        let mut sb = Southbound::new();
-        sb.apply(&SessionEvent::Snapshot {
-            remote: "test".into(),
-            method: MonitorMethod::MonitorCondSince,
-            schema: Arc::new(schema),
-            monitored,
-            updates: json!({
-                "Datapath_Binding": {DP: {"initial": {"tunnel_key": 7}}},
-                "Port_Binding": {PB: {"initial": {"logical_port": "lrp", "type": "patch", "datapath": ["uuid", DP], "requested_chassis": ["uuid", CHASSIS], "tunnel_key": 3}}}
+        let mut sb = southbound_with(
+            "20.0.0",
+            json!({
+                "logical_port": {"type": "string"},
+                "type": {"type": "string"},
+                "datapath": uuid_column("Datapath_Binding"),
+                "chassis": uuid_column("Chassis"),
+                "requested_chassis": uuid_column("Chassis"),
+                "tunnel_key": {"type": "integer"}
             }),
-            format: UpdateFormat::Update2,
-            resumed: false,
-        });
+            json!({"logical_port": "lrp", "type": "patch", "datapath": ["uuid", DP], "requested_chassis": ["uuid", CHASSIS], "tunnel_key": 3}),
+        );
         let datapath: Uuid = DP.parse().unwrap();
         let names = |ports: Vec<PortBinding>| -> Vec<String> {
             ports.into_iter().map(|p| p.logical_port).collect()

@@ -201,25 +201,7 @@ impl NodeDatapath {
                 }
             }
         }
-        if let Some((_, old_index)) = self
-            .plugged
-            .insert(port.to_string(), (interface.to_string(), index))
-            && old_index != index
-            && let Some(pins) = &self.pins
-        {
-            unpin_link(&pins.link_path(Hook::Pod, old_index));
-        }
-        self.l2.set_interface(port, Some(index));
-        let writes = self.l2.flush(&mut self.programs)?;
-        info!(
-            port,
-            interface,
-            ifindex = index,
-            writes,
-            us = start.elapsed().as_micros() as u64,
-            "port plugged"
-        );
-        Ok(writes)
+        self.record_plugged(port, interface, index, start)
     }
 
     /// What attaches `from_pod` to new pods' veths away from the daemon loop (see
@@ -259,6 +241,18 @@ impl NodeDatapath {
             self.linked_elsewhere
                 .insert(port.to_string(), link.into_fd());
         }
+        self.record_plugged(port, interface, index, start)
+    }
+
+    /// The part of plugging after the link: records the port's interface (unpinning the link of
+    /// an interface it had before) and writes its map entries.
+    fn record_plugged(
+        &mut self,
+        port: &str,
+        interface: &str,
+        index: u32,
+        start: std::time::Instant,
+    ) -> Result<usize, NodeDatapathError> {
         if let Some((_, old_index)) = self
             .plugged
             .insert(port.to_string(), (interface.to_string(), index))
