@@ -22,6 +22,9 @@ const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_NEWNEIGH: u16 = 28;
+const NDA_DST: u16 = 1;
+const NTF_USE: u8 = 0x01;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
@@ -274,6 +277,24 @@ impl Socket {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// Makes the kernel resolve `ip`'s link-layer address on link `index` now (an entry with
+    /// `NTF_USE`: an ARP request if it has none, a probe if it is stale, nothing if it is fresh),
+    /// without sending any other packet.
+    pub fn resolve_neighbour(&self, index: u32, ip: Ipv4Addr) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWNEIGH, NLM_F_CREATE);
+        // struct ndmsg: family, padding (3), index, state, flags, type.
+        message
+            .bytes
+            .extend_from_slice(&[libc::AF_INET as u8, 0, 0, 0]);
+        message
+            .bytes
+            .extend_from_slice(&(index as i32).to_ne_bytes());
+        message.bytes.extend_from_slice(&0u16.to_ne_bytes());
+        message.bytes.extend_from_slice(&[NTF_USE, 0]);
+        message.attribute(NDA_DST, &ip.octets());
+        self.request(message)
     }
 
     /// Deletes link `index` (and, for a veth, its peer).

@@ -231,7 +231,23 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         attachment("c0ffee10123456789", &pod_netns[1], "a2"),
     ];
     let mut results = Vec::new();
+    let arp_log = lab.work.path().join("a1-arp.txt");
+    let mut arp_capture = None;
     for (index, version) in ["0.3.1", "1.1.0"].iter().enumerate() {
+        if index == 1 {
+            // a1 hears a2's gratuitous ARP, sent through the datapath once a2 forwards.
+            arp_capture = Some(
+                pod_netns[0]
+                    .spawn(
+                        "tcpdump",
+                        "tcpdump",
+                        &["-i", "eth0", "-nn", "-l", "arp"],
+                        Some(arp_log.clone()),
+                    )
+                    .unwrap(),
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
         let conf = config(&lab.socket(index), version);
         let output = lab.invoke(index, "ADD", &attachments[index], &conf);
         let pod = &pods[index].0;
@@ -247,6 +263,19 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
             "{pod} not up after ADD"
         );
     }
+    let announced = wait_until(Duration::from_secs(3), || {
+        std::fs::read_to_string(&arp_log).is_ok_and(|text| {
+            text.lines()
+                .any(|line| line.contains("who-has 10.0.1.3") && line.contains("tell 10.0.1.3"))
+        })
+    });
+    drop(arp_capture);
+    assert!(
+        announced,
+        "no gratuitous ARP from a2: {}{}",
+        std::fs::read_to_string(&arp_log).unwrap_or_default(),
+        lab.logs()
+    );
     let a1_result = &results[0];
     assert_eq!(a1_result["cniVersion"], "0.3.1");
     assert_eq!(a1_result["ips"][0]["address"], "10.0.1.2/24");

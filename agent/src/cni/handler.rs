@@ -214,9 +214,9 @@ impl Handler {
                     let _ = plumbing::delete(&nic.host_interface);
                     return link;
                 }
-                // Best effort, like the announcement itself: the NIC works without it.
-                if let Err(error) = plumbing::announce_when_up(&nic, index) {
-                    warn!(interface = nic.host_interface, %error, "waiting for the links or announcing failed");
+                // Best effort: the NIC works once they are up.
+                if let Err(error) = plumbing::wait_until_up(&nic, index) {
+                    warn!(interface = nic.host_interface, %error, "cannot wait for the links");
                 }
                 link
             })
@@ -270,6 +270,7 @@ impl Handler {
             unpin();
             return Err(self.rollback(names, error.to_string()).await);
         }
+        let _ = tokio::task::spawn_blocking(move || plumbing::announce(&nic)).await;
         info!(
             port,
             interface = host,

@@ -140,13 +140,13 @@ fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
     })?
 }
 
-/// How long ADD waits for a new link to be running.
-const RUNNING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long ADD waits for a new link to be operationally up.
+const UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Finishes a NIC [`create`] built (host end `host_index`) once the datapath forwards for it:
-/// waits until both ends are operationally up, then announces the pod's address with a
-/// gratuitous ARP. The kernel brings the links up while the datapath is being set up.
-pub fn announce_when_up(nic: &PodNic, host_index: u32) -> Result<(), PlumbingError> {
+/// Waits until both ends of a NIC [`create`] built (host end `host_index`) are operationally
+/// up: before, frames they send are dropped (a pod's first ARP would go unanswered for a
+/// second). Best effort: a link that stays down is logged; the pod gets it when it comes up.
+pub fn wait_until_up(nic: &PodNic, host_index: u32) -> Result<(), PlumbingError> {
     let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     wait_up(&socket, host_index, &nic.host_interface);
     let name = &nic.pod_interface;
@@ -154,38 +154,41 @@ pub fn announce_when_up(nic: &PodNic, host_index: u32) -> Result<(), PlumbingErr
         let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
         let index = rtnetlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
         wait_up(&socket, index, name);
-        announce(name, &nic.mac, nic.ip);
         Ok(())
     })?
 }
 
-/// Waits until link `index` (`interface`) is operationally up: before, frames it sends are
-/// dropped (a pod's first ARP would go unanswered for a second). Best effort: a link that stays
-/// down is logged; the pod gets it when it comes up.
 fn wait_up(socket: &rtnetlink::Socket, index: u32, interface: &str) {
-    match socket.wait_up(index, RUNNING_WAIT) {
+    match socket.wait_up(index, UP_WAIT) {
         Ok(true) => {}
-        Ok(false) => tracing::warn!(interface, "the link is not up after {RUNNING_WAIT:?}"),
+        Ok(false) => tracing::warn!(interface, "the link is not up after {UP_WAIT:?}"),
         Err(error) => tracing::warn!(interface, %error, "cannot read the link's state"),
     }
 }
 
-/// Sends one gratuitous ARP request for `ip` from `interface` (best effort: a failure is logged,
-/// neighbours learn the address at the first exchange anyway).
-fn announce(interface: &str, mac: &str, ip: Ipv4Addr) {
-    let Some(mac) = crate::lflow::parse_mac(mac) else {
+/// Sends one gratuitous ARP request for the pod's address from inside the pod, once the datapath
+/// forwards for it (so it reaches the pod's neighbours). Best effort: a failure is logged;
+/// neighbours learn the address at the first exchange anyway.
+pub fn announce(nic: &PodNic) {
+    let name = &nic.pod_interface;
+    let Some(mac) = crate::lflow::parse_mac(&nic.mac) else {
         return;
     };
-    if let Err(error) = send_gratuitous_arp(interface, mac, ip) {
-        tracing::debug!(interface, %error, "gratuitous ARP not sent");
+    let sent = netns::run_in(&nic.netns, || {
+        // The index in the pod's namespace: /sys/class/net shows the agent's.
+        let index = rtnetlink::index_of(name)?;
+        send_gratuitous_arp(index, mac, nic.ip)
+    });
+    match sent {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::info!(interface = name, %error, "gratuitous ARP not sent"),
+        Err(error) => tracing::info!(interface = name, %error, "gratuitous ARP not sent"),
     }
 }
 
-fn send_gratuitous_arp(interface: &str, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Result<()> {
-    let ifindex = std::fs::read_to_string(format!("/sys/class/net/{interface}/ifindex"))?
-        .trim()
-        .parse::<i32>()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+fn send_gratuitous_arp(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Result<()> {
+    let ifindex = i32::try_from(ifindex)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let mut frame = Vec::with_capacity(42);
     frame.extend_from_slice(&[0xff; 6]);
     frame.extend_from_slice(&mac);

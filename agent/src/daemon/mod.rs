@@ -21,7 +21,7 @@ use ports::{Pending, PortCommand, PortCommands, PortError, PortStatus};
 
 use crate::{
     chassis::{self, ChassisConfig},
-    dataplane::ebpf::node::NodeDatapath,
+    dataplane::ebpf::node::{self, NodeDatapath},
     ovsdb::{
         connection::ConnectionOptions,
         remote::Remote,
@@ -100,6 +100,11 @@ const WRITE_SETTLE: Duration = Duration::from_secs(5);
 /// How often failed datapath writes are retried (they are also retried with every change).
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How often the tunnel next hops of other chassis are refreshed in the kernel's neighbour table
+/// (stale entries are probed; without that, the table's garbage collection may drop entries of
+/// chassis this node rarely talks to, and flood copies to them would be lost).
+const NEIGHBOUR_REFRESH: Duration = Duration::from_secs(30);
+
 /// How long after a snapshot, or the last scope change that followed it, the datapath is swept.
 /// Until then entries a previous agent left keep forwarding: the rows of the datapaths added to
 /// the monitor after the snapshot arrive later, and sweeping before would cut live traffic.
@@ -163,6 +168,8 @@ pub async fn run(
         let mut commands_open = true;
         let mut retry = tokio::time::interval(RETRY_INTERVAL);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut neighbours = tokio::time::interval(NEIGHBOUR_REFRESH);
+        neighbours.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let sweep_at = daemon.sweep_at;
             let sweep_due = async move {
@@ -175,6 +182,7 @@ pub async fn run(
                 () = &mut shutdown => break,
                 () = sweep_due => daemon.sweep_datapath(),
                 _ = retry.tick() => daemon.retry_datapath(),
+                _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(),
                 Some((what, key, outcome)) = write_outcomes.recv() => daemon.write_finished(&what, &key, outcome),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => daemon.command(command).await,
@@ -433,6 +441,7 @@ impl Daemon {
                 // not write stay marked and are retried with the next change.
                 let encap_result = datapath.set_encaps(&encaps);
                 self.encaps = encaps;
+                self.refresh_tunnel_neighbours();
                 result = match (result, encap_result) {
                     (Ok(ir_writes), Ok(encap_writes)) => Ok(ir_writes + encap_writes),
                     (Err(error), _) | (_, Err(error)) => Err(error),
@@ -450,6 +459,27 @@ impl Daemon {
                 0
             }
         }
+    }
+
+    /// Keeps the other chassis's tunnel next hops resolved (see [`NEIGHBOUR_REFRESH`]).
+    /// Off the loop: each request takes the kernel's rtnl lock, which a CNI ADD's tcx attach
+    /// may hold through an RCU grace period.
+    fn refresh_tunnel_neighbours(&self) {
+        let Some(datapath) = &self.datapath else {
+            return;
+        };
+        let (uplink, endpoints) = datapath.tunnel_next_hops(&self.encaps);
+        if endpoints.is_empty() {
+            return;
+        }
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let failed = node::resolve_tunnel_neighbours(uplink, &endpoints);
+            if failed > 0 {
+                warn!(failed, "tunnel next hops could not be resolved");
+            }
+        });
     }
 
     /// Retries map writes that failed, if any.

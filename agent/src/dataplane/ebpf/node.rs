@@ -71,6 +71,8 @@ pub struct NodeDatapath {
     linked_elsewhere: HashMap<String, OwnedFd>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
+    /// The uplink's index and this node's tunnel endpoint.
+    uplink: (u32, Ipv4Addr),
 }
 
 fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
@@ -178,6 +180,7 @@ impl NodeDatapath {
             links: HashMap::new(),
             linked_elsewhere: HashMap::new(),
             adopted,
+            uplink: (uplink_index, config.encap_ip),
         })
     }
 
@@ -357,6 +360,17 @@ impl NodeDatapath {
         self.l2.flush(&mut self.programs)
     }
 
+    /// The uplink's index and the other chassis's tunnel endpoints, for
+    /// [`resolve_tunnel_neighbours`].
+    #[must_use]
+    pub fn tunnel_next_hops(&self, encaps: &HashMap<String, Ipv4Addr>) -> (u32, Vec<Ipv4Addr>) {
+        let (uplink, own) = self.uplink;
+        (
+            uplink,
+            encaps.values().copied().filter(|ip| *ip != own).collect(),
+        )
+    }
+
     /// Whether logical port `port` is programmed (its veth forwards and receives).
     #[must_use]
     pub fn programmed(&self, port: &str) -> bool {
@@ -367,4 +381,30 @@ impl NodeDatapath {
     pub fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         self.programs.drop_counters()
     }
+}
+
+/// Has the kernel resolve the link-layer address of each of `endpoints` on link `uplink`. Flood
+/// copies (clones) cannot resolve their next hop themselves the way a unicast encapsulation
+/// does: without an entry they are dropped (`flood_next_hop_unresolved`), so a node's first
+/// broadcast to a chassis it never talked to would be lost. Blocking (each request takes the
+/// kernel's rtnl lock): call from a blocking task. Returns how many requests failed.
+pub fn resolve_tunnel_neighbours(uplink: u32, endpoints: &[Ipv4Addr]) -> usize {
+    let socket = match crate::rtnetlink::Socket::open() {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::warn!(%error, "cannot resolve tunnel next hops");
+            return endpoints.len();
+        }
+    };
+    endpoints
+        .iter()
+        .filter(|ip| {
+            socket
+                .resolve_neighbour(uplink, **ip)
+                .inspect_err(|error| {
+                    tracing::debug!(%ip, %error, "cannot resolve a tunnel next hop");
+                })
+                .is_err()
+        })
+        .count()
 }
