@@ -181,7 +181,10 @@ pub async fn run(
             tokio::select! {
                 () = &mut shutdown => break,
                 () = sweep_due => daemon.sweep_datapath(),
-                _ = retry.tick() => daemon.retry_datapath(),
+                _ = retry.tick() => {
+                    daemon.retry_datapath();
+                    daemon.acknowledge_nb_cfg().await;
+                }
                 _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(),
                 Some((what, key, outcome)) = write_outcomes.recv() => daemon.write_finished(&what, &key, outcome),
                 command = commands.recv(), if commands_open => match command {
@@ -624,9 +627,18 @@ impl Daemon {
     }
 
     /// Tells northd (through Chassis_Private.nb_cfg) that this chassis has processed the SB as of
-    /// SB_Global.nb_cfg: the replica, the claims and the pipeline IR are current. The datapath
-    /// backends will join this acknowledgement when they program from the IR.
+    /// SB_Global.nb_cfg: the replica, the claims, the pipeline IR and the kernel maps are current.
+    /// While map writes wait for a retry, the acknowledgement waits too (`ovn-nbctl --wait=hv`
+    /// must not return before the datapath forwards as asked); the retry acknowledges.
     async fn acknowledge_nb_cfg(&mut self) {
+        if self
+            .datapath
+            .as_ref()
+            .is_some_and(|datapath| datapath.pending() > 0)
+        {
+            debug!("nb_cfg not acknowledged: datapath writes wait for a retry");
+            return;
+        }
         let (Some(global), Some(private)) = (
             self.sb.sb_global(),
             self.sb.chassis_private_by_name(&self.config.chassis.name),
