@@ -22,6 +22,8 @@ const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
+const RTA_DST: u16 = 1;
 const RTM_NEWNEIGH: u16 = 28;
 const NDA_DST: u16 = 1;
 const NTF_USE: u8 = 0x01;
@@ -279,6 +281,31 @@ impl Socket {
         }
     }
 
+    /// The next hop towards `destination` in the main routing table: (link index, the gateway,
+    /// or `destination` itself when it is on-link).
+    pub fn next_hop(&self, destination: Ipv4Addr) -> io::Result<(u32, Ipv4Addr)> {
+        let mut message = Message::query(RTM_GETROUTE);
+        // struct rtmsg: family, dst length 32, the rest zero.
+        message
+            .bytes
+            .extend_from_slice(&[libc::AF_INET as u8, 32, 0, 0, 0, 0, 0, 0]);
+        message.bytes.extend_from_slice(&0u32.to_ne_bytes());
+        message.attribute(RTA_DST, &destination.octets());
+        let reply = self.exchange(message)?;
+        if let Some(Err(error)) = acknowledgement(&reply) {
+            return Err(error);
+        }
+        let route = |kind| message_attribute(&reply, RTM_NEWROUTE, 12, kind);
+        let index = route(RTA_OIF)
+            .and_then(|value| value.try_into().ok())
+            .map(u32::from_ne_bytes)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no RTA_OIF"))?;
+        let gateway = route(RTA_GATEWAY)
+            .and_then(|value| <[u8; 4]>::try_from(value).ok())
+            .map_or(destination, Ipv4Addr::from);
+        Ok((index, gateway))
+    }
+
     /// Makes the kernel resolve `ip`'s link-layer address on link `index` now (an entry with
     /// `NTF_USE`: an ARP request if it has none, a probe if it is stale, nothing if it is fresh),
     /// without sending any other packet.
@@ -366,12 +393,18 @@ fn acknowledgement(reply: &[u8]) -> Option<io::Result<()>> {
 /// Attribute `kind` of the RTM_NEWLINK message in `reply`; `None` if the reply is an error or
 /// lacks it.
 fn link_attribute(reply: &[u8], kind: u16) -> Option<&[u8]> {
+    message_attribute(reply, RTM_NEWLINK, 16, kind)
+}
+
+/// Attribute `kind` of the first message of `reply` if it is of type `message_type`, whose fixed
+/// part after the netlink header is `fixed` bytes long.
+fn message_attribute(reply: &[u8], message_type: u16, fixed: usize, kind: u16) -> Option<&[u8]> {
     let length = u32::from_ne_bytes(reply.get(..4)?.try_into().ok()?) as usize;
     let message = reply.get(..length)?;
-    if u16::from_ne_bytes(message.get(4..6)?.try_into().ok()?) != RTM_NEWLINK {
+    if u16::from_ne_bytes(message.get(4..6)?.try_into().ok()?) != message_type {
         return None;
     }
-    let mut offset = 32; // nlmsghdr + ifinfomsg
+    let mut offset = 16 + fixed;
     while offset + 4 <= message.len() {
         let size = usize::from(u16::from_ne_bytes(
             message[offset..offset + 2].try_into().ok()?,
@@ -467,5 +500,25 @@ mod tests {
         );
         assert_eq!(link_attribute(&reply, IFLA_MTU), None);
         assert_eq!(link_attribute(&reply[..30], IFLA_OPERSTATE), None);
+    }
+
+    #[test]
+    fn route_attributes_follow_the_rtmsg() {
+        let mut message = Message::query(RTM_NEWROUTE);
+        message
+            .bytes
+            .extend_from_slice(&[libc::AF_INET as u8, 32, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0]);
+        message.attribute(RTA_OIF, &7u32.to_ne_bytes());
+        message.attribute(RTA_GATEWAY, &[10, 0, 0, 1]);
+        let reply = message.finish();
+        assert_eq!(
+            message_attribute(&reply, RTM_NEWROUTE, 12, RTA_GATEWAY),
+            Some(&[10, 0, 0, 1][..])
+        );
+        assert_eq!(
+            message_attribute(&reply, RTM_NEWROUTE, 12, RTA_OIF),
+            Some(&7u32.to_ne_bytes()[..])
+        );
+        assert_eq!(message_attribute(&reply, RTM_NEWLINK, 12, RTA_OIF), None);
     }
 }

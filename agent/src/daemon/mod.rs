@@ -471,14 +471,14 @@ impl Daemon {
         let Some(datapath) = &self.datapath else {
             return;
         };
-        let (uplink, endpoints) = datapath.tunnel_next_hops(&self.encaps);
+        let endpoints = datapath.remote_tunnel_endpoints(&self.encaps);
         if endpoints.is_empty() {
             return;
         }
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
-            let failed = node::resolve_tunnel_neighbours(uplink, &endpoints);
+            let failed = node::resolve_tunnel_neighbours(&endpoints);
             if failed > 0 {
                 warn!(failed, "tunnel next hops could not be resolved");
             }

@@ -71,8 +71,8 @@ pub struct NodeDatapath {
     linked_elsewhere: HashMap<String, OwnedFd>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
-    /// The uplink's index and this node's tunnel endpoint.
-    uplink: (u32, Ipv4Addr),
+    /// This node's tunnel endpoint.
+    encap_ip: Ipv4Addr,
 }
 
 fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
@@ -180,7 +180,7 @@ impl NodeDatapath {
             links: HashMap::new(),
             linked_elsewhere: HashMap::new(),
             adopted,
-            uplink: (uplink_index, config.encap_ip),
+            encap_ip: config.encap_ip,
         })
     }
 
@@ -360,15 +360,11 @@ impl NodeDatapath {
         self.l2.flush(&mut self.programs)
     }
 
-    /// The uplink's index and the other chassis's tunnel endpoints, for
-    /// [`resolve_tunnel_neighbours`].
+    /// The other chassis's tunnel endpoints, for [`resolve_tunnel_neighbours`].
     #[must_use]
-    pub fn tunnel_next_hops(&self, encaps: &HashMap<String, Ipv4Addr>) -> (u32, Vec<Ipv4Addr>) {
-        let (uplink, own) = self.uplink;
-        (
-            uplink,
-            encaps.values().copied().filter(|ip| *ip != own).collect(),
-        )
+    pub fn remote_tunnel_endpoints(&self, encaps: &HashMap<String, Ipv4Addr>) -> Vec<Ipv4Addr> {
+        let own = self.encap_ip;
+        encaps.values().copied().filter(|ip| *ip != own).collect()
     }
 
     /// Whether logical port `port` is programmed (its veth forwards and receives).
@@ -383,12 +379,14 @@ impl NodeDatapath {
     }
 }
 
-/// Has the kernel resolve the link-layer address of each of `endpoints` on link `uplink`. Flood
-/// copies (clones) cannot resolve their next hop themselves the way a unicast encapsulation
-/// does: without an entry they are dropped (`flood_next_hop_unresolved`), so a node's first
-/// broadcast to a chassis it never talked to would be lost. Blocking (each request takes the
-/// kernel's rtnl lock): call from a blocking task. Returns how many requests failed.
-pub fn resolve_tunnel_neighbours(uplink: u32, endpoints: &[Ipv4Addr]) -> usize {
+/// Has the kernel resolve the next hop towards each of `endpoints` (the endpoint itself when it
+/// is on-link, else its gateway, once). Flood copies (clones) cannot resolve their next hop
+/// themselves the way a unicast encapsulation does: without an entry they are dropped
+/// (`flood_next_hop_unresolved`), so a node's first broadcast to a chassis it never talked to
+/// would be lost. Only next hops are asked for: an off-link endpoint is never ARPed for. Blocking
+/// (each request takes the kernel's rtnl lock): call from a blocking task. Returns how many
+/// endpoints could not be resolved.
+pub fn resolve_tunnel_neighbours(endpoints: &[Ipv4Addr]) -> usize {
     let socket = match crate::rtnetlink::Socket::open() {
         Ok(socket) => socket,
         Err(error) => {
@@ -396,11 +394,18 @@ pub fn resolve_tunnel_neighbours(uplink: u32, endpoints: &[Ipv4Addr]) -> usize {
             return endpoints.len();
         }
     };
+    let mut asked = HashSet::new();
     endpoints
         .iter()
         .filter(|ip| {
-            socket
-                .resolve_neighbour(uplink, **ip)
+            let resolved = socket.next_hop(**ip).and_then(|next_hop| {
+                if asked.insert(next_hop) {
+                    socket.resolve_neighbour(next_hop.0, next_hop.1)
+                } else {
+                    Ok(())
+                }
+            });
+            resolved
                 .inspect_err(|error| {
                     tracing::debug!(%ip, %error, "cannot resolve a tunnel next hop");
                 })
