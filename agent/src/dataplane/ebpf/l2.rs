@@ -19,7 +19,7 @@ use ovnbpf_common::{
     LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey, map,
 };
 
-use super::{EbpfError, KernelPrograms};
+use super::{EbpfError, KernelPrograms, remove_unwanted};
 use crate::pipeline::{
     IrDiff,
     ir::{IrEntry, Mac, PortKind, parse_port_security},
@@ -694,37 +694,6 @@ impl L2State {
             .values()
             .map(|p| (p.datapath, p.key))
             .collect();
-        let mut removed = 0;
-        for ifindex in keys.pod_ports.into_iter().filter(|i| !pods.contains(i)) {
-            maps.remove_pod_port(ifindex)?;
-            removed += 1;
-        }
-        for ifindex in keys
-            .port_security
-            .into_iter()
-            .filter(|i| !secured.contains(i))
-        {
-            maps.remove_port_security(ifindex)?;
-            removed += 1;
-        }
-        for key in keys.tunnel_ports {
-            if !tunnels.contains(&(key.datapath, key.port)) {
-                maps.remove_tunnel_port(key)?;
-                removed += 1;
-            }
-        }
-        for key in keys.fib {
-            if !self.installed_fib.contains_key(&(key.datapath, key.mac)) {
-                maps.remove_fib_entry(key)?;
-                removed += 1;
-            }
-        }
-        for datapath in keys.localnets {
-            if !self.installed_localnets.contains_key(&datapath) {
-                maps.remove_localnet(datapath)?;
-                removed += 1;
-            }
-        }
         let provider_keys: HashSet<ProviderKey> = self
             .installed_localnets
             .values()
@@ -733,34 +702,47 @@ impl L2State {
                 vlan: l.vlan,
             })
             .collect();
-        for key in keys.provider_networks {
-            if !provider_keys.contains(&key) {
-                maps.remove_provider_network(key)?;
-                removed += 1;
-            }
-        }
-        for key in keys.flood_groups {
-            if !self
-                .installed_groups
-                .contains_key(&(key.datapath, key.group))
-            {
-                maps.remove_flood_group(key)?;
-                removed += 1;
-            }
-        }
-        for datapath in keys.flood_roles {
-            if !self.installed_roles.contains_key(&datapath) {
-                maps.remove_flood_roles(datapath)?;
-                removed += 1;
-            }
-        }
-        for key in keys.arp {
+        let installed_arp = |key: &ArpKey| {
             let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
-            if !self.installed_arp.contains_key(&(key.datapath, ip)) {
-                maps.remove_arp_answer(key)?;
-                removed += 1;
-            }
-        }
+            self.installed_arp.contains_key(&(key.datapath, ip))
+        };
+        let removed =
+            remove_unwanted(
+                keys.pod_ports,
+                |i| pods.contains(i),
+                |i| maps.remove_pod_port(i),
+            )? + remove_unwanted(
+                keys.port_security,
+                |i| secured.contains(i),
+                |i| maps.remove_port_security(i),
+            )? + remove_unwanted(
+                keys.tunnel_ports,
+                |key| tunnels.contains(&(key.datapath, key.port)),
+                |key| maps.remove_tunnel_port(key),
+            )? + remove_unwanted(
+                keys.fib,
+                |key| self.installed_fib.contains_key(&(key.datapath, key.mac)),
+                |key| maps.remove_fib_entry(key),
+            )? + remove_unwanted(
+                keys.localnets,
+                |datapath| self.installed_localnets.contains_key(datapath),
+                |datapath| maps.remove_localnet(datapath),
+            )? + remove_unwanted(
+                keys.provider_networks,
+                |key| provider_keys.contains(key),
+                |key| maps.remove_provider_network(key),
+            )? + remove_unwanted(
+                keys.flood_groups,
+                |key| {
+                    self.installed_groups
+                        .contains_key(&(key.datapath, key.group))
+                },
+                |key| maps.remove_flood_group(key),
+            )? + remove_unwanted(
+                keys.flood_roles,
+                |datapath| self.installed_roles.contains_key(datapath),
+                |datapath| maps.remove_flood_roles(datapath),
+            )? + remove_unwanted(keys.arp, installed_arp, |key| maps.remove_arp_answer(key))?;
         Ok(removed)
     }
 

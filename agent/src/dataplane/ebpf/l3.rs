@@ -17,7 +17,7 @@ use ovnbpf_common::{
     ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
 };
 
-use super::EbpfError;
+use super::{EbpfError, remove_unwanted};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{IrEntry, Mac, PortKind, Prefix, parse_port_security},
@@ -561,33 +561,24 @@ impl L3State {
             .keys()
             .map(|(dp, prefix)| (route_key(*dp, *prefix), prefix.length))
             .collect();
-        let mut removed = 0;
-        for (key, length) in keys.routes {
-            if !routes.contains(&(key, length)) {
-                maps.remove_route(key, length)?;
-                removed += 1;
-            }
-        }
-        for key in keys.neighbours {
-            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
-            if !self.installed_neighbours.contains_key(&(key.datapath, ip)) {
-                maps.remove_neighbour(key)?;
-                removed += 1;
-            }
-        }
-        for datapath in keys.routers {
-            if !self.installed_routers.contains_key(&datapath) {
-                maps.remove_router(datapath)?;
-                removed += 1;
-            }
-        }
-        for key in keys.router_addresses {
-            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
-            if !self.installed_addresses.contains_key(&(key.datapath, ip)) {
-                maps.remove_router_address(key)?;
-                removed += 1;
-            }
-        }
+        let address = |key: &NeighbourKey| (key.datapath, Ipv4Addr::from(key.ip.to_ne_bytes()));
+        let removed = remove_unwanted(
+            keys.routes,
+            |route| routes.contains(route),
+            |(key, length)| maps.remove_route(key, length),
+        )? + remove_unwanted(
+            keys.neighbours,
+            |key| self.installed_neighbours.contains_key(&address(key)),
+            |key| maps.remove_neighbour(key),
+        )? + remove_unwanted(
+            keys.routers,
+            |datapath| self.installed_routers.contains_key(datapath),
+            |datapath| maps.remove_router(datapath),
+        )? + remove_unwanted(
+            keys.router_addresses,
+            |key| self.installed_addresses.contains_key(&address(key)),
+            |key| maps.remove_router_address(key),
+        )?;
         Ok(removed)
     }
 }

@@ -702,6 +702,23 @@ fn remove_pin(pin: &Path) {
     }
 }
 
+/// Removes each of `keys` that `keep` rejects, with `remove`; returns how many went (the sweeps
+/// of [`l2`] and [`l3`]).
+pub(crate) fn remove_unwanted<K>(
+    keys: impl IntoIterator<Item = K>,
+    keep: impl Fn(&K) -> bool,
+    mut remove: impl FnMut(K) -> Result<(), EbpfError>,
+) -> Result<usize, EbpfError> {
+    let mut removed = 0;
+    for key in keys {
+        if !keep(&key) {
+            remove(key)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Detaches the link pinned at `pin` (unless an agent still holds it open).
 pub fn unpin_link(pin: &Path) {
     remove_pin(pin);
