@@ -86,22 +86,7 @@ pub fn add_result(response: &CniResponse, netns: &str, cni_version: &str) -> Val
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::IpConfig;
-
-    fn response() -> CniResponse {
-        CniResponse {
-            ips: vec![IpConfig {
-                protocol: "IPv4".into(),
-                ip: "10.0.1.2".into(),
-                cidr: "10.0.1.0/24".into(),
-                gateway: "10.0.1.1".into(),
-            }],
-            mac_address: "0a:58:0a:00:01:02".into(),
-            mtu: 1400,
-            nicname: "eth0".into(),
-            ..CniResponse::default()
-        }
-    }
+    use crate::wire::sample_response as response;
 
     #[test]
     fn results_follow_the_requested_version() {

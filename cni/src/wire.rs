@@ -118,6 +118,23 @@ pub fn host_interface_name(container_id: &str, if_name: &str) -> String {
     }
 }
 
+/// A pod's ADD answer, for tests.
+#[cfg(test)]
+pub(crate) fn sample_response() -> CniResponse {
+    CniResponse {
+        ips: vec![IpConfig {
+            protocol: "IPv4".into(),
+            ip: "10.0.1.2".into(),
+            cidr: "10.0.1.0/24".into(),
+            gateway: "10.0.1.1".into(),
+        }],
+        mac_address: "0a:58:0a:00:01:02".into(),
+        mtu: 1400,
+        nicname: "eth0".into(),
+        ..CniResponse::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,18 +165,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(request.routes[0].gw, "10.0.1.1");
-        let response = CniResponse {
-            ips: vec![IpConfig {
-                protocol: "IPv4".into(),
-                ip: "10.0.1.2".into(),
-                cidr: "10.0.1.0/24".into(),
-                gateway: "10.0.1.1".into(),
-            }],
-            mac_address: "0a:58:0a:00:01:02".into(),
-            mtu: 1400,
-            nicname: "eth0".into(),
-            ..CniResponse::default()
-        };
+        let response = sample_response();
         let text = serde_json::to_string(&response).unwrap();
         assert!(
             text.contains(r#""mac_address":"0a:58:0a:00:01:02""#),
