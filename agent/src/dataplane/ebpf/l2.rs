@@ -19,7 +19,7 @@ use ovnbpf_common::{
     LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey, map,
 };
 
-use super::{EbpfError, KernelPrograms, remove_unwanted};
+use super::{EbpfError, KernelPrograms, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff,
     ir::{IrEntry, Mac, PortKind, parse_port_security},
@@ -835,26 +835,20 @@ impl L2State {
         mac: Mac,
     ) -> Result<usize, EbpfError> {
         let desired = self.desired_fib(datapath, mac);
-        let installed = self.installed_fib.get(&(datapath, mac)).copied();
-        if desired == installed {
-            return Ok(0);
-        }
         let key = FibKey {
             datapath,
             mac,
             padding: [0; 2],
         };
-        match desired {
-            Some(entry) => {
-                maps.set_fib_entry(key, entry)?;
-                self.installed_fib.insert((datapath, mac), entry);
-            }
-            None => {
-                maps.remove_fib_entry(key)?;
-                self.installed_fib.remove(&(datapath, mac));
-            }
-        }
-        Ok(1)
+        reconcile_slot(
+            &mut self.installed_fib,
+            (datapath, mac),
+            desired,
+            |value| match value {
+                Some(entry) => maps.set_fib_entry(key, entry),
+                None => maps.remove_fib_entry(key),
+            },
+        )
     }
 
     fn desired_arp(&self, datapath: u32, ip: Ipv4Addr) -> Option<ArpAnswer> {
@@ -895,25 +889,19 @@ impl L2State {
         ip: Ipv4Addr,
     ) -> Result<usize, EbpfError> {
         let desired = self.desired_arp(datapath, ip);
-        let installed = self.installed_arp.get(&(datapath, ip)).copied();
-        if desired == installed {
-            return Ok(0);
-        }
         let key = ArpKey {
             datapath,
             ip: u32::from_ne_bytes(ip.octets()),
         };
-        match desired {
-            Some(answer) => {
-                maps.set_arp_answer(key, answer)?;
-                self.installed_arp.insert((datapath, ip), answer);
-            }
-            None => {
-                maps.remove_arp_answer(key)?;
-                self.installed_arp.remove(&(datapath, ip));
-            }
-        }
-        Ok(1)
+        reconcile_slot(
+            &mut self.installed_arp,
+            (datapath, ip),
+            desired,
+            |value| match value {
+                Some(answer) => maps.set_arp_answer(key, answer),
+                None => maps.remove_arp_answer(key),
+            },
+        )
     }
 }
 
@@ -970,22 +958,16 @@ impl L2State {
         group: u32,
     ) -> Result<usize, EbpfError> {
         let desired = self.desired_group(datapath, group);
-        let installed = self.installed_groups.get(&(datapath, group)).copied();
-        if desired == installed {
-            return Ok(0);
-        }
         let key = FloodKey { datapath, group };
-        match desired {
-            Some(targets) => {
-                maps.set_flood_group(key, targets)?;
-                self.installed_groups.insert((datapath, group), targets);
-            }
-            None => {
-                maps.remove_flood_group(key)?;
-                self.installed_groups.remove(&(datapath, group));
-            }
-        }
-        Ok(1)
+        reconcile_slot(
+            &mut self.installed_groups,
+            (datapath, group),
+            desired,
+            |value| match value {
+                Some(targets) => maps.set_flood_group(key, targets),
+                None => maps.remove_flood_group(key),
+            },
+        )
     }
 
     fn desired_roles(&self, datapath: u32) -> Option<FloodRoles> {
@@ -1005,21 +987,15 @@ impl L2State {
 
     fn flush_roles(&mut self, maps: &mut impl L2Maps, datapath: u32) -> Result<usize, EbpfError> {
         let desired = self.desired_roles(datapath);
-        let installed = self.installed_roles.get(&datapath).copied();
-        if desired == installed {
-            return Ok(0);
-        }
-        match desired {
-            Some(roles) => {
-                maps.set_flood_roles(datapath, roles)?;
-                self.installed_roles.insert(datapath, roles);
-            }
-            None => {
-                maps.remove_flood_roles(datapath)?;
-                self.installed_roles.remove(&datapath);
-            }
-        }
-        Ok(1)
+        reconcile_slot(
+            &mut self.installed_roles,
+            datapath,
+            desired,
+            |value| match value {
+                Some(roles) => maps.set_flood_roles(datapath, roles),
+                None => maps.remove_flood_roles(datapath),
+            },
+        )
     }
 }
 

@@ -17,7 +17,7 @@ use ovnbpf_common::{
     ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
 };
 
-use super::{EbpfError, remove_unwanted};
+use super::{EbpfError, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{IrEntry, Mac, PortKind, Prefix, parse_port_security},
@@ -458,94 +458,61 @@ impl L3State {
             writes += match &key {
                 Dirty::Route(datapath, prefix) => {
                     let desired = self.desired_route(*datapath, *prefix);
-                    let slot = (*datapath, *prefix);
-                    if desired == self.installed_routes.get(&slot).copied() {
-                        0
-                    } else {
-                        let map_key = route_key(*datapath, *prefix);
-                        match desired {
-                            Some(entry) => {
-                                maps.set_route(map_key, prefix.length, entry)?;
-                                self.installed_routes.insert(slot, entry);
-                            }
-                            None => {
-                                maps.remove_route(map_key, prefix.length)?;
-                                self.installed_routes.remove(&slot);
-                            }
-                        }
-                        1
-                    }
+                    let map_key = route_key(*datapath, *prefix);
+                    reconcile_slot(
+                        &mut self.installed_routes,
+                        (*datapath, *prefix),
+                        desired,
+                        |value| match value {
+                            Some(entry) => maps.set_route(map_key, prefix.length, entry),
+                            None => maps.remove_route(map_key, prefix.length),
+                        },
+                    )?
                 }
                 Dirty::Neighbour(datapath, ip) => {
                     let desired = self.desired_neighbour(*datapath, *ip);
-                    let slot = (*datapath, *ip);
-                    if desired == self.installed_neighbours.get(&slot).copied() {
-                        0
-                    } else {
-                        let map_key = NeighbourKey {
-                            datapath: *datapath,
-                            ip: u32::from_ne_bytes(ip.octets()),
-                        };
-                        match desired {
-                            Some(value) => {
-                                maps.set_neighbour(map_key, value)?;
-                                self.installed_neighbours.insert(slot, value);
-                            }
-                            None => {
-                                maps.remove_neighbour(map_key)?;
-                                self.installed_neighbours.remove(&slot);
-                            }
-                        }
-                        1
-                    }
+                    let map_key = neighbour_key(*datapath, *ip);
+                    reconcile_slot(
+                        &mut self.installed_neighbours,
+                        (*datapath, *ip),
+                        desired,
+                        |value| match value {
+                            Some(value) => maps.set_neighbour(map_key, value),
+                            None => maps.remove_neighbour(map_key),
+                        },
+                    )?
                 }
                 Dirty::Address(datapath, ip) => {
                     let desired = self.desired_address(*datapath, *ip);
-                    let slot = (*datapath, *ip);
-                    if desired == self.installed_addresses.get(&slot).copied() {
-                        0
-                    } else {
-                        let map_key = NeighbourKey {
-                            datapath: *datapath,
-                            ip: u32::from_ne_bytes(ip.octets()),
-                        };
-                        match desired {
-                            Some(address) => {
-                                maps.set_router_address(map_key, address)?;
-                                self.installed_addresses.insert(slot, address);
-                            }
-                            None => {
-                                maps.remove_router_address(map_key)?;
-                                self.installed_addresses.remove(&slot);
-                            }
-                        }
-                        1
-                    }
+                    let map_key = neighbour_key(*datapath, *ip);
+                    reconcile_slot(
+                        &mut self.installed_addresses,
+                        (*datapath, *ip),
+                        desired,
+                        |value| match value {
+                            Some(address) => maps.set_router_address(map_key, address),
+                            None => maps.remove_router_address(map_key),
+                        },
+                    )?
                 }
                 Dirty::Router(datapath) => {
                     let desired = self.desired_router(*datapath);
-                    if desired == self.installed_routers.get(datapath).copied() {
-                        0
-                    } else {
-                        match desired {
-                            Some(info) => {
-                                maps.set_router(*datapath, info)?;
-                                self.installed_routers.insert(*datapath, info);
-                            }
+                    let reasons = self.blocked(*datapath);
+                    reconcile_slot(&mut self.installed_routers, *datapath, desired, |value| {
+                        match value {
+                            Some(info) => maps.set_router(*datapath, info),
                             None => {
-                                if !self.blocked(*datapath).is_empty() {
+                                if !reasons.is_empty() {
                                     tracing::info!(
                                         router = datapath,
-                                        reasons = ?self.blocked(*datapath),
+                                        ?reasons,
                                         "the kernel does not route for this router; its traffic is dropped and counted"
                                     );
                                 }
-                                maps.remove_router(*datapath)?;
-                                self.installed_routers.remove(datapath);
+                                maps.remove_router(*datapath)
                             }
                         }
-                        1
-                    }
+                    })?
                 }
             };
             self.dirty.remove(&key);
@@ -580,6 +547,14 @@ impl L3State {
             |key| maps.remove_router_address(key),
         )?;
         Ok(removed)
+    }
+}
+
+/// The map key of (router, address) in NEIGHBOURS and ROUTER_ADDRESSES.
+fn neighbour_key(datapath: u32, ip: Ipv4Addr) -> NeighbourKey {
+    NeighbourKey {
+        datapath,
+        ip: u32::from_ne_bytes(ip.octets()),
     }
 }
 
