@@ -324,11 +324,17 @@ impl Socket {
         self.request(message)
     }
 
-    /// Deletes link `index` (and, for a veth, its peer).
-    pub fn delete_link(&self, index: u32) -> io::Result<()> {
+    /// Deletes the link named `name` (and, for a veth, its peer); `Ok(false)` if there was none.
+    /// By name in one request, so the name cannot come to mean another link in between.
+    pub fn delete_link_named(&self, name: &str) -> io::Result<bool> {
         let mut message = Message::new(RTM_DELLINK, 0);
-        message.link_header(index as i32, 0, 0);
-        self.request(message)
+        message.link_header(0, 0, 0);
+        message.name(IFLA_IFNAME, name);
+        match self.request(message) {
+            Ok(()) => Ok(true),
+            Err(error) if error.raw_os_error() == Some(libc::ENODEV) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// Adds `address/prefix_len` to link `index`.

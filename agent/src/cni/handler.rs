@@ -246,7 +246,7 @@ impl Handler {
             .and_then(|link| self.linker.as_ref()?.pin_path(link.ifindex));
         let unpin = || {
             if let Some(pin) = &pin {
-                let _ = std::fs::remove_file(pin);
+                crate::dataplane::ebpf::unpin_link(pin);
             }
         };
         let record = AttachmentRecord {

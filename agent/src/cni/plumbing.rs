@@ -235,14 +235,11 @@ fn send_gratuitous_arp(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Res
 
 /// Deletes the host end (and with it the pod end); an absent interface is fine.
 pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
-    let Ok(index) = host_ifindex(host_interface) else {
-        return Ok(());
-    };
     let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
-    match socket.delete_link(index) {
-        Err(_) if !host_interface_exists(host_interface) => Ok(()),
-        other => other.map_err(netlink(&format!("deleting {host_interface}"))),
-    }
+    socket
+        .delete_link_named(host_interface)
+        .map(drop)
+        .map_err(netlink(&format!("deleting {host_interface}")))
 }
 
 /// What a pod NIC looks like from inside the pod.

@@ -88,6 +88,8 @@ struct Daemon {
     /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
     /// the monitored scope still grows).
     sweep_at: Option<tokio::time::Instant>,
+    /// The running refresh of tunnel next hops, if any.
+    neighbour_refresh: Option<tokio::task::JoinHandle<()>>,
     stats: DaemonStats,
 }
 
@@ -162,6 +164,7 @@ pub async fn run(
             datapath,
             encaps: HashMap::new(),
             sweep_at: None,
+            neighbour_refresh: None,
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
@@ -185,7 +188,7 @@ pub async fn run(
                     daemon.retry_datapath();
                     daemon.acknowledge_nb_cfg().await;
                 }
-                _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(),
+                _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(false),
                 Some((what, key, outcome)) = write_outcomes.recv() => daemon.write_finished(&what, &key, outcome),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => daemon.command(command).await,
@@ -378,7 +381,7 @@ impl Daemon {
                     Ok(None) => Err(PortError::Rejected(format!(
                         "{port} or its switch's router port is not known here"
                     ))),
-                    Err(reason) => Err(PortError::Rejected(reason)),
+                    Err(reason) => Err(PortError::Unservable(reason)),
                 };
                 let _ = reply.send(facts);
             }
@@ -444,7 +447,7 @@ impl Daemon {
                 // not write stay marked and are retried with the next change.
                 let encap_result = datapath.set_encaps(&encaps);
                 self.encaps = encaps;
-                self.refresh_tunnel_neighbours();
+                self.refresh_tunnel_neighbours(true);
                 result = match (result, encap_result) {
                     (Ok(ir_writes), Ok(encap_writes)) => Ok(ir_writes + encap_writes),
                     (Err(error), _) | (_, Err(error)) => Err(error),
@@ -467,22 +470,32 @@ impl Daemon {
     /// Keeps the other chassis's tunnel next hops resolved (see [`NEIGHBOUR_REFRESH`]).
     /// Off the loop: each request takes the kernel's rtnl lock, which a CNI ADD's tcx attach
     /// may hold through an RCU grace period.
-    fn refresh_tunnel_neighbours(&self) {
+    /// A periodic refresh is skipped while the previous one runs; a new chassis (`changed`)
+    /// always starts one.
+    fn refresh_tunnel_neighbours(&mut self, changed: bool) {
         let Some(datapath) = &self.datapath else {
             return;
         };
+        if !changed
+            && self
+                .neighbour_refresh
+                .as_ref()
+                .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
         let endpoints = datapath.remote_tunnel_endpoints(&self.encaps);
         if endpoints.is_empty() {
             return;
         }
         let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
+        self.neighbour_refresh = Some(tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
             let failed = node::resolve_tunnel_neighbours(&endpoints);
             if failed > 0 {
                 warn!(failed, "tunnel next hops could not be resolved");
             }
-        });
+        }));
     }
 
     /// Retries map writes that failed, if any.
@@ -501,7 +514,11 @@ impl Daemon {
             }
             Err(error) => {
                 self.stats.datapath_errors += 1;
-                warn!(pending, %error, "retrying datapath writes failed again");
+                warn!(
+                    pending,
+                    %error,
+                    "retrying datapath writes failed again; nb_cfg stays unacknowledged until they succeed"
+                );
             }
         }
     }

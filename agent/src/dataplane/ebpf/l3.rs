@@ -497,7 +497,12 @@ impl L3State {
                 }
                 Dirty::Router(datapath) => {
                     let desired = self.desired_router(*datapath);
-                    let reasons = self.blocked(*datapath);
+                    // Only for the log when the router goes.
+                    let reasons = if desired.is_none() {
+                        self.blocked(*datapath)
+                    } else {
+                        Vec::new()
+                    };
                     reconcile_slot(&mut self.installed_routers, *datapath, desired, |value| {
                         match value {
                             Some(info) => maps.set_router(*datapath, info),
