@@ -64,7 +64,7 @@ pub struct HandlerConfig {
 pub struct Handler {
     daemon: DaemonHandle,
     /// Attaches `from_pod` to new NICs on the blocking task that builds them (see
-    /// [`PodLinker`]); `None` leaves it to the daemon.
+    /// [`PodLinker`]); `None` when the agent does not forward (ADD is refused).
     linker: Option<PodLinker>,
     store: AttachmentStore,
     config: HandlerConfig,
@@ -167,6 +167,11 @@ impl Handler {
         if request.net_ns.is_empty() {
             return Err(HandlerError::BadRequest("net_ns is empty".into()));
         }
+        let Some(linker) = self.linker.clone() else {
+            return Err(HandlerError::Unservable(
+                "this agent does not forward (started without --uplink)".into(),
+            ));
+        };
         let lock = self.lock_for(&port);
         let _guard = lock.lock().await;
         let locked_ms = elapsed_ms(start);
@@ -203,13 +208,10 @@ impl Handler {
         };
         let built = {
             let nic = nic.clone();
-            let linker = self.linker.clone();
+            let linker = linker.clone();
             tokio::task::spawn_blocking(move || {
                 let index = plumbing::create(&nic).map_err(|e| e.to_string())?;
-                let link = linker
-                    .map(|linker| linker.attach(index))
-                    .transpose()
-                    .map_err(|e| e.to_string());
+                let link = linker.attach(index).map_err(|e| e.to_string());
                 if link.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
                     return link;
@@ -240,10 +242,7 @@ impl Handler {
         };
         // A pinned link outlives its descriptor: if the daemon never takes it over, the pin goes
         // with the rollback (the link itself goes with the veth).
-        let pin = link
-            .as_ref()
-            .filter(|link| link.pinned)
-            .and_then(|link| self.linker.as_ref()?.pin_path(link.ifindex));
+        let pin = link.pinned.then(|| linker.pin_path(link.ifindex)).flatten();
         let unpin = || {
             if let Some(pin) = &pin {
                 crate::dataplane::ebpf::unpin_link(pin);

@@ -320,11 +320,7 @@ impl Daemon {
                     )));
                     return;
                 };
-                let plugged = match link {
-                    Some(link) => datapath.plug_linked(&port, &interface, link),
-                    None => datapath.plug(&port, &interface),
-                };
-                match plugged {
+                match datapath.plug(&port, &interface, link) {
                     Ok(writes) => self.stats.datapath_writes += writes as u64,
                     Err(error) => {
                         self.stats.datapath_errors += 1;

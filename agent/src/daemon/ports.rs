@@ -59,13 +59,12 @@ pub enum PortCommand {
         port: String,
         reply: oneshot::Sender<Result<PortFacts, PortError>>,
     },
-    /// `port`'s NIC exists, its host end is `interface`: forward for it (through `link`, when
-    /// the caller attached `from_pod` already); answer once its Port_Binding is bound here and
-    /// up.
+    /// `port`'s NIC exists, its host end is `interface` with `from_pod` attached through `link`:
+    /// forward for it; answer once its Port_Binding is bound here and up.
     Plug {
         port: String,
         interface: String,
-        link: Option<PodLink>,
+        link: PodLink,
         reply: oneshot::Sender<Result<(), PortError>>,
     },
     /// Stop forwarding for `port` if it is still plugged into `interface` (or not plugged at
@@ -134,7 +133,7 @@ impl DaemonHandle {
         &self,
         port: &str,
         interface: &str,
-        link: Option<PodLink>,
+        link: PodLink,
         timeout: Duration,
     ) -> Result<(), PortError> {
         let (port, interface) = (port.to_string(), interface.to_string());

@@ -17,7 +17,7 @@ use std::{
 use tracing::info;
 
 use super::{
-    AttachedLink, EbpfError, Hook, KernelPrograms,
+    EbpfError, Hook, KernelPrograms,
     l2::L2State,
     l3::L3State,
     pins::{PinError, PinLayout},
@@ -65,10 +65,9 @@ pub struct NodeDatapath {
     pins: Option<PinLayout>,
     /// Logical port → its host veth (name, index).
     plugged: HashMap<String, (String, u32)>,
-    /// Without pins: the links of plugged ports, detached when they are unplugged (attached here,
-    /// or by a [`PodLinker`] and held by their descriptor).
-    links: HashMap<String, AttachedLink>,
-    linked_elsewhere: HashMap<String, OwnedFd>,
+    /// Without pins: the links of plugged ports (a [`PodLinker`] made them), held by their
+    /// descriptor until the port is unplugged.
+    links: HashMap<String, OwnedFd>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
     /// This node's tunnel endpoint.
@@ -178,33 +177,9 @@ impl NodeDatapath {
             pins,
             plugged,
             links: HashMap::new(),
-            linked_elsewhere: HashMap::new(),
             adopted,
             encap_ip: config.encap_ip,
         })
-    }
-
-    /// Attaches `from_pod` to `interface` (pinned, when pinning) and forwards for logical port
-    /// `port` through it; returns the map writes made.
-    pub fn plug(&mut self, port: &str, interface: &str) -> Result<usize, NodeDatapathError> {
-        let start = std::time::Instant::now();
-        let index = ifindex(interface)?;
-        match &self.pins {
-            Some(pins) => {
-                let pin = pins.link_path(Hook::Pod, index);
-                self.programs.attach_pinned(Hook::Pod, interface, &pin)?;
-            }
-            None => {
-                let link = self.programs.attach(Hook::Pod, interface)?;
-                self.linked_elsewhere.remove(port);
-                if let Some(old) = self.links.insert(port.to_string(), link)
-                    && let Err(error) = self.programs.detach(old)
-                {
-                    tracing::debug!(port, %error, "the replaced link was already gone");
-                }
-            }
-        }
-        self.record_plugged(port, interface, index, start)
     }
 
     /// What attaches `from_pod` to new pods' veths away from the daemon loop (see
@@ -218,7 +193,7 @@ impl NodeDatapath {
 
     /// Forwards for `port` through `interface`, whose `from_pod` link a [`PodLinker`] made;
     /// returns the map writes made. Takes no kernel lock a tcx attach would wait for.
-    pub fn plug_linked(
+    pub fn plug(
         &mut self,
         port: &str,
         interface: &str,
@@ -235,27 +210,11 @@ impl NodeDatapath {
                 )),
             });
         }
-        if let Some(old) = self.links.remove(port)
-            && let Err(error) = self.programs.detach(old)
-        {
-            tracing::debug!(port, %error, "the replaced link was already gone");
+        if link.pinned {
+            self.links.remove(port);
+        } else {
+            self.links.insert(port.to_string(), link.into_fd());
         }
-        if !link.pinned {
-            self.linked_elsewhere
-                .insert(port.to_string(), link.into_fd());
-        }
-        self.record_plugged(port, interface, index, start)
-    }
-
-    /// The part of plugging after the link: records the port's interface (unpinning the link of
-    /// an interface it had before) and writes its map entries.
-    fn record_plugged(
-        &mut self,
-        port: &str,
-        interface: &str,
-        index: u32,
-        start: std::time::Instant,
-    ) -> Result<usize, NodeDatapathError> {
         if let Some((_, old_index)) = self
             .plugged
             .insert(port.to_string(), (interface.to_string(), index))
@@ -287,14 +246,8 @@ impl NodeDatapath {
         if let Some(pins) = &self.pins {
             unpin_link(&pins.link_path(Hook::Pod, index));
         }
-        if let Some(link) = self.links.remove(port)
-            && let Err(error) = self.programs.detach(link)
-        {
-            // The veth (and with it the link) may be gone already.
-            tracing::debug!(port, %error, "link already detached");
-        }
         // Closing the last descriptor of an unpinned link detaches it.
-        self.linked_elsewhere.remove(port);
+        self.links.remove(port);
         info!(port, interface, "port unplugged");
         self.l2.flush(&mut self.programs)
     }
