@@ -469,9 +469,9 @@ impl Daemon {
     /// A periodic refresh is skipped while the previous one runs; a new chassis (`changed`)
     /// always starts one.
     fn refresh_tunnel_neighbours(&mut self, changed: bool) {
-        let Some(datapath) = &self.datapath else {
+        if self.datapath.is_none() {
             return;
-        };
+        }
         if !changed
             && self
                 .neighbour_refresh
@@ -480,7 +480,12 @@ impl Daemon {
         {
             return;
         }
-        let endpoints = datapath.remote_tunnel_endpoints(&self.encaps);
+        let endpoints: Vec<Ipv4Addr> = self
+            .encaps
+            .iter()
+            .filter(|(chassis, _)| **chassis != self.config.chassis.name)
+            .map(|(_, ip)| *ip)
+            .collect();
         if endpoints.is_empty() {
             return;
         }

@@ -70,8 +70,6 @@ pub struct NodeDatapath {
     links: HashMap<String, OwnedFd>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
-    /// This node's tunnel endpoint.
-    encap_ip: Ipv4Addr,
 }
 
 fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
@@ -178,7 +176,6 @@ impl NodeDatapath {
             plugged,
             links: HashMap::new(),
             adopted,
-            encap_ip: config.encap_ip,
         })
     }
 
@@ -311,13 +308,6 @@ impl NodeDatapath {
     pub fn set_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) -> Result<usize, EbpfError> {
         self.l2.replace_encaps(encaps);
         self.l2.flush(&mut self.programs)
-    }
-
-    /// The other chassis's tunnel endpoints, for [`resolve_tunnel_neighbours`].
-    #[must_use]
-    pub fn remote_tunnel_endpoints(&self, encaps: &HashMap<String, Ipv4Addr>) -> Vec<Ipv4Addr> {
-        let own = self.encap_ip;
-        encaps.values().copied().filter(|ip| *ip != own).collect()
     }
 
     /// Whether logical port `port` is programmed (its veth forwards and receives).
