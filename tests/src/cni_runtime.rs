@@ -58,7 +58,7 @@ impl<'a> Runtime<'a> {
         let cni_path = std::env::join_paths(&self.plugin_dirs)?;
         let mut child = self
             .host
-            .command(&binary.to_string_lossy())
+            .command_entering(binary.as_os_str())?
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", &attachment.container_id)
             .env("CNI_NETNS", &attachment.netns)

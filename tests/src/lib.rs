@@ -3,6 +3,7 @@
 //! - [`names`]: unique per-test name prefixes and removal of leftovers from dead test processes;
 //! - [`process`]: running commands, and long-running children tracked and ended by PID;
 //! - [`netns`]: network namespaces and commands inside them;
+//! - [`icmp`]: ICMP echo from inside a namespace without spawning `ping`;
 //! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
 //! - [`vlan_access`]: the physical switch's VLAN access ports, as tc programs;
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
@@ -18,6 +19,7 @@ pub mod agent;
 pub mod bpffs;
 pub mod cluster;
 pub mod cni_runtime;
+pub mod icmp;
 pub mod kubeovn;
 pub mod names;
 pub mod netns;

@@ -2,9 +2,13 @@
 //! commands run inside them. Deleting a namespace also removes every interface inside it and the
 //! veth peers of those interfaces, wherever they are.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use crate::process::{self, Child};
 
@@ -24,6 +28,26 @@ pub fn list_named() -> Vec<String> {
 /// Deletes the named namespace (`ip netns delete`).
 pub fn delete_named(name: &str) -> Result<()> {
     process::run("ip", &["netns", "delete", name]).map(drop)
+}
+
+/// Runs `work` on a short-lived thread that entered the network namespace at `path`; the caller's
+/// thread stays where it is. Interface indexes `work` sees, and sockets it opens (for their whole
+/// life, whichever thread uses them later), are the namespace's.
+pub fn run_in_path<T: Send>(path: &Path, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let netns = std::fs::File::open(path)
+        .with_context(|| format!("opening namespace {}", path.display()))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // SAFETY: setns on this short-lived thread only.
+                if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    bail!("setns: {}", std::io::Error::last_os_error());
+                }
+                work()
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the thread in {} panicked", path.display()))?
+    })
 }
 
 /// A network namespace created by the harness, deleted when dropped.
@@ -55,12 +79,43 @@ impl Netns {
         PathBuf::from(format!("/run/netns/{}", self.name))
     }
 
+    /// Runs `work` inside this namespace (see [`run_in_path`]).
+    pub fn run_in<T: Send>(&self, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        run_in_path(&self.path(), work)
+    }
+
     /// A command that runs `program` inside this namespace.
     #[must_use]
     pub fn command(&self, program: &str) -> Command {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &self.name, program]);
         command
+    }
+
+    /// A command that runs `program` inside this namespace the way a process living there would
+    /// start it: the child enters the namespace (setns) just before exec. Unlike
+    /// [`Self::command`] (`ip netns exec`) there is no mount namespace and no sysfs remount per
+    /// process, so `/sys` shows the caller's namespace; netlink, sockets and `/proc/sys/net` are
+    /// this namespace's. For programs timed under concurrency (CNI plugins as a runtime starts
+    /// them).
+    pub fn command_entering(&self, program: &std::ffi::OsStr) -> Result<Command> {
+        use std::os::unix::process::CommandExt;
+        let path = self.path();
+        let netns = std::fs::File::open(&path)
+            .with_context(|| format!("opening namespace {}", path.display()))?;
+        let mut command = Command::new(program);
+        // SAFETY: between fork and exec the child only makes the setns system call (async-signal
+        // safe); the descriptor stays open in the parent until the command is dropped.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        Ok(command)
     }
 
     /// Runs `program args…` inside the namespace and returns stdout.

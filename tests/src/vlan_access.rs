@@ -172,31 +172,20 @@ impl AccessPortPrograms {
         }
         let push = load("access_push", &push_program(vlan))?;
         let pop = load("access_pop", &pop_program(vlan))?;
-        let netns = std::fs::File::open(netns)
-            .with_context(|| format!("opening namespace {}", netns.display()))?;
         let port = port.to_string();
         // An interface index names an interface of the caller's namespace: attach from a thread
         // that entered the switch's namespace.
-        let links = std::thread::scope(|scope| {
-            scope
-                .spawn(|| -> Result<[OwnedFd; 2]> {
-                    // SAFETY: setns on this short-lived thread only.
-                    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                        bail!("setns: {}", std::io::Error::last_os_error());
-                    }
-                    let name = std::ffi::CString::new(port.clone())?;
-                    // SAFETY: a valid C string.
-                    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-                    if ifindex == 0 {
-                        bail!("no interface {port}: {}", std::io::Error::last_os_error());
-                    }
-                    Ok([
-                        attach(&push, ifindex, BPF_TCX_INGRESS)?,
-                        attach(&pop, ifindex, BPF_TCX_EGRESS)?,
-                    ])
-                })
-                .join()
-                .map_err(|_| anyhow::anyhow!("the attaching thread panicked"))?
+        let links = crate::netns::run_in_path(netns, || -> Result<[OwnedFd; 2]> {
+            let name = std::ffi::CString::new(port.clone())?;
+            // SAFETY: a valid C string.
+            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+            if ifindex == 0 {
+                bail!("no interface {port}: {}", std::io::Error::last_os_error());
+            }
+            Ok([
+                attach(&push, ifindex, BPF_TCX_INGRESS)?,
+                attach(&pop, ifindex, BPF_TCX_EGRESS)?,
+            ])
         })?;
         Ok(Self { _links: links })
     }

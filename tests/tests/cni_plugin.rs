@@ -431,6 +431,29 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     raw.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(lab.ready(0), "the agent still serves");
+
+    // CHECK notices a2's veth without from_pod (someone removed the filter).
+    let a2_host = "c0ffee101234_h";
+    let filters = |node: &Node| {
+        node.netns()
+            .exec("tc", &["filter", "show", "dev", a2_host, "ingress"])
+            .unwrap()
+    };
+    assert!(filters(&lab.nodes[1]).contains("ovnbpf_from_pod"));
+    lab.nodes[1]
+        .netns()
+        .exec(
+            "tc",
+            &[
+                "filter", "del", "dev", a2_host, "ingress", "pref", "1", "handle", "1", "bpf",
+            ],
+        )
+        .unwrap();
+    assert!(!filters(&lab.nodes[1]).contains("ovnbpf_from_pod"));
+    let check = lab.invoke(1, "CHECK", &attachments[1], &check_config);
+    assert!(!check.status.success(), "{check:?}");
+    let details = stdout_json(&check)["details"].to_string();
+    assert!(details.contains("from_pod is not attached"), "{check:?}");
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! Restarting the agents drops no traffic: with a paced TCP stream and a 10 ms ping running
 //! between pods on different nodes, both agents are stopped with SIGTERM and started again, then
 //! killed with SIGKILL and started again. Their maps and links are pinned on bpffs, so the kernel
-//! keeps forwarding while no agent runs, and each new agent adopts the pins and swaps its
-//! programs in atomically. No ping may be lost and the stream may never pause for 100 ms.
+//! keeps forwarding while no agent runs, and each new agent adopts the pins (and the pods'
+//! filters, which live with their veths) and swaps its programs in atomically. No ping may be lost
+//! and the stream may never pause for 100 ms. Then `ovnbpf-agent unpin` uninstalls: pins and
+//! filters go, and so does the forwarding.
 
 mod common;
 
@@ -20,7 +22,7 @@ use std::{
 };
 
 use ovnbpf_agent::netns::run_in;
-use ovnbpf_tests::{bpffs::BpfMount, network::Pod, process::wait_until};
+use ovnbpf_tests::{bpffs::BpfMount, network::Pod, process::wait_until, workspace_binary};
 
 use common::OVERLAPPING_PODS as PODS;
 
@@ -150,9 +152,37 @@ fn restarting_the_agents_loses_no_ping_and_never_stalls_a_tcp_stream() {
     );
     for agent in &agents {
         let log = std::fs::read_to_string(agent.log_path().unwrap()).unwrap();
-        // The first agent attached the uplink and two pods; both restarts replaced all three.
+        // The first agent attached the uplink (a pinned tcx link) and two pods (a filter each);
+        // both restarts replaced the programs of all three.
         assert_eq!(log.matches("how=Attached").count(), 3, "{log}");
         assert_eq!(log.matches("how=Replaced").count(), 6, "{log}");
     }
     drop(agents);
+
+    // Uninstall: with no agent running the pinned datapath forwards on; `unpin` removes it.
+    assert_eq!(a1.ping(a2_ip, 2).unwrap(), 2, "a1 → a2 with no agent");
+    let filters = |node: &ovnbpf_tests::network::Node, pod: &Pod| {
+        node.netns()
+            .exec(
+                "tc",
+                &["filter", "show", "dev", pod.host_interface(), "ingress"],
+            )
+            .unwrap()
+    };
+    assert!(filters(&nodes[0], a1).contains("ovnbpf_from_pod"));
+    for (index, node) in nodes.iter().enumerate() {
+        let pin_dir = bpffs.path().join(common::NODES[index]);
+        node.netns()
+            .exec(
+                &workspace_binary("ovnbpf-agent").display().to_string(),
+                &["unpin", "--pin-dir", &pin_dir.display().to_string()],
+            )
+            .unwrap();
+        assert!(!pin_dir.exists(), "{} still exists", pin_dir.display());
+    }
+    for (pod, node) in [(a1, &nodes[0]), (a2, &nodes[1])] {
+        let left = filters(node, pod);
+        assert!(!left.contains("ovnbpf_from_pod"), "{left}");
+    }
+    assert_eq!(a1.ping(a2_ip, 2).unwrap(), 0, "a1 → a2 after the uninstall");
 }

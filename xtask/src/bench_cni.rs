@@ -1,12 +1,14 @@
 //! `cargo xtask bench cni [--pods 100] [--concurrency 10]`: pod attach and detach through the
 //! CNI binary, as a runtime calls it, on two nodes with one agent each (release builds).
 //! - ADD: from invoking the plugin until it returns, and until the pod answers a ping from a
-//!   prober pod on the other node;
+//!   prober pod on the other node (echo requests every 2 ms from a socket in the prober's
+//!   namespace);
 //! - DEL: from invoking the plugin until it returns.
 //!
 //! Baseline in the same run: the same NIC (veth into a fresh namespace, MAC, MTU, address,
 //! default route) built with plain `ip` commands and no agent, with the same concurrency.
-//! Prints p50/p99 and the ratios; JSON in target/bench/cni.json. Goal: ADD p99 under 100 ms.
+//! Prints p50/p99 and the ratios; JSON in target/bench/cni.json. Goal: ADD p99 under 100 ms, taken
+//! as the issue defines the latency: until the pod answers the ping.
 
 use std::{
     net::Ipv4Addr,
@@ -20,6 +22,7 @@ use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
+    icmp::Pinger,
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
@@ -35,6 +38,8 @@ use crate::{
 };
 
 const NODES: [&str; 2] = ["node1", "node2"];
+/// How often the prober asks a new pod for an echo until it answers.
+const ECHO_PACE: Duration = Duration::from_millis(2);
 
 fn pod_ip(index: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, (1 + index / 200) as u8, (10 + index % 200) as u8)
@@ -295,6 +300,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let answered = Mutex::new(vec![Duration::ZERO; count]);
     let add = concurrently(count, concurrency, |index| {
         let node = index % 2;
+        // Opened ahead: its own socket, so no other worker reads its replies.
+        let pinger = Pinger::open_in(&prober.path())?;
         let start = Instant::now();
         let output = runtimes[node].exec("ADD", &attachment(index), &config(node))?;
         let returned = start.elapsed();
@@ -305,13 +312,15 @@ pub fn run(args: &[String]) -> Result<()> {
                 String::from_utf8_lossy(&output.stdout)
             );
         }
-        let target = pod_ip(index).to_string();
-        let reachable = wait_until(Duration::from_secs(10), || {
-            prober
-                .exec("ping", &["-n", "-q", "-c", "1", "-W", "0.2", &target])
-                .is_ok()
-        });
-        if !reachable {
+        // An echo request every 2 ms until the first answer, in process: spawning `ping`
+        // under `ip netns exec` would cost more than what is measured.
+        let reachable = pinger.first_answer(
+            pod_ip(index),
+            index as u16,
+            ECHO_PACE,
+            Duration::from_secs(10),
+        )?;
+        if reachable.is_none() {
             bail!("{} never answered the prober", names[index]);
         }
         if let Ok(mut answered) = answered.lock() {
@@ -376,17 +385,20 @@ pub fn run(args: &[String]) -> Result<()> {
     let ratio = |i: usize, key: &str| {
         results[i][key].as_f64().unwrap_or(f64::NAN) / results[0][key].as_f64().unwrap_or(f64::NAN)
     };
-    // Every tcx attach waits for an RCU grace period under rtnl: expedited grace periods change
-    // the numbers several-fold, so say which kind this kernel uses.
+    // Veth deletion (and any tcx attach) waits for RCU grace periods under rtnl: expedited grace
+    // periods change the numbers, so say which kind this kernel uses.
     let expedited = std::fs::read_to_string("/sys/kernel/rcu_expedited")
         .map(|text| text.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
     println!("\nkernel: rcu_expedited={expedited} (concurrency {concurrency}, {count} pods)");
     println!(
-        "ADD / baseline: p50 {:.1}×, p99 {:.1}× (goal: ADD p99 under 100 ms: {})",
+        "ADD / baseline: p50 {:.1}×, p99 {:.1}×; ADD until the ping / baseline: p50 {:.1}×, p99 \
+         {:.1}× (goal: ADD p99 until the ping under 100 ms: {})",
         ratio(1, "p50_ms"),
         ratio(1, "p99_ms"),
-        if results[1]["p99_ms"].as_f64().is_some_and(|p99| p99 < 100.0) {
+        ratio(2, "p50_ms"),
+        ratio(2, "p99_ms"),
+        if results[2]["p99_ms"].as_f64().is_some_and(|p99| p99 < 100.0) {
             "met"
         } else {
             "missed"

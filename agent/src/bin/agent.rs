@@ -1,7 +1,7 @@
 //! `ovnbpf-agent`: the node daemon. `run` follows the OVN Southbound DB, registers this chassis and
 //! claims local ports (`run --cleanup` removes the chassis instead); `verify` loads every kernel
 //! program through the verifier and reports what the kernel accepted; `unpin` removes the pinned
-//! datapath (what stays forwarding after `run` exits).
+//! datapath and the pods' filters (what stays forwarding after `run` exits).
 
 use std::time::Duration;
 
@@ -35,8 +35,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Load every kernel program through the verifier and print what the kernel accepted.
     Verify,
-    /// Remove every pinned map and link under the pin directory: the datapath a stopped agent left
-    /// forwarding detaches (uninstall).
+    /// Remove every pinned map and link under the pin directory and the pods' `from_pod` filters
+    /// in this network namespace: the datapath a stopped agent left forwarding detaches
+    /// (uninstall).
     Unpin {
         #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
         pin_dir: std::path::PathBuf,
@@ -122,9 +123,11 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => run(*args),
         Command::Verify => verify(),
         Command::Unpin { pin_dir } => {
+            let filters = ovnbpf_agent::dataplane::ebpf::pod_filter::detach_everywhere()
+                .context("removing the pods' from_pod filters")?;
             ovnbpf_agent::dataplane::ebpf::pins::remove_all(&pin_dir)
                 .with_context(|| format!("removing {}", pin_dir.display()))?;
-            tracing::info!(pin_dir = %pin_dir.display(), "pinned datapath removed");
+            tracing::info!(pin_dir = %pin_dir.display(), filters, "pinned datapath removed");
             Ok(())
         }
     }
@@ -214,17 +217,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
             return Ok(());
         }
-        let mut datapath = match &datapath_config {
+        let datapath = match &datapath_config {
             Some(datapath_config) => {
                 Some(NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?)
             }
             None => None,
         };
-        let linker = datapath
-            .as_mut()
-            .map(NodeDatapath::pod_linker)
-            .transpose()
-            .context("sharing from_pod with the CNI server")?;
+        let pod_filters = datapath.as_ref().map(NodeDatapath::pod_filters);
         let (handle, commands) = daemon::ports::channel();
         let cni = match store {
             Some(store) => {
@@ -233,7 +232,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 })?;
                 let handler = Handler::new(
                     handle,
-                    linker,
+                    pod_filters,
                     store,
                     HandlerConfig {
                         mtu: pod_mtu,

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     daemon::ports::{DaemonHandle, PortError},
-    dataplane::ebpf::pod_link::PodLinker,
+    dataplane::ebpf::pod_filter::{self, PodFilters},
 };
 
 /// Why an operation failed; the server turns it into an HTTP status and the error string.
@@ -64,8 +64,8 @@ pub struct HandlerConfig {
 pub struct Handler {
     daemon: DaemonHandle,
     /// Attaches `from_pod` to new NICs on the blocking task that builds them (see
-    /// [`PodLinker`]); `None` when the agent does not forward (ADD is refused).
-    linker: Option<PodLinker>,
+    /// [`PodFilters`]); `None` when the agent does not forward (ADD is refused).
+    pod_filters: Option<PodFilters>,
     store: AttachmentStore,
     config: HandlerConfig,
     /// One lock per logical port, so ADD and DEL of the same pod never interleave.
@@ -88,13 +88,13 @@ impl Handler {
     #[must_use]
     pub fn new(
         daemon: DaemonHandle,
-        linker: Option<PodLinker>,
+        pod_filters: Option<PodFilters>,
         store: AttachmentStore,
         config: HandlerConfig,
     ) -> Self {
         Self {
             daemon,
-            linker,
+            pod_filters,
             store,
             config,
             locks: Mutex::new(HashMap::new()),
@@ -167,7 +167,7 @@ impl Handler {
         if request.net_ns.is_empty() {
             return Err(HandlerError::BadRequest("net_ns is empty".into()));
         }
-        let Some(linker) = self.linker.clone() else {
+        let Some(pod_filters) = self.pod_filters.clone() else {
             return Err(HandlerError::Unservable(
                 "this agent does not forward (started without --uplink)".into(),
             ));
@@ -208,19 +208,18 @@ impl Handler {
         };
         let built = {
             let nic = nic.clone();
-            let linker = linker.clone();
             tokio::task::spawn_blocking(move || {
                 let index = plumbing::create(&nic).map_err(|e| e.to_string())?;
-                let link = linker.attach(index).map_err(|e| e.to_string());
-                if link.is_err() {
+                let filter = pod_filters.attach(index).map_err(|e| e.to_string());
+                if filter.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
-                    return link;
+                    return filter;
                 }
                 // Best effort: the NIC works once they are up.
                 if let Err(error) = plumbing::wait_until_up(&nic, index) {
                     warn!(interface = nic.host_interface, %error, "cannot wait for the links");
                 }
-                link
+                filter
             })
             .await
         };
@@ -231,21 +230,13 @@ impl Handler {
             port.as_str(),
             host.as_str(),
         );
-        let link = match built {
-            Ok(Ok(link)) => link,
+        let filter = match built {
+            Ok(Ok(filter)) => filter,
             Ok(Err(error)) => return Err(self.rollback(names, error).await),
             Err(error) => {
                 return Err(self
                     .rollback(names, format!("building the NIC: {error}"))
                     .await);
-            }
-        };
-        // A pinned link outlives its descriptor: if the daemon never takes it over, the pin goes
-        // with the rollback (the link itself goes with the veth).
-        let pin = link.pinned.then(|| linker.pin_path(link.ifindex)).flatten();
-        let unpin = || {
-            if let Some(pin) = &pin {
-                crate::dataplane::ebpf::unpin_link(pin);
             }
         };
         let record = AttachmentRecord {
@@ -257,16 +248,14 @@ impl Handler {
             created_ms: now_ms(),
         };
         if let Err(error) = self.store.save(&record) {
-            unpin();
             let reason = format!("recording the attachment: {error}");
             return Err(self.rollback(names, reason).await);
         }
         if let Err(error) = self
             .daemon
-            .plug(&port, &host, link, self.config.port_wait)
+            .plug(&port, &host, filter, self.config.port_wait)
             .await
         {
-            unpin();
             return Err(self.rollback(names, error.to_string()).await);
         }
         let _ = tokio::task::spawn_blocking(move || plumbing::announce(&nic)).await;
@@ -381,10 +370,20 @@ impl Handler {
         let facts = self.daemon.facts(&port).await?;
         let netns = PathBuf::from(&request.net_ns);
         let name = if_name.clone();
-        let state = tokio::task::spawn_blocking(move || plumbing::inspect(&netns, &name))
-            .await
-            .map_err(|e| HandlerError::Failed(e.to_string()))?
-            .map_err(|e| HandlerError::Failed(e.to_string()))?;
+        let host_interface = host.clone();
+        let (state, filtered) = tokio::task::spawn_blocking(move || {
+            let state = plumbing::inspect(&netns, &name).map_err(|e| e.to_string())?;
+            let filtered = plumbing::host_ifindex(&host_interface)
+                .map_err(|e| e.to_string())
+                .and_then(|index| {
+                    let socket = crate::rtnetlink::Socket::open().map_err(|e| e.to_string())?;
+                    pod_filter::is_attached(&socket, index).map_err(|e| e.to_string())
+                });
+            Ok::<_, String>((state, filtered))
+        })
+        .await
+        .map_err(|e| HandlerError::Failed(e.to_string()))?
+        .map_err(HandlerError::Failed)?;
         let address = format!("{}/{}", facts.ip, facts.prefix_len);
         let mut problems = Vec::new();
         if !state.mac.eq_ignore_ascii_case(&facts.mac) {
@@ -398,6 +397,11 @@ impl Handler {
                 "default route via {:?} instead of {}",
                 state.default_gateway, facts.gateway
             ));
+        }
+        match filtered {
+            Ok(true) => {}
+            Ok(false) => problems.push(format!("from_pod is not attached to {host}")),
+            Err(error) => problems.push(format!("cannot read the filters of {host}: {error}")),
         }
         let status = self.daemon.status(Some(&port)).await?;
         if !status.programmed {

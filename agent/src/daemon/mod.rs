@@ -311,7 +311,7 @@ impl Daemon {
             PortCommand::Plug {
                 port,
                 interface,
-                link,
+                filter,
                 reply,
             } => {
                 let Some(datapath) = self.datapath.as_mut() else {
@@ -320,7 +320,7 @@ impl Daemon {
                     )));
                     return;
                 };
-                match datapath.plug(&port, &interface, link) {
+                match datapath.plug(&port, &interface, filter) {
                     Ok(writes) => self.stats.datapath_writes += writes as u64,
                     Err(error) => {
                         self.stats.datapath_errors += 1;

@@ -8,7 +8,7 @@ use std::{net::Ipv4Addr, time::Duration};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    dataplane::ebpf::pod_link::PodLink,
+    dataplane::ebpf::pod_filter::PodFilter,
     pipeline::ir::parse_port_security,
     sb::{Southbound, rows::PortBinding},
 };
@@ -59,12 +59,12 @@ pub enum PortCommand {
         port: String,
         reply: oneshot::Sender<Result<PortFacts, PortError>>,
     },
-    /// `port`'s NIC exists, its host end is `interface` with `from_pod` attached through `link`:
+    /// `port`'s NIC exists, its host end is `interface` with `from_pod` attached (`filter`):
     /// forward for it; answer once its Port_Binding is bound here and up.
     Plug {
         port: String,
         interface: String,
-        link: PodLink,
+        filter: PodFilter,
         reply: oneshot::Sender<Result<(), PortError>>,
     },
     /// Stop forwarding for `port` if it is still plugged into `interface` (or not plugged at
@@ -133,7 +133,7 @@ impl DaemonHandle {
         &self,
         port: &str,
         interface: &str,
-        link: PodLink,
+        filter: PodFilter,
         timeout: Duration,
     ) -> Result<(), PortError> {
         let (port, interface) = (port.to_string(), interface.to_string());
@@ -142,7 +142,7 @@ impl DaemonHandle {
             |reply| PortCommand::Plug {
                 port,
                 interface,
-                link,
+                filter,
                 reply,
             },
             timeout,

@@ -33,7 +33,7 @@ pub mod l2;
 pub mod l3;
 pub mod node;
 pub mod pins;
-pub mod pod_link;
+pub mod pod_filter;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));
@@ -261,7 +261,7 @@ impl KernelPrograms {
     }
 
     /// A duplicate of the descriptor of the hook's program, to attach it from another thread
-    /// ([`pod_link::PodLinker`]).
+    /// ([`pod_filter::PodFilters`]).
     pub fn program_fd(&mut self, hook: Hook) -> Result<std::os::fd::OwnedFd, EbpfError> {
         use std::os::fd::AsFd;
         let name = hook.program_name();

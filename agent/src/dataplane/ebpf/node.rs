@@ -1,27 +1,27 @@
 //! The eBPF datapath of one node as the daemon drives it: loads the kernel programs, sets the
-//! tunnel endpoint, attaches to the uplink, the provider NICs and the pods' host veths (in the
-//! agent's network namespace; pods plug and unplug at run time), and keeps the L2 and L3 maps in
-//! line with the IR and the chassis encap IPs it is told about. With a pin root, a new agent
-//! adopts the maps and links of the previous one (forwarding never stops), replaces the programs
-//! atomically, and sweeps stale entries once told its state is complete. Owns a
-//! [`KernelPrograms`], an [`L2State`], an [`L3State`] and the pin layout; never reads the
-//! Southbound DB.
+//! tunnel endpoint, attaches to the uplink and the provider NICs (tcx links) and to the pods'
+//! host veths (a cls_bpf filter each, see [`pod_filter`](super::pod_filter); in the agent's
+//! network namespace; pods plug and unplug at run time), and keeps the L2 and L3 maps in line
+//! with the IR and the chassis encap IPs it is told about. With a pin root, a new agent adopts the
+//! maps and links of the previous one and the pods' filters (forwarding never stops), replaces the
+//! programs atomically, and sweeps stale entries once told its state is complete. Without one,
+//! everything is detached when it is dropped. Owns a [`KernelPrograms`], an [`L2State`], an
+//! [`L3State`] and the pin layout; never reads the Southbound DB.
 
 use std::{
     collections::{HashMap, HashSet},
     net::Ipv4Addr,
-    os::fd::OwnedFd,
     path::PathBuf,
 };
 
 use tracing::info;
 
 use super::{
-    EbpfError, Hook, KernelPrograms,
+    Attachment, EbpfError, Hook, KernelPrograms,
     l2::L2State,
     l3::L3State,
     pins::{PinError, PinLayout},
-    pod_link::{PodLink, PodLinker},
+    pod_filter::{self, PodFilter, PodFilterError, PodFilters},
     unpin_link,
 };
 use crate::pipeline::IrDiff;
@@ -56,6 +56,10 @@ pub enum NodeDatapathError {
     Ebpf(#[from] EbpfError),
     #[error(transparent)]
     Pins(#[from] PinError),
+    #[error(transparent)]
+    PodFilter(#[from] PodFilterError),
+    #[error("opening a netlink socket: {0}")]
+    Netlink(#[source] std::io::Error),
 }
 
 pub struct NodeDatapath {
@@ -65,9 +69,8 @@ pub struct NodeDatapath {
     pins: Option<PinLayout>,
     /// Logical port → its host veth (name, index).
     plugged: HashMap<String, (String, u32)>,
-    /// Without pins: the links of plugged ports (a [`PodLinker`] made them), held by their
-    /// descriptor until the port is unplugged.
-    links: HashMap<String, OwnedFd>,
+    /// Attaches `from_pod` to pods' veths (here and on the CNI server's tasks).
+    pod_filters: PodFilters,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
 }
@@ -100,11 +103,11 @@ fn ensure_ip_forwarding() {
 }
 
 impl NodeDatapath {
-    /// Loads the programs through the verifier and attaches them to the uplink and to every
-    /// configured pod interface. With a pin root, the maps and links a previous agent pinned are
-    /// adopted (its entries keep forwarding until [`Self::sweep`]) and each link gets the new
-    /// program atomically; links of interfaces no longer configured, and pins of other layout
-    /// versions, are removed.
+    /// Loads the programs through the verifier and attaches them to the uplink, the provider
+    /// NICs and every configured pod interface. With a pin root, the maps and links a previous
+    /// agent pinned are adopted (its entries keep forwarding until [`Self::sweep`]) and each link,
+    /// and each pod's filter, gets the new program atomically; links of interfaces no longer
+    /// configured, and pins of other layout versions, are removed.
     pub fn start(config: &NodeDatapathConfig) -> Result<Self, NodeDatapathError> {
         let pins = config
             .pin_root
@@ -114,6 +117,7 @@ impl NodeDatapath {
         let adopted = pins.as_ref().is_some_and(PinLayout::has_maps);
         ensure_ip_forwarding();
         let mut programs = KernelPrograms::load_with(pins.as_ref())?;
+        let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
         let uplink_index = ifindex(&config.uplink)?;
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let mut l2 = L2State::new(&config.chassis);
@@ -126,6 +130,7 @@ impl NodeDatapath {
         }
         l2.set_providers(providers);
         let mut plugged = HashMap::new();
+        let socket = crate::rtnetlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
         for (port, interface) in &config.interfaces {
             // An interface gone while the agent was down (its pod deleted) is skipped: the port
             // stays unprogrammed and `up` false until the CNI (or its configuration) fixes it.
@@ -136,8 +141,20 @@ impl NodeDatapath {
                     continue;
                 }
             };
+            // A filter a previous agent left gets this program atomically.
+            let how = if pod_filter::is_attached(&socket, index).map_err(|source| {
+                PodFilterError::Attach {
+                    ifindex: index,
+                    source,
+                }
+            })? {
+                Attachment::Replaced
+            } else {
+                Attachment::Attached
+            };
+            pod_filters.attach(index)?;
+            info!(hook = ?Hook::Pod, interface, ?how, "program attached");
             l2.set_interface(port, Some(index));
-            hooks.push((Hook::Pod, interface, index));
             plugged.insert(port.clone(), (interface.clone(), index));
         }
         let mut linked = HashSet::new();
@@ -150,17 +167,18 @@ impl NodeDatapath {
                     linked.insert(pin);
                 }
                 None => {
-                    // Static links (uplink, providers, configured ports) live as long as the
-                    // programs.
+                    // Static links (uplink, providers) live as long as the programs.
                     let _ = programs.attach(hook, interface)?;
                 }
             }
         }
         if let Some(pins) = &pins {
+            // Also the tcx links of pods that agents before the filters pinned: the pods'
+            // filters run by now.
             for pin in pins.link_pins()? {
                 if !linked.contains(&pin) {
                     unpin_link(&pin);
-                    info!(pin = %pin.display(), "detached the link of an interface no longer configured");
+                    info!(pin = %pin.display(), "detached a pinned link nothing uses any more");
                 }
             }
             for dir in pins.remove_other_versions()? {
@@ -174,52 +192,39 @@ impl NodeDatapath {
             l3: L3State::default(),
             pins,
             plugged,
-            links: HashMap::new(),
+            pod_filters,
             adopted,
         })
     }
 
     /// What attaches `from_pod` to new pods' veths away from the daemon loop (see
-    /// [`PodLinker`]), sharing this datapath's program and pins.
-    pub fn pod_linker(&mut self) -> Result<PodLinker, EbpfError> {
-        Ok(PodLinker::new(
-            self.programs.program_fd(Hook::Pod)?,
-            self.pins.clone(),
-        ))
+    /// [`PodFilters`]), with this datapath's program.
+    #[must_use]
+    pub fn pod_filters(&self) -> PodFilters {
+        self.pod_filters.clone()
     }
 
-    /// Forwards for `port` through `interface`, whose `from_pod` link a [`PodLinker`] made;
-    /// returns the map writes made. Takes no kernel lock a tcx attach would wait for.
+    /// Forwards for `port` through `interface`, whose `from_pod` filter `filter` shows; returns
+    /// the map writes made. Takes no kernel lock.
     pub fn plug(
         &mut self,
         port: &str,
         interface: &str,
-        link: PodLink,
+        filter: PodFilter,
     ) -> Result<usize, NodeDatapathError> {
         let start = std::time::Instant::now();
         let index = ifindex(interface)?;
-        if index != link.ifindex {
+        if index != filter.ifindex() {
             return Err(NodeDatapathError::Interface {
                 interface: interface.to_string(),
                 source: std::io::Error::other(format!(
-                    "the link is on interface index {}, the interface has index {index}",
-                    link.ifindex
+                    "from_pod was attached to interface index {}, the interface has index {index}",
+                    filter.ifindex()
                 )),
             });
         }
-        if link.pinned {
-            self.links.remove(port);
-        } else {
-            self.links.insert(port.to_string(), link.into_fd());
-        }
-        if let Some((_, old_index)) = self
-            .plugged
-            .insert(port.to_string(), (interface.to_string(), index))
-            && old_index != index
-            && let Some(pins) = &self.pins
-        {
-            unpin_link(&pins.link_path(Hook::Pod, old_index));
-        }
+        self.plugged
+            .insert(port.to_string(), (interface.to_string(), index));
         self.l2.set_interface(port, Some(index));
         let writes = self.l2.flush(&mut self.programs)?;
         info!(
@@ -233,18 +238,14 @@ impl NodeDatapath {
         Ok(writes)
     }
 
-    /// Stops forwarding for `port`: its map entries go, its link is unpinned (the link itself
-    /// goes with the veth). Returns the map writes made.
+    /// Stops forwarding for `port`: its map entries go (`from_pod` then passes the veth's
+    /// frames on untouched; its filter goes with the veth, which the CNI server deletes after).
+    /// Returns the map writes made.
     pub fn unplug(&mut self, port: &str) -> Result<usize, EbpfError> {
-        let Some((interface, index)) = self.plugged.remove(port) else {
+        let Some((interface, _)) = self.plugged.remove(port) else {
             return Ok(0);
         };
         self.l2.set_interface(port, None);
-        if let Some(pins) = &self.pins {
-            unpin_link(&pins.link_path(Hook::Pod, index));
-        }
-        // Closing the last descriptor of an unpinned link detaches it.
-        self.links.remove(port);
         info!(port, interface, "port unplugged");
         self.l2.flush(&mut self.programs)
     }
@@ -319,6 +320,28 @@ impl NodeDatapath {
     /// Dropped frames per reason.
     pub fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         self.programs.drop_counters()
+    }
+}
+
+impl Drop for NodeDatapath {
+    /// Without pins nothing is meant to outlive the agent: the pods' filters (which, unlike a
+    /// link, no descriptor of ours holds) are removed. With pins they stay for the next agent.
+    fn drop(&mut self) {
+        if self.pins.is_some() || self.plugged.is_empty() {
+            return;
+        }
+        let socket = match crate::rtnetlink::Socket::open() {
+            Ok(socket) => socket,
+            Err(error) => {
+                tracing::warn!(%error, "cannot remove the pods' from_pod filters");
+                return;
+            }
+        };
+        for (interface, index) in self.plugged.values() {
+            if let Err(error) = pod_filter::detach(&socket, *index) {
+                tracing::warn!(interface, %error, "cannot remove a pod's from_pod filter");
+            }
+        }
     }
 }
 

@@ -3,7 +3,12 @@
 //! MTU and state (one request), add an IPv4 address, replace the default route, delete a link.
 //! Each request is acknowledged before returning. A [`Socket`] acts in the namespace it was opened
 //! in: open it on a thread that joined the pod's namespace ([`crate::netns::run_in`]) for the pod
-//! side. Touches only the links, addresses and routes it is asked to.
+//! side. Touches only the links, addresses and routes it is asked to; the BPF filter on a link's
+//! ingress is [`filter`]'s.
+
+mod filter;
+
+pub use filter::IngressFilter;
 
 use std::{
     io,
@@ -410,17 +415,23 @@ fn message_attribute(reply: &[u8], message_type: u16, fixed: usize, kind: u16) -
     if u16::from_ne_bytes(message.get(4..6)?.try_into().ok()?) != message_type {
         return None;
     }
-    let mut offset = 16 + fixed;
-    while offset + 4 <= message.len() {
+    find_attribute(message.get(16 + fixed..)?, kind)
+}
+
+/// Attribute `kind` among the attributes packed in `attributes` (a message's, or a nested
+/// attribute's payload); `None` if absent or if they are malformed before it.
+fn find_attribute(attributes: &[u8], kind: u16) -> Option<&[u8]> {
+    let mut offset = 0;
+    while offset + 4 <= attributes.len() {
         let size = usize::from(u16::from_ne_bytes(
-            message[offset..offset + 2].try_into().ok()?,
+            attributes[offset..offset + 2].try_into().ok()?,
         ));
-        let attribute = u16::from_ne_bytes(message[offset + 2..offset + 4].try_into().ok()?);
-        if size < 4 || offset + size > message.len() {
+        let attribute = u16::from_ne_bytes(attributes[offset + 2..offset + 4].try_into().ok()?);
+        if size < 4 || offset + size > attributes.len() {
             return None;
         }
         if attribute & !NLA_F_NESTED == kind {
-            return Some(&message[offset + 4..offset + size]);
+            return Some(&attributes[offset + 4..offset + size]);
         }
         offset += size.next_multiple_of(4);
     }
