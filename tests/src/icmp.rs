@@ -1,7 +1,8 @@
 //! ICMP echo from inside a namespace without a process per ping: a raw ICMP socket opened in the
 //! namespace (it stays the namespace's from any thread), echo requests sent at a fixed pace until
 //! the first matching reply. For latency measurements where spawning `ping` under `ip netns
-//! exec` would be most of what is measured. Touches nothing but its socket.
+//! exec` would be most of what is measured. Also the Internet checksum that tests building frames
+//! by hand use. Touches nothing but its socket.
 
 use std::{
     net::Ipv4Addr,

@@ -16,7 +16,7 @@ use ovnbpf_common::{
     FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
     TunnelPortKey,
 };
-use ovnbpf_tests::{names::unique_prefix, netns::Netns, require_root};
+use ovnbpf_tests::{icmp::checksum, names::unique_prefix, netns::Netns, require_root};
 
 const TCX_NEXT: i32 = -1;
 const TC_ACT_SHOT: i32 = 2;
@@ -36,23 +36,12 @@ fn inner_frame() -> Vec<u8> {
     ];
     let mut ip = vec![0x45, 0, 0, 36, 0x12, 0x34, 0x40, 0, 64, 1, 0, 0];
     ip.extend_from_slice(&[10, 0, 1, 3, 10, 0, 1, 2]);
-    let checksum = ipv4_checksum(&ip);
+    let checksum = checksum(&ip);
     ip[10..12].copy_from_slice(&checksum.to_be_bytes());
     frame.extend_from_slice(&ip);
     frame.extend_from_slice(&[8, 0, 0xf7, 0xfe, 0, 1, 0, 0]);
     frame.extend_from_slice(b"ovnbpf!!");
     frame
-}
-
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], pair[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// The fields of one encapsulated frame that the tests vary.
@@ -103,7 +92,7 @@ fn encapsulate(encap: Encap, inner: &[u8]) -> Vec<u8> {
     ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
     ip.extend_from_slice(&encap.source.octets());
     ip.extend_from_slice(&encap.destination.octets());
-    let checksum = ipv4_checksum(&ip);
+    let checksum = checksum(&ip);
     ip[10..12].copy_from_slice(&checksum.to_be_bytes());
     let mut frame = encap.outer_macs.to_vec();
     frame.extend_from_slice(&[0x08, 0]);

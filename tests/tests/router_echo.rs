@@ -12,7 +12,7 @@ use ovnbpf_common::{
     FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS,
     RouterAddress, RouterInfo,
 };
-use ovnbpf_tests::require_root;
+use ovnbpf_tests::{icmp::checksum, require_root};
 
 const TCX_NEXT: i32 = -1;
 const TC_ACT_SHOT: i32 = 2;
@@ -25,18 +25,6 @@ const GATEWAY: [u8; 4] = [10, 0, 1, 1];
 const SILENT: [u8; 4] = [10, 0, 1, 254];
 /// The router's datapath key.
 const ROUTER: u32 = 9;
-
-/// The Internet checksum of `bytes`.
-fn checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
 
 /// Ethernet + IPv4 + ICMP with valid checksums.
 fn icmp(eth: ([u8; 6], [u8; 6]), ttl: u8, addresses: ([u8; 4], [u8; 4]), kind: u8) -> Vec<u8> {
