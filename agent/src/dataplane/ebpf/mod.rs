@@ -102,7 +102,8 @@ pub enum EbpfError {
     Netns(#[from] netns::NetnsError),
 }
 
-/// Where a program attaches; each hook runs one program on tcx ingress of its interface.
+/// Where a program attaches; each hook runs one program on ingress of its interface (the agent
+/// attaches through a tcx link, or for pods through a cls_bpf filter, see [`pod_filter`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hook {
     /// A pod's host-side veth (traffic leaving the pod).
