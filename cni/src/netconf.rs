@@ -78,12 +78,15 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
     if server_socket.is_empty() {
         return Err(invalid("server_socket is required"));
     }
-    let routes = match value.get("routes") {
+    let routes: Vec<crate::wire::Route> = match value.get("routes") {
         None | Some(Value::Null) => Vec::new(),
         Some(routes) => {
             serde_json::from_value(routes.clone()).map_err(|e| invalid(format!("routes: {e}")))?
         }
     };
+    for route in &routes {
+        route.parse_ipv4().map_err(invalid)?;
+    }
     let valid_attachments = match value.get("cni.dev/valid-attachments") {
         None | Some(Value::Null) => Vec::new(),
         Some(list) => serde_json::from_value(list.clone())
@@ -142,7 +145,7 @@ mod tests {
 
     #[test]
     fn bad_configs_get_the_spec_codes() {
-        let cases: [(&[u8], u32); 6] = [
+        let cases: [(&[u8], u32); 7] = [
             (b"{not json", error::DECODING_FAILURE),
             (b"[1]", error::DECODING_FAILURE),
             (
@@ -159,6 +162,10 @@ mod tests {
             ),
             (
                 br#"{"cniVersion":"1.0.0","type":"macvlan","ipam":{"type":"kube-ovn"}}"#,
+                error::INVALID_NETWORK_CONFIG,
+            ),
+            (
+                br#"{"cniVersion":"1.0.0","type":"ovnbpf","server_socket":"/s","routes":[{"dst":"10.9.0.0/33"}]}"#,
                 error::INVALID_NETWORK_CONFIG,
             ),
         ];

@@ -20,6 +20,65 @@ pub struct Route {
     pub gw: String,
 }
 
+/// A [`Route`] that ovnbpf can install in a pod: IPv4, `destination/prefix_len` (host bits
+/// cleared, as Kube-OVN's Go parser does), via `gateway` or on-link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Route {
+    pub destination: std::net::Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<std::net::Ipv4Addr>,
+}
+
+impl Route {
+    /// Parses the route: `dst` a CIDR (empty: the default route), `gw` an address (empty: the
+    /// destination is on-link). A route with neither, or of IPv6 (not supported yet), is refused
+    /// with the reason.
+    pub fn parse_ipv4(&self) -> Result<Ipv4Route, String> {
+        let error = |why: &str| format!("route {{dst {:?}, gw {:?}}}: {why}", self.dst, self.gw);
+        if self.dst.is_empty() && self.gw.is_empty() {
+            return Err(error("neither dst nor gw"));
+        }
+        let (destination, prefix_len) = if self.dst.is_empty() {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0)
+        } else {
+            let (address, length) = self
+                .dst
+                .split_once('/')
+                .ok_or_else(|| error("dst is not a CIDR"))?;
+            let address: std::net::Ipv4Addr = address.parse().map_err(|_| {
+                error(if address.contains(':') {
+                    "IPv6 routes are not supported yet"
+                } else {
+                    "dst is not an IPv4 address"
+                })
+            })?;
+            let length: u8 = length
+                .parse()
+                .ok()
+                .filter(|length| *length <= 32)
+                .ok_or_else(|| error("the prefix length is not 0-32"))?;
+            let mask = u32::MAX.checked_shl(32 - u32::from(length)).unwrap_or(0);
+            (std::net::Ipv4Addr::from(u32::from(address) & mask), length)
+        };
+        let gateway = if self.gw.is_empty() {
+            None
+        } else {
+            Some(self.gw.parse().map_err(|_| {
+                error(if self.gw.contains(':') {
+                    "IPv6 routes are not supported yet"
+                } else {
+                    "gw is not an IPv4 address"
+                })
+            })?)
+        };
+        Ok(Ipv4Route {
+            destination,
+            prefix_len,
+            gateway,
+        })
+    }
+}
+
 /// One CNI operation on one pod interface.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CniRequest {
@@ -156,6 +215,49 @@ mod tests {
             "01234567_net1_h"
         );
         assert!(host_interface_name("0123456789abcdef", "averylongname").len() <= 15);
+    }
+
+    #[test]
+    fn routes_parse_as_kube_ovn_reads_them() {
+        let route = |dst: &str, gw: &str| {
+            Route {
+                dst: dst.into(),
+                gw: gw.into(),
+            }
+            .parse_ipv4()
+        };
+        let ip = |text: &str| text.parse::<std::net::Ipv4Addr>().unwrap();
+        assert_eq!(
+            route("10.1.2.3/16", "10.0.1.1"),
+            Ok(Ipv4Route {
+                destination: ip("10.1.0.0"),
+                prefix_len: 16,
+                gateway: Some(ip("10.0.1.1")),
+            }),
+            "host bits cleared"
+        );
+        assert_eq!(
+            route("", "10.0.1.254").map(|r| (r.destination, r.prefix_len)),
+            Ok((ip("0.0.0.0"), 0)),
+            "no dst: the default route"
+        );
+        assert_eq!(
+            route("192.168.7.0/24", "").map(|r| r.gateway),
+            Ok(None),
+            "no gw: on-link"
+        );
+        for (dst, gw, why) in [
+            ("", "", "neither"),
+            ("10.1.0.0", "10.0.1.1", "not a CIDR"),
+            ("10.1.0.0/33", "10.0.1.1", "0-32"),
+            ("10.1.0.x/16", "10.0.1.1", "not an IPv4"),
+            ("fd00::/64", "", "IPv6"),
+            ("10.1.0.0/16", "fd00::1", "IPv6"),
+            ("10.1.0.0/16", "gateway", "gw is not"),
+        ] {
+            let error = route(dst, gw).unwrap_err();
+            assert!(error.contains(why), "{dst} {gw}: {error}");
+        }
     }
 
     #[test]

@@ -248,7 +248,11 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
             );
             std::thread::sleep(Duration::from_millis(500));
         }
-        let conf = config(&lab.socket(index), version);
+        let mut conf = config(&lab.socket(index), version);
+        if index == 1 {
+            // The network configuration's routes come after the default route.
+            conf["routes"] = json!([{"dst": "192.168.50.0/24", "gw": "10.0.1.254"}]);
+        }
         let output = lab.invoke(index, "ADD", &attachments[index], &conf);
         let pod = &pods[index].0;
         assert!(
@@ -286,6 +290,14 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert_eq!(a1_result["interfaces"][1]["mac"], mac_for("a1"));
     assert_eq!(a1_result["ips"][0]["interface"], 1);
     assert_eq!(results[1]["interfaces"][1]["mtu"], 1400);
+    assert_eq!(
+        results[1]["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.0.1.1"}, {"dst": "192.168.50.0/24", "gw": "10.0.1.254"}])
+    );
+    let extra = pod_netns[1]
+        .ip(&["route", "show", "192.168.50.0/24"])
+        .unwrap();
+    assert!(extra.contains("via 10.0.1.254 dev eth0"), "{extra}");
     assert!(host_interfaces(&lab.nodes[0]).contains("c0ffee001234_h"));
     let inside = pod_netns[0]
         .ip(&["-o", "addr", "show", "dev", "eth0"])
@@ -308,9 +320,20 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
 
     // CHECK with the ADD result as prevResult.
     let mut check_config = config(&lab.socket(1), "1.1.0");
+    check_config["routes"] = json!([{"dst": "192.168.50.0/24", "gw": "10.0.1.254"}]);
     check_config["prevResult"] = results[1].clone();
     let check = lab.invoke(1, "CHECK", &attachments[1], &check_config);
     assert!(check.status.success(), "CHECK: {check:?}");
+    // CHECK finds a configured route that is gone.
+    pod_netns[1]
+        .ip(&["route", "del", "192.168.50.0/24"])
+        .unwrap();
+    let check = lab.invoke(1, "CHECK", &attachments[1], &check_config);
+    let details = stdout_json(&check)["details"].to_string();
+    assert!(
+        details.contains("no route to 192.168.50.0/24 via 10.0.1.254"),
+        "{check:?}"
+    );
 
     // The agent on node1 restarts (SIGKILL) between ADD and DEL: it keeps forwarding for a1.
     lab.agents[0].kill();

@@ -12,7 +12,8 @@ use std::{
 };
 
 use ovnbpf_cni::wire::{
-    Attachment, CniRequest, CniResponse, IpConfig, Route, host_interface_name, logical_port_name,
+    Attachment, CniRequest, CniResponse, IpConfig, Ipv4Route, Route, host_interface_name,
+    logical_port_name,
 };
 use tracing::{info, warn};
 
@@ -111,6 +112,15 @@ impl Handler {
         Arc::clone(locks.entry(port.to_string()).or_default())
     }
 
+    /// The request's routes (the network configuration's), parsed.
+    fn routes(request: &CniRequest) -> Result<Vec<Ipv4Route>, HandlerError> {
+        request
+            .routes
+            .iter()
+            .map(|route| route.parse_ipv4().map_err(HandlerError::BadRequest))
+            .collect()
+    }
+
     fn names(request: &CniRequest) -> Result<(String, String, String), HandlerError> {
         for (field, value) in [
             ("pod_name", &request.pod_name),
@@ -167,6 +177,7 @@ impl Handler {
         if request.net_ns.is_empty() {
             return Err(HandlerError::BadRequest("net_ns is empty".into()));
         }
+        let routes = Self::routes(request)?;
         let Some(pod_filters) = self.pod_filters.clone() else {
             return Err(HandlerError::Unservable(
                 "this agent does not forward (started without --uplink)".into(),
@@ -205,7 +216,15 @@ impl Handler {
             ip: facts.ip,
             prefix_len: facts.prefix_len,
             gateway: Some(facts.gateway),
+            routes,
         };
+        let routes = plumbing::routes_of(nic.gateway, &nic.routes)
+            .into_iter()
+            .map(|route| Route {
+                dst: format!("{}/{}", route.destination, route.prefix_len),
+                gw: route.gateway.map(|gw| gw.to_string()).unwrap_or_default(),
+            })
+            .collect();
         let built = {
             let nic = nic.clone();
             tokio::task::spawn_blocking(move || {
@@ -281,10 +300,7 @@ impl Handler {
                 gateway: facts.gateway.to_string(),
             }],
             mac_address: facts.mac,
-            routes: vec![Route {
-                dst: "0.0.0.0/0".into(),
-                gw: facts.gateway.to_string(),
-            }],
+            routes,
             mtu: self.config.mtu,
             nicname: if_name,
             dns: None,
@@ -353,6 +369,7 @@ impl Handler {
     /// for it with the Port_Binding up.
     pub async fn check(&self, request: &CniRequest) -> Result<(), HandlerError> {
         let (port, host, if_name) = Self::names(request)?;
+        let configured_routes = Self::routes(request)?;
         let lock = self.lock_for(&port);
         let _guard = lock.lock().await;
         let Some(record) = self.store.get(&request.container_id, &if_name) else {
@@ -392,11 +409,15 @@ impl Handler {
         if !state.addresses.contains(&address) {
             problems.push(format!("addresses {:?} lack {address}", state.addresses));
         }
-        if state.default_gateway != Some(facts.gateway) {
-            problems.push(format!(
-                "default route via {:?} instead of {}",
-                state.default_gateway, facts.gateway
-            ));
+        for route in plumbing::routes_of(Some(facts.gateway), &configured_routes) {
+            if !state.routes.contains(&route) {
+                problems.push(format!(
+                    "no route to {}/{} via {}",
+                    route.destination,
+                    route.prefix_len,
+                    route.gateway.map_or("the link".into(), |gw| gw.to_string())
+                ));
+            }
         }
         match filtered {
             Ok(true) => {}

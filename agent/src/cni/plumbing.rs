@@ -1,7 +1,7 @@
 //! A pod's NIC, as the CNI server builds it: a veth pair whose host end stays in the agent's
 //! namespace and whose other end goes into the pod's namespace under the requested name, with the
-//! logical port's MAC, the MTU, its address, a default route via the gateway, and a gratuitous
-//! ARP. Also reading a pod NIC back (CHECK, with `ip`) and deleting the host end (DEL). Builds
+//! logical port's MAC, the MTU, its address, a default route via the gateway and the network
+//! configuration's routes, and a gratuitous ARP. Also reading a pod NIC back (CHECK, with `ip`) and deleting the host end (DEL). Builds
 //! and deletes through rtnetlink ([`crate::rtnetlink`]: no process per NIC) and, for the ARP, a
 //! packet socket; namespace switches happen only on helper threads ([`crate::netns::run_in`]).
 //! Blocking: call from a blocking task.
@@ -12,6 +12,8 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
 };
+
+use ovnbpf_cni::wire::Ipv4Route;
 
 use crate::{netns, rtnetlink};
 
@@ -51,6 +53,9 @@ pub struct PodNic {
     pub ip: Ipv4Addr,
     pub prefix_len: u8,
     pub gateway: Option<Ipv4Addr>,
+    /// The network configuration's routes, installed after the default route via `gateway` (a
+    /// default route among them replaces that one).
+    pub routes: Vec<Ipv4Route>,
 }
 
 /// The index of `interface` in the agent's namespace.
@@ -131,13 +136,34 @@ fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
                 "adding {}/{} to {name}",
                 nic.ip, nic.prefix_len
             )))?;
-        if let Some(gateway) = nic.gateway {
+        for route in &routes_of(nic.gateway, &nic.routes) {
             socket
-                .replace_default_route(index, gateway)
-                .map_err(netlink(&format!("default route via {gateway} dev {name}")))?;
+                .replace_route(index, route.destination, route.prefix_len, route.gateway)
+                .map_err(netlink(&format!(
+                    "route {}/{} via {:?} dev {name}",
+                    route.destination, route.prefix_len, route.gateway
+                )))?;
         }
         Ok(())
     })?
+}
+
+/// The routes a NIC gets, in order: the default route via its gateway, unless the network
+/// configuration has a default route of its own, then the configuration's routes.
+#[must_use]
+pub fn routes_of(gateway: Option<Ipv4Addr>, configured: &[Ipv4Route]) -> Vec<Ipv4Route> {
+    let custom_default = configured.iter().any(|route| route.prefix_len == 0);
+    let gateway_default = gateway
+        .filter(|_| !custom_default)
+        .map(|gateway| Ipv4Route {
+            destination: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            gateway: Some(gateway),
+        });
+    gateway_default
+        .into_iter()
+        .chain(configured.iter().copied())
+        .collect()
 }
 
 /// How long ADD waits for a new link to be operationally up.
@@ -247,7 +273,8 @@ pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
 pub struct NicState {
     pub mac: String,
     pub addresses: Vec<String>,
-    pub default_gateway: Option<Ipv4Addr>,
+    /// The IPv4 routes through the interface, the connected one too.
+    pub routes: Vec<Ipv4Route>,
 }
 
 /// Reads `interface` in the namespace at `netns` (CHECK).
@@ -281,14 +308,86 @@ pub fn inspect(netns_path: &Path, interface: &str) -> Result<NicState, PlumbingE
             .filter_map(|line| line.split("inet ").nth(1)?.split_whitespace().next())
             .map(str::to_string)
             .collect();
-        let default_gateway = run(&["-4", "route", "show", "default", "dev", interface])?
-            .split("via ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+        let routes = parse_routes(&run(&["-4", "route", "show", "dev", interface])?);
         Ok(NicState {
             mac,
             addresses,
-            default_gateway,
+            routes,
         })
     })?
+}
+
+/// The routes in `ip -4 route show dev X`'s output: `default` is 0.0.0.0/0, an address without a
+/// length is a /32, `via` names the gateway; lines it cannot read are skipped.
+fn parse_routes(text: &str) -> Vec<Ipv4Route> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let destination = words.next()?;
+            let (destination, prefix_len) = match destination {
+                "default" => (Ipv4Addr::UNSPECIFIED, 0),
+                cidr => match cidr.split_once('/') {
+                    Some((address, length)) => (address.parse().ok()?, length.parse().ok()?),
+                    None => (cidr.parse().ok()?, 32),
+                },
+            };
+            let gateway = line
+                .split(" via ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+            Some(Ipv4Route {
+                destination,
+                prefix_len,
+                gateway,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_read_from_ip_route_show() {
+        let text = "default via 10.0.1.1 proto boot \n\
+                    10.0.1.0/24 proto kernel scope link src 10.0.1.2 \n\
+                    192.168.5.0/24 via 10.0.1.254 proto boot \n\
+                    10.9.9.9 proto boot scope link \n\
+                    garbage line\n";
+        let route = |destination: [u8; 4], prefix_len, gateway: Option<[u8; 4]>| Ipv4Route {
+            destination: destination.into(),
+            prefix_len,
+            gateway: gateway.map(Ipv4Addr::from),
+        };
+        assert_eq!(
+            parse_routes(text),
+            vec![
+                route([0, 0, 0, 0], 0, Some([10, 0, 1, 1])),
+                route([10, 0, 1, 0], 24, None),
+                route([192, 168, 5, 0], 24, Some([10, 0, 1, 254])),
+                route([10, 9, 9, 9], 32, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_configured_default_route_replaces_the_gateways() {
+        let gateway = Some(Ipv4Addr::new(10, 0, 1, 1));
+        let extra = Ipv4Route {
+            destination: Ipv4Addr::new(192, 168, 0, 0),
+            prefix_len: 16,
+            gateway: Some(Ipv4Addr::new(10, 0, 1, 254)),
+        };
+        let routes = routes_of(gateway, &[extra]);
+        assert_eq!(routes.len(), 2);
+        assert_eq!((routes[0].prefix_len, routes[0].gateway), (0, gateway));
+        assert_eq!(routes[1], extra);
+        let own_default = Ipv4Route {
+            destination: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            gateway: Some(Ipv4Addr::new(10, 0, 1, 254)),
+        };
+        assert_eq!(routes_of(gateway, &[own_default]), vec![own_default]);
+    }
 }

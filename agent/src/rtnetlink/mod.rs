@@ -1,6 +1,6 @@
 //! The few rtnetlink requests a pod NIC needs, sent from the agent itself instead of spawning
 //! `ip`: create a veth pair whose peer is born in the pod's namespace with its final name, MAC,
-//! MTU and state (one request), add an IPv4 address, replace the default route, delete a link.
+//! MTU and state (one request), add an IPv4 address, replace a route, delete a link.
 //! Each request is acknowledged before returning. A [`Socket`] acts in the namespace it was opened
 //! in: open it on a thread that joined the pod's namespace ([`crate::netns::run_in`]) for the pod
 //! side. Touches only the links, addresses and routes it is asked to; the BPF filter on a link's
@@ -51,6 +51,8 @@ const IFF_UP: u32 = 0x1;
 const IF_OPER_UP: u8 = 6;
 const RT_TABLE_MAIN: u8 = 254;
 const RTPROT_BOOT: u8 = 3;
+const RT_SCOPE_UNIVERSE: u8 = 0;
+const RT_SCOPE_LINK: u8 = 253;
 const RTN_UNICAST: u8 = 1;
 
 /// A request under construction: header, fixed part, attributes (4-byte aligned).
@@ -355,22 +357,40 @@ impl Socket {
         self.request(message)
     }
 
-    /// Sets the main table's IPv4 default route to `gateway` through link `index`.
-    pub fn replace_default_route(&self, index: u32, gateway: Ipv4Addr) -> io::Result<()> {
+    /// Sets the main table's IPv4 route to `destination/prefix_len` (0.0.0.0/0: the default
+    /// route) through link `index`, via `gateway` or, without one, on-link (scope link),
+    /// replacing a route to the same destination.
+    pub fn replace_route(
+        &self,
+        index: u32,
+        destination: Ipv4Addr,
+        prefix_len: u8,
+        gateway: Option<Ipv4Addr>,
+    ) -> io::Result<()> {
         let mut message = Message::new(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE);
+        let scope = if gateway.is_some() {
+            RT_SCOPE_UNIVERSE
+        } else {
+            RT_SCOPE_LINK
+        };
         // struct rtmsg: family, dst/src length, tos, table, protocol, scope, type, flags.
         message.bytes.extend_from_slice(&[
             libc::AF_INET as u8,
-            0,
+            prefix_len,
             0,
             0,
             RT_TABLE_MAIN,
             RTPROT_BOOT,
-            0,
+            scope,
             RTN_UNICAST,
         ]);
         message.bytes.extend_from_slice(&0u32.to_ne_bytes());
-        message.attribute(RTA_GATEWAY, &gateway.octets());
+        if prefix_len > 0 {
+            message.attribute(RTA_DST, &destination.octets());
+        }
+        if let Some(gateway) = gateway {
+            message.attribute(RTA_GATEWAY, &gateway.octets());
+        }
         message.attribute(RTA_OIF, &index.to_ne_bytes());
         self.request(message)
     }
