@@ -7,6 +7,7 @@ pub mod cni;
 pub mod daemon;
 pub mod dataplane;
 pub mod lflow;
+pub mod metrics;
 pub mod netns;
 pub mod ovsdb;
 pub mod pipeline;

@@ -30,10 +30,25 @@ use ovnbpf_tests::{
 use serde_json::{Value, json};
 
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+/// Where each node's agent serves its metrics, inside the node's namespace.
+const METRICS: &str = "127.0.0.1:10665";
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 
 fn config(socket: &Path, version: &str) -> Value {
     json!({"cniVersion": version, "name": "ovn", "type": "ovnbpf", "server_socket": socket})
+}
+
+/// `GET /metrics` of the agent of `node`.
+fn scrape(node: &Node) -> String {
+    use std::io::{Read, Write};
+    ovnbpf_tests::netns::run_in_path(&node.netns().path(), || {
+        let mut stream = std::net::TcpStream::connect(METRICS)?;
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text)?;
+        Ok(text)
+    })
+    .unwrap()
 }
 
 fn stdout_json(output: &Output) -> Value {
@@ -143,7 +158,8 @@ impl CniLab {
             local_ports: Vec::new(),
             pin_root: Some(self.bpffs.path().join(chassis)),
             cni_dir: Some(self.work.path().join(chassis)),
-            extra_args: Vec::new(),
+            // Each node is its own namespace: the same port on both.
+            extra_args: vec!["--metrics-address".into(), METRICS.into()],
         }
         .spawn(
             &self.lab,
@@ -454,6 +470,25 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     raw.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(lab.ready(0), "the agent still serves");
+
+    // The metrics of node1's agent (restarted after a1's ADD): the DELs, the refused underlay
+    // ADD, the garbage, the Southbound state and the datapath's drop counters.
+    let metrics = scrape(&lab.nodes[0]);
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for line in [
+        r#"ovnbpf_cni_op_latency_seconds_count{op="del",code="204"} 3"#,
+        r#"ovnbpf_cni_op_latency_seconds_count{op="add",code="422"} 1"#,
+        "ovnbpf_cni_bad_requests_total 1",
+        "ovnbpf_daemon_up 1",
+        "ovnbpf_southbound_synced 1",
+        "ovnbpf_ready 1",
+        r#"ovnbpf_datapath_drops_total{reason="port_security"} 0"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing in\n{metrics}"
+        );
+    }
 
     // CHECK notices a2's veth without from_pod (someone removed the filter).
     let a2_host = "c0ffee101234_h";

@@ -90,6 +90,10 @@ struct RunArgs {
     /// Serve no CNI requests.
     #[arg(long)]
     no_cni: bool,
+    /// Serve Prometheus metrics on GET /metrics of this TCP address (Kube-OVN's CNI daemon uses
+    /// port 10665); none without it.
+    #[arg(long)]
+    metrics_address: Option<std::net::SocketAddr>,
     /// Where CNI attachments are recorded, so a restarted agent keeps forwarding for its pods.
     #[arg(long, default_value = "/run/ovnbpf")]
     state_dir: std::path::PathBuf,
@@ -225,6 +229,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let pod_filters = datapath.as_ref().map(NodeDatapath::pod_filters);
         let (handle, commands) = daemon::ports::channel();
+        let metrics_sources = ovnbpf_agent::metrics::Sources {
+            daemon: Some(handle.clone()),
+            ..Default::default()
+        };
+        let metrics = match args.metrics_address {
+            Some(address) => {
+                let listener = tokio::net::TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("binding the metrics address {address}"))?;
+                tracing::info!(%address, "serving metrics on /metrics");
+                Some(tokio::spawn(ovnbpf_agent::metrics::serve(
+                    listener,
+                    metrics_sources.clone(),
+                )))
+            }
+            None => None,
+        };
         let cni = match store {
             Some(store) => {
                 let listener = server::bind(&args.cni_socket).with_context(|| {
@@ -244,12 +265,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 Some(tokio::spawn(server::serve(
                     listener,
                     std::sync::Arc::new(handler),
-                    std::sync::Arc::default(),
+                    metrics_sources.server,
+                    metrics_sources.cni,
                 )))
             }
             None => None,
         };
         daemon::run(config, datapath, commands, shutdown_signal()).await;
+        if let Some(metrics) = metrics {
+            metrics.abort();
+        }
         if let Some(cni) = cni {
             cni.abort();
             let _ = std::fs::remove_file(&args.cni_socket);

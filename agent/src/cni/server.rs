@@ -25,6 +25,7 @@ use tokio::{
 use tracing::{Instrument, info_span, warn};
 
 use super::handler::{Handler, HandlerError};
+use crate::metrics::CniMetrics;
 
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,15 +52,22 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves connections until the task is dropped.
-pub async fn serve(listener: UnixListener, handler: Arc<Handler>, stats: Arc<ServerStats>) {
+/// Serves connections until the task is dropped; counts them in `stats` and each operation's
+/// latency in `operations`.
+pub async fn serve(
+    listener: UnixListener,
+    handler: Arc<Handler>,
+    stats: Arc<ServerStats>,
+    operations: Arc<CniMetrics>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let handler = Arc::clone(&handler);
                 let stats = Arc::clone(&stats);
+                let operations = Arc::clone(&operations);
                 tokio::spawn(
-                    async move { connection(stream, &handler, &stats).await }
+                    async move { connection(stream, &handler, &stats, &operations).await }
                         .instrument(info_span!("cni")),
                 );
             }
@@ -109,7 +117,24 @@ fn error_body(message: &str) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-async fn connection(mut stream: UnixStream, handler: &Handler, stats: &ServerStats) {
+/// The operation a path names, for the metrics.
+fn operation(path: &str) -> &'static str {
+    match path {
+        wire::PATH_ADD => "add",
+        wire::PATH_DEL => "del",
+        wire::PATH_CHECK => "check",
+        wire::PATH_STATUS => "status",
+        wire::PATH_GC => "gc",
+        _ => "other",
+    }
+}
+
+async fn connection(
+    mut stream: UnixStream,
+    handler: &Handler,
+    stats: &ServerStats,
+    operations: &CniMetrics,
+) {
     stats.requests.fetch_add(1, Ordering::Relaxed);
     let (status, body) = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut stream)).await {
         Err(_) => {
@@ -121,7 +146,12 @@ async fn connection(mut stream: UnixStream, handler: &Handler, stats: &ServerSta
             warn!(%reason, "malformed CNI request");
             (400, error_body(&reason))
         }
-        Ok(Ok((head, body))) => route(&head, &body, handler).await,
+        Ok(Ok((head, body))) => {
+            let start = std::time::Instant::now();
+            let (status, body) = route(&head, &body, handler).await;
+            operations.observe(operation(&head.path), status, start.elapsed());
+            (status, body)
+        }
     };
     if status >= 400 {
         stats.failures.fetch_add(1, Ordering::Relaxed);

@@ -290,7 +290,7 @@ impl Daemon {
         // again within seconds): nothing in flight suppresses it.
         if !matches!(
             command,
-            PortCommand::Status { .. } | PortCommand::Facts { .. }
+            PortCommand::Status { .. } | PortCommand::Facts { .. } | PortCommand::Report { .. }
         ) {
             self.in_flight.clear();
         }
@@ -380,6 +380,23 @@ impl Daemon {
                     Err(reason) => Err(PortError::Unservable(reason)),
                 };
                 let _ = reply.send(facts);
+            }
+            PortCommand::Report { reply } => {
+                let drops = match self.datapath.as_ref().map(NodeDatapath::drop_counters) {
+                    Some(Ok(drops)) => drops,
+                    Some(Err(error)) => {
+                        debug!(%error, "cannot read the drop counters");
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                };
+                let _ = reply.send(ports::DaemonReport {
+                    stats: self.stats.clone(),
+                    synced: self.synced,
+                    ready: self.synced && chassis.is_some() && self.datapath.is_some(),
+                    local_ports: self.local_ports.len(),
+                    drops,
+                });
             }
             PortCommand::Status { port, reply } => {
                 let mut status = PortStatus {

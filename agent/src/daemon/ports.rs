@@ -50,6 +50,20 @@ pub struct PortStatus {
     pub up: bool,
 }
 
+/// What the daemon loop reports for the metrics.
+#[derive(Clone, Debug, Default)]
+pub struct DaemonReport {
+    pub stats: super::DaemonStats,
+    /// A Southbound snapshot has been applied.
+    pub synced: bool,
+    /// Synced, this chassis registered and the datapath loaded (CNI STATUS's readiness).
+    pub ready: bool,
+    /// Ports bound here (configured and plugged by the CNI server).
+    pub local_ports: usize,
+    /// The datapath's dropped frames per reason (empty without a datapath).
+    pub drops: Vec<(&'static str, u64)>,
+}
+
 /// A request to the daemon loop.
 #[derive(Debug)]
 pub enum PortCommand {
@@ -73,6 +87,10 @@ pub enum PortCommand {
         port: String,
         interface: String,
         reply: oneshot::Sender<Result<(), PortError>>,
+    },
+    /// The loop's counters and state, for the metrics.
+    Report {
+        reply: oneshot::Sender<DaemonReport>,
     },
     /// `port`'s facts as the replica has them now, without binding it (CHECK).
     Facts {
@@ -178,6 +196,16 @@ impl DaemonHandle {
     }
 
     /// See [`PortCommand::Status`].
+    /// See [`PortCommand::Report`].
+    pub async fn report(&self) -> Result<DaemonReport, PortError> {
+        self.ask(
+            |reply| PortCommand::Report { reply },
+            Duration::from_secs(5),
+            "report",
+        )
+        .await
+    }
+
     pub async fn status(&self, port: Option<&str>) -> Result<PortStatus, PortError> {
         let port = port.map(str::to_string);
         self.ask(

@@ -1,0 +1,337 @@
+//! The agent's Prometheus metrics, served as text (exposition format 0.0.4) on `GET /metrics` of
+//! `--metrics-address`: CNI operations (count and latency per operation and HTTP status, like
+//! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, and what the
+//! daemon loop reports on each scrape (Southbound sync, local ports, its counters, the datapath's
+//! drops per reason). Owns the CNI operation histograms (the CNI server records into them) and
+//! its TCP listener; reads the daemon only through a [`DaemonHandle`].
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    sync::{Arc, Mutex, atomic::Ordering},
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+use tracing::warn;
+
+use crate::{
+    cni::server::ServerStats,
+    daemon::ports::{DaemonHandle, DaemonReport},
+};
+
+/// Upper bounds (seconds) of the latency histogram's buckets.
+const BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Histogram {
+    /// Observations at or below each of [`BUCKETS`] (cumulative, as exposed).
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum_seconds: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (bucket, bound) in self.buckets.iter_mut().zip(BUCKETS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_seconds += seconds;
+    }
+}
+
+/// CNI operations by (operation, HTTP status): how many and how long they took.
+#[derive(Debug, Default)]
+pub struct CniMetrics {
+    operations: Mutex<BTreeMap<(&'static str, u16), Histogram>>,
+}
+
+impl CniMetrics {
+    /// Records one operation (`add`, `del`, …) answered with `status` after `elapsed`.
+    pub fn observe(&self, operation: &'static str, status: u16, elapsed: Duration) {
+        if let Ok(mut operations) = self.operations.lock() {
+            operations
+                .entry((operation, status))
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+}
+
+/// Everything the metrics are rendered from.
+#[derive(Clone, Debug, Default)]
+pub struct Sources {
+    pub cni: Arc<CniMetrics>,
+    pub server: Arc<ServerStats>,
+    pub daemon: Option<DaemonHandle>,
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The text exposition of `cni`, `server` and the daemon's `report` (`None` when the loop did
+/// not answer: its metrics are left out and `ovnbpf_daemon_up` is 0).
+#[must_use]
+pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonReport>) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "ovnbpf_cni_op_latency_seconds",
+        "histogram",
+        "CNI operations served by the agent, by operation and HTTP status.",
+    );
+    let operations = cni
+        .operations
+        .lock()
+        .map(|operations| operations.clone())
+        .unwrap_or_default();
+    for ((operation, status), histogram) in &operations {
+        let labels = format!("op=\"{operation}\",code=\"{status}\"");
+        for (bound, count) in BUCKETS.iter().zip(histogram.buckets) {
+            let _ = writeln!(
+                out,
+                "ovnbpf_cni_op_latency_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "ovnbpf_cni_op_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
+             ovnbpf_cni_op_latency_seconds_sum{{{labels}}} {}\n\
+             ovnbpf_cni_op_latency_seconds_count{{{labels}}} {}",
+            histogram.count, histogram.sum_seconds, histogram.count
+        );
+    }
+    for (name, help, value) in [
+        (
+            "ovnbpf_cni_requests_total",
+            "Connections to the CNI socket.",
+            &server.requests,
+        ),
+        (
+            "ovnbpf_cni_bad_requests_total",
+            "CNI requests that could not be read (malformed, too long, too slow).",
+            &server.bad_requests,
+        ),
+        (
+            "ovnbpf_cni_failures_total",
+            "CNI requests answered with an error status.",
+            &server.failures,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+    }
+    family(
+        &mut out,
+        "ovnbpf_daemon_up",
+        "gauge",
+        "1 when the daemon loop answered this scrape.",
+    );
+    let _ = writeln!(out, "ovnbpf_daemon_up {}", u8::from(report.is_some()));
+    let Some(report) = report else {
+        return out;
+    };
+    let stats = &report.stats;
+    for (name, kind, help, value) in [
+        (
+            "ovnbpf_southbound_synced",
+            "gauge",
+            "1 once a Southbound snapshot has been applied.",
+            u64::from(report.synced),
+        ),
+        (
+            "ovnbpf_ready",
+            "gauge",
+            "1 when synced, registered and the datapath loaded (CNI STATUS).",
+            u64::from(report.ready),
+        ),
+        (
+            "ovnbpf_local_ports",
+            "gauge",
+            "Logical ports bound to this chassis.",
+            report.local_ports as u64,
+        ),
+        (
+            "ovnbpf_southbound_updates_total",
+            "counter",
+            "Southbound updates applied.",
+            stats.events,
+        ),
+        (
+            "ovnbpf_southbound_rows_changed_total",
+            "counter",
+            "Southbound rows inserted, modified or deleted.",
+            stats.rows_changed,
+        ),
+        (
+            "ovnbpf_southbound_rejected_rows_total",
+            "counter",
+            "Southbound rows refused as malformed (the rest of the update is applied).",
+            stats.rejected_rows,
+        ),
+        (
+            "ovnbpf_southbound_transactions_total",
+            "counter",
+            "Transactions the agent sent to the Southbound.",
+            stats.transactions,
+        ),
+        (
+            "ovnbpf_southbound_failed_transactions_total",
+            "counter",
+            "Transactions the Southbound refused or that failed.",
+            stats.failed_transactions,
+        ),
+        (
+            "ovnbpf_ir_changes_total",
+            "counter",
+            "Pipeline IR entries added and removed by the compiler.",
+            stats.ir_changes,
+        ),
+        (
+            "ovnbpf_datapath_map_writes_total",
+            "counter",
+            "Kernel map writes.",
+            stats.datapath_writes,
+        ),
+        (
+            "ovnbpf_datapath_errors_total",
+            "counter",
+            "Failed kernel map writes (retried with the next change).",
+            stats.datapath_errors,
+        ),
+    ] {
+        family(&mut out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        &mut out,
+        "ovnbpf_datapath_drops_total",
+        "counter",
+        "Frames the eBPF datapath dropped, by reason.",
+    );
+    for (reason, count) in &report.drops {
+        let _ = writeln!(
+            out,
+            "ovnbpf_datapath_drops_total{{reason=\"{reason}\"}} {count}"
+        );
+    }
+    out
+}
+
+/// Serves `GET /metrics` (anything else: 404) until the task is dropped.
+pub async fn serve(listener: TcpListener, sources: Sources) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let sources = sources.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = answer(stream, &sources).await {
+                        tracing::debug!(%error, "metrics connection");
+                    }
+                });
+            }
+            Err(error) => {
+                warn!(%error, "accepting a metrics connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let complete = tokio::time::timeout(Duration::from_secs(5), async {
+        while !head.windows(4).any(|window| window == b"\r\n\r\n") && head.len() < 8192 {
+            let read = stream.read(&mut chunk).await?;
+            if read == 0 {
+                break;
+            }
+            head.extend_from_slice(&chunk[..read]);
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    if !matches!(complete, Ok(Ok(()))) {
+        return Ok(());
+    }
+    let request_line = head.split(|byte| *byte == b'\r').next().unwrap_or_default();
+    let response = if request_line.starts_with(b"GET /metrics ") {
+        let report = match &sources.daemon {
+            Some(daemon) => daemon.report().await.ok(),
+            None => None,
+        };
+        let body = render(&sources.cni, &sources.server, report.as_ref());
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    } else {
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+    };
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_per_operation_and_status() {
+        let cni = CniMetrics::default();
+        cni.observe("add", 200, Duration::from_millis(30));
+        cni.observe("add", 200, Duration::from_millis(300));
+        cni.observe("add", 500, Duration::from_millis(2));
+        let server = ServerStats::default();
+        server.bad_requests.fetch_add(2, Ordering::Relaxed);
+        let text = render(&cni, &server, None);
+        for line in [
+            r#"ovnbpf_cni_op_latency_seconds_bucket{op="add",code="200",le="0.025"} 0"#,
+            r#"ovnbpf_cni_op_latency_seconds_bucket{op="add",code="200",le="0.05"} 1"#,
+            r#"ovnbpf_cni_op_latency_seconds_bucket{op="add",code="200",le="0.5"} 2"#,
+            r#"ovnbpf_cni_op_latency_seconds_bucket{op="add",code="200",le="+Inf"} 2"#,
+            r#"ovnbpf_cni_op_latency_seconds_count{op="add",code="200"} 2"#,
+            r#"ovnbpf_cni_op_latency_seconds_bucket{op="add",code="500",le="0.005"} 1"#,
+            "ovnbpf_cni_bad_requests_total 2",
+            "ovnbpf_daemon_up 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(!text.contains("ovnbpf_southbound_synced"), "{text}");
+    }
+
+    #[test]
+    fn the_daemon_report_is_rendered() {
+        let report = DaemonReport {
+            synced: true,
+            ready: true,
+            local_ports: 3,
+            drops: vec![("port_security", 4)],
+            ..DaemonReport::default()
+        };
+        let text = render(
+            &CniMetrics::default(),
+            &ServerStats::default(),
+            Some(&report),
+        );
+        for line in [
+            "ovnbpf_daemon_up 1",
+            "ovnbpf_southbound_synced 1",
+            "ovnbpf_local_ports 3",
+            r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
+            "# TYPE ovnbpf_datapath_drops_total counter",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+}
