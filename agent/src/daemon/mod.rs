@@ -481,8 +481,8 @@ impl Daemon {
     }
 
     /// Keeps the other chassis's tunnel next hops resolved (see [`NEIGHBOUR_REFRESH`]).
-    /// Off the loop: each request takes the kernel's rtnl lock, which a CNI ADD's tcx attach
-    /// may hold through an RCU grace period.
+    /// Off the loop: each request takes the kernel's rtnl lock, which pod NICs being built or
+    /// deleted hold, at times through an RCU grace period.
     /// A periodic refresh is skipped while the previous one runs; a new chassis (`changed`)
     /// always starts one.
     fn refresh_tunnel_neighbours(&mut self, changed: bool) {
