@@ -161,6 +161,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             report.local_ports as u64,
         ),
         (
+            "ovnbpf_pod_filters_restored_total",
+            "counter",
+            "Pod veths whose removed from_pod filter the agent attached again.",
+            report.pod_filters_restored,
+        ),
+        (
             "ovnbpf_southbound_updates_total",
             "counter",
             "Southbound updates applied.",

@@ -158,8 +158,15 @@ impl CniLab {
             local_ports: Vec::new(),
             pin_root: Some(self.bpffs.path().join(chassis)),
             cni_dir: Some(self.work.path().join(chassis)),
-            // Each node is its own namespace: the same port on both.
-            extra_args: vec!["--metrics-address".into(), METRICS.into()],
+            // Each node is its own namespace: the same port on both. node1's agent re-attaches a
+            // removed filter within a second; node2's never does, so that CHECK's report of it
+            // can be seen.
+            extra_args: vec![
+                "--metrics-address".into(),
+                METRICS.into(),
+                "--filter-check-interval-s".into(),
+                if index == 0 { "1" } else { "0" }.into(),
+            ],
         }
         .spawn(
             &self.lab,
@@ -595,6 +602,37 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
     for (i, pod_netns) in netns.iter().enumerate().skip(1) {
         assert!(ping(pod_netns, pods[0].1), "p{i} → p0{}", lab.logs());
     }
+
+    // Someone removes p0's filter: node1's agent attaches it again, and counts it.
+    let p0_filter = || {
+        lab.nodes[0]
+            .netns()
+            .exec(
+                "tc",
+                &["filter", "show", "dev", "chain0123456_h", "ingress"],
+            )
+            .unwrap()
+            .contains("ovnbpf_from_pod")
+    };
+    assert!(p0_filter());
+    lab.nodes[0]
+        .netns()
+        .exec("tc", &["qdisc", "del", "dev", "chain0123456_h", "clsact"])
+        .unwrap();
+    assert!(!p0_filter());
+    assert!(
+        wait_until(Duration::from_secs(5), p0_filter),
+        "the filter was not restored{}",
+        lab.logs()
+    );
+    assert!(ping(&netns[1], pods[0].1), "p1 → p0 after the restore");
+    let metrics = scrape(&lab.nodes[0]);
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line == "ovnbpf_pod_filters_restored_total 1"),
+        "{metrics}"
+    );
 
     // A duplicate ADD (same container and interface) rebuilds the NIC; the pod still works and
     // has one host veth.

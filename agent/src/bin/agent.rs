@@ -106,6 +106,10 @@ struct RunArgs {
     /// CNI GC leaves attachments younger than this alone.
     #[arg(long, default_value_t = 60)]
     cni_gc_grace_s: u64,
+    /// Check every pod veth for its from_pod filter this often, attaching it again where it was
+    /// removed (0 = never).
+    #[arg(long, default_value_t = 10)]
+    filter_check_interval_s: u64,
     /// Echo the Southbound server after this many seconds of silence (0 = never).
     #[arg(long, default_value_t = 60)]
     probe_interval_s: u64,
@@ -207,6 +211,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         restored_ports,
         probe_interval: (args.probe_interval_s > 0)
             .then(|| Duration::from_secs(args.probe_interval_s)),
+        filter_check_interval: (args.filter_check_interval_s > 0)
+            .then(|| Duration::from_secs(args.filter_check_interval_s)),
     };
     let pod_mtu = match (args.pod_mtu, &args.uplink) {
         (0, Some(uplink)) => interface_mtu(uplink)?.saturating_sub(100),

@@ -9,6 +9,10 @@
 use std::{
     collections::{HashMap, HashSet},
     net::Ipv4Addr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -21,7 +25,10 @@ use ports::{Pending, PortCommand, PortCommands, PortError, PortStatus};
 
 use crate::{
     chassis::{self, ChassisConfig},
-    dataplane::ebpf::node::{self, NodeDatapath},
+    dataplane::ebpf::{
+        node::{self, NodeDatapath},
+        pod_filter,
+    },
     ovsdb::{
         connection::ConnectionOptions,
         remote::Remote,
@@ -46,6 +53,9 @@ pub struct DaemonConfig {
     /// Ports the CNI server attached before a restart (released again by CNI DEL).
     pub restored_ports: Vec<String>,
     pub probe_interval: Option<Duration>,
+    /// How often every plugged pod's veth is checked for `from_pod` (re-attached when something
+    /// removed its filter); `None`: never.
+    pub filter_check_interval: Option<Duration>,
 }
 
 /// Counters of what the loop did, for logs and tests.
@@ -90,6 +100,9 @@ struct Daemon {
     sweep_at: Option<tokio::time::Instant>,
     /// The running refresh of tunnel next hops, if any.
     neighbour_refresh: Option<tokio::task::JoinHandle<()>>,
+    /// The running check of the pods' filters, if any, and how many it re-attached so far.
+    filter_check: Option<tokio::task::JoinHandle<()>>,
+    filters_restored: Arc<AtomicU64>,
     stats: DaemonStats,
 }
 
@@ -165,6 +178,8 @@ pub async fn run(
             encaps: HashMap::new(),
             sweep_at: None,
             neighbour_refresh: None,
+            filter_check: None,
+            filters_restored: Arc::default(),
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
@@ -173,6 +188,11 @@ pub async fn run(
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut neighbours = tokio::time::interval(NEIGHBOUR_REFRESH);
         neighbours.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let filter_check_interval = daemon.config.filter_check_interval;
+        // Without checks the timer is never polled; its period only has to be valid.
+        let mut filters =
+            tokio::time::interval(filter_check_interval.unwrap_or(Duration::from_secs(3600)));
+        filters.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let sweep_at = daemon.sweep_at;
             let sweep_due = async move {
@@ -189,6 +209,7 @@ pub async fn run(
                     daemon.acknowledge_nb_cfg().await;
                 }
                 _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(false),
+                _ = filters.tick(), if filter_check_interval.is_some() => daemon.check_pod_filters(),
                 Some((what, key, outcome)) = write_outcomes.recv() => daemon.write_finished(&what, &key, outcome),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => daemon.command(command).await,
@@ -395,6 +416,7 @@ impl Daemon {
                     synced: self.synced,
                     ready: self.synced && chassis.is_some() && self.datapath.is_some(),
                     local_ports: self.local_ports.len(),
+                    pod_filters_restored: self.filters_restored.load(Ordering::Relaxed),
                     drops,
                 });
             }
@@ -513,6 +535,34 @@ impl Daemon {
             if failed > 0 {
                 warn!(failed, "tunnel next hops could not be resolved");
             }
+        }));
+    }
+
+    /// Re-attaches `from_pod` to every plugged pod veth that lost its filter (an operator's or a
+    /// tool's `tc` removed it; a tcx link could not be removed that way). Off the loop, like the
+    /// neighbour refresh; skipped while the previous check runs.
+    fn check_pod_filters(&mut self) {
+        let Some(datapath) = self.datapath.as_ref() else {
+            return;
+        };
+        if self
+            .filter_check
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let interfaces = datapath.plugged_interfaces();
+        if interfaces.is_empty() {
+            return;
+        }
+        let pod_filters = datapath.pod_filters();
+        let restored = Arc::clone(&self.filters_restored);
+        let span = tracing::Span::current();
+        self.filter_check = Some(tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let count = pod_filter::restore_missing(&pod_filters, &interfaces);
+            restored.fetch_add(count as u64, Ordering::Relaxed);
         }));
     }
 

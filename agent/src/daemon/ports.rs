@@ -60,6 +60,8 @@ pub struct DaemonReport {
     pub ready: bool,
     /// Ports bound here (configured and plugged by the CNI server).
     pub local_ports: usize,
+    /// Pod veths whose lost `from_pod` filter the loop re-attached.
+    pub pod_filters_restored: u64,
     /// The datapath's dropped frames per reason (empty without a datapath).
     pub drops: Vec<(&'static str, u64)>,
 }

@@ -250,6 +250,12 @@ impl NodeDatapath {
         self.l2.flush(&mut self.programs)
     }
 
+    /// The host veth (name, index) of every plugged port.
+    #[must_use]
+    pub fn plugged_interfaces(&self) -> Vec<(String, u32)> {
+        self.plugged.values().cloned().collect()
+    }
+
     /// The host veth `port` is plugged into.
     #[must_use]
     pub fn interface_of(&self, port: &str) -> Option<&str> {

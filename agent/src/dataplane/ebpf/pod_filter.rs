@@ -98,6 +98,40 @@ pub fn detach(socket: &Socket, ifindex: u32) -> Result<bool, PodFilterError> {
         .map_err(error)
 }
 
+/// Attaches `from_pod` again to each of `interfaces` (name, index) that lost its filter; an
+/// interface that is gone is skipped (its pod is being deleted). Returns how many were restored.
+pub fn restore_missing(filters: &PodFilters, interfaces: &[(String, u32)]) -> usize {
+    let socket = match Socket::open() {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::warn!(%error, "cannot check the pods' filters");
+            return 0;
+        }
+    };
+    let mut restored = 0;
+    for (interface, index) in interfaces {
+        match is_attached(&socket, *index) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(error) => {
+                tracing::debug!(interface, %error, "cannot read a pod's filter");
+                continue;
+            }
+        }
+        match filters.attach(*index) {
+            Ok(_) => {
+                tracing::warn!(
+                    interface,
+                    "from_pod had been removed from a pod's veth; attached it again"
+                );
+                restored += 1;
+            }
+            Err(error) => tracing::debug!(interface, %error, "cannot attach from_pod again"),
+        }
+    }
+    restored
+}
+
 /// Removes the agent's filter from every interface of the caller's namespace (uninstall).
 /// Returns how many went.
 pub fn detach_everywhere() -> Result<usize, PodFilterError> {
