@@ -2,7 +2,7 @@
 //! `--metrics-address`: CNI operations (count and latency per operation and HTTP status, like
 //! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, and what the
 //! daemon loop reports on each scrape (Southbound sync, local ports, its counters, the datapath's
-//! drops per reason). Owns the CNI operation histograms (the CNI server records into them) and
+//! drops per reason and counters per interface). Owns the CNI operation histograms (the CNI server records into them) and
 //! its TCP listener; reads the daemon only through a [`DaemonHandle`].
 
 use std::{
@@ -230,6 +230,45 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "ovnbpf_datapath_drops_total{{reason=\"{reason}\"}} {count}"
         );
     }
+    type Field = fn(&ovnbpf_common::InterfaceCounters) -> u64;
+    let fields: [(&str, &str, Field); 5] = [
+        (
+            "ovnbpf_interface_received_packets_total",
+            "Frames the datapath took in from the interface.",
+            |c| c.packets,
+        ),
+        (
+            "ovnbpf_interface_received_bytes_total",
+            "Bytes the datapath took in from the interface.",
+            |c| c.bytes,
+        ),
+        (
+            "ovnbpf_interface_dropped_packets_total",
+            "Frames from the interface the datapath dropped.",
+            |c| c.dropped,
+        ),
+        (
+            "ovnbpf_interface_delivered_packets_total",
+            "Frames the datapath delivered to the interface.",
+            |c| c.delivered_packets,
+        ),
+        (
+            "ovnbpf_interface_delivered_bytes_total",
+            "Bytes the datapath delivered to the interface.",
+            |c| c.delivered_bytes,
+        ),
+    ];
+    for (name, help, field) in fields {
+        family(&mut out, name, "counter", help);
+        for (interface, port, counters) in &report.interfaces {
+            let port = port.as_deref().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{name}{{interface=\"{interface}\",port=\"{port}\"}} {}",
+                field(counters)
+            );
+        }
+    }
     out
 }
 
@@ -323,6 +362,15 @@ mod tests {
             ready: true,
             local_ports: 3,
             drops: vec![("port_security", 4)],
+            interfaces: vec![(
+                "web_h".into(),
+                Some("web.ns".into()),
+                ovnbpf_common::InterfaceCounters {
+                    packets: 7,
+                    delivered_bytes: 900,
+                    ..Default::default()
+                },
+            )],
             ..DaemonReport::default()
         };
         let text = render(
@@ -336,6 +384,8 @@ mod tests {
             "ovnbpf_local_ports 3",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
+            r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
+            r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

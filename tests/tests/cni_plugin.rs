@@ -633,6 +633,18 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
             .any(|line| line == "ovnbpf_pod_filters_restored_total 1"),
         "{metrics}"
     );
+    // p0's traffic, counted per interface and port.
+    for family in [
+        "ovnbpf_interface_received_packets_total",
+        "ovnbpf_interface_delivered_packets_total",
+    ] {
+        let prefix = format!(r#"{family}{{interface="chain0123456_h",port="p0.ns"}} "#);
+        let count: u64 = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or_else(|| panic!("{prefix} missing in\n{metrics}"));
+        assert!(count > 0, "{prefix}{count}");
+    }
 
     // A duplicate ADD (same container and interface) rebuilds the NIC; the pod still works and
     // has one host veth.

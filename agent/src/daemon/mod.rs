@@ -411,7 +411,17 @@ impl Daemon {
                     }
                     None => Vec::new(),
                 };
+                let interfaces = match self.datapath.as_ref().map(NodeDatapath::interface_counters)
+                {
+                    Some(Ok(interfaces)) => interfaces,
+                    Some(Err(error)) => {
+                        debug!(%error, "cannot read the interface counters");
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                };
                 let _ = reply.send(ports::DaemonReport {
+                    interfaces,
                     stats: self.stats.clone(),
                     synced: self.synced,
                     ready: self.synced && chassis.is_some() && self.datapath.is_some(),

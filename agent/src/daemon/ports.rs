@@ -64,6 +64,8 @@ pub struct DaemonReport {
     pub pod_filters_restored: u64,
     /// The datapath's dropped frames per reason (empty without a datapath).
     pub drops: Vec<(&'static str, u64)>,
+    /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
+    pub interfaces: Vec<(String, Option<String>, ovnbpf_common::InterfaceCounters)>,
 }
 
 /// A request to the daemon loop.

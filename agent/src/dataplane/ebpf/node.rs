@@ -71,6 +71,8 @@ pub struct NodeDatapath {
     plugged: HashMap<String, (String, u32)>,
     /// Attaches `from_pod` to pods' veths (here and on the CNI server's tasks).
     pod_filters: PodFilters,
+    /// The uplink and the provider NICs, by index.
+    static_interfaces: Vec<(u32, String)>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
 }
@@ -157,6 +159,10 @@ impl NodeDatapath {
             l2.set_interface(port, Some(index));
             plugged.insert(port.clone(), (interface.clone(), index));
         }
+        let static_interfaces = hooks
+            .iter()
+            .map(|(_, interface, index)| (*index, (*interface).to_string()))
+            .collect();
         let mut linked = HashSet::new();
         for (hook, interface, index) in hooks {
             match &pins {
@@ -193,6 +199,7 @@ impl NodeDatapath {
             pins,
             plugged,
             pod_filters,
+            static_interfaces,
             adopted,
         })
     }
@@ -248,6 +255,29 @@ impl NodeDatapath {
         self.l2.set_interface(port, None);
         info!(port, interface, "port unplugged");
         self.l2.flush(&mut self.programs)
+    }
+
+    /// The kernel's counters of each interface the datapath runs on and has seen traffic on:
+    /// (interface, the logical port of a pod's veth, counters).
+    pub fn interface_counters(
+        &self,
+    ) -> Result<Vec<(String, Option<String>, ovnbpf_common::InterfaceCounters)>, EbpfError> {
+        let pods = self
+            .plugged
+            .iter()
+            .map(|(port, (interface, index))| (*index, interface, Some(port)));
+        let fixed = self
+            .static_interfaces
+            .iter()
+            .map(|(index, interface)| (*index, interface, None));
+        let mut report = Vec::new();
+        for (index, interface, port) in fixed.chain(pods) {
+            if let Some(counters) = self.programs.interface_counters(index)? {
+                report.push((interface.clone(), port.cloned(), counters));
+            }
+        }
+        report.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(report)
     }
 
     /// The host veth (name, index) of every plugged port.
