@@ -58,7 +58,7 @@ pub struct DaemonConfig {
     pub filter_check_interval: Option<Duration>,
 }
 
-/// Counters of what the loop did, for logs and tests.
+/// Counters of what the loop did, for logs, metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DaemonStats {
     pub events: u64,
@@ -104,6 +104,21 @@ struct Daemon {
     filter_check: Option<tokio::task::JoinHandle<()>>,
     filters_restored: Arc<AtomicU64>,
     stats: DaemonStats,
+}
+
+/// A datapath reading for the metrics: empty without a datapath, or when it fails (logged).
+fn reading<T>(
+    result: Option<Result<Vec<T>, crate::dataplane::ebpf::EbpfError>>,
+    counters: &str,
+) -> Vec<T> {
+    match result {
+        Some(Ok(values)) => values,
+        Some(Err(error)) => {
+            debug!(counters, %error, "cannot read the datapath's counters");
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
 }
 
 /// Drop events logged per second at most (all are counted in the kernel's drop counters).
@@ -403,23 +418,10 @@ impl Daemon {
                 let _ = reply.send(facts);
             }
             PortCommand::Report { reply } => {
-                let drops = match self.datapath.as_ref().map(NodeDatapath::drop_counters) {
-                    Some(Ok(drops)) => drops,
-                    Some(Err(error)) => {
-                        debug!(%error, "cannot read the drop counters");
-                        Vec::new()
-                    }
-                    None => Vec::new(),
-                };
-                let interfaces = match self.datapath.as_ref().map(NodeDatapath::interface_counters)
-                {
-                    Some(Ok(interfaces)) => interfaces,
-                    Some(Err(error)) => {
-                        debug!(%error, "cannot read the interface counters");
-                        Vec::new()
-                    }
-                    None => Vec::new(),
-                };
+                let datapath = self.datapath.as_ref();
+                let drops = reading(datapath.map(NodeDatapath::drop_counters), "drop");
+                let interfaces =
+                    reading(datapath.map(NodeDatapath::interface_counters), "interface");
                 let _ = reply.send(ports::DaemonReport {
                     interfaces,
                     stats: self.stats.clone(),
