@@ -680,6 +680,55 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
     );
     assert!(ping(&netns[1], pods[0].1), "p1 survived GC");
 
+    // ADD and DEL of one pod at the same time, again and again: the agent serialises them, so
+    // the pod always ends up wholly attached (veth, record, claim, traffic) or wholly detached.
+    let p1_conf = config(&lab.socket(1), "1.0.0");
+    let p1_recorded = || {
+        std::fs::read_dir(lab.work.path().join("node2/state/attachments"))
+            .unwrap()
+            .flatten()
+            .any(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .contains("conc010123456789")
+            })
+    };
+    let mut outcomes = [0, 0];
+    for round in 0..6 {
+        let (add, del) = std::thread::scope(|scope| {
+            let add = scope.spawn(|| lab.invoke(1, "ADD", &p1, &p1_conf));
+            let del = scope.spawn(|| lab.invoke(1, "DEL", &p1, &p1_conf));
+            (add.join().unwrap(), del.join().unwrap())
+        });
+        assert!(add.status.success(), "round {round} ADD: {add:?}");
+        assert!(del.status.success(), "round {round} DEL: {del:?}");
+        let attached = host_interfaces(&lab.nodes[1]).contains("conc01012345_h");
+        outcomes[usize::from(attached)] += 1;
+        assert_eq!(p1_recorded(), attached, "round {round}: record vs veth");
+        assert!(
+            wait_until(Duration::from_secs(5), || chassis_of(&lab.lab, "p1.ns")
+                .is_empty()
+                != attached),
+            "round {round}: claim vs veth (attached: {attached}){}",
+            lab.logs()
+        );
+        if attached {
+            assert!(
+                ping(&netns[1], pods[0].1),
+                "round {round}: p1 attached but cut off"
+            );
+        }
+    }
+    eprintln!(
+        "concurrent ADD+DEL of p1: {} detached, {} attached",
+        outcomes[0], outcomes[1]
+    );
+    // Attached again for what follows.
+    let again = lab.invoke(1, "ADD", &p1, &p1_conf);
+    assert!(again.status.success(), "{again:?}");
+    assert!(ping(&netns[1], pods[0].1), "p1 after the races");
+
     // DEL through the chain in reverse order, then the rest concurrently.
     runtime.del(&conflist(0), &chained, Some(&result)).unwrap();
     std::thread::scope(|scope| {
