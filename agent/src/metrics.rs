@@ -149,6 +149,18 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             u64::from(report.synced),
         ),
         (
+            "ovnbpf_southbound_connected",
+            "gauge",
+            "1 while the Southbound session is up (0 while it reconnects).",
+            u64::from(report.connected),
+        ),
+        (
+            "ovnbpf_southbound_disconnects_total",
+            "counter",
+            "Southbound connections lost.",
+            stats.disconnects,
+        ),
+        (
             "ovnbpf_ready",
             "gauge",
             "1 when synced, registered and the datapath loaded (CNI STATUS).",
@@ -359,6 +371,7 @@ mod tests {
     fn the_daemon_report_is_rendered() {
         let report = DaemonReport {
             synced: true,
+            connected: true,
             ready: true,
             local_ports: 3,
             drops: vec![("port_security", 4)],
@@ -381,6 +394,8 @@ mod tests {
         for line in [
             "ovnbpf_daemon_up 1",
             "ovnbpf_southbound_synced 1",
+            "ovnbpf_southbound_connected 1",
+            "ovnbpf_southbound_disconnects_total 0",
             "ovnbpf_local_ports 3",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",

@@ -23,7 +23,7 @@ use ovnbpf_tests::{
     names::unique_prefix,
     netns::Netns,
     network::{Node, Underlay},
-    ovn::OvnLab,
+    ovn::{Db, OvnLab},
     process::{Child, wait_until},
     workspace_binary,
 };
@@ -488,6 +488,7 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         "ovnbpf_cni_bad_requests_total 1",
         "ovnbpf_daemon_up 1",
         "ovnbpf_southbound_synced 1",
+        "ovnbpf_southbound_connected 1",
         "ovnbpf_ready 1",
         r#"ovnbpf_datapath_drops_total{reason="port_security"} 0"#,
     ] {
@@ -519,6 +520,27 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert!(!check.status.success(), "{check:?}");
     let details = stdout_json(&check)["details"].to_string();
     assert!(details.contains("from_pod is not attached"), "{check:?}");
+
+    // The Southbound goes away and comes back: the metrics say so.
+    let has = |line: &str| scrape(&lab.nodes[0]).lines().any(|l| l == line);
+    lab.lab.stop_database(Db::Southbound);
+    assert!(
+        wait_until(Duration::from_secs(10), || has(
+            "ovnbpf_southbound_connected 0"
+        ) && has(
+            "ovnbpf_southbound_disconnects_total 1"
+        )),
+        "{}",
+        scrape(&lab.nodes[0])
+    );
+    lab.lab.start_database(Db::Southbound).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || has(
+            "ovnbpf_southbound_connected 1"
+        )),
+        "{}",
+        scrape(&lab.nodes[0])
+    );
 }
 
 #[test]

@@ -71,6 +71,8 @@ pub struct DaemonStats {
     /// Kernel map writes, and failed attempts (retried with the next change).
     pub datapath_writes: u64,
     pub datapath_errors: u64,
+    /// Southbound connections lost (the session reconnects by itself).
+    pub disconnects: u64,
 }
 
 struct Daemon {
@@ -85,6 +87,8 @@ struct Daemon {
     pending: Pending,
     /// Whether a Southbound snapshot has been applied.
     synced: bool,
+    /// Whether the Southbound session is up (a snapshot came since the last disconnection).
+    connected: bool,
     /// Last submitted write per purpose, with when, so a write is not repeated while its effect
     /// has not arrived in the replica yet.
     in_flight: Vec<(Vec<Value>, Instant)>,
@@ -187,6 +191,7 @@ pub async fn run(
             local_ports,
             pending: Pending::default(),
             synced: false,
+            connected: false,
             in_flight: Vec::new(),
             writes_done,
             datapath,
@@ -259,6 +264,7 @@ impl Daemon {
         self.stats.events += 1;
         if matches!(event, SessionEvent::Snapshot { .. }) {
             self.synced = true;
+            self.connected = true;
             if self.datapath.is_some() {
                 self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
             }
@@ -276,6 +282,8 @@ impl Daemon {
             );
         }
         if matches!(event, SessionEvent::Disconnected { .. }) {
+            self.connected = false;
+            self.stats.disconnects += 1;
             self.in_flight.clear();
             return;
         }
@@ -426,6 +434,7 @@ impl Daemon {
                     interfaces,
                     stats: self.stats.clone(),
                     synced: self.synced,
+                    connected: self.connected,
                     ready: self.synced && chassis.is_some() && self.datapath.is_some(),
                     local_ports: self.local_ports.len(),
                     pod_filters_restored: self.filters_restored.load(Ordering::Relaxed),

@@ -56,6 +56,8 @@ pub struct DaemonReport {
     pub stats: super::DaemonStats,
     /// A Southbound snapshot has been applied.
     pub synced: bool,
+    /// The Southbound session is up.
+    pub connected: bool,
     /// Synced, this chassis registered and the datapath loaded (CNI STATUS's readiness).
     pub ready: bool,
     /// Ports bound here (configured and plugged by the CNI server).
