@@ -173,6 +173,18 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             report.local_ports as u64,
         ),
         (
+            "ovnbpf_acl_unenforced_switches",
+            "gauge",
+            "Switches with ACLs (NetworkPolicies, subnet ACLs) the datapath does not enforce.",
+            report.unenforced_acl_switches as u64,
+        ),
+        (
+            "ovnbpf_acl_unenforced",
+            "gauge",
+            "ACLs the datapath does not enforce, counted once per switch they apply to.",
+            report.unenforced_acls as u64,
+        ),
+        (
             "ovnbpf_pod_filters_restored_total",
             "counter",
             "Pod veths whose removed from_pod filter the agent attached again.",
@@ -374,6 +386,7 @@ mod tests {
             connected: true,
             ready: true,
             local_ports: 3,
+            unenforced_acl_switches: 1,
             drops: vec![("port_security", 4)],
             interfaces: vec![(
                 "web_h".into(),
@@ -397,6 +410,7 @@ mod tests {
             "ovnbpf_southbound_connected 1",
             "ovnbpf_southbound_disconnects_total 0",
             "ovnbpf_local_ports 3",
+            "ovnbpf_acl_unenforced_switches 1",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,

@@ -521,6 +521,42 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     let details = stdout_json(&check)["details"].to_string();
     assert!(details.contains("from_pod is not attached"), "{check:?}");
 
+    // A NetworkPolicy-style ACL on a2's switch: the datapath does not enforce ACLs yet, and the
+    // agent says so (log and metrics) until the ACL is gone.
+    let has_on = |node: usize, line: &str| scrape(&lab.nodes[node]).lines().any(|l| l == line);
+    lab.lab
+        .nbctl(&[
+            "acl-add",
+            "subnet-a",
+            "to-lport",
+            "1000",
+            "ip4.src == 10.0.1.99",
+            "drop",
+        ])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || has_on(
+            1,
+            "ovnbpf_acl_unenforced_switches 1"
+        )),
+        "{}",
+        scrape(&lab.nodes[1])
+    );
+    let node2_log = std::fs::read_to_string(lab.work.path().join("node2.log")).unwrap();
+    assert!(
+        node2_log.contains("does not enforce") && node2_log.contains("subnet-a"),
+        "{node2_log}"
+    );
+    lab.lab.nbctl(&["acl-del", "subnet-a"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || has_on(
+            1,
+            "ovnbpf_acl_unenforced_switches 0"
+        )),
+        "{}",
+        scrape(&lab.nodes[1])
+    );
+
     // The Southbound goes away and comes back: the metrics say so.
     let has = |line: &str| scrape(&lab.nodes[0]).lines().any(|l| l == line);
     lab.lab.stop_database(Db::Southbound);

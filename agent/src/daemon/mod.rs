@@ -19,6 +19,7 @@ use std::{
 use serde_json::Value;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+mod acls;
 pub mod ports;
 
 use ports::{Pending, PortCommand, PortCommands, PortError, PortStatus};
@@ -107,6 +108,8 @@ struct Daemon {
     /// The running check of the pods' filters, if any, and how many it re-attached so far.
     filter_check: Option<tokio::task::JoinHandle<()>>,
     filters_restored: Arc<AtomicU64>,
+    /// The users' ACLs the datapath does not enforce, per switch.
+    unenforced_acls: acls::UnenforcedAcls,
     stats: DaemonStats,
 }
 
@@ -200,6 +203,7 @@ pub async fn run(
             neighbour_refresh: None,
             filter_check: None,
             filters_restored: Arc::default(),
+            unenforced_acls: acls::UnenforcedAcls::default(),
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
@@ -273,6 +277,12 @@ impl Daemon {
         self.record(event, &changes);
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
+        let sb = &self.sb;
+        self.unenforced_acls.apply(&diff, |key| {
+            sb.datapath_by_key(key)
+                .and_then(|datapath| datapath.external_ids.get("name").cloned())
+                .unwrap_or_else(|| format!("datapath {key}"))
+        });
         let datapath_writes = self.program_datapath(&changes, &diff);
         if !diff.is_empty() {
             debug!(
@@ -438,6 +448,8 @@ impl Daemon {
                     ready: self.synced && chassis.is_some() && self.datapath.is_some(),
                     local_ports: self.local_ports.len(),
                     pod_filters_restored: self.filters_restored.load(Ordering::Relaxed),
+                    unenforced_acl_switches: self.unenforced_acls.switches(),
+                    unenforced_acls: self.unenforced_acls.acls(),
                     drops,
                 });
             }

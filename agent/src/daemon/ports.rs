@@ -64,6 +64,9 @@ pub struct DaemonReport {
     pub local_ports: usize,
     /// Pod veths whose lost `from_pod` filter the loop re-attached.
     pub pod_filters_restored: u64,
+    /// Switches with users' ACLs the datapath does not enforce, and those ACLs (per switch).
+    pub unenforced_acl_switches: usize,
+    pub unenforced_acls: usize,
     /// The datapath's dropped frames per reason (empty without a datapath).
     pub drops: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).

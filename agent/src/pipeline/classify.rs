@@ -298,6 +298,12 @@ pub fn classify(flow: &Flow<'_>) -> Class {
     }
 }
 
+/// Whether `stage` is one of the ACL stages (where NetworkPolicies and subnet ACLs land).
+#[must_use]
+pub fn is_acl_stage(stage: &str) -> bool {
+    stateful_feature(stage) == Some("ACL")
+}
+
 /// The stateful feature a stage implements, for the unsupported reason.
 fn stateful_feature(stage: &str) -> Option<&'static str> {
     let words: Vec<&str> = stage.split('_').collect();

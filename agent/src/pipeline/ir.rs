@@ -72,6 +72,9 @@ pub enum IrEntry {
         stage: String,
         reason: String,
     },
+    /// A user's ACL (a Northbound ACL row, named by the first 8 hex digits of its UUID as
+    /// northd's `stage-hint`) has flows on this switch that the datapath does not enforce.
+    UnenforcedAcl { datapath: u32, acl: String },
     /// A logical port (from Port_Binding), with its addresses and port-security allowances.
     Port {
         datapath: u32,
@@ -364,6 +367,7 @@ impl IrEntry {
         match self {
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
+            | IrEntry::UnenforcedAcl { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }
             | IrEntry::FloodMember { datapath, .. }

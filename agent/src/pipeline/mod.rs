@@ -547,6 +547,16 @@ impl Compiler {
                                 stage: stage.clone(),
                                 reason: reason.clone(),
                             });
+                            // northd names the ACL a flow comes from; its default ACL-stage
+                            // flows carry no such hint.
+                            if let Some(acl) = flow.external_ids.get("stage-hint")
+                                && classify::is_acl_stage(&stage)
+                            {
+                                contribution.entries.push(IrEntry::UnenforcedAcl {
+                                    datapath,
+                                    acl: acl.clone(),
+                                });
+                            }
                             Outcome::Unsupported(reason)
                         }
                     };

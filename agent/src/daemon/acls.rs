@@ -1,0 +1,118 @@
+//! The users' ACLs the datapath does not enforce yet (NetworkPolicies, subnet ACLs), per switch,
+//! from the IR's [`IrEntry::UnenforcedAcl`] entries: a warning when a switch gets its first one
+//! (its pods' traffic is switched as if the ACLs did not exist), a note when it has none left,
+//! and the counts for the metrics. Owns only its sets; reads nothing but the diffs it is given.
+
+use std::collections::{BTreeSet, HashMap};
+
+use tracing::{info, warn};
+
+use crate::pipeline::{IrDiff, ir::IrEntry};
+
+/// Unenforced ACLs by switch (tunnel key) → ACL hints.
+#[derive(Debug, Default)]
+pub struct UnenforcedAcls {
+    by_datapath: HashMap<u32, BTreeSet<String>>,
+}
+
+impl UnenforcedAcls {
+    /// Applies one IR diff; `name` names a datapath for the logs.
+    pub fn apply(&mut self, diff: &IrDiff, name: impl Fn(u32) -> String) {
+        let mut touched = BTreeSet::new();
+        let before: HashMap<u32, usize> = self
+            .by_datapath
+            .iter()
+            .map(|(datapath, acls)| (*datapath, acls.len()))
+            .collect();
+        for (entry, added) in diff
+            .removed
+            .iter()
+            .map(|e| (e, false))
+            .chain(diff.added.iter().map(|e| (e, true)))
+        {
+            let IrEntry::UnenforcedAcl { datapath, acl } = entry else {
+                continue;
+            };
+            let acls = self.by_datapath.entry(*datapath).or_default();
+            if added {
+                acls.insert(acl.clone());
+            } else {
+                acls.remove(acl);
+            }
+            touched.insert(*datapath);
+        }
+        for datapath in touched {
+            let had = before.get(&datapath).copied().unwrap_or(0);
+            let has = self.by_datapath.get(&datapath).map_or(0, BTreeSet::len);
+            let switch = name(datapath);
+            if had == 0 && has > 0 {
+                warn!(
+                    switch,
+                    acls = has,
+                    "this switch has ACLs (NetworkPolicies, subnet ACLs) that the eBPF datapath \
+                     does not enforce: its traffic is switched as if they did not exist"
+                );
+            } else if had > 0 && has == 0 {
+                info!(switch, "no unenforced ACL left on this switch");
+            }
+            if has == 0 {
+                self.by_datapath.remove(&datapath);
+            }
+        }
+    }
+
+    /// Switches with at least one unenforced ACL.
+    #[must_use]
+    pub fn switches(&self) -> usize {
+        self.by_datapath.len()
+    }
+
+    /// Unenforced ACLs, counted once per switch they apply to.
+    #[must_use]
+    pub fn acls(&self) -> usize {
+        self.by_datapath.values().map(BTreeSet::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acl(datapath: u32, acl: &str) -> IrEntry {
+        IrEntry::UnenforcedAcl {
+            datapath,
+            acl: acl.into(),
+        }
+    }
+
+    #[test]
+    fn switches_are_counted_while_they_have_unenforced_acls() {
+        let mut acls = UnenforcedAcls::default();
+        let name = |datapath: u32| format!("switch-{datapath}");
+        acls.apply(
+            &IrDiff {
+                added: vec![acl(1, "aaaa0001"), acl(1, "aaaa0002"), acl(2, "aaaa0001")],
+                removed: Vec::new(),
+            },
+            name,
+        );
+        assert_eq!((acls.switches(), acls.acls()), (2, 3));
+        acls.apply(
+            &IrDiff {
+                added: Vec::new(),
+                removed: vec![acl(1, "aaaa0001"), acl(2, "aaaa0001")],
+            },
+            name,
+        );
+        assert_eq!((acls.switches(), acls.acls()), (1, 1));
+        // Other entries do not count.
+        acls.apply(
+            &IrDiff {
+                added: vec![IrEntry::UnknownUnicast { datapath: 3 }],
+                removed: vec![acl(1, "aaaa0002")],
+            },
+            name,
+        );
+        assert_eq!((acls.switches(), acls.acls()), (0, 0));
+    }
+}
