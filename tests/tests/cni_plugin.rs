@@ -521,6 +521,39 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     let details = stdout_json(&check)["details"].to_string();
     assert!(details.contains("from_pod is not attached"), "{check:?}");
 
+    // a2's frames now reach node2's own stack, as a pod's do whose port is not programmed. The
+    // host end keeps them out of the node's networking: no forwarding, no ARP answered, no IPv6
+    // address for neighbour discovery to give away its MAC. A pod trying its node's address
+    // gets no answer.
+    let host_sysctl = |key: &str| {
+        lab.nodes[1]
+            .netns()
+            .exec("cat", &[format!("/proc/sys/net/ipv4/conf/{a2_host}/{key}")])
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(host_sysctl("forwarding"), "0");
+    assert_eq!(host_sysctl("arp_ignore"), "8");
+    let inet6 = lab.nodes[1]
+        .netns()
+        .ip(&["-6", "addr", "show", "dev", a2_host])
+        .unwrap();
+    assert!(!inet6.contains("inet6"), "{inet6}");
+    let node2_ip = lab.nodes[1].ip().to_string();
+    pod_netns[1]
+        .ip(&["route", "add", &format!("{node2_ip}/32"), "dev", "eth0"])
+        .unwrap();
+    assert!(
+        !ping(&pod_netns[1], lab.nodes[1].ip()),
+        "a2 reached its node"
+    );
+    let neighbour = pod_netns[1].ip(&["neigh", "show", &node2_ip]).unwrap();
+    assert!(
+        !neighbour.contains("lladdr"),
+        "the node answered a2's ARP: {neighbour}"
+    );
+
     // A NetworkPolicy-style ACL on a2's switch: the datapath does not enforce ACLs yet, and the
     // agent says so (log and metrics) until the ACL is gone.
     let has_on = |node: usize, line: &str| scrape(&lab.nodes[node]).lines().any(|l| l == line);

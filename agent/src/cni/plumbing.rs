@@ -107,7 +107,11 @@ pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
             nic.pod_interface,
             nic.netns.display()
         )))?;
-    let result = configure_pod_side(nic).and_then(|()| host_ifindex(&nic.host_interface));
+    let result = socket
+        .isolate_and_up(&nic.host_interface)
+        .map_err(netlink(&format!("isolating {}", nic.host_interface)))
+        .and_then(|()| configure_pod_side(nic))
+        .and_then(|()| host_ifindex(&nic.host_interface));
     if result.is_err() {
         let _ = delete(&nic.host_interface);
     }

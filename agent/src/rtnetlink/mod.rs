@@ -1,6 +1,7 @@
 //! The few rtnetlink requests a pod NIC needs, sent from the agent itself instead of spawning
 //! `ip`: create a veth pair whose peer is born in the pod's namespace with its final name, MAC,
-//! MTU and state (one request), add an IPv4 address, replace a route, delete a link.
+//! MTU and state (one request), keep a host end out of the node's networking and bring it up,
+//! add an IPv4 address, replace a route, delete a link.
 //! Each request is acknowledged before returning. A [`Socket`] acts in the namespace it was opened
 //! in: open it on a thread that joined the pod's namespace ([`crate::netns::run_in`]) for the pod
 //! side. Touches only the links, addresses and routes it is asked to; the BPF filter on a link's
@@ -38,7 +39,15 @@ const IFLA_MTU: u16 = 4;
 const IFLA_TXQLEN: u16 = 13;
 const IFLA_OPERSTATE: u16 = 16;
 const IFLA_LINKINFO: u16 = 18;
+const IFLA_AF_SPEC: u16 = 26;
 const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_INET_CONF: u16 = 1;
+const IPV4_DEVCONF_FORWARDING: u16 = 1;
+const IPV4_DEVCONF_ARP_IGNORE: u16 = 19;
+/// `arp_ignore` 8: answer no ARP request on this link, whatever address it asks for.
+const ARP_IGNORE_ALL: u32 = 8;
+const IFLA_INET6_ADDR_GEN_MODE: u16 = 8;
+const IN6_ADDR_GEN_MODE_NONE: u8 = 1;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
@@ -138,7 +147,7 @@ impl Message {
 /// What a pod's veth pair gets.
 #[derive(Clone, Copy, Debug)]
 pub struct VethPair<'a> {
-    /// Host end, in the socket's namespace, created up.
+    /// Host end, in the socket's namespace, created down (see [`Socket::isolate_and_up`]).
     pub host: &'a str,
     /// Pod end: created directly in `peer_netns` under this name, with `peer_mac`, down (see
     /// [`Socket::set_up`]).
@@ -226,10 +235,11 @@ impl Socket {
         }
     }
 
-    /// Creates the pair in one request (see [`VethPair`]); fails if either name is taken.
+    /// Creates the pair in one request (see [`VethPair`]); fails if either name is taken. The
+    /// host end is created down: [`Self::isolate_and_up`] brings it up.
     pub fn create_veth(&self, pair: &VethPair<'_>) -> io::Result<()> {
         let mut message = Message::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
-        message.link_header(0, IFF_UP, IFF_UP);
+        message.link_header(0, 0, 0);
         message.name(IFLA_IFNAME, pair.host);
         message.attribute(IFLA_MTU, &pair.mtu.to_ne_bytes());
         message.attribute(IFLA_TXQLEN, &1000u32.to_ne_bytes());
@@ -250,6 +260,39 @@ impl Socket {
         message.end_nested();
         message.end_nested();
         self.request(message)
+    }
+
+    /// Keeps link `name` (a pod's host end) out of the node's own networking, then brings it up:
+    /// IPv4 forwarding off on it and no ARP answered on it, and no IPv6 address generated for it
+    /// (so none is answered by neighbour discovery). Frames the datapath leaves to the node's
+    /// stack (a pod whose port is not programmed) then reach neither the node's addresses nor
+    /// its routing. One request; without IPv6 in the kernel, the IPv4 part alone.
+    pub fn isolate_and_up(&self, name: &str) -> io::Result<()> {
+        let request = |ipv6: bool| {
+            let mut message = Message::new(RTM_NEWLINK, 0);
+            message.link_header(0, IFF_UP, IFF_UP);
+            message.name(IFLA_IFNAME, name);
+            message.begin_nested(IFLA_AF_SPEC);
+            message.begin_nested(libc::AF_INET as u16);
+            message.begin_nested(IFLA_INET_CONF);
+            message.attribute(IPV4_DEVCONF_FORWARDING, &0u32.to_ne_bytes());
+            message.attribute(IPV4_DEVCONF_ARP_IGNORE, &ARP_IGNORE_ALL.to_ne_bytes());
+            message.end_nested();
+            message.end_nested();
+            if ipv6 {
+                message.begin_nested(libc::AF_INET6 as u16);
+                message.attribute(IFLA_INET6_ADDR_GEN_MODE, &[IN6_ADDR_GEN_MODE_NONE]);
+                message.end_nested();
+            }
+            message.end_nested();
+            message
+        };
+        match self.request(request(true)) {
+            Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                self.request(request(false))
+            }
+            result => result,
+        }
     }
 
     /// Brings link `index` up.
