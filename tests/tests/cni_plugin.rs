@@ -456,6 +456,17 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         started.elapsed() < Duration::from_secs(5),
         "not refused at once"
     );
+    // A configured route the kernel refuses (its gateway is not on-link): a configuration error,
+    // not one to retry.
+    let mut off_link = good.clone();
+    off_link["routes"] = json!([{"dst": "192.168.60.0/24", "gw": "10.99.0.1"}]);
+    let output = lab.invoke(0, "ADD", &a1, &off_link);
+    assert_eq!(code(&output), 100, "{output:?}");
+    let details = stdout_json(&output)["details"].to_string();
+    assert!(
+        details.contains("configured route 192.168.60.0/24"),
+        "{output:?}"
+    );
     assert_eq!(host_interfaces(&lab.nodes[0]), before, "no veth leaked");
     assert!(
         wait_until(Duration::from_secs(5), || chassis_of(&lab.lab, "a1.ns")
@@ -478,13 +489,14 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(lab.ready(0), "the agent still serves");
 
-    // The metrics of node1's agent (restarted after a1's ADD): the DELs, the refused underlay
-    // ADD, the garbage, the Southbound state and the datapath's drop counters.
+    // The metrics of node1's agent (restarted after a1's ADD): the DELs, the refused ADDs, the
+    // garbage, the Southbound state and the datapath's drop counters.
     let metrics = scrape(&lab.nodes[0]);
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     for line in [
         r#"ovnbpf_cni_op_latency_seconds_count{op="del",code="204"} 3"#,
-        r#"ovnbpf_cni_op_latency_seconds_count{op="add",code="422"} 1"#,
+        // The refused underlay pod and the refused route.
+        r#"ovnbpf_cni_op_latency_seconds_count{op="add",code="422"} 2"#,
         "ovnbpf_cni_bad_requests_total 1",
         "ovnbpf_daemon_up 1",
         "ovnbpf_southbound_synced 1",

@@ -18,7 +18,7 @@ use ovnbpf_cni::wire::{
 use tracing::{info, warn};
 
 use super::{
-    plumbing::{self, PodNic},
+    plumbing::{self, PlumbingError, PodNic},
     store::{AttachmentRecord, AttachmentStore},
 };
 use crate::{
@@ -228,8 +228,15 @@ impl Handler {
         let built = {
             let nic = nic.clone();
             tokio::task::spawn_blocking(move || {
-                let index = plumbing::create(&nic).map_err(|e| e.to_string())?;
-                let filter = pod_filters.attach(index).map_err(|e| e.to_string());
+                let index = plumbing::create(&nic).map_err(|error| match error {
+                    PlumbingError::ConfiguredRoute { .. } => {
+                        HandlerError::Unservable(error.to_string())
+                    }
+                    error => HandlerError::Failed(error.to_string()),
+                })?;
+                let filter = pod_filters
+                    .attach(index)
+                    .map_err(|e| HandlerError::Failed(e.to_string()));
                 if filter.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
                     return filter;
@@ -251,7 +258,7 @@ impl Handler {
         );
         let filter = match built {
             Ok(Ok(filter)) => filter,
-            Ok(Err(error)) => return Err(self.rollback(names, error).await),
+            Ok(Err(error)) => return Err(self.rollback_with(names, error).await),
             Err(error) => {
                 return Err(self
                     .rollback(names, format!("building the NIC: {error}"))
@@ -314,15 +321,21 @@ impl Handler {
 
     /// Undoes a failed ADD (unplug and release, remove the NIC and the record) and returns the
     /// error to report.
-    async fn rollback(
+    async fn rollback(&self, names: (&str, &str, &str, &str), reason: String) -> HandlerError {
+        self.rollback_with(names, HandlerError::Failed(reason))
+            .await
+    }
+
+    /// Like [`Self::rollback`], reporting `error` as it is.
+    async fn rollback_with(
         &self,
         (container_id, if_name, port, host): (&str, &str, &str, &str),
-        reason: String,
+        error: HandlerError,
     ) -> HandlerError {
-        if let Err(error) = self.remove(container_id, if_name, port, host).await {
-            warn!(port, %error, "cleaning up after a failed ADD failed");
+        if let Err(cleanup) = self.remove(container_id, if_name, port, host).await {
+            warn!(port, error = %cleanup, "cleaning up after a failed ADD failed");
         }
-        HandlerError::Failed(reason)
+        error
     }
 
     /// DEL: see the module doc. Succeeds when there is nothing (left) to remove.

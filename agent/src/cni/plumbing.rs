@@ -38,6 +38,13 @@ pub enum PlumbingError {
     },
     #[error(transparent)]
     Netns(#[from] netns::NetnsError),
+    /// The kernel refused a route of the network configuration (e.g. a gateway that is not
+    /// on-link): the configuration is wrong, retrying does not help.
+    #[error("the configured route {route}: {source}")]
+    ConfiguredRoute {
+        route: String,
+        source: std::io::Error,
+    },
 }
 
 /// Everything a pod NIC gets.
@@ -141,12 +148,24 @@ fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
                 nic.ip, nic.prefix_len
             )))?;
         for route in &routes_of(nic.gateway, &nic.routes) {
+            let shown = format!(
+                "{}/{} via {}",
+                route.destination,
+                route.prefix_len,
+                route.gateway.map_or("the link".into(), |gw| gw.to_string())
+            );
             socket
                 .replace_route(index, route.destination, route.prefix_len, route.gateway)
-                .map_err(netlink(&format!(
-                    "route {}/{} via {:?} dev {name}",
-                    route.destination, route.prefix_len, route.gateway
-                )))?;
+                .map_err(|source| {
+                    if nic.routes.contains(route) {
+                        PlumbingError::ConfiguredRoute {
+                            route: shown.clone(),
+                            source,
+                        }
+                    } else {
+                        netlink(&format!("route {shown} dev {name}"))(source)
+                    }
+                })?;
         }
         Ok(())
     })?
