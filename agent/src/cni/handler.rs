@@ -228,21 +228,21 @@ impl Handler {
         let built = {
             let nic = nic.clone();
             tokio::task::spawn_blocking(move || {
-                let index = plumbing::create(&nic).map_err(|error| match error {
+                let built = plumbing::create(&nic).map_err(|error| match error {
                     PlumbingError::ConfiguredRoute { .. } => {
                         HandlerError::Unservable(error.to_string())
                     }
                     error => HandlerError::Failed(error.to_string()),
                 })?;
                 let filter = pod_filters
-                    .attach(index)
+                    .attach(built.host_index)
                     .map_err(|e| HandlerError::Failed(e.to_string()));
                 if filter.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
                     return filter;
                 }
                 // Best effort: the NIC works once they are up.
-                if let Err(error) = plumbing::wait_until_up(&nic, index) {
+                if let Err(error) = plumbing::wait_until_up(&nic, &built) {
                     warn!(interface = nic.host_interface, %error, "cannot wait for the links");
                 }
                 filter

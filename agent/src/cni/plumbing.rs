@@ -84,13 +84,22 @@ pub fn host_interface_exists(interface: &str) -> bool {
     Path::new("/sys/class/net").join(interface).exists()
 }
 
-/// Builds the NIC and returns the host end's index. On failure nothing is left behind.
-pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
+/// A NIC [`create`] built: the host end's index, and the pod end's index with a netlink socket
+/// of the pod's namespace (it stays the namespace's from any thread), for [`wait_until_up`].
+pub struct BuiltNic {
+    pub host_index: u32,
+    pod_index: u32,
+    pod_socket: rtnetlink::Socket,
+}
+
+/// Builds the NIC. On failure nothing is left behind.
+pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
     if !nic.netns.exists() {
         return Err(PlumbingError::NoNetns(nic.netns.display().to_string()));
     }
+    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     // A leftover host end of the same container (a retried ADD) is replaced.
-    delete(&nic.host_interface)?;
+    delete_with(&socket, &nic.host_interface)?;
     let mac = crate::lflow::parse_mac(&nic.mac).ok_or_else(|| PlumbingError::Netlink {
         what: format!("the MAC {:?}", nic.mac),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a MAC address"),
@@ -99,7 +108,6 @@ pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
         what: format!("opening {}", nic.netns.display()),
         source,
     })?;
-    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     socket
         .create_veth(&rtnetlink::VethPair {
             host: &nic.host_interface,
@@ -118,9 +126,15 @@ pub fn create(nic: &PodNic) -> Result<u32, PlumbingError> {
         .isolate_and_up(&nic.host_interface)
         .map_err(netlink(&format!("isolating {}", nic.host_interface)))
         .and_then(|()| configure_pod_side(nic))
-        .and_then(|()| host_ifindex(&nic.host_interface));
+        .and_then(|(pod_socket, pod_index)| {
+            Ok(BuiltNic {
+                host_index: host_ifindex(&nic.host_interface)?,
+                pod_index,
+                pod_socket,
+            })
+        });
     if result.is_err() {
-        let _ = delete(&nic.host_interface);
+        let _ = delete_with(&socket, &nic.host_interface);
     }
     result
 }
@@ -133,7 +147,9 @@ fn netlink(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
     }
 }
 
-fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
+/// Brings the pod end up with its address and routes; returns a socket of the pod's namespace
+/// and the pod end's index.
+fn configure_pod_side(nic: &PodNic) -> Result<(rtnetlink::Socket, u32), PlumbingError> {
     let name = &nic.pod_interface;
     netns::run_in(&nic.netns, || {
         let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
@@ -167,7 +183,7 @@ fn configure_pod_side(nic: &PodNic) -> Result<(), PlumbingError> {
                     }
                 })?;
         }
-        Ok(())
+        Ok((socket, index))
     })?
 }
 
@@ -192,19 +208,14 @@ pub fn routes_of(gateway: Option<Ipv4Addr>, configured: &[Ipv4Route]) -> Vec<Ipv
 /// How long ADD waits for a new link to be operationally up.
 const UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Waits until both ends of a NIC [`create`] built (host end `host_index`) are operationally
+/// Waits until both ends of the NIC [`create`] built (`built`) are operationally
 /// up: before, frames they send are dropped (a pod's first ARP would go unanswered for a
 /// second). Best effort: a link that stays down is logged; the pod gets it when it comes up.
-pub fn wait_until_up(nic: &PodNic, host_index: u32) -> Result<(), PlumbingError> {
+pub fn wait_until_up(nic: &PodNic, built: &BuiltNic) -> Result<(), PlumbingError> {
     let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
-    wait_up(&socket, host_index, &nic.host_interface);
-    let name = &nic.pod_interface;
-    netns::run_in(&nic.netns, || {
-        let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
-        let index = rtnetlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
-        wait_up(&socket, index, name);
-        Ok(())
-    })?
+    wait_up(&socket, built.host_index, &nic.host_interface);
+    wait_up(&built.pod_socket, built.pod_index, &nic.pod_interface);
+    Ok(())
 }
 
 fn wait_up(socket: &rtnetlink::Socket, index: u32, interface: &str) {
@@ -285,6 +296,10 @@ fn send_gratuitous_arp(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Res
 /// Deletes the host end (and with it the pod end); an absent interface is fine.
 pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
     let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    delete_with(&socket, host_interface)
+}
+
+fn delete_with(socket: &rtnetlink::Socket, host_interface: &str) -> Result<(), PlumbingError> {
     socket
         .delete_link_named(host_interface)
         .map(drop)
