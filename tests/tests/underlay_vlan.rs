@@ -165,30 +165,16 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
             .ip(&["neigh", "show", ip, "dev", "eth0"])
             .unwrap()
     };
-    assert_eq!(
-        external_100.ping(PODS[0].3, 3).unwrap(),
-        3,
-        "VLAN 100 host → u1{}",
-        logs()
-    );
-    let resolved = external_neighbour(&external_100, "10.100.0.2");
-    assert!(resolved.contains(&mac_for("u1")), "{resolved}");
-    assert_eq!(
-        external_200.ping(PODS[3].3, 3).unwrap(),
-        3,
-        "VLAN 200 host → w2{}",
-        logs()
-    );
-    let resolved = external_neighbour(&external_200, "10.100.0.2");
-    assert!(resolved.contains(&mac_for("w2")), "{resolved}");
-    assert_eq!(
-        external_untagged.ping(PODS[6].3, 3).unwrap(),
-        3,
-        "untagged host → n2{}",
-        logs()
-    );
-    let resolved = external_neighbour(&external_untagged, "10.101.0.3");
-    assert!(resolved.contains(&mac_for("n2")), "{resolved}");
+    for (host, what, pod) in [
+        (&external_100, "VLAN 100 host", PODS[0]),
+        (&external_200, "VLAN 200 host", PODS[3]),
+        (&external_untagged, "untagged host", PODS[6]),
+    ] {
+        let (name, .., ip) = pod;
+        assert_eq!(host.ping(ip, 3).unwrap(), 3, "{what} → {name}{}", logs());
+        let resolved = external_neighbour(host, &ip.to_string());
+        assert!(resolved.contains(&mac_for(name)), "{resolved}");
+    }
     let external_100_ip = Ipv4Addr::new(10, 100, 0, 200);
     let external_200_ip = Ipv4Addr::new(10, 100, 0, 201);
     assert_eq!(
