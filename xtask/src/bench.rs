@@ -149,19 +149,6 @@ pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     percentile(&values, 50.0)
 }
 
-fn build_ctl() -> Result<std::path::PathBuf> {
-    cmd::run_checked(Command::new("cargo").args([
-        "build",
-        "--quiet",
-        "--release",
-        "-p",
-        "ovnbpf-agent",
-        "--bin",
-        "ovnbpfctl",
-    ]))?;
-    Ok(std::path::Path::new("target/release/ovnbpfctl").canonicalize()?)
-}
-
 fn sizes(args: &[String]) -> Result<Vec<u32>> {
     option(args, "--pods")
         .unwrap_or("1000,10000,50000")
@@ -183,7 +170,7 @@ fn bench_sb(args: &[String]) -> Result<()> {
     let sizes = sizes(args)?;
     let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
     println!("== bench sb: building ovnbpfctl (release)");
-    let ctl = build_ctl()?;
+    let ctl = cmd::build_binaries(cmd::Profile::Release)?.ctl;
     let mut results = Vec::new();
     for pods in sizes {
         println!("== bench sb: {pods} pods: building the topology");
@@ -307,7 +294,7 @@ fn bench_compile(args: &[String]) -> Result<()> {
     let sizes = sizes(args)?;
     let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
     println!("== bench compile: building ovnbpfctl (release)");
-    let ctl = build_ctl()?;
+    let ctl = cmd::build_binaries(cmd::Profile::Release)?.ctl;
     let mut results = Vec::new();
     for pods in sizes {
         println!("== bench compile: {pods} pods: building the topology");

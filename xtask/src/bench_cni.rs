@@ -12,7 +12,7 @@
 
 use std::{
     net::Ipv4Addr,
-    path::{Path, PathBuf},
+    path::Path,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -180,22 +180,6 @@ fn baseline(node: &Node, pods: &[Netns], concurrency: usize) -> Result<Vec<Durat
     })
 }
 
-fn build_release() -> Result<(PathBuf, PathBuf)> {
-    cmd::run_checked(std::process::Command::new("cargo").args([
-        "build",
-        "--quiet",
-        "--release",
-        "-p",
-        "ovnbpf-agent",
-        "-p",
-        "ovnbpf-cni",
-    ]))?;
-    Ok((
-        PathBuf::from("target/release/ovnbpf-agent"),
-        PathBuf::from("target/release/ovnbpf-cni"),
-    ))
-}
-
 fn start_agent(
     lab: &OvnLab,
     node: &Node,
@@ -219,9 +203,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let count: usize = option(args, "--pods").unwrap_or("100").parse()?;
     let concurrency: usize = option(args, "--concurrency").unwrap_or("10").parse()?;
     println!("== bench cni: building the agent and the plugin (release)");
-    let (agent, plugin) = build_release()?;
-    let agent = std::fs::canonicalize(agent)?;
-    let plugin = std::fs::canonicalize(plugin)?;
+    let binaries = cmd::build_binaries(cmd::Profile::Release)?;
+    let (agent, plugin) = (binaries.agent, binaries.cni);
     let lab = OvnLab::start()?;
     let prefix = unique_prefix();
     let mut topology = Topology::new();

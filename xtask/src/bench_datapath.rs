@@ -338,7 +338,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let runs: u32 = option(args, "--runs").unwrap_or("3").parse()?;
     let seconds: u32 = option(args, "--seconds").unwrap_or("5").parse()?;
     println!("== bench datapath: building the agent");
-    let agent = cmd::build_agent()?;
+    let agent = cmd::build_binaries(cmd::Profile::Debug)?.agent;
     let prefix = unique_prefix();
     let mut results = vec![
         raw(&prefix, runs, seconds)?,

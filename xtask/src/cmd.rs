@@ -1,7 +1,10 @@
 //! Running external commands from xtask: echo-free helpers that turn a non-zero exit into an error
 //! naming the command. Touches nothing but the processes it starts.
 
-use std::process::Command;
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context, Result, bail};
 
@@ -25,10 +28,60 @@ pub fn run_checked(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Builds the agent's binaries (with the kernel programs) and returns the agent's path.
-pub fn build_agent() -> Result<std::path::PathBuf> {
-    run_checked(Command::new("cargo").args(["build", "--quiet", "--package", "ovnbpf-agent"]))?;
-    Ok(std::path::PathBuf::from("target/debug/ovnbpf-agent"))
+/// How the workspace binaries are built: `Debug` for the demo and the lab, `Release` for benches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    Debug,
+    Release,
+}
+
+/// The workspace binaries an xtask command runs, as absolute paths.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// `ovnbpf-agent` (with the kernel programs built in).
+    pub agent: PathBuf,
+    /// `ovnbpfctl`.
+    pub ctl: PathBuf,
+    /// `ovnbpf-cni`, the CNI plugin.
+    pub cni: PathBuf,
+}
+
+/// The workspace's root (xtask lives one level below it), whatever the current directory.
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// Builds every workspace binary a command runs (agent, ctl, CNI plugin) in `profile` and returns
+/// their absolute paths, checked to exist: no command relies on a binary that another command
+/// happened to build.
+pub fn build_binaries(profile: Profile) -> Result<Binaries> {
+    let root = workspace_root();
+    let mut build = Command::new("cargo");
+    build
+        .current_dir(&root)
+        .args(["build", "--quiet", "--package", "ovnbpf-agent"])
+        .args(["--package", "ovnbpf-cni", "--bins"]);
+    if profile == Profile::Release {
+        build.arg("--release");
+    }
+    run_checked(&mut build)?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let dir = target.join(match profile {
+        Profile::Debug => "debug",
+        Profile::Release => "release",
+    });
+    let binary = |name: &str| -> Result<PathBuf> {
+        let path = dir.join(name);
+        path.canonicalize()
+            .with_context(|| format!("{} was not built", path.display()))
+    };
+    Ok(Binaries {
+        agent: binary("ovnbpf-agent")?,
+        ctl: binary("ovnbpfctl")?,
+        cni: binary("ovnbpf-cni")?,
+    })
 }
 
 /// Runs `command` and returns its stdout; fails if it exits non-zero (stderr is included).

@@ -25,8 +25,8 @@ fn mac_of(ports: &[kubeovn::SbPort], name: &str) -> String {
 }
 
 pub fn run() -> Result<()> {
-    println!("== demo: building the agent");
-    let agent = cmd::build_agent()?;
+    println!("== demo: building the agent, ovnbpfctl and the CNI plugin");
+    let binaries = cmd::build_binaries(cmd::Profile::Debug)?;
 
     println!("== demo: starting a real OVN central (ovsdb-server NB+SB, ovn-northd)");
     let lab = OvnLab::start()?;
@@ -78,7 +78,7 @@ pub fn run() -> Result<()> {
         flows.lines().filter(|l| !l.is_empty()).count()
     );
 
-    let ctl = std::path::Path::new("target/debug/ovnbpfctl");
+    let ctl = &binaries.ctl;
     let remote = lab.unix_remote(Db::Southbound);
     println!(
         "== demo: ovnbpf compiles the logical flows into its pipeline IR (ovnbpfctl lflow coverage)"
@@ -121,13 +121,13 @@ pub fn run() -> Result<()> {
 
     println!("== demo: ovnbpf kernel programs, loaded through the verifier");
     let verified =
-        cmd::output(Command::new(&agent).arg("verify")).context("ovnbpf-agent verify")?;
+        cmd::output(Command::new(&binaries.agent).arg("verify")).context("ovnbpf-agent verify")?;
     for line in verified.lines() {
         println!("   {line}");
     }
 
     println!("== demo: two nodes, one ovnbpf-agent each, the pods spread over them");
-    crate::demo_agents::run(&lab, &agent)?;
+    crate::demo_agents::run(&lab, &binaries)?;
 
     println!("== demo: tearing down");
     drop(lab);

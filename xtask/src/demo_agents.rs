@@ -19,7 +19,7 @@ use ovnbpf_tests::{
 };
 use serde_json::{Value, json};
 
-use crate::demo_topology::VPCS;
+use crate::{cmd::Binaries, demo_topology::VPCS};
 
 const NODES: [&str; 2] = ["node1", "node2"];
 
@@ -85,7 +85,8 @@ pub fn wait_all_up(lab: &OvnLab, ports: usize, agents: &[Child]) -> Result<()> {
     Ok(())
 }
 
-pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
+pub fn run(lab: &OvnLab, binaries: &Binaries) -> Result<()> {
+    let agent = binaries.agent.as_path();
     let prefix = unique_prefix();
     let mut underlay = Underlay::create(&prefix)?;
     let nodes = [underlay.add_node(NODES[0])?, underlay.add_node(NODES[1])?];
@@ -111,11 +112,7 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
             log,
         )?);
     }
-    let plugins = plugin_dir(
-        &work.path().join("bin"),
-        "ovnbpf",
-        &std::fs::canonicalize(agent.with_file_name("ovnbpf-cni"))?,
-    )?;
+    let plugins = plugin_dir(&work.path().join("bin"), "ovnbpf", &binaries.cni)?;
     let socket = |index: usize| work.path().join(NODES[index]).join("cni.sock");
     if !wait_until(Duration::from_secs(15), || {
         socket(0).exists() && socket(1).exists()
@@ -216,7 +213,7 @@ pub fn run(lab: &OvnLab, agent: &Path) -> Result<()> {
     );
 
     println!("== demo: per-port counters (ovnbpfctl datapath counters, read from the pins)");
-    let ctl = agent.with_file_name("ovnbpfctl");
+    let ctl = &binaries.ctl;
     for (index, node) in nodes.iter().enumerate() {
         let pin_dir = bpffs.path().join(NODES[index]);
         let table = node.netns().exec(

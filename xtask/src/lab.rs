@@ -55,6 +55,8 @@ fn up(dir: &Path, demo: bool) -> Result<()> {
         println!("lab already running in {}", dir.display());
         return status(dir);
     }
+    println!("== lab: building the agent, ovnbpfctl and the CNI plugin");
+    let binaries = crate::cmd::build_binaries(crate::cmd::Profile::Debug)?;
     let lab = OvnLab::start_kept(dir)?;
     if demo {
         demo_topology::build()?.apply(&lab)?;
@@ -82,6 +84,12 @@ fn up(dir: &Path, demo: bool) -> Result<()> {
     println!(
         "# or: eval \"$(grep ^export {}/env)\"; then ovn-nbctl show / ovn-sbctl show",
         dir.display()
+    );
+    println!(
+        "# ovnbpf against it: {} lflow coverage --remote $OVN_SB_DB\n#   (agent: {}, CNI plugin: {})",
+        binaries.ctl.display(),
+        binaries.agent.display(),
+        binaries.cni.display()
     );
     Ok(())
 }

@@ -21,11 +21,24 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   setup [--check]        install (or only check) what the project needs on this machine
   test [-- ARGS]         the whole suite as CI runs it (root); ARGS go to `cargo test`
-  demo                   real OVN + a two-VPC Kube-OVN topology + ovnbpf's verified programs
+  demo                   real OVN + a two-VPC Kube-OVN topology + ovnbpf's verified programs,
+                         two simulated nodes, CNI pods, traffic, a hitless restart
   bench sb [--pods N,…] [--updates K]
                          Southbound sync/apply cost vs ovsdb-client dump (same run)
+  bench compile [--pods N,…] [--updates K]
+                         logical-flow compile cost vs the replica's sync/apply (same run)
+  bench datapath [--runs N] [--seconds S]
+                         pod-to-pod TCP throughput and request/response latency across two
+                         nodes vs a raw veth and plain kernel routing (same run)
+  bench cni [--pods N] [--concurrency C]
+                         CNI ADD/DEL latency vs building the same NIC with `ip` (same run)
   lab up [--demo]|down|status
-                         keep a real OVN central running for manual work
+                         keep a real OVN central running for manual work (builds the
+                         binaries and prints how to point them at it)
+  help                   this text
+
+Every command installs or builds what it uses (setup is idempotent); results of benches go to
+target/bench/*.json.
 ";
 
 fn main() -> Result<()> {
@@ -59,7 +72,10 @@ fn main() -> Result<()> {
             bench::run(rest)
         }
         "lab" => {
-            setup::run(&setup::Options { check_only: true })?;
+            // `up` runs OVN and builds the binaries; `down` and `status` only read the lab's state.
+            if rest.first().map(String::as_str) == Some("up") {
+                setup()?;
+            }
             lab::run(rest)
         }
         "help" | "--help" | "-h" => {

@@ -394,9 +394,15 @@ fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()
             c.packets, c.bytes, c.dropped, c.delivered_packets, c.delivered_bytes
         );
     }
-    println!("drops by reason:");
-    for (reason, count) in &counters.drops {
-        println!("  {reason:<28} {count}");
+    // The text table shows what matters: the reasons that counted something (JSON has them all).
+    let drops: Vec<_> = counters.drops.iter().filter(|(_, n)| **n > 0).collect();
+    if drops.is_empty() {
+        println!("drops by reason: no drops");
+    } else {
+        println!("drops by reason (non-zero):");
+        for (reason, count) in drops {
+            println!("  {reason:<28} {count}");
+        }
     }
     Ok(())
 }
