@@ -242,6 +242,16 @@ pub fn push_outer_headers(
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
     let inner_type = u16::from_be(inner.ether_type);
     let ip_inner = inner_type == ETH_P_IPV4 || inner_type == ETH_P_IPV6;
+    // The flow hash of the inner frame (the socket's hash, or the kernel's dissection of its
+    // addresses and ports), taken before the outer room exists: a hash of the still-empty outer
+    // headers would give every flow the same source port.
+    // SAFETY: the helper takes the skb pointer the context holds.
+    let mut hash = unsafe { bpf_get_hash_recalc(ctx.skb.skb) };
+    if !ip_inner {
+        // The kernel's dissector hashes ARP (and other non-IP frames) by protocol alone: mix in
+        // the inner MACs, which identify such a conversation.
+        hash ^= mac_hash(ctx);
+    }
     if ip_inner {
         // Room after the Ethernet header, marked as UDP-tunnelled Ethernet so GSO segments the
         // inner packet and fixes every segment's outer lengths.
@@ -266,8 +276,6 @@ pub fn push_outer_headers(
     let frame_len = ctx.len();
     let ip_len = (frame_len - 14) as u16;
     let udp_len = ip_len - 20;
-    // SAFETY: the helper takes the skb pointer the context holds.
-    let hash = unsafe { bpf_get_hash_recalc(ctx.skb.skb) };
     let outer = OuterHeaders {
         udp_frame: UdpFrame {
             // The kernel fills in the MACs when it resolves the next hop (bpf_redirect_neigh).
@@ -318,6 +326,14 @@ pub fn push_outer_headers(
     ctx.store(0, &outer, 0)
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
     Ok(ip_inner)
+}
+
+/// A 32-bit mix of the frame's two MACs (its first 12 bytes, read as three words): spreads
+/// non-IP conversations over source ports.
+#[inline(always)]
+fn mac_hash(ctx: &TcContext) -> u32 {
+    let word = |offset: usize| ctx.load::<u32>(offset).unwrap_or(0);
+    (word(0) ^ word(4).rotate_left(11) ^ word(8).rotate_left(22)).wrapping_mul(0x9e37_79b1)
 }
 
 /// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.

@@ -220,6 +220,8 @@ fn pods_of_one_vpc_talk_across_nodes_and_vpcs_stay_apart() {
     let report = a1.tcp_stream_to(a2, PODS[1].ip).unwrap();
     println!("{report}");
 
+    outer_source_ports_follow_the_inner_flow(&prefix, &nodes, a1);
+
     // a1 trying b1's MAC (vpc-b) at a2's address: vpc-a's FIB has no such MAC, so the frame
     // never reaches vpc-b. And b1 → a-side: nothing answers.
     a1.netns()
@@ -259,4 +261,91 @@ fn pods_of_one_vpc_talk_across_nodes_and_vpcs_stay_apart() {
         ])
         .unwrap();
     assert_eq!(a1.ping(PODS[1].ip, 3).unwrap(), 3);
+}
+
+/// 16 UDP flows from a1 to a2 (source ports 40000..40015, three datagrams each), captured on
+/// node2's uplink: each flow leaves with one outer UDP source port, and the flows spread over
+/// at least 12 ports (RFC 8926 §3.3: underlay ECMP and the receiver's RSS hash on that port).
+fn outer_source_ports_follow_the_inner_flow(prefix: &str, nodes: &[Node], a1: &Pod) {
+    const FLOWS: u16 = 16;
+    let pcap = std::env::temp_dir().join(format!("{prefix}-flows.pcap"));
+    let pcap_text = pcap.to_string_lossy().into_owned();
+    let from_node1 = format!("udp dst port 6081 and src host {}", nodes[0].ip());
+    let mut capture = nodes[1]
+        .netns()
+        .spawn(
+            "tcpdump",
+            "tcpdump",
+            &["-i", "eth0", "-nn", "-U", "-w", &pcap_text, &from_node1],
+            None,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    a1.netns()
+        .run_in(|| {
+            for flow in 0..FLOWS {
+                let socket = std::net::UdpSocket::bind((PODS[0].ip, 40_000 + flow))?;
+                for _ in 0..3 {
+                    socket.send_to(b"flow", (PODS[1].ip, 9999))?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let complete = wait_until(Duration::from_secs(5), || {
+        std::fs::read(&pcap).is_ok_and(|bytes| inner_udp_flows(&bytes).len() == FLOWS as usize)
+    });
+    capture.stop();
+    let bytes = std::fs::read(&pcap).unwrap_or_default();
+    let _ = std::fs::remove_file(&pcap);
+    let flows = inner_udp_flows(&bytes);
+    assert!(complete, "captured flows: {flows:?}");
+    for (inner_port, outer_ports) in &flows {
+        assert_eq!(
+            outer_ports.len(),
+            1,
+            "flow from port {inner_port} left with several outer source ports: {outer_ports:?}"
+        );
+        assert!(outer_ports.iter().all(|port| *port >= 32768), "{flows:?}");
+    }
+    let distinct: std::collections::BTreeSet<u16> = flows
+        .values()
+        .flat_map(|ports| ports.iter().copied())
+        .collect();
+    println!(
+        "{FLOWS} UDP flows left with {} distinct outer source ports",
+        distinct.len()
+    );
+    assert!(
+        distinct.len() >= 12,
+        "{FLOWS} flows left with only {} distinct outer source ports: {flows:?}",
+        distinct.len()
+    );
+}
+
+/// Inner UDP source port → the outer UDP source ports it left with, from a pcap of Geneve
+/// frames in OVN's layout (Ethernet, IPv4 without options, UDP, Geneve with the one 8-byte OVN
+/// option, inner Ethernet, inner IPv4, UDP).
+fn inner_udp_flows(
+    pcap: &[u8],
+) -> std::collections::BTreeMap<u16, std::collections::BTreeSet<u16>> {
+    const OUTER_UDP: usize = 14 + 20;
+    const INNER_IP: usize = OUTER_UDP + 8 + 16 + 14;
+    let be16 = |frame: &[u8], at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+    let mut flows = std::collections::BTreeMap::<u16, std::collections::BTreeSet<u16>>::new();
+    let mut at = 24; // the pcap file header
+    while at + 16 <= pcap.len() {
+        let captured = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &pcap[at + 16..(at + 16 + captured).min(pcap.len())];
+        at += 16 + captured;
+        let inner_udp = INNER_IP + 20;
+        if frame.len() < inner_udp + 2 || frame[INNER_IP + 9] != 17 {
+            continue;
+        }
+        flows
+            .entry(be16(frame, inner_udp))
+            .or_default()
+            .insert(be16(frame, OUTER_UDP));
+    }
+    flows
 }
