@@ -641,20 +641,23 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
         .map(|(name, _)| Netns::create(&format!("{prefix}-{name}")).unwrap())
         .collect();
 
-    // ovnbpf first, then the reference plugins, as a conflist (containernetworking-plugins 1.1
-    // speaks up to 1.0.0).
+    // The conflist deploy/ ships (its version, name, ovnbpf with only the socket changed, then
+    // portmap), with more of Debian's reference plugins chained after it: containernetworking-
+    // plugins 1.1 refuse configurations newer than 1.0.0, so this fails if the shipped version
+    // is one they cannot read.
+    let shipped: serde_json::Value =
+        serde_json::from_str(include_str!("../../deploy/cni/01-ovnbpf.conflist")).unwrap();
     let conflist = |index: usize| {
-        json!({
-            "cniVersion": "1.0.0",
-            "name": "ovn",
-            "plugins": [
-                {"type": "ovnbpf", "server_socket": lab.socket(index)},
-                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.arp_notify": "1"}},
-                {"type": "portmap", "capabilities": {"portMappings": true}},
-                // Shaping what enters the pod (a tbf on our host veth) needs no ifb device.
-                {"type": "bandwidth", "ingressRate": 1_000_000_000_u64, "ingressBurst": 100_000_000_u64},
-            ]
-        })
+        let mut list = shipped.clone();
+        list["plugins"][0]["server_socket"] = json!(lab.socket(index));
+        let plugins = list["plugins"].as_array_mut().unwrap();
+        plugins.insert(
+            1,
+            json!({"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.arp_notify": "1"}}),
+        );
+        // Shaping what enters the pod (a tbf on our host veth) needs no ifb device.
+        plugins.push(json!({"type": "bandwidth", "ingressRate": 1_000_000_000_u64, "ingressBurst": 100_000_000_u64}));
+        list
     };
     let chained = attachment("chain0123456789", &netns[0], "p0");
     let runtime = lab.runtime(0);
