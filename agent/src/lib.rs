@@ -6,6 +6,7 @@ pub mod chassis;
 pub mod cni;
 pub mod daemon;
 pub mod dataplane;
+pub mod health;
 pub mod lflow;
 pub mod metrics;
 pub mod netns;

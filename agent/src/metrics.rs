@@ -2,7 +2,8 @@
 //! `--metrics-address`: CNI operations (count and latency per operation and HTTP status, like
 //! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, and what the
 //! daemon loop reports on each scrape (Southbound sync, local ports, its counters, the datapath's
-//! drops per reason and counters per interface). Owns the CNI operation histograms (the CNI server records into them) and
+//! drops per reason and counters per interface); the same port answers the health probes
+//! ([`crate::health`]). Owns the CNI operation histograms (the CNI server records into them) and
 //! its TCP listener; reads the daemon only through a [`DaemonHandle`].
 
 use std::{
@@ -21,6 +22,7 @@ use tracing::warn;
 use crate::{
     cni::server::ServerStats,
     daemon::ports::{DaemonHandle, DaemonReport},
+    health::{self, Probe},
 };
 
 /// Upper bounds (seconds) of the latency histogram's buckets.
@@ -72,6 +74,8 @@ pub struct Sources {
     pub cni: Arc<CniMetrics>,
     pub server: Arc<ServerStats>,
     pub daemon: Option<DaemonHandle>,
+    /// The CNI socket the agent serves (dialled by `/livez` and `/readyz`), if it serves one.
+    pub cni_socket: Option<std::path::PathBuf>,
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -296,7 +300,8 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
     out
 }
 
-/// Serves `GET /metrics` (anything else: 404) until the task is dropped.
+/// Serves `GET /metrics` and the health probes (`/healthz`, `/livez`, `/readyz`; see
+/// [`health`]); anything else: 404. Until the task is dropped.
 pub async fn serve(listener: TcpListener, sources: Sources) {
     loop {
         match listener.accept().await {
@@ -334,7 +339,31 @@ async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()>
         return Ok(());
     }
     let request_line = head.split(|byte| *byte == b'\r').next().unwrap_or_default();
-    let response = if request_line.starts_with(b"GET /metrics ") {
+    let path = request_line
+        .strip_prefix(b"GET ")
+        .and_then(|rest| rest.split(|byte| *byte == b' ').next())
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
+    let probe = Probe::from_path(&path);
+    let response = if let Some(probe) = probe {
+        let verdict = health::check(
+            probe,
+            sources.daemon.as_ref(),
+            sources.cni_socket.as_deref(),
+        )
+        .await;
+        let reason = if verdict.status == 200 {
+            "OK"
+        } else {
+            "Service Unavailable"
+        };
+        format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+            verdict.status,
+            verdict.body.len(),
+            verdict.body
+        )
+    } else if path == "/metrics" {
         let report = match &sources.daemon {
             Some(daemon) => daemon.report().await.ok(),
             None => None,

@@ -40,15 +40,29 @@ fn config(socket: &Path, version: &str) -> Value {
 
 /// `GET /metrics` of the agent of `node`.
 fn scrape(node: &Node) -> String {
+    get(node, "/metrics")
+}
+
+/// The whole HTTP response to `GET path` from the metrics port of the agent of `node`.
+fn get(node: &Node, path: &str) -> String {
     use std::io::{Read, Write};
     ovnbpf_tests::netns::run_in_path(&node.netns().path(), || {
         let mut stream = std::net::TcpStream::connect(METRICS)?;
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: agent\r\n\r\n")?;
         let mut text = String::new();
         stream.read_to_string(&mut text)?;
         Ok(text)
     })
     .unwrap()
+}
+
+/// The status line of `GET path` on the agent of `node`.
+fn status_of(node: &Node, path: &str) -> String {
+    get(node, path)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn stdout_json(output: &Output) -> Value {
@@ -602,8 +616,15 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         scrape(&lab.nodes[1])
     );
 
-    // The Southbound goes away and comes back: the metrics say so.
-    let has = |line: &str| scrape(&lab.nodes[0]).lines().any(|l| l == line);
+    // The Southbound goes away and comes back: the metrics and the readiness probe say so; the
+    // agent stays alive (liveness does not depend on the Southbound).
+    let node1 = &lab.nodes[0];
+    let ok = "HTTP/1.1 200 OK";
+    for path in ["/healthz", "/livez", "/readyz"] {
+        assert_eq!(status_of(node1, path), ok, "{path}: {}", get(node1, path));
+    }
+    assert!(status_of(node1, "/nothing").starts_with("HTTP/1.1 404"));
+    let has = |line: &str| scrape(node1).lines().any(|l| l == line);
     lab.lab.stop_database(Db::Southbound);
     assert!(
         wait_until(Duration::from_secs(10), || has(
@@ -612,15 +633,28 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
             "ovnbpf_southbound_disconnects_total 1"
         )),
         "{}",
-        scrape(&lab.nodes[0])
+        scrape(node1)
     );
+    let not_ready = get(node1, "/readyz");
+    assert!(
+        not_ready.starts_with("HTTP/1.1 503 Service Unavailable")
+            && not_ready.ends_with("not connected to the Southbound DB\n"),
+        "{not_ready}"
+    );
+    assert_eq!(status_of(node1, "/livez"), ok, "{}", get(node1, "/livez"));
     lab.lab.start_database(Db::Southbound).unwrap();
     assert!(
         wait_until(Duration::from_secs(20), || has(
             "ovnbpf_southbound_connected 1"
         )),
         "{}",
-        scrape(&lab.nodes[0])
+        scrape(node1)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || status_of(node1, "/readyz")
+            == ok),
+        "{}",
+        get(node1, "/readyz")
     );
 }
 

@@ -90,8 +90,8 @@ struct RunArgs {
     /// Serve no CNI requests.
     #[arg(long)]
     no_cni: bool,
-    /// Serve Prometheus metrics on GET /metrics of this TCP address (Kube-OVN's CNI daemon uses
-    /// port 10665); none without it.
+    /// Serve Prometheus metrics on GET /metrics of this TCP address, and the health probes
+    /// /healthz, /livez and /readyz (Kube-OVN's CNI daemon uses port 10665); none without it.
     #[arg(long)]
     metrics_address: Option<std::net::SocketAddr>,
     /// Where CNI attachments are recorded, so a restarted agent keeps forwarding for its pods.
@@ -237,6 +237,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let (handle, commands) = daemon::ports::channel();
         let metrics_sources = ovnbpf_agent::metrics::Sources {
             daemon: Some(handle.clone()),
+            cni_socket: store.is_some().then(|| args.cni_socket.clone()),
             ..Default::default()
         };
         let metrics = match args.metrics_address {
@@ -244,7 +245,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 let listener = tokio::net::TcpListener::bind(address)
                     .await
                     .with_context(|| format!("binding the metrics address {address}"))?;
-                tracing::info!(%address, "serving metrics on /metrics");
+                tracing::info!(%address, "serving /metrics, /healthz, /livez and /readyz");
                 Some(tokio::spawn(ovnbpf_agent::metrics::serve(
                     listener,
                     metrics_sources.clone(),
