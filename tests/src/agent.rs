@@ -1,5 +1,6 @@
 //! `ovnbpf-agent` as a simulated node's agent: the command line the tests and the demo use
-//! (the lab's SB, the node's name and underlay IP, Geneve over the node's `eth0`, the node's pods
+//! (the lab's SB, the node's name and underlay IP, Geneve over the interface that holds that IP
+//! (`--uplink auto`: the node's `eth0`), the node's pods
 //! as `PORT=INTERFACE`), started inside the node's namespace and tracked by PID.
 
 use std::path::{Path, PathBuf};
@@ -44,8 +45,9 @@ impl AgentSpec<'_> {
             self.chassis.into(),
             "--encap-ip".into(),
             self.node.ip().to_string(),
+            // As the DaemonSet runs it: the uplink is the interface holding the node's IP (eth0).
             "--uplink".into(),
-            "eth0".into(),
+            "auto".into(),
         ];
         match &self.pin_root {
             Some(root) => args.extend(["--pin-dir".into(), root.display().to_string()]),

@@ -11,7 +11,8 @@
 //! - [`cni_runtime`]: a container runtime's side of CNI (plugins, conflists);
 //! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
 //! - [`ovs_chassis`]: a real OVN chassis (OVS userspace datapath + ovn-controller), the interop peer;
-//! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back.
+//! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back;
+//! - [`manifests`]: Kubernetes manifests validated against the API's schemas, and read as JSON.
 //!
 //! Everything here cleans up after itself on drop, which also runs when a test panics.
 
@@ -21,6 +22,7 @@ pub mod cluster;
 pub mod cni_runtime;
 pub mod icmp;
 pub mod kubeovn;
+pub mod manifests;
 pub mod names;
 pub mod netns;
 pub mod network;

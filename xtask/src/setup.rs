@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: brings a fresh Debian 12 machine (as root) to the state the project needs,
-//! idempotently: Debian packages, the nightly `rust-src` component and `bpf-linker` built against
-//! LLVM 22. Every step first checks, and only acts when something is missing; it prints what it found
-//! and what it did. Touches: apt/dpkg, rustup, `cargo install`, the bpffs mount.
+//! idempotently: Debian packages, the nightly `rust-src` component, `bpf-linker` built against
+//! LLVM 22, `kubernetes-validate` in a virtualenv. Every step first checks, and only acts when
+//! something is missing; it prints what it found and what it did. Touches: apt/dpkg, rustup,
+//! `cargo install`, `$HOME/.cache/ovnbpf/venv`, the bpffs mount.
 
 use std::process::Command;
 
@@ -39,6 +40,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("tcpdump", "captures in tests"),
     ("ethtool", "offload settings on veths"),
     ("bpftool", "inspecting loaded programs"),
+    (
+        "python3-venv",
+        "a virtualenv for kubernetes-validate (deploy/ manifests checked in tests)",
+    ),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";
@@ -63,6 +68,7 @@ pub fn run(options: &Options) -> Result<()> {
     ensure_rust_src(options)?;
     ensure_bpf_linker(options)?;
     ensure_cargo_fuzz(options)?;
+    ensure_manifest_validator(options)?;
     ensure_bpffs(options)?;
     check_kernel()?;
     println!("== setup: done");
@@ -223,6 +229,38 @@ fn ensure_cargo_fuzz(options: &Options) -> Result<()> {
     }
     println!("do   cargo install cargo-fuzz --locked (takes ~1 min)");
     run_checked(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+}
+
+/// `kubernetes-validate` in its own virtualenv (Debian's Python refuses system-wide pip).
+fn ensure_manifest_validator(options: &Options) -> Result<()> {
+    use ovnbpf_tests::manifests::{VALIDATOR_VERSION, validator, venv};
+    let installed = Command::new(validator())
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(VALIDATOR_VERSION));
+    if installed {
+        println!("ok   kubernetes-validate {VALIDATOR_VERSION}");
+        return Ok(());
+    }
+    if options.check_only {
+        bail!("kubernetes-validate is missing (run `cargo xtask setup`)");
+    }
+    let venv = venv();
+    println!(
+        "do   python3 -m venv {0}; {0}/bin/pip install kubernetes-validate=={VALIDATOR_VERSION}",
+        venv.display()
+    );
+    run_checked(
+        Command::new("/usr/bin/python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv),
+    )?;
+    run_checked(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet"])
+            .arg(format!("kubernetes-validate=={VALIDATOR_VERSION}")),
+    )
 }
 
 fn ensure_bpffs(options: &Options) -> Result<()> {

@@ -42,6 +42,21 @@ enum Command {
         #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
         pin_dir: std::path::PathBuf,
     },
+    /// Install the CNI plugin and its network configuration on this node (the DaemonSet's init
+    /// container): the plugin as <bin-dir>/ovnbpf, deploy/'s conflist as
+    /// <conf-dir>/01-kube-ovn.conflist (mode 0600), both atomically; then IPv4 forwarding on.
+    InstallCni {
+        /// The plugin binary; defaults to `ovnbpf-cni` beside this executable.
+        #[arg(long)]
+        plugin: Option<std::path::PathBuf>,
+        #[arg(long, default_value = "/opt/cni/bin")]
+        bin_dir: std::path::PathBuf,
+        #[arg(long, default_value = "/etc/cni/net.d")]
+        conf_dir: std::path::PathBuf,
+        /// Leave net.ipv4.ip_forward as it is.
+        #[arg(long)]
+        no_sysctl: bool,
+    },
 }
 
 #[derive(Args)]
@@ -61,44 +76,49 @@ struct RunArgs {
     #[arg(long, env = "OVN_ENCAP_IP")]
     encap_ip: String,
     /// Send outer UDP checksums on Geneve (Encap options:csum).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "OVN_ENCAP_CSUM", default_value_t = true, action = clap::ArgAction::Set)]
     encap_csum: bool,
     /// Replicate every row instead of only the local datapaths' (ovn-monitor-all).
     #[arg(long, env = "OVN_MONITOR_ALL")]
     monitor_all: bool,
     /// ovn-bridge-mappings, e.g. physnet1:eth1.
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "OVN_BRIDGE_MAPPINGS", default_value = "")]
     bridge_mappings: String,
     /// A logical port bound to this node by configuration (repeatable): `NAME`, or
     /// `NAME=INTERFACE` to forward for it through its host-side veth (needs --uplink).
     #[arg(long = "local-port")]
     local_ports: Vec<String>,
-    /// Forward with the eBPF datapath, Geneve over this interface (without it the agent only
-    /// follows the Southbound DB and registers the chassis).
-    #[arg(long)]
+    /// Forward with the eBPF datapath, Geneve over this interface; `auto`: the interface that
+    /// holds --encap-ip (without it the agent only follows the Southbound DB and registers the
+    /// chassis).
+    #[arg(long, env = "OVNBPF_UPLINK")]
     uplink: Option<String>,
     /// Pin maps and links here (on bpffs) so the datapath forwards while the agent restarts; a
     /// new agent adopts them.
-    #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
+    #[arg(long, env = "OVNBPF_PIN_DIR", default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
     pin_dir: std::path::PathBuf,
     /// Pin nothing: the programs detach when the agent exits.
     #[arg(long)]
     no_pins: bool,
     /// Serve CNI requests (Kube-OVN's API) on this unix socket (with --uplink).
-    #[arg(long, default_value = "/run/ovnbpf/cni.sock")]
+    #[arg(
+        long,
+        env = "OVNBPF_CNI_SOCKET",
+        default_value = "/run/ovnbpf/cni.sock"
+    )]
     cni_socket: std::path::PathBuf,
     /// Serve no CNI requests.
     #[arg(long)]
     no_cni: bool,
     /// Serve Prometheus metrics on GET /metrics of this TCP address, and the health probes
     /// /healthz, /livez and /readyz (Kube-OVN's CNI daemon uses port 10665); none without it.
-    #[arg(long)]
+    #[arg(long, env = "OVNBPF_METRICS_ADDRESS")]
     metrics_address: Option<std::net::SocketAddr>,
     /// Where CNI attachments are recorded, so a restarted agent keeps forwarding for its pods.
-    #[arg(long, default_value = "/run/ovnbpf")]
+    #[arg(long, env = "OVNBPF_STATE_DIR", default_value = "/run/ovnbpf")]
     state_dir: std::path::PathBuf,
     /// MTU of pod NICs (0: the uplink's MTU minus 100, Kube-OVN's Geneve default).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "OVNBPF_POD_MTU", default_value_t = 0)]
     pod_mtu: u32,
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
@@ -130,6 +150,12 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
         Command::Verify => verify(),
+        Command::InstallCni {
+            plugin,
+            bin_dir,
+            conf_dir,
+            no_sysctl,
+        } => install_cni(plugin, &bin_dir, &conf_dir, no_sysctl),
         Command::Unpin { pin_dir } => {
             let filters = ovnbpf_agent::dataplane::ebpf::pod_filter::detach_everywhere()
                 .context("removing the pods' from_pod filters")?;
@@ -139,6 +165,47 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn install_cni(
+    plugin: Option<std::path::PathBuf>,
+    bin_dir: &std::path::Path,
+    conf_dir: &std::path::Path,
+    no_sysctl: bool,
+) -> anyhow::Result<()> {
+    let plugin = match plugin {
+        Some(plugin) => plugin,
+        None => std::env::current_exe()
+            .context("locating this executable")?
+            .with_file_name("ovnbpf-cni"),
+    };
+    let installed = ovnbpf_agent::cni::install::install(&plugin, bin_dir, conf_dir)?;
+    tracing::info!(
+        plugin = %installed.plugin.display(),
+        conflist = %installed.conflist.display(),
+        "CNI plugin and network configuration installed"
+    );
+    if !no_sysctl {
+        let path = "/proc/sys/net/ipv4/ip_forward";
+        std::fs::write(path, "1").with_context(|| {
+            format!("turning IPv4 forwarding on ({path}); --no-sysctl skips it")
+        })?;
+        tracing::info!("net.ipv4.ip_forward=1");
+    }
+    Ok(())
+}
+
+/// `--uplink`: a name as given, or for `auto` the interface that holds the tunnel IP.
+fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
+    if uplink != "auto" {
+        return Ok(uplink.to_string());
+    }
+    let address: std::net::Ipv4Addr = encap_ip
+        .parse()
+        .context("--uplink auto needs --encap-ip to be an IPv4 address")?;
+    ovnbpf_agent::rtnetlink::interface_with_address(address)
+        .context("listing this node's addresses for --uplink auto")?
+        .with_context(|| format!("--uplink auto: no interface holds the tunnel IP {address}"))
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -165,7 +232,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         (names, interfaces)
     };
     // Pods the CNI server attached before a restart: keep forwarding for them.
-    let store = match (&args.uplink, args.no_cni) {
+    let uplink = args
+        .uplink
+        .as_deref()
+        .map(|uplink| resolve_uplink(uplink, &args.encap_ip))
+        .transpose()?;
+    let store = match (&uplink, args.no_cni) {
         (Some(_), false) => Some(
             AttachmentStore::open(&args.state_dir)
                 .with_context(|| format!("opening the state dir {}", args.state_dir.display()))?,
@@ -180,7 +252,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             interfaces.push((record.logical_port, record.host_interface));
         }
     }
-    let datapath_config = match &args.uplink {
+    let datapath_config = match &uplink {
         Some(uplink) => Some(NodeDatapathConfig {
             chassis: name.clone(),
             encap_ip: args
@@ -214,7 +286,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         filter_check_interval: (args.filter_check_interval_s > 0)
             .then(|| Duration::from_secs(args.filter_check_interval_s)),
     };
-    let pod_mtu = match (args.pod_mtu, &args.uplink) {
+    let pod_mtu = match (args.pod_mtu, &uplink) {
         (0, Some(uplink)) => interface_mtu(uplink)?.saturating_sub(100),
         (mtu, _) => mtu,
     };

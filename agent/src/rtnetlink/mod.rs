@@ -514,9 +514,57 @@ pub fn index_of(name: &str) -> io::Result<u32> {
     }
 }
 
+/// The name of the interface that holds IPv4 `address` in the calling thread's namespace (the
+/// uplink Geneve leaves through, found from the tunnel IP), or `None`.
+pub fn interface_with_address(address: Ipv4Addr) -> io::Result<Option<String>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills our pointer with a list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut entry = list;
+    while !entry.is_null() {
+        // SAFETY: every entry of the list is valid until freeifaddrs.
+        let current = unsafe { &*entry };
+        entry = current.ifa_next;
+        if current.ifa_addr.is_null()
+            // SAFETY: a non-null address of the list.
+            || i32::from(unsafe { (*current.ifa_addr).sa_family }) != libc::AF_INET
+        {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let inet = unsafe { &*current.ifa_addr.cast::<libc::sockaddr_in>() };
+        if Ipv4Addr::from(u32::from_be(inet.sin_addr.s_addr)) == address {
+            // SAFETY: ifa_name is a NUL-terminated name.
+            let name = unsafe { std::ffi::CStr::from_ptr(current.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loopback_address_is_found_on_lo() {
+        assert_eq!(
+            interface_with_address(Ipv4Addr::LOCALHOST)
+                .unwrap()
+                .as_deref(),
+            Some("lo")
+        );
+        assert_eq!(
+            interface_with_address(Ipv4Addr::new(192, 0, 2, 254)).unwrap(),
+            None
+        );
+    }
 
     /// The veth request nests peer attributes (with their own ifinfomsg) inside
     /// IFLA_LINKINFO/IFLA_INFO_DATA/VETH_INFO_PEER, lengths covering exactly their contents.
