@@ -10,6 +10,7 @@
 //! - [`agent`]: `ovnbpf-agent` as a simulated node's agent;
 //! - [`cni_runtime`]: a container runtime's side of CNI (plugins, conflists);
 //! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
+//! - [`pki`]: a throwaway OVS PKI (CA, signed and expired certificates) for TLS tests;
 //! - [`ovs_chassis`]: a real OVN chassis (OVS userspace datapath + ovn-controller), the interop peer;
 //! - [`kubeovn`]: topologies built through `ovn-nbctl` the way Kube-OVN builds them, and SB read-back;
 //! - [`manifests`]: Kubernetes manifests validated against the API's schemas, and read as JSON.
@@ -28,6 +29,7 @@ pub mod netns;
 pub mod network;
 pub mod ovn;
 pub mod ovs_chassis;
+pub mod pki;
 pub mod process;
 pub mod sbdump;
 pub mod vlan_access;

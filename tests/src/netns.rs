@@ -187,3 +187,77 @@ mod tests {
         assert!(!list_named().contains(&name));
     }
 }
+
+/// Forwards TCP connections made to `127.0.0.1:<port>` inside a namespace to an address of the
+/// caller's namespace (e.g. a lab server on the host's loopback, for an agent in a node's
+/// namespace). The listening socket is made inside the namespace and keeps it; connections out
+/// are made from the caller's. Stops accepting when dropped; open connections end with their
+/// peers.
+#[derive(Debug)]
+pub struct TcpRelay {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TcpRelay {
+    /// Listens on a free loopback port in `netns`, relaying to `target`.
+    pub fn start(netns: &Netns, target: std::net::SocketAddr) -> Result<Self> {
+        use std::sync::atomic::Ordering;
+        let listener = netns.run_in(|| {
+            let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        })?;
+        let port = listener.local_addr()?.port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        if let Ok(server) = std::net::TcpStream::connect(target) {
+                            let _ = client.set_nonblocking(false);
+                            pipe(client, server);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+                }
+            }
+        });
+        Ok(Self {
+            port,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The port to connect to inside the namespace.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// Copies bytes both ways between two connected streams, each way on its own thread.
+fn pipe(a: std::net::TcpStream, b: std::net::TcpStream) {
+    let copy = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    };
+    if let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) {
+        copy(a, b2);
+        copy(b, a2);
+    }
+}
+
+impl Drop for TcpRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

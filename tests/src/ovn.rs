@@ -174,6 +174,37 @@ impl OvnLab {
         process::output(command.args(args))
     }
 
+    /// Makes the SB also listen for TLS on a loopback port, with `server`'s key and certificate
+    /// and clients checked against `ca_cert`, as ovn-central does (`set-ssl`, `set-connection`);
+    /// with `role`, the connection runs under that RBAC role (northd defines `ovn-controller`).
+    /// Returns the `ssl:` remote once the port accepts connections.
+    pub fn serve_southbound_ssl(
+        &self,
+        server: &crate::pki::Identity,
+        ca_cert: &Path,
+        role: Option<&str>,
+    ) -> Result<String> {
+        self.sbctl(&[
+            "set-ssl".as_ref(),
+            server.key.as_os_str(),
+            server.cert.as_os_str(),
+            ca_cert.as_os_str(),
+        ])?;
+        let port = free_loopback_port()?;
+        let target = format!("pssl:{port}:{}", Ipv4Addr::LOCALHOST);
+        let mut args = vec!["set-connection".to_string()];
+        args.extend(role.map(|role| format!("role={role}")));
+        args.push(target);
+        self.sbctl(&args)?;
+        let listening = wait_until(START_TIMEOUT, || {
+            std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok()
+        });
+        if !listening {
+            bail!("the Southbound did not listen on {port} for TLS");
+        }
+        Ok(format!("ssl:{}:{port}", Ipv4Addr::LOCALHOST))
+    }
+
     /// Stops the database server of `db` (clients see the connection drop; the file stays).
     pub fn stop_database(&mut self, db: Db) {
         match db {
@@ -262,12 +293,26 @@ fn serve_database(dir: &Path, db: Db, port: u16) -> Result<Child> {
 /// `port`, with control socket `<name>.ctl`; returns once it answers on both.
 pub(crate) fn serve_db_file(dir: &Path, name: &str, schema_name: &str, port: u16) -> Result<Child> {
     let socket = dir.join(format!("{name}.sock"));
+    // As ovn-ctl starts them: more remotes from the database's connections (`set-connection`)
+    // and TLS settings from its SSL table (`set-ssl`), both empty until a test sets them.
+    let from_db = |column: &str| format!("db:{schema_name},{column}");
+    let global = match schema_name {
+        "OVN_Northbound" => "NB_Global",
+        _ => "SB_Global",
+    };
     let mut server = Child::spawn(
         &format!("ovsdb-server ({name})"),
         Command::new("ovsdb-server")
             .arg(dir.join(format!("{name}.db")))
             .arg(format!("--remote=punix:{}", socket.display()))
             .arg(format!("--remote=ptcp:{port}:{}", Ipv4Addr::LOCALHOST))
+            .arg(format!(
+                "--remote={}",
+                from_db(&format!("{global},connections"))
+            ))
+            .arg(format!("--private-key={}", from_db("SSL,private_key")))
+            .arg(format!("--certificate={}", from_db("SSL,certificate")))
+            .arg(format!("--ca-cert={}", from_db("SSL,ca_cert")))
             .arg(format!(
                 "--unixctl={}",
                 dir.join(format!("{name}.ctl")).display()

@@ -133,6 +133,17 @@ struct RunArgs {
     /// Echo the Southbound server after this many seconds of silence (0 = never).
     #[arg(long, default_value_t = 60)]
     probe_interval_s: u64,
+    /// TLS for ssl: remotes, as ovn-controller's --private-key (Kube-OVN: /var/run/tls/key).
+    #[arg(long, env = "OVN_SSL_PRIVATE_KEY")]
+    private_key: Option<std::path::PathBuf>,
+    /// TLS: this chassis's certificate; its common name is the chassis name the Southbound's
+    /// RBAC allows (Kube-OVN: /var/run/tls/cert).
+    #[arg(long, env = "OVN_SSL_CERTIFICATE")]
+    certificate: Option<std::path::PathBuf>,
+    /// TLS: the CA certificate the Southbound's certificate must lead to (Kube-OVN:
+    /// /var/run/tls/cacert).
+    #[arg(long, env = "OVN_SSL_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Delete this chassis's rows from the Southbound DB and exit.
     #[arg(long)]
     cleanup: bool,
@@ -195,6 +206,38 @@ fn install_cni(
     Ok(())
 }
 
+/// The TLS settings, loaded once: needed (and then complete) when a remote is `ssl:`.
+fn tls_client(
+    args: &RunArgs,
+    remotes: &[Remote],
+) -> anyhow::Result<Option<std::sync::Arc<ovnbpf_agent::ovsdb::tls::TlsClient>>> {
+    let files = match (&args.private_key, &args.certificate, &args.ca_cert) {
+        (Some(private_key), Some(certificate), Some(ca_cert)) => {
+            ovnbpf_agent::ovsdb::tls::TlsFiles {
+                private_key: private_key.clone(),
+                certificate: certificate.clone(),
+                ca_cert: ca_cert.clone(),
+            }
+        }
+        (None, None, None) if !remotes.iter().any(Remote::is_ssl) => return Ok(None),
+        _ => anyhow::bail!(
+            "ssl: remotes need --private-key, --certificate and --ca-cert, all three (given: {})",
+            [
+                ("--private-key", args.private_key.is_some()),
+                ("--certificate", args.certificate.is_some()),
+                ("--ca-cert", args.ca_cert.is_some()),
+            ]
+            .iter()
+            .filter(|(_, given)| *given)
+            .map(|(flag, _)| *flag)
+            .collect::<Vec<_>>()
+            .join(", ")
+        ),
+    };
+    let client = ovnbpf_agent::ovsdb::tls::TlsClient::load(&files).context("TLS settings")?;
+    Ok(Some(std::sync::Arc::new(client)))
+}
+
 /// `--uplink`: a name as given, or for `auto` the interface that holds the tunnel IP.
 fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
     if uplink != "auto" {
@@ -209,6 +252,8 @@ fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    let sb_remotes = Remote::parse_list(&args.sb_remote).context("--sb-remote")?;
+    let tls = tls_client(&args, &sb_remotes)?;
     let name = chassis::system_id(args.system_id.as_deref(), &args.system_id_file)?;
     let hostname = match args.hostname {
         Some(hostname) => hostname,
@@ -270,7 +315,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let config = DaemonConfig {
-        sb_remotes: Remote::parse_list(&args.sb_remote).context("--sb-remote")?,
+        sb_remotes,
+        tls,
         chassis: ChassisConfig {
             name,
             hostname,

@@ -35,6 +35,7 @@ use crate::{
         remote::Remote,
         replica::{ChangeSet, RowRef},
         session::{self, SessionConfig, SessionEvent, SessionHandle},
+        tls::TlsClient,
     },
     pipeline::Compiler,
     sb::{
@@ -48,6 +49,8 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
     pub sb_remotes: Vec<Remote>,
+    /// TLS settings for `ssl:` remotes.
+    pub tls: Option<Arc<TlsClient>>,
     pub chassis: ChassisConfig,
     /// Logical ports bound to this node by configuration (ports the CNI will add come later).
     pub local_ports: Vec<String>,
@@ -173,10 +176,7 @@ pub async fn run(
         let tables =
             monitor::monitored_tables(config.chassis.monitor_all, &config.chassis.name, &scope);
         let mut session_config = SessionConfig::new(config.sb_remotes.clone(), DATABASE, tables);
-        session_config.connection = ConnectionOptions {
-            probe_interval: config.probe_interval,
-            ..ConnectionOptions::default()
-        };
+        session_config.connection = connection_options(&config);
         let (handle, mut events) = session::start(session_config);
         let (writes_done, mut write_outcomes) = tokio::sync::mpsc::unbounded_channel();
         let local_ports = config
@@ -823,17 +823,24 @@ fn strip_timestamps(ops: &[Value]) -> Vec<Value> {
 }
 
 /// Removes this chassis's rows (`ovnbpf-agent run --cleanup`): waits for the first snapshot, then
+/// How the daemon connects to the Southbound: its probe interval and TLS settings.
+fn connection_options(config: &DaemonConfig) -> ConnectionOptions {
+    ConnectionOptions {
+        probe_interval: config.probe_interval,
+        tls: config.tls.clone(),
+        ..ConnectionOptions::default()
+    }
+}
+
 /// deletes Chassis and Chassis_Private. Fails after `timeout`.
 pub async fn cleanup(
     config: &DaemonConfig,
     timeout: Duration,
 ) -> Result<(), crate::ovsdb::OvsdbError> {
     let tables = monitor::monitored_tables(true, &config.chassis.name, &LocalScope::default());
-    let (handle, mut events) = session::start(SessionConfig::new(
-        config.sb_remotes.clone(),
-        DATABASE,
-        tables,
-    ));
+    let mut session_config = SessionConfig::new(config.sb_remotes.clone(), DATABASE, tables);
+    session_config.connection = connection_options(config);
+    let (handle, mut events) = session::start(session_config);
     let wait = async {
         while let Some(event) = events.recv().await {
             if matches!(event, SessionEvent::Snapshot { .. }) {

@@ -21,7 +21,7 @@ use tokio::{
 };
 use tracing::{debug, warn};
 
-use super::{OvsdbError, framing::Decoder, remote::Remote};
+use super::{OvsdbError, framing::Decoder, remote::Remote, tls::TlsClient};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, OvsdbError>>>>>;
 
@@ -39,6 +39,8 @@ pub struct ConnectionOptions {
     /// `None` disables the probe (ovn-controller's default is 60 s for the SB).
     pub probe_interval: Option<Duration>,
     pub connect_timeout: Duration,
+    /// TLS settings for `ssl:` remotes.
+    pub tls: Option<Arc<TlsClient>>,
 }
 
 impl Default for ConnectionOptions {
@@ -46,6 +48,7 @@ impl Default for ConnectionOptions {
         Self {
             probe_interval: Some(Duration::from_secs(60)),
             connect_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -109,16 +112,19 @@ impl Drop for Connection {
 impl Connection {
     /// Connects to `remote`.
     pub async fn connect(remote: &Remote, options: &ConnectionOptions) -> Result<Self, OvsdbError> {
-        let stream = tokio::time::timeout(options.connect_timeout, remote.connect())
-            .await
-            .map_err(|_| OvsdbError::Connect {
-                remote: remote.to_string(),
-                reason: "timed out".into(),
-            })?
-            .map_err(|e| OvsdbError::Connect {
-                remote: remote.to_string(),
-                reason: e.to_string(),
-            })?;
+        let stream = tokio::time::timeout(
+            options.connect_timeout,
+            remote.connect(options.tls.as_deref()),
+        )
+        .await
+        .map_err(|_| OvsdbError::Connect {
+            remote: remote.to_string(),
+            reason: "timed out".into(),
+        })?
+        .map_err(|e| OvsdbError::Connect {
+            remote: remote.to_string(),
+            reason: e.to_string(),
+        })?;
         let (reader, mut writer) = tokio::io::split(stream);
         let (outgoing, mut outgoing_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let (notify_tx, notifications) = mpsc::unbounded_channel();

@@ -5,7 +5,8 @@
 //!
 //! - [`framing`]: the byte stream → JSON messages;
 //! - [`schema`], [`datum`]: schemas, typed values and update2 diff semantics;
-//! - [`remote`]: `unix:`/`tcp:` addresses and lists of them;
+//! - [`remote`]: `unix:`/`tcp:`/`ssl:` addresses and lists of them;
+//! - [`tls`]: TLS for `ssl:` remotes, as OVS's stream-ssl;
 //! - [`connection`]: one JSON-RPC connection;
 //! - [`session`]: a monitoring session that reconnects and resumes;
 //! - [`replica`]: the client-side copy of monitored tables and the change set of each update.
@@ -19,6 +20,7 @@ pub mod remote;
 pub mod replica;
 pub mod schema;
 pub mod session;
+pub mod tls;
 
 use thiserror::Error;
 

@@ -1,26 +1,35 @@
-//! OVSDB remotes as ovn-controller accepts them: `unix:PATH`, `tcp:HOST:PORT`, or a comma-separated
-//! list of those (the members of a clustered database, or relays), and opening a byte stream to one.
+//! OVSDB remotes as ovn-controller accepts them: `unix:PATH`, `tcp:HOST:PORT`, `ssl:HOST:PORT`, or
+//! a comma-separated list of those (the members of a clustered database, or relays), and opening
+//! a byte stream to one (TLS through [`super::tls`]).
 
 use std::{fmt, path::PathBuf};
 
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::tls::TlsClient;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum RemoteError {
     #[error("empty remote list")]
     Empty,
-    #[error("remote {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    #[error("remote {0:?}: expected unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")]
     Syntax(String),
-    #[error("remote {0:?}: ssl is not supported yet")]
-    Ssl(String),
 }
 
 /// One server address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Remote {
     Unix(PathBuf),
-    Tcp { host: String, port: u16 },
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    /// TLS over TCP (the private key, certificate and CA come with the connection's options).
+    Ssl {
+        host: String,
+        port: u16,
+    },
 }
 
 impl fmt::Display for Remote {
@@ -29,6 +38,8 @@ impl fmt::Display for Remote {
             Remote::Unix(path) => write!(f, "unix:{}", path.display()),
             Remote::Tcp { host, port } if host.contains(':') => write!(f, "tcp:[{host}]:{port}"),
             Remote::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
+            Remote::Ssl { host, port } if host.contains(':') => write!(f, "ssl:[{host}]:{port}"),
+            Remote::Ssl { host, port } => write!(f, "ssl:{host}:{port}"),
         }
     }
 }
@@ -44,10 +55,11 @@ impl Remote {
             }
             return Ok(Remote::Unix(PathBuf::from(path)));
         }
-        if text.starts_with("ssl:") {
-            return Err(RemoteError::Ssl(text.to_string()));
-        }
-        let address = text.strip_prefix("tcp:").ok_or_else(syntax)?;
+        let (ssl, address) = match (text.strip_prefix("tcp:"), text.strip_prefix("ssl:")) {
+            (Some(address), _) => (false, address),
+            (None, Some(address)) => (true, address),
+            (None, None) => return Err(syntax()),
+        };
         let (host, port) = if let Some(rest) = address.strip_prefix('[') {
             let (host, port) = rest.split_once("]:").ok_or_else(syntax)?;
             (host, port)
@@ -58,10 +70,18 @@ impl Remote {
             return Err(syntax());
         }
         let port = port.parse().map_err(|_| syntax())?;
-        Ok(Remote::Tcp {
-            host: host.to_string(),
-            port,
+        let host = host.to_string();
+        Ok(if ssl {
+            Remote::Ssl { host, port }
+        } else {
+            Remote::Tcp { host, port }
         })
+    }
+
+    /// Whether this remote needs TLS settings.
+    #[must_use]
+    pub fn is_ssl(&self) -> bool {
+        matches!(self, Remote::Ssl { .. })
     }
 
     /// Parses a comma-separated list (at least one remote).
@@ -77,14 +97,27 @@ impl Remote {
         Ok(remotes)
     }
 
-    /// Opens a byte stream to the server.
-    pub async fn connect(&self) -> std::io::Result<Box<dyn Transport>> {
+    /// Opens a byte stream to the server (`tls` is needed for `ssl:` remotes).
+    pub async fn connect(&self, tls: Option<&TlsClient>) -> std::io::Result<Box<dyn Transport>> {
+        let tcp = |host: &str, port: u16| {
+            let host = host.to_string();
+            async move {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                stream.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(stream)
+            }
+        };
         Ok(match self {
             Remote::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-            Remote::Tcp { host, port } => {
-                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                stream.set_nodelay(true)?;
-                Box::new(stream)
+            Remote::Tcp { host, port } => Box::new(tcp(host, *port).await?),
+            Remote::Ssl { host, port } => {
+                let tls = tls.ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "an ssl: remote needs a private key, a certificate and a CA certificate",
+                    )
+                })?;
+                Box::new(tls.connect(tcp(host, *port).await?, host).await?)
             }
         })
     }
@@ -100,8 +133,10 @@ mod tests {
 
     #[test]
     fn remotes_parse_like_ovn_controller() {
-        let list =
-            Remote::parse_list("tcp:10.0.0.1:6642, tcp:[::1]:6642,unix:/run/ovn/sb.sock").unwrap();
+        let list = Remote::parse_list(
+            "tcp:10.0.0.1:6642, tcp:[::1]:6642,unix:/run/ovn/sb.sock,ssl:ovn-sb.kube-system:6642",
+        )
+        .unwrap();
         assert_eq!(
             list,
             [
@@ -114,8 +149,14 @@ mod tests {
                     port: 6642
                 },
                 Remote::Unix("/run/ovn/sb.sock".into()),
+                Remote::Ssl {
+                    host: "ovn-sb.kube-system".into(),
+                    port: 6642
+                },
             ]
         );
+        assert_eq!(list[3].to_string(), "ssl:ovn-sb.kube-system:6642");
+        assert!(list[3].is_ssl() && !list[0].is_ssl());
         assert_eq!(list[1].to_string(), "tcp:[::1]:6642");
     }
 
@@ -128,12 +169,9 @@ mod tests {
             "tcp:h:99999",
             "udp:h:1",
             "unix:",
+            "ssl:host",
         ] {
             assert!(Remote::parse_list(bad).is_err(), "{bad:?}");
         }
-        assert!(matches!(
-            Remote::parse("ssl:h:6642"),
-            Err(RemoteError::Ssl(_))
-        ));
     }
 }
