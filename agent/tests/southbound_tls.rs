@@ -166,6 +166,32 @@ fn the_agent_registers_and_claims_over_tls_under_the_ovn_controller_role() {
         "the ovn-controller role refused a write:{}",
         agent.log_tail()
     );
+    // Restarted, the agent takes its rows over again within what the role allows.
+    agent.kill();
+    let mut agent = node
+        .netns()
+        .spawn(
+            "ovnbpf-agent",
+            AGENT,
+            &args,
+            Some(lab.dir().join("agent-datapath-2.log")),
+        )
+        .unwrap();
+    let acknowledged = wait_until(Duration::from_secs(20), || {
+        lab.nbctl(&["--timeout=1", "--wait=hv", "sync"]).is_ok()
+    });
+    agent.check_running().unwrap();
+    assert!(
+        acknowledged,
+        "nb_cfg not acknowledged after the restart{}",
+        agent.log_tail()
+    );
+    assert_eq!(bound_to(&lab), "node1");
+    assert!(
+        !agent.log_tail().contains("permission"),
+        "the ovn-controller role refused a write after the restart:{}",
+        agent.log_tail()
+    );
 
     // Another chassis's row: the server refuses node1's identity a write to it.
     lab.sbctl(&["chassis-add", "node2", "geneve", "172.31.0.11"])
