@@ -136,15 +136,12 @@ fn the_agent_registers_and_claims_over_tls_under_the_ovn_controller_role() {
     let mut args = spec.args(&lab);
     let remote_at = args.iter().position(|a| a == "--sb-remote").unwrap() + 1;
     args[remote_at] = format!("ssl:127.0.0.1:{}", relay.port());
-    let mut agent = node
-        .netns()
-        .spawn(
-            "ovnbpf-agent",
-            AGENT,
-            &args,
-            Some(lab.dir().join("agent-datapath.log")),
-        )
-        .unwrap();
+    let spawn = |log: &str| {
+        node.netns()
+            .spawn("ovnbpf-agent", AGENT, &args, Some(lab.dir().join(log)))
+            .unwrap()
+    };
+    let mut agent = spawn("agent-datapath.log");
     let up = wait_until(Duration::from_secs(20), || {
         bound_to(&lab) == "node1"
             && lab
@@ -168,15 +165,7 @@ fn the_agent_registers_and_claims_over_tls_under_the_ovn_controller_role() {
     );
     // Restarted, the agent takes its rows over again within what the role allows.
     agent.kill();
-    let mut agent = node
-        .netns()
-        .spawn(
-            "ovnbpf-agent",
-            AGENT,
-            &args,
-            Some(lab.dir().join("agent-datapath-2.log")),
-        )
-        .unwrap();
+    let mut agent = spawn("agent-datapath-2.log");
     let acknowledged = wait_until(Duration::from_secs(20), || {
         lab.nbctl(&["--timeout=1", "--wait=hv", "sync"]).is_ok()
     });
