@@ -14,6 +14,7 @@ mod flood;
 mod geneve;
 mod headers;
 mod port_security;
+mod reject;
 mod router;
 mod switching;
 mod underlay;

@@ -1,7 +1,8 @@
 //! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request
 //! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255,
 //! type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input` does; other traffic
-//! to the router's addresses is counted (OVN's resets and unreachables are not built yet). Other IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
+//! to the router's addresses gets OVN's reset or ICMP unreachable ([`crate::reject`]). Other
+//! IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
 //! router (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
 //! decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
@@ -20,6 +21,7 @@ use crate::{
     deliver_local,
     geneve::{self, Tunnel},
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
+    reject,
 };
 
 const IPPROTO_ICMP: u8 = 1;
@@ -55,11 +57,14 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
     };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
     match unsafe { ROUTER_ADDRESSES.get(key) } {
-        // For the router itself: a ping is answered, the rest counted.
-        Some(address) => match echo_reply(ctx, &frame, address.flags, ifindex)? {
-            Some(verdict) => Ok(verdict),
-            None => Err(drop_reason::TO_ROUTER_UNHANDLED),
-        },
+        // For the router itself: a ping is answered, the rest rejected as OVN does.
+        Some(address) => {
+            let flags = address.flags;
+            match echo_reply(ctx, &frame, flags, ifindex)? {
+                Some(verdict) => Ok(verdict),
+                None => reject::answer(ctx, &frame, flags, ifindex),
+            }
+        }
         None if frame.ip.ttl <= 1 => {
             // As OVN: only for routers the kernel forwards for, and first fragments.
             // SAFETY: as above.
@@ -327,7 +332,7 @@ fn route(
 
 /// The checksum of a 20-byte IPv4 header whose checksum field is zero.
 #[inline(always)]
-fn ipv4_header_checksum(header: &crate::headers::Ipv4Header) -> u16 {
+pub(crate) fn ipv4_header_checksum(header: &crate::headers::Ipv4Header) -> u16 {
     let words = [
         u32::from(header.version_ihl) << 8 | u32::from(header.tos),
         u32::from(u16::from_be(header.total_len)),

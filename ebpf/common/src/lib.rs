@@ -137,8 +137,9 @@ pub mod drop_reason {
     pub const TOO_MANY_HOPS: u32 = 12;
     /// The routed frame's next switch has no entry for the neighbour's MAC.
     pub const ROUTED_UNKNOWN_DESTINATION: u32 = 13;
-    /// Traffic to a router's own address other than ICMP echo (OVN answers it with a TCP reset
-    /// or ICMP unreachable; the kernel only counts it so far).
+    /// Traffic to a router's own address the kernel does not answer: later fragments (OVN drops
+    /// them too), SCTP (OVN's `sctp_abort` is not built), or a protocol the address has no
+    /// answer for.
     pub const TO_ROUTER_UNHANDLED: u32 = 14;
     /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
     /// route).
@@ -361,6 +362,13 @@ pub struct Neighbour {
 
 /// [`RouterAddress::flags`]: the router answers ICMP echo requests to the address.
 pub const ROUTER_ADDRESS_ECHO: u32 = 1;
+/// [`RouterAddress::flags`]: TCP to the address is answered with a reset (OVN's `tcp_reset`).
+pub const ROUTER_ADDRESS_TCP_RESET: u32 = 2;
+/// [`RouterAddress::flags`]: UDP to the address is answered with ICMP port unreachable.
+pub const ROUTER_ADDRESS_PORT_UNREACHABLE: u32 = 4;
+/// [`RouterAddress::flags`]: other IPv4 protocols to the address (SCTP excepted: OVN aborts it)
+/// are answered with ICMP protocol unreachable.
+pub const ROUTER_ADDRESS_PROTOCOL_UNREACHABLE: u32 = 8;
 
 /// One of a router's own addresses.
 #[repr(C)]
