@@ -1,5 +1,6 @@
 //! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request
-//! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255,
+//! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255
+//! decremented by the routing back to the sender as in OVN: 254,
 //! type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input` does; other traffic
 //! to the router's addresses gets OVN's reset or ICMP unreachable ([`crate::reject`]). Other
 //! IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
@@ -184,7 +185,8 @@ fn echo_reply(
     reply.eth.source = frame.eth.destination;
     reply.ip.source = ip.destination;
     reply.ip.destination = ip.source;
-    reply.ip.ttl = 255;
+    // `ip.ttl = 255`, then routed back to the sender: OVN's `lr_in_ip_routing` decrements it.
+    reply.ip.ttl = 254;
     reply.ip.checksum = 0;
     reply.ip.checksum = ipv4_header_checksum(&reply.ip).to_be();
     // Type 8 → 0: the one's-complement sum drops by 0x0800 (RFC 1624: HC' = ~(~HC + ~m + m')).

@@ -1,6 +1,7 @@
 //! The kernel's answers for a router's own addresses under BPF_PROG_TEST_RUN: a pod's ICMP echo
 //! request to its gateway (the router port's MAC and address) comes back as the reply OVN's
-//! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255, type 0, valid checksums), out
+//! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255 routed back to 254, type 0,
+//! valid checksums), out
 //! of the same veth. A packet whose TTL expires there gets ICMP time exceeded from the router
 //! port's address. TCP to a router address gets the reset ovn-controller's `tcp_reset` builds,
 //! UDP ICMP port unreachable and other protocols ICMP protocol unreachable as its `icmp4` builds
@@ -199,7 +200,7 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
     let outcome = programs.test_run(Hook::Pod, &request).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
     // What OVN's router sends back: built independently here, with full checksums.
-    let mut expected = icmp((POD_MAC, ROUTER_MAC), 255, (GATEWAY, POD_IP), 0);
+    let mut expected = icmp((POD_MAC, ROUTER_MAC), 254, (GATEWAY, POD_IP), 0);
     // The reply keeps the request's IP id and fragment bits.
     expected[18..20].copy_from_slice(&request[18..20]);
     expected[24..26].copy_from_slice(&[0, 0]);

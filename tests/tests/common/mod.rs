@@ -283,3 +283,29 @@ pub fn delivered(counters: &serde_json::Value, name: &str) -> u64 {
         .and_then(|interface| interface["delivered_packets"].as_u64())
         .unwrap_or_else(|| panic!("no counters for {name}: {counters}"))
 }
+
+/// What `pod`'s own sockets get from `ip:port`: a TCP connect, and a datagram on a connected UDP
+/// socket followed by a receive (an ICMP port unreachable makes it fail with ECONNREFUSED).
+/// Each within 3 s; the error kinds, `Ok` when something else happened.
+pub fn socket_outcomes(
+    pod: &Pod,
+    ip: Ipv4Addr,
+    port: u16,
+) -> (std::io::Result<()>, std::io::Result<()>) {
+    let address = std::net::SocketAddr::from((ip, port));
+    pod.netns()
+        .run_in(|| {
+            let tcp =
+                std::net::TcpStream::connect_timeout(&address, Duration::from_secs(3)).map(drop);
+            let udp = (|| {
+                let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+                socket.connect(address)?;
+                socket.set_read_timeout(Some(Duration::from_secs(3)))?;
+                socket.send(b"ovnbpf-udp-probe")?;
+                let mut buffer = [0_u8; 64];
+                socket.recv(&mut buffer).map(drop)
+            })();
+            Ok((tcp, udp))
+        })
+        .unwrap()
+}
