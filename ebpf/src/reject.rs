@@ -3,7 +3,8 @@
 //! routed back to the sender): TCP gets a reset, UDP ICMP port unreachable, other protocols
 //! ICMP protocol unreachable, each only where the address's flags say the router answers so.
 //! Later fragments and SCTP (OVN's `sctp_abort` is not built) are left to the caller to count.
-//! Replies are built in place and sent back out of the pod's veth. Touches only the frame.
+//! Replies are built in place, counted by kind (`ROUTER_REPLIES`) and sent back out of the pod's
+//! veth. Touches only the frame and that counter.
 
 use aya_ebpf::{
     bindings::bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
@@ -12,11 +13,11 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    drop_reason,
+    drop_reason, router_reply,
 };
 
 use crate::{
-    count_delivered,
+    count_delivered, count_reply,
     headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header},
     router::ipv4_header_checksum,
 };
@@ -148,6 +149,7 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u3
     };
     ctx.store(0, &reply, 0)
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::TCP_RESET);
     count_delivered(ifindex, ctx.len());
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
@@ -189,6 +191,11 @@ fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Re
     let checksum = icmp_checksum(ctx, icmp_offset, 8 + quoted)?;
     ctx.store(icmp_offset as usize + 2, &checksum, 0)
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(if code == CODE_PORT {
+        router_reply::PORT_UNREACHABLE
+    } else {
+        router_reply::PROTOCOL_UNREACHABLE
+    });
     count_delivered(ifindex, ctx.len());
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)

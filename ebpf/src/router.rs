@@ -9,16 +9,16 @@
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
 //! Non-IPv4 goes on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `NEIGHBOURS`,
-//! `L2_FIB`.
+//! `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
     FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
-    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason,
+    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
 use crate::{
-    L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered,
+    L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered, count_reply,
     deliver_local,
     geneve::{self, Tunnel},
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
@@ -150,6 +150,7 @@ fn time_exceeded(
     ctx.store(0, &reply, 0)
         .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &icmp, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::TIME_EXCEEDED);
     count_delivered(ifindex, ctx.len());
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
@@ -202,6 +203,7 @@ fn echo_reply(
     ctx.store(0, &reply, 0)
         .and_then(|()| ctx.store(icmp_offset, &icmp_reply, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::ECHO_REPLY);
     count_delivered(ifindex, ctx.len());
     // Back out of the same veth: its egress is the pod's ingress.
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.

@@ -139,6 +139,17 @@ fn unreachable(code: u8, datagram: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// How many answers of `kind` the routers sent.
+fn replies(programs: &KernelPrograms, kind: &str) -> u64 {
+    programs
+        .router_replies()
+        .unwrap()
+        .into_iter()
+        .find(|(name, _)| *name == kind)
+        .unwrap()
+        .1
+}
+
 fn programs() -> KernelPrograms {
     require_root();
     let mut programs = common::load_programs();
@@ -199,6 +210,7 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
     let request = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     let outcome = programs.test_run(Hook::Pod, &request).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(replies(&programs, "echo_reply"), 1);
     // What OVN's router sends back: built independently here, with full checksums.
     let mut expected = icmp((POD_MAC, ROUTER_MAC), 254, (GATEWAY, POD_IP), 0);
     // The reply keeps the request's IP id and fragment bits.
@@ -217,6 +229,7 @@ fn a_packet_expiring_at_the_router_gets_icmp_time_exceeded() {
     let expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
     let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(replies(&programs, "time_exceeded"), 1);
     // Built independently: from the router port's address, TTL 254 and DF as OVN's, quoting the
     // expired packet's IPv4 header and its first 8 bytes.
     let mut icmp = vec![11, 0, 0, 0, 0, 0, 0, 0];
@@ -248,6 +261,7 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
             .unwrap()
             .1
     };
+    let replies_before = programs.router_replies().unwrap();
     for (what, frame, reason) in [
         (
             "a ping to an address without echo",
@@ -301,6 +315,11 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
         assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
         assert_eq!(drops(reason), before + 1, "{what}");
     }
+    assert_eq!(
+        programs.router_replies().unwrap(),
+        replies_before,
+        "no answer counted"
+    );
     // Not IPv4 (an IPv6 header behind the router's MAC): untouched.
     let mut ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
@@ -322,6 +341,7 @@ fn tcp_to_the_router_gets_the_reset_ovn_builds() {
     );
     let outcome = programs.test_run(Hook::Pod, &syn).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(replies(&programs, "tcp_reset"), 1);
     // pinctrl's reset: ports swapped, sequence 0, ack = the SYN's sequence + 1, RST|ACK, a
     // 20-byte header, window 0; IPv4 TTL 63 routed back to 62, ID 0, DF.
     let mut reset = 22_u16.to_be_bytes().to_vec();
@@ -355,6 +375,8 @@ fn tcp_to_the_router_gets_the_reset_ovn_builds() {
 fn udp_and_other_protocols_to_the_router_get_the_unreachables_ovn_builds() {
     let programs = programs();
     let long: Vec<u8> = (0..1000_u32).map(|i| (i * 7 % 251) as u8).collect();
+    let kinds = ["port_unreachable", "protocol_unreachable"];
+    let before = kinds.map(|kind| replies(&programs, kind));
     for (what, datagram_payload, protocol, code) in [
         ("UDP", udp(161, b"hello-router"), 17, 3),
         ("UDP of odd length", udp(53, b"odd-length-13"), 17, 3),
@@ -395,4 +417,9 @@ fn udp_and_other_protocols_to_the_router_get_the_unreachables_ovn_builds() {
     let outcome = programs.test_run(Hook::Pod, &padded).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
     assert_eq!(outcome.frame, unreachable(3, &short[14..]));
+    // Four UDP datagrams, two other protocols.
+    assert_eq!(
+        kinds.map(|kind| replies(&programs, kind)),
+        [before[0] + 4, before[1] + 2]
+    );
 }

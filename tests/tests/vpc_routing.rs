@@ -134,6 +134,13 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
 
     // TCP and UDP to the router's addresses are refused as OVN refuses them: a reset, and ICMP
     // port unreachable (the connected UDP socket's receive fails with ECONNREFUSED).
+    let replies = |kind: &str| {
+        let counters = common::datapath_counters(&nodes[0], &bpffs.path().join("node1"));
+        counters["router_replies"][kind]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {kind} in {counters}"))
+    };
+    let (resets, unreachables) = (replies("tcp_reset"), replies("port_unreachable"));
     for gateway in [Ipv4Addr::new(10, 0, 1, 1), Ipv4Addr::new(10, 0, 2, 1)] {
         let (tcp, udp) = common::socket_outcomes(a1, gateway, 80);
         for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
@@ -145,6 +152,9 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
             );
         }
     }
+    // Counted on a1's node, per kind: one answer per connect and per datagram.
+    assert_eq!(replies("tcp_reset"), resets + 2, "{}", logs());
+    assert_eq!(replies("port_unreachable"), unreachables + 2, "{}", logs());
 
     // A packet whose TTL runs out comes back as ICMP time exceeded from the router where it
     // does: the gateway for TTL 1, vpc-b's peering port for TTL 2 over the peering.

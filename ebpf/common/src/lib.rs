@@ -63,8 +63,11 @@ pub mod map {
     pub const LOCALNETS: &str = "LOCALNETS";
     /// Hash: [`super::ProviderKey`] (provider NIC, VLAN) → switch datapath key (`u32`).
     pub const PROVIDER_NETWORKS: &str = "PROVIDER_NETWORKS";
+    /// Per-CPU array of `u64`, indexed by [`super::router_reply`]: answers the routers sent.
+    pub const ROUTER_REPLIES: &str = "ROUTER_REPLIES";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 18] = [
+        ROUTER_REPLIES,
         LOCALNETS,
         PROVIDER_NETWORKS,
         ROUTER_ADDRESSES,
@@ -102,6 +105,30 @@ pub mod geneve {
     pub const OVN_OPTION_TYPE: u8 = 0x80;
     /// Outer Ethernet 14 + IPv4 20 + UDP 8 + Geneve 8 + OVN option 8 bytes.
     pub const OVERHEAD: usize = 58;
+}
+
+/// Indexes of [`map::ROUTER_REPLIES`]: what a router sent back to a pod.
+pub mod router_reply {
+    /// ICMP echo reply from a router address.
+    pub const ECHO_REPLY: u32 = 0;
+    /// ICMP time exceeded from the router where a packet's TTL ran out.
+    pub const TIME_EXCEEDED: u32 = 1;
+    /// TCP reset for TCP to a router address.
+    pub const TCP_RESET: u32 = 2;
+    /// ICMP port unreachable for UDP to a router address.
+    pub const PORT_UNREACHABLE: u32 = 3;
+    /// ICMP protocol unreachable for other protocols to a router address.
+    pub const PROTOCOL_UNREACHABLE: u32 = 4;
+    /// Number of kinds (the map's size).
+    pub const COUNT: u32 = 5;
+    /// Names for metrics and logs, by index.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "echo_reply",
+        "time_exceeded",
+        "tcp_reset",
+        "port_unreachable",
+        "protocol_unreachable",
+    ];
 }
 
 /// Indexes of [`map::DROP_COUNTERS`].
