@@ -124,6 +124,8 @@ fn time_exceeded(
     reply.eth.source = frame.eth.destination;
     reply.ip.total_len = ((TIME_EXCEEDED_LEN - 14) as u16).to_be();
     reply.ip.id = 0;
+    // pinctrl composes with TOS CS6, then `packet_set_ipv4` sets the TOS it is given: 0.
+    reply.ip.tos = 0;
     reply.ip.fragment = 0x4000_u16.to_be();
     reply.ip.ttl = 254;
     reply.ip.protocol = IPPROTO_ICMP;

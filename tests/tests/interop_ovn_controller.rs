@@ -72,9 +72,9 @@ fn mac(name: &str) -> [u8; 6] {
     mac
 }
 
-/// A probe to the gateway: what it is, the IP protocol and payload, and how to recognise the
-/// answer's L4 part (IPv4 protocol, and a test on the bytes after the IPv4 header).
-type Probe = (&'static str, u8, Vec<u8>, u8, fn(&[u8]) -> bool);
+/// A probe to the gateway: what it is, its IPv4 TOS, the IP protocol and payload, and how to
+/// recognise the answer's L4 part (IPv4 protocol, and a test on the bytes after the IPv4 header).
+type Probe = (&'static str, u8, u8, Vec<u8>, u8, fn(&[u8]) -> bool);
 
 fn probes(pod_ip: Ipv4Addr) -> Vec<Probe> {
     let addresses = (pod_ip, GATEWAY);
@@ -88,11 +88,12 @@ fn probes(pod_ip: Ipv4Addr) -> Vec<Probe> {
         l4[0] == 3 && l4.get(28..30) == Some(&port.to_be_bytes()[..])
     }
     vec![
-        ("ping", 1, ping, 1, |l4| {
+        ("ping", 0, 1, ping, 1, |l4| {
             l4[0] == 0 && l4[4..6] == [0x42, 0x42]
         }),
         (
             "TCP SYN",
+            0,
             6,
             tcp_syn(addresses, 40000, 22, 0x1122_3344),
             6,
@@ -100,19 +101,29 @@ fn probes(pod_ip: Ipv4Addr) -> Vec<Probe> {
         ),
         (
             "UDP",
+            0,
             17,
             udp(addresses, 40001, 161, b"ovnbpf-udp-probe"),
             1,
             |l4| quoting(l4, 40001),
         ),
         (
+            "DSCP-marked UDP",
+            0x28,
+            17,
+            udp(addresses, 40003, 161, b"ovnbpf-udp-probe"),
+            1,
+            |l4| quoting(l4, 40003),
+        ),
+        (
             "UDP longer than the quote",
+            0,
             17,
             udp(addresses, 40002, 161, &long),
             1,
             |l4| quoting(l4, 40002),
         ),
-        ("GRE", 47, vec![0, 0, 0x08, 0, 1, 2, 3, 4], 1, |l4| {
+        ("GRE", 0, 47, vec![0, 0, 0x08, 0, 1, 2, 3, 4], 1, |l4| {
             l4[0] == 3 && l4[1] == 2
         }),
     ]
@@ -127,8 +138,12 @@ fn router_answers(pod: &Pod, pod_mac: [u8; 6], pod_ip: Ipv4Addr) -> Vec<(&'stati
     let router_mac = mac("vpc-a-subnet-a");
     probes(pod_ip)
         .into_iter()
-        .map(|(what, protocol, payload, answer_protocol, matches)| {
-            let probe = ipv4_frame(router_mac, pod_mac, (pod_ip, GATEWAY), protocol, &payload);
+        .map(|(what, tos, protocol, payload, answer_protocol, matches)| {
+            let mut probe = ipv4_frame(router_mac, pod_mac, (pod_ip, GATEWAY), protocol, &payload);
+            probe[15] = tos;
+            probe[24..26].fill(0);
+            let sum = checksum(&probe[14..34]);
+            probe[24..26].copy_from_slice(&sum.to_be_bytes());
             let accept = |frame: &[u8]| {
                 frame.len() > 42
                     && frame[12..14] == [0x08, 0x00]

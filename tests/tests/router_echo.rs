@@ -226,11 +226,16 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
 #[test]
 fn a_packet_expiring_at_the_router_gets_icmp_time_exceeded() {
     let programs = programs();
-    let expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
+    // DSCP-marked: the error's TOS is still 0, as pinctrl's.
+    let mut expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
+    expiring[15] = 0x28;
+    expiring[24..26].copy_from_slice(&[0, 0]);
+    let ip_sum = checksum(&expiring[14..34]);
+    expiring[24..26].copy_from_slice(&ip_sum.to_be_bytes());
     let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
     assert_eq!(replies(&programs, "time_exceeded"), 1);
-    // Built independently: from the router port's address, TTL 254 and DF as OVN's, quoting the
+    // Built independently: from the router port's address, TTL 254, TOS 0 and DF as OVN's, quoting the
     // expired packet's IPv4 header and its first 8 bytes.
     let mut icmp = vec![11, 0, 0, 0, 0, 0, 0, 0];
     icmp.extend_from_slice(&expiring[14..42]);
