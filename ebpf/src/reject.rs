@@ -18,7 +18,7 @@ use ovnbpf_common::{
 
 use crate::{
     count_delivered, count_reply,
-    headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header},
+    headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader},
     router::ipv4_header_checksum,
 };
 
@@ -156,12 +156,35 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u3
 }
 
 /// pinctrl's `icmp4` destination unreachable with `code`, routed back: IPv4 ID 0, DF, TOS 0,
-/// quoting the datagram from its IPv4 header on, up to a 576-byte frame.
+/// quoting the datagram from its IPv4 header on, up to a 576-byte frame. A UDP checksum the
+/// pod's stack left to offload (only the pseudo-header seed in place) is completed in the quote,
+/// as OVN's kernel datapath completes it before ovn-controller sees the packet; for datagrams
+/// longer than the quote it stays the seed (a known deviation).
 #[inline(always)]
 fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Result<i32, u32> {
     // The caller checked 20 ≤ total length ≤ frame length.
     let total = u32::from(u16::from_be(frame.ip.total_len));
     let quoted = if total > MAX_QUOTE { MAX_QUOTE } else { total };
+    // A whole UDP datagram whose checksum field holds the offload seed: (seed, pseudo-header).
+    let mut offloaded = None;
+    if frame.ip.protocol == IPPROTO_UDP
+        && total == quoted
+        && total >= 28
+        && let Ok(udp) = ctx.load::<UdpHeader>(ETH_HEADER_LEN + 20)
+    {
+        let pseudo = ones_fold(
+            (u32::from_be(frame.ip.source) >> 16)
+                + (u32::from_be(frame.ip.source) & 0xffff)
+                + (u32::from_be(frame.ip.destination) >> 16)
+                + (u32::from_be(frame.ip.destination) & 0xffff)
+                + u32::from(IPPROTO_UDP)
+                + u32::from(u16::from_be(udp.len)),
+        );
+        let field = u16::from_be(udp.checksum);
+        if field != 0 && field == pseudo {
+            offloaded = Some((field, pseudo));
+        }
+    }
     // Cut to the quoted part (dropping any Ethernet padding), then open room for the new IPv4
     // and ICMP headers between the Ethernet header and the quoted datagram.
     // SAFETY: the helper takes the skb pointer the context holds and plain integers.
@@ -188,8 +211,29 @@ fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Re
     ctx.store(0, &head, 0)
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     let icmp_offset = ETH_HEADER_LEN as u32 + 20;
-    let checksum = icmp_checksum(ctx, icmp_offset, 8 + quoted)?;
-    ctx.store(icmp_offset as usize + 2, &checksum, 0)
+    // The message's sum (checksum field 0), in network order.
+    let mut sum = region_sum(ctx, icmp_offset, 8 + quoted)?;
+    if let Some((seed, pseudo)) = offloaded {
+        // The datagram's own sum: the message's minus the ICMP header's and the quoted IPv4
+        // header's (all its words, checksum included).
+        let ip_words = ones_add(
+            !ipv4_header_checksum(&frame.ip),
+            u16::from_be(frame.ip.checksum),
+        );
+        let icmp_word = u16::from(ICMP_UNREACHABLE) << 8 | u16::from(code);
+        let datagram = ones_add(ones_add(sum, !icmp_word), !ip_words);
+        // Not already a valid checksum: complete it as the kernel's checksum help does.
+        if ones_add(datagram, pseudo) != 0xffff {
+            let complete = match !datagram {
+                0 => 0xffff,
+                value => value,
+            };
+            ctx.store(icmp_offset as usize + 8 + 20 + 6, &complete.to_be(), 0)
+                .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+            sum = ones_add(ones_add(sum, !seed), complete);
+        }
+    }
+    ctx.store(icmp_offset as usize + 2, &(!sum).to_be(), 0)
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(if code == CODE_PORT {
         router_reply::PORT_UNREACHABLE
@@ -201,10 +245,24 @@ fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Re
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
 }
 
-/// The Internet checksum of the `length` bytes at `offset` (at most 8 + `MAX_QUOTE`), as the
-/// bytes to store: summed in memory order, so it is stored as is.
+/// One's complement sum of two 16-bit values.
 #[inline(always)]
-fn icmp_checksum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> {
+fn ones_add(a: u16, b: u16) -> u16 {
+    ones_fold(u32::from(a) + u32::from(b))
+}
+
+/// A 32-bit sum of 16-bit words folded to 16 bits (one's complement).
+#[inline(always)]
+fn ones_fold(mut sum: u32) -> u16 {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum as u16
+}
+
+/// The one's complement sum of the `length` bytes at `offset` (at most 8 + `MAX_QUOTE`), as a
+/// network-order value.
+#[inline(always)]
+fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> {
     let mut buffer = [0_u64; (CHUNK / 8) as usize];
     let mut sum: u32 = 0;
     let mut done: u32 = 0;
@@ -226,9 +284,8 @@ fn icmp_checksum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> 
         }
         sum = chunk_sum(ctx, offset + done, &mut buffer, rest, sum)?;
     }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    Ok(!(sum as u16))
+    // Summed in memory order (little-endian words): swapped, the same sum in network order.
+    Ok(u16::from_be(ones_fold(sum)))
 }
 
 /// Loads `length` (1..=`CHUNK`) bytes at `offset` into `buffer` and adds the whole buffer to

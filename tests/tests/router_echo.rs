@@ -408,6 +408,35 @@ fn udp_and_other_protocols_to_the_router_get_the_unreachables_ovn_builds() {
         assert!(outcome.frame.len() <= 576, "{what}");
         assert_eq!(checksum(&outcome.frame[34..]), 0, "{what}: ICMP checksum");
     }
+    // A datagram whose checksum the sender's stack left to offload (only the pseudo-header seed
+    // in place): quoted with the checksum completed, as OVN's kernel datapath completes it.
+    let mut offloaded = udp(161, b"offloaded");
+    let length = offloaded.len() as u16;
+    let pseudo = !checksum(&[&POD_IP[..], &GATEWAY[..], &[0, 17], &length.to_be_bytes()].concat());
+    offloaded[6..8].copy_from_slice(&pseudo.to_be_bytes());
+    let request = ipv4(
+        (ROUTER_MAC, POD_MAC),
+        64,
+        (POD_IP, GATEWAY),
+        17,
+        0x4000,
+        &offloaded,
+    );
+    let mut complete = offloaded.clone();
+    complete[6..8].fill(0);
+    let full = transport_checksum((POD_IP, GATEWAY), 17, &complete);
+    complete[6..8].copy_from_slice(&full.to_be_bytes());
+    let as_completed = ipv4(
+        (ROUTER_MAC, POD_MAC),
+        64,
+        (POD_IP, GATEWAY),
+        17,
+        0x4000,
+        &complete,
+    );
+    let outcome = programs.test_run(Hook::Pod, &request).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(outcome.frame, unreachable(3, &as_completed[14..]));
     // A short datagram in a padded frame: only the datagram is quoted.
     let short = ipv4(
         (ROUTER_MAC, POD_MAC),
@@ -422,9 +451,9 @@ fn udp_and_other_protocols_to_the_router_get_the_unreachables_ovn_builds() {
     let outcome = programs.test_run(Hook::Pod, &padded).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
     assert_eq!(outcome.frame, unreachable(3, &short[14..]));
-    // Four UDP datagrams, two other protocols.
+    // Five UDP datagrams, two other protocols.
     assert_eq!(
         kinds.map(|kind| replies(&programs, kind)),
-        [before[0] + 4, before[1] + 2]
+        [before[0] + 5, before[1] + 2]
     );
 }

@@ -155,6 +155,25 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     // Counted on a1's node, per kind: one answer per connect and per datagram.
     assert_eq!(replies("tcp_reset"), resets + 2, "{}", logs());
     assert_eq!(replies("port_unreachable"), unreachables + 2, "{}", logs());
+    // The unreachable quotes the datagram as sent on the wire, its UDP checksum complete (as
+    // OVN's kernel datapath completes a checksum the pod's stack left to offload).
+    let frame =
+        common::unreachable_for_socket_datagram(a1, address("a1"), Ipv4Addr::new(10, 0, 1, 1));
+    let quoted_udp = &frame[42 + 20..];
+    assert_eq!(
+        ovnbpf_tests::frames::transport_checksum(
+            (address("a1"), Ipv4Addr::new(10, 0, 1, 1)),
+            17,
+            quoted_udp
+        ),
+        0,
+        "quoted UDP checksum of {frame:02x?}"
+    );
+    assert_eq!(
+        ovnbpf_tests::icmp::checksum(&frame[34..]),
+        0,
+        "ICMP checksum of {frame:02x?}"
+    );
 
     // A packet whose TTL runs out comes back as ICMP time exceeded from the router where it
     // does: the gateway for TTL 1, vpc-b's peering port for TTL 2 over the peering.

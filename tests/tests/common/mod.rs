@@ -309,3 +309,28 @@ pub fn socket_outcomes(
         })
         .unwrap()
 }
+
+/// The ICMP port unreachable `pod` (at `pod_ip`) gets for a datagram its own UDP socket sends to
+/// `ip` (port 9), as seen on its eth0: the whole frame. The datagram goes through the pod's
+/// stack as applications' do (checksum offload and all).
+pub fn unreachable_for_socket_datagram(pod: &Pod, pod_ip: Ipv4Addr, ip: Ipv4Addr) -> Vec<u8> {
+    let socket = ovnbpf_tests::frames::FrameSocket::open_in(pod.netns(), "eth0").unwrap();
+    pod.netns()
+        .run_in(|| {
+            let udp = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            udp.send_to(b"ovnbpf-offloaded-udp", (ip, 9))?;
+            Ok(())
+        })
+        .unwrap();
+    socket
+        .receive(Duration::from_secs(3), |frame| {
+            frame.len() > 42
+                && frame[12..14] == [0x08, 0x00]
+                && frame[23] == 1
+                && frame[26..30] == ip.octets()
+                && frame[30..34] == pod_ip.octets()
+                && frame[34] == 3
+        })
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: no ICMP unreachable from {ip}", pod.name()))
+}
