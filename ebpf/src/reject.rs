@@ -41,8 +41,9 @@ const CODE_PORT: u8 = 3;
 const MAX_QUOTE: u32 = 534;
 /// Bytes an ICMP error adds in front of the quoted datagram: IPv4 and ICMP headers.
 const ICMP_ERROR_ROOM: u32 = 28;
-/// The checksum is summed in chunks of this many bytes (a stack buffer).
-const CHUNK: u32 = 64;
+/// The checksum is summed in chunks of this many bytes (a stack buffer; from_pod has no room
+/// for 64).
+const CHUNK: u32 = 32;
 
 /// Ethernet, IPv4 and a TCP header without options: the whole reset.
 #[repr(C, packed)]
@@ -86,22 +87,29 @@ struct IcmpErrorHead {
 /// reason when the router has no answer the kernel builds.
 #[inline(always)]
 pub fn answer(ctx: &TcContext, frame: &Ipv4Frame, flags: u32, ifindex: u32) -> Result<i32, u32> {
+    let fragment = u16::from_be(frame.ip.fragment);
     // Later fragments: OVN's rejects match `!ip.later_frag`; a lower rule drops them.
-    if u16::from_be(frame.ip.fragment) & 0x1fff != 0 {
+    if fragment & 0x1fff != 0 {
         return Err(drop_reason::TO_ROUTER_UNHANDLED);
     }
     let protocol = frame.ip.protocol;
     if protocol == IPPROTO_TCP && flags & ROUTER_ADDRESS_TCP_RESET != 0 {
         return tcp_reset(ctx, frame, ifindex);
     }
-    if protocol == IPPROTO_UDP && flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 {
-        return unreachable(ctx, frame, CODE_PORT, ifindex);
-    }
-    // The catch-all rule, for what no protocol rule covers (northd gives SCTP its own).
-    if protocol != IPPROTO_SCTP && flags & ROUTER_ADDRESS_PROTOCOL_UNREACHABLE != 0 {
-        return unreachable(ctx, frame, CODE_PROTOCOL, ifindex);
-    }
-    Err(drop_reason::TO_ROUTER_UNHANDLED)
+    let code = if protocol == IPPROTO_UDP && flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 {
+        CODE_PORT
+    } else if protocol != IPPROTO_SCTP
+        // The first fragment of an ICMP message: OVN answers an echo request's with an echo
+        // reply, which the kernel does not build; dropped rather than answered differently.
+        && !(protocol == IPPROTO_ICMP && fragment & 0x2000 != 0)
+        && flags & ROUTER_ADDRESS_PROTOCOL_UNREACHABLE != 0
+    {
+        // The catch-all rule, for what no protocol rule covers (northd gives SCTP its own).
+        CODE_PROTOCOL
+    } else {
+        return Err(drop_reason::TO_ROUTER_UNHANDLED);
+    };
+    unreachable(ctx, frame, code, ifindex)
 }
 
 /// pinctrl's `tcp_reset`, routed back: RST|ACK from the router address to the sender's port,
@@ -264,25 +272,26 @@ fn ones_fold(mut sum: u32) -> u16 {
 #[inline(always)]
 fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> {
     let mut buffer = [0_u64; (CHUNK / 8) as usize];
+    let whole = length & !(CHUNK - 1);
+    let rest = length & (CHUNK - 1);
     let mut sum: u32 = 0;
-    let mut done: u32 = 0;
-    // Whole chunks (at most 8 for 542 bytes), then the rest zero-padded.
-    for _ in 0..(8 + MAX_QUOTE).div_ceil(CHUNK) {
-        if length < done + CHUNK {
-            break;
-        }
-        sum = chunk_sum(ctx, offset + done, &mut buffer, CHUNK, sum)?;
-        done += CHUNK;
-    }
-    // Less than a chunk is left (the masking tells the verifier so).
-    let rest = (length - done) & (CHUNK - 1);
+    // The part after the whole chunks first, zero-padded: nothing but `sum` is left for the
+    // code after the loop, whatever chunk it exits at (the verifier prunes those states).
     if rest > 0 {
-        // Volatile, so that it stays eight stores rather than a byte-wise memset call.
+        // Volatile, so that it stays plain stores rather than a byte-wise memset call.
         for word in buffer.iter_mut() {
             // SAFETY: `word` is a valid, aligned element of the buffer.
             unsafe { core::ptr::write_volatile(word, 0) };
         }
-        sum = chunk_sum(ctx, offset + done, &mut buffer, rest, sum)?;
+        sum = chunk_sum(ctx, offset + whole, &mut buffer, rest, sum)?;
+    }
+    let mut done: u32 = 0;
+    for _ in 0..(8 + MAX_QUOTE) / CHUNK {
+        if done >= whole {
+            break;
+        }
+        sum = chunk_sum(ctx, offset + done, &mut buffer, CHUNK, sum)?;
+        done += CHUNK;
     }
     // Summed in memory order (little-endian words): swapped, the same sum in network order.
     Ok(u16::from_be(ones_fold(sum)))

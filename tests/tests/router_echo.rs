@@ -286,6 +286,18 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
             "to_router_unhandled",
         ),
         (
+            "the first fragment of a ping (OVN answers it; not built)",
+            ipv4(
+                (ROUTER_MAC, POD_MAC),
+                64,
+                (POD_IP, GATEWAY),
+                1,
+                0x2000,
+                &[8, 0, 0xf7, 0xff, 0, 0, 0, 0],
+            ),
+            "to_router_unhandled",
+        ),
+        (
             "a later fragment of UDP",
             ipv4(
                 (ROUTER_MAC, POD_MAC),
