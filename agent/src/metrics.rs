@@ -258,6 +258,18 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "ovnbpf_datapath_drops_total{{reason=\"{reason}\"}} {count}"
         );
     }
+    family(
+        &mut out,
+        "ovnbpf_datapath_router_replies_total",
+        "counter",
+        "Answers the datapath's routers sent to pods (echo replies, ICMP errors, TCP resets), by kind.",
+    );
+    for (kind, count) in &report.router_replies {
+        let _ = writeln!(
+            out,
+            "ovnbpf_datapath_router_replies_total{{kind=\"{kind}\"}} {count}"
+        );
+    }
     type Field = fn(&ovnbpf_common::InterfaceCounters) -> u64;
     let fields: [(&str, &str, Field); 5] = [
         (
@@ -417,6 +429,7 @@ mod tests {
             local_ports: 3,
             unenforced_acl_switches: 1,
             drops: vec![("port_security", 4)],
+            router_replies: vec![("tcp_reset", 2)],
             interfaces: vec![(
                 "web_h".into(),
                 Some("web.ns".into()),
@@ -442,6 +455,7 @@ mod tests {
             "ovnbpf_acl_unenforced_switches 1",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
+            r#"ovnbpf_datapath_router_replies_total{kind="tcp_reset"} 2"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

@@ -14,6 +14,7 @@ mod flood;
 mod geneve;
 mod headers;
 mod port_security;
+mod reject;
 mod router;
 mod switching;
 mod underlay;
@@ -30,7 +31,7 @@ use ovnbpf_common::{
     MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_LOCALNETS,
     MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
     PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
-    TunnelPortKey, drop_reason,
+    TunnelPortKey, drop_reason, router_reply,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -94,6 +95,9 @@ static DROP_EVENTS: RingBuf = RingBuf::with_byte_size(DROP_EVENTS_BYTES, 0);
 
 #[map(name = "DROP_COUNTERS")]
 static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
+
+#[map(name = "ROUTER_REPLIES")]
+static ROUTER_REPLIES: PerCpuArray<u64> = PerCpuArray::with_max_entries(router_reply::COUNT, 0);
 
 /// What the parser found in a frame; selects the counter to increment.
 enum FrameClass {
@@ -193,6 +197,15 @@ pub fn from_provider(ctx: TcContext) -> i32 {
     let class = classify(&ctx);
     count(&ctx, class);
     underlay::from_provider(&ctx)
+}
+
+/// Counts an answer a router sent (a [`router_reply`] kind).
+#[inline(always)]
+pub(crate) fn count_reply(kind: u32) {
+    if let Some(counter) = ROUTER_REPLIES.get_ptr_mut(kind) {
+        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
+        unsafe { *counter += 1 };
+    }
 }
 
 #[inline(always)]

@@ -1,25 +1,28 @@
 //! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request
-//! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255,
+//! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255
+//! decremented by the routing back to the sender as in OVN: 254,
 //! type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input` does; other traffic
-//! to the router's addresses is counted (OVN's resets and unreachables are not built yet). Other IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
+//! to the router's addresses gets OVN's reset or ICMP unreachable ([`crate::reject`]). Other
+//! IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
 //! router (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
 //! decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
 //! Non-IPv4 goes on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `NEIGHBOURS`,
-//! `L2_FIB`.
+//! `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
     FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
-    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason,
+    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
 use crate::{
-    L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered,
+    L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered, count_reply,
     deliver_local,
     geneve::{self, Tunnel},
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
+    reject,
 };
 
 const IPPROTO_ICMP: u8 = 1;
@@ -55,11 +58,14 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
     };
     // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
     match unsafe { ROUTER_ADDRESSES.get(key) } {
-        // For the router itself: a ping is answered, the rest counted.
-        Some(address) => match echo_reply(ctx, &frame, address.flags, ifindex)? {
-            Some(verdict) => Ok(verdict),
-            None => Err(drop_reason::TO_ROUTER_UNHANDLED),
-        },
+        // For the router itself: a ping is answered, the rest rejected as OVN does.
+        Some(address) => {
+            let flags = address.flags;
+            match echo_reply(ctx, &frame, flags, ifindex)? {
+                Some(verdict) => Ok(verdict),
+                None => reject::answer(ctx, &frame, flags, ifindex),
+            }
+        }
         None if frame.ip.ttl <= 1 => {
             // As OVN: only for routers the kernel forwards for, and first fragments.
             // SAFETY: as above.
@@ -118,6 +124,8 @@ fn time_exceeded(
     reply.eth.source = frame.eth.destination;
     reply.ip.total_len = ((TIME_EXCEEDED_LEN - 14) as u16).to_be();
     reply.ip.id = 0;
+    // pinctrl composes with TOS CS6, then `packet_set_ipv4` sets the TOS it is given: 0.
+    reply.ip.tos = 0;
     reply.ip.fragment = 0x4000_u16.to_be();
     reply.ip.ttl = 254;
     reply.ip.protocol = IPPROTO_ICMP;
@@ -144,6 +152,7 @@ fn time_exceeded(
     ctx.store(0, &reply, 0)
         .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &icmp, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::TIME_EXCEEDED);
     count_delivered(ifindex, ctx.len());
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
@@ -179,7 +188,8 @@ fn echo_reply(
     reply.eth.source = frame.eth.destination;
     reply.ip.source = ip.destination;
     reply.ip.destination = ip.source;
-    reply.ip.ttl = 255;
+    // `ip.ttl = 255`, then routed back to the sender: OVN's `lr_in_ip_routing` decrements it.
+    reply.ip.ttl = 254;
     reply.ip.checksum = 0;
     reply.ip.checksum = ipv4_header_checksum(&reply.ip).to_be();
     // Type 8 → 0: the one's-complement sum drops by 0x0800 (RFC 1624: HC' = ~(~HC + ~m + m')).
@@ -195,6 +205,7 @@ fn echo_reply(
     ctx.store(0, &reply, 0)
         .and_then(|()| ctx.store(icmp_offset, &icmp_reply, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::ECHO_REPLY);
     count_delivered(ifindex, ctx.len());
     // Back out of the same veth: its egress is the pod's ingress.
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
@@ -327,7 +338,7 @@ fn route(
 
 /// The checksum of a 20-byte IPv4 header whose checksum field is zero.
 #[inline(always)]
-fn ipv4_header_checksum(header: &crate::headers::Ipv4Header) -> u16 {
+pub(crate) fn ipv4_header_checksum(header: &crate::headers::Ipv4Header) -> u16 {
     let words = [
         u32::from(header.version_ihl) << 8 | u32::from(header.tos),
         u32::from(u16::from_be(header.total_len)),

@@ -4,6 +4,7 @@
 //! - [`process`]: running commands, and long-running children tracked and ended by PID;
 //! - [`netns`]: network namespaces and commands inside them;
 //! - [`icmp`]: ICMP echo from inside a namespace without spawning `ping`;
+//! - [`frames`]: hand-built Ethernet frames sent from a namespace, and the frames coming back;
 //! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
 //! - [`vlan_access`]: the physical switch's VLAN access ports, as tc programs;
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
@@ -21,6 +22,7 @@ pub mod agent;
 pub mod bpffs;
 pub mod cluster;
 pub mod cni_runtime;
+pub mod frames;
 pub mod icmp;
 pub mod kubeovn;
 pub mod manifests;

@@ -4,6 +4,10 @@
 //! cross in both directions (ovnbpf's copy for `_MC_flood` is delivered by OVS, OVS's by ovnbpf).
 //! Routed traffic between two subnets crosses both ways too: each sender runs the router and
 //! tunnels with the destination switch's VNI, which the other side takes.
+//! The router's answers for its own address (ping, TCP reset, ICMP port and protocol
+//! unreachable) are the same bytes from ovnbpf as from ovn-controller: the same hand-built
+//! probes from a pod on each side, replies compared in every byte but the pod's own MAC and
+//! address and the checksums these change (those are checked valid on both sides).
 
 mod common;
 
@@ -12,6 +16,8 @@ use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 use common::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     agent::AgentSpec,
+    frames::{FrameSocket, ipv4_frame, tcp_syn, transport_checksum, udp},
+    icmp::checksum,
     kubeovn::{Topology, mac_for},
     network::Pod,
     ovs_chassis::OvsChassis,
@@ -23,6 +29,8 @@ const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 /// A pod of vpc-a's second subnet, on the real OVN node.
 const A3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+/// vpc-a's address on subnet-a.
+const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
 /// a1 on the ovnbpf node; a2 and a3 on the real OVN node.
 const PODS: [PodPlan; 3] = [
     ("a1", "subnet-a", 0, A1),
@@ -53,6 +61,136 @@ fn broadcast_ping(from: &Pod) {
         String::from_utf8_lossy(&ping.stdout).contains("3 packets transmitted"),
         "{ping:?}"
     );
+}
+
+fn mac(name: &str) -> [u8; 6] {
+    let text = mac_for(name);
+    let mut mac = [0_u8; 6];
+    for (byte, part) in mac.iter_mut().zip(text.split(':')) {
+        *byte = u8::from_str_radix(part, 16).unwrap();
+    }
+    mac
+}
+
+/// A probe to the gateway: what it is, its IPv4 TOS, the IP protocol and payload, and how to
+/// recognise the answer's L4 part (IPv4 protocol, and a test on the bytes after the IPv4 header).
+type Probe = (&'static str, u8, u8, Vec<u8>, u8, fn(&[u8]) -> bool);
+
+fn probes(pod_ip: Ipv4Addr) -> Vec<Probe> {
+    let addresses = (pod_ip, GATEWAY);
+    let long: Vec<u8> = (0..1000_u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut ping = vec![8, 0, 0, 0, 0x42, 0x42, 0, 1];
+    ping.extend_from_slice(b"ovnbpf-router-probe");
+    let sum = checksum(&ping);
+    ping[2..4].copy_from_slice(&sum.to_be_bytes());
+    // An ICMP error quoting a datagram from `port`.
+    fn quoting(l4: &[u8], port: u16) -> bool {
+        l4[0] == 3 && l4.get(28..30) == Some(&port.to_be_bytes()[..])
+    }
+    vec![
+        ("ping", 0, 1, ping, 1, |l4| {
+            l4[0] == 0 && l4[4..6] == [0x42, 0x42]
+        }),
+        (
+            "TCP SYN",
+            0,
+            6,
+            tcp_syn(addresses, 40000, 22, 0x1122_3344),
+            6,
+            |l4| l4[2..4] == 40000_u16.to_be_bytes(),
+        ),
+        (
+            "UDP",
+            0,
+            17,
+            udp(addresses, 40001, 161, b"ovnbpf-udp-probe"),
+            1,
+            |l4| quoting(l4, 40001),
+        ),
+        (
+            "DSCP-marked UDP",
+            0x28,
+            17,
+            udp(addresses, 40003, 161, b"ovnbpf-udp-probe"),
+            1,
+            |l4| quoting(l4, 40003),
+        ),
+        (
+            "UDP longer than the quote",
+            0,
+            17,
+            udp(addresses, 40002, 161, &long),
+            1,
+            |l4| quoting(l4, 40002),
+        ),
+        ("GRE", 0, 47, vec![0, 0, 0x08, 0, 1, 2, 3, 4], 1, |l4| {
+            l4[0] == 3 && l4[1] == 2
+        }),
+    ]
+}
+
+/// Sends each probe from `pod` (MAC `pod_mac`, address `pod_ip`) to the gateway's MAC and
+/// address, and returns each answer with the pod's MAC and address and the checksums zeroed
+/// (after checking them) and an ICMP error's quote replaced by its length (after checking it
+/// quotes the probe as sent, up to a 576-byte frame).
+fn router_answers(pod: &Pod, pod_mac: [u8; 6], pod_ip: Ipv4Addr) -> Vec<(&'static str, Vec<u8>)> {
+    let socket = FrameSocket::open_in(pod.netns(), "eth0").unwrap();
+    let router_mac = mac("vpc-a-subnet-a");
+    probes(pod_ip)
+        .into_iter()
+        .map(|(what, tos, protocol, payload, answer_protocol, matches)| {
+            let mut probe = ipv4_frame(router_mac, pod_mac, (pod_ip, GATEWAY), protocol, &payload);
+            probe[15] = tos;
+            probe[24..26].fill(0);
+            let sum = checksum(&probe[14..34]);
+            probe[24..26].copy_from_slice(&sum.to_be_bytes());
+            let accept = |frame: &[u8]| {
+                frame.len() > 42
+                    && frame[12..14] == [0x08, 0x00]
+                    && frame[23] == answer_protocol
+                    && frame[26..30] == GATEWAY.octets()
+                    && frame[30..34] == pod_ip.octets()
+                    && matches(&frame[34..])
+            };
+            let mut answer = None;
+            for _ in 0..3 {
+                socket.send(&probe).unwrap();
+                answer = socket.receive(Duration::from_secs(1), accept).unwrap();
+                if answer.is_some() {
+                    break;
+                }
+            }
+            let mut answer =
+                answer.unwrap_or_else(|| panic!("{}: no answer to {what}", pod.name()));
+            assert_eq!(answer[..6], pod_mac, "{what}");
+            assert_eq!(checksum(&answer[14..34]), 0, "{what}: IPv4 checksum");
+            answer[..6].fill(0);
+            answer[30..34].fill(0);
+            answer[24..26].fill(0);
+            if answer_protocol == 6 {
+                let segment = &answer[34..];
+                assert_eq!(
+                    transport_checksum((GATEWAY, pod_ip), 6, segment),
+                    0,
+                    "{what}"
+                );
+                answer[34 + 16..34 + 18].fill(0);
+            } else {
+                assert_eq!(checksum(&answer[34..]), 0, "{what}: ICMP checksum");
+                answer[36..38].fill(0);
+                if answer[34] == 3 {
+                    let quoted = answer.split_off(42);
+                    let sent = &probe[14..];
+                    assert_eq!(quoted, sent[..sent.len().min(534)], "{what}: quote");
+                    answer.extend_from_slice(&(quoted.len() as u16).to_be_bytes());
+                } else {
+                    // The echo reply carries the request's data, which holds no address.
+                    assert_eq!(answer[42..], probe[42..], "{what}: echo data");
+                }
+            }
+            (what, answer)
+        })
+        .collect()
 }
 
 fn echo_requests(log: &PathBuf) -> usize {
@@ -125,6 +263,30 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     for (client, server, server_ip) in [(a1, a2, A2), (a2, a1, A1)] {
         let report = client.tcp_stream_to(server, server_ip);
         assert!(report.is_ok(), "{report:?}{}", logs());
+    }
+
+    // The router's answers for its own address: the same from ovnbpf (a1) as from real OVN (a2).
+    let ovn = router_answers(a2, mac("a2"), A2);
+    let ours = router_answers(a1, mac("a1"), A1);
+    for ((what, real), (_, answer)) in ovn.iter().zip(&ours) {
+        assert_eq!(
+            answer,
+            real,
+            "{what}: ovnbpf's answer (left) differs from OVN's{}",
+            logs()
+        );
+    }
+    // And what the pods' sockets make of them: TCP refused, UDP ECONNREFUSED, on both sides.
+    for pod in [a1, a2] {
+        let (tcp, udp) = common::socket_outcomes(pod, GATEWAY, 22);
+        for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
+            assert_eq!(
+                outcome.as_ref().map_err(std::io::Error::kind).err(),
+                Some(std::io::ErrorKind::ConnectionRefused),
+                "{} {what} to the gateway: {outcome:?}",
+                pod.name()
+            );
+        }
     }
 
     // Broadcasts both ways: each side's flood copy is delivered by the other.

@@ -373,6 +373,24 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 }
             }
         }
+        // The router's addresses on its other subnets: answered like the gateway's own.
+        let mut other_gateways: Vec<Ipv4Addr> = pods
+            .iter()
+            .filter(|o| o.vpc == pod.vpc && o.switch != pod.switch)
+            .map(|o| gateway(o).0)
+            .collect();
+        other_gateways.sort_unstable();
+        other_gateways.dedup();
+        for other_gateway in other_gateways {
+            add(
+                &format!("opens TCP to the router's {other_gateway}"),
+                ipv4(pod, router_mac, other_gateway, 64, tcp),
+            );
+            add(
+                &format!("sends UDP to the router's {other_gateway}"),
+                ipv4(pod, router_mac, other_gateway, 64, udp),
+            );
+        }
         let spoofed_mac = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
         let mut spoofed_ip = arp_request(pod, gateway_ip);
         if let L3::Arp { spa, .. } = &mut spoofed_ip.l3 {

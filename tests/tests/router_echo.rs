@@ -1,16 +1,21 @@
 //! The kernel's answers for a router's own addresses under BPF_PROG_TEST_RUN: a pod's ICMP echo
 //! request to its gateway (the router port's MAC and address) comes back as the reply OVN's
-//! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255, type 0, valid checksums), out
+//! `lr_in_ip_input` builds (MACs and addresses swapped, TTL 255 routed back to 254, type 0,
+//! valid checksums), out
 //! of the same veth. A packet whose TTL expires there gets ICMP time exceeded from the router
-//! port's address. Other traffic to the router's addresses is dropped and counted; other IPv4
-//! to the router's MAC is routed; what the router cannot route is dropped and counted. Non-IPv4 passes untouched.
+//! port's address. TCP to a router address gets the reset ovn-controller's `tcp_reset` builds,
+//! UDP ICMP port unreachable and other protocols ICMP protocol unreachable as its `icmp4` builds
+//! them (both routed back: TTL 62 and 254), byte for byte; later fragments, SCTP and addresses
+//! without answers are dropped and counted. Other IPv4 to the router's MAC is routed; what the
+//! router cannot route is dropped and counted. Non-IPv4 passes untouched.
 
 mod common;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, l3::L3Maps};
 use ovnbpf_common::{
-    FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS,
-    RouterAddress, RouterInfo,
+    FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO,
+    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
+    ROUTER_FORWARDS, RouterAddress, RouterInfo,
 };
 use ovnbpf_tests::{icmp::checksum, require_root};
 
@@ -49,6 +54,102 @@ fn icmp(eth: ([u8; 6], [u8; 6]), ttl: u8, addresses: ([u8; 4], [u8; 4]), kind: u
     frame
 }
 
+/// Ethernet + IPv4 (ID 0xabcd, fragment word `fragment`) around `payload` of `protocol`, with a
+/// valid IPv4 checksum.
+fn ipv4(
+    eth: ([u8; 6], [u8; 6]),
+    ttl: u8,
+    addresses: ([u8; 4], [u8; 4]),
+    protocol: u8,
+    fragment: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let total = (20 + payload.len()) as u16;
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[0xab, 0xcd]);
+    ip.extend_from_slice(&fragment.to_be_bytes());
+    ip.extend_from_slice(&[ttl, protocol, 0, 0]);
+    ip.extend_from_slice(&addresses.0);
+    ip.extend_from_slice(&addresses.1);
+    let ip_sum = checksum(&ip);
+    ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+    let mut frame = eth.0.to_vec();
+    frame.extend_from_slice(&eth.1);
+    frame.extend_from_slice(&[0x08, 0x00]);
+    frame.extend_from_slice(&ip);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// A UDP datagram from port 40000 to `port` (checksum left 0: not checked by the router).
+fn udp(port: u16, payload: &[u8]) -> Vec<u8> {
+    let mut udp = 40000_u16.to_be_bytes().to_vec();
+    udp.extend_from_slice(&port.to_be_bytes());
+    udp.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(payload);
+    udp
+}
+
+/// A TCP segment from `addresses.0`:40000 to `addresses.1`:`port` with `flags`, sequence
+/// `seq` and an MSS option, with a valid checksum.
+fn tcp(addresses: ([u8; 4], [u8; 4]), port: u16, seq: u32, flags: u8) -> Vec<u8> {
+    let mut tcp = 40000_u16.to_be_bytes().to_vec();
+    tcp.extend_from_slice(&port.to_be_bytes());
+    tcp.extend_from_slice(&seq.to_be_bytes());
+    tcp.extend_from_slice(&[0, 0, 0, 0, 0x60, flags, 0xfa, 0xf0, 0, 0, 0, 0]);
+    tcp.extend_from_slice(&[2, 4, 0x05, 0xb4]);
+    let sum = transport_checksum(addresses, 6, &tcp);
+    tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+    tcp
+}
+
+/// The TCP/UDP checksum of `segment` with its IPv4 pseudo-header.
+fn transport_checksum(addresses: ([u8; 4], [u8; 4]), protocol: u8, segment: &[u8]) -> u16 {
+    let mut pseudo = addresses.0.to_vec();
+    pseudo.extend_from_slice(&addresses.1);
+    pseudo.extend_from_slice(&[0, protocol]);
+    pseudo.extend_from_slice(&(segment.len() as u16).to_be_bytes());
+    pseudo.extend_from_slice(segment);
+    checksum(&pseudo)
+}
+
+/// What OVN sends back for `datagram` (its IPv4 packet, as sent): pinctrl's ICMP destination
+/// unreachable with `code` (ID 0, DF, TOS 0, TTL 255 routed back to 254, quoting the datagram
+/// up to a 576-byte frame), from the gateway to the pod.
+fn unreachable(code: u8, datagram: &[u8]) -> Vec<u8> {
+    let quoted = &datagram[..datagram.len().min(576 - 14 - 20 - 8)];
+    let mut icmp = vec![3, code, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(quoted);
+    let icmp_sum = checksum(&icmp);
+    icmp[2..4].copy_from_slice(&icmp_sum.to_be_bytes());
+    let mut frame = ipv4(
+        (POD_MAC, ROUTER_MAC),
+        254,
+        (GATEWAY, POD_IP),
+        1,
+        0x4000,
+        &icmp,
+    );
+    frame[18..20].copy_from_slice(&[0, 0]);
+    frame[24..26].copy_from_slice(&[0, 0]);
+    let ip_sum = checksum(&frame[14..34]);
+    frame[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+    frame
+}
+
+/// How many answers of `kind` the routers sent.
+fn replies(programs: &KernelPrograms, kind: &str) -> u64 {
+    programs
+        .router_replies()
+        .unwrap()
+        .into_iter()
+        .find(|(name, _)| *name == kind)
+        .unwrap()
+        .1
+}
+
 fn programs() -> KernelPrograms {
     require_root();
     let mut programs = common::load_programs();
@@ -85,7 +186,11 @@ fn programs() -> KernelPrograms {
             },
         )
         .unwrap();
-    for (ip, flags) in [(GATEWAY, ROUTER_ADDRESS_ECHO), (SILENT, 0)] {
+    let answers = ROUTER_ADDRESS_ECHO
+        | ROUTER_ADDRESS_TCP_RESET
+        | ROUTER_ADDRESS_PORT_UNREACHABLE
+        | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE;
+    for (ip, flags) in [(GATEWAY, answers), (SILENT, 0)] {
         programs
             .set_router_address(
                 NeighbourKey {
@@ -105,8 +210,9 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
     let request = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     let outcome = programs.test_run(Hook::Pod, &request).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(replies(&programs, "echo_reply"), 1);
     // What OVN's router sends back: built independently here, with full checksums.
-    let mut expected = icmp((POD_MAC, ROUTER_MAC), 255, (GATEWAY, POD_IP), 0);
+    let mut expected = icmp((POD_MAC, ROUTER_MAC), 254, (GATEWAY, POD_IP), 0);
     // The reply keeps the request's IP id and fragment bits.
     expected[18..20].copy_from_slice(&request[18..20]);
     expected[24..26].copy_from_slice(&[0, 0]);
@@ -120,10 +226,16 @@ fn a_ping_to_the_gateway_is_answered_by_the_router() {
 #[test]
 fn a_packet_expiring_at_the_router_gets_icmp_time_exceeded() {
     let programs = programs();
-    let expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
+    // DSCP-marked: the error's TOS is still 0, as pinctrl's.
+    let mut expiring = icmp((ROUTER_MAC, POD_MAC), 1, (POD_IP, [10, 0, 2, 5]), 8);
+    expiring[15] = 0x28;
+    expiring[24..26].copy_from_slice(&[0, 0]);
+    let ip_sum = checksum(&expiring[14..34]);
+    expiring[24..26].copy_from_slice(&ip_sum.to_be_bytes());
     let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
-    // Built independently: from the router port's address, TTL 254 and DF as OVN's, quoting the
+    assert_eq!(replies(&programs, "time_exceeded"), 1);
+    // Built independently: from the router port's address, TTL 254, TOS 0 and DF as OVN's, quoting the
     // expired packet's IPv4 header and its first 8 bytes.
     let mut icmp = vec![11, 0, 0, 0, 0, 0, 0, 0];
     icmp.extend_from_slice(&expiring[14..42]);
@@ -154,6 +266,7 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
             .unwrap()
             .1
     };
+    let replies_before = programs.router_replies().unwrap();
     for (what, frame, reason) in [
         (
             "a ping to an address without echo",
@@ -161,8 +274,51 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
             "to_router_unhandled",
         ),
         (
-            "an echo reply",
-            icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 0),
+            "SCTP (OVN aborts it; not built)",
+            ipv4(
+                (ROUTER_MAC, POD_MAC),
+                64,
+                (POD_IP, GATEWAY),
+                132,
+                0x4000,
+                &[0; 12],
+            ),
+            "to_router_unhandled",
+        ),
+        (
+            "the first fragment of a ping (OVN answers it; not built)",
+            ipv4(
+                (ROUTER_MAC, POD_MAC),
+                64,
+                (POD_IP, GATEWAY),
+                1,
+                0x2000,
+                &[8, 0, 0xf7, 0xff, 0, 0, 0, 0],
+            ),
+            "to_router_unhandled",
+        ),
+        (
+            "a later fragment of UDP",
+            ipv4(
+                (ROUTER_MAC, POD_MAC),
+                64,
+                (POD_IP, GATEWAY),
+                17,
+                0x0010,
+                &[0; 16],
+            ),
+            "to_router_unhandled",
+        ),
+        (
+            "UDP to an address without answers",
+            ipv4(
+                (ROUTER_MAC, POD_MAC),
+                64,
+                (POD_IP, SILENT),
+                17,
+                0x4000,
+                &udp(9, b"x"),
+            ),
             "to_router_unhandled",
         ),
         (
@@ -176,10 +332,140 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
         assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
         assert_eq!(drops(reason), before + 1, "{what}");
     }
+    assert_eq!(
+        programs.router_replies().unwrap(),
+        replies_before,
+        "no answer counted"
+    );
     // Not IPv4 (an IPv6 header behind the router's MAC): untouched.
     let mut ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
     let outcome = programs.test_run(Hook::Pod, &ipv6).unwrap();
     assert_eq!(outcome.verdict, TCX_NEXT);
     assert_eq!(outcome.frame, ipv6);
+}
+
+#[test]
+fn tcp_to_the_router_gets_the_reset_ovn_builds() {
+    let programs = programs();
+    let syn = ipv4(
+        (ROUTER_MAC, POD_MAC),
+        64,
+        (POD_IP, GATEWAY),
+        6,
+        0x4000,
+        &tcp((POD_IP, GATEWAY), 22, 0x1122_3344, 0x02),
+    );
+    let outcome = programs.test_run(Hook::Pod, &syn).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(replies(&programs, "tcp_reset"), 1);
+    // pinctrl's reset: ports swapped, sequence 0, ack = the SYN's sequence + 1, RST|ACK, a
+    // 20-byte header, window 0; IPv4 TTL 63 routed back to 62, ID 0, DF.
+    let mut reset = 22_u16.to_be_bytes().to_vec();
+    reset.extend_from_slice(&40000_u16.to_be_bytes());
+    reset.extend_from_slice(&[
+        0, 0, 0, 0, 0x11, 0x22, 0x33, 0x45, 0x50, 0x14, 0, 0, 0, 0, 0, 0,
+    ]);
+    let sum = transport_checksum((GATEWAY, POD_IP), 6, &reset);
+    reset[16..18].copy_from_slice(&sum.to_be_bytes());
+    let mut expected = ipv4(
+        (POD_MAC, ROUTER_MAC),
+        62,
+        (GATEWAY, POD_IP),
+        6,
+        0x4000,
+        &reset,
+    );
+    expected[18..20].copy_from_slice(&[0, 0]);
+    expected[24..26].copy_from_slice(&[0, 0]);
+    let ip_sum = checksum(&expected[14..34]);
+    expected[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+    assert_eq!(outcome.frame, expected);
+    assert_eq!(
+        transport_checksum((GATEWAY, POD_IP), 6, &outcome.frame[34..]),
+        0,
+        "TCP checksum valid"
+    );
+}
+
+#[test]
+fn udp_and_other_protocols_to_the_router_get_the_unreachables_ovn_builds() {
+    let programs = programs();
+    let long: Vec<u8> = (0..1000_u32).map(|i| (i * 7 % 251) as u8).collect();
+    let kinds = ["port_unreachable", "protocol_unreachable"];
+    let before = kinds.map(|kind| replies(&programs, kind));
+    for (what, datagram_payload, protocol, code) in [
+        ("UDP", udp(161, b"hello-router"), 17, 3),
+        ("UDP of odd length", udp(53, b"odd-length-13"), 17, 3),
+        ("UDP longer than the quote", udp(161, &long), 17, 3),
+        ("GRE", vec![0, 0, 0x08, 0, 1, 2, 3, 4], 47, 2),
+        (
+            "an ICMP echo reply",
+            vec![0, 0, 0xff, 0xfe, 0, 1, 0, 1],
+            1,
+            2,
+        ),
+    ] {
+        let request = ipv4(
+            (ROUTER_MAC, POD_MAC),
+            64,
+            (POD_IP, GATEWAY),
+            protocol,
+            0x4000,
+            &datagram_payload,
+        );
+        let outcome = programs.test_run(Hook::Pod, &request).unwrap();
+        assert_eq!(outcome.verdict, TC_ACT_REDIRECT, "{what}");
+        assert_eq!(outcome.frame, unreachable(code, &request[14..]), "{what}");
+        assert!(outcome.frame.len() <= 576, "{what}");
+        assert_eq!(checksum(&outcome.frame[34..]), 0, "{what}: ICMP checksum");
+    }
+    // A datagram whose checksum the sender's stack left to offload (only the pseudo-header seed
+    // in place): quoted with the checksum completed, as OVN's kernel datapath completes it.
+    let mut offloaded = udp(161, b"offloaded");
+    let length = offloaded.len() as u16;
+    let pseudo = !checksum(&[&POD_IP[..], &GATEWAY[..], &[0, 17], &length.to_be_bytes()].concat());
+    offloaded[6..8].copy_from_slice(&pseudo.to_be_bytes());
+    let request = ipv4(
+        (ROUTER_MAC, POD_MAC),
+        64,
+        (POD_IP, GATEWAY),
+        17,
+        0x4000,
+        &offloaded,
+    );
+    let mut complete = offloaded.clone();
+    complete[6..8].fill(0);
+    let full = transport_checksum((POD_IP, GATEWAY), 17, &complete);
+    complete[6..8].copy_from_slice(&full.to_be_bytes());
+    let as_completed = ipv4(
+        (ROUTER_MAC, POD_MAC),
+        64,
+        (POD_IP, GATEWAY),
+        17,
+        0x4000,
+        &complete,
+    );
+    let outcome = programs.test_run(Hook::Pod, &request).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(outcome.frame, unreachable(3, &as_completed[14..]));
+    // A short datagram in a padded frame: only the datagram is quoted.
+    let short = ipv4(
+        (ROUTER_MAC, POD_MAC),
+        64,
+        (POD_IP, GATEWAY),
+        17,
+        0x4000,
+        &udp(7, b"hi"),
+    );
+    let mut padded = short.clone();
+    padded.resize(60, 0xee);
+    let outcome = programs.test_run(Hook::Pod, &padded).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(outcome.frame, unreachable(3, &short[14..]));
+    // Five UDP datagrams, two other protocols.
+    assert_eq!(
+        kinds.map(|kind| replies(&programs, kind)),
+        [before[0] + 5, before[1] + 2]
+    );
 }

@@ -2,7 +2,8 @@
 //! subnets (pods on the same node and across nodes), is peered with vpc-b (static routes both
 //! ways), and routes 192.168.50.0/24 via a pod acting as a router; vpc-c, unpeered, reuses
 //! vpc-a's second subnet. Routed pings and TCP work both ways with the TTL decremented per
-//! router; the gateway answers; vpc-c reaches nothing of vpc-a.
+//! router; the gateway answers pings, refuses TCP (reset) and UDP (ICMP port unreachable) on
+//! its addresses; vpc-c reaches nothing of vpc-a.
 
 mod common;
 
@@ -126,9 +127,52 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     // The router answers on all its addresses, not only the one on the pod's switch.
     assert_eq!(
         ping_ttl(a1, Ipv4Addr::new(10, 0, 2, 1)),
-        Some(255),
+        Some(254),
         "a1 → vpc-a's address on subnet-a2{}",
         logs()
+    );
+
+    // TCP and UDP to the router's addresses are refused as OVN refuses them: a reset, and ICMP
+    // port unreachable (the connected UDP socket's receive fails with ECONNREFUSED).
+    let replies = |kind: &str| {
+        let counters = common::datapath_counters(&nodes[0], &bpffs.path().join("node1"));
+        counters["router_replies"][kind]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {kind} in {counters}"))
+    };
+    let (resets, unreachables) = (replies("tcp_reset"), replies("port_unreachable"));
+    for gateway in [Ipv4Addr::new(10, 0, 1, 1), Ipv4Addr::new(10, 0, 2, 1)] {
+        let (tcp, udp) = common::socket_outcomes(a1, gateway, 80);
+        for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
+            assert_eq!(
+                outcome.as_ref().map_err(std::io::Error::kind).err(),
+                Some(std::io::ErrorKind::ConnectionRefused),
+                "a1 {what} to {gateway}: {outcome:?}{}",
+                logs()
+            );
+        }
+    }
+    // Counted on a1's node, per kind: one answer per connect and per datagram.
+    assert_eq!(replies("tcp_reset"), resets + 2, "{}", logs());
+    assert_eq!(replies("port_unreachable"), unreachables + 2, "{}", logs());
+    // The unreachable quotes the datagram as sent on the wire, its UDP checksum complete (as
+    // OVN's kernel datapath completes a checksum the pod's stack left to offload).
+    let frame =
+        common::unreachable_for_socket_datagram(a1, address("a1"), Ipv4Addr::new(10, 0, 1, 1));
+    let quoted_udp = &frame[42 + 20..];
+    assert_eq!(
+        ovnbpf_tests::frames::transport_checksum(
+            (address("a1"), Ipv4Addr::new(10, 0, 1, 1)),
+            17,
+            quoted_udp
+        ),
+        0,
+        "quoted UDP checksum of {frame:02x?}"
+    );
+    assert_eq!(
+        ovnbpf_tests::icmp::checksum(&frame[34..]),
+        0,
+        "ICMP checksum of {frame:02x?}"
     );
 
     // A packet whose TTL runs out comes back as ICMP time exceeded from the router where it

@@ -379,7 +379,11 @@ fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()
             .collect();
         println!(
             "{}",
-            json!({ "interfaces": interfaces, "drops": counters.drops })
+            json!({
+                "interfaces": interfaces,
+                "drops": counters.drops,
+                "router_replies": counters.router_replies,
+            })
         );
         return Ok(());
     }
@@ -403,6 +407,10 @@ fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()
         for (reason, count) in drops {
             println!("  {reason:<28} {count}");
         }
+    }
+    println!("router replies by kind:");
+    for (kind, count) in &counters.router_replies {
+        println!("  {kind:<28} {count}");
     }
     Ok(())
 }

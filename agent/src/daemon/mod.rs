@@ -438,6 +438,8 @@ impl Daemon {
             PortCommand::Report { reply } => {
                 let datapath = self.datapath.as_ref();
                 let drops = reading(datapath.map(NodeDatapath::drop_counters), "drop");
+                let router_replies =
+                    reading(datapath.map(NodeDatapath::router_replies), "router reply");
                 let interfaces =
                     reading(datapath.map(NodeDatapath::interface_counters), "interface");
                 let _ = reply.send(ports::DaemonReport {
@@ -451,6 +453,7 @@ impl Daemon {
                     unenforced_acl_switches: self.unenforced_acls.switches(),
                     unenforced_acls: self.unenforced_acls.acls(),
                     drops,
+                    router_replies,
                 });
             }
             PortCommand::Status { port, reply } => {

@@ -69,6 +69,8 @@ pub struct DaemonReport {
     pub unenforced_acls: usize,
     /// The datapath's dropped frames per reason (empty without a datapath).
     pub drops: Vec<(&'static str, u64)>,
+    /// The answers the datapath's routers sent, per kind (empty without a datapath).
+    pub router_replies: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<(String, Option<String>, ovnbpf_common::InterfaceCounters)>,
 }

@@ -888,8 +888,10 @@ impl<'a> Evaluator<'a> {
 
 /// The reply a reject response makes to `packet` (whose transport is `l4`): a TCP reset for TCP,
 /// or an ICMP destination unreachable of type `unreachable_kind` (3 in ICMPv4, 1 in ICMPv6).
-/// `back` builds the reply's L3 header, swapped and with TTL 255 as OVN's `tcp_reset` and
-/// `icmp4`/`icmp6` actions start it.
+/// `back` builds the reply's L3 header, swapped and with TTL 255 as ovn-trace models OVN's
+/// `tcp_reset` and `icmp4`/`icmp6` actions. On the wire ovn-controller's pinctrl starts a reset
+/// with TTL 63 (and RST|ACK, where ovn-trace shows RST): the kernel follows pinctrl
+/// (`ebpf/src/reject.rs`), this evaluator ovn-trace, its oracle.
 pub(super) fn reject_reply(
     packet: &Packet,
     response: RejectResponse,

@@ -63,8 +63,11 @@ pub mod map {
     pub const LOCALNETS: &str = "LOCALNETS";
     /// Hash: [`super::ProviderKey`] (provider NIC, VLAN) → switch datapath key (`u32`).
     pub const PROVIDER_NETWORKS: &str = "PROVIDER_NETWORKS";
+    /// Per-CPU array of `u64`, indexed by [`super::router_reply`]: answers the routers sent.
+    pub const ROUTER_REPLIES: &str = "ROUTER_REPLIES";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 18] = [
+        ROUTER_REPLIES,
         LOCALNETS,
         PROVIDER_NETWORKS,
         ROUTER_ADDRESSES,
@@ -104,6 +107,30 @@ pub mod geneve {
     pub const OVERHEAD: usize = 58;
 }
 
+/// Indexes of [`map::ROUTER_REPLIES`]: what a router sent back to a pod.
+pub mod router_reply {
+    /// ICMP echo reply from a router address.
+    pub const ECHO_REPLY: u32 = 0;
+    /// ICMP time exceeded from the router where a packet's TTL ran out.
+    pub const TIME_EXCEEDED: u32 = 1;
+    /// TCP reset for TCP to a router address.
+    pub const TCP_RESET: u32 = 2;
+    /// ICMP port unreachable for UDP to a router address.
+    pub const PORT_UNREACHABLE: u32 = 3;
+    /// ICMP protocol unreachable for other protocols to a router address.
+    pub const PROTOCOL_UNREACHABLE: u32 = 4;
+    /// Number of kinds (the map's size).
+    pub const COUNT: u32 = 5;
+    /// Names for metrics and logs, by index.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "echo_reply",
+        "time_exceeded",
+        "tcp_reset",
+        "port_unreachable",
+        "protocol_unreachable",
+    ];
+}
+
 /// Indexes of [`map::DROP_COUNTERS`].
 pub mod drop_reason {
     /// Addressed to our Geneve port but not a frame OVN sends (version, options, protocol,
@@ -137,8 +164,9 @@ pub mod drop_reason {
     pub const TOO_MANY_HOPS: u32 = 12;
     /// The routed frame's next switch has no entry for the neighbour's MAC.
     pub const ROUTED_UNKNOWN_DESTINATION: u32 = 13;
-    /// Traffic to a router's own address other than ICMP echo (OVN answers it with a TCP reset
-    /// or ICMP unreachable; the kernel only counts it so far).
+    /// Traffic to a router's own address the kernel does not answer: later fragments (OVN drops
+    /// them too), SCTP (OVN's `sctp_abort` is not built), or a protocol the address has no
+    /// answer for.
     pub const TO_ROUTER_UNHANDLED: u32 = 14;
     /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
     /// route).
@@ -361,6 +389,13 @@ pub struct Neighbour {
 
 /// [`RouterAddress::flags`]: the router answers ICMP echo requests to the address.
 pub const ROUTER_ADDRESS_ECHO: u32 = 1;
+/// [`RouterAddress::flags`]: TCP to the address is answered with a reset (OVN's `tcp_reset`).
+pub const ROUTER_ADDRESS_TCP_RESET: u32 = 2;
+/// [`RouterAddress::flags`]: UDP to the address is answered with ICMP port unreachable.
+pub const ROUTER_ADDRESS_PORT_UNREACHABLE: u32 = 4;
+/// [`RouterAddress::flags`]: other IPv4 protocols to the address (SCTP excepted: OVN aborts it)
+/// are answered with ICMP protocol unreachable.
+pub const ROUTER_ADDRESS_PROTOCOL_UNREACHABLE: u32 = 8;
 
 /// One of a router's own addresses.
 #[repr(C)]

@@ -283,3 +283,54 @@ pub fn delivered(counters: &serde_json::Value, name: &str) -> u64 {
         .and_then(|interface| interface["delivered_packets"].as_u64())
         .unwrap_or_else(|| panic!("no counters for {name}: {counters}"))
 }
+
+/// What `pod`'s own sockets get from `ip:port`: a TCP connect, and a datagram on a connected UDP
+/// socket followed by a receive (an ICMP port unreachable makes it fail with ECONNREFUSED).
+/// Each within 3 s; the error kinds, `Ok` when something else happened.
+pub fn socket_outcomes(
+    pod: &Pod,
+    ip: Ipv4Addr,
+    port: u16,
+) -> (std::io::Result<()>, std::io::Result<()>) {
+    let address = std::net::SocketAddr::from((ip, port));
+    pod.netns()
+        .run_in(|| {
+            let tcp =
+                std::net::TcpStream::connect_timeout(&address, Duration::from_secs(3)).map(drop);
+            let udp = (|| {
+                let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+                socket.connect(address)?;
+                socket.set_read_timeout(Some(Duration::from_secs(3)))?;
+                socket.send(b"ovnbpf-udp-probe")?;
+                let mut buffer = [0_u8; 64];
+                socket.recv(&mut buffer).map(drop)
+            })();
+            Ok((tcp, udp))
+        })
+        .unwrap()
+}
+
+/// The ICMP port unreachable `pod` (at `pod_ip`) gets for a datagram its own UDP socket sends to
+/// `ip` (port 9), as seen on its eth0: the whole frame. The datagram goes through the pod's
+/// stack as applications' do (checksum offload and all).
+pub fn unreachable_for_socket_datagram(pod: &Pod, pod_ip: Ipv4Addr, ip: Ipv4Addr) -> Vec<u8> {
+    let socket = ovnbpf_tests::frames::FrameSocket::open_in(pod.netns(), "eth0").unwrap();
+    pod.netns()
+        .run_in(|| {
+            let udp = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            udp.send_to(b"ovnbpf-offloaded-udp", (ip, 9))?;
+            Ok(())
+        })
+        .unwrap();
+    socket
+        .receive(Duration::from_secs(3), |frame| {
+            frame.len() > 42
+                && frame[12..14] == [0x08, 0x00]
+                && frame[23] == 1
+                && frame[26..30] == ip.octets()
+                && frame[30..34] == pod_ip.octets()
+                && frame[34] == 3
+        })
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: no ICMP unreachable from {ip}", pod.name()))
+}

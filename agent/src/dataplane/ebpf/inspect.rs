@@ -1,12 +1,13 @@
 //! Reading a running datapath from outside its agent, through the pinned maps: per-interface
-//! counters (for pods' veths, the port's: interfaces are shown by name) and drops per reason.
+//! counters (for pods' veths, the port's: interfaces are shown by name), drops per reason and the
+//! routers' answers per kind.
 //! Used by `ovnbpfctl datapath`; reads the pins (creating the layout's directories if absent,
 //! like the agent) and writes nothing else.
 
 use std::{collections::BTreeMap, path::Path};
 
 use aya::maps::{Map, MapData, PerCpuArray, PerCpuHashMap};
-use ovnbpf_common::{InterfaceCounters, drop_reason, map};
+use ovnbpf_common::{InterfaceCounters, drop_reason, map, router_reply};
 
 use super::{EbpfError, events::interface_names, pins::PinLayout};
 
@@ -17,6 +18,8 @@ pub struct DatapathCounters {
     pub interfaces: BTreeMap<u32, (Option<String>, InterfaceCounters)>,
     /// By drop reason name.
     pub drops: BTreeMap<&'static str, u64>,
+    /// Answers the routers sent, by kind name.
+    pub router_replies: BTreeMap<&'static str, u64>,
 }
 
 fn open(pins: &PinLayout, name: &'static str) -> Result<Map, EbpfError> {
@@ -43,16 +46,26 @@ pub fn read_counters(root: &Path) -> Result<DatapathCounters, EbpfError> {
             .interfaces
             .insert(ifindex, (names.remove(&ifindex), total));
     }
-    let name = map::DROP_COUNTERS;
-    let drops: PerCpuArray<_, u64> = PerCpuArray::try_from(open(&pins, name)?)
-        .map_err(|source| EbpfError::Map { name, source })?;
-    for reason in 0..drop_reason::COUNT {
-        let per_cpu = drops
-            .get(&reason, 0)
-            .map_err(|source| EbpfError::Map { name, source })?;
-        counters
-            .drops
-            .insert(drop_reason::NAMES[reason as usize], per_cpu.iter().sum());
-    }
+    counters.drops = named_totals(&pins, map::DROP_COUNTERS, &drop_reason::NAMES)?;
+    counters.router_replies = named_totals(&pins, map::ROUTER_REPLIES, &router_reply::NAMES)?;
     Ok(counters)
+}
+
+/// The pinned per-CPU `u64` array `name`, summed over CPUs, its indexes named by `names`.
+fn named_totals(
+    pins: &PinLayout,
+    name: &'static str,
+    names: &[&'static str],
+) -> Result<BTreeMap<&'static str, u64>, EbpfError> {
+    let array: PerCpuArray<_, u64> = PerCpuArray::try_from(open(pins, name)?)
+        .map_err(|source| EbpfError::Map { name, source })?;
+    (0_u32..)
+        .zip(names)
+        .map(|(index, label)| {
+            let per_cpu = array
+                .get(&index, 0)
+                .map_err(|source| EbpfError::Map { name, source })?;
+            Ok((*label, per_cpu.iter().sum()))
+        })
+        .collect()
 }

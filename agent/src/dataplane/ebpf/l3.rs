@@ -2,8 +2,8 @@
 //! without policies or flows it cannot run), their routes (per destination prefix the
 //! highest-priority route of the main table, OVN's precedence, with the datapath behind the
 //! output port: a switch, or a peer router), their neighbours (static from the flows; learned
-//! from MAC_Binding where the router looks them up), and their own addresses (and whether they
-//! answer pings there). Owns the desired and installed contents;
+//! from MAC_Binding where the router looks them up), and their own addresses (and what they
+//! answer there: pings, TCP resets, ICMP port/protocol unreachable). Owns the desired and installed contents;
 //! touches the kernel only through [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
@@ -14,13 +14,14 @@ use std::{
 
 use ovnbpf_common::{
     Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
+    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
 };
 
 use super::{EbpfError, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
-    ir::{IrEntry, Mac, PortKind, Prefix, parse_port_security},
+    ir::{IrEntry, Mac, PortKind, Prefix, RejectProtocol, RejectResponse, parse_port_security},
 };
 
 /// Router stages whose unsupported flows do not change how plain routed IPv4 is forwarded
@@ -149,9 +150,9 @@ pub struct L3State {
     /// Per router: entries that keep the kernel from forwarding for it (policies, unsupported
     /// flows).
     blockers: HashMap<u32, HashSet<String>>,
-    /// A router's own addresses: (router, address) → how many entries name it, and whether the
-    /// router answers pings to it.
-    addresses: HashMap<(u32, Ipv4Addr), (usize, bool)>,
+    /// A router's own addresses: (router, address) → how many ARP entries name it, and what
+    /// the router answers there (`RouterAddress` flags).
+    addresses: HashMap<(u32, Ipv4Addr), (usize, u32)>,
     dirty: HashSet<Dirty>,
     installed_routes: HashMap<(u32, Prefix), RouteEntry>,
     installed_addresses: HashMap<(u32, Ipv4Addr), RouterAddress>,
@@ -331,8 +332,29 @@ impl L3State {
                 self.address_changed(*datapath, *ip);
             }
             IrEntry::RouterEchoReply { datapath, ip } => {
-                self.addresses.entry((*datapath, *ip)).or_default().1 = added;
-                self.address_changed(*datapath, *ip);
+                self.answer(*datapath, *ip, ROUTER_ADDRESS_ECHO, added);
+            }
+            IrEntry::RouterReject {
+                datapath,
+                ip,
+                protocol,
+                response,
+            } => {
+                // Only the answers northd gives and the kernel builds; others (SCTP abort) leave
+                // the traffic counted as unhandled.
+                let flag = match (protocol, response) {
+                    (Some(RejectProtocol::Tcp), RejectResponse::TcpReset) => {
+                        ROUTER_ADDRESS_TCP_RESET
+                    }
+                    (Some(RejectProtocol::Udp), RejectResponse::IcmpUnreachable { code: 3 }) => {
+                        ROUTER_ADDRESS_PORT_UNREACHABLE
+                    }
+                    (None, RejectResponse::IcmpUnreachable { code: 2 }) => {
+                        ROUTER_ADDRESS_PROTOCOL_UNREACHABLE
+                    }
+                    _ => return,
+                };
+                self.answer(*datapath, *ip, flag, added);
             }
             IrEntry::RouterPolicy {
                 datapath, priority, ..
@@ -364,8 +386,19 @@ impl L3State {
         }
     }
 
+    /// Sets or clears what the router answers at its address `ip`.
+    fn answer(&mut self, datapath: u32, ip: Ipv4Addr, flag: u32, added: bool) {
+        let flags = &mut self.addresses.entry((datapath, ip)).or_default().1;
+        if added {
+            *flags |= flag;
+        } else {
+            *flags &= !flag;
+        }
+        self.address_changed(datapath, ip);
+    }
+
     fn address_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
-        if self.addresses.get(&(datapath, ip)) == Some(&(0, false)) {
+        if self.addresses.get(&(datapath, ip)) == Some(&(0, 0)) {
             self.addresses.remove(&(datapath, ip));
         }
         self.dirty.insert(Dirty::Address(datapath, ip));
@@ -436,10 +469,8 @@ impl L3State {
     }
 
     fn desired_address(&self, datapath: u32, ip: Ipv4Addr) -> Option<RouterAddress> {
-        let (_, echo) = self.addresses.get(&(datapath, ip))?;
-        Some(RouterAddress {
-            flags: if *echo { ROUTER_ADDRESS_ECHO } else { 0 },
-        })
+        let (_, flags) = self.addresses.get(&(datapath, ip))?;
+        Some(RouterAddress { flags: *flags })
     }
 
     fn desired_router(&self, datapath: u32) -> Option<RouterInfo> {

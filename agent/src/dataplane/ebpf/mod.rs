@@ -22,7 +22,7 @@ use aya::{
 use ovnbpf_common::{
     ArpAnswer, ArpKey, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, InterfaceCounters,
     LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry,
-    RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map, program,
+    RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map, program, router_reply,
 };
 
 use crate::netns;
@@ -676,19 +676,31 @@ impl KernelPrograms {
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].
     pub fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
-        let name = map::DROP_COUNTERS;
+        self.named_counters(map::DROP_COUNTERS, &drop_reason::NAMES)
+    }
+
+    /// Answers the routers sent per kind (summed over CPUs), named as in
+    /// [`router_reply::NAMES`].
+    pub fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.named_counters(map::ROUTER_REPLIES, &router_reply::NAMES)
+    }
+
+    /// The per-CPU `u64` array `name`, summed over CPUs, its indexes named by `names`.
+    fn named_counters(
+        &self,
+        name: &'static str,
+        names: &[&'static str],
+    ) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
         let counters: PerCpuArray<_, u64> =
             PerCpuArray::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
-        (0..drop_reason::COUNT)
-            .map(|reason| {
+        (0_u32..)
+            .zip(names)
+            .map(|(index, label)| {
                 let per_cpu = counters
-                    .get(&reason, 0)
+                    .get(&index, 0)
                     .map_err(|source| EbpfError::Map { name, source })?;
-                Ok((
-                    drop_reason::NAMES[reason as usize],
-                    per_cpu.iter().sum::<u64>(),
-                ))
+                Ok((*label, per_cpu.iter().sum::<u64>()))
             })
             .collect()
     }

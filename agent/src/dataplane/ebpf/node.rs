@@ -357,6 +357,11 @@ impl NodeDatapath {
     pub fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         self.programs.drop_counters()
     }
+
+    /// Answers the routers sent, per kind.
+    pub fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.programs.router_replies()
+    }
 }
 
 impl Drop for NodeDatapath {

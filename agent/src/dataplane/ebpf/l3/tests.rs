@@ -349,3 +349,55 @@ fn a_routers_own_addresses_are_known_with_their_ping_answers() {
     state.flush(&mut maps).unwrap();
     assert!(maps.addresses.is_empty());
 }
+
+#[test]
+fn a_routers_reject_answers_become_address_flags() {
+    let mut state = L3State::default();
+    let gateway: Ipv4Addr = "10.0.2.1".parse().unwrap();
+    let reject = |protocol, response| IrEntry::RouterReject {
+        datapath: ROUTER,
+        ip: gateway,
+        protocol,
+        response,
+    };
+    // What northd emits per router address: TCP reset, UDP port unreachable, SCTP abort and
+    // protocol unreachable for the rest.
+    let tcp = reject(Some(RejectProtocol::Tcp), RejectResponse::TcpReset);
+    let udp = reject(
+        Some(RejectProtocol::Udp),
+        RejectResponse::IcmpUnreachable { code: 3 },
+    );
+    let sctp = reject(Some(RejectProtocol::Sctp), RejectResponse::SctpAbort);
+    let other = reject(None, RejectResponse::IcmpUnreachable { code: 2 });
+    state.apply(&diff(vec![
+        tcp.clone(),
+        udp.clone(),
+        sctp.clone(),
+        other.clone(),
+    ]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let key = (ROUTER, u32::from_ne_bytes(gateway.octets()));
+    assert_eq!(
+        maps.addresses[&key].flags,
+        ROUTER_ADDRESS_TCP_RESET
+            | ROUTER_ADDRESS_PORT_UNREACHABLE
+            | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE,
+        "SCTP abort is not built by the kernel: no flag"
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![udp],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.addresses[&key].flags,
+        ROUTER_ADDRESS_TCP_RESET | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![tcp, sctp, other],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.addresses.is_empty(), "no answer left: not an address");
+}

@@ -1,0 +1,365 @@
+//! What a logical router sends back for traffic to its own addresses other than a ping, as OVN's
+//! `lr_in_ip_input` rejects do (`tcp_reset` / `icmp4` built by ovn-controller's pinctrl, then
+//! routed back to the sender): TCP gets a reset, UDP ICMP port unreachable, other protocols
+//! ICMP protocol unreachable, each only where the address's flags say the router answers so.
+//! Later fragments and SCTP (OVN's `sctp_abort` is not built) are left to the caller to count.
+//! Replies are built in place, counted by kind (`ROUTER_REPLIES`) and sent back out of the pod's
+//! veth. Touches only the frame and that counter.
+
+use aya_ebpf::{
+    bindings::bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
+    helpers::{bpf_csum_diff, bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes},
+    programs::TcContext,
+};
+use ovnbpf_common::{
+    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
+    drop_reason, router_reply,
+};
+
+use crate::{
+    count_delivered, count_reply,
+    headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader},
+    router::ipv4_header_checksum,
+};
+
+const IPPROTO_ICMP: u8 = 1;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_SCTP: u8 = 132;
+/// IPv4 flags: don't fragment (pinctrl sets it on what it builds).
+const DONT_FRAGMENT: u16 = 0x4000;
+/// pinctrl builds the reset with TTL 63; routing it back to the sender decrements it.
+const TCP_RESET_TTL: u8 = 62;
+/// The `icmp4` action sets TTL 255; routing it back to the sender decrements it.
+const UNREACHABLE_TTL: u8 = 254;
+/// RST and ACK, with a 5-word header.
+const TCP_RESET_FLAGS: u16 = 5 << 12 | 0x04 | 0x10;
+/// ICMP destination unreachable and its codes.
+const ICMP_UNREACHABLE: u8 = 3;
+const CODE_PROTOCOL: u8 = 2;
+const CODE_PORT: u8 = 3;
+/// pinctrl quotes the offending datagram up to a 576-byte frame: 576 − 14 − 20 − 8.
+const MAX_QUOTE: u32 = 534;
+/// Bytes an ICMP error adds in front of the quoted datagram: IPv4 and ICMP headers.
+const ICMP_ERROR_ROOM: u32 = 28;
+/// The checksum is summed in chunks of this many bytes (a stack buffer; from_pod has no room
+/// for 64).
+const CHUNK: u32 = 32;
+
+/// Ethernet, IPv4 and a TCP header without options: the whole reset.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct TcpResetFrame {
+    eth: EthHeader,
+    ip: Ipv4Header,
+    source: u16,
+    destination: u16,
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    window: u16,
+    checksum: u16,
+    urgent: u16,
+}
+
+/// The start of the segment a reset answers: ports and sequence number.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct TcpStart {
+    source: u16,
+    destination: u16,
+    seq: u32,
+}
+
+/// Ethernet, IPv4 and ICMP headers of an ICMP error; the quoted datagram follows.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct IcmpErrorHead {
+    eth: EthHeader,
+    ip: Ipv4Header,
+    kind: u8,
+    code: u8,
+    checksum: u16,
+    unused: u32,
+}
+
+/// Answers `frame` (IPv4 without options, to a router address whose flags are `flags`, not an
+/// echo request the router answers) from the pod's veth `ifindex`: the verdict, or the drop
+/// reason when the router has no answer the kernel builds.
+#[inline(always)]
+pub fn answer(ctx: &TcContext, frame: &Ipv4Frame, flags: u32, ifindex: u32) -> Result<i32, u32> {
+    let fragment = u16::from_be(frame.ip.fragment);
+    // Later fragments: OVN's rejects match `!ip.later_frag`; a lower rule drops them.
+    if fragment & 0x1fff != 0 {
+        return Err(drop_reason::TO_ROUTER_UNHANDLED);
+    }
+    let protocol = frame.ip.protocol;
+    if protocol == IPPROTO_TCP && flags & ROUTER_ADDRESS_TCP_RESET != 0 {
+        return tcp_reset(ctx, frame, ifindex);
+    }
+    let code = if protocol == IPPROTO_UDP && flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 {
+        CODE_PORT
+    } else if protocol != IPPROTO_SCTP
+        // The first fragment of an ICMP message: OVN answers an echo request's with an echo
+        // reply, which the kernel does not build; dropped rather than answered differently.
+        && !(protocol == IPPROTO_ICMP && fragment & 0x2000 != 0)
+        && flags & ROUTER_ADDRESS_PROTOCOL_UNREACHABLE != 0
+    {
+        // The catch-all rule, for what no protocol rule covers (northd gives SCTP its own).
+        CODE_PROTOCOL
+    } else {
+        return Err(drop_reason::TO_ROUTER_UNHANDLED);
+    };
+    unreachable(ctx, frame, code, ifindex)
+}
+
+/// pinctrl's `tcp_reset`, routed back: RST|ACK from the router address to the sender's port,
+/// sequence 0, acknowledging the segment's sequence + 1, window 0; IPv4 ID 0, DF, TOS 0.
+#[inline(always)]
+fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u32> {
+    let Ok(segment) = ctx.load::<TcpStart>(ETH_HEADER_LEN + 20) else {
+        return Err(drop_reason::TO_ROUTER_UNHANDLED);
+    };
+    let length = core::mem::size_of::<TcpResetFrame>() as u32;
+    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+    if unsafe { bpf_skb_change_tail(ctx.skb.skb, length, 0) } != 0 {
+        return Err(drop_reason::ROUTER_REPLY_FAILED);
+    }
+    let ip = reply_ip(frame, 40, TCP_RESET_TTL, IPPROTO_TCP);
+    let ack = u32::from_be(segment.seq).wrapping_add(1);
+    // Pseudo-header (addresses, protocol, TCP length) and the header's 16-bit words.
+    let words = [
+        u32::from_be(ip.source) >> 16,
+        u32::from_be(ip.source) & 0xffff,
+        u32::from_be(ip.destination) >> 16,
+        u32::from_be(ip.destination) & 0xffff,
+        u32::from(IPPROTO_TCP),
+        20,
+        u32::from(u16::from_be(segment.destination)),
+        u32::from(u16::from_be(segment.source)),
+        ack >> 16,
+        ack & 0xffff,
+        u32::from(TCP_RESET_FLAGS),
+    ];
+    let mut sum: u32 = words.iter().sum();
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    let reply = TcpResetFrame {
+        eth: reply_eth(frame),
+        ip,
+        source: segment.destination,
+        destination: segment.source,
+        seq: 0,
+        ack: ack.to_be(),
+        flags: TCP_RESET_FLAGS.to_be(),
+        window: 0,
+        checksum: (!(sum as u16)).to_be(),
+        urgent: 0,
+    };
+    ctx.store(0, &reply, 0)
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::TCP_RESET);
+    count_delivered(ifindex, ctx.len());
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
+    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+}
+
+/// pinctrl's `icmp4` destination unreachable with `code`, routed back: IPv4 ID 0, DF, TOS 0,
+/// quoting the datagram from its IPv4 header on, up to a 576-byte frame. A UDP checksum the
+/// pod's stack left to offload (only the pseudo-header seed in place) is completed in the quote,
+/// as OVN's kernel datapath completes it before ovn-controller sees the packet; for datagrams
+/// longer than the quote it stays the seed (a known deviation).
+#[inline(always)]
+fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Result<i32, u32> {
+    // The caller checked 20 ≤ total length ≤ frame length.
+    let total = u32::from(u16::from_be(frame.ip.total_len));
+    let quoted = if total > MAX_QUOTE { MAX_QUOTE } else { total };
+    // A whole UDP datagram whose checksum field holds the offload seed: (seed, pseudo-header).
+    let mut offloaded = None;
+    if frame.ip.protocol == IPPROTO_UDP
+        && total == quoted
+        && total >= 28
+        && let Ok(udp) = ctx.load::<UdpHeader>(ETH_HEADER_LEN + 20)
+    {
+        let pseudo = ones_fold(
+            (u32::from_be(frame.ip.source) >> 16)
+                + (u32::from_be(frame.ip.source) & 0xffff)
+                + (u32::from_be(frame.ip.destination) >> 16)
+                + (u32::from_be(frame.ip.destination) & 0xffff)
+                + u32::from(IPPROTO_UDP)
+                + u32::from(u16::from_be(udp.len)),
+        );
+        let field = u16::from_be(udp.checksum);
+        if field != 0 && field == pseudo {
+            offloaded = Some((field, pseudo));
+        }
+    }
+    // Cut to the quoted part (dropping any Ethernet padding), then open room for the new IPv4
+    // and ICMP headers between the Ethernet header and the quoted datagram.
+    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+    if unsafe { bpf_skb_change_tail(ctx.skb.skb, ETH_HEADER_LEN as u32 + quoted, 0) } != 0
+        || ctx
+            .adjust_room(ICMP_ERROR_ROOM as i32, BPF_ADJ_ROOM_MAC, 0)
+            .is_err()
+    {
+        return Err(drop_reason::ROUTER_REPLY_FAILED);
+    }
+    let head = IcmpErrorHead {
+        eth: reply_eth(frame),
+        ip: reply_ip(
+            frame,
+            (ICMP_ERROR_ROOM + quoted) as u16,
+            UNREACHABLE_TTL,
+            IPPROTO_ICMP,
+        ),
+        kind: ICMP_UNREACHABLE,
+        code,
+        checksum: 0,
+        unused: 0,
+    };
+    ctx.store(0, &head, 0)
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    let icmp_offset = ETH_HEADER_LEN as u32 + 20;
+    // The message's sum (checksum field 0), in network order.
+    let mut sum = region_sum(ctx, icmp_offset, 8 + quoted)?;
+    if let Some((seed, pseudo)) = offloaded {
+        // The datagram's own sum: the message's minus the ICMP header's and the quoted IPv4
+        // header's (all its words, checksum included).
+        let ip_words = ones_add(
+            !ipv4_header_checksum(&frame.ip),
+            u16::from_be(frame.ip.checksum),
+        );
+        let icmp_word = u16::from(ICMP_UNREACHABLE) << 8 | u16::from(code);
+        let datagram = ones_add(ones_add(sum, !icmp_word), !ip_words);
+        // Not already a valid checksum: complete it as the kernel's checksum help does.
+        if ones_add(datagram, pseudo) != 0xffff {
+            let complete = match !datagram {
+                0 => 0xffff,
+                value => value,
+            };
+            ctx.store(icmp_offset as usize + 8 + 20 + 6, &complete.to_be(), 0)
+                .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+            sum = ones_add(ones_add(sum, !seed), complete);
+        }
+    }
+    ctx.store(icmp_offset as usize + 2, &(!sum).to_be(), 0)
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(if code == CODE_PORT {
+        router_reply::PORT_UNREACHABLE
+    } else {
+        router_reply::PROTOCOL_UNREACHABLE
+    });
+    count_delivered(ifindex, ctx.len());
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
+    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+}
+
+/// One's complement sum of two 16-bit values.
+#[inline(always)]
+fn ones_add(a: u16, b: u16) -> u16 {
+    ones_fold(u32::from(a) + u32::from(b))
+}
+
+/// A 32-bit sum of 16-bit words folded to 16 bits (one's complement).
+#[inline(always)]
+fn ones_fold(mut sum: u32) -> u16 {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum as u16
+}
+
+/// The one's complement sum of the `length` bytes at `offset` (at most 8 + `MAX_QUOTE`), as a
+/// network-order value.
+#[inline(always)]
+fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> {
+    let mut buffer = [0_u64; (CHUNK / 8) as usize];
+    let whole = length & !(CHUNK - 1);
+    let rest = length & (CHUNK - 1);
+    let mut sum: u32 = 0;
+    // The part after the whole chunks first, zero-padded: nothing but `sum` is left for the
+    // code after the loop, whatever chunk it exits at (the verifier prunes those states).
+    if rest > 0 {
+        // Volatile, so that it stays plain stores rather than a byte-wise memset call.
+        for word in buffer.iter_mut() {
+            // SAFETY: `word` is a valid, aligned element of the buffer.
+            unsafe { core::ptr::write_volatile(word, 0) };
+        }
+        sum = chunk_sum(ctx, offset + whole, &mut buffer, rest, sum)?;
+    }
+    let mut done: u32 = 0;
+    for _ in 0..(8 + MAX_QUOTE) / CHUNK {
+        if done >= whole {
+            break;
+        }
+        sum = chunk_sum(ctx, offset + done, &mut buffer, CHUNK, sum)?;
+        done += CHUNK;
+    }
+    // Summed in memory order (little-endian words): swapped, the same sum in network order.
+    Ok(u16::from_be(ones_fold(sum)))
+}
+
+/// Loads `length` (1..=`CHUNK`) bytes at `offset` into `buffer` and adds the whole buffer to
+/// `seed` (its zero tail adds nothing).
+#[inline(always)]
+fn chunk_sum(
+    ctx: &TcContext,
+    offset: u32,
+    buffer: &mut [u64; (CHUNK / 8) as usize],
+    length: u32,
+    seed: u32,
+) -> Result<u32, u32> {
+    // SAFETY: the helpers take the skb pointer, a stack buffer of CHUNK bytes and lengths
+    // within it.
+    unsafe {
+        if bpf_skb_load_bytes(
+            ctx.skb.skb.cast(),
+            offset,
+            buffer.as_mut_ptr().cast(),
+            length,
+        ) != 0
+        {
+            return Err(drop_reason::ROUTER_REPLY_FAILED);
+        }
+        let sum = bpf_csum_diff(
+            core::ptr::null_mut(),
+            0,
+            buffer.as_mut_ptr().cast(),
+            CHUNK,
+            seed,
+        );
+        if sum < 0 {
+            return Err(drop_reason::ROUTER_REPLY_FAILED);
+        }
+        Ok(sum as u32)
+    }
+}
+
+/// Back to the sender: from the router port's MAC it addressed (the route back leaves there)
+/// to the sender's MAC (its neighbour entry).
+#[inline(always)]
+fn reply_eth(frame: &Ipv4Frame) -> EthHeader {
+    EthHeader {
+        destination: frame.eth.source,
+        source: frame.eth.destination,
+        ether_type: frame.eth.ether_type,
+    }
+}
+
+/// An IPv4 header as pinctrl composes it (ID 0, DF, TOS 0), from the router address to the
+/// sender, with `ttl` after routing.
+#[inline(always)]
+fn reply_ip(frame: &Ipv4Frame, total_len: u16, ttl: u8, protocol: u8) -> Ipv4Header {
+    let mut ip = Ipv4Header {
+        version_ihl: 0x45,
+        tos: 0,
+        total_len: total_len.to_be(),
+        id: 0,
+        fragment: DONT_FRAGMENT.to_be(),
+        ttl,
+        protocol,
+        checksum: 0,
+        source: frame.ip.destination,
+        destination: frame.ip.source,
+    };
+    ip.checksum = ipv4_header_checksum(&ip).to_be();
+    ip
+}
