@@ -113,6 +113,25 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         // A policy that drops one destination across the peering.
         .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None);
     topology.apply(lab).unwrap();
+    // The routers carry Kube-OVN's options, learning from ARP requests both ways: on where the
+    // VPC is peered (vpc-a, vpc-c) or has a U2O subnet (ovn-cluster), off elsewhere (vpc-b).
+    for (vpc, learn) in [
+        ("ovn-cluster", "true"),
+        ("vpc-a", "true"),
+        ("vpc-b", "false"),
+        ("vpc-c", "true"),
+    ] {
+        let option = |key: &str| {
+            lab.nbctl(&["get", "logical_router", vpc, &format!("options:{key}")])
+                .unwrap()
+                .trim()
+                .trim_matches('"')
+                .to_string()
+        };
+        assert_eq!(option("always_learn_from_arp_request"), learn, "{vpc}");
+        assert_eq!(option("dynamic_neigh_routers"), "true", "{vpc}");
+        assert_eq!(option("mac_binding_age_threshold"), "300", "{vpc}");
+    }
     // One pod with port security, as Kube-OVN sets it for pods with `port_security: true`.
     let secured = &pods
         .iter()

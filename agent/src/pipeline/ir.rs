@@ -72,6 +72,14 @@ pub enum IrEntry {
         stage: String,
         reason: String,
     },
+    /// A flow of this datapath (in `stage`) also asks for a duty beside forwarding that the
+    /// datapath does not perform, e.g. learning MAC_Bindings. Its forwarding is compiled, so a
+    /// backend forwards the datapath as usual and only reports this.
+    SideDutyNotDone {
+        datapath: u32,
+        stage: String,
+        duty: String,
+    },
     /// A user's ACL (a Northbound ACL row, named by the first 8 hex digits of its UUID as
     /// northd's `stage-hint`) has flows on this switch that the datapath does not enforce.
     UnenforcedAcl { datapath: u32, acl: String },
@@ -367,6 +375,7 @@ impl IrEntry {
         match self {
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
+            | IrEntry::SideDutyNotDone { datapath, .. }
             | IrEntry::UnenforcedAcl { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }

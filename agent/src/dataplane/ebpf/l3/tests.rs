@@ -349,3 +349,44 @@ fn a_routers_own_addresses_are_known_with_their_ping_answers() {
     state.flush(&mut maps).unwrap();
     assert!(maps.addresses.is_empty());
 }
+
+/// The compiler decides what kind a gap is; the backend obeys: a side duty the datapath does
+/// not do (MAC learning in the neighbour stages) leaves the router forwarded, a neighbour flow
+/// that cannot be forwarded correctly keeps it out.
+#[test]
+fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
+    let mut state = L3State::default();
+    let mut entries = vpc();
+    for stage in ["lr_in_lookup_neighbor", "lr_in_learn_neighbor"] {
+        entries.push(IrEntry::SideDutyNotDone {
+            datapath: ROUTER,
+            stage: stage.into(),
+            duty: crate::pipeline::classify::MAC_LEARNING_NOT_DONE.into(),
+        });
+    }
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(
+        maps.routers.contains_key(&ROUTER),
+        "{:?}",
+        state.blocked(ROUTER)
+    );
+    assert!(state.blocked(ROUTER).is_empty());
+
+    let unsupported = IrEntry::Unsupported {
+        datapath: ROUTER,
+        stage: "lr_in_learn_neighbor".into(),
+        reason: "neighbour learning variant".into(),
+    };
+    state.apply(&diff(vec![unsupported.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.routers.contains_key(&ROUTER));
+    assert_eq!(state.blocked(ROUTER).len(), 1);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![unsupported],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.routers.contains_key(&ROUTER));
+}
