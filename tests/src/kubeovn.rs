@@ -94,7 +94,7 @@ pub struct Topology {
     commands: Vec<Vec<String>>,
     /// VPCs created by [`Self::vpc`] in this topology.
     created_vpcs: BTreeSet<String>,
-    /// VPCs peered in this topology.
+    /// VPCs peered, or given external access, in this topology.
     peered_vpcs: BTreeSet<String>,
     /// Subnet → VPC, for the subnets linked to a router in this topology.
     subnet_vpcs: BTreeMap<String, String>,
@@ -114,11 +114,18 @@ impl Topology {
         self
     }
 
-    /// The default VPC `ovn-cluster` with `ovn-default` (10.16.0.0/16) and `join` (100.64.0.0/16).
+    /// The default VPC `ovn-cluster` with `ovn-default` (10.16.0.0/16) and `join` (100.64.0.0/16),
+    /// and what kube-ovn-controller writes on it: the static route `0.0.0.0/0` via the join
+    /// gateway and, per subnet, an `allow` policy for its CIDR (see [`Self::subnet`]).
+    ///
+    /// Note: ovnbpf's kernel datapath does not forward routers with policies yet, so the
+    /// default VPC's router is not forwarded by it (its switches are).
     pub fn default_vpc(&mut self) -> Result<&mut Self> {
         self.vpc(DEFAULT_VPC);
         self.subnet(DEFAULT_VPC, DEFAULT_SUBNET.0, DEFAULT_SUBNET.1)?;
-        self.subnet(DEFAULT_VPC, JOIN_SUBNET.0, JOIN_SUBNET.1)
+        self.subnet(DEFAULT_VPC, JOIN_SUBNET.0, JOIN_SUBNET.1)?;
+        let join_gateway = Cidr::parse(JOIN_SUBNET.1)?.host(1);
+        Ok(self.static_route(DEFAULT_VPC, "0.0.0.0/0", join_gateway))
     }
 
     /// A VPC: logical router `<vpc>` (its options are written by [`Self::take_args`]).
@@ -129,7 +136,7 @@ impl Topology {
     }
 
     /// Whether kube-ovn-controller turns `always_learn_from_arp_request` on for `vpc`: it has a
-    /// peering or a U2O subnet (external access is not modelled by this builder).
+    /// peering, external access or a U2O subnet.
     fn learns_from_arp_requests(&self, vpc: &str) -> bool {
         self.peered_vpcs.contains(vpc)
             || self
@@ -190,6 +197,8 @@ impl Topology {
     }
 
     /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
+    /// In the default VPC, Kube-OVN also keeps traffic to the subnet on its route: a priority
+    /// 31000 `allow` policy `ip4.dst == <cidr>` (`addCommonRoutesForSubnet`).
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
         self.plain_switch(subnet, cidr)?;
         let cidr = Cidr::parse(cidr)?;
@@ -211,7 +220,19 @@ impl Topology {
             .add(&["lsp-set-type", &switch_port, "router"])
             .add(&["lsp-set-addresses", &switch_port, "router"])
             .add(&["lsp-set-options", &switch_port, &router_port_option])
-            .add(&["set", "logical_switch_port", &switch_port, VENDOR]))
+            .add(&["set", "logical_switch_port", &switch_port, VENDOR])
+            .default_vpc_subnet_policy(vpc, cidr))
+    }
+
+    /// Kube-OVN's priority of the default VPC's per-subnet `allow` policies.
+    const SUBNET_ALLOW_PRIORITY: u16 = 31000;
+
+    fn default_vpc_subnet_policy(&mut self, vpc: &str, cidr: Cidr) -> &mut Self {
+        if vpc != DEFAULT_VPC {
+            return self;
+        }
+        let match_ = format!("ip4.dst == {cidr}");
+        self.policy(vpc, Self::SUBNET_ALLOW_PRIORITY, &match_, "allow", None)
     }
 
     /// A pod: LSP `<pod>.<namespace>` on `subnet` with addresses "MAC IP".
@@ -335,6 +356,21 @@ impl Topology {
             b_ip,
             &b_peer,
         ])
+    }
+
+    /// External access for `vpc`, as Kube-OVN's OVN-native EIP/SNAT gives it: router port
+    /// `port` with address `network` (e.g. 172.20.0.1/24), bound to gateway chassis `chassis`.
+    /// The VPC then learns from ARP requests.
+    pub fn gateway_port(
+        &mut self,
+        vpc: &str,
+        port: &str,
+        network: &str,
+        chassis: &str,
+    ) -> &mut Self {
+        self.peered_vpcs.insert(vpc.to_string());
+        self.add(&["--may-exist", "lrp-add", vpc, port, &mac_for(port), network])
+            .add(&["lrp-set-gateway-chassis", port, chassis, "10"])
     }
 
     /// Applies everything as one NB transaction and waits until northd has updated the SB.
@@ -620,5 +656,46 @@ mod tests {
             topology.take_args().len() == 1,
             "nothing left after take_args"
         );
+    }
+
+    #[test]
+    fn the_default_vpc_gets_kube_ovns_route_and_subnet_policies() {
+        let mut topology = Topology::new();
+        topology.default_vpc().unwrap();
+        topology
+            .subnet(DEFAULT_VPC, "underlay", "192.168.100.0/24")
+            .unwrap();
+        topology
+            .vpc_with_subnet("vpc-a", "a", "10.0.1.0/24")
+            .unwrap();
+        let args = topology.take_args();
+        let commands: Vec<&[String]> = args.split(|word| word == "--").collect();
+        let has = |expected: &[&str]| commands.iter().any(|command| *command == expected);
+        assert!(has(&[
+            "--may-exist",
+            "lr-route-add",
+            DEFAULT_VPC,
+            "0.0.0.0/0",
+            "100.64.0.1"
+        ]));
+        for cidr in ["10.16.0.0/16", "100.64.0.0/16", "192.168.100.0/24"] {
+            let match_ = format!("ip4.dst == {cidr}");
+            assert!(
+                has(&[
+                    "--may-exist",
+                    "lr-policy-add",
+                    DEFAULT_VPC,
+                    "31000",
+                    &match_,
+                    "allow"
+                ]),
+                "{cidr}: {commands:?}"
+            );
+        }
+        // Custom VPCs get no such policies.
+        assert!(!commands.iter().any(
+            |command| command.get(1).is_some_and(|w| w == "lr-policy-add")
+                && command.get(2).is_some_and(|w| w == "vpc-a")
+        ));
     }
 }

@@ -7,7 +7,8 @@
 //! (10.0.1.0/24) and is not peered; vpc-c peered with vpc-a (static routes both ways); a static
 //! route in vpc-a whose next hop is a pod (a pod acting as a router); an underlay subnet in the
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
-//! (allow, reroute to a node over the join switch, drop).
+//! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the
+//! join gateway. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
@@ -93,16 +94,10 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .static_route("vpc-a", "10.2.1.0/24", Ipv4Addr::new(10, 255, 0, 2))
         .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 255, 0, 1))
         .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12))
-        // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes; a pod's
-        // other traffic is rerouted to its node over the join switch.
+        // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes (the
+        // builder's per-subnet allow policies); a pod's other traffic is rerouted to its node
+        // over the join switch.
         .node_port("node1", NODE1_MAC, NODE1_IP)
-        .policy(
-            "ovn-cluster",
-            31000,
-            "ip4.dst == 10.16.0.0/16",
-            "allow",
-            None,
-        )
         .policy(
             "ovn-cluster",
             29000,
