@@ -4,10 +4,15 @@
 //!
 //! - VPC → `Logical_Router` `<vpc>` with Kube-OVN's router options (`mac_binding_age_threshold=300`,
 //!   `dynamic_neigh_routers=true`, `always_learn_from_arp_request=false` unless the VPC has a
-//!   peering or a U2O subnet, then `true`); subnet → `Logical_Switch` `<subnet>` with
-//!   `other_config:subnet`, linked by LRP `<vpc>-<subnet>` (gateway = first address) and LSP
-//!   `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`);
+//!   peering, external access or a U2O subnet, then `true`); subnet → `Logical_Switch` `<subnet>`
+//!   with only `external_ids:vendor` (Kube-OVN's `CreateBareLogicalSwitch`: no `other_config`
+//!   unless multicast snooping is asked for), linked by LRP `<vpc>-<subnet>` (gateway = first
+//!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`);
+//!   in the default VPC a 31000 `allow` policy per subnet and the route `0.0.0.0/0` via the
+//!   join gateway;
 //! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
+//! - underlay → LSP `localnet.<subnet>` (localnet, `network_name`, `tag`,
+//!   `external_ids:ipv4_network`);
 //! - node → LSP `node-<node>` on `join`;
 //! - static route → `lr-route-add`; peering → LRPs `<a>-<b>` / `<b>-<a>` with `peer`.
 
@@ -100,6 +105,8 @@ pub struct Topology {
     subnet_vpcs: BTreeMap<String, String>,
     /// Switches given a localnet port in this topology.
     underlay_switches: BTreeSet<String>,
+    /// Switch → CIDR, for the switches created in this topology.
+    switch_cidrs: BTreeMap<String, Cidr>,
 }
 
 impl Topology {
@@ -183,16 +190,16 @@ impl Topology {
     }
 
     /// A switch `<subnet>` on no router: an underlay subnet without a logical gateway, whose
-    /// gateway is on the physical network (give it a [`Self::localnet`] port).
+    /// gateway is on the physical network (give it a [`Self::localnet`] port). Like Kube-OVN,
+    /// the switch itself carries only the vendor; its CIDR goes on its localnet port.
     pub fn plain_switch(&mut self, subnet: &str, cidr: &str) -> Result<&mut Self> {
         let cidr = Cidr::parse(cidr)?;
-        let subnet_option = format!("other_config:subnet={cidr}");
+        self.switch_cidrs.insert(subnet.to_string(), cidr);
         Ok(self.add(&["--may-exist", "ls-add", subnet]).add(&[
             "set",
             "logical_switch",
             subnet,
             VENDOR,
-            &subnet_option,
         ]))
     }
 
@@ -264,9 +271,20 @@ impl Topology {
 
     /// An underlay subnet's uplink, as Kube-OVN creates it: LSP `localnet.<subnet>` of type
     /// localnet with addresses "unknown", bound to the provider network `provider`, tagged with
-    /// `vlan` (0 = untagged).
+    /// `vlan` (0 = untagged), with the subnet's CIDR as `external_ids:ipv4_network` (when the
+    /// switch was created by this topology).
     pub fn localnet(&mut self, subnet: &str, provider: &str, vlan: u16) -> &mut Self {
         self.underlay_switches.insert(subnet.to_string());
+        if let Some(cidr) = self.switch_cidrs.get(subnet) {
+            let network = format!("external_ids:ipv4_network={cidr}");
+            let port = format!("localnet.{subnet}");
+            self.add(&["--may-exist", "lsp-add", subnet, &port]).add(&[
+                "set",
+                "logical_switch_port",
+                &port,
+                &network,
+            ]);
+        }
         let port = format!("localnet.{subnet}");
         let network = format!("network_name={provider}");
         self.add(&["--may-exist", "lsp-add", subnet, &port])
@@ -389,6 +407,7 @@ impl Topology {
         self.peered_vpcs.clear();
         self.subnet_vpcs.clear();
         self.underlay_switches.clear();
+        self.switch_cidrs.clear();
         let mut args = vec!["--wait=sb".to_string()];
         for command in self.commands.drain(..) {
             args.push("--".to_string());
