@@ -387,6 +387,39 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 }
             }
         }
+        // What the router's neighbour stages learn from (lookup_arp / put_arp, lookup_nd /
+        // put_nd; the learning itself is ovn-controller's): an ARP reply to the gateway, a
+        // gratuitous ARP, and an unsolicited neighbour advertisement.
+        add(
+            "answers its gateway's ARP",
+            Packet {
+                eth_src: pod.mac,
+                eth_dst: router_mac,
+                l3: L3::Arp {
+                    op: 2,
+                    sha: pod.mac,
+                    spa: pod.ip,
+                    tha: router_mac,
+                    tpa: gateway_ip,
+                },
+            },
+        );
+        add("sends a gratuitous ARP", arp_request(pod, pod.ip));
+        add(
+            "advertises its link-local address",
+            ipv6(
+                pod,
+                ipv6_multicast_mac("ff02::1".parse().unwrap()),
+                "ff02::1".parse().unwrap(),
+                255,
+                L4::Nd {
+                    kind: 136,
+                    target: link_local(pod.mac),
+                    sll: [0; 6],
+                    tll: pod.mac,
+                },
+            ),
+        );
         let spoofed_mac = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
         let mut spoofed_ip = arp_request(pod, gateway_ip);
         if let L3::Arp { spa, .. } = &mut spoofed_ip.l3 {
