@@ -185,6 +185,13 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             report.unenforced_acls as u64,
         ),
         (
+            "ovnbpf_side_duty_datapaths",
+            "gauge",
+            "Datapaths whose flows ask for a side duty the datapath does not do (MAC learning); \
+             they are forwarded.",
+            report.side_duty_datapaths as u64,
+        ),
+        (
             "ovnbpf_pod_filters_restored_total",
             "counter",
             "Pod veths whose removed from_pod filter the agent attached again.",
@@ -387,6 +394,7 @@ mod tests {
             ready: true,
             local_ports: 3,
             unenforced_acl_switches: 1,
+            side_duty_datapaths: 2,
             drops: vec![("port_security", 4)],
             interfaces: vec![(
                 "web_h".into(),
@@ -411,6 +419,7 @@ mod tests {
             "ovnbpf_southbound_disconnects_total 0",
             "ovnbpf_local_ports 3",
             "ovnbpf_acl_unenforced_switches 1",
+            "ovnbpf_side_duty_datapaths 2",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
