@@ -272,8 +272,10 @@ pub enum IrEntry {
     Punt { datapath: u32, reason: String },
     /// The router drops frames not admitted by any router port.
     RouterAdmissionDrop { datapath: u32 },
-    /// ARP from `port` (if any) whose sender is in `subnet` (if any) teaches the router a
-    /// neighbour (MAC_Binding, written by the slow path); other traffic skips learning.
+    /// The neighbour lookup/learning stages for ARP/ND from `port` (if any) whose sender is in
+    /// `subnet` (if any): every packet goes on to the next stage. In OVN they also teach the
+    /// router the sender (MAC_Binding, written by ovn-controller); ovnbpf does not learn, which
+    /// the compiler reports as [`IrEntry::SideDutyNotDone`].
     NeighbourLearning {
         datapath: u32,
         port: Option<String>,
