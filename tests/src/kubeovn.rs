@@ -7,9 +7,9 @@
 //!   peering, external access or a U2O subnet, then `true`); subnet → `Logical_Switch` `<subnet>`
 //!   with only `external_ids:vendor` (Kube-OVN's `CreateBareLogicalSwitch`: no `other_config`
 //!   unless multicast snooping is asked for), linked by LRP `<vpc>-<subnet>` (gateway = first
-//!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`);
-//!   in the default VPC a 31000 `allow` policy per subnet and the route `0.0.0.0/0` via the
-//!   join gateway;
+//!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`),
+//!   and a 31000 `allow` policy `ip4.dst == <cidr>` on the router; the default VPC also has the
+//!   route `0.0.0.0/0` via the join gateway;
 //! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
 //! - underlay → LSP `localnet.<subnet>` (localnet, `network_name`, `tag`,
 //!   `external_ids:ipv4_network`);
@@ -123,10 +123,8 @@ impl Topology {
 
     /// The default VPC `ovn-cluster` with `ovn-default` (10.16.0.0/16) and `join` (100.64.0.0/16),
     /// and what kube-ovn-controller writes on it: the static route `0.0.0.0/0` via the join
-    /// gateway and, per subnet, an `allow` policy for its CIDR (see [`Self::subnet`]).
-    ///
-    /// Note: ovnbpf's kernel datapath does not forward routers with policies yet, so the
-    /// default VPC's router is not forwarded by it (its switches are).
+    /// gateway and, per subnet, an `allow` policy for its CIDR (see [`Self::subnet`]). Nodes'
+    /// reroute policies (distributed gateways) are not written here.
     pub fn default_vpc(&mut self) -> Result<&mut Self> {
         self.vpc(DEFAULT_VPC);
         self.subnet(DEFAULT_VPC, DEFAULT_SUBNET.0, DEFAULT_SUBNET.1)?;
@@ -204,8 +202,9 @@ impl Topology {
     }
 
     /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
-    /// In the default VPC, Kube-OVN also keeps traffic to the subnet on its route: a priority
-    /// 31000 `allow` policy `ip4.dst == <cidr>` (`addCommonRoutesForSubnet`).
+    /// Kube-OVN also keeps traffic to the subnet on its route, in the default VPC and in custom
+    /// ones alike: a priority 31000 `allow` policy `ip4.dst == <cidr>` (`addCommonRoutesForSubnet`,
+    /// from `reconcileOvnDefaultVpcRoute` and `reconcileCustomVpcStaticRoute`).
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
         self.plain_switch(subnet, cidr)?;
         let cidr = Cidr::parse(cidr)?;
@@ -228,16 +227,13 @@ impl Topology {
             .add(&["lsp-set-addresses", &switch_port, "router"])
             .add(&["lsp-set-options", &switch_port, &router_port_option])
             .add(&["set", "logical_switch_port", &switch_port, VENDOR])
-            .default_vpc_subnet_policy(vpc, cidr))
+            .subnet_policy(vpc, cidr))
     }
 
-    /// Kube-OVN's priority of the default VPC's per-subnet `allow` policies.
+    /// Kube-OVN's priority of the per-subnet `allow` policies (`SubnetRouterPolicyPriority`).
     const SUBNET_ALLOW_PRIORITY: u16 = 31000;
 
-    fn default_vpc_subnet_policy(&mut self, vpc: &str, cidr: Cidr) -> &mut Self {
-        if vpc != DEFAULT_VPC {
-            return self;
-        }
+    fn subnet_policy(&mut self, vpc: &str, cidr: Cidr) -> &mut Self {
         let match_ = format!("ip4.dst == {cidr}");
         self.policy(vpc, Self::SUBNET_ALLOW_PRIORITY, &match_, "allow", None)
     }
@@ -678,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn the_default_vpc_gets_kube_ovns_route_and_subnet_policies() {
+    fn vpcs_get_kube_ovns_subnet_policies_and_the_default_vpc_its_route() {
         let mut topology = Topology::new();
         topology.default_vpc().unwrap();
         topology
@@ -711,9 +707,17 @@ mod tests {
                 "{cidr}: {commands:?}"
             );
         }
-        // Custom VPCs get no such policies.
+        // Custom VPCs get the subnet policies, not the default route.
+        assert!(has(&[
+            "--may-exist",
+            "lr-policy-add",
+            "vpc-a",
+            "31000",
+            "ip4.dst == 10.0.1.0/24",
+            "allow"
+        ]));
         assert!(!commands.iter().any(
-            |command| command.get(1).is_some_and(|w| w == "lr-policy-add")
+            |command| command.get(1).is_some_and(|w| w == "lr-route-add")
                 && command.get(2).is_some_and(|w| w == "vpc-a")
         ));
     }
