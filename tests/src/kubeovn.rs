@@ -99,8 +99,8 @@ pub struct Topology {
     commands: Vec<Vec<String>>,
     /// VPCs created by [`Self::vpc`] in this topology.
     created_vpcs: BTreeSet<String>,
-    /// VPCs peered, or given external access, in this topology.
-    peered_vpcs: BTreeSet<String>,
+    /// VPCs peered or given external access in this topology (they learn from ARP requests).
+    learning_vpcs: BTreeSet<String>,
     /// Subnet → VPC, for the subnets linked to a router in this topology.
     subnet_vpcs: BTreeMap<String, String>,
     /// Switches given a localnet port in this topology.
@@ -143,7 +143,7 @@ impl Topology {
     /// Whether kube-ovn-controller turns `always_learn_from_arp_request` on for `vpc`: it has a
     /// peering, external access or a U2O subnet.
     fn learns_from_arp_requests(&self, vpc: &str) -> bool {
-        self.peered_vpcs.contains(vpc)
+        self.learning_vpcs.contains(vpc)
             || self
                 .subnet_vpcs
                 .iter()
@@ -156,7 +156,7 @@ impl Topology {
         let touched: BTreeSet<&String> =
             self.created_vpcs
                 .iter()
-                .chain(&self.peered_vpcs)
+                .chain(&self.learning_vpcs)
                 .chain(self.subnet_vpcs.iter().filter_map(|(subnet, vpc)| {
                     self.underlay_switches.contains(subnet).then_some(vpc)
                 }))
@@ -346,8 +346,8 @@ impl Topology {
     /// each the other's peer. Like Kube-OVN, routes over the peering are separate static routes,
     /// and both routers learn from ARP requests (`always_learn_from_arp_request=true`).
     pub fn peering(&mut self, a: &str, a_ip: &str, b: &str, b_ip: &str) -> &mut Self {
-        self.peered_vpcs.insert(a.to_string());
-        self.peered_vpcs.insert(b.to_string());
+        self.learning_vpcs.insert(a.to_string());
+        self.learning_vpcs.insert(b.to_string());
         let a_port = format!("{a}-{b}");
         let b_port = format!("{b}-{a}");
         let a_peer = format!("peer={b_port}");
@@ -382,7 +382,7 @@ impl Topology {
         network: &str,
         chassis: &str,
     ) -> &mut Self {
-        self.peered_vpcs.insert(vpc.to_string());
+        self.learning_vpcs.insert(vpc.to_string());
         self.add(&["--may-exist", "lrp-add", vpc, port, &mac_for(port), network])
             .add(&["lrp-set-gateway-chassis", port, chassis, "10"])
     }
@@ -400,7 +400,7 @@ impl Topology {
         let options = self.router_option_commands();
         self.commands.extend(options);
         self.created_vpcs.clear();
-        self.peered_vpcs.clear();
+        self.learning_vpcs.clear();
         self.subnet_vpcs.clear();
         self.underlay_switches.clear();
         self.switch_cidrs.clear();
