@@ -189,6 +189,13 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             report.unenforced_acls as u64,
         ),
         (
+            "ovnbpf_side_duty_datapaths",
+            "gauge",
+            "Datapaths whose flows ask for a side duty the datapath does not do (MAC learning); \
+             they are forwarded.",
+            report.side_duty_datapaths as u64,
+        ),
+        (
             "ovnbpf_pod_filters_restored_total",
             "counter",
             "Pod veths whose removed from_pod filter the agent attached again.",
@@ -428,6 +435,7 @@ mod tests {
             ready: true,
             local_ports: 3,
             unenforced_acl_switches: 1,
+            side_duty_datapaths: 2,
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
             interfaces: vec![(
@@ -453,6 +461,7 @@ mod tests {
             "ovnbpf_southbound_disconnects_total 0",
             "ovnbpf_local_ports 3",
             "ovnbpf_acl_unenforced_switches 1",
+            "ovnbpf_side_duty_datapaths 2",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
             r#"ovnbpf_datapath_router_replies_total{kind="tcp_reset"} 2"#,

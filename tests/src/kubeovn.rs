@@ -2,14 +2,24 @@
 //! controller writes (see ../shared/reference/kube-ovn.md), and read-back of what northd made of
 //! them in the Southbound DB. Tunnel keys are always read back, never assumed.
 //!
-//! - VPC → `Logical_Router` `<vpc>`; subnet → `Logical_Switch` `<subnet>` with
-//!   `other_config:subnet`, linked by LRP `<vpc>-<subnet>` (gateway = first address) and LSP
-//!   `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`);
+//! - VPC → `Logical_Router` `<vpc>` with Kube-OVN's router options (`mac_binding_age_threshold=300`,
+//!   `dynamic_neigh_routers=true`, `always_learn_from_arp_request=false` unless the VPC has a
+//!   peering, external access or a U2O subnet, then `true`); subnet → `Logical_Switch` `<subnet>`
+//!   with only `external_ids:vendor` (Kube-OVN's `CreateBareLogicalSwitch`: no `other_config`
+//!   unless multicast snooping is asked for), linked by LRP `<vpc>-<subnet>` (gateway = first
+//!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`),
+//!   and a 31000 `allow` policy `ip4.dst == <cidr>` on the router; the default VPC also has the
+//!   route `0.0.0.0/0` via the join gateway;
 //! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
+//! - underlay → LSP `localnet.<subnet>` (localnet, `network_name`, `tag`,
+//!   `external_ids:ipv4_network`);
 //! - node → LSP `node-<node>` on `join`;
 //! - static route → `lr-route-add`; peering → LRPs `<a>-<b>` / `<b>-<a>` with `peer`.
 
-use std::net::Ipv4Addr;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
@@ -74,10 +84,29 @@ pub fn mac_for(name: &str) -> String {
     format!("0a:58:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3])
 }
 
+/// Kube-OVN's MAC_Binding age threshold on every VPC router, in seconds.
+pub const MAC_BINDING_AGE_THRESHOLD: u32 = 300;
+
 /// An NB change built up from Kube-OVN-style steps and applied as one `ovn-nbctl` transaction.
+///
+/// Router options follow kube-ovn-controller: every VPC created here gets
+/// `mac_binding_age_threshold=300` and `dynamic_neigh_routers=true`, and
+/// `always_learn_from_arp_request=false` unless the VPC has a peering or a U2O subnet (a subnet
+/// of the VPC with a localnet port) in this topology, which turns it to `true` (also on a VPC
+/// created by an earlier topology).
 #[derive(Debug, Default)]
 pub struct Topology {
     commands: Vec<Vec<String>>,
+    /// VPCs created by [`Self::vpc`] in this topology.
+    created_vpcs: BTreeSet<String>,
+    /// VPCs peered or given external access in this topology (they learn from ARP requests).
+    learning_vpcs: BTreeSet<String>,
+    /// Subnet → VPC, for the subnets linked to a router in this topology.
+    subnet_vpcs: BTreeMap<String, String>,
+    /// Switches given a localnet port in this topology.
+    underlay_switches: BTreeSet<String>,
+    /// Switch → CIDR, for the switches created in this topology.
+    switch_cidrs: BTreeMap<String, Cidr>,
 }
 
 impl Topology {
@@ -92,17 +121,65 @@ impl Topology {
         self
     }
 
-    /// The default VPC `ovn-cluster` with `ovn-default` (10.16.0.0/16) and `join` (100.64.0.0/16).
+    /// The default VPC `ovn-cluster` with `ovn-default` (10.16.0.0/16) and `join` (100.64.0.0/16),
+    /// and what kube-ovn-controller writes on it: the static route `0.0.0.0/0` via the join
+    /// gateway and, per subnet, an `allow` policy for its CIDR (see [`Self::subnet`]). Nodes'
+    /// reroute policies (distributed gateways) are not written here.
     pub fn default_vpc(&mut self) -> Result<&mut Self> {
         self.vpc(DEFAULT_VPC);
         self.subnet(DEFAULT_VPC, DEFAULT_SUBNET.0, DEFAULT_SUBNET.1)?;
-        self.subnet(DEFAULT_VPC, JOIN_SUBNET.0, JOIN_SUBNET.1)
+        self.subnet(DEFAULT_VPC, JOIN_SUBNET.0, JOIN_SUBNET.1)?;
+        let join_gateway = Cidr::parse(JOIN_SUBNET.1)?.host(1);
+        Ok(self.static_route(DEFAULT_VPC, "0.0.0.0/0", join_gateway))
     }
 
-    /// A VPC: logical router `<vpc>`.
+    /// A VPC: logical router `<vpc>` (its options are written by [`Self::take_args`]).
     pub fn vpc(&mut self, vpc: &str) -> &mut Self {
+        self.created_vpcs.insert(vpc.to_string());
         self.add(&["--may-exist", "lr-add", vpc])
             .add(&["set", "logical_router", vpc, VENDOR])
+    }
+
+    /// Whether kube-ovn-controller turns `always_learn_from_arp_request` on for `vpc`: it has a
+    /// peering, external access or a U2O subnet.
+    fn learns_from_arp_requests(&self, vpc: &str) -> bool {
+        self.learning_vpcs.contains(vpc)
+            || self
+                .subnet_vpcs
+                .iter()
+                .any(|(subnet, of)| of == vpc && self.underlay_switches.contains(subnet))
+    }
+
+    /// The `set logical_router` commands for the router options, as kube-ovn-controller's
+    /// `createVpcRouter` / `handleAddOrUpdateVpc` write them.
+    fn router_option_commands(&self) -> Vec<Vec<String>> {
+        let touched: BTreeSet<&String> =
+            self.created_vpcs
+                .iter()
+                .chain(&self.learning_vpcs)
+                .chain(self.subnet_vpcs.iter().filter_map(|(subnet, vpc)| {
+                    self.underlay_switches.contains(subnet).then_some(vpc)
+                }))
+                .collect();
+        touched
+            .into_iter()
+            .map(|vpc| {
+                let learn = self.learns_from_arp_requests(vpc);
+                let mut command = vec![
+                    "set".to_string(),
+                    "logical_router".to_string(),
+                    vpc.clone(),
+                    format!("options:always_learn_from_arp_request={learn}"),
+                ];
+                if self.created_vpcs.contains(vpc) {
+                    command.push(format!(
+                        "options:mac_binding_age_threshold={MAC_BINDING_AGE_THRESHOLD}"
+                    ));
+                    command.push("options:dynamic_neigh_routers=true".to_string());
+                }
+                command
+            })
+            .collect()
     }
 
     /// A VPC with one subnet (the common case in tests).
@@ -111,23 +188,27 @@ impl Topology {
     }
 
     /// A switch `<subnet>` on no router: an underlay subnet without a logical gateway, whose
-    /// gateway is on the physical network (give it a [`Self::localnet`] port).
+    /// gateway is on the physical network (give it a [`Self::localnet`] port). Like Kube-OVN,
+    /// the switch itself carries only the vendor; its CIDR goes on its localnet port.
     pub fn plain_switch(&mut self, subnet: &str, cidr: &str) -> Result<&mut Self> {
         let cidr = Cidr::parse(cidr)?;
-        let subnet_option = format!("other_config:subnet={cidr}");
+        self.switch_cidrs.insert(subnet.to_string(), cidr);
         Ok(self.add(&["--may-exist", "ls-add", subnet]).add(&[
             "set",
             "logical_switch",
             subnet,
             VENDOR,
-            &subnet_option,
         ]))
     }
 
     /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
+    /// Kube-OVN also keeps traffic to the subnet on its route, in the default VPC and in custom
+    /// ones alike: a priority 31000 `allow` policy `ip4.dst == <cidr>` (`addCommonRoutesForSubnet`,
+    /// from `reconcileOvnDefaultVpcRoute` and `reconcileCustomVpcStaticRoute`).
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
         self.plain_switch(subnet, cidr)?;
         let cidr = Cidr::parse(cidr)?;
+        self.subnet_vpcs.insert(subnet.to_string(), vpc.to_string());
         let router_port = format!("{vpc}-{subnet}");
         let switch_port = format!("{subnet}-{vpc}");
         let gateway = format!("{}/{}", cidr.host(1), cidr.len);
@@ -145,7 +226,16 @@ impl Topology {
             .add(&["lsp-set-type", &switch_port, "router"])
             .add(&["lsp-set-addresses", &switch_port, "router"])
             .add(&["lsp-set-options", &switch_port, &router_port_option])
-            .add(&["set", "logical_switch_port", &switch_port, VENDOR]))
+            .add(&["set", "logical_switch_port", &switch_port, VENDOR])
+            .subnet_policy(vpc, cidr))
+    }
+
+    /// Kube-OVN's priority of the per-subnet `allow` policies (`SubnetRouterPolicyPriority`).
+    const SUBNET_ALLOW_PRIORITY: u16 = 31000;
+
+    fn subnet_policy(&mut self, vpc: &str, cidr: Cidr) -> &mut Self {
+        let match_ = format!("ip4.dst == {cidr}");
+        self.policy(vpc, Self::SUBNET_ALLOW_PRIORITY, &match_, "allow", None)
     }
 
     /// A pod: LSP `<pod>.<namespace>` on `subnet` with addresses "MAC IP".
@@ -177,8 +267,20 @@ impl Topology {
 
     /// An underlay subnet's uplink, as Kube-OVN creates it: LSP `localnet.<subnet>` of type
     /// localnet with addresses "unknown", bound to the provider network `provider`, tagged with
-    /// `vlan` (0 = untagged).
+    /// `vlan` (0 = untagged), with the subnet's CIDR as `external_ids:ipv4_network` (when the
+    /// switch was created by this topology).
     pub fn localnet(&mut self, subnet: &str, provider: &str, vlan: u16) -> &mut Self {
+        self.underlay_switches.insert(subnet.to_string());
+        if let Some(cidr) = self.switch_cidrs.get(subnet) {
+            let network = format!("external_ids:ipv4_network={cidr}");
+            let port = format!("localnet.{subnet}");
+            self.add(&["--may-exist", "lsp-add", subnet, &port]).add(&[
+                "set",
+                "logical_switch_port",
+                &port,
+                &network,
+            ]);
+        }
         let port = format!("localnet.{subnet}");
         let network = format!("network_name={provider}");
         self.add(&["--may-exist", "lsp-add", subnet, &port])
@@ -241,8 +343,11 @@ impl Topology {
     }
 
     /// A VPC peering: router ports `<a>-<b>` (address `a_ip`, e.g. 10.0.255.1/30) and `<b>-<a>`,
-    /// each the other's peer. Like Kube-OVN, routes over the peering are separate static routes.
+    /// each the other's peer. Like Kube-OVN, routes over the peering are separate static routes,
+    /// and both routers learn from ARP requests (`always_learn_from_arp_request=true`).
     pub fn peering(&mut self, a: &str, a_ip: &str, b: &str, b_ip: &str) -> &mut Self {
+        self.learning_vpcs.insert(a.to_string());
+        self.learning_vpcs.insert(b.to_string());
         let a_port = format!("{a}-{b}");
         let b_port = format!("{b}-{a}");
         let a_peer = format!("peer={b_port}");
@@ -267,6 +372,21 @@ impl Topology {
         ])
     }
 
+    /// External access for `vpc`, as Kube-OVN's OVN-native EIP/SNAT gives it: router port
+    /// `port` with address `network` (e.g. 172.20.0.1/24), bound to gateway chassis `chassis`.
+    /// The VPC then learns from ARP requests.
+    pub fn gateway_port(
+        &mut self,
+        vpc: &str,
+        port: &str,
+        network: &str,
+        chassis: &str,
+    ) -> &mut Self {
+        self.learning_vpcs.insert(vpc.to_string());
+        self.add(&["--may-exist", "lrp-add", vpc, port, &mac_for(port), network])
+            .add(&["lrp-set-gateway-chassis", port, chassis, "10"])
+    }
+
     /// Applies everything as one NB transaction and waits until northd has updated the SB.
     pub fn apply(&mut self, lab: &OvnLab) -> Result<()> {
         lab.nbctl(&self.take_args())
@@ -277,6 +397,13 @@ impl Topology {
     /// The `ovn-nbctl` arguments of everything added so far (one `--wait=sb` transaction), for
     /// labs other than [`OvnLab`]; the topology is empty afterwards.
     pub fn take_args(&mut self) -> Vec<String> {
+        let options = self.router_option_commands();
+        self.commands.extend(options);
+        self.created_vpcs.clear();
+        self.learning_vpcs.clear();
+        self.subnet_vpcs.clear();
+        self.underlay_switches.clear();
+        self.switch_cidrs.clear();
         let mut args = vec!["--wait=sb".to_string()];
         for command in self.commands.drain(..) {
             args.push("--".to_string());
@@ -482,5 +609,116 @@ mod tests {
         assert_eq!(lookup(&pairs, "logical-router"), Some("1234"));
         assert_eq!(uuid(&serde_json::json!(["uuid", "abc"])).unwrap(), "abc");
         assert!(uuid(&serde_json::json!(["set", []])).is_err());
+    }
+
+    /// The `options:` words of the `set logical_router <vpc>` commands in `args`, per VPC.
+    fn router_options(args: &[String]) -> BTreeMap<String, Vec<String>> {
+        let mut options: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for command in args.split(|word| word == "--") {
+            if let [set, table, vpc, rest @ ..] = command
+                && set == "set"
+                && table == "logical_router"
+            {
+                options.entry(vpc.clone()).or_default().extend(
+                    rest.iter()
+                        .filter(|word| word.starts_with("options:"))
+                        .cloned(),
+                );
+            }
+        }
+        options
+    }
+
+    #[test]
+    fn routers_get_kube_ovns_options_and_learn_from_arp_requests_only_when_peered_or_u2o() {
+        let mut topology = Topology::new();
+        topology
+            .vpc_with_subnet("vpc-a", "a", "10.0.1.0/24")
+            .unwrap();
+        topology
+            .vpc_with_subnet("vpc-b", "b", "10.0.2.0/24")
+            .unwrap();
+        topology
+            .vpc_with_subnet("vpc-c", "c", "10.0.3.0/24")
+            .unwrap();
+        topology
+            .vpc_with_subnet("vpc-u", "u", "10.0.4.0/24")
+            .unwrap();
+        topology.localnet("u", "provider", 0);
+        topology.peering("vpc-a", "10.255.0.1/30", "vpc-b", "10.255.0.2/30");
+        let options = router_options(&topology.take_args());
+        let expected = |learn: bool| {
+            vec![
+                format!("options:always_learn_from_arp_request={learn}"),
+                "options:mac_binding_age_threshold=300".to_string(),
+                "options:dynamic_neigh_routers=true".to_string(),
+            ]
+        };
+        assert_eq!(options["vpc-a"], expected(true));
+        assert_eq!(options["vpc-b"], expected(true));
+        assert_eq!(options["vpc-c"], expected(false));
+        assert_eq!(options["vpc-u"], expected(true));
+
+        // A later peering of existing VPCs turns learning on for both, and only that.
+        topology.peering("vpc-c", "10.255.0.5/30", "vpc-d", "10.255.0.6/30");
+        let options = router_options(&topology.take_args());
+        assert_eq!(options.len(), 2, "{options:?}");
+        assert_eq!(
+            options["vpc-c"],
+            vec!["options:always_learn_from_arp_request=true".to_string()]
+        );
+        assert!(
+            topology.take_args().len() == 1,
+            "nothing left after take_args"
+        );
+    }
+
+    #[test]
+    fn vpcs_get_kube_ovns_subnet_policies_and_the_default_vpc_its_route() {
+        let mut topology = Topology::new();
+        topology.default_vpc().unwrap();
+        topology
+            .subnet(DEFAULT_VPC, "underlay", "192.168.100.0/24")
+            .unwrap();
+        topology
+            .vpc_with_subnet("vpc-a", "a", "10.0.1.0/24")
+            .unwrap();
+        let args = topology.take_args();
+        let commands: Vec<&[String]> = args.split(|word| word == "--").collect();
+        let has = |expected: &[&str]| commands.iter().any(|command| *command == expected);
+        assert!(has(&[
+            "--may-exist",
+            "lr-route-add",
+            DEFAULT_VPC,
+            "0.0.0.0/0",
+            "100.64.0.1"
+        ]));
+        for cidr in ["10.16.0.0/16", "100.64.0.0/16", "192.168.100.0/24"] {
+            let match_ = format!("ip4.dst == {cidr}");
+            assert!(
+                has(&[
+                    "--may-exist",
+                    "lr-policy-add",
+                    DEFAULT_VPC,
+                    "31000",
+                    &match_,
+                    "allow"
+                ]),
+                "{cidr}: {commands:?}"
+            );
+        }
+        // Custom VPCs get the subnet policies, not the default route.
+        assert!(has(&[
+            "--may-exist",
+            "lr-policy-add",
+            "vpc-a",
+            "31000",
+            "ip4.dst == 10.0.1.0/24",
+            "allow"
+        ]));
+        assert!(!commands.iter().any(
+            |command| command.get(1).is_some_and(|w| w == "lr-route-add")
+                && command.get(2).is_some_and(|w| w == "vpc-a")
+        ));
     }
 }

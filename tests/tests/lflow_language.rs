@@ -28,9 +28,15 @@ fn build(lab: &OvnLab, with_gateway: bool) {
     topology
         .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
         .unwrap();
+    // Underlay: a localnet port with a VLAN tag (Kube-OVN Vlan + ProviderNetwork).
     topology
         .subnet("ovn-cluster", "underlay", "192.168.100.0/24")
-        .unwrap();
+        .unwrap()
+        .localnet("underlay", "provider1", 100);
+    if with_gateway {
+        // A distributed gateway port (external access), given SNAT and a floating IP below.
+        topology.gateway_port("vpc-b", "vpc-b-external", "172.20.0.1/24", "gw-node");
+    }
     topology
         .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
         .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
@@ -48,16 +54,6 @@ fn build(lab: &OvnLab, with_gateway: bool) {
     }
     topology.apply(lab).unwrap();
     let commands: &[&[&str]] = &[
-        // Underlay: a localnet port with a VLAN tag (Kube-OVN Vlan + ProviderNetwork).
-        &["lsp-add", "underlay", "localnet.underlay"],
-        &["lsp-set-type", "localnet.underlay", "localnet"],
-        &["lsp-set-addresses", "localnet.underlay", "unknown"],
-        &[
-            "lsp-set-options",
-            "localnet.underlay",
-            "network_name=provider1",
-        ],
-        &["set", "logical_switch_port", "localnet.underlay", "tag=100"],
         // Port security on one pod.
         &[
             "lsp-set-port-security",
@@ -107,14 +103,8 @@ fn build(lab: &OvnLab, with_gateway: bool) {
         &["ls-lb-add", "subnet-a", "lb-web"],
         &["lb-add", "lb-dns", "10.96.0.3:53", "10.16.0.2:53", "udp"],
         &["lr-lb-add", "ovn-cluster", "lb-dns"],
-        // Policy routes as Kube-OVN writes them.
-        &[
-            "lr-policy-add",
-            "ovn-cluster",
-            "31000",
-            "ip4.dst == 10.16.0.0/16",
-            "allow",
-        ],
+        // Policy routes as Kube-OVN writes them (the builder writes the subnets' allow
+        // policies).
         &[
             "lr-policy-add",
             "ovn-cluster",
@@ -124,16 +114,8 @@ fn build(lab: &OvnLab, with_gateway: bool) {
             "100.64.0.2",
         ],
     ];
-    // A distributed gateway port with SNAT and a floating IP.
+    // SNAT and a floating IP on the gateway port.
     let gateway_commands: &[&[&str]] = &[
-        &[
-            "lrp-add",
-            "vpc-b",
-            "vpc-b-external",
-            "0a:58:c0:a8:01:01",
-            "172.20.0.1/24",
-        ],
-        &["lrp-set-gateway-chassis", "vpc-b-external", "gw-node", "10"],
         &["lr-nat-add", "vpc-b", "snat", "172.20.0.1", "10.1.1.0/24"],
         &[
             "lr-nat-add",

@@ -7,7 +7,8 @@
 //! (10.0.1.0/24) and is not peered; vpc-c peered with vpc-a (static routes both ways); a static
 //! route in vpc-a whose next hop is a pod (a pod acting as a router); an underlay subnet in the
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
-//! (allow, reroute to a node over the join switch, drop).
+//! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the
+//! join gateway. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
@@ -93,16 +94,10 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .static_route("vpc-a", "10.2.1.0/24", Ipv4Addr::new(10, 255, 0, 2))
         .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 255, 0, 1))
         .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12))
-        // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes; a pod's
-        // other traffic is rerouted to its node over the join switch.
+        // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes (the
+        // builder's per-subnet allow policies); a pod's other traffic is rerouted to its node
+        // over the join switch.
         .node_port("node1", NODE1_MAC, NODE1_IP)
-        .policy(
-            "ovn-cluster",
-            31000,
-            "ip4.dst == 10.16.0.0/16",
-            "allow",
-            None,
-        )
         .policy(
             "ovn-cluster",
             29000,
@@ -113,6 +108,25 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         // A policy that drops one destination across the peering.
         .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None);
     topology.apply(lab).unwrap();
+    // The routers carry Kube-OVN's options, learning from ARP requests both ways: on where the
+    // VPC is peered (vpc-a, vpc-c) or has a U2O subnet (ovn-cluster), off elsewhere (vpc-b).
+    for (vpc, learn) in [
+        ("ovn-cluster", "true"),
+        ("vpc-a", "true"),
+        ("vpc-b", "false"),
+        ("vpc-c", "true"),
+    ] {
+        let option = |key: &str| {
+            lab.nbctl(&["get", "logical_router", vpc, &format!("options:{key}")])
+                .unwrap()
+                .trim()
+                .trim_matches('"')
+                .to_string()
+        };
+        assert_eq!(option("always_learn_from_arp_request"), learn, "{vpc}");
+        assert_eq!(option("dynamic_neigh_routers"), "true", "{vpc}");
+        assert_eq!(option("mac_binding_age_threshold"), "300", "{vpc}");
+    }
     // One pod with port security, as Kube-OVN sets it for pods with `port_security: true`.
     let secured = &pods
         .iter()
@@ -391,6 +405,39 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 ipv4(pod, router_mac, other_gateway, 64, udp),
             );
         }
+        // What the router's neighbour stages learn from (lookup_arp / put_arp, lookup_nd /
+        // put_nd; the learning itself is ovn-controller's): an ARP reply to the gateway, a
+        // gratuitous ARP, and an unsolicited neighbour advertisement.
+        add(
+            "answers its gateway's ARP",
+            Packet {
+                eth_src: pod.mac,
+                eth_dst: router_mac,
+                l3: L3::Arp {
+                    op: 2,
+                    sha: pod.mac,
+                    spa: pod.ip,
+                    tha: router_mac,
+                    tpa: gateway_ip,
+                },
+            },
+        );
+        add("sends a gratuitous ARP", arp_request(pod, pod.ip));
+        add(
+            "advertises its link-local address",
+            ipv6(
+                pod,
+                ipv6_multicast_mac("ff02::1".parse().unwrap()),
+                "ff02::1".parse().unwrap(),
+                255,
+                L4::Nd {
+                    kind: 136,
+                    target: link_local(pod.mac),
+                    sll: [0; 6],
+                    tll: pod.mac,
+                },
+            ),
+        );
         let spoofed_mac = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
         let mut spoofed_ip = arp_request(pod, gateway_ip);
         if let L3::Arp { spa, .. } = &mut spoofed_ip.l3 {

@@ -6,6 +6,7 @@ use std::{collections::BTreeSet, net::Ipv4Addr};
 mod common;
 
 use common::Replica;
+use ovnbpf_agent::dataplane::ebpf::l3::L3State;
 use ovnbpf_agent::pipeline::{
     Compiler, IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{IrEntry, Prefix},
@@ -356,4 +357,106 @@ async fn routers_on_underlay_switches_are_reported_unsupported() {
         .unwrap();
     replica.settle().await;
     assert!(u2o(&replica).is_empty(), "{:?}", u2o(&replica));
+}
+
+/// A VPC router as kube-ovn-controller builds it (`always_learn_from_arp_request=false`, so
+/// northd writes the no-learn variants of the neighbour stages): every neighbour flow compiles,
+/// the learning is reported as a side duty, and the eBPF backend forwards the router. Turning the
+/// option on (as a peering does) changes the variants (to the same IR), and still nothing is
+/// unsupported. A neighbour flow the compiler cannot forward still blocks the router.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_ovn_routers_compile_with_mac_learning_as_a_side_duty() {
+    let (lab, mut replica) = subnet_with_pods(2).await;
+    let router = replica
+        .compiler
+        .entries()
+        .find_map(|e| match e {
+            IrEntry::Datapath {
+                datapath,
+                name,
+                router: true,
+            } if name == "vpc-a" => Some(*datapath),
+            _ => None,
+        })
+        .unwrap();
+    let check = |replica: &Replica, learn: &str| {
+        let unsupported: Vec<_> = replica
+            .compiler
+            .entries()
+            .filter(|e| matches!(e, IrEntry::Unsupported { datapath, stage, .. } if *datapath == router && stage.ends_with("_neighbor")))
+            .collect();
+        assert!(unsupported.is_empty(), "learn={learn}: {unsupported:?}");
+        let duties: BTreeSet<&str> = replica
+            .compiler
+            .entries()
+            .filter_map(|e| match e {
+                IrEntry::SideDutyNotDone {
+                    datapath, stage, ..
+                } if *datapath == router => Some(stage.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            duties,
+            BTreeSet::from(["lr_in_learn_neighbor", "lr_in_lookup_neighbor"]),
+            "learn={learn}"
+        );
+        let mut l3 = L3State::default();
+        l3.apply(&IrDiff {
+            added: replica.compiler.entries().cloned().collect(),
+            removed: Vec::new(),
+        });
+        assert!(
+            l3.blocked(router).is_empty(),
+            "learn={learn}: {:?}",
+            l3.blocked(router)
+        );
+    };
+    let option = || {
+        lab.nbctl(&[
+            "get",
+            "logical_router",
+            "vpc-a",
+            "options:always_learn_from_arp_request",
+        ])
+        .unwrap()
+        .trim()
+        .trim_matches('"')
+        .to_string()
+    };
+    // northd's no-learn variant looks the sender's IP up (`lookup_arp_ip`).
+    let no_learn_variant = || {
+        lab.sbctl(&["lflow-list", "vpc-a"])
+            .unwrap()
+            .contains("lookup_arp_ip")
+    };
+    assert_eq!(option(), "false");
+    assert!(no_learn_variant());
+    check(&replica, "false");
+
+    lab.nbctl(&[
+        "--wait=sb",
+        "set",
+        "logical_router",
+        "vpc-a",
+        "options:always_learn_from_arp_request=true",
+    ])
+    .unwrap();
+    replica.settle().await;
+    assert!(!no_learn_variant(), "northd wrote the learning variants");
+    check(&replica, "true");
+
+    // A neighbour flow that would change forwarding is still unsupported, and blocks.
+    let mut l3 = L3State::default();
+    let mut entries: Vec<IrEntry> = replica.compiler.entries().cloned().collect();
+    entries.push(IrEntry::Unsupported {
+        datapath: router,
+        stage: "lr_in_learn_neighbor".into(),
+        reason: "neighbour learning variant".into(),
+    });
+    l3.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    assert_eq!(l3.blocked(router).len(), 1);
 }

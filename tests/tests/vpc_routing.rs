@@ -3,7 +3,10 @@
 //! ways), and routes 192.168.50.0/24 via a pod acting as a router; vpc-c, unpeered, reuses
 //! vpc-a's second subnet. Routed pings and TCP work both ways with the TTL decremented per
 //! router; the gateway answers pings, refuses TCP (reset) and UDP (ICMP port unreachable) on
-//! its addresses; vpc-c reaches nothing of vpc-a.
+//! its addresses; vpc-c reaches nothing of vpc-a. The routers carry Kube-OVN's options (learning
+//! from ARP requests on the peered vpc-a/vpc-b, off on vpc-c), and a second test routes a custom
+//! VPC as kube-ovn-controller builds one without peering (`always_learn_from_arp_request=false`):
+//! across subnets and nodes and via a pod.
 
 mod common;
 
@@ -293,5 +296,161 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         ping_ttl(pod("c1"), Ipv4Addr::new(10, 0, 2, 1)).is_some(),
         "c1 → its own gateway"
     );
+    drop(agents);
+}
+
+/// Pods of the custom VPC built as kube-ovn-controller builds one without peering, external
+/// access or U2O: Kube-OVN's router options, `always_learn_from_arp_request=false` among them.
+const KUBE_OVN_VPC_PODS: [PodPlan; 4] = [
+    ("k1", "subnet-k1", 0, Ipv4Addr::new(10, 3, 1, 2)),
+    ("k2", "subnet-k2", 1, Ipv4Addr::new(10, 3, 2, 2)),
+    ("k3", "subnet-k2", 0, Ipv4Addr::new(10, 3, 2, 3)),
+    ("kr", "subnet-k1", 1, Ipv4Addr::new(10, 3, 1, 10)),
+];
+
+/// Such a VPC routes: pod → pod across subnets on one node and across two, TCP too, and through
+/// a static route whose next hop is a pod; the router is forwarded (nothing counted as
+/// `router_unsupported`), its MAC learning reported as a side duty, not as unsupported.
+#[test]
+fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let plans = &KUBE_OVN_VPC_PODS;
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-k", "subnet-k1", "10.3.1.0/24")
+        .unwrap()
+        .subnet("vpc-k", "subnet-k2", "10.3.2.0/24")
+        .unwrap()
+        .static_route("vpc-k", "192.168.60.0/24", plans[3].3);
+    for (name, subnet, _, ip) in plans {
+        topology.pod(subnet, name, "ns", &mac_for(name), *ip);
+    }
+    topology.apply(lab).unwrap();
+    assert_eq!(
+        lab.nbctl(&[
+            "get",
+            "logical_router",
+            "vpc-k",
+            "options:always_learn_from_arp_request"
+        ])
+        .unwrap()
+        .trim()
+        .trim_matches('"'),
+        "false"
+    );
+    let pods = common::add_planned_pods(nodes, plans, true, 1400);
+    let pod = |name: &str| &pods[plans.iter().position(|p| p.0 == name).unwrap()];
+    let address = |name: &str| plans.iter().find(|p| p.0 == name).unwrap().3;
+
+    // kr routes for 192.168.60.0/24: a namespace behind it holds 192.168.60.2.
+    let behind = Netns::create(&format!("{prefix}-behind")).unwrap();
+    let kr = pod("kr").netns();
+    kr.ip(&[
+        "link",
+        "add",
+        "back",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        behind.name(),
+    ])
+    .unwrap();
+    kr.ip(&["addr", "add", "192.168.60.1/24", "dev", "back"])
+        .unwrap();
+    kr.ip(&["link", "set", "back", "up"]).unwrap();
+    kr.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    behind
+        .ip(&["addr", "add", "192.168.60.2/24", "dev", "eth0"])
+        .unwrap();
+    behind.ip(&["link", "set", "eth0", "up"]).unwrap();
+    behind
+        .ip(&["route", "add", "default", "via", "192.168.60.1"])
+        .unwrap();
+
+    let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
+    let agents =
+        common::start_planned_agents(lab, nodes, plans, Some(bpffs.path()), log_dir.path());
+    let logs = || common::log_tails(&agents);
+    assert!(
+        common::planned_pods_up(lab, plans),
+        "not every pod came up{}",
+        logs()
+    );
+
+    let k1 = pod("k1");
+    assert!(
+        wait_until(Duration::from_secs(5), || ping_ttl(k1, address("k2"))
+            .is_some()),
+        "k1 → k2 across subnets and nodes{}",
+        logs()
+    );
+    for (from, to) in [
+        ("k1", "k2"),
+        ("k2", "k1"),
+        ("k1", "k3"),
+        ("k3", "k1"),
+        ("k2", "kr"),
+    ] {
+        assert_eq!(
+            ping_ttl(pod(from), address(to)),
+            Some(63),
+            "{from} → {to}{}",
+            logs()
+        );
+    }
+    for (from, to) in [("k1", "k2"), ("k2", "k1")] {
+        let report = pod(from).tcp_stream_to(pod(to), address(to));
+        assert!(report.is_ok(), "TCP {from} → {to}: {report:?}{}", logs());
+    }
+    // Through the pod router kr (on the other node): out via the static route and kr's kernel;
+    // replies come back from kr to k1 on their shared subnet, so only kr decrements their TTL.
+    assert_eq!(
+        ping_ttl(k1, Ipv4Addr::new(192, 168, 60, 2)),
+        Some(63),
+        "k1 → behind kr{}",
+        logs()
+    );
+    for (node, chassis) in nodes.iter().zip(common::NODES) {
+        let counters = common::datapath_counters(node, &bpffs.path().join(chassis));
+        assert_eq!(
+            counters["drops"]["router_unsupported"]
+                .as_u64()
+                .unwrap_or_default(),
+            0,
+            "{chassis}: {counters}"
+        );
+    }
+    // The compiler's verdict on the router: learning is a side duty, nothing is unsupported.
+    let coverage = ovnbpf_tests::process::output(
+        std::process::Command::new(ovnbpf_tests::workspace_binary("ovnbpfctl")).args([
+            "lflow",
+            "coverage",
+            "--json",
+            "--remote",
+            &lab.unix_remote(ovnbpf_tests::ovn::Db::Southbound),
+        ]),
+    )
+    .unwrap();
+    let coverage: serde_json::Value = serde_json::from_str(coverage.trim()).unwrap();
+    for stage in ["lr_in_lookup_neighbor", "lr_in_learn_neighbor"] {
+        assert_eq!(
+            coverage[stage]["unsupported"], 0,
+            "{stage}: {}",
+            coverage[stage]
+        );
+        assert!(
+            coverage[stage]["side_duty"].as_u64() > Some(0),
+            "{stage}: {}",
+            coverage[stage]
+        );
+    }
+
     drop(agents);
 }

@@ -92,7 +92,9 @@ enum DatapathCommand {
 #[derive(Subcommand)]
 enum LflowCommand {
     /// Per stage: how many logical flows the compiler turns into IR entries (compiled), can
-    /// ignore (neutral) or cannot handle yet (unsupported, with the top reasons).
+    /// ignore (neutral), forwards correctly but with a side duty the datapath does not do
+    /// (side-duty, e.g. MAC learning; the datapath still forwards), or cannot forward correctly
+    /// (unsupported: the datapath is not forwarded; with the top reasons).
     Coverage {
         /// Southbound remotes (tcp:HOST:PORT[,…] or unix:PATH).
         #[arg(long)]
@@ -100,7 +102,8 @@ enum LflowCommand {
         /// Print as JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Also list every unsupported flow with its match, actions and reason.
+        /// Also list every unsupported flow, then every flow with a side duty not done, with its
+        /// match, actions and reason.
         #[arg(long)]
         unsupported: bool,
     },
@@ -127,12 +130,17 @@ fn main() -> anyhow::Result<()> {
                 coverage.map_err(|_| anyhow::anyhow!("timed out reading the Southbound DB"))??;
             print_coverage(&compiler.coverage(), json);
             if unsupported {
-                for (uuid, stage, reason) in compiler.unsupported_flows() {
+                let unsupported = compiler.unsupported_flows().into_iter();
+                let side_duties = compiler.side_duty_flows().into_iter();
+                for (kind, (uuid, stage, reason)) in unsupported
+                    .map(|flow| ("unsupported", flow))
+                    .chain(side_duties.map(|flow| ("side duty not done", flow)))
+                {
                     let flow = sb.row::<LogicalFlow>(&uuid);
                     let (match_, actions) =
                         flow.map_or_else(Default::default, |f| (f.match_, f.actions));
                     println!(
-                        "{stage} {uuid}: {reason}\n    match=({match_})\n    actions=({actions})"
+                        "{stage} {uuid}: {kind}: {reason}\n    match=({match_})\n    actions=({actions})"
                     );
                 }
             }
@@ -240,6 +248,7 @@ fn print_coverage(coverage: &BTreeMap<String, StageCoverage>, as_json: bool) {
                 (
                     stage.clone(),
                     json!({"flows": c.flows, "compiled": c.compiled, "neutral": c.neutral,
+                    "side_duty": c.side_duty, "side_duties": c.side_duties,
                     "unsupported": c.unsupported, "reasons": c.reasons}),
                 )
             })
@@ -248,34 +257,46 @@ fn print_coverage(coverage: &BTreeMap<String, StageCoverage>, as_json: bool) {
         return;
     }
     println!(
-        "{:<26} {:>6} {:>9} {:>8} {:>12}  top reasons",
-        "stage", "flows", "compiled", "neutral", "unsupported"
+        "{:<26} {:>6} {:>9} {:>8} {:>9} {:>12}  top reasons (unsupported, then side duties)",
+        "stage", "flows", "compiled", "neutral", "side-duty", "unsupported"
     );
     let mut totals = StageCoverage::default();
     for (stage, c) in coverage {
         let mut reasons: Vec<(&String, &usize)> = c.reasons.iter().collect();
         reasons.sort_by(|a, b| b.1.cmp(a.1));
-        let top: Vec<String> = reasons
+        let mut top: Vec<String> = reasons
             .iter()
             .take(2)
             .map(|(r, n)| format!("{r} ({n})"))
             .collect();
+        top.extend(
+            c.side_duties
+                .iter()
+                .map(|(duty, n)| format!("side duty: {duty} ({n})")),
+        );
         println!(
-            "{stage:<26} {:>6} {:>9} {:>8} {:>12}  {}",
+            "{stage:<26} {:>6} {:>9} {:>8} {:>9} {:>12}  {}",
             c.flows,
             c.compiled,
             c.neutral,
+            c.side_duty,
             c.unsupported,
             top.join("; ")
         );
         totals.flows += c.flows;
         totals.compiled += c.compiled;
         totals.neutral += c.neutral;
+        totals.side_duty += c.side_duty;
         totals.unsupported += c.unsupported;
     }
     println!(
-        "{:<26} {:>6} {:>9} {:>8} {:>12}",
-        "total", totals.flows, totals.compiled, totals.neutral, totals.unsupported
+        "{:<26} {:>6} {:>9} {:>8} {:>9} {:>12}",
+        "total",
+        totals.flows,
+        totals.compiled,
+        totals.neutral,
+        totals.side_duty,
+        totals.unsupported
     );
 }
 

@@ -21,6 +21,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 mod acls;
 pub mod ports;
+mod side_duties;
 
 use ports::{Pending, PortCommand, PortCommands, PortError, PortStatus};
 
@@ -113,6 +114,8 @@ struct Daemon {
     filters_restored: Arc<AtomicU64>,
     /// The users' ACLs the datapath does not enforce, per switch.
     unenforced_acls: acls::UnenforcedAcls,
+    /// The side duties (e.g. MAC learning) the datapath leaves undone, per datapath.
+    side_duties: side_duties::SideDuties,
     stats: DaemonStats,
 }
 
@@ -204,6 +207,7 @@ pub async fn run(
             filter_check: None,
             filters_restored: Arc::default(),
             unenforced_acls: acls::UnenforcedAcls::default(),
+            side_duties: side_duties::SideDuties::default(),
             stats: DaemonStats::default(),
         };
         tokio::pin!(shutdown);
@@ -278,11 +282,13 @@ impl Daemon {
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
         let sb = &self.sb;
-        self.unenforced_acls.apply(&diff, |key| {
+        let datapath_name = |key| {
             sb.datapath_by_key(key)
                 .and_then(|datapath| datapath.external_ids.get("name").cloned())
                 .unwrap_or_else(|| format!("datapath {key}"))
-        });
+        };
+        self.unenforced_acls.apply(&diff, datapath_name);
+        self.side_duties.apply(&diff, datapath_name);
         let datapath_writes = self.program_datapath(&changes, &diff);
         if !diff.is_empty() {
             debug!(
@@ -452,6 +458,7 @@ impl Daemon {
                     pod_filters_restored: self.filters_restored.load(Ordering::Relaxed),
                     unenforced_acl_switches: self.unenforced_acls.switches(),
                     unenforced_acls: self.unenforced_acls.acls(),
+                    side_duty_datapaths: self.side_duties.datapaths(),
                     drops,
                     router_replies,
                 });

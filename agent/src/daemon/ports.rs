@@ -67,6 +67,9 @@ pub struct DaemonReport {
     /// Switches with users' ACLs the datapath does not enforce, and those ACLs (per switch).
     pub unenforced_acl_switches: usize,
     pub unenforced_acls: usize,
+    /// Datapaths whose flows ask for a side duty the datapath does not do (e.g. MAC learning);
+    /// they are forwarded.
+    pub side_duty_datapaths: usize,
     /// The datapath's dropped frames per reason (empty without a datapath).
     pub drops: Vec<(&'static str, u64)>,
     /// The answers the datapath's routers sent, per kind (empty without a datapath).

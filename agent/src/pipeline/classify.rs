@@ -5,9 +5,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::ir::{
-    IrEntry, Mac, PolicyVerdict, Prefix, RejectProtocol, RejectResponse, RouterDropRule,
-};
+use super::ir::{IrEntry, Mac, PolicyVerdict, RejectProtocol, RejectResponse, RouterDropRule};
 use super::matching::*;
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source},
@@ -18,7 +16,16 @@ use crate::lflow::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Class {
     Compiled(Vec<IrEntry>),
+    /// Forwarding is compiled as `entries`, but the flow also has a duty beside forwarding that
+    /// the datapath does not perform (e.g. learning a MAC_Binding). Unlike `Unsupported`, this
+    /// does not stop the datapath from forwarding: it is only reported.
+    SideDuty {
+        entries: Vec<IrEntry>,
+        duty: String,
+    },
     Neutral,
+    /// The flow cannot be forwarded correctly: the datapath must not forward as if it did not
+    /// exist.
     Unsupported(String),
 }
 
@@ -781,43 +788,91 @@ fn ttl_exceeded_source(actions: &[Action]) -> Option<Ipv4Addr> {
     }
 }
 
-fn classify_neighbour_learning(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
-    let learning = |port: Option<&str>, subnet: Option<Prefix>| {
-        Class::Compiled(vec![IrEntry::NeighbourLearning {
-            datapath: dp,
-            port: port.map(str::to_string),
-            subnet,
-        }])
-    };
-    if terms
-        .iter()
-        .any(|t| mentions(t, "nd_na") || mentions(t, "nd_ns") || mentions(t, "nd"))
-    {
-        return unsupported("IPv6 neighbour discovery");
+/// What the datapath leaves undone of the neighbour stages: ovn-controller (pinctrl) writes
+/// MAC_Binding rows from ARP and ND (`put_arp`, `put_nd`); ovnbpf does not learn yet.
+pub const MAC_LEARNING_NOT_DONE: &str =
+    "MAC learning (MAC_Binding from ARP/ND senders) is not done by the datapath";
+
+/// One action of the neighbour lookup/learning stages, by what it does to forwarding.
+enum LearningEffect {
+    /// Sets a learning register bit (reg9[2] "already known", reg9[3] "may learn") to a constant.
+    Flag,
+    /// Looks a sender up in MAC_Binding into a learning register bit (`lookup_arp`,
+    /// `lookup_arp_ip`, `lookup_nd`, `lookup_nd_ip`): only the learning stage reads the result.
+    Lookup,
+    /// Writes MAC_Binding (`put_arp`, `put_nd`).
+    Learn,
+}
+
+fn learning_effect(action: &Action) -> Option<LearningEffect> {
+    match action {
+        Action::Assign {
+            destination,
+            source,
+        } if *destination == bit("reg9", 2) || *destination == bit("reg9", 3) => match source {
+            Source::Constant(Constant::Integer {
+                value: 0 | 1,
+                mask: None,
+                ..
+            }) => Some(LearningEffect::Flag),
+            Source::Call { name, .. }
+                if matches!(
+                    name.as_str(),
+                    "lookup_arp" | "lookup_arp_ip" | "lookup_nd" | "lookup_nd_ip"
+                ) =>
+            {
+                Some(LearningEffect::Lookup)
+            }
+            _ => None,
+        },
+        Action::Keyword {
+            name,
+            arguments: Some(_),
+            block: None,
+        } if name == "put_arp" || name == "put_nd" => Some(LearningEffect::Learn),
+        _ => None,
     }
-    match (terms, actions) {
-        // Default: not ARP, nothing to learn.
-        ([Expr::Bool(true)], [Action::Assign { destination, .. }, next])
-            if destination == &bit("reg9", 2) && is_next(next) =>
+}
+
+/// `lr_in_lookup_neighbor` and `lr_in_learn_neighbor`, in every variant northd writes
+/// (`always_learn_from_arp_request` true or false, IPv4 and IPv6). Their actions only set the
+/// learning bits reg9[2]/reg9[3], which nothing but the learning stage reads, and write
+/// MAC_Binding; every path ends in `next;` (the learning stage's default drop is unreachable:
+/// reg9[2] is 0 only after a lookup on ARP/ND, which a priority-90 `put_*` flow takes). So
+/// forwarding is compiled (`NeighbourLearning`: on to the next stage) and the learning itself is
+/// a side duty ([`MAC_LEARNING_NOT_DONE`]). Any other action is unsupported.
+fn classify_neighbour_learning(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
+    let forwarding = IrEntry::NeighbourLearning {
+        datapath: dp,
+        port: terms
+            .iter()
+            .find_map(|t| compare_string(t, "inport"))
+            .map(str::to_string),
+        subnet: terms.iter().find_map(|t| compare_prefix(t, "arp.spa")),
+    };
+    match actions.split_last() {
+        // Unreachable default of the learning stage (see above).
+        Some((Action::Keyword { name, .. }, []))
+            if is_drop(name) && matches!(terms, [Expr::Bool(true)]) =>
         {
-            learning(None, None)
+            Class::Compiled(vec![forwarding])
         }
-        ([Expr::Compare { field, values, .. }], [next])
-            if field == &bit("reg9", 2) && is_one(values) && is_next(next) =>
-        {
-            learning(None, None)
-        }
-        ([Expr::Bool(true)], [Action::Keyword { name, .. }]) if is_drop(name) => {
-            learning(None, None)
-        }
-        (_, [first, next])
-            if is_next(next)
-                && (calls(first, "lookup_arp")
-                    || matches!(first, Action::Keyword { name, .. } if name == "put_arp")) =>
-        {
-            let port = terms.iter().find_map(|t| compare_string(t, "inport"));
-            let subnet = terms.iter().find_map(|t| compare_prefix(t, "arp.spa"));
-            learning(port, subnet)
+        Some((last, effects)) if is_next(last) => {
+            let Some(effects) = effects
+                .iter()
+                .map(learning_effect)
+                .collect::<Option<Vec<_>>>()
+            else {
+                return unsupported("neighbour learning variant");
+            };
+            if effects.iter().all(|e| matches!(e, LearningEffect::Flag)) {
+                Class::Compiled(vec![forwarding])
+            } else {
+                Class::SideDuty {
+                    entries: vec![forwarding],
+                    duty: MAC_LEARNING_NOT_DONE.to_string(),
+                }
+            }
         }
         _ => unsupported("neighbour learning variant"),
     }
@@ -989,5 +1044,113 @@ mod tests {
         assert!(
             matches!(class("lr_in_ip_routing", 194, r#"inport == "p" && ip6.dst == fe80::/64"#, "ip.ttl--; next;"), Class::Unsupported(r) if r.contains("IPv6"))
         );
+    }
+
+    /// The neighbour stages as northd 23.03 writes them for a router with Kube-OVN's options
+    /// (`always_learn_from_arp_request=false`) and without (the default, true): every flow
+    /// compiles; the ones that look up or write MAC_Binding are side duties (not learned), never
+    /// unsupported, so they do not stop the router; an unknown action still is unsupported.
+    #[test]
+    fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
+        let side_duty = |stage: &str, priority: i64, match_: &str, actions: &str| match class(
+            stage, priority, match_, actions,
+        ) {
+            Class::SideDuty { entries, duty } => {
+                assert_eq!(duty, MAC_LEARNING_NOT_DONE);
+                assert!(
+                    matches!(
+                        entries.as_slice(),
+                        [IrEntry::NeighbourLearning { datapath: 7, .. }]
+                    ),
+                    "{entries:?}"
+                );
+            }
+            other => panic!("{stage} {match_} / {actions}: {other:?}"),
+        };
+        let lookup = "lr_in_lookup_neighbor";
+        let learn = "lr_in_learn_neighbor";
+        // always_learn_from_arp_request=false
+        side_duty(
+            lookup,
+            110,
+            r#"inport == "r2-s1" && arp.spa == 10.0.1.0/24 && arp.tpa == 10.0.1.1 && arp.op == 1"#,
+            "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = 1; next;",
+        );
+        side_duty(
+            lookup,
+            110,
+            "nd_na && ip6.src == fe80::/10 && ip6.dst == ff00::/8",
+            "reg9[2] = lookup_nd(inport, ip6.src, nd.tll); reg9[3] = lookup_nd_ip(inport, ip6.src); next;",
+        );
+        side_duty(
+            lookup,
+            100,
+            "arp.op == 2",
+            "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = 1; next;",
+        );
+        side_duty(
+            lookup,
+            100,
+            r#"inport == "r2-s1" && arp.spa == 10.0.1.0/24 && arp.op == 1"#,
+            "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = lookup_arp_ip(inport, arp.spa); next;",
+        );
+        side_duty(
+            lookup,
+            100,
+            "nd_ns",
+            "reg9[2] = lookup_nd(inport, ip6.src, nd.sll); reg9[3] = lookup_nd_ip(inport, ip6.src); next;",
+        );
+        // The default (true)
+        side_duty(
+            lookup,
+            100,
+            "arp.op == 2",
+            "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); next;",
+        );
+        side_duty(
+            lookup,
+            100,
+            "nd_na",
+            "reg9[2] = lookup_nd(inport, nd.target, nd.tll); next;",
+        );
+        // Both
+        side_duty(learn, 90, "arp", "put_arp(inport, arp.spa, arp.sha); next;");
+        side_duty(
+            learn,
+            95,
+            "nd_na && nd.tll == 0",
+            "put_nd(inport, nd.target, eth.src); next;",
+        );
+        side_duty(learn, 90, "nd_ns", "put_nd(inport, ip6.src, nd.sll); next;");
+        let forwarding_only = |stage: &str, priority: i64, match_: &str, actions: &str| {
+            assert!(
+                matches!(
+                    class(stage, priority, match_, actions),
+                    Class::Compiled(entries) if matches!(entries.as_slice(), [IrEntry::NeighbourLearning { .. }])
+                ),
+                "{stage} {match_} / {actions}"
+            );
+        };
+        forwarding_only(lookup, 0, "1", "reg9[2] = 1; next;");
+        forwarding_only(learn, 100, "reg9[2] == 1 || reg9[3] == 0", "next;");
+        forwarding_only(learn, 100, "reg9[2] == 1", "next;");
+        forwarding_only(learn, 95, "nd_ns && (ip6.src == 0 || nd.sll == 0)", "next;");
+        forwarding_only(learn, 0, "1", "drop;");
+        // What would change forwarding is not guessed at.
+        for (stage, match_, actions) in [
+            (learn, "arp", "put_arp(inport, arp.spa, arp.sha); drop;"),
+            (
+                lookup,
+                "arp.op == 2",
+                "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg0 = 1; next;",
+            ),
+            (learn, "arp.op == 2", "drop;"),
+            (lookup, "arp", "reg9[2] = get_fdb(eth.src); next;"),
+        ] {
+            assert!(
+                matches!(class(stage, 90, match_, actions), Class::Unsupported(r) if r.contains("neighbour learning")),
+                "{stage} {match_} / {actions}"
+            );
+        }
     }
 }

@@ -130,18 +130,7 @@ pub(super) fn classify(
             (unresolved && ends_with_output(block))
                 .then(|| Class::Compiled(vec![IrEntry::NsForNextHop { datapath: dp }]))
         }
-        "lr_in_lookup_neighbor" | "lr_in_learn_neighbor" => {
-            let learns = matches!(actions, [first, next] if is_next(next)
-                && (calls(first, "lookup_nd") || matches!(first, Action::Keyword { name, .. } if name == "put_nd")))
-                || is_next_only(actions);
-            learns.then(|| {
-                Class::Compiled(vec![IrEntry::NeighbourLearning {
-                    datapath: dp,
-                    port: None,
-                    subnet: None,
-                }])
-            })
-        }
+        // Both families: `classify::classify_neighbour_learning`.
         _ => None,
     }
 }

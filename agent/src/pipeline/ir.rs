@@ -72,6 +72,14 @@ pub enum IrEntry {
         stage: String,
         reason: String,
     },
+    /// A flow of this datapath (in `stage`) also asks for a duty beside forwarding that the
+    /// datapath does not perform, e.g. learning MAC_Bindings. Its forwarding is compiled, so a
+    /// backend forwards the datapath as usual and only reports this.
+    SideDutyNotDone {
+        datapath: u32,
+        stage: String,
+        duty: String,
+    },
     /// A user's ACL (a Northbound ACL row, named by the first 8 hex digits of its UUID as
     /// northd's `stage-hint`) has flows on this switch that the datapath does not enforce.
     UnenforcedAcl { datapath: u32, acl: String },
@@ -264,8 +272,10 @@ pub enum IrEntry {
     Punt { datapath: u32, reason: String },
     /// The router drops frames not admitted by any router port.
     RouterAdmissionDrop { datapath: u32 },
-    /// ARP from `port` (if any) whose sender is in `subnet` (if any) teaches the router a
-    /// neighbour (MAC_Binding, written by the slow path); other traffic skips learning.
+    /// The neighbour lookup/learning stages for ARP/ND from `port` (if any) whose sender is in
+    /// `subnet` (if any): every packet goes on to the next stage. In OVN they also teach the
+    /// router the sender (MAC_Binding, written by ovn-controller); ovnbpf does not learn, which
+    /// the compiler reports as [`IrEntry::SideDutyNotDone`].
     NeighbourLearning {
         datapath: u32,
         port: Option<String>,
@@ -367,6 +377,7 @@ impl IrEntry {
         match self {
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
+            | IrEntry::SideDutyNotDone { datapath, .. }
             | IrEntry::UnenforcedAcl { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }

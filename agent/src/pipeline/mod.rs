@@ -2,8 +2,9 @@
 //! ([`classify`]); Port_Binding and Multicast_Group rows become port and flood-group entries.
 //! Every source row remembers the entries it contributed and entries are reference-counted, so a
 //! change set costs O(changed rows) and yields an [`IrDiff`] of exactly the entries that appeared
-//! or disappeared. Also keeps the per-stage coverage (compiled / neutral / unsupported) that
-//! `ovnbpfctl lflow coverage` prints.
+//! or disappeared. Also keeps the per-stage coverage (compiled / neutral / side duty not done /
+//! unsupported) that `ovnbpfctl lflow coverage` prints. Only unsupported flows stop a datapath
+//! from forwarding; a side duty not done (e.g. MAC learning) is reported and nothing more.
 
 pub mod classify;
 mod classify_ipv6;
@@ -36,7 +37,21 @@ use ir::{IrEntry, PortKind};
 pub enum Outcome {
     Compiled,
     Neutral,
+    /// Forwarding compiled; a side duty of the flow (the reason) is not done.
+    SideDuty(String),
     Unsupported(String),
+}
+
+impl Outcome {
+    /// How much an outcome weighs when a flow's datapaths disagree: a flow is as supported as
+    /// its worst datapath.
+    fn severity(&self) -> u8 {
+        match self {
+            Outcome::Compiled | Outcome::Neutral => 0,
+            Outcome::SideDuty(_) => 1,
+            Outcome::Unsupported(_) => 2,
+        }
+    }
 }
 
 /// A source row's contribution.
@@ -72,6 +87,12 @@ pub struct StageCoverage {
     pub flows: usize,
     pub compiled: usize,
     pub neutral: usize,
+    /// Flows whose forwarding is compiled but which also ask for a side duty the datapath does
+    /// not do (they do not stop forwarding), by duty in `side_duties`.
+    pub side_duty: usize,
+    pub side_duties: BTreeMap<String, usize>,
+    /// Flows that cannot be forwarded correctly (their datapath is not forwarded), by reason in
+    /// `reasons`.
     pub unsupported: usize,
     pub reasons: BTreeMap<String, usize>,
 }
@@ -541,6 +562,15 @@ impl Compiler {
                             Outcome::Compiled
                         }
                         Class::Neutral => Outcome::Neutral,
+                        Class::SideDuty { entries, duty } => {
+                            contribution.entries.extend(entries);
+                            contribution.entries.push(IrEntry::SideDutyNotDone {
+                                datapath,
+                                stage: stage.clone(),
+                                duty: duty.clone(),
+                            });
+                            Outcome::SideDuty(duty)
+                        }
                         Class::Unsupported(reason) => {
                             contribution.entries.push(IrEntry::Unsupported {
                                 datapath,
@@ -561,7 +591,11 @@ impl Compiler {
                         }
                     };
                     // A flow is as supported as its worst datapath.
-                    if !matches!(contribution.outcome, Some(Outcome::Unsupported(_))) {
+                    if contribution
+                        .outcome
+                        .as_ref()
+                        .is_none_or(|worst| outcome.severity() >= worst.severity())
+                    {
                         contribution.outcome = Some(outcome);
                     }
                 }
@@ -618,6 +652,21 @@ impl Compiler {
         flows
     }
 
+    /// Every flow compiled with a side duty not done: (flow, stage, duty).
+    #[must_use]
+    pub fn side_duty_flows(&self) -> Vec<(Uuid, &str, &str)> {
+        let mut flows: Vec<(Uuid, &str, &str)> = self
+            .flows
+            .iter()
+            .filter_map(|(uuid, c)| match &c.outcome {
+                Some(Outcome::SideDuty(duty)) => Some((*uuid, c.stage.as_str(), duty.as_str())),
+                _ => None,
+            })
+            .collect();
+        flows.sort_by(|a, b| (a.1, a.2, a.0).cmp(&(b.1, b.2, b.0)));
+        flows
+    }
+
     /// Per-stage coverage of the logical flows compiled so far.
     #[must_use]
     pub fn coverage(&self) -> BTreeMap<String, StageCoverage> {
@@ -628,6 +677,10 @@ impl Compiler {
             match &contribution.outcome {
                 Some(Outcome::Compiled) => stage.compiled += 1,
                 Some(Outcome::Neutral) => stage.neutral += 1,
+                Some(Outcome::SideDuty(duty)) => {
+                    stage.side_duty += 1;
+                    *stage.side_duties.entry(duty.clone()).or_insert(0) += 1;
+                }
                 Some(Outcome::Unsupported(reason)) => {
                     stage.unsupported += 1;
                     *stage.reasons.entry(reason.clone()).or_insert(0) += 1;

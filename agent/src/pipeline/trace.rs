@@ -577,7 +577,7 @@ impl<'a> Evaluator<'a> {
                     self.step(
                         trace,
                         dp,
-                        "dropped: ARP not for this router (learned by the slow path)".into(),
+                        "dropped: ARP not for this router (OVN may learn its sender; ovnbpf does not learn)".into(),
                     );
                 }
                 return;
@@ -586,7 +586,7 @@ impl<'a> Evaluator<'a> {
                 self.step(
                     trace,
                     dp,
-                    "dropped: ARP reply (learned by the slow path)".into(),
+                    "dropped: ARP reply (OVN learns its sender; ovnbpf does not learn)".into(),
                 );
                 return;
             }

@@ -151,7 +151,7 @@ impl Evaluator<'_> {
                 self.step(
                     trace,
                     dp,
-                    "dropped: neighbour discovery not for this router (learned by the slow path)"
+                    "dropped: neighbour discovery not for this router (OVN may learn its sender; ovnbpf does not learn)"
                         .into(),
                 );
             }

@@ -1,10 +1,11 @@
 //! This chassis's L3 kernel maps, derived from the IR: the routers the kernel forwards for (those
-//! without policies or flows it cannot run), their routes (per destination prefix the
-//! highest-priority route of the main table, OVN's precedence, with the datapath behind the
-//! output port: a switch, or a peer router), their neighbours (static from the flows; learned
-//! from MAC_Binding where the router looks them up), and their own addresses (and what they
-//! answer there: pings, TCP resets, ICMP port/protocol unreachable). Owns the desired and installed contents;
-//! touches the kernel only through [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
+//! without drop/reroute policies or flows it cannot run; allow policies change nothing there),
+//! their routes (per destination prefix the highest-priority route of the main table, OVN's
+//! precedence, with the datapath behind the output port: a switch, or a peer router), their
+//! neighbours (static from the flows; learned from MAC_Binding where the router looks them up),
+//! and their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
+//! unreachable). Owns the desired and installed contents; touches the kernel only through
+//! [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
 use std::{
@@ -21,7 +22,10 @@ use ovnbpf_common::{
 use super::{EbpfError, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
-    ir::{IrEntry, Mac, PortKind, Prefix, RejectProtocol, RejectResponse, parse_port_security},
+    ir::{
+        IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
+        parse_port_security,
+    },
 };
 
 /// Router stages whose unsupported flows do not change how plain routed IPv4 is forwarded
@@ -147,8 +151,8 @@ pub struct L3State {
     neighbours: HashMap<(u32, Ipv4Addr), (Option<Mac>, Option<Mac>)>,
     /// Routers that look next hops up in MAC_Binding.
     neighbour_lookup: HashSet<u32>,
-    /// Per router: entries that keep the kernel from forwarding for it (policies, unsupported
-    /// flows).
+    /// Per router: entries that keep the kernel from forwarding for it (drop/reroute policies,
+    /// unsupported flows).
     blockers: HashMap<u32, HashSet<String>>,
     /// A router's own addresses: (router, address) → how many ARP entries name it, and what
     /// the router answers there (`RouterAddress` flags).
@@ -356,6 +360,14 @@ impl L3State {
                 };
                 self.answer(*datapath, *ip, flag, added);
             }
+            // An allow policy keeps the routing decision: it only shadows lower-priority
+            // policies, so on a router whose policies all allow (Kube-OVN's per-subnet
+            // `ip4.dst == <cidr>` at 31000, on every VPC) routing is plain routing. Drop and
+            // reroute policies are not in the kernel: their router is not forwarded.
+            IrEntry::RouterPolicy {
+                verdict: PolicyVerdict::Allow,
+                ..
+            } => {}
             IrEntry::RouterPolicy {
                 datapath, priority, ..
             } => self.block(*datapath, format!("policy {priority}: {entry:?}"), added),
@@ -382,6 +394,9 @@ impl L3State {
             {
                 self.block(*datapath, format!("{stage}: {reason}"), added);
             }
+            // The compiler compiled the flow's forwarding; the duty it leaves undone (e.g. MAC
+            // learning) is reported by the coverage, and does not stop forwarding.
+            IrEntry::SideDutyNotDone { .. } => {}
             _ => {}
         }
     }

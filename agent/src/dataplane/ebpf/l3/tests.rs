@@ -240,10 +240,10 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
     let mut entries = vpc();
     let policy = IrEntry::RouterPolicy {
         datapath: ROUTER,
-        priority: 31000,
-        source: None,
-        destination: Some(prefix("10.0.0.0/8")),
-        verdict: crate::pipeline::ir::PolicyVerdict::Allow,
+        priority: 29000,
+        source: Some(prefix("10.0.1.0/24")),
+        destination: None,
+        verdict: crate::pipeline::ir::PolicyVerdict::Drop,
     };
     entries.push(policy.clone());
     entries.push(IrEntry::Unsupported {
@@ -400,4 +400,93 @@ fn a_routers_reject_answers_become_address_flags() {
     });
     state.flush(&mut maps).unwrap();
     assert!(maps.addresses.is_empty(), "no answer left: not an address");
+}
+
+/// The compiler decides what kind a gap is; the backend obeys: a side duty the datapath does
+/// not do (MAC learning in the neighbour stages) leaves the router forwarded, a neighbour flow
+/// that cannot be forwarded correctly keeps it out.
+#[test]
+fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
+    let mut state = L3State::default();
+    let mut entries = vpc();
+    for stage in ["lr_in_lookup_neighbor", "lr_in_learn_neighbor"] {
+        entries.push(IrEntry::SideDutyNotDone {
+            datapath: ROUTER,
+            stage: stage.into(),
+            duty: crate::pipeline::classify::MAC_LEARNING_NOT_DONE.into(),
+        });
+    }
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(
+        maps.routers.contains_key(&ROUTER),
+        "{:?}",
+        state.blocked(ROUTER)
+    );
+    assert!(state.blocked(ROUTER).is_empty());
+
+    let unsupported = IrEntry::Unsupported {
+        datapath: ROUTER,
+        stage: "lr_in_learn_neighbor".into(),
+        reason: "neighbour learning variant".into(),
+    };
+    state.apply(&diff(vec![unsupported.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.routers.contains_key(&ROUTER));
+    assert_eq!(state.blocked(ROUTER).len(), 1);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![unsupported],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.routers.contains_key(&ROUTER));
+}
+
+/// Kube-OVN gives every VPC router an allow policy per subnet (`ip4.dst == <cidr>`, priority
+/// 31000): allow keeps the routing decision, so a router with only such policies is forwarded;
+/// a drop or reroute policy beside them still keeps it out.
+#[test]
+fn allow_policies_alone_do_not_keep_a_router_out() {
+    let mut state = L3State::default();
+    let mut entries = vpc();
+    for subnet in ["10.0.1.0/24", "10.0.2.0/24"] {
+        entries.push(IrEntry::RouterPolicy {
+            datapath: ROUTER,
+            priority: 31000,
+            source: None,
+            destination: Some(prefix(subnet)),
+            verdict: crate::pipeline::ir::PolicyVerdict::Allow,
+        });
+    }
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert!(
+        maps.routers.contains_key(&ROUTER),
+        "{:?}",
+        state.blocked(ROUTER)
+    );
+
+    let reroute = IrEntry::RouterPolicy {
+        datapath: ROUTER,
+        priority: 29000,
+        source: Some(prefix("10.0.1.0/24")),
+        destination: None,
+        verdict: crate::pipeline::ir::PolicyVerdict::Reroute {
+            nexthop: Ipv4Addr::new(100, 64, 0, 2),
+            source_ip: Ipv4Addr::new(100, 64, 0, 1),
+            source_mac: [0x0a, 0x58, 0x64, 0x40, 0, 1],
+            port: "ovn-cluster-join".into(),
+        },
+    };
+    state.apply(&diff(vec![reroute.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.routers.contains_key(&ROUTER));
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![reroute],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.routers.contains_key(&ROUTER));
 }
