@@ -13,7 +13,9 @@
 //! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
 //! - underlay → LSP `localnet.<subnet>` (localnet, `network_name`, `tag`,
 //!   `external_ids:ipv4_network`);
-//! - node → LSP `node-<node>` on `join`;
+//! - node → LSP `node-<node>` on `join`, in the port group `node.<node>`; the per-node groups
+//!   of the default VPC's distributed subnets (`<subnet>.<node>`) and the 29000 reroute policies
+//!   that match their address sets come with the default VPC's node networking (not written);
 //! - static route → `lr-route-add`; peering → LRPs `<a>-<b>` / `<b>-<a>` with `peer`.
 
 use std::{
@@ -295,14 +297,20 @@ impl Topology {
         self
     }
 
-    /// A node's port on `join`: LSP `node-<node>`.
+    /// A node's port on `join`: LSP `node-<node>`, and the node's port group `node.<node>`
+    /// (every `-` of the name a `.`) holding it, as kube-ovn-controller's `handleAddNode` makes
+    /// them. The port group is created here, so a node is added by one topology only.
     pub fn node_port(&mut self, node: &str, mac: &str, ip: Ipv4Addr) -> &mut Self {
         let port = format!("node-{node}");
         let addresses = format!("{mac} {ip}");
         let node_id = format!("external_ids:node={node}");
+        let group = format!("node.{}", node.replace('-', "."));
+        let group_ids = format!("external_ids:node={node}");
         self.add(&["--may-exist", "lsp-add", JOIN_SUBNET.0, &port])
             .add(&["lsp-set-addresses", &port, &addresses])
             .add(&["set", "logical_switch_port", &port, VENDOR, &node_id])
+            .add(&["pg-add", &group, &port])
+            .add(&["set", "port_group", &group, VENDOR, &group_ids])
     }
 
     /// A router policy, as Kube-OVN writes them: `action` is allow, drop or reroute (with

@@ -127,6 +127,34 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         assert_eq!(option("dynamic_neigh_routers"), "true", "{vpc}");
         assert_eq!(option("mac_binding_age_threshold"), "300", "{vpc}");
     }
+    // The node's port group, as kube-ovn-controller makes it, holds the node's join port, and
+    // northd carried it to the Southbound.
+    let node_port = lab
+        .nbctl(&[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "logical_switch_port",
+            "name=node-node1",
+        ])
+        .unwrap();
+    let group_ports = lab
+        .nbctl(&[
+            "--bare",
+            "--columns=ports",
+            "find",
+            "port_group",
+            "name=node.node1",
+        ])
+        .unwrap();
+    assert_eq!(group_ports.trim(), node_port.trim());
+    let sb_groups = lab
+        .sbctl(&["--bare", "--columns=name,ports", "list", "Port_Group"])
+        .unwrap();
+    assert!(
+        sb_groups.contains("node.node1") && sb_groups.contains("node-node1"),
+        "{sb_groups}"
+    );
     // One pod with port security, as Kube-OVN sets it for pods with `port_security: true`.
     let secured = &pods
         .iter()
