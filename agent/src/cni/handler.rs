@@ -467,6 +467,63 @@ impl Handler {
         }
     }
 
+    /// The sweep: removes every attachment whose network namespace (its recorded CNI_NETNS
+    /// path) no longer exists: the runtime deleted the sandbox and its DEL never reached this
+    /// agent (a chained plugin failed before ovnbpf's DEL, the runtime gave up, the node
+    /// rebooted). Records without a path are left to DEL and GC. Each removal re-checks under the
+    /// pod's lock, so an ADD or DEL in flight is never undone. Returns how many it removed.
+    pub async fn sweep_gone_namespaces(&self) -> usize {
+        let store = self.store.clone();
+        let gone = tokio::task::spawn_blocking(move || {
+            store
+                .all()
+                .into_iter()
+                .filter(|record| namespace_is_gone(&record.netns))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut removed = 0;
+        for record in gone {
+            let lock = self.lock_for(&record.logical_port);
+            let _guard = lock.lock().await;
+            let unchanged = self
+                .store
+                .get(&record.container_id, &record.if_name)
+                .is_some_and(|now| now == record);
+            if !unchanged || !namespace_is_gone(&record.netns) {
+                continue;
+            }
+            match self
+                .remove(
+                    &record.container_id,
+                    &record.if_name,
+                    &record.logical_port,
+                    &record.host_interface,
+                )
+                .await
+            {
+                Ok(()) => {
+                    info!(
+                        port = record.logical_port,
+                        container = record.container_id,
+                        netns = record.netns,
+                        interface = record.host_interface,
+                        "swept an attachment whose network namespace is gone"
+                    );
+                    removed += 1;
+                }
+                Err(error) => warn!(
+                    port = record.logical_port,
+                    container = record.container_id,
+                    %error,
+                    "the sweep could not remove an attachment"
+                ),
+            }
+        }
+        removed
+    }
+
     /// GC: removes every attachment the runtime no longer lists.
     pub async fn gc(&self, valid: &[Attachment]) -> Result<usize, HandlerError> {
         let valid: HashSet<(&str, &str)> = valid
@@ -503,4 +560,14 @@ impl Handler {
         }
         Ok(removed)
     }
+}
+
+/// Whether `netns` names a network namespace path that no longer exists (an empty path says
+/// nothing).
+fn namespace_is_gone(netns: &str) -> bool {
+    !netns.is_empty()
+        && matches!(
+            std::fs::symlink_metadata(netns),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound
+        )
 }
