@@ -211,11 +211,14 @@ disabled_plugins = [
     pub fn start(&mut self, node: &Netns, pause_archive: &Path) -> Result<()> {
         let mut command = node.command_entering("containerd".as_ref())?;
         command.arg("--config").arg(self.dir.join("config.toml"));
-        self.process = Some(Child::spawn(
-            "containerd",
-            &mut command,
-            Some(self.dir.join("containerd.log")),
-        )?);
+        self.process = Some(
+            Child::spawn(
+                "containerd",
+                &mut command,
+                Some(self.dir.join("containerd.log")),
+            )
+            .context("starting containerd (Debian's containerd; run `cargo xtask setup`)")?,
+        );
         let socket = self.socket();
         if !wait_until(Duration::from_secs(20), || {
             socket.exists() && cri(&[socket.as_os_str(), "version".as_ref()]).is_ok()

@@ -562,12 +562,38 @@ impl Handler {
     }
 }
 
-/// Whether `netns` names a network namespace path that no longer exists (an empty path says
-/// nothing).
+/// Whether `netns` names a network namespace path that no longer exists. An empty path says
+/// nothing, and neither does a path whose directory this agent cannot see (e.g. a runtime's
+/// namespace directory not mounted into its container): only a missing file in a directory that
+/// is there counts.
 fn namespace_is_gone(netns: &str) -> bool {
+    let path = std::path::Path::new(netns);
+    let directory_visible = path.parent().is_some_and(|dir| dir.is_dir());
     !netns.is_empty()
+        && directory_visible
         && matches!(
-            std::fs::symlink_metadata(netns),
+            std::fs::symlink_metadata(path),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespace_is_gone;
+
+    #[test]
+    fn only_a_missing_file_in_a_visible_directory_is_a_gone_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let present = dir.path().join("cni-present");
+        std::fs::write(&present, b"").unwrap();
+        assert!(!namespace_is_gone(&present.display().to_string()));
+        assert!(namespace_is_gone(
+            &dir.path().join("cni-gone").display().to_string()
+        ));
+        assert!(!namespace_is_gone(""), "no path says nothing");
+        assert!(
+            !namespace_is_gone(&dir.path().join("unmounted/cni-x").display().to_string()),
+            "a directory this agent cannot see says nothing"
+        );
+    }
 }

@@ -2,8 +2,9 @@
 //! DEL never arrives (a chained plugin failed first) and that send no CNI GC: every interval,
 //! off the daemon loop, [`Handler::sweep_gone_namespaces`] releases what such attachments hold
 //! (the veth, the datapath's entries, the Port_Binding claim, the record) through the same path
-//! as DEL. Its cost is one `stat` per recorded attachment. Counts what it collected in
-//! [`ServerStats::collected_by_sweep`]; touches nothing else.
+//! as DEL. Its cost per round is reading the attachment records and one `stat` per record (on a
+//! blocking thread); a path whose directory the agent cannot see is never taken for gone. Counts
+//! what it collected in [`ServerStats::collected_by_sweep`]; touches nothing else.
 
 use std::{
     sync::{Arc, atomic::Ordering},
