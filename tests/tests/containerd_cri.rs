@@ -16,7 +16,8 @@
 //! And the leak the sweep exists for: a sandbox whose DEL fails in a chained plugin (here
 //! portmap's binary is gone when the runtime tears the pod down, so ovnbpf's DEL never runs) and
 //! whose namespace the runtime then removes: the agent's periodic sweep releases the veth, the
-//! record and the Port_Binding claim, counts it, and leaves a live pod alone.
+//! record and the Port_Binding claim, counts it, and leaves a live pod alone; the runtime's CNI
+//! GC collects that one, counted apart.
 
 mod common;
 
@@ -454,11 +455,31 @@ fn a_pod_whose_del_failed_in_a_chained_plugin_is_swept_once_its_namespace_is_gon
         "the sweep logs what it removed"
     );
 
-    // cache leaves normally (portmap is back).
-    plugin_dir(&portmap_dir, "portmap", Path::new("/usr/lib/cni/portmap")).unwrap();
-    runtime.del(&conflist, &cache, None).unwrap();
-    assert!(lab.records(0).is_empty());
-    assert_eq!(lab.links(0), links_before);
+    // A runtime that no longer lists cache (CNI GC, as 1.1.0 runtimes send it): collected too,
+    // and counted as the runtime's GC.
+    let mut gc_config = conflist["plugins"][0].clone();
+    gc_config["name"] = conflist["name"].clone();
+    gc_config["cniVersion"] = "1.1.0".into();
+    gc_config["cni.dev/valid-attachments"] = serde_json::json!([]);
+    let gc = runtime.exec("GC", &cache, &gc_config).unwrap();
+    assert!(gc.status.success(), "GC: {gc:?}");
+    assert!(lab.records(0).is_empty(), "cache's record after GC");
+    assert_eq!(lab.links(0), links_before, "cache's veth after GC");
+    assert!(
+        wait_until(Duration::from_secs(5), || lab
+            .chassis_of("cache.ns")
+            .is_empty()),
+        "cache.ns is still claimed after GC{}",
+        lab.logs()
+    );
+    let metrics = lab.metrics(0);
+    for line in [
+        "ovnbpf_cni_gc_collected_total{by=\"gc\"} 1",
+        "ovnbpf_cni_gc_collected_total{by=\"sweep\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    drop(cache_netns);
 }
 
 /// The host end of a pod veth, as the agent names it: the container ID's first 12 characters
