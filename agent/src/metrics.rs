@@ -1,9 +1,9 @@
 //! The agent's Prometheus metrics, served as text (exposition format 0.0.4) on `GET /metrics` of
 //! `--metrics-address`: CNI operations (count and latency per operation and HTTP status, like
-//! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, and what the
-//! daemon loop reports on each scrape (Southbound sync, local ports, its counters, the datapath's
-//! drops per reason and counters per interface); the same port answers the health probes
-//! ([`crate::health`]). Owns the CNI operation histograms (the CNI server records into them) and
+//! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, attachments
+//! collected without a DEL, and what the daemon loop reports on each scrape (Southbound sync,
+//! local ports, its counters, the datapath's drops per reason and counters per interface); the
+//! same port answers the health probes ([`crate::health`]). Owns the CNI operation histograms (the CNI server records into them) and
 //! its TCP listener; reads the daemon only through a [`DaemonHandle`].
 
 use std::{
@@ -133,6 +133,23 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+    }
+    family(
+        &mut out,
+        "ovnbpf_cni_gc_collected_total",
+        "counter",
+        "CNI attachments removed without a DEL: by the runtime's GC, or by the sweep because \
+         their network namespace was gone.",
+    );
+    for (by, value) in [
+        ("gc", &server.collected_by_gc),
+        ("sweep", &server.collected_by_sweep),
+    ] {
+        let _ = writeln!(
+            out,
+            "ovnbpf_cni_gc_collected_total{{by=\"{by}\"}} {}",
+            value.load(Ordering::Relaxed)
+        );
     }
     family(
         &mut out,

@@ -10,6 +10,7 @@
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
 //! - [`agent`]: `ovnbpf-agent` as a simulated node's agent;
 //! - [`cni_runtime`]: a container runtime's side of CNI (plugins, conflists);
+//! - [`containerd`]: a real containerd driven through its CRI socket, as kubelet drives it;
 //! - [`ovn`]: a real OVN central (NB and SB ovsdb-server, ovn-northd) in a temp dir;
 //! - [`pki`]: a throwaway OVS PKI (CA, signed and expired certificates) for TLS tests;
 //! - [`ovs_chassis`]: a real OVN chassis (OVS userspace datapath + ovn-controller), the interop peer;
@@ -23,6 +24,7 @@ pub mod bpffs;
 pub mod cluster;
 pub mod cni_runtime;
 pub mod frames;
+pub mod containerd;
 pub mod icmp;
 pub mod kubeovn;
 pub mod manifests;

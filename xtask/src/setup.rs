@@ -1,6 +1,6 @@
 //! `cargo xtask setup`: brings a fresh Debian 12 machine (as root) to the state the project needs,
 //! idempotently: Debian packages, the nightly `rust-src` component, `bpf-linker` built against
-//! LLVM 22, `kubernetes-validate` in a virtualenv. Every step first checks, and only acts when
+//! LLVM 22, `kubernetes-validate` and the CRI client's `grpcio-tools` in a virtualenv. Every step first checks, and only acts when
 //! something is missing; it prints what it found and what it did. Touches: apt/dpkg, rustup,
 //! `cargo install`, `$HOME/.cache/ovnbpf/venv`, the bpffs mount.
 
@@ -37,12 +37,21 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "containernetworking-plugins",
         "reference CNI plugins (tuning, portmap, bandwidth) chained after ovnbpf in tests",
     ),
+    (
+        "containerd",
+        "a real container runtime (with runc) driving the CNI plugin through its CRI in tests",
+    ),
+    (
+        "gcc",
+        "compiles the static pause binary of the tests' locally built sandbox image",
+    ),
+    ("libc6-dev", "the static C library the pause binary links"),
     ("tcpdump", "captures in tests"),
     ("ethtool", "offload settings on veths"),
     ("bpftool", "inspecting loaded programs"),
     (
         "python3-venv",
-        "a virtualenv for kubernetes-validate (deploy/ manifests checked in tests)",
+        "a virtualenv for kubernetes-validate (deploy/ manifests checked in tests) and the CRI client",
     ),
 ];
 
@@ -69,6 +78,7 @@ pub fn run(options: &Options) -> Result<()> {
     ensure_bpf_linker(options)?;
     ensure_cargo_fuzz(options)?;
     ensure_manifest_validator(options)?;
+    ensure_cri_client(options)?;
     ensure_bpffs(options)?;
     check_kernel()?;
     println!("== setup: done");
@@ -260,6 +270,34 @@ fn ensure_manifest_validator(options: &Options) -> Result<()> {
         Command::new(venv.join("bin/pip"))
             .args(["install", "--quiet"])
             .arg(format!("kubernetes-validate=={VALIDATOR_VERSION}")),
+    )
+}
+
+/// `grpcio-tools` in the same virtualenv: the tests' CRI client (`tests/cri/cri.py`) loads its
+/// `.proto` with it and talks gRPC to containerd (Debian has no crictl).
+fn ensure_cri_client(options: &Options) -> Result<()> {
+    use ovnbpf_tests::manifests::venv;
+    const GRPCIO_TOOLS_VERSION: &str = "1.85.1";
+    let python = venv().join("bin/python");
+    let installed = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools; print(grpc_tools.__name__)"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if installed {
+        println!("ok   grpcio-tools (CRI client)");
+        return Ok(());
+    }
+    if options.check_only {
+        bail!("grpcio-tools is missing from the venv (run `cargo xtask setup`)");
+    }
+    println!(
+        "do   {}/bin/pip install grpcio-tools=={GRPCIO_TOOLS_VERSION}",
+        venv().display()
+    );
+    run_checked(
+        Command::new(venv().join("bin/pip"))
+            .args(["install", "--quiet"])
+            .arg(format!("grpcio-tools=={GRPCIO_TOOLS_VERSION}")),
     )
 }
 

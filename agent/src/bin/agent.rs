@@ -126,6 +126,10 @@ struct RunArgs {
     /// CNI GC leaves attachments younger than this alone.
     #[arg(long, default_value_t = 60)]
     cni_gc_grace_s: u64,
+    /// Remove CNI attachments whose network namespace is gone (their DEL never arrived) this
+    /// often (0 = never).
+    #[arg(long, env = "OVNBPF_CNI_SWEEP_INTERVAL_S", default_value_t = 60)]
+    cni_sweep_interval_s: u64,
     /// Check every pod veth for its from_pod filter this often, attaching it again where it was
     /// removed (0 = never).
     #[arg(long, default_value_t = 10)]
@@ -386,13 +390,27 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                         gc_grace: Duration::from_secs(args.cni_gc_grace_s),
                     },
                 );
-                tracing::info!(socket = %args.cni_socket.display(), pod_mtu, "serving CNI");
-                Some(tokio::spawn(server::serve(
+                tracing::info!(
+                    socket = %args.cni_socket.display(),
+                    pod_mtu,
+                    sweep_interval_s = args.cni_sweep_interval_s,
+                    "serving CNI"
+                );
+                let handler = std::sync::Arc::new(handler);
+                let sweep = (args.cni_sweep_interval_s > 0).then(|| {
+                    tokio::spawn(ovnbpf_agent::cni::sweep::run(
+                        std::sync::Arc::clone(&handler),
+                        std::sync::Arc::clone(&metrics_sources.server),
+                        Duration::from_secs(args.cni_sweep_interval_s),
+                    ))
+                });
+                let server = tokio::spawn(server::serve(
                     listener,
-                    std::sync::Arc::new(handler),
+                    handler,
                     metrics_sources.server,
                     metrics_sources.cni,
-                )))
+                ));
+                Some((server, sweep))
             }
             None => None,
         };
@@ -400,8 +418,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         if let Some(metrics) = metrics {
             metrics.abort();
         }
-        if let Some(cni) = cni {
+        if let Some((cni, sweep)) = cni {
             cni.abort();
+            if let Some(sweep) = sweep {
+                sweep.abort();
+            }
             let _ = std::fs::remove_file(&args.cni_socket);
         }
         Ok(())

@@ -467,6 +467,63 @@ impl Handler {
         }
     }
 
+    /// The sweep: removes every attachment whose network namespace (its recorded CNI_NETNS
+    /// path) no longer exists: the runtime deleted the sandbox and its DEL never reached this
+    /// agent (a chained plugin failed before ovnbpf's DEL, the runtime gave up, the node
+    /// rebooted). Records without a path are left to DEL and GC. Each removal re-checks under the
+    /// pod's lock, so an ADD or DEL in flight is never undone. Returns how many it removed.
+    pub async fn sweep_gone_namespaces(&self) -> usize {
+        let store = self.store.clone();
+        let gone = tokio::task::spawn_blocking(move || {
+            store
+                .all()
+                .into_iter()
+                .filter(|record| namespace_is_gone(&record.netns))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut removed = 0;
+        for record in gone {
+            let lock = self.lock_for(&record.logical_port);
+            let _guard = lock.lock().await;
+            let unchanged = self
+                .store
+                .get(&record.container_id, &record.if_name)
+                .is_some_and(|now| now == record);
+            if !unchanged || !namespace_is_gone(&record.netns) {
+                continue;
+            }
+            match self
+                .remove(
+                    &record.container_id,
+                    &record.if_name,
+                    &record.logical_port,
+                    &record.host_interface,
+                )
+                .await
+            {
+                Ok(()) => {
+                    info!(
+                        port = record.logical_port,
+                        container = record.container_id,
+                        netns = record.netns,
+                        interface = record.host_interface,
+                        "swept an attachment whose network namespace is gone"
+                    );
+                    removed += 1;
+                }
+                Err(error) => warn!(
+                    port = record.logical_port,
+                    container = record.container_id,
+                    %error,
+                    "the sweep could not remove an attachment"
+                ),
+            }
+        }
+        removed
+    }
+
     /// GC: removes every attachment the runtime no longer lists.
     pub async fn gc(&self, valid: &[Attachment]) -> Result<usize, HandlerError> {
         let valid: HashSet<(&str, &str)> = valid
@@ -502,5 +559,41 @@ impl Handler {
             }
         }
         Ok(removed)
+    }
+}
+
+/// Whether `netns` names a network namespace path that no longer exists. An empty path says
+/// nothing, and neither does a path whose directory this agent cannot see (e.g. a runtime's
+/// namespace directory not mounted into its container): only a missing file in a directory that
+/// is there counts.
+fn namespace_is_gone(netns: &str) -> bool {
+    let path = std::path::Path::new(netns);
+    let directory_visible = path.parent().is_some_and(|dir| dir.is_dir());
+    !netns.is_empty()
+        && directory_visible
+        && matches!(
+            std::fs::symlink_metadata(path),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespace_is_gone;
+
+    #[test]
+    fn only_a_missing_file_in_a_visible_directory_is_a_gone_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let present = dir.path().join("cni-present");
+        std::fs::write(&present, b"").unwrap();
+        assert!(!namespace_is_gone(&present.display().to_string()));
+        assert!(namespace_is_gone(
+            &dir.path().join("cni-gone").display().to_string()
+        ));
+        assert!(!namespace_is_gone(""), "no path says nothing");
+        assert!(
+            !namespace_is_gone(&dir.path().join("unmounted/cni-x").display().to_string()),
+            "a directory this agent cannot see says nothing"
+        );
     }
 }

@@ -36,6 +36,10 @@ pub struct ServerStats {
     pub requests: AtomicU64,
     pub bad_requests: AtomicU64,
     pub failures: AtomicU64,
+    /// Attachments removed by the runtime's CNI GC (not in its list of valid attachments).
+    pub collected_by_gc: AtomicU64,
+    /// Attachments removed by the periodic sweep (their network namespace is gone).
+    pub collected_by_sweep: AtomicU64,
 }
 
 /// Binds `path` (replacing a stale socket file), mode 0600.
@@ -148,7 +152,7 @@ async fn connection(
         }
         Ok(Ok((head, body))) => {
             let start = std::time::Instant::now();
-            let (status, body) = route(&head, &body, handler).await;
+            let (status, body) = route(&head, &body, handler, stats).await;
             operations.observe(operation(&head.path), status, start.elapsed());
             (status, body)
         }
@@ -167,7 +171,12 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HandlerError>
     serde_json::from_slice(body).map_err(|e| HandlerError::BadRequest(format!("JSON: {e}")))
 }
 
-async fn route(head: &http::RequestHead, body: &[u8], handler: &Handler) -> (u16, Vec<u8>) {
+async fn route(
+    head: &http::RequestHead,
+    body: &[u8],
+    handler: &Handler,
+    stats: &ServerStats,
+) -> (u16, Vec<u8>) {
     if head.method != "POST" {
         return (405, error_body("only POST is served"));
     }
@@ -192,7 +201,10 @@ async fn route(head: &http::RequestHead, body: &[u8], handler: &Handler) -> (u16
             }
             wire::PATH_GC => {
                 let request: GcRequest = parse(body)?;
-                handler.gc(&request.valid_attachments).await?;
+                let collected = handler.gc(&request.valid_attachments).await?;
+                stats
+                    .collected_by_gc
+                    .fetch_add(collected as u64, Ordering::Relaxed);
                 Ok((204, Vec::new()))
             }
             other => Err(HandlerError::BadRequest(format!("no endpoint {other}"))),
