@@ -1,7 +1,6 @@
 """kubelet's side of the CRI, for the tests: RunPodSandbox, PodSandboxStatus, ListPodSandbox,
 StopPodSandbox and RemovePodSandbox over a runtime's gRPC socket (messages from cri.proto, the
-CRI's runtime.v1 subset), and building the sandbox ("pause") image as an OCI archive from a static
-binary, since no registry is reachable. One command per run; results as JSON on stdout.
+CRI's runtime.v1 subset). One command per run; results as JSON on stdout.
 
     cri.py SOCKET version
     cri.py SOCKET run NAME NAMESPACE UID CGROUP_PARENT   -> {"id", "ip", "netns", "state"}
@@ -9,15 +8,11 @@ binary, since no registry is reachable. One command per run; results as JSON on 
     cri.py SOCKET list                                   -> [{"id", "name", "namespace", "state"}]
     cri.py SOCKET stop ID
     cri.py SOCKET remove ID
-    cri.py - pause-image BINARY NAME OUT.tar
 """
 
-import hashlib
-import io
 import json
 import os
 import sys
-import tarfile
 
 TIMEOUT_S = 60
 
@@ -74,63 +69,8 @@ def run(messages, runtime, name, namespace, uid, cgroup_parent):
     return status(messages, runtime, reply.pod_sandbox_id)
 
 
-def pause_image(binary, name, out):
-    """An OCI image layout archive: one layer holding BINARY as /pause, the entrypoint."""
-    blobs = {}
-
-    def blob(data, media_type):
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        blobs[digest] = data
-        return {"mediaType": media_type, "digest": digest, "size": len(data)}
-
-    layer = io.BytesIO()
-    with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        entry = tar.gettarinfo(binary, arcname="pause")
-        entry.uid = entry.gid = 0
-        entry.uname = entry.gname = "root"
-        entry.mode = 0o755
-        entry.mtime = 0
-        with open(binary, "rb") as data:
-            tar.addfile(entry, data)
-    layer = layer.getvalue()
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Entrypoint": ["/pause"], "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    }
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
-        "layers": [blob(layer, "application/vnd.oci.image.layer.v1.tar")],
-    }
-    descriptor = blob(json.dumps(manifest).encode(), manifest["mediaType"])
-    descriptor["annotations"] = {
-        "io.containerd.image.name": name,
-        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
-    }
-    descriptor["platform"] = {"architecture": "amd64", "os": "linux"}
-    index = {"schemaVersion": 2, "manifests": [descriptor]}
-    files = {
-        "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
-        "index.json": json.dumps(index).encode(),
-    }
-    for digest, data in blobs.items():
-        files["blobs/sha256/" + digest.split(":", 1)[1]] = data
-    with tarfile.open(out, mode="w") as tar:
-        for path, data in files.items():
-            entry = tarfile.TarInfo(path)
-            entry.size = len(data)
-            tar.addfile(entry, io.BytesIO(data))
-
-
 def main(argv):
     socket, command, args = argv[1], argv[2], argv[3:]
-    if command == "pause-image":
-        pause_image(*args)
-        return None
     messages, runtime = stub(socket)
     if command == "version":
         reply = runtime.Version(messages.VersionRequest(version="v1"), timeout=TIMEOUT_S)

@@ -54,13 +54,13 @@ pub fn build_pause_image(dir: &Path) -> Result<PathBuf> {
     )
     .context("compiling the pause binary (gcc and libc6-dev; run `cargo xtask setup`)")?;
     let archive = dir.join("pause.tar");
-    cri(&[
-        "-".as_ref(),
-        "pause-image".as_ref(),
-        binary.as_os_str(),
-        PAUSE_IMAGE.as_ref(),
-        archive.as_os_str(),
-    ])?;
+    let image = crate::oci::Image {
+        name: PAUSE_IMAGE.to_string(),
+        entrypoint: vec!["/pause".into()],
+        env: Vec::new(),
+        files: vec![crate::oci::ImageFile::copy(&binary, "/pause", 0o755)?],
+    };
+    crate::oci::write_archive(&image, &archive)?;
     Ok(archive)
 }
 
@@ -229,22 +229,53 @@ disabled_plugins = [
                 self.log()
             );
         }
+        self.import(pause_archive)
+    }
+
+    /// Imports an OCI image archive (into the CRI's namespace, as for the sandbox image).
+    pub fn import(&self, archive: &Path) -> Result<()> {
         process::output(
-            Command::new("ctr")
-                .arg("-a")
-                .arg(&socket)
-                .args([
-                    "-n",
-                    "k8s.io",
-                    "images",
-                    "import",
-                    "--snapshotter",
-                    "native",
-                ])
-                .arg(pause_archive),
+            self.ctr()
+                .args(["images", "import", "--snapshotter", "native"])
+                .arg(archive),
         )
-        .context("importing the pause image")?;
-        Ok(())
+        .with_context(|| format!("importing {}", archive.display()))
+        .map(drop)
+    }
+
+    /// Runs `args` in a container of `image` to completion (`ctr run --rm`, killed after 60 s:
+    /// ctr never closes a container's stdin, so a program that reads it would wait forever),
+    /// with `env` and the host directories `mounts` (source, destination) bound read-write; its
+    /// output.
+    pub fn run_container(
+        &self,
+        image: &str,
+        args: &[&str],
+        env: &[&str],
+        mounts: &[(&Path, &str)],
+    ) -> Result<String> {
+        let mut command = Command::new("timeout");
+        command.args(["--signal=KILL", "60", "ctr"]);
+        command.arg("-a").arg(self.socket()).args(["-n", "k8s.io"]);
+        command.args(["run", "--rm", "--snapshotter", "native"]);
+        for variable in env {
+            command.args(["--env", variable]);
+        }
+        for (source, destination) in mounts {
+            command.arg("--mount").arg(format!(
+                "type=bind,src={},dst={destination},options=rbind:rw",
+                source.display()
+            ));
+        }
+        let id = format!("run-{}", std::process::id());
+        process::output(command.arg(image).arg(id).args(args))
+            .with_context(|| format!("running {args:?} in {image}"))
+    }
+
+    fn ctr(&self) -> Command {
+        let mut command = Command::new("ctr");
+        command.arg("-a").arg(self.socket()).args(["-n", "k8s.io"]);
+        command
     }
 
     /// The runtime's name, version and CRI version (`Version`).

@@ -36,6 +36,7 @@ use ovnbpf_tests::{
     names::unique_prefix,
     netns::Netns,
     network::{Node, Underlay},
+    oci,
     ovn::OvnLab,
     process::{Child, wait_until},
     workspace_binary,
@@ -486,4 +487,73 @@ fn a_pod_whose_del_failed_in_a_chained_plugin_is_swept_once_its_namespace_is_gon
 /// and `_h` (Kube-OVN's naming).
 fn ovnbpf_cni_host_interface(container_id: &str) -> String {
     format!("{}_h", &container_id[..12])
+}
+
+/// The image `cargo xtask image` makes (here from the suite's binaries, debug info stripped),
+/// run by containerd: the agent starts in it (its shared libraries are in the image), and its
+/// `install-cni`, as the DaemonSet's init container runs it with the node's CNI directories
+/// mounted, installs deploy/'s conflist and the plugin; `ovnbpfctl` runs in it too.
+#[test]
+fn ovnbpfs_image_runs_under_containerd_and_its_init_installs_the_cni() {
+    ovnbpf_tests::require_root();
+    let prefix = unique_prefix();
+    let work = tempfile::tempdir().unwrap();
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for binary in ["ovnbpf-agent", "ovnbpfctl", "ovnbpf-cni"] {
+        ovnbpf_tests::process::output(
+            std::process::Command::new("objcopy")
+                .arg("--strip-debug")
+                .arg(workspace_binary(binary))
+                .arg(bin.join(binary)),
+        )
+        .unwrap();
+    }
+    let name = "localhost/ovnbpf:test";
+    let archive = work.path().join("ovnbpf.tar");
+    oci::write_archive(&oci::ovnbpf_image(&bin, name).unwrap(), &archive).unwrap();
+
+    let node = Netns::create(&format!("{prefix}-image")).unwrap();
+    let pause = build_pause_image(&work.path().join("pause")).unwrap();
+    let mut containerd =
+        Containerd::prepare(&work.path().join("containerd"), &format!("{prefix}-image")).unwrap();
+    containerd
+        .start(&node, &pause)
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    containerd.import(&archive).unwrap();
+
+    let version = containerd
+        .run_container(
+            name,
+            &["/usr/local/bin/ovnbpf-agent", "--version"],
+            &[],
+            &[],
+        )
+        .unwrap_or_else(|error| panic!("{error:#}{}", containerd.log()));
+    assert!(version.starts_with("ovnbpf-agent "), "{version}");
+
+    let (cni_bin, cni_conf) = (work.path().join("opt-cni-bin"), work.path().join("net.d"));
+    std::fs::create_dir_all(&cni_bin).unwrap();
+    std::fs::create_dir_all(&cni_conf).unwrap();
+    containerd
+        .run_container(
+            name,
+            &["/usr/local/bin/ovnbpf-agent", "install-cni", "--no-sysctl"],
+            &[],
+            &[(&cni_bin, "/opt/cni/bin"), (&cni_conf, "/etc/cni/net.d")],
+        )
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/cni/01-ovnbpf.conflist");
+    assert_eq!(
+        std::fs::read(cni_conf.join("01-kube-ovn.conflist")).unwrap(),
+        std::fs::read(shipped).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(cni_bin.join("ovnbpf")).unwrap(),
+        std::fs::read(bin.join("ovnbpf-cni")).unwrap()
+    );
+    let ctl = containerd
+        .run_container(name, &["/usr/local/bin/ovnbpfctl", "--version"], &[], &[])
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    assert!(ctl.starts_with("ovnbpfctl "), "{ctl}");
 }

@@ -10,6 +10,7 @@ mod cmd;
 mod demo;
 mod demo_agents;
 mod demo_topology;
+mod image;
 mod lab;
 mod setup;
 mod test;
@@ -32,6 +33,9 @@ commands:
                          nodes vs a raw veth and plain kernel routing (same run)
   bench cni [--pods N] [--concurrency C]
                          CNI ADD/DEL latency vs building the same NIC with `ip` (same run)
+  image [--debug] [--name REF] [--output FILE]
+                         ovnbpf's container image as an OCI archive (default
+                         target/image/ovnbpf-<version>.oci.tar, localhost/ovnbpf:<version>)
   lab up [--demo]|down|status
                          keep a real OVN central running for manual work (builds the
                          binaries and prints how to point them at it)
@@ -70,6 +74,10 @@ fn main() -> Result<()> {
         "bench" => {
             setup()?;
             bench::run(rest)
+        }
+        "image" => {
+            setup()?;
+            image::run(rest)
         }
         "lab" => {
             // `up` runs OVN and builds the binaries; `down` and `status` only read the lab's state.
