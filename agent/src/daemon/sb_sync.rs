@@ -1,0 +1,884 @@
+//! The agent's Southbound writes, level-triggered like ovn-controller's: after every replica
+//! update and every local change, the rows this chassis owns (its Chassis, Encap and
+//! Chassis_Private; the `chassis`, `encap` and `up` of the Port_Bindings it claims or releases)
+//! are compared with what the agent wants them to be, and a write is made when they differ and
+//! no transaction touching the row is outstanding. A write stays outstanding until its reply and
+//! the update that carries it have arrived (tracked by its transaction, never by a clock); a
+//! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`]. Only rows that
+//! changed, or whose wanted state changed, are compared ([`SbSync::mark`]).
+//!
+//! Owns the bookkeeping of outstanding transactions and the set of ports being released; builds
+//! operations with [`crate::chassis`] and submits them through the session handle. Reads the
+//! replica, never writes it.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::Duration,
+};
+
+use serde_json::Value;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use crate::{
+    chassis::{self, ChassisConfig},
+    ovsdb::{
+        replica::{ChangeSet, RowRef},
+        session::{RequestId, SessionHandle},
+    },
+    sb::{
+        Southbound,
+        rows::{Chassis, ChassisPrivate, Encap, PortBinding},
+    },
+};
+
+/// How long after a failed write its rows are compared (and written) again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Why a transaction was made (a transaction may serve several).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Purpose {
+    Register,
+    Claim,
+    Up,
+    Release,
+    AckNbCfg,
+}
+
+impl Purpose {
+    pub const ALL: [Purpose; 5] = [
+        Purpose::Register,
+        Purpose::Claim,
+        Purpose::Up,
+        Purpose::Release,
+        Purpose::AckNbCfg,
+    ];
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Register => "register",
+            Purpose::Claim => "claim",
+            Purpose::Up => "up",
+            Purpose::Release => "release",
+            Purpose::AckNbCfg => "ack_nb_cfg",
+        }
+    }
+}
+
+/// What the Southbound writes did, for logs, metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SbWriteStats {
+    /// Transactions submitted, by purpose.
+    pub transactions: BTreeMap<Purpose, u64>,
+    /// Transactions refused by the server or lost with the connection.
+    pub failures: u64,
+    /// Rows written again after a failed write.
+    pub retries: u64,
+    /// Rows found different from what the agent wants (each one written).
+    pub out_of_date: u64,
+}
+
+/// A row (or group of rows) a transaction can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum RowKey {
+    /// This chassis's Chassis, Encap and Chassis_Private rows.
+    Own,
+    Port(Uuid),
+}
+
+/// What an outstanding write set, to recognise the update that carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Expect {
+    /// The chassis registered (its Chassis and Chassis_Private rows exist).
+    Registered { name: String },
+    /// The Chassis_Private row and the `nb_cfg` an acknowledgement wrote.
+    NbCfg { private: Uuid, nb_cfg: i64 },
+    Port {
+        chassis: Option<Uuid>,
+        up: Option<bool>,
+    },
+}
+
+#[derive(Debug)]
+struct Busy {
+    txn: RequestId,
+    /// The logical port, to compare it again once free.
+    port: Option<String>,
+    expect: Expect,
+    /// An update touched the row since the write was submitted.
+    touched: bool,
+    /// The server replied with success; the row is free once the update carrying it is in.
+    replied: bool,
+}
+
+/// What the agent wants of its ports: given by the daemon for each comparison.
+pub struct Wanted<'a> {
+    pub config: &'a ChassisConfig,
+    pub chassis: Uuid,
+    /// Ports bound here (configured and plugged).
+    pub local_ports: &'a HashSet<String>,
+    /// Whether a port's datapath forwards for it (its `up`).
+    pub programmed: &'a dyn Fn(&str) -> bool,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct SbSync {
+    busy: HashMap<RowKey, Busy>,
+    txns: HashMap<RequestId, Vec<RowKey>>,
+    /// Ports to compare at the next [`Self::reconcile`].
+    dirty: HashSet<String>,
+    own_dirty: bool,
+    /// Ports unplugged here whose release is not seen yet.
+    releasing: HashSet<String>,
+    /// Rows whose last write failed (their next write is a retry), and the ports among them to
+    /// compare again when the retry is due.
+    failed: HashSet<RowKey>,
+    retry_ports: HashSet<String>,
+    retry_own: bool,
+    retry_at: Option<tokio::time::Instant>,
+    stats: SbWriteStats,
+}
+
+impl SbSync {
+    #[must_use]
+    pub fn stats(&self) -> &SbWriteStats {
+        &self.stats
+    }
+
+    /// When failed writes are due for another comparison, if any failed.
+    #[must_use]
+    pub fn retry_at(&self) -> Option<tokio::time::Instant> {
+        self.retry_at
+    }
+
+    /// Whether a transaction on this chassis's own rows (registration, `nb_cfg`) is outstanding.
+    #[must_use]
+    pub fn own_busy(&self) -> bool {
+        self.busy.contains_key(&RowKey::Own)
+    }
+
+    /// Outstanding transactions.
+    #[must_use]
+    pub fn outstanding(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// Compare `port` at the next reconciliation (its wanted state changed).
+    pub fn mark(&mut self, port: &str) {
+        self.dirty.insert(port.to_string());
+    }
+
+    /// Compare this chassis's own rows at the next reconciliation.
+    pub fn mark_own(&mut self) {
+        self.own_dirty = true;
+    }
+
+    /// `port` was unplugged here: release it unless it is plugged again.
+    pub fn release(&mut self, port: &str) {
+        self.releasing.insert(port.to_string());
+        self.mark(port);
+    }
+
+    /// `port` is (again) bound here: a release still pending is dropped.
+    pub fn keep(&mut self, port: &str) {
+        self.releasing.remove(port);
+        self.mark(port);
+    }
+
+    /// Ports whose release is not seen yet.
+    #[must_use]
+    pub fn releasing(&self) -> &HashSet<String> {
+        &self.releasing
+    }
+
+    /// Takes in a replica change: rows it touched that a write holds are freed once the write is
+    /// answered; local ports and ports being released that changed are compared again; a resync
+    /// compares everything of ours again.
+    pub fn observe(&mut self, sb: &Southbound, changes: &ChangeSet, local_ports: &HashSet<String>) {
+        if changes.resynced {
+            self.own_dirty = true;
+            self.dirty.extend(local_ports.iter().cloned());
+            self.dirty.extend(self.releasing.iter().cloned());
+            // A write answered before the connection was lost may never see its update (the
+            // snapshot is the server's whole view): the snapshot is the update.
+            let replied: Vec<RowKey> = self
+                .busy
+                .iter()
+                .filter(|(_, busy)| busy.replied)
+                .map(|(key, _)| *key)
+                .collect();
+            for key in replied {
+                self.free(key);
+            }
+        }
+        if [Chassis::TABLE, Encap::TABLE, ChassisPrivate::TABLE]
+            .iter()
+            .any(|table| changes.tables.get(*table).is_some_and(|c| !c.is_empty()))
+        {
+            self.own_dirty = true;
+            self.touch(RowKey::Own);
+        }
+        let Some(change) = changes.tables.get(PortBinding::TABLE) else {
+            return;
+        };
+        let layout = sb
+            .replica()
+            .table(PortBinding::TABLE)
+            .map(|table| table.layout().clone());
+        for uuid in &change.inserted {
+            self.port_changed(sb.row::<PortBinding>(uuid), local_ports);
+        }
+        for (uuid, _) in &change.modified {
+            self.port_changed(sb.row::<PortBinding>(uuid), local_ports);
+        }
+        for (uuid, row) in &change.deleted {
+            self.touch(RowKey::Port(*uuid));
+            if let Some(layout) = &layout {
+                let port = PortBinding::from_row(&RowRef {
+                    uuid: *uuid,
+                    layout,
+                    row,
+                });
+                if self.releasing.remove(&port.logical_port) {
+                    debug!(port = %port.logical_port, "released port's binding deleted");
+                }
+            }
+        }
+    }
+
+    fn port_changed(&mut self, port: Option<PortBinding>, local_ports: &HashSet<String>) {
+        let Some(port) = port else {
+            return;
+        };
+        self.touch(RowKey::Port(port.uuid));
+        if local_ports.contains(&port.logical_port) || self.releasing.contains(&port.logical_port) {
+            self.dirty.insert(port.logical_port);
+        }
+    }
+
+    /// An update touched `key`: an answered write holding it is carried; an unanswered one will
+    /// be once answered.
+    fn touch(&mut self, key: RowKey) {
+        let Some(busy) = self.busy.get_mut(&key) else {
+            return;
+        };
+        if busy.replied {
+            self.free(key);
+        } else {
+            busy.touched = true;
+        }
+    }
+
+    /// Releases `key` and compares it again.
+    fn free(&mut self, key: RowKey) {
+        if let Some(busy) = self.busy.remove(&key) {
+            match (key, busy.port) {
+                (RowKey::Own, _) => self.own_dirty = true,
+                (RowKey::Port(_), Some(port)) => {
+                    self.dirty.insert(port);
+                }
+                (RowKey::Port(_), None) => {}
+            }
+        }
+    }
+
+    /// The outcome of a transaction (from [`crate::ovsdb::session::SessionEvent::Transacted`]):
+    /// on success its rows are free once the update carrying it is in (already, normally: the
+    /// server sends it before the reply); on failure they are compared again after
+    /// [`RETRY_AFTER`].
+    pub fn finished(&mut self, sb: &Southbound, id: RequestId, result: Result<(), String>) {
+        let Some(keys) = self.txns.remove(&id) else {
+            return;
+        };
+        if let Err(error) = &result {
+            self.stats.failures += 1;
+            warn!(%error, rows = keys.len(), "southbound write failed; comparing its rows again shortly");
+            self.retry_at
+                .get_or_insert_with(|| tokio::time::Instant::now() + RETRY_AFTER);
+        }
+        for key in keys {
+            let Some(busy) = self.busy.get_mut(&key) else {
+                continue;
+            };
+            if busy.txn != id {
+                continue;
+            }
+            if result.is_err() {
+                let busy = self.busy.remove(&key);
+                self.failed.insert(key);
+                match (key, busy.and_then(|busy| busy.port)) {
+                    (RowKey::Own, _) => self.retry_own = true,
+                    (RowKey::Port(_), Some(port)) => {
+                        self.retry_ports.insert(port);
+                    }
+                    (RowKey::Port(_), None) => {}
+                }
+                continue;
+            }
+            self.failed.remove(&key);
+            if busy.touched || carried(sb, key, &busy.expect) {
+                self.free(key);
+            } else {
+                busy.replied = true;
+            }
+        }
+    }
+
+    /// Failed writes are due: their rows are compared again.
+    pub fn retry_due(&mut self) {
+        self.retry_at = None;
+        self.dirty.extend(self.retry_ports.drain());
+        if std::mem::take(&mut self.retry_own) {
+            self.own_dirty = true;
+        }
+    }
+
+    /// Compares the rows marked since the last call with what `wanted` asks and writes those
+    /// that differ and are free (a busy row is compared again when its write is done).
+    /// Without `wanted` (this chassis is not registered yet) only the registration is compared.
+    pub fn reconcile(
+        &mut self,
+        sb: &Southbound,
+        handle: &SessionHandle,
+        config: &ChassisConfig,
+        wanted: Option<&Wanted>,
+    ) {
+        if self.own_dirty && !self.own_busy() {
+            self.own_dirty = false;
+            {
+                let ops = config.registration_ops(sb);
+                if !ops.is_empty() {
+                    self.submit(
+                        handle,
+                        &[Purpose::Register],
+                        ops,
+                        vec![(
+                            RowKey::Own,
+                            None,
+                            Expect::Registered {
+                                name: config.name.clone(),
+                            },
+                        )],
+                    );
+                }
+            }
+        }
+        let Some(wanted) = wanted else {
+            return;
+        };
+        let mut ops = Vec::new();
+        let mut purposes = Vec::new();
+        let mut rows = Vec::new();
+        for name in std::mem::take(&mut self.dirty) {
+            let Some(port) = sb.port_by_name(&name) else {
+                if !wanted.local_ports.contains(&name) {
+                    self.releasing.remove(&name);
+                }
+                continue;
+            };
+            if self.busy.contains_key(&RowKey::Port(port.uuid)) {
+                // Compared again when its write is done.
+                continue;
+            }
+            let Some((op, purpose, expect)) = self.port_write(&port, wanted) else {
+                continue;
+            };
+            ops.push(op);
+            purposes.extend(purpose);
+            rows.push((RowKey::Port(port.uuid), Some(name), expect));
+        }
+        if !ops.is_empty() {
+            purposes.sort_unstable();
+            purposes.dedup();
+            self.submit(handle, &purposes, ops, rows);
+        }
+    }
+
+    /// The write that brings `port` to what the agent wants, if it differs: for a local port a
+    /// claim (with `up` as its datapath is, in the same operation, so no later write undoes an
+    /// earlier `up`), or `up` alone; a release for a port unplugged here or that
+    /// `requested_chassis` gives to another chassis (OVN's rule: such a port is released and not
+    /// claimed back).
+    fn port_write(
+        &mut self,
+        port: &PortBinding,
+        wanted: &Wanted,
+    ) -> Option<(Value, Vec<Purpose>, Expect)> {
+        let name = &port.logical_port;
+        let ours = port.chassis == Some(wanted.chassis);
+        let local = wanted.local_ports.contains(name);
+        let bindable = local && can_bind_here(port, wanted.config, wanted.chassis);
+        if !bindable {
+            if !local && !ours {
+                // Released (or never ours): nothing left to do.
+                self.releasing.remove(name);
+            }
+            if !ours || !(self.releasing.contains(name) || local) {
+                return None;
+            }
+            if local {
+                info!(port = %name, requested_chassis = ?port.requested_chassis, "port requested by another chassis; releasing it");
+            }
+            let op = chassis::release_op_if_ours(port, wanted.chassis);
+            let up = port.up.map(|_| false);
+            return Some((
+                op,
+                vec![Purpose::Release],
+                Expect::Port { chassis: None, up },
+            ));
+        }
+        let programmed = (wanted.programmed)(name);
+        let write = chassis::bind_op(port, wanted.chassis, programmed)?;
+        let mut purposes = Vec::new();
+        if write.claims {
+            purposes.push(Purpose::Claim);
+        }
+        if write.sets_up {
+            purposes.push(Purpose::Up);
+        }
+        let up = if port.up.is_some() && (!ours || write.sets_up) {
+            Some(programmed)
+        } else {
+            port.up
+        };
+        Some((
+            write.op,
+            purposes,
+            Expect::Port {
+                chassis: Some(wanted.chassis),
+                up,
+            },
+        ))
+    }
+
+    fn submit(
+        &mut self,
+        handle: &SessionHandle,
+        purposes: &[Purpose],
+        ops: Vec<Value>,
+        rows: Vec<(RowKey, Option<String>, Expect)>,
+    ) {
+        let id = match handle.submit_tracked(ops) {
+            Ok(id) => id,
+            Err(error) => {
+                // The session is gone (the agent is stopping).
+                warn!(%error, "southbound write not submitted");
+                return;
+            }
+        };
+        for purpose in purposes {
+            *self.stats.transactions.entry(*purpose).or_default() += 1;
+        }
+        debug!(
+            id,
+            ?purposes,
+            rows = rows.len(),
+            "southbound write submitted"
+        );
+        let mut keys = Vec::with_capacity(rows.len());
+        for (key, port, expect) in rows {
+            self.stats.out_of_date += 1;
+            if self.failed.contains(&key) {
+                self.stats.retries += 1;
+            }
+            self.busy.insert(
+                key,
+                Busy {
+                    txn: id,
+                    port,
+                    expect,
+                    touched: false,
+                    replied: false,
+                },
+            );
+            keys.push(key);
+        }
+        self.txns.insert(id, keys);
+    }
+
+    /// Acknowledges `nb_cfg` in Chassis_Private when it differs and this chassis's rows are free.
+    pub fn acknowledge(
+        &mut self,
+        sb: &Southbound,
+        handle: &SessionHandle,
+        config: &ChassisConfig,
+        now_ms: i64,
+    ) {
+        if self.own_busy() {
+            return;
+        }
+        let (Some(global), Some(private)) =
+            (sb.sb_global(), sb.chassis_private_by_name(&config.name))
+        else {
+            return;
+        };
+        let ops = chassis::nb_cfg_ops(&private, global.nb_cfg, now_ms);
+        if ops.is_empty() {
+            return;
+        }
+        self.submit(
+            handle,
+            &[Purpose::AckNbCfg],
+            ops,
+            vec![(
+                RowKey::Own,
+                None,
+                Expect::NbCfg {
+                    private: private.uuid,
+                    nb_cfg: global.nb_cfg,
+                },
+            )],
+        );
+    }
+}
+
+/// Whether the replica already shows what a write set.
+fn carried(sb: &Southbound, key: RowKey, expect: &Expect) -> bool {
+    match (key, expect) {
+        (RowKey::Port(uuid), Expect::Port { chassis, up }) => sb
+            .row::<PortBinding>(&uuid)
+            .is_none_or(|port| port.chassis == *chassis && port.up == *up),
+        (RowKey::Own, Expect::Registered { name }) => {
+            sb.chassis_by_name(name).is_some() && sb.chassis_private_by_name(name).is_some()
+        }
+        (RowKey::Own, Expect::NbCfg { private, nb_cfg }) => sb
+            .row::<ChassisPrivate>(private)
+            .is_none_or(|private| private.nb_cfg == *nb_cfg),
+        _ => false,
+    }
+}
+
+/// OVN's rule for binding a port as main chassis (`lport_can_bind_on_this_chassis`):
+/// `requested_chassis` is this chassis, or `options:requested-chassis` is empty or names this
+/// chassis (by name or hostname) first.
+#[must_use]
+pub fn can_bind_here(port: &PortBinding, config: &ChassisConfig, chassis: Uuid) -> bool {
+    if port.requested_chassis == Some(chassis) {
+        return true;
+    }
+    let Some(requested) = port
+        .options
+        .get("requested-chassis")
+        .map(|list| list.trim())
+        .filter(|list| !list.is_empty())
+    else {
+        return true;
+    };
+    requested
+        .split(',')
+        .next()
+        .map(str::trim)
+        .is_some_and(|first| first == config.name || first == config.hostname)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeMap, sync::Arc};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::ovsdb::{
+        schema::DatabaseSchema,
+        session::{MonitorMethod, Recorder, SessionEvent, UpdateFormat, recording_handle},
+    };
+
+    const US: &str = "00000000-0000-0000-0000-0000000000c1";
+    const OTHER: &str = "00000000-0000-0000-0000-0000000000c2";
+    const PRIVATE: &str = "00000000-0000-0000-0000-0000000000d1";
+    const PB: &str = "00000000-0000-0000-0000-0000000000b1";
+
+    fn config() -> ChassisConfig {
+        ChassisConfig {
+            name: "node1".into(),
+            hostname: "node1.example".into(),
+            encap_ip: "172.31.0.10".into(),
+            encap_csum: true,
+            monitor_all: false,
+            bridge_mappings: String::new(),
+        }
+    }
+
+    fn uuid(text: &str) -> Uuid {
+        Uuid::parse_str(text).unwrap()
+    }
+
+    /// A Southbound with this chassis registered (without Encap, so registration is not
+    /// compared in these tests) and one Port_Binding `pod.ns` as given.
+    fn southbound(port: Value) -> Southbound {
+        let optional = |key: Value| json!({"type": {"key": key, "min": 0, "max": 1}});
+        let map =
+            json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
+        let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
+        "tables": {
+            "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
+            "Chassis": {"columns": {"name": {"type": "string"}}},
+            "Chassis_Private": {"columns": {"name": {"type": "string"},
+                "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
+            "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+                "chassis": optional(json!({"type": "uuid"})),
+                "encap": optional(json!({"type": "uuid"})),
+                "requested_chassis": optional(json!({"type": "uuid"})),
+                "up": optional(json!("boolean")), "options": map}},
+        }}))
+        .unwrap();
+        let monitored: BTreeMap<String, Vec<String>> = schema
+            .tables
+            .iter()
+            .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
+            .collect();
+        let mut sb = Southbound::new();
+        sb.apply(&SessionEvent::Snapshot {
+            remote: "test".into(),
+            method: MonitorMethod::MonitorCondSince,
+            schema: Arc::new(schema),
+            monitored,
+            updates: json!({
+                "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
+                "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
+                "Chassis_Private": {PRIVATE: {"initial": {"name": "node1", "chassis": ["uuid", US], "nb_cfg": 2}}},
+                "Port_Binding": {PB: {"initial": port}},
+            }),
+            format: UpdateFormat::Update2,
+            resumed: false,
+        });
+        sb
+    }
+
+    /// Applies a modification of `pod.ns` and lets `sync` observe it.
+    fn modify_port(sb: &mut Southbound, sync: &mut SbSync, local: &HashSet<String>, row: Value) {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: json!({"Port_Binding": {PB: {"modify": row}}}),
+            format: UpdateFormat::Update2,
+        });
+        sync.observe(sb, &changes, local);
+    }
+
+    struct Node {
+        sync: SbSync,
+        local: HashSet<String>,
+        programmed: bool,
+        handle: SessionHandle,
+        recorder: Recorder,
+    }
+
+    impl Node {
+        fn new(local: bool, programmed: bool) -> Self {
+            let (handle, recorder) = recording_handle();
+            Node {
+                sync: SbSync::default(),
+                local: if local {
+                    HashSet::from(["pod.ns".to_string()])
+                } else {
+                    HashSet::new()
+                },
+                programmed,
+                handle,
+                recorder,
+            }
+        }
+
+        /// Reconciles; returns the transactions submitted.
+        fn reconcile(&mut self, sb: &Southbound) -> Vec<(RequestId, Vec<Value>)> {
+            let config = config();
+            let programmed = self.programmed;
+            let is_programmed = move |_: &str| programmed;
+            let wanted = Wanted {
+                config: &config,
+                chassis: uuid(US),
+                local_ports: &self.local,
+                programmed: &is_programmed,
+            };
+            self.sync
+                .reconcile(sb, &self.handle, &config, Some(&wanted));
+            self.recorder.transactions()
+        }
+    }
+
+    fn row(ops: &[Value]) -> &Value {
+        assert_eq!(ops.len(), 1, "one operation: {ops:?}");
+        &ops[0]["row"]
+    }
+
+    #[test]
+    fn a_claim_carries_up_and_a_release_in_flight_holds_the_next_claim() {
+        // Claimed and up; the pod is deleted (release in flight), then added again at once.
+        let mut sb =
+            southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+        let mut node = Node::new(true, true);
+        node.local.clear();
+        node.sync.release("pod.ns");
+        let released = node.reconcile(&sb);
+        assert_eq!(released.len(), 1);
+        assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+        assert_eq!(row(&released[0].1)["up"], json!(false));
+        node.local.insert("pod.ns".into());
+        node.sync.keep("pod.ns");
+        assert!(
+            node.reconcile(&sb).is_empty(),
+            "no write on a row a transaction holds"
+        );
+        // The release's update, then its reply: the claim follows, with `up` in it.
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"chassis": ["set", []], "up": false}),
+        );
+        assert!(node.reconcile(&sb).is_empty(), "still held until the reply");
+        node.sync.finished(&sb, released[0].0, Ok(()));
+        let claimed = node.reconcile(&sb);
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
+        assert_eq!(
+            row(&claimed[0].1)["up"],
+            json!(true),
+            "claim and up in one operation"
+        );
+        assert_eq!(
+            node.sync.stats().transactions,
+            BTreeMap::from([(Purpose::Claim, 1), (Purpose::Up, 1), (Purpose::Release, 1)])
+        );
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"chassis": ["uuid", US], "up": true}),
+        );
+        node.sync.finished(&sb, claimed[0].0, Ok(()));
+        assert!(
+            node.reconcile(&sb).is_empty(),
+            "claimed and up: nothing to write"
+        );
+        assert_eq!(node.sync.outstanding(), 0);
+    }
+
+    #[test]
+    fn a_reply_before_its_update_keeps_the_row_held_until_the_update() {
+        let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+        let mut node = Node::new(true, false);
+        node.sync.mark("pod.ns");
+        let claimed = node.reconcile(&sb);
+        assert_eq!(row(&claimed[0].1)["up"], json!(false));
+        node.sync.finished(&sb, claimed[0].0, Ok(()));
+        // The datapath forwards now; the claim's update has not arrived.
+        node.programmed = true;
+        node.sync.mark("pod.ns");
+        assert!(
+            node.reconcile(&sb).is_empty(),
+            "held until the claim's update"
+        );
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"chassis": ["uuid", US]}),
+        );
+        let up = node.reconcile(&sb);
+        assert_eq!(row(&up[0].1), &json!({"up": true}));
+    }
+
+    #[test]
+    fn a_failed_write_is_compared_again_when_due_and_counted_as_a_retry() {
+        let sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+        let mut node = Node::new(true, true);
+        node.sync.mark("pod.ns");
+        let first = node.reconcile(&sb);
+        node.sync
+            .finished(&sb, first[0].0, Err("constraint violation".into()));
+        assert!(node.sync.retry_at().is_some());
+        assert!(
+            node.reconcile(&sb).is_empty(),
+            "not before the retry is due"
+        );
+        node.sync.retry_due();
+        let again = node.reconcile(&sb);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].1, first[0].1, "the same write again");
+        let stats = node.sync.stats();
+        assert_eq!(
+            (stats.failures, stats.retries, stats.out_of_date),
+            (1, 1, 2)
+        );
+    }
+
+    #[test]
+    fn an_add_then_del_ends_released_after_the_claim() {
+        let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+        let mut node = Node::new(true, true);
+        node.sync.mark("pod.ns");
+        let claimed = node.reconcile(&sb);
+        node.local.clear();
+        node.sync.release("pod.ns");
+        assert!(node.reconcile(&sb).is_empty());
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"chassis": ["uuid", US], "up": true}),
+        );
+        node.sync.finished(&sb, claimed[0].0, Ok(()));
+        let released = node.reconcile(&sb);
+        assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"chassis": ["set", []], "up": false}),
+        );
+        node.sync.finished(&sb, released[0].0, Ok(()));
+        assert!(node.reconcile(&sb).is_empty());
+        assert!(node.sync.releasing().is_empty());
+    }
+
+    #[test]
+    fn requested_chassis_elsewhere_releases_and_never_claims_back() {
+        let other = json!(["uuid", OTHER]);
+        let options = json!(["map", [["requested-chassis", "node2"]]]);
+        let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US],
+            "up": true, "requested_chassis": other, "options": options}));
+        let mut node = Node::new(true, true);
+        node.sync.mark("pod.ns");
+        let released = node.reconcile(&sb);
+        assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+        // The other chassis claims it: nothing more from us.
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"chassis": ["uuid", OTHER]}),
+        );
+        node.sync.finished(&sb, released[0].0, Ok(()));
+        assert!(node.reconcile(&sb).is_empty());
+        // Requested back here (by hostname): claimed again.
+        modify_port(
+            &mut sb,
+            &mut node.sync,
+            &node.local,
+            json!({"requested_chassis": ["uuid", US],
+            "options": ["map", [["requested-chassis", "node1.example"]]]}),
+        );
+        let claimed = node.reconcile(&sb);
+        assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
+    }
+
+    #[test]
+    fn nb_cfg_is_acknowledged_once_and_waits_for_its_rows() {
+        let sb = southbound(json!({"logical_port": "pod.ns"}));
+        let mut node = Node::new(false, false);
+        node.sync.acknowledge(&sb, &node.handle, &config(), 1);
+        let acked = node.recorder.transactions();
+        assert_eq!(row(&acked[0].1)["nb_cfg"], json!(3));
+        node.sync.acknowledge(&sb, &node.handle, &config(), 2);
+        assert!(node.recorder.transactions().is_empty(), "one in flight");
+        node.sync.finished(&sb, acked[0].0, Err("lost".into()));
+        node.sync.acknowledge(&sb, &node.handle, &config(), 3);
+        assert_eq!(
+            node.recorder.transactions().len(),
+            1,
+            "a lost ack is made again"
+        );
+    }
+}
