@@ -4,7 +4,8 @@
 //! are compared with what the agent wants them to be, and a write is made when they differ and
 //! no transaction touching the row is outstanding. A write stays outstanding until its reply and
 //! the update that carries it have arrived (tracked by its transaction, never by a clock); a
-//! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`]. Only rows that
+//! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`] (doubling while
+//! failures go on, up to [`RETRY_MAX`]; a new snapshot compares everything at once). Only rows that
 //! changed, or whose wanted state changed, are compared ([`SbSync::mark`]).
 //!
 //! Owns the bookkeeping of outstanding transactions and the set of ports being released; builds
@@ -32,8 +33,10 @@ use crate::{
     },
 };
 
-/// How long after a failed write its rows are compared (and written) again.
+/// How long after a failed write its rows are compared (and written) again; doubled with each
+/// failure in a row, up to [`RETRY_MAX`].
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+pub const RETRY_MAX: Duration = Duration::from_secs(8);
 
 /// Why a transaction was made (a transaction may serve several).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,6 +141,8 @@ pub struct SbSync {
     retry_ports: HashSet<String>,
     retry_own: bool,
     retry_at: Option<tokio::time::Instant>,
+    /// The wait before the next retry (grows while writes keep failing).
+    retry_delay: Option<Duration>,
     stats: SbWriteStats,
 }
 
@@ -295,8 +300,11 @@ impl SbSync {
         if let Err(error) = &result {
             self.stats.failures += 1;
             warn!(%error, rows = keys.len(), "southbound write failed; comparing its rows again shortly");
+            let delay = self.retry_delay.unwrap_or(RETRY_AFTER);
             self.retry_at
-                .get_or_insert_with(|| tokio::time::Instant::now() + RETRY_AFTER);
+                .get_or_insert_with(|| tokio::time::Instant::now() + delay);
+        } else {
+            self.retry_delay = None;
         }
         for key in keys {
             let Some(busy) = self.busy.get_mut(&key) else {
@@ -329,6 +337,11 @@ impl SbSync {
     /// Failed writes are due: their rows are compared again.
     pub fn retry_due(&mut self) {
         self.retry_at = None;
+        self.retry_delay = Some(
+            self.retry_delay
+                .map_or(RETRY_AFTER, |delay| delay * 2)
+                .min(RETRY_MAX),
+        );
         self.dirty.extend(self.retry_ports.drain());
         if std::mem::take(&mut self.retry_own) {
             self.own_dirty = true;
@@ -574,311 +587,5 @@ pub fn can_bind_here(port: &PortBinding, config: &ChassisConfig, chassis: Uuid) 
 }
 
 #[cfg(test)]
-mod tests {
-    use std::{collections::BTreeMap, sync::Arc};
-
-    use serde_json::json;
-
-    use super::*;
-    use crate::ovsdb::{
-        schema::DatabaseSchema,
-        session::{MonitorMethod, Recorder, SessionEvent, UpdateFormat, recording_handle},
-    };
-
-    const US: &str = "00000000-0000-0000-0000-0000000000c1";
-    const OTHER: &str = "00000000-0000-0000-0000-0000000000c2";
-    const PRIVATE: &str = "00000000-0000-0000-0000-0000000000d1";
-    const PB: &str = "00000000-0000-0000-0000-0000000000b1";
-
-    fn config() -> ChassisConfig {
-        ChassisConfig {
-            name: "node1".into(),
-            hostname: "node1.example".into(),
-            encap_ip: "172.31.0.10".into(),
-            encap_csum: true,
-            monitor_all: false,
-            bridge_mappings: String::new(),
-        }
-    }
-
-    fn uuid(text: &str) -> Uuid {
-        Uuid::parse_str(text).unwrap()
-    }
-
-    /// A Southbound with this chassis registered (without Encap, so registration is not
-    /// compared in these tests) and one Port_Binding `pod.ns` as given.
-    fn southbound(port: Value) -> Southbound {
-        let optional = |key: Value| json!({"type": {"key": key, "min": 0, "max": 1}});
-        let map =
-            json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
-        let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
-        "tables": {
-            "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
-            "Chassis": {"columns": {"name": {"type": "string"}}},
-            "Chassis_Private": {"columns": {"name": {"type": "string"},
-                "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
-            "Port_Binding": {"columns": {"logical_port": {"type": "string"},
-                "chassis": optional(json!({"type": "uuid"})),
-                "encap": optional(json!({"type": "uuid"})),
-                "requested_chassis": optional(json!({"type": "uuid"})),
-                "up": optional(json!("boolean")), "options": map}},
-        }}))
-        .unwrap();
-        let monitored: BTreeMap<String, Vec<String>> = schema
-            .tables
-            .iter()
-            .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
-            .collect();
-        let mut sb = Southbound::new();
-        sb.apply(&SessionEvent::Snapshot {
-            remote: "test".into(),
-            method: MonitorMethod::MonitorCondSince,
-            schema: Arc::new(schema),
-            monitored,
-            updates: json!({
-                "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
-                "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
-                "Chassis_Private": {PRIVATE: {"initial": {"name": "node1", "chassis": ["uuid", US], "nb_cfg": 2}}},
-                "Port_Binding": {PB: {"initial": port}},
-            }),
-            format: UpdateFormat::Update2,
-            resumed: false,
-        });
-        sb
-    }
-
-    /// Applies a modification of `pod.ns` and lets `sync` observe it.
-    fn modify_port(sb: &mut Southbound, sync: &mut SbSync, local: &HashSet<String>, row: Value) {
-        let changes = sb.apply(&SessionEvent::Update {
-            updates: json!({"Port_Binding": {PB: {"modify": row}}}),
-            format: UpdateFormat::Update2,
-        });
-        sync.observe(sb, &changes, local);
-    }
-
-    struct Node {
-        sync: SbSync,
-        local: HashSet<String>,
-        programmed: bool,
-        handle: SessionHandle,
-        recorder: Recorder,
-    }
-
-    impl Node {
-        fn new(local: bool, programmed: bool) -> Self {
-            let (handle, recorder) = recording_handle();
-            Node {
-                sync: SbSync::default(),
-                local: if local {
-                    HashSet::from(["pod.ns".to_string()])
-                } else {
-                    HashSet::new()
-                },
-                programmed,
-                handle,
-                recorder,
-            }
-        }
-
-        /// Reconciles; returns the transactions submitted.
-        fn reconcile(&mut self, sb: &Southbound) -> Vec<(RequestId, Vec<Value>)> {
-            let config = config();
-            let programmed = self.programmed;
-            let is_programmed = move |_: &str| programmed;
-            let wanted = Wanted {
-                config: &config,
-                chassis: uuid(US),
-                local_ports: &self.local,
-                programmed: &is_programmed,
-            };
-            self.sync
-                .reconcile(sb, &self.handle, &config, Some(&wanted));
-            self.recorder.transactions()
-        }
-    }
-
-    fn row(ops: &[Value]) -> &Value {
-        assert_eq!(ops.len(), 1, "one operation: {ops:?}");
-        &ops[0]["row"]
-    }
-
-    #[test]
-    fn a_claim_carries_up_and_a_release_in_flight_holds_the_next_claim() {
-        // Claimed and up; the pod is deleted (release in flight), then added again at once.
-        let mut sb =
-            southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
-        let mut node = Node::new(true, true);
-        node.local.clear();
-        node.sync.release("pod.ns");
-        let released = node.reconcile(&sb);
-        assert_eq!(released.len(), 1);
-        assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
-        assert_eq!(row(&released[0].1)["up"], json!(false));
-        node.local.insert("pod.ns".into());
-        node.sync.keep("pod.ns");
-        assert!(
-            node.reconcile(&sb).is_empty(),
-            "no write on a row a transaction holds"
-        );
-        // The release's update, then its reply: the claim follows, with `up` in it.
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"chassis": ["set", []], "up": false}),
-        );
-        assert!(node.reconcile(&sb).is_empty(), "still held until the reply");
-        node.sync.finished(&sb, released[0].0, Ok(()));
-        let claimed = node.reconcile(&sb);
-        assert_eq!(claimed.len(), 1);
-        assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
-        assert_eq!(
-            row(&claimed[0].1)["up"],
-            json!(true),
-            "claim and up in one operation"
-        );
-        assert_eq!(
-            node.sync.stats().transactions,
-            BTreeMap::from([(Purpose::Claim, 1), (Purpose::Up, 1), (Purpose::Release, 1)])
-        );
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"chassis": ["uuid", US], "up": true}),
-        );
-        node.sync.finished(&sb, claimed[0].0, Ok(()));
-        assert!(
-            node.reconcile(&sb).is_empty(),
-            "claimed and up: nothing to write"
-        );
-        assert_eq!(node.sync.outstanding(), 0);
-    }
-
-    #[test]
-    fn a_reply_before_its_update_keeps_the_row_held_until_the_update() {
-        let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
-        let mut node = Node::new(true, false);
-        node.sync.mark("pod.ns");
-        let claimed = node.reconcile(&sb);
-        assert_eq!(row(&claimed[0].1)["up"], json!(false));
-        node.sync.finished(&sb, claimed[0].0, Ok(()));
-        // The datapath forwards now; the claim's update has not arrived.
-        node.programmed = true;
-        node.sync.mark("pod.ns");
-        assert!(
-            node.reconcile(&sb).is_empty(),
-            "held until the claim's update"
-        );
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"chassis": ["uuid", US]}),
-        );
-        let up = node.reconcile(&sb);
-        assert_eq!(row(&up[0].1), &json!({"up": true}));
-    }
-
-    #[test]
-    fn a_failed_write_is_compared_again_when_due_and_counted_as_a_retry() {
-        let sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
-        let mut node = Node::new(true, true);
-        node.sync.mark("pod.ns");
-        let first = node.reconcile(&sb);
-        node.sync
-            .finished(&sb, first[0].0, Err("constraint violation".into()));
-        assert!(node.sync.retry_at().is_some());
-        assert!(
-            node.reconcile(&sb).is_empty(),
-            "not before the retry is due"
-        );
-        node.sync.retry_due();
-        let again = node.reconcile(&sb);
-        assert_eq!(again.len(), 1);
-        assert_eq!(again[0].1, first[0].1, "the same write again");
-        let stats = node.sync.stats();
-        assert_eq!(
-            (stats.failures, stats.retries, stats.out_of_date),
-            (1, 1, 2)
-        );
-    }
-
-    #[test]
-    fn an_add_then_del_ends_released_after_the_claim() {
-        let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
-        let mut node = Node::new(true, true);
-        node.sync.mark("pod.ns");
-        let claimed = node.reconcile(&sb);
-        node.local.clear();
-        node.sync.release("pod.ns");
-        assert!(node.reconcile(&sb).is_empty());
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"chassis": ["uuid", US], "up": true}),
-        );
-        node.sync.finished(&sb, claimed[0].0, Ok(()));
-        let released = node.reconcile(&sb);
-        assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"chassis": ["set", []], "up": false}),
-        );
-        node.sync.finished(&sb, released[0].0, Ok(()));
-        assert!(node.reconcile(&sb).is_empty());
-        assert!(node.sync.releasing().is_empty());
-    }
-
-    #[test]
-    fn requested_chassis_elsewhere_releases_and_never_claims_back() {
-        let other = json!(["uuid", OTHER]);
-        let options = json!(["map", [["requested-chassis", "node2"]]]);
-        let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US],
-            "up": true, "requested_chassis": other, "options": options}));
-        let mut node = Node::new(true, true);
-        node.sync.mark("pod.ns");
-        let released = node.reconcile(&sb);
-        assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
-        // The other chassis claims it: nothing more from us.
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"chassis": ["uuid", OTHER]}),
-        );
-        node.sync.finished(&sb, released[0].0, Ok(()));
-        assert!(node.reconcile(&sb).is_empty());
-        // Requested back here (by hostname): claimed again.
-        modify_port(
-            &mut sb,
-            &mut node.sync,
-            &node.local,
-            json!({"requested_chassis": ["uuid", US],
-            "options": ["map", [["requested-chassis", "node1.example"]]]}),
-        );
-        let claimed = node.reconcile(&sb);
-        assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
-    }
-
-    #[test]
-    fn nb_cfg_is_acknowledged_once_and_waits_for_its_rows() {
-        let sb = southbound(json!({"logical_port": "pod.ns"}));
-        let mut node = Node::new(false, false);
-        node.sync.acknowledge(&sb, &node.handle, &config(), 1);
-        let acked = node.recorder.transactions();
-        assert_eq!(row(&acked[0].1)["nb_cfg"], json!(3));
-        node.sync.acknowledge(&sb, &node.handle, &config(), 2);
-        assert!(node.recorder.transactions().is_empty(), "one in flight");
-        node.sync.finished(&sb, acked[0].0, Err("lost".into()));
-        node.sync.acknowledge(&sb, &node.handle, &config(), 3);
-        assert_eq!(
-            node.recorder.transactions().len(),
-            1,
-            "a lost ack is made again"
-        );
-    }
-}
+#[path = "sb_sync_tests.rs"]
+mod tests;

@@ -7,7 +7,8 @@
 //! - [`schema`], [`datum`]: schemas, typed values and update2 diff semantics;
 //! - [`remote`]: `unix:`/`tcp:` addresses and lists of them;
 //! - [`connection`]: one JSON-RPC connection;
-//! - [`session`]: a monitoring session that reconnects and resumes;
+//! - [`session`]: a monitoring session that reconnects and resumes (`monitor_start`: how it
+//!   starts monitoring on a connection);
 //! - [`replica`]: the client-side copy of monitored tables and the change set of each update.
 //!
 //! This module knows nothing about OVN; the `sb` module gives the Southbound rows their meaning.
@@ -15,6 +16,7 @@
 pub mod connection;
 pub mod datum;
 pub mod framing;
+mod monitor_start;
 pub mod remote;
 pub mod replica;
 pub mod schema;
