@@ -481,7 +481,8 @@ impl Daemon {
     /// while map writes wait for a retry (`ovn-nbctl --wait=hv` must not return before the
     /// datapath forwards as asked; the retry acknowledges), and while a monitor condition change
     /// has not brought its rows yet (like ovn-controller, which waits for the condition's
-    /// sequence number).
+    /// sequence number), and while a claim or release of this chassis is in flight (the
+    /// pipeline follows each port's `chassis`: the claim's update must be compiled first).
     async fn acknowledge_nb_cfg(&mut self) {
         if self
             .datapath
@@ -496,6 +497,10 @@ impl Daemon {
                 pending = self.conditions_pending.len(),
                 "nb_cfg not acknowledged: monitor condition changes in flight"
             );
+            return;
+        }
+        if self.sb_sync.ports_busy() {
+            debug!("nb_cfg not acknowledged: a Port_Binding write is in flight");
             return;
         }
         let now_ms = SystemTime::now()

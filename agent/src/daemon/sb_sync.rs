@@ -164,6 +164,14 @@ impl SbSync {
         self.busy.contains_key(&RowKey::Own)
     }
 
+    /// Whether a write on a Port_Binding (a claim, a release, `up`) is outstanding: its update,
+    /// which the pipeline compiles (a port's `chassis` decides where it is delivered), is not
+    /// in yet.
+    #[must_use]
+    pub fn ports_busy(&self) -> bool {
+        self.busy.keys().any(|key| matches!(key, RowKey::Port(_)))
+    }
+
     /// Outstanding transactions.
     #[must_use]
     pub fn outstanding(&self) -> usize {
