@@ -305,3 +305,30 @@ fn nb_cfg_is_acknowledged_once_and_waits_for_its_rows() {
         "a lost ack is made again"
     );
 }
+
+#[test]
+fn a_resync_frees_answered_writes_and_compares_every_local_port_again() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, false);
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    // Answered, but its update never comes on this connection (it was lost).
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    node.sync.mark("pod.ns");
+    assert!(node.reconcile(&sb).is_empty(), "held until its update");
+    // The snapshot after the reconnection: the server never got the claim.
+    let mut changes = sb.apply(&SessionEvent::Update {
+        updates: json!({}),
+        format: UpdateFormat::Update2,
+    });
+    changes.resynced = true;
+    node.sync.observe(&sb, &changes, &node.local);
+    // (The registration is compared too: this replica has no Encap, so it is written.)
+    let again: Vec<_> = node
+        .reconcile(&sb)
+        .into_iter()
+        .filter(|(_, ops)| ops[0]["table"] == "Port_Binding")
+        .collect();
+    assert_eq!(row(&again[0].1)["chassis"], json!(["uuid", US]));
+    assert_eq!(node.sync.stats().transactions[&Purpose::Claim], 2);
+}
