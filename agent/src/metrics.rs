@@ -272,6 +272,11 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "Rows of this chassis found different from what the agent wants (each one written).",
             stats.southbound.out_of_date,
         ),
+        (
+            "ovnbpf_southbound_claims_postponed_total",
+            "Claims of a port another chassis holds put off (at most one claim per 500 ms).",
+            stats.southbound.claims_postponed,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {value}");
@@ -434,6 +439,7 @@ mod tests {
                     failures: 1,
                     retries: 1,
                     out_of_date: 5,
+                    claims_postponed: 2,
                 },
                 ..Default::default()
             },
@@ -464,6 +470,7 @@ mod tests {
             r#"ovnbpf_southbound_writes_total{purpose="release"} 0"#,
             "ovnbpf_southbound_write_retries_total 1",
             "ovnbpf_southbound_rows_out_of_date_total 5",
+            "ovnbpf_southbound_claims_postponed_total 2",
             "ovnbpf_local_ports 3",
             "ovnbpf_acl_unenforced_switches 1",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,

@@ -677,5 +677,7 @@ fn a_requested_chassis_moved_elsewhere_moves_the_claim_without_a_fight() {
         &scrape(&two.nodes[0]),
         r#"ovnbpf_southbound_writes_total{purpose="release"}"#,
     );
-    assert_eq!(releases, 1, "node1 released the port once");
+    // Once, or never when node1 saw the new requested_chassis and node2's claim in one update
+    // (ovsdb-server merges the changes of a client that reads slowly).
+    assert!(releases <= 1, "node1 released the port {releases} times");
 }

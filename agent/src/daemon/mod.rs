@@ -209,17 +209,17 @@ pub async fn run(
                     None => std::future::pending().await,
                 }
             };
-            let sb_retry_at = daemon.sb_sync.retry_at();
-            let sb_retry_due = async move {
-                match sb_retry_at {
+            let sb_wake_at = daemon.sb_sync.wake_at();
+            let sb_wake = async move {
+                match sb_wake_at {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 () = &mut shutdown => break,
-                () = sb_retry_due => {
-                    daemon.sb_sync.retry_due();
+                () = sb_wake => {
+                    daemon.sb_sync.wake(tokio::time::Instant::now());
                     daemon.sync_southbound().await;
                 }
                 () = sweep_due => daemon.sweep_datapath(),

@@ -6,7 +6,10 @@
 //! the update that carries it have arrived (tracked by its transaction, never by a clock); a
 //! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`] (doubling while
 //! failures go on, up to [`RETRY_MAX`]; a new snapshot compares everything at once). Only rows that
-//! changed, or whose wanted state changed, are compared ([`SbSync::mark`]).
+//! changed, or whose wanted state changed, are compared ([`SbSync::mark`]). Claims follow OVN
+//! 23.03 (`controller/binding.c`): a port is bound here only if `requested_chassis` allows it
+//! (else released, never claimed back), and a port another chassis holds is claimed back at most
+//! once per [`CLAIM_INTERVAL`].
 //!
 //! Owns the bookkeeping of outstanding transactions and the set of ports being released; builds
 //! operations with [`crate::chassis`] and submits them through the session handle. Reads the
@@ -37,6 +40,11 @@ use crate::{
 /// failure in a row, up to [`RETRY_MAX`].
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 pub const RETRY_MAX: Duration = Duration::from_secs(8);
+
+/// A port another chassis holds is not claimed back within this long of this chassis's last
+/// claim of it (OVN 23.03 `CLAIM_TIME_THRESHOLD_MS`, `lport_maybe_postpone`): two chassis that
+/// both want a port claim it at most twice a second each instead of in a tight loop.
+pub const CLAIM_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Why a transaction was made (a transaction may serve several).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -80,6 +88,8 @@ pub struct SbWriteStats {
     pub retries: u64,
     /// Rows found different from what the agent wants (each one written).
     pub out_of_date: u64,
+    /// Claims of ports another chassis holds put off by [`CLAIM_INTERVAL`].
+    pub claims_postponed: u64,
 }
 
 /// A row (or group of rows) a transaction can hold.
@@ -143,6 +153,10 @@ pub struct SbSync {
     retry_at: Option<tokio::time::Instant>,
     /// The wait before the next retry (grows while writes keep failing).
     retry_delay: Option<Duration>,
+    /// When this chassis last claimed each port (kept for 5 × [`CLAIM_INTERVAL`]), and the
+    /// claims put off until then.
+    last_claimed: HashMap<String, tokio::time::Instant>,
+    postponed: HashMap<String, tokio::time::Instant>,
     stats: SbWriteStats,
 }
 
@@ -152,10 +166,30 @@ impl SbSync {
         &self.stats
     }
 
-    /// When failed writes are due for another comparison, if any failed.
+    /// When failed writes or postponed claims are due for another comparison, if any.
     #[must_use]
-    pub fn retry_at(&self) -> Option<tokio::time::Instant> {
+    pub fn wake_at(&self) -> Option<tokio::time::Instant> {
         self.retry_at
+            .into_iter()
+            .chain(self.postponed.values().copied())
+            .min()
+    }
+
+    /// Compares again what is due at `now` (see [`Self::wake_at`]).
+    pub fn wake(&mut self, now: tokio::time::Instant) {
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_due();
+        }
+        let due: Vec<String> = self
+            .postponed
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(port, _)| port.clone())
+            .collect();
+        for port in due {
+            self.postponed.remove(&port);
+            self.dirty.insert(port);
+        }
     }
 
     /// Whether a transaction on this chassis's own rows (registration, `nb_cfg`) is outstanding.
@@ -343,7 +377,7 @@ impl SbSync {
     }
 
     /// Failed writes are due: their rows are compared again.
-    pub fn retry_due(&mut self) {
+    fn retry_due(&mut self) {
         self.retry_at = None;
         self.retry_delay = Some(
             self.retry_delay
@@ -450,8 +484,26 @@ impl SbSync {
                 Expect::Port { chassis: None, up },
             ));
         }
+        let now = tokio::time::Instant::now();
+        if !ours && port.chassis.is_some() {
+            // Another chassis holds it: claim it back only CLAIM_INTERVAL after the last claim.
+            if let Some(last) = self.last_claimed.get(name)
+                && now.duration_since(*last) < CLAIM_INTERVAL
+            {
+                debug!(port = %name, "claim of a port another chassis holds postponed");
+                self.stats.claims_postponed += 1;
+                self.postponed.insert(name.clone(), *last + CLAIM_INTERVAL);
+                return None;
+            }
+        }
         let programmed = (wanted.programmed)(name);
         let write = chassis::bind_op(port, wanted.chassis, programmed)?;
+        if write.claims {
+            self.last_claimed
+                .retain(|_, at| now.duration_since(*at) < 5 * CLAIM_INTERVAL);
+            self.last_claimed.insert(name.clone(), now);
+            self.postponed.remove(name);
+        }
         let mut purposes = Vec::new();
         if write.claims {
             purposes.push(Purpose::Claim);

@@ -212,12 +212,12 @@ fn a_failed_write_is_compared_again_when_due_and_counted_as_a_retry() {
     let first = node.reconcile(&sb);
     node.sync
         .finished(&sb, first[0].0, Err("constraint violation".into()));
-    assert!(node.sync.retry_at().is_some());
+    assert!(node.sync.wake_at().is_some());
     assert!(
         node.reconcile(&sb).is_empty(),
         "not before the retry is due"
     );
-    node.sync.retry_due();
+    node.sync.wake(node.sync.wake_at().unwrap());
     let again = node.reconcile(&sb);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].1, first[0].1, "the same write again");
@@ -331,4 +331,37 @@ fn a_resync_frees_answered_writes_and_compares_every_local_port_again() {
         .collect();
     assert_eq!(row(&again[0].1)["chassis"], json!(["uuid", US]));
     assert_eq!(node.sync.stats().transactions[&Purpose::Claim], 2);
+}
+
+#[test]
+fn a_port_another_chassis_takes_is_claimed_back_at_most_every_claim_interval() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, false);
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", US]}),
+    );
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    // Another chassis takes it (no requested-chassis: both may bind it, as in OVN).
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", OTHER]}),
+    );
+    assert!(node.reconcile(&sb).is_empty(), "not within CLAIM_INTERVAL");
+    assert_eq!(node.sync.stats().claims_postponed, 1);
+    let due = node.sync.wake_at().expect("a postponed claim is due later");
+    node.sync.last_claimed.insert(
+        "pod.ns".into(),
+        tokio::time::Instant::now() - CLAIM_INTERVAL,
+    );
+    node.sync.wake(due);
+    let again = node.reconcile(&sb);
+    assert_eq!(row(&again[0].1)["chassis"], json!(["uuid", US]));
+    assert_eq!(node.sync.wake_at(), None);
 }
