@@ -272,6 +272,45 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
     }
     family(
         &mut out,
+        "ovnbpf_southbound_writes_total",
+        "counter",
+        "Southbound transactions the agent submitted, by purpose (one may serve several).",
+    );
+    for purpose in crate::daemon::Purpose::ALL {
+        let count = stats
+            .southbound
+            .transactions
+            .get(&purpose)
+            .copied()
+            .unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "ovnbpf_southbound_writes_total{{purpose=\"{}\"}} {count}",
+            purpose.as_str()
+        );
+    }
+    for (name, help, value) in [
+        (
+            "ovnbpf_southbound_write_retries_total",
+            "Rows written again after a failed or lost Southbound write.",
+            stats.southbound.retries,
+        ),
+        (
+            "ovnbpf_southbound_rows_out_of_date_total",
+            "Rows of this chassis found different from what the agent wants (each one written).",
+            stats.southbound.out_of_date,
+        ),
+        (
+            "ovnbpf_southbound_claims_postponed_total",
+            "Claims of a port another chassis holds put off (at most one claim per 500 ms).",
+            stats.southbound.claims_postponed,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        &mut out,
         "ovnbpf_datapath_drops_total",
         "counter",
         "Frames the eBPF datapath dropped, by reason.",
@@ -455,6 +494,22 @@ mod tests {
             side_duty_datapaths: 2,
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
+            stats: crate::daemon::DaemonStats {
+                transactions: 4,
+                failed_transactions: 1,
+                southbound: crate::daemon::SbWriteStats {
+                    transactions: [
+                        (crate::daemon::Purpose::Claim, 2),
+                        (crate::daemon::Purpose::Up, 3),
+                    ]
+                    .into(),
+                    failures: 1,
+                    retries: 1,
+                    out_of_date: 5,
+                    claims_postponed: 2,
+                },
+                ..Default::default()
+            },
             interfaces: vec![(
                 "web_h".into(),
                 Some("web.ns".into()),
@@ -476,6 +531,13 @@ mod tests {
             "ovnbpf_southbound_synced 1",
             "ovnbpf_southbound_connected 1",
             "ovnbpf_southbound_disconnects_total 0",
+            "ovnbpf_southbound_failed_transactions_total 1",
+            r#"ovnbpf_southbound_writes_total{purpose="claim"} 2"#,
+            r#"ovnbpf_southbound_writes_total{purpose="up"} 3"#,
+            r#"ovnbpf_southbound_writes_total{purpose="release"} 0"#,
+            "ovnbpf_southbound_write_retries_total 1",
+            "ovnbpf_southbound_rows_out_of_date_total 5",
+            "ovnbpf_southbound_claims_postponed_total 2",
             "ovnbpf_local_ports 3",
             "ovnbpf_acl_unenforced_switches 1",
             "ovnbpf_side_duty_datapaths 2",

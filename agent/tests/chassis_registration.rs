@@ -325,11 +325,15 @@ async fn conditional_monitoring_replicates_only_local_datapaths_and_claims_set_u
             (0, None, _) => config.registration_ops(&sb),
             (0 | 1, Some(chassis), Some(port)) if port.chassis != Some(chassis.uuid) => {
                 step = 1;
-                chassis::claim_ops(&port, chassis.uuid)
+                let write = chassis::bind_op(&port, chassis.uuid, false).unwrap();
+                assert!(write.claims && !write.sets_up);
+                vec![write.op]
             }
             (1, Some(chassis), Some(port)) => {
                 step = 2;
-                chassis::set_up_ops(&port, chassis.uuid, true)
+                let write = chassis::bind_op(&port, chassis.uuid, true).unwrap();
+                assert!(!write.claims && write.sets_up);
+                vec![write.op]
             }
             (2, Some(_), Some(port)) if port.up == Some(true) => {
                 step = 3;

@@ -1,6 +1,7 @@
 //! The OVSDB session against a scripted server on a unix socket: method fallback, resume, bad
-//! input of every kind (garbage, truncated JSON, wrong types, unknown requests) and the
-//! inactivity probe. Needs no root and no OVS; the real-server tests live in tests/.
+//! input of every kind (garbage, truncated JSON, wrong types, unknown requests), the order of
+//! tracked requests' outcomes in the event stream, and the inactivity probe. Needs no root and
+//! no OVS; the real-server tests live in tests/.
 
 use std::{
     path::{Path, PathBuf},
@@ -44,6 +45,8 @@ type Script = Arc<dyn Fn(usize, &str, &Value) -> Answer + Send + Sync>;
 #[derive(Default)]
 struct Seen {
     requests: Vec<(String, Value)>,
+    /// The request id of each request, by method.
+    ids: Vec<(String, Value)>,
     replies: Vec<Value>,
 }
 
@@ -123,6 +126,7 @@ async fn connection(
                         continue;
                     };
                     seen.lock().unwrap().requests.push((method.to_string(), message["params"].clone()));
+                    seen.lock().unwrap().ids.push((method.to_string(), message["id"].clone()));
                     let id = message["id"].clone();
                     let reply = match script(index, method, &message["params"]) {
                         Answer::Result(result) => json!({"id": id, "result": result, "error": null}),
@@ -479,4 +483,93 @@ async fn a_cluster_member_cut_off_from_its_cluster_is_skipped_and_left() {
         panic!("expected a disconnect")
     };
     assert!(reason.contains("not connected to its cluster"), "{reason}");
+}
+
+/// The id of the `nth` (from 0) request of `method` the server saw, once it did.
+async fn request_id(server: &FakeServer, method: &str, nth: usize) -> Value {
+    for _ in 0..250 {
+        if let Some((_, id)) = server
+            .seen
+            .lock()
+            .unwrap()
+            .ids
+            .iter()
+            .filter(|(m, _)| m == method)
+            .nth(nth)
+        {
+            return id.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no {method} request")
+}
+
+#[tokio::test]
+async fn tracked_requests_end_in_the_event_stream_after_what_the_server_sent_before() {
+    let (_dir, path) = socket();
+    let server = serve(
+        &path,
+        Arc::new(|_, method, _| match method {
+            "get_schema" => Answer::Result(schema()),
+            "monitor_cond_since" => Answer::Result(json!([false, "t", {}])),
+            // Answered by the test, after an update.
+            "transact" | "monitor_cond_change" => Answer::Silence,
+            _ => Answer::Error("unknown method"),
+        }),
+    );
+    let (handle, mut events) = start(&path, None);
+    next(&mut events).await;
+
+    // A transaction's update comes before its reply: so do their events.
+    let txn = handle
+        .submit_tracked(vec![
+            json!({"op": "insert", "table": "T", "row": {"name": "a"}}),
+        ])
+        .unwrap();
+    let id = request_id(&server, "transact", 0).await;
+    server.push_json(json!({"id": null, "method": "update3",
+        "params": ["ovnbpf", "txn-9", {"T": {U1: {"insert": {"name": "a", "key": 1}}}}]}));
+    server.push_json(json!({"id": id, "result": [{"uuid": ["uuid", U1]}], "error": null}));
+    assert!(matches!(
+        next(&mut events).await,
+        SessionEvent::Update { .. }
+    ));
+    let SessionEvent::Transacted { id: done, result } = next(&mut events).await else {
+        panic!("expected the transaction's outcome")
+    };
+    assert_eq!((done, result), (txn, Ok(())));
+
+    // Same for a condition change: its rows, then its reply.
+    let change = handle
+        .set_condition("T", Some(json!([["key", "==", 2]])))
+        .unwrap();
+    let id = request_id(&server, "monitor_cond_change", 0).await;
+    server.push_json(json!({"id": null, "method": "update3",
+        "params": ["ovnbpf", "txn-10", {"T": {U2: {"insert": {"name": "b", "key": 2}}}}]}));
+    server.push_json(json!({"id": id, "result": {}, "error": null}));
+    assert!(matches!(
+        next(&mut events).await,
+        SessionEvent::Update { .. }
+    ));
+    assert!(matches!(
+        next(&mut events).await,
+        SessionEvent::ConditionChanged { id } if id == change
+    ));
+
+    // A transaction without reply when the connection is lost ends with an error, before the
+    // disconnection.
+    let lost = handle
+        .submit_tracked(vec![json!({"op": "delete", "table": "T", "where": []})])
+        .unwrap();
+    let _ = request_id(&server, "transact", 1).await;
+    server.push(b"]");
+    let SessionEvent::Transacted { id, result } = next(&mut events).await else {
+        panic!("expected the lost transaction's outcome")
+    };
+    assert_eq!(id, lost);
+    assert!(result.is_err());
+    assert!(matches!(
+        next(&mut events).await,
+        SessionEvent::Disconnected { .. }
+    ));
 }

@@ -234,7 +234,9 @@ async fn coverage(remote: &str) -> anyhow::Result<(Southbound, Compiler)> {
             SessionEvent::Disconnected { reason, .. } => {
                 bail!("cannot read the Southbound DB: {reason}")
             }
-            SessionEvent::Update { .. } => {}
+            SessionEvent::Update { .. }
+            | SessionEvent::Transacted { .. }
+            | SessionEvent::ConditionChanged { .. } => {}
         }
     }
     bail!("the session ended before the first snapshot")
@@ -362,7 +364,9 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
                 }
             }
             SessionEvent::Disconnected { reason, .. } => bail!("disconnected: {reason}"),
-            SessionEvent::Snapshot { .. } => {}
+            SessionEvent::Snapshot { .. }
+            | SessionEvent::Transacted { .. }
+            | SessionEvent::ConditionChanged { .. } => {}
         }
         if sync_ms.is_some() && apply_us.len() >= updates {
             break;

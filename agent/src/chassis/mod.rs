@@ -191,33 +191,44 @@ impl ChassisConfig {
     }
 }
 
-/// Claims `port` for `chassis`: sets `chassis` (keeping `up` false until the datapath is
-/// programmed). Empty when already claimed.
-#[must_use]
-pub fn claim_ops(port: &PortBinding, chassis: Uuid) -> Vec<Value> {
-    if port.chassis == Some(chassis) {
-        return Vec::new();
-    }
-    let mut row = json!({"chassis": uuid_json(chassis)});
-    // `up` is written only where northd created it (older northd has no such column).
-    if port.up.is_some() {
-        row["up"] = json!(false);
-    }
-    vec![
-        json!({"op": "update", "table": PortBinding::TABLE, "where": where_uuid(port.uuid), "row": row}),
-    ]
+/// A write that binds a port here (see [`bind_op`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BindWrite {
+    pub op: Value,
+    /// It sets `chassis` to this chassis.
+    pub claims: bool,
+    /// It sets `up` to true.
+    pub sets_up: bool,
 }
 
-/// Reports `port`'s datapath state: `up` true once programmed. Only for ports we hold; empty when
-/// nothing changes.
+/// The one operation that makes `port` bound to `chassis` as ovn-controller leaves it: `chassis`
+/// set, `encap` empty (a chassis with one Encap, as ovn-controller does), and `up` as the
+/// datapath is (`programmed`) in the same operation as the claim, so no claim written later can
+/// undo the `up` of an earlier one. `up` is written only where northd created it, and on a port
+/// already bound here only set to true (like ovn-controller, which never reports a bound port
+/// down again). `None` when nothing differs.
 #[must_use]
-pub fn set_up_ops(port: &PortBinding, chassis: Uuid, up: bool) -> Vec<Value> {
-    if port.chassis != Some(chassis) || port.up.is_none() || port.up == Some(up) {
-        return Vec::new();
+pub fn bind_op(port: &PortBinding, chassis: Uuid, programmed: bool) -> Option<BindWrite> {
+    let ours = port.chassis == Some(chassis);
+    let mut row = serde_json::Map::new();
+    if !ours {
+        row.insert("chassis".into(), uuid_json(chassis));
     }
-    vec![
-        json!({"op": "update", "table": PortBinding::TABLE, "where": where_uuid(port.uuid), "row": {"up": up}}),
-    ]
+    if port.encap.is_some() {
+        row.insert("encap".into(), json!(["set", []]));
+    }
+    let sets_up = port.up.is_some() && programmed && (!ours || port.up == Some(false));
+    if port.up.is_some() && (!ours || sets_up) {
+        row.insert("up".into(), json!(programmed));
+    }
+    if row.is_empty() {
+        return None;
+    }
+    Some(BindWrite {
+        op: json!({"op": "update", "table": PortBinding::TABLE, "where": where_uuid(port.uuid), "row": row}),
+        claims: !ours,
+        sets_up,
+    })
 }
 
 /// Releases `port` if we hold it: clears `chassis` and `encap`, sets `up` false.
@@ -236,13 +247,10 @@ pub fn release_ops(port: &PortBinding, chassis: Uuid) -> Vec<Value> {
 }
 
 /// Releases `port` if it is bound to `chassis` when the transaction runs, whatever the replica
-/// shows now: a claim still in flight (submitted earlier, so committed earlier) is undone too,
-/// and a port another chassis took meanwhile is left alone.
+/// shows now: a port another chassis took meanwhile is left alone. Clears `chassis` and `encap`,
+/// sets `up` false (where northd created it).
 #[must_use]
-pub fn release_ops_if_ours(port: &PortBinding, chassis: Uuid) -> Vec<Value> {
-    if port.chassis.is_some_and(|holder| holder != chassis) {
-        return Vec::new();
-    }
+pub fn release_op_if_ours(port: &PortBinding, chassis: Uuid) -> Value {
     let mut row = json!({"chassis": ["set", []], "encap": ["set", []]});
     if port.up.is_some() {
         row["up"] = json!(false);
@@ -251,7 +259,7 @@ pub fn release_ops_if_ours(port: &PortBinding, chassis: Uuid) -> Vec<Value> {
         ["_uuid", "==", uuid_json(port.uuid)],
         ["chassis", "==", uuid_json(chassis)]
     ]);
-    vec![json!({"op": "update", "table": PortBinding::TABLE, "where": condition, "row": row})]
+    json!({"op": "update", "table": PortBinding::TABLE, "where": condition, "row": row})
 }
 
 /// Acknowledges `nb_cfg` in our Chassis_Private row, with the time it was reached (ms since epoch).

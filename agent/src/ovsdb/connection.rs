@@ -1,6 +1,8 @@
 //! One JSON-RPC 1.0 connection to an OVSDB server: a reader task that splits the stream into
 //! messages, answers the server's `echo` requests, routes replies to their callers and hands
-//! notifications (update/update2/update3, …) to the owner; a writer task; an inactivity probe.
+//! notifications (update/update2/update3, …) to the owner, with the replies to calls made
+//! [`Caller::send_in_stream`] in the order the server sent them; a writer task; an inactivity
+//! probe.
 //! The connection never reconnects (see `session`); when it fails, every pending call and the
 //! notification stream end with the reason.
 
@@ -23,7 +25,25 @@ use tracing::{debug, warn};
 
 use super::{OvsdbError, framing::Decoder, remote::Remote, tls::TlsClient};
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, OvsdbError>>>>>;
+/// Who waits for a reply: a caller, or the owner's message stream ([`Incoming::Reply`]).
+enum Waiter {
+    Caller(oneshot::Sender<Result<Value, OvsdbError>>),
+    InStream,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
+
+/// What the owner reads, in the order the server sent it.
+#[derive(Debug)]
+pub enum Incoming {
+    Notification(Notification),
+    /// The reply to a call made with [`Caller::send_in_stream`] (a lost connection answers every
+    /// such call with an error before the stream ends).
+    Reply {
+        id: u64,
+        result: Result<Value, OvsdbError>,
+    },
+}
 
 /// A server-initiated message without an id (or one we do not answer ourselves).
 #[derive(Clone, Debug, PartialEq)]
@@ -65,9 +85,46 @@ pub struct Caller {
 impl Caller {
     /// Calls `method` and waits for its reply. A JSON-RPC error reply is [`OvsdbError::Rpc`].
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, OvsdbError> {
+        self.send(method, params).await
+    }
+
+    /// Sends `method` now (so calls go out in the order they are made, whoever awaits them) and
+    /// returns the wait for its reply.
+    pub fn send(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> impl std::future::Future<Output = Result<Value, OvsdbError>> + Send + 'static {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id, tx);
+        lock(&self.pending).insert(id, Waiter::Caller(tx));
+        let message = json!({"id": id, "method": method, "params": params});
+        let sent = if self
+            .outgoing
+            .send(message.to_string().into_bytes())
+            .is_err()
+        {
+            lock(&self.pending).remove(&id);
+            Err(self.disconnected())
+        } else {
+            Ok(())
+        };
+        let caller = self.clone();
+        async move {
+            sent?;
+            match rx.await {
+                Ok(result) => result,
+                Err(_) => Err(caller.disconnected()),
+            }
+        }
+    }
+
+    /// Sends `method` and returns its request id at once; the reply comes through the owner's
+    /// stream ([`Connection::next_message`]) as [`Incoming::Reply`], after every notification the
+    /// server sent before it (an update a transaction caused comes before its reply).
+    pub fn send_in_stream(&self, method: &str, params: Value) -> Result<u64, OvsdbError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.pending).insert(id, Waiter::InStream);
         let message = json!({"id": id, "method": method, "params": params});
         if self
             .outgoing
@@ -77,10 +134,7 @@ impl Caller {
             lock(&self.pending).remove(&id);
             return Err(self.disconnected());
         }
-        match rx.await {
-            Ok(result) => result,
-            Err(_) => Err(self.disconnected()),
-        }
+        Ok(id)
     }
 
     fn disconnected(&self) -> OvsdbError {
@@ -96,7 +150,7 @@ impl Caller {
 pub struct Connection {
     remote: Remote,
     caller: Caller,
-    notifications: mpsc::UnboundedReceiver<Notification>,
+    notifications: mpsc::UnboundedReceiver<Incoming>,
     failure: Arc<Mutex<Option<String>>>,
     tasks: [JoinHandle<()>; 2],
 }
@@ -182,8 +236,9 @@ impl Connection {
         self.caller.clone()
     }
 
-    /// The next notification; `None` once the connection has failed (see [`Self::failure`]).
-    pub async fn next_notification(&mut self) -> Option<Notification> {
+    /// The next notification or in-stream reply; `None` once the connection has failed (see
+    /// [`Self::failure`]).
+    pub async fn next_message(&mut self) -> Option<Incoming> {
         self.notifications.recv().await
     }
 
@@ -208,7 +263,7 @@ fn record_failure(failure: &Mutex<Option<String>>, reason: String) {
 struct ReadContext {
     outgoing: mpsc::UnboundedSender<Vec<u8>>,
     pending: Pending,
-    notify: mpsc::UnboundedSender<Notification>,
+    notify: mpsc::UnboundedSender<Incoming>,
     failure: Arc<Mutex<Option<String>>>,
     probe_interval: Option<Duration>,
     remote: String,
@@ -255,8 +310,20 @@ async fn read_loop(
     };
     debug!(remote = %context.remote, %reason, "ovsdb connection ended");
     record_failure(&context.failure, reason.clone());
-    for (_, waiter) in lock(&context.pending).drain() {
-        let _ = waiter.send(Err(OvsdbError::Disconnected(reason.clone())));
+    let waiters: Vec<(u64, Waiter)> = lock(&context.pending).drain().collect();
+    for (id, waiter) in waiters {
+        let error = OvsdbError::Disconnected(reason.clone());
+        match waiter {
+            Waiter::Caller(sender) => {
+                let _ = sender.send(Err(error));
+            }
+            Waiter::InStream => {
+                let _ = context.notify.send(Incoming::Reply {
+                    id,
+                    result: Err(error),
+                });
+            }
+        }
     }
 }
 
@@ -286,7 +353,9 @@ fn dispatch(message: Value, context: &ReadContext) -> Result<(), String> {
         let params = object.remove("params").unwrap_or(Value::Null);
         if id.is_null() {
             // A notification for the owner; if it is gone, nobody cares any more.
-            let _ = context.notify.send(Notification { method, params });
+            let _ = context
+                .notify
+                .send(Incoming::Notification(Notification { method, params }));
             return Ok(());
         }
         let reply = if method == "echo" {
@@ -320,6 +389,13 @@ fn dispatch(message: Value, context: &ReadContext) -> Result<(), String> {
             details: object.remove("details"),
         })
     };
-    let _ = waiter.send(result);
+    match waiter {
+        Waiter::Caller(sender) => {
+            let _ = sender.send(result);
+        }
+        Waiter::InStream => {
+            let _ = context.notify.send(Incoming::Reply { id, result });
+        }
+    }
     Ok(())
 }

@@ -8,7 +8,8 @@
 //! - [`remote`]: `unix:`/`tcp:`/`ssl:` addresses and lists of them;
 //! - [`tls`]: TLS for `ssl:` remotes, as OVS's stream-ssl;
 //! - [`connection`]: one JSON-RPC connection;
-//! - [`session`]: a monitoring session that reconnects and resumes;
+//! - [`session`]: a monitoring session that reconnects and resumes (`monitor_start`: how it
+//!   starts monitoring on a connection);
 //! - [`replica`]: the client-side copy of monitored tables and the change set of each update.
 //!
 //! This module knows nothing about OVN; the `sb` module gives the Southbound rows their meaning.
@@ -16,6 +17,7 @@
 pub mod connection;
 pub mod datum;
 pub mod framing;
+mod monitor_start;
 pub mod remote;
 pub mod replica;
 pub mod schema;

@@ -210,7 +210,7 @@ impl Replica {
             .map(|(name, table)| (name.as_str(), table))
     }
 
-    /// Applies a session event; `Disconnected` changes nothing (the replica stays as it was until
+    /// Applies a session event; `Disconnected` and request outcomes change nothing (the replica stays as it was until
     /// the next snapshot tells what changed meanwhile).
     pub fn apply(&mut self, event: &SessionEvent) -> ChangeSet {
         match event {
@@ -229,7 +229,9 @@ impl Replica {
                 }
             }
             SessionEvent::Update { updates, format } => self.apply_updates(updates, *format),
-            SessionEvent::Disconnected { .. } => ChangeSet::default(),
+            SessionEvent::Disconnected { .. }
+            | SessionEvent::Transacted { .. }
+            | SessionEvent::ConditionChanged { .. } => ChangeSet::default(),
         }
     }
 

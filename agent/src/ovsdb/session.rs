@@ -3,9 +3,19 @@
 //! cluster, fetches the schema, monitors the requested tables with the best method the server has
 //! (`monitor_cond_since` → `monitor_cond` → `monitor`), resumes from the last transaction id after
 //! a reconnect, and streams [`SessionEvent`]s to its owner. Transactions and condition changes go
-//! through a [`SessionHandle`]. Owns the connection; holds no replica (see `replica`).
+//! through a [`SessionHandle`]; the outcomes of tracked ones come in the event stream, in the
+//! order the server sent them (after the updates they caused), and every tracked request gets
+//! exactly one outcome, also when the connection is lost. Owns the connection; holds no replica
+//! (see `replica`).
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -13,7 +23,8 @@ use tracing::{debug, info, warn};
 
 use super::{
     OvsdbError,
-    connection::{Caller, Connection, ConnectionOptions, Notification},
+    connection::{Caller, Connection, ConnectionOptions, Incoming, Notification},
+    monitor_start::{check_cluster_member, check_database_row, start_monitor},
     remote::Remote,
     schema::DatabaseSchema,
 };
@@ -103,23 +114,51 @@ pub enum SessionEvent {
     },
     /// The connection was lost; the session is reconnecting.
     Disconnected { remote: String, reason: String },
+    /// The outcome of a transaction submitted with [`SessionHandle::submit_tracked`]: its reply
+    /// (the updates it caused came before), or why it has none (not sent, connection lost: it may
+    /// or may not have committed; the next snapshot tells).
+    Transacted {
+        id: RequestId,
+        result: Result<(), String>,
+    },
+    /// A condition change of [`SessionHandle::set_condition`] is in effect: the server replied to
+    /// its `monitor_cond_change` (the rows it brings came before), or it was folded into a
+    /// monitor start (the snapshot came before), or it failed (logged; the next monitor start
+    /// applies it).
+    ConditionChanged { id: RequestId },
 }
+
+/// Names a tracked request in [`SessionEvent::Transacted`] and
+/// [`SessionEvent::ConditionChanged`].
+pub type RequestId = u64;
 
 enum Command {
     Transact {
         operations: Vec<Value>,
         reply: oneshot::Sender<Result<Value, OvsdbError>>,
     },
+    TransactTracked {
+        id: RequestId,
+        operations: Vec<Value>,
+    },
     SetCondition {
+        id: RequestId,
         table: String,
         condition: Option<Value>,
     },
+}
+
+/// A request whose reply comes in the connection's message stream.
+enum Tracked {
+    Transaction(RequestId),
+    Condition(RequestId, String),
 }
 
 /// The owner's side of a running session.
 #[derive(Clone)]
 pub struct SessionHandle {
     commands: mpsc::UnboundedSender<Command>,
+    next_id: Arc<AtomicU64>,
 }
 
 impl SessionHandle {
@@ -172,14 +211,32 @@ fn transaction_outcome(value: Value) -> Result<Vec<Value>, OvsdbError> {
 
 impl SessionHandle {
     /// Replaces the `where` condition of a monitored table (`None` = all rows). Applied with
-    /// `monitor_cond_change` when connected, and remembered for every later reconnect.
-    pub fn set_condition(&self, table: &str, condition: Option<Value>) -> Result<(), OvsdbError> {
+    /// `monitor_cond_change` when connected, and remembered for every later reconnect. Returns
+    /// the id its [`SessionEvent::ConditionChanged`] will carry.
+    pub fn set_condition(
+        &self,
+        table: &str,
+        condition: Option<Value>,
+    ) -> Result<RequestId, OvsdbError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.commands
             .send(Command::SetCondition {
+                id,
                 table: table.to_string(),
                 condition,
             })
-            .map_err(|_| OvsdbError::SessionEnded)
+            .map_err(|_| OvsdbError::SessionEnded)?;
+        Ok(id)
+    }
+
+    /// Queues a transaction (in call order) whose outcome comes as [`SessionEvent::Transacted`]
+    /// with the returned id, in the event stream after the updates it caused.
+    pub fn submit_tracked(&self, operations: Vec<Value>) -> Result<RequestId, OvsdbError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.commands
+            .send(Command::TransactTracked { id, operations })
+            .map_err(|_| OvsdbError::SessionEnded)?;
+        Ok(id)
     }
 }
 
@@ -189,18 +246,24 @@ pub fn start(config: SessionConfig) -> (SessionHandle, mpsc::UnboundedReceiver<S
     let (commands, command_rx) = mpsc::unbounded_channel();
     let (events, event_rx) = mpsc::unbounded_channel();
     tokio::spawn(run(config, command_rx, events));
-    (SessionHandle { commands }, event_rx)
+    let handle = SessionHandle {
+        commands,
+        next_id: Arc::new(AtomicU64::new(1)),
+    };
+    (handle, event_rx)
 }
 
-const MONITOR_ID: &str = "ovnbpf";
-const SERVER_MONITOR_ID: &str = "ovnbpf-server";
-const ZERO_TXN: &str = "00000000-0000-0000-0000-000000000000";
+pub(super) const MONITOR_ID: &str = "ovnbpf";
+pub(super) const SERVER_MONITOR_ID: &str = "ovnbpf-server";
 
-struct State {
-    config: SessionConfig,
-    conditions: BTreeMap<String, Option<Value>>,
-    last_txn_id: Option<String>,
-    schema: Option<Arc<DatabaseSchema>>,
+/// What a session keeps across its connections.
+pub(super) struct State {
+    pub(super) config: SessionConfig,
+    pub(super) conditions: BTreeMap<String, Option<Value>>,
+    pub(super) last_txn_id: Option<String>,
+    pub(super) schema: Option<Arc<DatabaseSchema>>,
+    /// Condition changes made while disconnected: in effect with the next snapshot.
+    folded_conditions: Vec<RequestId>,
 }
 
 enum Ended {
@@ -224,6 +287,7 @@ async fn run(
         conditions,
         last_txn_id: None,
         schema: None,
+        folded_conditions: Vec::new(),
     };
     let mut backoff = state.config.backoff_min;
     let mut next_remote = 0;
@@ -266,7 +330,13 @@ async fn run(
                 command = commands.recv() => match command {
                     None if events.is_closed() => return,
                     None => {}
-                    Some(command) => reject_while_disconnected(command, &mut state),
+                    Some(command) => {
+                        if let Some(event) = reject_while_disconnected(command, &mut state)
+                            && events.send(event).is_err()
+                        {
+                            return;
+                        }
+                    }
                 },
             }
         }
@@ -274,15 +344,26 @@ async fn run(
     }
 }
 
-fn reject_while_disconnected(command: Command, state: &mut State) {
+/// Answers what cannot be sent while disconnected; returns the event that tells the owner.
+fn reject_while_disconnected(command: Command, state: &mut State) -> Option<SessionEvent> {
+    const RECONNECTING: &str = "the session is reconnecting";
     match command {
         Command::Transact { reply, .. } => {
-            let _ = reply.send(Err(OvsdbError::Disconnected(
-                "the session is reconnecting".into(),
-            )));
+            let _ = reply.send(Err(OvsdbError::Disconnected(RECONNECTING.into())));
+            None
         }
-        Command::SetCondition { table, condition } => {
+        Command::TransactTracked { id, .. } => Some(SessionEvent::Transacted {
+            id,
+            result: Err(format!("not sent: {RECONNECTING}")),
+        }),
+        Command::SetCondition {
+            id,
+            table,
+            condition,
+        } => {
             state.conditions.insert(table, condition);
+            state.folded_conditions.push(id);
+            None
         }
     }
 }
@@ -319,183 +400,136 @@ async fn serve(
     if events.send(snapshot).is_err() {
         return (true, Ended::Shutdown);
     }
+    for id in std::mem::take(&mut state.folded_conditions) {
+        if events.send(SessionEvent::ConditionChanged { id }).is_err() {
+            return (true, Ended::Shutdown);
+        }
+    }
+    let mut tracked = HashMap::new();
+    let ended = follow(
+        state,
+        &mut connection,
+        commands,
+        events,
+        format,
+        &mut tracked,
+    )
+    .await;
+    // Requests whose replies the connection will not deliver any more.
+    for (_, request) in tracked {
+        let _ = events.send(lost(request, "the connection ended before its reply"));
+    }
+    (true, ended)
+}
+
+/// The event that ends a tracked request without a reply.
+fn lost(request: Tracked, reason: &str) -> SessionEvent {
+    match request {
+        Tracked::Transaction(id) => SessionEvent::Transacted {
+            id,
+            result: Err(reason.to_string()),
+        },
+        Tracked::Condition(id, _) => SessionEvent::ConditionChanged { id },
+    }
+}
+
+/// Streams one established monitor's messages to the owner and sends its commands, until the
+/// connection fails or the owner goes.
+async fn follow(
+    state: &mut State,
+    connection: &mut Connection,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    events: &mpsc::UnboundedSender<SessionEvent>,
+    format: UpdateFormat,
+    tracked: &mut HashMap<u64, Tracked>,
+) -> Ended {
     let caller = connection.caller();
     loop {
         tokio::select! {
-            notification = connection.next_notification() => {
-                let Some(notification) = notification else {
-                    let reason = connection.failure().unwrap_or_else(|| "connection closed".into());
-                    return (true, Ended::Failed(reason));
-                };
-                match handle_notification(state, notification, format) {
-                    Ok(Some(event)) => {
-                        if events.send(event).is_err() {
-                            return (true, Ended::Shutdown);
+            message = connection.next_message() => {
+                let event = match message {
+                    None => {
+                        let reason = connection.failure().unwrap_or_else(|| "connection closed".into());
+                        return Ended::Failed(reason);
+                    }
+                    Some(Incoming::Notification(notification)) => {
+                        match handle_notification(state, notification, format) {
+                            Ok(event) => event,
+                            Err(reason) => return Ended::Failed(reason),
                         }
                     }
-                    Ok(None) => {}
-                    Err(reason) => return (true, Ended::Failed(reason)),
+                    Some(Incoming::Reply { id, result }) => {
+                        tracked.remove(&id).map(|request| reply_event(request, result))
+                    }
+                };
+                if let Some(event) = event
+                    && events.send(event).is_err()
+                {
+                    return Ended::Shutdown;
                 }
             }
             command = commands.recv() => match command {
-                None if events.is_closed() => return (true, Ended::Shutdown),
+                None if events.is_closed() => return Ended::Shutdown,
                 None => {}
                 Some(Command::Transact { operations, reply }) => {
-                    let caller = caller.clone();
                     let mut params = vec![json!(state.config.database)];
                     params.extend(operations);
+                    // Sent now, in order; only the wait is spawned.
+                    let outcome = caller.send("transact", Value::Array(params));
                     tokio::spawn(async move {
-                        let _ = reply.send(caller.call("transact", Value::Array(params)).await);
+                        let _ = reply.send(outcome.await);
                     });
                 }
-                Some(Command::SetCondition { table, condition }) => {
-                    change_condition(state, &caller, table, condition);
+                Some(Command::TransactTracked { id, operations }) => {
+                    let mut params = vec![json!(state.config.database)];
+                    params.extend(operations);
+                    match caller.send_in_stream("transact", Value::Array(params)) {
+                        Ok(call) => {
+                            tracked.insert(call, Tracked::Transaction(id));
+                        }
+                        Err(error) => {
+                            let event = lost(Tracked::Transaction(id), &error.to_string());
+                            if events.send(event).is_err() {
+                                return Ended::Shutdown;
+                            }
+                        }
+                    }
+                }
+                Some(Command::SetCondition { id, table, condition }) => {
+                    match change_condition(state, &caller, table.clone(), condition) {
+                        Ok(call) => {
+                            tracked.insert(call, Tracked::Condition(id, table));
+                        }
+                        Err(error) => {
+                            warn!(%table, %error, "monitor_cond_change not sent");
+                            if events.send(SessionEvent::ConditionChanged { id }).is_err() {
+                                return Ended::Shutdown;
+                            }
+                        }
+                    }
                 }
             },
         }
     }
 }
 
-/// Rejects a clustered-database member that is not connected to its cluster (it may serve stale
-/// data). Servers without `_Server` (old or relay-less standalone ones) are accepted.
-async fn check_cluster_member(connection: &Connection, database: &str) -> Result<(), String> {
-    let request = json!({"Database": {"columns": ["name", "model", "connected", "leader"]}});
-    let reply = match connection
-        .call("monitor", json!(["_Server", SERVER_MONITOR_ID, request]))
-        .await
-    {
-        Ok(reply) => reply,
-        Err(error @ OvsdbError::Disconnected(_)) => return Err(error.to_string()),
-        // No _Server database: nothing to check.
-        Err(_) => return Ok(()),
-    };
-    let Some(rows) = reply.get("Database").and_then(Value::as_object) else {
-        return Ok(());
-    };
-    let row = rows
-        .values()
-        .filter_map(|update| update.get("new"))
-        .find(|row| row.get("name").and_then(Value::as_str) == Some(database));
-    // The _Server monitor stays: its updates tell when this member loses its cluster.
-    let Some(row) = row else {
-        return Err(format!("server does not serve database {database}"));
-    };
-    check_database_row(row)
-}
-
-/// Fails for a clustered member that is not connected to its cluster.
-fn check_database_row(row: &Value) -> Result<(), String> {
-    let clustered = row.get("model").and_then(Value::as_str) == Some("clustered");
-    if clustered && row.get("connected").and_then(Value::as_bool) == Some(false) {
-        return Err("cluster member is not connected to its cluster".into());
-    }
-    Ok(())
-}
-
-/// Fetches the schema and starts the monitor; returns the resulting [`SessionEvent::Snapshot`].
-async fn start_monitor(
-    state: &mut State,
-    connection: &Connection,
-) -> Result<SessionEvent, OvsdbError> {
-    let remote = connection.remote().to_string();
-    let database = state.config.database.clone();
-    let schema_json = connection.call("get_schema", json!([database])).await?;
-    let schema = Arc::new(DatabaseSchema::parse(&schema_json)?);
-    if state.schema.as_ref() != Some(&schema) {
-        // A different schema (an upgraded server) invalidates the resume point.
-        state.last_txn_id = None;
-        state.schema = Some(schema.clone());
-    }
-    let mut monitored = BTreeMap::new();
-    let mut requests = serde_json::Map::new();
-    let mut plain_requests = serde_json::Map::new();
-    for table in &state.config.tables {
-        let Some(table_schema) = schema.tables.get(&table.name) else {
-            warn!(table = %table.name, "server schema lacks a monitored table; skipped");
-            continue;
-        };
-        let columns: Vec<String> = match &table.columns {
-            Some(wanted) => wanted
-                .iter()
-                .filter(|c| table_schema.columns.contains_key(*c))
-                .cloned()
-                .collect(),
-            None => table_schema.columns.keys().cloned().collect(),
-        };
-        let mut request = json!({"columns": columns});
-        plain_requests.insert(table.name.clone(), json!([request.clone()]));
-        if let Some(Some(condition)) = state.conditions.get(&table.name) {
-            request["where"] = condition.clone();
+/// The event for a tracked request's reply.
+fn reply_event(request: Tracked, result: Result<Value, OvsdbError>) -> SessionEvent {
+    match request {
+        Tracked::Transaction(id) => SessionEvent::Transacted {
+            id,
+            result: result
+                .and_then(transaction_outcome)
+                .map(drop)
+                .map_err(|error| error.to_string()),
+        },
+        Tracked::Condition(id, table) => {
+            if let Err(error) = result {
+                warn!(%table, %error, "monitor_cond_change failed");
+            }
+            SessionEvent::ConditionChanged { id }
         }
-        requests.insert(table.name.clone(), json!([request]));
-        monitored.insert(table.name.clone(), columns);
     }
-    let since = state
-        .last_txn_id
-        .clone()
-        .unwrap_or_else(|| ZERO_TXN.to_string());
-    let params = json!([database, MONITOR_ID, requests, since]);
-    match connection.call("monitor_cond_since", params).await {
-        Ok(reply) => {
-            let (found, txn, updates) = match reply.as_array().map(Vec::as_slice) {
-                Some([found, txn, updates]) => (
-                    found.as_bool().unwrap_or(false),
-                    txn.as_str(),
-                    updates.clone(),
-                ),
-                _ => {
-                    return Err(OvsdbError::Protocol(format!(
-                        "monitor_cond_since reply {reply}"
-                    )));
-                }
-            };
-            let resumed = found && state.last_txn_id.is_some();
-            state.last_txn_id = txn.map(str::to_string);
-            return Ok(SessionEvent::Snapshot {
-                remote,
-                method: MonitorMethod::MonitorCondSince,
-                schema,
-                monitored,
-                updates,
-                format: UpdateFormat::Update2,
-                resumed,
-            });
-        }
-        Err(error) if error.is_unknown_method() => {}
-        Err(error) => return Err(error),
-    }
-    state.last_txn_id = None;
-    match connection
-        .call("monitor_cond", json!([database, MONITOR_ID, requests]))
-        .await
-    {
-        Ok(updates) => {
-            return Ok(SessionEvent::Snapshot {
-                remote,
-                method: MonitorMethod::MonitorCond,
-                schema,
-                monitored,
-                updates,
-                format: UpdateFormat::Update2,
-                resumed: false,
-            });
-        }
-        Err(error) if error.is_unknown_method() => {}
-        Err(error) => return Err(error),
-    }
-    // Plain monitor has no conditions: every row is replicated.
-    let updates = connection
-        .call("monitor", json!([database, MONITOR_ID, plain_requests]))
-        .await?;
-    Ok(SessionEvent::Snapshot {
-        remote,
-        method: MonitorMethod::Monitor,
-        schema,
-        monitored,
-        updates,
-        format: UpdateFormat::Update1,
-        resumed: false,
-    })
 }
 
 fn handle_notification(
@@ -556,14 +590,44 @@ fn handle_notification(
     }
 }
 
-fn change_condition(state: &mut State, caller: &Caller, table: String, condition: Option<Value>) {
+/// Sends a `monitor_cond_change`; its reply comes in the connection's stream.
+fn change_condition(
+    state: &mut State,
+    caller: &Caller,
+    table: String,
+    condition: Option<Value>,
+) -> Result<u64, OvsdbError> {
     state.conditions.insert(table.clone(), condition.clone());
     let clause = condition.unwrap_or_else(|| json!([true]));
-    let params = json!([MONITOR_ID, MONITOR_ID, {table.clone(): [{"where": clause}]}]);
-    let caller = caller.clone();
-    tokio::spawn(async move {
-        if let Err(error) = caller.call("monitor_cond_change", params).await {
-            warn!(%table, %error, "monitor_cond_change failed");
+    let params = json!([MONITOR_ID, MONITOR_ID, {table: [{"where": clause}]}]);
+    caller.send_in_stream("monitor_cond_change", params)
+}
+
+/// A handle whose requests are recorded instead of sent, for tests of its owners.
+#[cfg(test)]
+pub(crate) fn recording_handle() -> (SessionHandle, Recorder) {
+    let (commands, receiver) = mpsc::unbounded_channel();
+    let handle = SessionHandle {
+        commands,
+        next_id: Arc::new(AtomicU64::new(1)),
+    };
+    (handle, Recorder(receiver))
+}
+
+/// The requests a [`recording_handle`] received.
+#[cfg(test)]
+pub(crate) struct Recorder(mpsc::UnboundedReceiver<Command>);
+
+#[cfg(test)]
+impl Recorder {
+    /// The tracked transactions submitted since the last call.
+    pub(crate) fn transactions(&mut self) -> Vec<(RequestId, Vec<Value>)> {
+        let mut submitted = Vec::new();
+        while let Ok(command) = self.0.try_recv() {
+            if let Command::TransactTracked { id, operations } = command {
+                submitted.push((id, operations));
+            }
         }
-    });
+        submitted
+    }
 }

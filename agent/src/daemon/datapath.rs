@@ -1,0 +1,198 @@
+//! The daemon's side of the kernel datapath: programs the IR diff and the other chassis's encap
+//! IPs, retries failed map writes, sweeps what a previous agent left, keeps tunnel next hops
+//! resolved and pods' filters attached, and reads the datapath's counters for the metrics.
+//! Touches only the datapath and the daemon's datapath bookkeeping.
+
+use std::{
+    collections::HashMap,
+    net::Ipv4Addr,
+    sync::{Arc, atomic::Ordering},
+};
+
+use tracing::{debug, info, warn};
+
+use super::Daemon;
+use crate::{
+    dataplane::ebpf::{node, pod_filter},
+    ovsdb::replica::ChangeSet,
+    sb::{
+        Southbound,
+        rows::{Chassis, Encap},
+    },
+};
+
+/// A datapath reading for the metrics: empty without a datapath, or when it fails (logged).
+pub(super) fn reading<T>(
+    result: Option<Result<Vec<T>, crate::dataplane::ebpf::EbpfError>>,
+    counters: &str,
+) -> Vec<T> {
+    match result {
+        Some(Ok(values)) => values,
+        Some(Err(error)) => {
+            debug!(counters, %error, "cannot read the datapath's counters");
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Every chassis's Geneve encap IP (IPv4) by chassis name.
+pub(super) fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
+    sb.rows::<Encap>()
+        .filter(|encap| encap.kind == "geneve")
+        .filter_map(|encap| Some((encap.chassis_name.clone(), encap.ip.parse().ok()?)))
+        .collect()
+}
+
+impl Daemon {
+    /// Writes the IR diff and any encap change into the kernel datapath; failures are logged and
+    /// counted, and the maps retry on the next change.
+    /// Returns the number of map writes.
+    pub(super) fn program_datapath(
+        &mut self,
+        changes: &ChangeSet,
+        diff: &crate::pipeline::IrDiff,
+    ) -> usize {
+        let Some(datapath) = self.datapath.as_mut() else {
+            return 0;
+        };
+        let mut result = datapath.apply(diff);
+        let encaps_touched = changes.resynced
+            || [Chassis::TABLE, Encap::TABLE]
+                .iter()
+                .any(|t| changes.tables.get(*t).is_some_and(|c| !c.is_empty()));
+        if encaps_touched {
+            let encaps = chassis_encaps(&self.sb);
+            if encaps != self.encaps {
+                // The L2 state keeps the new encaps even when a write fails; the keys it could
+                // not write stay marked and are retried with the next change.
+                let encap_result = datapath.set_encaps(&encaps);
+                self.encaps = encaps;
+                self.refresh_tunnel_neighbours(true);
+                result = match (result, encap_result) {
+                    (Ok(ir_writes), Ok(encap_writes)) => Ok(ir_writes + encap_writes),
+                    (Err(error), _) | (_, Err(error)) => Err(error),
+                };
+            }
+        }
+        match result {
+            Ok(writes) => {
+                self.stats.datapath_writes += writes as u64;
+                writes
+            }
+            Err(error) => {
+                self.stats.datapath_errors += 1;
+                warn!(%error, "programming the datapath failed; retrying with the next change");
+                0
+            }
+        }
+    }
+
+    /// Keeps the other chassis's tunnel next hops resolved (see [`NEIGHBOUR_REFRESH`]).
+    /// Off the loop: each request takes the kernel's rtnl lock, which pod NICs being built or
+    /// deleted hold, at times through an RCU grace period.
+    /// A periodic refresh is skipped while the previous one runs; a new chassis (`changed`)
+    /// always starts one.
+    pub(super) fn refresh_tunnel_neighbours(&mut self, changed: bool) {
+        if self.datapath.is_none() {
+            return;
+        }
+        if !changed
+            && self
+                .neighbour_refresh
+                .as_ref()
+                .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let endpoints: Vec<Ipv4Addr> = self
+            .encaps
+            .iter()
+            .filter(|(chassis, _)| **chassis != self.config.chassis.name)
+            .map(|(_, ip)| *ip)
+            .collect();
+        if endpoints.is_empty() {
+            return;
+        }
+        let span = tracing::Span::current();
+        self.neighbour_refresh = Some(tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let failed = node::resolve_tunnel_neighbours(&endpoints);
+            if failed > 0 {
+                warn!(failed, "tunnel next hops could not be resolved");
+            }
+        }));
+    }
+
+    /// Re-attaches `from_pod` to every plugged pod veth that lost its filter (an operator's or a
+    /// tool's `tc` removed it; a tcx link could not be removed that way). Off the loop, like the
+    /// neighbour refresh; skipped while the previous check runs.
+    pub(super) fn check_pod_filters(&mut self) {
+        let Some(datapath) = self.datapath.as_ref() else {
+            return;
+        };
+        if self
+            .filter_check
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let interfaces = datapath.plugged_interfaces();
+        if interfaces.is_empty() {
+            return;
+        }
+        let pod_filters = datapath.pod_filters();
+        let restored = Arc::clone(&self.filters_restored);
+        let span = tracing::Span::current();
+        self.filter_check = Some(tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let count = pod_filter::restore_missing(&pod_filters, &interfaces);
+            restored.fetch_add(count as u64, Ordering::Relaxed);
+        }));
+    }
+
+    /// Retries map writes that failed, if any.
+    pub(super) fn retry_datapath(&mut self) {
+        let Some(datapath) = self.datapath.as_mut() else {
+            return;
+        };
+        let pending = datapath.pending();
+        if pending == 0 {
+            return;
+        }
+        match datapath.retry() {
+            Ok(writes) => {
+                self.stats.datapath_writes += writes as u64;
+                info!(pending, writes, "failed datapath writes retried");
+            }
+            Err(error) => {
+                self.stats.datapath_errors += 1;
+                warn!(
+                    pending,
+                    %error,
+                    "retrying datapath writes failed again; nb_cfg stays unacknowledged until they succeed"
+                );
+            }
+        }
+    }
+
+    /// Removes what a previous agent left in the kernel maps and the Southbound no longer asks
+    /// for. A failure is retried after the next snapshot.
+    pub(super) fn sweep_datapath(&mut self) {
+        self.sweep_at = None;
+        let Some(datapath) = self.datapath.as_mut() else {
+            return;
+        };
+        match datapath.sweep() {
+            Ok(removed) => {
+                self.stats.datapath_writes += removed as u64;
+                info!(removed, "datapath swept of stale entries");
+            }
+            Err(error) => {
+                self.stats.datapath_errors += 1;
+                warn!(%error, "sweeping the datapath failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,651 @@
+//! The agent's Southbound writes, level-triggered like ovn-controller's: after every replica
+//! update and every local change, the rows this chassis owns (its Chassis, Encap and
+//! Chassis_Private; the `chassis`, `encap` and `up` of the Port_Bindings it claims or releases)
+//! are compared with what the agent wants them to be, and a write is made when they differ and
+//! no transaction touching the row is outstanding. A write stays outstanding until its reply and
+//! the update that carries it have arrived (tracked by its transaction, never by a clock); a
+//! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`] (doubling while
+//! failures go on, up to [`RETRY_MAX`]; a new snapshot compares everything at once). Only rows that
+//! changed, or whose wanted state changed, are compared ([`SbSync::mark`]). Claims follow OVN
+//! 23.03 (`controller/binding.c`): a port is bound here only if `requested_chassis` allows it
+//! (else released, never claimed back), and a port another chassis holds is claimed back at most
+//! once per [`CLAIM_INTERVAL`].
+//!
+//! Owns the bookkeeping of outstanding transactions and the set of ports being released; builds
+//! operations with [`crate::chassis`] and submits them through the session handle. Reads the
+//! replica, never writes it.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::Duration,
+};
+
+use serde_json::Value;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use crate::{
+    chassis::{self, ChassisConfig},
+    ovsdb::{
+        replica::{ChangeSet, RowRef},
+        session::{RequestId, SessionHandle},
+    },
+    sb::{
+        Southbound,
+        rows::{Chassis, ChassisPrivate, Encap, PortBinding},
+    },
+};
+
+/// How long after a failed write its rows are compared (and written) again; doubled with each
+/// failure in a row, up to [`RETRY_MAX`].
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+pub const RETRY_MAX: Duration = Duration::from_secs(8);
+
+/// A port another chassis holds is not claimed back within this long of this chassis's last
+/// claim of it (OVN 23.03 `CLAIM_TIME_THRESHOLD_MS`, `lport_maybe_postpone`): two chassis that
+/// both want a port claim it at most twice a second each instead of in a tight loop.
+pub const CLAIM_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Why a transaction was made (a transaction may serve several).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Purpose {
+    Register,
+    Claim,
+    Up,
+    Release,
+    AckNbCfg,
+}
+
+impl Purpose {
+    pub const ALL: [Purpose; 5] = [
+        Purpose::Register,
+        Purpose::Claim,
+        Purpose::Up,
+        Purpose::Release,
+        Purpose::AckNbCfg,
+    ];
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Register => "register",
+            Purpose::Claim => "claim",
+            Purpose::Up => "up",
+            Purpose::Release => "release",
+            Purpose::AckNbCfg => "ack_nb_cfg",
+        }
+    }
+}
+
+/// What the Southbound writes did, for logs, metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SbWriteStats {
+    /// Transactions submitted, by purpose.
+    pub transactions: BTreeMap<Purpose, u64>,
+    /// Transactions refused by the server or lost with the connection.
+    pub failures: u64,
+    /// Rows written again after a failed write.
+    pub retries: u64,
+    /// Rows found different from what the agent wants (each one written).
+    pub out_of_date: u64,
+    /// Claims of ports another chassis holds put off by [`CLAIM_INTERVAL`].
+    pub claims_postponed: u64,
+}
+
+/// A row (or group of rows) a transaction can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum RowKey {
+    /// This chassis's Chassis, Encap and Chassis_Private rows.
+    Own,
+    Port(Uuid),
+}
+
+/// What an outstanding write set, to recognise the update that carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Expect {
+    /// The chassis registered (its Chassis and Chassis_Private rows exist).
+    Registered { name: String },
+    /// The Chassis_Private row and the `nb_cfg` an acknowledgement wrote.
+    NbCfg { private: Uuid, nb_cfg: i64 },
+    Port {
+        chassis: Option<Uuid>,
+        up: Option<bool>,
+    },
+}
+
+#[derive(Debug)]
+struct Busy {
+    txn: RequestId,
+    /// The logical port, to compare it again once free.
+    port: Option<String>,
+    expect: Expect,
+    /// An update touched the row since the write was submitted.
+    touched: bool,
+    /// The server replied with success; the row is free once the update carrying it is in.
+    replied: bool,
+}
+
+/// What the agent wants of its ports: given by the daemon for each comparison.
+pub struct Wanted<'a> {
+    pub config: &'a ChassisConfig,
+    pub chassis: Uuid,
+    /// Ports bound here (configured and plugged).
+    pub local_ports: &'a HashSet<String>,
+    /// Whether a port's datapath forwards for it (its `up`).
+    pub programmed: &'a dyn Fn(&str) -> bool,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct SbSync {
+    busy: HashMap<RowKey, Busy>,
+    txns: HashMap<RequestId, Vec<RowKey>>,
+    /// Ports to compare at the next [`Self::reconcile`].
+    dirty: HashSet<String>,
+    own_dirty: bool,
+    /// Ports unplugged here whose release is not seen yet.
+    releasing: HashSet<String>,
+    /// Rows whose last write failed (their next write is a retry), and the ports among them to
+    /// compare again when the retry is due.
+    failed: HashSet<RowKey>,
+    retry_ports: HashSet<String>,
+    retry_own: bool,
+    retry_at: Option<tokio::time::Instant>,
+    /// The wait before the next retry (grows while writes keep failing).
+    retry_delay: Option<Duration>,
+    /// When this chassis last claimed each port (kept for 5 × [`CLAIM_INTERVAL`]), and the
+    /// claims put off until then.
+    last_claimed: HashMap<String, tokio::time::Instant>,
+    postponed: HashMap<String, tokio::time::Instant>,
+    stats: SbWriteStats,
+}
+
+impl SbSync {
+    #[must_use]
+    pub fn stats(&self) -> &SbWriteStats {
+        &self.stats
+    }
+
+    /// When failed writes or postponed claims are due for another comparison, if any.
+    #[must_use]
+    pub fn wake_at(&self) -> Option<tokio::time::Instant> {
+        self.retry_at
+            .into_iter()
+            .chain(self.postponed.values().copied())
+            .min()
+    }
+
+    /// Compares again what is due at `now` (see [`Self::wake_at`]).
+    pub fn wake(&mut self, now: tokio::time::Instant) {
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_due();
+        }
+        let due: Vec<String> = self
+            .postponed
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(port, _)| port.clone())
+            .collect();
+        for port in due {
+            self.postponed.remove(&port);
+            self.dirty.insert(port);
+        }
+    }
+
+    /// Whether a transaction on this chassis's own rows (registration, `nb_cfg`) is outstanding.
+    #[must_use]
+    pub fn own_busy(&self) -> bool {
+        self.busy.contains_key(&RowKey::Own)
+    }
+
+    /// Whether a write on a Port_Binding (a claim, a release, `up`) is outstanding: its update,
+    /// which the pipeline compiles (a port's `chassis` decides where it is delivered), is not
+    /// in yet.
+    #[must_use]
+    pub fn ports_busy(&self) -> bool {
+        self.busy.keys().any(|key| matches!(key, RowKey::Port(_)))
+    }
+
+    /// Outstanding transactions.
+    #[must_use]
+    pub fn outstanding(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// Compare `port` at the next reconciliation (its wanted state changed).
+    pub fn mark(&mut self, port: &str) {
+        self.dirty.insert(port.to_string());
+    }
+
+    /// Compare this chassis's own rows at the next reconciliation.
+    pub fn mark_own(&mut self) {
+        self.own_dirty = true;
+    }
+
+    /// `port` was unplugged here: release it unless it is plugged again.
+    pub fn release(&mut self, port: &str) {
+        self.releasing.insert(port.to_string());
+        self.mark(port);
+    }
+
+    /// `port` is (again) bound here: a release still pending is dropped.
+    pub fn keep(&mut self, port: &str) {
+        self.releasing.remove(port);
+        self.mark(port);
+    }
+
+    /// Ports whose release is not seen yet.
+    #[must_use]
+    pub fn releasing(&self) -> &HashSet<String> {
+        &self.releasing
+    }
+
+    /// Takes in a replica change: rows it touched that a write holds are freed once the write is
+    /// answered; local ports and ports being released that changed are compared again; a resync
+    /// compares everything of ours again.
+    pub fn observe(&mut self, sb: &Southbound, changes: &ChangeSet, local_ports: &HashSet<String>) {
+        if changes.resynced {
+            self.own_dirty = true;
+            self.dirty.extend(local_ports.iter().cloned());
+            self.dirty.extend(self.releasing.iter().cloned());
+            // A write answered before the connection was lost may never see its update (the
+            // snapshot is the server's whole view): the snapshot is the update.
+            let replied: Vec<RowKey> = self
+                .busy
+                .iter()
+                .filter(|(_, busy)| busy.replied)
+                .map(|(key, _)| *key)
+                .collect();
+            for key in replied {
+                self.free(key);
+            }
+        }
+        if [Chassis::TABLE, Encap::TABLE, ChassisPrivate::TABLE]
+            .iter()
+            .any(|table| changes.tables.get(*table).is_some_and(|c| !c.is_empty()))
+        {
+            self.own_dirty = true;
+            self.touch(RowKey::Own);
+        }
+        let Some(change) = changes.tables.get(PortBinding::TABLE) else {
+            return;
+        };
+        let layout = sb
+            .replica()
+            .table(PortBinding::TABLE)
+            .map(|table| table.layout().clone());
+        for uuid in &change.inserted {
+            self.port_changed(sb.row::<PortBinding>(uuid), local_ports);
+        }
+        for (uuid, _) in &change.modified {
+            self.port_changed(sb.row::<PortBinding>(uuid), local_ports);
+        }
+        for (uuid, row) in &change.deleted {
+            self.touch(RowKey::Port(*uuid));
+            if let Some(layout) = &layout {
+                let port = PortBinding::from_row(&RowRef {
+                    uuid: *uuid,
+                    layout,
+                    row,
+                });
+                if self.releasing.remove(&port.logical_port) {
+                    debug!(port = %port.logical_port, "released port's binding deleted");
+                }
+            }
+        }
+    }
+
+    fn port_changed(&mut self, port: Option<PortBinding>, local_ports: &HashSet<String>) {
+        let Some(port) = port else {
+            return;
+        };
+        self.touch(RowKey::Port(port.uuid));
+        if local_ports.contains(&port.logical_port) || self.releasing.contains(&port.logical_port) {
+            self.dirty.insert(port.logical_port);
+        }
+    }
+
+    /// An update touched `key`: an answered write holding it is carried; an unanswered one will
+    /// be once answered.
+    fn touch(&mut self, key: RowKey) {
+        let Some(busy) = self.busy.get_mut(&key) else {
+            return;
+        };
+        if busy.replied {
+            self.free(key);
+        } else {
+            busy.touched = true;
+        }
+    }
+
+    /// Releases `key` and compares it again.
+    fn free(&mut self, key: RowKey) {
+        if let Some(busy) = self.busy.remove(&key) {
+            match (key, busy.port) {
+                (RowKey::Own, _) => self.own_dirty = true,
+                (RowKey::Port(_), Some(port)) => {
+                    self.dirty.insert(port);
+                }
+                (RowKey::Port(_), None) => {}
+            }
+        }
+    }
+
+    /// The outcome of a transaction (from [`crate::ovsdb::session::SessionEvent::Transacted`]):
+    /// on success its rows are free once the update carrying it is in (already, normally: the
+    /// server sends it before the reply); on failure they are compared again after
+    /// [`RETRY_AFTER`].
+    pub fn finished(&mut self, sb: &Southbound, id: RequestId, result: Result<(), String>) {
+        let Some(keys) = self.txns.remove(&id) else {
+            return;
+        };
+        if let Err(error) = &result {
+            self.stats.failures += 1;
+            warn!(%error, rows = keys.len(), "southbound write failed; comparing its rows again shortly");
+            let delay = self.retry_delay.unwrap_or(RETRY_AFTER);
+            self.retry_at
+                .get_or_insert_with(|| tokio::time::Instant::now() + delay);
+        } else {
+            self.retry_delay = None;
+        }
+        for key in keys {
+            let Some(busy) = self.busy.get_mut(&key) else {
+                continue;
+            };
+            if busy.txn != id {
+                continue;
+            }
+            if result.is_err() {
+                let busy = self.busy.remove(&key);
+                self.failed.insert(key);
+                match (key, busy.and_then(|busy| busy.port)) {
+                    (RowKey::Own, _) => self.retry_own = true,
+                    (RowKey::Port(_), Some(port)) => {
+                        self.retry_ports.insert(port);
+                    }
+                    (RowKey::Port(_), None) => {}
+                }
+                continue;
+            }
+            self.failed.remove(&key);
+            if busy.touched || carried(sb, key, &busy.expect) {
+                self.free(key);
+            } else {
+                busy.replied = true;
+            }
+        }
+    }
+
+    /// Failed writes are due: their rows are compared again.
+    fn retry_due(&mut self) {
+        self.retry_at = None;
+        self.retry_delay = Some(
+            self.retry_delay
+                .map_or(RETRY_AFTER, |delay| delay * 2)
+                .min(RETRY_MAX),
+        );
+        self.dirty.extend(self.retry_ports.drain());
+        if std::mem::take(&mut self.retry_own) {
+            self.own_dirty = true;
+        }
+    }
+
+    /// Compares the rows marked since the last call with what `wanted` asks and writes those
+    /// that differ and are free (a busy row is compared again when its write is done).
+    /// Without `wanted` (this chassis is not registered yet) only the registration is compared.
+    pub fn reconcile(
+        &mut self,
+        sb: &Southbound,
+        handle: &SessionHandle,
+        config: &ChassisConfig,
+        wanted: Option<&Wanted>,
+    ) {
+        if self.own_dirty && !self.own_busy() {
+            self.own_dirty = false;
+            {
+                let ops = config.registration_ops(sb);
+                if !ops.is_empty() {
+                    self.submit(
+                        handle,
+                        &[Purpose::Register],
+                        ops,
+                        vec![(
+                            RowKey::Own,
+                            None,
+                            Expect::Registered {
+                                name: config.name.clone(),
+                            },
+                        )],
+                    );
+                }
+            }
+        }
+        let Some(wanted) = wanted else {
+            return;
+        };
+        let mut ops = Vec::new();
+        let mut purposes = Vec::new();
+        let mut rows = Vec::new();
+        for name in std::mem::take(&mut self.dirty) {
+            let Some(port) = sb.port_by_name(&name) else {
+                if !wanted.local_ports.contains(&name) {
+                    self.releasing.remove(&name);
+                }
+                continue;
+            };
+            if self.busy.contains_key(&RowKey::Port(port.uuid)) {
+                // Compared again when its write is done.
+                continue;
+            }
+            let Some((op, purpose, expect)) = self.port_write(&port, wanted) else {
+                continue;
+            };
+            ops.push(op);
+            purposes.extend(purpose);
+            rows.push((RowKey::Port(port.uuid), Some(name), expect));
+        }
+        if !ops.is_empty() {
+            purposes.sort_unstable();
+            purposes.dedup();
+            self.submit(handle, &purposes, ops, rows);
+        }
+    }
+
+    /// The write that brings `port` to what the agent wants, if it differs: for a local port a
+    /// claim (with `up` as its datapath is, in the same operation, so no later write undoes an
+    /// earlier `up`), or `up` alone; a release for a port unplugged here or that
+    /// `requested_chassis` gives to another chassis (OVN's rule: such a port is released and not
+    /// claimed back).
+    fn port_write(
+        &mut self,
+        port: &PortBinding,
+        wanted: &Wanted,
+    ) -> Option<(Value, Vec<Purpose>, Expect)> {
+        let name = &port.logical_port;
+        let ours = port.chassis == Some(wanted.chassis);
+        let local = wanted.local_ports.contains(name);
+        let bindable = local && can_bind_here(port, wanted.config, wanted.chassis);
+        if !bindable {
+            if !local && !ours {
+                // Released (or never ours): nothing left to do.
+                self.releasing.remove(name);
+            }
+            if !ours || !(self.releasing.contains(name) || local) {
+                return None;
+            }
+            if local {
+                info!(port = %name, requested_chassis = ?port.requested_chassis, "port requested by another chassis; releasing it");
+            }
+            let op = chassis::release_op_if_ours(port, wanted.chassis);
+            let up = port.up.map(|_| false);
+            return Some((
+                op,
+                vec![Purpose::Release],
+                Expect::Port { chassis: None, up },
+            ));
+        }
+        let now = tokio::time::Instant::now();
+        if !ours && port.chassis.is_some() {
+            // Another chassis holds it: claim it back only CLAIM_INTERVAL after the last claim.
+            if let Some(last) = self.last_claimed.get(name)
+                && now.duration_since(*last) < CLAIM_INTERVAL
+            {
+                debug!(port = %name, "claim of a port another chassis holds postponed");
+                self.stats.claims_postponed += 1;
+                self.postponed.insert(name.clone(), *last + CLAIM_INTERVAL);
+                return None;
+            }
+        }
+        let programmed = (wanted.programmed)(name);
+        let write = chassis::bind_op(port, wanted.chassis, programmed)?;
+        if write.claims {
+            self.last_claimed
+                .retain(|_, at| now.duration_since(*at) < 5 * CLAIM_INTERVAL);
+            self.last_claimed.insert(name.clone(), now);
+            self.postponed.remove(name);
+        }
+        let mut purposes = Vec::new();
+        if write.claims {
+            purposes.push(Purpose::Claim);
+        }
+        if write.sets_up {
+            purposes.push(Purpose::Up);
+        }
+        let up = if port.up.is_some() && (!ours || write.sets_up) {
+            Some(programmed)
+        } else {
+            port.up
+        };
+        Some((
+            write.op,
+            purposes,
+            Expect::Port {
+                chassis: Some(wanted.chassis),
+                up,
+            },
+        ))
+    }
+
+    fn submit(
+        &mut self,
+        handle: &SessionHandle,
+        purposes: &[Purpose],
+        ops: Vec<Value>,
+        rows: Vec<(RowKey, Option<String>, Expect)>,
+    ) {
+        let id = match handle.submit_tracked(ops) {
+            Ok(id) => id,
+            Err(error) => {
+                // The session is gone (the agent is stopping).
+                warn!(%error, "southbound write not submitted");
+                return;
+            }
+        };
+        for purpose in purposes {
+            *self.stats.transactions.entry(*purpose).or_default() += 1;
+        }
+        debug!(
+            id,
+            ?purposes,
+            rows = rows.len(),
+            "southbound write submitted"
+        );
+        let mut keys = Vec::with_capacity(rows.len());
+        for (key, port, expect) in rows {
+            self.stats.out_of_date += 1;
+            if self.failed.contains(&key) {
+                self.stats.retries += 1;
+            }
+            self.busy.insert(
+                key,
+                Busy {
+                    txn: id,
+                    port,
+                    expect,
+                    touched: false,
+                    replied: false,
+                },
+            );
+            keys.push(key);
+        }
+        self.txns.insert(id, keys);
+    }
+
+    /// Acknowledges `nb_cfg` in Chassis_Private when it differs and this chassis's rows are free.
+    pub fn acknowledge(
+        &mut self,
+        sb: &Southbound,
+        handle: &SessionHandle,
+        config: &ChassisConfig,
+        now_ms: i64,
+    ) {
+        if self.own_busy() {
+            return;
+        }
+        let (Some(global), Some(private)) =
+            (sb.sb_global(), sb.chassis_private_by_name(&config.name))
+        else {
+            return;
+        };
+        let ops = chassis::nb_cfg_ops(&private, global.nb_cfg, now_ms);
+        if ops.is_empty() {
+            return;
+        }
+        self.submit(
+            handle,
+            &[Purpose::AckNbCfg],
+            ops,
+            vec![(
+                RowKey::Own,
+                None,
+                Expect::NbCfg {
+                    private: private.uuid,
+                    nb_cfg: global.nb_cfg,
+                },
+            )],
+        );
+    }
+}
+
+/// Whether the replica already shows what a write set.
+fn carried(sb: &Southbound, key: RowKey, expect: &Expect) -> bool {
+    match (key, expect) {
+        (RowKey::Port(uuid), Expect::Port { chassis, up }) => sb
+            .row::<PortBinding>(&uuid)
+            .is_none_or(|port| port.chassis == *chassis && port.up == *up),
+        (RowKey::Own, Expect::Registered { name }) => {
+            sb.chassis_by_name(name).is_some() && sb.chassis_private_by_name(name).is_some()
+        }
+        (RowKey::Own, Expect::NbCfg { private, nb_cfg }) => sb
+            .row::<ChassisPrivate>(private)
+            .is_none_or(|private| private.nb_cfg == *nb_cfg),
+        _ => false,
+    }
+}
+
+/// OVN's rule for binding a port as main chassis (`lport_can_bind_on_this_chassis`):
+/// `requested_chassis` is this chassis, or `options:requested-chassis` is empty or names this
+/// chassis (by name or hostname) first.
+#[must_use]
+pub fn can_bind_here(port: &PortBinding, config: &ChassisConfig, chassis: Uuid) -> bool {
+    if port.requested_chassis == Some(chassis) {
+        return true;
+    }
+    let Some(requested) = port
+        .options
+        .get("requested-chassis")
+        .map(|list| list.trim())
+        .filter(|list| !list.is_empty())
+    else {
+        return true;
+    };
+    requested
+        .split(',')
+        .next()
+        .map(str::trim)
+        .is_some_and(|first| first == config.name || first == config.hostname)
+}
+
+#[cfg(test)]
+#[path = "sb_sync_tests.rs"]
+mod tests;

@@ -1,0 +1,367 @@
+//! Tests of `sb_sync`: the comparisons and the bookkeeping of writes, against a replica built
+//! from update notifications and a session handle that records instead of sending.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use serde_json::json;
+
+use super::*;
+use crate::ovsdb::{
+    schema::DatabaseSchema,
+    session::{MonitorMethod, Recorder, SessionEvent, UpdateFormat, recording_handle},
+};
+
+const US: &str = "00000000-0000-0000-0000-0000000000c1";
+const OTHER: &str = "00000000-0000-0000-0000-0000000000c2";
+const PRIVATE: &str = "00000000-0000-0000-0000-0000000000d1";
+const PB: &str = "00000000-0000-0000-0000-0000000000b1";
+
+fn config() -> ChassisConfig {
+    ChassisConfig {
+        name: "node1".into(),
+        hostname: "node1.example".into(),
+        encap_ip: "172.31.0.10".into(),
+        encap_csum: true,
+        monitor_all: false,
+        bridge_mappings: String::new(),
+    }
+}
+
+fn uuid(text: &str) -> Uuid {
+    Uuid::parse_str(text).unwrap()
+}
+
+/// A Southbound with this chassis registered (without Encap, so registration is not
+/// compared in these tests) and one Port_Binding `pod.ns` as given.
+fn southbound(port: Value) -> Southbound {
+    let optional = |key: Value| json!({"type": {"key": key, "min": 0, "max": 1}});
+    let map = json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
+    let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
+    "tables": {
+        "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
+        "Chassis": {"columns": {"name": {"type": "string"}}},
+        "Chassis_Private": {"columns": {"name": {"type": "string"},
+            "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
+        "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+            "chassis": optional(json!({"type": "uuid"})),
+            "encap": optional(json!({"type": "uuid"})),
+            "requested_chassis": optional(json!({"type": "uuid"})),
+            "up": optional(json!("boolean")), "options": map}},
+    }}))
+    .unwrap();
+    let monitored: BTreeMap<String, Vec<String>> = schema
+        .tables
+        .iter()
+        .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
+        .collect();
+    let mut sb = Southbound::new();
+    sb.apply(&SessionEvent::Snapshot {
+        remote: "test".into(),
+        method: MonitorMethod::MonitorCondSince,
+        schema: Arc::new(schema),
+        monitored,
+        updates: json!({
+            "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
+            "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
+            "Chassis_Private": {PRIVATE: {"initial": {"name": "node1", "chassis": ["uuid", US], "nb_cfg": 2}}},
+            "Port_Binding": {PB: {"initial": port}},
+        }),
+        format: UpdateFormat::Update2,
+        resumed: false,
+    });
+    sb
+}
+
+/// Applies a modification of `pod.ns` and lets `sync` observe it.
+fn modify_port(sb: &mut Southbound, sync: &mut SbSync, local: &HashSet<String>, row: Value) {
+    let changes = sb.apply(&SessionEvent::Update {
+        updates: json!({"Port_Binding": {PB: {"modify": row}}}),
+        format: UpdateFormat::Update2,
+    });
+    sync.observe(sb, &changes, local);
+}
+
+struct Node {
+    sync: SbSync,
+    local: HashSet<String>,
+    programmed: bool,
+    handle: SessionHandle,
+    recorder: Recorder,
+}
+
+impl Node {
+    fn new(local: bool, programmed: bool) -> Self {
+        let (handle, recorder) = recording_handle();
+        Node {
+            sync: SbSync::default(),
+            local: if local {
+                HashSet::from(["pod.ns".to_string()])
+            } else {
+                HashSet::new()
+            },
+            programmed,
+            handle,
+            recorder,
+        }
+    }
+
+    /// Reconciles; returns the transactions submitted.
+    fn reconcile(&mut self, sb: &Southbound) -> Vec<(RequestId, Vec<Value>)> {
+        let config = config();
+        let programmed = self.programmed;
+        let is_programmed = move |_: &str| programmed;
+        let wanted = Wanted {
+            config: &config,
+            chassis: uuid(US),
+            local_ports: &self.local,
+            programmed: &is_programmed,
+        };
+        self.sync
+            .reconcile(sb, &self.handle, &config, Some(&wanted));
+        self.recorder.transactions()
+    }
+}
+
+fn row(ops: &[Value]) -> &Value {
+    assert_eq!(ops.len(), 1, "one operation: {ops:?}");
+    &ops[0]["row"]
+}
+
+#[test]
+fn a_claim_carries_up_and_a_release_in_flight_holds_the_next_claim() {
+    // Claimed and up; the pod is deleted (release in flight), then added again at once.
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(true, true);
+    node.local.clear();
+    node.sync.release("pod.ns");
+    let released = node.reconcile(&sb);
+    assert_eq!(released.len(), 1);
+    assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+    assert_eq!(row(&released[0].1)["up"], json!(false));
+    node.local.insert("pod.ns".into());
+    node.sync.keep("pod.ns");
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "no write on a row a transaction holds"
+    );
+    // The release's update, then its reply: the claim follows, with `up` in it.
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["set", []], "up": false}),
+    );
+    assert!(node.reconcile(&sb).is_empty(), "still held until the reply");
+    node.sync.finished(&sb, released[0].0, Ok(()));
+    let claimed = node.reconcile(&sb);
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
+    assert_eq!(
+        row(&claimed[0].1)["up"],
+        json!(true),
+        "claim and up in one operation"
+    );
+    assert_eq!(
+        node.sync.stats().transactions,
+        BTreeMap::from([(Purpose::Claim, 1), (Purpose::Up, 1), (Purpose::Release, 1)])
+    );
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", US], "up": true}),
+    );
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "claimed and up: nothing to write"
+    );
+    assert_eq!(node.sync.outstanding(), 0);
+}
+
+#[test]
+fn a_reply_before_its_update_keeps_the_row_held_until_the_update() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, false);
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    assert_eq!(row(&claimed[0].1)["up"], json!(false));
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    // The datapath forwards now; the claim's update has not arrived.
+    node.programmed = true;
+    node.sync.mark("pod.ns");
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "held until the claim's update"
+    );
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", US]}),
+    );
+    let up = node.reconcile(&sb);
+    assert_eq!(row(&up[0].1), &json!({"up": true}));
+}
+
+#[test]
+fn a_failed_write_is_compared_again_when_due_and_counted_as_a_retry() {
+    let sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, true);
+    node.sync.mark("pod.ns");
+    let first = node.reconcile(&sb);
+    node.sync
+        .finished(&sb, first[0].0, Err("constraint violation".into()));
+    assert!(node.sync.wake_at().is_some());
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "not before the retry is due"
+    );
+    node.sync.wake(node.sync.wake_at().unwrap());
+    let again = node.reconcile(&sb);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].1, first[0].1, "the same write again");
+    let stats = node.sync.stats();
+    assert_eq!(
+        (stats.failures, stats.retries, stats.out_of_date),
+        (1, 1, 2)
+    );
+}
+
+#[test]
+fn an_add_then_del_ends_released_after_the_claim() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, true);
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    node.local.clear();
+    node.sync.release("pod.ns");
+    assert!(node.reconcile(&sb).is_empty());
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", US], "up": true}),
+    );
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    let released = node.reconcile(&sb);
+    assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["set", []], "up": false}),
+    );
+    node.sync.finished(&sb, released[0].0, Ok(()));
+    assert!(node.reconcile(&sb).is_empty());
+    assert!(node.sync.releasing().is_empty());
+}
+
+#[test]
+fn requested_chassis_elsewhere_releases_and_never_claims_back() {
+    let other = json!(["uuid", OTHER]);
+    let options = json!(["map", [["requested-chassis", "node2"]]]);
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US],
+        "up": true, "requested_chassis": other, "options": options}));
+    let mut node = Node::new(true, true);
+    node.sync.mark("pod.ns");
+    let released = node.reconcile(&sb);
+    assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+    // The other chassis claims it: nothing more from us.
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", OTHER]}),
+    );
+    node.sync.finished(&sb, released[0].0, Ok(()));
+    assert!(node.reconcile(&sb).is_empty());
+    // Requested back here (by hostname): claimed again.
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"requested_chassis": ["uuid", US],
+        "options": ["map", [["requested-chassis", "node1.example"]]]}),
+    );
+    let claimed = node.reconcile(&sb);
+    assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
+}
+
+#[test]
+fn nb_cfg_is_acknowledged_once_and_waits_for_its_rows() {
+    let sb = southbound(json!({"logical_port": "pod.ns"}));
+    let mut node = Node::new(false, false);
+    node.sync.acknowledge(&sb, &node.handle, &config(), 1);
+    let acked = node.recorder.transactions();
+    assert_eq!(row(&acked[0].1)["nb_cfg"], json!(3));
+    node.sync.acknowledge(&sb, &node.handle, &config(), 2);
+    assert!(node.recorder.transactions().is_empty(), "one in flight");
+    node.sync.finished(&sb, acked[0].0, Err("lost".into()));
+    node.sync.acknowledge(&sb, &node.handle, &config(), 3);
+    assert_eq!(
+        node.recorder.transactions().len(),
+        1,
+        "a lost ack is made again"
+    );
+}
+
+#[test]
+fn a_resync_frees_answered_writes_and_compares_every_local_port_again() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, false);
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    // Answered, but its update never comes on this connection (it was lost).
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    node.sync.mark("pod.ns");
+    assert!(node.reconcile(&sb).is_empty(), "held until its update");
+    // The snapshot after the reconnection: the server never got the claim.
+    let mut changes = sb.apply(&SessionEvent::Update {
+        updates: json!({}),
+        format: UpdateFormat::Update2,
+    });
+    changes.resynced = true;
+    node.sync.observe(&sb, &changes, &node.local);
+    // (The registration is compared too: this replica has no Encap, so it is written.)
+    let again: Vec<_> = node
+        .reconcile(&sb)
+        .into_iter()
+        .filter(|(_, ops)| ops[0]["table"] == "Port_Binding")
+        .collect();
+    assert_eq!(row(&again[0].1)["chassis"], json!(["uuid", US]));
+    assert_eq!(node.sync.stats().transactions[&Purpose::Claim], 2);
+}
+
+#[test]
+fn a_port_another_chassis_takes_is_claimed_back_at_most_every_claim_interval() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(true, false);
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", US]}),
+    );
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    // Another chassis takes it (no requested-chassis: both may bind it, as in OVN).
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", OTHER]}),
+    );
+    assert!(node.reconcile(&sb).is_empty(), "not within CLAIM_INTERVAL");
+    assert_eq!(node.sync.stats().claims_postponed, 1);
+    let due = node.sync.wake_at().expect("a postponed claim is due later");
+    node.sync.last_claimed.insert(
+        "pod.ns".into(),
+        tokio::time::Instant::now() - CLAIM_INTERVAL,
+    );
+    node.sync.wake(due);
+    let again = node.reconcile(&sb);
+    assert_eq!(row(&again[0].1)["chassis"], json!(["uuid", US]));
+    assert_eq!(node.sync.wake_at(), None);
+}
