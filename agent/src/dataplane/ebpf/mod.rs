@@ -20,9 +20,10 @@ use aya::{
     },
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, InterfaceCounters,
-    LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry,
-    RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map, program,
+    ArpAnswer, ArpKey, FibEntry, FibKey, FloodGroup, FloodKey, FloodMemberKey, FloodRoles,
+    InterfaceCounters, LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity,
+    ProviderKey, RouteEntry, RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map,
+    program,
 };
 
 use crate::netns;
@@ -563,17 +564,22 @@ impl KernelPrograms {
             .map_err(|source| EbpfError::Map { name, source })
     }
 
-    /// Flood group `key` reaches `targets` from this node.
-    pub fn set_flood_group(
-        &mut self,
-        key: FloodKey,
-        targets: FloodTargets,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(map::FLOOD_GROUPS, key, targets)
+    /// Flood group `key` has `counts` member slots from this node.
+    pub fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
+        self.hash_insert(map::FLOOD_GROUPS, key, counts)
     }
 
     pub fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
-        self.hash_remove::<FloodKey, FloodTargets>(map::FLOOD_GROUPS, key)
+        self.hash_remove::<FloodKey, FloodGroup>(map::FLOOD_GROUPS, key)
+    }
+
+    /// Slot `key` of a flood group holds `member` (a veth's ifindex or an encap IP).
+    pub fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
+        self.hash_insert(map::FLOOD_MEMBERS, key, member)
+    }
+
+    pub fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
+        self.hash_remove::<FloodMemberKey, u32>(map::FLOOD_MEMBERS, key)
     }
 
     /// Datapath `datapath` floods broadcasts and unknown unicast to the groups `roles` names.
