@@ -356,6 +356,18 @@ impl KernelPrograms {
     /// Runs the hook's program once on `frame` with BPF_PROG_TEST_RUN (the skb's ifindex is the
     /// loopback device's, 1) and returns its verdict and the frame as the program left it.
     pub fn test_run(&self, hook: Hook, frame: &[u8]) -> Result<TestRunOutcome, EbpfError> {
+        self.test_run_repeated(hook, frame, 1)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`Self::test_run`] `repeat` times in the kernel (benchmarks): the last run's outcome and
+    /// the kernel's mean time per run.
+    pub fn test_run_repeated(
+        &self,
+        hook: Hook,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(TestRunOutcome, std::time::Duration), EbpfError> {
         let name = hook.program_name();
         let program: &SchedClassifier = self
             .ebpf
@@ -369,14 +381,18 @@ impl KernelPrograms {
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),
+                repeat,
                 ..TestRunOptions::new()
             })
             .map_err(|source| EbpfError::Program { name, source })?;
         out.truncate(result.data_size_out as usize);
-        Ok(TestRunOutcome {
-            verdict: result.return_value as i32,
-            frame: out,
-        })
+        Ok((
+            TestRunOutcome {
+                verdict: result.return_value as i32,
+                frame: out,
+            },
+            result.duration,
+        ))
     }
 
     /// Counters of one interface summed over all CPUs; `None` if no program has seen a packet on it.
