@@ -3,7 +3,7 @@
 //! unicast, gets one clone per local member of the datapath's group but the sender, then one
 //! Geneve copy per other chassis with members, the group's key as the egress port. From the
 //! uplink: a frame for a group goes to the local members only (the sender already reached every
-//! chassis). Reads `FLOOD_ROLES`, `FLOOD_GROUPS` and `FLOOD_MEMBERS`.
+//! chassis). Reads `FLOOD_ROLES`, `FLOOD_GROUPS` and `FLOOD_MEMBERS`; uses `FLOOD_SCRATCH`.
 //!
 //! A group's members are not bounded by one map value: `FLOOD_GROUPS` holds the counts of local
 //! and remote members, `FLOOD_MEMBERS` one entry per (group, slot). The members are walked with
@@ -11,8 +11,15 @@
 //! lookup and one clone (or one Geneve copy) per member. Unicast forwarding never reads these
 //! maps.
 //!
+//! Stack: the verifier adds a callback's frame to its caller's, 512 bytes in all, and
+//! `from_pod`'s own frame is 488 bytes (its router path), rounded to 496: the callbacks have
+//! 16 bytes. `local_member` needs 12; `remote_member` keeps its FIB parameters, member key and
+//! outer fields in the per-CPU `FLOOD_SCRATCH` slot, and its walk state in the caller's frame
+//! (`RemoteWalk`), and fits 16 (checked by the verifier at load: `ovnbpf-agent verify`). A
+//! larger `from_pod` frame or callback frame fails to load with "combined stack size".
+//!
 //! Consistency with the agent's updates (it writes one slot and the count per change, see
-//! `agent/src/dataplane/ebpf/l2.rs`): every slot of a group's key only ever holds a member of
+//! `agent/src/dataplane/ebpf/l2/flood_slots.rs`): every slot of a group's key only ever holds a member of
 //! that very group (a slot key names the datapath and the group), so a frame in flight during a
 //! change can reach a member twice or miss one, never a port of another switch. A slot missing
 //! under the count (a removal in progress) is skipped.
