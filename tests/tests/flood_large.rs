@@ -16,6 +16,8 @@ use ovnbpf_agent::{
     pipeline::{
         IrDiff,
         ir::{IrEntry, PortKind},
+        packet::{L3, Packet},
+        trace::Evaluator,
     },
 };
 use ovnbpf_tests::{names::unique_prefix, netns::Netns};
@@ -56,9 +58,26 @@ fn chassis_ip(index: u32) -> Ipv4Addr {
     Ipv4Addr::new(172, 31, (index / 200) as u8, (index % 200 + 1) as u8)
 }
 
+const SENDER_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0x10, 0, 2];
+
+/// The broadcast as the IR evaluator sees it.
+fn broadcast_packet() -> Packet {
+    Packet {
+        eth_src: SENDER_MAC,
+        eth_dst: [0xff; 6],
+        l3: L3::Arp {
+            op: 1,
+            sha: SENDER_MAC,
+            spa: Ipv4Addr::new(10, 16, 0, 2),
+            tha: [0; 6],
+            tpa: Ipv4Addr::new(10, 16, 0, 99),
+        },
+    }
+}
+
 /// An ARP request broadcast by the pod on the test-run device.
 fn broadcast() -> Vec<u8> {
-    let mac = [0x0a, 0x58, 0x0a, 0x10, 0, 2];
+    let mac = SENDER_MAC;
     let mut frame = vec![0xff; 6];
     frame.extend_from_slice(&mac);
     frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
@@ -185,6 +204,8 @@ struct Fixture {
     uplink_capture: std::os::fd::OwnedFd,
     local: u32,
     chassis: BTreeSet<Ipv4Addr>,
+    /// The IR the state was given (for the evaluator).
+    entries: Vec<IrEntry>,
 }
 
 impl Fixture {
@@ -199,6 +220,11 @@ impl Fixture {
         let uplink_capture = capture(&ns, "upp");
         let mut state = L2State::new("node1");
         let mut entries = vec![
+            IrEntry::Datapath {
+                datapath: DP,
+                name: "subnet".into(),
+                router: false,
+            },
             IrEntry::FloodGroup {
                 datapath: DP,
                 key: GROUP,
@@ -229,7 +255,7 @@ impl Fixture {
             entries.push(member(key));
         }
         state.apply(&IrDiff {
-            added: entries,
+            added: entries.clone(),
             removed: Vec::new(),
         });
         let programs = ns
@@ -247,6 +273,7 @@ impl Fixture {
             uplink_capture,
             local,
             chassis: (0..chassis).map(chassis_ip).collect(),
+            entries,
         }
     }
 
@@ -263,12 +290,28 @@ impl Fixture {
     }
 
     /// One broadcast, checked: `reached` pods got it once, `not` none, each chassis one copy.
-    fn broadcast_checked(&mut self, frame: &[u8], reached: &[u32], not: &[u32]) {
+    /// Returns the local pods (by veth pair number) and chassis the kernel sent it to.
+    fn broadcast_checked(
+        &mut self,
+        frame: &[u8],
+        reached: &[u32],
+        not: &[u32],
+    ) -> (BTreeSet<u32>, BTreeSet<Ipv4Addr>) {
         let before = rx_packets(&self.ns);
         let (outcome, _) = self.broadcast(frame);
         let after = rx_packets(&self.ns);
         check_local(&before, &after, reached, not);
-        check_remote(&drain(&self.uplink_capture), &outcome, frame, &self.chassis);
+        let copies = drain(&self.uplink_capture);
+        check_remote(&copies, &outcome, frame, &self.chassis);
+        let local = (0..=self.local)
+            .filter(|i| after[&format!("f{i}p")] > before[&format!("f{i}p")])
+            .collect();
+        let remote = copies
+            .iter()
+            .chain(std::iter::once(&outcome.frame))
+            .map(|c| outer_destination(c))
+            .collect();
+        (local, remote)
     }
 }
 
@@ -277,7 +320,26 @@ fn a_broadcast_reaches_every_local_pod_once_and_each_other_chassis_once() {
     let mut fixture = Fixture::build(LOCAL_PODS, CHASSIS);
     let frame = broadcast();
     let all: Vec<u32> = (0..LOCAL_PODS).collect();
-    fixture.broadcast_checked(&frame, &all, &[LOCAL_PODS]);
+    let (local, remote) = fixture.broadcast_checked(&frame, &all, &[LOCAL_PODS]);
+
+    // Three ways: the IR evaluator (the semantic reference the ovn-trace oracle checks) sends
+    // the same broadcast to exactly the ports the kernel reached.
+    let evaluator = Evaluator::new(fixture.entries.iter());
+    let trace = evaluator.trace("sender", broadcast_packet()).unwrap();
+    let mut expected_local = BTreeSet::new();
+    let mut expected_remote = BTreeSet::new();
+    for (port, _) in &trace.outputs {
+        if let Some(i) = port.strip_prefix("pod") {
+            expected_local.insert(i.parse::<u32>().unwrap());
+        } else if let Some(index) = port.strip_prefix("remote") {
+            expected_remote.insert(chassis_ip(index.parse().unwrap()));
+        } else {
+            panic!("the evaluator output to {port}");
+        }
+    }
+    assert_eq!(trace.outputs.len(), (LOCAL_PODS + CHASSIS) as usize);
+    assert_eq!(local, expected_local);
+    assert_eq!(remote, expected_remote);
 
     // pod7 leaves, a new pod joins on its own veth: the next broadcast reaches the new set.
     fixture.state.set_interface("pod7", None);
