@@ -1,5 +1,6 @@
 use super::*;
 use ovnbpf_common::FLOOD_SLOT_REMOTE;
+use std::collections::BTreeSet;
 
 /// The maps as a kernel would hold them after the writes.
 #[derive(Debug, Default)]
@@ -17,6 +18,8 @@ struct Recorder {
     writes: usize,
     /// Writes to the flood-group and flood-member maps.
     flood_writes: usize,
+    /// With `Some`, the group (DP, FLOOD) as the kernel would walk it after each flood write.
+    flood_states: Option<Vec<(Vec<u32>, Vec<u32>)>>,
 }
 
 impl L2Maps for Recorder {
@@ -74,24 +77,28 @@ impl L2Maps for Recorder {
         self.writes += 1;
         self.flood_writes += 1;
         self.groups.insert((key.datapath, key.group), counts);
+        self.snapshot();
         Ok(())
     }
     fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
         self.writes += 1;
         self.flood_writes += 1;
         self.members.insert(key, member);
+        self.snapshot();
         Ok(())
     }
     fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
         self.writes += 1;
         self.flood_writes += 1;
         self.members.remove(&key);
+        self.snapshot();
         Ok(())
     }
     fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
         self.writes += 1;
         self.flood_writes += 1;
         self.groups.remove(&(key.datapath, key.group));
+        self.snapshot();
         Ok(())
     }
     fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
@@ -161,6 +168,39 @@ impl L2Maps for Recorder {
 }
 
 impl Recorder {
+    fn snapshot(&mut self) {
+        if self.flood_states.is_some() {
+            let state = self.walk(DP, FLOOD);
+            if let Some(states) = &mut self.flood_states {
+                states.push(state);
+            }
+        }
+    }
+
+    /// What a program walking (datapath, group) now would reach: the slots below the counts
+    /// that are present (a missing one is skipped, as the program does).
+    fn walk(&self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
+        let Some(counts) = self.groups.get(&(datapath, group)) else {
+            return (Vec::new(), Vec::new());
+        };
+        let slots = |count: u32, flag: u32| -> Vec<u32> {
+            (0..count)
+                .filter_map(|index| {
+                    self.members.get(&FloodMemberKey {
+                        datapath,
+                        group,
+                        slot: index | flag,
+                    })
+                })
+                .copied()
+                .collect()
+        };
+        (
+            slots(counts.local_count, 0),
+            slots(counts.remote_count, FLOOD_SLOT_REMOTE),
+        )
+    }
+
     /// A flood group as the kernel walks it: the local and remote slots below the counts, each
     /// of which must be present.
     fn flood_members(&self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
@@ -632,6 +672,52 @@ fn a_shrinking_group_after_a_restart_is_swept_to_its_slots() {
         "the 13 slots beyond the counts are gone"
     );
     assert_eq!(maps.flood_members(DP, FLOOD).0.len(), 10);
+}
+
+#[test]
+fn between_any_two_writes_a_walk_sees_only_members_and_every_unchanged_one() {
+    let (mut state, veths, _) = large_switch(6, 0);
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    // Each change: what leaves, what joins (veth numbers as in `large_switch`).
+    let changes: [(&str, Option<u32>); 4] = [
+        ("p2", None),       // from the middle: swap with the last, count, delete
+        ("p6", None),       // the last: count, delete
+        ("p2", Some(2002)), // joins: slot, count
+        ("p1", Some(3001)), // its veth changes: the slot in place
+    ];
+    let mut members: BTreeSet<u32> = veths.iter().copied().collect();
+    for (port, veth) in changes {
+        let old = members.clone();
+        let key: u32 = port[1..].parse().unwrap();
+        members.remove(&(1000 + key));
+        members.remove(&(2000 + key));
+        members.remove(&(3000 + key));
+        if let Some(veth) = veth {
+            members.insert(veth);
+        }
+        maps.flood_states = Some(Vec::new());
+        state.set_interface(port, veth);
+        state.flush(&mut maps).unwrap();
+        let states = maps.flood_states.take().unwrap();
+        assert!(!states.is_empty(), "{port}: no flood write");
+        assert!(states.len() <= 3, "{port}: {} writes", states.len());
+        let unchanged: BTreeSet<u32> = old.intersection(&members).copied().collect();
+        for (local, _) in &states {
+            let seen: BTreeSet<u32> = local.iter().copied().collect();
+            assert!(
+                seen.iter().all(|v| old.contains(v) || members.contains(v)),
+                "{port}: a frame would reach a non-member: {local:?}"
+            );
+            assert!(
+                unchanged.is_subset(&seen),
+                "{port}: a frame would miss an unchanged member: {local:?}"
+            );
+        }
+        let (local, _) = maps.flood_members(DP, FLOOD);
+        assert_eq!(local.iter().copied().collect::<BTreeSet<_>>(), members);
+        assert_eq!(local.len(), members.len(), "each once");
+    }
 }
 
 #[test]
