@@ -3,20 +3,62 @@
 //! unicast, gets one clone per local member of the datapath's group but the sender, then one
 //! Geneve copy per other chassis with members, the group's key as the egress port. From the
 //! uplink: a frame for a group goes to the local members only (the sender already reached every
-//! chassis). Reads `FLOOD_ROLES` and `FLOOD_GROUPS`.
+//! chassis). Reads `FLOOD_ROLES`, `FLOOD_GROUPS` and `FLOOD_MEMBERS`; uses `FLOOD_SCRATCH`.
+//!
+//! A group's members are not bounded by one map value: `FLOOD_GROUPS` holds the counts of local
+//! and remote members, `FLOOD_MEMBERS` one entry per (group, slot). The members are walked with
+//! `bpf_loop`, whose callback the verifier checks once, whatever the group's size: one hash
+//! lookup and one clone (or one Geneve copy) per member. Unicast forwarding never reads these
+//! maps.
+//!
+//! Stack: the verifier adds a callback's frame to its caller's, 512 bytes in all, and
+//! `from_pod`'s own frame is 488 bytes (its router path), rounded to 496: the callbacks have
+//! 16 bytes. `local_member` needs 12; `remote_member` keeps its FIB parameters, member key and
+//! outer fields in the per-CPU `FLOOD_SCRATCH` slot, and its walk state in the caller's frame
+//! (`RemoteWalk`), and fits 16 (checked by the verifier at load: `ovnbpf-agent verify`). A
+//! larger `from_pod` frame or callback frame fails to load with "combined stack size".
+//!
+//! Consistency with the agent's updates (it writes one slot and the count per change, see
+//! `agent/src/dataplane/ebpf/l2/flood_slots.rs`): every slot of a group's key only ever holds a member of
+//! that very group (a slot key names the datapath and the group), so a frame in flight during a
+//! change can reach a member twice or miss one, never a port of another switch. A slot missing
+//! under the count (a removal in progress) is skipped.
 
-use aya_ebpf::programs::TcContext;
-use ovnbpf_common::{FLOOD_MAX_LOCAL, FLOOD_MAX_REMOTE, FloodKey, FloodTargets, drop_reason};
+use aya_ebpf::{
+    bindings::{__sk_buff, bpf_fib_lookup},
+    cty::{c_long, c_void},
+    helpers::bpf_loop,
+    programs::TcContext,
+};
+use ovnbpf_common::{
+    FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, TunnelConfig, drop_reason,
+};
 
 use crate::{
-    FLOOD_GROUPS, FLOOD_ROLES, TC_ACT_SHOT, count_delivered, count_drop,
+    DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, TC_ACT_SHOT,
+    count_delivered, count_drop,
     geneve::{self, Tunnel},
 };
+
+/// A flood group as the programs walk it: its key and member counts.
+#[derive(Clone, Copy)]
+pub struct Group {
+    key: FloodKey,
+    counts: FloodGroup,
+}
+
+impl Group {
+    /// The group's tunnel key (the egress port of its Geneve copies).
+    #[inline(always)]
+    pub fn tunnel_key(&self) -> u32 {
+        self.key.group
+    }
+}
 
 /// The group a frame from a pod floods to on `datapath`: the broadcast group for multicast
 /// destinations, the unknown-unicast group otherwise; `None` if the datapath has none.
 #[inline(always)]
-pub fn group_of(datapath: u32, multicast: bool) -> Option<(u32, &'static FloodTargets)> {
+pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
     // SAFETY: hash map lookups return pointers into the map that stay valid for the program.
     let roles = unsafe { FLOOD_ROLES.get(datapath) }?;
     let group = if multicast {
@@ -27,54 +69,104 @@ pub fn group_of(datapath: u32, multicast: bool) -> Option<(u32, &'static FloodTa
     if group == 0 {
         return None;
     }
-    // SAFETY: as above.
-    let targets = unsafe { FLOOD_GROUPS.get(FloodKey { datapath, group }) }?;
-    Some((group, targets))
+    local_group(datapath, group)
 }
 
-/// The local members of the group a tunnel frame names, if (datapath, egress key) is a group.
+/// The group a tunnel frame names, if (datapath, egress key) is a group.
 #[inline(always)]
-pub fn local_group(datapath: u32, group: u32) -> Option<&'static FloodTargets> {
+pub fn local_group(datapath: u32, group: u32) -> Option<Group> {
+    let key = FloodKey { datapath, group };
     // SAFETY: as above.
-    unsafe { FLOOD_GROUPS.get(FloodKey { datapath, group }) }
+    let counts = unsafe { FLOOD_GROUPS.get(key) }.copied()?;
+    Some(Group { key, counts })
+}
+
+/// Member `slot` of the group, if present.
+#[inline(always)]
+fn member(key: FloodKey, slot: u32) -> Option<u32> {
+    let key = FloodMemberKey {
+        datapath: key.datapath,
+        group: key.group,
+        slot,
+    };
+    // SAFETY: as above.
+    unsafe { FLOOD_MEMBERS.get(key) }.copied()
+}
+
+/// What the local walk's callback reads and writes (on the program's stack).
+struct LocalWalk {
+    skb: *mut __sk_buff,
+    key: FloodKey,
+    except: u32,
+    /// Whether the last member found is held back for the frame itself (not cloned).
+    keep_last: bool,
+    last: u32,
+}
+
+/// One local member: cloned to it (or held back, the previous held-back one cloned).
+#[inline(never)]
+extern "C" fn local_member(index: u32, walk: *mut c_void) -> c_long {
+    // SAFETY: `walk` is the `LocalWalk` the caller passed to bpf_loop, on its stack.
+    let walk = unsafe { &mut *walk.cast::<LocalWalk>() };
+    let Some(ifindex) = member(walk.key, index) else {
+        return 0;
+    };
+    if ifindex == walk.except || ifindex == 0 {
+        return 0;
+    }
+    let target = if walk.keep_last {
+        let previous = walk.last;
+        walk.last = ifindex;
+        previous
+    } else {
+        ifindex
+    };
+    if target != 0 {
+        let ctx = TcContext::new(walk.skb);
+        // Egress of the host veth: the pod receives it, whatever its protocol.
+        match ctx.clone_redirect(target, 0) {
+            Ok(()) => count_delivered(target, ctx.len()),
+            Err(_) => count_drop(drop_reason::FLOOD_CLONE_FAILED),
+        }
+    }
+    0
+}
+
+/// Walks the local members; returns the held-back one (0 if none, or not holding back).
+#[inline(always)]
+fn walk_local(ctx: &TcContext, group: &Group, except: u32, keep_last: bool) -> u32 {
+    let mut walk = LocalWalk {
+        skb: ctx.skb.skb,
+        key: group.key,
+        except,
+        keep_last,
+        last: 0,
+    };
+    // SAFETY: the callback is a static function of this program; `walk` outlives the call.
+    unsafe {
+        bpf_loop(
+            group.counts.local_count,
+            local_member as *mut c_void,
+            (&raw mut walk).cast(),
+            0,
+        );
+    }
+    walk.last
 }
 
 /// Clones the frame to every local member but `except` (the sender's veth); failures are
 /// counted, the other members still get theirs.
 #[inline(always)]
-pub fn to_local_members(ctx: &TcContext, targets: &FloodTargets, except: u32) {
-    let count = (targets.local_count as usize).min(FLOOD_MAX_LOCAL);
-    for &ifindex in targets.local.iter().take(count) {
-        // Egress of the host veth: the pod receives it, whatever its protocol.
-        if ifindex == except {
-            continue;
-        }
-        match ctx.clone_redirect(ifindex, 0) {
-            Ok(()) => count_delivered(ifindex, ctx.len()),
-            Err(_) => count_drop(drop_reason::FLOOD_CLONE_FAILED),
-        }
-    }
+pub fn to_local_members(ctx: &TcContext, group: &Group, except: u32) {
+    walk_local(ctx, group, except, false);
 }
 
 /// Hands the frame to every local member but `except`: clones to all but the last, the frame
 /// itself to the last (tcx knows no "stolen" verdict: a consumed frame must be redirected or
 /// dropped). Drops it when there is no member.
 #[inline(always)]
-pub fn deliver_to_members(ctx: &TcContext, targets: &FloodTargets, except: u32) -> i32 {
-    let count = (targets.local_count as usize).min(FLOOD_MAX_LOCAL);
-    let mut last = 0;
-    for &ifindex in targets.local.iter().take(count) {
-        if ifindex == except {
-            continue;
-        }
-        if last != 0 {
-            match ctx.clone_redirect(last, 0) {
-                Ok(()) => count_delivered(last, ctx.len()),
-                Err(_) => count_drop(drop_reason::FLOOD_CLONE_FAILED),
-            }
-        }
-        last = ifindex;
-    }
+pub fn deliver_to_members(ctx: &TcContext, group: &Group, except: u32) -> i32 {
+    let last = walk_local(ctx, group, except, true);
     if last == 0 {
         return TC_ACT_SHOT;
     }
@@ -83,53 +175,167 @@ pub fn deliver_to_members(ctx: &TcContext, targets: &FloodTargets, except: u32) 
     unsafe { aya_ebpf::helpers::bpf_redirect(last, 0) as i32 }
 }
 
+/// What the remote walk's callback reads and writes (on the program's stack).
+struct RemoteWalk {
+    skb: *mut __sk_buff,
+    /// This CPU's `FLOOD_SCRATCH` slot (its `member` key names the group).
+    scratch: *mut FloodScratch,
+    config: TunnelConfig,
+    /// Whether the inner frame is IP (the encapsulated skb is IPv4 to the kernel).
+    ip: bool,
+    /// The first chassis whose next hop was unresolved (gets the frame itself), 0 if none.
+    pending: u32,
+    /// A reason that ends the flood (the frame could not be re-addressed), 0 if none.
+    failed: u32,
+    /// Copies that could not be sent, and the reason of the last one (counted after the walk:
+    /// the callback has no stack for the counter's key).
+    dropped: u32,
+    drop_reason: u32,
+}
+
+/// What the remote walk's callback keeps in memory, in `FLOOD_SCRATCH`: the program's frame
+/// leaves the callback 16 bytes of the verifier's 512 (program and callback combined).
+#[repr(C)]
+pub struct FloodScratch {
+    params: bpf_fib_lookup,
+    member: FloodMemberKey,
+    outer: geneve::Retarget,
+}
+
+/// This CPU's scratch.
+#[inline(always)]
+fn scratch() -> Option<*mut FloodScratch> {
+    FLOOD_SCRATCH.get_ptr_mut(0)
+}
+
+/// One other chassis but the last: the encapsulated frame re-addressed to it and cloned out.
+#[inline(never)]
+extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
+    // SAFETY: `walk` is the `RemoteWalk` the caller passed to bpf_loop, on its stack; its
+    // scratch pointer comes from a successful per-CPU lookup.
+    let walk = unsafe { &mut *walk.cast::<RemoteWalk>() };
+    // SAFETY: as above.
+    let scratch = unsafe { &mut *walk.scratch };
+    scratch.member.slot = FLOOD_SLOT_REMOTE | index;
+    // SAFETY: as above.
+    #[expect(
+        clippy::needless_borrows_for_generic_args,
+        reason = "the key stays in the scratch slot: a copy would take the frame's 16 bytes"
+    )]
+    let Some(remote_ip) = (unsafe { FLOOD_MEMBERS.get(&scratch.member) }).copied() else {
+        return 0;
+    };
+    scratch.outer.remote_ip = remote_ip;
+    let ctx = TcContext::new(walk.skb);
+    if let Err(reason) = geneve::retarget_with(&ctx, &walk.config, &mut scratch.outer) {
+        walk.failed = reason;
+        return 1;
+    }
+    match geneve::send_copy(
+        &ctx,
+        &walk.config,
+        scratch.outer.remote_ip,
+        &mut scratch.params,
+    ) {
+        Ok(()) => {}
+        // An IP frame whose next hop to some chassis is unresolved goes there as the frame
+        // itself, so the kernel's neighbour redirect resolves it (instead of that chassis
+        // never getting floods).
+        Err(reason)
+            if walk.ip && walk.pending == 0 && reason == drop_reason::FLOOD_NEXT_HOP_UNRESOLVED =>
+        {
+            walk.pending = scratch.outer.remote_ip;
+        }
+        Err(reason) => {
+            walk.dropped += 1;
+            walk.drop_reason = reason;
+        }
+    }
+    0
+}
+
+/// Adds `count` frames to the drop counter of `reason`.
+#[inline(always)]
+fn count_drops(reason: u32, count: u32) {
+    if count == 0 {
+        return;
+    }
+    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason) {
+        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
+        unsafe { *counter += u64::from(count) };
+    }
+}
+
 /// Floods a pod's frame (see the module doc); `tunnel` carries the datapath, the sender's port
 /// key and the group's key. The frame itself ends as the last remote copy, or goes to the last
 /// local member when there are no remote ones.
 #[inline(always)]
 pub fn from_pod(
     ctx: &TcContext,
-    targets: &FloodTargets,
+    group: &Group,
     ingress_ifindex: u32,
     tunnel: &mut Tunnel,
 ) -> Result<i32, u32> {
-    let remotes = (targets.remote_count as usize).min(FLOOD_MAX_REMOTE);
-    let Some(config) = geneve::tunnel_config().filter(|_| remotes > 0) else {
-        return Ok(deliver_to_members(ctx, targets, ingress_ifindex));
+    let remotes = group.counts.remote_count;
+    let first = if remotes > 0 {
+        member(group.key, FLOOD_SLOT_REMOTE)
+    } else {
+        None
     };
-    to_local_members(ctx, targets, ingress_ifindex);
-    tunnel.remote_ip = targets.remote[0];
+    let (Some(config), Some(first)) = (geneve::tunnel_config(), first) else {
+        return Ok(deliver_to_members(ctx, group, ingress_ifindex));
+    };
+    // The last chassis (read before the clones: it gets the frame itself).
+    let last = member(group.key, FLOOD_SLOT_REMOTE | (remotes - 1)).unwrap_or(first);
+    to_local_members(ctx, group, ingress_ifindex);
+    tunnel.remote_ip = first;
     let ip = geneve::push_outer_headers(ctx, &config, tunnel)?;
     // Every chassis but the last gets a clone with its next hop's MACs; the last gets the frame.
-    // An IP frame whose next hop to some chassis is unresolved goes there as the frame itself,
-    // so the kernel's neighbour redirect resolves it (instead of that chassis never getting
-    // floods).
-    let mut current = targets.remote[0];
-    let mut pending: Option<u32> = None;
-    let mut last = targets.remote[0];
-    for (index, &remote_ip) in targets.remote.iter().take(remotes).enumerate() {
-        if index > 0 {
-            geneve::retarget(ctx, &config, remote_ip)?;
-            current = remote_ip;
-        }
-        last = remote_ip;
-        if index + 1 == remotes && pending.is_none() {
-            break;
-        }
-        match geneve::send_copy(ctx, &config, remote_ip) {
-            Ok(()) => {}
-            Err(reason)
-                if ip && pending.is_none() && reason == drop_reason::FLOOD_NEXT_HOP_UNRESOLVED =>
-            {
-                pending = Some(remote_ip);
-            }
-            Err(reason) => count_drop(reason),
-        }
+    let scratch = scratch().ok_or(drop_reason::ENCAP_FAILED)?;
+    // SAFETY: a per-CPU array slot: only this CPU uses it while the program runs.
+    unsafe {
+        (*scratch).member = FloodMemberKey {
+            datapath: group.key.datapath,
+            group: group.key.group,
+            slot: FLOOD_SLOT_REMOTE,
+        };
     }
-    let target = pending.unwrap_or(last);
-    if current != target {
-        geneve::retarget(ctx, &config, target)?;
+    let mut walk = RemoteWalk {
+        skb: ctx.skb.skb,
+        scratch,
+        config,
+        ip,
+        pending: 0,
+        failed: 0,
+        dropped: 0,
+        drop_reason: 0,
+    };
+    // SAFETY: the callback is a static function of this program; `walk` outlives the call.
+    unsafe {
+        bpf_loop(
+            remotes - 1,
+            remote_member as *mut c_void,
+            (&raw mut walk).cast(),
+            0,
+        );
     }
+    count_drops(walk.drop_reason, walk.dropped);
+    if walk.failed != 0 {
+        return Err(walk.failed);
+    }
+    let target = if walk.pending != 0 {
+        // The last chassis gets a copy too; the unresolved one gets the frame.
+        geneve::retarget(ctx, &config, last)?;
+        // SAFETY: as above.
+        let params = unsafe { &mut (*scratch).params };
+        if let Err(reason) = geneve::send_copy(ctx, &config, last, params) {
+            count_drop(reason);
+        }
+        walk.pending
+    } else {
+        last
+    };
+    geneve::retarget(ctx, &config, target)?;
     if ip {
         Ok(geneve::send_to_next_hop(&config))
     } else {

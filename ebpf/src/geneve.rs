@@ -92,7 +92,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
     let (port, group) = match unsafe { TUNNEL_PORTS.get(key) } {
         Some(port) => (Some((port.ifindex, port.flags)), None),
         None => match flood::local_group(key.datapath, key.port) {
-            Some(targets) => (None, Some(targets)),
+            Some(group) => (None, Some(group)),
             None => return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
         },
     };
@@ -122,7 +122,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         (Some((ifindex, flags)), _) => {
             Decision::Redirected(deliver_local(ctx, ifindex, flags, decap_flags != 0))
         }
-        (None, Some(targets)) => Decision::Redirected(flood::deliver_to_members(ctx, targets, 0)),
+        (None, Some(group)) => Decision::Redirected(flood::deliver_to_members(ctx, &group, 0)),
         (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
     }
 }
@@ -180,19 +180,55 @@ const OUTER_IP_DESTINATION: usize = 14 + 16;
 /// Points an encapsulated frame at another chassis: outer destination and checksum.
 #[inline(always)]
 pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+    let mut fields = Retarget {
+        remote_ip,
+        checksum: 0,
+    };
+    retarget_with(ctx, config, &mut fields)
+}
+
+/// The outer fields [`retarget_with`] writes, in memory the caller chooses (the flood walk's
+/// callback keeps them in a per-CPU map: it has almost no stack).
+#[repr(C)]
+pub struct Retarget {
+    pub remote_ip: u32,
+    pub checksum: u16,
+}
+
+/// [`retarget`] toward `fields.remote_ip`, the checksum computed into `fields.checksum`.
+#[inline(always)]
+pub fn retarget_with(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    fields: &mut Retarget,
+) -> Result<(), u32> {
     let ip_len = (ctx.len() - 14) as u16;
-    let checksum = ipv4_checksum(ip_len, config.encap_ip, remote_ip).to_be();
-    ctx.store(OUTER_IP_DESTINATION, &remote_ip, 0)
-        .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &checksum, 0))
+    fields.checksum = ipv4_checksum(ip_len, config.encap_ip, fields.remote_ip).to_be();
+    ctx.store(OUTER_IP_DESTINATION, &fields.remote_ip, 0)
+        .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &fields.checksum, 0))
         .map_err(|_| drop_reason::ENCAP_FAILED)
 }
 
 /// Sends a copy of an encapsulated frame out of the uplink, with the outer MACs of the next hop
 /// toward `remote_ip` from the kernel's FIB and neighbour table; the frame stays for more.
+/// `params` is the caller's scratch for the FIB lookup (the flood walk keeps it in a per-CPU
+/// map: its callback has almost no stack), and the MACs are stored from it directly.
 #[inline(always)]
-pub fn send_copy(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
-    set_next_hop_macs(ctx, config, remote_ip)?;
-    ctx.clone_redirect(config.uplink_ifindex, 0)
+pub fn send_copy(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+    params: &mut bpf_fib_lookup,
+) -> Result<(), u32> {
+    look_up_next_hop(ctx, config, remote_ip, params)?;
+    if ctx.store(0, &params.dmac, 0).is_err() || ctx.store(6, &params.smac, 0).is_err() {
+        return Err(drop_reason::ENCAP_FAILED);
+    }
+    // Read again rather than kept across the helper calls: a register spill would not fit the
+    // flood callback's frame.
+    // SAFETY: a plain read of a field of a live reference.
+    let uplink = unsafe { core::ptr::read_volatile(&config.uplink_ifindex) };
+    ctx.clone_redirect(uplink, 0)
         .map_err(|_| drop_reason::FLOOD_CLONE_FAILED)
 }
 
@@ -200,8 +236,27 @@ pub fn send_copy(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Resu
 /// neighbour table); fails when the neighbour is not resolved.
 #[inline(always)]
 fn set_next_hop_macs(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
-    // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
+    // SAFETY: bpf_fib_lookup is plain data; the lookup below sets every field it reads.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    look_up_next_hop(ctx, config, remote_ip, &mut params)?;
+    let mut macs = [0_u8; 12];
+    macs[..6].copy_from_slice(&params.dmac);
+    macs[6..].copy_from_slice(&params.smac);
+    ctx.store(0, &macs, 0)
+        .map_err(|_| drop_reason::ENCAP_FAILED)
+}
+
+/// The kernel's FIB and neighbour lookup of the next hop toward `remote_ip`, into `params`;
+/// fails when the neighbour is not resolved.
+#[inline(always)]
+fn look_up_next_hop(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+    params: &mut bpf_fib_lookup,
+) -> Result<(), u32> {
+    // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
+    *params = unsafe { core::mem::zeroed() };
     params.family = AF_INET;
     params.ifindex = config.uplink_ifindex;
     params.__bindgen_anon_3.ipv4_src = config.encap_ip;
@@ -210,7 +265,7 @@ fn set_next_hop_macs(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> 
     let result = unsafe {
         bpf_fib_lookup(
             ctx.skb.skb as *mut c_void,
-            &mut params,
+            params,
             core::mem::size_of::<bpf_fib_lookup>() as i32,
             // As a forwarded packet: the node forwards IP (Kubernetes nodes do, and the agent
             // makes sure at start).
@@ -220,11 +275,7 @@ fn set_next_hop_macs(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> 
     if result != 0 {
         return Err(drop_reason::FLOOD_NEXT_HOP_UNRESOLVED);
     }
-    let mut macs = [0_u8; 12];
-    macs[..6].copy_from_slice(&params.dmac);
-    macs[6..].copy_from_slice(&params.smac);
-    ctx.store(0, &macs, 0)
-        .map_err(|_| drop_reason::ENCAP_FAILED)
+    Ok(())
 }
 
 /// Puts OVN's outer headers (toward `tunnel.remote_ip`, outer MACs zero) in front of the frame.

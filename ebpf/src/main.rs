@@ -26,12 +26,12 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodKey,
-    FloodRoles, FloodTargets, InterfaceCounters, LOCAL_PORT_VETH_PEER, LocalPort, Localnet,
-    MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_INTERFACES, MAX_LOCALNETS,
-    MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
-    PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
-    TunnelPortKey, drop_reason, router_reply,
+    ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey,
+    FloodGroup, FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, LOCAL_PORT_VETH_PEER,
+    LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
+    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
+    Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry, RouteKey,
+    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, router_reply,
 };
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
@@ -65,8 +65,14 @@ static PORT_SECURITY: HashMap<u32, PortSecurity> = HashMap::with_max_entries(MAX
 static ARP_RESPONDER: HashMap<ArpKey, ArpAnswer> = HashMap::with_max_entries(MAX_ARP_ENTRIES, 0);
 
 #[map(name = "FLOOD_GROUPS")]
-static FLOOD_GROUPS: HashMap<FloodKey, FloodTargets> =
-    HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
+static FLOOD_GROUPS: HashMap<FloodKey, FloodGroup> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
+
+#[map(name = "FLOOD_MEMBERS")]
+static FLOOD_MEMBERS: HashMap<FloodMemberKey, u32> =
+    HashMap::with_max_entries(MAX_FLOOD_MEMBERS, 0);
+
+#[map(name = "FLOOD_SCRATCH")]
+static FLOOD_SCRATCH: PerCpuArray<flood::FloodScratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[map(name = "FLOOD_ROLES")]
 static FLOOD_ROLES: HashMap<u32, FloodRoles> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);

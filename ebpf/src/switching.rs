@@ -55,22 +55,22 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     if let Some(localnet) = underlay::localnet(datapath)
         && !entry.is_some_and(|e| e.kind == FIB_LOCAL || e.kind == FIB_ROUTER)
     {
-        if multicast && let Some((_, targets)) = flood::group_of(datapath, true) {
-            flood::to_local_members(ctx, targets, ifindex);
+        if multicast && let Some(group) = flood::group_of(datapath, true) {
+            flood::to_local_members(ctx, &group, ifindex);
         }
         return underlay::to_provider(ctx, &localnet);
     }
     let Some(entry) = entry else {
-        let Some((group, targets)) = flood::group_of(datapath, multicast) else {
+        let Some(group) = flood::group_of(datapath, multicast) else {
             return Ok(TCX_NEXT);
         };
         let mut tunnel = Tunnel {
             datapath,
             ingress_port,
-            egress_port: group,
+            egress_port: group.tunnel_key(),
             remote_ip: 0,
         };
-        return flood::from_pod(ctx, targets, ifindex, &mut tunnel);
+        return flood::from_pod(ctx, &group, ifindex, &mut tunnel);
     };
     match entry.kind {
         // OVN never sends a frame back out of the port it came in on.

@@ -66,13 +66,13 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     if eth.destination[0] & 1 != 0 {
         // A broadcast (ARP from the physical network): copies to the local members, untagged;
         // the host still gets it as it came.
-        let Some((_, targets)) = flood::group_of(datapath, true) else {
+        let Some(group) = flood::group_of(datapath, true) else {
             return TCX_NEXT;
         };
         if vlan != 0 && unsafe { bpf_skb_vlan_pop(ctx.skb.skb) } != 0 {
             return TCX_NEXT;
         }
-        flood::to_local_members(ctx, targets, 0);
+        flood::to_local_members(ctx, &group, 0);
         // SAFETY: as above.
         if vlan != 0 && unsafe { bpf_skb_vlan_push(ctx.skb.skb, ETH_P_8021Q_BE, vlan as u16) } != 0
         {

@@ -35,7 +35,7 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("datapath") => crate::bench_datapath::run(&args[1..]),
         Some("cni") => crate::bench_cni::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5] | cni [--pods 100] [--concurrency 10]"
+            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5] [--flood-runs 5000] [--broadcast-only] | cni [--pods 100] [--concurrency 10]"
         ),
     }
 }

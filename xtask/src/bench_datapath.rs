@@ -6,6 +6,12 @@
 //! request/response latency (sockperf ping-pong, 14-byte messages, full round trip, `--runs`
 //! runs of `--seconds`; the median over runs of each run's p50 and p99). Pod MTU is 1442 on (b)
 //! and (c), so both carry the same payload per packet.
+//!
+//! (g) broadcast: one ARP broadcast from a pod of a switch with 64 other pods on the node and
+//! pods on 32 other chassis, through the real `from_pod` under BPF_PROG_TEST_RUN (the
+//! `flood_large::flood_cost` driver: 64 veth clones and 32 Geneve copies per broadcast, checked
+//! once, then `--flood-runs` runs): the kernel's mean time per broadcast and per copy, next to
+//! the programs' verified instruction counts. `--broadcast-only` measures just this case.
 
 use std::{net::Ipv4Addr, path::Path};
 
@@ -334,11 +340,68 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
     Ok(results)
 }
 
+/// (g): the broadcast cost measured by the `flood_cost` driver, and `ovnbpf-agent verify`'s
+/// verified instruction counts, as one JSON object.
+fn broadcast(agent: &Path, flood_runs: u32) -> Result<Value> {
+    let text = cmd::output(
+        std::process::Command::new("cargo")
+            .args([
+                "test",
+                "--quiet",
+                "--package",
+                "ovnbpf-tests",
+                "--test",
+                "flood_large",
+                "--",
+                "--ignored",
+                "--exact",
+                "flood_cost",
+                "--nocapture",
+            ])
+            .env("FLOOD_BENCH_LOCAL", "64")
+            .env("FLOOD_BENCH_CHASSIS", "32")
+            .env("FLOOD_BENCH_RUNS", flood_runs.to_string()),
+    )?;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("FLOOD_BENCH "))
+        .context("flood_cost printed no FLOOD_BENCH line")?;
+    let mut result: Value = serde_json::from_str(line).context("flood_cost's JSON")?;
+    let verified = cmd::output(std::process::Command::new(agent).arg("verify"))?;
+    let mut programs = serde_json::Map::new();
+    for line in verified.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [name, _, insns, ..] = fields[..] {
+            programs.insert(name.to_string(), json!(insns.parse::<u64>().ok()));
+        }
+    }
+    result["verified_insns"] = Value::Object(programs);
+    Ok(result)
+}
+
+fn print_broadcast(result: &Value) {
+    println!(
+        "\n(g) broadcast to {} local pods + {} chassis: {} ns per broadcast, {} ns per copy (kernel time, mean of {} runs); verified insns {}",
+        result["local"],
+        result["chassis"],
+        result["ns_per_broadcast"],
+        result["ns_per_copy"],
+        result["runs"],
+        result["verified_insns"]
+    );
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let runs: u32 = option(args, "--runs").unwrap_or("3").parse()?;
     let seconds: u32 = option(args, "--seconds").unwrap_or("5").parse()?;
+    let flood_runs: u32 = option(args, "--flood-runs").unwrap_or("5000").parse()?;
     println!("== bench datapath: building the agent");
     let agent = cmd::build_binaries(cmd::Profile::Debug)?.agent;
+    if args.iter().any(|a| a == "--broadcast-only") {
+        let result = broadcast(&agent, flood_runs)?;
+        print_broadcast(&result);
+        return write_json("datapath-broadcast", &[result]);
+    }
     let prefix = unique_prefix();
     let mut results = vec![
         raw(&prefix, runs, seconds)?,
@@ -383,7 +446,9 @@ pub fn run(args: &[String]) -> Result<()> {
             ratio(other, a),
         );
     }
-    let json_results: Vec<Value> = results
+    let broadcast = broadcast(&agent, flood_runs)?;
+    print_broadcast(&broadcast);
+    let mut json_results: Vec<Value> = results
         .iter()
         .map(|r| {
             json!({"path": r.name, "gbit_per_s": r.gbits, "gbit_median": r.gbit_median(),
@@ -391,5 +456,6 @@ pub fn run(args: &[String]) -> Result<()> {
                    "tcp_rr_p50_us": r.rtt(false), "tcp_rr_p99_us": r.rtt(true)})
         })
         .collect();
+    json_results.push(json!({"path": "(g) broadcast", "broadcast": broadcast}));
     write_json("datapath", &json_results)
 }

@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Program names as they appear in the object file (the function names in the eBPF crate).
 pub mod program {
@@ -41,9 +41,15 @@ pub mod map {
     /// Hash: [`super::ArpKey`] → [`super::ArpAnswer`]: the ARP responder (an IPv4 address on a
     /// datapath and the MAC to answer with).
     pub const ARP_RESPONDER: &str = "ARP_RESPONDER";
-    /// Hash: [`super::FloodKey`] → [`super::FloodTargets`]: the members of a flood group
-    /// (Multicast_Group) as this node reaches them.
+    /// Hash: [`super::FloodKey`] → [`super::FloodGroup`]: how many members of a flood group
+    /// (Multicast_Group) this node reaches, locally and on other chassis.
     pub const FLOOD_GROUPS: &str = "FLOOD_GROUPS";
+    /// Hash: [`super::FloodMemberKey`] (a group and a slot) → `u32`: one member of a flood
+    /// group, a local veth's ifindex or another chassis's encap IP (network byte order).
+    pub const FLOOD_MEMBERS: &str = "FLOOD_MEMBERS";
+    /// Per-CPU array of one FIB-lookup parameter block: the flood walk's scratch (its callback
+    /// has no stack to spare for it). Holds nothing between frames.
+    pub const FLOOD_SCRATCH: &str = "FLOOD_SCRATCH";
     /// Hash: datapath tunnel key (`u32`) → [`super::FloodRoles`]: which group a datapath floods
     /// broadcasts and unknown unicast to.
     pub const FLOOD_ROLES: &str = "FLOOD_ROLES";
@@ -66,7 +72,7 @@ pub mod map {
     /// Per-CPU array of `u64`, indexed by [`super::router_reply`]: answers the routers sent.
     pub const ROUTER_REPLIES: &str = "ROUTER_REPLIES";
     /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 20] = [
         ROUTER_REPLIES,
         LOCALNETS,
         PROVIDER_NETWORKS,
@@ -76,6 +82,8 @@ pub mod map {
         ROUTERS,
         DROP_EVENTS,
         FLOOD_GROUPS,
+        FLOOD_MEMBERS,
+        FLOOD_SCRATCH,
         FLOOD_ROLES,
         INTERFACE_COUNTERS,
         TUNNEL_CONFIG,
@@ -311,20 +319,32 @@ pub struct FloodKey {
     pub group: u32,
 }
 
-/// Local members a flood group reaches on one node (more are left out, and the agent says so).
-pub const FLOOD_MAX_LOCAL: usize = 32;
-/// Other chassis a flood group reaches (one Geneve copy each).
-pub const FLOOD_MAX_REMOTE: usize = 16;
+/// Local members of one flood group on one node the agent installs (the kernel walks as many as
+/// the group's count says; the agent refuses more, with an error naming the group).
+pub const FLOOD_MAX_LOCAL: u32 = 4_096;
+/// Other chassis of one flood group the agent installs (one Geneve copy each).
+pub const FLOOD_MAX_REMOTE: u32 = 4_096;
+/// Set in [`FloodMemberKey::slot`] for the other-chassis slots; clear for local ones.
+pub const FLOOD_SLOT_REMOTE: u32 = 1 << 31;
 
-/// A flood group's members as this node reaches them: host-side interfaces of local members,
-/// and the encap IPs (network byte order) of the other chassis with members, each listed once.
+/// How many members a flood group reaches from this node: slots `0..local_count` of
+/// [`map::FLOOD_MEMBERS`] hold local veths, slots `FLOOD_SLOT_REMOTE | 0..remote_count` the
+/// other chassis with members, each listed once.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FloodTargets {
+pub struct FloodGroup {
     pub local_count: u32,
     pub remote_count: u32,
-    pub local: [u32; FLOOD_MAX_LOCAL],
-    pub remote: [u32; FLOOD_MAX_REMOTE],
+}
+
+/// One slot of a flood group's member list.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FloodMemberKey {
+    pub datapath: u32,
+    pub group: u32,
+    /// Index in the list; [`FLOOD_SLOT_REMOTE`] set for the other-chassis list.
+    pub slot: u32,
 }
 
 /// The flood groups of one datapath by purpose (group tunnel keys; 0 = none): broadcast and
@@ -446,6 +466,9 @@ pub const MAX_ROUTER_HOPS: usize = 4;
 /// Capacity of [`map::FLOOD_GROUPS`].
 pub const MAX_FLOOD_GROUPS: u32 = 16_384;
 
+/// Capacity of [`map::FLOOD_MEMBERS`]: member slots across all groups on this node.
+pub const MAX_FLOOD_MEMBERS: u32 = 131_072;
+
 /// Capacity of [`map::INTERFACE_COUNTERS`]: one entry per attached interface.
 pub const MAX_INTERFACES: u32 = 65_536;
 
@@ -553,7 +576,9 @@ unsafe impl aya::Pod for ArpAnswer {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for FloodKey {}
 #[cfg(feature = "user")]
-unsafe impl aya::Pod for FloodTargets {}
+unsafe impl aya::Pod for FloodGroup {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FloodMemberKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for FloodRoles {}
 #[cfg(feature = "user")]
@@ -598,10 +623,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<PortSecurity>(), 24);
         assert_eq!(core::mem::size_of::<ArpAnswer>(), 12);
         assert_eq!(core::mem::size_of::<FloodKey>(), 8);
-        assert_eq!(
-            core::mem::size_of::<FloodTargets>(),
-            8 + 4 * (FLOOD_MAX_LOCAL + FLOOD_MAX_REMOTE)
-        );
+        assert_eq!(core::mem::size_of::<FloodGroup>(), 8);
+        assert_eq!(core::mem::size_of::<FloodMemberKey>(), 12);
         assert_eq!(core::mem::size_of::<FloodRoles>(), 8);
         assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);

@@ -15,10 +15,12 @@ use std::{
 
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL,
-    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, LOCAL_PORT_VETH_PEER,
-    LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey, map,
+    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodGroup, FloodKey, FloodMemberKey, FloodRoles,
+    LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey,
+    map,
 };
 
+use self::flood_slots::InstalledGroup;
 use super::{EbpfError, KernelPrograms, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff,
@@ -37,8 +39,10 @@ pub trait L2Maps {
     fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError>;
     fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError>;
     fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError>;
-    fn set_flood_group(&mut self, key: FloodKey, targets: FloodTargets) -> Result<(), EbpfError>;
+    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError>;
     fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError>;
+    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError>;
+    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError>;
     fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError>;
     fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError>;
     fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError>;
@@ -58,6 +62,7 @@ pub struct MapKeys {
     pub fib: Vec<FibKey>,
     pub arp: Vec<ArpKey>,
     pub flood_groups: Vec<FloodKey>,
+    pub flood_members: Vec<FloodMemberKey>,
     pub flood_roles: Vec<u32>,
     pub localnets: Vec<u32>,
     pub provider_networks: Vec<ProviderKey>,
@@ -94,11 +99,17 @@ impl L2Maps for KernelPrograms {
     fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
         KernelPrograms::remove_arp_answer(self, key)
     }
-    fn set_flood_group(&mut self, key: FloodKey, targets: FloodTargets) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_group(self, key, targets)
+    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
+        KernelPrograms::set_flood_group(self, key, counts)
     }
     fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
         KernelPrograms::remove_flood_group(self, key)
+    }
+    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
+        KernelPrograms::set_flood_member(self, key, member)
+    }
+    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
+        KernelPrograms::remove_flood_member(self, key)
     }
     fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
         KernelPrograms::set_flood_roles(self, datapath, roles)
@@ -122,7 +133,8 @@ impl L2Maps for KernelPrograms {
         Ok(MapKeys {
             localnets: self.hash_keys::<u32, Localnet>(map::LOCALNETS)?,
             provider_networks: self.hash_keys::<ProviderKey, u32>(map::PROVIDER_NETWORKS)?,
-            flood_groups: self.hash_keys::<FloodKey, FloodTargets>(map::FLOOD_GROUPS)?,
+            flood_groups: self.hash_keys::<FloodKey, FloodGroup>(map::FLOOD_GROUPS)?,
+            flood_members: self.hash_keys::<FloodMemberKey, u32>(map::FLOOD_MEMBERS)?,
             flood_roles: self.hash_keys::<u32, FloodRoles>(map::FLOOD_ROLES)?,
             pod_ports: self.hash_keys::<u32, PodPort>(map::POD_PORTS)?,
             port_security: self.hash_keys::<u32, PortSecurity>(map::PORT_SECURITY)?,
@@ -233,7 +245,7 @@ pub struct L2State {
     installed_localnets: HashMap<u32, Localnet>,
     /// Datapath → the names of its broadcast and unknown-unicast groups.
     roles: HashMap<u32, (Option<String>, Option<String>)>,
-    /// Groups with more local members or chassis than the kernel holds, as last flushed.
+    /// Groups with more local members or chassis than the agent installs, as last flushed.
     truncated_groups: HashSet<(u32, u32)>,
     /// How each flood group member is reached from here, kept current as ports change, so a
     /// group's targets are updated per member, never rebuilt from all members.
@@ -249,7 +261,7 @@ pub struct L2State {
     patch_by_peer: HashMap<String, String>,
     dirty: HashSet<Dirty>,
     installed_ports: HashMap<String, InstalledPort>,
-    installed_groups: HashMap<(u32, u32), FloodTargets>,
+    installed_groups: HashMap<(u32, u32), InstalledGroup>,
     installed_roles: HashMap<u32, FloodRoles>,
     installed_fib: HashMap<(u32, Mac), FibEntry>,
     installed_arp: HashMap<(u32, Ipv4Addr), ArpAnswer>,
@@ -735,9 +747,18 @@ impl L2State {
                 keys.flood_groups,
                 |key| {
                     self.installed_groups
-                        .contains_key(&(key.datapath, key.group))
+                        .get(&(key.datapath, key.group))
+                        .is_some_and(|group| group.header.is_some())
                 },
                 |key| maps.remove_flood_group(key),
+            )? + remove_unwanted(
+                keys.flood_members,
+                |key| {
+                    self.installed_groups
+                        .get(&(key.datapath, key.group))
+                        .is_some_and(|group| group.holds(key.slot))
+                },
+                |key| maps.remove_flood_member(key),
             )? + remove_unwanted(
                 keys.flood_roles,
                 |datapath| self.installed_roles.contains_key(datapath),
@@ -906,68 +927,81 @@ impl L2State {
 }
 
 impl L2State {
-    /// What flood group (datapath, group) reaches from here: local members' veths (lowest member
-    /// keys first) and the other chassis with members, as many as the kernel entry holds. `None`
-    /// when it reaches nothing.
-    fn desired_group(&mut self, datapath: u32, group: u32) -> Option<FloodTargets> {
+    /// The members flood group (datapath, group) reaches from here, in the order a new group's
+    /// slots take them: local members' veths (lowest member keys first) and the other chassis
+    /// with members, each once. A group beyond [`FLOOD_MAX_LOCAL`] or [`FLOOD_MAX_REMOTE`] is an
+    /// error, logged once per group (and counted by [`Self::truncated_groups`]): the members
+    /// beyond the limit are not installed.
+    fn desired_members(&mut self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
         let key = (datapath, group);
-        let local_count = self.group_local.get(&key).map_or(0, BTreeMap::len);
-        let remote_count = self.group_remote.get(&key).map_or(0, BTreeMap::len);
-        if local_count > FLOOD_MAX_LOCAL || remote_count > FLOOD_MAX_REMOTE {
+        let mut seen = HashSet::new();
+        let local: Vec<u32> = self
+            .group_local
+            .get(&key)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .copied()
+            .filter(|ifindex| seen.insert(*ifindex))
+            .collect();
+        let remote: Vec<u32> = self
+            .group_remote
+            .get(&key)
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .copied()
+            .collect();
+        let (local_limit, remote_limit) = (FLOOD_MAX_LOCAL as usize, FLOOD_MAX_REMOTE as usize);
+        if local.len() > local_limit || remote.len() > remote_limit {
             if self.truncated_groups.insert(key) {
-                tracing::warn!(
+                tracing::error!(
                     datapath,
                     group,
-                    local = local_count,
-                    remote = remote_count,
-                    "flood group exceeds the kernel entry; members beyond it get no flooded frames"
+                    local = local.len(),
+                    remote = remote.len(),
+                    local_limit,
+                    remote_limit,
+                    "flood group exceeds the members the agent installs; those beyond the limit \
+                     get no flooded frames"
                 );
             }
         } else {
             self.truncated_groups.remove(&key);
         }
-        if local_count == 0 && remote_count == 0 {
-            return None;
-        }
-        let mut targets = FloodTargets::default();
-        let local = self
-            .group_local
-            .get(&key)
-            .into_iter()
-            .flat_map(|m| m.values());
-        for (slot, ifindex) in targets.local.iter_mut().zip(local) {
-            *slot = *ifindex;
-            targets.local_count += 1;
-        }
-        let remote = self
-            .group_remote
-            .get(&key)
-            .into_iter()
-            .flat_map(|m| m.keys());
-        for (slot, ip) in targets.remote.iter_mut().zip(remote) {
-            *slot = *ip;
-            targets.remote_count += 1;
-        }
-        Some(targets)
+        let mut local = local;
+        let mut remote = remote;
+        local.truncate(local_limit);
+        remote.truncate(remote_limit);
+        (local, remote)
     }
 
+    /// Brings the kernel's slots of flood group (datapath, group) to its desired members with
+    /// O(changed members) map writes (see [`InstalledGroup`]). On an error the group is forgotten
+    /// as installed, so the retry rewrites every slot and the count.
     fn flush_group(
         &mut self,
         maps: &mut impl L2Maps,
         datapath: u32,
         group: u32,
     ) -> Result<usize, EbpfError> {
-        let desired = self.desired_group(datapath, group);
+        let (local, remote) = self.desired_members(datapath, group);
+        let mut installed = self
+            .installed_groups
+            .remove(&(datapath, group))
+            .unwrap_or_default();
         let key = FloodKey { datapath, group };
-        reconcile_slot(
-            &mut self.installed_groups,
-            (datapath, group),
-            desired,
-            |value| match value {
-                Some(targets) => maps.set_flood_group(key, targets),
-                None => maps.remove_flood_group(key),
-            },
-        )
+        match installed.update(maps, key, &local, &remote) {
+            Ok(writes) => {
+                if installed.header.is_some() {
+                    self.installed_groups.insert((datapath, group), installed);
+                }
+                Ok(writes)
+            }
+            Err(error) => {
+                self.installed_groups
+                    .insert((datapath, group), InstalledGroup::unknown());
+                Err(error)
+            }
+        }
     }
 
     fn desired_roles(&self, datapath: u32) -> Option<FloodRoles> {
@@ -1070,5 +1104,6 @@ fn remove_from_index<V: std::hash::Hash + Eq>(
     }
 }
 
+mod flood_slots;
 #[cfg(test)]
 mod tests;

@@ -20,9 +20,10 @@ use aya::{
     },
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FibEntry, FibKey, FloodKey, FloodRoles, FloodTargets, InterfaceCounters,
-    LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry,
-    RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map, program, router_reply,
+    ArpAnswer, ArpKey, FibEntry, FibKey, FloodGroup, FloodKey, FloodMemberKey, FloodRoles,
+    InterfaceCounters, LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity,
+    ProviderKey, RouteEntry, RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map,
+    program, router_reply,
 };
 
 use crate::netns;
@@ -355,6 +356,18 @@ impl KernelPrograms {
     /// Runs the hook's program once on `frame` with BPF_PROG_TEST_RUN (the skb's ifindex is the
     /// loopback device's, 1) and returns its verdict and the frame as the program left it.
     pub fn test_run(&self, hook: Hook, frame: &[u8]) -> Result<TestRunOutcome, EbpfError> {
+        self.test_run_repeated(hook, frame, 1)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`Self::test_run`] `repeat` times in the kernel (benchmarks): the last run's outcome and
+    /// the kernel's mean time per run.
+    pub fn test_run_repeated(
+        &self,
+        hook: Hook,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(TestRunOutcome, std::time::Duration), EbpfError> {
         let name = hook.program_name();
         let program: &SchedClassifier = self
             .ebpf
@@ -368,14 +381,18 @@ impl KernelPrograms {
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),
+                repeat,
                 ..TestRunOptions::new()
             })
             .map_err(|source| EbpfError::Program { name, source })?;
         out.truncate(result.data_size_out as usize);
-        Ok(TestRunOutcome {
-            verdict: result.return_value as i32,
-            frame: out,
-        })
+        Ok((
+            TestRunOutcome {
+                verdict: result.return_value as i32,
+                frame: out,
+            },
+            result.duration,
+        ))
     }
 
     /// Counters of one interface summed over all CPUs; `None` if no program has seen a packet on it.
@@ -563,17 +580,22 @@ impl KernelPrograms {
             .map_err(|source| EbpfError::Map { name, source })
     }
 
-    /// Flood group `key` reaches `targets` from this node.
-    pub fn set_flood_group(
-        &mut self,
-        key: FloodKey,
-        targets: FloodTargets,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(map::FLOOD_GROUPS, key, targets)
+    /// Flood group `key` has `counts` member slots from this node.
+    pub fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
+        self.hash_insert(map::FLOOD_GROUPS, key, counts)
     }
 
     pub fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
-        self.hash_remove::<FloodKey, FloodTargets>(map::FLOOD_GROUPS, key)
+        self.hash_remove::<FloodKey, FloodGroup>(map::FLOOD_GROUPS, key)
+    }
+
+    /// Slot `key` of a flood group holds `member` (a veth's ifindex or an encap IP).
+    pub fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
+        self.hash_insert(map::FLOOD_MEMBERS, key, member)
+    }
+
+    pub fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
+        self.hash_remove::<FloodMemberKey, u32>(map::FLOOD_MEMBERS, key)
     }
 
     /// Datapath `datapath` floods broadcasts and unknown unicast to the groups `roles` names.

@@ -1,4 +1,6 @@
 use super::*;
+use ovnbpf_common::FLOOD_SLOT_REMOTE;
+use std::collections::BTreeSet;
 
 /// The maps as a kernel would hold them after the writes.
 #[derive(Debug, Default)]
@@ -8,11 +10,16 @@ struct Recorder {
     tunnel_ports: HashMap<(u32, u32), LocalPort>,
     fib: HashMap<(u32, Mac), FibEntry>,
     arp: HashMap<(u32, u32), ArpAnswer>,
-    groups: HashMap<(u32, u32), FloodTargets>,
+    groups: HashMap<(u32, u32), FloodGroup>,
+    members: HashMap<FloodMemberKey, u32>,
     roles: HashMap<u32, FloodRoles>,
     localnets: HashMap<u32, Localnet>,
     providers: HashMap<ProviderKey, u32>,
     writes: usize,
+    /// Writes to the flood-group and flood-member maps.
+    flood_writes: usize,
+    /// With `Some`, the group (DP, FLOOD) as the kernel would walk it after each flood write.
+    flood_states: Option<Vec<(Vec<u32>, Vec<u32>)>>,
 }
 
 impl L2Maps for Recorder {
@@ -66,14 +73,32 @@ impl L2Maps for Recorder {
         self.arp.remove(&(key.datapath, key.ip));
         Ok(())
     }
-    fn set_flood_group(&mut self, key: FloodKey, targets: FloodTargets) -> Result<(), EbpfError> {
+    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
         self.writes += 1;
-        self.groups.insert((key.datapath, key.group), targets);
+        self.flood_writes += 1;
+        self.groups.insert((key.datapath, key.group), counts);
+        self.snapshot();
+        Ok(())
+    }
+    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.flood_writes += 1;
+        self.members.insert(key, member);
+        self.snapshot();
+        Ok(())
+    }
+    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
+        self.writes += 1;
+        self.flood_writes += 1;
+        self.members.remove(&key);
+        self.snapshot();
         Ok(())
     }
     fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
         self.writes += 1;
+        self.flood_writes += 1;
         self.groups.remove(&(key.datapath, key.group));
+        self.snapshot();
         Ok(())
     }
     fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
@@ -115,6 +140,7 @@ impl L2Maps for Recorder {
                 .keys()
                 .map(|&(datapath, group)| FloodKey { datapath, group })
                 .collect(),
+            flood_members: self.members.keys().copied().collect(),
             flood_roles: self.roles.keys().copied().collect(),
             pod_ports: self.pod_ports.keys().copied().collect(),
             port_security: self.port_security.keys().copied().collect(),
@@ -138,6 +164,68 @@ impl L2Maps for Recorder {
                 .map(|&(datapath, ip)| ArpKey { datapath, ip })
                 .collect(),
         })
+    }
+}
+
+impl Recorder {
+    fn snapshot(&mut self) {
+        if self.flood_states.is_some() {
+            let state = self.walk(DP, FLOOD);
+            if let Some(states) = &mut self.flood_states {
+                states.push(state);
+            }
+        }
+    }
+
+    /// What a program walking (datapath, group) now would reach: the slots below the counts
+    /// that are present (a missing one is skipped, as the program does).
+    fn walk(&self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
+        let Some(counts) = self.groups.get(&(datapath, group)) else {
+            return (Vec::new(), Vec::new());
+        };
+        let slots = |count: u32, flag: u32| -> Vec<u32> {
+            (0..count)
+                .filter_map(|index| {
+                    self.members.get(&FloodMemberKey {
+                        datapath,
+                        group,
+                        slot: index | flag,
+                    })
+                })
+                .copied()
+                .collect()
+        };
+        (
+            slots(counts.local_count, 0),
+            slots(counts.remote_count, FLOOD_SLOT_REMOTE),
+        )
+    }
+
+    /// A flood group as the kernel walks it: the local and remote slots below the counts, each
+    /// of which must be present.
+    fn flood_members(&self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
+        let Some(counts) = self.groups.get(&(datapath, group)) else {
+            return (Vec::new(), Vec::new());
+        };
+        let slots = |count: u32, flag: u32| -> Vec<u32> {
+            (0..count)
+                .map(|index| {
+                    let key = FloodMemberKey {
+                        datapath,
+                        group,
+                        slot: index | flag,
+                    };
+                    *self
+                        .members
+                        .get(&key)
+                        .unwrap_or_else(|| panic!("slot {key:?} below the count is missing"))
+                })
+                .collect()
+        };
+        (
+            slots(counts.local_count, 0),
+            slots(counts.remote_count, FLOOD_SLOT_REMOTE),
+        )
     }
 }
 
@@ -426,11 +514,8 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
     )));
     state.apply(&added(flood_group(&[1, 2, 3])));
     state.flush(&mut maps).unwrap();
-    let targets = maps.groups[&(DP, FLOOD)];
-    assert_eq!(targets.local_count, 1);
-    assert_eq!(targets.local[0], 40);
-    assert_eq!(targets.remote_count, 1);
-    assert_eq!(targets.remote[0], u32::from_ne_bytes(NODE2.octets()));
+    let node2 = u32::from_ne_bytes(NODE2.octets());
+    assert_eq!(maps.flood_members(DP, FLOOD), (vec![40], vec![node2]));
     assert_eq!(
         maps.roles[&DP],
         FloodRoles {
@@ -439,34 +524,207 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
         }
     );
 
-    // Node2's encap IP changes: one write, the group's.
-    maps.writes = 0;
+    // Node2's encap IP changes: one write, its slot.
+    maps.flood_writes = 0;
     let moved = Ipv4Addr::new(172, 31, 0, 50);
     state.set_encap("node2", Some(moved));
     state.flush(&mut maps).unwrap();
-    assert_eq!(
-        maps.groups[&(DP, FLOOD)].remote[0],
-        u32::from_ne_bytes(moved.octets())
-    );
+    let moved = u32::from_ne_bytes(moved.octets());
+    assert_eq!(maps.flood_members(DP, FLOOD), (vec![40], vec![moved]));
+    assert_eq!(maps.flood_writes, 1);
     // The local pod unplugged: the group keeps only the remote chassis.
     state.set_interface("a1", None);
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.groups[&(DP, FLOOD)].local_count, 0);
+    assert_eq!(maps.flood_members(DP, FLOOD), (vec![], vec![moved]));
     // Every member gone: no entry, and the sweep leaves the maps as the state has them.
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: flood_group(&[1, 2, 3]),
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.groups.is_empty() && maps.roles.is_empty(), "{maps:?}");
+    assert!(
+        maps.groups.is_empty() && maps.members.is_empty() && maps.roles.is_empty(),
+        "{maps:?}"
+    );
     assert_eq!(state.sweep(&mut maps).unwrap(), 0);
 }
 
-#[test]
-fn groups_beyond_the_kernel_entry_are_truncated_and_reported() {
+/// A switch of `local` pods on node1 (keys 1.., veths 1001..) and one pod on each of `remote`
+/// other chassis (keys 10001.., encap IPs 172.31.x.y), all in its broadcast group.
+fn large_switch(local: u32, remote: u32) -> (L2State, Vec<u32>, Vec<u32>) {
     let mut state = L2State::new("node1");
     let mut entries = Vec::new();
-    let members: Vec<u32> = (1..=(FLOOD_MAX_LOCAL as u32 + 3)).collect();
+    let mut members = Vec::new();
+    let mut veths = Vec::new();
+    let mut encaps = Vec::new();
+    for key in 1..=local {
+        let name = format!("p{key}");
+        state.set_interface(&name, Some(1000 + key));
+        entries.push(port(&name, key, Some("node1")));
+        members.push(key);
+        veths.push(1000 + key);
+    }
+    for index in 0..remote {
+        let (key, chassis) = (10_001 + index, format!("node-{index}"));
+        let ip = Ipv4Addr::new(172, 31, (index / 250) as u8, (index % 250 + 1) as u8);
+        state.set_encap(&chassis, Some(ip));
+        entries.push(port(&format!("r{key}"), key, Some(&chassis)));
+        members.push(key);
+        encaps.push(u32::from_ne_bytes(ip.octets()));
+    }
+    entries.extend(flood_group(&members));
+    state.apply(&added(entries));
+    encaps.sort_unstable();
+    (state, veths, encaps)
+}
+
+#[test]
+fn a_large_group_is_installed_whole_and_one_member_change_writes_only_its_slot() {
+    let (mut state, veths, encaps) = large_switch(256, 1_000);
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let (local, remote) = maps.flood_members(DP, FLOOD);
+    assert_eq!(local, veths, "every local pod, lowest member keys first");
+    assert_eq!(remote, encaps, "each chassis once");
+    assert_eq!(state.truncated_groups(), 0);
+
+    // A pod in the middle leaves: the last slot moves into its place, the count drops, the last
+    // slot goes: 3 writes.
+    maps.flood_writes = 0;
+    state.set_interface("p10", None);
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.flood_writes, 3);
+    let (local, _) = maps.flood_members(DP, FLOOD);
+    assert_eq!(local.len(), 255);
+    assert_eq!(local[9], 1256, "the last member took the leaver's slot");
+    assert!(!local.contains(&1010));
+    let mut sorted = local.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 255, "no member twice");
+
+    // The last slot's member leaves: the count and the slot, 2 writes.
+    maps.flood_writes = 0;
+    state.set_interface("p255", None);
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.flood_writes, 2);
+    assert_eq!(maps.flood_members(DP, FLOOD).0.len(), 254);
+
+    // A pod joins: its slot, then the count.
+    maps.flood_writes = 0;
+    state.set_interface("p10", Some(2010));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.flood_writes, 2);
+    let (local, _) = maps.flood_members(DP, FLOOD);
+    assert_eq!(local.last(), Some(&2010));
+
+    // A pod's veth changes (re-plugged): its slot only.
+    maps.flood_writes = 0;
+    state.set_interface("p1", Some(3001));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.flood_writes, 1);
+    assert_eq!(maps.flood_members(DP, FLOOD).0[0], 3001);
+
+    // A chassis leaves (its only pod unbinds), another's encap moves.
+    maps.flood_writes = 0;
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![IrEntry::FloodMember {
+            datapath: DP,
+            group: FLOOD,
+            port: 10_001,
+        }],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.flood_writes <= 3, "{}", maps.flood_writes);
+    let (_, remote) = maps.flood_members(DP, FLOOD);
+    assert_eq!(remote.len(), 999);
+    assert!(!remote.contains(&encaps[0]));
+
+    // A restarted agent adopts the maps: it rewrites the slots then the count, and its sweep
+    // leaves exactly the slots it installed (it removes the old agent's entries of the veths
+    // it does not know).
+    let (mut restarted, _, _) = large_switch(256, 1_000);
+    restarted.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.flood_members(DP, FLOOD),
+        (veths.clone(), encaps.clone())
+    );
+    restarted.sweep(&mut maps).unwrap();
+    assert_eq!(maps.flood_members(DP, FLOOD), (veths, encaps));
+    assert_eq!(maps.members.len(), 1_256);
+}
+
+#[test]
+fn a_shrinking_group_after_a_restart_is_swept_to_its_slots() {
+    let (mut state, _, _) = large_switch(20, 5);
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    // The new agent sees fewer members: the old slots beyond its count are left for the sweep.
+    let (mut restarted, veths, encaps) = large_switch(10, 2);
+    restarted.flush(&mut maps).unwrap();
+    assert_eq!(maps.flood_members(DP, FLOOD), (veths, encaps));
+    assert_eq!(maps.members.len(), 25);
+    restarted.sweep(&mut maps).unwrap();
+    assert_eq!(
+        maps.members.len(),
+        12,
+        "the 13 slots beyond the counts are gone"
+    );
+    assert_eq!(maps.flood_members(DP, FLOOD).0.len(), 10);
+}
+
+#[test]
+fn between_any_two_writes_a_walk_sees_only_members_and_every_unchanged_one() {
+    let (mut state, veths, _) = large_switch(6, 0);
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    // Each change: what leaves, what joins (veth numbers as in `large_switch`).
+    let changes: [(&str, Option<u32>); 4] = [
+        ("p2", None),       // from the middle: swap with the last, count, delete
+        ("p6", None),       // the last: count, delete
+        ("p2", Some(2002)), // joins: slot, count
+        ("p1", Some(3001)), // its veth changes: the slot in place
+    ];
+    let mut members: BTreeSet<u32> = veths.iter().copied().collect();
+    for (port, veth) in changes {
+        let old = members.clone();
+        let key: u32 = port[1..].parse().unwrap();
+        members.remove(&(1000 + key));
+        members.remove(&(2000 + key));
+        members.remove(&(3000 + key));
+        if let Some(veth) = veth {
+            members.insert(veth);
+        }
+        maps.flood_states = Some(Vec::new());
+        state.set_interface(port, veth);
+        state.flush(&mut maps).unwrap();
+        let states = maps.flood_states.take().unwrap();
+        assert!(!states.is_empty(), "{port}: no flood write");
+        assert!(states.len() <= 3, "{port}: {} writes", states.len());
+        let unchanged: BTreeSet<u32> = old.intersection(&members).copied().collect();
+        for (local, _) in &states {
+            let seen: BTreeSet<u32> = local.iter().copied().collect();
+            assert!(
+                seen.iter().all(|v| old.contains(v) || members.contains(v)),
+                "{port}: a frame would reach a non-member: {local:?}"
+            );
+            assert!(
+                unchanged.is_subset(&seen),
+                "{port}: a frame would miss an unchanged member: {local:?}"
+            );
+        }
+        let (local, _) = maps.flood_members(DP, FLOOD);
+        assert_eq!(local.iter().copied().collect::<BTreeSet<_>>(), members);
+        assert_eq!(local.len(), members.len(), "each once");
+    }
+}
+
+#[test]
+fn groups_beyond_the_agent_limit_are_reported_not_silently_cut() {
+    let mut state = L2State::new("node1");
+    let mut entries = Vec::new();
+    let members: Vec<u32> = (1..=(FLOOD_MAX_LOCAL + 3)).collect();
     for &key in &members {
         let name = format!("p{key}");
         state.set_interface(&name, Some(100 + key));
@@ -476,9 +734,9 @@ fn groups_beyond_the_kernel_entry_are_truncated_and_reported() {
     state.apply(&added(entries));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    let targets = maps.groups[&(DP, FLOOD)];
-    assert_eq!(targets.local_count as usize, FLOOD_MAX_LOCAL);
-    assert_eq!(targets.local[0], 101, "lowest keys first");
+    let (local, _) = maps.flood_members(DP, FLOOD);
+    assert_eq!(local.len(), FLOOD_MAX_LOCAL as usize);
+    assert_eq!(local[0], 101, "lowest keys first");
     assert_eq!(state.truncated_groups(), 1);
 }
 

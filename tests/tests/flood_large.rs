@@ -1,0 +1,435 @@
+//! A broadcast on a large switch, through the real kernel programs under BPF_PROG_TEST_RUN inside
+//! a namespace the test creates: 200 pods on this node (veth pairs) and one pod on each of 40 other
+//! chassis (reached through an uplink veth with a routed, resolved next hop). The group is
+//! installed by the agent's own L2 state. A broadcast from one pod reaches every other local pod
+//! exactly once and leaves the uplink as one Geneve copy per other chassis (the frame itself
+//! being the last one); then one pod leaves and one joins, and the next broadcast follows.
+//!
+//! `flood_cost` (ignored) is `cargo xtask bench datapath`'s driver for the cost of a broadcast.
+
+mod common;
+
+use std::{collections::BTreeSet, net::Ipv4Addr, os::fd::AsRawFd};
+
+use ovnbpf_agent::{
+    dataplane::ebpf::{Hook, KernelPrograms, TestRunOutcome, l2::L2State},
+    pipeline::{
+        IrDiff,
+        ir::{IrEntry, PortKind},
+        packet::{L3, Packet},
+        trace::Evaluator,
+    },
+};
+use ovnbpf_tests::{names::unique_prefix, netns::Netns};
+use serde_json::Value;
+
+const DP: u32 = 7;
+const GROUP: u32 = 32768;
+const TC_ACT_REDIRECT: i32 = 7;
+const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
+const NEXT_HOP_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const LOCAL_PODS: u32 = 200;
+const CHASSIS: u32 = 40;
+/// Outer Ethernet, IPv4, UDP, Geneve with OVN's option: where the inner frame starts.
+const GENEVE_OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
+
+fn port(name: &str, key: u32, chassis: &str) -> IrEntry {
+    IrEntry::Port {
+        datapath: DP,
+        key,
+        name: name.into(),
+        kind: PortKind::Vif {
+            chassis: Some(chassis.into()),
+        },
+        addresses: Vec::new(),
+        port_security: Vec::new(),
+    }
+}
+
+fn member(port: u32) -> IrEntry {
+    IrEntry::FloodMember {
+        datapath: DP,
+        group: GROUP,
+        port,
+    }
+}
+
+fn chassis_ip(index: u32) -> Ipv4Addr {
+    Ipv4Addr::new(172, 31, (index / 200) as u8, (index % 200 + 1) as u8)
+}
+
+const SENDER_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0x10, 0, 2];
+
+/// The broadcast as the IR evaluator sees it.
+fn broadcast_packet() -> Packet {
+    Packet {
+        eth_src: SENDER_MAC,
+        eth_dst: [0xff; 6],
+        l3: L3::Arp {
+            op: 1,
+            sha: SENDER_MAC,
+            spa: Ipv4Addr::new(10, 16, 0, 2),
+            tha: [0; 6],
+            tpa: Ipv4Addr::new(10, 16, 0, 99),
+        },
+    }
+}
+
+/// An ARP request broadcast by the pod on the test-run device.
+fn broadcast() -> Vec<u8> {
+    let mac = SENDER_MAC;
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&[10, 16, 0, 2, 0, 0, 0, 0, 0, 0, 10, 16, 0, 99]);
+    frame
+}
+
+/// Received packets per interface of the namespace.
+fn rx_packets(ns: &Netns) -> std::collections::HashMap<String, u64> {
+    let text = ns.ip(&["-s", "-j", "link", "show"]).unwrap();
+    let links: Value = serde_json::from_str(&text).unwrap();
+    links
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|link| {
+            (
+                link["ifname"].as_str().unwrap().to_string(),
+                link["stats64"]["rx"]["packets"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A raw socket on `interface` of the namespace, non-blocking.
+fn capture(ns: &Netns, interface: &str) -> std::os::fd::OwnedFd {
+    let ifindex = ns.ifindex(interface).unwrap();
+    ns.run_in(|| {
+        use std::os::fd::FromRawFd;
+        let protocol = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket creation; the descriptor is owned below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
+                i32::from(protocol),
+            )
+        };
+        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_ll is plain data.
+        let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        address.sll_family = libc::AF_PACKET as u16;
+        address.sll_protocol = protocol;
+        address.sll_ifindex = ifindex as i32;
+        // SAFETY: the address is a sockaddr_ll of the size we pass.
+        let bound = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const address).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(bound, 0, "{}", std::io::Error::last_os_error());
+        Ok(fd)
+    })
+    .unwrap()
+}
+
+/// Every Geneve frame waiting on the socket (IPv4, UDP to 6081).
+fn drain(fd: &std::os::fd::OwnedFd) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    loop {
+        let mut buffer = vec![0_u8; 2048];
+        // SAFETY: the buffer is ours and of the length we pass.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), 0) };
+        if n < 0 {
+            return frames;
+        }
+        buffer.truncate(n as usize);
+        let geneve = buffer.len() > GENEVE_OVERHEAD
+            && buffer[12..14] == [0x08, 0x00]
+            && buffer[23] == 17
+            && buffer[36..38] == 6081_u16.to_be_bytes();
+        if geneve {
+            frames.push(buffer);
+        }
+    }
+}
+
+fn outer_destination(frame: &[u8]) -> Ipv4Addr {
+    Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33])
+}
+
+/// The namespace: `lo` is the sending pod (the test-run device), `fNh`/`fNp` the local pods'
+/// veths (one pair more than the pods, for a pod that joins later), `uph`/`upp` the uplink with
+/// 172.31.0.0/16 routed through a permanent neighbour.
+fn build(ns: &Netns, local: u32) {
+    let batch = tempfile::NamedTempFile::new().unwrap();
+    // No IPv6: no neighbour discovery frames on the veths to miscount.
+    for key in ["all", "default"] {
+        ns.exec(
+            "sysctl",
+            &["-qw", &format!("net.ipv6.conf.{key}.disable_ipv6=1")],
+        )
+        .unwrap();
+    }
+    let mut commands = String::from("link set lo up\n");
+    for i in 0..=local {
+        commands.push_str(&format!(
+            "link add f{i}h type veth peer name f{i}p\nlink set f{i}h up\nlink set f{i}p up\n"
+        ));
+    }
+    commands.push_str(&format!(
+        "link add uph type veth peer name upp\nlink set uph up\nlink set upp up\n\
+         addr add {NODE_IP}/24 dev uph\n\
+         neigh add 172.30.0.2 lladdr 02:00:00:00:00:02 dev uph nud permanent\n\
+         route add 172.31.0.0/16 via 172.30.0.2 dev uph\n"
+    ));
+    std::fs::write(batch.path(), commands).unwrap();
+    ns.ip(&["-batch", batch.path().to_str().unwrap()]).unwrap();
+    ns.exec("sysctl", &["-qw", "net.ipv4.conf.all.forwarding=1"])
+        .unwrap();
+}
+
+/// A switch of `local` pods here plus the sender, and one pod on each of `chassis` other
+/// chassis, all in its broadcast group, installed by the agent's L2 state.
+struct Fixture {
+    ns: Netns,
+    state: L2State,
+    programs: KernelPrograms,
+    uplink_capture: std::os::fd::OwnedFd,
+    local: u32,
+    chassis: BTreeSet<Ipv4Addr>,
+    /// The IR the state was given (for the evaluator).
+    entries: Vec<IrEntry>,
+}
+
+impl Fixture {
+    fn build(local: u32, chassis: u32) -> Self {
+        ovnbpf_tests::require_root();
+        let ns = Netns::create(&format!("{}-flood", unique_prefix())).unwrap();
+        build(&ns, local);
+        let veths: Vec<u32> = (0..local)
+            .map(|i| ns.ifindex(&format!("f{i}h")).unwrap())
+            .collect();
+        let uplink = ns.ifindex("uph").unwrap();
+        let uplink_capture = capture(&ns, "upp");
+        let mut state = L2State::new("node1");
+        let mut entries = vec![
+            IrEntry::Datapath {
+                datapath: DP,
+                name: "subnet".into(),
+                router: false,
+            },
+            IrEntry::FloodGroup {
+                datapath: DP,
+                key: GROUP,
+                name: "_MC_flood".into(),
+            },
+            IrEntry::FloodMulticast {
+                datapath: DP,
+                group: "_MC_flood".into(),
+            },
+            port("sender", 1, "node1"),
+            member(1),
+        ];
+        state.set_interface("sender", Some(1));
+        for (i, &ifindex) in veths.iter().enumerate() {
+            let (name, key) = (format!("pod{i}"), 100 + i as u32);
+            state.set_interface(&name, Some(ifindex));
+            entries.push(port(&name, key, "node1"));
+            entries.push(member(key));
+        }
+        for index in 0..chassis {
+            let (name, node, key) = (
+                format!("remote{index}"),
+                format!("node-{index}"),
+                10_000 + index,
+            );
+            state.set_encap(&node, Some(chassis_ip(index)));
+            entries.push(port(&name, key, &node));
+            entries.push(member(key));
+        }
+        state.apply(&IrDiff {
+            added: entries.clone(),
+            removed: Vec::new(),
+        });
+        let programs = ns
+            .run_in(|| {
+                let mut programs = common::load_programs();
+                programs.set_tunnel_endpoint(NODE_IP, uplink).unwrap();
+                state.flush(&mut programs).unwrap();
+                Ok(programs)
+            })
+            .unwrap();
+        Self {
+            ns,
+            state,
+            programs,
+            uplink_capture,
+            local,
+            chassis: (0..chassis).map(chassis_ip).collect(),
+            entries,
+        }
+    }
+
+    /// Flushes the agent's pending changes, then one broadcast from the sender: its outcome and
+    /// how long the kernel ran the program.
+    fn broadcast(&mut self, frame: &[u8]) -> (TestRunOutcome, std::time::Duration) {
+        let (state, programs) = (&mut self.state, &mut self.programs);
+        self.ns
+            .run_in(|| {
+                state.flush(programs).unwrap();
+                Ok(programs.test_run_repeated(Hook::Pod, frame, 1).unwrap())
+            })
+            .unwrap()
+    }
+
+    /// One broadcast, checked: `reached` pods got it once, `not` none, each chassis one copy.
+    /// Returns the local pods (by veth pair number) and chassis the kernel sent it to.
+    fn broadcast_checked(
+        &mut self,
+        frame: &[u8],
+        reached: &[u32],
+        not: &[u32],
+    ) -> (BTreeSet<u32>, BTreeSet<Ipv4Addr>) {
+        let before = rx_packets(&self.ns);
+        let (outcome, _) = self.broadcast(frame);
+        let after = rx_packets(&self.ns);
+        check_local(&before, &after, reached, not);
+        let copies = drain(&self.uplink_capture);
+        check_remote(&copies, &outcome, frame, &self.chassis);
+        let local = (0..=self.local)
+            .filter(|i| after[&format!("f{i}p")] > before[&format!("f{i}p")])
+            .collect();
+        let remote = copies
+            .iter()
+            .chain(std::iter::once(&outcome.frame))
+            .map(|c| outer_destination(c))
+            .collect();
+        (local, remote)
+    }
+}
+
+#[test]
+fn a_broadcast_reaches_every_local_pod_once_and_each_other_chassis_once() {
+    let mut fixture = Fixture::build(LOCAL_PODS, CHASSIS);
+    let frame = broadcast();
+    let all: Vec<u32> = (0..LOCAL_PODS).collect();
+    let (local, remote) = fixture.broadcast_checked(&frame, &all, &[LOCAL_PODS]);
+
+    // Three ways: the IR evaluator (the semantic reference the ovn-trace oracle checks) sends
+    // the same broadcast to exactly the ports the kernel reached.
+    let evaluator = Evaluator::new(fixture.entries.iter());
+    let trace = evaluator.trace("sender", broadcast_packet()).unwrap();
+    let mut expected_local = BTreeSet::new();
+    let mut expected_remote = BTreeSet::new();
+    for (port, _) in &trace.outputs {
+        if let Some(i) = port.strip_prefix("pod") {
+            expected_local.insert(i.parse::<u32>().unwrap());
+        } else if let Some(index) = port.strip_prefix("remote") {
+            expected_remote.insert(chassis_ip(index.parse().unwrap()));
+        } else {
+            panic!("the evaluator output to {port}");
+        }
+    }
+    assert_eq!(trace.outputs.len(), (LOCAL_PODS + CHASSIS) as usize);
+    assert_eq!(local, expected_local);
+    assert_eq!(remote, expected_remote);
+
+    // pod7 leaves, a new pod joins on its own veth: the next broadcast reaches the new set.
+    fixture.state.set_interface("pod7", None);
+    let joined = fixture.ns.ifindex(&format!("f{LOCAL_PODS}h")).unwrap();
+    fixture.state.set_interface("late", Some(joined));
+    fixture.state.apply(&IrDiff {
+        added: vec![port("late", 900, "node1"), member(900)],
+        removed: Vec::new(),
+    });
+    let reached: Vec<u32> = (0..=LOCAL_PODS).filter(|&i| i != 7).collect();
+    fixture.broadcast_checked(&frame, &reached, &[7]);
+}
+
+/// The driver of `cargo xtask bench datapath`'s broadcast case (sizes and runs from
+/// `FLOOD_BENCH_LOCAL`, `FLOOD_BENCH_CHASSIS`, `FLOOD_BENCH_RUNS`): checks one broadcast like the
+/// test above, then runs `runs` more, each once, and prints the kernel's mean time per broadcast
+/// and per copy as one JSON line (a measurement, never asserted).
+#[test]
+#[ignore = "benchmark driver, run by cargo xtask bench datapath"]
+fn flood_cost() {
+    let env = |name: &str, default: u32| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (local, chassis) = (env("FLOOD_BENCH_LOCAL", 64), env("FLOOD_BENCH_CHASSIS", 32));
+    let runs = env("FLOOD_BENCH_RUNS", 2_000);
+    let mut fixture = Fixture::build(local, chassis);
+    let frame = broadcast();
+    let all: Vec<u32> = (0..fixture.local).collect();
+    fixture.broadcast_checked(&frame, &all, &[local]);
+    let mut total = std::time::Duration::ZERO;
+    for _ in 0..runs {
+        total += fixture.broadcast(&frame).1;
+        drain(&fixture.uplink_capture);
+    }
+    let per_broadcast = total.as_nanos() as f64 / f64::from(runs);
+    let copies = f64::from(local + chassis);
+    println!(
+        "FLOOD_BENCH {}",
+        serde_json::json!({
+            "local": local,
+            "chassis": chassis,
+            "runs": runs,
+            "ns_per_broadcast": per_broadcast.round(),
+            "ns_per_copy": (per_broadcast / copies).round(),
+        })
+    );
+}
+
+/// Each of `reached`'s veth peers received exactly one frame more, each of `not` none.
+fn check_local(
+    before: &std::collections::HashMap<String, u64>,
+    after: &std::collections::HashMap<String, u64>,
+    reached: &[u32],
+    not: &[u32],
+) {
+    let received = |i: &u32| {
+        let name = format!("f{i}p");
+        (after[&name] - before[&name], name)
+    };
+    for (got, name) in reached.iter().map(received) {
+        assert_eq!(got, 1, "{name} received {got} frames");
+    }
+    for (got, name) in not.iter().map(received) {
+        assert_eq!(got, 0, "{name} is no member but received {got} frames");
+    }
+}
+
+/// One copy per other chassis: the clones on the uplink and the frame itself (redirected, the
+/// test run's output) name each chassis once; each carries the broadcast unchanged inside.
+fn check_remote(
+    copies: &[Vec<u8>],
+    outcome: &TestRunOutcome,
+    frame: &[u8],
+    chassis: &BTreeSet<Ipv4Addr>,
+) {
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    let mut seen: Vec<Ipv4Addr> = copies.iter().map(|c| outer_destination(c)).collect();
+    seen.push(outer_destination(&outcome.frame));
+    for copy in copies.iter().chain(std::iter::once(&outcome.frame)) {
+        assert_eq!(
+            &copy[GENEVE_OVERHEAD..],
+            frame,
+            "the inner frame is the broadcast"
+        );
+        assert_eq!(copy[..6], NEXT_HOP_MAC, "to the resolved next hop");
+    }
+    let distinct: BTreeSet<Ipv4Addr> = seen.iter().copied().collect();
+    assert_eq!(seen.len(), chassis.len(), "one copy per chassis: {seen:?}");
+    assert_eq!(&distinct, chassis);
+}
