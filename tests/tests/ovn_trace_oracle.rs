@@ -24,8 +24,10 @@ use ovnbpf_agent::{
     },
     pipeline::{
         Compiler,
-        packet::{L3, L4, Packet, apply_statements, ipv6_multicast_mac, solicited_node},
-        trace::Evaluator,
+        eval::{
+            Evaluator,
+            packet::{L3, L4, Packet, apply_statements, ipv6_multicast_mac, solicited_node},
+        },
     },
     sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
 };
@@ -162,7 +164,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .expect("a subnet-a2 pod");
     let entry = format!(
         "{} {}",
-        ovnbpf_agent::pipeline::packet::format_mac(&secured.mac),
+        ovnbpf_agent::pipeline::eval::packet::format_mac(&secured.mac),
         secured.ip
     );
     lab.nbctl(&["--wait=sb", "lsp-set-port-security", &secured.port, &entry])
@@ -184,7 +186,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .unwrap();
     let mac = format!(
         "mac=\"{}\"",
-        ovnbpf_agent::pipeline::packet::format_mac(&owner.mac)
+        ovnbpf_agent::pipeline::eval::packet::format_mac(&owner.mac)
     );
     let datapath = format!("datapath={}", vpc_a.trim());
     let ip = format!("ip=\"{LEARNED}\"");

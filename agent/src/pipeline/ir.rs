@@ -427,3 +427,22 @@ impl IrEntry {
         }
     }
 }
+
+/// Entries that appeared and disappeared in one step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrDiff {
+    pub added: Vec<IrEntry>,
+    pub removed: Vec<IrEntry>,
+}
+
+impl IrDiff {
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.added.len() + self.removed.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

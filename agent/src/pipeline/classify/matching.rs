@@ -3,11 +3,11 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::ir::{Mac, Prefix, Prefix6};
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source, Value},
     lexer::{Constant, Mask},
 };
+use crate::pipeline::ir::{Mac, Prefix, Prefix6};
 
 pub(super) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
     match expr {

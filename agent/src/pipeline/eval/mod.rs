@@ -6,13 +6,14 @@
 
 use std::{collections::HashMap, net::Ipv4Addr};
 
-use super::{
-    ir::{
-        IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
-        RouterDropRule, parse_port_security,
-    },
-    packet::{L3, L4, Packet, format_mac},
+mod ipv6;
+pub mod packet;
+
+use crate::pipeline::ir::{
+    IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse, RouterDropRule,
+    parse_port_security,
 };
+use packet::{L3, L4, Packet, format_mac};
 
 /// What happened to a packet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -3,14 +3,17 @@
 //! forwarding, e.g. a priority-0 `next;`), or unsupported with a reason. A flow whose shape is not
 //! recognised is unsupported, never guessed at.
 
+mod ipv6;
+pub(super) mod matching;
+
 use std::net::Ipv4Addr;
 
 use super::ir::{IrEntry, Mac, PolicyVerdict, RejectProtocol, RejectResponse, RouterDropRule};
-use super::matching::*;
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source},
     lexer::Constant,
 };
+use matching::*;
 
 /// The verdict on one flow for one datapath.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,8 +54,7 @@ pub fn classify(flow: &Flow<'_>) -> Class {
     let dp = flow.datapath;
     let terms = conjuncts(flow.match_);
     if ipv6_only(&terms)
-        && let Some(class) =
-            super::classify_ipv6::classify(dp, flow.stage, flow.priority, &terms, flow.actions)
+        && let Some(class) = ipv6::classify(dp, flow.stage, flow.priority, &terms, flow.actions)
     {
         return class;
     }

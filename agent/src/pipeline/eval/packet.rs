@@ -10,11 +10,11 @@ use std::{
     net::{Ipv4Addr, Ipv6Addr},
 };
 
-use super::ir::Mac;
 use crate::lflow::{
     ast::{Action, Expr, Relation, Source, Value},
     lexer::{Constant, Token},
 };
+use crate::pipeline::ir::Mac;
 
 /// Layer 4 (ICMP means ICMPv4 under IPv4 and ICMPv6 under IPv6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,14 +1,15 @@
 //! The IPv6 half of the IR evaluator: neighbour discovery on switches and routers, ICMPv6 echo
 //! and unreachable replies, IPv6 routing (link-local routes per inport included) and
-//! next-hop solicitation. Same rules as [`super::trace`], same ovn-trace semantics.
+//! next-hop solicitation. Same rules as [`super`], same ovn-trace semantics.
 
 use std::net::Ipv6Addr;
 
 use super::{
-    ir::{IrEntry, Mac, Prefix6, RouterDropRule},
+    Evaluator, Trace,
     packet::{L3, L4, Packet, format_mac, solicited_node},
-    trace::{Evaluator, Trace, reject_reply},
+    reject_reply,
 };
+use crate::pipeline::ir::{IrEntry, Mac, Prefix6, RouterDropRule};
 
 fn contains6(prefix: &Prefix6, ip: Ipv6Addr) -> bool {
     let mask = if prefix.length == 0 {
@@ -377,7 +378,7 @@ mod tests {
         let group = solicited_node(target);
         let solicitation = Packet {
             eth_src: POD_MAC,
-            eth_dst: super::super::packet::ipv6_multicast_mac(group),
+            eth_dst: crate::pipeline::eval::packet::ipv6_multicast_mac(group),
             l3: L3::Ipv6 {
                 source,
                 destination: group,
