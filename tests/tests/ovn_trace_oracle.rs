@@ -26,7 +26,8 @@ use ovnbpf_agent::{
         Compiler,
         eval::{
             Evaluator,
-            packet::{L3, L4, Packet, apply_statements, ipv6_multicast_mac, solicited_node},
+            microflow::apply_statements,
+            packet::{L3, L4, Packet, ipv6_multicast_mac, solicited_node},
         },
     },
     sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},

@@ -7,7 +7,7 @@ use std::net::Ipv6Addr;
 use super::{
     Evaluator, Trace,
     packet::{L3, L4, Packet, format_mac, solicited_node},
-    reject_reply,
+    router::reject_reply,
 };
 use crate::pipeline::ir::{IrEntry, Mac, Prefix6, RouterDropRule};
 

@@ -1,0 +1,491 @@
+//! The logical router in the evaluator: admission, router input (ARP, echo, drops, reject),
+//! IPv4 routing and policies, next-hop resolution, delivery across patch ports. IPv6 after
+//! admission is in [`super::ipv6`]. Reads only IR entries through [`Evaluator`].
+
+use std::net::Ipv4Addr;
+
+use super::{
+    Evaluator, MAX_HOPS, Trace, is_multicast,
+    packet::{L3, L4, Packet, format_mac},
+    switch::contains,
+};
+use crate::pipeline::ir::{
+    IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse, RouterDropRule,
+};
+
+impl<'a> Evaluator<'a> {
+    pub(super) fn router_port_mac(&self, dp: u32, port: &str) -> Option<Mac> {
+        self.entries(dp).find_map(|e| match e {
+            IrEntry::RouterPort {
+                port: p,
+                mac,
+                multicast: false,
+                ..
+            } if p == port => Some(*mac),
+            _ => None,
+        })
+    }
+
+    /// Leaves the router through `port` into the switch behind it.
+    pub(super) fn router_output(
+        &self,
+        dp: u32,
+        port: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        let delivered = self
+            .entries(dp)
+            .any(|e| matches!(e, IrEntry::RouterDelivery { port: p, .. } if p == port));
+        if !delivered {
+            self.step(trace, dp, format!("dropped: no delivery for {port}"));
+            return;
+        }
+        match self.ports.get(port) {
+            Some((_, _, PortKind::Patch { peer })) => {
+                self.cross_patch(dp, peer, packet, true, trace, hops)
+            }
+            _ => self.step(
+                trace,
+                dp,
+                format!("dropped: router port {port} is not a patch port"),
+            ),
+        }
+    }
+
+    /// Enters the datapath on the other side of a patch port: a router (LS→LR, LR→LR peering)
+    /// or a switch (LR→LS).
+    pub(super) fn cross_patch(
+        &self,
+        dp: u32,
+        peer: &str,
+        packet: Packet,
+        from_router: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        match self.ports.get(peer) {
+            Some((peer_dp, _, _))
+                if self
+                    .datapaths
+                    .get(peer_dp)
+                    .is_some_and(|(_, router)| *router) =>
+            {
+                self.router(*peer_dp, peer, packet, trace, hops + 1);
+            }
+            Some((peer_dp, _, _)) => {
+                self.switch(*peer_dp, peer, packet, from_router, trace, hops + 1)
+            }
+            None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
+        }
+    }
+
+    /// The logical router pipeline (ingress and egress).
+    pub(super) fn router(
+        &self,
+        dp: u32,
+        inport: &str,
+        mut packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if hops > MAX_HOPS {
+            self.step(trace, dp, "dropped: too many hops".into());
+            return;
+        }
+        self.step(trace, dp, format!("router ingress from {inport}: {packet}"));
+        let Some(port_mac) = self.router_port_mac(dp, inport) else {
+            self.step(trace, dp, format!("dropped: {inport} is not admitted"));
+            return;
+        };
+        let multicast_ok = self.entries(dp).any(
+            |e| matches!(e, IrEntry::RouterPort { port, multicast: true, .. } if port == inport),
+        );
+        let admitted =
+            packet.eth_dst == port_mac || (is_multicast(&packet.eth_dst) && multicast_ok);
+        if is_multicast(&packet.eth_src) || !admitted {
+            self.step(trace, dp, "dropped by admission".into());
+            return;
+        }
+        let drop_rule = |rule: &dyn Fn(&RouterDropRule) -> bool| {
+            self.entries(dp)
+                .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
+        };
+        if let L3::Ipv6 { .. } = packet.l3 {
+            self.router_ipv6(dp, inport, port_mac, packet, trace, hops);
+            return;
+        }
+        let (source, destination, ttl) = match packet.l3 {
+            L3::Arp {
+                op: 1,
+                tpa,
+                spa,
+                sha,
+                ..
+            } => {
+                let answers = self.entries(dp).any(|e| matches!(e,
+                    IrEntry::RouterArpReply { port, ip, subnet, .. } if port == inport && *ip == tpa && contains(subnet, spa)));
+                if answers {
+                    self.step(trace, dp, format!("router answers ARP for {tpa}"));
+                    let answer = Packet {
+                        eth_src: port_mac,
+                        eth_dst: packet.eth_src,
+                        l3: L3::Arp {
+                            op: 2,
+                            sha: port_mac,
+                            spa: tpa,
+                            tha: sha,
+                            tpa: spa,
+                        },
+                    };
+                    self.router_output(dp, inport, answer, trace, hops);
+                } else {
+                    self.step(
+                        trace,
+                        dp,
+                        "dropped: ARP not for this router (OVN may learn its sender; ovnbpf does not learn)".into(),
+                    );
+                }
+                return;
+            }
+            L3::Arp { .. } => {
+                self.step(
+                    trace,
+                    dp,
+                    "dropped: ARP reply (OVN learns its sender; ovnbpf does not learn)".into(),
+                );
+                return;
+            }
+            L3::Ipv4 {
+                source,
+                destination,
+                ttl,
+                ..
+            } => (source, destination, ttl),
+            L3::Ipv6 { .. } => return,
+        };
+        let martian = |ip: Ipv4Addr| {
+            ip.is_multicast() || ip.is_broadcast() || ip.is_loopback() || ip.octets()[0] == 0
+        };
+        if drop_rule(
+            &|r| matches!(r, RouterDropRule::SpoofedSource(list) if list.contains(&source)),
+        ) {
+            self.step(
+                trace,
+                dp,
+                format!("dropped: source {source} is the router's own"),
+            );
+            return;
+        }
+        if drop_rule(&|r| matches!(r, RouterDropRule::Martian))
+            && (martian(source) || destination.is_loopback() || destination.octets()[0] == 0)
+        {
+            self.step(trace, dp, "dropped: martian address".into());
+            return;
+        }
+        let echo = matches!(
+            packet.l3,
+            L3::Ipv4 {
+                l4: L4::Icmp { kind: 8, code: 0 },
+                ..
+            }
+        ) && self
+            .entries(dp)
+            .any(|e| matches!(e, IrEntry::RouterEchoReply { ip, .. } if *ip == destination));
+        if echo {
+            self.step(trace, dp, format!("router answers ping to {destination}"));
+            packet.l3 = L3::Ipv4 {
+                source: destination,
+                destination: source,
+                ttl: 255,
+                l4: L4::Icmp { kind: 0, code: 0 },
+            };
+        } else {
+            if destination.is_multicast() && drop_rule(&|r| matches!(r, RouterDropRule::Multicast))
+            {
+                self.step(trace, dp, "dropped: IP multicast".into());
+                return;
+            }
+            if let Some(reply) = self.reject(dp, &packet, destination) {
+                self.step(
+                    trace,
+                    dp,
+                    format!("router rejects traffic to its own {destination}"),
+                );
+                return self.route(dp, reply, trace, hops);
+            }
+            if drop_rule(
+                &|r| matches!(r, RouterDropRule::ToRouter(list) if list.contains(&destination)),
+            ) {
+                self.step(
+                    trace,
+                    dp,
+                    format!("dropped: {destination} is the router's own"),
+                );
+                return;
+            }
+            if packet.eth_dst == [0xff; 6] && drop_rule(&|r| matches!(r, RouterDropRule::Broadcast))
+            {
+                self.step(trace, dp, "dropped: Ethernet broadcast".into());
+                return;
+            }
+            if ttl <= 1 {
+                let source_ip = self.entries(dp).find_map(|e| match e {
+                    IrEntry::TtlExceeded { port, source, .. } if port == inport => Some(*source),
+                    _ => None,
+                });
+                if let Some(router_ip) = source_ip {
+                    self.step(
+                        trace,
+                        dp,
+                        "TTL exceeded: ICMP time exceeded back to the sender".into(),
+                    );
+                    let error = Packet {
+                        eth_src: port_mac,
+                        eth_dst: packet.eth_src,
+                        l3: L3::Ipv4 {
+                            source: router_ip,
+                            destination: source,
+                            ttl: 254,
+                            l4: L4::Icmp { kind: 11, code: 0 },
+                        },
+                    };
+                    self.router_output(dp, inport, error, trace, hops);
+                } else {
+                    self.step(trace, dp, "dropped: TTL expired".into());
+                }
+                return;
+            }
+        }
+        self.route(dp, packet, trace, hops);
+    }
+
+    /// The answer to traffic for a router IP that a reject rule covers (TCP reset or ICMP
+    /// unreachable, addressed back to the sender), as OVN builds it before routing it back.
+    pub(super) fn reject(&self, dp: u32, packet: &Packet, destination: Ipv4Addr) -> Option<Packet> {
+        let L3::Ipv4 { source, l4, .. } = packet.l3 else {
+            return None;
+        };
+        let response = self.reject_response(dp, l4, |e| match e {
+            IrEntry::RouterReject {
+                ip,
+                protocol,
+                response,
+                ..
+            } if *ip == destination => Some((*protocol, *response)),
+            _ => None,
+        })?;
+        reject_reply(packet, response, l4, 3, |l4| L3::Ipv4 {
+            source: destination,
+            destination: source,
+            ttl: 255,
+            l4,
+        })
+    }
+
+    /// The reject rule of `dp` for traffic with `l4`, among the rules `rule` selects: a
+    /// protocol-specific rule (priority 80) wins over the catch-all (priority 70).
+    pub(super) fn reject_response(
+        &self,
+        dp: u32,
+        l4: L4,
+        rule: impl Fn(&IrEntry) -> Option<(Option<RejectProtocol>, RejectResponse)>,
+    ) -> Option<RejectResponse> {
+        let protocol = match l4 {
+            L4::Tcp { .. } | L4::TcpReset { .. } => Some(RejectProtocol::Tcp),
+            L4::Udp { .. } => Some(RejectProtocol::Udp),
+            L4::Icmp { .. } | L4::Nd { .. } => None,
+        };
+        self.entries(dp)
+            .filter_map(rule)
+            .filter(|(p, _)| p.is_none() || *p == protocol)
+            .max_by_key(|(p, _)| p.is_some())
+            .map(|(_, response)| response)
+    }
+
+    /// The highest-priority router policy matching `packet`, if any.
+    pub(super) fn policy(&self, dp: u32, packet: &Packet) -> Option<(u16, &'a PolicyVerdict)> {
+        let L3::Ipv4 {
+            source,
+            destination,
+            ..
+        } = packet.l3
+        else {
+            return None;
+        };
+        let within = |prefix: &Option<Prefix>, ip| prefix.as_ref().is_none_or(|p| contains(p, ip));
+        self.entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::RouterPolicy {
+                    priority,
+                    source: from,
+                    destination: to,
+                    verdict,
+                    ..
+                } if within(from, source) && within(to, destination) => Some((*priority, verdict)),
+                _ => None,
+            })
+            .max_by_key(|(priority, _)| *priority)
+    }
+
+    pub(super) fn route(&self, dp: u32, mut packet: Packet, trace: &mut Trace, hops: usize) {
+        let L3::Ipv4 { destination, .. } = packet.l3 else {
+            return;
+        };
+        let route = self
+            .entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::Route {
+                    prefix,
+                    priority,
+                    route_table: None | Some(0),
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } if contains(prefix, destination) => Some((
+                    *priority,
+                    *nexthop,
+                    *source_ip,
+                    *source_mac,
+                    port.as_str(),
+                    *prefix,
+                )),
+                _ => None,
+            })
+            .max_by_key(|(priority, ..)| *priority);
+        let Some((_, nexthop, mut source_ip, mut source_mac, mut port, prefix)) = route else {
+            self.step(trace, dp, format!("dropped: no route to {destination}"));
+            return;
+        };
+        let mut nexthop = nexthop.unwrap_or(destination);
+        self.step(
+            trace,
+            dp,
+            format!(
+                "route {}/{} via {nexthop} out of {port}",
+                prefix.network, prefix.length
+            ),
+        );
+        match self.policy(dp, &packet) {
+            None | Some((_, PolicyVerdict::Allow)) => {}
+            Some((priority, PolicyVerdict::Drop)) => {
+                self.step(trace, dp, format!("dropped: router policy {priority}"));
+                return;
+            }
+            Some((
+                priority,
+                PolicyVerdict::Reroute {
+                    nexthop: policy_nexthop,
+                    source_ip: policy_source_ip,
+                    source_mac: policy_source_mac,
+                    port: policy_port,
+                },
+            )) => {
+                nexthop = *policy_nexthop;
+                source_ip = *policy_source_ip;
+                source_mac = *policy_source_mac;
+                port = policy_port;
+                self.step(
+                    trace,
+                    dp,
+                    format!("router policy {priority}: reroute via {nexthop} out of {port}"),
+                );
+            }
+        }
+        packet.decrement_ttl();
+        packet.eth_src = source_mac;
+        let neighbour = self
+            .entries(dp)
+            .find_map(|e| match e {
+                IrEntry::Neighbour {
+                    port: p, ip, mac, ..
+                } if p == port && *ip == nexthop => Some(*mac),
+                _ => None,
+            })
+            .or_else(|| {
+                let lookup = self
+                    .entries(dp)
+                    .any(|e| matches!(e, IrEntry::NeighbourLookup { .. }));
+                self.entries(dp).find_map(|e| match e {
+                    IrEntry::LearnedNeighbour {
+                        port: p, ip, mac, ..
+                    } if lookup && p == port && *ip == nexthop => Some(*mac),
+                    _ => None,
+                })
+            });
+        match neighbour {
+            Some(mac) => {
+                packet.eth_dst = mac;
+                self.step(
+                    trace,
+                    dp,
+                    format!("neighbour {nexthop} is-at {}", format_mac(&mac)),
+                );
+                self.router_output(dp, port, packet, trace, hops);
+            }
+            None if self
+                .entries(dp)
+                .any(|e| matches!(e, IrEntry::ArpRequestForNextHop { .. })) =>
+            {
+                self.step(
+                    trace,
+                    dp,
+                    format!("next hop {nexthop} unknown: ARP request for it"),
+                );
+                let request = Packet {
+                    eth_src: source_mac,
+                    eth_dst: [0xff; 6],
+                    l3: L3::Arp {
+                        op: 1,
+                        sha: source_mac,
+                        spa: source_ip,
+                        tha: [0; 6],
+                        tpa: nexthop,
+                    },
+                };
+                self.router_output(dp, port, request, trace, hops);
+            }
+            None => self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved")),
+        }
+    }
+}
+
+/// The reply a reject response makes to `packet` (whose transport is `l4`): a TCP reset for TCP,
+/// or an ICMP destination unreachable of type `unreachable_kind` (3 in ICMPv4, 1 in ICMPv6).
+/// `back` builds the reply's L3 header, swapped and with TTL 255 as ovn-trace models OVN's
+/// `tcp_reset` and `icmp4`/`icmp6` actions. On the wire ovn-controller's pinctrl starts a reset
+/// with TTL 63 (and RST|ACK, where ovn-trace shows RST): the kernel follows pinctrl
+/// (`ebpf/src/reject.rs`), this evaluator ovn-trace, its oracle.
+pub(super) fn reject_reply(
+    packet: &Packet,
+    response: RejectResponse,
+    l4: L4,
+    unreachable_kind: u8,
+    back: impl Fn(L4) -> L3,
+) -> Option<Packet> {
+    let reply_l4 = match (response, l4) {
+        (
+            RejectResponse::TcpReset,
+            L4::Tcp {
+                source,
+                destination,
+            },
+        ) => L4::TcpReset {
+            source,
+            destination,
+        },
+        (RejectResponse::IcmpUnreachable { code }, _) => L4::Icmp {
+            kind: unreachable_kind,
+            code,
+        },
+        _ => return None,
+    };
+    Some(Packet {
+        eth_src: packet.eth_dst,
+        eth_dst: packet.eth_src,
+        l3: back(reply_l4),
+    })
+}
