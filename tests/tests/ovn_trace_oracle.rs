@@ -165,7 +165,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .expect("a subnet-a2 pod");
     let entry = format!(
         "{} {}",
-        ovnbpf_agent::pipeline::eval::packet::format_mac(&secured.mac),
+        ovnbpf_agent::net::format_mac(&secured.mac),
         secured.ip
     );
     lab.nbctl(&["--wait=sb", "lsp-set-port-security", &secured.port, &entry])
@@ -185,10 +185,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "external_ids:name=vpc-a",
         ])
         .unwrap();
-    let mac = format!(
-        "mac=\"{}\"",
-        ovnbpf_agent::pipeline::eval::packet::format_mac(&owner.mac)
-    );
+    let mac = format!("mac=\"{}\"", ovnbpf_agent::net::format_mac(&owner.mac));
     let datapath = format!("datapath={}", vpc_a.trim());
     let ip = format!("ip=\"{LEARNED}\"");
     lab.sbctl(&[

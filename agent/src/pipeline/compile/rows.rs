@@ -78,14 +78,7 @@ pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry>
 pub(super) fn learned_neighbour(sb: &Southbound, binding: &MacBinding) -> Option<IrEntry> {
     let datapath = sb.row::<DatapathBinding>(&binding.datapath?)?.tunnel_key;
     let ip = binding.ip.parse().ok()?;
-    let mut mac = [0_u8; 6];
-    let parts: Vec<&str> = binding.mac.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    for (byte, part) in mac.iter_mut().zip(parts) {
-        *byte = u8::from_str_radix(part, 16).ok()?;
-    }
+    let mac = crate::net::parse_mac(&binding.mac)?;
     Some(IrEntry::LearnedNeighbour {
         datapath,
         port: binding.logical_port.clone(),

@@ -6,19 +6,13 @@ use std::net::Ipv6Addr;
 
 use super::{
     Evaluator, Trace,
-    packet::{L3, L4, Packet, format_mac, solicited_node},
+    packet::{L3, L4, Packet, solicited_node},
     router::reject_reply,
 };
-use crate::pipeline::ir::{IrEntry, Mac, Prefix6, RouterDropRule};
-
-fn contains6(prefix: &Prefix6, ip: Ipv6Addr) -> bool {
-    let mask = if prefix.length == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(prefix.length))
-    };
-    u128::from(ip) & mask == u128::from(prefix.network) & mask
-}
+use crate::{
+    net::format_mac,
+    pipeline::ir::{IrEntry, Mac, RouterDropRule},
+};
 
 /// ip6.mcast_rsvd: ff0X::/16 with scope 0–2 and only the last group set.
 fn reserved_multicast(ip: Ipv6Addr) -> bool {
@@ -253,7 +247,7 @@ impl Evaluator<'_> {
                     source_mac,
                     port,
                     ..
-                } if contains6(prefix, destination)
+                } if prefix.contains(destination)
                     && needed.as_deref().is_none_or(|p| p == inport) =>
                 {
                     Some((*priority, *nexthop, *source_mac, port.as_str(), *prefix))

@@ -5,12 +5,13 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::packet::{L3, L4, Packet, format_mac};
+use super::packet::{L3, L4, Packet};
 use crate::{
     lflow::{
         ast::{Action, Expr, Relation, Source, Value},
         lexer::{Constant, Token},
     },
+    net::format_mac,
     pipeline::ir::Mac,
 };
 

@@ -8,6 +8,7 @@ use std::{
     net::{Ipv4Addr, Ipv6Addr},
 };
 
+use crate::net::format_mac;
 use crate::pipeline::ir::Mac;
 
 /// Layer 4 (ICMP means ICMPv4 under IPv4 and ICMPv6 under IPv6).
@@ -69,14 +70,6 @@ pub struct Packet {
     pub eth_src: Mac,
     pub eth_dst: Mac,
     pub l3: L3,
-}
-
-#[must_use]
-pub fn format_mac(mac: &Mac) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 /// The solicited-node multicast address of `address` (ff02::1:ffXX:XXXX).

@@ -6,9 +6,9 @@ use std::net::Ipv4Addr;
 
 use super::{
     Evaluator, MAX_HOPS, Trace, is_multicast,
-    packet::{L3, L4, Packet, format_mac},
-    switch::contains,
+    packet::{L3, L4, Packet},
 };
+use crate::net::format_mac;
 use crate::pipeline::ir::{
     IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse, RouterDropRule,
 };
@@ -125,7 +125,7 @@ impl<'a> Evaluator<'a> {
                 ..
             } => {
                 let answers = self.entries(dp).any(|e| matches!(e,
-                    IrEntry::RouterArpReply { port, ip, subnet, .. } if port == inport && *ip == tpa && contains(subnet, spa)));
+                    IrEntry::RouterArpReply { port, ip, subnet, .. } if port == inport && *ip == tpa && subnet.contains(spa)));
                 if answers {
                     self.step(trace, dp, format!("router answers ARP for {tpa}"));
                     let answer = Packet {
@@ -314,7 +314,7 @@ impl<'a> Evaluator<'a> {
         else {
             return None;
         };
-        let within = |prefix: &Option<Prefix>, ip| prefix.as_ref().is_none_or(|p| contains(p, ip));
+        let within = |prefix: &Option<Prefix>, ip| prefix.as_ref().is_none_or(|p| p.contains(ip));
         self.entries(dp)
             .filter_map(|e| match e {
                 IrEntry::RouterPolicy {
@@ -345,7 +345,7 @@ impl<'a> Evaluator<'a> {
                     source_mac,
                     port,
                     ..
-                } if contains(prefix, destination) => Some((
+                } if prefix.contains(destination) => Some((
                     *priority,
                     *nexthop,
                     *source_ip,

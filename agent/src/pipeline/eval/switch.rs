@@ -2,29 +2,21 @@
 //! (`port_security`, `arp`, `switching`, `flood`, delivery with egress port security). Reads
 //! only IR entries through [`Evaluator`].
 
-use std::net::Ipv4Addr;
-
 use super::{
     Evaluator, MAX_HOPS, Trace, is_multicast,
-    packet::{L3, L4, Packet, format_mac},
+    packet::{L3, L4, Packet},
 };
-use crate::pipeline::ir::{IrEntry, PortKind, Prefix, parse_port_security};
-
-pub(super) fn contains(prefix: &Prefix, ip: Ipv4Addr) -> bool {
-    let mask = if prefix.length == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(prefix.length))
-    };
-    u32::from(ip) & mask == u32::from(prefix.network) & mask
-}
+use crate::{
+    net::{format_mac, parse_lsp_address},
+    pipeline::ir::{IrEntry, PortKind},
+};
 
 /// OVN's ingress port security (IPv4/ARP): the source MAC must be allowed; when addresses are
 /// listed, so must be the IPv4 source (0.0.0.0 for DHCP discovery) and the ARP sender.
 fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
     allowed
         .iter()
-        .filter_map(|e| parse_port_security(e))
+        .filter_map(|e| parse_lsp_address(e))
         .any(|(mac, prefixes)| {
             if packet.eth_src != mac {
                 return false;
@@ -33,7 +25,7 @@ fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
                 return true;
             }
             match packet.l3 {
-                L3::Arp { sha, spa, .. } => sha == mac && prefixes.iter().any(|p| contains(p, spa)),
+                L3::Arp { sha, spa, .. } => sha == mac && prefixes.iter().any(|p| p.contains(spa)),
                 // IPv6 port security is not modelled beyond the source MAC.
                 L3::Ipv6 { .. } => true,
                 L3::Ipv4 {
@@ -42,7 +34,7 @@ fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
                     l4,
                     ..
                 } => {
-                    prefixes.iter().any(|p| contains(p, source))
+                    prefixes.iter().any(|p| p.contains(source))
                         || (source.is_unspecified()
                             && destination.is_broadcast()
                             && matches!(
@@ -66,7 +58,7 @@ fn egress_allowed(allowed: &[String], packet: &Packet) -> bool {
     }
     allowed
         .iter()
-        .filter_map(|e| parse_port_security(e))
+        .filter_map(|e| parse_lsp_address(e))
         .any(|(mac, prefixes)| {
             if packet.eth_dst != mac {
                 return false;
@@ -75,7 +67,7 @@ fn egress_allowed(allowed: &[String], packet: &Packet) -> bool {
                 L3::Ipv4 { destination, .. } if !prefixes.is_empty() => {
                     destination.is_broadcast()
                         || destination.is_multicast()
-                        || prefixes.iter().any(|p| contains(p, destination))
+                        || prefixes.iter().any(|p| p.contains(destination))
                 }
                 _ => true,
             }
