@@ -7,7 +7,6 @@ use std::net::Ipv6Addr;
 use super::{
     Evaluator, Trace,
     packet::{L3, L4, Packet, solicited_node},
-    router::reject_reply,
 };
 use crate::{
     net::format_mac,
@@ -177,7 +176,7 @@ impl Evaluator<'_> {
             self.step(trace, dp, "dropped: IP multicast".into());
             return;
         }
-        if let Some(reply) = self.reject6(dp, &packet, source, destination, l4) {
+        if let Some(reply) = self.reject(dp, &packet, source, destination, l4) {
             self.step(
                 trace,
                 dp,
@@ -205,31 +204,6 @@ impl Evaluator<'_> {
             return;
         }
         self.route6(dp, inport, packet, trace, hops);
-    }
-
-    fn reject6(
-        &self,
-        dp: u32,
-        packet: &Packet,
-        source: Ipv6Addr,
-        destination: Ipv6Addr,
-        l4: L4,
-    ) -> Option<Packet> {
-        let response = self.reject_response(dp, l4, |e| match e {
-            IrEntry::RouterReject6 {
-                ip,
-                protocol,
-                response,
-                ..
-            } if *ip == destination => Some((*protocol, *response)),
-            _ => None,
-        })?;
-        reject_reply(packet, response, l4, 1, |l4| L3::Ipv6 {
-            source: destination,
-            destination: source,
-            ttl: 255,
-            l4,
-        })
     }
 
     fn route6(&self, dp: u32, inport: &str, mut packet: Packet, trace: &mut Trace, hops: usize) {
@@ -270,24 +244,7 @@ impl Evaluator<'_> {
         );
         packet.decrement_ttl();
         packet.eth_src = source_mac;
-        let lookup = self
-            .entries(dp)
-            .any(|e| matches!(e, IrEntry::NeighbourLookup6 { .. }));
-        let neighbour = self.entries(dp).find_map(|e| match e {
-            IrEntry::Neighbour6 {
-                port: p, ip, mac, ..
-            } if p == port && *ip == nexthop => Some(*mac),
-            _ => None,
-        });
-        let learned = || {
-            self.entries(dp).find_map(|e| match e {
-                IrEntry::LearnedNeighbour6 {
-                    port: p, ip, mac, ..
-                } if lookup && p == port && *ip == nexthop => Some(*mac),
-                _ => None,
-            })
-        };
-        if let Some(mac) = neighbour.or_else(learned) {
+        if let Some(mac) = self.resolve_neighbour(dp, port, nexthop) {
             packet.eth_dst = mac;
             self.step(
                 trace,

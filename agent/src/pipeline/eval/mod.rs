@@ -4,6 +4,7 @@
 //! happened and why. This is the semantic reference the differential tests compare with
 //! `ovn-trace`; it reads only IR entries.
 
+mod family;
 mod ipv6;
 pub mod microflow;
 pub mod packet;

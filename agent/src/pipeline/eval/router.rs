@@ -9,9 +9,7 @@ use super::{
     packet::{L3, L4, Packet},
 };
 use crate::net::format_mac;
-use crate::pipeline::ir::{
-    IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse, RouterDropRule,
-};
+use crate::pipeline::ir::{IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule};
 
 impl<'a> Evaluator<'a> {
     pub(super) fn router_port_mac(&self, dp: u32, port: &str) -> Option<Mac> {
@@ -116,7 +114,7 @@ impl<'a> Evaluator<'a> {
             self.router_ipv6(dp, inport, port_mac, packet, trace, hops);
             return;
         }
-        let (source, destination, ttl) = match packet.l3 {
+        let (source, destination, ttl, l4) = match packet.l3 {
             L3::Arp {
                 op: 1,
                 tpa,
@@ -161,8 +159,8 @@ impl<'a> Evaluator<'a> {
                 source,
                 destination,
                 ttl,
-                ..
-            } => (source, destination, ttl),
+                l4,
+            } => (source, destination, ttl, l4),
             L3::Ipv6 { .. } => return,
         };
         let martian = |ip: Ipv4Addr| {
@@ -207,7 +205,7 @@ impl<'a> Evaluator<'a> {
                 self.step(trace, dp, "dropped: IP multicast".into());
                 return;
             }
-            if let Some(reply) = self.reject(dp, &packet, destination) {
+            if let Some(reply) = self.reject(dp, &packet, source, destination, l4) {
                 self.step(
                     trace,
                     dp,
@@ -259,49 +257,6 @@ impl<'a> Evaluator<'a> {
             }
         }
         self.route(dp, packet, trace, hops);
-    }
-
-    /// The answer to traffic for a router IP that a reject rule covers (TCP reset or ICMP
-    /// unreachable, addressed back to the sender), as OVN builds it before routing it back.
-    pub(super) fn reject(&self, dp: u32, packet: &Packet, destination: Ipv4Addr) -> Option<Packet> {
-        let L3::Ipv4 { source, l4, .. } = packet.l3 else {
-            return None;
-        };
-        let response = self.reject_response(dp, l4, |e| match e {
-            IrEntry::RouterReject {
-                ip,
-                protocol,
-                response,
-                ..
-            } if *ip == destination => Some((*protocol, *response)),
-            _ => None,
-        })?;
-        reject_reply(packet, response, l4, 3, |l4| L3::Ipv4 {
-            source: destination,
-            destination: source,
-            ttl: 255,
-            l4,
-        })
-    }
-
-    /// The reject rule of `dp` for traffic with `l4`, among the rules `rule` selects: a
-    /// protocol-specific rule (priority 80) wins over the catch-all (priority 70).
-    pub(super) fn reject_response(
-        &self,
-        dp: u32,
-        l4: L4,
-        rule: impl Fn(&IrEntry) -> Option<(Option<RejectProtocol>, RejectResponse)>,
-    ) -> Option<RejectResponse> {
-        let protocol = match l4 {
-            L4::Tcp { .. } | L4::TcpReset { .. } => Some(RejectProtocol::Tcp),
-            L4::Udp { .. } => Some(RejectProtocol::Udp),
-            L4::Icmp { .. } | L4::Nd { .. } => None,
-        };
-        self.entries(dp)
-            .filter_map(rule)
-            .filter(|(p, _)| p.is_none() || *p == protocol)
-            .max_by_key(|(p, _)| p.is_some())
-            .map(|(_, response)| response)
     }
 
     /// The highest-priority router policy matching `packet`, if any.
@@ -397,25 +352,7 @@ impl<'a> Evaluator<'a> {
         }
         packet.decrement_ttl();
         packet.eth_src = source_mac;
-        let neighbour = self
-            .entries(dp)
-            .find_map(|e| match e {
-                IrEntry::Neighbour {
-                    port: p, ip, mac, ..
-                } if p == port && *ip == nexthop => Some(*mac),
-                _ => None,
-            })
-            .or_else(|| {
-                let lookup = self
-                    .entries(dp)
-                    .any(|e| matches!(e, IrEntry::NeighbourLookup { .. }));
-                self.entries(dp).find_map(|e| match e {
-                    IrEntry::LearnedNeighbour {
-                        port: p, ip, mac, ..
-                    } if lookup && p == port && *ip == nexthop => Some(*mac),
-                    _ => None,
-                })
-            });
+        let neighbour = self.resolve_neighbour(dp, port, nexthop);
         match neighbour {
             Some(mac) => {
                 packet.eth_dst = mac;
@@ -451,41 +388,4 @@ impl<'a> Evaluator<'a> {
             None => self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved")),
         }
     }
-}
-
-/// The reply a reject response makes to `packet` (whose transport is `l4`): a TCP reset for TCP,
-/// or an ICMP destination unreachable of type `unreachable_kind` (3 in ICMPv4, 1 in ICMPv6).
-/// `back` builds the reply's L3 header, swapped and with TTL 255 as ovn-trace models OVN's
-/// `tcp_reset` and `icmp4`/`icmp6` actions. On the wire ovn-controller's pinctrl starts a reset
-/// with TTL 63 (and RST|ACK, where ovn-trace shows RST): the kernel follows pinctrl
-/// (`ebpf/src/reject.rs`), this evaluator ovn-trace, its oracle.
-pub(super) fn reject_reply(
-    packet: &Packet,
-    response: RejectResponse,
-    l4: L4,
-    unreachable_kind: u8,
-    back: impl Fn(L4) -> L3,
-) -> Option<Packet> {
-    let reply_l4 = match (response, l4) {
-        (
-            RejectResponse::TcpReset,
-            L4::Tcp {
-                source,
-                destination,
-            },
-        ) => L4::TcpReset {
-            source,
-            destination,
-        },
-        (RejectResponse::IcmpUnreachable { code }, _) => L4::Icmp {
-            kind: unreachable_kind,
-            code,
-        },
-        _ => return None,
-    };
-    Some(Packet {
-        eth_src: packet.eth_dst,
-        eth_dst: packet.eth_src,
-        l3: back(reply_l4),
-    })
 }
