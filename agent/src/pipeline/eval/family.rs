@@ -9,10 +9,30 @@ use std::{
 };
 
 use super::{
-    Evaluator,
+    Evaluator, Trace,
     packet::{L3, L4, Packet},
 };
 use crate::pipeline::ir::{IrEntry, Mac, RejectProtocol, RejectResponse};
+
+/// A route that matches a destination.
+#[derive(Clone, Copy)]
+pub(super) struct Route<'e, A> {
+    pub priority: u16,
+    pub network: A,
+    pub length: u8,
+    pub nexthop: Option<A>,
+    pub source_ip: A,
+    pub source_mac: Mac,
+    pub port: &'e str,
+}
+
+/// Where the chosen route sends a packet.
+pub(super) struct Hop<'e, A> {
+    pub nexthop: A,
+    pub source_ip: A,
+    pub source_mac: Mac,
+    pub port: &'e str,
+}
 
 /// An address family, by its address type.
 pub(super) trait Family: Copy + PartialEq + fmt::Display {
@@ -27,6 +47,9 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
 
     /// The learned neighbour (MAC_Binding) `entry` gives for `ip` behind `port`, if any.
     fn learned_neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac>;
+
+    /// The route `entry` offers to `destination` for a packet that came in on `inport`.
+    fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>>;
 
     /// Whether `entry` says next hops are looked up among the learned neighbours.
     fn is_neighbour_lookup(entry: &IrEntry) -> bool;
@@ -70,6 +93,30 @@ impl Family for Ipv4Addr {
                 mac,
                 ..
             } if p == port && *i == ip => Some(*mac),
+            _ => None,
+        }
+    }
+
+    fn route<'e>(entry: &'e IrEntry, destination: Self, _: &str) -> Option<Route<'e, Self>> {
+        match entry {
+            IrEntry::Route {
+                prefix,
+                priority,
+                route_table: None | Some(0),
+                nexthop,
+                source_ip,
+                source_mac,
+                port,
+                ..
+            } if prefix.contains(destination) => Some(Route {
+                priority: *priority,
+                network: prefix.network,
+                length: prefix.length,
+                nexthop: *nexthop,
+                source_ip: *source_ip,
+                source_mac: *source_mac,
+                port,
+            }),
             _ => None,
         }
     }
@@ -127,6 +174,32 @@ impl Family for Ipv6Addr {
         }
     }
 
+    fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>> {
+        match entry {
+            IrEntry::Route6 {
+                prefix,
+                priority,
+                inport: needed,
+                nexthop,
+                source_ip,
+                source_mac,
+                port,
+                ..
+            } if prefix.contains(destination) && needed.as_deref().is_none_or(|p| p == inport) => {
+                Some(Route {
+                    priority: *priority,
+                    network: prefix.network,
+                    length: prefix.length,
+                    nexthop: *nexthop,
+                    source_ip: *source_ip,
+                    source_mac: *source_mac,
+                    port,
+                })
+            }
+            _ => None,
+        }
+    }
+
     fn is_neighbour_lookup(entry: &IrEntry) -> bool {
         matches!(entry, IrEntry::NeighbourLookup6 { .. })
     }
@@ -141,7 +214,39 @@ impl Family for Ipv6Addr {
     }
 }
 
-impl Evaluator<'_> {
+impl<'a> Evaluator<'a> {
+    /// `router`'s route lookup: the highest-priority route to `destination` (for a packet that
+    /// came in on `inport`), recorded as a step; `None` (the packet dropped) without one.
+    pub(super) fn lookup_route<A: Family>(
+        &self,
+        dp: u32,
+        inport: &str,
+        destination: A,
+        trace: &mut Trace,
+    ) -> Option<Hop<'a, A>> {
+        let route = self
+            .entries(dp)
+            .filter_map(|e| A::route(e, destination, inport))
+            .max_by_key(|route| route.priority);
+        let Some(route) = route else {
+            self.step(trace, dp, format!("dropped: no route to {destination}"));
+            return None;
+        };
+        let nexthop = route.nexthop.unwrap_or(destination);
+        let (network, length, port) = (route.network, route.length, route.port);
+        self.step(
+            trace,
+            dp,
+            format!("route {network}/{length} via {nexthop} out of {port}"),
+        );
+        Some(Hop {
+            nexthop,
+            source_ip: route.source_ip,
+            source_mac: route.source_mac,
+            port,
+        })
+    }
+
     /// `reject`: the answer to traffic (`l4`, from `source`) for a router address `destination`
     /// that a reject rule covers (TCP reset or ICMP unreachable, addressed back to the sender),
     /// as OVN builds it before routing it back.

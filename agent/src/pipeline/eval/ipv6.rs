@@ -6,6 +6,7 @@ use std::net::Ipv6Addr;
 
 use super::{
     Evaluator, Trace,
+    family::Hop,
     packet::{L3, L4, Packet, solicited_node},
 };
 use crate::{
@@ -210,38 +211,15 @@ impl Evaluator<'_> {
         let L3::Ipv6 { destination, .. } = packet.l3 else {
             return;
         };
-        let route = self
-            .entries(dp)
-            .filter_map(|e| match e {
-                IrEntry::Route6 {
-                    prefix,
-                    priority,
-                    inport: needed,
-                    nexthop,
-                    source_mac,
-                    port,
-                    ..
-                } if prefix.contains(destination)
-                    && needed.as_deref().is_none_or(|p| p == inport) =>
-                {
-                    Some((*priority, *nexthop, *source_mac, port.as_str(), *prefix))
-                }
-                _ => None,
-            })
-            .max_by_key(|(priority, ..)| *priority);
-        let Some((_, nexthop, source_mac, port, prefix)) = route else {
-            self.step(trace, dp, format!("dropped: no route to {destination}"));
+        let Some(Hop {
+            nexthop,
+            source_mac,
+            port,
+            ..
+        }) = self.lookup_route(dp, inport, destination, trace)
+        else {
             return;
         };
-        let nexthop = nexthop.unwrap_or(destination);
-        self.step(
-            trace,
-            dp,
-            format!(
-                "route {}/{} via {nexthop} out of {port}",
-                prefix.network, prefix.length
-            ),
-        );
         packet.decrement_ttl();
         packet.eth_src = source_mac;
         if let Some(mac) = self.resolve_neighbour(dp, port, nexthop) {

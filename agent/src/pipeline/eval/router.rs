@@ -5,11 +5,16 @@
 use std::net::Ipv4Addr;
 
 use super::{
-    Evaluator, MAX_HOPS, Trace, is_multicast,
+    Evaluator, MAX_HOPS, Trace,
+    family::Hop,
+    is_multicast,
     packet::{L3, L4, Packet},
 };
 use crate::net::format_mac;
 use crate::pipeline::ir::{IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule};
+
+/// IPv4 routes do not depend on the inport (only IPv6's per-port link-local routes do).
+const NO_INPORT: &str = "";
 
 impl<'a> Evaluator<'a> {
     pub(super) fn router_port_mac(&self, dp: u32, port: &str) -> Option<Mac> {
@@ -288,42 +293,15 @@ impl<'a> Evaluator<'a> {
         let L3::Ipv4 { destination, .. } = packet.l3 else {
             return;
         };
-        let route = self
-            .entries(dp)
-            .filter_map(|e| match e {
-                IrEntry::Route {
-                    prefix,
-                    priority,
-                    route_table: None | Some(0),
-                    nexthop,
-                    source_ip,
-                    source_mac,
-                    port,
-                    ..
-                } if prefix.contains(destination) => Some((
-                    *priority,
-                    *nexthop,
-                    *source_ip,
-                    *source_mac,
-                    port.as_str(),
-                    *prefix,
-                )),
-                _ => None,
-            })
-            .max_by_key(|(priority, ..)| *priority);
-        let Some((_, nexthop, mut source_ip, mut source_mac, mut port, prefix)) = route else {
-            self.step(trace, dp, format!("dropped: no route to {destination}"));
+        let Some(Hop {
+            mut nexthop,
+            mut source_ip,
+            mut source_mac,
+            mut port,
+        }) = self.lookup_route(dp, NO_INPORT, destination, trace)
+        else {
             return;
         };
-        let mut nexthop = nexthop.unwrap_or(destination);
-        self.step(
-            trace,
-            dp,
-            format!(
-                "route {}/{} via {nexthop} out of {port}",
-                prefix.network, prefix.length
-            ),
-        );
         match self.policy(dp, &packet) {
             None | Some((_, PolicyVerdict::Allow)) => {}
             Some((priority, PolicyVerdict::Drop)) => {
