@@ -20,6 +20,14 @@ pub(super) fn plain(field: &FieldRef, name: &str) -> bool {
     field.name == name && field.slice.is_none()
 }
 
+/// The whole field `name` (no slice).
+pub(super) fn field(name: &str) -> FieldRef {
+    FieldRef {
+        name: name.to_string(),
+        slice: None,
+    }
+}
+
 pub(super) fn bit(name: &str, bit: u32) -> FieldRef {
     FieldRef {
         name: name.to_string(),

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use super::{Class, matching::*, not_compiled, unsupported};
 use crate::{
     lflow::{
-        ast::{Action, Expr, FieldRef, Source, Value},
+        ast::{Action, Expr, Source, Value},
         lexer::Constant,
     },
     pipeline::ir::{IrEntry, PolicyVerdict, RejectProtocol, RejectResponse, RouterDropRule},
@@ -15,12 +15,8 @@ use crate::{
 
 /// `lr_in_ip_routing_pre`: everything uses route table 0 unless route tables are configured.
 pub(super) fn routing_pre(_: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
-    let reg7 = FieldRef {
-        name: "reg7".into(),
-        slice: None,
-    };
     match terms {
-        [Expr::Bool(true)] if zeroes_then_next(actions, &reg7) => Class::Neutral,
+        [Expr::Bool(true)] if zeroes_then_next(actions, &field("reg7")) => Class::Neutral,
         _ => unsupported("route tables"),
     }
 }
@@ -529,20 +525,7 @@ pub(super) fn neighbour_learning(dp: u32, _: i64, terms: &[&Expr], actions: &[Ac
 /// `lr_in_arp_resolve`: next-hop MACs.
 pub(super) fn neighbour(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
     match (terms, actions) {
-        (
-            [first, second],
-            [
-                Action::Assign {
-                    destination,
-                    source:
-                        Source::Constant(Constant::Mac {
-                            address,
-                            mask: None,
-                        }),
-                },
-                next,
-            ],
-        ) if plain(destination, "eth.dst") && is_next(next) => {
+        ([first, second], _) if let Some(mac) = sets_mac_then_next(actions, &field("eth.dst")) => {
             match (
                 compare_string(first, "outport"),
                 compare_ipv4(second, "reg0"),
@@ -551,7 +534,7 @@ pub(super) fn neighbour(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) ->
                     datapath: dp,
                     port: port.to_string(),
                     ip,
-                    mac: *address,
+                    mac,
                 }]),
                 _ => unsupported("neighbour variant (IPv6 or gateway)"),
             }
@@ -570,7 +553,7 @@ pub(super) fn neighbour(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) ->
             Class::Compiled(vec![IrEntry::NeighbourLookup { datapath: dp }])
         }
         ([Expr::Or(_)], [next]) if is_next(next) => Class::Neutral,
-        ([Expr::Bool(true)], [Action::Keyword { name, .. }]) if is_drop(name) => {
+        ([Expr::Bool(true)], _) if is_drop_only(actions) => {
             Class::Compiled(vec![IrEntry::RouterDrop {
                 datapath: dp,
                 rule: RouterDropRule::Unresolvable,

@@ -12,7 +12,7 @@ use super::{
     Evaluator, Trace,
     packet::{L3, L4, Packet},
 };
-use crate::pipeline::ir::{IrEntry, Mac, RejectProtocol, RejectResponse};
+use crate::pipeline::ir::{IrEntry, Mac, RejectProtocol, RejectResponse, RouterDropRule};
 
 /// A route that matches a destination.
 #[derive(Clone, Copy)]
@@ -32,6 +32,15 @@ pub(super) struct Hop<'e, A> {
     pub source_ip: A,
     pub source_mac: Mac,
     pub port: &'e str,
+}
+
+/// What the router input stage does with a packet for an address of the router.
+pub(super) enum Input {
+    Dropped,
+    /// The router answers (echo reply, TCP reset, ICMP unreachable): the answer is routed.
+    Answered(Packet),
+    /// Not for the router: on to TTL handling and routing.
+    Forward,
 }
 
 /// An address family, by its address type.
@@ -54,139 +63,116 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
     /// Whether `entry` says next hops are looked up among the learned neighbours.
     fn is_neighbour_lookup(entry: &IrEntry) -> bool;
 
+    /// ICMP echo request and reply types (8 and 0 in ICMPv4, 128 and 129 in ICMPv6).
+    const ECHO_REQUEST: u8;
+    const ECHO_REPLY: u8;
+
+    /// Whether `entry` says the router answers pings to `ip`.
+    fn answers_ping(entry: &IrEntry, ip: Self) -> bool;
+
+    /// Whether `rule` drops traffic to `ip` as the router's own address.
+    fn is_own(rule: &RouterDropRule, ip: Self) -> bool;
+
+    fn is_multicast_address(self) -> bool;
+
     /// The L3 header of a packet from `source` to `destination`.
     fn l3(source: Self, destination: Self, ttl: u8, l4: L4) -> L3;
 }
 
-impl Family for Ipv4Addr {
-    const UNREACHABLE: u8 = 3;
+/// Implements [`Family`] for an address type from the names of its IR variants (the IPv4 and
+/// IPv6 variants have the same fields) and its route reader (route entries differ).
+macro_rules! family {
+    (
+        $address:ty, $l3:ident, unreachable: $unreachable:literal, echo: ($request:literal,
+        $reply:literal, $echo:ident), own: $own:ident, reject: $reject:ident,
+        neighbour: $neighbour:ident, learned: $learned:ident, lookup: $lookup:ident,
+        route: { $($route:tt)* }
+    ) => {
+        impl Family for $address {
+            const UNREACHABLE: u8 = $unreachable;
+            const ECHO_REQUEST: u8 = $request;
+            const ECHO_REPLY: u8 = $reply;
 
-    fn reject_rule(entry: &IrEntry, ip: Self) -> Option<(Option<RejectProtocol>, RejectResponse)> {
-        match entry {
-            IrEntry::RouterReject {
-                ip: rule_ip,
-                protocol,
-                response,
-                ..
-            } if *rule_ip == ip => Some((*protocol, *response)),
-            _ => None,
+            fn answers_ping(entry: &IrEntry, ip: Self) -> bool {
+                matches!(entry, IrEntry::$echo { ip: echo_ip, .. } if *echo_ip == ip)
+            }
+
+            fn is_own(rule: &RouterDropRule, ip: Self) -> bool {
+                matches!(rule, RouterDropRule::$own(list) if list.contains(&ip))
+            }
+
+            fn is_multicast_address(self) -> bool {
+                self.is_multicast()
+            }
+
+            fn reject_rule(
+                entry: &IrEntry,
+                ip: Self,
+            ) -> Option<(Option<RejectProtocol>, RejectResponse)> {
+                match entry {
+                    IrEntry::$reject {
+                        ip: rule_ip,
+                        protocol,
+                        response,
+                        ..
+                    } if *rule_ip == ip => Some((*protocol, *response)),
+                    _ => None,
+                }
+            }
+
+            fn neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac> {
+                match entry {
+                    IrEntry::$neighbour { port: p, ip: i, mac, .. } if p == port && *i == ip => {
+                        Some(*mac)
+                    }
+                    _ => None,
+                }
+            }
+
+            fn learned_neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac> {
+                match entry {
+                    IrEntry::$learned { port: p, ip: i, mac, .. } if p == port && *i == ip => {
+                        Some(*mac)
+                    }
+                    _ => None,
+                }
+            }
+
+            fn is_neighbour_lookup(entry: &IrEntry) -> bool {
+                matches!(entry, IrEntry::$lookup { .. })
+            }
+
+            fn l3(source: Self, destination: Self, ttl: u8, l4: L4) -> L3 {
+                L3::$l3 {
+                    source,
+                    destination,
+                    ttl,
+                    l4,
+                }
+            }
+
+            $($route)*
         }
-    }
-
-    fn neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac> {
-        match entry {
-            IrEntry::Neighbour {
-                port: p,
-                ip: i,
-                mac,
-                ..
-            } if p == port && *i == ip => Some(*mac),
-            _ => None,
-        }
-    }
-
-    fn learned_neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac> {
-        match entry {
-            IrEntry::LearnedNeighbour {
-                port: p,
-                ip: i,
-                mac,
-                ..
-            } if p == port && *i == ip => Some(*mac),
-            _ => None,
-        }
-    }
-
-    fn route<'e>(entry: &'e IrEntry, destination: Self, _: &str) -> Option<Route<'e, Self>> {
-        match entry {
-            IrEntry::Route {
-                prefix,
-                priority,
-                route_table: None | Some(0),
-                nexthop,
-                source_ip,
-                source_mac,
-                port,
-                ..
-            } if prefix.contains(destination) => Some(Route {
-                priority: *priority,
-                network: prefix.network,
-                length: prefix.length,
-                nexthop: *nexthop,
-                source_ip: *source_ip,
-                source_mac: *source_mac,
-                port,
-            }),
-            _ => None,
-        }
-    }
-
-    fn is_neighbour_lookup(entry: &IrEntry) -> bool {
-        matches!(entry, IrEntry::NeighbourLookup { .. })
-    }
-
-    fn l3(source: Self, destination: Self, ttl: u8, l4: L4) -> L3 {
-        L3::Ipv4 {
-            source,
-            destination,
-            ttl,
-            l4,
-        }
-    }
+    };
 }
 
-impl Family for Ipv6Addr {
-    const UNREACHABLE: u8 = 1;
-
-    fn reject_rule(entry: &IrEntry, ip: Self) -> Option<(Option<RejectProtocol>, RejectResponse)> {
-        match entry {
-            IrEntry::RouterReject6 {
-                ip: rule_ip,
-                protocol,
-                response,
-                ..
-            } if *rule_ip == ip => Some((*protocol, *response)),
-            _ => None,
-        }
-    }
-
-    fn neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac> {
-        match entry {
-            IrEntry::Neighbour6 {
-                port: p,
-                ip: i,
-                mac,
-                ..
-            } if p == port && *i == ip => Some(*mac),
-            _ => None,
-        }
-    }
-
-    fn learned_neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac> {
-        match entry {
-            IrEntry::LearnedNeighbour6 {
-                port: p,
-                ip: i,
-                mac,
-                ..
-            } if p == port && *i == ip => Some(*mac),
-            _ => None,
-        }
-    }
-
-    fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>> {
-        match entry {
-            IrEntry::Route6 {
-                prefix,
-                priority,
-                inport: needed,
-                nexthop,
-                source_ip,
-                source_mac,
-                port,
-                ..
-            } if prefix.contains(destination) && needed.as_deref().is_none_or(|p| p == inport) => {
-                Some(Route {
+family! {
+    Ipv4Addr, Ipv4, unreachable: 3, echo: (8, 0, RouterEchoReply), own: ToRouter,
+    reject: RouterReject,
+    neighbour: Neighbour, learned: LearnedNeighbour, lookup: NeighbourLookup,
+    route: {
+        fn route<'e>(entry: &'e IrEntry, destination: Self, _: &str) -> Option<Route<'e, Self>> {
+            match entry {
+                IrEntry::Route {
+                    prefix,
+                    priority,
+                    route_table: None | Some(0),
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } if prefix.contains(destination) => Some(Route {
                     priority: *priority,
                     network: prefix.network,
                     length: prefix.length,
@@ -194,22 +180,42 @@ impl Family for Ipv6Addr {
                     source_ip: *source_ip,
                     source_mac: *source_mac,
                     port,
-                })
+                }),
+                _ => None,
             }
-            _ => None,
         }
     }
+}
 
-    fn is_neighbour_lookup(entry: &IrEntry) -> bool {
-        matches!(entry, IrEntry::NeighbourLookup6 { .. })
-    }
-
-    fn l3(source: Self, destination: Self, ttl: u8, l4: L4) -> L3 {
-        L3::Ipv6 {
-            source,
-            destination,
-            ttl,
-            l4,
+family! {
+    Ipv6Addr, Ipv6, unreachable: 1, echo: (128, 129, RouterEchoReply6), own: ToRouter6,
+    reject: RouterReject6,
+    neighbour: Neighbour6, learned: LearnedNeighbour6, lookup: NeighbourLookup6,
+    route: {
+        fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>> {
+            match entry {
+                IrEntry::Route6 {
+                    prefix,
+                    priority,
+                    inport: needed,
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } if prefix.contains(destination) && needed.as_deref().is_none_or(|p| p == inport) => {
+                    Some(Route {
+                        priority: *priority,
+                        network: prefix.network,
+                        length: prefix.length,
+                        nexthop: *nexthop,
+                        source_ip: *source_ip,
+                        source_mac: *source_mac,
+                        port,
+                    })
+                }
+                _ => None,
+            }
         }
     }
 }
@@ -245,6 +251,60 @@ impl<'a> Evaluator<'a> {
             source_mac: route.source_mac,
             port,
         })
+    }
+
+    /// Whether `dp` has a drop rule `rule` selects.
+    pub(super) fn drops(&self, dp: u32, rule: impl Fn(&RouterDropRule) -> bool) -> bool {
+        self.entries(dp)
+            .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
+    }
+
+    /// `router` input, the part both families share after their own checks: pings to the
+    /// router, IP multicast, rejects, traffic to router addresses, Ethernet broadcast.
+    pub(super) fn router_input<A: Family>(
+        &self,
+        dp: u32,
+        packet: &Packet,
+        (source, destination): (A, A),
+        l4: L4,
+        trace: &mut Trace,
+    ) -> Input {
+        let ping = L4::Icmp {
+            kind: A::ECHO_REQUEST,
+            code: 0,
+        };
+        if l4 == ping && self.entries(dp).any(|e| A::answers_ping(e, destination)) {
+            self.step(trace, dp, format!("router answers ping to {destination}"));
+            let pong = L4::Icmp {
+                kind: A::ECHO_REPLY,
+                code: 0,
+            };
+            let mut reply = *packet;
+            reply.l3 = A::l3(destination, source, 255, pong);
+            return Input::Answered(reply);
+        }
+        if destination.is_multicast_address()
+            && self.drops(dp, |r| matches!(r, RouterDropRule::Multicast))
+        {
+            self.step(trace, dp, "dropped: IP multicast".into());
+            return Input::Dropped;
+        }
+        if let Some(reply) = self.reject(dp, packet, source, destination, l4) {
+            let text = format!("router rejects traffic to its own {destination}");
+            self.step(trace, dp, text);
+            return Input::Answered(reply);
+        }
+        if self.drops(dp, |r| A::is_own(r, destination)) {
+            let text = format!("dropped: {destination} is the router's own");
+            self.step(trace, dp, text);
+            return Input::Dropped;
+        }
+        if packet.eth_dst == [0xff; 6] && self.drops(dp, |r| matches!(r, RouterDropRule::Broadcast))
+        {
+            self.step(trace, dp, "dropped: Ethernet broadcast".into());
+            return Input::Dropped;
+        }
+        Input::Forward
     }
 
     /// `reject`: the answer to traffic (`l4`, from `source`) for a router address `destination`

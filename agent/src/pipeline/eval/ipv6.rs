@@ -6,7 +6,7 @@ use std::net::Ipv6Addr;
 
 use super::{
     Evaluator, Trace,
-    family::Hop,
+    family::{Hop, Input},
     packet::{L3, L4, Packet, solicited_node},
 };
 use crate::{
@@ -115,7 +115,7 @@ impl Evaluator<'_> {
         dp: u32,
         inport: &str,
         port_mac: Mac,
-        mut packet: Packet,
+        packet: Packet,
         trace: &mut Trace,
         hops: usize,
     ) {
@@ -127,10 +127,6 @@ impl Evaluator<'_> {
         } = packet.l3
         else {
             return;
-        };
-        let drop_rule = |rule: &dyn Fn(&RouterDropRule) -> bool| {
-            self.entries(dp)
-                .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
         };
         if let L4::Nd { kind, target, .. } = l4 {
             let answers = kind == 135
@@ -153,52 +149,15 @@ impl Evaluator<'_> {
             return;
         }
         if reserved_multicast(destination)
-            && drop_rule(&|r| matches!(r, RouterDropRule::Ipv6ReservedMulticast))
+            && self.drops(dp, |r| matches!(r, RouterDropRule::Ipv6ReservedMulticast))
         {
             self.step(trace, dp, "dropped: reserved IPv6 multicast".into());
             return;
         }
-        let echo = matches!(l4, L4::Icmp { kind: 128, code: 0 })
-            && self
-                .entries(dp)
-                .any(|e| matches!(e, IrEntry::RouterEchoReply6 { ip, .. } if *ip == destination));
-        if echo {
-            self.step(trace, dp, format!("router answers ping to {destination}"));
-            packet.l3 = L3::Ipv6 {
-                source: destination,
-                destination: source,
-                ttl: 255,
-                l4: L4::Icmp { kind: 129, code: 0 },
-            };
-            self.route6(dp, inport, packet, trace, hops);
-            return;
-        }
-        if destination.is_multicast() && drop_rule(&|r| matches!(r, RouterDropRule::Multicast)) {
-            self.step(trace, dp, "dropped: IP multicast".into());
-            return;
-        }
-        if let Some(reply) = self.reject(dp, &packet, source, destination, l4) {
-            self.step(
-                trace,
-                dp,
-                format!("router rejects traffic to its own {destination}"),
-            );
-            self.route6(dp, inport, reply, trace, hops);
-            return;
-        }
-        if drop_rule(
-            &|r| matches!(r, RouterDropRule::ToRouter6(list) if list.contains(&destination)),
-        ) {
-            self.step(
-                trace,
-                dp,
-                format!("dropped: {destination} is the router's own"),
-            );
-            return;
-        }
-        if packet.eth_dst == [0xff; 6] && drop_rule(&|r| matches!(r, RouterDropRule::Broadcast)) {
-            self.step(trace, dp, "dropped: Ethernet broadcast".into());
-            return;
+        match self.router_input(dp, &packet, (source, destination), l4, trace) {
+            Input::Dropped => return,
+            Input::Answered(reply) => return self.route6(dp, inport, reply, trace, hops),
+            Input::Forward => {}
         }
         if ttl <= 1 {
             self.step(trace, dp, "dropped: hop limit expired".into());

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use super::{
     Evaluator, MAX_HOPS, Trace,
-    family::Hop,
+    family::{Hop, Input},
     is_multicast,
     packet::{L3, L4, Packet},
 };
@@ -89,7 +89,7 @@ impl<'a> Evaluator<'a> {
         &self,
         dp: u32,
         inport: &str,
-        mut packet: Packet,
+        packet: Packet,
         trace: &mut Trace,
         hops: usize,
     ) {
@@ -111,10 +111,6 @@ impl<'a> Evaluator<'a> {
             self.step(trace, dp, "dropped by admission".into());
             return;
         }
-        let drop_rule = |rule: &dyn Fn(&RouterDropRule) -> bool| {
-            self.entries(dp)
-                .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
-        };
         if let L3::Ipv6 { .. } = packet.l3 {
             self.router_ipv6(dp, inport, port_mac, packet, trace, hops);
             return;
@@ -171,8 +167,9 @@ impl<'a> Evaluator<'a> {
         let martian = |ip: Ipv4Addr| {
             ip.is_multicast() || ip.is_broadcast() || ip.is_loopback() || ip.octets()[0] == 0
         };
-        if drop_rule(
-            &|r| matches!(r, RouterDropRule::SpoofedSource(list) if list.contains(&source)),
+        if self.drops(
+            dp,
+            |r| matches!(r, RouterDropRule::SpoofedSource(list) if list.contains(&source)),
         ) {
             self.step(
                 trace,
@@ -181,85 +178,43 @@ impl<'a> Evaluator<'a> {
             );
             return;
         }
-        if drop_rule(&|r| matches!(r, RouterDropRule::Martian))
+        if self.drops(dp, |r| matches!(r, RouterDropRule::Martian))
             && (martian(source) || destination.is_loopback() || destination.octets()[0] == 0)
         {
             self.step(trace, dp, "dropped: martian address".into());
             return;
         }
-        let echo = matches!(
-            packet.l3,
-            L3::Ipv4 {
-                l4: L4::Icmp { kind: 8, code: 0 },
-                ..
-            }
-        ) && self
-            .entries(dp)
-            .any(|e| matches!(e, IrEntry::RouterEchoReply { ip, .. } if *ip == destination));
-        if echo {
-            self.step(trace, dp, format!("router answers ping to {destination}"));
-            packet.l3 = L3::Ipv4 {
-                source: destination,
-                destination: source,
-                ttl: 255,
-                l4: L4::Icmp { kind: 0, code: 0 },
-            };
-        } else {
-            if destination.is_multicast() && drop_rule(&|r| matches!(r, RouterDropRule::Multicast))
-            {
-                self.step(trace, dp, "dropped: IP multicast".into());
-                return;
-            }
-            if let Some(reply) = self.reject(dp, &packet, source, destination, l4) {
+        match self.router_input(dp, &packet, (source, destination), l4, trace) {
+            Input::Dropped => return,
+            Input::Answered(reply) => return self.route(dp, reply, trace, hops),
+            Input::Forward => {}
+        }
+        if ttl <= 1 {
+            let source_ip = self.entries(dp).find_map(|e| match e {
+                IrEntry::TtlExceeded { port, source, .. } if port == inport => Some(*source),
+                _ => None,
+            });
+            if let Some(router_ip) = source_ip {
                 self.step(
                     trace,
                     dp,
-                    format!("router rejects traffic to its own {destination}"),
+                    "TTL exceeded: ICMP time exceeded back to the sender".into(),
                 );
-                return self.route(dp, reply, trace, hops);
+                let error = Packet {
+                    eth_src: port_mac,
+                    eth_dst: packet.eth_src,
+                    l3: L3::Ipv4 {
+                        source: router_ip,
+                        destination: source,
+                        ttl: 254,
+                        l4: L4::Icmp { kind: 11, code: 0 },
+                    },
+                };
+                self.router_output(dp, inport, error, trace, hops);
+            } else {
+                self.step(trace, dp, "dropped: TTL expired".into());
             }
-            if drop_rule(
-                &|r| matches!(r, RouterDropRule::ToRouter(list) if list.contains(&destination)),
-            ) {
-                self.step(
-                    trace,
-                    dp,
-                    format!("dropped: {destination} is the router's own"),
-                );
-                return;
-            }
-            if packet.eth_dst == [0xff; 6] && drop_rule(&|r| matches!(r, RouterDropRule::Broadcast))
-            {
-                self.step(trace, dp, "dropped: Ethernet broadcast".into());
-                return;
-            }
-            if ttl <= 1 {
-                let source_ip = self.entries(dp).find_map(|e| match e {
-                    IrEntry::TtlExceeded { port, source, .. } if port == inport => Some(*source),
-                    _ => None,
-                });
-                if let Some(router_ip) = source_ip {
-                    self.step(
-                        trace,
-                        dp,
-                        "TTL exceeded: ICMP time exceeded back to the sender".into(),
-                    );
-                    let error = Packet {
-                        eth_src: port_mac,
-                        eth_dst: packet.eth_src,
-                        l3: L3::Ipv4 {
-                            source: router_ip,
-                            destination: source,
-                            ttl: 254,
-                            l4: L4::Icmp { kind: 11, code: 0 },
-                        },
-                    };
-                    self.router_output(dp, inport, error, trace, hops);
-                } else {
-                    self.step(trace, dp, "dropped: TTL expired".into());
-                }
-                return;
-            }
+            return;
         }
         self.route(dp, packet, trace, hops);
     }
