@@ -12,6 +12,7 @@ use super::{
     Evaluator, Trace,
     packet::{L3, L4, Packet},
 };
+use crate::net::format_mac;
 use crate::pipeline::ir::{IrEntry, Mac, RejectProtocol, RejectResponse, RouterDropRule};
 
 /// A route that matches a destination.
@@ -305,6 +306,27 @@ impl<'a> Evaluator<'a> {
             return Input::Dropped;
         }
         Input::Forward
+    }
+
+    /// `router` output to a resolved next hop: `false` (nothing done) if `nexthop`'s MAC is not
+    /// known behind `port`.
+    pub(super) fn output_to_neighbour<A: Family>(
+        &self,
+        dp: u32,
+        port: &str,
+        nexthop: A,
+        mut packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) -> bool {
+        let Some(mac) = self.resolve_neighbour(dp, port, nexthop) else {
+            return false;
+        };
+        packet.eth_dst = mac;
+        let text = format!("neighbour {nexthop} is-at {}", format_mac(&mac));
+        self.step(trace, dp, text);
+        self.router_output(dp, port, packet, trace, hops);
+        true
     }
 
     /// `reject`: the answer to traffic (`l4`, from `source`) for a router address `destination`

@@ -102,10 +102,14 @@ impl Evaluator<'_> {
             dp,
             format!("solicitation for router address {target}: to {router_port}"),
         );
-        self.deliver(dp, inport, router_port, packet, false, trace, hops);
-        if let Some(group) = group {
-            self.flood(dp, inport, group, packet, trace, hops);
-        }
+        self.to_router_port(
+            dp,
+            inport,
+            (router_port, group.as_deref()),
+            packet,
+            trace,
+            hops,
+        );
         true
     }
 
@@ -181,14 +185,7 @@ impl Evaluator<'_> {
         };
         packet.decrement_ttl();
         packet.eth_src = source_mac;
-        if let Some(mac) = self.resolve_neighbour(dp, port, nexthop) {
-            packet.eth_dst = mac;
-            self.step(
-                trace,
-                dp,
-                format!("neighbour {nexthop} is-at {}", format_mac(&mac)),
-            );
-            self.router_output(dp, port, packet, trace, hops);
+        if self.output_to_neighbour(dp, port, nexthop, packet, trace, hops) {
             return;
         }
         if !self

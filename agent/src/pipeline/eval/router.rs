@@ -10,7 +10,6 @@ use super::{
     is_multicast,
     packet::{L3, L4, Packet},
 };
-use crate::net::format_mac;
 use crate::pipeline::ir::{IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule};
 
 /// IPv4 routes do not depend on the inport (only IPv6's per-port link-local routes do).
@@ -285,40 +284,32 @@ impl<'a> Evaluator<'a> {
         }
         packet.decrement_ttl();
         packet.eth_src = source_mac;
-        let neighbour = self.resolve_neighbour(dp, port, nexthop);
-        match neighbour {
-            Some(mac) => {
-                packet.eth_dst = mac;
-                self.step(
-                    trace,
-                    dp,
-                    format!("neighbour {nexthop} is-at {}", format_mac(&mac)),
-                );
-                self.router_output(dp, port, packet, trace, hops);
-            }
-            None if self
-                .entries(dp)
-                .any(|e| matches!(e, IrEntry::ArpRequestForNextHop { .. })) =>
-            {
-                self.step(
-                    trace,
-                    dp,
-                    format!("next hop {nexthop} unknown: ARP request for it"),
-                );
-                let request = Packet {
-                    eth_src: source_mac,
-                    eth_dst: [0xff; 6],
-                    l3: L3::Arp {
-                        op: 1,
-                        sha: source_mac,
-                        spa: source_ip,
-                        tha: [0; 6],
-                        tpa: nexthop,
-                    },
-                };
-                self.router_output(dp, port, request, trace, hops);
-            }
-            None => self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved")),
+        if self.output_to_neighbour(dp, port, nexthop, packet, trace, hops) {
+            return;
         }
+        if !self
+            .entries(dp)
+            .any(|e| matches!(e, IrEntry::ArpRequestForNextHop { .. }))
+        {
+            self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved"));
+            return;
+        }
+        self.step(
+            trace,
+            dp,
+            format!("next hop {nexthop} unknown: ARP request for it"),
+        );
+        let request = Packet {
+            eth_src: source_mac,
+            eth_dst: [0xff; 6],
+            l3: L3::Arp {
+                op: 1,
+                sha: source_mac,
+                spa: source_ip,
+                tha: [0; 6],
+                tpa: nexthop,
+            },
+        };
+        self.router_output(dp, port, request, trace, hops);
     }
 }

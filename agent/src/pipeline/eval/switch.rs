@@ -190,10 +190,14 @@ impl Evaluator<'_> {
                     dp,
                     format!("ARP for router IP {tpa}: to {router_port}"),
                 );
-                self.deliver(dp, inport, router_port, packet, false, trace, hops);
-                if let Some(group) = group {
-                    self.flood(dp, inport, group, packet, trace, hops);
-                }
+                self.to_router_port(
+                    dp,
+                    inport,
+                    (router_port, group.as_deref()),
+                    packet,
+                    trace,
+                    hops,
+                );
                 return;
             }
         }
@@ -302,6 +306,23 @@ impl Evaluator<'_> {
             {
                 self.deliver(dp, inport, port, packet, false, trace, hops);
             }
+        }
+    }
+
+    /// ARP or neighbour solicitation for a router address: to the router port, and flooded to
+    /// `group` as well when northd's flow clones it (other routers on the switch may answer).
+    pub(super) fn to_router_port(
+        &self,
+        dp: u32,
+        inport: &str,
+        (router_port, group): (&str, Option<&str>),
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        self.deliver(dp, inport, router_port, packet, false, trace, hops);
+        if let Some(group) = group {
+            self.flood(dp, inport, group, packet, trace, hops);
         }
     }
 
