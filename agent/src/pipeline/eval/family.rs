@@ -61,6 +61,15 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
     /// The route `entry` offers to `destination` for a packet that came in on `inport`.
     fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>>;
 
+    /// What the router sends for an unknown next hop ("ARP request", "neighbour solicitation").
+    const NEXT_HOP_REQUEST: &'static str;
+
+    /// Whether `entry` says the router asks for unknown next hops.
+    fn requests_next_hop(entry: &IrEntry) -> bool;
+
+    /// The request for `hop`'s next hop, for routed `packet`.
+    fn next_hop_request(packet: &Packet, hop: &Hop<'_, Self>) -> Packet;
+
     /// Whether `entry` says next hops are looked up among the learned neighbours.
     fn is_neighbour_lookup(entry: &IrEntry) -> bool;
 
@@ -81,13 +90,13 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
 }
 
 /// Implements [`Family`] for an address type from the names of its IR variants (the IPv4 and
-/// IPv6 variants have the same fields) and its route reader (route entries differ).
+/// IPv6 variants have the same fields) and what differs (route entries, next-hop requests).
 macro_rules! family {
     (
         $address:ty, $l3:ident, unreachable: $unreachable:literal, echo: ($request:literal,
         $reply:literal, $echo:ident), own: $own:ident, reject: $reject:ident,
         neighbour: $neighbour:ident, learned: $learned:ident, lookup: $lookup:ident,
-        route: { $($route:tt)* }
+        specific: { $($specific:tt)* }
     ) => {
         impl Family for $address {
             const UNREACHABLE: u8 = $unreachable;
@@ -152,7 +161,7 @@ macro_rules! family {
                 }
             }
 
-            $($route)*
+            $($specific)*
         }
     };
 }
@@ -161,7 +170,27 @@ family! {
     Ipv4Addr, Ipv4, unreachable: 3, echo: (8, 0, RouterEchoReply), own: ToRouter,
     reject: RouterReject,
     neighbour: Neighbour, learned: LearnedNeighbour, lookup: NeighbourLookup,
-    route: {
+    specific: {
+        const NEXT_HOP_REQUEST: &'static str = "ARP request";
+
+        fn requests_next_hop(entry: &IrEntry) -> bool {
+            matches!(entry, IrEntry::ArpRequestForNextHop { .. })
+        }
+
+        fn next_hop_request(_: &Packet, hop: &Hop<'_, Self>) -> Packet {
+            Packet {
+                eth_src: hop.source_mac,
+                eth_dst: [0xff; 6],
+                l3: L3::Arp {
+                    op: 1,
+                    sha: hop.source_mac,
+                    spa: hop.source_ip,
+                    tha: [0; 6],
+                    tpa: hop.nexthop,
+                },
+            }
+        }
+
         fn route<'e>(entry: &'e IrEntry, destination: Self, _: &str) -> Option<Route<'e, Self>> {
             match entry {
                 IrEntry::Route {
@@ -192,7 +221,27 @@ family! {
     Ipv6Addr, Ipv6, unreachable: 1, echo: (128, 129, RouterEchoReply6), own: ToRouter6,
     reject: RouterReject6,
     neighbour: Neighbour6, learned: LearnedNeighbour6, lookup: NeighbourLookup6,
-    route: {
+    specific: {
+        const NEXT_HOP_REQUEST: &'static str = "neighbour solicitation";
+
+        fn requests_next_hop(entry: &IrEntry) -> bool {
+            matches!(entry, IrEntry::NsForNextHop { .. })
+        }
+
+        fn next_hop_request(packet: &Packet, hop: &Hop<'_, Self>) -> Packet {
+            let mut unresolved = *packet;
+            unresolved.eth_dst = [0; 6];
+            let mut solicitation = unresolved.nd_ns_template();
+            if let L3::Ipv6 {
+                l4: L4::Nd { target, .. },
+                ..
+            } = &mut solicitation.l3
+            {
+                *target = hop.nexthop;
+            }
+            solicitation
+        }
+
         fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>> {
             match entry {
                 IrEntry::Route6 {
@@ -310,7 +359,7 @@ impl<'a> Evaluator<'a> {
 
     /// `router` output to a resolved next hop: `false` (nothing done) if `nexthop`'s MAC is not
     /// known behind `port`.
-    pub(super) fn output_to_neighbour<A: Family>(
+    fn output_to_neighbour<A: Family>(
         &self,
         dp: u32,
         port: &str,
@@ -327,6 +376,32 @@ impl<'a> Evaluator<'a> {
         self.step(trace, dp, text);
         self.router_output(dp, port, packet, trace, hops);
         true
+    }
+
+    /// After routing: the TTL, the source MAC, then out to the next hop, or a request for an
+    /// unknown one.
+    pub(super) fn forward<A: Family>(
+        &self,
+        dp: u32,
+        hop: &Hop<'_, A>,
+        mut packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        packet.decrement_ttl();
+        packet.eth_src = hop.source_mac;
+        let (port, nexthop) = (hop.port, hop.nexthop);
+        if self.output_to_neighbour(dp, port, nexthop, packet, trace, hops) {
+            return;
+        }
+        if !self.entries(dp).any(A::requests_next_hop) {
+            self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved"));
+            return;
+        }
+        let text = format!("next hop {nexthop} unknown: {} for it", A::NEXT_HOP_REQUEST);
+        self.step(trace, dp, text);
+        let request = A::next_hop_request(&packet, hop);
+        self.router_output(dp, port, request, trace, hops);
     }
 
     /// `reject`: the answer to traffic (`l4`, from `source`) for a router address `destination`

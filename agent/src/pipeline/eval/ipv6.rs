@@ -6,7 +6,7 @@ use std::net::Ipv6Addr;
 
 use super::{
     Evaluator, Trace,
-    family::{Hop, Input},
+    family::Input,
     packet::{L3, L4, Packet, solicited_node},
 };
 use crate::{
@@ -170,46 +170,13 @@ impl Evaluator<'_> {
         self.route6(dp, inport, packet, trace, hops);
     }
 
-    fn route6(&self, dp: u32, inport: &str, mut packet: Packet, trace: &mut Trace, hops: usize) {
+    fn route6(&self, dp: u32, inport: &str, packet: Packet, trace: &mut Trace, hops: usize) {
         let L3::Ipv6 { destination, .. } = packet.l3 else {
             return;
         };
-        let Some(Hop {
-            nexthop,
-            source_mac,
-            port,
-            ..
-        }) = self.lookup_route(dp, inport, destination, trace)
-        else {
-            return;
-        };
-        packet.decrement_ttl();
-        packet.eth_src = source_mac;
-        if self.output_to_neighbour(dp, port, nexthop, packet, trace, hops) {
-            return;
+        if let Some(hop) = self.lookup_route(dp, inport, destination, trace) {
+            self.forward(dp, &hop, packet, trace, hops);
         }
-        if !self
-            .entries(dp)
-            .any(|e| matches!(e, IrEntry::NsForNextHop { .. }))
-        {
-            self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved"));
-            return;
-        }
-        self.step(
-            trace,
-            dp,
-            format!("next hop {nexthop} unknown: neighbour solicitation for it"),
-        );
-        packet.eth_dst = [0; 6];
-        let mut solicitation = packet.nd_ns_template();
-        if let L3::Ipv6 {
-            l4: L4::Nd { target, .. },
-            ..
-        } = &mut solicitation.l3
-        {
-            *target = nexthop;
-        }
-        self.router_output(dp, port, solicitation, trace, hops);
     }
 }
 

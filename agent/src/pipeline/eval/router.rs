@@ -243,7 +243,7 @@ impl<'a> Evaluator<'a> {
             .max_by_key(|(priority, _)| *priority)
     }
 
-    pub(super) fn route(&self, dp: u32, mut packet: Packet, trace: &mut Trace, hops: usize) {
+    pub(super) fn route(&self, dp: u32, packet: Packet, trace: &mut Trace, hops: usize) {
         let L3::Ipv4 { destination, .. } = packet.l3 else {
             return;
         };
@@ -282,34 +282,12 @@ impl<'a> Evaluator<'a> {
                 );
             }
         }
-        packet.decrement_ttl();
-        packet.eth_src = source_mac;
-        if self.output_to_neighbour(dp, port, nexthop, packet, trace, hops) {
-            return;
-        }
-        if !self
-            .entries(dp)
-            .any(|e| matches!(e, IrEntry::ArpRequestForNextHop { .. }))
-        {
-            self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved"));
-            return;
-        }
-        self.step(
-            trace,
-            dp,
-            format!("next hop {nexthop} unknown: ARP request for it"),
-        );
-        let request = Packet {
-            eth_src: source_mac,
-            eth_dst: [0xff; 6],
-            l3: L3::Arp {
-                op: 1,
-                sha: source_mac,
-                spa: source_ip,
-                tha: [0; 6],
-                tpa: nexthop,
-            },
+        let hop = Hop {
+            nexthop,
+            source_ip,
+            source_mac,
+            port,
         };
-        self.router_output(dp, port, request, trace, hops);
+        self.forward(dp, &hop, packet, trace, hops);
     }
 }
