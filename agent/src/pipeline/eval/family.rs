@@ -242,7 +242,12 @@ family! {
             solicitation
         }
 
-        fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>> {
+        fn route<'e>(
+            entry: &'e IrEntry,
+            destination: Self,
+            inport: &str,
+        ) -> Option<Route<'e, Self>> {
+            let from = |needed: &Option<String>| needed.as_deref().is_none_or(|p| p == inport);
             match entry {
                 IrEntry::Route6 {
                     prefix,
@@ -253,7 +258,7 @@ family! {
                     source_mac,
                     port,
                     ..
-                } if prefix.contains(destination) && needed.as_deref().is_none_or(|p| p == inport) => {
+                } if prefix.contains(destination) && from(needed) => {
                     Some(Route {
                         priority: *priority,
                         network: prefix.network,

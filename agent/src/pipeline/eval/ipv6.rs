@@ -60,7 +60,9 @@ impl Evaluator<'_> {
         else {
             return false;
         };
-        let skipped = self.entries(dp).any(|e| matches!(e, IrEntry::NdReplySkip { ip, inport: p, .. } if *ip == target && p == inport));
+        let skipped = self.entries(dp).any(|e| {
+            matches!(e, IrEntry::NdReplySkip { ip, inport: p, .. } if *ip == target && p == inport)
+        });
         let reply = self.entries(dp).find_map(|e| match e {
             IrEntry::NdReply { ip, mac, .. } if solicits(destination, target, *ip) => Some(*mac),
             _ => None,
@@ -134,7 +136,10 @@ impl Evaluator<'_> {
         };
         if let L4::Nd { kind, target, .. } = l4 {
             let answers = kind == 135
-                && self.entries(dp).any(|e| matches!(e, IrEntry::RouterNdReply { port, ip, .. } if port == inport && solicits(destination, target, *ip)));
+                && self.entries(dp).any(|e| {
+                    matches!(e, IrEntry::RouterNdReply { port, ip, .. }
+                        if port == inport && solicits(destination, target, *ip))
+                });
             if answers {
                 self.step(
                     trace,

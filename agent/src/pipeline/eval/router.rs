@@ -122,8 +122,10 @@ impl<'a> Evaluator<'a> {
                 sha,
                 ..
             } => {
-                let answers = self.entries(dp).any(|e| matches!(e,
-                    IrEntry::RouterArpReply { port, ip, subnet, .. } if port == inport && *ip == tpa && subnet.contains(spa)));
+                let answers = self.entries(dp).any(|e| {
+                    matches!(e, IrEntry::RouterArpReply { port, ip, subnet, .. }
+                        if port == inport && *ip == tpa && subnet.contains(spa))
+                });
                 if answers {
                     self.step(trace, dp, format!("router answers ARP for {tpa}"));
                     let answer = Packet {

@@ -121,7 +121,6 @@ impl Evaluator<'_> {
 
     /// `arp`: the switch's ARP responder; `true` if it answered.
     fn arp(&self, dp: u32, inport: &str, packet: Packet, trace: &mut Trace, hops: usize) -> bool {
-        let has = |wanted: &dyn Fn(&IrEntry) -> bool| self.entries(dp).any(wanted);
         if let L3::Arp {
             op: 1,
             tpa,
@@ -134,11 +133,11 @@ impl Evaluator<'_> {
                 IrEntry::ArpReply { ip, mac, .. } if *ip == tpa => Some(*mac),
                 _ => None,
             });
-            let skipped = has(
-                &|e| matches!(e, IrEntry::ArpReplySkip { ip, inport: p, .. } if *ip == tpa && p == inport),
-            ) || has(
-                &|e| matches!(e, IrEntry::ArpReplySkipPort { inport: p, .. } if p == inport),
-            );
+            let skipped = self.entries(dp).any(|e| match e {
+                IrEntry::ArpReplySkip { ip, inport: p, .. } => *ip == tpa && p == inport,
+                IrEntry::ArpReplySkipPort { inport: p, .. } => p == inport,
+                _ => false,
+            });
             if let (Some(mac), false) = (reply, skipped) {
                 self.step(
                     trace,
