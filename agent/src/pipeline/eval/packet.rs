@@ -95,6 +95,24 @@ pub fn ipv6_multicast_mac(address: Ipv6Addr) -> Mac {
     [0x33, 0x33, octets[12], octets[13], octets[14], octets[15]]
 }
 
+/// The target of a neighbour discovery message (unspecified for other transports).
+fn nd_target(l4: L4) -> Ipv6Addr {
+    match l4 {
+        L4::Nd { target, .. } => target,
+        _ => Ipv6Addr::UNSPECIFIED,
+    }
+}
+
+/// The neighbour discovery message of type `kind` OVN's `nd_ns`/`nd_na` actions start from.
+fn nd_template(kind: u8, target: Ipv6Addr, tll: Mac) -> L4 {
+    L4::Nd {
+        kind,
+        target,
+        sll: [0; 6],
+        tll,
+    }
+}
+
 impl Packet {
     /// `ip.ttl--`.
     pub fn decrement_ttl(&mut self) {
@@ -140,10 +158,7 @@ impl Packet {
         else {
             return *self;
         };
-        let target = match l4 {
-            L4::Nd { target, .. } => target,
-            _ => Ipv6Addr::UNSPECIFIED,
-        };
+        let target = nd_target(l4);
         Packet {
             eth_src: self.eth_src,
             eth_dst: ipv6_multicast_mac(solicited_node(destination)),
@@ -151,12 +166,7 @@ impl Packet {
                 source,
                 destination,
                 ttl,
-                l4: L4::Nd {
-                    kind: 135,
-                    target,
-                    sll: [0; 6],
-                    tll: self.eth_dst,
-                },
+                l4: nd_template(135, target, self.eth_dst),
             },
         }
     }
@@ -171,10 +181,7 @@ impl Packet {
         else {
             return *self;
         };
-        let target = match l4 {
-            L4::Nd { target, .. } => target,
-            _ => Ipv6Addr::UNSPECIFIED,
-        };
+        let target = nd_target(l4);
         Packet {
             eth_src: self.eth_dst,
             eth_dst: self.eth_src,
@@ -182,12 +189,7 @@ impl Packet {
                 source: target,
                 destination: source,
                 ttl,
-                l4: L4::Nd {
-                    kind: 136,
-                    target,
-                    sll: [0; 6],
-                    tll: self.eth_dst,
-                },
+                l4: nd_template(136, target, self.eth_dst),
             },
         }
     }
@@ -197,7 +199,7 @@ impl Packet {
     /// statements).
     #[must_use]
     pub fn tcp_reset_template(&self) -> Packet {
-        let reset = |l4| match l4 {
+        let l3 = self.l3.with_transport(255, |l4, _| match l4 {
             L4::Tcp {
                 source,
                 destination,
@@ -206,32 +208,7 @@ impl Packet {
                 destination,
             },
             other => other,
-        };
-        let l3 = match self.l3 {
-            L3::Ipv4 {
-                source,
-                destination,
-                l4,
-                ..
-            } => L3::Ipv4 {
-                source,
-                destination,
-                ttl: 255,
-                l4: reset(l4),
-            },
-            L3::Ipv6 {
-                source,
-                destination,
-                l4,
-                ..
-            } => L3::Ipv6 {
-                source,
-                destination,
-                ttl: 255,
-                l4: reset(l4),
-            },
-            arp @ L3::Arp { .. } => arp,
-        };
+        });
         Packet { l3, ..*self }
     }
 
@@ -239,30 +216,43 @@ impl Packet {
     /// ICMP destination unreachable, code 1, TTL 255, addresses unchanged).
     #[must_use]
     pub fn icmp_template(&self) -> Packet {
-        let l3 = match self.l3 {
+        let l3 = self.l3.with_transport(255, |_, ipv6| L4::Icmp {
+            kind: if ipv6 { 1 } else { 3 },
+            code: 1,
+        });
+        Packet { l3, ..*self }
+    }
+}
+
+impl L3 {
+    /// The same IP addresses with TTL `ttl` and the transport `transport` makes of the old one
+    /// (told whether the packet is IPv6); ARP unchanged.
+    fn with_transport(self, ttl: u8, transport: impl Fn(L4, bool) -> L4) -> L3 {
+        match self {
             L3::Ipv4 {
                 source,
                 destination,
+                l4,
                 ..
             } => L3::Ipv4 {
                 source,
                 destination,
-                ttl: 255,
-                l4: L4::Icmp { kind: 3, code: 1 },
+                ttl,
+                l4: transport(l4, false),
             },
             L3::Ipv6 {
                 source,
                 destination,
+                l4,
                 ..
             } => L3::Ipv6 {
                 source,
                 destination,
-                ttl: 255,
-                l4: L4::Icmp { kind: 1, code: 1 },
+                ttl,
+                l4: transport(l4, true),
             },
             arp @ L3::Arp { .. } => arp,
-        };
-        Packet { l3, ..*self }
+        }
     }
 }
 
