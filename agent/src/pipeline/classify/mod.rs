@@ -2,8 +2,8 @@
 //! numbers or priorities alone), into IR entries (compiled), nothing (neutral: it does not change
 //! forwarding, e.g. a priority-0 `next;`), or unsupported with a reason. A flow whose shape is not
 //! recognised is unsupported, never guessed at. One classifier per stage, by stage family:
-//! [`switch`] (`ls_*`), [`router`] (`lr_*`), [`ipv6`] (IPv6-only flows of either, consulted
-//! first); [`matching`] names the AST patterns they share.
+//! `switch` (`ls_*`), `router` (`lr_*`), `ipv6` (IPv6-only flows of either, consulted
+//! first); `matching` names the AST patterns they share.
 
 mod ipv6;
 pub(super) mod matching;

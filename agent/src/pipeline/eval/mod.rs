@@ -3,6 +3,14 @@
 //! logical ports. Each step is recorded in words, so `ovnbpfctl trace` can show a person what
 //! happened and why. This is the semantic reference the differential tests compare with
 //! `ovn-trace`; it reads only IR entries.
+//!
+//! - `switch`: the logical switch, stage by stage (`port_security`, `arp`, `switching`,
+//!   `flood`, delivery with egress port security), named like the kernel modules in `ebpf/src`;
+//! - `router`: the logical router (admission, input, IPv4 routing and policies);
+//! - `ipv6`: neighbour discovery and what only IPv6 does in the router;
+//! - `family`: the router stages both families share (input, reject, route lookup, next-hop
+//!   resolution and forwarding), generic over the address family;
+//! - [`packet`]: the packet model; [`microflow`]: packets to and from ovn-trace's language.
 
 mod family;
 mod ipv6;
