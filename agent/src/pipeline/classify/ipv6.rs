@@ -3,7 +3,7 @@
 //! routes northd emits for every router port), next-hop resolution and solicitation. Consulted
 //! by [`super::classify`] for flows only IPv6 packets can match; `None` means "not recognised".
 
-use super::{Class, matching::*};
+use super::{matching::*, verdict::Class};
 use crate::lflow::ast::{Action, Expr, Source};
 use crate::pipeline::ir::{IrEntry, RejectProtocol, RejectResponse, RouterDropRule};
 

@@ -3,7 +3,7 @@
 //! forwarding, e.g. a priority-0 `next;`), or unsupported with a reason. A flow whose shape is not
 //! recognised is unsupported, never guessed at. One classifier per stage, by stage family:
 //! `switch` (`ls_*`), `router` (`lr_*`), `ipv6` (IPv6-only flows of either, consulted
-//! first); `matching` names the AST patterns they share.
+//! first); `matching` names the AST patterns they share; `verdict` is what they return.
 
 mod ipv6;
 pub(super) mod matching;
@@ -11,31 +11,14 @@ mod router;
 mod switch;
 #[cfg(test)]
 mod tests;
+mod verdict;
 
 use matching::*;
 pub use router::MAC_LEARNING_NOT_DONE;
+use verdict::not_compiled;
+pub use verdict::{Class, is_acl_stage};
 
-use crate::{
-    lflow::ast::{Action, Expr},
-    pipeline::ir::IrEntry,
-};
-
-/// The verdict on one flow for one datapath.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Class {
-    Compiled(Vec<IrEntry>),
-    /// Forwarding is compiled as `entries`, but the flow also has a duty beside forwarding that
-    /// the datapath does not perform (e.g. learning a MAC_Binding). Unlike `Unsupported`, this
-    /// does not stop the datapath from forwarding: it is only reported.
-    SideDuty {
-        entries: Vec<IrEntry>,
-        duty: String,
-    },
-    Neutral,
-    /// The flow cannot be forwarded correctly: the datapath must not forward as if it did not
-    /// exist.
-    Unsupported(String),
-}
+use crate::lflow::ast::{Action, Expr};
 
 /// The parsed flow being classified.
 pub struct Flow<'a> {
@@ -44,10 +27,6 @@ pub struct Flow<'a> {
     pub priority: i64,
     pub match_: &'a Expr,
     pub actions: &'a [Action],
-}
-
-fn unsupported(reason: impl Into<String>) -> Class {
-    Class::Unsupported(reason.into())
 }
 
 /// A stage's classifier: (datapath, priority, conjuncts of the match, actions) → verdict.
@@ -101,37 +80,4 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         Some(classifier) => classifier(dp, flow.priority, &terms, flow.actions),
         None => not_compiled(flow.stage),
     }
-}
-
-/// The verdict on a stage without a classifier (or a flow its classifier leaves to it).
-fn not_compiled(stage: &str) -> Class {
-    match stateful_feature(stage) {
-        Some(feature) => unsupported(format!("{feature} is not in the datapath yet")),
-        None => unsupported(format!("stage {stage} is not compiled yet")),
-    }
-}
-
-/// Whether `stage` is one of the ACL stages (where NetworkPolicies and subnet ACLs land).
-#[must_use]
-pub fn is_acl_stage(stage: &str) -> bool {
-    stateful_feature(stage) == Some("ACL")
-}
-
-/// The stateful feature a stage implements, for the unsupported reason.
-fn stateful_feature(stage: &str) -> Option<&'static str> {
-    let words: Vec<&str> = stage.split('_').collect();
-    let has = |word: &str| words.contains(&word);
-    Some(if has("acl") {
-        "ACL"
-    } else if has("lb") || has("aff") || has("hairpin") {
-        "load balancing"
-    } else if has("dnat") || has("snat") || has("unsnat") || has("undnat") {
-        "NAT"
-    } else if has("stateful") || has("defrag") || has("ct") {
-        "conntrack"
-    } else if has("qos") {
-        "QoS"
-    } else {
-        return None;
-    })
 }

@@ -4,7 +4,10 @@
 
 use std::net::Ipv4Addr;
 
-use super::{Class, matching::*, not_compiled, unsupported};
+use super::{
+    matching::*,
+    verdict::{Class, not_compiled, unsupported},
+};
 use crate::{
     lflow::{
         ast::{Action, Expr, Source, Value},

@@ -2,7 +2,10 @@
 //! unknown-destination handling. IPv4 and family-neutral flows; IPv6-only ones go to
 //! [`super::ipv6`] first.
 
-use super::{Class, matching::*, unsupported};
+use super::{
+    matching::*,
+    verdict::{Class, unsupported},
+};
 use crate::{
     lflow::ast::{Action, Expr, Relation},
     pipeline::ir::{IrEntry, Mac},

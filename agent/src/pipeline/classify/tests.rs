@@ -4,6 +4,7 @@ use std::net::Ipv4Addr;
 
 use super::*;
 use crate::lflow::{parse_actions, parse_match};
+use crate::pipeline::ir::IrEntry;
 
 fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
     let match_ = parse_match(match_).unwrap();
