@@ -19,3 +19,11 @@ pub mod ir;
 pub use compile::{Compiler, Outcome, StageCoverage, UNDERLAY_ROUTING_STAGE};
 /// Re-exported for the daemon and the backend until they import it from [`ir`].
 pub use ir::IrDiff;
+
+/// The evaluator's old paths (`pipeline::packet`, `pipeline::trace`), kept while tests on other
+/// branches still import them; new code imports from [`eval`].
+pub use eval::packet;
+pub mod trace {
+    //! The evaluator's old path; see [`super::eval`].
+    pub use super::eval::{Evaluator, Trace};
+}
