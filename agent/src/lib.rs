@@ -9,6 +9,7 @@ pub mod dataplane;
 pub mod health;
 pub mod lflow;
 pub mod metrics;
+pub mod net;
 pub mod netns;
 pub mod ovsdb;
 pub mod pipeline;

@@ -24,8 +24,11 @@ use ovnbpf_agent::{
     },
     pipeline::{
         Compiler,
-        packet::{L3, L4, Packet, apply_statements, ipv6_multicast_mac, solicited_node},
-        trace::Evaluator,
+        eval::{
+            Evaluator,
+            microflow::apply_statements,
+            packet::{L3, L4, Packet, ipv6_multicast_mac, solicited_node},
+        },
     },
     sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
 };
@@ -162,7 +165,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .expect("a subnet-a2 pod");
     let entry = format!(
         "{} {}",
-        ovnbpf_agent::pipeline::packet::format_mac(&secured.mac),
+        ovnbpf_agent::net::format_mac(&secured.mac),
         secured.ip
     );
     lab.nbctl(&["--wait=sb", "lsp-set-port-security", &secured.port, &entry])
@@ -182,10 +185,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "external_ids:name=vpc-a",
         ])
         .unwrap();
-    let mac = format!(
-        "mac=\"{}\"",
-        ovnbpf_agent::pipeline::packet::format_mac(&owner.mac)
-    );
+    let mac = format!("mac=\"{}\"", ovnbpf_agent::net::format_mac(&owner.mac));
     let datapath = format!("datapath={}", vpc_a.trim());
     let ip = format!("ip=\"{LEARNED}\"");
     lab.sbctl(&[

@@ -18,7 +18,10 @@ use ovnbpf_agent::{
         remote::Remote,
         session::{self, SessionConfig, SessionEvent},
     },
-    pipeline::{Compiler, StageCoverage, packet::Packet, trace::Evaluator},
+    pipeline::{
+        Compiler, StageCoverage,
+        eval::{Evaluator, packet::Packet},
+    },
     sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
 };
 use serde_json::json;

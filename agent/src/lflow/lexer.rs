@@ -6,6 +6,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::ParseError;
+use crate::net::parse_mac;
 
 /// A constant value, as written (masks kept; nothing normalised away).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -262,19 +263,6 @@ fn parse_integer(text: &str) -> Option<(u128, usize, bool)> {
         return None;
     }
     text[..digits].parse().ok().map(|v| (v, digits, false))
-}
-
-/// "0a:58:0a:00:01:02" → bytes (exactly six two-digit hex groups).
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() != 6 || parts.iter().any(|p| p.len() != 2) {
-        return None;
-    }
-    let mut address = [0_u8; 6];
-    for (byte, part) in address.iter_mut().zip(parts) {
-        *byte = u8::from_str_radix(part, 16).ok()?;
-    }
-    Some(address)
 }
 
 fn apply_mask(constant: Constant, mask: &str) -> Result<Constant, String> {

@@ -10,7 +10,7 @@ pub mod printer;
 use thiserror::Error;
 use uuid::Uuid;
 
-pub use lexer::parse_mac;
+pub use crate::net::parse_mac;
 pub use parser::{parse_actions, parse_match};
 pub use printer::Actions;
 

@@ -20,8 +20,7 @@ impl Display for FieldRef {
 }
 
 fn write_mac(f: &mut Formatter<'_>, mac: &[u8; 6]) -> fmt::Result {
-    let parts: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
-    f.write_str(&parts.join(":"))
+    write!(f, "{}", crate::net::Mac(*mac))
 }
 
 fn write_string(f: &mut Formatter<'_>, text: &str) -> fmt::Result {

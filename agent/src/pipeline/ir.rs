@@ -4,41 +4,13 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// A MAC address.
-pub type Mac = [u8; 6];
-
-/// An IPv4 prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Prefix {
-    pub network: Ipv4Addr,
-    pub length: u8,
-}
-
-/// One Port_Binding `port_security` entry, "MAC [IP[/prefix]…]": the MAC and its IPv4
-/// prefixes (a bare address is a /32; IPv6 addresses are skipped). `None` if the MAC does not
-/// parse.
-#[must_use]
-pub fn parse_port_security(entry: &str) -> Option<(Mac, Vec<Prefix>)> {
-    let mut words = entry.split_whitespace();
-    let mac = crate::lflow::parse_mac(words.next()?)?;
-    let prefixes = words
-        .filter_map(|word| {
-            let (address, length) = word.split_once('/').unwrap_or((word, "32"));
-            Some(Prefix {
-                network: address.parse().ok()?,
-                length: length.parse().ok().filter(|length| *length <= 32)?,
-            })
-        })
-        .collect();
-    Some((mac, prefixes))
-}
-
-/// An IPv6 prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Prefix6 {
-    pub network: Ipv6Addr,
-    pub length: u8,
-}
+/// A MAC address's octets.
+pub use crate::net::MacOctets as Mac;
+/// The old name of [`crate::net::parse_lsp_address`], kept for the daemon and the backend until
+/// they import it from [`crate::net`].
+pub use crate::net::parse_lsp_address as parse_port_security;
+/// IPv4 and IPv6 prefixes.
+pub use crate::net::{Ipv4Prefix as Prefix, Ipv6Prefix as Prefix6};
 
 /// What a logical port is to the datapath.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -425,5 +397,24 @@ impl IrEntry {
             | IrEntry::RouterReject { datapath, .. }
             | IrEntry::TtlExceeded { datapath, .. } => *datapath,
         }
+    }
+}
+
+/// Entries that appeared and disappeared in one step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrDiff {
+    pub added: Vec<IrEntry>,
+    pub removed: Vec<IrEntry>,
+}
+
+impl IrDiff {
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.added.len() + self.removed.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

@@ -3,12 +3,9 @@
 //! routes northd emits for every router port), next-hop resolution and solicitation. Consulted
 //! by [`super::classify`] for flows only IPv6 packets can match; `None` means "not recognised".
 
-use super::{
-    classify::Class,
-    ir::{IrEntry, RejectProtocol, RejectResponse, RouterDropRule},
-    matching::*,
-};
+use super::{matching::*, verdict::Class};
 use crate::lflow::ast::{Action, Expr, Source};
+use crate::pipeline::ir::{IrEntry, RejectProtocol, RejectResponse, RouterDropRule};
 
 /// Classifies an IPv6-only flow of a forwarding stage.
 pub(super) fn classify(

@@ -1,23 +1,18 @@
 //! The IPv6 half of the IR evaluator: neighbour discovery on switches and routers, ICMPv6 echo
 //! and unreachable replies, IPv6 routing (link-local routes per inport included) and
-//! next-hop solicitation. Same rules as [`super::trace`], same ovn-trace semantics.
+//! next-hop solicitation. Same rules as [`super`], same ovn-trace semantics.
 
 use std::net::Ipv6Addr;
 
 use super::{
-    ir::{IrEntry, Mac, Prefix6, RouterDropRule},
-    packet::{L3, L4, Packet, format_mac, solicited_node},
-    trace::{Evaluator, Trace, reject_reply},
+    Evaluator, Trace,
+    family::Input,
+    packet::{L3, L4, Packet, solicited_node},
 };
-
-fn contains6(prefix: &Prefix6, ip: Ipv6Addr) -> bool {
-    let mask = if prefix.length == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(prefix.length))
-    };
-    u128::from(ip) & mask == u128::from(prefix.network) & mask
-}
+use crate::{
+    net::format_mac,
+    pipeline::ir::{IrEntry, Mac, RouterDropRule},
+};
 
 /// ip6.mcast_rsvd: ff0X::/16 with scope 0–2 and only the last group set.
 fn reserved_multicast(ip: Ipv6Addr) -> bool {
@@ -65,7 +60,9 @@ impl Evaluator<'_> {
         else {
             return false;
         };
-        let skipped = self.entries(dp).any(|e| matches!(e, IrEntry::NdReplySkip { ip, inport: p, .. } if *ip == target && p == inport));
+        let skipped = self.entries(dp).any(|e| {
+            matches!(e, IrEntry::NdReplySkip { ip, inport: p, .. } if *ip == target && p == inport)
+        });
         let reply = self.entries(dp).find_map(|e| match e {
             IrEntry::NdReply { ip, mac, .. } if solicits(destination, target, *ip) => Some(*mac),
             _ => None,
@@ -107,10 +104,14 @@ impl Evaluator<'_> {
             dp,
             format!("solicitation for router address {target}: to {router_port}"),
         );
-        self.deliver(dp, inport, router_port, packet, false, trace, hops);
-        if let Some(group) = group {
-            self.flood(dp, inport, group, packet, trace, hops);
-        }
+        self.to_router_port(
+            dp,
+            inport,
+            (router_port, group.as_deref()),
+            packet,
+            trace,
+            hops,
+        );
         true
     }
 
@@ -120,7 +121,7 @@ impl Evaluator<'_> {
         dp: u32,
         inport: &str,
         port_mac: Mac,
-        mut packet: Packet,
+        packet: Packet,
         trace: &mut Trace,
         hops: usize,
     ) {
@@ -133,13 +134,12 @@ impl Evaluator<'_> {
         else {
             return;
         };
-        let drop_rule = |rule: &dyn Fn(&RouterDropRule) -> bool| {
-            self.entries(dp)
-                .any(|e| matches!(e, IrEntry::RouterDrop { rule: r, .. } if rule(r)))
-        };
         if let L4::Nd { kind, target, .. } = l4 {
             let answers = kind == 135
-                && self.entries(dp).any(|e| matches!(e, IrEntry::RouterNdReply { port, ip, .. } if port == inport && solicits(destination, target, *ip)));
+                && self.entries(dp).any(|e| {
+                    matches!(e, IrEntry::RouterNdReply { port, ip, .. }
+                        if port == inport && solicits(destination, target, *ip))
+                });
             if answers {
                 self.step(
                     trace,
@@ -158,52 +158,15 @@ impl Evaluator<'_> {
             return;
         }
         if reserved_multicast(destination)
-            && drop_rule(&|r| matches!(r, RouterDropRule::Ipv6ReservedMulticast))
+            && self.drops(dp, |r| matches!(r, RouterDropRule::Ipv6ReservedMulticast))
         {
             self.step(trace, dp, "dropped: reserved IPv6 multicast".into());
             return;
         }
-        let echo = matches!(l4, L4::Icmp { kind: 128, code: 0 })
-            && self
-                .entries(dp)
-                .any(|e| matches!(e, IrEntry::RouterEchoReply6 { ip, .. } if *ip == destination));
-        if echo {
-            self.step(trace, dp, format!("router answers ping to {destination}"));
-            packet.l3 = L3::Ipv6 {
-                source: destination,
-                destination: source,
-                ttl: 255,
-                l4: L4::Icmp { kind: 129, code: 0 },
-            };
-            self.route6(dp, inport, packet, trace, hops);
-            return;
-        }
-        if destination.is_multicast() && drop_rule(&|r| matches!(r, RouterDropRule::Multicast)) {
-            self.step(trace, dp, "dropped: IP multicast".into());
-            return;
-        }
-        if let Some(reply) = self.reject6(dp, &packet, source, destination, l4) {
-            self.step(
-                trace,
-                dp,
-                format!("router rejects traffic to its own {destination}"),
-            );
-            self.route6(dp, inport, reply, trace, hops);
-            return;
-        }
-        if drop_rule(
-            &|r| matches!(r, RouterDropRule::ToRouter6(list) if list.contains(&destination)),
-        ) {
-            self.step(
-                trace,
-                dp,
-                format!("dropped: {destination} is the router's own"),
-            );
-            return;
-        }
-        if packet.eth_dst == [0xff; 6] && drop_rule(&|r| matches!(r, RouterDropRule::Broadcast)) {
-            self.step(trace, dp, "dropped: Ethernet broadcast".into());
-            return;
+        match self.router_input(dp, &packet, (source, destination), l4, trace) {
+            Input::Dropped => return,
+            Input::Answered(reply) => return self.route6(dp, inport, reply, trace, hops),
+            Input::Forward => {}
         }
         if ttl <= 1 {
             self.step(trace, dp, "dropped: hop limit expired".into());
@@ -212,118 +175,13 @@ impl Evaluator<'_> {
         self.route6(dp, inport, packet, trace, hops);
     }
 
-    fn reject6(
-        &self,
-        dp: u32,
-        packet: &Packet,
-        source: Ipv6Addr,
-        destination: Ipv6Addr,
-        l4: L4,
-    ) -> Option<Packet> {
-        let response = self.reject_response(dp, l4, |e| match e {
-            IrEntry::RouterReject6 {
-                ip,
-                protocol,
-                response,
-                ..
-            } if *ip == destination => Some((*protocol, *response)),
-            _ => None,
-        })?;
-        reject_reply(packet, response, l4, 1, |l4| L3::Ipv6 {
-            source: destination,
-            destination: source,
-            ttl: 255,
-            l4,
-        })
-    }
-
-    fn route6(&self, dp: u32, inport: &str, mut packet: Packet, trace: &mut Trace, hops: usize) {
+    fn route6(&self, dp: u32, inport: &str, packet: Packet, trace: &mut Trace, hops: usize) {
         let L3::Ipv6 { destination, .. } = packet.l3 else {
             return;
         };
-        let route = self
-            .entries(dp)
-            .filter_map(|e| match e {
-                IrEntry::Route6 {
-                    prefix,
-                    priority,
-                    inport: needed,
-                    nexthop,
-                    source_mac,
-                    port,
-                    ..
-                } if contains6(prefix, destination)
-                    && needed.as_deref().is_none_or(|p| p == inport) =>
-                {
-                    Some((*priority, *nexthop, *source_mac, port.as_str(), *prefix))
-                }
-                _ => None,
-            })
-            .max_by_key(|(priority, ..)| *priority);
-        let Some((_, nexthop, source_mac, port, prefix)) = route else {
-            self.step(trace, dp, format!("dropped: no route to {destination}"));
-            return;
-        };
-        let nexthop = nexthop.unwrap_or(destination);
-        self.step(
-            trace,
-            dp,
-            format!(
-                "route {}/{} via {nexthop} out of {port}",
-                prefix.network, prefix.length
-            ),
-        );
-        packet.decrement_ttl();
-        packet.eth_src = source_mac;
-        let lookup = self
-            .entries(dp)
-            .any(|e| matches!(e, IrEntry::NeighbourLookup6 { .. }));
-        let neighbour = self.entries(dp).find_map(|e| match e {
-            IrEntry::Neighbour6 {
-                port: p, ip, mac, ..
-            } if p == port && *ip == nexthop => Some(*mac),
-            _ => None,
-        });
-        let learned = || {
-            self.entries(dp).find_map(|e| match e {
-                IrEntry::LearnedNeighbour6 {
-                    port: p, ip, mac, ..
-                } if lookup && p == port && *ip == nexthop => Some(*mac),
-                _ => None,
-            })
-        };
-        if let Some(mac) = neighbour.or_else(learned) {
-            packet.eth_dst = mac;
-            self.step(
-                trace,
-                dp,
-                format!("neighbour {nexthop} is-at {}", format_mac(&mac)),
-            );
-            self.router_output(dp, port, packet, trace, hops);
-            return;
+        if let Some(hop) = self.lookup_route(dp, inport, destination, trace) {
+            self.forward(dp, &hop, packet, trace, hops);
         }
-        if !self
-            .entries(dp)
-            .any(|e| matches!(e, IrEntry::NsForNextHop { .. }))
-        {
-            self.step(trace, dp, format!("dropped: next hop {nexthop} unresolved"));
-            return;
-        }
-        self.step(
-            trace,
-            dp,
-            format!("next hop {nexthop} unknown: neighbour solicitation for it"),
-        );
-        packet.eth_dst = [0; 6];
-        let mut solicitation = packet.nd_ns_template();
-        if let L3::Ipv6 {
-            l4: L4::Nd { target, .. },
-            ..
-        } = &mut solicitation.l3
-        {
-            *target = nexthop;
-        }
-        self.router_output(dp, port, solicitation, trace, hops);
     }
 }
 
@@ -377,7 +235,7 @@ mod tests {
         let group = solicited_node(target);
         let solicitation = Packet {
             eth_src: POD_MAC,
-            eth_dst: super::super::packet::ipv6_multicast_mac(group),
+            eth_dst: crate::pipeline::eval::packet::ipv6_multicast_mac(group),
             l3: L3::Ipv6 {
                 source,
                 destination: group,

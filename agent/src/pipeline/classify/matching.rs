@@ -3,11 +3,11 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::ir::{Mac, Prefix, Prefix6};
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source, Value},
     lexer::{Constant, Mask},
 };
+use crate::pipeline::ir::{Mac, Prefix, Prefix6};
 
 pub(super) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
     match expr {
@@ -18,6 +18,14 @@ pub(super) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
 
 pub(super) fn plain(field: &FieldRef, name: &str) -> bool {
     field.name == name && field.slice.is_none()
+}
+
+/// The whole field `name` (no slice).
+pub(super) fn field(name: &str) -> FieldRef {
+    FieldRef {
+        name: name.to_string(),
+        slice: None,
+    }
 }
 
 pub(super) fn bit(name: &str, bit: u32) -> FieldRef {
@@ -91,6 +99,82 @@ pub(super) fn ipv6_only(terms: &[&Expr]) -> bool {
         && !terms.iter().any(|t| mentions_family(t, IPV4_FIELDS))
 }
 
+/// `field == values` (a single equality term) as (field, values).
+pub(super) fn compare_eq(expr: &Expr) -> Option<(&FieldRef, &[Value])> {
+    match expr {
+        Expr::Compare {
+            field,
+            relation: Relation::Eq,
+            values,
+            ..
+        } => Some((field, values)),
+        _ => None,
+    }
+}
+
+/// The fields of northd's ingress sanity drops: `vlan.present` and `eth.src[40]` (multicast
+/// source).
+pub(super) fn is_sanity_field(field: &FieldRef) -> bool {
+    plain(field, "vlan.present") || field == &bit("eth.src", 40)
+}
+
+/// A single drop action.
+pub(super) fn is_drop_only(actions: &[Action]) -> bool {
+    matches!(actions, [Action::Keyword { name, .. }] if is_drop(name))
+}
+
+/// A bare `output;` (to the outport already chosen).
+pub(super) fn is_bare_output(actions: &[Action]) -> bool {
+    matches!(
+        actions,
+        [Action::Keyword { name, arguments: None, block: None }] if name == "output"
+    )
+}
+
+/// `expr` is the bare field `name` (a predicate such as `eth.mcast`).
+pub(super) fn is_field(expr: &Expr, name: &str) -> bool {
+    matches!(expr, Expr::Field(f) if plain(f, name))
+}
+
+/// `field = MAC; next;` → MAC.
+pub(super) fn sets_mac_then_next(actions: &[Action], field: &FieldRef) -> Option<Mac> {
+    match actions {
+        [
+            Action::Assign {
+                destination,
+                source:
+                    Source::Constant(Constant::Mac {
+                        address,
+                        mask: None,
+                    }),
+            },
+            next,
+        ] if destination == field && is_next(next) => Some(*address),
+        _ => None,
+    }
+}
+
+/// `field = function(…);`
+pub(super) fn calls_into(action: &Action, field: &str, function: &str) -> bool {
+    matches!(action, Action::Assign { destination, .. } if plain(destination, field))
+        && calls(action, function)
+}
+
+/// One of `actions` is `left <-> right;`.
+pub(super) fn exchanges(actions: &[Action], left: &str, right: &str) -> bool {
+    actions.iter().any(|a| {
+        matches!(a, Action::Exchange { left: l, right: r }
+            if plain(l, left) && plain(r, right))
+    })
+}
+
+/// One of `actions` is a keyword action (`tcp_reset {…}`, `icmp4 {…}`, …) named in `names`.
+pub(super) fn uses_keyword(actions: &[Action], names: &[&str]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, Action::Keyword { name, .. } if names.contains(&name.as_str())))
+}
+
 pub(super) fn is_drop(name: &str) -> bool {
     name == "drop"
 }
@@ -101,8 +185,18 @@ pub(super) fn is_next(action: &Action) -> bool {
 
 /// `field = 0; next;`
 pub(super) fn zeroes_then_next(actions: &[Action], field: &FieldRef) -> bool {
-    matches!(actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, mask: None, .. }) }, next]
-        if destination == field && is_next(next))
+    let zero = |source: &Source| {
+        matches!(
+            source,
+            Source::Constant(Constant::Integer {
+                value: 0,
+                mask: None,
+                ..
+            })
+        )
+    };
+    matches!(actions, [Action::Assign { destination, source }, next]
+        if destination == field && zero(source) && is_next(next))
 }
 
 pub(super) fn is_next_only(actions: &[Action]) -> bool {
@@ -273,7 +367,9 @@ pub(super) fn assigned_string<'a>(actions: &'a [Action], name: &str) -> Option<&
 }
 
 pub(super) fn ends_with_output(actions: &[Action]) -> bool {
-    matches!(actions.last(), Some(Action::Keyword { name, arguments: None, block: None }) if name == "output")
+    actions
+        .last()
+        .is_some_and(|last| is_bare_output(std::slice::from_ref(last)))
 }
 
 /// `outport = "P"; output;` → P.

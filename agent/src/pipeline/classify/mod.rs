@@ -1,0 +1,83 @@
+//! Classifies one logical flow, keyed by its stage name and parsed content (never by table
+//! numbers or priorities alone), into IR entries (compiled), nothing (neutral: it does not change
+//! forwarding, e.g. a priority-0 `next;`), or unsupported with a reason. A flow whose shape is not
+//! recognised is unsupported, never guessed at. One classifier per stage, by stage family:
+//! `switch` (`ls_*`), `router` (`lr_*`), `ipv6` (IPv6-only flows of either, consulted
+//! first); `matching` names the AST patterns they share; `verdict` is what they return.
+
+mod ipv6;
+pub(super) mod matching;
+mod router;
+mod switch;
+#[cfg(test)]
+mod tests;
+mod verdict;
+
+use matching::*;
+pub use router::MAC_LEARNING_NOT_DONE;
+use verdict::not_compiled;
+pub use verdict::{Class, is_acl_stage};
+
+use crate::lflow::ast::{Action, Expr};
+
+/// The parsed flow being classified.
+pub struct Flow<'a> {
+    pub datapath: u32,
+    pub stage: &'a str,
+    pub priority: i64,
+    pub match_: &'a Expr,
+    pub actions: &'a [Action],
+}
+
+/// A stage's classifier: (datapath, priority, conjuncts of the match, actions) → verdict.
+type Classifier = fn(u32, i64, &[&Expr], &[Action]) -> Class;
+
+/// The compiled stages and their classifiers (`*_ecmp` stages are matched by suffix).
+const STAGES: &[(&str, Classifier)] = &[
+    ("ls_in_check_port_sec", switch::check_port_security),
+    ("ls_in_apply_port_sec", switch::apply_port_security_in),
+    ("ls_out_apply_port_sec", switch::apply_port_security_out),
+    ("ls_out_check_port_sec", switch::check_out_port_security),
+    ("ls_in_arp_rsp", switch::arp_responder),
+    ("ls_in_l2_lkup", switch::l2_lookup),
+    ("ls_in_l2_unknown", switch::l2_unknown),
+    ("lr_in_admission", router::admission),
+    ("lr_in_ip_routing", router::route),
+    ("lr_in_arp_resolve", router::neighbour),
+    ("lr_in_ip_input", router::router_input),
+    ("lr_in_lookup_neighbor", router::neighbour_learning),
+    ("lr_in_learn_neighbor", router::neighbour_learning),
+    ("lr_in_ip_routing_pre", router::routing_pre),
+    ("lr_in_policy", router::policy),
+    ("lr_in_arp_request", router::arp_request),
+    ("lr_out_delivery", router::delivery),
+    ("lr_out_chk_dnat_local", router::chk_dnat_local),
+];
+
+/// Classifies `flow`.
+#[must_use]
+pub fn classify(flow: &Flow<'_>) -> Class {
+    if is_next_only(flow.actions) && matches!(flow.match_, Expr::Bool(true)) {
+        return Class::Neutral;
+    }
+    let dp = flow.datapath;
+    let terms = conjuncts(flow.match_);
+    if ipv6_only(&terms)
+        && let Some(class) = ipv6::classify(dp, flow.stage, flow.priority, &terms, flow.actions)
+    {
+        return class;
+    }
+    let classifier = STAGES
+        .iter()
+        .find(|(stage, _)| *stage == flow.stage)
+        .map(|(_, classifier)| *classifier)
+        .or_else(|| {
+            flow.stage
+                .ends_with("_ecmp")
+                .then_some(router::ecmp as Classifier)
+        });
+    match classifier {
+        Some(classifier) => classifier(dp, flow.priority, &terms, flow.actions),
+        None => not_compiled(flow.stage),
+    }
+}

@@ -1,0 +1,224 @@
+//! Classifier tests on flows as northd writes them.
+
+use std::net::Ipv4Addr;
+
+use super::*;
+use crate::lflow::{parse_actions, parse_match};
+use crate::pipeline::ir::IrEntry;
+
+fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
+    let match_ = parse_match(match_).unwrap();
+    let actions = parse_actions(actions).unwrap();
+    classify(&Flow {
+        datapath: 7,
+        stage,
+        priority,
+        match_: &match_,
+        actions: &actions,
+    })
+}
+
+#[test]
+fn switch_flows_from_northd_compile() {
+    assert_eq!(
+        class(
+            "ls_in_l2_lkup",
+            50,
+            "eth.dst == 00:00:00:00:00:01",
+            r#"outport = "pod-a1.ns1"; output;"#
+        ),
+        Class::Compiled(vec![IrEntry::L2Fib {
+            datapath: 7,
+            mac: [0, 0, 0, 0, 0, 1],
+            port: "pod-a1.ns1".into()
+        }])
+    );
+    assert!(matches!(
+        class("ls_in_l2_lkup", 75, "eth.src == {0a:58:0a:00:01:01} && (arp.op == 1 || rarp.op == 3 || nd_ns)", r#"outport = "_MC_flood_l2"; output;"#),
+        Class::Compiled(entries) if matches!(entries[0], IrEntry::RouterOriginatedFlood { .. })
+    ));
+    assert!(matches!(
+        class("ls_in_l2_lkup", 80, "flags[1] == 0 && arp.op == 1 && arp.tpa == 10.0.1.1", r#"clone {outport = "subnet-a-vpc-a"; output; }; outport = "_MC_flood_l2"; output;"#),
+        Class::Compiled(entries) if matches!(&entries[0], IrEntry::ArpForRouterIp { router_port, .. } if router_port == "subnet-a-vpc-a")
+    ));
+    assert_eq!(
+        class(
+            "ls_in_arp_rsp",
+            50,
+            "arp.tpa == 10.0.1.2 && arp.op == 1",
+            "eth.dst = eth.src; eth.src = 00:00:00:00:00:01; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = 00:00:00:00:00:01; arp.tpa = arp.spa; arp.spa = 10.0.1.2; outport = inport; flags.loopback = 1; output;"
+        ),
+        Class::Compiled(vec![IrEntry::ArpReply {
+            datapath: 7,
+            ip: Ipv4Addr::new(10, 0, 1, 2),
+            mac: [0, 0, 0, 0, 0, 1]
+        }])
+    );
+    assert_eq!(class("ls_in_pre_acl", 0, "1", "next;"), Class::Neutral);
+    assert!(
+        matches!(class("ls_in_acl", 1000, "ip4", "ct_commit { ct_mark.blocked = 0; }; next;"), Class::Unsupported(r) if r.contains("ACL"))
+    );
+    assert!(matches!(
+        class("ls_in_l2_lkup", 110, "eth.dst == $svc_monitor_mac && (tcp || icmp || icmp6)", "handle_svc_check(inport);"),
+        Class::Compiled(entries) if matches!(&entries[0], IrEntry::Punt { reason, .. } if reason.contains("service monitor"))
+    ));
+}
+
+#[test]
+fn peer_router_link_local_neighbours_compile() {
+    // On a peering link the next hop is the peer router port's link-local address, held in
+    // xxreg0 (no ip6.* field in the match).
+    assert_eq!(
+        class(
+            "lr_in_arp_resolve",
+            100,
+            r#"outport == "vpc-a-vpc-c" && xxreg0 == fe80::858:d6ff:fe22:2a24"#,
+            "eth.dst = 0a:58:d6:22:2a:24; next;"
+        ),
+        Class::Compiled(vec![IrEntry::Neighbour6 {
+            datapath: 7,
+            port: "vpc-a-vpc-c".into(),
+            ip: "fe80::858:d6ff:fe22:2a24".parse().unwrap(),
+            mac: [0x0a, 0x58, 0xd6, 0x22, 0x2a, 0x24],
+        }])
+    );
+}
+
+#[test]
+fn router_flows_from_northd_compile() {
+    assert!(matches!(
+        class("lr_in_ip_routing", 73, "reg7 == 0 && ip4.dst == 10.1.1.0/24", r#"ip.ttl--; reg8[0..15] = 0; reg0 = 10.0.255.2; reg1 = 10.0.255.1; eth.src = 0a:58:0a:00:ff:01; outport = "vpc-a-vpc-b"; flags.loopback = 1; next;"#),
+        Class::Compiled(entries) if matches!(&entries[0], IrEntry::Route { nexthop: Some(_), route_table: Some(0), priority: 73, .. })
+    ));
+    assert!(matches!(
+        class("lr_in_ip_input", 90, r#"inport == "vpc-a-subnet-a" && arp.op == 1 && arp.tpa == 10.0.1.1 && arp.spa == 10.0.1.0/24"#, "eth.dst = eth.src; eth.src = xreg0[0..47]; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = xreg0[0..47]; arp.tpa <-> arp.spa; outport = inport; flags.loopback = 1; output;"),
+        Class::Compiled(entries) if matches!(entries[0], IrEntry::RouterArpReply { .. })
+    ));
+    assert_eq!(
+        class(
+            "lr_in_ip_input",
+            90,
+            "ip4.dst == 10.0.1.1 && icmp4.type == 8 && icmp4.code == 0",
+            "ip4.dst <-> ip4.src; ip.ttl = 255; icmp4.type = 0; flags.loopback = 1; next; "
+        ),
+        Class::Compiled(vec![IrEntry::RouterEchoReply {
+            datapath: 7,
+            ip: Ipv4Addr::new(10, 0, 1, 1)
+        }])
+    );
+    assert!(matches!(
+        class("lr_in_ip_input", 31, r#"inport == "vpc-a-subnet-a" && ip4 && ip.ttl == {0, 1} && !ip.later_frag"#, r#"icmp4 {eth.dst <-> eth.src; icmp4.type = 11; /* Time exceeded */ icmp4.code = 0; /* TTL exceeded in transit */ ip4.dst = ip4.src; ip4.src = 10.0.1.1 ; ip.ttl = 254; outport = "vpc-a-subnet-a"; flags.loopback = 1; output; };"#),
+        Class::Compiled(entries) if matches!(entries[0], IrEntry::TtlExceeded { .. })
+    ));
+    assert!(
+        matches!(class("lr_in_ip_routing", 194, r#"inport == "p" && ip6.dst == fe80::/64"#, "ip.ttl--; next;"), Class::Unsupported(r) if r.contains("IPv6"))
+    );
+}
+
+/// The neighbour stages as northd 23.03 writes them for a router with Kube-OVN's options
+/// (`always_learn_from_arp_request=false`) and without (the default, true): every flow
+/// compiles; the ones that look up or write MAC_Binding are side duties (not learned), never
+/// unsupported, so they do not stop the router; an unknown action still is unsupported.
+#[test]
+fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
+    let side_duty = |stage: &str, priority: i64, match_: &str, actions: &str| match class(
+        stage, priority, match_, actions,
+    ) {
+        Class::SideDuty { entries, duty } => {
+            assert_eq!(duty, MAC_LEARNING_NOT_DONE);
+            assert!(
+                matches!(
+                    entries.as_slice(),
+                    [IrEntry::NeighbourLearning { datapath: 7, .. }]
+                ),
+                "{entries:?}"
+            );
+        }
+        other => panic!("{stage} {match_} / {actions}: {other:?}"),
+    };
+    let lookup = "lr_in_lookup_neighbor";
+    let learn = "lr_in_learn_neighbor";
+    // always_learn_from_arp_request=false
+    side_duty(
+        lookup,
+        110,
+        r#"inport == "r2-s1" && arp.spa == 10.0.1.0/24 && arp.tpa == 10.0.1.1 && arp.op == 1"#,
+        "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = 1; next;",
+    );
+    side_duty(
+        lookup,
+        110,
+        "nd_na && ip6.src == fe80::/10 && ip6.dst == ff00::/8",
+        "reg9[2] = lookup_nd(inport, ip6.src, nd.tll); reg9[3] = lookup_nd_ip(inport, ip6.src); next;",
+    );
+    side_duty(
+        lookup,
+        100,
+        "arp.op == 2",
+        "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = 1; next;",
+    );
+    side_duty(
+        lookup,
+        100,
+        r#"inport == "r2-s1" && arp.spa == 10.0.1.0/24 && arp.op == 1"#,
+        "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = lookup_arp_ip(inport, arp.spa); next;",
+    );
+    side_duty(
+        lookup,
+        100,
+        "nd_ns",
+        "reg9[2] = lookup_nd(inport, ip6.src, nd.sll); reg9[3] = lookup_nd_ip(inport, ip6.src); next;",
+    );
+    // The default (true)
+    side_duty(
+        lookup,
+        100,
+        "arp.op == 2",
+        "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); next;",
+    );
+    side_duty(
+        lookup,
+        100,
+        "nd_na",
+        "reg9[2] = lookup_nd(inport, nd.target, nd.tll); next;",
+    );
+    // Both
+    side_duty(learn, 90, "arp", "put_arp(inport, arp.spa, arp.sha); next;");
+    side_duty(
+        learn,
+        95,
+        "nd_na && nd.tll == 0",
+        "put_nd(inport, nd.target, eth.src); next;",
+    );
+    side_duty(learn, 90, "nd_ns", "put_nd(inport, ip6.src, nd.sll); next;");
+    let forwarding_only = |stage: &str, priority: i64, match_: &str, actions: &str| {
+        assert!(
+            matches!(
+                class(stage, priority, match_, actions),
+                Class::Compiled(entries) if matches!(entries.as_slice(), [IrEntry::NeighbourLearning { .. }])
+            ),
+            "{stage} {match_} / {actions}"
+        );
+    };
+    forwarding_only(lookup, 0, "1", "reg9[2] = 1; next;");
+    forwarding_only(learn, 100, "reg9[2] == 1 || reg9[3] == 0", "next;");
+    forwarding_only(learn, 100, "reg9[2] == 1", "next;");
+    forwarding_only(learn, 95, "nd_ns && (ip6.src == 0 || nd.sll == 0)", "next;");
+    forwarding_only(learn, 0, "1", "drop;");
+    // What would change forwarding is not guessed at.
+    for (stage, match_, actions) in [
+        (learn, "arp", "put_arp(inport, arp.spa, arp.sha); drop;"),
+        (
+            lookup,
+            "arp.op == 2",
+            "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg0 = 1; next;",
+        ),
+        (learn, "arp.op == 2", "drop;"),
+        (lookup, "arp", "reg9[2] = get_fdb(eth.src); next;"),
+    ] {
+        assert!(
+            matches!(class(stage, 90, match_, actions), Class::Unsupported(r) if r.contains("neighbour learning")),
+            "{stage} {match_} / {actions}"
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! What a classifier says about a flow ([`Class`]), and the verdict on stages nothing compiles
+//! (the stateful features: ACL, load balancing, NAT, conntrack, QoS). Shared by the stage
+//! classifiers; imports none of them.
+
+use crate::pipeline::ir::IrEntry;
+
+/// The verdict on one flow for one datapath.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Class {
+    Compiled(Vec<IrEntry>),
+    /// Forwarding is compiled as `entries`, but the flow also has a duty beside forwarding that
+    /// the datapath does not perform (e.g. learning a MAC_Binding). Unlike `Unsupported`, this
+    /// does not stop the datapath from forwarding: it is only reported.
+    SideDuty {
+        entries: Vec<IrEntry>,
+        duty: String,
+    },
+    Neutral,
+    /// The flow cannot be forwarded correctly: the datapath must not forward as if it did not
+    /// exist.
+    Unsupported(String),
+}
+
+pub(super) fn unsupported(reason: impl Into<String>) -> Class {
+    Class::Unsupported(reason.into())
+}
+
+/// The verdict on a stage without a classifier (or a flow its classifier leaves to it).
+pub(super) fn not_compiled(stage: &str) -> Class {
+    match stateful_feature(stage) {
+        Some(feature) => unsupported(format!("{feature} is not in the datapath yet")),
+        None => unsupported(format!("stage {stage} is not compiled yet")),
+    }
+}
+
+/// Whether `stage` is one of the ACL stages (where NetworkPolicies and subnet ACLs land).
+#[must_use]
+pub fn is_acl_stage(stage: &str) -> bool {
+    stateful_feature(stage) == Some("ACL")
+}
+
+/// The stateful feature a stage implements, for the unsupported reason.
+fn stateful_feature(stage: &str) -> Option<&'static str> {
+    let words: Vec<&str> = stage.split('_').collect();
+    let has = |word: &str| words.contains(&word);
+    Some(if has("acl") {
+        "ACL"
+    } else if has("lb") || has("aff") || has("hairpin") {
+        "load balancing"
+    } else if has("dnat") || has("snat") || has("unsnat") || has("undnat") {
+        "NAT"
+    } else if has("stateful") || has("defrag") || has("ct") {
+        "conntrack"
+    } else if has("qos") {
+        "QoS"
+    } else {
+        return None;
+    })
+}

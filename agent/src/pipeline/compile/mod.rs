@@ -1,0 +1,340 @@
+//! The compiler: Southbound rows → reference-counted IR entries. Each logical flow is parsed once
+//! and classified per datapath ([`super::classify`]); Port_Binding and Multicast_Group rows become
+//! port and flood-group entries. Every source row remembers the entries it contributed, so a
+//! change set costs O(changed rows) and yields an [`IrDiff`]. Touches only the SB replica (read)
+//! and the IR.
+
+mod coverage;
+mod groups;
+mod rows;
+mod underlay;
+
+use std::collections::{HashMap, HashSet};
+
+use uuid::Uuid;
+
+pub use coverage::{Outcome, StageCoverage};
+use groups::GroupState;
+pub use underlay::UNDERLAY_ROUTING_STAGE;
+
+use super::{
+    classify::{self, Class, Flow},
+    ir::{IrDiff, IrEntry},
+};
+use crate::{
+    lflow::{parse_actions, parse_match},
+    ovsdb::replica::ChangeSet,
+    sb::{
+        Southbound,
+        rows::{
+            Chassis, DatapathBinding, LogicalDpGroup, LogicalFlow, MacBinding, MulticastGroup,
+            PortBinding,
+        },
+    },
+};
+
+/// A source row's contribution.
+#[derive(Debug, Default)]
+struct Contribution {
+    stage: String,
+    outcome: Option<Outcome>,
+    entries: Vec<IrEntry>,
+}
+
+/// The compiler's state: contributions per source row and the reference-counted IR.
+#[derive(Debug, Default)]
+pub struct Compiler {
+    flows: HashMap<Uuid, Contribution>,
+    rows: HashMap<Uuid, Contribution>,
+    groups: HashMap<Uuid, GroupState>,
+    /// Port_Binding row → the groups listing it, so a port that arrives (or changes its key)
+    /// after its groups updates just its member entries.
+    port_groups: HashMap<Uuid, HashSet<Uuid>>,
+    /// Switches with a localnet port that routers route onto (Kube-OVN's U2O interconnection,
+    /// not compiled): per switch tunnel key, the Unsupported entries of those routers.
+    underlay_routing: HashMap<u32, Vec<IrEntry>>,
+    entries: HashMap<IrEntry, u32>,
+}
+
+#[derive(Default)]
+struct Delta(HashMap<IrEntry, i64>);
+
+impl Delta {
+    fn into_diff(self) -> IrDiff {
+        let mut diff = IrDiff::default();
+        for (entry, change) in self.0 {
+            match change {
+                1.. => diff.added.push(entry),
+                ..=-1 => diff.removed.push(entry),
+                0 => {}
+            }
+        }
+        diff.added.sort();
+        diff.removed.sort();
+        diff
+    }
+}
+
+impl Compiler {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every IR entry.
+    pub fn entries(&self) -> impl Iterator<Item = &IrEntry> {
+        self.entries.keys()
+    }
+
+    /// Brings the IR in line with `sb` after it applied `changes`.
+    pub fn apply(&mut self, sb: &Southbound, changes: &ChangeSet) -> IrDiff {
+        let mut delta = Delta::default();
+        if changes.resynced {
+            self.rebuild(sb, &mut delta);
+            return delta.into_diff();
+        }
+        let mut flows = Vec::new();
+        let mut rows = Vec::new();
+        let mut groups = Vec::new();
+        for (table, change) in &changes.tables {
+            let touched = change
+                .inserted
+                .iter()
+                .copied()
+                .chain(change.modified.iter().map(|(u, _)| *u));
+            let gone = change.deleted.iter().map(|(u, _)| *u);
+            match table.as_str() {
+                LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
+                PortBinding::TABLE | MacBinding::TABLE => rows.extend(touched.chain(gone)),
+                MulticastGroup::TABLE => {
+                    for uuid in touched.chain(gone) {
+                        let ports = change
+                            .set_changes
+                            .get(&uuid)
+                            .and_then(|c| c.iter().find(|c| c.column == "ports"));
+                        groups.push((uuid, ports.cloned()));
+                    }
+                }
+                LogicalDpGroup::TABLE => {
+                    for group in touched.chain(gone) {
+                        flows.extend(
+                            sb.indexes()
+                                .flows_by_group
+                                .get(&group)
+                                .into_iter()
+                                .flatten(),
+                        );
+                    }
+                }
+                DatapathBinding::TABLE | Chassis::TABLE => {
+                    // Tunnel keys and chassis names are baked into entries everywhere: rare, so
+                    // recompile all rather than tracking every dependency.
+                    self.rebuild(sb, &mut delta);
+                    return delta.into_diff();
+                }
+                _ => {}
+            }
+        }
+        for uuid in flows {
+            self.retract_flow(uuid, &mut delta);
+            if let Some(flow) = sb.row::<LogicalFlow>(&uuid) {
+                self.compile_flow(sb, &flow, &mut delta);
+            }
+        }
+        let mut underlay_candidates = HashSet::new();
+        for uuid in rows {
+            underlay_candidates.extend(self.underlay_candidates(sb, uuid));
+            self.retract_row(uuid, &mut delta);
+            self.compile_row(sb, uuid, &mut delta);
+            self.refresh_memberships(sb, uuid, &mut delta);
+            underlay_candidates.extend(self.underlay_candidates(sb, uuid));
+        }
+        for switch in underlay_candidates {
+            self.refresh_underlay_routing(sb, switch, &mut delta);
+        }
+        for (uuid, ports_change) in groups {
+            match ports_change {
+                Some(change) if self.group_header_unchanged(sb, uuid) => {
+                    self.apply_member_change(sb, uuid, &change, &mut delta)
+                }
+                _ => self.update_group(sb, uuid, &mut delta),
+            }
+        }
+        delta.into_diff()
+    }
+
+    fn rebuild(&mut self, sb: &Southbound, delta: &mut Delta) {
+        let flows: Vec<Uuid> = self.flows.keys().copied().collect();
+        for uuid in flows {
+            self.retract_flow(uuid, delta);
+        }
+        let rows: Vec<Uuid> = self.rows.keys().copied().collect();
+        for uuid in rows {
+            self.retract_row(uuid, delta);
+        }
+        let groups: Vec<Uuid> = self.groups.keys().copied().collect();
+        for uuid in groups {
+            self.retract_group(uuid, delta);
+        }
+        for flow in sb.rows::<LogicalFlow>() {
+            self.compile_flow(sb, &flow, delta);
+        }
+        let rows: Vec<Uuid> = sb
+            .rows::<PortBinding>()
+            .map(|p| p.uuid)
+            .chain(sb.rows::<DatapathBinding>().map(|d| d.uuid))
+            .chain(sb.rows::<MacBinding>().map(|m| m.uuid))
+            .collect();
+        for uuid in rows {
+            self.compile_row(sb, uuid, delta);
+        }
+        let groups: Vec<Uuid> = sb.rows::<MulticastGroup>().map(|m| m.uuid).collect();
+        for uuid in groups {
+            self.update_group(sb, uuid, delta);
+        }
+        let switches: HashSet<u32> = self
+            .underlay_routing
+            .keys()
+            .copied()
+            .chain(
+                sb.rows::<PortBinding>()
+                    .filter(|port| port.kind == "localnet")
+                    .filter_map(|port| sb.row::<DatapathBinding>(&port.datapath?))
+                    .map(|datapath| datapath.tunnel_key),
+            )
+            .collect();
+        for switch in switches {
+            self.refresh_underlay_routing(sb, switch, delta);
+        }
+    }
+
+    fn add(&mut self, entry: IrEntry, delta: &mut Delta) {
+        let count = self.entries.entry(entry.clone()).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            *delta.0.entry(entry).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, entry: IrEntry, delta: &mut Delta) {
+        if let Some(count) = self.entries.get_mut(&entry) {
+            *count -= 1;
+            if *count == 0 {
+                self.entries.remove(&entry);
+                *delta.0.entry(entry).or_insert(0) -= 1;
+            }
+        }
+    }
+
+    fn retract_flow(&mut self, uuid: Uuid, delta: &mut Delta) {
+        if let Some(contribution) = self.flows.remove(&uuid) {
+            for entry in contribution.entries {
+                self.remove(entry, delta);
+            }
+        }
+    }
+
+    fn retract_row(&mut self, uuid: Uuid, delta: &mut Delta) {
+        if let Some(contribution) = self.rows.remove(&uuid) {
+            for entry in contribution.entries {
+                self.remove(entry, delta);
+            }
+        }
+    }
+
+    fn compile_flow(&mut self, sb: &Southbound, flow: &LogicalFlow, delta: &mut Delta) {
+        let stage = flow
+            .external_ids
+            .get("stage-name")
+            .cloned()
+            .unwrap_or_default();
+        let mut contribution = Contribution {
+            stage: stage.clone(),
+            ..Contribution::default()
+        };
+        let parsed = parse_match(&flow.match_)
+            .map_err(|e| format!("match does not parse: {e}"))
+            .and_then(|m| {
+                parse_actions(&flow.actions)
+                    .map(|a| (m, a))
+                    .map_err(|e| format!("actions do not parse: {e}"))
+            });
+        match parsed {
+            Err(reason) => contribution.outcome = Some(Outcome::Unsupported(reason)),
+            Ok((match_, actions)) => {
+                for datapath in flow_datapaths(sb, flow) {
+                    let class = classify::classify(&Flow {
+                        datapath,
+                        stage: &stage,
+                        priority: flow.priority,
+                        match_: &match_,
+                        actions: &actions,
+                    });
+                    let outcome = match class {
+                        Class::Compiled(entries) => {
+                            contribution.entries.extend(entries);
+                            Outcome::Compiled
+                        }
+                        Class::Neutral => Outcome::Neutral,
+                        Class::SideDuty { entries, duty } => {
+                            contribution.entries.extend(entries);
+                            contribution.entries.push(IrEntry::SideDutyNotDone {
+                                datapath,
+                                stage: stage.clone(),
+                                duty: duty.clone(),
+                            });
+                            Outcome::SideDuty(duty)
+                        }
+                        Class::Unsupported(reason) => {
+                            contribution.entries.push(IrEntry::Unsupported {
+                                datapath,
+                                stage: stage.clone(),
+                                reason: reason.clone(),
+                            });
+                            // northd names the ACL a flow comes from; its default ACL-stage
+                            // flows carry no such hint.
+                            if let Some(acl) = flow.external_ids.get("stage-hint")
+                                && classify::is_acl_stage(&stage)
+                            {
+                                contribution.entries.push(IrEntry::UnenforcedAcl {
+                                    datapath,
+                                    acl: acl.clone(),
+                                });
+                            }
+                            Outcome::Unsupported(reason)
+                        }
+                    };
+                    // A flow is as supported as its worst datapath.
+                    if contribution
+                        .outcome
+                        .as_ref()
+                        .is_none_or(|worst| outcome.severity() >= worst.severity())
+                    {
+                        contribution.outcome = Some(outcome);
+                    }
+                }
+            }
+        }
+        for entry in contribution.entries.clone() {
+            self.add(entry, delta);
+        }
+        self.flows.insert(flow.uuid, contribution);
+    }
+}
+
+/// Tunnel keys of the datapaths a flow applies to.
+fn flow_datapaths(sb: &Southbound, flow: &LogicalFlow) -> Vec<u32> {
+    let datapaths: Vec<Uuid> = match (flow.logical_datapath, flow.logical_dp_group) {
+        (Some(datapath), _) => vec![datapath],
+        (None, Some(group)) => sb
+            .row::<LogicalDpGroup>(&group)
+            .map(|g| g.datapaths)
+            .unwrap_or_default(),
+        (None, None) => Vec::new(),
+    };
+    datapaths
+        .iter()
+        .filter_map(|dp| sb.row::<DatapathBinding>(dp))
+        .map(|dp| dp.tunnel_key)
+        .collect()
+}

@@ -1,0 +1,151 @@
+//! Evaluates the IR for one packet, the way the datapath will: the sender runs the whole ingress
+//! pipeline, switch and router hops included, and the result is the set of packets output to
+//! logical ports. Each step is recorded in words, so `ovnbpfctl trace` can show a person what
+//! happened and why. This is the semantic reference the differential tests compare with
+//! `ovn-trace`; it reads only IR entries.
+//!
+//! - `switch`: the logical switch, stage by stage (`port_security`, `arp`, `switching`,
+//!   `flood`, delivery with egress port security), named like the kernel modules in `ebpf/src`;
+//! - `router`: the logical router (admission, input, IPv4 routing and policies);
+//! - `ipv6`: neighbour discovery and what only IPv6 does in the router;
+//! - `family`: the router stages both families share (input, reject, route lookup, next-hop
+//!   resolution and forwarding), generic over the address family;
+//! - [`packet`]: the packet model; [`microflow`]: packets to and from ovn-trace's language.
+
+mod family;
+mod ipv6;
+pub mod microflow;
+pub mod packet;
+mod router;
+mod switch;
+
+use std::collections::HashMap;
+
+use crate::pipeline::ir::{IrEntry, Mac, PortKind};
+use packet::Packet;
+
+/// What happened to a packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub steps: Vec<String>,
+    /// Packets output to logical ports, with the port name.
+    pub outputs: Vec<(String, Packet)>,
+}
+
+/// The IR, indexed for evaluation.
+pub struct Evaluator<'a> {
+    datapaths: HashMap<u32, (&'a str, bool)>,
+    ports: HashMap<&'a str, (u32, u32, &'a PortKind)>,
+    port_security: HashMap<&'a str, &'a [String]>,
+    port_names: HashMap<(u32, u32), &'a str>,
+    groups: HashMap<(u32, &'a str), Vec<u32>>,
+    by_datapath: HashMap<u32, Vec<&'a IrEntry>>,
+}
+
+/// Hops allowed before a packet is considered looping.
+const MAX_HOPS: usize = 16;
+
+pub(super) fn is_multicast(mac: &Mac) -> bool {
+    mac[0] & 1 == 1
+}
+
+impl<'a> Evaluator<'a> {
+    #[must_use]
+    pub fn new(entries: impl IntoIterator<Item = &'a IrEntry>) -> Self {
+        let mut evaluator = Self {
+            datapaths: HashMap::new(),
+            ports: HashMap::new(),
+            port_security: HashMap::new(),
+            port_names: HashMap::new(),
+            groups: HashMap::new(),
+            by_datapath: HashMap::new(),
+        };
+        let mut group_names: HashMap<(u32, u32), &'a str> = HashMap::new();
+        let mut members: Vec<(u32, u32, u32)> = Vec::new();
+        for entry in entries {
+            match entry {
+                IrEntry::FloodMember {
+                    datapath,
+                    group,
+                    port,
+                } => members.push((*datapath, *group, *port)),
+                IrEntry::Datapath {
+                    datapath,
+                    name,
+                    router,
+                } => {
+                    evaluator.datapaths.insert(*datapath, (name, *router));
+                }
+                IrEntry::Port {
+                    datapath,
+                    key,
+                    name,
+                    kind,
+                    port_security,
+                    ..
+                } => {
+                    evaluator.ports.insert(name, (*datapath, *key, kind));
+                    evaluator.port_names.insert((*datapath, *key), name);
+                    if !port_security.is_empty() {
+                        evaluator.port_security.insert(name, port_security);
+                    }
+                }
+                IrEntry::FloodGroup {
+                    datapath,
+                    key,
+                    name,
+                } => {
+                    group_names.insert((*datapath, *key), name);
+                }
+                _ => {}
+            }
+            evaluator
+                .by_datapath
+                .entry(entry.datapath())
+                .or_default()
+                .push(entry);
+        }
+        for (datapath, group, port) in members {
+            if let Some(name) = group_names.get(&(datapath, group)) {
+                evaluator
+                    .groups
+                    .entry((datapath, name))
+                    .or_default()
+                    .push(port);
+            }
+        }
+        for ports in evaluator.groups.values_mut() {
+            ports.sort_unstable();
+        }
+        evaluator
+    }
+
+    pub(super) fn entries(&self, datapath: u32) -> impl Iterator<Item = &'a IrEntry> + '_ {
+        self.by_datapath
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .copied()
+    }
+
+    pub(super) fn datapath_name(&self, datapath: u32) -> &str {
+        self.datapaths.get(&datapath).map_or("?", |(name, _)| name)
+    }
+
+    /// Traces `packet` arriving from the VIF `inport`.
+    pub fn trace(&self, inport: &str, packet: Packet) -> Result<Trace, String> {
+        let (datapath, _, _) = self
+            .ports
+            .get(inport)
+            .ok_or_else(|| format!("unknown port {inport:?}"))?;
+        let mut trace = Trace::default();
+        self.switch(*datapath, inport, packet, false, &mut trace, 0);
+        Ok(trace)
+    }
+
+    pub(super) fn step(&self, trace: &mut Trace, datapath: u32, text: String) {
+        trace
+            .steps
+            .push(format!("[{}] {text}", self.datapath_name(datapath)));
+    }
+}

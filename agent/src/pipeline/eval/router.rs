@@ -1,0 +1,295 @@
+//! The logical router in the evaluator: admission, router input (ARP, echo, drops, reject),
+//! IPv4 routing and policies, next-hop resolution, delivery across patch ports. IPv6 after
+//! admission is in [`super::ipv6`]. Reads only IR entries through [`Evaluator`].
+
+use std::net::Ipv4Addr;
+
+use super::{
+    Evaluator, MAX_HOPS, Trace,
+    family::{Hop, Input},
+    is_multicast,
+    packet::{L3, L4, Packet},
+};
+use crate::pipeline::ir::{IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule};
+
+/// IPv4 routes do not depend on the inport (only IPv6's per-port link-local routes do).
+const NO_INPORT: &str = "";
+
+impl<'a> Evaluator<'a> {
+    pub(super) fn router_port_mac(&self, dp: u32, port: &str) -> Option<Mac> {
+        self.entries(dp).find_map(|e| match e {
+            IrEntry::RouterPort {
+                port: p,
+                mac,
+                multicast: false,
+                ..
+            } if p == port => Some(*mac),
+            _ => None,
+        })
+    }
+
+    /// Leaves the router through `port` into the switch behind it.
+    pub(super) fn router_output(
+        &self,
+        dp: u32,
+        port: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        let delivered = self
+            .entries(dp)
+            .any(|e| matches!(e, IrEntry::RouterDelivery { port: p, .. } if p == port));
+        if !delivered {
+            self.step(trace, dp, format!("dropped: no delivery for {port}"));
+            return;
+        }
+        match self.ports.get(port) {
+            Some((_, _, PortKind::Patch { peer })) => {
+                self.cross_patch(dp, peer, packet, true, trace, hops)
+            }
+            _ => self.step(
+                trace,
+                dp,
+                format!("dropped: router port {port} is not a patch port"),
+            ),
+        }
+    }
+
+    /// Enters the datapath on the other side of a patch port: a router (LS→LR, LR→LR peering)
+    /// or a switch (LR→LS).
+    pub(super) fn cross_patch(
+        &self,
+        dp: u32,
+        peer: &str,
+        packet: Packet,
+        from_router: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        match self.ports.get(peer) {
+            Some((peer_dp, _, _))
+                if self
+                    .datapaths
+                    .get(peer_dp)
+                    .is_some_and(|(_, router)| *router) =>
+            {
+                self.router(*peer_dp, peer, packet, trace, hops + 1);
+            }
+            Some((peer_dp, _, _)) => {
+                self.switch(*peer_dp, peer, packet, from_router, trace, hops + 1)
+            }
+            None => self.step(trace, dp, format!("dropped: patch peer {peer} unknown")),
+        }
+    }
+
+    /// The logical router pipeline (ingress and egress).
+    pub(super) fn router(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if hops > MAX_HOPS {
+            self.step(trace, dp, "dropped: too many hops".into());
+            return;
+        }
+        self.step(trace, dp, format!("router ingress from {inport}: {packet}"));
+        let Some(port_mac) = self.router_port_mac(dp, inport) else {
+            self.step(trace, dp, format!("dropped: {inport} is not admitted"));
+            return;
+        };
+        let multicast_ok = self.entries(dp).any(
+            |e| matches!(e, IrEntry::RouterPort { port, multicast: true, .. } if port == inport),
+        );
+        let admitted =
+            packet.eth_dst == port_mac || (is_multicast(&packet.eth_dst) && multicast_ok);
+        if is_multicast(&packet.eth_src) || !admitted {
+            self.step(trace, dp, "dropped by admission".into());
+            return;
+        }
+        if let L3::Ipv6 { .. } = packet.l3 {
+            self.router_ipv6(dp, inport, port_mac, packet, trace, hops);
+            return;
+        }
+        let (source, destination, ttl, l4) = match packet.l3 {
+            L3::Arp {
+                op: 1,
+                tpa,
+                spa,
+                sha,
+                ..
+            } => {
+                let answers = self.entries(dp).any(|e| {
+                    matches!(e, IrEntry::RouterArpReply { port, ip, subnet, .. }
+                        if port == inport && *ip == tpa && subnet.contains(spa))
+                });
+                if answers {
+                    self.step(trace, dp, format!("router answers ARP for {tpa}"));
+                    let answer = Packet {
+                        eth_src: port_mac,
+                        eth_dst: packet.eth_src,
+                        l3: L3::Arp {
+                            op: 2,
+                            sha: port_mac,
+                            spa: tpa,
+                            tha: sha,
+                            tpa: spa,
+                        },
+                    };
+                    self.router_output(dp, inport, answer, trace, hops);
+                } else {
+                    self.step(
+                        trace,
+                        dp,
+                        "dropped: ARP not for this router (OVN may learn its sender; ovnbpf does not learn)".into(),
+                    );
+                }
+                return;
+            }
+            L3::Arp { .. } => {
+                self.step(
+                    trace,
+                    dp,
+                    "dropped: ARP reply (OVN learns its sender; ovnbpf does not learn)".into(),
+                );
+                return;
+            }
+            L3::Ipv4 {
+                source,
+                destination,
+                ttl,
+                l4,
+            } => (source, destination, ttl, l4),
+            L3::Ipv6 { .. } => return,
+        };
+        let martian = |ip: Ipv4Addr| {
+            ip.is_multicast() || ip.is_broadcast() || ip.is_loopback() || ip.octets()[0] == 0
+        };
+        if self.drops(
+            dp,
+            |r| matches!(r, RouterDropRule::SpoofedSource(list) if list.contains(&source)),
+        ) {
+            self.step(
+                trace,
+                dp,
+                format!("dropped: source {source} is the router's own"),
+            );
+            return;
+        }
+        if self.drops(dp, |r| matches!(r, RouterDropRule::Martian))
+            && (martian(source) || destination.is_loopback() || destination.octets()[0] == 0)
+        {
+            self.step(trace, dp, "dropped: martian address".into());
+            return;
+        }
+        match self.router_input(dp, &packet, (source, destination), l4, trace) {
+            Input::Dropped => return,
+            Input::Answered(reply) => return self.route(dp, reply, trace, hops),
+            Input::Forward => {}
+        }
+        if ttl <= 1 {
+            let source_ip = self.entries(dp).find_map(|e| match e {
+                IrEntry::TtlExceeded { port, source, .. } if port == inport => Some(*source),
+                _ => None,
+            });
+            if let Some(router_ip) = source_ip {
+                self.step(
+                    trace,
+                    dp,
+                    "TTL exceeded: ICMP time exceeded back to the sender".into(),
+                );
+                let error = Packet {
+                    eth_src: port_mac,
+                    eth_dst: packet.eth_src,
+                    l3: L3::Ipv4 {
+                        source: router_ip,
+                        destination: source,
+                        ttl: 254,
+                        l4: L4::Icmp { kind: 11, code: 0 },
+                    },
+                };
+                self.router_output(dp, inport, error, trace, hops);
+            } else {
+                self.step(trace, dp, "dropped: TTL expired".into());
+            }
+            return;
+        }
+        self.route(dp, packet, trace, hops);
+    }
+
+    /// The highest-priority router policy matching `packet`, if any.
+    pub(super) fn policy(&self, dp: u32, packet: &Packet) -> Option<(u16, &'a PolicyVerdict)> {
+        let L3::Ipv4 {
+            source,
+            destination,
+            ..
+        } = packet.l3
+        else {
+            return None;
+        };
+        let within = |prefix: &Option<Prefix>, ip| prefix.as_ref().is_none_or(|p| p.contains(ip));
+        self.entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::RouterPolicy {
+                    priority,
+                    source: from,
+                    destination: to,
+                    verdict,
+                    ..
+                } if within(from, source) && within(to, destination) => Some((*priority, verdict)),
+                _ => None,
+            })
+            .max_by_key(|(priority, _)| *priority)
+    }
+
+    pub(super) fn route(&self, dp: u32, packet: Packet, trace: &mut Trace, hops: usize) {
+        let L3::Ipv4 { destination, .. } = packet.l3 else {
+            return;
+        };
+        let Some(Hop {
+            mut nexthop,
+            mut source_ip,
+            mut source_mac,
+            mut port,
+        }) = self.lookup_route(dp, NO_INPORT, destination, trace)
+        else {
+            return;
+        };
+        match self.policy(dp, &packet) {
+            None | Some((_, PolicyVerdict::Allow)) => {}
+            Some((priority, PolicyVerdict::Drop)) => {
+                self.step(trace, dp, format!("dropped: router policy {priority}"));
+                return;
+            }
+            Some((
+                priority,
+                PolicyVerdict::Reroute {
+                    nexthop: policy_nexthop,
+                    source_ip: policy_source_ip,
+                    source_mac: policy_source_mac,
+                    port: policy_port,
+                },
+            )) => {
+                nexthop = *policy_nexthop;
+                source_ip = *policy_source_ip;
+                source_mac = *policy_source_mac;
+                port = policy_port;
+                self.step(
+                    trace,
+                    dp,
+                    format!("router policy {priority}: reroute via {nexthop} out of {port}"),
+                );
+            }
+        }
+        let hop = Hop {
+            nexthop,
+            source_ip,
+            source_mac,
+            port,
+        };
+        self.forward(dp, &hop, packet, trace, hops);
+    }
+}

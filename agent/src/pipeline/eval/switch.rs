@@ -1,0 +1,370 @@
+//! The logical switch in the evaluator, stage by stage as the kernel modules are named
+//! (`port_security`, `arp`, `switching`, `flood`, delivery with egress port security). Reads
+//! only IR entries through [`Evaluator`].
+
+use super::{
+    Evaluator, MAX_HOPS, Trace, is_multicast,
+    packet::{L3, L4, Packet},
+};
+use crate::{
+    net::{format_mac, parse_lsp_address},
+    pipeline::ir::{IrEntry, PortKind},
+};
+
+/// OVN's ingress port security (IPv4/ARP): the source MAC must be allowed; when addresses are
+/// listed, so must be the IPv4 source (0.0.0.0 for DHCP discovery) and the ARP sender.
+fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
+    allowed
+        .iter()
+        .filter_map(|e| parse_lsp_address(e))
+        .any(|(mac, prefixes)| {
+            if packet.eth_src != mac {
+                return false;
+            }
+            if prefixes.is_empty() {
+                return true;
+            }
+            match packet.l3 {
+                L3::Arp { sha, spa, .. } => sha == mac && prefixes.iter().any(|p| p.contains(spa)),
+                // IPv6 port security is not modelled beyond the source MAC.
+                L3::Ipv6 { .. } => true,
+                L3::Ipv4 {
+                    source,
+                    destination,
+                    l4,
+                    ..
+                } => {
+                    prefixes.iter().any(|p| p.contains(source))
+                        || (source.is_unspecified()
+                            && destination.is_broadcast()
+                            && matches!(
+                                l4,
+                                L4::Udp {
+                                    source: 68,
+                                    destination: 67
+                                }
+                            ))
+                }
+            }
+        })
+}
+
+/// OVN's egress port security (IPv4): frames to multicast/broadcast MACs are exempt (northd's
+/// `eth.mcast` rule); otherwise the destination MAC must be allowed and, when addresses are
+/// listed, so must be the IPv4 destination (or limited broadcast/multicast).
+fn egress_allowed(allowed: &[String], packet: &Packet) -> bool {
+    if is_multicast(&packet.eth_dst) {
+        return true;
+    }
+    allowed
+        .iter()
+        .filter_map(|e| parse_lsp_address(e))
+        .any(|(mac, prefixes)| {
+            if packet.eth_dst != mac {
+                return false;
+            }
+            match packet.l3 {
+                L3::Ipv4 { destination, .. } if !prefixes.is_empty() => {
+                    destination.is_broadcast()
+                        || destination.is_multicast()
+                        || prefixes.iter().any(|p| p.contains(destination))
+                }
+                _ => true,
+            }
+        })
+}
+
+impl Evaluator<'_> {
+    /// The logical switch pipeline (ingress), then delivery.
+    pub(super) fn switch(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: Packet,
+        from_router: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if hops > MAX_HOPS {
+            self.step(trace, dp, "dropped: too many hops".into());
+            return;
+        }
+        self.step(trace, dp, format!("switch ingress from {inport}: {packet}"));
+        if !self.port_security(dp, inport, &packet, trace) {
+            return;
+        }
+        if self.switch_ipv6(dp, inport, packet, from_router, trace, hops)
+            || self.arp(dp, inport, packet, trace, hops)
+        {
+            return;
+        }
+        self.switching(dp, inport, packet, from_router, trace, hops);
+    }
+
+    /// `port_security`: northd's ingress sanity drops (multicast source MAC) and the inport's
+    /// port security; `false` if the packet is dropped.
+    fn port_security(&self, dp: u32, inport: &str, packet: &Packet, trace: &mut Trace) -> bool {
+        let has = |wanted: &dyn Fn(&IrEntry) -> bool| self.entries(dp).any(wanted);
+        if has(&|e| matches!(e, IrEntry::IngressSanity { .. })) && is_multicast(&packet.eth_src) {
+            self.step(trace, dp, "dropped: multicast source MAC".into());
+            return false;
+        }
+        if has(&|e| matches!(e, IrEntry::PortSecurity { egress: false, .. }))
+            && let Some(allowed) = self.port_security.get(inport)
+            && !ingress_allowed(allowed, packet)
+        {
+            self.step(trace, dp, format!("dropped: port security of {inport}"));
+            return false;
+        }
+        true
+    }
+
+    /// `arp`: the switch's ARP responder; `true` if it answered.
+    fn arp(&self, dp: u32, inport: &str, packet: Packet, trace: &mut Trace, hops: usize) -> bool {
+        if let L3::Arp {
+            op: 1,
+            tpa,
+            sha,
+            spa,
+            ..
+        } = packet.l3
+        {
+            let reply = self.entries(dp).find_map(|e| match e {
+                IrEntry::ArpReply { ip, mac, .. } if *ip == tpa => Some(*mac),
+                _ => None,
+            });
+            let skipped = self.entries(dp).any(|e| match e {
+                IrEntry::ArpReplySkip { ip, inport: p, .. } => *ip == tpa && p == inport,
+                IrEntry::ArpReplySkipPort { inport: p, .. } => p == inport,
+                _ => false,
+            });
+            if let (Some(mac), false) = (reply, skipped) {
+                self.step(
+                    trace,
+                    dp,
+                    format!("ARP responder: {tpa} is-at {}", format_mac(&mac)),
+                );
+                let answer = Packet {
+                    eth_src: mac,
+                    eth_dst: packet.eth_src,
+                    l3: L3::Arp {
+                        op: 2,
+                        sha: mac,
+                        spa: tpa,
+                        tha: sha,
+                        tpa: spa,
+                    },
+                };
+                self.deliver(dp, inport, inport, answer, true, trace, hops);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `switching`: the L2 lookup, in northd's priority order (ARP for router IPs, floods from
+    /// router ports, multicast, the FIB, unknown destinations).
+    fn switching(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: Packet,
+        from_router: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if let (L3::Arp { op: 1, tpa, .. }, false) = (packet.l3, from_router) {
+            let to_router = self.entries(dp).find_map(|e| match e {
+                IrEntry::ArpForRouterIp {
+                    ip,
+                    router_port,
+                    group,
+                    ..
+                } if *ip == tpa => Some((router_port, group)),
+                _ => None,
+            });
+            if let Some((router_port, group)) = to_router {
+                self.step(
+                    trace,
+                    dp,
+                    format!("ARP for router IP {tpa}: to {router_port}"),
+                );
+                self.to_router_port(
+                    dp,
+                    inport,
+                    (router_port, group.as_deref()),
+                    packet,
+                    trace,
+                    hops,
+                );
+                return;
+            }
+        }
+        if matches!(
+            packet.l3,
+            L3::Arp { op: 1, .. }
+                | L3::Ipv6 {
+                    l4: L4::Nd { kind: 135, .. },
+                    ..
+                }
+        ) {
+            let router_flood = self.entries(dp).find_map(|e| match e {
+                IrEntry::RouterOriginatedFlood {
+                    router_macs, group, ..
+                } if router_macs.contains(&packet.eth_src) => Some(group),
+                _ => None,
+            });
+            if let Some(group) = router_flood {
+                self.step(
+                    trace,
+                    dp,
+                    format!("ARP from a router port: flood to {group}"),
+                );
+                self.flood(dp, inport, group, packet, trace, hops);
+                return;
+            }
+        }
+        if is_multicast(&packet.eth_dst) {
+            let group = self.entries(dp).find_map(|e| match e {
+                IrEntry::FloodMulticast { group, .. } => Some(group),
+                _ => None,
+            });
+            match group {
+                Some(group) => {
+                    self.step(
+                        trace,
+                        dp,
+                        format!("multicast destination: flood to {group}"),
+                    );
+                    self.flood(dp, inport, group, packet, trace, hops);
+                }
+                None => self.step(trace, dp, "dropped: multicast and no flood rule".into()),
+            }
+            return;
+        }
+        let known = self.entries(dp).find_map(|e| match e {
+            IrEntry::L2Fib { mac, port, .. } if *mac == packet.eth_dst => Some(port),
+            _ => None,
+        });
+        match known {
+            Some(port) => {
+                self.step(
+                    trace,
+                    dp,
+                    format!("L2 lookup: {} is on {port}", format_mac(&packet.eth_dst)),
+                );
+                self.deliver(dp, inport, port, packet, false, trace, hops);
+            }
+            None => {
+                let unknown_group = self.entries(dp).find_map(|e| match e {
+                    IrEntry::FloodUnknown { group, .. } => Some(group),
+                    _ => None,
+                });
+                match unknown_group {
+                    Some(group) => {
+                        self.step(
+                            trace,
+                            dp,
+                            format!(
+                                "unknown destination {}: flood to {group}",
+                                format_mac(&packet.eth_dst)
+                            ),
+                        );
+                        self.flood(dp, inport, group, packet, trace, hops);
+                    }
+                    None => self.step(
+                        trace,
+                        dp,
+                        format!(
+                            "dropped: unknown destination {}",
+                            format_mac(&packet.eth_dst)
+                        ),
+                    ),
+                }
+            }
+        }
+    }
+
+    pub(super) fn flood(
+        &self,
+        dp: u32,
+        inport: &str,
+        group: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        let members = self
+            .groups
+            .get(&(dp, group))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for key in members {
+            if let Some(port) = self.port_names.get(&(dp, *key))
+                && *port != inport
+            {
+                self.deliver(dp, inport, port, packet, false, trace, hops);
+            }
+        }
+    }
+
+    /// ARP or neighbour solicitation for a router address: to the router port, and flooded to
+    /// `group` as well when northd's flow clones it (other routers on the switch may answer).
+    pub(super) fn to_router_port(
+        &self,
+        dp: u32,
+        inport: &str,
+        (router_port, group): (&str, Option<&str>),
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        self.deliver(dp, inport, router_port, packet, false, trace, hops);
+        if let Some(group) = group {
+            self.flood(dp, inport, group, packet, trace, hops);
+        }
+    }
+
+    /// Switch egress: to a VIF or localnet port, or across a patch port into a router.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn deliver(
+        &self,
+        dp: u32,
+        inport: &str,
+        outport: &str,
+        packet: Packet,
+        loopback: bool,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
+        if outport == inport && !loopback {
+            self.step(trace, dp, format!("not sent back out of {inport}"));
+            return;
+        }
+        match self.ports.get(outport) {
+            Some((_, _, PortKind::Patch { peer })) => {
+                self.cross_patch(dp, peer, packet, false, trace, hops)
+            }
+            Some(_)
+                if self
+                    .entries(dp)
+                    .any(|e| matches!(e, IrEntry::PortSecurity { egress: true, .. }))
+                    && self
+                        .port_security
+                        .get(outport)
+                        .is_some_and(|allowed| !egress_allowed(allowed, &packet)) =>
+            {
+                self.step(
+                    trace,
+                    dp,
+                    format!("dropped: egress port security of {outport}"),
+                );
+            }
+            Some(_) => {
+                self.step(trace, dp, format!("output to {outport}: {packet}"));
+                trace.outputs.push((outport.to_string(), packet));
+            }
+            None => self.step(trace, dp, format!("dropped: output port {outport} unknown")),
+        }
+    }
+}
