@@ -4,6 +4,7 @@
 
 pub mod chassis;
 pub mod cni;
+pub mod control;
 pub mod daemon;
 pub mod dataplane;
 pub mod health;

@@ -110,6 +110,13 @@ struct RunArgs {
     /// Serve no CNI requests.
     #[arg(long)]
     no_cni: bool,
+    /// The control socket `ovnbpfctl` talks to (e.g. `ovnbpfctl monitor`), with --uplink.
+    #[arg(
+        long,
+        env = "OVNBPF_CONTROL_SOCKET",
+        default_value = "/run/ovnbpf/control.sock"
+    )]
+    control_socket: std::path::PathBuf,
     /// Serve Prometheus metrics on GET /metrics of this TCP address, and the health probes
     /// /healthz, /livez and /readyz (Kube-OVN's CNI daemon uses port 10665); none without it.
     #[arg(long, env = "OVNBPF_METRICS_ADDRESS")]
@@ -318,9 +325,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Decoded drop events, published for the control socket's followers.
+    let drop_tap = uplink
+        .is_some()
+        .then(|| tokio::sync::broadcast::channel(1024).0);
     let config = DaemonConfig {
         sb_remotes,
         tls,
+        drop_tap: drop_tap.clone(),
         chassis: ChassisConfig {
             name,
             hostname,
@@ -375,6 +387,22 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
+        let control = match &drop_tap {
+            Some(drop_tap) => {
+                let listener = server::bind(&args.control_socket).with_context(|| {
+                    format!(
+                        "binding the control socket {}",
+                        args.control_socket.display()
+                    )
+                })?;
+                Some(tokio::spawn(ovnbpf_agent::control::serve(
+                    listener,
+                    drop_tap.clone(),
+                    handle.clone(),
+                )))
+            }
+            None => None,
+        };
         let cni = match store {
             Some(store) => {
                 let listener = server::bind(&args.cni_socket).with_context(|| {
@@ -417,6 +445,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         daemon::run(config, datapath, commands, shutdown_signal()).await;
         if let Some(metrics) = metrics {
             metrics.abort();
+        }
+        if let Some(control) = control {
+            control.abort();
+            let _ = std::fs::remove_file(&args.control_socket);
         }
         if let Some((cni, sweep)) = cni {
             cni.abort();

@@ -57,6 +57,22 @@ enum Command {
         /// The packet, as ovn-trace takes it: `inport == "pod.ns" && eth.src == … && ip4.dst == …`.
         microflow: String,
     },
+    /// Follow a running agent's drop events live (through its control socket): reason,
+    /// interface, pod and the frame's addresses, one line each.
+    Monitor {
+        /// The agent's --control-socket.
+        #[arg(long, default_value = "/run/ovnbpf/control.sock")]
+        socket: std::path::PathBuf,
+        /// Only this pod's events: its logical port `POD.NAMESPACE`, or `POD` in any namespace.
+        #[arg(long)]
+        pod: Option<String>,
+        /// Print each event as the agent's JSON line.
+        #[arg(long)]
+        json: bool,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<usize>,
+    },
     /// Inspect a running eBPF datapath through its pins.
     Datapath {
         #[command(subcommand)]
@@ -114,6 +130,12 @@ enum LflowCommand {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Monitor {
+            socket,
+            pod,
+            json,
+            count,
+        } => monitor(&socket, pod.as_deref(), json, count),
         Command::Datapath {
             command: DatapathCommand::Counters { pin_dir, json },
         } => print_counters(&pin_dir, json),
@@ -381,6 +403,57 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
         "compile_ms": compile_ms, "ir_entries": compiler.entries().count(), "ir_rss_kib": ir_rss_kib,
         "compile_us": compile_us, "diff_entries": diff_entries,
     }))
+}
+
+/// Streams the agent's drop events until `count` have been printed (or forever).
+fn monitor(
+    socket: &std::path::Path,
+    pod: Option<&str>,
+    as_json: bool,
+    count: Option<usize>,
+) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connecting to the agent's control socket {} (is the agent running with --uplink?)",
+            socket.display()
+        )
+    })?;
+    writeln!(stream, "{}", json!({"monitor": {"port": pod}}))?;
+    let mut printed = 0;
+    if count == Some(0) {
+        return Ok(());
+    }
+    for line in std::io::BufReader::new(stream).lines() {
+        let line = line.context("reading from the agent")?;
+        let event: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("the agent sent {line:?}"))?;
+        if let Some(error) = event.get("error") {
+            anyhow::bail!("the agent refused: {error}");
+        }
+        if let Some(missed) = event.get("lagged") {
+            eprintln!("({missed} events missed: this client fell behind)");
+            continue;
+        }
+        if as_json {
+            println!("{line}");
+        } else {
+            let text = |key: &str| event[key].as_str().unwrap_or("-").to_string();
+            println!(
+                "{:<26} pod={} interface={} {}",
+                text("reason"),
+                text("port"),
+                text("interface"),
+                text("frame")
+            );
+        }
+        std::io::stdout().flush()?;
+        printed += 1;
+        if count.is_some_and(|count| printed >= count) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()> {

@@ -51,6 +51,8 @@ pub struct DaemonConfig {
     pub sb_remotes: Vec<Remote>,
     /// TLS settings for `ssl:` remotes.
     pub tls: Option<Arc<TlsClient>>,
+    /// Where the datapath's decoded drop events are published (the control socket follows it).
+    pub drop_tap: Option<crate::dataplane::ebpf::events::DropTap>,
     pub chassis: ChassisConfig,
     /// Logical ports bound to this node by configuration (ports the CNI will add come later).
     pub local_ports: Vec<String>,
@@ -150,7 +152,13 @@ pub async fn run(
         let drop_events = datapath
             .as_mut()
             .and_then(NodeDatapath::take_drop_events)
-            .map(|events| tokio::spawn(events.follow(DROP_LOGS_PER_SECOND).in_current_span()));
+            .map(|events| {
+                let tap = config
+                    .drop_tap
+                    .clone()
+                    .unwrap_or_else(|| tokio::sync::broadcast::channel(1).0);
+                tokio::spawn(events.follow(DROP_LOGS_PER_SECOND, tap).in_current_span())
+            });
         let scope = LocalScope {
             ports: config
                 .local_ports

@@ -1,7 +1,8 @@
 //! Drop events from the kernel's `DROP_EVENTS` ring buffer: reading them, decoding a dropped
 //! frame's first bytes into something an operator can act on (reason, interface, MACs, IPv4
-//! addresses), and logging them at a bounded rate while counting every one. Owns the ring buffer
-//! handle; touches nothing else.
+//! addresses), logging them at a bounded rate while counting every one, and publishing every
+//! decoded event on a [`DropTap`] for live followers (`ovnbpfctl monitor` through the control
+//! socket). Owns the ring buffer handle; touches nothing else.
 
 use std::{
     collections::HashMap,
@@ -12,6 +13,10 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use ovnbpf_common::{DropEvent, drop_reason};
+
+/// Where every decoded drop event is published (lagging or absent receivers lose events; the
+/// kernel's counters keep them all).
+pub type DropTap = tokio::sync::broadcast::Sender<DropReport>;
 
 /// The consumer side of the drop-event ring buffer (one per agent: events are not duplicated).
 pub struct DropEvents {
@@ -28,9 +33,9 @@ impl DropEvents {
         drain(&mut self.ring)
     }
 
-    /// Follows the buffer until the task is dropped, logging at most `per_second` events a
-    /// second (the rest are counted and summarised).
-    pub async fn follow(self, per_second: u32) {
+    /// Follows the buffer until the task is dropped, publishing every event on `tap` and logging
+    /// at most `per_second` events a second (the rest are counted and summarised).
+    pub async fn follow(self, per_second: u32, tap: DropTap) {
         // SAFETY: the ring buffer owns its fd and moves into the AsyncFd, which deregisters the
         // fd before dropping (and closing) it.
         let mut ring = match unsafe { tokio::io::unix::AsyncFd::register(self.ring) } {
@@ -50,8 +55,8 @@ impl DropEvents {
                 }
             };
             for event in drain(guard.get_inner_mut()) {
+                let report = DropReport::decode(&event);
                 if limiter.allow(Instant::now()) {
-                    let report = DropReport::decode(&event);
                     tracing::info!(
                         reason = report.reason,
                         interface = %report.interface,
@@ -60,6 +65,8 @@ impl DropEvents {
                         "frame dropped"
                     );
                 }
+                // Nobody following is the usual case, not an error.
+                let _ = tap.send(report);
             }
             if let Some(suppressed) = limiter.take_suppressed(Instant::now()) {
                 tracing::info!(

@@ -1,0 +1,201 @@
+//! The agent's control socket (`--control-socket`): a unix socket `ovnbpfctl` talks to for what
+//! only the running agent has. Today that is `monitor`: the datapath's drop events as they
+//! happen, each with its reason, interface, the logical port (pod) behind the interface and the
+//! frame's addresses, optionally only a pod's.
+//!
+//! Protocol: the client sends one JSON line, `{"monitor": {"port": "<pod>[.<namespace>]"}}`
+//! (`port` optional); the agent answers with one JSON line per event until the client goes
+//! away (`{"lagged": N}` when the client fell N events behind). Reads the drop events through
+//! their [`DropTap`] and the interface → port names through the [`DaemonHandle`]; owns nothing
+//! else.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    net::{UnixListener, UnixStream},
+    sync::broadcast::error::RecvError,
+};
+use tracing::{debug, warn};
+
+use crate::{
+    daemon::ports::DaemonHandle,
+    dataplane::ebpf::events::{DropReport, DropTap},
+};
+
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an unknown interface may make the daemon be asked for the port names again.
+const NAME_REFRESH: Duration = Duration::from_millis(500);
+
+/// Serves the control socket until the task is dropped.
+pub async fn serve(listener: UnixListener, drops: DropTap, daemon: DaemonHandle) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let (drops, daemon) = (drops.clone(), daemon.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = answer(stream, &drops, &daemon).await {
+                        debug!(%error, "control connection ended");
+                    }
+                });
+            }
+            Err(error) => {
+                warn!(%error, "accepting a control connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// What a client asked for.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    /// Drop events, only those of this logical port (or of the pod `port.*`) if given.
+    Monitor { port: Option<String> },
+}
+
+fn parse_request(line: &str) -> Result<Request, String> {
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| format!("the request is not JSON: {e}"))?;
+    let Some(monitor) = value.get("monitor") else {
+        return Err("unknown request (expected {\"monitor\": {...}})".into());
+    };
+    let port = match monitor.get("port") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(port)) => Some(port.clone()),
+        Some(other) => return Err(format!("monitor.port must be a string, not {other}")),
+    };
+    Ok(Request::Monitor { port })
+}
+
+async fn answer(stream: UnixStream, drops: &DropTap, daemon: &DaemonHandle) -> std::io::Result<()> {
+    let (reader, mut writer) = stream.into_split();
+    let mut line = String::new();
+    let read =
+        tokio::time::timeout(REQUEST_TIMEOUT, BufReader::new(reader).read_line(&mut line)).await;
+    if !matches!(read, Ok(Ok(n)) if n > 0) {
+        return Ok(());
+    }
+    let Request::Monitor { port: filter } = match parse_request(line.trim()) {
+        Ok(request) => request,
+        Err(error) => {
+            let reply = json!({ "error": error }).to_string() + "\n";
+            return writer.write_all(reply.as_bytes()).await;
+        }
+    };
+    let mut events = drops.subscribe();
+    let mut names = PortNames::default();
+    loop {
+        let message = match events.recv().await {
+            Ok(report) => {
+                let port = names.port_of(&report.interface, daemon).await;
+                if !matches_filter(filter.as_deref(), port.as_deref()) {
+                    continue;
+                }
+                event_json(&report, port.as_deref())
+            }
+            Err(RecvError::Lagged(missed)) => json!({ "lagged": missed }),
+            Err(RecvError::Closed) => return Ok(()),
+        };
+        writer
+            .write_all((message.to_string() + "\n").as_bytes())
+            .await?;
+    }
+}
+
+/// Whether an event of `port` passes the client's filter (`pod.namespace`, or `pod` for any
+/// namespace).
+fn matches_filter(filter: Option<&str>, port: Option<&str>) -> bool {
+    match (filter, port) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(filter), Some(port)) => {
+            port == filter
+                || port
+                    .strip_prefix(filter)
+                    .is_some_and(|r| r.starts_with('.'))
+        }
+    }
+}
+
+fn event_json(report: &DropReport, port: Option<&str>) -> Value {
+    json!({
+        "reason": report.reason,
+        "interface": report.interface,
+        "port": port,
+        "ipv4_source": report.ipv4.map(|(source, _)| source.to_string()),
+        "ipv4_destination": report.ipv4.map(|(_, destination)| destination.to_string()),
+        "frame": report.to_string(),
+    })
+}
+
+/// Interface name → logical port, from the daemon's report, asked again (at most every
+/// [`NAME_REFRESH`]) when an interface is not known.
+#[derive(Default)]
+struct PortNames {
+    ports: HashMap<String, Option<String>>,
+    asked: Option<Instant>,
+}
+
+impl PortNames {
+    async fn port_of(&mut self, interface: &str, daemon: &DaemonHandle) -> Option<String> {
+        if !self.ports.contains_key(interface)
+            && self.asked.is_none_or(|at| at.elapsed() >= NAME_REFRESH)
+        {
+            self.asked = Some(Instant::now());
+            if let Ok(report) = daemon.report().await {
+                self.ports = report
+                    .interfaces
+                    .into_iter()
+                    .map(|(name, port, _)| (name, port))
+                    .collect();
+            }
+        }
+        self.ports.get(interface).cloned().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_request(r#"{"monitor": {}}"#),
+            Ok(Request::Monitor { port: None })
+        );
+        assert_eq!(
+            parse_request(r#"{"monitor": {"port": "web.ns"}}"#),
+            Ok(Request::Monitor {
+                port: Some("web.ns".into())
+            })
+        );
+        assert!(parse_request("monitor").unwrap_err().contains("not JSON"));
+        assert!(
+            parse_request(r#"{"watch": {}}"#)
+                .unwrap_err()
+                .contains("unknown")
+        );
+        assert!(
+            parse_request(r#"{"monitor": {"port": 7}}"#)
+                .unwrap_err()
+                .contains("string")
+        );
+    }
+
+    #[test]
+    fn a_pod_filter_matches_its_port_in_any_namespace_and_nothing_else() {
+        assert!(matches_filter(None, None));
+        assert!(matches_filter(Some("web.ns"), Some("web.ns")));
+        assert!(matches_filter(Some("web"), Some("web.ns")));
+        assert!(!matches_filter(Some("web"), Some("webapp.ns")));
+        assert!(!matches_filter(Some("web.ns"), Some("web.other")));
+        assert!(!matches_filter(Some("web"), None));
+    }
+}
