@@ -34,6 +34,7 @@ use ovnbpf_common::{
     FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, TunnelConfig, drop_reason,
 };
 
+use crate::maps::get;
 use crate::{
     DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, TC_ACT_SHOT,
     count_delivered, count_drop,
@@ -59,8 +60,7 @@ impl Group {
 /// destinations, the unknown-unicast group otherwise; `None` if the datapath has none.
 #[inline(always)]
 pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
-    // SAFETY: hash map lookups return pointers into the map that stay valid for the program.
-    let roles = unsafe { FLOOD_ROLES.get(datapath) }?;
+    let roles = get(&FLOOD_ROLES, datapath)?;
     let group = if multicast {
         roles.broadcast
     } else {
@@ -76,8 +76,7 @@ pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
 #[inline(always)]
 pub fn local_group(datapath: u32, group: u32) -> Option<Group> {
     let key = FloodKey { datapath, group };
-    // SAFETY: as above.
-    let counts = unsafe { FLOOD_GROUPS.get(key) }.copied()?;
+    let counts = get(&FLOOD_GROUPS, key).copied()?;
     Some(Group { key, counts })
 }
 
@@ -89,8 +88,7 @@ fn member(key: FloodKey, slot: u32) -> Option<u32> {
         group: key.group,
         slot,
     };
-    // SAFETY: as above.
-    unsafe { FLOOD_MEMBERS.get(key) }.copied()
+    get(&FLOOD_MEMBERS, key).copied()
 }
 
 /// What the local walk's callback reads and writes (on the program's stack).
@@ -222,7 +220,7 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
         clippy::needless_borrows_for_generic_args,
         reason = "the key stays in the scratch slot: a copy would take the frame's 16 bytes"
     )]
-    let Some(remote_ip) = (unsafe { FLOOD_MEMBERS.get(&scratch.member) }).copied() else {
+    let Some(remote_ip) = get(&FLOOD_MEMBERS, &scratch.member).copied() else {
         return 0;
     };
     scratch.outer.remote_ip = remote_ip;

@@ -22,6 +22,7 @@ use aya_ebpf::{
 const AF_INET: u8 = 2;
 use ovnbpf_common::{TunnelConfig, TunnelPortKey, drop_reason, geneve};
 
+use crate::maps::get;
 use crate::{
     TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local, flood,
     headers::{
@@ -88,8 +89,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         datapath: (u32::from(vni[0]) << 16) | (u32::from(vni[1]) << 8) | u32::from(vni[2]),
         port: u32::from_be(outer.option.data) & 0xffff,
     };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let (port, group) = match unsafe { TUNNEL_PORTS.get(key) } {
+    let (port, group) = match get(&TUNNEL_PORTS, key) {
         Some(port) => (Some((port.ifindex, port.flags)), None),
         None => match flood::local_group(key.datapath, key.port) {
             Some(group) => (None, Some(group)),

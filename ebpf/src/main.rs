@@ -13,6 +13,7 @@ mod arp;
 mod flood;
 mod geneve;
 mod headers;
+mod maps;
 mod port_security;
 mod reject;
 mod router;
@@ -20,19 +21,10 @@ mod switching;
 mod underlay;
 
 use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
-use aya_ebpf::{
-    macros::{classifier, map},
-    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::TcContext,
-};
-use ovnbpf_common::{
-    ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey,
-    FloodGroup, FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, LOCAL_PORT_VETH_PEER,
-    LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
-    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
-    Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry, RouteKey,
-    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, router_reply,
-};
+use aya_ebpf::{macros::classifier, programs::TcContext};
+use ovnbpf_common::{DROP_EVENT_HEADER, DropEvent, InterfaceCounters, LOCAL_PORT_VETH_PEER};
+
+pub(crate) use maps::*;
 
 use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 
@@ -40,70 +32,6 @@ use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
 pub(crate) const TCX_NEXT: i32 = -1;
 /// tc verdict "drop".
 pub(crate) const TC_ACT_SHOT: i32 = 2;
-
-#[map(name = "INTERFACE_COUNTERS")]
-static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
-    PerCpuHashMap::with_max_entries(MAX_INTERFACES, 0);
-
-#[map(name = "TUNNEL_CONFIG")]
-static TUNNEL_CONFIG: Array<TunnelConfig> = Array::with_max_entries(1, 0);
-
-#[map(name = "TUNNEL_PORTS")]
-static TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort> =
-    HashMap::with_max_entries(MAX_TUNNEL_PORTS, 0);
-
-#[map(name = "POD_PORTS")]
-static POD_PORTS: HashMap<u32, PodPort> = HashMap::with_max_entries(MAX_INTERFACES, 0);
-
-#[map(name = "L2_FIB")]
-static L2_FIB: HashMap<FibKey, FibEntry> = HashMap::with_max_entries(MAX_FIB_ENTRIES, 0);
-
-#[map(name = "PORT_SECURITY")]
-static PORT_SECURITY: HashMap<u32, PortSecurity> = HashMap::with_max_entries(MAX_INTERFACES, 0);
-
-#[map(name = "ARP_RESPONDER")]
-static ARP_RESPONDER: HashMap<ArpKey, ArpAnswer> = HashMap::with_max_entries(MAX_ARP_ENTRIES, 0);
-
-#[map(name = "FLOOD_GROUPS")]
-static FLOOD_GROUPS: HashMap<FloodKey, FloodGroup> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
-
-#[map(name = "FLOOD_MEMBERS")]
-static FLOOD_MEMBERS: HashMap<FloodMemberKey, u32> =
-    HashMap::with_max_entries(MAX_FLOOD_MEMBERS, 0);
-
-#[map(name = "FLOOD_SCRATCH")]
-static FLOOD_SCRATCH: PerCpuArray<flood::FloodScratch> = PerCpuArray::with_max_entries(1, 0);
-
-#[map(name = "FLOOD_ROLES")]
-static FLOOD_ROLES: HashMap<u32, FloodRoles> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
-
-#[map(name = "ROUTES")]
-static ROUTES: LpmTrie<RouteKey, RouteEntry> = LpmTrie::with_max_entries(MAX_ROUTES, 0);
-
-#[map(name = "NEIGHBOURS")]
-static NEIGHBOURS: HashMap<NeighbourKey, Neighbour> = HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
-
-#[map(name = "LOCALNETS")]
-static LOCALNETS: HashMap<u32, Localnet> = HashMap::with_max_entries(MAX_LOCALNETS, 0);
-
-#[map(name = "PROVIDER_NETWORKS")]
-static PROVIDER_NETWORKS: HashMap<ProviderKey, u32> = HashMap::with_max_entries(MAX_LOCALNETS, 0);
-
-#[map(name = "ROUTER_ADDRESSES")]
-static ROUTER_ADDRESSES: HashMap<NeighbourKey, RouterAddress> =
-    HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
-
-#[map(name = "ROUTERS")]
-static ROUTERS: HashMap<u32, RouterInfo> = HashMap::with_max_entries(MAX_ROUTERS, 0);
-
-#[map(name = "DROP_EVENTS")]
-static DROP_EVENTS: RingBuf = RingBuf::with_byte_size(DROP_EVENTS_BYTES, 0);
-
-#[map(name = "DROP_COUNTERS")]
-static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
-
-#[map(name = "ROUTER_REPLIES")]
-static ROUTER_REPLIES: PerCpuArray<u64> = PerCpuArray::with_max_entries(router_reply::COUNT, 0);
 
 /// What the parser found in a frame; selects the counter to increment.
 enum FrameClass {

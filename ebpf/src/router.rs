@@ -17,6 +17,7 @@ use ovnbpf_common::{
     ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
+use crate::maps::get;
 use crate::{
     L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered, count_reply,
     deliver_local,
@@ -56,8 +57,7 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
         datapath: router,
         ip: frame.ip.destination,
     };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    match unsafe { ROUTER_ADDRESSES.get(key) } {
+    match get(&ROUTER_ADDRESSES, key) {
         // For the router itself: a ping is answered, the rest rejected as OVN does.
         Some(address) => {
             let flags = address.flags;
@@ -68,9 +68,7 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
         }
         None if frame.ip.ttl <= 1 => {
             // As OVN: only for routers the kernel forwards for, and first fragments.
-            // SAFETY: as above.
-            let forwards =
-                unsafe { ROUTERS.get(router) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
+            let forwards = get(&ROUTERS, router).is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
             if !forwards {
                 return Err(drop_reason::ROUTER_UNSUPPORTED);
             }
@@ -232,9 +230,7 @@ fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Look
         if hops > 0 && ttl <= hops + 1 {
             return Ok(Lookup::Expired(ingress_ip));
         }
-        // SAFETY: map lookups return pointers into the maps that stay valid for the program.
-        let forwards =
-            unsafe { ROUTERS.get(datapath) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
+        let forwards = get(&ROUTERS, datapath).is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
         if !forwards {
             return Err(drop_reason::ROUTER_UNSUPPORTED);
         }
@@ -285,8 +281,7 @@ fn route(
         datapath: last_router,
         ip: nexthop,
     };
-    // SAFETY: as above.
-    let Some(neighbour) = (unsafe { NEIGHBOURS.get(key) }) else {
+    let Some(neighbour) = get(&NEIGHBOURS, key) else {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     };
     let mac = neighbour.mac;
@@ -295,8 +290,7 @@ fn route(
         mac,
         padding: [0; 2],
     };
-    // SAFETY: as above.
-    let Some(entry) = (unsafe { L2_FIB.get(fib_key) }) else {
+    let Some(entry) = get(&L2_FIB, fib_key) else {
         return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION);
     };
     let entry = *entry;

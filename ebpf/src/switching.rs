@@ -10,6 +10,7 @@
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
 
+use crate::maps::get;
 use crate::{
     L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local, flood,
     geneve::{self, Tunnel},
@@ -22,8 +23,7 @@ use crate::{
 pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(pod) = (unsafe { POD_PORTS.get(ifindex) }) else {
+    let Some(pod) = get(&POD_PORTS, ifindex) else {
         return Ok(TCX_NEXT);
     };
     let (datapath, ingress_port) = (pod.datapath, pod.port);
@@ -45,11 +45,10 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
         mac: eth.destination,
         padding: [0; 2],
     };
-    // SAFETY: as above.
     let entry = if multicast {
         None
     } else {
-        unsafe { L2_FIB.get(key) }.copied()
+        get(&L2_FIB, key).copied()
     };
     // An underlay switch: what is not a local pod goes to the physical network.
     if let Some(localnet) = underlay::localnet(datapath)

@@ -12,6 +12,7 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{FIB_LOCAL, FibKey, Localnet, ProviderKey, drop_reason};
 
+use crate::maps::get;
 use crate::{
     L2_FIB, LOCALNETS, PROVIDER_NETWORKS, TCX_NEXT, deliver_local, flood,
     headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader},
@@ -23,8 +24,7 @@ const ETH_P_8021Q_BE: u16 = 0x8100_u16.to_be();
 /// The localnet of switch `datapath`, if it is an underlay switch.
 #[inline(always)]
 pub fn localnet(datapath: u32) -> Option<Localnet> {
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    unsafe { LOCALNETS.get(datapath) }.copied()
+    get(&LOCALNETS, datapath).copied()
 }
 
 /// Sends the frame out of the provider NIC, tagged with the localnet's VLAN.
@@ -55,9 +55,7 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
         };
         (skb.ifindex, vlan)
     };
-    // SAFETY: as above for map lookups.
-    let Some(datapath) = (unsafe { PROVIDER_NETWORKS.get(ProviderKey { ifindex, vlan }) }).copied()
-    else {
+    let Some(datapath) = get(&PROVIDER_NETWORKS, ProviderKey { ifindex, vlan }).copied() else {
         return TCX_NEXT;
     };
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
@@ -87,8 +85,7 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
         mac: eth.destination,
         padding: [0; 2],
     };
-    // SAFETY: as above.
-    let Some(entry) = (unsafe { L2_FIB.get(key) }).copied() else {
+    let Some(entry) = get(&L2_FIB, key).copied() else {
         return TCX_NEXT;
     };
     if entry.kind != FIB_LOCAL {

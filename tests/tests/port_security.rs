@@ -5,7 +5,9 @@
 
 mod common;
 
+use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, events::DropReport};
+use ovnbpf_common::maps::PortSecurityMap;
 use ovnbpf_common::{PodPort, PortSecurity, drop_reason};
 use ovnbpf_tests::require_root;
 
@@ -31,7 +33,7 @@ fn programs(secured: bool) -> KernelPrograms {
         let mut ips = [0; 4];
         ips[0] = u32::from_ne_bytes(IP);
         programs
-            .set_port_security(
+            .set::<PortSecurityMap>(
                 1,
                 PortSecurity {
                     mac: MAC,

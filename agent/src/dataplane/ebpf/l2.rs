@@ -3,7 +3,7 @@
 //! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP
 //! responder, and flood groups (local members' veths and the chassis with members) with the
 //! groups each datapath floods broadcasts and unknown unicast to. Owns the desired
-//! and installed map contents; touches the kernel only through [`L2Maps`].
+//! and installed map contents; touches the kernel only through [`Maps`].
 //!
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
@@ -15,135 +15,20 @@ use std::{
 
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL,
-    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodGroup, FloodKey, FloodMemberKey, FloodRoles,
-    LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey,
-    map,
+    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort,
+    Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey,
+    maps::{
+        ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, PodPorts,
+        PortSecurityMap, ProviderNetworks, TunnelPorts,
+    },
 };
 
 use self::flood_slots::InstalledGroup;
-use super::{EbpfError, KernelPrograms, reconcile_slot, remove_unwanted};
+use super::{EbpfError, Maps, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff,
     ir::{IrEntry, Mac, PortKind, parse_port_security},
 };
-
-/// Writes to the L2 maps (the kernel programs, or a recorder in tests).
-pub trait L2Maps {
-    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError>;
-    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError>;
-    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError>;
-    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError>;
-    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError>;
-    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError>;
-    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError>;
-    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError>;
-    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError>;
-    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError>;
-    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError>;
-    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError>;
-    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError>;
-    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError>;
-    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError>;
-    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError>;
-    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError>;
-    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError>;
-    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError>;
-    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError>;
-    /// The keys present in the maps, whoever wrote them.
-    fn keys(&self) -> Result<MapKeys, EbpfError>;
-}
-
-/// The keys present in the L2 maps.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MapKeys {
-    pub pod_ports: Vec<u32>,
-    pub port_security: Vec<u32>,
-    pub tunnel_ports: Vec<TunnelPortKey>,
-    pub fib: Vec<FibKey>,
-    pub arp: Vec<ArpKey>,
-    pub flood_groups: Vec<FloodKey>,
-    pub flood_members: Vec<FloodMemberKey>,
-    pub flood_roles: Vec<u32>,
-    pub localnets: Vec<u32>,
-    pub provider_networks: Vec<ProviderKey>,
-}
-
-impl L2Maps for KernelPrograms {
-    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
-        KernelPrograms::set_pod_port(self, ifindex, port)
-    }
-    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_pod_port(self, ifindex)
-    }
-    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError> {
-        KernelPrograms::set_port_security(self, ifindex, security)
-    }
-    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_port_security(self, ifindex)
-    }
-    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
-        KernelPrograms::set_tunnel_port(self, key, port)
-    }
-    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_tunnel_port(self, key)
-    }
-    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
-        KernelPrograms::set_fib_entry(self, key, entry)
-    }
-    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_fib_entry(self, key)
-    }
-    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
-        KernelPrograms::set_arp_answer(self, key, answer)
-    }
-    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_arp_answer(self, key)
-    }
-    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_group(self, key, counts)
-    }
-    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_flood_group(self, key)
-    }
-    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_member(self, key, member)
-    }
-    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_flood_member(self, key)
-    }
-    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_roles(self, datapath, roles)
-    }
-    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_flood_roles(self, datapath)
-    }
-    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
-        KernelPrograms::set_localnet(self, datapath, localnet)
-    }
-    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_localnet(self, datapath)
-    }
-    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError> {
-        KernelPrograms::set_provider_network(self, key, datapath)
-    }
-    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_provider_network(self, key)
-    }
-    fn keys(&self) -> Result<MapKeys, EbpfError> {
-        Ok(MapKeys {
-            localnets: self.hash_keys::<u32, Localnet>(map::LOCALNETS)?,
-            provider_networks: self.hash_keys::<ProviderKey, u32>(map::PROVIDER_NETWORKS)?,
-            flood_groups: self.hash_keys::<FloodKey, FloodGroup>(map::FLOOD_GROUPS)?,
-            flood_members: self.hash_keys::<FloodMemberKey, u32>(map::FLOOD_MEMBERS)?,
-            flood_roles: self.hash_keys::<u32, FloodRoles>(map::FLOOD_ROLES)?,
-            pod_ports: self.hash_keys::<u32, PodPort>(map::POD_PORTS)?,
-            port_security: self.hash_keys::<u32, PortSecurity>(map::PORT_SECURITY)?,
-            tunnel_ports: self.hash_keys::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS)?,
-            fib: self.hash_keys::<FibKey, FibEntry>(map::L2_FIB)?,
-            arp: self.hash_keys::<ArpKey, ArpAnswer>(map::ARP_RESPONDER)?,
-        })
-    }
-}
 
 /// A logical port as the L2 maps need it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -671,7 +556,7 @@ impl L2State {
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
     /// the key stays marked, so the next flush retries it.
-    pub fn flush(&mut self, maps: &mut impl L2Maps) -> Result<usize, EbpfError> {
+    pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         let mut writes = 0;
         let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
         for key in dirty {
@@ -692,8 +577,7 @@ impl L2State {
     /// MACs or addresses that are gone. Run it only once the state is complete (the Southbound
     /// snapshot and the local scope are in, nothing is pending), or it removes live entries.
     /// Returns the number of keys removed.
-    pub fn sweep(&self, maps: &mut impl L2Maps) -> Result<usize, EbpfError> {
-        let keys = maps.keys()?;
+    pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         let pods: HashSet<u32> = self.installed_ports.values().map(|p| p.ifindex).collect();
         let secured: HashSet<u32> = self
             .installed_ports
@@ -718,52 +602,56 @@ impl L2State {
             let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
             self.installed_arp.contains_key(&(key.datapath, ip))
         };
-        let removed =
-            remove_unwanted(
-                keys.pod_ports,
-                |i| pods.contains(i),
-                |i| maps.remove_pod_port(i),
-            )? + remove_unwanted(
-                keys.port_security,
-                |i| secured.contains(i),
-                |i| maps.remove_port_security(i),
-            )? + remove_unwanted(
-                keys.tunnel_ports,
-                |key| tunnels.contains(&(key.datapath, key.port)),
-                |key| maps.remove_tunnel_port(key),
-            )? + remove_unwanted(
-                keys.fib,
-                |key| self.installed_fib.contains_key(&(key.datapath, key.mac)),
-                |key| maps.remove_fib_entry(key),
-            )? + remove_unwanted(
-                keys.localnets,
-                |datapath| self.installed_localnets.contains_key(datapath),
-                |datapath| maps.remove_localnet(datapath),
-            )? + remove_unwanted(
-                keys.provider_networks,
-                |key| provider_keys.contains(key),
-                |key| maps.remove_provider_network(key),
-            )? + remove_unwanted(
-                keys.flood_groups,
-                |key| {
-                    self.installed_groups
-                        .get(&(key.datapath, key.group))
-                        .is_some_and(|group| group.header.is_some())
-                },
-                |key| maps.remove_flood_group(key),
-            )? + remove_unwanted(
-                keys.flood_members,
-                |key| {
-                    self.installed_groups
-                        .get(&(key.datapath, key.group))
-                        .is_some_and(|group| group.holds(key.slot))
-                },
-                |key| maps.remove_flood_member(key),
-            )? + remove_unwanted(
-                keys.flood_roles,
-                |datapath| self.installed_roles.contains_key(datapath),
-                |datapath| maps.remove_flood_roles(datapath),
-            )? + remove_unwanted(keys.arp, installed_arp, |key| maps.remove_arp_answer(key))?;
+        let removed = remove_unwanted(
+            maps.keys::<PodPorts>()?,
+            |i| pods.contains(i),
+            |i| {
+                maps.remove::<PodPorts>(i)?;
+                maps.close_counters(i)
+            },
+        )? + remove_unwanted(
+            maps.keys::<PortSecurityMap>()?,
+            |i| secured.contains(i),
+            |i| maps.remove::<PortSecurityMap>(i),
+        )? + remove_unwanted(
+            maps.keys::<TunnelPorts>()?,
+            |key| tunnels.contains(&(key.datapath, key.port)),
+            |key| maps.remove::<TunnelPorts>(key),
+        )? + remove_unwanted(
+            maps.keys::<L2Fib>()?,
+            |key| self.installed_fib.contains_key(&(key.datapath, key.mac)),
+            |key| maps.remove::<L2Fib>(key),
+        )? + remove_unwanted(
+            maps.keys::<Localnets>()?,
+            |datapath| self.installed_localnets.contains_key(datapath),
+            |datapath| maps.remove::<Localnets>(datapath),
+        )? + remove_unwanted(
+            maps.keys::<ProviderNetworks>()?,
+            |key| provider_keys.contains(key),
+            |key| maps.remove::<ProviderNetworks>(key),
+        )? + remove_unwanted(
+            maps.keys::<FloodGroups>()?,
+            |key| {
+                self.installed_groups
+                    .get(&(key.datapath, key.group))
+                    .is_some_and(|group| group.header.is_some())
+            },
+            |key| maps.remove::<FloodGroups>(key),
+        )? + remove_unwanted(
+            maps.keys::<FloodMembers>()?,
+            |key| {
+                self.installed_groups
+                    .get(&(key.datapath, key.group))
+                    .is_some_and(|group| group.holds(key.slot))
+            },
+            |key| maps.remove::<FloodMembers>(key),
+        )? + remove_unwanted(
+            maps.keys::<FloodRolesMap>()?,
+            |datapath| self.installed_roles.contains_key(datapath),
+            |datapath| maps.remove::<FloodRolesMap>(datapath),
+        )? + remove_unwanted(maps.keys::<ArpResponder>()?, installed_arp, |key| {
+            maps.remove::<ArpResponder>(key)
+        })?;
         Ok(removed)
     }
 
@@ -781,7 +669,7 @@ impl L2State {
         })
     }
 
-    fn flush_port(&mut self, maps: &mut impl L2Maps, port: &str) -> Result<usize, EbpfError> {
+    fn flush_port(&mut self, maps: &mut impl Maps, port: &str) -> Result<usize, EbpfError> {
         let desired = self.local_port(port);
         let installed = self.installed_ports.get(port).copied();
         if desired == installed {
@@ -789,9 +677,10 @@ impl L2State {
         }
         let mut writes = 0;
         if let Some(old) = installed {
-            maps.remove_pod_port(old.ifindex)?;
-            maps.remove_tunnel_port(tunnel_key(old))?;
-            maps.remove_port_security(old.ifindex)?;
+            maps.remove::<PodPorts>(old.ifindex)?;
+            maps.close_counters(old.ifindex)?;
+            maps.remove::<TunnelPorts>(tunnel_key(old))?;
+            maps.remove::<PortSecurityMap>(old.ifindex)?;
             self.installed_ports.remove(port);
             writes += 3;
         }
@@ -806,11 +695,12 @@ impl L2State {
             };
             // Security first, so the port never forwards unchecked.
             if let Some(security) = new.security {
-                maps.set_port_security(new.ifindex, security)?;
+                maps.set::<PortSecurityMap>(new.ifindex, security)?;
                 writes += 1;
             }
-            maps.set_pod_port(new.ifindex, pod_port)?;
-            maps.set_tunnel_port(tunnel_key(new), local)?;
+            maps.open_counters(new.ifindex)?;
+            maps.set::<PodPorts>(new.ifindex, pod_port)?;
+            maps.set::<TunnelPorts>(tunnel_key(new), local)?;
             self.installed_ports.insert(port.to_string(), new);
             writes += 2;
         }
@@ -851,7 +741,7 @@ impl L2State {
 
     fn flush_fib(
         &mut self,
-        maps: &mut impl L2Maps,
+        maps: &mut impl Maps,
         datapath: u32,
         mac: Mac,
     ) -> Result<usize, EbpfError> {
@@ -866,8 +756,8 @@ impl L2State {
             (datapath, mac),
             desired,
             |value| match value {
-                Some(entry) => maps.set_fib_entry(key, entry),
-                None => maps.remove_fib_entry(key),
+                Some(entry) => maps.set::<L2Fib>(key, entry),
+                None => maps.remove::<L2Fib>(key),
             },
         )
     }
@@ -905,7 +795,7 @@ impl L2State {
 
     fn flush_arp(
         &mut self,
-        maps: &mut impl L2Maps,
+        maps: &mut impl Maps,
         datapath: u32,
         ip: Ipv4Addr,
     ) -> Result<usize, EbpfError> {
@@ -919,8 +809,8 @@ impl L2State {
             (datapath, ip),
             desired,
             |value| match value {
-                Some(answer) => maps.set_arp_answer(key, answer),
-                None => maps.remove_arp_answer(key),
+                Some(answer) => maps.set::<ArpResponder>(key, answer),
+                None => maps.remove::<ArpResponder>(key),
             },
         )
     }
@@ -979,7 +869,7 @@ impl L2State {
     /// as installed, so the retry rewrites every slot and the count.
     fn flush_group(
         &mut self,
-        maps: &mut impl L2Maps,
+        maps: &mut impl Maps,
         datapath: u32,
         group: u32,
     ) -> Result<usize, EbpfError> {
@@ -1019,15 +909,15 @@ impl L2State {
         (roles != FloodRoles::default()).then_some(roles)
     }
 
-    fn flush_roles(&mut self, maps: &mut impl L2Maps, datapath: u32) -> Result<usize, EbpfError> {
+    fn flush_roles(&mut self, maps: &mut impl Maps, datapath: u32) -> Result<usize, EbpfError> {
         let desired = self.desired_roles(datapath);
         reconcile_slot(
             &mut self.installed_roles,
             datapath,
             desired,
             |value| match value {
-                Some(roles) => maps.set_flood_roles(datapath, roles),
-                None => maps.remove_flood_roles(datapath),
+                Some(roles) => maps.set::<FloodRolesMap>(datapath, roles),
+                None => maps.remove::<FloodRolesMap>(datapath),
             },
         )
     }
@@ -1052,11 +942,7 @@ impl L2State {
         })
     }
 
-    fn flush_localnet(
-        &mut self,
-        maps: &mut impl L2Maps,
-        datapath: u32,
-    ) -> Result<usize, EbpfError> {
+    fn flush_localnet(&mut self, maps: &mut impl Maps, datapath: u32) -> Result<usize, EbpfError> {
         let desired = self.desired_localnet(datapath);
         let installed = self.installed_localnets.get(&datapath).copied();
         if desired == installed {
@@ -1068,14 +954,14 @@ impl L2State {
         };
         let mut writes = 0;
         if let Some(old) = installed {
-            maps.remove_provider_network(key(old))?;
-            maps.remove_localnet(datapath)?;
+            maps.remove::<ProviderNetworks>(key(old))?;
+            maps.remove::<Localnets>(datapath)?;
             self.installed_localnets.remove(&datapath);
             writes += 2;
         }
         if let Some(new) = desired {
-            maps.set_provider_network(key(new), datapath)?;
-            maps.set_localnet(datapath, new)?;
+            maps.set::<ProviderNetworks>(key(new), datapath)?;
+            maps.set::<Localnets>(datapath, new)?;
             self.installed_localnets.insert(datapath, new);
             writes += 2;
         }

@@ -5,7 +5,7 @@
 //! neighbours (static from the flows; learned from MAC_Binding where the router looks them up),
 //! and their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
 //! unreachable). Owns the desired and installed contents; touches the kernel only through
-//! [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
+//! [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
 use std::{
@@ -17,9 +17,10 @@ use ovnbpf_common::{
     Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    maps::{Neighbours, RouterAddresses, Routers, Routes},
 };
 
-use super::{EbpfError, reconcile_slot, remove_unwanted};
+use super::{EbpfError, Maps, reconcile_slot, remove_unwanted};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{
@@ -33,81 +34,15 @@ use crate::pipeline::{
 /// expresses as flows in the stages that are checked.
 const HARMLESS_UNSUPPORTED_STAGES: [&str; 1] = ["lr_out_snat"];
 
-/// Writes to the L3 maps (the kernel programs, or a recorder in tests).
-pub trait L3Maps {
-    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError>;
-    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError>;
-    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError>;
-    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
-    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError>;
-    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError>;
-    fn set_router_address(
-        &mut self,
-        key: NeighbourKey,
-        address: RouterAddress,
-    ) -> Result<(), EbpfError>;
-    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
-    /// The keys present, whoever wrote them: routes as (key, prefix length).
-    fn l3_keys(&self) -> Result<L3Keys, EbpfError>;
-}
-
-impl L3Maps for super::KernelPrograms {
-    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError> {
-        super::KernelPrograms::set_route(self, key, length, entry)
-    }
-    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
-        super::KernelPrograms::remove_route(self, key, length)
-    }
-    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
-        super::KernelPrograms::set_neighbour(self, key, value)
-    }
-    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        super::KernelPrograms::remove_neighbour(self, key)
-    }
-    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
-        super::KernelPrograms::set_router(self, datapath, info)
-    }
-    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        super::KernelPrograms::remove_router(self, datapath)
-    }
-    fn set_router_address(
-        &mut self,
-        key: NeighbourKey,
-        address: RouterAddress,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(ovnbpf_common::map::ROUTER_ADDRESSES, key, address)
-    }
-    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        self.hash_remove::<NeighbourKey, RouterAddress>(ovnbpf_common::map::ROUTER_ADDRESSES, key)
-    }
-    fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
-        Ok(L3Keys {
-            router_addresses: self
-                .hash_keys::<NeighbourKey, RouterAddress>(ovnbpf_common::map::ROUTER_ADDRESSES)?,
-            routes: self.route_keys()?,
-            neighbours: self
-                .hash_keys::<NeighbourKey, Neighbour>(ovnbpf_common::map::NEIGHBOURS)?,
-            routers: self.hash_keys::<u32, RouterInfo>(ovnbpf_common::map::ROUTERS)?,
-        })
-    }
-}
-
-/// The keys present in the L3 maps.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct L3Keys {
-    pub routes: Vec<(RouteKey, u8)>,
-    pub neighbours: Vec<NeighbourKey>,
-    pub routers: Vec<u32>,
-    pub router_addresses: Vec<NeighbourKey>,
-}
-
-/// The kernel's route key for `prefix` in router `datapath` (both in network byte order).
+/// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
+/// order) and its prefix length in bits (the datapath's 32, then the prefix's).
 #[must_use]
-pub fn route_key(datapath: u32, prefix: Prefix) -> RouteKey {
-    RouteKey {
+pub fn route_slot(datapath: u32, prefix: Prefix) -> (RouteKey, u32) {
+    let key = RouteKey {
         datapath: datapath.to_be(),
         ip: u32::from_ne_bytes(prefix.network.octets()),
-    }
+    };
+    (key, 32 + u32::from(prefix.length))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -497,21 +432,21 @@ impl L3State {
 
     /// Writes every marked key whose desired value differs from the installed one; failed keys
     /// stay marked.
-    pub fn flush(&mut self, maps: &mut impl L3Maps) -> Result<usize, EbpfError> {
+    pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         let mut writes = 0;
         let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
         for key in dirty {
             writes += match &key {
                 Dirty::Route(datapath, prefix) => {
                     let desired = self.desired_route(*datapath, *prefix);
-                    let map_key = route_key(*datapath, *prefix);
+                    let slot = route_slot(*datapath, *prefix);
                     reconcile_slot(
                         &mut self.installed_routes,
                         (*datapath, *prefix),
                         desired,
                         |value| match value {
-                            Some(entry) => maps.set_route(map_key, prefix.length, entry),
-                            None => maps.remove_route(map_key, prefix.length),
+                            Some(entry) => maps.set::<Routes>(slot, entry),
+                            None => maps.remove::<Routes>(slot),
                         },
                     )?
                 }
@@ -523,8 +458,8 @@ impl L3State {
                         (*datapath, *ip),
                         desired,
                         |value| match value {
-                            Some(value) => maps.set_neighbour(map_key, value),
-                            None => maps.remove_neighbour(map_key),
+                            Some(value) => maps.set::<Neighbours>(map_key, value),
+                            None => maps.remove::<Neighbours>(map_key),
                         },
                     )?
                 }
@@ -536,8 +471,8 @@ impl L3State {
                         (*datapath, *ip),
                         desired,
                         |value| match value {
-                            Some(address) => maps.set_router_address(map_key, address),
-                            None => maps.remove_router_address(map_key),
+                            Some(address) => maps.set::<RouterAddresses>(map_key, address),
+                            None => maps.remove::<RouterAddresses>(map_key),
                         },
                     )?
                 }
@@ -551,7 +486,7 @@ impl L3State {
                     };
                     reconcile_slot(&mut self.installed_routers, *datapath, desired, |value| {
                         match value {
-                            Some(info) => maps.set_router(*datapath, info),
+                            Some(info) => maps.set::<Routers>(*datapath, info),
                             None => {
                                 if !reasons.is_empty() {
                                     tracing::info!(
@@ -560,7 +495,7 @@ impl L3State {
                                         "the kernel does not route for this router; its traffic is dropped and counted"
                                     );
                                 }
-                                maps.remove_router(*datapath)
+                                maps.remove::<Routers>(*datapath)
                             }
                         }
                     })?
@@ -572,30 +507,29 @@ impl L3State {
     }
 
     /// Removes every L3 key this state did not install (see [`super::l2::L2State::sweep`]).
-    pub fn sweep(&self, maps: &mut impl L3Maps) -> Result<usize, EbpfError> {
-        let keys = maps.l3_keys()?;
-        let routes: HashSet<(RouteKey, u8)> = self
+    pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        let routes: HashSet<(RouteKey, u32)> = self
             .installed_routes
             .keys()
-            .map(|(dp, prefix)| (route_key(*dp, *prefix), prefix.length))
+            .map(|(dp, prefix)| route_slot(*dp, *prefix))
             .collect();
         let address = |key: &NeighbourKey| (key.datapath, Ipv4Addr::from(key.ip.to_ne_bytes()));
         let removed = remove_unwanted(
-            keys.routes,
+            maps.keys::<Routes>()?,
             |route| routes.contains(route),
-            |(key, length)| maps.remove_route(key, length),
+            |slot| maps.remove::<Routes>(slot),
         )? + remove_unwanted(
-            keys.neighbours,
+            maps.keys::<Neighbours>()?,
             |key| self.installed_neighbours.contains_key(&address(key)),
-            |key| maps.remove_neighbour(key),
+            |key| maps.remove::<Neighbours>(key),
         )? + remove_unwanted(
-            keys.routers,
+            maps.keys::<Routers>()?,
             |datapath| self.installed_routers.contains_key(datapath),
-            |datapath| maps.remove_router(datapath),
+            |datapath| maps.remove::<Routers>(datapath),
         )? + remove_unwanted(
-            keys.router_addresses,
+            maps.keys::<RouterAddresses>()?,
             |key| self.installed_addresses.contains_key(&address(key)),
-            |key| maps.remove_router_address(key),
+            |key| maps.remove::<RouterAddresses>(key),
         )?;
         Ok(removed)
     }
