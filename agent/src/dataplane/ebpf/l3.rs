@@ -20,7 +20,10 @@ use ovnbpf_common::{
     maps::{Neighbours, RouterAddresses, Routers, Routes},
 };
 
-use super::{EbpfError, Maps, reconcile_slot, remove_unwanted};
+use super::{
+    EbpfError, Maps,
+    tables::{Table, TableKey},
+};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{
@@ -43,14 +46,6 @@ pub fn route_slot(datapath: u32, prefix: Prefix) -> (RouteKey, u32) {
         ip: u32::from_ne_bytes(prefix.network.octets()),
     };
     (key, 32 + u32::from(prefix.length))
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Dirty {
-    Route(u32, Prefix),
-    Neighbour(u32, Ipv4Addr),
-    Router(u32),
-    Address(u32, Ipv4Addr),
 }
 
 /// One route of the main table.
@@ -92,11 +87,34 @@ pub struct L3State {
     /// A router's own addresses: (router, address) → how many ARP entries name it, and what
     /// the router answers there (`RouterAddress` flags).
     addresses: HashMap<(u32, Ipv4Addr), (usize, u32)>,
-    dirty: HashSet<Dirty>,
-    installed_routes: HashMap<(u32, Prefix), RouteEntry>,
-    installed_addresses: HashMap<(u32, Ipv4Addr), RouterAddress>,
-    installed_neighbours: HashMap<(u32, Ipv4Addr), Neighbour>,
-    installed_routers: HashMap<u32, RouterInfo>,
+    route_table: Table<Routes, (u32, Prefix)>,
+    neighbour_table: Table<Neighbours, (u32, Ipv4Addr)>,
+    address_table: Table<RouterAddresses, (u32, Ipv4Addr)>,
+    router_table: Table<Routers, u32>,
+}
+
+impl TableKey<Routes> for (u32, Prefix) {
+    fn slot(&self) -> (RouteKey, u32) {
+        route_slot(self.0, self.1)
+    }
+}
+
+impl TableKey<Neighbours> for (u32, Ipv4Addr) {
+    fn slot(&self) -> NeighbourKey {
+        neighbour_key(self.0, self.1)
+    }
+}
+
+impl TableKey<RouterAddresses> for (u32, Ipv4Addr) {
+    fn slot(&self) -> NeighbourKey {
+        neighbour_key(self.0, self.1)
+    }
+}
+
+impl TableKey<Routers> for u32 {
+    fn slot(&self) -> u32 {
+        *self
+    }
 }
 
 impl L3State {
@@ -120,7 +138,7 @@ impl L3State {
         if set.is_empty() {
             self.blockers.remove(&datapath);
         }
-        self.dirty.insert(Dirty::Router(datapath));
+        self.router_table.mark(datapath);
     }
 
     fn take(&mut self, entry: &IrEntry, added: bool) {
@@ -133,13 +151,10 @@ impl L3State {
                 } else {
                     self.routers.remove(datapath);
                 }
-                self.dirty.insert(Dirty::Router(*datapath));
+                self.router_table.mark(*datapath);
                 // Routes into this datapath may change kind.
                 let keys: Vec<(u32, Prefix)> = self.routes.keys().copied().collect();
-                self.dirty.extend(
-                    keys.into_iter()
-                        .map(|(dp, prefix)| Dirty::Route(dp, prefix)),
-                );
+                keys.into_iter().for_each(|key| self.route_table.mark(key));
             }
             IrEntry::Port {
                 datapath,
@@ -182,11 +197,7 @@ impl L3State {
                 for port in std::iter::once(name).chain(around) {
                     marks.extend(self.routes_by_port.get(port).into_iter().flatten().copied());
                 }
-                self.dirty.extend(
-                    marks
-                        .into_iter()
-                        .map(|(dp, prefix)| Dirty::Route(dp, prefix)),
-                );
+                marks.into_iter().for_each(|key| self.route_table.mark(key));
             }
             IrEntry::Route {
                 datapath,
@@ -230,7 +241,7 @@ impl L3State {
                         }
                     }
                 }
-                self.dirty.insert(Dirty::Route(*datapath, *prefix));
+                self.route_table.mark((*datapath, *prefix));
             }
             IrEntry::Neighbour {
                 datapath, ip, mac, ..
@@ -258,8 +269,8 @@ impl L3State {
                     .filter(|(dp, _)| dp == datapath)
                     .copied()
                     .collect();
-                self.dirty
-                    .extend(keys.into_iter().map(|(dp, ip)| Dirty::Neighbour(dp, ip)));
+                keys.into_iter()
+                    .for_each(|key| self.neighbour_table.mark(key));
             }
             IrEntry::RouterArpReply { datapath, ip, .. } => {
                 let slot = self.addresses.entry((*datapath, *ip)).or_default();
@@ -351,7 +362,7 @@ impl L3State {
         if self.addresses.get(&(datapath, ip)) == Some(&(0, 0)) {
             self.addresses.remove(&(datapath, ip));
         }
-        self.dirty.insert(Dirty::Address(datapath, ip));
+        self.address_table.mark((datapath, ip));
     }
 
     fn neighbour_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
@@ -362,7 +373,7 @@ impl L3State {
         {
             self.neighbours.remove(&(datapath, ip));
         }
-        self.dirty.insert(Dirty::Neighbour(datapath, ip));
+        self.neighbour_table.mark((datapath, ip));
     }
 
     /// Why the kernel does not forward for `router` (empty when it does).
@@ -382,7 +393,10 @@ impl L3State {
     /// Number of keys waiting for [`Self::flush`].
     #[must_use]
     pub fn pending(&self) -> usize {
-        self.dirty.len()
+        self.route_table.pending()
+            + self.neighbour_table.pending()
+            + self.address_table.pending()
+            + self.router_table.pending()
     }
 
     fn desired_route(&self, datapath: u32, prefix: Prefix) -> Option<RouteEntry> {
@@ -433,105 +447,47 @@ impl L3State {
     /// Writes every marked key whose desired value differs from the installed one; failed keys
     /// stay marked.
     pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
-        let mut writes = 0;
-        let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
-        for key in dirty {
-            writes += match &key {
-                Dirty::Route(datapath, prefix) => {
-                    let desired = self.desired_route(*datapath, *prefix);
-                    let slot = route_slot(*datapath, *prefix);
-                    reconcile_slot(
-                        &mut self.installed_routes,
-                        (*datapath, *prefix),
-                        desired,
-                        |value| match value {
-                            Some(entry) => maps.set::<Routes>(slot, entry),
-                            None => maps.remove::<Routes>(slot),
-                        },
-                    )?
+        // Each table is taken out while it flushes, so the desired values can read the state.
+        let mut routes = std::mem::take(&mut self.route_table);
+        let written = routes.flush(maps, |&(dp, prefix)| self.desired_route(dp, prefix));
+        self.route_table = routes;
+        let mut writes = written?;
+        let mut neighbours = std::mem::take(&mut self.neighbour_table);
+        let written = neighbours.flush(maps, |&(dp, ip)| self.desired_neighbour(dp, ip));
+        self.neighbour_table = neighbours;
+        writes += written?;
+        let mut addresses = std::mem::take(&mut self.address_table);
+        let written = addresses.flush(maps, |&(dp, ip)| self.desired_address(dp, ip));
+        self.address_table = addresses;
+        writes += written?;
+        let mut routers = std::mem::take(&mut self.router_table);
+        let written = routers.flush_with(
+            maps,
+            |&datapath| self.desired_router(datapath),
+            |&datapath, desired| {
+                // Only for the log when the router goes.
+                if desired.is_none() {
+                    let reasons = self.blocked(datapath);
+                    if !reasons.is_empty() {
+                        tracing::info!(
+                            router = datapath,
+                            ?reasons,
+                            "the kernel does not route for this router; its traffic is dropped and counted"
+                        );
+                    }
                 }
-                Dirty::Neighbour(datapath, ip) => {
-                    let desired = self.desired_neighbour(*datapath, *ip);
-                    let map_key = neighbour_key(*datapath, *ip);
-                    reconcile_slot(
-                        &mut self.installed_neighbours,
-                        (*datapath, *ip),
-                        desired,
-                        |value| match value {
-                            Some(value) => maps.set::<Neighbours>(map_key, value),
-                            None => maps.remove::<Neighbours>(map_key),
-                        },
-                    )?
-                }
-                Dirty::Address(datapath, ip) => {
-                    let desired = self.desired_address(*datapath, *ip);
-                    let map_key = neighbour_key(*datapath, *ip);
-                    reconcile_slot(
-                        &mut self.installed_addresses,
-                        (*datapath, *ip),
-                        desired,
-                        |value| match value {
-                            Some(address) => maps.set::<RouterAddresses>(map_key, address),
-                            None => maps.remove::<RouterAddresses>(map_key),
-                        },
-                    )?
-                }
-                Dirty::Router(datapath) => {
-                    let desired = self.desired_router(*datapath);
-                    // Only for the log when the router goes.
-                    let reasons = if desired.is_none() {
-                        self.blocked(*datapath)
-                    } else {
-                        Vec::new()
-                    };
-                    reconcile_slot(&mut self.installed_routers, *datapath, desired, |value| {
-                        match value {
-                            Some(info) => maps.set::<Routers>(*datapath, info),
-                            None => {
-                                if !reasons.is_empty() {
-                                    tracing::info!(
-                                        router = datapath,
-                                        ?reasons,
-                                        "the kernel does not route for this router; its traffic is dropped and counted"
-                                    );
-                                }
-                                maps.remove::<Routers>(*datapath)
-                            }
-                        }
-                    })?
-                }
-            };
-            self.dirty.remove(&key);
-        }
-        Ok(writes)
+            },
+        );
+        self.router_table = routers;
+        Ok(writes + written?)
     }
 
     /// Removes every L3 key this state did not install (see [`super::l2::L2State::sweep`]).
     pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
-        let routes: HashSet<(RouteKey, u32)> = self
-            .installed_routes
-            .keys()
-            .map(|(dp, prefix)| route_slot(*dp, *prefix))
-            .collect();
-        let address = |key: &NeighbourKey| (key.datapath, Ipv4Addr::from(key.ip.to_ne_bytes()));
-        let removed = remove_unwanted(
-            maps.keys::<Routes>()?,
-            |route| routes.contains(route),
-            |slot| maps.remove::<Routes>(slot),
-        )? + remove_unwanted(
-            maps.keys::<Neighbours>()?,
-            |key| self.installed_neighbours.contains_key(&address(key)),
-            |key| maps.remove::<Neighbours>(key),
-        )? + remove_unwanted(
-            maps.keys::<Routers>()?,
-            |datapath| self.installed_routers.contains_key(datapath),
-            |datapath| maps.remove::<Routers>(datapath),
-        )? + remove_unwanted(
-            maps.keys::<RouterAddresses>()?,
-            |key| self.installed_addresses.contains_key(&address(key)),
-            |key| maps.remove::<RouterAddresses>(key),
-        )?;
-        Ok(removed)
+        Ok(self.route_table.sweep(maps)?
+            + self.neighbour_table.sweep(maps)?
+            + self.router_table.sweep(maps)?
+            + self.address_table.sweep(maps)?)
     }
 }
 

@@ -35,6 +35,7 @@ pub mod maps;
 pub mod node;
 pub mod pins;
 pub mod pod_filter;
+pub mod tables;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));
