@@ -35,6 +35,7 @@ pub mod maps;
 pub mod node;
 pub mod pins;
 pub mod pod_filter;
+pub mod stack;
 pub mod tables;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
@@ -136,7 +137,16 @@ pub struct LoadedProgram {
     pub verified_instructions: Option<u32>,
     /// Size of the program after the kernel's translation, in bytes.
     pub translated_bytes: Option<u32>,
+    /// Its stack frames, read from the object ([`stack`]); `None` if the object could not be
+    /// read that way (logged).
+    pub stack: Option<stack::StackUse>,
 }
+
+/// The verifier's limit on instructions processed for one program.
+pub const VERIFIER_INSTRUCTION_LIMIT: u32 = 1_000_000;
+/// ovnbpf's budget per program: a quarter of the verifier's limit, so features have room before a
+/// stage must move behind a tail call.
+pub const VERIFIED_INSTRUCTIONS_BUDGET: u32 = VERIFIER_INSTRUCTION_LIMIT / 4;
 
 /// Result of one BPF_PROG_TEST_RUN.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,11 +250,17 @@ impl KernelPrograms {
                 let info = program
                     .info()
                     .map_err(|source| EbpfError::Program { name, source })?;
+                let stack = stack::stack_use(OBJECT, name)
+                    .inspect_err(
+                        |error| tracing::warn!(program = name, %error, "cannot measure the stack"),
+                    )
+                    .ok();
                 Ok(LoadedProgram {
                     name,
                     id: info.id(),
                     verified_instructions: info.verified_instruction_count(),
                     translated_bytes: info.size_translated(),
+                    stack,
                 })
             })
             .collect()
