@@ -30,6 +30,7 @@ use aya_ebpf::{
     helpers::bpf_loop,
     programs::TcContext,
 };
+use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, TunnelConfig, drop_reason,
 };
@@ -226,7 +227,7 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
     scratch.outer.remote_ip = remote_ip;
     let ctx = TcContext::new(walk.skb);
     if let Err(reason) = geneve::retarget_with(&ctx, &walk.config, &mut scratch.outer) {
-        walk.failed = reason;
+        walk.failed = reason.0;
         return 1;
     }
     match geneve::send_copy(
@@ -246,7 +247,7 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
         }
         Err(reason) => {
             walk.dropped += 1;
-            walk.drop_reason = reason;
+            walk.drop_reason = reason.0;
         }
     }
     0
@@ -254,11 +255,11 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
 
 /// Adds `count` frames to the drop counter of `reason`.
 #[inline(always)]
-fn count_drops(reason: u32, count: u32) {
+fn count_drops(reason: DropReason, count: u32) {
     if count == 0 {
         return;
     }
-    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason) {
+    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason.0) {
         // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
         unsafe { *counter += u64::from(count) };
     }
@@ -273,7 +274,7 @@ pub fn from_pod(
     group: &Group,
     ingress_ifindex: u32,
     tunnel: &mut Tunnel,
-) -> Result<i32, u32> {
+) -> Result<i32, DropReason> {
     let remotes = group.counts.remote_count;
     let first = if remotes > 0 {
         member(group.key, FLOOD_SLOT_REMOTE)
@@ -317,9 +318,9 @@ pub fn from_pod(
             0,
         );
     }
-    count_drops(walk.drop_reason, walk.dropped);
+    count_drops(DropReason(walk.drop_reason), walk.dropped);
     if walk.failed != 0 {
-        return Err(walk.failed);
+        return Err(DropReason(walk.failed));
     }
     let target = if walk.pending != 0 {
         // The last chassis gets a copy too; the unresolved one gets the frame.

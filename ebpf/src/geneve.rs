@@ -17,11 +17,13 @@ use aya_ebpf::{
     helpers::{bpf_fib_lookup, bpf_get_hash_recalc, bpf_redirect_neigh, bpf_skb_change_head},
     programs::TcContext,
 };
+use ovnbpf_common::DropReason;
 
 /// Address family of an IPv4 FIB lookup.
 const AF_INET: u8 = 2;
 use ovnbpf_common::{TunnelConfig, TunnelPortKey, drop_reason, geneve};
 
+use crate::csum;
 use crate::maps::get;
 use crate::{
     TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local, flood,
@@ -36,7 +38,7 @@ pub enum Decision {
     /// Not a tunnel frame for us: the host stack gets it untouched.
     NotOurs,
     /// Ours, but undeliverable: dropped and counted under the reason.
-    Drop(u32),
+    Drop(DropReason),
     /// Decapsulated and redirected: the helper's verdict.
     Redirected(i32),
 }
@@ -146,7 +148,11 @@ pub struct Tunnel {
 /// Puts OVN's outer headers in front of the frame and sends it out of the uplink; the verdict
 /// of the redirect, or the drop reason.
 #[inline(always)]
-pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> Result<i32, u32> {
+pub fn encapsulate(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    tunnel: &Tunnel,
+) -> Result<i32, DropReason> {
     if push_outer_headers(ctx, config, tunnel)? {
         Ok(send_to_next_hop(config))
     } else {
@@ -158,7 +164,11 @@ pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> R
 /// neighbour redirect only handles IP) out of the uplink, with the next hop's MACs from the FIB
 /// and neighbour table; the redirect verdict.
 #[inline(always)]
-pub fn send_resolved(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<i32, u32> {
+pub fn send_resolved(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+) -> Result<i32, DropReason> {
     set_next_hop_macs(ctx, config, remote_ip)?;
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
     Ok(unsafe { aya_ebpf::helpers::bpf_redirect(config.uplink_ifindex, 0) } as i32)
@@ -179,7 +189,7 @@ const OUTER_IP_DESTINATION: usize = 14 + 16;
 
 /// Points an encapsulated frame at another chassis: outer destination and checksum.
 #[inline(always)]
-pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), DropReason> {
     let mut fields = Retarget {
         remote_ip,
         checksum: 0,
@@ -201,9 +211,9 @@ pub fn retarget_with(
     ctx: &TcContext,
     config: &TunnelConfig,
     fields: &mut Retarget,
-) -> Result<(), u32> {
+) -> Result<(), DropReason> {
     let ip_len = (ctx.len() - 14) as u16;
-    fields.checksum = ipv4_checksum(ip_len, config.encap_ip, fields.remote_ip).to_be();
+    fields.checksum = csum::outer_ipv4(ip_len, config.encap_ip, fields.remote_ip).to_be();
     ctx.store(OUTER_IP_DESTINATION, &fields.remote_ip, 0)
         .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &fields.checksum, 0))
         .map_err(|_| drop_reason::ENCAP_FAILED)
@@ -219,7 +229,7 @@ pub fn send_copy(
     config: &TunnelConfig,
     remote_ip: u32,
     params: &mut bpf_fib_lookup,
-) -> Result<(), u32> {
+) -> Result<(), DropReason> {
     look_up_next_hop(ctx, config, remote_ip, params)?;
     if ctx.store(0, &params.dmac, 0).is_err() || ctx.store(6, &params.smac, 0).is_err() {
         return Err(drop_reason::ENCAP_FAILED);
@@ -235,7 +245,11 @@ pub fn send_copy(
 /// Writes the outer MACs of the next hop toward `remote_ip` (from the kernel's FIB and
 /// neighbour table); fails when the neighbour is not resolved.
 #[inline(always)]
-fn set_next_hop_macs(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+fn set_next_hop_macs(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+) -> Result<(), DropReason> {
     // SAFETY: bpf_fib_lookup is plain data; the lookup below sets every field it reads.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
     look_up_next_hop(ctx, config, remote_ip, &mut params)?;
@@ -254,7 +268,7 @@ fn look_up_next_hop(
     config: &TunnelConfig,
     remote_ip: u32,
     params: &mut bpf_fib_lookup,
-) -> Result<(), u32> {
+) -> Result<(), DropReason> {
     // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
     *params = unsafe { core::mem::zeroed() };
     params.family = AF_INET;
@@ -287,7 +301,7 @@ pub fn push_outer_headers(
     ctx: &TcContext,
     config: &TunnelConfig,
     tunnel: &Tunnel,
-) -> Result<bool, u32> {
+) -> Result<bool, DropReason> {
     let inner = ctx
         .load::<EthHeader>(0)
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
@@ -343,7 +357,7 @@ pub fn push_outer_headers(
                 fragment: 0x4000_u16.to_be(),
                 ttl: 64,
                 protocol: IPPROTO_UDP,
-                checksum: ipv4_checksum(ip_len, config.encap_ip, tunnel.remote_ip).to_be(),
+                checksum: csum::outer_ipv4(ip_len, config.encap_ip, tunnel.remote_ip).to_be(),
                 source: config.encap_ip,
                 destination: tunnel.remote_ip,
             },
@@ -385,21 +399,4 @@ pub fn push_outer_headers(
 fn mac_hash(ctx: &TcContext) -> u32 {
     let word = |offset: usize| ctx.load::<u32>(offset).unwrap_or(0);
     (word(0) ^ word(4).rotate_left(11) ^ word(8).rotate_left(22)).wrapping_mul(0x9e37_79b1)
-}
-
-/// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.
-#[inline(always)]
-fn ipv4_checksum(total_len: u16, source: u32, destination: u32) -> u16 {
-    let (source, destination) = (u32::from_be(source), u32::from_be(destination));
-    let mut sum: u32 = 0x4500
-        + u32::from(total_len)
-        + 0x4000
-        + ((64 << 8) | u32::from(IPPROTO_UDP))
-        + (source >> 16)
-        + (source & 0xffff)
-        + (destination >> 16)
-        + (destination & 0xffff);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
 }

@@ -8,11 +8,12 @@
 //! `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
+use ovnbpf_common::DropReason;
 use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
 
 use crate::maps::get;
 use crate::{
-    L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local, flood,
+    L2_FIB, PASS, POD_PORTS, arp, deliver_local, flood,
     geneve::{self, Tunnel},
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
     port_security, router, underlay,
@@ -20,15 +21,15 @@ use crate::{
 
 /// The verdict for a frame from a pod, or the reason to drop it.
 #[inline(always)]
-pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
+pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     let Some(pod) = get(&POD_PORTS, ifindex) else {
-        return Ok(TCX_NEXT);
+        return Ok(PASS);
     };
     let (datapath, ingress_port) = (pod.datapath, pod.port);
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
-        return Ok(TCX_NEXT);
+        return Ok(PASS);
     };
     if !port_security::allows(ctx, ifindex, &eth) {
         return Err(drop_reason::PORT_SECURITY);
@@ -61,7 +62,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     }
     let Some(entry) = entry else {
         let Some(group) = flood::group_of(datapath, multicast) else {
-            return Ok(TCX_NEXT);
+            return Ok(PASS);
         };
         let mut tunnel = Tunnel {
             datapath,
@@ -82,7 +83,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
         )),
         FIB_REMOTE => {
             let Some(config) = geneve::tunnel_config() else {
-                return Ok(TCX_NEXT);
+                return Ok(PASS);
             };
             let tunnel = Tunnel {
                 datapath,
@@ -93,6 +94,6 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
             geneve::encapsulate(ctx, &config, &tunnel)
         }
         FIB_ROUTER => router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex),
-        _ => Ok(TCX_NEXT),
+        _ => Ok(PASS),
     }
 }

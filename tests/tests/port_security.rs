@@ -123,7 +123,7 @@ fn spoofed_frames_are_dropped_counted_and_reported() {
         let reported = events.drain();
         assert_eq!(reported.len(), 1, "{what}: {reported:?}");
         let event = reported[0];
-        assert_eq!(event.reason, drop_reason::PORT_SECURITY, "{what}");
+        assert_eq!(event.reason, drop_reason::PORT_SECURITY.0, "{what}");
         assert_eq!(event.length as usize, frame.len(), "{what}");
         let captured = event.captured as usize;
         assert!(captured >= 14, "{what}: {captured}");

@@ -68,46 +68,54 @@ pub mod router_reply {
     ];
 }
 
-/// Indexes of [`map::DROP_COUNTERS`].
+/// Why a program dropped a frame: an index of [`map::DROP_COUNTERS`] and of
+/// [`drop_reason::NAMES`] (the reasons are the constants of [`drop_reason`]).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropReason(pub u32);
+
+/// The reasons a program drops a frame.
 pub mod drop_reason {
+    use super::DropReason;
+
     /// Addressed to our Geneve port but not a frame OVN sends (version, options, protocol,
     /// lengths).
-    pub const GENEVE_MALFORMED: u32 = 0;
+    pub const GENEVE_MALFORMED: DropReason = DropReason(0);
     /// A well-formed Geneve frame whose (VNI, egress port key) has no local port.
-    pub const GENEVE_UNKNOWN_DESTINATION: u32 = 1;
+    pub const GENEVE_UNKNOWN_DESTINATION: DropReason = DropReason(1);
     /// The kernel refused to strip the outer headers.
-    pub const DECAP_FAILED: u32 = 2;
+    pub const DECAP_FAILED: DropReason = DropReason(2);
     /// The kernel refused to make room for the outer headers.
-    pub const ENCAP_FAILED: u32 = 3;
+    pub const ENCAP_FAILED: DropReason = DropReason(3);
     /// A pod sent with a source MAC or IPv4 address its port security does not allow.
-    pub const PORT_SECURITY: u32 = 4;
+    pub const PORT_SECURITY: DropReason = DropReason(4);
     /// A flood copy for another chassis whose next hop has no resolved neighbour entry.
-    pub const FLOOD_NEXT_HOP_UNRESOLVED: u32 = 5;
+    pub const FLOOD_NEXT_HOP_UNRESOLVED: DropReason = DropReason(5);
     /// A clone for a flood group member failed.
-    pub const FLOOD_CLONE_FAILED: u32 = 6;
+    pub const FLOOD_CLONE_FAILED: DropReason = DropReason(6);
     /// The kernel refused to rewrite a router's reply.
-    pub const ROUTER_REPLY_FAILED: u32 = 7;
+    pub const ROUTER_REPLY_FAILED: DropReason = DropReason(7);
     /// A router the kernel does not forward for (its pipeline has flows the kernel lacks:
     /// policies, NAT, ECMP…): counted, never forwarded half-right.
-    pub const ROUTER_UNSUPPORTED: u32 = 8;
+    pub const ROUTER_UNSUPPORTED: DropReason = DropReason(8);
     /// No route to the destination.
-    pub const NO_ROUTE: u32 = 9;
+    pub const NO_ROUTE: DropReason = DropReason(9);
     /// The next hop's MAC is not known (OVN would send an ARP request).
-    pub const NEXT_HOP_UNRESOLVED: u32 = 10;
+    pub const NEXT_HOP_UNRESOLVED: DropReason = DropReason(10);
     /// TTL expires past the first router (the first router's own expiry is answered with ICMP
     /// time exceeded; a later router's is only counted so far).
-    pub const TTL_EXPIRED: u32 = 11;
+    pub const TTL_EXPIRED: DropReason = DropReason(11);
     /// More router hops than the kernel follows.
-    pub const TOO_MANY_HOPS: u32 = 12;
+    pub const TOO_MANY_HOPS: DropReason = DropReason(12);
     /// The routed frame's next switch has no entry for the neighbour's MAC.
-    pub const ROUTED_UNKNOWN_DESTINATION: u32 = 13;
+    pub const ROUTED_UNKNOWN_DESTINATION: DropReason = DropReason(13);
     /// Traffic to a router's own address the kernel does not answer: later fragments (OVN drops
     /// them too), SCTP (OVN's `sctp_abort` is not built), or a protocol the address has no
     /// answer for.
-    pub const TO_ROUTER_UNHANDLED: u32 = 14;
+    pub const TO_ROUTER_UNHANDLED: DropReason = DropReason(14);
     /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
     /// route).
-    pub const ROUTED_MALFORMED: u32 = 15;
+    pub const ROUTED_MALFORMED: DropReason = DropReason(15);
     /// Number of reasons (the map's size).
     pub const COUNT: u32 = 16;
     /// Names for metrics and logs, by index.
