@@ -4,7 +4,7 @@
 //! `from_pod` runs as a cls_bpf filter (direct action) on ingress of each pod's host-side veth and
 //! runs the pod's logical switch pipeline ([`switching`]: port security, ARP responder, L2 FIB,
 //! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
-//! uplink and decapsulates OVN Geneve frames addressed to this node ([`geneve`]);
+//! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]);
 //! `from_provider` on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for
 //! local pods ([`underlay`]). Traffic that is not theirs leaves unchanged ([`output::PASS`]).
 //! Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through [`drop`], local
@@ -21,6 +21,7 @@ mod geneve;
 mod headers;
 mod maps;
 mod output;
+mod overlay;
 mod port_security;
 mod reject;
 mod router;
@@ -50,10 +51,10 @@ pub fn from_pod(ctx: TcContext) -> i32 {
 pub fn from_uplink(ctx: TcContext) -> i32 {
     let class = classify(&ctx);
     count(&ctx, class);
-    match geneve::decapsulate(&ctx) {
-        geneve::Decision::NotOurs => PASS,
-        geneve::Decision::Drop(reason) => drop_frame(&ctx, reason),
-        geneve::Decision::Redirected(verdict) => verdict,
+    match overlay::decapsulate(&ctx) {
+        overlay::Decision::NotOurs => PASS,
+        overlay::Decision::Drop(reason) => drop_frame(&ctx, reason),
+        overlay::Decision::Redirected(verdict) => verdict,
     }
 }
 

@@ -1,16 +1,20 @@
-//! Where frames leave a program: the verdicts, and the one local delivery every path uses to
-//! hand a frame to a port on this node (unicast, routed and decapsulated frames; flood clones
-//! count through [`crate::counters::count_delivered`] as they are cloned). The receiver-side
-//! egress pipeline (egress port security, to-lport ACLs) belongs here. Touches
+//! Where frames leave a program: the verdicts, the L2 output step switched and routed frames
+//! share ([`l2_output`]: a port on this node, or the tunnel to the chassis that has it), and the
+//! one local delivery ([`deliver_local`]) of unicast, routed and decapsulated frames (flood
+//! clones count through [`crate::counters::count_delivered`] as they are cloned). The
+//! receiver-side egress pipeline (egress port security, to-lport ACLs) belongs here. Touches
 //! `INTERFACE_COUNTERS` (through the counters).
 
 use aya_ebpf::{
     helpers::{bpf_redirect, bpf_redirect_peer},
     programs::TcContext,
 };
-use ovnbpf_common::LOCAL_PORT_VETH_PEER;
+use ovnbpf_common::{DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_VETH_PEER};
 
-use crate::counters::count_delivered;
+use crate::{
+    counters::count_delivered,
+    geneve::{self, Tunnel},
+};
 
 /// Verdict -1, "hand the frame on unchanged": `TC_ACT_UNSPEC` under the pods' cls_bpf filters
 /// (the next filter, or the stack), `PASS` under the tcx links of the uplink and provider
@@ -34,4 +38,32 @@ pub(crate) fn deliver_local(ctx: &TcContext, ifindex: u32, flags: u32, ip: bool)
         }
     };
     verdict as i32
+}
+
+/// The L2 output step (OVN's local and remote output tables) for a frame on `datapath` that
+/// entered through logical port `ingress_port`, to the port `entry` names: delivered here, or
+/// encapsulated to the chassis that has it. `None` when `entry` is not a port (a router), or is
+/// remote while this node has no tunnel endpoint: the caller decides.
+#[inline(always)]
+pub(crate) fn l2_output(
+    ctx: &TcContext,
+    entry: &FibEntry,
+    datapath: u32,
+    ingress_port: u32,
+    ip: bool,
+) -> Option<Result<i32, DropReason>> {
+    match entry.kind {
+        FIB_LOCAL => Some(Ok(deliver_local(ctx, entry.ifindex, entry.flags, ip))),
+        FIB_REMOTE => {
+            let config = geneve::tunnel_config()?;
+            let tunnel = Tunnel {
+                datapath,
+                ingress_port,
+                egress_port: entry.port,
+                remote_ip: entry.remote_ip,
+            };
+            Some(geneve::encapsulate(ctx, &config, &tunnel))
+        }
+        _ => None,
+    }
 }

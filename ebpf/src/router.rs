@@ -14,16 +14,15 @@
 use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
-    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
+    FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
+    ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
 use crate::csum;
 use crate::maps::get;
+use crate::output::l2_output;
 use crate::{
     L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, count_delivered, count_reply,
-    deliver_local,
-    geneve::{self, Tunnel},
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
     reject,
 };
@@ -315,20 +314,11 @@ fn route(
             )
         })
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
-    match entry.kind {
-        FIB_LOCAL => Ok(deliver_local(ctx, entry.ifindex, entry.flags, true)),
-        FIB_REMOTE => {
-            let Some(config) = geneve::tunnel_config() else {
-                return Err(drop_reason::ENCAP_FAILED);
-            };
-            let tunnel = Tunnel {
-                datapath: route.next_datapath,
-                ingress_port: route.ingress_port,
-                egress_port: entry.port,
-                remote_ip: entry.remote_ip,
-            };
-            geneve::encapsulate(ctx, &config, &tunnel)
-        }
-        _ => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
-    }
+    l2_output(ctx, &entry, route.next_datapath, route.ingress_port, true).unwrap_or(Err(
+        if entry.kind == FIB_REMOTE {
+            drop_reason::ENCAP_FAILED
+        } else {
+            drop_reason::ROUTED_UNKNOWN_DESTINATION
+        },
+    ))
 }

@@ -9,12 +9,13 @@
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
-use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
+use ovnbpf_common::{FIB_LOCAL, FIB_ROUTER, FibKey, drop_reason};
 
 use crate::maps::get;
+use crate::output::l2_output;
 use crate::{
-    L2_FIB, PASS, POD_PORTS, arp, deliver_local, flood,
-    geneve::{self, Tunnel},
+    L2_FIB, PASS, POD_PORTS, arp, flood,
+    geneve::Tunnel,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
     port_security, router, underlay,
 };
@@ -75,25 +76,10 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     match entry.kind {
         // OVN never sends a frame back out of the port it came in on.
         FIB_LOCAL if entry.ifindex == ifindex => Ok(crate::TC_ACT_SHOT),
-        FIB_LOCAL => Ok(deliver_local(
-            ctx,
-            entry.ifindex,
-            entry.flags,
-            ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,
-        )),
-        FIB_REMOTE => {
-            let Some(config) = geneve::tunnel_config() else {
-                return Ok(PASS);
-            };
-            let tunnel = Tunnel {
-                datapath,
-                ingress_port,
-                egress_port: entry.port,
-                remote_ip: entry.remote_ip,
-            };
-            geneve::encapsulate(ctx, &config, &tunnel)
-        }
         FIB_ROUTER => router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex),
-        _ => Ok(PASS),
+        _ => {
+            let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
+            l2_output(ctx, &entry, datapath, ingress_port, ip).unwrap_or(Ok(PASS))
+        }
     }
 }
