@@ -152,6 +152,18 @@ mod recorder {
                 .unwrap_or_default()
         }
 
+        /// Map `M`'s entries keyed by `key(slot)` (for assertions that name slots their way).
+        pub(crate) fn table_by<M: Writable, K: Eq + std::hash::Hash>(
+            &self,
+            key: impl Fn(Slot<M>) -> K,
+        ) -> HashMap<K, M::Value> {
+            let table = self.table::<M>();
+            table
+                .into_iter()
+                .map(|(slot, value)| (key(slot), value))
+                .collect()
+        }
+
         /// Map `M`'s entries, to change behind the agent's back.
         pub(crate) fn table_mut<M: Writable>(&mut self) -> &mut HashMap<Slot<M>, M::Value> {
             self.tables

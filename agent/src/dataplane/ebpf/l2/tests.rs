@@ -20,32 +20,16 @@ impl Recorder {
         self.table::<PortSecurityMap>()
     }
     fn tunnel_ports(&self) -> HashMap<(u32, u32), LocalPort> {
-        let table = self.table::<TunnelPorts>();
-        table
-            .into_iter()
-            .map(|(k, v)| ((k.datapath, k.port), v))
-            .collect()
+        self.table_by::<TunnelPorts, _>(|k| (k.datapath, k.port))
     }
     fn fib(&self) -> HashMap<(u32, Mac), FibEntry> {
-        let table = self.table::<L2Fib>();
-        table
-            .into_iter()
-            .map(|(k, v)| ((k.datapath, k.mac), v))
-            .collect()
+        self.table_by::<L2Fib, _>(|k| (k.datapath, k.mac))
     }
     fn arp(&self) -> HashMap<(u32, u32), ArpAnswer> {
-        let table = self.table::<ArpResponder>();
-        table
-            .into_iter()
-            .map(|(k, v)| ((k.datapath, k.ip), v))
-            .collect()
+        self.table_by::<ArpResponder, _>(|k| (k.datapath, k.ip))
     }
     fn groups(&self) -> HashMap<(u32, u32), FloodGroup> {
-        let table = self.table::<FloodGroups>();
-        table
-            .into_iter()
-            .map(|(k, v)| ((k.datapath, k.group), v))
-            .collect()
+        self.table_by::<FloodGroups, _>(|k| (k.datapath, k.group))
     }
     fn members(&self) -> HashMap<FloodMemberKey, u32> {
         self.table::<FloodMembers>()

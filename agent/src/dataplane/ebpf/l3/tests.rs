@@ -6,28 +6,16 @@ use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes};
 /// Views of the recorded L3 maps keyed as the assertions read them.
 impl Recorder {
     fn routes(&self) -> HashMap<(u32, u32, u8), RouteEntry> {
-        let table = self.table::<Routes>();
-        table
-            .into_iter()
-            .map(|((k, bits), v)| ((k.datapath, k.ip, (bits - 32) as u8), v))
-            .collect()
+        self.table_by::<Routes, _>(|(k, bits)| (k.datapath, k.ip, (bits - 32) as u8))
     }
     fn neighbours(&self) -> HashMap<(u32, u32), Neighbour> {
-        let table = self.table::<Neighbours>();
-        table
-            .into_iter()
-            .map(|(k, v)| ((k.datapath, k.ip), v))
-            .collect()
+        self.table_by::<Neighbours, _>(|k| (k.datapath, k.ip))
     }
     fn routers(&self) -> HashMap<u32, RouterInfo> {
         self.table::<Routers>()
     }
     fn addresses(&self) -> HashMap<(u32, u32), RouterAddress> {
-        let table = self.table::<RouterAddresses>();
-        table
-            .into_iter()
-            .map(|(k, v)| ((k.datapath, k.ip), v))
-            .collect()
+        self.table_by::<RouterAddresses, _>(|k| (k.datapath, k.ip))
     }
 }
 
