@@ -24,7 +24,10 @@ use ovnbpf_common::{
 };
 
 use self::flood_slots::InstalledGroup;
-use super::{EbpfError, Maps, reconcile_slot, remove_unwanted};
+use super::{
+    EbpfError, Maps, remove_unwanted,
+    tables::{Table, TableKey},
+};
 use crate::pipeline::{
     IrDiff,
     ir::{IrEntry, Mac, PortKind, parse_port_security},
@@ -79,14 +82,10 @@ enum MemberTarget {
 enum Dirty {
     /// The pod-port and tunnel-port entries of a logical port.
     Port(String),
-    Fib(u32, Mac),
-    Arp(u32, Ipv4Addr),
     /// A flood group's targets, by (datapath, group key).
     Group(u32, u32),
     /// An underlay switch's localnet (and its provider network entry).
     Localnet(u32),
-    /// A datapath's flood roles.
-    Roles(u32),
 }
 
 /// What is installed for one logical port bound here.
@@ -147,9 +146,34 @@ pub struct L2State {
     dirty: HashSet<Dirty>,
     installed_ports: HashMap<String, InstalledPort>,
     installed_groups: HashMap<(u32, u32), InstalledGroup>,
-    installed_roles: HashMap<u32, FloodRoles>,
-    installed_fib: HashMap<(u32, Mac), FibEntry>,
-    installed_arp: HashMap<(u32, Ipv4Addr), ArpAnswer>,
+    roles_table: Table<FloodRolesMap, u32>,
+    fib_table: Table<L2Fib, (u32, Mac)>,
+    arp_table: Table<ArpResponder, (u32, Ipv4Addr)>,
+}
+
+impl TableKey<FloodRolesMap> for u32 {
+    fn slot(&self) -> u32 {
+        *self
+    }
+}
+
+impl TableKey<L2Fib> for (u32, Mac) {
+    fn slot(&self) -> FibKey {
+        FibKey {
+            datapath: self.0,
+            mac: self.1,
+            padding: [0; 2],
+        }
+    }
+}
+
+impl TableKey<ArpResponder> for (u32, Ipv4Addr) {
+    fn slot(&self) -> ArpKey {
+        ArpKey {
+            datapath: self.0,
+            ip: u32::from_ne_bytes(self.1.octets()),
+        }
+    }
 }
 
 impl L2State {
@@ -319,7 +343,7 @@ impl L2State {
                         .or_default()
                         .insert(arp_key);
                 }
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
             IrEntry::FloodGroup {
                 datapath,
@@ -332,7 +356,7 @@ impl L2State {
                     self.group_keys.remove(&(*datapath, name.clone()));
                 }
                 self.dirty.insert(Dirty::Group(*datapath, *key));
-                self.dirty.insert(Dirty::Roles(*datapath));
+                self.roles_table.mark(*datapath);
             }
             IrEntry::FloodMember {
                 datapath,
@@ -373,12 +397,12 @@ impl L2State {
             IrEntry::FloodMulticast { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
                 roles.0 = added.then(|| group.clone());
-                self.dirty.insert(Dirty::Roles(*datapath));
+                self.roles_table.mark(*datapath);
             }
             IrEntry::FloodUnknown { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
                 roles.1 = added.then(|| group.clone());
-                self.dirty.insert(Dirty::Roles(*datapath));
+                self.roles_table.mark(*datapath);
             }
             IrEntry::L2Fib {
                 datapath,
@@ -396,7 +420,7 @@ impl L2State {
                         .or_default()
                         .insert(fib_key);
                 }
-                self.dirty.insert(Dirty::Fib(*datapath, *mac));
+                self.fib_table.mark((*datapath, *mac));
             }
             IrEntry::ArpReply { datapath, ip, mac } => {
                 if added {
@@ -404,7 +428,7 @@ impl L2State {
                 } else if self.arp.get(&(*datapath, *ip)) == Some(mac) {
                     self.arp.remove(&(*datapath, *ip));
                 }
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
             IrEntry::ArpReplySkip {
                 datapath,
@@ -422,7 +446,7 @@ impl L2State {
                         .or_default()
                         .insert(arp_key);
                 }
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
             _ => {}
         }
@@ -433,22 +457,22 @@ impl L2State {
     fn mark_port(&mut self, port: &str) {
         self.dirty.insert(Dirty::Port(port.to_string()));
         for (datapath, mac) in self.fib_by_port.get(port).into_iter().flatten() {
-            self.dirty.insert(Dirty::Fib(*datapath, *mac));
+            self.fib_table.mark((*datapath, *mac));
         }
         for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
-            self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            self.arp_table.mark((*datapath, *ip));
         }
         // A router port's MAC is what its switch port's router entries answer with, and its
         // datapath is where the switch port's FIB entry hands frames over.
         let switch_port = self.patch_by_peer.get(port).cloned();
         for name in std::iter::once(port).chain(switch_port.as_deref()) {
             for (datapath, ip) in self.router_arp_by_port.get(name).into_iter().flatten() {
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
         }
         if let Some(switch_port) = &switch_port {
             for (datapath, mac) in self.fib_by_port.get(switch_port).into_iter().flatten() {
-                self.dirty.insert(Dirty::Fib(*datapath, *mac));
+                self.fib_table.mark((*datapath, *mac));
             }
         }
         if let Some(info) = self.ports.get(port) {
@@ -552,6 +576,9 @@ impl L2State {
     #[must_use]
     pub fn pending(&self) -> usize {
         self.dirty.len()
+            + self.roles_table.pending()
+            + self.fib_table.pending()
+            + self.arp_table.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
@@ -562,15 +589,24 @@ impl L2State {
         for key in dirty {
             writes += match &key {
                 Dirty::Port(port) => self.flush_port(maps, port)?,
-                Dirty::Fib(datapath, mac) => self.flush_fib(maps, *datapath, *mac)?,
-                Dirty::Arp(datapath, ip) => self.flush_arp(maps, *datapath, *ip)?,
                 Dirty::Group(datapath, group) => self.flush_group(maps, *datapath, *group)?,
                 Dirty::Localnet(datapath) => self.flush_localnet(maps, *datapath)?,
-                Dirty::Roles(datapath) => self.flush_roles(maps, *datapath)?,
             };
             self.dirty.remove(&key);
         }
-        Ok(writes)
+        // Each table is taken out while it flushes, so the desired values can read the state.
+        let mut fib = std::mem::take(&mut self.fib_table);
+        let written = fib.flush(maps, |&(datapath, mac)| self.desired_fib(datapath, mac));
+        self.fib_table = fib;
+        writes += written?;
+        let mut arp = std::mem::take(&mut self.arp_table);
+        let written = arp.flush(maps, |&(datapath, ip)| self.desired_arp(datapath, ip));
+        self.arp_table = arp;
+        writes += written?;
+        let mut roles = std::mem::take(&mut self.roles_table);
+        let written = roles.flush(maps, |&datapath| self.desired_roles(datapath));
+        self.roles_table = roles;
+        Ok(writes + written?)
     }
 
     /// Removes every map key this state did not install: what a previous agent left for ports,
@@ -598,10 +634,6 @@ impl L2State {
                 vlan: l.vlan,
             })
             .collect();
-        let installed_arp = |key: &ArpKey| {
-            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
-            self.installed_arp.contains_key(&(key.datapath, ip))
-        };
         let removed = remove_unwanted(
             maps.keys::<PodPorts>()?,
             |i| pods.contains(i),
@@ -617,10 +649,6 @@ impl L2State {
             maps.keys::<TunnelPorts>()?,
             |key| tunnels.contains(&(key.datapath, key.port)),
             |key| maps.remove::<TunnelPorts>(key),
-        )? + remove_unwanted(
-            maps.keys::<L2Fib>()?,
-            |key| self.installed_fib.contains_key(&(key.datapath, key.mac)),
-            |key| maps.remove::<L2Fib>(key),
         )? + remove_unwanted(
             maps.keys::<Localnets>()?,
             |datapath| self.installed_localnets.contains_key(datapath),
@@ -645,13 +673,9 @@ impl L2State {
                     .is_some_and(|group| group.holds(key.slot))
             },
             |key| maps.remove::<FloodMembers>(key),
-        )? + remove_unwanted(
-            maps.keys::<FloodRolesMap>()?,
-            |datapath| self.installed_roles.contains_key(datapath),
-            |datapath| maps.remove::<FloodRolesMap>(datapath),
-        )? + remove_unwanted(maps.keys::<ArpResponder>()?, installed_arp, |key| {
-            maps.remove::<ArpResponder>(key)
-        })?;
+        )? + self.fib_table.sweep(maps)?
+            + self.roles_table.sweep(maps)?
+            + self.arp_table.sweep(maps)?;
         Ok(removed)
     }
 
@@ -739,29 +763,6 @@ impl L2State {
         })
     }
 
-    fn flush_fib(
-        &mut self,
-        maps: &mut impl Maps,
-        datapath: u32,
-        mac: Mac,
-    ) -> Result<usize, EbpfError> {
-        let desired = self.desired_fib(datapath, mac);
-        let key = FibKey {
-            datapath,
-            mac,
-            padding: [0; 2],
-        };
-        reconcile_slot(
-            &mut self.installed_fib,
-            (datapath, mac),
-            desired,
-            |value| match value {
-                Some(entry) => maps.set::<L2Fib>(key, entry),
-                None => maps.remove::<L2Fib>(key),
-            },
-        )
-    }
-
     fn desired_arp(&self, datapath: u32, ip: Ipv4Addr) -> Option<ArpAnswer> {
         let router = self.router_flags(datapath, ip);
         let Some(mac) = self.arp.get(&(datapath, ip)) else {
@@ -791,28 +792,6 @@ impl L2State {
         let peer = self.ports.get(switch_port)?.peer.as_ref()?;
         let router_port = self.ports.get(peer)?;
         Some((router_port.mac?, ARP_ANSWER_ROUTER))
-    }
-
-    fn flush_arp(
-        &mut self,
-        maps: &mut impl Maps,
-        datapath: u32,
-        ip: Ipv4Addr,
-    ) -> Result<usize, EbpfError> {
-        let desired = self.desired_arp(datapath, ip);
-        let key = ArpKey {
-            datapath,
-            ip: u32::from_ne_bytes(ip.octets()),
-        };
-        reconcile_slot(
-            &mut self.installed_arp,
-            (datapath, ip),
-            desired,
-            |value| match value {
-                Some(answer) => maps.set::<ArpResponder>(key, answer),
-                None => maps.remove::<ArpResponder>(key),
-            },
-        )
     }
 }
 
@@ -907,19 +886,6 @@ impl L2State {
             unknown: key_of(unknown),
         };
         (roles != FloodRoles::default()).then_some(roles)
-    }
-
-    fn flush_roles(&mut self, maps: &mut impl Maps, datapath: u32) -> Result<usize, EbpfError> {
-        let desired = self.desired_roles(datapath);
-        reconcile_slot(
-            &mut self.installed_roles,
-            datapath,
-            desired,
-            |value| match value {
-                Some(roles) => maps.set::<FloodRolesMap>(datapath, roles),
-                None => maps.remove::<FloodRolesMap>(datapath),
-            },
-        )
     }
 }
 

@@ -557,29 +557,8 @@ fn remove_pin(pin: &Path) {
     }
 }
 
-/// Brings one kernel map slot in line with `desired`: `write` gets `Some(value)` to set it or
-/// `None` to remove it, unless `installed` already records that, and `installed` is updated
-/// after the kernel took it. Returns the writes made (0 or 1). The flushes of [`l2`] and [`l3`]
-/// use it.
-pub(crate) fn reconcile_slot<S: Eq + std::hash::Hash, V: Copy + PartialEq>(
-    installed: &mut std::collections::HashMap<S, V>,
-    slot: S,
-    desired: Option<V>,
-    write: impl FnOnce(Option<V>) -> Result<(), EbpfError>,
-) -> Result<usize, EbpfError> {
-    if desired == installed.get(&slot).copied() {
-        return Ok(0);
-    }
-    write(desired)?;
-    match desired {
-        Some(value) => installed.insert(slot, value),
-        None => installed.remove(&slot),
-    };
-    Ok(1)
-}
-
 /// Removes each of `keys` that `keep` rejects, with `remove`; returns how many went (the sweeps
-/// of [`l2`] and [`l3`]).
+/// of the L2 maps that are not yet [`tables::Table`]s).
 pub(crate) fn remove_unwanted<K>(
     keys: impl IntoIterator<Item = K>,
     keep: impl Fn(&K) -> bool,
