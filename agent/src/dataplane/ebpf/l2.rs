@@ -26,7 +26,7 @@ use ovnbpf_common::{
 use self::flood_slots::InstalledGroup;
 use super::{
     EbpfError, Maps, remove_unwanted,
-    tables::{Table, TableKey},
+    tables::{Table, TableKey, flush_from},
 };
 use crate::pipeline::{
     IrDiff,
@@ -594,19 +594,25 @@ impl L2State {
             };
             self.dirty.remove(&key);
         }
-        // Each table is taken out while it flushes, so the desired values can read the state.
-        let mut fib = std::mem::take(&mut self.fib_table);
-        let written = fib.flush(maps, |&(datapath, mac)| self.desired_fib(datapath, mac));
-        self.fib_table = fib;
-        writes += written?;
-        let mut arp = std::mem::take(&mut self.arp_table);
-        let written = arp.flush(maps, |&(datapath, ip)| self.desired_arp(datapath, ip));
-        self.arp_table = arp;
-        writes += written?;
-        let mut roles = std::mem::take(&mut self.roles_table);
-        let written = roles.flush(maps, |&datapath| self.desired_roles(datapath));
-        self.roles_table = roles;
-        Ok(writes + written?)
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.fib_table,
+            |s, &(dp, mac)| s.desired_fib(dp, mac),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.arp_table,
+            |s, &(dp, ip)| s.desired_arp(dp, ip),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.roles_table,
+            |s, &dp| s.desired_roles(dp),
+        )?;
+        Ok(writes)
     }
 
     /// Removes every map key this state did not install: what a previous agent left for ports,

@@ -22,7 +22,7 @@ use ovnbpf_common::{
 
 use super::{
     EbpfError, Maps,
-    tables::{Table, TableKey},
+    tables::{Table, TableKey, flush_from},
 };
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
@@ -447,19 +447,25 @@ impl L3State {
     /// Writes every marked key whose desired value differs from the installed one; failed keys
     /// stay marked.
     pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
-        // Each table is taken out while it flushes, so the desired values can read the state.
-        let mut routes = std::mem::take(&mut self.route_table);
-        let written = routes.flush(maps, |&(dp, prefix)| self.desired_route(dp, prefix));
-        self.route_table = routes;
-        let mut writes = written?;
-        let mut neighbours = std::mem::take(&mut self.neighbour_table);
-        let written = neighbours.flush(maps, |&(dp, ip)| self.desired_neighbour(dp, ip));
-        self.neighbour_table = neighbours;
-        writes += written?;
-        let mut addresses = std::mem::take(&mut self.address_table);
-        let written = addresses.flush(maps, |&(dp, ip)| self.desired_address(dp, ip));
-        self.address_table = addresses;
-        writes += written?;
+        let mut writes = flush_from(
+            self,
+            maps,
+            |s| &mut s.route_table,
+            |s, &(dp, prefix)| s.desired_route(dp, prefix),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.neighbour_table,
+            |s, &(dp, ip)| s.desired_neighbour(dp, ip),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.address_table,
+            |s, &(dp, ip)| s.desired_address(dp, ip),
+        )?;
+        // Routers through the hook that logs why one goes.
         let mut routers = std::mem::take(&mut self.router_table);
         let written = routers.flush_with(
             maps,

@@ -123,3 +123,20 @@ where
         Ok(removed)
     }
 }
+
+/// Flushes the table `table` picks out of `state`, with desired values read from `state` (the
+/// table is taken out while it flushes, so `desired` may read the whole state).
+pub fn flush_from<S, M: Writable, K: TableKey<M>>(
+    state: &mut S,
+    maps: &mut impl Maps,
+    table: fn(&mut S) -> &mut Table<M, K>,
+    desired: impl Fn(&S, &K) -> Option<M::Value>,
+) -> Result<usize, EbpfError>
+where
+    M::Value: PartialEq,
+{
+    let mut taken = std::mem::take(table(state));
+    let written = taken.flush(maps, |key| desired(state, key));
+    *table(state) = taken;
+    written
+}
