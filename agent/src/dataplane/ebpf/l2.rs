@@ -2,8 +2,9 @@
 //! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB
 //! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP
 //! responder, and flood groups (local members' veths and the chassis with members) with the
-//! groups each datapath floods broadcasts and unknown unicast to. Owns the desired
-//! and installed map contents; touches the kernel only through [`Maps`].
+//! groups each datapath floods broadcasts and unknown unicast to. Owns the desired map contents
+//! and what it installed for ports, localnets and flood groups; the FIB, ARP responder and flood
+//! roles are installed through [`Table`]s. Touches the kernel only through [`Maps`].
 //!
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).

@@ -4,9 +4,9 @@
 //! precedence, with the datapath behind the output port: a switch, or a peer router), their
 //! neighbours (static from the flows; learned from MAC_Binding where the router looks them up),
 //! and their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
-//! unreachable). Owns the desired and installed contents; touches the kernel only through
-//! [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
-//! [`L3State::flush`] writes just those.
+//! unreachable). Owns the desired contents (the `desired_*` functions); what is installed is
+//! kept by one [`Table`] per map, which touches the kernel only through [`Maps`]. Incremental
+//! like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just those.
 
 use std::{
     collections::{HashMap, HashSet},

@@ -1,6 +1,6 @@
 //! Generic, typed access to the kernel maps declared in `ovnbpf_common::maps`: one
 //! `set::<M>`/`remove::<M>`/`keys::<M>` for every map, over the loaded programs
-//! ([`super::KernelPrograms`]) or, in tests, a [`Recorder`] that keeps the maps as the kernel
+//! ([`super::KernelPrograms`]) or, in tests, a `Recorder` that keeps the maps as the kernel
 //! would. How a map is reached depends only on its kind ([`KindAccess`]): adding a map needs no
 //! edit here. Touches the bpf() syscall through aya.
 
@@ -60,7 +60,7 @@ pub type Slot<M> =
 pub trait Writable: MapDef<Kind: KindAccess<Self::Key, Self::Value>> {}
 impl<M: MapDef<Kind: KindAccess<M::Key, M::Value>>> Writable for M {}
 
-/// Writes to the kernel maps: the loaded programs, or a [`Recorder`] in tests.
+/// Writes to the kernel maps: the loaded programs, or a `Recorder` in tests.
 pub trait Maps {
     /// Sets `slot` of map `M` to `value`.
     fn set<M: Writable>(&mut self, slot: Slot<M>, value: M::Value) -> Result<(), EbpfError>;

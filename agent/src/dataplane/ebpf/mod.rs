@@ -1,7 +1,8 @@
 //! The eBPF backend's kernel side as seen from userspace: the object embedded at build time, loading
 //! every program through the verifier, tcx attachment to interfaces (in any network namespace) and
-//! reading the programs' counters, and the tunnel maps (this node's encap IP, local ports by
-//! (datapath, port key)). With a [`pins::PinLayout`], maps are adopted from (or pinned to) bpffs
+//! reading the programs' counters and this node's tunnel endpoint; every other map is written
+//! through the generic [`maps::Maps`] and installed through [`tables::Table`]s, and [`stack`]
+//! measures each program's stack. With a [`pins::PinLayout`], maps are adopted from (or pinned to) bpffs
 //! and links are pinned, so they outlive the agent and a new agent replaces the programs
 //! atomically; without one, dropping the handle detaches the programs.
 //! Touches: the bpf() syscall, its pin files and, for attachment, a helper thread's network
@@ -151,7 +152,8 @@ pub const VERIFIED_INSTRUCTIONS_BUDGET: u32 = VERIFIER_INSTRUCTION_LIMIT / 4;
 /// Result of one BPF_PROG_TEST_RUN.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TestRunOutcome {
-    /// The program's return value (a tc verdict; -1 is TCX_NEXT).
+    /// The program's return value (a tc verdict; -1 hands the frame on: TC_ACT_UNSPEC under
+    /// cls_bpf, TCX_NEXT under tcx).
     pub verdict: i32,
     /// The packet after the program ran.
     pub frame: Vec<u8>,
