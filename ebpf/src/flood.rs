@@ -36,9 +36,10 @@ use ovnbpf_common::{
 };
 
 use crate::maps::get;
+use crate::output::clone_to_local;
 use crate::{
     DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, TC_ACT_SHOT,
-    count_delivered, count_drop,
+    count_drop, deliver_local,
     geneve::{self, Tunnel},
 };
 
@@ -122,10 +123,8 @@ extern "C" fn local_member(index: u32, walk: *mut c_void) -> c_long {
     };
     if target != 0 {
         let ctx = TcContext::new(walk.skb);
-        // Egress of the host veth: the pod receives it, whatever its protocol.
-        match ctx.clone_redirect(target, 0) {
-            Ok(()) => count_delivered(target, ctx.len()),
-            Err(_) => count_drop(drop_reason::FLOOD_CLONE_FAILED),
+        if !clone_to_local(&ctx, target) {
+            count_drop(drop_reason::FLOOD_CLONE_FAILED);
         }
     }
     0
@@ -169,9 +168,8 @@ pub fn deliver_to_members(ctx: &TcContext, group: &Group, except: u32) -> i32 {
     if last == 0 {
         return TC_ACT_SHOT;
     }
-    count_delivered(last, ctx.len());
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    unsafe { aya_ebpf::helpers::bpf_redirect(last, 0) as i32 }
+    // Egress of the host veth (no peer redirect): the pod receives it, whatever its protocol.
+    deliver_local(ctx, last, 0, false)
 }
 
 /// What the remote walk's callback reads and writes (on the program's stack).

@@ -1,7 +1,7 @@
 //! Where frames leave a program: the verdicts, the L2 output step switched and routed frames
 //! share ([`l2_output`]: a port on this node, or the tunnel to the chassis that has it), and the
-//! one local delivery ([`deliver_local`]) of unicast, routed and decapsulated frames (flood
-//! clones count through [`crate::counters::count_delivered`] as they are cloned). The
+//! local delivery of every path: [`deliver_local`] for unicast, routed, decapsulated frames and a
+//! flood's last copy, [`clone_to_local`] for the other flood copies. The
 //! receiver-side egress pipeline (egress port security, to-lport ACLs) belongs here. Touches
 //! `INTERFACE_COUNTERS` (through the counters).
 
@@ -66,4 +66,16 @@ pub(crate) fn l2_output(
         }
         _ => None,
     }
+}
+
+/// A copy of the frame for the port behind host interface `ifindex` (a flood group member), out of
+/// the interface's egress so the pod receives it whatever its protocol, counted there. Returns
+/// whether the copy went (the caller counts a failure under its reason).
+#[inline(always)]
+pub(crate) fn clone_to_local(ctx: &TcContext, ifindex: u32) -> bool {
+    let sent = ctx.clone_redirect(ifindex, 0).is_ok();
+    if sent {
+        count_delivered(ifindex, ctx.len());
+    }
+    sent
 }
