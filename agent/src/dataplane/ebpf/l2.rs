@@ -2,7 +2,8 @@
 //! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB
 //! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP
 //! responder, and flood groups (local members' veths and the chassis with members) with the
-//! groups each datapath floods broadcasts and unknown unicast to. Owns the desired map contents
+//! groups each datapath floods broadcasts and unknown unicast to, with ports located by
+//! [`Physical`]. Owns the desired map contents
 //! and what it installed for ports, localnets and flood groups; the FIB, ARP responder and flood
 //! roles are installed through [`Table`]s. Touches the kernel only through [`Maps`].
 //!
@@ -26,7 +27,9 @@ use ovnbpf_common::{
 
 use self::flood_slots::InstalledGroup;
 use super::{
-    EbpfError, Maps, remove_unwanted,
+    EbpfError, Maps,
+    physical::{Location, Physical},
+    remove_unwanted,
     tables::{Table, TableKey, flush_from},
 };
 use crate::pipeline::{
@@ -102,11 +105,8 @@ struct InstalledPort {
 /// kernel.
 #[derive(Debug, Default)]
 pub struct L2State {
-    chassis: String,
-    /// Logical port name → its host-side veth on this node.
-    interfaces: HashMap<String, u32>,
-    /// Chassis name → encap IP.
-    encaps: HashMap<String, Ipv4Addr>,
+    /// Where ports are on this node's network.
+    physical: Physical,
     ports: HashMap<String, PortInfo>,
     /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
     ports_by_chassis: HashMap<String, HashSet<String>>,
@@ -123,8 +123,6 @@ pub struct L2State {
     groups_of_port: HashMap<(u32, u32), HashSet<u32>>,
     /// (datapath, group name) → group key.
     group_keys: HashMap<(u32, String), u32>,
-    /// Provider network name → its NIC's index (bridge mappings).
-    providers: HashMap<String, u32>,
     /// Underlay switch → (localnet port name, network name, VLAN tag).
     localnets: HashMap<u32, (String, String, Option<u16>)>,
     installed_localnets: HashMap<u32, Localnet>,
@@ -182,23 +180,20 @@ impl L2State {
     #[must_use]
     pub fn new(chassis: &str) -> Self {
         Self {
-            chassis: chassis.to_string(),
+            physical: Physical::new(chassis),
             ..Self::default()
         }
     }
 
     /// Logical port `port` is plugged into host veth `ifindex` (`None`: unplugged).
     pub fn set_interface(&mut self, port: &str, ifindex: Option<u32>) {
-        match ifindex {
-            Some(ifindex) => self.interfaces.insert(port.to_string(), ifindex),
-            None => self.interfaces.remove(port),
-        };
+        self.physical.set_interface(port, ifindex);
         self.mark_port(port);
     }
 
     /// The provider networks of this node (bridge mappings): network name → NIC index.
     pub fn set_providers(&mut self, providers: HashMap<String, u32>) {
-        self.providers = providers;
+        self.physical.set_providers(providers);
         let datapaths: Vec<u32> = self.localnets.keys().copied().collect();
         self.dirty
             .extend(datapaths.into_iter().map(Dirty::Localnet));
@@ -206,11 +201,7 @@ impl L2State {
 
     /// Chassis `chassis` is reached at `encap_ip` (`None`: gone).
     pub fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) {
-        let changed = match encap_ip {
-            Some(ip) => self.encaps.insert(chassis.to_string(), ip) != Some(ip),
-            None => self.encaps.remove(chassis).is_some(),
-        };
-        if changed {
+        if self.physical.set_encap(chassis, encap_ip) {
             let ports: Vec<String> = self
                 .ports_by_chassis
                 .get(chassis)
@@ -227,8 +218,8 @@ impl L2State {
     /// Sets every chassis's encap IP at once; chassis missing from `encaps` are forgotten.
     pub fn replace_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) {
         let gone: Vec<String> = self
-            .encaps
-            .keys()
+            .physical
+            .encap_chassis()
             .filter(|c| !encaps.contains_key(*c))
             .cloned()
             .collect();
@@ -507,17 +498,15 @@ impl L2State {
         let Some(name) = self.port_names.get(&(datapath, key)) else {
             return MemberTarget::Unreachable;
         };
-        if let Some(port) = self.local_port(name) {
-            return MemberTarget::Local(port.ifindex);
-        }
-        self.ports
+        let bound_to = self
+            .ports
             .get(name)
-            .and_then(|info| info.chassis.as_ref())
-            .filter(|chassis| **chassis != self.chassis)
-            .and_then(|chassis| self.encaps.get(chassis))
-            .map_or(MemberTarget::Unreachable, |ip| {
-                MemberTarget::Remote(u32::from_ne_bytes(ip.octets()))
-            })
+            .and_then(|info| info.chassis.as_deref());
+        match self.physical.locate(name, bound_to) {
+            Location::Local(ifindex) => MemberTarget::Local(ifindex),
+            Location::Remote(ip) => MemberTarget::Remote(u32::from_ne_bytes(ip.octets())),
+            Location::Unreachable => MemberTarget::Unreachable,
+        }
     }
 
     fn add_to_group(&mut self, group: (u32, u32), member: u32, target: MemberTarget) {
@@ -689,11 +678,11 @@ impl L2State {
     /// A port bound here with a known veth.
     fn local_port(&self, port: &str) -> Option<InstalledPort> {
         let info = self.ports.get(port)?;
-        if info.chassis.as_deref() != Some(self.chassis.as_str()) {
+        let Location::Local(ifindex) = self.physical.locate(port, info.chassis.as_deref()) else {
             return None;
-        }
+        };
         Some(InstalledPort {
-            ifindex: *self.interfaces.get(port)?,
+            ifindex,
             datapath: info.datapath,
             key: info.key,
             security: info.security,
@@ -760,8 +749,9 @@ impl L2State {
                 ..FibEntry::default()
             });
         }
-        let chassis = info.chassis.as_ref().filter(|c| **c != self.chassis)?;
-        let encap_ip = self.encaps.get(chassis)?;
+        let Location::Remote(encap_ip) = self.physical.locate(port, info.chassis.as_deref()) else {
+            return None;
+        };
         Some(FibEntry {
             kind: FIB_REMOTE,
             remote_ip: u32::from_ne_bytes(encap_ip.octets()),
@@ -910,7 +900,7 @@ impl L2State {
     fn desired_localnet(&self, datapath: u32) -> Option<Localnet> {
         let (_, network, tag) = self.localnets.get(&datapath)?;
         Some(Localnet {
-            ifindex: *self.providers.get(network)?,
+            ifindex: self.physical.provider(network)?,
             vlan: u32::from(tag.unwrap_or(0)),
         })
     }

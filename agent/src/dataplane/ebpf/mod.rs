@@ -34,6 +34,7 @@ pub mod l2;
 pub mod l3;
 pub mod maps;
 pub mod node;
+pub mod physical;
 pub mod pins;
 pub mod pod_filter;
 pub mod stack;
