@@ -6,6 +6,7 @@
 use aya_ebpf::{helpers::bpf_redirect, programs::TcContext};
 use ovnbpf_common::ArpKey;
 
+use crate::maps::get;
 use crate::{
     ARP_RESPONDER,
     headers::{ArpFrame, ETH_P_IPV4},
@@ -27,8 +28,7 @@ pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Opt
         datapath,
         ip: u32::from_ne_bytes(request.target_ip),
     };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let answer = unsafe { ARP_RESPONDER.get(key) }?;
+    let answer = get(&ARP_RESPONDER, key)?;
     if answer.owner_port == inport {
         return None;
     }

@@ -30,13 +30,16 @@ use aya_ebpf::{
     helpers::bpf_loop,
     programs::TcContext,
 };
+use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, TunnelConfig, drop_reason,
 };
 
+use crate::maps::get;
+use crate::output::clone_to_local;
 use crate::{
     DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, TC_ACT_SHOT,
-    count_delivered, count_drop,
+    count_drop, deliver_local,
     geneve::{self, Tunnel},
 };
 
@@ -59,8 +62,7 @@ impl Group {
 /// destinations, the unknown-unicast group otherwise; `None` if the datapath has none.
 #[inline(always)]
 pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
-    // SAFETY: hash map lookups return pointers into the map that stay valid for the program.
-    let roles = unsafe { FLOOD_ROLES.get(datapath) }?;
+    let roles = get(&FLOOD_ROLES, datapath)?;
     let group = if multicast {
         roles.broadcast
     } else {
@@ -76,8 +78,7 @@ pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
 #[inline(always)]
 pub fn local_group(datapath: u32, group: u32) -> Option<Group> {
     let key = FloodKey { datapath, group };
-    // SAFETY: as above.
-    let counts = unsafe { FLOOD_GROUPS.get(key) }.copied()?;
+    let counts = get(&FLOOD_GROUPS, key).copied()?;
     Some(Group { key, counts })
 }
 
@@ -89,8 +90,7 @@ fn member(key: FloodKey, slot: u32) -> Option<u32> {
         group: key.group,
         slot,
     };
-    // SAFETY: as above.
-    unsafe { FLOOD_MEMBERS.get(key) }.copied()
+    get(&FLOOD_MEMBERS, key).copied()
 }
 
 /// What the local walk's callback reads and writes (on the program's stack).
@@ -123,10 +123,8 @@ extern "C" fn local_member(index: u32, walk: *mut c_void) -> c_long {
     };
     if target != 0 {
         let ctx = TcContext::new(walk.skb);
-        // Egress of the host veth: the pod receives it, whatever its protocol.
-        match ctx.clone_redirect(target, 0) {
-            Ok(()) => count_delivered(target, ctx.len()),
-            Err(_) => count_drop(drop_reason::FLOOD_CLONE_FAILED),
+        if !clone_to_local(&ctx, target) {
+            count_drop(drop_reason::FLOOD_CLONE_FAILED);
         }
     }
     0
@@ -170,9 +168,8 @@ pub fn deliver_to_members(ctx: &TcContext, group: &Group, except: u32) -> i32 {
     if last == 0 {
         return TC_ACT_SHOT;
     }
-    count_delivered(last, ctx.len());
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    unsafe { aya_ebpf::helpers::bpf_redirect(last, 0) as i32 }
+    // Egress of the host veth (no peer redirect): the pod receives it, whatever its protocol.
+    deliver_local(ctx, last, 0, false)
 }
 
 /// What the remote walk's callback reads and writes (on the program's stack).
@@ -222,13 +219,13 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
         clippy::needless_borrows_for_generic_args,
         reason = "the key stays in the scratch slot: a copy would take the frame's 16 bytes"
     )]
-    let Some(remote_ip) = (unsafe { FLOOD_MEMBERS.get(&scratch.member) }).copied() else {
+    let Some(remote_ip) = get(&FLOOD_MEMBERS, &scratch.member).copied() else {
         return 0;
     };
     scratch.outer.remote_ip = remote_ip;
     let ctx = TcContext::new(walk.skb);
     if let Err(reason) = geneve::retarget_with(&ctx, &walk.config, &mut scratch.outer) {
-        walk.failed = reason;
+        walk.failed = reason.0;
         return 1;
     }
     match geneve::send_copy(
@@ -248,7 +245,7 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
         }
         Err(reason) => {
             walk.dropped += 1;
-            walk.drop_reason = reason;
+            walk.drop_reason = reason.0;
         }
     }
     0
@@ -256,11 +253,11 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
 
 /// Adds `count` frames to the drop counter of `reason`.
 #[inline(always)]
-fn count_drops(reason: u32, count: u32) {
+fn count_drops(reason: DropReason, count: u32) {
     if count == 0 {
         return;
     }
-    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason) {
+    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason.0) {
         // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
         unsafe { *counter += u64::from(count) };
     }
@@ -275,7 +272,7 @@ pub fn from_pod(
     group: &Group,
     ingress_ifindex: u32,
     tunnel: &mut Tunnel,
-) -> Result<i32, u32> {
+) -> Result<i32, DropReason> {
     let remotes = group.counts.remote_count;
     let first = if remotes > 0 {
         member(group.key, FLOOD_SLOT_REMOTE)
@@ -319,9 +316,9 @@ pub fn from_pod(
             0,
         );
     }
-    count_drops(walk.drop_reason, walk.dropped);
+    count_drops(DropReason(walk.drop_reason), walk.dropped);
     if walk.failed != 0 {
-        return Err(walk.failed);
+        return Err(DropReason(walk.failed));
     }
     let target = if walk.pending != 0 {
         // The last chassis gets a copy too; the unresolved one gets the frame.

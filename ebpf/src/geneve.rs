@@ -1,131 +1,33 @@
-//! Geneve as OVN puts it on the wire. Decapsulation on the uplink: a frame in OVN's layout (outer
-//! IPv4, UDP 6081, Geneve with exactly the OVN option) addressed to this node's encap IP loses its
-//! outer 58 bytes and goes to the local port that (VNI = datapath key, egress port key) names.
-//! Encapsulation toward another chassis: the same 58 bytes in front of the frame, out of the
-//! uplink with the next hop's MAC resolved by the kernel. A frame whose egress key names a flood
-//! group goes to the group's local members ([`crate::flood`]). Reads `TUNNEL_CONFIG` and
-//! `TUNNEL_PORTS`.
+//! Geneve as OVN puts it on the wire (outer IPv4, UDP 6081, Geneve with exactly the OVN option):
+//! this node's tunnel endpoint, and encapsulation toward another chassis (the 58 bytes in front
+//! of the frame, out of the uplink with the next hop's MAC resolved by the kernel, or
+//! re-addressed for each flood copy). Decapsulation and what follows it are in
+//! [`crate::overlay`]. Reads `TUNNEL_CONFIG`.
 
 use aya_ebpf::{
     bindings::bpf_fib_lookup,
     bindings::{
-        BPF_F_ADJ_ROOM_DECAP_L3_IPV4, BPF_F_ADJ_ROOM_DECAP_L3_IPV6, BPF_F_ADJ_ROOM_ENCAP_L2_ETH,
-        BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L4_UDP, BPF_F_ADJ_ROOM_FIXED_GSO,
-        bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
+        BPF_F_ADJ_ROOM_ENCAP_L2_ETH, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4, BPF_F_ADJ_ROOM_ENCAP_L4_UDP,
+        BPF_F_ADJ_ROOM_FIXED_GSO, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
     },
     cty::c_void,
     helpers::{bpf_fib_lookup, bpf_get_hash_recalc, bpf_redirect_neigh, bpf_skb_change_head},
     programs::TcContext,
 };
+use ovnbpf_common::DropReason;
 
 /// Address family of an IPv4 FIB lookup.
 const AF_INET: u8 = 2;
-use ovnbpf_common::{TunnelConfig, TunnelPortKey, drop_reason, geneve};
+use ovnbpf_common::{TunnelConfig, drop_reason, geneve};
 
+use crate::csum;
 use crate::{
-    TUNNEL_CONFIG, TUNNEL_PORTS, deliver_local, flood,
+    TUNNEL_CONFIG,
     headers::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, GeneveHeader, GeneveOption, IPPROTO_UDP, Ipv4Header,
         OuterHeaders, UdpFrame, UdpHeader,
     },
 };
-
-/// What to do with a frame from the uplink.
-pub enum Decision {
-    /// Not a tunnel frame for us: the host stack gets it untouched.
-    NotOurs,
-    /// Ours, but undeliverable: dropped and counted under the reason.
-    Drop(u32),
-    /// Decapsulated and redirected: the helper's verdict.
-    Redirected(i32),
-}
-
-#[inline(always)]
-pub fn decapsulate(ctx: &TcContext) -> Decision {
-    let Some(config) = tunnel_config() else {
-        return Decision::NotOurs;
-    };
-    // One copy of the outer headers for every frame long enough to be Geneve; shorter frames
-    // only need their UDP part read to tell whether they are truncated Geneve or not ours.
-    let outer = ctx.load::<OuterHeaders>(0);
-    let frame = match &outer {
-        Ok(outer) => outer.udp_frame,
-        Err(_) => match ctx.load::<UdpFrame>(0) {
-            Ok(frame) => frame,
-            Err(_) => return Decision::NotOurs,
-        },
-    };
-    let fragment = u16::from_be(frame.ip.fragment) & 0x3fff;
-    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4
-        || frame.ip.version_ihl != 0x45
-        || frame.ip.protocol != IPPROTO_UDP
-        || frame.ip.destination != config.encap_ip
-        || fragment != 0
-        || u16::from_be(frame.udp.destination) != geneve::UDP_PORT
-    {
-        return Decision::NotOurs;
-    }
-    // From here on the frame is addressed to our Geneve endpoint: anything off is dropped.
-    let Ok(outer) = outer else {
-        return Decision::Drop(drop_reason::GENEVE_MALFORMED);
-    };
-    let frame_len = ctx.len() as usize;
-    let udp_len = usize::from(u16::from_be(frame.udp.len));
-    let option_length = outer.option.length & 0x1f;
-    if frame_len < geneve::OVERHEAD + 14
-        || udp_len < 8 + 16 + 14
-        || 14 + 20 + udp_len > frame_len
-        || outer.geneve.version_options != 2
-        || u16::from_be(outer.geneve.protocol) != geneve::PROTOCOL_ETHERNET
-        || u16::from_be(outer.option.class) != geneve::OVN_OPTION_CLASS
-        || outer.option.kind != geneve::OVN_OPTION_TYPE
-        || option_length != 1
-    {
-        return Decision::Drop(drop_reason::GENEVE_MALFORMED);
-    }
-    let vni = outer.geneve.vni_reserved;
-    let key = TunnelPortKey {
-        datapath: (u32::from(vni[0]) << 16) | (u32::from(vni[1]) << 8) | u32::from(vni[2]),
-        port: u32::from_be(outer.option.data) & 0xffff,
-    };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let (port, group) = match unsafe { TUNNEL_PORTS.get(key) } {
-        Some(port) => (Some((port.ifindex, port.flags)), None),
-        None => match flood::local_group(key.datapath, key.port) {
-            Some(group) => (None, Some(group)),
-            None => return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
-        },
-    };
-    let Ok(inner) = ctx.load::<EthHeader>(geneve::OVERHEAD) else {
-        return Decision::Drop(drop_reason::GENEVE_MALFORMED);
-    };
-    let inner_type = u16::from_be(inner.ether_type);
-    let decap_flags = match inner_type {
-        ETH_P_IPV4 => BPF_F_ADJ_ROOM_DECAP_L3_IPV4,
-        ETH_P_IPV6 => BPF_F_ADJ_ROOM_DECAP_L3_IPV6,
-        _ => 0,
-    };
-    // Remove outer IPv4 + UDP + Geneve + option + inner Ethernet (58 bytes after the outer
-    // Ethernet header), then write the inner Ethernet header over the outer one.
-    if ctx
-        .adjust_room(
-            -(geneve::OVERHEAD as i32),
-            BPF_ADJ_ROOM_MAC,
-            u64::from(BPF_F_ADJ_ROOM_FIXED_GSO | decap_flags),
-        )
-        .is_err()
-        || ctx.store(0, &inner, 0).is_err()
-    {
-        return Decision::Drop(drop_reason::DECAP_FAILED);
-    }
-    match (port, group) {
-        (Some((ifindex, flags)), _) => {
-            Decision::Redirected(deliver_local(ctx, ifindex, flags, decap_flags != 0))
-        }
-        (None, Some(group)) => Decision::Redirected(flood::deliver_to_members(ctx, &group, 0)),
-        (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
-    }
-}
 
 /// This node's tunnel endpoint, if configured.
 #[inline(always)]
@@ -146,7 +48,11 @@ pub struct Tunnel {
 /// Puts OVN's outer headers in front of the frame and sends it out of the uplink; the verdict
 /// of the redirect, or the drop reason.
 #[inline(always)]
-pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> Result<i32, u32> {
+pub fn encapsulate(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    tunnel: &Tunnel,
+) -> Result<i32, DropReason> {
     if push_outer_headers(ctx, config, tunnel)? {
         Ok(send_to_next_hop(config))
     } else {
@@ -158,7 +64,11 @@ pub fn encapsulate(ctx: &TcContext, config: &TunnelConfig, tunnel: &Tunnel) -> R
 /// neighbour redirect only handles IP) out of the uplink, with the next hop's MACs from the FIB
 /// and neighbour table; the redirect verdict.
 #[inline(always)]
-pub fn send_resolved(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<i32, u32> {
+pub fn send_resolved(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+) -> Result<i32, DropReason> {
     set_next_hop_macs(ctx, config, remote_ip)?;
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
     Ok(unsafe { aya_ebpf::helpers::bpf_redirect(config.uplink_ifindex, 0) } as i32)
@@ -179,7 +89,7 @@ const OUTER_IP_DESTINATION: usize = 14 + 16;
 
 /// Points an encapsulated frame at another chassis: outer destination and checksum.
 #[inline(always)]
-pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), DropReason> {
     let mut fields = Retarget {
         remote_ip,
         checksum: 0,
@@ -201,9 +111,9 @@ pub fn retarget_with(
     ctx: &TcContext,
     config: &TunnelConfig,
     fields: &mut Retarget,
-) -> Result<(), u32> {
+) -> Result<(), DropReason> {
     let ip_len = (ctx.len() - 14) as u16;
-    fields.checksum = ipv4_checksum(ip_len, config.encap_ip, fields.remote_ip).to_be();
+    fields.checksum = csum::outer_ipv4(ip_len, config.encap_ip, fields.remote_ip).to_be();
     ctx.store(OUTER_IP_DESTINATION, &fields.remote_ip, 0)
         .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &fields.checksum, 0))
         .map_err(|_| drop_reason::ENCAP_FAILED)
@@ -219,7 +129,7 @@ pub fn send_copy(
     config: &TunnelConfig,
     remote_ip: u32,
     params: &mut bpf_fib_lookup,
-) -> Result<(), u32> {
+) -> Result<(), DropReason> {
     look_up_next_hop(ctx, config, remote_ip, params)?;
     if ctx.store(0, &params.dmac, 0).is_err() || ctx.store(6, &params.smac, 0).is_err() {
         return Err(drop_reason::ENCAP_FAILED);
@@ -235,7 +145,11 @@ pub fn send_copy(
 /// Writes the outer MACs of the next hop toward `remote_ip` (from the kernel's FIB and
 /// neighbour table); fails when the neighbour is not resolved.
 #[inline(always)]
-fn set_next_hop_macs(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), u32> {
+fn set_next_hop_macs(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+) -> Result<(), DropReason> {
     // SAFETY: bpf_fib_lookup is plain data; the lookup below sets every field it reads.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
     look_up_next_hop(ctx, config, remote_ip, &mut params)?;
@@ -254,7 +168,7 @@ fn look_up_next_hop(
     config: &TunnelConfig,
     remote_ip: u32,
     params: &mut bpf_fib_lookup,
-) -> Result<(), u32> {
+) -> Result<(), DropReason> {
     // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
     *params = unsafe { core::mem::zeroed() };
     params.family = AF_INET;
@@ -287,7 +201,7 @@ pub fn push_outer_headers(
     ctx: &TcContext,
     config: &TunnelConfig,
     tunnel: &Tunnel,
-) -> Result<bool, u32> {
+) -> Result<bool, DropReason> {
     let inner = ctx
         .load::<EthHeader>(0)
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
@@ -343,7 +257,7 @@ pub fn push_outer_headers(
                 fragment: 0x4000_u16.to_be(),
                 ttl: 64,
                 protocol: IPPROTO_UDP,
-                checksum: ipv4_checksum(ip_len, config.encap_ip, tunnel.remote_ip).to_be(),
+                checksum: csum::outer_ipv4(ip_len, config.encap_ip, tunnel.remote_ip).to_be(),
                 source: config.encap_ip,
                 destination: tunnel.remote_ip,
             },
@@ -385,21 +299,4 @@ pub fn push_outer_headers(
 fn mac_hash(ctx: &TcContext) -> u32 {
     let word = |offset: usize| ctx.load::<u32>(offset).unwrap_or(0);
     (word(0) ^ word(4).rotate_left(11) ^ word(8).rotate_left(22)).wrapping_mul(0x9e37_79b1)
-}
-
-/// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.
-#[inline(always)]
-fn ipv4_checksum(total_len: u16, source: u32, destination: u32) -> u16 {
-    let (source, destination) = (u32::from_be(source), u32::from_be(destination));
-    let mut sum: u32 = 0x4500
-        + u32::from(total_len)
-        + 0x4000
-        + ((64 << 8) | u32::from(IPPROTO_UDP))
-        + (source >> 16)
-        + (source & 0xffff)
-        + (destination >> 16)
-        + (destination & 0xffff);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
 }

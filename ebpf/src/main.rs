@@ -1,116 +1,41 @@
-//! ovnbpf kernel programs: tcx classifiers built for `bpfel-unknown-none` and embedded in the agent.
+//! ovnbpf kernel programs, built for `bpfel-unknown-none` and embedded in the agent: the entry
+//! points only, each counting the frame and handing it to its first stage.
 //!
-//! `from_pod` runs on tcx ingress of each pod's host-side veth, `from_uplink` on tcx ingress of the
-//! node's uplink. Both parse Ethernet/IPv4 and count into the per-CPU `INTERFACE_COUNTERS` map.
-//! `from_uplink` decapsulates OVN Geneve frames addressed to this node ([`geneve`]) and delivers
-//! them to local ports; everything else, and everything `from_pod` sees for now, goes on
-//! unchanged (`TCX_NEXT`): traffic that is not theirs is never dropped or altered. Map and
-//! program names come from `ovnbpf-common`.
+//! `from_pod` runs as a cls_bpf filter (direct action) on ingress of each pod's host-side veth and
+//! runs the pod's logical switch pipeline ([`switching`]: port security, ARP responder, L2 FIB,
+//! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
+//! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]);
+//! `from_provider` on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for
+//! local pods ([`underlay`]). Traffic that is not theirs leaves unchanged ([`output::PASS`]).
+//! Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through [`drop`], local
+//! delivery through [`output`].
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod arp;
+mod counters;
+mod csum;
+mod drop;
 mod flood;
 mod geneve;
 mod headers;
+mod maps;
+mod output;
+mod overlay;
 mod port_security;
 mod reject;
 mod router;
 mod switching;
 mod underlay;
 
-use aya_ebpf::helpers::{bpf_redirect, bpf_redirect_peer};
-use aya_ebpf::{
-    macros::{classifier, map},
-    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::TcContext,
-};
-use ovnbpf_common::{
-    ArpAnswer, ArpKey, DROP_EVENT_HEADER, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey,
-    FloodGroup, FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, LOCAL_PORT_VETH_PEER,
-    LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
-    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
-    Neighbour, NeighbourKey, PodPort, PortSecurity, ProviderKey, RouteEntry, RouteKey,
-    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, router_reply,
-};
+use aya_ebpf::{macros::classifier, programs::TcContext};
 
-use headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, Ipv4Header};
-
-/// tcx verdict "continue with the next program, or the stack if none": the programs only observe.
-pub(crate) const TCX_NEXT: i32 = -1;
-/// tc verdict "drop".
-pub(crate) const TC_ACT_SHOT: i32 = 2;
-
-#[map(name = "INTERFACE_COUNTERS")]
-static INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters> =
-    PerCpuHashMap::with_max_entries(MAX_INTERFACES, 0);
-
-#[map(name = "TUNNEL_CONFIG")]
-static TUNNEL_CONFIG: Array<TunnelConfig> = Array::with_max_entries(1, 0);
-
-#[map(name = "TUNNEL_PORTS")]
-static TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort> =
-    HashMap::with_max_entries(MAX_TUNNEL_PORTS, 0);
-
-#[map(name = "POD_PORTS")]
-static POD_PORTS: HashMap<u32, PodPort> = HashMap::with_max_entries(MAX_INTERFACES, 0);
-
-#[map(name = "L2_FIB")]
-static L2_FIB: HashMap<FibKey, FibEntry> = HashMap::with_max_entries(MAX_FIB_ENTRIES, 0);
-
-#[map(name = "PORT_SECURITY")]
-static PORT_SECURITY: HashMap<u32, PortSecurity> = HashMap::with_max_entries(MAX_INTERFACES, 0);
-
-#[map(name = "ARP_RESPONDER")]
-static ARP_RESPONDER: HashMap<ArpKey, ArpAnswer> = HashMap::with_max_entries(MAX_ARP_ENTRIES, 0);
-
-#[map(name = "FLOOD_GROUPS")]
-static FLOOD_GROUPS: HashMap<FloodKey, FloodGroup> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
-
-#[map(name = "FLOOD_MEMBERS")]
-static FLOOD_MEMBERS: HashMap<FloodMemberKey, u32> =
-    HashMap::with_max_entries(MAX_FLOOD_MEMBERS, 0);
-
-#[map(name = "FLOOD_SCRATCH")]
-static FLOOD_SCRATCH: PerCpuArray<flood::FloodScratch> = PerCpuArray::with_max_entries(1, 0);
-
-#[map(name = "FLOOD_ROLES")]
-static FLOOD_ROLES: HashMap<u32, FloodRoles> = HashMap::with_max_entries(MAX_FLOOD_GROUPS, 0);
-
-#[map(name = "ROUTES")]
-static ROUTES: LpmTrie<RouteKey, RouteEntry> = LpmTrie::with_max_entries(MAX_ROUTES, 0);
-
-#[map(name = "NEIGHBOURS")]
-static NEIGHBOURS: HashMap<NeighbourKey, Neighbour> = HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
-
-#[map(name = "LOCALNETS")]
-static LOCALNETS: HashMap<u32, Localnet> = HashMap::with_max_entries(MAX_LOCALNETS, 0);
-
-#[map(name = "PROVIDER_NETWORKS")]
-static PROVIDER_NETWORKS: HashMap<ProviderKey, u32> = HashMap::with_max_entries(MAX_LOCALNETS, 0);
-
-#[map(name = "ROUTER_ADDRESSES")]
-static ROUTER_ADDRESSES: HashMap<NeighbourKey, RouterAddress> =
-    HashMap::with_max_entries(MAX_NEIGHBOURS, 0);
-
-#[map(name = "ROUTERS")]
-static ROUTERS: HashMap<u32, RouterInfo> = HashMap::with_max_entries(MAX_ROUTERS, 0);
-
-#[map(name = "DROP_EVENTS")]
-static DROP_EVENTS: RingBuf = RingBuf::with_byte_size(DROP_EVENTS_BYTES, 0);
-
-#[map(name = "DROP_COUNTERS")]
-static DROP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_reason::COUNT, 0);
-
-#[map(name = "ROUTER_REPLIES")]
-static ROUTER_REPLIES: PerCpuArray<u64> = PerCpuArray::with_max_entries(router_reply::COUNT, 0);
-
-/// What the parser found in a frame; selects the counter to increment.
-enum FrameClass {
-    Ipv4,
-    Other,
-    Malformed,
-}
+use counters::{classify, count};
+pub(crate) use counters::{count_delivered, count_reply};
+pub(crate) use drop::count_drop;
+use drop::drop_frame;
+pub(crate) use maps::*;
+pub(crate) use output::{PASS, TC_ACT_SHOT, deliver_local};
 
 #[classifier]
 pub fn from_pod(ctx: TcContext) -> i32 {
@@ -122,79 +47,14 @@ pub fn from_pod(ctx: TcContext) -> i32 {
     }
 }
 
-/// Hands a frame to a port on this node and counts it there. `redirect_peer` enters the pod's
-/// netns at once but gives frames to the IP stack, so non-IP frames (ARP) take the veth's egress
-/// instead.
-#[inline(always)]
-fn deliver_local(ctx: &TcContext, ifindex: u32, flags: u32, ip: bool) -> i32 {
-    count_delivered(ifindex, ctx.len());
-    // SAFETY: the redirect helpers take plain integers and only set the skb's redirect target.
-    let verdict = unsafe {
-        if ip && flags & LOCAL_PORT_VETH_PEER != 0 {
-            bpf_redirect_peer(ifindex, 0)
-        } else {
-            bpf_redirect(ifindex, 0)
-        }
-    };
-    verdict as i32
-}
-
 #[classifier]
 pub fn from_uplink(ctx: TcContext) -> i32 {
     let class = classify(&ctx);
     count(&ctx, class);
-    match geneve::decapsulate(&ctx) {
-        geneve::Decision::NotOurs => TCX_NEXT,
-        geneve::Decision::Drop(reason) => drop_frame(&ctx, reason),
-        geneve::Decision::Redirected(verdict) => verdict,
-    }
-}
-
-/// Drops the frame: counted by reason and on its interface, and reported on the ring buffer
-/// with its first bytes (when the buffer has room; the counters always count).
-#[inline(always)]
-fn drop_frame(ctx: &TcContext, reason: u32) -> i32 {
-    count_drop(reason);
-    // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    if let Some(counters) = interface_counters(ifindex) {
-        // SAFETY: a per-CPU slot from a successful lookup (see `count`).
-        unsafe { (*counters).dropped += 1 };
-    }
-    if let Some(mut entry) = DROP_EVENTS.reserve::<DropEvent>(0) {
-        let (captured, header) = match ctx.load::<[u8; DROP_EVENT_HEADER]>(0) {
-            Ok(header) => (DROP_EVENT_HEADER as u32, header),
-            Err(_) => match ctx.load::<[u8; 14]>(0) {
-                Ok(start) => {
-                    let mut header = [0_u8; DROP_EVENT_HEADER];
-                    header[..14].copy_from_slice(&start);
-                    (14, header)
-                }
-                Err(_) => (0, [0_u8; DROP_EVENT_HEADER]),
-            },
-        };
-        entry.write(DropEvent {
-            reason,
-            ifindex,
-            length: ctx.len(),
-            captured,
-            header,
-        });
-        entry.submit(0);
-    }
-    TC_ACT_SHOT
-}
-
-/// Counts a frame sent into interface `ifindex`, once the interface has an entry (its first
-/// frame out creates it; a lookup alone keeps the flood loop cheap to verify).
-#[inline(always)]
-pub(crate) fn count_delivered(ifindex: u32, length: u32) {
-    if let Some(counters) = INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
-        // SAFETY: a per-CPU slot from a successful lookup (see `count`).
-        unsafe {
-            (*counters).delivered_packets += 1;
-            (*counters).delivered_bytes += u64::from(length);
-        }
+    match overlay::decapsulate(&ctx) {
+        overlay::Decision::NotOurs => PASS,
+        overlay::Decision::Drop(reason) => drop_frame(&ctx, reason),
+        overlay::Decision::Redirected(verdict) => verdict,
     }
 }
 
@@ -203,97 +63,6 @@ pub fn from_provider(ctx: TcContext) -> i32 {
     let class = classify(&ctx);
     count(&ctx, class);
     underlay::from_provider(&ctx)
-}
-
-/// Counts an answer a router sent (a [`router_reply`] kind).
-#[inline(always)]
-pub(crate) fn count_reply(kind: u32) {
-    if let Some(counter) = ROUTER_REPLIES.get_ptr_mut(kind) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
-        unsafe { *counter += 1 };
-    }
-}
-
-#[inline(always)]
-pub(crate) fn count_drop(reason: u32) {
-    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
-        unsafe { *counter += 1 };
-    }
-}
-
-/// Returns a bounds-checked pointer to a `T` at `offset` in the linear packet data, pulling
-/// non-linear data in when the packet is long enough but its head is short.
-#[inline(always)]
-fn header<T>(ctx: &TcContext, offset: usize) -> Option<*const T> {
-    let needed = offset + core::mem::size_of::<T>();
-    if ctx.data() + needed > ctx.data_end()
-        && ((ctx.len() as usize) < needed || ctx.pull_data(needed as u32).is_err())
-    {
-        return None;
-    }
-    let start = ctx.data();
-    if start + needed > ctx.data_end() {
-        return None;
-    }
-    Some((start + offset) as *const T)
-}
-
-#[inline(always)]
-fn classify(ctx: &TcContext) -> FrameClass {
-    let Some(eth) = header::<EthHeader>(ctx, 0) else {
-        return FrameClass::Malformed;
-    };
-    // SAFETY: `header` checked that the Ethernet header lies inside the packet.
-    let ether_type = u16::from_be(unsafe { (*eth).ether_type });
-    if ether_type != ETH_P_IPV4 {
-        return FrameClass::Other;
-    }
-    let Some(ip) = header::<Ipv4Header>(ctx, ETH_HEADER_LEN) else {
-        return FrameClass::Malformed;
-    };
-    // SAFETY: `header` checked that the fixed IPv4 header lies inside the packet.
-    let (version_ihl, total_len) = unsafe { ((*ip).version_ihl, u16::from_be((*ip).total_len)) };
-    let header_len = usize::from(version_ihl & 0x0f) * 4;
-    let ip_len = ctx.len() as usize - ETH_HEADER_LEN;
-    if version_ihl >> 4 != 4 || header_len < 20 || usize::from(total_len) < header_len {
-        return FrameClass::Malformed;
-    }
-    if usize::from(total_len) > ip_len {
-        return FrameClass::Malformed;
-    }
-    FrameClass::Ipv4
-}
-
-#[inline(always)]
-fn count(ctx: &TcContext, class: FrameClass) {
-    // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let Some(counters) = interface_counters(ifindex) else {
-        return;
-    };
-    // SAFETY: the pointer comes from a successful lookup in a per-CPU map, so no other CPU writes
-    // this slot and it stays valid for the rest of the program.
-    unsafe {
-        (*counters).packets += 1;
-        (*counters).bytes += u64::from(ctx.len());
-        match class {
-            FrameClass::Ipv4 => (*counters).ipv4 += 1,
-            FrameClass::Other => (*counters).other += 1,
-            FrameClass::Malformed => (*counters).malformed += 1,
-        }
-    }
-}
-
-/// This CPU's counters of interface `ifindex`, created on first use. A concurrent insert by
-/// another CPU is harmless (BPF_NOEXIST fails, the lookup after it finds the entry).
-#[inline(always)]
-fn interface_counters(ifindex: u32) -> Option<*mut InterfaceCounters> {
-    if let Some(counters) = INTERFACE_COUNTERS.get_ptr_mut(ifindex) {
-        return Some(counters);
-    }
-    let _ = INTERFACE_COUNTERS.insert(ifindex, InterfaceCounters::default(), 1);
-    INTERFACE_COUNTERS.get_ptr_mut(ifindex)
 }
 
 #[cfg(target_arch = "bpf")]

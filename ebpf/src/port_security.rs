@@ -6,6 +6,7 @@
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{PORT_SECURITY_MAX_IPS, PortSecurity};
 
+use crate::maps::get;
 use crate::{
     PORT_SECURITY,
     headers::{ArpFrame, ETH_P_ARP, ETH_P_IPV4, EthHeader, IPPROTO_UDP, Ipv4Frame, UdpHeader},
@@ -27,8 +28,7 @@ fn listed(security: &PortSecurity, ip: u32) -> bool {
 /// Whether the pod behind `ifindex` may send this frame (ports without an entry may).
 #[inline(always)]
 pub fn allows(ctx: &TcContext, ifindex: u32, eth: &EthHeader) -> bool {
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(security) = (unsafe { PORT_SECURITY.get(ifindex) }) else {
+    let Some(security) = get(&PORT_SECURITY, ifindex) else {
         return true;
     };
     if eth.source != security.mac {

@@ -11,15 +11,16 @@ use aya_ebpf::{
     helpers::{bpf_csum_diff, bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes},
     programs::TcContext,
 };
+use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     drop_reason, router_reply,
 };
 
+use crate::csum;
 use crate::{
     count_delivered, count_reply,
     headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader},
-    router::ipv4_header_checksum,
 };
 
 const IPPROTO_ICMP: u8 = 1;
@@ -86,7 +87,12 @@ struct IcmpErrorHead {
 /// echo request the router answers) from the pod's veth `ifindex`: the verdict, or the drop
 /// reason when the router has no answer the kernel builds.
 #[inline(always)]
-pub fn answer(ctx: &TcContext, frame: &Ipv4Frame, flags: u32, ifindex: u32) -> Result<i32, u32> {
+pub fn answer(
+    ctx: &TcContext,
+    frame: &Ipv4Frame,
+    flags: u32,
+    ifindex: u32,
+) -> Result<i32, DropReason> {
     let fragment = u16::from_be(frame.ip.fragment);
     // Later fragments: OVN's rejects match `!ip.later_frag`; a lower rule drops them.
     if fragment & 0x1fff != 0 {
@@ -115,7 +121,7 @@ pub fn answer(ctx: &TcContext, frame: &Ipv4Frame, flags: u32, ifindex: u32) -> R
 /// pinctrl's `tcp_reset`, routed back: RST|ACK from the router address to the sender's port,
 /// sequence 0, acknowledging the segment's sequence + 1, window 0; IPv4 ID 0, DF, TOS 0.
 #[inline(always)]
-fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u32> {
+fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, DropReason> {
     let Ok(segment) = ctx.load::<TcpStart>(ETH_HEADER_LEN + 20) else {
         return Err(drop_reason::TO_ROUTER_UNHANDLED);
     };
@@ -140,9 +146,7 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u3
         ack & 0xffff,
         u32::from(TCP_RESET_FLAGS),
     ];
-    let mut sum: u32 = words.iter().sum();
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
+    let checksum = csum::fold(words.iter().sum());
     let reply = TcpResetFrame {
         eth: reply_eth(frame),
         ip,
@@ -152,7 +156,7 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u3
         ack: ack.to_be(),
         flags: TCP_RESET_FLAGS.to_be(),
         window: 0,
-        checksum: (!(sum as u16)).to_be(),
+        checksum: checksum.to_be(),
         urgent: 0,
     };
     ctx.store(0, &reply, 0)
@@ -169,7 +173,12 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, u3
 /// as OVN's kernel datapath completes it before ovn-controller sees the packet; for datagrams
 /// longer than the quote it stays the seed (a known deviation).
 #[inline(always)]
-fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Result<i32, u32> {
+fn unreachable(
+    ctx: &TcContext,
+    frame: &Ipv4Frame,
+    code: u8,
+    ifindex: u32,
+) -> Result<i32, DropReason> {
     // The caller checked 20 ≤ total length ≤ frame length.
     let total = u32::from(u16::from_be(frame.ip.total_len));
     let quoted = if total > MAX_QUOTE { MAX_QUOTE } else { total };
@@ -180,7 +189,7 @@ fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Re
         && total >= 28
         && let Ok(udp) = ctx.load::<UdpHeader>(ETH_HEADER_LEN + 20)
     {
-        let pseudo = ones_fold(
+        let pseudo = csum::ones_fold(
             (u32::from_be(frame.ip.source) >> 16)
                 + (u32::from_be(frame.ip.source) & 0xffff)
                 + (u32::from_be(frame.ip.destination) >> 16)
@@ -225,7 +234,7 @@ fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Re
         // The datagram's own sum: the message's minus the ICMP header's and the quoted IPv4
         // header's (all its words, checksum included).
         let ip_words = ones_add(
-            !ipv4_header_checksum(&frame.ip),
+            !csum::ipv4_header(&frame.ip),
             u16::from_be(frame.ip.checksum),
         );
         let icmp_word = u16::from(ICMP_UNREACHABLE) << 8 | u16::from(code);
@@ -256,21 +265,13 @@ fn unreachable(ctx: &TcContext, frame: &Ipv4Frame, code: u8, ifindex: u32) -> Re
 /// One's complement sum of two 16-bit values.
 #[inline(always)]
 fn ones_add(a: u16, b: u16) -> u16 {
-    ones_fold(u32::from(a) + u32::from(b))
-}
-
-/// A 32-bit sum of 16-bit words folded to 16 bits (one's complement).
-#[inline(always)]
-fn ones_fold(mut sum: u32) -> u16 {
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum as u16
+    csum::ones_fold(u32::from(a) + u32::from(b))
 }
 
 /// The one's complement sum of the `length` bytes at `offset` (at most 8 + `MAX_QUOTE`), as a
 /// network-order value.
 #[inline(always)]
-fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> {
+fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, DropReason> {
     let mut buffer = [0_u64; (CHUNK / 8) as usize];
     let whole = length & !(CHUNK - 1);
     let rest = length & (CHUNK - 1);
@@ -294,7 +295,7 @@ fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, u32> {
         done += CHUNK;
     }
     // Summed in memory order (little-endian words): swapped, the same sum in network order.
-    Ok(u16::from_be(ones_fold(sum)))
+    Ok(u16::from_be(csum::ones_fold(sum)))
 }
 
 /// Loads `length` (1..=`CHUNK`) bytes at `offset` into `buffer` and adds the whole buffer to
@@ -306,7 +307,7 @@ fn chunk_sum(
     buffer: &mut [u64; (CHUNK / 8) as usize],
     length: u32,
     seed: u32,
-) -> Result<u32, u32> {
+) -> Result<u32, DropReason> {
     // SAFETY: the helpers take the skb pointer, a stack buffer of CHUNK bytes and lengths
     // within it.
     unsafe {
@@ -360,6 +361,6 @@ fn reply_ip(frame: &Ipv4Frame, total_len: u16, ttl: u8, protocol: u8) -> Ipv4Hea
         source: frame.ip.destination,
         destination: frame.ip.source,
     };
-    ip.checksum = ipv4_header_checksum(&ip).to_be();
+    ip.checksum = csum::ipv4_header(&ip).to_be();
     ip
 }

@@ -12,15 +12,17 @@
 //! `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
+use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FIB_LOCAL, FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
-    ROUTER_ADDRESS_ECHO, ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
+    FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
+    ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
+use crate::csum;
+use crate::maps::get;
+use crate::output::l2_output;
 use crate::{
-    L2_FIB, NEIGHBOURS, ROUTER_ADDRESSES, ROUTERS, ROUTES, TCX_NEXT, count_delivered, count_reply,
-    deliver_local,
-    geneve::{self, Tunnel},
+    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, count_delivered, count_reply,
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
     reject,
 };
@@ -40,12 +42,17 @@ struct IcmpHead {
 /// Handles a frame addressed to a router port's MAC (of router `router`), sent from host veth
 /// `ifindex`: the verdict, or the drop reason.
 #[inline(always)]
-pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Result<i32, u32> {
+pub fn handle(
+    ctx: &TcContext,
+    router: u32,
+    router_ip: u32,
+    ifindex: u32,
+) -> Result<i32, DropReason> {
     let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
-        return Ok(TCX_NEXT);
+        return Ok(PASS);
     };
     if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
-        return Ok(TCX_NEXT);
+        return Ok(PASS);
     }
     // Only well-formed IPv4 without options is routed or answered.
     let total = usize::from(u16::from_be(frame.ip.total_len));
@@ -56,8 +63,7 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
         datapath: router,
         ip: frame.ip.destination,
     };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    match unsafe { ROUTER_ADDRESSES.get(key) } {
+    match get(&ROUTER_ADDRESSES, key) {
         // For the router itself: a ping is answered, the rest rejected as OVN does.
         Some(address) => {
             let flags = address.flags;
@@ -68,9 +74,7 @@ pub fn handle(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> Res
         }
         None if frame.ip.ttl <= 1 => {
             // As OVN: only for routers the kernel forwards for, and first fragments.
-            // SAFETY: as above.
-            let forwards =
-                unsafe { ROUTERS.get(router) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
+            let forwards = get(&ROUTERS, router).is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
             if !forwards {
                 return Err(drop_reason::ROUTER_UNSUPPORTED);
             }
@@ -108,7 +112,7 @@ fn time_exceeded(
     frame: &Ipv4Frame,
     router_ip: u32,
     ifindex: u32,
-) -> Result<i32, u32> {
+) -> Result<i32, DropReason> {
     if router_ip == 0 || frame.ip.version_ihl != 0x45 {
         return Err(drop_reason::TTL_EXPIRED);
     }
@@ -132,7 +136,7 @@ fn time_exceeded(
     reply.ip.source = router_ip;
     reply.ip.destination = frame.ip.source;
     reply.ip.checksum = 0;
-    reply.ip.checksum = ipv4_header_checksum(&reply.ip).to_be();
+    reply.ip.checksum = csum::ipv4_header(&reply.ip).to_be();
     let mut icmp = TimeExceeded {
         kind: 11,
         code: 0,
@@ -146,9 +150,7 @@ fn time_exceeded(
         sum += u32::from(quoted[index]) << 8 | u32::from(quoted[index + 1]);
         index += 2;
     }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    icmp.checksum = (!(sum as u16)).to_be();
+    icmp.checksum = csum::fold(sum).to_be();
     ctx.store(0, &reply, 0)
         .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &icmp, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
@@ -167,7 +169,7 @@ fn echo_reply(
     frame: &Ipv4Frame,
     flags: u32,
     ifindex: u32,
-) -> Result<Option<i32>, u32> {
+) -> Result<Option<i32>, DropReason> {
     let ip = frame.ip;
     if flags & ROUTER_ADDRESS_ECHO == 0
         || ip.version_ihl != 0x45
@@ -191,16 +193,14 @@ fn echo_reply(
     // `ip.ttl = 255`, then routed back to the sender: OVN's `lr_in_ip_routing` decrements it.
     reply.ip.ttl = 254;
     reply.ip.checksum = 0;
-    reply.ip.checksum = ipv4_header_checksum(&reply.ip).to_be();
+    reply.ip.checksum = csum::ipv4_header(&reply.ip).to_be();
     // Type 8 → 0: the one's-complement sum drops by 0x0800 (RFC 1624: HC' = ~(~HC + ~m + m')).
     let old = u32::from(u16::from_be(icmp.checksum));
-    let mut sum = u32::from(!old as u16) + u32::from(!0x0800_u16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
+    let sum = u32::from(!old as u16) + u32::from(!0x0800_u16);
     let icmp_reply = IcmpHead {
         kind: 0,
         code: 0,
-        checksum: (!(sum as u16)).to_be(),
+        checksum: csum::fold(sum).to_be(),
     };
     ctx.store(0, &reply, 0)
         .and_then(|()| ctx.store(icmp_offset, &icmp_reply, 0))
@@ -223,7 +223,7 @@ enum Lookup {
 /// The route `router` (and the routers it hands over to) picks for `destination`, for a packet
 /// that arrived with `ttl` on the first router's port with address `router_ip`.
 #[inline(always)]
-fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Lookup, u32> {
+fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Lookup, DropReason> {
     let mut datapath = router;
     let mut hops: u8 = 0;
     let mut ingress_ip = router_ip;
@@ -232,9 +232,7 @@ fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Look
         if hops > 0 && ttl <= hops + 1 {
             return Ok(Lookup::Expired(ingress_ip));
         }
-        // SAFETY: map lookups return pointers into the maps that stay valid for the program.
-        let forwards =
-            unsafe { ROUTERS.get(datapath) }.is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
+        let forwards = get(&ROUTERS, datapath).is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
         if !forwards {
             return Err(drop_reason::ROUTER_UNSUPPORTED);
         }
@@ -267,7 +265,7 @@ fn route(
     router: u32,
     router_ip: u32,
     ifindex: u32,
-) -> Result<i32, u32> {
+) -> Result<i32, DropReason> {
     let ip = frame.ip;
     let (last_router, route, hops) = match lookup(router, ip.destination, ip.ttl, router_ip)? {
         Lookup::Route(last_router, route, hops) => (last_router, route, hops),
@@ -285,8 +283,7 @@ fn route(
         datapath: last_router,
         ip: nexthop,
     };
-    // SAFETY: as above.
-    let Some(neighbour) = (unsafe { NEIGHBOURS.get(key) }) else {
+    let Some(neighbour) = get(&NEIGHBOURS, key) else {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     };
     let mac = neighbour.mac;
@@ -295,8 +292,7 @@ fn route(
         mac,
         padding: [0; 2],
     };
-    // SAFETY: as above.
-    let Some(entry) = (unsafe { L2_FIB.get(fib_key) }) else {
+    let Some(entry) = get(&L2_FIB, fib_key) else {
         return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION);
     };
     let entry = *entry;
@@ -318,40 +314,11 @@ fn route(
             )
         })
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
-    match entry.kind {
-        FIB_LOCAL => Ok(deliver_local(ctx, entry.ifindex, entry.flags, true)),
-        FIB_REMOTE => {
-            let Some(config) = geneve::tunnel_config() else {
-                return Err(drop_reason::ENCAP_FAILED);
-            };
-            let tunnel = Tunnel {
-                datapath: route.next_datapath,
-                ingress_port: route.ingress_port,
-                egress_port: entry.port,
-                remote_ip: entry.remote_ip,
-            };
-            geneve::encapsulate(ctx, &config, &tunnel)
-        }
-        _ => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
-    }
-}
-
-/// The checksum of a 20-byte IPv4 header whose checksum field is zero.
-#[inline(always)]
-pub(crate) fn ipv4_header_checksum(header: &crate::headers::Ipv4Header) -> u16 {
-    let words = [
-        u32::from(header.version_ihl) << 8 | u32::from(header.tos),
-        u32::from(u16::from_be(header.total_len)),
-        u32::from(u16::from_be(header.id)),
-        u32::from(u16::from_be(header.fragment)),
-        u32::from(header.ttl) << 8 | u32::from(header.protocol),
-        u32::from_be(header.source) >> 16,
-        u32::from_be(header.source) & 0xffff,
-        u32::from_be(header.destination) >> 16,
-        u32::from_be(header.destination) & 0xffff,
-    ];
-    let mut sum: u32 = words.iter().sum();
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
+    l2_output(ctx, &entry, route.next_datapath, route.ingress_port, true).unwrap_or(Err(
+        if entry.kind == FIB_REMOTE {
+            drop_reason::ENCAP_FAILED
+        } else {
+            drop_reason::ROUTED_UNKNOWN_DESTINATION
+        },
+    ))
 }

@@ -8,27 +8,29 @@
 //! `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
-use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
+use ovnbpf_common::DropReason;
+use ovnbpf_common::{FIB_LOCAL, FIB_ROUTER, FibKey, drop_reason};
 
+use crate::maps::get;
+use crate::output::l2_output;
 use crate::{
-    L2_FIB, POD_PORTS, TCX_NEXT, arp, deliver_local, flood,
-    geneve::{self, Tunnel},
+    L2_FIB, PASS, POD_PORTS, arp, flood,
+    geneve::Tunnel,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
     port_security, router, underlay,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
 #[inline(always)]
-pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
+pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     // SAFETY: reading ifindex from the skb context is always allowed for tc programs.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    let Some(pod) = (unsafe { POD_PORTS.get(ifindex) }) else {
-        return Ok(TCX_NEXT);
+    let Some(pod) = get(&POD_PORTS, ifindex) else {
+        return Ok(PASS);
     };
     let (datapath, ingress_port) = (pod.datapath, pod.port);
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
-        return Ok(TCX_NEXT);
+        return Ok(PASS);
     };
     if !port_security::allows(ctx, ifindex, &eth) {
         return Err(drop_reason::PORT_SECURITY);
@@ -45,11 +47,10 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
         mac: eth.destination,
         padding: [0; 2],
     };
-    // SAFETY: as above.
     let entry = if multicast {
         None
     } else {
-        unsafe { L2_FIB.get(key) }.copied()
+        get(&L2_FIB, key).copied()
     };
     // An underlay switch: what is not a local pod goes to the physical network.
     if let Some(localnet) = underlay::localnet(datapath)
@@ -62,7 +63,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     }
     let Some(entry) = entry else {
         let Some(group) = flood::group_of(datapath, multicast) else {
-            return Ok(TCX_NEXT);
+            return Ok(PASS);
         };
         let mut tunnel = Tunnel {
             datapath,
@@ -75,25 +76,10 @@ pub fn forward(ctx: &TcContext) -> Result<i32, u32> {
     match entry.kind {
         // OVN never sends a frame back out of the port it came in on.
         FIB_LOCAL if entry.ifindex == ifindex => Ok(crate::TC_ACT_SHOT),
-        FIB_LOCAL => Ok(deliver_local(
-            ctx,
-            entry.ifindex,
-            entry.flags,
-            ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,
-        )),
-        FIB_REMOTE => {
-            let Some(config) = geneve::tunnel_config() else {
-                return Ok(TCX_NEXT);
-            };
-            let tunnel = Tunnel {
-                datapath,
-                ingress_port,
-                egress_port: entry.port,
-                remote_ip: entry.remote_ip,
-            };
-            geneve::encapsulate(ctx, &config, &tunnel)
-        }
         FIB_ROUTER => router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex),
-        _ => Ok(TCX_NEXT),
+        _ => {
+            let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
+            l2_output(ctx, &entry, datapath, ingress_port, ip).unwrap_or(Ok(PASS))
+        }
     }
 }

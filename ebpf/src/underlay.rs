@@ -10,10 +10,12 @@ use aya_ebpf::{
     helpers::{bpf_redirect, bpf_skb_vlan_pop, bpf_skb_vlan_push},
     programs::TcContext,
 };
+use ovnbpf_common::DropReason;
 use ovnbpf_common::{FIB_LOCAL, FibKey, Localnet, ProviderKey, drop_reason};
 
+use crate::maps::get;
 use crate::{
-    L2_FIB, LOCALNETS, PROVIDER_NETWORKS, TCX_NEXT, deliver_local, flood,
+    L2_FIB, LOCALNETS, PASS, PROVIDER_NETWORKS, deliver_local, flood,
     headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader},
 };
 
@@ -23,13 +25,12 @@ const ETH_P_8021Q_BE: u16 = 0x8100_u16.to_be();
 /// The localnet of switch `datapath`, if it is an underlay switch.
 #[inline(always)]
 pub fn localnet(datapath: u32) -> Option<Localnet> {
-    // SAFETY: a hash map lookup returns a pointer into the map that stays valid for the program.
-    unsafe { LOCALNETS.get(datapath) }.copied()
+    get(&LOCALNETS, datapath).copied()
 }
 
 /// Sends the frame out of the provider NIC, tagged with the localnet's VLAN.
 #[inline(always)]
-pub fn to_provider(ctx: &TcContext, localnet: &Localnet) -> Result<i32, u32> {
+pub fn to_provider(ctx: &TcContext, localnet: &Localnet) -> Result<i32, DropReason> {
     if localnet.vlan != 0 {
         // SAFETY: the helper takes the skb pointer the context holds and plain integers.
         let pushed =
@@ -55,22 +56,20 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
         };
         (skb.ifindex, vlan)
     };
-    // SAFETY: as above for map lookups.
-    let Some(datapath) = (unsafe { PROVIDER_NETWORKS.get(ProviderKey { ifindex, vlan }) }).copied()
-    else {
-        return TCX_NEXT;
+    let Some(datapath) = get(&PROVIDER_NETWORKS, ProviderKey { ifindex, vlan }).copied() else {
+        return PASS;
     };
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
-        return TCX_NEXT;
+        return PASS;
     };
     if eth.destination[0] & 1 != 0 {
         // A broadcast (ARP from the physical network): copies to the local members, untagged;
         // the host still gets it as it came.
         let Some(group) = flood::group_of(datapath, true) else {
-            return TCX_NEXT;
+            return PASS;
         };
         if vlan != 0 && unsafe { bpf_skb_vlan_pop(ctx.skb.skb) } != 0 {
-            return TCX_NEXT;
+            return PASS;
         }
         flood::to_local_members(ctx, &group, 0);
         // SAFETY: as above.
@@ -80,19 +79,18 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
             crate::count_drop(drop_reason::DECAP_FAILED);
             return crate::TC_ACT_SHOT;
         }
-        return TCX_NEXT;
+        return PASS;
     }
     let key = FibKey {
         datapath,
         mac: eth.destination,
         padding: [0; 2],
     };
-    // SAFETY: as above.
-    let Some(entry) = (unsafe { L2_FIB.get(key) }).copied() else {
-        return TCX_NEXT;
+    let Some(entry) = get(&L2_FIB, key).copied() else {
+        return PASS;
     };
     if entry.kind != FIB_LOCAL {
-        return TCX_NEXT;
+        return PASS;
     }
     // SAFETY: as above.
     if vlan != 0 && unsafe { bpf_skb_vlan_pop(ctx.skb.skb) } != 0 {

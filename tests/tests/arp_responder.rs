@@ -5,7 +5,9 @@
 
 mod common;
 
+use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
+use ovnbpf_common::maps::ArpResponder;
 use ovnbpf_common::{ArpAnswer, ArpKey, PodPort};
 use ovnbpf_tests::require_root;
 
@@ -48,7 +50,7 @@ fn programs_for_port(inport: u32) -> KernelPrograms {
         )
         .unwrap();
     programs
-        .set_arp_answer(
+        .set::<ArpResponder>(
             ArpKey {
                 datapath: 5,
                 ip: u32::from_ne_bytes(TARGET_IP),

@@ -7,6 +7,8 @@
 
 mod common;
 
+use ovnbpf_agent::dataplane::ebpf::Maps;
+use ovnbpf_common::maps::{ArpResponder, L2Fib, TunnelPorts};
 use std::{net::Ipv4Addr, time::Duration};
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
@@ -86,7 +88,7 @@ fn program_node(programs: &mut KernelPrograms, nodes: &[Node], index: usize, pod
         .unwrap();
     for (plan, pod) in PODS.iter().zip(pods) {
         programs
-            .set_arp_answer(
+            .set::<ArpResponder>(
                 ArpKey {
                     datapath: plan.datapath,
                     ip: u32::from_ne_bytes(plan.ip.octets()),
@@ -110,7 +112,7 @@ fn program_node(programs: &mut KernelPrograms, nodes: &[Node], index: usize, pod
                 )
                 .unwrap();
             programs
-                .set_tunnel_port(
+                .set::<TunnelPorts>(
                     TunnelPortKey {
                         datapath: plan.datapath,
                         port: plan.port,
@@ -126,7 +128,7 @@ fn program_node(programs: &mut KernelPrograms, nodes: &[Node], index: usize, pod
                 .unwrap();
         } else {
             programs
-                .set_fib_entry(
+                .set::<L2Fib>(
                     FibKey {
                         datapath: plan.datapath,
                         mac: mac_bytes(plan.mac),

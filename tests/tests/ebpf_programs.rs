@@ -6,7 +6,7 @@ mod common;
 
 use std::net::Ipv4Addr;
 
-use ovnbpf_agent::dataplane::ebpf::Hook;
+use ovnbpf_agent::dataplane::ebpf::{Hook, VERIFIED_INSTRUCTIONS_BUDGET, stack::STACK_LIMIT};
 use ovnbpf_common::{InterfaceCounters, program};
 use ovnbpf_tests::{
     names::unique_prefix,
@@ -31,6 +31,36 @@ fn verifier_accepts_every_program() {
             "{program:?}"
         );
         println!("verifier accepted {program:?}");
+    }
+}
+
+/// Each program stays under ovnbpf's verifier budget (a quarter of the kernel's 1M-instruction
+/// limit), so a new feature sees in this suite when a stage must move behind a tail call; and the
+/// stack measured from the object is one the verifier accepts (at most 512 bytes per chain).
+#[test]
+fn every_program_stays_within_the_verifier_budget() {
+    let programs = common::load_programs();
+    for program in programs.programs().unwrap() {
+        let verified = program
+            .verified_instructions
+            .expect("the kernel reports verified instructions (≥ 5.16)");
+        println!(
+            "{}: {verified} verified instructions, stack {:?}",
+            program.name, program.stack
+        );
+        assert!(
+            verified < VERIFIED_INSTRUCTIONS_BUDGET,
+            "{} needs {verified} verified instructions, over the budget of {VERIFIED_INSTRUCTIONS_BUDGET}",
+            program.name
+        );
+        let stack = program
+            .stack
+            .expect("the object's stack frames are readable");
+        assert!(
+            stack.deepest_chain <= STACK_LIMIT && stack.frames[0] > 0,
+            "{}: {stack:?}",
+            program.name
+        );
     }
 }
 

@@ -8,6 +8,8 @@
 
 mod common;
 
+use ovnbpf_agent::dataplane::ebpf::Maps;
+use ovnbpf_common::maps::{L2Fib, TunnelPorts};
 use std::net::Ipv4Addr;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
@@ -109,7 +111,7 @@ fn programs() -> KernelPrograms {
     let mut programs = common::load_programs();
     programs.set_tunnel_endpoint(NODE_IP, 1).unwrap();
     programs
-        .set_tunnel_port(
+        .set::<TunnelPorts>(
             TunnelPortKey {
                 datapath: DATAPATH,
                 port: PORT,
@@ -157,7 +159,7 @@ fn ovn_frames_for_local_ports_are_decapsulated_and_redirected() {
     // Once the port is gone, its frames are not delivered.
     let mut programs = programs;
     programs
-        .remove_tunnel_port(TunnelPortKey {
+        .remove::<TunnelPorts>(TunnelPortKey {
             datapath: DATAPATH,
             port: PORT,
         })
@@ -286,7 +288,7 @@ fn switching_programs() -> KernelPrograms {
         padding: [0; 2],
     };
     programs
-        .set_fib_entry(
+        .set::<L2Fib>(
             key([0x0a, 0x58, 0x0a, 0, 1, 2]),
             FibEntry {
                 kind: FIB_REMOTE,
@@ -297,7 +299,7 @@ fn switching_programs() -> KernelPrograms {
         )
         .unwrap();
     programs
-        .set_fib_entry(
+        .set::<L2Fib>(
             key([0x0a, 0x58, 0x0a, 0, 1, 9]),
             FibEntry {
                 kind: FIB_LOCAL,

@@ -5,7 +5,9 @@
 
 mod common;
 
+use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, events::DropReport};
+use ovnbpf_common::maps::PortSecurityMap;
 use ovnbpf_common::{PodPort, PortSecurity, drop_reason};
 use ovnbpf_tests::require_root;
 
@@ -31,7 +33,7 @@ fn programs(secured: bool) -> KernelPrograms {
         let mut ips = [0; 4];
         ips[0] = u32::from_ne_bytes(IP);
         programs
-            .set_port_security(
+            .set::<PortSecurityMap>(
                 1,
                 PortSecurity {
                     mac: MAC,
@@ -121,7 +123,7 @@ fn spoofed_frames_are_dropped_counted_and_reported() {
         let reported = events.drain();
         assert_eq!(reported.len(), 1, "{what}: {reported:?}");
         let event = reported[0];
-        assert_eq!(event.reason, drop_reason::PORT_SECURITY, "{what}");
+        assert_eq!(event.reason, drop_reason::PORT_SECURITY.0, "{what}");
         assert_eq!(event.length as usize, frame.len(), "{what}");
         let captured = event.captured as usize;
         assert!(captured >= 14, "{what}: {captured}");

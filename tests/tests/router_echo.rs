@@ -11,7 +11,8 @@
 
 mod common;
 
-use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, l3::L3Maps};
+use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, Maps};
+use ovnbpf_common::maps::{L2Fib, RouterAddresses, Routers};
 use ovnbpf_common::{
     FIB_ROUTER, FibEntry, FibKey, NeighbourKey, PodPort, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
@@ -163,7 +164,7 @@ fn programs() -> KernelPrograms {
         )
         .unwrap();
     programs
-        .set_fib_entry(
+        .set::<L2Fib>(
             FibKey {
                 datapath: 5,
                 mac: ROUTER_MAC,
@@ -179,7 +180,7 @@ fn programs() -> KernelPrograms {
         )
         .unwrap();
     programs
-        .set_router(
+        .set::<Routers>(
             ROUTER,
             RouterInfo {
                 flags: ROUTER_FORWARDS,
@@ -192,7 +193,7 @@ fn programs() -> KernelPrograms {
         | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE;
     for (ip, flags) in [(GATEWAY, answers), (SILENT, 0)] {
         programs
-            .set_router_address(
+            .set::<RouterAddresses>(
                 NeighbourKey {
                     datapath: ROUTER,
                     ip: u32::from_ne_bytes(ip),

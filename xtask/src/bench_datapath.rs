@@ -368,14 +368,20 @@ fn broadcast(agent: &Path, flood_runs: u32) -> Result<Value> {
         .context("flood_cost printed no FLOOD_BENCH line")?;
     let mut result: Value = serde_json::from_str(line).context("flood_cost's JSON")?;
     let verified = cmd::output(std::process::Command::new(agent).arg("verify"))?;
-    let mut programs = serde_json::Map::new();
+    let (mut programs, mut stacks) = (serde_json::Map::new(), serde_json::Map::new());
     for line in verified.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if let [name, _, insns, ..] = fields[..] {
+        if let [name, _, insns, _, frames, chain] = fields[..] {
             programs.insert(name.to_string(), json!(insns.parse::<u64>().ok()));
+            let frames = frames.trim_end_matches(';');
+            stacks.insert(
+                name.to_string(),
+                json!({"frames": frames, "deepest_chain": chain.parse::<u64>().ok()}),
+            );
         }
     }
     result["verified_insns"] = Value::Object(programs);
+    result["stack_bytes"] = Value::Object(stacks);
     Ok(result)
 }
 

@@ -508,12 +508,16 @@ async fn shutdown_signal() {
 fn verify() -> anyhow::Result<()> {
     let programs = KernelPrograms::load().context("loading the kernel programs")?;
     println!(
-        "{:<14} {:>8} {:>14} {:>16}",
+        "{:<14} {:>8} {:>14} {:>16}  stack bytes (frames; deepest chain)",
         "program", "prog id", "verified insns", "translated bytes"
     );
     for program in programs.programs()? {
+        let stack = program.stack.as_ref().map_or("-".into(), |stack| {
+            let frames: Vec<String> = stack.frames.iter().map(u32::to_string).collect();
+            format!("{}; {}", frames.join("+"), stack.deepest_chain)
+        });
         println!(
-            "{:<14} {:>8} {:>14} {:>16}",
+            "{:<14} {:>8} {:>14} {:>16}  {}",
             program.name,
             program.id,
             program
@@ -522,6 +526,7 @@ fn verify() -> anyhow::Result<()> {
             program
                 .translated_bytes
                 .map_or("-".into(), |n| n.to_string()),
+            stack,
         );
     }
     Ok(())

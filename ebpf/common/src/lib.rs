@@ -10,91 +10,20 @@ pub const LAYOUT_VERSION: u32 = 4;
 
 /// Program names as they appear in the object file (the function names in the eBPF crate).
 pub mod program {
-    /// tcx ingress of a pod's host-side veth: traffic leaving the pod.
+    /// A cls_bpf filter on ingress of a pod's host-side veth: traffic leaving the pod.
     pub const FROM_POD: &str = "from_pod";
-    /// tcx ingress of the node's tunnel/uplink NIC: traffic arriving from other nodes.
+    /// A tcx link on ingress of the node's tunnel/uplink NIC: traffic arriving from other nodes.
     pub const FROM_UPLINK: &str = "from_uplink";
-    /// tcx ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
+    /// A tcx link on ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
     pub const FROM_PROVIDER: &str = "from_provider";
     /// Every program the object must contain; each one is loaded through the verifier at start-up.
     pub const ALL: [&str; 3] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER];
 }
 
-/// Map names as they appear in the object file.
-pub mod map {
-    /// Per-CPU hash: ifindex (`u32`) → [`super::InterfaceCounters`].
-    pub const INTERFACE_COUNTERS: &str = "INTERFACE_COUNTERS";
-    /// Array with one [`super::TunnelConfig`] (index 0): this node's tunnel endpoint.
-    pub const TUNNEL_CONFIG: &str = "TUNNEL_CONFIG";
-    /// Hash: [`super::TunnelPortKey`] → [`super::LocalPort`]: where a decapsulated frame for
-    /// (datapath, logical output port) is delivered.
-    pub const TUNNEL_PORTS: &str = "TUNNEL_PORTS";
-    /// Per-CPU array of `u64`, indexed by [`super::drop_reason`]: frames the programs dropped.
-    pub const DROP_COUNTERS: &str = "DROP_COUNTERS";
-    /// Hash: ifindex of a pod's host-side veth (`u32`) → [`super::PodPort`].
-    pub const POD_PORTS: &str = "POD_PORTS";
-    /// Hash: [`super::FibKey`] → [`super::FibEntry`]: where frames to a MAC on a datapath go.
-    pub const L2_FIB: &str = "L2_FIB";
-    /// Hash: ifindex of a pod's host-side veth (`u32`) → [`super::PortSecurity`]: what the pod
-    /// may send (ports without an entry are not checked).
-    pub const PORT_SECURITY: &str = "PORT_SECURITY";
-    /// Hash: [`super::ArpKey`] → [`super::ArpAnswer`]: the ARP responder (an IPv4 address on a
-    /// datapath and the MAC to answer with).
-    pub const ARP_RESPONDER: &str = "ARP_RESPONDER";
-    /// Hash: [`super::FloodKey`] → [`super::FloodGroup`]: how many members of a flood group
-    /// (Multicast_Group) this node reaches, locally and on other chassis.
-    pub const FLOOD_GROUPS: &str = "FLOOD_GROUPS";
-    /// Hash: [`super::FloodMemberKey`] (a group and a slot) → `u32`: one member of a flood
-    /// group, a local veth's ifindex or another chassis's encap IP (network byte order).
-    pub const FLOOD_MEMBERS: &str = "FLOOD_MEMBERS";
-    /// Per-CPU array of one FIB-lookup parameter block: the flood walk's scratch (its callback
-    /// has no stack to spare for it). Holds nothing between frames.
-    pub const FLOOD_SCRATCH: &str = "FLOOD_SCRATCH";
-    /// Hash: datapath tunnel key (`u32`) → [`super::FloodRoles`]: which group a datapath floods
-    /// broadcasts and unknown unicast to.
-    pub const FLOOD_ROLES: &str = "FLOOD_ROLES";
-    /// Ring buffer of [`super::DropEvent`]s: one per frame a program dropped.
-    pub const DROP_EVENTS: &str = "DROP_EVENTS";
-    /// LPM trie: ([`super::RouteKey`], prefix) → [`super::RouteEntry`]: each router's routes.
-    pub const ROUTES: &str = "ROUTES";
-    /// Hash: [`super::NeighbourKey`] → [`super::Neighbour`]: next hops' MACs per router.
-    pub const NEIGHBOURS: &str = "NEIGHBOURS";
-    /// Hash: router datapath key (`u32`) → [`super::RouterInfo`]: routers the kernel forwards for.
-    pub const ROUTERS: &str = "ROUTERS";
-    /// Hash: [`super::NeighbourKey`] (a router and one of its own addresses) →
-    /// [`super::RouterAddress`].
-    pub const ROUTER_ADDRESSES: &str = "ROUTER_ADDRESSES";
-    /// Hash: switch datapath key (`u32`) → [`super::Localnet`]: underlay switches and the
-    /// provider NIC and VLAN their localnet port is bridged to.
-    pub const LOCALNETS: &str = "LOCALNETS";
-    /// Hash: [`super::ProviderKey`] (provider NIC, VLAN) → switch datapath key (`u32`).
-    pub const PROVIDER_NETWORKS: &str = "PROVIDER_NETWORKS";
-    /// Per-CPU array of `u64`, indexed by [`super::router_reply`]: answers the routers sent.
-    pub const ROUTER_REPLIES: &str = "ROUTER_REPLIES";
-    /// Every map the object must contain; each one is pinned (and adopted on restart) by name.
-    pub const ALL: [&str; 20] = [
-        ROUTER_REPLIES,
-        LOCALNETS,
-        PROVIDER_NETWORKS,
-        ROUTER_ADDRESSES,
-        ROUTES,
-        NEIGHBOURS,
-        ROUTERS,
-        DROP_EVENTS,
-        FLOOD_GROUPS,
-        FLOOD_MEMBERS,
-        FLOOD_SCRATCH,
-        FLOOD_ROLES,
-        INTERFACE_COUNTERS,
-        TUNNEL_CONFIG,
-        TUNNEL_PORTS,
-        DROP_COUNTERS,
-        POD_PORTS,
-        L2_FIB,
-        PORT_SECURITY,
-        ARP_RESPONDER,
-    ];
-}
+pub mod maps;
+/// Map names as they appear in the object file, from the one declaration of each map in
+/// [`maps`].
+pub use maps::names as map;
 
 /// Where a node's agent pins its maps and links on the BPF filesystem, so that a restarted agent
 /// adopts them and forwarding never stops: `<root>/v<LAYOUT_VERSION>/maps/<MAP>` and
@@ -139,46 +68,54 @@ pub mod router_reply {
     ];
 }
 
-/// Indexes of [`map::DROP_COUNTERS`].
+/// Why a program dropped a frame: an index of [`map::DROP_COUNTERS`] and of
+/// [`drop_reason::NAMES`] (the reasons are the constants of [`drop_reason`]).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropReason(pub u32);
+
+/// The reasons a program drops a frame.
 pub mod drop_reason {
+    use super::DropReason;
+
     /// Addressed to our Geneve port but not a frame OVN sends (version, options, protocol,
     /// lengths).
-    pub const GENEVE_MALFORMED: u32 = 0;
+    pub const GENEVE_MALFORMED: DropReason = DropReason(0);
     /// A well-formed Geneve frame whose (VNI, egress port key) has no local port.
-    pub const GENEVE_UNKNOWN_DESTINATION: u32 = 1;
+    pub const GENEVE_UNKNOWN_DESTINATION: DropReason = DropReason(1);
     /// The kernel refused to strip the outer headers.
-    pub const DECAP_FAILED: u32 = 2;
+    pub const DECAP_FAILED: DropReason = DropReason(2);
     /// The kernel refused to make room for the outer headers.
-    pub const ENCAP_FAILED: u32 = 3;
+    pub const ENCAP_FAILED: DropReason = DropReason(3);
     /// A pod sent with a source MAC or IPv4 address its port security does not allow.
-    pub const PORT_SECURITY: u32 = 4;
+    pub const PORT_SECURITY: DropReason = DropReason(4);
     /// A flood copy for another chassis whose next hop has no resolved neighbour entry.
-    pub const FLOOD_NEXT_HOP_UNRESOLVED: u32 = 5;
+    pub const FLOOD_NEXT_HOP_UNRESOLVED: DropReason = DropReason(5);
     /// A clone for a flood group member failed.
-    pub const FLOOD_CLONE_FAILED: u32 = 6;
+    pub const FLOOD_CLONE_FAILED: DropReason = DropReason(6);
     /// The kernel refused to rewrite a router's reply.
-    pub const ROUTER_REPLY_FAILED: u32 = 7;
+    pub const ROUTER_REPLY_FAILED: DropReason = DropReason(7);
     /// A router the kernel does not forward for (its pipeline has flows the kernel lacks:
     /// policies, NAT, ECMP…): counted, never forwarded half-right.
-    pub const ROUTER_UNSUPPORTED: u32 = 8;
+    pub const ROUTER_UNSUPPORTED: DropReason = DropReason(8);
     /// No route to the destination.
-    pub const NO_ROUTE: u32 = 9;
+    pub const NO_ROUTE: DropReason = DropReason(9);
     /// The next hop's MAC is not known (OVN would send an ARP request).
-    pub const NEXT_HOP_UNRESOLVED: u32 = 10;
+    pub const NEXT_HOP_UNRESOLVED: DropReason = DropReason(10);
     /// TTL expires past the first router (the first router's own expiry is answered with ICMP
     /// time exceeded; a later router's is only counted so far).
-    pub const TTL_EXPIRED: u32 = 11;
+    pub const TTL_EXPIRED: DropReason = DropReason(11);
     /// More router hops than the kernel follows.
-    pub const TOO_MANY_HOPS: u32 = 12;
+    pub const TOO_MANY_HOPS: DropReason = DropReason(12);
     /// The routed frame's next switch has no entry for the neighbour's MAC.
-    pub const ROUTED_UNKNOWN_DESTINATION: u32 = 13;
+    pub const ROUTED_UNKNOWN_DESTINATION: DropReason = DropReason(13);
     /// Traffic to a router's own address the kernel does not answer: later fragments (OVN drops
     /// them too), SCTP (OVN's `sctp_abort` is not built), or a protocol the address has no
     /// answer for.
-    pub const TO_ROUTER_UNHANDLED: u32 = 14;
+    pub const TO_ROUTER_UNHANDLED: DropReason = DropReason(14);
     /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
     /// route).
-    pub const ROUTED_MALFORMED: u32 = 15;
+    pub const ROUTED_MALFORMED: DropReason = DropReason(15);
     /// Number of reasons (the map's size).
     pub const COUNT: u32 = 16;
     /// Names for metrics and logs, by index.

@@ -249,7 +249,7 @@ mod tests {
         header[26..30].copy_from_slice(&[10, 0, 1, 66]);
         header[30..34].copy_from_slice(&[10, 0, 1, 3]);
         let event = DropEvent {
-            reason: drop_reason::PORT_SECURITY,
+            reason: drop_reason::PORT_SECURITY.0,
             ifindex: u32::MAX,
             length: 98,
             captured: 64,

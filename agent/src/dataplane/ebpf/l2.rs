@@ -2,8 +2,10 @@
 //! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB
 //! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP
 //! responder, and flood groups (local members' veths and the chassis with members) with the
-//! groups each datapath floods broadcasts and unknown unicast to. Owns the desired
-//! and installed map contents; touches the kernel only through [`L2Maps`].
+//! groups each datapath floods broadcasts and unknown unicast to, with ports located by
+//! [`Physical`]. Owns the desired map contents
+//! and what it installed for ports, localnets and flood groups; the FIB, ARP responder and flood
+//! roles are installed through [`Table`]s. Touches the kernel only through [`Maps`].
 //!
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
@@ -15,135 +17,25 @@ use std::{
 
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL,
-    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodGroup, FloodKey, FloodMemberKey, FloodRoles,
-    LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey,
-    map,
+    FLOOD_MAX_REMOTE, FibEntry, FibKey, FloodKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort,
+    Localnet, PodPort, PortSecurity, ProviderKey, TunnelPortKey,
+    maps::{
+        ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, PodPorts,
+        PortSecurityMap, ProviderNetworks, TunnelPorts,
+    },
 };
 
 use self::flood_slots::InstalledGroup;
-use super::{EbpfError, KernelPrograms, reconcile_slot, remove_unwanted};
+use super::{
+    EbpfError, Maps,
+    physical::{Location, Physical},
+    remove_unwanted,
+    tables::{Table, TableKey, flush_from},
+};
 use crate::pipeline::{
     IrDiff,
     ir::{IrEntry, Mac, PortKind, parse_port_security},
 };
-
-/// Writes to the L2 maps (the kernel programs, or a recorder in tests).
-pub trait L2Maps {
-    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError>;
-    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError>;
-    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError>;
-    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError>;
-    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError>;
-    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError>;
-    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError>;
-    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError>;
-    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError>;
-    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError>;
-    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError>;
-    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError>;
-    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError>;
-    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError>;
-    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError>;
-    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError>;
-    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError>;
-    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError>;
-    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError>;
-    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError>;
-    /// The keys present in the maps, whoever wrote them.
-    fn keys(&self) -> Result<MapKeys, EbpfError>;
-}
-
-/// The keys present in the L2 maps.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MapKeys {
-    pub pod_ports: Vec<u32>,
-    pub port_security: Vec<u32>,
-    pub tunnel_ports: Vec<TunnelPortKey>,
-    pub fib: Vec<FibKey>,
-    pub arp: Vec<ArpKey>,
-    pub flood_groups: Vec<FloodKey>,
-    pub flood_members: Vec<FloodMemberKey>,
-    pub flood_roles: Vec<u32>,
-    pub localnets: Vec<u32>,
-    pub provider_networks: Vec<ProviderKey>,
-}
-
-impl L2Maps for KernelPrograms {
-    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
-        KernelPrograms::set_pod_port(self, ifindex, port)
-    }
-    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_pod_port(self, ifindex)
-    }
-    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError> {
-        KernelPrograms::set_port_security(self, ifindex, security)
-    }
-    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_port_security(self, ifindex)
-    }
-    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
-        KernelPrograms::set_tunnel_port(self, key, port)
-    }
-    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_tunnel_port(self, key)
-    }
-    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
-        KernelPrograms::set_fib_entry(self, key, entry)
-    }
-    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_fib_entry(self, key)
-    }
-    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
-        KernelPrograms::set_arp_answer(self, key, answer)
-    }
-    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_arp_answer(self, key)
-    }
-    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_group(self, key, counts)
-    }
-    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_flood_group(self, key)
-    }
-    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_member(self, key, member)
-    }
-    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_flood_member(self, key)
-    }
-    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
-        KernelPrograms::set_flood_roles(self, datapath, roles)
-    }
-    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_flood_roles(self, datapath)
-    }
-    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
-        KernelPrograms::set_localnet(self, datapath, localnet)
-    }
-    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        KernelPrograms::remove_localnet(self, datapath)
-    }
-    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError> {
-        KernelPrograms::set_provider_network(self, key, datapath)
-    }
-    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
-        KernelPrograms::remove_provider_network(self, key)
-    }
-    fn keys(&self) -> Result<MapKeys, EbpfError> {
-        Ok(MapKeys {
-            localnets: self.hash_keys::<u32, Localnet>(map::LOCALNETS)?,
-            provider_networks: self.hash_keys::<ProviderKey, u32>(map::PROVIDER_NETWORKS)?,
-            flood_groups: self.hash_keys::<FloodKey, FloodGroup>(map::FLOOD_GROUPS)?,
-            flood_members: self.hash_keys::<FloodMemberKey, u32>(map::FLOOD_MEMBERS)?,
-            flood_roles: self.hash_keys::<u32, FloodRoles>(map::FLOOD_ROLES)?,
-            pod_ports: self.hash_keys::<u32, PodPort>(map::POD_PORTS)?,
-            port_security: self.hash_keys::<u32, PortSecurity>(map::PORT_SECURITY)?,
-            tunnel_ports: self.hash_keys::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS)?,
-            fib: self.hash_keys::<FibKey, FibEntry>(map::L2_FIB)?,
-            arp: self.hash_keys::<ArpKey, ArpAnswer>(map::ARP_RESPONDER)?,
-        })
-    }
-}
 
 /// A logical port as the L2 maps need it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,14 +86,10 @@ enum MemberTarget {
 enum Dirty {
     /// The pod-port and tunnel-port entries of a logical port.
     Port(String),
-    Fib(u32, Mac),
-    Arp(u32, Ipv4Addr),
     /// A flood group's targets, by (datapath, group key).
     Group(u32, u32),
     /// An underlay switch's localnet (and its provider network entry).
     Localnet(u32),
-    /// A datapath's flood roles.
-    Roles(u32),
 }
 
 /// What is installed for one logical port bound here.
@@ -217,11 +105,8 @@ struct InstalledPort {
 /// kernel.
 #[derive(Debug, Default)]
 pub struct L2State {
-    chassis: String,
-    /// Logical port name → its host-side veth on this node.
-    interfaces: HashMap<String, u32>,
-    /// Chassis name → encap IP.
-    encaps: HashMap<String, Ipv4Addr>,
+    /// Where ports are on this node's network.
+    physical: Physical,
     ports: HashMap<String, PortInfo>,
     /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
     ports_by_chassis: HashMap<String, HashSet<String>>,
@@ -238,8 +123,6 @@ pub struct L2State {
     groups_of_port: HashMap<(u32, u32), HashSet<u32>>,
     /// (datapath, group name) → group key.
     group_keys: HashMap<(u32, String), u32>,
-    /// Provider network name → its NIC's index (bridge mappings).
-    providers: HashMap<String, u32>,
     /// Underlay switch → (localnet port name, network name, VLAN tag).
     localnets: HashMap<u32, (String, String, Option<u16>)>,
     installed_localnets: HashMap<u32, Localnet>,
@@ -262,9 +145,34 @@ pub struct L2State {
     dirty: HashSet<Dirty>,
     installed_ports: HashMap<String, InstalledPort>,
     installed_groups: HashMap<(u32, u32), InstalledGroup>,
-    installed_roles: HashMap<u32, FloodRoles>,
-    installed_fib: HashMap<(u32, Mac), FibEntry>,
-    installed_arp: HashMap<(u32, Ipv4Addr), ArpAnswer>,
+    roles_table: Table<FloodRolesMap, u32>,
+    fib_table: Table<L2Fib, (u32, Mac)>,
+    arp_table: Table<ArpResponder, (u32, Ipv4Addr)>,
+}
+
+impl TableKey<FloodRolesMap> for u32 {
+    fn slot(&self) -> u32 {
+        *self
+    }
+}
+
+impl TableKey<L2Fib> for (u32, Mac) {
+    fn slot(&self) -> FibKey {
+        FibKey {
+            datapath: self.0,
+            mac: self.1,
+            padding: [0; 2],
+        }
+    }
+}
+
+impl TableKey<ArpResponder> for (u32, Ipv4Addr) {
+    fn slot(&self) -> ArpKey {
+        ArpKey {
+            datapath: self.0,
+            ip: u32::from_ne_bytes(self.1.octets()),
+        }
+    }
 }
 
 impl L2State {
@@ -272,23 +180,20 @@ impl L2State {
     #[must_use]
     pub fn new(chassis: &str) -> Self {
         Self {
-            chassis: chassis.to_string(),
+            physical: Physical::new(chassis),
             ..Self::default()
         }
     }
 
     /// Logical port `port` is plugged into host veth `ifindex` (`None`: unplugged).
     pub fn set_interface(&mut self, port: &str, ifindex: Option<u32>) {
-        match ifindex {
-            Some(ifindex) => self.interfaces.insert(port.to_string(), ifindex),
-            None => self.interfaces.remove(port),
-        };
+        self.physical.set_interface(port, ifindex);
         self.mark_port(port);
     }
 
     /// The provider networks of this node (bridge mappings): network name → NIC index.
     pub fn set_providers(&mut self, providers: HashMap<String, u32>) {
-        self.providers = providers;
+        self.physical.set_providers(providers);
         let datapaths: Vec<u32> = self.localnets.keys().copied().collect();
         self.dirty
             .extend(datapaths.into_iter().map(Dirty::Localnet));
@@ -296,11 +201,7 @@ impl L2State {
 
     /// Chassis `chassis` is reached at `encap_ip` (`None`: gone).
     pub fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) {
-        let changed = match encap_ip {
-            Some(ip) => self.encaps.insert(chassis.to_string(), ip) != Some(ip),
-            None => self.encaps.remove(chassis).is_some(),
-        };
-        if changed {
+        if self.physical.set_encap(chassis, encap_ip) {
             let ports: Vec<String> = self
                 .ports_by_chassis
                 .get(chassis)
@@ -317,8 +218,8 @@ impl L2State {
     /// Sets every chassis's encap IP at once; chassis missing from `encaps` are forgotten.
     pub fn replace_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) {
         let gone: Vec<String> = self
-            .encaps
-            .keys()
+            .physical
+            .encap_chassis()
             .filter(|c| !encaps.contains_key(*c))
             .cloned()
             .collect();
@@ -434,7 +335,7 @@ impl L2State {
                         .or_default()
                         .insert(arp_key);
                 }
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
             IrEntry::FloodGroup {
                 datapath,
@@ -447,7 +348,7 @@ impl L2State {
                     self.group_keys.remove(&(*datapath, name.clone()));
                 }
                 self.dirty.insert(Dirty::Group(*datapath, *key));
-                self.dirty.insert(Dirty::Roles(*datapath));
+                self.roles_table.mark(*datapath);
             }
             IrEntry::FloodMember {
                 datapath,
@@ -488,12 +389,12 @@ impl L2State {
             IrEntry::FloodMulticast { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
                 roles.0 = added.then(|| group.clone());
-                self.dirty.insert(Dirty::Roles(*datapath));
+                self.roles_table.mark(*datapath);
             }
             IrEntry::FloodUnknown { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
                 roles.1 = added.then(|| group.clone());
-                self.dirty.insert(Dirty::Roles(*datapath));
+                self.roles_table.mark(*datapath);
             }
             IrEntry::L2Fib {
                 datapath,
@@ -511,7 +412,7 @@ impl L2State {
                         .or_default()
                         .insert(fib_key);
                 }
-                self.dirty.insert(Dirty::Fib(*datapath, *mac));
+                self.fib_table.mark((*datapath, *mac));
             }
             IrEntry::ArpReply { datapath, ip, mac } => {
                 if added {
@@ -519,7 +420,7 @@ impl L2State {
                 } else if self.arp.get(&(*datapath, *ip)) == Some(mac) {
                     self.arp.remove(&(*datapath, *ip));
                 }
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
             IrEntry::ArpReplySkip {
                 datapath,
@@ -537,7 +438,7 @@ impl L2State {
                         .or_default()
                         .insert(arp_key);
                 }
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
             _ => {}
         }
@@ -548,22 +449,22 @@ impl L2State {
     fn mark_port(&mut self, port: &str) {
         self.dirty.insert(Dirty::Port(port.to_string()));
         for (datapath, mac) in self.fib_by_port.get(port).into_iter().flatten() {
-            self.dirty.insert(Dirty::Fib(*datapath, *mac));
+            self.fib_table.mark((*datapath, *mac));
         }
         for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
-            self.dirty.insert(Dirty::Arp(*datapath, *ip));
+            self.arp_table.mark((*datapath, *ip));
         }
         // A router port's MAC is what its switch port's router entries answer with, and its
         // datapath is where the switch port's FIB entry hands frames over.
         let switch_port = self.patch_by_peer.get(port).cloned();
         for name in std::iter::once(port).chain(switch_port.as_deref()) {
             for (datapath, ip) in self.router_arp_by_port.get(name).into_iter().flatten() {
-                self.dirty.insert(Dirty::Arp(*datapath, *ip));
+                self.arp_table.mark((*datapath, *ip));
             }
         }
         if let Some(switch_port) = &switch_port {
             for (datapath, mac) in self.fib_by_port.get(switch_port).into_iter().flatten() {
-                self.dirty.insert(Dirty::Fib(*datapath, *mac));
+                self.fib_table.mark((*datapath, *mac));
             }
         }
         if let Some(info) = self.ports.get(port) {
@@ -597,17 +498,15 @@ impl L2State {
         let Some(name) = self.port_names.get(&(datapath, key)) else {
             return MemberTarget::Unreachable;
         };
-        if let Some(port) = self.local_port(name) {
-            return MemberTarget::Local(port.ifindex);
-        }
-        self.ports
+        let bound_to = self
+            .ports
             .get(name)
-            .and_then(|info| info.chassis.as_ref())
-            .filter(|chassis| **chassis != self.chassis)
-            .and_then(|chassis| self.encaps.get(chassis))
-            .map_or(MemberTarget::Unreachable, |ip| {
-                MemberTarget::Remote(u32::from_ne_bytes(ip.octets()))
-            })
+            .and_then(|info| info.chassis.as_deref());
+        match self.physical.locate(name, bound_to) {
+            Location::Local(ifindex) => MemberTarget::Local(ifindex),
+            Location::Remote(ip) => MemberTarget::Remote(u32::from_ne_bytes(ip.octets())),
+            Location::Unreachable => MemberTarget::Unreachable,
+        }
     }
 
     fn add_to_group(&mut self, group: (u32, u32), member: u32, target: MemberTarget) {
@@ -667,24 +566,42 @@ impl L2State {
     #[must_use]
     pub fn pending(&self) -> usize {
         self.dirty.len()
+            + self.roles_table.pending()
+            + self.fib_table.pending()
+            + self.arp_table.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
     /// the key stays marked, so the next flush retries it.
-    pub fn flush(&mut self, maps: &mut impl L2Maps) -> Result<usize, EbpfError> {
+    pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         let mut writes = 0;
         let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
         for key in dirty {
             writes += match &key {
                 Dirty::Port(port) => self.flush_port(maps, port)?,
-                Dirty::Fib(datapath, mac) => self.flush_fib(maps, *datapath, *mac)?,
-                Dirty::Arp(datapath, ip) => self.flush_arp(maps, *datapath, *ip)?,
                 Dirty::Group(datapath, group) => self.flush_group(maps, *datapath, *group)?,
                 Dirty::Localnet(datapath) => self.flush_localnet(maps, *datapath)?,
-                Dirty::Roles(datapath) => self.flush_roles(maps, *datapath)?,
             };
             self.dirty.remove(&key);
         }
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.fib_table,
+            |s, &(dp, mac)| s.desired_fib(dp, mac),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.arp_table,
+            |s, &(dp, ip)| s.desired_arp(dp, ip),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.roles_table,
+            |s, &dp| s.desired_roles(dp),
+        )?;
         Ok(writes)
     }
 
@@ -692,8 +609,7 @@ impl L2State {
     /// MACs or addresses that are gone. Run it only once the state is complete (the Southbound
     /// snapshot and the local scope are in, nothing is pending), or it removes live entries.
     /// Returns the number of keys removed.
-    pub fn sweep(&self, maps: &mut impl L2Maps) -> Result<usize, EbpfError> {
-        let keys = maps.keys()?;
+    pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         let pods: HashSet<u32> = self.installed_ports.values().map(|p| p.ifindex).collect();
         let secured: HashSet<u32> = self
             .installed_ports
@@ -714,74 +630,66 @@ impl L2State {
                 vlan: l.vlan,
             })
             .collect();
-        let installed_arp = |key: &ArpKey| {
-            let ip = Ipv4Addr::from(key.ip.to_ne_bytes());
-            self.installed_arp.contains_key(&(key.datapath, ip))
-        };
-        let removed =
-            remove_unwanted(
-                keys.pod_ports,
-                |i| pods.contains(i),
-                |i| maps.remove_pod_port(i),
-            )? + remove_unwanted(
-                keys.port_security,
-                |i| secured.contains(i),
-                |i| maps.remove_port_security(i),
-            )? + remove_unwanted(
-                keys.tunnel_ports,
-                |key| tunnels.contains(&(key.datapath, key.port)),
-                |key| maps.remove_tunnel_port(key),
-            )? + remove_unwanted(
-                keys.fib,
-                |key| self.installed_fib.contains_key(&(key.datapath, key.mac)),
-                |key| maps.remove_fib_entry(key),
-            )? + remove_unwanted(
-                keys.localnets,
-                |datapath| self.installed_localnets.contains_key(datapath),
-                |datapath| maps.remove_localnet(datapath),
-            )? + remove_unwanted(
-                keys.provider_networks,
-                |key| provider_keys.contains(key),
-                |key| maps.remove_provider_network(key),
-            )? + remove_unwanted(
-                keys.flood_groups,
-                |key| {
-                    self.installed_groups
-                        .get(&(key.datapath, key.group))
-                        .is_some_and(|group| group.header.is_some())
-                },
-                |key| maps.remove_flood_group(key),
-            )? + remove_unwanted(
-                keys.flood_members,
-                |key| {
-                    self.installed_groups
-                        .get(&(key.datapath, key.group))
-                        .is_some_and(|group| group.holds(key.slot))
-                },
-                |key| maps.remove_flood_member(key),
-            )? + remove_unwanted(
-                keys.flood_roles,
-                |datapath| self.installed_roles.contains_key(datapath),
-                |datapath| maps.remove_flood_roles(datapath),
-            )? + remove_unwanted(keys.arp, installed_arp, |key| maps.remove_arp_answer(key))?;
+        let removed = remove_unwanted(
+            maps.keys::<PodPorts>()?,
+            |i| pods.contains(i),
+            |i| {
+                maps.remove::<PodPorts>(i)?;
+                maps.close_counters(i)
+            },
+        )? + remove_unwanted(
+            maps.keys::<PortSecurityMap>()?,
+            |i| secured.contains(i),
+            |i| maps.remove::<PortSecurityMap>(i),
+        )? + remove_unwanted(
+            maps.keys::<TunnelPorts>()?,
+            |key| tunnels.contains(&(key.datapath, key.port)),
+            |key| maps.remove::<TunnelPorts>(key),
+        )? + remove_unwanted(
+            maps.keys::<Localnets>()?,
+            |datapath| self.installed_localnets.contains_key(datapath),
+            |datapath| maps.remove::<Localnets>(datapath),
+        )? + remove_unwanted(
+            maps.keys::<ProviderNetworks>()?,
+            |key| provider_keys.contains(key),
+            |key| maps.remove::<ProviderNetworks>(key),
+        )? + remove_unwanted(
+            maps.keys::<FloodGroups>()?,
+            |key| {
+                self.installed_groups
+                    .get(&(key.datapath, key.group))
+                    .is_some_and(|group| group.header.is_some())
+            },
+            |key| maps.remove::<FloodGroups>(key),
+        )? + remove_unwanted(
+            maps.keys::<FloodMembers>()?,
+            |key| {
+                self.installed_groups
+                    .get(&(key.datapath, key.group))
+                    .is_some_and(|group| group.holds(key.slot))
+            },
+            |key| maps.remove::<FloodMembers>(key),
+        )? + self.fib_table.sweep(maps)?
+            + self.roles_table.sweep(maps)?
+            + self.arp_table.sweep(maps)?;
         Ok(removed)
     }
 
     /// A port bound here with a known veth.
     fn local_port(&self, port: &str) -> Option<InstalledPort> {
         let info = self.ports.get(port)?;
-        if info.chassis.as_deref() != Some(self.chassis.as_str()) {
+        let Location::Local(ifindex) = self.physical.locate(port, info.chassis.as_deref()) else {
             return None;
-        }
+        };
         Some(InstalledPort {
-            ifindex: *self.interfaces.get(port)?,
+            ifindex,
             datapath: info.datapath,
             key: info.key,
             security: info.security,
         })
     }
 
-    fn flush_port(&mut self, maps: &mut impl L2Maps, port: &str) -> Result<usize, EbpfError> {
+    fn flush_port(&mut self, maps: &mut impl Maps, port: &str) -> Result<usize, EbpfError> {
         let desired = self.local_port(port);
         let installed = self.installed_ports.get(port).copied();
         if desired == installed {
@@ -789,9 +697,10 @@ impl L2State {
         }
         let mut writes = 0;
         if let Some(old) = installed {
-            maps.remove_pod_port(old.ifindex)?;
-            maps.remove_tunnel_port(tunnel_key(old))?;
-            maps.remove_port_security(old.ifindex)?;
+            maps.remove::<PodPorts>(old.ifindex)?;
+            maps.close_counters(old.ifindex)?;
+            maps.remove::<TunnelPorts>(tunnel_key(old))?;
+            maps.remove::<PortSecurityMap>(old.ifindex)?;
             self.installed_ports.remove(port);
             writes += 3;
         }
@@ -806,11 +715,12 @@ impl L2State {
             };
             // Security first, so the port never forwards unchecked.
             if let Some(security) = new.security {
-                maps.set_port_security(new.ifindex, security)?;
+                maps.set::<PortSecurityMap>(new.ifindex, security)?;
                 writes += 1;
             }
-            maps.set_pod_port(new.ifindex, pod_port)?;
-            maps.set_tunnel_port(tunnel_key(new), local)?;
+            maps.open_counters(new.ifindex)?;
+            maps.set::<PodPorts>(new.ifindex, pod_port)?;
+            maps.set::<TunnelPorts>(tunnel_key(new), local)?;
             self.installed_ports.insert(port.to_string(), new);
             writes += 2;
         }
@@ -839,37 +749,15 @@ impl L2State {
                 ..FibEntry::default()
             });
         }
-        let chassis = info.chassis.as_ref().filter(|c| **c != self.chassis)?;
-        let encap_ip = self.encaps.get(chassis)?;
+        let Location::Remote(encap_ip) = self.physical.locate(port, info.chassis.as_deref()) else {
+            return None;
+        };
         Some(FibEntry {
             kind: FIB_REMOTE,
             remote_ip: u32::from_ne_bytes(encap_ip.octets()),
             port: info.key,
             ..FibEntry::default()
         })
-    }
-
-    fn flush_fib(
-        &mut self,
-        maps: &mut impl L2Maps,
-        datapath: u32,
-        mac: Mac,
-    ) -> Result<usize, EbpfError> {
-        let desired = self.desired_fib(datapath, mac);
-        let key = FibKey {
-            datapath,
-            mac,
-            padding: [0; 2],
-        };
-        reconcile_slot(
-            &mut self.installed_fib,
-            (datapath, mac),
-            desired,
-            |value| match value {
-                Some(entry) => maps.set_fib_entry(key, entry),
-                None => maps.remove_fib_entry(key),
-            },
-        )
     }
 
     fn desired_arp(&self, datapath: u32, ip: Ipv4Addr) -> Option<ArpAnswer> {
@@ -901,28 +789,6 @@ impl L2State {
         let peer = self.ports.get(switch_port)?.peer.as_ref()?;
         let router_port = self.ports.get(peer)?;
         Some((router_port.mac?, ARP_ANSWER_ROUTER))
-    }
-
-    fn flush_arp(
-        &mut self,
-        maps: &mut impl L2Maps,
-        datapath: u32,
-        ip: Ipv4Addr,
-    ) -> Result<usize, EbpfError> {
-        let desired = self.desired_arp(datapath, ip);
-        let key = ArpKey {
-            datapath,
-            ip: u32::from_ne_bytes(ip.octets()),
-        };
-        reconcile_slot(
-            &mut self.installed_arp,
-            (datapath, ip),
-            desired,
-            |value| match value {
-                Some(answer) => maps.set_arp_answer(key, answer),
-                None => maps.remove_arp_answer(key),
-            },
-        )
     }
 }
 
@@ -979,7 +845,7 @@ impl L2State {
     /// as installed, so the retry rewrites every slot and the count.
     fn flush_group(
         &mut self,
-        maps: &mut impl L2Maps,
+        maps: &mut impl Maps,
         datapath: u32,
         group: u32,
     ) -> Result<usize, EbpfError> {
@@ -1018,19 +884,6 @@ impl L2State {
         };
         (roles != FloodRoles::default()).then_some(roles)
     }
-
-    fn flush_roles(&mut self, maps: &mut impl L2Maps, datapath: u32) -> Result<usize, EbpfError> {
-        let desired = self.desired_roles(datapath);
-        reconcile_slot(
-            &mut self.installed_roles,
-            datapath,
-            desired,
-            |value| match value {
-                Some(roles) => maps.set_flood_roles(datapath, roles),
-                None => maps.remove_flood_roles(datapath),
-            },
-        )
-    }
 }
 
 /// Removes `value` from the set at `key`, dropping the set when it becomes empty.
@@ -1047,16 +900,12 @@ impl L2State {
     fn desired_localnet(&self, datapath: u32) -> Option<Localnet> {
         let (_, network, tag) = self.localnets.get(&datapath)?;
         Some(Localnet {
-            ifindex: *self.providers.get(network)?,
+            ifindex: self.physical.provider(network)?,
             vlan: u32::from(tag.unwrap_or(0)),
         })
     }
 
-    fn flush_localnet(
-        &mut self,
-        maps: &mut impl L2Maps,
-        datapath: u32,
-    ) -> Result<usize, EbpfError> {
+    fn flush_localnet(&mut self, maps: &mut impl Maps, datapath: u32) -> Result<usize, EbpfError> {
         let desired = self.desired_localnet(datapath);
         let installed = self.installed_localnets.get(&datapath).copied();
         if desired == installed {
@@ -1068,14 +917,14 @@ impl L2State {
         };
         let mut writes = 0;
         if let Some(old) = installed {
-            maps.remove_provider_network(key(old))?;
-            maps.remove_localnet(datapath)?;
+            maps.remove::<ProviderNetworks>(key(old))?;
+            maps.remove::<Localnets>(datapath)?;
             self.installed_localnets.remove(&datapath);
             writes += 2;
         }
         if let Some(new) = desired {
-            maps.set_provider_network(key(new), datapath)?;
-            maps.set_localnet(datapath, new)?;
+            maps.set::<ProviderNetworks>(key(new), datapath)?;
+            maps.set::<Localnets>(datapath, new)?;
             self.installed_localnets.insert(datapath, new);
             writes += 2;
         }

@@ -4,9 +4,9 @@
 //! precedence, with the datapath behind the output port: a switch, or a peer router), their
 //! neighbours (static from the flows; learned from MAC_Binding where the router looks them up),
 //! and their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
-//! unreachable). Owns the desired and installed contents; touches the kernel only through
-//! [`L3Maps`]. Incremental like [`super::l2`]: changes mark keys,
-//! [`L3State::flush`] writes just those.
+//! unreachable). Owns the desired contents (the `desired_*` functions); what is installed is
+//! kept by one [`Table`] per map, which touches the kernel only through [`Maps`]. Incremental
+//! like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just those.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -17,9 +17,13 @@ use ovnbpf_common::{
     Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    maps::{Neighbours, RouterAddresses, Routers, Routes},
 };
 
-use super::{EbpfError, reconcile_slot, remove_unwanted};
+use super::{
+    EbpfError, Maps,
+    tables::{Table, TableKey, flush_from},
+};
 use crate::pipeline::{
     IrDiff, UNDERLAY_ROUTING_STAGE,
     ir::{
@@ -33,89 +37,15 @@ use crate::pipeline::{
 /// expresses as flows in the stages that are checked.
 const HARMLESS_UNSUPPORTED_STAGES: [&str; 1] = ["lr_out_snat"];
 
-/// Writes to the L3 maps (the kernel programs, or a recorder in tests).
-pub trait L3Maps {
-    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError>;
-    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError>;
-    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError>;
-    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
-    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError>;
-    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError>;
-    fn set_router_address(
-        &mut self,
-        key: NeighbourKey,
-        address: RouterAddress,
-    ) -> Result<(), EbpfError>;
-    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError>;
-    /// The keys present, whoever wrote them: routes as (key, prefix length).
-    fn l3_keys(&self) -> Result<L3Keys, EbpfError>;
-}
-
-impl L3Maps for super::KernelPrograms {
-    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError> {
-        super::KernelPrograms::set_route(self, key, length, entry)
-    }
-    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
-        super::KernelPrograms::remove_route(self, key, length)
-    }
-    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
-        super::KernelPrograms::set_neighbour(self, key, value)
-    }
-    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        super::KernelPrograms::remove_neighbour(self, key)
-    }
-    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
-        super::KernelPrograms::set_router(self, datapath, info)
-    }
-    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        super::KernelPrograms::remove_router(self, datapath)
-    }
-    fn set_router_address(
-        &mut self,
-        key: NeighbourKey,
-        address: RouterAddress,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(ovnbpf_common::map::ROUTER_ADDRESSES, key, address)
-    }
-    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        self.hash_remove::<NeighbourKey, RouterAddress>(ovnbpf_common::map::ROUTER_ADDRESSES, key)
-    }
-    fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
-        Ok(L3Keys {
-            router_addresses: self
-                .hash_keys::<NeighbourKey, RouterAddress>(ovnbpf_common::map::ROUTER_ADDRESSES)?,
-            routes: self.route_keys()?,
-            neighbours: self
-                .hash_keys::<NeighbourKey, Neighbour>(ovnbpf_common::map::NEIGHBOURS)?,
-            routers: self.hash_keys::<u32, RouterInfo>(ovnbpf_common::map::ROUTERS)?,
-        })
-    }
-}
-
-/// The keys present in the L3 maps.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct L3Keys {
-    pub routes: Vec<(RouteKey, u8)>,
-    pub neighbours: Vec<NeighbourKey>,
-    pub routers: Vec<u32>,
-    pub router_addresses: Vec<NeighbourKey>,
-}
-
-/// The kernel's route key for `prefix` in router `datapath` (both in network byte order).
+/// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
+/// order) and its prefix length in bits (the datapath's 32, then the prefix's).
 #[must_use]
-pub fn route_key(datapath: u32, prefix: Prefix) -> RouteKey {
-    RouteKey {
+pub fn route_slot(datapath: u32, prefix: Prefix) -> (RouteKey, u32) {
+    let key = RouteKey {
         datapath: datapath.to_be(),
         ip: u32::from_ne_bytes(prefix.network.octets()),
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Dirty {
-    Route(u32, Prefix),
-    Neighbour(u32, Ipv4Addr),
-    Router(u32),
-    Address(u32, Ipv4Addr),
+    };
+    (key, 32 + u32::from(prefix.length))
 }
 
 /// One route of the main table.
@@ -157,11 +87,34 @@ pub struct L3State {
     /// A router's own addresses: (router, address) → how many ARP entries name it, and what
     /// the router answers there (`RouterAddress` flags).
     addresses: HashMap<(u32, Ipv4Addr), (usize, u32)>,
-    dirty: HashSet<Dirty>,
-    installed_routes: HashMap<(u32, Prefix), RouteEntry>,
-    installed_addresses: HashMap<(u32, Ipv4Addr), RouterAddress>,
-    installed_neighbours: HashMap<(u32, Ipv4Addr), Neighbour>,
-    installed_routers: HashMap<u32, RouterInfo>,
+    route_table: Table<Routes, (u32, Prefix)>,
+    neighbour_table: Table<Neighbours, (u32, Ipv4Addr)>,
+    address_table: Table<RouterAddresses, (u32, Ipv4Addr)>,
+    router_table: Table<Routers, u32>,
+}
+
+impl TableKey<Routes> for (u32, Prefix) {
+    fn slot(&self) -> (RouteKey, u32) {
+        route_slot(self.0, self.1)
+    }
+}
+
+impl TableKey<Neighbours> for (u32, Ipv4Addr) {
+    fn slot(&self) -> NeighbourKey {
+        neighbour_key(self.0, self.1)
+    }
+}
+
+impl TableKey<RouterAddresses> for (u32, Ipv4Addr) {
+    fn slot(&self) -> NeighbourKey {
+        neighbour_key(self.0, self.1)
+    }
+}
+
+impl TableKey<Routers> for u32 {
+    fn slot(&self) -> u32 {
+        *self
+    }
 }
 
 impl L3State {
@@ -185,7 +138,7 @@ impl L3State {
         if set.is_empty() {
             self.blockers.remove(&datapath);
         }
-        self.dirty.insert(Dirty::Router(datapath));
+        self.router_table.mark(datapath);
     }
 
     fn take(&mut self, entry: &IrEntry, added: bool) {
@@ -198,13 +151,10 @@ impl L3State {
                 } else {
                     self.routers.remove(datapath);
                 }
-                self.dirty.insert(Dirty::Router(*datapath));
+                self.router_table.mark(*datapath);
                 // Routes into this datapath may change kind.
                 let keys: Vec<(u32, Prefix)> = self.routes.keys().copied().collect();
-                self.dirty.extend(
-                    keys.into_iter()
-                        .map(|(dp, prefix)| Dirty::Route(dp, prefix)),
-                );
+                keys.into_iter().for_each(|key| self.route_table.mark(key));
             }
             IrEntry::Port {
                 datapath,
@@ -247,11 +197,7 @@ impl L3State {
                 for port in std::iter::once(name).chain(around) {
                     marks.extend(self.routes_by_port.get(port).into_iter().flatten().copied());
                 }
-                self.dirty.extend(
-                    marks
-                        .into_iter()
-                        .map(|(dp, prefix)| Dirty::Route(dp, prefix)),
-                );
+                marks.into_iter().for_each(|key| self.route_table.mark(key));
             }
             IrEntry::Route {
                 datapath,
@@ -295,7 +241,7 @@ impl L3State {
                         }
                     }
                 }
-                self.dirty.insert(Dirty::Route(*datapath, *prefix));
+                self.route_table.mark((*datapath, *prefix));
             }
             IrEntry::Neighbour {
                 datapath, ip, mac, ..
@@ -323,8 +269,8 @@ impl L3State {
                     .filter(|(dp, _)| dp == datapath)
                     .copied()
                     .collect();
-                self.dirty
-                    .extend(keys.into_iter().map(|(dp, ip)| Dirty::Neighbour(dp, ip)));
+                keys.into_iter()
+                    .for_each(|key| self.neighbour_table.mark(key));
             }
             IrEntry::RouterArpReply { datapath, ip, .. } => {
                 let slot = self.addresses.entry((*datapath, *ip)).or_default();
@@ -416,7 +362,7 @@ impl L3State {
         if self.addresses.get(&(datapath, ip)) == Some(&(0, 0)) {
             self.addresses.remove(&(datapath, ip));
         }
-        self.dirty.insert(Dirty::Address(datapath, ip));
+        self.address_table.mark((datapath, ip));
     }
 
     fn neighbour_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
@@ -427,7 +373,7 @@ impl L3State {
         {
             self.neighbours.remove(&(datapath, ip));
         }
-        self.dirty.insert(Dirty::Neighbour(datapath, ip));
+        self.neighbour_table.mark((datapath, ip));
     }
 
     /// Why the kernel does not forward for `router` (empty when it does).
@@ -447,7 +393,10 @@ impl L3State {
     /// Number of keys waiting for [`Self::flush`].
     #[must_use]
     pub fn pending(&self) -> usize {
-        self.dirty.len()
+        self.route_table.pending()
+            + self.neighbour_table.pending()
+            + self.address_table.pending()
+            + self.router_table.pending()
     }
 
     fn desired_route(&self, datapath: u32, prefix: Prefix) -> Option<RouteEntry> {
@@ -497,107 +446,54 @@ impl L3State {
 
     /// Writes every marked key whose desired value differs from the installed one; failed keys
     /// stay marked.
-    pub fn flush(&mut self, maps: &mut impl L3Maps) -> Result<usize, EbpfError> {
-        let mut writes = 0;
-        let dirty: Vec<Dirty> = self.dirty.iter().cloned().collect();
-        for key in dirty {
-            writes += match &key {
-                Dirty::Route(datapath, prefix) => {
-                    let desired = self.desired_route(*datapath, *prefix);
-                    let map_key = route_key(*datapath, *prefix);
-                    reconcile_slot(
-                        &mut self.installed_routes,
-                        (*datapath, *prefix),
-                        desired,
-                        |value| match value {
-                            Some(entry) => maps.set_route(map_key, prefix.length, entry),
-                            None => maps.remove_route(map_key, prefix.length),
-                        },
-                    )?
+    pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        let mut writes = flush_from(
+            self,
+            maps,
+            |s| &mut s.route_table,
+            |s, &(dp, prefix)| s.desired_route(dp, prefix),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.neighbour_table,
+            |s, &(dp, ip)| s.desired_neighbour(dp, ip),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.address_table,
+            |s, &(dp, ip)| s.desired_address(dp, ip),
+        )?;
+        // Routers through the hook that logs why one goes.
+        let mut routers = std::mem::take(&mut self.router_table);
+        let written = routers.flush_with(
+            maps,
+            |&datapath| self.desired_router(datapath),
+            |&datapath, desired| {
+                // Only for the log when the router goes.
+                if desired.is_none() {
+                    let reasons = self.blocked(datapath);
+                    if !reasons.is_empty() {
+                        tracing::info!(
+                            router = datapath,
+                            ?reasons,
+                            "the kernel does not route for this router; its traffic is dropped and counted"
+                        );
+                    }
                 }
-                Dirty::Neighbour(datapath, ip) => {
-                    let desired = self.desired_neighbour(*datapath, *ip);
-                    let map_key = neighbour_key(*datapath, *ip);
-                    reconcile_slot(
-                        &mut self.installed_neighbours,
-                        (*datapath, *ip),
-                        desired,
-                        |value| match value {
-                            Some(value) => maps.set_neighbour(map_key, value),
-                            None => maps.remove_neighbour(map_key),
-                        },
-                    )?
-                }
-                Dirty::Address(datapath, ip) => {
-                    let desired = self.desired_address(*datapath, *ip);
-                    let map_key = neighbour_key(*datapath, *ip);
-                    reconcile_slot(
-                        &mut self.installed_addresses,
-                        (*datapath, *ip),
-                        desired,
-                        |value| match value {
-                            Some(address) => maps.set_router_address(map_key, address),
-                            None => maps.remove_router_address(map_key),
-                        },
-                    )?
-                }
-                Dirty::Router(datapath) => {
-                    let desired = self.desired_router(*datapath);
-                    // Only for the log when the router goes.
-                    let reasons = if desired.is_none() {
-                        self.blocked(*datapath)
-                    } else {
-                        Vec::new()
-                    };
-                    reconcile_slot(&mut self.installed_routers, *datapath, desired, |value| {
-                        match value {
-                            Some(info) => maps.set_router(*datapath, info),
-                            None => {
-                                if !reasons.is_empty() {
-                                    tracing::info!(
-                                        router = datapath,
-                                        ?reasons,
-                                        "the kernel does not route for this router; its traffic is dropped and counted"
-                                    );
-                                }
-                                maps.remove_router(*datapath)
-                            }
-                        }
-                    })?
-                }
-            };
-            self.dirty.remove(&key);
-        }
-        Ok(writes)
+            },
+        );
+        self.router_table = routers;
+        Ok(writes + written?)
     }
 
     /// Removes every L3 key this state did not install (see [`super::l2::L2State::sweep`]).
-    pub fn sweep(&self, maps: &mut impl L3Maps) -> Result<usize, EbpfError> {
-        let keys = maps.l3_keys()?;
-        let routes: HashSet<(RouteKey, u8)> = self
-            .installed_routes
-            .keys()
-            .map(|(dp, prefix)| (route_key(*dp, *prefix), prefix.length))
-            .collect();
-        let address = |key: &NeighbourKey| (key.datapath, Ipv4Addr::from(key.ip.to_ne_bytes()));
-        let removed = remove_unwanted(
-            keys.routes,
-            |route| routes.contains(route),
-            |(key, length)| maps.remove_route(key, length),
-        )? + remove_unwanted(
-            keys.neighbours,
-            |key| self.installed_neighbours.contains_key(&address(key)),
-            |key| maps.remove_neighbour(key),
-        )? + remove_unwanted(
-            keys.routers,
-            |datapath| self.installed_routers.contains_key(datapath),
-            |datapath| maps.remove_router(datapath),
-        )? + remove_unwanted(
-            keys.router_addresses,
-            |key| self.installed_addresses.contains_key(&address(key)),
-            |key| maps.remove_router_address(key),
-        )?;
-        Ok(removed)
+    pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        Ok(self.route_table.sweep(maps)?
+            + self.neighbour_table.sweep(maps)?
+            + self.router_table.sweep(maps)?
+            + self.address_table.sweep(maps)?)
     }
 }
 

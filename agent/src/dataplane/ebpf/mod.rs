@@ -1,7 +1,8 @@
 //! The eBPF backend's kernel side as seen from userspace: the object embedded at build time, loading
 //! every program through the verifier, tcx attachment to interfaces (in any network namespace) and
-//! reading the programs' counters, and the tunnel maps (this node's encap IP, local ports by
-//! (datapath, port key)). With a [`pins::PinLayout`], maps are adopted from (or pinned to) bpffs
+//! reading the programs' counters and this node's tunnel endpoint; every other map is written
+//! through the generic [`maps::Maps`] and installed through [`tables::Table`]s, and [`stack`]
+//! measures each program's stack. With a [`pins::PinLayout`], maps are adopted from (or pinned to) bpffs
 //! and links are pinned, so they outlive the agent and a new agent replaces the programs
 //! atomically; without one, dropping the handle detaches the programs.
 //! Touches: the bpf() syscall, its pin files and, for attachment, a helper thread's network
@@ -9,10 +10,9 @@
 
 use std::{io, path::Path};
 
-use aya::maps::lpm_trie::Key as LpmKey;
 use aya::{
     Ebpf, EbpfLoader, TestRun, TestRunOptions,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, PerCpuArray, PerCpuHashMap},
     programs::{
         ProgramError, SchedClassifier, TcAttachType,
         links::{FdLink, LinkError, PinnedLink},
@@ -20,11 +20,11 @@ use aya::{
     },
 };
 use ovnbpf_common::{
-    ArpAnswer, ArpKey, FibEntry, FibKey, FloodGroup, FloodKey, FloodMemberKey, FloodRoles,
-    InterfaceCounters, LocalPort, Localnet, Neighbour, NeighbourKey, PodPort, PortSecurity,
-    ProviderKey, RouteEntry, RouteKey, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, map,
-    program, router_reply,
+    InterfaceCounters, PodPort, TunnelConfig, drop_reason, map, maps::PodPorts, program,
+    router_reply,
 };
+
+pub use maps::Maps;
 
 use crate::netns;
 
@@ -32,9 +32,13 @@ pub mod events;
 pub mod inspect;
 pub mod l2;
 pub mod l3;
+pub mod maps;
 pub mod node;
+pub mod physical;
 pub mod pins;
 pub mod pod_filter;
+pub mod stack;
+pub mod tables;
 
 /// The kernel object built by aya-build from `ebpf/` (empty when built with `AYA_BUILD_SKIP=1`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ovnbpf"));
@@ -135,12 +139,22 @@ pub struct LoadedProgram {
     pub verified_instructions: Option<u32>,
     /// Size of the program after the kernel's translation, in bytes.
     pub translated_bytes: Option<u32>,
+    /// Its stack frames, read from the object ([`stack`]); `None` if the object could not be
+    /// read that way (logged).
+    pub stack: Option<stack::StackUse>,
 }
+
+/// The verifier's limit on instructions processed for one program.
+pub const VERIFIER_INSTRUCTION_LIMIT: u32 = 1_000_000;
+/// ovnbpf's budget per program: a quarter of the verifier's limit, so features have room before a
+/// stage must move behind a tail call.
+pub const VERIFIED_INSTRUCTIONS_BUDGET: u32 = VERIFIER_INSTRUCTION_LIMIT / 4;
 
 /// Result of one BPF_PROG_TEST_RUN.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TestRunOutcome {
-    /// The program's return value (a tc verdict; -1 is TCX_NEXT).
+    /// The program's return value (a tc verdict; -1 hands the frame on: TC_ACT_UNSPEC under
+    /// cls_bpf, TCX_NEXT under tcx).
     pub verdict: i32,
     /// The packet after the program ran.
     pub frame: Vec<u8>,
@@ -184,8 +198,8 @@ impl KernelPrograms {
         let mut loader = EbpfLoader::new();
         let paths: Vec<(&str, std::path::PathBuf)> = match pins {
             Some(pins) => map::ALL
-                .into_iter()
-                .map(|name| (name, pins.map_path(name)))
+                .iter()
+                .map(|&name| (name, pins.map_path(name)))
                 .collect(),
             None => Vec::new(),
         };
@@ -239,11 +253,17 @@ impl KernelPrograms {
                 let info = program
                     .info()
                     .map_err(|source| EbpfError::Program { name, source })?;
+                let stack = stack::stack_use(OBJECT, name)
+                    .inspect_err(
+                        |error| tracing::warn!(program = name, %error, "cannot measure the stack"),
+                    )
+                    .ok();
                 Ok(LoadedProgram {
                     name,
                     id: info.id(),
                     verified_instructions: info.verified_instruction_count(),
                     translated_bytes: info.size_translated(),
+                    stack,
                 })
             })
             .collect()
@@ -439,31 +459,38 @@ impl KernelPrograms {
             .map_err(|source| EbpfError::Map { name, source })
     }
 
-    fn hash_insert<K: aya::Pod, V: aya::Pod>(
+    /// Frames entering on the host-side veth `ifindex` come from logical port `port`, and the
+    /// veth has a counter entry (see [`maps::Maps::open_counters`]).
+    pub fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
+        self.open_counters(ifindex)?;
+        self.set::<PodPorts>(ifindex, port)
+    }
+
+    /// Forgets the pod port behind `ifindex`, and its counters (the index may be reused).
+    pub fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        self.remove::<PodPorts>(ifindex)?;
+        self.close_counters(ifindex)
+    }
+
+    fn interface_counters_mut(
         &mut self,
-        name: &'static str,
-        key: K,
-        value: V,
-    ) -> Result<(), EbpfError> {
-        let mut map: HashMap<_, K, V> = HashMap::try_from(self.map_mut(name)?)
-            .map_err(|source| EbpfError::Map { name, source })?;
-        map.insert(key, value, 0)
+    ) -> Result<PerCpuHashMap<&mut aya::maps::MapData, u32, InterfaceCounters>, EbpfError> {
+        let name = map::INTERFACE_COUNTERS;
+        PerCpuHashMap::try_from(self.map_mut(name)?)
             .map_err(|source| EbpfError::Map { name, source })
     }
 
-    /// Removes `key` from a hash map (absent keys are fine).
-    fn hash_remove<K: aya::Pod, V: aya::Pod>(
-        &mut self,
-        name: &'static str,
-        key: K,
-    ) -> Result<(), EbpfError> {
-        let mut map: HashMap<_, K, V> = HashMap::try_from(self.map_mut(name)?)
-            .map_err(|source| EbpfError::Map { name, source })?;
-        match map.remove(&key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            // The kernel answers a delete of an absent key with ENOENT.
+    /// See [`maps::Maps::open_counters`].
+    fn open_counters(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        let name = map::INTERFACE_COUNTERS;
+        let cpus = aya::util::nr_cpus().map_err(|(_, error)| EbpfError::Cpus(error))?;
+        let zero = aya::maps::PerCpuValues::try_from(vec![InterfaceCounters::default(); cpus])
+            .map_err(EbpfError::Cpus)?;
+        // BPF_NOEXIST: an entry a previous agent's programs filled keeps its counts.
+        match self.interface_counters_mut()?.insert(ifindex, zero, 1) {
+            Ok(()) => Ok(()),
             Err(aya::maps::MapError::SyscallError(error))
-                if error.io_error.kind() == io::ErrorKind::NotFound =>
+                if error.io_error.kind() == io::ErrorKind::AlreadyExists =>
             {
                 Ok(())
             }
@@ -471,39 +498,13 @@ impl KernelPrograms {
         }
     }
 
-    /// Delivers tunnel frames for (datapath key, port key) to `port`.
-    pub fn set_tunnel_port(
-        &mut self,
-        key: TunnelPortKey,
-        port: LocalPort,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(map::TUNNEL_PORTS, key, port)
-    }
-
-    /// Stops delivering tunnel frames for `key`.
-    pub fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
-        self.hash_remove::<TunnelPortKey, LocalPort>(map::TUNNEL_PORTS, key)
-    }
-
-    /// Frames entering on the host-side veth `ifindex` come from logical port `port`. Also
-    /// gives the veth a counter entry (kept if it has one), so frames delivered to the pod count
-    /// from the start.
-    pub fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
+    /// See [`maps::Maps::close_counters`].
+    fn close_counters(&mut self, ifindex: u32) -> Result<(), EbpfError> {
         let name = map::INTERFACE_COUNTERS;
-        let mut counters: PerCpuHashMap<_, u32, InterfaceCounters> =
-            PerCpuHashMap::try_from(self.map_mut(name)?)
-                .map_err(|source| EbpfError::Map { name, source })?;
-        let cpus = aya::util::nr_cpus().map_err(|(_, error)| EbpfError::Cpus(error))?;
-        let zero = aya::maps::PerCpuValues::try_from(vec![InterfaceCounters::default(); cpus])
-            .map_err(EbpfError::Cpus)?;
-        // BPF_NOEXIST: an entry a previous agent's programs filled keeps its counts.
-        match counters.insert(ifindex, zero, 1) {
-            Ok(()) => {}
-            Err(aya::maps::MapError::SyscallError(error))
-                if error.io_error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => return Err(EbpfError::Map { name, source }),
+        match self.interface_counters_mut()?.remove(&ifindex) {
+            Err(source) if !maps::absent(&source) => Err(EbpfError::Map { name, source }),
+            _ => Ok(()),
         }
-        self.hash_insert(map::POD_PORTS, ifindex, port)
     }
 
     /// Takes the consumer side of the drop-event ring buffer (once per loaded object).
@@ -516,184 +517,6 @@ impl KernelPrograms {
         let ring =
             aya::maps::RingBuf::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
         Ok(events::DropEvents::new(ring))
-    }
-
-    /// Forgets the pod port behind `ifindex`, and its counters (the index may be reused).
-    pub fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        self.hash_remove::<u32, PodPort>(map::POD_PORTS, ifindex)?;
-        let name = map::INTERFACE_COUNTERS;
-        let mut counters: PerCpuHashMap<_, u32, InterfaceCounters> =
-            PerCpuHashMap::try_from(self.map_mut(name)?)
-                .map_err(|source| EbpfError::Map { name, source })?;
-        match counters.remove(&ifindex) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(error))
-                if error.io_error.kind() == io::ErrorKind::NotFound =>
-            {
-                Ok(())
-            }
-            Err(source) => Err(EbpfError::Map { name, source }),
-        }
-    }
-
-    /// Frames to `key`'s MAC on its datapath go where `entry` says.
-    pub fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
-        self.hash_insert(map::L2_FIB, key, entry)
-    }
-
-    pub fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
-        self.hash_remove::<FibKey, FibEntry>(map::L2_FIB, key)
-    }
-
-    /// Frames from the pod behind `ifindex` must satisfy `security`.
-    pub fn set_port_security(
-        &mut self,
-        ifindex: u32,
-        security: PortSecurity,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(map::PORT_SECURITY, ifindex, security)
-    }
-
-    pub fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        self.hash_remove::<u32, PortSecurity>(map::PORT_SECURITY, ifindex)
-    }
-
-    /// The switch answers ARP requests for `key` (an address on a datapath) with `answer`.
-    pub fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
-        self.hash_insert(map::ARP_RESPONDER, key, answer)
-    }
-
-    pub fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
-        self.hash_remove::<ArpKey, ArpAnswer>(map::ARP_RESPONDER, key)
-    }
-
-    /// Keys present in hash map `name` (keyed by `K`, valued by `V`).
-    pub fn hash_keys<K: aya::Pod, V: aya::Pod>(
-        &self,
-        name: &'static str,
-    ) -> Result<Vec<K>, EbpfError> {
-        let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
-        let map: HashMap<_, K, V> =
-            HashMap::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
-        map.keys()
-            .collect::<Result<Vec<K>, _>>()
-            .map_err(|source| EbpfError::Map { name, source })
-    }
-
-    /// Flood group `key` has `counts` member slots from this node.
-    pub fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
-        self.hash_insert(map::FLOOD_GROUPS, key, counts)
-    }
-
-    pub fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
-        self.hash_remove::<FloodKey, FloodGroup>(map::FLOOD_GROUPS, key)
-    }
-
-    /// Slot `key` of a flood group holds `member` (a veth's ifindex or an encap IP).
-    pub fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
-        self.hash_insert(map::FLOOD_MEMBERS, key, member)
-    }
-
-    pub fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
-        self.hash_remove::<FloodMemberKey, u32>(map::FLOOD_MEMBERS, key)
-    }
-
-    /// Datapath `datapath` floods broadcasts and unknown unicast to the groups `roles` names.
-    pub fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
-        self.hash_insert(map::FLOOD_ROLES, datapath, roles)
-    }
-
-    pub fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        self.hash_remove::<u32, FloodRoles>(map::FLOOD_ROLES, datapath)
-    }
-
-    fn routes(
-        &mut self,
-    ) -> Result<aya::maps::LpmTrie<&mut aya::maps::MapData, RouteKey, RouteEntry>, EbpfError> {
-        let name = map::ROUTES;
-        aya::maps::LpmTrie::try_from(self.map_mut(name)?)
-            .map_err(|source| EbpfError::Map { name, source })
-    }
-
-    /// Router `key.datapath` sends `key.ip`/`length` where `entry` says.
-    pub fn set_route(
-        &mut self,
-        key: RouteKey,
-        length: u8,
-        entry: RouteEntry,
-    ) -> Result<(), EbpfError> {
-        let name = map::ROUTES;
-        self.routes()?
-            .insert(&LpmKey::new(32 + u32::from(length), key), entry, 0)
-            .map_err(|source| EbpfError::Map { name, source })
-    }
-
-    pub fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
-        let name = map::ROUTES;
-        match self
-            .routes()?
-            .remove(&LpmKey::new(32 + u32::from(length), key))
-        {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(error))
-                if error.io_error.kind() == io::ErrorKind::NotFound =>
-            {
-                Ok(())
-            }
-            Err(source) => Err(EbpfError::Map { name, source }),
-        }
-    }
-
-    /// Every route key present, as (key, prefix length).
-    pub fn route_keys(&self) -> Result<Vec<(RouteKey, u8)>, EbpfError> {
-        let name = map::ROUTES;
-        let raw = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
-        let trie: aya::maps::LpmTrie<_, RouteKey, RouteEntry> =
-            aya::maps::LpmTrie::try_from(raw).map_err(|source| EbpfError::Map { name, source })?;
-        trie.keys()
-            .map(|key| {
-                key.map(|key| (key.data(), key.prefix_len().saturating_sub(32) as u8))
-                    .map_err(|source| EbpfError::Map { name, source })
-            })
-            .collect()
-    }
-
-    pub fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
-        self.hash_insert(map::NEIGHBOURS, key, value)
-    }
-
-    pub fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        self.hash_remove::<NeighbourKey, Neighbour>(map::NEIGHBOURS, key)
-    }
-
-    pub fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
-        self.hash_insert(map::ROUTERS, datapath, info)
-    }
-
-    pub fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        self.hash_remove::<u32, RouterInfo>(map::ROUTERS, datapath)
-    }
-
-    /// Underlay switch `datapath` meets the physical network as `localnet` says.
-    pub fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
-        self.hash_insert(map::LOCALNETS, datapath, localnet)
-    }
-
-    pub fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        self.hash_remove::<u32, Localnet>(map::LOCALNETS, datapath)
-    }
-
-    /// Frames of `key` (provider NIC, VLAN) belong to switch `datapath`.
-    pub fn set_provider_network(
-        &mut self,
-        key: ProviderKey,
-        datapath: u32,
-    ) -> Result<(), EbpfError> {
-        self.hash_insert(map::PROVIDER_NETWORKS, key, datapath)
-    }
-
-    pub fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
-        self.hash_remove::<ProviderKey, u32>(map::PROVIDER_NETWORKS, key)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].
@@ -737,29 +560,8 @@ fn remove_pin(pin: &Path) {
     }
 }
 
-/// Brings one kernel map slot in line with `desired`: `write` gets `Some(value)` to set it or
-/// `None` to remove it, unless `installed` already records that, and `installed` is updated
-/// after the kernel took it. Returns the writes made (0 or 1). The flushes of [`l2`] and [`l3`]
-/// use it.
-pub(crate) fn reconcile_slot<S: Eq + std::hash::Hash, V: Copy + PartialEq>(
-    installed: &mut std::collections::HashMap<S, V>,
-    slot: S,
-    desired: Option<V>,
-    write: impl FnOnce(Option<V>) -> Result<(), EbpfError>,
-) -> Result<usize, EbpfError> {
-    if desired == installed.get(&slot).copied() {
-        return Ok(0);
-    }
-    write(desired)?;
-    match desired {
-        Some(value) => installed.insert(slot, value),
-        None => installed.remove(&slot),
-    };
-    Ok(1)
-}
-
 /// Removes each of `keys` that `keep` rejects, with `remove`; returns how many went (the sweeps
-/// of [`l2`] and [`l3`]).
+/// of the L2 maps that are not yet [`tables::Table`]s).
 pub(crate) fn remove_unwanted<K>(
     keys: impl IntoIterator<Item = K>,
     keep: impl Fn(&K) -> bool,

@@ -1,7 +1,7 @@
 //! One flood group's member slots as installed in the kernel (`FLOOD_GROUPS` holds the counts,
 //! `FLOOD_MEMBERS` one entry per (group, slot)), and the map writes that bring them to a new
 //! member list: O(changed members), never a rewrite of the group. Touches the kernel only through
-//! [`L2Maps`]'s flood-group and flood-member writes.
+//! [`Maps`]'s flood-group and flood-member writes.
 //!
 //! Per list (local veths, other chassis' encap IPs):
 //! - a member replacing another (a pod's veth or a chassis's encap IP changed, or one leaves as
@@ -25,7 +25,9 @@ use std::collections::{HashMap, HashSet};
 
 use ovnbpf_common::{FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey};
 
-use super::L2Maps;
+use ovnbpf_common::maps::{FloodGroups, FloodMembers};
+
+use super::super::Maps;
 use crate::dataplane::ebpf::EbpfError;
 
 /// The slots of one list of a group, as installed.
@@ -85,7 +87,7 @@ impl InstalledGroup {
     /// lists are empty.
     pub(super) fn update(
         &mut self,
-        maps: &mut impl L2Maps,
+        maps: &mut impl Maps,
         key: FloodKey,
         local: &[u32],
         remote: &[u32],
@@ -95,11 +97,11 @@ impl InstalledGroup {
         let counts = self.counts();
         if counts == FloodGroup::default() {
             if self.header.take().is_some() {
-                maps.remove_flood_group(key)?;
+                maps.remove::<FloodGroups>(key)?;
                 writes += 1;
             }
         } else if self.header != Some(counts) {
-            maps.set_flood_group(key, counts)?;
+            maps.set::<FloodGroups>(key, counts)?;
             self.header = Some(counts);
             writes += 1;
         }
@@ -116,7 +118,7 @@ impl InstalledGroup {
 
     fn update_list(
         &mut self,
-        maps: &mut impl L2Maps,
+        maps: &mut impl Maps,
         key: FloodKey,
         remote: bool,
         desired: &[u32],
@@ -149,7 +151,7 @@ impl InstalledGroup {
             };
             if let Some(new) = joining.next() {
                 // In place: one write.
-                maps.set_flood_member(slot_key(index), new)?;
+                maps.set::<FloodMembers>(slot_key(index), new)?;
                 list.slots[index] = new;
                 list.position.insert(new, index);
                 writes += 1;
@@ -158,22 +160,22 @@ impl InstalledGroup {
             let last = list.slots.len() - 1;
             if index != last {
                 let moved = list.slots[last];
-                maps.set_flood_member(slot_key(index), moved)?;
+                maps.set::<FloodMembers>(slot_key(index), moved)?;
                 list.slots[index] = moved;
                 list.position.insert(moved, index);
                 writes += 1;
             }
             list.slots.pop();
             let counts = self.counts();
-            maps.set_flood_group(key, counts)?;
+            maps.set::<FloodGroups>(key, counts)?;
             self.header = Some(counts);
-            maps.remove_flood_member(slot_key(last))?;
+            maps.remove::<FloodMembers>(slot_key(last))?;
             writes += 2;
         }
         let list = self.list(remote);
         for member in joining {
             let index = list.slots.len();
-            maps.set_flood_member(slot_key(index), member)?;
+            maps.set::<FloodMembers>(slot_key(index), member)?;
             list.slots.push(member);
             list.position.insert(member, index);
             writes += 1;

@@ -2,191 +2,63 @@ use super::*;
 use ovnbpf_common::FLOOD_SLOT_REMOTE;
 use std::collections::BTreeSet;
 
-/// The maps as a kernel would hold them after the writes.
-#[derive(Debug, Default)]
-struct Recorder {
-    pod_ports: HashMap<u32, PodPort>,
-    port_security: HashMap<u32, PortSecurity>,
-    tunnel_ports: HashMap<(u32, u32), LocalPort>,
-    fib: HashMap<(u32, Mac), FibEntry>,
-    arp: HashMap<(u32, u32), ArpAnswer>,
-    groups: HashMap<(u32, u32), FloodGroup>,
-    members: HashMap<FloodMemberKey, u32>,
-    roles: HashMap<u32, FloodRoles>,
-    localnets: HashMap<u32, Localnet>,
-    providers: HashMap<ProviderKey, u32>,
-    writes: usize,
-    /// Writes to the flood-group and flood-member maps.
-    flood_writes: usize,
-    /// With `Some`, the group (DP, FLOOD) as the kernel would walk it after each flood write.
-    flood_states: Option<Vec<(Vec<u32>, Vec<u32>)>>,
-}
+use crate::dataplane::ebpf::maps::{Recorder, Slot, Writable};
+use ovnbpf_common::{
+    FloodGroup, FloodMemberKey,
+    maps::{
+        ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
+        PortSecurityMap, ProviderNetworks, TunnelPorts,
+    },
+};
 
-impl L2Maps for Recorder {
-    fn set_pod_port(&mut self, ifindex: u32, port: PodPort) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.pod_ports.insert(ifindex, port);
-        Ok(())
-    }
-    fn remove_pod_port(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.pod_ports.remove(&ifindex);
-        Ok(())
-    }
-    fn set_port_security(&mut self, ifindex: u32, security: PortSecurity) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.port_security.insert(ifindex, security);
-        Ok(())
-    }
-    fn remove_port_security(&mut self, ifindex: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.port_security.remove(&ifindex);
-        Ok(())
-    }
-    fn set_tunnel_port(&mut self, key: TunnelPortKey, port: LocalPort) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.tunnel_ports.insert((key.datapath, key.port), port);
-        Ok(())
-    }
-    fn remove_tunnel_port(&mut self, key: TunnelPortKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.tunnel_ports.remove(&(key.datapath, key.port));
-        Ok(())
-    }
-    fn set_fib_entry(&mut self, key: FibKey, entry: FibEntry) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.fib.insert((key.datapath, key.mac), entry);
-        Ok(())
-    }
-    fn remove_fib_entry(&mut self, key: FibKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.fib.remove(&(key.datapath, key.mac));
-        Ok(())
-    }
-    fn set_arp_answer(&mut self, key: ArpKey, answer: ArpAnswer) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.arp.insert((key.datapath, key.ip), answer);
-        Ok(())
-    }
-    fn remove_arp_answer(&mut self, key: ArpKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.arp.remove(&(key.datapath, key.ip));
-        Ok(())
-    }
-    fn set_flood_group(&mut self, key: FloodKey, counts: FloodGroup) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.flood_writes += 1;
-        self.groups.insert((key.datapath, key.group), counts);
-        self.snapshot();
-        Ok(())
-    }
-    fn set_flood_member(&mut self, key: FloodMemberKey, member: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.flood_writes += 1;
-        self.members.insert(key, member);
-        self.snapshot();
-        Ok(())
-    }
-    fn remove_flood_member(&mut self, key: FloodMemberKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.flood_writes += 1;
-        self.members.remove(&key);
-        self.snapshot();
-        Ok(())
-    }
-    fn remove_flood_group(&mut self, key: FloodKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.flood_writes += 1;
-        self.groups.remove(&(key.datapath, key.group));
-        self.snapshot();
-        Ok(())
-    }
-    fn set_flood_roles(&mut self, datapath: u32, roles: FloodRoles) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.roles.insert(datapath, roles);
-        Ok(())
-    }
-    fn remove_flood_roles(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.roles.remove(&datapath);
-        Ok(())
-    }
-    fn set_localnet(&mut self, datapath: u32, localnet: Localnet) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.localnets.insert(datapath, localnet);
-        Ok(())
-    }
-    fn remove_localnet(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.localnets.remove(&datapath);
-        Ok(())
-    }
-    fn set_provider_network(&mut self, key: ProviderKey, datapath: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.providers.insert(key, datapath);
-        Ok(())
-    }
-    fn remove_provider_network(&mut self, key: ProviderKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.providers.remove(&key);
-        Ok(())
-    }
-    fn keys(&self) -> Result<MapKeys, EbpfError> {
-        Ok(MapKeys {
-            localnets: self.localnets.keys().copied().collect(),
-            provider_networks: self.providers.keys().copied().collect(),
-            flood_groups: self
-                .groups
-                .keys()
-                .map(|&(datapath, group)| FloodKey { datapath, group })
-                .collect(),
-            flood_members: self.members.keys().copied().collect(),
-            flood_roles: self.roles.keys().copied().collect(),
-            pod_ports: self.pod_ports.keys().copied().collect(),
-            port_security: self.port_security.keys().copied().collect(),
-            tunnel_ports: self
-                .tunnel_ports
-                .keys()
-                .map(|&(datapath, port)| TunnelPortKey { datapath, port })
-                .collect(),
-            fib: self
-                .fib
-                .keys()
-                .map(|&(datapath, mac)| FibKey {
-                    datapath,
-                    mac,
-                    padding: [0; 2],
-                })
-                .collect(),
-            arp: self
-                .arp
-                .keys()
-                .map(|&(datapath, ip)| ArpKey { datapath, ip })
-                .collect(),
-        })
-    }
-}
-
+/// Views of the recorded maps keyed as the assertions read them.
 impl Recorder {
-    fn snapshot(&mut self) {
-        if self.flood_states.is_some() {
-            let state = self.walk(DP, FLOOD);
-            if let Some(states) = &mut self.flood_states {
-                states.push(state);
-            }
-        }
+    fn pod_ports(&self) -> HashMap<u32, PodPort> {
+        self.table::<PodPorts>()
+    }
+    fn port_security(&self) -> HashMap<u32, PortSecurity> {
+        self.table::<PortSecurityMap>()
+    }
+    fn tunnel_ports(&self) -> HashMap<(u32, u32), LocalPort> {
+        self.table_by::<TunnelPorts, _>(|k| (k.datapath, k.port))
+    }
+    fn fib(&self) -> HashMap<(u32, Mac), FibEntry> {
+        self.table_by::<L2Fib, _>(|k| (k.datapath, k.mac))
+    }
+    fn arp(&self) -> HashMap<(u32, u32), ArpAnswer> {
+        self.table_by::<ArpResponder, _>(|k| (k.datapath, k.ip))
+    }
+    fn groups(&self) -> HashMap<(u32, u32), FloodGroup> {
+        self.table_by::<FloodGroups, _>(|k| (k.datapath, k.group))
+    }
+    fn members(&self) -> HashMap<FloodMemberKey, u32> {
+        self.table::<FloodMembers>()
+    }
+    fn roles(&self) -> HashMap<u32, FloodRoles> {
+        self.table::<FloodRolesMap>()
+    }
+    fn localnets(&self) -> HashMap<u32, Localnet> {
+        self.table::<Localnets>()
+    }
+    fn providers(&self) -> HashMap<ProviderKey, u32> {
+        self.table::<ProviderNetworks>()
+    }
+    /// Writes to the flood-group and flood-member maps.
+    fn flood_writes(&self) -> usize {
+        self.writes_to::<FloodGroups>() + self.writes_to::<FloodMembers>()
     }
 
     /// What a program walking (datapath, group) now would reach: the slots below the counts
     /// that are present (a missing one is skipped, as the program does).
     fn walk(&self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
-        let Some(counts) = self.groups.get(&(datapath, group)) else {
+        let (groups, members) = (self.groups(), self.members());
+        let Some(counts) = groups.get(&(datapath, group)) else {
             return (Vec::new(), Vec::new());
         };
         let slots = |count: u32, flag: u32| -> Vec<u32> {
             (0..count)
                 .filter_map(|index| {
-                    self.members.get(&FloodMemberKey {
+                    members.get(&FloodMemberKey {
                         datapath,
                         group,
                         slot: index | flag,
@@ -204,9 +76,11 @@ impl Recorder {
     /// A flood group as the kernel walks it: the local and remote slots below the counts, each
     /// of which must be present.
     fn flood_members(&self, datapath: u32, group: u32) -> (Vec<u32>, Vec<u32>) {
-        let Some(counts) = self.groups.get(&(datapath, group)) else {
+        let groups = self.groups();
+        let Some(counts) = groups.get(&(datapath, group)) else {
             return (Vec::new(), Vec::new());
         };
+        let members = self.members();
         let slots = |count: u32, flag: u32| -> Vec<u32> {
             (0..count)
                 .map(|index| {
@@ -215,8 +89,7 @@ impl Recorder {
                         group,
                         slot: index | flag,
                     };
-                    *self
-                        .members
+                    *members
                         .get(&key)
                         .unwrap_or_else(|| panic!("slot {key:?} below the count is missing"))
                 })
@@ -295,7 +168,7 @@ fn local_and_remote_pods_fill_every_map() {
     let (state, maps) = two_pods();
     assert_eq!(state.pending(), 0);
     assert_eq!(
-        maps.pod_ports,
+        maps.pod_ports(),
         HashMap::from([(
             40,
             PodPort {
@@ -305,7 +178,7 @@ fn local_and_remote_pods_fill_every_map() {
         )])
     );
     assert_eq!(
-        maps.tunnel_ports,
+        maps.tunnel_ports(),
         HashMap::from([(
             (DP, 1),
             LocalPort {
@@ -314,14 +187,14 @@ fn local_and_remote_pods_fill_every_map() {
             }
         )])
     );
-    assert_eq!(maps.fib[&(DP, LOCAL_MAC)].kind, FIB_LOCAL);
-    assert_eq!(maps.fib[&(DP, LOCAL_MAC)].ifindex, 40);
-    let remote = maps.fib[&(DP, REMOTE_MAC)];
+    assert_eq!(maps.fib()[&(DP, LOCAL_MAC)].kind, FIB_LOCAL);
+    assert_eq!(maps.fib()[&(DP, LOCAL_MAC)].ifindex, 40);
+    let remote = maps.fib()[&(DP, REMOTE_MAC)];
     assert_eq!(
         (remote.kind, remote.remote_ip, remote.port),
         (FIB_REMOTE, u32::from_ne_bytes(NODE2.octets()), 2)
     );
-    let answer = maps.arp[&(DP, u32::from_ne_bytes(REMOTE_IP.octets()))];
+    let answer = maps.arp()[&(DP, u32::from_ne_bytes(REMOTE_IP.octets()))];
     assert_eq!((answer.mac, answer.owner_port), (REMOTE_MAC, 2));
 }
 
@@ -335,22 +208,22 @@ fn a_pod_moving_to_another_chassis_rewrites_only_its_fib_entry() {
         added: vec![port("a2", 2, Some("node3"))],
         removed: vec![port("a2", 2, Some("node2"))],
     });
-    maps.writes = 0;
+    maps.reset_writes();
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.writes, 1, "just the FIB entry of a2");
+    assert_eq!(maps.writes(), 1, "just the FIB entry of a2");
     assert_eq!(
-        maps.fib[&(DP, REMOTE_MAC)].remote_ip,
+        maps.fib()[&(DP, REMOTE_MAC)].remote_ip,
         u32::from_ne_bytes(node3.octets())
     );
     // Node2's encap IP changing now touches nothing.
     state.set_encap("node2", Some(Ipv4Addr::new(172, 31, 0, 99)));
-    maps.writes = 0;
+    maps.reset_writes();
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.writes, 0);
+    assert_eq!(maps.writes(), 0);
     // Node3's does: one write.
     state.set_encap("node3", Some(Ipv4Addr::new(172, 31, 0, 13)));
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.writes, 1);
+    assert_eq!(maps.writes(), 1);
 }
 
 #[test]
@@ -358,9 +231,9 @@ fn unplugging_and_removing_pods_empties_the_maps() {
     let (mut state, mut maps) = two_pods();
     state.set_interface("a1", None);
     state.flush(&mut maps).unwrap();
-    assert!(maps.pod_ports.is_empty() && maps.tunnel_ports.is_empty());
+    assert!(maps.pod_ports().is_empty() && maps.tunnel_ports().is_empty());
     assert!(
-        !maps.fib.contains_key(&(DP, LOCAL_MAC)),
+        !maps.fib().contains_key(&(DP, LOCAL_MAC)),
         "no veth, no local FIB entry"
     );
 
@@ -371,7 +244,7 @@ fn unplugging_and_removing_pods_empties_the_maps() {
         removed: all,
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.fib.is_empty() && maps.arp.is_empty(), "{maps:?}");
+    assert!(maps.fib().is_empty() && maps.arp().is_empty(), "{maps:?}");
 }
 
 #[test]
@@ -382,13 +255,13 @@ fn unbound_ports_and_unknown_chassis_get_no_fib_entry() {
     state.apply(&added(entries));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    assert!(maps.fib.is_empty(), "{:?}", maps.fib);
+    assert!(maps.fib().is_empty(), "{:?}", maps.fib());
     // The switch still answers ARP for them (as OVN's ARP responder does).
-    assert_eq!(maps.arp.len(), 2);
+    assert_eq!(maps.arp().len(), 2);
     // node9 appears: q becomes reachable.
     state.set_encap("node9", Some(NODE2));
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.fib[&(DP, LOCAL_MAC)].kind, FIB_REMOTE);
+    assert_eq!(maps.fib()[&(DP, LOCAL_MAC)].kind, FIB_REMOTE);
 }
 
 #[test]
@@ -408,7 +281,7 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
     state.apply(&added(vec![secured.clone()]));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    let security = maps.port_security[&40];
+    let security = maps.port_security()[&40];
     assert_eq!(security.mac, LOCAL_MAC);
     assert_eq!(security.ip_count, 2, "IPv6 is checked by MAC only");
     assert_eq!(
@@ -424,8 +297,8 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
         removed: vec![secured],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.port_security.is_empty());
-    assert_eq!(maps.pod_ports.len(), 1);
+    assert!(maps.port_security().is_empty());
+    assert_eq!(maps.pod_ports().len(), 1);
 }
 
 #[test]
@@ -443,7 +316,7 @@ fn a_restarted_agent_rewrites_nothing_away_and_sweeps_only_what_is_gone() {
     entries.extend(pod("gone", 9, Some("node1"), gone_mac, gone_ip));
     previous.apply(&added(entries));
     previous.flush(&mut maps).unwrap();
-    let before = (maps.pod_ports.len(), maps.fib.len(), maps.arp.len());
+    let before = (maps.pod_ports().len(), maps.fib().len(), maps.arp().len());
     assert_eq!(before, (2, 3, 3));
 
     // The new agent learns a1 and a2 first, without the chassis encap yet: a2's FIB entry is
@@ -455,27 +328,27 @@ fn a_restarted_agent_rewrites_nothing_away_and_sweeps_only_what_is_gone() {
     restarted.apply(&added(entries));
     restarted.flush(&mut maps).unwrap();
     assert_eq!(
-        (maps.pod_ports.len(), maps.fib.len(), maps.arp.len()),
+        (maps.pod_ports().len(), maps.fib().len(), maps.arp().len()),
         before,
         "a flush only overwrites"
     );
-    assert_eq!(maps.fib[&(DP, REMOTE_MAC)].kind, FIB_REMOTE);
+    assert_eq!(maps.fib()[&(DP, REMOTE_MAC)].kind, FIB_REMOTE);
 
     restarted.set_encap("node2", Some(NODE2));
     restarted.flush(&mut maps).unwrap();
-    maps.writes = 0;
+    maps.reset_writes();
     let removed = restarted.sweep(&mut maps).unwrap();
     // gone's pod port, tunnel port, FIB entry and ARP answer.
     assert_eq!(removed, 4, "{maps:?}");
-    assert_eq!(maps.writes, 4);
-    assert!(!maps.pod_ports.contains_key(&41));
-    assert!(!maps.fib.contains_key(&(DP, gone_mac)));
+    assert_eq!(maps.writes(), 4);
+    assert!(!maps.pod_ports().contains_key(&41));
+    assert!(!maps.fib().contains_key(&(DP, gone_mac)));
     assert!(
         !maps
-            .arp
+            .arp()
             .contains_key(&(DP, u32::from_ne_bytes(gone_ip.octets())))
     );
-    assert_eq!(maps.fib.len(), 2, "a1 and a2 stay");
+    assert_eq!(maps.fib().len(), 2, "a1 and a2 stay");
     assert_eq!(restarted.sweep(&mut maps).unwrap(), 0, "idempotent");
 }
 
@@ -517,7 +390,7 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
     let node2 = u32::from_ne_bytes(NODE2.octets());
     assert_eq!(maps.flood_members(DP, FLOOD), (vec![40], vec![node2]));
     assert_eq!(
-        maps.roles[&DP],
+        maps.roles()[&DP],
         FloodRoles {
             broadcast: FLOOD,
             unknown: 0
@@ -525,13 +398,13 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
     );
 
     // Node2's encap IP changes: one write, its slot.
-    maps.flood_writes = 0;
+    maps.reset_writes();
     let moved = Ipv4Addr::new(172, 31, 0, 50);
     state.set_encap("node2", Some(moved));
     state.flush(&mut maps).unwrap();
     let moved = u32::from_ne_bytes(moved.octets());
     assert_eq!(maps.flood_members(DP, FLOOD), (vec![40], vec![moved]));
-    assert_eq!(maps.flood_writes, 1);
+    assert_eq!(maps.flood_writes(), 1);
     // The local pod unplugged: the group keeps only the remote chassis.
     state.set_interface("a1", None);
     state.flush(&mut maps).unwrap();
@@ -543,7 +416,7 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
     });
     state.flush(&mut maps).unwrap();
     assert!(
-        maps.groups.is_empty() && maps.members.is_empty() && maps.roles.is_empty(),
+        maps.groups().is_empty() && maps.members().is_empty() && maps.roles().is_empty(),
         "{maps:?}"
     );
     assert_eq!(state.sweep(&mut maps).unwrap(), 0);
@@ -590,10 +463,10 @@ fn a_large_group_is_installed_whole_and_one_member_change_writes_only_its_slot()
 
     // A pod in the middle leaves: the last slot moves into its place, the count drops, the last
     // slot goes: 3 writes.
-    maps.flood_writes = 0;
+    maps.reset_writes();
     state.set_interface("p10", None);
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.flood_writes, 3);
+    assert_eq!(maps.flood_writes(), 3);
     let (local, _) = maps.flood_members(DP, FLOOD);
     assert_eq!(local.len(), 255);
     assert_eq!(local[9], 1256, "the last member took the leaver's slot");
@@ -604,29 +477,29 @@ fn a_large_group_is_installed_whole_and_one_member_change_writes_only_its_slot()
     assert_eq!(sorted.len(), 255, "no member twice");
 
     // The last slot's member leaves: the count and the slot, 2 writes.
-    maps.flood_writes = 0;
+    maps.reset_writes();
     state.set_interface("p255", None);
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.flood_writes, 2);
+    assert_eq!(maps.flood_writes(), 2);
     assert_eq!(maps.flood_members(DP, FLOOD).0.len(), 254);
 
     // A pod joins: its slot, then the count.
-    maps.flood_writes = 0;
+    maps.reset_writes();
     state.set_interface("p10", Some(2010));
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.flood_writes, 2);
+    assert_eq!(maps.flood_writes(), 2);
     let (local, _) = maps.flood_members(DP, FLOOD);
     assert_eq!(local.last(), Some(&2010));
 
     // A pod's veth changes (re-plugged): its slot only.
-    maps.flood_writes = 0;
+    maps.reset_writes();
     state.set_interface("p1", Some(3001));
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.flood_writes, 1);
+    assert_eq!(maps.flood_writes(), 1);
     assert_eq!(maps.flood_members(DP, FLOOD).0[0], 3001);
 
     // A chassis leaves (its only pod unbinds), another's encap moves.
-    maps.flood_writes = 0;
+    maps.reset_writes();
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![IrEntry::FloodMember {
@@ -636,7 +509,7 @@ fn a_large_group_is_installed_whole_and_one_member_change_writes_only_its_slot()
         }],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.flood_writes <= 3, "{}", maps.flood_writes);
+    assert!(maps.flood_writes() <= 3, "{}", maps.flood_writes());
     let (_, remote) = maps.flood_members(DP, FLOOD);
     assert_eq!(remote.len(), 999);
     assert!(!remote.contains(&encaps[0]));
@@ -652,7 +525,7 @@ fn a_large_group_is_installed_whole_and_one_member_change_writes_only_its_slot()
     );
     restarted.sweep(&mut maps).unwrap();
     assert_eq!(maps.flood_members(DP, FLOOD), (veths, encaps));
-    assert_eq!(maps.members.len(), 1_256);
+    assert_eq!(maps.members().len(), 1_256);
 }
 
 #[test]
@@ -664,10 +537,10 @@ fn a_shrinking_group_after_a_restart_is_swept_to_its_slots() {
     let (mut restarted, veths, encaps) = large_switch(10, 2);
     restarted.flush(&mut maps).unwrap();
     assert_eq!(maps.flood_members(DP, FLOOD), (veths, encaps));
-    assert_eq!(maps.members.len(), 25);
+    assert_eq!(maps.members().len(), 25);
     restarted.sweep(&mut maps).unwrap();
     assert_eq!(
-        maps.members.len(),
+        maps.members().len(),
         12,
         "the 13 slots beyond the counts are gone"
     );
@@ -696,10 +569,14 @@ fn between_any_two_writes_a_walk_sees_only_members_and_every_unchanged_one() {
         if let Some(veth) = veth {
             members.insert(veth);
         }
-        maps.flood_states = Some(Vec::new());
+        let mut watched = Watched {
+            maps,
+            states: Vec::new(),
+        };
         state.set_interface(port, veth);
-        state.flush(&mut maps).unwrap();
-        let states = maps.flood_states.take().unwrap();
+        state.flush(&mut watched).unwrap();
+        let Watched { maps: back, states } = watched;
+        maps = back;
         assert!(!states.is_empty(), "{port}: no flood write");
         assert!(states.len() <= 3, "{port}: {} writes", states.len());
         let unchanged: BTreeSet<u32> = old.intersection(&members).copied().collect();
@@ -785,9 +662,9 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     let key = (DP, u32::from_ne_bytes(gateway.octets()));
-    assert_eq!(maps.arp[&key].mac, ROUTER_MAC);
-    assert_eq!(maps.arp[&key].flags, ARP_ANSWER_ROUTER);
-    let fib = maps.fib[&(DP, ROUTER_MAC)];
+    assert_eq!(maps.arp()[&key].mac, ROUTER_MAC);
+    assert_eq!(maps.arp()[&key].flags, ARP_ANSWER_ROUTER);
+    let fib = maps.fib()[&(DP, ROUTER_MAC)];
     assert_eq!(
         (fib.kind, fib.ifindex, fib.port),
         (FIB_ROUTER, ROUTER_DP, 2)
@@ -795,7 +672,7 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
 
     // The switch stops sending ARP for the address to the router: the answer stays (northd's
     // ARP reply), the router flag goes, one write.
-    maps.writes = 0;
+    maps.reset_writes();
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![IrEntry::ArpForRouterIp {
@@ -806,8 +683,8 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
         }],
     });
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.writes, 1);
-    assert_eq!(maps.arp[&key].flags, 0);
+    assert_eq!(maps.writes(), 1);
+    assert_eq!(maps.arp()[&key].flags, 0);
 }
 
 #[test]
@@ -828,20 +705,20 @@ fn an_underlay_switch_meets_its_provider_nic_with_its_vlan() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     assert!(
-        maps.localnets.is_empty(),
+        maps.localnets().is_empty(),
         "no bridge mapping for physnet1 yet"
     );
     state.set_providers(HashMap::from([("physnet1".to_string(), 30)]));
     state.flush(&mut maps).unwrap();
     assert_eq!(
-        maps.localnets[&DP],
+        maps.localnets()[&DP],
         Localnet {
             ifindex: 30,
             vlan: 100
         }
     );
     assert_eq!(
-        maps.providers[&ProviderKey {
+        maps.providers()[&ProviderKey {
             ifindex: 30,
             vlan: 100
         }],
@@ -853,13 +730,44 @@ fn an_underlay_switch_meets_its_provider_nic_with_its_vlan() {
         removed: vec![localnet(Some(100))],
     });
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.providers.len(), 1);
+    assert_eq!(maps.providers().len(), 1);
     assert_eq!(
-        maps.providers[&ProviderKey {
+        maps.providers()[&ProviderKey {
             ifindex: 30,
             vlan: 200
         }],
         DP
     );
     assert_eq!(state.sweep(&mut maps).unwrap(), 0);
+}
+
+/// A [`Recorder`] that notes the group (DP, FLOOD) as the kernel would walk it after each write
+/// to the flood maps.
+struct Watched {
+    maps: Recorder,
+    states: Vec<(Vec<u32>, Vec<u32>)>,
+}
+
+impl Watched {
+    fn note<M: MapDef>(&mut self) {
+        if M::NAME == FloodGroups::NAME || M::NAME == FloodMembers::NAME {
+            self.states.push(self.maps.walk(DP, FLOOD));
+        }
+    }
+}
+
+impl Maps for Watched {
+    fn set<M: Writable>(&mut self, slot: Slot<M>, value: M::Value) -> Result<(), EbpfError> {
+        self.maps.set::<M>(slot, value)?;
+        self.note::<M>();
+        Ok(())
+    }
+    fn remove<M: Writable>(&mut self, slot: Slot<M>) -> Result<(), EbpfError> {
+        self.maps.remove::<M>(slot)?;
+        self.note::<M>();
+        Ok(())
+    }
+    fn keys<M: Writable>(&self) -> Result<Vec<Slot<M>>, EbpfError> {
+        self.maps.keys::<M>()
+    }
 }

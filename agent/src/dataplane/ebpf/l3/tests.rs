@@ -1,79 +1,21 @@
 use super::*;
 
-/// The L3 maps as a kernel would hold them.
-#[derive(Debug, Default)]
-struct Recorder {
-    routes: HashMap<(u32, u32, u8), RouteEntry>,
-    neighbours: HashMap<(u32, u32), Neighbour>,
-    routers: HashMap<u32, RouterInfo>,
-    addresses: HashMap<(u32, u32), RouterAddress>,
-    writes: usize,
-}
+use crate::dataplane::ebpf::maps::Recorder;
+use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes};
 
-impl L3Maps for Recorder {
-    fn set_route(&mut self, key: RouteKey, length: u8, entry: RouteEntry) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.routes.insert((key.datapath, key.ip, length), entry);
-        Ok(())
+/// Views of the recorded L3 maps keyed as the assertions read them.
+impl Recorder {
+    fn routes(&self) -> HashMap<(u32, u32, u8), RouteEntry> {
+        self.table_by::<Routes, _>(|(k, bits)| (k.datapath, k.ip, (bits - 32) as u8))
     }
-    fn remove_route(&mut self, key: RouteKey, length: u8) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.routes.remove(&(key.datapath, key.ip, length));
-        Ok(())
+    fn neighbours(&self) -> HashMap<(u32, u32), Neighbour> {
+        self.table_by::<Neighbours, _>(|k| (k.datapath, k.ip))
     }
-    fn set_neighbour(&mut self, key: NeighbourKey, value: Neighbour) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.neighbours.insert((key.datapath, key.ip), value);
-        Ok(())
+    fn routers(&self) -> HashMap<u32, RouterInfo> {
+        self.table::<Routers>()
     }
-    fn remove_neighbour(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.neighbours.remove(&(key.datapath, key.ip));
-        Ok(())
-    }
-    fn set_router(&mut self, datapath: u32, info: RouterInfo) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.routers.insert(datapath, info);
-        Ok(())
-    }
-    fn remove_router(&mut self, datapath: u32) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.routers.remove(&datapath);
-        Ok(())
-    }
-    fn set_router_address(
-        &mut self,
-        key: NeighbourKey,
-        address: RouterAddress,
-    ) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.addresses.insert((key.datapath, key.ip), address);
-        Ok(())
-    }
-    fn remove_router_address(&mut self, key: NeighbourKey) -> Result<(), EbpfError> {
-        self.writes += 1;
-        self.addresses.remove(&(key.datapath, key.ip));
-        Ok(())
-    }
-    fn l3_keys(&self) -> Result<L3Keys, EbpfError> {
-        Ok(L3Keys {
-            router_addresses: self
-                .addresses
-                .keys()
-                .map(|&(datapath, ip)| NeighbourKey { datapath, ip })
-                .collect(),
-            routes: self
-                .routes
-                .keys()
-                .map(|&(datapath, ip, length)| (RouteKey { datapath, ip }, length))
-                .collect(),
-            neighbours: self
-                .neighbours
-                .keys()
-                .map(|&(datapath, ip)| NeighbourKey { datapath, ip })
-                .collect(),
-            routers: self.routers.keys().copied().collect(),
-        })
+    fn addresses(&self) -> HashMap<(u32, u32), RouterAddress> {
+        self.table_by::<RouterAddresses, _>(|k| (k.datapath, k.ip))
     }
 }
 
@@ -138,7 +80,7 @@ fn route(
 
 fn key(datapath: u32, to: &str) -> (u32, u32, u8) {
     let p = prefix(to);
-    let k = route_key(datapath, p);
+    let (k, _) = route_slot(datapath, p);
     (k.datapath, k.ip, p.length)
 }
 
@@ -190,7 +132,7 @@ fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
     state.apply(&diff(vpc()));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    let to_b = maps.routes[&key(ROUTER, "10.0.2.0/24")];
+    let to_b = maps.routes()[&key(ROUTER, "10.0.2.0/24")];
     assert_eq!(
         (
             to_b.kind,
@@ -202,7 +144,7 @@ fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
         (ROUTE_TO_SWITCH, SWITCH_B, 6, 0, MAC_B),
         "the connected route (priority 74) beats the static one (73)"
     );
-    let to_peer = maps.routes[&key(ROUTER, "10.1.0.0/16")];
+    let to_peer = maps.routes()[&key(ROUTER, "10.1.0.0/16")];
     assert_eq!(
         (to_peer.kind, to_peer.next_datapath, to_peer.nexthop),
         (
@@ -216,18 +158,18 @@ fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
         u32::from_ne_bytes([10, 0, 255, 2]),
         "the peer router's port address: the source of its ICMP errors"
     );
-    assert_eq!(maps.routers[&ROUTER].flags, ROUTER_FORWARDS);
-    assert_eq!(maps.neighbours.len(), 1);
+    assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
+    assert_eq!(maps.neighbours().len(), 1);
 
     // The connected route goes away: the static one takes over the prefix, one write.
-    maps.writes = 0;
+    maps.reset_writes();
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![route(ROUTER, "10.0.2.0/24", 74, None, MAC_B, "lr-b")],
     });
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.writes, 1);
-    let to_b = maps.routes[&key(ROUTER, "10.0.2.0/24")];
+    assert_eq!(maps.writes(), 1);
+    let to_b = maps.routes()[&key(ROUTER, "10.0.2.0/24")];
     assert_eq!(
         (to_b.next_datapath, to_b.nexthop),
         (SWITCH_A, u32::from_ne_bytes([10, 0, 1, 9]))
@@ -255,12 +197,12 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     assert!(
-        !maps.routers.contains_key(&ROUTER),
+        !maps.routers().contains_key(&ROUTER),
         "the policy keeps it out"
     );
     assert_eq!(state.blocked(ROUTER).len(), 1);
     assert!(
-        maps.routers.contains_key(&PEER_ROUTER),
+        maps.routers().contains_key(&PEER_ROUTER),
         "lr_out_snat alone does not"
     );
 
@@ -273,8 +215,8 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
         removed: vec![policy],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.routers.contains_key(&ROUTER));
-    assert!(!maps.routers.contains_key(&PEER_ROUTER));
+    assert!(maps.routers().contains_key(&ROUTER));
+    assert!(!maps.routers().contains_key(&PEER_ROUTER));
 
     // Routing onto an underlay switch (U2O), reported by the compiler, keeps it out too.
     let u2o = IrEntry::Unsupported {
@@ -284,13 +226,13 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
     };
     state.apply(&diff(vec![u2o.clone()]));
     state.flush(&mut maps).unwrap();
-    assert!(!maps.routers.contains_key(&ROUTER));
+    assert!(!maps.routers().contains_key(&ROUTER));
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![u2o],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.routers.contains_key(&ROUTER));
+    assert!(maps.routers().contains_key(&ROUTER));
 }
 
 #[test]
@@ -305,12 +247,18 @@ fn learned_neighbours_count_only_where_the_router_looks_them_up() {
     state.apply(&diff(vec![learned]));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    assert!(maps.neighbours.is_empty());
+    assert!(maps.neighbours().is_empty());
     state.apply(&diff(vec![IrEntry::NeighbourLookup { datapath: ROUTER }]));
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.neighbours.len(), 1);
+    assert_eq!(maps.neighbours().len(), 1);
     assert_eq!(state.sweep(&mut maps).unwrap(), 0);
-    maps.neighbours.insert((ROUTER, 1), Neighbour::default());
+    maps.table_mut::<Neighbours>().insert(
+        NeighbourKey {
+            datapath: ROUTER,
+            ip: 1,
+        },
+        Neighbour::default(),
+    );
     assert_eq!(state.sweep(&mut maps).unwrap(), 1, "a stale key is swept");
 }
 
@@ -332,14 +280,15 @@ fn a_routers_own_addresses_are_known_with_their_ping_answers() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     let key = (ROUTER, u32::from_ne_bytes(gateway.octets()));
-    assert_eq!(maps.addresses[&key].flags, ROUTER_ADDRESS_ECHO);
+    assert_eq!(maps.addresses()[&key].flags, ROUTER_ADDRESS_ECHO);
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![echo],
     });
     state.flush(&mut maps).unwrap();
     assert_eq!(
-        maps.addresses[&key].flags, 0,
+        maps.addresses()[&key].flags,
+        0,
         "still the router's, no pings"
     );
     state.apply(&IrDiff {
@@ -347,7 +296,7 @@ fn a_routers_own_addresses_are_known_with_their_ping_answers() {
         removed: vec![arp],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.addresses.is_empty());
+    assert!(maps.addresses().is_empty());
 }
 
 #[test]
@@ -379,7 +328,7 @@ fn a_routers_reject_answers_become_address_flags() {
     state.flush(&mut maps).unwrap();
     let key = (ROUTER, u32::from_ne_bytes(gateway.octets()));
     assert_eq!(
-        maps.addresses[&key].flags,
+        maps.addresses()[&key].flags,
         ROUTER_ADDRESS_TCP_RESET
             | ROUTER_ADDRESS_PORT_UNREACHABLE
             | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE,
@@ -391,7 +340,7 @@ fn a_routers_reject_answers_become_address_flags() {
     });
     state.flush(&mut maps).unwrap();
     assert_eq!(
-        maps.addresses[&key].flags,
+        maps.addresses()[&key].flags,
         ROUTER_ADDRESS_TCP_RESET | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE
     );
     state.apply(&IrDiff {
@@ -399,7 +348,10 @@ fn a_routers_reject_answers_become_address_flags() {
         removed: vec![tcp, sctp, other],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.addresses.is_empty(), "no answer left: not an address");
+    assert!(
+        maps.addresses().is_empty(),
+        "no answer left: not an address"
+    );
 }
 
 /// The compiler decides what kind a gap is; the backend obeys: a side duty the datapath does
@@ -420,7 +372,7 @@ fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     assert!(
-        maps.routers.contains_key(&ROUTER),
+        maps.routers().contains_key(&ROUTER),
         "{:?}",
         state.blocked(ROUTER)
     );
@@ -433,14 +385,14 @@ fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
     };
     state.apply(&diff(vec![unsupported.clone()]));
     state.flush(&mut maps).unwrap();
-    assert!(!maps.routers.contains_key(&ROUTER));
+    assert!(!maps.routers().contains_key(&ROUTER));
     assert_eq!(state.blocked(ROUTER).len(), 1);
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![unsupported],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.routers.contains_key(&ROUTER));
+    assert!(maps.routers().contains_key(&ROUTER));
 }
 
 /// Kube-OVN gives every VPC router an allow policy per subnet (`ip4.dst == <cidr>`, priority
@@ -463,7 +415,7 @@ fn allow_policies_alone_do_not_keep_a_router_out() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     assert!(
-        maps.routers.contains_key(&ROUTER),
+        maps.routers().contains_key(&ROUTER),
         "{:?}",
         state.blocked(ROUTER)
     );
@@ -482,11 +434,11 @@ fn allow_policies_alone_do_not_keep_a_router_out() {
     };
     state.apply(&diff(vec![reroute.clone()]));
     state.flush(&mut maps).unwrap();
-    assert!(!maps.routers.contains_key(&ROUTER));
+    assert!(!maps.routers().contains_key(&ROUTER));
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![reroute],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.routers.contains_key(&ROUTER));
+    assert!(maps.routers().contains_key(&ROUTER));
 }

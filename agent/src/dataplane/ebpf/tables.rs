@@ -1,0 +1,142 @@
+//! The installer's generic part (OVN's ofctrl role): a [`Table`] per kernel map holds what this
+//! agent installed and which keys changed, writes a key only when its desired value differs from
+//! the installed one, and sweeps what it did not install. The desired values come from the
+//! state modules ([`super::l3`]); tables never decide them. Touches the kernel only through
+//! [`Maps`].
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::Hash,
+};
+
+use super::{
+    EbpfError,
+    maps::{Maps, Slot, Writable},
+};
+
+/// A state's key for entries of map `M`: where the entry lives in the map.
+pub trait TableKey<M: Writable>: Clone + Eq + Hash {
+    fn slot(&self) -> Slot<M>;
+}
+
+/// Map `M`'s entries this agent installed, keyed by the state's own key `K` (from which the
+/// map slot follows), and the keys whose desired value may have changed.
+pub struct Table<M: Writable, K> {
+    installed: HashMap<K, M::Value>,
+    dirty: HashSet<K>,
+}
+
+impl<M: Writable, K: std::fmt::Debug> std::fmt::Debug for Table<M, K>
+where
+    M::Value: std::fmt::Debug,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("map", &M::NAME)
+            .field("installed", &self.installed)
+            .field("dirty", &self.dirty)
+            .finish()
+    }
+}
+
+impl<M: Writable, K> Default for Table<M, K> {
+    fn default() -> Self {
+        Self {
+            installed: HashMap::new(),
+            dirty: HashSet::new(),
+        }
+    }
+}
+
+impl<M: Writable, K: TableKey<M>> Table<M, K>
+where
+    M::Value: PartialEq,
+{
+    /// Marks `key` for the next [`Self::flush`].
+    pub fn mark(&mut self, key: K) {
+        self.dirty.insert(key);
+    }
+
+    /// Keys marked and not yet written.
+    pub fn pending(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// The installed entries.
+    pub fn installed(&self) -> &HashMap<K, M::Value> {
+        &self.installed
+    }
+
+    /// Writes each marked key whose `desired` value differs from the installed one (`None`
+    /// removes it); `before_write` sees each write first. A failed key stays marked. Returns the
+    /// writes made.
+    pub fn flush_with(
+        &mut self,
+        maps: &mut impl Maps,
+        mut desired: impl FnMut(&K) -> Option<M::Value>,
+        mut before_write: impl FnMut(&K, Option<&M::Value>),
+    ) -> Result<usize, EbpfError> {
+        let mut writes = 0;
+        let dirty: Vec<K> = self.dirty.iter().cloned().collect();
+        for key in dirty {
+            let wanted = desired(&key);
+            if wanted != self.installed.get(&key).copied() {
+                before_write(&key, wanted.as_ref());
+                let slot = key.slot();
+                match wanted {
+                    Some(value) => {
+                        maps.set::<M>(slot, value)?;
+                        self.installed.insert(key.clone(), value);
+                    }
+                    None => {
+                        maps.remove::<M>(slot)?;
+                        self.installed.remove(&key);
+                    }
+                }
+                writes += 1;
+            }
+            self.dirty.remove(&key);
+        }
+        Ok(writes)
+    }
+
+    /// [`Self::flush_with`] without a hook.
+    pub fn flush(
+        &mut self,
+        maps: &mut impl Maps,
+        desired: impl FnMut(&K) -> Option<M::Value>,
+    ) -> Result<usize, EbpfError> {
+        self.flush_with(maps, desired, |_, _| {})
+    }
+
+    /// Removes every slot of the map this table did not install (what a previous agent left);
+    /// returns how many went.
+    pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        let ours: HashSet<Slot<M>> = self.installed.keys().map(TableKey::slot).collect();
+        let mut removed = 0;
+        for slot in maps.keys::<M>()? {
+            if !ours.contains(&slot) {
+                maps.remove::<M>(slot)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Flushes the table `table` picks out of `state`, with desired values read from `state` (the
+/// table is taken out while it flushes, so `desired` may read the whole state).
+pub fn flush_from<S, M: Writable, K: TableKey<M>>(
+    state: &mut S,
+    maps: &mut impl Maps,
+    table: fn(&mut S) -> &mut Table<M, K>,
+    desired: impl Fn(&S, &K) -> Option<M::Value>,
+) -> Result<usize, EbpfError>
+where
+    M::Value: PartialEq,
+{
+    let mut taken = std::mem::take(table(state));
+    let written = taken.flush(maps, |key| desired(state, key));
+    *table(state) = taken;
+    written
+}

@@ -1,0 +1,170 @@
+//! Every kernel map, declared once: its name, key, value, capacity and kind, as one zero-sized
+//! type implementing [`MapDef`] (and its name in [`crate::map`]). The kernel's statics are
+//! derived from these declarations (`ebpf/src/maps.rs`, whose macro checks at compile time that
+//! the static's name and kind match), and the agent reads and writes every map through one
+//! generic access over [`MapDef`] (`agent/src/dataplane/ebpf/maps.rs`). Owns no behaviour.
+//!
+//! Adding a map needs edits in at most three places:
+//! 1. one line in the [`declare_maps!`] table below (plus its key/value types in `lib.rs`, and a
+//!    [`crate::LAYOUT_VERSION`] bump if an existing map's name or layout changes);
+//! 2. one `kernel_map!` line in `ebpf/src/maps.rs`, next to the stage that uses it;
+//! 3. on the agent side, the function computing the map's desired values and the table that
+//!    installs them (`agent/src/dataplane/ebpf/l2.rs` or `l3.rs`); the generic
+//!    `set::<M>`/`remove::<M>`/`keys::<M>` and the test recorder need no edit.
+
+use crate::{
+    ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodGroup, FloodKey,
+    FloodMemberKey, FloodRoles, InterfaceCounters, LocalPort, Localnet, MAX_ARP_ENTRIES,
+    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_INTERFACES, MAX_LOCALNETS,
+    MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
+    PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
+    TunnelPortKey, drop_reason, router_reply,
+};
+
+/// The kinds of kernel map ovnbpf uses: one marker type each, named like aya's map types, so a
+/// [`MapDef`] states its kind in its type and generic code dispatches on it.
+pub mod kind {
+    /// A map kind; `ID` lets `const` code compare kinds.
+    pub trait MapKind {
+        const ID: u8;
+    }
+    /// `BPF_MAP_TYPE_HASH`.
+    pub struct HashMap;
+    /// `BPF_MAP_TYPE_PERCPU_HASH`.
+    pub struct PerCpuHashMap;
+    /// `BPF_MAP_TYPE_ARRAY` (keys are `u32` indexes).
+    pub struct Array;
+    /// `BPF_MAP_TYPE_PERCPU_ARRAY` (keys are `u32` indexes).
+    pub struct PerCpuArray;
+    /// `BPF_MAP_TYPE_LPM_TRIE` (keys carry a prefix length).
+    pub struct LpmTrie;
+    /// `BPF_MAP_TYPE_RINGBUF` (no keys; the capacity is in bytes).
+    pub struct RingBuf;
+    impl MapKind for HashMap {
+        const ID: u8 = 0;
+    }
+    impl MapKind for PerCpuHashMap {
+        const ID: u8 = 1;
+    }
+    impl MapKind for Array {
+        const ID: u8 = 2;
+    }
+    impl MapKind for PerCpuArray {
+        const ID: u8 = 3;
+    }
+    impl MapKind for LpmTrie {
+        const ID: u8 = 4;
+    }
+    impl MapKind for RingBuf {
+        const ID: u8 = 5;
+    }
+}
+
+/// One kernel map: the contract both sides compile against.
+pub trait MapDef {
+    /// Its name in the object file (and its pin file's name).
+    const NAME: &'static str;
+    /// Entries it holds (bytes for a ring buffer).
+    const MAX_ENTRIES: u32;
+    /// What it is.
+    type Kind: kind::MapKind;
+    /// Its key (`u32` for arrays; the data part for an LPM trie; `()` for a ring buffer).
+    type Key: Copy + 'static;
+    /// Its value (the record type for a ring buffer).
+    type Value: Copy + 'static;
+}
+
+/// Whether two names are equal, in `const` code (the kernel's statics check their names with it).
+#[must_use]
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Bytes of the flood walk's per-CPU scratch (its value type is the kernel's own: a FIB lookup
+/// parameter block, a member key and a re-addressing plan; the kernel checks the size).
+pub const FLOOD_SCRATCH_BYTES: usize = 84;
+
+macro_rules! declare_maps {
+    ($( $(#[$doc:meta])* $ty:ident = $name:ident: $kind:ident<$key:ty, $value:ty>[$max:expr]; )*) => {
+        $(
+            $(#[$doc])*
+            pub struct $ty;
+            impl MapDef for $ty {
+                const NAME: &'static str = stringify!($name);
+                const MAX_ENTRIES: u32 = $max;
+                type Kind = kind::$kind;
+                type Key = $key;
+                type Value = $value;
+            }
+        )*
+        /// Map names as they appear in the object file (the [`MapDef::NAME`]s).
+        pub mod names {
+            $( pub const $name: &str = stringify!($name); )*
+            /// Every map the object must contain; each one is pinned (and adopted on restart) by
+            /// name.
+            pub const ALL: &[&str] = &[$( $name ),*];
+        }
+    };
+}
+
+declare_maps! {
+    /// Per-CPU hash: ifindex → [`InterfaceCounters`].
+    InterfaceCountersMap = INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters>[MAX_INTERFACES];
+    /// Array with one [`TunnelConfig`] (index 0): this node's tunnel endpoint.
+    TunnelConfigMap = TUNNEL_CONFIG: Array<u32, TunnelConfig>[1];
+    /// Hash: [`TunnelPortKey`] → [`LocalPort`]: where a decapsulated frame for (datapath, logical
+    /// output port) is delivered.
+    TunnelPorts = TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort>[MAX_TUNNEL_PORTS];
+    /// Per-CPU array of `u64`, indexed by [`drop_reason`]: frames the programs dropped.
+    DropCounters = DROP_COUNTERS: PerCpuArray<u32, u64>[drop_reason::COUNT];
+    /// Hash: ifindex of a pod's host-side veth → [`PodPort`].
+    PodPorts = POD_PORTS: HashMap<u32, PodPort>[MAX_INTERFACES];
+    /// Hash: [`FibKey`] → [`FibEntry`]: where frames to a MAC on a datapath go.
+    L2Fib = L2_FIB: HashMap<FibKey, FibEntry>[MAX_FIB_ENTRIES];
+    /// Hash: ifindex of a pod's host-side veth → [`PortSecurity`]: what the pod may send (ports
+    /// without an entry are not checked).
+    PortSecurityMap = PORT_SECURITY: HashMap<u32, PortSecurity>[MAX_INTERFACES];
+    /// Hash: [`ArpKey`] → [`ArpAnswer`]: the ARP responder (an IPv4 address on a datapath and the
+    /// MAC to answer with).
+    ArpResponder = ARP_RESPONDER: HashMap<ArpKey, ArpAnswer>[MAX_ARP_ENTRIES];
+    /// Hash: [`FloodKey`] → [`FloodGroup`]: how many members of a flood group (Multicast_Group)
+    /// this node reaches, locally and on other chassis.
+    FloodGroups = FLOOD_GROUPS: HashMap<FloodKey, FloodGroup>[MAX_FLOOD_GROUPS];
+    /// Hash: [`FloodMemberKey`] (a group and a slot) → `u32`: one member of a flood group, a local
+    /// veth's ifindex or another chassis's encap IP (network byte order).
+    FloodMembers = FLOOD_MEMBERS: HashMap<FloodMemberKey, u32>[MAX_FLOOD_MEMBERS];
+    /// Per-CPU array of one scratch block: the flood walk's (its callback has no stack to spare
+    /// for it). Holds nothing between frames.
+    FloodScratch = FLOOD_SCRATCH: PerCpuArray<u32, [u8; FLOOD_SCRATCH_BYTES]>[1];
+    /// Hash: datapath tunnel key → [`FloodRoles`]: which group a datapath floods broadcasts and
+    /// unknown unicast to.
+    FloodRolesMap = FLOOD_ROLES: HashMap<u32, FloodRoles>[MAX_FLOOD_GROUPS];
+    /// Ring buffer of [`DropEvent`]s: one per frame a program dropped.
+    DropEvents = DROP_EVENTS: RingBuf<(), DropEvent>[DROP_EVENTS_BYTES];
+    /// LPM trie: ([`RouteKey`], prefix) → [`RouteEntry`]: each router's routes.
+    Routes = ROUTES: LpmTrie<RouteKey, RouteEntry>[MAX_ROUTES];
+    /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
+    Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
+    /// Hash: router datapath key → [`RouterInfo`]: routers the kernel forwards for.
+    Routers = ROUTERS: HashMap<u32, RouterInfo>[MAX_ROUTERS];
+    /// Hash: [`NeighbourKey`] (a router and one of its own addresses) → [`RouterAddress`].
+    RouterAddresses = ROUTER_ADDRESSES: HashMap<NeighbourKey, RouterAddress>[MAX_NEIGHBOURS];
+    /// Hash: switch datapath key → [`Localnet`]: underlay switches and the provider NIC and VLAN
+    /// their localnet port is bridged to.
+    Localnets = LOCALNETS: HashMap<u32, Localnet>[MAX_LOCALNETS];
+    /// Hash: [`ProviderKey`] (provider NIC, VLAN) → switch datapath key.
+    ProviderNetworks = PROVIDER_NETWORKS: HashMap<ProviderKey, u32>[MAX_LOCALNETS];
+    /// Per-CPU array of `u64`, indexed by [`router_reply`]: answers the routers sent.
+    RouterReplies = ROUTER_REPLIES: PerCpuArray<u32, u64>[router_reply::COUNT];
+}

@@ -1,0 +1,51 @@
+//! Internet checksums the programs compute whole (the incremental updates use the kernel's
+//! `l3_csum_replace`/`bpf_csum_diff` where they are): IPv4 headers, the outer header of a Geneve
+//! frame, and the folding step they share. Pure functions; touches nothing.
+
+use crate::headers::{IPPROTO_UDP, Ipv4Header};
+
+/// A 32-bit sum of 16-bit words folded to 16 bits (one's complement addition).
+#[inline(always)]
+pub(crate) fn ones_fold(mut sum: u32) -> u16 {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum as u16
+}
+
+/// The checksum of words summing to `sum`: the complement of its fold.
+#[inline(always)]
+pub(crate) fn fold(sum: u32) -> u16 {
+    !ones_fold(sum)
+}
+
+/// The checksum of a 20-byte IPv4 header whose checksum field is zero.
+#[inline(always)]
+pub(crate) fn ipv4_header(header: &Ipv4Header) -> u16 {
+    let words = [
+        u32::from(header.version_ihl) << 8 | u32::from(header.tos),
+        u32::from(u16::from_be(header.total_len)),
+        u32::from(u16::from_be(header.id)),
+        u32::from(u16::from_be(header.fragment)),
+        u32::from(header.ttl) << 8 | u32::from(header.protocol),
+        u32::from_be(header.source) >> 16,
+        u32::from_be(header.source) & 0xffff,
+        u32::from_be(header.destination) >> 16,
+        u32::from_be(header.destination) & 0xffff,
+    ];
+    fold(words.iter().sum())
+}
+
+/// The outer IPv4 header checksum (DF set, TTL 64, UDP, id 0); addresses in network byte order.
+#[inline(always)]
+pub(crate) fn outer_ipv4(total_len: u16, source: u32, destination: u32) -> u16 {
+    let (source, destination) = (u32::from_be(source), u32::from_be(destination));
+    let sum: u32 = 0x4500
+        + u32::from(total_len)
+        + 0x4000
+        + ((64 << 8) | u32::from(IPPROTO_UDP))
+        + (source >> 16)
+        + (source & 0xffff)
+        + (destination >> 16)
+        + (destination & 0xffff);
+    fold(sum)
+}

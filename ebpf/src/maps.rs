@@ -1,0 +1,88 @@
+//! The kernel's map statics, each derived from its one declaration in `ovnbpf_common::maps`
+//! (name, key, value, capacity and kind), and the typed lookup every stage reads hash maps
+//! through. Owns no behaviour; which stage reads or writes a map is said in that stage's module.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use ovnbpf_common::maps::{
+    ArpResponder, DropCounters, DropEvents, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
+    InterfaceCountersMap, L2Fib, Localnets, MapDef, Neighbours, PodPorts, PortSecurityMap,
+    ProviderNetworks, RouterAddresses, RouterReplies, Routers, Routes, TunnelConfigMap,
+    TunnelPorts, kind::MapKind, same_name,
+};
+
+/// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
+/// names the map after the static, and the build fails unless that name and the kind are the
+/// declaration's. `$value` overrides the value type with a kernel-private one of the same size.
+macro_rules! kernel_map {
+    ($name:ident: $kind:ident = $def:ty) => {
+        kernel_map!($name: $kind = $def, <$def as MapDef>::Value);
+    };
+    ($name:ident: $kind:ident = $def:ty, $value:ty) => {
+        const _: () = {
+            assert!(same_name(stringify!($name), <$def as MapDef>::NAME));
+            assert!(
+                <<$def as MapDef>::Kind as MapKind>::ID
+                    == <ovnbpf_common::maps::kind::$kind as MapKind>::ID
+            );
+            assert!(
+                core::mem::size_of::<$value>() == core::mem::size_of::<<$def as MapDef>::Value>()
+            );
+        };
+        kernel_map!(@static $name: $kind = $def, $value);
+    };
+    (@static $name:ident: PerCpuArray = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: PerCpuArray<$value> =
+            PerCpuArray::with_max_entries(<$def as MapDef>::MAX_ENTRIES, 0);
+    };
+    (@static $name:ident: Array = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: Array<$value> =
+            Array::with_max_entries(<$def as MapDef>::MAX_ENTRIES, 0);
+    };
+    (@static $name:ident: RingBuf = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: RingBuf = RingBuf::with_byte_size(<$def as MapDef>::MAX_ENTRIES, 0);
+    };
+    (@static $name:ident: $kind:ident = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: $kind<<$def as MapDef>::Key, $value> =
+            $kind::with_max_entries(<$def as MapDef>::MAX_ENTRIES, 0);
+    };
+}
+
+kernel_map!(INTERFACE_COUNTERS: PerCpuHashMap = InterfaceCountersMap);
+kernel_map!(TUNNEL_CONFIG: Array = TunnelConfigMap);
+kernel_map!(TUNNEL_PORTS: HashMap = TunnelPorts);
+kernel_map!(POD_PORTS: HashMap = PodPorts);
+kernel_map!(L2_FIB: HashMap = L2Fib);
+kernel_map!(PORT_SECURITY: HashMap = PortSecurityMap);
+kernel_map!(ARP_RESPONDER: HashMap = ArpResponder);
+kernel_map!(FLOOD_GROUPS: HashMap = FloodGroups);
+kernel_map!(FLOOD_MEMBERS: HashMap = FloodMembers);
+kernel_map!(FLOOD_SCRATCH: PerCpuArray = FloodScratch, crate::flood::FloodScratch);
+kernel_map!(FLOOD_ROLES: HashMap = FloodRolesMap);
+kernel_map!(ROUTES: LpmTrie = Routes);
+kernel_map!(NEIGHBOURS: HashMap = Neighbours);
+kernel_map!(LOCALNETS: HashMap = Localnets);
+kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);
+kernel_map!(ROUTER_ADDRESSES: HashMap = RouterAddresses);
+kernel_map!(ROUTERS: HashMap = Routers);
+kernel_map!(DROP_EVENTS: RingBuf = DropEvents);
+kernel_map!(DROP_COUNTERS: PerCpuArray = DropCounters);
+kernel_map!(ROUTER_REPLIES: PerCpuArray = RouterReplies);
+
+/// The value of `key` in hash map `map`, if present.
+#[inline(always)]
+pub(crate) fn get<K, V>(
+    map: &'static HashMap<K, V>,
+    key: impl core::borrow::Borrow<K>,
+) -> Option<&'static V> {
+    // SAFETY: hash map values are RCU-protected while the program runs, so the reference stays
+    // valid until it returns; the agent may overwrite the value meanwhile (a torn read of a
+    // plain-data value at worst, never a dangling one), which every caller tolerates.
+    unsafe { map.get(key) }
+}

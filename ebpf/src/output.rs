@@ -1,0 +1,81 @@
+//! Where frames leave a program: the verdicts, the L2 output step switched and routed frames
+//! share ([`l2_output`]: a port on this node, or the tunnel to the chassis that has it), and the
+//! local delivery of every path: [`deliver_local`] for unicast, routed, decapsulated frames and a
+//! flood's last copy, [`clone_to_local`] for the other flood copies. The
+//! receiver-side egress pipeline (egress port security, to-lport ACLs) belongs here. Touches
+//! `INTERFACE_COUNTERS` (through the counters).
+
+use aya_ebpf::{
+    helpers::{bpf_redirect, bpf_redirect_peer},
+    programs::TcContext,
+};
+use ovnbpf_common::{DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_VETH_PEER};
+
+use crate::{
+    counters::count_delivered,
+    geneve::{self, Tunnel},
+};
+
+/// Verdict -1, "hand the frame on unchanged": `TC_ACT_UNSPEC` under the pods' cls_bpf filters
+/// (the next filter, or the stack), `PASS` under the tcx links of the uplink and provider
+/// NICs (the next program, or the stack). Traffic that is not ours always leaves this way.
+pub(crate) const PASS: i32 = -1;
+/// tc verdict "drop" (only [`crate::drop::drop_frame`] and the flood walk return it).
+pub(crate) const TC_ACT_SHOT: i32 = 2;
+
+/// Hands a frame to a port on this node and counts it there. `redirect_peer` enters the pod's
+/// netns at once but gives frames to the IP stack, so non-IP frames (ARP) take the veth's egress
+/// instead.
+#[inline(always)]
+pub(crate) fn deliver_local(ctx: &TcContext, ifindex: u32, flags: u32, ip: bool) -> i32 {
+    count_delivered(ifindex, ctx.len());
+    // SAFETY: the redirect helpers take plain integers and only set the skb's redirect target.
+    let verdict = unsafe {
+        if ip && flags & LOCAL_PORT_VETH_PEER != 0 {
+            bpf_redirect_peer(ifindex, 0)
+        } else {
+            bpf_redirect(ifindex, 0)
+        }
+    };
+    verdict as i32
+}
+
+/// The L2 output step (OVN's local and remote output tables) for a frame on `datapath` that
+/// entered through logical port `ingress_port`, to the port `entry` names: delivered here, or
+/// encapsulated to the chassis that has it. `None` when `entry` is not a port (a router), or is
+/// remote while this node has no tunnel endpoint: the caller decides.
+#[inline(always)]
+pub(crate) fn l2_output(
+    ctx: &TcContext,
+    entry: &FibEntry,
+    datapath: u32,
+    ingress_port: u32,
+    ip: bool,
+) -> Option<Result<i32, DropReason>> {
+    match entry.kind {
+        FIB_LOCAL => Some(Ok(deliver_local(ctx, entry.ifindex, entry.flags, ip))),
+        FIB_REMOTE => {
+            let config = geneve::tunnel_config()?;
+            let tunnel = Tunnel {
+                datapath,
+                ingress_port,
+                egress_port: entry.port,
+                remote_ip: entry.remote_ip,
+            };
+            Some(geneve::encapsulate(ctx, &config, &tunnel))
+        }
+        _ => None,
+    }
+}
+
+/// A copy of the frame for the port behind host interface `ifindex` (a flood group member), out of
+/// the interface's egress so the pod receives it whatever its protocol, counted there. Returns
+/// whether the copy went (the caller counts a failure under its reason).
+#[inline(always)]
+pub(crate) fn clone_to_local(ctx: &TcContext, ifindex: u32) -> bool {
+    let sent = ctx.clone_redirect(ifindex, 0).is_ok();
+    if sent {
+        count_delivered(ifindex, ctx.len());
+    }
+    sent
+}
