@@ -4,9 +4,8 @@
 //! then reaches its gateway and a pod on the other node. DEL removes the NIC, the attachment and the claim, also
 //! after an agent restart in between. Bad input gets the spec's error codes and leaks nothing.
 
-mod common;
-
-use common::TwoNodes;
+use ovnbpf_tests::scenario;
+use ovnbpf_tests::scenario::TwoNodes;
 
 use std::{
     net::Ipv4Addr,
@@ -165,7 +164,7 @@ impl CniLab {
     }
 
     fn start_agent(&self, index: usize) -> Child {
-        let chassis = common::NODES[index];
+        let chassis = scenario::NODES[index];
         AgentSpec {
             chassis,
             node: &self.nodes[index],
@@ -191,7 +190,10 @@ impl CniLab {
     }
 
     fn socket(&self, index: usize) -> PathBuf {
-        self.work.path().join(common::NODES[index]).join("cni.sock")
+        self.work
+            .path()
+            .join(scenario::NODES[index])
+            .join("cni.sock")
     }
 
     fn runtime(&self, index: usize) -> Runtime<'_> {
@@ -202,7 +204,7 @@ impl CniLab {
     }
 
     fn logs(&self) -> String {
-        common::log_tails(&self.agents)
+        scenario::log_tails(&self.agents)
     }
 
     /// Runs the plugin alone, as a runtime would, on node `index`.
@@ -300,7 +302,7 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         results.push(stdout_json(&output));
         // Only then: the Port_Binding is bound and up.
         assert!(
-            common::port_up(&lab.lab, &format!("{pod}.ns")),
+            scenario::port_up(&lab.lab, &format!("{pod}.ns")),
             "{pod} not up after ADD"
         );
     }
@@ -897,7 +899,7 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
         );
     }
     // No map entry is left behind for a deleted pod.
-    for chassis in common::NODES {
+    for chassis in scenario::NODES {
         let pod_ports = lab.bpffs.path().join(format!(
             "{chassis}/v{}/maps/POD_PORTS",
             ovnbpf_common::LAYOUT_VERSION
