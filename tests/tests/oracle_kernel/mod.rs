@@ -18,7 +18,6 @@ pub mod wire;
 use std::{
     collections::{BTreeSet, HashMap},
     net::Ipv4Addr,
-    os::fd::{AsRawFd, OwnedFd},
 };
 
 use ovnbpf_agent::{
@@ -30,10 +29,15 @@ use ovnbpf_agent::{
         trace::Evaluator,
     },
 };
-use ovnbpf_tests::{names::unique_prefix, netns::Netns};
+use ovnbpf_tests::{
+    frames::{
+        FrameSocket,
+        verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT},
+    },
+    names::unique_prefix,
+    netns::Netns,
+};
 
-const TC_ACT_SHOT: i32 = 2;
-const TC_ACT_REDIRECT: i32 = 7;
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
 const CHASSIS: &str = "oracle-local";
 /// Outer Ethernet + IPv4 + UDP + Geneve + OVN option.
@@ -170,57 +174,6 @@ fn build_netns(ns: &Netns) {
         .unwrap();
 }
 
-/// A raw non-blocking socket on `interface` of the namespace.
-fn capture(ns: &Netns, interface: &str) -> OwnedFd {
-    let ifindex = ns.ifindex(interface).unwrap();
-    ns.run_in(|| {
-        use std::os::fd::FromRawFd;
-        let protocol = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: plain socket creation; the descriptor is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
-                i32::from(protocol),
-            )
-        };
-        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_ll is plain data.
-        let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        address.sll_family = libc::AF_PACKET as u16;
-        address.sll_protocol = protocol;
-        address.sll_ifindex = ifindex as i32;
-        // SAFETY: the address is a sockaddr_ll of the size we pass.
-        let bound = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const address).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        assert_eq!(bound, 0, "{}", std::io::Error::last_os_error());
-        Ok(fd)
-    })
-    .unwrap()
-}
-
-/// Every frame waiting on the socket.
-fn drain(fd: &OwnedFd) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let mut buffer = vec![0_u8; 2048];
-        // SAFETY: the buffer is ours and of the length we pass.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), 0) };
-        if n < 0 {
-            return frames;
-        }
-        buffer.truncate(n as usize);
-        frames.push(buffer);
-    }
-}
-
 fn is_geneve(frame: &[u8]) -> bool {
     frame.len() > GENEVE_OVERHEAD
         && frame[12..14] == [0x08, 0x00]
@@ -253,8 +206,8 @@ pub struct KernelReplay {
     l2: L2State,
     l3: L3State,
     programs: KernelPrograms,
-    uplink: OwnedFd,
-    provider: OwnedFd,
+    uplink: FrameSocket,
+    provider: FrameSocket,
     pods: HashMap<String, PodPort>,
     /// Chassis encap IP → its pod.
     by_chassis: HashMap<Ipv4Addr, String>,
@@ -277,8 +230,8 @@ impl KernelReplay {
         build_netns(&ns);
         let uplink_index = ns.ifindex("uph").unwrap();
         let provider_index = ns.ifindex("provh").unwrap();
-        let uplink = capture(&ns, "upp");
-        let provider = capture(&ns, "provp");
+        let uplink = FrameSocket::open_in(&ns, "upp").unwrap();
+        let provider = FrameSocket::open_in(&ns, "provp").unwrap();
         let underlay_switches: BTreeSet<u32> = entries
             .iter()
             .filter_map(|e| match e {
@@ -491,7 +444,7 @@ impl KernelReplay {
         reasons: &[&str],
     ) -> Option<Known> {
         use ovnbpf_agent::pipeline::packet::{L3, L4};
-        let passed = verdict == -1 && got.is_empty();
+        let passed = verdict == TCX_NEXT && got.is_empty();
         let to_router = self.router_macs.contains(&packet.eth_dst);
         match packet.l3 {
             L3::Ipv6 { .. } if passed && to_router => return Some(Known::Ipv6ToRouterPassed),
@@ -571,8 +524,8 @@ impl KernelReplay {
             .map(|(port, packet)| (self.expected_where(port, inport), on_the_wire(*packet)))
             .collect();
 
-        drain(&self.uplink);
-        drain(&self.provider);
+        self.uplink.drain();
+        self.provider.drain();
         let frame = wire::encode(&packet);
         // The codec reads back what it wrote, so frames the kernel leaves alone compare equal.
         assert_eq!(wire::decode(&frame), Ok((packet, None)), "{what}");
@@ -589,11 +542,13 @@ impl KernelReplay {
             .filter(|((_, a), (_, b))| a > b)
             .map(|((name, _), _)| *name)
             .collect();
-        let mut frames: Vec<Vec<u8>> = drain(&self.uplink)
+        let mut frames: Vec<Vec<u8>> = self
+            .uplink
+            .drain()
             .into_iter()
             .filter(|f| is_geneve(f))
             .collect();
-        frames.extend(drain(&self.provider));
+        frames.extend(self.provider.drain());
         if outcome.verdict == TC_ACT_REDIRECT {
             frames.push(outcome.frame.clone());
         }
