@@ -107,20 +107,7 @@ impl FrameSocket {
             if unsafe { libc::poll(&mut poll, 1, millis) } <= 0 {
                 continue;
             }
-            // SAFETY: a zeroed sockaddr_ll to be filled, and a buffer valid for its length.
-            let (received, kind) = unsafe {
-                let mut address: libc::sockaddr_ll = std::mem::zeroed();
-                let mut length = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-                let received = libc::recvfrom(
-                    self.socket.as_raw_fd(),
-                    buffer.as_mut_ptr().cast(),
-                    buffer.len(),
-                    libc::MSG_DONTWAIT,
-                    std::ptr::addr_of_mut!(address).cast(),
-                    &mut length,
-                );
-                (received, address.sll_pkttype)
-            };
+            let (received, kind) = self.receive_now(&mut buffer);
             if received < 0 || kind == libc::PACKET_OUTGOING {
                 continue;
             }
@@ -132,25 +119,30 @@ impl FrameSocket {
         Ok(None)
     }
 
+    /// One frame into `buffer` without waiting: its length (negative: none) and packet type.
+    fn receive_now(&self, buffer: &mut [u8]) -> (isize, u8) {
+        // SAFETY: a zeroed sockaddr_ll to be filled, and a buffer valid for its length.
+        unsafe {
+            let mut address: libc::sockaddr_ll = std::mem::zeroed();
+            let mut length = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            let received = libc::recvfrom(
+                self.socket.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                libc::MSG_DONTWAIT,
+                std::ptr::addr_of_mut!(address).cast(),
+                &mut length,
+            );
+            (received, address.sll_pkttype)
+        }
+    }
+
     /// Every incoming frame waiting on the socket now, without waiting for more.
     pub fn drain(&self) -> Vec<Vec<u8>> {
         let mut frames = Vec::new();
         let mut buffer = vec![0_u8; 65536];
         loop {
-            // SAFETY: a zeroed sockaddr_ll to be filled, and a buffer valid for its length.
-            let (received, kind) = unsafe {
-                let mut address: libc::sockaddr_ll = std::mem::zeroed();
-                let mut length = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-                let received = libc::recvfrom(
-                    self.socket.as_raw_fd(),
-                    buffer.as_mut_ptr().cast(),
-                    buffer.len(),
-                    libc::MSG_DONTWAIT,
-                    std::ptr::addr_of_mut!(address).cast(),
-                    &mut length,
-                );
-                (received, address.sll_pkttype)
-            };
+            let (received, kind) = self.receive_now(&mut buffer);
             if received < 0 {
                 return frames;
             }

@@ -5,30 +5,29 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ovnbpf_agent::pipeline::packet::{L3, L4, Packet};
+use ovnbpf_tests::icmp::checksum;
 
 const ETH_P_ARP: u16 = 0x0806;
 const ETH_P_IPV4: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 
-fn checksum(data: &[u8], initial: u32) -> u16 {
-    let mut sum = initial;
-    for chunk in data.chunks(2) {
-        let word = u16::from_be_bytes([chunk[0], *chunk.get(1).unwrap_or(&0)]);
-        sum += u32::from(word);
+/// The transport bytes of `l4` between `source` and `destination`, checksummed over the
+/// pseudo header (ICMPv4 has none). The IPv4 and IPv6 pseudo headers sum to the same value for
+/// segments under 64 KiB: addresses, protocol, length.
+fn checksummed(l4: &L4, ipv6: bool, source: &[u8], destination: &[u8]) -> (u8, Vec<u8>) {
+    let (protocol, mut segment, at) = transport(l4, ipv6);
+    let mut covered = Vec::new();
+    if protocol != 1 {
+        covered.extend_from_slice(source);
+        covered.extend_from_slice(destination);
+        covered.extend_from_slice(&[0, protocol]);
+        covered.extend_from_slice(&(segment.len() as u16).to_be_bytes());
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-fn pseudo_sum(source: &[u8], destination: &[u8], protocol: u8, length: usize) -> u32 {
-    let mut sum = 0_u32;
-    for chunk in source.chunks(2).chain(destination.chunks(2)) {
-        sum += u32::from(u16::from_be_bytes([chunk[0], chunk[1]]));
-    }
-    sum + u32::from(protocol) + length as u32
+    covered.extend_from_slice(&segment);
+    let value = checksum(&covered);
+    segment[at..at + 2].copy_from_slice(&value.to_be_bytes());
+    (protocol, segment)
 }
 
 /// (IP protocol number, transport bytes with a zero checksum, checksum offset).
@@ -123,19 +122,8 @@ pub fn encode(packet: &Packet) -> Vec<u8> {
             ttl,
             ref l4,
         } => {
-            let (protocol, mut segment, at) = transport(l4, false);
-            let sum = if protocol == 1 {
-                0
-            } else {
-                pseudo_sum(
-                    &source.octets(),
-                    &destination.octets(),
-                    protocol,
-                    segment.len(),
-                )
-            };
-            let value = checksum(&segment, sum);
-            segment[at..at + 2].copy_from_slice(&value.to_be_bytes());
+            let (protocol, segment) =
+                checksummed(l4, false, &source.octets(), &destination.octets());
             frame.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
             let total = (20 + segment.len()) as u16;
             let mut header = vec![0x45, 0];
@@ -143,7 +131,7 @@ pub fn encode(packet: &Packet) -> Vec<u8> {
             header.extend_from_slice(&[0, 1, 0x40, 0, ttl, protocol, 0, 0]);
             header.extend_from_slice(&source.octets());
             header.extend_from_slice(&destination.octets());
-            let value = checksum(&header, 0);
+            let value = checksum(&header);
             header[10..12].copy_from_slice(&value.to_be_bytes());
             frame.extend_from_slice(&header);
             frame.extend_from_slice(&segment);
@@ -154,15 +142,8 @@ pub fn encode(packet: &Packet) -> Vec<u8> {
             ttl,
             ref l4,
         } => {
-            let (protocol, mut segment, at) = transport(l4, true);
-            let sum = pseudo_sum(
-                &source.octets(),
-                &destination.octets(),
-                protocol,
-                segment.len(),
-            );
-            let value = checksum(&segment, sum);
-            segment[at..at + 2].copy_from_slice(&value.to_be_bytes());
+            let (protocol, segment) =
+                checksummed(l4, true, &source.octets(), &destination.octets());
             frame.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
             frame.extend_from_slice(&[0x60, 0, 0, 0]);
             frame.extend_from_slice(&(segment.len() as u16).to_be_bytes());
@@ -279,7 +260,7 @@ pub fn decode(frame: &[u8]) -> Result<(Packet, Option<u16>), String> {
             need(frame, at + 20, "IPv4")?;
             let length = usize::from(frame[at] & 0x0f) * 4;
             need(frame, at + length, "IPv4 options")?;
-            if checksum(&frame[at..at + length], 0) != 0 {
+            if checksum(&frame[at..at + length]) != 0 {
                 return Err("IPv4 header checksum is wrong".into());
             }
             L3::Ipv4 {
