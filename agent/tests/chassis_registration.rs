@@ -30,15 +30,10 @@ const AGENT: &str = env!("CARGO_BIN_EXE_ovnbpf-agent");
 fn topology(lab: &OvnLab) {
     let mut topology = Topology::new();
     topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap();
-    topology
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
-        .unwrap();
-    topology
+        .peered_vpcs("10.0.1.0/24", &[])
+        .unwrap()
         .vpc_with_subnet("vpc-c", "subnet-c", "10.2.1.0/24")
         .unwrap();
-    topology.peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30");
     for (subnet, pod, ip) in [
         ("subnet-a", "p1", 2),
         ("subnet-a", "p2", 3),

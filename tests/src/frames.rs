@@ -1,7 +1,8 @@
 //! Hand-built Ethernet frames sent from inside a namespace, and what comes back: an AF_PACKET
 //! socket bound to one interface (opened in the namespace, it stays there from any thread), and
 //! builders for the IPv4/TCP/UDP frames the router tests send. For comparing a router's replies
-//! byte for byte between ovnbpf and real OVN. Touches nothing but its socket.
+//! byte for byte between ovnbpf and real OVN. Also the tc verdicts every `BPF_PROG_TEST_RUN` test
+//! compares ([`verdict`]). Touches nothing but its socket.
 
 use std::{
     net::Ipv4Addr,
@@ -12,6 +13,16 @@ use std::{
 use anyhow::{Result, bail};
 
 use crate::{icmp::checksum, netns::Netns};
+
+/// The tc verdicts a classifier returns (`BPF_PROG_TEST_RUN`'s return value), as the kernel's
+/// UAPI (`linux/pkt_cls.h`) numbers them.
+pub mod verdict {
+    /// `TCX_NEXT` / `TC_ACT_UNSPEC`: the program leaves the frame to the next one (or the stack).
+    pub const TCX_NEXT: i32 = -1;
+    pub const TC_ACT_OK: i32 = 0;
+    pub const TC_ACT_SHOT: i32 = 2;
+    pub const TC_ACT_REDIRECT: i32 = 7;
+}
 
 /// An AF_PACKET socket on one interface of a namespace.
 #[derive(Debug)]
@@ -96,20 +107,7 @@ impl FrameSocket {
             if unsafe { libc::poll(&mut poll, 1, millis) } <= 0 {
                 continue;
             }
-            // SAFETY: a zeroed sockaddr_ll to be filled, and a buffer valid for its length.
-            let (received, kind) = unsafe {
-                let mut address: libc::sockaddr_ll = std::mem::zeroed();
-                let mut length = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-                let received = libc::recvfrom(
-                    self.socket.as_raw_fd(),
-                    buffer.as_mut_ptr().cast(),
-                    buffer.len(),
-                    libc::MSG_DONTWAIT,
-                    std::ptr::addr_of_mut!(address).cast(),
-                    &mut length,
-                );
-                (received, address.sll_pkttype)
-            };
+            let (received, kind) = self.receive_now(&mut buffer);
             if received < 0 || kind == libc::PACKET_OUTGOING {
                 continue;
             }
@@ -119,6 +117,39 @@ impl FrameSocket {
             }
         }
         Ok(None)
+    }
+
+    /// One frame into `buffer` without waiting: its length (negative: none) and packet type.
+    fn receive_now(&self, buffer: &mut [u8]) -> (isize, u8) {
+        // SAFETY: a zeroed sockaddr_ll to be filled, and a buffer valid for its length.
+        unsafe {
+            let mut address: libc::sockaddr_ll = std::mem::zeroed();
+            let mut length = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            let received = libc::recvfrom(
+                self.socket.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                libc::MSG_DONTWAIT,
+                std::ptr::addr_of_mut!(address).cast(),
+                &mut length,
+            );
+            (received, address.sll_pkttype)
+        }
+    }
+
+    /// Every incoming frame waiting on the socket now, without waiting for more.
+    pub fn drain(&self) -> Vec<Vec<u8>> {
+        let mut frames = Vec::new();
+        let mut buffer = vec![0_u8; 65536];
+        loop {
+            let (received, kind) = self.receive_now(&mut buffer);
+            if received < 0 {
+                return frames;
+            }
+            if kind != libc::PACKET_OUTGOING {
+                frames.push(buffer[..received as usize].to_vec());
+            }
+        }
     }
 }
 

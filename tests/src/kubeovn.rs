@@ -28,6 +28,9 @@ use serde_json::Value;
 
 use crate::ovn::OvnLab;
 
+/// The subnet of vpc-b in [`Topology::peered_vpcs`].
+pub const PEERED_B_CIDR: &str = "10.1.1.0/24";
+
 /// Kube-OVN's default VPC and its two subnets.
 pub const DEFAULT_VPC: &str = "ovn-cluster";
 pub const DEFAULT_SUBNET: (&str, &str) = ("ovn-default", "10.16.0.0/16");
@@ -348,6 +351,23 @@ impl Topology {
             prefix,
             &nexthop.to_string(),
         ])
+    }
+
+    /// The two peered VPCs many tests share: vpc-a (subnet-a, `a_cidr`) and vpc-b (subnet-b,
+    /// [`PEERED_B_CIDR`]), peered over 10.0.255.0/30 (vpc-a .1, vpc-b .2), and in each VPC of
+    /// `routes_from` a static route to the other VPC's subnet via its side of the peering.
+    pub fn peered_vpcs(&mut self, a_cidr: &str, routes_from: &[&str]) -> Result<&mut Self> {
+        self.vpc_with_subnet("vpc-a", "subnet-a", a_cidr)?
+            .vpc_with_subnet("vpc-b", "subnet-b", PEERED_B_CIDR)?
+            .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30");
+        for vpc in routes_from {
+            match *vpc {
+                "vpc-a" => self.static_route("vpc-a", PEERED_B_CIDR, Ipv4Addr::new(10, 0, 255, 2)),
+                "vpc-b" => self.static_route("vpc-b", a_cidr, Ipv4Addr::new(10, 0, 255, 1)),
+                other => bail!("{other} is not one of the peered VPCs"),
+            };
+        }
+        Ok(self)
     }
 
     /// A VPC peering: router ports `<a>-<b>` (address `a_ip`, e.g. 10.0.255.1/30) and `<b>-<a>`,

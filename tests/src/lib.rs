@@ -38,6 +38,7 @@ pub mod ovs_chassis;
 pub mod pki;
 pub mod process;
 pub mod sbdump;
+pub mod scenario;
 pub mod vlan_access;
 
 /// A binary of the workspace built alongside the running test (`cargo xtask test` builds every

@@ -3,9 +3,8 @@
 //! kernel maps from the IR, and reports the pods `up`. Pods of overlapping VPCs reach their own
 //! VPC's pods on the other node, resolved through the kernel ARP responder.
 
-mod common;
-
-use common::TwoNodes;
+use ovnbpf_tests::scenario;
+use ovnbpf_tests::scenario::TwoNodes;
 
 use std::time::Duration;
 
@@ -15,26 +14,26 @@ use ovnbpf_tests::{
     process::{Child, wait_until},
 };
 
-use common::OVERLAPPING_PODS as PODS;
+use ovnbpf_tests::scenario::OVERLAPPING_PODS as PODS;
 
 #[test]
 fn agents_program_the_datapath_from_the_sb() {
     let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
-    let pods = common::overlapping_vpcs(lab, nodes);
+    let pods = scenario::overlapping_vpcs(lab, nodes);
 
     // Removed with the test, whatever its outcome (failures print the logs' tails first).
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
     let agents: Vec<Child> = (0..nodes.len())
         .map(|index| {
-            common::start_overlapping_agent(lab, nodes, index, Some(bpffs.path()), log_dir.path())
+            scenario::start_overlapping_agent(lab, nodes, index, Some(bpffs.path()), log_dir.path())
         })
         .collect();
-    let logs = || common::log_tails(&agents);
+    let logs = || scenario::log_tails(&agents);
 
     // ovn-controller's contract: a pod is `up` once its flows are installed.
     assert!(
-        common::all_overlapping_pods_up(lab),
+        scenario::all_overlapping_pods_up(lab),
         "not every pod came up{}",
         logs()
     );
@@ -49,14 +48,14 @@ fn agents_program_the_datapath_from_the_sb() {
     std::thread::sleep(Duration::from_millis(300));
     let counters = || {
         [0, 1].map(|index| {
-            common::datapath_counters(&nodes[index], &bpffs.path().join(common::NODES[index]))
+            scenario::datapath_counters(&nodes[index], &bpffs.path().join(scenario::NODES[index]))
         })
     };
     let before = counters();
     assert_eq!(a1.ping(PODS[1].3, 5).unwrap(), 5, "a1 → a2{}", logs());
     let after = counters();
     let delivered = |node: usize, interface: &str| {
-        let count = |all: &[serde_json::Value; 2]| common::delivered(&all[node], interface);
+        let count = |all: &[serde_json::Value; 2]| scenario::delivered(&all[node], interface);
         count(&after) - count(&before)
     };
     // Per-port counters: a2 got the echo requests, a1 the replies; vpc-b's pods, which use the

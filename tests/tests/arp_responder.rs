@@ -9,10 +9,9 @@ use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_common::maps::ArpResponder;
 use ovnbpf_common::{ArpAnswer, ArpKey, PodPort};
+use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TCX_NEXT};
 use ovnbpf_tests::require_root;
 
-const TCX_NEXT: i32 = -1;
-const TC_ACT_REDIRECT: i32 = 7;
 const POD_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
 const POD_IP: [u8; 4] = [10, 0, 1, 2];
 const TARGET_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 3];

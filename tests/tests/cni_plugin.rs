@@ -4,9 +4,8 @@
 //! then reaches its gateway and a pod on the other node. DEL removes the NIC, the attachment and the claim, also
 //! after an agent restart in between. Bad input gets the spec's error codes and leaks nothing.
 
-mod common;
-
-use common::TwoNodes;
+use ovnbpf_tests::scenario;
+use ovnbpf_tests::scenario::TwoNodes;
 
 use std::{
     net::Ipv4Addr,
@@ -165,7 +164,7 @@ impl CniLab {
     }
 
     fn start_agent(&self, index: usize) -> Child {
-        let chassis = common::NODES[index];
+        let chassis = scenario::NODES[index];
         AgentSpec {
             chassis,
             node: &self.nodes[index],
@@ -191,7 +190,10 @@ impl CniLab {
     }
 
     fn socket(&self, index: usize) -> PathBuf {
-        self.work.path().join(common::NODES[index]).join("cni.sock")
+        self.work
+            .path()
+            .join(scenario::NODES[index])
+            .join("cni.sock")
     }
 
     fn runtime(&self, index: usize) -> Runtime<'_> {
@@ -202,7 +204,7 @@ impl CniLab {
     }
 
     fn logs(&self) -> String {
-        common::log_tails(&self.agents)
+        scenario::log_tails(&self.agents)
     }
 
     /// Runs the plugin alone, as a runtime would, on node `index`.
@@ -254,19 +256,45 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         Netns::create(&format!("{prefix}-pa1")).unwrap(),
         Netns::create(&format!("{prefix}-pa2")).unwrap(),
     ];
+    let attachments = [
+        attachment("c0ffee00123456789", &pod_netns[0], "a1"),
+        attachment("c0ffee10123456789", &pod_netns[1], "a2"),
+    ];
 
+    status_becomes_ready(&lab);
+    let results = add_both_pods(&lab, &pod_netns, &attachments, &pods);
+    pods_reach_their_gateway_and_each_other(&lab, &pod_netns);
+    let check_config = check_uses_the_add_result(&lab, &pod_netns, &attachments, &results);
+    a_restarted_agent_keeps_forwarding(&mut lab, &pod_netns);
+    del_removes_the_nic_the_record_and_the_claim(&lab, &pod_netns, &attachments);
+    bad_input_gets_the_spec_codes_and_leaks_nothing(&lab, &pod_netns);
+    garbage_on_the_socket_is_answered(&lab);
+    the_metrics_count_what_happened(&lab);
+    check_notices_a_removed_filter(&lab, &attachments, &check_config);
+    an_unprogrammed_pod_stays_out_of_its_node(&lab, &pod_netns);
+    an_unenforced_acl_is_reported(&lab);
+    a_southbound_outage_is_reported(&mut lab);
+}
+
+/// The host end of a2's veth (from its container ID).
+const A2_HOST: &str = "c0ffee101234_h";
+
+fn status_becomes_ready(lab: &CniLab) {
     // STATUS: ready once the agent synced.
     assert!(
         wait_until(Duration::from_secs(10), || lab.ready(0) && lab.ready(1)),
         "STATUS never ready{}",
         lab.logs()
     );
+}
 
+fn add_both_pods(
+    lab: &CniLab,
+    pod_netns: &[Netns; 2],
+    attachments: &[PodAttachment; 2],
+    pods: &[(String, Ipv4Addr)],
+) -> Vec<Value> {
     // ADD both pods, as a runtime would (0.3.1 like Kube-OVN's conflist, and 1.1.0).
-    let attachments = [
-        attachment("c0ffee00123456789", &pod_netns[0], "a1"),
-        attachment("c0ffee10123456789", &pod_netns[1], "a2"),
-    ];
     let mut results = Vec::new();
     let arp_log = lab.work.path().join("a1-arp.txt");
     let mut arp_capture = None;
@@ -300,7 +328,7 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         results.push(stdout_json(&output));
         // Only then: the Port_Binding is bound and up.
         assert!(
-            common::port_up(&lab.lab, &format!("{pod}.ns")),
+            scenario::port_up(&lab.lab, &format!("{pod}.ns")),
             "{pod} not up after ADD"
         );
     }
@@ -342,7 +370,10 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert!(inside.contains("10.0.1.2/24"), "{inside}");
     let route = pod_netns[0].ip(&["route", "show", "default"]).unwrap();
     assert!(route.contains("via 10.0.1.1"), "{route}");
+    results
+}
 
+fn pods_reach_their_gateway_and_each_other(lab: &CniLab, pod_netns: &[Netns; 2]) {
     // The pods reach their gateway (the router port, answered by the kernel) and each other
     // across nodes.
     let gateway = Ipv4Addr::new(10, 0, 1, 1);
@@ -354,7 +385,15 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert!(ping(&pod_netns[1], gateway), "a2 → its gateway");
     assert!(ping(&pod_netns[0], A2), "a1 → a2{}", lab.logs());
     assert!(ping(&pod_netns[1], A1), "a2 → a1");
+}
 
+/// Returns the CHECK configuration (the ADD result as prevResult).
+fn check_uses_the_add_result(
+    lab: &CniLab,
+    pod_netns: &[Netns; 2],
+    attachments: &[PodAttachment; 2],
+    results: &[Value],
+) -> Value {
     // CHECK with the ADD result as prevResult.
     let mut check_config = config(&lab.socket(1), "1.1.0");
     check_config["routes"] = json!([{"dst": "192.168.50.0/24", "gw": "10.0.1.254"}]);
@@ -371,7 +410,10 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         details.contains("no route to 192.168.50.0/24 via 10.0.1.254"),
         "{check:?}"
     );
+    check_config
+}
 
+fn a_restarted_agent_keeps_forwarding(lab: &mut CniLab, pod_netns: &[Netns; 2]) {
     // The agent on node1 restarts (SIGKILL) between ADD and DEL: it keeps forwarding for a1.
     lab.agents[0].kill();
     let restarted = lab.start_agent(0);
@@ -385,7 +427,13 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         "a1 → a2 after the agent restart{}",
         lab.logs()
     );
+}
 
+fn del_removes_the_nic_the_record_and_the_claim(
+    lab: &CniLab,
+    pod_netns: &[Netns; 2],
+    attachments: &[PodAttachment; 2],
+) {
     // DEL a1: NIC, record and claim gone; DEL again is fine.
     let del_config = config(&lab.socket(0), "0.3.1");
     for round in 0..2 {
@@ -409,7 +457,9 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         .count();
     assert_eq!(records, 0, "the attachment record is gone");
     assert!(!ping(&pod_netns[1], A1), "a1 still reachable after DEL");
+}
 
+fn bad_input_gets_the_spec_codes_and_leaks_nothing(lab: &CniLab, pod_netns: &[Netns; 2]) {
     // Bad input: the spec's codes, nothing leaked.
     let before = host_interfaces(&lab.nodes[0]);
     let code = |output: &Output| {
@@ -493,7 +543,9 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     };
     let output = lab.invoke(0, "DEL", &del_without_add, &good);
     assert!(output.status.success(), "{output:?}");
+}
 
+fn garbage_on_the_socket_is_answered(lab: &CniLab) {
     // Garbage on the socket is answered (400) and counted, and the agent serves on.
     use std::io::{Read, Write};
     let mut raw = std::os::unix::net::UnixStream::connect(lab.socket(0)).unwrap();
@@ -502,7 +554,9 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     raw.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(lab.ready(0), "the agent still serves");
+}
 
+fn the_metrics_count_what_happened(lab: &CniLab) {
     // The metrics of node1's agent (restarted after a1's ADD): the DELs, the refused ADDs, the
     // garbage, the Southbound state and the datapath's drop counters.
     let metrics = scrape(&lab.nodes[0]);
@@ -523,12 +577,17 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
             "{line} missing in\n{metrics}"
         );
     }
+}
 
+fn check_notices_a_removed_filter(
+    lab: &CniLab,
+    attachments: &[PodAttachment; 2],
+    check_config: &Value,
+) {
     // CHECK notices a2's veth without from_pod (someone removed the filter).
-    let a2_host = "c0ffee101234_h";
     let filters = |node: &Node| {
         node.netns()
-            .exec("tc", &["filter", "show", "dev", a2_host, "ingress"])
+            .exec("tc", &["filter", "show", "dev", A2_HOST, "ingress"])
             .unwrap()
     };
     assert!(filters(&lab.nodes[1]).contains("ovnbpf_from_pod"));
@@ -537,16 +596,18 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         .exec(
             "tc",
             &[
-                "filter", "del", "dev", a2_host, "ingress", "pref", "1", "handle", "1", "bpf",
+                "filter", "del", "dev", A2_HOST, "ingress", "pref", "1", "handle", "1", "bpf",
             ],
         )
         .unwrap();
     assert!(!filters(&lab.nodes[1]).contains("ovnbpf_from_pod"));
-    let check = lab.invoke(1, "CHECK", &attachments[1], &check_config);
+    let check = lab.invoke(1, "CHECK", &attachments[1], check_config);
     assert!(!check.status.success(), "{check:?}");
     let details = stdout_json(&check)["details"].to_string();
     assert!(details.contains("from_pod is not attached"), "{check:?}");
+}
 
+fn an_unprogrammed_pod_stays_out_of_its_node(lab: &CniLab, pod_netns: &[Netns; 2]) {
     // a2's frames now reach node2's own stack, as a pod's do whose port is not programmed. The
     // host end keeps them out of the node's networking: no forwarding, no ARP answered, no IPv6
     // address for neighbour discovery to give away its MAC. A pod trying its node's address
@@ -554,7 +615,7 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     let host_sysctl = |key: &str| {
         lab.nodes[1]
             .netns()
-            .exec("cat", &[format!("/proc/sys/net/ipv4/conf/{a2_host}/{key}")])
+            .exec("cat", &[format!("/proc/sys/net/ipv4/conf/{A2_HOST}/{key}")])
             .unwrap()
             .trim()
             .to_string()
@@ -563,7 +624,7 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     assert_eq!(host_sysctl("arp_ignore"), "8");
     let inet6 = lab.nodes[1]
         .netns()
-        .ip(&["-6", "addr", "show", "dev", a2_host])
+        .ip(&["-6", "addr", "show", "dev", A2_HOST])
         .unwrap();
     assert!(!inet6.contains("inet6"), "{inet6}");
     let node2_ip = lab.nodes[1].ip().to_string();
@@ -579,7 +640,9 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         !neighbour.contains("lladdr"),
         "the node answered a2's ARP: {neighbour}"
     );
+}
 
+fn an_unenforced_acl_is_reported(lab: &CniLab) {
     // A NetworkPolicy-style ACL on a2's switch: the datapath does not enforce ACLs yet, and the
     // agent says so (log and metrics) until the ACL is gone.
     let has_on = |node: usize, line: &str| scrape(&lab.nodes[node]).lines().any(|l| l == line);
@@ -615,7 +678,9 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
         "{}",
         scrape(&lab.nodes[1])
     );
+}
 
+fn a_southbound_outage_is_reported(lab: &mut CniLab) {
     // The Southbound goes away and comes back: the metrics and the readiness probe say so; the
     // agent stays alive (liveness does not depend on the Southbound).
     let node1 = &lab.nodes[0];
@@ -897,7 +962,7 @@ fn chained_reference_plugins_accept_our_result_and_pods_attach_concurrently() {
         );
     }
     // No map entry is left behind for a deleted pod.
-    for chassis in common::NODES {
+    for chassis in scenario::NODES {
         let pod_ports = lab.bpffs.path().join(format!(
             "{chassis}/v{}/maps/POD_PORTS",
             ovnbpf_common::LAYOUT_VERSION

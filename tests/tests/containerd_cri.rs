@@ -19,15 +19,14 @@
 //! record and the Port_Binding claim, counts it, and leaves a live pod alone; the runtime's CNI
 //! GC collects that one, counted apart.
 
-mod common;
-
+use ovnbpf_tests::scenario;
 use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use common::TwoNodes;
+use ovnbpf_tests::scenario::TwoNodes;
 use ovnbpf_tests::{
     agent::AgentSpec,
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
@@ -101,7 +100,7 @@ impl Lab {
     }
 
     fn start_agent(&self, index: usize) -> Child {
-        let chassis = common::NODES[index];
+        let chassis = scenario::NODES[index];
         AgentSpec {
             chassis,
             node: &self.nodes[index],
@@ -124,7 +123,7 @@ impl Lab {
     }
 
     fn cni_dir(&self, index: usize) -> PathBuf {
-        self.work.path().join(common::NODES[index])
+        self.work.path().join(scenario::NODES[index])
     }
 
     fn socket(&self, index: usize) -> PathBuf {
@@ -145,7 +144,7 @@ impl Lab {
     }
 
     fn logs(&self) -> String {
-        common::log_tails(&self.agents)
+        scenario::log_tails(&self.agents)
     }
 
     /// The chassis column of `port`'s Port_Binding (empty when unclaimed).
@@ -314,7 +313,7 @@ fn containerd_runs_pods_through_the_shipped_conflist_across_two_nodes() {
                     "--columns=_uuid",
                     "find",
                     "Chassis",
-                    &format!("name={}", common::NODES[*node]),
+                    &format!("name={}", scenario::NODES[*node]),
                 ])
                 .unwrap()
                 .trim(),
@@ -412,7 +411,7 @@ fn a_pod_whose_del_failed_in_a_chained_plugin_is_swept_once_its_namespace_is_gon
         .add(&conflist, &cache)
         .unwrap_or_else(|error| panic!("ADD cache: {error:#}{}", lab.logs()));
     assert_eq!(lab.records(0).len(), 2);
-    assert!(common::port_up(&lab.lab, "web.ns"));
+    assert!(scenario::port_up(&lab.lab, "web.ns"));
 
     // The runtime tears web down: portmap (last in the chain, so first in DEL) is gone, the DEL
     // fails before it reaches ovnbpf, and the runtime removes the namespace anyway.
@@ -439,7 +438,7 @@ fn a_pod_whose_del_failed_in_a_chained_plugin_is_swept_once_its_namespace_is_gon
         !lab.chassis_of("cache.ns").is_empty(),
         "cache keeps its claim"
     );
-    assert!(common::port_up(&lab.lab, "cache.ns"));
+    assert!(scenario::port_up(&lab.lab, "cache.ns"));
     let metrics = lab.metrics(0);
     assert!(
         metrics.contains("ovnbpf_cni_gc_collected_total{by=\"sweep\"} 1\n"),

@@ -11,6 +11,7 @@ use ovnbpf_agent::{
     dataplane::ebpf::{Hook, KernelPrograms, l2::L2State},
     pipeline::IrDiff,
 };
+use ovnbpf_tests::scenario;
 use ovnbpf_tests::{
     kubeovn::mac_for,
     names::unique_prefix,
@@ -19,7 +20,7 @@ use ovnbpf_tests::{
     require_root,
 };
 
-use common::OVERLAPPING_PODS as PODS;
+use ovnbpf_tests::scenario::OVERLAPPING_PODS as PODS;
 const NODES: [&str; 2] = ["node1", "node2"];
 
 /// One node's agent-side state: its programs and its L2 maps.
@@ -72,7 +73,7 @@ async fn pods_bound_in_the_sb_talk_through_the_ebpf_datapath() {
         underlay.add_node("node2").unwrap(),
     ];
 
-    let pods = common::overlapping_vpcs(&lab, &nodes);
+    let pods = scenario::overlapping_vpcs(&lab, &nodes);
     // What each node's ovn-controller (here: ovnbpf agent) does: register and claim its pods.
     for (name, node) in NODES.iter().zip(&nodes) {
         lab.sbctl(&["chassis-add", name, "geneve", &node.ip().to_string()])

@@ -8,13 +8,12 @@ use std::net::Ipv4Addr;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, VERIFIED_INSTRUCTIONS_BUDGET, stack::STACK_LIMIT};
 use ovnbpf_common::{InterfaceCounters, program};
+use ovnbpf_tests::frames::verdict::TCX_NEXT;
 use ovnbpf_tests::{
     names::unique_prefix,
     network::{PodSpec, Underlay},
 };
 
-/// tcx "continue" verdict: the observing programs must hand every packet on untouched.
-const TCX_NEXT: i32 = -1;
 /// skb->ifindex under BPF_PROG_TEST_RUN (the loopback device).
 const TEST_RUN_IFINDEX: u32 = 1;
 

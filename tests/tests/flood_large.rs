@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::{collections::BTreeSet, net::Ipv4Addr, os::fd::AsRawFd};
+use std::{collections::BTreeSet, net::Ipv4Addr};
 
 use ovnbpf_agent::{
     dataplane::ebpf::{Hook, KernelPrograms, TestRunOutcome, l2::L2State},
@@ -20,12 +20,15 @@ use ovnbpf_agent::{
         trace::Evaluator,
     },
 };
-use ovnbpf_tests::{names::unique_prefix, netns::Netns};
+use ovnbpf_tests::{
+    frames::{FrameSocket, verdict::TC_ACT_REDIRECT},
+    names::unique_prefix,
+    netns::Netns,
+};
 use serde_json::Value;
 
 const DP: u32 = 7;
 const GROUP: u32 = 32768;
-const TC_ACT_REDIRECT: i32 = 7;
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
 const NEXT_HOP_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const LOCAL_PODS: u32 = 200;
@@ -103,61 +106,18 @@ fn rx_packets(ns: &Netns) -> std::collections::HashMap<String, u64> {
         .collect()
 }
 
-/// A raw socket on `interface` of the namespace, non-blocking.
-fn capture(ns: &Netns, interface: &str) -> std::os::fd::OwnedFd {
-    let ifindex = ns.ifindex(interface).unwrap();
-    ns.run_in(|| {
-        use std::os::fd::FromRawFd;
-        let protocol = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: plain socket creation; the descriptor is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
-                i32::from(protocol),
-            )
-        };
-        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_ll is plain data.
-        let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        address.sll_family = libc::AF_PACKET as u16;
-        address.sll_protocol = protocol;
-        address.sll_ifindex = ifindex as i32;
-        // SAFETY: the address is a sockaddr_ll of the size we pass.
-        let bound = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const address).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        assert_eq!(bound, 0, "{}", std::io::Error::last_os_error());
-        Ok(fd)
-    })
-    .unwrap()
-}
-
 /// Every Geneve frame waiting on the socket (IPv4, UDP to 6081).
-fn drain(fd: &std::os::fd::OwnedFd) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let mut buffer = vec![0_u8; 2048];
-        // SAFETY: the buffer is ours and of the length we pass.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), 0) };
-        if n < 0 {
-            return frames;
-        }
-        buffer.truncate(n as usize);
-        let geneve = buffer.len() > GENEVE_OVERHEAD
-            && buffer[12..14] == [0x08, 0x00]
-            && buffer[23] == 17
-            && buffer[36..38] == 6081_u16.to_be_bytes();
-        if geneve {
-            frames.push(buffer);
-        }
-    }
+fn drain(socket: &FrameSocket) -> Vec<Vec<u8>> {
+    socket
+        .drain()
+        .into_iter()
+        .filter(|frame| {
+            frame.len() > GENEVE_OVERHEAD
+                && frame[12..14] == [0x08, 0x00]
+                && frame[23] == 17
+                && frame[36..38] == 6081_u16.to_be_bytes()
+        })
+        .collect()
 }
 
 fn outer_destination(frame: &[u8]) -> Ipv4Addr {
@@ -201,7 +161,7 @@ struct Fixture {
     ns: Netns,
     state: L2State,
     programs: KernelPrograms,
-    uplink_capture: std::os::fd::OwnedFd,
+    uplink_capture: FrameSocket,
     local: u32,
     chassis: BTreeSet<Ipv4Addr>,
     /// The IR the state was given (for the evaluator).
@@ -217,7 +177,7 @@ impl Fixture {
             .map(|i| ns.ifindex(&format!("f{i}h")).unwrap())
             .collect();
         let uplink = ns.ifindex("uph").unwrap();
-        let uplink_capture = capture(&ns, "upp");
+        let uplink_capture = FrameSocket::open_in(&ns, "upp").unwrap();
         let mut state = L2State::new("node1");
         let mut entries = vec![
             IrEntry::Datapath {

@@ -18,11 +18,8 @@ use ovnbpf_common::{
     FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
     TunnelPortKey,
 };
+use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT};
 use ovnbpf_tests::{icmp::checksum, names::unique_prefix, netns::Netns, require_root};
-
-const TCX_NEXT: i32 = -1;
-const TC_ACT_SHOT: i32 = 2;
-const TC_ACT_REDIRECT: i32 = 7;
 
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 1);
 const PEER_IP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 2);

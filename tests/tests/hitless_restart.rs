@@ -6,9 +6,8 @@
 //! and the stream may never pause for 100 ms. Then `ovnbpf-agent unpin` uninstalls: pins and
 //! filters go, and so does the forwarding.
 
-mod common;
-
-use common::TwoNodes;
+use ovnbpf_tests::scenario;
+use ovnbpf_tests::scenario::TwoNodes;
 
 use std::{
     io::{Read, Write},
@@ -24,7 +23,7 @@ use std::{
 use ovnbpf_agent::netns::run_in;
 use ovnbpf_tests::{bpffs::BpfMount, network::Pod, process::wait_until, workspace_binary};
 
-use common::OVERLAPPING_PODS as PODS;
+use ovnbpf_tests::scenario::OVERLAPPING_PODS as PODS;
 
 const STREAM_PORT: u16 = 7001;
 /// Bytes per write of the paced stream; one write per millisecond is about 16 MB/s.
@@ -88,17 +87,17 @@ fn paced_stream(
 #[test]
 fn restarting_the_agents_loses_no_ping_and_never_stalls_a_tcp_stream() {
     let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
-    let pods = common::overlapping_vpcs(lab, nodes);
+    let pods = scenario::overlapping_vpcs(lab, nodes);
     let bpffs = BpfMount::create().unwrap();
     let log_dir = tempfile::tempdir().unwrap();
     let start = |index| {
-        common::start_overlapping_agent(lab, nodes, index, Some(bpffs.path()), log_dir.path())
+        scenario::start_overlapping_agent(lab, nodes, index, Some(bpffs.path()), log_dir.path())
     };
     let mut agents = vec![start(0), start(1)];
     assert!(
-        common::all_overlapping_pods_up(lab),
+        scenario::all_overlapping_pods_up(lab),
         "not every pod came up{}",
-        common::log_tails(&agents)
+        scenario::log_tails(&agents)
     );
     // a1 on node1 → a2 on node2, in vpc-a.
     let (a1, a2, a2_ip) = (&pods[0], &pods[1], PODS[1].3);
@@ -131,14 +130,14 @@ fn restarting_the_agents_loses_no_ping_and_never_stalls_a_tcp_stream() {
             assert!(
                 adopted,
                 "restart (kill: {kill}){}",
-                common::log_tails(&agents)
+                scenario::log_tails(&agents)
             );
         }
         pinger.join().unwrap().unwrap()
     });
     stop.store(true, Ordering::Relaxed);
     let report = stream.join().unwrap();
-    let logs = common::log_tails(&agents);
+    let logs = scenario::log_tails(&agents);
     eprintln!(
         "pings {received}/{pings}; stream {} bytes, longest pause {:?}",
         report.bytes, report.longest_pause
@@ -171,7 +170,7 @@ fn restarting_the_agents_loses_no_ping_and_never_stalls_a_tcp_stream() {
     };
     assert!(filters(&nodes[0], a1).contains("ovnbpf_from_pod"));
     for (index, node) in nodes.iter().enumerate() {
-        let pin_dir = bpffs.path().join(common::NODES[index]);
+        let pin_dir = bpffs.path().join(scenario::NODES[index]);
         node.netns()
             .exec(
                 &workspace_binary("ovnbpf-agent").display().to_string(),

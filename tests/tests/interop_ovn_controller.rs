@@ -9,11 +9,10 @@
 //! probes from a pod on each side, replies compared in every byte but the pod's own MAC and
 //! address and the checksums these change (those are checked valid on both sides).
 
-mod common;
-
+use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
-use common::{PodPlan, TwoNodes};
+use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     agent::AgentSpec,
     frames::{FrameSocket, ipv4_frame, tcp_syn, transport_checksum, udp},
@@ -213,7 +212,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(lab).unwrap();
-    let pods = common::add_planned_pods(nodes, &PODS, true, 1442);
+    let pods = scenario::add_planned_pods(nodes, &PODS, true, 1442);
     let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
 
     let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
@@ -243,7 +242,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     let up = wait_until(Duration::from_secs(30), || {
         ["a1.ns", "a2.ns", "a3.ns"]
             .iter()
-            .all(|port| common::port_up(lab, port))
+            .all(|port| scenario::port_up(lab, port))
     });
     assert!(up, "ports not up{}", logs());
 
@@ -278,7 +277,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     }
     // And what the pods' sockets make of them: TCP refused, UDP ECONNREFUSED, on both sides.
     for pod in [a1, a2] {
-        let (tcp, udp) = common::socket_outcomes(pod, GATEWAY, 22);
+        let (tcp, udp) = scenario::socket_outcomes(pod, GATEWAY, 22);
         for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
             assert_eq!(
                 outcome.as_ref().map_err(std::io::Error::kind).err(),

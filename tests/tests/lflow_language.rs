@@ -20,12 +20,8 @@ fn build(lab: &OvnLab, with_gateway: bool) {
     let mut topology = Topology::new();
     topology.default_vpc().unwrap();
     topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap();
-    topology
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
-        .unwrap();
-    topology
+        .peered_vpcs("10.0.1.0/24", &["vpc-a", "vpc-b"])
+        .unwrap()
         .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
         .unwrap();
     // Underlay: a localnet port with a VLAN tag (Kube-OVN Vlan + ProviderNetwork).
@@ -37,11 +33,7 @@ fn build(lab: &OvnLab, with_gateway: bool) {
         // A distributed gateway port (external access), given SNAT and a floating IP below.
         topology.gateway_port("vpc-b", "vpc-b-external", "172.20.0.1/24", "gw-node");
     }
-    topology
-        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
-        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
-        .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1))
-        .node_port("node1", "0a:58:64:40:00:02", Ipv4Addr::new(100, 64, 0, 2));
+    topology.node_port("node1", "0a:58:64:40:00:02", Ipv4Addr::new(100, 64, 0, 2));
     for (subnet, pod, ip) in [
         ("subnet-a", "web-1", Ipv4Addr::new(10, 0, 1, 2)),
         ("subnet-a", "web-2", Ipv4Addr::new(10, 0, 1, 3)),

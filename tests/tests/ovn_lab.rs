@@ -99,15 +99,8 @@ fn peering_and_static_routes_reach_the_southbound() {
     let lab = OvnLab::start().unwrap();
     let mut topology = Topology::new();
     topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .peered_vpcs("10.0.1.0/24", &["vpc-a", "vpc-b"])
         .unwrap();
-    topology
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
-        .unwrap();
-    topology
-        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
-        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
-        .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1));
     topology.apply(&lab).unwrap();
 
     let ports = kubeovn::sb_ports(&lab).unwrap();

@@ -9,6 +9,12 @@
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
 //! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the
 //! join gateway. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
+//!
+//! Three ways: the same packets are then replayed through the kernel's `from_pod`, its maps
+//! installed from the same IR by the agent's backend ([`oracle_kernel`]); every kernel verdict
+//! must equal the evaluator's, or be a drop the backend counts for a router it cannot model.
+
+mod oracle_kernel;
 
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
@@ -697,5 +703,40 @@ async fn ir_verdicts_equal_ovn_trace() {
         disagreements.len(),
         cases.len(),
         disagreements.join("\n\n")
+    );
+
+    // The kernel, on every case (those ovn-trace cannot evaluate too: the evaluator is the
+    // reference here).
+    let entries: Vec<_> = compiler.entries().cloned().collect();
+    let mut kernel = oracle_kernel::KernelReplay::new(&entries);
+    let mut report = oracle_kernel::Report::default();
+    for (router, reasons) in &kernel.blocked {
+        println!(
+            "  the backend declines router {router}: {}",
+            reasons.join("; ")
+        );
+    }
+    for (what, pod, packet) in &cases {
+        kernel.check(&mut report, &evaluator, what, &pod.port, *packet);
+    }
+    println!(
+        "kernel replay: {} cases, {} dropped by both, {} forwarded alike, {} dropped by the kernel as an unsupported router, {} known disagreements, {} other disagreements",
+        report.replayed,
+        report.both_drop,
+        report.both_forward,
+        report.unsupported_router,
+        report.known.values().sum::<usize>(),
+        report.disagreements.len()
+    );
+    for (known, count) in &report.known {
+        println!("  known disagreement ({count} cases): {}", known.describe());
+    }
+    assert_eq!(report.replayed, cases.len());
+    assert!(
+        report.disagreements.is_empty(),
+        "{} of {} cases disagree between the kernel and the evaluator:\n\n{}",
+        report.disagreements.len(),
+        report.replayed,
+        report.disagreements.join("\n\n")
     );
 }

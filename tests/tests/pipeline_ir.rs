@@ -53,15 +53,7 @@ async fn l2_and_l3_tables_reflect_the_topology() {
     require_root();
     let lab = OvnLab::start().unwrap();
     let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.0.0/17")
-        .unwrap();
-    topology
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")
-        .unwrap();
-    topology
-        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
-        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2));
+    topology.peered_vpcs("10.0.0.0/17", &["vpc-a"]).unwrap();
     topology.apply(&lab).unwrap();
     add_pods(&lab, 0..3);
     let replica = Replica::start(&lab).await;

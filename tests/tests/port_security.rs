@@ -9,10 +9,9 @@ use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, events::DropReport};
 use ovnbpf_common::maps::PortSecurityMap;
 use ovnbpf_common::{PodPort, PortSecurity, drop_reason};
+use ovnbpf_tests::frames::verdict::{TC_ACT_SHOT, TCX_NEXT};
 use ovnbpf_tests::require_root;
 
-const TCX_NEXT: i32 = -1;
-const TC_ACT_SHOT: i32 = 2;
 const MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
 const IP: [u8; 4] = [10, 0, 1, 2];
 const SPOOFED_MAC: [u8; 6] = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];

@@ -18,11 +18,9 @@ use ovnbpf_common::{
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_FORWARDS, RouterAddress, RouterInfo,
 };
+use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT};
 use ovnbpf_tests::{icmp::checksum, require_root};
 
-const TCX_NEXT: i32 = -1;
-const TC_ACT_SHOT: i32 = 2;
-const TC_ACT_REDIRECT: i32 = 7;
 const POD_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
 const POD_IP: [u8; 4] = [10, 0, 1, 2];
 const ROUTER_MAC: [u8; 6] = [0x00, 0x00, 0x00, 0x5e, 0x01, 0x01];

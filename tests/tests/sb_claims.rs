@@ -7,9 +7,8 @@
 //! here; a `requested_chassis` moved to another chassis moves the claim without two agents
 //! fighting over it (OVN's rule).
 
-mod common;
-
-use common::{NODES, TwoNodes};
+use ovnbpf_tests::scenario;
+use ovnbpf_tests::scenario::{NODES, TwoNodes};
 
 use std::{
     net::Ipv4Addr,
@@ -504,7 +503,9 @@ fn wait_hv_returns_once_a_new_switch_forwards_here() {
     )
     .unwrap();
     assert!(
-        wait_until(Duration::from_secs(20), || common::port_up(lab, "mover.ns")),
+        wait_until(Duration::from_secs(20), || scenario::port_up(
+            lab, "mover.ns"
+        )),
         "mover never up{}",
         agent.log_tail()
     );
@@ -607,7 +608,7 @@ fn a_requested_chassis_moved_elsewhere_moves_the_claim_without_a_fight() {
             .unwrap()
         })
         .collect();
-    let logs = || common::log_tails(&agents);
+    let logs = || scenario::log_tails(&agents);
     let chassis: Vec<String> = NODES
         .iter()
         .map(|name| {

@@ -9,11 +9,10 @@
 //! an untagged host reaches its pods. VLAN 100's subnet is also routed to an overlay subnet (U2O),
 //! which the compiler reports unsupported: that traffic is dropped and counted.
 
-mod common;
-
+use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{PodPlan, TwoNodes};
+use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
@@ -69,7 +68,7 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(lab).unwrap();
-    let pods = common::add_planned_pods(nodes, &PODS, true, 1500);
+    let pods = scenario::add_planned_pods(nodes, &PODS, true, 1500);
     for pod in &pods {
         pod.netns()
             .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
@@ -80,19 +79,21 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     let bpffs = BpfMount::create().unwrap();
     let agents: Vec<Child> = (0..2)
         .map(|index| {
-            let mut spec = common::planned_agent(nodes, &PODS, index, Some(bpffs.path()));
+            let mut spec = scenario::planned_agent(nodes, &PODS, index, Some(bpffs.path()));
             spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
             spec.spawn(
                 lab,
                 &workspace_binary("ovnbpf-agent"),
-                log_dir.path().join(format!("{}.log", common::NODES[index])),
+                log_dir
+                    .path()
+                    .join(format!("{}.log", scenario::NODES[index])),
             )
             .unwrap()
         })
         .collect();
-    let logs = || common::log_tails(&agents);
+    let logs = || scenario::log_tails(&agents);
     assert!(
-        common::planned_pods_up(lab, &PODS),
+        scenario::planned_pods_up(lab, &PODS),
         "not every pod came up{}",
         logs()
     );
@@ -261,7 +262,7 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     // U2O: the compiler reports vpc-o unsupported, so the kernel routes nothing between the
     // underlay and the overlay subnet: dropped and counted, not sent where OVN would not.
     let unsupported = |node: usize| {
-        common::datapath_counters(&nodes[node], &bpffs.path().join(common::NODES[node]))["drops"]
+        scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))["drops"]
             ["router_unsupported"]
             .as_u64()
             .unwrap_or_default()

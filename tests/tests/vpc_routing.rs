@@ -8,11 +8,10 @@
 //! VPC as kube-ovn-controller builds one without peering (`always_learn_from_arp_request=false`):
 //! across subnets and nodes and via a pod.
 
-mod common;
-
+use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{PodPlan, TwoNodes};
+use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     kubeovn::{Topology, mac_for},
     netns::Netns,
@@ -73,7 +72,7 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(lab).unwrap();
-    let pods = common::add_planned_pods(nodes, &PODS, true, 1400);
+    let pods = scenario::add_planned_pods(nodes, &PODS, true, 1400);
     let pod = |name: &str| &pods[PODS.iter().position(|p| p.0 == name).unwrap()];
     let address = |name: &str| PODS.iter().find(|p| p.0 == name).unwrap().3;
 
@@ -109,10 +108,10 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
     let agents =
-        common::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
-    let logs = || common::log_tails(&agents);
+        scenario::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
+    let logs = || scenario::log_tails(&agents);
     assert!(
-        common::planned_pods_up(lab, &PODS),
+        scenario::planned_pods_up(lab, &PODS),
         "not every pod came up{}",
         logs()
     );
@@ -138,14 +137,14 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     // TCP and UDP to the router's addresses are refused as OVN refuses them: a reset, and ICMP
     // port unreachable (the connected UDP socket's receive fails with ECONNREFUSED).
     let replies = |kind: &str| {
-        let counters = common::datapath_counters(&nodes[0], &bpffs.path().join("node1"));
+        let counters = scenario::datapath_counters(&nodes[0], &bpffs.path().join("node1"));
         counters["router_replies"][kind]
             .as_u64()
             .unwrap_or_else(|| panic!("no {kind} in {counters}"))
     };
     let (resets, unreachables) = (replies("tcp_reset"), replies("port_unreachable"));
     for gateway in [Ipv4Addr::new(10, 0, 1, 1), Ipv4Addr::new(10, 0, 2, 1)] {
-        let (tcp, udp) = common::socket_outcomes(a1, gateway, 80);
+        let (tcp, udp) = scenario::socket_outcomes(a1, gateway, 80);
         for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
             assert_eq!(
                 outcome.as_ref().map_err(std::io::Error::kind).err(),
@@ -161,7 +160,7 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     // The unreachable quotes the datagram as sent on the wire, its UDP checksum complete (as
     // OVN's kernel datapath completes a checksum the pod's stack left to offload).
     let frame =
-        common::unreachable_for_socket_datagram(a1, address("a1"), Ipv4Addr::new(10, 0, 1, 1));
+        scenario::unreachable_for_socket_datagram(a1, address("a1"), Ipv4Addr::new(10, 0, 1, 1));
     let quoted_udp = &frame[42 + 20..];
     assert_eq!(
         ovnbpf_tests::frames::transport_checksum(
@@ -340,7 +339,7 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
         .trim_matches('"'),
         "false"
     );
-    let pods = common::add_planned_pods(nodes, plans, true, 1400);
+    let pods = scenario::add_planned_pods(nodes, plans, true, 1400);
     let pod = |name: &str| &pods[plans.iter().position(|p| p.0 == name).unwrap()];
     let address = |name: &str| plans.iter().find(|p| p.0 == name).unwrap().3;
 
@@ -376,10 +375,10 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
     let agents =
-        common::start_planned_agents(lab, nodes, plans, Some(bpffs.path()), log_dir.path());
-    let logs = || common::log_tails(&agents);
+        scenario::start_planned_agents(lab, nodes, plans, Some(bpffs.path()), log_dir.path());
+    let logs = || scenario::log_tails(&agents);
     assert!(
-        common::planned_pods_up(lab, plans),
+        scenario::planned_pods_up(lab, plans),
         "not every pod came up{}",
         logs()
     );
@@ -417,8 +416,8 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
         "k1 → behind kr{}",
         logs()
     );
-    for (node, chassis) in nodes.iter().zip(common::NODES) {
-        let counters = common::datapath_counters(node, &bpffs.path().join(chassis));
+    for (node, chassis) in nodes.iter().zip(scenario::NODES) {
+        let counters = scenario::datapath_counters(node, &bpffs.path().join(chassis));
         assert_eq!(
             counters["drops"]["router_unsupported"]
                 .as_u64()

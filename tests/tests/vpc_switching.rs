@@ -6,11 +6,10 @@
 //! Geneve copy carrying `_MC_flood`'s key, delivered there to the local members), and no pod of
 //! the other VPC.
 
-mod common;
-
+use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
-use common::{PodPlan, TwoNodes};
+use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
@@ -40,14 +39,14 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
         topology.pod(subnet, name, "ns", &mac_for(name), ip);
     }
     topology.apply(lab).unwrap();
-    let pods = common::add_planned_pods(nodes, &PODS, false, 1442);
+    let pods = scenario::add_planned_pods(nodes, &PODS, false, 1442);
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
     let agents =
-        common::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
-    let logs = || common::log_tails(&agents);
+        scenario::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
+    let logs = || scenario::log_tails(&agents);
     assert!(
-        common::planned_pods_up(lab, &PODS),
+        scenario::planned_pods_up(lab, &PODS),
         "not every pod came up{}",
         logs()
     );
@@ -61,7 +60,7 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
     std::thread::sleep(Duration::from_millis(300));
     let counters = || {
         [0, 1].map(|index| {
-            common::datapath_counters(&nodes[index], &bpffs.path().join(common::NODES[index]))
+            scenario::datapath_counters(&nodes[index], &bpffs.path().join(scenario::NODES[index]))
         })
     };
     let before = counters();
@@ -77,7 +76,7 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
     }
     let after = counters();
     let delivered = |node: usize, interface: &str| {
-        common::delivered(&after[node], interface) - common::delivered(&before[node], interface)
+        scenario::delivered(&after[node], interface) - scenario::delivered(&before[node], interface)
     };
     assert!(
         delivered(0, "a3_h") > 1000,

@@ -1,5 +1,6 @@
 //! Running external commands from xtask: echo-free helpers that turn a non-zero exit into an error
-//! naming the command. Touches nothing but the processes it starts.
+//! naming the command (a command's stdout: the harness's `ovnbpf_tests::process::output`).
+//! Touches nothing but the processes it starts.
 
 use std::{
     path::{Path, PathBuf},
@@ -82,20 +83,4 @@ pub fn build_binaries(profile: Profile) -> Result<Binaries> {
         ctl: binary("ovnbpfctl")?,
         cni: binary("ovnbpf-cni")?,
     })
-}
-
-/// Runs `command` and returns its stdout; fails if it exits non-zero (stderr is included).
-pub fn output(command: &mut Command) -> Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("starting `{}`", describe(command)))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}\n{}",
-            describe(command),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

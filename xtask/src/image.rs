@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use ovnbpf_tests::oci;
 
-use crate::{bench::option, cmd};
+use crate::{args::option, cmd};
 
 pub fn run(args: &[String]) -> Result<()> {
     let profile = if args.iter().any(|a| a == "--debug") {

@@ -14,7 +14,7 @@ use ovnbpf_tests::{
     process::{terminate_pid, wait_until},
 };
 
-use crate::demo_topology;
+use crate::demo::topology;
 
 fn lab_dir() -> PathBuf {
     std::env::var_os("OVNBPF_LAB_DIR")
@@ -59,7 +59,7 @@ fn up(dir: &Path, demo: bool) -> Result<()> {
     let binaries = crate::cmd::build_binaries(crate::cmd::Profile::Debug)?;
     let lab = OvnLab::start_kept(dir)?;
     if demo {
-        demo_topology::build()?.apply(&lab)?;
+        topology::build()?.apply(&lab)?;
     }
     let env = format!(
         "export OVN_NB_DB={} OVN_SB_DB={}\n",

@@ -3,13 +3,10 @@
 //! central running for manual work. This crate must build without bpf-linker or nightly, because it
 //! is what installs them.
 
+mod args;
 mod bench;
-mod bench_cni;
-mod bench_datapath;
 mod cmd;
 mod demo;
-mod demo_agents;
-mod demo_topology;
 mod image;
 mod lab;
 mod setup;

@@ -8,7 +8,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd::{self, run_checked};
+use ovnbpf_tests::process;
+
+use crate::cmd::run_checked;
 
 /// Debian packages, grouped by why we need them.
 pub const APT_PACKAGES: &[(&str, &str)] = &[
@@ -153,7 +155,7 @@ fn install_apt_packages(options: &Options, missing: &[&str]) -> Result<()> {
 }
 
 fn ensure_rust_src(options: &Options) -> Result<()> {
-    let installed = cmd::output(Command::new("rustup").args([
+    let installed = process::output(Command::new("rustup").args([
         "component",
         "list",
         "--toolchain",

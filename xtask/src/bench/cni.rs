@@ -32,10 +32,8 @@ use ovnbpf_tests::{
 };
 use serde_json::{Value, json};
 
-use crate::{
-    bench::{option, percentile, write_json},
-    cmd,
-};
+use super::stats::{percentile, write_json};
+use crate::{args::option, cmd};
 
 const NODES: [&str; 2] = ["node1", "node2"];
 /// How often the prober asks a new pod for an echo until it answers.

@@ -24,13 +24,15 @@ use ovnbpf_tests::{
     netns::Netns,
     network::{Node, PhysicalSwitch, PodSpec, Underlay},
     ovn::OvnLab,
+    process,
 };
 use serde_json::{Value, json};
 
+use super::stats::{median, write_json};
 use crate::{
-    bench::{median, option, write_json},
+    args::option,
     cmd,
-    demo_agents::{stop_agents, wait_all_up},
+    demo::agents::{stop_agents, wait_all_up},
 };
 
 /// What one path measured.
@@ -343,7 +345,7 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
 /// (g): the broadcast cost measured by the `flood_cost` driver, and `ovnbpf-agent verify`'s
 /// verified instruction counts, as one JSON object.
 fn broadcast(agent: &Path, flood_runs: u32) -> Result<Value> {
-    let text = cmd::output(
+    let text = process::output(
         std::process::Command::new("cargo")
             .args([
                 "test",
@@ -367,7 +369,7 @@ fn broadcast(agent: &Path, flood_runs: u32) -> Result<Value> {
         .find_map(|l| l.strip_prefix("FLOOD_BENCH "))
         .context("flood_cost printed no FLOOD_BENCH line")?;
     let mut result: Value = serde_json::from_str(line).context("flood_cost's JSON")?;
-    let verified = cmd::output(std::process::Command::new(agent).arg("verify"))?;
+    let verified = process::output(std::process::Command::new(agent).arg("verify"))?;
     let (mut programs, mut stacks) = (serde_json::Map::new(), serde_json::Map::new());
     for line in verified.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();

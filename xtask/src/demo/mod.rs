@@ -3,7 +3,10 @@
 //! northd put in the Southbound DB, shows what ovnbpf's compiler makes of the logical flows
 //! (coverage, and traces of packets through the IR), loads ovnbpf's kernel programs through the
 //! verifier, then runs two simulated nodes with one agent each and pings between their pods
-//! through the eBPF datapath ([`crate::demo_agents`]), and tears everything down.
+//! through the eBPF datapath ([`agents`]), and tears everything down.
+
+pub mod agents;
+pub mod topology;
 
 use std::process::Command;
 
@@ -11,9 +14,10 @@ use anyhow::{Context, Result};
 use ovnbpf_tests::{
     kubeovn::{self, DatapathKind},
     ovn::{Db, OvnLab},
+    process,
 };
 
-use crate::{cmd, demo_topology};
+use crate::cmd;
 
 /// The MAC of a pod port in the SB (its "MAC IP" address).
 fn mac_of(ports: &[kubeovn::SbPort], name: &str) -> String {
@@ -38,9 +42,9 @@ pub fn run() -> Result<()> {
 
     println!(
         "== demo: Kube-OVN topology through ovn-nbctl: default VPC + vpc-a and vpc-b, both {}",
-        demo_topology::SHARED_CIDR
+        topology::SHARED_CIDR
     );
-    demo_topology::build()?.apply(&lab)?;
+    topology::build()?.apply(&lab)?;
 
     println!("== demo: Southbound datapaths (tunnel_key = Geneve VNI)");
     let datapaths = kubeovn::sb_datapaths(&lab)?;
@@ -83,7 +87,8 @@ pub fn run() -> Result<()> {
     println!(
         "== demo: ovnbpf compiles the logical flows into its pipeline IR (ovnbpfctl lflow coverage)"
     );
-    let coverage = cmd::output(Command::new(ctl).args(["lflow", "coverage", "--remote", &remote]))?;
+    let coverage =
+        process::output(Command::new(ctl).args(["lflow", "coverage", "--remote", &remote]))?;
     for line in coverage.lines().filter(|l| {
         l.starts_with("stage")
             || l.starts_with("total")
@@ -113,21 +118,21 @@ pub fn run() -> Result<()> {
     ] {
         println!("== demo: ovnbpfctl trace: {what}");
         let trace =
-            cmd::output(Command::new(ctl).args(["trace", "--remote", &remote, &microflow]))?;
+            process::output(Command::new(ctl).args(["trace", "--remote", &remote, &microflow]))?;
         for line in trace.lines() {
             println!("   {line}");
         }
     }
 
     println!("== demo: ovnbpf kernel programs, loaded through the verifier");
-    let verified =
-        cmd::output(Command::new(&binaries.agent).arg("verify")).context("ovnbpf-agent verify")?;
+    let verified = process::output(Command::new(&binaries.agent).arg("verify"))
+        .context("ovnbpf-agent verify")?;
     for line in verified.lines() {
         println!("   {line}");
     }
 
     println!("== demo: two nodes, one ovnbpf-agent each, the pods spread over them");
-    crate::demo_agents::run(&lab, &binaries)?;
+    agents::run(&lab, &binaries)?;
 
     println!("== demo: tearing down");
     drop(lab);

@@ -19,7 +19,8 @@ use ovnbpf_tests::{
 };
 use serde_json::{Value, json};
 
-use crate::{cmd::Binaries, demo_topology::VPCS};
+use super::topology::VPCS;
+use crate::cmd::Binaries;
 
 const NODES: [&str; 2] = ["node1", "node2"];
 

@@ -1,16 +1,8 @@
-//! `cargo xtask bench …`: measurements that compare ovnbpf with a baseline taken in the same run,
-//! print a table and write JSON under target/bench/. Never part of the test suite.
-//!
-//! `bench compile [--pods …] [--updates 20]`: the full SB → IR compile (time, IR entries, RSS it
-//! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
-//! cost in the same run as the baseline.
-//!
-//! `bench datapath`: see [`crate::bench_datapath`]. `bench cni`: see [`crate::bench_cni`].
-//!
 //! `bench sb [--pods 1000,10000,50000] [--updates 20]`: for each size, a real OVN central with a
 //! Kube-OVN-like topology of that many pod ports; baseline = `ovsdb-client dump` of the SB (wall
 //! time, peak RSS); ovnbpf = `ovnbpfctl sb-sync` (initial sync wall time, peak RSS, and the time
-//! to apply each of `--updates` single-pod NB changes to the replica and its indexes).
+//! to apply each of `--updates` single-pod NB changes to the replica and its indexes). Also the
+//! topology and the sync run `bench compile` shares.
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -23,29 +15,12 @@ use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
     kubeovn::{Topology, mac_for},
     ovn::{Db, OvnLab},
+    process,
 };
 use serde_json::{Value, json};
 
-use crate::cmd;
-
-pub fn run(args: &[String]) -> Result<()> {
-    match args.first().map(String::as_str) {
-        Some("sb") => bench_sb(&args[1..]),
-        Some("compile") => bench_compile(&args[1..]),
-        Some("datapath") => crate::bench_datapath::run(&args[1..]),
-        Some("cni") => crate::bench_cni::run(&args[1..]),
-        _ => bail!(
-            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5] [--flood-runs 5000] [--broadcast-only] | cni [--pods 100] [--concurrency 10]"
-        ),
-    }
-}
-
-pub(crate) fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
-}
+use super::stats::{median, numbers, percentile, sizes, write_json};
+use crate::{args::option, cmd};
 
 /// What one measured child process cost.
 struct Measured {
@@ -90,7 +65,7 @@ fn measure(command: &mut Command) -> Result<Measured> {
 }
 
 /// Default VPC plus three custom VPCs, `pods` pod ports spread over four /16 subnets.
-fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
+pub fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
     let subnets = [
         ("ovn-cluster", "ovn-default", [10, 16]),
         ("vpc-a", "subnet-a", [10, 0]),
@@ -129,44 +104,14 @@ fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
             }
         }
         let transaction = Value::Array(operations).to_string();
-        cmd::output(Command::new("ovsdb-client").args(["transact", &nb, &transaction]))
+        process::output(Command::new("ovsdb-client").args(["transact", &nb, &transaction]))
             .context("inserting pods into the NB")?;
     }
     lab.nbctl(&["--timeout=1800", "--wait=sb", "sync"])?;
     Ok(())
 }
 
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-pub(crate) fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    percentile(&values, 50.0)
-}
-
-fn sizes(args: &[String]) -> Result<Vec<u32>> {
-    option(args, "--pods")
-        .unwrap_or("1000,10000,50000")
-        .split(',')
-        .map(|n| n.trim().parse().context("--pods takes numbers"))
-        .collect()
-}
-
-fn numbers(report: &Value, key: &str) -> Vec<f64> {
-    report[key]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_f64)
-        .collect()
-}
-
-fn bench_sb(args: &[String]) -> Result<()> {
+pub fn run(args: &[String]) -> Result<()> {
     let sizes = sizes(args)?;
     let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
     println!("== bench sb: building ovnbpfctl (release)");
@@ -218,20 +163,9 @@ fn bench_sb(args: &[String]) -> Result<()> {
     write_json("sb", &results)
 }
 
-pub(crate) fn write_json(bench: &str, results: &[Value]) -> Result<()> {
-    std::fs::create_dir_all("target/bench")?;
-    let path = format!("target/bench/{bench}.json");
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(&json!({"bench": bench, "results": results}))?,
-    )?;
-    println!("wrote {path}");
-    Ok(())
-}
-
 /// Runs `ovnbpfctl sb-sync` (with `extra` arguments), makes `updates` single-pod NB changes once
 /// it has synced (each one SB transaction by northd), and returns its JSON report.
-fn sync_and_update(
+pub fn sync_and_update(
     lab: &OvnLab,
     ctl: &std::path::Path,
     remote: &str,
@@ -286,61 +220,6 @@ fn sync_and_update(
         bail!("ovnbpfctl sb-sync failed: {status}");
     }
     Ok(serde_json::from_str(&stdout)?)
-}
-
-/// `bench compile`: full SB → IR compile time and IR memory, and the cost of one pod change,
-/// against the replica's own sync and apply cost in the same run as the baseline.
-fn bench_compile(args: &[String]) -> Result<()> {
-    let sizes = sizes(args)?;
-    let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
-    println!("== bench compile: building ovnbpfctl (release)");
-    let ctl = cmd::build_binaries(cmd::Profile::Release)?.ctl;
-    let mut results = Vec::new();
-    for pods in sizes {
-        println!("== bench compile: {pods} pods: building the topology");
-        let lab = OvnLab::start()?;
-        populate(&lab, pods)?;
-        let remote = lab.unix_remote(Db::Southbound);
-        let report = sync_and_update(&lab, &ctl, &remote, updates, &["--compile"])?;
-        let mut apply = numbers(&report, "apply_us");
-        let mut compile = numbers(&report, "compile_us");
-        let diffs = numbers(&report, "diff_entries");
-        apply.sort_by(f64::total_cmp);
-        compile.sort_by(f64::total_cmp);
-        results.push(json!({
-            "pods": pods, "sb_rows": report["rows"], "ir_entries": report["ir_entries"],
-            "baseline_replica_sync_ms": report["sync_ms"], "full_compile_ms": report["compile_ms"],
-            "ir_rss_kib": report["ir_rss_kib"],
-            "baseline_replica_apply_p50_us": percentile(&apply, 50.0),
-            "compile_p50_us": percentile(&compile, 50.0), "compile_p99_us": percentile(&compile, 99.0),
-            "max_diff_entries": diffs.iter().copied().fold(0.0, f64::max),
-            "updates": compile.len(),
-        }));
-    }
-    println!();
-    println!(
-        "| pods | SB rows | IR entries | replica sync ms (baseline) | full compile ms | compile / sync | IR RSS MiB | replica apply p50 µs (baseline) | compile p50 µs | compile p99 µs | compile / apply (p50) | max IR diff per pod |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in &results {
-        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} |",
-            r["pods"],
-            r["sb_rows"],
-            r["ir_entries"],
-            f("baseline_replica_sync_ms"),
-            f("full_compile_ms"),
-            f("full_compile_ms") / f("baseline_replica_sync_ms"),
-            f("ir_rss_kib") / 1024.0,
-            f("baseline_replica_apply_p50_us"),
-            f("compile_p50_us"),
-            f("compile_p99_us"),
-            f("compile_p50_us") / f("baseline_replica_apply_p50_us"),
-            f("max_diff_entries"),
-        );
-    }
-    write_json("compile", &results)
 }
 
 fn print_sb_table(results: &[Value]) {

@@ -1,0 +1,273 @@
+//! Scenarios the integration tests share: two simulated nodes under one real OVN central
+//! ([`TwoNodes`]), pods planned as (name, subnet, node, address) and built as real namespaces
+//! ([`PodPlan`], [`add_planned_pods`]), the overlapping-VPC layout of the datapath tests
+//! ([`OVERLAPPING_PODS`], [`overlapping_vpcs`]), one `ovnbpf-agent` per node for those pods, and
+//! what the tests read back (Port_Binding `up`, the datapath counters, what a pod's sockets get).
+//! Builds topologies only through [`crate::kubeovn`] (ovn-nbctl); everything it creates is removed
+//! on drop. Fixtures that need the agent library (its SB replica and compiler, the kernel
+//! programs) stay with the tests (`tests/tests/common`): this crate is also xtask's, which must
+//! build without the eBPF toolchain.
+
+use std::{net::Ipv4Addr, time::Duration};
+
+use crate::{
+    agent::AgentSpec,
+    kubeovn::{Topology, mac_for},
+    network::{Node, Pod, PodSpec, Underlay},
+    ovn::OvnLab,
+    process::{Child, wait_until},
+    workspace_binary,
+};
+
+/// Two VPCs whose subnets overlap (10.0.1.0/24), two pods each, spread over two nodes:
+/// (pod, subnet, node index, address). vpc-b reuses vpc-a's addresses on the other nodes.
+pub const OVERLAPPING_PODS: [PodPlan; 4] = [
+    ("a1", "subnet-a", 0, Ipv4Addr::new(10, 0, 1, 2)),
+    ("a2", "subnet-a", 1, Ipv4Addr::new(10, 0, 1, 3)),
+    ("b1", "subnet-b", 0, Ipv4Addr::new(10, 0, 1, 3)),
+    ("b2", "subnet-b", 1, Ipv4Addr::new(10, 0, 1, 2)),
+];
+
+/// Builds [`OVERLAPPING_PODS`] in the NB (through ovn-nbctl, as Kube-OVN does) and as real pods
+/// (namespaces with veths, MTU 1442 for Geneve) on `nodes`; host veths are `<pod>_h`.
+pub fn overlapping_vpcs(lab: &OvnLab, nodes: &[Node]) -> Vec<Pod> {
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
+        .unwrap();
+    for (name, subnet, _, ip) in OVERLAPPING_PODS {
+        topology.pod(subnet, name, "ns", &mac_for(name), ip);
+    }
+    topology.apply(lab).unwrap();
+    add_planned_pods(nodes, &OVERLAPPING_PODS, false, 1442)
+}
+
+/// A pod as the tests plan it: (name, subnet, node index, address in a /24).
+pub type PodPlan = (&'static str, &'static str, usize, Ipv4Addr);
+
+/// A real OVN central and two simulated nodes on one underlay, removed on drop.
+pub struct TwoNodes {
+    pub lab: OvnLab,
+    pub nodes: [Node; 2],
+    /// The name prefix of this test's namespaces.
+    pub prefix: String,
+    pub underlay: Underlay,
+}
+
+impl TwoNodes {
+    pub fn start() -> Self {
+        crate::require_root();
+        let lab = OvnLab::start().unwrap();
+        let prefix = crate::names::unique_prefix();
+        let mut underlay = Underlay::create(&prefix).unwrap();
+        let nodes = [
+            underlay.add_node("node1").unwrap(),
+            underlay.add_node("node2").unwrap(),
+        ];
+        Self {
+            lab,
+            nodes,
+            prefix,
+            underlay,
+        }
+    }
+}
+
+/// Creates `plans` as real pods (namespaces with veths `<pod>_h`, the given MTU), with a
+/// default route via their subnet's first address when `gateway`.
+pub fn add_planned_pods(nodes: &[Node], plans: &[PodPlan], gateway: bool, mtu: u32) -> Vec<Pod> {
+    plans
+        .iter()
+        .map(|(name, _, node, ip)| {
+            let octets = ip.octets();
+            nodes[*node]
+                .add_pod(&PodSpec {
+                    name,
+                    host_interface: &format!("{name}_h"),
+                    mac: Some(&mac_for(name)),
+                    address: Some(&format!("{ip}/24")),
+                    gateway: gateway.then(|| Ipv4Addr::new(octets[0], octets[1], octets[2], 1)),
+                    mtu: Some(mtu),
+                })
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The agent of node `index`, forwarding for the planned pods on it (`PORT=<pod>_h`), pinning
+/// under `pin_root/<chassis>` when given.
+pub fn planned_agent<'a>(
+    nodes: &'a [Node],
+    plans: &[PodPlan],
+    index: usize,
+    pin_root: Option<&std::path::Path>,
+) -> AgentSpec<'a> {
+    AgentSpec {
+        chassis: NODES[index],
+        node: &nodes[index],
+        local_ports: plans
+            .iter()
+            .filter(|plan| plan.2 == index)
+            .map(|(name, ..)| format!("{name}.ns={name}_h"))
+            .collect(),
+        pin_root: pin_root.map(|root| root.join(NODES[index])),
+        cni_dir: None,
+        extra_args: Vec::new(),
+    }
+}
+
+/// Starts [`planned_agent`] of node `index`, logging to `log_dir/<chassis>.log`.
+pub fn start_planned_agent(
+    lab: &OvnLab,
+    nodes: &[Node],
+    plans: &[PodPlan],
+    index: usize,
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> Child {
+    let log = log_dir.join(format!("{}.log", NODES[index]));
+    planned_agent(nodes, plans, index, pin_root)
+        .spawn(lab, &workspace_binary("ovnbpf-agent"), log)
+        .unwrap()
+}
+
+/// Starts the planned agent of every node.
+pub fn start_planned_agents(
+    lab: &OvnLab,
+    nodes: &[Node],
+    plans: &[PodPlan],
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> Vec<Child> {
+    (0..nodes.len())
+        .map(|index| start_planned_agent(lab, nodes, plans, index, pin_root, log_dir))
+        .collect()
+}
+
+/// Waits up to 20 s until every planned pod's Port_Binding is `up`.
+pub fn planned_pods_up(lab: &OvnLab, plans: &[PodPlan]) -> bool {
+    wait_until(Duration::from_secs(20), || {
+        plans
+            .iter()
+            .all(|(name, ..)| port_up(lab, &format!("{name}.ns")))
+    })
+}
+
+/// Chassis names of the simulated nodes, by node index.
+pub const NODES: [&str; 2] = ["node1", "node2"];
+
+/// Starts the agent of node `index` for [`OVERLAPPING_PODS`] (see [`start_planned_agent`]).
+pub fn start_overlapping_agent(
+    lab: &OvnLab,
+    nodes: &[Node],
+    index: usize,
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+) -> Child {
+    start_planned_agent(lab, nodes, &OVERLAPPING_PODS, index, pin_root, log_dir)
+}
+
+/// Whether Port_Binding `port` is `up` in the SB.
+pub fn port_up(lab: &OvnLab, port: &str) -> bool {
+    let selector = format!("logical_port={port}");
+    lab.sbctl(&["--bare", "--columns=up", "find", "Port_Binding", &selector])
+        .is_ok_and(|text| text.trim() == "true")
+}
+
+/// Waits up to 20 s until every pod of [`OVERLAPPING_PODS`] is `up` (its agent programmed it).
+pub fn all_overlapping_pods_up(lab: &OvnLab) -> bool {
+    planned_pods_up(lab, &OVERLAPPING_PODS)
+}
+
+/// The ends of the agents' logs, for assertion messages.
+pub fn log_tails(agents: &[Child]) -> String {
+    agents
+        .iter()
+        .map(Child::log_tail)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `ovnbpfctl datapath counters --json` for the datapath `node`'s agent pinned under `pin_root`,
+/// read inside the node's namespace (so interfaces have their names).
+pub fn datapath_counters(node: &Node, pin_root: &std::path::Path) -> serde_json::Value {
+    let ctl = workspace_binary("ovnbpfctl");
+    let text = node
+        .netns()
+        .exec(
+            &ctl.to_string_lossy(),
+            &[
+                "datapath",
+                "counters",
+                "--json",
+                "--pin-dir",
+                &pin_root.to_string_lossy(),
+            ],
+        )
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Frames delivered to interface `name` in `ovnbpfctl datapath counters --json` output.
+pub fn delivered(counters: &serde_json::Value, name: &str) -> u64 {
+    counters["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|interface| interface["name"] == name)
+        .and_then(|interface| interface["delivered_packets"].as_u64())
+        .unwrap_or_else(|| panic!("no counters for {name}: {counters}"))
+}
+
+/// What `pod`'s own sockets get from `ip:port`: a TCP connect, and a datagram on a connected UDP
+/// socket followed by a receive (an ICMP port unreachable makes it fail with ECONNREFUSED).
+/// Each within 3 s; the error kinds, `Ok` when something else happened.
+pub fn socket_outcomes(
+    pod: &Pod,
+    ip: Ipv4Addr,
+    port: u16,
+) -> (std::io::Result<()>, std::io::Result<()>) {
+    let address = std::net::SocketAddr::from((ip, port));
+    pod.netns()
+        .run_in(|| {
+            let tcp =
+                std::net::TcpStream::connect_timeout(&address, Duration::from_secs(3)).map(drop);
+            let udp = (|| {
+                let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+                socket.connect(address)?;
+                socket.set_read_timeout(Some(Duration::from_secs(3)))?;
+                socket.send(b"ovnbpf-udp-probe")?;
+                let mut buffer = [0_u8; 64];
+                socket.recv(&mut buffer).map(drop)
+            })();
+            Ok((tcp, udp))
+        })
+        .unwrap()
+}
+
+/// The ICMP port unreachable `pod` (at `pod_ip`) gets for a datagram its own UDP socket sends to
+/// `ip` (port 9), as seen on its eth0: the whole frame. The datagram goes through the pod's
+/// stack as applications' do (checksum offload and all).
+pub fn unreachable_for_socket_datagram(pod: &Pod, pod_ip: Ipv4Addr, ip: Ipv4Addr) -> Vec<u8> {
+    let socket = crate::frames::FrameSocket::open_in(pod.netns(), "eth0").unwrap();
+    pod.netns()
+        .run_in(|| {
+            let udp = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            udp.send_to(b"ovnbpf-offloaded-udp", (ip, 9))?;
+            Ok(())
+        })
+        .unwrap();
+    socket
+        .receive(Duration::from_secs(3), |frame| {
+            frame.len() > 42
+                && frame[12..14] == [0x08, 0x00]
+                && frame[23] == 1
+                && frame[26..30] == ip.octets()
+                && frame[30..34] == pod_ip.octets()
+                && frame[34] == 3
+        })
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: no ICMP unreachable from {ip}", pod.name()))
+}

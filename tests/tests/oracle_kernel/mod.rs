@@ -1,0 +1,610 @@
+//! The oracle's third leg: the same IR the evaluator reads, installed by the agent's real backend
+//! ([`L2State`], [`L3State`] flushed into [`KernelPrograms`]) in a namespace of its own, and each
+//! generated packet replayed through `from_pod` with `BPF_PROG_TEST_RUN`. The kernel's verdict
+//! and frames must equal the evaluator's outputs.
+//!
+//! Placement: the sending pod is the only pod on this chassis, on the test-run device (`lo`,
+//! ifindex 1); every other pod is alone on a chassis of its own (encap IP 172.31.x.y), so a frame
+//! for a pod leaves Geneve-encapsulated and its outer destination, VNI and egress key name the
+//! pod. A frame the kernel redirects without Geneve went to a local device: the sender itself
+//! (replies) or the provider NIC (underlay switches, where a remote pod is reached through the
+//! physical network); both are "here" ([`Where::Here`]). Flood copies are captured on the uplink
+//! and on the provider NIC. Compared per output: where it went and the whole packet as the
+//! evaluator models it (MACs, addresses, TTL, ARP/ND fields, L4 kind and ports), read back from
+//! the kernel's bytes with its IPv4 header checksum checked.
+
+pub mod wire;
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::Ipv4Addr,
+};
+
+use ovnbpf_agent::{
+    dataplane::ebpf::{Hook, KernelPrograms, l2::L2State, l3::L3State},
+    pipeline::{
+        IrDiff,
+        ir::{IrEntry, PortKind},
+        packet::Packet,
+        trace::Evaluator,
+    },
+};
+use ovnbpf_tests::{
+    frames::{
+        FrameSocket,
+        verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT},
+    },
+    names::unique_prefix,
+    netns::Netns,
+};
+
+const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
+const CHASSIS: &str = "oracle-local";
+/// Outer Ethernet + IPv4 + UDP + Geneve + OVN option.
+const GENEVE_OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
+
+/// Where an output went, as the kernel can tell it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Where {
+    /// To a pod on another chassis, through Geneve.
+    Remote(String),
+    /// To a local device: the sender, or the provider NIC of an underlay switch.
+    Here,
+}
+
+/// The replay's counts and every disagreement, described.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub replayed: usize,
+    pub both_drop: usize,
+    pub both_forward: usize,
+    /// The evaluator forwards through a router the backend declined (see
+    /// [`KernelReplay::blocked`]) and the kernel drops with `router_unsupported` (the rule:
+    /// unsupported → dropped, counted, reported).
+    pub unsupported_router: usize,
+    /// Known disagreements (kernel gaps, in `ebpf/` or `agent/src/dataplane`), per class.
+    pub known: std::collections::BTreeMap<Known, usize>,
+    pub disagreements: Vec<String>,
+}
+
+/// A known disagreement between the kernel and the evaluator: the kernel is wrong (or does not
+/// model the case) and the fix belongs in `ebpf/` or `agent/src/dataplane`. Each is recognised
+/// by a narrow predicate on the packet and both verdicts ([`KernelReplay::known`]), so any other
+/// disagreement still fails the test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Known {
+    /// IPv6 from a pod to a router's MAC (echo, TCP, UDP, unicast NS, off-link routing): the
+    /// kernel hands it to the host stack (TCX_NEXT) uncounted, where OVN answers (nd_na_router,
+    /// icmp6 errors, tcp_reset) or routes/ARPs (nd_ns for the next hop). The kernel's router
+    /// models IPv4 only.
+    Ipv6ToRouterPassed,
+    /// An NS for a router port's address to its solicited-node group: OVN answers it with an
+    /// NA (`ls_in_arp_rsp`, nd_na_router) and does not flood it; the kernel's ARP responder
+    /// has no IPv6 and floods the NS to the switch's other ports.
+    RouterNsFlooded,
+    /// An ARP reply to a router's MAC: OVN's router consumes it (put_arp, learning is
+    /// ovn-controller's) and outputs nothing; the kernel hands it to the host stack uncounted.
+    ArpReplyToRouterPassed,
+    /// A unicast frame to a MAC no port or router has, on a switch without "unknown" ports:
+    /// OVN drops it (`ls_in_l2_unknown`); the kernel hands it to the host stack uncounted.
+    UnknownMacPassed,
+    /// To a port with port security, a packet whose IPv4 destination it does not list: OVN
+    /// drops it in the egress pipeline (`ls_out_check_port_sec`/`ls_out_apply_port_sec`); the
+    /// kernel checks port security on ingress only and forwards it.
+    EgressPortSecurityMissing,
+    /// The router must ARP for its next hop (OVN's `arp { … }` in `lr_in_arp_request`, a
+    /// broadcast ARP request from the router port): the kernel does not originate ARP requests;
+    /// it drops the packet and counts `next_hop_unresolved`.
+    RouterArpRequestNotSent,
+}
+
+impl Known {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Ipv6ToRouterPassed => {
+                "IPv6 to a router MAC: the kernel passes it to the host (TCX_NEXT), OVN answers or routes it"
+            }
+            Self::RouterNsFlooded => {
+                "NS for a router address to its solicited-node group: OVN answers with an NA, the kernel floods the NS"
+            }
+            Self::ArpReplyToRouterPassed => {
+                "ARP reply to a router MAC: OVN consumes it, the kernel passes it to the host (TCX_NEXT)"
+            }
+            Self::UnknownMacPassed => {
+                "unicast to an unknown MAC: OVN drops it, the kernel passes it to the host (TCX_NEXT)"
+            }
+            Self::EgressPortSecurityMissing => {
+                "to a port-secured pod at an IP it does not list: OVN drops it on egress, the kernel forwards it"
+            }
+            Self::RouterArpRequestNotSent => {
+                "next hop unknown: OVN's router broadcasts an ARP request, the kernel drops (next_hop_unresolved)"
+            }
+        }
+    }
+}
+
+/// The evaluator's packet as OVN puts it on the wire. Its packets follow ovn-trace's model,
+/// which differs from ovn-controller for one generated packet: `tcp_reset` (pinctrl's
+/// `pinctrl_handle_tcp_reset`) composes the reset with TTL 63 and the offending segment's ports
+/// swapped, where ovn-trace starts it at TTL 255 with the ports unchanged.
+fn on_the_wire(mut packet: Packet) -> Packet {
+    use ovnbpf_agent::pipeline::packet::{L3, L4};
+    if let L3::Ipv4 { ttl, l4, .. } | L3::Ipv6 { ttl, l4, .. } = &mut packet.l3
+        && let L4::TcpReset {
+            source,
+            destination,
+        } = *l4
+    {
+        *ttl = ttl.saturating_sub(255 - 63);
+        *l4 = L4::TcpReset {
+            source: destination,
+            destination: source,
+        };
+    }
+    packet
+}
+
+fn chassis_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(172, 31, (index / 200) as u8, (index % 200 + 1) as u8)
+}
+
+/// The namespace: `lo` is the sender; `uph`/`upp` the uplink with 172.31.0.0/16 routed through a
+/// permanent neighbour; `provh`/`provp` the provider NIC.
+fn build_netns(ns: &Netns) {
+    for key in ["all", "default"] {
+        ns.exec(
+            "sysctl",
+            &["-qw", &format!("net.ipv6.conf.{key}.disable_ipv6=1")],
+        )
+        .unwrap();
+    }
+    let batch = tempfile::NamedTempFile::new().unwrap();
+    let commands = format!(
+        "link set lo up\n\
+         link add uph type veth peer name upp\nlink set uph up\nlink set upp up\n\
+         addr add {NODE_IP}/24 dev uph\n\
+         neigh add 172.30.0.2 lladdr 02:00:00:00:00:02 dev uph nud permanent\n\
+         route add 172.31.0.0/16 via 172.30.0.2 dev uph\n\
+         link add provh type veth peer name provp\nlink set provh up\nlink set provp up\n"
+    );
+    std::fs::write(batch.path(), commands).unwrap();
+    ns.ip(&["-batch", batch.path().to_str().unwrap()]).unwrap();
+    // The kernel's FIB lookup for the chassis's next hop wants forwarding on.
+    ns.exec("sysctl", &["-qw", "net.ipv4.conf.all.forwarding=1"])
+        .unwrap();
+}
+
+fn is_geneve(frame: &[u8]) -> bool {
+    frame.len() > GENEVE_OVERHEAD
+        && frame[12..14] == [0x08, 0x00]
+        && frame[23] == 17
+        && frame[36..38] == 6081_u16.to_be_bytes()
+}
+
+/// A pod port of the IR: its datapath, tunnel key and whether its switch has a localnet port.
+struct PodPort {
+    entry: IrEntry,
+    datapath: u32,
+    key: u32,
+    chassis_ip: Ipv4Addr,
+    underlay: bool,
+}
+
+fn placed(entry: &IrEntry, chassis: &str) -> IrEntry {
+    let mut entry = entry.clone();
+    if let IrEntry::Port { kind, .. } = &mut entry {
+        *kind = PortKind::Vif {
+            chassis: Some(chassis.to_string()),
+        };
+    }
+    entry
+}
+
+/// The replay: the backend's state, the programs in their namespace, the captures.
+pub struct KernelReplay {
+    ns: Netns,
+    l2: L2State,
+    l3: L3State,
+    programs: KernelPrograms,
+    uplink: FrameSocket,
+    provider: FrameSocket,
+    pods: HashMap<String, PodPort>,
+    /// Chassis encap IP → its pod.
+    by_chassis: HashMap<Ipv4Addr, String>,
+    /// Flood group keys per datapath.
+    groups: BTreeSet<(u32, u32)>,
+    /// Every router port's MAC.
+    router_macs: BTreeSet<[u8; 6]>,
+    /// Routers the backend declined (their name → why), as `L3State::blocked` reports them.
+    pub blocked: BTreeSet<(String, Vec<String>)>,
+    /// Every MAC a port or router port has.
+    known_macs: BTreeSet<[u8; 6]>,
+    sender: Option<String>,
+}
+
+impl KernelReplay {
+    /// Installs `entries` (the compiler's IR) through the backend, every pod on a chassis of its
+    /// own.
+    pub fn new(entries: &[IrEntry]) -> Self {
+        let ns = Netns::create(&format!("{}-oracle", unique_prefix())).unwrap();
+        build_netns(&ns);
+        let uplink_index = ns.ifindex("uph").unwrap();
+        let provider_index = ns.ifindex("provh").unwrap();
+        let uplink = FrameSocket::open_in(&ns, "upp").unwrap();
+        let provider = FrameSocket::open_in(&ns, "provp").unwrap();
+        let underlay_switches: BTreeSet<u32> = entries
+            .iter()
+            .filter_map(|e| match e {
+                IrEntry::Port {
+                    datapath,
+                    kind: PortKind::Localnet { .. },
+                    ..
+                } => Some(*datapath),
+                _ => None,
+            })
+            .collect();
+        let groups = entries
+            .iter()
+            .filter_map(|e| match e {
+                IrEntry::FloodGroup { datapath, key, .. } => Some((*datapath, *key)),
+                _ => None,
+            })
+            .collect();
+        let router_macs: BTreeSet<[u8; 6]> = entries
+            .iter()
+            .filter_map(|e| match e {
+                IrEntry::RouterPort { mac, .. } => Some(*mac),
+                _ => None,
+            })
+            .collect();
+        let mut known_macs = router_macs.clone();
+        known_macs.extend(entries.iter().flat_map(|e| {
+            match e {
+                IrEntry::Port { addresses, .. } => addresses
+                    .iter()
+                    .filter_map(|a| ovnbpf_agent::lflow::parse_mac(a.split_whitespace().next()?))
+                    .collect(),
+                _ => Vec::new(),
+            }
+        }));
+        let mut l2 = L2State::new(CHASSIS);
+        l2.set_providers(HashMap::from([("provider".to_string(), provider_index)]));
+        let mut pods = HashMap::new();
+        let mut by_chassis = HashMap::new();
+        let mut installed = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let IrEntry::Port {
+                datapath,
+                key,
+                name,
+                kind: PortKind::Vif { .. },
+                ..
+            } = entry
+            else {
+                installed.push(entry.clone());
+                continue;
+            };
+            let ip = chassis_ip(pods.len());
+            let chassis = format!("oracle-{ip}");
+            l2.set_encap(&chassis, Some(ip));
+            installed.push(placed(entry, &chassis));
+            by_chassis.insert(ip, name.clone());
+            pods.insert(
+                name.clone(),
+                PodPort {
+                    entry: entry.clone(),
+                    datapath: *datapath,
+                    key: *key,
+                    chassis_ip: ip,
+                    underlay: underlay_switches.contains(datapath),
+                },
+            );
+        }
+        let everything = IrDiff {
+            added: installed,
+            removed: Vec::new(),
+        };
+        let mut l3 = L3State::default();
+        l2.apply(&everything);
+        l3.apply(&everything);
+        let blocked = entries
+            .iter()
+            .filter_map(|e| match e {
+                IrEntry::Datapath {
+                    datapath,
+                    name,
+                    router: true,
+                } => Some((name.clone(), l3.blocked(*datapath))),
+                _ => None,
+            })
+            .filter(|(_, reasons)| !reasons.is_empty())
+            .collect();
+        let (l2, l3, programs) = ns
+            .run_in(move || {
+                let mut programs = match KernelPrograms::load() {
+                    Ok(programs) => programs,
+                    Err(error) => panic!("kernel programs failed to load:\n{error}"),
+                };
+                programs.set_tunnel_endpoint(NODE_IP, uplink_index).unwrap();
+                l2.flush(&mut programs).unwrap();
+                l3.flush(&mut programs).unwrap();
+                Ok((l2, l3, programs))
+            })
+            .unwrap();
+        Self {
+            ns,
+            l2,
+            l3,
+            programs,
+            uplink,
+            provider,
+            pods,
+            by_chassis,
+            groups,
+            router_macs,
+            blocked,
+            known_macs,
+            sender: None,
+        }
+    }
+
+    fn chassis_of(&self, port: &str) -> String {
+        format!("oracle-{}", self.pods[port].chassis_ip)
+    }
+
+    /// Moves `sender` onto this chassis, on `lo`, and the previous sender back to its own: an
+    /// unplug flushed, then a plug flushed (both own `lo`'s ifindex).
+    fn make_sender(&mut self, sender: &str) {
+        if self.sender.as_deref() == Some(sender) {
+            return;
+        }
+        if let Some(previous) = self.sender.take() {
+            let entry = &self.pods[&previous].entry;
+            let diff = IrDiff {
+                removed: vec![placed(entry, CHASSIS)],
+                added: vec![placed(entry, &self.chassis_of(&previous))],
+            };
+            self.l2.set_interface(&previous, None);
+            self.install(&diff);
+        }
+        let entry = &self.pods[sender].entry;
+        let diff = IrDiff {
+            removed: vec![placed(entry, &self.chassis_of(sender))],
+            added: vec![placed(entry, CHASSIS)],
+        };
+        self.l2.set_interface(sender, Some(1));
+        self.install(&diff);
+        self.sender = Some(sender.to_string());
+    }
+
+    /// Applies `diff` to the backend's state and flushes it into the maps.
+    fn install(&mut self, diff: &IrDiff) {
+        self.l2.apply(diff);
+        self.l3.apply(diff);
+        let (l2, l3, programs) = (&mut self.l2, &mut self.l3, &mut self.programs);
+        self.ns
+            .run_in(|| {
+                l2.flush(programs).unwrap();
+                l3.flush(programs).unwrap();
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// Where an evaluator output to `port` leaves this chassis.
+    fn expected_where(&self, port: &str, sender: &str) -> Where {
+        match self.pods.get(port) {
+            Some(pod) if port != sender && !pod.underlay => Where::Remote(port.to_string()),
+            _ => Where::Here,
+        }
+    }
+
+    /// One Geneve frame read back: the pod it names and the inner packet.
+    fn read_geneve(&self, frame: &[u8]) -> Result<(Where, Packet), String> {
+        let outer = Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]);
+        let port = self
+            .by_chassis
+            .get(&outer)
+            .ok_or(format!("Geneve to {outer}, no pod's chassis"))?;
+        let pod = &self.pods[port];
+        let vni = u32::from_be_bytes([0, frame[46], frame[47], frame[48]]);
+        let egress = u32::from(u16::from_be_bytes([frame[56], frame[57]]));
+        if vni != pod.datapath {
+            return Err(format!(
+                "Geneve to {port}: VNI {vni}, want {}",
+                pod.datapath
+            ));
+        }
+        if egress != pod.key && !self.groups.contains(&(pod.datapath, egress)) {
+            return Err(format!(
+                "Geneve to {port}: egress key {egress}, want {} or a flood group",
+                pod.key
+            ));
+        }
+        let (packet, _) = wire::decode(&frame[GENEVE_OVERHEAD..])
+            .map_err(|e| format!("inner frame to {port}: {e}"))?;
+        Ok((Where::Remote(port.clone()), packet))
+    }
+
+    fn read(&self, frame: &[u8]) -> Result<(Where, Packet), String> {
+        if is_geneve(frame) {
+            self.read_geneve(frame)
+        } else {
+            wire::decode(frame).map(|(packet, _)| (Where::Here, packet))
+        }
+    }
+
+    /// The known disagreement this case is, if any (see [`Known`]).
+    fn known(
+        &self,
+        packet: &Packet,
+        expected: &BTreeSet<(Where, Packet)>,
+        got: &BTreeSet<(Where, Packet)>,
+        verdict: i32,
+        reasons: &[&str],
+    ) -> Option<Known> {
+        use ovnbpf_agent::pipeline::packet::{L3, L4};
+        let passed = verdict == TCX_NEXT && got.is_empty();
+        let to_router = self.router_macs.contains(&packet.eth_dst);
+        match packet.l3 {
+            L3::Ipv6 { .. } if passed && to_router => return Some(Known::Ipv6ToRouterPassed),
+            L3::Ipv6 {
+                l4: L4::Nd {
+                    kind: 135, target, ..
+                },
+                ..
+            } if packet.eth_dst[0] & 1 == 1
+                && expected.len() == 1
+                && expected.iter().all(|(w, p)| {
+                    *w == Where::Here
+                        && matches!(p.l3, L3::Ipv6 { l4: L4::Nd { kind: 136, target: t, .. }, .. } if t == target)
+                })
+                && !got.is_empty()
+                && got.iter().all(|(_, p)| p == packet) =>
+            {
+                return Some(Known::RouterNsFlooded);
+            }
+            L3::Arp { op: 2, .. } if passed && to_router && expected.is_empty() => {
+                return Some(Known::ArpReplyToRouterPassed);
+            }
+            _ => {}
+        }
+        if passed
+            && expected.is_empty()
+            && packet.eth_dst[0] & 1 == 0
+            && !self.known_macs.contains(&packet.eth_dst)
+        {
+            return Some(Known::UnknownMacPassed);
+        }
+        if expected.is_empty()
+            && verdict == TC_ACT_REDIRECT
+            && let [(Where::Remote(port), forwarded)] = got.iter().collect::<Vec<_>>()[..]
+            && forwarded == packet
+            && let IrEntry::Port { port_security, .. } = &self.pods[port].entry
+            && !port_security.is_empty()
+            && let L3::Ipv4 { destination, .. } = packet.l3
+            && !port_security.iter().any(|entry| {
+                entry
+                    .split_whitespace()
+                    .skip(1)
+                    .any(|ip| ip == destination.to_string())
+            })
+        {
+            return Some(Known::EgressPortSecurityMissing);
+        }
+        if verdict == TC_ACT_SHOT
+            && reasons == ["next_hop_unresolved"]
+            && !expected.is_empty()
+            && expected.iter().all(|(_, p)| {
+                p.eth_dst == [0xff; 6]
+                    && self.router_macs.contains(&p.eth_src)
+                    && matches!(p.l3, L3::Arp { op: 1, .. })
+            })
+        {
+            return Some(Known::RouterArpRequestNotSent);
+        }
+        None
+    }
+
+    /// Replays one case and compares it with the evaluator's verdict.
+    pub fn check(
+        &mut self,
+        report: &mut Report,
+        evaluator: &Evaluator,
+        what: &str,
+        inport: &str,
+        packet: Packet,
+    ) {
+        report.replayed += 1;
+        self.make_sender(inport);
+        let ours = evaluator.trace(inport, packet).unwrap();
+        let expected: BTreeSet<(Where, Packet)> = ours
+            .outputs
+            .iter()
+            .map(|(port, packet)| (self.expected_where(port, inport), on_the_wire(*packet)))
+            .collect();
+
+        self.uplink.drain();
+        self.provider.drain();
+        let frame = wire::encode(&packet);
+        // The codec reads back what it wrote, so frames the kernel leaves alone compare equal.
+        assert_eq!(wire::decode(&frame), Ok((packet, None)), "{what}");
+        let before = self.programs.drop_counters().unwrap();
+        let programs = &self.programs;
+        let outcome = self
+            .ns
+            .run_in(|| Ok(programs.test_run(Hook::Pod, &frame).unwrap()))
+            .unwrap();
+        let after = self.programs.drop_counters().unwrap();
+        let reasons: Vec<&str> = after
+            .iter()
+            .zip(&before)
+            .filter(|((_, a), (_, b))| a > b)
+            .map(|((name, _), _)| *name)
+            .collect();
+        let mut frames: Vec<Vec<u8>> = self
+            .uplink
+            .drain()
+            .into_iter()
+            .filter(|f| is_geneve(f))
+            .collect();
+        frames.extend(self.provider.drain());
+        if outcome.verdict == TC_ACT_REDIRECT {
+            frames.push(outcome.frame.clone());
+        }
+        let mut got = BTreeSet::new();
+        let mut unreadable = Vec::new();
+        for frame in &frames {
+            match self.read(frame) {
+                Ok(output) => {
+                    got.insert(output);
+                }
+                Err(error) => unreadable.push(error),
+            }
+        }
+
+        let kernel = match outcome.verdict {
+            TC_ACT_SHOT => format!("dropped ({})", reasons.join(", ")),
+            TC_ACT_REDIRECT => "redirected".to_string(),
+            other => format!("verdict {other}"),
+        };
+        if expected.is_empty() && got.is_empty() && outcome.verdict == TC_ACT_SHOT {
+            report.both_drop += 1;
+            return;
+        }
+        if !expected.is_empty()
+            && got.is_empty()
+            && outcome.verdict == TC_ACT_SHOT
+            && reasons == ["router_unsupported"]
+            && ours.steps.iter().any(|step| {
+                self.blocked
+                    .iter()
+                    .any(|(router, _)| step.starts_with(&format!("[{router}] router")))
+            })
+        {
+            report.unsupported_router += 1;
+            return;
+        }
+        if !expected.is_empty() && expected == got && unreadable.is_empty() {
+            report.both_forward += 1;
+            return;
+        }
+        if let Some(known) = self.known(&packet, &expected, &got, outcome.verdict, &reasons) {
+            *report.known.entry(known).or_default() += 1;
+            return;
+        }
+        report.disagreements.push(format!(
+            "{what}\n  packet: {packet}\n  evaluator: {expected:?}\n  kernel: {kernel}, {got:?}{}\n{}",
+            if unreadable.is_empty() {
+                String::new()
+            } else {
+                format!(", unreadable: {unreadable:?}")
+            },
+            ours.steps
+                .iter()
+                .map(|s| format!("    {s}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ));
+    }
+}
