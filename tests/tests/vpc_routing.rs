@@ -77,33 +77,7 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     let address = |name: &str| PODS.iter().find(|p| p.0 == name).unwrap().3;
 
     // r1 routes for 192.168.50.0/24: a namespace behind it holds 192.168.50.2.
-    let behind = Netns::create(&format!("{prefix}-behind")).unwrap();
-    let r1 = pod("r1").netns();
-    r1.ip(&[
-        "link",
-        "add",
-        "back",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        behind.name(),
-    ])
-    .unwrap();
-    r1.ip(&["addr", "add", "192.168.50.1/24", "dev", "back"])
-        .unwrap();
-    r1.ip(&["link", "set", "back", "up"]).unwrap();
-    r1.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
-        .unwrap();
-    behind
-        .ip(&["addr", "add", "192.168.50.2/24", "dev", "eth0"])
-        .unwrap();
-    behind.ip(&["link", "set", "eth0", "up"]).unwrap();
-    behind
-        .ip(&["route", "add", "default", "via", "192.168.50.1"])
-        .unwrap();
+    let behind = network_behind(pod("r1").netns(), &prefix, "192.168.50");
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
@@ -344,33 +318,7 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     let address = |name: &str| plans.iter().find(|p| p.0 == name).unwrap().3;
 
     // kr routes for 192.168.60.0/24: a namespace behind it holds 192.168.60.2.
-    let behind = Netns::create(&format!("{prefix}-behind")).unwrap();
-    let kr = pod("kr").netns();
-    kr.ip(&[
-        "link",
-        "add",
-        "back",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        behind.name(),
-    ])
-    .unwrap();
-    kr.ip(&["addr", "add", "192.168.60.1/24", "dev", "back"])
-        .unwrap();
-    kr.ip(&["link", "set", "back", "up"]).unwrap();
-    kr.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
-        .unwrap();
-    behind
-        .ip(&["addr", "add", "192.168.60.2/24", "dev", "eth0"])
-        .unwrap();
-    behind.ip(&["link", "set", "eth0", "up"]).unwrap();
-    behind
-        .ip(&["route", "add", "default", "via", "192.168.60.1"])
-        .unwrap();
+    let behind = network_behind(pod("kr").netns(), &prefix, "192.168.60");
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
@@ -452,4 +400,29 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     }
 
     drop(agents);
+}
+
+/// A namespace behind pod `router`, reached through a veth: `<net>.1/24` on the pod's side (IPv4
+/// forwarding on), `<net>.2/24` with a default route back through it on the other.
+fn network_behind(router: &Netns, prefix: &str, net: &str) -> Netns {
+    let behind = Netns::create(&format!("{prefix}-behind")).unwrap();
+    let peer = [
+        "link", "add", "back", "type", "veth", "peer", "name", "eth0", "netns",
+    ];
+    router.ip(&[&peer[..], &[behind.name()]].concat()).unwrap();
+    router
+        .ip(&["addr", "add", &format!("{net}.1/24"), "dev", "back"])
+        .unwrap();
+    router.ip(&["link", "set", "back", "up"]).unwrap();
+    router
+        .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    behind
+        .ip(&["addr", "add", &format!("{net}.2/24"), "dev", "eth0"])
+        .unwrap();
+    behind.ip(&["link", "set", "eth0", "up"]).unwrap();
+    behind
+        .ip(&["route", "add", "default", "via", &format!("{net}.1")])
+        .unwrap();
+    behind
 }
