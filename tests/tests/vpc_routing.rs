@@ -77,7 +77,7 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
     let address = |name: &str| PODS.iter().find(|p| p.0 == name).unwrap().3;
 
     // r1 routes for 192.168.50.0/24: a namespace behind it holds 192.168.50.2.
-    let behind = network_behind(pod("r1").netns(), &prefix, "192.168.50");
+    let _behind = network_behind(pod("r1").netns(), prefix, "192.168.50");
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
@@ -318,7 +318,7 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     let address = |name: &str| plans.iter().find(|p| p.0 == name).unwrap().3;
 
     // kr routes for 192.168.60.0/24: a namespace behind it holds 192.168.60.2.
-    let behind = network_behind(pod("kr").netns(), &prefix, "192.168.60");
+    let _behind = network_behind(pod("kr").netns(), prefix, "192.168.60");
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
