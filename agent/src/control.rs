@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 
 use crate::{
     daemon::ports::DaemonHandle,
-    dataplane::ebpf::events::{DropReport, DropTap},
+    dataplane::{DropReport, DropTap},
 };
 
 /// How long a client may take to send its request.

@@ -9,7 +9,10 @@
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    sync::{Arc, Mutex, atomic::Ordering},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -20,7 +23,6 @@ use tokio::{
 use tracing::warn;
 
 use crate::{
-    cni::server::ServerStats,
     daemon::ports::{DaemonHandle, DaemonReport},
     health::{self, Probe},
 };
@@ -66,6 +68,18 @@ impl CniMetrics {
                 .observe(elapsed.as_secs_f64());
         }
     }
+}
+
+/// Counters of the CNI socket (the CNI server counts into them).
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub requests: AtomicU64,
+    pub bad_requests: AtomicU64,
+    pub failures: AtomicU64,
+    /// Attachments removed by the runtime's CNI GC (not in its list of valid attachments).
+    pub collected_by_gc: AtomicU64,
+    /// Attachments removed by the periodic sweep (their network namespace is gone).
+    pub collected_by_sweep: AtomicU64,
 }
 
 /// Everything the metrics are rendered from.
@@ -313,7 +327,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         &mut out,
         "ovnbpf_datapath_drops_total",
         "counter",
-        "Frames the eBPF datapath dropped, by reason.",
+        "Frames the datapath dropped, by reason.",
     );
     for (reason, count) in &report.drops {
         let _ = writeln!(
@@ -333,7 +347,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "ovnbpf_datapath_router_replies_total{{kind=\"{kind}\"}} {count}"
         );
     }
-    type Field = fn(&ovnbpf_common::InterfaceCounters) -> u64;
+    type Field = fn(&crate::dataplane::InterfaceCounters) -> u64;
     let fields: [(&str, &str, Field); 5] = [
         (
             "ovnbpf_interface_received_packets_total",

@@ -9,6 +9,9 @@
 //!   Southbound (`agent/src/sb`);
 //! - the CNI side (`agent/src/cni`) does not use the flow language (`agent/src/lflow`);
 //! - the compiler (`agent/src/pipeline`) does not know the backend (`agent/src/dataplane`).
+//! - the daemon, the CNI side, the metrics, the health probes and the control socket drive the
+//!   datapath through `dataplane::Datapath`/`PortAttacher` and name no backend
+//!   (`agent/src/dataplane/ebpf`): only `bin/agent.rs` picks one (§8 improvement 5).
 //!
 //! Paths are read from the text: `crate::a::b`, `use crate::{a::{b, c}, d}` groups included,
 //! comments skipped. `super::` paths that climb out of a folder are not followed.
@@ -37,6 +40,31 @@ const RULES: &[Rule] = &[
     Rule {
         folder: "pipeline",
         forbidden: &["dataplane"],
+        except: None,
+    },
+    Rule {
+        folder: "daemon",
+        forbidden: &["dataplane::ebpf"],
+        except: None,
+    },
+    Rule {
+        folder: "cni",
+        forbidden: &["dataplane::ebpf"],
+        except: None,
+    },
+    Rule {
+        folder: "metrics",
+        forbidden: &["dataplane::ebpf"],
+        except: None,
+    },
+    Rule {
+        folder: "health",
+        forbidden: &["dataplane::ebpf"],
+        except: None,
+    },
+    Rule {
+        folder: "control",
+        forbidden: &["dataplane::ebpf"],
         except: None,
     },
 ];
@@ -312,4 +340,8 @@ fn the_scan_finds_imports_in_groups_and_paths_and_skips_comments() {
     assert!(broken_rule("cni", "pipeline::IrDiff").is_none());
     assert!(broken_rule("pipeline", "dataplane::ebpf::Hook").is_some());
     assert!(broken_rule("pipeline", "lflow::parse_actions").is_none());
+    assert!(broken_rule("daemon", "dataplane::ebpf::node::NodeDatapath").is_some());
+    assert!(broken_rule("cni", "dataplane::ebpf::pod_filter").is_some());
+    assert!(broken_rule("daemon", "dataplane::Datapath").is_none());
+    assert!(broken_rule("cni", "dataplane::PortAttacher").is_none());
 }

@@ -15,9 +15,12 @@ use ovnbpf_agent::{
         store::AttachmentStore,
     },
     daemon::{self, DaemonConfig},
-    dataplane::ebpf::{
-        KernelPrograms,
-        node::{NodeDatapath, NodeDatapathConfig},
+    dataplane::{
+        Datapath,
+        ebpf::{
+            KernelPrograms,
+            node::{NodeDatapath, NodeDatapathConfig},
+        },
     },
     ovsdb::remote::Remote,
 };
@@ -361,13 +364,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
             return Ok(());
         }
-        let datapath = match &datapath_config {
-            Some(datapath_config) => {
-                Some(NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?)
-            }
+        // The one place that picks the backend; everything else drives it as a `Datapath`.
+        let datapath: Option<Box<dyn Datapath>> = match &datapath_config {
+            Some(datapath_config) => Some(Box::new(
+                NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?,
+            )),
             None => None,
         };
-        let pod_filters = datapath.as_ref().map(NodeDatapath::pod_filters);
+        let attacher = datapath.as_deref().map(Datapath::attacher);
         let (handle, commands) = daemon::ports::channel();
         let metrics_sources = ovnbpf_agent::metrics::Sources {
             daemon: Some(handle.clone()),
@@ -410,7 +414,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 })?;
                 let handler = Handler::new(
                     handle,
-                    pod_filters,
+                    attacher,
                     store,
                     HandlerConfig {
                         mtu: pod_mtu,

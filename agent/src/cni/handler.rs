@@ -2,7 +2,8 @@
 //! the datapath, wait until the Port_Binding is up), DEL (unplug, release, remove the NIC; always
 //! idempotent), CHECK, STATUS and GC. Operations on one pod are serialised; different pods run
 //! concurrently. Talks to the daemon loop through a [`DaemonHandle`], builds NICs with
-//! [`plumbing`], and records attachments in the [`AttachmentStore`].
+//! [`plumbing`], has the datapath's [`PortAttacher`] prepare them (on the blocking task that
+//! builds them, off the loop), and records attachments in the [`AttachmentStore`].
 
 use std::{
     collections::{HashMap, HashSet},
@@ -23,7 +24,7 @@ use super::{
 };
 use crate::{
     daemon::ports::{DaemonHandle, PortError},
-    dataplane::ebpf::pod_filter::{self, PodFilters},
+    dataplane::PortAttacher,
 };
 
 /// Why an operation failed; the server turns it into an HTTP status and the error string.
@@ -64,9 +65,9 @@ pub struct HandlerConfig {
 /// The CNI operations of one agent.
 pub struct Handler {
     daemon: DaemonHandle,
-    /// Attaches `from_pod` to new NICs on the blocking task that builds them (see
-    /// [`PodFilters`]); `None` when the agent does not forward (ADD is refused).
-    pod_filters: Option<PodFilters>,
+    /// Prepares new NICs for the datapath on the blocking task that builds them; `None` when the
+    /// agent does not forward (ADD is refused).
+    attacher: Option<Arc<dyn PortAttacher>>,
     store: AttachmentStore,
     config: HandlerConfig,
     /// One lock per logical port, so ADD and DEL of the same pod never interleave.
@@ -89,13 +90,13 @@ impl Handler {
     #[must_use]
     pub fn new(
         daemon: DaemonHandle,
-        pod_filters: Option<PodFilters>,
+        attacher: Option<Arc<dyn PortAttacher>>,
         store: AttachmentStore,
         config: HandlerConfig,
     ) -> Self {
         Self {
             daemon,
-            pod_filters,
+            attacher,
             store,
             config,
             locks: Mutex::new(HashMap::new()),
@@ -178,7 +179,7 @@ impl Handler {
             return Err(HandlerError::BadRequest("net_ns is empty".into()));
         }
         let routes = Self::routes(request)?;
-        let Some(pod_filters) = self.pod_filters.clone() else {
+        let Some(attacher) = self.attacher.clone() else {
             return Err(HandlerError::Unservable(
                 "this agent does not forward (started without --uplink)".into(),
             ));
@@ -234,18 +235,18 @@ impl Handler {
                     }
                     error => HandlerError::Failed(error.to_string()),
                 })?;
-                let filter = pod_filters
+                let attachment = attacher
                     .attach(built.host_index)
                     .map_err(|e| HandlerError::Failed(e.to_string()));
-                if filter.is_err() {
+                if attachment.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
-                    return filter;
+                    return attachment;
                 }
                 // Best effort: the NIC works once they are up.
                 if let Err(error) = plumbing::wait_until_up(&nic, &built) {
                     warn!(interface = nic.host_interface, %error, "cannot wait for the links");
                 }
-                filter
+                attachment
             })
             .await
         };
@@ -256,8 +257,8 @@ impl Handler {
             port.as_str(),
             host.as_str(),
         );
-        let filter = match built {
-            Ok(Ok(filter)) => filter,
+        let attachment = match built {
+            Ok(Ok(attachment)) => attachment,
             Ok(Err(error)) => return Err(self.rollback_with(names, error).await),
             Err(error) => {
                 return Err(self
@@ -279,7 +280,7 @@ impl Handler {
         }
         if let Err(error) = self
             .daemon
-            .plug(&port, &host, filter, self.config.port_wait)
+            .plug(&port, &host, attachment, self.config.port_wait)
             .await
         {
             return Err(self.rollback(names, error.to_string()).await);
@@ -401,15 +402,16 @@ impl Handler {
         let netns = PathBuf::from(&request.net_ns);
         let name = if_name.clone();
         let host_interface = host.clone();
-        let (state, filtered) = tokio::task::spawn_blocking(move || {
+        let attacher = self.attacher.clone();
+        let (state, attached) = tokio::task::spawn_blocking(move || {
             let state = plumbing::inspect(&netns, &name).map_err(|e| e.to_string())?;
-            let filtered = plumbing::host_ifindex(&host_interface)
-                .map_err(|e| e.to_string())
-                .and_then(|index| {
-                    let socket = crate::rtnetlink::Socket::open().map_err(|e| e.to_string())?;
-                    pod_filter::is_attached(&socket, index).map_err(|e| e.to_string())
-                });
-            Ok::<_, String>((state, filtered))
+            let attached = attacher.map(|attacher| {
+                let attached = plumbing::host_ifindex(&host_interface)
+                    .map_err(|e| e.to_string())
+                    .and_then(|index| attacher.is_attached(index).map_err(|e| e.to_string()));
+                (attacher.name(), attached)
+            });
+            Ok::<_, String>((state, attached))
         })
         .await
         .map_err(|e| HandlerError::Failed(e.to_string()))?
@@ -432,10 +434,13 @@ impl Handler {
                 ));
             }
         }
-        match filtered {
-            Ok(true) => {}
-            Ok(false) => problems.push(format!("from_pod is not attached to {host}")),
-            Err(error) => problems.push(format!("cannot read the filters of {host}: {error}")),
+        match attached {
+            Some((_, Ok(true))) => {}
+            Some((what, Ok(false))) => problems.push(format!("{what} is not attached to {host}")),
+            Some((what, Err(error))) => problems.push(format!(
+                "cannot tell whether {what} is attached to {host}: {error}"
+            )),
+            None => problems.push("this agent does not forward (started without --uplink)".into()),
         }
         let status = self.daemon.status(Some(&port)).await?;
         if !status.programmed {

@@ -7,10 +7,7 @@
 use std::{
     os::unix::fs::PermissionsExt,
     path::Path,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
@@ -25,22 +22,10 @@ use tokio::{
 use tracing::{Instrument, info_span, warn};
 
 use super::handler::{Handler, HandlerError};
-use crate::metrics::CniMetrics;
+use crate::metrics::{CniMetrics, ServerStats};
 
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Counters of the socket.
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    pub requests: AtomicU64,
-    pub bad_requests: AtomicU64,
-    pub failures: AtomicU64,
-    /// Attachments removed by the runtime's CNI GC (not in its list of valid attachments).
-    pub collected_by_gc: AtomicU64,
-    /// Attachments removed by the periodic sweep (their network namespace is gone).
-    pub collected_by_sweep: AtomicU64,
-}
 
 /// Binds `path` (replacing a stale socket file), mode 0600.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {

@@ -13,7 +13,8 @@ use std::{
 
 use tracing::debug;
 
-use super::{handler::Handler, server::ServerStats};
+use super::handler::Handler;
+use crate::metrics::ServerStats;
 
 /// Sweeps every `interval`, forever (until the task is dropped).
 pub async fn run(handler: Arc<Handler>, stats: Arc<ServerStats>, interval: Duration) {

@@ -11,7 +11,6 @@ use super::{
     Daemon, datapath,
     ports::{self, PortCommand, PortError, PortStatus},
 };
-use crate::dataplane::ebpf::node::NodeDatapath;
 
 impl Daemon {
     /// Applies one request of the CNI server.
@@ -32,7 +31,7 @@ impl Daemon {
             PortCommand::Plug {
                 port,
                 interface,
-                filter,
+                attachment,
                 reply,
             } => {
                 let Some(datapath) = self.datapath.as_mut() else {
@@ -41,7 +40,7 @@ impl Daemon {
                     )));
                     return;
                 };
-                match datapath.plug(&port, &interface, filter) {
+                match datapath.plug(&port, &interface, attachment) {
                     Ok(writes) => self.stats.datapath_writes += writes as u64,
                     Err(error) => {
                         self.stats.datapath_errors += 1;
@@ -104,12 +103,12 @@ impl Daemon {
                 let _ = reply.send(facts);
             }
             PortCommand::Report { reply } => {
-                let datapath = self.datapath.as_ref();
-                let drops = datapath::reading(datapath.map(NodeDatapath::drop_counters), "drop");
+                let datapath = self.datapath.as_deref();
+                let drops = datapath::reading(datapath.map(|d| d.drop_counters()), "drop");
                 let router_replies =
-                    datapath::reading(datapath.map(NodeDatapath::router_replies), "router reply");
+                    datapath::reading(datapath.map(|d| d.router_replies()), "router reply");
                 let interfaces =
-                    datapath::reading(datapath.map(NodeDatapath::interface_counters), "interface");
+                    datapath::reading(datapath.map(|d| d.interface_counters()), "interface");
                 let _ = reply.send(ports::DaemonReport {
                     interfaces,
                     stats: self.stats(),

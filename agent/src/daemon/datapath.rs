@@ -1,7 +1,8 @@
-//! The daemon's side of the kernel datapath: programs the IR diff and the other chassis's encap
-//! IPs, retries failed map writes, sweeps what a previous agent left, keeps tunnel next hops
-//! resolved and pods' filters attached, and reads the datapath's counters for the metrics.
-//! Touches only the datapath and the daemon's datapath bookkeeping.
+//! The daemon's side of the datapath (through [`crate::dataplane::Datapath`], whatever the
+//! backend): programs the IR diff and the other chassis's encap IPs, retries failed writes,
+//! sweeps what a previous agent left, runs the backend's blocking upkeep off the loop (tunnel
+//! next hops, pods' attachments), and reads the datapath's counters for the metrics. Touches only
+//! the datapath and the daemon's datapath bookkeeping.
 
 use std::{
     collections::HashMap,
@@ -13,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::Daemon;
 use crate::{
-    dataplane::ebpf::{node, pod_filter},
+    dataplane::DatapathError,
     ovsdb::replica::ChangeSet,
     sb::{
         Southbound,
@@ -22,10 +23,7 @@ use crate::{
 };
 
 /// A datapath reading for the metrics: empty without a datapath, or when it fails (logged).
-pub(super) fn reading<T>(
-    result: Option<Result<Vec<T>, crate::dataplane::ebpf::EbpfError>>,
-    counters: &str,
-) -> Vec<T> {
+pub(super) fn reading<T>(result: Option<Result<Vec<T>, DatapathError>>, counters: &str) -> Vec<T> {
     match result {
         Some(Ok(values)) => values,
         Some(Err(error)) => {
@@ -94,9 +92,9 @@ impl Daemon {
     /// A periodic refresh is skipped while the previous one runs; a new chassis (`changed`)
     /// always starts one.
     pub(super) fn refresh_tunnel_neighbours(&mut self, changed: bool) {
-        if self.datapath.is_none() {
+        let Some(datapath) = self.datapath.as_ref() else {
             return;
-        }
+        };
         if !changed
             && self
                 .neighbour_refresh
@@ -114,19 +112,22 @@ impl Daemon {
         if endpoints.is_empty() {
             return;
         }
+        let Some(job) = datapath.tunnel_neighbours(endpoints) else {
+            return;
+        };
         let span = tracing::Span::current();
         self.neighbour_refresh = Some(tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
-            let failed = node::resolve_tunnel_neighbours(&endpoints);
+            let failed = job();
             if failed > 0 {
                 warn!(failed, "tunnel next hops could not be resolved");
             }
         }));
     }
 
-    /// Re-attaches `from_pod` to every plugged pod veth that lost its filter (an operator's or a
-    /// tool's `tc` removed it; a tcx link could not be removed that way). Off the loop, like the
-    /// neighbour refresh; skipped while the previous check runs.
+    /// Re-attaches the datapath to every plugged pod interface that lost it (eBPF: an operator's
+    /// or a tool's `tc` removed `from_pod`). Off the loop, like the neighbour refresh; skipped
+    /// while the previous check runs.
     pub(super) fn check_pod_filters(&mut self) {
         let Some(datapath) = self.datapath.as_ref() else {
             return;
@@ -138,16 +139,14 @@ impl Daemon {
         {
             return;
         }
-        let interfaces = datapath.plugged_interfaces();
-        if interfaces.is_empty() {
+        let Some(job) = datapath.attachment_check() else {
             return;
-        }
-        let pod_filters = datapath.pod_filters();
+        };
         let restored = Arc::clone(&self.filters_restored);
         let span = tracing::Span::current();
         self.filter_check = Some(tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
-            let count = pod_filter::restore_missing(&pod_filters, &interfaces);
+            let count = job();
             restored.fetch_add(count as u64, Ordering::Relaxed);
         }));
     }

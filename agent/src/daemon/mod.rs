@@ -29,7 +29,7 @@ pub use sb_sync::{Purpose, SbWriteStats};
 
 use crate::{
     chassis::ChassisConfig,
-    dataplane::ebpf::node::NodeDatapath,
+    dataplane::Datapath,
     ovsdb::{
         connection::ConnectionOptions,
         remote::Remote,
@@ -52,7 +52,7 @@ pub struct DaemonConfig {
     /// TLS settings for `ssl:` remotes.
     pub tls: Option<Arc<TlsClient>>,
     /// Where the datapath's decoded drop events are published (the control socket follows it).
-    pub drop_tap: Option<crate::dataplane::ebpf::events::DropTap>,
+    pub drop_tap: Option<crate::dataplane::DropTap>,
     pub chassis: ChassisConfig,
     /// Logical ports bound to this node by configuration (ports the CNI will add come later).
     pub local_ports: Vec<String>,
@@ -104,8 +104,8 @@ struct Daemon {
     conditions_pending: HashSet<RequestId>,
     /// This chassis's Chassis row as last seen (a new one makes every local port compared).
     chassis_uuid: Option<uuid::Uuid>,
-    /// The kernel datapath, when this agent forwards (not only follows the SB).
-    datapath: Option<NodeDatapath>,
+    /// The datapath backend, when this agent forwards (not only follows the SB).
+    datapath: Option<Box<dyn Datapath>>,
     /// Other chassis's encap IPs as last given to the datapath.
     encaps: HashMap<String, Ipv4Addr>,
     /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
@@ -143,22 +143,21 @@ const SWEEP_DELAY: Duration = Duration::from_secs(3);
 /// `datapath`, the IR and the chassis's encap IPs are programmed into it as they change.
 pub async fn run(
     config: DaemonConfig,
-    mut datapath: Option<NodeDatapath>,
+    mut datapath: Option<Box<dyn Datapath>>,
     mut commands: PortCommands,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> DaemonStats {
     let span = info_span!("agent", chassis = %config.chassis.name);
     async move {
-        let drop_events = datapath
-            .as_mut()
-            .and_then(NodeDatapath::take_drop_events)
-            .map(|events| {
-                let tap = config
-                    .drop_tap
-                    .clone()
-                    .unwrap_or_else(|| tokio::sync::broadcast::channel(1).0);
-                tokio::spawn(events.follow(DROP_LOGS_PER_SECOND, tap).in_current_span())
-            });
+        let drop_events = datapath.as_mut().and_then(|datapath| {
+            let tap = config
+                .drop_tap
+                .clone()
+                .unwrap_or_else(|| tokio::sync::broadcast::channel(1).0);
+            datapath
+                .drop_events(DROP_LOGS_PER_SECOND, tap)
+                .map(tokio::spawn)
+        });
         let scope = LocalScope {
             ports: config
                 .local_ports
@@ -173,35 +172,7 @@ pub async fn run(
         let mut session_config = SessionConfig::new(config.sb_remotes.clone(), DATABASE, tables);
         session_config.connection = connection_options(&config);
         let (handle, mut events) = session::start(session_config);
-        let local_ports = config
-            .local_ports
-            .iter()
-            .chain(&config.restored_ports)
-            .cloned()
-            .collect();
-        let mut daemon = Daemon {
-            config,
-            sb: Southbound::new(),
-            compiler: Compiler::new(),
-            handle,
-            scope,
-            local_ports,
-            pending: Pending::default(),
-            synced: false,
-            connected: false,
-            sb_sync: sb_sync::SbSync::default(),
-            conditions_pending: HashSet::new(),
-            chassis_uuid: None,
-            datapath,
-            encaps: HashMap::new(),
-            sweep_at: None,
-            neighbour_refresh: None,
-            filter_check: None,
-            filters_restored: Arc::default(),
-            unenforced_acls: acls::UnenforcedAcls::default(),
-            side_duties: side_duties::SideDuties::default(),
-            stats: DaemonStats::default(),
-        };
+        let mut daemon = Daemon::new(config, handle, scope, datapath);
         tokio::pin!(shutdown);
         let mut commands_open = true;
         let mut retry = tokio::time::interval(RETRY_INTERVAL);
@@ -263,6 +234,44 @@ pub async fn run(
 }
 
 impl Daemon {
+    /// A daemon that has seen nothing of the Southbound yet.
+    fn new(
+        config: DaemonConfig,
+        handle: SessionHandle,
+        scope: LocalScope,
+        datapath: Option<Box<dyn Datapath>>,
+    ) -> Self {
+        let local_ports = config
+            .local_ports
+            .iter()
+            .chain(&config.restored_ports)
+            .cloned()
+            .collect();
+        Daemon {
+            config,
+            sb: Southbound::new(),
+            compiler: Compiler::new(),
+            handle,
+            scope,
+            local_ports,
+            pending: Pending::default(),
+            synced: false,
+            connected: false,
+            sb_sync: sb_sync::SbSync::default(),
+            conditions_pending: HashSet::new(),
+            chassis_uuid: None,
+            datapath,
+            encaps: HashMap::new(),
+            sweep_at: None,
+            neighbour_refresh: None,
+            filter_check: None,
+            filters_restored: Arc::default(),
+            unenforced_acls: acls::UnenforcedAcls::default(),
+            side_duties: side_duties::SideDuties::default(),
+            stats: DaemonStats::default(),
+        }
+    }
+
     async fn handle(&mut self, event: &SessionEvent) {
         match event {
             SessionEvent::Transacted { id, result } => {
@@ -563,3 +572,6 @@ pub async fn cleanup(
             ))
         })
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,7 @@ use std::{net::Ipv4Addr, time::Duration};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    dataplane::ebpf::pod_filter::PodFilter,
+    dataplane::PortAttachment,
     pipeline::ir::parse_port_security,
     sb::{Southbound, rows::PortBinding},
 };
@@ -75,7 +75,7 @@ pub struct DaemonReport {
     /// The answers the datapath's routers sent, per kind (empty without a datapath).
     pub router_replies: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
-    pub interfaces: Vec<(String, Option<String>, ovnbpf_common::InterfaceCounters)>,
+    pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }
 
 /// A request to the daemon loop.
@@ -87,12 +87,12 @@ pub enum PortCommand {
         port: String,
         reply: oneshot::Sender<Result<PortFacts, PortError>>,
     },
-    /// `port`'s NIC exists, its host end is `interface` with `from_pod` attached (`filter`):
-    /// forward for it; answer once its Port_Binding is bound here and up.
+    /// `port`'s NIC exists, its host end is `interface`, which the datapath's port attacher
+    /// prepared (`attachment`): forward for it; answer once its Port_Binding is bound here and up.
     Plug {
         port: String,
         interface: String,
-        filter: PodFilter,
+        attachment: PortAttachment,
         reply: oneshot::Sender<Result<(), PortError>>,
     },
     /// Stop forwarding for `port` if it is still plugged into `interface` (or not plugged at
@@ -165,7 +165,7 @@ impl DaemonHandle {
         &self,
         port: &str,
         interface: &str,
-        filter: PodFilter,
+        attachment: PortAttachment,
         timeout: Duration,
     ) -> Result<(), PortError> {
         let (port, interface) = (port.to_string(), interface.to_string());
@@ -174,7 +174,7 @@ impl DaemonHandle {
             |reply| PortCommand::Plug {
                 port,
                 interface,
-                filter,
+                attachment,
                 reply,
             },
             timeout,

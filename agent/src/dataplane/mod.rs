@@ -1,4 +1,165 @@
-//! Datapath backends. `ebpf` loads and drives the kernel programs; the OpenFlow fallback will sit
-//! beside it. Backends only apply what they are told; they never read the Southbound DB.
+//! Datapath backends, and the one interface the rest of the agent drives them through.
+//!
+//! A backend turns the pipeline IR ([`IrDiff`]s) and the pods plugged on this node into
+//! forwarding state: [`ebpf`] programs kernel maps and TC programs; an OpenFlow backend (OVS
+//! br-int) is to sit beside it. Backends only apply what they are told; they never read the
+//! Southbound DB (`tests/tests/layering.rs` checks the imports).
+//!
+//! [`Datapath`] is what the daemon loop drives: apply a diff, plug and unplug a port, say which
+//! ports are programmed and how many writes wait for a retry, retry, sweep what a previous agent
+//! left, read the counters, and hand out the blocking upkeep it needs done off the loop.
+//! [`PortAttacher`] is the backend's part of building a pod NIC: it runs on the CNI server's
+//! blocking task (never on the loop, which must not wait for the kernel's rtnl lock; see
+//! `ebpf::pod_filter` for the measured reason) and returns a [`PortAttachment`], the token the
+//! plug carries to the loop.
+//!
+//! Architecture invariant: the daemon, the CNI server, the metrics and the control socket name no
+//! backend type; only `bin/agent.rs` picks a backend and starts it.
+//!
+//! Why trait objects (`Box<dyn Datapath>`, `Arc<dyn PortAttacher>`) rather than generics: the
+//! backend is chosen at run time (by flags, per node), and a generic parameter would spread
+//! through the daemon, the CNI handler and their handles for no gain. The cost is one indirect
+//! call per IR diff, per plug and per CNI ADD's attach: nothing beside the map writes and the
+//! rtnl round trips those calls make (a CNI ADD takes milliseconds).
 
+use std::{collections::HashMap, fmt, net::Ipv4Addr, sync::Arc};
+
+use crate::pipeline::ir::IrDiff;
+
+pub mod drops;
 pub mod ebpf;
+#[cfg(test)]
+pub mod memory;
+
+pub use drops::{DropReport, DropTap};
+/// The counters of one interface the datapath runs on (see the type for what each counts). A
+/// plain record of eight totals: any backend can fill it.
+pub use ovnbpf_common::InterfaceCounters;
+
+/// A failure of the datapath backend, with the backend's own error (and its context) inside.
+#[derive(Debug)]
+pub struct DatapathError(Box<dyn std::error::Error + Send + Sync>);
+
+impl DatapathError {
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self(error.into())
+    }
+}
+
+impl fmt::Display for DatapathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DatapathError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Blocking work a backend needs done off the daemon loop (it takes kernel locks). Returns how
+/// many items it fixed or failed, as its producer documents.
+pub type OffLoopJob = Box<dyn FnOnce() -> usize + Send>;
+
+/// A task that follows the backend's drop events until it is dropped.
+pub type DropFollower = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Per interface: (interface, the logical port of a pod's interface, its counters).
+pub type InterfaceReading = (String, Option<String>, InterfaceCounters);
+
+/// The datapath of this node as the daemon loop drives it. Writes that fail are kept and retried
+/// ([`Self::pending`], [`Self::retry`]); every method returning a count returns the writes made.
+pub trait Datapath: Send {
+    /// Takes in an IR diff and writes what it changes.
+    fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError>;
+
+    /// Replaces the known chassis encap IPs (other chassis's tunnel endpoints, by chassis name)
+    /// and writes what changes. The backend keeps them even when a write fails (retried).
+    fn set_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) -> Result<usize, DatapathError>;
+
+    /// Forwards for `port` through host interface `interface`, which the backend's
+    /// [`PortAttacher`] prepared (`attachment`). The port stays plugged when its writes fail.
+    fn plug(
+        &mut self,
+        port: &str,
+        interface: &str,
+        attachment: PortAttachment,
+    ) -> Result<usize, DatapathError>;
+
+    /// Stops forwarding for `port` (nothing to do when it is not plugged).
+    fn unplug(&mut self, port: &str) -> Result<usize, DatapathError>;
+
+    /// The host interface `port` is plugged into.
+    fn interface_of(&self, port: &str) -> Option<String>;
+
+    /// Whether `port` is programmed: its interface forwards and receives (its `up`).
+    fn programmed(&self, port: &str) -> bool;
+
+    /// Writes that failed and wait for a retry (`nb_cfg` is not acknowledged while there are).
+    fn pending(&self) -> usize;
+
+    /// Retries the writes that failed.
+    fn retry(&mut self) -> Result<usize, DatapathError>;
+
+    /// Removes what this agent did not install (a previous agent's stale state); called once the
+    /// Southbound view is complete. Returns the number removed.
+    fn sweep(&mut self) -> Result<usize, DatapathError>;
+
+    /// Dropped frames per reason.
+    fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError>;
+
+    /// The answers the datapath's routers sent, per kind.
+    fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError>;
+
+    /// The counters of each interface the datapath runs on and has seen traffic on, by name.
+    fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError>;
+
+    /// What prepares new pods' interfaces for this datapath (for the CNI server).
+    fn attacher(&self) -> Arc<dyn PortAttacher>;
+
+    /// The job that re-attaches the datapath to plugged interfaces that lost it (returns how many
+    /// it restored); `None` when there is nothing to check.
+    fn attachment_check(&self) -> Option<OffLoopJob>;
+
+    /// The job that keeps the next hops towards `endpoints` (other chassis's tunnel IPs)
+    /// resolved (returns how many could not be); `None` when the backend needs none.
+    fn tunnel_neighbours(&self, endpoints: Vec<Ipv4Addr>) -> Option<OffLoopJob>;
+
+    /// The task that publishes every drop event on `tap`, logging at most `per_second` a second;
+    /// `None` after the first call, or when the backend has no drop events.
+    fn drop_events(&mut self, per_second: u32, tap: DropTap) -> Option<DropFollower>;
+}
+
+/// The backend's side of building a pod NIC, run on the CNI server's blocking tasks. Cheap to
+/// share; every method may block (kernel locks).
+pub trait PortAttacher: Send + Sync {
+    /// What it attaches, for messages (eBPF: `from_pod`).
+    fn name(&self) -> &'static str;
+
+    /// Makes host interface `ifindex` (of the caller's namespace) ready to be plugged; replaces
+    /// what a previous agent attached.
+    fn attach(&self, ifindex: u32) -> Result<PortAttachment, DatapathError>;
+
+    /// Whether host interface `ifindex` is attached (CNI CHECK).
+    fn is_attached(&self, ifindex: u32) -> Result<bool, DatapathError>;
+}
+
+/// A host interface a [`PortAttacher`] prepared: the token a plug carries from the CNI server to
+/// the loop. Only attachers make one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PortAttachment {
+    ifindex: u32,
+}
+
+impl PortAttachment {
+    /// For [`PortAttacher`] implementations: interface `ifindex` is attached.
+    pub(crate) fn attached(ifindex: u32) -> Self {
+        Self { ifindex }
+    }
+
+    #[must_use]
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+}

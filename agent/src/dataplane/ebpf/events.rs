@@ -6,7 +6,6 @@
 
 use std::{
     collections::HashMap,
-    fmt,
     net::Ipv4Addr,
     time::{Duration, Instant},
 };
@@ -14,9 +13,7 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use ovnbpf_common::{DropEvent, drop_reason};
 
-/// Where every decoded drop event is published (lagging or absent receivers lose events; the
-/// kernel's counters keep them all).
-pub type DropTap = tokio::sync::broadcast::Sender<DropReport>;
+pub use crate::dataplane::drops::{DropReport, DropTap};
 
 /// The consumer side of the drop-event ring buffer (one per agent: events are not duplicated).
 pub struct DropEvents {
@@ -131,19 +128,8 @@ impl LogLimiter {
     }
 }
 
-/// A drop event decoded for people.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DropReport {
-    pub reason: &'static str,
-    /// Interface name in the agent's namespace, or `ifindex N` if it has none (any more).
-    pub interface: String,
-    pub source_mac: Option<[u8; 6]>,
-    pub destination_mac: Option<[u8; 6]>,
-    pub ether_type: Option<u16>,
-    pub ipv4: Option<(Ipv4Addr, Ipv4Addr)>,
-}
-
 impl DropReport {
+    /// Decodes a kernel drop event (its reason, interface and the frame's first bytes).
     #[must_use]
     pub fn decode(event: &DropEvent) -> Self {
         let captured = &event.header[..(event.captured as usize).min(event.header.len())];
@@ -175,32 +161,6 @@ impl DropReport {
             ether_type,
             ipv4,
         }
-    }
-}
-
-impl fmt::Display for DropReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mac = |mac: Option<[u8; 6]>| {
-            mac.map_or("?".to_string(), |m| {
-                m.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            })
-        };
-        write!(
-            f,
-            "{} > {}",
-            mac(self.source_mac),
-            mac(self.destination_mac)
-        )?;
-        if let Some(ether_type) = self.ether_type {
-            write!(f, " type 0x{ether_type:04x}")?;
-        }
-        if let Some((source, destination)) = self.ipv4 {
-            write!(f, " {source} > {destination}")?;
-        }
-        Ok(())
     }
 }
 

@@ -28,6 +28,7 @@ pub use maps::Maps;
 
 use crate::netns;
 
+pub mod backend;
 pub mod events;
 pub mod inspect;
 pub mod l2;

@@ -21,9 +21,10 @@ use super::{
     l2::L2State,
     l3::L3State,
     pins::{PinError, PinLayout},
-    pod_filter::{self, PodFilter, PodFilterError, PodFilters},
+    pod_filter::{self, PodFilterError, PodFilters},
     unpin_link,
 };
+use crate::dataplane::PortAttachment;
 use crate::pipeline::IrDiff;
 
 /// What the node datapath needs to start.
@@ -217,7 +218,7 @@ impl NodeDatapath {
         &mut self,
         port: &str,
         interface: &str,
-        filter: PodFilter,
+        filter: PortAttachment,
     ) -> Result<usize, NodeDatapathError> {
         let start = std::time::Instant::now();
         let index = ifindex(interface)?;

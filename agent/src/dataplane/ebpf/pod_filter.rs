@@ -16,7 +16,10 @@ use std::{
     sync::Arc,
 };
 
-use crate::rtnetlink::{IngressFilter, Socket};
+use crate::{
+    dataplane::PortAttachment,
+    rtnetlink::{IngressFilter, Socket},
+};
 
 /// The agent's filter on every pod's host veth: first on clsact ingress, recognised by its name.
 pub const FILTER: IngressFilter<'static> = IngressFilter {
@@ -42,19 +45,6 @@ pub struct PodFilters {
     program: Arc<OwnedFd>,
 }
 
-/// `from_pod` runs on interface `ifindex`: only [`PodFilters::attach`] makes one.
-#[derive(Debug, PartialEq, Eq)]
-pub struct PodFilter {
-    ifindex: u32,
-}
-
-impl PodFilter {
-    #[must_use]
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-}
-
 impl PodFilters {
     /// `program` is a descriptor of the loaded `from_pod`.
     #[must_use]
@@ -66,15 +56,15 @@ impl PodFilters {
 
     /// Runs `from_pod` on ingress of interface `ifindex` (of the caller's namespace): the filter
     /// is created, or its program replaced atomically when a previous agent left one. Blocking
-    /// (rtnl): call from a blocking task.
-    pub fn attach(&self, ifindex: u32) -> Result<PodFilter, PodFilterError> {
+    /// (rtnl): call from a blocking task. The attachment shows that `from_pod` runs there.
+    pub fn attach(&self, ifindex: u32) -> Result<PortAttachment, PodFilterError> {
         let error = |source| PodFilterError::Attach { ifindex, source };
         let socket = Socket::open().map_err(error)?;
         socket.ensure_clsact(ifindex).map_err(error)?;
         socket
             .set_ingress_filter(ifindex, &FILTER, self.program.as_fd())
             .map_err(error)?;
-        Ok(PodFilter { ifindex })
+        Ok(PortAttachment::attached(ifindex))
     }
 }
 

@@ -1,0 +1,316 @@
+//! Tests of the daemon's datapath duties through the in-memory backend
+//! ([`crate::dataplane::memory`]): plugging and unplugging ports, failed writes held as pending
+//! (and `nb_cfg` with them) until a retry, the backend's counters in the report and the metrics,
+//! and the off-loop re-attachment check. The Southbound is a replica built from a snapshot; the
+//! session handle records instead of sending.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::{
+    Daemon, DaemonConfig,
+    ports::{DaemonReport, PortCommand, PortError, PortStatus},
+};
+use crate::{
+    chassis::ChassisConfig,
+    dataplane::{Datapath, InterfaceCounters, PortAttachment, memory::MemoryDatapath},
+    ovsdb::{
+        schema::DatabaseSchema,
+        session::{MonitorMethod, Recorder, SessionEvent, UpdateFormat, recording_handle},
+    },
+    sb::{Southbound, monitor::LocalScope},
+};
+
+const PORT: &str = "pod.ns";
+
+fn config() -> DaemonConfig {
+    DaemonConfig {
+        sb_remotes: Vec::new(),
+        tls: None,
+        drop_tap: None,
+        chassis: ChassisConfig {
+            name: "node1".into(),
+            hostname: "node1.example".into(),
+            encap_ip: "172.31.0.10".into(),
+            encap_csum: true,
+            // No monitor condition changes to wait for: `nb_cfg` waits only for the datapath.
+            monitor_all: true,
+            bridge_mappings: String::new(),
+        },
+        local_ports: Vec::new(),
+        restored_ports: Vec::new(),
+        probe_interval: None,
+        filter_check_interval: None,
+    }
+}
+
+/// This chassis registered, `nb_cfg` 3 asked for and 2 acknowledged, and an unbound `pod.ns`.
+fn southbound() -> Southbound {
+    let optional = |key: serde_json::Value| json!({"type": {"key": key, "min": 0, "max": 1}});
+    let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
+    "tables": {
+        "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
+        "Chassis": {"columns": {"name": {"type": "string"}}},
+        "Chassis_Private": {"columns": {"name": {"type": "string"},
+            "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
+        "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+            "chassis": optional(json!({"type": "uuid"})), "up": optional(json!("boolean"))}},
+    }}))
+    .unwrap();
+    let monitored: BTreeMap<String, Vec<String>> = schema
+        .tables
+        .iter()
+        .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
+        .collect();
+    let us = "00000000-0000-0000-0000-0000000000c1";
+    let mut sb = Southbound::new();
+    sb.apply(&SessionEvent::Snapshot {
+        remote: "test".into(),
+        method: MonitorMethod::MonitorCondSince,
+        schema: Arc::new(schema),
+        monitored,
+        updates: json!({
+            "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
+            "Chassis": {us: {"initial": {"name": "node1"}}},
+            "Chassis_Private": {"00000000-0000-0000-0000-0000000000d1":
+                {"initial": {"name": "node1", "chassis": ["uuid", us], "nb_cfg": 2}}},
+            "Port_Binding": {"00000000-0000-0000-0000-0000000000b1":
+                {"initial": {"logical_port": PORT, "up": false}}},
+        }),
+        format: UpdateFormat::Update2,
+        resumed: false,
+    });
+    sb
+}
+
+/// A daemon with `datapath` (if any) that has the replica of [`southbound`]; its Southbound
+/// writes are recorded.
+fn daemon(datapath: Option<&MemoryDatapath>) -> (Daemon, Recorder) {
+    let (handle, recorder) = recording_handle();
+    let datapath = datapath.map(|d| Box::new(d.clone()) as Box<dyn Datapath>);
+    let mut daemon = Daemon::new(config(), handle, LocalScope::default(), datapath);
+    daemon.sb = southbound();
+    (daemon, recorder)
+}
+
+async fn plug(
+    daemon: &mut Daemon,
+    interface: &str,
+    attachment: PortAttachment,
+) -> oneshot::Receiver<Result<(), PortError>> {
+    let (reply, answer) = oneshot::channel();
+    daemon
+        .command(PortCommand::Plug {
+            port: PORT.into(),
+            interface: interface.into(),
+            attachment,
+            reply,
+        })
+        .await;
+    answer
+}
+
+async fn unplug(daemon: &mut Daemon, interface: &str) -> Result<(), PortError> {
+    let (reply, mut answer) = oneshot::channel();
+    daemon
+        .command(PortCommand::Unplug {
+            port: PORT.into(),
+            interface: interface.into(),
+            reply,
+        })
+        .await;
+    answer.try_recv().unwrap()
+}
+
+async fn status(daemon: &mut Daemon) -> PortStatus {
+    let (reply, mut answer) = oneshot::channel();
+    daemon
+        .command(PortCommand::Status {
+            port: Some(PORT.into()),
+            reply,
+        })
+        .await;
+    answer.try_recv().unwrap()
+}
+
+async fn report(daemon: &mut Daemon) -> DaemonReport {
+    let (reply, mut answer) = oneshot::channel();
+    daemon.command(PortCommand::Report { reply }).await;
+    answer.try_recv().unwrap()
+}
+
+/// The `nb_cfg` each submitted transaction acknowledges.
+fn acknowledged(recorder: &mut Recorder) -> Vec<serde_json::Value> {
+    recorder
+        .transactions()
+        .into_iter()
+        .flat_map(|(_, ops)| ops)
+        .filter(|op| op["table"] == "Chassis_Private")
+        .map(|op| op["row"]["nb_cfg"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_port_plugged_while_the_backend_fails_stays_pending_and_holds_nb_cfg_until_retried() {
+    let backend = MemoryDatapath::with_interfaces(&[("veth1", 7)]);
+    let (mut daemon, mut recorder) = daemon(Some(&backend));
+    let attachment = backend.attacher().attach(7).unwrap();
+    backend.state().failing = true;
+
+    let mut answer = plug(&mut daemon, "veth1", attachment).await;
+    let answer = answer.try_recv().unwrap();
+    assert!(
+        matches!(&answer, Err(PortError::Rejected(reason)) if reason.contains(PORT) && reason.contains("veth1")),
+        "{answer:?}"
+    );
+    assert_eq!(daemon.stats.datapath_errors, 1);
+    assert!(backend.pending() > 0, "the failed write is kept");
+    assert!(!status(&mut daemon).await.programmed);
+    daemon.acknowledge_nb_cfg().await;
+    assert!(
+        acknowledged(&mut recorder).is_empty(),
+        "nb_cfg waits while writes wait for a retry"
+    );
+
+    daemon.retry_datapath();
+    assert_eq!(daemon.stats.datapath_errors, 2, "a failed retry is counted");
+    assert!(!status(&mut daemon).await.programmed);
+
+    backend.state().failing = false;
+    daemon.retry_datapath();
+    assert_eq!(backend.pending(), 0);
+    assert_eq!(daemon.stats.datapath_writes, 1);
+    assert!(status(&mut daemon).await.programmed);
+    daemon.acknowledge_nb_cfg().await;
+    assert_eq!(acknowledged(&mut recorder), [json!(3)]);
+}
+
+#[tokio::test]
+async fn unplug_removes_the_port_and_a_stale_unplug_of_another_interface_does_not() {
+    let backend = MemoryDatapath::with_interfaces(&[("veth1", 7), ("veth2", 8)]);
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let attachment = backend.attacher().attach(7).unwrap();
+
+    let mut answer = plug(&mut daemon, "veth1", attachment).await;
+    assert!(
+        answer.try_recv().is_err(),
+        "the plug is answered once the Port_Binding is bound here and up"
+    );
+    assert!(backend.programmed(PORT));
+    assert!(daemon.local_ports.contains(PORT));
+    assert_eq!(daemon.stats.datapath_writes, 1);
+
+    // The DEL of an older sandbox, whose NIC was veth2.
+    unplug(&mut daemon, "veth2").await.unwrap();
+    assert!(backend.programmed(PORT), "the port lives on in veth1");
+    assert!(daemon.local_ports.contains(PORT));
+
+    unplug(&mut daemon, "veth1").await.unwrap();
+    assert!(!backend.programmed(PORT));
+    assert_eq!(backend.interface_of(PORT), None);
+    assert!(backend.state().installed.is_empty(), "its entries are gone");
+    assert!(!daemon.local_ports.contains(PORT));
+    assert!(
+        daemon.sb_sync.releasing().contains(PORT),
+        "its Port_Binding is released"
+    );
+}
+
+#[tokio::test]
+async fn a_plug_with_an_attachment_of_another_interface_is_refused() {
+    let backend = MemoryDatapath::with_interfaces(&[("veth1", 7), ("veth2", 8)]);
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let attachment = backend.attacher().attach(8).unwrap();
+    let answer = plug(&mut daemon, "veth1", attachment)
+        .await
+        .try_recv()
+        .unwrap();
+    assert!(matches!(answer, Err(PortError::Rejected(_))), "{answer:?}");
+    assert!(!backend.programmed(PORT));
+    assert!(!daemon.local_ports.contains(PORT));
+}
+
+#[tokio::test]
+async fn without_a_datapath_plugs_are_refused_and_nothing_is_ready() {
+    let (mut daemon, _recorder) = daemon(None);
+    let answer = plug(&mut daemon, "veth1", PortAttachment::attached(7))
+        .await
+        .try_recv()
+        .unwrap();
+    assert!(
+        matches!(&answer, Err(PortError::Rejected(reason)) if reason.contains("does not forward")),
+        "{answer:?}"
+    );
+    daemon.synced = true;
+    let status = status(&mut daemon).await;
+    assert!(!status.ready && !status.programmed);
+    let report = report(&mut daemon).await;
+    assert!(report.drops.is_empty() && report.interfaces.is_empty());
+}
+
+#[tokio::test]
+async fn the_backends_counters_reach_the_report_and_the_metrics() {
+    let backend = MemoryDatapath::with_interfaces(&[]);
+    {
+        let mut state = backend.state();
+        state.drops = vec![("port_security", 4), ("no_route", 1)];
+        state.router_replies = vec![("echo_reply", 2)];
+        state.interface_counters = vec![(
+            "veth1".into(),
+            Some(PORT.into()),
+            InterfaceCounters {
+                packets: 5,
+                delivered_bytes: 700,
+                ..InterfaceCounters::default()
+            },
+        )];
+    }
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let report = report(&mut daemon).await;
+    assert_eq!(report.drops, [("port_security", 4), ("no_route", 1)]);
+    assert_eq!(report.router_replies, [("echo_reply", 2)]);
+    let text = crate::metrics::render(
+        &crate::metrics::CniMetrics::default(),
+        &crate::metrics::ServerStats::default(),
+        Some(&report),
+    );
+    for line in [
+        r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
+        r#"ovnbpf_datapath_drops_total{reason="no_route"} 1"#,
+        r#"ovnbpf_datapath_router_replies_total{kind="echo_reply"} 2"#,
+        r#"ovnbpf_interface_received_packets_total{interface="veth1",port="pod.ns"} 5"#,
+        r#"ovnbpf_interface_delivered_bytes_total{interface="veth1",port="pod.ns"} 700"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+
+    // A reading that fails leaves only its own counters out.
+    backend.state().failing = true;
+    let report = super::tests::report(&mut daemon).await;
+    assert!(report.interfaces.is_empty());
+    assert_eq!(report.drops.len(), 2);
+}
+
+#[tokio::test]
+async fn a_plugged_port_that_lost_its_attachment_is_attached_again_off_the_loop() {
+    let backend = MemoryDatapath::with_interfaces(&[("veth1", 7)]);
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let attachment = backend.attacher().attach(7).unwrap();
+    let _answer = plug(&mut daemon, "veth1", attachment).await;
+    backend.state().attached.clear();
+
+    daemon.check_pod_filters();
+    daemon.filter_check.take().unwrap().await.unwrap();
+    assert!(backend.attacher().is_attached(7).unwrap());
+    assert_eq!(report(&mut daemon).await.pod_filters_restored, 1);
+
+    daemon.check_pod_filters();
+    daemon.filter_check.take().unwrap().await.unwrap();
+    assert_eq!(
+        report(&mut daemon).await.pod_filters_restored,
+        1,
+        "an attached port is left alone"
+    );
+}
