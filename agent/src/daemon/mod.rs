@@ -1,12 +1,19 @@
 //! The agent's main loop: follow the Southbound DB through a monitoring session, keep the typed
-//! replica and the pipeline IR current, register this chassis, claim its ports (configured, or
-//! plugged by the CNI server through [`ports`] commands), narrow the monitor to the local
-//! datapaths (unless monitor-all), program the eBPF datapath from the IR (retrying failed writes,
-//! sweeping what a previous agent left once the view settles), report ports `up`, and
-//! acknowledge `nb_cfg` once each change set has been processed and the monitor conditions it
-//! needed are in effect. Owns the session, the replica, the compiler and the datapath; writes only
-//! this chassis's rows, through [`sb_sync`] (level-triggered, see there). The CNI server's
-//! requests are in [`commands`], the datapath's upkeep in [`datapath`].
+//! replica and the pipeline IR current, and have each duty act on what changed. Split by duty as
+//! ovn-controller is:
+//! - [`binding`] (`binding.c`): which ports are bound here, the claim rules, the local scope and
+//!   the monitor conditions it sets (unless monitor-all);
+//! - [`sb_sync`] (the SB transactions; `chassis.c`, `binding.c`'s writes): this chassis's rows,
+//!   level-triggered: registration, claims, releases, `up`, the `nb_cfg` acknowledgement;
+//! - [`datapath`] (`ofctrl.c`): drives the [`Datapath`] backend from the IR: programs, retries
+//!   failed writes, sweeps what a previous agent left once the view settles, runs its upkeep off
+//!   the loop;
+//! - [`commands`] (`unixctl`, and the CNI's requests): the [`ports`] commands other tasks send.
+//!
+//! This module keeps the loop, the event handling that feeds the duties, and what needs them all:
+//! `nb_cfg` is acknowledged once each change set has been processed, its datapath writes are done
+//! and the monitor conditions it needed are in effect. Owns the session, the replica, the compiler
+//! and the datapath; writes only this chassis's rows, through [`sb_sync`].
 
 use std::{
     collections::{HashMap, HashSet},
@@ -18,6 +25,7 @@ use std::{
 use tracing::{Instrument, debug, info, info_span, warn};
 
 mod acls;
+pub mod binding;
 mod commands;
 mod datapath;
 pub mod ports;
@@ -33,7 +41,7 @@ use crate::{
     ovsdb::{
         connection::ConnectionOptions,
         remote::Remote,
-        replica::{ChangeSet, RowRef},
+        replica::ChangeSet,
         session::{self, RequestId, SessionConfig, SessionEvent, SessionHandle},
         tls::TlsClient,
     },
@@ -41,7 +49,6 @@ use crate::{
     sb::{
         DATABASE, Southbound,
         monitor::{self, LocalScope},
-        rows::{self, DatapathBinding, PortBinding},
     },
 };
 
@@ -380,24 +387,6 @@ impl Daemon {
         }
     }
 
-    /// Answers the port commands the replica can now answer.
-    fn poll_pending(&mut self) {
-        let chassis = self
-            .sb
-            .chassis_by_name(&self.config.chassis.name)
-            .map(|c| c.uuid);
-        self.pending.poll(&self.sb, |binding| {
-            chassis.is_some() && binding.chassis == chassis && binding.up != Some(false)
-        });
-    }
-
-    /// Recomputes the monitored scope now (after the local ports changed).
-    fn refresh_scope(&mut self) {
-        if let Some(chassis) = self.sb.chassis_by_name(&self.config.chassis.name) {
-            self.update_scope(chassis.uuid);
-        }
-    }
-
     fn record(&mut self, event: &SessionEvent, changes: &ChangeSet) {
         let rows: usize = changes.tables.values().map(|t| t.len()).sum();
         self.stats.rows_changed += rows as u64;
@@ -421,82 +410,6 @@ impl Daemon {
             | SessionEvent::Transacted { .. }
             | SessionEvent::ConditionChanged { .. } => {}
         }
-    }
-
-    /// Whether `changes` can alter the local scope: a resync, a datapath change, or a
-    /// Port_Binding that is (or was) a patch port or bound here. Other nodes' pods, the bulk of
-    /// the updates, skip the scope computation (which walks the local ports).
-    fn scope_may_change(&self, changes: &ChangeSet, chassis: uuid::Uuid) -> bool {
-        if changes.resynced || self.scope.chassis != Some(chassis) {
-            return true;
-        }
-        if changes
-            .tables
-            .get(DatapathBinding::TABLE)
-            .is_some_and(|c| !c.is_empty())
-        {
-            return true;
-        }
-        let Some(change) = changes.tables.get(PortBinding::TABLE) else {
-            return false;
-        };
-        let Some(table) = self.sb.replica().table(PortBinding::TABLE) else {
-            return true;
-        };
-        let relevant = |port: &PortBinding| {
-            port.kind == "patch"
-                || port.chassis == Some(chassis)
-                || port.requested_chassis == Some(chassis)
-                || self.local_ports.contains(&port.logical_port)
-        };
-        let now = change
-            .inserted
-            .iter()
-            .chain(change.modified.iter().map(|(uuid, _)| uuid))
-            .filter_map(|uuid| self.sb.row::<PortBinding>(uuid));
-        let before = change
-            .modified
-            .iter()
-            .chain(&change.deleted)
-            .map(|(uuid, row)| {
-                PortBinding::from_row(&RowRef {
-                    uuid: *uuid,
-                    layout: table.layout(),
-                    row,
-                })
-            });
-        now.chain(before).any(|port| relevant(&port))
-    }
-
-    /// Narrows (or widens) the conditional monitor when the set of local datapaths changed.
-    fn update_scope(&mut self, chassis: uuid::Uuid) {
-        if self.config.chassis.monitor_all {
-            return;
-        }
-        let scope = monitor::local_scope(&self.sb, Some(chassis), &self.local_ports);
-        if scope == self.scope {
-            return;
-        }
-        info!(
-            datapaths = scope.datapaths.len(),
-            "local datapaths changed; updating monitor conditions"
-        );
-        if self.sweep_at.is_some() {
-            self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
-        }
-        for (table, _) in rows::MONITORED {
-            let before = monitor::condition(table, &self.config.chassis.name, &self.scope);
-            let after = monitor::condition(table, &self.config.chassis.name, &scope);
-            if before != after {
-                match self.handle.set_condition(table, after) {
-                    Ok(id) => {
-                        self.conditions_pending.insert(id);
-                    }
-                    Err(error) => warn!(%table, %error, "could not change the monitor condition"),
-                }
-            }
-        }
-        self.scope = scope;
     }
 
     /// Tells northd (through Chassis_Private.nb_cfg) that this chassis has processed the SB as of

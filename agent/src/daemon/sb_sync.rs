@@ -6,10 +6,10 @@
 //! the update that carries it have arrived (tracked by its transaction, never by a clock); a
 //! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`] (doubling while
 //! failures go on, up to [`RETRY_MAX`]; a new snapshot compares everything at once). Only rows that
-//! changed, or whose wanted state changed, are compared ([`SbSync::mark`]). Claims follow OVN
-//! 23.03 (`controller/binding.c`): a port is bound here only if `requested_chassis` allows it
-//! (else released, never claimed back), and a port another chassis holds is claimed back at most
-//! once per [`CLAIM_INTERVAL`].
+//! changed, or whose wanted state changed, are compared ([`SbSync::mark`]). Claims follow the
+//! rules of [`super::binding`] (OVN 23.03 `controller/binding.c`): a port is bound here only if
+//! `requested_chassis` allows it (else released, never claimed back), and a port another chassis
+//! holds is claimed back at most once per [`CLAIM_INTERVAL`].
 //!
 //! Owns the bookkeeping of outstanding transactions and the set of ports being released; builds
 //! operations with [`crate::chassis`] and submits them through the session handle. Reads the
@@ -24,6 +24,8 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use super::binding::ClaimPacer;
+pub use super::binding::{CLAIM_INTERVAL, can_bind_here};
 use crate::{
     chassis::{self, ChassisConfig},
     ovsdb::{
@@ -40,11 +42,6 @@ use crate::{
 /// failure in a row, up to [`RETRY_MAX`].
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 pub const RETRY_MAX: Duration = Duration::from_secs(8);
-
-/// A port another chassis holds is not claimed back within this long of this chassis's last
-/// claim of it (OVN 23.03 `CLAIM_TIME_THRESHOLD_MS`, `lport_maybe_postpone`): two chassis that
-/// both want a port claim it at most twice a second each instead of in a tight loop.
-pub const CLAIM_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Why a transaction was made (a transaction may serve several).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -153,10 +150,8 @@ pub struct SbSync {
     retry_at: Option<tokio::time::Instant>,
     /// The wait before the next retry (grows while writes keep failing).
     retry_delay: Option<Duration>,
-    /// When this chassis last claimed each port (kept for 5 × [`CLAIM_INTERVAL`]), and the
-    /// claims put off until then.
-    last_claimed: HashMap<String, tokio::time::Instant>,
-    postponed: HashMap<String, tokio::time::Instant>,
+    /// Claims of ports another chassis holds, paced.
+    claims: ClaimPacer,
     stats: SbWriteStats,
 }
 
@@ -169,10 +164,7 @@ impl SbSync {
     /// When failed writes or postponed claims are due for another comparison, if any.
     #[must_use]
     pub fn wake_at(&self) -> Option<tokio::time::Instant> {
-        self.retry_at
-            .into_iter()
-            .chain(self.postponed.values().copied())
-            .min()
+        self.retry_at.into_iter().chain(self.claims.wake_at()).min()
     }
 
     /// Compares again what is due at `now` (see [`Self::wake_at`]).
@@ -180,16 +172,7 @@ impl SbSync {
         if self.retry_at.is_some_and(|at| at <= now) {
             self.retry_due();
         }
-        let due: Vec<String> = self
-            .postponed
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(port, _)| port.clone())
-            .collect();
-        for port in due {
-            self.postponed.remove(&port);
-            self.dirty.insert(port);
-        }
+        self.dirty.extend(self.claims.take_due(now));
     }
 
     /// Whether a transaction on this chassis's own rows (registration, `nb_cfg`) is outstanding.
@@ -485,24 +468,16 @@ impl SbSync {
             ));
         }
         let now = tokio::time::Instant::now();
-        if !ours && port.chassis.is_some() {
-            // Another chassis holds it: claim it back only CLAIM_INTERVAL after the last claim.
-            if let Some(last) = self.last_claimed.get(name)
-                && now.duration_since(*last) < CLAIM_INTERVAL
-            {
-                debug!(port = %name, "claim of a port another chassis holds postponed");
-                self.stats.claims_postponed += 1;
-                self.postponed.insert(name.clone(), *last + CLAIM_INTERVAL);
-                return None;
-            }
+        if !ours && port.chassis.is_some() && !self.claims.may_claim_back(name, now) {
+            // Another chassis holds it: claimed back only CLAIM_INTERVAL after the last claim.
+            debug!(port = %name, "claim of a port another chassis holds postponed");
+            self.stats.claims_postponed += 1;
+            return None;
         }
         let programmed = (wanted.programmed)(name);
         let write = chassis::bind_op(port, wanted.chassis, programmed)?;
         if write.claims {
-            self.last_claimed
-                .retain(|_, at| now.duration_since(*at) < 5 * CLAIM_INTERVAL);
-            self.last_claimed.insert(name.clone(), now);
-            self.postponed.remove(name);
+            self.claims.claimed(name, now);
         }
         let mut purposes = Vec::new();
         if write.claims {
@@ -621,29 +596,6 @@ fn carried(sb: &Southbound, key: RowKey, expect: &Expect) -> bool {
             .is_none_or(|private| private.nb_cfg == *nb_cfg),
         _ => false,
     }
-}
-
-/// OVN's rule for binding a port as main chassis (`lport_can_bind_on_this_chassis`):
-/// `requested_chassis` is this chassis, or `options:requested-chassis` is empty or names this
-/// chassis (by name or hostname) first.
-#[must_use]
-pub fn can_bind_here(port: &PortBinding, config: &ChassisConfig, chassis: Uuid) -> bool {
-    if port.requested_chassis == Some(chassis) {
-        return true;
-    }
-    let Some(requested) = port
-        .options
-        .get("requested-chassis")
-        .map(|list| list.trim())
-        .filter(|list| !list.is_empty())
-    else {
-        return true;
-    };
-    requested
-        .split(',')
-        .next()
-        .map(str::trim)
-        .is_some_and(|first| first == config.name || first == config.hostname)
 }
 
 #[cfg(test)]

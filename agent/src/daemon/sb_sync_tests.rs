@@ -356,7 +356,7 @@ fn a_port_another_chassis_takes_is_claimed_back_at_most_every_claim_interval() {
     assert!(node.reconcile(&sb).is_empty(), "not within CLAIM_INTERVAL");
     assert_eq!(node.sync.stats().claims_postponed, 1);
     let due = node.sync.wake_at().expect("a postponed claim is due later");
-    node.sync.last_claimed.insert(
+    node.sync.claims.last_claimed.insert(
         "pod.ns".into(),
         tokio::time::Instant::now() - CLAIM_INTERVAL,
     );
