@@ -1,8 +1,9 @@
 //! Tests of the daemon's datapath duties through the in-memory backend
 //! ([`crate::dataplane::memory`]): plugging and unplugging ports, failed writes held as pending
 //! (and `nb_cfg` with them) until a retry, the backend's counters in the report and the metrics,
-//! and the off-loop re-attachment check. The Southbound is a replica built from a snapshot; the
-//! session handle records instead of sending.
+//! and the off-loop re-attachment check; and the CNI handler's readiness through a daemon
+//! serving its commands. The Southbound is a replica built from a snapshot; the session handle
+//! records instead of sending.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -313,4 +314,144 @@ async fn a_plugged_port_that_lost_its_attachment_is_attached_again_off_the_loop(
         1,
         "an attached port is left alone"
     );
+}
+
+#[tokio::test]
+async fn a_diff_the_backend_cannot_write_is_counted_holds_nb_cfg_and_is_written_by_the_retry() {
+    let backend = MemoryDatapath::with_interfaces(&[]);
+    let (mut daemon, mut recorder) = daemon(Some(&backend));
+    let switch = crate::pipeline::ir::IrEntry::Datapath {
+        datapath: 5,
+        name: "subnet1".into(),
+        router: false,
+    };
+    let diff = crate::pipeline::ir::IrDiff {
+        added: vec![switch.clone()],
+        removed: Vec::new(),
+    };
+    backend.state().failing = true;
+    let changes = crate::ovsdb::replica::ChangeSet::default();
+    assert_eq!(daemon.program_datapath(&changes, &diff), 0);
+    assert_eq!(daemon.stats.datapath_errors, 1);
+    daemon.acknowledge_nb_cfg().await;
+    assert!(acknowledged(&mut recorder).is_empty());
+
+    backend.state().failing = false;
+    daemon.retry_datapath();
+    assert_eq!(daemon.stats.datapath_writes, 1);
+    assert!(
+        backend
+            .state()
+            .installed
+            .contains(&crate::dataplane::memory::Key::Entry(switch))
+    );
+    daemon.acknowledge_nb_cfg().await;
+    assert_eq!(acknowledged(&mut recorder), [json!(3)]);
+}
+
+#[tokio::test]
+async fn the_sweep_removes_only_what_nobody_asked_for_and_a_failed_sweep_is_counted() {
+    use crate::dataplane::memory::Key;
+    let backend = MemoryDatapath::with_interfaces(&[("veth1", 7)]);
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let attachment = backend.attacher().attach(7).unwrap();
+    let _answer = plug(&mut daemon, "veth1", attachment).await;
+    {
+        let mut state = backend.state();
+        let stale = Key::Port("gone.ns".into());
+        state.installed.insert(stale.clone());
+        state.leftovers = [stale, Key::Port(PORT.into())].into();
+        state.failing = true;
+    }
+    daemon.sweep_at = Some(tokio::time::Instant::now());
+    daemon.sweep_datapath();
+    assert_eq!(daemon.sweep_at, None);
+    assert_eq!(daemon.stats.datapath_errors, 1);
+
+    backend.state().failing = false;
+    let writes = daemon.stats.datapath_writes;
+    daemon.sweep_datapath();
+    assert_eq!(
+        daemon.stats.datapath_writes,
+        writes + 1,
+        "one stale entry removed"
+    );
+    assert!(backend.programmed(PORT), "the plugged port stays");
+    assert!(
+        !backend
+            .state()
+            .installed
+            .contains(&Key::Port("gone.ns".into()))
+    );
+}
+
+/// Runs `daemon`'s command handling on a local task (the loop's futures stay on its thread), as
+/// its loop does; returns the handle the CNI side talks to it through.
+fn serve(mut daemon: Daemon) -> super::ports::DaemonHandle {
+    let (handle, mut commands) = super::ports::channel();
+    tokio::task::spawn_local(async move {
+        while let Some(command) = commands.recv().await {
+            daemon.command(command).await;
+        }
+    });
+    handle
+}
+
+#[tokio::test]
+async fn the_cni_handler_is_ready_with_a_synced_daemon_and_a_datapath_and_refuses_add_without_one()
+{
+    use crate::cni::{
+        handler::{Handler, HandlerConfig, HandlerError},
+        store::AttachmentStore,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let handler = |daemon, attacher| {
+        let store = AttachmentStore::open(dir.path()).unwrap();
+        let config = HandlerConfig {
+            mtu: 1400,
+            port_wait: std::time::Duration::from_secs(1),
+            gc_grace: std::time::Duration::ZERO,
+        };
+        Handler::new(daemon, attacher, store, config)
+    };
+    let backend = MemoryDatapath::with_interfaces(&[]);
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+
+        let (unsynced, _recorder) = daemon(Some(&backend));
+        let cni = handler(serve(unsynced), Some(backend.attacher()));
+        let status = cni.status().await;
+        assert!(matches!(status, Err(HandlerError::NotReady(_))), "{status:?}");
+
+        let (mut synced, _recorder) = daemon(Some(&backend));
+        synced.synced = true;
+        let cni = handler(serve(synced), Some(backend.attacher()));
+        cni.status().await.unwrap();
+
+        let (mut without_datapath, _recorder) = daemon(None);
+        without_datapath.synced = true;
+        let handle = serve(without_datapath);
+        let cni = handler(handle.clone(), None);
+        let status = cni.status().await;
+        assert!(matches!(status, Err(HandlerError::NotReady(_))), "{status:?}");
+        let request = ovnbpf_cni::wire::CniRequest {
+            pod_name: "pod".into(),
+            pod_namespace: "ns".into(),
+            container_id: "c1".into(),
+            net_ns: "/var/run/netns/c1".into(),
+            ..Default::default()
+        };
+        let added = cni.add(&request).await;
+        assert!(
+            matches!(&added, Err(HandlerError::Unservable(reason)) if reason.contains("does not forward")),
+            "{added:?}"
+        );
+        assert_eq!(
+            handle.report().await.unwrap().local_ports,
+            0,
+            "nothing was bound"
+        );
+        })
+        .await;
 }

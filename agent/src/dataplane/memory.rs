@@ -197,6 +197,9 @@ impl Datapath for MemoryDatapath {
     fn sweep(&mut self) -> Result<usize, DatapathError> {
         let mut state = self.state();
         state.flush()?;
+        if state.failing {
+            return Err(DatapathError::new("removing stale entries failed"));
+        }
         let leftovers = std::mem::take(&mut state.leftovers);
         let stale: Vec<Key> = leftovers
             .into_iter()
