@@ -43,9 +43,9 @@ pub(super) fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
 }
 
 impl Daemon {
-    /// Writes the IR diff and any encap change into the kernel datapath; failures are logged and
-    /// counted, and the maps retry on the next change.
-    /// Returns the number of map writes.
+    /// Writes the IR diff and any encap change into the datapath; failures are logged and
+    /// counted, and the backend retries them with the next change (or the retry timer).
+    /// Returns the number of writes.
     pub(super) fn program_datapath(
         &mut self,
         changes: &ChangeSet,
@@ -151,7 +151,7 @@ impl Daemon {
         }));
     }
 
-    /// Retries map writes that failed, if any.
+    /// Retries datapath writes that failed, if any.
     pub(super) fn retry_datapath(&mut self) {
         let Some(datapath) = self.datapath.as_mut() else {
             return;
@@ -176,7 +176,7 @@ impl Daemon {
         }
     }
 
-    /// Removes what a previous agent left in the kernel maps and the Southbound no longer asks
+    /// Removes what a previous agent left in the datapath and the Southbound no longer asks
     /// for. A failure is retried after the next snapshot.
     pub(super) fn sweep_datapath(&mut self) {
         self.sweep_at = None;

@@ -84,7 +84,8 @@ pub struct DaemonStats {
     pub southbound: SbWriteStats,
     /// IR entries added and removed by the compiler over the daemon's life.
     pub ir_changes: u64,
-    /// Kernel map writes, and failed attempts (retried with the next change).
+    /// Datapath writes (kernel map writes for eBPF), and failed attempts (retried with the next
+    /// change).
     pub datapath_writes: u64,
     pub datapath_errors: u64,
     /// Southbound connections lost (the session reconnects by itself).
@@ -130,7 +131,7 @@ struct Daemon {
     stats: DaemonStats,
 }
 
-/// Drop events logged per second at most (all are counted in the kernel's drop counters).
+/// Drop events logged per second at most (all are counted in the datapath's drop counters).
 const DROP_LOGS_PER_SECOND: u32 = 10;
 
 /// How often failed datapath writes are retried (they are also retried with every change).
@@ -413,8 +414,8 @@ impl Daemon {
     }
 
     /// Tells northd (through Chassis_Private.nb_cfg) that this chassis has processed the SB as of
-    /// SB_Global.nb_cfg: the replica, the pipeline IR and the kernel maps are current. It waits
-    /// while map writes wait for a retry (`ovn-nbctl --wait=hv` must not return before the
+    /// SB_Global.nb_cfg: the replica, the pipeline IR and the datapath are current. It waits
+    /// while datapath writes wait for a retry (`ovn-nbctl --wait=hv` must not return before the
     /// datapath forwards as asked; the retry acknowledges), and while a monitor condition change
     /// has not brought its rows yet (like ovn-controller, which waits for the condition's
     /// sequence number), and while a claim or release of this chassis is in flight (the
