@@ -5,10 +5,10 @@
 //!   the monitor conditions it sets (unless monitor-all);
 //! - [`sb_sync`] (the SB transactions; `chassis.c`, `binding.c`'s writes): this chassis's rows,
 //!   level-triggered: registration, claims, releases, `up`, the `nb_cfg` acknowledgement;
-//! - [`datapath`] (`ofctrl.c`): drives the [`Datapath`] backend from the IR: programs, retries
+//! - `datapath` (`ofctrl.c`): drives the [`Datapath`] backend from the IR: programs, retries
 //!   failed writes, sweeps what a previous agent left once the view settles, runs its upkeep off
 //!   the loop;
-//! - [`commands`] (`unixctl`, and the CNI's requests): the [`ports`] commands other tasks send.
+//! - `commands` (`unixctl`, and the CNI's requests): the [`ports`] commands other tasks send.
 //!
 //! This module keeps the loop, the event handling that feeds the duties, and what needs them all:
 //! `nb_cfg` is acknowledged once each change set has been processed, its datapath writes are done
