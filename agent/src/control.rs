@@ -1,13 +1,19 @@
 //! The agent's control socket (`--control-socket`): a unix socket `ovnbpfctl` talks to for what
 //! only the running agent has. Today that is `monitor`: the datapath's drop events as they
-//! happen, each with its reason, interface, the logical port (pod) behind the interface and the
-//! frame's addresses, optionally only a pod's.
+//! happen, each with its reason, interface, the logical port (pod) behind the interface, the
+//! logical datapath the frame entered and its switch or router name, and the frame's addresses,
+//! optionally only a pod's.
+//!
+//! The datapath is where the frame entered OVN's pipeline: the switch of the pod's port, or for
+//! a Geneve frame from another chassis, the datapath of its VNI. The kernel's event says why
+//! and where a frame was dropped, not at which stage, so a frame a router dropped after the
+//! pod's switch passed it still names that switch.
 //!
 //! Protocol: the client sends one JSON line, `{"monitor": {"port": "<pod>[.<namespace>]"}}`
 //! (`port` optional); the agent answers with one JSON line per event until the client goes
 //! away (`{"lagged": N}` when the client fell N events behind). Reads the drop events through
-//! their [`DropTap`] and the interface → port names through the [`DaemonHandle`]; owns nothing
-//! else.
+//! their [`DropTap`], the interface → port names and the datapath names through the
+//! [`DaemonHandle`]; owns nothing else.
 
 use std::{
     collections::HashMap,
@@ -23,7 +29,7 @@ use tokio::{
 use tracing::{debug, warn};
 
 use crate::{
-    daemon::ports::DaemonHandle,
+    daemon::ports::{DaemonHandle, DatapathName, DatapathNames},
     dataplane::{DropReport, DropTap},
 };
 
@@ -97,7 +103,10 @@ async fn answer(stream: UnixStream, drops: &DropTap, daemon: &DaemonHandle) -> s
                 if !matches_filter(filter.as_deref(), port.as_deref()) {
                     continue;
                 }
-                event_json(&report, port.as_deref())
+                let datapath = names
+                    .datapath_of(port.as_deref(), report.geneve_vni, daemon)
+                    .await;
+                event_json(&report, port.as_deref(), datapath.as_ref())
             }
             Err(RecvError::Lagged(missed)) => json!({ "lagged": missed }),
             Err(RecvError::Closed) => return Ok(()),
@@ -123,23 +132,40 @@ fn matches_filter(filter: Option<&str>, port: Option<&str>) -> bool {
     }
 }
 
-fn event_json(report: &DropReport, port: Option<&str>) -> Value {
-    json!({
+fn event_json(report: &DropReport, port: Option<&str>, datapath: Option<&DatapathName>) -> Value {
+    let mut event = json!({
         "reason": report.reason,
         "interface": report.interface,
         "port": port,
+        "datapath": datapath.map(|d| json!({
+            "tunnel_key": d.tunnel_key,
+            "type": d.kind,
+            "name": d.name,
+        })),
         "ipv4_source": report.ipv4.map(|(source, _)| source.to_string()),
         "ipv4_destination": report.ipv4.map(|(_, destination)| destination.to_string()),
         "frame": report.to_string(),
-    })
+    });
+    // The name under its kind too, as operators look for it: "switch": "subnet-a".
+    if let Some(DatapathName {
+        kind,
+        name: Some(name),
+        ..
+    }) = datapath
+    {
+        event[*kind] = json!(name);
+    }
+    event
 }
 
-/// Interface name → logical port, from the daemon's report, asked again (at most every
-/// [`NAME_REFRESH`]) when an interface is not known.
+/// Interface name → logical port, from the daemon's report, and the datapaths' names, each
+/// asked again (at most every [`NAME_REFRESH`]) when a name is not known.
 #[derive(Default)]
 struct PortNames {
     ports: HashMap<String, Option<String>>,
     asked: Option<Instant>,
+    datapaths: DatapathNames,
+    datapaths_asked: Option<Instant>,
 }
 
 impl PortNames {
@@ -158,6 +184,37 @@ impl PortNames {
         }
         self.ports.get(interface).cloned().flatten()
     }
+
+    /// The datapath a frame entered: its Geneve VNI's, else its port's.
+    async fn datapath_of(
+        &mut self,
+        port: Option<&str>,
+        vni: Option<u32>,
+        daemon: &DaemonHandle,
+    ) -> Option<DatapathName> {
+        if entered(&self.datapaths, port, vni).is_none()
+            && (vni.is_some() || port.is_some())
+            && self
+                .datapaths_asked
+                .is_none_or(|at| at.elapsed() >= NAME_REFRESH)
+        {
+            self.datapaths_asked = Some(Instant::now());
+            if let Ok(names) = daemon.datapath_names().await {
+                self.datapaths = names;
+            }
+        }
+        entered(&self.datapaths, port, vni).cloned()
+    }
+}
+
+/// The datapath of `vni`, else of `port`, as `names` has them.
+fn entered<'a>(
+    names: &'a DatapathNames,
+    port: Option<&str>,
+    vni: Option<u32>,
+) -> Option<&'a DatapathName> {
+    let key = vni.or_else(|| names.ports.get(port?).copied())?;
+    names.datapaths.get(&key)
 }
 
 #[cfg(test)]
@@ -187,6 +244,46 @@ mod tests {
                 .unwrap_err()
                 .contains("string")
         );
+    }
+
+    #[test]
+    fn an_event_names_the_datapath_its_port_or_vni_entered() {
+        let switch = DatapathName {
+            tunnel_key: 3,
+            kind: "switch",
+            name: Some("subnet-a".into()),
+        };
+        let router = DatapathName {
+            tunnel_key: 1,
+            kind: "router",
+            name: Some("vpc-a".into()),
+        };
+        let names = DatapathNames {
+            datapaths: [(3, switch.clone()), (1, router.clone())].into(),
+            ports: [("web.ns".to_string(), 3)].into(),
+        };
+        assert_eq!(entered(&names, Some("web.ns"), None), Some(&switch));
+        assert_eq!(entered(&names, None, Some(1)), Some(&router));
+        assert_eq!(entered(&names, Some("web.ns"), Some(1)), Some(&router));
+        assert_eq!(entered(&names, Some("other.ns"), None), None);
+        assert_eq!(entered(&names, None, Some(9)), None);
+
+        let report = DropReport {
+            reason: "port_security",
+            interface: "web_h".into(),
+            source_mac: None,
+            destination_mac: None,
+            ether_type: None,
+            ipv4: None,
+            geneve_vni: None,
+        };
+        let event = event_json(&report, Some("web.ns"), Some(&switch));
+        assert_eq!(event["switch"], "subnet-a");
+        assert_eq!(event["datapath"]["tunnel_key"], 3);
+        assert_eq!(event["datapath"]["type"], "switch");
+        assert!(event.get("router").is_none());
+        let event = event_json(&report, None, None);
+        assert!(event["datapath"].is_null() && event.get("switch").is_none());
     }
 
     #[test]

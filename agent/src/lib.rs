@@ -4,6 +4,7 @@
 
 pub mod chassis;
 pub mod cni;
+pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;

@@ -1,7 +1,7 @@
 //! OCI image archives made on this machine, without a registry or a container build tool: an
 //! image layout (`oci-layout`, `index.json`, blobs) in one tar, one uncompressed layer, which
 //! `ctr images import` and `podman load` read. Used for the test sandbox image and by
-//! `cargo xtask image` for ovnbpf's image ([`ovnbpf_image`]: the workspace binaries and the
+//! `cargo xtask image` for ovnbpf's image ([`ovnbpf_image`]: the workspace binaries, `ip`, and the
 //! shared libraries they load, taken from this Debian machine's packages).
 
 use std::{
@@ -182,14 +182,22 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     Ok(libraries)
 }
 
-/// ovnbpf's image: `ovnbpf-agent`, `ovnbpfctl` and `ovnbpf-cni` from `bin_dir` in
-/// `/usr/local/bin` (the DaemonSet's paths), the shared libraries they load (from this
-/// machine's Debian packages: glibc, libgcc), and the few files a process expects in `/etc`.
-/// No shell and no package manager: what the agent does, it does through its own code.
+/// The workspace binaries ovnbpf's image holds, in `/usr/local/bin` (the DaemonSet's paths).
+pub const OVNBPF_BINARIES: &[&str] = &["ovnbpf-agent", "ovnbpfctl", "ovnbpf-cni"];
+/// The one program of the system the agent runs: iproute2's `ip` (the CNI's CHECK reads a pod's
+/// NIC with it), taken from this machine's iproute2 package to the same path.
+pub const SYSTEM_PROGRAMS: &[&str] = &["/usr/bin/ip"];
+/// The image's entrypoint and PATH (`deploy/Containerfile` has the same).
+pub const ENTRYPOINT: &str = "/usr/local/bin/ovnbpf-agent";
+pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// ovnbpf's image: [`OVNBPF_BINARIES`] from `bin_dir` in `/usr/local/bin`, [`SYSTEM_PROGRAMS`],
+/// the shared libraries they all load (from this machine's Debian packages: glibc, libgcc, and
+/// iproute2's), and the few files a process expects in `/etc`. No shell and no package manager.
 pub fn ovnbpf_image(bin_dir: &Path, name: &str) -> Result<Image> {
     let mut files = Vec::new();
     let mut libraries = BTreeSet::new();
-    for binary in ["ovnbpf-agent", "ovnbpfctl", "ovnbpf-cni"] {
+    for binary in OVNBPF_BINARIES {
         let source = bin_dir.join(binary);
         libraries.extend(shared_libraries(&source)?);
         files.push(ImageFile::copy(
@@ -197,6 +205,11 @@ pub fn ovnbpf_image(bin_dir: &Path, name: &str) -> Result<Image> {
             &format!("/usr/local/bin/{binary}"),
             0o755,
         )?);
+    }
+    for program in SYSTEM_PROGRAMS {
+        let source = Path::new(program);
+        libraries.extend(shared_libraries(source)?);
+        files.push(ImageFile::copy(source, program, 0o755)?);
     }
     for library in &libraries {
         files.push(ImageFile::copy(
@@ -213,8 +226,8 @@ pub fn ovnbpf_image(bin_dir: &Path, name: &str) -> Result<Image> {
     files.push(ImageFile::text("/etc/nsswitch.conf", "hosts: files dns\n"));
     Ok(Image {
         name: name.to_string(),
-        entrypoint: vec!["/usr/local/bin/ovnbpf-agent".into()],
-        env: vec!["PATH=/usr/local/bin:/usr/bin:/bin".into()],
+        entrypoint: vec![ENTRYPOINT.into()],
+        env: vec![format!("PATH={PATH}")],
         files,
     })
 }

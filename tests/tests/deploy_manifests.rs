@@ -1,7 +1,8 @@
 //! deploy/'s Kubernetes manifests: they validate against the Kubernetes schemas (strictly, for
 //! the oldest and the newest Kubernetes we claim), and they agree with the binaries they run: the
-//! agent knows every flag and environment variable the DaemonSet gives it, the probes ask the
-//! port the agent serves them on, and the init container's `install-cni` writes exactly the
+//! agent knows every flag and environment variable the DaemonSet gives it and takes the
+//! ConfigMap's configuration file as shipped (mounted where `--config` points), the probes ask
+//! the port that file has the agent serve them on, and the init container's `install-cni` writes exactly the
 //! conflist deploy/ ships, as Kube-OVN's file, mode 0600, with the plugin beside it.
 
 use std::{os::unix::fs::PermissionsExt as _, path::PathBuf};
@@ -65,30 +66,13 @@ fn the_daemonset_gives_the_agent_only_what_it_understands() {
     assert!(help.status.success(), "{args:?}: {help:?}");
     let help = String::from_utf8_lossy(&help.stdout);
 
-    // Every variable the agent gets (its env and the ConfigMap it reads whole) is one of its
-    // flags' (RUST_LOG is the log filter).
-    let mut variables: Vec<String> = agent["env"]
+    // Every variable the agent gets is one of its flags' (RUST_LOG is the log filter).
+    let variables: Vec<String> = agent["env"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|e| e["name"].as_str().map(str::to_string))
         .collect();
-    let config_map = documents
-        .iter()
-        .find(|d| d["kind"] == "ConfigMap")
-        .expect("the agent's ConfigMap");
-    assert_eq!(
-        agent["envFrom"][0]["configMapRef"]["name"],
-        config_map["metadata"]["name"]
-    );
-    variables.extend(
-        config_map["data"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
     for variable in variables.iter().filter(|v| *v != "RUST_LOG") {
         assert!(
             help.contains(&format!("[env: {variable}=")),
@@ -96,13 +80,73 @@ fn the_daemonset_gives_the_agent_only_what_it_understands() {
         );
     }
 
-    // The probes ask the port the metrics (and probes) are served on.
-    let metrics_port = args
+    // The configuration file: the ConfigMap's config.toml, mounted where --config points.
+    let config_path = args
         .iter()
-        .find_map(|a| a.strip_prefix("--metrics-address="))
-        .and_then(|address| address.rsplit(':').next())
-        .and_then(|port| port.parse::<u64>().ok())
-        .expect("--metrics-address=HOST:PORT");
+        .find_map(|a| a.strip_prefix("--config="))
+        .expect("--config=FILE");
+    let (config_dir, config_name) = config_path.rsplit_once('/').unwrap();
+    let config_map = documents
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("the agent's ConfigMap");
+    let volumes = daemonset["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let volume = volumes
+        .iter()
+        .find(|v| v["configMap"]["name"] == config_map["metadata"]["name"])
+        .expect("a volume of the ConfigMap");
+    let mount = agent["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("the ConfigMap mounted in the agent");
+    assert_eq!(mount["mountPath"], config_dir);
+    let text = config_map["data"][config_name]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {config_name} in the ConfigMap"));
+
+    // The agent takes the file as shipped, with the DaemonSet's other arguments and (standing
+    // for the node's fields) its environment, and says what it would run with.
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join(config_name);
+    std::fs::write(&file, text).unwrap();
+    let mut check = std::process::Command::new(workspace_binary("ovnbpf-agent"));
+    check
+        .arg("run")
+        .args(args.iter().filter(|a| !a.starts_with("--config=")))
+        .arg("--config")
+        .arg(&file)
+        .arg("--check-config")
+        .env_clear();
+    for variable in &variables {
+        check.env(variable, "192.0.2.1");
+    }
+    let checked = check.output().unwrap();
+    let effective = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success(),
+        "{effective}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let setting = |key: &str| -> Option<String> {
+        effective.lines().find_map(|line| {
+            let value = line.strip_prefix(key)?.strip_prefix(" = ")?;
+            Some(value.split("  # ").next()?.trim_matches('"').to_string())
+        })
+    };
+    assert_eq!(
+        setting("encap-ip").as_deref(),
+        Some("192.0.2.1"),
+        "{effective}"
+    );
+
+    // The probes ask the port the metrics (and probes) are served on.
+    let metrics_port = setting("metrics-address")
+        .and_then(|address| address.rsplit(':').next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no metrics-address in:\n{effective}"));
     for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/livez")] {
         assert_eq!(agent[probe]["httpGet"]["path"], path);
         assert_eq!(agent[probe]["httpGet"]["port"], metrics_port, "{probe}");

@@ -1,6 +1,8 @@
 //! `ovnbpfctl monitor` follows a running agent's drop events through its control socket: a pod
 //! with port security spoofs its IPv4 source, and the monitor (filtered to that pod) shows the
-//! drop with its reason, the pod's logical port, its interface and the spoofed address. How long
+//! drop with its reason, the pod's logical port, the switch it entered (Kube-OVN's subnet name,
+//! with the tunnel key the Southbound gives it), its interface and the spoofed address; the
+//! table form shows the same. How long
 //! the event took to arrive is printed, not asserted.
 
 use std::{
@@ -136,4 +138,58 @@ fn the_monitor_shows_a_pods_port_security_drop() {
     assert_eq!(event["port"], "web.ns", "{event}");
     assert_eq!(event["interface"], "web_h", "{event}");
     assert_eq!(event["ipv4_source"], "10.0.1.99", "{event}");
+    assert_eq!(event["switch"], "subnet-a", "{event}");
+    assert_eq!(event["datapath"]["type"], "switch", "{event}");
+    assert_eq!(event["datapath"]["name"], "subnet-a", "{event}");
+    let tunnel_key = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=tunnel_key",
+            "find",
+            "Datapath_Binding",
+            "external_ids:name=subnet-a",
+        ])
+        .unwrap();
+    assert_eq!(
+        event["datapath"]["tunnel_key"]
+            .as_u64()
+            .map(|k| k.to_string()),
+        Some(tunnel_key.trim().to_string()),
+        "{event}"
+    );
+
+    // The table form, as an operator reads it.
+    let mut table = Command::new(workspace_binary("ovnbpfctl"))
+        .arg("monitor")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--pod", "web", "--count", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = table.stdout.take().unwrap();
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = pod.netns().exec(
+        "ping",
+        &["-c", "2", "-W", "1", "-I", "10.0.1.99", "10.0.1.1"],
+    );
+    let line = received.recv_timeout(Duration::from_secs(10));
+    let _ = table.kill();
+    let _ = table.wait();
+    let line = line.unwrap_or_else(|_| panic!("no table line{}", agent.log_tail()));
+    assert!(line.starts_with("port_security "), "{line}");
+    for field in [
+        "pod=web.ns",
+        "switch=subnet-a",
+        "interface=web_h",
+        "10.0.1.99 > 10.0.1.1",
+    ] {
+        assert!(line.contains(field), "no {field} in {line:?}");
+    }
 }

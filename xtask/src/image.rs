@@ -1,6 +1,7 @@
 //! `cargo xtask image`: ovnbpf's container image as an OCI archive, made on this machine from the
-//! workspace's release binaries and the shared libraries they load (this Debian machine's glibc
-//! and libgcc packages): no registry, no base image, no container build tool. `ctr images
+//! workspace's release binaries, iproute2's `ip` and the shared libraries they load (this Debian
+//! machine's packages): no registry, no base image, no container build tool
+//! (`deploy/Containerfile` builds the same image from source where those exist). `ctr images
 //! import` and `podman load` read the archive; `deploy/kubernetes/ovnbpf.yaml` runs it
 //! (`localhost/ovnbpf:<version>` unless `--name` says otherwise).
 

@@ -44,6 +44,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "a real container runtime (with runc) driving the CNI plugin through its CRI in tests",
     ),
     (
+        "podman",
+        "loads and runs the image `cargo xtask image` writes (the second runtime it is checked with)",
+    ),
+    (
         "gcc",
         "compiles the static pause binary of the tests' locally built sandbox image",
     ),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ovnbpf_agent::{
     chassis::{self, ChassisConfig},
     cni::{
@@ -14,6 +14,7 @@ use ovnbpf_agent::{
         plumbing, server,
         store::AttachmentStore,
     },
+    config,
     daemon::{self, DaemonConfig},
     dataplane::{
         Datapath,
@@ -64,6 +65,15 @@ enum Command {
 
 #[derive(Args)]
 struct RunArgs {
+    /// A TOML file with any of these settings, each named as its flag without the dashes
+    /// (`sb-remote = "tcp:…"`, `pod-mtu = 1400`, `local-port = ["…"]`); a flag or an
+    /// environment variable overrides the file's value.
+    #[arg(long, env = config::CONFIG_ENV)]
+    config: Option<std::path::PathBuf>,
+    /// Check the settings (flags, environment, file), print the effective ones as a
+    /// configuration file with where each came from, and exit.
+    #[arg(long)]
+    check_config: bool,
     /// Southbound remotes, as ovn-controller's ovn-remote: tcp:HOST:PORT[,…] or unix:PATH.
     #[arg(long, env = "OVN_SB_REMOTE")]
     sb_remote: String,
@@ -128,7 +138,7 @@ struct RunArgs {
     #[arg(long, env = "OVNBPF_STATE_DIR", default_value = "/run/ovnbpf")]
     state_dir: std::path::PathBuf,
     /// MTU of pod NICs (0: the uplink's MTU minus 100, Kube-OVN's Geneve default).
-    #[arg(long, env = "OVNBPF_POD_MTU", default_value_t = 0)]
+    #[arg(long, env = "OVNBPF_POD_MTU", default_value_t = 0, value_parser = config::parse_mtu)]
     pod_mtu: u32,
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
@@ -172,7 +182,26 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    // Flags and environment, then the configuration file where they give nothing.
+    let command = Cli::command();
+    let loaded = config::with_file(&command, "run", std::env::args_os().collect())?;
+    let matches = command.clone().get_matches_from(&loaded.argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    match cli.command {
+        Command::Run(args) if args.check_config => {
+            check_settings(&args)?;
+            if let Some(file) = &loaded.file {
+                println!(
+                    "# the settings of {}, under flags and environment",
+                    file.display()
+                );
+            }
+            print!(
+                "{}",
+                config::effective(&matches, &command, "run", &loaded.from_file)
+            );
+            Ok(())
+        }
         Command::Run(args) => run(*args),
         Command::Verify => verify(),
         Command::InstallCni {
@@ -265,6 +294,14 @@ fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
         .with_context(|| format!("--uplink auto: no interface holds the tunnel IP {address}"))
 }
 
+/// The checks of `run`'s settings that need nothing of the node (`--check-config`).
+fn check_settings(args: &RunArgs) -> anyhow::Result<()> {
+    Remote::parse_list(&args.sb_remote).context("--sb-remote")?;
+    config::parse_bridge_mappings(&args.bridge_mappings)
+        .map_err(|e| anyhow::anyhow!("--bridge-mappings: {e}"))?;
+    Ok(())
+}
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let sb_remotes = Remote::parse_list(&args.sb_remote).context("--sb-remote")?;
     let tls = tls_client(&args, &sb_remotes)?;
@@ -321,7 +358,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             uplink: uplink.clone(),
             interfaces,
             pin_root: (!args.no_pins).then(|| args.pin_dir.clone()),
-            providers: parse_bridge_mappings(&args.bridge_mappings)?,
+            providers: config::parse_bridge_mappings(&args.bridge_mappings)
+                .map_err(|e| anyhow::anyhow!("--bridge-mappings: {e}"))?,
         }),
         None if !interfaces.is_empty() => {
             anyhow::bail!("--local-port NAME=INTERFACE needs --uplink")
@@ -465,20 +503,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     })
 }
 
-/// `physnet1:eth1,physnet2:eth2` (ovn-bridge-mappings) as (network, NIC) pairs.
-fn parse_bridge_mappings(text: &str) -> anyhow::Result<Vec<(String, String)>> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|entry| !entry.is_empty())
-        .map(|entry| match entry.split_once(':') {
-            Some((network, nic)) if !network.is_empty() && !nic.is_empty() => {
-                Ok((network.to_string(), nic.to_string()))
-            }
-            _ => anyhow::bail!("--bridge-mappings entry {entry:?} is not NETWORK:NIC"),
-        })
-        .collect()
-}
-
 /// The MTU of `interface` in the agent's namespace.
 fn interface_mtu(interface: &str) -> anyhow::Result<u32> {
     let path = format!("/sys/class/net/{interface}/mtu");
@@ -534,4 +558,91 @@ fn verify() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_of_the_file_is_a_flag_of_run_and_back() {
+        let command = Cli::command();
+        let run = command.find_subcommand("run").unwrap();
+        let mut flags: Vec<&str> = run
+            .get_arguments()
+            .filter_map(clap::Arg::get_long)
+            .filter(|long| !config::NOT_SETTINGS.contains(long))
+            .collect();
+        let mut keys: Vec<&str> = config::SETTINGS.iter().map(|s| s.key).collect();
+        flags.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(flags, keys);
+        for setting in config::SETTINGS {
+            let arg = run
+                .get_arguments()
+                .find(|a| a.get_long() == Some(setting.key))
+                .unwrap();
+            let switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+            let list = matches!(arg.get_action(), clap::ArgAction::Append);
+            assert_eq!(switch, setting.kind == config::Kind::Switch, "{setting:?}");
+            assert_eq!(list, setting.kind == config::Kind::List, "{setting:?}");
+        }
+    }
+
+    #[test]
+    fn a_flag_overrides_the_file_and_the_file_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "sb-remote = \"tcp:192.0.2.1:6642\"\nencap-ip = \"192.0.2.7\"\npod-mtu = 1400\n\
+             probe-interval-s = 5\nmonitor-all = true\nlocal-port = [\"a.ns\", \"b.ns=b_h\"]\n",
+        )
+        .unwrap();
+        let argv: Vec<std::ffi::OsString> = vec![
+            "ovnbpf-agent".into(),
+            "run".into(),
+            "--config".into(),
+            file.clone().into(),
+            "--probe-interval-s".into(),
+            "7".into(),
+        ];
+        let command = Cli::command();
+        let loaded = config::with_file(&command, "run", argv).unwrap();
+        assert_eq!(loaded.file.as_deref(), Some(file.as_path()));
+        let matches = command.clone().try_get_matches_from(&loaded.argv).unwrap();
+        let Command::Run(args) = Cli::from_arg_matches(&matches).unwrap().command else {
+            panic!("not run");
+        };
+        assert_eq!(args.sb_remote, "tcp:192.0.2.1:6642");
+        assert_eq!(args.encap_ip, "192.0.2.7");
+        assert_eq!(args.pod_mtu, 1400);
+        assert!(args.monitor_all);
+        assert_eq!(args.local_ports, ["a.ns", "b.ns=b_h"]);
+        assert_eq!(args.probe_interval_s, 7, "the flag wins over the file");
+        assert_eq!(args.cni_gc_grace_s, 60, "the default where nothing says");
+        assert!(!loaded.from_file.contains("probe-interval-s"));
+        assert!(loaded.from_file.contains("pod-mtu"));
+    }
+
+    #[test]
+    fn a_bad_file_is_an_error_naming_the_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "sb-remote = \"tcp:192.0.2.1:6642\"\npod-mtu = 99999\n",
+        )
+        .unwrap();
+        let argv: Vec<std::ffi::OsString> = vec![
+            "ovnbpf-agent".into(),
+            "run".into(),
+            "--config".into(),
+            file.into(),
+        ];
+        let error = config::with_file(&Cli::command(), "run", argv)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("setting `pod-mtu`"), "{error}");
+    }
 }

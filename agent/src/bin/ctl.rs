@@ -57,8 +57,9 @@ enum Command {
         /// The packet, as ovn-trace takes it: `inport == "pod.ns" && eth.src == … && ip4.dst == …`.
         microflow: String,
     },
-    /// Follow a running agent's drop events live (through its control socket): reason,
-    /// interface, pod and the frame's addresses, one line each.
+    /// Follow a running agent's drop events live (through its control socket): reason, pod,
+    /// the switch or router the frame entered, interface and the frame's addresses, one line
+    /// each.
     Monitor {
         /// The agent's --control-socket.
         #[arg(long, default_value = "/run/ovnbpf/control.sock")]
@@ -440,9 +441,10 @@ fn monitor(
         } else {
             let text = |key: &str| event[key].as_str().unwrap_or("-").to_string();
             println!(
-                "{:<26} pod={} interface={} {}",
+                "{:<26} pod={} {} interface={} {}",
                 text("reason"),
                 text("port"),
+                datapath_text(&event["datapath"]),
                 text("interface"),
                 text("frame")
             );
@@ -454,6 +456,20 @@ fn monitor(
         }
     }
     Ok(())
+}
+
+/// An event's datapath for people: `switch=subnet-a`, `router=vpc-a`, `datapath=7` without a
+/// name, `datapath=-` when the agent did not know it.
+fn datapath_text(datapath: &serde_json::Value) -> String {
+    match (
+        datapath["type"].as_str(),
+        datapath["name"].as_str(),
+        datapath["tunnel_key"].as_u64(),
+    ) {
+        (Some(kind), Some(name), _) => format!("{kind}={name}"),
+        (_, None, Some(key)) => format!("datapath={key}"),
+        _ => "datapath=-".to_string(),
+    }
 }
 
 fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()> {

@@ -1,6 +1,6 @@
 //! The daemon's handling of the CNI server's requests ([`PortCommand`]): binding, plugging and
 //! unplugging ports (which change what [`super::sb_sync`] wants of their Port_Bindings), and the
-//! read-only facts, status and report. Touches the local port set, the datapath's plugs and the
+//! read-only facts, datapath names, status and report. Touches the local port set, the datapath's plugs and the
 //! pending replies.
 
 use std::sync::atomic::Ordering;
@@ -123,6 +123,9 @@ impl Daemon {
                     drops,
                     router_replies,
                 });
+            }
+            PortCommand::DatapathNames { reply } => {
+                let _ = reply.send(ports::DatapathNames::read(&self.sb, &self.local_ports));
             }
             PortCommand::Status { port, reply } => {
                 let mut status = PortStatus {

@@ -1,16 +1,20 @@
 //! Ports that come and go at run time (the CNI server's): the requests other tasks send the daemon
 //! loop ([`PortCommand`], through a [`DaemonHandle`]), what a pod NIC needs to know about its
-//! logical port ([`PortFacts`], read from the Southbound replica), and the replies waiting for the
+//! logical port ([`PortFacts`], read from the Southbound replica), the names of the logical
+//! datapaths ([`DatapathNames`], for the control socket), and the replies waiting for the
 //! Southbound to catch up ([`Pending`]). Owns no state of the loop; the loop applies the commands.
 
-use std::{net::Ipv4Addr, time::Duration};
+use std::{collections::HashMap, net::Ipv4Addr, time::Duration};
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     dataplane::PortAttachment,
     pipeline::ir::parse_port_security,
-    sb::{Southbound, rows::PortBinding},
+    sb::{
+        Southbound,
+        rows::{DatapathBinding, PortBinding},
+    },
 };
 
 /// What the pod side of a logical port is configured with.
@@ -78,6 +82,63 @@ pub struct DaemonReport {
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }
 
+/// A logical switch or router as operators name it (Kube-OVN: the subnet's or the VPC's name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatapathName {
+    pub tunnel_key: u32,
+    /// `switch` or `router` (northd's `logical-switch` / `logical-router` external_ids), or
+    /// `datapath` when the row says neither.
+    pub kind: &'static str,
+    /// The Northbound name (`external_ids:name`), if the row has one.
+    pub name: Option<String>,
+}
+
+impl DatapathName {
+    #[must_use]
+    pub fn of(datapath: &DatapathBinding) -> Self {
+        let ids = &datapath.external_ids;
+        let kind = if ids.contains_key("logical-router") {
+            "router"
+        } else if ids.contains_key("logical-switch") {
+            "switch"
+        } else {
+            "datapath"
+        };
+        Self {
+            tunnel_key: datapath.tunnel_key,
+            kind,
+            name: ids.get("name").cloned(),
+        }
+    }
+}
+
+/// The logical datapaths by tunnel key, and the datapath of each port bound here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DatapathNames {
+    pub datapaths: HashMap<u32, DatapathName>,
+    /// Local logical port → its datapath's tunnel key.
+    pub ports: HashMap<String, u32>,
+}
+
+impl DatapathNames {
+    /// Every datapath of the replica, and the datapaths of `local_ports`.
+    pub fn read<'a>(sb: &Southbound, local_ports: impl IntoIterator<Item = &'a String>) -> Self {
+        let datapaths = sb
+            .rows::<DatapathBinding>()
+            .map(|datapath| (datapath.tunnel_key, DatapathName::of(&datapath)))
+            .collect();
+        let ports = local_ports
+            .into_iter()
+            .filter_map(|port| {
+                let binding = sb.port_by_name(port)?;
+                let datapath = sb.row::<DatapathBinding>(&binding.datapath?)?;
+                Some((port.clone(), datapath.tunnel_key))
+            })
+            .collect();
+        Self { datapaths, ports }
+    }
+}
+
 /// A request to the daemon loop.
 #[derive(Debug)]
 pub enum PortCommand {
@@ -110,6 +171,10 @@ pub enum PortCommand {
     Facts {
         port: String,
         reply: oneshot::Sender<Result<PortFacts, PortError>>,
+    },
+    /// The datapaths' names and the local ports' datapaths (the control socket's events).
+    DatapathNames {
+        reply: oneshot::Sender<DatapathNames>,
     },
     /// Readiness, and `port`'s state.
     Status {
@@ -209,7 +274,16 @@ impl DaemonHandle {
         .await?
     }
 
-    /// See [`PortCommand::Status`].
+    /// See [`PortCommand::DatapathNames`].
+    pub async fn datapath_names(&self) -> Result<DatapathNames, PortError> {
+        self.ask(
+            |reply| PortCommand::DatapathNames { reply },
+            Duration::from_secs(5),
+            "datapath names",
+        )
+        .await
+    }
+
     /// See [`PortCommand::Report`].
     pub async fn report(&self) -> Result<DaemonReport, PortError> {
         self.ask(
@@ -220,6 +294,7 @@ impl DaemonHandle {
         .await
     }
 
+    /// See [`PortCommand::Status`].
     pub async fn status(&self, port: Option<&str>) -> Result<PortStatus, PortError> {
         let port = port.map(str::to_string);
         self.ask(
@@ -364,5 +439,39 @@ impl Pending {
                 self.ups.push((port, since, reply));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn datapath(tunnel_key: u32, ids: &[(&str, &str)]) -> DatapathBinding {
+        DatapathBinding {
+            uuid: uuid::Uuid::new_v4(),
+            tunnel_key,
+            external_ids: ids
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_datapath_is_named_as_northd_describes_it() {
+        let switch = datapath(3, &[("logical-switch", "5b0c…"), ("name", "subnet-a")]);
+        assert_eq!(
+            DatapathName::of(&switch),
+            DatapathName {
+                tunnel_key: 3,
+                kind: "switch",
+                name: Some("subnet-a".into())
+            }
+        );
+        let router = datapath(1, &[("logical-router", "9e1f…"), ("name", "vpc-a")]);
+        assert_eq!(DatapathName::of(&router).kind, "router");
+        assert_eq!(DatapathName::of(&router).name.as_deref(), Some("vpc-a"));
+        let bare = DatapathName::of(&datapath(7, &[]));
+        assert_eq!((bare.kind, bare.name), ("datapath", None));
     }
 }

@@ -18,6 +18,9 @@ pub struct DropReport {
     pub destination_mac: Option<[u8; 6]>,
     pub ether_type: Option<u16>,
     pub ipv4: Option<(Ipv4Addr, Ipv4Addr)>,
+    /// For a Geneve frame (IPv4, UDP to port 6081) whose header was captured: its VNI, the
+    /// logical datapath's tunnel key.
+    pub geneve_vni: Option<u32>,
 }
 
 impl fmt::Display for DropReport {

@@ -1,6 +1,6 @@
 //! Drop events from the kernel's `DROP_EVENTS` ring buffer: reading them, decoding a dropped
 //! frame's first bytes into something an operator can act on (reason, interface, MACs, IPv4
-//! addresses), logging them at a bounded rate while counting every one, and publishing every
+//! addresses, a Geneve frame's VNI), logging them at a bounded rate while counting every one, and publishing every
 //! decoded event on a [`DropTap`] for live followers (`ovnbpfctl monitor` through the control
 //! socket). Owns the ring buffer handle; touches nothing else.
 
@@ -160,8 +160,23 @@ impl DropReport {
             destination_mac: mac(0..6),
             ether_type,
             ipv4,
+            geneve_vni: geneve_vni(captured),
         }
     }
+}
+
+/// The VNI of an IPv4 Geneve frame's header, if `captured` holds it.
+fn geneve_vni(captured: &[u8]) -> Option<u32> {
+    if captured.get(12..14)? != [0x08, 0x00] || *captured.get(23)? != 17 {
+        return None;
+    }
+    let udp = 14 + usize::from(captured.get(14)? & 0x0f) * 4;
+    let port = captured.get(udp + 2..udp + 4)?;
+    if u16::from_be_bytes([port[0], port[1]]) != ovnbpf_common::geneve::UDP_PORT {
+        return None;
+    }
+    let vni = captured.get(udp + 12..udp + 15)?;
+    Some(u32::from_be_bytes([0, vni[0], vni[1], vni[2]]))
 }
 
 /// The name of interface `ifindex` in this process's network namespace.
@@ -234,6 +249,38 @@ mod tests {
         };
         let report = DropReport::decode(&unknown);
         assert_eq!((report.reason, report.ether_type), ("unknown", None));
+        assert_eq!(report.geneve_vni, None);
+    }
+
+    #[test]
+    fn a_geneve_drop_has_its_vni_and_other_udp_has_none() {
+        let mut header = [0_u8; ovnbpf_common::DROP_EVENT_HEADER];
+        header[12..14].copy_from_slice(&[0x08, 0x00]);
+        header[14] = 0x45;
+        header[23] = 17;
+        // UDP to 6081, then Geneve: version/length, flags, protocol, VNI 0x012345, reserved.
+        header[36..38].copy_from_slice(&6081_u16.to_be_bytes());
+        header[42..50].copy_from_slice(&[0x02, 0x00, 0x65, 0x58, 0x01, 0x23, 0x45, 0x00]);
+        let event = DropEvent {
+            reason: drop_reason::PORT_SECURITY.0,
+            ifindex: u32::MAX,
+            length: 120,
+            captured: 64,
+            header,
+        };
+        assert_eq!(DropReport::decode(&event).geneve_vni, Some(0x012345));
+        let cut = DropEvent {
+            captured: 48,
+            ..event
+        };
+        assert_eq!(
+            DropReport::decode(&cut).geneve_vni,
+            None,
+            "VNI not captured"
+        );
+        let mut dns = event;
+        dns.header[36..38].copy_from_slice(&53_u16.to_be_bytes());
+        assert_eq!(DropReport::decode(&dns).geneve_vni, None);
     }
 
     #[test]
