@@ -51,7 +51,7 @@ impl Daemon {
     pub(super) fn program_datapath(
         &mut self,
         changes: &ChangeSet,
-        diff: &crate::pipeline::IrDiff,
+        diff: &crate::pipeline::ir::IrDiff,
     ) -> usize {
         let Some(datapath) = self.datapath.as_mut() else {
             return 0;

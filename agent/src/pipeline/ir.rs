@@ -44,6 +44,13 @@ pub enum IrEntry {
         stage: String,
         reason: String,
     },
+    /// The compiler's verdict that a backend must not forward this datapath's traffic as
+    /// compiled (it may refuse it, or fall back), and why. Stage knowledge stays in the
+    /// compiler: a backend obeys this entry and never reads `Unsupported.stage`.
+    NotForwardable {
+        datapath: u32,
+        reason: Unforwardable,
+    },
     /// A flow of this datapath (in `stage`) also asks for a duty beside forwarding that the
     /// datapath does not perform, e.g. learning MAC_Bindings. Its forwarding is compiled, so a
     /// backend forwards the datapath as usual and only reports this.
@@ -284,6 +291,35 @@ pub enum IrEntry {
     },
 }
 
+/// Why a datapath must not be forwarded as compiled ([`IrEntry::NotForwardable`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unforwardable {
+    /// A flow of `stage` that changes how the datapath forwards could not be compiled.
+    UnsupportedFlow { stage: String, reason: String },
+    /// The router routes onto underlay switch `switch`, which has localnet port `localnet`
+    /// (Kube-OVN's U2O interconnection): OVN sends such routed traffic through the localnet
+    /// port with per-chassis MACs, which is not compiled.
+    UnderlayRouting { switch: String, localnet: String },
+}
+
+impl std::fmt::Display for Unforwardable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unforwardable::UnsupportedFlow { stage, reason } => write!(f, "{stage}: {reason}"),
+            Unforwardable::UnderlayRouting { switch, localnet } => write!(
+                f,
+                "routes onto underlay switch {switch} (localnet port {localnet}): U2O \
+                 interconnection is not compiled"
+            ),
+        }
+    }
+}
+
+/// The side duty of the neighbour stages the datapath leaves undone: ovn-controller (pinctrl)
+/// writes MAC_Binding rows from ARP and ND (`put_arp`, `put_nd`); ovnbpf does not learn yet.
+pub const MAC_LEARNING_NOT_DONE: &str =
+    "MAC learning (MAC_Binding from ARP/ND senders) is not done by the datapath";
+
 /// The transport protocol a router reject rule is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RejectProtocol {
@@ -349,6 +385,7 @@ impl IrEntry {
         match self {
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
+            | IrEntry::NotForwardable { datapath, .. }
             | IrEntry::SideDutyNotDone { datapath, .. }
             | IrEntry::UnenforcedAcl { datapath, .. }
             | IrEntry::Port { datapath, .. }

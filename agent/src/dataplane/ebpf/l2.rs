@@ -32,10 +32,7 @@ use super::{
     remove_unwanted,
     tables::{Table, TableKey, flush_from},
 };
-use crate::pipeline::{
-    IrDiff,
-    ir::{IrEntry, Mac, PortKind, parse_port_security},
-};
+use crate::pipeline::ir::{IrDiff, IrEntry, Mac, PortKind, parse_port_security};
 
 /// A logical port as the L2 maps need it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -306,7 +303,7 @@ impl L2State {
                         peer,
                         mac: addresses
                             .first()
-                            .and_then(|a| crate::lflow::parse_mac(a.split_whitespace().next()?)),
+                            .and_then(|a| crate::net::parse_mac(a.split_whitespace().next()?)),
                         ipv4: addresses
                             .first()
                             .and_then(|a| parse_port_security(a))

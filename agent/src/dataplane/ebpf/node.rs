@@ -24,7 +24,7 @@ use super::{
     pod_filter::{self, PodFilter, PodFilterError, PodFilters},
     unpin_link,
 };
-use crate::pipeline::IrDiff;
+use crate::pipeline::ir::IrDiff;
 
 /// What the node datapath needs to start.
 #[derive(Clone, Debug, PartialEq, Eq)]

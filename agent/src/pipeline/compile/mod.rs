@@ -19,7 +19,7 @@ pub use underlay::UNDERLAY_ROUTING_STAGE;
 
 use super::{
     classify::{self, Class, Flow},
-    ir::{IrDiff, IrEntry},
+    ir::{IrDiff, IrEntry, Unforwardable},
 };
 use crate::{
     lflow::{parse_actions, parse_match},
@@ -291,6 +291,15 @@ impl Compiler {
                                 stage: stage.clone(),
                                 reason: reason.clone(),
                             });
+                            if classify::unsupported_stops_forwarding(&stage) {
+                                contribution.entries.push(IrEntry::NotForwardable {
+                                    datapath,
+                                    reason: Unforwardable::UnsupportedFlow {
+                                        stage: stage.clone(),
+                                        reason: reason.clone(),
+                                    },
+                                });
+                            }
                             // northd names the ACL a flow comes from; its default ACL-stage
                             // flows carry no such hint.
                             if let Some(acl) = flow.external_ids.get("stage-hint")
