@@ -1,10 +1,9 @@
-//! The daemon's side of the kernel datapath: programs the IR diff and the other chassis's encap
-//! IPs, retries failed map writes, sweeps what a previous agent left, keeps tunnel next hops
+//! The daemon's side of the kernel datapath: programs the IR diff (the other chassis's encap IPs
+//! included), retries failed map writes, sweeps what a previous agent left, keeps tunnel next hops
 //! resolved and pods' filters attached, and reads the datapath's counters for the metrics.
 //! Touches only the datapath and the daemon's datapath bookkeeping.
 
 use std::{
-    collections::HashMap,
     net::Ipv4Addr,
     sync::{Arc, atomic::Ordering},
 };
@@ -14,11 +13,7 @@ use tracing::{debug, info, warn};
 use super::Daemon;
 use crate::{
     dataplane::ebpf::{node, pod_filter},
-    ovsdb::replica::ChangeSet,
-    sb::{
-        Southbound,
-        rows::{Chassis, Encap},
-    },
+    pipeline::ir::{IrDiff, IrEntry},
 };
 
 /// A datapath reading for the metrics: empty without a datapath, or when it fails (logged).
@@ -36,46 +31,19 @@ pub(super) fn reading<T>(
     }
 }
 
-/// Every chassis's Geneve encap IP (IPv4) by chassis name.
-pub(super) fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
-    sb.rows::<Encap>()
-        .filter(|encap| encap.kind == "geneve")
-        .filter_map(|encap| Some((encap.chassis_name.clone(), encap.ip.parse().ok()?)))
-        .collect()
-}
-
 impl Daemon {
-    /// Writes the IR diff and any encap change into the kernel datapath; failures are logged and
-    /// counted, and the maps retry on the next change.
+    /// Writes the IR diff into the kernel datapath; failures are logged and counted, and the
+    /// maps retry on the next change. A change of another chassis's encap IP (an
+    /// `IrEntry::ChassisEncap` of the diff) also refreshes the tunnel next hops.
     /// Returns the number of map writes.
-    pub(super) fn program_datapath(
-        &mut self,
-        changes: &ChangeSet,
-        diff: &crate::pipeline::ir::IrDiff,
-    ) -> usize {
+    pub(super) fn program_datapath(&mut self, diff: &IrDiff) -> usize {
+        if self.track_encaps(diff) {
+            self.refresh_tunnel_neighbours(true);
+        }
         let Some(datapath) = self.datapath.as_mut() else {
             return 0;
         };
-        let mut result = datapath.apply(diff);
-        let encaps_touched = changes.resynced
-            || [Chassis::TABLE, Encap::TABLE]
-                .iter()
-                .any(|t| changes.tables.get(*t).is_some_and(|c| !c.is_empty()));
-        if encaps_touched {
-            let encaps = chassis_encaps(&self.sb);
-            if encaps != self.encaps {
-                // The L2 state keeps the new encaps even when a write fails; the keys it could
-                // not write stay marked and are retried with the next change.
-                let encap_result = datapath.set_encaps(&encaps);
-                self.encaps = encaps;
-                self.refresh_tunnel_neighbours(true);
-                result = match (result, encap_result) {
-                    (Ok(ir_writes), Ok(encap_writes)) => Ok(ir_writes + encap_writes),
-                    (Err(error), _) | (_, Err(error)) => Err(error),
-                };
-            }
-        }
-        match result {
+        match datapath.apply(diff) {
             Ok(writes) => {
                 self.stats.datapath_writes += writes as u64;
                 writes
@@ -86,6 +54,27 @@ impl Daemon {
                 0
             }
         }
+    }
+
+    /// Keeps the chassis's encap IPs the tunnel next-hop refresh resolves in line with the
+    /// diff's `ChassisEncap` entries; whether they changed.
+    fn track_encaps(&mut self, diff: &IrDiff) -> bool {
+        let mut changed = false;
+        for entry in &diff.removed {
+            if let IrEntry::ChassisEncap { chassis, ip } = entry
+                && self.encaps.get(chassis) == Some(ip)
+            {
+                self.encaps.remove(chassis);
+                changed = true;
+            }
+        }
+        for entry in &diff.added {
+            if let IrEntry::ChassisEncap { chassis, ip } = entry {
+                self.encaps.insert(chassis.clone(), *ip);
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Keeps the other chassis's tunnel next hops resolved (see [`NEIGHBOUR_REFRESH`]).

@@ -106,7 +106,7 @@ struct Daemon {
     chassis_uuid: Option<uuid::Uuid>,
     /// The kernel datapath, when this agent forwards (not only follows the SB).
     datapath: Option<NodeDatapath>,
-    /// Other chassis's encap IPs as last given to the datapath.
+    /// Every chassis's encap IP as the IR last named it (for the tunnel next-hop refresh).
     encaps: HashMap<String, Ipv4Addr>,
     /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
     /// the monitored scope still grows).
@@ -298,7 +298,7 @@ impl Daemon {
         };
         self.unenforced_acls.apply(&diff, datapath_name);
         self.side_duties.apply(&diff, datapath_name);
-        let datapath_writes = self.program_datapath(&changes, &diff);
+        let datapath_writes = self.program_datapath(&diff);
         if !diff.is_empty() {
             debug!(
                 added = diff.added.len(),

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     dataplane::ebpf::pod_filter::PodFilter,
-    pipeline::ir::parse_port_security,
+    net::parse_lsp_address as parse_port_security,
     sb::{Southbound, rows::PortBinding},
 };
 

@@ -4,11 +4,10 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+/// One entry of a port's addresses or port security, typed.
+pub use crate::net::LspAddress;
 /// A MAC address's octets.
 pub use crate::net::MacOctets as Mac;
-/// The old name of [`crate::net::parse_lsp_address`], kept for the daemon and the backend until
-/// they import it from [`crate::net`].
-pub use crate::net::parse_lsp_address as parse_port_security;
 /// IPv4 and IPv6 prefixes.
 pub use crate::net::{Ipv4Prefix as Prefix, Ipv6Prefix as Prefix6};
 
@@ -28,9 +27,13 @@ pub enum PortKind {
     Other(String),
 }
 
-/// One IR entry. `datapath` is always the datapath's tunnel key.
+/// One IR entry. `datapath` is always the datapath's tunnel key; the chassis-wide entries
+/// ([`IrEntry::ChassisEncap`]) belong to no datapath.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IrEntry {
+    /// Chassis `chassis` is reached through Geneve at `ip` (from its Encap row of type
+    /// "geneve"): where ports bound to it are tunnelled to.
+    ChassisEncap { chassis: String, ip: Ipv4Addr },
     /// A datapath (from Datapath_Binding): a logical switch or router.
     Datapath {
         datapath: u32,
@@ -62,14 +65,16 @@ pub enum IrEntry {
     /// A user's ACL (a Northbound ACL row, named by the first 8 hex digits of its UUID as
     /// northd's `stage-hint`) has flows on this switch that the datapath does not enforce.
     UnenforcedAcl { datapath: u32, acl: String },
-    /// A logical port (from Port_Binding), with its addresses and port-security allowances.
+    /// A logical port (from Port_Binding), with its addresses and port-security allowances,
+    /// parsed (in the Southbound's order; keywords such as "unknown" or "router" and entries
+    /// that do not parse are left out).
     Port {
         datapath: u32,
         key: u32,
         name: String,
         kind: PortKind,
-        addresses: Vec<String>,
-        port_security: Vec<String>,
+        addresses: Vec<LspAddress>,
+        port_security: Vec<LspAddress>,
     },
     /// A flood/multicast group (from Multicast_Group), by its tunnel key.
     FloodGroup {
@@ -291,6 +296,9 @@ pub enum IrEntry {
     },
 }
 
+/// What [`IrEntry::datapath`] gives for entries of no datapath (tunnel keys start at 1).
+pub const NO_DATAPATH: u32 = 0;
+
 /// Why a datapath must not be forwarded as compiled ([`IrEntry::NotForwardable`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Unforwardable {
@@ -379,10 +387,12 @@ pub enum RouterDropRule {
 }
 
 impl IrEntry {
-    /// The datapath (tunnel key) the entry belongs to.
+    /// The datapath (tunnel key) the entry belongs to; [`NO_DATAPATH`] for chassis-wide
+    /// entries.
     #[must_use]
     pub fn datapath(&self) -> u32 {
         match self {
+            IrEntry::ChassisEncap { .. } => NO_DATAPATH,
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
             | IrEntry::NotForwardable { datapath, .. }

@@ -11,7 +11,7 @@
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::Ipv4Addr,
 };
 
@@ -32,7 +32,7 @@ use super::{
     remove_unwanted,
     tables::{Table, TableKey, flush_from},
 };
-use crate::pipeline::ir::{IrDiff, IrEntry, Mac, PortKind, parse_port_security};
+use crate::pipeline::ir::{IrDiff, IrEntry, LspAddress, Mac, PortKind};
 
 /// A logical port as the L2 maps need it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,14 +52,14 @@ struct PortInfo {
 
 /// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
 /// [`ovnbpf_common::PORT_SECURITY_MAX_IPS`] IPv4 single-host addresses (IPv6 is checked by MAC
-/// only). `None` when there is no entry or the first one does not parse.
-fn kernel_port_security(entries: &[String]) -> Option<PortSecurity> {
-    let (mac, prefixes) = parse_port_security(entries.first()?)?;
+/// only). `None` when there is no entry.
+fn kernel_port_security(entries: &[LspAddress]) -> Option<PortSecurity> {
+    let first = entries.first()?;
     let mut security = PortSecurity {
-        mac,
+        mac: first.mac,
         ..PortSecurity::default()
     };
-    let hosts = prefixes.iter().filter(|p| p.length == 32);
+    let hosts = first.ipv4.iter().filter(|p| p.length == 32);
     for (slot, prefix) in security.ips.iter_mut().zip(hosts) {
         *slot = u32::from_ne_bytes(prefix.network.octets());
         security.ip_count += 1;
@@ -105,6 +105,8 @@ pub struct L2State {
     /// Where ports are on this node's network.
     physical: Physical,
     ports: HashMap<String, PortInfo>,
+    /// Each chassis's Geneve endpoints, from the IR.
+    encap_ips: HashMap<String, BTreeSet<Ipv4Addr>>,
     /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
     ports_by_chassis: HashMap<String, HashSet<String>>,
     fib: HashMap<(u32, Mac), String>,
@@ -197,7 +199,7 @@ impl L2State {
     }
 
     /// Chassis `chassis` is reached at `encap_ip` (`None`: gone).
-    pub fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) {
+    fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) {
         if self.physical.set_encap(chassis, encap_ip) {
             let ports: Vec<String> = self
                 .ports_by_chassis
@@ -209,22 +211,6 @@ impl L2State {
             for port in ports {
                 self.mark_port(&port);
             }
-        }
-    }
-
-    /// Sets every chassis's encap IP at once; chassis missing from `encaps` are forgotten.
-    pub fn replace_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) {
-        let gone: Vec<String> = self
-            .physical
-            .encap_chassis()
-            .filter(|c| !encaps.contains_key(*c))
-            .cloned()
-            .collect();
-        for chassis in gone {
-            self.set_encap(&chassis, None);
-        }
-        for (chassis, ip) in encaps {
-            self.set_encap(chassis, Some(*ip));
         }
     }
 
@@ -246,6 +232,20 @@ impl L2State {
 
     fn take(&mut self, entry: &IrEntry, added: bool) {
         match entry {
+            IrEntry::ChassisEncap { chassis, ip } => {
+                // A chassis with several Geneve endpoints is reached at its lowest.
+                let ips = self.encap_ips.entry(chassis.clone()).or_default();
+                if added {
+                    ips.insert(*ip);
+                } else {
+                    ips.remove(ip);
+                }
+                let chosen = ips.first().copied();
+                if chosen.is_none() {
+                    self.encap_ips.remove(chassis);
+                }
+                self.set_encap(chassis, chosen);
+            }
             IrEntry::Port {
                 datapath,
                 key,
@@ -301,13 +301,11 @@ impl L2State {
                         chassis,
                         security: kernel_port_security(port_security),
                         peer,
-                        mac: addresses
-                            .first()
-                            .and_then(|a| crate::net::parse_mac(a.split_whitespace().next()?)),
+                        mac: addresses.first().map(|a| a.mac),
                         ipv4: addresses
                             .first()
-                            .and_then(|a| parse_port_security(a))
-                            .and_then(|(_, prefixes)| prefixes.first().map(|p| p.network)),
+                            .and_then(|a| a.ipv4.first())
+                            .map(|p| p.network),
                     };
                     self.ports.insert(name.clone(), info);
                     self.port_names.insert((*datapath, *key), name.clone());

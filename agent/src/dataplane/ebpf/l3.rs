@@ -22,11 +22,10 @@ use ovnbpf_common::{
 
 use super::{
     EbpfError, Maps,
-    tables::{Table, TableKey, flush_from},
+    tables::{Pass, Table, TableKey, flush_from},
 };
 use crate::pipeline::ir::{
     IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
-    parse_port_security,
 };
 
 /// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
@@ -173,8 +172,8 @@ impl L3State {
                             peer: Some(peer.clone()),
                             ipv4: addresses
                                 .first()
-                                .and_then(|a| parse_port_security(a))
-                                .and_then(|(_, prefixes)| prefixes.first().map(|p| p.network)),
+                                .and_then(|a| a.ipv4.first())
+                                .map(|p| p.network),
                         },
                     );
                     self.patch_by_peer
@@ -455,8 +454,9 @@ impl L3State {
         let mut routers = std::mem::take(&mut self.router_table);
         let written = routers.flush_with(
             maps,
+            Pass::All,
             |&datapath| self.desired_router(datapath),
-            |&datapath, desired| {
+            |_, &datapath, desired| {
                 // Only for the log when the router goes.
                 if desired.is_none() {
                     let reasons = self.blocked(datapath);
@@ -468,6 +468,7 @@ impl L3State {
                         );
                     }
                 }
+                Ok(())
             },
         );
         self.router_table = routers;

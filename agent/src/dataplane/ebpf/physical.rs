@@ -1,6 +1,7 @@
 //! Physical resolution (OVN's physical.c role): where a logical port is on this node's network,
-//! from the facts the daemon tells the backend: this chassis's name, the host veths of the ports
-//! plugged here, the other chassis's encap IPs and the provider NICs (bridge mappings). Owns
+//! from this chassis's name, the host veths of the ports plugged here and the provider NICs
+//! (bridge mappings), which the daemon tells the backend, and the other chassis's encap IPs,
+//! which come in the IR (`IrEntry::ChassisEncap`). Owns
 //! those facts; decides no map value and installs nothing (the state modules and the tables do).
 
 use std::{collections::HashMap, net::Ipv4Addr};
@@ -52,11 +53,6 @@ impl Physical {
             Some(ip) => self.encaps.insert(chassis.to_string(), ip) != Some(ip),
             None => self.encaps.remove(chassis).is_some(),
         }
-    }
-
-    /// The chassis with a known encap IP.
-    pub fn encap_chassis(&self) -> impl Iterator<Item = &String> {
-        self.encaps.keys()
     }
 
     /// The provider networks of this node (bridge mappings): network name → NIC index.

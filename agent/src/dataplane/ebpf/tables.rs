@@ -1,7 +1,7 @@
 //! The installer's generic part (OVN's ofctrl role): a [`Table`] per kernel map holds what this
 //! agent installed and which keys changed, writes a key only when its desired value differs from
 //! the installed one, and sweeps what it did not install. The desired values come from the
-//! state modules ([`super::l3`]); tables never decide them. Touches the kernel only through
+//! state modules ([`super::l2`], [`super::l3`]); tables never decide them. Touches the kernel only through
 //! [`Maps`].
 
 use std::{
@@ -68,20 +68,25 @@ where
     }
 
     /// Writes each marked key whose `desired` value differs from the installed one (`None`
-    /// removes it); `before_write` sees each write first. A failed key stays marked. Returns the
-    /// writes made.
-    pub fn flush_with(
+    /// removes it); `before_write` sees each write first, with the maps (e.g. to open an
+    /// interface's counters). In [`Pass::SetsOnly`] removals wait: their keys stay marked for a
+    /// later pass. A failed key stays marked. Returns the writes made.
+    pub fn flush_with<Ms: Maps>(
         &mut self,
-        maps: &mut impl Maps,
+        maps: &mut Ms,
+        pass: Pass,
         mut desired: impl FnMut(&K) -> Option<M::Value>,
-        mut before_write: impl FnMut(&K, Option<&M::Value>),
+        mut before_write: impl FnMut(&mut Ms, &K, Option<&M::Value>) -> Result<(), EbpfError>,
     ) -> Result<usize, EbpfError> {
         let mut writes = 0;
         let dirty: Vec<K> = self.dirty.iter().cloned().collect();
         for key in dirty {
             let wanted = desired(&key);
             if wanted != self.installed.get(&key).copied() {
-                before_write(&key, wanted.as_ref());
+                if wanted.is_none() && pass == Pass::SetsOnly {
+                    continue;
+                }
+                before_write(maps, &key, wanted.as_ref())?;
                 let slot = key.slot();
                 match wanted {
                     Some(value) => {
@@ -100,28 +105,48 @@ where
         Ok(writes)
     }
 
-    /// [`Self::flush_with`] without a hook.
+    /// [`Self::flush_with`], every write, without a hook.
     pub fn flush(
         &mut self,
         maps: &mut impl Maps,
         desired: impl FnMut(&K) -> Option<M::Value>,
     ) -> Result<usize, EbpfError> {
-        self.flush_with(maps, desired, |_, _| {})
+        self.flush_with(maps, Pass::All, desired, |_, _, _| Ok(()))
     }
 
     /// Removes every slot of the map this table did not install (what a previous agent left);
     /// returns how many went.
     pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        self.sweep_with(maps, |_, _| Ok(()))
+    }
+
+    /// [`Self::sweep`], with `after_remove` seeing each slot removed (e.g. to close an
+    /// interface's counters).
+    pub fn sweep_with<Ms: Maps>(
+        &self,
+        maps: &mut Ms,
+        mut after_remove: impl FnMut(&mut Ms, Slot<M>) -> Result<(), EbpfError>,
+    ) -> Result<usize, EbpfError> {
         let ours: HashSet<Slot<M>> = self.installed.keys().map(TableKey::slot).collect();
         let mut removed = 0;
         for slot in maps.keys::<M>()? {
             if !ours.contains(&slot) {
                 maps.remove::<M>(slot)?;
+                after_remove(maps, slot)?;
                 removed += 1;
             }
         }
         Ok(removed)
     }
+}
+
+/// Which of a flush's writes to make: all, or only sets (removals wait for a later pass, so
+/// that, e.g., a port's security entry is written before the entry that lets it forward and
+/// removed after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    All,
+    SetsOnly,
 }
 
 /// Flushes the table `table` picks out of `state`, with desired values read from `state` (the
@@ -135,8 +160,23 @@ pub fn flush_from<S, M: Writable, K: TableKey<M>>(
 where
     M::Value: PartialEq,
 {
+    flush_from_with(state, maps, table, Pass::All, desired, |_, _, _| Ok(()))
+}
+
+/// [`flush_from`] with a pass and a hook (see [`Table::flush_with`]).
+pub fn flush_from_with<S, M: Writable, K: TableKey<M>, Ms: Maps>(
+    state: &mut S,
+    maps: &mut Ms,
+    table: fn(&mut S) -> &mut Table<M, K>,
+    pass: Pass,
+    desired: impl Fn(&S, &K) -> Option<M::Value>,
+    before_write: impl FnMut(&mut Ms, &K, Option<&M::Value>) -> Result<(), EbpfError>,
+) -> Result<usize, EbpfError>
+where
+    M::Value: PartialEq,
+{
     let mut taken = std::mem::take(table(state));
-    let written = taken.flush(maps, |key| desired(state, key));
+    let written = taken.flush_with(maps, pass, |key| desired(state, key), before_write);
     *table(state) = taken;
     written
 }

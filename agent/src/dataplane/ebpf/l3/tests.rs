@@ -47,7 +47,8 @@ fn patch(datapath: u32, key: u32, name: &str, peer: &str) -> IrEntry {
         key,
         name: name.into(),
         kind: PortKind::Patch { peer: peer.into() },
-        addresses: vec![address.into()],
+        // As the compiler types them: "router" is a keyword, no address.
+        addresses: address.parse().ok().into_iter().collect(),
         port_security: Vec::new(),
     }
 }
