@@ -21,8 +21,9 @@ pub enum Location {
 #[derive(Debug, Default)]
 pub struct Physical {
     chassis: String,
-    /// Logical port name → its host-side veth on this node.
+    /// Logical port name → its host-side veth on this node, and back.
     interfaces: HashMap<String, u32>,
+    ports_at: HashMap<u32, String>,
     /// Chassis name → encap IP.
     encaps: HashMap<String, Ipv4Addr>,
     /// Provider network name → NIC index.
@@ -41,10 +42,30 @@ impl Physical {
 
     /// Logical port `port` is plugged into host veth `ifindex` (`None`: unplugged).
     pub fn set_interface(&mut self, port: &str, ifindex: Option<u32>) {
-        match ifindex {
+        let old = match ifindex {
             Some(ifindex) => self.interfaces.insert(port.to_string(), ifindex),
             None => self.interfaces.remove(port),
         };
+        if let Some(old) = old
+            && self.ports_at.get(&old).is_some_and(|at| at == port)
+        {
+            self.ports_at.remove(&old);
+        }
+        if let Some(ifindex) = ifindex {
+            self.ports_at.insert(ifindex, port.to_string());
+        }
+    }
+
+    /// The host veth port `port` is plugged into.
+    #[must_use]
+    pub fn interface(&self, port: &str) -> Option<u32> {
+        self.interfaces.get(port).copied()
+    }
+
+    /// The logical port plugged into host veth `ifindex`.
+    #[must_use]
+    pub fn port_at(&self, ifindex: u32) -> Option<&str> {
+        self.ports_at.get(&ifindex).map(String::as_str)
     }
 
     /// Chassis `chassis` is reached at `encap_ip` (`None`: gone); whether that changed anything.
@@ -101,7 +122,17 @@ mod tests {
         );
         assert_eq!(physical.locate("p4", Some("node3")), Location::Unreachable);
         assert_eq!(physical.locate("p1", None), Location::Unreachable);
+        assert_eq!(physical.port_at(40), Some("p1"));
+        physical.set_interface("p1", Some(41));
+        assert_eq!(
+            (physical.port_at(40), physical.port_at(41)),
+            (None, Some("p1"))
+        );
         physical.set_interface("p1", None);
         assert_eq!(physical.locate("p1", Some("node1")), Location::Unreachable);
+        assert_eq!(
+            (physical.interface("p1"), physical.port_at(41)),
+            (None, None)
+        );
     }
 }

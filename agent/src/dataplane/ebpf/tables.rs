@@ -68,15 +68,17 @@ where
     }
 
     /// Writes each marked key whose `desired` value differs from the installed one (`None`
-    /// removes it); `before_write` sees each write first, with the maps (e.g. to open an
-    /// interface's counters). In [`Pass::SetsOnly`] removals wait: their keys stay marked for a
-    /// later pass. A failed key stays marked. Returns the writes made.
+    /// removes it). `around_write` sees, with the maps, each set before it is made and each
+    /// removal after it is made: what an entry needs goes in first and out last (e.g. an
+    /// interface's counters around its pod-port entry). In [`Pass::SetsOnly`] removals wait:
+    /// their keys stay marked for a later pass. A failed key stays marked. Returns the writes
+    /// made.
     pub fn flush_with<Ms: Maps>(
         &mut self,
         maps: &mut Ms,
         pass: Pass,
         mut desired: impl FnMut(&K) -> Option<M::Value>,
-        mut before_write: impl FnMut(&mut Ms, &K, Option<&M::Value>) -> Result<(), EbpfError>,
+        mut around_write: impl FnMut(&mut Ms, &K, Option<&M::Value>) -> Result<(), EbpfError>,
     ) -> Result<usize, EbpfError> {
         let mut writes = 0;
         let dirty: Vec<K> = self.dirty.iter().cloned().collect();
@@ -86,16 +88,17 @@ where
                 if wanted.is_none() && pass == Pass::SetsOnly {
                     continue;
                 }
-                before_write(maps, &key, wanted.as_ref())?;
                 let slot = key.slot();
                 match wanted {
                     Some(value) => {
+                        around_write(maps, &key, Some(&value))?;
                         maps.set::<M>(slot, value)?;
                         self.installed.insert(key.clone(), value);
                     }
                     None => {
                         maps.remove::<M>(slot)?;
                         self.installed.remove(&key);
+                        around_write(maps, &key, None)?;
                     }
                 }
                 writes += 1;
@@ -170,13 +173,13 @@ pub fn flush_from_with<S, M: Writable, K: TableKey<M>, Ms: Maps>(
     table: fn(&mut S) -> &mut Table<M, K>,
     pass: Pass,
     desired: impl Fn(&S, &K) -> Option<M::Value>,
-    before_write: impl FnMut(&mut Ms, &K, Option<&M::Value>) -> Result<(), EbpfError>,
+    around_write: impl FnMut(&mut Ms, &K, Option<&M::Value>) -> Result<(), EbpfError>,
 ) -> Result<usize, EbpfError>
 where
     M::Value: PartialEq,
 {
     let mut taken = std::mem::take(table(state));
-    let written = taken.flush_with(maps, pass, |key| desired(state, key), before_write);
+    let written = taken.flush_with(maps, pass, |key| desired(state, key), around_write);
     *table(state) = taken;
     written
 }

@@ -3,8 +3,10 @@ use ovnbpf_common::FLOOD_SLOT_REMOTE;
 use std::collections::BTreeSet;
 
 use crate::dataplane::ebpf::maps::{Recorder, Slot, Writable};
+use crate::pipeline::ir::PortKind;
 use ovnbpf_common::{
-    FloodGroup, FloodMemberKey,
+    ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL, FibEntry,
+    FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort,
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
         PortSecurityMap, ProviderNetworks, TunnelPorts,
