@@ -24,6 +24,7 @@ use super::{
 use crate::{
     daemon::ports::{DaemonHandle, PortError},
     dataplane::ebpf::pod_filter::{self, PodFilters},
+    net::Ipv4Prefix,
 };
 
 /// Why an operation failed; the server turns it into an HTTP status and the error string.
@@ -295,10 +296,11 @@ impl Handler {
             ms = elapsed_ms(start),
             "CNI ADD done"
         );
-        let network = u32::from(facts.ip)
-            & u32::MAX
-                .checked_shl(32 - u32::from(facts.prefix_len))
-                .unwrap_or(0);
+        let subnet = Ipv4Prefix {
+            network: facts.ip,
+            length: facts.prefix_len,
+        };
+        let network = u32::from(facts.ip) & subnet.mask();
         Ok(CniResponse {
             ips: vec![IpConfig {
                 protocol: "IPv4".into(),

@@ -14,6 +14,8 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use ovnbpf_common::{DropEvent, drop_reason};
 
+use crate::net::format_mac;
+
 /// Where every decoded drop event is published (lagging or absent receivers lose events; the
 /// kernel's counters keep them all).
 pub type DropTap = tokio::sync::broadcast::Sender<DropReport>;
@@ -180,14 +182,7 @@ impl DropReport {
 
 impl fmt::Display for DropReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mac = |mac: Option<[u8; 6]>| {
-            mac.map_or("?".to_string(), |m| {
-                m.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            })
-        };
+        let mac = |mac: Option<[u8; 6]>| mac.map_or("?".to_string(), |m| format_mac(&m));
         write!(
             f,
             "{} > {}",
