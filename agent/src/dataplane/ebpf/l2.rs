@@ -5,14 +5,15 @@
 //! each datapath floods broadcasts and unknown unicast to, and underlay switches' localnets.
 //! Ports are located by [`Physical`] (OVN's physical.c role). This module holds the state and
 //! routes IR entries to the map families, one module each, which own their desired values:
-//! - [`ports`]: `POD_PORTS`, `TUNNEL_PORTS`, `PORT_SECURITY`;
-//! - [`fib`]: `L2_FIB`; [`arp`]: `ARP_RESPONDER`;
-//! - [`flood`]: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, [`flood_slots`]), `FLOOD_ROLES`;
-//! - [`localnet`]: `LOCALNETS`, `PROVIDER_NETWORKS`.
+//! - `ports`: `POD_PORTS`, `TUNNEL_PORTS`, `PORT_SECURITY`;
+//! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER`;
+//! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
+//! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`.
 //!
 //! What is installed is kept by one [`Table`] per map (OVN's ofctrl role), except the flood
-//! slots, whose installer writes O(changed members) per group. Touches the kernel only through
-//! [`Maps`].
+//! slots, whose installer writes O(changed members) per group; each family module holds its
+//! tables, so a map added to a family is declared, computed, flushed and swept in that module
+//! alone. Touches the kernel only through [`Maps`].
 //!
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
@@ -23,14 +24,15 @@ use std::{
 };
 
 use ovnbpf_common::{
-    PortSecurity, ProviderKey, TunnelPortKey,
-    maps::{
-        ArpResponder, FloodRolesMap, L2Fib, Localnets, PodPorts, PortSecurityMap, ProviderNetworks,
-        TunnelPorts,
-    },
+    PortSecurity,
+    maps::{ArpResponder, L2Fib},
 };
 
-use self::{flood::MemberTarget, flood_slots::InstalledGroup, ports::PortEntry};
+use self::{
+    flood::{FloodTables, MemberTarget},
+    localnet::LocalnetTables,
+    ports::{PortEntry, PortTables},
+};
 use super::{
     EbpfError, Maps,
     physical::Physical,
@@ -103,19 +105,12 @@ pub struct L2State {
     router_arp_by_port: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
     /// Router port → the switch port it is patched to (to re-resolve its MAC).
     patch_by_peer: HashMap<String, String>,
-    /// Flood groups whose slots may need writes, and the slots installed per group.
-    dirty_groups: HashSet<(u32, u32)>,
-    installed_groups: HashMap<(u32, u32), InstalledGroup>,
-    /// The installed entries of every other map, keyed by host veth, (datapath, port key),
-    /// (datapath, MAC), (datapath, address), datapath or (provider NIC, VLAN).
-    pod_table: Table<PodPorts, u32>,
-    security_table: Table<PortSecurityMap, u32>,
-    tunnel_table: Table<TunnelPorts, TunnelPortKey>,
+    /// What is installed, per map family.
+    port_tables: PortTables,
     fib_table: Table<L2Fib, (u32, Mac)>,
     arp_table: Table<ArpResponder, (u32, Ipv4Addr)>,
-    roles_table: Table<FloodRolesMap, u32>,
-    localnet_table: Table<Localnets, u32>,
-    provider_table: Table<ProviderNetworks, ProviderKey>,
+    flood_tables: FloodTables,
+    localnet_tables: LocalnetTables,
 }
 
 impl L2State {
@@ -256,15 +251,11 @@ impl L2State {
     /// Number of map keys waiting for [`Self::flush`].
     #[must_use]
     pub fn pending(&self) -> usize {
-        self.dirty_groups.len()
-            + self.pod_table.pending()
-            + self.security_table.pending()
-            + self.tunnel_table.pending()
+        self.port_tables.pending()
             + self.fib_table.pending()
             + self.arp_table.pending()
-            + self.roles_table.pending()
-            + self.localnet_table.pending()
-            + self.provider_table.pending()
+            + self.flood_tables.pending()
+            + self.localnet_tables.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error

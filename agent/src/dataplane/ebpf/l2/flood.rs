@@ -17,7 +17,7 @@ use super::{
         EbpfError, Maps,
         physical::Location,
         remove_unwanted,
-        tables::{TableKey, flush_from},
+        tables::{Table, TableKey, flush_from},
     },
     L2State,
     flood_slots::InstalledGroup,
@@ -27,6 +27,21 @@ use crate::pipeline::ir::IrEntry;
 impl TableKey<FloodRolesMap> for u32 {
     fn slot(&self) -> u32 {
         *self
+    }
+}
+
+/// What the flood family installed: per group its slots ([`InstalledGroup`]), the groups
+/// whose slots may need writes, and the flood roles.
+#[derive(Debug, Default)]
+pub(super) struct FloodTables {
+    pub(super) installed: HashMap<(u32, u32), InstalledGroup>,
+    pub(super) dirty: HashSet<(u32, u32)>,
+    pub(super) roles: Table<FloodRolesMap, u32>,
+}
+
+impl FloodTables {
+    pub(super) fn pending(&self) -> usize {
+        self.dirty.len() + self.roles.pending()
     }
 }
 
@@ -55,8 +70,8 @@ impl L2State {
                 } else if self.group_keys.get(&(*datapath, name.clone())) == Some(key) {
                     self.group_keys.remove(&(*datapath, name.clone()));
                 }
-                self.dirty_groups.insert((*datapath, *key));
-                self.roles_table.mark(*datapath);
+                self.flood_tables.dirty.insert((*datapath, *key));
+                self.flood_tables.roles.mark(*datapath);
             }
             IrEntry::FloodMember {
                 datapath,
@@ -66,12 +81,12 @@ impl L2State {
             IrEntry::FloodMulticast { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
                 roles.0 = added.then(|| group.clone());
-                self.roles_table.mark(*datapath);
+                self.flood_tables.roles.mark(*datapath);
             }
             IrEntry::FloodUnknown { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
                 roles.1 = added.then(|| group.clone());
-                self.roles_table.mark(*datapath);
+                self.flood_tables.roles.mark(*datapath);
             }
             _ => {}
         }
@@ -107,7 +122,7 @@ impl L2State {
                 self.member_targets.remove(&port_key);
             }
         }
-        self.dirty_groups.insert(group_key);
+        self.flood_tables.dirty.insert(group_key);
     }
 
     /// Re-resolves port `key` of `datapath` as a flood group member and, if that changed, updates
@@ -126,7 +141,7 @@ impl L2State {
                 self.remove_from_group((datapath, group), key, old);
             }
             self.add_to_group((datapath, group), key, new);
-            self.dirty_groups.insert((datapath, group));
+            self.flood_tables.dirty.insert((datapath, group));
         }
     }
 
@@ -255,19 +270,23 @@ impl L2State {
     ) -> Result<usize, EbpfError> {
         let (local, remote) = self.desired_members(datapath, group);
         let mut installed = self
-            .installed_groups
+            .flood_tables
+            .installed
             .remove(&(datapath, group))
             .unwrap_or_default();
         let key = FloodKey { datapath, group };
         match installed.update(maps, key, &local, &remote) {
             Ok(writes) => {
                 if installed.header.is_some() {
-                    self.installed_groups.insert((datapath, group), installed);
+                    self.flood_tables
+                        .installed
+                        .insert((datapath, group), installed);
                 }
                 Ok(writes)
             }
             Err(error) => {
-                self.installed_groups
+                self.flood_tables
+                    .installed
                     .insert((datapath, group), InstalledGroup::unknown());
                 Err(error)
             }
@@ -293,16 +312,16 @@ impl L2State {
     /// stays marked.
     pub(super) fn flush_flood(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         let mut writes = 0;
-        let dirty: Vec<(u32, u32)> = self.dirty_groups.iter().copied().collect();
+        let dirty: Vec<(u32, u32)> = self.flood_tables.dirty.iter().copied().collect();
         for (datapath, group) in dirty {
             writes += self.flush_group(maps, datapath, group)?;
-            self.dirty_groups.remove(&(datapath, group));
+            self.flood_tables.dirty.remove(&(datapath, group));
         }
         Ok(writes
             + flush_from(
                 self,
                 maps,
-                |s| &mut s.roles_table,
+                |s| &mut s.flood_tables.roles,
                 |s, &dp| s.desired_roles(dp),
             )?)
     }
@@ -312,7 +331,8 @@ impl L2State {
         let removed = remove_unwanted(
             maps.keys::<FloodGroups>()?,
             |key| {
-                self.installed_groups
+                self.flood_tables
+                    .installed
                     .get(&(key.datapath, key.group))
                     .is_some_and(|group| group.header.is_some())
             },
@@ -320,13 +340,14 @@ impl L2State {
         )? + remove_unwanted(
             maps.keys::<FloodMembers>()?,
             |key| {
-                self.installed_groups
+                self.flood_tables
+                    .installed
                     .get(&(key.datapath, key.group))
                     .is_some_and(|group| group.holds(key.slot))
             },
             |key| maps.remove::<FloodMembers>(key),
         )?;
-        Ok(removed + self.roles_table.sweep(maps)?)
+        Ok(removed + self.flood_tables.roles.sweep(maps)?)
     }
 }
 

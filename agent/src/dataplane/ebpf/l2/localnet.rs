@@ -11,7 +11,7 @@ use ovnbpf_common::{
 use super::{
     super::{
         EbpfError, Maps,
-        tables::{TableKey, flush_from},
+        tables::{Table, TableKey, flush_from},
     },
     L2State,
 };
@@ -28,6 +28,19 @@ impl TableKey<ProviderNetworks> for ProviderKey {
     }
 }
 
+/// What the underlay family installed.
+#[derive(Debug, Default)]
+pub(super) struct LocalnetTables {
+    pub(super) localnet: Table<Localnets, u32>,
+    pub(super) provider: Table<ProviderNetworks, ProviderKey>,
+}
+
+impl LocalnetTables {
+    pub(super) fn pending(&self) -> usize {
+        self.localnet.pending() + self.provider.pending()
+    }
+}
+
 fn provider_key(localnet: Localnet) -> ProviderKey {
     ProviderKey {
         ifindex: localnet.ifindex,
@@ -39,10 +52,15 @@ impl L2State {
     /// Marks switch `datapath`'s localnet slots: its own, and the provider slot it has
     /// installed and the one it wants (call after its localnet or the bridge mappings change).
     pub(super) fn mark_localnet(&mut self, datapath: u32) {
-        self.localnet_table.mark(datapath);
-        let installed = self.localnet_table.installed().get(&datapath).copied();
+        self.localnet_tables.localnet.mark(datapath);
+        let installed = self
+            .localnet_tables
+            .localnet
+            .installed()
+            .get(&datapath)
+            .copied();
         for localnet in installed.into_iter().chain(self.desired_localnet(datapath)) {
-            self.provider_table.mark(provider_key(localnet));
+            self.localnet_tables.provider.mark(provider_key(localnet));
         }
     }
 
@@ -69,20 +87,21 @@ impl L2State {
         let writes = flush_from(
             self,
             maps,
-            |s| &mut s.provider_table,
+            |s| &mut s.localnet_tables.provider,
             |s, &key| s.desired_provider(key),
         )?;
         Ok(writes
             + flush_from(
                 self,
                 maps,
-                |s| &mut s.localnet_table,
+                |s| &mut s.localnet_tables.localnet,
                 |s, &datapath| s.desired_localnet(datapath),
             )?)
     }
 
     /// Removes the localnet slots this state did not install; returns how many went.
     pub(super) fn sweep_localnets(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
-        Ok(self.provider_table.sweep(maps)? + self.localnet_table.sweep(maps)?)
+        Ok(self.localnet_tables.provider.sweep(maps)?
+            + self.localnet_tables.localnet.sweep(maps)?)
     }
 }

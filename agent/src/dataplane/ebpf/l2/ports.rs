@@ -14,7 +14,7 @@ use super::{
     super::{
         EbpfError, Maps,
         physical::Location,
-        tables::{Pass, TableKey, flush_from, flush_from_with},
+        tables::{Pass, Table, TableKey, flush_from, flush_from_with},
     },
     L2State, PortInfo, remove_from_index,
 };
@@ -35,6 +35,20 @@ impl TableKey<PortSecurityMap> for u32 {
 impl TableKey<TunnelPorts> for TunnelPortKey {
     fn slot(&self) -> TunnelPortKey {
         *self
+    }
+}
+
+/// What the pod-port family installed.
+#[derive(Debug, Default)]
+pub(super) struct PortTables {
+    pub(super) pod: Table<PodPorts, u32>,
+    pub(super) security: Table<PortSecurityMap, u32>,
+    pub(super) tunnel: Table<TunnelPorts, TunnelPortKey>,
+}
+
+impl PortTables {
+    pub(super) fn pending(&self) -> usize {
+        self.pod.pending() + self.security.pending() + self.tunnel.pending()
     }
 }
 
@@ -155,11 +169,11 @@ impl L2State {
     /// after anything that moves them (its veth, its datapath or key).
     pub(super) fn mark_port_slots(&mut self, port: &str) {
         if let Some(ifindex) = self.physical.interface(port) {
-            self.pod_table.mark(ifindex);
-            self.security_table.mark(ifindex);
+            self.port_tables.pod.mark(ifindex);
+            self.port_tables.security.mark(ifindex);
         }
         if let Some(info) = self.ports.get(port) {
-            self.tunnel_table.mark(TunnelPortKey {
+            self.port_tables.tunnel.mark(TunnelPortKey {
                 datapath: info.datapath,
                 port: info.key,
             });
@@ -215,12 +229,12 @@ impl L2State {
             datapath: local.datapath,
             port: local.key,
         };
-        self.pod_table.installed().get(&local.ifindex)
+        self.port_tables.pod.installed().get(&local.ifindex)
             == Some(&PodPort {
                 datapath: local.datapath,
                 port: local.key,
             })
-            && self.tunnel_table.installed().contains_key(&tunnel)
+            && self.port_tables.tunnel.installed().contains_key(&tunnel)
     }
 
     /// Writes the marked pod-port family slots. A port's security goes in before the entry that
@@ -230,7 +244,7 @@ impl L2State {
         let mut writes = flush_from_with(
             self,
             maps,
-            |s| &mut s.security_table,
+            |s| &mut s.port_tables.security,
             Pass::SetsOnly,
             |s, &ifindex| s.desired_security(ifindex),
             |_, _, _| Ok(()),
@@ -238,7 +252,7 @@ impl L2State {
         writes += flush_from_with(
             self,
             maps,
-            |s| &mut s.pod_table,
+            |s| &mut s.port_tables.pod,
             Pass::All,
             |s, &ifindex| s.desired_pod_port(ifindex),
             |maps, &ifindex, value| match value {
@@ -249,13 +263,13 @@ impl L2State {
         writes += flush_from(
             self,
             maps,
-            |s| &mut s.tunnel_table,
+            |s| &mut s.port_tables.tunnel,
             |s, &key| s.desired_tunnel_port(key),
         )?;
         writes += flush_from(
             self,
             maps,
-            |s| &mut s.security_table,
+            |s| &mut s.port_tables.security,
             |s, &ifindex| s.desired_security(ifindex),
         )?;
         Ok(writes)
@@ -265,9 +279,10 @@ impl L2State {
     /// the veths it removes); returns how many went.
     pub(super) fn sweep_ports(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self
-            .pod_table
+            .port_tables
+            .pod
             .sweep_with(maps, |maps, ifindex| maps.close_counters(ifindex))?
-            + self.security_table.sweep(maps)?
-            + self.tunnel_table.sweep(maps)?)
+            + self.port_tables.security.sweep(maps)?
+            + self.port_tables.tunnel.sweep(maps)?)
     }
 }

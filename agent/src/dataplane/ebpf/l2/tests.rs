@@ -7,6 +7,7 @@ use crate::pipeline::ir::PortKind;
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL, FibEntry,
     FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort,
+    ProviderKey,
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
         PortSecurityMap, ProviderNetworks, TunnelPorts,
