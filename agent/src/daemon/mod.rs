@@ -70,6 +70,8 @@ pub struct DaemonStats {
     pub events: u64,
     pub rows_changed: u64,
     pub rejected_rows: u64,
+    /// Port_Binding address entries the compiler left out because they do not parse.
+    pub bad_addresses: u64,
     /// Southbound transactions submitted, and those refused or lost (see `southbound`).
     pub transactions: u64,
     pub failed_transactions: u64,
@@ -290,6 +292,7 @@ impl Daemon {
         self.record(event, &changes);
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
+        self.stats.bad_addresses = self.compiler.bad_addresses();
         let sb = &self.sb;
         let datapath_name = |key| {
             sb.datapath_by_key(key)
