@@ -108,11 +108,38 @@ impl Ipv6Prefix {
 /// Port_Binding `mac` and `port_security` columns): "MAC [IP[/prefix]…]". A bare address is a
 /// host prefix (/32, /128); a prefix keeps its address as written (a router port's
 /// "10.0.1.1/24" is its address 10.0.1.1 on a /24).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LspAddress {
     pub mac: MacOctets,
     pub ipv4: Vec<Ipv4Prefix>,
     pub ipv6: Vec<Ipv6Prefix>,
+}
+
+/// The Southbound's form: "MAC IPv4… IPv6…", host prefixes as bare addresses.
+impl fmt::Display for LspAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Mac(self.mac))?;
+        for prefix in &self.ipv4 {
+            match prefix.length {
+                32 => write!(f, " {}", prefix.network)?,
+                length => write!(f, " {}/{length}", prefix.network)?,
+            }
+        }
+        for prefix in &self.ipv6 {
+            match prefix.length {
+                128 => write!(f, " {}", prefix.network)?,
+                length => write!(f, " {}/{length}", prefix.network)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// As the Southbound writes it (`ovnbpfctl ir` prints entries with `Debug`).
+impl fmt::Debug for LspAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LspAddress(\"{self}\")")
+    }
 }
 
 /// An address entry that does not parse (OVN ignores such an entry too, with a warning).
@@ -274,8 +301,14 @@ mod tests {
                 }
             ]
         );
+        assert_eq!(
+            address.to_string(),
+            "0a:58:0a:00:01:01 10.0.1.1/24 fd00:10::1/64 fd00::5",
+            "printed as the Southbound writes it"
+        );
         let mac_only: LspAddress = "0a:58:0a:00:01:01".parse().unwrap();
         assert!(mac_only.ipv4.is_empty() && mac_only.ipv6.is_empty());
+        assert_eq!(format!("{mac_only:?}"), "LspAddress(\"0a:58:0a:00:01:01\")");
     }
 
     #[test]
