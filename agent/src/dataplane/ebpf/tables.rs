@@ -183,3 +183,81 @@ where
     *table(state) = taken;
     written
 }
+
+#[cfg(test)]
+mod tests {
+    use ovnbpf_common::{PodPort, maps::PodPorts};
+
+    use super::*;
+    use crate::dataplane::ebpf::maps::Recorder;
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct Veth(u32);
+
+    impl TableKey<PodPorts> for Veth {
+        fn slot(&self) -> u32 {
+            self.0
+        }
+    }
+
+    fn pod(port: u32) -> PodPort {
+        PodPort { datapath: 5, port }
+    }
+
+    /// A sets-only pass leaves removals marked for the next pass; the hook sees a set before the
+    /// slot is written and a removal after the slot is gone.
+    #[test]
+    fn removals_wait_for_their_pass_and_the_hook_brackets_each_write() {
+        let mut table = Table::<PodPorts, Veth>::default();
+        let mut maps = Recorder::default();
+        table.mark(Veth(1));
+        table.mark(Veth(2));
+        table.flush(&mut maps, |veth| Some(pod(veth.0))).unwrap();
+        assert_eq!(maps.table::<PodPorts>().len(), 2);
+
+        table.mark(Veth(1));
+        table.mark(Veth(2));
+        let desired = |veth: &Veth| (veth.0 == 1).then_some(pod(10));
+        let mut seen = Vec::new();
+        let writes = table
+            .flush_with(&mut maps, Pass::SetsOnly, desired, |maps, veth, value| {
+                seen.push((veth.0, value.is_some(), maps.table::<PodPorts>()[&veth.0]));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(writes, 1);
+        assert_eq!(seen, [(1, true, pod(1))], "before the set: the old value");
+        assert_eq!(table.pending(), 1, "the removal waits");
+        assert!(maps.table::<PodPorts>().contains_key(&2));
+
+        let mut seen = Vec::new();
+        table
+            .flush_with(&mut maps, Pass::All, desired, |maps, veth, value| {
+                seen.push((
+                    veth.0,
+                    value.is_some(),
+                    maps.table::<PodPorts>().contains_key(&veth.0),
+                ));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, [(2, false, false)], "after the removal: gone");
+        assert_eq!(table.pending(), 0);
+        assert_eq!(
+            maps.table::<PodPorts>(),
+            std::collections::HashMap::from([(1, pod(10))])
+        );
+
+        // What the table did not install is swept.
+        maps.table_mut::<PodPorts>().insert(7, pod(7));
+        let mut closed = Vec::new();
+        let swept = table
+            .sweep_with(&mut maps, |_, slot| {
+                closed.push(slot);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((swept, closed), (1, vec![7]));
+        assert_eq!(maps.table::<PodPorts>().len(), 1);
+    }
+}
