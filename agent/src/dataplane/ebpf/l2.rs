@@ -47,20 +47,14 @@ mod flood_slots;
 mod localnet;
 mod ports;
 
-/// A logical port as the L2 maps need it.
+/// A logical port as the L2 maps need it (where it leads is [`Physical`]'s).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct PortInfo {
     datapath: u32,
     key: u32,
-    /// The chassis a VIF is bound to; `None` for unbound VIFs and non-VIF ports.
-    chassis: Option<String>,
     security: Option<PortSecurity>,
-    /// For a patch port (a switch's router port, or a router port): its peer's name.
-    peer: Option<String>,
     /// The MAC of its first address (a router port's MAC).
     mac: Option<Mac>,
-    /// The first IPv4 of its first address (a router port's address).
-    ipv4: Option<Ipv4Addr>,
 }
 
 /// The L2 maps of one chassis: what the IR and the local interfaces ask for, and what is in the

@@ -98,7 +98,7 @@ impl L2State {
     /// the kernel the address is the router's.
     fn router_flags(&self, datapath: u32, ip: Ipv4Addr) -> Option<(Mac, u8)> {
         let switch_port = self.router_arp.get(&(datapath, ip))?;
-        let peer = self.ports.get(switch_port)?.peer.as_ref()?;
+        let peer = self.physical.binding(switch_port)?.peer.as_ref()?;
         let router_port = self.ports.get(peer)?;
         Some((router_port.mac?, ARP_ANSWER_ROUTER))
     }

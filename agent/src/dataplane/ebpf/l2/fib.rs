@@ -42,34 +42,29 @@ impl L2State {
 
     pub(super) fn desired_fib(&self, datapath: u32, mac: Mac) -> Option<FibEntry> {
         let port = self.fib.get(&(datapath, mac))?;
-        if let Some(local) = self.local_port(port) {
-            return Some(FibEntry {
+        let key = self.ports.get(port)?.key;
+        Some(match self.physical.locate(port) {
+            Location::Local(ifindex) => FibEntry {
                 kind: FIB_LOCAL,
-                ifindex: local.ifindex,
+                ifindex,
                 flags: LOCAL_PORT_VETH_PEER,
                 ..FibEntry::default()
-            });
-        }
-        let info = self.ports.get(port)?;
-        if let Some(peer) = &info.peer {
-            let router = self.ports.get(peer)?;
-            return Some(FibEntry {
+            },
+            Location::Router { datapath, address } => FibEntry {
                 kind: FIB_ROUTER,
-                ifindex: router.datapath,
+                ifindex: datapath,
                 // The router port's address: the source of its ICMP errors on this switch.
-                remote_ip: router.ipv4.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
-                port: info.key,
+                remote_ip: address.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
+                port: key,
                 ..FibEntry::default()
-            });
-        }
-        let Location::Remote(encap_ip) = self.physical.locate(port, info.chassis.as_deref()) else {
-            return None;
-        };
-        Some(FibEntry {
-            kind: FIB_REMOTE,
-            remote_ip: u32::from_ne_bytes(encap_ip.octets()),
-            port: info.key,
-            ..FibEntry::default()
+            },
+            Location::Remote(encap_ip) => FibEntry {
+                kind: FIB_REMOTE,
+                remote_ip: u32::from_ne_bytes(encap_ip.octets()),
+                port: key,
+                ..FibEntry::default()
+            },
+            Location::Unreachable => return None,
         })
     }
 }

@@ -150,13 +150,10 @@ impl L2State {
         let Some(name) = self.port_names.get(&(datapath, key)) else {
             return MemberTarget::Unreachable;
         };
-        let bound_to = self
-            .ports
-            .get(name)
-            .and_then(|info| info.chassis.as_deref());
-        match self.physical.locate(name, bound_to) {
+        match self.physical.locate(name) {
             Location::Local(ifindex) => MemberTarget::Local(ifindex),
             Location::Remote(ip) => MemberTarget::Remote(u32::from_ne_bytes(ip.octets())),
+            Location::Router { .. } => MemberTarget::Unreachable,
             Location::Unreachable => MemberTarget::Unreachable,
         }
     }

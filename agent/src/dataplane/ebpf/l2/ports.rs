@@ -13,7 +13,7 @@ use ovnbpf_common::{
 use super::{
     super::{
         EbpfError, Maps,
-        physical::Location,
+        physical::{Binding, Location},
         tables::{Pass, Table, TableKey, flush_from, flush_from_with},
     },
     L2State, PortInfo, remove_from_index,
@@ -118,14 +118,17 @@ impl L2State {
             self.mark_localnet(datapath);
         }
         if let Some(old) = self.ports.remove(name) {
-            if let Some(old_chassis) = &old.chassis {
-                remove_from_index(&mut self.ports_by_chassis, old_chassis, &name.to_string());
+            if let Some(binding) = self.physical.binding(name).cloned() {
+                if let Some(old_chassis) = &binding.chassis {
+                    remove_from_index(&mut self.ports_by_chassis, old_chassis, &name.to_string());
+                }
+                if let Some(old_peer) = &binding.peer
+                    && self.patch_by_peer.get(old_peer).is_some_and(|p| p == name)
+                {
+                    self.patch_by_peer.remove(old_peer);
+                }
             }
-            if let Some(old_peer) = &old.peer
-                && self.patch_by_peer.get(old_peer).is_some_and(|p| p == name)
-            {
-                self.patch_by_peer.remove(old_peer);
-            }
+            self.physical.set_binding(name, None);
             if self
                 .port_names
                 .get(&(old.datapath, old.key))
@@ -145,18 +148,24 @@ impl L2State {
             if let Some(peer) = &peer {
                 self.patch_by_peer.insert(peer.clone(), name.to_string());
             }
+            self.physical.set_binding(
+                name,
+                Some(Binding {
+                    datapath,
+                    chassis,
+                    peer,
+                    address: port
+                        .addresses
+                        .first()
+                        .and_then(|a| a.ipv4.first())
+                        .map(|p| p.network),
+                }),
+            );
             let info = PortInfo {
                 datapath,
                 key,
-                chassis,
                 security: kernel_port_security(port.port_security),
-                peer,
                 mac: port.addresses.first().map(|a| a.mac),
-                ipv4: port
-                    .addresses
-                    .first()
-                    .and_then(|a| a.ipv4.first())
-                    .map(|p| p.network),
             };
             self.ports.insert(name.to_string(), info);
             self.port_names.insert((datapath, key), name.to_string());
@@ -183,7 +192,7 @@ impl L2State {
     /// A port bound here with a known veth.
     pub(super) fn local_port(&self, port: &str) -> Option<LocalVif> {
         let info = self.ports.get(port)?;
-        let Location::Local(ifindex) = self.physical.locate(port, info.chassis.as_deref()) else {
+        let Location::Local(ifindex) = self.physical.locate(port) else {
             return None;
         };
         Some(LocalVif {
