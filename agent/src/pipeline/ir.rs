@@ -40,8 +40,9 @@ pub enum IrEntry {
         name: String,
         router: bool,
     },
-    /// Some logical flow of this datapath could not be compiled: a backend must not forward
-    /// traffic of this datapath as if the flow did not exist (it may refuse, or fall back).
+    /// Some logical flow of this datapath (in `stage`) could not be compiled: reported (coverage,
+    /// logs). Whether that stops the datapath from being forwarded is the compiler's call, made
+    /// as an [`IrEntry::NotForwardable`] beside it; backends do not read `stage`.
     Unsupported {
         datapath: u32,
         stage: String,
