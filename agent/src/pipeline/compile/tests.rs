@@ -18,6 +18,7 @@ use crate::{
 const DP: &str = "00000000-0000-0000-0000-0000000000a1";
 const PB: &str = "00000000-0000-0000-0000-0000000000b1";
 const ENCAP: &str = "00000000-0000-0000-0000-0000000000e1";
+const ROUTER: &str = "00000000-0000-0000-0000-0000000000a2";
 
 /// A Southbound with one switch (tunnel key 5), one pod port with `mac` and `port_security` as
 /// given, and node2's Geneve endpoint; the compiler's first diff.
@@ -33,6 +34,9 @@ fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff
             "type": {"type": "string"}, "mac": set, "port_security": set, "options": map}},
         "Encap": {"columns": {"type": {"type": "string"}, "ip": {"type": "string"},
             "chassis_name": {"type": "string"}, "options": map}},
+        "Logical_Flow": {"columns": {"logical_datapath": optional(json!({"type": "uuid"})),
+            "priority": {"type": "integer"}, "match": {"type": "string"},
+            "actions": {"type": "string"}, "external_ids": map}},
     }}))
     .unwrap();
     let monitored: BTreeMap<String, Vec<String>> = schema
@@ -48,7 +52,9 @@ fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff
         monitored,
         updates: json!({
             "Datapath_Binding": {DP: {"initial": {"tunnel_key": 5,
-                "external_ids": ["map", [["name", "subnet-a"]]]}}},
+                "external_ids": ["map", [["name", "subnet-a"]]]}},
+                ROUTER: {"initial": {"tunnel_key": 9,
+                "external_ids": ["map", [["name", "vpc-a"], ["logical-router", ROUTER]]]}}},
             "Port_Binding": {PB: {"initial": {"logical_port": "pod.ns", "tunnel_key": 3,
                 "datapath": ["uuid", DP], "mac": mac, "port_security": port_security}}},
             "Encap": {ENCAP: {"initial": {"type": "geneve", "ip": "172.18.0.3",
@@ -139,4 +145,62 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
     assert_eq!(diff.added, [node2([172, 18, 0, 3])]);
     let diff = update(json!({"delete": null}));
     assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);
+}
+
+/// The compiler decides which unsupported flows stop their router: a NAT flow in an ingress
+/// router stage does (NotForwardable beside the Unsupported report, gone with the flow), one in
+/// `lr_out_snat` is only reported.
+#[test]
+fn unsupported_router_flows_make_their_router_not_forwardable_as_the_compiler_decides() {
+    let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
+    let mut flow = |uuid: &str, row: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: json!({"Logical_Flow": {uuid: row}}),
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    let nat = |stage: &str| {
+        json!({"insert": {"logical_datapath": ["uuid", ROUTER], "priority": 100,
+            "match": "ip && ip4.dst == 172.18.0.100", "actions": "ct_snat;",
+            "external_ids": ["map", [["stage-name", stage]]]}})
+    };
+    let unsnat = "00000000-0000-0000-0000-0000000000f1";
+    let diff = flow(unsnat, nat("lr_in_unsnat"));
+    let blocking: Vec<&IrEntry> = diff
+        .added
+        .iter()
+        .filter(|e| matches!(e, IrEntry::NotForwardable { .. }))
+        .collect();
+    assert_eq!(
+        blocking,
+        [&IrEntry::NotForwardable {
+            datapath: 9,
+            reason: Unforwardable::UnsupportedFlow {
+                stage: "lr_in_unsnat".into(),
+                reason: "NAT is not in the datapath yet".into(),
+            },
+        }],
+        "{diff:?}"
+    );
+    assert!(
+        diff.added
+            .iter()
+            .any(|e| matches!(e, IrEntry::Unsupported { datapath: 9, .. })),
+        "still reported: {diff:?}"
+    );
+    let diff = flow("00000000-0000-0000-0000-0000000000f2", nat("lr_out_snat"));
+    assert!(
+        diff.added
+            .iter()
+            .all(|e| !matches!(e, IrEntry::NotForwardable { .. })),
+        "{diff:?}"
+    );
+    let diff = flow(unsnat, json!({"delete": null}));
+    assert!(
+        diff.removed
+            .iter()
+            .any(|e| matches!(e, IrEntry::NotForwardable { datapath: 9, .. })),
+        "{diff:?}"
+    );
 }
