@@ -251,6 +251,13 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             stats.rejected_rows,
         ),
         (
+            "ovnbpf_southbound_bad_addresses_total",
+            "counter",
+            "Port_Binding address entries (mac, port_security) left out because they do not \
+             parse, counted each time their row is compiled.",
+            stats.bad_addresses,
+        ),
+        (
             "ovnbpf_southbound_transactions_total",
             "counter",
             "Transactions the agent sent to the Southbound.",

@@ -1,6 +1,7 @@
 //! The agent's network vocabulary: MAC addresses (parsed and printed as `0a:58:0a:00:01:02`),
 //! IPv4 and IPv6 prefixes (`contains`, `mask`) and the addresses of a logical switch port as the
-//! Southbound writes them (`mac` and `port_security` columns: "MAC [IP[/prefix]…]"). Pure
+//! Southbound writes them (`mac` and `port_security` columns: "MAC [IP[/prefix]…]", as typed
+//! [`LspAddress`]es with a clear error for entries that do not parse). Pure
 //! values and parsing; imports nothing from the rest of the agent.
 
 use std::{
@@ -103,23 +104,114 @@ impl Ipv6Prefix {
     }
 }
 
-/// One logical switch port address entry, "MAC [IP[/prefix]…]" (the Port_Binding `mac` and
-/// `port_security` columns): the MAC and its IPv4 prefixes (a bare address is a /32; IPv6
-/// addresses are skipped). `None` if the MAC does not parse.
+/// One entry of a logical switch port's addresses as the Southbound writes them (the
+/// Port_Binding `mac` and `port_security` columns): "MAC [IP[/prefix]…]". A bare address is a
+/// host prefix (/32, /128); a prefix keeps its address as written (a router port's
+/// "10.0.1.1/24" is its address 10.0.1.1 on a /24).
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LspAddress {
+    pub mac: MacOctets,
+    pub ipv4: Vec<Ipv4Prefix>,
+    pub ipv6: Vec<Ipv6Prefix>,
+}
+
+/// The Southbound's form: "MAC IPv4… IPv6…", host prefixes as bare addresses.
+impl fmt::Display for LspAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Mac(self.mac))?;
+        for prefix in &self.ipv4 {
+            match prefix.length {
+                32 => write!(f, " {}", prefix.network)?,
+                length => write!(f, " {}/{length}", prefix.network)?,
+            }
+        }
+        for prefix in &self.ipv6 {
+            match prefix.length {
+                128 => write!(f, " {}", prefix.network)?,
+                length => write!(f, " {}/{length}", prefix.network)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// As the Southbound writes it (`ovnbpfctl ir` prints entries with `Debug`).
+impl fmt::Debug for LspAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LspAddress(\"{self}\")")
+    }
+}
+
+/// An address entry that does not parse (OVN ignores such an entry too, with a warning).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadLspAddress {
+    #[error("address entry {entry:?} does not start with a MAC address")]
+    Mac { entry: String },
+    #[error("address entry {entry:?}: {word:?} is not an IPv4 or IPv6 address or prefix")]
+    Ip { entry: String, word: String },
+}
+
+impl FromStr for LspAddress {
+    type Err = BadLspAddress;
+
+    fn from_str(entry: &str) -> Result<Self, Self::Err> {
+        let mut words = entry.split_whitespace();
+        let mac = words
+            .next()
+            .and_then(parse_mac)
+            .ok_or_else(|| BadLspAddress::Mac {
+                entry: entry.to_string(),
+            })?;
+        let mut address = LspAddress {
+            mac,
+            ..LspAddress::default()
+        };
+        for word in words {
+            let bad = || BadLspAddress::Ip {
+                entry: entry.to_string(),
+                word: word.to_string(),
+            };
+            let (ip, length) = match word.split_once('/') {
+                Some((ip, length)) => (ip, Some(length.parse::<u8>().map_err(|_| bad())?)),
+                None => (word, None),
+            };
+            if let Ok(network) = ip.parse::<Ipv4Addr>() {
+                let length = length.unwrap_or(32);
+                if length > 32 {
+                    return Err(bad());
+                }
+                address.ipv4.push(Ipv4Prefix { network, length });
+            } else if let Ok(network) = ip.parse::<Ipv6Addr>() {
+                let length = length.unwrap_or(128);
+                if length > 128 {
+                    return Err(bad());
+                }
+                address.ipv6.push(Ipv6Prefix { network, length });
+            } else {
+                return Err(bad());
+            }
+        }
+        Ok(address)
+    }
+}
+
+/// The words of a logical switch port's `addresses` that are no address entry: "unknown"
+/// (the port accepts unknown MACs), "router" (its router peer's addresses), "dynamic" (northd
+/// allocates), optionally followed by an address for "dynamic".
+#[must_use]
+pub fn is_address_keyword(entry: &str) -> bool {
+    matches!(
+        entry.split_whitespace().next(),
+        Some("unknown" | "router" | "dynamic")
+    )
+}
+
+/// One logical switch port address entry, "MAC [IP[/prefix]…]": the MAC and its IPv4 prefixes
+/// (see [`LspAddress`]). `None` if the entry does not parse.
 #[must_use]
 pub fn parse_lsp_address(entry: &str) -> Option<(MacOctets, Vec<Ipv4Prefix>)> {
-    let mut words = entry.split_whitespace();
-    let mac = parse_mac(words.next()?)?;
-    let prefixes = words
-        .filter_map(|word| {
-            let (address, length) = word.split_once('/').unwrap_or((word, "32"));
-            Some(Ipv4Prefix {
-                network: address.parse().ok()?,
-                length: length.parse().ok().filter(|length| *length <= 32)?,
-            })
-        })
-        .collect();
-    Some((mac, prefixes))
+    let address: LspAddress = entry.parse().ok()?;
+    Some((address.mac, address.ipv4))
 }
 
 #[cfg(test)]
@@ -181,5 +273,78 @@ mod tests {
             ]
         );
         assert_eq!(parse_lsp_address("unknown"), None);
+    }
+
+    #[test]
+    fn lsp_addresses_parse_typed_with_both_families() {
+        let address: LspAddress = "0a:58:0a:00:01:01 10.0.1.1/24 fd00:10::1/64 fd00::5"
+            .parse()
+            .unwrap();
+        assert_eq!(address.mac, [0x0a, 0x58, 0x0a, 0x00, 0x01, 0x01]);
+        assert_eq!(
+            address.ipv4,
+            [Ipv4Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 1),
+                length: 24
+            }]
+        );
+        assert_eq!(
+            address.ipv6,
+            [
+                Ipv6Prefix {
+                    network: "fd00:10::1".parse().unwrap(),
+                    length: 64
+                },
+                Ipv6Prefix {
+                    network: "fd00::5".parse().unwrap(),
+                    length: 128
+                }
+            ]
+        );
+        assert_eq!(
+            address.to_string(),
+            "0a:58:0a:00:01:01 10.0.1.1/24 fd00:10::1/64 fd00::5",
+            "printed as the Southbound writes it"
+        );
+        let mac_only: LspAddress = "0a:58:0a:00:01:01".parse().unwrap();
+        assert!(mac_only.ipv4.is_empty() && mac_only.ipv6.is_empty());
+        assert_eq!(format!("{mac_only:?}"), "LspAddress(\"0a:58:0a:00:01:01\")");
+    }
+
+    #[test]
+    fn bad_lsp_addresses_say_which_word_is_wrong() {
+        for (entry, error) in [
+            (
+                "unknown",
+                "address entry \"unknown\" does not start with a MAC address",
+            ),
+            ("", "address entry \"\" does not start with a MAC address"),
+            (
+                "0a:58:0a:00:01:01 10.0.1.300",
+                "address entry \"0a:58:0a:00:01:01 10.0.1.300\": \"10.0.1.300\" is not an IPv4 \
+                 or IPv6 address or prefix",
+            ),
+            (
+                "0a:58:0a:00:01:01 10.0.1.1/33",
+                "address entry \"0a:58:0a:00:01:01 10.0.1.1/33\": \"10.0.1.1/33\" is not an \
+                 IPv4 or IPv6 address or prefix",
+            ),
+            (
+                "0a:58:0a:00:01:01 fd00::1/129",
+                "address entry \"0a:58:0a:00:01:01 fd00::1/129\": \"fd00::1/129\" is not an \
+                 IPv4 or IPv6 address or prefix",
+            ),
+        ] {
+            let parsed = entry.parse::<LspAddress>();
+            assert_eq!(
+                parsed.as_ref().map_err(ToString::to_string),
+                Err(error.to_string()),
+                "{entry}"
+            );
+        }
+        assert!(is_address_keyword("unknown"));
+        assert!(is_address_keyword("dynamic 10.0.1.5"));
+        assert!(is_address_keyword("router"));
+        assert!(!is_address_keyword("0a:58:0a:00:01:01"));
     }
 }

@@ -9,7 +9,7 @@ mod common;
 use common::Replica;
 use ovnbpf_agent::{
     dataplane::ebpf::{Hook, KernelPrograms, l2::L2State},
-    pipeline::IrDiff,
+    pipeline::{IrDiff, ir::IrEntry},
 };
 use ovnbpf_tests::scenario;
 use ovnbpf_tests::{
@@ -40,10 +40,18 @@ impl NodeAgent {
             .attach_in_netns(&netns.path(), Hook::Uplink, "eth0")
             .unwrap();
         let mut l2 = L2State::new(NODES[index]);
-        // The daemon reads these from the SB's Chassis/Encap rows.
-        for (other, name) in nodes.iter().zip(NODES) {
-            l2.set_encap(name, Some(other.ip()));
-        }
+        // The compiler emits these from the SB's Encap rows (this lab registers no chassis).
+        l2.apply(&IrDiff {
+            added: nodes
+                .iter()
+                .zip(NODES)
+                .map(|(other, name)| IrEntry::ChassisEncap {
+                    chassis: name.to_string(),
+                    ip: other.ip(),
+                })
+                .collect(),
+            removed: Vec::new(),
+        });
         for ((name, _, node_index, _), pod) in PODS.iter().zip(pods) {
             if *node_index == index {
                 let ifindex = netns.ifindex(pod.host_interface()).unwrap();

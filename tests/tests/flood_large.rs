@@ -210,7 +210,10 @@ impl Fixture {
                 format!("node-{index}"),
                 10_000 + index,
             );
-            state.set_encap(&node, Some(chassis_ip(index)));
+            entries.push(IrEntry::ChassisEncap {
+                chassis: node.clone(),
+                ip: chassis_ip(index),
+            });
             entries.push(port(&name, key, &node));
             entries.push(member(key));
         }

@@ -438,13 +438,16 @@ async fn kube_ovn_routers_compile_with_mac_learning_as_a_side_duty() {
     assert!(!no_learn_variant(), "northd wrote the learning variants");
     check(&replica, "true");
 
-    // A neighbour flow that would change forwarding is still unsupported, and blocks.
+    // A neighbour flow that would change forwarding is still unsupported, which the compiler
+    // makes NotForwardable, and that blocks.
     let mut l3 = L3State::default();
     let mut entries: Vec<IrEntry> = replica.compiler.entries().cloned().collect();
-    entries.push(IrEntry::Unsupported {
+    entries.push(IrEntry::NotForwardable {
         datapath: router,
-        stage: "lr_in_learn_neighbor".into(),
-        reason: "neighbour learning variant".into(),
+        reason: ovnbpf_agent::pipeline::ir::Unforwardable::UnsupportedFlow {
+            stage: "lr_in_learn_neighbor".into(),
+            reason: "neighbour learning variant".into(),
+        },
     });
     l3.apply(&IrDiff {
         added: entries,

@@ -25,6 +25,7 @@ use super::{
 use crate::{
     daemon::ports::{DaemonHandle, PortError},
     dataplane::PortAttacher,
+    net::Ipv4Prefix,
 };
 
 /// Why an operation failed; the server turns it into an HTTP status and the error string.
@@ -296,10 +297,11 @@ impl Handler {
             ms = elapsed_ms(start),
             "CNI ADD done"
         );
-        let network = u32::from(facts.ip)
-            & u32::MAX
-                .checked_shl(32 - u32::from(facts.prefix_len))
-                .unwrap_or(0);
+        let subnet = Ipv4Prefix {
+            network: facts.ip,
+            length: facts.prefix_len,
+        };
+        let network = u32::from(facts.ip) & subnet.mask();
         Ok(CniResponse {
             ips: vec![IpConfig {
                 protocol: "IPv4".into(),

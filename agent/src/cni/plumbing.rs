@@ -100,7 +100,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
     let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     // A leftover host end of the same container (a retried ADD) is replaced.
     delete_with(&socket, &nic.host_interface)?;
-    let mac = crate::lflow::parse_mac(&nic.mac).ok_or_else(|| PlumbingError::Netlink {
+    let mac = crate::net::parse_mac(&nic.mac).ok_or_else(|| PlumbingError::Netlink {
         what: format!("the MAC {:?}", nic.mac),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a MAC address"),
     })?;
@@ -231,7 +231,7 @@ fn wait_up(socket: &rtnetlink::Socket, index: u32, interface: &str) {
 /// neighbours learn the address at the first exchange anyway.
 pub fn announce(nic: &PodNic) {
     let name = &nic.pod_interface;
-    let Some(mac) = crate::lflow::parse_mac(&nic.mac) else {
+    let Some(mac) = crate::net::parse_mac(&nic.mac) else {
         return;
     };
     let sent = netns::run_in(&nic.netns, || {

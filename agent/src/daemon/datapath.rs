@@ -1,11 +1,10 @@
 //! The daemon's side of the datapath (through [`crate::dataplane::Datapath`], whatever the
-//! backend): programs the IR diff and the other chassis's encap IPs, retries failed writes,
+//! backend): programs the IR diff (the other chassis's encap IPs included), retries failed writes,
 //! sweeps what a previous agent left, runs the backend's blocking upkeep off the loop (tunnel
 //! next hops, pods' attachments), and reads the datapath's counters for the metrics. Touches only
 //! the datapath and the daemon's datapath bookkeeping.
 
 use std::{
-    collections::HashMap,
     net::Ipv4Addr,
     sync::{Arc, atomic::Ordering},
 };
@@ -15,11 +14,7 @@ use tracing::{debug, info, warn};
 use super::Daemon;
 use crate::{
     dataplane::DatapathError,
-    ovsdb::replica::ChangeSet,
-    sb::{
-        Southbound,
-        rows::{Chassis, Encap},
-    },
+    pipeline::ir::{IrDiff, IrEntry},
 };
 
 /// A datapath reading for the metrics: empty without a datapath, or when it fails (logged).
@@ -34,46 +29,19 @@ pub(super) fn reading<T>(result: Option<Result<Vec<T>, DatapathError>>, counters
     }
 }
 
-/// Every chassis's Geneve encap IP (IPv4) by chassis name.
-pub(super) fn chassis_encaps(sb: &Southbound) -> HashMap<String, Ipv4Addr> {
-    sb.rows::<Encap>()
-        .filter(|encap| encap.kind == "geneve")
-        .filter_map(|encap| Some((encap.chassis_name.clone(), encap.ip.parse().ok()?)))
-        .collect()
-}
-
 impl Daemon {
-    /// Writes the IR diff and any encap change into the datapath; failures are logged and
-    /// counted, and the backend retries them with the next change (or the retry timer).
+    /// Writes the IR diff into the datapath; failures are logged and counted, and the backend
+    /// retries them with the next change (or the retry timer). A change of another chassis's
+    /// encap IP (an `IrEntry::ChassisEncap` of the diff) also refreshes the tunnel next hops.
     /// Returns the number of writes.
-    pub(super) fn program_datapath(
-        &mut self,
-        changes: &ChangeSet,
-        diff: &crate::pipeline::IrDiff,
-    ) -> usize {
+    pub(super) fn program_datapath(&mut self, diff: &IrDiff) -> usize {
+        if self.track_encaps(diff) {
+            self.refresh_tunnel_neighbours(true);
+        }
         let Some(datapath) = self.datapath.as_mut() else {
             return 0;
         };
-        let mut result = datapath.apply(diff);
-        let encaps_touched = changes.resynced
-            || [Chassis::TABLE, Encap::TABLE]
-                .iter()
-                .any(|t| changes.tables.get(*t).is_some_and(|c| !c.is_empty()));
-        if encaps_touched {
-            let encaps = chassis_encaps(&self.sb);
-            if encaps != self.encaps {
-                // The L2 state keeps the new encaps even when a write fails; the keys it could
-                // not write stay marked and are retried with the next change.
-                let encap_result = datapath.set_encaps(&encaps);
-                self.encaps = encaps;
-                self.refresh_tunnel_neighbours(true);
-                result = match (result, encap_result) {
-                    (Ok(ir_writes), Ok(encap_writes)) => Ok(ir_writes + encap_writes),
-                    (Err(error), _) | (_, Err(error)) => Err(error),
-                };
-            }
-        }
-        match result {
+        match datapath.apply(diff) {
             Ok(writes) => {
                 self.stats.datapath_writes += writes as u64;
                 writes
@@ -84,6 +52,27 @@ impl Daemon {
                 0
             }
         }
+    }
+
+    /// Keeps the chassis's encap IPs the tunnel next-hop refresh resolves in line with the
+    /// diff's `ChassisEncap` entries; whether they changed.
+    fn track_encaps(&mut self, diff: &IrDiff) -> bool {
+        let mut changed = false;
+        for entry in &diff.removed {
+            if let IrEntry::ChassisEncap { chassis, ip } = entry
+                && self.encaps.get(chassis) == Some(ip)
+            {
+                self.encaps.remove(chassis);
+                changed = true;
+            }
+        }
+        for entry in &diff.added {
+            if let IrEntry::ChassisEncap { chassis, ip } = entry {
+                self.encaps.insert(chassis.clone(), *ip);
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Keeps the other chassis's tunnel next hops resolved (see [`NEIGHBOUR_REFRESH`]).

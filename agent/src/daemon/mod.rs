@@ -77,6 +77,8 @@ pub struct DaemonStats {
     pub events: u64,
     pub rows_changed: u64,
     pub rejected_rows: u64,
+    /// Port_Binding address entries the compiler left out because they do not parse.
+    pub bad_addresses: u64,
     /// Southbound transactions submitted, and those refused or lost (see `southbound`).
     pub transactions: u64,
     pub failed_transactions: u64,
@@ -114,7 +116,7 @@ struct Daemon {
     chassis_uuid: Option<uuid::Uuid>,
     /// The datapath backend, when this agent forwards (not only follows the SB).
     datapath: Option<Box<dyn Datapath>>,
-    /// Other chassis's encap IPs as last given to the datapath.
+    /// Every chassis's encap IP as the IR last named it (for the tunnel next-hop refresh).
     encaps: HashMap<String, Ipv4Addr>,
     /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
     /// the monitored scope still grows).
@@ -307,6 +309,7 @@ impl Daemon {
         self.record(event, &changes);
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
+        self.stats.bad_addresses = self.compiler.bad_addresses();
         let sb = &self.sb;
         let datapath_name = |key| {
             sb.datapath_by_key(key)
@@ -315,7 +318,7 @@ impl Daemon {
         };
         self.unenforced_acls.apply(&diff, datapath_name);
         self.side_duties.apply(&diff, datapath_name);
-        let datapath_writes = self.program_datapath(&changes, &diff);
+        let datapath_writes = self.program_datapath(&diff);
         if !diff.is_empty() {
             debug!(
                 added = diff.added.len(),

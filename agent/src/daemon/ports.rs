@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     dataplane::PortAttachment,
-    pipeline::ir::parse_port_security,
+    net::{format_mac, parse_lsp_address as parse_port_security},
     sb::{
         Southbound,
         rows::{DatapathBinding, PortBinding},
@@ -352,7 +352,7 @@ pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, Stri
         ));
     }
     Ok(gateway.map(|(gateway, prefix_len)| PortFacts {
-        mac: format_mac(mac),
+        mac: format_mac(&mac),
         ip,
         prefix_len,
         gateway,
@@ -364,20 +364,11 @@ fn subnet_gateway(router_port: &PortBinding, ip: Ipv4Addr) -> Option<(Ipv4Addr, 
     router_port.mac.iter().find_map(|entry| {
         let (_, networks) = parse_port_security(entry)?;
         networks.into_iter().find_map(|network| {
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(network.length))
-                .unwrap_or(0);
-            (u32::from(network.network) & mask == u32::from(ip) & mask)
+            network
+                .contains(ip)
                 .then_some((network.network, network.length))
         })
     })
-}
-
-fn format_mac(mac: [u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 /// Where a plugged port's caller waits for `up`.

@@ -330,8 +330,7 @@ async fn a_diff_the_backend_cannot_write_is_counted_holds_nb_cfg_and_is_written_
         removed: Vec::new(),
     };
     backend.state().failing = true;
-    let changes = crate::ovsdb::replica::ChangeSet::default();
-    assert_eq!(daemon.program_datapath(&changes, &diff), 0);
+    assert_eq!(daemon.program_datapath(&diff), 0);
     assert_eq!(daemon.stats.datapath_errors, 1);
     daemon.acknowledge_nb_cfg().await;
     assert!(acknowledged(&mut recorder).is_empty());

@@ -4,6 +4,8 @@
 
 use std::{fmt, net::Ipv4Addr};
 
+use crate::net::format_mac;
+
 /// Where every decoded drop event is published (lagging or absent receivers lose events; the
 /// datapath's counters keep them all).
 pub type DropTap = tokio::sync::broadcast::Sender<DropReport>;
@@ -25,14 +27,7 @@ pub struct DropReport {
 
 impl fmt::Display for DropReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mac = |mac: Option<[u8; 6]>| {
-            mac.map_or("?".to_string(), |m| {
-                m.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            })
-        };
+        let mac = |mac: Option<[u8; 6]>| mac.map_or("?".to_string(), |m| format_mac(&m));
         write!(
             f,
             "{} > {}",

@@ -1,6 +1,6 @@
 //! An in-memory datapath backend for tests of the daemon and the CNI side without a kernel.
-//! It keeps what the eBPF backend keeps, in the same way: desired state (IR entries, plugged
-//! ports, encaps), what is installed, and the keys whose write failed, retried on the next
+//! It keeps what the eBPF backend keeps, in the same way: desired state (IR entries, encaps
+//! among them, plugged ports), what is installed, and the keys whose write failed, retried on the next
 //! write, [`Datapath::retry`] or [`Datapath::sweep`]. A test makes writes fail
 //! ([`State::failing`]), gives the host interfaces that exist, preloads a previous agent's
 //! leftovers and the counters, and reads everything back. Clones share one state.
@@ -22,7 +22,6 @@ use crate::pipeline::ir::{IrDiff, IrEntry};
 pub enum Key {
     Port(String),
     Entry(IrEntry),
-    Encap(String),
 }
 
 /// Everything the backend holds; tests set and read it through [`MemoryDatapath::state`].
@@ -34,7 +33,6 @@ pub struct State {
     pub interfaces: HashMap<String, u32>,
     pub plugged: HashMap<String, (String, u32)>,
     pub entries: BTreeSet<IrEntry>,
-    pub encaps: HashMap<String, Ipv4Addr>,
     pub installed: BTreeSet<Key>,
     /// Keys to write (or remove) at the next flush.
     pub dirty: BTreeSet<Key>,
@@ -54,7 +52,6 @@ impl State {
         match key {
             Key::Port(port) => self.plugged.contains_key(port),
             Key::Entry(entry) => self.entries.contains(entry),
-            Key::Encap(chassis) => self.encaps.contains_key(chassis),
         }
     }
 
@@ -118,25 +115,6 @@ impl Datapath for MemoryDatapath {
             state.entries.insert(entry.clone());
             state.dirty.insert(Key::Entry(entry.clone()));
         }
-        state.flush()
-    }
-
-    fn set_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) -> Result<usize, DatapathError> {
-        let mut state = self.state();
-        let changed: Vec<String> = encaps
-            .iter()
-            .filter(|(chassis, ip)| state.encaps.get(*chassis) != Some(*ip))
-            .map(|(chassis, _)| chassis.clone())
-            .chain(
-                state
-                    .encaps
-                    .keys()
-                    .filter(|chassis| !encaps.contains_key(*chassis))
-                    .cloned(),
-            )
-            .collect();
-        state.encaps.clone_from(encaps);
-        state.dirty.extend(changed.into_iter().map(Key::Encap));
         state.flush()
     }
 

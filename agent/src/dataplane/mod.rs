@@ -22,7 +22,7 @@
 //! call per IR diff, per plug and per CNI ADD's attach: nothing beside the map writes and the
 //! rtnl round trips those calls make (a CNI ADD takes milliseconds).
 
-use std::{collections::HashMap, fmt, net::Ipv4Addr, sync::Arc};
+use std::{fmt, net::Ipv4Addr, sync::Arc};
 
 use crate::pipeline::ir::IrDiff;
 
@@ -73,10 +73,6 @@ pub type InterfaceReading = (String, Option<String>, InterfaceCounters);
 pub trait Datapath: Send {
     /// Takes in an IR diff and writes what it changes.
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError>;
-
-    /// Replaces the known chassis encap IPs (other chassis's tunnel endpoints, by chassis name)
-    /// and writes what changes. The backend keeps them even when a write fails (retried).
-    fn set_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) -> Result<usize, DatapathError>;
 
     /// Forwards for `port` through host interface `interface`, which the backend's
     /// [`PortAttacher`] prepared (`attachment`). The port stays plugged when its writes fail.

@@ -4,11 +4,10 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+/// One entry of a port's addresses or port security, typed.
+pub use crate::net::LspAddress;
 /// A MAC address's octets.
 pub use crate::net::MacOctets as Mac;
-/// The old name of [`crate::net::parse_lsp_address`], kept for the daemon and the backend until
-/// they import it from [`crate::net`].
-pub use crate::net::parse_lsp_address as parse_port_security;
 /// IPv4 and IPv6 prefixes.
 pub use crate::net::{Ipv4Prefix as Prefix, Ipv6Prefix as Prefix6};
 
@@ -28,21 +27,33 @@ pub enum PortKind {
     Other(String),
 }
 
-/// One IR entry. `datapath` is always the datapath's tunnel key.
+/// One IR entry. `datapath` is always the datapath's tunnel key; the chassis-wide entries
+/// ([`IrEntry::ChassisEncap`]) belong to no datapath.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IrEntry {
+    /// Chassis `chassis` is reached through Geneve at `ip` (from its Encap row of type
+    /// "geneve"): where ports bound to it are tunnelled to.
+    ChassisEncap { chassis: String, ip: Ipv4Addr },
     /// A datapath (from Datapath_Binding): a logical switch or router.
     Datapath {
         datapath: u32,
         name: String,
         router: bool,
     },
-    /// Some logical flow of this datapath could not be compiled: a backend must not forward
-    /// traffic of this datapath as if the flow did not exist (it may refuse, or fall back).
+    /// Some logical flow of this datapath (in `stage`) could not be compiled: reported (coverage,
+    /// logs). Whether that stops the datapath from being forwarded is the compiler's call, made
+    /// as an [`IrEntry::NotForwardable`] beside it; backends do not read `stage`.
     Unsupported {
         datapath: u32,
         stage: String,
         reason: String,
+    },
+    /// The compiler's verdict that a backend must not forward this datapath's traffic as
+    /// compiled (it may refuse it, or fall back), and why. Stage knowledge stays in the
+    /// compiler: a backend obeys this entry and never reads `Unsupported.stage`.
+    NotForwardable {
+        datapath: u32,
+        reason: Unforwardable,
     },
     /// A flow of this datapath (in `stage`) also asks for a duty beside forwarding that the
     /// datapath does not perform, e.g. learning MAC_Bindings. Its forwarding is compiled, so a
@@ -55,14 +66,16 @@ pub enum IrEntry {
     /// A user's ACL (a Northbound ACL row, named by the first 8 hex digits of its UUID as
     /// northd's `stage-hint`) has flows on this switch that the datapath does not enforce.
     UnenforcedAcl { datapath: u32, acl: String },
-    /// A logical port (from Port_Binding), with its addresses and port-security allowances.
+    /// A logical port (from Port_Binding), with its addresses and port-security allowances,
+    /// parsed (in the Southbound's order; keywords such as "unknown" or "router" and entries
+    /// that do not parse are left out).
     Port {
         datapath: u32,
         key: u32,
         name: String,
         kind: PortKind,
-        addresses: Vec<String>,
-        port_security: Vec<String>,
+        addresses: Vec<LspAddress>,
+        port_security: Vec<LspAddress>,
     },
     /// A flood/multicast group (from Multicast_Group), by its tunnel key.
     FloodGroup {
@@ -284,6 +297,38 @@ pub enum IrEntry {
     },
 }
 
+/// What [`IrEntry::datapath`] gives for entries of no datapath (tunnel keys start at 1).
+pub const NO_DATAPATH: u32 = 0;
+
+/// Why a datapath must not be forwarded as compiled ([`IrEntry::NotForwardable`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unforwardable {
+    /// A flow of `stage` that changes how the datapath forwards could not be compiled.
+    UnsupportedFlow { stage: String, reason: String },
+    /// The router routes onto underlay switch `switch`, which has localnet port `localnet`
+    /// (Kube-OVN's U2O interconnection): OVN sends such routed traffic through the localnet
+    /// port with per-chassis MACs, which is not compiled.
+    UnderlayRouting { switch: String, localnet: String },
+}
+
+impl std::fmt::Display for Unforwardable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unforwardable::UnsupportedFlow { stage, reason } => write!(f, "{stage}: {reason}"),
+            Unforwardable::UnderlayRouting { switch, localnet } => write!(
+                f,
+                "routes onto underlay switch {switch} (localnet port {localnet}): U2O \
+                 interconnection is not compiled"
+            ),
+        }
+    }
+}
+
+/// The side duty of the neighbour stages the datapath leaves undone: ovn-controller (pinctrl)
+/// writes MAC_Binding rows from ARP and ND (`put_arp`, `put_nd`); ovnbpf does not learn yet.
+pub const MAC_LEARNING_NOT_DONE: &str =
+    "MAC learning (MAC_Binding from ARP/ND senders) is not done by the datapath";
+
 /// The transport protocol a router reject rule is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RejectProtocol {
@@ -343,12 +388,15 @@ pub enum RouterDropRule {
 }
 
 impl IrEntry {
-    /// The datapath (tunnel key) the entry belongs to.
+    /// The datapath (tunnel key) the entry belongs to; [`NO_DATAPATH`] for chassis-wide
+    /// entries.
     #[must_use]
     pub fn datapath(&self) -> u32 {
         match self {
+            IrEntry::ChassisEncap { .. } => NO_DATAPATH,
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
+            | IrEntry::NotForwardable { datapath, .. }
             | IrEntry::SideDutyNotDone { datapath, .. }
             | IrEntry::UnenforcedAcl { datapath, .. }
             | IrEntry::Port { datapath, .. }

@@ -8,9 +8,11 @@
 //! 1. one line in the [`declare_maps!`] table below (plus its key/value types in `lib.rs`, and a
 //!    [`crate::LAYOUT_VERSION`] bump if an existing map's name or layout changes);
 //! 2. one `kernel_map!` line in `ebpf/src/maps.rs`, next to the stage that uses it;
-//! 3. on the agent side, the function computing the map's desired values and the table that
-//!    installs them (`agent/src/dataplane/ebpf/l2.rs` or `l3.rs`); the generic
-//!    `set::<M>`/`remove::<M>`/`keys::<M>` and the test recorder need no edit.
+//! 3. on the agent side, the module of the map's family (`agent/src/dataplane/ebpf/l2/<family>.rs`
+//!    or `l3.rs`): a `Table<M, K>` in the family's tables, its `TableKey` impl, the function
+//!    computing its desired values, and its line in the family's flush and sweep (a new family
+//!    also registers its tables in `L2State`). The generic `set::<M>`/`remove::<M>`/`keys::<M>`,
+//!    the `Table` installer and the test recorder need no edit.
 
 use crate::{
     ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodGroup, FloodKey,

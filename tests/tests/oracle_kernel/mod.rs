@@ -258,14 +258,9 @@ impl KernelReplay {
             })
             .collect();
         let mut known_macs = router_macs.clone();
-        known_macs.extend(entries.iter().flat_map(|e| {
-            match e {
-                IrEntry::Port { addresses, .. } => addresses
-                    .iter()
-                    .filter_map(|a| ovnbpf_agent::lflow::parse_mac(a.split_whitespace().next()?))
-                    .collect(),
-                _ => Vec::new(),
-            }
+        known_macs.extend(entries.iter().flat_map(|e| match e {
+            IrEntry::Port { addresses, .. } => addresses.iter().map(|a| a.mac).collect(),
+            _ => Vec::new(),
         }));
         let mut l2 = L2State::new(CHASSIS);
         l2.set_providers(HashMap::from([("provider".to_string(), provider_index)]));
@@ -286,7 +281,10 @@ impl KernelReplay {
             };
             let ip = chassis_ip(pods.len());
             let chassis = format!("oracle-{ip}");
-            l2.set_encap(&chassis, Some(ip));
+            installed.push(IrEntry::ChassisEncap {
+                chassis: chassis.clone(),
+                ip,
+            });
             installed.push(placed(entry, &chassis));
             by_chassis.insert(ip, name.clone());
             pods.insert(
@@ -485,9 +483,9 @@ impl KernelReplay {
             && let L3::Ipv4 { destination, .. } = packet.l3
             && !port_security.iter().any(|entry| {
                 entry
-                    .split_whitespace()
-                    .skip(1)
-                    .any(|ip| ip == destination.to_string())
+                    .ipv4
+                    .iter()
+                    .any(|p| p.network == destination && p.length == 32)
             })
         {
             return Some(Known::EgressPortSecurityMissing);

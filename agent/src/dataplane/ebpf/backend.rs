@@ -3,7 +3,7 @@
 //! stay usable directly, as the kernel tests do), and the backend's errors become
 //! [`DatapathError`]s. Owns nothing.
 
-use std::{collections::HashMap, net::Ipv4Addr, sync::Arc};
+use std::{net::Ipv4Addr, sync::Arc};
 
 use tracing::Instrument;
 
@@ -41,10 +41,6 @@ impl From<PodFilterError> for DatapathError {
 impl Datapath for NodeDatapath {
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
         Ok(NodeDatapath::apply(self, diff)?)
-    }
-
-    fn set_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) -> Result<usize, DatapathError> {
-        Ok(NodeDatapath::set_encaps(self, encaps)?)
     }
 
     fn plug(

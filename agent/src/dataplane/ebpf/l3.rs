@@ -22,20 +22,11 @@ use ovnbpf_common::{
 
 use super::{
     EbpfError, Maps,
-    tables::{Table, TableKey, flush_from},
+    tables::{Pass, Table, TableKey, flush_from},
 };
-use crate::pipeline::{
-    IrDiff, UNDERLAY_ROUTING_STAGE,
-    ir::{
-        IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
-        parse_port_security,
-    },
+use crate::pipeline::ir::{
+    IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
 };
-
-/// Router stages whose unsupported flows do not change how plain routed IPv4 is forwarded
-/// between pods: SNAT on the way out applies only where NAT rules exist, which northd also
-/// expresses as flows in the stages that are checked.
-const HARMLESS_UNSUPPORTED_STAGES: [&str; 1] = ["lr_out_snat"];
 
 /// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
 /// order) and its prefix length in bits (the datapath's 32, then the prefix's).
@@ -181,8 +172,8 @@ impl L3State {
                             peer: Some(peer.clone()),
                             ipv4: addresses
                                 .first()
-                                .and_then(|a| parse_port_security(a))
-                                .and_then(|(_, prefixes)| prefixes.first().map(|p| p.network)),
+                                .and_then(|a| a.ipv4.first())
+                                .map(|p| p.network),
                         },
                     );
                     self.patch_by_peer
@@ -330,19 +321,13 @@ impl L3State {
                 ),
                 added,
             ),
-            IrEntry::Unsupported {
-                datapath,
-                stage,
-                reason,
-            } if (stage.starts_with("lr_")
-                && !HARMLESS_UNSUPPORTED_STAGES.contains(&stage.as_str()))
-                || stage == UNDERLAY_ROUTING_STAGE =>
-            {
-                self.block(*datapath, format!("{stage}: {reason}"), added);
+            // The compiler decides which gaps stop forwarding (an unsupported routing flow, U2O
+            // routing); the backend obeys. Unsupported flows it lets through, and side duties
+            // left undone (e.g. MAC learning), are only reported.
+            IrEntry::NotForwardable { datapath, reason } => {
+                self.block(*datapath, reason.to_string(), added);
             }
-            // The compiler compiled the flow's forwarding; the duty it leaves undone (e.g. MAC
-            // learning) is reported by the coverage, and does not stop forwarding.
-            IrEntry::SideDutyNotDone { .. } => {}
+            IrEntry::Unsupported { .. } | IrEntry::SideDutyNotDone { .. } => {}
             _ => {}
         }
     }
@@ -469,8 +454,9 @@ impl L3State {
         let mut routers = std::mem::take(&mut self.router_table);
         let written = routers.flush_with(
             maps,
+            Pass::All,
             |&datapath| self.desired_router(datapath),
-            |&datapath, desired| {
+            |_, &datapath, desired| {
                 // Only for the log when the router goes.
                 if desired.is_none() {
                     let reasons = self.blocked(datapath);
@@ -482,6 +468,7 @@ impl L3State {
                         );
                     }
                 }
+                Ok(())
             },
         );
         self.router_table = routers;

@@ -2,7 +2,7 @@
 //! tunnel endpoint, attaches to the uplink and the provider NICs (tcx links) and to the pods'
 //! host veths (a cls_bpf filter each, see [`pod_filter`](super::pod_filter); in the agent's
 //! network namespace; pods plug and unplug at run time), and keeps the L2 and L3 maps in line
-//! with the IR and the chassis encap IPs it is told about. With a pin root, a new agent adopts the
+//! with the IR (which also names the other chassis's encap IPs). With a pin root, a new agent adopts the
 //! maps and links of the previous one and the pods' filters (forwarding never stops), replaces the
 //! programs atomically, and sweeps stale entries once told its state is complete. Without one,
 //! everything is detached when it is dropped. Owns a [`KernelPrograms`], an [`L2State`], an
@@ -25,7 +25,7 @@ use super::{
     unpin_link,
 };
 use crate::dataplane::PortAttachment;
-use crate::pipeline::IrDiff;
+use crate::pipeline::ir::IrDiff;
 
 /// What the node datapath needs to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -339,13 +339,6 @@ impl NodeDatapath {
         // Routes before the switch entries that lead to them.
         let routed = self.l3.flush(&mut self.programs)?;
         Ok(routed + self.l2.flush(&mut self.programs)?)
-    }
-
-    /// Replaces the known chassis encap IPs (other chassis's tunnel endpoints) and writes what
-    /// changes.
-    pub fn set_encaps(&mut self, encaps: &HashMap<String, Ipv4Addr>) -> Result<usize, EbpfError> {
-        self.l2.replace_encaps(encaps);
-        self.l2.flush(&mut self.programs)
     }
 
     /// Whether logical port `port` is programmed (its veth forwards and receives).

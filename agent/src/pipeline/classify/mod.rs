@@ -14,9 +14,11 @@ mod tests;
 mod verdict;
 
 use matching::*;
-pub use router::MAC_LEARNING_NOT_DONE;
 use verdict::not_compiled;
-pub use verdict::{Class, is_acl_stage};
+pub use verdict::{Class, is_acl_stage, unsupported_stops_forwarding};
+
+/// The duty's old path; see [`crate::pipeline::ir::MAC_LEARNING_NOT_DONE`].
+pub use crate::pipeline::ir::MAC_LEARNING_NOT_DONE;
 
 use crate::lflow::ast::{Action, Expr};
 

@@ -13,7 +13,10 @@ use crate::{
         ast::{Action, Expr, Source, Value},
         lexer::Constant,
     },
-    pipeline::ir::{IrEntry, PolicyVerdict, RejectProtocol, RejectResponse, RouterDropRule},
+    pipeline::ir::{
+        IrEntry, MAC_LEARNING_NOT_DONE, PolicyVerdict, RejectProtocol, RejectResponse,
+        RouterDropRule,
+    },
 };
 
 /// `lr_in_ip_routing_pre`: everything uses route table 0 unless route tables are configured.
@@ -434,11 +437,6 @@ fn ttl_exceeded_source(actions: &[Action]) -> Option<Ipv4Addr> {
         _ => None,
     }
 }
-
-/// What the datapath leaves undone of the neighbour stages: ovn-controller (pinctrl) writes
-/// MAC_Binding rows from ARP and ND (`put_arp`, `put_nd`); ovnbpf does not learn yet.
-pub const MAC_LEARNING_NOT_DONE: &str =
-    "MAC learning (MAC_Binding from ARP/ND senders) is not done by the datapath";
 
 /// One action of the neighbour lookup/learning stages, by what it does to forwarding.
 enum LearningEffect {

@@ -222,3 +222,15 @@ fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
         );
     }
 }
+
+/// The compiler, not the backend, decides which unsupported flows stop their datapath: a router
+/// stage's do, except SNAT on the way out (it applies only where NAT rules exist, which other
+/// checked stages express); a switch stage's are reported only.
+#[test]
+fn unsupported_router_flows_stop_forwarding_switch_and_snat_flows_do_not() {
+    assert!(unsupported_stops_forwarding("lr_in_unsnat"));
+    assert!(unsupported_stops_forwarding("lr_in_learn_neighbor"));
+    assert!(!unsupported_stops_forwarding("lr_out_snat"));
+    assert!(!unsupported_stops_forwarding("ls_in_acl"));
+    assert!(!unsupported_stops_forwarding(""));
+}

@@ -33,6 +33,20 @@ pub(super) fn not_compiled(stage: &str) -> Class {
     }
 }
 
+/// Router stages whose unsupported flows do not change how plain routed IPv4 is forwarded
+/// between pods: SNAT on the way out applies only where NAT rules exist, which northd also
+/// expresses as flows in the stages that are checked.
+const HARMLESS_UNSUPPORTED_ROUTER_STAGES: [&str; 1] = ["lr_out_snat"];
+
+/// Whether an unsupported flow of `stage` keeps its datapath from being forwarded
+/// ([`crate::pipeline::ir::IrEntry::NotForwardable`]): a router stage's does (except the
+/// harmless ones above); a switch stage's is reported only (`Unsupported`, and `UnenforcedAcl`
+/// for ACL stages), its switch still forwards.
+#[must_use]
+pub fn unsupported_stops_forwarding(stage: &str) -> bool {
+    stage.starts_with("lr_") && !HARMLESS_UNSUPPORTED_ROUTER_STAGES.contains(&stage)
+}
+
 /// Whether `stage` is one of the ACL stages (where NetworkPolicies and subnet ACLs land).
 #[must_use]
 pub fn is_acl_stage(stage: &str) -> bool {

@@ -1,6 +1,6 @@
 //! The compiler: Southbound rows → reference-counted IR entries. Each logical flow is parsed once
 //! and classified per datapath ([`super::classify`]); Port_Binding and Multicast_Group rows become
-//! port and flood-group entries. Every source row remembers the entries it contributed, so a
+//! port and flood-group entries, Encap rows the chassis's tunnel endpoints. Every source row remembers the entries it contributed, so a
 //! change set costs O(changed rows) and yields an [`IrDiff`]. Touches only the SB replica (read)
 //! and the IR.
 
@@ -19,7 +19,7 @@ pub use underlay::UNDERLAY_ROUTING_STAGE;
 
 use super::{
     classify::{self, Class, Flow},
-    ir::{IrDiff, IrEntry},
+    ir::{IrDiff, IrEntry, Unforwardable},
 };
 use crate::{
     lflow::{parse_actions, parse_match},
@@ -27,8 +27,8 @@ use crate::{
     sb::{
         Southbound,
         rows::{
-            Chassis, DatapathBinding, LogicalDpGroup, LogicalFlow, MacBinding, MulticastGroup,
-            PortBinding,
+            Chassis, DatapathBinding, Encap, LogicalDpGroup, LogicalFlow, MacBinding,
+            MulticastGroup, PortBinding,
         },
     },
 };
@@ -54,6 +54,9 @@ pub struct Compiler {
     /// not compiled): per switch tunnel key, the Unsupported entries of those routers.
     underlay_routing: HashMap<u32, Vec<IrEntry>>,
     entries: HashMap<IrEntry, u32>,
+    /// Port_Binding address entries (`mac`, `port_security`) that did not parse, counted each
+    /// time their row was compiled.
+    bad_addresses: u64,
 }
 
 #[derive(Default)]
@@ -81,6 +84,13 @@ impl Compiler {
         Self::default()
     }
 
+    /// Port_Binding address entries that did not parse (and were left out of the IR) so far,
+    /// counted each time their row was compiled.
+    #[must_use]
+    pub fn bad_addresses(&self) -> u64 {
+        self.bad_addresses
+    }
+
     /// Every IR entry.
     pub fn entries(&self) -> impl Iterator<Item = &IrEntry> {
         self.entries.keys()
@@ -105,7 +115,9 @@ impl Compiler {
             let gone = change.deleted.iter().map(|(u, _)| *u);
             match table.as_str() {
                 LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
-                PortBinding::TABLE | MacBinding::TABLE => rows.extend(touched.chain(gone)),
+                PortBinding::TABLE | MacBinding::TABLE | Encap::TABLE => {
+                    rows.extend(touched.chain(gone))
+                }
                 MulticastGroup::TABLE => {
                     for uuid in touched.chain(gone) {
                         let ports = change
@@ -184,6 +196,7 @@ impl Compiler {
             .map(|p| p.uuid)
             .chain(sb.rows::<DatapathBinding>().map(|d| d.uuid))
             .chain(sb.rows::<MacBinding>().map(|m| m.uuid))
+            .chain(sb.rows::<Encap>().map(|e| e.uuid))
             .collect();
         for uuid in rows {
             self.compile_row(sb, uuid, delta);
@@ -291,6 +304,15 @@ impl Compiler {
                                 stage: stage.clone(),
                                 reason: reason.clone(),
                             });
+                            if classify::unsupported_stops_forwarding(&stage) {
+                                contribution.entries.push(IrEntry::NotForwardable {
+                                    datapath,
+                                    reason: Unforwardable::UnsupportedFlow {
+                                        stage: stage.clone(),
+                                        reason: reason.clone(),
+                                    },
+                                });
+                            }
                             // northd names the ACL a flow comes from; its default ACL-stage
                             // flows carry no such hint.
                             if let Some(acl) = flow.external_ids.get("stage-hint")
@@ -338,3 +360,6 @@ fn flow_datapaths(sb: &Southbound, flow: &LogicalFlow) -> Vec<u32> {
         .map(|dp| dp.tunnel_key)
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,23 +1,29 @@
-//! Row entries: Port_Binding → port, MAC_Binding → learned neighbour, Datapath_Binding →
-//! datapath. Touches the SB replica (read) and the compiler's per-row contributions.
+//! Row entries: Encap → chassis encap, Port_Binding → port (its address columns parsed once, here, into typed
+//! addresses; entries that do not parse are logged and counted), MAC_Binding → learned
+//! neighbour, Datapath_Binding → datapath. Touches the SB replica (read) and the compiler's per-row contributions.
 
 use uuid::Uuid;
 
 use super::{Compiler, Contribution, Delta};
 use crate::{
+    net::{LspAddress, is_address_keyword},
     pipeline::ir::{IrEntry, PortKind},
     sb::{
         Southbound,
-        rows::{Chassis, DatapathBinding, MacBinding, PortBinding},
+        rows::{Chassis, DatapathBinding, Encap, MacBinding, PortBinding},
     },
 };
 
 impl Compiler {
     pub(super) fn compile_row(&mut self, sb: &Southbound, uuid: Uuid, delta: &mut Delta) {
         let entries = if let Some(port) = sb.row::<PortBinding>(&uuid) {
-            port_entry(sb, &port).into_iter().collect()
+            let (entry, bad) = port_entry(sb, &port);
+            self.bad_addresses += bad;
+            entry.into_iter().collect()
         } else if let Some(binding) = sb.row::<MacBinding>(&uuid) {
             learned_neighbour(sb, &binding).into_iter().collect()
+        } else if let Some(encap) = sb.row::<Encap>(&uuid) {
+            chassis_encap(&encap).into_iter().collect()
         } else if let Some(datapath) = sb.row::<DatapathBinding>(&uuid) {
             vec![IrEntry::Datapath {
                 datapath: datapath.tunnel_key,
@@ -42,8 +48,15 @@ impl Compiler {
     }
 }
 
-pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry> {
-    let datapath = sb.row::<DatapathBinding>(&port.datapath?)?.tunnel_key;
+/// The port entry of a Port_Binding row, and how many of its address entries did not parse
+/// (each logged; OVN ignores them too).
+pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> (Option<IrEntry>, u64) {
+    let Some(datapath) = port
+        .datapath
+        .and_then(|datapath| sb.row::<DatapathBinding>(&datapath))
+    else {
+        return (None, 0);
+    };
     let kind = match port.kind.as_str() {
         "" => PortKind::Vif {
             chassis: port
@@ -64,14 +77,59 @@ pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> Option<IrEntry>
         },
         other => PortKind::Other(other.to_string()),
     };
-    Some(IrEntry::Port {
-        datapath,
+    let mut bad = 0;
+    let mut typed = |column: &'static str, entries: &[String]| -> Vec<LspAddress> {
+        entries
+            .iter()
+            .filter(|entry| column == "port_security" || !is_address_keyword(entry))
+            .filter_map(|entry| match entry.parse::<LspAddress>() {
+                Ok(address) => Some(address),
+                Err(error) => {
+                    bad += 1;
+                    tracing::warn!(
+                        port = %port.logical_port,
+                        column,
+                        %error,
+                        "Port_Binding address entry ignored"
+                    );
+                    None
+                }
+            })
+            .collect()
+    };
+    let addresses = typed("mac", &port.mac);
+    let port_security = typed("port_security", &port.port_security);
+    let entry = IrEntry::Port {
+        datapath: datapath.tunnel_key,
         key: port.tunnel_key,
         name: port.logical_port.clone(),
         kind,
-        addresses: port.mac.clone(),
-        port_security: port.port_security.clone(),
-    })
+        addresses,
+        port_security,
+    };
+    (Some(entry), bad)
+}
+
+/// An Encap row as the chassis's tunnel endpoint: Geneve over IPv4 only (what the datapath
+/// tunnels through); other types and IPv6 endpoints give no entry.
+pub(super) fn chassis_encap(encap: &Encap) -> Option<IrEntry> {
+    if encap.kind != "geneve" {
+        return None;
+    }
+    match encap.ip.parse() {
+        Ok(ip) => Some(IrEntry::ChassisEncap {
+            chassis: encap.chassis_name.clone(),
+            ip,
+        }),
+        Err(_) => {
+            tracing::debug!(
+                chassis = %encap.chassis_name,
+                ip = %encap.ip,
+                "Geneve endpoint not IPv4: not tunnelled to"
+            );
+            None
+        }
+    }
 }
 
 /// A MAC_Binding row as a learned neighbour (IPv4 only for now).

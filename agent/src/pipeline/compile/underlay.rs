@@ -1,12 +1,12 @@
 //! Underlay routing (Kube-OVN's U2O interconnection): routers with a port on a switch that has a
-//! localnet port are reported as Unsupported entries, recomputed per switch when a localnet or
+//! localnet port are reported as Unsupported entries and made NotForwardable, recomputed per switch when a localnet or
 //! patch port changes. Touches the SB replica (read) and the compiler's underlay state.
 
 use uuid::Uuid;
 
 use super::{Compiler, Delta};
 use crate::{
-    pipeline::ir::{IrEntry, PortKind},
+    pipeline::ir::{IrEntry, PortKind, Unforwardable},
     sb::{
         Southbound,
         rows::{DatapathBinding, PortBinding},
@@ -70,7 +70,7 @@ impl Compiler {
 /// The stage name under which routers that route onto an underlay switch are reported.
 pub const UNDERLAY_ROUTING_STAGE: &str = "u2o (router ports on underlay switches)";
 
-/// One Unsupported entry per router with a port on `switch`, if `switch` has a localnet port:
+/// One Unsupported and one NotForwardable entry per router with a port on `switch`, if `switch` has a localnet port:
 /// routing between an underlay and an overlay subnet (Kube-OVN's U2O interconnection) is not
 /// compiled. OVN sends such routed traffic through the localnet port, with per-chassis MACs
 /// (`ovn-chassis-mac-mappings`), which the kernel programs do not do.
@@ -100,15 +100,24 @@ pub(super) fn underlay_routing_entries(sb: &Southbound, switch: u32) -> Vec<IrEn
         .collect();
     routers.sort_unstable();
     routers.dedup();
+    let reason = Unforwardable::UnderlayRouting {
+        switch: name,
+        localnet: localnet.logical_port.clone(),
+    };
     routers
         .into_iter()
-        .map(|router| IrEntry::Unsupported {
-            datapath: router,
-            stage: UNDERLAY_ROUTING_STAGE.to_string(),
-            reason: format!(
-                "routes onto underlay switch {name} (localnet port {}): U2O interconnection is not compiled",
-                localnet.logical_port
-            ),
+        .flat_map(|router| {
+            [
+                IrEntry::Unsupported {
+                    datapath: router,
+                    stage: UNDERLAY_ROUTING_STAGE.to_string(),
+                    reason: reason.to_string(),
+                },
+                IrEntry::NotForwardable {
+                    datapath: router,
+                    reason: reason.clone(),
+                },
+            ]
         })
         .collect()
 }

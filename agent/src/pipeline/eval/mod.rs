@@ -21,7 +21,7 @@ mod switch;
 
 use std::collections::HashMap;
 
-use crate::pipeline::ir::{IrEntry, Mac, PortKind};
+use crate::pipeline::ir::{IrEntry, LspAddress, Mac, PortKind};
 use packet::Packet;
 
 /// What happened to a packet.
@@ -36,7 +36,7 @@ pub struct Trace {
 pub struct Evaluator<'a> {
     datapaths: HashMap<u32, (&'a str, bool)>,
     ports: HashMap<&'a str, (u32, u32, &'a PortKind)>,
-    port_security: HashMap<&'a str, &'a [String]>,
+    port_security: HashMap<&'a str, &'a [LspAddress]>,
     port_names: HashMap<(u32, u32), &'a str>,
     groups: HashMap<(u32, &'a str), Vec<u32>>,
     by_datapath: HashMap<u32, Vec<&'a IrEntry>>,

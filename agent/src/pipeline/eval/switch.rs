@@ -7,16 +7,16 @@ use super::{
     packet::{L3, L4, Packet},
 };
 use crate::{
-    net::{format_mac, parse_lsp_address},
+    net::{LspAddress, format_mac},
     pipeline::ir::{IrEntry, PortKind},
 };
 
 /// OVN's ingress port security (IPv4/ARP): the source MAC must be allowed; when addresses are
 /// listed, so must be the IPv4 source (0.0.0.0 for DHCP discovery) and the ARP sender.
-fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
+fn ingress_allowed(allowed: &[LspAddress], packet: &Packet) -> bool {
     allowed
         .iter()
-        .filter_map(|e| parse_lsp_address(e))
+        .map(|address| (address.mac, &address.ipv4))
         .any(|(mac, prefixes)| {
             if packet.eth_src != mac {
                 return false;
@@ -52,13 +52,13 @@ fn ingress_allowed(allowed: &[String], packet: &Packet) -> bool {
 /// OVN's egress port security (IPv4): frames to multicast/broadcast MACs are exempt (northd's
 /// `eth.mcast` rule); otherwise the destination MAC must be allowed and, when addresses are
 /// listed, so must be the IPv4 destination (or limited broadcast/multicast).
-fn egress_allowed(allowed: &[String], packet: &Packet) -> bool {
+fn egress_allowed(allowed: &[LspAddress], packet: &Packet) -> bool {
     if is_multicast(&packet.eth_dst) {
         return true;
     }
     allowed
         .iter()
-        .filter_map(|e| parse_lsp_address(e))
+        .map(|address| (address.mac, &address.ipv4))
         .any(|(mac, prefixes)| {
             if packet.eth_dst != mac {
                 return false;

@@ -3,8 +3,11 @@ use ovnbpf_common::FLOOD_SLOT_REMOTE;
 use std::collections::BTreeSet;
 
 use crate::dataplane::ebpf::maps::{Recorder, Slot, Writable};
+use crate::pipeline::ir::PortKind;
 use ovnbpf_common::{
-    FloodGroup, FloodMemberKey,
+    ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL, FibEntry,
+    FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort,
+    ProviderKey,
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
         PortSecurityMap, ProviderNetworks, TunnelPorts,
@@ -154,13 +157,56 @@ fn added(entries: Vec<IrEntry>) -> IrDiff {
 fn two_pods() -> (L2State, Recorder) {
     let mut state = L2State::new("node1");
     state.set_interface("a1", Some(40));
-    state.set_encap("node2", Some(NODE2));
-    let mut entries = pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP);
+    let mut entries = vec![encap("node2", NODE2)];
+    entries.extend(pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP));
     entries.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
     state.apply(&added(entries));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     (state, maps)
+}
+
+/// Chassis `chassis`'s Geneve endpoint, as the compiler emits it from its Encap row.
+fn encap(chassis: &str, ip: Ipv4Addr) -> IrEntry {
+    IrEntry::ChassisEncap {
+        chassis: chassis.into(),
+        ip,
+    }
+}
+
+/// The IR carries the chassis's endpoints: a remote pod's FIB entry follows its chassis's Encap
+/// row as it moves, holds while a second endpoint of the chassis remains, and goes with the last.
+#[test]
+fn remote_pods_follow_their_chassis_encap_from_the_ir() {
+    let (mut state, mut maps) = two_pods();
+    let remote_ip = |maps: &Recorder| maps.fib().get(&(DP, REMOTE_MAC)).map(|e| e.remote_ip);
+    let moved = Ipv4Addr::new(172, 31, 0, 99);
+    state.apply(&IrDiff {
+        added: vec![encap("node2", moved)],
+        removed: vec![encap("node2", NODE2)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(remote_ip(&maps), Some(u32::from_ne_bytes(moved.octets())));
+
+    // A second, lower endpoint is preferred; removing it falls back to the first.
+    let lower = Ipv4Addr::new(172, 31, 0, 5);
+    state.apply(&added(vec![encap("node2", lower)]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(remote_ip(&maps), Some(u32::from_ne_bytes(lower.octets())));
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![encap("node2", lower)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(remote_ip(&maps), Some(u32::from_ne_bytes(moved.octets())));
+
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![encap("node2", moved)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(remote_ip(&maps), None, "no endpoint: not reachable");
+    assert!(maps.fib().contains_key(&(DP, LOCAL_MAC)));
 }
 
 #[test]
@@ -276,7 +322,11 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
             chassis: Some("node1".into()),
         },
         addresses: Vec::new(),
-        port_security: vec!["0a:58:0a:00:01:02 10.0.1.2 10.0.1.20/32 fd00::2".into()],
+        port_security: vec![
+            "0a:58:0a:00:01:02 10.0.1.2 10.0.1.20/32 fd00::2"
+                .parse()
+                .unwrap(),
+        ],
     };
     state.apply(&added(vec![secured.clone()]));
     let mut maps = Recorder::default();
@@ -627,7 +677,8 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
         key,
         name: name.into(),
         kind: PortKind::Patch { peer: peer.into() },
-        addresses: vec![address.into()],
+        // As the compiler types them: "router" is a keyword, no address.
+        addresses: address.parse().ok().into_iter().collect(),
         port_security: Vec::new(),
     };
     let mut state = L2State::new("node1");
@@ -698,7 +749,8 @@ fn an_underlay_switch_meets_its_provider_nic_with_its_vlan() {
             network_name: "physnet1".into(),
             tag,
         },
-        addresses: vec!["unknown".into()],
+        // "unknown" is a keyword, no address.
+        addresses: Vec::new(),
         port_security: Vec::new(),
     };
     state.apply(&added(vec![localnet(Some(100))]));

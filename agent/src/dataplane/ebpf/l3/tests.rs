@@ -1,5 +1,7 @@
 use super::*;
 
+use crate::pipeline::ir::Unforwardable;
+
 use crate::dataplane::ebpf::maps::Recorder;
 use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes};
 
@@ -45,7 +47,8 @@ fn patch(datapath: u32, key: u32, name: &str, peer: &str) -> IrEntry {
         key,
         name: name.into(),
         kind: PortKind::Patch { peer: peer.into() },
-        addresses: vec![address.into()],
+        // As the compiler types them: "router" is a keyword, no address.
+        addresses: address.parse().ok().into_iter().collect(),
         port_security: Vec::new(),
     }
 }
@@ -203,14 +206,16 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
     assert_eq!(state.blocked(ROUTER).len(), 1);
     assert!(
         maps.routers().contains_key(&PEER_ROUTER),
-        "lr_out_snat alone does not"
+        "an unsupported flow the compiler did not make NotForwardable does not"
     );
 
     state.apply(&IrDiff {
-        added: vec![IrEntry::Unsupported {
+        added: vec![IrEntry::NotForwardable {
             datapath: PEER_ROUTER,
-            stage: "lr_in_unsnat".into(),
-            reason: "NAT".into(),
+            reason: Unforwardable::UnsupportedFlow {
+                stage: "lr_in_unsnat".into(),
+                reason: "NAT".into(),
+            },
         }],
         removed: vec![policy],
     });
@@ -219,10 +224,12 @@ fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
     assert!(!maps.routers().contains_key(&PEER_ROUTER));
 
     // Routing onto an underlay switch (U2O), reported by the compiler, keeps it out too.
-    let u2o = IrEntry::Unsupported {
+    let u2o = IrEntry::NotForwardable {
         datapath: ROUTER,
-        stage: crate::pipeline::UNDERLAY_ROUTING_STAGE.into(),
-        reason: "routes onto underlay switch".into(),
+        reason: Unforwardable::UnderlayRouting {
+            switch: "underlay".into(),
+            localnet: "ln-underlay".into(),
+        },
     };
     state.apply(&diff(vec![u2o.clone()]));
     state.flush(&mut maps).unwrap();
@@ -365,7 +372,7 @@ fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
         entries.push(IrEntry::SideDutyNotDone {
             datapath: ROUTER,
             stage: stage.into(),
-            duty: crate::pipeline::classify::MAC_LEARNING_NOT_DONE.into(),
+            duty: crate::pipeline::ir::MAC_LEARNING_NOT_DONE.into(),
         });
     }
     state.apply(&diff(entries));
@@ -378,10 +385,12 @@ fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
     );
     assert!(state.blocked(ROUTER).is_empty());
 
-    let unsupported = IrEntry::Unsupported {
+    let unsupported = IrEntry::NotForwardable {
         datapath: ROUTER,
-        stage: "lr_in_learn_neighbor".into(),
-        reason: "neighbour learning variant".into(),
+        reason: Unforwardable::UnsupportedFlow {
+            stage: "lr_in_learn_neighbor".into(),
+            reason: "neighbour learning variant".into(),
+        },
     };
     state.apply(&diff(vec![unsupported.clone()]));
     state.flush(&mut maps).unwrap();

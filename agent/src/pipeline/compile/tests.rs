@@ -1,0 +1,206 @@
+//! Compiler tests on a replica built from update notifications: the rows the IR gets its typed
+//! addresses and chassis encaps from.
+
+use std::{collections::BTreeMap, net::Ipv4Addr, sync::Arc};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    net::{Ipv4Prefix, LspAddress},
+    ovsdb::{
+        schema::DatabaseSchema,
+        session::{MonitorMethod, SessionEvent, UpdateFormat},
+    },
+    pipeline::ir::PortKind,
+};
+
+const DP: &str = "00000000-0000-0000-0000-0000000000a1";
+const PB: &str = "00000000-0000-0000-0000-0000000000b1";
+const ENCAP: &str = "00000000-0000-0000-0000-0000000000e1";
+const ROUTER: &str = "00000000-0000-0000-0000-0000000000a2";
+
+/// A Southbound with one switch (tunnel key 5), one pod port with `mac` and `port_security` as
+/// given, and node2's Geneve endpoint; the compiler's first diff.
+fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff) {
+    let set = json!({"type": {"key": "string", "min": 0, "max": "unlimited"}});
+    let map = json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
+    let optional = |key: Value| json!({"type": {"key": key, "min": 0, "max": 1}});
+    let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
+    "tables": {
+        "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}, "external_ids": map}},
+        "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+            "datapath": optional(json!({"type": "uuid"})), "tunnel_key": {"type": "integer"},
+            "type": {"type": "string"}, "mac": set, "port_security": set, "options": map}},
+        "Encap": {"columns": {"type": {"type": "string"}, "ip": {"type": "string"},
+            "chassis_name": {"type": "string"}, "options": map}},
+        "Logical_Flow": {"columns": {"logical_datapath": optional(json!({"type": "uuid"})),
+            "priority": {"type": "integer"}, "match": {"type": "string"},
+            "actions": {"type": "string"}, "external_ids": map}},
+    }}))
+    .unwrap();
+    let monitored: BTreeMap<String, Vec<String>> = schema
+        .tables
+        .iter()
+        .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
+        .collect();
+    let mut sb = Southbound::new();
+    let changes = sb.apply(&SessionEvent::Snapshot {
+        remote: "test".into(),
+        method: MonitorMethod::MonitorCondSince,
+        schema: Arc::new(schema),
+        monitored,
+        updates: json!({
+            "Datapath_Binding": {DP: {"initial": {"tunnel_key": 5,
+                "external_ids": ["map", [["name", "subnet-a"]]]}},
+                ROUTER: {"initial": {"tunnel_key": 9,
+                "external_ids": ["map", [["name", "vpc-a"], ["logical-router", ROUTER]]]}}},
+            "Port_Binding": {PB: {"initial": {"logical_port": "pod.ns", "tunnel_key": 3,
+                "datapath": ["uuid", DP], "mac": mac, "port_security": port_security}}},
+            "Encap": {ENCAP: {"initial": {"type": "geneve", "ip": "172.18.0.3",
+                "chassis_name": "node2"}}},
+        }),
+        format: UpdateFormat::Update2,
+        resumed: false,
+    });
+    let mut compiler = Compiler::new();
+    let diff = compiler.apply(&sb, &changes);
+    (sb, compiler, diff)
+}
+
+fn port_of(diff: &IrDiff) -> (&[LspAddress], &[LspAddress]) {
+    diff.added
+        .iter()
+        .find_map(|entry| match entry {
+            IrEntry::Port {
+                addresses,
+                port_security,
+                kind: PortKind::Vif { .. },
+                ..
+            } => Some((addresses.as_slice(), port_security.as_slice())),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn port_addresses_reach_the_ir_typed_and_bad_entries_are_counted_and_left_out() {
+    let (_, compiler, diff) = southbound(
+        json!(["set", ["0a:58:0a:00:01:02 10.0.1.2", "unknown"]]),
+        json!([
+            "set",
+            ["0a:58:0a:00:01:02 10.0.1.2 not-an-ip", "0a:58:0a:00:01:03"]
+        ]),
+    );
+    let (addresses, port_security) = port_of(&diff);
+    let pod = LspAddress {
+        mac: [0x0a, 0x58, 0x0a, 0x00, 0x01, 0x02],
+        ipv4: vec![Ipv4Prefix {
+            network: Ipv4Addr::new(10, 0, 1, 2),
+            length: 32,
+        }],
+        ipv6: Vec::new(),
+    };
+    assert_eq!(addresses, [pod], "the keyword \"unknown\" is no address");
+    assert_eq!(
+        port_security,
+        [LspAddress {
+            mac: [0x0a, 0x58, 0x0a, 0x00, 0x01, 0x03],
+            ..LspAddress::default()
+        }],
+        "the entry with a bad word is left out, as OVN does"
+    );
+    assert_eq!(compiler.bad_addresses(), 1);
+}
+
+#[test]
+fn encap_rows_become_chassis_encaps_and_change_incrementally() {
+    let (mut sb, mut compiler, diff) =
+        southbound(json!("0a:58:0a:00:01:02 10.0.1.2"), json!(["set", []]));
+    let node2 = |ip: [u8; 4]| IrEntry::ChassisEncap {
+        chassis: "node2".into(),
+        ip: Ipv4Addr::from(ip),
+    };
+    assert!(diff.added.contains(&node2([172, 18, 0, 3])), "{diff:?}");
+    assert_eq!(compiler.bad_addresses(), 0);
+
+    let mut update = |row: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: json!({"Encap": {ENCAP: row}}),
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    // The endpoint moves: exactly that entry changes.
+    let diff = update(json!({"modify": {"ip": "172.18.0.9"}}));
+    assert_eq!(diff.added, [node2([172, 18, 0, 9])]);
+    assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);
+    // Not Geneve (or not IPv4): no endpoint to tunnel to.
+    let diff = update(json!({"modify": {"type": "vxlan"}}));
+    assert!(diff.added.is_empty());
+    assert_eq!(diff.removed, [node2([172, 18, 0, 9])]);
+    let diff = update(json!({"modify": {"type": "geneve", "ip": "fd00::9"}}));
+    assert!(diff.is_empty(), "{diff:?}");
+    let diff = update(json!({"modify": {"ip": "172.18.0.3"}}));
+    assert_eq!(diff.added, [node2([172, 18, 0, 3])]);
+    let diff = update(json!({"delete": null}));
+    assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);
+}
+
+/// The compiler decides which unsupported flows stop their router: a NAT flow in an ingress
+/// router stage does (NotForwardable beside the Unsupported report, gone with the flow), one in
+/// `lr_out_snat` is only reported.
+#[test]
+fn unsupported_router_flows_make_their_router_not_forwardable_as_the_compiler_decides() {
+    let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
+    let mut flow = |uuid: &str, row: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: json!({"Logical_Flow": {uuid: row}}),
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    let nat = |stage: &str| {
+        json!({"insert": {"logical_datapath": ["uuid", ROUTER], "priority": 100,
+            "match": "ip && ip4.dst == 172.18.0.100", "actions": "ct_snat;",
+            "external_ids": ["map", [["stage-name", stage]]]}})
+    };
+    let unsnat = "00000000-0000-0000-0000-0000000000f1";
+    let diff = flow(unsnat, nat("lr_in_unsnat"));
+    let blocking: Vec<&IrEntry> = diff
+        .added
+        .iter()
+        .filter(|e| matches!(e, IrEntry::NotForwardable { .. }))
+        .collect();
+    assert_eq!(
+        blocking,
+        [&IrEntry::NotForwardable {
+            datapath: 9,
+            reason: Unforwardable::UnsupportedFlow {
+                stage: "lr_in_unsnat".into(),
+                reason: "NAT is not in the datapath yet".into(),
+            },
+        }],
+        "{diff:?}"
+    );
+    assert!(
+        diff.added
+            .iter()
+            .any(|e| matches!(e, IrEntry::Unsupported { datapath: 9, .. })),
+        "still reported: {diff:?}"
+    );
+    let diff = flow("00000000-0000-0000-0000-0000000000f2", nat("lr_out_snat"));
+    assert!(
+        diff.added
+            .iter()
+            .all(|e| !matches!(e, IrEntry::NotForwardable { .. })),
+        "{diff:?}"
+    );
+    let diff = flow(unsnat, json!({"delete": null}));
+    assert!(
+        diff.removed
+            .iter()
+            .any(|e| matches!(e, IrEntry::NotForwardable { datapath: 9, .. })),
+        "{diff:?}"
+    );
+}
