@@ -1,6 +1,6 @@
 //! ovnbpf agent library: everything the `ovnbpf-agent` daemon is made of, exposed as modules so
-//! integration tests and tools drive the same code. See DESIGN.md for the data flow; each module's
-//! doc says what it owns.
+//! integration tests and tools drive the same code. The repository's `ARCHITECTURE.md` has the
+//! data flow, the code map and the layering rules; each module's doc says what it owns.
 
 pub mod chassis;
 pub mod cni;
