@@ -31,17 +31,52 @@ pub const OVERLAPPING_PODS: [PodPlan; 4] = [
 /// Builds [`OVERLAPPING_PODS`] in the NB (through ovn-nbctl, as Kube-OVN does) and as real pods
 /// (namespaces with veths, MTU 1442 for Geneve) on `nodes`; host veths are `<pod>_h`.
 pub fn overlapping_vpcs(lab: &OvnLab, nodes: &[Node]) -> Vec<Pod> {
+    overlapping_vpcs_with(lab, nodes, &OVERLAPPING_PODS)
+}
+
+/// [`overlapping_vpcs`] with other pods in the two VPCs (subnets `subnet-a` and `subnet-b`).
+pub fn overlapping_vpcs_with(lab: &OvnLab, nodes: &[Node], plans: &[PodPlan]) -> Vec<Pod> {
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
         .unwrap()
         .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
         .unwrap();
-    for (name, subnet, _, ip) in OVERLAPPING_PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
+    build_planned_pods(lab, nodes, topology, plans, false, 1442)
+}
+
+/// Adds `plans`' logical ports to `topology` (MACs from [`mac_for`], namespace `ns`), applies it
+/// through ovn-nbctl and creates the pods (see [`add_planned_pods`]).
+pub fn build_planned_pods(
+    lab: &OvnLab,
+    nodes: &[Node],
+    mut topology: Topology,
+    plans: &[PodPlan],
+    gateway: bool,
+    mtu: u32,
+) -> Vec<Pod> {
+    for (name, subnet, _, ip) in plans {
+        topology.pod(subnet, name, "ns", &mac_for(name), *ip);
     }
     topology.apply(lab).unwrap();
-    add_planned_pods(nodes, &OVERLAPPING_PODS, false, 1442)
+    add_planned_pods(nodes, plans, gateway, mtu)
+}
+
+/// Turns IPv6 off in `pods` (no router solicitations or MLD reports), so counters of their ports
+/// move only with the traffic a test sends, and waits for what was already in flight.
+pub fn silence_ipv6(pods: &[&Pod]) {
+    for pod in pods {
+        pod.netns()
+            .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Both nodes' datapath counters (see [`datapath_counters`]), the pins of node `i` under
+/// `pin_root/NODES[i]`.
+pub fn both_nodes_counters(nodes: &[Node], pin_root: &std::path::Path) -> [serde_json::Value; 2] {
+    [0, 1].map(|index| datapath_counters(&nodes[index], &pin_root.join(NODES[index])))
 }
 
 /// A pod as the tests plan it: (name, subnet, node index, address in a /24).

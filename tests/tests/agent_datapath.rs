@@ -40,17 +40,8 @@ fn agents_program_the_datapath_from_the_sb() {
 
     let (a1, b1, b2) = (&pods[0], &pods[2], &pods[3]);
     // vpc-b's pods stay quiet (no IPv6 chatter), so anything delivered to them came from vpc-a.
-    for pod in [b1, b2] {
-        pod.netns()
-            .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
-            .unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let counters = || {
-        [0, 1].map(|index| {
-            scenario::datapath_counters(&nodes[index], &bpffs.path().join(scenario::NODES[index]))
-        })
-    };
+    scenario::silence_ipv6(&[b1, b2]);
+    let counters = || scenario::both_nodes_counters(nodes, bpffs.path());
     let before = counters();
     assert_eq!(a1.ping(PODS[1].3, 5).unwrap(), 5, "a1 → a2{}", logs());
     let after = counters();

@@ -208,11 +208,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
         .unwrap()
         .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
         .unwrap();
-    for (name, subnet, _, ip) in PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(lab).unwrap();
-    let pods = scenario::add_planned_pods(nodes, &PODS, true, 1442);
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1442);
     let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
 
     let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();

@@ -64,16 +64,8 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
         .unwrap()
         .subnet("vpc-o", "subnet-u100", "10.100.0.0/24")
         .unwrap();
-    for (name, subnet, _, ip) in PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(lab).unwrap();
-    let pods = scenario::add_planned_pods(nodes, &PODS, true, 1500);
-    for pod in &pods {
-        pod.netns()
-            .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
-            .unwrap();
-    }
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1500);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();

@@ -68,11 +68,7 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
         .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1))
         .static_route("vpc-a", "192.168.50.0/24", PODS[5].3);
-    for (name, subnet, _, ip) in PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(lab).unwrap();
-    let pods = scenario::add_planned_pods(nodes, &PODS, true, 1400);
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1400);
     let pod = |name: &str| &pods[PODS.iter().position(|p| p.0 == name).unwrap()];
     let address = |name: &str| PODS.iter().find(|p| p.0 == name).unwrap().3;
 

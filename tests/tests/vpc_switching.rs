@@ -12,7 +12,6 @@ use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     bpffs::BpfMount,
-    kubeovn::{Topology, mac_for},
     process::{Child, wait_until},
 };
 
@@ -29,17 +28,7 @@ const PODS: [PodPlan; 5] = [
 #[test]
 fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else() {
     let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap()
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.0.1.0/24")
-        .unwrap();
-    for (name, subnet, _, ip) in PODS {
-        topology.pod(subnet, name, "ns", &mac_for(name), ip);
-    }
-    topology.apply(lab).unwrap();
-    let pods = scenario::add_planned_pods(nodes, &PODS, false, 1442);
+    let pods = scenario::overlapping_vpcs_with(lab, nodes, &PODS);
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
     let agents =
@@ -52,17 +41,8 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
     );
 
     // Unicast: vpc-b's pods stay quiet (no IPv6 chatter) while vpc-a talks, same node and across.
-    for pod in &pods[3..] {
-        pod.netns()
-            .exec("sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
-            .unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let counters = || {
-        [0, 1].map(|index| {
-            scenario::datapath_counters(&nodes[index], &bpffs.path().join(scenario::NODES[index]))
-        })
-    };
+    scenario::silence_ipv6(&[&pods[3], &pods[4]]);
+    let counters = || scenario::both_nodes_counters(nodes, bpffs.path());
     let before = counters();
     let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
     for (from, to, ip, what) in [
