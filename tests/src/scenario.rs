@@ -306,3 +306,108 @@ pub fn unreachable_for_socket_datagram(pod: &Pod, pod_ip: Ipv4Addr, ip: Ipv4Addr
         .unwrap()
         .unwrap_or_else(|| panic!("{}: no ICMP unreachable from {ip}", pod.name()))
 }
+
+/// Two nodes whose agents serve CNI on `<work>/<node>/cni.sock` (no configured ports: pods come
+/// through the socket), and pods of `subnet-a` (vpc-a, 10.0.1.0/24, namespace `ns`) built in the
+/// NB the way Kube-OVN builds them, so a CNI ADD finds their logical ports. The agents are
+/// stopped (SIGTERM) on drop, before the nodes and the central go.
+pub struct CniNodes {
+    pub agents: Vec<Child>,
+    pub lab: OvnLab,
+    pub nodes: [Node; 2],
+    /// The name prefix of this test's namespaces.
+    pub prefix: String,
+    /// Each node's CNI directory (`<node>/`) and agent log (`<node>.log`), and anything else a
+    /// test keeps there.
+    pub work: tempfile::TempDir,
+    /// Each node's pins under `<pin_root>/<node>`, when pinned.
+    pin_root: Option<std::path::PathBuf>,
+    /// Arguments added to each node's agent.
+    extra_args: [Vec<String>; 2],
+    _underlay: Underlay,
+}
+
+impl CniNodes {
+    /// Starts the central, the nodes and their agents, and waits for both CNI sockets.
+    pub fn start(
+        pods: &[(&str, Ipv4Addr)],
+        pin_root: Option<&std::path::Path>,
+        extra_args: [Vec<String>; 2],
+    ) -> Self {
+        let TwoNodes {
+            lab,
+            nodes,
+            prefix,
+            underlay,
+        } = TwoNodes::start();
+        let mut topology = Topology::new();
+        topology
+            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+            .unwrap();
+        for (name, ip) in pods {
+            topology.pod("subnet-a", name, "ns", &mac_for(name), *ip);
+        }
+        topology.apply(&lab).unwrap();
+        let mut this = Self {
+            agents: Vec::new(),
+            lab,
+            nodes,
+            prefix,
+            work: tempfile::tempdir().unwrap(),
+            pin_root: pin_root.map(std::path::Path::to_path_buf),
+            extra_args,
+            _underlay: underlay,
+        };
+        this.agents = vec![this.start_agent(0), this.start_agent(1)];
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                this.socket(0).exists() && this.socket(1).exists()
+            }),
+            "no CNI socket{}",
+            this.logs()
+        );
+        this
+    }
+
+    /// Starts node `index`'s agent (again, after a restart), logging to `<work>/<node>.log`.
+    pub fn start_agent(&self, index: usize) -> Child {
+        let chassis = NODES[index];
+        AgentSpec {
+            chassis,
+            node: &self.nodes[index],
+            local_ports: Vec::new(),
+            pin_root: self.pin_root.as_ref().map(|root| root.join(chassis)),
+            cni_dir: Some(self.cni_dir(index)),
+            extra_args: self.extra_args[index].clone(),
+        }
+        .spawn(
+            &self.lab,
+            &workspace_binary("ovnbpf-agent"),
+            self.work.path().join(format!("{chassis}.log")),
+        )
+        .unwrap()
+    }
+
+    /// Node `index`'s CNI directory (socket, attachment records).
+    pub fn cni_dir(&self, index: usize) -> std::path::PathBuf {
+        self.work.path().join(NODES[index])
+    }
+
+    /// Node `index`'s CNI socket.
+    pub fn socket(&self, index: usize) -> std::path::PathBuf {
+        self.cni_dir(index).join("cni.sock")
+    }
+
+    /// The tails of the agents' logs, for assertion messages.
+    pub fn logs(&self) -> String {
+        log_tails(&self.agents)
+    }
+}
+
+impl Drop for CniNodes {
+    fn drop(&mut self) {
+        for agent in &mut self.agents {
+            agent.stop();
+        }
+    }
+}

@@ -5,7 +5,7 @@
 //! after an agent restart in between. Bad input gets the spec's error codes and leaks nothing.
 
 use ovnbpf_tests::scenario;
-use ovnbpf_tests::scenario::TwoNodes;
+use ovnbpf_tests::scenario::CniNodes;
 
 use std::{
     net::Ipv4Addr,
@@ -15,15 +15,14 @@ use std::{
 };
 
 use ovnbpf_tests::{
-    agent::AgentSpec,
     bpffs::BpfMount,
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
-    network::{Node, Underlay},
+    network::Node,
     ovn::{Db, OvnLab},
-    process::{Child, wait_until},
+    process::wait_until,
     workspace_binary,
 };
 use serde_json::{Value, json};
@@ -111,89 +110,52 @@ fn ping(from: &Netns, to: Ipv4Addr) -> bool {
 /// A real OVN central, `pods` in subnet-a (10.0.1.0/24, vpc-a) in the NB only, two nodes with
 /// an agent each serving CNI, and the plugin installed as type `ovnbpf`.
 struct CniLab {
-    lab: OvnLab,
-    nodes: [Node; 2],
-    work: tempfile::TempDir,
+    /// Dropped first: the agents stop before their pins go.
+    cni: CniNodes,
     bpffs: BpfMount,
     plugins: PathBuf,
-    agents: Vec<Child>,
-    _underlay: Underlay,
+}
+
+impl std::ops::Deref for CniLab {
+    type Target = CniNodes;
+    fn deref(&self) -> &CniNodes {
+        &self.cni
+    }
+}
+
+impl std::ops::DerefMut for CniLab {
+    fn deref_mut(&mut self) -> &mut CniNodes {
+        &mut self.cni
+    }
 }
 
 impl CniLab {
     fn start(pods: &[(String, Ipv4Addr)]) -> Self {
-        let TwoNodes {
-            lab,
-            nodes,
-            underlay,
-            ..
-        } = TwoNodes::start();
-        let mut topology = Topology::new();
-        topology
-            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-            .unwrap();
-        for (name, ip) in pods {
-            topology.pod("subnet-a", name, "ns", &mac_for(name), *ip);
-        }
-        topology.apply(&lab).unwrap();
-        let work = tempfile::tempdir().unwrap();
+        let pods: Vec<(&str, Ipv4Addr)> = pods.iter().map(|(n, ip)| (n.as_str(), *ip)).collect();
+        let bpffs = BpfMount::create().unwrap();
+        // Each node is its own namespace: the same port on both. node1's agent re-attaches a
+        // removed filter within a second; node2's never does, so that CHECK's report of it can
+        // be seen.
+        let extra_args = [0, 1].map(|index: usize| {
+            vec![
+                "--metrics-address".to_string(),
+                METRICS.into(),
+                "--filter-check-interval-s".into(),
+                if index == 0 { "1" } else { "0" }.into(),
+            ]
+        });
+        let cni = CniNodes::start(&pods, Some(bpffs.path()), extra_args);
         let plugins = plugin_dir(
-            &work.path().join("bin"),
+            &cni.work.path().join("bin"),
             "ovnbpf",
             &workspace_binary("ovnbpf-cni"),
         )
         .unwrap();
-        let mut this = Self {
-            lab,
-            nodes,
-            work,
-            bpffs: BpfMount::create().unwrap(),
+        Self {
+            cni,
+            bpffs,
             plugins,
-            agents: Vec::new(),
-            _underlay: underlay,
-        };
-        this.agents = vec![this.start_agent(0), this.start_agent(1)];
-        assert!(
-            wait_until(Duration::from_secs(10), || {
-                this.socket(0).exists() && this.socket(1).exists()
-            }),
-            "no CNI socket{}",
-            this.logs()
-        );
-        this
-    }
-
-    fn start_agent(&self, index: usize) -> Child {
-        let chassis = scenario::NODES[index];
-        AgentSpec {
-            chassis,
-            node: &self.nodes[index],
-            local_ports: Vec::new(),
-            pin_root: Some(self.bpffs.path().join(chassis)),
-            cni_dir: Some(self.work.path().join(chassis)),
-            // Each node is its own namespace: the same port on both. node1's agent re-attaches a
-            // removed filter within a second; node2's never does, so that CHECK's report of it
-            // can be seen.
-            extra_args: vec![
-                "--metrics-address".into(),
-                METRICS.into(),
-                "--filter-check-interval-s".into(),
-                if index == 0 { "1" } else { "0" }.into(),
-            ],
         }
-        .spawn(
-            &self.lab,
-            &workspace_binary("ovnbpf-agent"),
-            self.work.path().join(format!("{chassis}.log")),
-        )
-        .unwrap()
-    }
-
-    fn socket(&self, index: usize) -> PathBuf {
-        self.work
-            .path()
-            .join(scenario::NODES[index])
-            .join("cni.sock")
     }
 
     fn runtime(&self, index: usize) -> Runtime<'_> {
@@ -201,10 +163,6 @@ impl CniLab {
             self.nodes[index].netns(),
             vec![self.plugins.clone(), PathBuf::from("/usr/lib/cni")],
         )
-    }
-
-    fn logs(&self) -> String {
-        scenario::log_tails(&self.agents)
     }
 
     /// Runs the plugin alone, as a runtime would, on node `index`.
@@ -683,14 +641,14 @@ fn an_unenforced_acl_is_reported(lab: &CniLab) {
 fn a_southbound_outage_is_reported(lab: &mut CniLab) {
     // The Southbound goes away and comes back: the metrics and the readiness probe say so; the
     // agent stays alive (liveness does not depend on the Southbound).
-    let node1 = &lab.nodes[0];
+    let node1 = &lab.cni.nodes[0];
     let ok = "HTTP/1.1 200 OK";
     for path in ["/healthz", "/livez", "/readyz"] {
         assert_eq!(status_of(node1, path), ok, "{path}: {}", get(node1, path));
     }
     assert!(status_of(node1, "/nothing").starts_with("HTTP/1.1 404"));
     let has = |line: &str| scrape(node1).lines().any(|l| l == line);
-    lab.lab.stop_database(Db::Southbound);
+    lab.cni.lab.stop_database(Db::Southbound);
     assert!(
         wait_until(Duration::from_secs(10), || has(
             "ovnbpf_southbound_connected 0"
@@ -707,7 +665,7 @@ fn a_southbound_outage_is_reported(lab: &mut CniLab) {
         "{not_ready}"
     );
     assert_eq!(status_of(node1, "/livez"), ok, "{}", get(node1, "/livez"));
-    lab.lab.start_database(Db::Southbound).unwrap();
+    lab.cni.lab.start_database(Db::Southbound).unwrap();
     assert!(
         wait_until(Duration::from_secs(20), || has(
             "ovnbpf_southbound_connected 1"

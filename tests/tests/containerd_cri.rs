@@ -26,18 +26,15 @@ use std::{
     time::Duration,
 };
 
-use ovnbpf_tests::scenario::TwoNodes;
+use ovnbpf_tests::scenario::CniNodes;
 use ovnbpf_tests::{
-    agent::AgentSpec,
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
     containerd::{Containerd, build_pause_image},
-    kubeovn::{Topology, mac_for},
+    kubeovn::mac_for,
     names::unique_prefix,
     netns::Netns,
-    network::{Node, Underlay},
     oci,
-    ovn::OvnLab,
-    process::{Child, wait_until},
+    process::wait_until,
     workspace_binary,
 };
 use serde_json::Value;
@@ -54,80 +51,27 @@ const PODS: [(&str, usize, Ipv4Addr); 3] = [
 
 /// Two nodes with an agent each serving CNI (sweeping every second), and the pods' LSPs built
 /// as Kube-OVN builds them.
-struct Lab {
-    lab: OvnLab,
-    nodes: [Node; 2],
-    work: tempfile::TempDir,
-    agents: Vec<Child>,
-    prefix: String,
-    _underlay: Underlay,
+struct Lab(CniNodes);
+
+impl std::ops::Deref for Lab {
+    type Target = CniNodes;
+    fn deref(&self) -> &CniNodes {
+        &self.0
+    }
 }
 
 impl Lab {
     fn start() -> Self {
-        let TwoNodes {
-            lab,
-            nodes,
-            prefix,
-            underlay,
-        } = TwoNodes::start();
-        let mut topology = Topology::new();
-        topology
-            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-            .unwrap();
-        for (name, _, ip) in PODS {
-            topology.pod("subnet-a", name, "ns", &mac_for(name), ip);
-        }
-        topology.apply(&lab).unwrap();
-        let work = tempfile::tempdir().unwrap();
-        let mut this = Self {
-            lab,
-            nodes,
-            work,
-            agents: Vec::new(),
-            prefix,
-            _underlay: underlay,
-        };
-        this.agents = (0..2).map(|index| this.start_agent(index)).collect();
-        assert!(
-            wait_until(Duration::from_secs(10), || {
-                this.socket(0).exists() && this.socket(1).exists()
-            }),
-            "no CNI socket{}",
-            this.logs()
-        );
-        this
-    }
-
-    fn start_agent(&self, index: usize) -> Child {
-        let chassis = scenario::NODES[index];
-        AgentSpec {
-            chassis,
-            node: &self.nodes[index],
-            local_ports: Vec::new(),
-            pin_root: None,
-            cni_dir: Some(self.cni_dir(index)),
-            extra_args: vec![
-                "--metrics-address".into(),
+        let pods: Vec<(&str, Ipv4Addr)> = PODS.iter().map(|(name, _, ip)| (*name, *ip)).collect();
+        let extra_args = [0, 1].map(|_| {
+            vec![
+                "--metrics-address".to_string(),
                 METRICS.into(),
                 "--cni-sweep-interval-s".into(),
                 "1".into(),
-            ],
-        }
-        .spawn(
-            &self.lab,
-            &workspace_binary("ovnbpf-agent"),
-            self.work.path().join(format!("{chassis}.log")),
-        )
-        .unwrap()
-    }
-
-    fn cni_dir(&self, index: usize) -> PathBuf {
-        self.work.path().join(scenario::NODES[index])
-    }
-
-    fn socket(&self, index: usize) -> PathBuf {
-        self.cni_dir(index).join("cni.sock")
+            ]
+        });
+        Self(CniNodes::start(&pods, None, extra_args))
     }
 
     /// The attachment records of node `index`'s agent.
@@ -141,10 +85,6 @@ impl Lab {
                     .collect()
             })
             .unwrap_or_default()
-    }
-
-    fn logs(&self) -> String {
-        scenario::log_tails(&self.agents)
     }
 
     /// The chassis column of `port`'s Port_Binding (empty when unclaimed).
@@ -217,14 +157,6 @@ impl Lab {
         installed["plugins"][0]["server_socket"] = self.socket(index).display().to_string().into();
         std::fs::write(&conflist, installed.to_string()).unwrap();
         conflist
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for agent in &mut self.agents {
-            agent.stop();
-        }
     }
 }
 
