@@ -56,6 +56,9 @@ enum Command {
         remote: String,
         /// The packet, as ovn-trace takes it: `inport == "pod.ns" && eth.src == … && ip4.dst == …`.
         microflow: String,
+        /// Print the steps, the outputs and the unsupported flows on the path as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Follow a running agent's drop events live (through its control socket): reason, pod,
     /// the switch or router the frame entered, interface and the frame's addresses, one line
@@ -189,7 +192,11 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Trace { remote, microflow } => {
+        Command::Trace {
+            remote,
+            microflow,
+            json,
+        } => {
             let expression =
                 ovnbpf_agent::lflow::parse_match(&microflow).context("parsing the microflow")?;
             let (inport, packet) =
@@ -204,15 +211,7 @@ fn main() -> anyhow::Result<()> {
             let trace = Evaluator::new(compiler.entries())
                 .trace(&inport, packet)
                 .map_err(|e| anyhow::anyhow!(e))?;
-            for step in &trace.steps {
-                println!("{step}");
-            }
-            if trace.outputs.is_empty() {
-                println!("=> dropped");
-            }
-            for (port, packet) in &trace.outputs {
-                println!("=> output to {port}: {packet}");
-            }
+            print_trace(&trace, &compiler, json);
             Ok(())
         }
         Command::SbSync {
@@ -266,6 +265,84 @@ async fn coverage(remote: &str) -> anyhow::Result<(Southbound, Compiler)> {
         }
     }
     bail!("the session ended before the first snapshot")
+}
+
+/// Prints a trace: its steps and outputs, then every unsupported flow a packet can reach on the
+/// datapaths it crossed (by datapath, stage and reason, with the flows' UUIDs), so an answer
+/// given through them is never mistaken for OVN's.
+fn print_trace(trace: &ovnbpf_agent::pipeline::eval::Trace, compiler: &Compiler, json: bool) {
+    let unsupported: Vec<(
+        &ovnbpf_agent::pipeline::eval::UnsupportedOnPath,
+        Vec<String>,
+    )> = trace
+        .unsupported
+        .iter()
+        .map(|report| {
+            let flows: Vec<String> = compiler
+                .unsupported_flows_on(report.datapath)
+                .into_iter()
+                .filter(|(_, stage, reason)| *stage == report.stage && *reason == report.reason)
+                .map(|(uuid, _, _)| uuid.to_string())
+                .collect();
+            (report, flows)
+        })
+        // A report whose flows no packet can reach (they need register bits no flow of the
+        // datapath sets) is not a reason to doubt the answer.
+        .filter(|(_, flows)| !flows.is_empty())
+        .collect();
+    if json {
+        let outputs: Vec<_> = trace
+            .outputs
+            .iter()
+            .map(|(port, packet)| json!({"port": port, "packet": packet.to_string()}))
+            .collect();
+        let unsupported: Vec<_> = unsupported
+            .iter()
+            .map(|(report, flows)| {
+                json!({
+                    "datapath": report.datapath,
+                    "datapath_name": report.datapath_name,
+                    "stage": report.stage,
+                    "reason": report.reason,
+                    "flows": flows,
+                })
+            })
+            .collect();
+        let document = json!({
+            "steps": trace.steps,
+            "outputs": outputs,
+            "dropped": trace.outputs.is_empty(),
+            "unsupported": unsupported,
+        });
+        println!("{document}");
+        return;
+    }
+    for step in &trace.steps {
+        println!("{step}");
+    }
+    if trace.outputs.is_empty() {
+        println!("=> dropped");
+    }
+    for (port, packet) in &trace.outputs {
+        println!("=> output to {port}: {packet}");
+    }
+    if !unsupported.is_empty() {
+        println!(
+            "!! not certain to be OVN's answer: the path crosses flows ovnbpf does not compile \
+             (the datapath forwards none of its traffic where they stop it)"
+        );
+        for (report, flows) in &unsupported {
+            println!(
+                "!!   [{}] {}: {} ({} flow{}: {})",
+                report.datapath_name,
+                report.stage,
+                report.reason,
+                flows.len(),
+                if flows.len() == 1 { "" } else { "s" },
+                flows.join(", ")
+            );
+        }
+    }
 }
 
 fn print_coverage(coverage: &BTreeMap<String, StageCoverage>, as_json: bool) {

@@ -203,6 +203,23 @@ pub(super) fn is_next_only(actions: &[Action]) -> bool {
     matches!(actions, [next] if is_next(next))
 }
 
+/// `next;`, or `ct_clear; next;`: what a stage the datapath does not compile does anyway (the
+/// datapath keeps no connection state for `ct_clear` to clear).
+pub(super) fn passes_on(actions: &[Action]) -> bool {
+    match actions {
+        [next] => is_next(next),
+        [
+            Action::Keyword {
+                name,
+                arguments: None,
+                block: None,
+            },
+            next,
+        ] => name == "ct_clear" && is_next(next),
+        _ => false,
+    }
+}
+
 pub(super) fn calls(action: &Action, function: &str) -> bool {
     matches!(action, Action::Assign { source: Source::Call { name, .. }, .. } if name == function)
 }

@@ -80,6 +80,11 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         });
     match classifier {
         Some(classifier) => classifier(dp, flow.priority, &terms, flow.actions),
+        // A stage the datapath does not compile passes every packet on: a flow of it that only
+        // says `next;` (or `ct_clear; next;`: no connection state is kept) agrees with that,
+        // whatever it matches (the others stay reported). Conntrack in the datapath will give
+        // these stages classifiers of their own.
+        None if passes_on(flow.actions) => Class::Neutral,
         None => not_compiled(flow.stage),
     }
 }

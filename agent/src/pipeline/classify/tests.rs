@@ -234,3 +234,43 @@ fn unsupported_router_flows_stop_forwarding_switch_and_snat_flows_do_not() {
     assert!(!unsupported_stops_forwarding("ls_in_acl"));
     assert!(!unsupported_stops_forwarding(""));
 }
+
+#[test]
+fn flows_of_stages_not_compiled_that_only_pass_on_are_neutral() {
+    // What the datapath does with a stage it does not compile: every packet goes on.
+    for (stage, match_, actions) in [
+        (
+            "ls_in_pre_lb",
+            "nd || nd_rs || nd_ra || mldv1 || mldv2",
+            "next;",
+        ),
+        (
+            "ls_in_acl",
+            "nd || nd_ra || nd_rs || mldv1 || mldv2",
+            "next;",
+        ),
+        (
+            "ls_out_pre_lb",
+            r#"ip && outport == "underlay-ovn-cluster""#,
+            "ct_clear; next;",
+        ),
+    ] {
+        assert_eq!(
+            class(stage, 110, match_, actions),
+            Class::Neutral,
+            "{stage}"
+        );
+    }
+    // Anything else they do stays unsupported, with the feature it needs.
+    for (stage, match_, actions) in [
+        ("ls_in_pre_stateful", "reg0[0] == 1", "ct_next;"),
+        ("ls_in_pre_lb", "ip", "reg0[2] = 1; next;"),
+        ("ls_in_acl", "outport == @np.web && ip", "drop;"),
+        ("ls_out_pre_lb", "ip", "ct_clear; drop;"),
+    ] {
+        assert!(
+            matches!(class(stage, 100, match_, actions), Class::Unsupported(ref r) if r.ends_with("is not in the datapath yet")),
+            "{stage}: {actions}"
+        );
+    }
+}

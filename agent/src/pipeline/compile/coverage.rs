@@ -2,11 +2,11 @@
 //! not done / unsupported) that `ovnbpfctl lflow coverage` prints. Reads only the compiler's
 //! contributions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use uuid::Uuid;
 
-use super::Compiler;
+use super::{Compiler, registers::RegisterBit};
 use crate::pipeline::ir::IrEntry;
 
 /// How one logical flow was handled.
@@ -56,6 +56,38 @@ impl Compiler {
             .iter()
             .filter_map(|(uuid, c)| match &c.outcome {
                 Some(Outcome::Unsupported(reason)) => {
+                    Some((*uuid, c.stage.as_str(), reason.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        flows.sort_by(|a, b| (a.1, a.2, a.0).cmp(&(b.1, b.2, b.0)));
+        flows
+    }
+
+    /// The unsupported flows on `datapath` (one flow may stand on several, through a datapath
+    /// group) that a packet can reach: (flow, stage, reason), in the order of
+    /// [`Self::unsupported_flows`]. A flow whose match needs a register bit set that no flow of
+    /// the datapath sets (northd's `reg0[2] == 1 → ct_lb_mark;` on a switch without load
+    /// balancers) cannot match and is left out ([`super::registers`]).
+    #[must_use]
+    pub fn unsupported_flows_on(&self, datapath: u32) -> Vec<(Uuid, &str, &str)> {
+        let settable: HashSet<RegisterBit> = self
+            .flows
+            .values()
+            .filter(|c| c.datapaths.contains(&datapath))
+            .flat_map(|c| c.sets.iter().copied())
+            .collect();
+        let mut flows: Vec<(Uuid, &str, &str)> = self
+            .flows
+            .iter()
+            .filter_map(|(uuid, c)| match &c.outcome {
+                Some(Outcome::Unsupported(reason))
+                    if c.gates.iter().all(|bit| settable.contains(bit))
+                        && c.entries.iter().any(|entry| {
+                            matches!(entry, IrEntry::Unsupported { datapath: d, .. } if *d == datapath)
+                        }) =>
+                {
                     Some((*uuid, c.stage.as_str(), reason.as_str()))
                 }
                 _ => None,

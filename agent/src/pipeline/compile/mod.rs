@@ -6,6 +6,7 @@
 
 mod coverage;
 mod groups;
+mod registers;
 mod rows;
 mod underlay;
 
@@ -39,6 +40,13 @@ struct Contribution {
     stage: String,
     outcome: Option<Outcome>,
     entries: Vec<IrEntry>,
+    /// A logical flow's datapaths, kept only for flows that set registers (the report of
+    /// reachable flows asks which datapaths those are).
+    datapaths: Vec<u32>,
+    /// The register bits the flow's match needs set ([`registers::gates`]).
+    gates: Vec<registers::RegisterBit>,
+    /// The register bits its actions may set ([`registers::sets`]).
+    sets: Vec<registers::RegisterBit>,
 }
 
 /// The compiler's state: contributions per source row and the reference-counted IR.
@@ -275,7 +283,13 @@ impl Compiler {
         match parsed {
             Err(reason) => contribution.outcome = Some(Outcome::Unsupported(reason)),
             Ok((match_, actions)) => {
-                for datapath in flow_datapaths(sb, flow) {
+                let datapaths = flow_datapaths(sb, flow);
+                contribution.gates = registers::gates(&match_);
+                contribution.sets = registers::sets(&actions).into_iter().collect();
+                if !contribution.sets.is_empty() {
+                    contribution.datapaths.clone_from(&datapaths);
+                }
+                for datapath in datapaths {
                     let class = classify::classify(&Flow {
                         datapath,
                         stage: &stage,

@@ -11,6 +11,11 @@
 //! - `family`: the router stages both families share (input, reject, route lookup, next-hop
 //!   resolution and forwarding), generic over the address family;
 //! - [`packet`]: the packet model; [`microflow`]: packets to and from ovn-trace's language.
+//!
+//! The evaluator never answers silently through what it does not model: a trace records every
+//! datapath it crossed, and the flows of those datapaths the compiler could not compile (their
+//! [`IrEntry::Unsupported`] reports) come with the result ([`Trace::unsupported`]), because its
+//! answer there may not be OVN's.
 
 mod family;
 mod ipv6;
@@ -19,7 +24,7 @@ pub mod packet;
 mod router;
 mod switch;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::pipeline::ir::{IrEntry, LspAddress, Mac, PortKind};
 use packet::Packet;
@@ -30,6 +35,20 @@ pub struct Trace {
     pub steps: Vec<String>,
     /// Packets output to logical ports, with the port name.
     pub outputs: Vec<(String, Packet)>,
+    /// The datapaths (tunnel keys) the packet and its copies crossed, in the order first met.
+    pub crossed: Vec<u32>,
+    /// What the compiler reported unsupported on the crossed datapaths: the evaluator follows
+    /// only what was compiled, so where these flows would have matched OVN may answer otherwise.
+    pub unsupported: Vec<UnsupportedOnPath>,
+}
+
+/// An unsupported report ([`IrEntry::Unsupported`]) of a datapath a trace crossed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnsupportedOnPath {
+    pub datapath: u32,
+    pub datapath_name: String,
+    pub stage: String,
+    pub reason: String,
 }
 
 /// The IR, indexed for evaluation.
@@ -140,10 +159,32 @@ impl<'a> Evaluator<'a> {
             .ok_or_else(|| format!("unknown port {inport:?}"))?;
         let mut trace = Trace::default();
         self.switch(*datapath, inport, packet, false, &mut trace, 0);
+        let unsupported: BTreeSet<UnsupportedOnPath> = trace
+            .crossed
+            .iter()
+            .flat_map(|datapath| self.entries(*datapath))
+            .filter_map(|entry| match entry {
+                IrEntry::Unsupported {
+                    datapath,
+                    stage,
+                    reason,
+                } => Some(UnsupportedOnPath {
+                    datapath: *datapath,
+                    datapath_name: self.datapath_name(*datapath).to_string(),
+                    stage: stage.clone(),
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        trace.unsupported = unsupported.into_iter().collect();
         Ok(trace)
     }
 
     pub(super) fn step(&self, trace: &mut Trace, datapath: u32, text: String) {
+        if !trace.crossed.contains(&datapath) {
+            trace.crossed.push(datapath);
+        }
         trace
             .steps
             .push(format!("[{}] {text}", self.datapath_name(datapath)));
