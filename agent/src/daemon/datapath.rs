@@ -140,19 +140,21 @@ impl Daemon {
         }));
     }
 
-    /// Retries datapath writes that failed, if any.
-    pub(super) fn retry_datapath(&mut self) {
+    /// Retries datapath writes that failed, if any; whether the retry succeeded (so ports may
+    /// be programmed now).
+    pub(super) fn retry_datapath(&mut self) -> bool {
         let Some(datapath) = self.datapath.as_mut() else {
-            return;
+            return false;
         };
         let pending = datapath.pending();
         if pending == 0 {
-            return;
+            return false;
         }
         match datapath.retry() {
             Ok(writes) => {
                 self.stats.datapath_writes += writes as u64;
                 info!(pending, writes, "failed datapath writes retried");
+                true
             }
             Err(error) => {
                 self.stats.datapath_errors += 1;
@@ -161,6 +163,7 @@ impl Daemon {
                     %error,
                     "retrying datapath writes failed again; nb_cfg stays unacknowledged until they succeed"
                 );
+                false
             }
         }
     }

@@ -216,10 +216,7 @@ pub async fn run(
                     daemon.sync_southbound().await;
                 }
                 () = sweep_due => daemon.sweep_datapath(),
-                _ = retry.tick() => {
-                    daemon.retry_datapath();
-                    daemon.acknowledge_nb_cfg().await;
-                }
+                _ = retry.tick() => daemon.retry_tick().await,
                 _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(false),
                 _ = filters.tick(), if filter_check_interval.is_some() => daemon.check_pod_filters(),
                 command = commands.recv(), if commands_open => match command {
@@ -332,18 +329,17 @@ impl Daemon {
             self.stats.disconnects += 1;
             return;
         }
-        self.sb_sync.observe(&self.sb, &changes, &self.local_ports);
         let chassis = self
             .sb
             .chassis_by_name(&self.config.chassis.name)
             .map(|c| c.uuid);
+        self.sb_sync
+            .observe(&self.sb, &changes, &self.local_ports, chassis);
         if chassis != self.chassis_uuid || datapath_writes > 0 {
             // A new Chassis row changes every claim; a datapath write may change any local
             // port's `up` (compared: the node's own ports, not the Southbound's).
             self.chassis_uuid = chassis;
-            for port in &self.local_ports {
-                self.sb_sync.mark(port);
-            }
+            self.mark_local_ports();
         }
         if let Some(chassis) = chassis
             && self.scope_may_change(&changes, chassis)
@@ -352,6 +348,25 @@ impl Daemon {
         }
         self.sync_southbound().await;
         self.poll_pending();
+    }
+
+    /// The retry timer: failed datapath writes are retried; when that succeeds the local ports'
+    /// `up` is compared (the retried writes may have programmed them), and `nb_cfg` is
+    /// acknowledged if nothing else holds it.
+    async fn retry_tick(&mut self) {
+        if self.retry_datapath() {
+            self.mark_local_ports();
+            self.sync_southbound().await;
+        } else {
+            self.acknowledge_nb_cfg().await;
+        }
+    }
+
+    /// Compares every local port at the next [`Self::sync_southbound`].
+    fn mark_local_ports(&mut self) {
+        for port in &self.local_ports {
+            self.sb_sync.mark(port);
+        }
     }
 
     /// Compares this chassis's rows with what the agent wants and writes those that differ (see

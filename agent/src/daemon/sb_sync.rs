@@ -224,13 +224,25 @@ impl SbSync {
     }
 
     /// Takes in a replica change: rows it touched that a write holds are freed once the write is
-    /// answered; local ports and ports being released that changed are compared again; a resync
-    /// compares everything of ours again.
-    pub fn observe(&mut self, sb: &Southbound, changes: &ChangeSet, local_ports: &HashSet<String>) {
+    /// answered; local ports, ports being released and ports bound to this chassis (`chassis`)
+    /// that changed are compared again; a resync compares everything of ours again, including
+    /// every port the Southbound binds to this chassis (one this agent did not plug, e.g. whose
+    /// release a restart cut short, is released then, as ovn-controller does).
+    pub fn observe(
+        &mut self,
+        sb: &Southbound,
+        changes: &ChangeSet,
+        local_ports: &HashSet<String>,
+        chassis: Option<Uuid>,
+    ) {
         if changes.resynced {
             self.own_dirty = true;
             self.dirty.extend(local_ports.iter().cloned());
             self.dirty.extend(self.releasing.iter().cloned());
+            if let Some(chassis) = chassis {
+                self.dirty
+                    .extend(sb.ports_of_chassis(chassis).map(|port| port.logical_port));
+            }
             // A write answered before the connection was lost may never see its update (the
             // snapshot is the server's whole view): the snapshot is the update.
             let replied: Vec<RowKey> = self
@@ -258,10 +270,10 @@ impl SbSync {
             .table(PortBinding::TABLE)
             .map(|table| table.layout().clone());
         for uuid in &change.inserted {
-            self.port_changed(sb.row::<PortBinding>(uuid), local_ports);
+            self.port_changed(sb.row::<PortBinding>(uuid), local_ports, chassis);
         }
         for (uuid, _) in &change.modified {
-            self.port_changed(sb.row::<PortBinding>(uuid), local_ports);
+            self.port_changed(sb.row::<PortBinding>(uuid), local_ports, chassis);
         }
         for (uuid, row) in &change.deleted {
             self.touch(RowKey::Port(*uuid));
@@ -278,12 +290,20 @@ impl SbSync {
         }
     }
 
-    fn port_changed(&mut self, port: Option<PortBinding>, local_ports: &HashSet<String>) {
+    fn port_changed(
+        &mut self,
+        port: Option<PortBinding>,
+        local_ports: &HashSet<String>,
+        chassis: Option<Uuid>,
+    ) {
         let Some(port) = port else {
             return;
         };
         self.touch(RowKey::Port(port.uuid));
-        if local_ports.contains(&port.logical_port) || self.releasing.contains(&port.logical_port) {
+        if local_ports.contains(&port.logical_port)
+            || self.releasing.contains(&port.logical_port)
+            || (chassis.is_some() && port.chassis == chassis)
+        {
             self.dirty.insert(port.logical_port);
         }
     }
@@ -436,9 +456,9 @@ impl SbSync {
 
     /// The write that brings `port` to what the agent wants, if it differs: for a local port a
     /// claim (with `up` as its datapath is, in the same operation, so no later write undoes an
-    /// earlier `up`), or `up` alone; a release for a port unplugged here or that
-    /// `requested_chassis` gives to another chassis (OVN's rule: such a port is released and not
-    /// claimed back).
+    /// earlier `up`), or `up` alone; a release for a port bound here that is not plugged here
+    /// (unplugged, or never plugged by this agent) or that `requested_chassis` gives to another
+    /// chassis (OVN's rule: such a port is released and not claimed back).
     fn port_write(
         &mut self,
         port: &PortBinding,
@@ -453,11 +473,15 @@ impl SbSync {
                 // Released (or never ours): nothing left to do.
                 self.releasing.remove(name);
             }
-            if !ours || !(self.releasing.contains(name) || local) {
+            if !ours {
                 return None;
             }
             if local {
                 info!(port = %name, requested_chassis = ?port.requested_chassis, "port requested by another chassis; releasing it");
+            } else if !self.releasing.contains(name) {
+                // Bound here but plugged by no one here (a release a restart cut short, a port
+                // moved while the agent was away): released, as ovn-controller does.
+                info!(port = %name, "port bound to this chassis but not plugged here; releasing it");
             }
             let op = chassis::release_op_if_ours(port, wanted.chassis);
             let up = port.up.map(|_| false);

@@ -78,7 +78,7 @@ fn modify_port(sb: &mut Southbound, sync: &mut SbSync, local: &HashSet<String>, 
         updates: json!({"Port_Binding": {PB: {"modify": row}}}),
         format: UpdateFormat::Update2,
     });
-    sync.observe(sb, &changes, local);
+    sync.observe(sb, &changes, local, Some(uuid(US)));
 }
 
 struct Node {
@@ -322,7 +322,8 @@ fn a_resync_frees_answered_writes_and_compares_every_local_port_again() {
         format: UpdateFormat::Update2,
     });
     changes.resynced = true;
-    node.sync.observe(&sb, &changes, &node.local);
+    node.sync
+        .observe(&sb, &changes, &node.local, Some(uuid(US)));
     // (The registration is compared too: this replica has no Encap, so it is written.)
     let again: Vec<_> = node
         .reconcile(&sb)
@@ -364,4 +365,53 @@ fn a_port_another_chassis_takes_is_claimed_back_at_most_every_claim_interval() {
     let again = node.reconcile(&sb);
     assert_eq!(row(&again[0].1)["chassis"], json!(["uuid", US]));
     assert_eq!(node.sync.wake_at(), None);
+}
+
+#[test]
+fn a_port_bound_here_that_no_one_plugged_is_released_on_the_next_snapshot() {
+    // An agent restarted between a DEL's reply and its release: the port is still bound here,
+    // up, and nothing here plugs it any more.
+    let sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(false, false);
+    let changes = ChangeSet {
+        resynced: true,
+        ..ChangeSet::default()
+    };
+    node.sync
+        .observe(&sb, &changes, &node.local, Some(uuid(US)));
+    let released: Vec<_> = node
+        .reconcile(&sb)
+        .into_iter()
+        .filter(|(_, ops)| ops[0]["table"] == "Port_Binding")
+        .collect();
+    let row = row(&released[0].1);
+    assert_eq!(row["chassis"], json!(["set", []]));
+    assert_eq!(row["up"], json!(false));
+    assert_eq!(node.sync.stats().transactions[&Purpose::Release], 1);
+}
+
+#[test]
+fn a_port_that_becomes_bound_here_without_being_plugged_here_is_released() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(false, false);
+    assert!(node.reconcile(&sb).is_empty());
+    // Someone binds it to this chassis (another agent with this chassis's name, a stale
+    // transaction): this agent does not serve it, so it gives it back.
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", US]}),
+    );
+    let released = node.reconcile(&sb);
+    assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+    // Ports of other chassis are none of its business.
+    modify_port(
+        &mut sb,
+        &mut node.sync,
+        &node.local,
+        json!({"chassis": ["uuid", OTHER]}),
+    );
+    node.sync.finished(&sb, released[0].0, Ok(()));
+    assert!(node.reconcile(&sb).is_empty());
 }

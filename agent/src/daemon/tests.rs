@@ -454,3 +454,60 @@ async fn the_cni_handler_is_ready_with_a_synced_daemon_and_a_datapath_and_refuse
         })
         .await;
 }
+
+#[tokio::test]
+async fn a_port_whose_writes_succeed_on_retry_is_reported_up_by_the_retry() {
+    let backend = MemoryDatapath::with_interfaces(&[("veth1", 7)]);
+    let (mut daemon, mut recorder) = daemon(Some(&backend));
+    daemon.synced = true;
+    let attachment = backend.attacher().attach(7).unwrap();
+    let _answer = plug(&mut daemon, "veth1", attachment).await;
+    let claims = recorder.transactions();
+    let claim = claims
+        .iter()
+        .find(|(_, ops)| ops.iter().any(|op| op["table"] == "Port_Binding"))
+        .unwrap_or_else(|| panic!("no claim: {claims:?}"));
+    // The port's entries are to be written again and the backend fails: not programmed.
+    {
+        let mut state = backend.state();
+        state
+            .dirty
+            .insert(crate::dataplane::memory::Key::Port(PORT.into()));
+        state.failing = true;
+    }
+    assert!(!backend.programmed(PORT));
+    // The claim lands while the port is not programmed: bound here, down.
+    let us = "00000000-0000-0000-0000-0000000000c1";
+    daemon
+        .handle(&SessionEvent::Update {
+            updates: json!({"Port_Binding": {"00000000-0000-0000-0000-0000000000b1":
+                {"modify": {"chassis": ["uuid", us]}}}}),
+            format: UpdateFormat::Update2,
+        })
+        .await;
+    daemon
+        .handle(&SessionEvent::Transacted {
+            id: claim.0,
+            result: Ok(()),
+        })
+        .await;
+    recorder.transactions();
+    daemon.retry_tick().await;
+    assert!(
+        recorder.transactions().is_empty(),
+        "still failing: nothing to report"
+    );
+
+    // The retry writes the entries: the port is programmed, and the same tick says it is up.
+    backend.state().failing = false;
+    daemon.retry_tick().await;
+    assert!(backend.programmed(PORT));
+    let ups: Vec<serde_json::Value> = recorder
+        .transactions()
+        .into_iter()
+        .flat_map(|(_, ops)| ops)
+        .filter(|op| op["table"] == "Port_Binding")
+        .map(|op| op["row"]["up"].clone())
+        .collect();
+    assert_eq!(ups, [json!(true)]);
+}
