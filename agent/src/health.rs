@@ -2,7 +2,7 @@
 //! them on 10665 too): `/healthz` and `/livez` answer whether the agent works (its daemon loop
 //! answers; `/livez` also dials the CNI socket, as Kube-OVN's does, so a hung or vanished socket
 //! restarts the pod), `/readyz` whether it serves (Southbound connected and synced, this chassis
-//! registered, the datapath loaded, the CNI socket accepting). A failing probe answers 503 with
+//! registered, the datapath loaded with no write waiting for a retry, the CNI socket accepting). A failing probe answers 503 with
 //! each reason on its own line. Owns nothing; reads the daemon through its handle and dials the
 //! socket.
 
@@ -98,6 +98,8 @@ pub fn judge(
             problems.push("the Southbound DB is not synced yet");
         } else if !report.ready {
             problems.push("this chassis is not registered or the datapath is not loaded");
+        } else if report.datapath_pending > 0 {
+            problems.push("the datapath is not wholly programmed (writes wait for a retry)");
         }
     }
     if problems.is_empty() {
@@ -163,6 +165,16 @@ mod tests {
             Some(true),
         );
         assert_eq!(unregistered.status, 503);
+        let unprogrammed = DaemonReport {
+            datapath_pending: 3,
+            ..good.clone()
+        };
+        let unprogrammed = judge(Probe::Readyz, true, Some(&unprogrammed), Some(true));
+        assert_eq!(unprogrammed.status, 503);
+        assert_eq!(
+            unprogrammed.body,
+            "the datapath is not wholly programmed (writes wait for a retry)\n"
+        );
         assert_eq!(
             judge(Probe::Readyz, true, Some(&good), Some(false)).body,
             "the CNI socket does not accept connections\n"

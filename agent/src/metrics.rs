@@ -220,6 +220,13 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             report.unenforced_acls as u64,
         ),
         (
+            "ovnbpf_flood_groups_truncated",
+            "gauge",
+            "Flood groups with more members than the datapath installs (4,096 local ports and \
+             4,096 other chassis): members beyond the limit get no broadcasts. Alert on it.",
+            report.truncated_flood_groups as u64,
+        ),
+        (
             "ovnbpf_side_duty_datapaths",
             "gauge",
             "Datapaths whose flows ask for a side duty the datapath does not do (MAC learning); \
@@ -513,6 +520,7 @@ mod tests {
             local_ports: 3,
             unenforced_acl_switches: 1,
             side_duty_datapaths: 2,
+            truncated_flood_groups: 1,
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
             stats: crate::daemon::DaemonStats {
@@ -562,6 +570,7 @@ mod tests {
             "ovnbpf_local_ports 3",
             "ovnbpf_acl_unenforced_switches 1",
             "ovnbpf_side_duty_datapaths 2",
+            "ovnbpf_flood_groups_truncated 1",
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
             r#"ovnbpf_datapath_router_replies_total{kind="tcp_reset"} 2"#,

@@ -120,6 +120,8 @@ impl Daemon {
                     unenforced_acl_switches: self.unenforced_acls.switches(),
                     unenforced_acls: self.unenforced_acls.acls(),
                     side_duty_datapaths: self.side_duties.datapaths(),
+                    truncated_flood_groups: datapath.map_or(0, |d| d.truncated_flood_groups()),
+                    datapath_pending: datapath.map_or(0, |d| d.pending()),
                     drops,
                     router_replies,
                 });

@@ -71,6 +71,10 @@ pub struct DaemonReport {
     /// Switches with users' ACLs the datapath does not enforce, and those ACLs (per switch).
     pub unenforced_acl_switches: usize,
     pub unenforced_acls: usize,
+    /// Flood groups with more members than the datapath installs.
+    pub truncated_flood_groups: usize,
+    /// Datapath writes that failed and wait for a retry (the datapath is not wholly programmed).
+    pub datapath_pending: usize,
     /// Datapaths whose flows ask for a side duty the datapath does not do (e.g. MAC learning);
     /// they are forwarded.
     pub side_duty_datapaths: usize,

@@ -111,6 +111,12 @@ pub trait Datapath: Send {
     /// The counters of each interface the datapath runs on and has seen traffic on, by name.
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError>;
 
+    /// Flood groups with more members than the datapath installs (those beyond its limit get
+    /// no flooded frames; each such group is logged as an error).
+    fn truncated_flood_groups(&self) -> usize {
+        0
+    }
+
     /// What prepares new pods' interfaces for this datapath (for the CNI server).
     fn attacher(&self) -> Arc<dyn PortAttacher>;
 

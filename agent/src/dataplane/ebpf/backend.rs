@@ -88,6 +88,10 @@ impl Datapath for NodeDatapath {
         Ok(NodeDatapath::interface_counters(self)?)
     }
 
+    fn truncated_flood_groups(&self) -> usize {
+        NodeDatapath::truncated_flood_groups(self)
+    }
+
     fn attacher(&self) -> Arc<dyn PortAttacher> {
         Arc::new(self.pod_filters())
     }

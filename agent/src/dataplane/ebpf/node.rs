@@ -312,6 +312,12 @@ impl NodeDatapath {
         self.l2.pending() + self.l3.pending()
     }
 
+    /// Flood groups with more members than the agent installs, as last flushed.
+    #[must_use]
+    pub fn truncated_flood_groups(&self) -> usize {
+        self.l2.truncated_groups()
+    }
+
     /// Retries the writes that failed.
     pub fn retry(&mut self) -> Result<usize, EbpfError> {
         let routed = self.l3.flush(&mut self.programs)?;
