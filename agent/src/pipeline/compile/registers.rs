@@ -6,9 +6,9 @@
 //!
 //! The analysis errs on the side of "reachable": any assignment, exchange or keyword argument
 //! that names a register counts as setting the bits it covers (a whole register when unsliced),
-//! and bits set in either pipeline of a datapath count for both. OVN clears the logical registers
-//! when a packet crosses a patch port into the next datapath, so only the datapath's own flows
-//! set them.
+//! and bits set in either pipeline of a datapath count for both (more than needed: ovn-controller
+//! clears the logical registers when a packet enters the egress pipeline, `physical.c`'s table
+//! 34, and so before it reaches any other datapath), so only the datapath's own flows set them.
 
 use std::collections::BTreeSet;
 
