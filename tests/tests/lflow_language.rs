@@ -225,23 +225,7 @@ fn coverage_shows_forwarding_stages_compiled_and_lists_the_rest() {
     // the datapath yet; their flows are reported unsupported, so they stay out of this topology.
     let lab = OvnLab::start().unwrap();
     build(&lab, false);
-    let output = std::process::Command::new(ovnbpf_tests::workspace_binary("ovnbpfctl"))
-        .args([
-            "lflow",
-            "coverage",
-            "--json",
-            "--unsupported",
-            "--remote",
-            &lab.unix_remote(ovnbpf_tests::ovn::Db::Southbound),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "ovnbpfctl failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = ovnbpfctl(&lab, &["lflow", "coverage", "--json", "--unsupported"]);
     println!("{stdout}");
     let json_line = stdout.lines().next().unwrap_or_default();
     let coverage: Value = serde_json::from_str(json_line).unwrap();
@@ -285,24 +269,25 @@ fn coverage_shows_forwarding_stages_compiled_and_lists_the_rest() {
     }
 }
 
-/// `ovnbpfctl trace` on the rich topology, as JSON.
-fn trace(lab: &OvnLab, microflow: &str) -> Value {
+/// What `ovnbpfctl ARGS --remote <the lab's Southbound>` prints (it must succeed).
+fn ovnbpfctl(lab: &OvnLab, args: &[&str]) -> String {
+    let remote = lab.unix_remote(ovnbpf_tests::ovn::Db::Southbound);
     let output = std::process::Command::new(ovnbpf_tests::workspace_binary("ovnbpfctl"))
-        .args([
-            "trace",
-            "--json",
-            "--remote",
-            &lab.unix_remote(ovnbpf_tests::ovn::Db::Southbound),
-            microflow,
-        ])
+        .args(args)
+        .args(["--remote", &remote])
         .output()
         .unwrap();
     assert!(
         output.status.success(),
-        "ovnbpfctl trace failed: {}",
+        "ovnbpfctl {args:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).unwrap()
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `ovnbpfctl trace` on the rich topology, as JSON.
+fn trace(lab: &OvnLab, microflow: &str) -> Value {
+    serde_json::from_str(&ovnbpfctl(lab, &["trace", "--json", microflow])).unwrap()
 }
 
 #[test]

@@ -271,6 +271,14 @@ async fn coverage(remote: &str) -> anyhow::Result<(Southbound, Compiler)> {
 /// datapaths it crossed (by datapath, stage and reason, with the flows' UUIDs), so an answer
 /// given through them is never mistaken for OVN's.
 fn print_trace(trace: &ovnbpf_agent::pipeline::eval::Trace, compiler: &Compiler, json: bool) {
+    // Each crossed datapath's reachable unsupported flows, asked once (a datapath has a
+    // report per stage and reason).
+    let mut on_datapath = BTreeMap::new();
+    for report in &trace.unsupported {
+        on_datapath
+            .entry(report.datapath)
+            .or_insert_with(|| compiler.unsupported_flows_on(report.datapath));
+    }
     let unsupported: Vec<(
         &ovnbpf_agent::pipeline::eval::UnsupportedOnPath,
         Vec<String>,
@@ -278,9 +286,8 @@ fn print_trace(trace: &ovnbpf_agent::pipeline::eval::Trace, compiler: &Compiler,
         .unsupported
         .iter()
         .map(|report| {
-            let flows: Vec<String> = compiler
-                .unsupported_flows_on(report.datapath)
-                .into_iter()
+            let flows: Vec<String> = on_datapath[&report.datapath]
+                .iter()
                 .filter(|(_, stage, reason)| *stage == report.stage && *reason == report.reason)
                 .map(|(uuid, _, _)| uuid.to_string())
                 .collect();

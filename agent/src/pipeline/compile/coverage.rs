@@ -75,15 +75,19 @@ impl Compiler {
         let settable: HashSet<RegisterBit> = self
             .flows
             .values()
-            .filter(|c| c.datapaths.contains(&datapath))
-            .flat_map(|c| c.sets.iter().copied())
+            .filter_map(|c| c.registers.as_deref())
+            .filter(|r| r.datapaths.contains(&datapath))
+            .flat_map(|r| r.sets.iter().copied())
             .collect();
         let mut flows: Vec<(Uuid, &str, &str)> = self
             .flows
             .iter()
             .filter_map(|(uuid, c)| match &c.outcome {
                 Some(Outcome::Unsupported(reason))
-                    if c.gates.iter().all(|bit| settable.contains(bit))
+                    if c
+                        .registers
+                        .as_deref()
+                        .is_none_or(|r| r.gates.iter().all(|bit| settable.contains(bit)))
                         && c.entries.iter().any(|entry| {
                             matches!(entry, IrEntry::Unsupported { datapath: d, .. } if *d == datapath)
                         }) =>

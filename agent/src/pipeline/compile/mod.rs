@@ -40,13 +40,9 @@ struct Contribution {
     stage: String,
     outcome: Option<Outcome>,
     entries: Vec<IrEntry>,
-    /// A logical flow's datapaths, kept only for flows that set registers (the report of
-    /// reachable flows asks which datapaths those are).
-    datapaths: Vec<u32>,
-    /// The register bits the flow's match needs set ([`registers::gates`]).
-    gates: Vec<registers::RegisterBit>,
-    /// The register bits its actions may set ([`registers::sets`]).
-    sets: Vec<registers::RegisterBit>,
+    /// How a logical flow uses registers, for the flows that need or set any (most do
+    /// neither, and pay one pointer).
+    registers: Option<Box<registers::RegisterUse>>,
 }
 
 /// The compiler's state: contributions per source row and the reference-counted IR.
@@ -284,11 +280,8 @@ impl Compiler {
             Err(reason) => contribution.outcome = Some(Outcome::Unsupported(reason)),
             Ok((match_, actions)) => {
                 let datapaths = flow_datapaths(sb, flow);
-                contribution.gates = registers::gates(&match_);
-                contribution.sets = registers::sets(&actions).into_iter().collect();
-                if !contribution.sets.is_empty() {
-                    contribution.datapaths.clone_from(&datapaths);
-                }
+                contribution.registers =
+                    registers::RegisterUse::of(&match_, &actions, &datapaths).map(Box::new);
                 for datapath in datapaths {
                     let class = classify::classify(&Flow {
                         datapath,

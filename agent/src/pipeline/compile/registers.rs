@@ -20,6 +20,40 @@ use crate::lflow::{
 /// One bit of a 32-bit logical register: (register number, bit).
 pub(crate) type RegisterBit = (u8, u8);
 
+/// How one logical flow uses registers.
+#[derive(Debug, Default)]
+pub(crate) struct RegisterUse {
+    /// The flow's datapaths, kept only when it sets bits (the question asked is which bits a
+    /// datapath's flows set).
+    pub datapaths: Vec<u32>,
+    /// The bits its match needs set ([`gates`]).
+    pub gates: Vec<RegisterBit>,
+    /// The bits its actions may set ([`sets`]).
+    pub sets: Vec<RegisterBit>,
+}
+
+impl RegisterUse {
+    /// How a flow with `match_` and `actions` on `datapaths` uses registers; `None` when it
+    /// neither needs nor sets any bit.
+    pub(crate) fn of(match_: &Expr, actions: &[Action], datapaths: &[u32]) -> Option<Self> {
+        let gates = gates(match_);
+        let sets: Vec<RegisterBit> = sets(actions).into_iter().collect();
+        if gates.is_empty() && sets.is_empty() {
+            return None;
+        }
+        let datapaths = if sets.is_empty() {
+            Vec::new()
+        } else {
+            datapaths.to_vec()
+        };
+        Some(RegisterUse {
+            datapaths,
+            gates,
+            sets,
+        })
+    }
+}
+
 /// The register bits `match_` requires to be 1 (its top-level conjuncts `regN[b]` and
 /// `regN[b] == 1`); other conditions are not gates.
 pub(crate) fn gates(match_: &Expr) -> Vec<RegisterBit> {
