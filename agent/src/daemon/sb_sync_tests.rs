@@ -105,6 +105,11 @@ impl Node {
         }
     }
 
+    /// Applies a modification of `pod.ns` and lets this node observe it.
+    fn modify(&mut self, sb: &mut Southbound, row: Value) {
+        modify_port(sb, &mut self.sync, &self.local, row);
+    }
+
     /// Reconciles; returns the transactions submitted.
     fn reconcile(&mut self, sb: &Southbound) -> Vec<(RequestId, Vec<Value>)> {
         let config = config();
@@ -145,12 +150,7 @@ fn a_claim_carries_up_and_a_release_in_flight_holds_the_next_claim() {
         "no write on a row a transaction holds"
     );
     // The release's update, then its reply: the claim follows, with `up` in it.
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["set", []], "up": false}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["set", []], "up": false}));
     assert!(node.reconcile(&sb).is_empty(), "still held until the reply");
     node.sync.finished(&sb, released[0].0, Ok(()));
     let claimed = node.reconcile(&sb);
@@ -165,12 +165,7 @@ fn a_claim_carries_up_and_a_release_in_flight_holds_the_next_claim() {
         node.sync.stats().transactions,
         BTreeMap::from([(Purpose::Claim, 1), (Purpose::Up, 1), (Purpose::Release, 1)])
     );
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", US], "up": true}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", US], "up": true}));
     node.sync.finished(&sb, claimed[0].0, Ok(()));
     assert!(
         node.reconcile(&sb).is_empty(),
@@ -194,12 +189,7 @@ fn a_reply_before_its_update_keeps_the_row_held_until_the_update() {
         node.reconcile(&sb).is_empty(),
         "held until the claim's update"
     );
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", US]}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", US]}));
     let up = node.reconcile(&sb);
     assert_eq!(row(&up[0].1), &json!({"up": true}));
 }
@@ -237,21 +227,11 @@ fn an_add_then_del_ends_released_after_the_claim() {
     node.local.clear();
     node.sync.release("pod.ns");
     assert!(node.reconcile(&sb).is_empty());
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", US], "up": true}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", US], "up": true}));
     node.sync.finished(&sb, claimed[0].0, Ok(()));
     let released = node.reconcile(&sb);
     assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["set", []], "up": false}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["set", []], "up": false}));
     node.sync.finished(&sb, released[0].0, Ok(()));
     assert!(node.reconcile(&sb).is_empty());
     assert!(node.sync.releasing().is_empty());
@@ -268,19 +248,12 @@ fn requested_chassis_elsewhere_releases_and_never_claims_back() {
     let released = node.reconcile(&sb);
     assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
     // The other chassis claims it: nothing more from us.
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", OTHER]}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", OTHER]}));
     node.sync.finished(&sb, released[0].0, Ok(()));
     assert!(node.reconcile(&sb).is_empty());
     // Requested back here (by hostname): claimed again.
-    modify_port(
+    node.modify(
         &mut sb,
-        &mut node.sync,
-        &node.local,
         json!({"requested_chassis": ["uuid", US],
         "options": ["map", [["requested-chassis", "node1.example"]]]}),
     );
@@ -340,20 +313,10 @@ fn a_port_another_chassis_takes_is_claimed_back_at_most_every_claim_interval() {
     let mut node = Node::new(true, false);
     node.sync.mark("pod.ns");
     let claimed = node.reconcile(&sb);
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", US]}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", US]}));
     node.sync.finished(&sb, claimed[0].0, Ok(()));
     // Another chassis takes it (no requested-chassis: both may bind it, as in OVN).
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", OTHER]}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", OTHER]}));
     assert!(node.reconcile(&sb).is_empty(), "not within CLAIM_INTERVAL");
     assert_eq!(node.sync.stats().claims_postponed, 1);
     let due = node.sync.wake_at().expect("a postponed claim is due later");
@@ -397,21 +360,11 @@ fn a_port_that_becomes_bound_here_without_being_plugged_here_is_released() {
     assert!(node.reconcile(&sb).is_empty());
     // Someone binds it to this chassis (another agent with this chassis's name, a stale
     // transaction): this agent does not serve it, so it gives it back.
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", US]}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", US]}));
     let released = node.reconcile(&sb);
     assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
     // Ports of other chassis are none of its business.
-    modify_port(
-        &mut sb,
-        &mut node.sync,
-        &node.local,
-        json!({"chassis": ["uuid", OTHER]}),
-    );
+    node.modify(&mut sb, json!({"chassis": ["uuid", OTHER]}));
     node.sync.finished(&sb, released[0].0, Ok(()));
     assert!(node.reconcile(&sb).is_empty());
 }
