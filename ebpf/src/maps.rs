@@ -9,8 +9,8 @@ use aya_ebpf::{
 use ovnbpf_common::maps::{
     ArpResponder, DropCounters, DropEvents, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
     InterfaceCountersMap, L2Fib, Localnets, MapDef, Neighbours, PodPorts, PortSecurityMap,
-    ProviderNetworks, RouterAddresses, RouterReplies, Routers, Routes, TunnelConfigMap,
-    TunnelPorts, kind::MapKind, same_name,
+    ProviderNetworks, RouterAddresses, RouterReplies, Routers, Routes, SourceRoutes,
+    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -66,6 +66,7 @@ kernel_map!(FLOOD_MEMBERS: HashMap = FloodMembers);
 kernel_map!(FLOOD_SCRATCH: PerCpuArray = FloodScratch, crate::flood::FloodScratch);
 kernel_map!(FLOOD_ROLES: HashMap = FloodRolesMap);
 kernel_map!(ROUTES: LpmTrie = Routes);
+kernel_map!(SOURCE_ROUTES: LpmTrie = SourceRoutes);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

@@ -3,26 +3,28 @@
 //! decremented by the routing back to the sender as in OVN: 254,
 //! type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input` does; other traffic
 //! to the router's addresses gets OVN's reset or ICMP unreachable ([`crate::reject`]). Other
-//! IPv4 is routed as the sending chassis does in OVN: longest-prefix route in the
-//! router (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
+//! IPv4 is routed as the sending chassis does in OVN: the longest-prefix route by destination
+//! in the router, or, where the router has `src-ip` routes and OVN's priority says so, by source
+//! (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
 //! decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
-//! Non-IPv4 goes on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `NEIGHBOURS`,
-//! `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
+//! Non-IPv4 goes on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`,
+//! `NEIGHBOURS`, `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
-    ROUTER_FORWARDS, RouteEntry, RouteKey, drop_reason, router_reply,
+    ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
 use crate::csum;
 use crate::maps::get;
 use crate::output::l2_output;
 use crate::{
-    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, count_delivered, count_reply,
+    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_delivered,
+    count_reply,
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
     reject,
 };
@@ -220,10 +222,15 @@ enum Lookup {
     Expired(u32),
 }
 
-/// The route `router` (and the routers it hands over to) picks for `destination`, for a packet
-/// that arrived with `ttl` on the first router's port with address `router_ip`.
+/// The route `router` (and the routers it hands over to) picks for a packet from `source` to
+/// `destination` that arrived with `ttl` on the first router's port with address `router_ip`.
 #[inline(always)]
-fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Lookup, DropReason> {
+fn lookup(
+    router: u32,
+    (source, destination): (u32, u32),
+    ttl: u8,
+    router_ip: u32,
+) -> Result<Lookup, DropReason> {
     let mut datapath = router;
     let mut hops: u8 = 0;
     let mut ingress_ip = router_ip;
@@ -232,19 +239,32 @@ fn lookup(router: u32, destination: u32, ttl: u8, router_ip: u32) -> Result<Look
         if hops > 0 && ttl <= hops + 1 {
             return Ok(Lookup::Expired(ingress_ip));
         }
-        let forwards = get(&ROUTERS, datapath).is_some_and(|r| r.flags & ROUTER_FORWARDS != 0);
-        if !forwards {
+        let flags = get(&ROUTERS, datapath).map_or(0, |r| r.flags);
+        if flags & ROUTER_FORWARDS == 0 {
             return Err(drop_reason::ROUTER_UNSUPPORTED);
         }
-        let key = Key::new(
-            64,
-            RouteKey {
-                datapath: datapath.to_be(),
-                ip: destination,
-            },
-        );
-        let Some(route) = ROUTES.get(key) else {
-            return Err(drop_reason::NO_ROUTE);
+        let key = |ip| {
+            Key::new(
+                64,
+                RouteKey {
+                    datapath: datapath.to_be(),
+                    ip,
+                },
+            )
+        };
+        let by_destination = ROUTES.get(key(destination));
+        // One stage in OVN: the higher priority of the two matches wins (they never tie:
+        // destination routes are 1 or 2 above a multiple of 3, source routes on one).
+        let by_source = if flags & ROUTER_SOURCE_ROUTES != 0 {
+            SOURCE_ROUTES.get(key(source))
+        } else {
+            None
+        };
+        let route = match (by_destination, by_source) {
+            (Some(d), Some(s)) if s.priority > d.priority => s,
+            (Some(d), _) => d,
+            (None, Some(s)) => s,
+            (None, None) => return Err(drop_reason::NO_ROUTE),
         };
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
@@ -267,13 +287,14 @@ fn route(
     ifindex: u32,
 ) -> Result<i32, DropReason> {
     let ip = frame.ip;
-    let (last_router, route, hops) = match lookup(router, ip.destination, ip.ttl, router_ip)? {
-        Lookup::Route(last_router, route, hops) => (last_router, route, hops),
-        Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
-            return time_exceeded(ctx, frame, source, ifindex);
-        }
-        Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
-    };
+    let (last_router, route, hops) =
+        match lookup(router, (ip.source, ip.destination), ip.ttl, router_ip)? {
+            Lookup::Route(last_router, route, hops) => (last_router, route, hops),
+            Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
+                return time_exceeded(ctx, frame, source, ifindex);
+            }
+            Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
+        };
     let nexthop = if route.nexthop != 0 {
         route.nexthop
     } else {

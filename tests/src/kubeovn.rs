@@ -8,8 +8,10 @@
 //!   with only `external_ids:vendor` (Kube-OVN's `CreateBareLogicalSwitch`: no `other_config`
 //!   unless multicast snooping is asked for), linked by LRP `<vpc>-<subnet>` (gateway = first
 //!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`),
-//!   and a 31000 `allow` policy `ip4.dst == <cidr>` on the router; the default VPC also has the
-//!   route `0.0.0.0/0` via the join gateway;
+//!   and a 31000 `allow` policy `ip4.dst == <cidr>` on the router; a custom VPC's subnet also
+//!   gets a `src-ip` static route `<cidr>` via its gateway (Kube-OVN ≥ 1.15's
+//!   `addCustomVPCStaticRouteForSubnet`, which shadows any shorter destination route for the
+//!   subnet's own traffic); the default VPC has the route `0.0.0.0/0` via the join gateway;
 //! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
 //! - underlay → LSP `localnet.<subnet>` (localnet, `network_name`, `tag`,
 //!   `external_ids:ipv4_network`);
@@ -209,7 +211,9 @@ impl Topology {
     /// A subnet of `vpc`: switch `<subnet>` linked to the router with gateway = first address.
     /// Kube-OVN also keeps traffic to the subnet on its route, in the default VPC and in custom
     /// ones alike: a priority 31000 `allow` policy `ip4.dst == <cidr>` (`addCommonRoutesForSubnet`,
-    /// from `reconcileOvnDefaultVpcRoute` and `reconcileCustomVpcStaticRoute`).
+    /// from `reconcileOvnDefaultVpcRoute` and `reconcileCustomVpcStaticRoute`). In a custom VPC
+    /// it adds the `policySrc` route `<cidr>` via the gateway (`addCustomVPCStaticRouteForSubnet`,
+    /// since Kube-OVN 1.15: every subnet of a custom VPC, overlay or U2O).
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
         self.plain_switch(subnet, cidr)?;
         let cidr = Cidr::parse(cidr)?;
@@ -218,21 +222,24 @@ impl Topology {
         let switch_port = format!("{subnet}-{vpc}");
         let gateway = format!("{}/{}", cidr.host(1), cidr.len);
         let router_port_option = format!("router-port={router_port}");
-        Ok(self
-            .add(&[
-                "--may-exist",
-                "lrp-add",
-                vpc,
-                &router_port,
-                &mac_for(&router_port),
-                &gateway,
-            ])
-            .add(&["--may-exist", "lsp-add", subnet, &switch_port])
-            .add(&["lsp-set-type", &switch_port, "router"])
-            .add(&["lsp-set-addresses", &switch_port, "router"])
-            .add(&["lsp-set-options", &switch_port, &router_port_option])
-            .add(&["set", "logical_switch_port", &switch_port, VENDOR])
-            .subnet_policy(vpc, cidr))
+        self.add(&[
+            "--may-exist",
+            "lrp-add",
+            vpc,
+            &router_port,
+            &mac_for(&router_port),
+            &gateway,
+        ])
+        .add(&["--may-exist", "lsp-add", subnet, &switch_port])
+        .add(&["lsp-set-type", &switch_port, "router"])
+        .add(&["lsp-set-addresses", &switch_port, "router"])
+        .add(&["lsp-set-options", &switch_port, &router_port_option])
+        .add(&["set", "logical_switch_port", &switch_port, VENDOR])
+        .subnet_policy(vpc, cidr);
+        if vpc != DEFAULT_VPC {
+            self.source_route(vpc, &cidr.to_string(), cidr.host(1));
+        }
+        Ok(self)
     }
 
     /// Kube-OVN's priority of the per-subnet `allow` policies (`SubnetRouterPolicyPriority`).
@@ -340,6 +347,18 @@ impl Topology {
             args.push(nexthop);
         }
         self.add(&args)
+    }
+
+    /// A `src-ip` static route (Kube-OVN's `policySrc`): packets from `prefix` via `nexthop`.
+    pub fn source_route(&mut self, vpc: &str, prefix: &str, nexthop: Ipv4Addr) -> &mut Self {
+        self.add(&[
+            "--may-exist",
+            "--policy=src-ip",
+            "lr-route-add",
+            vpc,
+            prefix,
+            &nexthop.to_string(),
+        ])
     }
 
     /// A VPC static route `prefix` via `nexthop`.
@@ -702,7 +721,7 @@ mod tests {
     }
 
     #[test]
-    fn vpcs_get_kube_ovns_subnet_policies_and_the_default_vpc_its_route() {
+    fn vpcs_get_kube_ovns_subnet_policies_and_routes() {
         let mut topology = Topology::new();
         topology.default_vpc().unwrap();
         topology
@@ -748,5 +767,19 @@ mod tests {
             |command| command.get(1).is_some_and(|w| w == "lr-route-add")
                 && command.get(2).is_some_and(|w| w == "vpc-a")
         ));
+        // …but, per subnet, the source route to the subnet's gateway (only custom VPCs).
+        let source_routes: Vec<&&[String]> = commands
+            .iter()
+            .filter(|command| command.get(1).is_some_and(|w| w == "--policy=src-ip"))
+            .collect();
+        assert_eq!(source_routes.len(), 1, "{source_routes:?}");
+        assert!(has(&[
+            "--may-exist",
+            "--policy=src-ip",
+            "lr-route-add",
+            "vpc-a",
+            "10.0.1.0/24",
+            "10.0.1.1"
+        ]));
     }
 }

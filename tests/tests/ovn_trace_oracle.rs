@@ -8,7 +8,7 @@
 //! route in vpc-a whose next hop is a pod (a pod acting as a router); an underlay subnet in the
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
 //! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the
-//! join gateway. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
+//! join gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod). Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod`, its maps
 //! installed from the same IR by the agent's backend ([`oracle_kernel`]); every kernel verdict
@@ -103,6 +103,10 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .static_route("vpc-a", "10.2.1.0/24", Ipv4Addr::new(10, 255, 0, 2))
         .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 255, 0, 1))
         .static_route("vpc-a", "192.168.50.0/24", Ipv4Addr::new(10, 0, 1, 12))
+        // A `policySrc` VPC route that beats every destination route (/32: priority 96): one
+        // pod's routed traffic goes through its neighbour, beside the builder's per-subnet
+        // source routes (/24: 72, below the connected and static /24 routes).
+        .source_route("vpc-c", "10.2.1.10/32", Ipv4Addr::new(10, 2, 1, 11))
         // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes (the
         // builder's per-subnet allow policies); a pod's other traffic is rerouted to its node
         // over the join switch.

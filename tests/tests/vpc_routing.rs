@@ -15,7 +15,7 @@ use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     kubeovn::{Topology, mac_for},
     netns::Netns,
-    network::Pod,
+    network::{Node, Pod},
     process::wait_until,
 };
 
@@ -66,7 +66,10 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         .unwrap()
         .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
         .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
-        .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1))
+        // Back to both of vpc-a's subnets: one /16 would lose to the source route Kube-OVN gives
+        // subnet-b (10.1.1.0/24 via its gateway, priority 72 over the /16's 49), as on real OVN.
+        .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1))
+        .static_route("vpc-b", "10.0.2.0/24", Ipv4Addr::new(10, 0, 255, 1))
         .static_route("vpc-a", "192.168.50.0/24", PODS[5].3);
     let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1400);
     let pod = |name: &str| &pods[PODS.iter().position(|p| p.0 == name).unwrap()];
@@ -104,29 +107,11 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
         logs()
     );
 
-    // TCP and UDP to the router's addresses are refused as OVN refuses them: a reset, and ICMP
-    // port unreachable (the connected UDP socket's receive fails with ECONNREFUSED).
-    let replies = |kind: &str| {
-        let counters = scenario::datapath_counters(&nodes[0], &bpffs.path().join("node1"));
-        counters["router_replies"][kind]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no {kind} in {counters}"))
-    };
-    let (resets, unreachables) = (replies("tcp_reset"), replies("port_unreachable"));
-    for gateway in [Ipv4Addr::new(10, 0, 1, 1), Ipv4Addr::new(10, 0, 2, 1)] {
-        let (tcp, udp) = scenario::socket_outcomes(a1, gateway, 80);
-        for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
-            assert_eq!(
-                outcome.as_ref().map_err(std::io::Error::kind).err(),
-                Some(std::io::ErrorKind::ConnectionRefused),
-                "a1 {what} to {gateway}: {outcome:?}{}",
-                logs()
-            );
-        }
-    }
-    // Counted on a1's node, per kind: one answer per connect and per datagram.
-    assert_eq!(replies("tcp_reset"), resets + 2, "{}", logs());
-    assert_eq!(replies("port_unreachable"), unreachables + 2, "{}", logs());
+    router_refuses_tcp_and_udp(
+        (a1, &nodes[0], &bpffs.path().join("node1")),
+        &[Ipv4Addr::new(10, 0, 1, 1), Ipv4Addr::new(10, 0, 2, 1)],
+        &logs,
+    );
     // The unreachable quotes the datagram as sent on the wire, its UDP checksum complete (as
     // OVN's kernel datapath completes a checksum the pod's stack left to offload).
     let frame =
@@ -270,16 +255,20 @@ fn pods_are_routed_across_subnets_peerings_and_a_pod_router() {
 
 /// Pods of the custom VPC built as kube-ovn-controller builds one without peering, external
 /// access or U2O: Kube-OVN's router options, `always_learn_from_arp_request=false` among them.
-const KUBE_OVN_VPC_PODS: [PodPlan; 4] = [
+/// k4's routed traffic goes through kr by a source route.
+const KUBE_OVN_VPC_PODS: [PodPlan; 5] = [
     ("k1", "subnet-k1", 0, Ipv4Addr::new(10, 3, 1, 2)),
     ("k2", "subnet-k2", 1, Ipv4Addr::new(10, 3, 2, 2)),
     ("k3", "subnet-k2", 0, Ipv4Addr::new(10, 3, 2, 3)),
     ("kr", "subnet-k1", 1, Ipv4Addr::new(10, 3, 1, 10)),
+    ("k4", "subnet-k2", 0, Ipv4Addr::new(10, 3, 2, 4)),
 ];
 
-/// Such a VPC routes: pod → pod across subnets on one node and across two, TCP too, and through
-/// a static route whose next hop is a pod; the router is forwarded (nothing counted as
-/// `router_unsupported`), its MAC learning reported as a side duty, not as unsupported.
+/// Such a VPC routes: pod → pod across subnets on one node and across two, TCP too, through a
+/// static route whose next hop is a pod, and by source (the per-subnet routes Kube-OVN writes,
+/// and a VPC `policySrc` route via a pod); the router refuses TCP and UDP to its addresses as
+/// OVN does; it is forwarded (nothing counted as `router_unsupported`), its MAC learning
+/// reported as a side duty, not as unsupported.
 #[test]
 fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     let TwoNodes {
@@ -292,7 +281,10 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
         .unwrap()
         .subnet("vpc-k", "subnet-k2", "10.3.2.0/24")
         .unwrap()
-        .static_route("vpc-k", "192.168.60.0/24", plans[3].3);
+        .static_route("vpc-k", "192.168.60.0/24", plans[3].3)
+        // A VPC `policySrc` route: all of k4's routed traffic goes through kr (/32: priority
+        // 96, above every destination route).
+        .source_route("vpc-k", "10.3.2.4/32", plans[3].3);
     for (name, subnet, _, ip) in plans {
         topology.pod(subnet, name, "ns", &mac_for(name), *ip);
     }
@@ -313,8 +305,14 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     let pod = |name: &str| &pods[plans.iter().position(|p| p.0 == name).unwrap()];
     let address = |name: &str| plans.iter().find(|p| p.0 == name).unwrap().3;
 
-    // kr routes for 192.168.60.0/24: a namespace behind it holds 192.168.60.2.
+    // kr routes for 192.168.60.0/24: a namespace behind it holds 192.168.60.2. It also holds
+    // 192.168.61.1 itself, which only the source route leads to.
     let _behind = network_behind(pod("kr").netns(), prefix, "192.168.60");
+    let kr_netns = pod("kr").netns();
+    kr_netns.ip(&["link", "set", "lo", "up"]).unwrap();
+    kr_netns
+        .ip(&["addr", "add", "192.168.61.1/32", "dev", "lo"])
+        .unwrap();
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
@@ -360,6 +358,23 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
         "k1 → behind kr{}",
         logs()
     );
+    // Source routes: k4's traffic to a destination no destination route covers reaches kr
+    // (one router hop each way); k1's goes where its subnet's source route sends it, to its own
+    // gateway, whose address no one resolves: nothing arrives, as on real OVN.
+    let k4_to_kr_address = ping_ttl(pod("k4"), Ipv4Addr::new(192, 168, 61, 1));
+    assert_eq!(k4_to_kr_address, Some(63), "k4 → 192.168.61.1{}", logs());
+    let k1_to_kr_address = ping_ttl(k1, Ipv4Addr::new(192, 168, 61, 1));
+    assert_eq!(k1_to_kr_address, None, "k1 → 192.168.61.1{}", logs());
+    let k1_node = scenario::datapath_counters(&nodes[0], &bpffs.path().join(scenario::NODES[0]));
+    assert!(
+        k1_node["drops"]["next_hop_unresolved"].as_u64() > Some(0),
+        "{k1_node}"
+    );
+    router_refuses_tcp_and_udp(
+        (k1, &nodes[0], &bpffs.path().join(scenario::NODES[0])),
+        &[Ipv4Addr::new(10, 3, 1, 1), Ipv4Addr::new(10, 3, 2, 1)],
+        &logs,
+    );
     for (node, chassis) in nodes.iter().zip(scenario::NODES) {
         let counters = scenario::datapath_counters(node, &bpffs.path().join(chassis));
         assert_eq!(
@@ -396,6 +411,43 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     }
 
     drop(agents);
+}
+
+/// TCP and UDP from `pod` (on `node`, whose agent pins under `pins`) to the router addresses
+/// `gateways` are refused as OVN refuses them: a reset, and ICMP port unreachable (the connected
+/// UDP socket's receive fails with ECONNREFUSED), each answer counted on the pod's node.
+fn router_refuses_tcp_and_udp(
+    (pod, node, pins): (&Pod, &Node, &std::path::Path),
+    gateways: &[Ipv4Addr],
+    logs: &dyn Fn() -> String,
+) {
+    let replies = |kind: &str| {
+        let counters = scenario::datapath_counters(node, pins);
+        counters["router_replies"][kind]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {kind} in {counters}"))
+    };
+    let (resets, unreachables) = (replies("tcp_reset"), replies("port_unreachable"));
+    for gateway in gateways {
+        let (tcp, udp) = scenario::socket_outcomes(pod, *gateway, 80);
+        for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
+            assert_eq!(
+                outcome.as_ref().map_err(std::io::Error::kind).err(),
+                Some(std::io::ErrorKind::ConnectionRefused),
+                "{what} to {gateway}: {outcome:?}{}",
+                logs()
+            );
+        }
+    }
+    // One answer per connect and per datagram.
+    let sent = u64::try_from(gateways.len()).unwrap();
+    assert_eq!(replies("tcp_reset"), resets + sent, "{}", logs());
+    assert_eq!(
+        replies("port_unreachable"),
+        unreachables + sent,
+        "{}",
+        logs()
+    );
 }
 
 /// A namespace behind pod `router`, reached through a veth: `<net>.1/24` on the pod's side (IPv4

@@ -147,9 +147,13 @@ pub enum IrEntry {
         mac: Mac,
         multicast: bool,
     },
-    /// A route: destination prefix → output router port, next hop (None = directly connected).
+    /// A route: destination (or, for a `src-ip` static route, source) prefix → output router
+    /// port, next hop (None = directly connected). Both kinds compete in one stage by
+    /// `priority` (northd: prefix length × 3, +1 for a static and +2 for a connected destination
+    /// route, +0 for a source route).
     Route {
         datapath: u32,
+        selector: RouteSelector,
         prefix: Prefix,
         priority: u16,
         route_table: Option<u32>,
@@ -343,6 +347,16 @@ pub enum RejectResponse {
     TcpReset,
     SctpAbort,
     IcmpUnreachable { code: u8 },
+}
+
+/// Which address of a packet a [`IrEntry::Route`]'s prefix is matched against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouteSelector {
+    /// `ip4.dst`: every route but `lr-route-add --policy=src-ip`.
+    Destination,
+    /// `ip4.src`: a source-based static route (Kube-OVN's `policySrc`, which it writes for
+    /// every subnet of a custom VPC).
+    Source,
 }
 
 /// What a router policy does with the packets it matches.

@@ -294,8 +294,9 @@ pub struct FloodRoles {
     pub unknown: u32,
 }
 
-/// The data of a [`map::ROUTES`] key: a router's datapath key and a destination, both in network
-/// byte order, so the trie's prefix length is 32 + the route's prefix length.
+/// The data of a [`map::ROUTES`] (or [`map::SOURCE_ROUTES`]) key: a router's datapath key and a
+/// destination (or source) address, both in network byte order, so the trie's prefix length is
+/// 32 + the route's prefix length.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RouteKey {
@@ -318,7 +319,10 @@ pub struct RouteEntry {
     /// The output router port's MAC.
     pub source_mac: [u8; 6],
     pub kind: u8,
-    pub reserved: u8,
+    /// OVN's priority of the route (`lr_in_ip_routing`: prefix length × 3, +1 for a static and
+    /// +2 for a connected destination route, +0 for a source route): where a router has source
+    /// routes, the kernel takes the higher of its destination and source matches.
+    pub priority: u8,
     /// The datapath behind the output port: the switch, or the peer router.
     pub next_datapath: u32,
     /// The port the packet enters `next_datapath` through (the switch's router port key).
@@ -363,6 +367,9 @@ pub struct RouterAddress {
 
 /// [`RouterInfo::flags`]: the kernel forwards for this router.
 pub const ROUTER_FORWARDS: u32 = 1;
+/// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
+/// without them cost one route lookup per hop, not two.
+pub const ROUTER_SOURCE_ROUTES: u32 = 2;
 
 /// A router as the kernel sees it.
 #[repr(C)]

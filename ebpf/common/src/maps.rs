@@ -156,6 +156,9 @@ declare_maps! {
     DropEvents = DROP_EVENTS: RingBuf<(), DropEvent>[DROP_EVENTS_BYTES];
     /// LPM trie: ([`RouteKey`], prefix) → [`RouteEntry`]: each router's routes.
     Routes = ROUTES: LpmTrie<RouteKey, RouteEntry>[MAX_ROUTES];
+    /// LPM trie: ([`RouteKey`] by source, prefix) → [`RouteEntry`]: each router's `src-ip`
+    /// routes.
+    SourceRoutes = SOURCE_ROUTES: LpmTrie<RouteKey, RouteEntry>[MAX_ROUTES];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
     Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
     /// Hash: router datapath key → [`RouterInfo`]: routers the kernel forwards for.

@@ -227,7 +227,10 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
         .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")?
         .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
         .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
-        .static_route("vpc-b", "10.0.0.0/16", Ipv4Addr::new(10, 0, 255, 1))
+        // Back to both of vpc-a's subnets: one /16 would lose to the source route Kube-OVN gives
+        // subnet-b (10.1.1.0/24 via its gateway, priority 72 over the /16's 49), as on real OVN.
+        .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1))
+        .static_route("vpc-b", "10.0.2.0/24", Ipv4Addr::new(10, 0, 255, 1))
         .vpc_with_subnet("vpc-u", "subnet-u", "10.100.0.0/24")?
         .localnet("subnet-u", "physnet1", 100);
     // (pod, subnet, address, gateway, node index)

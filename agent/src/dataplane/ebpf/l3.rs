@@ -1,7 +1,9 @@
 //! This chassis's L3 kernel maps, derived from the IR: the routers the kernel forwards for (those
 //! without drop/reroute policies or flows it cannot run; allow policies change nothing there),
-//! their routes (per destination prefix the highest-priority route of the main table, OVN's
-//! precedence, with the datapath behind the output port: a switch, or a peer router), their
+//! their routes (per destination prefix, and per source prefix for `src-ip` routes in a map of
+//! their own, the highest-priority route of the main table, with OVN's priority so the kernel
+//! picks between the two lookups as `lr_in_ip_routing` does, and the datapath behind the output
+//! port: a switch, or a peer router), their
 //! neighbours (static from the flows; learned from MAC_Binding where the router looks them up),
 //! and their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
 //! unreachable). Owns the desired contents (the `desired_*` functions); what is installed is
@@ -16,8 +18,8 @@ use std::{
 use ovnbpf_common::{
     Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_FORWARDS, RouteEntry, RouteKey, RouterAddress, RouterInfo,
-    maps::{Neighbours, RouterAddresses, Routers, Routes},
+    ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    maps::{Neighbours, RouterAddresses, Routers, Routes, SourceRoutes},
 };
 
 use super::{
@@ -26,6 +28,7 @@ use super::{
 };
 use crate::pipeline::ir::{
     IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
+    RouteSelector,
 };
 
 /// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
@@ -39,10 +42,15 @@ pub fn route_slot(datapath: u32, prefix: Prefix) -> (RouteKey, u32) {
     (key, 32 + u32::from(prefix.length))
 }
 
+/// Where the state keeps a router's routes: the router, what the prefix is matched against, and
+/// the prefix (one kernel slot, in ROUTES or SOURCE_ROUTES).
+type RouteSlot = (u32, RouteSelector, Prefix);
+
 /// One route of the main table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Candidate {
-    priority: u16,
+    /// OVN's priority (fits the kernel's byte: see [`L3State::take`]).
+    priority: u8,
     nexthop: Option<Ipv4Addr>,
     source_mac: Mac,
     port: String,
@@ -66,8 +74,11 @@ pub struct L3State {
     ports: HashMap<String, PortInfo>,
     /// Port name → the patch ports whose peer it is.
     patch_by_peer: HashMap<String, HashSet<String>>,
-    routes: HashMap<(u32, Prefix), HashSet<Candidate>>,
-    routes_by_port: HashMap<String, HashSet<(u32, Prefix)>>,
+    routes: HashMap<RouteSlot, HashSet<Candidate>>,
+    routes_by_port: HashMap<String, HashSet<RouteSlot>>,
+    /// Per router: how many source prefixes have routes (the kernel looks the source up only
+    /// for routers that have some).
+    source_prefixes: HashMap<u32, usize>,
     /// (router, next hop) → (MAC from the flows, MAC learned).
     neighbours: HashMap<(u32, Ipv4Addr), (Option<Mac>, Option<Mac>)>,
     /// Routers that look next hops up in MAC_Binding.
@@ -79,12 +90,19 @@ pub struct L3State {
     /// the router answers there (`RouterAddress` flags).
     addresses: HashMap<(u32, Ipv4Addr), (usize, u32)>,
     route_table: Table<Routes, (u32, Prefix)>,
+    source_route_table: Table<SourceRoutes, (u32, Prefix)>,
     neighbour_table: Table<Neighbours, (u32, Ipv4Addr)>,
     address_table: Table<RouterAddresses, (u32, Ipv4Addr)>,
     router_table: Table<Routers, u32>,
 }
 
 impl TableKey<Routes> for (u32, Prefix) {
+    fn slot(&self) -> (RouteKey, u32) {
+        route_slot(self.0, self.1)
+    }
+}
+
+impl TableKey<SourceRoutes> for (u32, Prefix) {
     fn slot(&self) -> (RouteKey, u32) {
         route_slot(self.0, self.1)
     }
@@ -132,6 +150,34 @@ impl L3State {
         self.router_table.mark(datapath);
     }
 
+    /// Keeps [`Self::source_prefixes`] when slot `key` (a source slot) gained its first route or
+    /// lost its last; the router's flags follow.
+    fn count_source_prefix(&mut self, key: RouteSlot, had_routes: bool) {
+        let (datapath, selector, _) = key;
+        let has_routes = self.routes.contains_key(&key);
+        if selector != RouteSelector::Source || had_routes == has_routes {
+            return;
+        }
+        let count = self.source_prefixes.entry(datapath).or_default();
+        if has_routes {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+        }
+        if *count == 0 {
+            self.source_prefixes.remove(&datapath);
+        }
+        self.router_table.mark(datapath);
+    }
+
+    /// Marks a route slot in the table of its kernel map.
+    fn mark_route(&mut self, (datapath, selector, prefix): RouteSlot) {
+        match selector {
+            RouteSelector::Destination => self.route_table.mark((datapath, prefix)),
+            RouteSelector::Source => self.source_route_table.mark((datapath, prefix)),
+        }
+    }
+
     fn take(&mut self, entry: &IrEntry, added: bool) {
         match entry {
             IrEntry::Datapath {
@@ -144,8 +190,8 @@ impl L3State {
                 }
                 self.router_table.mark(*datapath);
                 // Routes into this datapath may change kind.
-                let keys: Vec<(u32, Prefix)> = self.routes.keys().copied().collect();
-                keys.into_iter().for_each(|key| self.route_table.mark(key));
+                let keys: Vec<RouteSlot> = self.routes.keys().copied().collect();
+                keys.into_iter().for_each(|key| self.mark_route(key));
             }
             IrEntry::Port {
                 datapath,
@@ -183,15 +229,16 @@ impl L3State {
                 }
                 // Routes out of this port, and out of the ports patched to it, resolve through
                 // it.
-                let mut marks: Vec<(u32, Prefix)> = Vec::new();
+                let mut marks: Vec<RouteSlot> = Vec::new();
                 let around = self.patch_by_peer.get(name).into_iter().flatten();
                 for port in std::iter::once(name).chain(around) {
                     marks.extend(self.routes_by_port.get(port).into_iter().flatten().copied());
                 }
-                marks.into_iter().for_each(|key| self.route_table.mark(key));
+                marks.into_iter().for_each(|key| self.mark_route(key));
             }
             IrEntry::Route {
                 datapath,
+                selector,
                 prefix,
                 priority,
                 route_table: None | Some(0),
@@ -200,14 +247,21 @@ impl L3State {
                 port,
                 ..
             } => {
+                // The kernel compares a destination and a source route by OVN's priority in one
+                // byte; northd's IPv4 route priorities are at most 32 × 3 + 2.
+                let Ok(priority) = u8::try_from(*priority) else {
+                    let reason = format!("route priority {priority} beyond the kernel's 255");
+                    return self.block(*datapath, reason, added);
+                };
                 let candidate = Candidate {
-                    priority: *priority,
+                    priority,
                     nexthop: *nexthop,
                     source_mac: *source_mac,
                     port: port.clone(),
                 };
-                let key = (*datapath, *prefix);
+                let key = (*datapath, *selector, *prefix);
                 let set = self.routes.entry(key).or_default();
+                let had_routes = !set.is_empty();
                 if added {
                     set.insert(candidate);
                     self.routes_by_port
@@ -232,7 +286,8 @@ impl L3State {
                         }
                     }
                 }
-                self.route_table.mark((*datapath, *prefix));
+                self.count_source_prefix(key, had_routes);
+                self.mark_route(key);
             }
             IrEntry::Neighbour {
                 datapath, ip, mac, ..
@@ -379,15 +434,16 @@ impl L3State {
     #[must_use]
     pub fn pending(&self) -> usize {
         self.route_table.pending()
+            + self.source_route_table.pending()
             + self.neighbour_table.pending()
             + self.address_table.pending()
             + self.router_table.pending()
     }
 
-    fn desired_route(&self, datapath: u32, prefix: Prefix) -> Option<RouteEntry> {
+    fn desired_route(&self, slot: RouteSlot) -> Option<RouteEntry> {
         let best = self
             .routes
-            .get(&(datapath, prefix))?
+            .get(&slot)?
             .iter()
             .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
         let out = self.ports.get(&best.port)?;
@@ -400,7 +456,7 @@ impl L3State {
             nexthop: best.nexthop.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
             source_mac: best.source_mac,
             kind,
-            reserved: 0,
+            priority: best.priority,
             next_datapath: peer.datapath,
             ingress_port: peer.key,
             ingress_ip: peer.ipv4.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
@@ -423,9 +479,14 @@ impl L3State {
     }
 
     fn desired_router(&self, datapath: u32) -> Option<RouterInfo> {
+        let source_routes = if self.source_prefixes.contains_key(&datapath) {
+            ROUTER_SOURCE_ROUTES
+        } else {
+            0
+        };
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
             .then_some(RouterInfo {
-                flags: ROUTER_FORWARDS,
+                flags: ROUTER_FORWARDS | source_routes,
             })
     }
 
@@ -436,7 +497,13 @@ impl L3State {
             self,
             maps,
             |s| &mut s.route_table,
-            |s, &(dp, prefix)| s.desired_route(dp, prefix),
+            |s, &(dp, prefix)| s.desired_route((dp, RouteSelector::Destination, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.source_route_table,
+            |s, &(dp, prefix)| s.desired_route((dp, RouteSelector::Source, prefix)),
         )?;
         writes += flush_from(
             self,
@@ -478,6 +545,7 @@ impl L3State {
     /// Removes every L3 key this state did not install (see [`super::l2::L2State::sweep`]).
     pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self.route_table.sweep(maps)?
+            + self.source_route_table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?
             + self.router_table.sweep(maps)?
             + self.address_table.sweep(maps)?)

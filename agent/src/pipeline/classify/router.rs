@@ -15,7 +15,7 @@ use crate::{
     },
     pipeline::ir::{
         IrEntry, MAC_LEARNING_NOT_DONE, PolicyVerdict, RejectProtocol, RejectResponse,
-        RouterDropRule,
+        RouteSelector, RouterDropRule,
     },
 };
 
@@ -139,7 +139,7 @@ pub(super) fn admission(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) ->
     }
 }
 
-/// `lr_in_ip_routing`: IPv4 routes.
+/// `lr_in_ip_routing`: IPv4 routes, by destination or (`src-ip` static routes) by source.
 pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
     if terms
         .iter()
@@ -152,7 +152,13 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
     {
         return Class::Compiled(vec![IrEntry::RouteMissDrop { datapath: dp }]);
     }
-    let prefix = terms.iter().find_map(|t| compare_prefix(t, "ip4.dst"));
+    let destination = terms.iter().find_map(|t| compare_prefix(t, "ip4.dst"));
+    let source = terms.iter().find_map(|t| compare_prefix(t, "ip4.src"));
+    let (selector, prefix) = match (destination, source) {
+        (Some(prefix), None) => (RouteSelector::Destination, Some(prefix)),
+        (None, Some(prefix)) => (RouteSelector::Source, Some(prefix)),
+        _ => (RouteSelector::Destination, None),
+    };
     let route_table = terms
         .iter()
         .find_map(|t| compare_integer(t, "reg7"))
@@ -163,7 +169,7 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
         .iter()
         .any(|a| matches!(a, Action::Decrement(f) if plain(f, "ip.ttl")));
     let (Some(prefix), true, true) = (prefix, recognised, decrements) else {
-        return unsupported("route variant (ECMP, source-based or policy routes)");
+        return unsupported("route variant (ECMP or policy routes)");
     };
     let nexthop = match assigned(actions, "reg0") {
         Some(Source::Field(field)) if plain(field, "ip4.dst") => None,
@@ -184,6 +190,7 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
     };
     Class::Compiled(vec![IrEntry::Route {
         datapath: dp,
+        selector,
         prefix,
         priority: u16::try_from(priority).unwrap_or(u16::MAX),
         route_table,

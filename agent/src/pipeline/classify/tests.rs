@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 
 use super::*;
 use crate::lflow::{parse_actions, parse_match};
-use crate::pipeline::ir::IrEntry;
+use crate::pipeline::ir::{IrEntry, RouteSelector};
 
 fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
     let match_ = parse_match(match_).unwrap();
@@ -88,7 +88,41 @@ fn peer_router_link_local_neighbours_compile() {
 fn router_flows_from_northd_compile() {
     assert!(matches!(
         class("lr_in_ip_routing", 73, "reg7 == 0 && ip4.dst == 10.1.1.0/24", r#"ip.ttl--; reg8[0..15] = 0; reg0 = 10.0.255.2; reg1 = 10.0.255.1; eth.src = 0a:58:0a:00:ff:01; outport = "vpc-a-vpc-b"; flags.loopback = 1; next;"#),
-        Class::Compiled(entries) if matches!(&entries[0], IrEntry::Route { nexthop: Some(_), route_table: Some(0), priority: 73, .. })
+        Class::Compiled(entries) if matches!(&entries[0], IrEntry::Route { selector: RouteSelector::Destination, nexthop: Some(_), route_table: Some(0), priority: 73, .. })
+    ));
+    // A `src-ip` static route as northd 23.03 writes Kube-OVN's per-subnet `policySrc` route
+    // (the subnet → its own gateway): matched on the source, no route-table term, prefix × 3.
+    assert_eq!(
+        class(
+            "lr_in_ip_routing",
+            72,
+            "ip4.src == 10.0.1.0/24",
+            r#"ip.ttl--; reg8[0..15] = 0; reg0 = 10.0.1.1; reg1 = 10.0.1.1; eth.src = 00:00:00:00:01:01; outport = "r1-s1"; flags.loopback = 1; next;"#
+        ),
+        Class::Compiled(vec![IrEntry::Route {
+            datapath: 7,
+            selector: RouteSelector::Source,
+            prefix: crate::net::Ipv4Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 0),
+                length: 24
+            },
+            priority: 72,
+            route_table: None,
+            nexthop: Some(Ipv4Addr::new(10, 0, 1, 1)),
+            source_ip: Ipv4Addr::new(10, 0, 1, 1),
+            source_mac: [0, 0, 0, 0, 1, 1],
+            port: "r1-s1".into(),
+        }])
+    );
+    // A route matching both the source and the destination is not a static route northd makes.
+    assert!(matches!(
+        class(
+            "lr_in_ip_routing",
+            72,
+            "ip4.src == 10.0.1.0/24 && ip4.dst == 10.0.2.0/24",
+            r#"ip.ttl--; reg8[0..15] = 0; reg0 = 10.0.1.1; reg1 = 10.0.1.1; eth.src = 00:00:00:00:01:01; outport = "r1-s1"; flags.loopback = 1; next;"#
+        ),
+        Class::Unsupported(_)
     ));
     assert!(matches!(
         class("lr_in_ip_input", 90, r#"inport == "vpc-a-subnet-a" && arp.op == 1 && arp.tpa == 10.0.1.1 && arp.spa == 10.0.1.0/24"#, "eth.dst = eth.src; eth.src = xreg0[0..47]; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = xreg0[0..47]; arp.tpa <-> arp.spa; outport = inport; flags.loopback = 1; output;"),

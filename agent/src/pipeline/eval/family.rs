@@ -13,12 +13,16 @@ use super::{
     packet::{L3, L4, Packet},
 };
 use crate::net::format_mac;
-use crate::pipeline::ir::{IrEntry, Mac, RejectProtocol, RejectResponse, RouterDropRule};
+use crate::pipeline::ir::{
+    IrEntry, Mac, RejectProtocol, RejectResponse, RouteSelector, RouterDropRule,
+};
 
 /// A route that matches a destination.
 #[derive(Clone, Copy)]
 pub(super) struct Route<'e, A> {
     pub priority: u16,
+    /// Matched on the packet's source (a `src-ip` static route).
+    pub by_source: bool,
     pub network: A,
     pub length: u8,
     pub nexthop: Option<A>,
@@ -58,8 +62,13 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
     /// The learned neighbour (MAC_Binding) `entry` gives for `ip` behind `port`, if any.
     fn learned_neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac>;
 
-    /// The route `entry` offers to `destination` for a packet that came in on `inport`.
-    fn route<'e>(entry: &'e IrEntry, destination: Self, inport: &str) -> Option<Route<'e, Self>>;
+    /// The route `entry` offers to a packet from `source` to `destination` that came in on
+    /// `inport`.
+    fn route<'e>(
+        entry: &'e IrEntry,
+        addresses: (Self, Self),
+        inport: &str,
+    ) -> Option<Route<'e, Self>>;
 
     /// What the router sends for an unknown next hop ("ARP request", "neighbour solicitation").
     const NEXT_HOP_REQUEST: &'static str;
@@ -191,9 +200,14 @@ family! {
             }
         }
 
-        fn route<'e>(entry: &'e IrEntry, destination: Self, _: &str) -> Option<Route<'e, Self>> {
+        fn route<'e>(
+            entry: &'e IrEntry,
+            (source, destination): (Self, Self),
+            _: &str,
+        ) -> Option<Route<'e, Self>> {
             match entry {
                 IrEntry::Route {
+                    selector,
                     prefix,
                     priority,
                     route_table: None | Some(0),
@@ -202,15 +216,22 @@ family! {
                     source_mac,
                     port,
                     ..
-                } if prefix.contains(destination) => Some(Route {
+                } if prefix.contains(match selector {
+                    RouteSelector::Destination => destination,
+                    RouteSelector::Source => source,
+                }) =>
+                {
+                    Some(Route {
                     priority: *priority,
+                    by_source: *selector == RouteSelector::Source,
                     network: prefix.network,
                     length: prefix.length,
                     nexthop: *nexthop,
                     source_ip: *source_ip,
                     source_mac: *source_mac,
                     port,
-                }),
+                })
+                }
                 _ => None,
             }
         }
@@ -244,7 +265,7 @@ family! {
 
         fn route<'e>(
             entry: &'e IrEntry,
-            destination: Self,
+            (_, destination): (Self, Self),
             inport: &str,
         ) -> Option<Route<'e, Self>> {
             let from = |needed: &Option<String>| needed.as_deref().is_none_or(|p| p == inport);
@@ -261,6 +282,7 @@ family! {
                 } if prefix.contains(destination) && from(needed) => {
                     Some(Route {
                         priority: *priority,
+                        by_source: false,
                         network: prefix.network,
                         length: prefix.length,
                         nexthop: *nexthop,
@@ -276,18 +298,19 @@ family! {
 }
 
 impl<'a> Evaluator<'a> {
-    /// `router`'s route lookup: the highest-priority route to `destination` (for a packet that
-    /// came in on `inport`), recorded as a step; `None` (the packet dropped) without one.
+    /// `router`'s route lookup: the highest-priority route, by destination or by source, for a
+    /// packet from `source` to `destination` that came in on `inport`, recorded as a step;
+    /// `None` (the packet dropped) without one.
     pub(super) fn lookup_route<A: Family>(
         &self,
         dp: u32,
         inport: &str,
-        destination: A,
+        (source, destination): (A, A),
         trace: &mut Trace,
     ) -> Option<Hop<'a, A>> {
         let route = self
             .entries(dp)
-            .filter_map(|e| A::route(e, destination, inport))
+            .filter_map(|e| A::route(e, (source, destination), inport))
             .max_by_key(|route| route.priority);
         let Some(route) = route else {
             self.step(trace, dp, format!("dropped: no route to {destination}"));
@@ -298,7 +321,10 @@ impl<'a> Evaluator<'a> {
         self.step(
             trace,
             dp,
-            format!("route {network}/{length} via {nexthop} out of {port}"),
+            format!(
+                "route {}{network}/{length} via {nexthop} out of {port}",
+                if route.by_source { "from " } else { "" }
+            ),
         );
         Some(Hop {
             nexthop,

@@ -176,10 +176,15 @@ impl Evaluator<'_> {
     }
 
     fn route6(&self, dp: u32, inport: &str, packet: Packet, trace: &mut Trace, hops: usize) {
-        let L3::Ipv6 { destination, .. } = packet.l3 else {
+        let L3::Ipv6 {
+            source,
+            destination,
+            ..
+        } = packet.l3
+        else {
             return;
         };
-        if let Some(hop) = self.lookup_route(dp, inport, destination, trace) {
+        if let Some(hop) = self.lookup_route(dp, inport, (source, destination), trace) {
             self.forward(dp, &hop, packet, trace, hops);
         }
     }

@@ -246,7 +246,12 @@ impl<'a> Evaluator<'a> {
     }
 
     pub(super) fn route(&self, dp: u32, packet: Packet, trace: &mut Trace, hops: usize) {
-        let L3::Ipv4 { destination, .. } = packet.l3 else {
+        let L3::Ipv4 {
+            source,
+            destination,
+            ..
+        } = packet.l3
+        else {
             return;
         };
         let Some(Hop {
@@ -254,7 +259,7 @@ impl<'a> Evaluator<'a> {
             mut source_ip,
             mut source_mac,
             mut port,
-        }) = self.lookup_route(dp, NO_INPORT, destination, trace)
+        }) = self.lookup_route(dp, NO_INPORT, (source, destination), trace)
         else {
             return;
         };

@@ -3,12 +3,15 @@ use super::*;
 use crate::pipeline::ir::Unforwardable;
 
 use crate::dataplane::ebpf::maps::Recorder;
-use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes};
+use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes, SourceRoutes};
 
 /// Views of the recorded L3 maps keyed as the assertions read them.
 impl Recorder {
     fn routes(&self) -> HashMap<(u32, u32, u8), RouteEntry> {
         self.table_by::<Routes, _>(|(k, bits)| (k.datapath, k.ip, (bits - 32) as u8))
+    }
+    fn source_routes(&self) -> HashMap<(u32, u32, u8), RouteEntry> {
+        self.table_by::<SourceRoutes, _>(|(k, bits)| (k.datapath, k.ip, (bits - 32) as u8))
     }
     fn neighbours(&self) -> HashMap<(u32, u32), Neighbour> {
         self.table_by::<Neighbours, _>(|k| (k.datapath, k.ip))
@@ -71,10 +74,27 @@ fn route(
 ) -> IrEntry {
     IrEntry::Route {
         datapath,
+        selector: RouteSelector::Destination,
         prefix: prefix(to),
         priority,
         route_table: None,
         nexthop: nexthop.map(|n| n.parse().unwrap()),
+        source_ip: Ipv4Addr::UNSPECIFIED,
+        source_mac: mac,
+        port: port.into(),
+    }
+}
+
+/// A `src-ip` route: packets from `from` go to `nexthop` out of `port`.
+fn source_route(datapath: u32, from: &str, nexthop: &str, mac: Mac, port: &str) -> IrEntry {
+    let from = prefix(from);
+    IrEntry::Route {
+        datapath,
+        selector: RouteSelector::Source,
+        prefix: from,
+        priority: u16::from(from.length) * 3,
+        route_table: None,
+        nexthop: Some(nexthop.parse().unwrap()),
         source_ip: Ipv4Addr::UNSPECIFIED,
         source_mac: mac,
         port: port.into(),
@@ -450,4 +470,73 @@ fn allow_policies_alone_do_not_keep_a_router_out() {
     });
     state.flush(&mut maps).unwrap();
     assert!(maps.routers().contains_key(&ROUTER));
+}
+
+#[test]
+fn source_routes_go_to_their_own_map_with_ovns_priority_and_flag_their_router() {
+    let mut state = L3State::default();
+    state.apply(&diff(vpc()));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS,
+        "no source lookup for a router without source routes"
+    );
+    let to_a = maps.routes()[&key(ROUTER, "10.0.1.0/24")];
+    assert_eq!(
+        to_a.priority, 74,
+        "destination routes carry their priority too"
+    );
+
+    // Kube-OVN's per-subnet route: packets from subnet b go to b's own gateway.
+    let from_b = source_route(ROUTER, "10.0.2.0/24", "10.0.2.1", MAC_B, "lr-b");
+    maps.reset_writes();
+    state.apply(&diff(vec![from_b.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes(), 2, "the source route and the router's flags");
+    let entry = maps.source_routes()[&key(ROUTER, "10.0.2.0/24")];
+    assert_eq!(
+        (
+            entry.priority,
+            entry.kind,
+            entry.next_datapath,
+            entry.ingress_port
+        ),
+        (72, ROUTE_TO_SWITCH, SWITCH_B, 6)
+    );
+    assert_eq!(entry.nexthop, u32::from_ne_bytes([10, 0, 2, 1]));
+    assert_eq!(
+        maps.routes()[&key(ROUTER, "10.0.2.0/24")].next_datapath,
+        SWITCH_B,
+        "the destination route of the same prefix is untouched"
+    );
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_SOURCE_ROUTES
+    );
+
+    // A second source prefix changes only its own slot; removing both clears the flag.
+    let from_a = source_route(ROUTER, "10.0.1.0/24", "10.0.1.1", MAC_A, "lr-a");
+    maps.reset_writes();
+    state.apply(&diff(vec![from_a.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes(), 1);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![from_a],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_SOURCE_ROUTES,
+        "b's source route is still there"
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![from_b],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.source_routes().is_empty());
+    assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
 }
