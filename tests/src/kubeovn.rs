@@ -2,9 +2,10 @@
 //! controller writes (see ../shared/reference/kube-ovn.md), and read-back of what northd made of
 //! them in the Southbound DB. Tunnel keys are always read back, never assumed.
 //!
-//! - VPC → `Logical_Router` `<vpc>` with Kube-OVN's router options (`mac_binding_age_threshold=300`,
-//!   `dynamic_neigh_routers=true`, `always_learn_from_arp_request=false` unless the VPC has a
-//!   peering, external access or a U2O subnet, then `true`); subnet → `Logical_Switch` `<subnet>`
+//! - VPC → `Logical_Router` `<vpc>` with Kube-OVN's router options, the whole map as
+//!   `createVpcRouter` writes it (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`,
+//!   and `always_learn_from_arp_request=false` unless the VPC has a peering, external access or a
+//!   U2O subnet: then the key is absent and northd's default, true, applies); subnet → `Logical_Switch` `<subnet>`
 //!   with only `external_ids:vendor` (Kube-OVN's `CreateBareLogicalSwitch`: no `other_config`
 //!   unless multicast snooping is asked for), linked by LRP `<vpc>-<subnet>` (gateway = first
 //!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`),
@@ -158,7 +159,10 @@ impl Topology {
     }
 
     /// The `set logical_router` commands for the router options, as kube-ovn-controller's
-    /// `createVpcRouter` / `handleAddOrUpdateVpc` write them.
+    /// `createVpcRouter` writes them on every reconcile: the whole `options` map replaced by
+    /// `mac_binding_age_threshold=300`, `dynamic_neigh_routers=true` and, unless the VPC learns
+    /// from ARP requests, `always_learn_from_arp_request=false` (when it learns, the key is
+    /// absent and northd's default, true, applies).
     fn router_option_commands(&self) -> Vec<Vec<String>> {
         let touched: BTreeSet<&String> =
             self.created_vpcs
@@ -171,20 +175,19 @@ impl Topology {
         touched
             .into_iter()
             .map(|vpc| {
-                let learn = self.learns_from_arp_requests(vpc);
-                let mut command = vec![
+                let mut options = vec![
+                    format!("mac_binding_age_threshold=\"{MAC_BINDING_AGE_THRESHOLD}\""),
+                    "dynamic_neigh_routers=\"true\"".to_string(),
+                ];
+                if !self.learns_from_arp_requests(vpc) {
+                    options.push("always_learn_from_arp_request=\"false\"".to_string());
+                }
+                vec![
                     "set".to_string(),
                     "logical_router".to_string(),
                     vpc.clone(),
-                    format!("options:always_learn_from_arp_request={learn}"),
-                ];
-                if self.created_vpcs.contains(vpc) {
-                    command.push(format!(
-                        "options:mac_binding_age_threshold={MAC_BINDING_AGE_THRESHOLD}"
-                    ));
-                    command.push("options:dynamic_neigh_routers=true".to_string());
-                }
-                command
+                    format!("options={{{}}}", options.join(",")),
+                ]
             })
             .collect()
     }
@@ -242,6 +245,29 @@ impl Topology {
         Ok(self)
     }
 
+    /// Deletes subnet `subnet` (`cidr`) of `vpc` with what [`Self::subnet`] wrote for it: the
+    /// switch (and its ports), the router port, the allow policy and, in a custom VPC, the
+    /// source route, as kube-ovn-controller's subnet deletion does.
+    pub fn remove_subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
+        let cidr = Cidr::parse(cidr)?;
+        let priority = Self::SUBNET_ALLOW_PRIORITY.to_string();
+        let match_ = format!("ip4.dst == {cidr}");
+        let cidr_text = cidr.to_string();
+        self.add(&["--if-exists", "ls-del", subnet])
+            .add(&["--if-exists", "lrp-del", &format!("{vpc}-{subnet}")])
+            .add(&["--if-exists", "lr-policy-del", vpc, &priority, &match_]);
+        if vpc != DEFAULT_VPC {
+            self.add(&[
+                "--if-exists",
+                "--policy=src-ip",
+                "lr-route-del",
+                vpc,
+                &cidr_text,
+            ]);
+        }
+        Ok(self)
+    }
+
     /// Kube-OVN's priority of the per-subnet `allow` policies (`SubnetRouterPolicyPriority`).
     const SUBNET_ALLOW_PRIORITY: u16 = 31000;
 
@@ -250,7 +276,8 @@ impl Topology {
         self.policy(vpc, Self::SUBNET_ALLOW_PRIORITY, &match_, "allow", None)
     }
 
-    /// A pod: LSP `<pod>.<namespace>` on `subnet` with addresses "MAC IP".
+    /// A pod: LSP `<pod>.<namespace>` on `subnet` with addresses "MAC IP" and the
+    /// `external_ids` of [`pod_external_ids`].
     pub fn pod(
         &mut self,
         subnet: &str,
@@ -259,22 +286,25 @@ impl Topology {
         mac: &str,
         ip: Ipv4Addr,
     ) -> &mut Self {
-        let port = format!("{pod}.{namespace}");
+        let port = pod_port_name(pod, namespace);
         let addresses = format!("{mac} {ip}");
-        let pod_id = format!("external_ids:pod={namespace}/{pod}");
-        let switch = format!("external_ids:ls={subnet}");
-        let ip_id = format!("external_ids:ip={ip}");
-        self.add(&["--may-exist", "lsp-add", subnet, &port])
-            .add(&["lsp-set-addresses", &port, &addresses])
-            .add(&[
-                "set",
-                "logical_switch_port",
-                &port,
-                &pod_id,
-                &switch,
-                &ip_id,
-                VENDOR,
-            ])
+        let mut command = vec![
+            "set".to_string(),
+            "logical_switch_port".to_string(),
+            port.clone(),
+        ];
+        command.extend(
+            pod_external_ids(subnet, pod, namespace, ip)
+                .iter()
+                .map(|(key, value)| format!("external_ids:{key}={value}")),
+        );
+        self.add(&["--may-exist", "lsp-add", subnet, &port]).add(&[
+            "lsp-set-addresses",
+            &port,
+            &addresses,
+        ]);
+        self.commands.push(command);
+        self
     }
 
     /// An underlay subnet's uplink, as Kube-OVN creates it: LSP `localnet.<subnet>` of type
@@ -391,7 +421,7 @@ impl Topology {
 
     /// A VPC peering: router ports `<a>-<b>` (address `a_ip`, e.g. 10.0.255.1/30) and `<b>-<a>`,
     /// each the other's peer. Like Kube-OVN, routes over the peering are separate static routes,
-    /// and both routers learn from ARP requests (`always_learn_from_arp_request=true`).
+    /// and both routers learn from ARP requests (no `always_learn_from_arp_request=false`).
     pub fn peering(&mut self, a: &str, a_ip: &str, b: &str, b_ip: &str) -> &mut Self {
         self.learning_vpcs.insert(a.to_string());
         self.learning_vpcs.insert(b.to_string());
@@ -434,6 +464,77 @@ impl Topology {
             .add(&["lrp-set-gateway-chassis", port, chassis, "10"])
     }
 
+    /// Port security on a pod's LSP (Kube-OVN's `ovn.kubernetes.io/port_security` annotation):
+    /// `entry` is "MAC IP…".
+    pub fn port_security(&mut self, port: &str, entry: &str) -> &mut Self {
+        self.add(&["lsp-set-port-security", port, entry])
+    }
+
+    /// The chassis a pod's LSP is bound on (`options:requested-chassis`, the pod's node; a
+    /// KubeVirt live migration names the target this way).
+    pub fn requested_chassis(&mut self, port: &str, chassis: &str) -> &mut Self {
+        let option = format!("requested-chassis={chassis}");
+        self.add(&["lsp-set-options", port, &option])
+    }
+
+    /// A port group holding `ports` (Kube-OVN's NetworkPolicy groups `<policy>.<namespace>`).
+    pub fn port_group(&mut self, name: &str, ports: &[&str]) -> &mut Self {
+        let mut command = vec!["pg-add", name];
+        command.extend_from_slice(ports);
+        self.add(&command).add(&["set", "port_group", name, VENDOR])
+    }
+
+    /// An address set (a NetworkPolicy peer's addresses, `<group>.<direction>…ipv4`).
+    pub fn address_set(&mut self, name: &str, addresses: &[&str]) -> &mut Self {
+        let name = format!("name={name}");
+        let quoted: Vec<String> = addresses.iter().map(|a| format!("\"{a}\"")).collect();
+        let addresses = format!("addresses={}", quoted.join(","));
+        self.add(&["create", "address_set", &name, &addresses, VENDOR])
+    }
+
+    /// An ACL on a switch or a port group (`entity`), `direction` `from-lport` or `to-lport`.
+    /// Not yet the exact rows Kube-OVN's NetworkPolicy controller writes (names, tiers, the
+    /// default-deny pair): the ACL issue brings those.
+    pub fn acl(
+        &mut self,
+        entity: &str,
+        direction: &str,
+        priority: u16,
+        match_: &str,
+        action: &str,
+    ) -> &mut Self {
+        let priority = priority.to_string();
+        self.add(&["acl-add", entity, direction, &priority, match_, action])
+    }
+
+    /// A load balancer `name` for `vip` ("IP:port") with `backends` ("IP:port,…"), as Kube-OVN
+    /// writes a Service's (`protocol` tcp or udp).
+    pub fn load_balancer(
+        &mut self,
+        name: &str,
+        vip: &str,
+        backends: &str,
+        protocol: &str,
+    ) -> &mut Self {
+        self.add(&["--may-exist", "lb-add", name, vip, backends, protocol])
+    }
+
+    /// Attaches load balancer `name` to switch `subnet`.
+    pub fn switch_load_balancer(&mut self, subnet: &str, name: &str) -> &mut Self {
+        self.add(&["--may-exist", "ls-lb-add", subnet, name])
+    }
+
+    /// Attaches load balancer `name` to router `vpc`.
+    pub fn router_load_balancer(&mut self, vpc: &str, name: &str) -> &mut Self {
+        self.add(&["--may-exist", "lr-lb-add", vpc, name])
+    }
+
+    /// A NAT rule on router `vpc` (Kube-OVN's OVN-native SNAT / EIP): `kind` snat, dnat or
+    /// dnat_and_snat, from `logical` (an IP or, for SNAT, a CIDR) to `external`.
+    pub fn nat(&mut self, vpc: &str, kind: &str, external: &str, logical: &str) -> &mut Self {
+        self.add(&["--may-exist", "lr-nat-add", vpc, kind, external, logical])
+    }
+
     /// Applies everything as one NB transaction and waits until northd has updated the SB.
     pub fn apply(&mut self, lab: &OvnLab) -> Result<()> {
         lab.nbctl(&self.take_args())
@@ -458,6 +559,53 @@ impl Topology {
         }
         args
     }
+}
+
+/// A pod's LSP name, as Kube-OVN names it: `<pod>.<namespace>`.
+#[must_use]
+pub fn pod_port_name(pod: &str, namespace: &str) -> String {
+    format!("{pod}.{namespace}")
+}
+
+/// The `external_ids` kube-ovn-controller writes on a pod's LSP: `pod=<namespace>/<pod>`,
+/// `ls=<subnet>`, `ip=<ip>`, `vendor=kube-ovn`.
+#[must_use]
+pub fn pod_external_ids(
+    subnet: &str,
+    pod: &str,
+    namespace: &str,
+    ip: Ipv4Addr,
+) -> [(&'static str, String); 4] {
+    [
+        ("pod", format!("{namespace}/{pod}")),
+        ("ls", subnet.to_string()),
+        ("ip", ip.to_string()),
+        ("vendor", "kube-ovn".to_string()),
+    ]
+}
+
+/// A pod's Logical_Switch_Port row as an OVSDB `insert` row (the columns [`Topology::pod`]
+/// writes), for writers that batch thousands of pods in raw transactions as kube-ovn-controller's
+/// libovsdb client does.
+#[must_use]
+pub fn pod_port_row(subnet: &str, pod: &str, namespace: &str, mac: &str, ip: Ipv4Addr) -> Value {
+    let ids: Vec<Value> = pod_external_ids(subnet, pod, namespace, ip)
+        .into_iter()
+        .map(|(key, value)| serde_json::json!([key, value]))
+        .collect();
+    serde_json::json!({
+        "name": pod_port_name(pod, namespace),
+        "addresses": format!("{mac} {ip}"),
+        "external_ids": ["map", ids],
+    })
+}
+
+/// Router `vpc`'s NB option `key`, `None` when the key is absent (northd's default applies).
+pub fn router_option(lab: &OvnLab, vpc: &str, key: &str) -> Result<Option<String>> {
+    let option = format!("options:{key}");
+    let value = lab.nbctl(&["--if-exists", "get", "logical_router", vpc, &option])?;
+    let value = value.trim().trim_matches('"');
+    Ok((!value.is_empty()).then(|| value.to_string()))
 }
 
 /// Kind of a Southbound datapath.
@@ -658,7 +806,7 @@ mod tests {
         assert!(uuid(&serde_json::json!(["set", []])).is_err());
     }
 
-    /// The `options:` words of the `set logical_router <vpc>` commands in `args`, per VPC.
+    /// The `options={…}` words of the `set logical_router <vpc>` commands in `args`, per VPC.
     fn router_options(args: &[String]) -> BTreeMap<String, Vec<String>> {
         let mut options: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for command in args.split(|word| word == "--") {
@@ -668,7 +816,7 @@ mod tests {
             {
                 options.entry(vpc.clone()).or_default().extend(
                     rest.iter()
-                        .filter(|word| word.starts_with("options:"))
+                        .filter(|word| word.starts_with("options="))
                         .cloned(),
                 );
             }
@@ -695,25 +843,26 @@ mod tests {
         topology.peering("vpc-a", "10.255.0.1/30", "vpc-b", "10.255.0.2/30");
         let options = router_options(&topology.take_args());
         let expected = |learn: bool| {
-            vec![
-                format!("options:always_learn_from_arp_request={learn}"),
-                "options:mac_binding_age_threshold=300".to_string(),
-                "options:dynamic_neigh_routers=true".to_string(),
-            ]
+            let no_learning = if learn {
+                ""
+            } else {
+                r#",always_learn_from_arp_request="false""#
+            };
+            vec![format!(
+                r#"options={{mac_binding_age_threshold="300",dynamic_neigh_routers="true"{no_learning}}}"#
+            )]
         };
         assert_eq!(options["vpc-a"], expected(true));
         assert_eq!(options["vpc-b"], expected(true));
         assert_eq!(options["vpc-c"], expected(false));
         assert_eq!(options["vpc-u"], expected(true));
 
-        // A later peering of existing VPCs turns learning on for both, and only that.
+        // A later peering of existing VPCs rewrites the options of both, learning.
         topology.peering("vpc-c", "10.255.0.5/30", "vpc-d", "10.255.0.6/30");
         let options = router_options(&topology.take_args());
         assert_eq!(options.len(), 2, "{options:?}");
-        assert_eq!(
-            options["vpc-c"],
-            vec!["options:always_learn_from_arp_request=true".to_string()]
-        );
+        assert_eq!(options["vpc-c"], expected(true));
+        assert_eq!(options["vpc-d"], expected(true));
         assert!(
             topology.take_args().len() == 1,
             "nothing left after take_args"

@@ -604,15 +604,9 @@ fn an_unenforced_acl_is_reported(lab: &CniLab) {
     // A NetworkPolicy-style ACL on a2's switch: the datapath does not enforce ACLs yet, and the
     // agent says so (log and metrics) until the ACL is gone.
     let has_on = |node: usize, line: &str| scrape(&lab.nodes[node]).lines().any(|l| l == line);
-    lab.lab
-        .nbctl(&[
-            "acl-add",
-            "subnet-a",
-            "to-lport",
-            "1000",
-            "ip4.src == 10.0.1.99",
-            "drop",
-        ])
+    Topology::new()
+        .acl("subnet-a", "to-lport", 1000, "ip4.src == 10.0.1.99", "drop")
+        .apply(&lab.lab)
         .unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || has_on(

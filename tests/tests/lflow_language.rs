@@ -44,85 +44,59 @@ fn build(lab: &OvnLab, with_gateway: bool) {
     ] {
         topology.pod(subnet, pod, "ns", &mac_for(pod), ip);
     }
-    topology.apply(lab).unwrap();
-    let commands: &[&[&str]] = &[
+    topology
         // Port security on one pod.
-        &[
-            "lsp-set-port-security",
-            "web-1.ns",
-            "0a:58:0a:00:01:02 10.0.1.2",
-        ],
+        .port_security("web-1.ns", "0a:58:0a:00:01:02 10.0.1.2")
         // NetworkPolicy-style port group, address set and ACLs.
-        &["pg-add", "np.web", "web-1.ns", "web-2.ns"],
-        &[
-            "create",
-            "address_set",
-            "name=np.web.allow.ipv4",
-            "addresses=\"10.1.1.0/24\",\"10.0.2.2\"",
-        ],
-        &[
-            "acl-add",
+        .port_group("np.web", &["web-1.ns", "web-2.ns"])
+        .address_set("np.web.allow.ipv4", &["10.1.1.0/24", "10.0.2.2"])
+        .acl(
             "np.web",
             "to-lport",
-            "2001",
+            2001,
             "outport == @np.web && ip4.src == $np.web.allow.ipv4 && tcp.dst == 80",
             "allow-related",
-        ],
-        &[
-            "acl-add",
+        )
+        .acl(
             "np.web",
             "to-lport",
-            "2000",
+            2000,
             "outport == @np.web && ip",
             "drop",
-        ],
-        &[
-            "acl-add",
+        )
+        .acl(
             "subnet-b",
             "from-lport",
-            "1000",
+            1000,
             "ip4.dst == 10.0.0.0/8 && udp",
             "reject",
-        ],
+        )
         // Load balancers on a switch and on a router.
-        &[
-            "lb-add",
+        .load_balancer(
             "lb-web",
             "10.96.0.10:80",
             "10.0.1.2:8080,10.0.1.3:8080",
             "tcp",
-        ],
-        &["ls-lb-add", "subnet-a", "lb-web"],
-        &["lb-add", "lb-dns", "10.96.0.3:53", "10.16.0.2:53", "udp"],
-        &["lr-lb-add", "ovn-cluster", "lb-dns"],
+        )
+        .switch_load_balancer("subnet-a", "lb-web")
+        .load_balancer("lb-dns", "10.96.0.3:53", "10.16.0.2:53", "udp")
+        .router_load_balancer("ovn-cluster", "lb-dns")
         // Policy routes as Kube-OVN writes them (the builder writes the subnets' allow
         // policies).
-        &[
-            "lr-policy-add",
+        .policy(
             "ovn-cluster",
-            "29000",
+            29000,
             "ip4.src == 10.16.0.2",
             "reroute",
-            "100.64.0.2",
-        ],
-    ];
-    // SNAT and a floating IP on the gateway port.
-    let gateway_commands: &[&[&str]] = &[
-        &["lr-nat-add", "vpc-b", "snat", "172.20.0.1", "10.1.1.0/24"],
-        &[
-            "lr-nat-add",
-            "vpc-b",
-            "dnat_and_snat",
-            "172.20.0.50",
-            "10.1.1.2",
-        ],
-    ];
-    let gateway_commands = if with_gateway { gateway_commands } else { &[] };
-    for command in commands.iter().chain(gateway_commands) {
-        lab.nbctl(command)
-            .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+            Some(Ipv4Addr::new(100, 64, 0, 2)),
+        );
+    if with_gateway {
+        // SNAT and a floating IP on the gateway port.
+        topology
+            .nat("vpc-b", "snat", "172.20.0.1", "10.1.1.0/24")
+            .nat("vpc-b", "dnat_and_snat", "172.20.0.50", "10.1.1.2");
     }
-    lab.nbctl(&["--wait=sb", "sync"]).unwrap();
+    topology.apply(lab).unwrap();
 }
 
 #[test]

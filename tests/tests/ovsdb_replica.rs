@@ -56,30 +56,17 @@ fn build_topology(lab: &OvnLab, pods: u32) {
             Ipv4Addr::new(a, b, c, host),
         );
     }
+    topology
+        .acl(
+            "subnet-a",
+            "to-lport",
+            1000,
+            "ip4.src == 10.1.1.0/24 && tcp.dst == 80",
+            "allow-related",
+        )
+        .load_balancer("lb-a", "10.96.0.100:80", "10.0.1.2:80,10.0.1.3:80", "tcp")
+        .switch_load_balancer("subnet-a", "lb-a");
     topology.apply(lab).unwrap();
-    lab.nbctl(&[
-        "--wait=sb",
-        "acl-add",
-        "subnet-a",
-        "to-lport",
-        "1000",
-        "ip4.src == 10.1.1.0/24 && tcp.dst == 80",
-        "allow-related",
-    ])
-    .unwrap();
-    lab.nbctl(&[
-        "--wait=sb",
-        "lb-add",
-        "lb-a",
-        "10.96.0.100:80",
-        "10.0.1.2:80,10.0.1.3:80",
-        "tcp",
-        "--",
-        "ls-lb-add",
-        "subnet-a",
-        "lb-a",
-    ])
-    .unwrap();
 }
 
 fn all_tables(lab: &OvnLab) -> Vec<MonitoredTable> {

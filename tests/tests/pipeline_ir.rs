@@ -324,21 +324,10 @@ async fn routers_on_underlay_switches_are_reported_unsupported() {
         .unwrap();
     replica.settle().await;
     assert!(u2o(&replica).is_empty(), "{:?}", u2o(&replica));
-    lab.nbctl(&[
-        "--wait=sb",
-        "lsp-add",
-        "subnet-u",
-        "localnet.subnet-u",
-        "--",
-        "lsp-set-type",
-        "localnet.subnet-u",
-        "localnet",
-        "--",
-        "lsp-set-options",
-        "localnet.subnet-u",
-        "network_name=physnet1",
-    ])
-    .unwrap();
+    Topology::new()
+        .localnet("subnet-u", "physnet1", 0)
+        .apply(&lab)
+        .unwrap();
     replica.settle().await;
     assert_eq!(u2o(&replica).len(), 1);
     let fresh = Replica::start(&lab).await;
@@ -404,37 +393,25 @@ async fn kube_ovn_routers_compile_with_mac_learning_as_a_side_duty() {
             l3.blocked(router)
         );
     };
-    let option = || {
-        lab.nbctl(&[
-            "get",
-            "logical_router",
-            "vpc-a",
-            "options:always_learn_from_arp_request",
-        ])
-        .unwrap()
-        .trim()
-        .trim_matches('"')
-        .to_string()
-    };
+    let option = || kubeovn::router_option(&lab, "vpc-a", "always_learn_from_arp_request").unwrap();
     // northd's no-learn variant looks the sender's IP up (`lookup_arp_ip`).
     let no_learn_variant = || {
         lab.sbctl(&["lflow-list", "vpc-a"])
             .unwrap()
             .contains("lookup_arp_ip")
     };
-    assert_eq!(option(), "false");
+    assert_eq!(option().as_deref(), Some("false"));
     assert!(no_learn_variant());
     check(&replica, "false");
 
-    lab.nbctl(&[
-        "--wait=sb",
-        "set",
-        "logical_router",
-        "vpc-a",
-        "options:always_learn_from_arp_request=true",
-    ])
-    .unwrap();
+    // A peering: Kube-OVN rewrites the options without the key (northd's default: learn).
+    Topology::new()
+        .vpc("vpc-p")
+        .peering("vpc-a", "10.255.9.1/30", "vpc-p", "10.255.9.2/30")
+        .apply(&lab)
+        .unwrap();
     replica.settle().await;
+    assert_eq!(option(), None);
     assert!(!no_learn_variant(), "northd wrote the learning variants");
     check(&replica, "true");
 

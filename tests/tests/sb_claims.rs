@@ -512,17 +512,14 @@ fn wait_hv_returns_once_a_new_switch_forwards_here() {
     for i in 1..=50_u8 {
         // The port moves to a new switch: the old one goes, the pod takes its new address.
         let (old_switch, new_switch) = (format!("m{}", i - 1), format!("m{i}"));
-        lab.nbctl(&[
-            "lsp-del",
-            "mover.ns",
-            "--",
-            "ls-del",
-            &old_switch,
-            "--",
-            "lrp-del",
-            &format!("vpc-m-{old_switch}"),
-        ])
-        .unwrap();
+        let old_cidr = format!("10.100.{}.0/24", i - 1);
+        let mut removal = Topology::new();
+        removal
+            .remove_subnet("vpc-m", &old_switch, &old_cidr)
+            .unwrap();
+        let mut args = removal.take_args();
+        args.remove(0); // no --wait: the new subnet's transaction waits for the chassis
+        lab.nbctl(&args).unwrap();
         let (address, gateway) = (Ipv4Addr::new(10, 100, i, 2), Ipv4Addr::new(10, 100, i, 1));
         let netns = pod.netns();
         netns.ip(&["addr", "flush", "dev", "eth0"]).unwrap();
@@ -566,13 +563,10 @@ fn a_requested_chassis_moved_elsewhere_moves_the_claim_without_a_fight() {
         .unwrap()
         .pod("subnet-a", "vm", "ns", &mac, Ipv4Addr::new(10, 0, 1, 20));
     topology.apply(lab).unwrap();
-    lab.nbctl(&[
-        "--wait=sb",
-        "lsp-set-options",
-        "vm.ns",
-        "requested-chassis=node1",
-    ])
-    .unwrap();
+    Topology::new()
+        .requested_chassis("vm.ns", "node1")
+        .apply(lab)
+        .unwrap();
     // A live migration's shape: the VM's port exists on both nodes.
     let _pods: Vec<_> = two
         .nodes
@@ -642,13 +636,10 @@ fn a_requested_chassis_moved_elsewhere_moves_the_claim_without_a_fight() {
     };
     assert_eq!(claims(1), 0, "node2 claimed a port requested by node1");
 
-    lab.nbctl(&[
-        "--wait=sb",
-        "lsp-set-options",
-        "vm.ns",
-        "requested-chassis=node2",
-    ])
-    .unwrap();
+    Topology::new()
+        .requested_chassis("vm.ns", "node2")
+        .apply(lab)
+        .unwrap();
     assert!(
         wait_until(Duration::from_secs(20), || claimed_up(
             lab,

@@ -13,7 +13,7 @@ use std::{net::Ipv4Addr, time::Duration};
 
 use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
-    kubeovn::{Topology, mac_for},
+    kubeovn::{self, Topology, mac_for},
     netns::Netns,
     network::{Node, Pod},
     process::wait_until,
@@ -290,16 +290,10 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     }
     topology.apply(lab).unwrap();
     assert_eq!(
-        lab.nbctl(&[
-            "get",
-            "logical_router",
-            "vpc-k",
-            "options:always_learn_from_arp_request"
-        ])
-        .unwrap()
-        .trim()
-        .trim_matches('"'),
-        "false"
+        kubeovn::router_option(lab, "vpc-k", "always_learn_from_arp_request")
+            .unwrap()
+            .as_deref(),
+        Some("false")
     );
     let pods = scenario::add_planned_pods(nodes, plans, true, 1400);
     let pod = |name: &str| &pods[plans.iter().position(|p| p.0 == name).unwrap()];

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use ovnbpf_tests::{
-    kubeovn::{Topology, mac_for},
+    kubeovn::{self, Topology, mac_for},
     ovn::{Db, OvnLab},
     process,
 };
@@ -92,9 +92,11 @@ pub fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
             let ip = Ipv4Addr::new(a, b, (host >> 8) as u8, (host & 0xff) as u8);
             let pod = format!("pod-{index}");
             let handle = format!("lsp{index}");
-            operations.push(json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": handle,
-                "row": {"name": format!("{pod}.bench"), "addresses": format!("{} {ip}", mac_for(&pod)),
-                        "external_ids": ["map", [["pod", format!("bench/{pod}")], ["ls", subnet], ["ip", ip.to_string()], ["vendor", "kube-ovn"]]]}}));
+            let row = kubeovn::pod_port_row(subnet, &pod, "bench", &mac_for(&pod), ip);
+            operations.push(
+                json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": handle,
+                "row": row}),
+            );
             members[which].push(json!(["named-uuid", handle]));
         }
         for ((_, subnet, _), ports) in subnets.iter().zip(members) {
@@ -195,19 +197,14 @@ pub fn sync_and_update(
     }
     for i in 0..updates {
         let pod = format!("bench-update-{i}");
-        let port = format!("{pod}.bench");
-        let addresses = format!("{} 10.0.255.{}", mac_for(&pod), 10 + i % 200);
-        lab.nbctl(&[
-            "--timeout=600",
-            "--wait=sb",
-            "lsp-add",
-            "subnet-a",
-            &port,
-            "--",
-            "lsp-set-addresses",
-            &port,
-            &addresses,
-        ])?;
+        let ip = Ipv4Addr::new(10, 0, 255, u8::try_from(10 + i % 200)?);
+        let mut args = vec!["--timeout=600".to_string()];
+        args.extend(
+            Topology::new()
+                .pod("subnet-a", &pod, "bench", &mac_for(&pod), ip)
+                .take_args(),
+        );
+        lab.nbctl(&args)?;
     }
     let mut stdout = String::new();
     child
