@@ -11,7 +11,9 @@
 //! pods on 32 other chassis, through the real `from_pod` under BPF_PROG_TEST_RUN (the
 //! `flood_large::flood_cost` driver: 64 veth clones and 32 Geneve copies per broadcast, checked
 //! once, then `--flood-runs` runs): the kernel's mean time per broadcast and per copy, next to
-//! the programs' verified instruction counts. `--broadcast-only` measures just this case.
+//! the programs' verified instruction counts. Its baseline, in the same fixture and run: one
+//! unicast to a local pod and one to another chassis, and the broadcast's copies priced as such
+//! unicasts (`broadcast / unicasts`). `--broadcast-only` measures just this case.
 
 use std::{net::Ipv4Addr, path::Path};
 
@@ -399,6 +401,13 @@ fn print_broadcast(result: &Value) {
         result["ns_per_copy"],
         result["runs"],
         result["verified_insns"]
+    );
+    println!(
+        "    baseline, same run: unicast to a local pod {} ns, to another chassis {} ns; the same copies as unicasts {} ns; broadcast / unicasts {}",
+        result["ns_per_unicast_local"],
+        result["ns_per_unicast_remote"],
+        result["ns_as_unicasts"],
+        result["broadcast_over_unicasts"]
     );
 }
 
