@@ -3,7 +3,8 @@
 //! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, attachments
 //! collected without a DEL, and what the daemon loop reports on each scrape (Southbound sync,
 //! local ports, its counters, the datapath's drops per reason and counters per interface); the
-//! same port answers the health probes ([`crate::health`]). Owns the CNI operation histograms (the CNI server records into them) and
+//! same port answers the health probes ([`crate::health`]). HTTP heads are read and answers
+//! written with the CNI crate's `http` module (the CNI socket speaks the same HTTP/1.1 subset). Owns the CNI operation histograms (the CNI server records into them) and
 //! its TCP listener; reads the daemon only through a [`DaemonHandle`].
 
 use std::{
@@ -16,6 +17,7 @@ use std::{
     time::Duration,
 };
 
+use ovnbpf_cni::http;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -428,58 +430,44 @@ async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()>
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     let complete = tokio::time::timeout(Duration::from_secs(5), async {
-        while !head.windows(4).any(|window| window == b"\r\n\r\n") && head.len() < 8192 {
+        while http::head_end(&head).is_none() && head.len() < http::MAX_HEAD {
             let read = stream.read(&mut chunk).await?;
             if read == 0 {
                 break;
             }
             head.extend_from_slice(&chunk[..read]);
         }
-        Ok::<_, std::io::Error>(())
+        Ok::<_, std::io::Error>(http::head_end(&head))
     })
     .await;
-    if !matches!(complete, Ok(Ok(()))) {
+    let Ok(Ok(Some(end))) = complete else {
         return Ok(());
-    }
-    let request_line = head.split(|byte| *byte == b'\r').next().unwrap_or_default();
-    let path = request_line
-        .strip_prefix(b"GET ")
-        .and_then(|rest| rest.split(|byte| *byte == b' ').next())
-        .map(String::from_utf8_lossy)
-        .unwrap_or_default();
-    let probe = Probe::from_path(&path);
-    let response = if let Some(probe) = probe {
+    };
+    // Without the blank line, as the parser takes it.
+    let path = match http::parse_request_head(&head[..end - 2]) {
+        Ok(request) if request.method == "GET" => request.path,
+        _ => String::new(),
+    };
+    let (status, content_type, body) = if let Some(probe) = Probe::from_path(&path) {
         let verdict = health::check(
             probe,
             sources.daemon.as_ref(),
             sources.cni_socket.as_deref(),
         )
         .await;
-        let reason = if verdict.status == 200 {
-            "OK"
-        } else {
-            "Service Unavailable"
-        };
-        format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-            verdict.status,
-            verdict.body.len(),
-            verdict.body
-        )
+        (verdict.status, "text/plain", verdict.body)
     } else if path == "/metrics" {
         let report = match &sources.daemon {
             Some(daemon) => daemon.report().await.ok(),
             None => None,
         };
         let body = render(&sources.cni, &sources.server, report.as_ref());
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
+        (200, "text/plain; version=0.0.4", body)
     } else {
-        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+        (404, "text/plain", String::new())
     };
-    stream.write_all(response.as_bytes()).await?;
+    let response = http::encode_response_as(status, content_type, body.as_bytes());
+    stream.write_all(&response).await?;
     stream.shutdown().await
 }
 

@@ -84,6 +84,12 @@ pub fn parse_request_head(head: &[u8]) -> io::Result<RequestHead> {
 /// Encodes a response with a JSON (or empty) body.
 #[must_use]
 pub fn encode_response(status: u16, body: &[u8]) -> Vec<u8> {
+    encode_response_as(status, "application/json", body)
+}
+
+/// Encodes a response whose body has `content_type`.
+#[must_use]
+pub fn encode_response_as(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
         204 => "No Content",
@@ -95,7 +101,7 @@ pub fn encode_response(status: u16, body: &[u8]) -> Vec<u8> {
         _ => "Status",
     };
     let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();

@@ -123,6 +123,23 @@ impl Netns {
         process::output(self.command(program).args(args))
     }
 
+    /// A veth pair: `name` in this namespace, its peer `peer` in `peer_netns`.
+    pub fn veth_to(&self, name: &str, peer: &str, peer_netns: &Netns) -> Result<()> {
+        self.ip(&[
+            "link",
+            "add",
+            name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer,
+            "netns",
+            peer_netns.name(),
+        ])
+        .map(drop)
+    }
+
     /// Runs `ip args…` against this namespace.
     pub fn ip(&self, args: &[&str]) -> Result<String> {
         let mut command = Command::new("ip");

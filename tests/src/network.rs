@@ -72,18 +72,7 @@ impl Underlay {
             .context("underlay address space exhausted")?;
         let ip = Ipv4Addr::new(UNDERLAY_BASE[0], UNDERLAY_BASE[1], UNDERLAY_BASE[2], host);
         let netns = Netns::create(&format!("{}-{name}", self.prefix))?;
-        netns.ip(&[
-            "link",
-            "add",
-            UPLINK,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            name,
-            "netns",
-            self.netns.name(),
-        ])?;
+        netns.veth_to(UPLINK, name, &self.netns)?;
         self.netns.ip(&["link", "set", name, "master", BRIDGE])?;
         self.netns.ip(&["link", "set", name, "up"])?;
         netns.ip(&[
@@ -147,18 +136,7 @@ impl Node {
     pub fn add_pod(&self, spec: &PodSpec<'_>) -> Result<Pod> {
         check_interface_name(spec.host_interface)?;
         let netns = Netns::create(&format!("{}-{}-{}", self.prefix, self.name, spec.name))?;
-        self.netns.ip(&[
-            "link",
-            "add",
-            spec.host_interface,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            netns.name(),
-        ])?;
+        self.netns.veth_to(spec.host_interface, "eth0", &netns)?;
         let mtu = spec.mtu.map(|m| m.to_string());
         if let Some(mtu) = &mtu {
             self.netns
@@ -453,18 +431,7 @@ impl PhysicalSwitch {
     /// A veth from `nic` in `netns` to switch port `port` (down), on the bridge.
     fn cable(&self, netns: &Netns, nic: &str, port: &str) -> Result<()> {
         check_interface_name(port)?;
-        netns.ip(&[
-            "link",
-            "add",
-            nic,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            port,
-            "netns",
-            self.netns.name(),
-        ])?;
+        netns.veth_to(nic, port, &self.netns)?;
         self.netns.ip(&["link", "set", port, "master", "br0"])?;
         Ok(())
     }

@@ -149,18 +149,7 @@ fn measure(
 fn raw(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
     let left = Netns::create(&format!("{prefix}-raw1"))?;
     let right = Netns::create(&format!("{prefix}-raw2"))?;
-    left.ip(&[
-        "link",
-        "add",
-        "eth0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        right.name(),
-    ])?;
+    left.veth_to("eth0", "eth0", &right)?;
     for (netns, address) in [(&left, "10.99.0.1/24"), (&right, "10.99.0.2/24")] {
         netns.ip(&["addr", "add", address, "dev", "eth0"])?;
         netns.ip(&["link", "set", "eth0", "up"])?;
