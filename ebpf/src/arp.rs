@@ -3,13 +3,14 @@
 //! as OVN's `ls_in_arp_rsp` stage does, unless the request comes from the address's own port.
 //! Reads `ARP_RESPONDER`.
 
-use aya_ebpf::{helpers::bpf_redirect, programs::TcContext};
+use aya_ebpf::programs::TcContext;
 use ovnbpf_common::ArpKey;
 
 use crate::maps::get;
 use crate::{
     ARP_RESPONDER,
     headers::{ArpFrame, ETH_P_IPV4},
+    output::reply_to_sender,
 };
 
 /// The verdict if the frame was an ARP request this responder answered.
@@ -41,7 +42,5 @@ pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Opt
     reply.target_mac = request.sender_mac;
     reply.target_ip = request.sender_ip;
     ctx.store(0, &reply, 0).ok()?;
-    // Back out of the same veth: its egress is the pod's ingress.
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    Some(unsafe { bpf_redirect(ifindex, 0) } as i32)
+    Some(reply_to_sender(ctx, ifindex))
 }

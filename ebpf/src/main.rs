@@ -30,8 +30,8 @@ mod underlay;
 
 use aya_ebpf::{macros::classifier, programs::TcContext};
 
+pub(crate) use counters::count_reply;
 use counters::{classify, count};
-pub(crate) use counters::{count_delivered, count_reply};
 pub(crate) use drop::count_drop;
 use drop::drop_frame;
 pub(crate) use maps::*;

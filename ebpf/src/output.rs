@@ -1,19 +1,26 @@
 //! Where frames leave a program: the verdicts, the L2 output step switched and routed frames
 //! share ([`l2_output`]: a port on this node, or the tunnel to the chassis that has it), and the
-//! local delivery of every path: [`deliver_local`] for unicast, routed, decapsulated frames and a
-//! flood's last copy, [`clone_to_local`] for the other flood copies. The
-//! receiver-side egress pipeline (egress port security, to-lport ACLs) belongs here. Touches
-//! `INTERFACE_COUNTERS` (through the counters).
+//! local delivery of every path: [`reply_to_sender`] for what a stage answered in place,
+//! [`deliver_to_port`] for unicast, routed and decapsulated frames
+//! (the receiver-side egress pipeline first: egress port security, and later to-lport ACLs),
+//! [`deliver_local`] for a flood's last copy, [`clone_to_local`] for the other flood copies
+//! (multicast, which egress port security lets through; unknown-unicast floods reach only ports
+//! with unknown addresses, which carry no port security). Touches `INTERFACE_COUNTERS` (through
+//! the counters) and reads `PORT_SECURITY`.
 
 use aya_ebpf::{
     helpers::{bpf_redirect, bpf_redirect_peer},
     programs::TcContext,
 };
-use ovnbpf_common::{DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_VETH_PEER};
+use ovnbpf_common::{
+    DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER,
+    drop_reason,
+};
 
 use crate::{
     counters::count_delivered,
     geneve::{self, Tunnel},
+    port_security,
 };
 
 /// Verdict -1, "hand the frame on unchanged": `TC_ACT_UNSPEC` under the pods' cls_bpf filters
@@ -40,6 +47,30 @@ pub(crate) fn deliver_local(ctx: &TcContext, ifindex: u32, flags: u32, ip: bool)
     verdict as i32
 }
 
+/// Sends a frame the datapath answered in place (ARP reply, echo reply, ICMP error, TCP reset)
+/// back to the sender behind host veth `ifindex`: out of the veth's egress, which is the pod's
+/// ingress, whatever the protocol; counted as delivered there.
+#[inline(always)]
+pub(crate) fn reply_to_sender(ctx: &TcContext, ifindex: u32) -> i32 {
+    deliver_local(ctx, ifindex, 0, false)
+}
+
+/// Hands a frame to the port behind host interface `ifindex` (flags as in
+/// [`ovnbpf_common::LocalPort`]) after the egress pipeline OVN runs for it: dropped when the
+/// port's egress port security refuses it.
+#[inline(always)]
+pub(crate) fn deliver_to_port(
+    ctx: &TcContext,
+    ifindex: u32,
+    flags: u32,
+    ip: bool,
+) -> Result<i32, DropReason> {
+    if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {
+        return Err(drop_reason::EGRESS_PORT_SECURITY);
+    }
+    Ok(deliver_local(ctx, ifindex, flags, ip))
+}
+
 /// The L2 output step (OVN's local and remote output tables) for a frame on `datapath` that
 /// entered through logical port `ingress_port`, to the port `entry` names: delivered here, or
 /// encapsulated to the chassis that has it. `None` when `entry` is not a port (a router), or is
@@ -53,7 +84,7 @@ pub(crate) fn l2_output(
     ip: bool,
 ) -> Option<Result<i32, DropReason>> {
     match entry.kind {
-        FIB_LOCAL => Some(Ok(deliver_local(ctx, entry.ifindex, entry.flags, ip))),
+        FIB_LOCAL => Some(deliver_to_port(ctx, entry.ifindex, entry.flags, ip)),
         FIB_REMOTE => {
             let config = geneve::tunnel_config()?;
             let tunnel = Tunnel {

@@ -18,7 +18,7 @@ use crate::{
     geneve::tunnel_config,
     headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_UDP, OuterHeaders, UdpFrame},
     maps::{TUNNEL_PORTS, get},
-    output::deliver_local,
+    output::deliver_to_port,
 };
 
 /// What to do with a frame from the uplink.
@@ -109,9 +109,11 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         return Decision::Drop(drop_reason::DECAP_FAILED);
     }
     match (port, group) {
-        (Some((ifindex, flags)), _) => {
-            Decision::Redirected(deliver_local(ctx, ifindex, flags, decap_flags != 0))
-        }
+        (Some((ifindex, flags)), _) => match deliver_to_port(ctx, ifindex, flags, decap_flags != 0)
+        {
+            Ok(verdict) => Decision::Redirected(verdict),
+            Err(reason) => Decision::Drop(reason),
+        },
         (None, Some(group)) => Decision::Redirected(flood::deliver_to_members(ctx, &group, 0)),
         (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
     }

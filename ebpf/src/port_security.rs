@@ -1,7 +1,10 @@
-//! Ingress port security for frames leaving a pod, as OVN's `ls_in_check_port_sec` and
-//! `ls_in_apply_port_sec` stages apply Port_Binding.port_security: the source MAC, and when
-//! addresses are listed the IPv4 source (DHCP discovery from 0.0.0.0 excepted) and the ARP
-//! sender. IPv6 is checked by MAC only, like the IR evaluator. Reads `PORT_SECURITY`.
+//! Port security as OVN applies Port_Binding.port_security. Ingress, for frames leaving a pod
+//! (`ls_in_check_port_sec`, `ls_in_apply_port_sec`): the source MAC, and when addresses are
+//! listed the IPv4 source (DHCP discovery from 0.0.0.0 excepted) and the ARP sender. Egress, for
+//! frames delivered to a pod (`ls_out_check_port_sec`, `ls_out_apply_port_sec`): a multicast
+//! destination MAC, or the port's MAC and, when addresses are listed, an IPv4 destination among
+//! them, broadcast or multicast. IPv6 is checked by MAC only, like the IR evaluator. Reads
+//! `PORT_SECURITY`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{PORT_SECURITY_MAX_IPS, PortSecurity};
@@ -67,4 +70,30 @@ pub fn allows(ctx: &TcContext, ifindex: u32, eth: &EthHeader) -> bool {
         },
         _ => true,
     }
+}
+
+/// Whether the pod behind `ifindex` may receive the frame in `ctx` (ports without an entry may).
+/// Reads only the fields it checks: its callers run where `from_pod`'s stack is nearly full.
+#[inline(always)]
+pub fn egress_allows(ctx: &TcContext, ifindex: u32) -> bool {
+    let Some(security) = get(&PORT_SECURITY, ifindex) else {
+        return true;
+    };
+    let Ok(destination) = ctx.load::<[u8; 6]>(0) else {
+        return false;
+    };
+    if destination[0] & 1 != 0 {
+        return true;
+    }
+    if destination != security.mac {
+        return false;
+    }
+    if security.ip_count == 0 || ctx.load::<u16>(12).map(u16::from_be) != Ok(ETH_P_IPV4) {
+        return true;
+    }
+    // The IPv4 destination: 255.255.255.255, 224.0.0.0/4, or a listed address.
+    let Ok(ip) = ctx.load::<u32>(14 + 16) else {
+        return false;
+    };
+    ip == u32::MAX || u32::from_be(ip) >> 28 == 0xe || listed(security, ip)
 }

@@ -8,7 +8,7 @@
 
 use aya_ebpf::{
     bindings::bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
-    helpers::{bpf_csum_diff, bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes},
+    helpers::{bpf_csum_diff, bpf_skb_change_tail, bpf_skb_load_bytes},
     programs::TcContext,
 };
 use ovnbpf_common::DropReason;
@@ -19,8 +19,9 @@ use ovnbpf_common::{
 
 use crate::csum;
 use crate::{
-    count_delivered, count_reply,
+    count_reply,
     headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader},
+    output::reply_to_sender,
 };
 
 const IPPROTO_ICMP: u8 = 1;
@@ -46,12 +47,10 @@ const ICMP_ERROR_ROOM: u32 = 28;
 /// for 64).
 const CHUNK: u32 = 32;
 
-/// Ethernet, IPv4 and a TCP header without options: the whole reset.
+/// The reset's TCP header (no options); Ethernet and IPv4 headers come before it.
 #[repr(C, packed)]
 #[derive(Clone, Copy)]
-struct TcpResetFrame {
-    eth: EthHeader,
-    ip: Ipv4Header,
+struct TcpResetHeader {
     source: u16,
     destination: u16,
     seq: u32,
@@ -125,31 +124,28 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, Dr
     let Ok(segment) = ctx.load::<TcpStart>(ETH_HEADER_LEN + 20) else {
         return Err(drop_reason::TO_ROUTER_UNHANDLED);
     };
-    let length = core::mem::size_of::<TcpResetFrame>() as u32;
+    let length = (ETH_HEADER_LEN + 20 + core::mem::size_of::<TcpResetHeader>()) as u32;
     // SAFETY: the helper takes the skb pointer the context holds and plain integers.
     if unsafe { bpf_skb_change_tail(ctx.skb.skb, length, 0) } != 0 {
         return Err(drop_reason::ROUTER_REPLY_FAILED);
     }
     let ip = reply_ip(frame, 40, TCP_RESET_TTL, IPPROTO_TCP);
     let ack = u32::from_be(segment.seq).wrapping_add(1);
-    // Pseudo-header (addresses, protocol, TCP length) and the header's 16-bit words.
-    let words = [
-        u32::from_be(ip.source) >> 16,
-        u32::from_be(ip.source) & 0xffff,
-        u32::from_be(ip.destination) >> 16,
-        u32::from_be(ip.destination) & 0xffff,
-        u32::from(IPPROTO_TCP),
-        20,
-        u32::from(u16::from_be(segment.destination)),
-        u32::from(u16::from_be(segment.source)),
-        ack >> 16,
-        ack & 0xffff,
-        u32::from(TCP_RESET_FLAGS),
-    ];
-    let checksum = csum::fold(words.iter().sum());
-    let reply = TcpResetFrame {
-        eth: reply_eth(frame),
-        ip,
+    // Pseudo-header (addresses, protocol, TCP length) and the header's 16-bit words, summed as
+    // they come (no array: this path's stack is from_pod's peak).
+    let sum = (u32::from_be(ip.source) >> 16)
+        + (u32::from_be(ip.source) & 0xffff)
+        + (u32::from_be(ip.destination) >> 16)
+        + (u32::from_be(ip.destination) & 0xffff)
+        + u32::from(IPPROTO_TCP)
+        + 20
+        + u32::from(u16::from_be(segment.destination))
+        + u32::from(u16::from_be(segment.source))
+        + (ack >> 16)
+        + (ack & 0xffff)
+        + u32::from(TCP_RESET_FLAGS);
+    let checksum = csum::fold(sum);
+    let tcp = TcpResetHeader {
         source: segment.destination,
         destination: segment.source,
         seq: 0,
@@ -159,12 +155,13 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, Dr
         checksum: checksum.to_be(),
         urgent: 0,
     };
-    ctx.store(0, &reply, 0)
+    // Ethernet, IPv4, TCP: three stores, no whole frame on the stack.
+    ctx.store(0, &reply_eth(frame), 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN, &ip, 0))
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &tcp, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(router_reply::TCP_RESET);
-    count_delivered(ifindex, ctx.len());
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+    Ok(reply_to_sender(ctx, ifindex))
 }
 
 /// pinctrl's `icmp4` destination unreachable with `code`, routed back: IPv4 ID 0, DF, TOS 0,
@@ -257,9 +254,7 @@ fn unreachable(
     } else {
         router_reply::PROTOCOL_UNREACHABLE
     });
-    count_delivered(ifindex, ctx.len());
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+    Ok(reply_to_sender(ctx, ifindex))
 }
 
 /// One's complement sum of two 16-bit values.

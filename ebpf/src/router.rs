@@ -9,23 +9,23 @@
 //! decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
-//! Non-IPv4 goes on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`,
+//! ARP the responder left unanswered (OVN's router consumes it) and IPv6 (not routed in the
+//! kernel yet) are dropped and counted; other protocols go on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`,
 //! `NEIGHBOURS`, `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
 
-use aya_ebpf::{helpers::bpf_redirect, maps::lpm_trie::Key, programs::TcContext};
+use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FIB_REMOTE, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
+    FibEntry, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
     ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, drop_reason, router_reply,
 };
 
 use crate::csum;
 use crate::maps::get;
-use crate::output::l2_output;
+use crate::output::reply_to_sender;
 use crate::{
-    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_delivered,
-    count_reply,
-    headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame},
+    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply,
+    headers::{ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, Ipv4Frame},
     reject,
 };
 
@@ -41,20 +41,45 @@ struct IcmpHead {
     checksum: u16,
 }
 
+/// What the router made of a frame from a pod: a verdict, or an L2 output the caller makes (a
+/// routed frame, rewritten, to the destination switch's port): `from_pod` outputs from one
+/// place, so the output step (with the receiver's egress port security) is inlined once into a
+/// program whose stack is at the verifier's limit.
+pub enum Routed {
+    Verdict(i32),
+    Output(Output),
+}
+
+/// An L2 output to make ([`l2_output`]): to `entry`'s port, on `datapath`, entered through
+/// logical port `ingress_port`.
+pub struct Output {
+    pub entry: FibEntry,
+    pub datapath: u32,
+    pub ingress_port: u32,
+    /// The frame is IP (delivered into the pod's netns directly).
+    pub ip: bool,
+    /// Routed here: an entry that cannot be output is a drop, not a frame to pass on.
+    pub routed: bool,
+}
+
 /// Handles a frame addressed to a router port's MAC (of router `router`), sent from host veth
-/// `ifindex`: the verdict, or the drop reason.
+/// `ifindex`: the verdict or flood, or the drop reason.
 #[inline(always)]
 pub fn handle(
     ctx: &TcContext,
     router: u32,
     router_ip: u32,
     ifindex: u32,
-) -> Result<i32, DropReason> {
+) -> Result<Routed, DropReason> {
     let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
-        return Ok(PASS);
+        return Ok(Routed::Verdict(PASS));
     };
-    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
-        return Ok(PASS);
+    match u16::from_be(frame.eth.ether_type) {
+        ETH_P_IPV4 => {}
+        // What the ARP responder did not answer OVN's router consumes (it learns the sender).
+        ETH_P_ARP => return Err(drop_reason::ARP_TO_ROUTER),
+        ETH_P_IPV6 => return Err(drop_reason::IPV6_TO_ROUTER),
+        _ => return Ok(Routed::Verdict(PASS)),
     }
     // Only well-formed IPv4 without options is routed or answered.
     let total = usize::from(u16::from_be(frame.ip.total_len));
@@ -70,8 +95,8 @@ pub fn handle(
         Some(address) => {
             let flags = address.flags;
             match echo_reply(ctx, &frame, flags, ifindex)? {
-                Some(verdict) => Ok(verdict),
-                None => reject::answer(ctx, &frame, flags, ifindex),
+                Some(verdict) => Ok(Routed::Verdict(verdict)),
+                None => reject::answer(ctx, &frame, flags, ifindex).map(Routed::Verdict),
             }
         }
         None if frame.ip.ttl <= 1 => {
@@ -83,7 +108,7 @@ pub fn handle(
             if u16::from_be(frame.ip.fragment) & 0x1fff != 0 {
                 return Err(drop_reason::TTL_EXPIRED);
             }
-            time_exceeded(ctx, &frame, router_ip, ifindex)
+            time_exceeded(ctx, &frame, router_ip, ifindex).map(Routed::Verdict)
         }
         None => route(ctx, &frame, router, router_ip, ifindex),
     }
@@ -157,9 +182,7 @@ fn time_exceeded(
         .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &icmp, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(router_reply::TIME_EXCEEDED);
-    count_delivered(ifindex, ctx.len());
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+    Ok(reply_to_sender(ctx, ifindex))
 }
 
 /// Answers an ICMP echo request to one of the router's addresses (whose flags are `flags`),
@@ -208,10 +231,7 @@ fn echo_reply(
         .and_then(|()| ctx.store(icmp_offset, &icmp_reply, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(router_reply::ECHO_REPLY);
-    count_delivered(ifindex, ctx.len());
-    // Back out of the same veth: its egress is the pod's ingress.
-    // SAFETY: the helper takes plain integers and only sets the skb's redirect target.
-    Ok(Some(unsafe { bpf_redirect(ifindex, 0) } as i32))
+    Ok(Some(reply_to_sender(ctx, ifindex)))
 }
 
 /// Where the routers take a packet.
@@ -285,13 +305,13 @@ fn route(
     router: u32,
     router_ip: u32,
     ifindex: u32,
-) -> Result<i32, DropReason> {
+) -> Result<Routed, DropReason> {
     let ip = frame.ip;
     let (last_router, route, hops) =
         match lookup(router, (ip.source, ip.destination), ip.ttl, router_ip)? {
             Lookup::Route(last_router, route, hops) => (last_router, route, hops),
             Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
-                return time_exceeded(ctx, frame, source, ifindex);
+                return time_exceeded(ctx, frame, source, ifindex).map(Routed::Verdict);
             }
             Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
         };
@@ -305,6 +325,8 @@ fn route(
         ip: nexthop,
     };
     let Some(neighbour) = get(&NEIGHBOURS, key) else {
+        // OVN's router would send an ARP request (`lr_in_arp_request`); the kernel does not
+        // yet: from_pod has no stack left for the flood it takes (see `ROUTER_ARP_REQUESTS`).
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     };
     let mac = neighbour.mac;
@@ -335,11 +357,11 @@ fn route(
             )
         })
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
-    l2_output(ctx, &entry, route.next_datapath, route.ingress_port, true).unwrap_or(Err(
-        if entry.kind == FIB_REMOTE {
-            drop_reason::ENCAP_FAILED
-        } else {
-            drop_reason::ROUTED_UNKNOWN_DESTINATION
-        },
-    ))
+    Ok(Routed::Output(Output {
+        entry,
+        datapath: route.next_datapath,
+        ingress_port: route.ingress_port,
+        ip: true,
+        routed: true,
+    }))
 }

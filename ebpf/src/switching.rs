@@ -3,13 +3,13 @@
 //! another chassis (Geneve). Port security is checked first ([`crate::port_security`]); ARP
 //! requests for known addresses are answered ([`crate::arp`]).
 //! Broadcast and multicast frames, and unicast to unknown MACs where the switch floods them, go to
-//! the datapath's flood group ([`crate::flood`]). Frames of unknown ports, and unicast to unknown
-//! MACs elsewhere, go on untouched, to the stack or the next program. Reads `POD_PORTS` and
-//! `L2_FIB`.
+//! the datapath's flood group ([`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as
+//! OVN's `ls_in_l2_unknown` drops it. Frames of unknown ports go on untouched, to the stack or the
+//! next program. Reads `POD_PORTS` and `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
-use ovnbpf_common::{FIB_LOCAL, FIB_ROUTER, FibKey, drop_reason};
+use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
 
 use crate::maps::get;
 use crate::output::l2_output;
@@ -17,7 +17,9 @@ use crate::{
     L2_FIB, PASS, POD_PORTS, arp, flood,
     geneve::Tunnel,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    port_security, router, underlay,
+    port_security,
+    router::{self, Output, Routed},
+    underlay,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -61,25 +63,58 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         }
         return underlay::to_provider(ctx, &localnet);
     }
-    let Some(entry) = entry else {
-        let Some(group) = flood::group_of(datapath, multicast) else {
-            return Ok(PASS);
-        };
-        let mut tunnel = Tunnel {
+    let step = match entry {
+        None => {
+            let Some(group) = flood::group_of(datapath, multicast) else {
+                // A multicast frame on a switch without a flood group (none installed yet)
+                // goes on as before; unicast to a MAC nobody has is what OVN drops.
+                return if multicast {
+                    Ok(PASS)
+                } else {
+                    Err(drop_reason::UNKNOWN_DESTINATION)
+                };
+            };
+            let tunnel = Tunnel {
+                datapath,
+                ingress_port,
+                egress_port: group.tunnel_key(),
+                remote_ip: 0,
+            };
+            let mut tunnel = tunnel;
+            return flood::from_pod(ctx, &group, ifindex, &mut tunnel);
+        }
+        // OVN never sends a frame back out of the port it came in on.
+        Some(entry) if entry.kind == FIB_LOCAL && entry.ifindex == ifindex => {
+            return Ok(crate::TC_ACT_SHOT);
+        }
+        Some(entry) if entry.kind == FIB_ROUTER => {
+            router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex)?
+        }
+        Some(entry) => Routed::Output(Output {
+            entry,
             datapath,
             ingress_port,
-            egress_port: group.tunnel_key(),
-            remote_ip: 0,
-        };
-        return flood::from_pod(ctx, &group, ifindex, &mut tunnel);
+            ip: ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,
+            routed: false,
+        }),
     };
-    match entry.kind {
-        // OVN never sends a frame back out of the port it came in on.
-        FIB_LOCAL if entry.ifindex == ifindex => Ok(crate::TC_ACT_SHOT),
-        FIB_ROUTER => router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex),
-        _ => {
-            let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
-            l2_output(ctx, &entry, datapath, ingress_port, ip).unwrap_or(Ok(PASS))
+    // One place outputs, switched or routed (see `router::Routed`).
+    match step {
+        Routed::Verdict(verdict) => Ok(verdict),
+        Routed::Output(output) => {
+            let sent = l2_output(
+                ctx,
+                &output.entry,
+                output.datapath,
+                output.ingress_port,
+                output.ip,
+            );
+            match sent {
+                Some(result) => result,
+                None if !output.routed => Ok(PASS),
+                None if output.entry.kind == FIB_REMOTE => Err(drop_reason::ENCAP_FAILED),
+                None => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use ovnbpf_common::{FIB_LOCAL, FibKey, Localnet, ProviderKey, drop_reason};
 
 use crate::maps::get;
 use crate::{
-    L2_FIB, LOCALNETS, PASS, PROVIDER_NETWORKS, deliver_local, flood,
+    L2_FIB, LOCALNETS, PASS, PROVIDER_NETWORKS, flood,
     headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader},
 };
 
@@ -98,10 +98,9 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
         return crate::TC_ACT_SHOT;
     }
     let ether_type = u16::from_be(eth.ether_type);
-    deliver_local(
-        ctx,
-        entry.ifindex,
-        entry.flags,
-        ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,
-    )
+    let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
+    match crate::output::deliver_to_port(ctx, entry.ifindex, entry.flags, ip) {
+        Ok(verdict) => verdict,
+        Err(reason) => crate::drop::drop_frame(ctx, reason),
+    }
 }

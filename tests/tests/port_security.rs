@@ -1,15 +1,20 @@
-//! Kernel ingress port security under BPF_PROG_TEST_RUN: a pod with port security "MAC IP" may
+//! Kernel port security under BPF_PROG_TEST_RUN. Ingress: a pod with port security "MAC IP" may
 //! send IPv4 from its address, ARP as itself and DHCP discovery from 0.0.0.0; a spoofed source
 //! MAC, IPv4 source or ARP sender is dropped, counted (per reason and on the interface) and
-//! reported on the drop-event ring buffer. Ports without port security are not checked.
+//! reported on the drop-event ring buffer. Ports without port security are not checked. Egress:
+//! a pod with port security receives only frames to its MAC (or multicast) and IPv4 to its
+//! address, broadcast or multicast; the rest is dropped and counted `egress_port_security`.
 
 mod common;
 
 use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, events::DropReport};
-use ovnbpf_common::maps::PortSecurityMap;
-use ovnbpf_common::{PodPort, PortSecurity, drop_reason};
-use ovnbpf_tests::frames::verdict::{TC_ACT_SHOT, TCX_NEXT};
+use ovnbpf_common::maps::{L2Fib, PortSecurityMap};
+use ovnbpf_common::{
+    FIB_LOCAL, FibEntry, FibKey, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, PodPort,
+    PortSecurity, drop_reason,
+};
+use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT};
 use ovnbpf_tests::require_root;
 
 const MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
@@ -29,21 +34,21 @@ fn programs(secured: bool) -> KernelPrograms {
         )
         .unwrap();
     if secured {
-        let mut ips = [0; 4];
-        ips[0] = u32::from_ne_bytes(IP);
-        programs
-            .set::<PortSecurityMap>(
-                1,
-                PortSecurity {
-                    mac: MAC,
-                    ip_count: 1,
-                    padding: 0,
-                    ips,
-                },
-            )
-            .unwrap();
+        programs.set::<PortSecurityMap>(1, mac_and_ip()).unwrap();
     }
     programs
+}
+
+/// Port security "MAC IP".
+fn mac_and_ip() -> PortSecurity {
+    let mut ips = [0; 4];
+    ips[0] = u32::from_ne_bytes(IP);
+    PortSecurity {
+        mac: MAC,
+        ip_count: 1,
+        padding: 0,
+        ips,
+    }
 }
 
 /// Ethernet + IPv4 (no options) + UDP with 4 bytes of payload.
@@ -71,11 +76,15 @@ fn arp_request(sender_mac: [u8; 6], sender_ip: [u8; 4]) -> Vec<u8> {
 }
 
 fn drops(programs: &KernelPrograms) -> u64 {
+    drops_of(programs, "port_security")
+}
+
+fn drops_of(programs: &KernelPrograms, reason: &str) -> u64 {
     programs
         .drop_counters()
         .unwrap()
         .into_iter()
-        .find(|(name, _)| *name == "port_security")
+        .find(|(name, _)| *name == reason)
         .map(|(_, count)| count)
         .unwrap()
 }
@@ -155,4 +164,76 @@ fn allowed_frames_and_unsecured_ports_pass() {
     let spoofed = udp(SPOOFED_MAC, [10, 0, 1, 66], [10, 0, 1, 3], (5000, 53));
     let outcome = unsecured.test_run(Hook::Pod, &spoofed).unwrap();
     assert_eq!(outcome.verdict, TCX_NEXT, "no port security, no check");
+}
+
+/// The pod on ifindex 1 sends to a pod on this node (host veth 40) with port security "MAC IP"
+/// (the receiving pod's MAC is also in the FIB under `OTHER_MAC`, as a stale entry would be).
+#[test]
+fn egress_port_security_drops_what_the_receiving_port_does_not_list() {
+    const RECEIVER: u32 = 40;
+    const OTHER_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 9];
+    let mut programs = programs(false);
+    programs
+        .set::<PortSecurityMap>(RECEIVER, mac_and_ip())
+        .unwrap();
+    for mac in [MAC, OTHER_MAC] {
+        let key = FibKey {
+            datapath: 5,
+            mac,
+            padding: [0; 2],
+        };
+        let entry = FibEntry {
+            kind: FIB_LOCAL,
+            ifindex: RECEIVER,
+            flags: LOCAL_PORT_VETH_PEER | LOCAL_PORT_EGRESS_SECURITY,
+            ..FibEntry::default()
+        };
+        programs.set::<L2Fib>(key, entry).unwrap();
+    }
+    let to = |mac: [u8; 6], destination: [u8; 4]| {
+        let mut frame = udp(SPOOFED_MAC, [10, 0, 1, 3], destination, (5000, 53));
+        frame[..6].copy_from_slice(&mac);
+        frame
+    };
+    for (what, frame, delivered) in [
+        ("to its MAC and address", to(MAC, IP), true),
+        ("to its MAC, IPv4 broadcast", to(MAC, [255; 4]), true),
+        (
+            "to its MAC, IPv4 multicast",
+            to(MAC, [224, 0, 0, 251]),
+            true,
+        ),
+        (
+            "to its MAC, another address",
+            to(MAC, [10, 0, 1, 66]),
+            false,
+        ),
+        ("to another MAC it does not list", to(OTHER_MAC, IP), false),
+    ] {
+        let before = drops_of(&programs, "egress_port_security");
+        let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
+        let dropped = drops_of(&programs, "egress_port_security") - before;
+        if delivered {
+            assert_eq!((outcome.verdict, dropped), (TC_ACT_REDIRECT, 0), "{what}");
+        } else {
+            assert_eq!((outcome.verdict, dropped), (TC_ACT_SHOT, 1), "{what}");
+        }
+    }
+    // Without the flag (a port with no port security) nothing is checked.
+    let key = FibKey {
+        datapath: 5,
+        mac: OTHER_MAC,
+        padding: [0; 2],
+    };
+    let unchecked = FibEntry {
+        kind: FIB_LOCAL,
+        ifindex: RECEIVER,
+        flags: LOCAL_PORT_VETH_PEER,
+        ..FibEntry::default()
+    };
+    programs.set::<L2Fib>(key, unchecked).unwrap();
+    let outcome = programs
+        .test_run(Hook::Pod, &to(OTHER_MAC, [10, 0, 1, 66]))
+        .unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
 }

@@ -336,12 +336,26 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
         replies_before,
         "no answer counted"
     );
-    // Not IPv4 (an IPv6 header behind the router's MAC): untouched.
+    // IPv6 behind the router's MAC: OVN answers or routes it; the kernel does not route IPv6
+    // yet, so it is dropped and counted rather than handed to the node. ARP the responder did
+    // not answer (a reply) is consumed, as OVN's router consumes it. Other protocols go on.
     let mut ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
-    let outcome = programs.test_run(Hook::Pod, &ipv6).unwrap();
-    assert_eq!(outcome.verdict, TCX_NEXT);
-    assert_eq!(outcome.frame, ipv6);
+    let mut arp_reply = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
+    arp_reply[12..14].copy_from_slice(&[0x08, 0x06]);
+    for (what, frame, reason) in [
+        ("IPv6", ipv6, "ipv6_to_router"),
+        ("ARP", arp_reply, "arp_to_router"),
+    ] {
+        let before = drops(reason);
+        let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
+        assert_eq!(outcome.verdict, TC_ACT_SHOT, "{what}");
+        assert_eq!(drops(reason), before + 1, "{what}");
+    }
+    let mut other = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
+    other[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let outcome = programs.test_run(Hook::Pod, &other).unwrap();
+    assert_eq!((outcome.verdict, outcome.frame), (TCX_NEXT, other));
 }
 
 #[test]

@@ -354,7 +354,8 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     );
     // Source routes: k4's traffic to a destination no destination route covers reaches kr
     // (one router hop each way); k1's goes where its subnet's source route sends it, to its own
-    // gateway, whose address no one resolves: nothing arrives, as on real OVN.
+    // gateway, whose address no one resolves: nothing arrives, as on real OVN (which ARPs for
+    // it; the kernel drops and counts).
     let k4_to_kr_address = ping_ttl(pod("k4"), Ipv4Addr::new(192, 168, 61, 1));
     assert_eq!(k4_to_kr_address, Some(63), "k4 → 192.168.61.1{}", logs());
     let k1_to_kr_address = ping_ttl(k1, Ipv4Addr::new(192, 168, 61, 1));
@@ -448,10 +449,7 @@ fn router_refuses_tcp_and_udp(
 /// forwarding on), `<net>.2/24` with a default route back through it on the other.
 fn network_behind(router: &Netns, prefix: &str, net: &str) -> Netns {
     let behind = Netns::create(&format!("{prefix}-behind")).unwrap();
-    let peer = [
-        "link", "add", "back", "type", "veth", "peer", "name", "eth0", "netns",
-    ];
-    router.ip(&[&peer[..], &[behind.name()]].concat()).unwrap();
+    router.veth_to("back", "eth0", &behind).unwrap();
     router
         .ip(&["addr", "add", &format!("{net}.1/24"), "dev", "back"])
         .unwrap();

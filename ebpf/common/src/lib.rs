@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// Program names as they appear in the object file (the function names in the eBPF crate).
 pub mod program {
@@ -116,8 +116,23 @@ pub mod drop_reason {
     /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
     /// route).
     pub const ROUTED_MALFORMED: DropReason = DropReason(15);
-    /// Number of reasons (the map's size).
-    pub const COUNT: u32 = 16;
+    /// Unicast to a MAC the switch does not know, on a switch that does not flood unknown
+    /// unicast: OVN drops it (`ls_in_l2_unknown`).
+    pub const UNKNOWN_DESTINATION: DropReason = DropReason(16);
+    /// ARP to a router's MAC that the ARP responder does not answer (a reply, or a request
+    /// for an address that is not the router's): OVN's router consumes it, learning its
+    /// sender, which ovnbpf does not do yet.
+    pub const ARP_TO_ROUTER: DropReason = DropReason(17);
+    /// IPv6 to a router's MAC: OVN answers or routes it; the kernel does not route IPv6 yet.
+    pub const IPV6_TO_ROUTER: DropReason = DropReason(18);
+    /// A frame for a port with port security to a MAC or IPv4 address the port does not list:
+    /// OVN drops it in the egress pipeline (`ls_out_apply_port_sec`).
+    pub const EGRESS_PORT_SECURITY: DropReason = DropReason(19);
+    /// Number of reasons.
+    pub const COUNT: u32 = 20;
+    /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
+    pub const CAPACITY: u32 = 64;
+    const _: () = assert!(COUNT <= CAPACITY);
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "geneve_malformed",
@@ -136,6 +151,10 @@ pub mod drop_reason {
         "routed_unknown_destination",
         "to_router_unhandled",
         "routed_malformed",
+        "unknown_destination",
+        "arp_to_router",
+        "ipv6_to_router",
+        "egress_port_security",
     ];
 }
 
@@ -239,6 +258,11 @@ pub struct TunnelPortKey {
 /// Flag of [`LocalPort::flags`]: deliver with `bpf_redirect_peer` into the pod's netns (the port
 /// is a veth whose peer is the pod's interface).
 pub const LOCAL_PORT_VETH_PEER: u32 = 1;
+/// Flag of [`LocalPort::flags`]: the port has port security ([`map::PORT_SECURITY`] under its
+/// interface): what is delivered to it passes OVN's egress check first (`ls_out_check_port_sec`:
+/// multicast, or its MAC and, where IPv4 addresses are listed, one of them, broadcast or
+/// multicast as the destination).
+pub const LOCAL_PORT_EGRESS_SECURITY: u32 = 2;
 
 /// A port on this node: the host-side interface to deliver to.
 #[repr(C)]
@@ -292,6 +316,10 @@ pub struct FloodMemberKey {
 pub struct FloodRoles {
     pub broadcast: u32,
     pub unknown: u32,
+    /// The group the switch's routers flood their own ARP requests to (`ls_in_l2_lkup`'s
+    /// `eth.src == {router MACs} && arp.op == 1`: `_MC_flood_l2`); read by no program yet (see
+    /// [`ROUTER_ARP_REQUESTS`]).
+    pub router_originated: u32,
 }
 
 /// The data of a [`map::ROUTES`] (or [`map::SOURCE_ROUTES`]) key: a router's datapath key and a
@@ -328,7 +356,8 @@ pub struct RouteEntry {
     /// The port the packet enters `next_datapath` through (the switch's router port key).
     pub ingress_port: u32,
     /// For [`ROUTE_TO_ROUTER`]: that port's IPv4 address (network byte order), the source of
-    /// the next router's ICMP errors.
+    /// the next router's ICMP errors. For [`ROUTE_TO_SWITCH`]: the output router port's address
+    /// (OVN's `reg1`), the sender of the router's ARP request for an unresolved next hop.
     pub ingress_ip: u32,
 }
 
@@ -367,6 +396,11 @@ pub struct RouterAddress {
 
 /// [`RouterInfo::flags`]: the kernel forwards for this router.
 pub const ROUTER_FORWARDS: u32 = 1;
+/// [`RouterInfo::flags`]: the router sends an ARP request for a next hop it has no MAC for
+/// (`lr_in_arp_request`). Set by the agent; no program reads it yet: the request is a flood
+/// from the router path, for which `from_pod` has no stack left (it comes with the split into
+/// tail-called stages). Until then such packets are dropped (`next_hop_unresolved`).
+pub const ROUTER_ARP_REQUESTS: u32 = 4;
 /// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
 /// without them cost one route lookup per hop, not two.
 pub const ROUTER_SOURCE_ROUTES: u32 = 2;
@@ -569,7 +603,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<FloodKey>(), 8);
         assert_eq!(core::mem::size_of::<FloodGroup>(), 8);
         assert_eq!(core::mem::size_of::<FloodMemberKey>(), 12);
-        assert_eq!(core::mem::size_of::<FloodRoles>(), 8);
+        assert_eq!(core::mem::size_of::<FloodRoles>(), 12);
         assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
         assert_eq!(core::mem::size_of::<RouteEntry>(), 24);

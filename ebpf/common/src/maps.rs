@@ -129,7 +129,7 @@ declare_maps! {
     /// output port) is delivered.
     TunnelPorts = TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort>[MAX_TUNNEL_PORTS];
     /// Per-CPU array of `u64`, indexed by [`drop_reason`]: frames the programs dropped.
-    DropCounters = DROP_COUNTERS: PerCpuArray<u32, u64>[drop_reason::COUNT];
+    DropCounters = DROP_COUNTERS: PerCpuArray<u32, u64>[drop_reason::CAPACITY];
     /// Hash: ifindex of a pod's host-side veth → [`PodPort`].
     PodPorts = POD_PORTS: HashMap<u32, PodPort>[MAX_INTERFACES];
     /// Hash: [`FibKey`] → [`FibEntry`]: where frames to a MAC on a datapath go.

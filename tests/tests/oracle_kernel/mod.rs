@@ -12,6 +12,12 @@
 //! and on the provider NIC. Compared per output: where it went and the whole packet as the
 //! evaluator models it (MACs, addresses, TTL, ARP/ND fields, L4 kind and ports), read back from
 //! the kernel's bytes with its IPv4 header checksum checked.
+//!
+//! A Geneve frame to one pod is then received as that pod's chassis would: the same programs,
+//! their tunnel endpoint made the pod's chassis and the pod plugged here on `rcvh`, run
+//! `from_uplink` on it (decapsulation, then the receiver's egress pipeline: egress port
+//! security). What it delivers is the output compared; what it drops, none. Flood copies (the
+//! group's key as egress port) are compared as sent.
 
 pub mod wire;
 
@@ -32,7 +38,7 @@ use ovnbpf_agent::{
 use ovnbpf_tests::{
     frames::{
         FrameSocket,
-        verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT},
+        verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT},
     },
     names::unique_prefix,
     netns::Netns,
@@ -74,24 +80,14 @@ pub struct Report {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Known {
     /// IPv6 from a pod to a router's MAC (echo, TCP, UDP, unicast NS, off-link routing): the
-    /// kernel hands it to the host stack (TCX_NEXT) uncounted, where OVN answers (nd_na_router,
-    /// icmp6 errors, tcp_reset) or routes/ARPs (nd_ns for the next hop). The kernel's router
-    /// models IPv4 only.
-    Ipv6ToRouterPassed,
+    /// kernel drops it and counts `ipv6_to_router`, where OVN answers (nd_na_router, icmp6
+    /// errors, tcp_reset) or routes/ARPs (nd_ns for the next hop). The kernel's router models
+    /// IPv4 only (IPv6 in the datapath is its own issue).
+    Ipv6ToRouterDropped,
     /// An NS for a router port's address to its solicited-node group: OVN answers it with an
     /// NA (`ls_in_arp_rsp`, nd_na_router) and does not flood it; the kernel's ARP responder
     /// has no IPv6 and floods the NS to the switch's other ports.
     RouterNsFlooded,
-    /// An ARP reply to a router's MAC: OVN's router consumes it (put_arp, learning is
-    /// ovn-controller's) and outputs nothing; the kernel hands it to the host stack uncounted.
-    ArpReplyToRouterPassed,
-    /// A unicast frame to a MAC no port or router has, on a switch without "unknown" ports:
-    /// OVN drops it (`ls_in_l2_unknown`); the kernel hands it to the host stack uncounted.
-    UnknownMacPassed,
-    /// To a port with port security, a packet whose IPv4 destination it does not list: OVN
-    /// drops it in the egress pipeline (`ls_out_check_port_sec`/`ls_out_apply_port_sec`); the
-    /// kernel checks port security on ingress only and forwards it.
-    EgressPortSecurityMissing,
     /// The router must ARP for its next hop (OVN's `arp { … }` in `lr_in_arp_request`, a
     /// broadcast ARP request from the router port): the kernel does not originate ARP requests;
     /// it drops the packet and counts `next_hop_unresolved`.
@@ -101,20 +97,11 @@ pub enum Known {
 impl Known {
     pub fn describe(self) -> &'static str {
         match self {
-            Self::Ipv6ToRouterPassed => {
-                "IPv6 to a router MAC: the kernel passes it to the host (TCX_NEXT), OVN answers or routes it"
+            Self::Ipv6ToRouterDropped => {
+                "IPv6 to a router MAC: the kernel drops it (ipv6_to_router), OVN answers or routes it"
             }
             Self::RouterNsFlooded => {
                 "NS for a router address to its solicited-node group: OVN answers with an NA, the kernel floods the NS"
-            }
-            Self::ArpReplyToRouterPassed => {
-                "ARP reply to a router MAC: OVN consumes it, the kernel passes it to the host (TCX_NEXT)"
-            }
-            Self::UnknownMacPassed => {
-                "unicast to an unknown MAC: OVN drops it, the kernel passes it to the host (TCX_NEXT)"
-            }
-            Self::EgressPortSecurityMissing => {
-                "to a port-secured pod at an IP it does not list: OVN drops it on egress, the kernel forwards it"
             }
             Self::RouterArpRequestNotSent => {
                 "next hop unknown: OVN's router broadcasts an ARP request, the kernel drops (next_hop_unresolved)"
@@ -165,7 +152,8 @@ fn build_netns(ns: &Netns) {
          addr add {NODE_IP}/24 dev uph\n\
          neigh add 172.30.0.2 lladdr 02:00:00:00:00:02 dev uph nud permanent\n\
          route add 172.31.0.0/16 via 172.30.0.2 dev uph\n\
-         link add provh type veth peer name provp\nlink set provh up\nlink set provp up\n"
+         link add provh type veth peer name provp\nlink set provh up\nlink set provp up\n\
+         link add rcvh type veth peer name rcvp\nlink set rcvh up\nlink set rcvp up\n"
     );
     std::fs::write(batch.path(), commands).unwrap();
     ns.ip(&["-batch", batch.path().to_str().unwrap()]).unwrap();
@@ -203,6 +191,9 @@ fn placed(entry: &IrEntry, chassis: &str) -> IrEntry {
 /// The replay: the backend's state, the programs in their namespace, the captures.
 pub struct KernelReplay {
     ns: Netns,
+    uplink_index: u32,
+    /// The veth a receiving pod is plugged into (see [`Self::receive`]).
+    receiver_index: u32,
     l2: L2State,
     l3: L3State,
     programs: KernelPrograms,
@@ -217,8 +208,6 @@ pub struct KernelReplay {
     router_macs: BTreeSet<[u8; 6]>,
     /// Routers the backend declined (their name → why), as `L3State::blocked` reports them.
     pub blocked: BTreeSet<(String, Vec<String>)>,
-    /// Every MAC a port or router port has.
-    known_macs: BTreeSet<[u8; 6]>,
     sender: Option<String>,
 }
 
@@ -230,6 +219,7 @@ impl KernelReplay {
         build_netns(&ns);
         let uplink_index = ns.ifindex("uph").unwrap();
         let provider_index = ns.ifindex("provh").unwrap();
+        let receiver_index = ns.ifindex("rcvh").unwrap();
         let uplink = FrameSocket::open_in(&ns, "upp").unwrap();
         let provider = FrameSocket::open_in(&ns, "provp").unwrap();
         let underlay_switches: BTreeSet<u32> = entries
@@ -257,11 +247,6 @@ impl KernelReplay {
                 _ => None,
             })
             .collect();
-        let mut known_macs = router_macs.clone();
-        known_macs.extend(entries.iter().flat_map(|e| match e {
-            IrEntry::Port { addresses, .. } => addresses.iter().map(|a| a.mac).collect(),
-            _ => Vec::new(),
-        }));
         let mut l2 = L2State::new(CHASSIS);
         l2.set_providers(HashMap::from([("provider".to_string(), provider_index)]));
         let mut pods = HashMap::new();
@@ -331,6 +316,8 @@ impl KernelReplay {
             .unwrap();
         Self {
             ns,
+            uplink_index,
+            receiver_index,
             l2,
             l3,
             programs,
@@ -341,7 +328,6 @@ impl KernelReplay {
             groups,
             router_macs,
             blocked,
-            known_macs,
             sender: None,
         }
     }
@@ -373,6 +359,53 @@ impl KernelReplay {
         self.l2.set_interface(sender, Some(1));
         self.install(&diff);
         self.sender = Some(sender.to_string());
+    }
+
+    /// Receives `frame`, Geneve to pod `port` (alone on its chassis), as that chassis: its
+    /// `from_uplink`, with the pod plugged here and the tunnel endpoint its chassis's. Returns the
+    /// delivered packet, if any, and the reasons of a drop.
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        port: &str,
+    ) -> Result<(Option<Packet>, Vec<&'static str>), String> {
+        let (entry, ip) = (self.pods[port].entry.clone(), self.pods[port].chassis_ip);
+        let own = self.chassis_of(port);
+        self.l2.set_interface(port, Some(self.receiver_index));
+        self.install(&IrDiff {
+            removed: vec![placed(&entry, &own)],
+            added: vec![placed(&entry, CHASSIS)],
+        });
+        let (programs, uplink) = (&mut self.programs, self.uplink_index);
+        let before = programs.drop_counters().unwrap();
+        let outcome = self
+            .ns
+            .run_in(|| {
+                programs.set_tunnel_endpoint(ip, uplink).unwrap();
+                let outcome = programs.test_run(Hook::Uplink, frame).unwrap();
+                programs.set_tunnel_endpoint(NODE_IP, uplink).unwrap();
+                Ok(outcome)
+            })
+            .unwrap();
+        let after = self.programs.drop_counters().unwrap();
+        self.l2.set_interface(port, None);
+        self.install(&IrDiff {
+            removed: vec![placed(&entry, CHASSIS)],
+            added: vec![placed(&entry, &own)],
+        });
+        let reasons = after
+            .iter()
+            .zip(&before)
+            .filter(|((_, a), (_, b))| a > b)
+            .map(|((name, _), _)| *name)
+            .collect();
+        match outcome.verdict {
+            TC_ACT_REDIRECT => wire::decode(&outcome.frame)
+                .map(|(packet, _)| (Some(packet), reasons))
+                .map_err(|e| format!("{port} received: {e}")),
+            TC_ACT_SHOT => Ok((None, reasons)),
+            other => Err(format!("{port}'s chassis: from_uplink verdict {other}")),
+        }
     }
 
     /// Applies `diff` to the backend's state and flushes it into the maps.
@@ -424,6 +457,11 @@ impl KernelReplay {
         Ok((Where::Remote(port.clone()), packet))
     }
 
+    /// Whether Geneve `frame` names pod `port` itself as its egress port (not a flood group).
+    fn unicast_to(&self, frame: &[u8], port: &str) -> bool {
+        u32::from(u16::from_be_bytes([frame[56], frame[57]])) == self.pods[port].key
+    }
+
     fn read(&self, frame: &[u8]) -> Result<(Where, Packet), String> {
         if is_geneve(frame) {
             self.read_geneve(frame)
@@ -442,10 +480,16 @@ impl KernelReplay {
         reasons: &[&str],
     ) -> Option<Known> {
         use ovnbpf_agent::pipeline::packet::{L3, L4};
-        let passed = verdict == TCX_NEXT && got.is_empty();
         let to_router = self.router_macs.contains(&packet.eth_dst);
         match packet.l3 {
-            L3::Ipv6 { .. } if passed && to_router => return Some(Known::Ipv6ToRouterPassed),
+            L3::Ipv6 { .. }
+                if to_router
+                    && got.is_empty()
+                    && verdict == TC_ACT_SHOT
+                    && reasons == ["ipv6_to_router"] =>
+            {
+                return Some(Known::Ipv6ToRouterDropped);
+            }
             L3::Ipv6 {
                 l4: L4::Nd {
                     kind: 135, target, ..
@@ -462,33 +506,7 @@ impl KernelReplay {
             {
                 return Some(Known::RouterNsFlooded);
             }
-            L3::Arp { op: 2, .. } if passed && to_router && expected.is_empty() => {
-                return Some(Known::ArpReplyToRouterPassed);
-            }
             _ => {}
-        }
-        if passed
-            && expected.is_empty()
-            && packet.eth_dst[0] & 1 == 0
-            && !self.known_macs.contains(&packet.eth_dst)
-        {
-            return Some(Known::UnknownMacPassed);
-        }
-        if expected.is_empty()
-            && verdict == TC_ACT_REDIRECT
-            && let [(Where::Remote(port), forwarded)] = got.iter().collect::<Vec<_>>()[..]
-            && forwarded == packet
-            && let IrEntry::Port { port_security, .. } = &self.pods[port].entry
-            && !port_security.is_empty()
-            && let L3::Ipv4 { destination, .. } = packet.l3
-            && !port_security.iter().any(|entry| {
-                entry
-                    .ipv4
-                    .iter()
-                    .any(|p| p.network == destination && p.length == 32)
-            })
-        {
-            return Some(Known::EgressPortSecurityMissing);
         }
         if verdict == TC_ACT_SHOT
             && reasons == ["next_hop_unresolved"]
@@ -552,27 +570,46 @@ impl KernelReplay {
         }
         let mut got = BTreeSet::new();
         let mut unreadable = Vec::new();
+        let mut receiver_drops = Vec::new();
         for frame in &frames {
             match self.read(frame) {
+                // Unicast to one pod: what its chassis delivers.
+                Ok((Where::Remote(port), _))
+                    if is_geneve(frame) && self.unicast_to(frame, &port) =>
+                {
+                    match self.receive(frame, &port) {
+                        Ok((Some(packet), _)) => {
+                            got.insert((Where::Remote(port), packet));
+                        }
+                        Ok((None, reasons)) => receiver_drops.extend(reasons),
+                        Err(error) => unreadable.push(error),
+                    }
+                }
                 Ok(output) => {
                     got.insert(output);
                 }
                 Err(error) => unreadable.push(error),
             }
         }
+        // A frame the receiver dropped counts as the sender's drop, with its reasons.
+        let (verdict, reasons) = if got.is_empty() && !receiver_drops.is_empty() {
+            (TC_ACT_SHOT, receiver_drops)
+        } else {
+            (outcome.verdict, reasons)
+        };
 
-        let kernel = match outcome.verdict {
+        let kernel = match verdict {
             TC_ACT_SHOT => format!("dropped ({})", reasons.join(", ")),
             TC_ACT_REDIRECT => "redirected".to_string(),
             other => format!("verdict {other}"),
         };
-        if expected.is_empty() && got.is_empty() && outcome.verdict == TC_ACT_SHOT {
+        if expected.is_empty() && got.is_empty() && verdict == TC_ACT_SHOT {
             report.both_drop += 1;
             return;
         }
         if !expected.is_empty()
             && got.is_empty()
-            && outcome.verdict == TC_ACT_SHOT
+            && verdict == TC_ACT_SHOT
             && reasons == ["router_unsupported"]
             && ours.steps.iter().any(|step| {
                 self.blocked
@@ -587,7 +624,7 @@ impl KernelReplay {
             report.both_forward += 1;
             return;
         }
-        if let Some(known) = self.known(&packet, &expected, &got, outcome.verdict, &reasons) {
+        if let Some(known) = self.known(&packet, &expected, &got, verdict, &reasons) {
             *report.known.entry(known).or_default() += 1;
             return;
         }

@@ -83,8 +83,8 @@ pub struct L2State {
     group_keys: HashMap<(u32, String), u32>,
     /// Underlay switch → (localnet port name, network name, VLAN tag).
     localnets: HashMap<u32, (String, String, Option<u16>)>,
-    /// Datapath → the names of its broadcast and unknown-unicast groups.
-    roles: HashMap<u32, (Option<String>, Option<String>)>,
+    /// Datapath → the names of its flood groups by role.
+    roles: HashMap<u32, flood::RoleNames>,
     /// Groups with more local members or chassis than the agent installs, as last flushed.
     truncated_groups: HashSet<(u32, u32)>,
     /// How each flood group member is reached from here, kept current as ports change, so a
@@ -208,7 +208,8 @@ impl L2State {
             IrEntry::FloodGroup { .. }
             | IrEntry::FloodMember { .. }
             | IrEntry::FloodMulticast { .. }
-            | IrEntry::FloodUnknown { .. } => self.take_flood(entry, added),
+            | IrEntry::FloodUnknown { .. }
+            | IrEntry::RouterOriginatedFlood { .. } => self.take_flood(entry, added),
             _ => {}
         }
     }

@@ -3,10 +3,10 @@
 //! their routes (per destination prefix, and per source prefix for `src-ip` routes in a map of
 //! their own, the highest-priority route of the main table, with OVN's priority so the kernel
 //! picks between the two lookups as `lr_in_ip_routing` does, and the datapath behind the output
-//! port: a switch, or a peer router), their
-//! neighbours (static from the flows; learned from MAC_Binding where the router looks them up),
-//! and their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
-//! unreachable). Owns the desired contents (the `desired_*` functions); what is installed is
+//! port: a switch, or a peer router, and for a switch the port's address, which ARP requests for
+//! unresolved next hops come from, where the router sends them), their neighbours (static from
+//! the flows; learned from MAC_Binding where the router looks them up), and their own addresses
+//! (and what they answer there: pings, TCP resets, ICMP port/protocol unreachable). Owns the desired contents (the `desired_*` functions); what is installed is
 //! kept by one [`Table`] per map, which touches the kernel only through [`Maps`]. Incremental
 //! like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just those.
 
@@ -18,7 +18,8 @@ use std::{
 use ovnbpf_common::{
     Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey,
+    RouterAddress, RouterInfo,
     maps::{Neighbours, RouterAddresses, Routers, Routes, SourceRoutes},
 };
 
@@ -52,6 +53,8 @@ struct Candidate {
     /// OVN's priority (fits the kernel's byte: see [`L3State::take`]).
     priority: u8,
     nexthop: Option<Ipv4Addr>,
+    /// The output port's address (`reg1`).
+    source_ip: Ipv4Addr,
     source_mac: Mac,
     port: String,
 }
@@ -83,6 +86,8 @@ pub struct L3State {
     neighbours: HashMap<(u32, Ipv4Addr), (Option<Mac>, Option<Mac>)>,
     /// Routers that look next hops up in MAC_Binding.
     neighbour_lookup: HashSet<u32>,
+    /// Routers that ARP for next hops they have no MAC for.
+    arp_requests: HashSet<u32>,
     /// Per router: entries that keep the kernel from forwarding for it (drop/reroute policies,
     /// unsupported flows).
     blockers: HashMap<u32, HashSet<String>>,
@@ -243,9 +248,9 @@ impl L3State {
                 priority,
                 route_table: None | Some(0),
                 nexthop,
+                source_ip,
                 source_mac,
                 port,
-                ..
             } => {
                 // The kernel compares a destination and a source route by OVN's priority in one
                 // byte; northd's IPv4 route priorities are at most 32 × 3 + 2.
@@ -256,6 +261,7 @@ impl L3State {
                 let candidate = Candidate {
                     priority,
                     nexthop: *nexthop,
+                    source_ip: *source_ip,
                     source_mac: *source_mac,
                     port: port.clone(),
                 };
@@ -317,6 +323,14 @@ impl L3State {
                     .collect();
                 keys.into_iter()
                     .for_each(|key| self.neighbour_table.mark(key));
+            }
+            IrEntry::ArpRequestForNextHop { datapath } => {
+                if added {
+                    self.arp_requests.insert(*datapath);
+                } else {
+                    self.arp_requests.remove(datapath);
+                }
+                self.router_table.mark(*datapath);
             }
             IrEntry::RouterArpReply { datapath, ip, .. } => {
                 let slot = self.addresses.entry((*datapath, *ip)).or_default();
@@ -448,9 +462,9 @@ impl L3State {
             .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
         let out = self.ports.get(&best.port)?;
         let peer = self.ports.get(out.peer.as_ref()?)?;
-        let kind = match self.routers.get(&peer.datapath)? {
-            true => ROUTE_TO_ROUTER,
-            false => ROUTE_TO_SWITCH,
+        let (kind, ingress_ip) = match self.routers.get(&peer.datapath)? {
+            true => (ROUTE_TO_ROUTER, peer.ipv4),
+            false => (ROUTE_TO_SWITCH, Some(best.source_ip)),
         };
         Some(RouteEntry {
             nexthop: best.nexthop.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
@@ -459,7 +473,7 @@ impl L3State {
             priority: best.priority,
             next_datapath: peer.datapath,
             ingress_port: peer.key,
-            ingress_ip: peer.ipv4.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
+            ingress_ip: ingress_ip.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
         })
     }
 
@@ -479,15 +493,15 @@ impl L3State {
     }
 
     fn desired_router(&self, datapath: u32) -> Option<RouterInfo> {
-        let source_routes = if self.source_prefixes.contains_key(&datapath) {
-            ROUTER_SOURCE_ROUTES
-        } else {
-            0
-        };
+        let flag = |on: bool, flag: u32| if on { flag } else { 0 };
+        let flags = ROUTER_FORWARDS
+            | flag(
+                self.source_prefixes.contains_key(&datapath),
+                ROUTER_SOURCE_ROUTES,
+            )
+            | flag(self.arp_requests.contains(&datapath), ROUTER_ARP_REQUESTS);
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
-            .then_some(RouterInfo {
-                flags: ROUTER_FORWARDS | source_routes,
-            })
+            .then_some(RouterInfo { flags })
     }
 
     /// Writes every marked key whose desired value differs from the installed one; failed keys

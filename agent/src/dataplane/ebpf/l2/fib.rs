@@ -47,7 +47,9 @@ impl L2State {
             Location::Local(ifindex) => FibEntry {
                 kind: FIB_LOCAL,
                 ifindex,
-                flags: LOCAL_PORT_VETH_PEER,
+                flags: self
+                    .local_port(port)
+                    .map_or(LOCAL_PORT_VETH_PEER, |local| local.delivery_flags()),
                 ..FibEntry::default()
             },
             Location::Router { datapath, address } => FibEntry {

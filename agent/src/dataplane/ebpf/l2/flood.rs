@@ -24,6 +24,17 @@ use super::{
 };
 use crate::pipeline::ir::IrEntry;
 
+/// A switch's flood groups by role, by name (their keys come with the `FloodGroup` entries).
+#[derive(Clone, Debug, Default)]
+pub(super) struct RoleNames {
+    /// Broadcast and multicast (`eth.mcast`).
+    pub(super) broadcast: Option<String>,
+    /// Unknown unicast, where the switch floods it.
+    pub(super) unknown: Option<String>,
+    /// The routers' own ARP requests.
+    pub(super) router_originated: Option<String>,
+}
+
 impl TableKey<FloodRolesMap> for u32 {
     fn slot(&self) -> u32 {
         *self
@@ -80,12 +91,19 @@ impl L2State {
             } => self.take_member(*datapath, *group, *port, added),
             IrEntry::FloodMulticast { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
-                roles.0 = added.then(|| group.clone());
+                roles.broadcast = added.then(|| group.clone());
                 self.flood_tables.roles.mark(*datapath);
             }
             IrEntry::FloodUnknown { datapath, group } => {
                 let roles = self.roles.entry(*datapath).or_default();
-                roles.1 = added.then(|| group.clone());
+                roles.unknown = added.then(|| group.clone());
+                self.flood_tables.roles.mark(*datapath);
+            }
+            IrEntry::RouterOriginatedFlood {
+                datapath, group, ..
+            } => {
+                let roles = self.roles.entry(*datapath).or_default();
+                roles.router_originated = added.then(|| group.clone());
                 self.flood_tables.roles.mark(*datapath);
             }
             _ => {}
@@ -291,7 +309,7 @@ impl L2State {
     }
 
     fn desired_roles(&self, datapath: u32) -> Option<FloodRoles> {
-        let (broadcast, unknown) = self.roles.get(&datapath)?;
+        let names = self.roles.get(&datapath)?;
         let key_of = |name: &Option<String>| {
             name.as_ref()
                 .and_then(|name| self.group_keys.get(&(datapath, name.clone())))
@@ -299,8 +317,9 @@ impl L2State {
                 .unwrap_or(0)
         };
         let roles = FloodRoles {
-            broadcast: key_of(broadcast),
-            unknown: key_of(unknown),
+            broadcast: key_of(&names.broadcast),
+            unknown: key_of(&names.unknown),
+            router_originated: key_of(&names.router_originated),
         };
         (roles != FloodRoles::default()).then_some(roles)
     }

@@ -11,6 +11,14 @@
 //! - a member leaving slot `i` of `n`: slot `i` takes the last slot's value, the count becomes
 //!   `n - 1`, slot `n - 1` is deleted: 3 writes (2 when `i` is the last).
 //!
+//! The order of a flood's copies is slot order: a new group's members in key order, and after a
+//! leave the last slot's member in the leaver's place (the price of O(1) writes). ovn-controller
+//! has no stable order either: its local outputs follow `Multicast_Group.ports` as its IDL holds
+//! the set, the tunnel copies (sent before the local ones) the hash order of a set of chassis
+//! names, and both change with the membership. Copies to different ports reach different
+//! receivers, so no receiver can observe the order; what it observes, one copy per member port
+//! and one Geneve copy per other chassis, is kept.
+//!
 //! What a frame in flight sees while these land (each write is one atomic map update; the
 //! program reads the count once, then each slot below it): between a leaver's swap and the count
 //! write, the moved member is in two slots (it gets that frame twice) and the leaver is already

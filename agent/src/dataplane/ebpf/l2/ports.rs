@@ -6,7 +6,8 @@
 //! the state's [`Table`](super::super::tables::Table)s.
 
 use ovnbpf_common::{
-    LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity, TunnelPortKey,
+    LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity,
+    TunnelPortKey,
     maps::{PodPorts, PortSecurityMap, TunnelPorts},
 };
 
@@ -59,6 +60,19 @@ pub(super) struct LocalVif {
     pub(super) datapath: u32,
     pub(super) key: u32,
     pub(super) security: Option<PortSecurity>,
+}
+
+impl LocalVif {
+    /// How frames are delivered to it ([`LocalPort::flags`]): into the pod's netns, through
+    /// its egress port security where it has some.
+    pub(super) fn delivery_flags(&self) -> u32 {
+        let egress = if self.security.is_some() {
+            LOCAL_PORT_EGRESS_SECURITY
+        } else {
+            0
+        };
+        LOCAL_PORT_VETH_PEER | egress
+    }
 }
 
 /// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
@@ -222,9 +236,10 @@ impl L2State {
 
     fn desired_tunnel_port(&self, key: TunnelPortKey) -> Option<LocalPort> {
         let port = self.port_names.get(&(key.datapath, key.port))?;
+        let local = self.local_port(port)?;
         Some(LocalPort {
-            ifindex: self.local_port(port)?.ifindex,
-            flags: LOCAL_PORT_VETH_PEER,
+            ifindex: local.ifindex,
+            flags: local.delivery_flags(),
         })
     }
 

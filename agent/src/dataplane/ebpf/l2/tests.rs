@@ -443,9 +443,32 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
         maps.roles()[&DP],
         FloodRoles {
             broadcast: FLOOD,
-            unknown: 0
+            unknown: 0,
+            router_originated: 0,
         }
     );
+    // The group the switch's routers flood their ARP requests to (`_MC_flood_l2`), by its key.
+    let router_flood = vec![
+        IrEntry::FloodGroup {
+            datapath: DP,
+            key: FLOOD + 4,
+            name: "_MC_flood_l2".into(),
+        },
+        IrEntry::RouterOriginatedFlood {
+            datapath: DP,
+            router_macs: vec![[0x0a, 0x58, 0, 0, 0, 1]],
+            group: "_MC_flood_l2".into(),
+        },
+    ];
+    state.apply(&added(router_flood.clone()));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.roles()[&DP].router_originated, FLOOD + 4);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: router_flood,
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.roles()[&DP].router_originated, 0);
 
     // Node2's encap IP changes: one write, its slot.
     maps.reset_writes();

@@ -540,3 +540,45 @@ fn source_routes_go_to_their_own_map_with_ovns_priority_and_flag_their_router() 
     assert!(maps.source_routes().is_empty());
     assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
 }
+
+#[test]
+fn routers_that_arp_for_next_hops_are_flagged_and_their_switch_routes_carry_the_port_address() {
+    let mut state = L3State::default();
+    let mut entries = vpc();
+    let to_a = IrEntry::Route {
+        datapath: ROUTER,
+        selector: RouteSelector::Destination,
+        prefix: prefix("10.0.1.0/24"),
+        priority: 74,
+        route_table: None,
+        nexthop: None,
+        source_ip: "10.0.1.1".parse().unwrap(),
+        source_mac: MAC_A,
+        port: "lr-a".into(),
+    };
+    entries.retain(|e| !matches!(e, IrEntry::Route { prefix: p, priority: 74, .. } if *p == prefix("10.0.1.0/24")));
+    entries.push(to_a);
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
+    // The router's ARP request for an unresolved next hop comes from the output port's address.
+    let to_a = maps.routes()[&key(ROUTER, "10.0.1.0/24")];
+    assert_eq!(
+        (to_a.kind, to_a.ingress_ip),
+        (ROUTE_TO_SWITCH, u32::from_ne_bytes([10, 0, 1, 1]))
+    );
+    let asks = IrEntry::ArpRequestForNextHop { datapath: ROUTER };
+    state.apply(&diff(vec![asks.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_ARP_REQUESTS
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![asks],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
+}
