@@ -1,11 +1,12 @@
 //! The agent's Prometheus metrics, served as text (exposition format 0.0.4) on `GET /metrics` of
 //! `--metrics-address`: CNI operations (count and latency per operation and HTTP status, like
-//! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, attachments
-//! collected without a DEL, and what the daemon loop reports on each scrape (Southbound sync,
-//! local ports, its counters, the datapath's drops per reason and counters per interface); the
-//! same port answers the health probes ([`crate::health`]). HTTP heads are read and answers
-//! written with the CNI crate's `http` module (the CNI socket speaks the same HTTP/1.1 subset). Owns the CNI operation histograms (the CNI server records into them) and
-//! its TCP listener; reads the daemon only through a [`DaemonHandle`].
+//! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, attachments collected
+//! without a DEL, and what the daemon loop reports on each scrape (Southbound sync, local ports,
+//! its counters, the datapath's drops per reason and counters per interface); the same port answers
+//! the health probes ([`crate::health`]). HTTP heads are read and answers written with the CNI
+//! crate's `http` module (the CNI socket speaks the same HTTP/1.1 subset). Owns the CNI operation
+//! histograms (the CNI server records into them) and its TCP listener; reads the daemon only
+//! through a [`DaemonHandle`].
 
 use std::{
     collections::BTreeMap,

@@ -1,17 +1,17 @@
-//! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request
-//! to any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255
-//! decremented by the routing back to the sender as in OVN: 254,
-//! type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input` does; other traffic
-//! to the router's addresses gets OVN's reset or ICMP unreachable ([`crate::reject`]). Other
-//! IPv4 is routed as the sending chassis does in OVN: the longest-prefix route by destination
-//! in the router, or, where the router has `src-ip` routes and OVN's priority says so, by source
-//! (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`), TTL
-//! decremented per router, source MAC of the output port, the next hop's MAC from the
-//! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
-//! VNI. What a router cannot do in the kernel is dropped and counted, never half-forwarded.
-//! ARP the responder left unanswered (OVN's router consumes it) and IPv6 (not routed in the
-//! kernel yet) are dropped and counted; other protocols go on untouched. Reads `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`,
-//! `NEIGHBOURS`, `L2_FIB`; counts its answers in `ROUTER_REPLIES`.
+//! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request to
+//! any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255
+//! decremented by the routing back to the sender as in OVN: 254, type 0) and sent back out of the
+//! pod's veth, as OVN's `lr_in_ip_input` does; other traffic to the router's addresses gets OVN's
+//! reset or ICMP unreachable ([`crate::reject`]). Other IPv4 is routed as the sending chassis does
+//! in OVN: the longest-prefix route by destination in the router, or, where the router has `src-ip`
+//! routes and OVN's priority says so, by source (following router-to-router links, e.g. VPC
+//! peering, up to `MAX_ROUTER_HOPS`), TTL decremented per router, source MAC of the output port,
+//! the next hop's MAC from the neighbours, then the destination switch's L2 step: a local pod, or
+//! Geneve with that switch's VNI. What a router cannot do in the kernel is dropped and counted,
+//! never half-forwarded. ARP the responder left unanswered (OVN's router consumes it) and IPv6 (not
+//! routed in the kernel yet) are dropped and counted; other protocols go on untouched. Reads
+//! `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `NEIGHBOURS`, `L2_FIB`; counts its
+//! answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;

@@ -5,8 +5,9 @@
 //! - VPC → `Logical_Router` `<vpc>` with Kube-OVN's router options, the whole map as
 //!   `createVpcRouter` writes it (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`,
 //!   and `always_learn_from_arp_request=false` unless the VPC has a peering, external access or a
-//!   U2O subnet: then the key is absent and northd's default, true, applies); subnet → `Logical_Switch` `<subnet>`
-//!   with only `external_ids:vendor` (Kube-OVN's `CreateBareLogicalSwitch`: no `other_config`
+//!   U2O subnet: then the key is absent and northd's default, true, applies); subnet →
+//!   `Logical_Switch` `<subnet>` with only `external_ids:vendor` (Kube-OVN's
+//!   `CreateBareLogicalSwitch`: no `other_config`
 //!   unless multicast snooping is asked for), linked by LRP `<vpc>-<subnet>` (gateway = first
 //!   address) and LSP `<subnet>-<vpc>` (type router, `addresses=router`, `options:router-port`),
 //!   and a 31000 `allow` policy `ip4.dst == <cidr>` on the router; a custom VPC's subnet also

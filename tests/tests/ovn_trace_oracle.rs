@@ -7,12 +7,15 @@
 //! (10.0.1.0/24) and is not peered; vpc-c peered with vpc-a (static routes both ways); a static
 //! route in vpc-a whose next hop is a pod (a pod acting as a router); an underlay subnet in the
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
-//! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the
-//! join gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod). Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
+//! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the join
+//! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod). Routers
+//! carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
-//! Three ways: the same packets are then replayed through the kernel's `from_pod`, its maps
-//! installed from the same IR by the agent's backend ([`oracle_kernel`]); every kernel verdict
-//! must equal the evaluator's, or be a drop the backend counts for a router it cannot model.
+//! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
+//! frame to one pod through that pod's chassis's `from_uplink`), its maps installed from the same
+//! IR by the agent's backend ([`oracle_kernel`]); every kernel verdict must equal the evaluator's,
+//! be a drop the backend counts for a router it cannot model, or one of the known kernel gaps,
+//! counted by class.
 
 mod oracle_kernel;
 

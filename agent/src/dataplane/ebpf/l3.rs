@@ -3,12 +3,13 @@
 //! their routes (per destination prefix, and per source prefix for `src-ip` routes in a map of
 //! their own, the highest-priority route of the main table, with OVN's priority so the kernel
 //! picks between the two lookups as `lr_in_ip_routing` does, and the datapath behind the output
-//! port: a switch, or a peer router, and for a switch the port's address, which ARP requests for
-//! unresolved next hops come from, where the router sends them), their neighbours (static from
-//! the flows; learned from MAC_Binding where the router looks them up), and their own addresses
-//! (and what they answer there: pings, TCP resets, ICMP port/protocol unreachable). Owns the desired contents (the `desired_*` functions); what is installed is
-//! kept by one [`Table`] per map, which touches the kernel only through [`Maps`]. Incremental
-//! like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just those.
+//! port: a switch, with the port's own address for the router's ARP requests, which no program
+//! sends yet, or a peer router), their neighbours (static from the flows; learned from
+//! MAC_Binding where the router looks them up), and their own addresses (and what they answer
+//! there: pings, TCP resets, ICMP port/protocol unreachable). Owns the desired contents (the
+//! `desired_*` functions); what is installed is kept by one [`Table`] per map, which touches the
+//! kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
+//! [`L3State::flush`] writes just those.
 
 use std::{
     collections::{HashMap, HashSet},
