@@ -25,7 +25,7 @@ commands:
                          Southbound sync/apply cost vs ovsdb-client dump (same run)
   bench compile [--pods N,…] [--updates K]
                          logical-flow compile cost vs the replica's sync/apply (same run)
-  bench datapath [--runs N] [--seconds S] [--flood-runs K] [--broadcast-only]
+  bench datapath [--runs N] [--seconds S] [--flood-runs K] [--broadcast-only] [--paths abcdefg]
                          pod-to-pod TCP throughput and request/response latency across two
                          nodes vs a raw veth and plain kernel routing (same run), and the
                          kernel cost of a broadcast to 64 local pods and 32 chassis

@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 3] [--seconds 5]`: pod↔pod across two nodes, measured in
+//! `cargo xtask bench datapath [--runs 3] [--seconds 5] [--paths abcdefg]`: pod↔pod across two nodes, measured in
 //! one run: (a) a raw veth pair between two namespaces (the limit), (b) the same node/pod
 //! topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents, Geneve in
 //! eBPF, one switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed across a
@@ -209,7 +209,12 @@ fn routed(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
 /// (c) ovnbpf: a subnet of one VPC, one pod per node, one agent per node.
 /// (c) ovnbpf, and its routed variants in the same setup: (d) two subnets of one VPC,
 /// (e) two peered VPCs; every pair crosses the nodes (the sender on node1).
-fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<PathResult>> {
+fn ovnbpf(
+    prefix: &str,
+    agent: &Path,
+    (runs, seconds): (u32, u32),
+    paths: &str,
+) -> Result<Vec<PathResult>> {
     let lab = OvnLab::start()?;
     let mut topology = Topology::new();
     topology
@@ -311,12 +316,15 @@ fn ovnbpf(prefix: &str, agent: &Path, runs: u32, seconds: u32) -> Result<Vec<Pat
     }
     wait_all_up(&lab, plan.len(), &agents)?;
     let mut results = Vec::new();
-    for (name, source, target) in [
-        ("(c) ovnbpf L2 (Geneve)", 0, 1),
-        ("(d) ovnbpf routed, subnets", 0, 2),
-        ("(e) ovnbpf routed, peering", 0, 3),
-        ("(f) ovnbpf underlay VLAN", 4, 5),
+    for (letter, name, source, target) in [
+        ('c', "(c) ovnbpf L2 (Geneve)", 0, 1),
+        ('d', "(d) ovnbpf routed, subnets", 0, 2),
+        ('e', "(e) ovnbpf routed, peering", 0, 3),
+        ('f', "(f) ovnbpf underlay VLAN", 4, 5),
     ] {
+        if !paths.contains(letter) {
+            continue;
+        }
         match measure(
             name,
             pods[source].netns(),
@@ -412,12 +420,22 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    let mut results = vec![
-        raw(&prefix, runs, seconds)?,
-        routed(&prefix, runs, seconds)?,
-    ];
-    results.extend(ovnbpf(&prefix, &agent, runs, seconds)?);
-    let (a, b, c) = (&results[0], &results[1], &results[2]);
+    // Which paths to measure: letters a–g (all by default), e.g. `--paths af` to compare the
+    // underlay with the raw pair alone.
+    let paths = option(args, "--paths").unwrap_or("abcdefg");
+    if let Some(bad) = paths.chars().find(|c| !"abcdefg".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to g, not {bad:?}");
+    }
+    let mut results = Vec::new();
+    if paths.contains('a') {
+        results.push(raw(&prefix, runs, seconds)?);
+    }
+    if paths.contains('b') {
+        results.push(routed(&prefix, runs, seconds)?);
+    }
+    if paths.contains(['c', 'd', 'e', 'f']) {
+        results.extend(ovnbpf(&prefix, &agent, (runs, seconds), paths)?);
+    }
     println!(
         "\n{:<26} {:>22} {:>10} {:>10}",
         "path", "TCP Gbit/s med [min-max]", "RR p50 µs", "RR p99 µs"
@@ -436,27 +454,40 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     let ratio = |x: &PathResult, y: &PathResult| x.gbit_median() / y.gbit_median();
-    println!(
-        "\nthroughput c/a {:.2}, c/b {:.2} (target c/b ≥ 0.8); TCP RR p99 c/a {:.2}, c/b {:.2} (target c/b ≤ 1.2); p50 c/a {:.2}, c/b {:.2}",
-        ratio(c, a),
-        ratio(c, b),
-        c.rtt(true) / a.rtt(true),
-        c.rtt(true) / b.rtt(true),
-        c.rtt(false) / a.rtt(false),
-        c.rtt(false) / b.rtt(false),
-    );
-    for other in &results[3..] {
+    let path = |prefix: &str| results.iter().find(|r| r.name.starts_with(prefix));
+    if let (Some(a), Some(b), Some(c)) = (path("raw"), path("kernel"), path("(c)")) {
         println!(
-            "{} / (c): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2}; / (a) raw: throughput {:.2}",
-            other.name,
-            ratio(other, c),
-            other.rtt(true) / c.rtt(true),
-            other.rtt(false) / c.rtt(false),
-            ratio(other, a),
+            "\nthroughput c/a {:.2}, c/b {:.2} (target c/b ≥ 0.8); TCP RR p99 c/a {:.2}, c/b {:.2} (target c/b ≤ 1.2); p50 c/a {:.2}, c/b {:.2}",
+            ratio(c, a),
+            ratio(c, b),
+            c.rtt(true) / a.rtt(true),
+            c.rtt(true) / b.rtt(true),
+            c.rtt(false) / a.rtt(false),
+            c.rtt(false) / b.rtt(false),
         );
     }
-    let broadcast = broadcast(&agent, flood_runs)?;
-    print_broadcast(&broadcast);
+    for other in results.iter().filter(|r| {
+        ["(d)", "(e)", "(f)"]
+            .iter()
+            .any(|letter| r.name.starts_with(letter))
+    }) {
+        if let Some(c) = path("(c)") {
+            println!(
+                "{} / (c): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2}",
+                other.name,
+                ratio(other, c),
+                other.rtt(true) / c.rtt(true),
+                other.rtt(false) / c.rtt(false),
+            );
+        }
+        if let Some(a) = path("raw") {
+            println!(
+                "{} / (a) raw: throughput {:.2}",
+                other.name,
+                ratio(other, a)
+            );
+        }
+    }
     let mut json_results: Vec<Value> = results
         .iter()
         .map(|r| {
@@ -465,6 +496,10 @@ pub fn run(args: &[String]) -> Result<()> {
                    "tcp_rr_p50_us": r.rtt(false), "tcp_rr_p99_us": r.rtt(true)})
         })
         .collect();
-    json_results.push(json!({"path": "(g) broadcast", "broadcast": broadcast}));
+    if paths.contains('g') {
+        let broadcast = broadcast(&agent, flood_runs)?;
+        print_broadcast(&broadcast);
+        json_results.push(json!({"path": "(g) broadcast", "broadcast": broadcast}));
+    }
     write_json("datapath", &json_results)
 }
