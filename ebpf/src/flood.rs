@@ -1,9 +1,16 @@
 //! Flooding, as OVN does for a multicast-group output port. From a pod: a broadcast or multicast
 //! frame, or a unicast one to a MAC the L2 FIB does not know on a switch that floods unknown
 //! unicast, gets one clone per local member of the datapath's group but the sender, then one
-//! Geneve copy per other chassis with members, the group's key as the egress port. From the
-//! uplink: a frame for a group goes to the local members only (the sender already reached every
-//! chassis). Reads `FLOOD_ROLES`, `FLOOD_GROUPS` and `FLOOD_MEMBERS`; uses `FLOOD_SCRATCH`.
+//! Geneve copy per other chassis with members, the group's key as the egress port (on an
+//! underlay switch: the local members, then the provider NIC). A router's ARP request for an
+//! unresolved next hop floods the same way from the router's port. From the uplink: a frame for
+//! a group goes to the local members only (the sender already reached every chassis). Reads
+//! `FLOOD_ROLES`, `FLOOD_GROUPS` and `FLOOD_MEMBERS`; uses `FLOOD_SCRATCH`.
+//!
+//! Floods from a pod run in a stage of their own, the `flood` program, which `from_pod`
+//! tail-calls through `STAGES` ([`request`], [`stage`]) with a [`FloodRequest`] in the skb's
+//! control block: the walk's callbacks then share a 512-byte stack with the flood stage only,
+//! not with `from_pod`'s router path, and each program stays within its verifier budget.
 //!
 //! A group's members are not bounded by one map value: `FLOOD_GROUPS` holds the counts of local
 //! and remote members, `FLOOD_MEMBERS` one entry per (group, slot). The members are walked with
@@ -11,12 +18,11 @@
 //! lookup and one clone (or one Geneve copy) per member. Unicast forwarding never reads these
 //! maps.
 //!
-//! Stack: the verifier adds a callback's frame to its caller's, 512 bytes in all, and
-//! `from_pod`'s own frame is 488 bytes (its router path), rounded to 496: the callbacks have
-//! 16 bytes. `local_member` needs 12; `remote_member` keeps its FIB parameters, member key and
-//! outer fields in the per-CPU `FLOOD_SCRATCH` slot, and its walk state in the caller's frame
-//! (`RemoteWalk`), and fits 16 (checked by the verifier at load: `ovnbpf-agent verify`). A
-//! larger `from_pod` frame or callback frame fails to load with "combined stack size".
+//! Stack: the verifier adds a callback's frame to its caller's, 512 bytes in all. `local_member`
+//! needs 12 bytes; `remote_member` keeps its FIB parameters, member key and outer fields in the
+//! per-CPU `FLOOD_SCRATCH` slot and its walk state in the caller's frame (`RemoteWalk`), so both
+//! stay small whatever the caller (`from_uplink` walks local members itself); `ovnbpf-agent
+//! verify` reports each program's chain.
 //!
 //! Consistency with the agent's updates (it writes one slot and the count per change, see
 //! `agent/src/dataplane/ebpf/l2/flood_slots.rs`): every slot of a group's key only ever holds a member of
@@ -32,15 +38,17 @@ use aya_ebpf::{
 };
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, TunnelConfig, drop_reason,
+    FLOOD_REQUEST_MAGIC, FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, FloodRequest,
+    TunnelConfig, drop_reason, stage as slot,
 };
 
 use crate::maps::get;
 use crate::output::clone_to_local;
 use crate::{
-    DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, TC_ACT_SHOT,
+    DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, STAGES, TC_ACT_SHOT,
     count_drop, deliver_local,
     geneve::{self, Tunnel},
+    underlay,
 };
 
 /// A flood group as the programs walk it: its key and member counts.
@@ -51,11 +59,63 @@ pub struct Group {
 }
 
 impl Group {
-    /// The group's tunnel key (the egress port of its Geneve copies).
+    /// The request to flood the frame to this group, as entered through logical port
+    /// `ingress_port`, never back to host interface `except` (0 = none).
     #[inline(always)]
-    pub fn tunnel_key(&self) -> u32 {
-        self.key.group
+    pub fn request(&self, ingress_port: u32, except: u32) -> FloodRequest {
+        FloodRequest {
+            datapath: self.key.datapath,
+            group: self.key.group,
+            ingress_port,
+            except,
+            magic: FLOOD_REQUEST_MAGIC,
+        }
     }
+}
+
+/// Hands the frame to the flood stage with `request` (a tail call: on success this never
+/// returns). Returns the reason to drop the frame when the stage is not there.
+#[inline(always)]
+pub fn request(ctx: &TcContext, request: &FloodRequest) -> DropReason {
+    // SAFETY: tc programs may write the skb's control block, cb[0..5]; a tail call keeps it.
+    unsafe {
+        let cb = &mut (*ctx.skb.skb).cb;
+        cb[0] = request.datapath;
+        cb[1] = request.group;
+        cb[2] = request.ingress_port;
+        cb[3] = request.except;
+        cb[4] = request.magic;
+    }
+    // SAFETY: the slot holds a program of this object (or nothing: the call then returns).
+    unsafe { STAGES.tail_call(ctx, slot::FLOOD) };
+    drop_reason::STAGE_MISSING
+}
+
+/// The flood stage: floods the frame as the [`FloodRequest`] in its control block says.
+#[inline(always)]
+pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    // SAFETY: tc programs may read and write the skb's control block.
+    let cb = unsafe { &mut (*ctx.skb.skb).cb };
+    if cb[4] != FLOOD_REQUEST_MAGIC {
+        return Err(drop_reason::FLOOD_REQUEST_INVALID);
+    }
+    cb[4] = 0;
+    let (datapath, except) = (cb[0], cb[3]);
+    let mut tunnel = Tunnel {
+        datapath,
+        ingress_port: cb[2],
+        egress_port: cb[1],
+        remote_ip: 0,
+    };
+    // The group went away since `from_pod` found it: nobody to flood to.
+    let group =
+        local_group(datapath, tunnel.egress_port).ok_or(drop_reason::UNKNOWN_DESTINATION)?;
+    // An underlay switch: the local members, then the physical network (OVN's localnet port).
+    if let Some(localnet) = underlay::localnet(datapath) {
+        to_local_members(ctx, &group, except);
+        return underlay::to_provider(ctx, &localnet);
+    }
+    from_pod(ctx, &group, except, &mut tunnel)
 }
 
 /// The group a frame from a pod floods to on `datapath`: the broadcast group for multicast
@@ -67,6 +127,22 @@ pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
         roles.broadcast
     } else {
         roles.unknown
+    };
+    if group == 0 {
+        return None;
+    }
+    local_group(datapath, group)
+}
+
+/// The group switch `datapath` floods its routers' ARP requests to (`_MC_flood_l2`, or the
+/// broadcast group where it has none); `None` if it has neither.
+#[inline(always)]
+pub fn router_group(datapath: u32) -> Option<Group> {
+    let roles = get(&FLOOD_ROLES, datapath)?;
+    let group = if roles.router_originated != 0 {
+        roles.router_originated
+    } else {
+        roles.broadcast
     };
     if group == 0 {
         return None;
@@ -267,7 +343,7 @@ fn count_drops(reason: DropReason, count: u32) {
 /// key and the group's key. The frame itself ends as the last remote copy, or goes to the last
 /// local member when there are no remote ones.
 #[inline(always)]
-pub fn from_pod(
+fn from_pod(
     ctx: &TcContext,
     group: &Group,
     ingress_ifindex: u32,

@@ -6,7 +6,9 @@
 //! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
 //! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]);
 //! `from_provider` on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for
-//! local pods ([`underlay`]). Traffic that is not theirs leaves unchanged ([`output::PASS`]).
+//! local pods ([`underlay`]). `flood` is a later stage of `from_pod`, tail-called through the
+//! `STAGES` program array ([`flood`]). Traffic that is not theirs leaves unchanged
+//! ([`output::PASS`]).
 //! Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through [`drop`], local
 //! delivery through [`output`].
 #![cfg_attr(target_arch = "bpf", no_std)]
@@ -63,6 +65,15 @@ pub fn from_provider(ctx: TcContext) -> i32 {
     let class = classify(&ctx);
     count(&ctx, class);
     underlay::from_provider(&ctx)
+}
+
+/// The flood stage, tail-called from `from_pod` (see [`flood`]); attached to no interface.
+#[classifier]
+pub fn flood(ctx: TcContext) -> i32 {
+    match flood::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
 }
 
 #[cfg(target_arch = "bpf")]

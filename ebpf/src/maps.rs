@@ -4,12 +4,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
 };
 use ovnbpf_common::maps::{
     ArpResponder, DropCounters, DropEvents, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
     InterfaceCountersMap, L2Fib, Localnets, MapDef, Neighbours, PodPorts, PortSecurityMap,
-    ProviderNetworks, RouterAddresses, RouterReplies, Routers, Routes, SourceRoutes,
+    ProviderNetworks, RouterAddresses, RouterReplies, Routers, Routes, SourceRoutes, Stages,
     TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
@@ -43,6 +43,11 @@ macro_rules! kernel_map {
         pub(crate) static $name: Array<$value> =
             Array::with_max_entries(<$def as MapDef>::MAX_ENTRIES, 0);
     };
+    (@static $name:ident: ProgramArray = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: ProgramArray =
+            ProgramArray::with_max_entries(<$def as MapDef>::MAX_ENTRIES, 0);
+    };
     (@static $name:ident: RingBuf = $def:ty, $value:ty) => {
         #[map]
         pub(crate) static $name: RingBuf = RingBuf::with_byte_size(<$def as MapDef>::MAX_ENTRIES, 0);
@@ -75,6 +80,7 @@ kernel_map!(ROUTERS: HashMap = Routers);
 kernel_map!(DROP_EVENTS: RingBuf = DropEvents);
 kernel_map!(DROP_COUNTERS: PerCpuArray = DropCounters);
 kernel_map!(ROUTER_REPLIES: PerCpuArray = RouterReplies);
+kernel_map!(STAGES: ProgramArray = Stages);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

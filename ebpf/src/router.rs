@@ -7,7 +7,8 @@
 //! routes and OVN's priority says so, by source (following router-to-router links, e.g. VPC
 //! peering, up to `MAX_ROUTER_HOPS`), TTL decremented per router, source MAC of the output port,
 //! the next hop's MAC from the neighbours, then the destination switch's L2 step: a local pod, or
-//! Geneve with that switch's VNI. What a router cannot do in the kernel is dropped and counted,
+//! Geneve with that switch's VNI; a next hop without a MAC gets the router's ARP request instead
+//! (flooded by the flood stage). What a router cannot do in the kernel is dropped and counted,
 //! never half-forwarded. ARP the responder left unanswered (OVN's router consumes it) and IPv6 (not
 //! routed in the kernel yet) are dropped and counted; other protocols go on untouched. Reads
 //! `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `NEIGHBOURS`, `L2_FIB`; counts its
@@ -16,16 +17,17 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FibEntry, FibKey, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
-    ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, drop_reason, router_reply,
+    FibEntry, FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
+    ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry,
+    RouteKey, drop_reason, router_reply,
 };
 
 use crate::csum;
 use crate::maps::get;
 use crate::output::reply_to_sender;
 use crate::{
-    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply,
-    headers::{ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, Ipv4Frame},
+    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
+    headers::{ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame},
     reject,
 };
 
@@ -48,6 +50,8 @@ struct IcmpHead {
 pub enum Routed {
     Verdict(i32),
     Output(Output),
+    /// A frame the router made (its ARP request) to flood on a switch: the flood stage's.
+    Flood(FloodRequest),
 }
 
 /// An L2 output to make ([`l2_output`]): to `entry`'s port, on `datapath`, entered through
@@ -234,6 +238,59 @@ fn echo_reply(
     Ok(Some(reply_to_sender(ctx, ifindex)))
 }
 
+/// Length of a router's ARP request: Ethernet's minimum frame (the 42 bytes of the request, then
+/// zeros, as a NIC pads it), which also keeps a checksum offload still pending on the packet it
+/// replaces (a TCP or UDP checksum within its first 54 bytes) inside the frame.
+const ARP_REQUEST_LEN: u32 = 60;
+
+/// Turns a packet whose next hop `nexthop` has no MAC into the ARP request OVN's router sends for
+/// it (`lr_in_arp_request`: `arp { eth.dst = ff:ff:ff:ff:ff:ff; arp.spa = reg1; arp.tpa = reg0;
+/// arp.op = 1; output; }`), from the output port's MAC and address, flooded on the next hop's
+/// switch from the router's port there; the packet itself is dropped, as ovn-trace shows it
+/// (ovn-controller buffers it until the reply). Routers without the stage, or switches without a
+/// group to flood to, drop and count it (`next_hop_unresolved`).
+#[inline(always)]
+fn arp_request(
+    ctx: &TcContext,
+    router: u32,
+    route: &RouteEntry,
+    nexthop: u32,
+) -> Result<Routed, DropReason> {
+    let asks = get(&ROUTERS, router).is_some_and(|r| r.flags & ROUTER_ARP_REQUESTS != 0);
+    if !asks || route.ingress_ip == 0 {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    }
+    let Some(group) = flood::router_group(route.next_datapath) else {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    };
+    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+    if unsafe { aya_ebpf::helpers::bpf_skb_change_tail(ctx.skb.skb, ARP_REQUEST_LEN, 0) } != 0 {
+        return Err(drop_reason::ROUTER_REPLY_FAILED);
+    }
+    let request = ArpFrame {
+        eth: EthHeader {
+            destination: [0xff; 6],
+            source: route.source_mac,
+            ether_type: ETH_P_ARP.to_be(),
+        },
+        hardware_type: 1_u16.to_be(),
+        protocol_type: ETH_P_IPV4.to_be(),
+        hardware_len: 6,
+        protocol_len: 4,
+        operation: 1_u16.to_be(),
+        sender_mac: route.source_mac,
+        sender_ip: route.ingress_ip.to_ne_bytes(),
+        target_mac: [0; 6],
+        target_ip: nexthop.to_ne_bytes(),
+    };
+    let padding = [0_u8; ARP_REQUEST_LEN as usize - core::mem::size_of::<ArpFrame>()];
+    ctx.store(0, &request, 0)
+        .and_then(|()| ctx.store(core::mem::size_of::<ArpFrame>(), &padding, 0))
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::ARP_REQUEST);
+    Ok(Routed::Flood(group.request(route.ingress_port, 0)))
+}
+
 /// Where the routers take a packet.
 enum Lookup {
     /// The last router, its route to a switch, and the number of routers passed.
@@ -325,9 +382,7 @@ fn route(
         ip: nexthop,
     };
     let Some(neighbour) = get(&NEIGHBOURS, key) else {
-        // OVN's router would send an ARP request (`lr_in_arp_request`); the kernel does not
-        // yet: from_pod has no stack left for the flood it takes (see `ROUTER_ARP_REQUESTS`).
-        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+        return arp_request(ctx, last_router, &route, nexthop);
     };
     let mac = neighbour.mac;
     let fib_key = FibKey {

@@ -3,7 +3,7 @@
 //! another chassis (Geneve). Port security is checked first ([`crate::port_security`]); ARP
 //! requests for known addresses are answered ([`crate::arp`]).
 //! Broadcast and multicast frames, and unicast to unknown MACs where the switch floods them, go to
-//! the datapath's flood group ([`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as
+//! the datapath's flood group (the flood stage, tail-called: [`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as
 //! OVN's `ls_in_l2_unknown` drops it. Frames of unknown ports go on untouched, to the stack or the
 //! next program. Reads `POD_PORTS` and `L2_FIB`.
 
@@ -15,7 +15,6 @@ use crate::maps::get;
 use crate::output::l2_output;
 use crate::{
     L2_FIB, PASS, POD_PORTS, arp, flood,
-    geneve::Tunnel,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
     port_security,
     router::{self, Output, Routed},
@@ -58,8 +57,9 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     if let Some(localnet) = underlay::localnet(datapath)
         && !entry.is_some_and(|e| e.kind == FIB_LOCAL || e.kind == FIB_ROUTER)
     {
+        // A broadcast reaches the local members too: the flood stage sends it to both.
         if multicast && let Some(group) = flood::group_of(datapath, true) {
-            flood::to_local_members(ctx, &group, ifindex);
+            return Err(flood::request(ctx, &group.request(ingress_port, ifindex)));
         }
         return underlay::to_provider(ctx, &localnet);
     }
@@ -74,14 +74,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
                     Err(drop_reason::UNKNOWN_DESTINATION)
                 };
             };
-            let tunnel = Tunnel {
-                datapath,
-                ingress_port,
-                egress_port: group.tunnel_key(),
-                remote_ip: 0,
-            };
-            let mut tunnel = tunnel;
-            return flood::from_pod(ctx, &group, ifindex, &mut tunnel);
+            return Err(flood::request(ctx, &group.request(ingress_port, ifindex)));
         }
         // OVN never sends a frame back out of the port it came in on.
         Some(entry) if entry.kind == FIB_LOCAL && entry.ifindex == ifindex => {
@@ -101,6 +94,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     // One place outputs, switched or routed (see `router::Routed`).
     match step {
         Routed::Verdict(verdict) => Ok(verdict),
+        Routed::Flood(request) => Err(flood::request(ctx, &request)),
         Routed::Output(output) => {
             let sent = l2_output(
                 ctx,

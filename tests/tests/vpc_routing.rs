@@ -13,6 +13,7 @@ use std::{net::Ipv4Addr, time::Duration};
 
 use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
+    frames::FrameSocket,
     kubeovn::{self, Topology, mac_for},
     netns::Netns,
     network::{Node, Pod},
@@ -354,17 +355,40 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     );
     // Source routes: k4's traffic to a destination no destination route covers reaches kr
     // (one router hop each way); k1's goes where its subnet's source route sends it, to its own
-    // gateway, whose address no one resolves: nothing arrives, as on real OVN (which ARPs for
-    // it; the kernel drops and counts).
+    // gateway, whose address no one resolves: the router broadcasts an ARP request for it on
+    // subnet-k1 from its port there, as OVN does (`lr_in_arp_request`), which reaches kr on the
+    // other node; nothing else arrives.
     let k4_to_kr_address = ping_ttl(pod("k4"), Ipv4Addr::new(192, 168, 61, 1));
     assert_eq!(k4_to_kr_address, Some(63), "k4 → 192.168.61.1{}", logs());
+    let kr_capture = FrameSocket::open_in(kr_netns, "eth0").unwrap();
+    let k1_node_pins = bpffs.path().join(scenario::NODES[0]);
+    let arp_requests = || {
+        scenario::datapath_counters(&nodes[0], &k1_node_pins)["router_replies"]["arp_request"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    let requests_before = arp_requests();
     let k1_to_kr_address = ping_ttl(k1, Ipv4Addr::new(192, 168, 61, 1));
     assert_eq!(k1_to_kr_address, None, "k1 → 192.168.61.1{}", logs());
-    let k1_node = scenario::datapath_counters(&nodes[0], &bpffs.path().join(scenario::NODES[0]));
-    assert!(
-        k1_node["drops"]["next_hop_unresolved"].as_u64() > Some(0),
-        "{k1_node}"
-    );
+    let gateway = Ipv4Addr::new(10, 3, 1, 1);
+    let request = kr_capture
+        .receive(Duration::from_secs(2), |frame| {
+            frame.len() >= 42
+                && frame[..6] == [0xff; 6]
+                && frame[12..14] == [0x08, 0x06]
+                && frame[20..22] == [0, 1]
+                && frame[28..32] == gateway.octets()
+                && frame[38..42] == gateway.octets()
+        })
+        .unwrap();
+    let request = request.unwrap_or_else(|| {
+        panic!(
+            "kr saw no ARP request for {gateway} from the router{}",
+            logs()
+        )
+    });
+    assert_eq!(request[6..12], request[22..28], "sender MAC is eth.src");
+    assert!(arp_requests() > requests_before, "{}", logs());
     router_refuses_tcp_and_udp(
         (k1, &nodes[0], &bpffs.path().join(scenario::NODES[0])),
         &[Ipv4Addr::new(10, 3, 1, 1), Ipv4Addr::new(10, 3, 2, 1)],

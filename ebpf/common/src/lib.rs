@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// Program names as they appear in the object file (the function names in the eBPF crate).
 pub mod program {
@@ -16,9 +16,44 @@ pub mod program {
     pub const FROM_UPLINK: &str = "from_uplink";
     /// A tcx link on ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
     pub const FROM_PROVIDER: &str = "from_provider";
+    /// The flood stage, tail-called from `from_pod` (slot [`super::stage::FLOOD`] of
+    /// [`super::map::STAGES`]); attached to no interface.
+    pub const FLOOD: &str = "flood";
     /// Every program the object must contain; each one is loaded through the verifier at start-up.
-    pub const ALL: [&str; 3] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER];
+    pub const ALL: [&str; 4] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD];
+    /// The tail-called stages and their slots in [`super::map::STAGES`].
+    pub const STAGES: [(&str, u32); 1] = [(FLOOD, super::stage::FLOOD)];
 }
+
+/// Slots of [`map::STAGES`], the program array the entry programs tail-call their later stages
+/// through: each stage is a program of its own, with its own 512-byte stack and verifier budget.
+/// The agent fills the slots after loading (a restarted agent overwrites them with its own
+/// programs, which run the same layout: the pinned array lives in the layout-versioned
+/// directory).
+pub mod stage {
+    /// Floods a frame to a group ([`super::FloodRequest`] in the skb's control block).
+    pub const FLOOD: u32 = 0;
+    /// Slots the array holds (room for stages added later without a layout change).
+    pub const CAPACITY: u32 = 8;
+}
+
+/// What `from_pod` hands the flood stage, in the skb's control block (`cb[0..5]`, which a tail
+/// call keeps): flood the frame on `datapath` to group `group`, as entered through logical port
+/// `ingress_port`, never back to host interface `except` (0 = none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloodRequest {
+    pub datapath: u32,
+    pub group: u32,
+    pub ingress_port: u32,
+    pub except: u32,
+    /// [`FLOOD_REQUEST_MAGIC`]: a control block the flood stage did not get from `from_pod`
+    /// (it can only be reached by a tail call, but it checks) is dropped.
+    pub magic: u32,
+}
+
+/// [`FloodRequest::magic`].
+pub const FLOOD_REQUEST_MAGIC: u32 = 0x0f10_0d06;
 
 pub mod maps;
 /// Map names as they appear in the object file, from the one declaration of each map in
@@ -56,8 +91,11 @@ pub mod router_reply {
     pub const PORT_UNREACHABLE: u32 = 3;
     /// ICMP protocol unreachable for other protocols to a router address.
     pub const PROTOCOL_UNREACHABLE: u32 = 4;
+    /// ARP request a router broadcast for a next hop it had no MAC for (OVN's
+    /// `lr_in_arp_request`); the packet that needed it is dropped, as ovn-trace shows it.
+    pub const ARP_REQUEST: u32 = 5;
     /// Number of kinds (the map's size).
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 6;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "echo_reply",
@@ -65,6 +103,7 @@ pub mod router_reply {
         "tcp_reset",
         "port_unreachable",
         "protocol_unreachable",
+        "arp_request",
     ];
 }
 
@@ -100,7 +139,8 @@ pub mod drop_reason {
     pub const ROUTER_UNSUPPORTED: DropReason = DropReason(8);
     /// No route to the destination.
     pub const NO_ROUTE: DropReason = DropReason(9);
-    /// The next hop's MAC is not known (OVN would send an ARP request).
+    /// The next hop's MAC is not known and the router sends no ARP request for it (a router
+    /// without `lr_in_arp_request`, or a switch without a flood group to send it to).
     pub const NEXT_HOP_UNRESOLVED: DropReason = DropReason(10);
     /// TTL expires past the first router (the first router's own expiry is answered with ICMP
     /// time exceeded; a later router's is only counted so far).
@@ -128,8 +168,13 @@ pub mod drop_reason {
     /// A frame for a port with port security to a MAC or IPv4 address the port does not list:
     /// OVN drops it in the egress pipeline (`ls_out_apply_port_sec`).
     pub const EGRESS_PORT_SECURITY: DropReason = DropReason(19);
+    /// A later stage's slot in `STAGES` is empty or the tail call failed (the agent fills the
+    /// slots at start; a frame is never half-handled without it).
+    pub const STAGE_MISSING: DropReason = DropReason(20);
+    /// The flood stage was reached without a request from `from_pod` in the control block.
+    pub const FLOOD_REQUEST_INVALID: DropReason = DropReason(21);
     /// Number of reasons.
-    pub const COUNT: u32 = 20;
+    pub const COUNT: u32 = 22;
     /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
     pub const CAPACITY: u32 = 64;
     const _: () = assert!(COUNT <= CAPACITY);
@@ -155,6 +200,8 @@ pub mod drop_reason {
         "arp_to_router",
         "ipv6_to_router",
         "egress_port_security",
+        "stage_missing",
+        "flood_request_invalid",
     ];
 }
 
@@ -317,8 +364,7 @@ pub struct FloodRoles {
     pub broadcast: u32,
     pub unknown: u32,
     /// The group the switch's routers flood their own ARP requests to (`ls_in_l2_lkup`'s
-    /// `eth.src == {router MACs} && arp.op == 1`: `_MC_flood_l2`); read by no program yet (see
-    /// [`ROUTER_ARP_REQUESTS`]).
+    /// `eth.src == {router MACs} && arp.op == 1`: `_MC_flood_l2`; see [`ROUTER_ARP_REQUESTS`]).
     pub router_originated: u32,
 }
 
@@ -397,9 +443,9 @@ pub struct RouterAddress {
 /// [`RouterInfo::flags`]: the kernel forwards for this router.
 pub const ROUTER_FORWARDS: u32 = 1;
 /// [`RouterInfo::flags`]: the router sends an ARP request for a next hop it has no MAC for
-/// (`lr_in_arp_request`). Set by the agent; no program reads it yet: the request is a flood
-/// from the router path, for which `from_pod` has no stack left (it comes with the split into
-/// tail-called stages). Until then such packets are dropped (`next_hop_unresolved`).
+/// (`lr_in_arp_request`): the packet becomes the request, flooded on the next hop's switch to
+/// [`FloodRoles::router_originated`] from the router's port there. Without the flag such
+/// packets are dropped (`next_hop_unresolved`).
 pub const ROUTER_ARP_REQUESTS: u32 = 4;
 /// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
 /// without them cost one route lookup per hop, not two.

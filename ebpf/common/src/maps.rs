@@ -20,7 +20,7 @@ use crate::{
     MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_INTERFACES, MAX_LOCALNETS,
     MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
     PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
-    TunnelPortKey, drop_reason, router_reply,
+    TunnelPortKey, drop_reason, router_reply, stage,
 };
 
 /// The kinds of kernel map ovnbpf uses: one marker type each, named like aya's map types, so a
@@ -42,6 +42,8 @@ pub mod kind {
     pub struct LpmTrie;
     /// `BPF_MAP_TYPE_RINGBUF` (no keys; the capacity is in bytes).
     pub struct RingBuf;
+    /// `BPF_MAP_TYPE_PROG_ARRAY` (keys are slots, values program descriptors).
+    pub struct ProgramArray;
     impl MapKind for HashMap {
         const ID: u8 = 0;
     }
@@ -59,6 +61,9 @@ pub mod kind {
     }
     impl MapKind for RingBuf {
         const ID: u8 = 5;
+    }
+    impl MapKind for ProgramArray {
+        const ID: u8 = 6;
     }
 }
 
@@ -172,4 +177,6 @@ declare_maps! {
     ProviderNetworks = PROVIDER_NETWORKS: HashMap<ProviderKey, u32>[MAX_LOCALNETS];
     /// Per-CPU array of `u64`, indexed by [`router_reply`]: answers the routers sent.
     RouterReplies = ROUTER_REPLIES: PerCpuArray<u32, u64>[router_reply::COUNT];
+    /// Program array: [`crate::stage`] slot → a later stage's program, tail-called.
+    Stages = STAGES: ProgramArray<u32, u32>[stage::CAPACITY];
 }

@@ -8,8 +8,8 @@
 //! for a pod leaves Geneve-encapsulated and its outer destination, VNI and egress key name the
 //! pod. A frame the kernel redirects without Geneve went to a local device: the sender itself
 //! (replies) or the provider NIC (underlay switches, where a remote pod is reached through the
-//! physical network); both are "here" ([`Where::Here`]). Flood copies are captured on the uplink
-//! and on the provider NIC. Compared per output: where it went and the whole packet as the
+//! physical network); both are "here" ([`Where::Here`]). Flood copies are captured on the uplink,
+//! on the provider NIC and on `lo` (a router's ARP request reaches the sender too). Compared per output: where it went and the whole packet as the
 //! evaluator models it (MACs, addresses, TTL, ARP/ND fields, L4 kind and ports), read back from
 //! the kernel's bytes with its IPv4 header checksum checked.
 //!
@@ -88,10 +88,6 @@ pub enum Known {
     /// NA (`ls_in_arp_rsp`, nd_na_router) and does not flood it; the kernel's ARP responder
     /// has no IPv6 and floods the NS to the switch's other ports.
     RouterNsFlooded,
-    /// The router must ARP for its next hop (OVN's `arp { … }` in `lr_in_arp_request`, a
-    /// broadcast ARP request from the router port): the kernel does not originate ARP requests;
-    /// it drops the packet and counts `next_hop_unresolved`.
-    RouterArpRequestNotSent,
 }
 
 impl Known {
@@ -102,9 +98,6 @@ impl Known {
             }
             Self::RouterNsFlooded => {
                 "NS for a router address to its solicited-node group: OVN answers with an NA, the kernel floods the NS"
-            }
-            Self::RouterArpRequestNotSent => {
-                "next hop unknown: OVN's router broadcasts an ARP request, the kernel drops (next_hop_unresolved)"
             }
         }
     }
@@ -199,6 +192,8 @@ pub struct KernelReplay {
     programs: KernelPrograms,
     uplink: FrameSocket,
     provider: FrameSocket,
+    /// Clones to the sender itself (a router's ARP request reaches every port of the switch).
+    local: FrameSocket,
     pods: HashMap<String, PodPort>,
     /// Chassis encap IP → its pod.
     by_chassis: HashMap<Ipv4Addr, String>,
@@ -222,6 +217,7 @@ impl KernelReplay {
         let receiver_index = ns.ifindex("rcvh").unwrap();
         let uplink = FrameSocket::open_in(&ns, "upp").unwrap();
         let provider = FrameSocket::open_in(&ns, "provp").unwrap();
+        let local = FrameSocket::open_in(&ns, "lo").unwrap();
         let underlay_switches: BTreeSet<u32> = entries
             .iter()
             .filter_map(|e| match e {
@@ -323,6 +319,7 @@ impl KernelReplay {
             programs,
             uplink,
             provider,
+            local,
             pods,
             by_chassis,
             groups,
@@ -508,17 +505,6 @@ impl KernelReplay {
             }
             _ => {}
         }
-        if verdict == TC_ACT_SHOT
-            && reasons == ["next_hop_unresolved"]
-            && !expected.is_empty()
-            && expected.iter().all(|(_, p)| {
-                p.eth_dst == [0xff; 6]
-                    && self.router_macs.contains(&p.eth_src)
-                    && matches!(p.l3, L3::Arp { op: 1, .. })
-            })
-        {
-            return Some(Known::RouterArpRequestNotSent);
-        }
         None
     }
 
@@ -542,6 +528,7 @@ impl KernelReplay {
 
         self.uplink.drain();
         self.provider.drain();
+        self.local.drain();
         let frame = wire::encode(&packet);
         // The codec reads back what it wrote, so frames the kernel leaves alone compare equal.
         assert_eq!(wire::decode(&frame), Ok((packet, None)), "{what}");
@@ -565,6 +552,7 @@ impl KernelReplay {
             .filter(|f| is_geneve(f))
             .collect();
         frames.extend(self.provider.drain());
+        frames.extend(self.local.drain());
         if outcome.verdict == TC_ACT_REDIRECT {
             frames.push(outcome.frame.clone());
         }

@@ -12,7 +12,7 @@ use std::{io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader, TestRun, TestRunOptions,
-    maps::{Array, PerCpuArray, PerCpuHashMap},
+    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, ProgramArray},
     programs::{
         ProgramError, SchedClassifier, TcAttachType,
         links::{FdLink, LinkError, PinnedLink},
@@ -181,6 +181,10 @@ pub enum Attachment {
 /// The loaded kernel programs and their maps.
 pub struct KernelPrograms {
     ebpf: Ebpf,
+    /// `STAGES`, its slots filled with this object's stage programs. Held open for the
+    /// programs' lifetime: the kernel empties a program array once no descriptor or pin of it
+    /// is left.
+    _stages: ProgramArray<MapData>,
 }
 
 impl KernelPrograms {
@@ -239,7 +243,11 @@ impl KernelPrograms {
                     source => EbpfError::Program { name, source },
                 })?;
         }
-        Ok(Self { ebpf })
+        let stages = fill_stages(&mut ebpf)?;
+        Ok(Self {
+            ebpf,
+            _stages: stages,
+        })
     }
 
     /// The kernel's view of each loaded program, in [`program::ALL`] order.
@@ -581,6 +589,27 @@ pub(crate) fn remove_unwanted<K>(
 /// Detaches the link pinned at `pin` (unless an agent still holds it open).
 pub fn unpin_link(pin: &Path) {
     remove_pin(pin);
+}
+
+/// Puts each stage program into its slot of `STAGES` (replacing what a previous agent's object
+/// left there: a frame in flight runs the old stage or the new one, both of this layout).
+fn fill_stages(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, EbpfError> {
+    let name = map::STAGES;
+    let array = ebpf.take_map(name).ok_or(EbpfError::MissingMap { name })?;
+    let mut stages =
+        ProgramArray::try_from(array).map_err(|source| EbpfError::Map { name, source })?;
+    for (program, slot) in program::STAGES {
+        let fd = classifier(ebpf, program)?
+            .fd()
+            .map_err(|source| EbpfError::Program {
+                name: program,
+                source,
+            })?;
+        stages
+            .set(slot, fd, 0)
+            .map_err(|source| EbpfError::Map { name, source })?;
+    }
+    Ok(stages)
 }
 
 fn classifier<'a>(
