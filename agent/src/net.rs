@@ -52,6 +52,22 @@ pub fn parse_mac(text: &str) -> Option<MacOctets> {
     text.parse::<Mac>().ok().map(|mac| mac.0)
 }
 
+/// The EUI-64 link-local address of `mac` (`in6_generate_lla`: what OVN gives router ports and
+/// what a pod's kernel derives for its interface).
+#[must_use]
+pub fn ipv6_link_local(mac: &MacOctets) -> std::net::Ipv6Addr {
+    std::net::Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([mac[0] ^ 2, mac[1]]),
+        u16::from_be_bytes([mac[2], 0xff]),
+        u16::from_be_bytes([0xfe, mac[3]]),
+        u16::from_be_bytes([mac[4], mac[5]]),
+    )
+}
+
 /// Octets → "0a:58:0a:00:01:02".
 #[must_use]
 pub fn format_mac(mac: &MacOctets) -> String {

@@ -1,6 +1,6 @@
 //! Internet checksums the programs compute whole (the incremental updates use the kernel's
 //! `l3_csum_replace`/`bpf_csum_diff` where they are): IPv4 headers, the outer header of a Geneve
-//! frame, and the folding step they share. Pure functions; touches nothing.
+//! frame, ICMPv6 neighbour discovery, and the folding step they share. Pure functions; touches nothing.
 
 use crate::headers::{IPPROTO_UDP, Ipv4Header};
 
@@ -16,6 +16,26 @@ pub(crate) fn ones_fold(mut sum: u32) -> u16 {
 #[inline(always)]
 pub(crate) fn fold(sum: u32) -> u16 {
     !ones_fold(sum)
+}
+
+/// The sum of `bytes` read as big-endian 16-bit words (`N` even).
+#[inline(always)]
+pub(crate) fn word_sum<const N: usize>(bytes: &[u8; N]) -> u32 {
+    let mut sum = 0_u32;
+    let mut index = 0;
+    while index + 1 < N {
+        sum += u32::from(bytes[index]) << 8 | u32::from(bytes[index + 1]);
+        index += 2;
+    }
+    sum
+}
+
+/// The ICMPv6 checksum of the 32-byte `message` (its checksum field zero) from `source` to
+/// `destination`: over the pseudo header (both addresses, the upper-layer length, next header
+/// 58) and the message.
+#[inline(always)]
+pub(crate) fn icmpv6_32(source: &[u8; 16], destination: &[u8; 16], message: &[u8; 32]) -> u16 {
+    fold(32 + 58 + word_sum(source) + word_sum(destination) + word_sum(message))
 }
 
 /// The checksum of a 20-byte IPv4 header whose checksum field is zero.

@@ -97,7 +97,7 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
     // SAFETY: tc programs may read and write the skb's control block.
     let cb = unsafe { &mut (*ctx.skb.skb).cb };
     if cb[4] != FLOOD_REQUEST_MAGIC {
-        return Err(drop_reason::FLOOD_REQUEST_INVALID);
+        return Err(drop_reason::STAGE_REQUEST_INVALID);
     }
     cb[4] = 0;
     let (datapath, except) = (cb[0], cb[3]);

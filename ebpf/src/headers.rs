@@ -111,3 +111,60 @@ pub struct Ipv4Frame {
     pub eth: EthHeader,
     pub ip: Ipv4Header,
 }
+
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_ICMPV6: u8 = 58;
+
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct Ipv6Header {
+    /// Version, traffic class and flow label (network byte order).
+    pub version_class_flow: u32,
+    /// Network byte order.
+    pub payload_len: u16,
+    pub next_header: u8,
+    pub hop_limit: u8,
+    pub source: [u8; 16],
+    pub destination: [u8; 16],
+}
+
+/// Ethernet and IPv6 without extension headers.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct Ipv6Frame {
+    pub eth: EthHeader,
+    pub ip: Ipv6Header,
+}
+
+/// An ICMPv6 neighbour solicitation or advertisement up to its target.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct NdMessage {
+    pub kind: u8,
+    pub code: u8,
+    /// Network byte order.
+    pub checksum: u16,
+    /// R, S, O flags (advertisements) and reserved bits.
+    pub flags: [u8; 4],
+    pub target: [u8; 16],
+}
+
+/// An ND message with one link-layer address option (source for a solicitation, target for an
+/// advertisement): what OVN's `nd_ns` and `nd_na` compose (32 bytes).
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct NdBody {
+    pub message: NdMessage,
+    pub option_kind: u8,
+    /// In units of 8 bytes.
+    pub option_len: u8,
+    pub option_mac: [u8; 6],
+}
+
+/// An [`NdBody`] in its IPv6 frame (86 bytes).
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct NdFrame {
+    pub frame: Ipv6Frame,
+    pub body: NdBody,
+}

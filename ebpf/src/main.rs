@@ -6,8 +6,8 @@
 //! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
 //! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]);
 //! `from_provider` on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for
-//! local pods ([`underlay`]). `flood` is a later stage of `from_pod`, tail-called through the
-//! `STAGES` program array ([`flood`]). Traffic that is not theirs leaves unchanged
+//! local pods ([`underlay`]). `flood` and `ipv6` are later stages of `from_pod`, tail-called
+//! through the `STAGES` program array ([`flood`], [`ipv6`]). Traffic that is not theirs leaves unchanged
 //! ([`output::PASS`]).
 //! Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through [`drop`], local
 //! delivery through [`output`].
@@ -21,6 +21,7 @@ mod drop;
 mod flood;
 mod geneve;
 mod headers;
+mod ipv6;
 mod maps;
 mod output;
 mod overlay;
@@ -71,6 +72,15 @@ pub fn from_provider(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn flood(ctx: TcContext) -> i32 {
     match flood::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
+/// The IPv6 stage, tail-called from `from_pod` (see [`ipv6`]); attached to no interface.
+#[classifier]
+pub fn ipv6(ctx: TcContext) -> i32 {
+    match ipv6::stage(&ctx) {
         Ok(verdict) => verdict,
         Err(reason) => drop_frame(&ctx, reason),
     }

@@ -8,9 +8,9 @@ use aya_ebpf::{
 };
 use ovnbpf_common::maps::{
     ArpResponder, DropCounters, DropEvents, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
-    InterfaceCountersMap, L2Fib, Localnets, MapDef, Neighbours, PodPorts, PortSecurityMap,
-    ProviderNetworks, RouterAddresses, RouterReplies, Routers, Routes, SourceRoutes, Stages,
-    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
+    PortSecurityMap, ProviderNetworks, RouterAddresses, RouterAddresses6, RouterReplies, Routers,
+    Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -81,6 +81,9 @@ kernel_map!(DROP_EVENTS: RingBuf = DropEvents);
 kernel_map!(DROP_COUNTERS: PerCpuArray = DropCounters);
 kernel_map!(ROUTER_REPLIES: PerCpuArray = RouterReplies);
 kernel_map!(STAGES: ProgramArray = Stages);
+kernel_map!(ND_RESPONDER: HashMap = NdResponder);
+kernel_map!(ROUTER_ADDRESSES6: HashMap = RouterAddresses6);
+kernel_map!(NEIGHBOURS6: HashMap = Neighbours6);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

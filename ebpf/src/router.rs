@@ -9,8 +9,8 @@
 //! the next hop's MAC from the neighbours, then the destination switch's L2 step: a local pod, or
 //! Geneve with that switch's VNI; a next hop without a MAC gets the router's ARP request instead
 //! (flooded by the flood stage). What a router cannot do in the kernel is dropped and counted,
-//! never half-forwarded. ARP the responder left unanswered (OVN's router consumes it) and IPv6 (not
-//! routed in the kernel yet) are dropped and counted; other protocols go on untouched. Reads
+//! never half-forwarded. ARP the responder left unanswered (OVN's router consumes it) is dropped
+//! and counted; IPv6 is the IPv6 stage's ([`crate::ipv6`]); other protocols go on untouched. Reads
 //! `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `NEIGHBOURS`, `L2_FIB`; counts its
 //! answers in `ROUTER_REPLIES`.
 
@@ -82,6 +82,7 @@ pub fn handle(
         ETH_P_IPV4 => {}
         // What the ARP responder did not answer OVN's router consumes (it learns the sender).
         ETH_P_ARP => return Err(drop_reason::ARP_TO_ROUTER),
+        // `switching` hands IPv6 to the IPv6 stage; anything else IPv6 here is not handled.
         ETH_P_IPV6 => return Err(drop_reason::IPV6_TO_ROUTER),
         _ => return Ok(Routed::Verdict(PASS)),
     }

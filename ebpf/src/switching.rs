@@ -1,7 +1,8 @@
 //! L2 switching of frames leaving a pod: the pod's port (by the veth's ifindex) gives the
 //! datapath; the destination MAC on that datapath gives a local port (redirect) or a port on
 //! another chassis (Geneve). Port security is checked first ([`crate::port_security`]); ARP
-//! requests for known addresses are answered ([`crate::arp`]).
+//! requests for known addresses are answered ([`crate::arp`]); IPv6 neighbour solicitations
+//! and IPv6 to a router go to the IPv6 stage ([`crate::ipv6`]).
 //! Broadcast and multicast frames, and unicast to unknown MACs where the switch floods them, go to
 //! the datapath's flood group (the flood stage, tail-called: [`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as
 //! OVN's `ls_in_l2_unknown` drops it. Frames of unknown ports go on untouched, to the stack or the
@@ -9,14 +10,16 @@
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
-use ovnbpf_common::{FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, drop_reason};
+use ovnbpf_common::{
+    FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request, drop_reason,
+};
 
 use crate::maps::get;
 use crate::output::l2_output;
 use crate::{
     L2_FIB, PASS, POD_PORTS, arp, flood,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    port_security,
+    ipv6, port_security,
     router::{self, Output, Routed},
     underlay,
 };
@@ -43,6 +46,17 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         return Ok(verdict);
     }
     let multicast = eth.destination[0] & 1 != 0;
+    let ipv6_request = |router| Ipv6Request {
+        datapath,
+        router,
+        ingress_port,
+        ifindex,
+        magic: IPV6_REQUEST_MAGIC,
+    };
+    // The switch's ND responder answers multicast solicitations before they flood.
+    if ether_type == ETH_P_IPV6 && multicast && ipv6::is_solicitation(ctx) {
+        return Err(ipv6::request(ctx, &ipv6_request(0)));
+    }
     let key = FibKey {
         datapath,
         mac: eth.destination,
@@ -79,6 +93,10 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         // OVN never sends a frame back out of the port it came in on.
         Some(entry) if entry.kind == FIB_LOCAL && entry.ifindex == ifindex => {
             return Ok(crate::TC_ACT_SHOT);
+        }
+        // IPv6 for a router: its stage (ND responder, the router's IPv6).
+        Some(entry) if entry.kind == FIB_ROUTER && ether_type == ETH_P_IPV6 => {
+            return Err(ipv6::request(ctx, &ipv6_request(entry.ifindex)));
         }
         Some(entry) if entry.kind == FIB_ROUTER => {
             router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex)?

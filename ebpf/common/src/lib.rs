@@ -19,10 +19,13 @@ pub mod program {
     /// The flood stage, tail-called from `from_pod` (slot [`super::stage::FLOOD`] of
     /// [`super::map::STAGES`]); attached to no interface.
     pub const FLOOD: &str = "flood";
+    /// The IPv6 stage, tail-called from `from_pod` (slot [`super::stage::IPV6`]): the ND
+    /// responder and what the kernel's router does with IPv6.
+    pub const IPV6: &str = "ipv6";
     /// Every program the object must contain; each one is loaded through the verifier at start-up.
-    pub const ALL: [&str; 4] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD];
+    pub const ALL: [&str; 5] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD, IPV6];
     /// The tail-called stages and their slots in [`super::map::STAGES`].
-    pub const STAGES: [(&str, u32); 1] = [(FLOOD, super::stage::FLOOD)];
+    pub const STAGES: [(&str, u32); 2] = [(FLOOD, super::stage::FLOOD), (IPV6, super::stage::IPV6)];
 }
 
 /// Slots of [`map::STAGES`], the program array the entry programs tail-call their later stages
@@ -33,6 +36,8 @@ pub mod program {
 pub mod stage {
     /// Floods a frame to a group ([`super::FloodRequest`] in the skb's control block).
     pub const FLOOD: u32 = 0;
+    /// IPv6 from a pod that the switch's ND responder or a router handles ([`super::Ipv6Request`]).
+    pub const IPV6: u32 = 1;
     /// Slots the array holds (room for stages added later without a layout change).
     pub const CAPACITY: u32 = 8;
 }
@@ -54,6 +59,23 @@ pub struct FloodRequest {
 
 /// [`FloodRequest::magic`].
 pub const FLOOD_REQUEST_MAGIC: u32 = 0x0f10_0d06;
+
+/// What `from_pod` hands the IPv6 stage in the skb's control block: an IPv6 frame on switch
+/// `datapath` from logical port `ingress_port` behind host interface `ifindex`, addressed to
+/// router `router`'s MAC (0: a multicast neighbour solicitation for the switch's responder).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ipv6Request {
+    pub datapath: u32,
+    pub router: u32,
+    pub ingress_port: u32,
+    pub ifindex: u32,
+    /// [`IPV6_REQUEST_MAGIC`].
+    pub magic: u32,
+}
+
+/// [`Ipv6Request::magic`].
+pub const IPV6_REQUEST_MAGIC: u32 = 0x1b06_0d06;
 
 pub mod maps;
 /// Map names as they appear in the object file, from the one declaration of each map in
@@ -94,8 +116,10 @@ pub mod router_reply {
     /// ARP request a router broadcast for a next hop it had no MAC for (OVN's
     /// `lr_in_arp_request`); the packet that needed it is dropped, as ovn-trace shows it.
     pub const ARP_REQUEST: u32 = 5;
+    /// Neighbour solicitation a router multicast for an IPv6 next hop it had no MAC for.
+    pub const ND_SOLICITATION: u32 = 6;
     /// Number of kinds (the map's size).
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
     /// Names for metrics and logs, by index.
     pub const NAMES: [&str; COUNT as usize] = [
         "echo_reply",
@@ -104,6 +128,7 @@ pub mod router_reply {
         "port_unreachable",
         "protocol_unreachable",
         "arp_request",
+        "nd_solicitation",
     ];
 }
 
@@ -163,7 +188,10 @@ pub mod drop_reason {
     /// for an address that is not the router's): OVN's router consumes it, learning its
     /// sender, which ovnbpf does not do yet.
     pub const ARP_TO_ROUTER: DropReason = DropReason(17);
-    /// IPv6 to a router's MAC: OVN answers or routes it; the kernel does not route IPv6 yet.
+    /// IPv6 to a router's MAC that the kernel's router does not handle yet (issue 21): answers
+    /// and forwarding toward a known neighbour, and every destination but a link-local one. What
+    /// it does handle: solicitations (answered by the switch), and a solicitation of its own for
+    /// a link-local next hop without a MAC.
     pub const IPV6_TO_ROUTER: DropReason = DropReason(18);
     /// A frame for a port with port security to a MAC or IPv4 address the port does not list:
     /// OVN drops it in the egress pipeline (`ls_out_apply_port_sec`).
@@ -171,10 +199,13 @@ pub mod drop_reason {
     /// A later stage's slot in `STAGES` is empty or the tail call failed (the agent fills the
     /// slots at start; a frame is never half-handled without it).
     pub const STAGE_MISSING: DropReason = DropReason(20);
-    /// The flood stage was reached without a request from `from_pod` in the control block.
-    pub const FLOOD_REQUEST_INVALID: DropReason = DropReason(21);
+    /// A stage was reached without a request from `from_pod` in the control block.
+    pub const STAGE_REQUEST_INVALID: DropReason = DropReason(21);
+    /// Neighbour discovery to a router's MAC that the switch's responder did not answer: OVN's
+    /// router consumes it (learning its sender, which ovnbpf does not do).
+    pub const ND_TO_ROUTER: DropReason = DropReason(22);
     /// Number of reasons.
-    pub const COUNT: u32 = 22;
+    pub const COUNT: u32 = 23;
     /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
     pub const CAPACITY: u32 = 64;
     const _: () = assert!(COUNT <= CAPACITY);
@@ -201,7 +232,8 @@ pub mod drop_reason {
         "ipv6_to_router",
         "egress_port_security",
         "stage_missing",
-        "flood_request_invalid",
+        "stage_request_invalid",
+        "nd_to_router",
     ];
 }
 
@@ -256,6 +288,14 @@ pub struct PortSecurity {
     pub ips: [u32; PORT_SECURITY_MAX_IPS],
 }
 
+/// An IPv6 address on a datapath (the ND responder's key; a router's address or next hop).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ipv6Key {
+    pub datapath: u32,
+    pub ip: [u8; 16],
+}
+
 /// An IPv4 address (network byte order) on a datapath, as the ARP responder looks it up.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -264,7 +304,7 @@ pub struct ArpKey {
     pub ip: u32,
 }
 
-/// The ARP responder's answer: `mac`, unless the request comes from `owner_port` (the port that
+/// The ARP (and ND) responder's answer: `mac`, unless the request comes from `owner_port` (the port that
 /// owns the address, which must get no answer from the switch; 0 = no owner).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -447,6 +487,13 @@ pub const ROUTER_FORWARDS: u32 = 1;
 /// [`FloodRoles::router_originated`] from the router's port there. Without the flag such
 /// packets are dropped (`next_hop_unresolved`).
 pub const ROUTER_ARP_REQUESTS: u32 = 4;
+/// [`RouterInfo::flags`]: the router has northd's per-port link-local routes (`ip6.dst ==
+/// fe80::/64 && inport == P` → out of P): IPv6 to a link-local address goes back out of the
+/// port it came in on.
+pub const ROUTER_IPV6_LINK_LOCAL: u32 = 8;
+/// [`RouterInfo::flags`]: the router solicits IPv6 next hops it has no MAC for
+/// (`lr_in_arp_request`'s `nd_ns`).
+pub const ROUTER_ND_REQUESTS: u32 = 16;
 /// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
 /// without them cost one route lookup per hop, not two.
 pub const ROUTER_SOURCE_ROUTES: u32 = 2;
@@ -593,6 +640,8 @@ unsafe impl aya::Pod for FibKey {}
 unsafe impl aya::Pod for FibEntry {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ArpKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Ipv6Key {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PortSecurity {}
 #[cfg(feature = "user")]

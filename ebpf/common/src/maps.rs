@@ -16,7 +16,7 @@
 
 use crate::{
     ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodGroup, FloodKey,
-    FloodMemberKey, FloodRoles, InterfaceCounters, LocalPort, Localnet, MAX_ARP_ENTRIES,
+    FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES,
     MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_INTERFACES, MAX_LOCALNETS,
     MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
     PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
@@ -177,6 +177,13 @@ declare_maps! {
     ProviderNetworks = PROVIDER_NETWORKS: HashMap<ProviderKey, u32>[MAX_LOCALNETS];
     /// Per-CPU array of `u64`, indexed by [`router_reply`]: answers the routers sent.
     RouterReplies = ROUTER_REPLIES: PerCpuArray<u32, u64>[router_reply::COUNT];
+    /// Hash: [`Ipv6Key`] → [`ArpAnswer`]: the ND responder (an IPv6 address on a switch and the
+    /// MAC to advertise).
+    NdResponder = ND_RESPONDER: HashMap<Ipv6Key, ArpAnswer>[MAX_ARP_ENTRIES];
+    /// Hash: [`Ipv6Key`] (a router and one of its own IPv6 addresses) → [`RouterAddress`].
+    RouterAddresses6 = ROUTER_ADDRESSES6: HashMap<Ipv6Key, RouterAddress>[MAX_NEIGHBOURS];
+    /// Hash: [`Ipv6Key`] (a router and a next hop) → [`Neighbour`]: IPv6 next hops' MACs.
+    Neighbours6 = NEIGHBOURS6: HashMap<Ipv6Key, Neighbour>[MAX_NEIGHBOURS];
     /// Program array: [`crate::stage`] slot → a later stage's program, tail-called.
     Stages = STAGES: ProgramArray<u32, u32>[stage::CAPACITY];
 }

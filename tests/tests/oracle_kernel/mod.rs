@@ -68,47 +68,39 @@ pub struct Report {
     /// [`KernelReplay::blocked`]) and the kernel drops with `router_unsupported` (the rule:
     /// unsupported → dropped, counted, reported).
     pub unsupported_router: usize,
-    /// Known disagreements (kernel gaps, in `ebpf/` or `agent/src/dataplane`), per class.
-    pub known: std::collections::BTreeMap<Known, usize>,
     pub disagreements: Vec<String>,
 }
 
-/// A known disagreement between the kernel and the evaluator: the kernel is wrong (or does not
-/// model the case) and the fix belongs in `ebpf/` or `agent/src/dataplane`. Each is recognised
-/// by a narrow predicate on the packet and both verdicts ([`KernelReplay::known`]), so any other
-/// disagreement still fails the test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Known {
-    /// IPv6 from a pod to a router's MAC (echo, TCP, UDP, unicast NS, off-link routing): the
-    /// kernel drops it and counts `ipv6_to_router`, where OVN answers (nd_na_router, icmp6
-    /// errors, tcp_reset) or routes/ARPs (nd_ns for the next hop). The kernel's router models
-    /// IPv4 only (IPv6 in the datapath is its own issue).
-    Ipv6ToRouterDropped,
-    /// An NS for a router port's address to its solicited-node group: OVN answers it with an
-    /// NA (`ls_in_arp_rsp`, nd_na_router) and does not flood it; the kernel's ARP responder
-    /// has no IPv6 and floods the NS to the switch's other ports.
-    RouterNsFlooded,
-}
-
-impl Known {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::Ipv6ToRouterDropped => {
-                "IPv6 to a router MAC: the kernel drops it (ipv6_to_router), OVN answers or routes it"
-            }
-            Self::RouterNsFlooded => {
-                "NS for a router address to its solicited-node group: OVN answers with an NA, the kernel floods the NS"
-            }
+/// The evaluator's packet as OVN puts it on the wire. Its packets follow ovn-trace's model,
+/// which differs from ovn-controller for three generated packets: `tcp_reset` (pinctrl's
+/// `pinctrl_handle_tcp_reset`) composes the reset with TTL 63 and the offending segment's ports
+/// swapped, where ovn-trace starts it at TTL 255 with the ports unchanged; `nd_ns`
+/// (`pinctrl_handle_nd_ns`, `compose_nd_ns`) sends from the link-local address of eth.src to the
+/// target's solicited-node group, hop limit 255, with a source link-layer option, where
+/// ovn-trace keeps the packet's addresses and hop limit; `nd_na` (`compose_nd_na`) uses hop
+/// limit 255, where ovn-trace keeps the solicitation's. `router_macs`: the MACs whose
+/// solicitations are a router's (`nd_ns`), not a pod's passing through.
+fn on_the_wire(mut packet: Packet, router_macs: &BTreeSet<[u8; 6]>) -> Packet {
+    use ovnbpf_agent::pipeline::packet::{L3, L4, solicited_node};
+    let eth_src = packet.eth_src;
+    if let L3::Ipv6 {
+        source,
+        destination,
+        ttl,
+        l4: L4::Nd {
+            kind, target, sll, ..
+        },
+    } = &mut packet.l3
+    {
+        if *kind == 135 && router_macs.contains(&eth_src) {
+            *source = ovnbpf_agent::net::ipv6_link_local(&eth_src);
+            *destination = solicited_node(*target);
+            *ttl = 255;
+            *sll = eth_src;
+        } else if *kind == 136 {
+            *ttl = 255;
         }
     }
-}
-
-/// The evaluator's packet as OVN puts it on the wire. Its packets follow ovn-trace's model,
-/// which differs from ovn-controller for one generated packet: `tcp_reset` (pinctrl's
-/// `pinctrl_handle_tcp_reset`) composes the reset with TTL 63 and the offending segment's ports
-/// swapped, where ovn-trace starts it at TTL 255 with the ports unchanged.
-fn on_the_wire(mut packet: Packet) -> Packet {
-    use ovnbpf_agent::pipeline::packet::{L3, L4};
     if let L3::Ipv4 { ttl, l4, .. } | L3::Ipv6 { ttl, l4, .. } = &mut packet.l3
         && let L4::TcpReset {
             source,
@@ -467,47 +459,6 @@ impl KernelReplay {
         }
     }
 
-    /// The known disagreement this case is, if any (see [`Known`]).
-    fn known(
-        &self,
-        packet: &Packet,
-        expected: &BTreeSet<(Where, Packet)>,
-        got: &BTreeSet<(Where, Packet)>,
-        verdict: i32,
-        reasons: &[&str],
-    ) -> Option<Known> {
-        use ovnbpf_agent::pipeline::packet::{L3, L4};
-        let to_router = self.router_macs.contains(&packet.eth_dst);
-        match packet.l3 {
-            L3::Ipv6 { .. }
-                if to_router
-                    && got.is_empty()
-                    && verdict == TC_ACT_SHOT
-                    && reasons == ["ipv6_to_router"] =>
-            {
-                return Some(Known::Ipv6ToRouterDropped);
-            }
-            L3::Ipv6 {
-                l4: L4::Nd {
-                    kind: 135, target, ..
-                },
-                ..
-            } if packet.eth_dst[0] & 1 == 1
-                && expected.len() == 1
-                && expected.iter().all(|(w, p)| {
-                    *w == Where::Here
-                        && matches!(p.l3, L3::Ipv6 { l4: L4::Nd { kind: 136, target: t, .. }, .. } if t == target)
-                })
-                && !got.is_empty()
-                && got.iter().all(|(_, p)| p == packet) =>
-            {
-                return Some(Known::RouterNsFlooded);
-            }
-            _ => {}
-        }
-        None
-    }
-
     /// Replays one case and compares it with the evaluator's verdict.
     pub fn check(
         &mut self,
@@ -523,7 +474,12 @@ impl KernelReplay {
         let expected: BTreeSet<(Where, Packet)> = ours
             .outputs
             .iter()
-            .map(|(port, packet)| (self.expected_where(port, inport), on_the_wire(*packet)))
+            .map(|(port, packet)| {
+                (
+                    self.expected_where(port, inport),
+                    on_the_wire(*packet, &self.router_macs),
+                )
+            })
             .collect();
 
         self.uplink.drain();
@@ -610,10 +566,6 @@ impl KernelReplay {
         }
         if !expected.is_empty() && expected == got && unreadable.is_empty() {
             report.both_forward += 1;
-            return;
-        }
-        if let Some(known) = self.known(&packet, &expected, &got, verdict, &reasons) {
-            *report.known.entry(known).or_default() += 1;
             return;
         }
         report.disagreements.push(format!(

@@ -1,6 +1,7 @@
 //! The evaluator's [`Packet`] on the wire and back: frames for `BPF_PROG_TEST_RUN` built from a
 //! packet (Ethernet; ARP; IPv4 or IPv6 with ICMP echo, TCP SYN, UDP or neighbour discovery), and
-//! the frames the kernel emits read back into a packet, with their IPv4 header checksum checked.
+//! the frames the kernel emits read back into a packet, with their IPv4 header and ICMPv6
+//! checksums checked.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -231,6 +232,22 @@ fn read_transport(frame: &[u8], at: usize, protocol: u8) -> Result<L4, String> {
     }
 }
 
+/// Checks the ICMPv6 checksum of the IPv6 packet `packet` (no extension headers): over the
+/// pseudo header (addresses, upper-layer length, next header) and the message.
+fn icmpv6_checksum_holds(packet: &[u8]) -> Result<(), String> {
+    let length = usize::from(u16::from_be_bytes([packet[4], packet[5]]));
+    need(packet, 40 + length, "ICMPv6 payload")?;
+    let mut covered = Vec::with_capacity(40 + length);
+    covered.extend_from_slice(&packet[8..40]);
+    covered.extend_from_slice(&(length as u32).to_be_bytes());
+    covered.extend_from_slice(&[0, 0, 0, 58]);
+    covered.extend_from_slice(&packet[40..40 + length]);
+    if checksum(&covered) != 0 {
+        return Err("ICMPv6 checksum is wrong".into());
+    }
+    Ok(())
+}
+
 /// A frame read back: the packet, and the VLAN it carried in its data (if any).
 pub fn decode(frame: &[u8]) -> Result<(Packet, Option<u16>), String> {
     need(frame, 14, "Ethernet")?;
@@ -272,6 +289,9 @@ pub fn decode(frame: &[u8]) -> Result<(Packet, Option<u16>), String> {
         }
         ETH_P_IPV6 => {
             need(frame, at + 40, "IPv6")?;
+            if frame[at + 6] == 58 {
+                icmpv6_checksum_holds(&frame[at..])?;
+            }
             L3::Ipv6 {
                 source: ipv6_at(frame, at + 8),
                 destination: ipv6_at(frame, at + 24),

@@ -1,12 +1,12 @@
 //! This chassis's L2 kernel maps, derived from the IR: pod ports (host veth → datapath and port
 //! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB
-//! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP
-//! responder, flood groups (local members' veths and the chassis with members) with the groups
+//! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP and
+//! ND responders, flood groups (local members' veths and the chassis with members) with the groups
 //! each datapath floods broadcasts and unknown unicast to, and underlay switches' localnets.
 //! Ports are located by [`Physical`] (OVN's physical.c role). This module holds the state and
 //! routes IR entries to the map families, one module each, which own their desired values:
 //! - `ports`: `POD_PORTS`, `TUNNEL_PORTS`, `PORT_SECURITY`;
-//! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER`;
+//! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER` and `ND_RESPONDER`;
 //! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
 //! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`.
 //!
@@ -20,12 +20,12 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
 use ovnbpf_common::{
     PortSecurity,
-    maps::{ArpResponder, L2Fib},
+    maps::{ArpResponder, L2Fib, NdResponder},
 };
 
 use self::{
@@ -71,9 +71,10 @@ pub struct L2State {
     fib: HashMap<(u32, Mac), String>,
     /// FIB keys per port name.
     fib_by_port: HashMap<String, HashSet<(u32, Mac)>>,
-    arp: HashMap<(u32, Ipv4Addr), Mac>,
-    arp_owner: HashMap<(u32, Ipv4Addr), String>,
-    arp_by_owner: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
+    /// The responders' answers (both families), their owners and the reverse index.
+    arp: HashMap<arp::AnswerKey, Mac>,
+    arp_owner: HashMap<arp::AnswerKey, String>,
+    arp_by_owner: HashMap<String, HashSet<arp::AnswerKey>>,
     /// (datapath, port key) → port name, to resolve flood group members.
     port_names: HashMap<(u32, u32), String>,
     /// (datapath, group key) → member port keys, and the reverse index.
@@ -93,16 +94,17 @@ pub struct L2State {
     /// Per group: local members (member key → veth index) and chassis (encap IP → members).
     group_local: HashMap<(u32, u32), BTreeMap<u32, u32>>,
     group_remote: HashMap<(u32, u32), BTreeMap<u32, usize>>,
-    /// ARP requests for a router's address on a switch: (switch, address) → the switch's
-    /// router port, and the reverse index.
-    router_arp: HashMap<(u32, Ipv4Addr), String>,
-    router_arp_by_port: HashMap<String, HashSet<(u32, Ipv4Addr)>>,
+    /// ARP requests and solicitations for a router's address on a switch: (switch, address) →
+    /// the switch's router port, and the reverse index.
+    router_arp: HashMap<arp::AnswerKey, String>,
+    router_arp_by_port: HashMap<String, HashSet<arp::AnswerKey>>,
     /// Router port → the switch port it is patched to (to re-resolve its MAC).
     patch_by_peer: HashMap<String, String>,
     /// What is installed, per map family.
     port_tables: PortTables,
     fib_table: Table<L2Fib, (u32, Mac)>,
     arp_table: Table<ArpResponder, (u32, Ipv4Addr)>,
+    nd_table: Table<NdResponder, (u32, Ipv6Addr)>,
     flood_tables: FloodTables,
     localnet_tables: LocalnetTables,
 }
@@ -204,7 +206,10 @@ impl L2State {
             } => self.take_fib(*datapath, *mac, port, added),
             IrEntry::ArpForRouterIp { .. }
             | IrEntry::ArpReply { .. }
-            | IrEntry::ArpReplySkip { .. } => self.take_arp(entry, added),
+            | IrEntry::ArpReplySkip { .. }
+            | IrEntry::NdForRouterIp { .. }
+            | IrEntry::NdReply { .. }
+            | IrEntry::NdReplySkip { .. } => self.take_arp(entry, added),
             IrEntry::FloodGroup { .. }
             | IrEntry::FloodMember { .. }
             | IrEntry::FloodMulticast { .. }
@@ -221,17 +226,25 @@ impl L2State {
         for (datapath, mac) in self.fib_by_port.get(port).into_iter().flatten() {
             self.fib_table.mark((*datapath, *mac));
         }
-        for (datapath, ip) in self.arp_by_owner.get(port).into_iter().flatten() {
-            self.arp_table.mark((*datapath, *ip));
-        }
+        let owned: Vec<arp::AnswerKey> = self
+            .arp_by_owner
+            .get(port)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        owned.into_iter().for_each(|key| self.mark_answer(key));
         // A router port's MAC is what its switch port's router entries answer with, and its
         // datapath is where the switch port's FIB entry hands frames over.
         let switch_port = self.patch_by_peer.get(port).cloned();
-        for name in std::iter::once(port).chain(switch_port.as_deref()) {
-            for (datapath, ip) in self.router_arp_by_port.get(name).into_iter().flatten() {
-                self.arp_table.mark((*datapath, *ip));
-            }
-        }
+        let router_addresses: Vec<arp::AnswerKey> = std::iter::once(port)
+            .chain(switch_port.as_deref())
+            .flat_map(|name| self.router_arp_by_port.get(name).into_iter().flatten())
+            .copied()
+            .collect();
+        router_addresses
+            .into_iter()
+            .for_each(|key| self.mark_answer(key));
         if let Some(switch_port) = &switch_port {
             for (datapath, mac) in self.fib_by_port.get(switch_port).into_iter().flatten() {
                 self.fib_table.mark((*datapath, *mac));
@@ -249,6 +262,7 @@ impl L2State {
         self.port_tables.pending()
             + self.fib_table.pending()
             + self.arp_table.pending()
+            + self.nd_table.pending()
             + self.flood_tables.pending()
             + self.localnet_tables.pending()
     }
@@ -269,7 +283,13 @@ impl L2State {
             self,
             maps,
             |s| &mut s.arp_table,
-            |s, &(dp, ip)| s.desired_arp(dp, ip),
+            |s, &(dp, ip)| s.desired_answer(dp, IpAddr::V4(ip)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.nd_table,
+            |s, &(dp, ip)| s.desired_answer(dp, IpAddr::V6(ip)),
         )?;
         Ok(writes)
     }
@@ -283,7 +303,8 @@ impl L2State {
             + self.sweep_localnets(maps)?
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?
-            + self.arp_table.sweep(maps)?)
+            + self.arp_table.sweep(maps)?
+            + self.nd_table.sweep(maps)?)
     }
 }
 

@@ -3,25 +3,29 @@
 //! their routes (per destination prefix, and per source prefix for `src-ip` routes in a map of
 //! their own, the highest-priority route of the main table, with OVN's priority so the kernel
 //! picks between the two lookups as `lr_in_ip_routing` does, and the datapath behind the output
-//! port: a switch, with the port's own address for the router's ARP requests, which no program
-//! sends yet, or a peer router), their neighbours (static from the flows; learned from
-//! MAC_Binding where the router looks them up), and their own addresses (and what they answer
-//! there: pings, TCP resets, ICMP port/protocol unreachable). Owns the desired contents (the
+//! port: a switch, with the port's own address for the router's ARP requests, or a peer router),
+//! their neighbours (static from the flows; learned from MAC_Binding where the router looks them
+//! up), and their own addresses (and what they answer there: pings, TCP resets, ICMP
+//! port/protocol unreachable). IPv6: addresses and neighbours in maps of their own
+//! (`ROUTER_ADDRESSES6`, `NEIGHBOURS6`), and the router flags for the kernel's IPv6 stage
+//! (northd's per-port link-local routes, solicitations for next hops). Owns the desired contents (the
 //! `desired_*` functions); what is installed is kept by one [`Table`] per map, which touches the
 //! kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
 use std::{
     collections::{HashMap, HashSet},
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
 use ovnbpf_common::{
-    Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
+    Ipv6Key, Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey,
-    RouterAddress, RouterInfo,
-    maps::{Neighbours, RouterAddresses, Routers, Routes, SourceRoutes},
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS,
+    ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    maps::{
+        Neighbours, Neighbours6, RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
+    },
 };
 
 use super::{
@@ -29,7 +33,7 @@ use super::{
     tables::{Pass, Table, TableKey, flush_from},
 };
 use crate::pipeline::ir::{
-    IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RejectProtocol, RejectResponse,
+    IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, Prefix6, RejectProtocol, RejectResponse,
     RouteSelector,
 };
 
@@ -83,22 +87,28 @@ pub struct L3State {
     /// Per router: how many source prefixes have routes (the kernel looks the source up only
     /// for routers that have some).
     source_prefixes: HashMap<u32, usize>,
-    /// (router, next hop) → (MAC from the flows, MAC learned).
-    neighbours: HashMap<(u32, Ipv4Addr), (Option<Mac>, Option<Mac>)>,
-    /// Routers that look next hops up in MAC_Binding.
-    neighbour_lookup: HashSet<u32>,
+    /// (router, next hop) → (MAC from the flows, MAC learned), both families.
+    neighbours: HashMap<(u32, IpAddr), (Option<Mac>, Option<Mac>)>,
+    /// Routers that look next hops up in MAC_Binding, per family (true: IPv6).
+    neighbour_lookup: HashSet<(u32, bool)>,
     /// Routers that ARP for next hops they have no MAC for.
     arp_requests: HashSet<u32>,
+    /// Routers that solicit IPv6 next hops they have no MAC for.
+    nd_requests: HashSet<u32>,
+    /// Per router: its per-port link-local routes (`fe80::/64` with an inport).
+    link_local_routes: HashMap<u32, HashSet<String>>,
     /// Per router: entries that keep the kernel from forwarding for it (drop/reroute policies,
     /// unsupported flows).
     blockers: HashMap<u32, HashSet<String>>,
     /// A router's own addresses: (router, address) → how many ARP entries name it, and what
-    /// the router answers there (`RouterAddress` flags).
-    addresses: HashMap<(u32, Ipv4Addr), (usize, u32)>,
+    /// the router answers there (`RouterAddress` flags), both families.
+    addresses: HashMap<(u32, IpAddr), (usize, u32)>,
     route_table: Table<Routes, (u32, Prefix)>,
     source_route_table: Table<SourceRoutes, (u32, Prefix)>,
     neighbour_table: Table<Neighbours, (u32, Ipv4Addr)>,
+    neighbour6_table: Table<Neighbours6, (u32, Ipv6Addr)>,
     address_table: Table<RouterAddresses, (u32, Ipv4Addr)>,
+    address6_table: Table<RouterAddresses6, (u32, Ipv6Addr)>,
     router_table: Table<Routers, u32>,
 }
 
@@ -123,6 +133,18 @@ impl TableKey<Neighbours> for (u32, Ipv4Addr) {
 impl TableKey<RouterAddresses> for (u32, Ipv4Addr) {
     fn slot(&self) -> NeighbourKey {
         neighbour_key(self.0, self.1)
+    }
+}
+
+impl TableKey<Neighbours6> for (u32, Ipv6Addr) {
+    fn slot(&self) -> Ipv6Key {
+        ipv6_key(self.0, self.1)
+    }
+}
+
+impl TableKey<RouterAddresses6> for (u32, Ipv6Addr) {
+    fn slot(&self) -> Ipv6Key {
+        ipv6_key(self.0, self.1)
     }
 }
 
@@ -298,32 +320,57 @@ impl L3State {
             }
             IrEntry::Neighbour {
                 datapath, ip, mac, ..
-            } => {
-                let slot = self.neighbours.entry((*datapath, *ip)).or_default();
-                slot.0 = added.then_some(*mac);
-                self.neighbour_changed(*datapath, *ip);
-            }
+            } => self.take_neighbour(*datapath, (*ip).into(), (Some(*mac), None), added),
+            IrEntry::Neighbour6 {
+                datapath, ip, mac, ..
+            } => self.take_neighbour(*datapath, (*ip).into(), (Some(*mac), None), added),
             IrEntry::LearnedNeighbour {
                 datapath, ip, mac, ..
-            } => {
-                let slot = self.neighbours.entry((*datapath, *ip)).or_default();
-                slot.1 = added.then_some(*mac);
-                self.neighbour_changed(*datapath, *ip);
-            }
-            IrEntry::NeighbourLookup { datapath } => {
+            } => self.take_neighbour(*datapath, (*ip).into(), (None, Some(*mac)), added),
+            IrEntry::LearnedNeighbour6 {
+                datapath, ip, mac, ..
+            } => self.take_neighbour(*datapath, (*ip).into(), (None, Some(*mac)), added),
+            IrEntry::NeighbourLookup { datapath } => self.take_lookup(*datapath, false, added),
+            IrEntry::NeighbourLookup6 { datapath } => self.take_lookup(*datapath, true, added),
+            IrEntry::NsForNextHop { datapath } => {
                 if added {
-                    self.neighbour_lookup.insert(*datapath);
+                    self.nd_requests.insert(*datapath);
                 } else {
-                    self.neighbour_lookup.remove(datapath);
+                    self.nd_requests.remove(datapath);
                 }
-                let keys: Vec<(u32, Ipv4Addr)> = self
-                    .neighbours
-                    .keys()
-                    .filter(|(dp, _)| dp == datapath)
-                    .copied()
-                    .collect();
-                keys.into_iter()
-                    .for_each(|key| self.neighbour_table.mark(key));
+                self.router_table.mark(*datapath);
+            }
+            IrEntry::Route6 {
+                datapath,
+                prefix,
+                inport: Some(inport),
+                nexthop: None,
+                port,
+                ..
+            } if inport == port && is_link_local_prefix(prefix) => {
+                let ports = self.link_local_routes.entry(*datapath).or_default();
+                if added {
+                    ports.insert(port.clone());
+                } else {
+                    ports.remove(port);
+                }
+                if ports.is_empty() {
+                    self.link_local_routes.remove(datapath);
+                }
+                self.router_table.mark(*datapath);
+            }
+            IrEntry::RouterEchoReply6 { datapath, ip } => {
+                self.answer(*datapath, (*ip).into(), ROUTER_ADDRESS_ECHO, added);
+            }
+            IrEntry::RouterReject6 {
+                datapath,
+                ip,
+                protocol,
+                response,
+            } => {
+                if let Some(flag) = reject_flag(*protocol, *response, true) {
+                    self.answer(*datapath, (*ip).into(), flag, added);
+                }
             }
             IrEntry::ArpRequestForNextHop { datapath } => {
                 if added {
@@ -334,16 +381,17 @@ impl L3State {
                 self.router_table.mark(*datapath);
             }
             IrEntry::RouterArpReply { datapath, ip, .. } => {
-                let slot = self.addresses.entry((*datapath, *ip)).or_default();
+                let key = (*datapath, IpAddr::V4(*ip));
+                let slot = self.addresses.entry(key).or_default();
                 if added {
                     slot.0 += 1;
                 } else {
                     slot.0 = slot.0.saturating_sub(1);
                 }
-                self.address_changed(*datapath, *ip);
+                self.address_changed(key);
             }
             IrEntry::RouterEchoReply { datapath, ip } => {
-                self.answer(*datapath, *ip, ROUTER_ADDRESS_ECHO, added);
+                self.answer(*datapath, (*ip).into(), ROUTER_ADDRESS_ECHO, added);
             }
             IrEntry::RouterReject {
                 datapath,
@@ -351,21 +399,9 @@ impl L3State {
                 protocol,
                 response,
             } => {
-                // Only the answers northd gives and the kernel builds; others (SCTP abort) leave
-                // the traffic counted as unhandled.
-                let flag = match (protocol, response) {
-                    (Some(RejectProtocol::Tcp), RejectResponse::TcpReset) => {
-                        ROUTER_ADDRESS_TCP_RESET
-                    }
-                    (Some(RejectProtocol::Udp), RejectResponse::IcmpUnreachable { code: 3 }) => {
-                        ROUTER_ADDRESS_PORT_UNREACHABLE
-                    }
-                    (None, RejectResponse::IcmpUnreachable { code: 2 }) => {
-                        ROUTER_ADDRESS_PROTOCOL_UNREACHABLE
-                    }
-                    _ => return,
-                };
-                self.answer(*datapath, *ip, flag, added);
+                if let Some(flag) = reject_flag(*protocol, *response, false) {
+                    self.answer(*datapath, (*ip).into(), flag, added);
+                }
             }
             // An allow policy keeps the routing decision: it only shadows lower-priority
             // policies, so on a router whose policies all allow (Kube-OVN's per-subnet
@@ -403,32 +439,70 @@ impl L3State {
     }
 
     /// Sets or clears what the router answers at its address `ip`.
-    fn answer(&mut self, datapath: u32, ip: Ipv4Addr, flag: u32, added: bool) {
+    fn answer(&mut self, datapath: u32, ip: IpAddr, flag: u32, added: bool) {
         let flags = &mut self.addresses.entry((datapath, ip)).or_default().1;
         if added {
             *flags |= flag;
         } else {
             *flags &= !flag;
         }
-        self.address_changed(datapath, ip);
+        self.address_changed((datapath, ip));
     }
 
-    fn address_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
-        if self.addresses.get(&(datapath, ip)) == Some(&(0, 0)) {
-            self.addresses.remove(&(datapath, ip));
+    fn address_changed(&mut self, key: (u32, IpAddr)) {
+        if self.addresses.get(&key) == Some(&(0, 0)) {
+            self.addresses.remove(&key);
         }
-        self.address_table.mark((datapath, ip));
+        match key {
+            (datapath, IpAddr::V4(ip)) => self.address_table.mark((datapath, ip)),
+            (datapath, IpAddr::V6(ip)) => self.address6_table.mark((datapath, ip)),
+        }
     }
 
-    fn neighbour_changed(&mut self, datapath: u32, ip: Ipv4Addr) {
-        if self
-            .neighbours
-            .get(&(datapath, ip))
-            .is_some_and(|(fixed, learned)| fixed.is_none() && learned.is_none())
-        {
+    /// Sets (or clears) the MAC from the flows or the learned one (whichever `macs` holds) of
+    /// next hop `ip` of router `datapath`.
+    fn take_neighbour(
+        &mut self,
+        datapath: u32,
+        ip: IpAddr,
+        (fixed, learned): (Option<Mac>, Option<Mac>),
+        added: bool,
+    ) {
+        let slot = self.neighbours.entry((datapath, ip)).or_default();
+        if fixed.is_some() {
+            slot.0 = fixed.filter(|_| added);
+        }
+        if learned.is_some() {
+            slot.1 = learned.filter(|_| added);
+        }
+        if slot.0.is_none() && slot.1.is_none() {
             self.neighbours.remove(&(datapath, ip));
         }
-        self.neighbour_table.mark((datapath, ip));
+        self.mark_neighbour(datapath, ip);
+    }
+
+    fn mark_neighbour(&mut self, datapath: u32, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(ip) => self.neighbour_table.mark((datapath, ip)),
+            IpAddr::V6(ip) => self.neighbour6_table.mark((datapath, ip)),
+        }
+    }
+
+    /// Router `datapath` looks `ipv6` (or IPv4) next hops up in MAC_Binding, or stops.
+    fn take_lookup(&mut self, datapath: u32, ipv6: bool, added: bool) {
+        if added {
+            self.neighbour_lookup.insert((datapath, ipv6));
+        } else {
+            self.neighbour_lookup.remove(&(datapath, ipv6));
+        }
+        let keys: Vec<IpAddr> = self
+            .neighbours
+            .keys()
+            .filter(|(dp, ip)| *dp == datapath && ip.is_ipv6() == ipv6)
+            .map(|(_, ip)| *ip)
+            .collect();
+        keys.into_iter()
+            .for_each(|ip| self.mark_neighbour(datapath, ip));
     }
 
     /// Why the kernel does not forward for `router` (empty when it does).
@@ -451,7 +525,9 @@ impl L3State {
         self.route_table.pending()
             + self.source_route_table.pending()
             + self.neighbour_table.pending()
+            + self.neighbour6_table.pending()
             + self.address_table.pending()
+            + self.address6_table.pending()
             + self.router_table.pending()
     }
 
@@ -478,17 +554,17 @@ impl L3State {
         })
     }
 
-    fn desired_neighbour(&self, datapath: u32, ip: Ipv4Addr) -> Option<Neighbour> {
+    fn desired_neighbour(&self, datapath: u32, ip: IpAddr) -> Option<Neighbour> {
         let (fixed, learned) = self.neighbours.get(&(datapath, ip))?;
-        let mac =
-            fixed.or_else(|| learned.filter(|_| self.neighbour_lookup.contains(&datapath)))?;
+        let looks_up = self.neighbour_lookup.contains(&(datapath, ip.is_ipv6()));
+        let mac = fixed.or_else(|| learned.filter(|_| looks_up))?;
         Some(Neighbour {
             mac,
             reserved: [0; 2],
         })
     }
 
-    fn desired_address(&self, datapath: u32, ip: Ipv4Addr) -> Option<RouterAddress> {
+    fn desired_address(&self, datapath: u32, ip: IpAddr) -> Option<RouterAddress> {
         let (_, flags) = self.addresses.get(&(datapath, ip))?;
         Some(RouterAddress { flags: *flags })
     }
@@ -500,7 +576,12 @@ impl L3State {
                 self.source_prefixes.contains_key(&datapath),
                 ROUTER_SOURCE_ROUTES,
             )
-            | flag(self.arp_requests.contains(&datapath), ROUTER_ARP_REQUESTS);
+            | flag(self.arp_requests.contains(&datapath), ROUTER_ARP_REQUESTS)
+            | flag(self.nd_requests.contains(&datapath), ROUTER_ND_REQUESTS)
+            | flag(
+                self.link_local_routes.contains_key(&datapath),
+                ROUTER_IPV6_LINK_LOCAL,
+            );
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
             .then_some(RouterInfo { flags })
     }
@@ -524,13 +605,25 @@ impl L3State {
             self,
             maps,
             |s| &mut s.neighbour_table,
-            |s, &(dp, ip)| s.desired_neighbour(dp, ip),
+            |s, &(dp, ip)| s.desired_neighbour(dp, IpAddr::V4(ip)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.neighbour6_table,
+            |s, &(dp, ip)| s.desired_neighbour(dp, IpAddr::V6(ip)),
         )?;
         writes += flush_from(
             self,
             maps,
             |s| &mut s.address_table,
-            |s, &(dp, ip)| s.desired_address(dp, ip),
+            |s, &(dp, ip)| s.desired_address(dp, IpAddr::V4(ip)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.address6_table,
+            |s, &(dp, ip)| s.desired_address(dp, IpAddr::V6(ip)),
         )?;
         // Routers through the hook that logs why one goes.
         let mut routers = std::mem::take(&mut self.router_table);
@@ -562,8 +655,10 @@ impl L3State {
         Ok(self.route_table.sweep(maps)?
             + self.source_route_table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?
+            + self.neighbour6_table.sweep(maps)?
             + self.router_table.sweep(maps)?
-            + self.address_table.sweep(maps)?)
+            + self.address_table.sweep(maps)?
+            + self.address6_table.sweep(maps)?)
     }
 }
 
@@ -572,6 +667,41 @@ fn neighbour_key(datapath: u32, ip: Ipv4Addr) -> NeighbourKey {
     NeighbourKey {
         datapath,
         ip: u32::from_ne_bytes(ip.octets()),
+    }
+}
+
+/// The map key of (router, address) in NEIGHBOURS6 and ROUTER_ADDRESSES6.
+fn ipv6_key(datapath: u32, ip: Ipv6Addr) -> Ipv6Key {
+    Ipv6Key {
+        datapath,
+        ip: ip.octets(),
+    }
+}
+
+/// `fe80::/64`: northd's per-port link-local route.
+fn is_link_local_prefix(prefix: &Prefix6) -> bool {
+    prefix.length == 64 && prefix.network.segments()[..4] == [0xfe80, 0, 0, 0]
+}
+
+/// The `RouterAddress` flag of an answer northd gives at a router address and the kernel
+/// knows (IPv4: port unreachable is ICMP code 3, protocol unreachable code 2; IPv6: any
+/// destination unreachable). Others (SCTP abort) leave the traffic counted as unhandled.
+fn reject_flag(
+    protocol: Option<RejectProtocol>,
+    response: RejectResponse,
+    ipv6: bool,
+) -> Option<u32> {
+    match (protocol, response) {
+        (Some(RejectProtocol::Tcp), RejectResponse::TcpReset) => Some(ROUTER_ADDRESS_TCP_RESET),
+        (Some(RejectProtocol::Udp), RejectResponse::IcmpUnreachable { code })
+            if ipv6 || code == 3 =>
+        {
+            Some(ROUTER_ADDRESS_PORT_UNREACHABLE)
+        }
+        (None, RejectResponse::IcmpUnreachable { code }) if ipv6 || code == 2 => {
+            Some(ROUTER_ADDRESS_PROTOCOL_UNREACHABLE)
+        }
+        _ => None,
     }
 }
 

@@ -1,11 +1,16 @@
-//! The ARP responder (`ARP_RESPONDER`): the MAC a switch answers with for an IPv4 address, the
-//! port that owns it (whose own requests are not answered), and whether the address is a
-//! router's (answered with the router port's MAC). Owns the desired values; installs through
-//! the state's [`Table`](super::super::tables::Table).
+//! The switches' ARP and ND responders (`ARP_RESPONDER` for IPv4, `ND_RESPONDER` for IPv6): the
+//! MAC a switch answers with for an address, the port that owns it (whose own requests are not
+//! answered), and whether the address is a router's (answered with the router port's MAC; an
+//! IPv6 answer then carries the R flag, as `nd_na_router`). Both families share the state, keyed
+//! by `IpAddr`, and differ only in their table. Owns the desired values; installs through the
+//! state's [`Table`](super::super::tables::Table)s.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ovnbpf_common::{ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, maps::ArpResponder};
+use ovnbpf_common::{
+    ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, Ipv6Key,
+    maps::{ArpResponder, NdResponder},
+};
 
 use super::{super::tables::TableKey, L2State, remove_from_index};
 use crate::pipeline::ir::{IrEntry, Mac};
@@ -19,62 +24,104 @@ impl TableKey<ArpResponder> for (u32, Ipv4Addr) {
     }
 }
 
+impl TableKey<NdResponder> for (u32, Ipv6Addr) {
+    fn slot(&self) -> Ipv6Key {
+        Ipv6Key {
+            datapath: self.0,
+            ip: self.1.octets(),
+        }
+    }
+}
+
+/// A responder's key: an address on a switch.
+pub(super) type AnswerKey = (u32, IpAddr);
+
 impl L2State {
-    /// Takes in an ARP entry of the IR: an answer, its owner, or a router's address.
+    /// Takes in a responder entry of the IR: an answer, its owner, or a router's address.
     pub(super) fn take_arp(&mut self, entry: &IrEntry, added: bool) {
-        match entry {
+        match *entry {
             IrEntry::ArpForRouterIp {
                 datapath,
                 ip,
-                router_port,
+                ref router_port,
                 ..
-            } => {
-                let arp_key = (*datapath, *ip);
-                if let Some(old) = self.router_arp.remove(&arp_key) {
-                    remove_from_index(&mut self.router_arp_by_port, &old, &arp_key);
-                }
-                if added {
-                    self.router_arp.insert(arp_key, router_port.clone());
-                    self.router_arp_by_port
-                        .entry(router_port.clone())
-                        .or_default()
-                        .insert(arp_key);
-                }
-                self.arp_table.mark(arp_key);
-            }
+            } => self.take_router_address((datapath, ip.into()), router_port, added),
+            IrEntry::NdForRouterIp {
+                datapath,
+                ip,
+                ref router_port,
+                ..
+            } => self.take_router_address((datapath, ip.into()), router_port, added),
             IrEntry::ArpReply { datapath, ip, mac } => {
-                if added {
-                    self.arp.insert((*datapath, *ip), *mac);
-                } else if self.arp.get(&(*datapath, *ip)) == Some(mac) {
-                    self.arp.remove(&(*datapath, *ip));
-                }
-                self.arp_table.mark((*datapath, *ip));
+                self.take_answer((datapath, ip.into()), mac, added);
+            }
+            IrEntry::NdReply { datapath, ip, mac } => {
+                self.take_answer((datapath, ip.into()), mac, added);
             }
             IrEntry::ArpReplySkip {
                 datapath,
                 ip,
-                inport,
-            } => {
-                let arp_key = (*datapath, *ip);
-                if let Some(old) = self.arp_owner.remove(&arp_key) {
-                    remove_from_index(&mut self.arp_by_owner, &old, &arp_key);
-                }
-                if added {
-                    self.arp_owner.insert(arp_key, inport.clone());
-                    self.arp_by_owner
-                        .entry(inport.clone())
-                        .or_default()
-                        .insert(arp_key);
-                }
-                self.arp_table.mark(arp_key);
-            }
+                ref inport,
+            } => self.take_owner((datapath, ip.into()), inport, added),
+            IrEntry::NdReplySkip {
+                datapath,
+                ip,
+                ref inport,
+            } => self.take_owner((datapath, ip.into()), inport, added),
             _ => {}
         }
     }
 
-    pub(super) fn desired_arp(&self, datapath: u32, ip: Ipv4Addr) -> Option<ArpAnswer> {
-        let router = self.router_flags(datapath, ip);
-        let Some(mac) = self.arp.get(&(datapath, ip)) else {
+    fn take_router_address(&mut self, key: AnswerKey, router_port: &str, added: bool) {
+        if let Some(old) = self.router_arp.remove(&key) {
+            remove_from_index(&mut self.router_arp_by_port, &old, &key);
+        }
+        if added {
+            self.router_arp.insert(key, router_port.to_string());
+            self.router_arp_by_port
+                .entry(router_port.to_string())
+                .or_default()
+                .insert(key);
+        }
+        self.mark_answer(key);
+    }
+
+    fn take_answer(&mut self, key: AnswerKey, mac: Mac, added: bool) {
+        if added {
+            self.arp.insert(key, mac);
+        } else if self.arp.get(&key) == Some(&mac) {
+            self.arp.remove(&key);
+        }
+        self.mark_answer(key);
+    }
+
+    fn take_owner(&mut self, key: AnswerKey, inport: &str, added: bool) {
+        if let Some(old) = self.arp_owner.remove(&key) {
+            remove_from_index(&mut self.arp_by_owner, &old, &key);
+        }
+        if added {
+            self.arp_owner.insert(key, inport.to_string());
+            self.arp_by_owner
+                .entry(inport.to_string())
+                .or_default()
+                .insert(key);
+        }
+        self.mark_answer(key);
+    }
+
+    /// Marks `key` in the table of its family.
+    pub(super) fn mark_answer(&mut self, (datapath, ip): AnswerKey) {
+        match ip {
+            IpAddr::V4(ip) => self.arp_table.mark((datapath, ip)),
+            IpAddr::V6(ip) => self.nd_table.mark((datapath, ip)),
+        }
+    }
+
+    /// What the responder of switch `datapath` answers for `ip`.
+    pub(super) fn desired_answer(&self, datapath: u32, ip: IpAddr) -> Option<ArpAnswer> {
+        let key = (datapath, ip);
+        let router = self.router_flags(key);
+        let Some(mac) = self.arp.get(&key) else {
             return router.map(|(mac, flags)| ArpAnswer {
                 mac,
                 flags,
@@ -83,7 +130,7 @@ impl L2State {
         };
         let owner_port = self
             .arp_owner
-            .get(&(datapath, ip))
+            .get(&key)
             .and_then(|owner| self.ports.get(owner))
             .map_or(0, |info| info.key);
         Some(ArpAnswer {
@@ -94,10 +141,10 @@ impl L2State {
         })
     }
 
-    /// For a router's address on switch `datapath`: the router port's MAC and the flag telling
-    /// the kernel the address is the router's.
-    fn router_flags(&self, datapath: u32, ip: Ipv4Addr) -> Option<(Mac, u8)> {
-        let switch_port = self.router_arp.get(&(datapath, ip))?;
+    /// For a router's address on a switch: the router port's MAC and the flag telling the
+    /// kernel the address is the router's.
+    fn router_flags(&self, key: AnswerKey) -> Option<(Mac, u8)> {
+        let switch_port = self.router_arp.get(&key)?;
         let peer = self.physical.binding(switch_port)?.peer.as_ref()?;
         let router_port = self.ports.get(peer)?;
         Some((router_port.mac?, ARP_ANSWER_ROUTER))

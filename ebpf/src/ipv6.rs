@@ -1,0 +1,361 @@
+//! The IPv6 stage, a program of its own that `from_pod` tail-calls through `STAGES` with an
+//! [`Ipv6Request`] in the skb's control block: for multicast neighbour solicitations, and for
+//! IPv6 a pod sends to a router's MAC.
+//!
+//! The switch's ND responder (`ls_in_arp_rsp`): a solicitation for an address the switch knows
+//! (a router port's, with OVN's `nd_na_router`; a pod's, `nd_na`), sent to that address or its
+//! solicited-node group by any port but the address's owner, is answered in place with OVN's
+//! advertisement (from the target, hop limit 255, S and O set, R for a router, the target's MAC
+//! in a target link-layer option) back out of the pod's veth. Solicitations it does not answer
+//! go on: multicast ones to the flood stage, unicast ones to the router.
+//!
+//! The router (`lr_in_ip_input` and routing), as far as the kernel goes: other neighbour
+//! discovery to it is consumed (`nd_to_router`); a packet its router answers (echo, TCP, UDP to
+//! one of its addresses) is answered toward the sender, and a packet to a link-local address is
+//! routed back out of the port it came in on (northd's per-port `fe80::/64` routes). Where that
+//! next hop has no MAC, the router solicits it as OVN's `nd_ns` does (from the port's link-local
+//! address, to the next hop's solicited-node group, hop limit 255, a source link-layer option),
+//! flooded on the switch like its ARP requests; the packet is dropped. What needs more (the
+//! answer or the forwarding toward a known neighbour, any other destination) is dropped and
+//! counted (`ipv6_to_router`: issue 21). Reads `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`,
+//! `NEIGHBOURS6`, `L2_FIB`; counts its solicitations in `ROUTER_REPLIES`.
+
+use aya_ebpf::programs::TcContext;
+use ovnbpf_common::{
+    ARP_ANSWER_ROUTER, DropReason, FibKey, IPV6_REQUEST_MAGIC, Ipv6Key, Ipv6Request,
+    ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
+    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, drop_reason, router_reply,
+    stage as slot,
+};
+
+use crate::maps::get;
+use crate::output::reply_to_sender;
+use crate::{
+    L2_FIB, ND_RESPONDER, NEIGHBOURS6, PASS, ROUTER_ADDRESSES6, ROUTERS, STAGES, count_reply, csum,
+    flood,
+    headers::{
+        ETH_HEADER_LEN, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv6Frame,
+        Ipv6Header, NdBody, NdFrame, NdMessage,
+    },
+};
+
+const ND_SOLICITATION: u8 = 135;
+const ND_ADVERTISEMENT: u8 = 136;
+const ECHO_REQUEST: u8 = 128;
+/// ICMPv6 types of neighbour discovery (router solicitation … redirect).
+const ND_TYPES: core::ops::RangeInclusive<u8> = 133..=137;
+/// Offset of the ICMPv6 header in a frame without extension headers.
+const ICMPV6_OFFSET: usize = ETH_HEADER_LEN + 40;
+/// Length of the frames this stage composes ([`NdFrame`]).
+const ND_FRAME_LEN: u32 = core::mem::size_of::<NdFrame>() as u32;
+
+/// Whether the frame is an ICMPv6 neighbour solicitation (no extension headers).
+#[inline(always)]
+pub fn is_solicitation(ctx: &TcContext) -> bool {
+    ctx.load::<u8>(ETH_HEADER_LEN + 6)
+        .is_ok_and(|h| h == IPPROTO_ICMPV6)
+        && ctx
+            .load::<u8>(ICMPV6_OFFSET)
+            .is_ok_and(|kind| kind == ND_SOLICITATION)
+}
+
+/// Hands the frame to the IPv6 stage (a tail call: on success this never returns). Returns the
+/// reason to drop the frame when the stage is not there.
+#[inline(always)]
+pub fn request(ctx: &TcContext, request: &Ipv6Request) -> DropReason {
+    // SAFETY: tc programs may write the skb's control block, cb[0..5]; a tail call keeps it.
+    unsafe {
+        let cb = &mut (*ctx.skb.skb).cb;
+        cb[0] = request.datapath;
+        cb[1] = request.router;
+        cb[2] = request.ingress_port;
+        cb[3] = request.ifindex;
+        cb[4] = request.magic;
+    }
+    // SAFETY: the slot holds a program of this object (or nothing: the call then returns).
+    unsafe { STAGES.tail_call(ctx, slot::IPV6) };
+    drop_reason::STAGE_MISSING
+}
+
+/// The IPv6 stage (see the module doc).
+#[inline(always)]
+pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    // SAFETY: tc programs may read and write the skb's control block.
+    let cb = unsafe { &mut (*ctx.skb.skb).cb };
+    if cb[4] != IPV6_REQUEST_MAGIC {
+        return Err(drop_reason::STAGE_REQUEST_INVALID);
+    }
+    cb[4] = 0;
+    let request = Ipv6Request {
+        datapath: cb[0],
+        router: cb[1],
+        ingress_port: cb[2],
+        ifindex: cb[3],
+        magic: 0,
+    };
+    let Ok(frame) = ctx.load::<Ipv6Frame>(0) else {
+        return Err(drop_reason::IPV6_TO_ROUTER);
+    };
+    let icmp_type = if frame.ip.next_header == IPPROTO_ICMPV6 {
+        ctx.load::<u8>(ICMPV6_OFFSET).ok()
+    } else {
+        None
+    };
+    let message = if icmp_type == Some(ND_SOLICITATION) {
+        ctx.load::<NdMessage>(ICMPV6_OFFSET).ok()
+    } else {
+        None
+    };
+    if let Some(message) = message
+        && message.kind == ND_SOLICITATION
+        && message.code == 0
+        && let Some(verdict) = advertise(ctx, &frame, &message, &request)?
+    {
+        return Ok(verdict);
+    }
+    if request.router == 0 {
+        // A multicast solicitation nobody here answers: flooded as `from_pod` floods.
+        return match flood::group_of(request.datapath, true) {
+            Some(group) => Err(flood::request(
+                ctx,
+                &group.request(request.ingress_port, request.ifindex),
+            )),
+            None => Ok(PASS),
+        };
+    }
+    if icmp_type.is_some_and(|kind| ND_TYPES.contains(&kind)) {
+        return Err(drop_reason::ND_TO_ROUTER);
+    }
+    to_router(ctx, &frame, icmp_type, &request)
+}
+
+/// The switch's advertisement for a solicitation it answers, sent back to the solicitor; `None`
+/// when it does not answer (unknown target, the owner asking, another destination).
+#[inline(always)]
+fn advertise(
+    ctx: &TcContext,
+    frame: &Ipv6Frame,
+    solicitation: &NdMessage,
+    request: &Ipv6Request,
+) -> Result<Option<i32>, DropReason> {
+    let key = Ipv6Key {
+        datapath: request.datapath,
+        ip: solicitation.target,
+    };
+    let Some(answer) = get(&ND_RESPONDER, key).copied() else {
+        return Ok(None);
+    };
+    let target = solicitation.target;
+    if answer.owner_port == request.ingress_port
+        || (frame.ip.destination != target && frame.ip.destination != solicited_node(&target))
+    {
+        return Ok(None);
+    }
+    // R (for a router's address: `nd_na_router`), S, O.
+    let flags = if answer.flags & ARP_ANSWER_ROUTER != 0 {
+        0xe0
+    } else {
+        0x60
+    };
+    let advertisement = nd_frame(
+        EthHeader {
+            destination: frame.eth.source,
+            source: answer.mac,
+            ether_type: ETH_P_IPV6.to_be(),
+        },
+        (target, frame.ip.source),
+        (ND_ADVERTISEMENT, flags, target),
+        // Target link-layer address.
+        (2, answer.mac),
+    );
+    write(ctx, &advertisement)?;
+    Ok(Some(reply_to_sender(ctx, request.ifindex)))
+}
+
+/// IPv6 to router `request.router`'s MAC (see the module doc).
+#[inline(always)]
+fn to_router(
+    ctx: &TcContext,
+    frame: &Ipv6Frame,
+    icmp_type: Option<u8>,
+    request: &Ipv6Request,
+) -> Result<i32, DropReason> {
+    let router = request.router;
+    let flags = get(&ROUTERS, router).map_or(0, |r| r.flags);
+    if flags & ROUTER_FORWARDS == 0 {
+        return Err(drop_reason::ROUTER_UNSUPPORTED);
+    }
+    let ip = frame.ip;
+    if ip.destination[0] == 0xff {
+        return Err(drop_reason::IPV6_TO_ROUTER);
+    }
+    let own = Ipv6Key {
+        datapath: router,
+        ip: ip.destination,
+    };
+    let next_hop = match get(&ROUTER_ADDRESSES6, own) {
+        // For the router itself: what it answers goes back to the sender.
+        Some(address) => {
+            let answered = match ip.next_header {
+                IPPROTO_ICMPV6 => {
+                    icmp_type == Some(ECHO_REQUEST) && address.flags & ROUTER_ADDRESS_ECHO != 0
+                }
+                IPPROTO_TCP => address.flags & ROUTER_ADDRESS_TCP_RESET != 0,
+                IPPROTO_UDP => address.flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0,
+                _ => false,
+            };
+            if !answered {
+                return Err(drop_reason::TO_ROUTER_UNHANDLED);
+            }
+            ip.source
+        }
+        None if ip.hop_limit <= 1 => return Err(drop_reason::TTL_EXPIRED),
+        None => ip.destination,
+    };
+    // Only link-local next hops, out of the port the packet came in on.
+    if !is_link_local(&next_hop) || flags & ROUTER_IPV6_LINK_LOCAL == 0 {
+        return Err(drop_reason::IPV6_TO_ROUTER);
+    }
+    let neighbour = Ipv6Key {
+        datapath: router,
+        ip: next_hop,
+    };
+    if get(&NEIGHBOURS6, neighbour).is_some() {
+        return Err(drop_reason::IPV6_TO_ROUTER);
+    }
+    if flags & ROUTER_ND_REQUESTS == 0 {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    }
+    solicit(ctx, &frame.eth, next_hop, request)
+}
+
+/// Turns the packet into the router's solicitation for `next_hop`, from the router port whose
+/// MAC the pod addressed, and floods it on the pod's switch (`_MC_flood_l2`).
+#[inline(always)]
+fn solicit(
+    ctx: &TcContext,
+    eth: &EthHeader,
+    next_hop: [u8; 16],
+    request: &Ipv6Request,
+) -> Result<i32, DropReason> {
+    let router_mac = eth.destination;
+    let fib = FibKey {
+        datapath: request.datapath,
+        mac: router_mac,
+        padding: [0; 2],
+    };
+    let router_port = get(&L2_FIB, fib).map_or(0, |entry| entry.port);
+    let Some(group) = flood::router_group(request.datapath) else {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    };
+    let group_address = solicited_node(&next_hop);
+    let solicitation = nd_frame(
+        EthHeader {
+            destination: [
+                0x33,
+                0x33,
+                group_address[12],
+                group_address[13],
+                group_address[14],
+                group_address[15],
+            ],
+            source: router_mac,
+            ether_type: ETH_P_IPV6.to_be(),
+        },
+        (link_local(&router_mac), group_address),
+        (ND_SOLICITATION, 0, next_hop),
+        // Source link-layer address.
+        (1, router_mac),
+    );
+    write(ctx, &solicitation)?;
+    count_reply(router_reply::ND_SOLICITATION);
+    Err(flood::request(ctx, &group.request(router_port, 0)))
+}
+
+/// An ND frame: `eth`, IPv6 (`source`, `destination`) with hop limit 255, the ND message
+/// (`kind`, first flags byte, target) and one link-layer option (`kind`, MAC), checksummed.
+#[inline(always)]
+fn nd_frame(
+    eth: EthHeader,
+    (source, destination): ([u8; 16], [u8; 16]),
+    (kind, flags, target): (u8, u8, [u8; 16]),
+    (option_kind, option_mac): (u8, [u8; 6]),
+) -> NdFrame {
+    let mut body = NdBody {
+        message: NdMessage {
+            kind,
+            code: 0,
+            checksum: 0,
+            flags: [flags, 0, 0, 0],
+            target,
+        },
+        option_kind,
+        option_len: 1,
+        option_mac,
+    };
+    // SAFETY: NdBody is 32 packed bytes, every one of them initialised.
+    let bytes: [u8; 32] = unsafe { core::mem::transmute(body) };
+    body.message.checksum = csum::icmpv6_32(&source, &destination, &bytes).to_be();
+    NdFrame {
+        frame: Ipv6Frame {
+            eth,
+            ip: Ipv6Header {
+                version_class_flow: 0x6000_0000_u32.to_be(),
+                payload_len: 32_u16.to_be(),
+                next_header: IPPROTO_ICMPV6,
+                hop_limit: 255,
+                source,
+                destination,
+            },
+        },
+        body,
+    }
+}
+
+/// Makes the skb exactly `frame`.
+#[inline(always)]
+fn write(ctx: &TcContext, frame: &NdFrame) -> Result<(), DropReason> {
+    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+    if unsafe { aya_ebpf::helpers::bpf_skb_change_tail(ctx.skb.skb, ND_FRAME_LEN, 0) } != 0 {
+        return Err(drop_reason::ROUTER_REPLY_FAILED);
+    }
+    ctx.store(0, frame, 0)
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)
+}
+
+/// `fe80::/64`, where northd's per-port routes send a packet back out of its inport.
+#[inline(always)]
+fn is_link_local(ip: &[u8; 16]) -> bool {
+    ip[0] == 0xfe && ip[1] == 0x80 && ip[2..8] == [0; 6]
+}
+
+/// The solicited-node multicast group of `ip` (`ff02::1:ffXX:XXXX`).
+#[inline(always)]
+fn solicited_node(ip: &[u8; 16]) -> [u8; 16] {
+    [
+        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, ip[13], ip[14], ip[15],
+    ]
+}
+
+/// The EUI-64 link-local address of `mac` (as OVN's `in6_generate_lla`).
+#[inline(always)]
+fn link_local(mac: &[u8; 6]) -> [u8; 16] {
+    [
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]
+}
