@@ -45,10 +45,10 @@ use ovnbpf_common::{
 use crate::maps::get;
 use crate::output::clone_to_local;
 use crate::{
-    DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, STAGES, TC_ACT_SHOT,
+    DROP_COUNTERS, FLOOD_GROUPS, FLOOD_MEMBERS, FLOOD_ROLES, FLOOD_SCRATCH, TC_ACT_SHOT,
     count_drop, deliver_local,
     geneve::{self, Tunnel},
-    underlay,
+    stages, underlay,
 };
 
 /// A flood group as the programs walk it: its key and member counts.
@@ -77,39 +77,21 @@ impl Group {
 /// returns). Returns the reason to drop the frame when the stage is not there.
 #[inline(always)]
 pub fn request(ctx: &TcContext, request: &FloodRequest) -> DropReason {
-    // SAFETY: tc programs may write the skb's control block, cb[0..5]; a tail call keeps it.
-    unsafe {
-        let cb = &mut (*ctx.skb.skb).cb;
-        cb[0] = request.datapath;
-        cb[1] = request.group;
-        cb[2] = request.ingress_port;
-        cb[3] = request.except;
-        cb[4] = request.magic;
-    }
-    // SAFETY: the slot holds a program of this object (or nothing: the call then returns).
-    unsafe { STAGES.tail_call(ctx, slot::FLOOD) };
-    drop_reason::STAGE_MISSING
+    stages::jump(ctx, slot::FLOOD, request.words())
 }
 
 /// The flood stage: floods the frame as the [`FloodRequest`] in its control block says.
 #[inline(always)]
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
-    // SAFETY: tc programs may read and write the skb's control block.
-    let cb = unsafe { &mut (*ctx.skb.skb).cb };
-    if cb[4] != FLOOD_REQUEST_MAGIC {
-        return Err(drop_reason::STAGE_REQUEST_INVALID);
-    }
-    cb[4] = 0;
-    let (datapath, except) = (cb[0], cb[3]);
+    let [datapath, group, ingress_port, except] = stages::take(ctx, FLOOD_REQUEST_MAGIC)?;
     let mut tunnel = Tunnel {
         datapath,
-        ingress_port: cb[2],
-        egress_port: cb[1],
+        ingress_port,
+        egress_port: group,
         remote_ip: 0,
     };
     // The group went away since `from_pod` found it: nobody to flood to.
-    let group =
-        local_group(datapath, tunnel.egress_port).ok_or(drop_reason::UNKNOWN_DESTINATION)?;
+    let group = local_group(datapath, group).ok_or(drop_reason::UNKNOWN_DESTINATION)?;
     // An underlay switch: the local members, then the physical network (OVN's localnet port).
     if let Some(localnet) = underlay::localnet(datapath) {
         to_local_members(ctx, &group, except);

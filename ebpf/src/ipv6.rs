@@ -31,12 +31,12 @@ use ovnbpf_common::{
 use crate::maps::get;
 use crate::output::reply_to_sender;
 use crate::{
-    L2_FIB, ND_RESPONDER, NEIGHBOURS6, PASS, ROUTER_ADDRESSES6, ROUTERS, STAGES, count_reply, csum,
-    flood,
+    L2_FIB, ND_RESPONDER, NEIGHBOURS6, PASS, ROUTER_ADDRESSES6, ROUTERS, count_reply, csum, flood,
     headers::{
         ETH_HEADER_LEN, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv6Frame,
         Ipv6Header, NdBody, NdFrame, NdMessage,
     },
+    stages,
 };
 
 const ND_SOLICITATION: u8 = 135;
@@ -63,34 +63,18 @@ pub fn is_solicitation(ctx: &TcContext) -> bool {
 /// reason to drop the frame when the stage is not there.
 #[inline(always)]
 pub fn request(ctx: &TcContext, request: &Ipv6Request) -> DropReason {
-    // SAFETY: tc programs may write the skb's control block, cb[0..5]; a tail call keeps it.
-    unsafe {
-        let cb = &mut (*ctx.skb.skb).cb;
-        cb[0] = request.datapath;
-        cb[1] = request.router;
-        cb[2] = request.ingress_port;
-        cb[3] = request.ifindex;
-        cb[4] = request.magic;
-    }
-    // SAFETY: the slot holds a program of this object (or nothing: the call then returns).
-    unsafe { STAGES.tail_call(ctx, slot::IPV6) };
-    drop_reason::STAGE_MISSING
+    stages::jump(ctx, slot::IPV6, request.words())
 }
 
 /// The IPv6 stage (see the module doc).
 #[inline(always)]
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
-    // SAFETY: tc programs may read and write the skb's control block.
-    let cb = unsafe { &mut (*ctx.skb.skb).cb };
-    if cb[4] != IPV6_REQUEST_MAGIC {
-        return Err(drop_reason::STAGE_REQUEST_INVALID);
-    }
-    cb[4] = 0;
+    let [datapath, router, ingress_port, ifindex] = stages::take(ctx, IPV6_REQUEST_MAGIC)?;
     let request = Ipv6Request {
-        datapath: cb[0],
-        router: cb[1],
-        ingress_port: cb[2],
-        ifindex: cb[3],
+        datapath,
+        router,
+        ingress_port,
+        ifindex,
         magic: 0,
     };
     let Ok(frame) = ctx.load::<Ipv6Frame>(0) else {

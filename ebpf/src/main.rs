@@ -28,6 +28,7 @@ mod overlay;
 mod port_security;
 mod reject;
 mod router;
+mod stages;
 mod switching;
 mod underlay;
 

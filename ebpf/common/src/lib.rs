@@ -57,6 +57,20 @@ pub struct FloodRequest {
     pub magic: u32,
 }
 
+impl FloodRequest {
+    /// The control block's words, in field order.
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [
+            self.datapath,
+            self.group,
+            self.ingress_port,
+            self.except,
+            self.magic,
+        ]
+    }
+}
+
 /// [`FloodRequest::magic`].
 pub const FLOOD_REQUEST_MAGIC: u32 = 0x0f10_0d06;
 
@@ -72,6 +86,20 @@ pub struct Ipv6Request {
     pub ifindex: u32,
     /// [`IPV6_REQUEST_MAGIC`].
     pub magic: u32,
+}
+
+impl Ipv6Request {
+    /// The control block's words, in field order.
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [
+            self.datapath,
+            self.router,
+            self.ingress_port,
+            self.ifindex,
+            self.magic,
+        ]
+    }
 }
 
 /// [`Ipv6Request::magic`].
