@@ -1,6 +1,7 @@
 //! Internet checksums the programs compute whole (the incremental updates use the kernel's
 //! `l3_csum_replace`/`bpf_csum_diff` where they are): IPv4 headers, the outer header of a Geneve
-//! frame, ICMPv6 neighbour discovery, and the folding step they share. Pure functions; touches nothing.
+//! frame, ICMPv6 neighbour discovery, and the folding step they share. Pure functions; touches
+//! nothing.
 
 use crate::headers::{IPPROTO_UDP, Ipv4Header};
 

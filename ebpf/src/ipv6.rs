@@ -78,8 +78,11 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
         magic: 0,
     };
     let Ok(frame) = ctx.load::<Ipv6Frame>(0) else {
-        return Err(drop_reason::IPV6_TO_ROUTER);
+        return Err(drop_reason::ROUTED_MALFORMED);
     };
+    if u32::from_be(frame.ip.version_class_flow) >> 28 != 6 {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    }
     let icmp_type = if frame.ip.next_header == IPPROTO_ICMPV6 {
         ctx.load::<u8>(ICMPV6_OFFSET).ok()
     } else {

@@ -4,13 +4,12 @@
 //! `from_pod` runs as a cls_bpf filter (direct action) on ingress of each pod's host-side veth and
 //! runs the pod's logical switch pipeline ([`switching`]: port security, ARP responder, L2 FIB,
 //! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
-//! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]);
-//! `from_provider` on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for
-//! local pods ([`underlay`]). `flood` and `ipv6` are later stages of `from_pod`, tail-called
-//! through the `STAGES` program array ([`flood`], [`ipv6`]). Traffic that is not theirs leaves unchanged
-//! ([`output::PASS`]).
-//! Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through [`drop`], local
-//! delivery through [`output`].
+//! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]); `from_provider`
+//! on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for local pods
+//! ([`underlay`]). `flood` and `ipv6` are later stages of `from_pod`, tail-called through the
+//! `STAGES` program array ([`flood`], [`ipv6`]). Traffic that is not theirs leaves unchanged
+//! ([`output::PASS`]). Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through
+//! [`drop`], local delivery through [`output`].
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 

@@ -1,12 +1,12 @@
-//! L2 switching of frames leaving a pod: the pod's port (by the veth's ifindex) gives the
-//! datapath; the destination MAC on that datapath gives a local port (redirect) or a port on
-//! another chassis (Geneve). Port security is checked first ([`crate::port_security`]); ARP
-//! requests for known addresses are answered ([`crate::arp`]); IPv6 neighbour solicitations
-//! and IPv6 to a router go to the IPv6 stage ([`crate::ipv6`]).
-//! Broadcast and multicast frames, and unicast to unknown MACs where the switch floods them, go to
-//! the datapath's flood group (the flood stage, tail-called: [`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as
-//! OVN's `ls_in_l2_unknown` drops it. Frames of unknown ports go on untouched, to the stack or the
-//! next program. Reads `POD_PORTS` and `L2_FIB`.
+//! L2 switching of frames leaving a pod: the pod's port (by the veth's ifindex) gives the datapath;
+//! the destination MAC on that datapath gives a local port (redirect) or a port on another chassis
+//! (Geneve). Port security is checked first ([`crate::port_security`]); ARP requests for known
+//! addresses are answered ([`crate::arp`]); IPv6 neighbour solicitations and IPv6 to a router go to
+//! the IPv6 stage ([`crate::ipv6`]). Broadcast and multicast frames, and unicast to unknown MACs
+//! where the switch floods them, go to the datapath's flood group (the flood stage, tail-called:
+//! [`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as OVN's `ls_in_l2_unknown`
+//! drops it. Frames of unknown ports go on untouched, to the stack or the next program. Reads
+//! `POD_PORTS` and `L2_FIB`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;

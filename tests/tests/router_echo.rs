@@ -336,15 +336,29 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
         replies_before,
         "no answer counted"
     );
-    // IPv6 behind the router's MAC: OVN answers or routes it; the kernel does not route IPv6
-    // yet, so it is dropped and counted rather than handed to the node. ARP the responder did
-    // not answer (a reply) is consumed, as OVN's router consumes it. Other protocols go on.
-    let mut ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
+    // IPv6 behind the router's MAC to a destination the kernel does not route yet (not
+    // link-local: issue 21) is dropped and counted rather than handed to the node, and so is a
+    // frame that says IPv6 but is not. ARP the responder did not answer (a reply) is consumed,
+    // as OVN's router consumes it. Other protocols go on.
+    let mut ipv6 = vec![0; 14 + 40 + 8];
+    ipv6[..6].copy_from_slice(&ROUTER_MAC);
+    ipv6[6..12].copy_from_slice(&POD_MAC);
     ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    // Version 6, 8 bytes of UDP, hop limit 64, fe80::1 → 2001:db8::1.
+    ipv6[14..22].copy_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
+    ipv6[22..24].copy_from_slice(&[0xfe, 0x80]);
+    ipv6[37] = 1;
+    ipv6[38..40].copy_from_slice(&[0x20, 0x01]);
+    ipv6[40..42].copy_from_slice(&[0x0d, 0xb8]);
+    ipv6[53] = 1;
+    ipv6[54..62].copy_from_slice(&[0x9c, 0x40, 0, 53, 0, 8, 0, 0]);
+    let mut not_ipv6 = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
+    not_ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
     let mut arp_reply = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     arp_reply[12..14].copy_from_slice(&[0x08, 0x06]);
     for (what, frame, reason) in [
-        ("IPv6", ipv6, "ipv6_to_router"),
+        ("IPv6 off-link", ipv6, "ipv6_to_router"),
+        ("IPv4 labelled IPv6", not_ipv6, "routed_malformed"),
         ("ARP", arp_reply, "arp_to_router"),
     ] {
         let before = drops(reason);

@@ -8,102 +8,9 @@
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
 pub const LAYOUT_VERSION: u32 = 6;
 
-/// Program names as they appear in the object file (the function names in the eBPF crate).
-pub mod program {
-    /// A cls_bpf filter on ingress of a pod's host-side veth: traffic leaving the pod.
-    pub const FROM_POD: &str = "from_pod";
-    /// A tcx link on ingress of the node's tunnel/uplink NIC: traffic arriving from other nodes.
-    pub const FROM_UPLINK: &str = "from_uplink";
-    /// A tcx link on ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
-    pub const FROM_PROVIDER: &str = "from_provider";
-    /// The flood stage, tail-called from `from_pod` (slot [`super::stage::FLOOD`] of
-    /// [`super::map::STAGES`]); attached to no interface.
-    pub const FLOOD: &str = "flood";
-    /// The IPv6 stage, tail-called from `from_pod` (slot [`super::stage::IPV6`]): the ND
-    /// responder and what the kernel's router does with IPv6.
-    pub const IPV6: &str = "ipv6";
-    /// Every program the object must contain; each one is loaded through the verifier at start-up.
-    pub const ALL: [&str; 5] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD, IPV6];
-    /// The tail-called stages and their slots in [`super::map::STAGES`].
-    pub const STAGES: [(&str, u32); 2] = [(FLOOD, super::stage::FLOOD), (IPV6, super::stage::IPV6)];
-}
-
-/// Slots of [`map::STAGES`], the program array the entry programs tail-call their later stages
-/// through: each stage is a program of its own, with its own 512-byte stack and verifier budget.
-/// The agent fills the slots after loading (a restarted agent overwrites them with its own
-/// programs, which run the same layout: the pinned array lives in the layout-versioned
-/// directory).
-pub mod stage {
-    /// Floods a frame to a group ([`super::FloodRequest`] in the skb's control block).
-    pub const FLOOD: u32 = 0;
-    /// IPv6 from a pod that the switch's ND responder or a router handles ([`super::Ipv6Request`]).
-    pub const IPV6: u32 = 1;
-    /// Slots the array holds (room for stages added later without a layout change).
-    pub const CAPACITY: u32 = 8;
-}
-
-/// What `from_pod` hands the flood stage, in the skb's control block (`cb[0..5]`, which a tail
-/// call keeps): flood the frame on `datapath` to group `group`, as entered through logical port
-/// `ingress_port`, never back to host interface `except` (0 = none).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FloodRequest {
-    pub datapath: u32,
-    pub group: u32,
-    pub ingress_port: u32,
-    pub except: u32,
-    /// [`FLOOD_REQUEST_MAGIC`]: a control block the flood stage did not get from `from_pod`
-    /// (it can only be reached by a tail call, but it checks) is dropped.
-    pub magic: u32,
-}
-
-impl FloodRequest {
-    /// The control block's words, in field order.
-    #[must_use]
-    pub const fn words(&self) -> [u32; 5] {
-        [
-            self.datapath,
-            self.group,
-            self.ingress_port,
-            self.except,
-            self.magic,
-        ]
-    }
-}
-
-/// [`FloodRequest::magic`].
-pub const FLOOD_REQUEST_MAGIC: u32 = 0x0f10_0d06;
-
-/// What `from_pod` hands the IPv6 stage in the skb's control block: an IPv6 frame on switch
-/// `datapath` from logical port `ingress_port` behind host interface `ifindex`, addressed to
-/// router `router`'s MAC (0: a multicast neighbour solicitation for the switch's responder).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Ipv6Request {
-    pub datapath: u32,
-    pub router: u32,
-    pub ingress_port: u32,
-    pub ifindex: u32,
-    /// [`IPV6_REQUEST_MAGIC`].
-    pub magic: u32,
-}
-
-impl Ipv6Request {
-    /// The control block's words, in field order.
-    #[must_use]
-    pub const fn words(&self) -> [u32; 5] {
-        [
-            self.datapath,
-            self.router,
-            self.ingress_port,
-            self.ifindex,
-            self.magic,
-        ]
-    }
-}
-
-/// [`Ipv6Request::magic`].
-pub const IPV6_REQUEST_MAGIC: u32 = 0x1b06_0d06;
+pub mod program;
+pub mod stage;
+pub use stage::{FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC, Ipv6Request};
 
 pub mod maps;
 /// Map names as they appear in the object file, from the one declaration of each map in
@@ -129,141 +36,9 @@ pub mod geneve {
     pub const OVERHEAD: usize = 58;
 }
 
-/// Indexes of [`map::ROUTER_REPLIES`]: what a router sent back to a pod.
-pub mod router_reply {
-    /// ICMP echo reply from a router address.
-    pub const ECHO_REPLY: u32 = 0;
-    /// ICMP time exceeded from the router where a packet's TTL ran out.
-    pub const TIME_EXCEEDED: u32 = 1;
-    /// TCP reset for TCP to a router address.
-    pub const TCP_RESET: u32 = 2;
-    /// ICMP port unreachable for UDP to a router address.
-    pub const PORT_UNREACHABLE: u32 = 3;
-    /// ICMP protocol unreachable for other protocols to a router address.
-    pub const PROTOCOL_UNREACHABLE: u32 = 4;
-    /// ARP request a router broadcast for a next hop it had no MAC for (OVN's
-    /// `lr_in_arp_request`); the packet that needed it is dropped, as ovn-trace shows it.
-    pub const ARP_REQUEST: u32 = 5;
-    /// Neighbour solicitation a router multicast for an IPv6 next hop it had no MAC for.
-    pub const ND_SOLICITATION: u32 = 6;
-    /// Number of kinds (the map's size).
-    pub const COUNT: u32 = 7;
-    /// Names for metrics and logs, by index.
-    pub const NAMES: [&str; COUNT as usize] = [
-        "echo_reply",
-        "time_exceeded",
-        "tcp_reset",
-        "port_unreachable",
-        "protocol_unreachable",
-        "arp_request",
-        "nd_solicitation",
-    ];
-}
-
-/// Why a program dropped a frame: an index of [`map::DROP_COUNTERS`] and of
-/// [`drop_reason::NAMES`] (the reasons are the constants of [`drop_reason`]).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DropReason(pub u32);
-
-/// The reasons a program drops a frame.
-pub mod drop_reason {
-    use super::DropReason;
-
-    /// Addressed to our Geneve port but not a frame OVN sends (version, options, protocol,
-    /// lengths).
-    pub const GENEVE_MALFORMED: DropReason = DropReason(0);
-    /// A well-formed Geneve frame whose (VNI, egress port key) has no local port.
-    pub const GENEVE_UNKNOWN_DESTINATION: DropReason = DropReason(1);
-    /// The kernel refused to strip the outer headers.
-    pub const DECAP_FAILED: DropReason = DropReason(2);
-    /// The kernel refused to make room for the outer headers.
-    pub const ENCAP_FAILED: DropReason = DropReason(3);
-    /// A pod sent with a source MAC or IPv4 address its port security does not allow.
-    pub const PORT_SECURITY: DropReason = DropReason(4);
-    /// A flood copy for another chassis whose next hop has no resolved neighbour entry.
-    pub const FLOOD_NEXT_HOP_UNRESOLVED: DropReason = DropReason(5);
-    /// A clone for a flood group member failed.
-    pub const FLOOD_CLONE_FAILED: DropReason = DropReason(6);
-    /// The kernel refused to rewrite a router's reply.
-    pub const ROUTER_REPLY_FAILED: DropReason = DropReason(7);
-    /// A router the kernel does not forward for (its pipeline has flows the kernel lacks:
-    /// policies, NAT, ECMP…): counted, never forwarded half-right.
-    pub const ROUTER_UNSUPPORTED: DropReason = DropReason(8);
-    /// No route to the destination.
-    pub const NO_ROUTE: DropReason = DropReason(9);
-    /// The next hop's MAC is not known and the router sends no ARP request for it (a router
-    /// without `lr_in_arp_request`, or a switch without a flood group to send it to).
-    pub const NEXT_HOP_UNRESOLVED: DropReason = DropReason(10);
-    /// TTL expires past the first router (the first router's own expiry is answered with ICMP
-    /// time exceeded; a later router's is only counted so far).
-    pub const TTL_EXPIRED: DropReason = DropReason(11);
-    /// More router hops than the kernel follows.
-    pub const TOO_MANY_HOPS: DropReason = DropReason(12);
-    /// The routed frame's next switch has no entry for the neighbour's MAC.
-    pub const ROUTED_UNKNOWN_DESTINATION: DropReason = DropReason(13);
-    /// Traffic to a router's own address the kernel does not answer: later fragments (OVN drops
-    /// them too), SCTP (OVN's `sctp_abort` is not built), or a protocol the address has no
-    /// answer for.
-    pub const TO_ROUTER_UNHANDLED: DropReason = DropReason(14);
-    /// An IPv4 packet to a router that is malformed (or has options, which the kernel does not
-    /// route).
-    pub const ROUTED_MALFORMED: DropReason = DropReason(15);
-    /// Unicast to a MAC the switch does not know, on a switch that does not flood unknown
-    /// unicast: OVN drops it (`ls_in_l2_unknown`).
-    pub const UNKNOWN_DESTINATION: DropReason = DropReason(16);
-    /// ARP to a router's MAC that the ARP responder does not answer (a reply, or a request
-    /// for an address that is not the router's): OVN's router consumes it, learning its
-    /// sender, which ovnbpf does not do yet.
-    pub const ARP_TO_ROUTER: DropReason = DropReason(17);
-    /// IPv6 to a router's MAC that the kernel's router does not handle yet (issue 21): answers
-    /// and forwarding toward a known neighbour, and every destination but a link-local one. What
-    /// it does handle: solicitations (answered by the switch), and a solicitation of its own for
-    /// a link-local next hop without a MAC.
-    pub const IPV6_TO_ROUTER: DropReason = DropReason(18);
-    /// A frame for a port with port security to a MAC or IPv4 address the port does not list:
-    /// OVN drops it in the egress pipeline (`ls_out_apply_port_sec`).
-    pub const EGRESS_PORT_SECURITY: DropReason = DropReason(19);
-    /// A later stage's slot in `STAGES` is empty or the tail call failed (the agent fills the
-    /// slots at start; a frame is never half-handled without it).
-    pub const STAGE_MISSING: DropReason = DropReason(20);
-    /// A stage was reached without a request from `from_pod` in the control block.
-    pub const STAGE_REQUEST_INVALID: DropReason = DropReason(21);
-    /// Neighbour discovery to a router's MAC that the switch's responder did not answer: OVN's
-    /// router consumes it (learning its sender, which ovnbpf does not do).
-    pub const ND_TO_ROUTER: DropReason = DropReason(22);
-    /// Number of reasons.
-    pub const COUNT: u32 = 23;
-    /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
-    pub const CAPACITY: u32 = 64;
-    const _: () = assert!(COUNT <= CAPACITY);
-    /// Names for metrics and logs, by index.
-    pub const NAMES: [&str; COUNT as usize] = [
-        "geneve_malformed",
-        "geneve_unknown_destination",
-        "decap_failed",
-        "encap_failed",
-        "port_security",
-        "flood_next_hop_unresolved",
-        "flood_clone_failed",
-        "router_reply_failed",
-        "router_unsupported",
-        "no_route",
-        "next_hop_unresolved",
-        "ttl_expired",
-        "too_many_hops",
-        "routed_unknown_destination",
-        "to_router_unhandled",
-        "routed_malformed",
-        "unknown_destination",
-        "arp_to_router",
-        "ipv6_to_router",
-        "egress_port_security",
-        "stage_missing",
-        "stage_request_invalid",
-        "nd_to_router",
-    ];
-}
+pub mod drop_reason;
+pub mod router_reply;
+pub use drop_reason::DropReason;
 
 /// This node's tunnel endpoint. `encap_ip` is the IPv4 address of this chassis's Encap row in
 /// network byte order; 0 means "not configured": the programs then neither decapsulate nor
@@ -332,8 +107,8 @@ pub struct ArpKey {
     pub ip: u32,
 }
 
-/// The ARP (and ND) responder's answer: `mac`, unless the request comes from `owner_port` (the port that
-/// owns the address, which must get no answer from the switch; 0 = no owner).
+/// The ARP (and ND) responder's answer: `mac`, unless the request comes from `owner_port` (the port
+/// that owns the address, which must get no answer from the switch; 0 = no owner).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArpAnswer {

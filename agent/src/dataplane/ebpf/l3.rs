@@ -1,17 +1,17 @@
 //! This chassis's L3 kernel maps, derived from the IR: the routers the kernel forwards for (those
 //! without drop/reroute policies or flows it cannot run; allow policies change nothing there),
 //! their routes (per destination prefix, and per source prefix for `src-ip` routes in a map of
-//! their own, the highest-priority route of the main table, with OVN's priority so the kernel
-//! picks between the two lookups as `lr_in_ip_routing` does, and the datapath behind the output
-//! port: a switch, with the port's own address for the router's ARP requests, or a peer router),
-//! their neighbours (static from the flows; learned from MAC_Binding where the router looks them
-//! up), and their own addresses (and what they answer there: pings, TCP resets, ICMP
-//! port/protocol unreachable). IPv6: addresses and neighbours in maps of their own
-//! (`ROUTER_ADDRESSES6`, `NEIGHBOURS6`), and the router flags for the kernel's IPv6 stage
-//! (northd's per-port link-local routes, solicitations for next hops). Owns the desired contents (the
-//! `desired_*` functions); what is installed is kept by one [`Table`] per map, which touches the
-//! kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
-//! [`L3State::flush`] writes just those.
+//! their own, the highest-priority route of the main table, with OVN's priority so the kernel picks
+//! between the two lookups as `lr_in_ip_routing` does, and the datapath behind the output port: a
+//! switch, with the port's own address for the router's ARP requests, or a peer router), their
+//! neighbours (static from the flows; learned from MAC_Binding where the router looks them up), and
+//! their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
+//! unreachable). IPv6: addresses and neighbours in maps of their own (`ROUTER_ADDRESSES6`,
+//! `NEIGHBOURS6`), and the router flags for the kernel's IPv6 stage (northd's per-port link-local
+//! routes, solicitations for next hops). Owns the desired contents (the `desired_*` functions);
+//! what is installed is kept by one [`Table`] per map, which touches the kernel only through
+//! [`Maps`]. Incremental like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just
+//! those.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -19,10 +19,10 @@ use std::{
 };
 
 use ovnbpf_common::{
-    Ipv6Key, Neighbour, NeighbourKey, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
+    Neighbour, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS,
-    ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
     },
@@ -30,23 +30,12 @@ use ovnbpf_common::{
 
 use super::{
     EbpfError, Maps,
-    tables::{Pass, Table, TableKey, flush_from},
+    tables::{Pass, Table, flush_from},
 };
 use crate::pipeline::ir::{
     IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, Prefix6, RejectProtocol, RejectResponse,
     RouteSelector,
 };
-
-/// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
-/// order) and its prefix length in bits (the datapath's 32, then the prefix's).
-#[must_use]
-pub fn route_slot(datapath: u32, prefix: Prefix) -> (RouteKey, u32) {
-    let key = RouteKey {
-        datapath: datapath.to_be(),
-        ip: u32::from_ne_bytes(prefix.network.octets()),
-    };
-    (key, 32 + u32::from(prefix.length))
-}
 
 /// Where the state keeps a router's routes: the router, what the prefix is matched against, and
 /// the prefix (one kernel slot, in ROUTES or SOURCE_ROUTES).
@@ -110,48 +99,6 @@ pub struct L3State {
     address_table: Table<RouterAddresses, (u32, Ipv4Addr)>,
     address6_table: Table<RouterAddresses6, (u32, Ipv6Addr)>,
     router_table: Table<Routers, u32>,
-}
-
-impl TableKey<Routes> for (u32, Prefix) {
-    fn slot(&self) -> (RouteKey, u32) {
-        route_slot(self.0, self.1)
-    }
-}
-
-impl TableKey<SourceRoutes> for (u32, Prefix) {
-    fn slot(&self) -> (RouteKey, u32) {
-        route_slot(self.0, self.1)
-    }
-}
-
-impl TableKey<Neighbours> for (u32, Ipv4Addr) {
-    fn slot(&self) -> NeighbourKey {
-        neighbour_key(self.0, self.1)
-    }
-}
-
-impl TableKey<RouterAddresses> for (u32, Ipv4Addr) {
-    fn slot(&self) -> NeighbourKey {
-        neighbour_key(self.0, self.1)
-    }
-}
-
-impl TableKey<Neighbours6> for (u32, Ipv6Addr) {
-    fn slot(&self) -> Ipv6Key {
-        ipv6_key(self.0, self.1)
-    }
-}
-
-impl TableKey<RouterAddresses6> for (u32, Ipv6Addr) {
-    fn slot(&self) -> Ipv6Key {
-        ipv6_key(self.0, self.1)
-    }
-}
-
-impl TableKey<Routers> for u32 {
-    fn slot(&self) -> u32 {
-        *self
-    }
 }
 
 impl L3State {
@@ -662,22 +609,6 @@ impl L3State {
     }
 }
 
-/// The map key of (router, address) in NEIGHBOURS and ROUTER_ADDRESSES.
-fn neighbour_key(datapath: u32, ip: Ipv4Addr) -> NeighbourKey {
-    NeighbourKey {
-        datapath,
-        ip: u32::from_ne_bytes(ip.octets()),
-    }
-}
-
-/// The map key of (router, address) in NEIGHBOURS6 and ROUTER_ADDRESSES6.
-fn ipv6_key(datapath: u32, ip: Ipv6Addr) -> Ipv6Key {
-    Ipv6Key {
-        datapath,
-        ip: ip.octets(),
-    }
-}
-
 /// `fe80::/64`: northd's per-port link-local route.
 fn is_link_local_prefix(prefix: &Prefix6) -> bool {
     prefix.length == 64 && prefix.network.segments()[..4] == [0xfe80, 0, 0, 0]
@@ -714,6 +645,9 @@ fn remove_patch(index: &mut HashMap<String, HashSet<String>>, peer: &str, name: 
         }
     }
 }
+
+mod keys;
+pub use keys::route_slot;
 
 #[cfg(test)]
 mod tests;

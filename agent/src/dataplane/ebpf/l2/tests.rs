@@ -846,3 +846,77 @@ impl Maps for Watched {
         self.maps.keys::<M>()
     }
 }
+
+#[test]
+fn the_nd_responder_answers_like_the_arp_responder_with_the_router_flag_and_the_owner() {
+    use ovnbpf_common::{Ipv6Key, maps::NdResponder};
+    use std::net::Ipv6Addr;
+    const ROUTER_DP: u32 = 9;
+    const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
+    let pod_ip: Ipv6Addr = "fd00::5".parse().unwrap();
+    let router_ip: Ipv6Addr = "fe80::858:63ff:fe5f:4aa".parse().unwrap();
+    let patch = |datapath, key, name: &str, peer: &str, address: &str| IrEntry::Port {
+        datapath,
+        key,
+        name: name.into(),
+        kind: PortKind::Patch { peer: peer.into() },
+        addresses: address.parse().ok().into_iter().collect(),
+        port_security: Vec::new(),
+    };
+    let mut state = L2State::new("node1");
+    let owner = IrEntry::NdReplySkip {
+        datapath: DP,
+        ip: pod_ip,
+        inport: "a1".into(),
+    };
+    state.apply(&added(vec![
+        port("a1", 1, Some("node1")),
+        IrEntry::NdReply {
+            datapath: DP,
+            ip: pod_ip,
+            mac: LOCAL_MAC,
+        },
+        owner.clone(),
+        patch(DP, 2, "ls-lr", "lr-ls", "router"),
+        patch(
+            ROUTER_DP,
+            1,
+            "lr-ls",
+            "ls-lr",
+            "0a:58:63:5f:04:aa 10.0.1.1/24",
+        ),
+        IrEntry::NdReply {
+            datapath: DP,
+            ip: router_ip,
+            mac: ROUTER_MAC,
+        },
+        IrEntry::NdForRouterIp {
+            datapath: DP,
+            ip: router_ip,
+            router_port: "ls-lr".into(),
+            group: None,
+        },
+    ]));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let key = |ip: Ipv6Addr| Ipv6Key {
+        datapath: DP,
+        ip: ip.octets(),
+    };
+    let answers = maps.table::<NdResponder>();
+    let pod = answers[&key(pod_ip)];
+    assert_eq!((pod.mac, pod.flags, pod.owner_port), (LOCAL_MAC, 0, 1));
+    let router = answers[&key(router_ip)];
+    assert_eq!((router.mac, router.flags), (ROUTER_MAC, ARP_ANSWER_ROUTER));
+    // IPv4's responder gets nothing from IPv6 entries.
+    assert!(maps.arp().is_empty());
+    // Without its owner, the pod's address is answered for every port: one write.
+    maps.reset_writes();
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![owner],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes(), 1);
+    assert_eq!(maps.table::<NdResponder>()[&key(pod_ip)].owner_port, 0);
+}

@@ -3,6 +3,7 @@ use super::*;
 use crate::pipeline::ir::Unforwardable;
 
 use crate::dataplane::ebpf::maps::Recorder;
+use ovnbpf_common::NeighbourKey;
 use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes, SourceRoutes};
 
 /// Views of the recorded L3 maps keyed as the assertions read them.
@@ -581,4 +582,79 @@ fn routers_that_arp_for_next_hops_are_flagged_and_their_switch_routes_carry_the_
     });
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
+}
+
+#[test]
+fn ipv6_addresses_neighbours_and_link_local_routes_reach_their_maps_and_flags() {
+    use ovnbpf_common::{
+        Ipv6Key, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS,
+        maps::{Neighbours6, RouterAddresses6},
+    };
+    use std::net::Ipv6Addr;
+    let mut state = L3State::default();
+    let own: Ipv6Addr = "fe80::858:aff:fe00:101".parse().unwrap();
+    let pod: Ipv6Addr = "fe80::858:aff:fe00:102".parse().unwrap();
+    let link_local_route = IrEntry::Route6 {
+        datapath: ROUTER,
+        prefix: crate::pipeline::ir::Prefix6 {
+            network: "fe80::".parse().unwrap(),
+            length: 64,
+        },
+        priority: 194,
+        inport: Some("lr-a".into()),
+        nexthop: None,
+        source_ip: own,
+        source_mac: MAC_A,
+        port: "lr-a".into(),
+    };
+    let mut entries = vpc();
+    entries.extend([
+        IrEntry::RouterEchoReply6 {
+            datapath: ROUTER,
+            ip: own,
+        },
+        IrEntry::RouterReject6 {
+            datapath: ROUTER,
+            ip: own,
+            protocol: Some(RejectProtocol::Udp),
+            response: RejectResponse::IcmpUnreachable { code: 4 },
+        },
+        IrEntry::Neighbour6 {
+            datapath: ROUTER,
+            port: "lr-a".into(),
+            ip: pod,
+            mac: MAC_A,
+        },
+        IrEntry::NsForNextHop { datapath: ROUTER },
+        link_local_route.clone(),
+    ]);
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let key = |ip: Ipv6Addr| Ipv6Key {
+        datapath: ROUTER,
+        ip: ip.octets(),
+    };
+    assert_eq!(
+        maps.table::<RouterAddresses6>()[&key(own)].flags,
+        ROUTER_ADDRESS_ECHO | ROUTER_ADDRESS_PORT_UNREACHABLE
+    );
+    assert_eq!(maps.table::<Neighbours6>()[&key(pod)].mac, MAC_A);
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_ND_REQUESTS | ROUTER_IPV6_LINK_LOCAL
+    );
+    // IPv4 keeps its own maps: the IPv6 neighbour is not among them.
+    assert!(maps.neighbours().values().all(|n| n.mac != MAC_A));
+    // The link-local route gone, the flag goes; its address answers stay.
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![link_local_route],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_ND_REQUESTS
+    );
+    assert!(maps.table::<RouterAddresses6>().contains_key(&key(own)));
 }

@@ -1,0 +1,102 @@
+//! The reasons a program drops a frame: indexes of [`crate::map::DROP_COUNTERS`] and of
+//! [`NAMES`].
+
+/// Why a program dropped a frame: an index of [`crate::map::DROP_COUNTERS`] and of
+/// [`NAMES`] (the reasons are the constants of [this module](self)).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropReason(pub u32);
+
+/// Addressed to our Geneve port but not a frame OVN sends (version, options, protocol,
+/// lengths).
+pub const GENEVE_MALFORMED: DropReason = DropReason(0);
+/// A well-formed Geneve frame whose (VNI, egress port key) has no local port.
+pub const GENEVE_UNKNOWN_DESTINATION: DropReason = DropReason(1);
+/// The kernel refused to strip the outer headers.
+pub const DECAP_FAILED: DropReason = DropReason(2);
+/// The kernel refused to make room for the outer headers.
+pub const ENCAP_FAILED: DropReason = DropReason(3);
+/// A pod sent with a source MAC or IPv4 address its port security does not allow.
+pub const PORT_SECURITY: DropReason = DropReason(4);
+/// A flood copy for another chassis whose next hop has no resolved neighbour entry.
+pub const FLOOD_NEXT_HOP_UNRESOLVED: DropReason = DropReason(5);
+/// A clone for a flood group member failed.
+pub const FLOOD_CLONE_FAILED: DropReason = DropReason(6);
+/// The kernel refused to rewrite a router's reply.
+pub const ROUTER_REPLY_FAILED: DropReason = DropReason(7);
+/// A router the kernel does not forward for (its pipeline has flows the kernel lacks:
+/// policies, NAT, ECMP…): counted, never forwarded half-right.
+pub const ROUTER_UNSUPPORTED: DropReason = DropReason(8);
+/// No route to the destination.
+pub const NO_ROUTE: DropReason = DropReason(9);
+/// The next hop's MAC is not known and the router sends no ARP request for it (a router
+/// without `lr_in_arp_request`, or a switch without a flood group to send it to).
+pub const NEXT_HOP_UNRESOLVED: DropReason = DropReason(10);
+/// TTL expires past the first router (the first router's own expiry is answered with ICMP
+/// time exceeded; a later router's is only counted so far).
+pub const TTL_EXPIRED: DropReason = DropReason(11);
+/// More router hops than the kernel follows.
+pub const TOO_MANY_HOPS: DropReason = DropReason(12);
+/// The routed frame's next switch has no entry for the neighbour's MAC.
+pub const ROUTED_UNKNOWN_DESTINATION: DropReason = DropReason(13);
+/// Traffic to a router's own address the kernel does not answer: later fragments (OVN drops
+/// them too), SCTP (OVN's `sctp_abort` is not built), or a protocol the address has no
+/// answer for.
+pub const TO_ROUTER_UNHANDLED: DropReason = DropReason(14);
+/// An IP packet to a router that is malformed (IPv4 with options, which the kernel does not
+/// route, or a frame whose header does not say its version).
+pub const ROUTED_MALFORMED: DropReason = DropReason(15);
+/// Unicast to a MAC the switch does not know, on a switch that does not flood unknown
+/// unicast: OVN drops it (`ls_in_l2_unknown`).
+pub const UNKNOWN_DESTINATION: DropReason = DropReason(16);
+/// ARP to a router's MAC that the ARP responder does not answer (a reply, or a request
+/// for an address that is not the router's): OVN's router consumes it, learning its
+/// sender, which ovnbpf does not do yet.
+pub const ARP_TO_ROUTER: DropReason = DropReason(17);
+/// IPv6 to a router's MAC that the kernel's router does not handle yet (issue 21): answers
+/// and forwarding toward a known neighbour, and every destination but a link-local one. What
+/// it does handle: solicitations (answered by the switch), and a solicitation of its own for
+/// a link-local next hop without a MAC.
+pub const IPV6_TO_ROUTER: DropReason = DropReason(18);
+/// A frame for a port with port security to a MAC or IPv4 address the port does not list:
+/// OVN drops it in the egress pipeline (`ls_out_apply_port_sec`).
+pub const EGRESS_PORT_SECURITY: DropReason = DropReason(19);
+/// A later stage's slot in `STAGES` is empty or the tail call failed (the agent fills the
+/// slots at start; a frame is never half-handled without it).
+pub const STAGE_MISSING: DropReason = DropReason(20);
+/// A stage was reached without a request from `from_pod` in the control block.
+pub const STAGE_REQUEST_INVALID: DropReason = DropReason(21);
+/// Neighbour discovery to a router's MAC that the switch's responder did not answer: OVN's
+/// router consumes it (learning its sender, which ovnbpf does not do).
+pub const ND_TO_ROUTER: DropReason = DropReason(22);
+/// Number of reasons.
+pub const COUNT: u32 = 23;
+/// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
+pub const CAPACITY: u32 = 64;
+const _: () = assert!(COUNT <= CAPACITY);
+/// Names for metrics and logs, by index.
+pub const NAMES: [&str; COUNT as usize] = [
+    "geneve_malformed",
+    "geneve_unknown_destination",
+    "decap_failed",
+    "encap_failed",
+    "port_security",
+    "flood_next_hop_unresolved",
+    "flood_clone_failed",
+    "router_reply_failed",
+    "router_unsupported",
+    "no_route",
+    "next_hop_unresolved",
+    "ttl_expired",
+    "too_many_hops",
+    "routed_unknown_destination",
+    "to_router_unhandled",
+    "routed_malformed",
+    "unknown_destination",
+    "arp_to_router",
+    "ipv6_to_router",
+    "egress_port_security",
+    "stage_missing",
+    "stage_request_invalid",
+    "nd_to_router",
+];

@@ -1,0 +1,18 @@
+//! Program names as they appear in the object file (the function names in the eBPF crate).
+
+/// A cls_bpf filter on ingress of a pod's host-side veth: traffic leaving the pod.
+pub const FROM_POD: &str = "from_pod";
+/// A tcx link on ingress of the node's tunnel/uplink NIC: traffic arriving from other nodes.
+pub const FROM_UPLINK: &str = "from_uplink";
+/// A tcx link on ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
+pub const FROM_PROVIDER: &str = "from_provider";
+/// The flood stage, tail-called from `from_pod` (slot [`crate::stage::FLOOD`] of
+/// [`crate::map::STAGES`]); attached to no interface.
+pub const FLOOD: &str = "flood";
+/// The IPv6 stage, tail-called from `from_pod` (slot [`crate::stage::IPV6`]): the ND
+/// responder and what the kernel's router does with IPv6.
+pub const IPV6: &str = "ipv6";
+/// Every program the object must contain; each one is loaded through the verifier at start-up.
+pub const ALL: [&str; 5] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD, IPV6];
+/// The tail-called stages and their slots in [`crate::map::STAGES`].
+pub const STAGES: [(&str, u32); 2] = [(FLOOD, crate::stage::FLOOD), (IPV6, crate::stage::IPV6)];

@@ -1,0 +1,29 @@
+//! Indexes of [`crate::map::ROUTER_REPLIES`]: what a router sent back to a pod.
+
+/// ICMP echo reply from a router address.
+pub const ECHO_REPLY: u32 = 0;
+/// ICMP time exceeded from the router where a packet's TTL ran out.
+pub const TIME_EXCEEDED: u32 = 1;
+/// TCP reset for TCP to a router address.
+pub const TCP_RESET: u32 = 2;
+/// ICMP port unreachable for UDP to a router address.
+pub const PORT_UNREACHABLE: u32 = 3;
+/// ICMP protocol unreachable for other protocols to a router address.
+pub const PROTOCOL_UNREACHABLE: u32 = 4;
+/// ARP request a router broadcast for a next hop it had no MAC for (OVN's
+/// `lr_in_arp_request`); the packet that needed it is dropped, as ovn-trace shows it.
+pub const ARP_REQUEST: u32 = 5;
+/// Neighbour solicitation a router multicast for an IPv6 next hop it had no MAC for.
+pub const ND_SOLICITATION: u32 = 6;
+/// Number of kinds (the map's size).
+pub const COUNT: u32 = 7;
+/// Names for metrics and logs, by index.
+pub const NAMES: [&str; COUNT as usize] = [
+    "echo_reply",
+    "time_exceeded",
+    "tcp_reset",
+    "port_unreachable",
+    "protocol_unreachable",
+    "arp_request",
+    "nd_solicitation",
+];

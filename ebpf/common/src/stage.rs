@@ -1,0 +1,78 @@
+//! Slots of [`crate::map::STAGES`], the program array the entry programs tail-call their later
+//! stages through: each stage is a program of its own, with its own 512-byte stack and verifier
+//! budget.
+//! The agent fills the slots after loading (a restarted agent overwrites them with its own
+//! programs, which run the same layout: the pinned array lives in the layout-versioned
+//! directory).
+//!
+//! Each stage's request travels in the skb's control block; its types are here.
+
+/// Floods a frame to a group ([`FloodRequest`] in the skb's control block).
+pub const FLOOD: u32 = 0;
+/// IPv6 from a pod that the switch's ND responder or a router handles ([`Ipv6Request`]).
+pub const IPV6: u32 = 1;
+/// Slots the array holds (room for stages added later without a layout change).
+pub const CAPACITY: u32 = 8;
+
+/// What `from_pod` hands the flood stage, in the skb's control block (`cb[0..5]`, which a tail
+/// call keeps): flood the frame on `datapath` to group `group`, as entered through logical port
+/// `ingress_port`, never back to host interface `except` (0 = none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloodRequest {
+    pub datapath: u32,
+    pub group: u32,
+    pub ingress_port: u32,
+    pub except: u32,
+    /// [`FLOOD_REQUEST_MAGIC`]: a control block the flood stage did not get from `from_pod`
+    /// (it can only be reached by a tail call, but it checks) is dropped.
+    pub magic: u32,
+}
+
+impl FloodRequest {
+    /// The control block's words, in field order.
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [
+            self.datapath,
+            self.group,
+            self.ingress_port,
+            self.except,
+            self.magic,
+        ]
+    }
+}
+
+/// [`FloodRequest::magic`].
+pub const FLOOD_REQUEST_MAGIC: u32 = 0x0f10_0d06;
+
+/// What `from_pod` hands the IPv6 stage in the skb's control block: an IPv6 frame on switch
+/// `datapath` from logical port `ingress_port` behind host interface `ifindex`, addressed to
+/// router `router`'s MAC (0: a multicast neighbour solicitation for the switch's responder).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ipv6Request {
+    pub datapath: u32,
+    pub router: u32,
+    pub ingress_port: u32,
+    pub ifindex: u32,
+    /// [`IPV6_REQUEST_MAGIC`].
+    pub magic: u32,
+}
+
+impl Ipv6Request {
+    /// The control block's words, in field order.
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [
+            self.datapath,
+            self.router,
+            self.ingress_port,
+            self.ifindex,
+            self.magic,
+        ]
+    }
+}
+
+/// [`Ipv6Request::magic`].
+pub const IPV6_REQUEST_MAGIC: u32 = 0x1b06_0d06;
