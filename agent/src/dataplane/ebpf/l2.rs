@@ -20,13 +20,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::Ipv4Addr,
 };
 
-use ovnbpf_common::{
-    PortSecurity,
-    maps::{ArpResponder, L2Fib, NdResponder},
-};
+use ovnbpf_common::{PortSecurity, maps::L2Fib};
 
 use self::{
     flood::{FloodTables, MemberTarget},
@@ -103,8 +100,7 @@ pub struct L2State {
     /// What is installed, per map family.
     port_tables: PortTables,
     fib_table: Table<L2Fib, (u32, Mac)>,
-    arp_table: Table<ArpResponder, (u32, Ipv4Addr)>,
-    nd_table: Table<NdResponder, (u32, Ipv6Addr)>,
+    responder_tables: arp::ResponderTables,
     flood_tables: FloodTables,
     localnet_tables: LocalnetTables,
 }
@@ -261,8 +257,7 @@ impl L2State {
     pub fn pending(&self) -> usize {
         self.port_tables.pending()
             + self.fib_table.pending()
-            + self.arp_table.pending()
-            + self.nd_table.pending()
+            + self.responder_tables.pending()
             + self.flood_tables.pending()
             + self.localnet_tables.pending()
     }
@@ -279,18 +274,7 @@ impl L2State {
             |s| &mut s.fib_table,
             |s, &(dp, mac)| s.desired_fib(dp, mac),
         )?;
-        writes += flush_from(
-            self,
-            maps,
-            |s| &mut s.arp_table,
-            |s, &(dp, ip)| s.desired_answer(dp, IpAddr::V4(ip)),
-        )?;
-        writes += flush_from(
-            self,
-            maps,
-            |s| &mut s.nd_table,
-            |s, &(dp, ip)| s.desired_answer(dp, IpAddr::V6(ip)),
-        )?;
+        writes += self.flush_responders(maps)?;
         Ok(writes)
     }
 
@@ -303,8 +287,7 @@ impl L2State {
             + self.sweep_localnets(maps)?
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?
-            + self.arp_table.sweep(maps)?
-            + self.nd_table.sweep(maps)?)
+            + self.sweep_responders(maps)?)
     }
 }
 

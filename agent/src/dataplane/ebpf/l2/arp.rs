@@ -12,7 +12,13 @@ use ovnbpf_common::{
     maps::{ArpResponder, NdResponder},
 };
 
-use super::{super::tables::TableKey, L2State, remove_from_index};
+use super::{
+    super::{
+        EbpfError, Maps,
+        tables::{Table, TableKey, flush_from},
+    },
+    L2State, remove_from_index,
+};
 use crate::pipeline::ir::{IrEntry, Mac};
 
 impl TableKey<ArpResponder> for (u32, Ipv4Addr) {
@@ -35,6 +41,19 @@ impl TableKey<NdResponder> for (u32, Ipv6Addr) {
 
 /// A responder's key: an address on a switch.
 pub(super) type AnswerKey = (u32, IpAddr);
+
+/// What the responders installed, one table per family.
+#[derive(Debug, Default)]
+pub(super) struct ResponderTables {
+    arp: Table<ArpResponder, (u32, Ipv4Addr)>,
+    nd: Table<NdResponder, (u32, Ipv6Addr)>,
+}
+
+impl ResponderTables {
+    pub(super) fn pending(&self) -> usize {
+        self.arp.pending() + self.nd.pending()
+    }
+}
 
 impl L2State {
     /// Takes in a responder entry of the IR: an answer, its owner, or a router's address.
@@ -112,13 +131,35 @@ impl L2State {
     /// Marks `key` in the table of its family.
     pub(super) fn mark_answer(&mut self, (datapath, ip): AnswerKey) {
         match ip {
-            IpAddr::V4(ip) => self.arp_table.mark((datapath, ip)),
-            IpAddr::V6(ip) => self.nd_table.mark((datapath, ip)),
+            IpAddr::V4(ip) => self.responder_tables.arp.mark((datapath, ip)),
+            IpAddr::V6(ip) => self.responder_tables.nd.mark((datapath, ip)),
         }
     }
 
+    /// Writes the marked answers of both families; returns the writes made.
+    pub(super) fn flush_responders(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        let writes = flush_from(
+            self,
+            maps,
+            |s| &mut s.responder_tables.arp,
+            |s, &(dp, ip)| s.desired_answer(dp, IpAddr::V4(ip)),
+        )?;
+        Ok(writes
+            + flush_from(
+                self,
+                maps,
+                |s| &mut s.responder_tables.nd,
+                |s, &(dp, ip)| s.desired_answer(dp, IpAddr::V6(ip)),
+            )?)
+    }
+
+    /// Removes the answers this state did not install; returns how many went.
+    pub(super) fn sweep_responders(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        Ok(self.responder_tables.arp.sweep(maps)? + self.responder_tables.nd.sweep(maps)?)
+    }
+
     /// What the responder of switch `datapath` answers for `ip`.
-    pub(super) fn desired_answer(&self, datapath: u32, ip: IpAddr) -> Option<ArpAnswer> {
+    fn desired_answer(&self, datapath: u32, ip: IpAddr) -> Option<ArpAnswer> {
         let key = (datapath, ip);
         let router = self.router_flags(key);
         let Some(mac) = self.arp.get(&key) else {
