@@ -39,7 +39,7 @@ use aya_ebpf::{
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     FLOOD_REQUEST_MAGIC, FLOOD_SLOT_REMOTE, FloodGroup, FloodKey, FloodMemberKey, FloodRequest,
-    TunnelConfig, drop_reason, stage as slot,
+    FloodRoles, TunnelConfig, drop_reason, stage as slot,
 };
 
 use crate::maps::get;
@@ -104,28 +104,32 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
 /// destinations, the unknown-unicast group otherwise; `None` if the datapath has none.
 #[inline(always)]
 pub fn group_of(datapath: u32, multicast: bool) -> Option<Group> {
-    let roles = get(&FLOOD_ROLES, datapath)?;
-    let group = if multicast {
-        roles.broadcast
-    } else {
-        roles.unknown
-    };
-    if group == 0 {
-        return None;
-    }
-    local_group(datapath, group)
+    group_in_role(datapath, |roles| {
+        if multicast {
+            roles.broadcast
+        } else {
+            roles.unknown
+        }
+    })
 }
 
 /// The group switch `datapath` floods its routers' ARP requests to (`_MC_flood_l2`, or the
 /// broadcast group where it has none); `None` if it has neither.
 #[inline(always)]
 pub fn router_group(datapath: u32) -> Option<Group> {
-    let roles = get(&FLOOD_ROLES, datapath)?;
-    let group = if roles.router_originated != 0 {
-        roles.router_originated
-    } else {
-        roles.broadcast
-    };
+    group_in_role(datapath, |roles| {
+        if roles.router_originated != 0 {
+            roles.router_originated
+        } else {
+            roles.broadcast
+        }
+    })
+}
+
+/// The group `role` picks among `datapath`'s (0: none).
+#[inline(always)]
+fn group_in_role(datapath: u32, role: impl Fn(&FloodRoles) -> u32) -> Option<Group> {
+    let group = role(get(&FLOOD_ROLES, datapath)?);
     if group == 0 {
         return None;
     }

@@ -180,6 +180,27 @@ fn solicited_node(address: [u8; 16]) -> ([u8; 16], [u8; 6]) {
     (group, mac)
 }
 
+/// Datapath 5's ND responder answers `ip` with `mac` (`flags`), but not for port `owner_port`.
+fn set_nd_answer(
+    programs: &mut KernelPrograms,
+    ip: [u8; 16],
+    mac: [u8; 6],
+    flags: u8,
+    owner_port: u32,
+) {
+    programs
+        .set::<ovnbpf_common::maps::NdResponder>(
+            ovnbpf_common::Ipv6Key { datapath: 5, ip },
+            ArpAnswer {
+                mac,
+                flags,
+                reserved: 0,
+                owner_port,
+            },
+        )
+        .unwrap();
+}
+
 /// A solicitation from the pod (port 1 of datapath 5 on the test-run device) for `target`.
 fn solicitation(target: [u8; 16]) -> Vec<u8> {
     let (group, group_mac) = solicited_node(target);
@@ -198,22 +219,14 @@ fn solicitation(target: [u8; 16]) -> Vec<u8> {
 #[test]
 fn solicitations_for_known_ipv6_addresses_get_ovns_advertisement() {
     let mut programs = programs_for_port(1);
-    for (ip, mac, flags, owner_port) in [
-        (ROUTER_LLA, ROUTER_MAC, ovnbpf_common::ARP_ANSWER_ROUTER, 0),
-        (TARGET_IP6, TARGET_MAC, 0, 2),
-    ] {
-        programs
-            .set::<ovnbpf_common::maps::NdResponder>(
-                ovnbpf_common::Ipv6Key { datapath: 5, ip },
-                ArpAnswer {
-                    mac,
-                    flags,
-                    reserved: 0,
-                    owner_port,
-                },
-            )
-            .unwrap();
-    }
+    set_nd_answer(
+        &mut programs,
+        ROUTER_LLA,
+        ROUTER_MAC,
+        ovnbpf_common::ARP_ANSWER_ROUTER,
+        0,
+    );
+    set_nd_answer(&mut programs, TARGET_IP6, TARGET_MAC, 0, 2);
     for (target, mac, flags) in [
         (ROUTER_LLA, ROUTER_MAC, 0xe0),
         (TARGET_IP6, TARGET_MAC, 0x60),
@@ -264,20 +277,7 @@ fn solicitations_for_known_ipv6_addresses_get_ovns_advertisement() {
     // The owner asks for its own address (duplicate address detection): no answer; nobody
     // else answers either, and this switch has no flood group: it goes on unchanged.
     let mut owner = programs_for_port(2);
-    owner
-        .set::<ovnbpf_common::maps::NdResponder>(
-            ovnbpf_common::Ipv6Key {
-                datapath: 5,
-                ip: TARGET_IP6,
-            },
-            ArpAnswer {
-                mac: TARGET_MAC,
-                flags: 0,
-                reserved: 0,
-                owner_port: 2,
-            },
-        )
-        .unwrap();
+    set_nd_answer(&mut owner, TARGET_IP6, TARGET_MAC, 0, 2);
     let frame = solicitation(TARGET_IP6);
     let outcome = owner.test_run(Hook::Pod, &frame).unwrap();
     assert_eq!((outcome.verdict, &outcome.frame), (TCX_NEXT, &frame));

@@ -5,7 +5,10 @@
 //! by `IpAddr`, and differ only in their table. Owns the desired values; installs through the
 //! state's [`Table`](super::super::tables::Table)s.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::{
+    collections::{HashMap, HashSet},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, ArpKey, Ipv6Key,
@@ -36,6 +39,24 @@ impl TableKey<NdResponder> for (u32, Ipv6Addr) {
             datapath: self.0,
             ip: self.1.octets(),
         }
+    }
+}
+
+/// Sets (`Some`) or clears the port named for `key` in `names`, keeping the reverse `index`.
+fn name_port(
+    (names, index): (
+        &mut HashMap<AnswerKey, String>,
+        &mut HashMap<String, HashSet<AnswerKey>>,
+    ),
+    key: AnswerKey,
+    port: Option<&str>,
+) {
+    if let Some(old) = names.remove(&key) {
+        remove_from_index(index, &old, &key);
+    }
+    if let Some(port) = port {
+        names.insert(key, port.to_string());
+        index.entry(port.to_string()).or_default().insert(key);
     }
 }
 
@@ -92,16 +113,11 @@ impl L2State {
     }
 
     fn take_router_address(&mut self, key: AnswerKey, router_port: &str, added: bool) {
-        if let Some(old) = self.router_arp.remove(&key) {
-            remove_from_index(&mut self.router_arp_by_port, &old, &key);
-        }
-        if added {
-            self.router_arp.insert(key, router_port.to_string());
-            self.router_arp_by_port
-                .entry(router_port.to_string())
-                .or_default()
-                .insert(key);
-        }
+        name_port(
+            (&mut self.router_arp, &mut self.router_arp_by_port),
+            key,
+            added.then_some(router_port),
+        );
         self.mark_answer(key);
     }
 
@@ -115,16 +131,11 @@ impl L2State {
     }
 
     fn take_owner(&mut self, key: AnswerKey, inport: &str, added: bool) {
-        if let Some(old) = self.arp_owner.remove(&key) {
-            remove_from_index(&mut self.arp_by_owner, &old, &key);
-        }
-        if added {
-            self.arp_owner.insert(key, inport.to_string());
-            self.arp_by_owner
-                .entry(inport.to_string())
-                .or_default()
-                .insert(key);
-        }
+        name_port(
+            (&mut self.arp_owner, &mut self.arp_by_owner),
+            key,
+            added.then_some(inport),
+        );
         self.mark_answer(key);
     }
 

@@ -690,20 +690,24 @@ fn groups_beyond_the_agent_limit_are_reported_not_silently_cut() {
     assert_eq!(state.truncated_groups(), 1);
 }
 
+/// A patch port (a router port, or its switch-side peer) with `address` as the compiler types
+/// it: "router" is a keyword, no address.
+fn patch(datapath: u32, key: u32, name: &str, peer: &str, address: &str) -> IrEntry {
+    IrEntry::Port {
+        datapath,
+        key,
+        name: name.into(),
+        kind: PortKind::Patch { peer: peer.into() },
+        addresses: address.parse().ok().into_iter().collect(),
+        port_security: Vec::new(),
+    }
+}
+
 #[test]
 fn router_addresses_are_flagged_for_the_kernel_router() {
     const ROUTER_DP: u32 = 9;
     const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
     let gateway = Ipv4Addr::new(10, 0, 1, 1);
-    let patch = |datapath, key, name: &str, peer: &str, address: &str| IrEntry::Port {
-        datapath,
-        key,
-        name: name.into(),
-        kind: PortKind::Patch { peer: peer.into() },
-        // As the compiler types them: "router" is a keyword, no address.
-        addresses: address.parse().ok().into_iter().collect(),
-        port_security: Vec::new(),
-    };
     let mut state = L2State::new("node1");
     let mut entries = vec![
         patch(DP, 2, "ls-lr", "lr-ls", "router"),
@@ -855,14 +859,6 @@ fn the_nd_responder_answers_like_the_arp_responder_with_the_router_flag_and_the_
     const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
     let pod_ip: Ipv6Addr = "fd00::5".parse().unwrap();
     let router_ip: Ipv6Addr = "fe80::858:63ff:fe5f:4aa".parse().unwrap();
-    let patch = |datapath, key, name: &str, peer: &str, address: &str| IrEntry::Port {
-        datapath,
-        key,
-        name: name.into(),
-        kind: PortKind::Patch { peer: peer.into() },
-        addresses: address.parse().ok().into_iter().collect(),
-        port_security: Vec::new(),
-    };
     let mut state = L2State::new("node1");
     let owner = IrEntry::NdReplySkip {
         datapath: DP,
