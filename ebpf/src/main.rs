@@ -6,8 +6,8 @@
 //! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
 //! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]); `from_provider`
 //! on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for local pods
-//! ([`underlay`]). `flood` and `ipv6` are later stages of `from_pod`, tail-called through the
-//! `STAGES` program array ([`flood`], [`ipv6`]). Traffic that is not theirs leaves unchanged
+//! ([`underlay`]). `flood`, `ipv6` and `router` are later stages of `from_pod`, tail-called
+//! through the `STAGES` program array ([`flood`], [`ipv6`], [`router`]). Traffic that is not theirs leaves unchanged
 //! ([`output::PASS`]). Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through
 //! [`drop`], local delivery through [`output`].
 #![cfg_attr(target_arch = "bpf", no_std)]
@@ -81,6 +81,15 @@ pub fn flood(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn ipv6(ctx: TcContext) -> i32 {
     match ipv6::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
+/// The router stage, tail-called from `from_pod` (see [`router`]); attached to no interface.
+#[classifier]
+pub fn router(ctx: TcContext) -> i32 {
+    match router::stage(&ctx) {
         Ok(verdict) => verdict,
         Err(reason) => drop_frame(&ctx, reason),
     }

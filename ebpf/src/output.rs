@@ -1,5 +1,6 @@
 //! Where frames leave a program: the verdicts, the L2 output step switched and routed frames
-//! share ([`l2_output`]: a port on this node, or the tunnel to the chassis that has it), and the
+//! share ([`output`], [`l2_output`]: a port on this node, or the tunnel to the chassis that has
+//! it), and the
 //! local delivery of every path: [`reply_to_sender`] for what a stage answered in place,
 //! [`deliver_to_port`] for unicast, routed and decapsulated frames
 //! (the receiver-side egress pipeline first: egress port security, and later to-lport ACLs),
@@ -96,6 +97,37 @@ pub(crate) fn l2_output(
             Some(geneve::encapsulate(ctx, &config, &tunnel))
         }
         _ => None,
+    }
+}
+
+/// An L2 output to make ([`l2_output`]): to `entry`'s port, on `datapath`, entered through
+/// logical port `ingress_port`.
+pub struct Output {
+    pub entry: FibEntry,
+    pub datapath: u32,
+    pub ingress_port: u32,
+    /// The frame is IP (delivered into the pod's netns directly).
+    pub ip: bool,
+    /// Routed here: an entry that cannot be output is a drop, not a frame to pass on.
+    pub routed: bool,
+}
+
+/// Makes `output` ([`l2_output`]); what cannot be output is passed on if switched, dropped if
+/// routed.
+#[inline(always)]
+pub(crate) fn output(ctx: &TcContext, output: &Output) -> Result<i32, DropReason> {
+    let sent = l2_output(
+        ctx,
+        &output.entry,
+        output.datapath,
+        output.ingress_port,
+        output.ip,
+    );
+    match sent {
+        Some(result) => result,
+        None if !output.routed => Ok(PASS),
+        None if output.entry.kind == FIB_REMOTE => Err(drop_reason::ENCAP_FAILED),
+        None => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
     }
 }
 

@@ -1,4 +1,6 @@
-//! What a logical router does for frames a pod sends to its gateway's MAC. An ICMP echo request to
+//! The router stage, a program of its own that `from_pod` tail-calls through `STAGES` with a
+//! [`RouterRequest`] in the skb's control block: what a logical router does for frames (but
+//! IPv6) a pod sends to its gateway's MAC. An ICMP echo request to
 //! any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255
 //! decremented by the routing back to the sender as in OVN: 254, type 0) and sent back out of the
 //! pod's veth, as OVN's `lr_in_ip_input` does; other traffic to the router's addresses gets OVN's
@@ -17,18 +19,18 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FibEntry, FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER,
-    ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_SOURCE_ROUTES, RouteEntry,
-    RouteKey, drop_reason, router_reply,
+    FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_REQUEST_MAGIC, ROUTER_SOURCE_ROUTES, RouteEntry,
+    RouteKey, RouterRequest, drop_reason, router_reply, stage as slot,
 };
 
 use crate::csum;
 use crate::maps::get;
-use crate::output::reply_to_sender;
+use crate::output::{Output, output, reply_to_sender};
 use crate::{
     L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
     headers::{ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame},
-    reject,
+    reject, stages,
 };
 
 const IPPROTO_ICMP: u8 = 1;
@@ -43,10 +45,9 @@ struct IcmpHead {
     checksum: u16,
 }
 
-/// What the router made of a frame from a pod: a verdict, or an L2 output the caller makes (a
-/// routed frame, rewritten, to the destination switch's port): `from_pod` outputs from one
-/// place, so the output step (with the receiver's egress port security) is inlined once into a
-/// program whose stack is at the verifier's limit.
+/// What the router made of a frame from a pod: a verdict, an L2 output to make (a routed frame,
+/// rewritten, to the destination switch's port: [`output`], called from one place so it is
+/// inlined once), or a frame of its own to flood.
 pub enum Routed {
     Verdict(i32),
     Output(Output),
@@ -54,22 +55,29 @@ pub enum Routed {
     Flood(FloodRequest),
 }
 
-/// An L2 output to make ([`l2_output`]): to `entry`'s port, on `datapath`, entered through
-/// logical port `ingress_port`.
-pub struct Output {
-    pub entry: FibEntry,
-    pub datapath: u32,
-    pub ingress_port: u32,
-    /// The frame is IP (delivered into the pod's netns directly).
-    pub ip: bool,
-    /// Routed here: an entry that cannot be output is a drop, not a frame to pass on.
-    pub routed: bool,
+/// Hands the frame to the router stage (a tail call: on success this never returns). Returns the
+/// reason to drop the frame when the stage is not there.
+#[inline(always)]
+pub fn request(ctx: &TcContext, request: &RouterRequest) -> DropReason {
+    stages::jump(ctx, slot::ROUTER, request.words())
+}
+
+/// The router stage: the router's answer, the routed frame's output, or its ARP request's
+/// flood.
+#[inline(always)]
+pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [router, router_ip, ifindex, _] = stages::take(ctx, ROUTER_REQUEST_MAGIC)?;
+    match handle(ctx, router, router_ip, ifindex)? {
+        Routed::Verdict(verdict) => Ok(verdict),
+        Routed::Flood(request) => Err(flood::request(ctx, &request)),
+        Routed::Output(routed) => output(ctx, &routed),
+    }
 }
 
 /// Handles a frame addressed to a router port's MAC (of router `router`), sent from host veth
 /// `ifindex`: the verdict or flood, or the drop reason.
 #[inline(always)]
-pub fn handle(
+fn handle(
     ctx: &TcContext,
     router: u32,
     router_ip: u32,

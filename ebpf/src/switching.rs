@@ -2,7 +2,7 @@
 //! the destination MAC on that datapath gives a local port (redirect) or a port on another chassis
 //! (Geneve). Port security is checked first ([`crate::port_security`]); ARP requests for known
 //! addresses are answered ([`crate::arp`]); IPv6 neighbour solicitations and IPv6 to a router go to
-//! the IPv6 stage ([`crate::ipv6`]). Broadcast and multicast frames, and unicast to unknown MACs
+//! the IPv6 stage ([`crate::ipv6`]), the rest to a router to the router stage ([`crate::router`]). Broadcast and multicast frames, and unicast to unknown MACs
 //! where the switch floods them, go to the datapath's flood group (the flood stage, tail-called:
 //! [`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as OVN's `ls_in_l2_unknown`
 //! drops it. Frames of unknown ports go on untouched, to the stack or the next program. Reads
@@ -11,17 +11,16 @@
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request, drop_reason,
+    FIB_LOCAL, FIB_ROUTER, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request, ROUTER_REQUEST_MAGIC,
+    RouterRequest, drop_reason,
 };
 
 use crate::maps::get;
-use crate::output::l2_output;
+use crate::output::{Output, output};
 use crate::{
     L2_FIB, PASS, POD_PORTS, arp, flood,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    ipv6, port_security,
-    router::{self, Output, Routed},
-    underlay,
+    ipv6, port_security, router, underlay,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -77,7 +76,7 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         }
         return underlay::to_provider(ctx, &localnet);
     }
-    let step = match entry {
+    let entry = match entry {
         None => {
             let Some(group) = flood::group_of(datapath, multicast) else {
                 // A multicast frame on a switch without a flood group (none installed yet)
@@ -98,35 +97,26 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         Some(entry) if entry.kind == FIB_ROUTER && ether_type == ETH_P_IPV6 => {
             return Err(ipv6::request(ctx, &ipv6_request(entry.ifindex)));
         }
+        // The rest for a router: its stage.
         Some(entry) if entry.kind == FIB_ROUTER => {
-            router::handle(ctx, entry.ifindex, entry.remote_ip, ifindex)?
+            let request = RouterRequest {
+                router: entry.ifindex,
+                router_ip: entry.remote_ip,
+                ifindex,
+                magic: ROUTER_REQUEST_MAGIC,
+            };
+            return Err(router::request(ctx, &request));
         }
-        Some(entry) => Routed::Output(Output {
+        Some(entry) => entry,
+    };
+    output(
+        ctx,
+        &Output {
             entry,
             datapath,
             ingress_port,
             ip: ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6,
             routed: false,
-        }),
-    };
-    // One place outputs, switched or routed (see `router::Routed`).
-    match step {
-        Routed::Verdict(verdict) => Ok(verdict),
-        Routed::Flood(request) => Err(flood::request(ctx, &request)),
-        Routed::Output(output) => {
-            let sent = l2_output(
-                ctx,
-                &output.entry,
-                output.datapath,
-                output.ingress_port,
-                output.ip,
-            );
-            match sent {
-                Some(result) => result,
-                None if !output.routed => Ok(PASS),
-                None if output.entry.kind == FIB_REMOTE => Err(drop_reason::ENCAP_FAILED),
-                None => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
-            }
-        }
-    }
+        },
+    )
 }

@@ -10,7 +10,10 @@ pub const LAYOUT_VERSION: u32 = 6;
 
 pub mod program;
 pub mod stage;
-pub use stage::{FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC, Ipv6Request};
+pub use stage::{
+    FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC, Ipv6Request, ROUTER_REQUEST_MAGIC,
+    RouterRequest,
+};
 
 pub mod maps;
 /// Map names as they appear in the object file, from the one declaration of each map in

@@ -12,7 +12,14 @@ pub const FLOOD: &str = "flood";
 /// The IPv6 stage, tail-called from `from_pod` (slot [`crate::stage::IPV6`]): the ND
 /// responder and what the kernel's router does with IPv6.
 pub const IPV6: &str = "ipv6";
+/// The logical router stage, tail-called from `from_pod` (slot [`crate::stage::ROUTER`]): what
+/// a pod sends to a router port's MAC, but IPv6.
+pub const ROUTER: &str = "router";
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 5] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD, IPV6];
+pub const ALL: [&str; 6] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD, IPV6, ROUTER];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 2] = [(FLOOD, crate::stage::FLOOD), (IPV6, crate::stage::IPV6)];
+pub const STAGES: [(&str, u32); 3] = [
+    (FLOOD, crate::stage::FLOOD),
+    (IPV6, crate::stage::IPV6),
+    (ROUTER, crate::stage::ROUTER),
+];

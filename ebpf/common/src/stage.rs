@@ -11,6 +11,8 @@
 pub const FLOOD: u32 = 0;
 /// IPv6 from a pod that the switch's ND responder or a router handles ([`Ipv6Request`]).
 pub const IPV6: u32 = 1;
+/// A frame from a pod to a router port's MAC, not IPv6: the logical router ([`RouterRequest`]).
+pub const ROUTER: u32 = 2;
 /// Slots the array holds (room for stages added later without a layout change).
 pub const CAPACITY: u32 = 8;
 
@@ -76,3 +78,27 @@ impl Ipv6Request {
 
 /// [`Ipv6Request::magic`].
 pub const IPV6_REQUEST_MAGIC: u32 = 0x1b06_0d06;
+
+/// What `from_pod` hands the router stage in the skb's control block: a frame (not IPv6) sent
+/// from host interface `ifindex` to a MAC of router `router`, whose port on the sender's switch
+/// has IPv4 address `router_ip` (network byte order; 0 for none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterRequest {
+    pub router: u32,
+    pub router_ip: u32,
+    pub ifindex: u32,
+    /// [`ROUTER_REQUEST_MAGIC`].
+    pub magic: u32,
+}
+
+impl RouterRequest {
+    /// The control block's words, in field order (the fourth unused).
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [self.router, self.router_ip, self.ifindex, 0, self.magic]
+    }
+}
+
+/// [`RouterRequest::magic`].
+pub const ROUTER_REQUEST_MAGIC: u32 = 0x0f4a_0d06;
