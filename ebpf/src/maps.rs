@@ -9,8 +9,9 @@ use aya_ebpf::{
 use ovnbpf_common::maps::{
     ArpResponder, DropCounters, DropEvents, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
     InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
-    PortSecurityMap, ProviderNetworks, RouterAddresses, RouterAddresses6, RouterReplies, Routers,
-    Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    PoliciesByDestination, PoliciesBySource, PortSecurityMap, ProviderNetworks, RouterAddresses,
+    RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap,
+    TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -72,6 +73,8 @@ kernel_map!(FLOOD_SCRATCH: PerCpuArray = FloodScratch, crate::flood::FloodScratc
 kernel_map!(FLOOD_ROLES: HashMap = FloodRolesMap);
 kernel_map!(ROUTES: LpmTrie = Routes);
 kernel_map!(SOURCE_ROUTES: LpmTrie = SourceRoutes);
+kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
+kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

@@ -1,34 +1,37 @@
 //! The router stage, a program of its own that `from_pod` tail-calls through `STAGES` with a
-//! [`RouterRequest`] in the skb's control block: what a logical router does for frames (but
-//! IPv6) a pod sends to its gateway's MAC. An ICMP echo request to
-//! any of the router's addresses is answered in place (MACs and addresses swapped, TTL 255
-//! decremented by the routing back to the sender as in OVN: 254, type 0) and sent back out of the
-//! pod's veth, as OVN's `lr_in_ip_input` does; other traffic to the router's addresses gets OVN's
-//! reset or ICMP unreachable ([`crate::reject`]). Other IPv4 is routed as the sending chassis does
-//! in OVN: the longest-prefix route by destination in the router, or, where the router has `src-ip`
-//! routes and OVN's priority says so, by source (following router-to-router links, e.g. VPC
-//! peering, up to `MAX_ROUTER_HOPS`), TTL decremented per router, source MAC of the output port,
-//! the next hop's MAC from the neighbours, then the destination switch's L2 step: a local pod, or
-//! Geneve with that switch's VNI; a next hop without a MAC gets the router's ARP request instead
-//! (flooded by the flood stage). What a router cannot do in the kernel is dropped and counted,
-//! never half-forwarded. ARP the responder left unanswered (OVN's router consumes it) is dropped
-//! and counted; IPv6 is the IPv6 stage's ([`crate::ipv6`]); other protocols go on untouched. Reads
-//! `ROUTER_ADDRESSES`, `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `NEIGHBOURS`, `L2_FIB`; counts its
+//! [`RouterRequest`] in the skb's control block: what a logical router does for frames (but IPv6) a
+//! pod sends to its gateway's MAC. An ICMP echo request to any of the router's addresses is
+//! answered in place (MACs and addresses swapped, TTL 255 decremented by the routing back to the
+//! sender as in OVN: 254, type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input`
+//! does; other traffic to the router's addresses gets OVN's reset or ICMP unreachable
+//! ([`crate::reject`]). Other IPv4 is routed as the sending chassis does in OVN: the longest-prefix
+//! route by destination in the router, or, where the router has `src-ip` routes and OVN's priority
+//! says so, by source (following router-to-router links, e.g. VPC peering, up to
+//! `MAX_ROUTER_HOPS`), then the router's policies (drop, or reroute to another next hop and port),
+//! TTL decremented per router, source MAC of the output port, the next hop's MAC from the
+//! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
+//! VNI; a next hop without a MAC gets the router's ARP request instead (flooded by the flood
+//! stage). What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
+//! the responder left unanswered (OVN's router consumes it) is dropped and counted; IPv6 is the
+//! IPv6 stage's ([`crate::ipv6`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
+//! `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `NEIGHBOURS`, `L2_FIB`; counts its
 //! answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
-    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_REQUEST_MAGIC, ROUTER_SOURCE_ROUTES, RouteEntry,
-    RouteKey, RouterRequest, drop_reason, router_reply, stage as slot,
+    FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE, PolicyEntry,
+    ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES,
+    ROUTER_REQUEST_MAGIC, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
+    router_reply, stage as slot,
 };
 
 use crate::csum;
 use crate::maps::get;
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
-    L2_FIB, NEIGHBOURS, PASS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
+    L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE, ROUTER_ADDRESSES,
+    ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
     headers::{ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame},
     reject, stages,
 };
@@ -347,19 +350,50 @@ fn lookup(
             None
         };
         let route = match (by_destination, by_source) {
-            (Some(d), Some(s)) if s.priority > d.priority => s,
-            (Some(d), _) => d,
-            (None, Some(s)) => s,
+            (Some(d), Some(s)) if s.priority > d.priority => *s,
+            (Some(d), _) => *d,
+            (None, Some(s)) => *s,
             (None, None) => return Err(drop_reason::NO_ROUTE),
+        };
+        // Then the router's policies (`lr_in_policy`), which may drop or reroute.
+        let route = if flags & ROUTER_POLICIES != 0 {
+            let by_destination = POLICIES_BY_DESTINATION.get(key(destination));
+            let by_source = POLICIES_BY_SOURCE.get(key(source));
+            police(route, by_destination, by_source)?
+        } else {
+            route
         };
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
-            return Ok(Lookup::Route(datapath, *route, hops));
+            return Ok(Lookup::Route(datapath, route, hops));
         }
         datapath = route.next_datapath;
         ingress_ip = route.ingress_ip;
     }
     Err(drop_reason::TOO_MANY_HOPS)
+}
+
+/// The route after the router's policies: the higher-priority of the policy the destination and
+/// the one the source falls under (the agent stored at each prefix the best policy containing
+/// it), its verdict applied to `route`.
+#[inline(always)]
+fn police(
+    route: RouteEntry,
+    by_destination: Option<&PolicyEntry>,
+    by_source: Option<&PolicyEntry>,
+) -> Result<RouteEntry, DropReason> {
+    let policy = match (by_destination, by_source) {
+        (Some(d), Some(s)) if s.priority > d.priority => s,
+        (Some(d), _) => d,
+        (None, Some(s)) => s,
+        (None, None) => return Ok(route),
+    };
+    match policy.verdict {
+        POLICY_ALLOW => Ok(route),
+        POLICY_REROUTE if policy.route.next_datapath != 0 => Ok(policy.route),
+        POLICY_REROUTE => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
+        _ => Err(drop_reason::POLICY_DROP),
+    }
 }
 
 /// Routes `frame` (IPv4, addressed to a router port of `router`) and hands it to the destination

@@ -267,7 +267,8 @@ const KUBE_OVN_VPC_PODS: [PodPlan; 5] = [
 
 /// Such a VPC routes: pod → pod across subnets on one node and across two, TCP too, through a
 /// static route whose next hop is a pod, and by source (the per-subnet routes Kube-OVN writes,
-/// and a VPC `policySrc` route via a pod); the router refuses TCP and UDP to its addresses as
+/// and a VPC `policySrc` route via a pod), and by its policy routes (drop, reroute via a pod);
+/// the router refuses TCP and UDP to its addresses as
 /// OVN does; it is forwarded (nothing counted as `router_unsupported`), its MAC learning
 /// reported as a side duty, not as unsupported.
 #[test]
@@ -429,6 +430,44 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
         );
     }
 
+    // `Vpc.spec.policyRoutes`, in the kernel: a drop above Kube-OVN's per-subnet allow (31000)
+    // for k2, and a reroute of k3's traffic via kr. k3 → 192.168.61.1 (kr's own address, which
+    // only k4's source route reached) now arrives; the reply comes back through the router.
+    let mut policies = Topology::new();
+    policies
+        .policy("vpc-k", 31500, "ip4.dst == 10.3.2.2", "drop", None)
+        .policy(
+            "vpc-k",
+            31400,
+            "ip4.src == 10.3.2.3",
+            "reroute",
+            Some(address("kr")),
+        );
+    policies.apply(lab).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || ping_ttl(
+            pod("k3"),
+            Ipv4Addr::new(192, 168, 61, 1)
+        )
+        .is_some()),
+        "k3 → 192.168.61.1 rerouted via kr{}",
+        logs()
+    );
+    let policy_drops = || {
+        scenario::datapath_counters(&nodes[0], &k1_node_pins)["drops"]["policy_drop"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    let drops_before = policy_drops();
+    assert_eq!(
+        ping_ttl(k1, address("k2")),
+        None,
+        "k1 → k2 dropped by policy{}",
+        logs()
+    );
+    assert!(policy_drops() > drops_before, "{}", logs());
+    // k2's own subnet is not routed: the policy leaves k3 → k2 alone.
+    assert!(ping_ttl(pod("k3"), address("k2")).is_some(), "{}", logs());
     drop(agents);
 }
 

@@ -69,8 +69,10 @@ pub const STAGE_REQUEST_INVALID: DropReason = DropReason(21);
 /// Neighbour discovery to a router's MAC that the switch's responder did not answer: OVN's
 /// router consumes it (learning its sender, which ovnbpf does not do).
 pub const ND_TO_ROUTER: DropReason = DropReason(22);
+/// A router policy (`lr_in_policy`) drops the packet.
+pub const POLICY_DROP: DropReason = DropReason(23);
 /// Number of reasons.
-pub const COUNT: u32 = 23;
+pub const COUNT: u32 = 24;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -99,4 +101,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "stage_missing",
     "stage_request_invalid",
     "nd_to_router",
+    "policy_drop",
 ];

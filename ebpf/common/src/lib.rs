@@ -253,6 +253,29 @@ pub struct RouteEntry {
     pub ingress_ip: u32,
 }
 
+/// [`PolicyEntry::verdict`]: keep the routing decision.
+pub const POLICY_ALLOW: u8 = 1;
+/// [`PolicyEntry::verdict`]: drop the packet.
+pub const POLICY_DROP: u8 = 2;
+/// [`PolicyEntry::verdict`]: replace the routing decision by [`PolicyEntry::route`].
+pub const POLICY_REROUTE: u8 = 3;
+
+/// The router policy (`lr_in_policy`) that wins for addresses within one prefix of a
+/// [`map::POLICIES_BY_DESTINATION`] (or [`map::POLICIES_BY_SOURCE`]) trie: the agent stores at
+/// each prefix the highest-priority policy among all those of the router whose prefix contains
+/// it, so the kernel's longest-prefix match finds OVN's answer for that map; between the two
+/// maps the higher priority wins.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyEntry {
+    pub priority: u16,
+    pub verdict: u8,
+    pub reserved: u8,
+    /// For [`POLICY_REROUTE`]: where the packet goes instead (`next_datapath` 0: the reroute's
+    /// output port is not known, the packet is dropped).
+    pub route: RouteEntry,
+}
+
 /// A next hop of a router.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -300,6 +323,9 @@ pub const ROUTER_IPV6_LINK_LOCAL: u32 = 8;
 /// [`RouterInfo::flags`]: the router solicits IPv6 next hops it has no MAC for
 /// (`lr_in_arp_request`'s `nd_ns`).
 pub const ROUTER_ND_REQUESTS: u32 = 16;
+/// [`RouterInfo::flags`]: the router has policies ([`map::POLICIES_BY_DESTINATION`],
+/// [`map::POLICIES_BY_SOURCE`]); routers without them cost no policy lookup.
+pub const ROUTER_POLICIES: u32 = 32;
 /// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
 /// without them cost one route lookup per hop, not two.
 pub const ROUTER_SOURCE_ROUTES: u32 = 2;
@@ -466,6 +492,9 @@ unsafe impl aya::Pod for DropEvent {}
 unsafe impl aya::Pod for RouteKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouteEntry {}
+// SAFETY: repr(C), Copy, a u16, two u8 and a RouteEntry (24 bytes, 4-aligned): no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for PolicyEntry {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for NeighbourKey {}
 #[cfg(feature = "user")]

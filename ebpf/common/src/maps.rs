@@ -19,8 +19,8 @@ use crate::{
     FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES,
     MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_INTERFACES, MAX_LOCALNETS,
     MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
-    PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig,
-    TunnelPortKey, drop_reason, router_reply, stage,
+    PolicyEntry, PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    TunnelConfig, TunnelPortKey, drop_reason, router_reply, stage,
 };
 
 /// The kinds of kernel map ovnbpf uses: one marker type each, named like aya's map types, so a
@@ -164,6 +164,12 @@ declare_maps! {
     /// LPM trie: ([`RouteKey`] by source, prefix) → [`RouteEntry`]: each router's `src-ip`
     /// routes.
     SourceRoutes = SOURCE_ROUTES: LpmTrie<RouteKey, RouteEntry>[MAX_ROUTES];
+    /// LPM trie: ([`RouteKey`] by destination, prefix) → [`PolicyEntry`]: each router's policies
+    /// matching a destination prefix.
+    PoliciesByDestination = POLICIES_BY_DESTINATION: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];
+    /// LPM trie: ([`RouteKey`] by source, prefix) → [`PolicyEntry`]: each router's policies
+    /// matching a source prefix.
+    PoliciesBySource = POLICIES_BY_SOURCE: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
     Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
     /// Hash: router datapath key → [`RouterInfo`]: routers the kernel forwards for.

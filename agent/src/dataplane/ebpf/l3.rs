@@ -22,7 +22,7 @@ use ovnbpf_common::{
     Neighbour, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS,
-    ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
+    ROUTER_POLICIES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
     },
@@ -33,8 +33,7 @@ use super::{
     tables::{Pass, Table, flush_from},
 };
 use crate::pipeline::ir::{
-    IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, Prefix6, RejectProtocol, RejectResponse,
-    RouteSelector,
+    IrDiff, IrEntry, Mac, PortKind, Prefix, Prefix6, RejectProtocol, RejectResponse, RouteSelector,
 };
 
 /// Where the state keeps a router's routes: the router, what the prefix is matched against, and
@@ -99,6 +98,7 @@ pub struct L3State {
     address_table: Table<RouterAddresses, (u32, Ipv4Addr)>,
     address6_table: Table<RouterAddresses6, (u32, Ipv6Addr)>,
     router_table: Table<Routers, u32>,
+    policies: policies::Policies,
 }
 
 impl L3State {
@@ -210,6 +210,15 @@ impl L3State {
                     marks.extend(self.routes_by_port.get(port).into_iter().flatten().copied());
                 }
                 marks.into_iter().for_each(|key| self.mark_route(key));
+                let around: Vec<String> = self
+                    .patch_by_peer
+                    .get(name)
+                    .into_iter()
+                    .flatten()
+                    .cloned()
+                    .collect();
+                self.policies.mark_port(name);
+                around.iter().for_each(|port| self.policies.mark_port(port));
             }
             IrEntry::Route {
                 datapath,
@@ -350,17 +359,31 @@ impl L3State {
                     self.answer(*datapath, (*ip).into(), flag, added);
                 }
             }
-            // An allow policy keeps the routing decision: it only shadows lower-priority
-            // policies, so on a router whose policies all allow (Kube-OVN's per-subnet
-            // `ip4.dst == <cidr>` at 31000, on every VPC) routing is plain routing. Drop and
-            // reroute policies are not in the kernel: their router is not forwarded.
+            // Policies by one prefix go to the kernel's tries; one matching both a source and
+            // a destination prefix fits neither, and keeps its router out.
             IrEntry::RouterPolicy {
-                verdict: PolicyVerdict::Allow,
-                ..
-            } => {}
-            IrEntry::RouterPolicy {
-                datapath, priority, ..
-            } => self.block(*datapath, format!("policy {priority}: {entry:?}"), added),
+                datapath,
+                priority,
+                source,
+                destination,
+                verdict,
+            } => {
+                let slot = match (source, destination) {
+                    (Some(source), None) => (*datapath, RouteSelector::Source, *source),
+                    (None, Some(destination)) => {
+                        (*datapath, RouteSelector::Destination, *destination)
+                    }
+                    _ => {
+                        let reason = format!(
+                            "policy {priority}: matches on both a source and a destination prefix are not in the kernel"
+                        );
+                        return self.block(*datapath, reason, added);
+                    }
+                };
+                self.policies
+                    .take(slot, &(*priority, verdict.clone()), added);
+                self.router_table.mark(*datapath);
+            }
             IrEntry::Route {
                 datapath,
                 route_table: Some(table),
@@ -471,6 +494,7 @@ impl L3State {
     pub fn pending(&self) -> usize {
         self.route_table.pending()
             + self.source_route_table.pending()
+            + self.policies.pending()
             + self.neighbour_table.pending()
             + self.neighbour6_table.pending()
             + self.address_table.pending()
@@ -484,17 +508,32 @@ impl L3State {
             .get(&slot)?
             .iter()
             .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
-        let out = self.ports.get(&best.port)?;
+        Some(RouteEntry {
+            priority: best.priority,
+            ..self.resolve_output(&best.port, best.nexthop, best.source_ip, best.source_mac)?
+        })
+    }
+
+    /// Where a packet routed out of router port `port` toward `nexthop` (`None`: the
+    /// destination itself) goes: the datapath behind the port and how the kernel gets there.
+    fn resolve_output(
+        &self,
+        port: &str,
+        nexthop: Option<Ipv4Addr>,
+        source_ip: Ipv4Addr,
+        source_mac: Mac,
+    ) -> Option<RouteEntry> {
+        let out = self.ports.get(port)?;
         let peer = self.ports.get(out.peer.as_ref()?)?;
         let (kind, ingress_ip) = match self.routers.get(&peer.datapath)? {
             true => (ROUTE_TO_ROUTER, peer.ipv4),
-            false => (ROUTE_TO_SWITCH, Some(best.source_ip)),
+            false => (ROUTE_TO_SWITCH, Some(source_ip)),
         };
         Some(RouteEntry {
-            nexthop: best.nexthop.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
-            source_mac: best.source_mac,
+            nexthop: nexthop.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
+            source_mac,
             kind,
-            priority: best.priority,
+            priority: 0,
             next_datapath: peer.datapath,
             ingress_port: peer.key,
             ingress_ip: ingress_ip.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
@@ -525,6 +564,7 @@ impl L3State {
             )
             | flag(self.arp_requests.contains(&datapath), ROUTER_ARP_REQUESTS)
             | flag(self.nd_requests.contains(&datapath), ROUTER_ND_REQUESTS)
+            | flag(self.policies.any(datapath), ROUTER_POLICIES)
             | flag(
                 self.link_local_routes.contains_key(&datapath),
                 ROUTER_IPV6_LINK_LOCAL,
@@ -547,6 +587,18 @@ impl L3State {
             maps,
             |s| &mut s.source_route_table,
             |s, &(dp, prefix)| s.desired_route((dp, RouteSelector::Source, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.policies.destination_table,
+            |s, &(dp, prefix)| s.desired_policy((dp, RouteSelector::Destination, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.policies.source_table,
+            |s, &(dp, prefix)| s.desired_policy((dp, RouteSelector::Source, prefix)),
         )?;
         writes += flush_from(
             self,
@@ -601,6 +653,8 @@ impl L3State {
     pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self.route_table.sweep(maps)?
             + self.source_route_table.sweep(maps)?
+            + self.policies.destination_table.sweep(maps)?
+            + self.policies.source_table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?
             + self.neighbour6_table.sweep(maps)?
             + self.router_table.sweep(maps)?
@@ -647,6 +701,7 @@ fn remove_patch(index: &mut HashMap<String, HashSet<String>>, peer: &str, name: 
 }
 
 mod keys;
+mod policies;
 pub use keys::route_slot;
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The L3 family's map keys: where a state key (a router and a prefix or an address) lives in
-//! `ROUTES`, `SOURCE_ROUTES`, `NEIGHBOURS(6)`, `ROUTER_ADDRESSES(6)` and `ROUTERS`. Pure
+//! `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `NEIGHBOURS(6)`, `ROUTER_ADDRESSES(6)` and `ROUTERS`. Pure
 //! conversions.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -7,7 +7,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use ovnbpf_common::{
     Ipv6Key, NeighbourKey, RouteKey,
     maps::{
-        Neighbours, Neighbours6, RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
+        Neighbours, Neighbours6, PoliciesByDestination, PoliciesBySource, RouterAddresses,
+        RouterAddresses6, Routers, Routes, SourceRoutes,
     },
 };
 
@@ -32,6 +33,18 @@ impl TableKey<Routes> for (u32, Prefix) {
 }
 
 impl TableKey<SourceRoutes> for (u32, Prefix) {
+    fn slot(&self) -> (RouteKey, u32) {
+        route_slot(self.0, self.1)
+    }
+}
+
+impl TableKey<PoliciesByDestination> for (u32, Prefix) {
+    fn slot(&self) -> (RouteKey, u32) {
+        route_slot(self.0, self.1)
+    }
+}
+
+impl TableKey<PoliciesBySource> for (u32, Prefix) {
     fn slot(&self) -> (RouteKey, u32) {
         route_slot(self.0, self.1)
     }

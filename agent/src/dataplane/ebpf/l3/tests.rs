@@ -201,14 +201,15 @@ fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
 }
 
 #[test]
-fn routers_with_policies_or_unsupported_flows_are_not_forwarded() {
+fn routers_with_two_prefix_policies_or_unsupported_flows_are_not_forwarded() {
     let mut state = L3State::default();
     let mut entries = vpc();
+    // A policy on both a source and a destination prefix fits neither of the kernel's tries.
     let policy = IrEntry::RouterPolicy {
         datapath: ROUTER,
         priority: 29000,
         source: Some(prefix("10.0.1.0/24")),
-        destination: None,
+        destination: Some(prefix("10.0.2.0/24")),
         verdict: crate::pipeline::ir::PolicyVerdict::Drop,
     };
     entries.push(policy.clone());
@@ -428,49 +429,95 @@ fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
 /// Kube-OVN gives every VPC router an allow policy per subnet (`ip4.dst == <cidr>`, priority
 /// 31000): allow keeps the routing decision, so a router with only such policies is forwarded;
 /// a drop or reroute policy beside them still keeps it out.
+/// Kube-OVN's default-VPC shape: allow per subnet (31000, by destination), reroute per node
+/// (30000, by destination: a /32 inside nothing), reroute per subnet source (29000).
 #[test]
-fn allow_policies_alone_do_not_keep_a_router_out() {
+fn policies_reach_their_tries_with_the_best_policy_at_or_above_each_prefix() {
+    use crate::pipeline::ir::PolicyVerdict;
+    use ovnbpf_common::{
+        POLICY_ALLOW, POLICY_DROP, POLICY_REROUTE, ROUTER_POLICIES,
+        maps::{PoliciesByDestination, PoliciesBySource},
+    };
     let mut state = L3State::default();
     let mut entries = vpc();
-    for subnet in ["10.0.1.0/24", "10.0.2.0/24"] {
-        entries.push(IrEntry::RouterPolicy {
+    let policy = |priority, source: Option<&str>, destination: Option<&str>, verdict| {
+        IrEntry::RouterPolicy {
             datapath: ROUTER,
-            priority: 31000,
-            source: None,
-            destination: Some(prefix(subnet)),
-            verdict: crate::pipeline::ir::PolicyVerdict::Allow,
-        });
-    }
+            priority,
+            source: source.map(prefix),
+            destination: destination.map(prefix),
+            verdict,
+        }
+    };
+    let via_peer = PolicyVerdict::Reroute {
+        nexthop: Ipv4Addr::new(10, 0, 255, 2),
+        source_ip: Ipv4Addr::new(10, 0, 255, 1),
+        source_mac: MAC_A,
+        port: "lr-peer".into(),
+    };
+    entries.extend([
+        policy(31000, None, Some("10.0.0.0/16"), PolicyVerdict::Allow),
+        policy(30000, None, Some("10.0.2.7/32"), via_peer.clone()),
+        policy(29000, Some("10.0.1.0/24"), None, via_peer.clone()),
+    ]);
     state.apply(&diff(entries));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    assert!(
-        maps.routers().contains_key(&ROUTER),
+    assert_eq!(
+        maps.routers()[&ROUTER].flags & ROUTER_POLICIES,
+        ROUTER_POLICIES,
         "{:?}",
         state.blocked(ROUTER)
     );
-
-    let reroute = IrEntry::RouterPolicy {
-        datapath: ROUTER,
-        priority: 29000,
-        source: Some(prefix("10.0.1.0/24")),
-        destination: None,
-        verdict: crate::pipeline::ir::PolicyVerdict::Reroute {
-            nexthop: Ipv4Addr::new(100, 64, 0, 2),
-            source_ip: Ipv4Addr::new(100, 64, 0, 1),
-            source_mac: [0x0a, 0x58, 0x64, 0x40, 0, 1],
-            port: "ovn-cluster-join".into(),
-        },
+    let by_destination = maps.table_by::<PoliciesByDestination, _>(|(key, length)| {
+        (u32::from_be(key.datapath), key.ip, length)
+    });
+    let slot = |text: &str| {
+        let (key, length) = route_slot(ROUTER, prefix(text));
+        (ROUTER, key.ip, length)
     };
-    state.apply(&diff(vec![reroute.clone()]));
+    // The node /32 lies inside the allowed /16, whose allow (31000) outranks its reroute.
+    assert_eq!(by_destination[&slot("10.0.0.0/16")].verdict, POLICY_ALLOW);
+    let node = by_destination[&slot("10.0.2.7/32")];
+    assert_eq!((node.priority, node.verdict), (31000, POLICY_ALLOW));
+    let by_source = maps.table_by::<PoliciesBySource, _>(|(key, length)| {
+        (u32::from_be(key.datapath), key.ip, length)
+    });
+    let subnet = by_source[&slot("10.0.1.0/24")];
+    assert_eq!((subnet.priority, subnet.verdict), (29000, POLICY_REROUTE));
+    // The reroute resolves through its port like a route: to the peer router.
+    assert_eq!(
+        (subnet.route.kind, subnet.route.next_datapath),
+        (ROUTE_TO_ROUTER, PEER_ROUTER)
+    );
+    assert_eq!(subnet.route.nexthop, u32::from_ne_bytes([10, 0, 255, 2]));
+
+    // A drop above the allow, at the /32: only that slot changes.
+    maps.reset_writes();
+    let drop = policy(32000, None, Some("10.0.2.7/32"), PolicyVerdict::Drop);
+    state.apply(&diff(vec![drop.clone()]));
     state.flush(&mut maps).unwrap();
-    assert!(!maps.routers().contains_key(&ROUTER));
+    assert_eq!(maps.writes(), 1);
+    let by_destination = maps.table_by::<PoliciesByDestination, _>(|(key, length)| {
+        (u32::from_be(key.datapath), key.ip, length)
+    });
+    assert_eq!(by_destination[&slot("10.0.2.7/32")].verdict, POLICY_DROP);
+    assert_eq!(by_destination[&slot("10.0.0.0/16")].verdict, POLICY_ALLOW);
+    // The allow gone, the /32's own reroute shows through; the /16 slot goes.
     state.apply(&IrDiff {
         added: Vec::new(),
-        removed: vec![reroute],
+        removed: vec![
+            drop,
+            policy(31000, None, Some("10.0.0.0/16"), PolicyVerdict::Allow),
+        ],
     });
     state.flush(&mut maps).unwrap();
-    assert!(maps.routers().contains_key(&ROUTER));
+    let by_destination = maps.table_by::<PoliciesByDestination, _>(|(key, length)| {
+        (u32::from_be(key.datapath), key.ip, length)
+    });
+    assert!(!by_destination.contains_key(&slot("10.0.0.0/16")));
+    let node = by_destination[&slot("10.0.2.7/32")];
+    assert_eq!((node.priority, node.verdict), (30000, POLICY_REROUTE));
 }
 
 #[test]
