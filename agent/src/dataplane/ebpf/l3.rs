@@ -19,10 +19,10 @@ use std::{
 };
 
 use ovnbpf_common::{
-    Neighbour, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
-    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS,
-    ROUTER_POLICIES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
+    ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE,
+    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ARP_REQUESTS,
+    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, ROUTER_POLICIES,
+    ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
     },
@@ -429,52 +429,6 @@ impl L3State {
         }
     }
 
-    /// Sets (or clears) the MAC from the flows or the learned one (whichever `macs` holds) of
-    /// next hop `ip` of router `datapath`.
-    fn take_neighbour(
-        &mut self,
-        datapath: u32,
-        ip: IpAddr,
-        (fixed, learned): (Option<Mac>, Option<Mac>),
-        added: bool,
-    ) {
-        let slot = self.neighbours.entry((datapath, ip)).or_default();
-        if fixed.is_some() {
-            slot.0 = fixed.filter(|_| added);
-        }
-        if learned.is_some() {
-            slot.1 = learned.filter(|_| added);
-        }
-        if slot.0.is_none() && slot.1.is_none() {
-            self.neighbours.remove(&(datapath, ip));
-        }
-        self.mark_neighbour(datapath, ip);
-    }
-
-    fn mark_neighbour(&mut self, datapath: u32, ip: IpAddr) {
-        match ip {
-            IpAddr::V4(ip) => self.neighbour_table.mark((datapath, ip)),
-            IpAddr::V6(ip) => self.neighbour6_table.mark((datapath, ip)),
-        }
-    }
-
-    /// Router `datapath` looks `ipv6` (or IPv4) next hops up in MAC_Binding, or stops.
-    fn take_lookup(&mut self, datapath: u32, ipv6: bool, added: bool) {
-        if added {
-            self.neighbour_lookup.insert((datapath, ipv6));
-        } else {
-            self.neighbour_lookup.remove(&(datapath, ipv6));
-        }
-        let keys: Vec<IpAddr> = self
-            .neighbours
-            .keys()
-            .filter(|(dp, ip)| *dp == datapath && ip.is_ipv6() == ipv6)
-            .map(|(_, ip)| *ip)
-            .collect();
-        keys.into_iter()
-            .for_each(|ip| self.mark_neighbour(datapath, ip));
-    }
-
     /// Why the kernel does not forward for `router` (empty when it does).
     #[must_use]
     pub fn blocked(&self, router: u32) -> Vec<String> {
@@ -537,16 +491,6 @@ impl L3State {
             next_datapath: peer.datapath,
             ingress_port: peer.key,
             ingress_ip: ingress_ip.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
-        })
-    }
-
-    fn desired_neighbour(&self, datapath: u32, ip: IpAddr) -> Option<Neighbour> {
-        let (fixed, learned) = self.neighbours.get(&(datapath, ip))?;
-        let looks_up = self.neighbour_lookup.contains(&(datapath, ip.is_ipv6()));
-        let mac = fixed.or_else(|| learned.filter(|_| looks_up))?;
-        Some(Neighbour {
-            mac,
-            reserved: [0; 2],
         })
     }
 
@@ -701,6 +645,7 @@ fn remove_patch(index: &mut HashMap<String, HashSet<String>>, peer: &str, name: 
 }
 
 mod keys;
+mod neighbours;
 mod policies;
 pub use keys::route_slot;
 

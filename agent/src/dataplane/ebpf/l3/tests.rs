@@ -3,8 +3,8 @@ use super::*;
 use crate::pipeline::ir::Unforwardable;
 
 use crate::dataplane::ebpf::maps::Recorder;
-use ovnbpf_common::NeighbourKey;
 use ovnbpf_common::maps::{Neighbours, RouterAddresses, Routers, Routes, SourceRoutes};
+use ovnbpf_common::{Neighbour, NeighbourKey};
 
 /// Views of the recorded L3 maps keyed as the assertions read them.
 impl Recorder {
