@@ -2,7 +2,8 @@
 //! IPv4 and IPv6 prefixes (`contains`, `mask`) and the addresses of a logical switch port as the
 //! Southbound writes them (`mac` and `port_security` columns: "MAC [IP[/prefix]…]", as typed
 //! [`LspAddress`]es with a clear error for entries that do not parse). Pure
-//! values and parsing; imports nothing from the rest of the agent.
+//! values and parsing; imports nothing from the rest of the agent (only the shared contract's
+//! address derivations, `ovnbpf_common::ipv6`, which the kernel uses too).
 
 use std::{
     fmt,
@@ -56,16 +57,7 @@ pub fn parse_mac(text: &str) -> Option<MacOctets> {
 /// what a pod's kernel derives for its interface).
 #[must_use]
 pub fn ipv6_link_local(mac: &MacOctets) -> std::net::Ipv6Addr {
-    std::net::Ipv6Addr::new(
-        0xfe80,
-        0,
-        0,
-        0,
-        u16::from_be_bytes([mac[0] ^ 2, mac[1]]),
-        u16::from_be_bytes([mac[2], 0xff]),
-        u16::from_be_bytes([0xfe, mac[3]]),
-        u16::from_be_bytes([mac[4], mac[5]]),
-    )
+    ovnbpf_common::ipv6::link_local(*mac).into()
 }
 
 /// Octets → "0a:58:0a:00:01:02".

@@ -24,8 +24,9 @@ use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, DropReason, FibKey, IPV6_REQUEST_MAGIC, Ipv6Key, Ipv6Request,
     ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, drop_reason, router_reply,
-    stage as slot,
+    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, drop_reason,
+    ipv6::{link_local, solicited_node},
+    router_reply, stage as slot,
 };
 
 use crate::maps::get;
@@ -134,7 +135,7 @@ fn advertise(
     };
     let target = solicitation.target;
     if answer.owner_port == request.ingress_port
-        || (frame.ip.destination != target && frame.ip.destination != solicited_node(&target))
+        || (frame.ip.destination != target && frame.ip.destination != solicited_node(target))
     {
         return Ok(None);
     }
@@ -235,7 +236,7 @@ fn solicit(
     let Some(group) = flood::router_group(request.datapath) else {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     };
-    let group_address = solicited_node(&next_hop);
+    let group_address = solicited_node(next_hop);
     let solicitation = nd_frame(
         EthHeader {
             destination: [
@@ -249,7 +250,7 @@ fn solicit(
             source: router_mac,
             ether_type: ETH_P_IPV6.to_be(),
         },
-        (link_local(&router_mac), group_address),
+        (link_local(router_mac), group_address),
         (ND_SOLICITATION, 0, next_hop),
         // Source link-layer address.
         (1, router_mac),
@@ -314,35 +315,4 @@ fn write(ctx: &TcContext, frame: &NdFrame) -> Result<(), DropReason> {
 #[inline(always)]
 fn is_link_local(ip: &[u8; 16]) -> bool {
     ip[0] == 0xfe && ip[1] == 0x80 && ip[2..8] == [0; 6]
-}
-
-/// The solicited-node multicast group of `ip` (`ff02::1:ffXX:XXXX`).
-#[inline(always)]
-fn solicited_node(ip: &[u8; 16]) -> [u8; 16] {
-    [
-        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, ip[13], ip[14], ip[15],
-    ]
-}
-
-/// The EUI-64 link-local address of `mac` (as OVN's `in6_generate_lla`).
-#[inline(always)]
-fn link_local(mac: &[u8; 6]) -> [u8; 16] {
-    [
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ]
 }

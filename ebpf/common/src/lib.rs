@@ -25,6 +25,42 @@ pub use maps::names as map;
 /// `<root>/v<LAYOUT_VERSION>/links/<hook>-<ifindex>`.
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/ovnbpf";
 
+/// IPv6 addresses both sides derive the same way (the kernel's ND stage, the agent and its
+/// evaluator).
+pub mod ipv6 {
+    /// The EUI-64 link-local address of `mac` (OVN's `in6_generate_lla`: what it gives router
+    /// ports, and what a pod's kernel derives for its interface).
+    #[must_use]
+    pub const fn link_local(mac: [u8; 6]) -> [u8; 16] {
+        [
+            0xfe,
+            0x80,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            mac[0] ^ 0x02,
+            mac[1],
+            mac[2],
+            0xff,
+            0xfe,
+            mac[3],
+            mac[4],
+            mac[5],
+        ]
+    }
+
+    /// The solicited-node multicast group of `ip` (`ff02::1:ffXX:XXXX`).
+    #[must_use]
+    pub const fn solicited_node(ip: [u8; 16]) -> [u8; 16] {
+        [
+            0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, ip[13], ip[14], ip[15],
+        ]
+    }
+}
+
 /// OVN's Geneve encapsulation, as ovn-controller puts it on the wire.
 pub mod geneve {
     /// IANA UDP port of Geneve.

@@ -75,17 +75,7 @@ pub struct Packet {
 /// The solicited-node multicast address of `address` (ff02::1:ffXX:XXXX).
 #[must_use]
 pub fn solicited_node(address: Ipv6Addr) -> Ipv6Addr {
-    let octets = address.octets();
-    Ipv6Addr::new(
-        0xff02,
-        0,
-        0,
-        0,
-        0,
-        1,
-        0xff00 | u16::from(octets[13]),
-        u16::from_be_bytes([octets[14], octets[15]]),
-    )
+    ovnbpf_common::ipv6::solicited_node(address.octets()).into()
 }
 
 /// The Ethernet multicast address of an IPv6 multicast address (33:33 + its last 32 bits).

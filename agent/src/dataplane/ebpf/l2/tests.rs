@@ -703,21 +703,23 @@ fn patch(datapath: u32, key: u32, name: &str, peer: &str, address: &str) -> IrEn
     }
 }
 
+/// A switch's router port (key 2 on `DP`, "ls-lr") patched to port 1 of router `router`
+/// ("lr-ls", 0a:58:63:5f:04:aa 10.0.1.1/24).
+fn router_patches(router: u32) -> [IrEntry; 2] {
+    [
+        patch(DP, 2, "ls-lr", "lr-ls", "router"),
+        patch(router, 1, "lr-ls", "ls-lr", "0a:58:63:5f:04:aa 10.0.1.1/24"),
+    ]
+}
+
 #[test]
 fn router_addresses_are_flagged_for_the_kernel_router() {
     const ROUTER_DP: u32 = 9;
     const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
     let gateway = Ipv4Addr::new(10, 0, 1, 1);
     let mut state = L2State::new("node1");
-    let mut entries = vec![
-        patch(DP, 2, "ls-lr", "lr-ls", "router"),
-        patch(
-            ROUTER_DP,
-            1,
-            "lr-ls",
-            "ls-lr",
-            "0a:58:63:5f:04:aa 10.0.1.1/24",
-        ),
+    let mut entries = router_patches(ROUTER_DP).to_vec();
+    entries.extend([
         IrEntry::L2Fib {
             datapath: DP,
             mac: ROUTER_MAC,
@@ -729,7 +731,7 @@ fn router_addresses_are_flagged_for_the_kernel_router() {
             router_port: "ls-lr".into(),
             group: None,
         },
-    ];
+    ]);
     // northd also lists the router's address among the switch's ARP replies.
     entries.extend(
         pod("ls-lr", 2, None, ROUTER_MAC, gateway)
@@ -865,7 +867,8 @@ fn the_nd_responder_answers_like_the_arp_responder_with_the_router_flag_and_the_
         ip: pod_ip,
         inport: "a1".into(),
     };
-    state.apply(&added(vec![
+    let mut entries = router_patches(ROUTER_DP).to_vec();
+    entries.extend([
         port("a1", 1, Some("node1")),
         IrEntry::NdReply {
             datapath: DP,
@@ -873,14 +876,6 @@ fn the_nd_responder_answers_like_the_arp_responder_with_the_router_flag_and_the_
             mac: LOCAL_MAC,
         },
         owner.clone(),
-        patch(DP, 2, "ls-lr", "lr-ls", "router"),
-        patch(
-            ROUTER_DP,
-            1,
-            "lr-ls",
-            "ls-lr",
-            "0a:58:63:5f:04:aa 10.0.1.1/24",
-        ),
         IrEntry::NdReply {
             datapath: DP,
             ip: router_ip,
@@ -892,7 +887,8 @@ fn the_nd_responder_answers_like_the_arp_responder_with_the_router_flag_and_the_
             router_port: "ls-lr".into(),
             group: None,
         },
-    ]));
+    ]);
+    state.apply(&added(entries));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     let key = |ip: Ipv6Addr| Ipv6Key {
