@@ -354,6 +354,86 @@ impl Topology {
             .add(&["set", "port_group", &group, VENDOR, &group_ids])
     }
 
+    /// Kube-OVN's priority of a node's reroute policy (`NodeRouterPolicyPriority`).
+    pub const NODE_POLICY_PRIORITY: u16 = 30000;
+    /// Kube-OVN's priority of the distributed gateways' reroutes (`GatewayRouterPolicyPriority`).
+    pub const GATEWAY_POLICY_PRIORITY: u16 = 29000;
+
+    /// What kube-ovn-controller's `handleAddNode` adds to the default VPC for a node beside its
+    /// join port ([`Self::node_port`]): the priority-30000 policy that reroutes traffic to the
+    /// node's InternalIP `node_ip` to its join IP `join_ip` (replies to kubelet's probes).
+    pub fn node_policy(&mut self, node_ip: Ipv4Addr, join_ip: Ipv4Addr) -> &mut Self {
+        let match_ = format!("ip4.dst == {node_ip}");
+        self.policy(
+            DEFAULT_VPC,
+            Self::NODE_POLICY_PRIORITY,
+            &match_,
+            "reroute",
+            Some(join_ip),
+        )
+    }
+
+    /// The port group of `subnet`'s pods on `node`, as `createPortGroupForDistributedSubnet`
+    /// names it (`<subnet>.<node>`, every `-` a `.`).
+    #[must_use]
+    pub fn node_pods_group(subnet: &str, node: &str) -> String {
+        format!("{subnet}.{node}").replace('-', ".")
+    }
+
+    /// A distributed gateway for default-VPC subnet `subnet` on `node`, as kube-ovn-controller
+    /// makes it: the port group of the subnet's pods on the node ([`Self::node_pods_group`]) and
+    /// the priority-29000 policy that reroutes traffic from its address set
+    /// (`$<group>_ip4`, which northd derives from the group) to the node's join IP.
+    pub fn distributed_gateway(
+        &mut self,
+        subnet: &str,
+        node: &str,
+        join_ip: Ipv4Addr,
+    ) -> &mut Self {
+        let group = Self::node_pods_group(subnet, node);
+        let ids = [
+            format!("external_ids:subnet={subnet}"),
+            format!("external_ids:node={node}"),
+            format!("external_ids:np=\"{subnet}/{node}\""),
+        ];
+        let match_ = format!("ip4.src == ${group}_ip4");
+        self.add(&["pg-add", &group])
+            .add(&[
+                "set",
+                "port_group",
+                &group,
+                VENDOR,
+                &ids[0],
+                &ids[1],
+                &ids[2],
+            ])
+            .policy(
+                DEFAULT_VPC,
+                Self::GATEWAY_POLICY_PRIORITY,
+                &match_,
+                "reroute",
+                Some(join_ip),
+            )
+    }
+
+    /// Pod `<pod>.<namespace>` of `subnet` scheduled on `node`: kube-ovn-controller adds its
+    /// port to the node's group of the subnet's pods (`PortGroupAddPorts`), so that the
+    /// distributed gateway's address set holds its IP.
+    pub fn pod_on_node(
+        &mut self,
+        subnet: &str,
+        pod: &str,
+        namespace: &str,
+        node: &str,
+    ) -> &mut Self {
+        let port = pod_port_name(pod, namespace);
+        let id = format!("--id=@{}", port.replace(['.', '-'], "_"));
+        let reference = &id["--id=".len()..].to_string();
+        let group = Self::node_pods_group(subnet, node);
+        self.add(&[&id, "get", "logical_switch_port", &port, "_uuid"])
+            .add(&["add", "port_group", &group, "ports", reference])
+    }
+
     /// A router policy, as Kube-OVN writes them: `action` is allow, drop or reroute (with
     /// `nexthop`).
     pub fn policy(

@@ -111,16 +111,17 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         // source routes (/24: 72, below the connected and static /24 routes).
         .source_route("vpc-c", "10.2.1.10/32", Ipv4Addr::new(10, 2, 1, 11))
         // Kube-OVN's default-VPC policies: in-cluster destinations keep their routes (the
-        // builder's per-subnet allow policies); a pod's other traffic is rerouted to its node
-        // over the join switch.
+        // builder's per-subnet allow policies); traffic to a node's InternalIP goes to its join
+        // port; a pod's other traffic is rerouted to its own node over the join switch, by the
+        // address set of the node's pods (distributed gateways).
         .node_port("node1", NODE1_MAC, NODE1_IP)
-        .policy(
-            "ovn-cluster",
-            29000,
-            "ip4.src == 10.16.0.11",
-            "reroute",
-            Some(NODE1_IP),
-        )
+        .node_port("node2", NODE2_MAC, NODE2_IP)
+        .node_policy(NODE1_INTERNAL_IP, NODE1_IP)
+        .node_policy(NODE2_INTERNAL_IP, NODE2_IP)
+        .distributed_gateway("ovn-default", "node1", NODE1_IP)
+        .distributed_gateway("ovn-default", "node2", NODE2_IP)
+        .pod_on_node("ovn-default", "ovn-default-p1", "ns", "node1")
+        .pod_on_node("ovn-default", "ovn-default-p0", "ns", "node2")
         // A policy that drops one destination across the peering.
         .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None);
     topology.apply(lab).unwrap();
@@ -178,6 +179,18 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         sb_groups.contains("node.node1") && sb_groups.contains("node-node1"),
         "{sb_groups}"
     );
+    // northd derives the address set of each node's pods from their port group, which the
+    // distributed gateway's policy names.
+    let node1_pods = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=addresses",
+            "find",
+            "Address_Set",
+            "name=ovn.default.node1_ip4",
+        ])
+        .unwrap();
+    assert_eq!(node1_pods.trim(), "10.16.0.11");
     // One pod with port security, as Kube-OVN sets it for pods with `port_security: true`.
     let secured = &pods
         .iter()
@@ -220,9 +233,14 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     pods
 }
 
-/// The node port on the join switch that the default VPC's reroute policy sends to.
+/// The nodes' ports on the join switch that the default VPC's reroute policies send to, and
+/// the nodes' InternalIPs.
 const NODE1_IP: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
 const NODE1_MAC: &str = "0a:58:64:40:00:02";
+const NODE2_IP: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 3);
+const NODE2_MAC: &str = "0a:58:64:40:00:03";
+const NODE1_INTERNAL_IP: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 2);
+const NODE2_INTERNAL_IP: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 3);
 
 /// The address of the learned neighbour.
 const LEARNED: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 77);
@@ -372,6 +390,10 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
         add(
             "routes to a VPC without a route",
             ipv4(pod, router_mac, Ipv4Addr::new(172, 16, 9, 9), 64, PING),
+        );
+        add(
+            "routes to node1's InternalIP",
+            ipv4(pod, router_mac, NODE1_INTERNAL_IP, 64, PING),
         );
         for other in pods.iter().filter(|o| o.port != pod.port) {
             let same_switch = other.switch == pod.switch;

@@ -1,7 +1,8 @@
 //! Secondary indexes over the Southbound replica that the compiler and the chassis logic need,
 //! maintained from each change set in O(changed rows): Port_Binding by logical_port and by
 //! (datapath, tunnel_key), ports per datapath, Datapath_Binding by tunnel_key, logical flows by
-//! datapath and by datapath group, groups by member datapath, Chassis and Chassis_Private by name.
+//! datapath and by datapath group, groups by member datapath, Chassis, Chassis_Private and
+//! Address_Set by name.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -11,7 +12,7 @@ use std::{
 use uuid::Uuid;
 
 use super::rows::{
-    Chassis, ChassisPrivate, DatapathBinding, LogicalDpGroup, LogicalFlow, PortBinding,
+    AddressSet, Chassis, ChassisPrivate, DatapathBinding, LogicalDpGroup, LogicalFlow, PortBinding,
 };
 use crate::ovsdb::replica::{ChangeSet, Replica, RowRef, TableChanges};
 
@@ -32,6 +33,8 @@ pub struct Indexes {
     pub groups_by_datapath: HashMap<Uuid, HashSet<Uuid>>,
     pub chassis_by_name: HashMap<String, Uuid>,
     pub chassis_private_by_name: HashMap<String, Uuid>,
+    /// Address_Set name → row (`$name` in flow matches).
+    pub address_set_by_name: HashMap<String, Uuid>,
 }
 
 /// Removes `key → uuid` only if the key still maps to that row (another row may have taken it).
@@ -125,6 +128,11 @@ impl Indexes {
                     uuid,
                 );
             }
+            AddressSet::TABLE => remove_if(
+                &mut self.address_set_by_name,
+                &AddressSet::from_row(row).name,
+                uuid,
+            ),
             _ => {}
         }
     }
@@ -186,6 +194,10 @@ impl Indexes {
             ChassisPrivate::TABLE => {
                 self.chassis_private_by_name
                     .insert(ChassisPrivate::from_row(row).name, uuid);
+            }
+            AddressSet::TABLE => {
+                self.address_set_by_name
+                    .insert(AddressSet::from_row(row).name, uuid);
             }
             _ => {}
         }

@@ -16,7 +16,7 @@ use crate::ovsdb::{
     session::SessionEvent,
 };
 use index::Indexes;
-use rows::{DatapathBinding, LogicalFlow, PortBinding, SbGlobal};
+use rows::{AddressSet, DatapathBinding, LogicalFlow, PortBinding, SbGlobal};
 
 /// The Southbound database name.
 pub const DATABASE: &str = "OVN_Southbound";
@@ -93,6 +93,12 @@ impl Southbound {
     #[must_use]
     pub fn sb_global(&self) -> Option<SbGlobal> {
         self.rows::<SbGlobal>().next()
+    }
+
+    /// The Address_Set named `name` (`$name` in flow matches).
+    #[must_use]
+    pub fn address_set(&self, name: &str) -> Option<AddressSet> {
+        self.row(self.indexes.address_set_by_name.get(name)?)
     }
 
     #[must_use]

@@ -325,21 +325,33 @@ pub(super) fn compare_ipv4(expr: &Expr, name: &str) -> Option<Ipv4Addr> {
 
 pub(super) fn compare_prefix(expr: &Expr, name: &str) -> Option<Prefix> {
     match compare_values(expr, name)? {
-        [
-            Value::Constant(Constant::Ipv4 {
-                address,
-                mask: None,
-            }),
-        ] => Some(Prefix {
+        [value] => ipv4_prefix(value),
+        _ => None,
+    }
+}
+
+/// `name == P` or `name == {P1, P2, …}` (also an expanded address set, possibly empty) → the
+/// IPv4 prefixes, when every value is one.
+pub(super) fn compare_prefixes(expr: &Expr, name: &str) -> Option<Vec<Prefix>> {
+    compare_values(expr, name)?
+        .iter()
+        .map(ipv4_prefix)
+        .collect()
+}
+
+fn ipv4_prefix(value: &Value) -> Option<Prefix> {
+    match value {
+        Value::Constant(Constant::Ipv4 {
+            address,
+            mask: None,
+        }) => Some(Prefix {
             network: *address,
             length: 32,
         }),
-        [
-            Value::Constant(Constant::Ipv4 {
-                address,
-                mask: Some(Mask::Prefix(length)),
-            }),
-        ] => Some(Prefix {
+        Value::Constant(Constant::Ipv4 {
+            address,
+            mask: Some(Mask::Prefix(length)),
+        }) => Some(Prefix {
             network: *address,
             length: *length,
         }),

@@ -204,8 +204,8 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
 /// `lr_in_policy`: policies matching on IPv4 source and/or destination prefixes that allow,
 /// drop or reroute (ECMP reroutes and other matches stay unsupported).
 fn policy_rule(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
-    let source = terms.iter().find_map(|t| compare_prefix(t, "ip4.src"));
-    let destination = terms.iter().find_map(|t| compare_prefix(t, "ip4.dst"));
+    let source = terms.iter().find_map(|t| compare_prefixes(t, "ip4.src"));
+    let destination = terms.iter().find_map(|t| compare_prefixes(t, "ip4.dst"));
     let ip4_only = terms.iter().filter(|t| is_predicate(t, "ip4")).count();
     let recognised = terms.len()
         == usize::from(source.is_some()) + usize::from(destination.is_some()) + ip4_only;
@@ -239,13 +239,28 @@ fn policy_rule(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> C
         }
         _ => return unsupported("router policy action (ECMP reroute)"),
     };
-    Class::Compiled(vec![IrEntry::RouterPolicy {
-        datapath: dp,
-        priority: u16::try_from(priority).unwrap_or(u16::MAX),
-        source,
-        destination,
-        verdict,
-    }])
+    // One entry per (source, destination) pair: a set (an address set's pods) matches when
+    // any of its prefixes does; an empty set matches nothing.
+    let any = || vec![None];
+    let sources = source.map_or_else(any, |s| s.into_iter().map(Some).collect());
+    let destinations = destination.map_or_else(any, |d| d.into_iter().map(Some).collect());
+    let priority = u16::try_from(priority).unwrap_or(u16::MAX);
+    Class::Compiled(
+        sources
+            .iter()
+            .flat_map(|source| {
+                destinations
+                    .iter()
+                    .map(|destination| IrEntry::RouterPolicy {
+                        datapath: dp,
+                        priority,
+                        source: *source,
+                        destination: *destination,
+                        verdict: verdict.clone(),
+                    })
+            })
+            .collect(),
+    )
 }
 
 /// `lr_in_ip_input`: what the router answers itself and what it drops.

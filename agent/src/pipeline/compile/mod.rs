@@ -4,6 +4,7 @@
 //! change set costs O(changed rows) and yields an [`IrDiff`]. Touches only the SB replica (read)
 //! and the IR.
 
+mod address_sets;
 mod coverage;
 mod groups;
 mod registers;
@@ -14,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
+use address_sets::FlowsBySet;
 pub use coverage::{Outcome, StageCoverage};
 use groups::GroupState;
 pub use underlay::UNDERLAY_ROUTING_STAGE;
@@ -28,7 +30,7 @@ use crate::{
     sb::{
         Southbound,
         rows::{
-            Chassis, DatapathBinding, Encap, LogicalDpGroup, LogicalFlow, MacBinding,
+            AddressSet, Chassis, DatapathBinding, Encap, LogicalDpGroup, LogicalFlow, MacBinding,
             MulticastGroup, PortBinding,
         },
     },
@@ -43,12 +45,16 @@ struct Contribution {
     /// How a logical flow uses registers, for the flows that need or set any (most do
     /// neither, and pay one pointer).
     registers: Option<Box<registers::RegisterUse>>,
+    /// The address sets a logical flow's match names (`$name`).
+    address_sets: Vec<String>,
 }
 
 /// The compiler's state: contributions per source row and the reference-counted IR.
 #[derive(Debug, Default)]
 pub struct Compiler {
     flows: HashMap<Uuid, Contribution>,
+    /// Which flows name which address set.
+    flows_by_set: FlowsBySet,
     rows: HashMap<Uuid, Contribution>,
     groups: HashMap<Uuid, GroupState>,
     /// Port_Binding row → the groups listing it, so a port that arrives (or changes its key)
@@ -107,7 +113,7 @@ impl Compiler {
             self.rebuild(sb, &mut delta);
             return delta.into_diff();
         }
-        let mut flows = Vec::new();
+        let mut flows = HashSet::new();
         let mut rows = Vec::new();
         let mut groups = Vec::new();
         for (table, change) in &changes.tables {
@@ -119,6 +125,11 @@ impl Compiler {
             let gone = change.deleted.iter().map(|(u, _)| *u);
             match table.as_str() {
                 LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
+                AddressSet::TABLE => {
+                    for set in touched.chain(gone) {
+                        flows.extend(self.flows_by_set.changed(sb, set));
+                    }
+                }
                 PortBinding::TABLE | MacBinding::TABLE | Encap::TABLE => {
                     rows.extend(touched.chain(gone))
                 }
@@ -180,6 +191,7 @@ impl Compiler {
     }
 
     fn rebuild(&mut self, sb: &Southbound, delta: &mut Delta) {
+        self.flows_by_set.relearn_names(sb);
         let flows: Vec<Uuid> = self.flows.keys().copied().collect();
         for uuid in flows {
             self.retract_flow(uuid, delta);
@@ -245,6 +257,7 @@ impl Compiler {
 
     fn retract_flow(&mut self, uuid: Uuid, delta: &mut Delta) {
         if let Some(contribution) = self.flows.remove(&uuid) {
+            self.flows_by_set.remove(uuid, &contribution.address_sets);
             for entry in contribution.entries {
                 self.remove(entry, delta);
             }
@@ -278,18 +291,23 @@ impl Compiler {
             });
         match parsed {
             Err(reason) => contribution.outcome = Some(Outcome::Unsupported(reason)),
-            Ok((match_, actions)) => {
+            Ok((mut match_, actions)) => {
                 let datapaths = flow_datapaths(sb, flow);
                 contribution.registers =
                     registers::RegisterUse::of(&match_, &actions, &datapaths).map(Box::new);
+                let expanded =
+                    address_sets::expand(&mut match_, sb, &mut contribution.address_sets);
                 for datapath in datapaths {
-                    let class = classify::classify(&Flow {
-                        datapath,
-                        stage: &stage,
-                        priority: flow.priority,
-                        match_: &match_,
-                        actions: &actions,
-                    });
+                    let class = match &expanded {
+                        Ok(()) => classify::classify(&Flow {
+                            datapath,
+                            stage: &stage,
+                            priority: flow.priority,
+                            match_: &match_,
+                            actions: &actions,
+                        }),
+                        Err(reason) => Class::Unsupported(reason.clone()),
+                    };
                     let outcome = match class {
                         Class::Compiled(entries) => {
                             contribution.entries.extend(entries);
@@ -347,6 +365,7 @@ impl Compiler {
         for entry in contribution.entries.clone() {
             self.add(entry, delta);
         }
+        self.flows_by_set.add(flow.uuid, &contribution.address_sets);
         self.flows.insert(flow.uuid, contribution);
     }
 }

@@ -12,7 +12,7 @@ use crate::{
         schema::DatabaseSchema,
         session::{MonitorMethod, SessionEvent, UpdateFormat},
     },
-    pipeline::ir::PortKind,
+    pipeline::ir::{PolicyVerdict, PortKind},
 };
 
 const DP: &str = "00000000-0000-0000-0000-0000000000a1";
@@ -37,6 +37,7 @@ fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff
         "Logical_Flow": {"columns": {"logical_datapath": optional(json!({"type": "uuid"})),
             "priority": {"type": "integer"}, "match": {"type": "string"},
             "actions": {"type": "string"}, "external_ids": map}},
+        "Address_Set": {"columns": {"name": {"type": "string"}, "addresses": set}},
     }}))
     .unwrap();
     let monitored: BTreeMap<String, Vec<String>> = schema
@@ -197,6 +198,80 @@ fn unsupported_router_flows_make_their_router_not_forwardable_as_the_compiler_de
         "{diff:?}"
     );
     let diff = flow(unsnat, json!({"delete": null}));
+    assert!(
+        diff.removed
+            .iter()
+            .any(|e| matches!(e, IrEntry::NotForwardable { datapath: 9, .. })),
+        "{diff:?}"
+    );
+}
+
+/// Kube-OVN's distributed-gateway policy names the address set of a node's pods: each address
+/// is one policy entry, a pod joining the set adds its own entry and nothing else, and a set
+/// that is not (or no longer) in the Southbound makes the policy unsupported, its router not
+/// forwarded for, until it is back.
+#[test]
+fn address_sets_in_policies_expand_to_one_entry_per_address_and_change_incrementally() {
+    let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
+    let mut update = |updates: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates,
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    let set = "00000000-0000-0000-0000-0000000000c1";
+    let flow = "00000000-0000-0000-0000-0000000000f1";
+    let policy = |source: [u8; 4]| IrEntry::RouterPolicy {
+        datapath: 9,
+        priority: 29000,
+        source: Some(Ipv4Prefix {
+            network: Ipv4Addr::from(source),
+            length: 32,
+        }),
+        destination: None,
+        verdict: PolicyVerdict::Reroute {
+            nexthop: Ipv4Addr::new(100, 64, 0, 2),
+            source_ip: Ipv4Addr::new(100, 64, 0, 1),
+            source_mac: [0x0a, 0x58, 0x64, 0x40, 0x00, 0x01],
+            port: "ovn-cluster-join".into(),
+        },
+    };
+    update(
+        json!({"Address_Set": {set: {"insert": {"name": "ovn.default.node1_ip4",
+        "addresses": ["set", ["10.16.0.5", "10.16.0.6"]]}}}}),
+    );
+    let diff = update(json!({"Logical_Flow": {flow: {"insert": {
+        "logical_datapath": ["uuid", ROUTER], "priority": 29000,
+        "match": "ip4.src == $ovn.default.node1_ip4",
+        "actions": "reg0 = 100.64.0.2; reg1 = 100.64.0.1; eth.src = 0a:58:64:40:00:01; \
+            outport = \"ovn-cluster-join\"; flags.loopback = 1; reg8[0..15] = 0; next;",
+        "external_ids": ["map", [["stage-name", "lr_in_policy"]]]}}}}));
+    assert_eq!(diff.added, [policy([10, 16, 0, 5]), policy([10, 16, 0, 6])]);
+
+    // A pod joins: its entry, nothing else. A pod leaves: its entry goes.
+    let diff = update(json!({"Address_Set": {set: {"modify": {"addresses": "10.16.0.7"}}}}));
+    assert_eq!(diff.added, [policy([10, 16, 0, 7])]);
+    assert!(diff.removed.is_empty(), "{diff:?}");
+    let diff = update(json!({"Address_Set": {set: {"modify": {"addresses": "10.16.0.5"}}}}));
+    assert!(diff.added.is_empty(), "{diff:?}");
+    assert_eq!(diff.removed, [policy([10, 16, 0, 5])]);
+
+    // The set goes: the policy's meaning is unknown, so its router stops.
+    let diff = update(json!({"Address_Set": {set: {"delete": null}}}));
+    assert!(
+        diff.added.iter().any(|e| matches!(e,
+            IrEntry::NotForwardable { datapath: 9, reason: Unforwardable::UnsupportedFlow { reason, .. } }
+                if reason == "address set $ovn.default.node1_ip4 is not in the Southbound")),
+        "{diff:?}"
+    );
+    assert_eq!(diff.removed.len(), 2, "{diff:?}");
+    // Back under another row: compiled again, empty sets match nothing.
+    let diff = update(
+        json!({"Address_Set": {"00000000-0000-0000-0000-0000000000c2": {"insert": {
+        "name": "ovn.default.node1_ip4", "addresses": ["set", []]}}}}),
+    );
+    assert!(diff.added.is_empty(), "{diff:?}");
     assert!(
         diff.removed
             .iter()
