@@ -13,6 +13,7 @@ pub mod lflow;
 pub mod metrics;
 pub mod net;
 pub mod netns;
+pub mod node_network;
 pub mod ovsdb;
 pub mod pipeline;
 pub mod rtnetlink;

@@ -93,6 +93,8 @@ pub struct Sources {
     pub daemon: Option<DaemonHandle>,
     /// The CNI socket the agent serves (dialled by `/livez` and `/readyz`), if it serves one.
     pub cni_socket: Option<std::path::PathBuf>,
+    /// The node's network on the join switch, when the agent manages it.
+    pub node_network: Option<Arc<crate::node_network::NodeNetworkStatus>>,
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -462,7 +464,10 @@ async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()>
             Some(daemon) => daemon.report().await.ok(),
             None => None,
         };
-        let body = render(&sources.cni, &sources.server, report.as_ref());
+        let mut body = render(&sources.cni, &sources.server, report.as_ref());
+        if let Some(node_network) = &sources.node_network {
+            body.push_str(&node_network.render());
+        }
         (200, "text/plain; version=0.0.4", body)
     } else {
         (404, "text/plain", String::new())

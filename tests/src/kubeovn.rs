@@ -308,6 +308,13 @@ impl Topology {
         self
     }
 
+    /// Deletes pod `<pod>.<namespace>`'s logical port, as kube-ovn-controller does when the pod
+    /// goes (its port groups lose it with it).
+    pub fn remove_pod(&mut self, pod: &str, namespace: &str) -> &mut Self {
+        let port = pod_port_name(pod, namespace);
+        self.add(&["--if-exists", "lsp-del", &port])
+    }
+
     /// An underlay subnet's uplink, as Kube-OVN creates it: LSP `localnet.<subnet>` of type
     /// localnet with addresses "unknown", bound to the provider network `provider`, tagged with
     /// `vlan` (0 = untagged), with the subnet's CIDR as `external_ids:ipv4_network` (when the

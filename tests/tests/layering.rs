@@ -67,6 +67,11 @@ const RULES: &[Rule] = &[
         forbidden: &["dataplane::ebpf"],
         except: None,
     },
+    Rule {
+        folder: "node_network",
+        forbidden: &["dataplane::ebpf", "lflow", "pipeline"],
+        except: None,
+    },
 ];
 
 /// Imports breaking a rule that are tolerated while being removed (file under `agent/src`, path

@@ -15,7 +15,7 @@ use ovnbpf_agent::{
         store::AttachmentStore,
     },
     config,
-    daemon::{self, DaemonConfig},
+    daemon::{self, DaemonConfig, node_network::NodePortConfig},
     dataplane::{
         Datapath,
         ebpf::{
@@ -23,6 +23,7 @@ use ovnbpf_agent::{
             node::{NodeDatapath, NodeDatapathConfig},
         },
     },
+    node_network::{NodeNetworkStatus, NodeNicConfig},
     ovsdb::remote::Remote,
 };
 
@@ -140,6 +141,24 @@ struct RunArgs {
     /// MTU of pod NICs (0: the uplink's MTU minus 100, Kube-OVN's Geneve default).
     #[arg(long, env = "OVNBPF_POD_MTU", default_value_t = 0, value_parser = config::parse_mtu)]
     pod_mtu: u32,
+    /// The Kubernetes node name (default: the hostname): the node's port on the join switch is
+    /// `node-<node-name>`, as kube-ovn-controller names it.
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    node_name: Option<String>,
+    /// The node's InternalIP (default: --encap-ip): the source of the node's routes to the
+    /// default VPC's subnets, and the address subnets holding it get no such route.
+    #[arg(long, env = "OVNBPF_NODE_IP")]
+    node_ip: Option<std::net::Ipv4Addr>,
+    /// The default VPC's router (kube-ovn-controller's --cluster-router).
+    #[arg(long, env = "OVNBPF_CLUSTER_ROUTER", default_value = "ovn-cluster")]
+    cluster_router: String,
+    /// The node's NIC on the join switch (Kube-OVN's ovn0), built and routed by the agent once
+    /// the Southbound has the node's port (with --uplink).
+    #[arg(long, env = "OVNBPF_NODE_NIC", default_value = "ovn0")]
+    node_nic: String,
+    /// Leave the node's own network alone (no NIC on the join switch, no routes).
+    #[arg(long)]
+    no_node_nic: bool,
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
     cni_port_wait_s: u64,
@@ -306,7 +325,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let sb_remotes = Remote::parse_list(&args.sb_remote).context("--sb-remote")?;
     let tls = tls_client(&args, &sb_remotes)?;
     let name = chassis::system_id(args.system_id.as_deref(), &args.system_id_file)?;
-    let hostname = match args.hostname {
+    let hostname = match args.hostname.clone() {
         Some(hostname) => hostname,
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
             .context("reading the hostname")?
@@ -348,6 +367,20 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             interfaces.push((record.logical_port, record.host_interface));
         }
     }
+    // The node's NIC on the join switch (with a datapath to plug it into). Its port is bound
+    // from the start and, when a previous agent left the NIC, forwarded for at once, like the
+    // pods' restored ports: its `up`, and the node's probes through it, go on across a restart.
+    let node_network = match (&uplink, args.no_node_nic) {
+        (Some(_), false) => Some(node_network_config(&args, &hostname)?),
+        _ => None,
+    };
+    if let Some((port_config, nic_config)) = &node_network {
+        let host = ovnbpf_agent::node_network::nic::host_interface_of(&nic_config.interface);
+        if plumbing::host_interface_exists(&host) {
+            restored_ports.push(port_config.port());
+            interfaces.push((port_config.port(), host));
+        }
+    }
     let datapath_config = match &uplink {
         Some(uplink) => Some(NodeDatapathConfig {
             chassis: name.clone(),
@@ -384,6 +417,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         local_ports,
         restored_ports,
+        node_network: node_network.as_ref().map(|(port, _)| port.clone()),
         probe_interval: (args.probe_interval_s > 0)
             .then(|| Duration::from_secs(args.probe_interval_s)),
         filter_check_interval: (args.filter_check_interval_s > 0)
@@ -400,6 +434,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .await
                 .context("removing the chassis rows")?;
             tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
+            if !args.no_node_nic {
+                let removed = ovnbpf_agent::node_network::cleanup(&args.node_nic)
+                    .with_context(|| format!("removing the node NIC {}", args.node_nic))?;
+                tracing::info!(interface = args.node_nic, removed, "node NIC removed");
+            }
             return Ok(());
         }
         // The one place that picks the backend; everything else drives it as a `Datapath`.
@@ -411,9 +450,28 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let attacher = datapath.as_deref().map(Datapath::attacher);
         let (handle, commands) = daemon::ports::channel();
+        let node_network_task = match (&node_network, &attacher) {
+            (Some((_, nic_config)), Some(attacher)) => {
+                let status = std::sync::Arc::new(NodeNetworkStatus::default());
+                let task = tokio::spawn(ovnbpf_agent::node_network::run(
+                    handle.clone(),
+                    std::sync::Arc::clone(attacher),
+                    NodeNicConfig {
+                        mtu: pod_mtu,
+                        ..nic_config.clone()
+                    },
+                    std::sync::Arc::clone(&status),
+                ));
+                Some((task, status))
+            }
+            _ => None,
+        };
         let metrics_sources = ovnbpf_agent::metrics::Sources {
             daemon: Some(handle.clone()),
             cni_socket: store.is_some().then(|| args.cni_socket.clone()),
+            node_network: node_network_task
+                .as_ref()
+                .map(|(_, status)| std::sync::Arc::clone(status)),
             ..Default::default()
         };
         let metrics = match args.metrics_address {
@@ -488,6 +546,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         if let Some(metrics) = metrics {
             metrics.abort();
         }
+        if let Some((task, _)) = node_network_task {
+            task.abort();
+        }
         if let Some(control) = control {
             control.abort();
             let _ = std::fs::remove_file(&args.control_socket);
@@ -501,6 +562,51 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// The node network's settings: the join port's source (node name, cluster router, node IP)
+/// and how its NIC is built (the MTU is the pods', set once known).
+fn node_network_config(
+    args: &RunArgs,
+    hostname: &str,
+) -> anyhow::Result<(NodePortConfig, NodeNicConfig)> {
+    let node = args
+        .node_name
+        .clone()
+        .unwrap_or_else(|| hostname.to_string());
+    let node_ip = match args.node_ip {
+        Some(ip) => ip,
+        None => args
+            .encap_ip
+            .parse()
+            .context("--node-ip is needed when --encap-ip is not an IPv4 address")?,
+    };
+    let interface = args.node_nic.clone();
+    if interface.is_empty()
+        || interface.len() > ovnbpf_agent::node_network::MAX_INTERFACE_NAME
+        || !interface
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        anyhow::bail!(
+            "--node-nic {interface:?}: a Linux interface name of at most {} characters (its \
+             datapath end adds \"_h\")",
+            ovnbpf_agent::node_network::MAX_INTERFACE_NAME
+        );
+    }
+    let port = NodePortConfig {
+        node,
+        cluster_router: args.cluster_router.clone(),
+        node_ip,
+    };
+    let nic = NodeNicConfig {
+        port: port.port(),
+        interface,
+        mtu: 0,
+        node_ip,
+        plug_wait: Duration::from_secs(args.cni_port_wait_s),
+    };
+    Ok((port, nic))
 }
 
 /// The MTU of `interface` in the agent's namespace.

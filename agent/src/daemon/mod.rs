@@ -28,6 +28,7 @@ mod acls;
 pub mod binding;
 mod commands;
 mod datapath;
+pub mod node_network;
 pub mod ports;
 pub mod sb_sync;
 mod side_duties;
@@ -69,6 +70,9 @@ pub struct DaemonConfig {
     /// How often every plugged pod's veth is checked for `from_pod` (re-attached when something
     /// removed its filter); `None`: never.
     pub filter_check_interval: Option<Duration>,
+    /// This node's port on the join switch, whose facts and routes the loop publishes for
+    /// [`crate::node_network`]; `None`: the agent leaves the node's network alone.
+    pub node_network: Option<node_network::NodePortConfig>,
 }
 
 /// Counters of what the loop did, for logs, metrics and tests.
@@ -130,6 +134,9 @@ struct Daemon {
     unenforced_acls: acls::UnenforcedAcls,
     /// The side duties (e.g. MAC learning) the datapath leaves undone, per datapath.
     side_duties: side_duties::SideDuties,
+    /// Where what the Southbound asks of the node's network is published (see
+    /// [`node_network`]).
+    node_network: Option<tokio::sync::watch::Sender<node_network::NodeNetworkWanted>>,
     stats: DaemonStats,
 }
 
@@ -183,6 +190,7 @@ pub async fn run(
         session_config.connection = connection_options(&config);
         let (handle, mut events) = session::start(session_config);
         let mut daemon = Daemon::new(config, handle, scope, datapath);
+        daemon.node_network = Some(commands.node_network.clone());
         tokio::pin!(shutdown);
         let mut commands_open = true;
         let mut retry = tokio::time::interval(RETRY_INTERVAL);
@@ -275,6 +283,7 @@ impl Daemon {
             filters_restored: Arc::default(),
             unenforced_acls: acls::UnenforcedAcls::default(),
             side_duties: side_duties::SideDuties::default(),
+            node_network: None,
             stats: DaemonStats::default(),
         }
     }
@@ -315,6 +324,7 @@ impl Daemon {
         };
         self.unenforced_acls.apply(&diff, datapath_name);
         self.side_duties.apply(&diff, datapath_name);
+        self.publish_node_network(&changes);
         let datapath_writes = self.program_datapath(&diff);
         if !diff.is_empty() {
             debug!(
@@ -396,6 +406,32 @@ impl Daemon {
     }
 
     /// The loop's counters with the Southbound writes'.
+    /// Publishes what the Southbound asks of the node's network, when `changes` touched the
+    /// ports or datapaths it is computed from (and the value changed).
+    fn publish_node_network(&self, changes: &ChangeSet) {
+        let (Some(config), Some(sender)) = (&self.config.node_network, &self.node_network) else {
+            return;
+        };
+        let relevant = changes.resynced
+            || [
+                crate::sb::rows::PortBinding::TABLE,
+                crate::sb::rows::DatapathBinding::TABLE,
+            ]
+            .iter()
+            .any(|table| changes.table(table).is_some_and(|t| !t.is_empty()));
+        if !relevant {
+            return;
+        }
+        let wanted = node_network::wanted(&self.sb, config);
+        sender.send_if_modified(|current| {
+            let changed = *current != wanted;
+            if changed {
+                *current = wanted;
+            }
+            changed
+        });
+    }
+
     fn stats(&self) -> DaemonStats {
         let southbound = self.sb_sync.stats().clone();
         DaemonStats {

@@ -6,7 +6,9 @@
 
 use std::{collections::HashMap, net::Ipv4Addr, time::Duration};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::node_network::NodeNetworkWanted;
 
 use crate::{
     dataplane::PortAttachment,
@@ -187,23 +189,53 @@ pub enum PortCommand {
     },
 }
 
-/// The sending side, for the CNI server.
+/// The sending side, for the CNI server and the node network.
 #[derive(Clone, Debug)]
 pub struct DaemonHandle {
     commands: mpsc::UnboundedSender<PortCommand>,
+    node_network: watch::Receiver<NodeNetworkWanted>,
 }
 
-/// The receiving side, for [`super::run`].
-pub type PortCommands = mpsc::UnboundedReceiver<PortCommand>;
+/// The receiving side, for [`super::run`]: the commands, and where the loop publishes what the
+/// Southbound asks of the node's network.
+#[derive(Debug)]
+pub struct PortCommands {
+    receiver: mpsc::UnboundedReceiver<PortCommand>,
+    pub(super) node_network: watch::Sender<NodeNetworkWanted>,
+}
+
+impl PortCommands {
+    pub async fn recv(&mut self) -> Option<PortCommand> {
+        self.receiver.recv().await
+    }
+}
 
 /// A connected handle and command stream.
 #[must_use]
 pub fn channel() -> (DaemonHandle, PortCommands) {
     let (commands, receiver) = mpsc::unbounded_channel();
-    (DaemonHandle { commands }, receiver)
+    let (node_network, wanted) = watch::channel(NodeNetworkWanted::default());
+    (
+        DaemonHandle {
+            commands,
+            node_network: wanted,
+        },
+        PortCommands {
+            receiver,
+            node_network,
+        },
+    )
 }
 
 impl DaemonHandle {
+    /// What the Southbound asks of the node's network (see
+    /// [`super::node_network::NodeNetworkWanted`]), as the loop last published it; it changes
+    /// only when the loop was configured with a node port.
+    #[must_use]
+    pub fn node_network(&self) -> watch::Receiver<NodeNetworkWanted> {
+        self.node_network.clone()
+    }
+
     async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> PortCommand,

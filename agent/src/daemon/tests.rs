@@ -42,6 +42,7 @@ fn config() -> DaemonConfig {
         },
         local_ports: Vec::new(),
         restored_ports: Vec::new(),
+        node_network: None,
         probe_interval: None,
         filter_check_interval: None,
     }

@@ -1,7 +1,9 @@
 //! The few rtnetlink requests a pod NIC needs, sent from the agent itself instead of spawning
 //! `ip`: create a veth pair whose peer is born in the pod's namespace with its final name, MAC,
 //! MTU and state (one request), keep a host end out of the node's networking and bring it up,
-//! add an IPv4 address, replace a route, delete a link.
+//! add an IPv4 address, replace a route, delete a link; for the node's own NIC (`ovn0`, see
+//! [`crate::node_network`]), the static routes through a link: set with a preferred source,
+//! listed, deleted.
 //! Each request is acknowledged before returning. A [`Socket`] acts in the namespace it was opened
 //! in: open it on a thread that joined the pod's namespace ([`crate::netns::run_in`]) for the pod
 //! side. Touches only the links, addresses and routes it is asked to; the BPF filter on a link's
@@ -18,6 +20,8 @@ use std::{
 };
 
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_REPLACE: u16 = 0x100;
@@ -28,6 +32,7 @@ const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_DELROUTE: u16 = 25;
 const RTM_GETROUTE: u16 = 26;
 const RTA_DST: u16 = 1;
 const RTM_NEWNEIGH: u16 = 28;
@@ -41,6 +46,7 @@ const IFLA_OPERSTATE: u16 = 16;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_AF_SPEC: u16 = 26;
 const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_INET_CONF: u16 = 1;
 const IPV4_DEVCONF_FORWARDING: u16 = 1;
 const IPV4_DEVCONF_ARP_IGNORE: u16 = 19;
@@ -55,11 +61,15 @@ const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
+const RTA_PREFSRC: u16 = 7;
+const RTA_TABLE: u16 = 15;
 const NLA_F_NESTED: u16 = 0x8000;
 const IFF_UP: u32 = 0x1;
 const IF_OPER_UP: u8 = 6;
 const RT_TABLE_MAIN: u8 = 254;
 const RTPROT_BOOT: u8 = 3;
+/// Routes the agent sets for the node (`ip route … proto static`, as kube-ovn-cni's).
+const RTPROT_STATIC: u8 = 4;
 const RT_SCOPE_UNIVERSE: u8 = 0;
 const RT_SCOPE_LINK: u8 = 253;
 const RTN_UNICAST: u8 = 1;
@@ -194,7 +204,11 @@ impl Socket {
 
     /// Sends one request and returns the datagram that answers it.
     fn exchange(&self, message: Message) -> io::Result<Vec<u8>> {
-        let bytes = message.finish();
+        self.send(&message.finish())?;
+        self.receive()
+    }
+
+    fn send(&self, bytes: &[u8]) -> io::Result<()> {
         // SAFETY: the buffer is valid for its length; the kernel is the destination (zeroed
         // sockaddr_nl).
         let sent = unsafe {
@@ -212,7 +226,12 @@ impl Socket {
         if sent < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut answer = vec![0u8; 16384];
+        Ok(())
+    }
+
+    /// The next datagram of the socket.
+    fn receive(&self) -> io::Result<Vec<u8>> {
+        let mut answer = vec![0u8; 32768];
         loop {
             // SAFETY: the buffer is valid for its length.
             let received = unsafe {
@@ -313,6 +332,18 @@ impl Socket {
         link_attribute(&reply, IFLA_OPERSTATE)
             .and_then(|value| value.first().copied())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no IFLA_OPERSTATE"))
+    }
+
+    /// Whether link `index` is tied to a link of another namespace (a veth whose peer is in a
+    /// pod's namespace): the kernel then reports the peer's namespace id.
+    pub fn peer_in_other_namespace(&self, index: u32) -> io::Result<bool> {
+        let mut message = Message::query(RTM_GETLINK);
+        message.link_header(index as i32, 0, 0);
+        let reply = self.exchange(message)?;
+        if let Some(Err(error)) = acknowledgement(&reply) {
+            return Err(error);
+        }
+        Ok(link_attribute(&reply, IFLA_LINK_NETNSID).is_some())
     }
 
     /// Waits (polling, up to `timeout`) until link `index` is operationally up: the kernel's
@@ -437,6 +468,155 @@ impl Socket {
         message.attribute(RTA_OIF, &index.to_ne_bytes());
         self.request(message)
     }
+}
+
+impl Socket {
+    /// Sets the main table's static route (`proto static`) to `route.destination` via
+    /// `route.gateway` through link `index`, preferring source address `route.source` (which
+    /// must be one of the node's), replacing a route to the same destination.
+    pub fn replace_static_route(&self, index: u32, route: &StaticRoute) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE);
+        route_header(
+            &mut message,
+            route.prefix_len,
+            RTPROT_STATIC,
+            RT_SCOPE_UNIVERSE,
+        );
+        message.attribute(RTA_DST, &route.destination.octets());
+        message.attribute(RTA_GATEWAY, &route.gateway.octets());
+        message.attribute(RTA_PREFSRC, &route.source.octets());
+        message.attribute(RTA_OIF, &index.to_ne_bytes());
+        self.request(message)
+    }
+
+    /// Deletes the main table's static route to `destination/prefix_len` through link `index`;
+    /// `Ok(false)` if there was none.
+    pub fn delete_static_route(
+        &self,
+        index: u32,
+        destination: Ipv4Addr,
+        prefix_len: u8,
+    ) -> io::Result<bool> {
+        let mut message = Message::new(RTM_DELROUTE, 0);
+        route_header(&mut message, prefix_len, RTPROT_STATIC, RT_SCOPE_UNIVERSE);
+        message.attribute(RTA_DST, &destination.octets());
+        message.attribute(RTA_OIF, &index.to_ne_bytes());
+        match self.request(message) {
+            Ok(()) => Ok(true),
+            Err(error) if error.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The main table's IPv4 static routes (`proto static`) through link `index`.
+    pub fn static_routes(&self, index: u32) -> io::Result<Vec<StaticRoute>> {
+        let mut message = Message::with_flags(RTM_GETROUTE, NLM_F_DUMP);
+        route_header(&mut message, 0, 0, 0);
+        let bytes = message.finish();
+        self.send(&bytes)?;
+        let mut routes = Vec::new();
+        loop {
+            let reply = self.receive()?;
+            let mut done = false;
+            for (kind, body) in messages(&reply)? {
+                match kind {
+                    NLMSG_DONE => done = true,
+                    NLMSG_ERROR => {
+                        if let Some(Err(error)) = acknowledgement(&reply) {
+                            return Err(error);
+                        }
+                        done = true;
+                    }
+                    RTM_NEWROUTE => routes.extend(static_route_of(body, index)),
+                    _ => {}
+                }
+            }
+            if done {
+                return Ok(routes);
+            }
+        }
+    }
+}
+
+/// A static route the agent sets: `destination/prefix_len via gateway src source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StaticRoute {
+    pub destination: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Ipv4Addr,
+    pub source: Ipv4Addr,
+}
+
+/// `struct rtmsg` of an IPv4 route of the main table: family, dst/src length, tos, table,
+/// protocol, scope, type, flags.
+fn route_header(message: &mut Message, prefix_len: u8, protocol: u8, scope: u8) {
+    message.bytes.extend_from_slice(&[
+        libc::AF_INET as u8,
+        prefix_len,
+        0,
+        0,
+        RT_TABLE_MAIN,
+        protocol,
+        scope,
+        RTN_UNICAST,
+    ]);
+    message.bytes.extend_from_slice(&0u32.to_ne_bytes());
+}
+
+/// The netlink messages of a datagram: (type, bytes after the 16-byte header).
+fn messages(reply: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
+    let truncated = || io::Error::new(io::ErrorKind::InvalidData, "truncated netlink reply");
+    let mut found = Vec::new();
+    let mut offset = 0;
+    while offset + 16 <= reply.len() {
+        let length = u32::from_ne_bytes(
+            reply[offset..offset + 4]
+                .try_into()
+                .map_err(|_| truncated())?,
+        ) as usize;
+        let kind = u16::from_ne_bytes(
+            reply[offset + 4..offset + 6]
+                .try_into()
+                .map_err(|_| truncated())?,
+        );
+        if length < 16 || offset + length > reply.len() {
+            return Err(truncated());
+        }
+        found.push((kind, &reply[offset + 16..offset + length]));
+        offset += length.next_multiple_of(4);
+    }
+    Ok(found)
+}
+
+/// The route in `body` (an RTM_NEWROUTE's rtmsg and attributes) if it is a main-table IPv4
+/// static route through link `index` (a missing gateway or preferred source reads 0.0.0.0).
+fn static_route_of(body: &[u8], index: u32) -> Option<StaticRoute> {
+    let [family, prefix_len, _, _, table, protocol, ..] = body.get(..12)? else {
+        return None;
+    };
+    let attributes = body.get(12..)?;
+    let table = find_attribute(attributes, RTA_TABLE)
+        .and_then(|value| value.try_into().ok())
+        .map_or(u32::from(*table), u32::from_ne_bytes);
+    let address = |kind| {
+        find_attribute(attributes, kind)
+            .and_then(|value| <[u8; 4]>::try_from(value).ok())
+            .map(Ipv4Addr::from)
+    };
+    let oif = find_attribute(attributes, RTA_OIF)
+        .and_then(|value| value.try_into().ok())
+        .map(u32::from_ne_bytes);
+    (i32::from(*family) == libc::AF_INET
+        && table == u32::from(RT_TABLE_MAIN)
+        && *protocol == RTPROT_STATIC
+        && oif == Some(index))
+    .then_some(())?;
+    Some(StaticRoute {
+        destination: address(RTA_DST).unwrap_or(Ipv4Addr::UNSPECIFIED),
+        prefix_len: *prefix_len,
+        gateway: address(RTA_GATEWAY).unwrap_or(Ipv4Addr::UNSPECIFIED),
+        source: address(RTA_PREFSRC).unwrap_or(Ipv4Addr::UNSPECIFIED),
+    })
 }
 
 /// The outcome in a reply, if it holds our acknowledgement: `Ok` for an ACK (error 0).
@@ -628,6 +808,42 @@ mod tests {
         );
         assert_eq!(link_attribute(&reply, IFLA_MTU), None);
         assert_eq!(link_attribute(&reply[..30], IFLA_OPERSTATE), None);
+    }
+
+    /// A route dump's messages: only main-table static routes through the asked link count,
+    /// with their destination, gateway and preferred source.
+    #[test]
+    fn static_routes_are_read_from_a_dump() {
+        let route = |table: u8, protocol: u8, oif: u32| {
+            let mut message = Message::query(RTM_NEWROUTE);
+            route_header(&mut message, 16, protocol, RT_SCOPE_UNIVERSE);
+            message.bytes[16 + 4] = table;
+            message.attribute(RTA_DST, &[10, 16, 0, 0]);
+            message.attribute(RTA_GATEWAY, &[100, 64, 0, 1]);
+            message.attribute(RTA_PREFSRC, &[172, 18, 0, 2]);
+            message.attribute(RTA_OIF, &oif.to_ne_bytes());
+            message.finish()
+        };
+        let mut dump = route(RT_TABLE_MAIN, RTPROT_STATIC, 7);
+        dump.extend(route(RT_TABLE_MAIN, RTPROT_BOOT, 7));
+        dump.extend(route(RT_TABLE_MAIN, RTPROT_STATIC, 8));
+        dump.extend(route(100, RTPROT_STATIC, 7));
+        let found: Vec<StaticRoute> = messages(&dump)
+            .unwrap()
+            .into_iter()
+            .filter(|(kind, _)| *kind == RTM_NEWROUTE)
+            .filter_map(|(_, body)| static_route_of(body, 7))
+            .collect();
+        assert_eq!(
+            found,
+            [StaticRoute {
+                destination: Ipv4Addr::new(10, 16, 0, 0),
+                prefix_len: 16,
+                gateway: Ipv4Addr::new(100, 64, 0, 1),
+                source: Ipv4Addr::new(172, 18, 0, 2),
+            }]
+        );
+        assert!(messages(&dump[..dump.len() - 3]).is_err(), "truncated");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Secondary indexes over the Southbound replica that the compiler and the chassis logic need,
 //! maintained from each change set in O(changed rows): Port_Binding by logical_port and by
 //! (datapath, tunnel_key), ports per datapath, Datapath_Binding by tunnel_key, logical flows by
-//! datapath and by datapath group, groups by member datapath, Chassis, Chassis_Private and
-//! Address_Set by name.
+//! datapath and by datapath group, groups by member datapath, Datapath_Binding, Chassis,
+//! Chassis_Private and Address_Set by name.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -28,6 +28,8 @@ pub struct Indexes {
     /// Ports whose `chassis` or `requested_chassis` is a chassis row (the closure's seeds).
     pub ports_by_chassis: HashMap<Uuid, HashSet<Uuid>>,
     pub datapath_by_key: HashMap<u32, Uuid>,
+    /// Datapath_Binding by `external_ids:name` (the NB switch's or router's name).
+    pub datapath_by_name: HashMap<String, Uuid>,
     pub flows_by_datapath: HashMap<Uuid, HashSet<Uuid>>,
     pub flows_by_group: HashMap<Uuid, HashSet<Uuid>>,
     pub groups_by_datapath: HashMap<Uuid, HashSet<Uuid>>,
@@ -96,11 +98,11 @@ impl Indexes {
                 }
             }
             DatapathBinding::TABLE => {
-                remove_if(
-                    &mut self.datapath_by_key,
-                    &DatapathBinding::from_row(row).tunnel_key,
-                    uuid,
-                );
+                let datapath = DatapathBinding::from_row(row);
+                remove_if(&mut self.datapath_by_key, &datapath.tunnel_key, uuid);
+                if let Some(name) = datapath.external_ids.get("name") {
+                    remove_if(&mut self.datapath_by_name, name, uuid);
+                }
             }
             LogicalFlow::TABLE => {
                 let flow = LogicalFlow::from_row(row);
@@ -164,8 +166,11 @@ impl Indexes {
                 self.port_by_name.insert(port.logical_port, uuid);
             }
             DatapathBinding::TABLE => {
-                self.datapath_by_key
-                    .insert(DatapathBinding::from_row(row).tunnel_key, uuid);
+                let datapath = DatapathBinding::from_row(row);
+                self.datapath_by_key.insert(datapath.tunnel_key, uuid);
+                if let Some(name) = datapath.external_ids.get("name") {
+                    self.datapath_by_name.insert(name.clone(), uuid);
+                }
             }
             LogicalFlow::TABLE => {
                 let flow = LogicalFlow::from_row(row);

@@ -95,6 +95,12 @@ impl Southbound {
         self.rows::<SbGlobal>().next()
     }
 
+    /// The datapath of the NB switch or router named `name`.
+    #[must_use]
+    pub fn datapath_by_name(&self, name: &str) -> Option<DatapathBinding> {
+        self.row(self.indexes.datapath_by_name.get(name)?)
+    }
+
     /// The Address_Set named `name` (`$name` in flow matches).
     #[must_use]
     pub fn address_set(&self, name: &str) -> Option<AddressSet> {

@@ -60,6 +60,9 @@ struct PortInfo {
 pub struct L2State {
     /// Where ports are on this node's network.
     physical: Physical,
+    /// Host veths whose peer is in this namespace too (the node's own NIC): frames are
+    /// redirected to the veth's egress, not into the peer's namespace.
+    same_namespace_peers: HashSet<u32>,
     /// Each chassis's Geneve endpoints, from the IR.
     encap_ips: HashMap<String, BTreeSet<Ipv4Addr>>,
     ports: HashMap<String, PortInfo>,
@@ -116,6 +119,16 @@ impl L2State {
     }
 
     /// Logical port `port` is plugged into host veth `ifindex` (`None`: unplugged).
+    /// Whether host veth `ifindex`'s peer is in this namespace (see
+    /// [`L2State::same_namespace_peers`]); set before the port is plugged into it.
+    pub fn set_peer_in_namespace(&mut self, ifindex: u32, here: bool) {
+        if here {
+            self.same_namespace_peers.insert(ifindex);
+        } else {
+            self.same_namespace_peers.remove(&ifindex);
+        }
+    }
+
     pub fn set_interface(&mut self, port: &str, ifindex: Option<u32>) {
         self.mark_port_slots(port);
         self.physical.set_interface(port, ifindex);

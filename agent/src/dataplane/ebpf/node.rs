@@ -157,6 +157,7 @@ impl NodeDatapath {
             };
             pod_filters.attach(index)?;
             info!(hook = ?Hook::Pod, interface, ?how, "program attached");
+            l2.set_peer_in_namespace(index, peer_in_namespace(&socket, index, interface));
             l2.set_interface(port, Some(index));
             plugged.insert(port.clone(), (interface.clone(), index));
         }
@@ -233,6 +234,10 @@ impl NodeDatapath {
         }
         self.plugged
             .insert(port.to_string(), (interface.to_string(), index));
+        let here = crate::rtnetlink::Socket::open()
+            .map(|socket| peer_in_namespace(&socket, index, interface))
+            .unwrap_or(false);
+        self.l2.set_peer_in_namespace(index, here);
         self.l2.set_interface(port, Some(index));
         let writes = self.l2.flush(&mut self.programs)?;
         info!(
@@ -419,4 +424,16 @@ pub fn resolve_tunnel_neighbours(endpoints: &[Ipv4Addr]) -> usize {
                 .is_err()
         })
         .count()
+}
+
+/// Whether host interface `index` (`interface`) has its peer in this namespace (the node's own
+/// NIC). Unknown (the link cannot be read) counts as a pod's veth, the common case.
+fn peer_in_namespace(socket: &crate::rtnetlink::Socket, index: u32, interface: &str) -> bool {
+    match socket.peer_in_other_namespace(index) {
+        Ok(elsewhere) => !elsewhere,
+        Err(error) => {
+            tracing::warn!(interface, %error, "cannot read where the veth's peer is");
+            false
+        }
+    }
 }

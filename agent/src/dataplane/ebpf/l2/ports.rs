@@ -60,18 +60,26 @@ pub(super) struct LocalVif {
     pub(super) datapath: u32,
     pub(super) key: u32,
     pub(super) security: Option<PortSecurity>,
+    /// The veth's peer is in another namespace (a pod's), not in this one (the node's NIC).
+    pub(super) peer_elsewhere: bool,
 }
 
 impl LocalVif {
-    /// How frames are delivered to it ([`LocalPort::flags`]): into the pod's netns, through
-    /// its egress port security where it has some.
+    /// How frames are delivered to it ([`LocalPort::flags`]): into the pod's netns (not for
+    /// the node's own NIC, whose peer is here: `bpf_redirect_peer` drops what would stay in
+    /// the namespace), through its egress port security where it has some.
     pub(super) fn delivery_flags(&self) -> u32 {
         let egress = if self.security.is_some() {
             LOCAL_PORT_EGRESS_SECURITY
         } else {
             0
         };
-        LOCAL_PORT_VETH_PEER | egress
+        let peer = if self.peer_elsewhere {
+            LOCAL_PORT_VETH_PEER
+        } else {
+            0
+        };
+        peer | egress
     }
 }
 
@@ -214,6 +222,7 @@ impl L2State {
             datapath: info.datapath,
             key: info.key,
             security: info.security,
+            peer_elsewhere: !self.same_namespace_peers.contains(&ifindex),
         })
     }
 

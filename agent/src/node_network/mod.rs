@@ -1,0 +1,302 @@
+//! The node's own network on the default VPC, as kube-ovn-cni makes it (`configureNodeNic`,
+//! `reconcileRouters`): the node's NIC `ovn0` on the join switch, bound to the logical port
+//! `node-<node>` with its MAC and join address, and one route per default-VPC subnet via the join
+//! gateway with the node's InternalIP as source. Through it kubelet probes pods, hostNetwork
+//! processes and the node reach them, and pods reach the node (northd's priority-30000 policy
+//! reroutes replies to the node's InternalIP to its join port).
+//!
+//! A task follows what the daemon loop publishes ([`NodeNetworkWanted`], computed from the
+//! Southbound) and makes it so: the NIC ([`nic`], adopted untouched across an agent restart),
+//! `from_pod` on its datapath end (the [`PortAttacher`]), the port plugged into the datapath
+//! through the [`DaemonHandle`] like a pod's, the routes (stale ones removed), and a ping of the
+//! join gateway whose answer says the node's network works. Failures are logged, counted and
+//! retried. Touches only its own NIC and the static routes through it.
+
+pub mod nic;
+
+use std::{
+    net::Ipv4Addr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tracing::{info, warn};
+
+use crate::{
+    daemon::{
+        node_network::NodeNetworkWanted,
+        ports::{DaemonHandle, PortError, PortFacts},
+    },
+    dataplane::PortAttacher,
+    rtnetlink::StaticRoute,
+};
+
+/// How the node's NIC is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNicConfig {
+    /// The join port (`node-<node>`).
+    pub port: String,
+    /// The NIC's name (Kube-OVN: `ovn0`); its datapath end is `<interface>_h`.
+    pub interface: String,
+    pub mtu: u32,
+    /// The node's InternalIP: the routes' preferred source.
+    pub node_ip: Ipv4Addr,
+    /// How long a plug waits for the port to be bound here and up.
+    pub plug_wait: Duration,
+}
+
+/// Longest NIC name: its datapath end adds `_h` within Linux's 15 characters.
+pub const MAX_INTERFACE_NAME: usize = 13;
+
+/// How the node's network is doing, for the metrics.
+#[derive(Debug, Default)]
+pub struct NodeNetworkStatus {
+    /// The NIC is built, attached and its port plugged and up.
+    pub plugged: AtomicBool,
+    /// Routes to default-VPC subnets through the NIC.
+    pub routes: AtomicU64,
+    /// The join gateway answered the last ping.
+    pub gateway_reachable: AtomicBool,
+    /// Attempts to make the node's network as wanted that failed (each is retried).
+    pub failures: AtomicU64,
+    /// Stale static routes removed from the NIC.
+    pub stale_routes_removed: AtomicU64,
+}
+
+impl NodeNetworkStatus {
+    /// The Prometheus text of the status.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let gauge = |value: bool| u8::from(value);
+        format!(
+            "# HELP ovnbpf_node_nic_plugged Whether the node's NIC on the join switch is built, \
+             attached and its port up.\n# TYPE ovnbpf_node_nic_plugged gauge\n\
+             ovnbpf_node_nic_plugged {}\n\
+             # HELP ovnbpf_node_routes Routes to default-VPC subnets through the node's NIC.\n\
+             # TYPE ovnbpf_node_routes gauge\novnbpf_node_routes {}\n\
+             # HELP ovnbpf_node_join_gateway_reachable Whether the join gateway answered the \
+             node's last ping (Kube-OVN's JoinSubnetGatewayReachable).\n\
+             # TYPE ovnbpf_node_join_gateway_reachable gauge\n\
+             ovnbpf_node_join_gateway_reachable {}\n\
+             # HELP ovnbpf_node_network_failures_total Failed attempts to set up the node's \
+             network (each retried).\n# TYPE ovnbpf_node_network_failures_total counter\n\
+             ovnbpf_node_network_failures_total {}\n\
+             # HELP ovnbpf_node_stale_routes_removed_total Stale static routes removed from the \
+             node's NIC.\n# TYPE ovnbpf_node_stale_routes_removed_total counter\n\
+             ovnbpf_node_stale_routes_removed_total {}\n",
+            gauge(self.plugged.load(Ordering::Relaxed)),
+            self.routes.load(Ordering::Relaxed),
+            gauge(self.gateway_reachable.load(Ordering::Relaxed)),
+            self.failures.load(Ordering::Relaxed),
+            self.stale_routes_removed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Why the node's network could not be made as wanted.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeNetworkError {
+    #[error("the join port cannot be served: {0}")]
+    Unservable(String),
+    #[error("building {interface}: {source}")]
+    Nic {
+        interface: String,
+        source: crate::cni::plumbing::PlumbingError,
+    },
+    #[error("attaching the datapath to {interface}: {reason}")]
+    Attach { interface: String, reason: String },
+    #[error("plugging {port}: {source}")]
+    Plug { port: String, source: PortError },
+    #[error("a blocking task failed: {0}")]
+    Task(String),
+}
+
+/// How long to wait before retrying after a failure.
+const RETRY: Duration = Duration::from_secs(3);
+/// How long the join gateway is pinged for, and how often.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+const PING_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What the task last made so.
+#[derive(Debug, Default)]
+struct Applied {
+    /// The join port's facts the NIC was built and plugged with.
+    port: Option<PortFacts>,
+    routes: Option<Vec<StaticRoute>>,
+    /// The join gateway was pinged since the port was plugged.
+    pinged: bool,
+}
+
+/// Follows `daemon`'s [`NodeNetworkWanted`] until the daemon is gone.
+pub async fn run(
+    daemon: DaemonHandle,
+    attacher: Arc<dyn PortAttacher>,
+    config: NodeNicConfig,
+    status: Arc<NodeNetworkStatus>,
+) {
+    let mut wanted = daemon.node_network();
+    let mut applied = Applied::default();
+    loop {
+        let current = wanted.borrow_and_update().clone();
+        let failed = match apply(&daemon, &attacher, &config, &status, &current, &mut applied).await
+        {
+            Ok(()) => false,
+            Err(error) => {
+                status.failures.fetch_add(1, Ordering::Relaxed);
+                warn!(port = config.port, interface = config.interface, %error,
+                    "the node's network is not set up; retrying");
+                true
+            }
+        };
+        tokio::select! {
+            changed = wanted.changed() => if changed.is_err() {
+                return;
+            },
+            () = tokio::time::sleep(RETRY), if failed => {}
+        }
+    }
+}
+
+/// Makes the node's network as `wanted` says, doing only what differs from `applied`.
+async fn apply(
+    daemon: &DaemonHandle,
+    attacher: &Arc<dyn PortAttacher>,
+    config: &NodeNicConfig,
+    status: &NodeNetworkStatus,
+    wanted: &NodeNetworkWanted,
+    applied: &mut Applied,
+) -> Result<(), NodeNetworkError> {
+    if let Some(problem) = &wanted.problem {
+        return Err(NodeNetworkError::Unservable(problem.clone()));
+    }
+    let Some(facts) = &wanted.port else {
+        // Not in the Southbound (yet): a cluster without Kube-OVN's join switch, or a node the
+        // controller has not added.
+        return Ok(());
+    };
+    if applied.port.as_ref() != Some(facts) {
+        status.plugged.store(false, Ordering::Relaxed);
+        applied.routes = None;
+        status.gateway_reachable.store(false, Ordering::Relaxed);
+        plug(daemon, attacher, config, facts).await?;
+        applied.port = Some(facts.clone());
+        applied.pinged = false;
+        status.plugged.store(true, Ordering::Relaxed);
+    }
+    let routes: Vec<StaticRoute> = wanted
+        .subnets
+        .iter()
+        .map(|subnet| StaticRoute {
+            destination: subnet.network,
+            prefix_len: subnet.length,
+            gateway: facts.gateway,
+            source: config.node_ip,
+        })
+        .collect();
+    if applied.routes.as_ref() != Some(&routes) {
+        let interface = config.interface.clone();
+        let set = routes.clone();
+        let removed = blocking(move || {
+            nic::set_routes(&interface, &set)
+                .map_err(|source| NodeNetworkError::Nic { interface, source })
+        })
+        .await?;
+        status
+            .stale_routes_removed
+            .fetch_add(removed as u64, Ordering::Relaxed);
+        status.routes.store(routes.len() as u64, Ordering::Relaxed);
+        info!(
+            interface = config.interface,
+            routes = routes.len(),
+            removed,
+            "node routes to the default VPC set"
+        );
+        applied.routes = Some(routes);
+    }
+    if !applied.pinged {
+        let (interface, gateway) = (config.interface.clone(), facts.gateway);
+        let reachable = blocking(move || {
+            nic::ping(&interface, gateway, PING_TIMEOUT, PING_INTERVAL)
+                .map_err(|e| NodeNetworkError::Task(format!("pinging {gateway}: {e}")))
+        })
+        .await?;
+        applied.pinged = true;
+        status.gateway_reachable.store(reachable, Ordering::Relaxed);
+        if reachable {
+            info!(interface = config.interface, %gateway, "join gateway reachable");
+        } else {
+            warn!(interface = config.interface, %gateway,
+                "join gateway unreachable (no answer to ping after {PING_TIMEOUT:?})");
+        }
+    }
+    Ok(())
+}
+
+/// Builds (or adopts) the NIC, attaches the datapath to its datapath end and plugs the port.
+async fn plug(
+    daemon: &DaemonHandle,
+    attacher: &Arc<dyn PortAttacher>,
+    config: &NodeNicConfig,
+    facts: &PortFacts,
+) -> Result<(), NodeNetworkError> {
+    let node_nic = nic::NodeNic {
+        interface: config.interface.clone(),
+        mac: facts.mac.clone(),
+        ip: facts.ip,
+        prefix_len: facts.prefix_len,
+        mtu: config.mtu,
+    };
+    let host = node_nic.host_interface();
+    let (attacher, built_nic) = (Arc::clone(attacher), node_nic.clone());
+    let (built, attachment) = blocking(move || {
+        let built = nic::ensure(&built_nic).map_err(|source| NodeNetworkError::Nic {
+            interface: built_nic.interface.clone(),
+            source,
+        })?;
+        let attachment =
+            attacher
+                .attach(built.host_index())
+                .map_err(|e| NodeNetworkError::Attach {
+                    interface: built_nic.host_interface(),
+                    reason: e.to_string(),
+                })?;
+        Ok((built, attachment))
+    })
+    .await?;
+    daemon
+        .plug(&config.port, &host, attachment, config.plug_wait)
+        .await
+        .map_err(|source| NodeNetworkError::Plug {
+            port: config.port.clone(),
+            source,
+        })?;
+    if matches!(built, nic::Built::Created { .. }) {
+        let announced = node_nic.clone();
+        let _ = tokio::task::spawn_blocking(move || nic::announce(&announced)).await;
+    }
+    info!(
+        port = config.port,
+        interface = config.interface,
+        ip = %facts.ip,
+        prefix_len = facts.prefix_len,
+        adopted = matches!(built, nic::Built::Adopted { .. }),
+        "node NIC plugged"
+    );
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, NodeNetworkError> + Send + 'static,
+) -> Result<T, NodeNetworkError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| NodeNetworkError::Task(e.to_string()))?
+}
+
+/// Removes the node's NIC (and the routes through it): `ovnbpf-agent run --cleanup`.
+pub fn cleanup(interface: &str) -> Result<bool, crate::cni::plumbing::PlumbingError> {
+    nic::remove(interface)
+}
