@@ -97,6 +97,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("cluster-router", Kind::Text),
     setting("node-nic", Kind::Text),
     setting("no-node-nic", Kind::Switch),
+    setting("nat-outgoing-subnet", Kind::List),
     setting("cni-port-wait-s", Kind::Seconds),
     setting("cni-gc-grace-s", Kind::Seconds),
     setting("cni-sweep-interval-s", Kind::Seconds),

@@ -184,9 +184,10 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
 
 /// The workspace binaries ovnbpf's image holds, in `/usr/local/bin` (the DaemonSet's paths).
 pub const OVNBPF_BINARIES: &[&str] = &["ovnbpf-agent", "ovnbpfctl", "ovnbpf-cni"];
-/// The one program of the system the agent runs: iproute2's `ip` (the CNI's CHECK reads a pod's
-/// NIC with it), taken from this machine's iproute2 package to the same path.
-pub const SYSTEM_PROGRAMS: &[&str] = &["/usr/bin/ip"];
+/// The programs of the system the agent runs, taken from this machine's packages to the same
+/// paths: iproute2's `ip` (the CNI's CHECK reads a pod's NIC with it) and nftables' `nft` (the
+/// masquerading of NAT-outgoing subnets).
+pub const SYSTEM_PROGRAMS: &[&str] = &["/usr/bin/ip", "/usr/sbin/nft"];
 /// The image's entrypoint and PATH (`deploy/Containerfile` has the same).
 pub const ENTRYPOINT: &str = "/usr/local/bin/ovnbpf-agent";
 pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";

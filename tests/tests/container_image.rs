@@ -377,4 +377,7 @@ fn podman_loads_and_runs_the_archive() {
     // The CNI's CHECK reads a pod's NIC with `ip`: it runs in the image.
     let links = podman.run_image(name, "/usr/bin/ip", &["-o", "link", "show", "dev", "lo"]);
     assert!(links.contains(": lo: <LOOPBACK"), "{links}");
+    // The agent masquerades NAT-outgoing subnets with `nft`: it runs in the image.
+    let nft = podman.run_image(name, "/usr/sbin/nft", &["--version"]);
+    assert!(nft.starts_with("nftables v"), "{nft}");
 }

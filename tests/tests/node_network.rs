@@ -8,9 +8,10 @@
 //! port's MAC and address, one route per default-VPC subnet via the join gateway with the node's
 //! InternalIP as source. Then, as kubelet would from the node's own namespace: TCP connects and
 //! an HTTP GET to pods on the same and on the other node; pods reach the other node's InternalIP;
-//! pods of the two subnets reach each other across nodes. An agent restart adopts the NIC as it
+//! pods of the two subnets reach each other across nodes; pods reach a host outside the cluster
+//! through their own node, masqueraded to its address from the NAT-outgoing subnet only. An agent restart adopts the NIC as it
 //! is (same link, probes go on) and removes a stale route; a subnet deleted loses its route;
-//! `--cleanup` removes the NIC.
+//! `--cleanup` removes the NIC and the NAT table.
 
 use std::{
     io::{Read, Write},
@@ -101,7 +102,13 @@ fn agent<'a>(nodes: &'a [Node; 2], index: usize, pin_root: &std::path::Path) -> 
             .collect(),
         pin_root: Some(pin_root.join(NODES[index])),
         cni_dir: None,
-        extra_args: vec!["--pod-mtu".into(), "1400".into()],
+        extra_args: vec![
+            "--pod-mtu".into(),
+            "1400".into(),
+            // Kube-OVN's ovn-default has natOutgoing; the second subnet does not.
+            "--nat-outgoing-subnet".into(),
+            kubeovn::DEFAULT_SUBNET.0.into(),
+        ],
     }
 }
 
@@ -174,8 +181,21 @@ fn node_routes(netns: &Netns) -> String {
 
 #[test]
 fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
-    let two = TwoNodes::start();
+    let mut two = TwoNodes::start();
+    // A host outside the cluster, on the nodes' network; it routes the non-NATed subnet back
+    // through node1.
+    let external = two.underlay.add_node("ext").unwrap();
     let (lab, nodes) = (&two.lab, &two.nodes);
+    external
+        .netns()
+        .ip(&[
+            "route",
+            "add",
+            SECOND_SUBNET.1,
+            "via",
+            &nodes[0].ip().to_string(),
+        ])
+        .unwrap();
     build(lab, nodes);
     let pods = add_pods(nodes);
     let work = tempfile::tempdir().unwrap();
@@ -275,6 +295,31 @@ fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
         );
     }
 
+    // Out of the cluster through the pod's own node (distributed gateways): masqueraded to the
+    // node's address from the NAT-outgoing subnet, not from the other; replies come back.
+    let seen = source_seen_by(&external);
+    for (pod, expected) in [
+        (&pods[0], nodes[0].ip()),
+        (&pods[1], nodes[1].ip()),
+        (&pods[2], PODS[2].3),
+    ] {
+        assert_eq!(
+            seen(pod),
+            Some(expected),
+            "{} → the external host\n{}",
+            pod.name(),
+            tails(&agents)
+        );
+    }
+    let table = nodes[0]
+        .netns()
+        .exec("nft", &["list", "table", "ip", "ovnbpf"])
+        .unwrap();
+    assert!(
+        table.contains("10.16.0.0/16") && table.contains("masquerade"),
+        "{table}"
+    );
+
     // A restart adopts ovn0 as it is: the same link, probes going on; a stale static route
     // through it goes.
     let ovn0 = nodes[0].netns().ifindex("ovn0").unwrap();
@@ -344,6 +389,49 @@ fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
         "ovn0 left behind"
     );
     assert!(nodes[0].netns().ifindex("ovn0_h").is_err());
+    assert!(
+        nodes[0]
+            .netns()
+            .exec("nft", &["list", "table", "ip", "ovnbpf"])
+            .is_err(),
+        "the NAT table left behind"
+    );
+}
+
+/// A TCP server on `host` (port 9000) that writes each client the address it connects from;
+/// the returned function connects from a pod (retried for up to 10 s) and returns that address.
+fn source_seen_by(host: &Node) -> impl Fn(&Pod) -> Option<Ipv4Addr> {
+    let listener = host
+        .netns()
+        .run_in(|| Ok(TcpListener::bind("0.0.0.0:9000")?))
+        .unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            if let Ok(peer) = stream.peer_addr() {
+                let _ = write!(stream, "{}", peer.ip());
+            }
+        }
+    });
+    let server = SocketAddr::from((host.ip(), 9000));
+    move |pod: &Pod| {
+        let mut seen = None;
+        wait_until(Duration::from_secs(10), || {
+            seen = pod
+                .netns()
+                .run_in(|| {
+                    let mut stream = TcpStream::connect_timeout(&server, Duration::from_secs(2))?;
+                    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+                    let mut text = String::new();
+                    stream.read_to_string(&mut text)?;
+                    Ok(text.parse().ok())
+                })
+                .ok()
+                .flatten();
+            seen.is_some()
+        });
+        seen
+    }
 }
 
 /// Pings `target` 3 times from the node's own namespace; the replies.

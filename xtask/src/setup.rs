@@ -33,6 +33,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("iproute2", "ip netns / ip link in tests"),
     ("iputils-ping", "ping in tests"),
+    (
+        "nftables",
+        "nft: the agent masquerades NAT-outgoing subnets with it (and the tests check it)",
+    ),
     ("iperf3", "throughput benchmarks"),
     ("sockperf", "TCP request/response latency benchmarks"),
     (

@@ -156,9 +156,14 @@ struct RunArgs {
     /// the Southbound has the node's port (with --uplink).
     #[arg(long, env = "OVNBPF_NODE_NIC", default_value = "ovn0")]
     node_nic: String,
-    /// Leave the node's own network alone (no NIC on the join switch, no routes).
+    /// Leave the node's own network alone (no NIC on the join switch, no routes, no NAT).
     #[arg(long)]
     no_node_nic: bool,
+    /// A default-VPC subnet (its switch's name, repeatable) whose pods' traffic out of the
+    /// cluster is masqueraded to the node's address as it leaves through the node (Kube-OVN's
+    /// `natOutgoing: true`; Kube-OVN's `ovn-default` has it). Needs `nft`.
+    #[arg(long = "nat-outgoing-subnet")]
+    nat_outgoing_subnets: Vec<String>,
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
     cni_port_wait_s: u64,
@@ -435,8 +440,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .context("removing the chassis rows")?;
             tracing::info!(chassis = %config.chassis.name, "chassis rows removed");
             if !args.no_node_nic {
-                let removed = ovnbpf_agent::node_network::cleanup(&args.node_nic)
-                    .with_context(|| format!("removing the node NIC {}", args.node_nic))?;
+                let removed =
+                    ovnbpf_agent::node_network::cleanup(&args.node_nic).with_context(|| {
+                        format!("removing the node NIC {} and its NAT", args.node_nic)
+                    })?;
                 tracing::info!(interface = args.node_nic, removed, "node NIC removed");
             }
             return Ok(());
@@ -598,6 +605,7 @@ fn node_network_config(
         node,
         cluster_router: args.cluster_router.clone(),
         node_ip,
+        nat_outgoing: args.nat_outgoing_subnets.clone(),
     };
     let nic = NodeNicConfig {
         port: port.port(),

@@ -8,10 +8,14 @@
 //! A task follows what the daemon loop publishes ([`NodeNetworkWanted`], computed from the
 //! Southbound) and makes it so: the NIC ([`nic`], adopted untouched across an agent restart),
 //! `from_pod` on its datapath end (the [`PortAttacher`]), the port plugged into the datapath
-//! through the [`DaemonHandle`] like a pod's, the routes (stale ones removed), and a ping of the
-//! join gateway whose answer says the node's network works. Failures are logged, counted and
-//! retried. Touches only its own NIC and the static routes through it.
+//! through the [`DaemonHandle`] like a pod's, IPv4 forwarding on (pods' traffic out of the
+//! cluster leaves through the node's routing: Kube-OVN's distributed gateway), the routes (stale
+//! ones removed), the masquerading of the NAT-outgoing subnets ([`nat`]), and a ping of the join
+//! gateway whose answer says the node's network works. Failures are logged, counted and retried.
+//! Touches only its own NIC, the static routes through it, its nftables table and
+//! `net.ipv4.ip_forward`.
 
+pub mod nat;
 pub mod nic;
 
 use std::{
@@ -64,6 +68,8 @@ pub struct NodeNetworkStatus {
     pub failures: AtomicU64,
     /// Stale static routes removed from the NIC.
     pub stale_routes_removed: AtomicU64,
+    /// Subnets whose traffic out of the cluster is masqueraded here.
+    pub nat_outgoing_subnets: AtomicU64,
 }
 
 impl NodeNetworkStatus {
@@ -86,12 +92,17 @@ impl NodeNetworkStatus {
              ovnbpf_node_network_failures_total {}\n\
              # HELP ovnbpf_node_stale_routes_removed_total Stale static routes removed from the \
              node's NIC.\n# TYPE ovnbpf_node_stale_routes_removed_total counter\n\
-             ovnbpf_node_stale_routes_removed_total {}\n",
+             ovnbpf_node_stale_routes_removed_total {}\n\
+             # HELP ovnbpf_node_nat_outgoing_subnets Subnets whose traffic out of the cluster \
+             is masqueraded to the node's address.\n\
+             # TYPE ovnbpf_node_nat_outgoing_subnets gauge\n\
+             ovnbpf_node_nat_outgoing_subnets {}\n",
             gauge(self.plugged.load(Ordering::Relaxed)),
             self.routes.load(Ordering::Relaxed),
             gauge(self.gateway_reachable.load(Ordering::Relaxed)),
             self.failures.load(Ordering::Relaxed),
             self.stale_routes_removed.load(Ordering::Relaxed),
+            self.nat_outgoing_subnets.load(Ordering::Relaxed),
         )
     }
 }
@@ -110,9 +121,16 @@ pub enum NodeNetworkError {
     Attach { interface: String, reason: String },
     #[error("plugging {port}: {source}")]
     Plug { port: String, source: PortError },
+    #[error("masquerading the NAT-outgoing subnets: {0}")]
+    Nat(#[from] nat::NatError),
+    #[error("turning IPv4 forwarding on: {0}")]
+    Forwarding(std::io::Error),
     #[error("a blocking task failed: {0}")]
     Task(String),
 }
+
+/// Pods' traffic out of the cluster is forwarded by the node (distributed gateways).
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
 /// How long to wait before retrying after a failure.
 const RETRY: Duration = Duration::from_secs(3);
@@ -128,6 +146,7 @@ struct Applied {
     routes: Option<Vec<StaticRoute>>,
     /// The join gateway was pinged since the port was plugged.
     pinged: bool,
+    nat: Option<nat::NatRules>,
 }
 
 /// Follows `daemon`'s [`NodeNetworkWanted`] until the daemon is gone.
@@ -182,6 +201,7 @@ async fn apply(
         applied.routes = None;
         status.gateway_reachable.store(false, Ordering::Relaxed);
         plug(daemon, attacher, config, facts).await?;
+        blocking(enable_forwarding).await?;
         applied.port = Some(facts.clone());
         applied.pinged = false;
         status.plugged.store(true, Ordering::Relaxed);
@@ -215,6 +235,34 @@ async fn apply(
             "node routes to the default VPC set"
         );
         applied.routes = Some(routes);
+    }
+    let rules = nat::NatRules {
+        cluster: wanted.cluster.clone(),
+        nat_outgoing: wanted.nat_outgoing.clone(),
+    };
+    if applied.nat.as_ref() != Some(&rules) {
+        let written = rules.clone();
+        blocking(move || {
+            if written.nat_outgoing.is_empty() {
+                // Nothing to masquerade: a table a previous configuration left goes (without
+                // nft installed there is none).
+                match nat::remove() {
+                    Err(nat::NatError::Spawn(_)) | Ok(()) => Ok(()),
+                    Err(error) => Err(error.into()),
+                }
+            } else {
+                nat::apply(&written).map_err(NodeNetworkError::from)
+            }
+        })
+        .await?;
+        status
+            .nat_outgoing_subnets
+            .store(rules.nat_outgoing.len() as u64, Ordering::Relaxed);
+        info!(
+            nat_outgoing = ?rules.nat_outgoing,
+            "masquerading of traffic out of the cluster set"
+        );
+        applied.nat = Some(rules);
     }
     if !applied.pinged {
         let (interface, gateway) = (config.interface.clone(), facts.gateway);
@@ -288,6 +336,17 @@ async fn plug(
     Ok(())
 }
 
+/// Turns IPv4 forwarding on unless it is (the DaemonSet's init container turns it on, and the
+/// agent's container cannot write /proc/sys).
+fn enable_forwarding() -> Result<(), NodeNetworkError> {
+    let current = std::fs::read_to_string(IP_FORWARD).map_err(NodeNetworkError::Forwarding)?;
+    if current.trim() != "1" {
+        std::fs::write(IP_FORWARD, "1").map_err(NodeNetworkError::Forwarding)?;
+        info!("net.ipv4.ip_forward=1 (pods' traffic out of the cluster leaves through the node)");
+    }
+    Ok(())
+}
+
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, NodeNetworkError> + Send + 'static,
 ) -> Result<T, NodeNetworkError> {
@@ -296,7 +355,16 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| NodeNetworkError::Task(e.to_string()))?
 }
 
-/// Removes the node's NIC (and the routes through it): `ovnbpf-agent run --cleanup`.
-pub fn cleanup(interface: &str) -> Result<bool, crate::cni::plumbing::PlumbingError> {
-    nic::remove(interface)
+/// Removes the node's NIC (and the routes through it) and the masquerading rules:
+/// `ovnbpf-agent run --cleanup`. Returns whether the NIC was there.
+pub fn cleanup(interface: &str) -> Result<bool, NodeNetworkError> {
+    let removed = nic::remove(interface).map_err(|source| NodeNetworkError::Nic {
+        interface: interface.to_string(),
+        source,
+    })?;
+    match nat::remove() {
+        // Without nft there is no table to remove.
+        Ok(()) | Err(nat::NatError::Spawn(_)) => Ok(removed),
+        Err(error) => Err(error.into()),
+    }
 }
