@@ -7,11 +7,11 @@ use aya_ebpf::{
     maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
 };
 use ovnbpf_common::maps::{
-    ArpResponder, DropCounters, DropEvents, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
-    InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
-    PoliciesByDestination, PoliciesBySource, PortSecurityMap, ProviderNetworks, RouterAddresses,
-    RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap,
-    TunnelPorts, kind::MapKind, same_name,
+    ArpResponder, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap,
+    FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours,
+    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PortSecurityMap,
+    ProviderNetworks, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes,
+    SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -75,6 +75,7 @@ kernel_map!(ROUTES: LpmTrie = Routes);
 kernel_map!(SOURCE_ROUTES: LpmTrie = SourceRoutes);
 kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
 kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
+kernel_map!(ECMP_MEMBERS: HashMap = EcmpMembers);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

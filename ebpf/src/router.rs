@@ -8,31 +8,36 @@
 //! route by destination in the router, or, where the router has `src-ip` routes and OVN's priority
 //! says so, by source (following router-to-router links, e.g. VPC peering, up to
 //! `MAX_ROUTER_HOPS`), then the router's policies (drop, or reroute to another next hop and port),
-//! TTL decremented per router, source MAC of the output port, the next hop's MAC from the
+//! an ECMP route's or reroute's member chosen by the flow's 5-tuple hash
+//! ([`ovnbpf_common::ecmp`]), TTL decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI; a next hop without a MAC gets the router's ARP request instead (flooded by the flood
 //! stage). What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
 //! the responder left unanswered (OVN's router consumes it) is dropped and counted; IPv6 is the
 //! IPv6 stage's ([`crate::ipv6`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
-//! `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `NEIGHBOURS`, `L2_FIB`; counts its
+//! `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `ECMP_MEMBERS`, `NEIGHBOURS`, `L2_FIB`;
+//! counts its
 //! answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE, PolicyEntry,
-    ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES,
-    ROUTER_REQUEST_MAGIC, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
-    router_reply, stage as slot,
+    EcmpKey, FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE,
+    PolicyEntry, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS,
+    ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_SOURCE_ROUTES, RouteEntry,
+    RouteKey, RouterRequest, drop_reason, ecmp, router_reply, stage as slot,
 };
 
 use crate::csum;
 use crate::maps::get;
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
-    L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE, ROUTER_ADDRESSES,
-    ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
-    headers::{ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame},
+    ECMP_MEMBERS, L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE,
+    ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
+    headers::{
+        ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame,
+        Ipv4Header,
+    },
     reject, stages,
 };
 
@@ -319,6 +324,7 @@ fn lookup(
     (source, destination): (u32, u32),
     ttl: u8,
     router_ip: u32,
+    flow_hash: u32,
 ) -> Result<Lookup, DropReason> {
     let mut datapath = router;
     let mut hops: u8 = 0;
@@ -363,6 +369,11 @@ fn lookup(
         } else {
             route
         };
+        let route = if route.kind == ROUTE_ECMP {
+            ecmp_member(datapath, &route, flow_hash)?
+        } else {
+            route
+        };
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
             return Ok(Lookup::Route(datapath, route, hops));
@@ -390,10 +401,53 @@ fn police(
     };
     match policy.verdict {
         POLICY_ALLOW => Ok(route),
-        POLICY_REROUTE if policy.route.next_datapath != 0 => Ok(policy.route),
+        POLICY_REROUTE if policy.route.next_datapath != 0 || policy.route.kind == ROUTE_ECMP => {
+            Ok(policy.route)
+        }
         POLICY_REROUTE => Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
         _ => Err(drop_reason::POLICY_DROP),
     }
+}
+
+/// The member of ECMP route (or reroute) `route` of router `datapath` that a flow of
+/// `flow_hash` takes.
+#[inline(always)]
+fn ecmp_member(
+    datapath: u32,
+    route: &RouteEntry,
+    flow_hash: u32,
+) -> Result<RouteEntry, DropReason> {
+    let key = EcmpKey {
+        datapath,
+        group: route.nexthop,
+        index: ecmp::member_index(flow_hash, route.ingress_port),
+    };
+    match get(&ECMP_MEMBERS, key) {
+        Some(member) if member.kind != ROUTE_ECMP => Ok(*member),
+        _ => Err(drop_reason::ECMP_MEMBER_MISSING),
+    }
+}
+
+/// The 5-tuple hash ECMP members are chosen by (ports only for TCP, UDP and SCTP first
+/// fragments).
+#[inline(always)]
+fn flow_hash(ctx: &TcContext, ip: &Ipv4Header) -> u32 {
+    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+    let ports = match ip.protocol {
+        6 | 17 | 132 if first_fragment => ctx
+            .load::<[u16; 2]>(ETH_HEADER_LEN + 20)
+            .map_or((0, 0), |[source, destination]| {
+                (u16::from_be(source), u16::from_be(destination))
+            }),
+        _ => (0, 0),
+    };
+    ecmp::flow_hash(
+        u32::from_be(ip.source),
+        u32::from_be(ip.destination),
+        ip.protocol,
+        ports.0,
+        ports.1,
+    )
 }
 
 /// Routes `frame` (IPv4, addressed to a router port of `router`) and hands it to the destination
@@ -407,14 +461,19 @@ fn route(
     ifindex: u32,
 ) -> Result<Routed, DropReason> {
     let ip = frame.ip;
-    let (last_router, route, hops) =
-        match lookup(router, (ip.source, ip.destination), ip.ttl, router_ip)? {
-            Lookup::Route(last_router, route, hops) => (last_router, route, hops),
-            Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
-                return time_exceeded(ctx, frame, source, ifindex).map(Routed::Verdict);
-            }
-            Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
-        };
+    let (last_router, route, hops) = match lookup(
+        router,
+        (ip.source, ip.destination),
+        ip.ttl,
+        router_ip,
+        flow_hash(ctx, &ip),
+    )? {
+        Lookup::Route(last_router, route, hops) => (last_router, route, hops),
+        Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
+            return time_exceeded(ctx, frame, source, ifindex).map(Routed::Verdict);
+        }
+        Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
+    };
     let nexthop = if route.nexthop != 0 {
         route.nexthop
     } else {

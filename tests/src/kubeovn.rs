@@ -423,6 +423,33 @@ impl Topology {
             )
     }
 
+    /// A centralized gateway for default-VPC subnet `cidr`, as kube-ovn-controller's
+    /// `updatePolicyRouteForCentralizedSubnet` makes it: the priority-29000 policy that
+    /// reroutes traffic from the subnet to the gateway nodes' join IPs, several of them with
+    /// `enableEcmp` (an ECMP reroute).
+    pub fn centralized_gateway(&mut self, cidr: &str, gateways: &[Ipv4Addr]) -> &mut Self {
+        let priority = Self::GATEWAY_POLICY_PRIORITY.to_string();
+        let match_ = format!("ip4.src == {cidr}");
+        let nexthops: Vec<String> = gateways.iter().map(Ipv4Addr::to_string).collect();
+        let nexthops = nexthops.join(",");
+        self.add(&[
+            "--may-exist",
+            "lr-policy-add",
+            DEFAULT_VPC,
+            &priority,
+            &match_,
+            "reroute",
+            &nexthops,
+        ])
+    }
+
+    /// One of several static routes to `prefix` (`lr-route-add --ecmp`): with more than one
+    /// next hop, northd makes them an ECMP group (Kube-OVN's VPC static routes with several
+    /// next hops for one CIDR).
+    pub fn ecmp_route(&mut self, vpc: &str, prefix: &str, nexthop: Ipv4Addr) -> &mut Self {
+        self.add(&["--ecmp", "lr-route-add", vpc, prefix, &nexthop.to_string()])
+    }
+
     /// Pod `<pod>.<namespace>` of `subnet` scheduled on `node`: kube-ovn-controller adds its
     /// port to the node's group of the subnet's pods (`PortGroupAddPorts`), so that the
     /// distributed gateway's address set holds its IP.

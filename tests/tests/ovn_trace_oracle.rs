@@ -119,9 +119,13 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .node_policy(NODE1_INTERNAL_IP, NODE1_IP)
         .node_policy(NODE2_INTERNAL_IP, NODE2_IP)
         .distributed_gateway("ovn-default", "node1", NODE1_IP)
-        .distributed_gateway("ovn-default", "node2", NODE2_IP)
         .pod_on_node("ovn-default", "ovn-default-p1", "ns", "node1")
-        .pod_on_node("ovn-default", "ovn-default-p0", "ns", "node2")
+        // The other pod's traffic goes to both nodes under ECMP, as a centralized gateway
+        // with two gateway nodes and `enableEcmp`.
+        .centralized_gateway("10.16.0.10/32", &[NODE1_IP, NODE2_IP])
+        // An ECMP static route in vpc-a via two of its pods.
+        .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 11))
+        .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 12))
         // A policy that drops one destination across the peering.
         .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None);
     topology.apply(lab).unwrap();
@@ -395,6 +399,22 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             "routes to node1's InternalIP",
             ipv4(pod, router_mac, NODE1_INTERNAL_IP, 64, PING),
         );
+        // Flows that differ in their source port only: ECMP spreads them over its members.
+        for port in 40000..40004 {
+            add(
+                &format!("opens TCP from port {port} out of its VPC"),
+                ipv4(
+                    pod,
+                    router_mac,
+                    Ipv4Addr::new(198, 51, 100, 7),
+                    64,
+                    L4::Tcp {
+                        source: port,
+                        destination: 443,
+                    },
+                ),
+            );
+        }
         for other in pods.iter().filter(|o| o.port != pod.port) {
             let same_switch = other.switch == pod.switch;
             let same_vpc = other.vpc == pod.vpc;
@@ -626,29 +646,52 @@ fn ovn_trace(
     switch: &str,
     inport: &str,
     packet: &Packet,
+    selected: &[u16],
 ) -> Option<(Vec<(String, Packet)>, String)> {
     let microflow = packet.to_microflow(inport);
     let sb = format!("--db={}", lab.unix_remote(Db::Southbound));
-    let text = match process::output(Command::new("ovn-trace").args([
-        &sb,
-        "--minimal",
-        switch,
-        &microflow,
-    ])) {
+    let mut command = Command::new("ovn-trace");
+    command.args([&sb, "--minimal"]);
+    // ovn-trace picks an ECMP member at random unless told; it is told ours, so the rest of
+    // the path is compared (the choice itself is the datapath's in OVN: a per-flow hash).
+    if let Some(member) = selected.first() {
+        command.arg(format!("--select-id={member}"));
+    }
+    let text = match process::output(command.args([switch, &microflow])) {
         Ok(text) => text,
         Err(error) if error.to_string().contains("OVNACT_ND_NA") => return None,
         Err(error) => panic!("ovn-trace failed for {microflow}: {error}"),
     };
-    let statements: String = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let statements = flatten_selects(
+        &text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>(),
+    );
     let actions = parse_actions(&statements)
         .unwrap_or_else(|e| panic!("cannot parse ovn-trace output {statements:?}: {e}"));
     let outputs = apply_statements(packet, &actions)
         .unwrap_or_else(|e| panic!("cannot apply ovn-trace output {statements:?}: {e}"));
     Some((outputs, text))
+}
+
+/// ovn-trace's `--minimal` output with each `select: R = N { … };` block (the ECMP member it
+/// chose) replaced by the statements inside it, which is what the packet went through.
+fn flatten_selects(lines: &[&str]) -> String {
+    let mut kept = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    for line in lines {
+        let indent = line.len() - line.trim_start().len();
+        let trimmed = line.trim();
+        if trimmed.starts_with("select:") && trimmed.ends_with('{') {
+            open.push(indent);
+        } else if trimmed == "};" && open.last() == Some(&indent) {
+            open.pop();
+        } else {
+            kept.push(*line);
+        }
+    }
+    kept.join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -697,9 +740,13 @@ async fn ir_verdicts_equal_ovn_trace() {
     let mut drops = 0;
     let mut compared = 0;
     let mut beyond_ovn_trace = 0;
+    let mut selected = std::collections::BTreeSet::new();
     for (what, pod, packet) in &cases {
         let ours = evaluator.trace(&pod.port, *packet).unwrap();
-        let Some((theirs, their_text)) = ovn_trace(&lab, pod.switch, &pod.port, packet) else {
+        selected.extend(ours.selected.iter().copied());
+        let Some((theirs, their_text)) =
+            ovn_trace(&lab, pod.switch, &pod.port, packet, &ours.selected)
+        else {
             beyond_ovn_trace += 1;
             continue;
         };
@@ -724,6 +771,12 @@ async fn ir_verdicts_equal_ovn_trace() {
         disagreements.len()
     );
     assert!(compared >= 200, "only {compared} cases compared");
+    // The flows that differ in their source port took both members of the ECMP groups.
+    assert_eq!(
+        selected.into_iter().collect::<Vec<_>>(),
+        [1, 2],
+        "ECMP members chosen"
+    );
     assert!(
         disagreements.is_empty(),
         "{} of {} cases disagree:\n\n{}",

@@ -162,6 +162,31 @@ pub enum IrEntry {
         source_mac: Mac,
         port: String,
     },
+    /// An ECMP route (`lr-route-add --ecmp`, several static routes to one prefix): like
+    /// [`IrEntry::Route`], but the next hop is one of the group's members, chosen by a hash of
+    /// the packet's 5-tuple among `members` ([`IrEntry::EcmpMember`] says where each leads).
+    EcmpRoute {
+        datapath: u32,
+        selector: RouteSelector,
+        prefix: Prefix,
+        priority: u16,
+        route_table: Option<u32>,
+        group: u16,
+        /// The member ids OVN's `select` chooses from, in its order.
+        members: Vec<u16>,
+    },
+    /// Member `member` of ECMP group `group` of `stage` (routes and policies number their
+    /// groups apart): the next hop, source address and MAC, output port.
+    EcmpMember {
+        datapath: u32,
+        stage: EcmpStage,
+        group: u16,
+        member: u16,
+        nexthop: Ipv4Addr,
+        source_ip: Ipv4Addr,
+        source_mac: Mac,
+        port: String,
+    },
     /// Destinations without a route are dropped.
     RouteMissDrop { datapath: u32 },
     /// A logical router policy (`lr-policy-add`, Kube-OVN's node and subnet policies): after
@@ -372,6 +397,22 @@ pub enum PolicyVerdict {
         source_mac: Mac,
         port: String,
     },
+    /// Replace the routing decision by one of ECMP group `group`'s members (a reroute with
+    /// several next hops: Kube-OVN's centralized gateways with ECMP), chosen among `members` by
+    /// a hash of the packet's 5-tuple.
+    RerouteEcmp {
+        group: u16,
+        members: Vec<u16>,
+    },
+}
+
+/// The stage an ECMP group belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EcmpStage {
+    /// `lr_in_ip_routing_ecmp`: ECMP routes.
+    Route,
+    /// `lr_in_policy_ecmp`: reroute policies with several next hops.
+    Policy,
 }
 
 /// Why the router's IP input stage drops a packet.
@@ -431,6 +472,8 @@ impl IrEntry {
             | IrEntry::Deliver { datapath, .. }
             | IrEntry::RouterPort { datapath, .. }
             | IrEntry::Route { datapath, .. }
+            | IrEntry::EcmpRoute { datapath, .. }
+            | IrEntry::EcmpMember { datapath, .. }
             | IrEntry::RouteMissDrop { datapath }
             | IrEntry::RouterPolicy { datapath, .. }
             | IrEntry::Neighbour { datapath, .. }

@@ -71,8 +71,11 @@ pub const STAGE_REQUEST_INVALID: DropReason = DropReason(21);
 pub const ND_TO_ROUTER: DropReason = DropReason(22);
 /// A router policy (`lr_in_policy`) drops the packet.
 pub const POLICY_DROP: DropReason = DropReason(23);
+/// An ECMP route or reroute whose chosen member the kernel has no entry for (its member flow
+/// is missing from the Southbound, or its output port is unknown).
+pub const ECMP_MEMBER_MISSING: DropReason = DropReason(24);
 /// Number of reasons.
-pub const COUNT: u32 = 24;
+pub const COUNT: u32 = 25;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -102,4 +105,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "stage_request_invalid",
     "nd_to_router",
     "policy_drop",
+    "ecmp_member_missing",
 ];

@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 
 pub mod program;
 pub mod stage;
@@ -265,6 +265,68 @@ pub struct RouteKey {
 pub const ROUTE_TO_SWITCH: u8 = 1;
 /// [`RouteEntry::kind`]: the output port faces another router (peering); routing goes on there.
 pub const ROUTE_TO_ROUTER: u8 = 2;
+/// [`RouteEntry::kind`]: an ECMP route or multi-next-hop reroute: [`RouteEntry::nexthop`] holds
+/// the group (an [`EcmpKey::group`]) and [`RouteEntry::ingress_port`] its member count; the
+/// member is chosen by [`ecmp::member_index`] and looked up in [`map::ECMP_MEMBERS`].
+pub const ROUTE_ECMP: u8 = 3;
+
+/// A member of an ECMP group of a router: the route the packet takes when
+/// [`ecmp::member_index`] chose `index`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EcmpKey {
+    pub datapath: u32,
+    /// [`ecmp::ROUTE_GROUPS`] or [`ecmp::POLICY_GROUPS`] with OVN's group id in the low 16 bits
+    /// (routes and policies number their groups apart).
+    pub group: u32,
+    pub index: u32,
+}
+
+/// ECMP member choice, defined once for the kernel and the agent's evaluator, so that both send
+/// a flow to the same member: a hash of the IPv4 5-tuple (a flow stays on its member; flows
+/// spread over the members), modulo the member count. OVN leaves the choice to the datapath
+/// (Open vSwitch's `dp_hash` select groups), so any stable per-flow hash is OVN's semantics.
+pub mod ecmp {
+    /// [`crate::EcmpKey::group`]'s high bits for an ECMP route's group.
+    pub const ROUTE_GROUPS: u32 = 0;
+    /// [`crate::EcmpKey::group`]'s high bits for a multi-next-hop reroute's group.
+    pub const POLICY_GROUPS: u32 = 1 << 16;
+    /// Members per group the kernel takes (larger groups keep their router unforwarded).
+    pub const MAX_MEMBERS: u32 = 64;
+
+    /// The hash of a flow (addresses and ports in host byte order; ports 0 for protocols
+    /// without them and for later fragments).
+    #[inline(always)]
+    #[must_use]
+    pub fn flow_hash(
+        source: u32,
+        destination: u32,
+        protocol: u8,
+        source_port: u16,
+        destination_port: u16,
+    ) -> u32 {
+        let ports = (u32::from(source_port) << 16) | u32::from(destination_port);
+        let mut hash = source
+            ^ destination.rotate_left(16)
+            ^ (u32::from(protocol) << 24)
+            ^ ports.rotate_left(8);
+        // MurmurHash3's finaliser: every input bit moves every output bit.
+        hash ^= hash >> 16;
+        hash = hash.wrapping_mul(0x85eb_ca6b);
+        hash ^= hash >> 13;
+        hash = hash.wrapping_mul(0xc2b2_ae35);
+        hash ^= hash >> 16;
+        hash
+    }
+
+    /// The member (an index into the group's `select` list) a flow of `hash` takes among
+    /// `members`.
+    #[inline(always)]
+    #[must_use]
+    pub fn member_index(hash: u32, members: u32) -> u32 {
+        if members == 0 { 0 } else { hash % members }
+    }
+}
 
 /// Where a route sends a packet.
 #[repr(C)]
@@ -395,6 +457,8 @@ pub const MAX_LOCALNETS: u32 = 4_096;
 
 /// Capacity of [`map::ROUTES`].
 pub const MAX_ROUTES: u32 = 65_536;
+/// ECMP members of all routers.
+pub const MAX_ECMP_MEMBERS: u32 = 16_384;
 /// Capacity of [`map::NEIGHBOURS`].
 pub const MAX_NEIGHBOURS: u32 = 262_144;
 /// Capacity of [`map::ROUTERS`].
@@ -531,6 +595,9 @@ unsafe impl aya::Pod for RouteEntry {}
 // SAFETY: repr(C), Copy, a u16, two u8 and a RouteEntry (24 bytes, 4-aligned): no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PolicyEntry {}
+// SAFETY: repr(C), Copy, three u32: no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for EcmpKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for NeighbourKey {}
 #[cfg(feature = "user")]
@@ -547,6 +614,31 @@ unsafe impl aya::Pod for ProviderKey {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flows that differ only in their source port spread over the members, each flow always
+    /// on the same one.
+    #[test]
+    fn ecmp_spreads_flows_over_members_and_keeps_each_on_one() {
+        for members in [2u32, 3, 5] {
+            let mut counts = [0u32; 5];
+            for port in 40_000u16..41_000 {
+                let hash = ecmp::flow_hash(0x0a10_000a, 0xc633_6407, 6, port, 443);
+                assert_eq!(
+                    hash,
+                    ecmp::flow_hash(0x0a10_000a, 0xc633_6407, 6, port, 443)
+                );
+                counts[ecmp::member_index(hash, members) as usize] += 1;
+            }
+            let fair = 1000 / members;
+            for count in &counts[..members as usize] {
+                assert!(
+                    count * 10 > fair * 7 && count * 10 < fair * 13,
+                    "{members} members: {counts:?}"
+                );
+            }
+        }
+        assert_eq!(ecmp::member_index(7, 0), 0);
+    }
 
     #[test]
     fn counters_have_the_kernel_layout() {
@@ -573,6 +665,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
         assert_eq!(core::mem::size_of::<RouteEntry>(), 24);
+        assert_eq!(core::mem::size_of::<EcmpKey>(), 12);
         assert_eq!(core::mem::size_of::<Neighbour>(), 8);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }

@@ -15,12 +15,12 @@
 //!    the `Table` installer and the test recorder need no edit.
 
 use crate::{
-    ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, FibEntry, FibKey, FloodGroup, FloodKey,
-    FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES,
-    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_INTERFACES, MAX_LOCALNETS,
-    MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PodPort,
-    PolicyEntry, PortSecurity, ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo,
-    TunnelConfig, TunnelPortKey, drop_reason, router_reply, stage,
+    ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, EcmpKey, FibEntry, FibKey, FloodGroup,
+    FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet,
+    MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
+    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
+    Neighbour, NeighbourKey, PodPort, PolicyEntry, PortSecurity, ProviderKey, RouteEntry, RouteKey,
+    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, router_reply, stage,
 };
 
 /// The kinds of kernel map ovnbpf uses: one marker type each, named like aya's map types, so a
@@ -170,6 +170,8 @@ declare_maps! {
     /// LPM trie: ([`RouteKey`] by source, prefix) → [`PolicyEntry`]: each router's policies
     /// matching a source prefix.
     PoliciesBySource = POLICIES_BY_SOURCE: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];
+    /// Hash: [`EcmpKey`] → [`RouteEntry`]: where each member of routers' ECMP groups leads.
+    EcmpMembers = ECMP_MEMBERS: HashMap<EcmpKey, RouteEntry>[MAX_ECMP_MEMBERS];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
     Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
     /// Hash: router datapath key → [`RouterInfo`]: routers the kernel forwards for.

@@ -33,7 +33,8 @@ use super::{
     tables::{Pass, Table, flush_from},
 };
 use crate::pipeline::ir::{
-    IrDiff, IrEntry, Mac, PortKind, Prefix, Prefix6, RejectProtocol, RejectResponse, RouteSelector,
+    EcmpStage, IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, Prefix6, RejectProtocol,
+    RejectResponse, RouteSelector,
 };
 
 /// Where the state keeps a router's routes: the router, what the prefix is matched against, and
@@ -45,6 +46,9 @@ type RouteSlot = (u32, RouteSelector, Prefix);
 struct Candidate {
     /// OVN's priority (fits the kernel's byte: see [`L3State::take`]).
     priority: u8,
+    /// An ECMP route: its group ([`ecmp::group_id`]) and member count; the other fields are
+    /// then empty (each member has its own, in [`ecmp::Groups`]).
+    ecmp: Option<(u32, usize)>,
     nexthop: Option<Ipv4Addr>,
     /// The output port's address (`reg1`).
     source_ip: Ipv4Addr,
@@ -99,6 +103,7 @@ pub struct L3State {
     address6_table: Table<RouterAddresses6, (u32, Ipv6Addr)>,
     router_table: Table<Routers, u32>,
     policies: policies::Policies,
+    ecmp: ecmp::Groups,
 }
 
 impl L3State {
@@ -219,6 +224,8 @@ impl L3State {
                     .collect();
                 self.policies.mark_port(name);
                 around.iter().for_each(|port| self.policies.mark_port(port));
+                self.ecmp.mark_port(name);
+                around.iter().for_each(|port| self.ecmp.mark_port(port));
             }
             IrEntry::Route {
                 datapath,
@@ -239,6 +246,7 @@ impl L3State {
                 };
                 let candidate = Candidate {
                     priority,
+                    ecmp: None,
                     nexthop: *nexthop,
                     source_ip: *source_ip,
                     source_mac: *source_mac,
@@ -382,7 +390,80 @@ impl L3State {
                 };
                 self.policies
                     .take(slot, &(*priority, verdict.clone()), added);
+                if let PolicyVerdict::RerouteEcmp { group, members } = verdict {
+                    let key = (*datapath, ecmp::group_id(EcmpStage::Policy, *group));
+                    self.take_ecmp_select(key, members, added);
+                }
                 self.router_table.mark(*datapath);
+            }
+            IrEntry::EcmpRoute {
+                datapath,
+                selector,
+                prefix,
+                priority,
+                route_table: None | Some(0),
+                group,
+                members,
+            } => {
+                let Ok(priority) = u8::try_from(*priority) else {
+                    let reason = format!("route priority {priority} beyond the kernel's 255");
+                    return self.block(*datapath, reason, added);
+                };
+                let group = ecmp::group_id(EcmpStage::Route, *group);
+                let candidate = Candidate {
+                    priority,
+                    ecmp: Some((group, members.len())),
+                    nexthop: None,
+                    source_ip: Ipv4Addr::UNSPECIFIED,
+                    source_mac: [0; 6],
+                    port: String::new(),
+                };
+                let key = (*datapath, *selector, *prefix);
+                let set = self.routes.entry(key).or_default();
+                let had_routes = !set.is_empty();
+                if added {
+                    set.insert(candidate);
+                } else {
+                    set.remove(&candidate);
+                    if set.is_empty() {
+                        self.routes.remove(&key);
+                    }
+                }
+                self.take_ecmp_select((*datapath, group), members, added);
+                self.count_source_prefix(key, had_routes);
+                self.mark_route(key);
+            }
+            IrEntry::EcmpRoute {
+                datapath,
+                route_table: Some(table),
+                prefix,
+                ..
+            } => self.block(
+                *datapath,
+                format!(
+                    "route table {table} for {}/{}",
+                    prefix.network, prefix.length
+                ),
+                added,
+            ),
+            IrEntry::EcmpMember {
+                datapath,
+                stage,
+                group,
+                member,
+                nexthop,
+                source_ip,
+                source_mac,
+                port,
+            } => {
+                let target = ecmp::Member {
+                    nexthop: *nexthop,
+                    source_ip: *source_ip,
+                    source_mac: *source_mac,
+                    port: port.clone(),
+                };
+                let key = (*datapath, ecmp::group_id(*stage, *group));
+                self.ecmp.take_member(key, *member, &target, added);
             }
             IrEntry::Route {
                 datapath,
@@ -405,6 +486,24 @@ impl L3State {
             }
             IrEntry::Unsupported { .. } | IrEntry::SideDutyNotDone { .. } => {}
             _ => {}
+        }
+    }
+
+    /// A route or policy of the group's router selects among `members`; a group larger than
+    /// the kernel takes keeps its router out.
+    fn take_ecmp_select(&mut self, key: ecmp::GroupKey, members: &[u16], added: bool) {
+        let reason = |count: usize| {
+            format!(
+                "an ECMP group of {count} members (the kernel takes {})",
+                ovnbpf_common::ecmp::MAX_MEMBERS
+            )
+        };
+        if let Some(count) = self.ecmp.oversized(key) {
+            self.block(key.0, reason(count), false);
+        }
+        self.ecmp.take_select(key, members, added);
+        if let Some(count) = self.ecmp.oversized(key) {
+            self.block(key.0, reason(count), true);
         }
     }
 
@@ -449,6 +548,7 @@ impl L3State {
         self.route_table.pending()
             + self.source_route_table.pending()
             + self.policies.pending()
+            + self.ecmp.pending()
             + self.neighbour_table.pending()
             + self.neighbour6_table.pending()
             + self.address_table.pending()
@@ -462,6 +562,9 @@ impl L3State {
             .get(&slot)?
             .iter()
             .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
+        if let Some((group, members)) = best.ecmp {
+            return Some(ecmp::selecting(group, members, best.priority));
+        }
         Some(RouteEntry {
             priority: best.priority,
             ..self.resolve_output(&best.port, best.nexthop, best.source_ip, best.source_mac)?
@@ -547,6 +650,12 @@ impl L3State {
         writes += flush_from(
             self,
             maps,
+            |s| &mut s.ecmp.table,
+            |s, key| s.desired_ecmp_member(key),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
             |s| &mut s.neighbour_table,
             |s, &(dp, ip)| s.desired_neighbour(dp, IpAddr::V4(ip)),
         )?;
@@ -599,6 +708,7 @@ impl L3State {
             + self.source_route_table.sweep(maps)?
             + self.policies.destination_table.sweep(maps)?
             + self.policies.source_table.sweep(maps)?
+            + self.ecmp.table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?
             + self.neighbour6_table.sweep(maps)?
             + self.router_table.sweep(maps)?
@@ -644,6 +754,7 @@ fn remove_patch(index: &mut HashMap<String, HashSet<String>>, peer: &str, name: 
     }
 }
 
+mod ecmp;
 mod keys;
 mod neighbours;
 mod policies;

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::lflow::{
     ast::{Action, Expr, FieldRef, Relation, Source, Value},
-    lexer::{Constant, Mask},
+    lexer::{Constant, Mask, Token},
 };
 use crate::pipeline::ir::{Mac, Prefix, Prefix6};
 
@@ -367,6 +367,73 @@ pub(super) fn assigned<'a>(actions: &'a [Action], name: &str) -> Option<&'a Sour
         } if plain(destination, name) => Some(source),
         _ => None,
     })
+}
+
+/// The source assigned to exactly `field` (a slice included).
+pub(super) fn assigned_to<'a>(actions: &'a [Action], field: &FieldRef) -> Option<&'a Source> {
+    actions.iter().find_map(|action| match action {
+        Action::Assign {
+            destination,
+            source,
+        } if destination == field => Some(source),
+        _ => None,
+    })
+}
+
+/// `field == N` (a slice included) → N.
+pub(super) fn compare_field_integer(expr: &Expr, field: &FieldRef) -> Option<u128> {
+    match compare_eq(expr)? {
+        (
+            compared,
+            [
+                Value::Constant(Constant::Integer {
+                    value, mask: None, ..
+                }),
+            ],
+        ) if compared == field => Some(*value),
+        _ => None,
+    }
+}
+
+/// OVN's ECMP group id register (`REG_ECMP_GROUP_ID`) and member id register
+/// (`REG_ECMP_MEMBER_ID`).
+pub(super) fn ecmp_group_register() -> FieldRef {
+    slice("reg8", 0, 15)
+}
+
+pub(super) fn ecmp_member_register() -> FieldRef {
+    slice("reg8", 16, 31)
+}
+
+/// `reg8[0..15] = G; reg8[16..31] = select(M1, M2, …);` (unweighted) → (G, the members).
+pub(super) fn ecmp_selection(actions: &[Action]) -> Option<(u16, Vec<u16>)> {
+    let group = match assigned_to(actions, &ecmp_group_register())? {
+        Source::Constant(Constant::Integer {
+            value, mask: None, ..
+        }) => u16::try_from(*value).ok()?,
+        _ => return None,
+    };
+    let Source::Call {
+        name,
+        arguments: Some(arguments),
+    } = assigned_to(actions, &ecmp_member_register())?
+    else {
+        return None;
+    };
+    if name != "select" {
+        return None;
+    }
+    let mut members = Vec::new();
+    for (index, token) in arguments.iter().enumerate() {
+        match token {
+            Token::Constant(Constant::Integer {
+                value, mask: None, ..
+            }) if index % 2 == 0 => members.push(u16::try_from(*value).ok()?),
+            Token::Punct(",") if index % 2 == 1 => {}
+            _ => return None,
+        }
+    }
+    (!members.is_empty()).then_some((group, members))
 }
 
 pub(super) fn assigned_mac(actions: &[Action], name: &str) -> Option<Mac> {

@@ -51,6 +51,8 @@ const STAGES: &[(&str, Classifier)] = &[
     ("lr_in_learn_neighbor", router::neighbour_learning),
     ("lr_in_ip_routing_pre", router::routing_pre),
     ("lr_in_policy", router::policy),
+    ("lr_in_policy_ecmp", router::policy_ecmp),
+    ("lr_in_ip_routing_ecmp", router::route_ecmp),
     ("lr_in_arp_request", router::arp_request),
     ("lr_out_delivery", router::delivery),
     ("lr_out_chk_dnat_local", router::chk_dnat_local),

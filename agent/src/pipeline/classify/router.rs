@@ -14,7 +14,7 @@ use crate::{
         lexer::Constant,
     },
     pipeline::ir::{
-        IrEntry, MAC_LEARNING_NOT_DONE, PolicyVerdict, RejectProtocol, RejectResponse,
+        EcmpStage, IrEntry, MAC_LEARNING_NOT_DONE, PolicyVerdict, RejectProtocol, RejectResponse,
         RouteSelector, RouterDropRule,
     },
 };
@@ -78,6 +78,63 @@ pub(super) fn delivery(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> 
         },
         _ => unsupported("router delivery variant"),
     }
+}
+
+/// `lr_in_ip_routing_ecmp`: the members of ECMP routes' groups.
+pub(super) fn route_ecmp(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
+    ecmp_member(dp, EcmpStage::Route, priority, terms, actions)
+}
+
+/// `lr_in_policy_ecmp`: the members of multi-next-hop reroutes' groups.
+pub(super) fn policy_ecmp(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
+    ecmp_member(dp, EcmpStage::Policy, priority, terms, actions)
+}
+
+/// `reg8[0..15] == G && reg8[16..31] == M` → `reg0 = NH; reg1 = SRC; eth.src = MAC; outport =
+/// P; [flags.loopback = 1;] next;`: where member M of group G leads (and the stage's neutral
+/// rows, see [`ecmp`]).
+fn ecmp_member(
+    dp: u32,
+    stage: EcmpStage,
+    priority: i64,
+    terms: &[&Expr],
+    actions: &[Action],
+) -> Class {
+    let (group, member) = match terms {
+        [first, second] => (
+            compare_field_integer(first, &ecmp_group_register()),
+            compare_field_integer(second, &ecmp_member_register()),
+        ),
+        _ => (None, None),
+    };
+    let (Some(group), Some(member)) = (group, member) else {
+        return ecmp(dp, priority, terms, actions);
+    };
+    let (Ok(group), Ok(member)) = (u16::try_from(group), u16::try_from(member)) else {
+        return unsupported("ECMP group or member id beyond 16 bits");
+    };
+    let (Some(nexthop), Some(source_ip), Some(source_mac), Some(port), Some(last)) = (
+        assigned_ipv4(actions, "reg0"),
+        assigned_ipv4(actions, "reg1"),
+        assigned_mac(actions, "eth.src"),
+        assigned_string(actions, "outport"),
+        actions.last(),
+    ) else {
+        return unsupported("ECMP member variant (IPv6 or an unknown next hop)");
+    };
+    if !is_next(last) {
+        return unsupported("ECMP member variant");
+    }
+    Class::Compiled(vec![IrEntry::EcmpMember {
+        datapath: dp,
+        stage,
+        group,
+        member,
+        nexthop,
+        source_ip,
+        source_mac,
+        port: port.to_string(),
+    }])
 }
 
 /// `*_ecmp` stages: without ECMP routes the group id is always 0 and the default drop is
@@ -169,8 +226,19 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
         .iter()
         .any(|a| matches!(a, Action::Decrement(f) if plain(f, "ip.ttl")));
     let (Some(prefix), true, true) = (prefix, recognised, decrements) else {
-        return unsupported("route variant (ECMP or policy routes)");
+        return unsupported("route variant (policy routes)");
     };
+    if let Some((group, members)) = ecmp_selection(actions) {
+        return Class::Compiled(vec![IrEntry::EcmpRoute {
+            datapath: dp,
+            selector,
+            prefix,
+            priority: u16::try_from(priority).unwrap_or(u16::MAX),
+            route_table,
+            group,
+            members,
+        }]);
+    }
     let nexthop = match assigned(actions, "reg0") {
         Some(Source::Field(field)) if plain(field, "ip4.dst") => None,
         Some(Source::Constant(Constant::Ipv4 {
@@ -220,6 +288,9 @@ fn policy_rule(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> C
     };
     let verdict = match actions {
         [Action::Keyword { name, .. }] if is_drop(name) => PolicyVerdict::Drop,
+        [_, _] if let Some((group, members)) = ecmp_selection(actions) => {
+            PolicyVerdict::RerouteEcmp { group, members }
+        }
         _ if zeroes_then_next(actions, &slice("reg8", 0, 15)) => PolicyVerdict::Allow,
         [.., next] if is_next(next) && resets_ecmp(actions) => {
             let (Some(nexthop), Some(source_ip), Some(source_mac), Some(port)) = (
@@ -237,7 +308,7 @@ fn policy_rule(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> C
                 port: port.to_string(),
             }
         }
-        _ => return unsupported("router policy action (ECMP reroute)"),
+        _ => return unsupported("router policy action"),
     };
     // One entry per (source, destination) pair: a set (an address set's pods) matches when
     // any of its prefixes does; an empty set matches nothing.

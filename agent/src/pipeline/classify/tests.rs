@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 
 use super::*;
 use crate::lflow::{parse_actions, parse_match};
-use crate::pipeline::ir::{IrEntry, RouteSelector};
+use crate::pipeline::ir::{EcmpStage, IrEntry, PolicyVerdict, Prefix, RouteSelector};
 
 fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
     let match_ = parse_match(match_).unwrap();
@@ -307,4 +307,99 @@ fn flows_of_stages_not_compiled_that_only_pass_on_are_neutral() {
             "{stage}: {actions}"
         );
     }
+}
+
+/// ECMP as northd 23.03 writes it: the route (or policy) selects a member of its group, the
+/// `*_ecmp` stage says where each member leads; weighted selections stay unsupported.
+#[test]
+fn ecmp_routes_policies_and_members_compile() {
+    assert_eq!(
+        class(
+            "lr_in_ip_routing",
+            73,
+            "ip4.dst == 198.51.100.0/24",
+            "ip.ttl--; flags.loopback = 1; reg8[0..15] = 1; reg8[16..31] = select(1, 2);"
+        ),
+        Class::Compiled(vec![IrEntry::EcmpRoute {
+            datapath: 7,
+            selector: RouteSelector::Destination,
+            prefix: Prefix {
+                network: Ipv4Addr::new(198, 51, 100, 0),
+                length: 24,
+            },
+            priority: 73,
+            route_table: None,
+            group: 1,
+            members: vec![1, 2],
+        }])
+    );
+    let member = |stage: &str, actions: &str| {
+        class(stage, 100, "reg8[0..15] == 3 && reg8[16..31] == 2", actions)
+    };
+    let expected = |stage| {
+        Class::Compiled(vec![IrEntry::EcmpMember {
+            datapath: 7,
+            stage,
+            group: 3,
+            member: 2,
+            nexthop: Ipv4Addr::new(100, 64, 0, 3),
+            source_ip: Ipv4Addr::new(100, 64, 0, 1),
+            source_mac: [0x0a, 0x58, 0x64, 0x40, 0, 1],
+            port: "ovn-cluster-join".into(),
+        }])
+    };
+    assert_eq!(
+        member(
+            "lr_in_ip_routing_ecmp",
+            r#"reg0 = 100.64.0.3; reg1 = 100.64.0.1; eth.src = 0a:58:64:40:00:01; outport = "ovn-cluster-join"; next;"#
+        ),
+        expected(EcmpStage::Route)
+    );
+    assert_eq!(
+        member(
+            "lr_in_policy_ecmp",
+            r#"reg0 = 100.64.0.3; reg1 = 100.64.0.1; eth.src = 0a:58:64:40:00:01; outport = "ovn-cluster-join"; flags.loopback = 1; next;"#
+        ),
+        expected(EcmpStage::Policy)
+    );
+    assert_eq!(
+        class(
+            "lr_in_policy",
+            29000,
+            "ip4.src == 10.16.0.0/16",
+            "reg8[0..15] = 3; reg8[16..31] = select(1, 2);"
+        ),
+        Class::Compiled(vec![IrEntry::RouterPolicy {
+            datapath: 7,
+            priority: 29000,
+            source: Some(Prefix {
+                network: Ipv4Addr::new(10, 16, 0, 0),
+                length: 16,
+            }),
+            destination: None,
+            verdict: PolicyVerdict::RerouteEcmp {
+                group: 3,
+                members: vec![1, 2],
+            },
+        }])
+    );
+    // The stages' own rows stay neutral.
+    assert_eq!(
+        class("lr_in_policy_ecmp", 150, "reg8[0..15] == 0", "next;"),
+        Class::Neutral
+    );
+    assert_eq!(
+        class("lr_in_ip_routing_ecmp", 0, "1", "drop;"),
+        Class::Neutral
+    );
+    // Weighted members are not what the kernel's hash picks from.
+    assert!(matches!(
+        class(
+            "lr_in_policy",
+            29000,
+            "ip4.src == 10.16.0.0/16",
+            "reg8[0..15] = 3; reg8[16..31] = select(1=80, 2=20);"
+        ),
+        Class::Unsupported(_)
+    ));
 }

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::net::format_mac;
 use crate::pipeline::ir::{
-    IrEntry, Mac, RejectProtocol, RejectResponse, RouteSelector, RouterDropRule,
+    EcmpStage, IrEntry, Mac, RejectProtocol, RejectResponse, RouteSelector, RouterDropRule,
 };
 
 /// A route that matches a destination.
@@ -29,6 +29,9 @@ pub(super) struct Route<'e, A> {
     pub source_ip: A,
     pub source_mac: Mac,
     pub port: &'e str,
+    /// An ECMP route: its group and the members its `select` chooses from (the next hop, source
+    /// and port are then the chosen member's).
+    pub ecmp: Option<(u16, &'e [u16])>,
 }
 
 /// Where the chosen route sends a packet.
@@ -69,6 +72,9 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
         addresses: (Self, Self),
         inport: &str,
     ) -> Option<Route<'e, Self>>;
+
+    /// Where member `member` of ECMP group `group` of `stage` leads, if `entry` says so.
+    fn ecmp_member<'e>(entry: &'e IrEntry, member: (EcmpStage, u16, u16)) -> Option<Hop<'e, Self>>;
 
     /// What the router sends for an unknown next hop ("ARP request", "neighbour solicitation").
     const NEXT_HOP_REQUEST: &'static str;
@@ -230,8 +236,58 @@ family! {
                     source_ip: *source_ip,
                     source_mac: *source_mac,
                     port,
+                    ecmp: None,
                 })
                 }
+                IrEntry::EcmpRoute {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table: None | Some(0),
+                    group,
+                    members,
+                    ..
+                } if prefix.contains(match selector {
+                    RouteSelector::Destination => destination,
+                    RouteSelector::Source => source,
+                }) =>
+                {
+                    Some(Route {
+                    priority: *priority,
+                    by_source: *selector == RouteSelector::Source,
+                    network: prefix.network,
+                    length: prefix.length,
+                    nexthop: None,
+                    source_ip: Ipv4Addr::UNSPECIFIED,
+                    source_mac: [0; 6],
+                    port: "",
+                    ecmp: Some((*group, members.as_slice())),
+                })
+                }
+                _ => None,
+            }
+        }
+
+        fn ecmp_member<'e>(
+            entry: &'e IrEntry,
+            (stage, group, member): (EcmpStage, u16, u16),
+        ) -> Option<Hop<'e, Self>> {
+            match entry {
+                IrEntry::EcmpMember {
+                    stage: s,
+                    group: g,
+                    member: m,
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } if (*s, *g, *m) == (stage, group, member) => Some(Hop {
+                    nexthop: *nexthop,
+                    source_ip: *source_ip,
+                    source_mac: *source_mac,
+                    port,
+                }),
                 _ => None,
             }
         }
@@ -289,10 +345,15 @@ family! {
                         source_ip: *source_ip,
                         source_mac: *source_mac,
                         port,
+                        ecmp: None,
                     })
                 }
                 _ => None,
             }
+        }
+
+        fn ecmp_member<'e>(_: &'e IrEntry, _: (EcmpStage, u16, u16)) -> Option<Hop<'e, Self>> {
+            None
         }
     }
 }
@@ -306,6 +367,7 @@ impl<'a> Evaluator<'a> {
         dp: u32,
         inport: &str,
         (source, destination): (A, A),
+        flow_hash: u32,
         trace: &mut Trace,
     ) -> Option<Hop<'a, A>> {
         let route = self
@@ -316,6 +378,18 @@ impl<'a> Evaluator<'a> {
             self.step(trace, dp, format!("dropped: no route to {destination}"));
             return None;
         };
+        if let Some((group, members)) = route.ecmp {
+            let (network, length) = (route.network, route.length);
+            self.step(
+                trace,
+                dp,
+                format!(
+                    "ECMP route {}{network}/{length}",
+                    if route.by_source { "from " } else { "" }
+                ),
+            );
+            return self.ecmp_member(dp, (EcmpStage::Route, group, members), flow_hash, trace);
+        }
         let nexthop = route.nexthop.unwrap_or(destination);
         let (network, length, port) = (route.network, route.length, route.port);
         self.step(
@@ -332,6 +406,41 @@ impl<'a> Evaluator<'a> {
             source_mac: route.source_mac,
             port,
         })
+    }
+
+    /// The member of ECMP group `group` of `stage` a flow of `flow_hash` takes among `members`
+    /// (as the kernel chooses it), recorded as a step and in `trace.selected`; `None` (dropped)
+    /// when that member has no flow.
+    pub(super) fn ecmp_member<A: Family>(
+        &self,
+        dp: u32,
+        (stage, group, members): (EcmpStage, u16, &[u16]),
+        flow_hash: u32,
+        trace: &mut Trace,
+    ) -> Option<Hop<'a, A>> {
+        let count = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        let index = ovnbpf_common::ecmp::member_index(flow_hash, count) as usize;
+        let member = *members.get(index)?;
+        trace.selected.push(member);
+        let hop = self
+            .entries(dp)
+            .find_map(|e| A::ecmp_member(e, (stage, group, member)));
+        match &hop {
+            Some(hop) => self.step(
+                trace,
+                dp,
+                format!(
+                    "select: ECMP group {group} member {member}: via {} out of {}",
+                    hop.nexthop, hop.port
+                ),
+            ),
+            None => self.step(
+                trace,
+                dp,
+                format!("dropped: ECMP group {group} member {member} has no flow"),
+            ),
+        }
+        hop
     }
 
     /// Whether `dp` has a drop rule `rule` selects.

@@ -184,7 +184,7 @@ impl Evaluator<'_> {
         else {
             return;
         };
-        if let Some(hop) = self.lookup_route(dp, inport, (source, destination), trace) {
+        if let Some(hop) = self.lookup_route(dp, inport, (source, destination), 0, trace) {
             self.forward(dp, &hop, packet, trace, hops);
         }
     }

@@ -40,6 +40,9 @@ pub struct Trace {
     /// What the compiler reported unsupported on the crossed datapaths: the evaluator follows
     /// only what was compiled, so where these flows would have matched OVN may answer otherwise.
     pub unsupported: Vec<UnsupportedOnPath>,
+    /// The ECMP members OVN's `select` chose on the way, in order (by the flow's hash, as the
+    /// kernel chooses; `ovn-trace --select-id` makes the same choice).
+    pub selected: Vec<u16>,
 }
 
 /// An unsupported report ([`IrEntry::Unsupported`]) of a datapath a trace crossed.

@@ -104,6 +104,43 @@ fn nd_template(kind: u8, target: Ipv6Addr, tll: Mac) -> L4 {
 }
 
 impl Packet {
+    /// The 5-tuple hash ECMP members are chosen by, as the kernel computes it (0 for non-IPv4).
+    #[must_use]
+    pub fn flow_hash(&self) -> u32 {
+        let L3::Ipv4 {
+            source,
+            destination,
+            l4,
+            ..
+        } = self.l3
+        else {
+            return 0;
+        };
+        let (protocol, ports) = match l4 {
+            L4::Tcp {
+                source,
+                destination,
+            }
+            | L4::TcpReset {
+                source,
+                destination,
+            } => (6, (source, destination)),
+            L4::Udp {
+                source,
+                destination,
+            } => (17, (source, destination)),
+            L4::Icmp { .. } => (1, (0, 0)),
+            _ => (0, (0, 0)),
+        };
+        ovnbpf_common::ecmp::flow_hash(
+            u32::from(source),
+            u32::from(destination),
+            protocol,
+            ports.0,
+            ports.1,
+        )
+    }
+
     /// `ip.ttl--`.
     pub fn decrement_ttl(&mut self) {
         if let L3::Ipv4 { ttl, .. } | L3::Ipv6 { ttl, .. } = &mut self.l3 {

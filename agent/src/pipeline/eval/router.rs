@@ -10,7 +10,9 @@ use super::{
     is_multicast,
     packet::{L3, L4, Packet},
 };
-use crate::pipeline::ir::{IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule};
+use crate::pipeline::ir::{
+    EcmpStage, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule,
+};
 
 /// IPv4 routes do not depend on the inport (only IPv6's per-port link-local routes do).
 const NO_INPORT: &str = "";
@@ -254,16 +256,30 @@ impl<'a> Evaluator<'a> {
         else {
             return;
         };
+        let flow_hash = packet.flow_hash();
         let Some(Hop {
             mut nexthop,
             mut source_ip,
             mut source_mac,
             mut port,
-        }) = self.lookup_route(dp, NO_INPORT, (source, destination), trace)
+        }) = self.lookup_route(dp, NO_INPORT, (source, destination), flow_hash, trace)
         else {
             return;
         };
         match self.policy(dp, &packet) {
+            Some((priority, PolicyVerdict::RerouteEcmp { group, members })) => {
+                self.step(trace, dp, format!("router policy {priority}: ECMP reroute"));
+                let Some(hop) = self.ecmp_member(
+                    dp,
+                    (EcmpStage::Policy, *group, members.as_slice()),
+                    flow_hash,
+                    trace,
+                ) else {
+                    return;
+                };
+                (nexthop, source_ip, source_mac, port) =
+                    (hop.nexthop, hop.source_ip, hop.source_mac, hop.port);
+            }
             None | Some((_, PolicyVerdict::Allow)) => {}
             Some((priority, PolicyVerdict::Drop)) => {
                 self.step(trace, dp, format!("dropped: router policy {priority}"));

@@ -16,7 +16,7 @@ use ovnbpf_common::{
 };
 
 use super::{super::tables::Table, L3State};
-use crate::pipeline::ir::{PolicyVerdict, Prefix, RouteSelector};
+use crate::pipeline::ir::{EcmpStage, PolicyVerdict, Prefix, RouteSelector};
 
 /// One policy as the tries need it: its priority and verdict.
 type Policy = (u16, PolicyVerdict);
@@ -176,6 +176,14 @@ impl L3State {
                 POLICY_REROUTE,
                 self.resolve_output(port, Some(*nexthop), *source_ip, *source_mac)
                     .unwrap_or_default(),
+            ),
+            PolicyVerdict::RerouteEcmp { group, members } => (
+                POLICY_REROUTE,
+                super::ecmp::selecting(
+                    super::ecmp::group_id(EcmpStage::Policy, *group),
+                    members.len(),
+                    0,
+                ),
             ),
         };
         Some(PolicyEntry {

@@ -705,3 +705,108 @@ fn ipv6_addresses_neighbours_and_link_local_routes_reach_their_maps_and_flags() 
     );
     assert!(maps.table::<RouterAddresses6>().contains_key(&key(own)));
 }
+
+/// An ECMP route stores its group and member count; each index of the group's `select` list
+/// gets its member's route, resolved like any other; a member without a flow has no entry, and
+/// a member moving changes only its own index.
+#[test]
+fn ecmp_routes_and_reroutes_store_their_group_and_each_member_its_route() {
+    use ovnbpf_common::{EcmpKey, ROUTE_ECMP, maps::EcmpMembers};
+
+    let member = |stage, member: u16, nexthop: [u8; 4], port: &str, mac| IrEntry::EcmpMember {
+        datapath: ROUTER,
+        stage,
+        group: 1,
+        member,
+        nexthop: Ipv4Addr::from(nexthop),
+        source_ip: Ipv4Addr::new(10, 0, 1, 1),
+        source_mac: mac,
+        port: port.into(),
+    };
+    let mut entries = vpc();
+    entries.extend([
+        IrEntry::EcmpRoute {
+            datapath: ROUTER,
+            selector: RouteSelector::Destination,
+            prefix: prefix("198.51.100.0/24"),
+            priority: 73,
+            route_table: None,
+            group: 1,
+            members: vec![1, 2],
+        },
+        member(EcmpStage::Route, 1, [10, 0, 1, 11], "lr-a", MAC_A),
+        member(EcmpStage::Route, 2, [10, 0, 2, 12], "lr-b", MAC_B),
+        IrEntry::RouterPolicy {
+            datapath: ROUTER,
+            priority: 29000,
+            source: Some(prefix("10.0.1.0/24")),
+            destination: None,
+            verdict: PolicyVerdict::RerouteEcmp {
+                group: 1,
+                members: vec![1, 2, 3],
+            },
+        },
+        member(EcmpStage::Policy, 3, [10, 0, 2, 13], "lr-b", MAC_B),
+    ]);
+    let mut state = L3State::default();
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let route = maps.routes()[&key(ROUTER, "198.51.100.0/24")];
+    assert_eq!(
+        (
+            route.kind,
+            route.nexthop,
+            route.ingress_port,
+            route.priority
+        ),
+        (ROUTE_ECMP, ovnbpf_common::ecmp::ROUTE_GROUPS | 1, 2, 73)
+    );
+    let members = maps.table_by::<EcmpMembers, _>(|k: EcmpKey| (k.datapath, k.group, k.index));
+    let route_group = ovnbpf_common::ecmp::ROUTE_GROUPS | 1;
+    let policy_group = ovnbpf_common::ecmp::POLICY_GROUPS | 1;
+    let hop = |index| {
+        members
+            .get(&(ROUTER, route_group, index))
+            .map(|m| (m.kind, m.next_datapath, m.nexthop))
+    };
+    assert_eq!(
+        hop(0),
+        Some((
+            ROUTE_TO_SWITCH,
+            SWITCH_A,
+            u32::from_ne_bytes([10, 0, 1, 11])
+        ))
+    );
+    assert_eq!(
+        hop(1),
+        Some((
+            ROUTE_TO_SWITCH,
+            SWITCH_B,
+            u32::from_ne_bytes([10, 0, 2, 12])
+        ))
+    );
+    // The policy's group is numbered apart; members 1 and 2 have no flow of its stage: only
+    // index 2 (member 3) is there, the kernel drops flows the others would take.
+    assert_eq!(
+        members
+            .keys()
+            .filter(|(_, group, _)| *group == policy_group)
+            .map(|(_, _, index)| *index)
+            .collect::<Vec<_>>(),
+        [2]
+    );
+    // A member moves: its index alone is written.
+    maps.reset_writes();
+    state.apply(&IrDiff {
+        added: vec![member(EcmpStage::Route, 2, [10, 0, 2, 14], "lr-b", MAC_B)],
+        removed: vec![member(EcmpStage::Route, 2, [10, 0, 2, 12], "lr-b", MAC_B)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes(), 1);
+    let members = maps.table_by::<EcmpMembers, _>(|k: EcmpKey| (k.datapath, k.group, k.index));
+    assert_eq!(
+        members[&(ROUTER, route_group, 1)].nexthop,
+        u32::from_ne_bytes([10, 0, 2, 14])
+    );
+}
