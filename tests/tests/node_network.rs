@@ -9,7 +9,9 @@
 //! InternalIP as source. Then, as kubelet would from the node's own namespace: TCP connects and
 //! an HTTP GET to pods on the same and on the other node; pods reach the other node's InternalIP;
 //! pods of the two subnets reach each other across nodes; pods reach a host outside the cluster
-//! through their own node, masqueraded to its address from the NAT-outgoing subnet only. An agent restart adopts the NIC as it
+//! through their own node, masqueraded to its address from the NAT-outgoing subnet only; a third
+//! subnet's centralized gateway on both nodes under ECMP (an ECMP reroute) sends its pod's flows
+//! out through both nodes, masqueraded there. An agent restart adopts the NIC as it
 //! is (same link, probes go on) and removes a stale route; a subnet deleted loses its route;
 //! `--cleanup` removes the NIC and the NAT table.
 
@@ -30,13 +32,16 @@ use ovnbpf_tests::{
 };
 
 const SECOND_SUBNET: (&str, &str) = ("subnet-x", "10.17.0.0/16");
+/// A subnet with a centralized gateway on both nodes under ECMP, NAT-outgoing.
+const CENTRALIZED_SUBNET: (&str, &str) = ("subnet-c", "10.18.0.0/16");
 
 /// (pod, subnet, node index, address in its /16).
-const PODS: [(&str, &str, usize, Ipv4Addr); 4] = [
+const PODS: [(&str, &str, usize, Ipv4Addr); 5] = [
     ("d1", "ovn-default", 0, Ipv4Addr::new(10, 16, 0, 5)),
     ("d2", "ovn-default", 1, Ipv4Addr::new(10, 16, 0, 6)),
     ("x1", "subnet-x", 0, Ipv4Addr::new(10, 17, 0, 5)),
     ("x2", "subnet-x", 1, Ipv4Addr::new(10, 17, 0, 6)),
+    ("c1", "subnet-c", 0, Ipv4Addr::new(10, 18, 0, 5)),
 ];
 
 fn join_ip(node: usize) -> Ipv4Addr {
@@ -55,7 +60,14 @@ fn build(lab: &ovnbpf_tests::ovn::OvnLab, nodes: &[Node; 2]) {
         .default_vpc()
         .unwrap()
         .subnet(kubeovn::DEFAULT_VPC, SECOND_SUBNET.0, SECOND_SUBNET.1)
-        .unwrap();
+        .unwrap()
+        .subnet(
+            kubeovn::DEFAULT_VPC,
+            CENTRALIZED_SUBNET.0,
+            CENTRALIZED_SUBNET.1,
+        )
+        .unwrap()
+        .centralized_gateway(CENTRALIZED_SUBNET.1, &[join_ip(0), join_ip(1)]);
     for (index, node) in nodes.iter().enumerate() {
         let name = NODES[index];
         topology
@@ -66,9 +78,10 @@ fn build(lab: &ovnbpf_tests::ovn::OvnLab, nodes: &[Node; 2]) {
         }
     }
     for (pod, subnet, node, ip) in PODS {
-        topology
-            .pod(subnet, pod, "ns", &mac_for(pod), ip)
-            .pod_on_node(subnet, pod, "ns", NODES[node]);
+        topology.pod(subnet, pod, "ns", &mac_for(pod), ip);
+        if subnet != CENTRALIZED_SUBNET.0 {
+            topology.pod_on_node(subnet, pod, "ns", NODES[node]);
+        }
     }
     topology.apply(lab).unwrap();
 }
@@ -108,6 +121,8 @@ fn agent<'a>(nodes: &'a [Node; 2], index: usize, pin_root: &std::path::Path) -> 
             // Kube-OVN's ovn-default has natOutgoing; the second subnet does not.
             "--nat-outgoing-subnet".into(),
             kubeovn::DEFAULT_SUBNET.0.into(),
+            "--nat-outgoing-subnet".into(),
+            CENTRALIZED_SUBNET.0.into(),
         ],
     }
 }
@@ -227,9 +242,11 @@ fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
         assert!(
             wait_until(Duration::from_secs(10), || {
                 let routes = node_routes(node.netns());
-                ["10.16.0.0/16", "10.17.0.0/16"].iter().all(|subnet| {
-                    routes.contains(&format!("{subnet} via 100.64.0.1 proto static src {src}"))
-                })
+                ["10.16.0.0/16", "10.17.0.0/16", "10.18.0.0/16"]
+                    .iter()
+                    .all(|subnet| {
+                        routes.contains(&format!("{subnet} via 100.64.0.1 proto static src {src}"))
+                    })
             }),
             "{}\n{}",
             node_routes(node.netns()),
@@ -311,6 +328,18 @@ fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
             tails(&agents)
         );
     }
+    // A centralized gateway on both nodes under ECMP: the flows of the pod on node1 leave
+    // through both nodes (by the hash of each flow), masqueraded there.
+    let mut gateways = std::collections::BTreeSet::new();
+    for _ in 0..16 {
+        gateways.insert(seen(&pods[4]));
+    }
+    assert_eq!(
+        gateways,
+        [Some(nodes[0].ip()), Some(nodes[1].ip())].into(),
+        "c1's flows out through the gateway nodes\n{}",
+        tails(&agents)
+    );
     let table = nodes[0]
         .netns()
         .exec("nft", &["list", "table", "ip", "ovnbpf"])
