@@ -1,8 +1,12 @@
-//! `cargo xtask bench datapath [--runs 3] [--seconds 5] [--paths abcdefg]`: pod↔pod across two nodes, measured in
-//! one run: (a) a raw veth pair between two namespaces (the limit), (b) the same node/pod
-//! topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents, Geneve in
-//! eBPF, one switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed across a
-//! VPC peering; (f) ovnbpf on an underlay switch (VLAN 100 through a physical switch, MTU 1500). TCP throughput (iperf3, one stream, median of the runs) and TCP
+//! `cargo xtask bench datapath [--runs 3] [--seconds 5] [--paths abcdefghi]`: pod↔pod across two
+//! nodes, measured in one run: (a) a raw veth pair between two namespaces (the limit), (b) the
+//! same node/pod topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents,
+//! Geneve in eBPF, one switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed
+//! across a VPC peering; (f) ovnbpf on an underlay switch (VLAN 100 through a physical switch,
+//! MTU 1500); (h) ovnbpf routed between two subnets of the default VPC as Kube-OVN builds it (its
+//! node, gateway and subnet policies in the path), next to (d); (i) the node's own namespace to
+//! that pod through `ovn0` (kubelet's probe path), next to (h). TCP throughput (iperf3, one
+//! stream, median of the runs) and TCP
 //! request/response latency (sockperf ping-pong, 14-byte messages, full round trip, `--runs`
 //! runs of `--seconds`; the median over runs of each run's p50 and p99). Pod MTU is 1442 on (b)
 //! and (c), so both carry the same payload per packet.
@@ -21,7 +25,7 @@ use anyhow::{Context, Result};
 use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
-    kubeovn::{Topology, mac_for},
+    kubeovn::{DEFAULT_VPC, Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
     network::{Node, PhysicalSwitch, PodSpec, Underlay},
@@ -216,7 +220,23 @@ fn ovnbpf(
     paths: &str,
 ) -> Result<Vec<PathResult>> {
     let lab = OvnLab::start()?;
+    let mut underlay = Underlay::create(&format!("{prefix}o"))?;
+    let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
     let mut topology = Topology::new();
+    // The default VPC as kube-ovn-controller builds it: two subnets, each node's join port and
+    // policies (30000 to its InternalIP, 29000 from its pods of each subnet).
+    topology
+        .default_vpc()?
+        .subnet(DEFAULT_VPC, "subnet-x", "10.17.0.0/16")?;
+    for (index, node) in nodes.iter().enumerate() {
+        let name = ["node1", "node2"][index];
+        let join_ip = Ipv4Addr::new(100, 64, 0, 2 + index as u8);
+        topology
+            .node_port(name, &mac_for(&format!("node-{name}")), join_ip)
+            .node_policy(node.ip(), join_ip)
+            .distributed_gateway("ovn-default", name, join_ip)
+            .distributed_gateway("subnet-x", name, join_ip);
+    }
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?
         .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")?
@@ -274,13 +294,29 @@ fn ovnbpf(
             Ipv4Addr::new(10, 100, 0, 1),
             1,
         ),
+        // The default VPC's pair, across its two subnets.
+        (
+            "p7",
+            "ovn-default",
+            Ipv4Addr::new(10, 16, 0, 2),
+            Ipv4Addr::new(10, 16, 0, 1),
+            0,
+        ),
+        (
+            "p8",
+            "subnet-x",
+            Ipv4Addr::new(10, 17, 0, 3),
+            Ipv4Addr::new(10, 17, 0, 1),
+            1,
+        ),
     ];
-    for (name, subnet, ip, ..) in plan {
+    for (name, subnet, ip, _, node) in plan {
         topology.pod(subnet, name, "bench", &mac_for(name), ip);
+        if matches!(subnet, "ovn-default" | "subnet-x") {
+            topology.pod_on_node(subnet, name, "bench", ["node1", "node2"][node]);
+        }
     }
     topology.apply(&lab)?;
-    let mut underlay = Underlay::create(&format!("{prefix}o"))?;
-    let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
     let physical = PhysicalSwitch::create(&format!("{prefix}o"))?;
     for node in &nodes {
         physical.add_trunk(node, "eth1")?;
@@ -293,7 +329,14 @@ fn ovnbpf(
             name,
             host_interface: &host,
             mac: Some(&mac_for(name)),
-            address: Some(&format!("{ip}/24")),
+            address: Some(&format!(
+                "{ip}/{}",
+                if matches!(subnet, "ovn-default" | "subnet-x") {
+                    16
+                } else {
+                    24
+                }
+            )),
             gateway: Some(gateway),
             // Geneve costs 58 bytes; the underlay carries full frames.
             mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
@@ -310,24 +353,44 @@ fn ovnbpf(
             local_ports: ports,
             pin_root: Some(bpffs.path().join(chassis)),
             cni_dir: None,
-            extra_args: vec!["--bridge-mappings".into(), "physnet1:eth1".into()],
+            // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
+            extra_args: vec![
+                "--bridge-mappings".into(),
+                "physnet1:eth1".into(),
+                "--pod-mtu".into(),
+                "1442".into(),
+            ],
         };
         agents.push(spec.spawn(&lab, agent, log)?);
     }
     wait_all_up(&lab, plan.len(), &agents)?;
+    // Both nodes' ovn0 (their join ports up), for (i).
+    let node_ports_up = process::wait_until(std::time::Duration::from_secs(30), || {
+        ["node-node1", "node-node2"]
+            .iter()
+            .all(|port| ovnbpf_tests::scenario::port_up(&lab, port))
+    });
+    if !node_ports_up {
+        stop_agents(agents);
+        anyhow::bail!("the nodes' join ports never came up");
+    }
     let mut results = Vec::new();
     for (letter, name, source, target) in [
-        ('c', "(c) ovnbpf L2 (Geneve)", 0, 1),
-        ('d', "(d) ovnbpf routed, subnets", 0, 2),
-        ('e', "(e) ovnbpf routed, peering", 0, 3),
-        ('f', "(f) ovnbpf underlay VLAN", 4, 5),
+        ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
+        ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
+        ('e', "(e) ovnbpf routed, peering", Some(0), 3),
+        ('f', "(f) ovnbpf underlay VLAN", Some(4), 5),
+        ('h', "(h) ovnbpf default VPC", Some(6), 7),
+        // From node1's own namespace (no pod): kubelet's probe path through ovn0.
+        ('i', "(i) ovnbpf node to pod", None, 7),
     ] {
         if !paths.contains(letter) {
             continue;
         }
+        let client = source.map_or(nodes[0].netns(), |source| pods[source].netns());
         match measure(
             name,
-            pods[source].netns(),
+            client,
             pods[target].netns(),
             plan[target].2,
             runs,
@@ -422,9 +485,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let prefix = unique_prefix();
     // Which paths to measure: letters a–g (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let paths = option(args, "--paths").unwrap_or("abcdefg");
-    if let Some(bad) = paths.chars().find(|c| !"abcdefg".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to g, not {bad:?}");
+    let paths = option(args, "--paths").unwrap_or("abcdefghi");
+    if let Some(bad) = paths.chars().find(|c| !"abcdefghi".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to i, not {bad:?}");
     }
     let mut results = Vec::new();
     if paths.contains('a') {
@@ -433,7 +496,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if paths.contains('b') {
         results.push(routed(&prefix, runs, seconds)?);
     }
-    if paths.contains(['c', 'd', 'e', 'f']) {
+    if paths.contains(['c', 'd', 'e', 'f', 'h', 'i']) {
         results.extend(ovnbpf(&prefix, &agent, (runs, seconds), paths)?);
     }
     println!(
@@ -485,6 +548,21 @@ pub fn run(args: &[String]) -> Result<()> {
                 "{} / (a) raw: throughput {:.2}",
                 other.name,
                 ratio(other, a)
+            );
+        }
+    }
+    // The default VPC's pair next to a custom VPC's (goal ≥ 0.95), and the probe path next to
+    // the pods' (same target pod, same run).
+    for (over, under, what) in [
+        ("(h)", "(d)", "default VPC / custom VPC routed"),
+        ("(i)", "(h)", "node → pod / pod → pod"),
+    ] {
+        if let (Some(x), Some(y)) = (path(over), path(under)) {
+            println!(
+                "{what} ({over}/{under}): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2}",
+                ratio(x, y),
+                x.rtt(true) / y.rtt(true),
+                x.rtt(false) / y.rtt(false),
             );
         }
     }
