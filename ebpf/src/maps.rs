@@ -9,7 +9,7 @@ use aya_ebpf::{
 use ovnbpf_common::maps::{
     ArpResponder, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap,
     FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours,
-    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PortSecurityMap,
+    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap,
     ProviderNetworks, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes,
     SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
@@ -76,6 +76,7 @@ kernel_map!(SOURCE_ROUTES: LpmTrie = SourceRoutes);
 kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
 kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
 kernel_map!(ECMP_MEMBERS: HashMap = EcmpMembers);
+kernel_map!(POLICY_PAIRS: HashMap = PolicyPairs);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

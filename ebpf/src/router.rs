@@ -22,10 +22,11 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    EcmpKey, FibKey, FloodRequest, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE,
-    PolicyEntry, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS,
-    ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_SOURCE_ROUTES, RouteEntry,
-    RouteKey, RouterRequest, drop_reason, ecmp, router_reply, stage as slot,
+    EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW,
+    POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC,
+    ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason, ecmp, router_reply,
+    stage as slot,
 };
 
 use crate::csum;
@@ -33,7 +34,7 @@ use crate::maps::get;
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
     ECMP_MEMBERS, L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE,
-    ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
+    POLICY_PAIRS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
     headers::{
         ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame,
         Ipv4Header,
@@ -334,7 +335,7 @@ fn lookup(
         if hops > 0 && ttl <= hops + 1 {
             return Ok(Lookup::Expired(ingress_ip));
         }
-        let flags = get(&ROUTERS, datapath).map_or(0, |r| r.flags);
+        let (flags, pairs) = get(&ROUTERS, datapath).map_or((0, 0), |r| (r.flags, r.pair_policies));
         if flags & ROUTER_FORWARDS == 0 {
             return Err(drop_reason::ROUTER_UNSUPPORTED);
         }
@@ -363,9 +364,20 @@ fn lookup(
         };
         // Then the router's policies (`lr_in_policy`), which may drop or reroute.
         let route = if flags & ROUTER_POLICIES != 0 {
-            let by_destination = POLICIES_BY_DESTINATION.get(key(destination));
-            let by_source = POLICIES_BY_SOURCE.get(key(source));
-            police(route, by_destination, by_source)?
+            let by_destination = POLICIES_BY_DESTINATION.get(key(destination)).copied();
+            let by_source = POLICIES_BY_SOURCE.get(key(source)).copied();
+            let by_prefix = match (by_destination, by_source) {
+                (Some(d), Some(s)) if s.priority > d.priority => Some(s),
+                (Some(d), _) => Some(d),
+                (None, s) => s,
+            };
+            let by_pair = pair_policy(datapath, pairs, (source, destination));
+            let policy = match (by_prefix, by_pair) {
+                (Some(p), Some(q)) if q.priority > p.priority => Some(q),
+                (Some(p), _) => Some(p),
+                (None, q) => q,
+            };
+            police(route, policy)?
         } else {
             route
         };
@@ -384,20 +396,31 @@ fn lookup(
     Err(drop_reason::TOO_MANY_HOPS)
 }
 
-/// The route after the router's policies: the higher-priority of the policy the destination and
-/// the one the source falls under (the agent stored at each prefix the best policy containing
-/// it), its verdict applied to `route`.
+/// The highest-priority policy of router `router`'s `pairs` policies matching both a source and
+/// a destination prefix (stored highest priority first) that the packet's addresses fall under.
 #[inline(always)]
-fn police(
-    route: RouteEntry,
-    by_destination: Option<&PolicyEntry>,
-    by_source: Option<&PolicyEntry>,
-) -> Result<RouteEntry, DropReason> {
-    let policy = match (by_destination, by_source) {
-        (Some(d), Some(s)) if s.priority > d.priority => s,
-        (Some(d), _) => d,
-        (None, Some(s)) => s,
-        (None, None) => return Ok(route),
+fn pair_policy(router: u32, pairs: u32, (source, destination): (u32, u32)) -> Option<PolicyEntry> {
+    for index in 0..MAX_PAIR_POLICIES {
+        if index >= pairs {
+            return None;
+        }
+        let pair = get(&POLICY_PAIRS, PairPolicyKey { router, index })?;
+        if source & pair.source_mask == pair.source
+            && destination & pair.destination_mask == pair.destination
+        {
+            return Some(pair.policy);
+        }
+    }
+    None
+}
+
+/// The route after the router's policies: the highest-priority of the policy the destination,
+/// the one the source falls under (the agent stored at each prefix the best policy containing
+/// it) and the first pair policy matching both, its verdict applied to `route`.
+#[inline(always)]
+fn police(route: RouteEntry, policy: Option<PolicyEntry>) -> Result<RouteEntry, DropReason> {
+    let Some(policy) = policy else {
+        return Ok(route);
     };
     match policy.verdict {
         POLICY_ALLOW => Ok(route),

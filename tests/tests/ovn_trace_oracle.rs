@@ -127,7 +127,24 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 11))
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 12))
         // A policy that drops one destination across the peering.
-        .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None);
+        .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None)
+        // Policies on both a source and a destination prefix (`Vpc.spec.policyRoutes`): one
+        // pod of vpc-c cannot reach subnet-a; subnet-a2's traffic to the ECMP route's prefix
+        // is rerouted via a pod instead.
+        .policy(
+            "vpc-c",
+            2000,
+            "ip4.src == 10.2.1.11 && ip4.dst == 10.0.1.0/24",
+            "drop",
+            None,
+        )
+        .policy(
+            "vpc-a",
+            3000,
+            "ip4.src == 10.0.2.0/24 && ip4.dst == 198.51.100.0/25",
+            "reroute",
+            Some(Ipv4Addr::new(10, 0, 1, 10)),
+        );
     topology.apply(lab).unwrap();
     // The routers carry Kube-OVN's options, learning from ARP requests both ways: on where the
     // VPC is peered (vpc-a, vpc-c) or has a U2O subnet (ovn-cluster), off elsewhere (vpc-b).

@@ -182,6 +182,7 @@ fn programs() -> KernelPrograms {
             ROUTER,
             RouterInfo {
                 flags: ROUTER_FORWARDS,
+                pair_policies: 0,
             },
         )
         .unwrap();

@@ -433,6 +433,35 @@ pub const ROUTER_SOURCE_ROUTES: u32 = 2;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouterInfo {
     pub flags: u32,
+    /// How many policies matching both a source and a destination prefix the router has in
+    /// [`map::POLICY_PAIRS`] (indexes 0 to this, highest priority first; at most
+    /// [`MAX_PAIR_POLICIES`]).
+    pub pair_policies: u32,
+}
+
+/// Policies matching both a source and a destination prefix per router: scanned in priority
+/// order after the two tries (a router with more is not forwarded).
+pub const MAX_PAIR_POLICIES: u32 = 16;
+
+/// A router's policy matching both a source and a destination prefix: index `index` of the
+/// router's list in [`map::POLICY_PAIRS`], highest priority first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PairPolicyKey {
+    pub router: u32,
+    pub index: u32,
+}
+
+/// A policy matching a source and a destination prefix (addresses and masks in network byte
+/// order), and what it does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairPolicy {
+    pub source: u32,
+    pub source_mask: u32,
+    pub destination: u32,
+    pub destination_mask: u32,
+    pub policy: PolicyEntry,
 }
 
 /// Where an underlay switch meets the physical network: the provider NIC (from the bridge
@@ -598,6 +627,12 @@ unsafe impl aya::Pod for PolicyEntry {}
 // SAFETY: repr(C), Copy, three u32: no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for EcmpKey {}
+// SAFETY: repr(C), Copy, two u32: no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for PairPolicyKey {}
+// SAFETY: repr(C), Copy, four u32 and a PolicyEntry (28 bytes, 4-aligned): no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for PairPolicy {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for NeighbourKey {}
 #[cfg(feature = "user")]
@@ -666,6 +701,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
         assert_eq!(core::mem::size_of::<RouteEntry>(), 24);
         assert_eq!(core::mem::size_of::<EcmpKey>(), 12);
+        assert_eq!(core::mem::size_of::<PairPolicy>(), 16 + 28);
+        assert_eq!(core::mem::size_of::<RouterInfo>(), 8);
         assert_eq!(core::mem::size_of::<Neighbour>(), 8);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);
     }

@@ -19,8 +19,9 @@ use crate::{
     FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet,
     MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
-    Neighbour, NeighbourKey, PodPort, PolicyEntry, PortSecurity, ProviderKey, RouteEntry, RouteKey,
-    RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey, drop_reason, router_reply, stage,
+    Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity,
+    ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
+    drop_reason, router_reply, stage,
 };
 
 /// The kinds of kernel map ovnbpf uses: one marker type each, named like aya's map types, so a
@@ -170,6 +171,9 @@ declare_maps! {
     /// LPM trie: ([`RouteKey`] by source, prefix) → [`PolicyEntry`]: each router's policies
     /// matching a source prefix.
     PoliciesBySource = POLICIES_BY_SOURCE: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];
+    /// Hash: [`PairPolicyKey`] → [`PairPolicy`]: each router's policies matching both a source
+    /// and a destination prefix, highest priority first.
+    PolicyPairs = POLICY_PAIRS: HashMap<PairPolicyKey, PairPolicy>[MAX_ROUTERS];
     /// Hash: [`EcmpKey`] → [`RouteEntry`]: where each member of routers' ECMP groups leads.
     EcmpMembers = ECMP_MEMBERS: HashMap<EcmpKey, RouteEntry>[MAX_ECMP_MEMBERS];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.

@@ -376,20 +376,35 @@ impl L3State {
                 destination,
                 verdict,
             } => {
-                let slot = match (source, destination) {
-                    (Some(source), None) => (*datapath, RouteSelector::Source, *source),
-                    (None, Some(destination)) => {
-                        (*datapath, RouteSelector::Destination, *destination)
-                    }
-                    _ => {
+                let policy = (*priority, verdict.clone());
+                match (source, destination) {
+                    (Some(source), None) => self.policies.take(
+                        (*datapath, RouteSelector::Source, *source),
+                        &policy,
+                        added,
+                    ),
+                    (None, Some(destination)) => self.policies.take(
+                        (*datapath, RouteSelector::Destination, *destination),
+                        &policy,
+                        added,
+                    ),
+                    (Some(source), Some(destination)) => {
                         let reason = format!(
-                            "policy {priority}: matches on both a source and a destination prefix are not in the kernel"
+                            "more than {} policies matching both a source and a destination prefix",
+                            ovnbpf_common::MAX_PAIR_POLICIES
                         );
-                        return self.block(*datapath, reason, added);
+                        let before = self.policies.too_many_pairs(*datapath);
+                        self.policies
+                            .take_pair(*datapath, (*source, *destination), &policy, added);
+                        let after = self.policies.too_many_pairs(*datapath);
+                        if before != after {
+                            self.block(*datapath, reason, after);
+                        }
                     }
-                };
-                self.policies
-                    .take(slot, &(*priority, verdict.clone()), added);
+                    // A policy matching neither (`1`, or only what the compiler lets through
+                    // without a prefix) is not compiled to this entry.
+                    (None, None) => {}
+                }
                 if let PolicyVerdict::RerouteEcmp { group, members } = verdict {
                     let key = (*datapath, ecmp::group_id(EcmpStage::Policy, *group));
                     self.take_ecmp_select(key, members, added);
@@ -617,7 +632,10 @@ impl L3State {
                 ROUTER_IPV6_LINK_LOCAL,
             );
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
-            .then_some(RouterInfo { flags })
+            .then_some(RouterInfo {
+                flags,
+                pair_policies: self.policies.pair_count(datapath) as u32,
+            })
     }
 
     /// Writes every marked key whose desired value differs from the installed one; failed keys
@@ -646,6 +664,12 @@ impl L3State {
             maps,
             |s| &mut s.policies.source_table,
             |s, &(dp, prefix)| s.desired_policy((dp, RouteSelector::Source, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.policies.pair_table,
+            |s, key| s.desired_pair(key),
         )?;
         writes += flush_from(
             self,
@@ -709,6 +733,7 @@ impl L3State {
             + self.policies.destination_table.sweep(maps)?
             + self.policies.source_table.sweep(maps)?
             + self.ecmp.table.sweep(maps)?
+            + self.policies.pair_table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?
             + self.neighbour6_table.sweep(maps)?
             + self.router_table.sweep(maps)?

@@ -5,17 +5,23 @@
 //! policies matching an address are exactly those at or above its longest prefix: the agent
 //! stores at each prefix the best policy at or above it, and the kernel compares the winners of
 //! the two tries by priority. A policy matching both a source and a destination prefix fits
-//! neither trie: its router is declined (reported, dropped and counted). Owns the policies and
-//! their desired values; a change at a prefix marks that prefix and the ones nested in it.
+//! neither trie: it goes to the router's short list in `POLICY_PAIRS`, highest priority first,
+//! which the kernel scans after the tries (a router with more than the kernel scans is declined:
+//! reported, dropped and counted). Owns the policies and their desired values; a change at a
+//! prefix marks that prefix and the ones nested in it, a change of a pair the router's list.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ovnbpf_common::{
-    POLICY_ALLOW, POLICY_DROP, POLICY_REROUTE, PolicyEntry, RouteEntry,
-    maps::{PoliciesByDestination, PoliciesBySource},
+    MAX_PAIR_POLICIES, POLICY_ALLOW, POLICY_DROP, POLICY_REROUTE, PairPolicy, PairPolicyKey,
+    PolicyEntry, RouteEntry,
+    maps::{PoliciesByDestination, PoliciesBySource, PolicyPairs},
 };
 
-use super::{super::tables::Table, L3State};
+use super::{
+    super::tables::{Table, TableKey},
+    L3State,
+};
 use crate::pipeline::ir::{EcmpStage, PolicyVerdict, Prefix, RouteSelector};
 
 /// One policy as the tries need it: its priority and verdict.
@@ -25,9 +31,27 @@ type Policy = (u16, PolicyVerdict);
 /// prefix, ordered so that the prefixes nested in one are a range.
 type ByPrefix = BTreeMap<(u32, u8), Vec<Policy>>;
 
+/// A policy matching both a source and a destination prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PairRule {
+    source: Prefix,
+    destination: Prefix,
+    policy: Policy,
+}
+
+impl TableKey<PolicyPairs> for PairPolicyKey {
+    fn slot(&self) -> PairPolicyKey {
+        *self
+    }
+}
+
 /// The policies of every router, by the address they match.
 #[derive(Debug, Default)]
 pub(super) struct Policies {
+    /// Router → its policies matching both a source and a destination prefix, highest
+    /// priority first (equal priorities in the order they came).
+    pairs: HashMap<u32, Vec<PairRule>>,
+    pub(super) pair_table: Table<PolicyPairs, PairPolicyKey>,
     /// (router, selector) → its policies by prefix.
     at: HashMap<(u32, RouteSelector), ByPrefix>,
     /// Output port of a reroute → the slots whose policies reroute through it.
@@ -43,7 +67,58 @@ pub(super) type PolicySlot = (u32, RouteSelector, Prefix);
 
 impl Policies {
     pub(super) fn pending(&self) -> usize {
-        self.destination_table.pending() + self.source_table.pending()
+        self.destination_table.pending() + self.source_table.pending() + self.pair_table.pending()
+    }
+
+    /// How many pair policies `router` has (the kernel scans at most [`MAX_PAIR_POLICIES`]).
+    pub(super) fn pair_count(&self, router: u32) -> usize {
+        self.pairs.get(&router).map_or(0, Vec::len)
+    }
+
+    /// Whether `router` has more pair policies than the kernel scans.
+    pub(super) fn too_many_pairs(&self, router: u32) -> bool {
+        self.pair_count(router) > MAX_PAIR_POLICIES as usize
+    }
+
+    /// Adds or removes `router`'s `policy` matching `source` and `destination`.
+    pub(super) fn take_pair(
+        &mut self,
+        router: u32,
+        (source, destination): (Prefix, Prefix),
+        policy: &Policy,
+        added: bool,
+    ) {
+        let rule = PairRule {
+            source,
+            destination,
+            policy: policy.clone(),
+        };
+        let list = self.pairs.entry(router).or_default();
+        let old = list.len();
+        let count = self.count.entry(router).or_default();
+        if added {
+            list.push(rule);
+            // Stable: equal priorities keep their order.
+            list.sort_by_key(|rule| std::cmp::Reverse(rule.policy.0));
+            *count += 1;
+        } else if let Some(index) = list.iter().position(|r| *r == rule) {
+            list.remove(index);
+            *count = count.saturating_sub(1);
+        }
+        let new = list.len();
+        if list.is_empty() {
+            self.pairs.remove(&router);
+        }
+        if *count == 0 {
+            self.count.remove(&router);
+        }
+        self.mark_pairs(router, old.max(new));
+    }
+
+    fn mark_pairs(&mut self, router: u32, count: usize) {
+        for index in 0..count.min(MAX_PAIR_POLICIES as usize) as u32 {
+            self.pair_table.mark(PairPolicyKey { router, index });
+        }
     }
 
     /// Whether `router` has policies.
@@ -121,8 +196,17 @@ impl Policies {
         }
     }
 
-    /// Marks the slots whose policies reroute through `port`.
+    /// Marks the slots whose policies reroute through `port` (and every router's pair list,
+    /// short: ports change rarely).
     pub(super) fn mark_port(&mut self, port: &str) {
+        let routers: Vec<(u32, usize)> = self
+            .pairs
+            .iter()
+            .map(|(router, list)| (*router, list.len()))
+            .collect();
+        for (router, count) in routers {
+            self.mark_pairs(router, count);
+        }
         let slots: Vec<PolicySlot> = self
             .by_port
             .get(port)
@@ -164,6 +248,35 @@ impl L3State {
     /// resolved to the port's datapath (an unknown port leaves `next_datapath` 0: dropped).
     pub(super) fn desired_policy(&self, slot: PolicySlot) -> Option<PolicyEntry> {
         let (priority, verdict) = self.policies.best(slot)?;
+        Some(self.policy_entry(*priority, verdict))
+    }
+
+    /// What the kernel stores at index `key.index` of a router's pair list.
+    pub(super) fn desired_pair(&self, key: &PairPolicyKey) -> Option<PairPolicy> {
+        let rule = self
+            .policies
+            .pairs
+            .get(&key.router)?
+            .get(key.index as usize)?;
+        let (priority, verdict) = &rule.policy;
+        let network = |prefix: &Prefix| {
+            let mask = prefix_mask(prefix.length);
+            ((u32::from(prefix.network) & mask).to_be(), mask.to_be())
+        };
+        let (source, source_mask) = network(&rule.source);
+        let (destination, destination_mask) = network(&rule.destination);
+        Some(PairPolicy {
+            source,
+            source_mask,
+            destination,
+            destination_mask,
+            policy: self.policy_entry(*priority, verdict),
+        })
+    }
+
+    /// A policy as the kernel stores it: a reroute resolved to the port's datapath (an unknown
+    /// port leaves `next_datapath` 0: dropped).
+    fn policy_entry(&self, priority: u16, verdict: &PolicyVerdict) -> PolicyEntry {
         let (verdict, route) = match verdict {
             PolicyVerdict::Allow => (POLICY_ALLOW, RouteEntry::default()),
             PolicyVerdict::Drop => (POLICY_DROP, RouteEntry::default()),
@@ -186,11 +299,11 @@ impl L3State {
                 ),
             ),
         };
-        Some(PolicyEntry {
-            priority: *priority,
+        PolicyEntry {
+            priority,
             verdict,
             reserved: 0,
             route,
-        })
+        }
     }
 }

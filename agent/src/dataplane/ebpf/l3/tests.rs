@@ -200,19 +200,65 @@ fn routes_resolve_their_output_port_to_the_datapath_behind_it() {
     );
 }
 
+/// Policies on both a source and a destination prefix go to the router's pair list, highest
+/// priority first, masks in network order; more than the kernel scans keep the router out.
 #[test]
-fn routers_with_two_prefix_policies_or_unsupported_flows_are_not_forwarded() {
-    let mut state = L3State::default();
-    let mut entries = vpc();
-    // A policy on both a source and a destination prefix fits neither of the kernel's tries.
-    let policy = IrEntry::RouterPolicy {
+fn two_prefix_policies_go_to_the_pair_list_and_too_many_keep_the_router_out() {
+    use ovnbpf_common::{MAX_PAIR_POLICIES, POLICY_DROP, PairPolicyKey, maps::PolicyPairs};
+    let pair = |priority: u16, third: u8| IrEntry::RouterPolicy {
         datapath: ROUTER,
-        priority: 29000,
-        source: Some(prefix("10.0.1.0/24")),
-        destination: Some(prefix("10.0.2.0/24")),
+        priority,
+        source: Some(prefix(&format!("10.0.{third}.0/24"))),
+        destination: Some(prefix("10.0.2.7/32")),
         verdict: crate::pipeline::ir::PolicyVerdict::Drop,
     };
-    entries.push(policy.clone());
+    let mut state = L3State::default();
+    let mut entries = vpc();
+    entries.extend([pair(1000, 1), pair(2000, 3)]);
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let info = maps.routers()[&ROUTER];
+    assert_eq!(info.pair_policies, 2);
+    assert_ne!(info.flags & ovnbpf_common::ROUTER_POLICIES, 0);
+    let pairs = maps.table_by::<PolicyPairs, _>(|k: PairPolicyKey| (k.router, k.index));
+    let first = pairs[&(ROUTER, 0)];
+    assert_eq!(
+        (first.policy.priority, first.policy.verdict),
+        (2000, POLICY_DROP),
+        "the higher priority first"
+    );
+    assert_eq!(
+        (first.source, first.source_mask),
+        (
+            u32::from_ne_bytes([10, 0, 3, 0]),
+            u32::from_ne_bytes([255, 255, 255, 0])
+        )
+    );
+    assert_eq!(
+        (first.destination, first.destination_mask),
+        (u32::from_ne_bytes([10, 0, 2, 7]), u32::MAX)
+    );
+    assert_eq!(pairs[&(ROUTER, 1)].policy.priority, 1000);
+    // One more than the kernel scans: the router goes, and comes back with one fewer.
+    let many: Vec<IrEntry> = (0..MAX_PAIR_POLICIES as u8 - 1)
+        .map(|i| pair(100 + u16::from(i), 10 + i))
+        .collect();
+    state.apply(&diff(many));
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.routers().contains_key(&ROUTER), "17 pairs");
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![pair(1000, 1)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.routers()[&ROUTER].pair_policies, MAX_PAIR_POLICIES);
+}
+
+#[test]
+fn routers_with_unsupported_flows_are_not_forwarded() {
+    let mut state = L3State::default();
+    let mut entries = vpc();
     entries.push(IrEntry::Unsupported {
         datapath: PEER_ROUTER,
         stage: "lr_out_snat".into(),
@@ -221,27 +267,21 @@ fn routers_with_two_prefix_policies_or_unsupported_flows_are_not_forwarded() {
     state.apply(&diff(entries));
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
-    assert!(
-        !maps.routers().contains_key(&ROUTER),
-        "the policy keeps it out"
-    );
-    assert_eq!(state.blocked(ROUTER).len(), 1);
+    assert!(maps.routers().contains_key(&ROUTER));
     assert!(
         maps.routers().contains_key(&PEER_ROUTER),
         "an unsupported flow the compiler did not make NotForwardable does not"
     );
 
-    state.apply(&IrDiff {
-        added: vec![IrEntry::NotForwardable {
-            datapath: PEER_ROUTER,
-            reason: Unforwardable::UnsupportedFlow {
-                stage: "lr_in_unsnat".into(),
-                reason: "NAT".into(),
-            },
-        }],
-        removed: vec![policy],
-    });
+    state.apply(&diff(vec![IrEntry::NotForwardable {
+        datapath: PEER_ROUTER,
+        reason: Unforwardable::UnsupportedFlow {
+            stage: "lr_in_unsnat".into(),
+            reason: "NAT".into(),
+        },
+    }]));
     state.flush(&mut maps).unwrap();
+    assert_eq!(state.blocked(PEER_ROUTER).len(), 1);
     assert!(maps.routers().contains_key(&ROUTER));
     assert!(!maps.routers().contains_key(&PEER_ROUTER));
 
