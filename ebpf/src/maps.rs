@@ -10,8 +10,8 @@ use ovnbpf_common::maps::{
     ArpResponder, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap,
     FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours,
     Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap,
-    ProviderNetworks, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes,
-    SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    ProviderNetworks, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers,
+    Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -77,6 +77,7 @@ kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
 kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
 kernel_map!(ECMP_MEMBERS: HashMap = EcmpMembers);
 kernel_map!(POLICY_PAIRS: HashMap = PolicyPairs);
+kernel_map!(ROUTE_TABLES: HashMap = RouteTables);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

@@ -25,8 +25,8 @@ use ovnbpf_common::{
     EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW,
     POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
     ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC,
-    ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason, ecmp, router_reply,
-    stage as slot,
+    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
+    ecmp, route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
@@ -34,7 +34,8 @@ use crate::maps::get;
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
     ECMP_MEMBERS, L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE,
-    POLICY_PAIRS, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply, flood,
+    POLICY_PAIRS, ROUTE_TABLES, ROUTER_ADDRESSES, ROUTERS, ROUTES, SOURCE_ROUTES, count_reply,
+    flood,
     headers::{
         ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader, Ipv4Frame,
         Ipv4Header,
@@ -339,6 +340,16 @@ fn lookup(
         if flags & ROUTER_FORWARDS == 0 {
             return Err(drop_reason::ROUTER_UNSUPPORTED);
         }
+        // The ingress port's route table, for routers whose ports have some.
+        let table = if flags & ROUTER_ROUTE_TABLES != 0 {
+            let port = NeighbourKey {
+                datapath,
+                ip: ingress_ip,
+            };
+            get(&ROUTE_TABLES, port).copied().unwrap_or(0)
+        } else {
+            0
+        };
         let key = |ip| {
             Key::new(
                 64,
@@ -348,11 +359,20 @@ fn lookup(
                 },
             )
         };
-        let by_destination = ROUTES.get(key(destination));
+        let route_key = |ip| {
+            Key::new(
+                64,
+                RouteKey {
+                    datapath: route_key_datapath(datapath, table).to_be(),
+                    ip,
+                },
+            )
+        };
+        let by_destination = ROUTES.get(route_key(destination));
         // One stage in OVN: the higher priority of the two matches wins (they never tie:
         // destination routes are 1 or 2 above a multiple of 3, source routes on one).
         let by_source = if flags & ROUTER_SOURCE_ROUTES != 0 {
-            SOURCE_ROUTES.get(key(source))
+            SOURCE_ROUTES.get(route_key(source))
         } else {
             None
         };

@@ -443,6 +443,64 @@ impl Topology {
         ])
     }
 
+    /// Subnet `subnet` (`cidr`) of custom VPC `vpc` routed with route table `table`
+    /// (`Subnet.spec.routeTable`): kube-ovn-controller sets the router port's
+    /// `options:route_table` and puts the subnet's `policySrc` route into that table.
+    pub fn subnet_route_table(
+        &mut self,
+        vpc: &str,
+        subnet: &str,
+        cidr: &str,
+        table: &str,
+    ) -> Result<&mut Self> {
+        let cidr = Cidr::parse(cidr)?;
+        let option = format!("options:route_table={table}");
+        let route_table = format!("--route-table={table}");
+        let (prefix, gateway) = (cidr.to_string(), cidr.host(1).to_string());
+        Ok(self
+            .add(&[
+                "set",
+                "logical_router_port",
+                &format!("{vpc}-{subnet}"),
+                &option,
+            ])
+            .add(&[
+                "--if-exists",
+                "--policy=src-ip",
+                "lr-route-del",
+                vpc,
+                &prefix,
+            ])
+            .add(&[
+                "--may-exist",
+                &route_table,
+                "--policy=src-ip",
+                "lr-route-add",
+                vpc,
+                &prefix,
+                &gateway,
+            ]))
+    }
+
+    /// A static route of VPC `vpc`'s route table `table` (`Vpc.spec.staticRoutes[].routeTable`).
+    pub fn table_route(
+        &mut self,
+        vpc: &str,
+        table: &str,
+        prefix: &str,
+        nexthop: Ipv4Addr,
+    ) -> &mut Self {
+        let route_table = format!("--route-table={table}");
+        self.add(&[
+            "--may-exist",
+            &route_table,
+            "lr-route-add",
+            vpc,
+            prefix,
+            &nexthop.to_string(),
+        ])
+    }
+
     /// One of several static routes to `prefix` (`lr-route-add --ecmp`): with more than one
     /// next hop, northd makes them an ECMP group (Kube-OVN's VPC static routes with several
     /// next hops for one CIDR).

@@ -123,6 +123,15 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         // The other pod's traffic goes to both nodes under ECMP, as a centralized gateway
         // with two gateway nodes and `enableEcmp`.
         .centralized_gateway("10.16.0.10/32", &[NODE1_IP, NODE2_IP])
+        // subnet-a2 routes with a route table of its own (`Subnet.spec.routeTable`): its route
+        // to 192.168.50.0/24 goes via another pod than the main table's; the main table's
+        // static routes (the peering, the ECMP route) are not in it.
+        .table_route(
+            "vpc-a",
+            "rtb1",
+            "192.168.50.0/24",
+            Ipv4Addr::new(10, 0, 1, 11),
+        )
         // An ECMP static route in vpc-a via two of its pods.
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 11))
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 12))
@@ -145,6 +154,9 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "reroute",
             Some(Ipv4Addr::new(10, 0, 1, 10)),
         );
+    topology
+        .subnet_route_table("vpc-a", "subnet-a2", "10.0.2.0/24", "rtb1")
+        .unwrap();
     topology.apply(lab).unwrap();
     // The routers carry Kube-OVN's options, learning from ARP requests both ways: on where the
     // VPC is peered (vpc-a, vpc-c) or has a U2O subnet (ovn-cluster), off elsewhere (vpc-b).

@@ -187,6 +187,14 @@ pub enum IrEntry {
         source_mac: Mac,
         port: String,
     },
+    /// Packets entering the router through `port` are routed with route table `table`
+    /// (`lr_in_ip_routing_pre`; Kube-OVN's `Subnet.spec.routeTable`, the router port's
+    /// `options:route_table`): [`IrEntry::Route`]s of that table and those of no table apply.
+    RouteTableOfPort {
+        datapath: u32,
+        port: String,
+        table: u32,
+    },
     /// Destinations without a route are dropped.
     RouteMissDrop { datapath: u32 },
     /// A logical router policy (`lr-policy-add`, Kube-OVN's node and subnet policies): after
@@ -259,6 +267,8 @@ pub enum IrEntry {
         prefix: Prefix6,
         priority: u16,
         inport: Option<String>,
+        /// As [`IrEntry::Route`]'s.
+        route_table: Option<u32>,
         nexthop: Option<Ipv6Addr>,
         source_ip: Ipv6Addr,
         source_mac: Mac,
@@ -474,6 +484,7 @@ impl IrEntry {
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }
             | IrEntry::EcmpMember { datapath, .. }
+            | IrEntry::RouteTableOfPort { datapath, .. }
             | IrEntry::RouteMissDrop { datapath }
             | IrEntry::RouterPolicy { datapath, .. }
             | IrEntry::Neighbour { datapath, .. }

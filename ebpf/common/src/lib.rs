@@ -427,6 +427,20 @@ pub const ROUTER_POLICIES: u32 = 32;
 /// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
 /// without them cost one route lookup per hop, not two.
 pub const ROUTER_SOURCE_ROUTES: u32 = 2;
+/// [`RouterInfo::flags`]: some of the router's ports route with a route table of their own
+/// ([`map::ROUTE_TABLES`]); its routes are keyed by [`route_key_datapath`].
+pub const ROUTER_ROUTE_TABLES: u32 = 64;
+
+/// Route tables per router the kernel keys apart (OVN numbers a router's tables from 1).
+pub const MAX_ROUTE_TABLES: u32 = 255;
+
+/// The datapath field of a [`RouteKey`] for router `datapath`'s route table `table` (0: the
+/// main one): OVN's datapath keys have 24 bits, the table takes the 8 above.
+#[inline(always)]
+#[must_use]
+pub const fn route_key_datapath(datapath: u32, table: u32) -> u32 {
+    datapath | (table << 24)
+}
 
 /// A router as the kernel sees it.
 #[repr(C)]

@@ -171,6 +171,9 @@ declare_maps! {
     /// LPM trie: ([`RouteKey`] by source, prefix) → [`PolicyEntry`]: each router's policies
     /// matching a source prefix.
     PoliciesBySource = POLICIES_BY_SOURCE: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];
+    /// Hash: [`NeighbourKey`] (a router and the address of one of its ports) → the route table
+    /// packets entering through that port are routed with (`lr_in_ip_routing_pre`).
+    RouteTables = ROUTE_TABLES: HashMap<NeighbourKey, u32>[MAX_NEIGHBOURS];
     /// Hash: [`PairPolicyKey`] → [`PairPolicy`]: each router's policies matching both a source
     /// and a destination prefix, highest priority first.
     PolicyPairs = POLICY_PAIRS: HashMap<PairPolicyKey, PairPolicy>[MAX_ROUTERS];

@@ -22,10 +22,12 @@ use ovnbpf_common::{
     ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE,
     ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ARP_REQUESTS,
     ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, ROUTER_POLICIES,
-    ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
+    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
     maps::{
-        Neighbours, Neighbours6, RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
+        Neighbours, Neighbours6, RouteTables, RouterAddresses, RouterAddresses6, Routers, Routes,
+        SourceRoutes,
     },
+    route_key_datapath,
 };
 
 use super::{
@@ -46,6 +48,9 @@ type RouteSlot = (u32, RouteSelector, Prefix);
 struct Candidate {
     /// OVN's priority (fits the kernel's byte: see [`L3State::take`]).
     priority: u8,
+    /// The route table it belongs to (`None`: every table, as OVN's connected routes and the
+    /// main table's source routes; `Some(0)`: the main table only).
+    table: Option<u32>,
     /// An ECMP route: its group ([`ecmp::group_id`]) and member count; the other fields are
     /// then empty (each member has its own, in [`ecmp::Groups`]).
     ecmp: Option<(u32, usize)>,
@@ -104,6 +109,11 @@ pub struct L3State {
     router_table: Table<Routers, u32>,
     policies: policies::Policies,
     ecmp: ecmp::Groups,
+    /// Router port → (its router, the route table it selects).
+    port_tables: HashMap<String, (u32, u32)>,
+    /// Per router: the route tables its ports select, and by how many ports.
+    tables_of: HashMap<u32, std::collections::BTreeMap<u32, usize>>,
+    port_table_table: Table<RouteTables, (u32, Ipv4Addr)>,
 }
 
 impl L3State {
@@ -150,12 +160,75 @@ impl L3State {
         self.router_table.mark(datapath);
     }
 
-    /// Marks a route slot in the table of its kernel map.
+    /// Marks a route slot in the table of its kernel map, for each route table of the router
+    /// (the main one, 0, and those its ports select).
     fn mark_route(&mut self, (datapath, selector, prefix): RouteSlot) {
-        match selector {
-            RouteSelector::Destination => self.route_table.mark((datapath, prefix)),
-            RouteSelector::Source => self.source_route_table.mark((datapath, prefix)),
+        let tables: Vec<u32> = std::iter::once(0)
+            .chain(
+                self.tables_of
+                    .get(&datapath)
+                    .into_iter()
+                    .flat_map(|t| t.keys().copied()),
+            )
+            .collect();
+        for table in tables {
+            self.mark_route_in((datapath, selector, prefix), table);
         }
+    }
+
+    fn mark_route_in(&mut self, (datapath, selector, prefix): RouteSlot, table: u32) {
+        let key = (route_key_datapath(datapath, table), prefix);
+        match selector {
+            RouteSelector::Destination => self.route_table.mark(key),
+            RouteSelector::Source => self.source_route_table.mark(key),
+        }
+    }
+
+    /// Port `port` of `router` selects route table `table` (or no longer does).
+    fn take_route_table(&mut self, router: u32, port: &str, table: u32, added: bool) {
+        if let Some(ip) = self.ports.get(port).and_then(|p| p.ipv4) {
+            self.port_table_table.mark((router, ip));
+        }
+        let tables = self.tables_of.entry(router).or_default();
+        let before = tables.contains_key(&table);
+        if added {
+            self.port_tables.insert(port.to_string(), (router, table));
+            *tables.entry(table).or_default() += 1;
+        } else {
+            if self.port_tables.get(port) == Some(&(router, table)) {
+                self.port_tables.remove(port);
+            }
+            if let Some(count) = tables.get_mut(&table) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    tables.remove(&table);
+                }
+            }
+        }
+        let after = tables.contains_key(&table);
+        if tables.is_empty() {
+            self.tables_of.remove(&router);
+        }
+        if before != after && table != 0 {
+            // The table's copies of every route of the router come or go.
+            let slots: Vec<RouteSlot> = self
+                .routes
+                .keys()
+                .filter(|(datapath, ..)| *datapath == router)
+                .copied()
+                .collect();
+            for slot in slots {
+                self.mark_route_in(slot, table);
+            }
+        }
+        self.router_table.mark(router);
+    }
+
+    /// The route table packets entering `router` through its port with address `ip` use.
+    fn desired_port_table(&self, router: u32, ip: Ipv4Addr) -> Option<u32> {
+        self.port_tables.iter().find_map(|(port, &(of, table))| {
+            (of == router && self.ports.get(port).and_then(|p| p.ipv4) == Some(ip)).then_some(table)
+        })
     }
 
     fn take(&mut self, entry: &IrEntry, added: bool) {
@@ -186,6 +259,11 @@ impl L3State {
                 let PortKind::Patch { peer } = kind else {
                     return;
                 };
+                if let Some(&(router, _)) = self.port_tables.get(name)
+                    && let Some(ip) = self.ports.get(name).and_then(|p| p.ipv4)
+                {
+                    self.port_table_table.mark((router, ip));
+                }
                 if self.ports.remove(name).is_some() {
                     remove_patch(&mut self.patch_by_peer, peer, name);
                 }
@@ -206,6 +284,11 @@ impl L3State {
                         .entry(peer.clone())
                         .or_default()
                         .insert(name.clone());
+                    if let Some(&(router, _)) = self.port_tables.get(name)
+                        && let Some(ip) = self.ports.get(name).and_then(|p| p.ipv4)
+                    {
+                        self.port_table_table.mark((router, ip));
+                    }
                 }
                 // Routes out of this port, and out of the ports patched to it, resolve through
                 // it.
@@ -232,7 +315,7 @@ impl L3State {
                 selector,
                 prefix,
                 priority,
-                route_table: None | Some(0),
+                route_table,
                 nexthop,
                 source_ip,
                 source_mac,
@@ -244,8 +327,12 @@ impl L3State {
                     let reason = format!("route priority {priority} beyond the kernel's 255");
                     return self.block(*datapath, reason, added);
                 };
+                if let Some(reason) = table_beyond_kernel(*route_table) {
+                    return self.block(*datapath, reason, added);
+                }
                 let candidate = Candidate {
                     priority,
+                    table: *route_table,
                     ecmp: None,
                     nexthop: *nexthop,
                     source_ip: *source_ip,
@@ -416,7 +503,7 @@ impl L3State {
                 selector,
                 prefix,
                 priority,
-                route_table: None | Some(0),
+                route_table,
                 group,
                 members,
             } => {
@@ -424,9 +511,13 @@ impl L3State {
                     let reason = format!("route priority {priority} beyond the kernel's 255");
                     return self.block(*datapath, reason, added);
                 };
+                if let Some(reason) = table_beyond_kernel(*route_table) {
+                    return self.block(*datapath, reason, added);
+                }
                 let group = ecmp::group_id(EcmpStage::Route, *group);
                 let candidate = Candidate {
                     priority,
+                    table: *route_table,
                     ecmp: Some((group, members.len())),
                     nexthop: None,
                     source_ip: Ipv4Addr::UNSPECIFIED,
@@ -448,19 +539,16 @@ impl L3State {
                 self.count_source_prefix(key, had_routes);
                 self.mark_route(key);
             }
-            IrEntry::EcmpRoute {
+            IrEntry::RouteTableOfPort {
                 datapath,
-                route_table: Some(table),
-                prefix,
-                ..
-            } => self.block(
-                *datapath,
-                format!(
-                    "route table {table} for {}/{}",
-                    prefix.network, prefix.length
-                ),
-                added,
-            ),
+                port,
+                table,
+            } => {
+                if let Some(reason) = table_beyond_kernel(Some(*table)) {
+                    return self.block(*datapath, reason, added);
+                }
+                self.take_route_table(*datapath, port, *table, added);
+            }
             IrEntry::EcmpMember {
                 datapath,
                 stage,
@@ -480,19 +568,6 @@ impl L3State {
                 let key = (*datapath, ecmp::group_id(*stage, *group));
                 self.ecmp.take_member(key, *member, &target, added);
             }
-            IrEntry::Route {
-                datapath,
-                route_table: Some(table),
-                prefix,
-                ..
-            } => self.block(
-                *datapath,
-                format!(
-                    "route table {table} for {}/{}",
-                    prefix.network, prefix.length
-                ),
-                added,
-            ),
             // The compiler decides which gaps stop forwarding (an unsupported routing flow, U2O
             // routing); the backend obeys. Unsupported flows it lets through, and side duties
             // left undone (e.g. MAC learning), are only reported.
@@ -564,6 +639,7 @@ impl L3State {
             + self.source_route_table.pending()
             + self.policies.pending()
             + self.ecmp.pending()
+            + self.port_table_table.pending()
             + self.neighbour_table.pending()
             + self.neighbour6_table.pending()
             + self.address_table.pending()
@@ -571,11 +647,23 @@ impl L3State {
             + self.router_table.pending()
     }
 
-    fn desired_route(&self, slot: RouteSlot) -> Option<RouteEntry> {
+    /// What the kernel stores at `slot`, whose datapath field is [`route_key_datapath`]'s: the
+    /// best route of that route table (routes of no table count in every table).
+    fn desired_route(&self, (key_datapath, selector, prefix): RouteSlot) -> Option<RouteEntry> {
+        let (datapath, table) = (key_datapath & 0x00ff_ffff, key_datapath >> 24);
+        if table != 0
+            && !self
+                .tables_of
+                .get(&datapath)
+                .is_some_and(|tables| tables.contains_key(&table))
+        {
+            return None;
+        }
         let best = self
             .routes
-            .get(&slot)?
+            .get(&(datapath, selector, prefix))?
             .iter()
+            .filter(|c| c.table.is_none_or(|t| t == table))
             .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
         if let Some((group, members)) = best.ecmp {
             return Some(ecmp::selecting(group, members, best.priority));
@@ -627,6 +715,7 @@ impl L3State {
             | flag(self.arp_requests.contains(&datapath), ROUTER_ARP_REQUESTS)
             | flag(self.nd_requests.contains(&datapath), ROUTER_ND_REQUESTS)
             | flag(self.policies.any(datapath), ROUTER_POLICIES)
+            | flag(self.tables_of.contains_key(&datapath), ROUTER_ROUTE_TABLES)
             | flag(
                 self.link_local_routes.contains_key(&datapath),
                 ROUTER_IPV6_LINK_LOCAL,
@@ -664,6 +753,12 @@ impl L3State {
             maps,
             |s| &mut s.policies.source_table,
             |s, &(dp, prefix)| s.desired_policy((dp, RouteSelector::Source, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.port_table_table,
+            |s, &(router, ip)| s.desired_port_table(router, ip),
         )?;
         writes += flush_from(
             self,
@@ -734,6 +829,7 @@ impl L3State {
             + self.policies.source_table.sweep(maps)?
             + self.ecmp.table.sweep(maps)?
             + self.policies.pair_table.sweep(maps)?
+            + self.port_table_table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?
             + self.neighbour6_table.sweep(maps)?
             + self.router_table.sweep(maps)?
@@ -743,6 +839,18 @@ impl L3State {
 }
 
 /// `fe80::/64`: northd's per-port link-local route.
+/// Why route table `table` is beyond the kernel's keys, if it is.
+fn table_beyond_kernel(table: Option<u32>) -> Option<String> {
+    table
+        .filter(|t| *t > ovnbpf_common::MAX_ROUTE_TABLES)
+        .map(|t| {
+            format!(
+                "route table {t} beyond the kernel's {}",
+                ovnbpf_common::MAX_ROUTE_TABLES
+            )
+        })
+}
+
 fn is_link_local_prefix(prefix: &Prefix6) -> bool {
     prefix.length == 64 && prefix.network.segments()[..4] == [0xfe80, 0, 0, 0]
 }

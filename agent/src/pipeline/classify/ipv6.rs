@@ -225,9 +225,14 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
     let decrements = actions
         .iter()
         .any(|a| matches!(a, Action::Decrement(f) if plain(f, "ip.ttl")));
-    if terms.len() != known_terms || !decrements || route_table.is_some_and(|t| t != 0) {
+    if terms.len() != known_terms || !decrements {
         return None;
     }
+    let route_table = match route_table.map(u32::try_from) {
+        None => None,
+        Some(Ok(table)) => Some(table),
+        Some(Err(_)) => return None,
+    };
     let nexthop = match assigned(actions, "xxreg0")? {
         Source::Field(field) if plain(field, "ip6.dst") => None,
         Source::Constant(_) => Some(assigned_ipv6(actions, "xxreg0")?),
@@ -238,6 +243,7 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
         prefix,
         priority: u16::try_from(priority).unwrap_or(u16::MAX),
         inport,
+        route_table,
         nexthop,
         source_ip: assigned_ipv6(actions, "xxreg1")?,
         source_mac: assigned_mac(actions, "eth.src")?,

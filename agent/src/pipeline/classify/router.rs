@@ -19,11 +19,37 @@ use crate::{
     },
 };
 
-/// `lr_in_ip_routing_pre`: everything uses route table 0 unless route tables are configured.
-pub(super) fn routing_pre(_: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
-    match terms {
-        [Expr::Bool(true)] if zeroes_then_next(actions, &field("reg7")) => Class::Neutral,
-        _ => unsupported("route tables"),
+/// `lr_in_ip_routing_pre`: route table 0 by default; a router port with a route table sets its
+/// id (`inport == "P"` → `reg7 = N; next;`).
+pub(super) fn routing_pre(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
+    match (terms, actions) {
+        ([Expr::Bool(true)], _) if zeroes_then_next(actions, &field("reg7")) => Class::Neutral,
+        (
+            [term],
+            [
+                Action::Assign {
+                    destination,
+                    source,
+                },
+                next,
+            ],
+        ) if plain(destination, "reg7") && is_next(next) => {
+            let table = match source {
+                Source::Constant(Constant::Integer {
+                    value, mask: None, ..
+                }) => u32::try_from(*value).ok(),
+                _ => None,
+            };
+            match (compare_string(term, "inport"), table) {
+                (Some(port), Some(table)) => Class::Compiled(vec![IrEntry::RouteTableOfPort {
+                    datapath: dp,
+                    port: port.to_string(),
+                    table,
+                }]),
+                _ => unsupported("route table selection variant"),
+            }
+        }
+        _ => unsupported("route table selection variant"),
     }
 }
 

@@ -403,3 +403,44 @@ fn ecmp_routes_policies_and_members_compile() {
         Class::Unsupported(_)
     ));
 }
+
+/// A router port with a route table (`options:route_table`): northd sets `reg7` by inport; the
+/// static routes of that table match `reg7 == N`.
+#[test]
+fn route_table_selection_and_table_routes_compile() {
+    assert_eq!(
+        class(
+            "lr_in_ip_routing_pre",
+            100,
+            r#"inport == "vpc-a-subnet-a2""#,
+            "reg7 = 1; next;"
+        ),
+        Class::Compiled(vec![IrEntry::RouteTableOfPort {
+            datapath: 7,
+            port: "vpc-a-subnet-a2".into(),
+            table: 1,
+        }])
+    );
+    assert_eq!(
+        class("lr_in_ip_routing_pre", 0, "1", "reg7 = 0; next;"),
+        Class::Neutral
+    );
+    assert!(matches!(
+        class(
+            "lr_in_ip_routing",
+            73,
+            "reg7 == 1 && ip4.dst == 192.168.50.0/24",
+            r#"ip.ttl--; reg8[0..15] = 0; reg0 = 10.0.1.11; reg1 = 10.0.1.1; eth.src = 0a:58:00:00:00:01; outport = "vpc-a-subnet-a"; flags.loopback = 1; next;"#
+        ),
+        Class::Compiled(entries) if matches!(&entries[0], IrEntry::Route { route_table: Some(1), .. })
+    ));
+    assert!(matches!(
+        class(
+            "lr_in_ip_routing_pre",
+            100,
+            r#"inport == "p""#,
+            "reg7 = reg5; next;"
+        ),
+        Class::Unsupported(_)
+    ));
+}

@@ -66,11 +66,12 @@ pub(super) trait Family: Copy + PartialEq + fmt::Display {
     fn learned_neighbour(entry: &IrEntry, port: &str, ip: Self) -> Option<Mac>;
 
     /// The route `entry` offers to a packet from `source` to `destination` that came in on
-    /// `inport`.
+    /// `inport` and is routed with route table `table`.
     fn route<'e>(
         entry: &'e IrEntry,
         addresses: (Self, Self),
         inport: &str,
+        table: u32,
     ) -> Option<Route<'e, Self>>;
 
     /// Where member `member` of ECMP group `group` of `stage` leads, if `entry` says so.
@@ -210,19 +211,22 @@ family! {
             entry: &'e IrEntry,
             (source, destination): (Self, Self),
             _: &str,
+            table: u32,
         ) -> Option<Route<'e, Self>> {
+            // A route of no table applies to every table (OVN writes no `reg7` term for it).
+            let in_table = |route_table: &Option<u32>| route_table.is_none_or(|t| t == table);
             match entry {
                 IrEntry::Route {
                     selector,
                     prefix,
                     priority,
-                    route_table: None | Some(0),
+                    route_table,
                     nexthop,
                     source_ip,
                     source_mac,
                     port,
                     ..
-                } if prefix.contains(match selector {
+                } if in_table(route_table) && prefix.contains(match selector {
                     RouteSelector::Destination => destination,
                     RouteSelector::Source => source,
                 }) =>
@@ -243,11 +247,11 @@ family! {
                     selector,
                     prefix,
                     priority,
-                    route_table: None | Some(0),
+                    route_table,
                     group,
                     members,
                     ..
-                } if prefix.contains(match selector {
+                } if in_table(route_table) && prefix.contains(match selector {
                     RouteSelector::Destination => destination,
                     RouteSelector::Source => source,
                 }) =>
@@ -323,19 +327,22 @@ family! {
             entry: &'e IrEntry,
             (_, destination): (Self, Self),
             inport: &str,
+            table: u32,
         ) -> Option<Route<'e, Self>> {
             let from = |needed: &Option<String>| needed.as_deref().is_none_or(|p| p == inport);
+            let in_table = |route_table: &Option<u32>| route_table.is_none_or(|t| t == table);
             match entry {
                 IrEntry::Route6 {
                     prefix,
                     priority,
                     inport: needed,
+                    route_table,
                     nexthop,
                     source_ip,
                     source_mac,
                     port,
                     ..
-                } if prefix.contains(destination) && from(needed) => {
+                } if prefix.contains(destination) && from(needed) && in_table(route_table) => {
                     Some(Route {
                         priority: *priority,
                         by_source: false,
@@ -365,14 +372,14 @@ impl<'a> Evaluator<'a> {
     pub(super) fn lookup_route<A: Family>(
         &self,
         dp: u32,
-        inport: &str,
+        (inport, table): (&str, u32),
         (source, destination): (A, A),
         flow_hash: u32,
         trace: &mut Trace,
     ) -> Option<Hop<'a, A>> {
         let route = self
             .entries(dp)
-            .filter_map(|e| A::route(e, (source, destination), inport))
+            .filter_map(|e| A::route(e, (source, destination), inport, table))
             .max_by_key(|route| route.priority);
         let Some(route) = route else {
             self.step(trace, dp, format!("dropped: no route to {destination}"));

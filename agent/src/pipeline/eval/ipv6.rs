@@ -184,7 +184,8 @@ impl Evaluator<'_> {
         else {
             return;
         };
-        if let Some(hop) = self.lookup_route(dp, inport, (source, destination), 0, trace) {
+        let table = self.route_table(dp, inport);
+        if let Some(hop) = self.lookup_route(dp, (inport, table), (source, destination), 0, trace) {
             self.forward(dp, &hop, packet, trace, hops);
         }
     }

@@ -189,7 +189,7 @@ impl<'a> Evaluator<'a> {
         }
         match self.router_input(dp, &packet, (source, destination), l4, trace) {
             Input::Dropped => return,
-            Input::Answered(reply) => return self.route(dp, reply, trace, hops),
+            Input::Answered(reply) => return self.route(dp, inport, reply, trace, hops),
             Input::Forward => {}
         }
         if ttl <= 1 {
@@ -219,7 +219,17 @@ impl<'a> Evaluator<'a> {
             }
             return;
         }
-        self.route(dp, packet, trace, hops);
+        self.route(dp, inport, packet, trace, hops);
+    }
+
+    /// The route table of packets entering router `dp` through `inport` (0: the main one).
+    pub(super) fn route_table(&self, dp: u32, inport: &str) -> u32 {
+        self.entries(dp)
+            .find_map(|e| match e {
+                IrEntry::RouteTableOfPort { port, table, .. } if port == inport => Some(*table),
+                _ => None,
+            })
+            .unwrap_or(0)
     }
 
     /// The highest-priority router policy matching `packet`, if any.
@@ -247,7 +257,14 @@ impl<'a> Evaluator<'a> {
             .max_by_key(|(priority, _)| *priority)
     }
 
-    pub(super) fn route(&self, dp: u32, packet: Packet, trace: &mut Trace, hops: usize) {
+    pub(super) fn route(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
         let L3::Ipv4 {
             source,
             destination,
@@ -262,7 +279,13 @@ impl<'a> Evaluator<'a> {
             mut source_ip,
             mut source_mac,
             mut port,
-        }) = self.lookup_route(dp, NO_INPORT, (source, destination), flow_hash, trace)
+        }) = self.lookup_route(
+            dp,
+            (NO_INPORT, self.route_table(dp, inport)),
+            (source, destination),
+            flow_hash,
+            trace,
+        )
         else {
             return;
         };

@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use ovnbpf_common::{
     Ipv6Key, NeighbourKey, RouteKey,
     maps::{
-        Neighbours, Neighbours6, PoliciesByDestination, PoliciesBySource, RouterAddresses,
-        RouterAddresses6, Routers, Routes, SourceRoutes,
+        Neighbours, Neighbours6, PoliciesByDestination, PoliciesBySource, RouteTables,
+        RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
     },
 };
 
@@ -51,6 +51,12 @@ impl TableKey<PoliciesBySource> for (u32, Prefix) {
 }
 
 impl TableKey<Neighbours> for (u32, Ipv4Addr) {
+    fn slot(&self) -> NeighbourKey {
+        neighbour_key(self.0, self.1)
+    }
+}
+
+impl TableKey<RouteTables> for (u32, Ipv4Addr) {
     fn slot(&self) -> NeighbourKey {
         neighbour_key(self.0, self.1)
     }

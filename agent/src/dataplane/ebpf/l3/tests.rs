@@ -689,6 +689,7 @@ fn ipv6_addresses_neighbours_and_link_local_routes_reach_their_maps_and_flags() 
         },
         priority: 194,
         inport: Some("lr-a".into()),
+        route_table: None,
         nexthop: None,
         source_ip: own,
         source_mac: MAC_A,
@@ -849,4 +850,96 @@ fn ecmp_routes_and_reroutes_store_their_group_and_each_member_its_route() {
         members[&(ROUTER, route_group, 1)].nexthop,
         u32::from_ne_bytes([10, 0, 2, 14])
     );
+}
+
+/// A port selecting a route table: the kernel learns the table by the port's address, and the
+/// routes of that table, plus those of no table, are stored under the table's key; the main
+/// table keeps its own static routes.
+#[test]
+fn route_tables_key_their_routes_apart_and_routes_of_no_table_count_in_each() {
+    use ovnbpf_common::{ROUTER_ROUTE_TABLES, maps::RouteTables, route_key_datapath};
+
+    let mut entries = vpc();
+    // lr-b with its address (the kernel finds the table by it).
+    entries.retain(|e| !matches!(e, IrEntry::Port { name, .. } if name == "lr-b"));
+    entries.push(IrEntry::Port {
+        datapath: ROUTER,
+        key: 2,
+        name: "lr-b".into(),
+        kind: PortKind::Patch {
+            peer: "b-lr".into(),
+        },
+        addresses: "0a:58:00:00:00:0b 10.0.2.1/24"
+            .parse()
+            .ok()
+            .into_iter()
+            .collect(),
+        port_security: Vec::new(),
+    });
+    let route_to = |to: &str, table: Option<u32>, nexthop: &str| IrEntry::Route {
+        datapath: ROUTER,
+        selector: RouteSelector::Destination,
+        prefix: prefix(to),
+        priority: 49,
+        route_table: table,
+        nexthop: Some(nexthop.parse().unwrap()),
+        source_ip: Ipv4Addr::new(10, 0, 1, 1),
+        source_mac: MAC_A,
+        port: "lr-a".into(),
+    };
+    entries.extend([
+        route_to("10.8.0.0/16", Some(0), "10.0.1.20"),
+        route_to("10.9.0.0/16", Some(0), "10.0.1.20"),
+        route_to("10.9.0.0/16", Some(1), "10.0.1.30"),
+        IrEntry::RouteTableOfPort {
+            datapath: ROUTER,
+            port: "lr-b".into(),
+            table: 1,
+        },
+    ]);
+    let mut state = L3State::default();
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert_ne!(maps.routers()[&ROUTER].flags & ROUTER_ROUTE_TABLES, 0);
+    let tables = maps.table_by::<RouteTables, _>(|k: NeighbourKey| (k.datapath, k.ip));
+    assert_eq!(
+        tables.get(&(ROUTER, u32::from_ne_bytes([10, 0, 2, 1]))),
+        Some(&1)
+    );
+    let table1 = route_key_datapath(ROUTER, 1);
+    let nexthop = |datapath, to| maps.routes().get(&key(datapath, to)).map(|r| r.nexthop);
+    assert_eq!(
+        nexthop(ROUTER, "10.9.0.0/16"),
+        Some(u32::from_ne_bytes([10, 0, 1, 20]))
+    );
+    assert_eq!(
+        nexthop(table1, "10.9.0.0/16"),
+        Some(u32::from_ne_bytes([10, 0, 1, 30]))
+    );
+    // The routes of no table (northd's connected routes) are in table 1 too; a main-table
+    // static route (`reg7 == 0`) only in the main table.
+    assert_eq!(nexthop(table1, "10.0.1.0/24"), Some(0));
+    assert_eq!(
+        nexthop(ROUTER, "10.8.0.0/16"),
+        Some(u32::from_ne_bytes([10, 0, 1, 20]))
+    );
+    assert_eq!(nexthop(table1, "10.8.0.0/16"), None);
+    // The port leaves the table: table 1's copies go.
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![IrEntry::RouteTableOfPort {
+            datapath: ROUTER,
+            port: "lr-b".into(),
+            table: 1,
+        }],
+    });
+    state.flush(&mut maps).unwrap();
+    let main = key(ROUTER, "10.0.1.0/24").0;
+    assert!(
+        maps.routes().keys().all(|(datapath, ..)| *datapath == main),
+        "{:?}",
+        maps.routes().keys()
+    );
+    assert!(maps.table::<RouteTables>().is_empty());
 }
