@@ -23,10 +23,10 @@ use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW,
-    POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTER_ADDRESS_ECHO,
-    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC,
-    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
-    ecmp, route_key_datapath, router_reply, stage as slot,
+    POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_TO_ROUTER,
+    ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES,
+    ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey,
+    RouterRequest, drop_reason, ecmp, route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
@@ -382,6 +382,9 @@ fn lookup(
             (None, Some(s)) => *s,
             (None, None) => return Err(drop_reason::NO_ROUTE),
         };
+        if route.kind == ROUTE_DISCARD {
+            return Err(drop_reason::ROUTE_DISCARD);
+        }
         // Then the router's policies (`lr_in_policy`), which may drop or reroute.
         let route = if flags & ROUTER_POLICIES != 0 {
             let by_destination = POLICIES_BY_DESTINATION.get(key(destination)).copied();

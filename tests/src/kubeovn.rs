@@ -482,6 +482,11 @@ impl Topology {
             ]))
     }
 
+    /// A discard (blackhole) route: what it routes is dropped (`lr-route-add … discard`).
+    pub fn discard_route(&mut self, vpc: &str, prefix: &str) -> &mut Self {
+        self.add(&["--may-exist", "lr-route-add", vpc, prefix, "discard"])
+    }
+
     /// A static route of VPC `vpc`'s route table `table` (`Vpc.spec.staticRoutes[].routeTable`).
     pub fn table_route(
         &mut self,

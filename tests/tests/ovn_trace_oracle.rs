@@ -132,6 +132,9 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "192.168.50.0/24",
             Ipv4Addr::new(10, 0, 1, 11),
         )
+        // A discard route inside a wider static route: what it covers is dropped.
+        .static_route("vpc-a", "192.168.0.0/16", Ipv4Addr::new(10, 0, 1, 12))
+        .discard_route("vpc-a", "192.168.60.0/24")
         // An ECMP static route in vpc-a via two of its pods.
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 11))
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 12))
@@ -660,6 +663,14 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             add(
                 "uses the static route via a pod",
                 ipv4(pod, router_mac, Ipv4Addr::new(192, 168, 50, 7), 64, PING),
+            );
+            add(
+                "routes into a discard route",
+                ipv4(pod, router_mac, Ipv4Addr::new(192, 168, 60, 7), 64, PING),
+            );
+            add(
+                "routes beside the discard route",
+                ipv4(pod, router_mac, Ipv4Addr::new(192, 168, 61, 7), 64, PING),
             );
         }
     }

@@ -187,6 +187,15 @@ pub enum IrEntry {
         source_mac: Mac,
         port: String,
     },
+    /// A discard (blackhole) route (`lr-route-add … discard`): packets it routes are dropped,
+    /// before the router's policies.
+    DiscardRoute {
+        datapath: u32,
+        selector: RouteSelector,
+        prefix: Prefix,
+        priority: u16,
+        route_table: Option<u32>,
+    },
     /// Packets entering the router through `port` are routed with route table `table`
     /// (`lr_in_ip_routing_pre`; Kube-OVN's `Subnet.spec.routeTable`, the router port's
     /// `options:route_table`): [`IrEntry::Route`]s of that table and those of no table apply.
@@ -485,6 +494,7 @@ impl IrEntry {
             | IrEntry::EcmpRoute { datapath, .. }
             | IrEntry::EcmpMember { datapath, .. }
             | IrEntry::RouteTableOfPort { datapath, .. }
+            | IrEntry::DiscardRoute { datapath, .. }
             | IrEntry::RouteMissDrop { datapath }
             | IrEntry::RouterPolicy { datapath, .. }
             | IrEntry::Neighbour { datapath, .. }

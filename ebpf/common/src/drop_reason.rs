@@ -74,8 +74,10 @@ pub const POLICY_DROP: DropReason = DropReason(23);
 /// An ECMP route or reroute whose chosen member the kernel has no entry for (its member flow
 /// is missing from the Southbound, or its output port is unknown).
 pub const ECMP_MEMBER_MISSING: DropReason = DropReason(24);
+/// A discard (blackhole) route routes the packet (OVN drops it in `lr_in_ip_routing`).
+pub const ROUTE_DISCARD: DropReason = DropReason(25);
 /// Number of reasons.
-pub const COUNT: u32 = 25;
+pub const COUNT: u32 = 26;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -106,4 +108,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "nd_to_router",
     "policy_drop",
     "ecmp_member_missing",
+    "route_discard",
 ];

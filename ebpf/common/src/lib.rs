@@ -269,6 +269,8 @@ pub const ROUTE_TO_ROUTER: u8 = 2;
 /// the group (an [`EcmpKey::group`]) and [`RouteEntry::ingress_port`] its member count; the
 /// member is chosen by [`ecmp::member_index`] and looked up in [`map::ECMP_MEMBERS`].
 pub const ROUTE_ECMP: u8 = 3;
+/// [`RouteEntry::kind`]: a discard route: the packet is dropped (before the policies).
+pub const ROUTE_DISCARD: u8 = 4;
 
 /// A member of an ECMP group of a router: the route the packet takes when
 /// [`ecmp::member_index`] chose `index`.

@@ -548,6 +548,23 @@ impl KernelReplay {
             other => format!("verdict {other}"),
         };
         if expected.is_empty() && got.is_empty() && verdict == TC_ACT_SHOT {
+            // Where the evaluator says why a router drops, the kernel counts the same reason.
+            let why = ours.steps.last().map(String::as_str).unwrap_or_default();
+            let expected_reason = [
+                ("dropped: discard route", "route_discard"),
+                ("dropped: router policy", "policy_drop"),
+            ]
+            .iter()
+            .find(|(step, _)| why.contains(step))
+            .map(|(_, reason)| *reason);
+            if let Some(reason) = expected_reason
+                && reasons != [reason]
+            {
+                report.disagreements.push(format!(
+                    "{what}\n  packet: {packet}\n  both drop, the kernel as {reasons:?}, not {reason}\n    {why}"
+                ));
+                return;
+            }
             report.both_drop += 1;
             return;
         }

@@ -19,10 +19,11 @@ use std::{
 };
 
 use ovnbpf_common::{
-    ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE,
-    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ARP_REQUESTS,
-    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, ROUTER_POLICIES,
-    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
+    ROUTE_DISCARD, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
+    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS,
+    ROUTER_POLICIES, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress,
+    RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouteTables, RouterAddresses, RouterAddresses6, Routers, Routes,
         SourceRoutes,
@@ -48,6 +49,8 @@ type RouteSlot = (u32, RouteSelector, Prefix);
 struct Candidate {
     /// OVN's priority (fits the kernel's byte: see [`L3State::take`]).
     priority: u8,
+    /// A discard route: the kernel drops what it routes (the other fields are empty).
+    discard: bool,
     /// The route table it belongs to (`None`: every table, as OVN's connected routes and the
     /// main table's source routes; `Some(0)`: the main table only).
     table: Option<u32>,
@@ -332,6 +335,7 @@ impl L3State {
                 }
                 let candidate = Candidate {
                     priority,
+                    discard: false,
                     table: *route_table,
                     ecmp: None,
                     nexthop: *nexthop,
@@ -517,6 +521,7 @@ impl L3State {
                 let group = ecmp::group_id(EcmpStage::Route, *group);
                 let candidate = Candidate {
                     priority,
+                    discard: false,
                     table: *route_table,
                     ecmp: Some((group, members.len())),
                     nexthop: None,
@@ -536,6 +541,44 @@ impl L3State {
                     }
                 }
                 self.take_ecmp_select((*datapath, group), members, added);
+                self.count_source_prefix(key, had_routes);
+                self.mark_route(key);
+            }
+            IrEntry::DiscardRoute {
+                datapath,
+                selector,
+                prefix,
+                priority,
+                route_table,
+            } => {
+                let Ok(priority) = u8::try_from(*priority) else {
+                    let reason = format!("route priority {priority} beyond the kernel's 255");
+                    return self.block(*datapath, reason, added);
+                };
+                if let Some(reason) = table_beyond_kernel(*route_table) {
+                    return self.block(*datapath, reason, added);
+                }
+                let candidate = Candidate {
+                    priority,
+                    discard: true,
+                    table: *route_table,
+                    ecmp: None,
+                    nexthop: None,
+                    source_ip: Ipv4Addr::UNSPECIFIED,
+                    source_mac: [0; 6],
+                    port: String::new(),
+                };
+                let key = (*datapath, *selector, *prefix);
+                let set = self.routes.entry(key).or_default();
+                let had_routes = !set.is_empty();
+                if added {
+                    set.insert(candidate);
+                } else {
+                    set.remove(&candidate);
+                    if set.is_empty() {
+                        self.routes.remove(&key);
+                    }
+                }
                 self.count_source_prefix(key, had_routes);
                 self.mark_route(key);
             }
@@ -667,6 +710,13 @@ impl L3State {
             .max_by(|a, b| a.priority.cmp(&b.priority).then(b.port.cmp(&a.port)))?;
         if let Some((group, members)) = best.ecmp {
             return Some(ecmp::selecting(group, members, best.priority));
+        }
+        if best.discard {
+            return Some(RouteEntry {
+                kind: ROUTE_DISCARD,
+                priority: best.priority,
+                ..RouteEntry::default()
+            });
         }
         Some(RouteEntry {
             priority: best.priority,

@@ -248,6 +248,17 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
         .and_then(|v| u32::try_from(v).ok());
     let recognised =
         terms.len() == usize::from(prefix.is_some()) + usize::from(route_table.is_some());
+    if let (Some(prefix), true, [Action::Keyword { name, .. }]) = (prefix, recognised, actions)
+        && is_drop(name)
+    {
+        return Class::Compiled(vec![IrEntry::DiscardRoute {
+            datapath: dp,
+            selector,
+            prefix,
+            priority: u16::try_from(priority).unwrap_or(u16::MAX),
+            route_table,
+        }]);
+    }
     let decrements = actions
         .iter()
         .any(|a| matches!(a, Action::Decrement(f) if plain(f, "ip.ttl")));

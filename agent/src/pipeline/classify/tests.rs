@@ -444,3 +444,25 @@ fn route_table_selection_and_table_routes_compile() {
         Class::Unsupported(_)
     ));
 }
+
+#[test]
+fn discard_routes_compile() {
+    assert_eq!(
+        class(
+            "lr_in_ip_routing",
+            73,
+            "reg7 == 0 && ip4.dst == 192.168.60.0/24",
+            "drop;"
+        ),
+        Class::Compiled(vec![IrEntry::DiscardRoute {
+            datapath: 7,
+            selector: RouteSelector::Destination,
+            prefix: Prefix {
+                network: Ipv4Addr::new(192, 168, 60, 0),
+                length: 24,
+            },
+            priority: 73,
+            route_table: Some(0),
+        }])
+    );
+}

@@ -32,6 +32,8 @@ pub(super) struct Route<'e, A> {
     /// An ECMP route: its group and the members its `select` chooses from (the next hop, source
     /// and port are then the chosen member's).
     pub ecmp: Option<(u16, &'e [u16])>,
+    /// A discard route: the packet is dropped.
+    pub discard: bool,
 }
 
 /// Where the chosen route sends a packet.
@@ -241,6 +243,7 @@ family! {
                     source_mac: *source_mac,
                     port,
                     ecmp: None,
+                    discard: false,
                 })
                 }
                 IrEntry::EcmpRoute {
@@ -266,6 +269,31 @@ family! {
                     source_mac: [0; 6],
                     port: "",
                     ecmp: Some((*group, members.as_slice())),
+                    discard: false,
+                })
+                }
+                IrEntry::DiscardRoute {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    ..
+                } if in_table(route_table) && prefix.contains(match selector {
+                    RouteSelector::Destination => destination,
+                    RouteSelector::Source => source,
+                }) =>
+                {
+                    Some(Route {
+                    priority: *priority,
+                    by_source: *selector == RouteSelector::Source,
+                    network: prefix.network,
+                    length: prefix.length,
+                    nexthop: None,
+                    source_ip: Ipv4Addr::UNSPECIFIED,
+                    source_mac: [0; 6],
+                    port: "",
+                    ecmp: None,
+                    discard: true,
                 })
                 }
                 _ => None,
@@ -353,6 +381,7 @@ family! {
                         source_mac: *source_mac,
                         port,
                         ecmp: None,
+                        discard: false,
                     })
                 }
                 _ => None,
@@ -385,6 +414,15 @@ impl<'a> Evaluator<'a> {
             self.step(trace, dp, format!("dropped: no route to {destination}"));
             return None;
         };
+        if route.discard {
+            let (network, length) = (route.network, route.length);
+            self.step(
+                trace,
+                dp,
+                format!("dropped: discard route {network}/{length}"),
+            );
+            return None;
+        }
         if let Some((group, members)) = route.ecmp {
             let (network, length) = (route.network, route.length);
             self.step(
