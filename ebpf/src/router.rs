@@ -326,7 +326,7 @@ fn lookup(
     (source, destination): (u32, u32),
     ttl: u8,
     router_ip: u32,
-    flow_hash: u32,
+    flow: &Flow,
 ) -> Result<Lookup, DropReason> {
     let mut datapath = router;
     let mut hops: u8 = 0;
@@ -394,7 +394,7 @@ fn lookup(
                 (Some(d), _) => Some(d),
                 (None, s) => s,
             };
-            let by_pair = pair_policy(datapath, pairs, (source, destination));
+            let by_pair = pair_policy(datapath, pairs, (source, destination), flow);
             let policy = match (by_prefix, by_pair) {
                 (Some(p), Some(q)) if q.priority > p.priority => Some(q),
                 (Some(p), _) => Some(p),
@@ -405,7 +405,7 @@ fn lookup(
             route
         };
         let route = if route.kind == ROUTE_ECMP {
-            ecmp_member(datapath, &route, flow_hash)?
+            ecmp_member(datapath, &route, flow.hash)?
         } else {
             route
         };
@@ -420,16 +420,27 @@ fn lookup(
 }
 
 /// The highest-priority policy of router `router`'s `pairs` policies matching both a source and
-/// a destination prefix (stored highest priority first) that the packet's addresses fall under.
+/// a destination prefix, or transport ports (stored highest priority first), that the packet
+/// falls under.
 #[inline(always)]
-fn pair_policy(router: u32, pairs: u32, (source, destination): (u32, u32)) -> Option<PolicyEntry> {
+fn pair_policy(
+    router: u32,
+    pairs: u32,
+    (source, destination): (u32, u32),
+    flow: &Flow,
+) -> Option<PolicyEntry> {
     for index in 0..MAX_PAIR_POLICIES {
         if index >= pairs {
             return None;
         }
         let pair = get(&POLICY_PAIRS, PairPolicyKey { router, index })?;
+        let within = |[low, high]: [u16; 2], port: u16| low <= port && port <= high;
         if source & pair.source_mask == pair.source
             && destination & pair.destination_mask == pair.destination
+            && (pair.protocol == 0
+                || (pair.protocol == flow.protocol
+                    && within(pair.source_ports, flow.ports.0)
+                    && within(pair.destination_ports, flow.ports.1)))
         {
             return Some(pair.policy);
         }
@@ -474,10 +485,19 @@ fn ecmp_member(
     }
 }
 
-/// The 5-tuple hash ECMP members are chosen by (ports only for TCP, UDP and SCTP first
-/// fragments).
+/// What policies and ECMP see of a packet's transport layer.
+struct Flow {
+    protocol: u8,
+    /// Source and destination ports (host byte order; 0 for protocols without them and for
+    /// later fragments).
+    ports: (u16, u16),
+    /// The 5-tuple hash ECMP members are chosen by.
+    hash: u32,
+}
+
+/// The packet's [`Flow`] (ports only for TCP, UDP and SCTP first fragments).
 #[inline(always)]
-fn flow_hash(ctx: &TcContext, ip: &Ipv4Header) -> u32 {
+fn flow_of(ctx: &TcContext, ip: &Ipv4Header) -> Flow {
     let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
     let ports = match ip.protocol {
         6 | 17 | 132 if first_fragment => ctx
@@ -487,13 +507,17 @@ fn flow_hash(ctx: &TcContext, ip: &Ipv4Header) -> u32 {
             }),
         _ => (0, 0),
     };
-    ecmp::flow_hash(
-        u32::from_be(ip.source),
-        u32::from_be(ip.destination),
-        ip.protocol,
-        ports.0,
-        ports.1,
-    )
+    Flow {
+        protocol: ip.protocol,
+        ports,
+        hash: ecmp::flow_hash(
+            u32::from_be(ip.source),
+            u32::from_be(ip.destination),
+            ip.protocol,
+            ports.0,
+            ports.1,
+        ),
+    }
 }
 
 /// Routes `frame` (IPv4, addressed to a router port of `router`) and hands it to the destination
@@ -512,7 +536,7 @@ fn route(
         (ip.source, ip.destination),
         ip.ttl,
         router_ip,
-        flow_hash(ctx, &ip),
+        &flow_of(ctx, &ip),
     )? {
         Lookup::Route(last_router, route, hops) => (last_router, route, hops),
         Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {

@@ -156,6 +156,22 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "ip4.src == 10.0.2.0/24 && ip4.dst == 198.51.100.0/25",
             "reroute",
             Some(Ipv4Addr::new(10, 0, 1, 10)),
+        )
+        // Policies on transport ports: vpc-c drops DNS to subnet-a; vpc-a reroutes two source
+        // ports' flows out of the VPC via a pod.
+        .policy(
+            "vpc-c",
+            2500,
+            "ip4.dst == 10.0.1.0/24 && udp.dst == 53",
+            "drop",
+            None,
+        )
+        .policy(
+            "vpc-a",
+            2800,
+            "ip4.dst == 198.51.100.0/24 && 40000 <= tcp.src <= 40001",
+            "reroute",
+            Some(Ipv4Addr::new(10, 0, 1, 10)),
         );
     topology
         .subnet_route_table("vpc-a", "subnet-a2", "10.0.2.0/24", "rtb1")

@@ -214,6 +214,8 @@ pub enum IrEntry {
         priority: u16,
         source: Option<Prefix>,
         destination: Option<Prefix>,
+        /// The transport protocol and ports it also matches (`tcp.dst == 80`), if any.
+        l4: Option<L4Match>,
         verdict: PolicyVerdict,
     },
     /// Next hop `ip` out of `port` has MAC `mac`.
@@ -423,6 +425,28 @@ pub enum PolicyVerdict {
         group: u16,
         members: Vec<u16>,
     },
+}
+
+/// A policy's match on the transport layer: the protocol (6 TCP, 17 UDP, 132 SCTP) and,
+/// inclusive, the source and destination port ranges (`None`: any port).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct L4Match {
+    pub protocol: u8,
+    pub source_ports: Option<(u16, u16)>,
+    pub destination_ports: Option<(u16, u16)>,
+}
+
+impl L4Match {
+    /// Whether a packet of `protocol` with these ports matches.
+    #[must_use]
+    pub fn matches(&self, protocol: u8, (source, destination): (u16, u16)) -> bool {
+        let within = |range: Option<(u16, u16)>, port: u16| {
+            range.is_none_or(|(low, high)| (low..=high).contains(&port))
+        };
+        protocol == self.protocol
+            && within(self.source_ports, source)
+            && within(self.destination_ports, destination)
+    }
 }
 
 /// The stage an ECMP group belongs to.

@@ -469,7 +469,8 @@ pub struct PairPolicyKey {
 }
 
 /// A policy matching a source and a destination prefix (addresses and masks in network byte
-/// order), and what it does.
+/// order; a mask of 0 matches any address), optionally a transport protocol and its port
+/// ranges, and what it does.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PairPolicy {
@@ -477,6 +478,12 @@ pub struct PairPolicy {
     pub source_mask: u32,
     pub destination: u32,
     pub destination_mask: u32,
+    /// The IP protocol it matches (0: any, and the port ranges are then whole).
+    pub protocol: u8,
+    pub reserved: [u8; 3],
+    /// Inclusive port ranges (host byte order): `[0, 65535]` matches any port.
+    pub source_ports: [u16; 2],
+    pub destination_ports: [u16; 2],
     pub policy: PolicyEntry,
 }
 
@@ -646,7 +653,8 @@ unsafe impl aya::Pod for EcmpKey {}
 // SAFETY: repr(C), Copy, two u32: no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PairPolicyKey {}
-// SAFETY: repr(C), Copy, four u32 and a PolicyEntry (28 bytes, 4-aligned): no padding.
+// SAFETY: repr(C), Copy, four u32, four u8, four u16 and a PolicyEntry (28 bytes, 4-aligned):
+// no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PairPolicy {}
 #[cfg(feature = "user")]
@@ -717,7 +725,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
         assert_eq!(core::mem::size_of::<RouteEntry>(), 24);
         assert_eq!(core::mem::size_of::<EcmpKey>(), 12);
-        assert_eq!(core::mem::size_of::<PairPolicy>(), 16 + 28);
+        assert_eq!(core::mem::size_of::<PairPolicy>(), 16 + 12 + 28);
         assert_eq!(core::mem::size_of::<RouterInfo>(), 8);
         assert_eq!(core::mem::size_of::<Neighbour>(), 8);
         assert_eq!(drop_reason::NAMES.len(), drop_reason::COUNT as usize);

@@ -465,10 +465,26 @@ impl L3State {
                 priority,
                 source,
                 destination,
+                l4,
                 verdict,
             } => {
                 let policy = (*priority, verdict.clone());
+                let anywhere = Prefix {
+                    network: Ipv4Addr::UNSPECIFIED,
+                    length: 0,
+                };
                 match (source, destination) {
+                    // Transport ports: the pair list (the tries hold prefixes only).
+                    _ if l4.is_some() => self.take_pair_policy(
+                        *datapath,
+                        (
+                            source.unwrap_or(anywhere),
+                            destination.unwrap_or(anywhere),
+                            *l4,
+                        ),
+                        &policy,
+                        added,
+                    ),
                     (Some(source), None) => self.policies.take(
                         (*datapath, RouteSelector::Source, *source),
                         &policy,
@@ -479,19 +495,12 @@ impl L3State {
                         &policy,
                         added,
                     ),
-                    (Some(source), Some(destination)) => {
-                        let reason = format!(
-                            "more than {} policies matching both a source and a destination prefix",
-                            ovnbpf_common::MAX_PAIR_POLICIES
-                        );
-                        let before = self.policies.too_many_pairs(*datapath);
-                        self.policies
-                            .take_pair(*datapath, (*source, *destination), &policy, added);
-                        let after = self.policies.too_many_pairs(*datapath);
-                        if before != after {
-                            self.block(*datapath, reason, after);
-                        }
-                    }
+                    (Some(source), Some(destination)) => self.take_pair_policy(
+                        *datapath,
+                        (*source, *destination, None),
+                        &policy,
+                        added,
+                    ),
                     // A policy matching neither (`1`, or only what the compiler lets through
                     // without a prefix) is not compiled to this entry.
                     (None, None) => {}
@@ -619,6 +628,26 @@ impl L3State {
             }
             IrEntry::Unsupported { .. } | IrEntry::SideDutyNotDone { .. } => {}
             _ => {}
+        }
+    }
+
+    /// A policy for the router's pair list; more than the kernel scans keep the router out.
+    fn take_pair_policy(
+        &mut self,
+        router: u32,
+        matched: (Prefix, Prefix, Option<crate::pipeline::ir::L4Match>),
+        policy: &(u16, PolicyVerdict),
+        added: bool,
+    ) {
+        let reason = format!(
+            "more than {} policies matching both a source and a destination prefix, or ports",
+            ovnbpf_common::MAX_PAIR_POLICIES
+        );
+        let before = self.policies.too_many_pairs(router);
+        self.policies.take_pair(router, matched, policy, added);
+        let after = self.policies.too_many_pairs(router);
+        if before != after {
+            self.block(router, reason, after);
         }
     }
 

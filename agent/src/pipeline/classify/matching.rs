@@ -555,6 +555,93 @@ pub(super) fn assigned_ipv6(actions: &[Action], name: &str) -> Option<Ipv6Addr> 
 }
 
 /// Whether the expression is exactly the bare predicate `name`.
+/// The transport protocols a policy may match, with their IP protocol numbers.
+pub(super) const L4_PROTOCOLS: [(&str, u8); 3] = [("tcp", 6), ("udp", 17), ("sctp", 132)];
+
+/// Which port of a transport header a term matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PortSide {
+    Source,
+    Destination,
+}
+
+/// What a term on a transport port accepts: the IP protocol, the side, the inclusive ranges.
+pub(super) type PortTerm = (u8, PortSide, Vec<(u16, u16)>);
+
+/// A term on a transport port (`tcp.dst == 80`, `udp.src == {53, 5353}`, `1024 <= tcp.dst <=
+/// 2048`, `tcp.dst >= 1024`) → the protocol, the side and the inclusive ranges it accepts.
+pub(super) fn port_ranges(expr: &Expr) -> Option<PortTerm> {
+    let side_of = |field: &FieldRef| {
+        if field.slice.is_some() {
+            return None;
+        }
+        let (protocol, side) = field.name.split_once('.')?;
+        let protocol = L4_PROTOCOLS.iter().find(|(name, _)| *name == protocol)?.1;
+        let side = match side {
+            "src" => PortSide::Source,
+            "dst" => PortSide::Destination,
+            _ => return None,
+        };
+        Some((protocol, side))
+    };
+    let port = |constant: &Constant| match constant {
+        Constant::Integer {
+            value, mask: None, ..
+        } => u16::try_from(*value).ok(),
+        _ => None,
+    };
+    match expr {
+        Expr::Compare {
+            field,
+            relation,
+            values,
+            ..
+        } => {
+            let (protocol, side) = side_of(field)?;
+            let single = || match values.as_slice() {
+                [Value::Constant(constant)] => port(constant),
+                _ => None,
+            };
+            let ranges = match relation {
+                Relation::Eq => values
+                    .iter()
+                    .map(|value| match value {
+                        Value::Constant(constant) => port(constant).map(|p| (p, p)),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+                Relation::Ge => vec![(single()?, u16::MAX)],
+                Relation::Gt => vec![(single()?.checked_add(1)?, u16::MAX)],
+                Relation::Le => vec![(0, single()?)],
+                Relation::Lt => vec![(0, single()?.checked_sub(1)?)],
+                Relation::Ne => return None,
+            };
+            Some((protocol, side, ranges))
+        }
+        Expr::Range {
+            low,
+            low_relation,
+            field,
+            high_relation,
+            high,
+        } => {
+            let (protocol, side) = side_of(field)?;
+            let low = match low_relation {
+                Relation::Le => port(low)?,
+                Relation::Lt => port(low)?.checked_add(1)?,
+                _ => return None,
+            };
+            let high = match high_relation {
+                Relation::Le => port(high)?,
+                Relation::Lt => port(high)?.checked_sub(1)?,
+                _ => return None,
+            };
+            (low <= high).then(|| (protocol, side, vec![(low, high)]))
+        }
+        _ => None,
+    }
+}
+
 pub(super) fn is_predicate(expr: &Expr, name: &str) -> bool {
     matches!(expr, Expr::Field(field) if plain(field, name))
 }

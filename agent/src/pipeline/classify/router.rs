@@ -14,8 +14,8 @@ use crate::{
         lexer::Constant,
     },
     pipeline::ir::{
-        EcmpStage, IrEntry, MAC_LEARNING_NOT_DONE, PolicyVerdict, RejectProtocol, RejectResponse,
-        RouteSelector, RouterDropRule,
+        EcmpStage, IrEntry, L4Match, MAC_LEARNING_NOT_DONE, PolicyVerdict, RejectProtocol,
+        RejectResponse, RouteSelector, RouterDropRule,
     },
 };
 
@@ -306,16 +306,51 @@ pub(super) fn route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action])
     }])
 }
 
-/// `lr_in_policy`: policies matching on IPv4 source and/or destination prefixes that allow,
-/// drop or reroute (ECMP reroutes and other matches stay unsupported).
+/// `lr_in_policy`: policies matching on IPv4 source and/or destination prefixes (or address
+/// sets), optionally on one transport protocol and its ports, that allow, drop or reroute to one
+/// or several next hops (other matches stay unsupported).
 fn policy_rule(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
     let source = terms.iter().find_map(|t| compare_prefixes(t, "ip4.src"));
     let destination = terms.iter().find_map(|t| compare_prefixes(t, "ip4.dst"));
     let ip4_only = terms.iter().filter(|t| is_predicate(t, "ip4")).count();
+    let protocols: Vec<u8> = terms
+        .iter()
+        .filter_map(|t| {
+            L4_PROTOCOLS
+                .iter()
+                .find(|(name, _)| is_predicate(t, name))
+                .map(|(_, number)| *number)
+        })
+        .collect();
+    let ports: Vec<PortTerm> = terms.iter().filter_map(|t| port_ranges(t)).collect();
     let recognised = terms.len()
-        == usize::from(source.is_some()) + usize::from(destination.is_some()) + ip4_only;
-    if !recognised || (source.is_none() && destination.is_none()) {
-        return unsupported("router policy match (only IPv4 prefixes are compiled)");
+        == usize::from(source.is_some())
+            + usize::from(destination.is_some())
+            + ip4_only
+            + protocols.len()
+            + ports.len();
+    let mut protocol: Option<u8> = None;
+    let mut consistent = true;
+    for number in protocols.iter().chain(ports.iter().map(|(p, ..)| p)) {
+        consistent &= protocol.is_none_or(|p| p == *number);
+        protocol = Some(*number);
+    }
+    let side = |wanted| {
+        let mut sides = ports.iter().filter(move |(_, side, _)| *side == wanted);
+        let first = sides.next().map(|(_, _, ranges)| ranges.clone());
+        (first, sides.next().is_none())
+    };
+    let (source_ports, one_source) = side(PortSide::Source);
+    let (destination_ports, one_destination) = side(PortSide::Destination);
+    if !recognised
+        || !consistent
+        || !one_source
+        || !one_destination
+        || (source.is_none() && destination.is_none() && protocol.is_none())
+    {
+        return unsupported(
+            "router policy match (IPv4 prefixes, address sets and one transport protocol's ports are compiled)",
+        );
     }
     // A reroute ends by clearing the ECMP group id (reg8[0..15]) before `next;`.
     let resets_ecmp = |actions: &[Action]| {
@@ -347,28 +382,48 @@ fn policy_rule(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> C
         }
         _ => return unsupported("router policy action"),
     };
-    // One entry per (source, destination) pair: a set (an address set's pods) matches when
-    // any of its prefixes does; an empty set matches nothing.
+    // One entry per (source, destination, ports) combination: a set (an address set's pods,
+    // `{80, 443}`) matches when any of its members does; an empty set matches nothing.
     let any = || vec![None];
     let sources = source.map_or_else(any, |s| s.into_iter().map(Some).collect());
     let destinations = destination.map_or_else(any, |d| d.into_iter().map(Some).collect());
+    let l4s: Vec<Option<L4Match>> = match protocol {
+        None => vec![None],
+        Some(protocol) => {
+            let ranges = |ports: Option<Vec<(u16, u16)>>| {
+                ports.map_or_else(|| vec![None], |r| r.into_iter().map(Some).collect())
+            };
+            let destination_ranges = ranges(destination_ports);
+            let mut l4s = Vec::new();
+            for source_ports in ranges(source_ports) {
+                for destination_ports in &destination_ranges {
+                    l4s.push(Some(L4Match {
+                        protocol,
+                        source_ports,
+                        destination_ports: *destination_ports,
+                    }));
+                }
+            }
+            l4s
+        }
+    };
     let priority = u16::try_from(priority).unwrap_or(u16::MAX);
-    Class::Compiled(
-        sources
-            .iter()
-            .flat_map(|source| {
-                destinations
-                    .iter()
-                    .map(|destination| IrEntry::RouterPolicy {
-                        datapath: dp,
-                        priority,
-                        source: *source,
-                        destination: *destination,
-                        verdict: verdict.clone(),
-                    })
-            })
-            .collect(),
-    )
+    let mut entries = Vec::new();
+    for source in &sources {
+        for destination in &destinations {
+            for l4 in &l4s {
+                entries.push(IrEntry::RouterPolicy {
+                    datapath: dp,
+                    priority,
+                    source: *source,
+                    destination: *destination,
+                    l4: *l4,
+                    verdict: verdict.clone(),
+                });
+            }
+        }
+    }
+    Class::Compiled(entries)
 }
 
 /// `lr_in_ip_input`: what the router answers itself and what it drops.

@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 
 use super::*;
 use crate::lflow::{parse_actions, parse_match};
-use crate::pipeline::ir::{EcmpStage, IrEntry, PolicyVerdict, Prefix, RouteSelector};
+use crate::pipeline::ir::{EcmpStage, IrEntry, L4Match, PolicyVerdict, Prefix, RouteSelector};
 
 fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
     let match_ = parse_match(match_).unwrap();
@@ -377,6 +377,7 @@ fn ecmp_routes_policies_and_members_compile() {
                 length: 16,
             }),
             destination: None,
+            l4: None,
             verdict: PolicyVerdict::RerouteEcmp {
                 group: 3,
                 members: vec![1, 2],
@@ -465,4 +466,54 @@ fn discard_routes_compile() {
             route_table: Some(0),
         }])
     );
+}
+
+/// Policies on one transport protocol's ports (`Vpc.spec.policyRoutes` with L4 matches): the
+/// protocol and port ranges ride along; mixed protocols stay unsupported.
+#[test]
+fn policies_on_transport_ports_compile() {
+    let l4 = |match_: &str| match class("lr_in_policy", 2800, match_, "drop;") {
+        Class::Compiled(entries) => entries
+            .into_iter()
+            .map(|e| match e {
+                IrEntry::RouterPolicy { l4, .. } => l4,
+                _ => None,
+            })
+            .collect::<Vec<_>>(),
+        other => panic!("{match_}: {other:?}"),
+    };
+    let tcp = |source_ports, destination_ports| {
+        Some(L4Match {
+            protocol: 6,
+            source_ports,
+            destination_ports,
+        })
+    };
+    assert_eq!(
+        l4("ip4.dst == 198.51.100.0/24 && 40000 <= tcp.src <= 40001"),
+        [tcp(Some((40000, 40001)), None)]
+    );
+    assert_eq!(
+        l4("ip4.src == 10.0.0.0/8 && tcp && tcp.dst == {80, 443}"),
+        [tcp(None, Some((80, 80))), tcp(None, Some((443, 443)))]
+    );
+    assert_eq!(l4("tcp.dst >= 1024"), [tcp(None, Some((1024, u16::MAX)))]);
+    assert!(matches!(
+        class(
+            "lr_in_policy",
+            2800,
+            "tcp.dst == 80 && udp.dst == 53",
+            "drop;"
+        ),
+        Class::Unsupported(_)
+    ));
+    assert!(matches!(
+        class(
+            "lr_in_policy",
+            2800,
+            "ip4.dst == 10.0.0.0/8 && tcp.flags == 2",
+            "drop;"
+        ),
+        Class::Unsupported(_)
+    ));
 }

@@ -230,6 +230,7 @@ fn address_sets_in_policies_expand_to_one_entry_per_address_and_change_increment
             length: 32,
         }),
         destination: None,
+        l4: None,
         verdict: PolicyVerdict::Reroute {
             nexthop: Ipv4Addr::new(100, 64, 0, 2),
             source_ip: Ipv4Addr::new(100, 64, 0, 1),

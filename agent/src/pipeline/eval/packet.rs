@@ -104,19 +104,16 @@ fn nd_template(kind: u8, target: Ipv6Addr, tll: Mac) -> L4 {
 }
 
 impl Packet {
-    /// The 5-tuple hash ECMP members are chosen by, as the kernel computes it (0 for non-IPv4).
+    /// The IP protocol and the transport ports (0 where the protocol has none), as the kernel
+    /// reads them.
     #[must_use]
-    pub fn flow_hash(&self) -> u32 {
-        let L3::Ipv4 {
-            source,
-            destination,
-            l4,
-            ..
-        } = self.l3
-        else {
-            return 0;
+    pub fn transport(&self) -> (u8, (u16, u16)) {
+        let (ipv4, l4) = match self.l3 {
+            L3::Ipv4 { l4, .. } => (true, l4),
+            L3::Ipv6 { l4, .. } => (false, l4),
+            L3::Arp { .. } => return (0, (0, 0)),
         };
-        let (protocol, ports) = match l4 {
+        match l4 {
             L4::Tcp {
                 source,
                 destination,
@@ -129,9 +126,23 @@ impl Packet {
                 source,
                 destination,
             } => (17, (source, destination)),
-            L4::Icmp { .. } => (1, (0, 0)),
-            _ => (0, (0, 0)),
+            L4::Icmp { .. } if ipv4 => (1, (0, 0)),
+            L4::Icmp { .. } | L4::Nd { .. } => (58, (0, 0)),
+        }
+    }
+
+    /// The 5-tuple hash ECMP members are chosen by, as the kernel computes it (0 for non-IPv4).
+    #[must_use]
+    pub fn flow_hash(&self) -> u32 {
+        let L3::Ipv4 {
+            source,
+            destination,
+            ..
+        } = self.l3
+        else {
+            return 0;
         };
+        let (protocol, ports) = self.transport();
         ovnbpf_common::ecmp::flow_hash(
             u32::from(source),
             u32::from(destination),

@@ -11,7 +11,7 @@ use super::{
     packet::{L3, L4, Packet},
 };
 use crate::pipeline::ir::{
-    EcmpStage, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule,
+    EcmpStage, IrEntry, L4Match, Mac, PolicyVerdict, PortKind, Prefix, RouterDropRule,
 };
 
 /// IPv4 routes do not depend on the inport (only IPv6's per-port link-local routes do).
@@ -243,15 +243,21 @@ impl<'a> Evaluator<'a> {
             return None;
         };
         let within = |prefix: &Option<Prefix>, ip| prefix.as_ref().is_none_or(|p| p.contains(ip));
+        let (protocol, ports) = packet.transport();
+        let transport =
+            |l4: &Option<L4Match>| l4.as_ref().is_none_or(|l4| l4.matches(protocol, ports));
         self.entries(dp)
             .filter_map(|e| match e {
                 IrEntry::RouterPolicy {
                     priority,
                     source: from,
                     destination: to,
+                    l4,
                     verdict,
                     ..
-                } if within(from, source) && within(to, destination) => Some((*priority, verdict)),
+                } if within(from, source) && within(to, destination) && transport(l4) => {
+                    Some((*priority, verdict))
+                }
                 _ => None,
             })
             .max_by_key(|(priority, _)| *priority)

@@ -22,7 +22,7 @@ use super::{
     super::tables::{Table, TableKey},
     L3State,
 };
-use crate::pipeline::ir::{EcmpStage, PolicyVerdict, Prefix, RouteSelector};
+use crate::pipeline::ir::{EcmpStage, L4Match, PolicyVerdict, Prefix, RouteSelector};
 
 /// One policy as the tries need it: its priority and verdict.
 type Policy = (u16, PolicyVerdict);
@@ -31,11 +31,13 @@ type Policy = (u16, PolicyVerdict);
 /// prefix, ordered so that the prefixes nested in one are a range.
 type ByPrefix = BTreeMap<(u32, u8), Vec<Policy>>;
 
-/// A policy matching both a source and a destination prefix.
+/// A policy matching both a source and a destination prefix (0.0.0.0/0 where it has none),
+/// or transport ports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct PairRule {
     source: Prefix,
     destination: Prefix,
+    l4: Option<L4Match>,
     policy: Policy,
 }
 
@@ -80,17 +82,18 @@ impl Policies {
         self.pair_count(router) > MAX_PAIR_POLICIES as usize
     }
 
-    /// Adds or removes `router`'s `policy` matching `source` and `destination`.
+    /// Adds or removes `router`'s `policy` matching `source`, `destination` and `l4`.
     pub(super) fn take_pair(
         &mut self,
         router: u32,
-        (source, destination): (Prefix, Prefix),
+        (source, destination, l4): (Prefix, Prefix, Option<L4Match>),
         policy: &Policy,
         added: bool,
     ) {
         let rule = PairRule {
             source,
             destination,
+            l4,
             policy: policy.clone(),
         };
         let list = self.pairs.entry(router).or_default();
@@ -265,11 +268,24 @@ impl L3State {
         };
         let (source, source_mask) = network(&rule.source);
         let (destination, destination_mask) = network(&rule.destination);
+        let all = (0, u16::MAX);
+        let [source_ports, destination_ports] = [
+            rule.l4.and_then(|l4| l4.source_ports),
+            rule.l4.and_then(|l4| l4.destination_ports),
+        ]
+        .map(|range| {
+            let (low, high) = range.unwrap_or(all);
+            [low, high]
+        });
         Some(PairPolicy {
             source,
             source_mask,
             destination,
             destination_mask,
+            protocol: rule.l4.map_or(0, |l4| l4.protocol),
+            reserved: [0; 3],
+            source_ports,
+            destination_ports,
             policy: self.policy_entry(*priority, verdict),
         })
     }

@@ -210,6 +210,7 @@ fn two_prefix_policies_go_to_the_pair_list_and_too_many_keep_the_router_out() {
         priority,
         source: Some(prefix(&format!("10.0.{third}.0/24"))),
         destination: Some(prefix("10.0.2.7/32")),
+        l4: None,
         verdict: crate::pipeline::ir::PolicyVerdict::Drop,
     };
     let mut state = L3State::default();
@@ -486,6 +487,7 @@ fn policies_reach_their_tries_with_the_best_policy_at_or_above_each_prefix() {
             priority,
             source: source.map(prefix),
             destination: destination.map(prefix),
+            l4: None,
             verdict,
         }
     };
@@ -782,6 +784,7 @@ fn ecmp_routes_and_reroutes_store_their_group_and_each_member_its_route() {
             priority: 29000,
             source: Some(prefix("10.0.1.0/24")),
             destination: None,
+            l4: None,
             verdict: PolicyVerdict::RerouteEcmp {
                 group: 1,
                 members: vec![1, 2, 3],
