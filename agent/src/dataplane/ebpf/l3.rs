@@ -326,13 +326,10 @@ impl L3State {
             } => {
                 // The kernel compares a destination and a source route by OVN's priority in one
                 // byte; northd's IPv4 route priorities are at most 32 × 3 + 2.
-                let Ok(priority) = u8::try_from(*priority) else {
-                    let reason = format!("route priority {priority} beyond the kernel's 255");
-                    return self.block(*datapath, reason, added);
+                let priority = match kernel_route_priority(*priority, *route_table) {
+                    Ok(priority) => priority,
+                    Err(reason) => return self.block(*datapath, reason, added),
                 };
-                if let Some(reason) = table_beyond_kernel(*route_table) {
-                    return self.block(*datapath, reason, added);
-                }
                 let candidate = Candidate {
                     priority,
                     discard: false,
@@ -343,35 +340,7 @@ impl L3State {
                     source_mac: *source_mac,
                     port: port.clone(),
                 };
-                let key = (*datapath, *selector, *prefix);
-                let set = self.routes.entry(key).or_default();
-                let had_routes = !set.is_empty();
-                if added {
-                    set.insert(candidate);
-                    self.routes_by_port
-                        .entry(port.clone())
-                        .or_default()
-                        .insert(key);
-                } else {
-                    set.remove(&candidate);
-                    if set.is_empty() {
-                        self.routes.remove(&key);
-                    }
-                    if let Some(keys) = self.routes_by_port.get_mut(port) {
-                        let still_used = self
-                            .routes
-                            .get(&key)
-                            .is_some_and(|set| set.iter().any(|c| c.port == *port));
-                        if !still_used {
-                            keys.remove(&key);
-                        }
-                        if keys.is_empty() {
-                            self.routes_by_port.remove(port);
-                        }
-                    }
-                }
-                self.count_source_prefix(key, had_routes);
-                self.mark_route(key);
+                self.take_candidate((*datapath, *selector, *prefix), candidate, added);
             }
             IrEntry::Neighbour {
                 datapath, ip, mac, ..
@@ -520,13 +489,10 @@ impl L3State {
                 group,
                 members,
             } => {
-                let Ok(priority) = u8::try_from(*priority) else {
-                    let reason = format!("route priority {priority} beyond the kernel's 255");
-                    return self.block(*datapath, reason, added);
+                let priority = match kernel_route_priority(*priority, *route_table) {
+                    Ok(priority) => priority,
+                    Err(reason) => return self.block(*datapath, reason, added),
                 };
-                if let Some(reason) = table_beyond_kernel(*route_table) {
-                    return self.block(*datapath, reason, added);
-                }
                 let group = ecmp::group_id(EcmpStage::Route, *group);
                 let candidate = Candidate {
                     priority,
@@ -538,20 +504,8 @@ impl L3State {
                     source_mac: [0; 6],
                     port: String::new(),
                 };
-                let key = (*datapath, *selector, *prefix);
-                let set = self.routes.entry(key).or_default();
-                let had_routes = !set.is_empty();
-                if added {
-                    set.insert(candidate);
-                } else {
-                    set.remove(&candidate);
-                    if set.is_empty() {
-                        self.routes.remove(&key);
-                    }
-                }
                 self.take_ecmp_select((*datapath, group), members, added);
-                self.count_source_prefix(key, had_routes);
-                self.mark_route(key);
+                self.take_candidate((*datapath, *selector, *prefix), candidate, added);
             }
             IrEntry::DiscardRoute {
                 datapath,
@@ -560,13 +514,10 @@ impl L3State {
                 priority,
                 route_table,
             } => {
-                let Ok(priority) = u8::try_from(*priority) else {
-                    let reason = format!("route priority {priority} beyond the kernel's 255");
-                    return self.block(*datapath, reason, added);
+                let priority = match kernel_route_priority(*priority, *route_table) {
+                    Ok(priority) => priority,
+                    Err(reason) => return self.block(*datapath, reason, added),
                 };
-                if let Some(reason) = table_beyond_kernel(*route_table) {
-                    return self.block(*datapath, reason, added);
-                }
                 let candidate = Candidate {
                     priority,
                     discard: true,
@@ -577,19 +528,7 @@ impl L3State {
                     source_mac: [0; 6],
                     port: String::new(),
                 };
-                let key = (*datapath, *selector, *prefix);
-                let set = self.routes.entry(key).or_default();
-                let had_routes = !set.is_empty();
-                if added {
-                    set.insert(candidate);
-                } else {
-                    set.remove(&candidate);
-                    if set.is_empty() {
-                        self.routes.remove(&key);
-                    }
-                }
-                self.count_source_prefix(key, had_routes);
-                self.mark_route(key);
+                self.take_candidate((*datapath, *selector, *prefix), candidate, added);
             }
             IrEntry::RouteTableOfPort {
                 datapath,
@@ -629,6 +568,39 @@ impl L3State {
             IrEntry::Unsupported { .. } | IrEntry::SideDutyNotDone { .. } => {}
             _ => {}
         }
+    }
+
+    /// Adds or removes one route of slot `key`, keeping the per-port index (routes with an
+    /// output port) and the router's source-route count.
+    fn take_candidate(&mut self, key: RouteSlot, candidate: Candidate, added: bool) {
+        let port = candidate.port.clone();
+        let set = self.routes.entry(key).or_default();
+        let had_routes = !set.is_empty();
+        if added {
+            set.insert(candidate);
+            if !port.is_empty() {
+                self.routes_by_port.entry(port).or_default().insert(key);
+            }
+        } else {
+            set.remove(&candidate);
+            if set.is_empty() {
+                self.routes.remove(&key);
+            }
+            if let Some(keys) = self.routes_by_port.get_mut(&port) {
+                let still_used = self
+                    .routes
+                    .get(&key)
+                    .is_some_and(|set| set.iter().any(|c| c.port == port));
+                if !still_used {
+                    keys.remove(&key);
+                }
+                if keys.is_empty() {
+                    self.routes_by_port.remove(&port);
+                }
+            }
+        }
+        self.count_source_prefix(key, had_routes);
+        self.mark_route(key);
     }
 
     /// A policy for the router's pair list; more than the kernel scans keep the router out.
@@ -918,6 +890,17 @@ impl L3State {
 }
 
 /// `fe80::/64`: northd's per-port link-local route.
+/// A route's OVN priority as the kernel's byte (northd's IPv4 route priorities are at most
+/// 32 × 3 + 2), or why the route is beyond the kernel (that, or its route table).
+fn kernel_route_priority(priority: u16, table: Option<u32>) -> Result<u8, String> {
+    let priority = u8::try_from(priority)
+        .map_err(|_| format!("route priority {priority} beyond the kernel's 255"))?;
+    match table_beyond_kernel(table) {
+        Some(reason) => Err(reason),
+        None => Ok(priority),
+    }
+}
+
 /// Why route table `table` is beyond the kernel's keys, if it is.
 fn table_beyond_kernel(table: Option<u32>) -> Option<String> {
     table

@@ -215,9 +215,8 @@ family! {
             _: &str,
             table: u32,
         ) -> Option<Route<'e, Self>> {
-            // A route of no table applies to every table (OVN writes no `reg7` term for it).
-            let in_table = |route_table: &Option<u32>| route_table.is_none_or(|t| t == table);
-            match entry {
+            // What differs between the route kinds: the hop, an ECMP group, or a discard.
+            let (selector, prefix, priority, route_table, hop, ecmp, discard) = match entry {
                 IrEntry::Route {
                     selector,
                     prefix,
@@ -228,24 +227,15 @@ family! {
                     source_mac,
                     port,
                     ..
-                } if in_table(route_table) && prefix.contains(match selector {
-                    RouteSelector::Destination => destination,
-                    RouteSelector::Source => source,
-                }) =>
-                {
-                    Some(Route {
-                    priority: *priority,
-                    by_source: *selector == RouteSelector::Source,
-                    network: prefix.network,
-                    length: prefix.length,
-                    nexthop: *nexthop,
-                    source_ip: *source_ip,
-                    source_mac: *source_mac,
-                    port,
-                    ecmp: None,
-                    discard: false,
-                })
-                }
+                } => (
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    (*nexthop, *source_ip, *source_mac, port.as_str()),
+                    None,
+                    false,
+                ),
                 IrEntry::EcmpRoute {
                     selector,
                     prefix,
@@ -254,50 +244,54 @@ family! {
                     group,
                     members,
                     ..
-                } if in_table(route_table) && prefix.contains(match selector {
-                    RouteSelector::Destination => destination,
-                    RouteSelector::Source => source,
-                }) =>
-                {
-                    Some(Route {
-                    priority: *priority,
-                    by_source: *selector == RouteSelector::Source,
-                    network: prefix.network,
-                    length: prefix.length,
-                    nexthop: None,
-                    source_ip: Ipv4Addr::UNSPECIFIED,
-                    source_mac: [0; 6],
-                    port: "",
-                    ecmp: Some((*group, members.as_slice())),
-                    discard: false,
-                })
-                }
+                } => (
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    (None, Ipv4Addr::UNSPECIFIED, [0; 6], ""),
+                    Some((*group, members.as_slice())),
+                    false,
+                ),
                 IrEntry::DiscardRoute {
                     selector,
                     prefix,
                     priority,
                     route_table,
                     ..
-                } if in_table(route_table) && prefix.contains(match selector {
-                    RouteSelector::Destination => destination,
-                    RouteSelector::Source => source,
-                }) =>
-                {
-                    Some(Route {
-                    priority: *priority,
-                    by_source: *selector == RouteSelector::Source,
-                    network: prefix.network,
-                    length: prefix.length,
-                    nexthop: None,
-                    source_ip: Ipv4Addr::UNSPECIFIED,
-                    source_mac: [0; 6],
-                    port: "",
-                    ecmp: None,
-                    discard: true,
-                })
-                }
-                _ => None,
+                } => (
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    (None, Ipv4Addr::UNSPECIFIED, [0; 6], ""),
+                    None,
+                    true,
+                ),
+                _ => return None,
+            };
+            // A route of no table applies to every table (OVN writes no `reg7` term for it).
+            let in_table = route_table.is_none_or(|t| t == table);
+            let matched = match selector {
+                RouteSelector::Destination => destination,
+                RouteSelector::Source => source,
+            };
+            if !in_table || !prefix.contains(matched) {
+                return None;
             }
+            let (nexthop, source_ip, source_mac, port) = hop;
+            Some(Route {
+                priority: *priority,
+                by_source: *selector == RouteSelector::Source,
+                network: prefix.network,
+                length: prefix.length,
+                nexthop,
+                source_ip,
+                source_mac,
+                port,
+                ecmp,
+                discard,
+            })
         }
 
         fn ecmp_member<'e>(
