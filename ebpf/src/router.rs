@@ -5,9 +5,11 @@
 //! sender as in OVN: 254, type 0) and sent back out of the pod's veth, as OVN's `lr_in_ip_input`
 //! does; other traffic to the router's addresses gets OVN's reset or ICMP unreachable
 //! ([`crate::reject`]). Other IPv4 is routed as the sending chassis does in OVN: the longest-prefix
-//! route by destination in the router, or, where the router has `src-ip` routes and OVN's priority
-//! says so, by source (following router-to-router links, e.g. VPC peering, up to
-//! `MAX_ROUTER_HOPS`), then the router's policies (drop, or reroute to another next hop and port),
+//! route by destination in the router (in the ingress port's route table, where the router's
+//! ports have some), or, where the router has `src-ip` routes and OVN's priority says so, by
+//! source (following router-to-router links, e.g. VPC peering, up to `MAX_ROUTER_HOPS`); a
+//! discard route drops; then the router's policies (the two tries, and the short list of
+//! policies on both prefixes or on ports; drop, or reroute to another next hop and port),
 //! an ECMP route's or reroute's member chosen by the flow's 5-tuple hash
 //! ([`ovnbpf_common::ecmp`]), TTL decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
@@ -15,7 +17,8 @@
 //! stage). What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
 //! the responder left unanswered (OVN's router consumes it) is dropped and counted; IPv6 is the
 //! IPv6 stage's ([`crate::ipv6`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
-//! `ROUTERS`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `ECMP_MEMBERS`, `NEIGHBOURS`, `L2_FIB`;
+//! `ROUTERS`, `ROUTE_TABLES`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `POLICY_PAIRS`,
+//! `ECMP_MEMBERS`, `NEIGHBOURS`, `L2_FIB`;
 //! counts its
 //! answers in `ROUTER_REPLIES`.
 
