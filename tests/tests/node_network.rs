@@ -32,6 +32,8 @@ use ovnbpf_tests::{
 };
 
 const SECOND_SUBNET: (&str, &str) = ("subnet-x", "10.17.0.0/16");
+/// Where each node's agent serves its metrics, in the node's namespace.
+const METRICS: &str = "127.0.0.1:10665";
 /// A subnet with a centralized gateway on both nodes under ECMP, NAT-outgoing.
 const CENTRALIZED_SUBNET: (&str, &str) = ("subnet-c", "10.18.0.0/16");
 
@@ -123,6 +125,9 @@ fn agent<'a>(nodes: &'a [Node; 2], index: usize, pin_root: &std::path::Path) -> 
             kubeovn::DEFAULT_SUBNET.0.into(),
             "--nat-outgoing-subnet".into(),
             CENTRALIZED_SUBNET.0.into(),
+            // On the node's own loopback.
+            "--metrics-address".into(),
+            METRICS.to_string(),
         ],
     }
 }
@@ -164,12 +169,16 @@ fn serve_http(pod: &Pod) {
 
 /// An HTTP GET from `netns` (the node's own, as kubelet's probes) to `ip:8080`: the body.
 fn http_get(netns: &Netns, ip: Ipv4Addr) -> std::io::Result<String> {
+    http_get_from(netns, SocketAddr::from((ip, 8080)), "/")
+}
+
+/// An HTTP GET of `path` from `netns` to `server`: the response.
+fn http_get_from(netns: &Netns, server: SocketAddr, path: &str) -> std::io::Result<String> {
     netns
         .run_in(|| {
-            let mut stream =
-                TcpStream::connect_timeout(&SocketAddr::from((ip, 8080)), Duration::from_secs(2))?;
+            let mut stream = TcpStream::connect_timeout(&server, Duration::from_secs(2))?;
             stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-            stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+            write!(stream, "GET {path} HTTP/1.0\r\n\r\n")?;
             let mut response = String::new();
             stream.read_to_string(&mut response)?;
             Ok(response)
@@ -258,13 +267,31 @@ fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
         );
     }
     // Each agent pinged the join gateway through its NIC and got the router's answer (Kube-OVN's
-    // JoinSubnetGatewayReachable).
-    for agent in &agents {
-        let log = agent.log_path().unwrap().to_path_buf();
+    // JoinSubnetGatewayReachable), and says so in its metrics with the NIC's other facts.
+    for (node, agent) in nodes.iter().zip(&agents) {
+        let expected = [
+            "ovnbpf_node_nic_plugged 1",
+            "ovnbpf_node_join_gateway_reachable 1",
+            "ovnbpf_node_routes 3",
+            "ovnbpf_node_nat_outgoing_subnets 2",
+            "ovnbpf_node_network_failures_total 0",
+        ];
+        let mut metrics = String::new();
+        let reported = wait_until(Duration::from_secs(15), || {
+            metrics = http_get_from(node.netns(), METRICS.parse().unwrap(), "/metrics")
+                .unwrap_or_default();
+            expected
+                .iter()
+                .all(|line| metrics.lines().any(|l| l == *line))
+        });
         assert!(
-            wait_until(Duration::from_secs(10), || std::fs::read_to_string(&log)
-                .is_ok_and(|text| text.contains("join gateway reachable"))),
-            "{}",
+            reported,
+            "{}\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("ovnbpf_node_"))
+                .collect::<Vec<_>>()
+                .join("\n"),
             agent.log_tail()
         );
     }

@@ -11,7 +11,7 @@
 //! through the [`DaemonHandle`] like a pod's, IPv4 forwarding on (pods' traffic out of the
 //! cluster leaves through the node's routing: Kube-OVN's distributed gateway), the routes (stale
 //! ones removed), the masquerading of the NAT-outgoing subnets ([`nat`]), and a ping of the join
-//! gateway whose answer says the node's network works. Failures are logged, counted and retried.
+//! gateway, repeated until it answers, whose answer says the node's network works. Failures are logged, counted and retried.
 //! Touches only its own NIC, the static routes through it, its nftables table and
 //! `net.ipv4.ip_forward`.
 
@@ -134,6 +134,8 @@ const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
 /// How long to wait before retrying after a failure.
 const RETRY: Duration = Duration::from_secs(3);
+/// How long to wait before pinging an unanswering join gateway again.
+const PING_AGAIN: Duration = Duration::from_secs(10);
 /// How long the join gateway is pinged for, and how often.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 const PING_INTERVAL: Duration = Duration::from_millis(200);
@@ -144,8 +146,10 @@ struct Applied {
     /// The join port's facts the NIC was built and plugged with.
     port: Option<PortFacts>,
     routes: Option<Vec<StaticRoute>>,
-    /// The join gateway was pinged since the port was plugged.
+    /// The join gateway answered a ping since the port was plugged.
     pinged: bool,
+    /// Pings in a row the join gateway did not answer (the warning is logged for the first).
+    unanswered_pings: u64,
     nat: Option<nat::NatRules>,
 }
 
@@ -160,26 +164,28 @@ pub async fn run(
     let mut applied = Applied::default();
     loop {
         let current = wanted.borrow_and_update().clone();
-        let failed = match apply(&daemon, &attacher, &config, &status, &current, &mut applied).await
+        let again = match apply(&daemon, &attacher, &config, &status, &current, &mut applied).await
         {
-            Ok(()) => false,
+            Ok(settled) => (!settled).then_some(PING_AGAIN),
             Err(error) => {
                 status.failures.fetch_add(1, Ordering::Relaxed);
                 warn!(port = config.port, interface = config.interface, %error,
                     "the node's network is not set up; retrying");
-                true
+                Some(RETRY)
             }
         };
         tokio::select! {
             changed = wanted.changed() => if changed.is_err() {
                 return;
             },
-            () = tokio::time::sleep(RETRY), if failed => {}
+            () = tokio::time::sleep(again.unwrap_or(RETRY)), if again.is_some() => {}
         }
     }
 }
 
-/// Makes the node's network as `wanted` says, doing only what differs from `applied`.
+/// Makes the node's network as `wanted` says, doing only what differs from `applied`. Returns
+/// whether that is settled: not while the join gateway does not answer (pinged again later, as
+/// kube-ovn-cni keeps checking until it does).
 async fn apply(
     daemon: &DaemonHandle,
     attacher: &Arc<dyn PortAttacher>,
@@ -187,14 +193,14 @@ async fn apply(
     status: &NodeNetworkStatus,
     wanted: &NodeNetworkWanted,
     applied: &mut Applied,
-) -> Result<(), NodeNetworkError> {
+) -> Result<bool, NodeNetworkError> {
     if let Some(problem) = &wanted.problem {
         return Err(NodeNetworkError::Unservable(problem.clone()));
     }
     let Some(facts) = &wanted.port else {
         // Not in the Southbound (yet): a cluster without Kube-OVN's join switch, or a node the
         // controller has not added.
-        return Ok(());
+        return Ok(true);
     };
     if applied.port.as_ref() != Some(facts) {
         status.plugged.store(false, Ordering::Relaxed);
@@ -204,6 +210,7 @@ async fn apply(
         blocking(enable_forwarding).await?;
         applied.port = Some(facts.clone());
         applied.pinged = false;
+        applied.unanswered_pings = 0;
         status.plugged.store(true, Ordering::Relaxed);
     }
     let routes: Vec<StaticRoute> = wanted
@@ -271,16 +278,22 @@ async fn apply(
                 .map_err(|e| NodeNetworkError::Task(format!("pinging {gateway}: {e}")))
         })
         .await?;
-        applied.pinged = true;
-        status.gateway_reachable.store(reachable, Ordering::Relaxed);
+        applied.pinged = reachable;
+        let was = status.gateway_reachable.swap(reachable, Ordering::Relaxed);
         if reachable {
             info!(interface = config.interface, %gateway, "join gateway reachable");
-        } else {
+        } else if was || applied.unanswered_pings == 0 {
             warn!(interface = config.interface, %gateway,
-                "join gateway unreachable (no answer to ping after {PING_TIMEOUT:?})");
+                "join gateway unreachable (no answer to ping after {PING_TIMEOUT:?}); trying again");
         }
+        applied.unanswered_pings = if reachable {
+            0
+        } else {
+            applied.unanswered_pings + 1
+        };
+        return Ok(reachable);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Builds (or adopts) the NIC, attaches the datapath to its datapath end and plugs the port.
