@@ -7,6 +7,7 @@
 
 mod ipv6;
 pub(super) mod matching;
+mod policy;
 mod router;
 mod switch;
 #[cfg(test)]
@@ -50,9 +51,9 @@ const STAGES: &[(&str, Classifier)] = &[
     ("lr_in_lookup_neighbor", router::neighbour_learning),
     ("lr_in_learn_neighbor", router::neighbour_learning),
     ("lr_in_ip_routing_pre", router::routing_pre),
-    ("lr_in_policy", router::policy),
-    ("lr_in_policy_ecmp", router::policy_ecmp),
-    ("lr_in_ip_routing_ecmp", router::route_ecmp),
+    ("lr_in_policy", policy::policy),
+    ("lr_in_policy_ecmp", policy::policy_ecmp),
+    ("lr_in_ip_routing_ecmp", policy::route_ecmp),
     ("lr_in_arp_request", router::arp_request),
     ("lr_out_delivery", router::delivery),
     ("lr_out_chk_dnat_local", router::chk_dnat_local),
@@ -78,7 +79,7 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         .or_else(|| {
             flow.stage
                 .ends_with("_ecmp")
-                .then_some(router::ecmp as Classifier)
+                .then_some(policy::ecmp as Classifier)
         });
     match classifier {
         Some(classifier) => classifier(dp, flow.priority, &terms, flow.actions),
