@@ -685,6 +685,148 @@ impl Topology {
         self.add(&["acl-add", entity, direction, &priority, match_, action])
     }
 
+    /// A Kubernetes NetworkPolicy `name` in `namespace` selecting the pods whose ports are
+    /// `ports`, as kube-ovn-controller's `handleUpdateNp` writes it for IPv4: the port group
+    /// `<name>.<namespace>` (every `-` a `.`); for ingress, the priority-2000 default drop
+    /// `outport == @<group> && ip` and, per rule `idx`, the address sets
+    /// `<group>.ingress.allow.IPv4.<idx>` / `….except.…` and one allow-related ACL at 2001 per
+    /// port (`outport == @<group> && ip && ip4.src == $allow && ip4.src != $except[ && tcp.dst
+    /// == 80]`); for egress the same with `inport`, `ip4.dst` and `apply-after-lb`. `None`: the
+    /// policy has no rules of that direction (no default drop either).
+    pub fn network_policy(
+        &mut self,
+        name: &str,
+        namespace: &str,
+        ports: &[&str],
+        ingress: Option<&[PolicyRule<'_>]>,
+        egress: Option<&[PolicyRule<'_>]>,
+    ) -> &mut Self {
+        let group = format!("{name}.{namespace}").replace('-', ".");
+        let policy_id = format!("external_ids:np=\"{namespace}/{name}\"");
+        let mut command = vec!["pg-add", group.as_str()];
+        command.extend_from_slice(ports);
+        self.add(&command)
+            .add(&["set", "port_group", &group, VENDOR, &policy_id]);
+        for (direction, rules) in [("ingress", ingress), ("egress", egress)] {
+            let Some(rules) = rules else {
+                continue;
+            };
+            let (acl_direction, port, address) = if direction == "ingress" {
+                ("to-lport", "outport", "ip4.src")
+            } else {
+                ("from-lport", "inport", "ip4.dst")
+            };
+            let key = format!("{namespace}/{name}");
+            let all_ip = format!("{port} == @{group} && ip");
+            self.port_group_acl(acl_direction, &group, 2000, &all_ip, "drop", Some(&key));
+            for (idx, rule) in rules.iter().enumerate() {
+                let allow = format!("{group}.{direction}.allow.IPv4.{idx}");
+                let except = format!("{group}.{direction}.except.IPv4.{idx}");
+                let set_id = format!("external_ids:np=\"{namespace}/{name}/{direction}\"");
+                for (set, addresses) in [(&allow, rule.allow), (&except, rule.except)] {
+                    let set_name = format!("name={set}");
+                    let quoted: Vec<String> =
+                        addresses.iter().map(|a| format!("\"{a}\"")).collect();
+                    let members = format!("addresses={}", quoted.join(","));
+                    let mut create = vec!["create", "address_set", &set_name, VENDOR, &set_id];
+                    if !addresses.is_empty() {
+                        create.push(&members);
+                    }
+                    self.add(&create);
+                }
+                let allowed =
+                    format!("{all_ip} && {address} == ${allow} && {address} != ${except}");
+                let acl_name = format!("np/{group}/{direction}/IPv4/{idx}");
+                let matches: Vec<String> = if rule.ports.is_empty() {
+                    vec![allowed]
+                } else {
+                    rule.ports
+                        .iter()
+                        .map(|port| match port {
+                            PolicyPort::Protocol(protocol) => format!("{allowed} && {protocol}"),
+                            PolicyPort::Port(protocol, number) => {
+                                format!("{allowed} && {protocol}.dst == {number}")
+                            }
+                            PolicyPort::Range(protocol, low, high) => {
+                                format!("{allowed} && {low} <= {protocol}.dst <= {high}")
+                            }
+                        })
+                        .collect()
+                };
+                for match_ in matches {
+                    self.port_group_acl(
+                        acl_direction,
+                        &group,
+                        2001,
+                        &match_,
+                        "allow-related",
+                        Some(&acl_name),
+                    );
+                }
+            }
+        }
+        self
+    }
+
+    /// One ACL of port group `group` as kube-ovn-controller writes it (a row of its own, not
+    /// `acl-add`, which would turn logging on with the name): `name` (none for the node's),
+    /// `external_ids` parent and vendor, from-lport ones applied after the load balancers
+    /// (`apply-after-lb`).
+    #[allow(clippy::too_many_arguments)]
+    fn port_group_acl(
+        &mut self,
+        direction: &str,
+        group: &str,
+        priority: u16,
+        match_: &str,
+        action: &str,
+        name: Option<&str>,
+    ) -> &mut Self {
+        let id = format!("@acl{}", self.commands.len());
+        let mut row = vec![
+            format!("--id={id}"),
+            "create".into(),
+            "acl".into(),
+            format!("direction={direction}"),
+            format!("priority={priority}"),
+            format!("match=\"{}\"", match_.replace('"', "\\\"")),
+            format!("action={action}"),
+            format!("external_ids:parent={group}"),
+            VENDOR.into(),
+        ];
+        if let Some(name) = name {
+            row.push(format!("name=\"{name}\""));
+        }
+        if direction == "from-lport" {
+            row.push("options:apply-after-lb=true".into());
+        }
+        self.commands.push(row);
+        self.add(&["add", "port_group", group, "acls", &id])
+    }
+
+    /// What kube-ovn-controller's `handleUpdateNode` writes for `node` once NetworkPolicies
+    /// exist: its port group `node.<node>` holds the node's pods (`ports`), and two
+    /// priority-3000 allow-related ACLs let the node (`node_ip`) reach them and them answer
+    /// (kubelet's probes): `ip4.src == <node_ip> && ip4.dst == $node.<node>_ip4` to-lport and
+    /// its mirror from-lport (after the load balancers).
+    pub fn node_acls(&mut self, node: &str, node_ip: Ipv4Addr, ports: &[&str]) -> &mut Self {
+        let group = format!("node.{}", node.replace('-', "."));
+        let mut command = vec!["pg-set-ports", group.as_str()];
+        command.extend_from_slice(ports);
+        self.add(&command);
+        let to_pods = format!("ip4.src == {node_ip} && ip4.dst == ${group}_ip4");
+        let from_pods = format!("ip4.dst == {node_ip} && ip4.src == ${group}_ip4");
+        self.port_group_acl("to-lport", &group, 3000, &to_pods, "allow-related", None)
+            .port_group_acl(
+                "from-lport",
+                &group,
+                3000,
+                &from_pods,
+                "allow-related",
+                None,
+            )
+    }
+
     /// A load balancer `name` for `vip` ("IP:port") with `backends` ("IP:port,…"), as Kube-OVN
     /// writes a Service's (`protocol` tcp or udp).
     pub fn load_balancer(
@@ -737,6 +879,24 @@ impl Topology {
         }
         args
     }
+}
+
+/// One ingress (`from`) or egress (`to`) rule of a NetworkPolicy: the peers' addresses (pods
+/// selected and ipBlocks, the allow set), the ipBlocks' `except` and the ports (none: all).
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyRule<'a> {
+    pub allow: &'a [&'a str],
+    pub except: &'a [&'a str],
+    pub ports: &'a [PolicyPort],
+}
+
+/// A NetworkPolicy port: a protocol (`tcp`, `udp`, `sctp`) with no port, one port, or a range
+/// (`endPort`).
+#[derive(Clone, Copy, Debug)]
+pub enum PolicyPort {
+    Protocol(&'static str),
+    Port(&'static str, u16),
+    Range(&'static str, u16, u16),
 }
 
 /// A pod's LSP name, as Kube-OVN names it: `<pod>.<namespace>`.

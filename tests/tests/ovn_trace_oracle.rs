@@ -17,35 +17,25 @@
 //! or be a drop the backend counts for a router it declines (`router_unsupported`, the reasons
 //! printed).
 
+mod common;
 mod oracle_kernel;
 
-use std::{
-    net::{Ipv4Addr, Ipv6Addr},
-    process::Command,
-    time::Duration,
-};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ovnbpf_agent::{
-    lflow::parse_actions,
-    ovsdb::{
-        remote::Remote,
-        session::{self, SessionConfig, SessionEvent},
+    pipeline::eval::{
+        Evaluator,
+        packet::{L3, L4, Packet, ipv6_multicast_mac, solicited_node},
     },
-    pipeline::{
-        Compiler,
-        eval::{
-            Evaluator,
-            microflow::apply_statements,
-            packet::{L3, L4, Packet, ipv6_multicast_mac, solicited_node},
-        },
-    },
-    sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
+    sb::rows::LogicalFlow,
 };
 use ovnbpf_tests::{
     kubeovn::{self, Topology, mac_for},
-    ovn::{Db, OvnLab},
-    process, require_root,
+    ovn::OvnLab,
+    require_root,
 };
+
+use common::trace_oracle::{self, TraceOptions};
 
 struct Pod {
     port: String,
@@ -693,83 +683,13 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     cases
 }
 
-/// `ovn-trace --minimal` of `packet` entering `switch` on `inport`, as output packets.
-/// `None` when ovn-trace itself cannot evaluate the packet: ovn-trace 23.03 aborts on
-/// `nd_na_router` (an assertion in its `ovnact_get_ND_NA`), which answers every solicitation
-/// for a router address.
-fn ovn_trace(
-    lab: &OvnLab,
-    switch: &str,
-    inport: &str,
-    packet: &Packet,
-    selected: &[u16],
-) -> Option<(Vec<(String, Packet)>, String)> {
-    let microflow = packet.to_microflow(inport);
-    let sb = format!("--db={}", lab.unix_remote(Db::Southbound));
-    let mut command = Command::new("ovn-trace");
-    command.args([&sb, "--minimal"]);
-    // ovn-trace picks an ECMP member at random unless told; it is told ours, so the rest of
-    // the path is compared (the choice itself is the datapath's in OVN: a per-flow hash).
-    if let Some(member) = selected.first() {
-        command.arg(format!("--select-id={member}"));
-    }
-    let text = match process::output(command.args([switch, &microflow])) {
-        Ok(text) => text,
-        Err(error) if error.to_string().contains("OVNACT_ND_NA") => return None,
-        Err(error) => panic!("ovn-trace failed for {microflow}: {error}"),
-    };
-    let statements = flatten_selects(
-        &text
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .collect::<Vec<_>>(),
-    );
-    let actions = parse_actions(&statements)
-        .unwrap_or_else(|e| panic!("cannot parse ovn-trace output {statements:?}: {e}"));
-    let outputs = apply_statements(packet, &actions)
-        .unwrap_or_else(|e| panic!("cannot apply ovn-trace output {statements:?}: {e}"));
-    Some((outputs, text))
-}
-
-/// ovn-trace's `--minimal` output with each `select: R = N { … };` block (the ECMP member it
-/// chose) replaced by the statements inside it, which is what the packet went through.
-fn flatten_selects(lines: &[&str]) -> String {
-    let mut kept = Vec::new();
-    let mut open: Vec<usize> = Vec::new();
-    for line in lines {
-        let indent = line.len() - line.trim_start().len();
-        let trimmed = line.trim();
-        if trimmed.starts_with("select:") && trimmed.ends_with('{') {
-            open.push(indent);
-        } else if trimmed == "};" && open.last() == Some(&indent) {
-            open.pop();
-        } else {
-            kept.push(*line);
-        }
-    }
-    kept.join("\n")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ir_verdicts_equal_ovn_trace() {
     require_root();
     let lab = OvnLab::start().unwrap();
     let pods = build(&lab);
 
-    let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
-    let remote = Remote::parse_list(&lab.unix_remote(Db::Southbound)).unwrap();
-    let (_handle, mut events) = session::start(SessionConfig::new(remote, DATABASE, tables));
-    let mut sb = Southbound::new();
-    let mut compiler = Compiler::new();
-    while let Ok(Some(event)) =
-        tokio::time::timeout(Duration::from_millis(500), events.recv()).await
-    {
-        let changes = sb.apply(&event);
-        compiler.apply(&sb, &changes);
-        if let SessionEvent::Disconnected { reason, .. } = event {
-            panic!("lost the SB: {reason}");
-        }
-    }
+    let common::Replica { sb, compiler, .. } = common::Replica::start(&lab).await;
     // Every flow of the forwarding stages compiles: what stays unsupported is stateful
     // (ACL, load balancing, conntrack, NAT), which this topology leaves at its defaults.
     let forwarding_gaps: Vec<String> = compiler
@@ -800,9 +720,16 @@ async fn ir_verdicts_equal_ovn_trace() {
     for (what, pod, packet) in &cases {
         let ours = evaluator.trace(&pod.port, *packet).unwrap();
         selected.extend(ours.selected.iter().copied());
-        let Some((theirs, their_text)) =
-            ovn_trace(&lab, pod.switch, &pod.port, packet, &ours.selected)
-        else {
+        let Some((theirs, their_text)) = trace_oracle::ovn_trace(
+            &lab,
+            pod.switch,
+            &pod.port,
+            packet,
+            TraceOptions {
+                select: ours.selected.first().copied(),
+                ct: &[],
+            },
+        ) else {
             beyond_ovn_trace += 1;
             continue;
         };

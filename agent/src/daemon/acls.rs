@@ -1,18 +1,21 @@
 //! The users' ACLs the datapath does not enforce yet (NetworkPolicies, subnet ACLs), per switch,
-//! from the IR's [`IrEntry::UnenforcedAcl`] entries: a warning when a switch gets its first one
-//! (its pods' traffic is switched as if the ACLs did not exist), a note when it has none left,
-//! and the counts for the metrics. Owns only its sets; reads nothing but the diffs it is given.
+//! from the IR: the ACLs whose flows did not compile ([`IrEntry::UnenforcedAcl`]) and, while
+//! the kernel does not run the ACL stages, the compiled ones too ([`IrEntry::Acl`] rules of a
+//! named ACL). A warning when a switch gets its first one (its pods' traffic is switched as if
+//! the ACLs did not exist), a note when it has none left, and the counts for the metrics. Owns
+//! only its counts; reads nothing but the diffs it is given.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tracing::{info, warn};
 
 use crate::pipeline::{IrDiff, ir::IrEntry};
 
-/// Unenforced ACLs by switch (tunnel key) → ACL hints.
+/// Unenforced ACLs by switch (tunnel key) → ACL hint → entries naming it (an ACL has several
+/// flows).
 #[derive(Debug, Default)]
 pub struct UnenforcedAcls {
-    by_datapath: HashMap<u32, BTreeSet<String>>,
+    by_datapath: HashMap<u32, BTreeMap<String, usize>>,
 }
 
 impl UnenforcedAcls {
@@ -30,20 +33,29 @@ impl UnenforcedAcls {
             .map(|e| (e, false))
             .chain(diff.added.iter().map(|e| (e, true)))
         {
-            let IrEntry::UnenforcedAcl { datapath, acl } = entry else {
-                continue;
+            let (datapath, acl) = match entry {
+                IrEntry::UnenforcedAcl { datapath, acl } => (datapath, acl),
+                IrEntry::Acl { datapath, rule } => match &rule.acl {
+                    Some(acl) => (datapath, acl),
+                    None => continue,
+                },
+                _ => continue,
             };
             let acls = self.by_datapath.entry(*datapath).or_default();
+            let count = acls.entry(acl.clone()).or_insert(0);
             if added {
-                acls.insert(acl.clone());
+                *count += 1;
             } else {
-                acls.remove(acl);
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    acls.remove(acl);
+                }
             }
             touched.insert(*datapath);
         }
         for datapath in touched {
             let had = before.get(&datapath).copied().unwrap_or(0);
-            let has = self.by_datapath.get(&datapath).map_or(0, BTreeSet::len);
+            let has = self.by_datapath.get(&datapath).map_or(0, BTreeMap::len);
             let switch = name(datapath);
             if had == 0 && has > 0 {
                 warn!(
@@ -70,7 +82,7 @@ impl UnenforcedAcls {
     /// Unenforced ACLs, counted once per switch they apply to.
     #[must_use]
     pub fn acls(&self) -> usize {
-        self.by_datapath.values().map(BTreeSet::len).sum()
+        self.by_datapath.values().map(BTreeMap::len).sum()
     }
 }
 

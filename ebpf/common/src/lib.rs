@@ -8,6 +8,7 @@
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
 pub const LAYOUT_VERSION: u32 = 7;
 
+pub mod ct;
 pub mod program;
 pub mod stage;
 pub use stage::{

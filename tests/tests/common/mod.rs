@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod trace_oracle;
+
 use std::{collections::BTreeSet, time::Duration};
 
 use ovnbpf_agent::{

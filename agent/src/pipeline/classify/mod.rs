@@ -5,6 +5,8 @@
 //! `switch` (`ls_*`), `router` (`lr_*`), `ipv6` (IPv6-only flows of either, consulted
 //! first); `matching` names the AST patterns they share; `verdict` is what they return.
 
+mod acl;
+mod acl_match;
 mod ipv6;
 pub(super) mod matching;
 mod policy;
@@ -16,7 +18,9 @@ mod verdict;
 
 use matching::*;
 use verdict::not_compiled;
-pub use verdict::{Class, is_acl_stage, unsupported_stops_forwarding};
+pub use verdict::{
+    Class, acl_fails_closed, is_acl_stage, keeps_address_sets, unsupported_stops_forwarding,
+};
 
 /// The duty's old path; see [`crate::pipeline::ir::MAC_LEARNING_NOT_DONE`].
 pub use crate::pipeline::ir::MAC_LEARNING_NOT_DONE;
@@ -44,6 +48,19 @@ const STAGES: &[(&str, Classifier)] = &[
     ("ls_in_arp_rsp", switch::arp_responder),
     ("ls_in_l2_lkup", switch::l2_lookup),
     ("ls_in_l2_unknown", switch::l2_unknown),
+    ("ls_in_pre_acl", acl::pre_acl_in),
+    ("ls_out_pre_acl", acl::pre_acl_out),
+    ("ls_in_pre_lb", acl::pre_lb_in),
+    ("ls_out_pre_lb", acl::pre_lb_out),
+    ("ls_in_pre_stateful", acl::pre_stateful),
+    ("ls_out_pre_stateful", acl::pre_stateful),
+    ("ls_in_acl_hint", acl::acl_hint),
+    ("ls_out_acl_hint", acl::acl_hint),
+    ("ls_in_acl", acl::acl_in),
+    ("ls_in_acl_after_lb", acl::acl_after_lb),
+    ("ls_out_acl", acl::acl_out),
+    ("ls_in_stateful", acl::stateful_in),
+    ("ls_out_stateful", acl::stateful_out),
     ("lr_in_admission", router::admission),
     ("lr_in_ip_routing", router::route),
     ("lr_in_arp_resolve", router::neighbour),

@@ -273,21 +273,9 @@ fn unsupported_router_flows_stop_forwarding_switch_and_snat_flows_do_not() {
 fn flows_of_stages_not_compiled_that_only_pass_on_are_neutral() {
     // What the datapath does with a stage it does not compile: every packet goes on.
     for (stage, match_, actions) in [
-        (
-            "ls_in_pre_lb",
-            "nd || nd_rs || nd_ra || mldv1 || mldv2",
-            "next;",
-        ),
-        (
-            "ls_in_acl",
-            "nd || nd_ra || nd_rs || mldv1 || mldv2",
-            "next;",
-        ),
-        (
-            "ls_out_pre_lb",
-            r#"ip && outport == "underlay-ovn-cluster""#,
-            "ct_clear; next;",
-        ),
+        ("ls_in_pre_hairpin", "ip && ct.trk", "next;"),
+        ("ls_in_qos_mark", "ip4", "next;"),
+        ("ls_in_lb_aff_check", "ip", "ct_clear; next;"),
     ] {
         assert_eq!(
             class(stage, 110, match_, actions),
@@ -297,10 +285,17 @@ fn flows_of_stages_not_compiled_that_only_pass_on_are_neutral() {
     }
     // Anything else they do stays unsupported, with the feature it needs.
     for (stage, match_, actions) in [
-        ("ls_in_pre_stateful", "reg0[0] == 1", "ct_next;"),
-        ("ls_in_pre_lb", "ip", "reg0[2] = 1; next;"),
-        ("ls_in_acl", "outport == @np.web && ip", "drop;"),
-        ("ls_out_pre_lb", "ip", "ct_clear; drop;"),
+        (
+            "ls_in_lb",
+            "ct.new && ip4.dst == 10.96.0.1 && tcp.dst == 80",
+            "reg0[1] = 0; ct_lb_mark(backends=10.16.0.2:80);",
+        ),
+        (
+            "ls_in_hairpin",
+            "reg0[6] == 1",
+            "eth.dst <-> eth.src; outport = inport; flags.loopback = 1; output;",
+        ),
+        ("ls_in_pre_hairpin", "ip", "ct_clear; drop;"),
     ] {
         assert!(
             matches!(class(stage, 100, match_, actions), Class::Unsupported(ref r) if r.ends_with("is not in the datapath yet")),

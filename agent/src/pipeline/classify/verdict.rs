@@ -53,6 +53,25 @@ pub fn is_acl_stage(stage: &str) -> bool {
     stateful_feature(stage) == Some("ACL")
 }
 
+/// Whether an unsupported flow of `stage` makes its pipeline of the switch fail closed
+/// ([`crate::pipeline::ir::IrEntry::AclFailClosed`]): the ACL stages and the commit after them.
+/// Returns the pipeline (`true`: egress). Load balancing flows in `ls_*_pre_stateful` and
+/// `ls_in_lb` do not: they are reported, and Services are issue 17's.
+#[must_use]
+pub fn acl_fails_closed(stage: &str) -> Option<bool> {
+    let egress = stage.starts_with("ls_out_");
+    let acl = is_acl_stage(stage) || (stage.ends_with("_stateful") && !stage.contains("pre_"));
+    (stage.starts_with("ls_") && acl).then_some(egress)
+}
+
+/// Whether the compiler keeps the address sets a flow of `stage` compares IP addresses with by
+/// name (the ACL stages: a set's member becomes an entry of its own, so a pod joining a
+/// NetworkPolicy's set changes one entry, not every ACL naming it).
+#[must_use]
+pub fn keeps_address_sets(stage: &str) -> bool {
+    stage.starts_with("ls_") && is_acl_stage(stage)
+}
+
 /// The stateful feature a stage implements, for the unsupported reason.
 fn stateful_feature(stage: &str) -> Option<&'static str> {
     let words: Vec<&str> = stage.split('_').collect();

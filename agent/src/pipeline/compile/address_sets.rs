@@ -22,26 +22,38 @@ use crate::{
 /// `used` each set named (also the ones that are missing, so that their arrival recompiles the
 /// flow). A missing set or an address that is not a constant is an error naming it: the flow's
 /// meaning is then unknown.
+///
+/// `keep_ip`: sets compared with IP addresses (`ip4.src`, `ip4.dst`, `ip6.src`, `ip6.dst`) are
+/// left by name and not listed (the ACL stages: their members are IR entries of their own).
 pub(super) fn expand(
     expr: &mut Expr,
     sb: &Southbound,
     used: &mut Vec<String>,
+    keep_ip: bool,
 ) -> Result<(), String> {
     match expr {
-        Expr::Not(inner) => expand(inner, sb, used),
+        Expr::Not(inner) => expand(inner, sb, used, keep_ip),
         Expr::And(terms) | Expr::Or(terms) => {
             // Every set is listed even when an earlier one fails.
             let mut outcome = Ok(());
             for term in terms {
-                let expanded = expand(term, sb, used);
+                let expanded = expand(term, sb, used, keep_ip);
                 if outcome.is_ok() {
                     outcome = expanded;
                 }
             }
             outcome
         }
-        Expr::Compare { values, set, .. } => {
+        Expr::Compare {
+            values, set, field, ..
+        } => {
             if !values.iter().any(|v| matches!(v, Value::AddressSet(_))) {
+                return Ok(());
+            }
+            if keep_ip
+                && field.slice.is_none()
+                && ["ip4.src", "ip4.dst", "ip6.src", "ip6.dst"].contains(&field.name.as_str())
+            {
                 return Ok(());
             }
             let mut outcome = Ok(());
@@ -145,7 +157,7 @@ mod tests {
         let sb = Southbound::new();
         let mut expr = parse_match("ip4.src == $a_ip4 && ip4.dst == $b_ip4").unwrap();
         let mut used = Vec::new();
-        let error = expand(&mut expr, &sb, &mut used).unwrap_err();
+        let error = expand(&mut expr, &sb, &mut used, false).unwrap_err();
         assert_eq!(error, "address set $a_ip4 is not in the Southbound");
         assert_eq!(used, ["a_ip4", "b_ip4"]);
     }

@@ -31,7 +31,7 @@ use crate::{
         Southbound,
         rows::{
             AddressSet, Chassis, DatapathBinding, Encap, LogicalDpGroup, LogicalFlow, MacBinding,
-            MulticastGroup, PortBinding,
+            MulticastGroup, PortBinding, PortGroup,
         },
     },
 };
@@ -128,8 +128,10 @@ impl Compiler {
                 AddressSet::TABLE => {
                     for set in touched.chain(gone) {
                         flows.extend(self.flows_by_set.changed(sb, set));
+                        rows.push(set);
                     }
                 }
+                PortGroup::TABLE => rows.extend(touched.chain(gone)),
                 PortBinding::TABLE | MacBinding::TABLE | Encap::TABLE => {
                     rows.extend(touched.chain(gone))
                 }
@@ -213,6 +215,8 @@ impl Compiler {
             .chain(sb.rows::<DatapathBinding>().map(|d| d.uuid))
             .chain(sb.rows::<MacBinding>().map(|m| m.uuid))
             .chain(sb.rows::<Encap>().map(|e| e.uuid))
+            .chain(sb.rows::<AddressSet>().map(|a| a.uuid))
+            .chain(sb.rows::<PortGroup>().map(|g| g.uuid))
             .collect();
         for uuid in rows {
             self.compile_row(sb, uuid, delta);
@@ -295,8 +299,13 @@ impl Compiler {
                 let datapaths = flow_datapaths(sb, flow);
                 contribution.registers =
                     registers::RegisterUse::of(&match_, &actions, &datapaths).map(Box::new);
-                let expanded =
-                    address_sets::expand(&mut match_, sb, &mut contribution.address_sets);
+                let expanded = address_sets::expand(
+                    &mut match_,
+                    sb,
+                    &mut contribution.address_sets,
+                    classify::keeps_address_sets(&stage),
+                );
+                let acl_name = flow.external_ids.get("stage-hint");
                 for datapath in datapaths {
                     let class = match &expanded {
                         Ok(()) => classify::classify(&Flow {
@@ -310,7 +319,15 @@ impl Compiler {
                     };
                     let outcome = match class {
                         Class::Compiled(entries) => {
-                            contribution.entries.extend(entries);
+                            contribution.entries.extend(entries.into_iter().map(
+                                |entry| match entry {
+                                    IrEntry::Acl { datapath, mut rule } => {
+                                        rule.acl = acl_name.cloned();
+                                        IrEntry::Acl { datapath, rule }
+                                    }
+                                    other => other,
+                                },
+                            ));
                             Outcome::Compiled
                         }
                         Class::Neutral => Outcome::Neutral,
@@ -338,9 +355,16 @@ impl Compiler {
                                     },
                                 });
                             }
+                            // Security fails closed: the switch's pipeline drops what reaches
+                            // an ACL stage it cannot translate.
+                            if let Some(egress) = classify::acl_fails_closed(&stage) {
+                                contribution
+                                    .entries
+                                    .push(IrEntry::AclFailClosed { datapath, egress });
+                            }
                             // northd names the ACL a flow comes from; its default ACL-stage
                             // flows carry no such hint.
-                            if let Some(acl) = flow.external_ids.get("stage-hint")
+                            if let Some(acl) = acl_name
                                 && classify::is_acl_stage(&stage)
                             {
                                 contribution.entries.push(IrEntry::UnenforcedAcl {

@@ -1,4 +1,5 @@
-//! Row entries: Encap → chassis encap, Port_Binding → port (its address columns parsed once, here, into typed
+//! Row entries: Encap → chassis encap, Address_Set and Port_Group → one member entry each,
+//! Port_Binding → port (its address columns parsed once, here, into typed
 //! addresses; entries that do not parse are logged and counted), MAC_Binding → learned
 //! neighbour, Datapath_Binding → datapath. Touches the SB replica (read) and the compiler's per-row contributions.
 
@@ -7,10 +8,10 @@ use uuid::Uuid;
 use super::{Compiler, Contribution, Delta};
 use crate::{
     net::{LspAddress, is_address_keyword},
-    pipeline::ir::{IrEntry, PortKind},
+    pipeline::ir::{IrEntry, PortKind, Prefix},
     sb::{
         Southbound,
-        rows::{Chassis, DatapathBinding, Encap, MacBinding, PortBinding},
+        rows::{AddressSet, Chassis, DatapathBinding, Encap, MacBinding, PortBinding, PortGroup},
     },
 };
 
@@ -24,6 +25,17 @@ impl Compiler {
             learned_neighbour(sb, &binding).into_iter().collect()
         } else if let Some(encap) = sb.row::<Encap>(&uuid) {
             chassis_encap(&encap).into_iter().collect()
+        } else if let Some(set) = sb.row::<AddressSet>(&uuid) {
+            address_set_members(&set)
+        } else if let Some(group) = sb.row::<PortGroup>(&uuid) {
+            group
+                .ports
+                .iter()
+                .map(|port| IrEntry::PortGroupMember {
+                    group: group.name.clone(),
+                    port: port.clone(),
+                })
+                .collect()
         } else if let Some(datapath) = sb.row::<DatapathBinding>(&uuid) {
             vec![IrEntry::Datapath {
                 datapath: datapath.tunnel_key,
@@ -46,6 +58,25 @@ impl Compiler {
         }
         self.rows.insert(uuid, contribution);
     }
+}
+
+/// The IPv4 members of an Address_Set row (addresses or CIDRs; IPv6 ones wait for issue 21, and
+/// an entry that is neither is left out, as ovn-controller leaves it out).
+fn address_set_members(set: &AddressSet) -> Vec<IrEntry> {
+    set.addresses
+        .iter()
+        .filter_map(|address| {
+            let (network, length) = match address.split_once('/') {
+                Some((network, length)) => (network, length.parse::<u8>().ok()?),
+                None => (address.as_str(), 32),
+            };
+            let network: std::net::Ipv4Addr = network.parse().ok()?;
+            (length <= 32).then(|| IrEntry::AddressSetMember {
+                set: set.name.clone(),
+                prefix: Prefix { network, length },
+            })
+        })
+        .collect()
 }
 
 /// The port entry of a Port_Binding row, and how many of its address entries did not parse

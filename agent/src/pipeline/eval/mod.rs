@@ -17,6 +17,7 @@
 //! [`IrEntry::Unsupported`] reports) come with the result ([`Trace::unsupported`]), because its
 //! answer there may not be OVN's.
 
+mod acl;
 mod family;
 mod ipv6;
 pub mod microflow;
@@ -27,6 +28,7 @@ mod switch;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::pipeline::ir::{IrEntry, LspAddress, Mac, PortKind};
+pub use acl::CtAssumptions;
 use packet::Packet;
 
 /// What happened to a packet.
@@ -43,6 +45,8 @@ pub struct Trace {
     /// The ECMP members OVN's `select` chose on the way, in order (by the flow's hash, as the
     /// kernel chooses; `ovn-trace --select-id` makes the same choice).
     pub selected: Vec<u16>,
+    /// The conntrack states the trace assumes (and how many it used).
+    pub ct: CtAssumptions,
 }
 
 /// An unsupported report ([`IrEntry::Unsupported`]) of a datapath a trace crossed.
@@ -62,6 +66,7 @@ pub struct Evaluator<'a> {
     port_names: HashMap<(u32, u32), &'a str>,
     groups: HashMap<(u32, &'a str), Vec<u32>>,
     by_datapath: HashMap<u32, Vec<&'a IrEntry>>,
+    acl: acl::AclIndex<'a>,
 }
 
 /// Hops allowed before a packet is considered looping.
@@ -81,6 +86,7 @@ impl<'a> Evaluator<'a> {
             port_names: HashMap::new(),
             groups: HashMap::new(),
             by_datapath: HashMap::new(),
+            acl: acl::AclIndex::default(),
         };
         let mut group_names: HashMap<(u32, u32), &'a str> = HashMap::new();
         let mut members: Vec<(u32, u32, u32)> = Vec::new();
@@ -119,7 +125,7 @@ impl<'a> Evaluator<'a> {
                 } => {
                     group_names.insert((*datapath, *key), name);
                 }
-                _ => {}
+                _ => evaluator.acl.add(entry),
             }
             evaluator
                 .by_datapath
@@ -139,6 +145,7 @@ impl<'a> Evaluator<'a> {
         for ports in evaluator.groups.values_mut() {
             ports.sort_unstable();
         }
+        evaluator.acl.finish();
         evaluator
     }
 
@@ -154,13 +161,28 @@ impl<'a> Evaluator<'a> {
         self.datapaths.get(&datapath).map_or("?", |(name, _)| name)
     }
 
-    /// Traces `packet` arriving from the VIF `inport`.
+    /// Traces `packet` arriving from the VIF `inport`, conntrack reporting established
+    /// connections (ovn-trace's default).
     pub fn trace(&self, inport: &str, packet: Packet) -> Result<Trace, String> {
+        self.trace_with_ct(inport, packet, CtAssumptions::default())
+    }
+
+    /// Traces `packet` arriving from the VIF `inport`, conntrack reporting `ct`'s states in
+    /// turn (as `ovn-trace --ct`).
+    pub fn trace_with_ct(
+        &self,
+        inport: &str,
+        packet: Packet,
+        ct: CtAssumptions,
+    ) -> Result<Trace, String> {
         let (datapath, _, _) = self
             .ports
             .get(inport)
             .ok_or_else(|| format!("unknown port {inport:?}"))?;
-        let mut trace = Trace::default();
+        let mut trace = Trace {
+            ct,
+            ..Trace::default()
+        };
         self.switch(*datapath, inport, packet, false, &mut trace, 0);
         let unsupported: BTreeSet<UnsupportedOnPath> = trace
             .crossed

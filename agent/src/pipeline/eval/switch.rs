@@ -3,7 +3,9 @@
 //! only IR entries through [`Evaluator`].
 
 use super::{
-    Evaluator, MAX_HOPS, Trace, is_multicast,
+    Evaluator, MAX_HOPS, Trace,
+    acl::AclPorts,
+    is_multicast,
     packet::{L3, L4, Packet},
 };
 use crate::{
@@ -90,7 +92,17 @@ impl Evaluator<'_> {
             return;
         }
         self.step(trace, dp, format!("switch ingress from {inport}: {packet}"));
-        if !self.port_security(dp, inport, &packet, trace) {
+        if !self.port_security(dp, inport, &packet, trace)
+            || !self.acl(
+                dp,
+                AclPorts {
+                    inport,
+                    outport: None,
+                },
+                &packet,
+                trace,
+            )
+        {
             return;
         }
         if self.switch_ipv6(dp, inport, packet, from_router, trace, hops)
@@ -339,6 +351,13 @@ impl Evaluator<'_> {
     ) {
         if outport == inport && !loopback {
             self.step(trace, dp, format!("not sent back out of {inport}"));
+            return;
+        }
+        let ports = AclPorts {
+            inport,
+            outport: Some(outport),
+        };
+        if self.ports.contains_key(outport) && !self.acl(dp, ports, &packet, trace) {
             return;
         }
         match self.ports.get(outport) {

@@ -2,7 +2,14 @@
 //! tunnel keys and port names as the SB names them). Every entry is derived from Southbound rows
 //! or logical flows; entries are values, so a diff between two IRs is a set difference.
 
+mod acl;
+
 use std::net::{Ipv4Addr, Ipv6Addr};
+
+pub use acl::{
+    AclAction, AclClause, AclFamily, AclLog, AclMatch, AclRule, AclStage, AddressTerm,
+    AddressValue, PortRef, States, TrackingStage,
+};
 
 /// One entry of a port's addresses or port security, typed.
 pub use crate::net::LspAddress;
@@ -66,6 +73,38 @@ pub enum IrEntry {
     /// A user's ACL (a Northbound ACL row, named by the first 8 hex digits of its UUID as
     /// northd's `stage-hint`) has flows on this switch that the datapath does not enforce.
     UnenforcedAcl { datapath: u32, acl: String },
+    /// A flow of an ACL stage of this switch could not be compiled: security fails closed, so
+    /// the switch's ingress (or egress) pipeline drops what reaches its ACL stage (unless the
+    /// operator chose `--unsupported-acl=allow`).
+    AclFailClosed { datapath: u32, egress: bool },
+    /// An ACL-stage flow, compiled ([`AclRule`]).
+    Acl { datapath: u32, rule: Box<AclRule> },
+    /// `stage` of the switch's ingress (or egress) pipeline sends IP packets to conntrack.
+    AclTracking {
+        datapath: u32,
+        egress: bool,
+        stage: TrackingStage,
+    },
+    /// Packets matching `condition` skip `stage`'s conntrack (northd's priority-110 flows:
+    /// multicast, neighbour discovery, router and localnet ports); `stateless`: the flow is an
+    /// `allow-stateless` ACL's filter (`reg0[16] = 1`), which `ls_*_pre_lb` honours too.
+    AclTrackingBypass {
+        datapath: u32,
+        egress: bool,
+        stage: TrackingStage,
+        condition: AclMatch,
+        stateless: bool,
+    },
+    /// `ls_*_pre_lb`'s `reg0[16] == 1 → next;`: packets an `allow-stateless` filter matched
+    /// skip the load balancers' conntrack as well.
+    StatelessSkipsLb { datapath: u32, egress: bool },
+    /// `ls_*_stateful`: connections the ACL stage marked (`reg0[1]`) are committed, with
+    /// `ct_mark.blocked` cleared.
+    AclCommit { datapath: u32, egress: bool },
+    /// A member of an Address_Set (IPv4 entries; the set's IPv6 entries wait for issue 21).
+    AddressSetMember { set: String, prefix: Prefix },
+    /// A port of an SB Port_Group (named `<datapath key>_<NB name>`).
+    PortGroupMember { group: String, port: String },
     /// A logical port (from Port_Binding), with its addresses and port-security allowances,
     /// parsed (in the Southbound's order; keywords such as "unknown" or "router" and entries
     /// that do not parse are left out).
@@ -491,12 +530,20 @@ impl IrEntry {
     #[must_use]
     pub fn datapath(&self) -> u32 {
         match self {
-            IrEntry::ChassisEncap { .. } => NO_DATAPATH,
+            IrEntry::ChassisEncap { .. }
+            | IrEntry::AddressSetMember { .. }
+            | IrEntry::PortGroupMember { .. } => NO_DATAPATH,
             IrEntry::Datapath { datapath, .. }
             | IrEntry::Unsupported { datapath, .. }
             | IrEntry::NotForwardable { datapath, .. }
             | IrEntry::SideDutyNotDone { datapath, .. }
             | IrEntry::UnenforcedAcl { datapath, .. }
+            | IrEntry::Acl { datapath, .. }
+            | IrEntry::AclFailClosed { datapath, .. }
+            | IrEntry::AclTracking { datapath, .. }
+            | IrEntry::AclTrackingBypass { datapath, .. }
+            | IrEntry::StatelessSkipsLb { datapath, .. }
+            | IrEntry::AclCommit { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }
             | IrEntry::FloodMember { datapath, .. }
