@@ -98,6 +98,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("node-nic", Kind::Text),
     setting("no-node-nic", Kind::Switch),
     setting("nat-outgoing-subnet", Kind::List),
+    setting("unsupported-acl", Kind::Text),
     setting("cni-port-wait-s", Kind::Seconds),
     setting("cni-gc-grace-s", Kind::Seconds),
     setting("cni-sweep-interval-s", Kind::Seconds),

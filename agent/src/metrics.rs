@@ -245,6 +245,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             report.pod_filters_restored,
         ),
         (
+            "ovnbpf_conntrack_swept_total",
+            "counter",
+            "Expired connections the agent deleted from the datapath's connection table.",
+            report.connections_swept,
+        ),
+        (
             "ovnbpf_southbound_updates_total",
             "counter",
             "Southbound updates applied.",

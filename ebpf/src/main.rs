@@ -13,7 +13,9 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod acl;
 mod arp;
+mod conntrack;
 mod counters;
 mod csum;
 mod drop;
@@ -81,6 +83,25 @@ pub fn flood(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn ipv6(ctx: TcContext) -> i32 {
     match ipv6::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
+/// The ingress ACL stage, tail-called from `from_pod` (see [`acl`]); attached to no interface.
+#[classifier]
+pub fn acl_ingress(ctx: TcContext) -> i32 {
+    match acl::ingress_stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
+/// The egress ACL stage, tail-called by the deliveries to ports whose switch has to-lport ACLs
+/// (see [`acl`]); attached to no interface.
+#[classifier]
+pub fn acl_egress(ctx: TcContext) -> i32 {
+    match acl::egress_stage(&ctx) {
         Ok(verdict) => verdict,
         Err(reason) => drop_frame(&ctx, reason),
     }

@@ -4,14 +4,17 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
+    maps::{
+        Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf,
+    },
 };
 use ovnbpf_common::maps::{
-    ArpResponder, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap,
-    FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours,
-    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap,
-    ProviderNetworks, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers,
-    Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    AclAddresses, AclPortSets, AclRules, AclSwitches, ArpResponder, Conntrack, DropCounters,
+    DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
+    InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
+    PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks,
+    RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes,
+    Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -90,6 +93,11 @@ kernel_map!(STAGES: ProgramArray = Stages);
 kernel_map!(ND_RESPONDER: HashMap = NdResponder);
 kernel_map!(ROUTER_ADDRESSES6: HashMap = RouterAddresses6);
 kernel_map!(NEIGHBOURS6: HashMap = Neighbours6);
+kernel_map!(ACL_SWITCHES: HashMap = AclSwitches);
+kernel_map!(ACL_RULES: HashMap = AclRules);
+kernel_map!(ACL_ADDRESSES: LpmTrie = AclAddresses);
+kernel_map!(ACL_PORT_SETS: HashMap = AclPortSets);
+kernel_map!(CONNTRACK: LruHashMap = Conntrack);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

@@ -3,7 +3,7 @@
 //! it), and the
 //! local delivery of every path: [`reply_to_sender`] for what a stage answered in place,
 //! [`deliver_to_port`] for unicast, routed and decapsulated frames
-//! (the receiver-side egress pipeline first: egress port security, and later to-lport ACLs),
+//! (the receiver-side egress pipeline first: to-lport ACLs, then egress port security),
 //! [`deliver_local`] for a flood's last copy, [`clone_to_local`] for the other flood copies
 //! (multicast, which egress port security lets through; unknown-unicast floods reach only ports
 //! with unknown addresses, which carry no port security). Touches `INTERFACE_COUNTERS` (through
@@ -14,11 +14,12 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER,
-    drop_reason,
+    DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY,
+    LOCAL_PORT_VETH_PEER, drop_reason,
 };
 
 use crate::{
+    acl,
     counters::count_delivered,
     geneve::{self, Tunnel},
     port_security,
@@ -56,20 +57,47 @@ pub(crate) fn reply_to_sender(ctx: &TcContext, ifindex: u32) -> i32 {
     deliver_local(ctx, ifindex, 0, false)
 }
 
+/// The logical ports a delivery is between: (switch, ingress key << 16 | egress key), which the
+/// egress ACL stage matches on (ingress key 0: unknown, as from a provider network).
+#[derive(Clone, Copy)]
+pub(crate) struct Between {
+    pub datapath: u32,
+    pub ports: u32,
+}
+
 /// Hands a frame to the port behind host interface `ifindex` (flags as in
-/// [`ovnbpf_common::LocalPort`]) after the egress pipeline OVN runs for it: dropped when the
-/// port's egress port security refuses it.
+/// [`ovnbpf_common::LocalPort`]) after the egress pipeline OVN runs for it: IP to a port whose
+/// switch has to-lport ACLs goes through the egress ACL stage first (tail-called), then egress
+/// port security ([`deliver_after_acl`]).
 #[inline(always)]
 pub(crate) fn deliver_to_port(
     ctx: &TcContext,
     ifindex: u32,
     flags: u32,
     ip: bool,
+    between: Between,
 ) -> Result<i32, DropReason> {
+    if ip && flags & LOCAL_PORT_ACL != 0 {
+        let request = acl::egress_request(between.datapath, between.ports, ifindex, flags);
+        return Err(acl::request(ctx, acl::EGRESS_SLOT, &request));
+    }
     if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {
         return Err(drop_reason::EGRESS_PORT_SECURITY);
     }
     Ok(deliver_local(ctx, ifindex, flags, ip))
+}
+
+/// The delivery after the egress ACL stage (an IP frame): egress port security, then the port.
+#[inline(always)]
+pub(crate) fn deliver_after_acl(
+    ctx: &TcContext,
+    ifindex: u32,
+    flags: u32,
+) -> Result<i32, DropReason> {
+    if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {
+        return Err(drop_reason::EGRESS_PORT_SECURITY);
+    }
+    Ok(deliver_local(ctx, ifindex, flags, true))
 }
 
 /// The L2 output step (OVN's local and remote output tables) for a frame on `datapath` that
@@ -85,7 +113,16 @@ pub(crate) fn l2_output(
     ip: bool,
 ) -> Option<Result<i32, DropReason>> {
     match entry.kind {
-        FIB_LOCAL => Some(deliver_to_port(ctx, entry.ifindex, entry.flags, ip)),
+        FIB_LOCAL => Some(deliver_to_port(
+            ctx,
+            entry.ifindex,
+            entry.flags,
+            ip,
+            Between {
+                datapath,
+                ports: ingress_port << 16 | entry.port,
+            },
+        )),
         FIB_REMOTE => {
             let config = geneve::tunnel_config()?;
             let tunnel = Tunnel {

@@ -18,7 +18,7 @@ use crate::{
     geneve::tunnel_config,
     headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_UDP, OuterHeaders, UdpFrame},
     maps::{TUNNEL_PORTS, get},
-    output::deliver_to_port,
+    output::{Between, deliver_to_port},
 };
 
 /// What to do with a frame from the uplink.
@@ -79,6 +79,8 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         datapath: (u32::from(vni[0]) << 16) | (u32::from(vni[1]) << 8) | u32::from(vni[2]),
         port: u32::from_be(outer.option.data) & 0xffff,
     };
+    // OVN's option: the ingress port's key above the egress port's.
+    let option_data = u32::from_be(outer.option.data);
     let (port, group) = match get(&TUNNEL_PORTS, key) {
         Some(port) => (Some((port.ifindex, port.flags)), None),
         None => match flood::local_group(key.datapath, key.port) {
@@ -109,8 +111,16 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         return Decision::Drop(drop_reason::DECAP_FAILED);
     }
     match (port, group) {
-        (Some((ifindex, flags)), _) => match deliver_to_port(ctx, ifindex, flags, decap_flags != 0)
-        {
+        (Some((ifindex, flags)), _) => match deliver_to_port(
+            ctx,
+            ifindex,
+            flags,
+            decap_flags != 0,
+            Between {
+                datapath: key.datapath,
+                ports: (option_data >> 16 & 0x7fff) << 16 | key.port,
+            },
+        ) {
             Ok(verdict) => Decision::Redirected(verdict),
             Err(reason) => Decision::Drop(reason),
         },

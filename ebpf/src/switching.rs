@@ -12,13 +12,13 @@ use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     FIB_LOCAL, FIB_ROUTER, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request, ROUTER_REQUEST_MAGIC,
-    RouterRequest, drop_reason,
+    RouterRequest, acl::SWITCH_INGRESS, drop_reason,
 };
 
 use crate::maps::get;
 use crate::output::{Output, output};
 use crate::{
-    L2_FIB, PASS, POD_PORTS, arp, flood,
+    L2_FIB, PASS, POD_PORTS, acl, arp, flood,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
     ipv6, port_security, router, underlay,
 };
@@ -44,6 +44,29 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     {
         return Ok(verdict);
     }
+    let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
+    // IP on a switch with from-lport ACLs: the ACL stage, which switches it afterwards.
+    if ip && acl::switch_of(datapath, SWITCH_INGRESS).is_some() {
+        let request = acl::ingress_request(datapath, ingress_port, ifindex);
+        return Err(acl::request(ctx, acl::INGRESS_SLOT, &request));
+    }
+    switch_frame(ctx, datapath, ingress_port, ifindex)
+}
+
+/// The switch after its ACL stage (OVN's `ls_in_arp_rsp` on: the responders, then the L2
+/// lookup) for a frame on `datapath` from logical port `ingress_port` behind host veth
+/// `ifindex`.
+#[inline(always)]
+pub fn switch_frame(
+    ctx: &TcContext,
+    datapath: u32,
+    ingress_port: u32,
+    ifindex: u32,
+) -> Result<i32, DropReason> {
+    let Ok(eth) = ctx.load::<EthHeader>(0) else {
+        return Ok(PASS);
+    };
+    let ether_type = u16::from_be(eth.ether_type);
     let multicast = eth.destination[0] & 1 != 0;
     let ipv6_request = |router| Ipv6Request {
         datapath,

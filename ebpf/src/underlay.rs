@@ -99,7 +99,12 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     }
     let ether_type = u16::from_be(eth.ether_type);
     let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
-    match crate::output::deliver_to_port(ctx, entry.ifindex, entry.flags, ip) {
+    // The ingress port (the localnet's) is not known here: rules on the inport do not match.
+    let between = crate::output::Between {
+        datapath,
+        ports: entry.port,
+    };
+    match crate::output::deliver_to_port(ctx, entry.ifindex, entry.flags, ip, between) {
         Ok(verdict) => verdict,
         Err(reason) => crate::drop::drop_frame(ctx, reason),
     }

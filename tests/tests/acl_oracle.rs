@@ -9,8 +9,14 @@
 //! Policies in namespace `ns`: `web` (web0, web1) admits TCP 80 from client0 and `apps` except
 //! `other`, and UDP 5000–5010 from db0; `db` (db0) admits nothing and may reach web0 on TCP 5432
 //! only; `client` (client1) may send nothing. The node may reach web0 and db0 (and they answer).
+//!
+//! Then the kernel: the same IR installed by the backend, each case replayed through `from_pod`
+//! (and the receiver's `from_uplink`) from an empty connection table, the evaluator assuming
+//! new connections; then its reply, the evaluator assuming what the kernel committed for the
+//! first packet (replied where both ends' zones committed it, new or invalid where not).
 
 mod common;
+mod oracle_kernel;
 
 use std::net::Ipv4Addr;
 
@@ -269,4 +275,125 @@ async fn acl_verdicts_equal_ovn_trace() {
         disagreements.len(),
         disagreements.join("\n\n")
     );
+
+    let entries: Vec<_> = compiler.entries().cloned().collect();
+    let mut kernel = oracle_kernel::KernelReplay::new(&entries);
+    let mut report = oracle_kernel::Report::default();
+    let mut replies = 0;
+    for (what, pod, packet) in &cases {
+        kernel.clear_connections();
+        let new = CtAssumptions::new(vec![ct::TRACKED | ct::NEW; 4]);
+        let forward = kernel.check_with_ct(&mut report, &evaluator, what, &pod.port, *packet, new);
+        let Some((from, reply)) = reply_to(&pods, pod, packet) else {
+            continue;
+        };
+        replies += 1;
+        let states = reply_states(&forward, &reply);
+        let what = format!("{what}, then its reply");
+        kernel.check_with_ct(&mut report, &evaluator, &what, &from.port, reply, states);
+    }
+    println!(
+        "kernel replay: {} packets ({replies} replies), {} dropped by both, {} forwarded alike, {} disagreements",
+        report.replayed,
+        report.both_drop,
+        report.both_forward,
+        report.disagreements.len()
+    );
+    assert!(
+        report.both_drop > 100 && report.both_forward > 100,
+        "{report:?}"
+    );
+    assert!(
+        report.disagreements.is_empty(),
+        "{} of {} disagree between the kernel and the evaluator:\n\n{}",
+        report.disagreements.len(),
+        report.replayed,
+        report.disagreements.join("\n\n")
+    );
+}
+
+/// The reply to `packet` from the pod it was for (ports and addresses swapped, a ping
+/// answered), when both ends are pods (the node's join port has no conntrack of its own, so
+/// its replies meet conntrack once, not twice).
+fn reply_to<'a>(pods: &'a [Pod], from: &Pod, packet: &Packet) -> Option<(&'a Pod, Packet)> {
+    let L3::Ipv4 {
+        source,
+        destination,
+        l4,
+        ..
+    } = packet.l3
+    else {
+        return None;
+    };
+    let to = pods.iter().find(|pod| pod.ip == destination)?;
+    if to.switch == "join" || from.switch == "join" {
+        return None;
+    }
+    let l4 = match l4 {
+        L4::Tcp {
+            source,
+            destination,
+        } => L4::Tcp {
+            source: destination,
+            destination: source,
+        },
+        L4::Udp {
+            source,
+            destination,
+        } => L4::Udp {
+            source: destination,
+            destination: source,
+        },
+        L4::Icmp { kind: 8, code } => L4::Icmp { kind: 0, code },
+        other => other,
+    };
+    let eth_dst = if to.switch == from.switch {
+        from.mac
+    } else {
+        gateway_mac(to)
+    };
+    Some((
+        to,
+        Packet {
+            eth_src: to.mac,
+            eth_dst,
+            l3: L3::Ipv4 {
+                source: destination,
+                destination: source,
+                ttl: 64,
+                l4,
+            },
+        },
+    ))
+}
+
+/// What the kernel's table says of `reply` after the first packet's `forward` trace: the reply
+/// meets first the zone of the port the first packet was delivered to (committed if it was
+/// delivered), then the sender's (committed if the first packet passed its switch's ingress
+/// ACLs). A reply is `est|rpl` where committed; elsewhere a new connection, but an echo reply
+/// without its request is invalid.
+fn reply_states(forward: &ovnbpf_agent::pipeline::eval::Trace, reply: &Packet) -> CtAssumptions {
+    let delivered = !forward.outputs.is_empty();
+    let passed_ingress = delivered
+        || forward
+            .steps
+            .iter()
+            .any(|step| step.contains("dropped: ls_out_acl"));
+    let echo_reply = matches!(
+        reply.l3,
+        L3::Ipv4 {
+            l4: L4::Icmp { kind: 0, .. },
+            ..
+        }
+    );
+    let state = |committed: bool| {
+        if committed {
+            ct::TRACKED | ct::ESTABLISHED | ct::REPLY
+        } else if echo_reply {
+            ct::TRACKED | ct::INVALID
+        } else {
+            ct::TRACKED | ct::NEW
+        }
+    };
+    CtAssumptions::new(vec![state(delivered), state(passed_ingress)])
 }

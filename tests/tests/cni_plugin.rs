@@ -601,11 +601,28 @@ fn an_unprogrammed_pod_stays_out_of_its_node(lab: &CniLab, pod_netns: &[Netns; 2
 }
 
 fn an_unenforced_acl_is_reported(lab: &CniLab) {
-    // A NetworkPolicy-style ACL on a2's switch: the datapath does not enforce ACLs yet, and the
-    // agent says so (log and metrics) until the ACL is gone.
+    // An ACL on a2's switch the datapath cannot translate (a match on the TTL): the switch fails
+    // closed, and the agent says so (log and metrics) until the ACL is gone. One it translates
+    // is enforced and not reported.
     let has_on = |node: usize, line: &str| scrape(&lab.nodes[node]).lines().any(|l| l == line);
     Topology::new()
-        .acl("subnet-a", "to-lport", 1000, "ip4.src == 10.0.1.99", "drop")
+        .acl("subnet-a", "to-lport", 1001, "ip4.src == 10.0.1.99", "drop")
+        .apply(&lab.lab)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        has_on(1, "ovnbpf_acl_unenforced_switches 0"),
+        "{}",
+        scrape(&lab.nodes[1])
+    );
+    Topology::new()
+        .acl(
+            "subnet-a",
+            "to-lport",
+            1000,
+            "ip4.src == 10.0.1.99 && ip.ttl == 1",
+            "drop",
+        )
         .apply(&lab.lab)
         .unwrap();
     assert!(
@@ -618,7 +635,9 @@ fn an_unenforced_acl_is_reported(lab: &CniLab) {
     );
     let node2_log = std::fs::read_to_string(lab.work.path().join("node2.log")).unwrap();
     assert!(
-        node2_log.contains("does not enforce") && node2_log.contains("subnet-a"),
+        node2_log.contains("cannot translate")
+            && node2_log.contains("fails closed")
+            && node2_log.contains("subnet-a"),
         "{node2_log}"
     );
     lab.lab.nbctl(&["acl-del", "subnet-a"]).unwrap();

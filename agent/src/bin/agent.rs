@@ -27,6 +27,13 @@ use ovnbpf_agent::{
     ovsdb::remote::Remote,
 };
 
+/// `--unsupported-acl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum UnsupportedAcl {
+    Drop,
+    Allow,
+}
+
 #[derive(Parser)]
 #[command(name = "ovnbpf-agent", version, about = "ovnbpf node datapath agent")]
 struct Cli {
@@ -164,6 +171,11 @@ struct RunArgs {
     /// `natOutgoing: true`; Kube-OVN's `ovn-default` has it). Needs `nft`.
     #[arg(long = "nat-outgoing-subnet")]
     nat_outgoing_subnets: Vec<String>,
+    /// What a switch does with an ACL the datapath cannot translate: `drop` what reaches its
+    /// ACL stage (security fails closed), or `allow` it as if the ACL did not exist (fail-open,
+    /// the operator's choice; reported either way).
+    #[arg(long, env = "OVNBPF_UNSUPPORTED_ACL", value_enum, default_value_t = UnsupportedAcl::Drop)]
+    unsupported_acl: UnsupportedAcl,
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
     cni_port_wait_s: u64,
@@ -398,6 +410,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             pin_root: (!args.no_pins).then(|| args.pin_dir.clone()),
             providers: config::parse_bridge_mappings(&args.bridge_mappings)
                 .map_err(|e| anyhow::anyhow!("--bridge-mappings: {e}"))?,
+            acl_fail_open: args.unsupported_acl == UnsupportedAcl::Allow,
         }),
         None if !interfaces.is_empty() => {
             anyhow::bail!("--local-port NAME=INTERFACE needs --uplink")

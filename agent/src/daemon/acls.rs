@@ -1,9 +1,9 @@
-//! The users' ACLs the datapath does not enforce yet (NetworkPolicies, subnet ACLs), per switch,
-//! from the IR: the ACLs whose flows did not compile ([`IrEntry::UnenforcedAcl`]) and, while
-//! the kernel does not run the ACL stages, the compiled ones too ([`IrEntry::Acl`] rules of a
-//! named ACL). A warning when a switch gets its first one (its pods' traffic is switched as if
-//! the ACLs did not exist), a note when it has none left, and the counts for the metrics. Owns
-//! only its counts; reads nothing but the diffs it is given.
+//! The users' ACLs the datapath does not enforce as written (NetworkPolicies, subnet ACLs), per
+//! switch, from the IR: the ACLs whose flows did not translate ([`IrEntry::UnenforcedAcl`]:
+//! their switch fails closed, or, with `--unsupported-acl=allow`, switches as if they did not
+//! exist) and, with a datapath that runs no ACL stages, every ACL ([`IrEntry::Acl`] rules of a
+//! named ACL). A warning when a switch gets its first one, a note when it has none left, and the
+//! counts for the metrics. Owns only its counts; reads nothing but the diffs it is given.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -11,14 +11,35 @@ use tracing::{info, warn};
 
 use crate::pipeline::{IrDiff, ir::IrEntry};
 
+/// What the datapath does with ACLs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Enforcement {
+    /// It runs no ACL stages: every ACL is unenforced.
+    #[default]
+    None,
+    /// It enforces what translates; the rest fails closed.
+    FailClosed,
+    /// It enforces what translates; the rest is let through (the operator's choice).
+    FailOpen,
+}
+
 /// Unenforced ACLs by switch (tunnel key) → ACL hint → entries naming it (an ACL has several
 /// flows).
 #[derive(Debug, Default)]
 pub struct UnenforcedAcls {
     by_datapath: HashMap<u32, BTreeMap<String, usize>>,
+    enforcement: Enforcement,
 }
 
 impl UnenforcedAcls {
+    #[must_use]
+    pub fn new(enforcement: Enforcement) -> Self {
+        Self {
+            by_datapath: HashMap::new(),
+            enforcement,
+        }
+    }
+
     /// Applies one IR diff; `name` names a datapath for the logs.
     pub fn apply(&mut self, diff: &IrDiff, name: impl Fn(u32) -> String) {
         let mut touched = BTreeSet::new();
@@ -35,10 +56,12 @@ impl UnenforcedAcls {
         {
             let (datapath, acl) = match entry {
                 IrEntry::UnenforcedAcl { datapath, acl } => (datapath, acl),
-                IrEntry::Acl { datapath, rule } => match &rule.acl {
-                    Some(acl) => (datapath, acl),
-                    None => continue,
-                },
+                IrEntry::Acl { datapath, rule } if self.enforcement == Enforcement::None => {
+                    match &rule.acl {
+                        Some(acl) => (datapath, acl),
+                        None => continue,
+                    }
+                }
                 _ => continue,
             };
             let acls = self.by_datapath.entry(*datapath).or_default();
@@ -58,12 +81,26 @@ impl UnenforcedAcls {
             let has = self.by_datapath.get(&datapath).map_or(0, BTreeMap::len);
             let switch = name(datapath);
             if had == 0 && has > 0 {
-                warn!(
-                    switch,
-                    acls = has,
-                    "this switch has ACLs (NetworkPolicies, subnet ACLs) that the eBPF datapath \
-                     does not enforce: its traffic is switched as if they did not exist"
-                );
+                match self.enforcement {
+                    Enforcement::None => warn!(
+                        switch,
+                        acls = has,
+                        "this switch has ACLs (NetworkPolicies, subnet ACLs) that the datapath \
+                         does not enforce: its traffic is switched as if they did not exist"
+                    ),
+                    Enforcement::FailClosed => warn!(
+                        switch,
+                        acls = has,
+                        "this switch has ACLs the datapath cannot translate (ovnbpfctl lflow \
+                         coverage names them): it drops what reaches them (fails closed)"
+                    ),
+                    Enforcement::FailOpen => warn!(
+                        switch,
+                        acls = has,
+                        "this switch has ACLs the datapath cannot translate (ovnbpfctl lflow \
+                         coverage names them): they are not enforced (--unsupported-acl=allow)"
+                    ),
+                }
             } else if had > 0 && has == 0 {
                 info!(switch, "no unenforced ACL left on this switch");
             }

@@ -117,6 +117,7 @@ impl Daemon {
                     ready: self.synced && chassis.is_some() && self.datapath.is_some(),
                     local_ports: self.local_ports.len(),
                     pod_filters_restored: self.filters_restored.load(Ordering::Relaxed),
+                    connections_swept: self.connections_swept.load(Ordering::Relaxed),
                     unenforced_acl_switches: self.unenforced_acls.switches(),
                     unenforced_acls: self.unenforced_acls.acls(),
                     side_duty_datapaths: self.side_duties.datapaths(),

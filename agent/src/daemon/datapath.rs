@@ -140,6 +140,31 @@ impl Daemon {
         }));
     }
 
+    /// Deletes expired connections from the datapath's table, off the loop; skipped while the
+    /// previous sweep runs.
+    pub(super) fn sweep_connections(&mut self) {
+        let Some(datapath) = self.datapath.as_ref() else {
+            return;
+        };
+        if self
+            .connection_sweep
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let Some(job) = datapath.connection_sweep() else {
+            return;
+        };
+        let swept = Arc::clone(&self.connections_swept);
+        let span = tracing::Span::current();
+        self.connection_sweep = Some(tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let count = job();
+            swept.fetch_add(count as u64, Ordering::Relaxed);
+        }));
+    }
+
     /// Retries datapath writes that failed, if any; whether the retry succeeded (so ports may
     /// be programmed now).
     pub(super) fn retry_datapath(&mut self) -> bool {

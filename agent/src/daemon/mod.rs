@@ -130,6 +130,9 @@ struct Daemon {
     /// The running check of the pods' filters, if any, and how many it re-attached so far.
     filter_check: Option<tokio::task::JoinHandle<()>>,
     filters_restored: Arc<AtomicU64>,
+    /// The running sweep of expired connections, and how many it and its predecessors deleted.
+    connection_sweep: Option<tokio::task::JoinHandle<()>>,
+    connections_swept: Arc<AtomicU64>,
     /// The users' ACLs the datapath does not enforce, per switch.
     unenforced_acls: acls::UnenforcedAcls,
     /// The side duties (e.g. MAC learning) the datapath leaves undone, per datapath.
@@ -225,7 +228,10 @@ pub async fn run(
                 }
                 () = sweep_due => daemon.sweep_datapath(),
                 _ = retry.tick() => daemon.retry_tick().await,
-                _ = neighbours.tick() => daemon.refresh_tunnel_neighbours(false),
+                _ = neighbours.tick() => {
+                    daemon.refresh_tunnel_neighbours(false);
+                    daemon.sweep_connections();
+                }
                 _ = filters.tick(), if filter_check_interval.is_some() => daemon.check_pod_filters(),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => daemon.command(command).await,
@@ -262,6 +268,13 @@ impl Daemon {
             .chain(&config.restored_ports)
             .cloned()
             .collect();
+        let enforcement = match datapath.as_deref() {
+            Some(datapath) if datapath.enforces_acls() && datapath.acls_fail_open() => {
+                acls::Enforcement::FailOpen
+            }
+            Some(datapath) if datapath.enforces_acls() => acls::Enforcement::FailClosed,
+            _ => acls::Enforcement::None,
+        };
         Daemon {
             config,
             sb: Southbound::new(),
@@ -281,7 +294,9 @@ impl Daemon {
             neighbour_refresh: None,
             filter_check: None,
             filters_restored: Arc::default(),
-            unenforced_acls: acls::UnenforcedAcls::default(),
+            connection_sweep: None,
+            connections_swept: Arc::default(),
+            unenforced_acls: acls::UnenforcedAcls::new(enforcement),
             side_duties: side_duties::SideDuties::default(),
             node_network: None,
             stats: DaemonStats::default(),

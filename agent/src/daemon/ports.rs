@@ -70,6 +70,8 @@ pub struct DaemonReport {
     pub local_ports: usize,
     /// Pod veths whose lost `from_pod` filter the loop re-attached.
     pub pod_filters_restored: u64,
+    /// Expired connections the agent deleted from the datapath's table.
+    pub connections_swept: u64,
     /// Switches with users' ACLs the datapath does not enforce, and those ACLs (per switch).
     pub unenforced_acl_switches: usize,
     pub unenforced_acls: usize,

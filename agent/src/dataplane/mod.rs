@@ -111,6 +111,18 @@ pub trait Datapath: Send {
     /// The counters of each interface the datapath runs on and has seen traffic on, by name.
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError>;
 
+    /// Whether the datapath enforces the ACLs the compiler translated (the ones it could not
+    /// are reported either way).
+    fn enforces_acls(&self) -> bool {
+        false
+    }
+
+    /// Whether ACLs that do not translate are let through (`--unsupported-acl=allow`) rather
+    /// than failing their switch closed.
+    fn acls_fail_open(&self) -> bool {
+        false
+    }
+
     /// Flood groups with more members than the datapath installs (those beyond its limit get
     /// no flooded frames; each such group is logged as an error).
     fn truncated_flood_groups(&self) -> usize {
@@ -123,6 +135,12 @@ pub trait Datapath: Send {
     /// The job that re-attaches the datapath to plugged interfaces that lost it (returns how many
     /// it restored); `None` when there is nothing to check.
     fn attachment_check(&self) -> Option<OffLoopJob>;
+
+    /// The job that deletes the connections whose lifetime ran out from the datapath's
+    /// connection table (returns how many went); `None` when there is none to sweep.
+    fn connection_sweep(&self) -> Option<OffLoopJob> {
+        None
+    }
 
     /// The job that keeps the next hops towards `endpoints` (other chassis's tunnel IPs)
     /// resolved (returns how many could not be); `None` when the backend needs none.

@@ -77,7 +77,16 @@ pub const ECMP_MEMBER_MISSING: DropReason = DropReason(24);
 /// A discard (blackhole) route routes the packet (OVN drops it in `lr_in_ip_routing`).
 pub const ROUTE_DISCARD: DropReason = DropReason(25);
 /// Number of reasons.
-pub const COUNT: u32 = 26;
+/// An ACL dropped the packet (`drop`, or a blocked connection's reply, or an invalid one).
+pub const ACL_DROP: DropReason = DropReason(26);
+/// An ACL rejected the packet; the reset or ICMP error is not built yet, so it is dropped.
+pub const ACL_REJECT: DropReason = DropReason(27);
+/// The switch has an ACL flow that did not translate: security fails closed.
+pub const ACL_FAIL_CLOSED: DropReason = DropReason(28);
+/// IPv6 (other than neighbour discovery) through a switch's ACL stage, which takes IPv4 only
+/// until issue 21.
+pub const ACL_IPV6: DropReason = DropReason(29);
+pub const COUNT: u32 = 30;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -109,4 +118,8 @@ pub const NAMES: [&str; COUNT as usize] = [
     "policy_drop",
     "ecmp_member_missing",
     "route_discard",
+    "acl_drop",
+    "acl_reject",
+    "acl_fail_closed",
+    "acl_ipv6",
 ];

@@ -6,14 +6,15 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 
+pub mod acl;
 pub mod ct;
 pub mod program;
 pub mod stage;
 pub use stage::{
-    FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC, Ipv6Request, ROUTER_REQUEST_MAGIC,
-    RouterRequest,
+    ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
+    Ipv6Request, ROUTER_REQUEST_MAGIC, RouterRequest,
 };
 
 pub mod maps;
@@ -193,6 +194,9 @@ pub const LOCAL_PORT_VETH_PEER: u32 = 1;
 /// multicast, or its MAC and, where IPv4 addresses are listed, one of them, broadcast or
 /// multicast as the destination).
 pub const LOCAL_PORT_EGRESS_SECURITY: u32 = 2;
+/// Flag of [`LocalPort::flags`]: the port's switch runs egress ACLs ([`acl::SWITCH_EGRESS`]):
+/// IP frames delivered to it go through the egress ACL stage first.
+pub const LOCAL_PORT_ACL: u32 = 4;
 
 /// A port on this node: the host-side interface to deliver to.
 #[repr(C)]

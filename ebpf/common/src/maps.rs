@@ -21,6 +21,7 @@ use crate::{
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
     Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity,
     ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
+    acl::{self, AclAddressKey, AclPortKey, AclRule, AclRuleKey, AclSwitch, CtEntry, CtKey},
     drop_reason, router_reply, stage,
 };
 
@@ -35,6 +36,8 @@ pub mod kind {
     pub struct HashMap;
     /// `BPF_MAP_TYPE_PERCPU_HASH`.
     pub struct PerCpuHashMap;
+    /// `BPF_MAP_TYPE_LRU_HASH`: the least recently used entries make room for new ones.
+    pub struct LruHashMap;
     /// `BPF_MAP_TYPE_ARRAY` (keys are `u32` indexes).
     pub struct Array;
     /// `BPF_MAP_TYPE_PERCPU_ARRAY` (keys are `u32` indexes).
@@ -65,6 +68,9 @@ pub mod kind {
     }
     impl MapKind for ProgramArray {
         const ID: u8 = 6;
+    }
+    impl MapKind for LruHashMap {
+        const ID: u8 = 7;
     }
 }
 
@@ -201,4 +207,14 @@ declare_maps! {
     Neighbours6 = NEIGHBOURS6: HashMap<Ipv6Key, Neighbour>[MAX_NEIGHBOURS];
     /// Program array: [`crate::stage`] slot → a later stage's program, tail-called.
     Stages = STAGES: ProgramArray<u32, u32>[stage::CAPACITY];
+    /// Hash: switch datapath key → [`AclSwitch`]: switches whose pipelines run ACL stages.
+    AclSwitches = ACL_SWITCHES: HashMap<u32, AclSwitch>[acl::MAX_ACL_SWITCHES];
+    /// Hash: [`AclRuleKey`] → [`AclRule`]: each switch's rule lists.
+    AclRules = ACL_RULES: HashMap<AclRuleKey, AclRule>[acl::MAX_ACL_RULES];
+    /// LPM trie: [`AclAddressKey`] (set id, IPv4 prefix) → `u32` (1): address set members.
+    AclAddresses = ACL_ADDRESSES: LpmTrie<AclAddressKey, u32>[acl::MAX_ACL_ADDRESSES];
+    /// Hash: [`AclPortKey`] (set id, port key) → `u32` (1): port set members.
+    AclPortSets = ACL_PORT_SETS: HashMap<AclPortKey, u32>[acl::MAX_ACL_PORTS];
+    /// LRU hash: [`CtKey`] → [`CtEntry`]: committed connections, per logical port's zone.
+    Conntrack = CONNTRACK: LruHashMap<CtKey, CtEntry>[acl::MAX_CONNECTIONS];
 }

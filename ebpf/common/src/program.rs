@@ -15,11 +15,28 @@ pub const IPV6: &str = "ipv6";
 /// The logical router stage, tail-called from `from_pod` (slot [`crate::stage::ROUTER`]): what
 /// a pod sends to a router port's MAC, but IPv6.
 pub const ROUTER: &str = "router";
+/// The switch's ingress ACL stage, tail-called from `from_pod` (slot
+/// [`crate::stage::ACL_INGRESS`]): from-lport ACLs and conntrack, then the rest of the switch.
+pub const ACL_INGRESS: &str = "acl_ingress";
+/// The switch's egress ACL stage, tail-called by deliveries to ports with to-lport ACLs (slot
+/// [`crate::stage::ACL_EGRESS`]).
+pub const ACL_EGRESS: &str = "acl_egress";
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 6] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FLOOD, IPV6, ROUTER];
+pub const ALL: [&str; 8] = [
+    FROM_POD,
+    FROM_UPLINK,
+    FROM_PROVIDER,
+    FLOOD,
+    IPV6,
+    ROUTER,
+    ACL_INGRESS,
+    ACL_EGRESS,
+];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 3] = [
+pub const STAGES: [(&str, u32); 5] = [
     (FLOOD, crate::stage::FLOOD),
     (IPV6, crate::stage::IPV6),
     (ROUTER, crate::stage::ROUTER),
+    (ACL_INGRESS, crate::stage::ACL_INGRESS),
+    (ACL_EGRESS, crate::stage::ACL_EGRESS),
 ];

@@ -13,6 +13,11 @@ pub const FLOOD: u32 = 0;
 pub const IPV6: u32 = 1;
 /// A frame from a pod to a router port's MAC, not IPv6: the logical router ([`RouterRequest`]).
 pub const ROUTER: u32 = 2;
+/// An IP frame through a switch's ingress ACL stage ([`AclRequest`]), which then switches it.
+pub const ACL_INGRESS: u32 = 3;
+/// An IP frame through a switch's egress ACL stage before it is delivered to a local port
+/// ([`AclRequest`]).
+pub const ACL_EGRESS: u32 = 4;
 /// Slots the array holds (room for stages added later without a layout change).
 pub const CAPACITY: u32 = 8;
 
@@ -102,3 +107,35 @@ impl RouterRequest {
 
 /// [`RouterRequest::magic`].
 pub const ROUTER_REQUEST_MAGIC: u32 = 0x0f4a_0d06;
+
+/// What a program hands an ACL stage in the skb's control block: a frame on switch `datapath`
+/// between logical ports `ports` (ingress key in the high 16 bits, egress key in the low; 0 in
+/// the ingress stage), at host interface `ifindex` (the sender's veth for the ingress stage,
+/// the port's for the egress stage, with its [`crate::LocalPort`] `flags`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AclRequest {
+    pub datapath: u32,
+    pub ports: u32,
+    pub ifindex: u32,
+    pub flags: u32,
+    /// [`ACL_REQUEST_MAGIC`].
+    pub magic: u32,
+}
+
+impl AclRequest {
+    /// The control block's words, in field order.
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [
+            self.datapath,
+            self.ports,
+            self.ifindex,
+            self.flags,
+            self.magic,
+        ]
+    }
+}
+
+/// [`AclRequest::magic`].
+pub const ACL_REQUEST_MAGIC: u32 = 0x0ac1_0d06;

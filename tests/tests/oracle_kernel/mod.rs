@@ -19,6 +19,8 @@
 //! security). What it delivers is the output compared; what it drops, none. Flood copies (the
 //! group's key as egress port) are compared as sent.
 
+#![allow(dead_code)] // each test binary uses a different part
+
 pub mod wire;
 
 use std::{
@@ -30,6 +32,7 @@ use ovnbpf_agent::{
     dataplane::ebpf::{Hook, KernelPrograms, l2::L2State, l3::L3State},
     pipeline::{
         IrDiff,
+        eval::{CtAssumptions, Trace},
         ir::{IrEntry, PortKind},
         packet::Packet,
         trace::Evaluator,
@@ -459,7 +462,8 @@ impl KernelReplay {
         }
     }
 
-    /// Replays one case and compares it with the evaluator's verdict.
+    /// Replays one case and compares it with the evaluator's verdict (conntrack established,
+    /// ovn-trace's default: the topologies without ACLs do not read it).
     pub fn check(
         &mut self,
         report: &mut Report,
@@ -468,9 +472,47 @@ impl KernelReplay {
         inport: &str,
         packet: Packet,
     ) {
+        self.check_with_ct(
+            report,
+            evaluator,
+            what,
+            inport,
+            packet,
+            CtAssumptions::default(),
+        );
+    }
+
+    /// Forgets every connection the kernel committed.
+    pub fn clear_connections(&mut self) {
+        self.programs.clear_connections().unwrap();
+    }
+
+    /// [`Self::check`], the evaluator assuming conntrack's states `ct` (what the kernel's table
+    /// holds for the packet); returns the evaluator's trace.
+    pub fn check_with_ct(
+        &mut self,
+        report: &mut Report,
+        evaluator: &Evaluator,
+        what: &str,
+        inport: &str,
+        packet: Packet,
+        ct: CtAssumptions,
+    ) -> Trace {
         report.replayed += 1;
         self.make_sender(inport);
-        let ours = evaluator.trace(inport, packet).unwrap();
+        let ours = evaluator.trace_with_ct(inport, packet, ct).unwrap();
+        self.compare(report, &ours, what, inport, packet);
+        ours
+    }
+
+    fn compare(
+        &mut self,
+        report: &mut Report,
+        ours: &Trace,
+        what: &str,
+        inport: &str,
+        packet: Packet,
+    ) {
         let expected: BTreeSet<(Where, Packet)> = ours
             .outputs
             .iter()
@@ -553,6 +595,9 @@ impl KernelReplay {
             let expected_reason = [
                 ("dropped: discard route", "route_discard"),
                 ("dropped: router policy", "policy_drop"),
+                ("dropped: ls_in_acl", "acl_drop"),
+                ("dropped: ls_out_acl", "acl_drop"),
+                ("fails closed", "acl_fail_closed"),
             ]
             .iter()
             .find(|(step, _)| why.contains(step))

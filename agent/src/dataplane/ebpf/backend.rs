@@ -92,6 +92,14 @@ impl Datapath for NodeDatapath {
         NodeDatapath::truncated_flood_groups(self)
     }
 
+    fn enforces_acls(&self) -> bool {
+        true
+    }
+
+    fn acls_fail_open(&self) -> bool {
+        NodeDatapath::acls_fail_open(self)
+    }
+
     fn attacher(&self) -> Arc<dyn PortAttacher> {
         Arc::new(self.pod_filters())
     }
@@ -106,6 +114,21 @@ impl Datapath for NodeDatapath {
         let filters = self.pod_filters();
         Some(Box::new(move || {
             pod_filter::restore_missing(&filters, &interfaces)
+        }))
+    }
+
+    /// Expired connections out of the pinned `CONNTRACK` (unpinned, the table is only the
+    /// kernel's: its LRU makes room).
+    fn connection_sweep(&self) -> Option<OffLoopJob> {
+        let root = self.pin_root()?.to_path_buf();
+        Some(Box::new(move || {
+            match super::conntrack::sweep_pinned(&root) {
+                Ok(swept) => swept,
+                Err(error) => {
+                    tracing::warn!(%error, "sweeping expired connections");
+                    0
+                }
+            }
         }))
     }
 

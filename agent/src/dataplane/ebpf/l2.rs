@@ -8,7 +8,9 @@
 //! - `ports`: `POD_PORTS`, `TUNNEL_PORTS`, `PORT_SECURITY`;
 //! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER` and `ND_RESPONDER`;
 //! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
-//! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`.
+//! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`;
+//! - `acl` (rules translated by `acl_rules`): `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`,
+//!   `ACL_PORT_SETS` (the connection table is the kernel's; the agent only sweeps it).
 //!
 //! What is installed is kept by one [`Table`] per map (OVN's ofctrl role), except the flood
 //! slots, whose installer writes O(changed members) per group; each family module holds its
@@ -37,6 +39,8 @@ use super::{
 };
 use crate::pipeline::ir::{IrDiff, IrEntry, Mac};
 
+mod acl;
+mod acl_rules;
 mod arp;
 mod fib;
 mod flood;
@@ -106,6 +110,8 @@ pub struct L2State {
     responder_tables: arp::ResponderTables,
     flood_tables: FloodTables,
     localnet_tables: LocalnetTables,
+    /// The ACL family: rules, sets and switches, and what is installed.
+    acl: acl::AclState,
 }
 
 impl L2State {
@@ -224,6 +230,14 @@ impl L2State {
             | IrEntry::FloodMulticast { .. }
             | IrEntry::FloodUnknown { .. }
             | IrEntry::RouterOriginatedFlood { .. } => self.take_flood(entry, added),
+            IrEntry::Acl { .. }
+            | IrEntry::AclTracking { .. }
+            | IrEntry::AclTrackingBypass { .. }
+            | IrEntry::StatelessSkipsLb { .. }
+            | IrEntry::AclCommit { .. }
+            | IrEntry::AclFailClosed { .. }
+            | IrEntry::AddressSetMember { .. }
+            | IrEntry::PortGroupMember { .. } => self.take_acl(entry, added),
             _ => {}
         }
     }
@@ -273,12 +287,15 @@ impl L2State {
             + self.responder_tables.pending()
             + self.flood_tables.pending()
             + self.localnet_tables.pending()
+            + self.acl.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
     /// the key stays marked, so the next flush retries it.
     pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
-        let mut writes = self.flush_ports(maps)?;
+        // A switch's rules before the ports' flags that send their traffic to them.
+        let mut writes = self.flush_acls(maps)?;
+        writes += self.flush_ports(maps)?;
         writes += self.flush_flood(maps)?;
         writes += self.flush_localnets(maps)?;
         writes += flush_from(
@@ -300,7 +317,8 @@ impl L2State {
             + self.sweep_localnets(maps)?
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?
-            + self.sweep_responders(maps)?)
+            + self.sweep_responders(maps)?
+            + self.sweep_acls(maps)?)
     }
 }
 

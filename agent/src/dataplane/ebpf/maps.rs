@@ -35,6 +35,21 @@ impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> fo
     }
 }
 
+impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> for kind::LruHashMap {
+    type Slot = K;
+    fn insert(map: &mut aya::maps::Map, slot: K, value: V) -> Result<(), MapError> {
+        aya::maps::HashMap::<_, K, V>::try_from(map)?.insert(slot, value, 0)
+    }
+    fn remove(map: &mut aya::maps::Map, slot: K) -> Result<(), MapError> {
+        aya::maps::HashMap::<_, K, V>::try_from(map)?.remove(&slot)
+    }
+    fn slots(map: &aya::maps::Map) -> Result<Vec<K>, MapError> {
+        aya::maps::HashMap::<_, K, V>::try_from(map)?
+            .keys()
+            .collect()
+    }
+}
+
 impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> for kind::LpmTrie {
     /// The key and its prefix length in bits (over the whole key).
     type Slot = (K, u32);

@@ -29,6 +29,7 @@ pub use maps::Maps;
 use crate::netns;
 
 pub mod backend;
+pub mod conntrack;
 pub mod events;
 pub mod inspect;
 pub mod l2;

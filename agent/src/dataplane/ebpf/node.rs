@@ -43,6 +43,9 @@ pub struct NodeDatapathConfig {
     pub pin_root: Option<PathBuf>,
     /// Bridge mappings: provider network name → the NIC its underlay traffic uses.
     pub providers: Vec<(String, String)>,
+    /// ACLs that do not translate are ignored (`--unsupported-acl=allow`) instead of failing
+    /// their switch's pipeline closed.
+    pub acl_fail_open: bool,
 }
 
 /// Errors starting the node datapath.
@@ -64,6 +67,7 @@ pub enum NodeDatapathError {
 }
 
 pub struct NodeDatapath {
+    acl_fail_open: bool,
     programs: KernelPrograms,
     l2: L2State,
     l3: L3State,
@@ -124,6 +128,7 @@ impl NodeDatapath {
         let uplink_index = ifindex(&config.uplink)?;
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let mut l2 = L2State::new(&config.chassis);
+        l2.set_acl_fail_open(config.acl_fail_open);
         let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
         let mut providers = HashMap::new();
         for (network, interface) in &config.providers {
@@ -195,6 +200,7 @@ impl NodeDatapath {
         }
         info!(adopted, pinned = pins.is_some(), "eBPF datapath started");
         Ok(Self {
+            acl_fail_open: config.acl_fail_open,
             programs,
             l2,
             l3: L3State::default(),
@@ -337,6 +343,18 @@ impl NodeDatapath {
 
     /// Removes map entries this agent did not install (see [`L2State::sweep`]); call once the
     /// Southbound view is complete. Returns the number removed.
+    /// The pin root (the agent's `--pin-dir`), when the datapath is pinned.
+    #[must_use]
+    pub fn pin_root(&self) -> Option<&std::path::Path> {
+        self.pins.as_ref().map(PinLayout::root)
+    }
+
+    /// Whether ACLs that do not translate are let through ([`NodeDatapathConfig::acl_fail_open`]).
+    #[must_use]
+    pub fn acls_fail_open(&self) -> bool {
+        self.acl_fail_open
+    }
+
     pub fn sweep(&mut self) -> Result<usize, EbpfError> {
         self.l3.flush(&mut self.programs)?;
         self.l2.flush(&mut self.programs)?;

@@ -50,6 +50,8 @@ impl L2State {
                 flags: self
                     .local_port(port)
                     .map_or(LOCAL_PORT_VETH_PEER, |local| local.delivery_flags()),
+                // The egress ACL stage matches on it.
+                port: key,
                 ..FibEntry::default()
             },
             Location::Router { datapath, address } => FibEntry {

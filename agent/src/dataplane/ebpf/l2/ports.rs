@@ -6,8 +6,8 @@
 //! the state's [`Table`](super::super::tables::Table)s.
 
 use ovnbpf_common::{
-    LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, LocalPort, PodPort, PortSecurity,
-    TunnelPortKey,
+    LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
+    PortSecurity, TunnelPortKey,
     maps::{PodPorts, PortSecurityMap, TunnelPorts},
 };
 
@@ -62,6 +62,8 @@ pub(super) struct LocalVif {
     pub(super) security: Option<PortSecurity>,
     /// The veth's peer is in another namespace (a pod's), not in this one (the node's NIC).
     pub(super) peer_elsewhere: bool,
+    /// Its switch runs egress ACLs.
+    pub(super) acl: bool,
 }
 
 impl LocalVif {
@@ -79,7 +81,8 @@ impl LocalVif {
         } else {
             0
         };
-        peer | egress
+        let acl = if self.acl { LOCAL_PORT_ACL } else { 0 };
+        peer | egress | acl
     }
 }
 
@@ -194,6 +197,7 @@ impl L2State {
             self.mark_groups_of(datapath, key);
         }
         self.mark_port(name);
+        self.mark_acl_port(name);
     }
 
     /// Marks the pod-port, port-security and tunnel-port slots `port` has now: call before and
@@ -223,6 +227,7 @@ impl L2State {
             key: info.key,
             security: info.security,
             peer_elsewhere: !self.same_namespace_peers.contains(&ifindex),
+            acl: self.acl.egress_switches.contains(&info.datapath),
         })
     }
 

@@ -1,0 +1,88 @@
+//! The agent's side of the kernel's connection table (`CONNTRACK`, see `ebpf/src/conntrack.rs`):
+//! listing it, sweeping the entries whose lifetime ran out (the kernel treats them as absent, but
+//! they hold their slot until the LRU evicts them), and emptying it. The kernel alone writes
+//! entries; the agent only reads and deletes, on the loaded programs or on the pinned map a
+//! running datapath uses (an off-loop job opens it by its pin). Touches that one map.
+
+use std::path::Path;
+
+use aya::maps::{HashMap, Map, MapData};
+use ovnbpf_common::{
+    acl::{CtEntry, CtKey},
+    map,
+};
+
+use super::{EbpfError, KernelPrograms, pins::PinLayout};
+
+/// The monotonic clock the kernel stamps entries with (`bpf_ktime_get_ns`), in nanoseconds.
+#[must_use]
+pub fn monotonic_now() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
+}
+
+fn entries(map: &Map) -> Result<Vec<(CtKey, CtEntry)>, EbpfError> {
+    let name = map::CONNTRACK;
+    let table: HashMap<_, CtKey, CtEntry> =
+        HashMap::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
+    table
+        .iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| EbpfError::Map { name, source })
+}
+
+/// Deletes the entries of `map` expired at `now`, or all of them; returns how many went.
+fn remove(map: &mut Map, now: Option<u64>) -> Result<usize, EbpfError> {
+    let name = map::CONNTRACK;
+    let gone: Vec<CtKey> = entries(map)?
+        .into_iter()
+        .filter(|(_, entry)| now.is_none_or(|now| entry.expires <= now))
+        .map(|(key, _)| key)
+        .collect();
+    let mut table: HashMap<_, CtKey, CtEntry> =
+        HashMap::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
+    let mut removed = 0;
+    for key in gone {
+        match table.remove(&key) {
+            Ok(()) => removed += 1,
+            // Evicted or swept meanwhile.
+            Err(error) if super::maps::absent(&error) => {}
+            Err(source) => return Err(EbpfError::Map { name, source }),
+        }
+    }
+    Ok(removed)
+}
+
+impl KernelPrograms {
+    /// The committed connections.
+    pub fn connections(&self) -> Result<Vec<(CtKey, CtEntry)>, EbpfError> {
+        let name = map::CONNTRACK;
+        entries(self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?)
+    }
+
+    /// Forgets every connection (tests replay packets from an empty table).
+    pub fn clear_connections(&mut self) -> Result<usize, EbpfError> {
+        remove(self.map_mut(map::CONNTRACK)?, None)
+    }
+
+    /// Deletes the connections expired at `now` ([`monotonic_now`]).
+    pub fn sweep_connections(&mut self, now: u64) -> Result<usize, EbpfError> {
+        remove(self.map_mut(map::CONNTRACK)?, Some(now))
+    }
+}
+
+/// Deletes the expired connections of the table pinned under `root` (a running datapath's);
+/// returns how many went.
+pub fn sweep_pinned(root: &Path) -> Result<usize, EbpfError> {
+    let pins = PinLayout::prepare(root)?;
+    let name = map::CONNTRACK;
+    let data =
+        MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
+    let mut map = Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })?;
+    remove(&mut map, Some(monotonic_now()))
+}

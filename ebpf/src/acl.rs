@@ -1,0 +1,513 @@
+//! The ACL stages of a switch (OVN's `ls_in_pre_acl` … `ls_in_stateful` and `ls_out_pre_acl` …
+//! `ls_out_stateful`), as two tail-called programs: `acl_ingress` for IP frames from a pod (then
+//! the rest of the switch, [`crate::switching::switch_frame`]) and `acl_egress` for IP frames
+//! delivered to a port whose switch has to-lport ACLs (then the delivery,
+//! [`crate::output::deliver_after_acl`]). Each: the packet goes through conntrack
+//! ([`crate::conntrack`]) unless a bypass rule skips it, then the rule lists are walked with
+//! `bpf_loop` in priority order, the first rule holding in the packet's conntrack state and
+//! matching its ports, addresses and transport deciding; the stateful stage commits what the
+//! winner marked. Rules, the switch's flags and the sets they name are the agent's
+//! (`agent/src/dataplane/ebpf/l2/acl.rs`). IPv4 only: other IPv6 than neighbour discovery and
+//! MLD (which OVN's ACL stages always let through) is dropped and counted until issue 21.
+//! Reads `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`, `ACL_PORT_SETS`; writes `CONNTRACK`.
+
+use aya_ebpf::{
+    cty::{c_long, c_void},
+    helpers::bpf_loop,
+    maps::lpm_trie::Key,
+    programs::TcContext,
+};
+use ovnbpf_common::{
+    ACL_REQUEST_MAGIC, AclRequest, DropReason,
+    acl::{
+        AclAddressKey, AclAddressTerm, AclPortKey, AclRule, AclRuleKey, AclSwitch, COMMIT_EGRESS,
+        COMMIT_INGRESS, FAIL_CLOSED_EGRESS, FAIL_CLOSED_INGRESS, MAX_RULES_PER_LIST,
+        RULE_AFTER_RELATED, RULE_ETH_DESTINATION, RULE_ETH_MULTICAST, RULE_ETH_SOURCE, RULE_IP,
+        RULE_IPV4, RULE_IPV6, STATELESS_SKIPS_LB_EGRESS, STATELESS_SKIPS_LB_INGRESS,
+        TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL, TRACK_INGRESS_LB, USER_RULES_EGRESS,
+        USER_RULES_INGRESS, action, list,
+    },
+    drop_reason, stage as slot,
+};
+
+use crate::{
+    ACL_ADDRESSES, ACL_PORT_SETS, ACL_RULES, ACL_SWITCHES,
+    conntrack::{self, Flow, QuotedFlow, Zone},
+    headers::{
+        ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv4Header,
+        Ipv6Header,
+    },
+    maps::get,
+    stages,
+};
+
+const IPPROTO_ICMP: u8 = 1;
+const IPPROTO_SCTP: u8 = 132;
+
+/// The switch of `datapath` if its ingress (or egress) pipeline runs the ACL stage.
+#[inline(always)]
+pub fn switch_of(datapath: u32, flag: u32) -> Option<&'static AclSwitch> {
+    get(&ACL_SWITCHES, datapath).filter(|switch| switch.flags & flag != 0)
+}
+
+/// Hands the frame to the ACL stage in `slot` (on success this never returns).
+#[inline(always)]
+pub fn request(ctx: &TcContext, stage: u32, request: &AclRequest) -> DropReason {
+    stages::jump(ctx, stage, request.words())
+}
+
+/// The request for the ingress stage of a frame from logical port `ingress_port` of
+/// `datapath`, sent from host veth `ifindex`.
+#[inline(always)]
+pub fn ingress_request(datapath: u32, ingress_port: u32, ifindex: u32) -> AclRequest {
+    AclRequest {
+        datapath,
+        ports: ingress_port << 16,
+        ifindex,
+        flags: 0,
+        magic: ACL_REQUEST_MAGIC,
+    }
+}
+
+/// What the stages read of a packet.
+#[derive(Clone, Copy, Default)]
+struct Packet {
+    eth_source: [u8; 6],
+    eth_destination: [u8; 6],
+    /// 4 or 6.
+    family: u8,
+    protocol: u8,
+    source_port: u16,
+    destination_port: u16,
+    icmp_type: u8,
+    inport: u32,
+    outport: u32,
+    flow: Flow,
+}
+
+/// A frame as the ACL stages take it.
+enum Parsed {
+    Ip(Packet),
+    /// IPv6 neighbour discovery or MLD: OVN's ACL stages let it through (priority 65532).
+    Exempt,
+    /// Other IPv6.
+    Ipv6,
+}
+
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct Ports {
+    source: u16,
+    destination: u16,
+}
+
+/// ICMP's first eight bytes.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct IcmpHeader {
+    kind: u8,
+    code: u8,
+    checksum: u16,
+    id: u16,
+    sequence: u16,
+}
+
+#[inline(always)]
+fn parse(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReason> {
+    let eth = ctx
+        .load::<EthHeader>(0)
+        .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+    let mut packet = Packet {
+        eth_source: eth.source,
+        eth_destination: eth.destination,
+        inport,
+        outport,
+        ..Packet::default()
+    };
+    match u16::from_be(eth.ether_type) {
+        ETH_P_IPV4 => {}
+        ETH_P_IPV6 => {
+            let ip = ctx
+                .load::<Ipv6Header>(14)
+                .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+            if ip.next_header == IPPROTO_ICMPV6 {
+                let kind = ctx
+                    .load::<u8>(54)
+                    .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+                if matches!(kind, 130..=136 | 143) {
+                    return Ok(Parsed::Exempt);
+                }
+            }
+            return Ok(Parsed::Ipv6);
+        }
+        _ => return Err(drop_reason::ROUTED_MALFORMED),
+    }
+    let ip = ctx
+        .load::<Ipv4Header>(14)
+        .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+    let l4 = 14 + usize::from(ip.version_ihl & 0x0f) * 4;
+    packet.family = 4;
+    packet.protocol = ip.protocol;
+    packet.flow.source = ip.source;
+    packet.flow.destination = ip.destination;
+    packet.flow.protocol = ip.protocol;
+    // Later fragments carry no transport header.
+    let later_fragment = u16::from_be(ip.fragment) & 0x1fff != 0;
+    if later_fragment {
+        return Ok(Parsed::Ip(packet));
+    }
+    match ip.protocol {
+        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => {
+            let ports = ctx
+                .load::<Ports>(l4)
+                .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+            packet.source_port = u16::from_be(ports.source);
+            packet.destination_port = u16::from_be(ports.destination);
+            packet.flow.source_port = packet.source_port;
+            packet.flow.destination_port = packet.destination_port;
+            if ip.protocol == IPPROTO_TCP {
+                packet.flow.tcp_flags = ctx.load::<u8>(l4 + 13).unwrap_or(0);
+            }
+        }
+        IPPROTO_ICMP => {
+            let icmp = ctx
+                .load::<IcmpHeader>(l4)
+                .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+            packet.icmp_type = icmp.kind;
+            packet.flow.icmp_type = icmp.kind;
+            match icmp.kind {
+                // Echo request and reply: the identifier stands for both ports.
+                0 | 8 => {
+                    packet.flow.source_port = u16::from_be(icmp.id);
+                    packet.flow.destination_port = u16::from_be(icmp.id);
+                }
+                // Errors quote the datagram they are about.
+                3 | 11 | 12 => {
+                    let quoted = ctx
+                        .load::<Ipv4Header>(l4 + 8)
+                        .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+                    let quoted_l4 = l4 + 8 + usize::from(quoted.version_ihl & 0x0f) * 4;
+                    let ports = ctx.load::<Ports>(quoted_l4).unwrap_or(Ports {
+                        source: 0,
+                        destination: 0,
+                    });
+                    packet.flow.is_error = true;
+                    packet.flow.quoted = QuotedFlow {
+                        source: quoted.source,
+                        destination: quoted.destination,
+                        source_port: u16::from_be(ports.source),
+                        destination_port: u16::from_be(ports.destination),
+                        protocol: quoted.protocol,
+                    };
+                }
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+    Ok(Parsed::Ip(packet))
+}
+
+/// A walk of one rule list, in the caller's frame.
+struct Walk {
+    key: AclRuleKey,
+    count: u32,
+    state: u8,
+    related: bool,
+    /// The winner's action, if one matched.
+    found: bool,
+    action: u8,
+    packet: Packet,
+}
+
+#[inline(always)]
+fn in_port_set(set: u32, port: u32) -> bool {
+    set == 0 || get(&ACL_PORT_SETS, AclPortKey { set, port }).is_some()
+}
+
+#[inline(always)]
+fn term_holds(term: &AclAddressTerm, address: u32) -> bool {
+    if term.sets[0] == 0 && term.sets[1] == 0 {
+        return true;
+    }
+    let member = |set: u32| {
+        set != 0
+            && ACL_ADDRESSES
+                .get(Key::new(64, AclAddressKey { set, address }))
+                .is_some()
+    };
+    (member(term.sets[0]) || member(term.sets[1])) != (term.negated != 0)
+}
+
+#[inline(always)]
+fn in_ranges(ranges: &[ovnbpf_common::acl::PortRange], count: u8, port: u16) -> bool {
+    if count == 0 {
+        return true;
+    }
+    let mut i = 0;
+    while i < ranges.len() {
+        if (i as u8) < count && ranges[i].low <= port && port <= ranges[i].high {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+#[inline(always)]
+fn rule_matches(rule: &AclRule, walk: &Walk) -> bool {
+    let packet = &walk.packet;
+    let flags = rule.flags;
+    if !rule.states.contains(walk.state)
+        || (flags & RULE_AFTER_RELATED != 0 && !walk.related)
+        || (flags & RULE_IPV4 != 0 && packet.family != 4)
+        || (flags & RULE_IPV6 != 0 && packet.family != 6)
+        || (flags & RULE_IP != 0 && packet.family == 0)
+        || (flags & RULE_ETH_MULTICAST != 0 && packet.eth_destination[0] & 1 == 0)
+        || (flags & RULE_ETH_SOURCE != 0 && rule.eth_source != packet.eth_source)
+        || (flags & RULE_ETH_DESTINATION != 0 && rule.eth_destination != packet.eth_destination)
+        || (rule.protocol != 0 && rule.protocol != packet.protocol)
+    {
+        return false;
+    }
+    if !in_ranges(
+        &rule.source_ports,
+        rule.source_port_count,
+        packet.source_port,
+    ) || !in_ranges(
+        &rule.destination_ports,
+        rule.destination_port_count,
+        packet.destination_port,
+    ) {
+        return false;
+    }
+    if rule.icmp_type_count != 0 {
+        let mut any = false;
+        let mut i = 0;
+        while i < rule.icmp_types.len() {
+            any |= (i as u8) < rule.icmp_type_count && rule.icmp_types[i] == packet.icmp_type;
+            i += 1;
+        }
+        if !any {
+            return false;
+        }
+    }
+    if !in_port_set(rule.inport_set, packet.inport)
+        || (rule.outport_set != 0
+            && (packet.outport == 0 || !in_port_set(rule.outport_set, packet.outport)))
+    {
+        return false;
+    }
+    term_holds(&rule.source[0], packet.flow.source)
+        && term_holds(&rule.source[1], packet.flow.source)
+        && term_holds(&rule.destination[0], packet.flow.destination)
+        && term_holds(&rule.destination[1], packet.flow.destination)
+}
+
+/// One rule of the walk: stops at the first that matches.
+#[inline(never)]
+extern "C" fn rule_at(index: u32, walk: *mut c_void) -> c_long {
+    // SAFETY: `walk` is the `Walk` the caller passed to bpf_loop, on its stack.
+    let walk = unsafe { &mut *walk.cast::<Walk>() };
+    if index >= walk.count {
+        return 1;
+    }
+    let key = AclRuleKey { index, ..walk.key };
+    let Some(rule) = get(&ACL_RULES, key) else {
+        return 0;
+    };
+    if rule_matches(rule, walk) {
+        walk.found = true;
+        walk.action = rule.action;
+        return 1;
+    }
+    0
+}
+
+/// The first rule of `list` matching, as (found, action).
+#[inline(always)]
+fn first_match(
+    datapath: u32,
+    list: u32,
+    switch: &AclSwitch,
+    packet: &Packet,
+    state: u8,
+    related: bool,
+) -> Option<u8> {
+    let count = u32::from(switch.counts[list as usize & 7]).min(MAX_RULES_PER_LIST);
+    if count == 0 {
+        return None;
+    }
+    let mut walk = Walk {
+        key: AclRuleKey {
+            datapath,
+            list,
+            index: 0,
+        },
+        count,
+        state,
+        related,
+        found: false,
+        action: 0,
+        packet: *packet,
+    };
+    // SAFETY: the callback only reads maps and writes the walk it is given.
+    unsafe { bpf_loop(count, rule_at as *mut c_void, (&raw mut walk).cast(), 0) };
+    walk.found.then_some(walk.action)
+}
+
+/// Which lists and flags a pipeline uses.
+struct Pipeline {
+    bypass_acl: u32,
+    bypass_lb: u32,
+    track_acl: u32,
+    track_lb: u32,
+    stateless_skips_lb: u32,
+}
+
+const INGRESS: Pipeline = Pipeline {
+    bypass_acl: list::INGRESS_BYPASS_ACL,
+    bypass_lb: list::INGRESS_BYPASS_LB,
+    track_acl: TRACK_INGRESS_ACL,
+    track_lb: TRACK_INGRESS_LB,
+    stateless_skips_lb: STATELESS_SKIPS_LB_INGRESS,
+};
+
+const EGRESS: Pipeline = Pipeline {
+    bypass_acl: list::EGRESS_BYPASS_ACL,
+    bypass_lb: list::EGRESS_BYPASS_LB,
+    track_acl: TRACK_EGRESS_ACL,
+    track_lb: TRACK_EGRESS_LB,
+    stateless_skips_lb: STATELESS_SKIPS_LB_EGRESS,
+};
+
+/// Whether the packet goes through conntrack in this pipeline.
+#[inline(always)]
+fn tracked(datapath: u32, switch: &AclSwitch, pipeline: &Pipeline, packet: &Packet) -> bool {
+    let by_acl = switch.flags & pipeline.track_acl != 0;
+    let by_lb = switch.flags & pipeline.track_lb != 0;
+    if !by_acl && !by_lb {
+        return false;
+    }
+    let acl_bypass = first_match(datapath, pipeline.bypass_acl, switch, packet, 0, false);
+    let stateless = acl_bypass == Some(action::BYPASS_STATELESS);
+    if by_acl && acl_bypass.is_none() {
+        return true;
+    }
+    by_lb
+        && !(stateless && switch.flags & pipeline.stateless_skips_lb != 0)
+        && first_match(datapath, pipeline.bypass_lb, switch, packet, 0, false).is_none()
+}
+
+/// What a rule list decided.
+#[inline(always)]
+fn judged(action: Option<u8>, zone: Zone, packet: &Packet) -> Result<(bool, bool), DropReason> {
+    match action {
+        None | Some(action::ALLOW) => Ok((false, false)),
+        Some(action::ALLOW_COMMIT) => Ok((true, false)),
+        Some(action::ALLOW_RELATED) => Ok((false, true)),
+        Some(action::DROP_BLOCK) => {
+            conntrack::block(zone, &packet.flow);
+            Err(drop_reason::ACL_DROP)
+        }
+        Some(action::REJECT_BLOCK) => {
+            conntrack::block(zone, &packet.flow);
+            Err(drop_reason::ACL_REJECT)
+        }
+        Some(action::REJECT) => Err(drop_reason::ACL_REJECT),
+        Some(_) => Err(drop_reason::ACL_DROP),
+    }
+}
+
+/// The `acl_ingress` stage.
+#[inline(always)]
+pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [datapath, ports, ifindex, _] = stages::take(ctx, ACL_REQUEST_MAGIC)?;
+    let inport = ports >> 16;
+    let Some(switch) = get(&ACL_SWITCHES, datapath) else {
+        return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
+    };
+    if switch.flags & FAIL_CLOSED_INGRESS != 0 {
+        return Err(drop_reason::ACL_FAIL_CLOSED);
+    }
+    let packet = match parse(ctx, inport, 0)? {
+        Parsed::Ip(packet) => packet,
+        Parsed::Ipv6 if switch.flags & USER_RULES_INGRESS != 0 => {
+            return Err(drop_reason::ACL_IPV6);
+        }
+        Parsed::Exempt | Parsed::Ipv6 => {
+            return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
+        }
+    };
+    let zone = Zone {
+        datapath,
+        port: inport,
+    };
+    let is_tracked = tracked(datapath, switch, &INGRESS, &packet);
+    let state = if is_tracked {
+        conntrack::lookup(zone, &packet.flow)
+    } else {
+        0
+    };
+    let first = first_match(datapath, list::INGRESS, switch, &packet, state, false);
+    let (commit_first, related) = judged(first, zone, &packet)?;
+    let after = first_match(datapath, list::AFTER_LB, switch, &packet, state, related);
+    let (commit_after, _) = judged(after, zone, &packet)?;
+    if is_tracked && (commit_first || commit_after) && switch.flags & COMMIT_INGRESS != 0 {
+        conntrack::commit(zone, &packet.flow);
+    }
+    crate::switching::switch_frame(ctx, datapath, inport, ifindex)
+}
+
+/// The `acl_egress` stage.
+#[inline(always)]
+pub fn egress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [datapath, ports, ifindex, flags] = stages::take(ctx, ACL_REQUEST_MAGIC)?;
+    let (inport, outport) = (ports >> 16, ports & 0xffff);
+    let Some(switch) = get(&ACL_SWITCHES, datapath) else {
+        return crate::output::deliver_after_acl(ctx, ifindex, flags);
+    };
+    if switch.flags & FAIL_CLOSED_EGRESS != 0 {
+        return Err(drop_reason::ACL_FAIL_CLOSED);
+    }
+    let packet = match parse(ctx, inport, outport)? {
+        Parsed::Ip(packet) => packet,
+        Parsed::Ipv6 if switch.flags & USER_RULES_EGRESS != 0 => return Err(drop_reason::ACL_IPV6),
+        Parsed::Exempt | Parsed::Ipv6 => {
+            return crate::output::deliver_after_acl(ctx, ifindex, flags);
+        }
+    };
+    let zone = Zone {
+        datapath,
+        port: outport,
+    };
+    let is_tracked = tracked(datapath, switch, &EGRESS, &packet);
+    let state = if is_tracked {
+        conntrack::lookup(zone, &packet.flow)
+    } else {
+        0
+    };
+    let verdict = first_match(datapath, list::EGRESS, switch, &packet, state, false);
+    let (commit, _) = judged(verdict, zone, &packet)?;
+    if is_tracked && commit && switch.flags & COMMIT_EGRESS != 0 {
+        conntrack::commit(zone, &packet.flow);
+    }
+    crate::output::deliver_after_acl(ctx, ifindex, flags)
+}
+
+/// The request for the egress stage, and its slot.
+#[inline(always)]
+pub fn egress_request(datapath: u32, ports: u32, ifindex: u32, flags: u32) -> AclRequest {
+    AclRequest {
+        datapath,
+        ports,
+        ifindex,
+        flags,
+        magic: ACL_REQUEST_MAGIC,
+    }
+}
+
+/// The slot of the egress stage.
+pub const EGRESS_SLOT: u32 = slot::ACL_EGRESS;
+/// The slot of the ingress stage.
+pub const INGRESS_SLOT: u32 = slot::ACL_INGRESS;
