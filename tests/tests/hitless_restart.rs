@@ -10,114 +10,26 @@
 //! in milliseconds would also measure the machine's load). Then `ovnbpf-agent unpin` uninstalls: pins
 //! and filters go, and so does the forwarding.
 
+mod common;
+
 use ovnbpf_tests::scenario;
 use ovnbpf_tests::scenario::TwoNodes;
 
 use std::{
-    io::{Read, Write},
-    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use ovnbpf_agent::netns::run_in;
+use common::stream::{paced_stream, retransmissions};
 use ovnbpf_tests::{bpffs::BpfMount, network::Pod, process::wait_until, workspace_binary};
 
 use ovnbpf_tests::scenario::OVERLAPPING_PODS as PODS;
 
 const STREAM_PORT: u16 = 7001;
-/// Bytes per write of the paced stream; one write per millisecond is about 16 MB/s.
-const CHUNK: usize = 16 * 1024;
-
-/// What the two ends of a stream saw.
-struct StreamReport {
-    /// Bytes the receiver read.
-    bytes: u64,
-    /// The longest wait between two reads, printed for whoever reads the log; not asserted.
-    longest_pause: Duration,
-}
-
-/// A TCP counter of the calling thread's network namespace: `field` of the `group` line pair
-/// (`Tcp:` in `snmp`, `TcpExt:` in `netstat`).
-fn tcp_counter(file: &str, group: &str, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap();
-    let mut lines = text.lines().filter(|line| line.starts_with(group));
-    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
-    let position = names.split_whitespace().position(|name| name == field);
-    let position = position.unwrap_or_else(|| panic!("no {field} in {file}"));
-    values
-        .split_whitespace()
-        .nth(position)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-/// (segments retransmitted, duplicates the peer reported by D-SACK) in the namespace at `netns`.
-fn retransmissions(netns: &std::path::Path) -> (u64, u64) {
-    run_in(netns, || {
-        (
-            tcp_counter("snmp", "Tcp:", "RetransSegs"),
-            tcp_counter("netstat", "TcpExt:", "TCPDSACKRecv"),
-        )
-    })
-    .unwrap()
-}
-
-/// A TCP stream from `client` to `server` (at `server_ip`), paced at one chunk per millisecond
-/// until `stop` is set; returns what both ends saw.
-fn paced_stream(
-    client: &Pod,
-    server: &Pod,
-    server_ip: Ipv4Addr,
-    stop: Arc<AtomicBool>,
-) -> thread::JoinHandle<StreamReport> {
-    let address = SocketAddr::from((server_ip, STREAM_PORT));
-    // Each socket lives in the namespace of the thread that created it.
-    let listener = run_in(&server.netns().path(), || TcpListener::bind(address))
-        .unwrap()
-        .unwrap();
-    let mut sender = run_in(&client.netns().path(), || {
-        TcpStream::connect_timeout(&address, Duration::from_secs(3))
-    })
-    .unwrap()
-    .unwrap();
-    let (mut receiver, _) = listener.accept().unwrap();
-    receiver
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let sending = thread::spawn(move || {
-        let chunk = vec![0x5a_u8; CHUNK];
-        while !stop.load(Ordering::Relaxed) {
-            sender.write_all(&chunk).unwrap();
-            thread::sleep(Duration::from_millis(1));
-        }
-        sender.shutdown(std::net::Shutdown::Write).unwrap();
-        sender
-    });
-    thread::spawn(move || {
-        let mut buffer = vec![0_u8; 256 * 1024];
-        let mut report = StreamReport {
-            bytes: 0,
-            longest_pause: Duration::ZERO,
-        };
-        let mut last = Instant::now();
-        loop {
-            let read = receiver.read(&mut buffer).expect("the stream broke");
-            if read == 0 {
-                drop(sending.join().unwrap());
-                return report;
-            }
-            report.longest_pause = report.longest_pause.max(last.elapsed());
-            report.bytes += read as u64;
-            last = Instant::now();
-        }
-    })
-}
 
 #[test]
 fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
@@ -139,7 +51,7 @@ fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
     assert_eq!(a1.ping(a2_ip, 3).unwrap(), 3, "a1 → a2 before the restarts");
 
     let stop = Arc::new(AtomicBool::new(false));
-    let stream = paced_stream(a1, a2, a2_ip, Arc::clone(&stop));
+    let stream = paced_stream(a1, a2, a2_ip, STREAM_PORT, Arc::clone(&stop));
     let pings = 1200;
     let received = thread::scope(|scope| {
         let pinger = scope.spawn(|| a1.ping_every(a2_ip, pings, "0.01"));

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod stream;
 pub mod trace_oracle;
 
 use std::{collections::BTreeSet, time::Duration};

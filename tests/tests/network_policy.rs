@@ -1,0 +1,221 @@
+//! Kubernetes NetworkPolicies enforced by the agents' eBPF datapath on two nodes, built through
+//! ovn-nbctl as kube-ovn-controller builds them (port groups, address sets, the default-deny
+//! and allow-related ACLs; from-lport ones after the load balancers). vpc-a's subnet-a holds
+//! web1 and client on node1, web2 and other on node2.
+//!
+//! - `web` (web1, web2) admits TCP 5201 from client only: client connects to both (same node and
+//!   across), other cannot, nobody pings them; web1's own connections out get their replies,
+//!   and an ICMP port unreachable answering web1's UDP reaches it (related);
+//! - `isolate` (other) denies other's egress: other can open nothing, yet web1's connection to
+//!   other still gets its replies;
+//! - an established stream from client to web2 survives both agents restarting and an ACL
+//!   change elsewhere: no segment lost;
+//! - the policies deleted, everything flows again.
+
+mod common;
+
+use std::{
+    io::ErrorKind,
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::Duration,
+};
+
+use common::stream::{paced_stream, retransmissions};
+use ovnbpf_agent::netns::run_in;
+use ovnbpf_tests::{
+    bpffs::BpfMount,
+    kubeovn::{PolicyPort, PolicyRule, Topology},
+    network::Pod,
+    process::wait_until,
+    scenario::{self, PodPlan, TwoNodes},
+};
+
+const WEB1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+const WEB2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 4);
+const OTHER: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 5);
+
+const PODS: [PodPlan; 4] = [
+    ("web1", "subnet-a", 0, WEB1),
+    ("web2", "subnet-a", 1, WEB2),
+    ("client", "subnet-a", 0, CLIENT),
+    ("other", "subnet-a", 1, OTHER),
+];
+
+/// The port `web` admits.
+const WEB_PORT: u16 = 5201;
+
+/// Whether `from` completes a TCP handshake with `to` (at `ip`, `port`) within a second.
+fn connects(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> bool {
+    let address = SocketAddr::from((ip, port));
+    let listener = run_in(&to.netns().path(), || TcpListener::bind(address))
+        .unwrap()
+        .unwrap();
+    let connected = run_in(&from.netns().path(), || {
+        TcpStream::connect_timeout(&address, Duration::from_secs(1))
+    })
+    .unwrap();
+    drop(listener);
+    connected.is_ok()
+}
+
+/// What `from` hears back for a UDP datagram to a port nobody listens on at `ip`: refused (the
+/// peer's ICMP port unreachable reached the socket) or silence.
+fn udp_refused(from: &Pod, ip: Ipv4Addr) -> bool {
+    run_in(&from.netns().path(), || {
+        let socket = UdpSocket::bind("0.0.0.0:0")?;
+        socket.connect((ip, 9))?;
+        socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+        socket.send(b"anyone?")?;
+        let mut buffer = [0_u8; 16];
+        Ok::<bool, std::io::Error>(matches!(
+            socket.recv(&mut buffer),
+            Err(error) if error.kind() == ErrorKind::ConnectionRefused
+        ))
+    })
+    .unwrap()
+    .unwrap()
+}
+
+fn web_policy() -> Topology {
+    let mut topology = Topology::new();
+    topology.network_policy(
+        "web",
+        "ns",
+        &["web1.ns", "web2.ns"],
+        Some(&[PolicyRule {
+            allow: &["10.0.1.4"],
+            except: &[],
+            ports: &[PolicyPort::Port("tcp", WEB_PORT)],
+        }]),
+        None,
+    );
+    topology
+}
+
+#[test]
+fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap();
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, false, 1442);
+    let (web1, web2, client, other) = (&pods[0], &pods[1], &pods[2], &pods[3]);
+    let bpffs = BpfMount::create().unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let start = |index| {
+        scenario::start_planned_agent(lab, nodes, &PODS, index, Some(bpffs.path()), log_dir.path())
+    };
+    let mut agents = vec![start(0), start(1)];
+    let logs = |agents: &[ovnbpf_tests::process::Child]| scenario::log_tails(agents);
+    assert!(scenario::planned_pods_up(lab, &PODS), "{}", logs(&agents));
+    // Without policies, everything flows.
+    assert_eq!(other.ping(WEB1, 2).unwrap(), 2, "{}", logs(&agents));
+    assert!(connects(other, web2, WEB2, WEB_PORT));
+
+    web_policy().apply(lab).unwrap();
+    let settled = wait_until(Duration::from_secs(10), || {
+        !connects(other, web2, WEB2, WEB_PORT)
+    });
+    assert!(settled, "other still reaches web2{}", logs(&agents));
+    assert!(
+        connects(client, web1, WEB1, WEB_PORT),
+        "client → web1, same node"
+    );
+    assert!(
+        connects(client, web2, WEB2, WEB_PORT),
+        "client → web2, across"
+    );
+    assert!(!connects(other, web1, WEB1, WEB_PORT), "other → web1");
+    assert!(
+        !connects(client, web1, WEB1, 8080),
+        "client → web1 on another port"
+    );
+    assert_eq!(client.ping(WEB1, 2).unwrap(), 0, "ping is not admitted");
+    // What web1 opens itself is answered (allow-related), and an ICMP error about it too.
+    assert!(connects(web1, other, OTHER, 8080), "web1 → other");
+    assert!(udp_refused(web1, OTHER), "web1 hears the port unreachable");
+    assert!(
+        udp_refused(client, OTHER),
+        "and so does a pod without policy"
+    );
+
+    // other may open nothing; replies to what others open still leave it.
+    let mut isolate = Topology::new();
+    isolate.network_policy("isolate", "ns", &["other.ns"], None, Some(&[]));
+    isolate.apply(lab).unwrap();
+    let settled = wait_until(Duration::from_secs(10), || {
+        !connects(other, client, CLIENT, 8080)
+    });
+    assert!(settled, "other still opens connections{}", logs(&agents));
+    assert_eq!(other.ping(CLIENT, 2).unwrap(), 0);
+    assert!(connects(web1, other, OTHER, 8080), "other still answers");
+
+    // An established stream across the nodes: both agents restart, and a policy elsewhere
+    // changes, while it runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stream = paced_stream(client, web2, WEB2, WEB_PORT, Arc::clone(&stop));
+    thread::sleep(Duration::from_millis(500));
+    for (index, agent) in agents.iter_mut().enumerate() {
+        agent.stop();
+        *agent = start(index);
+    }
+    assert!(scenario::planned_pods_up(lab, &PODS), "{}", logs(&agents));
+    let mut unrelated = Topology::new();
+    unrelated.network_policy(
+        "unrelated",
+        "ns",
+        &["other.ns"],
+        Some(&[PolicyRule {
+            allow: &["10.0.1.2"],
+            except: &[],
+            ports: &[PolicyPort::Port("tcp", 80)],
+        }]),
+        None,
+    );
+    unrelated.apply(lab).unwrap();
+    thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let report = stream.join().unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let (retransmitted, duplicates) = retransmissions(&client.netns().path());
+    eprintln!(
+        "stream {} bytes, {retransmitted} segments retransmitted ({duplicates} duplicates), \
+         longest pause {:?}",
+        report.bytes, report.longest_pause
+    );
+    assert!(report.bytes > 10 * 1024 * 1024, "{} bytes", report.bytes);
+    assert_eq!(
+        retransmitted.saturating_sub(duplicates),
+        0,
+        "segments lost{}",
+        logs(&agents)
+    );
+    // The restarted agents enforce the same policies.
+    assert!(
+        !connects(other, web2, WEB2, WEB_PORT),
+        "other → web2 after the restart"
+    );
+
+    // The policies go (kube-ovn-controller deletes their port groups, and the ACLs with them):
+    // everything flows again.
+    for group in ["web.ns", "isolate.ns", "unrelated.ns"] {
+        lab.nbctl(&["pg-del", group]).unwrap();
+    }
+    let open = wait_until(Duration::from_secs(10), || {
+        connects(other, web2, WEB2, WEB_PORT)
+    });
+    assert!(
+        open,
+        "other → web2 once the policies are gone{}",
+        logs(&agents)
+    );
+    assert_eq!(other.ping(WEB1, 2).unwrap(), 2);
+    assert_eq!(client.ping(WEB1, 2).unwrap(), 2);
+}
