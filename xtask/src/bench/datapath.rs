@@ -5,7 +5,10 @@
 //! across a VPC peering; (f) ovnbpf on an underlay switch (VLAN 100 through a physical switch,
 //! MTU 1500); (h) ovnbpf routed between two subnets of the default VPC as Kube-OVN builds it (its
 //! node, gateway and subnet policies in the path), next to (d); (i) the node's own namespace to
-//! that pod through `ovn0` (kubelet's probe path), next to (h). TCP throughput (iperf3, one
+//! that pod through `ovn0` (kubelet's probe path), next to (h); (j) (c)'s pair again once the
+//! receiver has a NetworkPolicy of 100 allow-related ACLs naming a 1000-address set (conntrack
+//! on both pods' switch), next to (c), with both paths' new connections per second. TCP
+//! throughput (iperf3, one
 //! stream, median of the runs) and TCP
 //! request/response latency (sockperf ping-pong, 14-byte messages, full round trip, `--runs`
 //! runs of `--seconds`; the median over runs of each run's p50 and p99). Pod MTU is 1442 on (b)
@@ -25,7 +28,7 @@ use anyhow::{Context, Result};
 use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
-    kubeovn::{DEFAULT_VPC, Topology, mac_for},
+    kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
     network::{Node, PhysicalSwitch, PodSpec, Underlay},
@@ -47,6 +50,8 @@ struct PathResult {
     gbits: Vec<f64>,
     /// Per run: sockperf's round-trip p50 and p99 (µs).
     rtt_us: Vec<(f64, f64)>,
+    /// Per run: new TCP connections per second (connect, then close), where measured.
+    connections_per_s: Vec<f64>,
 }
 
 impl PathResult {
@@ -146,7 +151,93 @@ fn measure(
         name,
         gbits: throughput(client, server, server_ip, runs, seconds)?,
         rtt_us: latency(client, server, server_ip, runs, seconds)?,
+        connections_per_s: Vec::new(),
     })
+}
+
+/// Connections a client opens and closes one after the other in each run.
+const CONNECTIONS: u32 = 2_000;
+/// The port of the connection-rate server.
+const CONNECTION_PORT: u16 = 12_345;
+
+/// New TCP connections per second from `client` to `server_ip` (a Python listener in `server`
+/// accepting and closing), `runs` runs of [`CONNECTIONS`] connect-and-close each: what each
+/// connection's setup costs on the path (conntrack commits, ACL walks of new connections).
+fn connection_rate(
+    client: &Netns,
+    server: &Netns,
+    server_ip: Ipv4Addr,
+    runs: u32,
+) -> Result<Vec<f64>> {
+    let ip = server_ip.to_string();
+    let listener = [
+        "import socket".to_string(),
+        "s = socket.socket()".into(),
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)".into(),
+        format!("s.bind(('{ip}', {CONNECTION_PORT}))"),
+        "s.listen(4096)".into(),
+        "while True:".into(),
+        "    c, _ = s.accept()".into(),
+        "    c.close()".into(),
+    ]
+    .join("\n");
+    let _server = server.spawn("python3", "python3", &["-c", &listener], None)?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Closed with a reset (linger 0), so the client keeps no TIME_WAIT and never runs out of
+    // ports.
+    let dialer = [
+        "import socket, struct, time".to_string(),
+        "start = time.monotonic()".into(),
+        format!("for _ in range({CONNECTIONS}):"),
+        format!("    c = socket.create_connection(('{ip}', {CONNECTION_PORT}), 2)"),
+        "    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))".into(),
+        "    c.close()".into(),
+        format!("print({CONNECTIONS} / (time.monotonic() - start))"),
+    ]
+    .join("\n");
+    let mut results = Vec::new();
+    for _ in 0..runs {
+        let text = client.exec("python3", &["-c", &dialer])?;
+        results.push(
+            text.trim()
+                .parse::<f64>()
+                .with_context(|| format!("the dialer printed {text:?}"))?,
+        );
+    }
+    Ok(results)
+}
+
+/// The NetworkPolicy of path (j) on the pod with port `port` (namespace `bench`): one ingress
+/// rule whose peer is an address set of 1000 addresses (`peer` among them) and 100 ports, so 100
+/// allow-related ACLs, the ones the bench's tools use (iperf3, sockperf, the connection-rate
+/// server) last: every packet of a connection walks past the other 97.
+fn hundred_acls(port: &str, peer: Ipv4Addr) -> Topology {
+    let mut addresses: Vec<String> = (0..999u32)
+        .map(|i| Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 200, 0, 0)) + i).to_string())
+        .collect();
+    addresses.push(peer.to_string());
+    let allow: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    let mut ports: Vec<PolicyPort> = (0..97u16)
+        .map(|i| PolicyPort::Port("tcp", 20_000 + i))
+        .collect();
+    ports.extend([
+        PolicyPort::Port("tcp", 5201),
+        PolicyPort::Port("tcp", 11111),
+        PolicyPort::Port("tcp", CONNECTION_PORT),
+    ]);
+    let mut topology = Topology::new();
+    topology.network_policy(
+        "bench",
+        "bench",
+        &[port],
+        Some(&[PolicyRule {
+            allow: &allow,
+            except: &[],
+            ports: &ports,
+        }]),
+        None,
+    );
+    topology
 }
 
 /// (a) Two namespaces joined by one veth pair.
@@ -394,6 +485,35 @@ fn ovnbpf(
             }
         }
     }
+    // (c)'s pair again with conntrack and 100 ACLs on the receiver, and both paths' connection
+    // rates, measured one after the other in this run.
+    if paths.contains('j') {
+        let outcome = (|| -> Result<()> {
+            let (client, server, server_ip) = (pods[0].netns(), pods[1].netns(), plan[1].2);
+            let plain = connection_rate(client, server, server_ip, runs)?;
+            if let Some(c) = results.iter_mut().find(|r| r.name.starts_with("(c)")) {
+                c.connections_per_s = plain;
+            }
+            hundred_acls("p2.bench", plan[0].2).apply(&lab)?;
+            // The agents install the policy; then only its allowed ports pass.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            let mut result = measure(
+                "(j) ovnbpf L2, 100 ACLs",
+                client,
+                server,
+                server_ip,
+                runs,
+                seconds,
+            )?;
+            result.connections_per_s = connection_rate(client, server, server_ip, runs)?;
+            results.push(result);
+            Ok(())
+        })();
+        if let Err(error) = outcome {
+            stop_agents(agents);
+            return Err(error);
+        }
+    }
     stop_agents(agents);
     Ok(results)
 }
@@ -476,9 +596,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let prefix = unique_prefix();
     // Which paths to measure: letters a–g (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let paths = option(args, "--paths").unwrap_or("abcdefghi");
-    if let Some(bad) = paths.chars().find(|c| !"abcdefghi".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to i, not {bad:?}");
+    let paths = option(args, "--paths").unwrap_or("abcdefghij");
+    if let Some(bad) = paths.chars().find(|c| !"abcdefghij".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to j, not {bad:?}");
     }
     let mut results = Vec::new();
     if paths.contains('a') {
@@ -487,7 +607,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if paths.contains('b') {
         results.push(routed(&prefix, runs, seconds)?);
     }
-    if paths.contains(['c', 'd', 'e', 'f', 'h', 'i']) {
+    if paths.contains(['c', 'd', 'e', 'f', 'h', 'i', 'j']) {
         results.extend(ovnbpf(&prefix, &agent, (runs, seconds), paths)?);
     }
     println!(
@@ -547,6 +667,11 @@ pub fn run(args: &[String]) -> Result<()> {
     for (over, under, what) in [
         ("(h)", "(d)", "default VPC / custom VPC routed"),
         ("(i)", "(h)", "node → pod / pod → pod"),
+        (
+            "(j)",
+            "(c)",
+            "100 ACLs and conntrack / none (goal ≥ 0.9, p50 ≤ 1.1)",
+        ),
     ] {
         if let (Some(x), Some(y)) = (path(over), path(under)) {
             println!(
@@ -557,12 +682,26 @@ pub fn run(args: &[String]) -> Result<()> {
             );
         }
     }
+    if let (Some(j), Some(c)) = (path("(j)"), path("(c)"))
+        && !j.connections_per_s.is_empty()
+        && !c.connections_per_s.is_empty()
+    {
+        let (with, without) = (
+            median(j.connections_per_s.clone()),
+            median(c.connections_per_s.clone()),
+        );
+        println!(
+            "new TCP connections/s: {with:.0} through 100 ACLs and conntrack, {without:.0} without (ratio {:.2})",
+            with / without
+        );
+    }
     let mut json_results: Vec<Value> = results
         .iter()
         .map(|r| {
             json!({"path": r.name, "gbit_per_s": r.gbits, "gbit_median": r.gbit_median(),
                    "tcp_rr_us_per_run": r.rtt_us.iter().map(|(p50, p99)| json!({"p50": p50, "p99": p99})).collect::<Vec<_>>(),
-                   "tcp_rr_p50_us": r.rtt(false), "tcp_rr_p99_us": r.rtt(true)})
+                   "tcp_rr_p50_us": r.rtt(false), "tcp_rr_p99_us": r.rtt(true),
+                   "connections_per_s": r.connections_per_s})
         })
         .collect();
     if paths.contains('g') {
