@@ -50,6 +50,13 @@ pub fn switch_of(datapath: u32, flag: u32) -> Option<&'static AclSwitch> {
     get(&ACL_SWITCHES, datapath).filter(|switch| switch.flags & flag != 0)
 }
 
+/// Whether IPv4 on `datapath` must not take a path the kernel runs no ACL stage on (`flag`: one
+/// of the `UNCHECKED_*` flags).
+#[inline(always)]
+pub fn unchecked(datapath: u32, flag: u32) -> bool {
+    get(&ACL_SWITCHES, datapath).is_some_and(|switch| switch.flags & flag != 0)
+}
+
 /// Hands the frame to the ACL stage in `slot` (on success this never returns).
 #[inline(always)]
 pub fn request(ctx: &TcContext, stage: u32, request: &AclRequest) -> DropReason {

@@ -124,6 +124,13 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
             Ok(verdict) => Decision::Redirected(verdict),
             Err(reason) => Decision::Drop(reason),
         },
+        // Flood copies skip the egress ACL stage: refused where the switch's ACLs may act on them.
+        (None, Some(_))
+            if inner_type == ETH_P_IPV4
+                && crate::acl::unchecked(key.datapath, ovnbpf_common::acl::UNCHECKED_FLOOD) =>
+        {
+            Decision::Drop(drop_reason::ACL_FAIL_CLOSED)
+        }
         (None, Some(group)) => Decision::Redirected(flood::deliver_to_members(ctx, &group, 0)),
         (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
     }

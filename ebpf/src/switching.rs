@@ -12,7 +12,9 @@ use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     FIB_LOCAL, FIB_ROUTER, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request, ROUTER_REQUEST_MAGIC,
-    RouterRequest, acl::SWITCH_INGRESS, drop_reason,
+    RouterRequest,
+    acl::{SWITCH_INGRESS, UNCHECKED_EGRESS, UNCHECKED_FLOOD},
+    drop_reason,
 };
 
 use crate::maps::get;
@@ -68,6 +70,9 @@ pub fn switch_frame(
     };
     let ether_type = u16::from_be(eth.ether_type);
     let multicast = eth.destination[0] & 1 != 0;
+    // Paths the kernel runs no ACL stage on, refused where the switch's ACLs may act on them.
+    let ipv4 = ether_type == ETH_P_IPV4;
+    let unchecked = |flag| ipv4 && acl::unchecked(datapath, flag);
     let ipv6_request = |router| Ipv6Request {
         datapath,
         router,
@@ -95,7 +100,13 @@ pub fn switch_frame(
     {
         // A broadcast reaches the local members too: the flood stage sends it to both.
         if multicast && let Some(group) = flood::group_of(datapath, true) {
+            if unchecked(UNCHECKED_FLOOD) {
+                return Err(drop_reason::ACL_FAIL_CLOSED);
+            }
             return Err(flood::request(ctx, &group.request(ingress_port, ifindex)));
+        }
+        if unchecked(UNCHECKED_EGRESS) {
+            return Err(drop_reason::ACL_FAIL_CLOSED);
         }
         return underlay::to_provider(ctx, &localnet);
     }
@@ -110,6 +121,9 @@ pub fn switch_frame(
                     Err(drop_reason::UNKNOWN_DESTINATION)
                 };
             };
+            if unchecked(UNCHECKED_FLOOD) {
+                return Err(drop_reason::ACL_FAIL_CLOSED);
+            }
             return Err(flood::request(ctx, &group.request(ingress_port, ifindex)));
         }
         // OVN never sends a frame back out of the port it came in on.
@@ -122,6 +136,9 @@ pub fn switch_frame(
         }
         // The rest for a router: its stage.
         Some(entry) if entry.kind == FIB_ROUTER => {
+            if unchecked(UNCHECKED_EGRESS) {
+                return Err(drop_reason::ACL_FAIL_CLOSED);
+            }
             let request = RouterRequest {
                 router: entry.ifindex,
                 router_ip: entry.remote_ip,

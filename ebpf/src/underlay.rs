@@ -99,6 +99,13 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     }
     let ether_type = u16::from_be(eth.ether_type);
     let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
+    // The switch's ingress ACL stage is not run for the provider network's frames: refused
+    // where its from-lport ACLs may act on them.
+    if ether_type == ETH_P_IPV4
+        && crate::acl::unchecked(datapath, ovnbpf_common::acl::UNCHECKED_INGRESS)
+    {
+        return crate::drop::drop_frame(ctx, drop_reason::ACL_FAIL_CLOSED);
+    }
     // The ingress port (the localnet's) is not known here: rules on the inport do not match.
     let between = crate::output::Between {
         datapath,

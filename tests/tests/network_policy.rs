@@ -10,7 +10,9 @@
 //!   other still gets its replies;
 //! - an established stream from client to web2 survives both agents restarting and an ACL
 //!   change elsewhere: no segment lost;
-//! - the policies deleted, everything flows again.
+//! - the policies deleted, everything flows again;
+//! - a subnet ACL naming no port makes routed traffic into the subnet fail closed (the kernel
+//!   runs no from-lport stage for it), until it goes.
 
 mod common;
 
@@ -39,12 +41,14 @@ const WEB1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const WEB2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 4);
 const OTHER: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 5);
+const FAR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 
-const PODS: [PodPlan; 4] = [
+const PODS: [PodPlan; 5] = [
     ("web1", "subnet-a", 0, WEB1),
     ("web2", "subnet-a", 1, WEB2),
     ("client", "subnet-a", 0, CLIENT),
     ("other", "subnet-a", 1, OTHER),
+    ("far", "subnet-a2", 1, FAR),
 ];
 
 /// The port `web` admits.
@@ -104,9 +108,11 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
         .unwrap();
-    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, false, 1442);
-    let (web1, web2, client, other) = (&pods[0], &pods[1], &pods[2], &pods[3]);
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1442);
+    let (web1, web2, client, other, far) = (&pods[0], &pods[1], &pods[2], &pods[3], &pods[4]);
     let bpffs = BpfMount::create().unwrap();
     let log_dir = tempfile::tempdir().unwrap();
     let start = |index| {
@@ -218,4 +224,36 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     );
     assert_eq!(other.ping(WEB1, 2).unwrap(), 2);
     assert_eq!(client.ping(WEB1, 2).unwrap(), 2);
+
+    // A subnet ACL naming no port: what is routed into the switch could match it, and the
+    // kernel runs no from-lport ACL stage for it there, so routed IPv4 into subnet-a is refused
+    // (fails closed) until the ACL goes; switched traffic is judged by it as usual.
+    assert_eq!(far.ping(CLIENT, 2).unwrap(), 2, "far → client, routed");
+    lab.nbctl(&[
+        "acl-add",
+        "subnet-a",
+        "from-lport",
+        "1000",
+        "ip4.src == 10.9.9.9",
+        "drop",
+    ])
+    .unwrap();
+    let refused = wait_until(Duration::from_secs(10), || {
+        far.ping(CLIENT, 1).unwrap_or(1) == 0
+    });
+    assert!(
+        refused,
+        "routed traffic still enters subnet-a{}",
+        logs(&agents)
+    );
+    assert_eq!(
+        client.ping(OTHER, 2).unwrap(),
+        2,
+        "switched traffic is checked"
+    );
+    lab.nbctl(&["acl-del", "subnet-a"]).unwrap();
+    let back = wait_until(Duration::from_secs(10), || {
+        far.ping(CLIENT, 1).unwrap_or(0) == 1
+    });
+    assert!(back, "routed traffic not back{}", logs(&agents));
 }

@@ -50,6 +50,17 @@ pub const COMMIT_EGRESS: u32 = 1 << 11;
 pub const USER_RULES_INGRESS: u32 = 1 << 12;
 pub const USER_RULES_EGRESS: u32 = 1 << 13;
 
+/// From-lport rules of users' ACLs may drop what enters the switch from a router or localnet
+/// port, where the kernel runs no ingress ACL stage: IPv4 routed into the switch, or from its
+/// provider network, is dropped (fails closed).
+pub const UNCHECKED_INGRESS: u32 = 1 << 14;
+/// To-lport rules may drop what leaves the switch to a router or localnet port, where the
+/// kernel runs no egress ACL stage: IPv4 to its routers or provider network is dropped.
+pub const UNCHECKED_EGRESS: u32 = 1 << 15;
+/// To-lport rules may drop flood copies, which the kernel delivers without the egress ACL
+/// stage: IPv4 floods on the switch are dropped.
+pub const UNCHECKED_FLOOD: u32 = 1 << 16;
+
 /// A switch with ACLs: [`SWITCH_INGRESS`] and the other flags, and each list's rule count.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

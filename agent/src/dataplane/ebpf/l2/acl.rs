@@ -17,8 +17,8 @@ use ovnbpf_common::acl::{
     self as kernel, AclAddressKey, AclPortKey, AclRuleKey, AclSwitch, COMMIT_EGRESS,
     COMMIT_INGRESS, FAIL_CLOSED_EGRESS, FAIL_CLOSED_INGRESS, MAX_RULES_PER_LIST,
     STATELESS_SKIPS_LB_EGRESS, STATELESS_SKIPS_LB_INGRESS, SWITCH_EGRESS, SWITCH_INGRESS,
-    TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL, TRACK_INGRESS_LB, USER_RULES_EGRESS,
-    USER_RULES_INGRESS, list,
+    TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL, TRACK_INGRESS_LB, UNCHECKED_EGRESS,
+    UNCHECKED_FLOOD, UNCHECKED_INGRESS, USER_RULES_EGRESS, USER_RULES_INGRESS, list,
 };
 use ovnbpf_common::maps::{AclAddresses, AclPortSets, AclRules, AclSwitches};
 use tracing::warn;
@@ -31,7 +31,9 @@ use super::{
     L2State,
     acl_rules::{self, SetIds},
 };
-use crate::pipeline::ir::{AclMatch, AclRule, AclStage, IrEntry, PortRef, Prefix, TrackingStage};
+use crate::pipeline::ir::{
+    AclAction, AclMatch, AclRule, AclStage, IrEntry, PortRef, Prefix, TrackingStage,
+};
 
 impl TableKey<AclSwitches> for u32 {
     fn slot(&self) -> u32 {
@@ -439,12 +441,62 @@ impl L2State {
         }
     }
 
+    /// Whether `port` is a router (patch) or localnet port: the kernel runs no ACL stage for
+    /// what enters or leaves the switch through it.
+    fn is_foreign_port(&self, port: &str) -> bool {
+        self.physical
+            .binding(port)
+            .is_some_and(|binding| binding.peer.is_some())
+            || self.localnets.values().any(|(name, ..)| name == port)
+    }
+
+    /// The `UNCHECKED_*` flags of a switch with `rules`: users' drop and reject rules that may
+    /// act on paths the kernel runs no ACL stage on (see [`kernel::UNCHECKED_INGRESS`]). Rules
+    /// naming a port group are taken to name pods (Kube-OVN's groups hold pods only).
+    fn unchecked_paths<'r>(&self, rules: impl Iterator<Item = &'r AclRule>) -> u32 {
+        let foreign = |port: &Option<PortRef>| match port {
+            None => true,
+            Some(PortRef::Port(name)) => self.is_foreign_port(name),
+            Some(PortRef::Group(_)) => false,
+        };
+        let mut flags = 0;
+        for rule in rules {
+            let drops = matches!(
+                rule.action,
+                AclAction::Drop { .. } | AclAction::Reject { .. }
+            );
+            if rule.acl.is_none() || !drops {
+                continue;
+            }
+            // What the kernel does not run the ACLs for is never tracked there.
+            let untracked = rule.states.contains(0);
+            if rule.stage.egress() {
+                flags |= UNCHECKED_FLOOD;
+                if untracked && rule.condition.0.iter().any(|c| foreign(&c.outport)) {
+                    flags |= UNCHECKED_EGRESS;
+                }
+            } else if untracked && rule.condition.0.iter().any(|c| foreign(&c.inport)) {
+                flags |= UNCHECKED_INGRESS;
+            }
+        }
+        flags
+    }
+
     /// Switch `datapath`'s kernel form.
     fn compile_switch(&mut self, datapath: u32) -> Compiled {
         let mut compiled = Compiled::default();
         let Some(switch) = self.acl.switches.get(&datapath) else {
             return compiled;
         };
+        let unchecked = self.unchecked_paths(switch.rules.iter().map(|rule| &**rule));
+        if unchecked != 0 {
+            warn!(
+                datapath,
+                unchecked,
+                "ACLs of this switch may act on routed, provider-network or flooded IPv4, which \
+                 the kernel runs no ACL stage for: that traffic is dropped (fails closed)"
+            );
+        }
         let fail_open = self.acl.fail_open;
         let ids = &mut self.acl.ids;
         let mut lists: BTreeMap<u32, Vec<kernel::AclRule>> = BTreeMap::new();
@@ -452,7 +504,7 @@ impl L2State {
         // Highest priority first; the IR's order breaks ties the same way every time.
         let mut rules: Vec<&AclRule> = switch.rules.iter().map(|rule| &**rule).collect();
         rules.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.cmp(b)));
-        let mut flags = 0;
+        let mut flags = unchecked;
         for rule in rules {
             if rule.acl.is_some() {
                 flags |= if rule.stage.egress() {
@@ -662,3 +714,7 @@ impl L2State {
             + self.acl.port_table.sweep(maps)?)
     }
 }
+
+#[cfg(test)]
+#[path = "acl_tests.rs"]
+mod tests;

@@ -1,0 +1,208 @@
+//! The ACL family against a recording of the maps: switch flags, rules, one write per set
+//! member, the ports' ACL flag, the paths that fail closed.
+
+use std::net::Ipv4Addr;
+
+use ovnbpf_common::{
+    LOCAL_PORT_ACL,
+    acl::{
+        AclAddressKey, FAIL_CLOSED_EGRESS, SWITCH_EGRESS, SWITCH_INGRESS, UNCHECKED_EGRESS,
+        UNCHECKED_FLOOD, UNCHECKED_INGRESS, USER_RULES_EGRESS,
+    },
+    maps::{AclAddresses, AclRules, AclSwitches, TunnelPorts},
+};
+
+use super::super::L2State;
+use crate::dataplane::ebpf::maps::Recorder;
+use crate::pipeline::ir::{
+    AclAction, AclClause, AclFamily, AclMatch, AclRule, AclStage, AddressTerm, AddressValue,
+    IrDiff, IrEntry, PortKind, PortRef, Prefix, States,
+};
+
+const DP: u32 = 5;
+
+fn vif(name: &str, key: u32, chassis: &str) -> IrEntry {
+    IrEntry::Port {
+        datapath: DP,
+        key,
+        name: name.into(),
+        kind: PortKind::Vif {
+            chassis: Some(chassis.into()),
+        },
+        addresses: Vec::new(),
+        port_security: Vec::new(),
+    }
+}
+
+fn rule(stage: AclStage, clause: AclClause, action: AclAction) -> IrEntry {
+    IrEntry::Acl {
+        datapath: DP,
+        rule: Box::new(AclRule {
+            stage,
+            priority: 3000,
+            states: States::ALL,
+            after_related: false,
+            condition: AclMatch(vec![clause]),
+            action,
+            log: None,
+            acl: Some("0123abcd".into()),
+        }),
+    }
+}
+
+fn member(set: &str, ip: [u8; 4]) -> IrEntry {
+    IrEntry::AddressSetMember {
+        set: set.into(),
+        prefix: Prefix {
+            network: Ipv4Addr::from(ip),
+            length: 32,
+        },
+    }
+}
+
+fn apply(state: &mut L2State, maps: &mut Recorder, added: Vec<IrEntry>, removed: Vec<IrEntry>) {
+    state.apply(&IrDiff { added, removed });
+    state.flush(maps).unwrap();
+}
+
+fn flags(maps: &Recorder) -> u32 {
+    maps.table::<AclSwitches>().get(&DP).map_or(0, |s| s.flags)
+}
+
+#[test]
+fn a_network_policy_installs_its_rules_sets_and_port_flags() {
+    let mut state = L2State::new("node1");
+    state.set_interface("web", Some(40));
+    let mut maps = Recorder::default();
+    let to_web = AclClause {
+        outport: Some(PortRef::Group("5_np".into())),
+        family: AclFamily::Ipv4,
+        source: vec![AddressTerm {
+            negated: false,
+            values: vec![AddressValue::Set("allow".into())],
+        }],
+        ..AclClause::default()
+    };
+    let allow = rule(
+        AclStage::Egress,
+        to_web.clone(),
+        AclAction::Allow {
+            commit: true,
+            related: false,
+        },
+    );
+    let deny = rule(
+        AclStage::Egress,
+        AclClause {
+            source: Vec::new(),
+            ..to_web
+        },
+        AclAction::Drop { block: false },
+    );
+    apply(
+        &mut state,
+        &mut maps,
+        vec![
+            vif("web", 1, "node1"),
+            allow,
+            deny,
+            IrEntry::PortGroupMember {
+                group: "5_np".into(),
+                port: "web".into(),
+            },
+            member("allow", [10, 0, 1, 4]),
+            member("unrelated", [10, 9, 9, 9]),
+        ],
+        Vec::new(),
+    );
+    let flags = flags(&maps);
+    assert_eq!(
+        flags & (SWITCH_EGRESS | USER_RULES_EGRESS),
+        SWITCH_EGRESS | USER_RULES_EGRESS
+    );
+    // The drop names the pods' group: only floods fail closed.
+    assert_eq!(
+        flags & (UNCHECKED_FLOOD | UNCHECKED_EGRESS | UNCHECKED_INGRESS | SWITCH_INGRESS),
+        UNCHECKED_FLOOD
+    );
+    assert_eq!(maps.table::<AclRules>().len(), 2);
+    // Only the set a rule names is installed.
+    let addresses = maps.table::<AclAddresses>();
+    assert_eq!(addresses.len(), 1, "{addresses:?}");
+    let ((AclAddressKey { address, .. }, bits), _) = addresses.iter().next().unwrap();
+    assert_eq!((*address, *bits), (u32::from_ne_bytes([10, 0, 1, 4]), 64));
+    // Deliveries to the pod go through the egress ACL stage.
+    assert!(
+        maps.table::<TunnelPorts>()
+            .values()
+            .all(|port| port.flags & LOCAL_PORT_ACL != 0)
+    );
+
+    // A peer joins the set: one write.
+    maps.reset_writes();
+    apply(
+        &mut state,
+        &mut maps,
+        vec![member("allow", [10, 0, 1, 5])],
+        Vec::new(),
+    );
+    assert_eq!(maps.writes(), 1);
+    assert_eq!(maps.table::<AclAddresses>().len(), 2);
+    maps.reset_writes();
+    apply(
+        &mut state,
+        &mut maps,
+        Vec::new(),
+        vec![member("allow", [10, 0, 1, 4])],
+    );
+    assert_eq!(maps.writes(), 1);
+}
+
+#[test]
+fn unconstrained_drops_fail_the_paths_the_kernel_does_not_check_and_crowded_rules_fail_closed() {
+    let mut state = L2State::new("node1");
+    let mut maps = Recorder::default();
+    // A subnet ACL (no inport): what is routed into the switch could match it.
+    let subnet_acl = rule(
+        AclStage::Ingress,
+        AclClause {
+            family: AclFamily::Ipv4,
+            ..AclClause::default()
+        },
+        AclAction::Drop { block: false },
+    );
+    apply(&mut state, &mut maps, vec![subnet_acl.clone()], Vec::new());
+    assert_ne!(flags(&maps) & UNCHECKED_INGRESS, 0);
+    assert_ne!(flags(&maps) & SWITCH_INGRESS, 0);
+    apply(&mut state, &mut maps, Vec::new(), vec![subnet_acl]);
+    assert!(
+        maps.table::<AclSwitches>().is_empty(),
+        "the switch is gone with its rules"
+    );
+    assert!(maps.table::<AclRules>().is_empty());
+
+    let term = AddressTerm {
+        negated: false,
+        values: vec![AddressValue::Set("a".into())],
+    };
+    let crowded = rule(
+        AclStage::Egress,
+        AclClause {
+            source: vec![term.clone(), term.clone(), term],
+            ..AclClause::default()
+        },
+        AclAction::Allow {
+            commit: false,
+            related: false,
+        },
+    );
+    apply(&mut state, &mut maps, vec![crowded], Vec::new());
+    assert_ne!(flags(&maps) & FAIL_CLOSED_EGRESS, 0);
+    state.set_acl_fail_open(true);
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        flags(&maps) & FAIL_CLOSED_EGRESS,
+        0,
+        "--unsupported-acl=allow"
+    );
+}
