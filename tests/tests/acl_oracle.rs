@@ -199,18 +199,9 @@ async fn acl_verdicts_equal_ovn_trace() {
     let pods = build(&lab);
     let common::Replica { compiler, sb, .. } = common::Replica::start(&lab).await;
 
-    let acl_gaps: Vec<String> = compiler
-        .unsupported_flows()
-        .into_iter()
-        .filter(|(_, stage, _)| is_acl_stage(stage) || acl_fails_closed(stage).is_some())
-        .map(|(uuid, stage, reason)| {
-            let flow = sb
-                .row::<ovnbpf_agent::sb::rows::LogicalFlow>(&uuid)
-                .map(|f| format!("{} / {}", f.match_, f.actions))
-                .unwrap_or_default();
-            format!("{stage}: {reason}: {flow}")
-        })
-        .collect();
+    let acl_gaps = common::unsupported_described(&sb, &compiler, |stage, _| {
+        is_acl_stage(stage) || acl_fails_closed(stage).is_some()
+    });
     assert!(
         acl_gaps.is_empty(),
         "ACL flows left unsupported:\n{}",
@@ -241,19 +232,10 @@ async fn acl_verdicts_equal_ovn_trace() {
                 continue;
             };
             compared += 1;
-            let mut ours_sorted = ours.outputs.clone();
-            let mut theirs_sorted = theirs;
-            ours_sorted.sort();
-            theirs_sorted.sort();
-            if theirs_sorted.is_empty() {
-                drops += 1;
-            }
-            if ours_sorted != theirs_sorted {
-                disagreements.push(format!(
-                    "{what} (ct {words})\n  ovnbpf: {ours_sorted:?}\n{}\n  ovn-trace: {theirs_sorted:?}\n{their_text}",
-                    ours.steps.iter().map(|s| format!("    {s}")).collect::<Vec<_>>().join("\n")
-                ));
-            }
+            let what = format!("{what} (ct {words})");
+            let (dropped, disagreement) = trace_oracle::compare(&what, &ours, theirs, &their_text);
+            drops += usize::from(dropped);
+            disagreements.extend(disagreement);
         }
     }
     println!(

@@ -22,12 +22,9 @@ mod oracle_kernel;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ovnbpf_agent::{
-    pipeline::eval::{
-        Evaluator,
-        packet::{L3, L4, Packet, ipv6_multicast_mac, solicited_node},
-    },
-    sb::rows::LogicalFlow,
+use ovnbpf_agent::pipeline::eval::{
+    Evaluator,
+    packet::{L3, L4, Packet, ipv6_multicast_mac, solicited_node},
 };
 use ovnbpf_tests::{
     kubeovn::{self, Topology, mac_for},
@@ -692,18 +689,9 @@ async fn ir_verdicts_equal_ovn_trace() {
     let common::Replica { sb, compiler, .. } = common::Replica::start(&lab).await;
     // Every flow of the forwarding stages compiles: what stays unsupported is stateful
     // (ACL, load balancing, conntrack, NAT), which this topology leaves at its defaults.
-    let forwarding_gaps: Vec<String> = compiler
-        .unsupported_flows()
-        .into_iter()
-        .filter(|(_, _, reason)| !reason.ends_with("is not in the datapath yet"))
-        .map(|(uuid, stage, reason)| {
-            let flow = sb
-                .row::<LogicalFlow>(&uuid)
-                .map(|f| format!("{} / {}", f.match_, f.actions))
-                .unwrap_or_default();
-            format!("{stage}: {reason}: {flow}")
-        })
-        .collect();
+    let forwarding_gaps = common::unsupported_described(&sb, &compiler, |_, reason| {
+        !reason.ends_with("is not in the datapath yet")
+    });
     assert!(
         forwarding_gaps.is_empty(),
         "forwarding flows left unsupported:\n{}",
@@ -734,19 +722,10 @@ async fn ir_verdicts_equal_ovn_trace() {
             continue;
         };
         compared += 1;
-        let mut ours_sorted = ours.outputs.clone();
-        let mut theirs_sorted = theirs.clone();
-        ours_sorted.sort();
-        theirs_sorted.sort();
-        if theirs_sorted.is_empty() {
-            drops += 1;
-        }
-        if ours_sorted != theirs_sorted {
-            disagreements.push(format!(
-                "{what}\n  packet: {packet}\n  ovnbpf: {ours_sorted:?}\n{}\n  ovn-trace: {theirs_sorted:?}\n{their_text}",
-                ours.steps.iter().map(|s| format!("    {s}")).collect::<Vec<_>>().join("\n")
-            ));
-        }
+        let what = format!("{what}\n  packet: {packet}");
+        let (dropped, disagreement) = trace_oracle::compare(&what, &ours, theirs, &their_text);
+        drops += usize::from(dropped);
+        disagreements.extend(disagreement);
     }
     println!(
         "{} cases: {compared} compared with ovn-trace ({drops} drops), {beyond_ovn_trace} that ovn-trace 23.03 cannot evaluate, {} disagreements",

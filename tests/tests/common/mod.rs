@@ -30,6 +30,27 @@ pub fn load_programs() -> ovnbpf_agent::dataplane::ebpf::KernelPrograms {
     }
 }
 
+/// The flows `compiler` left unsupported whose stage and reason `keep` selects, each with its
+/// stage, reason, match and actions (for an assertion's message).
+pub fn unsupported_described(
+    sb: &Southbound,
+    compiler: &Compiler,
+    keep: impl Fn(&str, &str) -> bool,
+) -> Vec<String> {
+    compiler
+        .unsupported_flows()
+        .into_iter()
+        .filter(|(_, stage, reason)| keep(stage, reason))
+        .map(|(uuid, stage, reason)| {
+            let flow = sb
+                .row::<ovnbpf_agent::sb::rows::LogicalFlow>(&uuid)
+                .map(|f| format!("{} / {}", f.match_, f.actions))
+                .unwrap_or_default();
+            format!("{stage}: {reason}: {flow}")
+        })
+        .collect()
+}
+
 /// A monitor-all SB replica and the compiler fed by it.
 pub struct Replica {
     pub sb: Southbound,

@@ -12,6 +12,31 @@ use ovnbpf_tests::{
     process,
 };
 
+/// The evaluator's outputs (`ours`, with its steps) against ovn-trace's (`theirs`, with its
+/// text) for case `what`: whether ovn-trace dropped the packet, and the disagreement, described.
+#[must_use]
+pub fn compare(
+    what: &str,
+    ours: &ovnbpf_agent::pipeline::eval::Trace,
+    mut theirs: Vec<(String, Packet)>,
+    their_text: &str,
+) -> (bool, Option<String>) {
+    let mut ours_sorted = ours.outputs.clone();
+    ours_sorted.sort();
+    theirs.sort();
+    let disagreement = (ours_sorted != theirs).then(|| {
+        format!(
+            "{what}\n  ovnbpf: {ours_sorted:?}\n{}\n  ovn-trace: {theirs:?}\n{their_text}",
+            ours.steps
+                .iter()
+                .map(|s| format!("    {s}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    });
+    (theirs.is_empty(), disagreement)
+}
+
 /// What to tell `ovn-trace` beside the packet.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TraceOptions<'a> {

@@ -1,13 +1,21 @@
 //! `bench compile [--pods …] [--updates 20]`: the full SB → IR compile (time, IR entries, RSS it
 //! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
-//! cost in the same run as the baseline.
+//! cost in the same run as the baseline. `bench compile --acls` instead: 1000 pods under 100
+//! NetworkPolicies of 100 ports each (10,100 ACLs) whose peers are address sets of 500 addresses
+//! (50,000 members), built as kube-ovn-controller builds them; the changes are one address
+//! joining a set each (a pod matching a policy's selector).
+
+use std::net::Ipv4Addr;
 
 use anyhow::Result;
-use ovnbpf_tests::ovn::{Db, OvnLab};
+use ovnbpf_tests::{
+    kubeovn::{PolicyPort, PolicyRule, Topology},
+    ovn::{Db, OvnLab},
+};
 use serde_json::json;
 
 use super::{
-    sb::{populate, sync_and_update},
+    sb::{populate, sync_and_change, sync_and_update},
     stats::{numbers, percentile, sizes, write_json},
 };
 use crate::{args::option, cmd};
@@ -15,6 +23,9 @@ use crate::{args::option, cmd};
 /// `bench compile`: full SB → IR compile time and IR memory, and the cost of one pod change,
 /// against the replica's own sync and apply cost in the same run as the baseline.
 pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--acls") {
+        return acls(args);
+    }
     let sizes = sizes(args)?;
     let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
     println!("== bench compile: building ovnbpfctl (release)");
@@ -65,4 +76,123 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     write_json("compile", &results)
+}
+
+/// Policies, ports per policy (one ACL each), pods per policy and addresses per policy's set.
+const POLICIES: usize = 100;
+const PORTS_PER_POLICY: u16 = 100;
+const PODS_PER_POLICY: usize = 10;
+const ADDRESSES_PER_SET: u32 = 500;
+
+/// The NB of `bench compile --acls`: [`populate`]'s 1000 pods, then the policies, ten per
+/// ovn-nbctl transaction.
+fn populate_policies(lab: &OvnLab) -> Result<()> {
+    populate(lab, 1000)?;
+    let ports: Vec<PolicyPort> = (0..PORTS_PER_POLICY)
+        .map(|i| PolicyPort::Port("tcp", 1000 + i))
+        .collect();
+    for batch in (0..POLICIES).collect::<Vec<_>>().chunks(10) {
+        let mut topology = Topology::new();
+        for &policy in batch {
+            // Pods of subnet-a (every fourth of `populate`'s 1000, so 250), ten per policy; a
+            // pod may be selected by several policies, as in a cluster.
+            let pods: Vec<String> = (0..PODS_PER_POLICY)
+                .map(|i| {
+                    format!(
+                        "pod-{}.bench",
+                        4 * ((policy * PODS_PER_POLICY + i) % 250) + 1
+                    )
+                })
+                .collect();
+            let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
+            let addresses: Vec<String> = (0..ADDRESSES_PER_SET)
+                .map(|i| {
+                    let host = u32::try_from(policy).unwrap_or(0) * ADDRESSES_PER_SET + i;
+                    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 64, 0, 0)) + host).to_string()
+                })
+                .collect();
+            let allow: Vec<&str> = addresses.iter().map(String::as_str).collect();
+            topology.network_policy(
+                &format!("np{policy}"),
+                "bench",
+                &pods,
+                Some(&[PolicyRule {
+                    allow: &allow,
+                    except: &[],
+                    ports: &ports,
+                }]),
+                None,
+            );
+        }
+        let mut args = vec!["--timeout=600".to_string()];
+        args.extend(topology.take_args());
+        lab.nbctl(&args)?;
+    }
+    Ok(())
+}
+
+/// `bench compile --acls`.
+fn acls(args: &[String]) -> Result<()> {
+    let updates: usize = option(args, "--updates").unwrap_or("50").parse()?;
+    println!("== bench compile --acls: building ovnbpfctl (release)");
+    let ctl = cmd::build_binaries(cmd::Profile::Release)?.ctl;
+    println!(
+        "== bench compile --acls: {POLICIES} policies, {} ACLs, {} set members",
+        POLICIES * (usize::from(PORTS_PER_POLICY) + 1),
+        POLICIES * ADDRESSES_PER_SET as usize
+    );
+    let lab = OvnLab::start()?;
+    populate_policies(&lab)?;
+    let remote = lab.unix_remote(Db::Southbound);
+    // One new address in one policy's set per change, the policies in turn.
+    let join = |i: usize| -> Result<Vec<String>> {
+        let set = format!("np{}.bench.ingress.allow.IPv4.0", i % POLICIES);
+        let address = Ipv4Addr::new(10, 250, (i / 250) as u8, (i % 250) as u8 + 1);
+        Ok(vec![
+            "add".into(),
+            "address_set".into(),
+            set,
+            "addresses".into(),
+            format!("\"{address}\""),
+        ])
+    };
+    let report = sync_and_change(&lab, &ctl, &remote, updates, &["--compile"], &join)?;
+    let mut apply = numbers(&report, "apply_us");
+    let mut compile = numbers(&report, "compile_us");
+    let diffs = numbers(&report, "diff_entries");
+    apply.sort_by(f64::total_cmp);
+    compile.sort_by(f64::total_cmp);
+    let result = json!({
+        "acls": POLICIES * (usize::from(PORTS_PER_POLICY) + 1),
+        "set_members": POLICIES * ADDRESSES_PER_SET as usize,
+        "sb_rows": report["rows"], "ir_entries": report["ir_entries"],
+        "baseline_replica_sync_ms": report["sync_ms"], "full_compile_ms": report["compile_ms"],
+        "ir_rss_kib": report["ir_rss_kib"],
+        "baseline_replica_apply_p50_us": percentile(&apply, 50.0),
+        "member_change_compile_p50_us": percentile(&compile, 50.0),
+        "member_change_compile_p99_us": percentile(&compile, 99.0),
+        "max_diff_entries": diffs.iter().copied().fold(0.0, f64::max),
+        "updates": compile.len(),
+    });
+    println!();
+    println!(
+        "| ACLs | set members | SB rows | IR entries | replica sync ms (baseline) | full compile ms | compile / sync | replica apply p50 µs (baseline) | member change compile p50 µs | p99 µs | max IR diff |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let f = |key: &str| result[key].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
+        result["acls"],
+        result["set_members"],
+        result["sb_rows"],
+        result["ir_entries"],
+        f("baseline_replica_sync_ms"),
+        f("full_compile_ms"),
+        f("full_compile_ms") / f("baseline_replica_sync_ms"),
+        f("baseline_replica_apply_p50_us"),
+        f("member_change_compile_p50_us"),
+        f("member_change_compile_p99_us"),
+        f("max_diff_entries"),
+    );
+    write_json("compile-acls", &[result])
 }

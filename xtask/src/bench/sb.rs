@@ -174,6 +174,28 @@ pub fn sync_and_update(
     updates: usize,
     extra: &[&str],
 ) -> Result<Value> {
+    sync_and_change(lab, ctl, remote, updates, extra, &pod_change)
+}
+
+/// The `i`-th single-pod NB change: a new pod on subnet-a (ovn-nbctl arguments).
+fn pod_change(i: usize) -> Result<Vec<String>> {
+    let pod = format!("bench-update-{i}");
+    let ip = Ipv4Addr::new(10, 0, 255, u8::try_from(10 + i % 200)?);
+    Ok(Topology::new()
+        .pod("subnet-a", &pod, "bench", &mac_for(&pod), ip)
+        .take_args())
+}
+
+/// [`sync_and_update`] with `updates` NB changes of `change`'s making (ovn-nbctl arguments
+/// for the `i`-th, each run as one transaction).
+pub fn sync_and_change(
+    lab: &OvnLab,
+    ctl: &std::path::Path,
+    remote: &str,
+    updates: usize,
+    extra: &[&str],
+    change: &dyn Fn(usize) -> Result<Vec<String>>,
+) -> Result<Value> {
     let mut child = Command::new(ctl)
         .args([
             "sb-sync",
@@ -196,14 +218,8 @@ pub fn sync_and_update(
         }
     }
     for i in 0..updates {
-        let pod = format!("bench-update-{i}");
-        let ip = Ipv4Addr::new(10, 0, 255, u8::try_from(10 + i % 200)?);
         let mut args = vec!["--timeout=600".to_string()];
-        args.extend(
-            Topology::new()
-                .pod("subnet-a", &pod, "bench", &mac_for(&pod), ip)
-                .take_args(),
-        );
+        args.extend(change(i)?);
         lab.nbctl(&args)?;
     }
     let mut stdout = String::new();

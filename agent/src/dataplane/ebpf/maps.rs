@@ -35,18 +35,17 @@ impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> fo
     }
 }
 
+/// aya's `HashMap` reads and writes LRU hash maps too.
 impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> for kind::LruHashMap {
     type Slot = K;
     fn insert(map: &mut aya::maps::Map, slot: K, value: V) -> Result<(), MapError> {
-        aya::maps::HashMap::<_, K, V>::try_from(map)?.insert(slot, value, 0)
+        <kind::HashMap as KindAccess<K, V>>::insert(map, slot, value)
     }
     fn remove(map: &mut aya::maps::Map, slot: K) -> Result<(), MapError> {
-        aya::maps::HashMap::<_, K, V>::try_from(map)?.remove(&slot)
+        <kind::HashMap as KindAccess<K, V>>::remove(map, slot)
     }
     fn slots(map: &aya::maps::Map) -> Result<Vec<K>, MapError> {
-        aya::maps::HashMap::<_, K, V>::try_from(map)?
-            .keys()
-            .collect()
+        <kind::HashMap as KindAccess<K, V>>::slots(map)
     }
 }
 

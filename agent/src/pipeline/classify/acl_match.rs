@@ -4,7 +4,7 @@
 //! port ranges, ICMP types, `eth.mcast` and single MACs. Any other term is an error naming it.
 //! Pure functions over the syntax tree.
 
-use super::matching::{PortSide, port_ranges};
+use super::matching::{PortSide, port_ranges, value_mac};
 use crate::{
     lflow::{
         ast::{Expr, Relation, Value},
@@ -153,7 +153,7 @@ fn add_atom(dp: u32, clause: &mut AclClause, atom: &Expr) -> Result<bool, String
                     Ok(ok)
                 }
                 "eth.src" | "eth.dst" if !negated => {
-                    let macs = values.iter().map(mac_value).collect::<Option<Vec<Mac>>>();
+                    let macs = values.iter().map(value_mac).collect::<Option<Vec<Mac>>>();
                     let slot = if field.name == "eth.src" {
                         &mut clause.eth_source
                     } else {
@@ -263,16 +263,6 @@ fn address_value(value: &Value) -> Option<AddressValue> {
                 length,
             }))
         }
-        _ => None,
-    }
-}
-
-fn mac_value(value: &Value) -> Option<Mac> {
-    match value {
-        Value::Constant(Constant::Mac {
-            address,
-            mask: None,
-        }) => Some(*address),
         _ => None,
     }
 }

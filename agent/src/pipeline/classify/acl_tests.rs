@@ -2,24 +2,11 @@
 
 use ovnbpf_common::ct;
 
-use crate::lflow::{parse_actions, parse_match};
-use crate::pipeline::classify::{Class, Flow, acl_fails_closed, classify};
+use crate::pipeline::classify::{Class, acl_fails_closed, tests::class};
 use crate::pipeline::ir::{
     AclAction, AclClause, AclFamily, AclRule, AclStage, AddressTerm, AddressValue, IrEntry,
     PortRef, States, TrackingStage,
 };
-
-fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
-    let match_ = parse_match(match_).unwrap();
-    let actions = parse_actions(actions).unwrap();
-    classify(&Flow {
-        datapath: 7,
-        stage,
-        priority,
-        match_: &match_,
-        actions: &actions,
-    })
-}
 
 fn rule(stage: &str, priority: i64, match_: &str, actions: &str) -> AclRule {
     match class(stage, priority, match_, actions) {

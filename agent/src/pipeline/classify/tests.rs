@@ -6,7 +6,8 @@ use super::*;
 use crate::lflow::{parse_actions, parse_match};
 use crate::pipeline::ir::{EcmpStage, IrEntry, L4Match, PolicyVerdict, Prefix, RouteSelector};
 
-fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
+/// The verdict on one flow of datapath 7, written as northd writes it.
+pub(super) fn class(stage: &str, priority: i64, match_: &str, actions: &str) -> Class {
     let match_ = parse_match(match_).unwrap();
     let actions = parse_actions(actions).unwrap();
     classify(&Flow {
