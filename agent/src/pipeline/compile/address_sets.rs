@@ -122,8 +122,12 @@ impl FlowsBySet {
     }
 
     /// The flows to recompile after Address_Set row `uuid` changed (its name may have changed
-    /// too, or the row gone): those naming its old or its new name.
-    pub(super) fn changed(&mut self, sb: &Southbound, uuid: Uuid) -> Vec<Uuid> {
+    /// too, or the row gone): those naming its old or its new name; and both names.
+    pub(super) fn changed(
+        &mut self,
+        sb: &Southbound,
+        uuid: Uuid,
+    ) -> (Vec<Uuid>, Option<String>, Option<String>) {
         let old = self.names.remove(&uuid);
         let new = sb
             .row::<crate::sb::rows::AddressSet>(&uuid)
@@ -131,11 +135,12 @@ impl FlowsBySet {
         if let Some(name) = &new {
             self.names.insert(uuid, name.clone());
         }
-        [old, new]
+        let flows = [&old, &new]
             .into_iter()
             .flatten()
-            .flat_map(|name| self.flows.get(&name).into_iter().flatten().copied())
-            .collect()
+            .flat_map(|name| self.flows.get(name).into_iter().flatten().copied())
+            .collect();
+        (flows, old, new)
     }
 
     /// Forgets the set rows' names and learns them again from `sb` (a full rebuild).

@@ -116,6 +116,7 @@ impl Compiler {
         let mut flows = HashSet::new();
         let mut rows = Vec::new();
         let mut groups = Vec::new();
+        let mut member_changes = Vec::new();
         for (table, change) in &changes.tables {
             let touched = change
                 .inserted
@@ -127,8 +128,22 @@ impl Compiler {
                 LogicalFlow::TABLE => flows.extend(touched.chain(gone)),
                 AddressSet::TABLE => {
                     for set in touched.chain(gone) {
-                        flows.extend(self.flows_by_set.changed(sb, set));
-                        rows.push(set);
+                        let (named_by, old, new) = self.flows_by_set.changed(sb, set);
+                        flows.extend(named_by);
+                        // A set whose addresses changed (its name did not): its members'
+                        // entries alone, O(the addresses that changed).
+                        let addresses = change
+                            .set_changes
+                            .get(&set)
+                            .and_then(|c| c.iter().find(|c| c.column == "addresses"));
+                        match (addresses, old, new) {
+                            (Some(addresses), Some(old), Some(new))
+                                if old == new && self.rows.contains_key(&set) =>
+                            {
+                                member_changes.push((set, new, addresses.clone()));
+                            }
+                            _ => rows.push(set),
+                        }
                     }
                 }
                 PortGroup::TABLE => rows.extend(touched.chain(gone)),
@@ -163,6 +178,9 @@ impl Compiler {
                 }
                 _ => {}
             }
+        }
+        for (set, name, addresses) in member_changes {
+            self.change_address_set_members(set, &name, &addresses, &mut delta);
         }
         for uuid in flows {
             self.retract_flow(uuid, &mut delta);

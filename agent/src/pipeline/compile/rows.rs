@@ -6,6 +6,7 @@
 use uuid::Uuid;
 
 use super::{Compiler, Contribution, Delta};
+use crate::ovsdb::{datum::Atom, replica::SetChange};
 use crate::{
     net::{LspAddress, is_address_keyword},
     pipeline::ir::{IrEntry, PortKind, Prefix},
@@ -65,18 +66,49 @@ impl Compiler {
 fn address_set_members(set: &AddressSet) -> Vec<IrEntry> {
     set.addresses
         .iter()
-        .filter_map(|address| {
-            let (network, length) = match address.split_once('/') {
-                Some((network, length)) => (network, length.parse::<u8>().ok()?),
-                None => (address.as_str(), 32),
-            };
-            let network: std::net::Ipv4Addr = network.parse().ok()?;
-            (length <= 32).then(|| IrEntry::AddressSetMember {
-                set: set.name.clone(),
-                prefix: Prefix { network, length },
-            })
-        })
+        .filter_map(|address| address_set_member(&set.name, address))
         .collect()
+}
+
+/// The member entry of `address` in set `set`, if it is an IPv4 address or CIDR.
+fn address_set_member(set: &str, address: &str) -> Option<IrEntry> {
+    let (network, length) = match address.split_once('/') {
+        Some((network, length)) => (network, length.parse::<u8>().ok()?),
+        None => (address, 32),
+    };
+    let network: std::net::Ipv4Addr = network.parse().ok()?;
+    (length <= 32).then(|| IrEntry::AddressSetMember {
+        set: set.to_string(),
+        prefix: Prefix { network, length },
+    })
+}
+
+impl Compiler {
+    /// Applies the addresses `change` added to and removed from Address_Set row `uuid`, named
+    /// `name` before and after: one member entry each.
+    pub(super) fn change_address_set_members(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        change: &SetChange,
+        delta: &mut Delta,
+    ) {
+        let member = |atom: &Atom| address_set_member(name, atom.as_str()?);
+        let removed: Vec<IrEntry> = change.removed.iter().filter_map(member).collect();
+        let added: Vec<IrEntry> = change.added.iter().filter_map(member).collect();
+        let mut contribution = self.rows.remove(&uuid).unwrap_or_default();
+        for entry in removed {
+            if let Some(at) = contribution.entries.iter().position(|e| *e == entry) {
+                contribution.entries.swap_remove(at);
+                self.remove(entry, delta);
+            }
+        }
+        for entry in added {
+            contribution.entries.push(entry.clone());
+            self.add(entry, delta);
+        }
+        self.rows.insert(uuid, contribution);
+    }
 }
 
 /// The port entry of a Port_Binding row, and how many of its address entries did not parse

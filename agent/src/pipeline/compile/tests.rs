@@ -286,3 +286,42 @@ fn address_sets_in_policies_expand_to_one_entry_per_address_and_change_increment
         "{diff:?}"
     );
 }
+
+/// An address joining or leaving an Address_Set changes its one member entry (what the ACL
+/// backend installs), applied from the set's change alone, without recomputing the set.
+#[test]
+fn an_address_joining_or_leaving_a_set_is_one_member_entry() {
+    let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
+    let mut update = |updates: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates,
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    let member = |ip: [u8; 4]| IrEntry::AddressSetMember {
+        set: "np.web.ns.ingress.allow.IPv4.0".into(),
+        prefix: Ipv4Prefix {
+            network: Ipv4Addr::from(ip),
+            length: 32,
+        },
+    };
+    let set = "00000000-0000-0000-0000-0000000000c3";
+    let diff = update(json!({"Address_Set": {set: {"insert": {
+        "name": "np.web.ns.ingress.allow.IPv4.0",
+        "addresses": ["set", ["10.16.0.5", "10.16.0.6", "fd00::5"]]}}}}));
+    assert_eq!(diff.added, [member([10, 16, 0, 5]), member([10, 16, 0, 6])]);
+    let diff = update(json!({"Address_Set": {set: {"modify": {"addresses": "10.16.0.7"}}}}));
+    assert_eq!(
+        (diff.added, diff.removed),
+        (vec![member([10, 16, 0, 7])], vec![])
+    );
+    let diff = update(json!({"Address_Set": {set: {"modify": {"addresses": "10.16.0.5"}}}}));
+    assert_eq!(
+        (diff.added, diff.removed),
+        (vec![], vec![member([10, 16, 0, 5])])
+    );
+    // Renamed: every member moves to the new name.
+    let diff = update(json!({"Address_Set": {set: {"modify": {"name": "other"}}}}));
+    assert_eq!((diff.added.len(), diff.removed.len()), (2, 2));
+}
