@@ -83,13 +83,10 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
     match handle(ctx, router, router_ip, ifindex)? {
         Routed::Verdict(verdict) => Ok(verdict),
         Routed::Flood(request) => Err(flood::request(ctx, &request)),
-        // Into a switch whose from-lport ACLs may act on routed traffic: refused (fails closed).
+        // Into a switch whose from-lport ACLs may act on routed traffic (what is routed is
+        // IPv4): refused (fails closed).
         Routed::Output(routed)
-            if u16::from_be(ctx.load::<u16>(12).unwrap_or(0)) == 0x0800
-                && crate::acl::unchecked(
-                    routed.datapath,
-                    ovnbpf_common::acl::UNCHECKED_INGRESS,
-                ) =>
+            if crate::acl::unchecked(routed.datapath, ovnbpf_common::acl::UNCHECKED_INGRESS) =>
         {
             Err(ovnbpf_common::drop_reason::ACL_FAIL_CLOSED)
         }

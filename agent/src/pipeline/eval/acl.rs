@@ -263,8 +263,7 @@ impl Evaluator<'_> {
             (AclFamily::Ipv6, L3::Ipv4 { .. }) | (AclFamily::Ipv4, L3::Ipv6 { .. }) => {
                 (false, None)
             }
-            (_, L3::Ipv4 { l4, .. }) => (true, Some((l4, 1))),
-            (_, L3::Ipv6 { l4, .. }) => (true, Some((l4, 58))),
+            (_, L3::Ipv4 { l4, .. } | L3::Ipv6 { l4, .. }) => (true, Some(l4)),
         };
         if !family_ok {
             return false;
@@ -285,24 +284,15 @@ impl Evaluator<'_> {
         let Some(protocol) = clause.protocol else {
             return true;
         };
-        let Some((l4, icmp)) = l4 else {
+        let Some(l4) = l4 else {
             return false;
         };
-        let (number, ports_of, kind) = match l4 {
-            L4::Icmp { kind, .. } => (icmp, None, Some(kind)),
-            L4::Nd { kind, .. } => (58, None, Some(kind)),
-            L4::Tcp {
-                source,
-                destination,
-            }
-            | L4::TcpReset {
-                source,
-                destination,
-            } => (6, Some((source, destination)), None),
-            L4::Udp {
-                source,
-                destination,
-            } => (17, Some((source, destination)), None),
+        // The kernel's reading of the packet: protocol and ports (ICMP's type apart).
+        let (number, transport_ports) = packet.transport();
+        let ports_of = matches!(number, 6 | 17).then_some(transport_ports);
+        let kind = match l4 {
+            L4::Icmp { kind, .. } | L4::Nd { kind, .. } => Some(kind),
+            _ => None,
         };
         if number != protocol {
             return false;
