@@ -179,7 +179,8 @@ fn untracked_state(flow: &Flow) -> u8 {
 }
 
 /// `ct_commit { ct_mark.blocked = 0; }`: commits `flow` in `zone` (this packet's direction the
-/// original one), or clears the mark of a committed connection.
+/// original one), or clears the mark of a committed connection; an invalid packet is not
+/// committed.
 #[inline(always)]
 pub fn commit(zone: Zone, flow: &Flow) {
     if flow.is_error {
@@ -195,6 +196,13 @@ pub fn commit(zone: Zone, flow: &Flow) {
             entry.flags &= !CT_BLOCKED;
             return;
         }
+    }
+    // An invalid packet creates no entry (as OVS's `ct(commit)`; with Kube-OVN's
+    // `use_ct_inv_match=false` northd's commit flows no longer exclude `ct.inv` themselves).
+    // Checked here on the packet rather than on its state in the ACL stage: a branch on the
+    // state there makes the verifier walk the rule lists once per state (218k → 390k).
+    if untracked_state(flow) & ct::INVALID != 0 {
+        return;
     }
     let flags = if from_a { CT_ORIGIN_A } else { 0 };
     let entry = CtEntry {

@@ -194,8 +194,8 @@ fn look_up_next_hop(
 
 /// Puts OVN's outer headers (toward `tunnel.remote_ip`, outer MACs zero) in front of the frame.
 /// Returns whether the skb is now an IPv4 packet to the kernel (IP inside: the room is made
-/// with the encapsulation flags, which also set the outer protocol); other payloads (ARP) are
-/// prepended and keep their protocol.
+/// with the encapsulation flags, which also set the outer protocol); other payloads (ARP), and
+/// IP the kernel refuses to encapsulate again, are prepended and keep their protocol.
 #[inline(always)]
 pub fn push_outer_headers(
     ctx: &TcContext,
@@ -217,21 +217,25 @@ pub fn push_outer_headers(
         // the inner MACs, which identify such a conversation.
         hash ^= mac_hash(ctx);
     }
-    if ip_inner {
-        // Room after the Ethernet header, marked as UDP-tunnelled Ethernet so GSO segments the
-        // inner packet and fixes every segment's outer lengths.
-        let room = geneve::OVERHEAD as i32;
-        let flags = BPF_F_ADJ_ROOM_FIXED_GSO
-            | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
-            | BPF_F_ADJ_ROOM_ENCAP_L4_UDP
-            | BPF_F_ADJ_ROOM_ENCAP_L2_ETH;
-        let inner_l2 = (14_u64 & 0xff) << 56;
-        ctx.adjust_room(room, BPF_ADJ_ROOM_MAC, u64::from(flags) | inner_l2)
-            .map_err(|_| drop_reason::ENCAP_FAILED)?;
+    // Room after the Ethernet header, marked as UDP-tunnelled Ethernet so GSO segments the
+    // inner packet and fixes every segment's outer lengths.
+    let room = geneve::OVERHEAD as i32;
+    let flags = BPF_F_ADJ_ROOM_FIXED_GSO
+        | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
+        | BPF_F_ADJ_ROOM_ENCAP_L4_UDP
+        | BPF_F_ADJ_ROOM_ENCAP_L2_ETH;
+    let inner_l2 = (14_u64 & 0xff) << 56;
+    let encapsulated = ip_inner
+        && ctx
+            .adjust_room(room, BPF_ADJ_ROOM_MAC, u64::from(flags) | inner_l2)
+            .is_ok();
+    if encapsulated {
         ctx.store(geneve::OVERHEAD, &inner, 0)
             .map_err(|_| drop_reason::ENCAP_FAILED)?;
     } else {
-        // adjust_room refuses non-IP payloads (ARP): prepend instead.
+        // adjust_room refuses non-IP payloads (ARP), and an skb the kernel still marks
+        // encapsulated (decapsulated here from a node it reached over a veth, then answered by
+        // a `reject` ACL): prepend instead.
         // SAFETY: the helper takes the skb pointer the context holds and plain integers.
         let result = unsafe { bpf_skb_change_head(ctx.skb.skb, geneve::OVERHEAD as u32, 0) };
         if result != 0 {
@@ -290,7 +294,7 @@ pub fn push_outer_headers(
     };
     ctx.store(0, &outer, 0)
         .map_err(|_| drop_reason::ENCAP_FAILED)?;
-    Ok(ip_inner)
+    Ok(encapsulated)
 }
 
 /// A 32-bit mix of the frame's two MACs (its first 12 bytes, read as three words): spreads

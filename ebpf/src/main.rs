@@ -93,7 +93,7 @@ pub fn ipv6(ctx: TcContext) -> i32 {
 pub fn acl_ingress(ctx: TcContext) -> i32 {
     match acl::ingress_stage(&ctx) {
         Ok(verdict) => verdict,
-        Err(reason) => drop_frame(&ctx, reason),
+        Err(reason) => drop_frame(&ctx, acl::answered(&ctx, reason, 0)),
     }
 }
 
@@ -102,6 +102,19 @@ pub fn acl_ingress(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn acl_egress(ctx: TcContext) -> i32 {
     match acl::egress_stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(
+            &ctx,
+            acl::answered(&ctx, reason, ovnbpf_common::stage::REJECT_FROM_EGRESS),
+        ),
+    }
+}
+
+/// The reject stage, tail-called by the ACL stages for what a `reject` ACL refused (see
+/// [`reject::acl_stage`]); attached to no interface.
+#[classifier]
+pub fn acl_reject(ctx: TcContext) -> i32 {
+    match reject::acl_stage(&ctx) {
         Ok(verdict) => verdict,
         Err(reason) => drop_frame(&ctx, reason),
     }

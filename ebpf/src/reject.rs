@@ -1,27 +1,41 @@
-//! What a logical router sends back for traffic to its own addresses other than a ping, as OVN's
-//! `lr_in_ip_input` rejects do (`tcp_reset` / `icmp4` built by ovn-controller's pinctrl, then
-//! routed back to the sender): TCP gets a reset, UDP ICMP port unreachable, other protocols
-//! ICMP protocol unreachable, each only where the address's flags say the router answers so.
-//! Later fragments and SCTP (OVN's `sctp_abort` is not built) are left to the caller to count.
-//! Replies are built in place, counted by kind (`ROUTER_REPLIES`) and sent back out of the pod's
-//! veth. Touches only the frame and that counter.
+//! Answers built in place of the packet they answer, as ovn-controller's pinctrl builds them
+//! (`pinctrl_handle_tcp_reset`, `pinctrl_handle_icmp`), for two askers:
+//! - a logical router, for traffic to its own addresses other than a ping (OVN's
+//!   `lr_in_ip_input` rejects, routed back to the sender): TCP gets a reset, UDP ICMP port
+//!   unreachable, other protocols ICMP protocol unreachable, each only where the address's
+//!   flags say the router answers so;
+//! - a switch's `reject` ACL (the `acl_reject` stage, [`acl_stage`]): TCP gets a reset, UDP ICMP
+//!   port unreachable, other IPv4 ICMP host unreachable (`pinctrl_handle_reject`); a reset or an
+//!   ICMP destination unreachable is never answered (pinctrl ignores them), nor SCTP (OVN's
+//!   `sctp_abort` is not built), IPv4 with options or a later fragment. From the ingress stage
+//!   the answer goes straight back to the sender; from the egress stage it enters the switch's L2
+//!   lookup from the port the packet was for, as OVN's `next(pipeline=ingress,
+//!   table=ls_in_l2_lkup)`, and so meets the sender's egress ACLs, a tunnel or a router.
+//!
+//! Replies are counted by kind (`ROUTER_REPLIES`). Touches only the frame and that counter.
+//! The checksums are computed whole over what is written: an answer never leaves through a
+//! device that would complete an offloaded checksum (it goes back to a local pod's veth, or is
+//! built from a frame that came from another node, whose checksums are complete).
 
 use aya_ebpf::{
-    bindings::bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
+    bindings::bpf_adj_room_mode::{BPF_ADJ_ROOM_MAC, BPF_ADJ_ROOM_NET},
     helpers::{bpf_csum_diff, bpf_skb_change_tail, bpf_skb_load_bytes},
     programs::TcContext,
 };
-use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    drop_reason, router_reply,
+    ACL_REQUEST_MAGIC, DropReason, ROUTER_ADDRESS_PORT_UNREACHABLE,
+    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, drop_reason, router_reply,
+    stage::REJECT_FROM_EGRESS,
 };
 
 use crate::csum;
 use crate::{
     count_reply,
-    headers::{ETH_HEADER_LEN, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader},
+    headers::{
+        ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader,
+    },
     output::reply_to_sender,
+    stages,
 };
 
 const IPPROTO_ICMP: u8 = 1;
@@ -29,14 +43,19 @@ const IPPROTO_TCP: u8 = 6;
 const IPPROTO_SCTP: u8 = 132;
 /// IPv4 flags: don't fragment (pinctrl sets it on what it builds).
 const DONT_FRAGMENT: u16 = 0x4000;
-/// pinctrl builds the reset with TTL 63; routing it back to the sender decrements it.
-const TCP_RESET_TTL: u8 = 62;
-/// The `icmp4` action sets TTL 255; routing it back to the sender decrements it.
-const UNREACHABLE_TTL: u8 = 254;
+/// pinctrl builds a reset with TTL 63 and an ICMP error with 255.
+const PINCTRL_TCP_RESET_TTL: u8 = 63;
+const PINCTRL_UNREACHABLE_TTL: u8 = 255;
+/// A router's answers are routed back to the sender, which decrements their TTL.
+const TCP_RESET_TTL: u8 = PINCTRL_TCP_RESET_TTL - 1;
+const UNREACHABLE_TTL: u8 = PINCTRL_UNREACHABLE_TTL - 1;
+/// TCP's RST flag, in the flags byte.
+const TCP_RST: u8 = 0x04;
 /// RST and ACK, with a 5-word header.
 const TCP_RESET_FLAGS: u16 = 5 << 12 | 0x04 | 0x10;
 /// ICMP destination unreachable and its codes.
 const ICMP_UNREACHABLE: u8 = 3;
+const CODE_HOST: u8 = 1;
 const CODE_PROTOCOL: u8 = 2;
 const CODE_PORT: u8 = 3;
 /// pinctrl quotes the offending datagram up to a 576-byte frame: 576 − 14 − 20 − 8.
@@ -99,7 +118,18 @@ pub fn answer(
     }
     let protocol = frame.ip.protocol;
     if protocol == IPPROTO_TCP && flags & ROUTER_ADDRESS_TCP_RESET != 0 {
-        return tcp_reset(ctx, frame, ifindex);
+        let Ok(segment) = ctx.load::<TcpStart>(ETH_HEADER_LEN + 20) else {
+            return Err(drop_reason::TO_ROUTER_UNHANDLED);
+        };
+        tcp_reset(
+            ctx,
+            frame,
+            &segment,
+            TCP_RESET_TTL,
+            drop_reason::ROUTER_REPLY_FAILED,
+        )?;
+        count_reply(router_reply::TCP_RESET);
+        return Ok(reply_to_sender(ctx, ifindex));
     }
     let code = if protocol == IPPROTO_UDP && flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 {
         CODE_PORT
@@ -114,22 +144,89 @@ pub fn answer(
     } else {
         return Err(drop_reason::TO_ROUTER_UNHANDLED);
     };
-    unreachable(ctx, frame, code, ifindex)
+    unreachable(
+        ctx,
+        frame,
+        code,
+        UNREACHABLE_TTL,
+        drop_reason::ROUTER_REPLY_FAILED,
+    )?;
+    count_reply(if code == CODE_PORT {
+        router_reply::PORT_UNREACHABLE
+    } else {
+        router_reply::PROTOCOL_UNREACHABLE
+    });
+    Ok(reply_to_sender(ctx, ifindex))
 }
 
-/// pinctrl's `tcp_reset`, routed back: RST|ACK from the router address to the sender's port,
-/// sequence 0, acknowledging the segment's sequence + 1, window 0; IPv4 ID 0, DF, TOS 0.
+/// The `acl_reject` stage: answers the IPv4 packet an ACL stage rejected (its request as the
+/// ACL stage took it, [`REJECT_FROM_EGRESS`] in its flags from the egress stage), or drops it
+/// unanswered (`acl_reject`).
 #[inline(always)]
-fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, DropReason> {
-    let Ok(segment) = ctx.load::<TcpStart>(ETH_HEADER_LEN + 20) else {
-        return Err(drop_reason::TO_ROUTER_UNHANDLED);
-    };
-    let length = (ETH_HEADER_LEN + 20 + core::mem::size_of::<TcpResetHeader>()) as u32;
-    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
-    if unsafe { bpf_skb_change_tail(ctx.skb.skb, length, 0) } != 0 {
-        return Err(drop_reason::ROUTER_REPLY_FAILED);
+pub fn acl_stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let (unanswered, failed) = (drop_reason::ACL_REJECT, drop_reason::ACL_REJECT_FAILED);
+    let [datapath, ports, ifindex, flags] = stages::take(ctx, ACL_REQUEST_MAGIC)?;
+    let frame = ctx.load::<Ipv4Frame>(0).map_err(|_| unanswered)?;
+    let total = u32::from(u16::from_be(frame.ip.total_len));
+    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4
+        || frame.ip.version_ihl != 0x45
+        || u16::from_be(frame.ip.fragment) & 0x1fff != 0
+        || total < 20
+        || total > ctx.len().saturating_sub(ETH_HEADER_LEN as u32)
+    {
+        return Err(unanswered);
     }
-    let ip = reply_ip(frame, 40, TCP_RESET_TTL, IPPROTO_TCP);
+    let l4 = ETH_HEADER_LEN + 20;
+    match frame.ip.protocol {
+        IPPROTO_TCP => {
+            let segment = ctx.load::<TcpStart>(l4).map_err(|_| unanswered)?;
+            let tcp_flags = ctx.load::<u8>(l4 + 13).map_err(|_| unanswered)?;
+            if tcp_flags & TCP_RST != 0 {
+                return Err(unanswered);
+            }
+            tcp_reset(ctx, &frame, &segment, PINCTRL_TCP_RESET_TTL, failed)?;
+            count_reply(router_reply::ACL_TCP_RESET);
+        }
+        IPPROTO_SCTP => return Err(unanswered),
+        protocol => {
+            if protocol == IPPROTO_ICMP
+                && ctx.load::<u8>(l4).map_err(|_| unanswered)? == ICMP_UNREACHABLE
+            {
+                return Err(unanswered);
+            }
+            let code = if protocol == IPPROTO_UDP {
+                CODE_PORT
+            } else {
+                CODE_HOST
+            };
+            unreachable(ctx, &frame, code, PINCTRL_UNREACHABLE_TTL, failed)?;
+            count_reply(router_reply::ACL_UNREACHABLE);
+        }
+    }
+    if flags & REJECT_FROM_EGRESS != 0 {
+        crate::switching::switch_frame(ctx, datapath, ports & 0xffff, ifindex)
+    } else {
+        Ok(reply_to_sender(ctx, ifindex))
+    }
+}
+
+/// pinctrl's `tcp_reset` in place of `frame` (whose TCP segment starts with `segment`): RST|ACK
+/// from the address it was for to its sender's port, sequence 0, acknowledging the segment's
+/// sequence + 1, window 0; IPv4 ID 0, DF, TOS 0, TTL `ttl`. `failed`: the reason if it cannot be
+/// built.
+#[inline(always)]
+fn tcp_reset(
+    ctx: &TcContext,
+    frame: &Ipv4Frame,
+    segment: &TcpStart,
+    ttl: u8,
+    failed: DropReason,
+) -> Result<(), DropReason> {
+    let length = (ETH_HEADER_LEN + 20 + core::mem::size_of::<TcpResetHeader>()) as u32;
+    if !resize(ctx, length) {
+        return Err(failed);
+    }
+    let ip = reply_ip(frame, 40, ttl, IPPROTO_TCP);
     let ack = u32::from_be(segment.seq).wrapping_add(1);
     // Pseudo-header (addresses, protocol, TCP length) and the header's 16-bit words, summed as
     // they come (no array: this path's stack is from_pod's peak).
@@ -159,12 +256,11 @@ fn tcp_reset(ctx: &TcContext, frame: &Ipv4Frame, ifindex: u32) -> Result<i32, Dr
     ctx.store(0, &reply_eth(frame), 0)
         .and_then(|()| ctx.store(ETH_HEADER_LEN, &ip, 0))
         .and_then(|()| ctx.store(ETH_HEADER_LEN + 20, &tcp, 0))
-        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
-    count_reply(router_reply::TCP_RESET);
-    Ok(reply_to_sender(ctx, ifindex))
+        .map_err(|_| failed)
 }
 
-/// pinctrl's `icmp4` destination unreachable with `code`, routed back: IPv4 ID 0, DF, TOS 0,
+/// pinctrl's `icmp4` destination unreachable with `code` in place of `frame`: IPv4 ID 0, DF, TOS
+/// 0, TTL `ttl`,
 /// quoting the datagram from its IPv4 header on, up to a 576-byte frame. A UDP checksum the
 /// pod's stack left to offload (only the pseudo-header seed in place) is completed in the quote,
 /// as OVN's kernel datapath completes it before ovn-controller sees the packet; for datagrams
@@ -174,8 +270,9 @@ fn unreachable(
     ctx: &TcContext,
     frame: &Ipv4Frame,
     code: u8,
-    ifindex: u32,
-) -> Result<i32, DropReason> {
+    ttl: u8,
+    failed: DropReason,
+) -> Result<(), DropReason> {
     // The caller checked 20 ≤ total length ≤ frame length.
     let total = u32::from(u16::from_be(frame.ip.total_len));
     let quoted = if total > MAX_QUOTE { MAX_QUOTE } else { total };
@@ -201,32 +298,25 @@ fn unreachable(
     }
     // Cut to the quoted part (dropping any Ethernet padding), then open room for the new IPv4
     // and ICMP headers between the Ethernet header and the quoted datagram.
-    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
-    if unsafe { bpf_skb_change_tail(ctx.skb.skb, ETH_HEADER_LEN as u32 + quoted, 0) } != 0
+    if !resize(ctx, ETH_HEADER_LEN as u32 + quoted)
         || ctx
             .adjust_room(ICMP_ERROR_ROOM as i32, BPF_ADJ_ROOM_MAC, 0)
             .is_err()
     {
-        return Err(drop_reason::ROUTER_REPLY_FAILED);
+        return Err(failed);
     }
     let head = IcmpErrorHead {
         eth: reply_eth(frame),
-        ip: reply_ip(
-            frame,
-            (ICMP_ERROR_ROOM + quoted) as u16,
-            UNREACHABLE_TTL,
-            IPPROTO_ICMP,
-        ),
+        ip: reply_ip(frame, (ICMP_ERROR_ROOM + quoted) as u16, ttl, IPPROTO_ICMP),
         kind: ICMP_UNREACHABLE,
         code,
         checksum: 0,
         unused: 0,
     };
-    ctx.store(0, &head, 0)
-        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    ctx.store(0, &head, 0).map_err(|_| failed)?;
     let icmp_offset = ETH_HEADER_LEN as u32 + 20;
     // The message's sum (checksum field 0), in network order.
-    let mut sum = region_sum(ctx, icmp_offset, 8 + quoted)?;
+    let mut sum = region_sum(ctx, icmp_offset, 8 + quoted).map_err(|_| failed)?;
     if let Some((seed, pseudo)) = offloaded {
         // The datagram's own sum: the message's minus the ICMP header's and the quoted IPv4
         // header's (all its words, checksum included).
@@ -243,18 +333,26 @@ fn unreachable(
                 value => value,
             };
             ctx.store(icmp_offset as usize + 8 + 20 + 6, &complete.to_be(), 0)
-                .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+                .map_err(|_| failed)?;
             sum = ones_add(ones_add(sum, !seed), complete);
         }
     }
     ctx.store(icmp_offset as usize + 2, &(!sum).to_be(), 0)
-        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
-    count_reply(if code == CODE_PORT {
-        router_reply::PORT_UNREACHABLE
-    } else {
-        router_reply::PROTOCOL_UNREACHABLE
-    });
-    Ok(reply_to_sender(ctx, ifindex))
+        .map_err(|_| failed)
+}
+
+/// Cuts the frame to `length` bytes (at most its length): `bpf_skb_change_tail`, or, where the
+/// kernel refuses it for an skb it still marks encapsulated (decapsulated here after crossing a
+/// veth from another node), the bytes after the IPv4 header removed with `bpf_skb_adjust_room`
+/// (at most 4095 of them; the tail left is rewritten by the caller whole).
+#[inline(always)]
+fn resize(ctx: &TcContext, length: u32) -> bool {
+    // SAFETY: the helper takes the skb pointer the context holds and plain integers.
+    if unsafe { bpf_skb_change_tail(ctx.skb.skb, length, 0) } == 0 {
+        return true;
+    }
+    let cut = ctx.len().saturating_sub(length);
+    cut > 0 && cut <= 0xfff && ctx.adjust_room(-(cut as i32), BPF_ADJ_ROOM_NET, 0).is_ok()
 }
 
 /// One's complement sum of two 16-bit values.
@@ -329,8 +427,8 @@ fn chunk_sum(
     }
 }
 
-/// Back to the sender: from the router port's MAC it addressed (the route back leaves there)
-/// to the sender's MAC (its neighbour entry).
+/// Back to the sender: from the MAC it addressed (a router port's: the route back leaves there)
+/// to the sender's MAC.
 #[inline(always)]
 fn reply_eth(frame: &Ipv4Frame) -> EthHeader {
     EthHeader {
@@ -340,8 +438,8 @@ fn reply_eth(frame: &Ipv4Frame) -> EthHeader {
     }
 }
 
-/// An IPv4 header as pinctrl composes it (ID 0, DF, TOS 0), from the router address to the
-/// sender, with `ttl` after routing.
+/// An IPv4 header as pinctrl composes it (ID 0, DF, TOS 0), from the address the packet was for
+/// to its sender, with `ttl`.
 #[inline(always)]
 fn reply_ip(frame: &Ipv4Frame, total_len: u16, ttl: u8, protocol: u8) -> Ipv4Header {
     let mut ip = Ipv4Header {

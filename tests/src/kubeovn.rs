@@ -116,12 +116,31 @@ pub struct Topology {
     underlay_switches: BTreeSet<String>,
     /// Switch → CIDR, for the switches created in this topology.
     switch_cidrs: BTreeMap<String, Cidr>,
+    /// Leaves NB_Global's options as plain OVN has them (see [`Self::plain_ovn_globals`]).
+    plain_ovn_globals: bool,
 }
+
+/// The NB_Global options kube-ovn-controller's `Run` writes at start, with its defaults
+/// (`--ls-dnat-mod-dl-dst=true`, `--ls-ct-skip-dst-lport-ips=true`): `use_ct_inv_match=false`
+/// takes `ct.inv` out of northd's ACL flows; the other two are read only by Kube-OVN's patched
+/// northd (Debian's ignores them).
+const KUBE_OVN_NB_GLOBALS: &[&str] = &[
+    "options:use_ct_inv_match=false",
+    "options:ls_dnat_mod_dl_dst=true",
+    "options:ls_ct_skip_dst_lport_ips=true",
+];
 
 impl Topology {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// NB_Global's options as plain OVN has them (`use_ct_inv_match` true), instead of what
+    /// kube-ovn-controller writes (every topology's default, [`KUBE_OVN_NB_GLOBALS`]).
+    pub fn plain_ovn_globals(&mut self) -> &mut Self {
+        self.plain_ovn_globals = true;
+        self
     }
 
     fn add(&mut self, command: &[&str]) -> &mut Self {
@@ -804,6 +823,30 @@ impl Topology {
         self.add(&["add", "port_group", group, "acls", &id])
     }
 
+    /// A subnet's `spec.acls` as kube-ovn-controller's `UpdateLogicalSwitchACL` writes them:
+    /// ACL rows of the logical switch `subnet` (direction, priority, match and action as the
+    /// user wrote them), `external_ids` parent, vendor and `subnet=<subnet>`, no name and no
+    /// `apply-after-lb`.
+    pub fn subnet_acls(&mut self, subnet: &str, acls: &[SubnetAcl<'_>]) -> &mut Self {
+        for acl in acls {
+            let id = format!("@acl{}", self.commands.len());
+            self.commands.push(vec![
+                format!("--id={id}"),
+                "create".into(),
+                "acl".into(),
+                format!("direction={}", acl.direction),
+                format!("priority={}", acl.priority),
+                format!("match=\"{}\"", acl.match_.replace('"', "\\\"")),
+                format!("action={}", acl.action),
+                format!("external_ids:parent={subnet}"),
+                VENDOR.into(),
+                format!("external_ids:subnet={subnet}"),
+            ]);
+            self.add(&["add", "logical_switch", subnet, "acls", &id]);
+        }
+        self
+    }
+
     /// What kube-ovn-controller's `handleUpdateNode` writes for `node` once NetworkPolicies
     /// exist: its port group `node.<node>` holds the node's pods (`ports`), and two
     /// priority-3000 allow-related ACLs let the node (`node_ip`) reach them and them answer
@@ -872,13 +915,36 @@ impl Topology {
         self.subnet_vpcs.clear();
         self.underlay_switches.clear();
         self.switch_cidrs.clear();
-        let mut args = vec!["--wait=sb".to_string()];
+        let mut args = vec!["--wait=sb".to_string(), "--".to_string()];
+        if self.plain_ovn_globals {
+            args.extend(
+                ["remove", "nb_global", ".", "options", "use_ct_inv_match"].map(String::from),
+            );
+        } else {
+            args.extend(["set", "nb_global", "."].map(String::from));
+            args.extend(
+                KUBE_OVN_NB_GLOBALS
+                    .iter()
+                    .map(|option| (*option).to_string()),
+            );
+        }
         for command in self.commands.drain(..) {
             args.push("--".to_string());
             args.extend(command);
         }
         args
     }
+}
+
+/// One entry of a Kube-OVN subnet's `spec.acls`.
+#[derive(Clone, Copy, Debug)]
+pub struct SubnetAcl<'a> {
+    /// `from-lport` or `to-lport`.
+    pub direction: &'a str,
+    pub priority: u16,
+    pub match_: &'a str,
+    /// `allow`, `allow-related`, `allow-stateless`, `drop` or `reject`.
+    pub action: &'a str,
 }
 
 /// One ingress (`from`) or egress (`to`) rule of a NetworkPolicy: the peers' addresses (pods

@@ -2,7 +2,9 @@
 //! allow-related ACLs, default deny both ways, the node's allow ACLs) built through ovn-nbctl as
 //! kube-ovn-controller builds them, and for generated packets under each conntrack state
 //! (`ovn-trace --ct`: new, established, reply, related, invalid), the evaluator's verdict must
-//! equal `ovn-trace --minimal`'s. Every flow of the ACL and conntrack stages must compile.
+//! equal `ovn-trace --minimal`'s. Every flow of the ACL and conntrack stages must compile. Run
+//! twice: with NB_Global's options as kube-ovn-controller writes them (`use_ct_inv_match=false`,
+//! northd's flows never look at `ct.inv`) and as plain OVN has them.
 //!
 //! Topology: the default VPC, `ovn-default` (10.16.0.0/16) with web0, web1, db0, client0 and a
 //! second subnet `apps` (10.17.0.0/16, routed) with client1 and other; node1's join port.
@@ -29,7 +31,7 @@ use ovnbpf_agent::pipeline::{
 };
 use ovnbpf_common::ct;
 use ovnbpf_tests::{
-    kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, Topology, mac_for},
+    kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, SubnetAcl, Topology, mac_for},
     ovn::OvnLab,
     require_root,
 };
@@ -59,8 +61,11 @@ fn mac(text: &str) -> [u8; 6] {
     ovnbpf_agent::lflow::parse_mac(text).unwrap()
 }
 
-fn build(lab: &OvnLab) -> Vec<Pod> {
+fn build(lab: &OvnLab, globals: Globals) -> Vec<Pod> {
     let mut topology = Topology::new();
+    if globals == Globals::PlainOvn {
+        topology.plain_ovn_globals();
+    }
     topology.default_vpc().unwrap();
     topology
         .subnet(DEFAULT_VPC, "apps", "10.17.0.0/16")
@@ -115,10 +120,55 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         )
         .network_policy("client", "ns", &["client1.ns"], None, Some(&[]))
         .node_acls("node1", NODE_IP, &["web0.ns", "db0.ns"])
+        .subnet_acls("ovn-default", &OVN_DEFAULT_ACLS)
+        .subnet_acls("apps", &APPS_ACLS)
         .apply(lab)
         .unwrap();
     pods
 }
+
+/// The subnets' own ACLs (Kube-OVN's `spec.acls`, above and below the policies' priorities):
+/// client0's pings to web0 are rejected (ICMP unreachable from the egress stage, back to a
+/// neighbour), web1's UDP skips conntrack, and the subnet may talk to itself. The drop and reject
+/// ACLs name their pods: one that may act on routed traffic makes the kernel drop all of it
+/// (it runs no ACL stage there, and fails closed), which the oracle does not model.
+const OVN_DEFAULT_ACLS: [SubnetAcl<'static>; 3] = [
+    SubnetAcl {
+        direction: "to-lport",
+        priority: 2500,
+        match_: "outport == \"web0.ns\" && ip4.src == 10.16.0.13 && icmp4",
+        action: "reject",
+    },
+    SubnetAcl {
+        direction: "from-lport",
+        priority: 2600,
+        match_: "inport == \"web1.ns\" && udp",
+        action: "allow-stateless",
+    },
+    SubnetAcl {
+        direction: "to-lport",
+        priority: 1900,
+        match_: "ip4.src == 10.16.0.0/16 && ip4.dst == 10.16.0.0/16",
+        action: "allow",
+    },
+];
+
+/// `apps` rejects TCP 22 from db0 to client1 (a reset from the egress stage, routed back) and
+/// other's UDP to web0 (ICMP port unreachable from the ingress stage).
+const APPS_ACLS: [SubnetAcl<'static>; 2] = [
+    SubnetAcl {
+        direction: "to-lport",
+        priority: 2500,
+        match_: "outport == \"client1.ns\" && ip4.src == 10.16.0.12 && tcp.dst == 22",
+        action: "reject",
+    },
+    SubnetAcl {
+        direction: "from-lport",
+        priority: 2500,
+        match_: "inport == \"other.ns\" && ip4.dst == 10.16.0.10 && udp",
+        action: "reject",
+    },
+];
 
 /// The router port's MAC on a pod's switch (the default VPC's `ovn-cluster-<switch>`).
 fn gateway_mac(pod: &Pod) -> [u8; 6] {
@@ -192,11 +242,34 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     cases
 }
 
+/// NB_Global's options: what kube-ovn-controller writes (`use_ct_inv_match=false`: northd's ACL
+/// flows do not look at `ct.inv`), or plain OVN's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Globals {
+    KubeOvn,
+    PlainOvn,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_verdicts_equal_ovn_trace() {
+    oracle(Globals::KubeOvn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_verdicts_equal_ovn_trace_with_ct_inv_match() {
+    oracle(Globals::PlainOvn).await;
+}
+
+async fn oracle(globals: Globals) {
     require_root();
     let lab = OvnLab::start().unwrap();
-    let pods = build(&lab);
+    let pods = build(&lab, globals);
+    let use_ct_inv_match = lab.nbctl(&["get", "nb_global", ".", "options"]).unwrap();
+    assert_eq!(
+        use_ct_inv_match.contains("use_ct_inv_match=\"false\""),
+        globals == Globals::KubeOvn,
+        "NB_Global options: {use_ct_inv_match}"
+    );
     let common::Replica { compiler, sb, .. } = common::Replica::start(&lab).await;
 
     let acl_gaps = common::unsupported_described(&sb, &compiler, |stage, _| {
@@ -270,7 +343,7 @@ async fn acl_verdicts_equal_ovn_trace() {
             continue;
         };
         replies += 1;
-        let states = reply_states(&forward, &reply);
+        let states = reply_states(&forward, &pod.port, &from.port, &reply);
         let what = format!("{what}, then its reply");
         kernel.check_with_ct(&mut report, &evaluator, &what, &from.port, reply, states);
     }
@@ -349,18 +422,34 @@ fn reply_to<'a>(pods: &'a [Pod], from: &Pod, packet: &Packet) -> Option<(&'a Pod
     ))
 }
 
-/// What the kernel's table says of `reply` after the first packet's `forward` trace: the reply
-/// meets first the zone of the port the first packet was delivered to (committed if it was
-/// delivered), then the sender's (committed if the first packet passed its switch's ingress
-/// ACLs). A reply is `est|rpl` where committed; elsewhere a new connection, but an echo reply
-/// without its request is invalid.
-fn reply_states(forward: &ovnbpf_agent::pipeline::eval::Trace, reply: &Packet) -> CtAssumptions {
-    let delivered = !forward.outputs.is_empty();
+/// What the kernel's table says of `reply` (from `to` back to `from`) after the first packet's
+/// `forward` trace, zone by zone: `from`'s zone committed the connection if conntrack tracked the
+/// first packet there and it passed `from`'s ingress ACLs, `to`'s if conntrack tracked it there
+/// and it was delivered to `to`. A reply is `est|rpl` in a zone that committed it; elsewhere a
+/// new connection, but an echo reply without its request is invalid.
+fn reply_states(
+    forward: &ovnbpf_agent::pipeline::eval::Trace,
+    from: &str,
+    to: &str,
+    reply: &Packet,
+) -> CtAssumptions {
+    // The zone each step is in: a switch's ingress from a port, or the port its L2 lookup chose.
+    let mut zone = "";
+    let mut tracked = std::collections::HashSet::new();
+    for step in &forward.steps {
+        if let Some(rest) = step.split("switch ingress from ").nth(1) {
+            zone = rest.split(':').next().unwrap_or_default();
+        } else if let Some(rest) = step.split(" is on ").nth(1) {
+            zone = rest.trim();
+        } else if step.contains("] conntrack: ") {
+            tracked.insert(zone.to_string());
+        }
+    }
+    let delivered = forward.outputs.iter().any(|(port, _)| port == to);
     let passed_ingress = delivered
-        || forward
-            .steps
-            .iter()
-            .any(|step| step.contains("dropped: ls_out_acl"));
+        || forward.steps.iter().any(|step| {
+            step.contains("dropped: ls_out_acl") || step.contains("rejected: ls_out_acl")
+        });
     let echo_reply = matches!(
         reply.l3,
         L3::Ipv4 {
@@ -377,5 +466,14 @@ fn reply_states(forward: &ovnbpf_agent::pipeline::eval::Trace, reply: &Packet) -
             ct::TRACKED | ct::NEW
         }
     };
-    CtAssumptions::new(vec![state(delivered), state(passed_ingress)])
+    CtAssumptions::by_zone(
+        [
+            (to.to_string(), state(delivered && tracked.contains(to))),
+            (
+                from.to_string(),
+                state(passed_ingress && tracked.contains(from)),
+            ),
+        ]
+        .into(),
+    )
 }

@@ -7,7 +7,10 @@
 //! The router's answers for its own address (ping, TCP reset, ICMP port and protocol
 //! unreachable) are the same bytes from ovnbpf as from ovn-controller: the same hand-built
 //! probes from a pod on each side, replies compared in every byte but the pod's own MAC and
-//! address and the checksums these change (those are checked valid on both sides).
+//! address and the checksums these change (those are checked valid on both sides). So are the
+//! answers to what a subnet's `reject` ACLs refuse (TCP reset, ICMP port and host unreachable),
+//! from the switch's ingress (for its own pod) and from its egress (for the other side's pod,
+//! through the tunnel).
 
 use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
@@ -17,7 +20,7 @@ use ovnbpf_tests::{
     agent::AgentSpec,
     frames::{FrameSocket, ipv4_frame, tcp_syn, transport_checksum, udp},
     icmp::checksum,
-    kubeovn::{Topology, mac_for},
+    kubeovn::{SubnetAcl, Topology, mac_for},
     network::Pod,
     ovs_chassis::OvsChassis,
     process::{Child, wait_until},
@@ -30,6 +33,8 @@ const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 const A3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 /// vpc-a's address on subnet-a.
 const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+/// An address of subnet-a nobody has, which a `reject` ACL covers.
+const REJECTED: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 200);
 /// a1 on the ovnbpf node; a2 and a3 on the real OVN node.
 const PODS: [PodPlan; 3] = [
     ("a1", "subnet-a", 0, A1),
@@ -128,17 +133,92 @@ fn probes(pod_ip: Ipv4Addr) -> Vec<Probe> {
     ]
 }
 
+/// Probes to `to` that a `reject` ACL answers (its port 23 for TCP and UDP), and how to
+/// recognise each answer: a reset, ICMP port unreachable for UDP, host unreachable otherwise.
+fn reject_probes(pod_ip: Ipv4Addr, to: Ipv4Addr) -> Vec<Probe> {
+    let addresses = (pod_ip, to);
+    let long: Vec<u8> = (0..1000_u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut ping = vec![8, 0, 0, 0, 0x42, 0x43, 0, 1];
+    ping.extend_from_slice(b"ovnbpf-reject-probe");
+    let sum = checksum(&ping);
+    ping[2..4].copy_from_slice(&sum.to_be_bytes());
+    // An ICMP error with `code` quoting a datagram from `port`.
+    fn quoting(l4: &[u8], code: u8, port: u16) -> bool {
+        l4[0] == 3 && l4[1] == code && l4.get(28..30) == Some(&port.to_be_bytes()[..])
+    }
+    vec![
+        // The quoted echo request's identifier is 4 bytes into its ICMP header.
+        ("ping", 0, 1, ping, 1, |l4| {
+            l4[0] == 3 && l4[1] == 1 && l4.get(32..34) == Some(&[0x42, 0x43][..])
+        }),
+        (
+            "TCP SYN",
+            0,
+            6,
+            tcp_syn(addresses, 40010, 23, 0x5566_7788),
+            6,
+            |l4| l4[2..4] == 40010_u16.to_be_bytes(),
+        ),
+        (
+            "UDP",
+            0,
+            17,
+            udp(addresses, 40011, 23, b"ovnbpf-udp-probe"),
+            1,
+            |l4| quoting(l4, 3, 40011),
+        ),
+        (
+            "DSCP-marked UDP",
+            0x28,
+            17,
+            udp(addresses, 40012, 23, b"ovnbpf-udp-probe"),
+            1,
+            |l4| quoting(l4, 3, 40012),
+        ),
+        (
+            "UDP longer than the quote",
+            0,
+            17,
+            udp(addresses, 40013, 23, &long),
+            1,
+            |l4| quoting(l4, 3, 40013),
+        ),
+        ("GRE", 0, 47, vec![0, 0, 0x08, 0, 1, 2, 3, 4], 1, |l4| {
+            l4[0] == 3 && l4[1] == 1
+        }),
+    ]
+}
+
 /// Sends each probe from `pod` (MAC `pod_mac`, address `pod_ip`) to the gateway's MAC and
 /// address, and returns each answer with the pod's MAC and address and the checksums zeroed
 /// (after checking them) and an ICMP error's quote replaced by its length (after checking it
 /// quotes the probe as sent, up to a 576-byte frame).
 fn router_answers(pod: &Pod, pod_mac: [u8; 6], pod_ip: Ipv4Addr) -> Vec<(&'static str, Vec<u8>)> {
-    let socket = FrameSocket::open_in(pod.netns(), "eth0").unwrap();
     let router_mac = mac("vpc-a-subnet-a");
-    probes(pod_ip)
+    answers(
+        pod,
+        (pod_mac, pod_ip),
+        (router_mac, GATEWAY),
+        probes(pod_ip),
+        false,
+    )
+}
+
+/// [`router_answers`] for `probes` to `to` (a MAC and an address); `any_peer`: the answers' source
+/// MAC and address are zeroed too (the answers of one side are then comparable with the other's,
+/// where each answers for the other's pod).
+fn answers(
+    pod: &Pod,
+    (pod_mac, pod_ip): ([u8; 6], Ipv4Addr),
+    (to_mac, to_ip): ([u8; 6], Ipv4Addr),
+    probes: Vec<Probe>,
+    any_peer: bool,
+) -> Vec<(&'static str, Vec<u8>)> {
+    let socket = FrameSocket::open_in(pod.netns(), "eth0").unwrap();
+    probes
         .into_iter()
         .map(|(what, tos, protocol, payload, answer_protocol, matches)| {
-            let mut probe = ipv4_frame(router_mac, pod_mac, (pod_ip, GATEWAY), protocol, &payload);
+            let mut probe = ipv4_frame(to_mac, pod_mac, (pod_ip, to_ip), protocol, &payload);
             probe[15] = tos;
             probe[24..26].fill(0);
             let sum = checksum(&probe[14..34]);
@@ -147,7 +227,7 @@ fn router_answers(pod: &Pod, pod_mac: [u8; 6], pod_ip: Ipv4Addr) -> Vec<(&'stati
                 frame.len() > 42
                     && frame[12..14] == [0x08, 0x00]
                     && frame[23] == answer_protocol
-                    && frame[26..30] == GATEWAY.octets()
+                    && frame[26..30] == to_ip.octets()
                     && frame[30..34] == pod_ip.octets()
                     && matches(&frame[34..])
             };
@@ -166,13 +246,13 @@ fn router_answers(pod: &Pod, pod_mac: [u8; 6], pod_ip: Ipv4Addr) -> Vec<(&'stati
             answer[..6].fill(0);
             answer[30..34].fill(0);
             answer[24..26].fill(0);
+            if any_peer {
+                answer[6..12].fill(0);
+                answer[26..30].fill(0);
+            }
             if answer_protocol == 6 {
                 let segment = &answer[34..];
-                assert_eq!(
-                    transport_checksum((GATEWAY, pod_ip), 6, segment),
-                    0,
-                    "{what}"
-                );
+                assert_eq!(transport_checksum((to_ip, pod_ip), 6, segment), 0, "{what}");
                 answer[34 + 16..34 + 18].fill(0);
             } else {
                 assert_eq!(checksum(&answer[34..]), 0, "{what}: ICMP checksum");
@@ -285,6 +365,8 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     }
 
     // Broadcasts both ways: each side's flood copy is delivered by the other.
+    // (Before the reject ACLs below: with users' to-lport ACLs on subnet-a, ovnbpf refuses IPv4
+    // floods there, as it runs no egress ACL stage for them.)
     for (sender, receiver, name) in [(a1, a2, "a2"), (a2, a1, "a1")] {
         let log = log_dir.path().join(format!("{name}-capture.txt"));
         let capture = capture_broadcasts(receiver, log.clone());
@@ -298,6 +380,96 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
             echo_requests(&log),
             logs()
         );
+    }
+    // A subnet's `reject` ACLs (Kube-OVN's `spec.acls`): the answers are the same bytes from
+    // ovnbpf as from ovn-controller. From-lport, for an address nobody has: each side's switch
+    // ingress answers its own pod. To-lport, for port 23 of the pods: each side's egress stage
+    // answers the other side's pod, back through the tunnel.
+    let mut rejects = Topology::new();
+    rejects.subnet_acls(
+        "subnet-a",
+        &[
+            SubnetAcl {
+                direction: "from-lport",
+                priority: 2500,
+                match_: "ip4.dst == 10.0.1.200",
+                action: "reject",
+            },
+            SubnetAcl {
+                direction: "to-lport",
+                priority: 2500,
+                match_: "ip4.dst == {10.0.1.2, 10.0.1.3} && (tcp.dst == 23 || udp.dst == 23 || icmp4.type == 8)",
+                action: "reject",
+            },
+        ],
+    );
+    rejects.apply(lab).unwrap();
+    let nobody = ([0x0a, 0x58, 0x0a, 0, 1, 0xc8], REJECTED);
+    // The pods' sockets to each other's port 23, where both listen: refused by the ACLs.
+    for (pod, peer, peer_ip) in [(a1, a2, A2), (a2, a1, A1)] {
+        let _listening = peer
+            .netns()
+            .run_in(|| {
+                Ok((
+                    std::net::TcpListener::bind("0.0.0.0:23")?,
+                    std::net::UdpSocket::bind("0.0.0.0:23")?,
+                ))
+            })
+            .unwrap();
+        let refused = wait_until(Duration::from_secs(10), || {
+            let (tcp, udp) = scenario::socket_outcomes(pod, peer_ip, 23);
+            [tcp, udp].iter().all(|o| {
+                o.as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+            })
+        });
+        assert!(
+            refused,
+            "{} → {}:23 not refused{}",
+            pod.name(),
+            peer.name(),
+            logs()
+        );
+    }
+    let ovn = answers(
+        a2,
+        (mac("a2"), A2),
+        nobody,
+        reject_probes(A2, REJECTED),
+        false,
+    );
+    let ours = answers(
+        a1,
+        (mac("a1"), A1),
+        nobody,
+        reject_probes(A1, REJECTED),
+        false,
+    );
+    let to_a1 = (mac("a1"), A1);
+    let to_a2 = (mac("a2"), A2);
+    // (Not the GRE probe: the to-lport ACL names what an answer is not, TCP and UDP port 23 and
+    // echo requests, so that the answers pass the receiving side's egress.)
+    let without_gre = |probes: Vec<Probe>| -> Vec<Probe> {
+        probes
+            .into_iter()
+            .filter(|probe| probe.0 != "GRE")
+            .collect()
+    };
+    let ovn_egress = answers(a1, to_a1, to_a2, without_gre(reject_probes(A1, A2)), true);
+    let our_egress = answers(a2, to_a2, to_a1, without_gre(reject_probes(A2, A1)), true);
+    for (side, ovn, ours) in [
+        ("ingress", &ovn, &ours),
+        ("egress", &ovn_egress, &our_egress),
+    ] {
+        assert_eq!(ovn.len(), ours.len());
+        for ((what, real), (_, answer)) in ovn.iter().zip(ours) {
+            assert_eq!(
+                answer,
+                real,
+                "{side} reject, {what}: ovnbpf's answer (left) differs from OVN's{}",
+                logs()
+            );
+        }
     }
     drop(agent);
     drop(peer);

@@ -10,7 +10,11 @@
 //!   other still gets its replies;
 //! - an established stream from client to web2 survives both agents restarting and an ACL
 //!   change elsewhere: no segment lost;
-//! - the policies deleted, everything flows again;
+//! - other (with port security) cannot spoof client's address to get what the policy admits
+//!   client: port security holds with ACLs present;
+//! - the policies deleted, everything flows again; then a subnet's reject ACLs answer TCP with a
+//!   reset (from the receiving node's egress stage, across) and UDP with a port unreachable
+//!   (from the sender's ingress), though the targets listen;
 //! - a subnet ACL naming no port makes routed traffic into the subnet fail closed (the kernel
 //!   runs no from-lport stage for it), until it goes.
 
@@ -31,7 +35,8 @@ use common::stream::{paced_stream, retransmissions};
 use ovnbpf_agent::netns::run_in;
 use ovnbpf_tests::{
     bpffs::BpfMount,
-    kubeovn::{PolicyPort, PolicyRule, Topology},
+    frames::{FrameSocket, ipv4_frame, tcp_syn},
+    kubeovn::{PolicyPort, PolicyRule, SubnetAcl, Topology, mac_for},
     network::Pod,
     process::wait_until,
     scenario::{self, PodPlan, TwoNodes},
@@ -86,6 +91,35 @@ fn udp_refused(from: &Pod, ip: Ipv4Addr) -> bool {
     .unwrap()
 }
 
+/// Whether a SYN to `to`'s port `WEB_PORT` from client's address, sent as a raw frame out of
+/// `from`'s eth0 with `from`'s own MAC, reaches `to`'s eth0.
+fn syn_arrives(from: &Pod, to: &Pod, to_ip: Ipv4Addr) -> bool {
+    let socket = FrameSocket::open_in(to.netns(), "eth0").unwrap();
+    let sender = FrameSocket::open_in(from.netns(), "eth0").unwrap();
+    let segment = tcp_syn((CLIENT, to_ip), 40123, WEB_PORT, 0x0102_0304);
+    let frame = ipv4_frame(
+        mac(to.name()),
+        mac(from.name()),
+        (CLIENT, to_ip),
+        6,
+        &segment,
+    );
+    let is_it = |frame: &[u8]| {
+        frame.len() >= 54 && frame[23] == 6 && frame[34..36] == 40123_u16.to_be_bytes()
+    };
+    (0..3).any(|_| {
+        sender.send(&frame).unwrap();
+        socket
+            .receive(Duration::from_millis(500), is_it)
+            .unwrap()
+            .is_some()
+    })
+}
+
+fn mac(name: &str) -> [u8; 6] {
+    ovnbpf_agent::lflow::parse_mac(&mac_for(name)).unwrap()
+}
+
 fn web_policy() -> Topology {
     let mut topology = Topology::new();
     topology.network_policy(
@@ -125,7 +159,11 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     assert_eq!(other.ping(WEB1, 2).unwrap(), 2, "{}", logs(&agents));
     assert!(connects(other, web2, WEB2, WEB_PORT));
 
-    web_policy().apply(lab).unwrap();
+    // other has port security (Kube-OVN's `ovn.kubernetes.io/port_security` annotation; without
+    // it OVN forwards a pod's packets from any address, and so does ovnbpf).
+    let mut policy = web_policy();
+    policy.port_security("other.ns", &format!("{} {OTHER}", mac_for("other")));
+    policy.apply(lab).unwrap();
     let settled = wait_until(Duration::from_secs(10), || {
         !connects(other, web2, WEB2, WEB_PORT)
     });
@@ -144,6 +182,17 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
         "client → web1 on another port"
     );
     assert_eq!(client.ping(WEB1, 2).unwrap(), 0, "ping is not admitted");
+    // Spoofing does not buy what the policy admits: other's SYN to web2's admitted port with
+    // client's address (the one the policy admits) never reaches web2 (other's port security
+    // drops it before the ACLs), while the same SYN from client does.
+    assert!(
+        syn_arrives(client, web2, WEB2),
+        "client's own SYN reaches web2"
+    );
+    assert!(
+        !syn_arrives(other, web2, WEB2),
+        "other's SYN as client reaches web2"
+    );
     // What web1 opens itself is answered (allow-related), and an ICMP error about it too.
     assert!(connects(web1, other, OTHER, 8080), "web1 → other");
     assert!(udp_refused(web1, OTHER), "web1 hears the port unreachable");
@@ -224,6 +273,56 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     );
     assert_eq!(other.ping(WEB1, 2).unwrap(), 2);
     assert_eq!(client.ping(WEB1, 2).unwrap(), 2);
+
+    // A subnet's reject ACLs (Kube-OVN's `spec.acls`): TCP gets a reset from the receiving
+    // node's egress stage (client → web2, across), UDP a port unreachable from the sender's
+    // ingress (client → web1); both targets listen, so the refusals are the ACLs'.
+    let mut rejects = Topology::new();
+    rejects.subnet_acls(
+        "subnet-a",
+        &[
+            SubnetAcl {
+                direction: "to-lport",
+                priority: 2500,
+                match_: "outport == \"web2.ns\" && tcp.dst == 8080",
+                action: "reject",
+            },
+            SubnetAcl {
+                direction: "from-lport",
+                priority: 2500,
+                match_: "inport == \"client.ns\" && udp.dst == 8081",
+                action: "reject",
+            },
+        ],
+    );
+    rejects.apply(lab).unwrap();
+    let tcp_listener = run_in(&web2.netns().path(), || {
+        TcpListener::bind(SocketAddr::from((WEB2, 8080)))
+    })
+    .unwrap()
+    .unwrap();
+    let udp_listener = run_in(&web1.netns().path(), || {
+        UdpSocket::bind(SocketAddr::from((WEB1, 8081)))
+    })
+    .unwrap()
+    .unwrap();
+    let refused = wait_until(Duration::from_secs(10), || {
+        let (tcp, _) = scenario::socket_outcomes(client, WEB2, 8080);
+        tcp.is_err_and(|e| e.kind() == ErrorKind::ConnectionRefused)
+    });
+    assert!(refused, "client → web2:8080 not reset{}", logs(&agents));
+    let (_, udp) = scenario::socket_outcomes(client, WEB1, 8081);
+    assert_eq!(
+        udp.map_err(|e| e.kind()).err(),
+        Some(ErrorKind::ConnectionRefused),
+        "client's UDP to web1:8081 not refused{}",
+        logs(&agents)
+    );
+    assert!(
+        connects(other, web2, WEB2, 8082),
+        "other ports still reach web2"
+    );
+    drop((tcp_listener, udp_listener));
 
     // A subnet ACL naming no port: what is routed into the switch could match it, and the
     // kernel runs no from-lport ACL stage for it there, so routed IPv4 into subnet-a is refused

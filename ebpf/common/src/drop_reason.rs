@@ -79,14 +79,20 @@ pub const ROUTE_DISCARD: DropReason = DropReason(25);
 /// Number of reasons.
 /// An ACL dropped the packet (`drop`, or a blocked connection's reply, or an invalid one).
 pub const ACL_DROP: DropReason = DropReason(26);
-/// An ACL rejected the packet; the reset or ICMP error is not built yet, so it is dropped.
+/// An ACL rejected the packet and no answer was sent: it was itself a TCP reset or an ICMP
+/// destination unreachable (which OVN's pinctrl never answers), SCTP (OVN's `sctp_abort` is not
+/// built), or IPv4 with options or a later fragment. Rejects that are answered are counted with
+/// the replies (`acl_tcp_reset`, `acl_unreachable`).
 pub const ACL_REJECT: DropReason = DropReason(27);
 /// The switch has an ACL flow that did not translate: security fails closed.
 pub const ACL_FAIL_CLOSED: DropReason = DropReason(28);
 /// IPv6 (other than neighbour discovery) through a switch's ACL stage, which takes IPv4 only
 /// until issue 21.
 pub const ACL_IPV6: DropReason = DropReason(29);
-pub const COUNT: u32 = 30;
+/// An ACL rejected the packet and its answer could not be built in place of it (the kernel
+/// refused to reshape the frame); it is dropped unanswered.
+pub const ACL_REJECT_FAILED: DropReason = DropReason(30);
+pub const COUNT: u32 = 31;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -122,4 +128,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "acl_reject",
     "acl_fail_closed",
     "acl_ipv6",
+    "acl_reject_failed",
 ];

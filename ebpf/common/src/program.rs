@@ -21,8 +21,10 @@ pub const ACL_INGRESS: &str = "acl_ingress";
 /// The switch's egress ACL stage, tail-called by deliveries to ports with to-lport ACLs (slot
 /// [`crate::stage::ACL_EGRESS`]).
 pub const ACL_EGRESS: &str = "acl_egress";
+/// What an ACL stage rejected, answered (slot [`crate::stage::ACL_REJECT`]).
+pub const ACL_REJECT: &str = "acl_reject";
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -31,12 +33,14 @@ pub const ALL: [&str; 8] = [
     ROUTER,
     ACL_INGRESS,
     ACL_EGRESS,
+    ACL_REJECT,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 5] = [
+pub const STAGES: [(&str, u32); 6] = [
     (FLOOD, crate::stage::FLOOD),
     (IPV6, crate::stage::IPV6),
     (ROUTER, crate::stage::ROUTER),
     (ACL_INGRESS, crate::stage::ACL_INGRESS),
     (ACL_EGRESS, crate::stage::ACL_EGRESS),
+    (ACL_REJECT, crate::stage::ACL_REJECT),
 ];

@@ -1,4 +1,5 @@
-//! Indexes of [`crate::map::ROUTER_REPLIES`]: what a router sent back to a pod.
+//! Indexes of [`crate::map::ROUTER_REPLIES`]: what the datapath sent back to a pod for a router
+//! (and, `acl_*`, for a switch's `reject` ACL).
 
 /// ICMP echo reply from a router address.
 pub const ECHO_REPLY: u32 = 0;
@@ -15,8 +16,13 @@ pub const PROTOCOL_UNREACHABLE: u32 = 4;
 pub const ARP_REQUEST: u32 = 5;
 /// Neighbour solicitation a router multicast for an IPv6 next hop it had no MAC for.
 pub const ND_SOLICITATION: u32 = 6;
+/// TCP reset for TCP a `reject` ACL refused.
+pub const ACL_TCP_RESET: u32 = 7;
+/// ICMP destination unreachable (port unreachable for UDP, host unreachable otherwise) for
+/// other IPv4 a `reject` ACL refused.
+pub const ACL_UNREACHABLE: u32 = 8;
 /// Number of kinds (the map's size).
-pub const COUNT: u32 = 7;
+pub const COUNT: u32 = 9;
 /// Names for metrics and logs, by index.
 pub const NAMES: [&str; COUNT as usize] = [
     "echo_reply",
@@ -26,4 +32,6 @@ pub const NAMES: [&str; COUNT as usize] = [
     "protocol_unreachable",
     "arp_request",
     "nd_solicitation",
+    "acl_tcp_reset",
+    "acl_unreachable",
 ];

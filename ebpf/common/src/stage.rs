@@ -18,6 +18,14 @@ pub const ACL_INGRESS: u32 = 3;
 /// An IP frame through a switch's egress ACL stage before it is delivered to a local port
 /// ([`AclRequest`]).
 pub const ACL_EGRESS: u32 = 4;
+/// An IP frame an ACL stage rejected ([`AclRequest`], [`REJECT_FROM_EGRESS`] in `flags` for
+/// the egress stage's): answered with a TCP reset or an ICMP unreachable, as OVN's `reject`.
+pub const ACL_REJECT: u32 = 5;
+/// [`AclRequest::flags`] of a reject from the egress stage: the answer enters the switch's L2
+/// lookup from the output port (OVN's `next(pipeline=ingress, table=ls_in_l2_lkup)`); without
+/// it, from the ingress stage, the answer goes straight back to the sender (`next(pipeline=egress,
+/// table=ls_out_qos_mark)`, past the egress ACLs).
+pub const REJECT_FROM_EGRESS: u32 = 1;
 /// Slots the array holds (room for stages added later without a layout change).
 pub const CAPACITY: u32 = 8;
 

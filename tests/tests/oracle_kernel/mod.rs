@@ -74,6 +74,10 @@ pub struct Report {
     pub disagreements: Vec<String>,
 }
 
+/// What a chassis did with a frame it received: its output (where it left, the packet), if
+/// any, and the reasons of a drop.
+type Received = (Option<(Where, Packet)>, Vec<&'static str>);
+
 /// The evaluator's packet as OVN puts it on the wire. Its packets follow ovn-trace's model,
 /// which differs from ovn-controller for three generated packets: `tcp_reset` (pinctrl's
 /// `pinctrl_handle_tcp_reset`) composes the reset with TTL 63 and the offending segment's ports
@@ -81,10 +85,29 @@ pub struct Report {
 /// (`pinctrl_handle_nd_ns`, `compose_nd_ns`) sends from the link-local address of eth.src to the
 /// target's solicited-node group, hop limit 255, with a source link-layer option, where
 /// ovn-trace keeps the packet's addresses and hop limit; `nd_na` (`compose_nd_na`) uses hop
-/// limit 255, where ovn-trace keeps the solicitation's. `router_macs`: the MACs whose
-/// solicitations are a router's (`nd_ns`), not a pod's passing through.
-fn on_the_wire(mut packet: Packet, router_macs: &BTreeSet<[u8; 6]>) -> Packet {
+/// limit 255, where ovn-trace keeps the solicitation's. And an ACL's `reject` of a UDP datagram
+/// (`sent`) answers it with ICMP port unreachable (pinctrl's `pinctrl_handle_icmp` with
+/// `set_icmp_code`), where ovn-trace shows code 1 (host unreachable). `router_macs`: the MACs
+/// whose solicitations are a router's (`nd_ns`), not a pod's passing through.
+fn on_the_wire(mut packet: Packet, sent: &Packet, router_macs: &BTreeSet<[u8; 6]>) -> Packet {
     use ovnbpf_agent::pipeline::packet::{L3, L4, solicited_node};
+    if let (
+        L3::Ipv4 {
+            destination,
+            l4: L4::Icmp { kind: 3, code },
+            ..
+        },
+        L3::Ipv4 {
+            source,
+            l4: L4::Udp { .. },
+            ..
+        },
+    ) = (&mut packet.l3, sent.l3)
+        && *destination == source
+        && *code == 1
+    {
+        *code = 3;
+    }
     let eth_src = packet.eth_src;
     if let L3::Ipv6 {
         source,
@@ -355,12 +378,16 @@ impl KernelReplay {
 
     /// Receives `frame`, Geneve to pod `port` (alone on its chassis), as that chassis: its
     /// `from_uplink`, with the pod plugged here and the tunnel endpoint its chassis's. Returns the
-    /// delivered packet, if any, and the reasons of a drop.
+    /// delivered packet, if any, and the reasons of a drop. An answer to the sender (a `reject`
+    /// ACL of the receiver's: to `sender_mac`) is sent back through the tunnel, and received by
+    /// this chassis (the sender's), or, the sender being plugged here too meanwhile, delivered to
+    /// it directly: either is what the sender gets.
     fn receive(
         &mut self,
         frame: &[u8],
         port: &str,
-    ) -> Result<(Option<Packet>, Vec<&'static str>), String> {
+        sender_mac: [u8; 6],
+    ) -> Result<Received, String> {
         let (entry, ip) = (self.pods[port].entry.clone(), self.pods[port].chassis_ip);
         let own = self.chassis_of(port);
         self.l2.set_interface(port, Some(self.receiver_index));
@@ -391,9 +418,29 @@ impl KernelReplay {
             .filter(|((_, a), (_, b))| a > b)
             .map(|((name, _), _)| *name)
             .collect();
+        if outcome.verdict == TC_ACT_REDIRECT && is_geneve(&outcome.frame) {
+            let programs = &self.programs;
+            let back = self
+                .ns
+                .run_in(|| Ok(programs.test_run(Hook::Uplink, &outcome.frame).unwrap()))
+                .unwrap();
+            return match back.verdict {
+                TC_ACT_REDIRECT => wire::decode(&back.frame)
+                    .map(|(packet, _)| (Some((Where::Here, packet)), reasons))
+                    .map_err(|e| format!("{port}'s answer received back: {e}")),
+                _ => Ok((None, reasons)),
+            };
+        }
         match outcome.verdict {
             TC_ACT_REDIRECT => wire::decode(&outcome.frame)
-                .map(|(packet, _)| (Some(packet), reasons))
+                .map(|(packet, _)| {
+                    let to = if packet.eth_dst == sender_mac {
+                        Where::Here
+                    } else {
+                        Where::Remote(port.to_string())
+                    };
+                    (Some((to, packet)), reasons)
+                })
                 .map_err(|e| format!("{port} received: {e}")),
             TC_ACT_SHOT => Ok((None, reasons)),
             other => Err(format!("{port}'s chassis: from_uplink verdict {other}")),
@@ -513,13 +560,14 @@ impl KernelReplay {
         inport: &str,
         packet: Packet,
     ) {
+        let packet_sent = packet;
         let expected: BTreeSet<(Where, Packet)> = ours
             .outputs
             .iter()
             .map(|(port, packet)| {
                 (
                     self.expected_where(port, inport),
-                    on_the_wire(*packet, &self.router_macs),
+                    on_the_wire(*packet, &packet_sent, &self.router_macs),
                 )
             })
             .collect();
@@ -563,9 +611,9 @@ impl KernelReplay {
                 Ok((Where::Remote(port), _))
                     if is_geneve(frame) && self.unicast_to(frame, &port) =>
                 {
-                    match self.receive(frame, &port) {
-                        Ok((Some(packet), _)) => {
-                            got.insert((Where::Remote(port), packet));
+                    match self.receive(frame, &port, packet.eth_src) {
+                        Ok((Some(output), _)) => {
+                            got.insert(output);
                         }
                         Ok((None, reasons)) => receiver_drops.extend(reasons),
                         Err(error) => unreadable.push(error),

@@ -18,25 +18,41 @@ use crate::pipeline::ir::{
 };
 
 /// Conntrack states a trace assumes, in the order the packet meets conntrack (ovn-trace's
-/// `--ct`); once they run out, established (ovn-trace's default).
+/// `--ct`), or by zone (the logical port whose zone it is, as a kernel's table answers); once
+/// they run out, or for a zone not named, established (ovn-trace's default).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CtAssumptions {
     states: Vec<u8>,
     used: usize,
+    by_zone: Option<HashMap<String, u8>>,
 }
 
 impl CtAssumptions {
     #[must_use]
     pub fn new(states: Vec<u8>) -> Self {
-        Self { states, used: 0 }
+        Self {
+            states,
+            used: 0,
+            by_zone: None,
+        }
     }
 
-    fn next(&mut self) -> u8 {
-        let state = self
-            .states
-            .get(self.used)
-            .copied()
-            .unwrap_or(ct::TRACKED | ct::ESTABLISHED);
+    /// The state of each zone (`zone` → state); zones not named are established.
+    #[must_use]
+    pub fn by_zone(states: HashMap<String, u8>) -> Self {
+        Self {
+            by_zone: Some(states),
+            ..Self::default()
+        }
+    }
+
+    fn next(&mut self, zone: &str) -> u8 {
+        let established = ct::TRACKED | ct::ESTABLISHED;
+        if let Some(states) = &self.by_zone {
+            self.used += 1;
+            return states.get(zone).copied().unwrap_or(established);
+        }
+        let state = self.states.get(self.used).copied().unwrap_or(established);
         self.used += 1;
         state
     }
@@ -130,16 +146,25 @@ pub(super) struct AclPorts<'p> {
     pub outport: Option<&'p str>,
 }
 
+/// What a switch's ACL stages did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AclVerdict {
+    /// On through the pipeline.
+    Pass,
+    Drop,
+    /// Dropped and answered (OVN's `reject`): the caller sends [`Packet::reject_answer`].
+    Reject,
+}
+
 impl Evaluator<'_> {
-    /// The ACL stages of switch `dp`'s ingress (`outport` `None`) or egress pipeline; `false`
-    /// when they drop the packet.
+    /// The ACL stages of switch `dp`'s ingress (`outport` `None`) or egress pipeline.
     pub(super) fn acl(
         &self,
         dp: u32,
         ports: AclPorts<'_>,
         packet: &Packet,
         trace: &mut Trace,
-    ) -> bool {
+    ) -> AclVerdict {
         let egress = ports.outport.is_some();
         let stages: &[AclStage] = if egress {
             &[AclStage::Egress]
@@ -153,11 +178,12 @@ impl Evaluator<'_> {
                 dp,
                 "dropped: an ACL of this switch is not translated (fails closed)".into(),
             );
-            return false;
+            return AclVerdict::Drop;
         }
         let state = match tracking {
             Some(tracking) if self.tracked(tracking, ports, packet) => {
-                let state = trace.ct.next();
+                let zone = ports.outport.unwrap_or(ports.inport);
+                let state = trace.ct.next(zone);
                 self.step(trace, dp, format!("conntrack: {}", describe(state)));
                 state
             }
@@ -196,7 +222,7 @@ impl Evaluator<'_> {
                         ),
                     );
                 }
-                AclAction::Drop { .. } | AclAction::Reject { .. } => {
+                AclAction::Drop { .. } => {
                     self.step(
                         trace,
                         dp,
@@ -206,11 +232,23 @@ impl Evaluator<'_> {
                             rule.priority
                         ),
                     );
-                    return false;
+                    return AclVerdict::Drop;
+                }
+                AclAction::Reject { .. } => {
+                    self.step(
+                        trace,
+                        dp,
+                        format!(
+                            "rejected: {} priority {} ({name})",
+                            stage.name(),
+                            rule.priority
+                        ),
+                    );
+                    return AclVerdict::Reject;
                 }
             }
         }
-        true
+        AclVerdict::Pass
     }
 
     /// Whether the packet goes through conntrack: a tracking stage takes it and none of that

@@ -387,6 +387,50 @@ fn flatten<'a>(expr: &'a Expr, out: &mut Vec<&'a Expr>) {
     }
 }
 
+/// `template` as an ACL's `reject` sends it when `block` is one: ovn-trace prints the statements
+/// of a `tcp_reset`/`icmp4`/`icmp6` block, and a router's (`eth.dst <-> eth.src; ip4.dst <->
+/// ip4.src; …`) show as assignments to the IP destination, while `reject` swaps the Ethernet
+/// and IP addresses implicitly (its `loopback`), printing no such assignment.
+fn loopback(template: Packet, block: &[Action]) -> Packet {
+    let assigns_ip_destination = block.iter().any(|action| {
+        matches!(action, Action::Assign { destination, .. }
+            if matches!(destination.name.as_str(), "ip4.dst" | "ip6.dst"))
+    });
+    if assigns_ip_destination {
+        return template;
+    }
+    let l3 = match template.l3 {
+        L3::Ipv4 {
+            source,
+            destination,
+            ttl,
+            l4,
+        } => L3::Ipv4 {
+            source: destination,
+            destination: source,
+            ttl,
+            l4,
+        },
+        L3::Ipv6 {
+            source,
+            destination,
+            ttl,
+            l4,
+        } => L3::Ipv6 {
+            source: destination,
+            destination: source,
+            ttl,
+            l4,
+        },
+        other => other,
+    };
+    Packet {
+        eth_src: template.eth_dst,
+        eth_dst: template.eth_src,
+        l3,
+    }
+}
+
 /// Applies action statements (as `ovn-trace --minimal` prints them) to `packet`; returns the
 /// packets output, with their port. Statements that do not change the packet are ignored.
 pub fn apply_statements(
@@ -429,11 +473,13 @@ pub fn apply_statements(
                     outputs.extend(apply_statements(&current.nd_na_template(), block)?);
                 }
                 ("icmp4" | "icmp6", None, Some(block)) => {
-                    outputs.extend(apply_statements(&current.icmp_template(), block)?)
+                    let template = loopback(current.icmp_template(), block);
+                    outputs.extend(apply_statements(&template, block)?)
                 }
                 ("clone", None, Some(block)) => outputs.extend(apply_statements(&current, block)?),
                 ("tcp_reset", None, Some(block)) => {
-                    outputs.extend(apply_statements(&current.tcp_reset_template(), block)?)
+                    let template = loopback(current.tcp_reset_template(), block);
+                    outputs.extend(apply_statements(&template, block)?)
                 }
                 _ => {}
             },

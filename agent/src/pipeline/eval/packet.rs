@@ -250,6 +250,65 @@ impl Packet {
         Packet { l3, ..*self }
     }
 
+    /// The answer an ACL's `reject` sends back for this packet, as ovn-trace models OVN's
+    /// `reject` (loopback: Ethernet and IP addresses swapped, TTL 255): a TCP reset (ports
+    /// unchanged) for TCP, else an ICMP destination unreachable with code 1. `None` where OVN
+    /// sends nothing: for a reset, an ICMP destination unreachable, or what is not IP. On the wire
+    /// pinctrl swaps the reset's ports, starts it at TTL 63, and answers UDP with code 3 (port
+    /// unreachable): the kernel follows pinctrl (`ebpf/src/reject.rs`).
+    #[must_use]
+    pub fn reject_answer(&self) -> Option<Packet> {
+        let (l4, ipv6) = match self.l3 {
+            L3::Ipv4 { l4, .. } => (l4, false),
+            L3::Ipv6 { l4, .. } => (l4, true),
+            L3::Arp { .. } => return None,
+        };
+        let unreachable = if ipv6 { 1 } else { 3 };
+        let answer = match l4 {
+            L4::TcpReset { .. } => return None,
+            L4::Icmp { kind, .. } if kind == unreachable => return None,
+            L4::Tcp {
+                source,
+                destination,
+            } => L4::TcpReset {
+                source,
+                destination,
+            },
+            _ => L4::Icmp {
+                kind: unreachable,
+                code: 1,
+            },
+        };
+        let l3 = match self.l3 {
+            L3::Ipv4 {
+                source,
+                destination,
+                ..
+            } => L3::Ipv4 {
+                source: destination,
+                destination: source,
+                ttl: 255,
+                l4: answer,
+            },
+            L3::Ipv6 {
+                source,
+                destination,
+                ..
+            } => L3::Ipv6 {
+                source: destination,
+                destination: source,
+                ttl: 255,
+                l4: answer,
+            },
+            L3::Arp { .. } => return None,
+        };
+        Some(Packet {
+            eth_src: self.eth_dst,
+            eth_dst: self.eth_src,
+            l3,
+        })
+    }
+
     /// The packet OVN's `icmp4 { … }` / `icmp6 { … }` actions start from (ovn-trace's model: an
     /// ICMP destination unreachable, code 1, TTL 255, addresses unchanged).
     #[must_use]
@@ -398,5 +457,58 @@ mod tests {
                 .unwrap()
                 .1;
         assert_eq!(again, packet);
+    }
+
+    #[test]
+    fn reject_answers_follow_ovn_trace_and_never_answer_errors() {
+        let a = [0x0a, 0x58, 0, 0, 0, 1];
+        let b = [0x0a, 0x58, 0, 0, 0, 2];
+        let packet = |l4| Packet {
+            eth_src: a,
+            eth_dst: b,
+            l3: L3::Ipv4 {
+                source: Ipv4Addr::new(10, 0, 0, 1),
+                destination: Ipv4Addr::new(10, 0, 0, 2),
+                ttl: 64,
+                l4,
+            },
+        };
+        let answer = |l4| Packet {
+            eth_src: b,
+            eth_dst: a,
+            l3: L3::Ipv4 {
+                source: Ipv4Addr::new(10, 0, 0, 2),
+                destination: Ipv4Addr::new(10, 0, 0, 1),
+                ttl: 255,
+                l4,
+            },
+        };
+        let syn = L4::Tcp {
+            source: 40000,
+            destination: 80,
+        };
+        let reset = L4::TcpReset {
+            source: 40000,
+            destination: 80,
+        };
+        let unreachable = L4::Icmp { kind: 3, code: 1 };
+        assert_eq!(packet(syn).reject_answer(), Some(answer(reset)));
+        let datagram = L4::Udp {
+            source: 40000,
+            destination: 53,
+        };
+        assert_eq!(packet(datagram).reject_answer(), Some(answer(unreachable)));
+        let echo = L4::Icmp { kind: 8, code: 0 };
+        assert_eq!(packet(echo).reject_answer(), Some(answer(unreachable)));
+        assert_eq!(
+            packet(reset).reject_answer(),
+            None,
+            "a reset is not answered"
+        );
+        assert_eq!(
+            packet(L4::Icmp { kind: 3, code: 3 }).reject_answer(),
+            None,
+            "nor an unreachable"
+        );
     }
 }

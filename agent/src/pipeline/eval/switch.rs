@@ -4,7 +4,7 @@
 
 use super::{
     Evaluator, MAX_HOPS, Trace,
-    acl::AclPorts,
+    acl::{AclPorts, AclVerdict},
     is_multicast,
     packet::{L3, L4, Packet},
 };
@@ -92,18 +92,26 @@ impl Evaluator<'_> {
             return;
         }
         self.step(trace, dp, format!("switch ingress from {inport}: {packet}"));
-        if !self.port_security(dp, inport, &packet, trace)
-            || !self.acl(
-                dp,
-                AclPorts {
-                    inport,
-                    outport: None,
-                },
-                &packet,
-                trace,
-            )
-        {
+        if !self.port_security(dp, inport, &packet, trace) {
             return;
+        }
+        let ports = AclPorts {
+            inport,
+            outport: None,
+        };
+        match self.acl(dp, ports, &packet, trace) {
+            AclVerdict::Pass => {}
+            AclVerdict::Drop => return,
+            // OVN's `reject` from the ingress pipeline: `outport <-> inport;
+            // next(pipeline=egress, table=ls_out_qos_mark)`, back to the sender past the egress
+            // ACLs.
+            AclVerdict::Reject => {
+                if let Some(answer) = packet.reject_answer() {
+                    self.step(trace, dp, format!("reject answer: {answer}"));
+                    self.deliver_after_acl(dp, inport, answer, trace, hops + 1);
+                }
+                return;
+            }
         }
         if self.switch_ipv6(dp, inport, packet, from_router, trace, hops)
             || self.arp(dp, inport, packet, trace, hops)
@@ -357,9 +365,34 @@ impl Evaluator<'_> {
             inport,
             outport: Some(outport),
         };
-        if self.ports.contains_key(outport) && !self.acl(dp, ports, &packet, trace) {
-            return;
+        if self.ports.contains_key(outport) {
+            match self.acl(dp, ports, &packet, trace) {
+                AclVerdict::Pass => {}
+                AclVerdict::Drop => return,
+                // From the egress pipeline: `outport <-> inport; next(pipeline=ingress,
+                // table=ls_in_l2_lkup)`, switched from the port the packet was for.
+                AclVerdict::Reject => {
+                    if let Some(answer) = packet.reject_answer() {
+                        self.step(trace, dp, format!("reject answer: {answer}"));
+                        self.switching(dp, outport, answer, false, trace, hops + 1);
+                    }
+                    return;
+                }
+            }
         }
+        self.deliver_after_acl(dp, outport, packet, trace, hops);
+    }
+
+    /// Switch egress after the ACL stage: across a patch port into a router, or egress port
+    /// security and the port.
+    fn deliver_after_acl(
+        &self,
+        dp: u32,
+        outport: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
         match self.ports.get(outport) {
             Some((_, _, PortKind::Patch { peer })) => {
                 self.cross_patch(dp, peer, packet, false, trace, hops)
