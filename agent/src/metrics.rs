@@ -364,12 +364,24 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         &mut out,
         "ovnbpf_datapath_router_replies_total",
         "counter",
-        "Answers the datapath's routers sent to pods (echo replies, ICMP errors, TCP resets), by kind.",
+        "Answers the datapath sent to pods for its routers (echo replies, ICMP errors, TCP resets) and its reject ACLs (acl_*), by kind.",
     );
     for (kind, count) in &report.router_replies {
         let _ = writeln!(
             out,
             "ovnbpf_datapath_router_replies_total{{kind=\"{kind}\"}} {count}"
+        );
+    }
+    family(
+        &mut out,
+        "ovnbpf_acl_logged_total",
+        "counter",
+        "Packets ACLs with OVN's log option decided, by verdict (allow, drop, reject); lost: events the log ring buffer had no room for.",
+    );
+    for (verdict, count) in &report.acl_logged {
+        let _ = writeln!(
+            out,
+            "ovnbpf_acl_logged_total{{verdict=\"{verdict}\"}} {count}"
         );
     }
     type Field = fn(&crate::dataplane::InterfaceCounters) -> u64;
@@ -523,6 +535,7 @@ mod tests {
             truncated_flood_groups: 1,
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
+            acl_logged: vec![("drop", 3), ("lost", 0)],
             stats: crate::daemon::DaemonStats {
                 transactions: 4,
                 failed_transactions: 1,
@@ -574,6 +587,8 @@ mod tests {
             r#"ovnbpf_datapath_drops_total{reason="port_security"} 4"#,
             "# TYPE ovnbpf_datapath_drops_total counter",
             r#"ovnbpf_datapath_router_replies_total{kind="tcp_reset"} 2"#,
+            r#"ovnbpf_acl_logged_total{verdict="drop"} 3"#,
+            r#"ovnbpf_acl_logged_total{verdict="lost"} 0"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

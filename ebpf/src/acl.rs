@@ -10,7 +10,9 @@
 //! (`agent/src/dataplane/ebpf/l2/acl.rs`). IPv4 only: other IPv6 than neighbour discovery and
 //! MLD (which OVN's ACL stages always let through) is dropped and counted until issue 21.
 //! A `reject` hands the packet to the `acl_reject` stage ([`crate::reject::acl_stage`]).
-//! Reads `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`, `ACL_PORT_SETS`; writes `CONNTRACK`.
+//! A logged rule that decides reports the packet (`ACL_LOGGED`, `ACL_LOG_EVENTS`).
+//! Reads `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`, `ACL_PORT_SETS`; writes `CONNTRACK`,
+//! `ACL_LOGGED` and `ACL_LOG_EVENTS`.
 
 use aya_ebpf::{
     cty::{c_long, c_void},
@@ -21,18 +23,18 @@ use aya_ebpf::{
 use ovnbpf_common::{
     ACL_REQUEST_MAGIC, AclRequest, DropReason,
     acl::{
-        AclAddressKey, AclAddressTerm, AclPortKey, AclRule, AclRuleKey, AclSwitch, COMMIT_EGRESS,
-        COMMIT_INGRESS, FAIL_CLOSED_EGRESS, FAIL_CLOSED_INGRESS, MAX_RULES_PER_LIST,
+        AclAddressKey, AclAddressTerm, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch,
+        COMMIT_EGRESS, COMMIT_INGRESS, FAIL_CLOSED_EGRESS, FAIL_CLOSED_INGRESS, MAX_RULES_PER_LIST,
         RULE_AFTER_RELATED, RULE_ETH_DESTINATION, RULE_ETH_MULTICAST, RULE_ETH_SOURCE, RULE_IP,
         RULE_IPV4, RULE_IPV6, STATELESS_SKIPS_LB_EGRESS, STATELESS_SKIPS_LB_INGRESS,
         TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL, TRACK_INGRESS_LB, USER_RULES_EGRESS,
-        USER_RULES_INGRESS, action, list,
+        USER_RULES_INGRESS, action, list, logged,
     },
     drop_reason, stage as slot,
 };
 
 use crate::{
-    ACL_ADDRESSES, ACL_PORT_SETS, ACL_RULES, ACL_SWITCHES,
+    ACL_ADDRESSES, ACL_LOG_EVENTS, ACL_LOGGED, ACL_PORT_SETS, ACL_RULES, ACL_SWITCHES,
     conntrack::{self, Flow, QuotedFlow, Zone},
     headers::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv4Header,
@@ -233,9 +235,10 @@ struct Walk {
     count: u32,
     state: u8,
     related: bool,
-    /// The winner's action, if one matched.
+    /// The winner's action and log id, if one matched.
     found: bool,
     action: u8,
+    log: u32,
     packet: Packet,
 }
 
@@ -338,14 +341,67 @@ extern "C" fn rule_at(index: u32, walk: *mut c_void) -> c_long {
     if rule_matches(rule, walk) {
         walk.found = true;
         walk.action = rule.action;
+        walk.log = rule.log;
         return 1;
     }
     0
 }
 
+/// Reports the packet the walk's logged winner decided (OVN's `log()` action): counted by
+/// verdict, and an event on `ACL_LOG_EVENTS` when the ring buffer has room (else counted lost).
+/// Called after the walk rather than in its callback, which the verifier walks far more often.
+#[inline(never)]
+fn log(walk: &Walk) {
+    let verdict = match walk.action {
+        action::DROP | action::DROP_BLOCK => logged::DROP,
+        action::REJECT | action::REJECT_BLOCK => logged::REJECT,
+        _ => logged::ALLOW,
+    };
+    count_logged(verdict);
+    let packet = &walk.packet;
+    let Some(mut entry) = ACL_LOG_EVENTS.reserve::<AclLogEvent>(0) else {
+        count_logged(logged::LOST);
+        return;
+    };
+    let source_port = if packet.protocol == IPPROTO_ICMP {
+        u16::from(packet.icmp_type)
+    } else {
+        packet.source_port
+    };
+    // Written field by field into the reserved slot: a whole event built on the stack first
+    // would not fit the callback's frame.
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points to the reserved, writable slot of one AclLogEvent; every field is
+    // written before the slot is submitted.
+    unsafe {
+        (*event).log = walk.log;
+        (*event).datapath = walk.key.datapath;
+        (*event).ports = packet.inport << 16 | packet.outport;
+        (*event).source = packet.flow.source;
+        (*event).destination = packet.flow.destination;
+        (*event).source_port = source_port;
+        (*event).destination_port = packet.destination_port;
+        (*event).action = walk.action;
+        (*event).state = walk.state;
+        (*event).protocol = packet.protocol;
+        (*event).tcp_flags = packet.flow.tcp_flags;
+        (*event).eth_source = packet.eth_source;
+        (*event).eth_destination = packet.eth_destination;
+    }
+    entry.submit(0);
+}
+
+#[inline(always)]
+fn count_logged(index: u32) {
+    if let Some(counter) = ACL_LOGGED.get_ptr_mut(index) {
+        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
+        unsafe { *counter += 1 };
+    }
+}
+
 /// The first rule of `list` matching, as (found, action).
 #[inline(always)]
-fn first_match(
+fn first_match<const LOGGED: bool>(
     datapath: u32,
     list: u32,
     switch: &AclSwitch,
@@ -368,10 +424,14 @@ fn first_match(
         related,
         found: false,
         action: 0,
+        log: 0,
         packet: *packet,
     };
     // SAFETY: the callback only reads maps and writes the walk it is given.
     unsafe { bpf_loop(count, rule_at as *mut c_void, (&raw mut walk).cast(), 0) };
+    if LOGGED && walk.log != 0 {
+        log(&walk);
+    }
     walk.found.then_some(walk.action)
 }
 
@@ -408,14 +468,14 @@ fn tracked(datapath: u32, switch: &AclSwitch, pipeline: &Pipeline, packet: &Pack
     if !by_acl && !by_lb {
         return false;
     }
-    let acl_bypass = first_match(datapath, pipeline.bypass_acl, switch, packet, 0, false);
+    let acl_bypass = first_match::<false>(datapath, pipeline.bypass_acl, switch, packet, 0, false);
     let stateless = acl_bypass == Some(action::BYPASS_STATELESS);
     if by_acl && acl_bypass.is_none() {
         return true;
     }
     by_lb
         && !(stateless && switch.flags & pipeline.stateless_skips_lb != 0)
-        && first_match(datapath, pipeline.bypass_lb, switch, packet, 0, false).is_none()
+        && first_match::<false>(datapath, pipeline.bypass_lb, switch, packet, 0, false).is_none()
 }
 
 /// What a rule list decided.
@@ -490,9 +550,9 @@ pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     } else {
         0
     };
-    let first = first_match(datapath, list::INGRESS, switch, &packet, state, false);
+    let first = first_match::<true>(datapath, list::INGRESS, switch, &packet, state, false);
     let (commit_first, related) = judged(first, zone, &packet)?;
-    let after = first_match(datapath, list::AFTER_LB, switch, &packet, state, related);
+    let after = first_match::<true>(datapath, list::AFTER_LB, switch, &packet, state, related);
     let (commit_after, _) = judged(after, zone, &packet)?;
     if is_tracked && (commit_first || commit_after) && switch.flags & COMMIT_INGRESS != 0 {
         conntrack::commit(zone, &packet.flow);
@@ -528,7 +588,7 @@ pub fn egress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     } else {
         0
     };
-    let verdict = first_match(datapath, list::EGRESS, switch, &packet, state, false);
+    let verdict = first_match::<true>(datapath, list::EGRESS, switch, &packet, state, false);
     let (commit, _) = judged(verdict, zone, &packet)?;
     if is_tracked && commit && switch.flags & COMMIT_EGRESS != 0 {
         conntrack::commit(zone, &packet.flow);

@@ -9,12 +9,12 @@ use aya_ebpf::{
     },
 };
 use ovnbpf_common::maps::{
-    AclAddresses, AclPortSets, AclRules, AclSwitches, ArpResponder, Conntrack, DropCounters,
-    DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
-    InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
-    PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks,
-    RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes,
-    Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    AclAddresses, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches, ArpResponder,
+    Conntrack, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap,
+    FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours,
+    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap,
+    ProviderNetworks, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers,
+    Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -98,6 +98,8 @@ kernel_map!(ACL_RULES: HashMap = AclRules);
 kernel_map!(ACL_ADDRESSES: LpmTrie = AclAddresses);
 kernel_map!(ACL_PORT_SETS: HashMap = AclPortSets);
 kernel_map!(CONNTRACK: LruHashMap = Conntrack);
+kernel_map!(ACL_LOG_EVENTS: RingBuf = AclLogEvents);
+kernel_map!(ACL_LOGGED: PerCpuArray = AclLogged);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

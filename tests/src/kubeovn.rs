@@ -720,6 +720,24 @@ impl Topology {
         ingress: Option<&[PolicyRule<'_>]>,
         egress: Option<&[PolicyRule<'_>]>,
     ) -> &mut Self {
+        self.logged_network_policy(name, namespace, ports, ingress, egress, PolicyLog::Off)
+    }
+
+    /// [`Self::network_policy`] with Kube-OVN's log annotations: `ovn.kubernetes.io/enable_log:
+    /// "true"` logs the default drops (`log=true`, severity warning), and
+    /// `ovn.kubernetes.io/log_acl_actions: "allow,drop"` the allow ACLs too (`log=true`, no
+    /// severity: northd's default, info).
+    pub fn logged_network_policy(
+        &mut self,
+        name: &str,
+        namespace: &str,
+        ports: &[&str],
+        ingress: Option<&[PolicyRule<'_>]>,
+        egress: Option<&[PolicyRule<'_>]>,
+        log: PolicyLog,
+    ) -> &mut Self {
+        let drop_log = (log != PolicyLog::Off).then_some(Some("warning"));
+        let allow_log = (log == PolicyLog::AllowAndDrop).then_some(None);
         let group = format!("{name}.{namespace}").replace('-', ".");
         let policy_id = format!("external_ids:np=\"{namespace}/{name}\"");
         let mut command = vec!["pg-add", group.as_str()];
@@ -737,7 +755,13 @@ impl Topology {
             };
             let key = format!("{namespace}/{name}");
             let all_ip = format!("{port} == @{group} && ip");
-            self.port_group_acl(acl_direction, &group, 2000, &all_ip, "drop", Some(&key));
+            self.port_group_acl(
+                acl_direction,
+                &group,
+                (2000, &all_ip, "drop"),
+                Some(&key),
+                drop_log,
+            );
             for (idx, rule) in rules.iter().enumerate() {
                 let allow = format!("{group}.{direction}.allow.IPv4.{idx}");
                 let except = format!("{group}.{direction}.except.IPv4.{idx}");
@@ -776,10 +800,9 @@ impl Topology {
                     self.port_group_acl(
                         acl_direction,
                         &group,
-                        2001,
-                        &match_,
-                        "allow-related",
+                        (2001, &match_, "allow-related"),
                         Some(&acl_name),
+                        allow_log,
                     );
                 }
             }
@@ -788,18 +811,16 @@ impl Topology {
     }
 
     /// One ACL of port group `group` as kube-ovn-controller writes it (a row of its own, not
-    /// `acl-add`, which would turn logging on with the name): `name` (none for the node's),
-    /// `external_ids` parent and vendor, from-lport ones applied after the load balancers
-    /// (`apply-after-lb`).
-    #[allow(clippy::too_many_arguments)]
+    /// `acl-add`, which would turn logging on with the name): (priority, match, action), `name`
+    /// (none for the node's), `external_ids` parent and vendor, from-lport ones applied after
+    /// the load balancers (`apply-after-lb`); `log`: logged, with the severity if one is set.
     fn port_group_acl(
         &mut self,
         direction: &str,
         group: &str,
-        priority: u16,
-        match_: &str,
-        action: &str,
+        (priority, match_, action): (u16, &str, &str),
         name: Option<&str>,
+        log: Option<Option<&str>>,
     ) -> &mut Self {
         let id = format!("@acl{}", self.commands.len());
         let mut row = vec![
@@ -818,6 +839,12 @@ impl Topology {
         }
         if direction == "from-lport" {
             row.push("options:apply-after-lb=true".into());
+        }
+        if let Some(severity) = log {
+            row.push("log=true".into());
+            if let Some(severity) = severity {
+                row.push(format!("severity={severity}"));
+            }
         }
         self.commands.push(row);
         self.add(&["add", "port_group", group, "acls", &id])
@@ -859,15 +886,20 @@ impl Topology {
         self.add(&command);
         let to_pods = format!("ip4.src == {node_ip} && ip4.dst == ${group}_ip4");
         let from_pods = format!("ip4.dst == {node_ip} && ip4.src == ${group}_ip4");
-        self.port_group_acl("to-lport", &group, 3000, &to_pods, "allow-related", None)
-            .port_group_acl(
-                "from-lport",
-                &group,
-                3000,
-                &from_pods,
-                "allow-related",
-                None,
-            )
+        self.port_group_acl(
+            "to-lport",
+            &group,
+            (3000, &to_pods, "allow-related"),
+            None,
+            None,
+        )
+        .port_group_acl(
+            "from-lport",
+            &group,
+            (3000, &from_pods, "allow-related"),
+            None,
+            None,
+        )
     }
 
     /// A load balancer `name` for `vip` ("IP:port") with `backends` ("IP:port,…"), as Kube-OVN
@@ -934,6 +966,17 @@ impl Topology {
         }
         args
     }
+}
+
+/// Which of a NetworkPolicy's ACLs are logged (Kube-OVN's `enable_log` and `log_acl_actions`
+/// annotations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyLog {
+    Off,
+    /// `enable_log: "true"`: the default drops.
+    Drops,
+    /// And `log_acl_actions: "allow,drop"`: the allow ACLs too.
+    AllowAndDrop,
 }
 
 /// One entry of a Kube-OVN subnet's `spec.acls`.

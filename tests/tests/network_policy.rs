@@ -4,7 +4,8 @@
 //! web1 and client on node1, web2 and other on node2.
 //!
 //! - `web` (web1, web2) admits TCP 5201 from client only: client connects to both (same node and
-//!   across), other cannot, nobody pings them; web1's own connections out get their replies,
+//!   across), other cannot, nobody pings them; the policy is logged, and web2's node writes
+//!   ovn-controller's `acl_log` lines for the drop and the allow; web1's own connections out get their replies,
 //!   and an ICMP port unreachable answering web1's UDP reaches it (related);
 //! - `isolate` (other) denies other's egress: other can open nothing, yet web1's connection to
 //!   other still gets its replies;
@@ -36,7 +37,7 @@ use ovnbpf_agent::netns::run_in;
 use ovnbpf_tests::{
     bpffs::BpfMount,
     frames::{FrameSocket, ipv4_frame, tcp_syn},
-    kubeovn::{PolicyPort, PolicyRule, SubnetAcl, Topology, mac_for},
+    kubeovn::{PolicyLog, PolicyPort, PolicyRule, SubnetAcl, Topology, mac_for},
     network::Pod,
     process::wait_until,
     scenario::{self, PodPlan, TwoNodes},
@@ -120,9 +121,10 @@ fn mac(name: &str) -> [u8; 6] {
     ovnbpf_agent::lflow::parse_mac(&mac_for(name)).unwrap()
 }
 
+/// `web`, logged (Kube-OVN's `enable_log: "true"` and `log_acl_actions: "allow,drop"`).
 fn web_policy() -> Topology {
     let mut topology = Topology::new();
-    topology.network_policy(
+    topology.logged_network_policy(
         "web",
         "ns",
         &["web1.ns", "web2.ns"],
@@ -132,8 +134,19 @@ fn web_policy() -> Topology {
             ports: &[PolicyPort::Port("tcp", WEB_PORT)],
         }]),
         None,
+        PolicyLog::AllowAndDrop,
     );
     topology
+}
+
+/// Whether `agent`'s log has a line holding every one of `parts`.
+fn logged(agent: &ovnbpf_tests::process::Child, parts: &[&str]) -> bool {
+    let text = agent
+        .log_path()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .unwrap_or_default();
+    text.lines()
+        .any(|line| parts.iter().all(|part| line.contains(part)))
 }
 
 #[test]
@@ -177,6 +190,50 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
         "client → web2, across"
     );
     assert!(!connects(other, web1, WEB1, WEB_PORT), "other → web1");
+    // The policy is logged: web2's node writes ovn-controller's acl_log lines for other's
+    // refused SYN (the default drop, severity warning) and client's admitted one (info).
+    let refused_logged = wait_until(Duration::from_secs(5), || {
+        logged(
+            &agents[1],
+            &[
+                "acl_log",
+                r#"name="ns/web", verdict=drop, severity=warning, direction=to-lport: tcp,"#,
+                "nw_src=10.0.1.5,nw_dst=10.0.1.3,",
+                "tp_dst=5201,tcp_flags=syn",
+            ],
+        )
+    });
+    assert!(
+        refused_logged,
+        "no acl_log line for the drop{}",
+        logs(&agents)
+    );
+    assert!(
+        logged(
+            &agents[1],
+            &[
+                r#"name="np/web.ns/ingress/IPv4/0", verdict=allow, severity=info, direction=to-lport: tcp,"#,
+                "nw_src=10.0.1.4,nw_dst=10.0.1.3,",
+                "tp_dst=5201,tcp_flags=syn",
+            ],
+        ),
+        "no acl_log line for the allow{}",
+        logs(&agents)
+    );
+    // As in OVN, the allow ACL's flow for established connections logs too (northd gives it the
+    // same `log()`): the handshake's last ACK has its line.
+    assert!(
+        logged(
+            &agents[1],
+            &[
+                "verdict=allow",
+                "nw_src=10.0.1.4,nw_dst=10.0.1.3,",
+                "tcp_flags=ack"
+            ]
+        ),
+        "no acl_log line for the established connection's ACK{}",
+        logs(&agents)
+    );
     assert!(
         !connects(client, web1, WEB1, 8080),
         "client → web1 on another port"

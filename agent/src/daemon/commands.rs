@@ -107,6 +107,8 @@ impl Daemon {
                 let drops = datapath::reading(datapath.map(|d| d.drop_counters()), "drop");
                 let router_replies =
                     datapath::reading(datapath.map(|d| d.router_replies()), "router reply");
+                let acl_logged =
+                    datapath::reading(datapath.map(|d| d.acl_logged()), "ACL log counter");
                 let interfaces =
                     datapath::reading(datapath.map(|d| d.interface_counters()), "interface");
                 let _ = reply.send(ports::DaemonReport {
@@ -125,6 +127,7 @@ impl Daemon {
                     datapath_pending: datapath.map_or(0, |d| d.pending()),
                     drops,
                     router_replies,
+                    acl_logged,
                 });
             }
             PortCommand::DatapathNames { reply } => {

@@ -146,6 +146,10 @@ struct Daemon {
 /// Drop events logged per second at most (all are counted in the datapath's drop counters).
 const DROP_LOGS_PER_SECOND: u32 = 10;
 
+/// ACL log lines written per second at most (all are counted in `ovnbpf_acl_logged_total`;
+/// ovn-controller's own limit is the ACL's meter, where one is set).
+const ACL_LOGS_PER_SECOND: u32 = 100;
+
 /// How often failed datapath writes are retried (they are also retried with every change).
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -178,6 +182,10 @@ pub async fn run(
                 .drop_events(DROP_LOGS_PER_SECOND, tap)
                 .map(tokio::spawn)
         });
+        let acl_log_events = datapath
+            .as_mut()
+            .and_then(|datapath| datapath.acl_log_events(ACL_LOGS_PER_SECOND))
+            .map(tokio::spawn);
         let scope = LocalScope {
             ports: config
                 .local_ports
@@ -243,7 +251,7 @@ pub async fn run(
                 },
             }
         }
-        if let Some(task) = drop_events {
+        for task in [drop_events, acl_log_events].into_iter().flatten() {
             task.abort();
         }
         let stats = daemon.stats();

@@ -86,6 +86,8 @@ pub struct DaemonReport {
     pub drops: Vec<(&'static str, u64)>,
     /// The answers the datapath's routers sent, per kind (empty without a datapath).
     pub router_replies: Vec<(&'static str, u64)>,
+    /// Packets logged ACLs decided, per verdict, and log events lost.
+    pub acl_logged: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }

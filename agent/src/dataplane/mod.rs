@@ -63,6 +63,7 @@ impl std::error::Error for DatapathError {
 pub type OffLoopJob = Box<dyn FnOnce() -> usize + Send>;
 
 /// A task that follows the backend's drop events until it is dropped.
+/// A task following one of the datapath's event streams (drops, ACL logs) until dropped.
 pub type DropFollower = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Per interface: (interface, the logical port of a pod's interface, its counters).
@@ -108,6 +109,12 @@ pub trait Datapath: Send {
     /// The answers the datapath's routers sent, per kind.
     fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError>;
 
+    /// Packets logged ACLs decided, per verdict (`allow`, `drop`, `reject`), and log events
+    /// lost (`lost`).
+    fn acl_logged(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
     /// The counters of each interface the datapath runs on and has seen traffic on, by name.
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError>;
 
@@ -149,6 +156,12 @@ pub trait Datapath: Send {
     /// The task that publishes every drop event on `tap`, logging at most `per_second` a second;
     /// `None` after the first call, or when the backend has no drop events.
     fn drop_events(&mut self, per_second: u32, tap: DropTap) -> Option<DropFollower>;
+
+    /// The task that logs what logged ACLs decided (OVN's `acl_log` lines), at most
+    /// `per_second` lines a second; `None` after the first call, or when the backend has none.
+    fn acl_log_events(&mut self, _per_second: u32) -> Option<DropFollower> {
+        None
+    }
 }
 
 /// The backend's side of building a pod NIC, run on the CNI server's blocking tasks. Cheap to

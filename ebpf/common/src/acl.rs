@@ -160,8 +160,50 @@ pub struct AclRule {
     pub icmp_types: [u8; RULE_ICMP_TYPES],
     pub eth_source: [u8; 6],
     pub eth_destination: [u8; 6],
-    /// Zero (keeps the layout free of padding).
-    pub reserved: u32,
+    /// The agent's id of the rule's `log` option (its ACL's name, severity and verdict); 0: not
+    /// logged. A logged rule that decides reports the packet on `ACL_LOG_EVENTS`.
+    pub log: u32,
+}
+
+/// What a logged rule reports of a packet it decided ([`crate::map::ACL_LOG_EVENTS`]): the
+/// rule's log id, where (switch, logical ports), the kernel action, the conntrack state and the
+/// packet's MACs, addresses, transport ports (ICMP: the type as the source port) and TCP
+/// flags.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AclLogEvent {
+    pub log: u32,
+    pub datapath: u32,
+    /// Ingress port key << 16 | egress port key (0 in the ingress pipeline).
+    pub ports: u32,
+    /// IPv4 addresses in network byte order.
+    pub source: u32,
+    pub destination: u32,
+    pub source_port: u16,
+    pub destination_port: u16,
+    pub action: u8,
+    pub state: u8,
+    pub protocol: u8,
+    pub tcp_flags: u8,
+    pub eth_source: [u8; 6],
+    pub eth_destination: [u8; 6],
+}
+
+/// Capacity of [`crate::map::ACL_LOG_EVENTS`] in bytes (a power of two, a multiple of the page
+/// size): 2,048 events waiting.
+pub const ACL_LOG_EVENTS_BYTES: u32 = 128 * 1024;
+
+/// Indexes of [`crate::map::ACL_LOGGED`]: the packets logged rules decided, by verdict, and the
+/// events the ring buffer had no room for.
+pub mod logged {
+    pub const ALLOW: u32 = 0;
+    pub const DROP: u32 = 1;
+    pub const REJECT: u32 = 2;
+    /// Events lost: the ring buffer was full (the verdict counters still count them).
+    pub const LOST: u32 = 3;
+    pub const COUNT: u32 = 4;
+    /// Names for metrics, by index.
+    pub const NAMES: [&str; COUNT as usize] = ["allow", "drop", "reject", "lost"];
 }
 
 /// An address set member: the LPM trie's data (set id, then the IPv4 address in network byte
@@ -270,4 +312,6 @@ mod pod {
     unsafe impl aya::Pod for CtKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CtEntry {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AclLogEvent {}
 }

@@ -727,6 +727,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<FloodMemberKey>(), 12);
         assert_eq!(core::mem::size_of::<FloodRoles>(), 12);
         assert_eq!(core::mem::size_of::<DropEvent>(), 16 + DROP_EVENT_HEADER);
+        assert_eq!(core::mem::size_of::<acl::AclLogEvent>(), 40);
+        assert_eq!(core::mem::size_of::<acl::AclRule>() % 4, 0);
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
         assert_eq!(core::mem::size_of::<RouteEntry>(), 24);
         assert_eq!(core::mem::size_of::<EcmpKey>(), 12);

@@ -21,7 +21,10 @@ use crate::{
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
     Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity,
     ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
-    acl::{self, AclAddressKey, AclPortKey, AclRule, AclRuleKey, AclSwitch, CtEntry, CtKey},
+    acl::{
+        self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, CtEntry,
+        CtKey,
+    },
     drop_reason, router_reply, stage,
 };
 
@@ -217,4 +220,9 @@ declare_maps! {
     AclPortSets = ACL_PORT_SETS: HashMap<AclPortKey, u32>[acl::MAX_ACL_PORTS];
     /// LRU hash: [`CtKey`] → [`CtEntry`]: committed connections, per logical port's zone.
     Conntrack = CONNTRACK: LruHashMap<CtKey, CtEntry>[acl::MAX_CONNECTIONS];
+    /// Ring buffer of [`AclLogEvent`]s: one per packet a logged ACL rule decided.
+    AclLogEvents = ACL_LOG_EVENTS: RingBuf<(), AclLogEvent>[acl::ACL_LOG_EVENTS_BYTES];
+    /// Per-CPU array of `u64`, indexed by [`acl::logged`]: packets logged rules decided, and
+    /// events lost.
+    AclLogged = ACL_LOGGED: PerCpuArray<u32, u64>[acl::logged::COUNT];
 }

@@ -84,6 +84,10 @@ impl Datapath for NodeDatapath {
         Ok(NodeDatapath::router_replies(self)?)
     }
 
+    fn acl_logged(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(NodeDatapath::acl_logged(self)?)
+    }
+
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError> {
         Ok(NodeDatapath::interface_counters(self)?)
     }
@@ -142,6 +146,11 @@ impl Datapath for NodeDatapath {
     fn drop_events(&mut self, per_second: u32, tap: DropTap) -> Option<DropFollower> {
         let events = self.take_drop_events()?;
         Some(Box::pin(events.follow(per_second, tap).in_current_span()))
+    }
+
+    fn acl_log_events(&mut self, per_second: u32) -> Option<DropFollower> {
+        let events = self.take_acl_log_events()?;
+        Some(Box::pin(events.follow(per_second).in_current_span()))
     }
 }
 

@@ -90,7 +90,7 @@ fn drain(ring: &mut RingBuf<MapData>) -> Vec<DropEvent> {
 }
 
 /// Allows `per_second` events a second and counts the rest.
-struct LogLimiter {
+pub(super) struct LogLimiter {
     per_second: u32,
     window: Instant,
     in_window: u32,
@@ -98,7 +98,7 @@ struct LogLimiter {
 }
 
 impl LogLimiter {
-    fn new(per_second: u32) -> Self {
+    pub(super) fn new(per_second: u32) -> Self {
         Self {
             per_second,
             window: Instant::now(),
@@ -107,7 +107,7 @@ impl LogLimiter {
         }
     }
 
-    fn allow(&mut self, now: Instant) -> bool {
+    pub(super) fn allow(&mut self, now: Instant) -> bool {
         if now.duration_since(self.window) >= Duration::from_secs(1) {
             self.window = now;
             self.in_window = 0;
@@ -122,7 +122,7 @@ impl LogLimiter {
     }
 
     /// The number suppressed so far, once a window has passed since it was last reported.
-    fn take_suppressed(&mut self, now: Instant) -> Option<u64> {
+    pub(super) fn take_suppressed(&mut self, now: Instant) -> Option<u64> {
         (self.suppressed > 0 && now.duration_since(self.window) >= Duration::from_secs(1))
             .then(|| std::mem::take(&mut self.suppressed))
     }

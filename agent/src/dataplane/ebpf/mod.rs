@@ -28,6 +28,7 @@ pub use maps::Maps;
 
 use crate::netns;
 
+pub mod acl_log;
 pub mod backend;
 pub mod conntrack;
 pub mod events;
@@ -519,14 +520,34 @@ impl KernelPrograms {
 
     /// Takes the consumer side of the drop-event ring buffer (once per loaded object).
     pub fn take_drop_events(&mut self) -> Result<events::DropEvents, EbpfError> {
-        let name = map::DROP_EVENTS;
+        Ok(events::DropEvents::new(self.take_ring(map::DROP_EVENTS)?))
+    }
+
+    /// Takes the consumer side of the ACL log ring buffer (once per loaded object), its log ids
+    /// read in `book`.
+    pub fn take_acl_log_events(
+        &mut self,
+        book: acl_log::AclLogBook,
+    ) -> Result<acl_log::AclLogEvents, EbpfError> {
+        let ring = self.take_ring(map::ACL_LOG_EVENTS)?;
+        Ok(acl_log::AclLogEvents::new(ring, book))
+    }
+
+    fn take_ring(
+        &mut self,
+        name: &'static str,
+    ) -> Result<aya::maps::RingBuf<aya::maps::MapData>, EbpfError> {
         let map = self
             .ebpf
             .take_map(name)
             .ok_or(EbpfError::MissingMap { name })?;
-        let ring =
-            aya::maps::RingBuf::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
-        Ok(events::DropEvents::new(ring))
+        aya::maps::RingBuf::try_from(map).map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// Packets logged ACL rules decided, per verdict, and events lost (summed over CPUs), named
+    /// as in [`ovnbpf_common::acl::logged::NAMES`].
+    pub fn acl_logged(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.named_counters(map::ACL_LOGGED, &ovnbpf_common::acl::logged::NAMES)
     }
 
     /// Dropped frames per reason (summed over CPUs), named as in [`drop_reason::NAMES`].

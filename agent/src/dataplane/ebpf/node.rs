@@ -385,6 +385,23 @@ impl NodeDatapath {
     pub fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         self.programs.router_replies()
     }
+
+    /// Packets logged ACL rules decided, per verdict, and events lost.
+    pub fn acl_logged(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.programs.acl_logged()
+    }
+
+    /// The ACL log ring buffer's consumer (`None` after the first call).
+    pub fn take_acl_log_events(&mut self) -> Option<super::acl_log::AclLogEvents> {
+        let book = self.l2.acl_log_book();
+        match self.programs.take_acl_log_events(book) {
+            Ok(events) => Some(events),
+            Err(error) => {
+                tracing::debug!(%error, "no ACL log ring buffer to follow");
+                None
+            }
+        }
+    }
 }
 
 impl Drop for NodeDatapath {

@@ -31,8 +31,9 @@ use super::{
     L2State,
     acl_rules::{self, SetIds},
 };
+use crate::dataplane::ebpf::acl_log::{AclLogBook, AclLogName};
 use crate::pipeline::ir::{
-    AclAction, AclMatch, AclRule, AclStage, IrEntry, PortRef, Prefix, TrackingStage,
+    AclAction, AclLog, AclMatch, AclRule, AclStage, IrEntry, PortRef, Prefix, TrackingStage,
 };
 
 impl TableKey<AclSwitches> for u32 {
@@ -116,6 +117,9 @@ struct Ids {
     next: u32,
     /// Literal prefixes of inline sets, by their name.
     inline: HashMap<String, Vec<Prefix>>,
+    /// Log ids (their own numbering), and what each stands for, shared with the event reader.
+    logs: HashMap<AclLogName, u32>,
+    log_book: AclLogBook,
 }
 
 impl Ids {
@@ -126,6 +130,24 @@ impl Ids {
 }
 
 impl SetIds for Ids {
+    fn log_id(&mut self, log: &AclLog, egress: bool) -> u32 {
+        let name = AclLogName {
+            name: log.name.clone(),
+            severity: log.severity.clone().unwrap_or_else(|| "info".into()),
+            verdict: log.verdict.clone(),
+            egress,
+        };
+        if let Some(id) = self.logs.get(&name) {
+            return *id;
+        }
+        let id = u32::try_from(self.logs.len() + 1).unwrap_or(u32::MAX);
+        self.logs.insert(name.clone(), id);
+        if let Ok(mut book) = self.log_book.write() {
+            book.insert(id, name);
+        }
+        id
+    }
+
     fn address_set(&mut self, name: &str) -> u32 {
         if let Some(id) = self.addresses.get(name) {
             return *id;
@@ -223,6 +245,13 @@ fn bypass_list(egress: bool, stage: TrackingStage) -> u32 {
 }
 
 impl L2State {
+    /// What the log ids of the kernel's ACL log events stand for (kept while the agent runs:
+    /// one entry per distinct ACL name, severity, verdict and direction ever logged).
+    #[must_use]
+    pub fn acl_log_book(&self) -> AclLogBook {
+        self.acl.ids.log_book.clone()
+    }
+
     /// Whether ACLs that do not translate are ignored (fail-open) rather than dropping what
     /// reaches their stage; every switch is recomputed.
     pub fn set_acl_fail_open(&mut self, fail_open: bool) {

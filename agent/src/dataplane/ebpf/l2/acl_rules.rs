@@ -1,7 +1,8 @@
 //! One compiled ACL flow ([`AclRule`] of the IR) → the kernel's rules
 //! ([`ovnbpf_common::acl::AclRule`]), one per clause (more when a clause has more port ranges or
 //! ICMP types than a kernel rule holds), with the address and port sets it names turned into set
-//! ids by the caller's [`SetIds`]. Pure: no state but the ids asked for. A clause the kernel
+//! ids, and its `log` option into a log id, by the caller's [`SetIds`]. Pure: no state but the
+//! ids asked for. A clause the kernel
 //! cannot hold (more than two address terms a side, a term naming more than two sets) is an
 //! error naming why; the caller fails that pipeline closed.
 
@@ -12,12 +13,14 @@ use ovnbpf_common::acl::{
 };
 
 use crate::pipeline::ir::{
-    AclAction, AclClause, AclFamily, AclMatch, AclRule, AddressTerm, AddressValue, PortRef, Prefix,
-    States,
+    AclAction, AclClause, AclFamily, AclLog, AclMatch, AclRule, AddressTerm, AddressValue, PortRef,
+    Prefix, States,
 };
 
-/// Where the translation gets set ids from.
+/// Where the translation gets set ids (and log ids) from.
 pub(super) trait SetIds {
+    /// The id of `log` on a rule of the ingress (or `egress`) pipeline (never 0).
+    fn log_id(&mut self, log: &AclLog, egress: bool) -> u32;
     /// The id of address set `name`.
     fn address_set(&mut self, name: &str) -> u32;
     /// The id of the anonymous set of `prefixes` (a match's literal addresses).
@@ -57,6 +60,10 @@ pub(super) fn rules_of(
         } else {
             0
         },
+        log: rule
+            .log
+            .as_ref()
+            .map_or(0, |log| ids.log_id(log, rule.stage.egress())),
         ..kernel::AclRule::default()
     };
     clauses_of(datapath, &rule.condition, base, ids)
@@ -238,6 +245,9 @@ mod tests {
         }
         fn port_set(&mut self, datapath: u32, port: &PortRef) -> u32 {
             self.id(format!("port {datapath} {port}"))
+        }
+        fn log_id(&mut self, log: &AclLog, egress: bool) -> u32 {
+            self.id(format!("log {log:?} {egress}"))
         }
     }
 

@@ -206,3 +206,73 @@ fn unconstrained_drops_fail_the_paths_the_kernel_does_not_check_and_crowded_rule
         "--unsupported-acl=allow"
     );
 }
+
+#[test]
+fn a_logged_rule_carries_a_log_id_the_book_names() {
+    use crate::dataplane::ebpf::acl_log::AclLogName;
+    use crate::pipeline::ir::AclLog;
+    let mut state = L2State::new("node1");
+    let mut maps = Recorder::default();
+    let logged = |name: &str, verdict: &str, action| {
+        let IrEntry::Acl { datapath, mut rule } = rule(
+            AclStage::Egress,
+            AclClause {
+                family: AclFamily::Ipv4,
+                protocol: Some(6),
+                ..AclClause::default()
+            },
+            action,
+        ) else {
+            unreachable!()
+        };
+        rule.log = Some(AclLog {
+            name: Some(name.into()),
+            severity: Some("warning".into()),
+            verdict: verdict.into(),
+        });
+        rule.priority = if verdict == "drop" { 2000 } else { 2001 };
+        IrEntry::Acl { datapath, rule }
+    };
+    let drop = logged("ns/web", "drop", AclAction::Drop { block: false });
+    let allow = logged(
+        "np/web.ns/ingress/IPv4/0",
+        "allow",
+        AclAction::Allow {
+            commit: true,
+            related: false,
+        },
+    );
+    let quiet = rule(
+        AclStage::Egress,
+        AclClause {
+            family: AclFamily::Ipv4,
+            protocol: Some(17),
+            ..AclClause::default()
+        },
+        AclAction::Drop { block: false },
+    );
+    apply(&mut state, &mut maps, vec![drop, allow, quiet], Vec::new());
+    let book = state.acl_log_book();
+    let book = book.read().unwrap();
+    let rules = maps.table::<AclRules>();
+    let mut logs: Vec<(u16, u32)> = rules.values().map(|r| (r.priority, r.log)).collect();
+    logs.sort_unstable();
+    assert_eq!(logs.len(), 3, "{logs:?}");
+    let by_priority = |priority| logs.iter().find(|(p, _)| *p == priority).unwrap().1;
+    assert_eq!(by_priority(3000), 0, "an ACL without log has no log id");
+    let (drop_id, allow_id) = (by_priority(2000), by_priority(2001));
+    assert_ne!(drop_id, allow_id);
+    assert_eq!(
+        book[&drop_id],
+        AclLogName {
+            name: Some("ns/web".into()),
+            severity: "warning".into(),
+            verdict: "drop".into(),
+            egress: true,
+        }
+    );
+    assert_eq!(
+        book[&allow_id].name.as_deref(),
+        Some("np/web.ns/ingress/IPv4/0")
+    );
+}
