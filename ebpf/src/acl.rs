@@ -1,6 +1,7 @@
 //! The ACL stages of a switch (OVN's `ls_in_pre_acl` … `ls_in_stateful` and `ls_out_pre_acl` …
-//! `ls_out_stateful`), as two tail-called programs: `acl_ingress` for IP frames from a pod (then
-//! the rest of the switch, [`crate::switching::switch_frame`]) and `acl_egress` for IP frames
+//! `ls_out_stateful`), as tail-called programs: `acl_ingress` for IP frames from a pod (then, on
+//! a switch with after-LB rules, `acl_after_lb` for them; then the rest of the switch,
+//! [`crate::switching::switch_frame`]) and `acl_egress` for IP frames
 //! delivered to a port whose switch has to-lport ACLs (then the delivery,
 //! [`crate::output::deliver_after_acl`]). Each: the packet goes through conntrack
 //! ([`crate::conntrack`]) unless a bypass rule skips it, then the rule lists are walked with
@@ -551,13 +552,106 @@ pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
         0
     };
     let first = first_match::<true>(datapath, list::INGRESS, switch, &packet, state, false);
-    let (commit_first, related) = judged(first, zone, &packet)?;
-    let after = first_match::<true>(datapath, list::AFTER_LB, switch, &packet, state, related);
-    let (commit_after, _) = judged(after, zone, &packet)?;
-    if is_tracked && (commit_first || commit_after) && switch.flags & COMMIT_INGRESS != 0 {
+    let (commit, related) = judged(first, zone, &packet)?;
+    let verdict = AfterLb {
+        state,
+        related,
+        commit,
+        tracked: is_tracked,
+    };
+    if switch.counts[list::AFTER_LB as usize & 7] > 0 {
+        let request = AclRequest {
+            datapath,
+            ports,
+            ifindex,
+            flags: verdict.flags(),
+            magic: ACL_REQUEST_MAGIC,
+        };
+        return Err(stages::jump(ctx, slot::ACL_AFTER_LB, request.words()));
+    }
+    finish_ingress(ctx, switch, zone, &packet, verdict, ifindex)
+}
+
+/// What the ingress stage hands its after-LB half (in the request's flags): the packet's
+/// conntrack state, whether `ls_in_acl` let it through as related and asked for a commit, and
+/// whether it is tracked at all.
+#[derive(Clone, Copy)]
+struct AfterLb {
+    state: u8,
+    related: bool,
+    commit: bool,
+    tracked: bool,
+}
+
+impl AfterLb {
+    const RELATED: u32 = 1 << 8;
+    const COMMIT: u32 = 1 << 9;
+    const TRACKED: u32 = 1 << 10;
+
+    fn flags(self) -> u32 {
+        let bit = |set: bool, flag: u32| if set { flag } else { 0 };
+        u32::from(self.state)
+            | bit(self.related, Self::RELATED)
+            | bit(self.commit, Self::COMMIT)
+            | bit(self.tracked, Self::TRACKED)
+    }
+
+    fn from_flags(flags: u32) -> Self {
+        Self {
+            state: flags as u8,
+            related: flags & Self::RELATED != 0,
+            commit: flags & Self::COMMIT != 0,
+            tracked: flags & Self::TRACKED != 0,
+        }
+    }
+}
+
+/// The ingress pipeline's end: the stateful stage's commit, then the rest of the switch.
+#[inline(always)]
+fn finish_ingress(
+    ctx: &TcContext,
+    switch: &AclSwitch,
+    zone: Zone,
+    packet: &Packet,
+    verdict: AfterLb,
+    ifindex: u32,
+) -> Result<i32, DropReason> {
+    if verdict.tracked && verdict.commit && switch.flags & COMMIT_INGRESS != 0 {
         conntrack::commit(zone, &packet.flow);
     }
-    crate::switching::switch_frame(ctx, datapath, inport, ifindex)
+    crate::switching::switch_frame(ctx, zone.datapath, zone.port, ifindex)
+}
+
+/// The `acl_after_lb` stage: `ls_in_acl_after_lb` (the from-lport ACLs applied after the load
+/// balancers, Kube-OVN's NetworkPolicy egress rules among them) for what the ingress stage let
+/// through, then its end. A stage of its own so that each program walks one list of rules
+/// within the verifier budget.
+#[inline(always)]
+pub fn after_lb_stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [datapath, ports, ifindex, flags] = stages::take(ctx, ACL_REQUEST_MAGIC)?;
+    let inport = ports >> 16;
+    let Some(switch) = get(&ACL_SWITCHES, datapath) else {
+        return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
+    };
+    let Parsed::Ip(packet) = parse(ctx, inport, 0)? else {
+        return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
+    };
+    let zone = Zone {
+        datapath,
+        port: inport,
+    };
+    let mut verdict = AfterLb::from_flags(flags);
+    let after = first_match::<true>(
+        datapath,
+        list::AFTER_LB,
+        switch,
+        &packet,
+        verdict.state,
+        verdict.related,
+    );
+    let (commit, _) = judged(after, zone, &packet)?;
+    verdict.commit |= commit;
+    finish_ingress(ctx, switch, zone, &packet, verdict, ifindex)
 }
 
 /// The `acl_egress` stage.

@@ -97,6 +97,16 @@ pub fn acl_ingress(ctx: TcContext) -> i32 {
     }
 }
 
+/// The after-LB half of the ingress ACL stage, tail-called from `acl_ingress` (see [`acl`]);
+/// attached to no interface.
+#[classifier]
+pub fn acl_after_lb(ctx: TcContext) -> i32 {
+    match acl::after_lb_stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, acl::answered(&ctx, reason, 0)),
+    }
+}
+
 /// The egress ACL stage, tail-called by the deliveries to ports whose switch has to-lport ACLs
 /// (see [`acl`]); attached to no interface.
 #[classifier]

@@ -23,8 +23,10 @@ pub const ACL_INGRESS: &str = "acl_ingress";
 pub const ACL_EGRESS: &str = "acl_egress";
 /// What an ACL stage rejected, answered (slot [`crate::stage::ACL_REJECT`]).
 pub const ACL_REJECT: &str = "acl_reject";
+/// The after-LB half of the ingress ACL stage (slot [`crate::stage::ACL_AFTER_LB`]).
+pub const ACL_AFTER_LB: &str = "acl_after_lb";
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -34,13 +36,15 @@ pub const ALL: [&str; 9] = [
     ACL_INGRESS,
     ACL_EGRESS,
     ACL_REJECT,
+    ACL_AFTER_LB,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 6] = [
+pub const STAGES: [(&str, u32); 7] = [
     (FLOOD, crate::stage::FLOOD),
     (IPV6, crate::stage::IPV6),
     (ROUTER, crate::stage::ROUTER),
     (ACL_INGRESS, crate::stage::ACL_INGRESS),
     (ACL_EGRESS, crate::stage::ACL_EGRESS),
     (ACL_REJECT, crate::stage::ACL_REJECT),
+    (ACL_AFTER_LB, crate::stage::ACL_AFTER_LB),
 ];

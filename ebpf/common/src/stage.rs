@@ -21,6 +21,10 @@ pub const ACL_EGRESS: u32 = 4;
 /// An IP frame an ACL stage rejected ([`AclRequest`], [`REJECT_FROM_EGRESS`] in `flags` for
 /// the egress stage's): answered with a TCP reset or an ICMP unreachable, as OVN's `reject`.
 pub const ACL_REJECT: u32 = 5;
+/// The second half of a switch's ingress ACL stage (`ls_in_acl_after_lb` and the commit), for
+/// switches with after-LB rules ([`AclRequest`], the first half's verdict in `flags`), which
+/// then switches the frame.
+pub const ACL_AFTER_LB: u32 = 6;
 /// [`AclRequest::flags`] of a reject from the egress stage: the answer enters the switch's L2
 /// lookup from the output port (OVN's `next(pipeline=ingress, table=ls_in_l2_lkup)`); without
 /// it, from the ingress stage, the answer goes straight back to the sender (`next(pipeline=egress,
