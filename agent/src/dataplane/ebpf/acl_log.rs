@@ -11,13 +11,12 @@ use std::{
     fmt::Write as _,
     net::Ipv4Addr,
     sync::{Arc, RwLock},
-    time::Instant,
 };
 
 use aya::maps::{MapData, RingBuf};
 use ovnbpf_common::acl::AclLogEvent;
 
-use super::events::LogLimiter;
+use super::events::{drain, follow_ring};
 use crate::net::format_mac;
 
 /// What a log id stands for: the ACL's name, severity and verdict (as northd wrote them in the
@@ -46,63 +45,28 @@ impl AclLogEvents {
 
     /// Every line waiting in the buffer, oldest first.
     pub fn drain(&mut self) -> Vec<String> {
-        let book = self.book.clone();
-        drain(&mut self.ring)
+        drain::<AclLogEvent>(&mut self.ring)
             .iter()
-            .map(|event| line(event, &book))
+            .map(|event| line(event, &self.book))
             .collect()
     }
 
     /// Follows the buffer until the task is dropped, logging at most `per_second` lines a
-    /// second (the rest are counted and summarised).
+    /// second (the rest are counted by the kernel, `ovnbpf_acl_logged_total`).
     pub async fn follow(self, per_second: u32) {
         let book = self.book;
-        // SAFETY: the ring buffer owns its fd and moves into the AsyncFd, which deregisters the
-        // fd before dropping (and closing) it.
-        let mut ring = match unsafe { tokio::io::unix::AsyncFd::register(self.ring) } {
-            Ok(ring) => ring,
-            Err(error) => {
-                tracing::warn!(%error, "cannot poll the ACL log ring buffer; logged ACLs are only counted");
-                return;
-            }
-        };
-        let mut limiter = LogLimiter::new(per_second);
-        loop {
-            let mut guard = match ring.readable_mut().await {
-                Ok(guard) => guard,
-                Err(error) => {
-                    tracing::warn!(%error, "polling the ACL log ring buffer failed");
-                    return;
-                }
-            };
-            for event in drain(guard.get_inner_mut()) {
-                if limiter.allow(Instant::now()) {
+        follow_ring(
+            self.ring,
+            "ACL log",
+            per_second,
+            |event: AclLogEvent, log| {
+                if log {
                     tracing::info!(target: "acl_log", "{}", line(&event, &book));
                 }
-            }
-            if let Some(suppressed) = limiter.take_suppressed(Instant::now()) {
-                tracing::info!(
-                    target: "acl_log",
-                    suppressed,
-                    "ACL log lines not written (rate limit); ovnbpf_acl_logged_total counts them all"
-                );
-            }
-            guard.clear_ready();
-        }
+            },
+        )
+        .await;
     }
-}
-
-/// Every event waiting in `ring`, oldest first.
-fn drain(ring: &mut RingBuf<MapData>) -> Vec<AclLogEvent> {
-    let mut events = Vec::new();
-    while let Some(item) = ring.next() {
-        if item.len() >= std::mem::size_of::<AclLogEvent>() {
-            // SAFETY: the kernel wrote a whole AclLogEvent (repr(C), any bit pattern valid);
-            // read_unaligned copes with the ring's 8-byte alignment.
-            events.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<AclLogEvent>()) });
-        }
-    }
-    events
 }
 
 /// OVN's `acl_log` line for `event`: a log id the book does not know (its ACL gone meanwhile)

@@ -27,33 +27,19 @@ impl DropEvents {
 
     /// Every event waiting in the buffer, oldest first.
     pub fn drain(&mut self) -> Vec<DropEvent> {
-        drain(&mut self.ring)
+        drain::<DropEvent>(&mut self.ring)
     }
 
     /// Follows the buffer until the task is dropped, publishing every event on `tap` and logging
     /// at most `per_second` events a second (the rest are counted and summarised).
     pub async fn follow(self, per_second: u32, tap: DropTap) {
-        // SAFETY: the ring buffer owns its fd and moves into the AsyncFd, which deregisters the
-        // fd before dropping (and closing) it.
-        let mut ring = match unsafe { tokio::io::unix::AsyncFd::register(self.ring) } {
-            Ok(ring) => ring,
-            Err(error) => {
-                tracing::warn!(%error, "cannot poll the drop-event ring buffer; drop events are only counted");
-                return;
-            }
-        };
-        let mut limiter = LogLimiter::new(per_second);
-        loop {
-            let mut guard = match ring.readable_mut().await {
-                Ok(guard) => guard,
-                Err(error) => {
-                    tracing::warn!(%error, "polling the drop-event ring buffer failed");
-                    return;
-                }
-            };
-            for event in drain(guard.get_inner_mut()) {
+        follow_ring(
+            self.ring,
+            "drop events",
+            per_second,
+            |event: DropEvent, log| {
                 let report = DropReport::decode(&event);
-                if limiter.allow(Instant::now()) {
+                if log {
                     tracing::info!(
                         reason = report.reason,
                         interface = %report.interface,
@@ -64,26 +50,61 @@ impl DropEvents {
                 }
                 // Nobody following is the usual case, not an error.
                 let _ = tap.send(report);
-            }
-            if let Some(suppressed) = limiter.take_suppressed(Instant::now()) {
-                tracing::info!(
-                    suppressed,
-                    "drop events not logged (rate limit); the drop counters have them all"
-                );
-            }
-            guard.clear_ready();
+            },
+        )
+        .await;
+    }
+}
+
+/// Follows `ring` until the task is dropped: every event, as a `T`, to `each` with whether its
+/// line may be written (at most `per_second` a second); after each batch, how many were not is
+/// logged once, with `what` the ring carries. The datapath's counters count every event.
+pub(super) async fn follow_ring<T: aya::Pod>(
+    ring: RingBuf<MapData>,
+    what: &'static str,
+    per_second: u32,
+    mut each: impl FnMut(T, bool),
+) {
+    // SAFETY: the ring buffer owns its fd and moves into the AsyncFd, which deregisters the fd
+    // before dropping (and closing) it.
+    let mut ring = match unsafe { tokio::io::unix::AsyncFd::register(ring) } {
+        Ok(ring) => ring,
+        Err(error) => {
+            tracing::warn!(%error, what, "cannot poll the ring buffer; its events are only counted");
+            return;
         }
+    };
+    let mut limiter = LogLimiter::new(per_second);
+    loop {
+        let mut guard = match ring.readable_mut().await {
+            Ok(guard) => guard,
+            Err(error) => {
+                tracing::warn!(%error, what, "polling the ring buffer failed");
+                return;
+            }
+        };
+        for event in drain::<T>(guard.get_inner_mut()) {
+            each(event, limiter.allow(Instant::now()));
+        }
+        if let Some(suppressed) = limiter.take_suppressed(Instant::now()) {
+            tracing::info!(
+                suppressed,
+                what,
+                "events not logged (rate limit); the datapath's counters have them all"
+            );
+        }
+        guard.clear_ready();
     }
 }
 
 /// Every event waiting in `ring`, oldest first.
-fn drain(ring: &mut RingBuf<MapData>) -> Vec<DropEvent> {
+pub(super) fn drain<T: aya::Pod>(ring: &mut RingBuf<MapData>) -> Vec<T> {
     let mut events = Vec::new();
     while let Some(item) = ring.next() {
-        if item.len() >= std::mem::size_of::<DropEvent>() {
-            // SAFETY: the kernel wrote a whole DropEvent (repr(C), any bit pattern valid);
-            // read_unaligned copes with the ring's 8-byte alignment.
-            events.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<DropEvent>()) });
+        if item.len() >= std::mem::size_of::<T>() {
+            // SAFETY: the kernel wrote a whole T (`aya::Pod`: plain data, any bit pattern
+            // valid); read_unaligned copes with the ring's 8-byte alignment.
+            events.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<T>()) });
         }
     }
     events

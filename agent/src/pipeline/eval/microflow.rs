@@ -397,37 +397,9 @@ fn loopback(template: Packet, block: &[Action]) -> Packet {
             if matches!(destination.name.as_str(), "ip4.dst" | "ip6.dst"))
     });
     if assigns_ip_destination {
-        return template;
-    }
-    let l3 = match template.l3 {
-        L3::Ipv4 {
-            source,
-            destination,
-            ttl,
-            l4,
-        } => L3::Ipv4 {
-            source: destination,
-            destination: source,
-            ttl,
-            l4,
-        },
-        L3::Ipv6 {
-            source,
-            destination,
-            ttl,
-            l4,
-        } => L3::Ipv6 {
-            source: destination,
-            destination: source,
-            ttl,
-            l4,
-        },
-        other => other,
-    };
-    Packet {
-        eth_src: template.eth_dst,
-        eth_dst: template.eth_src,
-        l3,
+        template
+    } else {
+        template.swapped()
     }
 }
 

@@ -258,55 +258,53 @@ impl Packet {
     /// unreachable): the kernel follows pinctrl (`ebpf/src/reject.rs`).
     #[must_use]
     pub fn reject_answer(&self) -> Option<Packet> {
-        let (l4, ipv6) = match self.l3 {
-            L3::Ipv4 { l4, .. } => (l4, false),
-            L3::Ipv6 { l4, .. } => (l4, true),
+        let (l4, unreachable) = match self.l3 {
+            L3::Ipv4 { l4, .. } => (l4, 3),
+            L3::Ipv6 { l4, .. } => (l4, 1),
             L3::Arp { .. } => return None,
         };
-        let unreachable = if ipv6 { 1 } else { 3 };
-        let answer = match l4 {
-            L4::TcpReset { .. } => return None,
-            L4::Icmp { kind, .. } if kind == unreachable => return None,
-            L4::Tcp {
-                source,
-                destination,
-            } => L4::TcpReset {
-                source,
-                destination,
-            },
-            _ => L4::Icmp {
-                kind: unreachable,
-                code: 1,
-            },
-        };
+        match l4 {
+            L4::TcpReset { .. } => None,
+            L4::Icmp { kind, .. } if kind == unreachable => None,
+            L4::Tcp { .. } => Some(self.tcp_reset_template().swapped()),
+            _ => Some(self.icmp_template().swapped()),
+        }
+    }
+
+    /// The same packet back the way it came: Ethernet and IP addresses swapped (ARP unchanged
+    /// but its Ethernet addresses).
+    #[must_use]
+    pub fn swapped(&self) -> Packet {
         let l3 = match self.l3 {
             L3::Ipv4 {
                 source,
                 destination,
-                ..
+                ttl,
+                l4,
             } => L3::Ipv4 {
                 source: destination,
                 destination: source,
-                ttl: 255,
-                l4: answer,
+                ttl,
+                l4,
             },
             L3::Ipv6 {
                 source,
                 destination,
-                ..
+                ttl,
+                l4,
             } => L3::Ipv6 {
                 source: destination,
                 destination: source,
-                ttl: 255,
-                l4: answer,
+                ttl,
+                l4,
             },
-            L3::Arp { .. } => return None,
+            arp @ L3::Arp { .. } => arp,
         };
-        Some(Packet {
+        Packet {
             eth_src: self.eth_dst,
             eth_dst: self.eth_src,
             l3,
-        })
+        }
     }
 
     /// The packet OVN's `icmp4 { … }` / `icmp6 { … }` actions start from (ovn-trace's model: an
