@@ -384,6 +384,18 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "ovnbpf_acl_logged_total{{verdict=\"{verdict}\"}} {count}"
         );
     }
+    family(
+        &mut out,
+        "ovnbpf_conntrack_commits_total",
+        "counter",
+        "Connections the datapath's connection table committed (inserted), and commits that failed (insert_failed). A full table evicts its least recently used entry: inserted minus live minus swept is what it evicted.",
+    );
+    for (event, count) in &report.conntrack {
+        let _ = writeln!(
+            out,
+            "ovnbpf_conntrack_commits_total{{event=\"{event}\"}} {count}"
+        );
+    }
     type Field = fn(&crate::dataplane::InterfaceCounters) -> u64;
     let fields: [(&str, &str, Field); 5] = [
         (
@@ -536,6 +548,7 @@ mod tests {
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
             acl_logged: vec![("drop", 3), ("lost", 0)],
+            conntrack: vec![("inserted", 9), ("insert_failed", 0)],
             stats: crate::daemon::DaemonStats {
                 transactions: 4,
                 failed_transactions: 1,
@@ -588,6 +601,7 @@ mod tests {
             "# TYPE ovnbpf_datapath_drops_total counter",
             r#"ovnbpf_datapath_router_replies_total{kind="tcp_reset"} 2"#,
             r#"ovnbpf_acl_logged_total{verdict="drop"} 3"#,
+            r#"ovnbpf_conntrack_commits_total{event="inserted"} 9"#,
             r#"ovnbpf_acl_logged_total{verdict="lost"} 0"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,

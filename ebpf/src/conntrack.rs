@@ -17,18 +17,22 @@
 //! - lifetimes after the last packet as Linux's defaults (`acl::lifetime`); an expired entry is
 //!   as good as absent, and the agent sweeps them.
 //!
+//! A full table evicts its least recently used entry (LRU): a new connection always gets its
+//! entry, the longest idle one loses its own; commits are counted (`CONNTRACK_COUNTERS`).
+//!
 //! Only the ACL stages write the table; entries are changed in place (a flag or the expiry, a
 //! race between CPUs loses nothing but an expiry refresh).
 
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use ovnbpf_common::{
     acl::{
-        CT_BLOCKED, CT_FIN_A, CT_FIN_B, CT_ORIGIN_A, CT_REPLIED, CT_RESET, CtEntry, CtKey, lifetime,
+        CT_BLOCKED, CT_FIN_A, CT_FIN_B, CT_ORIGIN_A, CT_REPLIED, CT_RESET, CtEntry, CtKey,
+        ct_counter, lifetime,
     },
     ct,
 };
 
-use crate::CONNTRACK;
+use crate::{CONNTRACK, CONNTRACK_COUNTERS};
 
 const IPPROTO_ICMP: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
@@ -215,8 +219,16 @@ pub fn commit(zone: Zone, flow: &Flow) {
         padding: 0,
     };
     // A full table evicts its least recently used entry; a failed insert leaves the connection
-    // uncommitted (its replies are then judged by the ACLs as new packets).
-    let _ = CONNTRACK.insert(key, entry, 0);
+    // uncommitted (its replies are then judged by the ACLs as new packets). Both counted.
+    let counter = if CONNTRACK.insert(key, entry, 0).is_ok() {
+        ct_counter::INSERTED
+    } else {
+        ct_counter::INSERT_FAILED
+    };
+    if let Some(count) = CONNTRACK_COUNTERS.get_ptr_mut(counter) {
+        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
+        unsafe { *count += 1 };
+    }
 }
 
 /// `ct_commit { ct_mark.blocked = 1; }`: marks a committed connection blocked.

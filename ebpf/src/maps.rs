@@ -10,11 +10,12 @@ use aya_ebpf::{
 };
 use ovnbpf_common::maps::{
     AclAddresses, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches, ArpResponder,
-    Conntrack, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap,
-    FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours,
-    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap,
-    ProviderNetworks, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers,
-    Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
+    FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder,
+    Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs,
+    PortSecurityMap, ProviderNetworks, RouteTables, RouterAddresses, RouterAddresses6,
+    RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts,
+    kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -100,6 +101,7 @@ kernel_map!(ACL_PORT_SETS: HashMap = AclPortSets);
 kernel_map!(CONNTRACK: LruHashMap = Conntrack);
 kernel_map!(ACL_LOG_EVENTS: RingBuf = AclLogEvents);
 kernel_map!(ACL_LOGGED: PerCpuArray = AclLogged);
+kernel_map!(CONNTRACK_COUNTERS: PerCpuArray = ConntrackCounters);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

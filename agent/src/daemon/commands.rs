@@ -109,6 +109,10 @@ impl Daemon {
                     datapath::reading(datapath.map(|d| d.router_replies()), "router reply");
                 let acl_logged =
                     datapath::reading(datapath.map(|d| d.acl_logged()), "ACL log counter");
+                let conntrack = datapath::reading(
+                    datapath.map(|d| d.conntrack_counters()),
+                    "conntrack counter",
+                );
                 let interfaces =
                     datapath::reading(datapath.map(|d| d.interface_counters()), "interface");
                 let _ = reply.send(ports::DaemonReport {
@@ -128,6 +132,7 @@ impl Daemon {
                     drops,
                     router_replies,
                     acl_logged,
+                    conntrack,
                 });
             }
             PortCommand::DatapathNames { reply } => {

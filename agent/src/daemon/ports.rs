@@ -88,6 +88,8 @@ pub struct DaemonReport {
     pub router_replies: Vec<(&'static str, u64)>,
     /// Packets logged ACLs decided, per verdict, and log events lost.
     pub acl_logged: Vec<(&'static str, u64)>,
+    /// Connections the connection table committed, and failed commits.
+    pub conntrack: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }

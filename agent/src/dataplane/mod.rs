@@ -115,6 +115,11 @@ pub trait Datapath: Send {
         Ok(Vec::new())
     }
 
+    /// Connections the connection table committed (`inserted`) and failed to (`insert_failed`).
+    fn conntrack_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
     /// The counters of each interface the datapath runs on and has seen traffic on, by name.
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError>;
 

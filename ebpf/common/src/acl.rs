@@ -193,6 +193,17 @@ pub struct AclLogEvent {
 /// size): 2,048 events waiting.
 pub const ACL_LOG_EVENTS_BYTES: u32 = 128 * 1024;
 
+/// Indexes of [`crate::map::CONNTRACK_COUNTERS`]: connections committed to the table, and
+/// commits that failed. A full table evicts its least recently used entry to make room (the
+/// table's policy: never a packet dropped for it); inserted − live − swept is what it evicted.
+pub mod ct_counter {
+    pub const INSERTED: u32 = 0;
+    pub const INSERT_FAILED: u32 = 1;
+    pub const COUNT: u32 = 2;
+    /// Names for metrics, by index.
+    pub const NAMES: [&str; COUNT as usize] = ["inserted", "insert_failed"];
+}
+
 /// Indexes of [`crate::map::ACL_LOGGED`]: the packets logged rules decided, by verdict, and the
 /// events the ring buffer had no room for.
 pub mod logged {

@@ -225,4 +225,7 @@ declare_maps! {
     /// Per-CPU array of `u64`, indexed by [`acl::logged`]: packets logged rules decided, and
     /// events lost.
     AclLogged = ACL_LOGGED: PerCpuArray<u32, u64>[acl::logged::COUNT];
+    /// Per-CPU array of `u64`, indexed by [`acl::ct_counter`]: connections committed, and
+    /// commits that failed.
+    ConntrackCounters = CONNTRACK_COUNTERS: PerCpuArray<u32, u64>[acl::ct_counter::COUNT];
 }

@@ -88,6 +88,10 @@ impl Datapath for NodeDatapath {
         Ok(NodeDatapath::acl_logged(self)?)
     }
 
+    fn conntrack_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(NodeDatapath::conntrack_counters(self)?)
+    }
+
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError> {
         Ok(NodeDatapath::interface_counters(self)?)
     }

@@ -544,6 +544,15 @@ impl KernelPrograms {
         aya::maps::RingBuf::try_from(map).map_err(|source| EbpfError::Map { name, source })
     }
 
+    /// Connections committed to the table and failed commits (summed over CPUs), named as in
+    /// [`ovnbpf_common::acl::ct_counter::NAMES`].
+    pub fn conntrack_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.named_counters(
+            map::CONNTRACK_COUNTERS,
+            &ovnbpf_common::acl::ct_counter::NAMES,
+        )
+    }
+
     /// Packets logged ACL rules decided, per verdict, and events lost (summed over CPUs), named
     /// as in [`ovnbpf_common::acl::logged::NAMES`].
     pub fn acl_logged(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {

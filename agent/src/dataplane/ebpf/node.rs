@@ -391,6 +391,11 @@ impl NodeDatapath {
         self.programs.acl_logged()
     }
 
+    /// Connections committed and failed commits.
+    pub fn conntrack_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.programs.conntrack_counters()
+    }
+
     /// The ACL log ring buffer's consumer (`None` after the first call).
     pub fn take_acl_log_events(&mut self) -> Option<super::acl_log::AclLogEvents> {
         let book = self.l2.acl_log_book();
