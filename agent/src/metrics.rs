@@ -97,6 +97,9 @@ pub struct Sources {
     pub node_network: Option<Arc<crate::node_network::NodeNetworkStatus>>,
 }
 
+/// A counter family with one label: its name, the label, its help and the counts by label value.
+type NamedCounters<'a> = (&'a str, &'a str, &'a str, &'a [(&'static str, u64)]);
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -348,53 +351,38 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {value}");
     }
-    family(
-        &mut out,
-        "ovnbpf_datapath_drops_total",
-        "counter",
-        "Frames the datapath dropped, by reason.",
-    );
-    for (reason, count) in &report.drops {
-        let _ = writeln!(
-            out,
-            "ovnbpf_datapath_drops_total{{reason=\"{reason}\"}} {count}"
-        );
-    }
-    family(
-        &mut out,
-        "ovnbpf_datapath_router_replies_total",
-        "counter",
-        "Answers the datapath sent to pods for its routers (echo replies, ICMP errors, TCP resets) and its reject ACLs (acl_*), by kind.",
-    );
-    for (kind, count) in &report.router_replies {
-        let _ = writeln!(
-            out,
-            "ovnbpf_datapath_router_replies_total{{kind=\"{kind}\"}} {count}"
-        );
-    }
-    family(
-        &mut out,
-        "ovnbpf_acl_logged_total",
-        "counter",
-        "Packets ACLs with OVN's log option decided, by verdict (allow, drop, reject); lost: events the log ring buffer had no room for.",
-    );
-    for (verdict, count) in &report.acl_logged {
-        let _ = writeln!(
-            out,
-            "ovnbpf_acl_logged_total{{verdict=\"{verdict}\"}} {count}"
-        );
-    }
-    family(
-        &mut out,
-        "ovnbpf_conntrack_commits_total",
-        "counter",
-        "Connections the datapath's connection table committed (inserted), and commits that failed (insert_failed). A full table evicts its least recently used entry: inserted minus live minus swept is what it evicted.",
-    );
-    for (event, count) in &report.conntrack {
-        let _ = writeln!(
-            out,
-            "ovnbpf_conntrack_commits_total{{event=\"{event}\"}} {count}"
-        );
+    // (name, label, help, counts by the label's value).
+    let named_counters: [NamedCounters<'_>; 4] = [
+        (
+            "ovnbpf_datapath_drops_total",
+            "reason",
+            "Frames the datapath dropped, by reason.",
+            &report.drops,
+        ),
+        (
+            "ovnbpf_datapath_router_replies_total",
+            "kind",
+            "Answers the datapath sent to pods for its routers (echo replies, ICMP errors, TCP resets) and its reject ACLs (acl_*), by kind.",
+            &report.router_replies,
+        ),
+        (
+            "ovnbpf_acl_logged_total",
+            "verdict",
+            "Packets ACLs with OVN's log option decided, by verdict (allow, drop, reject); lost: events the log ring buffer had no room for.",
+            &report.acl_logged,
+        ),
+        (
+            "ovnbpf_conntrack_commits_total",
+            "event",
+            "Connections the datapath's connection table committed (inserted), and commits that failed (insert_failed). A full table evicts its least recently used entry: inserted minus live minus swept is what it evicted.",
+            &report.conntrack,
+        ),
+    ];
+    for (name, label, help, counts) in named_counters {
+        family(&mut out, name, "counter", help);
+        for (value, count) in counts {
+            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
+        }
     }
     type Field = fn(&crate::dataplane::InterfaceCounters) -> u64;
     let fields: [(&str, &str, Field); 5] = [
