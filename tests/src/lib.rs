@@ -37,6 +37,7 @@ pub mod ovn;
 pub mod ovs_chassis;
 pub mod pki;
 pub mod process;
+pub mod raw_bpf;
 pub mod sbdump;
 pub mod scenario;
 pub mod vlan_access;

@@ -3,20 +3,19 @@
 //! VLAN is done by two tiny tc programs on the switch side of the port's veth, the way a switch's
 //! access port behaves: ingress (from the host) drops tagged frames and pushes the port's tag;
 //! egress (to the host) passes only frames tagged with the port's VLAN, popped. The programs are
-//! assembled here (a dozen instructions, the VLAN ID an immediate), loaded with `BPF_PROG_LOAD`
+//! assembled here (a dozen instructions, the VLAN ID an immediate; [`crate::raw_bpf`]), loaded
 //! and attached with tcx links whose descriptors the [`AccessPortPrograms`] guard holds: they
 //! detach when it drops (or with the namespace). Touches only the namespace it is given.
 
 use std::{
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
     path::Path,
 };
 
 use anyhow::{Context, Result, bail};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+use crate::raw_bpf::{BPF_LINK_CREATE, Insn, bpf_fd, insn, load_sched_cls};
+
 const BPF_TCX_INGRESS: u32 = 46;
 const BPF_TCX_EGRESS: u32 = 47;
 const HELPER_SKB_VLAN_PUSH: i32 = 18;
@@ -30,24 +29,6 @@ const VLAN_PROTO_8021Q: i32 = 0x0081;
 const TC_PASS: i32 = 0;
 const TC_DROP: i32 = 2;
 
-/// One eBPF instruction.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Insn {
-    code: u8,
-    registers: u8,
-    offset: i16,
-    immediate: i32,
-}
-
-const fn insn(code: u8, dst: u8, src: u8, offset: i16, immediate: i32) -> Insn {
-    Insn {
-        code,
-        registers: (src << 4) | dst,
-        offset,
-        immediate,
-    }
-}
 /// `dst = *(u32 *)(src + offset)`.
 const fn load_word(dst: u8, src: u8, offset: i16) -> Insn {
     insn(0x61, dst, src, offset, 0)
@@ -106,56 +87,12 @@ fn pop_program(vlan: u16) -> Vec<Insn> {
     ]
 }
 
-fn bpf(command: libc::c_long, attr: &mut [u64; 18]) -> std::io::Result<OwnedFd> {
-    // SAFETY: `attr` is a zero-initialised buffer larger than the attribute struct of both
-    // commands, and the pointers in it stay valid for the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            command,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(attr),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn load(name: &str, program: &[Insn]) -> Result<OwnedFd> {
-    let license = c"GPL";
-    let mut log = vec![0u8; 16 * 1024];
-    let mut attr = [0u64; 18];
-    // union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license, log_level, log_size,
-    // log_buf, kern_version, prog_flags, prog_name[16].
-    attr[0] = u64::from(BPF_PROG_TYPE_SCHED_CLS) | ((program.len() as u64) << 32);
-    attr[1] = program.as_ptr() as u64;
-    attr[2] = license.as_ptr() as u64;
-    attr[3] = 1 | ((log.len() as u64) << 32);
-    attr[4] = log.as_mut_ptr() as u64;
-    let mut program_name = [0u8; 16];
-    for (slot, byte) in program_name.iter_mut().zip(name.bytes().take(15)) {
-        *slot = byte;
-    }
-    attr[6] = u64::from_le_bytes(program_name[..8].try_into()?);
-    attr[7] = u64::from_le_bytes(program_name[8..].try_into()?);
-    bpf(BPF_PROG_LOAD, &mut attr).with_context(|| {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        format!(
-            "loading {name}: {}",
-            String::from_utf8_lossy(&log[..end]).trim()
-        )
-    })
-}
-
 fn attach(program: &OwnedFd, ifindex: u32, attach_type: u32) -> Result<OwnedFd> {
     let mut attr = [0u64; 18];
     // BPF_LINK_CREATE: prog_fd, target_ifindex, attach_type, flags.
     attr[0] = program.as_raw_fd() as u64 | (u64::from(ifindex) << 32);
     attr[1] = u64::from(attach_type);
-    bpf(BPF_LINK_CREATE, &mut attr).context("attaching a tcx link")
+    bpf_fd(BPF_LINK_CREATE, &mut attr).context("attaching a tcx link")
 }
 
 /// The two programs of one access port, attached while this lives.
@@ -170,8 +107,8 @@ impl AccessPortPrograms {
         if vlan == 0 || vlan > 4094 {
             bail!("VLAN {vlan} is not a valid VLAN ID");
         }
-        let push = load("access_push", &push_program(vlan))?;
-        let pop = load("access_pop", &pop_program(vlan))?;
+        let push = load_sched_cls("access_push", &push_program(vlan))?;
+        let pop = load_sched_cls("access_pop", &pop_program(vlan))?;
         let port = port.to_string();
         // An interface index names an interface of the caller's namespace: attach from a thread
         // that entered the switch's namespace.

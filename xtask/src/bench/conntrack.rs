@@ -7,20 +7,21 @@
 //! packet: mostly a miss and an insert). Each program is a minimal hand-assembled tc program,
 //! loaded and run with `BPF_PROG_TEST_RUN` (`repeat` packets, the kernel's average ns per run)
 //! inside a network namespace of its own, so the kernel's table is that namespace's and goes with
-//! it. aya 0.14 cannot relocate kfunc calls, so the programs are raw instructions with the kfuncs'
-//! BTF ids from `bpftool` (the kernel's BTF): the only hand-written BPF here.
+//! it. aya 0.14 cannot relocate kfunc calls, so the programs are raw instructions
+//! (`ovnbpf_tests::raw_bpf`) with the kfuncs' BTF ids from `bpftool` (the kernel's BTF).
+
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use anyhow::{Context, Result, bail};
+use ovnbpf_tests::raw_bpf::{
+    BPF_MAP_CREATE, BPF_PROG_TEST_RUN, Insn, bpf, bpf_fd, insn, load_sched_cls,
+};
 use serde_json::json;
 
 use super::stats::write_json;
 use crate::args::option;
 
-const BPF_MAP_CREATE: i64 = 0;
-const BPF_PROG_LOAD: i64 = 5;
-const BPF_PROG_TEST_RUN: i64 = 10;
 const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
-const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
 /// Helpers by number.
@@ -34,25 +35,6 @@ const CAPACITY: u32 = 262_144;
 const FOUND: i32 = 1;
 const INSERTED: i32 = 2;
 const FAILED: i32 = 3;
-
-/// One BPF instruction.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        regs: dst | (src << 4),
-        off,
-        imm,
-    }
-}
 
 /// The instructions used, by what they do.
 mod op {
@@ -93,7 +75,7 @@ impl Program {
     }
     fn land(&mut self, jump: usize) {
         let offset = self.insns.len() - jump - 1;
-        self.insns[jump].off = i16::try_from(offset).unwrap_or(i16::MAX);
+        self.insns[jump].offset = i16::try_from(offset).unwrap_or(i16::MAX);
     }
     /// Returns `code` ([`FOUND`], [`INSERTED`], [`FAILED`]).
     fn exit_with(&mut self, code: i32) {
@@ -219,55 +201,22 @@ fn kernel_conntrack(kfuncs: &Kfuncs, new_connections: bool) -> Vec<Insn> {
     p.insns
 }
 
-/// `bpf(cmd, attr)`: the result, or the error.
-fn bpf(cmd: i64, attr: &mut [u64; 16]) -> Result<i32> {
-    // SAFETY: `attr` is a zero-padded bpf_attr of 128 bytes, as large as every command reads;
-    // the pointers it holds outlive the call.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(attr),
-        )
-    };
-    if result < 0 {
-        bail!("bpf command {cmd}: {}", std::io::Error::last_os_error());
-    }
-    Ok(i32::try_from(result)?)
-}
-
-fn create_lru() -> Result<i32> {
-    let mut attr = [0_u64; 16];
+fn create_lru() -> Result<OwnedFd> {
+    let mut attr = [0_u64; 18];
+    // BPF_MAP_CREATE: map_type, key_size, value_size, max_entries.
     attr[0] = u64::from(BPF_MAP_TYPE_LRU_HASH) | (24 << 32);
     attr[1] = 16 | (u64::from(CAPACITY) << 32);
-    bpf(BPF_MAP_CREATE, &mut attr).context("creating the LRU table")
-}
-
-fn load(insns: &[Insn]) -> Result<i32> {
-    let license = c"GPL";
-    let mut log = vec![0_u8; 1 << 20];
-    let mut attr = [0_u64; 16];
-    attr[0] = u64::from(BPF_PROG_TYPE_SCHED_CLS) | ((insns.len() as u64) << 32);
-    attr[1] = insns.as_ptr() as u64;
-    attr[2] = license.as_ptr() as u64;
-    attr[3] = 1 | ((log.len() as u64) << 32);
-    attr[4] = log.as_mut_ptr() as u64;
-    let loaded = bpf(BPF_PROG_LOAD, &mut attr);
-    loaded.map_err(|error| {
-        anyhow::anyhow!(
-            "{error}\n{}",
-            String::from_utf8_lossy(&log).trim_end_matches('\0')
-        )
-    })
+    bpf_fd(BPF_MAP_CREATE, &mut attr).context("creating the LRU table")
 }
 
 /// The kernel's average ns per run of `prog_fd` over `repeat` runs of a 64-byte frame, and what
 /// the last run returned.
-fn test_run(prog_fd: i32, repeat: u32) -> Result<(u32, i32)> {
+fn test_run(program: &OwnedFd, repeat: u32) -> Result<(u32, i32)> {
     let frame = [0_u8; 64];
-    let mut attr = [0_u64; 16];
-    attr[0] = prog_fd as u32 as u64;
+    let mut attr = [0_u64; 18];
+    // BPF_PROG_TEST_RUN: prog_fd, retval, data_size_in, data_size_out, data_in, data_out,
+    // repeat, duration.
+    attr[0] = u64::from(program.as_raw_fd().unsigned_abs());
     attr[1] = frame.len() as u64;
     attr[2] = frame.as_ptr() as u64;
     attr[4] = u64::from(repeat);
@@ -299,13 +248,13 @@ fn kfuncs() -> Result<Kfuncs> {
 
 /// The median and minimum of `runs` measurements of `program`, each in a network namespace of
 /// its own (the kernel's table starts empty; `program` makes ovnbpf's anew and returns its map
-/// descriptor, closed after the run), checking that the last packet of each run had the outcome
+/// descriptor, held through the run), checking that the last packet of each run had the outcome
 /// `expected`.
 fn measure(
     runs: usize,
     repeat: u32,
     expected: i32,
-    program: impl Fn() -> Result<(Vec<Insn>, Option<i32>)>,
+    program: impl Fn() -> Result<(Vec<Insn>, Option<OwnedFd>)>,
 ) -> Result<(u32, u32)> {
     let mut samples = Vec::new();
     for _ in 0..runs {
@@ -314,14 +263,10 @@ fn measure(
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
             bail!("unshare: {}", std::io::Error::last_os_error());
         }
-        let (insns, map) = program()?;
-        let fd = load(&insns)?;
-        let result = test_run(fd, repeat);
-        for fd in std::iter::once(fd).chain(map) {
-            // SAFETY: closing descriptors this run opened.
-            unsafe { libc::close(fd) };
-        }
-        let (nanos, outcome) = result?;
+        // The table's descriptor lives through the run; both close after it.
+        let (insns, _map) = program()?;
+        let loaded = load_sched_cls("ct_bench", &insns)?;
+        let (nanos, outcome) = test_run(&loaded, repeat)?;
         if outcome != expected {
             bail!(
                 "the last packet's outcome was {outcome}, not {expected} (1 found, 2 inserted, 3 failed)"
@@ -346,7 +291,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     let expected = if new_connections { INSERTED } else { FOUND };
                     let (own, own_min) = measure(runs, repeat, expected, || {
                         let map = create_lru()?;
-                        Ok((own_table(map, new_connections), Some(map)))
+                        Ok((own_table(map.as_raw_fd(), new_connections), Some(map)))
                     })?;
                     let (kernel, kernel_min) = measure(runs, repeat, expected, || {
                         Ok((kernel_conntrack(&kfuncs, new_connections), None))
