@@ -352,7 +352,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         let _ = writeln!(out, "{name} {value}");
     }
     // (name, label, help, counts by the label's value).
-    let named_counters: [NamedCounters<'_>; 4] = [
+    let named_counters: [NamedCounters<'_>; 5] = [
         (
             "ovnbpf_datapath_drops_total",
             "reason",
@@ -376,6 +376,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "event",
             "Connections the datapath's connection table committed (inserted), and commits that failed (insert_failed). A full table evicts its least recently used entry: inserted minus live minus swept is what it evicted.",
             &report.conntrack,
+        ),
+        (
+            "ovnbpf_acl_verdict_cache_total",
+            "result",
+            "Walks of a switch's ACL rules the datapath's verdict cache answered (hit: an earlier packet with the same fields was judged under the same rules), and walks done (miss).",
+            &report.acl_verdict_cache,
         ),
     ];
     for (name, label, help, counts) in named_counters {
@@ -537,6 +543,7 @@ mod tests {
             router_replies: vec![("tcp_reset", 2)],
             acl_logged: vec![("drop", 3), ("lost", 0)],
             conntrack: vec![("inserted", 9), ("insert_failed", 0)],
+            acl_verdict_cache: vec![("hit", 7), ("miss", 2)],
             stats: crate::daemon::DaemonStats {
                 transactions: 4,
                 failed_transactions: 1,
@@ -590,6 +597,7 @@ mod tests {
             r#"ovnbpf_datapath_router_replies_total{kind="tcp_reset"} 2"#,
             r#"ovnbpf_acl_logged_total{verdict="drop"} 3"#,
             r#"ovnbpf_conntrack_commits_total{event="inserted"} 9"#,
+            r#"ovnbpf_acl_verdict_cache_total{result="miss"} 2"#,
             r#"ovnbpf_acl_logged_total{verdict="lost"} 0"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,

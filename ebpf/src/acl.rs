@@ -12,8 +12,19 @@
 //! MLD (which OVN's ACL stages always let through) is dropped and counted until issue 21.
 //! A `reject` hands the packet to the `acl_reject` stage ([`crate::reject::acl_stage`]).
 //! A logged rule that decides reports the packet (`ACL_LOGGED`, `ACL_LOG_EVENTS`).
-//! Reads `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`, `ACL_PORT_SETS`; writes `CONNTRACK`,
-//! `ACL_LOGGED` and `ACL_LOG_EVENTS`.
+//!
+//! The verdict cache (`ACL_VERDICTS`): a main list's walk stores its outcome under everything it
+//! read (the list, the conntrack state, the related flag, the packet's ports, addresses,
+//! transport ports, ICMP type and MACs) with the ACL maps' generation (`ACL_GENERATION`), which
+//! the agent advances after each write to them; a later packet with the same fields takes the
+//! outcome without a walk while the generation holds. An exact-match cache, like OVS's
+//! exact-match cache in front of its classifier: a connection's packets after the first cost
+//! one lookup however many rules come before theirs, and any rule or member change makes every
+//! outcome stale at once. Counted in `ACL_VERDICT_CACHE`.
+//!
+//! Reads `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`, `ACL_PORT_SETS`, `ACL_GENERATION`; writes
+//! `CONNTRACK`, `ACL_VERDICTS`, `ACL_VERDICT_SCRATCH`, `ACL_VERDICT_CACHE`, `ACL_LOGGED` and
+//! `ACL_LOG_EVENTS`.
 
 use aya_ebpf::{
     cty::{c_long, c_void},
@@ -25,17 +36,19 @@ use ovnbpf_common::{
     ACL_REQUEST_MAGIC, AclRequest, DropReason,
     acl::{
         AclAddressKey, AclAddressTerm, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch,
-        COMMIT_EGRESS, COMMIT_INGRESS, FAIL_CLOSED_EGRESS, FAIL_CLOSED_INGRESS, MAX_RULES_PER_LIST,
-        RULE_AFTER_RELATED, RULE_ETH_DESTINATION, RULE_ETH_MULTICAST, RULE_ETH_SOURCE, RULE_IP,
-        RULE_IPV4, RULE_IPV6, STATELESS_SKIPS_LB_EGRESS, STATELESS_SKIPS_LB_INGRESS,
-        TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL, TRACK_INGRESS_LB, USER_RULES_EGRESS,
-        USER_RULES_INGRESS, action, list, logged,
+        AclVerdictKey, COMMIT_EGRESS, COMMIT_INGRESS, FAIL_CLOSED_EGRESS, FAIL_CLOSED_INGRESS,
+        MAX_RULES_PER_LIST, RULE_AFTER_RELATED, RULE_ETH_DESTINATION, RULE_ETH_MULTICAST,
+        RULE_ETH_SOURCE, RULE_IP, RULE_IPV4, RULE_IPV6, STATELESS_SKIPS_LB_EGRESS,
+        STATELESS_SKIPS_LB_INGRESS, TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL,
+        TRACK_INGRESS_LB, USER_RULES_EGRESS, USER_RULES_INGRESS, action, list, logged,
+        verdict_cache,
     },
     drop_reason, stage as slot,
 };
 
 use crate::{
-    ACL_ADDRESSES, ACL_LOG_EVENTS, ACL_LOGGED, ACL_PORT_SETS, ACL_RULES, ACL_SWITCHES,
+    ACL_ADDRESSES, ACL_GENERATION, ACL_LOG_EVENTS, ACL_LOGGED, ACL_PORT_SETS, ACL_RULES,
+    ACL_SWITCHES, ACL_VERDICT_CACHE, ACL_VERDICT_SCRATCH, ACL_VERDICTS,
     conntrack::{self, Flow, QuotedFlow, Zone},
     headers::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv4Header,
@@ -400,9 +413,12 @@ fn count_logged(index: u32) {
     }
 }
 
-/// The first rule of `list` matching, as (found, action).
+/// The first rule of `list` matching, as (found, action). A main list (`MAIN`: `ls_*_acl`,
+/// `ls_in_acl_after_lb`) is walked only when the verdict cache has no current outcome for the
+/// packet's fields; the walk's outcome is then stored. A main list's logged winner reports the
+/// packet, from the cache too.
 #[inline(always)]
-fn first_match<const LOGGED: bool>(
+fn first_match<const MAIN: bool>(
     datapath: u32,
     list: u32,
     switch: &AclSwitch,
@@ -428,12 +444,147 @@ fn first_match<const LOGGED: bool>(
         log: 0,
         packet: *packet,
     };
-    // SAFETY: the callback only reads maps and writes the walk it is given.
-    unsafe { bpf_loop(count, rule_at as *mut c_void, (&raw mut walk).cast(), 0) };
-    if LOGGED && walk.log != 0 {
+    if MAIN {
+        walk_cached(&mut walk);
+    } else {
+        walk_all(&mut walk);
+    }
+    if MAIN && walk.log != 0 {
         log(&walk);
     }
     walk.found.then_some(walk.action)
+}
+
+/// The walk over all the list's rules.
+#[inline(always)]
+fn walk_all(walk: &mut Walk) {
+    // SAFETY: the callback only reads maps and writes the walk it is given.
+    unsafe {
+        bpf_loop(
+            walk.count,
+            rule_at as *mut c_void,
+            (walk as *mut Walk).cast(),
+            0,
+        )
+    };
+}
+
+/// The walk, unless the verdict cache holds its outcome in the ACL maps' current generation; a
+/// walk's outcome is then stored (without a generation, nothing is cached). Out of line, its
+/// key and outcome in `ACL_VERDICT_SCRATCH`: they would not fit the stages' frames.
+#[inline(never)]
+fn walk_cached(walk: &mut Walk) {
+    let (Some(generation), Some(scratch)) = (
+        get(&ACL_GENERATION, 0).copied(),
+        ACL_VERDICT_SCRATCH.get_ptr_mut(0),
+    ) else {
+        return walk_all(walk);
+    };
+    // SAFETY: this CPU's scratch slot, used by nothing else while the program runs.
+    let scratch = unsafe { &mut *scratch };
+    write_verdict_key(walk, &mut scratch.key);
+    if cached(&scratch.key, generation, walk) {
+        count_cache(verdict_cache::HIT);
+        return;
+    }
+    count_cache(verdict_cache::MISS);
+    walk_all(walk);
+    scratch.found = u8::from(walk.found);
+    scratch.action = walk.action;
+    scratch.padding = 0;
+    scratch.log = walk.log;
+    scratch.padding2 = 0;
+    scratch.generation = generation;
+    // A full cache evicts its least recently used outcome; a failed store only costs the next
+    // packet a walk.
+    // By reference: by value, the key and outcome would be copied to the stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let _ = ACL_VERDICTS.insert(&scratch.key, &*scratch, 0);
+}
+
+/// The verdict cache's key for the walk: the list, the state and every packet field a rule
+/// reads.
+#[inline(always)]
+fn write_verdict_key(walk: &Walk, key: &mut AclVerdictKey) {
+    let packet = &walk.packet;
+    key.datapath = walk.key.datapath;
+    key.list = walk.key.list as u8;
+    key.state = walk.state;
+    key.related = u8::from(walk.related);
+    key.family = packet.family;
+    key.protocol = packet.protocol;
+    key.icmp_type = packet.icmp_type;
+    key.padding = 0;
+    key.inport = packet.inport;
+    key.outport = packet.outport;
+    key.source = packet.flow.source;
+    key.destination = packet.flow.destination;
+    key.source_port = packet.source_port;
+    key.destination_port = packet.destination_port;
+    key.eth_source = packet.eth_source;
+    key.eth_destination = packet.eth_destination;
+}
+
+/// Whether the cache holds `key`'s outcome in `generation`; if so, the walk takes it. The
+/// outcome is read before the entry's copy of its key, which must then still be `key` (an entry
+/// the LRU map reused meanwhile for another key fails that comparison).
+#[inline(always)]
+fn cached(key: &AclVerdictKey, generation: u64, walk: &mut Walk) -> bool {
+    let Some(entry) = ACL_VERDICTS.get_ptr(key) else {
+        return false;
+    };
+    // SAFETY: `entry` points into the map's value, valid while the program runs.
+    let (stored, found, action, log) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*entry).generation),
+            core::ptr::read_volatile(&raw const (*entry).found),
+            core::ptr::read_volatile(&raw const (*entry).action),
+            core::ptr::read_volatile(&raw const (*entry).log),
+        )
+    };
+    // The key's loads stay after the outcome's.
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    // SAFETY: as above.
+    if stored != generation || unsafe { !same_key(&raw const (*entry).key, key) } {
+        return false;
+    }
+    walk.found = found != 0;
+    walk.action = action;
+    walk.log = log;
+    true
+}
+
+/// Whether the key at `stored` (in a map's value) is `key`, word by word.
+///
+/// # Safety
+/// `stored` points to a readable `AclVerdictKey`.
+#[inline(always)]
+unsafe fn same_key(stored: *const AclVerdictKey, key: &AclVerdictKey) -> bool {
+    const WORDS: usize = core::mem::size_of::<AclVerdictKey>() / 4;
+    // SAFETY: both point to an AclVerdictKey, WORDS aligned words (the caller's promise and a
+    // reference).
+    let (stored, key) = unsafe {
+        (
+            &*stored.cast::<[u32; WORDS]>(),
+            &*(key as *const AclVerdictKey).cast::<[u32; WORDS]>(),
+        )
+    };
+    let mut i = 0;
+    while i < WORDS {
+        if stored[i] != key[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[inline(always)]
+fn count_cache(index: u32) {
+    if let Some(counter) = ACL_VERDICT_CACHE.get_ptr_mut(index) {
+        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
+        unsafe { *counter += 1 };
+    }
 }
 
 /// Which lists and flags a pipeline uses.

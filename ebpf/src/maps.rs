@@ -9,13 +9,13 @@ use aya_ebpf::{
     },
 };
 use ovnbpf_common::maps::{
-    AclAddresses, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches, ArpResponder,
-    Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
-    FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder,
-    Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs,
-    PortSecurityMap, ProviderNetworks, RouteTables, RouterAddresses, RouterAddresses6,
-    RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts,
-    kind::MapKind, same_name,
+    AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches,
+    AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, Conntrack, ConntrackCounters,
+    DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
+    InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
+    PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks,
+    RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes,
+    Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -102,6 +102,10 @@ kernel_map!(CONNTRACK: LruHashMap = Conntrack);
 kernel_map!(ACL_LOG_EVENTS: RingBuf = AclLogEvents);
 kernel_map!(ACL_LOGGED: PerCpuArray = AclLogged);
 kernel_map!(CONNTRACK_COUNTERS: PerCpuArray = ConntrackCounters);
+kernel_map!(ACL_VERDICTS: LruHashMap = AclVerdicts);
+kernel_map!(ACL_GENERATION: HashMap = AclGeneration);
+kernel_map!(ACL_VERDICT_CACHE: PerCpuArray = AclVerdictCache);
+kernel_map!(ACL_VERDICT_SCRATCH: PerCpuArray = AclVerdictScratch);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

@@ -13,6 +13,8 @@
 //!   change elsewhere: no segment lost;
 //! - other (with port security) cannot spoof client's address to get what the policy admits
 //!   client: port security holds with ACLs present;
+//! - an established connection judged from the kernel's verdict cache stops as soon as its client
+//!   leaves the address set the policy admits;
 //! - the policies deleted, everything flows again; then a subnet's reject ACLs answer TCP with a
 //!   reset (from the receiving node's egress stage, across) and UDP with a port unreachable
 //!   (from the sender's ingress), though the targets listen;
@@ -22,7 +24,7 @@
 mod common;
 
 use std::{
-    io::ErrorKind,
+    io::{ErrorKind, Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
     sync::{
         Arc,
@@ -33,7 +35,8 @@ use std::{
 };
 
 use common::stream::{paced_stream, retransmissions};
-use ovnbpf_agent::netns::run_in;
+use ovnbpf_agent::{dataplane::ebpf::pins::PinLayout, netns::run_in};
+use ovnbpf_common::acl::verdict_cache;
 use ovnbpf_tests::{
     bpffs::BpfMount,
     frames::{FrameSocket, ipv4_frame, tcp_syn},
@@ -117,6 +120,44 @@ fn syn_arrives(from: &Pod, to: &Pod, to_ip: Ipv4Addr) -> bool {
     })
 }
 
+/// A TCP connection from `from` to `to` (at `ip`, `port`): the sending end and the accepted
+/// one, which reads with a 500 ms timeout.
+fn established(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> (TcpStream, TcpStream) {
+    let address = SocketAddr::from((ip, port));
+    let listener = run_in(&to.netns().path(), || TcpListener::bind(address))
+        .unwrap()
+        .unwrap();
+    let sent = run_in(&from.netns().path(), || {
+        TcpStream::connect_timeout(&address, Duration::from_secs(1))
+    })
+    .unwrap()
+    .unwrap();
+    let (received, _) = listener.accept().unwrap();
+    received
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    (sent, received)
+}
+
+/// Whether a few bytes written to `sent` arrive at `received`.
+fn carries(sent: &mut TcpStream, received: &mut TcpStream) -> bool {
+    if sent.write_all(b"ping").is_err() {
+        return false;
+    }
+    let mut buffer = [0_u8; 4];
+    received.read_exact(&mut buffer).is_ok()
+}
+
+/// Node `node`'s count `index` of the kernel's verdict cache (`ACL_VERDICT_CACHE`), from its
+/// agent's pinned map under `pins`.
+fn verdict_cache(pins: &std::path::Path, node: usize, index: u32) -> u64 {
+    let layout = PinLayout::prepare(&pins.join(scenario::NODES[node])).unwrap();
+    let path = layout.map_path(ovnbpf_common::map::ACL_VERDICT_CACHE);
+    let map = aya::maps::Map::PerCpuArray(aya::maps::MapData::from_pin(path).unwrap());
+    let counters: aya::maps::PerCpuArray<_, u64> = map.try_into().unwrap();
+    counters.get(&index, 0).unwrap().iter().sum()
+}
+
 fn mac(name: &str) -> [u8; 6] {
     ovnbpf_agent::lflow::parse_mac(&mac_for(name)).unwrap()
 }
@@ -139,14 +180,25 @@ fn web_policy() -> Topology {
     topology
 }
 
-/// Whether `agent`'s log has a line holding every one of `parts`.
-fn logged(agent: &ovnbpf_tests::process::Child, parts: &[&str]) -> bool {
+/// The lines of `agent`'s log (its predecessors' too) holding every one of `parts`.
+fn log_lines_with(agent: &ovnbpf_tests::process::Child, parts: &[&str]) -> usize {
     let text = agent
         .log_path()
         .and_then(|path| std::fs::read_to_string(path).ok())
         .unwrap_or_default();
     text.lines()
-        .any(|line| parts.iter().all(|part| line.contains(part)))
+        .filter(|line| parts.iter().all(|part| line.contains(part)))
+        .count()
+}
+
+/// Whether `agent`'s log has a line holding every one of `parts`.
+fn logged(agent: &ovnbpf_tests::process::Child, parts: &[&str]) -> bool {
+    log_lines_with(agent, parts) > 0
+}
+
+/// The lines of `agent`'s log (its predecessors' too) holding `part`.
+fn log_lines(agent: &ovnbpf_tests::process::Child, part: &str) -> usize {
+    log_lines_with(agent, &[part])
 }
 
 #[test]
@@ -313,6 +365,47 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     assert!(
         !connects(other, web2, WEB2, WEB_PORT),
         "other → web2 after the restart"
+    );
+
+    // The kernel remembers the walks' outcomes (its verdict cache) and still follows the
+    // policy's changes at once: client's established connection to web2 carries data (its later
+    // segments judged from the cache), until client leaves the address set the policy admits
+    // (kube-ovn-controller updates the set when client's labels change). From then on, as in
+    // OVN, the connection's packets match only the default drop.
+    // (After the restarted agent's sweep of what its predecessor left, which also stales the
+    // cache: what follows sees only the set's change.)
+    let swept = wait_until(Duration::from_secs(30), || {
+        log_lines(&agents[1], "datapath swept of stale entries") >= 2
+    });
+    assert!(swept, "node2's agent never swept{}", logs(&agents));
+    let hits_before = verdict_cache(bpffs.path(), 1, verdict_cache::HIT);
+    let (mut sent, mut received) = established(client, web2, WEB2, WEB_PORT);
+    for _ in 0..20 {
+        assert!(carries(&mut sent, &mut received), "client → web2, held");
+    }
+    let hits = verdict_cache(bpffs.path(), 1, verdict_cache::HIT) - hits_before;
+    assert!(
+        hits >= 19,
+        "{hits} of web2's node's walks answered from the cache"
+    );
+    // (The set keeps a member: only its members change, not which rules can match.)
+    let set = "web.ns.ingress.allow.IPv4.0";
+    lab.nbctl(&["add", "address_set", set, "addresses", "\"10.0.1.9\""])
+        .unwrap();
+    assert!(carries(&mut sent, &mut received), "client → web2, held");
+    lab.nbctl(&["remove", "address_set", set, "addresses", "\"10.0.1.4\""])
+        .unwrap();
+    let cut = wait_until(Duration::from_secs(10), || {
+        !carries(&mut sent, &mut received)
+    });
+    assert!(
+        cut,
+        "the held connection outlives the policy{}",
+        logs(&agents)
+    );
+    assert!(
+        !connects(client, web2, WEB2, WEB_PORT),
+        "client → web2, new"
     );
 
     // The policies go (kube-ovn-controller deletes their port groups, and the ACLs with them):

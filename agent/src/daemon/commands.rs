@@ -113,6 +113,10 @@ impl Daemon {
                     datapath.map(|d| d.conntrack_counters()),
                     "conntrack counter",
                 );
+                let acl_verdict_cache = datapath::reading(
+                    datapath.map(|d| d.acl_verdict_cache()),
+                    "ACL verdict cache counter",
+                );
                 let interfaces =
                     datapath::reading(datapath.map(|d| d.interface_counters()), "interface");
                 let _ = reply.send(ports::DaemonReport {
@@ -133,6 +137,7 @@ impl Daemon {
                     router_replies,
                     acl_logged,
                     conntrack,
+                    acl_verdict_cache,
                 });
             }
             PortCommand::DatapathNames { reply } => {

@@ -90,6 +90,8 @@ pub struct DaemonReport {
     pub acl_logged: Vec<(&'static str, u64)>,
     /// Connections the connection table committed, and failed commits.
     pub conntrack: Vec<(&'static str, u64)>,
+    /// Walks of ACL rule lists the verdict cache answered, and walks done.
+    pub acl_verdict_cache: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }

@@ -120,6 +120,11 @@ pub trait Datapath: Send {
         Ok(Vec::new())
     }
 
+    /// Walks of ACL rule lists the verdict cache answered (`hit`) and walks done (`miss`).
+    fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
     /// The counters of each interface the datapath runs on and has seen traffic on, by name.
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError>;
 

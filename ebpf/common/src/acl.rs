@@ -217,6 +217,59 @@ pub mod logged {
     pub const NAMES: [&str; COUNT as usize] = ["allow", "drop", "reject", "lost"];
 }
 
+/// What one walk of a rule list depends on: the list, the conntrack state the walk held and
+/// whether `ls_in_acl` let the packet through as related, and every field of the packet a rule
+/// reads. The key of [`crate::map::ACL_VERDICTS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AclVerdictKey {
+    pub datapath: u32,
+    pub list: u8,
+    pub state: u8,
+    pub related: u8,
+    /// 4 or 6.
+    pub family: u8,
+    pub protocol: u8,
+    pub icmp_type: u8,
+    pub padding: u16,
+    /// The logical ports (0: none).
+    pub inport: u32,
+    pub outport: u32,
+    /// IPv4 addresses in network byte order.
+    pub source: u32,
+    pub destination: u32,
+    pub source_port: u16,
+    pub destination_port: u16,
+    pub eth_source: [u8; 6],
+    pub eth_destination: [u8; 6],
+}
+
+/// A walk's outcome, valid while [`crate::map::ACL_GENERATION`] still holds `generation`: whether
+/// a rule matched, its action and log id. `key` repeats the entry's key: an LRU map may hand a
+/// freed entry to another key while a reader holds it, and the reader, comparing `key` after
+/// reading the outcome, then sees a different key rather than another packet's verdict.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AclVerdict {
+    pub key: AclVerdictKey,
+    pub found: u8,
+    pub action: u8,
+    pub padding: u16,
+    pub log: u32,
+    pub padding2: u32,
+    pub generation: u64,
+}
+
+/// Indexes of [`crate::map::ACL_VERDICT_CACHE`]: walks answered from the verdict cache, and
+/// walks done (then stored).
+pub mod verdict_cache {
+    pub const HIT: u32 = 0;
+    pub const MISS: u32 = 1;
+    pub const COUNT: u32 = 2;
+    /// Names for metrics, by index.
+    pub const NAMES: [&str; COUNT as usize] = ["hit", "miss"];
+}
+
 /// An address set member: the LPM trie's data (set id, then the IPv4 address in network byte
 /// order; the prefix length is 32 + the member's).
 #[repr(C)]
@@ -305,6 +358,8 @@ pub const MAX_ACL_RULES: u32 = 131_072;
 pub const MAX_ACL_ADDRESSES: u32 = 262_144;
 pub const MAX_ACL_PORTS: u32 = 131_072;
 pub const MAX_CONNECTIONS: u32 = 262_144;
+/// Walks the verdict cache remembers (the least recently used make room).
+pub const MAX_ACL_VERDICTS: u32 = 32_768;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -325,4 +380,8 @@ mod pod {
     unsafe impl aya::Pod for CtEntry {}
     // SAFETY: as above.
     unsafe impl aya::Pod for AclLogEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AclVerdictKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AclVerdict {}
 }

@@ -22,8 +22,8 @@ use crate::{
     Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity,
     ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
     acl::{
-        self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, CtEntry,
-        CtKey,
+        self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
+        AclVerdictKey, CtEntry, CtKey,
     },
     drop_reason, router_reply, stage,
 };
@@ -228,4 +228,18 @@ declare_maps! {
     /// Per-CPU array of `u64`, indexed by [`acl::ct_counter`]: connections committed, and
     /// commits that failed.
     ConntrackCounters = CONNTRACK_COUNTERS: PerCpuArray<u32, u64>[acl::ct_counter::COUNT];
+    /// LRU hash: [`AclVerdictKey`] → [`AclVerdict`]: the outcome of recent walks of the main
+    /// rule lists, so that the packets of a connection after its first walk none. An exact-match
+    /// cache (the key holds everything a rule reads), valid while its generation is current.
+    AclVerdicts = ACL_VERDICTS: LruHashMap<AclVerdictKey, AclVerdict>[acl::MAX_ACL_VERDICTS];
+    /// Hash: 0 → the generation of the ACL maps, which the agent advances after every write to
+    /// `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES` or `ACL_PORT_SETS`: verdicts of an older one
+    /// are stale. Absent: nothing is cached.
+    AclGeneration = ACL_GENERATION: HashMap<u32, u64>[1];
+    /// Per-CPU array of one [`AclVerdict`]: the verdict cache's key and outcome while a stage
+    /// consults it (the stages' frames have no room for them). Holds nothing between frames.
+    AclVerdictScratch = ACL_VERDICT_SCRATCH: PerCpuArray<u32, AclVerdict>[1];
+    /// Per-CPU array of `u64`, indexed by [`acl::verdict_cache`]: walks answered from the cache
+    /// and walks done.
+    AclVerdictCache = ACL_VERDICT_CACHE: PerCpuArray<u32, u64>[acl::verdict_cache::COUNT];
 }

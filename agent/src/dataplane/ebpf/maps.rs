@@ -1,5 +1,5 @@
 //! Generic, typed access to the kernel maps declared in `ovnbpf_common::maps`: one
-//! `set::<M>`/`remove::<M>`/`keys::<M>` for every map, over the loaded programs
+//! `set::<M>`/`remove::<M>`/`keys::<M>`/`get::<M>` for every map, over the loaded programs
 //! ([`super::KernelPrograms`]) or, in tests, a `Recorder` that keeps the maps as the kernel
 //! would. How a map is reached depends only on its kind ([`KindAccess`]): adding a map needs no
 //! edit here. Touches the bpf() syscall through aya.
@@ -18,6 +18,17 @@ pub trait KindAccess<K, V> {
     fn insert(map: &mut aya::maps::Map, slot: Self::Slot, value: V) -> Result<(), MapError>;
     fn remove(map: &mut aya::maps::Map, slot: Self::Slot) -> Result<(), MapError>;
     fn slots(map: &aya::maps::Map) -> Result<Vec<Self::Slot>, MapError>;
+    /// The value at `slot`, if there is one.
+    fn lookup(map: &aya::maps::Map, slot: Self::Slot) -> Result<Option<V>, MapError>;
+}
+
+/// A read's answer, with an absent key as `None`.
+fn found<V>(read: Result<V, MapError>) -> Result<Option<V>, MapError> {
+    match read {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if absent(&error) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> for kind::HashMap {
@@ -33,6 +44,9 @@ impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> fo
             .keys()
             .collect()
     }
+    fn lookup(map: &aya::maps::Map, slot: K) -> Result<Option<V>, MapError> {
+        found(aya::maps::HashMap::<_, K, V>::try_from(map)?.get(&slot, 0))
+    }
 }
 
 /// aya's `HashMap` reads and writes LRU hash maps too.
@@ -46,6 +60,9 @@ impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> fo
     }
     fn slots(map: &aya::maps::Map) -> Result<Vec<K>, MapError> {
         <kind::HashMap as KindAccess<K, V>>::slots(map)
+    }
+    fn lookup(map: &aya::maps::Map, slot: K) -> Result<Option<V>, MapError> {
+        <kind::HashMap as KindAccess<K, V>>::lookup(map, slot)
     }
 }
 
@@ -63,6 +80,9 @@ impl<K: aya::Pod + Eq + Hash + Debug + 'static, V: aya::Pod> KindAccess<K, V> fo
             .keys()
             .map(|key| key.map(|key| (key.data(), key.prefix_len())))
             .collect()
+    }
+    fn lookup(map: &aya::maps::Map, (key, bits): (K, u32)) -> Result<Option<V>, MapError> {
+        found(aya::maps::LpmTrie::<_, K, V>::try_from(map)?.get(&LpmKey::new(bits, key), 0))
     }
 }
 
@@ -82,6 +102,8 @@ pub trait Maps {
     fn remove<M: Writable>(&mut self, slot: Slot<M>) -> Result<(), EbpfError>;
     /// The slots present in map `M`, whoever wrote them.
     fn keys<M: Writable>(&self) -> Result<Vec<Slot<M>>, EbpfError>;
+    /// The value at `slot` of map `M`, whoever wrote it.
+    fn get<M: Writable>(&self, slot: Slot<M>) -> Result<Option<M::Value>, EbpfError>;
     /// Gives interface `ifindex` a counter entry, keeping one it has (so frames delivered to a
     /// new pod count from the start, and a previous agent's counts survive).
     fn open_counters(&mut self, _ifindex: u32) -> Result<(), EbpfError> {
@@ -121,6 +143,12 @@ impl Maps for super::KernelPrograms {
         let name = M::NAME;
         let map = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
         M::Kind::slots(map).map_err(|source| EbpfError::Map { name, source })
+    }
+
+    fn get<M: Writable>(&self, slot: Slot<M>) -> Result<Option<M::Value>, EbpfError> {
+        let name = M::NAME;
+        let map = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+        M::Kind::lookup(map, slot).map_err(|source| EbpfError::Map { name, source })
     }
 
     fn open_counters(&mut self, ifindex: u32) -> Result<(), EbpfError> {
@@ -218,6 +246,10 @@ mod recorder {
 
         fn keys<M: Writable>(&self) -> Result<Vec<Slot<M>>, EbpfError> {
             Ok(self.table::<M>().into_keys().collect())
+        }
+
+        fn get<M: Writable>(&self, slot: Slot<M>) -> Result<Option<M::Value>, EbpfError> {
+            Ok(self.table::<M>().get(&slot).copied())
         }
     }
 }

@@ -553,6 +553,15 @@ impl KernelPrograms {
         )
     }
 
+    /// Rule-list walks the verdict cache answered and walks done (summed over CPUs), named as in
+    /// [`ovnbpf_common::acl::verdict_cache::NAMES`].
+    pub fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.named_counters(
+            map::ACL_VERDICT_CACHE,
+            &ovnbpf_common::acl::verdict_cache::NAMES,
+        )
+    }
+
     /// Packets logged ACL rules decided, per verdict, and events lost (summed over CPUs), named
     /// as in [`ovnbpf_common::acl::logged::NAMES`].
     pub fn acl_logged(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {

@@ -391,6 +391,11 @@ impl NodeDatapath {
         self.programs.acl_logged()
     }
 
+    /// Rule-list walks answered from the verdict cache, and walks done.
+    pub fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.programs.acl_verdict_cache()
+    }
+
     /// Connections committed and failed commits.
     pub fn conntrack_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         self.programs.conntrack_counters()

@@ -4,8 +4,10 @@
 //! address sets and port sets those rules name (`ACL_ADDRESSES`, `ACL_PORT_SETS`), installed for
 //! the sets some rule names. A pod joining a NetworkPolicy's port group or address set writes
 //! its one member entry; a rule's change recomputes its switch's lists. Switches whose egress
-//! pipeline has rules give their local ports `LOCAL_PORT_ACL`. Owns these maps' desired values
-//! and tables; reads the state's ports.
+//! pipeline has rules give their local ports `LOCAL_PORT_ACL`. After any write to these maps the
+//! flush (and the sweep) advances `ACL_GENERATION`, which makes the kernel's cached verdicts
+//! stale; an agent's first flush advances it whatever it writes. Owns these maps' desired values
+//! and tables and the generation; reads the state's ports.
 //!
 //! A pipeline whose rules do not fit the kernel (more than [`MAX_RULES_PER_LIST`] in a list, a
 //! clause the kernel rule cannot hold) fails closed, as an untranslatable flow does, and says so
@@ -20,7 +22,7 @@ use ovnbpf_common::acl::{
     TRACK_EGRESS_ACL, TRACK_EGRESS_LB, TRACK_INGRESS_ACL, TRACK_INGRESS_LB, UNCHECKED_EGRESS,
     UNCHECKED_FLOOD, UNCHECKED_INGRESS, USER_RULES_EGRESS, USER_RULES_INGRESS, list,
 };
-use ovnbpf_common::maps::{AclAddresses, AclPortSets, AclRules, AclSwitches};
+use ovnbpf_common::maps::{AclAddresses, AclGeneration, AclPortSets, AclRules, AclSwitches};
 use tracing::warn;
 
 use super::{
@@ -214,6 +216,9 @@ pub(super) struct AclState {
     rule_table: Table<AclRules, AclRuleKey>,
     address_table: Table<AclAddresses, (u32, Prefix)>,
     port_table: Table<AclPortSets, AclPortKey>,
+    /// Whether this agent advanced the maps' generation yet: its first flush does, whatever it
+    /// writes (a previous agent may have written without advancing it).
+    generation_advanced: bool,
 }
 
 impl AclState {
@@ -732,16 +737,32 @@ impl L2State {
             |s| &mut s.acl.switch_table,
             |s, datapath| s.desired_acl_switch(*datapath),
         )?;
+        if writes > 0 || !self.acl.generation_advanced {
+            advance_generation(maps)?;
+            self.acl.generation_advanced = true;
+        }
         Ok(writes)
     }
 
     /// Removes the ACL slots this state did not install.
     pub(super) fn sweep_acls(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
-        Ok(self.acl.switch_table.sweep(maps)?
+        let removed = self.acl.switch_table.sweep(maps)?
             + self.acl.rule_table.sweep(maps)?
             + self.acl.address_table.sweep(maps)?
-            + self.acl.port_table.sweep(maps)?)
+            + self.acl.port_table.sweep(maps)?;
+        if removed > 0 {
+            advance_generation(maps)?;
+        }
+        Ok(removed)
     }
+}
+
+/// Advances the ACL maps' generation (`ACL_GENERATION`), after writes to them: the verdicts the
+/// kernel cached from the maps as they were are stale from now on. The next generation follows
+/// the one in the map (a previous agent's included), so no stale verdict becomes current again.
+fn advance_generation(maps: &mut impl Maps) -> Result<(), EbpfError> {
+    let current = maps.get::<AclGeneration>(0)?.unwrap_or(0);
+    maps.set::<AclGeneration>(0, current.wrapping_add(1).max(1))
 }
 
 #[cfg(test)]

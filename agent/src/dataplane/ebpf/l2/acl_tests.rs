@@ -1,15 +1,16 @@
 //! The ACL family against a recording of the maps: switch flags, rules, one write per set
-//! member, the ports' ACL flag, the paths that fail closed.
+//! member, the ports' ACL flag, the paths that fail closed, the generation that stales the
+//! kernel's cached verdicts.
 
 use std::net::Ipv4Addr;
 
 use ovnbpf_common::{
     LOCAL_PORT_ACL,
     acl::{
-        AclAddressKey, FAIL_CLOSED_EGRESS, SWITCH_EGRESS, SWITCH_INGRESS, UNCHECKED_EGRESS,
-        UNCHECKED_FLOOD, UNCHECKED_INGRESS, USER_RULES_EGRESS,
+        AclAddressKey, AclRuleKey, FAIL_CLOSED_EGRESS, SWITCH_EGRESS, SWITCH_INGRESS,
+        UNCHECKED_EGRESS, UNCHECKED_FLOOD, UNCHECKED_INGRESS, USER_RULES_EGRESS,
     },
-    maps::{AclAddresses, AclRules, AclSwitches, TunnelPorts},
+    maps::{AclAddresses, AclGeneration, AclRules, AclSwitches, TunnelPorts},
 };
 
 use super::super::L2State;
@@ -138,7 +139,8 @@ fn a_network_policy_installs_its_rules_sets_and_port_flags() {
             .all(|port| port.flags & LOCAL_PORT_ACL != 0)
     );
 
-    // A peer joins the set: one write.
+    // A peer joins the set: one write, and the kernel's cached verdicts go stale.
+    let before = generation(&maps);
     maps.reset_writes();
     apply(
         &mut state,
@@ -146,7 +148,9 @@ fn a_network_policy_installs_its_rules_sets_and_port_flags() {
         vec![member("allow", [10, 0, 1, 5])],
         Vec::new(),
     );
-    assert_eq!(maps.writes(), 1);
+    assert_eq!(maps.writes_to::<AclAddresses>(), 1);
+    assert_eq!(maps.writes(), 2);
+    assert_eq!(generation(&maps), before + 1);
     assert_eq!(maps.table::<AclAddresses>().len(), 2);
     maps.reset_writes();
     apply(
@@ -155,7 +159,53 @@ fn a_network_policy_installs_its_rules_sets_and_port_flags() {
         Vec::new(),
         vec![member("allow", [10, 0, 1, 4])],
     );
-    assert_eq!(maps.writes(), 1);
+    assert_eq!(maps.writes_to::<AclAddresses>(), 1);
+    assert_eq!(generation(&maps), before + 2);
+    // A change outside the ACL maps leaves the cached verdicts current.
+    apply(
+        &mut state,
+        &mut maps,
+        vec![vif("db", 2, "node1")],
+        Vec::new(),
+    );
+    assert_eq!(generation(&maps), before + 2);
+}
+
+fn generation(maps: &Recorder) -> u64 {
+    maps.table::<AclGeneration>().get(&0).copied().unwrap_or(0)
+}
+
+#[test]
+fn an_agent_advances_the_generation_it_finds_on_its_first_flush_even_without_acl_writes() {
+    let mut maps = Recorder::default();
+    // A previous agent's generation, and the rules it wrote without advancing it.
+    maps.table_mut::<AclGeneration>().insert(0, 41);
+    let mut state = L2State::new("node1");
+    apply(
+        &mut state,
+        &mut maps,
+        vec![vif("web", 1, "node1")],
+        Vec::new(),
+    );
+    assert_eq!(generation(&maps), 42);
+    apply(
+        &mut state,
+        &mut maps,
+        vec![vif("db", 2, "node1")],
+        Vec::new(),
+    );
+    assert_eq!(generation(&maps), 42, "nothing ACL-related was written");
+    // The sweep removes what the previous agent left: stale again.
+    maps.table_mut::<AclRules>().insert(
+        AclRuleKey {
+            datapath: 5,
+            list: 2,
+            index: 0,
+        },
+        ovnbpf_common::acl::AclRule::default(),
+    );
+    assert_eq!(state.sweep(&mut maps).unwrap(), 1);
+    assert_eq!(generation(&maps), 43);
 }
 
 #[test]

@@ -851,6 +851,9 @@ impl Maps for Watched {
     fn keys<M: Writable>(&self) -> Result<Vec<Slot<M>>, EbpfError> {
         self.maps.keys::<M>()
     }
+    fn get<M: Writable>(&self, slot: Slot<M>) -> Result<Option<M::Value>, EbpfError> {
+        self.maps.get::<M>(slot)
+    }
 }
 
 #[test]
