@@ -50,6 +50,7 @@ use crate::{
     ACL_ADDRESSES, ACL_GENERATION, ACL_LOG_EVENTS, ACL_LOGGED, ACL_PORT_SETS, ACL_RULES,
     ACL_SWITCHES, ACL_VERDICT_CACHE, ACL_VERDICT_SCRATCH, ACL_VERDICTS,
     conntrack::{self, Flow, QuotedFlow, Zone},
+    counters::bump,
     headers::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv4Header,
         Ipv6Header,
@@ -371,10 +372,10 @@ fn log(walk: &Walk) {
         action::REJECT | action::REJECT_BLOCK => logged::REJECT,
         _ => logged::ALLOW,
     };
-    count_logged(verdict);
+    bump(&ACL_LOGGED, verdict);
     let packet = &walk.packet;
     let Some(mut entry) = ACL_LOG_EVENTS.reserve::<AclLogEvent>(0) else {
-        count_logged(logged::LOST);
+        bump(&ACL_LOGGED, logged::LOST);
         return;
     };
     let source_port = if packet.protocol == IPPROTO_ICMP {
@@ -403,14 +404,6 @@ fn log(walk: &Walk) {
         (*event).eth_destination = packet.eth_destination;
     }
     entry.submit(0);
-}
-
-#[inline(always)]
-fn count_logged(index: u32) {
-    if let Some(counter) = ACL_LOGGED.get_ptr_mut(index) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
-        unsafe { *counter += 1 };
-    }
 }
 
 /// The first rule of `list` matching, as (found, action). A main list (`MAIN`: `ls_*_acl`,
@@ -484,10 +477,10 @@ fn walk_cached(walk: &mut Walk) {
     let scratch = unsafe { &mut *scratch };
     write_verdict_key(walk, &mut scratch.key);
     if cached(&scratch.key, generation, walk) {
-        count_cache(verdict_cache::HIT);
+        bump(&ACL_VERDICT_CACHE, verdict_cache::HIT);
         return;
     }
-    count_cache(verdict_cache::MISS);
+    bump(&ACL_VERDICT_CACHE, verdict_cache::MISS);
     walk_all(walk);
     scratch.found = u8::from(walk.found);
     scratch.action = walk.action;
@@ -577,14 +570,6 @@ unsafe fn same_key(stored: *const AclVerdictKey, key: &AclVerdictKey) -> bool {
         i += 1;
     }
     true
-}
-
-#[inline(always)]
-fn count_cache(index: u32) {
-    if let Some(counter) = ACL_VERDICT_CACHE.get_ptr_mut(index) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
-        unsafe { *counter += 1 };
-    }
 }
 
 /// Which lists and flags a pipeline uses.

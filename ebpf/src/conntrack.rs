@@ -225,10 +225,7 @@ pub fn commit(zone: Zone, flow: &Flow) {
     } else {
         ct_counter::INSERT_FAILED
     };
-    if let Some(count) = CONNTRACK_COUNTERS.get_ptr_mut(counter) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
-        unsafe { *count += 1 };
-    }
+    crate::counters::bump(&CONNTRACK_COUNTERS, counter);
 }
 
 /// `ct_commit { ct_mark.blocked = 1; }`: marks a committed connection blocked.

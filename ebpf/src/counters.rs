@@ -1,8 +1,9 @@
 //! Per-interface and per-kind counters: every frame a program sees is counted on its interface
 //! by what the parser found ([`classify`]), frames sent into an interface are counted there, and
-//! routers' answers by kind. Touches `INTERFACE_COUNTERS` and `ROUTER_REPLIES`.
+//! routers' answers by kind. Touches `INTERFACE_COUNTERS` and `ROUTER_REPLIES`, and the
+//! per-kind counter arrays other stages name ([`bump`]).
 
-use aya_ebpf::programs::TcContext;
+use aya_ebpf::{maps::PerCpuArray, programs::TcContext};
 use ovnbpf_common::InterfaceCounters;
 
 use crate::{
@@ -33,7 +34,14 @@ pub(crate) fn count_delivered(ifindex: u32, length: u32) {
 /// Counts an answer a router sent (a [`router_reply`] kind).
 #[inline(always)]
 pub(crate) fn count_reply(kind: u32) {
-    if let Some(counter) = ROUTER_REPLIES.get_ptr_mut(kind) {
+    bump(&ROUTER_REPLIES, kind);
+}
+
+/// Adds one to slot `index` of the per-CPU counter array `counters` (an index out of range
+/// counts nothing).
+#[inline(always)]
+pub(crate) fn bump(counters: &'static PerCpuArray<u64>, index: u32) {
+    if let Some(counter) = counters.get_ptr_mut(index) {
         // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
         unsafe { *counter += 1 };
     }

@@ -49,8 +49,5 @@ pub(crate) fn drop_frame(ctx: &TcContext, reason: DropReason) -> i32 {
 /// Counts one frame dropped for `reason` (without an event: the flood walk's copies).
 #[inline(always)]
 pub(crate) fn count_drop(reason: DropReason) {
-    if let Some(counter) = DROP_COUNTERS.get_ptr_mut(reason.0) {
-        // SAFETY: a per-CPU array slot: only this CPU writes it while the program runs.
-        unsafe { *counter += 1 };
-    }
+    crate::counters::bump(&DROP_COUNTERS, reason.0);
 }

@@ -65,16 +65,26 @@ const WEB_PORT: u16 = 5201;
 
 /// Whether `from` completes a TCP handshake with `to` (at `ip`, `port`) within a second.
 fn connects(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> bool {
+    connection(from, to, ip, port).is_some()
+}
+
+/// A TCP connection from `from` to `to` (at `ip`, `port`), if the handshake completes within a
+/// second: the sending end and the accepted one, which reads with a 500 ms timeout.
+fn connection(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> Option<(TcpStream, TcpStream)> {
     let address = SocketAddr::from((ip, port));
     let listener = run_in(&to.netns().path(), || TcpListener::bind(address))
         .unwrap()
         .unwrap();
-    let connected = run_in(&from.netns().path(), || {
+    let sent = run_in(&from.netns().path(), || {
         TcpStream::connect_timeout(&address, Duration::from_secs(1))
     })
-    .unwrap();
-    drop(listener);
-    connected.is_ok()
+    .unwrap()
+    .ok()?;
+    let (received, _) = listener.accept().unwrap();
+    received
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    Some((sent, received))
 }
 
 /// What `from` hears back for a UDP datagram to a port nobody listens on at `ip`: refused (the
@@ -118,25 +128,6 @@ fn syn_arrives(from: &Pod, to: &Pod, to_ip: Ipv4Addr) -> bool {
             .unwrap()
             .is_some()
     })
-}
-
-/// A TCP connection from `from` to `to` (at `ip`, `port`): the sending end and the accepted
-/// one, which reads with a 500 ms timeout.
-fn established(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> (TcpStream, TcpStream) {
-    let address = SocketAddr::from((ip, port));
-    let listener = run_in(&to.netns().path(), || TcpListener::bind(address))
-        .unwrap()
-        .unwrap();
-    let sent = run_in(&from.netns().path(), || {
-        TcpStream::connect_timeout(&address, Duration::from_secs(1))
-    })
-    .unwrap()
-    .unwrap();
-    let (received, _) = listener.accept().unwrap();
-    received
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    (sent, received)
 }
 
 /// Whether a few bytes written to `sent` arrive at `received`.
@@ -379,7 +370,8 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     });
     assert!(swept, "node2's agent never swept{}", logs(&agents));
     let hits_before = verdict_cache(bpffs.path(), 1, verdict_cache::HIT);
-    let (mut sent, mut received) = established(client, web2, WEB2, WEB_PORT);
+    let (mut sent, mut received) =
+        connection(client, web2, WEB2, WEB_PORT).expect("client → web2, admitted");
     for _ in 0..20 {
         assert!(carries(&mut sent, &mut received), "client → web2, held");
     }

@@ -244,6 +244,9 @@ pub struct AclVerdictKey {
     pub eth_destination: [u8; 6],
 }
 
+// The kernel compares keys word by word.
+const _: () = assert!(core::mem::size_of::<AclVerdictKey>().is_multiple_of(4));
+
 /// A walk's outcome, valid while [`crate::map::ACL_GENERATION`] still holds `generation`: whether
 /// a rule matched, its action and log id. `key` repeats the entry's key: an LRU map may hand a
 /// freed entry to another key while a reader holds it, and the reader, comparing `key` after
