@@ -13,7 +13,10 @@
 //! clause the kernel rule cannot hold) fails closed, as an untranslatable flow does, and says so
 //! in the log.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::{
+    cell::Cell,
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+};
 
 use ovnbpf_common::acl::{
     self as kernel, AclAddressKey, AclPortKey, AclRuleKey, AclSwitch, COMMIT_EGRESS,
@@ -216,9 +219,10 @@ pub(super) struct AclState {
     rule_table: Table<AclRules, AclRuleKey>,
     address_table: Table<AclAddresses, (u32, Prefix)>,
     port_table: Table<AclPortSets, AclPortKey>,
-    /// Whether this agent advanced the maps' generation yet: its first flush does, whatever it
-    /// writes (a previous agent may have written without advancing it).
-    generation_advanced: bool,
+    /// The generation this agent last wrote to `ACL_GENERATION` (the agent alone writes it);
+    /// `None` until its first flush, which advances whatever it writes (a previous agent may
+    /// have written without advancing). A cell: the sweep advances it too.
+    generation: Cell<Option<u64>>,
 }
 
 impl AclState {
@@ -737,9 +741,8 @@ impl L2State {
             |s| &mut s.acl.switch_table,
             |s, datapath| s.desired_acl_switch(*datapath),
         )?;
-        if writes > 0 || !self.acl.generation_advanced {
-            advance_generation(maps)?;
-            self.acl.generation_advanced = true;
+        if writes > 0 || self.acl.generation.get().is_none() {
+            self.acl.advance_generation(maps)?;
         }
         Ok(writes)
     }
@@ -751,18 +754,27 @@ impl L2State {
             + self.acl.address_table.sweep(maps)?
             + self.acl.port_table.sweep(maps)?;
         if removed > 0 {
-            advance_generation(maps)?;
+            self.acl.advance_generation(maps)?;
         }
         Ok(removed)
     }
 }
 
-/// Advances the ACL maps' generation (`ACL_GENERATION`), after writes to them: the verdicts the
-/// kernel cached from the maps as they were are stale from now on. The next generation follows
-/// the one in the map (a previous agent's included), so no stale verdict becomes current again.
-fn advance_generation(maps: &mut impl Maps) -> Result<(), EbpfError> {
-    let current = maps.get::<AclGeneration>(0)?.unwrap_or(0);
-    maps.set::<AclGeneration>(0, current.wrapping_add(1).max(1))
+impl AclState {
+    /// Advances the ACL maps' generation (`ACL_GENERATION`), after writes to them: the verdicts
+    /// the kernel cached from the maps as they were are stale from now on. The first advance
+    /// follows the one in the map (a previous agent's), so no stale verdict becomes current
+    /// again; later ones follow this agent's own.
+    fn advance_generation(&self, maps: &mut impl Maps) -> Result<(), EbpfError> {
+        let current = match self.generation.get() {
+            Some(generation) => generation,
+            None => maps.get::<AclGeneration>(0)?.unwrap_or(0),
+        };
+        let next = current.wrapping_add(1).max(1);
+        maps.set::<AclGeneration>(0, next)?;
+        self.generation.set(Some(next));
+        Ok(())
+    }
 }
 
 #[cfg(test)]
