@@ -27,6 +27,7 @@ pub mod cni_runtime;
 pub mod containerd;
 pub mod frames;
 pub mod icmp;
+pub mod kernel_time;
 pub mod kubeovn;
 pub mod manifests;
 pub mod names;

@@ -1,18 +1,35 @@
-//! `cargo xtask bench datapath [--runs 3] [--seconds 5] [--paths abcdefghi]`: pod↔pod across two
-//! nodes, measured in one run: (a) a raw veth pair between two namespaces (the limit), (b) the
-//! same node/pod topology with plain kernel routing and no encapsulation, (c) ovnbpf: two agents,
-//! Geneve in eBPF, one switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed
-//! across a VPC peering; (f) ovnbpf on an underlay switch (VLAN 100 through a physical switch,
-//! MTU 1500); (h) ovnbpf routed between two subnets of the default VPC as Kube-OVN builds it (its
-//! node, gateway and subnet policies in the path), next to (d); (i) the node's own namespace to
-//! that pod through `ovn0` (kubelet's probe path), next to (h); (j) (c)'s pair again once the
-//! receiver has a NetworkPolicy of 100 allow-related ACLs naming a 1000-address set (conntrack
-//! on both pods' switch), next to (c), with both paths' new connections per second. TCP
-//! throughput (iperf3, one
-//! stream, median of the runs) and TCP
-//! request/response latency (sockperf ping-pong, 14-byte messages, full round trip, `--runs`
-//! runs of `--seconds`; the median over runs of each run's p50 and p99). Pod MTU is 1442 on (b)
-//! and (c), so both carry the same payload per packet.
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paths abcdefghij]`: pod↔pod across two
+//! nodes, every path set up at once and measured **interleaved**: each repetition measures every
+//! path once per measure (in a rotated order), so the host's drift over minutes falls on all
+//! paths alike, and every ratio is taken per repetition (the two paths' samples of the same
+//! repetition) and printed as its median with its spread, min–max over the repetitions.
+//!
+//! Paths: (a) a raw veth pair between two namespaces (the limit); (b) the same node/pod topology
+//! with plain kernel routing, no encapsulation; (c) ovnbpf: two agents, Geneve in eBPF, one
+//! switch; (d) ovnbpf routed between two subnets of a VPC; (e) ovnbpf routed across a VPC
+//! peering; (f) ovnbpf on an underlay switch (VLAN 100 through a physical switch, MTU 1500);
+//! (h) ovnbpf routed between two subnets of the default VPC as Kube-OVN builds it (its node,
+//! gateway and subnet policies in the path), next to (d); (i) the node's own namespace to that
+//! pod through `ovn0` (kubelet's probe path), next to (h); (j) (c)'s path on a switch of its own
+//! whose receiving pod has a NetworkPolicy of 100 allow-related ACLs naming a 1000-address set
+//! (conntrack on that switch), next to (c). Pod MTU 1442 on (b)–(e), (h)–(j), so they carry the
+//! same payload per packet.
+//!
+//! Measures, one run of `--seconds` each per path and repetition, clients pinned to CPU 0 and
+//! servers to CPU 1 (left to the scheduler, the two placements give request/response times a
+//! factor apart from one run to the next):
+//! - TCP throughput: iperf3, one stream (GSO super-packets: bound by the sender's copy, not by
+//!   the per-packet cost);
+//! - TCP request/response: sockperf ping-pong, 14-byte messages, full round trip, p50 and p99;
+//! - small packets: iperf3 UDP, 64-byte payloads, four flows, unpaced: the packets per second the
+//!   sender's CPU pushes through the path (the whole path runs in its softirq: veths, tc
+//!   programs, Geneve, the receiver's stack) and how many arrive;
+//! - cost per packet: the same flows paced at [`PACED_PACKETS_PER_S`]; the CPU time of the
+//!   client and the server (iperf3's `getrusage`, exact run time, with the softirq work done in
+//!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts) and
+//!   the kernel time of ovnbpf's programs (BPF run-time statistics,
+//!   [`ovnbpf_tests::kernel_time`]), per delivered packet;
+//! - new TCP connections per second (connect, then close) on (c) and (j).
 //!
 //! (g) broadcast: one ARP broadcast from a pod of a switch with 64 other pods on the node and
 //! pods on 32 other chassis, through the real `from_pod` under BPF_PROG_TEST_RUN (the
@@ -22,18 +39,19 @@
 //! unicast to a local pod and one to another chassis, and the broadcast's copies priced as such
 //! unicasts (`broadcast / unicasts`). `--broadcast-only` measures just this case.
 
-use std::{net::Ipv4Addr, path::Path};
+use std::{collections::BTreeMap, net::Ipv4Addr, path::Path};
 
 use anyhow::{Context, Result};
 use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
+    kernel_time::{KernelTime, RunTime},
     kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
-    network::{Node, PhysicalSwitch, PodSpec, Underlay},
+    network::{Node, PhysicalSwitch, Pod, PodSpec, Underlay},
     ovn::OvnLab,
-    process,
+    process::{self, Child},
 };
 use serde_json::{Value, json};
 
@@ -44,147 +62,328 @@ use crate::{
     demo::agents::{stop_agents, wait_all_up},
 };
 
-/// What one path measured.
-struct PathResult {
+/// What each path is measured by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Metric {
+    TcpGbits,
+    RrP50,
+    RrP99,
+    UdpSentPps,
+    UdpDeliveredPps,
+    CpuNsPerPacket,
+    EbpfNsPerPacket,
+    ConnectionsPerS,
+}
+
+impl Metric {
+    const ALL: [Metric; 8] = [
+        Metric::TcpGbits,
+        Metric::RrP50,
+        Metric::RrP99,
+        Metric::UdpSentPps,
+        Metric::UdpDeliveredPps,
+        Metric::CpuNsPerPacket,
+        Metric::EbpfNsPerPacket,
+        Metric::ConnectionsPerS,
+    ];
+    /// The ratios printed between two paths (delivered packets are receiver-bound, so left out).
+    const COMPARED: [Metric; 7] = [
+        Metric::TcpGbits,
+        Metric::RrP50,
+        Metric::RrP99,
+        Metric::UdpSentPps,
+        Metric::CpuNsPerPacket,
+        Metric::EbpfNsPerPacket,
+        Metric::ConnectionsPerS,
+    ];
+
+    fn key(self) -> &'static str {
+        match self {
+            Metric::TcpGbits => "tcp_gbit_per_s",
+            Metric::RrP50 => "tcp_rr_p50_us",
+            Metric::RrP99 => "tcp_rr_p99_us",
+            Metric::UdpSentPps => "udp_sent_packets_per_s",
+            Metric::UdpDeliveredPps => "udp_delivered_packets_per_s",
+            Metric::CpuNsPerPacket => "cpu_ns_per_packet",
+            Metric::EbpfNsPerPacket => "ebpf_ns_per_packet",
+            Metric::ConnectionsPerS => "connections_per_s",
+        }
+    }
+
+    fn heading(self) -> &'static str {
+        match self {
+            Metric::TcpGbits => "TCP Gbit/s",
+            Metric::RrP50 => "RR p50 µs",
+            Metric::RrP99 => "RR p99 µs",
+            Metric::UdpSentPps => "UDP kpps sent",
+            Metric::UdpDeliveredPps => "kpps delivered",
+            Metric::CpuNsPerPacket => "CPU ns/pkt",
+            Metric::EbpfNsPerPacket => "eBPF ns/pkt",
+            Metric::ConnectionsPerS => "conn/s",
+        }
+    }
+
+    /// The value as printed in the per-path table (packets per second in thousands).
+    fn shown(self, value: f64) -> f64 {
+        match self {
+            Metric::UdpSentPps | Metric::UdpDeliveredPps => value / 1e3,
+            _ => value,
+        }
+    }
+}
+
+/// A median and the range of the samples it summarises.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Option<Spread> {
+        (!values.is_empty()).then(|| Spread {
+            median: median(values.to_vec()),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// One path: who sends to whom.
+struct BenchPath<'f> {
+    letter: char,
     name: &'static str,
-    gbits: Vec<f64>,
-    /// Per run: sockperf's round-trip p50 and p99 (µs).
-    rtt_us: Vec<(f64, f64)>,
-    /// Per run: new TCP connections per second (connect, then close), where measured.
-    connections_per_s: Vec<f64>,
-}
-
-impl PathResult {
-    fn gbit_median(&self) -> f64 {
-        median(self.gbits.clone())
-    }
-    /// The median over runs of the p50 (`p99 == false`) or p99.
-    fn rtt(&self, p99: bool) -> f64 {
-        median(
-            self.rtt_us
-                .iter()
-                .map(|(p50, p99_value)| if p99 { *p99_value } else { *p50 })
-                .collect(),
-        )
-    }
-}
-
-/// iperf3 from `client` to `server_ip` (served from `server`), `runs` times; Gbit/s per run.
-fn throughput(
-    client: &Netns,
-    server: &Netns,
+    client: &'f Netns,
+    server: &'f Netns,
     server_ip: Ipv4Addr,
-    runs: u32,
-    seconds: u32,
-) -> Result<Vec<f64>> {
-    let ip = server_ip.to_string();
-    let _server = server.spawn("iperf3", "iperf3", &["-s", "-B", &ip], None)?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let mut results = Vec::new();
-    for _ in 0..runs {
-        let text = client.exec("iperf3", &["-c", &ip, "-t", &seconds.to_string(), "-J"])?;
-        let report: Value = serde_json::from_str(&text).context("iperf3 -J output")?;
-        let bits = report["end"]["sum_received"]["bits_per_second"]
-            .as_f64()
-            .context("iperf3 report without sum_received")?;
-        results.push(bits / 1e9);
+}
+
+impl BenchPath<'_> {
+    /// Whether ovnbpf's programs carry it (its eBPF time is measured).
+    fn is_ovnbpf(&self) -> bool {
+        !matches!(self.letter, 'a' | 'b')
     }
-    Ok(results)
-}
-
-/// sockperf TCP ping-pong from `client` to `server_ip` (served from `server`), `runs` runs of
-/// `seconds`: each run's round-trip p50 and p99 in µs.
-fn latency(
-    client: &Netns,
-    server: &Netns,
-    server_ip: Ipv4Addr,
-    runs: u32,
-    seconds: u32,
-) -> Result<Vec<(f64, f64)>> {
-    let ip = server_ip.to_string();
-    let _server = server.spawn(
-        "sockperf",
-        "sockperf",
-        &["server", "--tcp", "-i", &ip, "-p", "11111"],
-        None,
-    )?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let mut results = Vec::new();
-    for _ in 0..runs {
-        let text = client.exec(
-            "sockperf",
-            &[
-                "ping-pong",
-                "--tcp",
-                "-i",
-                &ip,
-                "-p",
-                "11111",
-                "-t",
-                &seconds.to_string(),
-                "-m",
-                "14",
-                "--full-rtt",
-            ],
-        )?;
-        let percentile = |which: &str| {
-            text.lines()
-                .find(|line| line.contains(&format!("percentile {which} =")))
-                .and_then(|line| line.rsplit('=').next()?.trim().parse::<f64>().ok())
-                .with_context(|| format!("sockperf printed no percentile {which}:\n{text}"))
-        };
-        results.push((percentile("50.000")?, percentile("99.000")?));
+    /// Whether its connection rate is measured ((j) against (c)).
+    fn measures_connections(&self) -> bool {
+        matches!(self.letter, 'c' | 'j')
     }
-    Ok(results)
 }
 
-fn measure(
-    name: &'static str,
-    client: &Netns,
-    server: &Netns,
-    server_ip: Ipv4Addr,
-    runs: u32,
-    seconds: u32,
-) -> Result<PathResult> {
-    println!("== bench datapath: {name}");
-    Ok(PathResult {
-        name,
-        gbits: throughput(client, server, server_ip, runs, seconds)?,
-        rtt_us: latency(client, server, server_ip, runs, seconds)?,
-        connections_per_s: Vec::new(),
-    })
+/// Where the bench's clients and servers run.
+struct Cpus {
+    client: String,
+    server: String,
 }
 
+impl Cpus {
+    fn of_host() -> Cpus {
+        let two = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+        Cpus {
+            client: "0".into(),
+            server: if two { "1" } else { "0" }.into(),
+        }
+    }
+}
+
+/// `program args…` in `netns`, on CPU `cpu`; its standard output.
+fn pinned(netns: &Netns, cpu: &str, program: &str, args: &[&str]) -> Result<String> {
+    let mut all = vec!["-c", cpu, program];
+    all.extend_from_slice(args);
+    netns.exec("taskset", &all)
+}
+
+/// The port of the request/response server.
+const RR_PORT: &str = "11111";
 /// Connections a client opens and closes one after the other in each run.
 const CONNECTIONS: u32 = 2_000;
 /// The port of the connection-rate server.
 const CONNECTION_PORT: u16 = 12_345;
+/// The small-packet flows: payload bytes and number of flows.
+const UDP_PAYLOAD: u32 = 64;
+const UDP_FLOWS: u32 = 4;
+/// The paced rate of the cost-per-packet run, all flows together: well below what every path
+/// carries, so the CPU time measured is the cost of the packets, not of a saturated path.
+const PACED_PACKETS_PER_S: u32 = 50_000;
 
-/// New TCP connections per second from `client` to `server_ip` (a Python listener in `server`
-/// accepting and closing), `runs` runs of [`CONNECTIONS`] connect-and-close each: what each
+/// The servers of one target pod: iperf3 (TCP and UDP), sockperf, and where measured the
+/// connection-rate listener. Stopped when dropped.
+struct Servers {
+    _children: Vec<Child>,
+}
+
+fn start_servers(server: &Netns, ip: Ipv4Addr, cpu: &str, connections: bool) -> Result<Servers> {
+    let ip = ip.to_string();
+    let mut children = vec![
+        server.spawn(
+            "iperf3",
+            "taskset",
+            &["-c", cpu, "iperf3", "-s", "-B", &ip],
+            None,
+        )?,
+        server.spawn(
+            "sockperf",
+            "taskset",
+            &[
+                "-c", cpu, "sockperf", "server", "--tcp", "-i", &ip, "-p", RR_PORT,
+            ],
+            None,
+        )?,
+    ];
+    if connections {
+        let listener = [
+            "import socket".to_string(),
+            "s = socket.socket()".into(),
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)".into(),
+            format!("s.bind(('{ip}', {CONNECTION_PORT}))"),
+            "s.listen(4096)".into(),
+            "while True:".into(),
+            "    c, _ = s.accept()".into(),
+            "    c.close()".into(),
+        ]
+        .join("\n");
+        children.push(server.spawn(
+            "python3",
+            "taskset",
+            &["-c", cpu, "python3", "-c", &listener],
+            None,
+        )?);
+    }
+    Ok(Servers {
+        _children: children,
+    })
+}
+
+/// One iperf3 TCP run: Gbit/s received.
+fn tcp_throughput(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<f64> {
+    let ip = path.server_ip.to_string();
+    let text = pinned(
+        path.client,
+        &cpus.client,
+        "iperf3",
+        &["-c", &ip, "-t", seconds, "-J"],
+    )?;
+    let report: Value = serde_json::from_str(&text).context("iperf3 -J output")?;
+    let bits = report["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 report without sum_received")?;
+    Ok(bits / 1e9)
+}
+
+/// One sockperf ping-pong run: the round trip's p50 and p99 in µs.
+fn request_response(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<(f64, f64)> {
+    let ip = path.server_ip.to_string();
+    let text = pinned(
+        path.client,
+        &cpus.client,
+        "sockperf",
+        &[
+            "ping-pong",
+            "--tcp",
+            "-i",
+            &ip,
+            "-p",
+            RR_PORT,
+            "-t",
+            seconds,
+            "-m",
+            "14",
+            "--full-rtt",
+        ],
+    )?;
+    let percentile = |which: &str| {
+        text.lines()
+            .find(|line| line.contains(&format!("percentile {which} =")))
+            .and_then(|line| line.rsplit('=').next()?.trim().parse::<f64>().ok())
+            .with_context(|| format!("sockperf printed no percentile {which}:\n{text}"))
+    };
+    Ok((percentile("50.000")?, percentile("99.000")?))
+}
+
+/// One small-packet run.
+struct UdpRun {
+    sent_per_s: f64,
+    delivered_per_s: f64,
+    delivered: f64,
+    /// The client's and the server's CPU time over the run (iperf3's own `getrusage` figures,
+    /// which include the softirq work done in their context: here the whole path), in ns.
+    cpu_ns: f64,
+}
+
+/// iperf3 UDP, [`UDP_FLOWS`] flows of [`UDP_PAYLOAD`]-byte datagrams, unpaced or at `paced`
+/// packets per second over all flows.
+fn udp_flows(path: &BenchPath, cpus: &Cpus, seconds: &str, paced: Option<u32>) -> Result<UdpRun> {
+    let ip = path.server_ip.to_string();
+    // iperf3 paces each stream at -b bits of payload per second; 0 is unpaced.
+    let bits_per_stream = paced.map_or(0, |rate| rate / UDP_FLOWS * UDP_PAYLOAD * 8);
+    let text = pinned(
+        path.client,
+        &cpus.client,
+        "iperf3",
+        &[
+            "-c",
+            &ip,
+            "-u",
+            "-b",
+            &bits_per_stream.to_string(),
+            "-l",
+            &UDP_PAYLOAD.to_string(),
+            "-P",
+            &UDP_FLOWS.to_string(),
+            "-t",
+            seconds,
+            "-J",
+        ],
+    )?;
+    let report: Value = serde_json::from_str(&text).context("iperf3 -J output")?;
+    let sum = &report["end"]["sum"];
+    let field = |name: &str| {
+        sum[name]
+            .as_f64()
+            .with_context(|| format!("iperf3 UDP report without end.sum.{name}:\n{text}"))
+    };
+    let (packets, lost, elapsed) = (field("packets")?, field("lost_packets")?, field("seconds")?);
+    anyhow::ensure!(elapsed > 0.0, "iperf3 reported a run of {elapsed} s");
+    let cpu = &report["end"]["cpu_utilization_percent"];
+    let percent = |name: &str| {
+        cpu[name]
+            .as_f64()
+            .with_context(|| format!("iperf3 report without cpu_utilization_percent.{name}"))
+    };
+    let cpu_percent = percent("host_total")? + percent("remote_total")?;
+    Ok(UdpRun {
+        sent_per_s: packets / elapsed,
+        delivered_per_s: (packets - lost) / elapsed,
+        delivered: packets - lost,
+        cpu_ns: cpu_percent / 100.0 * elapsed * 1e9,
+    })
+}
+
+/// The paced run: busy CPU and ovnbpf kernel time per delivered packet.
+fn cost_per_packet(
+    path: &BenchPath,
+    cpus: &Cpus,
+    seconds: &str,
+    kernel: &KernelTime,
+) -> Result<(f64, f64)> {
+    let before = kernel.sample()?;
+    let run = udp_flows(path, cpus, seconds, Some(PACED_PACKETS_PER_S))?;
+    let ebpf: RunTime = kernel.sample()?.since(before);
+    anyhow::ensure!(
+        run.delivered > 0.0,
+        "{}: no paced packet arrived",
+        path.name
+    );
+    Ok((
+        run.cpu_ns / run.delivered,
+        ebpf.nanoseconds as f64 / run.delivered,
+    ))
+}
+
+/// New TCP connections per second from the path's client (connect, then close with a reset,
+/// so no TIME_WAIT runs the client out of ports), [`CONNECTIONS`] of them: what each
 /// connection's setup costs on the path (conntrack commits, ACL walks of new connections).
-fn connection_rate(
-    client: &Netns,
-    server: &Netns,
-    server_ip: Ipv4Addr,
-    runs: u32,
-) -> Result<Vec<f64>> {
-    let ip = server_ip.to_string();
-    let listener = [
-        "import socket".to_string(),
-        "s = socket.socket()".into(),
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)".into(),
-        format!("s.bind(('{ip}', {CONNECTION_PORT}))"),
-        "s.listen(4096)".into(),
-        "while True:".into(),
-        "    c, _ = s.accept()".into(),
-        "    c.close()".into(),
-    ]
-    .join("\n");
-    let _server = server.spawn("python3", "python3", &["-c", &listener], None)?;
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    // Closed with a reset (linger 0), so the client keeps no TIME_WAIT and never runs out of
-    // ports.
+fn connection_rate(path: &BenchPath, cpus: &Cpus) -> Result<f64> {
+    let ip = path.server_ip;
     let dialer = [
         "import socket, struct, time".to_string(),
         "start = time.monotonic()".into(),
@@ -195,33 +394,28 @@ fn connection_rate(
         format!("print({CONNECTIONS} / (time.monotonic() - start))"),
     ]
     .join("\n");
-    let mut results = Vec::new();
-    for _ in 0..runs {
-        let text = client.exec("python3", &["-c", &dialer])?;
-        results.push(
-            text.trim()
-                .parse::<f64>()
-                .with_context(|| format!("the dialer printed {text:?}"))?,
-        );
-    }
-    Ok(results)
+    let text = pinned(path.client, &cpus.client, "python3", &["-c", &dialer])?;
+    text.trim()
+        .parse::<f64>()
+        .with_context(|| format!("the dialer printed {text:?}"))
 }
 
 /// The NetworkPolicy of path (j) on the pod with port `port` (namespace `bench`): one ingress
 /// rule whose peer is an address set of 1000 addresses (`peer` among them) and 100 ports, so 100
-/// allow-related ACLs, the ones the bench's tools use (iperf3, sockperf, the connection-rate
-/// server) last: every packet of a connection walks past the other 97.
+/// allow-related ACLs, the ones the bench's tools use (iperf3 over TCP and UDP, sockperf, the
+/// connection-rate server) last: every packet of a connection walks past the other 96.
 fn hundred_acls(port: &str, peer: Ipv4Addr) -> Topology {
     let mut addresses: Vec<String> = (0..999u32)
         .map(|i| Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 200, 0, 0)) + i).to_string())
         .collect();
     addresses.push(peer.to_string());
     let allow: Vec<&str> = addresses.iter().map(String::as_str).collect();
-    let mut ports: Vec<PolicyPort> = (0..97u16)
+    let mut ports: Vec<PolicyPort> = (0..96u16)
         .map(|i| PolicyPort::Port("tcp", 20_000 + i))
         .collect();
     ports.extend([
         PolicyPort::Port("tcp", 5201),
+        PolicyPort::Port("udp", 5201),
         PolicyPort::Port("tcp", 11111),
         PolicyPort::Port("tcp", CONNECTION_PORT),
     ]);
@@ -240,282 +434,436 @@ fn hundred_acls(port: &str, peer: Ipv4Addr) -> Topology {
     topology
 }
 
-/// (a) Two namespaces joined by one veth pair.
-fn raw(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
-    let left = Netns::create(&format!("{prefix}-raw1"))?;
-    let right = Netns::create(&format!("{prefix}-raw2"))?;
-    left.veth_to("eth0", "eth0", &right)?;
-    for (netns, address) in [(&left, "10.99.0.1/24"), (&right, "10.99.0.2/24")] {
-        netns.ip(&["addr", "add", address, "dev", "eth0"])?;
-        netns.ip(&["link", "set", "eth0", "up"])?;
-    }
-    measure(
-        "raw veth",
-        &left,
-        &right,
-        Ipv4Addr::new(10, 99, 0, 2),
-        runs,
-        seconds,
-    )
+/// (a): two namespaces joined by one veth pair.
+struct RawPair {
+    left: Netns,
+    right: Netns,
 }
 
-/// (b) Pods behind veths on two nodes; the nodes route the pod subnets to each other.
-fn routed(prefix: &str, runs: u32, seconds: u32) -> Result<PathResult> {
-    let mut underlay = Underlay::create(&format!("{prefix}r"))?;
-    let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
-    let mut pods = Vec::new();
-    for (index, node) in nodes.iter().enumerate() {
-        let subnet = index + 1;
-        let pod = node.add_pod(&PodSpec {
-            name: "pod",
-            host_interface: "pod_h",
-            mac: None,
-            address: Some(&format!("10.1.{subnet}.2/24")),
-            gateway: Some(Ipv4Addr::new(10, 1, subnet as u8, 1)),
-            mtu: Some(1442),
-        })?;
-        node.netns().ip(&[
-            "addr",
-            "add",
-            &format!("10.1.{subnet}.1/24"),
-            "dev",
-            "pod_h",
-        ])?;
-        node.netns()
-            .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
-        pods.push(pod);
+impl RawPair {
+    fn create(prefix: &str) -> Result<RawPair> {
+        let left = Netns::create(&format!("{prefix}-raw1"))?;
+        let right = Netns::create(&format!("{prefix}-raw2"))?;
+        left.veth_to("eth0", "eth0", &right)?;
+        for (netns, address) in [(&left, "10.99.0.1/24"), (&right, "10.99.0.2/24")] {
+            netns.ip(&["addr", "add", address, "dev", "eth0"])?;
+            netns.ip(&["link", "set", "eth0", "up"])?;
+        }
+        Ok(RawPair { left, right })
     }
-    for (index, node) in nodes.iter().enumerate() {
-        let other = &nodes[1 - index];
-        let subnet = format!("10.1.{}.0/24", 2 - index);
-        node.netns()
-            .ip(&["route", "add", &subnet, "via", &other.ip().to_string()])?;
+
+    fn path(&self) -> BenchPath<'_> {
+        BenchPath {
+            letter: 'a',
+            name: "(a) raw veth",
+            client: &self.left,
+            server: &self.right,
+            server_ip: Ipv4Addr::new(10, 99, 0, 2),
+        }
     }
-    measure(
-        "kernel routing",
-        pods[0].netns(),
-        pods[1].netns(),
-        Ipv4Addr::new(10, 1, 2, 2),
-        runs,
-        seconds,
-    )
 }
 
-/// (c) ovnbpf: a subnet of one VPC, one pod per node, one agent per node.
-/// (c) ovnbpf, and its routed variants in the same setup: (d) two subnets of one VPC,
-/// (e) two peered VPCs; every pair crosses the nodes (the sender on node1).
-fn ovnbpf(
-    prefix: &str,
-    agent: &Path,
-    (runs, seconds): (u32, u32),
-    paths: &str,
-) -> Result<Vec<PathResult>> {
-    let lab = OvnLab::start()?;
-    let mut underlay = Underlay::create(&format!("{prefix}o"))?;
-    let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
-    let mut topology = Topology::new();
-    // The default VPC as kube-ovn-controller builds it: two subnets, each node's join port and
-    // policies (30000 to its InternalIP, 29000 from its pods of each subnet).
-    topology
-        .default_vpc()?
-        .subnet(DEFAULT_VPC, "subnet-x", "10.17.0.0/16")?;
-    for (index, node) in nodes.iter().enumerate() {
-        let name = ["node1", "node2"][index];
-        let join_ip = Ipv4Addr::new(100, 64, 0, 2 + index as u8);
+/// (b): pods behind veths on two nodes; the nodes route the pod subnets to each other.
+/// (Fields drop in order: pods, then nodes, then their underlay.)
+struct RoutedPair {
+    pods: Vec<Pod>,
+    _nodes: [Node; 2],
+    _underlay: Underlay,
+}
+
+impl RoutedPair {
+    fn create(prefix: &str) -> Result<RoutedPair> {
+        let mut underlay = Underlay::create(&format!("{prefix}r"))?;
+        let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let mut pods = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            let subnet = index + 1;
+            let pod = node.add_pod(&PodSpec {
+                name: "pod",
+                host_interface: "pod_h",
+                mac: None,
+                address: Some(&format!("10.1.{subnet}.2/24")),
+                gateway: Some(Ipv4Addr::new(10, 1, subnet as u8, 1)),
+                mtu: Some(1442),
+            })?;
+            node.netns().ip(&[
+                "addr",
+                "add",
+                &format!("10.1.{subnet}.1/24"),
+                "dev",
+                "pod_h",
+            ])?;
+            node.netns()
+                .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+            pods.push(pod);
+        }
+        for (index, node) in nodes.iter().enumerate() {
+            let other = &nodes[1 - index];
+            let subnet = format!("10.1.{}.0/24", 2 - index);
+            node.netns()
+                .ip(&["route", "add", &subnet, "via", &other.ip().to_string()])?;
+        }
+        Ok(RoutedPair {
+            pods,
+            _nodes: nodes,
+            _underlay: underlay,
+        })
+    }
+
+    fn path(&self) -> BenchPath<'_> {
+        BenchPath {
+            letter: 'b',
+            name: "(b) kernel routing",
+            client: self.pods[0].netns(),
+            server: self.pods[1].netns(),
+            server_ip: Ipv4Addr::new(10, 1, 2, 2),
+        }
+    }
+}
+
+/// A pod of the ovnbpf fixture: name, subnet, address, gateway, node index.
+type PodPlan = (&'static str, &'static str, Ipv4Addr, Ipv4Addr, usize);
+
+const fn ip(a: u8, b: u8, c: u8, d: u8) -> Ipv4Addr {
+    Ipv4Addr::new(a, b, c, d)
+}
+
+/// The ovnbpf fixture's pods.
+const PLAN: [PodPlan; 10] = [
+    ("p1", "subnet-a", ip(10, 0, 1, 2), ip(10, 0, 1, 1), 0),
+    ("p2", "subnet-a", ip(10, 0, 1, 3), ip(10, 0, 1, 1), 1),
+    ("p3", "subnet-a2", ip(10, 0, 2, 3), ip(10, 0, 2, 1), 1),
+    ("p4", "subnet-b", ip(10, 1, 1, 3), ip(10, 1, 1, 1), 1),
+    // The underlay pair: VLAN 100 through a physical switch, no Geneve.
+    ("p5", "subnet-u", ip(10, 100, 0, 2), ip(10, 100, 0, 1), 0),
+    ("p6", "subnet-u", ip(10, 100, 0, 3), ip(10, 100, 0, 1), 1),
+    // The default VPC's pair, across its two subnets.
+    ("p7", "ovn-default", ip(10, 16, 0, 2), ip(10, 16, 0, 1), 0),
+    ("p8", "subnet-x", ip(10, 17, 0, 3), ip(10, 17, 0, 1), 1),
+    // (j)'s pair, on a switch of its own: its ACLs give that switch conntrack.
+    ("pj1", "subnet-j", ip(10, 3, 1, 2), ip(10, 3, 1, 1), 0),
+    ("pj2", "subnet-j", ip(10, 3, 1, 3), ip(10, 3, 1, 1), 1),
+];
+
+/// The ovnbpf paths: letter, name, client pod (`None`: node1's own namespace), server pod.
+const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 7] = [
+    ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
+    ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
+    ('e', "(e) ovnbpf routed, peering", Some(0), 3),
+    ('f', "(f) ovnbpf underlay VLAN", Some(4), 5),
+    ('h', "(h) ovnbpf default VPC", Some(6), 7),
+    // From node1's own namespace (no pod): kubelet's probe path through ovn0.
+    ('i', "(i) ovnbpf node to pod", None, 7),
+    ('j', "(j) ovnbpf L2, 100 ACLs", Some(8), 9),
+];
+
+/// (c)–(j): one OVN lab, two nodes, one agent each, every pair of [`PLAN`] plugged. Dropping it
+/// stops the agents first, then removes pins, pods, switch, nodes and the lab.
+struct OvnbpfNodes {
+    agents: Vec<Child>,
+    bpffs: BpfMount,
+    pods: Vec<Pod>,
+    _physical: PhysicalSwitch,
+    nodes: [Node; 2],
+    _underlay: Underlay,
+    lab: OvnLab,
+}
+
+impl Drop for OvnbpfNodes {
+    fn drop(&mut self) {
+        stop_agents(std::mem::take(&mut self.agents));
+    }
+}
+
+impl OvnbpfNodes {
+    fn create(prefix: &str, agent: &Path) -> Result<OvnbpfNodes> {
+        let lab = OvnLab::start()?;
+        let mut underlay = Underlay::create(&format!("{prefix}o"))?;
+        let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let mut topology = Topology::new();
+        // The default VPC as kube-ovn-controller builds it: two subnets, each node's join port
+        // and policies (30000 to its InternalIP, 29000 from its pods of each subnet).
         topology
-            .node_port(name, &mac_for(&format!("node-{name}")), join_ip)
-            .node_policy(node.ip(), join_ip)
-            .distributed_gateway("ovn-default", name, join_ip)
-            .distributed_gateway("subnet-x", name, join_ip);
-    }
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?
-        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")?
-        .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")?
-        .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
-        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
-        // Back to both of vpc-a's subnets: one /16 would lose to the source route Kube-OVN gives
-        // subnet-b (10.1.1.0/24 via its gateway, priority 72 over the /16's 49), as on real OVN.
-        .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1))
-        .static_route("vpc-b", "10.0.2.0/24", Ipv4Addr::new(10, 0, 255, 1))
-        .vpc_with_subnet("vpc-u", "subnet-u", "10.100.0.0/24")?
-        .localnet("subnet-u", "physnet1", 100);
-    // (pod, subnet, address, gateway, node index)
-    let plan = [
-        (
-            "p1",
-            "subnet-a",
-            Ipv4Addr::new(10, 0, 1, 2),
-            Ipv4Addr::new(10, 0, 1, 1),
-            0,
-        ),
-        (
-            "p2",
-            "subnet-a",
-            Ipv4Addr::new(10, 0, 1, 3),
-            Ipv4Addr::new(10, 0, 1, 1),
-            1,
-        ),
-        (
-            "p3",
-            "subnet-a2",
-            Ipv4Addr::new(10, 0, 2, 3),
-            Ipv4Addr::new(10, 0, 2, 1),
-            1,
-        ),
-        (
-            "p4",
-            "subnet-b",
-            Ipv4Addr::new(10, 1, 1, 3),
-            Ipv4Addr::new(10, 1, 1, 1),
-            1,
-        ),
-        // The underlay pair: VLAN 100 through a physical switch, no Geneve.
-        (
-            "p5",
-            "subnet-u",
-            Ipv4Addr::new(10, 100, 0, 2),
-            Ipv4Addr::new(10, 100, 0, 1),
-            0,
-        ),
-        (
-            "p6",
-            "subnet-u",
-            Ipv4Addr::new(10, 100, 0, 3),
-            Ipv4Addr::new(10, 100, 0, 1),
-            1,
-        ),
-        // The default VPC's pair, across its two subnets.
-        (
-            "p7",
-            "ovn-default",
-            Ipv4Addr::new(10, 16, 0, 2),
-            Ipv4Addr::new(10, 16, 0, 1),
-            0,
-        ),
-        (
-            "p8",
-            "subnet-x",
-            Ipv4Addr::new(10, 17, 0, 3),
-            Ipv4Addr::new(10, 17, 0, 1),
-            1,
-        ),
-    ];
-    for (name, subnet, ip, _, node) in plan {
-        topology.pod(subnet, name, "bench", &mac_for(name), ip);
-        if matches!(subnet, "ovn-default" | "subnet-x") {
-            topology.pod_on_node(subnet, name, "bench", ["node1", "node2"][node]);
+            .default_vpc()?
+            .subnet(DEFAULT_VPC, "subnet-x", "10.17.0.0/16")?;
+        for (index, node) in nodes.iter().enumerate() {
+            let name = ["node1", "node2"][index];
+            let join_ip = Ipv4Addr::new(100, 64, 0, 2 + index as u8);
+            topology
+                .node_port(name, &mac_for(&format!("node-{name}")), join_ip)
+                .node_policy(node.ip(), join_ip)
+                .distributed_gateway("ovn-default", name, join_ip)
+                .distributed_gateway("subnet-x", name, join_ip);
         }
-    }
-    topology.apply(&lab)?;
-    let physical = PhysicalSwitch::create(&format!("{prefix}o"))?;
-    for node in &nodes {
-        physical.add_trunk(node, "eth1")?;
-    }
-    let mut pods = Vec::new();
-    let mut local_ports: [Vec<String>; 2] = [Vec::new(), Vec::new()];
-    for (name, subnet, ip, gateway, node) in plan {
-        let host = format!("{name}_h");
-        pods.push(nodes[node].add_pod(&PodSpec {
-            name,
-            host_interface: &host,
-            mac: Some(&mac_for(name)),
-            address: Some(&format!(
-                "{ip}/{}",
-                if matches!(subnet, "ovn-default" | "subnet-x") {
-                    16
-                } else {
-                    24
-                }
-            )),
-            gateway: Some(gateway),
-            // Geneve costs 58 bytes; the underlay carries full frames.
-            mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
-        })?);
-        local_ports[node].push(format!("{name}.bench={host}"));
-    }
-    let bpffs = BpfMount::create()?;
-    let mut agents = Vec::new();
-    for ((node, chassis), ports) in nodes.iter().zip(["node1", "node2"]).zip(local_ports) {
-        let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
-        let spec = AgentSpec {
-            chassis,
-            node,
-            local_ports: ports,
-            pin_root: Some(bpffs.path().join(chassis)),
-            cni_dir: None,
-            // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
-            extra_args: vec![
-                "--bridge-mappings".into(),
-                "physnet1:eth1".into(),
-                "--pod-mtu".into(),
-                "1442".into(),
-            ],
+        topology
+            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?
+            .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")?
+            .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")?
+            .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
+            .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
+            // Back to both of vpc-a's subnets: one /16 would lose to the source route Kube-OVN
+            // gives subnet-b (10.1.1.0/24 via its gateway, priority 72 over the /16's 49), as on
+            // real OVN.
+            .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1))
+            .static_route("vpc-b", "10.0.2.0/24", Ipv4Addr::new(10, 0, 255, 1))
+            .vpc_with_subnet("vpc-u", "subnet-u", "10.100.0.0/24")?
+            .localnet("subnet-u", "physnet1", 100)
+            .vpc_with_subnet("vpc-j", "subnet-j", "10.3.1.0/24")?;
+        for (name, subnet, ip, _, node) in PLAN {
+            topology.pod(subnet, name, "bench", &mac_for(name), ip);
+            if matches!(subnet, "ovn-default" | "subnet-x") {
+                topology.pod_on_node(subnet, name, "bench", ["node1", "node2"][node]);
+            }
+        }
+        topology.apply(&lab)?;
+        hundred_acls("pj2.bench", PLAN[8].2).apply(&lab)?;
+        let physical = PhysicalSwitch::create(&format!("{prefix}o"))?;
+        for node in &nodes {
+            physical.add_trunk(node, "eth1")?;
+        }
+        let mut pods = Vec::new();
+        let mut local_ports: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+        for (name, subnet, ip, gateway, node) in PLAN {
+            let host = format!("{name}_h");
+            let default_vpc = matches!(subnet, "ovn-default" | "subnet-x");
+            pods.push(nodes[node].add_pod(&PodSpec {
+                name,
+                host_interface: &host,
+                mac: Some(&mac_for(name)),
+                address: Some(&format!("{ip}/{}", if default_vpc { 16 } else { 24 })),
+                gateway: Some(gateway),
+                // Geneve costs 58 bytes; the underlay carries full frames.
+                mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
+            })?);
+            local_ports[node].push(format!("{name}.bench={host}"));
+        }
+        let bpffs = BpfMount::create()?;
+        let mut fixture = OvnbpfNodes {
+            agents: Vec::new(),
+            bpffs,
+            pods,
+            _physical: physical,
+            nodes,
+            _underlay: underlay,
+            lab,
         };
-        agents.push(spec.spawn(&lab, agent, log)?);
+        for (index, (chassis, ports)) in ["node1", "node2"].into_iter().zip(local_ports).enumerate()
+        {
+            let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
+            let spec = AgentSpec {
+                chassis,
+                node: &fixture.nodes[index],
+                local_ports: ports,
+                pin_root: Some(fixture.bpffs.path().join(chassis)),
+                cni_dir: None,
+                // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
+                extra_args: vec![
+                    "--bridge-mappings".into(),
+                    "physnet1:eth1".into(),
+                    "--pod-mtu".into(),
+                    "1442".into(),
+                ],
+            };
+            let child = spec.spawn(&fixture.lab, agent, log)?;
+            fixture.agents.push(child);
+        }
+        // The pods and both nodes' join ports (their ovn0, for (i)).
+        wait_all_up(&fixture.lab, PLAN.len() + 2, &fixture.agents)?;
+        Ok(fixture)
     }
-    // The pods and both nodes' join ports (their ovn0, for (i)).
-    wait_all_up(&lab, plan.len() + nodes.len(), &agents)?;
-    let mut results = Vec::new();
-    for (letter, name, source, target) in [
-        ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
-        ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
-        ('e', "(e) ovnbpf routed, peering", Some(0), 3),
-        ('f', "(f) ovnbpf underlay VLAN", Some(4), 5),
-        ('h', "(h) ovnbpf default VPC", Some(6), 7),
-        // From node1's own namespace (no pod): kubelet's probe path through ovn0.
-        ('i', "(i) ovnbpf node to pod", None, 7),
-    ] {
-        if !paths.contains(letter) {
+
+    fn paths(&self, letters: &str) -> Vec<BenchPath<'_>> {
+        OVNBPF_PATHS
+            .iter()
+            .filter(|(letter, ..)| letters.contains(*letter))
+            .map(|&(letter, name, client, server)| BenchPath {
+                letter,
+                name,
+                client: client.map_or(self.nodes[0].netns(), |pod| self.pods[pod].netns()),
+                server: self.pods[server].netns(),
+                server_ip: PLAN[server].2,
+            })
+            .collect()
+    }
+}
+
+/// Every path's samples, per metric, one per repetition.
+type Samples = BTreeMap<Metric, Vec<f64>>;
+
+/// Measures every path `runs` times, interleaved: in each repetition, each measure over every
+/// path (starting one path later than the repetition before).
+fn measure_interleaved(paths: &[BenchPath], runs: u32, seconds: u32) -> Result<Vec<Samples>> {
+    let cpus = Cpus::of_host();
+    let seconds = seconds.to_string();
+    // One set of servers per target (two paths may share one, as (h) and (i)).
+    let mut servers = Vec::new();
+    let mut started: Vec<(String, Ipv4Addr)> = Vec::new();
+    for path in paths {
+        let target = (path.server.name().to_string(), path.server_ip);
+        if !started.contains(&target) {
+            let connections = paths.iter().any(|other| {
+                other.measures_connections()
+                    && other.server.name() == path.server.name()
+                    && other.server_ip == path.server_ip
+            });
+            servers.push(start_servers(
+                path.server,
+                path.server_ip,
+                &cpus.server,
+                connections,
+            )?);
+            started.push(target);
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let kernel = KernelTime::enable()?;
+    let mut samples: Vec<Samples> = paths.iter().map(|_| Samples::new()).collect();
+    let mut record = |index: usize, metric: Metric, value: f64| {
+        samples[index].entry(metric).or_default().push(value);
+    };
+    for repetition in 0..runs as usize {
+        println!("== bench datapath: repetition {} of {runs}", repetition + 1);
+        let order: Vec<usize> = (0..paths.len())
+            .map(|i| (i + repetition) % paths.len())
+            .collect();
+        for &i in &order {
+            record(
+                i,
+                Metric::TcpGbits,
+                tcp_throughput(&paths[i], &cpus, &seconds)?,
+            );
+        }
+        for &i in &order {
+            let (p50, p99) = request_response(&paths[i], &cpus, &seconds)?;
+            record(i, Metric::RrP50, p50);
+            record(i, Metric::RrP99, p99);
+        }
+        for &i in &order {
+            let run = udp_flows(&paths[i], &cpus, &seconds, None)?;
+            record(i, Metric::UdpSentPps, run.sent_per_s);
+            record(i, Metric::UdpDeliveredPps, run.delivered_per_s);
+        }
+        for &i in &order {
+            let (cpu, ebpf) = cost_per_packet(&paths[i], &cpus, &seconds, &kernel)?;
+            record(i, Metric::CpuNsPerPacket, cpu);
+            if paths[i].is_ovnbpf() {
+                record(i, Metric::EbpfNsPerPacket, ebpf);
+            }
+        }
+        for &i in order.iter().filter(|&&i| paths[i].measures_connections()) {
+            record(
+                i,
+                Metric::ConnectionsPerS,
+                connection_rate(&paths[i], &cpus)?,
+            );
+        }
+    }
+    drop(servers);
+    Ok(samples)
+}
+
+/// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
+/// ovnbpf paths against each other, with the goals the README states.
+fn comparisons(letters: &str) -> Vec<(char, char)> {
+    let mut pairs: Vec<(char, char)> = "cdefhij"
+        .chars()
+        .flat_map(|x| [(x, 'a'), (x, 'b')])
+        .collect();
+    pairs.extend([
+        ('d', 'c'),
+        ('e', 'c'),
+        ('f', 'c'),
+        ('h', 'd'),
+        ('i', 'h'),
+        ('j', 'c'),
+    ]);
+    pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
+    pairs
+}
+
+/// Per repetition `x[r] / y[r]`, over the repetitions both measured.
+fn ratios(x: &[f64], y: &[f64]) -> Vec<f64> {
+    x.iter()
+        .zip(y)
+        .filter(|(_, under)| **under > 0.0)
+        .map(|(over, under)| over / under)
+        .collect()
+}
+
+fn spread_json(values: &[f64]) -> Value {
+    match Spread::of(values) {
+        Some(s) => {
+            json!({"median": s.median, "min": s.min, "max": s.max, "per_repetition": values})
+        }
+        None => Value::Null,
+    }
+}
+
+/// Prints the per-path table and the ratio table; returns their JSON.
+fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value> {
+    print!("\n{:<28}", "path (median ±half-range %)");
+    for metric in Metric::ALL {
+        print!(" {:>16}", metric.heading());
+    }
+    println!();
+    let mut json_results = Vec::new();
+    for (path, samples) in paths.iter().zip(samples) {
+        print!("{:<28}", path.name);
+        let mut medians = serde_json::Map::new();
+        for metric in Metric::ALL {
+            match samples.get(&metric).and_then(|values| Spread::of(values)) {
+                Some(s) => {
+                    let half_range = 50.0 * (s.max - s.min) / s.median.abs().max(f64::MIN_POSITIVE);
+                    print!(" {:>10.1} ±{:>3.0}%", metric.shown(s.median), half_range);
+                    medians.insert(metric.key().into(), json!(s.median));
+                }
+                None => print!(" {:>16}", "—"),
+            }
+        }
+        println!();
+        let per_run: serde_json::Map<String, Value> = samples
+            .iter()
+            .map(|(metric, values)| (metric.key().to_string(), json!(values)))
+            .collect();
+        json_results.push(json!({"path": path.name, "letter": path.letter.to_string(),
+                                 "samples": per_run, "median": medians}));
+    }
+    let index = |letter: char| paths.iter().position(|p| p.letter == letter);
+    print!("\n{:<8}", "ratio");
+    for metric in Metric::COMPARED {
+        print!(" {:>18}", metric.heading());
+    }
+    println!(
+        "\n{:<8} (median of the per-repetition ratios [min-max])",
+        ""
+    );
+    for (x, y) in comparisons(letters) {
+        let (Some(over), Some(under)) = (index(x), index(y)) else {
             continue;
-        }
-        let client = source.map_or(nodes[0].netns(), |source| pods[source].netns());
-        match measure(
-            name,
-            client,
-            pods[target].netns(),
-            plan[target].2,
-            runs,
-            seconds,
-        ) {
-            Ok(result) => results.push(result),
-            Err(error) => {
-                stop_agents(agents);
-                return Err(error);
+        };
+        let label = format!("{x}/{y}");
+        print!("{label:<8}");
+        let mut metrics = serde_json::Map::new();
+        for metric in Metric::COMPARED {
+            let values = match (samples[over].get(&metric), samples[under].get(&metric)) {
+                (Some(over), Some(under)) => ratios(over, under),
+                _ => Vec::new(),
+            };
+            match Spread::of(&values) {
+                Some(s) => {
+                    print!(" {:>6.2} [{:.2}-{:.2}]", s.median, s.min, s.max);
+                    metrics.insert(metric.key().into(), spread_json(&values));
+                }
+                None => print!(" {:>18}", "—"),
             }
         }
+        println!();
+        json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
-    // (c)'s pair again with conntrack and 100 ACLs on the receiver, and both paths' connection
-    // rates, measured one after the other in this run.
-    if paths.contains('j') {
-        let outcome = (|| -> Result<()> {
-            let (client, server, server_ip) = (pods[0].netns(), pods[1].netns(), plan[1].2);
-            let plain = connection_rate(client, server, server_ip, runs)?;
-            if let Some(c) = results.iter_mut().find(|r| r.name.starts_with("(c)")) {
-                c.connections_per_s = plain;
-            }
-            hundred_acls("p2.bench", plan[0].2).apply(&lab)?;
-            // The agents install the policy; then only its allowed ports pass.
-            std::thread::sleep(std::time::Duration::from_secs(2));
-            let mut result = measure(
-                "(j) ovnbpf L2, 100 ACLs",
-                client,
-                server,
-                server_ip,
-                runs,
-                seconds,
-            )?;
-            result.connections_per_s = connection_rate(client, server, server_ip, runs)?;
-            results.push(result);
-            Ok(())
-        })();
-        if let Err(error) = outcome {
-            stop_agents(agents);
-            return Err(error);
-        }
-    }
-    stop_agents(agents);
-    Ok(results)
+    println!(
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1"
+    );
+    json_results
 }
 
 /// (g): the broadcast cost measured by the `flood_cost` driver, and `ovnbpf-agent verify`'s
@@ -583,9 +931,13 @@ fn print_broadcast(result: &Value) {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let runs: u32 = option(args, "--runs").unwrap_or("3").parse()?;
-    let seconds: u32 = option(args, "--seconds").unwrap_or("5").parse()?;
+    let runs: u32 = option(args, "--runs").unwrap_or("5").parse()?;
+    let seconds: u32 = option(args, "--seconds").unwrap_or("3").parse()?;
     let flood_runs: u32 = option(args, "--flood-runs").unwrap_or("5000").parse()?;
+    anyhow::ensure!(
+        runs > 0 && seconds > 0,
+        "--runs and --seconds take numbers above 0"
+    );
     println!("== bench datapath: building the agent");
     let agent = cmd::build_binaries(cmd::Profile::Debug)?.agent;
     if args.iter().any(|a| a == "--broadcast-only") {
@@ -594,117 +946,42 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–g (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–j (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let paths = option(args, "--paths").unwrap_or("abcdefghij");
-    if let Some(bad) = paths.chars().find(|c| !"abcdefghij".contains(*c)) {
+    let letters = option(args, "--paths").unwrap_or("abcdefghij");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghij".contains(*c)) {
         anyhow::bail!("--paths takes letters a to j, not {bad:?}");
     }
-    let mut results = Vec::new();
-    if paths.contains('a') {
-        results.push(raw(&prefix, runs, seconds)?);
+    println!("== bench datapath: setting up every path");
+    let raw = letters
+        .contains('a')
+        .then(|| RawPair::create(&prefix))
+        .transpose()?;
+    let routed = letters
+        .contains('b')
+        .then(|| RoutedPair::create(&prefix))
+        .transpose()?;
+    let ovnbpf = letters
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j'])
+        .then(|| OvnbpfNodes::create(&prefix, &agent))
+        .transpose()?;
+    let mut paths: Vec<BenchPath> = Vec::new();
+    paths.extend(raw.as_ref().map(RawPair::path));
+    paths.extend(routed.as_ref().map(RoutedPair::path));
+    if let Some(ovnbpf) = &ovnbpf {
+        paths.extend(ovnbpf.paths(letters));
     }
-    if paths.contains('b') {
-        results.push(routed(&prefix, runs, seconds)?);
+    let mut json_results = Vec::new();
+    if !paths.is_empty() {
+        let samples = measure_interleaved(&paths, runs, seconds)?;
+        json_results.push(json!({"repetitions": runs, "seconds": seconds,
+            "paced_packets_per_s": PACED_PACKETS_PER_S, "udp_payload": UDP_PAYLOAD,
+            "udp_flows": UDP_FLOWS}));
+        json_results.extend(report(&paths, &samples, letters));
     }
-    if paths.contains(['c', 'd', 'e', 'f', 'h', 'i', 'j']) {
-        results.extend(ovnbpf(&prefix, &agent, (runs, seconds), paths)?);
-    }
-    println!(
-        "\n{:<26} {:>22} {:>10} {:>10}",
-        "path", "TCP Gbit/s med [min-max]", "RR p50 µs", "RR p99 µs"
-    );
-    for r in &results {
-        let min = r.gbits.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = r.gbits.iter().copied().fold(0.0, f64::max);
-        println!(
-            "{:<26} {:>9.2} [{:.2}-{:.2}] {:>10.1} {:>10.1}",
-            r.name,
-            r.gbit_median(),
-            min,
-            max,
-            r.rtt(false),
-            r.rtt(true)
-        );
-    }
-    let ratio = |x: &PathResult, y: &PathResult| x.gbit_median() / y.gbit_median();
-    let path = |prefix: &str| results.iter().find(|r| r.name.starts_with(prefix));
-    if let (Some(a), Some(b), Some(c)) = (path("raw"), path("kernel"), path("(c)")) {
-        println!(
-            "\nthroughput c/a {:.2}, c/b {:.2} (target c/b ≥ 0.8); TCP RR p99 c/a {:.2}, c/b {:.2} (target c/b ≤ 1.2); p50 c/a {:.2}, c/b {:.2}",
-            ratio(c, a),
-            ratio(c, b),
-            c.rtt(true) / a.rtt(true),
-            c.rtt(true) / b.rtt(true),
-            c.rtt(false) / a.rtt(false),
-            c.rtt(false) / b.rtt(false),
-        );
-    }
-    for other in results.iter().filter(|r| {
-        ["(d)", "(e)", "(f)"]
-            .iter()
-            .any(|letter| r.name.starts_with(letter))
-    }) {
-        if let Some(c) = path("(c)") {
-            println!(
-                "{} / (c): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2}",
-                other.name,
-                ratio(other, c),
-                other.rtt(true) / c.rtt(true),
-                other.rtt(false) / c.rtt(false),
-            );
-        }
-        if let Some(a) = path("raw") {
-            println!(
-                "{} / (a) raw: throughput {:.2}",
-                other.name,
-                ratio(other, a)
-            );
-        }
-    }
-    // The default VPC's pair next to a custom VPC's (goal ≥ 0.95), and the probe path next to
-    // the pods' (same target pod, same run).
-    for (over, under, what) in [
-        ("(h)", "(d)", "default VPC / custom VPC routed"),
-        ("(i)", "(h)", "node → pod / pod → pod"),
-        (
-            "(j)",
-            "(c)",
-            "100 ACLs and conntrack / none (goal ≥ 0.9, p50 ≤ 1.1)",
-        ),
-    ] {
-        if let (Some(x), Some(y)) = (path(over), path(under)) {
-            println!(
-                "{what} ({over}/{under}): throughput {:.2}, TCP RR p99 {:.2}, p50 {:.2}",
-                ratio(x, y),
-                x.rtt(true) / y.rtt(true),
-                x.rtt(false) / y.rtt(false),
-            );
-        }
-    }
-    if let (Some(j), Some(c)) = (path("(j)"), path("(c)"))
-        && !j.connections_per_s.is_empty()
-        && !c.connections_per_s.is_empty()
-    {
-        let (with, without) = (
-            median(j.connections_per_s.clone()),
-            median(c.connections_per_s.clone()),
-        );
-        println!(
-            "new TCP connections/s: {with:.0} through 100 ACLs and conntrack, {without:.0} without (ratio {:.2})",
-            with / without
-        );
-    }
-    let mut json_results: Vec<Value> = results
-        .iter()
-        .map(|r| {
-            json!({"path": r.name, "gbit_per_s": r.gbits, "gbit_median": r.gbit_median(),
-                   "tcp_rr_us_per_run": r.rtt_us.iter().map(|(p50, p99)| json!({"p50": p50, "p99": p99})).collect::<Vec<_>>(),
-                   "tcp_rr_p50_us": r.rtt(false), "tcp_rr_p99_us": r.rtt(true),
-                   "connections_per_s": r.connections_per_s})
-        })
-        .collect();
-    if paths.contains('g') {
+    drop(paths);
+    drop((ovnbpf, routed, raw));
+    if letters.contains('g') {
         let broadcast = broadcast(&agent, flood_runs)?;
         print_broadcast(&broadcast);
         json_results.push(json!({"path": "(g) broadcast", "broadcast": broadcast}));
