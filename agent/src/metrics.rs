@@ -351,6 +351,25 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {value}");
     }
+    // Known once the agent swept its connection table.
+    if let Some(table) = report.connections {
+        for (name, help, value) in [
+            (
+                "ovnbpf_conntrack_entries",
+                "Connections live in the datapath's connection table at its last sweep (every \
+                 few seconds). Near the capacity, new connections evict the least recently used.",
+                table.live,
+            ),
+            (
+                "ovnbpf_conntrack_capacity",
+                "Connections the datapath's connection table holds.",
+                table.capacity,
+            ),
+        ] {
+            family(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
     // (name, label, help, counts by the label's value).
     let named_counters: [NamedCounters<'_>; 5] = [
         (
@@ -544,6 +563,10 @@ mod tests {
             acl_logged: vec![("drop", 3), ("lost", 0)],
             conntrack: vec![("inserted", 9), ("insert_failed", 0)],
             acl_verdict_cache: vec![("hit", 7), ("miss", 2)],
+            connections: Some(crate::daemon::ports::ConnectionTable {
+                live: 11,
+                capacity: 262_144,
+            }),
             stats: crate::daemon::DaemonStats {
                 transactions: 4,
                 failed_transactions: 1,
@@ -599,6 +622,9 @@ mod tests {
             r#"ovnbpf_conntrack_commits_total{event="inserted"} 9"#,
             r#"ovnbpf_acl_verdict_cache_total{result="miss"} 2"#,
             r#"ovnbpf_acl_logged_total{verdict="lost"} 0"#,
+            "# TYPE ovnbpf_conntrack_entries gauge",
+            "ovnbpf_conntrack_entries 11",
+            "ovnbpf_conntrack_capacity 262144",
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

@@ -3,8 +3,9 @@
 //! more UDP connections than the table holds (`MAX_CONNECTIONS`). Every commit succeeded
 //! (`inserted` counts each one, `insert_failed` none), the table holds no more than its capacity,
 //! the newest connections are in it and the oldest were evicted (least recently used first), and
-//! every packet went on to its destination. BPF_PROG_TEST_RUN on the loaded programs, the maps
-//! filled by hand.
+//! every packet went on to its destination. The agent's sweep counts the full table live (its
+//! `ovnbpf_conntrack_entries` gauge) and, once the entries expire, deletes them all.
+//! BPF_PROG_TEST_RUN on the loaded programs, the maps filled by hand.
 
 mod common;
 
@@ -119,7 +120,7 @@ fn held(
 
 #[test]
 fn a_full_table_evicts_the_least_recently_used_and_counts_every_commit() {
-    let programs = programs();
+    let mut programs = programs();
     let source_ports =
         u16::try_from(MAX_CONNECTIONS / u32::from(DESTINATION_PORTS) * 5 / 4).unwrap_or(u16::MAX);
     let mut sent = 0_u64;
@@ -161,4 +162,21 @@ fn a_full_table_evicts_the_least_recently_used_and_counts_every_commit() {
         !held(&connections, oldest),
         "the oldest connection is still held"
     );
+    // The agent's sweep reports the table's fill (ovnbpf_conntrack_entries and _capacity):
+    // now nothing has expired; once every lifetime has run out, all of it goes.
+    let sweep = programs
+        .sweep_connections(ovnbpf_agent::dataplane::ebpf::conntrack::monotonic_now())
+        .unwrap();
+    assert_eq!(
+        (sweep.removed, sweep.live, sweep.capacity),
+        (0, connections.len(), MAX_CONNECTIONS as usize),
+        "{sweep:?}"
+    );
+    let sweep = programs.sweep_connections(u64::MAX).unwrap();
+    assert_eq!(
+        (sweep.removed, sweep.live),
+        (connections.len(), 0),
+        "{sweep:?}"
+    );
+    assert!(programs.connections().unwrap().is_empty());
 }

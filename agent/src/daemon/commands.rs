@@ -128,6 +128,10 @@ impl Daemon {
                     local_ports: self.local_ports.len(),
                     pod_filters_restored: self.filters_restored.load(Ordering::Relaxed),
                     connections_swept: self.connections_swept.load(Ordering::Relaxed),
+                    connections: *self
+                        .connection_table
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
                     unenforced_acl_switches: self.unenforced_acls.switches(),
                     unenforced_acls: self.unenforced_acls.acls(),
                     side_duty_datapaths: self.side_duties.datapaths(),

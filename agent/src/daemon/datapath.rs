@@ -157,11 +157,21 @@ impl Daemon {
             return;
         };
         let swept = Arc::clone(&self.connections_swept);
+        let table = Arc::clone(&self.connection_table);
         let span = tracing::Span::current();
         self.connection_sweep = Some(tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
-            let count = job();
-            swept.fetch_add(count as u64, Ordering::Relaxed);
+            // A failed sweep (logged by the backend) leaves the last count standing.
+            if let Some(outcome) = job() {
+                swept.fetch_add(outcome.removed as u64, Ordering::Relaxed);
+                *table
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some(super::ports::ConnectionTable {
+                        live: outcome.live as u64,
+                        capacity: outcome.capacity as u64,
+                    });
+            }
         }));
     }
 

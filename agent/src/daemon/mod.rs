@@ -130,9 +130,11 @@ struct Daemon {
     /// The running check of the pods' filters, if any, and how many it re-attached so far.
     filter_check: Option<tokio::task::JoinHandle<()>>,
     filters_restored: Arc<AtomicU64>,
-    /// The running sweep of expired connections, and how many it and its predecessors deleted.
+    /// The running sweep of expired connections, how many it and its predecessors deleted, and
+    /// the table as the last one left it.
     connection_sweep: Option<tokio::task::JoinHandle<()>>,
     connections_swept: Arc<AtomicU64>,
+    connection_table: Arc<std::sync::Mutex<Option<ports::ConnectionTable>>>,
     /// The users' ACLs the datapath does not enforce, per switch.
     unenforced_acls: acls::UnenforcedAcls,
     /// The side duties (e.g. MAC learning) the datapath leaves undone, per datapath.
@@ -304,6 +306,7 @@ impl Daemon {
             filters_restored: Arc::default(),
             connection_sweep: None,
             connections_swept: Arc::default(),
+            connection_table: Arc::default(),
             unenforced_acls: acls::UnenforcedAcls::new(enforcement),
             side_duties: side_duties::SideDuties::default(),
             node_network: None,

@@ -57,6 +57,15 @@ pub struct PortStatus {
 }
 
 /// What the daemon loop reports for the metrics.
+/// The datapath's connection table, as its last sweep found it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionTable {
+    /// Connections live after the sweep.
+    pub live: u64,
+    /// Connections the table holds.
+    pub capacity: u64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct DaemonReport {
     pub stats: super::DaemonStats,
@@ -72,6 +81,8 @@ pub struct DaemonReport {
     pub pod_filters_restored: u64,
     /// Expired connections the agent deleted from the datapath's table.
     pub connections_swept: u64,
+    /// The datapath's connection table at its last sweep (`None` before the first).
+    pub connections: Option<ConnectionTable>,
     /// Switches with users' ACLs the datapath does not enforce, and those ACLs (per switch).
     pub unenforced_acl_switches: usize,
     pub unenforced_acls: usize,

@@ -62,6 +62,20 @@ impl std::error::Error for DatapathError {
 /// many items it fixed or failed, as its producer documents.
 pub type OffLoopJob = Box<dyn FnOnce() -> usize + Send>;
 
+/// What one sweep of the connection table found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionSweep {
+    /// Expired connections it deleted.
+    pub removed: usize,
+    /// Connections still live in the table after it.
+    pub live: usize,
+    /// Connections the table holds.
+    pub capacity: usize,
+}
+
+/// The off-loop sweep of the connection table; `None` when it failed (logged by the backend).
+pub type SweepJob = Box<dyn FnOnce() -> Option<ConnectionSweep> + Send>;
+
 /// A task that follows the backend's drop events until it is dropped.
 /// A task following one of the datapath's event streams (drops, ACL logs) until dropped.
 pub type DropFollower = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -154,8 +168,9 @@ pub trait Datapath: Send {
     fn attachment_check(&self) -> Option<OffLoopJob>;
 
     /// The job that deletes the connections whose lifetime ran out from the datapath's
-    /// connection table (returns how many went); `None` when there is none to sweep.
-    fn connection_sweep(&self) -> Option<OffLoopJob> {
+    /// connection table (returns how many went and how many live on); `None` when there is
+    /// none to sweep.
+    fn connection_sweep(&self) -> Option<SweepJob> {
         None
     }
 

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     dataplane::{
         Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, OffLoopJob, PortAttacher,
-        PortAttachment,
+        PortAttachment, SweepJob,
     },
     pipeline::ir::IrDiff,
 };
@@ -131,16 +131,12 @@ impl Datapath for NodeDatapath {
 
     /// Expired connections out of the pinned `CONNTRACK` (unpinned, the table is only the
     /// kernel's: its LRU makes room).
-    fn connection_sweep(&self) -> Option<OffLoopJob> {
+    fn connection_sweep(&self) -> Option<SweepJob> {
         let root = self.pin_root()?.to_path_buf();
         Some(Box::new(move || {
-            match super::conntrack::sweep_pinned(&root) {
-                Ok(swept) => swept,
-                Err(error) => {
-                    tracing::warn!(%error, "sweeping expired connections");
-                    0
-                }
-            }
+            super::conntrack::sweep_pinned(&root)
+                .inspect_err(|error| tracing::warn!(%error, "sweeping expired connections"))
+                .ok()
         }))
     }
 

@@ -6,13 +6,14 @@
 
 use std::path::Path;
 
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{HashMap, IterableMap, Map, MapData};
 use ovnbpf_common::{
     acl::{CtEntry, CtKey},
     map,
 };
 
 use super::{EbpfError, KernelPrograms, pins::PinLayout};
+use crate::dataplane::ConnectionSweep;
 
 /// The monotonic clock the kernel stamps entries with (`bpf_ktime_get_ns`), in nanoseconds.
 #[must_use]
@@ -26,6 +27,18 @@ pub fn monotonic_now() -> u64 {
     u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
 }
 
+/// The table's `max_entries`, as the kernel created it.
+fn map_capacity(map: &Map) -> Result<usize, EbpfError> {
+    let name = map::CONNTRACK;
+    let table: HashMap<_, CtKey, CtEntry> =
+        HashMap::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
+    let info = table
+        .map()
+        .info()
+        .map_err(|source| EbpfError::Map { name, source })?;
+    Ok(info.max_entries() as usize)
+}
+
 fn entries(map: &Map) -> Result<Vec<(CtKey, CtEntry)>, EbpfError> {
     let name = map::CONNTRACK;
     let table: HashMap<_, CtKey, CtEntry> =
@@ -36,14 +49,20 @@ fn entries(map: &Map) -> Result<Vec<(CtKey, CtEntry)>, EbpfError> {
         .map_err(|source| EbpfError::Map { name, source })
 }
 
-/// Deletes the entries of `map` expired at `now`, or all of them; returns how many went.
-fn remove(map: &mut Map, now: Option<u64>) -> Result<usize, EbpfError> {
+/// Deletes the entries of `map` expired at `now`, or all of them; returns how many went and how
+/// many live on (as listed before the deletions: entries the kernel adds meanwhile count at
+/// the next sweep).
+fn remove(map: &mut Map, now: Option<u64>) -> Result<ConnectionSweep, EbpfError> {
     let name = map::CONNTRACK;
-    let gone: Vec<CtKey> = entries(map)?
+    let listed = entries(map)?;
+    let total = listed.len();
+    let gone: Vec<CtKey> = listed
         .into_iter()
         .filter(|(_, entry)| now.is_none_or(|now| entry.expires <= now))
         .map(|(key, _)| key)
         .collect();
+    let live = total - gone.len();
+    let capacity = map_capacity(map)?;
     let mut table: HashMap<_, CtKey, CtEntry> =
         HashMap::try_from(map).map_err(|source| EbpfError::Map { name, source })?;
     let mut removed = 0;
@@ -55,7 +74,11 @@ fn remove(map: &mut Map, now: Option<u64>) -> Result<usize, EbpfError> {
             Err(source) => return Err(EbpfError::Map { name, source }),
         }
     }
-    Ok(removed)
+    Ok(ConnectionSweep {
+        removed,
+        live,
+        capacity,
+    })
 }
 
 impl KernelPrograms {
@@ -67,18 +90,18 @@ impl KernelPrograms {
 
     /// Forgets every connection (tests replay packets from an empty table).
     pub fn clear_connections(&mut self) -> Result<usize, EbpfError> {
-        remove(self.map_mut(map::CONNTRACK)?, None)
+        Ok(remove(self.map_mut(map::CONNTRACK)?, None)?.removed)
     }
 
     /// Deletes the connections expired at `now` ([`monotonic_now`]).
-    pub fn sweep_connections(&mut self, now: u64) -> Result<usize, EbpfError> {
+    pub fn sweep_connections(&mut self, now: u64) -> Result<ConnectionSweep, EbpfError> {
         remove(self.map_mut(map::CONNTRACK)?, Some(now))
     }
 }
 
 /// Deletes the expired connections of the table pinned under `root` (a running datapath's);
-/// returns how many went.
-pub fn sweep_pinned(root: &Path) -> Result<usize, EbpfError> {
+/// returns how many went and how many live on.
+pub fn sweep_pinned(root: &Path) -> Result<ConnectionSweep, EbpfError> {
     let pins = PinLayout::prepare(root)?;
     let name = map::CONNTRACK;
     let data =
