@@ -1,7 +1,7 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paths abcdefghij]`: pod↔pod across two
-//! nodes, every path set up at once and measured **interleaved**: each repetition measures every
-//! path once per measure (in a rotated order), so the host's drift over minutes falls on all
-//! paths alike, and every ratio is taken per repetition (the two paths' samples of the same
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghij]`:
+//! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
+//! repetition measures every path once per measure (in a rotated order), so the host's drift
+//! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
 //! repetition) and printed as its median with its spread, min–max over the repetitions.
 //!
 //! Paths: (a) a raw veth pair between two namespaces (the limit); (b) the same node/pod topology
@@ -24,7 +24,10 @@
 //! - small packets: iperf3 UDP, 64-byte payloads, four flows, unpaced: the packets per second the
 //!   sender's CPU pushes through the path (the whole path runs in its softirq: veths, tc
 //!   programs, Geneve, the receiver's stack) and how many arrive;
-//! - cost per packet: the same flows paced at [`PACED_PACKETS_PER_S`]; the CPU time of the
+//! - cost per packet: the same flows paced, all flows together, at `--paced-pps` or by default
+//!   at [`PACED_SHARE`] of the slowest path's unpaced rate in the first repetition (so every
+//!   path runs below saturation, and the work per packet outweighs iperf3's pacing), the same
+//!   rate for every path and repetition; the CPU time of the
 //!   client and the server (iperf3's `getrusage`, exact run time, with the softirq work done in
 //!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts) and
 //!   the kernel time of ovnbpf's programs (BPF run-time statistics,
@@ -201,9 +204,20 @@ const CONNECTION_PORT: u16 = 12_345;
 /// The small-packet flows: payload bytes and number of flows.
 const UDP_PAYLOAD: u32 = 64;
 const UDP_FLOWS: u32 = 4;
-/// The paced rate of the cost-per-packet run, all flows together: well below what every path
-/// carries, so the CPU time measured is the cost of the packets, not of a saturated path.
-const PACED_PACKETS_PER_S: u32 = 50_000;
+/// The paced rate of the cost-per-packet run, as a share of the slowest path's unpaced rate:
+/// below what every path carries, so the CPU time measured is the cost of the packets, not of
+/// a saturated path.
+const PACED_SHARE: f64 = 0.6;
+
+/// How much each path is measured.
+struct Settings {
+    /// Repetitions (each measures every path once per measure).
+    runs: u32,
+    /// Seconds of each run.
+    seconds: u32,
+    /// Packets per second of the paced run, all flows together (`None`: [`PACED_SHARE`]).
+    paced_pps: Option<u32>,
+}
 
 /// The servers of one target pod: iperf3 (TCP and UDP), sockperf, and where measured the
 /// connection-rate listener. Stopped when dropped.
@@ -362,11 +376,11 @@ fn udp_flows(path: &BenchPath, cpus: &Cpus, seconds: &str, paced: Option<u32>) -
 fn cost_per_packet(
     path: &BenchPath,
     cpus: &Cpus,
-    seconds: &str,
+    (seconds, paced_pps): (&str, u32),
     kernel: &KernelTime,
 ) -> Result<(f64, f64)> {
     let before = kernel.sample()?;
-    let run = udp_flows(path, cpus, seconds, Some(PACED_PACKETS_PER_S))?;
+    let run = udp_flows(path, cpus, seconds, Some(paced_pps))?;
     let ebpf: RunTime = kernel.sample()?.since(before);
     anyhow::ensure!(
         run.delivered > 0.0,
@@ -692,9 +706,10 @@ type Samples = BTreeMap<Metric, Vec<f64>>;
 
 /// Measures every path `runs` times, interleaved: in each repetition, each measure over every
 /// path (starting one path later than the repetition before).
-fn measure_interleaved(paths: &[BenchPath], runs: u32, seconds: u32) -> Result<Vec<Samples>> {
+/// Returns the samples and the paced rate used.
+fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<Samples>, u32)> {
     let cpus = Cpus::of_host();
-    let seconds = seconds.to_string();
+    let (runs, seconds) = (settings.runs, settings.seconds.to_string());
     // One set of servers per target (two paths may share one, as (h) and (i)).
     let mut servers = Vec::new();
     let mut started: Vec<(String, Ipv4Addr)> = Vec::new();
@@ -721,6 +736,7 @@ fn measure_interleaved(paths: &[BenchPath], runs: u32, seconds: u32) -> Result<V
     let mut record = |index: usize, metric: Metric, value: f64| {
         samples[index].entry(metric).or_default().push(value);
     };
+    let mut paced_pps = settings.paced_pps;
     for repetition in 0..runs as usize {
         println!("== bench datapath: repetition {} of {runs}", repetition + 1);
         let order: Vec<usize> = (0..paths.len())
@@ -738,13 +754,17 @@ fn measure_interleaved(paths: &[BenchPath], runs: u32, seconds: u32) -> Result<V
             record(i, Metric::RrP50, p50);
             record(i, Metric::RrP99, p99);
         }
+        let mut slowest = f64::INFINITY;
         for &i in &order {
             let run = udp_flows(&paths[i], &cpus, &seconds, None)?;
             record(i, Metric::UdpSentPps, run.sent_per_s);
             record(i, Metric::UdpDeliveredPps, run.delivered_per_s);
+            slowest = slowest.min(run.delivered_per_s);
         }
+        let paced =
+            *paced_pps.get_or_insert_with(|| ((slowest * PACED_SHARE) as u32).max(UDP_FLOWS));
         for &i in &order {
-            let (cpu, ebpf) = cost_per_packet(&paths[i], &cpus, &seconds, &kernel)?;
+            let (cpu, ebpf) = cost_per_packet(&paths[i], &cpus, (&seconds, paced), &kernel)?;
             record(i, Metric::CpuNsPerPacket, cpu);
             if paths[i].is_ovnbpf() {
                 record(i, Metric::EbpfNsPerPacket, ebpf);
@@ -759,7 +779,7 @@ fn measure_interleaved(paths: &[BenchPath], runs: u32, seconds: u32) -> Result<V
         }
     }
     drop(servers);
-    Ok(samples)
+    Ok((samples, paced_pps.unwrap_or_default()))
 }
 
 /// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
@@ -934,9 +954,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let runs: u32 = option(args, "--runs").unwrap_or("5").parse()?;
     let seconds: u32 = option(args, "--seconds").unwrap_or("3").parse()?;
     let flood_runs: u32 = option(args, "--flood-runs").unwrap_or("5000").parse()?;
+    let paced_pps: Option<u32> = option(args, "--paced-pps").map(str::parse).transpose()?;
     anyhow::ensure!(
-        runs > 0 && seconds > 0,
-        "--runs and --seconds take numbers above 0"
+        runs > 0 && seconds > 0 && paced_pps.is_none_or(|pps| pps >= UDP_FLOWS),
+        "--runs and --seconds take numbers above 0, --paced-pps one of at least {UDP_FLOWS}"
     );
     println!("== bench datapath: building the agent");
     let agent = cmd::build_binaries(cmd::Profile::Debug)?.agent;
@@ -973,9 +994,15 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let mut json_results = Vec::new();
     if !paths.is_empty() {
-        let samples = measure_interleaved(&paths, runs, seconds)?;
+        let settings = Settings {
+            runs,
+            seconds,
+            paced_pps,
+        };
+        let (samples, paced_pps) = measure_interleaved(&paths, &settings)?;
+        println!("\n(paced runs at {paced_pps} packets/s, all flows together)");
         json_results.push(json!({"repetitions": runs, "seconds": seconds,
-            "paced_packets_per_s": PACED_PACKETS_PER_S, "udp_payload": UDP_PAYLOAD,
+            "paced_packets_per_s": paced_pps, "udp_payload": UDP_PAYLOAD,
             "udp_flows": UDP_FLOWS}));
         json_results.extend(report(&paths, &samples, letters));
     }
