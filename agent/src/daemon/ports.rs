@@ -56,7 +56,6 @@ pub struct PortStatus {
     pub up: bool,
 }
 
-/// What the daemon loop reports for the metrics.
 /// The datapath's connection table, as its last sweep found it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnectionTable {
@@ -66,6 +65,7 @@ pub struct ConnectionTable {
     pub capacity: u64,
 }
 
+/// What the daemon loop reports for the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct DaemonReport {
     pub stats: super::DaemonStats,
