@@ -358,12 +358,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
                 "ovnbpf_conntrack_entries",
                 "Connections live in the datapath's connection table at its last sweep (every \
                  few seconds). Near the capacity, new connections evict the least recently used.",
-                table.live,
+                table.live as u64,
             ),
             (
                 "ovnbpf_conntrack_capacity",
                 "Connections the datapath's connection table holds.",
-                table.capacity,
+                table.capacity as u64,
             ),
         ] {
             family(&mut out, name, "gauge", help);
@@ -563,7 +563,8 @@ mod tests {
             acl_logged: vec![("drop", 3), ("lost", 0)],
             conntrack: vec![("inserted", 9), ("insert_failed", 0)],
             acl_verdict_cache: vec![("hit", 7), ("miss", 2)],
-            connections: Some(crate::daemon::ports::ConnectionTable {
+            connections: Some(crate::dataplane::ConnectionSweep {
+                removed: 3,
                 live: 11,
                 capacity: 262_144,
             }),

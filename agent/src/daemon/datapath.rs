@@ -166,11 +166,7 @@ impl Daemon {
                 swept.fetch_add(outcome.removed as u64, Ordering::Relaxed);
                 *table
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                    Some(super::ports::ConnectionTable {
-                        live: outcome.live as u64,
-                        capacity: outcome.capacity as u64,
-                    });
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
             }
         }));
     }

@@ -134,7 +134,7 @@ struct Daemon {
     /// the table as the last one left it.
     connection_sweep: Option<tokio::task::JoinHandle<()>>,
     connections_swept: Arc<AtomicU64>,
-    connection_table: Arc<std::sync::Mutex<Option<ports::ConnectionTable>>>,
+    connection_table: Arc<std::sync::Mutex<Option<crate::dataplane::ConnectionSweep>>>,
     /// The users' ACLs the datapath does not enforce, per switch.
     unenforced_acls: acls::UnenforcedAcls,
     /// The side duties (e.g. MAC learning) the datapath leaves undone, per datapath.

@@ -56,15 +56,6 @@ pub struct PortStatus {
     pub up: bool,
 }
 
-/// The datapath's connection table, as its last sweep found it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ConnectionTable {
-    /// Connections live after the sweep.
-    pub live: u64,
-    /// Connections the table holds.
-    pub capacity: u64,
-}
-
 /// What the daemon loop reports for the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct DaemonReport {
@@ -81,8 +72,8 @@ pub struct DaemonReport {
     pub pod_filters_restored: u64,
     /// Expired connections the agent deleted from the datapath's table.
     pub connections_swept: u64,
-    /// The datapath's connection table at its last sweep (`None` before the first).
-    pub connections: Option<ConnectionTable>,
+    /// The datapath's connection table as its last sweep found it (`None` before the first).
+    pub connections: Option<crate::dataplane::ConnectionSweep>,
     /// Switches with users' ACLs the datapath does not enforce, and those ACLs (per switch).
     pub unenforced_acl_switches: usize,
     pub unenforced_acls: usize,
