@@ -1,7 +1,7 @@
 //! Internet checksums the programs compute whole (the incremental updates use the kernel's
 //! `l3_csum_replace`/`bpf_csum_diff` where they are): IPv4 headers, the outer header of a Geneve
-//! frame, ICMPv6 neighbour discovery, and the folding step they share. Pure functions; touches
-//! nothing.
+//! frame, ICMPv6 neighbour discovery, and the folding, complement and UDP steps they (and the
+//! outer UDP checksum, `encap_checksum`) share. Pure functions; touches nothing.
 
 use crate::headers::{IPPROTO_UDP, Ipv4Header};
 
@@ -17,6 +17,23 @@ pub(crate) fn ones_fold(mut sum: u32) -> u16 {
 #[inline(always)]
 pub(crate) fn fold(sum: u32) -> u16 {
     !ones_fold(sum)
+}
+
+/// The one's complement of a sum, folded: what adds to `sum` to make 0xffff (a transport
+/// segment whose checksum is right sums to the complement of its pseudo header).
+#[inline(always)]
+pub(crate) fn complement(sum: u32) -> u32 {
+    u32::from(fold(sum))
+}
+
+/// The UDP checksum of words summing to `sum`: 0 goes out as 0xffff (RFC 768: a zero field
+/// means no checksum).
+#[inline(always)]
+pub(crate) fn udp_checksum(sum: u32) -> u16 {
+    match fold(sum) {
+        0 => 0xffff,
+        checksum => checksum,
+    }
 }
 
 /// The sum of `bytes` read as big-endian 16-bit words (`N` even).

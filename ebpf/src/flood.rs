@@ -351,8 +351,10 @@ fn from_pod(
     let ip = geneve::push_outer_headers(ctx, &config, tunnel)?;
     // Every chassis but the last gets a clone with its next hop's MACs; the last gets the frame.
     let scratch = scratch().ok_or(drop_reason::ENCAP_FAILED)?;
+    // Kept in the scratch slot only: a value in the frame would split the verifier's states.
     // SAFETY: a per-CPU array slot: only this CPU uses it while the program runs.
     unsafe {
+        (*scratch).outer.udp_base = geneve::retarget_base(ctx)?;
         (*scratch).member = FloodMemberKey {
             datapath: group.key.datapath,
             group: group.key.group,
@@ -384,7 +386,8 @@ fn from_pod(
     }
     let target = if walk.pending != 0 {
         // The last chassis gets a copy too; the unresolved one gets the frame.
-        geneve::retarget(ctx, &config, last)?;
+        // SAFETY: as above.
+        geneve::retarget(ctx, &config, last, unsafe { (*scratch).outer.udp_base })?;
         // SAFETY: as above.
         let params = unsafe { &mut (*scratch).params };
         if let Err(reason) = geneve::send_copy(ctx, &config, last, params) {
@@ -394,7 +397,8 @@ fn from_pod(
     } else {
         last
     };
-    geneve::retarget(ctx, &config, target)?;
+    // SAFETY: as above.
+    geneve::retarget(ctx, &config, target, unsafe { (*scratch).outer.udp_base })?;
     if ip {
         Ok(geneve::send_to_next_hop(&config))
     } else {

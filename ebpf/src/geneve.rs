@@ -1,8 +1,9 @@
 //! Geneve as OVN puts it on the wire (outer IPv4, UDP 6081, Geneve with exactly the OVN option):
 //! this node's tunnel endpoint, and encapsulation toward another chassis (the 58 bytes in front
 //! of the frame, out of the uplink with the next hop's MAC resolved by the kernel, or
-//! re-addressed for each flood copy). Decapsulation and what follows it are in
-//! [`crate::overlay`]. Reads `TUNNEL_CONFIG`.
+//! re-addressed for each flood copy), with an outer UDP checksum for chassis that want one
+//! ([`crate::encap_checksum`]). Decapsulation and what follows it are in [`crate::overlay`].
+//! Reads `TUNNEL_CONFIG`.
 
 use aya_ebpf::{
     bindings::bpf_fib_lookup,
@@ -20,7 +21,6 @@ use ovnbpf_common::DropReason;
 const AF_INET: u8 = 2;
 use ovnbpf_common::{TunnelConfig, drop_reason, geneve};
 
-use crate::csum;
 use crate::{
     TUNNEL_CONFIG,
     headers::{
@@ -28,6 +28,7 @@ use crate::{
         OuterHeaders, UdpFrame, UdpHeader,
     },
 };
+use crate::{csum, encap_checksum};
 
 /// This node's tunnel endpoint, if configured.
 #[inline(always)]
@@ -53,7 +54,15 @@ pub fn encapsulate(
     config: &TunnelConfig,
     tunnel: &Tunnel,
 ) -> Result<i32, DropReason> {
-    if push_outer_headers(ctx, config, tunnel)? {
+    let ip = push_outer_headers(ctx, config, tunnel)?;
+    if encap_checksum::wanted(&tunnel.remote_ip) {
+        if !encap_checksum::segmented_later(ctx) {
+            encap_checksum::store(ctx, encap_checksum::base(ctx)?, tunnel.remote_ip)?;
+        } else if ip && let Some(verdict) = encap_checksum::to_segmenter(config) {
+            return Ok(verdict);
+        }
+    }
+    if ip {
         Ok(send_to_next_hop(config))
     } else {
         send_resolved(ctx, config, tunnel.remote_ip)
@@ -83,16 +92,26 @@ pub fn send_to_next_hop(config: &TunnelConfig) -> i32 {
     unsafe { bpf_redirect_neigh(config.uplink_ifindex, core::ptr::null_mut(), 0, 0) as i32 }
 }
 
-/// Offset of the outer IPv4 checksum and destination in an encapsulated frame.
+/// Offset of the outer IPv4 checksum and destination, and of the outer UDP checksum, in an
+/// encapsulated frame.
 const OUTER_IP_CHECKSUM: usize = 14 + 10;
 const OUTER_IP_DESTINATION: usize = 14 + 16;
+const OUTER_UDP_CHECKSUM: usize = 14 + 20 + 6;
 
-/// Points an encapsulated frame at another chassis: outer destination and checksum.
+/// Points an encapsulated frame at another chassis: outer destination and checksums
+/// (`udp_base`: see [`Retarget`]).
 #[inline(always)]
-pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Result<(), DropReason> {
+pub fn retarget(
+    ctx: &TcContext,
+    config: &TunnelConfig,
+    remote_ip: u32,
+    udp_base: u32,
+) -> Result<(), DropReason> {
     let mut fields = Retarget {
         remote_ip,
         checksum: 0,
+        udp_checksum: 0,
+        udp_base,
     };
     retarget_with(ctx, config, &mut fields)
 }
@@ -103,9 +122,23 @@ pub fn retarget(ctx: &TcContext, config: &TunnelConfig, remote_ip: u32) -> Resul
 pub struct Retarget {
     pub remote_ip: u32,
     pub checksum: u16,
+    pub udp_checksum: u16,
+    /// The frame's [`encap_checksum::base`], for chassis that want outer UDP checksums; 0 when
+    /// it has none to give (a GSO frame: its copies leave without).
+    pub udp_base: u32,
 }
 
-/// [`retarget`] toward `fields.remote_ip`, the checksum computed into `fields.checksum`.
+/// The outer UDP checksum base of a frame [`retarget`] re-addresses: see [`Retarget::udp_base`].
+#[inline(always)]
+pub fn retarget_base(ctx: &TcContext) -> Result<u32, DropReason> {
+    if encap_checksum::segmented_later(ctx) {
+        Ok(0)
+    } else {
+        encap_checksum::base(ctx)
+    }
+}
+
+/// [`retarget`] toward `fields.remote_ip`, the checksums computed into `fields`.
 #[inline(always)]
 pub fn retarget_with(
     ctx: &TcContext,
@@ -114,8 +147,14 @@ pub fn retarget_with(
 ) -> Result<(), DropReason> {
     let ip_len = (ctx.len() - 14) as u16;
     fields.checksum = csum::outer_ipv4(ip_len, config.encap_ip, fields.remote_ip).to_be();
+    fields.udp_checksum = if fields.udp_base != 0 && encap_checksum::wanted(&fields.remote_ip) {
+        encap_checksum::toward(fields.udp_base, fields.remote_ip)
+    } else {
+        0
+    };
     ctx.store(OUTER_IP_DESTINATION, &fields.remote_ip, 0)
         .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &fields.checksum, 0))
+        .and_then(|()| ctx.store(OUTER_UDP_CHECKSUM, &fields.udp_checksum, 0))
         .map_err(|_| drop_reason::ENCAP_FAILED)
 }
 
@@ -169,8 +208,13 @@ fn look_up_next_hop(
     remote_ip: u32,
     params: &mut bpf_fib_lookup,
 ) -> Result<(), DropReason> {
-    // SAFETY: bpf_fib_lookup is plain data; every field the lookup reads is set below.
-    *params = unsafe { core::mem::zeroed() };
+    // Cleared a word at a time, volatile: LLVM would make a byte-wise memset of it, which the
+    // verifier walks byte by byte in every flood callback state.
+    let words = core::ptr::from_mut(params).cast::<u32>();
+    for word in 0..core::mem::size_of::<bpf_fib_lookup>() / 4 {
+        // SAFETY: within `params`, which is plain data, 4-aligned.
+        unsafe { words.add(word).write_volatile(0) };
+    }
     params.family = AF_INET;
     params.ifindex = config.uplink_ifindex;
     params.__bindgen_anon_3.ipv4_src = config.encap_ip;

@@ -19,6 +19,7 @@ mod conntrack;
 mod counters;
 mod csum;
 mod drop;
+mod encap_checksum;
 mod flood;
 mod geneve;
 mod headers;
@@ -68,6 +69,18 @@ pub fn from_provider(ctx: TcContext) -> i32 {
     let class = classify(&ctx);
     count(&ctx, class);
     underlay::from_provider(&ctx)
+}
+
+/// Encapsulated segments from the node's segmenter (see [`encap_checksum`]): checksummed and
+/// sent out of the uplink.
+#[classifier]
+pub fn from_segmenter(ctx: TcContext) -> i32 {
+    let class = classify(&ctx);
+    count(&ctx, class);
+    match encap_checksum::from_segmenter(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
 }
 
 /// The flood stage, tail-called from `from_pod` (see [`flood`]); attached to no interface.

@@ -10,12 +10,13 @@ use aya_ebpf::{
 };
 use ovnbpf_common::maps::{
     AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches,
-    AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, Conntrack, ConntrackCounters,
-    DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers, FloodRolesMap, FloodScratch,
-    InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts,
-    PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks,
-    RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes,
-    Stages, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch, Conntrack,
+    ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
+    FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder,
+    Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs,
+    PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
+    RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap,
+    TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -66,6 +67,8 @@ macro_rules! kernel_map {
 
 kernel_map!(INTERFACE_COUNTERS: PerCpuHashMap = InterfaceCountersMap);
 kernel_map!(TUNNEL_CONFIG: Array = TunnelConfigMap);
+kernel_map!(REMOTE_ENCAPS: HashMap = RemoteEncaps);
+kernel_map!(CHECKSUM_SCRATCH: PerCpuArray = ChecksumScratch);
 kernel_map!(TUNNEL_PORTS: HashMap = TunnelPorts);
 kernel_map!(POD_PORTS: HashMap = PodPorts);
 kernel_map!(L2_FIB: HashMap = L2Fib);

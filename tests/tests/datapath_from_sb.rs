@@ -48,6 +48,7 @@ impl NodeAgent {
                 .map(|(other, name)| IrEntry::ChassisEncap {
                     chassis: name.to_string(),
                     ip: other.ip(),
+                    csum: false,
                 })
                 .collect(),
             removed: Vec::new(),

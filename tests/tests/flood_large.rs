@@ -223,6 +223,7 @@ impl Fixture {
             entries.push(IrEntry::ChassisEncap {
                 chassis: node.clone(),
                 ip: chassis_ip(index),
+                csum: false,
             });
             entries.push(port(&name, key, &node));
             entries.push(member(key));

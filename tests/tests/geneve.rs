@@ -9,16 +9,17 @@
 mod common;
 
 use ovnbpf_agent::dataplane::ebpf::Maps;
-use ovnbpf_common::maps::{L2Fib, TunnelPorts};
+use ovnbpf_common::maps::{L2Fib, RemoteEncaps, TunnelPorts};
 use std::net::Ipv4Addr;
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_agent::netns::run_in;
 use ovnbpf_common::{
     FIB_LOCAL, FIB_REMOTE, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
-    TunnelPortKey,
+    REMOTE_ENCAP_CSUM, RemoteEncap, TunnelPortKey,
 };
 use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT};
+use ovnbpf_tests::frames::{ipv4_frame, tcp_syn, transport_checksum, udp};
 use ovnbpf_tests::{icmp::checksum, names::unique_prefix, netns::Netns, require_root};
 
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 1);
@@ -403,6 +404,117 @@ fn frames_to_another_chassis_leave_in_ovn_layout() {
     programs.set_tunnel_endpoint(PEER_IP, 1).unwrap();
     let received = programs.test_run(Hook::Uplink, &sent).unwrap();
     assert_eq!((received.verdict, received.frame), (TC_ACT_REDIRECT, inner));
+}
+
+/// Inner frames from pod 10.0.1.3 to the remote pod 10.0.1.2 that cover each way the outer
+/// UDP checksum is summed: transports whose own checksum stands for their payload (ICMP, UDP,
+/// TCP, over IPv4 and IPv6), and what is summed byte by byte (a UDP datagram without checksum,
+/// a fragment, another protocol, Ethernet padding, an IPv6 extension header), at odd and even
+/// lengths, short and MTU-sized.
+fn checksum_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let (to_mac, from_mac) = ([0x0a, 0x58, 0x0a, 0, 1, 2], [0x0a, 0x58, 0x0a, 0, 1, 3]);
+    let addresses = (Ipv4Addr::new(10, 0, 1, 3), Ipv4Addr::new(10, 0, 1, 2));
+    let ipv4 =
+        |protocol: u8, payload: &[u8]| ipv4_frame(to_mac, from_mac, addresses, protocol, payload);
+    let payload = |len: usize| (0..len).map(|i| (i * 7 + 3) as u8).collect::<Vec<u8>>();
+    let mut tcp_data = tcp_syn(addresses, 40000, 80, 7);
+    tcp_data[13] = 0x18; // PSH, ACK
+    tcp_data.extend_from_slice(&payload(1001));
+    tcp_data[16..18].copy_from_slice(&[0, 0]);
+    let sum = transport_checksum(addresses, 6, &tcp_data);
+    tcp_data[16..18].copy_from_slice(&sum.to_be_bytes());
+    let mut no_checksum = udp(addresses, 40001, 53, &payload(33));
+    no_checksum[6..8].copy_from_slice(&[0, 0]);
+    let mut fragment = ipv4(17, &payload(1400));
+    fragment[20] = 0x20; // more fragments
+    fragment[24..26].copy_from_slice(&[0, 0]);
+    let sum = checksum(&fragment[14..34]);
+    fragment[24..26].copy_from_slice(&sum.to_be_bytes());
+    let mut padded = ipv4(17, &udp(addresses, 40002, 53, b"pad"));
+    padded.extend_from_slice(&[0; 17]);
+    let ipv6 = |next_header: u8, payload: &[u8]| {
+        let mut frame = to_mac.to_vec();
+        frame.extend_from_slice(&from_mac);
+        frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+        frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        frame.extend_from_slice(&[next_header, 64]);
+        frame.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
+        frame.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        frame.extend_from_slice(payload);
+        frame
+    };
+    // TCP over IPv6 with a valid checksum (the pseudo header of RFC 8200 §8.1).
+    let mut tcp6 = tcp_syn(addresses, 40003, 443, 9);
+    tcp6.extend_from_slice(&payload(77));
+    tcp6[16..18].copy_from_slice(&[0, 0]);
+    let mut pseudo = ipv6(6, &tcp6)[22..54].to_vec();
+    pseudo.extend_from_slice(&(tcp6.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 6]);
+    pseudo.extend_from_slice(&tcp6);
+    let sum = checksum(&pseudo);
+    tcp6[16..18].copy_from_slice(&sum.to_be_bytes());
+    let mut hop_by_hop = vec![59, 0, 1, 4, 0, 0, 0, 0];
+    hop_by_hop.extend_from_slice(&payload(21));
+    vec![
+        ("ICMP echo", inner_frame()),
+        ("UDP", ipv4(17, &udp(addresses, 40004, 53, &payload(100)))),
+        ("UDP without checksum, odd length", ipv4(17, &no_checksum)),
+        ("TCP SYN", ipv4(6, &tcp_syn(addresses, 40005, 80, 1))),
+        ("TCP with 1001 bytes of data", ipv4(6, &tcp_data)),
+        ("an IPv4 fragment of 1400 bytes", fragment),
+        ("another protocol, odd length", ipv4(253, &payload(101))),
+        ("Ethernet padding", padded),
+        ("TCP over IPv6", ipv6(6, &tcp6)),
+        ("an IPv6 hop-by-hop header", ipv6(0, &hop_by_hop)),
+    ]
+}
+
+/// Toward a chassis whose Encap asks for outer checksums (`REMOTE_ENCAPS`), every frame leaves
+/// with a valid one, and otherwise in exactly the layout it has without; toward one that does
+/// not ask, with checksum 0.
+#[test]
+fn frames_to_a_chassis_that_asks_carry_a_valid_outer_udp_checksum() {
+    let mut programs = switching_programs();
+    let peer = u32::from_ne_bytes(PEER_IP.octets());
+    for asked in [true, false] {
+        if asked {
+            programs
+                .set::<RemoteEncaps>(
+                    peer,
+                    RemoteEncap {
+                        flags: REMOTE_ENCAP_CSUM,
+                    },
+                )
+                .unwrap();
+        } else {
+            programs.remove::<RemoteEncaps>(peer).unwrap();
+        }
+        for (what, inner) in checksum_cases() {
+            let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
+            assert_eq!(
+                outcome.verdict,
+                TC_ACT_REDIRECT,
+                "{what}: {:?}",
+                programs.drop_counters().unwrap()
+            );
+            let sent = outcome.frame;
+            let field = u16::from_be_bytes([sent[40], sent[41]]);
+            if asked {
+                assert_ne!(field, 0, "{what}: no outer checksum");
+                assert_eq!(
+                    transport_checksum((NODE_IP, PEER_IP), 17, &sent[34..]),
+                    0,
+                    "{what}: outer UDP checksum {field:#06x} does not sum: {}",
+                    sent.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                );
+            } else {
+                assert_eq!(field, 0, "{what}: a checksum nobody asked for");
+            }
+            let mut unsummed = sent.clone();
+            unsummed[40..42].copy_from_slice(&[0, 0]);
+            assert_eq!(unsummed, expected_encapsulation(&inner, &sent), "{what}");
+        }
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! probe fired because a loaded machine delayed an ACK. The sender's namespace holds only this
 //! connection, so its `RetransSegs` and `TCPDSACKRecv` counters are the stream's (a pause measured
 //! in milliseconds would also measure the machine's load). Then `ovnbpf-agent unpin` uninstalls: pins
-//! and filters go, and so does the forwarding.
+//! and filters go, and so do the segmenter and the forwarding.
 
 mod common;
 
@@ -102,10 +102,10 @@ fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
     );
     for agent in &agents {
         let log = std::fs::read_to_string(agent.log_path().unwrap()).unwrap();
-        // The first agent attached the uplink (a pinned tcx link) and two pods (a filter each);
-        // both restarts replaced the programs of all three.
-        assert_eq!(log.matches("how=Attached").count(), 3, "{log}");
-        assert_eq!(log.matches("how=Replaced").count(), 6, "{log}");
+        // The first agent attached the uplink and the segmenter (pinned tcx links) and two pods
+        // (a filter each); both restarts replaced the programs of all four.
+        assert_eq!(log.matches("how=Attached").count(), 4, "{log}");
+        assert_eq!(log.matches("how=Replaced").count(), 8, "{log}");
     }
     drop(agents);
 
@@ -133,6 +133,11 @@ fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
     for (pod, node) in [(a1, &nodes[0]), (a2, &nodes[1])] {
         let left = filters(node, pod);
         assert!(!left.contains("ovnbpf_from_pod"), "{left}");
+        let links = node.netns().ip(&["-o", "link", "show"]).unwrap();
+        assert!(
+            !links.contains("ovnbpf-seg"),
+            "the segmenter is left: {links}"
+        );
     }
     assert_eq!(a1.ping(a2_ip, 2).unwrap(), 0, "a1 → a2 after the uninstall");
 }

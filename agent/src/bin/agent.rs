@@ -47,9 +47,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Load every kernel program through the verifier and print what the kernel accepted.
     Verify,
-    /// Remove every pinned map and link under the pin directory and the pods' `from_pod` filters
-    /// in this network namespace: the datapath a stopped agent left forwarding detaches
-    /// (uninstall).
+    /// Remove every pinned map and link under the pin directory, the pods' `from_pod` filters
+    /// and the segmenter pair in this network namespace: the datapath a stopped agent left
+    /// forwarding detaches (uninstall).
     Unpin {
         #[arg(long, default_value = ovnbpf_common::DEFAULT_PIN_ROOT)]
         pin_dir: std::path::PathBuf,
@@ -251,7 +251,9 @@ fn main() -> anyhow::Result<()> {
                 .context("removing the pods' from_pod filters")?;
             ovnbpf_agent::dataplane::ebpf::pins::remove_all(&pin_dir)
                 .with_context(|| format!("removing {}", pin_dir.display()))?;
-            tracing::info!(pin_dir = %pin_dir.display(), filters, "pinned datapath removed");
+            let segmenter = ovnbpf_agent::dataplane::ebpf::segmenter::cleanup()
+                .context("removing the segmenter")?;
+            tracing::info!(pin_dir = %pin_dir.display(), filters, segmenter, "pinned datapath removed");
             Ok(())
         }
     }

@@ -59,7 +59,7 @@ impl Daemon {
     fn track_encaps(&mut self, diff: &IrDiff) -> bool {
         let mut changed = false;
         for entry in &diff.removed {
-            if let IrEntry::ChassisEncap { chassis, ip } = entry
+            if let IrEntry::ChassisEncap { chassis, ip, .. } = entry
                 && self.encaps.get(chassis) == Some(ip)
             {
                 self.encaps.remove(chassis);
@@ -67,7 +67,7 @@ impl Daemon {
             }
         }
         for entry in &diff.added {
-            if let IrEntry::ChassisEncap { chassis, ip } = entry {
+            if let IrEntry::ChassisEncap { chassis, ip, .. } = entry {
                 self.encaps.insert(chassis.clone(), *ip);
                 changed = true;
             }

@@ -6,7 +6,7 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 
 pub mod acl;
 pub mod ct;
@@ -83,13 +83,36 @@ pub use drop_reason::DropReason;
 
 /// This node's tunnel endpoint. `encap_ip` is the IPv4 address of this chassis's Encap row in
 /// network byte order; 0 means "not configured": the programs then neither decapsulate nor
-/// encapsulate. Encapsulated frames leave through `uplink_ifindex`.
+/// encapsulate. Encapsulated frames leave through `uplink_ifindex`. GSO super-packets toward a
+/// chassis that wants outer UDP checksums ([`REMOTE_ENCAP_CSUM`]) go out of
+/// `segmenter_ifindex` instead (0: none), the sending end of a veth pair that lets no GSO
+/// packet through whole: the kernel segments them there, and `from_segmenter`, on the other
+/// end's ingress, checksums each segment and sends it out of the uplink.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TunnelConfig {
     pub encap_ip: u32,
     pub uplink_ifindex: u32,
+    pub segmenter_ifindex: u32,
 }
+
+/// What another chassis's Geneve endpoint asks of the frames sent to it (its Encap row's
+/// options), keyed by its encap IP in [`map::REMOTE_ENCAPS`]; an endpoint without an entry asks
+/// for nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteEncap {
+    /// [`REMOTE_ENCAP_CSUM`].
+    pub flags: u32,
+}
+
+/// Flag of [`RemoteEncap::flags`]: the endpoint's Encap has `options:csum=true`: frames to it
+/// carry an outer UDP checksum (as ovn-controller sets `csum=true` on the OVS tunnel port
+/// toward such a chassis).
+pub const REMOTE_ENCAP_CSUM: u32 = 1;
+
+/// Other chassis's endpoints [`map::REMOTE_ENCAPS`] holds.
+pub const MAX_REMOTE_ENCAPS: u32 = 16_384;
 
 /// A pod's logical port: its datapath's tunnel key and its Port_Binding tunnel key.
 #[repr(C)]
@@ -617,6 +640,8 @@ unsafe impl aya::Pod for InterfaceCounters {}
 // u32s) without padding; every bit pattern is a valid value.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TunnelConfig {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RemoteEncap {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TunnelPortKey {}
 #[cfg(feature = "user")]

@@ -18,9 +18,10 @@ use crate::{
     ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, EcmpKey, FibEntry, FibKey, FloodGroup,
     FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet,
     MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
-    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
-    Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity,
-    ProviderKey, RouteEntry, RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
+    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
+    MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
+    PortSecurity, ProviderKey, RemoteEncap, RouteEntry, RouteKey, RouterAddress, RouterInfo,
+    TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -110,7 +111,9 @@ pub const fn same_name(a: &str, b: &str) -> bool {
 
 /// Bytes of the flood walk's per-CPU scratch (its value type is the kernel's own: a FIB lookup
 /// parameter block, a member key and a re-addressing plan; the kernel checks the size).
-pub const FLOOD_SCRATCH_BYTES: usize = 84;
+pub const FLOOD_SCRATCH_BYTES: usize = 88;
+/// The size of [`map::CHECKSUM_SCRATCH`]'s one block.
+pub const CHECKSUM_CHUNK_BYTES: usize = 64;
 
 macro_rules! declare_maps {
     ($( $(#[$doc:meta])* $ty:ident = $name:ident: $kind:ident<$key:ty, $value:ty>[$max:expr]; )*) => {
@@ -140,6 +143,9 @@ declare_maps! {
     InterfaceCountersMap = INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters>[MAX_INTERFACES];
     /// Array with one [`TunnelConfig`] (index 0): this node's tunnel endpoint.
     TunnelConfigMap = TUNNEL_CONFIG: Array<u32, TunnelConfig>[1];
+    /// Hash: another chassis's encap IP (network byte order) → [`RemoteEncap`]: what its Geneve
+    /// endpoint asks of the frames sent to it (endpoints asking nothing have no entry).
+    RemoteEncaps = REMOTE_ENCAPS: HashMap<u32, RemoteEncap>[MAX_REMOTE_ENCAPS];
     /// Hash: [`TunnelPortKey`] → [`LocalPort`]: where a decapsulated frame for (datapath, logical
     /// output port) is delivered.
     TunnelPorts = TUNNEL_PORTS: HashMap<TunnelPortKey, LocalPort>[MAX_TUNNEL_PORTS];
@@ -164,6 +170,9 @@ declare_maps! {
     /// Per-CPU array of one scratch block: the flood walk's (its callback has no stack to spare
     /// for it). Holds nothing between frames.
     FloodScratch = FLOOD_SCRATCH: PerCpuArray<u32, [u8; FLOOD_SCRATCH_BYTES]>[1];
+    /// Per-CPU array of one 64-byte block: a chunk of a frame the outer UDP checksum sums whole
+    /// (`ebpf/src/encap_checksum.rs`). Holds nothing between frames.
+    ChecksumScratch = CHECKSUM_SCRATCH: PerCpuArray<u32, [u8; CHECKSUM_CHUNK_BYTES]>[1];
     /// Hash: datapath tunnel key → [`FloodRoles`]: which group a datapath floods broadcasts and
     /// unknown unicast to.
     FloodRolesMap = FLOOD_ROLES: HashMap<u32, FloodRoles>[MAX_FLOOD_GROUPS];

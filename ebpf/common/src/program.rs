@@ -6,6 +6,9 @@ pub const FROM_POD: &str = "from_pod";
 pub const FROM_UPLINK: &str = "from_uplink";
 /// A tcx link on ingress of a provider NIC (an underlay network): VLAN traffic for local pods.
 pub const FROM_PROVIDER: &str = "from_provider";
+/// A tcx link on ingress of the receiving end of the node's segmenter veth pair (see
+/// [`crate::TunnelConfig`]): encapsulated segments to checksum and send out of the uplink.
+pub const FROM_SEGMENTER: &str = "from_segmenter";
 /// The flood stage, tail-called from `from_pod` (slot [`crate::stage::FLOOD`] of
 /// [`crate::map::STAGES`]); attached to no interface.
 pub const FLOOD: &str = "flood";
@@ -26,10 +29,11 @@ pub const ACL_REJECT: &str = "acl_reject";
 /// The after-LB half of the ingress ACL stage (slot [`crate::stage::ACL_AFTER_LB`]).
 pub const ACL_AFTER_LB: &str = "acl_after_lb";
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
+    FROM_SEGMENTER,
     FLOOD,
     IPV6,
     ROUTER,

@@ -283,6 +283,7 @@ impl KernelReplay {
             installed.push(IrEntry::ChassisEncap {
                 chassis: chassis.clone(),
                 ip,
+                csum: false,
             });
             installed.push(placed(entry, &chassis));
             by_chassis.insert(ip, name.clone());

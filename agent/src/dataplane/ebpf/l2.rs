@@ -9,6 +9,7 @@
 //! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER` and `ND_RESPONDER`;
 //! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
 //! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`;
+//! - `encaps`: `REMOTE_ENCAPS` (what other chassis's endpoints ask for: outer checksums);
 //! - `acl` (rules translated by `acl_rules`): `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`,
 //!   `ACL_PORT_SETS` (the connection table is the kernel's; the agent only sweeps it).
 //!
@@ -25,7 +26,10 @@ use std::{
     net::Ipv4Addr,
 };
 
-use ovnbpf_common::{PortSecurity, maps::L2Fib};
+use ovnbpf_common::{
+    PortSecurity,
+    maps::{L2Fib, RemoteEncaps},
+};
 
 use self::{
     flood::{FloodTables, MemberTarget},
@@ -42,6 +46,7 @@ use crate::pipeline::ir::{IrDiff, IrEntry, Mac};
 mod acl;
 mod acl_rules;
 mod arp;
+mod encaps;
 mod fib;
 mod flood;
 mod flood_slots;
@@ -69,6 +74,8 @@ pub struct L2State {
     same_namespace_peers: HashSet<u32>,
     /// Each chassis's Geneve endpoints, from the IR.
     encap_ips: HashMap<String, BTreeSet<Ipv4Addr>>,
+    /// Whether each endpoint wants outer UDP checksums (its Encap's `options:csum`).
+    endpoint_checksums: HashMap<Ipv4Addr, bool>,
     ports: HashMap<String, PortInfo>,
     /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
     ports_by_chassis: HashMap<String, HashSet<String>>,
@@ -110,6 +117,7 @@ pub struct L2State {
     responder_tables: arp::ResponderTables,
     flood_tables: FloodTables,
     localnet_tables: LocalnetTables,
+    remote_encap_table: Table<RemoteEncaps, Ipv4Addr>,
     /// The ACL family: rules, sets and switches, and what is installed.
     acl: acl::AclState,
 }
@@ -182,7 +190,8 @@ impl L2State {
 
     fn take(&mut self, entry: &IrEntry, added: bool) {
         match entry {
-            IrEntry::ChassisEncap { chassis, ip } => {
+            IrEntry::ChassisEncap { chassis, ip, csum } => {
+                self.set_endpoint_checksum(*ip, added.then_some(*csum));
                 // A chassis with several Geneve endpoints is reached at its lowest.
                 let ips = self.encap_ips.entry(chassis.clone()).or_default();
                 if added {
@@ -287,6 +296,7 @@ impl L2State {
             + self.responder_tables.pending()
             + self.flood_tables.pending()
             + self.localnet_tables.pending()
+            + self.remote_encap_table.pending()
             + self.acl.pending()
     }
 
@@ -298,6 +308,7 @@ impl L2State {
         writes += self.flush_ports(maps)?;
         writes += self.flush_flood(maps)?;
         writes += self.flush_localnets(maps)?;
+        writes += self.flush_remote_encaps(maps)?;
         writes += flush_from(
             self,
             maps,
@@ -315,6 +326,7 @@ impl L2State {
     pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self.sweep_ports(maps)?
             + self.sweep_localnets(maps)?
+            + self.remote_encap_table.sweep(maps)?
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?
             + self.sweep_responders(maps)?

@@ -40,6 +40,7 @@ pub mod node;
 pub mod physical;
 pub mod pins;
 pub mod pod_filter;
+pub mod segmenter;
 pub mod stack;
 pub mod tables;
 
@@ -120,6 +121,8 @@ pub enum Hook {
     Uplink,
     /// A provider NIC of an underlay network (bridge mappings).
     Provider,
+    /// The receiving end of the node's segmenter pair (see [`segmenter`]).
+    Segmenter,
 }
 
 impl Hook {
@@ -129,6 +132,7 @@ impl Hook {
             Hook::Pod => program::FROM_POD,
             Hook::Uplink => program::FROM_UPLINK,
             Hook::Provider => program::FROM_PROVIDER,
+            Hook::Segmenter => program::FROM_SEGMENTER,
         }
     }
 }
@@ -464,7 +468,23 @@ impl KernelPrograms {
         let value = TunnelConfig {
             encap_ip: u32::from_ne_bytes(encap_ip.octets()),
             uplink_ifindex,
+            segmenter_ifindex: 0,
         };
+        config
+            .set(0, value, 0)
+            .map_err(|source| EbpfError::Map { name, source })
+    }
+
+    /// GSO frames toward chassis that want outer checksums leave through the segmenter's
+    /// sending end `ifindex` (see [`segmenter`]); set after [`Self::set_tunnel_endpoint`].
+    pub fn set_segmenter(&mut self, ifindex: u32) -> Result<(), EbpfError> {
+        let name = map::TUNNEL_CONFIG;
+        let mut config: Array<_, TunnelConfig> = Array::try_from(self.map_mut(name)?)
+            .map_err(|source| EbpfError::Map { name, source })?;
+        let mut value = config
+            .get(&0, 0)
+            .map_err(|source| EbpfError::Map { name, source })?;
+        value.segmenter_ifindex = ifindex;
         config
             .set(0, value, 0)
             .map_err(|source| EbpfError::Map { name, source })

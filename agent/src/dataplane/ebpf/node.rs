@@ -1,6 +1,6 @@
 //! The eBPF datapath of one node as the daemon drives it: loads the kernel programs, sets the
-//! tunnel endpoint, attaches to the uplink and the provider NICs (tcx links) and to the pods'
-//! host veths (a cls_bpf filter each, see [`pod_filter`](super::pod_filter); in the agent's
+//! tunnel endpoint and the segmenter ([`segmenter`]), attaches to the uplink, the segmenter and
+//! the provider NICs (tcx links) and to the pods' host veths (a cls_bpf filter each, see [`pod_filter`](super::pod_filter); in the agent's
 //! network namespace; pods plug and unplug at run time), and keeps the L2 and L3 maps in line
 //! with the IR (which also names the other chassis's encap IPs). With a pin root, a new agent adopts the
 //! maps and links of the previous one and the pods' filters (forwarding never stops), replaces the
@@ -22,7 +22,7 @@ use super::{
     l3::L3State,
     pins::{PinError, PinLayout},
     pod_filter::{self, PodFilterError, PodFilters},
-    unpin_link,
+    segmenter, unpin_link,
 };
 use crate::dataplane::PortAttachment;
 use crate::pipeline::ir::IrDiff;
@@ -64,6 +64,8 @@ pub enum NodeDatapathError {
     PodFilter(#[from] PodFilterError),
     #[error("opening a netlink socket: {0}")]
     Netlink(#[source] std::io::Error),
+    #[error(transparent)]
+    Segmenter(#[from] segmenter::SegmenterError),
 }
 
 pub struct NodeDatapath {
@@ -127,9 +129,15 @@ impl NodeDatapath {
         let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
         let uplink_index = ifindex(&config.uplink)?;
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
+        let socket = crate::rtnetlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
+        let segmenter = segmenter::ensure(&socket)?;
+        programs.set_segmenter(segmenter.sending)?;
         let mut l2 = L2State::new(&config.chassis);
         l2.set_acl_fail_open(config.acl_fail_open);
-        let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
+        let mut hooks = vec![
+            (Hook::Uplink, config.uplink.as_str(), uplink_index),
+            (Hook::Segmenter, segmenter::RECEIVING, segmenter.receiving),
+        ];
         let mut providers = HashMap::new();
         for (network, interface) in &config.providers {
             let index = ifindex(interface)?;
@@ -138,7 +146,6 @@ impl NodeDatapath {
         }
         l2.set_providers(providers);
         let mut plugged = HashMap::new();
-        let socket = crate::rtnetlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
         for (port, interface) in &config.interfaces {
             // An interface gone while the agent was down (its pod deleted) is skipped: the port
             // stays unprogrammed and `up` false until the CNI (or its configuration) fixes it.
@@ -416,18 +423,21 @@ impl NodeDatapath {
 
 impl Drop for NodeDatapath {
     /// Without pins nothing is meant to outlive the agent: the pods' filters (which, unlike a
-    /// link, no descriptor of ours holds) are removed. With pins they stay for the next agent.
+    /// link, no descriptor of ours holds) and the segmenter are removed. With pins they stay for the next agent.
     fn drop(&mut self) {
-        if self.pins.is_some() || self.plugged.is_empty() {
+        if self.pins.is_some() {
             return;
         }
         let socket = match crate::rtnetlink::Socket::open() {
             Ok(socket) => socket,
             Err(error) => {
-                tracing::warn!(%error, "cannot remove the pods' from_pod filters");
+                tracing::warn!(%error, "cannot remove the pods' from_pod filters and the segmenter");
                 return;
             }
         };
+        if let Err(error) = segmenter::remove(&socket) {
+            tracing::warn!(%error, "cannot remove the segmenter");
+        }
         for (interface, index) in self.plugged.values() {
             if let Err(error) = pod_filter::detach(&socket, *index) {
                 tracing::warn!(interface, %error, "cannot remove a pod's from_pod filter");

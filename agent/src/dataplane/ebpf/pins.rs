@@ -95,6 +95,7 @@ impl PinLayout {
             Hook::Pod => "pod",
             Hook::Uplink => "uplink",
             Hook::Provider => "provider",
+            Hook::Segmenter => "segmenter",
         };
         self.versioned
             .join("links")

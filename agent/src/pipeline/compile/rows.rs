@@ -174,7 +174,8 @@ pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> (Option<IrEntry
 }
 
 /// An Encap row as the chassis's tunnel endpoint: Geneve over IPv4 only (what the datapath
-/// tunnels through); other types and IPv6 endpoints give no entry.
+/// tunnels through); other types and IPv6 endpoints give no entry. Checksums are asked for with
+/// `options:csum=true` only, as ovn-controller reads it (absent or anything else: none).
 pub(super) fn chassis_encap(encap: &Encap) -> Option<IrEntry> {
     if encap.kind != "geneve" {
         return None;
@@ -183,6 +184,10 @@ pub(super) fn chassis_encap(encap: &Encap) -> Option<IrEntry> {
         Ok(ip) => Some(IrEntry::ChassisEncap {
             chassis: encap.chassis_name.clone(),
             ip,
+            csum: encap
+                .options
+                .get("csum")
+                .is_some_and(|value| value == "true"),
         }),
         Err(_) => {
             tracing::debug!(

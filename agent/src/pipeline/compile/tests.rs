@@ -118,10 +118,12 @@ fn port_addresses_reach_the_ir_typed_and_bad_entries_are_counted_and_left_out() 
 fn encap_rows_become_chassis_encaps_and_change_incrementally() {
     let (mut sb, mut compiler, diff) =
         southbound(json!("0a:58:0a:00:01:02 10.0.1.2"), json!(["set", []]));
-    let node2 = |ip: [u8; 4]| IrEntry::ChassisEncap {
+    let with_csum = |ip: [u8; 4], csum: bool| IrEntry::ChassisEncap {
         chassis: "node2".into(),
         ip: Ipv4Addr::from(ip),
+        csum,
     };
+    let node2 = |ip: [u8; 4]| with_csum(ip, false);
     assert!(diff.added.contains(&node2([172, 18, 0, 3])), "{diff:?}");
     assert_eq!(compiler.bad_addresses(), 0);
 
@@ -143,6 +145,12 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
     let diff = update(json!({"modify": {"type": "geneve", "ip": "fd00::9"}}));
     assert!(diff.is_empty(), "{diff:?}");
     let diff = update(json!({"modify": {"ip": "172.18.0.3"}}));
+    assert_eq!(diff.added, [node2([172, 18, 0, 3])]);
+    // `options:csum=true` asks for outer checksums; anything else (or nothing) does not.
+    let diff = update(json!({"modify": {"options": ["map", [["csum", "true"]]]}}));
+    assert_eq!(diff.added, [with_csum([172, 18, 0, 3], true)]);
+    assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);
+    let diff = update(json!({"modify": {"options": ["map", [["csum", "yes"]]]}}));
     assert_eq!(diff.added, [node2([172, 18, 0, 3])]);
     let diff = update(json!({"delete": null}));
     assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);

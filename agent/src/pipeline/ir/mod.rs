@@ -39,8 +39,13 @@ pub enum PortKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IrEntry {
     /// Chassis `chassis` is reached through Geneve at `ip` (from its Encap row of type
-    /// "geneve"): where ports bound to it are tunnelled to.
-    ChassisEncap { chassis: String, ip: Ipv4Addr },
+    /// "geneve"): where ports bound to it are tunnelled to; `csum`: its `options:csum` is
+    /// "true", so frames to it carry an outer UDP checksum.
+    ChassisEncap {
+        chassis: String,
+        ip: Ipv4Addr,
+        csum: bool,
+    },
     /// A datapath (from Datapath_Binding): a logical switch or router.
     Datapath {
         datapath: u32,

@@ -7,10 +7,10 @@ use crate::pipeline::ir::PortKind;
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL, FibEntry,
     FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort,
-    ProviderKey,
+    ProviderKey, REMOTE_ENCAP_CSUM, RemoteEncap,
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
-        PortSecurityMap, ProviderNetworks, TunnelPorts,
+        PortSecurityMap, ProviderNetworks, RemoteEncaps, TunnelPorts,
     },
 };
 
@@ -171,7 +171,66 @@ fn encap(chassis: &str, ip: Ipv4Addr) -> IrEntry {
     IrEntry::ChassisEncap {
         chassis: chassis.into(),
         ip,
+        csum: false,
     }
+}
+
+/// An endpoint whose Encap asks for outer checksums gets a `REMOTE_ENCAPS` entry, keyed by its
+/// IP; one that stops asking, or goes, loses it; one that never asked has none. Each change
+/// writes that one key.
+#[test]
+fn endpoints_that_ask_for_checksums_are_listed_by_their_ip() {
+    let (mut state, mut maps) = two_pods();
+    let listed = |maps: &Recorder| maps.table::<RemoteEncaps>();
+    assert!(listed(&maps).is_empty(), "node2 asked for nothing");
+    let key = u32::from_ne_bytes(NODE2.octets());
+    let with_csum = |csum| IrEntry::ChassisEncap {
+        chassis: "node2".into(),
+        ip: NODE2,
+        csum,
+    };
+    let writes = maps.writes_to::<RemoteEncaps>();
+    state.apply(&IrDiff {
+        added: vec![with_csum(true)],
+        removed: vec![with_csum(false)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        listed(&maps),
+        HashMap::from([(
+            key,
+            RemoteEncap {
+                flags: REMOTE_ENCAP_CSUM
+            }
+        )])
+    );
+    assert_eq!(maps.writes_to::<RemoteEncaps>(), writes + 1);
+    // The FIB still reaches node2 there.
+    assert_eq!(maps.fib()[&(DP, REMOTE_MAC)].remote_ip, key);
+
+    state.apply(&IrDiff {
+        added: vec![with_csum(false)],
+        removed: vec![with_csum(true)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(listed(&maps).is_empty(), "{:?}", listed(&maps));
+
+    state.apply(&added(vec![IrEntry::ChassisEncap {
+        chassis: "node3".into(),
+        ip: Ipv4Addr::new(172, 31, 0, 30),
+        csum: true,
+    }]));
+    state.flush(&mut maps).unwrap();
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![IrEntry::ChassisEncap {
+            chassis: "node3".into(),
+            ip: Ipv4Addr::new(172, 31, 0, 30),
+            csum: true,
+        }],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(listed(&maps).is_empty(), "a gone endpoint keeps no entry");
 }
 
 /// The IR carries the chassis's endpoints: a remote pod's FIB entry follows its chassis's Encap
