@@ -8,6 +8,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod ethtool;
 pub mod health;
 pub mod lflow;
 pub mod metrics;

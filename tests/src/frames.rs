@@ -222,3 +222,19 @@ pub fn udp(
     udp[6..8].copy_from_slice(&sum.to_be_bytes());
     udp
 }
+
+/// The frames of a pcap file (as `tcpdump -w` writes it: the 24-byte file header, then a
+/// 16-byte record header before each frame), each as captured; a truncated last record is cut
+/// to what is there.
+#[must_use]
+pub fn pcap_frames(pcap: &[u8]) -> Vec<&[u8]> {
+    let mut frames = Vec::new();
+    let mut at = 24;
+    while at + 16 <= pcap.len() {
+        let captured =
+            u32::from_le_bytes([pcap[at + 8], pcap[at + 9], pcap[at + 10], pcap[at + 11]]) as usize;
+        frames.push(&pcap[at + 16..(at + 16 + captured).min(pcap.len())]);
+        at += 16 + captured;
+    }
+    frames
+}

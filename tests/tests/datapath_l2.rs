@@ -17,6 +17,7 @@ use ovnbpf_common::{
     TunnelPortKey,
 };
 use ovnbpf_tests::{
+    frames::pcap_frames,
     names::unique_prefix,
     network::{Node, Pod, PodSpec, Underlay},
     process::wait_until,
@@ -335,11 +336,7 @@ fn inner_udp_flows(
     const INNER_IP: usize = OUTER_UDP + 8 + 16 + 14;
     let be16 = |frame: &[u8], at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
     let mut flows = std::collections::BTreeMap::<u16, std::collections::BTreeSet<u16>>::new();
-    let mut at = 24; // the pcap file header
-    while at + 16 <= pcap.len() {
-        let captured = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
-        let frame = &pcap[at + 16..(at + 16 + captured).min(pcap.len())];
-        at += 16 + captured;
+    for frame in pcap_frames(pcap) {
         let inner_udp = INNER_IP + 20;
         if frame.len() < inner_udp + 2 || frame[INNER_IP + 9] != 17 {
             continue;

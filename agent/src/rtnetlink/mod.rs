@@ -49,7 +49,6 @@ const IFLA_LINKINFO: u16 = 18;
 const IFLA_AF_SPEC: u16 = 26;
 const IFLA_NET_NS_FD: u16 = 28;
 const IFLA_LINK_NETNSID: u16 = 37;
-const IFLA_GSO_MAX_SEGS: u16 = 40;
 const IFLA_INET_CONF: u16 = 1;
 const IPV4_DEVCONF_FORWARDING: u16 = 1;
 const IPV4_DEVCONF_ARP_IGNORE: u16 = 19;
@@ -284,10 +283,8 @@ impl Socket {
         self.request(message)
     }
 
-    /// Creates a veth pair in this namespace, both ends down, whose end `sending` takes no GSO
-    /// packet whole (`gso_max_segs` 1: the kernel segments what it transmits in software) and
-    /// hands the segments to `receiving`; fails if either name is taken. The node's segmenter
-    /// ([`crate::dataplane::ebpf::segmenter`]).
+    /// Creates a veth pair `sending`–`receiving` in this namespace, both ends down (the node's
+    /// segmenter, [`crate::dataplane::ebpf::segmenter`]); fails if either name is taken.
     pub fn create_segmenter_pair(
         &self,
         sending: &str,
@@ -298,7 +295,6 @@ impl Socket {
         message.link_header(0, 0, 0);
         message.name(IFLA_IFNAME, sending);
         message.attribute(IFLA_MTU, &mtu.to_ne_bytes());
-        message.attribute(IFLA_GSO_MAX_SEGS, &1u32.to_ne_bytes());
         message.begin_nested(IFLA_LINKINFO);
         message.name(IFLA_INFO_KIND, "veth");
         message.begin_nested(IFLA_INFO_DATA);
@@ -310,19 +306,6 @@ impl Socket {
         message.end_nested();
         message.end_nested();
         self.request(message)
-    }
-
-    /// The most segments link `index` takes in one GSO packet.
-    pub fn gso_max_segs(&self, index: u32) -> io::Result<u32> {
-        let mut message = Message::query(RTM_GETLINK);
-        message.link_header(index as i32, 0, 0);
-        let reply = self.exchange(message)?;
-        if let Some(Err(error)) = acknowledgement(&reply) {
-            return Err(error);
-        }
-        link_attribute(&reply, IFLA_GSO_MAX_SEGS)
-            .and_then(|value| Some(u32::from_ne_bytes(value.get(..4)?.try_into().ok()?)))
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no IFLA_GSO_MAX_SEGS"))
     }
 
     /// Keeps link `name` (a pod's host end) out of the node's own networking, then brings it up:

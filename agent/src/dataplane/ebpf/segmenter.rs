@@ -4,9 +4,11 @@
 //! A tc program cannot give a GSO super-packet an outer UDP checksum: the kernel copies the
 //! outer header's checksum into every segment unless the skb is marked
 //! `SKB_GSO_UDP_TUNNEL_CSUM`, which `bpf_skb_adjust_room` never sets. So the programs send such
-//! frames, encapsulated and with checksum 0, out of the pair's sending end, [`SENDING`], created
-//! with `gso_max_segs` 1: the kernel segments every GSO packet it transmits there in software
-//! (inner TCP or UDP, fixing each segment's outer lengths and IPv4 checksum). Each segment
+//! frames, encapsulated and with checksum 0, out of the pair's sending end, [`SENDING`], whose
+//! UDP-tunnel segmentation offloads are off ([`TUNNEL_GSO`]): the kernel segments every such
+//! packet it transmits there in software (inner TCP or UDP, fixing each segment's outer lengths
+//! and IPv4 checksum). (`gso_max_segs` 1 would not do: `bpf_skb_adjust_room` zeroes the
+//! packet's segment count, which the kernel compares with it.) Each segment
 //! arrives on [`RECEIVING`], whose `from_segmenter` program checksums it and redirects it out of
 //! the uplink. Frames without GSO, and GSO frames toward chassis that want no checksum, never
 //! come here. The cost is the software segmentation and one veth crossing per segment, paid only
@@ -22,6 +24,8 @@ use crate::rtnetlink::{self, Socket};
 
 /// The sending end (the programs redirect GSO frames to its egress).
 pub const SENDING: &str = "ovnbpf-segin";
+/// The offloads [`SENDING`] has off, so UDP-tunnel GSO packets are segmented on it.
+pub const TUNNEL_GSO: [&str; 2] = ["tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation"];
 /// The receiving end (`from_segmenter` on its ingress).
 pub const RECEIVING: &str = "ovnbpf-segout";
 /// Both ends' MTU: segments are as long as the uplink lets them be; the pair must never be
@@ -49,19 +53,14 @@ fn link_error(interface: &'static str) -> impl FnOnce(io::Error) -> SegmenterErr
     move |source| SegmenterError::Link { interface, source }
 }
 
-/// The segmenter, adopted when a previous agent left a usable one (both ends, the sending end
-/// taking single segments), created afresh otherwise; both ends up and kept out of the node's
-/// own networking.
+/// The segmenter, adopted when a previous agent left one (both ends), created afresh otherwise;
+/// the sending end's tunnel segmentation off (again: it is cheap, and an adopted pair may have
+/// been changed), both ends up and kept out of the node's own networking.
 pub fn ensure(socket: &Socket) -> Result<Segmenter, SegmenterError> {
-    let existing = match (rtnetlink::index_of(SENDING), rtnetlink::index_of(RECEIVING)) {
-        (Ok(sending), Ok(receiving)) => Some(Segmenter { sending, receiving }),
-        _ => None,
-    };
-    let usable = existing.filter(|pair| socket.gso_max_segs(pair.sending).is_ok_and(|n| n == 1));
-    let pair = match usable {
-        Some(pair) => pair,
-        None => {
-            // A half pair, or one that lets GSO packets through, is rebuilt.
+    let pair = match (rtnetlink::index_of(SENDING), rtnetlink::index_of(RECEIVING)) {
+        (Ok(sending), Ok(receiving)) => Segmenter { sending, receiving },
+        _ => {
+            // A half pair is rebuilt.
             remove(socket)?;
             socket
                 .create_segmenter_pair(SENDING, RECEIVING, MTU)
@@ -72,6 +71,7 @@ pub fn ensure(socket: &Socket) -> Result<Segmenter, SegmenterError> {
             }
         }
     };
+    crate::ethtool::turn_off(SENDING, &TUNNEL_GSO).map_err(link_error(SENDING))?;
     socket
         .isolate_and_up(RECEIVING)
         .map_err(link_error(RECEIVING))?;

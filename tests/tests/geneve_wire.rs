@@ -1,0 +1,354 @@
+//! Geneve on the wire between two ovnbpf nodes, judged on captures of node1's frames on node2's
+//! underlay link: 16 UDP flows, pings, broadcasts (flood copies) and a TCP stream (GSO
+//! super-packets in the pod) from a1 on node1 to a2 on node2.
+//! - Each flow leaves with one outer UDP source port, and the flows spread over at least 12
+//!   (RFC 8926 §3.3: ECMP and the receiver's RSS hash on it).
+//! - node2's Encap asks for outer checksums (`ovn-encap-csum`, true by default as in OVN): every
+//!   frame carries a valid one, every TCP segment too, each at most one MTU (GSO super-packets
+//!   were segmented before they left, through node1's segmenter, whose counters show it).
+//! - node2's agent restarted with `--encap-csum=false`: its Encap says `csum=false`, and node1's
+//!   frames leave with checksum 0, while traffic still flows.
+//!
+//! node1's uplink has TX checksum offload off, so the kernel completes the pods' partial inner
+//! checksums before the frame leaves, as a NIC would on the wire; a capture then sees the bytes
+//! a peer receives (on a veth with offload on, the inner checksum would still be pending).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    path::Path,
+    time::Duration,
+};
+
+use ovnbpf_tests::{
+    bpffs::BpfMount,
+    frames::{pcap_frames, transport_checksum},
+    network::{Node, Pod},
+    process::{Child, wait_until},
+    scenario::{self, PodPlan, TwoNodes},
+};
+
+const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+const PODS: [PodPlan; 2] = [("a1", "subnet-a", 0, A1), ("a2", "subnet-a", 1, A2)];
+/// Outer Ethernet + IPv4: where the outer UDP header starts; the inner IPv4 header after the
+/// UDP, Geneve (with OVN's option) and inner Ethernet headers.
+const OUTER_UDP: usize = 14 + 20;
+const INNER_IP: usize = OUTER_UDP + 8 + 16 + 14;
+const FLOWS: u16 = 16;
+/// The underlay's MTU (the pods' is 58 less).
+const UNDERLAY_MTU: usize = 1500;
+
+fn be16(frame: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([frame[at], frame[at + 1]])
+}
+
+/// One captured Geneve frame as this test reads it.
+#[derive(Debug)]
+struct Captured {
+    len: usize,
+    source_port: u16,
+    checksum: u16,
+    /// The outer UDP checksum sums to zero over the pseudo header and the datagram.
+    checksum_valid: bool,
+    /// Inner IPv4 protocol and source port (TCP/UDP), if the inner frame is IPv4.
+    inner: Option<(u8, u16)>,
+    broadcast: bool,
+}
+
+fn read_capture(pcap: &[u8]) -> Vec<Captured> {
+    pcap_frames(pcap)
+        .into_iter()
+        .filter(|frame| frame.len() > INNER_IP + 24)
+        .map(|frame| {
+            let addresses = (
+                Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
+                Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
+            );
+            let ipv4 = be16(frame, INNER_IP - 2) == 0x0800;
+            let header_len = usize::from(frame[INNER_IP] & 0xf) * 4;
+            Captured {
+                len: frame.len(),
+                source_port: be16(frame, OUTER_UDP),
+                checksum: be16(frame, OUTER_UDP + 6),
+                checksum_valid: transport_checksum(addresses, 17, &frame[OUTER_UDP..]) == 0,
+                inner: ipv4.then(|| (frame[INNER_IP + 9], be16(frame, INNER_IP + header_len))),
+                broadcast: frame[OUTER_UDP + 8 + 16..OUTER_UDP + 8 + 16 + 6] == [0xff; 6],
+            }
+        })
+        .collect()
+}
+
+/// Runs `traffic` while capturing node1's Geneve frames on node2's uplink; the frames.
+fn capture(nodes: &[Node; 2], prefix: &str, traffic: impl FnOnce()) -> Vec<Captured> {
+    let pcap = std::env::temp_dir().join(format!("{prefix}-wire.pcap"));
+    let filter = format!("udp dst port 6081 and src host {}", nodes[0].ip());
+    let mut tcpdump = nodes[1]
+        .netns()
+        .spawn(
+            "tcpdump",
+            "tcpdump",
+            &[
+                "-i",
+                "eth0",
+                "-nn",
+                "-U",
+                "-s",
+                "0",
+                "-w",
+                &pcap.to_string_lossy(),
+                &filter,
+            ],
+            None,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    traffic();
+    std::thread::sleep(Duration::from_millis(500));
+    tcpdump.stop();
+    let bytes = std::fs::read(&pcap).unwrap_or_default();
+    let _ = std::fs::remove_file(&pcap);
+    read_capture(&bytes)
+}
+
+/// 16 UDP flows (three datagrams each), five pings, three broadcast pings and a TCP stream,
+/// from a1 to a2.
+fn traffic(a1: &Pod, a2: &Pod) {
+    a1.netns()
+        .run_in(|| {
+            for flow in 0..FLOWS {
+                let socket = std::net::UdpSocket::bind((A1, 40_000 + flow))?;
+                for _ in 0..3 {
+                    socket.send_to(b"flow", (A2, 9999))?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(a1.ping(A2, 5).unwrap(), 5, "a1 → a2");
+    let broadcast = a1
+        .netns()
+        .command("ping")
+        .args(["-b", "-n", "-c", "3", "-i", "0.2", "-W", "1", "10.0.1.255"])
+        .output()
+        .unwrap();
+    assert!(
+        broadcast.status.success() || !broadcast.stdout.is_empty(),
+        "{broadcast:?}"
+    );
+    let report = a1.tcp_stream_to(a2, A2);
+    assert!(report.is_ok(), "{report:?}");
+}
+
+/// Inner UDP source port → outer source ports, for the 16 flows.
+fn udp_flows(frames: &[Captured]) -> BTreeMap<u16, BTreeSet<u16>> {
+    let mut flows = BTreeMap::<u16, BTreeSet<u16>>::new();
+    for frame in frames {
+        if let Some((17, port)) = frame.inner
+            && (40_000..40_000 + FLOWS).contains(&port)
+        {
+            flows.entry(port).or_default().insert(frame.source_port);
+        }
+    }
+    flows
+}
+
+/// Packets node1's `from_segmenter` has seen.
+fn segmented(node: &Node, pin_root: &Path) -> u64 {
+    let counters = scenario::datapath_counters(node, pin_root);
+    counters["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|interface| interface["name"] == "ovnbpf-segout")
+        .and_then(|interface| interface["packets"].as_u64())
+        .unwrap_or(0)
+}
+
+fn start_agent(
+    lab: &ovnbpf_tests::ovn::OvnLab,
+    nodes: &[Node; 2],
+    index: usize,
+    pins: &Path,
+    logs: &Path,
+    extra: &[&str],
+) -> Child {
+    let mut spec = scenario::planned_agent(nodes, &PODS, index, Some(pins));
+    spec.extra_args = extra.iter().map(|arg| (*arg).to_string()).collect();
+    spec.spawn(
+        lab,
+        &ovnbpf_tests::workspace_binary("ovnbpf-agent"),
+        logs.join(format!("{}.log", scenario::NODES[index])),
+    )
+    .unwrap()
+}
+
+#[test]
+fn flows_spread_over_source_ports_and_carry_the_checksums_the_receiver_asks_for() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let pods = scenario::overlapping_vpcs_with(lab, nodes, &PODS);
+    let (a1, a2) = (&pods[0], &pods[1]);
+    nodes[0]
+        .netns()
+        .exec("ethtool", &["-K", "eth0", "tx", "off"])
+        .unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = BpfMount::create().unwrap();
+    let node1 = start_agent(lab, nodes, 0, bpffs.path(), log_dir.path(), &[]);
+    let mut node2 = start_agent(lab, nodes, 1, bpffs.path(), log_dir.path(), &[]);
+    let logs = |agents: &[&Child]| {
+        agents
+            .iter()
+            .map(|agent| agent.log_tail())
+            .collect::<String>()
+    };
+    assert!(
+        scenario::planned_pods_up(lab, &PODS),
+        "pods not up{}",
+        logs(&[&node1, &node2])
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || a1
+            .ping(A2, 1)
+            .is_ok_and(|n| n == 1)),
+        "a1 → a2{}",
+        logs(&[&node1, &node2])
+    );
+
+    let segmented_before = segmented(&nodes[0], &bpffs.path().join("node1"));
+    let frames = capture(nodes, prefix, || traffic(a1, a2));
+    let segmented_after = segmented(&nodes[0], &bpffs.path().join("node1"));
+
+    // One port per flow, spread over at least 12.
+    let flows = udp_flows(&frames);
+    assert_eq!(flows.len(), usize::from(FLOWS), "captured flows: {flows:?}");
+    for (port, outer) in &flows {
+        assert_eq!(outer.len(), 1, "flow from {port} used ports {outer:?}");
+        assert!(outer.iter().all(|p| *p >= 32768), "{flows:?}");
+    }
+    let distinct: BTreeSet<u16> = flows.values().flatten().copied().collect();
+    println!(
+        "{FLOWS} UDP flows, {} distinct outer source ports",
+        distinct.len()
+    );
+    assert!(
+        distinct.len() >= 12,
+        "only {} ports: {flows:?}",
+        distinct.len()
+    );
+
+    // Valid checksums on everything, TCP segments included, each within one MTU.
+    let tcp: Vec<&Captured> = frames
+        .iter()
+        .filter(|frame| frame.inner.is_some_and(|(protocol, _)| protocol == 6))
+        .collect();
+    let kinds = [
+        (
+            "UDP",
+            frames
+                .iter()
+                .filter(|f| f.inner.is_some_and(|(p, _)| p == 17))
+                .count(),
+        ),
+        (
+            "ICMP",
+            frames
+                .iter()
+                .filter(|f| f.inner.is_some_and(|(p, _)| p == 1) && !f.broadcast)
+                .count(),
+        ),
+        ("broadcast", frames.iter().filter(|f| f.broadcast).count()),
+        ("TCP", tcp.len()),
+    ];
+    println!("captured {} frames: {kinds:?}", frames.len());
+    for (kind, count) in kinds {
+        assert!(count > 0, "no {kind} frame captured: {kinds:?}");
+    }
+    let invalid: Vec<&Captured> = frames
+        .iter()
+        .filter(|frame| frame.checksum == 0 || !frame.checksum_valid)
+        .collect();
+    assert!(
+        invalid.is_empty(),
+        "{} of {} frames without a valid outer checksum, e.g. {:?}",
+        invalid.len(),
+        frames.len(),
+        invalid.first()
+    );
+    let longest = tcp.iter().map(|frame| frame.len).max().unwrap_or(0);
+    assert!(
+        longest <= UNDERLAY_MTU + 14,
+        "a TCP frame of {longest} bytes crossed the underlay unsegmented"
+    );
+    // A TCP connection is a flow too: its segments, cut by the segmenter, keep its one port.
+    let mut connections = BTreeMap::<u16, BTreeSet<u16>>::new();
+    for frame in &tcp {
+        if let Some((_, port)) = frame.inner {
+            connections
+                .entry(port)
+                .or_default()
+                .insert(frame.source_port);
+        }
+    }
+    for (port, outer) in &connections {
+        assert_eq!(
+            outer.len(),
+            1,
+            "TCP from port {port} used outer ports {outer:?}"
+        );
+    }
+    println!(
+        "{} TCP frames, longest {longest} bytes; segmenter saw {} packets",
+        tcp.len(),
+        segmented_after - segmented_before
+    );
+    assert!(
+        segmented_after > segmented_before,
+        "no GSO frame went through node1's segmenter"
+    );
+
+    // node2 no longer asks: node1's frames leave without checksums, and still arrive.
+    node2.stop();
+    node2 = start_agent(
+        lab,
+        nodes,
+        1,
+        bpffs.path(),
+        log_dir.path(),
+        &["--encap-csum=false"],
+    );
+    let csum_off = wait_until(Duration::from_secs(20), || {
+        lab.sbctl(&[
+            "--bare",
+            "--columns=options",
+            "find",
+            "Encap",
+            "chassis_name=node2",
+        ])
+        .is_ok_and(|options| options.contains("csum=false"))
+    });
+    assert!(
+        csum_off,
+        "node2's Encap still asks for checksums{}",
+        logs(&[&node2])
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || a1
+            .ping(A2, 1)
+            .is_ok_and(|n| n == 1)),
+        "a1 → a2 after node2's restart{}",
+        logs(&[&node1, &node2])
+    );
+    let frames = capture(nodes, prefix, || traffic(a1, a2));
+    assert!(!frames.is_empty());
+    let checksummed = frames.iter().filter(|frame| frame.checksum != 0).count();
+    assert_eq!(
+        checksummed,
+        0,
+        "{checksummed} of {} frames carry a checksum node2 did not ask for",
+        frames.len()
+    );
+    drop(node1);
+}
