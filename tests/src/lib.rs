@@ -5,6 +5,7 @@
 //! - [`netns`]: network namespaces and commands inside them;
 //! - [`icmp`]: ICMP echo from inside a namespace without spawning `ping`;
 //! - [`frames`]: hand-built Ethernet frames sent from a namespace, and the frames coming back;
+//! - [`geneve_capture`]: Geneve frames captured on an underlay link, read back;
 //! - [`network`]: nodes, pods and the underlay they share, built from netns and veth pairs;
 //! - [`vlan_access`]: the physical switch's VLAN access ports, as tc programs;
 //! - [`bpffs`]: per-test pin directories under /sys/fs/bpf, and bpffs mounts of their own;
@@ -26,6 +27,7 @@ pub mod cluster;
 pub mod cni_runtime;
 pub mod containerd;
 pub mod frames;
+pub mod geneve_capture;
 pub mod icmp;
 pub mod kernel_time;
 pub mod kubeovn;

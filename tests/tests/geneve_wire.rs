@@ -22,7 +22,7 @@ use std::{
 
 use ovnbpf_tests::{
     bpffs::BpfMount,
-    frames::{pcap_frames, transport_checksum},
+    geneve_capture::{self, Captured},
     network::{Node, Pod},
     process::{Child, wait_until},
     scenario::{self, PodPlan, TwoNodes},
@@ -31,84 +31,13 @@ use ovnbpf_tests::{
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 const PODS: [PodPlan; 2] = [("a1", "subnet-a", 0, A1), ("a2", "subnet-a", 1, A2)];
-/// Outer Ethernet + IPv4: where the outer UDP header starts; the inner IPv4 header after the
-/// UDP, Geneve (with OVN's option) and inner Ethernet headers.
-const OUTER_UDP: usize = 14 + 20;
-const INNER_IP: usize = OUTER_UDP + 8 + 16 + 14;
 const FLOWS: u16 = 16;
 /// The underlay's MTU (the pods' is 58 less).
 const UNDERLAY_MTU: usize = 1500;
 
-fn be16(frame: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([frame[at], frame[at + 1]])
-}
-
-/// One captured Geneve frame as this test reads it.
-#[derive(Debug)]
-struct Captured {
-    len: usize,
-    source_port: u16,
-    checksum: u16,
-    /// The outer UDP checksum sums to zero over the pseudo header and the datagram.
-    checksum_valid: bool,
-    /// Inner IPv4 protocol and source port (TCP/UDP), if the inner frame is IPv4.
-    inner: Option<(u8, u16)>,
-    broadcast: bool,
-}
-
-fn read_capture(pcap: &[u8]) -> Vec<Captured> {
-    pcap_frames(pcap)
-        .into_iter()
-        .filter(|frame| frame.len() > INNER_IP + 24)
-        .map(|frame| {
-            let addresses = (
-                Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
-                Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
-            );
-            let ipv4 = be16(frame, INNER_IP - 2) == 0x0800;
-            let header_len = usize::from(frame[INNER_IP] & 0xf) * 4;
-            Captured {
-                len: frame.len(),
-                source_port: be16(frame, OUTER_UDP),
-                checksum: be16(frame, OUTER_UDP + 6),
-                checksum_valid: transport_checksum(addresses, 17, &frame[OUTER_UDP..]) == 0,
-                inner: ipv4.then(|| (frame[INNER_IP + 9], be16(frame, INNER_IP + header_len))),
-                broadcast: frame[OUTER_UDP + 8 + 16..OUTER_UDP + 8 + 16 + 6] == [0xff; 6],
-            }
-        })
-        .collect()
-}
-
 /// Runs `traffic` while capturing node1's Geneve frames on node2's uplink; the frames.
 fn capture(nodes: &[Node; 2], prefix: &str, traffic: impl FnOnce()) -> Vec<Captured> {
-    let pcap = std::env::temp_dir().join(format!("{prefix}-wire.pcap"));
-    let filter = format!("udp dst port 6081 and src host {}", nodes[0].ip());
-    let mut tcpdump = nodes[1]
-        .netns()
-        .spawn(
-            "tcpdump",
-            "tcpdump",
-            &[
-                "-i",
-                "eth0",
-                "-nn",
-                "-U",
-                "-s",
-                "0",
-                "-w",
-                &pcap.to_string_lossy(),
-                &filter,
-            ],
-            None,
-        )
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    traffic();
-    std::thread::sleep(Duration::from_millis(500));
-    tcpdump.stop();
-    let bytes = std::fs::read(&pcap).unwrap_or_default();
-    let _ = std::fs::remove_file(&pcap);
-    read_capture(&bytes)
+    geneve_capture::capture(nodes[1].netns(), "eth0", nodes[0].ip(), prefix, traffic)
 }
 
 /// 16 UDP flows (three datagrams each), five pings, three broadcast pings and a TCP stream,

@@ -10,7 +10,9 @@
 //! address and the checksums these change (those are checked valid on both sides). So are the
 //! answers to what a subnet's `reject` ACLs refuse (TCP reset, ICMP port and host unreachable),
 //! from the switch's ingress (for its own pod) and from its egress (for the other side's pod,
-//! through the tunnel).
+//! through the tunnel). Outer UDP checksums follow what the real node's Encap asks for: valid
+//! on every frame ovnbpf sends it (TCP segments included) while it says `csum=true`, none once
+//! it says `csum=false`; OVS takes both.
 
 use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
@@ -19,6 +21,7 @@ use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     agent::AgentSpec,
     frames::{FrameSocket, ipv4_frame, tcp_syn, transport_checksum, udp},
+    geneve_capture::capture,
     icmp::checksum,
     kubeovn::{SubnetAcl, Topology, mac_for},
     network::Pod,
@@ -41,6 +44,75 @@ const PODS: [PodPlan; 3] = [
     ("a2", "subnet-a", 1, A2),
     ("a3", "subnet-a2", 1, A3),
 ];
+
+/// ovnbpf's frames to the real OVN node carry the outer checksums that node's Encap asks for,
+/// and get through both ways: pings and a TCP stream from a1, captured on node2's uplink, first
+/// with ovn-controller's default `csum=true`, then with `ovn-encap-csum=false`.
+fn checksums_as_the_peer_asks(
+    lab: &ovnbpf_tests::ovn::OvnLab,
+    nodes: &[ovnbpf_tests::network::Node; 2],
+    peer: &OvsChassis,
+    a1: &Pod,
+    a2: &Pod,
+    logs: &dyn Fn() -> String,
+) {
+    let traffic = || {
+        assert_eq!(a1.ping(A2, 3).unwrap(), 3, "a1 → a2{}", logs());
+        let report = a1.tcp_stream_to(a2, A2);
+        assert!(report.is_ok(), "{report:?}{}", logs());
+    };
+    let prefix = ovnbpf_tests::names::unique_prefix();
+    let frames = capture(nodes[1].netns(), "eth0", nodes[0].ip(), &prefix, traffic);
+    let tcp = frames
+        .iter()
+        .filter(|frame| frame.inner.is_some_and(|(protocol, _)| protocol == 6))
+        .count();
+    let invalid = frames
+        .iter()
+        .filter(|frame| frame.checksum == 0 || !frame.checksum_valid)
+        .count();
+    assert!(tcp > 100, "{tcp} TCP frames captured of {}", frames.len());
+    assert_eq!(
+        invalid,
+        0,
+        "{invalid} of {} frames without a valid checksum",
+        frames.len()
+    );
+    let longest = frames.iter().map(|frame| frame.len).max().unwrap_or(0);
+    assert!(
+        longest <= 1514,
+        "a {longest}-byte frame crossed unsegmented"
+    );
+
+    peer.vsctl(&["set", "open", ".", "external_ids:ovn-encap-csum=false"])
+        .unwrap();
+    let asked_off = wait_until(Duration::from_secs(20), || {
+        lab.sbctl(&[
+            "--bare",
+            "--columns=options",
+            "find",
+            "Encap",
+            "chassis_name=node2",
+        ])
+        .is_ok_and(|options| options.contains("csum=false"))
+    });
+    assert!(
+        asked_off,
+        "node2's Encap still asks for checksums{}",
+        logs()
+    );
+    // The agent follows the Encap row; the first frames after it may still carry one.
+    std::thread::sleep(Duration::from_secs(1));
+    let frames = capture(nodes[1].netns(), "eth0", nodes[0].ip(), &prefix, traffic);
+    let checksummed = frames.iter().filter(|frame| frame.checksum != 0).count();
+    assert!(frames.len() > 100, "{} frames captured", frames.len());
+    assert_eq!(
+        checksummed,
+        0,
+        "{checksummed} of {} frames carry a checksum node2 no longer asks for",
+        frames.len()
+    );
+}
 
 /// Starts a capture of broadcast echo requests on `pod`'s eth0, logging to `log`.
 fn capture_broadcasts(pod: &Pod, log: PathBuf) -> Child {
@@ -294,9 +366,12 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
     peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
     peer.plug("a3_h", a3.netns(), "a3.ns").unwrap();
-    // OVS's userspace datapath reads frames whole: a1 must not hand it partial checksums or
-    // GSO super-packets inside the tunnel (a kernel OVS peer would take both).
-    a1.netns()
+    // OVS's userspace datapath reads frames whole: what leaves node1 must carry no partial
+    // inner checksum (a kernel OVS peer would take it). node1's uplink completes them, as a NIC
+    // does on the wire (TX checksum offload off on the veth: the kernel fills them in before the
+    // frame leaves). a1 itself sends GSO super-packets with partial checksums, as pods do.
+    nodes[0]
+        .netns()
         .exec("ethtool", &["-K", "eth0", "tx", "off"])
         .unwrap();
     let log_dir = tempfile::tempdir().unwrap();
@@ -339,6 +414,11 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
         let report = client.tcp_stream_to(server, server_ip);
         assert!(report.is_ok(), "{report:?}{}", logs());
     }
+
+    // Outer checksums as the receiver's Encap asks: ovn-controller's default (`csum=true`)
+    // gets a valid one on every frame (OVS checks them: a wrong one is dropped), GSO segments
+    // included; with `ovn-encap-csum=false`, none, and OVS takes those too.
+    checksums_as_the_peer_asks(lab, nodes, &peer, a1, a2, &logs);
 
     // The router's answers for its own address: the same from ovnbpf (a1) as from real OVN (a2).
     let ovn = router_answers(a2, mac("a2"), A2);
