@@ -9,10 +9,10 @@ use std::os::fd::OwnedFd;
 
 use anyhow::{Context, Result};
 use aya::programs::loaded_programs;
-use ovnbpf_common::program::{FROM_POD, FROM_PROVIDER, FROM_UPLINK};
+use ovnbpf_common::program::{FROM_POD, FROM_PROVIDER, FROM_SEGMENTER, FROM_UPLINK};
 
 /// The programs the agent attaches (its tail-called stages run inside them).
-pub const ENTRY_PROGRAMS: [&str; 3] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER];
+pub const ENTRY_PROGRAMS: [&str; 4] = [FROM_POD, FROM_UPLINK, FROM_PROVIDER, FROM_SEGMENTER];
 
 /// Kernel run-time statistics on, for as long as this lives.
 pub struct KernelTime {

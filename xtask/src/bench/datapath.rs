@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghij]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijk]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -12,7 +12,10 @@
 //! gateway and subnet policies in the path), next to (d); (i) the node's own namespace to that
 //! pod through `ovn0` (kubelet's probe path), next to (h); (j) (c)'s path on a switch of its own
 //! whose receiving pod has a NetworkPolicy of 100 allow-related ACLs naming a 1000-address set
-//! (conntrack on that switch), next to (c). Pod MTU 1442 on (b)–(e), (h)–(j), so they carry the
+//! (conntrack on that switch), next to (c); (k) (c)'s path to a third node whose Encap asks for
+//! no outer UDP checksums (`--encap-csum=false`), next to (c), whose receiver asks for them as
+//! OVN's default does (so (c)–(j) pay for them: computed per frame, TCP segmented before it
+//! leaves, see README's Geneve section). Pod MTU 1442 on (b)–(e), (h)–(k), so they carry the
 //! same payload per packet.
 //!
 //! Measures, one run of `--seconds` each per path and repetition, clients pinned to CPU 0 and
@@ -543,7 +546,7 @@ const fn ip(a: u8, b: u8, c: u8, d: u8) -> Ipv4Addr {
 }
 
 /// The ovnbpf fixture's pods.
-const PLAN: [PodPlan; 10] = [
+const PLAN: [PodPlan; 11] = [
     ("p1", "subnet-a", ip(10, 0, 1, 2), ip(10, 0, 1, 1), 0),
     ("p2", "subnet-a", ip(10, 0, 1, 3), ip(10, 0, 1, 1), 1),
     ("p3", "subnet-a2", ip(10, 0, 2, 3), ip(10, 0, 2, 1), 1),
@@ -557,10 +560,12 @@ const PLAN: [PodPlan; 10] = [
     // (j)'s pair, on a switch of its own: its ACLs give that switch conntrack.
     ("pj1", "subnet-j", ip(10, 3, 1, 2), ip(10, 3, 1, 1), 0),
     ("pj2", "subnet-j", ip(10, 3, 1, 3), ip(10, 3, 1, 1), 1),
+    // (k)'s server, on node3, which asks for no outer checksums.
+    ("p9", "subnet-a", ip(10, 0, 1, 9), ip(10, 0, 1, 1), 2),
 ];
 
 /// The ovnbpf paths: letter, name, client pod (`None`: node1's own namespace), server pod.
-const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 7] = [
+const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 8] = [
     ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
     ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
     ('e', "(e) ovnbpf routed, peering", Some(0), 3),
@@ -569,16 +574,18 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 7] = [
     // From node1's own namespace (no pod): kubelet's probe path through ovn0.
     ('i', "(i) ovnbpf node to pod", None, 7),
     ('j', "(j) ovnbpf L2, 100 ACLs", Some(8), 9),
+    ('k', "(k) ovnbpf L2, no outer checksum", Some(0), 10),
 ];
 
-/// (c)–(j): one OVN lab, two nodes, one agent each, every pair of [`PLAN`] plugged. Dropping it
-/// stops the agents first, then removes pins, pods, switch, nodes and the lab.
+/// (c)–(k): one OVN lab, three nodes (the third for (k) only), one agent each, every pair of
+/// [`PLAN`] plugged. Dropping it stops the agents first, then removes pins, pods, switch, nodes
+/// and the lab.
 struct OvnbpfNodes {
     agents: Vec<Child>,
     bpffs: BpfMount,
     pods: Vec<Pod>,
     _physical: PhysicalSwitch,
-    nodes: [Node; 2],
+    nodes: [Node; 3],
     _underlay: Underlay,
     lab: OvnLab,
 }
@@ -593,14 +600,18 @@ impl OvnbpfNodes {
     fn create(prefix: &str, agent: &Path) -> Result<OvnbpfNodes> {
         let lab = OvnLab::start()?;
         let mut underlay = Underlay::create(&format!("{prefix}o"))?;
-        let nodes: [Node; 2] = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let nodes: [Node; 3] = [
+            underlay.add_node("node1")?,
+            underlay.add_node("node2")?,
+            underlay.add_node("node3")?,
+        ];
         let mut topology = Topology::new();
         // The default VPC as kube-ovn-controller builds it: two subnets, each node's join port
         // and policies (30000 to its InternalIP, 29000 from its pods of each subnet).
         topology
             .default_vpc()?
             .subnet(DEFAULT_VPC, "subnet-x", "10.17.0.0/16")?;
-        for (index, node) in nodes.iter().enumerate() {
+        for (index, node) in nodes[..2].iter().enumerate() {
             let name = ["node1", "node2"][index];
             let join_ip = Ipv4Addr::new(100, 64, 0, 2 + index as u8);
             topology
@@ -632,11 +643,11 @@ impl OvnbpfNodes {
         topology.apply(&lab)?;
         hundred_acls("pj2.bench", PLAN[8].2).apply(&lab)?;
         let physical = PhysicalSwitch::create(&format!("{prefix}o"))?;
-        for node in &nodes {
+        for node in &nodes[..2] {
             physical.add_trunk(node, "eth1")?;
         }
         let mut pods = Vec::new();
-        let mut local_ports: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+        let mut local_ports: [Vec<String>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         for (name, subnet, ip, gateway, node) in PLAN {
             let host = format!("{name}_h");
             let default_vpc = matches!(subnet, "ovn-default" | "subnet-x");
@@ -661,22 +672,32 @@ impl OvnbpfNodes {
             _underlay: underlay,
             lab,
         };
-        for (index, (chassis, ports)) in ["node1", "node2"].into_iter().zip(local_ports).enumerate()
+        for (index, (chassis, ports)) in ["node1", "node2", "node3"]
+            .into_iter()
+            .zip(local_ports)
+            .enumerate()
         {
             let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
+            // node3 carries (k)'s server only: no provider network, no node NIC, and it asks
+            // for no outer checksums.
+            let extra_args = if index == 2 {
+                vec!["--encap-csum=false".into(), "--no-node-nic".into()]
+            } else {
+                // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
+                vec![
+                    "--bridge-mappings".into(),
+                    "physnet1:eth1".into(),
+                    "--pod-mtu".into(),
+                    "1442".into(),
+                ]
+            };
             let spec = AgentSpec {
                 chassis,
                 node: &fixture.nodes[index],
                 local_ports: ports,
                 pin_root: Some(fixture.bpffs.path().join(chassis)),
                 cni_dir: None,
-                // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
-                extra_args: vec![
-                    "--bridge-mappings".into(),
-                    "physnet1:eth1".into(),
-                    "--pod-mtu".into(),
-                    "1442".into(),
-                ],
+                extra_args,
             };
             let child = spec.spawn(&fixture.lab, agent, log)?;
             fixture.agents.push(child);
@@ -785,7 +806,7 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
 /// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
 /// ovnbpf paths against each other, with the goals the README states.
 fn comparisons(letters: &str) -> Vec<(char, char)> {
-    let mut pairs: Vec<(char, char)> = "cdefhij"
+    let mut pairs: Vec<(char, char)> = "cdefhijk"
         .chars()
         .flat_map(|x| [(x, 'a'), (x, 'b')])
         .collect();
@@ -796,6 +817,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('h', 'd'),
         ('i', 'h'),
         ('j', 'c'),
+        ('c', 'k'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -967,11 +989,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–j (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–k (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghij");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghij".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to j, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijk");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijk".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to k, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -983,7 +1005,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| RoutedPair::create(&prefix))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j'])
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();
