@@ -6,7 +6,9 @@
 //! flood groups, routers, underlay). `from_uplink` runs on a tcx link on ingress of the node's
 //! uplink and decapsulates OVN Geneve frames addressed to this node ([`overlay`]); `from_provider`
 //! on a tcx link on ingress of a provider NIC takes underlay VLAN traffic for local pods
-//! ([`underlay`]). `flood`, `ipv6` and `router` are later stages of `from_pod`, tail-called
+//! ([`underlay`]); `from_segmenter` on a tcx link on ingress of the segmenter's receiving end
+//! checksums encapsulated segments and sends them out of the uplink ([`encap_checksum`]).
+//! `flood`, `ipv6` and `router` are later stages of `from_pod`, tail-called
 //! through the `STAGES` program array ([`flood`], [`ipv6`], [`router`]). Traffic that is not theirs leaves unchanged
 //! ([`output::PASS`]). Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through
 //! [`drop`], local delivery through [`output`].

@@ -29,6 +29,8 @@ pub struct Captured {
     pub checksum_valid: bool,
     /// Inner IPv4 protocol and source port (TCP/UDP), if the inner frame is IPv4.
     pub inner: Option<(u8, u16)>,
+    /// Inner IPv6 next header and source port (TCP/UDP), if the inner frame is IPv6.
+    pub inner6: Option<(u8, u16)>,
     /// The inner destination MAC is broadcast.
     pub broadcast: bool,
 }
@@ -45,6 +47,7 @@ pub fn read(pcap: &[u8]) -> Vec<Captured> {
                 Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
             );
             let ipv4 = be16(frame, INNER_IP - 2) == 0x0800;
+            let ipv6 = be16(frame, INNER_IP - 2) == 0x86dd && frame.len() >= INNER_IP + 42;
             let header_len = usize::from(frame[INNER_IP] & 0xf) * 4;
             Captured {
                 len: frame.len(),
@@ -52,6 +55,7 @@ pub fn read(pcap: &[u8]) -> Vec<Captured> {
                 checksum: be16(frame, OUTER_UDP + 6),
                 checksum_valid: transport_checksum(addresses, 17, &frame[OUTER_UDP..]) == 0,
                 inner: ipv4.then(|| (frame[INNER_IP + 9], be16(frame, INNER_IP + header_len))),
+                inner6: ipv6.then(|| (frame[INNER_IP + 6], be16(frame, INNER_IP + 40))),
                 broadcast: frame[OUTER_UDP + 8 + 16..OUTER_UDP + 8 + 16 + 6] == [0xff; 6],
             }
         })

@@ -2,12 +2,14 @@
 //! underlay link: 16 UDP flows, pings, broadcasts (flood copies) and a TCP stream (GSO
 //! super-packets in the pod) from a1 on node1 to a2 on node2.
 //! - Each flow leaves with one outer UDP source port, and the flows spread over at least 12
-//!   (RFC 8926 §3.3: ECMP and the receiver's RSS hash on it).
-//! - node2's Encap asks for outer checksums (`ovn-encap-csum`, true by default as in OVN): every
-//!   frame carries a valid one, every TCP segment too, each at most one MTU (GSO super-packets
-//!   were segmented before they left, through node1's segmenter, whose counters show it).
-//! - node2's agent restarted with `--encap-csum=false`: its Encap says `csum=false`, and node1's
-//!   frames leave with checksum 0, while traffic still flows.
+//!   (RFC 8926 §3.3: ECMP and the receiver's RSS hash on it), over IPv4 and over IPv6 (16 more
+//!   flows to a2's link-local address).
+//! - node2's agent runs with `--encap-csum=true` (ovn-controller's default), so its Encap asks
+//!   for outer checksums: every frame carries a valid one, every TCP segment too, each at most
+//!   one MTU (GSO super-packets were segmented before they left, through node1's segmenter,
+//!   whose counters show it).
+//! - node2's agent restarted with the agent's default (`--encap-csum=false`): its Encap says
+//!   `csum=false`, and node1's frames leave with checksum 0, while traffic still flows.
 //!
 //! node1's uplink has TX checksum offload off, so the kernel completes the pods' partial inner
 //! checksums before the frame leaves, as a NIC would on the wire; a capture then sees the bytes
@@ -40,15 +42,53 @@ fn capture(nodes: &[Node; 2], prefix: &str, traffic: impl FnOnce()) -> Vec<Captu
     geneve_capture::capture(nodes[1].netns(), "eth0", nodes[0].ip(), prefix, traffic)
 }
 
-/// 16 UDP flows (three datagrams each), five pings, three broadcast pings and a TCP stream,
-/// from a1 to a2.
+/// The link-local address of `pod`'s eth0.
+fn link_local(pod: &Pod) -> std::net::Ipv6Addr {
+    let text = pod
+        .netns()
+        .ip(&["-6", "-o", "addr", "show", "dev", "eth0", "scope", "link"])
+        .unwrap();
+    text.split_whitespace()
+        .skip_while(|word| *word != "inet6")
+        .nth(1)
+        .and_then(|address| address.split('/').next())
+        .and_then(|address| address.parse().ok())
+        .unwrap_or_else(|| panic!("no link-local address: {text}"))
+}
+
+/// 16 UDP flows over IPv4 and 16 over IPv6 (three datagrams each), five pings, three broadcast
+/// pings and a TCP stream, from a1 to a2.
 fn traffic(a1: &Pod, a2: &Pod) {
+    let a2_link_local = link_local(a2);
+    a1.netns()
+        .ip(&[
+            "-6",
+            "neigh",
+            "replace",
+            &a2_link_local.to_string(),
+            "lladdr",
+            &ovnbpf_tests::kubeovn::mac_for("a2"),
+            "dev",
+            "eth0",
+        ])
+        .unwrap();
+    let eth0 = a1.netns().ifindex("eth0").unwrap();
     a1.netns()
         .run_in(|| {
             for flow in 0..FLOWS {
                 let socket = std::net::UdpSocket::bind((A1, 40_000 + flow))?;
+                let socket6 = std::net::UdpSocket::bind(std::net::SocketAddrV6::new(
+                    std::net::Ipv6Addr::UNSPECIFIED,
+                    41_000 + flow,
+                    0,
+                    eth0,
+                ))?;
                 for _ in 0..3 {
                     socket.send_to(b"flow", (A2, 9999))?;
+                    socket6.send_to(
+                        b"flow",
+                        std::net::SocketAddrV6::new(a2_link_local, 9999, 0, eth0),
+                    )?;
                 }
             }
             Ok(())
@@ -67,14 +107,20 @@ fn traffic(a1: &Pod, a2: &Pod) {
     );
     let report = a1.tcp_stream_to(a2, A2);
     assert!(report.is_ok(), "{report:?}");
+    println!("{}", report.as_deref().unwrap_or_default());
 }
 
-/// Inner UDP source port → outer source ports, for the 16 flows.
-fn udp_flows(frames: &[Captured]) -> BTreeMap<u16, BTreeSet<u16>> {
+/// Inner UDP source port → outer source ports, for the 16 flows from `first_port` of the
+/// family `inner` reads.
+fn udp_flows(
+    frames: &[Captured],
+    first_port: u16,
+    inner: impl Fn(&Captured) -> Option<(u8, u16)>,
+) -> BTreeMap<u16, BTreeSet<u16>> {
     let mut flows = BTreeMap::<u16, BTreeSet<u16>>::new();
     for frame in frames {
-        if let Some((17, port)) = frame.inner
-            && (40_000..40_000 + FLOWS).contains(&port)
+        if let Some((17, port)) = inner(frame)
+            && (first_port..first_port + FLOWS).contains(&port)
         {
             flows.entry(port).or_default().insert(frame.source_port);
         }
@@ -126,7 +172,14 @@ fn flows_spread_over_source_ports_and_carry_the_checksums_the_receiver_asks_for(
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
     let node1 = start_agent(lab, nodes, 0, bpffs.path(), log_dir.path(), &[]);
-    let mut node2 = start_agent(lab, nodes, 1, bpffs.path(), log_dir.path(), &[]);
+    let mut node2 = start_agent(
+        lab,
+        nodes,
+        1,
+        bpffs.path(),
+        log_dir.path(),
+        &["--encap-csum=true"],
+    );
     let logs = |agents: &[&Child]| {
         agents
             .iter()
@@ -150,23 +203,31 @@ fn flows_spread_over_source_ports_and_carry_the_checksums_the_receiver_asks_for(
     let frames = capture(nodes, prefix, || traffic(a1, a2));
     let segmented_after = segmented(&nodes[0], &bpffs.path().join("node1"));
 
-    // One port per flow, spread over at least 12.
-    let flows = udp_flows(&frames);
-    assert_eq!(flows.len(), usize::from(FLOWS), "captured flows: {flows:?}");
-    for (port, outer) in &flows {
-        assert_eq!(outer.len(), 1, "flow from {port} used ports {outer:?}");
-        assert!(outer.iter().all(|p| *p >= 32768), "{flows:?}");
+    // One port per flow, spread over at least 12, over either family.
+    for (family, flows) in [
+        ("IPv4", udp_flows(&frames, 40_000, |frame| frame.inner)),
+        ("IPv6", udp_flows(&frames, 41_000, |frame| frame.inner6)),
+    ] {
+        assert_eq!(flows.len(), usize::from(FLOWS), "{family} flows: {flows:?}");
+        for (port, outer) in &flows {
+            assert_eq!(
+                outer.len(),
+                1,
+                "{family} flow from {port} used ports {outer:?}"
+            );
+            assert!(outer.iter().all(|p| *p >= 32768), "{flows:?}");
+        }
+        let distinct: BTreeSet<u16> = flows.values().flatten().copied().collect();
+        println!(
+            "{FLOWS} {family} UDP flows, {} distinct outer source ports",
+            distinct.len()
+        );
+        assert!(
+            distinct.len() >= 12,
+            "{family}: only {} ports: {flows:?}",
+            distinct.len()
+        );
     }
-    let distinct: BTreeSet<u16> = flows.values().flatten().copied().collect();
-    println!(
-        "{FLOWS} UDP flows, {} distinct outer source ports",
-        distinct.len()
-    );
-    assert!(
-        distinct.len() >= 12,
-        "only {} ports: {flows:?}",
-        distinct.len()
-    );
 
     // Valid checksums on everything, TCP segments included, each within one MTU.
     let tcp: Vec<&Captured> = frames
@@ -179,6 +240,13 @@ fn flows_spread_over_source_ports_and_carry_the_checksums_the_receiver_asks_for(
             frames
                 .iter()
                 .filter(|f| f.inner.is_some_and(|(p, _)| p == 17))
+                .count(),
+        ),
+        (
+            "IPv6 UDP",
+            frames
+                .iter()
+                .filter(|f| f.inner6.is_some_and(|(p, _)| p == 17))
                 .count(),
         ),
         (
@@ -240,14 +308,7 @@ fn flows_spread_over_source_ports_and_carry_the_checksums_the_receiver_asks_for(
 
     // node2 no longer asks: node1's frames leave without checksums, and still arrive.
     node2.stop();
-    node2 = start_agent(
-        lab,
-        nodes,
-        1,
-        bpffs.path(),
-        log_dir.path(),
-        &["--encap-csum=false"],
-    );
+    node2 = start_agent(lab, nodes, 1, bpffs.path(), log_dir.path(), &[]);
     let csum_off = wait_until(Duration::from_secs(20), || {
         lab.sbctl(&[
             "--bare",

@@ -96,8 +96,12 @@ struct RunArgs {
     /// Tunnel endpoint IP (Encap.ip) of this node.
     #[arg(long, env = "OVN_ENCAP_IP")]
     encap_ip: String,
-    /// Send outer UDP checksums on Geneve (Encap options:csum).
-    #[arg(long, env = "OVN_ENCAP_CSUM", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Ask the other chassis for outer UDP checksums on the Geneve frames they send this node
+    /// (this chassis's Encap options:csum, as `ovn-encap-csum`). Off by default, unlike
+    /// ovn-controller: ovnbpf decapsulates before the kernel's UDP and never reads them, and a
+    /// sender pays for each (see README, "Geneve on the wire"). What this node sends follows
+    /// each receiver's Encap either way.
+    #[arg(long, env = "OVN_ENCAP_CSUM", default_value_t = false, action = clap::ArgAction::Set)]
     encap_csum: bool,
     /// Replicate every row instead of only the local datapaths' (ovn-monitor-all).
     #[arg(long, env = "OVN_MONITOR_ALL")]

@@ -46,7 +46,8 @@ pub struct ChassisConfig {
     pub hostname: String,
     /// Tunnel endpoint address (Encap.ip).
     pub encap_ip: String,
-    /// Outer UDP checksums (Encap.options:csum), like `ovn-encap-csum` (default true).
+    /// Whether other chassis are asked for outer UDP checksums (Encap.options:csum), like
+    /// `ovn-encap-csum` (ovn-controller defaults to true, the agent to false).
     pub encap_csum: bool,
     pub monitor_all: bool,
     /// `ovn-bridge-mappings`, e.g. `physnet1:eth1`.

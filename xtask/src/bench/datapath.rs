@@ -13,10 +13,9 @@
 //! pod through `ovn0` (kubelet's probe path), next to (h); (j) (c)'s path on a switch of its own
 //! whose receiving pod has a NetworkPolicy of 100 allow-related ACLs naming a 1000-address set
 //! (conntrack on that switch), next to (c); (k) (c)'s path to a third node whose Encap asks for
-//! no outer UDP checksums (`--encap-csum=false`), next to (c), whose receiver asks for them as
-//! OVN's default does (so (c)–(j) pay for them: computed per frame, TCP segmented before it
-//! leaves, see README's Geneve section). Pod MTU 1442 on (b)–(e), (h)–(k), so they carry the
-//! same payload per packet.
+//! outer UDP checksums (`--encap-csum=true`, OVN's default; the agent's is false): computed per
+//! frame, TCP segmented before it leaves (README, "Geneve on the wire"), next to (c). Pod MTU
+//! 1442 on (b)–(e), (h)–(k), so they carry the same payload per packet.
 //!
 //! Measures, one run of `--seconds` each per path and repetition, clients pinned to CPU 0 and
 //! servers to CPU 1 (left to the scheduler, the two placements give request/response times a
@@ -560,7 +559,7 @@ const PLAN: [PodPlan; 11] = [
     // (j)'s pair, on a switch of its own: its ACLs give that switch conntrack.
     ("pj1", "subnet-j", ip(10, 3, 1, 2), ip(10, 3, 1, 1), 0),
     ("pj2", "subnet-j", ip(10, 3, 1, 3), ip(10, 3, 1, 1), 1),
-    // (k)'s server, on node3, which asks for no outer checksums.
+    // (k)'s server, on node3, which asks for outer checksums.
     ("p9", "subnet-a", ip(10, 0, 1, 9), ip(10, 0, 1, 1), 2),
 ];
 
@@ -574,7 +573,7 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 8] = [
     // From node1's own namespace (no pod): kubelet's probe path through ovn0.
     ('i', "(i) ovnbpf node to pod", None, 7),
     ('j', "(j) ovnbpf L2, 100 ACLs", Some(8), 9),
-    ('k', "(k) ovnbpf L2, no outer checksum", Some(0), 10),
+    ('k', "(k) ovnbpf L2, outer checksums", Some(0), 10),
 ];
 
 /// (c)–(k): one OVN lab, three nodes (the third for (k) only), one agent each, every pair of
@@ -679,9 +678,9 @@ impl OvnbpfNodes {
         {
             let log = std::env::temp_dir().join(format!("{prefix}-{chassis}.log"));
             // node3 carries (k)'s server only: no provider network, no node NIC, and it asks
-            // for no outer checksums.
+            // for outer checksums.
             let extra_args = if index == 2 {
-                vec!["--encap-csum=false".into(), "--no-node-nic".into()]
+                vec!["--encap-csum=true".into(), "--no-node-nic".into()]
             } else {
                 // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
                 vec![
@@ -817,7 +816,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('h', 'd'),
         ('i', 'h'),
         ('j', 'c'),
-        ('c', 'k'),
+        ('k', 'c'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
