@@ -1,13 +1,16 @@
 //! Captures of Geneve frames on an underlay link, read back frame by frame: what the wire
 //! tests judge (outer source port, outer UDP checksum and whether it sums, length, the inner
 //! flow). Frames in OVN's layout: outer Ethernet, IPv4 without options, UDP, Geneve with the
-//! one 8-byte OVN option, inner Ethernet.
+//! one 8-byte OVN option, inner Ethernet. Also waits for a chassis's Encap to ask for (or not)
+//! outer checksums.
 
 use std::{net::Ipv4Addr, time::Duration};
 
 use crate::{
     frames::{pcap_frames, transport_checksum},
     netns::Netns,
+    ovn::OvnLab,
+    process::wait_until,
 };
 
 /// Where the outer UDP header starts; the inner IPv4 header, after the UDP, Geneve (with OVN's
@@ -91,4 +94,14 @@ pub fn capture(
     let bytes = std::fs::read(&pcap).unwrap_or_default();
     let _ = std::fs::remove_file(&pcap);
     read(&bytes)
+}
+
+/// Waits up to 20 s until `chassis`'s Encap row says `options:csum=<csum>`; whether it did.
+pub fn wait_for_encap_csum(lab: &OvnLab, chassis: &str, csum: bool) -> bool {
+    let wanted = format!("csum={csum}");
+    let row = format!("chassis_name={chassis}");
+    wait_until(Duration::from_secs(20), || {
+        lab.sbctl(&["--bare", "--columns=options", "find", "Encap", &row])
+            .is_ok_and(|options| options.contains(&wanted))
+    })
 }

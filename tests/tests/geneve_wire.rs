@@ -309,16 +309,7 @@ fn flows_spread_over_source_ports_and_carry_the_checksums_the_receiver_asks_for(
     // node2 no longer asks: node1's frames leave without checksums, and still arrive.
     node2.stop();
     node2 = start_agent(lab, nodes, 1, bpffs.path(), log_dir.path(), &[]);
-    let csum_off = wait_until(Duration::from_secs(20), || {
-        lab.sbctl(&[
-            "--bare",
-            "--columns=options",
-            "find",
-            "Encap",
-            "chassis_name=node2",
-        ])
-        .is_ok_and(|options| options.contains("csum=false"))
-    });
+    let csum_off = geneve_capture::wait_for_encap_csum(lab, "node2", false);
     assert!(
         csum_off,
         "node2's Encap still asks for checksums{}",

@@ -21,7 +21,7 @@ use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
 use ovnbpf_tests::{
     agent::AgentSpec,
     frames::{FrameSocket, ipv4_frame, tcp_syn, transport_checksum, udp},
-    geneve_capture::capture,
+    geneve_capture::{self, capture},
     icmp::checksum,
     kubeovn::{SubnetAcl, Topology, mac_for},
     network::Pod,
@@ -86,16 +86,7 @@ fn checksums_as_the_peer_asks(
 
     peer.vsctl(&["set", "open", ".", "external_ids:ovn-encap-csum=false"])
         .unwrap();
-    let asked_off = wait_until(Duration::from_secs(20), || {
-        lab.sbctl(&[
-            "--bare",
-            "--columns=options",
-            "find",
-            "Encap",
-            "chassis_name=node2",
-        ])
-        .is_ok_and(|options| options.contains("csum=false"))
-    });
+    let asked_off = geneve_capture::wait_for_encap_csum(lab, "node2", false);
     assert!(
         asked_off,
         "node2's Encap still asks for checksums{}",
