@@ -134,10 +134,11 @@ fn agent_registers_acknowledges_claims_and_cleans_up() {
             .contains("port-up-notif")
     );
     let (private_uuid, _) = row_named(&lab, "Chassis_Private", "name", "node1").unwrap();
+    // The agent asks for no outer checksums unless told to (it never reads them).
     let (_, encap) = row_named(&lab, "Encap", "chassis_name", "node1").unwrap();
     assert_eq!(
         encap["options"],
-        serde_json::json!(["map", [["csum", "true"]]])
+        serde_json::json!(["map", [["csum", "false"]]])
     );
 
     // northd waits for every chassis to acknowledge nb_cfg: the agent is the only one.
