@@ -738,7 +738,8 @@ mod tests {
 
     #[test]
     fn tunnel_types_have_the_kernel_layout() {
-        assert_eq!(core::mem::size_of::<TunnelConfig>(), 8);
+        assert_eq!(core::mem::size_of::<TunnelConfig>(), 12);
+        assert_eq!(core::mem::size_of::<RemoteEncap>(), 4);
         assert_eq!(core::mem::size_of::<TunnelPortKey>(), 8);
         assert_eq!(core::mem::size_of::<LocalPort>(), 8);
         assert_eq!(core::mem::size_of::<PodPort>(), 8);
