@@ -64,8 +64,6 @@ pub enum NodeDatapathError {
     PodFilter(#[from] PodFilterError),
     #[error("opening a netlink socket: {0}")]
     Netlink(#[source] std::io::Error),
-    #[error(transparent)]
-    Segmenter(#[from] segmenter::SegmenterError),
 }
 
 pub struct NodeDatapath {
@@ -130,14 +128,21 @@ impl NodeDatapath {
         let uplink_index = ifindex(&config.uplink)?;
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let socket = crate::rtnetlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
-        let segmenter = segmenter::ensure(&socket)?;
-        programs.set_segmenter(segmenter.sending)?;
+        let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
+        // Without a segmenter the node still forwards: GSO frames toward chassis that ask for
+        // outer checksums then leave without one (legal over IPv4), as said here.
+        match segmenter::ensure(&socket) {
+            Ok(segmenter) => {
+                programs.set_segmenter(segmenter.sending)?;
+                hooks.push((Hook::Segmenter, segmenter::RECEIVING, segmenter.receiving));
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                "no segmenter: TCP toward chassis that ask for outer UDP checksums leaves without them"
+            ),
+        }
         let mut l2 = L2State::new(&config.chassis);
         l2.set_acl_fail_open(config.acl_fail_open);
-        let mut hooks = vec![
-            (Hook::Uplink, config.uplink.as_str(), uplink_index),
-            (Hook::Segmenter, segmenter::RECEIVING, segmenter.receiving),
-        ];
         let mut providers = HashMap::new();
         for (network, interface) in &config.providers {
             let index = ifindex(interface)?;

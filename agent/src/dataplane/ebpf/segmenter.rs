@@ -14,7 +14,9 @@
 //! come here. The cost is the software segmentation and one veth crossing per segment, paid only
 //! by TCP (and UDP GSO) toward such chassis; README's Geneve section has the numbers.
 //!
-//! With pins the pair lives as long as the node runs ovnbpf: a restarted agent adopts it (its
+//! A node where the pair cannot be set up (logged) forwards without it: such GSO frames then
+//! leave with checksum 0, legal over IPv4. With pins the pair lives as long as the node runs
+//! ovnbpf: a restarted agent adopts it (its
 //! programs keep running through the pinned link), and `unpin` deletes it; without pins it goes
 //! with the agent's datapath. Touches only these two links.
 
