@@ -10,17 +10,16 @@
 //! field). So a full-size TCP segment costs a few dozen additions. The rest (ICMP, whose
 //! senders' checksums are not always right, fragments, other protocols, a UDP datagram without
 //! a checksum, IPv6 extension headers, non-IP frames such as ARP, Ethernet padding) is summed
-//! whole: its
-//! first `len % 64` bytes, then 64-byte chunks walked with `bpf_loop` (`CHECKSUM_SCRATCH` holds
-//! the chunk). An inner
-//! transport checksum that is simply wrong makes the outer one wrong too: the receiver then
-//! drops the frame, where it would have dropped the inner packet.
+//! whole: its first `len % 64` bytes, then 64-byte chunks walked with `bpf_loop`
+//! (`CHECKSUM_SCRATCH` holds the chunk). An inner transport checksum that is simply wrong makes
+//! the outer one wrong too: the receiver then drops the frame, where it would have dropped the
+//! inner packet.
 //!
 //! A GSO super-packet cannot be given one: the kernel copies the outer checksum into every
 //! segment unless the skb is marked `SKB_GSO_UDP_TUNNEL_CSUM`, which `bpf_skb_adjust_room`
 //! cannot set. Such frames go out of the segmenter instead ([`to_segmenter`]): the sending end
-//! of a veth pair the agent creates with `gso_max_segs` 1, so the kernel segments every GSO
-//! packet in software there; `from_segmenter`, on the other end, checksums each segment
+//! of a veth pair the agent creates with UDP-tunnel segmentation off, so the kernel segments
+//! them in software there; `from_segmenter`, on the other end, checksums each segment
 //! ([`from_segmenter`]) and sends it out of the uplink. Reads `TUNNEL_CONFIG` and
 //! `REMOTE_ENCAPS`; writes the outer UDP checksum field only.
 

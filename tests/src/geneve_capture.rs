@@ -4,7 +4,11 @@
 //! one 8-byte OVN option, inner Ethernet. Also waits for a chassis's Encap to ask for (or not)
 //! outer checksums.
 
-use std::{net::Ipv4Addr, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    time::Duration,
+};
 
 use crate::{
     frames::{pcap_frames, transport_checksum},
@@ -104,4 +108,20 @@ pub fn wait_for_encap_csum(lab: &OvnLab, chassis: &str, csum: bool) -> bool {
         lab.sbctl(&["--bare", "--columns=options", "find", "Encap", &row])
             .is_ok_and(|options| options.contains(&wanted))
     })
+}
+
+/// Inner UDP source port → the outer source ports its frames left with, over the frames whose
+/// inner packet `inner` reads (protocol, source port) as UDP.
+#[must_use]
+pub fn udp_flows(
+    frames: &[Captured],
+    inner: impl Fn(&Captured) -> Option<(u8, u16)>,
+) -> BTreeMap<u16, BTreeSet<u16>> {
+    let mut flows = BTreeMap::<u16, BTreeSet<u16>>::new();
+    for frame in frames {
+        if let Some((17, port)) = inner(frame) {
+            flows.entry(port).or_default().insert(frame.source_port);
+        }
+    }
+    flows
 }

@@ -212,6 +212,17 @@ impl Pod {
         self.ping_every(target, count, "0.05")
     }
 
+    /// Three broadcast echo requests to `broadcast` from the pod (`ping -b`, 0.2 s apart, 1 s
+    /// deadline per reply); ping's output.
+    pub fn ping_broadcast(&self, broadcast: Ipv4Addr) -> Result<std::process::Output> {
+        let target = broadcast.to_string();
+        self.netns
+            .command("ping")
+            .args(["-b", "-n", "-c", "3", "-i", "0.2", "-W", "1", &target])
+            .output()
+            .with_context(|| format!("ping -b {target} from {}", self.name))
+    }
+
     /// A one-second iperf3 TCP stream from this pod to `server` at `server_ip` (retried for up to
     /// 5 s while the path comes up); the client's report.
     pub fn tcp_stream_to(&self, server: &Pod, server_ip: Ipv4Addr) -> Result<String> {

@@ -17,7 +17,7 @@ use ovnbpf_common::{
     TunnelPortKey,
 };
 use ovnbpf_tests::{
-    frames::pcap_frames,
+    geneve_capture,
     names::unique_prefix,
     network::{Node, Pod, PodSpec, Underlay},
     process::wait_until,
@@ -327,24 +327,9 @@ fn outer_source_ports_follow_the_inner_flow(prefix: &str, nodes: &[Node], a1: &P
 }
 
 /// Inner UDP source port → the outer UDP source ports it left with, from a pcap of Geneve
-/// frames in OVN's layout (Ethernet, IPv4 without options, UDP, Geneve with the one 8-byte OVN
-/// option, inner Ethernet, inner IPv4, UDP).
+/// frames in OVN's layout.
 fn inner_udp_flows(
     pcap: &[u8],
 ) -> std::collections::BTreeMap<u16, std::collections::BTreeSet<u16>> {
-    const OUTER_UDP: usize = 14 + 20;
-    const INNER_IP: usize = OUTER_UDP + 8 + 16 + 14;
-    let be16 = |frame: &[u8], at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
-    let mut flows = std::collections::BTreeMap::<u16, std::collections::BTreeSet<u16>>::new();
-    for frame in pcap_frames(pcap) {
-        let inner_udp = INNER_IP + 20;
-        if frame.len() < inner_udp + 2 || frame[INNER_IP + 9] != 17 {
-            continue;
-        }
-        flows
-            .entry(be16(frame, inner_udp))
-            .or_default()
-            .insert(be16(frame, OUTER_UDP));
-    }
-    flows
+    geneve_capture::udp_flows(&geneve_capture::read(pcap), |frame| frame.inner)
 }

@@ -95,12 +95,7 @@ fn traffic(a1: &Pod, a2: &Pod) {
         })
         .unwrap();
     assert_eq!(a1.ping(A2, 5).unwrap(), 5, "a1 → a2");
-    let broadcast = a1
-        .netns()
-        .command("ping")
-        .args(["-b", "-n", "-c", "3", "-i", "0.2", "-W", "1", "10.0.1.255"])
-        .output()
-        .unwrap();
+    let broadcast = a1.ping_broadcast(Ipv4Addr::new(10, 0, 1, 255)).unwrap();
     assert!(
         broadcast.status.success() || !broadcast.stdout.is_empty(),
         "{broadcast:?}"
@@ -117,15 +112,10 @@ fn udp_flows(
     first_port: u16,
     inner: impl Fn(&Captured) -> Option<(u8, u16)>,
 ) -> BTreeMap<u16, BTreeSet<u16>> {
-    let mut flows = BTreeMap::<u16, BTreeSet<u16>>::new();
-    for frame in frames {
-        if let Some((17, port)) = inner(frame)
-            && (first_port..first_port + FLOWS).contains(&port)
-        {
-            flows.entry(port).or_default().insert(frame.source_port);
-        }
-    }
-    flows
+    geneve_capture::udp_flows(frames, inner)
+        .into_iter()
+        .filter(|(port, _)| (first_port..first_port + FLOWS).contains(port))
+        .collect()
 }
 
 /// Packets node1's `from_segmenter` has seen.

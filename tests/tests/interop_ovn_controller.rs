@@ -118,12 +118,7 @@ fn capture_broadcasts(pod: &Pod, log: PathBuf) -> Child {
 }
 
 fn broadcast_ping(from: &Pod) {
-    let ping = from
-        .netns()
-        .command("ping")
-        .args(["-b", "-n", "-c", "3", "-i", "0.2", "-W", "1", "10.0.1.255"])
-        .output()
-        .unwrap();
+    let ping = from.ping_broadcast(Ipv4Addr::new(10, 0, 1, 255)).unwrap();
     assert!(
         String::from_utf8_lossy(&ping.stdout).contains("3 packets transmitted"),
         "{ping:?}"

@@ -90,10 +90,7 @@ fn pods_reach_their_vpc_on_every_node_by_unicast_and_broadcast_and_nothing_else(
         .collect();
     std::thread::sleep(Duration::from_millis(700));
     let ping = pods[0]
-        .netns()
-        .command("ping")
-        .args(["-b", "-n", "-c", "3", "-i", "0.2", "-W", "1", "10.0.1.255"])
-        .output()
+        .ping_broadcast(Ipv4Addr::new(10, 0, 1, 255))
         .unwrap();
     assert!(
         String::from_utf8_lossy(&ping.stdout).contains("3 packets transmitted"),
