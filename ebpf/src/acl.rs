@@ -795,8 +795,9 @@ pub fn after_lb_stage(ctx: &TcContext) -> Result<i32, DropReason> {
 pub fn egress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     let [datapath, ports, ifindex, flags] = stages::take(ctx, ACL_REQUEST_MAGIC)?;
     let (inport, outport) = (ports >> 16, ports & 0xffff);
+    let between = crate::output::Between { datapath, ports };
     let Some(switch) = get(&ACL_SWITCHES, datapath) else {
-        return crate::output::deliver_after_acl(ctx, ifindex, flags);
+        return crate::output::deliver_after_acl(ctx, ifindex, flags, true, between);
     };
     if switch.flags & FAIL_CLOSED_EGRESS != 0 {
         return Err(drop_reason::ACL_FAIL_CLOSED);
@@ -805,7 +806,7 @@ pub fn egress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
         Parsed::Ip(packet) => packet,
         Parsed::Ipv6 if switch.flags & USER_RULES_EGRESS != 0 => return Err(drop_reason::ACL_IPV6),
         Parsed::Exempt | Parsed::Ipv6 => {
-            return crate::output::deliver_after_acl(ctx, ifindex, flags);
+            return crate::output::deliver_after_acl(ctx, ifindex, flags, true, between);
         }
     };
     let zone = Zone {
@@ -823,7 +824,7 @@ pub fn egress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     if is_tracked && commit && switch.flags & COMMIT_EGRESS != 0 {
         conntrack::commit(zone, &packet.flow);
     }
-    crate::output::deliver_after_acl(ctx, ifindex, flags)
+    crate::output::deliver_after_acl(ctx, ifindex, flags, true, between)
 }
 
 /// The request for the egress stage, and its slot.

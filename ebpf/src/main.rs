@@ -26,6 +26,7 @@ mod flood;
 mod geneve;
 mod headers;
 mod ipv6;
+mod lb;
 mod maps;
 mod output;
 mod overlay;
@@ -142,6 +143,17 @@ pub fn acl_reject(ctx: TcContext) -> i32 {
     match reject::acl_stage(&ctx) {
         Ok(verdict) => verdict,
         Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
+/// The load-balancer stage, tail-called from `from_pod` for packets to a VIP (see [`lb`]);
+/// attached to no interface. A VIP without backends whose balancer rejects is answered by the
+/// reject stage, as an ACL's reject.
+#[classifier]
+pub fn lb(ctx: TcContext) -> i32 {
+    match lb::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, acl::answered(&ctx, reason, 0)),
     }
 }
 

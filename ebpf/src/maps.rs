@@ -12,7 +12,8 @@ use ovnbpf_common::maps::{
     AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches,
     AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch, Conntrack,
     ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
-    FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, Localnets, MapDef, NdResponder,
+    FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities,
+    LbBackends, LbConnections, LbMembers, LbScratch, LbVips, Localnets, MapDef, NdResponder,
     Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs,
     PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
     RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap,
@@ -109,6 +110,13 @@ kernel_map!(ACL_VERDICTS: LruHashMap = AclVerdicts);
 kernel_map!(ACL_GENERATION: HashMap = AclGeneration);
 kernel_map!(ACL_VERDICT_CACHE: PerCpuArray = AclVerdictCache);
 kernel_map!(ACL_VERDICT_SCRATCH: PerCpuArray = AclVerdictScratch);
+kernel_map!(LB_ADDRESSES: HashMap = LbAddresses);
+kernel_map!(LB_VIPS: HashMap = LbVips);
+kernel_map!(LB_BACKENDS: HashMap = LbBackends);
+kernel_map!(LB_CONNECTIONS: LruHashMap = LbConnections);
+kernel_map!(LB_AFFINITIES: LruHashMap = LbAffinities);
+kernel_map!(LB_MEMBERS: HashMap = LbMembers);
+kernel_map!(LB_SCRATCH: PerCpuArray = LbScratch, crate::lb::Scratch);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

@@ -15,14 +15,14 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY,
-    LOCAL_PORT_VETH_PEER, drop_reason,
+    LOCAL_PORT_LB, LOCAL_PORT_VETH_PEER, drop_reason,
 };
 
 use crate::{
     acl,
     counters::count_delivered,
     geneve::{self, Tunnel},
-    port_security,
+    lb, port_security,
 };
 
 /// Verdict -1, "hand the frame on unchanged": `TC_ACT_UNSPEC` under the pods' cls_bpf filters
@@ -81,23 +81,26 @@ pub(crate) fn deliver_to_port(
         let request = acl::egress_request(between.datapath, between.ports, ifindex, flags);
         return Err(acl::request(ctx, acl::EGRESS_SLOT, &request));
     }
-    if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {
-        return Err(drop_reason::EGRESS_PORT_SECURITY);
-    }
-    Ok(deliver_local(ctx, ifindex, flags, ip))
+    deliver_after_acl(ctx, ifindex, flags, ip, between)
 }
 
-/// The delivery after the egress ACL stage (an IP frame): egress port security, then the port.
+/// The delivery after the egress ACL stage: a balanced connection's reply gets its VIP back
+/// (where the port's switch has load balancers), egress port security, then the port.
 #[inline(always)]
 pub(crate) fn deliver_after_acl(
     ctx: &TcContext,
     ifindex: u32,
     flags: u32,
+    ip: bool,
+    between: Between,
 ) -> Result<i32, DropReason> {
+    if ip && flags & LOCAL_PORT_LB != 0 {
+        lb::reverse(ctx, between.datapath, between.ports & 0xffff)?;
+    }
     if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {
         return Err(drop_reason::EGRESS_PORT_SECURITY);
     }
-    Ok(deliver_local(ctx, ifindex, flags, true))
+    Ok(deliver_local(ctx, ifindex, flags, ip))
 }
 
 /// The L2 output step (OVN's local and remote output tables) for a frame on `datapath` that

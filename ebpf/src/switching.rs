@@ -22,7 +22,7 @@ use crate::output::{Output, output};
 use crate::{
     L2_FIB, PASS, POD_PORTS, acl, arp, flood,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    ipv6, port_security, router, underlay,
+    ipv6, lb, port_security, router, underlay,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -47,6 +47,11 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         return Ok(verdict);
     }
     let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
+    // IPv4 to a VIP of the switch's load balancers: their stage, which switches it afterwards
+    // (through the ACL stage, if the switch has one).
+    if ether_type == ETH_P_IPV4 && lb::wants(ctx, datapath) {
+        return Err(lb::request(ctx, datapath, ingress_port, ifindex));
+    }
     // IP on a switch with from-lport ACLs: the ACL stage, which switches it afterwards.
     if ip && acl::switch_of(datapath, SWITCH_INGRESS).is_some() {
         let request = acl::ingress_request(datapath, ingress_port, ifindex);

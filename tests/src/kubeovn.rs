@@ -914,6 +914,78 @@ impl Topology {
         self.add(&["--may-exist", "lb-add", name, vip, backends, protocol])
     }
 
+    /// The name of the load balancer kube-ovn-controller keeps `vpc`'s Services of `protocol`
+    /// in (tcp, udp; `GenVpcLoadBalancer`): `cluster-<protocol>-loadbalancer` in the default
+    /// VPC, `vpc-<vpc>-<protocol>-load` in a custom one.
+    #[must_use]
+    pub fn service_load_balancer(vpc: &str, protocol: &str) -> String {
+        if vpc == DEFAULT_VPC {
+            format!("cluster-{protocol}-loadbalancer")
+        } else {
+            format!("vpc-{vpc}-{protocol}-load")
+        }
+    }
+
+    /// A Service's port as kube-ovn-controller writes it from its EndpointSlice
+    /// (`handleUpdateEndpointSlice`): VIP `vip` ("ClusterIP:port") → `backends` ("IP:port,…",
+    /// sorted) in `vpc`'s balancer for `protocol`, which is attached to each of `subnets`
+    /// (Kube-OVN attaches its VPC's balancers to every subnet with `enableLb`). Written again
+    /// with other backends, the VIP's backends are replaced.
+    pub fn service(
+        &mut self,
+        vpc: &str,
+        subnets: &[&str],
+        protocol: &str,
+        vip: &str,
+        backends: &str,
+    ) -> &mut Self {
+        let name = Self::service_load_balancer(vpc, protocol);
+        self.add(&["--may-exist", "lb-add", &name, vip, backends, protocol]);
+        for subnet in subnets {
+            self.add(&["--may-exist", "ls-lb-add", subnet, &name]);
+        }
+        self
+    }
+
+    /// [`Self::service`] for a Service with `sessionAffinity: ClientIP`: its VIP goes to the
+    /// VPC's session balancer (`vpc-<vpc>-<protocol>-sess-load`, in the default VPC
+    /// `cluster-<protocol>-session-loadbalancer`), which kube-ovn-controller creates with
+    /// `selection_fields=ip_src` and `options:affinity_timeout=10800` (`CreateLoadBalancer`,
+    /// `SetLoadBalancerAffinityTimeout`; the Service's own timeout is not used).
+    pub fn session_service(
+        &mut self,
+        vpc: &str,
+        subnets: &[&str],
+        protocol: &str,
+        vip: &str,
+        backends: &str,
+    ) -> &mut Self {
+        let name = if vpc == DEFAULT_VPC {
+            format!("cluster-{protocol}-session-loadbalancer")
+        } else {
+            format!("vpc-{vpc}-{protocol}-sess-load")
+        };
+        self.add(&["--may-exist", "lb-add", &name, vip, backends, protocol])
+            .add(&[
+                "set",
+                "load_balancer",
+                &name,
+                "selection_fields=ip_src",
+                "options:affinity_timeout=10800",
+            ]);
+        for subnet in subnets {
+            self.add(&["--may-exist", "ls-lb-add", subnet, &name]);
+        }
+        self
+    }
+
+    /// A Service port's VIP gone (its Service deleted, or its endpoints all gone: Kube-OVN then
+    /// deletes the VIP rather than keep it without backends).
+    pub fn remove_service(&mut self, vpc: &str, protocol: &str, vip: &str) -> &mut Self {
+        let name = Self::service_load_balancer(vpc, protocol);
+        self.add(&["--if-exists", "lb-del", &name, vip])
+    }
+
     /// Attaches load balancer `name` to switch `subnet`.
     pub fn switch_load_balancer(&mut self, subnet: &str, name: &str) -> &mut Self {
         self.add(&["--may-exist", "ls-lb-add", subnet, name])

@@ -92,7 +92,15 @@ pub const ACL_IPV6: DropReason = DropReason(29);
 /// An ACL rejected the packet and its answer could not be built in place of it (the kernel
 /// refused to reshape the frame); it is dropped unanswered.
 pub const ACL_REJECT_FAILED: DropReason = DropReason(30);
-pub const COUNT: u32 = 31;
+/// A new connection to a load balancer's VIP that has no backends (OVN's `drop;` in
+/// `ls_in_lb`; with the balancer's `options:reject=true` it is answered instead, counted with
+/// the replies).
+pub const LB_NO_BACKENDS: DropReason = DropReason(31);
+/// The kernel refused to rewrite a balanced packet's addresses or ports.
+pub const LB_NAT_FAILED: DropReason = DropReason(32);
+/// A VIP's backend is missing from its group (the agent is rewriting the group).
+pub const LB_BACKEND_MISSING: DropReason = DropReason(33);
+pub const COUNT: u32 = 34;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -129,4 +137,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "acl_fail_closed",
     "acl_ipv6",
     "acl_reject_failed",
+    "lb_no_backends",
+    "lb_nat_failed",
+    "lb_backend_missing",
 ];

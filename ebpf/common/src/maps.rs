@@ -26,7 +26,12 @@ use crate::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
     },
-    drop_reason, router_reply, stage,
+    drop_reason,
+    lb::{
+        self, LbAddressKey, LbAffinity, LbAffinityKey, LbBackend, LbBackendKey, LbMemberKey, LbNat,
+        LbNatKey, LbVip, LbVipKey,
+    },
+    router_reply, stage,
 };
 
 /// The kinds of kernel map ovnbpf uses: one marker type each, named like aya's map types, so a
@@ -251,4 +256,22 @@ declare_maps! {
     /// Per-CPU array of `u64`, indexed by [`acl::verdict_cache`]: walks answered from the cache
     /// and walks done.
     AclVerdictCache = ACL_VERDICT_CACHE: PerCpuArray<u32, u64>[acl::verdict_cache::COUNT];
+    /// Hash: [`LbAddressKey`] (switch, address) → `u32` (its VIPs): addresses that are load
+    /// balancer VIPs on a switch, the gate before the load-balancer stage.
+    LbAddresses = LB_ADDRESSES: HashMap<LbAddressKey, u32>[lb::MAX_LB_ADDRESSES];
+    /// Hash: [`LbVipKey`] → [`LbVip`]: each switch's VIPs.
+    LbVips = LB_VIPS: HashMap<LbVipKey, LbVip>[lb::MAX_LB_VIPS];
+    /// Hash: [`LbBackendKey`] (group, index) → [`LbBackend`]: the VIPs' backends.
+    LbBackends = LB_BACKENDS: HashMap<LbBackendKey, LbBackend>[lb::MAX_LB_BACKENDS];
+    /// LRU hash: [`LbNatKey`] → [`LbNat`]: the translations of balanced connections.
+    LbConnections = LB_CONNECTIONS: LruHashMap<LbNatKey, LbNat>[lb::MAX_LB_CONNECTIONS];
+    /// Hash: [`LbMemberKey`] (group, backend) → `u32` (its index): the groups' backends by
+    /// address.
+    LbMembers = LB_MEMBERS: HashMap<LbMemberKey, u32>[lb::MAX_LB_BACKENDS];
+    /// LRU hash: [`LbAffinityKey`] → [`LbAffinity`]: clients' session affinities.
+    LbAffinities = LB_AFFINITIES: LruHashMap<LbAffinityKey, LbAffinity>[lb::MAX_LB_AFFINITIES];
+    /// Per-CPU array of one block of [`lb::LB_SCRATCH_BYTES`]: the delivery side's lookup key
+    /// while it translates a reply (the delivery paths have little stack left). Holds nothing
+    /// between frames.
+    LbScratch = LB_SCRATCH: PerCpuArray<u32, [u8; lb::LB_SCRATCH_BYTES]>[1];
 }

@@ -28,8 +28,11 @@ pub const ACL_EGRESS: &str = "acl_egress";
 pub const ACL_REJECT: &str = "acl_reject";
 /// The after-LB half of the ingress ACL stage (slot [`crate::stage::ACL_AFTER_LB`]).
 pub const ACL_AFTER_LB: &str = "acl_after_lb";
+/// The load-balancer stage, tail-called from `from_pod` for packets to a VIP of the pod's
+/// switch (slot [`crate::stage::LB`]).
+pub const LB: &str = "lb";
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -41,9 +44,10 @@ pub const ALL: [&str; 11] = [
     ACL_EGRESS,
     ACL_REJECT,
     ACL_AFTER_LB,
+    LB,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 7] = [
+pub const STAGES: [(&str, u32); 8] = [
     (FLOOD, crate::stage::FLOOD),
     (IPV6, crate::stage::IPV6),
     (ROUTER, crate::stage::ROUTER),
@@ -51,4 +55,5 @@ pub const STAGES: [(&str, u32); 7] = [
     (ACL_EGRESS, crate::stage::ACL_EGRESS),
     (ACL_REJECT, crate::stage::ACL_REJECT),
     (ACL_AFTER_LB, crate::stage::ACL_AFTER_LB),
+    (LB, crate::stage::LB),
 ];

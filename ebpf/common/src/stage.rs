@@ -25,6 +25,10 @@ pub const ACL_REJECT: u32 = 5;
 /// switches with after-LB rules ([`AclRequest`], the first half's verdict in `flags`), which
 /// then switches the frame.
 pub const ACL_AFTER_LB: u32 = 6;
+/// An IPv4 frame from a pod to an address that is a load balancer's VIP on its switch
+/// ([`AclRequest`] with [`LB_REQUEST_MAGIC`], the ingress port in `ports`' high 16 bits as for
+/// the ingress ACL stage): balanced, then on through the switch.
+pub const LB: u32 = 7;
 /// [`AclRequest::flags`] of a reject from the egress stage: the answer enters the switch's L2
 /// lookup from the output port (OVN's `next(pipeline=ingress, table=ls_in_l2_lkup)`); without
 /// it, from the ingress stage, the answer goes straight back to the sender (`next(pipeline=egress,
@@ -151,3 +155,6 @@ impl AclRequest {
 
 /// [`AclRequest::magic`].
 pub const ACL_REQUEST_MAGIC: u32 = 0x0ac1_0d06;
+
+/// The magic of an [`AclRequest`] for the load-balancer stage ([`LB`]).
+pub const LB_REQUEST_MAGIC: u32 = 0x01b0_0d06;

@@ -10,6 +10,7 @@
 //! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
 //! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`;
 //! - `encaps`: `REMOTE_ENCAPS` (what other chassis's endpoints ask for: outer checksums);
+//! - `lb`: `LB_VIPS`, `LB_ADDRESSES`, `LB_BACKENDS` (the connection table is the kernel's);
 //! - `acl` (rules translated by `acl_rules`): `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`,
 //!   `ACL_PORT_SETS` (the connection table is the kernel's; the agent only sweeps it).
 //!
@@ -50,6 +51,7 @@ mod encaps;
 mod fib;
 mod flood;
 mod flood_slots;
+mod lb;
 mod localnet;
 mod ports;
 
@@ -120,6 +122,8 @@ pub struct L2State {
     remote_encap_table: Table<RemoteEncaps, Ipv4Addr>,
     /// The ACL family: rules, sets and switches, and what is installed.
     acl: acl::AclState,
+    /// The load-balancer family: VIPs, backend groups, and what is installed.
+    lb: lb::LbState,
 }
 
 impl L2State {
@@ -247,6 +251,19 @@ impl L2State {
             | IrEntry::AclFailClosed { .. }
             | IrEntry::AddressSetMember { .. }
             | IrEntry::PortGroupMember { .. } => self.take_acl(entry, added),
+            IrEntry::LoadBalancer { datapath, vip } => self.take_lb_vip(*datapath, vip, added),
+            IrEntry::LbHairpin { datapath } => self.take_lb_hairpin(*datapath, added),
+            IrEntry::LbAffinity {
+                datapath,
+                vip,
+                port,
+                protocol,
+                timeout,
+            } => self.take_lb_affinity(
+                lb::vip_key(*datapath, *vip, *port, *protocol),
+                *timeout,
+                added,
+            ),
             _ => {}
         }
     }
@@ -298,6 +315,7 @@ impl L2State {
             + self.localnet_tables.pending()
             + self.remote_encap_table.pending()
             + self.acl.pending()
+            + self.lb.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
@@ -305,6 +323,8 @@ impl L2State {
     pub fn flush(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         // A switch's rules before the ports' flags that send their traffic to them.
         let mut writes = self.flush_acls(maps)?;
+        // A switch's VIPs before the ports' flags that translate their replies.
+        writes += self.flush_lbs(maps)?;
         writes += self.flush_ports(maps)?;
         writes += self.flush_flood(maps)?;
         writes += self.flush_localnets(maps)?;
@@ -327,6 +347,7 @@ impl L2State {
         Ok(self.sweep_ports(maps)?
             + self.sweep_localnets(maps)?
             + self.remote_encap_table.sweep(maps)?
+            + self.sweep_lbs(maps)?
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?
             + self.sweep_responders(maps)?

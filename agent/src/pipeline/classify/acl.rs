@@ -95,7 +95,8 @@ fn pre_tracking(
 
 /// `ls_*_pre_stateful`: `reg0[0] == 1 → ct_next;` and `reg0[2] == 1 → ct_lb_mark;` send what
 /// the pre-stages chose to conntrack (which the tracking entries already say). A load
-/// balancer's VIP flow (`ct_lb_mark` after setting the VIP's registers) is load balancing.
+/// balancer's VIP flow (`ct_lb_mark` after setting the VIP's registers) is the load-balancer
+/// stage's (see [`super::lb`]).
 pub(super) fn pre_stateful(_: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
     let keyword = |names: &[&str]| {
         matches!(actions, [Action::Keyword { name, arguments: None, block: None }]
@@ -104,6 +105,9 @@ pub(super) fn pre_stateful(_: u32, _: i64, terms: &[&Expr], actions: &[Action]) 
     match terms {
         [term] if is_register_bit(term, 0) && keyword(&["ct_next"]) => Class::Neutral,
         [term] if is_register_bit(term, 2) && keyword(&["ct_lb_mark", "ct_lb"]) => Class::Neutral,
+        [term, ..] if is_register_bit(term, 2) && super::lb::is_vip_conntrack(terms, actions) => {
+            Class::Neutral
+        }
         _ => unsupported("load balancing is not in the datapath yet"),
     }
 }

@@ -287,8 +287,18 @@ fn tracking_stages_and_their_bypasses() {
         class("ls_in_pre_stateful", 110, "reg0[2] == 1", "ct_lb_mark;"),
         Class::Neutral
     );
+    // A VIP's conntrack is the load-balancer stage's (classify::lb).
+    assert_eq!(
+        class(
+            "ls_in_pre_stateful",
+            120,
+            "reg0[2] == 1 && ip4.dst == 10.96.0.100 && tcp.dst == 80",
+            "reg1 = 10.96.0.100; reg2[0..15] = 80; ct_lb_mark;"
+        ),
+        Class::Neutral
+    );
     assert!(matches!(
-        class("ls_in_pre_stateful", 120, "reg0[2] == 1 && ip4.dst == 10.96.0.100 && tcp.dst == 80", "reg1 = 10.96.0.100; reg2[0..15] = 80; ct_lb_mark;"),
+        class("ls_in_pre_stateful", 120, "reg0[2] == 1 && ip4.dst == 10.96.0.100 && tcp.dst == 80", "reg1 = 10.96.0.100; ct_commit; ct_lb_mark;"),
         Class::Unsupported(r) if r.contains("load balancing")
     ));
     assert_eq!(

@@ -2,12 +2,13 @@
 //! numbers or priorities alone), into IR entries (compiled), nothing (neutral: it does not change
 //! forwarding, e.g. a priority-0 `next;`), or unsupported with a reason. A flow whose shape is not
 //! recognised is unsupported, never guessed at. One classifier per stage, by stage family:
-//! `switch` (`ls_*`), `router` (`lr_*`), `ipv6` (IPv6-only flows of either, consulted
+//! `switch` (`ls_*`), `acl` and `lb` (the switch's stateful stages), `router` (`lr_*`), `ipv6` (IPv6-only flows of either, consulted
 //! first); `matching` names the AST patterns they share; `verdict` is what they return.
 
 mod acl;
 mod acl_match;
 mod ipv6;
+mod lb;
 pub(super) mod matching;
 mod policy;
 mod router;
@@ -60,6 +61,12 @@ const STAGES: &[(&str, Classifier)] = &[
     ("ls_in_acl_after_lb", acl::acl_after_lb),
     ("ls_out_acl", acl::acl_out),
     ("ls_in_stateful", acl::stateful_in),
+    ("ls_in_lb", lb::lb),
+    ("ls_in_lb_aff_check", lb::affinity),
+    ("ls_in_lb_aff_learn", lb::affinity),
+    ("ls_in_pre_hairpin", lb::hairpin),
+    ("ls_in_nat_hairpin", lb::hairpin),
+    ("ls_in_hairpin", lb::hairpin),
     ("ls_out_stateful", acl::stateful_out),
     ("lr_in_admission", router::admission),
     ("lr_in_ip_routing", router::route),

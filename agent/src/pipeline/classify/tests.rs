@@ -287,15 +287,11 @@ fn flows_of_stages_not_compiled_that_only_pass_on_are_neutral() {
     // Anything else they do stays unsupported, with the feature it needs.
     for (stage, match_, actions) in [
         (
-            "ls_in_lb",
+            "lr_in_dnat",
             "ct.new && ip4.dst == 10.96.0.1 && tcp.dst == 80",
-            "reg0[1] = 0; ct_lb_mark(backends=10.16.0.2:80);",
+            "ct_lb_mark(backends=10.16.0.2:80);",
         ),
-        (
-            "ls_in_hairpin",
-            "reg0[6] == 1",
-            "eth.dst <-> eth.src; outport = inport; flags.loopback = 1; output;",
-        ),
+        ("ls_in_qos_mark", "ip4", "ip.dscp = 10; next;"),
         ("ls_in_pre_hairpin", "ip", "ct_clear; drop;"),
     ] {
         assert!(

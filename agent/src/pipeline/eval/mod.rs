@@ -7,6 +7,7 @@
 //! - `switch`: the logical switch, stage by stage (`port_security`, `arp`, `switching`,
 //!   `flood`, delivery with egress port security), named like the kernel modules in `ebpf/src`;
 //! - `router`: the logical router (admission, input, IPv4 routing and policies);
+//! - `lb`: the switch's load balancers (VIP → backend, hairpin);
 //! - `ipv6`: neighbour discovery and what only IPv6 does in the router;
 //! - `family`: the router stages both families share (input, reject, route lookup, next-hop
 //!   resolution and forwarding), generic over the address family;
@@ -20,6 +21,7 @@
 mod acl;
 mod family;
 mod ipv6;
+mod lb;
 pub mod microflow;
 pub mod packet;
 mod router;
@@ -29,6 +31,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::pipeline::ir::{IrEntry, LspAddress, Mac, PortKind};
 pub use acl::CtAssumptions;
+pub use lb::Balanced;
 use packet::Packet;
 
 /// What happened to a packet.
@@ -47,6 +50,8 @@ pub struct Trace {
     pub selected: Vec<u16>,
     /// The conntrack states the trace assumes (and how many it used).
     pub ct: CtAssumptions,
+    /// The load balancers' decisions on the way, in order.
+    pub balanced: Vec<Balanced>,
 }
 
 /// An unsupported report ([`IrEntry::Unsupported`]) of a datapath a trace crossed.

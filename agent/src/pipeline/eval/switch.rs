@@ -6,6 +6,7 @@ use super::{
     Evaluator, MAX_HOPS, Trace,
     acl::{AclPorts, AclVerdict},
     is_multicast,
+    lb::LbOutcome,
     packet::{L3, L4, Packet},
 };
 use crate::{
@@ -95,6 +96,27 @@ impl Evaluator<'_> {
         if !self.port_security(dp, inport, &packet, trace) {
             return;
         }
+        // The load balancers, for what a pod sends (router ports skip them: northd's
+        // `ls_in_pre_lb` priority-110 flows).
+        let packet = if from_router {
+            packet
+        } else {
+            match self.load_balance(dp, packet, trace) {
+                LbOutcome::Continue(packet) => packet,
+                LbOutcome::Hairpin(packet) => {
+                    self.deliver(dp, inport, inport, packet, true, trace, hops + 1);
+                    return;
+                }
+                LbOutcome::NoBackends { reject: false } => return,
+                LbOutcome::NoBackends { reject: true } => {
+                    if let Some(answer) = packet.reject_answer() {
+                        self.step(trace, dp, format!("reject answer: {answer}"));
+                        self.deliver_after_acl(dp, inport, answer, trace, hops + 1);
+                    }
+                    return;
+                }
+            }
+        };
         let ports = AclPorts {
             inport,
             outport: None,

@@ -3,6 +3,7 @@
 //! or logical flows; entries are values, so a diff between two IRs is a set difference.
 
 mod acl;
+mod lb;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -10,6 +11,7 @@ pub use acl::{
     AclAction, AclClause, AclFamily, AclLog, AclMatch, AclRule, AclStage, AddressTerm,
     AddressValue, PortRef, States, TrackingStage,
 };
+pub use lb::{LbBackend, LbHashField, LbProtocol, LbVip};
 
 /// One entry of a port's addresses or port security, typed.
 pub use crate::net::LspAddress;
@@ -103,6 +105,23 @@ pub enum IrEntry {
     /// `ls_*_pre_lb`'s `reg0[16] == 1 → next;`: packets an `allow-stateless` filter matched
     /// skip the load balancers' conntrack as well.
     StatelessSkipsLb { datapath: u32, egress: bool },
+    /// A VIP of the switch's load balancers (`ls_in_lb`, with the `ls_in_pre_stateful` flow
+    /// that sends it to conntrack).
+    LoadBalancer { datapath: u32, vip: Box<LbVip> },
+    /// The switch's VIP `vip` (`port` of `protocol`) keeps each client on one backend for
+    /// `timeout` seconds after its last new connection (`ls_in_lb_aff_learn`'s
+    /// `commit_lb_aff`, the balancer's `options:affinity_timeout`).
+    LbAffinity {
+        datapath: u32,
+        vip: Ipv4Addr,
+        port: Option<u16>,
+        protocol: Option<LbProtocol>,
+        timeout: u32,
+    },
+    /// The switch has northd's hairpin stages (`ls_in_pre_hairpin`, `ls_in_nat_hairpin`,
+    /// `ls_in_hairpin`): a client balanced to itself gets the VIP as source and its packets
+    /// leave through the port they came in on.
+    LbHairpin { datapath: u32 },
     /// `ls_*_stateful`: connections the ACL stage marked (`reg0[1]`) are committed, with
     /// `ct_mark.blocked` cleared.
     AclCommit { datapath: u32, egress: bool },
@@ -549,6 +568,9 @@ impl IrEntry {
             | IrEntry::AclTrackingBypass { datapath, .. }
             | IrEntry::StatelessSkipsLb { datapath, .. }
             | IrEntry::AclCommit { datapath, .. }
+            | IrEntry::LoadBalancer { datapath, .. }
+            | IrEntry::LbHairpin { datapath }
+            | IrEntry::LbAffinity { datapath, .. }
             | IrEntry::Port { datapath, .. }
             | IrEntry::FloodGroup { datapath, .. }
             | IrEntry::FloodMember { datapath, .. }

@@ -1,0 +1,366 @@
+//! The load-balancer family of the L2 maps: each switch's VIPs (`LB_VIPS`), the addresses
+//! that are VIPs (`LB_ADDRESSES`, one entry per (switch, address) however many ports it has),
+//! and the backend groups (`LB_BACKENDS`): one group per distinct backend list, shared by every
+//! switch and VIP with that list (Kube-OVN attaches a VPC's balancers to all its subnets, so a
+//! Service's backends are written once, not once per subnet). Switches with VIPs give their
+//! local ports `LOCAL_PORT_LB` (replies to their clients are translated back). The connection
+//! table (`LB_CONNECTIONS`) is the kernel's: established connections keep their backend when
+//! the list changes, as OVN's conntrack entries do; new ones see the new list.
+//!
+//! Incremental: a VIP's change writes its own key, its address and, when its backend list is
+//! new, that group's entries: O(its backends).
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::Ipv4Addr,
+};
+
+use ovnbpf_common::{
+    lb::{
+        LB_HASH_IP_DST, LB_HASH_IP_SRC, LB_HASH_TP_DST, LB_HASH_TP_SRC, LB_VIP_HAIRPIN,
+        LB_VIP_REJECT, LbAddressKey, LbBackend as KernelBackend, LbBackendKey, LbMemberKey,
+        LbVip as KernelVip, LbVipKey,
+    },
+    maps::{LbAddresses, LbBackends, LbMembers, LbVips},
+};
+
+use super::{
+    super::{
+        EbpfError, Maps,
+        maps::Slot,
+        tables::{Pass, Table, TableKey, flush_from, flush_from_with},
+    },
+    L2State,
+};
+use crate::pipeline::ir::{LbBackend, LbHashField, LbProtocol, LbVip};
+
+impl TableKey<LbVips> for LbVipKey {
+    fn slot(&self) -> Slot<LbVips> {
+        *self
+    }
+}
+
+impl TableKey<LbAddresses> for LbAddressKey {
+    fn slot(&self) -> Slot<LbAddresses> {
+        *self
+    }
+}
+
+impl TableKey<LbBackends> for LbBackendKey {
+    fn slot(&self) -> Slot<LbBackends> {
+        *self
+    }
+}
+
+impl TableKey<LbMembers> for LbMemberKey {
+    fn slot(&self) -> Slot<LbMembers> {
+        *self
+    }
+}
+
+/// A backend group: an id and the VIPs using it.
+#[derive(Debug)]
+struct Group {
+    id: u32,
+    users: usize,
+}
+
+/// The family's state: the IR's VIPs, the groups, and what is installed.
+#[derive(Debug, Default)]
+pub(super) struct LbState {
+    vips: HashMap<LbVipKey, LbVip>,
+    /// VIPs per (switch, address).
+    addresses: HashMap<LbAddressKey, usize>,
+    /// VIPs per switch: a switch with any has its ports flagged.
+    vips_per_switch: HashMap<u32, usize>,
+    hairpin_switches: HashSet<u32>,
+    /// VIPs with session affinity: their timeout in seconds.
+    affinities: HashMap<LbVipKey, u32>,
+    groups: HashMap<Vec<LbBackend>, Group>,
+    group_backends: HashMap<u32, Vec<LbBackend>>,
+    free_ids: Vec<u32>,
+    next_id: u32,
+    vip_table: Table<LbVips, LbVipKey>,
+    address_table: Table<LbAddresses, LbAddressKey>,
+    backend_table: Table<LbBackends, LbBackendKey>,
+    member_table: Table<LbMembers, LbMemberKey>,
+}
+
+impl LbState {
+    /// Whether `datapath` has VIPs (its ports get `LOCAL_PORT_LB`).
+    pub(super) fn balances(&self, datapath: u32) -> bool {
+        self.vips_per_switch.contains_key(&datapath)
+    }
+
+    pub(super) fn pending(&self) -> usize {
+        self.vip_table.pending()
+            + self.address_table.pending()
+            + self.backend_table.pending()
+            + self.member_table.pending()
+    }
+
+    fn key(datapath: u32, vip: &LbVip) -> LbVipKey {
+        vip_key(datapath, vip.vip, vip.port, vip.protocol)
+    }
+
+    /// Takes the group of `backends` (a new one gets an id and its entries marked).
+    fn acquire(&mut self, backends: &[LbBackend]) {
+        if backends.is_empty() {
+            return;
+        }
+        if let Some(group) = self.groups.get_mut(backends) {
+            group.users += 1;
+            return;
+        }
+        let id = self.free_ids.pop().unwrap_or_else(|| {
+            self.next_id += 1;
+            self.next_id
+        });
+        self.mark_group(id, backends);
+        self.group_backends.insert(id, backends.to_vec());
+        self.groups
+            .insert(backends.to_vec(), Group { id, users: 1 });
+    }
+
+    /// Gives the group of `backends` back (its entries go when no VIP uses it).
+    fn release(&mut self, backends: &[LbBackend]) {
+        let Some(group) = self.groups.get_mut(backends) else {
+            return;
+        };
+        group.users -= 1;
+        if group.users > 0 {
+            return;
+        }
+        let id = group.id;
+        self.groups.remove(backends);
+        self.group_backends.remove(&id);
+        self.free_ids.push(id);
+        self.mark_group(id, backends);
+    }
+
+    /// Marks group `id`'s entries of `backends` (by index and by address).
+    fn mark_group(&mut self, id: u32, backends: &[LbBackend]) {
+        for (index, backend) in backends.iter().enumerate() {
+            self.backend_table.mark(LbBackendKey {
+                group: id,
+                index: index as u32,
+            });
+            self.member_table.mark(member_key(id, backend));
+        }
+    }
+
+    fn desired_vip(&self, key: &LbVipKey) -> Option<KernelVip> {
+        let vip = self.vips.get(key)?;
+        let group = self.groups.get(&vip.backends).map_or(0, |group| group.id);
+        let hash = vip.hash_fields.iter().fold(0, |flags, field| {
+            flags
+                | match field {
+                    LbHashField::IpSrc => LB_HASH_IP_SRC,
+                    LbHashField::IpDst => LB_HASH_IP_DST,
+                    LbHashField::TpSrc => LB_HASH_TP_SRC,
+                    LbHashField::TpDst => LB_HASH_TP_DST,
+                }
+        });
+        let reject = if vip.reject { LB_VIP_REJECT } else { 0 };
+        let hairpin = if self.hairpin_switches.contains(&key.datapath) {
+            LB_VIP_HAIRPIN
+        } else {
+            0
+        };
+        Some(KernelVip {
+            group,
+            count: vip.backends.len() as u32,
+            flags: hash | reject | hairpin,
+            affinity_seconds: self.affinities.get(key).copied().unwrap_or(0),
+        })
+    }
+
+    fn desired_member(&self, key: &LbMemberKey) -> Option<u32> {
+        let backends = self.group_backends.get(&key.group)?;
+        let index = backends
+            .iter()
+            .position(|backend| member_key(key.group, backend) == *key)?;
+        Some(index as u32)
+    }
+
+    fn desired_backend(&self, key: &LbBackendKey) -> Option<KernelBackend> {
+        let backend = self
+            .group_backends
+            .get(&key.group)?
+            .get(key.index as usize)?;
+        Some(KernelBackend {
+            ip: u32::from_ne_bytes(backend.ip.octets()),
+            port: backend.port.unwrap_or(0),
+            padding: 0,
+        })
+    }
+}
+
+impl L2State {
+    /// A VIP of switch `datapath` is added or removed.
+    pub(super) fn take_lb_vip(&mut self, datapath: u32, vip: &LbVip, added: bool) {
+        let key = LbState::key(datapath, vip);
+        let address = LbAddressKey {
+            datapath,
+            ip: key.vip,
+        };
+        let lb = &mut self.lb;
+        let switch_count_before = lb.vips_per_switch.get(&datapath).copied().unwrap_or(0);
+        if added {
+            match lb.vips.insert(key, vip.clone()) {
+                Some(old) => lb.release(&old.backends),
+                None => {
+                    *lb.addresses.entry(address).or_default() += 1;
+                    *lb.vips_per_switch.entry(datapath).or_default() += 1;
+                }
+            }
+            lb.acquire(&vip.backends);
+        } else {
+            if lb.vips.get(&key) != Some(vip) {
+                return;
+            }
+            lb.vips.remove(&key);
+            lb.release(&vip.backends);
+            decrement(&mut lb.addresses, address);
+            decrement(&mut lb.vips_per_switch, datapath);
+        }
+        let switch_count_after = lb.vips_per_switch.get(&datapath).copied().unwrap_or(0);
+        lb.vip_table.mark(key);
+        lb.address_table.mark(address);
+        if (switch_count_before == 0) != (switch_count_after == 0) {
+            self.mark_ports_of(datapath);
+        }
+    }
+
+    /// Switch `datapath` has the hairpin stages (or no longer has).
+    pub(super) fn take_lb_hairpin(&mut self, datapath: u32, added: bool) {
+        let lb = &mut self.lb;
+        let changed = if added {
+            lb.hairpin_switches.insert(datapath)
+        } else {
+            lb.hairpin_switches.remove(&datapath)
+        };
+        if changed {
+            let keys: Vec<LbVipKey> = lb
+                .vips
+                .keys()
+                .filter(|key| key.datapath == datapath)
+                .copied()
+                .collect();
+            for key in keys {
+                lb.vip_table.mark(key);
+            }
+        }
+    }
+
+    /// Switch `datapath`'s VIP keeps clients on their backend for `timeout` seconds (or no
+    /// longer does).
+    pub(super) fn take_lb_affinity(&mut self, key: LbVipKey, timeout: u32, added: bool) {
+        if added {
+            self.lb.affinities.insert(key, timeout);
+        } else if self.lb.affinities.get(&key) == Some(&timeout) {
+            self.lb.affinities.remove(&key);
+        }
+        self.lb.vip_table.mark(key);
+    }
+
+    /// Marks every port of `datapath` (its delivery flags changed).
+    pub(super) fn mark_ports_of(&mut self, datapath: u32) {
+        let ports: Vec<String> = self
+            .ports
+            .iter()
+            .filter(|(_, info)| info.datapath == datapath)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for port in ports {
+            self.mark_port(&port);
+        }
+    }
+
+    /// Writes the marked keys: new backends before the VIPs that point at them, the VIPs,
+    /// then the backends no VIP points at any more (so a new connection always finds its
+    /// backend), the addresses last.
+    pub(super) fn flush_lbs(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        let mut writes = flush_from_with(
+            self,
+            maps,
+            |s| &mut s.lb.backend_table,
+            Pass::SetsOnly,
+            |s, key| s.lb.desired_backend(key),
+            |_, _, _| Ok(()),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.lb.vip_table,
+            |s, key| s.lb.desired_vip(key),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.lb.backend_table,
+            |s, key| s.lb.desired_backend(key),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.lb.member_table,
+            |s, key| s.lb.desired_member(key),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.lb.address_table,
+            |s, key| s.lb.addresses.contains_key(key).then_some(1),
+        )?;
+        Ok(writes)
+    }
+
+    /// Removes what this state did not install.
+    pub(super) fn sweep_lbs(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        Ok(self.lb.vip_table.sweep(maps)?
+            + self.lb.address_table.sweep(maps)?
+            + self.lb.backend_table.sweep(maps)?
+            + self.lb.member_table.sweep(maps)?)
+    }
+}
+
+/// Counts one user of `key` fewer (the key goes with its last).
+fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K) {
+    if let Some(count) = counts.get_mut(&key) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(&key);
+        }
+    }
+}
+
+/// The kernel's key of `backend` in group `group`.
+fn member_key(group: u32, backend: &LbBackend) -> LbMemberKey {
+    LbMemberKey {
+        group,
+        ip: u32::from_ne_bytes(backend.ip.octets()),
+        port: backend.port.unwrap_or(0),
+        padding: 0,
+    }
+}
+
+/// The kernel's key of VIP `vip` (`port` of `protocol`) on switch `datapath`.
+pub(super) fn vip_key(
+    datapath: u32,
+    vip: Ipv4Addr,
+    port: Option<u16>,
+    protocol: Option<LbProtocol>,
+) -> LbVipKey {
+    LbVipKey {
+        datapath,
+        vip: u32::from_ne_bytes(vip.octets()),
+        port: port.unwrap_or(0),
+        protocol: protocol.map_or(0, LbProtocol::number),
+        padding: 0,
+    }
+}
+
+#[cfg(test)]
+#[path = "lb_tests.rs"]
+mod tests;

@@ -1,0 +1,165 @@
+//! The load-balancer family against a recording of the maps: a Service's VIP on every subnet
+//! of its VPC shares one backend group, a backend change rewrites only that group, the ports of
+//! switches with VIPs carry `LOCAL_PORT_LB`, and everything goes with the last VIP.
+
+use std::net::Ipv4Addr;
+
+use ovnbpf_common::{
+    LOCAL_PORT_LB,
+    lb::{LB_HASH_IP_SRC, LB_VIP_HAIRPIN, LbAddressKey, LbVipKey},
+    maps::{LbAddresses, LbBackends, LbMembers, LbVips, TunnelPorts},
+};
+
+use super::super::L2State;
+use crate::dataplane::ebpf::maps::Recorder;
+use crate::pipeline::ir::{IrDiff, IrEntry, LbBackend, LbHashField, LbProtocol, LbVip, PortKind};
+
+const SUBNET_A: u32 = 5;
+const SUBNET_B: u32 = 6;
+
+fn service(datapath: u32, backends: &[[u8; 4]]) -> IrEntry {
+    IrEntry::LoadBalancer {
+        datapath,
+        vip: Box::new(LbVip {
+            vip: Ipv4Addr::new(10, 96, 0, 10),
+            port: Some(80),
+            protocol: Some(LbProtocol::Tcp),
+            backends: backends
+                .iter()
+                .map(|ip| LbBackend {
+                    ip: Ipv4Addr::from(*ip),
+                    port: Some(8080),
+                })
+                .collect(),
+            hash_fields: vec![LbHashField::IpSrc],
+            reject: false,
+        }),
+    }
+}
+
+fn apply(state: &mut L2State, maps: &mut Recorder, added: Vec<IrEntry>, removed: Vec<IrEntry>) {
+    state.apply(&IrDiff { added, removed });
+    state.flush(maps).unwrap();
+}
+
+fn vip_key(datapath: u32) -> LbVipKey {
+    LbVipKey {
+        datapath,
+        vip: u32::from_ne_bytes([10, 96, 0, 10]),
+        port: 80,
+        protocol: 6,
+        padding: 0,
+    }
+}
+
+#[test]
+fn a_service_on_two_subnets_shares_its_backends_and_flags_the_ports() {
+    let mut state = L2State::new("node1");
+    state.set_interface("client", Some(40));
+    let mut maps = Recorder::default();
+    let client = IrEntry::Port {
+        datapath: SUBNET_A,
+        key: 3,
+        name: "client".into(),
+        kind: PortKind::Vif {
+            chassis: Some("node1".into()),
+        },
+        addresses: Vec::new(),
+        port_security: Vec::new(),
+    };
+    apply(&mut state, &mut maps, vec![client], vec![]);
+    assert_eq!(maps.table::<TunnelPorts>().len(), 1);
+    assert!(
+        maps.table::<TunnelPorts>()
+            .values()
+            .all(|port| port.flags & LOCAL_PORT_LB == 0)
+    );
+    let three = [[10, 0, 1, 2], [10, 0, 1, 3], [10, 0, 2, 2]];
+    apply(
+        &mut state,
+        &mut maps,
+        vec![
+            service(SUBNET_A, &three),
+            service(SUBNET_B, &three),
+            IrEntry::LbHairpin { datapath: SUBNET_A },
+        ],
+        vec![],
+    );
+    let vips = maps.table::<LbVips>();
+    let (a, b) = (vips[&vip_key(SUBNET_A)], vips[&vip_key(SUBNET_B)]);
+    assert_eq!(
+        (a.count, a.group),
+        (3, b.group),
+        "one group for both switches"
+    );
+    assert_eq!(a.flags, LB_HASH_IP_SRC | LB_VIP_HAIRPIN);
+    assert_eq!(b.flags, LB_HASH_IP_SRC, "subnet-b has no hairpin stages");
+    assert_eq!(maps.table::<LbBackends>().len(), 3);
+    assert_eq!(maps.table::<LbMembers>().len(), 3);
+    assert_eq!(a.affinity_seconds, 0);
+    assert_eq!(maps.table::<LbAddresses>().len(), 2);
+    assert!(maps.table::<LbAddresses>().contains_key(&LbAddressKey {
+        datapath: SUBNET_A,
+        ip: u32::from_ne_bytes([10, 96, 0, 10]),
+    }));
+    // The client's switch has VIPs: replies delivered to it are translated back.
+    assert!(
+        maps.table::<TunnelPorts>()
+            .values()
+            .all(|port| port.flags & LOCAL_PORT_LB != 0)
+    );
+
+    // A backend leaves on both switches: the new group is written once, the old one goes.
+    maps.reset_writes();
+    let two = [[10, 0, 1, 2], [10, 0, 2, 2]];
+    apply(
+        &mut state,
+        &mut maps,
+        vec![service(SUBNET_A, &two), service(SUBNET_B, &two)],
+        vec![service(SUBNET_A, &three), service(SUBNET_B, &three)],
+    );
+    let backends = maps.table::<LbBackends>();
+    assert_eq!(backends.len(), 2, "{backends:?}");
+    let vips = maps.table::<LbVips>();
+    assert_eq!(vips[&vip_key(SUBNET_A)].count, 2);
+    let group = vips[&vip_key(SUBNET_A)].group;
+    assert!(backends.keys().all(|key| key.group == group));
+    assert_eq!(maps.writes_to::<LbAddresses>(), 0, "the addresses stayed");
+    assert!(maps.writes_to::<LbBackends>() <= 5, "{}", maps.writes());
+    let members = maps.table::<LbMembers>();
+    assert_eq!(members.len(), 2);
+    assert!(members.keys().all(|key| key.group == group));
+    // Session affinity: the VIP carries its timeout, on the switch whose flows say it.
+    apply(
+        &mut state,
+        &mut maps,
+        vec![IrEntry::LbAffinity {
+            datapath: SUBNET_B,
+            vip: Ipv4Addr::new(10, 96, 0, 10),
+            port: Some(80),
+            protocol: Some(LbProtocol::Tcp),
+            timeout: 10800,
+        }],
+        vec![],
+    );
+    let vips = maps.table::<LbVips>();
+    assert_eq!(vips[&vip_key(SUBNET_B)].affinity_seconds, 10800);
+    assert_eq!(vips[&vip_key(SUBNET_A)].affinity_seconds, 0);
+
+    // The Service goes: nothing is left, the port loses its flag.
+    apply(
+        &mut state,
+        &mut maps,
+        vec![],
+        vec![service(SUBNET_A, &two), service(SUBNET_B, &two)],
+    );
+    assert!(maps.table::<LbVips>().is_empty());
+    assert!(maps.table::<LbBackends>().is_empty());
+    assert!(maps.table::<LbMembers>().is_empty());
+    assert!(maps.table::<LbAddresses>().is_empty());
+    assert!(
+        maps.table::<TunnelPorts>()
+            .values()
+            .all(|port| port.flags & LOCAL_PORT_LB == 0)
+    );
+}

@@ -1,0 +1,195 @@
+//! The switch's load balancers (`ls_in_lb` and the hairpin stages) as the kernel's `lb` stage
+//! runs them: an IPv4 TCP or UDP packet from a VIF to one of the switch's VIPs gets a backend
+//! picked by the same hash of its fields ([`ovnbpf_common::lb::connection_hash`]), so a trace
+//! names the backend the datapath would choose for that connection; the packet goes on with
+//! the backend as destination. A client balanced to itself gets the VIP as source and leaves
+//! through its own port. A VIP without backends drops or rejects. Each decision is recorded
+//! ([`super::Trace::balanced`]): `ovn-trace` prints `ct_lb_mark(backends=…)` but applies no
+//! translation, so the differential tests compare the decision, not the packet after it.
+
+use std::net::Ipv4Addr;
+
+use ovnbpf_common::lb::{
+    LB_HASH_FIVE_TUPLE, LB_HASH_IP_DST, LB_HASH_IP_SRC, LB_HASH_TP_DST, LB_HASH_TP_SRC, LbNatKey,
+    connection_hash, pick,
+};
+
+use super::{
+    Evaluator, Trace,
+    packet::{L3, L4, Packet},
+};
+use crate::pipeline::ir::{IrEntry, LbBackend, LbHashField, LbProtocol, LbVip};
+
+/// A load balancer's decision on a packet to one of its VIPs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Balanced {
+    pub vip: Ipv4Addr,
+    pub port: Option<u16>,
+    /// The VIP's backends, in the Southbound's order.
+    pub backends: Vec<LbBackend>,
+    /// The one picked (`None`: there are none).
+    pub chosen: Option<LbBackend>,
+}
+
+/// What the load-balancer step did with a packet.
+pub(super) enum LbOutcome {
+    /// Not a VIP's (or balanced): go on with this packet.
+    Continue(Packet),
+    /// A hairpin: the packet goes back out of the port it came in on.
+    Hairpin(Packet),
+    /// A VIP without backends: dropped (`false`) or rejected (`true`).
+    NoBackends { reject: bool },
+}
+
+fn transport(packet: &Packet) -> Option<(Ipv4Addr, Ipv4Addr, LbProtocol, u16, u16)> {
+    let L3::Ipv4 {
+        source,
+        destination,
+        l4,
+        ..
+    } = packet.l3
+    else {
+        return None;
+    };
+    match l4 {
+        L4::Tcp {
+            source: sport,
+            destination: dport,
+        } => Some((source, destination, LbProtocol::Tcp, sport, dport)),
+        L4::Udp {
+            source: sport,
+            destination: dport,
+        } => Some((source, destination, LbProtocol::Udp, sport, dport)),
+        _ => None,
+    }
+}
+
+/// `packet` with its addresses and ports replaced.
+fn translated(packet: &Packet, source: (Ipv4Addr, u16), destination: (Ipv4Addr, u16)) -> Packet {
+    let mut packet = *packet;
+    if let L3::Ipv4 {
+        source: s,
+        destination: d,
+        l4,
+        ..
+    } = &mut packet.l3
+    {
+        *s = source.0;
+        *d = destination.0;
+        match l4 {
+            L4::Tcp {
+                source: sp,
+                destination: dp,
+            }
+            | L4::Udp {
+                source: sp,
+                destination: dp,
+            } => {
+                *sp = source.1;
+                *dp = destination.1;
+            }
+            _ => {}
+        }
+    }
+    packet
+}
+
+impl Evaluator<'_> {
+    /// The switch's VIP that `packet` is for: its (protocol, port) first, then a VIP without
+    /// a port, as the kernel looks them up.
+    fn vip_of(
+        &self,
+        dp: u32,
+        destination: Ipv4Addr,
+        protocol: LbProtocol,
+        port: u16,
+    ) -> Option<&LbVip> {
+        let vips = || {
+            self.entries(dp).filter_map(|entry| match entry {
+                IrEntry::LoadBalancer { vip, .. } if vip.vip == destination => Some(&**vip),
+                _ => None,
+            })
+        };
+        vips()
+            .find(|vip| vip.protocol == Some(protocol) && vip.port == Some(port))
+            .or_else(|| vips().find(|vip| vip.port.is_none()))
+    }
+
+    /// `ls_in_lb` for `packet` from VIF `inport` of switch `dp`.
+    pub(super) fn load_balance(&self, dp: u32, packet: Packet, trace: &mut Trace) -> LbOutcome {
+        let Some((source, destination, protocol, sport, dport)) = transport(&packet) else {
+            return LbOutcome::Continue(packet);
+        };
+        let Some(vip) = self.vip_of(dp, destination, protocol, dport) else {
+            return LbOutcome::Continue(packet);
+        };
+        let fields = vip.hash_fields.iter().fold(0, |flags, field| {
+            flags
+                | match field {
+                    LbHashField::IpSrc => LB_HASH_IP_SRC,
+                    LbHashField::IpDst => LB_HASH_IP_DST,
+                    LbHashField::TpSrc => LB_HASH_TP_SRC,
+                    LbHashField::TpDst => LB_HASH_TP_DST,
+                }
+        });
+        let fields = if fields == 0 {
+            LB_HASH_FIVE_TUPLE
+        } else {
+            fields
+        };
+        let key = LbNatKey {
+            source: u32::from_ne_bytes(source.octets()),
+            destination: u32::from_ne_bytes(destination.octets()),
+            source_port: sport,
+            destination_port: dport,
+            protocol: protocol.number(),
+            ..LbNatKey::default()
+        };
+        let chosen = (!vip.backends.is_empty()).then(|| {
+            let index = pick(connection_hash(fields, &key), vip.backends.len() as u32);
+            vip.backends[index as usize]
+        });
+        trace.balanced.push(Balanced {
+            vip: vip.vip,
+            port: vip.port,
+            backends: vip.backends.clone(),
+            chosen,
+        });
+        let Some(backend) = chosen else {
+            let verdict = if vip.reject { "rejected" } else { "dropped" };
+            self.step(
+                trace,
+                dp,
+                format!("{verdict}: load balancer VIP {destination} has no backends"),
+            );
+            return LbOutcome::NoBackends { reject: vip.reject };
+        };
+        let backend_port = backend.port.unwrap_or(dport);
+        let hairpin = backend.ip == source
+            && self
+                .entries(dp)
+                .any(|entry| matches!(entry, IrEntry::LbHairpin { .. }));
+        let new_source = if hairpin { destination } else { source };
+        let balanced = translated(&packet, (new_source, sport), (backend.ip, backend_port));
+        self.step(
+            trace,
+            dp,
+            format!(
+                "load balancer: VIP {destination}:{dport} → backend {}:{backend_port}{}",
+                backend.ip,
+                if hairpin {
+                    " (hairpin: the VIP as source)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        if hairpin {
+            let mut back = balanced;
+            std::mem::swap(&mut back.eth_src, &mut back.eth_dst);
+            LbOutcome::Hairpin(back)
+        } else {
+            LbOutcome::Continue(balanced)
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! Load balancing (Kubernetes Services as OVN's switch load balancers carry them): the `lb`
+//! stage, tail-called from `from_pod` for IPv4 packets to an address that is a VIP on the pod's
+//! switch (`LB_ADDRESSES`), does what northd's `ls_in_pre_stateful` VIP flows, `ls_in_lb`
+//! (`ct_lb_mark(backends=…)`) and the hairpin stages say: a new TCP or UDP connection to a VIP
+//! gets a backend picked by a hash of its fields (`LB_VIPS`, `LB_BACKENDS`), its translation is
+//! remembered in the client port's zone (`LB_CONNECTIONS`), and every later packet of it is
+//! translated the same way. Then the packet goes on through the switch (its ingress ACL stage,
+//! if it has one, then the L2 lookup), so the ACL stages see the backend, as they see it in
+//! `ls_in_acl_after_lb` (Kube-OVN's NetworkPolicy rules) and for every established connection.
+//! [`reverse`] is the other half, run where a packet is delivered to a port whose switch has
+//! load balancers (`LOCAL_PORT_LB`): a backend's reply to its client gets the VIP back as its
+//! source (OVN's `ct_lb_mark` in `ls_out_pre_stateful`, in the client's zone). A client
+//! balanced to itself (a hairpin) gets the VIP as source too, and the packet, and the replies,
+//! leave through the port they came in on.
+//!
+//! A VIP with session affinity (`affinity_timeout`) sends a client's new connections to the
+//! backend its last one went to while that is recent (`LB_AFFINITIES`), as OVN's
+//! `ls_in_lb_aff_check` / `ls_in_lb_aff_learn` do; unlike 23.03, whose learning flow drops the
+//! packet it learns from, the first packet of a session goes through.
+//!
+//! A VIP without backends drops new connections, or rejects them when the balancer says so
+//! (through the reject stage, as an ACL's reject). Touches `LB_*`, reads `TUNNEL_PORTS` and the
+//! ACL switches (to continue), rewrites addresses, ports and their checksums in place.
+
+use aya_ebpf::{
+    bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
+    helpers::{bpf_ktime_get_ns, bpf_skb_load_bytes},
+    programs::TcContext,
+};
+use ovnbpf_common::{
+    AclRequest, DropReason, TunnelPortKey,
+    acl::SWITCH_INGRESS,
+    drop_reason,
+    lb::{
+        FROM_PORT, LB_HASH_FIVE_TUPLE, LB_NAT_CLOSING, LB_NAT_HAIRPIN, LB_VIP_HAIRPIN,
+        LB_VIP_REJECT, LbAddressKey, LbAffinity, LbAffinityKey, LbBackend, LbBackendKey,
+        LbMemberKey, LbNat, LbNatKey, LbVip, LbVipKey, TO_PORT, connection_hash, lifetime, pick,
+    },
+    stage::{LB as LB_SLOT, LB_REQUEST_MAGIC},
+};
+
+use crate::{
+    LB_ADDRESSES, LB_AFFINITIES, LB_BACKENDS, LB_CONNECTIONS, LB_MEMBERS, LB_SCRATCH, LB_VIPS,
+    TUNNEL_PORTS, acl,
+    headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_TCP, IPPROTO_UDP},
+    maps::get,
+    output::{Between, deliver_to_port},
+    stages,
+};
+
+const TCP_FIN: u8 = 0x01;
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+const TCP_ACK: u8 = 0x10;
+const IP_OFFSET: usize = ETH_HEADER_LEN;
+const IP_CHECKSUM: usize = IP_OFFSET + 10;
+const IP_SOURCE: usize = IP_OFFSET + 12;
+const IP_DESTINATION: usize = IP_OFFSET + 16;
+const L4_OFFSET: usize = IP_OFFSET + 20;
+
+/// Whether an IPv4 frame on `datapath` is addressed to one of the switch's VIPs.
+#[inline(always)]
+pub fn wants(ctx: &TcContext, datapath: u32) -> bool {
+    let Ok(ip) = ctx.load::<u32>(IP_DESTINATION) else {
+        return false;
+    };
+    get(&LB_ADDRESSES, LbAddressKey { datapath, ip }).is_some()
+}
+
+/// Hands the frame of logical port `ingress_port` on `datapath`, sent from host veth `ifindex`,
+/// to the load-balancer stage (on success this never returns).
+#[inline(always)]
+pub fn request(ctx: &TcContext, datapath: u32, ingress_port: u32, ifindex: u32) -> DropReason {
+    let request = AclRequest {
+        datapath,
+        ports: ingress_port << 16,
+        ifindex,
+        flags: 0,
+        magic: LB_REQUEST_MAGIC,
+    };
+    stages::jump(ctx, LB_SLOT, request.words())
+}
+
+/// `LB_SCRATCH`'s block: [`reverse`]'s key and packet, and the frame's bytes it reads them
+/// from (from the EtherType to the transport ports, then the TCP flags).
+#[repr(C)]
+pub(crate) struct Scratch {
+    key: LbNatKey,
+    packet: Packet,
+    raw: [u8; RAW_BYTES],
+    tcp_flags: u8,
+    padding: [u8; 5],
+}
+
+/// The EtherType, the IPv4 header (without options) and the transport ports.
+const RAW_BYTES: usize = 2 + 20 + 4;
+
+const _: () = assert!(core::mem::size_of::<Scratch>() == ovnbpf_common::lb::LB_SCRATCH_BYTES);
+
+/// A TCP or UDP packet in a plain IPv4 header (no options, not a fragment).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Packet {
+    source: u32,
+    destination: u32,
+    source_port: u16,
+    destination_port: u16,
+    protocol: u8,
+    tcp_flags: u8,
+}
+
+impl Packet {
+    fn key(&self, datapath: u32, port: u32, direction: u8) -> LbNatKey {
+        LbNatKey {
+            datapath,
+            port,
+            source: self.source,
+            destination: self.destination,
+            source_port: self.source_port,
+            destination_port: self.destination_port,
+            protocol: self.protocol,
+            direction,
+            padding: 0,
+        }
+    }
+
+    fn closes(&self) -> bool {
+        self.protocol == IPPROTO_TCP && self.tcp_flags & (TCP_FIN | TCP_RST) != 0
+    }
+
+    fn opens(&self) -> bool {
+        self.protocol == IPPROTO_TCP && self.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN
+    }
+}
+
+/// Read field by field (no header copies: the delivery paths that call [`reverse`] have
+/// little stack left).
+#[inline(always)]
+fn parse(ctx: &TcContext) -> Option<Packet> {
+    if u16::from_be(ctx.load::<u16>(ETH_HEADER_LEN - 2).ok()?) != ETH_P_IPV4 {
+        return None;
+    }
+    // Options and fragments are not balanced (a later fragment has no ports to read).
+    let version_ihl = ctx.load::<u8>(IP_OFFSET).ok()?;
+    let fragment = u16::from_be(ctx.load::<u16>(IP_OFFSET + 6).ok()?);
+    if version_ihl != 0x45 || fragment & 0x3fff != 0 {
+        return None;
+    }
+    let protocol = ctx.load::<u8>(IP_OFFSET + 9).ok()?;
+    if protocol != IPPROTO_TCP && protocol != IPPROTO_UDP {
+        return None;
+    }
+    let source = ctx.load::<u32>(IP_SOURCE).ok()?;
+    let destination = ctx.load::<u32>(IP_DESTINATION).ok()?;
+    let ports = ctx.load::<u32>(L4_OFFSET).ok()?.to_ne_bytes();
+    let tcp_flags = if protocol == IPPROTO_TCP {
+        ctx.load::<u8>(L4_OFFSET + 13).ok()?
+    } else {
+        0
+    };
+    Some(Packet {
+        source,
+        destination,
+        source_port: u16::from_be_bytes([ports[0], ports[1]]),
+        destination_port: u16::from_be_bytes([ports[2], ports[3]]),
+        protocol,
+        tcp_flags,
+    })
+}
+
+/// The `lb` stage.
+#[inline(always)]
+pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [datapath, ports, ifindex, _] = stages::take(ctx, LB_REQUEST_MAGIC)?;
+    let inport = ports >> 16;
+    if let Some(packet) = parse(ctx)
+        && balance(ctx, datapath, inport, &packet)?
+    {
+        return hairpin(ctx, datapath, inport);
+    }
+    if acl::switch_of(datapath, SWITCH_INGRESS).is_some() {
+        let request = acl::ingress_request(datapath, inport, ifindex);
+        return Err(acl::request(ctx, acl::INGRESS_SLOT, &request));
+    }
+    crate::switching::switch_frame(ctx, datapath, inport, ifindex)
+}
+
+/// Translates `packet` of port `inport`'s zone if it belongs to a balanced connection, or
+/// opens one if it is new and to a VIP. Returns whether it is a hairpin's.
+#[inline(always)]
+fn balance(
+    ctx: &TcContext,
+    datapath: u32,
+    inport: u32,
+    packet: &Packet,
+) -> Result<bool, DropReason> {
+    // SAFETY: reading the clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let key = packet.key(datapath, inport, FROM_PORT);
+    if let Some(entry) = LB_CONNECTIONS.get_ptr_mut(key) {
+        // SAFETY: LRU hash values stay valid while the program runs; races with other CPUs
+        // lose at most a refresh.
+        let nat = unsafe { &mut *entry };
+        let alive = now.saturating_sub(nat.last_seen) < lifetime(packet.protocol, nat.flags);
+        let reopened = nat.flags & LB_NAT_CLOSING != 0 && packet.opens();
+        if alive && !reopened {
+            nat.last_seen = now;
+            if packet.closes() {
+                nat.flags |= LB_NAT_CLOSING;
+            }
+            let translated = *nat;
+            rewrite(ctx, packet, &translated)?;
+            return Ok(translated.flags & LB_NAT_HAIRPIN != 0);
+        }
+    }
+    let vip = get(
+        &LB_VIPS,
+        LbVipKey {
+            datapath,
+            vip: packet.destination,
+            port: packet.destination_port,
+            protocol: packet.protocol,
+            padding: 0,
+        },
+    )
+    .or_else(|| {
+        get(
+            &LB_VIPS,
+            LbVipKey {
+                datapath,
+                vip: packet.destination,
+                ..LbVipKey::default()
+            },
+        )
+    });
+    let Some(vip) = vip.copied() else {
+        return Ok(false);
+    };
+    if vip.count == 0 {
+        return Err(if vip.flags & LB_VIP_REJECT != 0 {
+            drop_reason::ACL_REJECT
+        } else {
+            drop_reason::LB_NO_BACKENDS
+        });
+    }
+    let fields = match vip.flags & LB_HASH_FIVE_TUPLE {
+        0 => LB_HASH_FIVE_TUPLE,
+        fields => fields,
+    };
+    let picked = pick(connection_hash(fields, &key), vip.count);
+    let backend = match vip.affinity_seconds {
+        0 => backend_at(vip.group, picked)?,
+        seconds => with_affinity(datapath, packet, &vip, picked, seconds, now)?,
+    };
+    let backend_port = match backend.port {
+        0 => packet.destination_port,
+        port => port,
+    };
+    let hairpin = backend.ip == packet.source && vip.flags & LB_VIP_HAIRPIN != 0;
+    let closing = if packet.closes() { LB_NAT_CLOSING } else { 0 };
+    let forward = LbNat {
+        // A hairpin's client sees the VIP as source (northd's `ct_snat_to_vip`).
+        source: if hairpin {
+            packet.destination
+        } else {
+            packet.source
+        },
+        destination: backend.ip,
+        source_port: packet.source_port,
+        destination_port: backend_port,
+        flags: closing | if hairpin { LB_NAT_HAIRPIN } else { 0 },
+        last_seen: now,
+    };
+    // The backend's replies: to the client where it is delivered, or, for a hairpin, back
+    // from the same port (to the VIP, from the backend port).
+    let (reply_key, reply_flags) = if hairpin {
+        (
+            LbNatKey {
+                source: packet.source,
+                destination: packet.destination,
+                source_port: backend_port,
+                destination_port: packet.source_port,
+                ..key
+            },
+            LB_NAT_HAIRPIN,
+        )
+    } else {
+        (
+            LbNatKey {
+                source: backend.ip,
+                destination: packet.source,
+                source_port: backend_port,
+                destination_port: packet.source_port,
+                direction: TO_PORT,
+                ..key
+            },
+            0,
+        )
+    };
+    let reply = LbNat {
+        source: packet.destination,
+        destination: packet.source,
+        source_port: packet.destination_port,
+        destination_port: packet.source_port,
+        flags: reply_flags,
+        last_seen: now,
+    };
+    // A full table evicts its least recently used entry; were an insert to fail, the next
+    // packet picks the same backend again (the hash is of the packet's own fields).
+    let _ = LB_CONNECTIONS.insert(reply_key, reply, 0);
+    let _ = LB_CONNECTIONS.insert(key, forward, 0);
+    rewrite(ctx, packet, &forward)?;
+    Ok(hairpin)
+}
+
+/// Backend `index` of group `group`.
+#[inline(always)]
+fn backend_at(group: u32, index: u32) -> Result<LbBackend, DropReason> {
+    get(&LB_BACKENDS, LbBackendKey { group, index })
+        .copied()
+        .ok_or(drop_reason::LB_BACKEND_MISSING)
+}
+
+/// Session affinity (OVN's `chk_lb_aff` and `commit_lb_aff`): the backend the client's last new
+/// connection to this VIP went to, if that was less than `seconds` ago and it is still one of
+/// the VIP's backends, else `picked`; either way remembered, from now.
+#[inline(always)]
+fn with_affinity(
+    datapath: u32,
+    packet: &Packet,
+    vip: &LbVip,
+    picked: u32,
+    seconds: u32,
+    now: u64,
+) -> Result<LbBackend, DropReason> {
+    let key = LbAffinityKey {
+        datapath,
+        client: packet.source,
+        vip: packet.destination,
+        port: packet.destination_port,
+        protocol: packet.protocol,
+        padding: 0,
+    };
+    let learned = LB_AFFINITIES
+        .get_ptr(key)
+        // SAFETY: LRU hash values stay valid while the program runs.
+        .map(|entry| unsafe { *entry })
+        .filter(|entry| now.saturating_sub(entry.last_seen) < u64::from(seconds) * 1_000_000_000)
+        .filter(|entry| {
+            let member = LbMemberKey {
+                group: vip.group,
+                ip: entry.backend,
+                port: entry.port,
+                padding: 0,
+            };
+            get(&LB_MEMBERS, member).is_some()
+        })
+        .map(|entry| LbBackend {
+            ip: entry.backend,
+            port: entry.port,
+            padding: 0,
+        });
+    let backend = match learned {
+        Some(backend) => backend,
+        None => backend_at(vip.group, picked)?,
+    };
+    let remembered = LbAffinity {
+        backend: backend.ip,
+        port: backend.port,
+        padding: 0,
+        last_seen: now,
+    };
+    let _ = LB_AFFINITIES.insert(key, remembered, 0);
+    Ok(backend)
+}
+
+/// A hairpin leaves through the port it came in on, with its Ethernet addresses swapped
+/// (northd's `ls_in_hairpin`: `eth.dst <-> eth.src; outport = inport; output;`), through
+/// that port's egress pipeline.
+#[inline(always)]
+fn hairpin(ctx: &TcContext, datapath: u32, inport: u32) -> Result<i32, DropReason> {
+    let eth = ctx
+        .load::<EthHeader>(0)
+        .map_err(|_| drop_reason::LB_NAT_FAILED)?;
+    let swapped = [eth.source, eth.destination];
+    ctx.store(0, &swapped, 0)
+        .map_err(|_| drop_reason::LB_NAT_FAILED)?;
+    let port = get(
+        &TUNNEL_PORTS,
+        TunnelPortKey {
+            datapath,
+            port: inport,
+        },
+    )
+    .copied()
+    .ok_or(drop_reason::UNKNOWN_DESTINATION)?;
+    deliver_to_port(
+        ctx,
+        port.ifindex,
+        port.flags,
+        true,
+        Between {
+            datapath,
+            ports: inport << 16 | inport,
+        },
+    )
+}
+
+/// The delivery side: a packet to logical port `port` on `datapath` that is a backend's reply
+/// on a connection this port opened to a VIP gets the VIP back as its source. A function of its
+/// own (every delivery path calls it; inlined, it grew the ACL stages past LLVM's inlining).
+#[inline(never)]
+pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReason> {
+    let Some(scratch) = LB_SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
+    };
+    // SAFETY: the per-CPU block is this program's alone while it runs.
+    let scratch = unsafe { &mut *scratch };
+    let skb = ctx.skb.skb as *const core::ffi::c_void;
+    // SAFETY: the helper writes at most `RAW_BYTES` into the block's `raw`, which holds them.
+    let loaded = unsafe {
+        bpf_skb_load_bytes(
+            skb,
+            (ETH_HEADER_LEN - 2) as u32,
+            scratch.raw.as_mut_ptr().cast(),
+            RAW_BYTES as u32,
+        )
+    };
+    let raw = &scratch.raw;
+    let protocol = raw[11];
+    if loaded != 0
+        || u16::from_be_bytes([raw[0], raw[1]]) != ETH_P_IPV4
+        || raw[2] != 0x45
+        || u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff != 0
+        || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
+    {
+        return Ok(());
+    }
+    scratch.tcp_flags = 0;
+    if protocol == IPPROTO_TCP {
+        // SAFETY: one byte into the block's `tcp_flags`.
+        let flags = unsafe {
+            bpf_skb_load_bytes(
+                skb,
+                (L4_OFFSET + 13) as u32,
+                (&raw mut scratch.tcp_flags).cast(),
+                1,
+            )
+        };
+        if flags != 0 {
+            return Ok(());
+        }
+    }
+    let raw = &scratch.raw;
+    let packet = &mut scratch.packet;
+    packet.source = u32::from_ne_bytes([raw[14], raw[15], raw[16], raw[17]]);
+    packet.destination = u32::from_ne_bytes([raw[18], raw[19], raw[20], raw[21]]);
+    packet.source_port = u16::from_be_bytes([raw[22], raw[23]]);
+    packet.destination_port = u16::from_be_bytes([raw[24], raw[25]]);
+    packet.protocol = protocol;
+    packet.tcp_flags = scratch.tcp_flags;
+    let key = &mut scratch.key;
+    key.datapath = datapath;
+    key.port = port;
+    key.source = packet.source;
+    key.destination = packet.destination;
+    key.source_port = packet.source_port;
+    key.destination_port = packet.destination_port;
+    key.protocol = protocol;
+    key.direction = TO_PORT;
+    key.padding = 0;
+    // By reference: the helper reads the key where it is, in the scratch block, not from a
+    // copy on the stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let Some(entry) = LB_CONNECTIONS.get_ptr_mut(&scratch.key) else {
+        return Ok(());
+    };
+    // SAFETY: as in `balance`.
+    let nat = unsafe { &mut *entry };
+    // SAFETY: reading the clock has no preconditions.
+    nat.last_seen = unsafe { bpf_ktime_get_ns() };
+    if scratch.packet.closes() {
+        nat.flags |= LB_NAT_CLOSING;
+    }
+    rewrite(ctx, &scratch.packet, nat)
+}
+
+/// Rewrites `packet`'s addresses and ports to `nat`'s, with the IPv4 and transport checksums
+/// (a UDP checksum of zero stays zero). Each step reads what it needs from `packet` and `nat`
+/// again rather than keep it across the helper calls (fewer values spilled to the stack of
+/// the delivery paths).
+#[inline(always)]
+fn rewrite(ctx: &TcContext, packet: &Packet, nat: &LbNat) -> Result<(), DropReason> {
+    replace_address(ctx, packet, IP_SOURCE, packet.source, nat.source)?;
+    replace_address(
+        ctx,
+        packet,
+        IP_DESTINATION,
+        packet.destination,
+        nat.destination,
+    )?;
+    replace_port(ctx, packet, L4_OFFSET, packet.source_port, nat.source_port)?;
+    replace_port(
+        ctx,
+        packet,
+        L4_OFFSET + 2,
+        packet.destination_port,
+        nat.destination_port,
+    )
+}
+
+/// The transport checksum's offset and the flag that keeps a zero UDP checksum zero.
+#[inline(always)]
+fn transport_checksum(packet: &Packet) -> (usize, u64) {
+    if packet.protocol == IPPROTO_TCP {
+        (L4_OFFSET + 16, 0)
+    } else {
+        (L4_OFFSET + 6, u64::from(BPF_F_MARK_MANGLED_0))
+    }
+}
+
+#[inline(always)]
+fn replace_address(
+    ctx: &TcContext,
+    packet: &Packet,
+    offset: usize,
+    old: u32,
+    new: u32,
+) -> Result<(), DropReason> {
+    if old == new {
+        return Ok(());
+    }
+    let failed = |_| drop_reason::LB_NAT_FAILED;
+    let (checksum, mangled) = transport_checksum(packet);
+    let flags = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
+    ctx.l4_csum_replace(checksum, u64::from(old), u64::from(new), flags)
+        .map_err(failed)?;
+    ctx.l3_csum_replace(IP_CHECKSUM, u64::from(old), u64::from(new), 4)
+        .map_err(failed)?;
+    ctx.store(offset, &new, 0).map_err(failed)
+}
+
+#[inline(always)]
+fn replace_port(
+    ctx: &TcContext,
+    packet: &Packet,
+    offset: usize,
+    old: u16,
+    new: u16,
+) -> Result<(), DropReason> {
+    if old == new {
+        return Ok(());
+    }
+    let failed = |_| drop_reason::LB_NAT_FAILED;
+    let (checksum, mangled) = transport_checksum(packet);
+    let (old, new) = (old.to_be(), new.to_be());
+    ctx.l4_csum_replace(checksum, u64::from(old), u64::from(new), mangled | 2)
+        .map_err(failed)?;
+    ctx.store(offset, &new, 0).map_err(failed)
+}

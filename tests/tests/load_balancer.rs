@@ -1,0 +1,347 @@
+//! Kubernetes Services through OVN's switch load balancers, in the agents' eBPF datapath on two
+//! nodes, built through ovn-nbctl as kube-ovn-controller builds them (`vpc-<vpc>-tcp-load` and
+//! `vpc-<vpc>-udp-load`, attached to every subnet of the VPC, VIPs written from the
+//! EndpointSlices). vpc-a: subnet-a holds client and b1 on node1, b2 on node2; subnet-a2 holds
+//! b3 on node2.
+//!
+//! - a TCP ClusterIP with three backends (both nodes, both subnets): 100 connections reach every
+//!   backend, each stays on one backend for its whole life, the client sees the VIP as the
+//!   source of every reply and the backend sees the client's own address;
+//! - a UDP Service, DNS-shaped (a new socket per request): answers come from the VIP, from both
+//!   of its backends;
+//! - a backend taken out of the Service while a connection to it runs: the connection goes on,
+//!   new connections avoid it;
+//! - a backend reaching its own Service (hairpin) is answered, and sees the VIP as its peer;
+//! - a Service with session affinity (Kube-OVN's session balancer): all of a client's
+//!   connections land on one backend, on another one once that one is taken out, and stay
+//!   there when it comes back;
+//! - the Service deleted, its VIP answers nothing.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead, BufReader, Write},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    thread,
+    time::Duration,
+};
+
+use ovnbpf_agent::netns::run_in;
+use ovnbpf_tests::{
+    bpffs::BpfMount,
+    kubeovn::Topology,
+    network::Pod,
+    process::wait_until,
+    scenario::{self, PodPlan, TwoNodes},
+};
+
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 10);
+const B1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+const B2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+const B3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+const DNS_VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 11);
+const STICKY: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 20);
+const SERVICE_PORT: u16 = 80;
+const TARGET_PORT: u16 = 8080;
+const DNS_PORT: u16 = 53;
+const DNS_TARGET_PORT: u16 = 5353;
+const SUBNETS: [&str; 2] = ["subnet-a", "subnet-a2"];
+
+const PODS: [PodPlan; 4] = [
+    ("client", "subnet-a", 0, CLIENT),
+    ("b1", "subnet-a", 0, B1),
+    ("b2", "subnet-a", 1, B2),
+    ("b3", "subnet-a2", 1, B3),
+];
+
+/// A backend's TCP server on `TARGET_PORT`: every line it reads is answered with
+/// "<name> <peer address>", for as long as the connection lasts.
+fn serve_tcp(pod: &Pod) {
+    let name = pod.name().to_string();
+    let listener = run_in(&pod.netns().path(), || {
+        TcpListener::bind(("0.0.0.0", TARGET_PORT))
+    })
+    .unwrap()
+    .unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let name = name.clone();
+            thread::spawn(move || {
+                let peer = stream.peer_addr().map(|a| a.ip().to_string());
+                let peer = peer.unwrap_or_default();
+                let mut writer = stream.try_clone().unwrap();
+                for line in BufReader::new(stream).lines() {
+                    if line.is_err() || writeln!(writer, "{name} {peer}").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// A backend's UDP server on `DNS_TARGET_PORT`: every datagram is answered with its name.
+fn serve_udp(pod: &Pod) {
+    let name = pod.name().to_string();
+    let socket = run_in(&pod.netns().path(), || {
+        UdpSocket::bind(("0.0.0.0", DNS_TARGET_PORT))
+    })
+    .unwrap()
+    .unwrap();
+    thread::spawn(move || {
+        let mut buffer = [0_u8; 512];
+        while let Ok((_, from)) = socket.recv_from(&mut buffer) {
+            let _ = socket.send_to(name.as_bytes(), from);
+        }
+    });
+}
+
+/// A connection from `pod` to `ip:port` that asks its backend who it is.
+struct Session {
+    writer: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Session {
+    fn open(pod: &Pod, ip: Ipv4Addr, port: u16) -> Option<Self> {
+        let address = SocketAddr::from((ip, port));
+        let stream = run_in(&pod.netns().path(), || {
+            TcpStream::connect_timeout(&address, Duration::from_secs(1))
+        })
+        .unwrap()
+        .ok()?;
+        // The handshake completed with the VIP: its replies carried the VIP as source.
+        assert_eq!(stream.peer_addr().unwrap(), address);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        Some(Self {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// (backend name, the address the backend saw as its peer).
+    fn ask(&mut self) -> Option<(String, String)> {
+        writeln!(self.writer, "who").ok()?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line).ok()?;
+        let (name, peer) = line.trim().split_once(' ')?;
+        Some((name.to_string(), peer.to_string()))
+    }
+}
+
+/// A DNS-shaped exchange from `pod`: a new socket, one datagram to the VIP, the answer (only
+/// datagrams from the VIP reach a connected socket).
+fn ask_udp(pod: &Pod, ip: Ipv4Addr, port: u16) -> Option<String> {
+    run_in(&pod.netns().path(), || {
+        let socket = UdpSocket::bind("0.0.0.0:0")?;
+        socket.connect((ip, port))?;
+        socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+        socket.send(b"who")?;
+        let mut buffer = [0_u8; 64];
+        let length = socket.recv(&mut buffer)?;
+        Ok::<String, std::io::Error>(String::from_utf8_lossy(&buffer[..length]).into_owned())
+    })
+    .unwrap()
+    .ok()
+}
+
+fn tcp_service(backends: &[Ipv4Addr]) -> Topology {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|ip| format!("{ip}:{TARGET_PORT}"))
+        .collect();
+    let mut topology = Topology::new();
+    topology.service(
+        "vpc-a",
+        &SUBNETS,
+        "tcp",
+        &format!("{VIP}:{SERVICE_PORT}"),
+        &list.join(","),
+    );
+    topology
+}
+
+#[test]
+fn services_balance_connections_over_backends_on_both_nodes() {
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
+        .unwrap()
+        .service(
+            "vpc-a",
+            &SUBNETS,
+            "udp",
+            &format!("{DNS_VIP}:{DNS_PORT}"),
+            &format!("{B1}:{DNS_TARGET_PORT},{B3}:{DNS_TARGET_PORT}"),
+        );
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1442);
+    tcp_service(&[B1, B2, B3]).apply(lab).unwrap();
+    let (client, b1, b2, b3) = (&pods[0], &pods[1], &pods[2], &pods[3]);
+    for backend in [b1, b2, b3] {
+        serve_tcp(backend);
+    }
+    serve_udp(b1);
+    serve_udp(b3);
+    let bpffs = BpfMount::create().unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let agents =
+        scenario::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
+    let logs = || scenario::log_tails(&agents);
+    assert!(scenario::planned_pods_up(lab, &PODS), "{}", logs());
+    let reachable = wait_until(Duration::from_secs(10), || {
+        Session::open(client, VIP, SERVICE_PORT).is_some()
+    });
+    assert!(reachable, "the VIP never answered{}", logs());
+
+    // 100 connections: every backend is reached; each connection keeps its backend; the
+    // backend sees the client's own address.
+    let mut reached: BTreeMap<String, usize> = BTreeMap::new();
+    for _ in 0..100 {
+        let mut session = Session::open(client, VIP, SERVICE_PORT).expect("connect to the VIP");
+        let (first, peer) = session.ask().expect("an answer");
+        assert_eq!(peer, CLIENT.to_string(), "the backend saw another source");
+        for _ in 0..3 {
+            assert_eq!(
+                session.ask().expect("an answer").0,
+                first,
+                "backend changed"
+            );
+        }
+        *reached.entry(first).or_default() += 1;
+    }
+    assert_eq!(
+        reached.keys().cloned().collect::<Vec<_>>(),
+        ["b1", "b2", "b3"],
+        "{reached:?}"
+    );
+    assert!(reached.values().all(|&n| n >= 10), "{reached:?}");
+
+    // DNS-shaped UDP: a new socket each time; answers from the VIP, from both backends.
+    let answers: BTreeSet<String> = (0..20)
+        .map(|_| ask_udp(client, DNS_VIP, DNS_PORT).expect("a UDP answer from the VIP"))
+        .collect();
+    assert_eq!(
+        answers.into_iter().collect::<Vec<_>>(),
+        ["b1", "b3"],
+        "{}",
+        logs()
+    );
+
+    // Hairpin: b1 reaching its own Service is answered whichever backend it lands on, and
+    // when it lands on itself it sees the VIP as its peer.
+    let mut hairpins = 0;
+    for _ in 0..30 {
+        let mut session = Session::open(b1, VIP, SERVICE_PORT).expect("b1 → VIP");
+        let (backend, peer) = session.ask().expect("an answer");
+        if backend == "b1" {
+            assert_eq!(peer, VIP.to_string(), "a hairpin's peer is the VIP");
+            hairpins += 1;
+        } else {
+            assert_eq!(peer, B1.to_string());
+        }
+    }
+    assert!(hairpins > 0, "b1 never landed on itself in 30 connections");
+
+    // A backend taken out: its running connection goes on, new connections avoid it.
+    let mut running = Session::open(client, VIP, SERVICE_PORT).unwrap();
+    let (pinned, _) = running.ask().unwrap();
+    let remaining: Vec<Ipv4Addr> = [("b1", B1), ("b2", B2), ("b3", B3)]
+        .into_iter()
+        .filter(|(name, _)| *name != pinned)
+        .map(|(_, ip)| ip)
+        .collect();
+    tcp_service(&remaining).apply(lab).unwrap();
+    // The agents have the change once a new connection can no longer land on it: give them a
+    // moment, then count.
+    thread::sleep(Duration::from_millis(500));
+    for _ in 0..30 {
+        let mut session = Session::open(client, VIP, SERVICE_PORT).unwrap();
+        assert_ne!(
+            session.ask().unwrap().0,
+            pinned,
+            "a new connection reached {pinned}"
+        );
+    }
+    for _ in 0..5 {
+        assert_eq!(running.ask().expect("the running connection").0, pinned);
+    }
+
+    // A Service with `sessionAffinity: ClientIP`: every connection of the client lands on one
+    // backend; that backend taken out, the client moves to another and stays there.
+    let mut session = Topology::new();
+    session.session_service(
+        "vpc-a",
+        &SUBNETS,
+        "tcp",
+        &format!("{STICKY}:{SERVICE_PORT}"),
+        &format!("{B1}:{TARGET_PORT},{B2}:{TARGET_PORT},{B3}:{TARGET_PORT}"),
+    );
+    session.apply(lab).unwrap();
+    let sticky_backends = |count| {
+        (0..count)
+            .map(|_| {
+                let ready = wait_until(Duration::from_secs(5), || {
+                    Session::open(client, STICKY, SERVICE_PORT).is_some()
+                });
+                assert!(ready, "the session VIP never answered{}", logs());
+                let mut session = Session::open(client, STICKY, SERVICE_PORT).unwrap();
+                session.ask().unwrap().0
+            })
+            .collect::<BTreeSet<String>>()
+    };
+    let first = sticky_backends(20);
+    assert_eq!(
+        first.len(),
+        1,
+        "the client moved between backends: {first:?}"
+    );
+    let sticky = first.into_iter().next().unwrap();
+    let others: Vec<String> = [("b1", B1), ("b2", B2), ("b3", B3)]
+        .into_iter()
+        .filter(|(name, _)| *name != sticky)
+        .map(|(_, ip)| format!("{ip}:{TARGET_PORT}"))
+        .collect();
+    let mut session = Topology::new();
+    session.session_service(
+        "vpc-a",
+        &SUBNETS,
+        "tcp",
+        &format!("{STICKY}:{SERVICE_PORT}"),
+        &others.join(","),
+    );
+    session.apply(lab).unwrap();
+    thread::sleep(Duration::from_millis(500));
+    let then = sticky_backends(20);
+    assert_eq!(then.len(), 1, "the client moved between backends: {then:?}");
+    assert!(!then.contains(&sticky), "{sticky} was taken out: {then:?}");
+    // The backend back in the list: the client stays where its affinity is (a hash of its
+    // address alone would send it back), as OVN's per-backend affinity flows keep it.
+    let mut session = Topology::new();
+    session.session_service(
+        "vpc-a",
+        &SUBNETS,
+        "tcp",
+        &format!("{STICKY}:{SERVICE_PORT}"),
+        &format!("{B1}:{TARGET_PORT},{B2}:{TARGET_PORT},{B3}:{TARGET_PORT}"),
+    );
+    session.apply(lab).unwrap();
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(sticky_backends(10), then, "the client left its affinity");
+
+    // The Service deleted: its VIP answers nothing.
+    let mut topology = Topology::new();
+    topology.remove_service("vpc-a", "tcp", &format!("{VIP}:{SERVICE_PORT}"));
+    topology.apply(lab).unwrap();
+    let gone = wait_until(Duration::from_secs(5), || {
+        Session::open(client, VIP, SERVICE_PORT).is_none()
+    });
+    assert!(gone, "the deleted Service still answers{}", logs());
+}
