@@ -73,6 +73,14 @@ fn traffic(a1: &Pod, a2: &Pod) {
         ])
         .unwrap();
     let eth0 = a1.netns().ifindex("eth0").unwrap();
+    // a1 sends from its own link-local address: once duplicate address detection is over
+    // (a tentative one cannot be a source: EADDRNOTAVAIL).
+    let usable = wait_until(Duration::from_secs(5), || {
+        a1.netns()
+            .ip(&["-6", "addr", "show", "dev", "eth0", "tentative"])
+            .is_ok_and(|text| !text.contains("inet6"))
+    });
+    assert!(usable, "a1's link-local address stayed tentative");
     a1.netns()
         .run_in(|| {
             for flow in 0..FLOWS {

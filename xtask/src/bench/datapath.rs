@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijk]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijkl]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -14,8 +14,12 @@
 //! whose receiving pod has a NetworkPolicy of 100 allow-related ACLs naming a 1000-address set
 //! (conntrack on that switch), next to (c); (k) (c)'s path to a third node whose Encap asks for
 //! outer UDP checksums (`--encap-csum=true`, OVN's default; the agent's is false): computed per
-//! frame, TCP segmented before it leaves (README, "Geneve on the wire"), next to (c). Pod MTU
-//! 1442 on (b)–(e), (h)–(k), so they carry the same payload per packet.
+//! frame, TCP segmented before it leaves (README, "Geneve on the wire"), next to (c); (l) (c)'s
+//! pair, the client dialling a Service VIP balanced to (c)'s server (the `lb` stage, the router
+//! hop a VIP outside the subnet takes, the reply's translation back), next to (c), the client
+//! dialling the backend directly. vpc-a's subnets carry the Service's balancers, as every
+//! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
+//! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
 //! Measures, one run of `--seconds` each per path and repetition, clients pinned to CPU 0 and
 //! servers to CPU 1 (left to the scheduler, the two placements give request/response times a
@@ -34,7 +38,7 @@
 //!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts) and
 //!   the kernel time of ovnbpf's programs (BPF run-time statistics,
 //!   [`ovnbpf_tests::kernel_time`]), per delivered packet;
-//! - new TCP connections per second (connect, then close) on (c) and (j).
+//! - new TCP connections per second (connect, then close) on (c), (j) and (l).
 //!
 //! (g) broadcast: one ARP broadcast from a pod of a switch with 64 other pods on the node and
 //! pods on 32 other chassis, through the real `from_pod` under BPF_PROG_TEST_RUN (the
@@ -160,7 +164,10 @@ struct BenchPath<'f> {
     name: &'static str,
     client: &'f Netns,
     server: &'f Netns,
+    /// Where the servers listen.
     server_ip: Ipv4Addr,
+    /// What the client dials: `server_ip`, or a Service VIP balanced to it ((l)).
+    target: Ipv4Addr,
 }
 
 impl BenchPath<'_> {
@@ -170,7 +177,7 @@ impl BenchPath<'_> {
     }
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
-        matches!(self.letter, 'c' | 'j')
+        matches!(self.letter, 'c' | 'j' | 'l')
     }
 }
 
@@ -271,7 +278,7 @@ fn start_servers(server: &Netns, ip: Ipv4Addr, cpu: &str, connections: bool) -> 
 
 /// One iperf3 TCP run: Gbit/s received.
 fn tcp_throughput(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<f64> {
-    let ip = path.server_ip.to_string();
+    let ip = path.target.to_string();
     let text = pinned(
         path.client,
         &cpus.client,
@@ -287,7 +294,7 @@ fn tcp_throughput(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<f64> {
 
 /// One sockperf ping-pong run: the round trip's p50 and p99 in µs.
 fn request_response(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<(f64, f64)> {
-    let ip = path.server_ip.to_string();
+    let ip = path.target.to_string();
     let text = pinned(
         path.client,
         &cpus.client,
@@ -328,7 +335,7 @@ struct UdpRun {
 /// iperf3 UDP, [`UDP_FLOWS`] flows of [`UDP_PAYLOAD`]-byte datagrams, unpaced or at `paced`
 /// packets per second over all flows.
 fn udp_flows(path: &BenchPath, cpus: &Cpus, seconds: &str, paced: Option<u32>) -> Result<UdpRun> {
-    let ip = path.server_ip.to_string();
+    let ip = path.target.to_string();
     // iperf3 paces each stream at -b bits of payload per second; 0 is unpaced.
     let bits_per_stream = paced.map_or(0, |rate| rate / UDP_FLOWS * UDP_PAYLOAD * 8);
     let text = pinned(
@@ -399,7 +406,7 @@ fn cost_per_packet(
 /// so no TIME_WAIT runs the client out of ports), [`CONNECTIONS`] of them: what each
 /// connection's setup costs on the path (conntrack commits, ACL walks of new connections).
 fn connection_rate(path: &BenchPath, cpus: &Cpus) -> Result<f64> {
-    let ip = path.server_ip;
+    let ip = path.target;
     let dialer = [
         "import socket, struct, time".to_string(),
         "start = time.monotonic()".into(),
@@ -475,6 +482,7 @@ impl RawPair {
             client: &self.left,
             server: &self.right,
             server_ip: Ipv4Addr::new(10, 99, 0, 2),
+            target: Ipv4Addr::new(10, 99, 0, 2),
         }
     }
 }
@@ -533,6 +541,7 @@ impl RoutedPair {
             client: self.pods[0].netns(),
             server: self.pods[1].netns(),
             server_ip: Ipv4Addr::new(10, 1, 2, 2),
+            target: Ipv4Addr::new(10, 1, 2, 2),
         }
     }
 }
@@ -564,7 +573,7 @@ const PLAN: [PodPlan; 11] = [
 ];
 
 /// The ovnbpf paths: letter, name, client pod (`None`: node1's own namespace), server pod.
-const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 8] = [
+const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 9] = [
     ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
     ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
     ('e', "(e) ovnbpf routed, peering", Some(0), 3),
@@ -574,7 +583,13 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 8] = [
     ('i', "(i) ovnbpf node to pod", None, 7),
     ('j', "(j) ovnbpf L2, 100 ACLs", Some(8), 9),
     ('k', "(k) ovnbpf L2, outer checksums", Some(0), 10),
+    // (c)'s pair, the client dialling a Service VIP balanced to (c)'s server.
+    ('l', "(l) ovnbpf Service VIP", Some(0), 1),
 ];
+
+/// (l)'s ClusterIP: one backend, (c)'s server, on every port the measures use, in vpc-a's
+/// balancers as kube-ovn-controller writes them (on both of its subnets).
+const SERVICE_VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 100);
 
 /// (c)–(k): one OVN lab, three nodes (the third for (k) only), one agent each, every pair of
 /// [`PLAN`] plugged. Dropping it stops the agents first, then removes pins, pods, switch, nodes
@@ -633,6 +648,21 @@ impl OvnbpfNodes {
             .vpc_with_subnet("vpc-u", "subnet-u", "10.100.0.0/24")?
             .localnet("subnet-u", "physnet1", 100)
             .vpc_with_subnet("vpc-j", "subnet-j", "10.3.1.0/24")?;
+        let backend = PLAN[1].2;
+        for (protocol, port) in [
+            ("tcp", 5201),
+            ("udp", 5201),
+            ("tcp", RR_PORT.parse::<u16>()?),
+            ("tcp", CONNECTION_PORT),
+        ] {
+            topology.service(
+                "vpc-a",
+                &["subnet-a", "subnet-a2"],
+                protocol,
+                &format!("{SERVICE_VIP}:{port}"),
+                &format!("{backend}:{port}"),
+            );
+        }
         for (name, subnet, ip, _, node) in PLAN {
             topology.pod(subnet, name, "bench", &mac_for(name), ip);
             if matches!(subnet, "ovn-default" | "subnet-x") {
@@ -716,6 +746,11 @@ impl OvnbpfNodes {
                 client: client.map_or(self.nodes[0].netns(), |pod| self.pods[pod].netns()),
                 server: self.pods[server].netns(),
                 server_ip: PLAN[server].2,
+                target: if letter == 'l' {
+                    SERVICE_VIP
+                } else {
+                    PLAN[server].2
+                },
             })
             .collect()
     }
@@ -805,7 +840,7 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
 /// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
 /// ovnbpf paths against each other, with the goals the README states.
 fn comparisons(letters: &str) -> Vec<(char, char)> {
-    let mut pairs: Vec<(char, char)> = "cdefhijk"
+    let mut pairs: Vec<(char, char)> = "cdefhijkl"
         .chars()
         .flat_map(|x| [(x, 'a'), (x, 'b')])
         .collect();
@@ -817,6 +852,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('i', 'h'),
         ('j', 'c'),
         ('k', 'c'),
+        ('l', 'c'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -902,7 +938,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; l/c throughput ≥ 0.95 and RR p50 ≤ 1.05 (issue 17: with socket-level balancing)"
     );
     json_results
 }
@@ -988,11 +1024,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–k (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–l (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijk");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijk".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to k, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijkl");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijkl".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to l, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1004,7 +1040,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| RoutedPair::create(&prefix))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k'])
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();
