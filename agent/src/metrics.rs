@@ -365,13 +365,19 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
                 "Connections the datapath's connection table holds.",
                 table.capacity as u64,
             ),
+            (
+                "ovnbpf_lb_translations",
+                "Translations of connections to Service VIPs live at the last sweep (two a \
+                 connection: the client's packets and the replies).",
+                table.balanced_live as u64,
+            ),
         ] {
             family(&mut out, name, "gauge", help);
             let _ = writeln!(out, "{name} {value}");
         }
     }
     // (name, label, help, counts by the label's value).
-    let named_counters: [NamedCounters<'_>; 5] = [
+    let named_counters: [NamedCounters<'_>; 6] = [
         (
             "ovnbpf_datapath_drops_total",
             "reason",
@@ -395,6 +401,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "event",
             "Connections the datapath's connection table committed (inserted), and commits that failed (insert_failed). A full table evicts its least recently used entry: inserted minus live minus swept is what it evicted.",
             &report.conntrack,
+        ),
+        (
+            "ovnbpf_lb_connections_total",
+            "kind",
+            "New connections to Service VIPs the datapath balanced (balanced), of them the ones a client's session affinity placed (affinity) and hairpins (hairpin), and translations the table could not store (insert_failed: the next packet is balanced again, to the same backend).",
+            &report.lb,
         ),
         (
             "ovnbpf_acl_verdict_cache_total",
@@ -563,10 +575,13 @@ mod tests {
             acl_logged: vec![("drop", 3), ("lost", 0)],
             conntrack: vec![("inserted", 9), ("insert_failed", 0)],
             acl_verdict_cache: vec![("hit", 7), ("miss", 2)],
+            lb: vec![("balanced", 5), ("hairpin", 1)],
             connections: Some(crate::dataplane::ConnectionSweep {
                 removed: 3,
                 live: 11,
                 capacity: 262_144,
+                balanced_live: 4,
+                balanced_removed: 2,
             }),
             stats: crate::daemon::DaemonStats {
                 transactions: 4,
@@ -626,6 +641,8 @@ mod tests {
             "# TYPE ovnbpf_conntrack_entries gauge",
             "ovnbpf_conntrack_entries 11",
             "ovnbpf_conntrack_capacity 262144",
+            "ovnbpf_lb_translations 4",
+            r#"ovnbpf_lb_connections_total{kind="balanced"} 5"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

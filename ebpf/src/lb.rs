@@ -20,7 +20,8 @@
 //!
 //! A VIP without backends drops new connections, or rejects them when the balancer says so
 //! (through the reject stage, as an ACL's reject). Touches `LB_*`, reads `TUNNEL_PORTS` and the
-//! ACL switches (to continue), rewrites addresses, ports and their checksums in place.
+//! ACL switches (to continue), rewrites addresses, ports and their checksums in place; counts
+//! in `LB_COUNTERS`.
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
@@ -34,14 +35,15 @@ use ovnbpf_common::{
     lb::{
         FROM_PORT, LB_HASH_FIVE_TUPLE, LB_NAT_CLOSING, LB_NAT_HAIRPIN, LB_VIP_HAIRPIN,
         LB_VIP_REJECT, LbAddressKey, LbAffinity, LbAffinityKey, LbBackend, LbBackendKey,
-        LbMemberKey, LbNat, LbNatKey, LbVip, LbVipKey, TO_PORT, connection_hash, lifetime, pick,
+        LbMemberKey, LbNat, LbNatKey, LbVip, LbVipKey, TO_PORT, connection_hash, counter, lifetime,
+        pick,
     },
     stage::{LB as LB_SLOT, LB_REQUEST_MAGIC},
 };
 
 use crate::{
-    LB_ADDRESSES, LB_AFFINITIES, LB_BACKENDS, LB_CONNECTIONS, LB_MEMBERS, LB_SCRATCH, LB_VIPS,
-    TUNNEL_PORTS, acl,
+    LB_ADDRESSES, LB_AFFINITIES, LB_BACKENDS, LB_CONNECTIONS, LB_COUNTERS, LB_MEMBERS, LB_SCRATCH,
+    LB_VIPS, TUNNEL_PORTS, acl,
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_TCP, IPPROTO_UDP},
     maps::get,
     output::{Between, deliver_to_port},
@@ -306,9 +308,16 @@ fn balance(
         last_seen: now,
     };
     // A full table evicts its least recently used entry; were an insert to fail, the next
-    // packet picks the same backend again (the hash is of the packet's own fields).
-    let _ = LB_CONNECTIONS.insert(reply_key, reply, 0);
-    let _ = LB_CONNECTIONS.insert(key, forward, 0);
+    // packet picks the same backend again (the hash is of the packet's own fields). Counted.
+    let stored = LB_CONNECTIONS.insert(reply_key, reply, 0).is_ok()
+        && LB_CONNECTIONS.insert(key, forward, 0).is_ok();
+    crate::counters::bump(&LB_COUNTERS, counter::BALANCED);
+    if hairpin {
+        crate::counters::bump(&LB_COUNTERS, counter::HAIRPIN);
+    }
+    if !stored {
+        crate::counters::bump(&LB_COUNTERS, counter::INSERT_FAILED);
+    }
     rewrite(ctx, packet, &forward)?;
     Ok(hairpin)
 }
@@ -361,7 +370,10 @@ fn with_affinity(
             padding: 0,
         });
     let backend = match learned {
-        Some(backend) => backend,
+        Some(backend) => {
+            crate::counters::bump(&LB_COUNTERS, counter::AFFINITY);
+            backend
+        }
         None => backend_at(vip.group, picked)?,
     };
     let remembered = LbAffinity {
@@ -483,6 +495,55 @@ pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReas
         nat.flags |= LB_NAT_CLOSING;
     }
     rewrite(ctx, &scratch.packet, nat)
+}
+
+/// A pod's TCP SYN to an address that is not a VIP opens a connection of its own: a balanced
+/// connection's reply translation left on the same addresses and ports (its client closed it
+/// and reuses the port, to the backend directly) must not turn this one's replies into the
+/// VIP's, so it goes. Out of line, its key in the scratch block, as [`reverse`].
+#[inline(never)]
+pub fn forget_reused(ctx: &TcContext, datapath: u32, port: u32) {
+    let (Ok(protocol), Ok(version_ihl)) =
+        (ctx.load::<u8>(IP_OFFSET + 9), ctx.load::<u8>(IP_OFFSET))
+    else {
+        return;
+    };
+    if protocol != IPPROTO_TCP || version_ihl != 0x45 {
+        return;
+    }
+    let Ok(flags) = ctx.load::<u8>(L4_OFFSET + 13) else {
+        return;
+    };
+    if flags & (TCP_SYN | TCP_ACK) != TCP_SYN {
+        return;
+    }
+    let Some(scratch) = LB_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: the per-CPU block is this program's alone while it runs.
+    let scratch = unsafe { &mut *scratch };
+    let (Ok(source), Ok(destination), Ok(ports)) = (
+        ctx.load::<u32>(IP_SOURCE),
+        ctx.load::<u32>(IP_DESTINATION),
+        ctx.load::<u32>(L4_OFFSET),
+    ) else {
+        return;
+    };
+    let ports = ports.to_ne_bytes();
+    // The replies of this connection, as the delivery side would look them up.
+    let key = &mut scratch.key;
+    key.datapath = datapath;
+    key.port = port;
+    key.source = destination;
+    key.destination = source;
+    key.source_port = u16::from_be_bytes([ports[2], ports[3]]);
+    key.destination_port = u16::from_be_bytes([ports[0], ports[1]]);
+    key.protocol = IPPROTO_TCP;
+    key.direction = TO_PORT;
+    key.padding = 0;
+    // By reference, as in `reverse`.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let _ = LB_CONNECTIONS.remove(&scratch.key);
 }
 
 /// Rewrites `packet`'s addresses and ports to `nat`'s, with the IPv4 and transport checksums

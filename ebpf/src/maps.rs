@@ -13,9 +13,9 @@ use ovnbpf_common::maps::{
     AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch, Conntrack,
     ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
     FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities,
-    LbBackends, LbConnections, LbMembers, LbScratch, LbVips, Localnets, MapDef, NdResponder,
-    Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs,
-    PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
+    LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbVips, Localnets, MapDef,
+    NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource,
+    PolicyPairs, PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
     RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap,
     TunnelPorts, kind::MapKind, same_name,
 };
@@ -116,6 +116,7 @@ kernel_map!(LB_BACKENDS: HashMap = LbBackends);
 kernel_map!(LB_CONNECTIONS: LruHashMap = LbConnections);
 kernel_map!(LB_AFFINITIES: LruHashMap = LbAffinities);
 kernel_map!(LB_MEMBERS: HashMap = LbMembers);
+kernel_map!(LB_COUNTERS: PerCpuArray = LbCounters);
 kernel_map!(LB_SCRATCH: PerCpuArray = LbScratch, crate::lb::Scratch);
 
 /// The value of `key` in hash map `map`, if present.

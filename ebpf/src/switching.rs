@@ -49,8 +49,11 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
     let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
     // IPv4 to a VIP of the switch's load balancers: their stage, which switches it afterwards
     // (through the ACL stage, if the switch has one).
-    if ether_type == ETH_P_IPV4 && lb::wants(ctx, datapath) {
-        return Err(lb::request(ctx, datapath, ingress_port, ifindex));
+    if ether_type == ETH_P_IPV4 {
+        if lb::wants(ctx, datapath) {
+            return Err(lb::request(ctx, datapath, ingress_port, ifindex));
+        }
+        lb::forget_reused(ctx, datapath, ingress_port);
     }
     // IP on a switch with from-lport ACLs: the ACL stage, which switches it afterwards.
     if ip && acl::switch_of(datapath, SWITCH_INGRESS).is_some() {

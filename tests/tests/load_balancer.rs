@@ -9,6 +9,8 @@
 //!   source of every reply and the backend sees the client's own address;
 //! - a UDP Service, DNS-shaped (a new socket per request): answers come from the VIP, from both
 //!   of its backends;
+//! - a client that reset its connection to the VIP reuses its port to reach each backend
+//!   directly: those connections are not mistaken for the balanced one;
 //! - a backend taken out of the Service while a connection to it runs: the connection goes on,
 //!   new connections avoid it;
 //! - a backend reaching its own Service (hairpin) is answered, and sees the VIP as its peer;
@@ -249,6 +251,29 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         }
     }
     assert!(hairpins > 0, "b1 never landed on itself in 30 connections");
+
+    // A client closes its connection to the VIP with a reset and, from the same port, opens
+    // one to each backend directly: the old connection's reply translation must not turn the
+    // backend's answers into the VIP's.
+    let reuse = format!(
+        "import socket, struct\n\
+         def ask(ip, port):\n    \
+             s = socket.socket()\n    \
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n    \
+             s.bind(('{CLIENT}', 45000))\n    \
+             s.settimeout(2)\n    \
+             s.connect((ip, port))\n    \
+             s.sendall(b'who\\n')\n    \
+             answer = s.recv(64).decode().split()[0]\n    \
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n    \
+             s.close()\n    \
+             return answer\n\
+         print(ask('{VIP}', {SERVICE_PORT}), *[ask(ip, {TARGET_PORT}) for ip in ('{B1}', '{B2}', '{B3}')])\n"
+    );
+    let answers = client.netns().exec("python3", &["-c", &reuse]).unwrap();
+    let answers: Vec<&str> = answers.split_whitespace().collect();
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    assert_eq!(answers[1..], ["b1", "b2", "b3"], "{answers:?}");
 
     // A backend taken out: its running connection goes on, new connections avoid it.
     let mut running = Session::open(client, VIP, SERVICE_PORT).unwrap();

@@ -113,6 +113,8 @@ impl Daemon {
                     datapath.map(|d| d.conntrack_counters()),
                     "conntrack counter",
                 );
+                let lb =
+                    datapath::reading(datapath.map(|d| d.lb_counters()), "load-balancer counter");
                 let acl_verdict_cache = datapath::reading(
                     datapath.map(|d| d.acl_verdict_cache()),
                     "ACL verdict cache counter",
@@ -142,6 +144,7 @@ impl Daemon {
                     acl_logged,
                     conntrack,
                     acl_verdict_cache,
+                    lb,
                 });
             }
             PortCommand::DatapathNames { reply } => {

@@ -94,6 +94,8 @@ pub struct DaemonReport {
     pub conntrack: Vec<(&'static str, u64)>,
     /// Walks of ACL rule lists the verdict cache answered, and walks done.
     pub acl_verdict_cache: Vec<(&'static str, u64)>,
+    /// New connections the load balancers balanced, by how.
+    pub lb: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }

@@ -71,6 +71,11 @@ pub struct ConnectionSweep {
     pub live: usize,
     /// Connections the table holds.
     pub capacity: usize,
+    /// Translations of balanced connections (two entries a connection) still live after it
+    /// (the load balancers' table, swept in the same pass).
+    pub balanced_live: usize,
+    /// Translations of connections that were over, deleted.
+    pub balanced_removed: usize,
 }
 
 /// The off-loop sweep of the connection table; `None` when it failed (logged by the backend).
@@ -131,6 +136,13 @@ pub trait Datapath: Send {
 
     /// Connections the connection table committed (`inserted`) and failed to (`insert_failed`).
     fn conntrack_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
+    /// New connections the load balancers balanced (`balanced`), of them the ones session
+    /// affinity placed (`affinity`) and hairpins (`hairpin`), and translations not stored
+    /// (`insert_failed`).
+    fn lb_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
         Ok(Vec::new())
     }
 

@@ -227,6 +227,21 @@ const fn mix(mut h: u32) -> u32 {
 /// The size of `LB_SCRATCH`'s block (a [`LbNatKey`] and the kernel's view of a packet).
 pub const LB_SCRATCH_BYTES: usize = 72;
 
+/// Indexes of `LB_COUNTERS`: what the load-balancer stage did.
+pub mod counter {
+    /// New connections balanced to a backend.
+    pub const BALANCED: u32 = 0;
+    /// Of those, the ones a client's session affinity sent to its backend.
+    pub const AFFINITY: u32 = 1;
+    /// Of those, hairpins (a client balanced to itself).
+    pub const HAIRPIN: u32 = 2;
+    /// Translations the table could not take (the next packet picks again).
+    pub const INSERT_FAILED: u32 = 3;
+    pub const COUNT: u32 = 4;
+    /// Names for metrics, by index.
+    pub const NAMES: [&str; COUNT as usize] = ["balanced", "affinity", "hairpin", "insert_failed"];
+}
+
 pub const MAX_LB_VIPS: u32 = 131_072;
 pub const MAX_LB_BACKENDS: u32 = 262_144;
 pub const MAX_LB_ADDRESSES: u32 = 131_072;

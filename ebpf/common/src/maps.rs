@@ -268,6 +268,8 @@ declare_maps! {
     /// Hash: [`LbMemberKey`] (group, backend) → `u32` (its index): the groups' backends by
     /// address.
     LbMembers = LB_MEMBERS: HashMap<LbMemberKey, u32>[lb::MAX_LB_BACKENDS];
+    /// Per-CPU array of `u64`, indexed by [`lb::counter`]: what the load-balancer stage did.
+    LbCounters = LB_COUNTERS: PerCpuArray<u32, u64>[lb::counter::COUNT];
     /// LRU hash: [`LbAffinityKey`] → [`LbAffinity`]: clients' session affinities.
     LbAffinities = LB_AFFINITIES: LruHashMap<LbAffinityKey, LbAffinity>[lb::MAX_LB_AFFINITIES];
     /// Per-CPU array of one block of [`lb::LB_SCRATCH_BYTES`]: the delivery side's lookup key

@@ -92,6 +92,10 @@ impl Datapath for NodeDatapath {
         Ok(NodeDatapath::conntrack_counters(self)?)
     }
 
+    fn lb_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(NodeDatapath::lb_counters(self)?)
+    }
+
     fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
         Ok(NodeDatapath::acl_verdict_cache(self)?)
     }

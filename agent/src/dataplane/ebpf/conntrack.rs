@@ -2,7 +2,8 @@
 //! listing it, sweeping the entries whose lifetime ran out (the kernel treats them as absent, but
 //! they hold their slot until the LRU evicts them), and emptying it. The kernel alone writes
 //! entries; the agent only reads and deletes, on the loaded programs or on the pinned map a
-//! running datapath uses (an off-loop job opens it by its pin). Touches that one map.
+//! running datapath uses (an off-loop job opens it by its pin). Touches that one map, and has
+//! [`lb_connections`] sweep the load balancers' table in the same pass.
 
 use std::path::Path;
 
@@ -12,7 +13,7 @@ use ovnbpf_common::{
     map,
 };
 
-use super::{EbpfError, KernelPrograms, pins::PinLayout};
+use super::{EbpfError, KernelPrograms, lb_connections, pins::PinLayout};
 use crate::dataplane::ConnectionSweep;
 
 /// The monotonic clock the kernel stamps entries with (`bpf_ktime_get_ns`), in nanoseconds.
@@ -78,6 +79,7 @@ fn remove(map: &mut Map, now: Option<u64>) -> Result<ConnectionSweep, EbpfError>
         removed,
         live,
         capacity,
+        ..ConnectionSweep::default()
     })
 }
 
@@ -88,14 +90,19 @@ impl KernelPrograms {
         entries(self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?)
     }
 
-    /// Forgets every connection (tests replay packets from an empty table).
+    /// Forgets every connection, balanced ones too (tests replay packets from empty tables).
     pub fn clear_connections(&mut self) -> Result<usize, EbpfError> {
-        Ok(remove(self.map_mut(map::CONNTRACK)?, None)?.removed)
+        let (balanced, _) = lb_connections::sweep(self.map_mut(map::LB_CONNECTIONS)?, None)?;
+        Ok(remove(self.map_mut(map::CONNTRACK)?, None)?.removed + balanced)
     }
 
-    /// Deletes the connections expired at `now` ([`monotonic_now`]).
+    /// Deletes the connections expired at `now` ([`monotonic_now`]), and the translations of
+    /// balanced connections that are over.
     pub fn sweep_connections(&mut self, now: u64) -> Result<ConnectionSweep, EbpfError> {
-        remove(self.map_mut(map::CONNTRACK)?, Some(now))
+        let mut sweep = remove(self.map_mut(map::CONNTRACK)?, Some(now))?;
+        (sweep.balanced_removed, sweep.balanced_live) =
+            lb_connections::sweep(self.map_mut(map::LB_CONNECTIONS)?, Some(now))?;
+        Ok(sweep)
     }
 }
 
@@ -107,5 +114,12 @@ pub fn sweep_pinned(root: &Path) -> Result<ConnectionSweep, EbpfError> {
     let data =
         MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
     let mut map = Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })?;
-    remove(&mut map, Some(monotonic_now()))
+    let now = monotonic_now();
+    let mut sweep = remove(&mut map, Some(now))?;
+    let name = map::LB_CONNECTIONS;
+    let data =
+        MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
+    let mut map = Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })?;
+    (sweep.balanced_removed, sweep.balanced_live) = lb_connections::sweep(&mut map, Some(now))?;
+    Ok(sweep)
 }

@@ -35,6 +35,7 @@ pub mod events;
 pub mod inspect;
 pub mod l2;
 pub mod l3;
+pub mod lb_connections;
 pub mod maps;
 pub mod node;
 pub mod physical;
@@ -571,6 +572,12 @@ impl KernelPrograms {
             map::CONNTRACK_COUNTERS,
             &ovnbpf_common::acl::ct_counter::NAMES,
         )
+    }
+
+    /// What the load-balancer stage did (summed over CPUs), named as in
+    /// [`ovnbpf_common::lb::counter::NAMES`].
+    pub fn lb_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.named_counters(map::LB_COUNTERS, &ovnbpf_common::lb::counter::NAMES)
     }
 
     /// Rule-list walks the verdict cache answered and walks done (summed over CPUs), named as in

@@ -413,6 +413,11 @@ impl NodeDatapath {
         self.programs.conntrack_counters()
     }
 
+    /// What the load-balancer stage did.
+    pub fn lb_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.programs.lb_counters()
+    }
+
     /// The ACL log ring buffer's consumer (`None` after the first call).
     pub fn take_acl_log_events(&mut self) -> Option<super::acl_log::AclLogEvents> {
         let book = self.l2.acl_log_book();
