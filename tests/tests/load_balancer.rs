@@ -17,6 +17,8 @@
 //! - a Service with session affinity (Kube-OVN's session balancer): all of a client's
 //!   connections land on one backend, on another one once that one is taken out, and stay
 //!   there when it comes back;
+//! - NetworkPolicies on the backends and on the client judge the backend: the client is
+//!   admitted through the VIP, another pod is not, even balanced to itself;
 //! - the Service deleted, its VIP answers nothing.
 
 mod common;
@@ -32,7 +34,7 @@ use std::{
 use ovnbpf_agent::netns::run_in;
 use ovnbpf_tests::{
     bpffs::BpfMount,
-    kubeovn::Topology,
+    kubeovn::{PolicyPort, PolicyRule, Topology},
     network::Pod,
     process::wait_until,
     scenario::{self, PodPlan, TwoNodes},
@@ -360,6 +362,45 @@ fn services_balance_connections_over_backends_on_both_nodes() {
     session.apply(lab).unwrap();
     thread::sleep(Duration::from_millis(500));
     assert_eq!(sticky_backends(10), then, "the client left its affinity");
+
+    // NetworkPolicies judge the backend, as Kubernetes says: the backends admit the client
+    // only, on their target port; the client may reach only the pods' subnets on it. Through the
+    // VIP, the client is admitted; b1 is not, whichever backend it lands on (itself included:
+    // a hairpin's source is the VIP).
+    let mut policies = Topology::new();
+    policies
+        .network_policy(
+            "backends",
+            "ns",
+            &["b1.ns", "b2.ns", "b3.ns"],
+            Some(&[PolicyRule {
+                allow: &["10.0.1.10"],
+                except: &[],
+                ports: &[PolicyPort::Port("tcp", TARGET_PORT)],
+            }]),
+            None,
+        )
+        .network_policy(
+            "client",
+            "ns",
+            &["client.ns"],
+            None,
+            Some(&[PolicyRule {
+                allow: &["10.0.1.0/24", "10.0.2.0/24"],
+                except: &[],
+                ports: &[PolicyPort::Port("tcp", TARGET_PORT)],
+            }]),
+        );
+    policies.apply(lab).unwrap();
+    let b1_refused = wait_until(Duration::from_secs(10), || {
+        (0..5).all(|_| Session::open(b1, VIP, SERVICE_PORT).is_none())
+    });
+    assert!(b1_refused, "b1 still reaches the backends{}", logs());
+    for _ in 0..10 {
+        let mut session =
+            Session::open(client, VIP, SERVICE_PORT).expect("the client, through the policies");
+        assert_eq!(session.ask().expect("an answer").1, CLIENT.to_string());
+    }
 
     // The Service deleted: its VIP answers nothing.
     let mut topology = Topology::new();

@@ -3,13 +3,16 @@
 //! cost in the same run as the baseline. `bench compile --acls` instead: 1000 pods under 100
 //! NetworkPolicies of 100 ports each (10,100 ACLs) whose peers are address sets of 500 addresses
 //! (50,000 members), built as kube-ovn-controller builds them; the changes are one address
-//! joining a set each (a pod matching a policy's selector).
+//! joining a set each (a pod matching a policy's selector). `bench compile --services`: 5000
+//! Services of 10 backends each in the default VPC's TCP balancer, as kube-ovn-controller writes
+//! them (on `ovn-default` and on a second subnet); the changes are one Service's backend list
+//! (an endpoint replaced), what a rolling update does.
 
 use std::net::Ipv4Addr;
 
 use anyhow::Result;
 use ovnbpf_tests::{
-    kubeovn::{PolicyPort, PolicyRule, Topology},
+    kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, Topology},
     ovn::{Db, OvnLab},
 };
 use serde_json::json;
@@ -25,6 +28,9 @@ use crate::{args::option, cmd};
 pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--acls") {
         return acls(args);
+    }
+    if args.iter().any(|a| a == "--services") {
+        return services(args);
     }
     let sizes = sizes(args)?;
     let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
@@ -195,4 +201,107 @@ fn acls(args: &[String]) -> Result<()> {
         f("max_diff_entries"),
     );
     write_json("compile-acls", &[result])
+}
+
+/// Services of `bench compile --services`, and backends each.
+const SERVICES: u32 = 5_000;
+const BACKENDS_PER_SERVICE: u32 = 10;
+
+/// The backend list of Service `service` in generation `generation` (each change replaces one
+/// endpoint: a pod of a rolling update).
+fn backends(service: u32, generation: u32) -> String {
+    (0..BACKENDS_PER_SERVICE)
+        .map(|i| {
+            let host = (service * BACKENDS_PER_SERVICE + i + generation * 7) % 60_000;
+            let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 16, 0, 0)) + 2 + host);
+            format!("{ip}:8080")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn vip(service: u32) -> String {
+    let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + 1 + service);
+    format!("{ip}:80")
+}
+
+/// `bench compile --services`.
+fn services(args: &[String]) -> Result<()> {
+    let updates: usize = option(args, "--updates").unwrap_or("100").parse()?;
+    println!("== bench compile --services: building ovnbpfctl (release)");
+    let ctl = cmd::build_binaries(cmd::Profile::Release)?.ctl;
+    println!("== bench compile --services: {SERVICES} Services × {BACKENDS_PER_SERVICE} backends");
+    let lab = OvnLab::start()?;
+    populate(&lab, 1000)?;
+    let mut topology = Topology::new();
+    topology.subnet(DEFAULT_VPC, "ovn-apps", "10.17.0.0/16")?;
+    topology.apply(&lab)?;
+    let subnets = ["ovn-default", "ovn-apps"];
+    for batch in (0..SERVICES).collect::<Vec<_>>().chunks(500) {
+        let mut topology = Topology::new();
+        for &service in batch {
+            topology.service(
+                DEFAULT_VPC,
+                &subnets,
+                "tcp",
+                &vip(service),
+                &backends(service, 0),
+            );
+        }
+        let mut args = vec!["--timeout=600".to_string()];
+        args.extend(topology.take_args());
+        lab.nbctl(&args)?;
+    }
+    let remote = lab.unix_remote(Db::Southbound);
+    // One Service's endpoint replaced per change, the Services in turn.
+    let change = |i: usize| -> Result<Vec<String>> {
+        let service = (i as u32 * 37) % SERVICES;
+        let mut topology = Topology::new();
+        topology.service(
+            DEFAULT_VPC,
+            &subnets,
+            "tcp",
+            &vip(service),
+            &backends(service, 1 + i as u32),
+        );
+        Ok(topology.take_args())
+    };
+    let report = sync_and_change(&lab, &ctl, &remote, updates, &["--compile"], &change)?;
+    let mut apply = numbers(&report, "apply_us");
+    let mut compile = numbers(&report, "compile_us");
+    let diffs = numbers(&report, "diff_entries");
+    apply.sort_by(f64::total_cmp);
+    compile.sort_by(f64::total_cmp);
+    let result = json!({
+        "services": SERVICES, "backends_per_service": BACKENDS_PER_SERVICE,
+        "subnets": subnets.len(),
+        "sb_rows": report["rows"], "ir_entries": report["ir_entries"],
+        "baseline_replica_sync_ms": report["sync_ms"], "full_compile_ms": report["compile_ms"],
+        "ir_rss_kib": report["ir_rss_kib"],
+        "baseline_replica_apply_p50_us": percentile(&apply, 50.0),
+        "backend_change_compile_p50_us": percentile(&compile, 50.0),
+        "backend_change_compile_p99_us": percentile(&compile, 99.0),
+        "max_diff_entries": diffs.iter().copied().fold(0.0, f64::max),
+        "updates": compile.len(),
+    });
+    println!();
+    println!(
+        "| Services × backends | subnets | SB rows | IR entries | replica sync ms (baseline) | full compile ms | compile / sync | replica apply p50 µs (baseline) | backend change compile p50 µs | p99 µs | max IR diff |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let f = |key: &str| result[key].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "| {SERVICES} × {BACKENDS_PER_SERVICE} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
+        result["subnets"],
+        result["sb_rows"],
+        result["ir_entries"],
+        f("baseline_replica_sync_ms"),
+        f("full_compile_ms"),
+        f("full_compile_ms") / f("baseline_replica_sync_ms"),
+        f("baseline_replica_apply_p50_us"),
+        f("backend_change_compile_p50_us"),
+        f("backend_change_compile_p99_us"),
+        f("max_diff_entries"),
+    );
+    write_json("compile-services", &[result])
 }
