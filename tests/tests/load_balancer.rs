@@ -303,15 +303,22 @@ fn services_balance_connections_over_backends_on_both_nodes() {
 
     // A Service with `sessionAffinity: ClientIP`: every connection of the client lands on one
     // backend; that backend taken out, the client moves to another and stays there.
-    let mut session = Topology::new();
-    session.session_service(
-        "vpc-a",
-        &SUBNETS,
-        "tcp",
-        &format!("{STICKY}:{SERVICE_PORT}"),
-        &format!("{B1}:{TARGET_PORT},{B2}:{TARGET_PORT},{B3}:{TARGET_PORT}"),
-    );
-    session.apply(lab).unwrap();
+    let sticky_service = |backends: &[String]| {
+        let mut session = Topology::new();
+        session.session_service(
+            "vpc-a",
+            &SUBNETS,
+            "tcp",
+            &format!("{STICKY}:{SERVICE_PORT}"),
+            &backends.join(","),
+        );
+        session.apply(lab).unwrap();
+    };
+    let all: Vec<String> = [B1, B2, B3]
+        .iter()
+        .map(|ip| format!("{ip}:{TARGET_PORT}"))
+        .collect();
+    sticky_service(&all);
     let sticky_backends = |count| {
         (0..count)
             .map(|_| {
@@ -336,30 +343,14 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         .filter(|(name, _)| *name != sticky)
         .map(|(_, ip)| format!("{ip}:{TARGET_PORT}"))
         .collect();
-    let mut session = Topology::new();
-    session.session_service(
-        "vpc-a",
-        &SUBNETS,
-        "tcp",
-        &format!("{STICKY}:{SERVICE_PORT}"),
-        &others.join(","),
-    );
-    session.apply(lab).unwrap();
+    sticky_service(&others);
     thread::sleep(Duration::from_millis(500));
     let then = sticky_backends(20);
     assert_eq!(then.len(), 1, "the client moved between backends: {then:?}");
     assert!(!then.contains(&sticky), "{sticky} was taken out: {then:?}");
     // The backend back in the list: the client stays where its affinity is (a hash of its
     // address alone would send it back), as OVN's per-backend affinity flows keep it.
-    let mut session = Topology::new();
-    session.session_service(
-        "vpc-a",
-        &SUBNETS,
-        "tcp",
-        &format!("{STICKY}:{SERVICE_PORT}"),
-        &format!("{B1}:{TARGET_PORT},{B2}:{TARGET_PORT},{B3}:{TARGET_PORT}"),
-    );
-    session.apply(lab).unwrap();
+    sticky_service(&all);
     thread::sleep(Duration::from_millis(500));
     assert_eq!(sticky_backends(10), then, "the client left its affinity");
 

@@ -450,15 +450,7 @@ impl L2State {
                 }
             }
             if egress_changed {
-                let ports: Vec<String> = self
-                    .ports
-                    .iter()
-                    .filter(|(_, info)| info.datapath == datapath)
-                    .map(|(name, _)| name.clone())
-                    .collect();
-                for port in ports {
-                    self.mark_port(&port);
-                }
+                self.mark_ports_of(datapath);
             }
         }
     }
