@@ -376,6 +376,40 @@ fn trace_names_the_unsupported_flows_on_its_path_and_only_those() {
         stages.iter().all(|stage| !stage.contains("acl")),
         "{stages:?}"
     );
+    // web-2 opens a connection to lb-web's VIP: the trace names the VIP's backends and the one
+    // the kernel's hash picks, and the packet goes to it through vpc-a's router.
+    let router = mac_for("vpc-a-subnet-a");
+    let to_service = trace(
+        &lab,
+        &format!(
+            "inport == \"web-2.ns\" && eth.src == {web2} && eth.dst == {router} && \
+             ip4.src == 10.0.1.3 && ip4.dst == 10.96.0.10 && ip.ttl == 64 && tcp.src == 40000 && \
+             tcp.dst == 80"
+        ),
+    );
+    println!("{to_service:#}");
+    let decision = &to_service["balanced"][0];
+    assert_eq!(
+        decision["backends"],
+        serde_json::json!(["10.0.1.2:8080", "10.0.1.3:8080"]),
+        "{to_service}"
+    );
+    let (ip, port) = decision["chosen"]
+        .as_str()
+        .unwrap()
+        .split_once(':')
+        .unwrap();
+    // Translated, routed back into subnet-a to the backend, whose NetworkPolicy (np.web admits
+    // TCP 80 only) judges the backend's port and drops it.
+    let steps = to_service["steps"].to_string();
+    assert!(
+        steps.contains(&format!("10.0.1.3 → {ip} ttl 63 TCP 40000 → {port}")),
+        "{steps}"
+    );
+    assert!(
+        steps.contains("dropped: ls_out_acl priority 3000"),
+        "{steps}"
+    );
     // vm-1 asks for its gateway on the underlay switch, which has no ACL or load balancer:
     // northd's default flows there only say `next;` or need register bits nothing on the switch
     // sets (`reg0[2] == 1 → ct_lb_mark;`), so there is nothing to warn about.

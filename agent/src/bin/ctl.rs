@@ -56,7 +56,8 @@ enum Command {
         remote: String,
         /// The packet, as ovn-trace takes it: `inport == "pod.ns" && eth.src == … && ip4.dst == …`.
         microflow: String,
-        /// Print the steps, the outputs and the unsupported flows on the path as JSON.
+        /// Print the steps, the outputs, the load balancers' decisions and the unsupported flows
+        /// on the path as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -315,10 +316,27 @@ fn print_trace(trace: &ovnbpf_agent::pipeline::eval::Trace, compiler: &Compiler,
                 })
             })
             .collect();
+        let backend = |b: &ovnbpf_agent::pipeline::ir::LbBackend| match b.port {
+            Some(port) => format!("{}:{port}", b.ip),
+            None => b.ip.to_string(),
+        };
+        let balanced: Vec<_> = trace
+            .balanced
+            .iter()
+            .map(|decision| {
+                json!({
+                    "vip": decision.vip.to_string(),
+                    "port": decision.port,
+                    "backends": decision.backends.iter().map(backend).collect::<Vec<_>>(),
+                    "chosen": decision.chosen.as_ref().map(backend),
+                })
+            })
+            .collect();
         let document = json!({
             "steps": trace.steps,
             "outputs": outputs,
             "dropped": trace.outputs.is_empty(),
+            "balanced": balanced,
             "unsupported": unsupported,
         });
         println!("{document}");

@@ -19,7 +19,7 @@ use ovnbpf_tests::{
 };
 use serde_json::{Value, json};
 
-use super::topology::VPCS;
+use super::topology::{SERVICE_PORT, SERVICE_VIP, TARGET_PORT, VPCS};
 use crate::cmd::Binaries;
 
 const NODES: [&str; 2] = ["node1", "node2"];
@@ -212,6 +212,40 @@ pub fn run(lab: &OvnLab, binaries: &Binaries) -> Result<()> {
     println!(
         "   (details: cargo test -p ovnbpf-tests --test datapath_l2 shows the Geneve capture)"
     );
+    // Each VPC's Service: the same ClusterIP, balanced in the kernel to that VPC's db pod.
+    for (vpc, _, _, [first, second]) in VPCS {
+        let answer = format!(
+            "import socket\n\
+             s = socket.socket()\n\
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('0.0.0.0', {TARGET_PORT}))\n\
+             s.listen(1)\n\
+             c, peer = s.accept()\n\
+             c.sendall(b'{second} saw ' + peer[0].encode())\n\
+             c.close()\n"
+        );
+        let _server = pod(second)?
+            .netns()
+            .spawn(second, "python3", &["-c", &answer], None)?;
+        let ask = format!(
+            "import socket, time\n\
+             for attempt in range(20):\n    \
+                 try:\n        \
+                     s = socket.create_connection(('{SERVICE_VIP}', {SERVICE_PORT}), 2)\n        \
+                     break\n    \
+                 except OSError:\n        \
+                     time.sleep(0.1)\n\
+             print(s.recv(64).decode(), 'from', s.getpeername()[0])\n"
+        );
+        let reply = pod(first)?.netns().exec("python3", &["-c", &ask])?;
+        println!(
+            "   {first} → Service {SERVICE_VIP}:{SERVICE_PORT} ({vpc}'s ClusterIP, balanced in the kernel): {}",
+            reply.trim()
+        );
+        if !reply.contains(second) || !reply.contains(&format!("from {SERVICE_VIP}")) {
+            bail!("{first} could not reach its VPC's Service: {reply}");
+        }
+    }
 
     println!("== demo: per-port counters (ovnbpfctl datapath counters, read from the pins)");
     let ctl = &binaries.ctl;

@@ -1,5 +1,6 @@
 //! The built-in topology of `cargo xtask demo` and `cargo xtask lab up --demo`: Kube-OVN's default
-//! VPC plus two custom VPCs whose subnets overlap (10.0.1.0/24 in both), with two pods each.
+//! VPC plus two custom VPCs whose subnets overlap (10.0.1.0/24 in both), with two pods each and a
+//! Service each (the same ClusterIP in both, each balanced to its own VPC's db pod).
 
 use std::net::Ipv4Addr;
 
@@ -12,6 +13,11 @@ pub const VPCS: [(&str, &str, &str, [&str; 2]); 2] = [
     ("vpc-b", "subnet-b", "team-b", ["web-b", "db-b"]),
 ];
 pub const SHARED_CIDR: &str = "10.0.1.0/24";
+/// The ClusterIP of each VPC's Service (the same in both: Services of VPCs overlap too), whose
+/// backend is the VPC's db pod.
+pub const SERVICE_VIP: &str = "10.96.0.10";
+pub const SERVICE_PORT: u16 = 80;
+pub const TARGET_PORT: u16 = 8080;
 
 pub fn build() -> Result<Topology> {
     let mut topology = Topology::new();
@@ -27,6 +33,14 @@ pub fn build() -> Result<Topology> {
                 Ipv4Addr::new(10, 0, 1, index),
             );
         }
+        // A Service per VPC, as kube-ovn-controller writes it: its balancer on the subnet.
+        topology.service(
+            vpc,
+            &[subnet],
+            "tcp",
+            &format!("{SERVICE_VIP}:{SERVICE_PORT}"),
+            &format!("10.0.1.3:{TARGET_PORT}"),
+        );
     }
     Ok(topology)
 }
