@@ -8,7 +8,7 @@
 //! if it has one, then the L2 lookup), so the ACL stages see the backend, as they see it in
 //! `ls_in_acl_after_lb` (Kube-OVN's NetworkPolicy rules) and for every established connection.
 //! [`reverse`] is the other half, run where a packet is delivered to a port whose switch has
-//! load balancers (`LOCAL_PORT_LB`): a backend's reply to its client gets the VIP back as its
+//! load balancers (`LB_SWITCHES`): a backend's reply to its client gets the VIP back as its
 //! source (OVN's `ct_lb_mark` in `ls_out_pre_stateful`, in the client's zone). A client
 //! balanced to itself (a hairpin) gets the VIP as source too, and the packet, and the replies,
 //! leave through the port they came in on.
@@ -43,7 +43,7 @@ use ovnbpf_common::{
 
 use crate::{
     LB_ADDRESSES, LB_AFFINITIES, LB_BACKENDS, LB_CONNECTIONS, LB_COUNTERS, LB_MEMBERS, LB_SCRATCH,
-    LB_VIPS, TUNNEL_PORTS, acl,
+    LB_SWITCHES, LB_VIPS, TUNNEL_PORTS, acl,
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_TCP, IPPROTO_UDP},
     maps::get,
     output::{Between, deliver_to_port},
@@ -59,6 +59,12 @@ const IP_CHECKSUM: usize = IP_OFFSET + 10;
 const IP_SOURCE: usize = IP_OFFSET + 12;
 const IP_DESTINATION: usize = IP_OFFSET + 16;
 const L4_OFFSET: usize = IP_OFFSET + 20;
+
+/// Whether switch `datapath` has load balancers (its deliveries translate replies back).
+#[inline(always)]
+pub fn balances(datapath: u32) -> bool {
+    get(&LB_SWITCHES, datapath).is_some()
+}
 
 /// Whether an IPv4 frame on `datapath` is addressed to one of the switch's VIPs.
 #[inline(always)]

@@ -13,11 +13,11 @@ use ovnbpf_common::maps::{
     AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch, Conntrack,
     ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
     FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities,
-    LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbVips, Localnets, MapDef,
-    NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource,
-    PolicyPairs, PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
-    RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages, TunnelConfigMap,
-    TunnelPorts, kind::MapKind, same_name,
+    LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips, Localnets,
+    MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
+    PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables,
+    RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages,
+    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -111,6 +111,7 @@ kernel_map!(ACL_GENERATION: HashMap = AclGeneration);
 kernel_map!(ACL_VERDICT_CACHE: PerCpuArray = AclVerdictCache);
 kernel_map!(ACL_VERDICT_SCRATCH: PerCpuArray = AclVerdictScratch);
 kernel_map!(LB_ADDRESSES: HashMap = LbAddresses);
+kernel_map!(LB_SWITCHES: HashMap = LbSwitches);
 kernel_map!(LB_VIPS: HashMap = LbVips);
 kernel_map!(LB_BACKENDS: HashMap = LbBackends);
 kernel_map!(LB_CONNECTIONS: LruHashMap = LbConnections);

@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     DropReason, FIB_LOCAL, FIB_REMOTE, FibEntry, LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY,
-    LOCAL_PORT_LB, LOCAL_PORT_VETH_PEER, drop_reason,
+    LOCAL_PORT_VETH_PEER, drop_reason,
 };
 
 use crate::{
@@ -85,7 +85,8 @@ pub(crate) fn deliver_to_port(
 }
 
 /// The delivery after the egress ACL stage: a balanced connection's reply gets its VIP back
-/// (where the port's switch has load balancers), egress port security, then the port.
+/// (where the port's switch has load balancers, `LB_SWITCHES`), egress port security, then the
+/// port.
 #[inline(always)]
 pub(crate) fn deliver_after_acl(
     ctx: &TcContext,
@@ -94,7 +95,7 @@ pub(crate) fn deliver_after_acl(
     ip: bool,
     between: Between,
 ) -> Result<i32, DropReason> {
-    if ip && flags & LOCAL_PORT_LB != 0 {
+    if ip && lb::balances(between.datapath) {
         lb::reverse(ctx, between.datapath, between.ports & 0xffff)?;
     }
     if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {

@@ -1,5 +1,5 @@
 //! Restarting the agents drops no traffic: with a paced TCP stream and a 10 ms ping running
-//! between pods on different nodes, both agents are stopped with SIGTERM and started again, then
+//! between pods on different nodes, and a second paced stream through a Service VIP, both agents are stopped with SIGTERM and started again, then
 //! killed with SIGKILL and started again. Their maps and links are pinned on bpffs, so the kernel
 //! keeps forwarding while no agent runs, and each new agent adopts the pins (and the pods'
 //! filters, which live with their veths) and swaps its programs in atomically. No ping may be lost
@@ -24,12 +24,16 @@ use std::{
     time::Duration,
 };
 
-use common::stream::{paced_stream, retransmissions};
-use ovnbpf_tests::{bpffs::BpfMount, network::Pod, process::wait_until, workspace_binary};
+use common::stream::{paced_stream, paced_stream_via, retransmissions};
+use ovnbpf_tests::{
+    bpffs::BpfMount, kubeovn::Topology, network::Pod, process::wait_until, workspace_binary,
+};
 
 use ovnbpf_tests::scenario::OVERLAPPING_PODS as PODS;
 
 const STREAM_PORT: u16 = 7001;
+/// vpc-b's ClusterIP.
+const VIP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 96, 0, 10);
 
 #[test]
 fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
@@ -50,8 +54,31 @@ fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
     let (a1, a2, a2_ip) = (&pods[0], &pods[1], PODS[1].3);
     assert_eq!(a1.ping(a2_ip, 3).unwrap(), 3, "a1 → a2 before the restarts");
 
+    // b1 on node1 → a ClusterIP of vpc-b balanced to b2 on node2: its translation lives in
+    // the kernel's pinned table across the restarts too.
+    let (b1, b2, b2_ip) = (&pods[2], &pods[3], PODS[3].3);
+    let mut service = Topology::new();
+    service.service(
+        "vpc-b",
+        &["subnet-b"],
+        "tcp",
+        &format!("{VIP}:{STREAM_PORT}"),
+        &format!("{b2_ip}:{STREAM_PORT}"),
+    );
+    service.apply(lab).unwrap();
+    b1.netns()
+        .ip(&["route", "add", &format!("{VIP}/32"), "via", "10.0.1.1"])
+        .unwrap();
+
     let stop = Arc::new(AtomicBool::new(false));
     let stream = paced_stream(a1, a2, a2_ip, STREAM_PORT, Arc::clone(&stop));
+    let balanced = paced_stream_via(
+        b1,
+        b2,
+        (b2_ip, STREAM_PORT),
+        (VIP, STREAM_PORT),
+        Arc::clone(&stop),
+    );
     let pings = 1200;
     let received = thread::scope(|scope| {
         let pinger = scope.spawn(|| a1.ping_every(a2_ip, pings, "0.01"));
@@ -84,6 +111,7 @@ fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
     });
     stop.store(true, Ordering::Relaxed);
     let report = stream.join().unwrap();
+    let balanced_report = balanced.join().unwrap();
     // The last D-SACK may trail the FIN by a round trip.
     thread::sleep(Duration::from_millis(200));
     let (retransmitted, duplicates) = retransmissions(&a1.netns().path());
@@ -99,6 +127,23 @@ fn restarting_the_agents_loses_no_ping_and_no_tcp_segment() {
         retransmitted.saturating_sub(duplicates),
         0,
         "TCP segments lost across the restarts{logs}"
+    );
+    // The stream through the Service VIP, likewise.
+    let (retransmitted, duplicates) = retransmissions(&b1.netns().path());
+    eprintln!(
+        "stream through the VIP {} bytes, {retransmitted} segments retransmitted ({duplicates} \
+         reported as duplicates)",
+        balanced_report.bytes
+    );
+    assert!(
+        balanced_report.bytes > 10 * 1024 * 1024,
+        "{} bytes",
+        balanced_report.bytes
+    );
+    assert_eq!(
+        retransmitted.saturating_sub(duplicates),
+        0,
+        "TCP segments through the VIP lost across the restarts{logs}"
     );
     for agent in &agents {
         let log = std::fs::read_to_string(agent.log_path().unwrap()).unwrap();

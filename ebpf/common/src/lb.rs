@@ -243,6 +243,7 @@ pub mod counter {
 }
 
 pub const MAX_LB_VIPS: u32 = 131_072;
+pub const MAX_LB_SWITCHES: u32 = 16_384;
 pub const MAX_LB_BACKENDS: u32 = 262_144;
 pub const MAX_LB_ADDRESSES: u32 = 131_072;
 /// Connection entries (two per connection, three for a hairpin one).

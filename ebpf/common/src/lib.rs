@@ -221,10 +221,6 @@ pub const LOCAL_PORT_EGRESS_SECURITY: u32 = 2;
 /// Flag of [`LocalPort::flags`]: the port's switch runs egress ACLs ([`acl::SWITCH_EGRESS`]):
 /// IP frames delivered to it go through the egress ACL stage first.
 pub const LOCAL_PORT_ACL: u32 = 4;
-/// Flag of [`LocalPort::flags`]: the port's switch has load balancers ([`lb`]): TCP and UDP
-/// delivered to it are looked up among the balanced connections whose client it is, and
-/// replies from a backend get the VIP back as their source.
-pub const LOCAL_PORT_LB: u32 = 8;
 
 /// A port on this node: the host-side interface to deliver to.
 #[repr(C)]

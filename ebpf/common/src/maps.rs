@@ -259,6 +259,11 @@ declare_maps! {
     /// Hash: [`LbAddressKey`] (switch, address) → `u32` (its VIPs): addresses that are load
     /// balancer VIPs on a switch, the gate before the load-balancer stage.
     LbAddresses = LB_ADDRESSES: HashMap<LbAddressKey, u32>[lb::MAX_LB_ADDRESSES];
+    /// Hash: switch datapath key → `u32` (its VIPs): switches with load balancers, whose
+    /// deliveries give a backend's replies the VIP back. A map of its own rather than a flag of
+    /// the ports' entries: those are written from Port_Binding rows, which a restarted agent
+    /// has before the flows that say a switch balances, so a flag would flap off meanwhile.
+    LbSwitches = LB_SWITCHES: HashMap<u32, u32>[lb::MAX_LB_SWITCHES];
     /// Hash: [`LbVipKey`] → [`LbVip`]: each switch's VIPs.
     LbVips = LB_VIPS: HashMap<LbVipKey, LbVip>[lb::MAX_LB_VIPS];
     /// Hash: [`LbBackendKey`] (group, index) → [`LbBackend`]: the VIPs' backends.

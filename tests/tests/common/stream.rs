@@ -62,13 +62,26 @@ pub fn paced_stream(
     port: u16,
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<StreamReport> {
-    let address = SocketAddr::from((server_ip, port));
+    paced_stream_via(client, server, (server_ip, port), (server_ip, port), stop)
+}
+
+/// [`paced_stream`] with the client dialling `dial` (a Service VIP, say) while the server
+/// listens on `listen`.
+pub fn paced_stream_via(
+    client: &Pod,
+    server: &Pod,
+    listen: (Ipv4Addr, u16),
+    dial: (Ipv4Addr, u16),
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<StreamReport> {
+    let address = SocketAddr::from(listen);
+    let dial = SocketAddr::from(dial);
     // Each socket lives in the namespace of the thread that created it.
     let listener = run_in(&server.netns().path(), || TcpListener::bind(address))
         .unwrap()
         .unwrap();
     let mut sender = run_in(&client.netns().path(), || {
-        TcpStream::connect_timeout(&address, Duration::from_secs(3))
+        TcpStream::connect_timeout(&dial, Duration::from_secs(3))
     })
     .unwrap()
     .unwrap();

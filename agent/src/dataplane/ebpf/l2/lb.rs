@@ -1,14 +1,17 @@
-//! The load-balancer family of the L2 maps: each switch's VIPs (`LB_VIPS`), the addresses
-//! that are VIPs (`LB_ADDRESSES`, one entry per (switch, address) however many ports it has),
-//! and the backend groups (`LB_BACKENDS`): one group per distinct backend list, shared by every
-//! switch and VIP with that list (Kube-OVN attaches a VPC's balancers to all its subnets, so a
-//! Service's backends are written once, not once per subnet). Switches with VIPs give their
-//! local ports `LOCAL_PORT_LB` (replies to their clients are translated back). The connection
-//! table (`LB_CONNECTIONS`) is the kernel's: established connections keep their backend when
-//! the list changes, as OVN's conntrack entries do; new ones see the new list.
+//! The load-balancer family of the L2 maps: each switch's VIPs (`LB_VIPS`, with the session
+//! affinity timeout where the flows give one), the switches that have VIPs (`LB_SWITCHES`:
+//! deliveries to their ports translate replies back), the addresses that are VIPs
+//! (`LB_ADDRESSES`, one entry per (switch, address) however many ports it has), and the backend
+//! groups (`LB_BACKENDS` by index, `LB_MEMBERS` by address): one group per distinct backend
+//! list (its id a hash of the list, so a restarted agent finds each list where the kernel holds
+//! it), shared by every switch and VIP with that list (Kube-OVN attaches a VPC's balancers to
+//! all its subnets, so a Service's backends are written once, not once per subnet). The
+//! connection table (`LB_CONNECTIONS`) and clients' affinities (`LB_AFFINITIES`) are the
+//! kernel's: established connections keep their backend when the list changes, as OVN's
+//! conntrack entries do; new ones see the new list.
 //!
-//! Incremental: a VIP's change writes its own key, its address and, when its backend list is
-//! new, that group's entries: O(its backends).
+//! Incremental: a VIP's change writes its own key, its address and switch and, when its backend
+//! list is new, that group's entries: O(its backends).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -21,7 +24,7 @@ use ovnbpf_common::{
         LB_VIP_REJECT, LbAddressKey, LbBackend as KernelBackend, LbBackendKey, LbMemberKey,
         LbVip as KernelVip, LbVipKey,
     },
-    maps::{LbAddresses, LbBackends, LbMembers, LbVips},
+    maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips},
 };
 
 use super::{
@@ -36,6 +39,12 @@ use crate::pipeline::ir::{LbBackend, LbHashField, LbProtocol, LbVip};
 
 impl TableKey<LbVips> for LbVipKey {
     fn slot(&self) -> Slot<LbVips> {
+        *self
+    }
+}
+
+impl TableKey<LbSwitches> for u32 {
+    fn slot(&self) -> Slot<LbSwitches> {
         *self
     }
 }
@@ -78,8 +87,7 @@ pub(super) struct LbState {
     affinities: HashMap<LbVipKey, u32>,
     groups: HashMap<Vec<LbBackend>, Group>,
     group_backends: HashMap<u32, Vec<LbBackend>>,
-    free_ids: Vec<u32>,
-    next_id: u32,
+    switch_table: Table<LbSwitches, u32>,
     vip_table: Table<LbVips, LbVipKey>,
     address_table: Table<LbAddresses, LbAddressKey>,
     backend_table: Table<LbBackends, LbBackendKey>,
@@ -87,13 +95,9 @@ pub(super) struct LbState {
 }
 
 impl LbState {
-    /// Whether `datapath` has VIPs (its ports get `LOCAL_PORT_LB`).
-    pub(super) fn balances(&self, datapath: u32) -> bool {
-        self.vips_per_switch.contains_key(&datapath)
-    }
-
     pub(super) fn pending(&self) -> usize {
         self.vip_table.pending()
+            + self.switch_table.pending()
             + self.address_table.pending()
             + self.backend_table.pending()
             + self.member_table.pending()
@@ -112,10 +116,7 @@ impl LbState {
             group.users += 1;
             return;
         }
-        let id = self.free_ids.pop().unwrap_or_else(|| {
-            self.next_id += 1;
-            self.next_id
-        });
+        let id = self.free_id(backends);
         self.mark_group(id, backends);
         self.group_backends.insert(id, backends.to_vec());
         self.groups
@@ -134,8 +135,27 @@ impl LbState {
         let id = group.id;
         self.groups.remove(backends);
         self.group_backends.remove(&id);
-        self.free_ids.push(id);
         self.mark_group(id, backends);
+    }
+
+    /// The id of a new group of `backends`: a hash of the list, the next free one on a
+    /// collision (never 0). Derived from the list, not from the order groups came in, so an
+    /// agent that restarts over a running datapath gives each list the id the kernel already
+    /// holds it under, and no VIP sees another VIP's backends while the new agent rewrites
+    /// the groups.
+    fn free_id(&self, backends: &[LbBackend]) -> u32 {
+        let mut hash: u32 = 0x811c_9dc5;
+        for backend in backends {
+            let port = backend.port.unwrap_or(0).to_be_bytes();
+            for byte in backend.ip.octets().into_iter().chain(port) {
+                hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+            }
+        }
+        let mut id = hash.max(1);
+        while self.group_backends.contains_key(&id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        id
     }
 
     /// Marks group `id`'s entries of `backends` (by index and by address).
@@ -205,7 +225,6 @@ impl L2State {
             ip: key.vip,
         };
         let lb = &mut self.lb;
-        let switch_count_before = lb.vips_per_switch.get(&datapath).copied().unwrap_or(0);
         if added {
             match lb.vips.insert(key, vip.clone()) {
                 Some(old) => lb.release(&old.backends),
@@ -224,12 +243,9 @@ impl L2State {
             decrement(&mut lb.addresses, address);
             decrement(&mut lb.vips_per_switch, datapath);
         }
-        let switch_count_after = lb.vips_per_switch.get(&datapath).copied().unwrap_or(0);
         lb.vip_table.mark(key);
         lb.address_table.mark(address);
-        if (switch_count_before == 0) != (switch_count_after == 0) {
-            self.mark_ports_of(datapath);
-        }
+        lb.switch_table.mark(datapath);
     }
 
     /// Switch `datapath` has the hairpin stages (or no longer has).
@@ -310,6 +326,15 @@ impl L2State {
         writes += flush_from(
             self,
             maps,
+            |s| &mut s.lb.switch_table,
+            |s, datapath| {
+                let vips = s.lb.vips_per_switch.get(datapath)?;
+                Some(u32::try_from(*vips).unwrap_or(u32::MAX))
+            },
+        )?;
+        writes += flush_from(
+            self,
+            maps,
             |s| &mut s.lb.address_table,
             |s, key| s.lb.addresses.contains_key(key).then_some(1),
         )?;
@@ -319,6 +344,7 @@ impl L2State {
     /// Removes what this state did not install.
     pub(super) fn sweep_lbs(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self.lb.vip_table.sweep(maps)?
+            + self.lb.switch_table.sweep(maps)?
             + self.lb.address_table.sweep(maps)?
             + self.lb.backend_table.sweep(maps)?
             + self.lb.member_table.sweep(maps)?)

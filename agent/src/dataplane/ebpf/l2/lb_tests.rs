@@ -1,13 +1,12 @@
 //! The load-balancer family against a recording of the maps: a Service's VIP on every subnet
 //! of its VPC shares one backend group, a backend change rewrites only that group, the ports of
-//! switches with VIPs carry `LOCAL_PORT_LB`, and everything goes with the last VIP.
+//! switches with VIPs are listed in `LB_SWITCHES`, and everything goes with the last VIP.
 
 use std::net::Ipv4Addr;
 
 use ovnbpf_common::{
-    LOCAL_PORT_LB,
     lb::{LB_HASH_IP_SRC, LB_VIP_HAIRPIN, LbAddressKey, LbVipKey},
-    maps::{LbAddresses, LbBackends, LbMembers, LbVips, TunnelPorts},
+    maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips},
 };
 
 use super::super::L2State;
@@ -53,7 +52,7 @@ fn vip_key(datapath: u32) -> LbVipKey {
 }
 
 #[test]
-fn a_service_on_two_subnets_shares_its_backends_and_flags_the_ports() {
+fn a_service_on_two_subnets_shares_its_backends_and_lists_the_switches() {
     let mut state = L2State::new("node1");
     state.set_interface("client", Some(40));
     let mut maps = Recorder::default();
@@ -68,12 +67,7 @@ fn a_service_on_two_subnets_shares_its_backends_and_flags_the_ports() {
         port_security: Vec::new(),
     };
     apply(&mut state, &mut maps, vec![client], vec![]);
-    assert_eq!(maps.table::<TunnelPorts>().len(), 1);
-    assert!(
-        maps.table::<TunnelPorts>()
-            .values()
-            .all(|port| port.flags & LOCAL_PORT_LB == 0)
-    );
+    assert!(maps.table::<LbSwitches>().is_empty());
     let three = [[10, 0, 1, 2], [10, 0, 1, 3], [10, 0, 2, 2]];
     apply(
         &mut state,
@@ -102,12 +96,10 @@ fn a_service_on_two_subnets_shares_its_backends_and_flags_the_ports() {
         datapath: SUBNET_A,
         ip: u32::from_ne_bytes([10, 96, 0, 10]),
     }));
-    // The client's switch has VIPs: replies delivered to it are translated back.
-    assert!(
-        maps.table::<TunnelPorts>()
-            .values()
-            .all(|port| port.flags & LOCAL_PORT_LB != 0)
-    );
+    // Both switches have VIPs: replies delivered to their ports are translated back.
+    let switches = maps.table::<LbSwitches>();
+    assert_eq!(switches.len(), 2, "{switches:?}");
+    assert_eq!(switches[&SUBNET_A], 1);
 
     // A backend leaves on both switches: the new group is written once, the old one goes.
     maps.reset_writes();
@@ -146,7 +138,7 @@ fn a_service_on_two_subnets_shares_its_backends_and_flags_the_ports() {
     assert_eq!(vips[&vip_key(SUBNET_B)].affinity_seconds, 10800);
     assert_eq!(vips[&vip_key(SUBNET_A)].affinity_seconds, 0);
 
-    // The Service goes: nothing is left, the port loses its flag.
+    // The Service goes: nothing is left.
     apply(
         &mut state,
         &mut maps,
@@ -157,9 +149,46 @@ fn a_service_on_two_subnets_shares_its_backends_and_flags_the_ports() {
     assert!(maps.table::<LbBackends>().is_empty());
     assert!(maps.table::<LbMembers>().is_empty());
     assert!(maps.table::<LbAddresses>().is_empty());
-    assert!(
-        maps.table::<TunnelPorts>()
-            .values()
-            .all(|port| port.flags & LOCAL_PORT_LB == 0)
-    );
+    assert!(maps.table::<LbSwitches>().is_empty());
+}
+
+/// An agent restarting over a running datapath gives each backend list the group id the
+/// previous one gave it, whatever order the Services arrive in, so no VIP points at another
+/// Service's backends while the groups are rewritten.
+#[test]
+fn group_ids_follow_the_backend_list_not_the_order() {
+    let services = [
+        [[10, 0, 1, 2], [10, 0, 1, 3]],
+        [[10, 0, 2, 2], [10, 0, 2, 3]],
+        [[10, 0, 3, 2], [10, 0, 3, 3]],
+    ];
+    let entry = |index: usize| {
+        let IrEntry::LoadBalancer { datapath, mut vip } = service(SUBNET_A, &services[index])
+        else {
+            unreachable!()
+        };
+        vip.vip = Ipv4Addr::new(10, 96, 0, 20 + index as u8);
+        IrEntry::LoadBalancer { datapath, vip }
+    };
+    let groups = |order: [usize; 3]| {
+        let mut state = L2State::new("node1");
+        let mut maps = Recorder::default();
+        apply(
+            &mut state,
+            &mut maps,
+            order.iter().map(|&i| entry(i)).collect(),
+            vec![],
+        );
+        let mut groups: Vec<(u32, u32)> = maps
+            .table::<LbVips>()
+            .iter()
+            .map(|(key, vip)| (key.vip, vip.group))
+            .collect();
+        groups.sort_unstable();
+        groups
+    };
+    let first = groups([0, 1, 2]);
+    assert_eq!(first.len(), 3);
+    assert_eq!(groups([2, 0, 1]), first);
+    assert_eq!(groups([1, 2, 0]), first);
 }

@@ -6,8 +6,8 @@
 //! the state's [`Table`](super::super::tables::Table)s.
 
 use ovnbpf_common::{
-    LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_LB, LOCAL_PORT_VETH_PEER, LocalPort,
-    PodPort, PortSecurity, TunnelPortKey,
+    LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
+    PortSecurity, TunnelPortKey,
     maps::{PodPorts, PortSecurityMap, TunnelPorts},
 };
 
@@ -64,8 +64,6 @@ pub(super) struct LocalVif {
     pub(super) peer_elsewhere: bool,
     /// Its switch runs egress ACLs.
     pub(super) acl: bool,
-    /// Its switch has load balancers.
-    pub(super) lb: bool,
 }
 
 impl LocalVif {
@@ -84,8 +82,7 @@ impl LocalVif {
             0
         };
         let acl = if self.acl { LOCAL_PORT_ACL } else { 0 };
-        let lb = if self.lb { LOCAL_PORT_LB } else { 0 };
-        peer | egress | acl | lb
+        peer | egress | acl
     }
 }
 
@@ -231,7 +228,6 @@ impl L2State {
             security: info.security,
             peer_elsewhere: !self.same_namespace_peers.contains(&ifindex),
             acl: self.acl.egress_switches.contains(&info.datapath),
-            lb: self.lb.balances(info.datapath),
         })
     }
 
