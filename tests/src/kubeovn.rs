@@ -940,11 +940,7 @@ impl Topology {
         backends: &str,
     ) -> &mut Self {
         let name = Self::service_load_balancer(vpc, protocol);
-        self.add(&["--may-exist", "lb-add", &name, vip, backends, protocol]);
-        for subnet in subnets {
-            self.add(&["--may-exist", "ls-lb-add", subnet, &name]);
-        }
-        self
+        self.balancer_vip(&name, subnets, protocol, vip, backends, &[])
     }
 
     /// [`Self::service`] for a Service with `sessionAffinity: ClientIP`: its VIP goes to the
@@ -965,16 +961,29 @@ impl Topology {
         } else {
             format!("vpc-{vpc}-{protocol}-sess-load")
         };
-        self.add(&["--may-exist", "lb-add", &name, vip, backends, protocol])
-            .add(&[
-                "set",
-                "load_balancer",
-                &name,
-                "selection_fields=ip_src",
-                "options:affinity_timeout=10800",
-            ]);
+        let session = ["selection_fields=ip_src", "options:affinity_timeout=10800"];
+        self.balancer_vip(&name, subnets, protocol, vip, backends, &session)
+    }
+
+    /// VIP `vip` → `backends` in balancer `name` (created if new, with `settings` set on it),
+    /// attached to `subnets`.
+    fn balancer_vip(
+        &mut self,
+        name: &str,
+        subnets: &[&str],
+        protocol: &str,
+        vip: &str,
+        backends: &str,
+        settings: &[&str],
+    ) -> &mut Self {
+        self.add(&["--may-exist", "lb-add", name, vip, backends, protocol]);
+        if !settings.is_empty() {
+            let mut command = vec!["set", "load_balancer", name];
+            command.extend_from_slice(settings);
+            self.add(&command);
+        }
         for subnet in subnets {
-            self.add(&["--may-exist", "ls-lb-add", subnet, &name]);
+            self.add(&["--may-exist", "ls-lb-add", subnet, name]);
         }
         self
     }
