@@ -33,10 +33,9 @@ use ovnbpf_common::{
     acl::SWITCH_INGRESS,
     drop_reason,
     lb::{
-        FROM_PORT, LB_HASH_FIVE_TUPLE, LB_NAT_CLOSING, LB_NAT_HAIRPIN, LB_VIP_HAIRPIN,
-        LB_VIP_REJECT, LbAddressKey, LbAffinity, LbAffinityKey, LbBackend, LbBackendKey,
-        LbMemberKey, LbNat, LbNatKey, LbVip, LbVipKey, TO_PORT, connection_hash, counter, lifetime,
-        pick,
+        FROM_PORT, LB_NAT_CLOSING, LB_NAT_HAIRPIN, LB_VIP_HAIRPIN, LB_VIP_REJECT, LbAddressKey,
+        LbAffinity, LbAffinityKey, LbBackend, LbBackendKey, LbMemberKey, LbNat, LbNatKey, LbVip,
+        LbVipKey, TO_PORT, connection_hash, counter, hash_fields, lifetime, pick,
     },
     stage::{LB as LB_SLOT, LB_REQUEST_MAGIC},
 };
@@ -89,8 +88,9 @@ pub fn request(ctx: &TcContext, datapath: u32, ingress_port: u32, ifindex: u32) 
     stages::jump(ctx, LB_SLOT, request.words())
 }
 
-/// `LB_SCRATCH`'s block: [`reverse`]'s key and packet, and the frame's bytes it reads them
-/// from (from the EtherType to the transport ports, then the TCP flags).
+/// `LB_SCRATCH`'s block: the packet as [`load`] read it, the frame's bytes it read it from (from
+/// the EtherType to the transport ports, then the TCP flags), and the key the delivery side
+/// looks up.
 #[repr(C)]
 pub(crate) struct Scratch {
     key: LbNatKey,
@@ -118,18 +118,24 @@ struct Packet {
 }
 
 impl Packet {
+    /// Writes into `key` this packet's key in logical port (`datapath`, `port`)'s zone as seen
+    /// at `direction` (in place: the delivery paths keep it in the scratch block).
+    fn write_key(&self, key: &mut LbNatKey, datapath: u32, port: u32, direction: u8) {
+        key.datapath = datapath;
+        key.port = port;
+        key.source = self.source;
+        key.destination = self.destination;
+        key.source_port = self.source_port;
+        key.destination_port = self.destination_port;
+        key.protocol = self.protocol;
+        key.direction = direction;
+        key.padding = 0;
+    }
+
     fn key(&self, datapath: u32, port: u32, direction: u8) -> LbNatKey {
-        LbNatKey {
-            datapath,
-            port,
-            source: self.source,
-            destination: self.destination,
-            source_port: self.source_port,
-            destination_port: self.destination_port,
-            protocol: self.protocol,
-            direction,
-            padding: 0,
-        }
+        let mut key = LbNatKey::default();
+        self.write_key(&mut key, datapath, port, direction);
+        key
     }
 
     fn closes(&self) -> bool {
@@ -141,39 +147,65 @@ impl Packet {
     }
 }
 
-/// Read field by field (no header copies: the delivery paths that call [`reverse`] have
-/// little stack left).
+/// Reads the packet into the per-CPU scratch block, if it is TCP or UDP in a plain IPv4 header
+/// (no options, not a fragment: a later fragment has no ports to read). One copy of the
+/// headers into map memory, read from there: the delivery paths that call [`reverse`] have
+/// little stack left.
 #[inline(always)]
-fn parse(ctx: &TcContext) -> Option<Packet> {
-    if u16::from_be(ctx.load::<u16>(ETH_HEADER_LEN - 2).ok()?) != ETH_P_IPV4 {
-        return None;
-    }
-    // Options and fragments are not balanced (a later fragment has no ports to read).
-    let version_ihl = ctx.load::<u8>(IP_OFFSET).ok()?;
-    let fragment = u16::from_be(ctx.load::<u16>(IP_OFFSET + 6).ok()?);
-    if version_ihl != 0x45 || fragment & 0x3fff != 0 {
-        return None;
-    }
-    let protocol = ctx.load::<u8>(IP_OFFSET + 9).ok()?;
-    if protocol != IPPROTO_TCP && protocol != IPPROTO_UDP {
-        return None;
-    }
-    let source = ctx.load::<u32>(IP_SOURCE).ok()?;
-    let destination = ctx.load::<u32>(IP_DESTINATION).ok()?;
-    let ports = ctx.load::<u32>(L4_OFFSET).ok()?.to_ne_bytes();
-    let tcp_flags = if protocol == IPPROTO_TCP {
-        ctx.load::<u8>(L4_OFFSET + 13).ok()?
-    } else {
-        0
+fn load(ctx: &TcContext) -> Option<&'static mut Scratch> {
+    let scratch = LB_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: the per-CPU block is this program's alone while it runs.
+    let scratch = unsafe { &mut *scratch };
+    load_into(ctx, scratch).then_some(scratch)
+}
+
+/// [`load`] into `scratch`: whether the packet is one the stage balances.
+#[inline(always)]
+fn load_into(ctx: &TcContext, scratch: &mut Scratch) -> bool {
+    let skb = ctx.skb.skb as *const core::ffi::c_void;
+    // SAFETY: the helper writes at most `RAW_BYTES` into the block's `raw`, which holds them.
+    let loaded = unsafe {
+        bpf_skb_load_bytes(
+            skb,
+            (ETH_HEADER_LEN - 2) as u32,
+            scratch.raw.as_mut_ptr().cast(),
+            RAW_BYTES as u32,
+        )
     };
-    Some(Packet {
-        source,
-        destination,
-        source_port: u16::from_be_bytes([ports[0], ports[1]]),
-        destination_port: u16::from_be_bytes([ports[2], ports[3]]),
-        protocol,
-        tcp_flags,
-    })
+    let raw = &scratch.raw;
+    let protocol = raw[11];
+    if loaded != 0
+        || u16::from_be_bytes([raw[0], raw[1]]) != ETH_P_IPV4
+        || raw[2] != 0x45
+        || u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff != 0
+        || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
+    {
+        return false;
+    }
+    scratch.tcp_flags = 0;
+    if protocol == IPPROTO_TCP {
+        // SAFETY: one byte into the block's `tcp_flags`.
+        let flags = unsafe {
+            bpf_skb_load_bytes(
+                skb,
+                (L4_OFFSET + 13) as u32,
+                (&raw mut scratch.tcp_flags).cast(),
+                1,
+            )
+        };
+        if flags != 0 {
+            return false;
+        }
+    }
+    let raw = &scratch.raw;
+    let packet = &mut scratch.packet;
+    packet.source = u32::from_ne_bytes([raw[14], raw[15], raw[16], raw[17]]);
+    packet.destination = u32::from_ne_bytes([raw[18], raw[19], raw[20], raw[21]]);
+    packet.source_port = u16::from_be_bytes([raw[22], raw[23]]);
+    packet.destination_port = u16::from_be_bytes([raw[24], raw[25]]);
+    packet.protocol = protocol;
+    packet.tcp_flags = scratch.tcp_flags;
+    true
 }
 
 /// The `lb` stage.
@@ -181,7 +213,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
     let [datapath, ports, ifindex, _] = stages::take(ctx, LB_REQUEST_MAGIC)?;
     let inport = ports >> 16;
-    if let Some(packet) = parse(ctx)
+    if let Some(packet) = load(ctx).map(|scratch| scratch.packet)
         && balance(ctx, datapath, inport, &packet)?
     {
         return hairpin(ctx, datapath, inport);
@@ -251,11 +283,7 @@ fn balance(
             drop_reason::LB_NO_BACKENDS
         });
     }
-    let fields = match vip.flags & LB_HASH_FIVE_TUPLE {
-        0 => LB_HASH_FIVE_TUPLE,
-        fields => fields,
-    };
-    let picked = pick(connection_hash(fields, &key), vip.count);
+    let picked = pick(connection_hash(hash_fields(vip.flags), &key), vip.count);
     let backend = match vip.affinity_seconds {
         0 => backend_at(vip.group, picked)?,
         seconds => with_affinity(datapath, packet, &vip, picked, seconds, now)?,
@@ -434,59 +462,11 @@ pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReas
     };
     // SAFETY: the per-CPU block is this program's alone while it runs.
     let scratch = unsafe { &mut *scratch };
-    let skb = ctx.skb.skb as *const core::ffi::c_void;
-    // SAFETY: the helper writes at most `RAW_BYTES` into the block's `raw`, which holds them.
-    let loaded = unsafe {
-        bpf_skb_load_bytes(
-            skb,
-            (ETH_HEADER_LEN - 2) as u32,
-            scratch.raw.as_mut_ptr().cast(),
-            RAW_BYTES as u32,
-        )
-    };
-    let raw = &scratch.raw;
-    let protocol = raw[11];
-    if loaded != 0
-        || u16::from_be_bytes([raw[0], raw[1]]) != ETH_P_IPV4
-        || raw[2] != 0x45
-        || u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff != 0
-        || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
-    {
+    if !load_into(ctx, scratch) {
         return Ok(());
     }
-    scratch.tcp_flags = 0;
-    if protocol == IPPROTO_TCP {
-        // SAFETY: one byte into the block's `tcp_flags`.
-        let flags = unsafe {
-            bpf_skb_load_bytes(
-                skb,
-                (L4_OFFSET + 13) as u32,
-                (&raw mut scratch.tcp_flags).cast(),
-                1,
-            )
-        };
-        if flags != 0 {
-            return Ok(());
-        }
-    }
-    let raw = &scratch.raw;
-    let packet = &mut scratch.packet;
-    packet.source = u32::from_ne_bytes([raw[14], raw[15], raw[16], raw[17]]);
-    packet.destination = u32::from_ne_bytes([raw[18], raw[19], raw[20], raw[21]]);
-    packet.source_port = u16::from_be_bytes([raw[22], raw[23]]);
-    packet.destination_port = u16::from_be_bytes([raw[24], raw[25]]);
-    packet.protocol = protocol;
-    packet.tcp_flags = scratch.tcp_flags;
-    let key = &mut scratch.key;
-    key.datapath = datapath;
-    key.port = port;
-    key.source = packet.source;
-    key.destination = packet.destination;
-    key.source_port = packet.source_port;
-    key.destination_port = packet.destination_port;
-    key.protocol = protocol;
-    key.direction = TO_PORT;
-    key.padding = 0;
+    let Scratch { key, packet, .. } = &mut *scratch;
+    packet.write_key(key, datapath, port, TO_PORT);
     // By reference: the helper reads the key where it is, in the scratch block, not from a
     // copy on the stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
@@ -509,44 +489,22 @@ pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReas
 /// VIP's, so it goes. Out of line, its key in the scratch block, as [`reverse`].
 #[inline(never)]
 pub fn forget_reused(ctx: &TcContext, datapath: u32, port: u32) {
-    let (Ok(protocol), Ok(version_ihl)) =
-        (ctx.load::<u8>(IP_OFFSET + 9), ctx.load::<u8>(IP_OFFSET))
-    else {
+    let Some(scratch) = load(ctx) else {
         return;
     };
-    if protocol != IPPROTO_TCP || version_ihl != 0x45 {
+    if !scratch.packet.opens() {
         return;
     }
-    let Ok(flags) = ctx.load::<u8>(L4_OFFSET + 13) else {
-        return;
-    };
-    if flags & (TCP_SYN | TCP_ACK) != TCP_SYN {
-        return;
-    }
-    let Some(scratch) = LB_SCRATCH.get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: the per-CPU block is this program's alone while it runs.
-    let scratch = unsafe { &mut *scratch };
-    let (Ok(source), Ok(destination), Ok(ports)) = (
-        ctx.load::<u32>(IP_SOURCE),
-        ctx.load::<u32>(IP_DESTINATION),
-        ctx.load::<u32>(L4_OFFSET),
-    ) else {
-        return;
-    };
-    let ports = ports.to_ne_bytes();
     // The replies of this connection, as the delivery side would look them up.
-    let key = &mut scratch.key;
-    key.datapath = datapath;
-    key.port = port;
-    key.source = destination;
-    key.destination = source;
-    key.source_port = u16::from_be_bytes([ports[2], ports[3]]);
-    key.destination_port = u16::from_be_bytes([ports[0], ports[1]]);
-    key.protocol = IPPROTO_TCP;
-    key.direction = TO_PORT;
-    key.padding = 0;
+    let sent = scratch.packet;
+    let reply = Packet {
+        source: sent.destination,
+        destination: sent.source,
+        source_port: sent.destination_port,
+        destination_port: sent.source_port,
+        ..sent
+    };
+    reply.write_key(&mut scratch.key, datapath, port, TO_PORT);
     // By reference, as in `reverse`.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = LB_CONNECTIONS.remove(&scratch.key);

@@ -193,6 +193,16 @@ pub const fn pick(hash: u32, count: u32) -> u32 {
     hash % count
 }
 
+/// The fields a VIP's backends are picked by: its [`LbVip::flags`]' hash fields, or the 5-tuple
+/// where it names none (OVN's `dp_hash` without `hash_fields`).
+#[must_use]
+pub const fn hash_fields(flags: u32) -> u32 {
+    match flags & LB_HASH_FIVE_TUPLE {
+        0 => LB_HASH_FIVE_TUPLE,
+        fields => fields,
+    }
+}
+
 /// The hash of a new connection's fields that `flags` selects ([`LB_HASH_FIVE_TUPLE`] and its
 /// parts): a murmur3 finalizer over each, so that neighbouring ports spread over backends.
 #[must_use]

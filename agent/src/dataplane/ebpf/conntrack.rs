@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use aya::maps::{HashMap, IterableMap, Map, MapData};
+use aya::maps::{HashMap, IterableMap, Map};
 use ovnbpf_common::{
     acl::{CtEntry, CtKey},
     map,
@@ -110,16 +110,9 @@ impl KernelPrograms {
 /// returns how many went and how many live on.
 pub fn sweep_pinned(root: &Path) -> Result<ConnectionSweep, EbpfError> {
     let pins = PinLayout::prepare(root)?;
-    let name = map::CONNTRACK;
-    let data =
-        MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
-    let mut map = Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })?;
     let now = monotonic_now();
-    let mut sweep = remove(&mut map, Some(now))?;
-    let name = map::LB_CONNECTIONS;
-    let data =
-        MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
-    let mut map = Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })?;
-    (sweep.balanced_removed, sweep.balanced_live) = lb_connections::sweep(&mut map, Some(now))?;
+    let mut sweep = remove(&mut pins.open_map(map::CONNTRACK)?, Some(now))?;
+    (sweep.balanced_removed, sweep.balanced_live) =
+        lb_connections::sweep(&mut pins.open_map(map::LB_CONNECTIONS)?, Some(now))?;
     Ok(sweep)
 }

@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use aya::maps::{Map, MapData, PerCpuArray, PerCpuHashMap};
+use aya::maps::{PerCpuArray, PerCpuHashMap};
 use ovnbpf_common::{InterfaceCounters, drop_reason, map, router_reply};
 
 use super::{EbpfError, events::interface_names, pins::PinLayout};
@@ -22,18 +22,12 @@ pub struct DatapathCounters {
     pub router_replies: BTreeMap<&'static str, u64>,
 }
 
-fn open(pins: &PinLayout, name: &'static str) -> Result<Map, EbpfError> {
-    let data =
-        MapData::from_pin(pins.map_path(name)).map_err(|source| EbpfError::Map { name, source })?;
-    Map::from_map_data(data).map_err(|source| EbpfError::Map { name, source })
-}
-
 /// Reads the counters pinned under `root` (the agent's `--pin-dir`).
 pub fn read_counters(root: &Path) -> Result<DatapathCounters, EbpfError> {
     let pins = PinLayout::prepare(root)?;
     let name = map::INTERFACE_COUNTERS;
     let interfaces: PerCpuHashMap<_, u32, InterfaceCounters> =
-        PerCpuHashMap::try_from(open(&pins, name)?)
+        PerCpuHashMap::try_from(pins.open_map(name)?)
             .map_err(|source| EbpfError::Map { name, source })?;
     let mut names = interface_names();
     let mut counters = DatapathCounters::default();
@@ -57,7 +51,7 @@ fn named_totals(
     name: &'static str,
     names: &[&'static str],
 ) -> Result<BTreeMap<&'static str, u64>, EbpfError> {
-    let array: PerCpuArray<_, u64> = PerCpuArray::try_from(open(pins, name)?)
+    let array: PerCpuArray<_, u64> = PerCpuArray::try_from(pins.open_map(name)?)
         .map_err(|source| EbpfError::Map { name, source })?;
     (0_u32..)
         .zip(names)

@@ -86,6 +86,14 @@ impl PinLayout {
         self.versioned.join("maps").join(name)
     }
 
+    /// Map `name` of a running datapath, opened by its pin (a reader outside the agent, or an
+    /// off-loop job of it).
+    pub fn open_map(&self, name: &'static str) -> Result<aya::maps::Map, super::EbpfError> {
+        let failed = |source| super::EbpfError::Map { name, source };
+        let data = aya::maps::MapData::from_pin(self.map_path(name)).map_err(failed)?;
+        aya::maps::Map::from_map_data(data).map_err(failed)
+    }
+
     /// Where the link of `hook` on interface `ifindex` is pinned. bpffs forbids dots in names,
     /// so interfaces are named by index; a link whose interface is gone cannot be updated, which
     /// is how an index reused by a new interface is told apart.

@@ -24,7 +24,7 @@ use crate::{
 const BALANCE: &[&str] = &["ct_lb_mark", "ct_lb"];
 
 /// `ls_in_lb`.
-pub(super) fn lb(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Class {
+pub(super) fn lb(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
     if passes_on(actions) {
         return Class::Neutral;
     }
@@ -40,7 +40,6 @@ pub(super) fn lb(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) ->
             unsupported("this session affinity flow is not in the datapath yet")
         };
     }
-    let _ = priority;
     let Some((vip, port, protocol)) = vip_match(terms) else {
         return unsupported("load balancer VIP match not recognised");
     };

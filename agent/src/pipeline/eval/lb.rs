@@ -9,16 +9,13 @@
 
 use std::net::Ipv4Addr;
 
-use ovnbpf_common::lb::{
-    LB_HASH_FIVE_TUPLE, LB_HASH_IP_DST, LB_HASH_IP_SRC, LB_HASH_TP_DST, LB_HASH_TP_SRC, LbNatKey,
-    connection_hash, pick,
-};
+use ovnbpf_common::lb::{LbNatKey, connection_hash, hash_fields, pick};
 
 use super::{
     Evaluator, Trace,
     packet::{L3, L4, Packet},
 };
-use crate::pipeline::ir::{IrEntry, LbBackend, LbHashField, LbProtocol, LbVip};
+use crate::pipeline::ir::{IrEntry, LbBackend, LbProtocol, LbVip};
 
 /// A load balancer's decision on a packet to one of its VIPs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,27 +38,22 @@ pub(super) enum LbOutcome {
     NoBackends { reject: bool },
 }
 
+/// `packet`'s addresses, protocol and ports, if it is IPv4 TCP or UDP (what the kernel's
+/// stage balances).
 fn transport(packet: &Packet) -> Option<(Ipv4Addr, Ipv4Addr, LbProtocol, u16, u16)> {
     let L3::Ipv4 {
         source,
         destination,
-        l4,
         ..
     } = packet.l3
     else {
         return None;
     };
-    match l4 {
-        L4::Tcp {
-            source: sport,
-            destination: dport,
-        } => Some((source, destination, LbProtocol::Tcp, sport, dport)),
-        L4::Udp {
-            source: sport,
-            destination: dport,
-        } => Some((source, destination, LbProtocol::Udp, sport, dport)),
-        _ => None,
-    }
+    let (number, (sport, dport)) = packet.transport();
+    let protocol = [LbProtocol::Tcp, LbProtocol::Udp]
+        .into_iter()
+        .find(|protocol| protocol.number() == number)?;
+    Some((source, destination, protocol, sport, dport))
 }
 
 /// `packet` with its addresses and ports replaced.
@@ -123,20 +115,6 @@ impl Evaluator<'_> {
         let Some(vip) = self.vip_of(dp, destination, protocol, dport) else {
             return LbOutcome::Continue(packet);
         };
-        let fields = vip.hash_fields.iter().fold(0, |flags, field| {
-            flags
-                | match field {
-                    LbHashField::IpSrc => LB_HASH_IP_SRC,
-                    LbHashField::IpDst => LB_HASH_IP_DST,
-                    LbHashField::TpSrc => LB_HASH_TP_SRC,
-                    LbHashField::TpDst => LB_HASH_TP_DST,
-                }
-        });
-        let fields = if fields == 0 {
-            LB_HASH_FIVE_TUPLE
-        } else {
-            fields
-        };
         let key = LbNatKey {
             source: u32::from_ne_bytes(source.octets()),
             destination: u32::from_ne_bytes(destination.octets()),
@@ -146,6 +124,7 @@ impl Evaluator<'_> {
             ..LbNatKey::default()
         };
         let chosen = (!vip.backends.is_empty()).then(|| {
+            let fields = hash_fields(vip.hash_flags());
             let index = pick(connection_hash(fields, &key), vip.backends.len() as u32);
             vip.backends[index as usize]
         });

@@ -5,6 +5,8 @@
 
 use std::net::Ipv4Addr;
 
+use ovnbpf_common::lb::{LB_HASH_IP_DST, LB_HASH_IP_SRC, LB_HASH_TP_DST, LB_HASH_TP_SRC};
+
 /// A transport a VIP balances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LbProtocol {
@@ -66,4 +68,21 @@ pub struct LbVip {
     /// OVN's `hash_fields` (empty: the connection's 5-tuple).
     pub hash_fields: Vec<LbHashField>,
     pub reject: bool,
+}
+
+impl LbVip {
+    /// Its hash fields as the kernel's [`ovnbpf_common::lb::LbVip::flags`] name them (0: none,
+    /// the 5-tuple).
+    #[must_use]
+    pub fn hash_flags(&self) -> u32 {
+        self.hash_fields.iter().fold(0, |flags, field| {
+            flags
+                | match field {
+                    LbHashField::IpSrc => LB_HASH_IP_SRC,
+                    LbHashField::IpDst => LB_HASH_IP_DST,
+                    LbHashField::TpSrc => LB_HASH_TP_SRC,
+                    LbHashField::TpDst => LB_HASH_TP_DST,
+                }
+        })
+    }
 }

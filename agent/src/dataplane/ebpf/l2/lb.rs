@@ -20,9 +20,8 @@ use std::{
 
 use ovnbpf_common::{
     lb::{
-        LB_HASH_IP_DST, LB_HASH_IP_SRC, LB_HASH_TP_DST, LB_HASH_TP_SRC, LB_VIP_HAIRPIN,
-        LB_VIP_REJECT, LbAddressKey, LbBackend as KernelBackend, LbBackendKey, LbMemberKey,
-        LbVip as KernelVip, LbVipKey,
+        LB_VIP_HAIRPIN, LB_VIP_REJECT, LbAddressKey, LbBackend as KernelBackend, LbBackendKey,
+        LbMemberKey, LbVip as KernelVip, LbVipKey,
     },
     maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips},
 };
@@ -35,7 +34,7 @@ use super::{
     },
     L2State,
 };
-use crate::pipeline::ir::{LbBackend, LbHashField, LbProtocol, LbVip};
+use crate::pipeline::ir::{LbBackend, LbProtocol, LbVip};
 
 impl TableKey<LbVips> for LbVipKey {
     fn slot(&self) -> Slot<LbVips> {
@@ -172,15 +171,7 @@ impl LbState {
     fn desired_vip(&self, key: &LbVipKey) -> Option<KernelVip> {
         let vip = self.vips.get(key)?;
         let group = self.groups.get(&vip.backends).map_or(0, |group| group.id);
-        let hash = vip.hash_fields.iter().fold(0, |flags, field| {
-            flags
-                | match field {
-                    LbHashField::IpSrc => LB_HASH_IP_SRC,
-                    LbHashField::IpDst => LB_HASH_IP_DST,
-                    LbHashField::TpSrc => LB_HASH_TP_SRC,
-                    LbHashField::TpDst => LB_HASH_TP_DST,
-                }
-        });
+        let hash = vip.hash_flags();
         let reject = if vip.reject { LB_VIP_REJECT } else { 0 };
         let hairpin = if self.hairpin_switches.contains(&key.datapath) {
             LB_VIP_HAIRPIN
