@@ -405,7 +405,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         (
             "ovnbpf_lb_connections_total",
             "kind",
-            "New connections to Service VIPs the datapath balanced (balanced), of them the ones a client's session affinity placed (affinity) and hairpins (hairpin), and translations the table could not store (insert_failed: the next packet is balanced again, to the same backend).",
+            "New connections to Service VIPs the datapath balanced (balanced), of them the ones a client's session affinity placed (affinity) and hairpins (hairpin), translations the table could not store (insert_failed: the next packet is balanced again, to the same backend), and ICMP errors about a balanced connection given back the VIP on their way to its client (icmp_error).",
             &report.lb,
         ),
         (

@@ -31,13 +31,14 @@ use aya_ebpf::{
 use ovnbpf_common::{
     AclRequest, DropReason, TunnelPortKey,
     acl::SWITCH_INGRESS,
+    checksum::Checksum,
     drop_reason,
     lb::{
         FROM_PORT, LB_NAT_CLOSING, LB_NAT_HAIRPIN, LB_VIP_HAIRPIN, LB_VIP_REJECT, LbAddressKey,
         LbAffinity, LbAffinityKey, LbBackend, LbBackendKey, LbMemberKey, LbNat, LbNatKey, LbVip,
         LbVipKey, TO_PORT, connection_hash, counter, hash_fields, lifetime, pick,
     },
-    stage::{LB as LB_SLOT, LB_REQUEST_MAGIC},
+    stage::{LB as LB_SLOT, LB_ICMP_REQUEST_MAGIC, LB_REQUEST_MAGIC},
 };
 
 use crate::{
@@ -45,7 +46,7 @@ use crate::{
     LB_SWITCHES, LB_VIPS, TUNNEL_PORTS, acl,
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_TCP, IPPROTO_UDP},
     maps::get,
-    output::{Between, deliver_to_port},
+    output::{Between, deliver_after_lb, deliver_to_port},
     stages,
 };
 
@@ -58,6 +59,14 @@ const IP_CHECKSUM: usize = IP_OFFSET + 10;
 const IP_SOURCE: usize = IP_OFFSET + 12;
 const IP_DESTINATION: usize = IP_OFFSET + 16;
 const L4_OFFSET: usize = IP_OFFSET + 20;
+const ICMP_CHECKSUM: usize = L4_OFFSET + 2;
+/// Where an ICMP error quotes the packet it is about, and that packet's transport header.
+const QUOTED_OFFSET: usize = L4_OFFSET + 8;
+const QUOTED_L4_OFFSET: usize = QUOTED_OFFSET + 20;
+const IPPROTO_ICMP: u8 = 1;
+const ICMP_DESTINATION_UNREACHABLE: u8 = 3;
+const ICMP_TIME_EXCEEDED: u8 = 11;
+const ICMP_PARAMETER_PROBLEM: u8 = 12;
 
 /// Whether switch `datapath` has load balancers (its deliveries translate replies back).
 #[inline(always)]
@@ -172,10 +181,14 @@ fn load_into(ctx: &TcContext, scratch: &mut Scratch) -> bool {
             RAW_BYTES as u32,
         )
     };
+    if loaded != 0 {
+        // What the block holds is another packet's: nothing may read this one from it.
+        scratch.raw[0] = 0;
+        return false;
+    }
     let raw = &scratch.raw;
     let protocol = raw[11];
-    if loaded != 0
-        || u16::from_be_bytes([raw[0], raw[1]]) != ETH_P_IPV4
+    if u16::from_be_bytes([raw[0], raw[1]]) != ETH_P_IPV4
         || raw[2] != 0x45
         || u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff != 0
         || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
@@ -208,9 +221,33 @@ fn load_into(ctx: &TcContext, scratch: &mut Scratch) -> bool {
     true
 }
 
+/// Hands an ICMP error that [`reverse`] found on its way to the port behind `ifindex` (flags
+/// as in [`ovnbpf_common::LocalPort`]) to the load-balancer stage, which translates what it
+/// quotes and delivers it (the delivery paths have no stack left for it; on success this never
+/// returns).
+#[inline(always)]
+pub fn icmp_error_request(
+    ctx: &TcContext,
+    between: Between,
+    ifindex: u32,
+    flags: u32,
+) -> DropReason {
+    let request = AclRequest {
+        datapath: between.datapath,
+        ports: between.ports,
+        ifindex,
+        flags,
+        magic: LB_ICMP_REQUEST_MAGIC,
+    };
+    stages::jump(ctx, LB_SLOT, request.words())
+}
+
 /// The `lb` stage.
 #[inline(always)]
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    if stages::magic(ctx) == LB_ICMP_REQUEST_MAGIC {
+        return icmp_error_stage(ctx);
+    }
     let [datapath, ports, ifindex, _] = stages::take(ctx, LB_REQUEST_MAGIC)?;
     let inport = ports >> 16;
     if let Some(packet) = load(ctx).map(|scratch| scratch.packet)
@@ -453,17 +490,19 @@ fn hairpin(ctx: &TcContext, datapath: u32, inport: u32) -> Result<i32, DropReaso
 }
 
 /// The delivery side: a packet to logical port `port` on `datapath` that is a backend's reply
-/// on a connection this port opened to a VIP gets the VIP back as its source. A function of its
-/// own (every delivery path calls it; inlined, it grew the ACL stages past LLVM's inlining).
+/// on a connection this port opened to a VIP gets the VIP back as its source. Returns whether
+/// the packet is an ICMP error, for the stage to translate ([`icmp_error_request`]). A function
+/// of its own (every delivery path calls it; inlined, it grew the ACL stages past LLVM's
+/// inlining).
 #[inline(never)]
-pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReason> {
+pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<bool, DropReason> {
     let Some(scratch) = LB_SCRATCH.get_ptr_mut(0) else {
-        return Ok(());
+        return Ok(false);
     };
     // SAFETY: the per-CPU block is this program's alone while it runs.
     let scratch = unsafe { &mut *scratch };
     if !load_into(ctx, scratch) {
-        return Ok(());
+        return Ok(is_icmp_error(&scratch.raw));
     }
     let Scratch { key, packet, .. } = &mut *scratch;
     packet.write_key(key, datapath, port, TO_PORT);
@@ -471,7 +510,7 @@ pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReas
     // copy on the stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let Some(entry) = LB_CONNECTIONS.get_ptr_mut(&scratch.key) else {
-        return Ok(());
+        return Ok(false);
     };
     // SAFETY: as in `balance`.
     let nat = unsafe { &mut *entry };
@@ -480,7 +519,192 @@ pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<(), DropReas
     if scratch.packet.closes() {
         nat.flags |= LB_NAT_CLOSING;
     }
-    rewrite(ctx, &scratch.packet, nat)
+    rewrite(ctx, &scratch.packet, nat).map(|()| false)
+}
+
+/// Whether `raw`, as [`load_into`] read it, is an ICMP error in a plain IPv4 header (not a
+/// fragment): destination unreachable, time exceeded or parameter problem, the errors that
+/// quote the packet they are about.
+#[inline(always)]
+fn is_icmp_error(raw: &[u8; RAW_BYTES]) -> bool {
+    u16::from_be_bytes([raw[0], raw[1]]) == ETH_P_IPV4
+        && raw[2] == 0x45
+        && u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff == 0
+        && raw[11] == IPPROTO_ICMP
+        && matches!(
+            raw[22],
+            ICMP_DESTINATION_UNREACHABLE | ICMP_TIME_EXCEEDED | ICMP_PARAMETER_PROBLEM
+        )
+}
+
+/// The stage's second request: an ICMP error on its way to a port of a switch with load
+/// balancers. What it quotes is translated back if it is a balanced connection's, then the
+/// error is delivered.
+#[inline(always)]
+fn icmp_error_stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [datapath, ports, ifindex, flags] = stages::take(ctx, LB_ICMP_REQUEST_MAGIC)?;
+    let scratch = LB_SCRATCH
+        .get_ptr_mut(0)
+        .ok_or(drop_reason::LB_NAT_FAILED)?;
+    // SAFETY: the per-CPU block is this program's alone while it runs.
+    let scratch = unsafe { &mut *scratch };
+    // Not a packet the stage balances: this reads the outer header into `raw` for the test.
+    load_into(ctx, scratch);
+    if is_icmp_error(&scratch.raw) {
+        reverse_icmp_error(ctx, datapath, ports & 0xffff, scratch)?;
+    }
+    deliver_after_lb(ctx, ifindex, flags, true)
+}
+
+/// An ICMP error about a packet of a balanced connection, on its way to the client (a
+/// backend's port unreachable for a UDP Service, a fragmentation-needed on the way): the error
+/// quotes the packet as the backend received it, which the client's stack would match to no
+/// socket. As Linux's NAT does for a related packet (`nf_nat_icmp_reply_translation`, which
+/// OVN's `ct_lb_mark` relies on), the quoted packet gets the VIP back where the backend was
+/// (and the client where a hairpin put the VIP), and the error comes from the VIP. `scratch`
+/// holds the outer header of an ICMP error ([`is_icmp_error`]) as [`load_into`] read it.
+#[inline(always)]
+fn reverse_icmp_error(
+    ctx: &TcContext,
+    datapath: u32,
+    port: u32,
+    scratch: &mut Scratch,
+) -> Result<(), DropReason> {
+    let raw = &scratch.raw;
+    let outer_source = u32::from_ne_bytes([raw[14], raw[15], raw[16], raw[17]]);
+    let outer_destination = u32::from_ne_bytes([raw[18], raw[19], raw[20], raw[21]]);
+    let icmp_checksum = u16::from_be_bytes([raw[24], raw[25]]);
+    // The quoted header and its ports, read where the outer one was: two bytes of the ICMP
+    // header first, where the EtherType was, so `raw` has the same layout.
+    let skb = ctx.skb.skb as *const core::ffi::c_void;
+    // SAFETY: as in `load_into`.
+    let loaded = unsafe {
+        bpf_skb_load_bytes(
+            skb,
+            (QUOTED_OFFSET - 2) as u32,
+            scratch.raw.as_mut_ptr().cast(),
+            RAW_BYTES as u32,
+        )
+    };
+    let raw = &scratch.raw;
+    let protocol = raw[11];
+    if loaded != 0
+        || raw[2] != 0x45
+        || u16::from_be_bytes([raw[8], raw[9]]) & 0x1fff != 0
+        || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
+    {
+        return Ok(());
+    }
+    let quoted_checksum = u16::from_be_bytes([raw[12], raw[13]]);
+    let quoted = Packet {
+        source: u32::from_ne_bytes([raw[14], raw[15], raw[16], raw[17]]),
+        destination: u32::from_ne_bytes([raw[18], raw[19], raw[20], raw[21]]),
+        source_port: u16::from_be_bytes([raw[22], raw[23]]),
+        destination_port: u16::from_be_bytes([raw[24], raw[25]]),
+        protocol,
+        tcp_flags: 0,
+    };
+    // The quoted packet went from the client to the backend: the connection's reply
+    // translation is keyed by the reverse of it.
+    let reply = Packet {
+        source: quoted.destination,
+        destination: quoted.source,
+        source_port: quoted.destination_port,
+        destination_port: quoted.source_port,
+        ..quoted
+    };
+    reply.write_key(&mut scratch.key, datapath, port, TO_PORT);
+    // By reference, as in `reverse`.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let Some(entry) = LB_CONNECTIONS.get_ptr(&scratch.key) else {
+        return Ok(());
+    };
+    // SAFETY: a copy of the entry, read while this program holds the map's RCU read lock.
+    let nat = unsafe { *entry };
+    let failed = |_| drop_reason::LB_NAT_FAILED;
+    // The quoted packet as the client sent it: from `nat.destination`, to `nat.source`.
+    let mut icmp = Checksum::new(icmp_checksum);
+    let mut header = Checksum::new(quoted_checksum);
+    header.replace32(quoted.source, nat.destination);
+    header.replace32(quoted.destination, nat.source);
+    icmp.replace32(quoted.source, nat.destination);
+    icmp.replace32(quoted.destination, nat.source);
+    icmp.replace16(quoted_checksum, header.value());
+    icmp.replace16(quoted.source_port, nat.destination_port);
+    icmp.replace16(quoted.destination_port, nat.source_port);
+    // The quoted transport checksum, where the quote holds it (a TCP header may be cut
+    // short; a UDP checksum of zero means none).
+    let transport_checksum_at = if protocol == IPPROTO_TCP {
+        QUOTED_L4_OFFSET + 16
+    } else {
+        QUOTED_L4_OFFSET + 6
+    };
+    if let Ok(old) = ctx.load::<u16>(transport_checksum_at).map(u16::from_be)
+        && old != 0
+    {
+        let mut transport = Checksum::new(old);
+        transport.replace32(quoted.source, nat.destination);
+        transport.replace32(quoted.destination, nat.source);
+        transport.replace16(quoted.source_port, nat.destination_port);
+        transport.replace16(quoted.destination_port, nat.source_port);
+        let mut new = transport.value();
+        if new == 0 && protocol == IPPROTO_UDP {
+            new = 0xffff;
+        }
+        icmp.replace16(old, new);
+        ctx.store(transport_checksum_at, &new.to_be(), 0)
+            .map_err(failed)?;
+    }
+    let quoted_fields = QuotedFields {
+        source: nat.destination,
+        destination: nat.source,
+        source_port: nat.destination_port.to_be(),
+        destination_port: nat.source_port.to_be(),
+    };
+    ctx.store(QUOTED_OFFSET + 12, &quoted_fields.source, 0)
+        .map_err(failed)?;
+    ctx.store(QUOTED_OFFSET + 16, &quoted_fields.destination, 0)
+        .map_err(failed)?;
+    ctx.store(QUOTED_L4_OFFSET, &quoted_fields.source_port, 0)
+        .map_err(failed)?;
+    ctx.store(QUOTED_L4_OFFSET + 2, &quoted_fields.destination_port, 0)
+        .map_err(failed)?;
+    ctx.store(QUOTED_OFFSET + 10, &header.value().to_be(), 0)
+        .map_err(failed)?;
+    ctx.store(ICMP_CHECKSUM, &icmp.value().to_be(), 0)
+        .map_err(failed)?;
+    // The error comes from the VIP, to the client (as the connection's replies do).
+    replace_outer_address(ctx, IP_SOURCE, outer_source, nat.source)?;
+    if quoted.source != nat.destination {
+        replace_outer_address(ctx, IP_DESTINATION, outer_destination, nat.destination)?;
+    }
+    crate::counters::bump(&LB_COUNTERS, counter::ICMP_ERROR);
+    Ok(())
+}
+
+/// The quoted packet's addresses and ports as the client sent it (network order).
+struct QuotedFields {
+    source: u32,
+    destination: u32,
+    source_port: u16,
+    destination_port: u16,
+}
+
+/// Rewrites an address of an ICMP error's own header (ICMP's checksum does not cover it).
+#[inline(always)]
+fn replace_outer_address(
+    ctx: &TcContext,
+    offset: usize,
+    old: u32,
+    new: u32,
+) -> Result<(), DropReason> {
+    if old == new {
+        return Ok(());
+    }
+    let failed = |_| drop_reason::LB_NAT_FAILED;
+    ctx.l3_csum_replace(IP_CHECKSUM, u64::from(old), u64::from(new), 4)
+        .map_err(failed)?;
+    ctx.store(offset, &new, 0).map_err(failed)
 }
 
 /// A pod's TCP SYN to an address that is not a VIP opens a connection of its own: a balanced

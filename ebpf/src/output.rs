@@ -85,8 +85,8 @@ pub(crate) fn deliver_to_port(
 }
 
 /// The delivery after the egress ACL stage: a balanced connection's reply gets its VIP back
-/// (where the port's switch has load balancers, `LB_SWITCHES`), egress port security, then the
-/// port.
+/// (where the port's switch has load balancers, `LB_SWITCHES`; an ICMP error goes through the
+/// load-balancer stage for that, which then delivers it), egress port security, then the port.
 #[inline(always)]
 pub(crate) fn deliver_after_acl(
     ctx: &TcContext,
@@ -95,9 +95,24 @@ pub(crate) fn deliver_after_acl(
     ip: bool,
     between: Between,
 ) -> Result<i32, DropReason> {
-    if ip && lb::balances(between.datapath) {
-        lb::reverse(ctx, between.datapath, between.ports & 0xffff)?;
+    if ip
+        && lb::balances(between.datapath)
+        && lb::reverse(ctx, between.datapath, between.ports & 0xffff)?
+    {
+        return Err(lb::icmp_error_request(ctx, between, ifindex, flags));
     }
+    deliver_after_lb(ctx, ifindex, flags, ip)
+}
+
+/// The delivery after the load balancers' reverse translation: egress port security, then the
+/// port.
+#[inline(always)]
+pub(crate) fn deliver_after_lb(
+    ctx: &TcContext,
+    ifindex: u32,
+    flags: u32,
+    ip: bool,
+) -> Result<i32, DropReason> {
     if flags & LOCAL_PORT_EGRESS_SECURITY != 0 && !port_security::egress_allows(ctx, ifindex) {
         return Err(drop_reason::EGRESS_PORT_SECURITY);
     }

@@ -19,6 +19,14 @@ pub fn jump(ctx: &TcContext, slot: u32, request: [u32; 5]) -> DropReason {
     drop_reason::STAGE_MISSING
 }
 
+/// The magic number of the request in the control block (which of its requests a stage that
+/// takes several was entered with).
+#[inline(always)]
+pub fn magic(ctx: &TcContext) -> u32 {
+    // SAFETY: tc programs may read the skb's control block.
+    unsafe { (*ctx.skb.skb).cb[4] }
+}
+
 /// The request a stage was entered with: its four words, if the control block carries
 /// `magic` (which is cleared, so nothing downstream mistakes the block for a request).
 #[inline(always)]

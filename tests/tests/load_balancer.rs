@@ -9,6 +9,8 @@
 //!   source of every reply and the backend sees the client's own address;
 //! - a UDP Service, DNS-shaped (a new socket per request): answers come from the VIP, from both
 //!   of its backends;
+//! - a UDP Service whose backends listen on nothing there: their port unreachable reaches the
+//!   client about the datagram it sent to the VIP, from the VIP, and refuses its socket;
 //! - a client that reset its connection to the VIP reuses its port to reach each backend
 //!   directly: those connections are not mistaken for the balanced one;
 //! - a backend taken out of the Service while a connection to it runs: the connection goes on,
@@ -34,6 +36,7 @@ use std::{
 use ovnbpf_agent::netns::run_in;
 use ovnbpf_tests::{
     bpffs::BpfMount,
+    icmp,
     kubeovn::{PolicyPort, PolicyRule, Topology},
     network::Pod,
     process::wait_until,
@@ -47,6 +50,8 @@ const B3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 const DNS_VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 11);
 const STICKY: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 20);
+/// A UDP Service on port 9 (discard) whose backends listen on nothing there.
+const REFUSING: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 12);
 const SERVICE_PORT: u16 = 80;
 const TARGET_PORT: u16 = 8080;
 const DNS_PORT: u16 = 53;
@@ -185,6 +190,13 @@ fn services_balance_connections_over_backends_on_both_nodes() {
             "udp",
             &format!("{DNS_VIP}:{DNS_PORT}"),
             &format!("{B1}:{DNS_TARGET_PORT},{B3}:{DNS_TARGET_PORT}"),
+        )
+        .service(
+            "vpc-a",
+            &SUBNETS,
+            "udp",
+            &format!("{REFUSING}:9"),
+            &format!("{B1}:9,{B2}:9"),
         );
     let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1442);
     tcp_service(&[B1, B2, B3]).apply(lab).unwrap();
@@ -238,6 +250,51 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         "{}",
         logs()
     );
+
+    // The backends' port unreachable reaches the client as the VIP's, about the datagram the
+    // client sent to the VIP (checksums right): its connected socket is refused, as through
+    // OVN's conntrack. Each datagram from a new port, so both backends (both nodes) answer
+    // (every time: their kernels' ICMP rate limit off).
+    for backend in [b1, b2] {
+        backend
+            .netns()
+            .exec("sysctl", &["-qw", "net.ipv4.icmp_ratelimit=0"])
+            .unwrap();
+    }
+    let mut quoted_sources = BTreeSet::new();
+    for _ in 0..12 {
+        let frame = scenario::unreachable_for_socket_datagram(client, CLIENT, REFUSING);
+        let icmp = &frame[34..];
+        assert_eq!(icmp::checksum(icmp), 0, "ICMP checksum: {frame:02x?}");
+        let quoted = &icmp[8..];
+        assert_eq!(icmp::checksum(&quoted[..20]), 0, "quoted IPv4 checksum");
+        assert_eq!(quoted[12..16], CLIENT.octets(), "quoted source");
+        assert_eq!(quoted[16..20], REFUSING.octets(), "quoted destination");
+        assert_eq!(
+            quoted[22..24],
+            9_u16.to_be_bytes(),
+            "quoted destination port"
+        );
+        quoted_sources.insert(u16::from_be_bytes([quoted[20], quoted[21]]));
+    }
+    assert!(
+        quoted_sources.len() > 1,
+        "one source port: {quoted_sources:?}"
+    );
+    for _ in 0..5 {
+        let refused = run_in(&client.netns().path(), || {
+            let socket = UdpSocket::bind("0.0.0.0:0")?;
+            socket.connect((REFUSING, 9))?;
+            socket.set_read_timeout(Some(Duration::from_secs(2)))?;
+            socket.send(b"who")?;
+            socket.recv(&mut [0_u8; 16])
+        })
+        .unwrap();
+        assert_eq!(
+            refused.expect_err("an answer from nothing").kind(),
+            std::io::ErrorKind::ConnectionRefused
+        );
+    }
 
     // Hairpin: b1 reaching its own Service is answered whichever backend it lands on, and
     // when it lands on itself it sees the VIP as its peer.

@@ -247,9 +247,18 @@ pub mod counter {
     pub const HAIRPIN: u32 = 2;
     /// Translations the table could not take (the next packet picks again).
     pub const INSERT_FAILED: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// ICMP errors about a balanced connection's packets, given back the VIP on their way to
+    /// the client.
+    pub const ICMP_ERROR: u32 = 4;
+    pub const COUNT: u32 = 5;
     /// Names for metrics, by index.
-    pub const NAMES: [&str; COUNT as usize] = ["balanced", "affinity", "hairpin", "insert_failed"];
+    pub const NAMES: [&str; COUNT as usize] = [
+        "balanced",
+        "affinity",
+        "hairpin",
+        "insert_failed",
+        "icmp_error",
+    ];
 }
 
 pub const MAX_LB_VIPS: u32 = 131_072;

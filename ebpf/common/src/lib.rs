@@ -6,9 +6,10 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 10;
+pub const LAYOUT_VERSION: u32 = 11;
 
 pub mod acl;
+pub mod checksum;
 pub mod ct;
 pub mod lb;
 pub mod program;

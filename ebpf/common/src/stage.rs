@@ -27,7 +27,9 @@ pub const ACL_REJECT: u32 = 5;
 pub const ACL_AFTER_LB: u32 = 6;
 /// An IPv4 frame from a pod to an address that is a load balancer's VIP on its switch
 /// ([`AclRequest`] with [`LB_REQUEST_MAGIC`], the ingress port in `ports`' high 16 bits as for
-/// the ingress ACL stage): balanced, then on through the switch.
+/// the ingress ACL stage): balanced, then on through the switch. Also an ICMP error a delivery
+/// hands it ([`AclRequest`] with [`LB_ICMP_REQUEST_MAGIC`], as for the egress ACL stage): the
+/// packet it quotes translated back if a balanced connection's, then delivered.
 pub const LB: u32 = 7;
 /// [`AclRequest::flags`] of a reject from the egress stage: the answer enters the switch's L2
 /// lookup from the output port (OVN's `next(pipeline=ingress, table=ls_in_l2_lkup)`); without
@@ -158,3 +160,6 @@ pub const ACL_REQUEST_MAGIC: u32 = 0x0ac1_0d06;
 
 /// The magic of an [`AclRequest`] for the load-balancer stage ([`LB`]).
 pub const LB_REQUEST_MAGIC: u32 = 0x01b0_0d06;
+
+/// The magic of an [`AclRequest`] for the load-balancer stage's ICMP errors ([`LB`]).
+pub const LB_ICMP_REQUEST_MAGIC: u32 = 0x01b1_0d06;
