@@ -19,3 +19,4 @@ pub mod ovsdb;
 pub mod pipeline;
 pub mod rtnetlink;
 pub mod sb;
+pub mod service_monitor;

@@ -377,7 +377,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         }
     }
     // (name, label, help, counts by the label's value).
-    let named_counters: [NamedCounters<'_>; 6] = [
+    let named_counters: [NamedCounters<'_>; 7] = [
         (
             "ovnbpf_datapath_drops_total",
             "reason",
@@ -409,6 +409,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             &report.lb,
         ),
         (
+            "ovnbpf_service_monitor_probes_total",
+            "result",
+            "Load balancer health-check probes this chassis sent to the backends it hosts (sent), the ones answered (answered: a SYN+ACK or a reset for TCP, a port unreachable for UDP), those whose timeout passed unanswered (unanswered), and probes or sockets that failed (error).",
+            &report.service_monitor_probes,
+        ),
+        (
             "ovnbpf_acl_verdict_cache_total",
             "result",
             "Walks of a switch's ACL rules the datapath's verdict cache answered (hit: an earlier packet with the same fields was judged under the same rules), and walks done (miss).",
@@ -420,6 +426,18 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         for (value, count) in counts {
             let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
         }
+    }
+    family(
+        &mut out,
+        "ovnbpf_service_monitors",
+        "gauge",
+        "Load balancer backends this chassis probes for their health checks (Service_Monitor rows of its ports), by the status its probes decided and wrote (undecided: not yet, and northd keeps the backend).",
+    );
+    for (status, count) in &report.service_monitors {
+        let _ = writeln!(
+            out,
+            "ovnbpf_service_monitors{{status=\"{status}\"}} {count}"
+        );
     }
     type Field = fn(&crate::dataplane::InterfaceCounters) -> u64;
     let fields: [(&str, &str, Field); 5] = [
@@ -576,6 +594,8 @@ mod tests {
             conntrack: vec![("inserted", 9), ("insert_failed", 0)],
             acl_verdict_cache: vec![("hit", 7), ("miss", 2)],
             lb: vec![("balanced", 5), ("hairpin", 1)],
+            service_monitors: vec![("online", 2), ("offline", 1), ("undecided", 0)],
+            service_monitor_probes: vec![("sent", 9), ("answered", 8)],
             connections: Some(crate::dataplane::ConnectionSweep {
                 removed: 3,
                 live: 11,
@@ -643,6 +663,8 @@ mod tests {
             "ovnbpf_conntrack_capacity 262144",
             "ovnbpf_lb_translations 4",
             r#"ovnbpf_lb_connections_total{kind="balanced"} 5"#,
+            r#"ovnbpf_service_monitors{status="offline"} 1"#,
+            r#"ovnbpf_service_monitor_probes_total{result="answered"} 8"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

@@ -11,8 +11,8 @@
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    FIB_LOCAL, FIB_ROUTER, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request, ROUTER_REQUEST_MAGIC,
-    RouterRequest,
+    FIB_LOCAL, FIB_ROUTER, FIB_SERVICE_MONITOR, FibKey, IPV6_REQUEST_MAGIC, Ipv6Request,
+    ROUTER_REQUEST_MAGIC, RouterRequest,
     acl::{SWITCH_INGRESS, UNCHECKED_EGRESS, UNCHECKED_FLOOD},
     drop_reason,
 };
@@ -104,7 +104,9 @@ pub fn switch_frame(
     };
     // An underlay switch: what is not a local pod goes to the physical network.
     if let Some(localnet) = underlay::localnet(datapath)
-        && !entry.is_some_and(|e| e.kind == FIB_LOCAL || e.kind == FIB_ROUTER)
+        && !entry.is_some_and(|e| {
+            e.kind == FIB_LOCAL || e.kind == FIB_ROUTER || e.kind == FIB_SERVICE_MONITOR
+        })
     {
         // A broadcast reaches the local members too: the flood stage sends it to both.
         if multicast && let Some(group) = flood::group_of(datapath, true) {
@@ -136,6 +138,11 @@ pub fn switch_frame(
         }
         // OVN never sends a frame back out of the port it came in on.
         Some(entry) if entry.kind == FIB_LOCAL && entry.ifindex == ifindex => {
+            return Ok(crate::TC_ACT_SHOT);
+        }
+        // An answer to the agent's health check: the agent has read it from the interface.
+        Some(entry) if entry.kind == FIB_SERVICE_MONITOR => {
+            crate::drop::count_drop(drop_reason::SERVICE_MONITOR);
             return Ok(crate::TC_ACT_SHOT);
         }
         // IPv6 for a router: its stage (ND responder, the router's IPv6).

@@ -943,6 +943,48 @@ impl Topology {
         self.balancer_vip(&name, subnets, protocol, vip, backends, &[])
     }
 
+    /// A SwitchLBRule's Service port with health checks, as kube-ovn-controller writes it
+    /// (`handleUpdateEndpoint`, release-1.13; only Services with the `switch_lb_vip`
+    /// annotation, i.e. SwitchLBRules, get them): the VIP as [`Self::service`] writes it, an
+    /// `ip_port_mappings` entry per backend, `"<ip>" = "<pod>.<ns>:<check ip>"` (the check IP is
+    /// the backend subnet's `Vip` reservation), and a `Load_Balancer_Health_Check` for the VIP
+    /// (`newLoadBalancerHealthCheck`: interval 5, timeout 20, success and failure counts 3,
+    /// `external_ids:switch_lb_subnet`) in the balancer's `health_check`. `backends` are
+    /// ("IP:port", logical port). The health check is created once per VIP, as Kube-OVN does.
+    pub fn health_checked_service(
+        &mut self,
+        vpc: &str,
+        subnets: &[&str],
+        protocol: &str,
+        vip: &str,
+        backends: &[(&str, &str)],
+        check: (&str, &str),
+    ) -> &mut Self {
+        let (subnet, check_ip) = check;
+        let name = Self::service_load_balancer(vpc, protocol);
+        let list: Vec<&str> = backends.iter().map(|(backend, _)| *backend).collect();
+        self.balancer_vip(&name, subnets, protocol, vip, &list.join(","), &[]);
+        for (backend, port) in backends {
+            let ip = backend.rsplit_once(':').map_or(*backend, |(ip, _)| ip);
+            let mapping = format!("ip_port_mappings:\"{ip}\"=\"{port}:{check_ip}\"");
+            self.add(&["set", "load_balancer", &name, &mapping]);
+        }
+        let vip_column = format!("vip=\"{vip}\"");
+        let subnet_id = format!("external_ids:switch_lb_subnet={subnet}");
+        self.add(&[
+            "--id=@hc",
+            "create",
+            "Load_Balancer_Health_Check",
+            &vip_column,
+            "options:interval=5",
+            "options:timeout=20",
+            "options:success_count=3",
+            "options:failure_count=3",
+            &subnet_id,
+        ])
+        .add(&["add", "load_balancer", &name, "health_check", "@hc"])
+    }
+
     /// [`Self::service`] for a Service with `sessionAffinity: ClientIP`: its VIP goes to the
     /// VPC's session balancer (`vpc-<vpc>-<protocol>-sess-load`, in the default VPC
     /// `cluster-<protocol>-session-loadbalancer`), which kube-ovn-controller creates with

@@ -21,7 +21,10 @@
 //!   there when it comes back;
 //! - NetworkPolicies on the backends and on the client judge the backend: the client is
 //!   admitted through the VIP, another pod is not, even balanced to itself;
-//! - the Service deleted, its VIP answers nothing.
+//! - the Service deleted, its VIP answers nothing;
+//! - a SwitchLBRule Service with health checks, as Kube-OVN writes them: each backend probed by
+//!   the chassis that hosts it and online; one backend's server stopped, it goes offline and
+//!   new connections avoid it; started again, it comes back.
 
 mod common;
 
@@ -29,6 +32,10 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::{BufRead, BufReader, Write},
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     thread,
     time::Duration,
 };
@@ -68,15 +75,30 @@ const PODS: [PodPlan; 4] = [
 /// A backend's TCP server on `TARGET_PORT`: every line it reads is answered with
 /// "<name> <peer address>", for as long as the connection lasts.
 fn serve_tcp(pod: &Pod) {
+    let _server = serve_tcp_until(pod, Arc::new(AtomicBool::new(false)));
+}
+
+/// [`serve_tcp`] until `stop` is set: then the listener closes (the port resets new
+/// connections; the running ones go on). The thread ends once it has closed it.
+fn serve_tcp_until(pod: &Pod, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     let name = pod.name().to_string();
     let listener = run_in(&pod.netns().path(), || {
         TcpListener::bind(("0.0.0.0", TARGET_PORT))
     })
     .unwrap()
     .unwrap();
+    listener.set_nonblocking(true).unwrap();
     thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
+        while !stop.load(Ordering::Relaxed) {
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            stream.set_nonblocking(false).unwrap();
             let name = name.clone();
             thread::spawn(move || {
                 let peer = stream.peer_addr().map(|a| a.ip().to_string());
@@ -89,7 +111,7 @@ fn serve_tcp(pod: &Pod) {
                 }
             });
         }
-    });
+    })
 }
 
 /// A backend's UDP server on `DNS_TARGET_PORT`: every datagram is answered with its name.
@@ -458,4 +480,96 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         Session::open(client, VIP, SERVICE_PORT).is_none()
     });
     assert!(gone, "the deleted Service still answers{}", logs());
+}
+
+#[test]
+fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
+    const CHECKED: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 40);
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
+    let plans = &PODS[..3];
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .health_checked_service(
+            "vpc-a",
+            &["subnet-a"],
+            "tcp",
+            &format!("{CHECKED}:{SERVICE_PORT}"),
+            &[
+                (&format!("{B1}:{TARGET_PORT}"), "b1.ns"),
+                (&format!("{B2}:{TARGET_PORT}"), "b2.ns"),
+            ],
+            ("subnet-a", "10.0.1.250"),
+        );
+    let pods = scenario::build_planned_pods(lab, nodes, topology, plans, true, 1442);
+    let (client, b1, b2) = (&pods[0], &pods[1], &pods[2]);
+    serve_tcp(b1);
+    let mut b2_stop = Arc::new(AtomicBool::new(false));
+    let b2_server = serve_tcp_until(b2, b2_stop.clone());
+    let bpffs = BpfMount::create().unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let agents =
+        scenario::start_planned_agents(lab, nodes, plans, Some(bpffs.path()), log_dir.path());
+    let logs = || scenario::log_tails(&agents);
+    assert!(scenario::planned_pods_up(lab, plans), "{}", logs());
+    let status = |port: &str| {
+        let row = format!("logical_port={port}");
+        lab.sbctl(&[
+            "--bare",
+            "--columns=status",
+            "find",
+            "Service_Monitor",
+            &row,
+        ])
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    let statuses = || format!("b1 {:?}, b2 {:?}", status("b1.ns"), status("b2.ns"));
+    // The backends each connection of `count` reached (those that failed left out).
+    let reached = |count| -> BTreeSet<String> {
+        (0..count)
+            .filter_map(|_| Session::open(client, CHECKED, SERVICE_PORT)?.ask())
+            .map(|(name, _)| name)
+            .collect()
+    };
+    let both: BTreeSet<String> = ["b1", "b2"].map(String::from).into();
+    let only_b1: BTreeSet<String> = ["b1"].map(String::from).into();
+
+    // Kube-OVN's counts: three answered probes, five seconds apart, make a backend online.
+    let online = wait_until(Duration::from_secs(40), || {
+        status("b1.ns") == "online" && status("b2.ns") == "online"
+    });
+    assert!(online, "{}{}", statuses(), logs());
+    assert_eq!(reached(30), both);
+    // The answers went to the agents, which read them from the pods' interfaces; the datapaths
+    // forwarded them nowhere and counted them.
+    for (node, name) in nodes.iter().zip(scenario::NODES) {
+        let counters = scenario::datapath_counters(node, &bpffs.path().join(name));
+        assert!(
+            counters["drops"]["service_monitor"].as_u64() >= Some(3),
+            "{}",
+            counters["drops"]
+        );
+    }
+
+    // b2's server stops: its port resets the probes, three resets make it offline, and northd
+    // keeps it out of the VIP's backends.
+    b2_stop.store(true, Ordering::Relaxed);
+    b2_server.join().unwrap();
+    let offline = wait_until(Duration::from_secs(40), || status("b2.ns") == "offline");
+    assert!(offline, "{}{}", statuses(), logs());
+    assert_eq!(status("b1.ns"), "online");
+    let avoided = wait_until(Duration::from_secs(5), || reached(20) == only_b1);
+    assert!(avoided, "new connections still reach b2{}", logs());
+
+    // Started again: online after three answered probes, and reached again.
+    b2_stop = Arc::new(AtomicBool::new(false));
+    let _b2_server = serve_tcp_until(b2, b2_stop.clone());
+    let back = wait_until(Duration::from_secs(40), || status("b2.ns") == "online");
+    assert!(back, "{}{}", statuses(), logs());
+    let returned = wait_until(Duration::from_secs(5), || reached(30) == both);
+    assert!(returned, "b2 is online but not reached{}", logs());
+    b2_stop.store(true, Ordering::Relaxed);
 }

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::sb::{
     Southbound,
-    rows::{Chassis, ChassisPrivate, Encap, PortBinding},
+    rows::{Chassis, ChassisPrivate, Encap, PortBinding, ServiceMonitor},
 };
 
 /// Feature flags ovnbpf advertises in `Chassis.other_config`. northd ANDs them across all chassis,
@@ -261,6 +261,17 @@ pub fn release_op_if_ours(port: &PortBinding, chassis: Uuid) -> Value {
         ["chassis", "==", uuid_json(chassis)]
     ]);
     json!({"op": "update", "table": PortBinding::TABLE, "where": condition, "row": row})
+}
+
+/// Sets Service_Monitor row `monitor`'s `status` (what this chassis's probes decided).
+#[must_use]
+pub fn service_monitor_status_op(monitor: Uuid, status: &str) -> Value {
+    json!({
+        "op": "update",
+        "table": ServiceMonitor::TABLE,
+        "where": where_uuid(monitor),
+        "row": {"status": status},
+    })
 }
 
 /// Acknowledges `nb_cfg` in our Chassis_Private row, with the time it was reached (ms since epoch).

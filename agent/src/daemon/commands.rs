@@ -145,6 +145,8 @@ impl Daemon {
                     conntrack,
                     acl_verdict_cache,
                     lb,
+                    service_monitors: self.service_monitors.status_counts(),
+                    service_monitor_probes: self.service_monitors.probe_counts(),
                 });
             }
             PortCommand::DatapathNames { reply } => {

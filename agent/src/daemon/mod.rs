@@ -142,6 +142,8 @@ struct Daemon {
     /// Where what the Southbound asks of the node's network is published (see
     /// [`node_network`]).
     node_network: Option<tokio::sync::watch::Sender<node_network::NodeNetworkWanted>>,
+    /// The load balancer backends this chassis probes (Service_Monitor).
+    service_monitors: crate::service_monitor::ServiceMonitors,
     stats: DaemonStats,
 }
 
@@ -244,15 +246,26 @@ pub async fn run(
                 }
                 _ = filters.tick(), if filter_check_interval.is_some() => daemon.check_pod_filters(),
                 command = commands.recv(), if commands_open => match command {
-                    Some(command) => daemon.command(command).await,
+                    Some(command) => {
+                        daemon.command(command).await;
+                        // A port plugged or unplugged may start or stop a backend's probing.
+                        daemon.reconcile_service_monitors(daemon.chassis_uuid);
+                    }
                     None => commands_open = false,
                 },
                 event = events.recv() => match event {
                     Some(event) => daemon.handle(&event).await,
                     None => break,
                 },
+                Some(decided) = daemon.service_monitors.next_decision() => {
+                    if daemon.service_monitors.decided(decided) {
+                        daemon.sb_sync.mark_monitor(decided.monitor);
+                        daemon.sync_southbound().await;
+                    }
+                }
             }
         }
+        daemon.service_monitors.stop();
         for task in [drop_events, acl_log_events].into_iter().flatten() {
             task.abort();
         }
@@ -310,6 +323,7 @@ impl Daemon {
             unenforced_acls: acls::UnenforcedAcls::new(enforcement),
             side_duties: side_duties::SideDuties::default(),
             node_network: None,
+            service_monitors: crate::service_monitor::ServiceMonitors::default(),
             stats: DaemonStats::default(),
         }
     }
@@ -382,8 +396,40 @@ impl Daemon {
         {
             self.update_scope(chassis);
         }
+        self.follow_service_monitors(&changes, chassis);
         self.sync_southbound().await;
         self.poll_pending();
+    }
+
+    /// Starts or stops probing load balancer backends when `changes` touched the
+    /// Service_Monitor rows, or a local port (bound, up, gone), or this chassis.
+    fn follow_service_monitors(&mut self, changes: &ChangeSet, chassis: Option<uuid::Uuid>) {
+        use crate::sb::rows::{PortBinding, ServiceMonitor};
+        let monitors_changed = changes
+            .table(ServiceMonitor::TABLE)
+            .is_some_and(|t| !t.is_empty());
+        let local_port_changed = changes.table(PortBinding::TABLE).is_some_and(|table| {
+            let local = |uuid: &uuid::Uuid| {
+                self.sb
+                    .row::<PortBinding>(uuid)
+                    .is_some_and(|port| self.local_ports.contains(&port.logical_port))
+            };
+            table.inserted.iter().any(local)
+                || table.modified.iter().any(|(uuid, _)| local(uuid))
+                || !table.deleted.is_empty()
+        });
+        if changes.resynced || monitors_changed || local_port_changed {
+            self.reconcile_service_monitors(chassis);
+        }
+    }
+
+    /// Brings the probing of load balancer backends in line with the Southbound and the ports
+    /// plugged here.
+    fn reconcile_service_monitors(&mut self, chassis: Option<uuid::Uuid>) {
+        let datapath = self.datapath.as_deref();
+        let interface_of = |port: &str| datapath.and_then(|datapath| datapath.interface_of(port));
+        self.service_monitors
+            .reconcile(&self.sb, chassis, &interface_of);
     }
 
     /// The retry timer: failed datapath writes are retried; when that succeeds the local ports'
@@ -414,11 +460,14 @@ impl Daemon {
             .map(|c| c.uuid);
         let datapath = self.datapath.as_ref();
         let programmed = |port: &str| datapath.is_some_and(|datapath| datapath.programmed(port));
+        let monitors = &self.service_monitors;
+        let monitor_status = |monitor: &uuid::Uuid| monitors.wanted(monitor).map(|s| s.as_str());
         let wanted = chassis.map(|chassis| sb_sync::Wanted {
             config: &self.config.chassis,
             chassis,
             local_ports: &self.local_ports,
             programmed: &programmed,
+            monitor_status: &monitor_status,
         });
         if self.synced {
             self.sb_sync.reconcile(

@@ -96,6 +96,10 @@ pub struct DaemonReport {
     pub acl_verdict_cache: Vec<(&'static str, u64)>,
     /// New connections the load balancers balanced, by how.
     pub lb: Vec<(&'static str, u64)>,
+    /// Load balancer backends this chassis probes, by the status it decided.
+    pub service_monitors: Vec<(&'static str, u64)>,
+    /// Their health-check probes, by outcome.
+    pub service_monitor_probes: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }

@@ -1,7 +1,7 @@
 //! The agent's Southbound writes, level-triggered like ovn-controller's: after every replica
 //! update and every local change, the rows this chassis owns (its Chassis, Encap and
-//! Chassis_Private; the `chassis`, `encap` and `up` of the Port_Bindings it claims or releases)
-//! are compared with what the agent wants them to be, and a write is made when they differ and
+//! Chassis_Private; the `chassis`, `encap` and `up` of the Port_Bindings it claims or releases;
+//! the `status` of the Service_Monitors it probes) are compared with what the agent wants them to be, and a write is made when they differ and
 //! no transaction touching the row is outstanding. A write stays outstanding until its reply and
 //! the update that carries it have arrived (tracked by its transaction, never by a clock); a
 //! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`] (doubling while
@@ -34,7 +34,7 @@ use crate::{
     },
     sb::{
         Southbound,
-        rows::{Chassis, ChassisPrivate, Encap, PortBinding},
+        rows::{Chassis, ChassisPrivate, Encap, PortBinding, ServiceMonitor},
     },
 };
 
@@ -51,15 +51,17 @@ pub enum Purpose {
     Up,
     Release,
     AckNbCfg,
+    ServiceMonitor,
 }
 
 impl Purpose {
-    pub const ALL: [Purpose; 5] = [
+    pub const ALL: [Purpose; 6] = [
         Purpose::Register,
         Purpose::Claim,
         Purpose::Up,
         Purpose::Release,
         Purpose::AckNbCfg,
+        Purpose::ServiceMonitor,
     ];
 
     #[must_use]
@@ -70,6 +72,7 @@ impl Purpose {
             Purpose::Up => "up",
             Purpose::Release => "release",
             Purpose::AckNbCfg => "ack_nb_cfg",
+            Purpose::ServiceMonitor => "service_monitor",
         }
     }
 }
@@ -95,18 +98,28 @@ enum RowKey {
     /// This chassis's Chassis, Encap and Chassis_Private rows.
     Own,
     Port(Uuid),
+    /// A Service_Monitor row's `status`.
+    Monitor(Uuid),
 }
 
 /// What an outstanding write set, to recognise the update that carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Expect {
     /// The chassis registered (its Chassis and Chassis_Private rows exist).
-    Registered { name: String },
+    Registered {
+        name: String,
+    },
     /// The Chassis_Private row and the `nb_cfg` an acknowledgement wrote.
-    NbCfg { private: Uuid, nb_cfg: i64 },
+    NbCfg {
+        private: Uuid,
+        nb_cfg: i64,
+    },
     Port {
         chassis: Option<Uuid>,
         up: Option<bool>,
+    },
+    Monitor {
+        status: &'static str,
     },
 }
 
@@ -130,6 +143,8 @@ pub struct Wanted<'a> {
     pub local_ports: &'a HashSet<String>,
     /// Whether a port's datapath forwards for it (its `up`).
     pub programmed: &'a dyn Fn(&str) -> bool,
+    /// The status this chassis's probes decided for a Service_Monitor row, if they did.
+    pub monitor_status: &'a dyn Fn(&Uuid) -> Option<&'static str>,
 }
 
 /// See the module documentation.
@@ -139,6 +154,8 @@ pub struct SbSync {
     txns: HashMap<RequestId, Vec<RowKey>>,
     /// Ports to compare at the next [`Self::reconcile`].
     dirty: HashSet<String>,
+    /// Service_Monitor rows to compare at the next [`Self::reconcile`].
+    dirty_monitors: HashSet<Uuid>,
     own_dirty: bool,
     /// Ports unplugged here whose release is not seen yet.
     releasing: HashSet<String>,
@@ -146,6 +163,7 @@ pub struct SbSync {
     /// compare again when the retry is due.
     failed: HashSet<RowKey>,
     retry_ports: HashSet<String>,
+    retry_monitors: HashSet<Uuid>,
     retry_own: bool,
     retry_at: Option<tokio::time::Instant>,
     /// The wait before the next retry (grows while writes keep failing).
@@ -198,6 +216,12 @@ impl SbSync {
     /// Compare `port` at the next reconciliation (its wanted state changed).
     pub fn mark(&mut self, port: &str) {
         self.dirty.insert(port.to_string());
+    }
+
+    /// Compare Service_Monitor row `monitor` at the next reconciliation (its wanted status
+    /// changed).
+    pub fn mark_monitor(&mut self, monitor: Uuid) {
+        self.dirty_monitors.insert(monitor);
     }
 
     /// Compare this chassis's own rows at the next reconciliation.
@@ -261,6 +285,22 @@ impl SbSync {
         {
             self.own_dirty = true;
             self.touch(RowKey::Own);
+        }
+        if let Some(change) = changes.tables.get(ServiceMonitor::TABLE) {
+            // Northd may write a status too (offline for a port that went down): compared
+            // again, and written back if this chassis's probes say otherwise.
+            for uuid in change
+                .inserted
+                .iter()
+                .chain(change.modified.iter().map(|(uuid, _)| uuid))
+            {
+                self.touch(RowKey::Monitor(*uuid));
+                self.dirty_monitors.insert(*uuid);
+            }
+            for (uuid, _) in &change.deleted {
+                self.touch(RowKey::Monitor(*uuid));
+                self.dirty_monitors.remove(uuid);
+            }
         }
         let Some(change) = changes.tables.get(PortBinding::TABLE) else {
             return;
@@ -330,6 +370,9 @@ impl SbSync {
                     self.dirty.insert(port);
                 }
                 (RowKey::Port(_), None) => {}
+                (RowKey::Monitor(uuid), _) => {
+                    self.dirty_monitors.insert(uuid);
+                }
             }
         }
     }
@@ -367,6 +410,9 @@ impl SbSync {
                         self.retry_ports.insert(port);
                     }
                     (RowKey::Port(_), None) => {}
+                    (RowKey::Monitor(uuid), _) => {
+                        self.retry_monitors.insert(uuid);
+                    }
                 }
                 continue;
             }
@@ -388,6 +434,7 @@ impl SbSync {
                 .min(RETRY_MAX),
         );
         self.dirty.extend(self.retry_ports.drain());
+        self.dirty_monitors.extend(self.retry_monitors.drain());
         if std::mem::take(&mut self.retry_own) {
             self.own_dirty = true;
         }
@@ -446,6 +493,24 @@ impl SbSync {
             ops.push(op);
             purposes.extend(purpose);
             rows.push((RowKey::Port(port.uuid), Some(name), expect));
+        }
+        for uuid in std::mem::take(&mut self.dirty_monitors) {
+            let key = RowKey::Monitor(uuid);
+            if self.busy.contains_key(&key) {
+                continue;
+            }
+            let (Some(row), Some(status)) = (
+                sb.row::<ServiceMonitor>(&uuid),
+                (wanted.monitor_status)(&uuid),
+            ) else {
+                continue;
+            };
+            if row.status.as_deref() == Some(status) {
+                continue;
+            }
+            ops.push(chassis::service_monitor_status_op(uuid, status));
+            purposes.push(Purpose::ServiceMonitor);
+            rows.push((key, None, Expect::Monitor { status }));
         }
         if !ops.is_empty() {
             purposes.sort_unstable();
@@ -615,6 +680,9 @@ fn carried(sb: &Southbound, key: RowKey, expect: &Expect) -> bool {
         (RowKey::Own, Expect::Registered { name }) => {
             sb.chassis_by_name(name).is_some() && sb.chassis_private_by_name(name).is_some()
         }
+        (RowKey::Monitor(uuid), Expect::Monitor { status }) => sb
+            .row::<ServiceMonitor>(&uuid)
+            .is_none_or(|row| row.status.as_deref() == Some(*status)),
         (RowKey::Own, Expect::NbCfg { private, nb_cfg }) => sb
             .row::<ChassisPrivate>(private)
             .is_none_or(|private| private.nb_cfg == *nb_cfg),

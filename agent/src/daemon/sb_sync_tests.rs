@@ -15,6 +15,7 @@ const US: &str = "00000000-0000-0000-0000-0000000000c1";
 const OTHER: &str = "00000000-0000-0000-0000-0000000000c2";
 const PRIVATE: &str = "00000000-0000-0000-0000-0000000000d1";
 const PB: &str = "00000000-0000-0000-0000-0000000000b1";
+const MONITOR: &str = "00000000-0000-0000-0000-0000000000e1";
 
 fn config() -> ChassisConfig {
     ChassisConfig {
@@ -47,6 +48,8 @@ fn southbound(port: Value) -> Southbound {
             "encap": optional(json!({"type": "uuid"})),
             "requested_chassis": optional(json!({"type": "uuid"})),
             "up": optional(json!("boolean")), "options": map}},
+        "Service_Monitor": {"columns": {"logical_port": {"type": "string"},
+            "status": optional(json!("string"))}},
     }}))
     .unwrap();
     let monitored: BTreeMap<String, Vec<String>> = schema
@@ -65,6 +68,7 @@ fn southbound(port: Value) -> Southbound {
             "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
             "Chassis_Private": {PRIVATE: {"initial": {"name": "node1", "chassis": ["uuid", US], "nb_cfg": 2}}},
             "Port_Binding": {PB: {"initial": port}},
+            "Service_Monitor": {MONITOR: {"initial": {"logical_port": "pod.ns"}}},
         }),
         format: UpdateFormat::Update2,
         resumed: false,
@@ -85,6 +89,8 @@ struct Node {
     sync: SbSync,
     local: HashSet<String>,
     programmed: bool,
+    /// What the probes decided for `MONITOR`.
+    monitor_status: Option<&'static str>,
     handle: SessionHandle,
     recorder: Recorder,
 }
@@ -100,6 +106,7 @@ impl Node {
                 HashSet::new()
             },
             programmed,
+            monitor_status: None,
             handle,
             recorder,
         }
@@ -115,11 +122,14 @@ impl Node {
         let config = config();
         let programmed = self.programmed;
         let is_programmed = move |_: &str| programmed;
+        let status = self.monitor_status;
+        let monitor_status = move |monitor: &Uuid| status.filter(|_| *monitor == uuid(MONITOR));
         let wanted = Wanted {
             config: &config,
             chassis: uuid(US),
             local_ports: &self.local,
             programmed: &is_programmed,
+            monitor_status: &monitor_status,
         };
         self.sync
             .reconcile(sb, &self.handle, &config, Some(&wanted));
@@ -367,4 +377,55 @@ fn a_port_that_becomes_bound_here_without_being_plugged_here_is_released() {
     node.modify(&mut sb, json!({"chassis": ["uuid", OTHER]}));
     node.sync.finished(&sb, released[0].0, Ok(()));
     assert!(node.reconcile(&sb).is_empty());
+}
+
+/// Applies a modification of `MONITOR` and lets `node` observe it.
+fn modify_monitor(sb: &mut Southbound, node: &mut Node, row: Value) {
+    let changes = sb.apply(&SessionEvent::Update {
+        updates: json!({"Service_Monitor": {MONITOR: {"modify": row}}}),
+        format: UpdateFormat::Update2,
+    });
+    node.sync.observe(sb, &changes, &node.local, Some(uuid(US)));
+}
+
+#[test]
+fn a_decided_backend_status_is_written_once_and_written_back_when_changed_under_it() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(true, true);
+    node.sync.mark_monitor(uuid(MONITOR));
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "nothing decided: nothing written"
+    );
+    node.monitor_status = Some("online");
+    node.sync.mark_monitor(uuid(MONITOR));
+    let written = node.reconcile(&sb);
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].1[0]["table"], json!("Service_Monitor"));
+    assert_eq!(row(&written[0].1), &json!({"status": "online"}));
+    // Decided again before the write is carried: held.
+    node.monitor_status = Some("offline");
+    node.sync.mark_monitor(uuid(MONITOR));
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "held by the write in flight"
+    );
+    modify_monitor(&mut sb, &mut node, json!({"status": "online"}));
+    node.sync.finished(&sb, written[0].0, Ok(()));
+    let offline = node.reconcile(&sb);
+    assert_eq!(row(&offline[0].1), &json!({"status": "offline"}));
+    modify_monitor(&mut sb, &mut node, json!({"status": "offline"}));
+    node.sync.finished(&sb, offline[0].0, Ok(()));
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "the row says it: nothing to write"
+    );
+    // Northd (or anyone) writes another status: this chassis's probes are written back.
+    modify_monitor(&mut sb, &mut node, json!({"status": "online"}));
+    let back = node.reconcile(&sb);
+    assert_eq!(row(&back[0].1), &json!({"status": "offline"}));
+    assert_eq!(
+        node.sync.stats().transactions.get(&Purpose::ServiceMonitor),
+        Some(&3)
+    );
 }

@@ -97,6 +97,12 @@ pub fn condition(table: &str, chassis_name: &str, local: &LocalScope) -> Option<
             .map(|key| json!(["dp_key", "==", key]))
             .collect(),
         ChassisPrivate::TABLE => vec![json!(["name", "==", chassis_name])],
+        // The backends this chassis probes: those behind its own ports.
+        rows::ServiceMonitor::TABLE => local
+            .ports
+            .iter()
+            .map(|port| json!(["logical_port", "==", port]))
+            .collect(),
         _ => return None,
     };
     // An empty OR matches nothing; OVSDB spells that `false`.

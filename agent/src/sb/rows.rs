@@ -221,6 +221,22 @@ sb_row! {
     }
 }
 
+sb_row! {
+    /// A load balancer backend to probe (northd writes one per backend of a VIP with a
+    /// `health_check`); the chassis that hosts `logical_port` probes it and writes `status`
+    /// (`online`, `offline`), which northd turns into the VIP's backend list.
+    ServiceMonitor in "Service_Monitor" {
+        ip: String = string("ip"),
+        protocol: Option<String> = optional_string("protocol"),
+        port: i64 = integer("port"),
+        logical_port: String = string("logical_port"),
+        src_mac: String = string("src_mac"),
+        src_ip: String = string("src_ip"),
+        status: Option<String> = optional_string("status"),
+        options: BTreeMap<String, String> = string_map("options"),
+    }
+}
+
 /// Every table ovnbpf monitors, with the columns it reads. Not Load_Balancer: the flows carry
 /// every VIP and backend the datapath needs (ovn-controller reads the table for the hairpin
 /// flows' `hairpin_snat_ip` and for affinity, which the flows also say here), and replicating
@@ -244,4 +260,5 @@ pub const MONITORED: &[(&str, &[&str])] = &[
     (GatewayChassis::TABLE, GatewayChassis::COLUMNS),
     (HaChassis::TABLE, HaChassis::COLUMNS),
     (HaChassisGroup::TABLE, HaChassisGroup::COLUMNS),
+    (ServiceMonitor::TABLE, ServiceMonitor::COLUMNS),
 ];

@@ -100,7 +100,11 @@ pub const LB_NO_BACKENDS: DropReason = DropReason(31);
 pub const LB_NAT_FAILED: DropReason = DropReason(32);
 /// A VIP's backend is missing from its group (the agent is rewriting the group).
 pub const LB_BACKEND_MISSING: DropReason = DropReason(33);
-pub const COUNT: u32 = 34;
+/// An answer to the agent's health-check probe (to the service monitor MAC: northd's
+/// `handle_svc_check`), which the agent read from the pod's interface before the datapath:
+/// counted, not reported as an event.
+pub const SERVICE_MONITOR: DropReason = DropReason(34);
+pub const COUNT: u32 = 35;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -140,4 +144,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "lb_no_backends",
     "lb_nat_failed",
     "lb_backend_missing",
+    "service_monitor",
 ];

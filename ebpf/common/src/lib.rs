@@ -141,6 +141,11 @@ pub const FIB_LOCAL: u32 = 1;
 pub const FIB_REMOTE: u32 = 2;
 /// [`FibEntry::kind`]: the MAC is a router port's; the router handles the frame.
 pub const FIB_ROUTER: u32 = 3;
+/// [`FibEntry::kind`]: the MAC is the switch's service monitor MAC (northd's
+/// `svc_monitor_mac`): the frame answers a health-check probe, which the agent reads from the
+/// sender's interface; the datapath drops it, counted as
+/// [`drop_reason::SERVICE_MONITOR`], without an event.
+pub const FIB_SERVICE_MONITOR: u32 = 4;
 
 /// Most IPv4 addresses one [`PortSecurity`] entry holds.
 pub const PORT_SECURITY_MAX_IPS: usize = 4;

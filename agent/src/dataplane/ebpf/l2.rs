@@ -82,6 +82,8 @@ pub struct L2State {
     /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
     ports_by_chassis: HashMap<String, HashSet<String>>,
     fib: HashMap<(u32, Mac), String>,
+    /// Switches' service monitor MACs: their frames are the agent's (`FIB_SERVICE_MONITOR`).
+    service_monitor_macs: HashSet<(u32, Mac)>,
     /// FIB keys per port name.
     fib_by_port: HashMap<String, HashSet<(u32, Mac)>>,
     /// The responders' answers (both families), their owners and the reverse index.
@@ -232,6 +234,9 @@ impl L2State {
                 mac,
                 port,
             } => self.take_fib(*datapath, *mac, port, added),
+            IrEntry::ServiceMonitorAnswers { datapath, mac } => {
+                self.take_service_monitor_mac(*datapath, *mac, added);
+            }
             IrEntry::ArpForRouterIp { .. }
             | IrEntry::ArpReply { .. }
             | IrEntry::ArpReplySkip { .. }

@@ -272,10 +272,25 @@ pub(super) fn l2_lookup(dp: u32, priority: i64, terms: &[&Expr], actions: &[Acti
             .iter()
             .any(|a| matches!(a, Action::Keyword { name, .. } if name == "handle_svc_check")) =>
         {
-            Class::Compiled(vec![IrEntry::Punt {
-                datapath: dp,
-                reason: "service monitor (load balancer health checks)".into(),
-            }])
+            // `eth.dst == $svc_monitor_mac && (tcp || icmp || icmp6)` (23.03.1 on; 23.03.0
+            // without the protocols): every frame to the MAC is the agent's, whatever it
+            // carries (the rest would find no port either).
+            let mac = terms.iter().find_map(|term| match term {
+                // The address set expanded: a set of one.
+                Expr::Compare {
+                    field,
+                    relation: Relation::Eq,
+                    values,
+                    ..
+                } if plain(field, "eth.dst") => single_mac(values),
+                _ => None,
+            });
+            match mac {
+                Some(mac) => {
+                    Class::Compiled(vec![IrEntry::ServiceMonitorAnswers { datapath: dp, mac }])
+                }
+                None => unsupported("service monitor answers to a destination that is not one MAC"),
+            }
         }
         _ => unsupported("L2 lookup variant"),
     }

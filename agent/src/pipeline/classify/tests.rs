@@ -59,10 +59,18 @@ fn switch_flows_from_northd_compile() {
     assert!(
         matches!(class("ls_in_acl", 1000, "ip4", "ct_commit { ct_mark.blocked = 0; }; next;"), Class::Unsupported(r) if r.contains("ACL"))
     );
-    assert!(matches!(
-        class("ls_in_l2_lkup", 110, "eth.dst == $svc_monitor_mac && (tcp || icmp || icmp6)", "handle_svc_check(inport);"),
-        Class::Compiled(entries) if matches!(&entries[0], IrEntry::Punt { reason, .. } if reason.contains("service monitor"))
-    ));
+    assert_eq!(
+        class(
+            "ls_in_l2_lkup",
+            110,
+            "eth.dst == {b2:fb:7f:27:57:01} && (tcp || icmp || icmp6)",
+            "handle_svc_check(inport);"
+        ),
+        Class::Compiled(vec![IrEntry::ServiceMonitorAnswers {
+            datapath: 7,
+            mac: [0xb2, 0xfb, 0x7f, 0x27, 0x57, 0x01]
+        }])
+    );
 }
 
 #[test]

@@ -368,6 +368,10 @@ pub enum IrEntry {
     NsForNextHop { datapath: u32 },
     /// Packets of this kind go to the slow path (the agent), e.g. DHCPv6 replies to a router port.
     Punt { datapath: u32, reason: String },
+    /// Frames to `mac` (northd's `svc_monitor_mac`) on this switch are answers to the
+    /// health-check probes of the chassis that hosts the sender (`handle_svc_check`): the agent
+    /// reads them from the port's interface; the datapath forwards them nowhere.
+    ServiceMonitorAnswers { datapath: u32, mac: Mac },
     /// The router drops frames not admitted by any router port.
     RouterAdmissionDrop { datapath: u32 },
     /// The neighbour lookup/learning stages for ARP/ND from `port` (if any) whose sender is in
@@ -618,6 +622,7 @@ impl IrEntry {
             | IrEntry::NeighbourLookup6 { datapath }
             | IrEntry::NsForNextHop { datapath }
             | IrEntry::Punt { datapath, .. }
+            | IrEntry::ServiceMonitorAnswers { datapath, .. }
             | IrEntry::RouterReject { datapath, .. }
             | IrEntry::TtlExceeded { datapath, .. } => *datapath,
         }

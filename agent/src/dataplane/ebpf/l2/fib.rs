@@ -1,10 +1,13 @@
 //! The L2 FIB (`L2_FIB`): where frames to a MAC on a datapath go, by the port the IR names for it
 //! located through [`Physical`](super::super::physical): a local veth, another chassis's encap
-//! IP and the port's key, or (a switch's router port) the router's datapath. Owns the desired
-//! values; installs through the state's [`Table`](super::super::tables::Table).
+//! IP and the port's key, or (a switch's router port) the router's datapath; and the switch's
+//! service monitor MAC, whose frames (answers to health checks) the agent reads and the
+//! datapath drops. Owns the desired values; installs through the state's
+//! [`Table`](super::super::tables::Table).
 
 use ovnbpf_common::{
-    FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FibEntry, FibKey, LOCAL_PORT_VETH_PEER, maps::L2Fib,
+    FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FIB_SERVICE_MONITOR, FibEntry, FibKey, LOCAL_PORT_VETH_PEER,
+    maps::L2Fib,
 };
 
 use super::{
@@ -40,7 +43,24 @@ impl L2State {
         self.fib_table.mark(fib_key);
     }
 
+    /// Takes in `IrEntry::ServiceMonitorAnswers`: frames to `mac` on `datapath` are the
+    /// agent's (a port's entry for the same MAC, which northd never makes, would give way).
+    pub(super) fn take_service_monitor_mac(&mut self, datapath: u32, mac: Mac, added: bool) {
+        if added {
+            self.service_monitor_macs.insert((datapath, mac));
+        } else {
+            self.service_monitor_macs.remove(&(datapath, mac));
+        }
+        self.fib_table.mark((datapath, mac));
+    }
+
     pub(super) fn desired_fib(&self, datapath: u32, mac: Mac) -> Option<FibEntry> {
+        if self.service_monitor_macs.contains(&(datapath, mac)) {
+            return Some(FibEntry {
+                kind: FIB_SERVICE_MONITOR,
+                ..FibEntry::default()
+            });
+        }
         let port = self.fib.get(&(datapath, mac))?;
         let key = self.ports.get(port)?.key;
         Some(match self.physical.locate(port) {

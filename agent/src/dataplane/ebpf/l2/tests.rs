@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use crate::dataplane::ebpf::maps::{Recorder, Slot, Writable};
 use crate::pipeline::ir::PortKind;
 use ovnbpf_common::{
-    ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FLOOD_MAX_LOCAL, FibEntry,
-    FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER, LocalPort, Localnet, PodPort,
-    ProviderKey, REMOTE_ENCAP_CSUM, RemoteEncap,
+    ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FIB_SERVICE_MONITOR,
+    FLOOD_MAX_LOCAL, FibEntry, FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER,
+    LocalPort, Localnet, PodPort, ProviderKey, REMOTE_ENCAP_CSUM, RemoteEncap,
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
         PortSecurityMap, ProviderNetworks, RemoteEncaps, TunnelPorts,
@@ -973,4 +973,23 @@ fn the_nd_responder_answers_like_the_arp_responder_with_the_router_flag_and_the_
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.writes(), 1);
     assert_eq!(maps.table::<NdResponder>()[&key(pod_ip)].owner_port, 0);
+}
+
+#[test]
+fn a_switchs_service_monitor_mac_is_the_agents_until_northd_drops_it() {
+    const MONITOR_MAC: Mac = [0xb2, 0xfb, 0x7f, 0x27, 0x57, 0x01];
+    let (mut state, mut maps) = two_pods();
+    let answers = IrEntry::ServiceMonitorAnswers {
+        datapath: DP,
+        mac: MONITOR_MAC,
+    };
+    state.apply(&added(vec![answers.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.fib()[&(DP, MONITOR_MAC)].kind, FIB_SERVICE_MONITOR);
+    state.apply(&IrDiff {
+        added: vec![],
+        removed: vec![answers],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.fib().contains_key(&(DP, MONITOR_MAC)));
 }
