@@ -97,6 +97,10 @@ enum Command {
         /// Also compile the replica into the pipeline IR and time that (full and per update).
         #[arg(long)]
         compile: bool,
+        /// Also write each IR diff into a freshly loaded eBPF datapath (attached nowhere) and
+        /// time the map writes (implies `--compile`; needs root).
+        #[arg(long)]
+        program: bool,
     },
 }
 
@@ -220,12 +224,13 @@ fn main() -> anyhow::Result<()> {
             updates,
             timeout_s,
             compile,
+            program,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let report = runtime.block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(timeout_s),
-                    sb_sync(&remote, updates, compile),
+                    sb_sync(&remote, updates, compile || program, program),
                 )
                 .await
             });
@@ -444,7 +449,23 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<serde_json::Value> {
+async fn sb_sync(
+    remote: &str,
+    updates: usize,
+    compile: bool,
+    program: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let mut datapath = if program {
+        Some(
+            ovnbpf_agent::dataplane::ebpf::node::NodeDatapath::unattached("bench")
+                .context("loading the eBPF datapath")?,
+        )
+    } else {
+        None
+    };
+    let mut program_ms = None;
+    let mut program_us = Vec::new();
+    let mut map_writes = Vec::new();
     let tables = monitor::monitored_tables(true, "", &monitor::LocalScope::default());
     let config = SessionConfig::new(Remote::parse_list(remote)?, DATABASE, tables);
     let started = Instant::now();
@@ -472,6 +493,12 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
             None
         };
         let compiled = compiling.elapsed();
+        let programming = Instant::now();
+        let written = match (&mut datapath, &diff) {
+            (Some(datapath), Some(diff)) => Some(datapath.apply(diff).context("writing the maps")?),
+            _ => None,
+        };
+        let programmed = programming.elapsed();
         match event {
             SessionEvent::Snapshot { .. } if sync_ms.is_none() => {
                 sync_ms = Some(
@@ -481,6 +508,9 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
                     compile_ms = Some(compiled.as_secs_f64() * 1000.0);
                     ir_rss_kib = rss_kib().saturating_sub(rss_before);
                 }
+                if written.is_some() {
+                    program_ms = Some(programmed.as_secs_f64() * 1000.0);
+                }
                 // Tell a driving process that the initial sync is done.
                 eprintln!("synced");
             }
@@ -489,6 +519,10 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
                 if let Some(diff) = diff {
                     compile_us.push(compiled.as_secs_f64() * 1e6);
                     diff_entries.push(diff.len());
+                }
+                if let Some(written) = written {
+                    program_us.push(programmed.as_secs_f64() * 1e6);
+                    map_writes.push(written);
                 }
             }
             SessionEvent::Disconnected { reason, .. } => bail!("disconnected: {reason}"),
@@ -505,6 +539,7 @@ async fn sb_sync(remote: &str, updates: usize, compile: bool) -> anyhow::Result<
         "sync_ms": sync_ms, "rows": rows, "apply_us": apply_us,
         "compile_ms": compile_ms, "ir_entries": compiler.entries().count(), "ir_rss_kib": ir_rss_kib,
         "compile_us": compile_us, "diff_entries": diff_entries,
+        "program_ms": program_ms, "program_us": program_us, "map_writes": map_writes,
     }))
 }
 

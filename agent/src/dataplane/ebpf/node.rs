@@ -224,6 +224,25 @@ impl NodeDatapath {
         })
     }
 
+    /// The programs loaded through the verifier with fresh maps, attached to no interface and
+    /// pinned nowhere: the map writes of IR diffs, for `ovnbpfctl sb-sync --program` (a
+    /// benchmark; nothing forwards through it). Everything goes when it is dropped.
+    pub fn unattached(chassis: &str) -> Result<Self, NodeDatapathError> {
+        let mut programs = KernelPrograms::load_with(None)?;
+        let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
+        Ok(Self {
+            acl_fail_open: false,
+            programs,
+            l2: L2State::new(chassis),
+            l3: L3State::default(),
+            pins: None,
+            plugged: HashMap::new(),
+            pod_filters,
+            static_interfaces: Vec::new(),
+            adopted: false,
+        })
+    }
+
     /// What attaches `from_pod` to new pods' veths away from the daemon loop (see
     /// [`PodFilters`]), with this datapath's program.
     #[must_use]
