@@ -10,7 +10,9 @@
 //! - `isolate` (other) denies other's egress: other can open nothing, yet web1's connection to
 //!   other still gets its replies;
 //! - an established stream from client to web2 survives both agents restarting and an ACL
-//!   change elsewhere: no segment lost;
+//!   change elsewhere: no segment lost; client's datagrams to web1 and web2, which `web`
+//!   denies, one a millisecond through the restarts: none delivered (a restarted agent that
+//!   wrote its view in steps skipped the to-lport ACLs for about 18 ms);
 //! - other (with port security) cannot spoof client's address to get what the policy admits
 //!   client: port security holds with ACLs present;
 //! - an established connection judged from the kernel's verdict cache stops as soon as its client
@@ -103,6 +105,62 @@ fn udp_refused(from: &Pod, ip: Ipv4Addr) -> bool {
     })
     .unwrap()
     .unwrap()
+}
+
+/// Datagrams from `from` to `targets`' port 7777, one to each every millisecond until `stop`,
+/// and what each target received meanwhile (its socket read until `stop`): the policies deny
+/// them, so any that arrives went past an ACL.
+fn denied_datagrams(
+    from: &Pod,
+    targets: &[(&Pod, Ipv4Addr)],
+    stop: &Arc<AtomicBool>,
+) -> thread::JoinHandle<(u64, Vec<u64>)> {
+    let receivers: Vec<thread::JoinHandle<u64>> = targets
+        .iter()
+        .map(|(pod, _)| {
+            let socket = run_in(&pod.netns().path(), || UdpSocket::bind(("0.0.0.0", 7777)))
+                .unwrap()
+                .unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let stop = Arc::clone(stop);
+            thread::spawn(move || {
+                let mut received = 0;
+                let mut buffer = [0_u8; 64];
+                while !stop.load(Ordering::Relaxed) {
+                    if socket.recv(&mut buffer).is_ok() {
+                        received += 1;
+                    }
+                }
+                received
+            })
+        })
+        .collect();
+    let sender = run_in(&from.netns().path(), || UdpSocket::bind("0.0.0.0:0"))
+        .unwrap()
+        .unwrap();
+    let addresses: Vec<SocketAddr> = targets
+        .iter()
+        .map(|(_, ip)| SocketAddr::from((*ip, 7777)))
+        .collect();
+    let stop = Arc::clone(stop);
+    thread::spawn(move || {
+        let mut sent = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for address in &addresses {
+                if sender.send_to(b"denied", address).is_ok() {
+                    sent += 1;
+                }
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        let received = receivers
+            .into_iter()
+            .map(|receiver| receiver.join().unwrap())
+            .collect();
+        (sent, received)
+    })
 }
 
 /// Whether a SYN to `to`'s port `WEB_PORT` from client's address, sent as a raw frame out of
@@ -316,6 +374,9 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     // changes, while it runs.
     let stop = Arc::new(AtomicBool::new(false));
     let stream = paced_stream(client, web2, WEB2, WEB_PORT, Arc::clone(&stop));
+    // Meanwhile client's datagrams to the web pods, which their policy denies (it admits TCP
+    // only): a restarted agent must never deliver one, not even before it has the policy.
+    let denied = denied_datagrams(client, &[(web1, WEB1), (web2, WEB2)], &stop);
     thread::sleep(Duration::from_millis(500));
     for (index, agent) in agents.iter_mut().enumerate() {
         agent.stop();
@@ -338,6 +399,14 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
     let report = stream.join().unwrap();
+    let (sent, received) = denied.join().unwrap();
+    assert!(sent > 1000, "{sent} datagrams sent");
+    assert_eq!(
+        received,
+        [0, 0],
+        "denied datagrams delivered across the restarts (of {sent}){}",
+        logs(&agents)
+    );
     thread::sleep(Duration::from_millis(200));
     let (retransmitted, duplicates) = retransmissions(&client.netns().path());
     eprintln!(

@@ -38,10 +38,20 @@ impl Daemon {
         if self.track_encaps(diff) {
             self.refresh_tunnel_neighbours(true);
         }
+        if let Some(held) = self.held.as_mut() {
+            // The view is not complete yet (see `release_held`).
+            held.push(diff.clone());
+            return 0;
+        }
+        self.write_datapath(std::slice::from_ref(diff))
+    }
+
+    /// Writes IR diffs (in order, together) into the datapath, their encaps already tracked.
+    pub(super) fn write_datapath(&mut self, diffs: &[IrDiff]) -> usize {
         let Some(datapath) = self.datapath.as_mut() else {
             return 0;
         };
-        match datapath.apply(diff) {
+        match datapath.apply_all(diffs) {
             Ok(writes) => {
                 self.stats.datapath_writes += writes as u64;
                 writes
@@ -203,6 +213,16 @@ impl Daemon {
     /// for. A failure is retried after the next snapshot.
     pub(super) fn sweep_datapath(&mut self) {
         self.sweep_at = None;
+        if let Some(diffs) = self.held.take() {
+            // Conditions still unanswered at the sweep: what is in is written before it.
+            warn!(
+                diffs = diffs.len(),
+                pending_conditions = self.conditions_pending.len(),
+                "the Southbound view is still incomplete at the sweep; writing the datapath"
+            );
+            self.write_datapath(&diffs);
+            self.mark_local_ports();
+        }
         let Some(datapath) = self.datapath.as_mut() else {
             return;
         };

@@ -144,6 +144,9 @@ struct Daemon {
     node_network: Option<tokio::sync::watch::Sender<node_network::NodeNetworkWanted>>,
     /// The load balancer backends this chassis probes (Service_Monitor).
     service_monitors: crate::service_monitor::ServiceMonitors,
+    /// The IR diffs not yet written, while the datapath holds a previous agent's state and this
+    /// agent's view is not complete (see [`Self::release_held`]); `None` once written.
+    held: Option<Vec<crate::pipeline::IrDiff>>,
     stats: DaemonStats,
 }
 
@@ -291,6 +294,9 @@ impl Daemon {
             .chain(&config.restored_ports)
             .cloned()
             .collect();
+        let adopted = datapath
+            .as_deref()
+            .is_some_and(|datapath| datapath.adopted());
         let enforcement = match datapath.as_deref() {
             Some(datapath) if datapath.enforces_acls() && datapath.acls_fail_open() => {
                 acls::Enforcement::FailOpen
@@ -324,6 +330,7 @@ impl Daemon {
             side_duties: side_duties::SideDuties::default(),
             node_network: None,
             service_monitors: crate::service_monitor::ServiceMonitors::default(),
+            held: adopted.then(Vec::new),
             stats: DaemonStats::default(),
         }
     }
@@ -338,6 +345,9 @@ impl Daemon {
             }
             SessionEvent::ConditionChanged { id } => {
                 self.conditions_pending.remove(id);
+                if self.release_held() {
+                    self.sync_southbound().await;
+                }
                 self.acknowledge_nb_cfg().await;
                 return;
             }
@@ -397,8 +407,32 @@ impl Daemon {
             self.update_scope(chassis);
         }
         self.follow_service_monitors(&changes, chassis);
+        self.release_held();
         self.sync_southbound().await;
         self.poll_pending();
+    }
+
+    /// A restarted agent's datapath forwards with its predecessor's complete state. This
+    /// agent's own view arrives in steps: the snapshot has its ports before the flows of their
+    /// switches, which come once the monitor conditions name them. Written step by step, that
+    /// view would overwrite the complete state with partial ones (a switch's ACL stage without
+    /// its users' rules: their to-lport policies skipped, open, for tens of milliseconds). So
+    /// the diffs are held until the view is complete (synced, no monitor condition waiting for
+    /// its rows), then written together; the sweep, later, releases them in any case. Returns
+    /// whether it wrote them.
+    fn release_held(&mut self) -> bool {
+        if self.held.is_none() || !self.synced || !self.conditions_pending.is_empty() {
+            return false;
+        }
+        let diffs = self.held.take().unwrap_or_default();
+        let entries: usize = diffs.iter().map(crate::pipeline::IrDiff::len).sum();
+        let writes = self.write_datapath(&diffs);
+        info!(
+            diffs = diffs.len(),
+            entries, writes, "the Southbound view is complete: datapath written"
+        );
+        self.mark_local_ports();
+        true
     }
 
     /// Starts or stops probing load balancer backends when `changes` touched the
@@ -459,7 +493,16 @@ impl Daemon {
             .chassis_by_name(&self.config.chassis.name)
             .map(|c| c.uuid);
         let datapath = self.datapath.as_ref();
-        let programmed = |port: &str| datapath.is_some_and(|datapath| datapath.programmed(port));
+        let sb = &self.sb;
+        let holding = self.held.is_some();
+        // While the datapath's writes are held, ports keep the `up` they have (their
+        // predecessor's state forwards for them).
+        let programmed = |port: &str| {
+            if holding {
+                return sb.port_by_name(port).and_then(|port| port.up) == Some(true);
+            }
+            datapath.is_some_and(|datapath| datapath.programmed(port))
+        };
         let monitors = &self.service_monitors;
         let monitor_status = |monitor: &uuid::Uuid| monitors.wanted(monitor).map(|s| s.as_str());
         let wanted = chassis.map(|chassis| sb_sync::Wanted {

@@ -512,3 +512,49 @@ async fn a_port_whose_writes_succeed_on_retry_is_reported_up_by_the_retry() {
         .collect();
     assert_eq!(ups, [json!(true)]);
 }
+
+#[tokio::test]
+async fn an_adopted_datapath_is_written_once_the_southbound_view_is_complete() {
+    use crate::{
+        dataplane::memory::Key,
+        pipeline::ir::{IrDiff, IrEntry},
+    };
+    let backend = MemoryDatapath::with_interfaces(&[]);
+    backend.state().adopted = true;
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let switch = |datapath: u32| IrEntry::Datapath {
+        datapath,
+        name: format!("subnet{datapath}"),
+        router: false,
+    };
+    // The snapshot is in, a monitor condition still waits for its rows: held, though the
+    // views come in two steps (the second takes back what the first added).
+    daemon.synced = true;
+    daemon.conditions_pending.insert(7);
+    let first = IrDiff {
+        added: vec![switch(5), switch(6)],
+        removed: Vec::new(),
+    };
+    let second = IrDiff {
+        added: Vec::new(),
+        removed: vec![switch(6)],
+    };
+    assert_eq!(daemon.program_datapath(&first), 0);
+    assert_eq!(daemon.program_datapath(&second), 0);
+    assert!(!daemon.release_held(), "a condition is pending");
+    assert!(backend.state().installed.is_empty(), "nothing written yet");
+    // The condition's rows are in: the whole view is written at once.
+    daemon.conditions_pending.clear();
+    assert!(daemon.release_held());
+    assert_eq!(
+        backend.state().installed,
+        [Key::Entry(switch(5))].into_iter().collect()
+    );
+    // From then on each diff is written as it comes.
+    let third = IrDiff {
+        added: vec![switch(8)],
+        removed: Vec::new(),
+    };
+    assert_eq!(daemon.program_datapath(&third), 1);
+    assert!(!daemon.release_held(), "nothing held any more");
+}

@@ -38,6 +38,8 @@ pub struct State {
     pub dirty: BTreeSet<Key>,
     /// Installed by a previous agent and not asked for: removed by a sweep.
     pub leftovers: BTreeSet<Key>,
+    /// The backend took over a previous agent's state (see [`Datapath::adopted`]).
+    pub adopted: bool,
     /// Interfaces the attacher attached (and that still have it).
     pub attached: HashSet<u32>,
     pub drops: Vec<(&'static str, u64)>,
@@ -105,6 +107,10 @@ impl MemoryDatapath {
 }
 
 impl Datapath for MemoryDatapath {
+    fn adopted(&self) -> bool {
+        self.state().adopted
+    }
+
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
         let mut state = self.state();
         for entry in &diff.removed {

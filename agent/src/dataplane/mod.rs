@@ -94,6 +94,16 @@ pub trait Datapath: Send {
     /// Takes in an IR diff and writes what it changes.
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError>;
 
+    /// Takes in IR diffs, in order, and writes what they change together, once (never a state
+    /// between them).
+    fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, DatapathError> {
+        let mut writes = 0;
+        for diff in diffs {
+            writes += self.apply(diff)?;
+        }
+        Ok(writes)
+    }
+
     /// Forwards for `port` through host interface `interface`, which the backend's
     /// [`PortAttacher`] prepared (`attachment`). The port stays plugged when its writes fail.
     fn plug(
@@ -114,6 +124,12 @@ pub trait Datapath: Send {
 
     /// Writes that failed and wait for a retry (`nb_cfg` is not acknowledged while there are).
     fn pending(&self) -> usize;
+
+    /// Whether the backend took over a previous agent's programmed state (which forwards until
+    /// this agent's view is complete: see the daemon's hold of its writes).
+    fn adopted(&self) -> bool {
+        false
+    }
 
     /// Retries the writes that failed.
     fn retry(&mut self) -> Result<usize, DatapathError>;

@@ -68,6 +68,14 @@ impl Datapath for NodeDatapath {
         NodeDatapath::pending(self)
     }
 
+    fn adopted(&self) -> bool {
+        NodeDatapath::adopted(self)
+    }
+
+    fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, DatapathError> {
+        Ok(NodeDatapath::apply_all(self, diffs)?)
+    }
+
     fn retry(&mut self) -> Result<usize, DatapathError> {
         Ok(NodeDatapath::retry(self)?)
     }

@@ -394,8 +394,15 @@ impl NodeDatapath {
 
     /// Takes in an IR diff and writes what it changes.
     pub fn apply(&mut self, diff: &IrDiff) -> Result<usize, EbpfError> {
-        self.l2.apply(diff);
-        self.l3.apply(diff);
+        self.apply_all(std::slice::from_ref(diff))
+    }
+
+    /// Takes in IR diffs, in order, then writes what they change together.
+    pub fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, EbpfError> {
+        for diff in diffs {
+            self.l2.apply(diff);
+            self.l3.apply(diff);
+        }
         // Routes before the switch entries that lead to them.
         let routed = self.l3.flush(&mut self.programs)?;
         Ok(routed + self.l2.flush(&mut self.programs)?)
