@@ -222,6 +222,20 @@ pub fn parse_lsp_address(entry: &str) -> Option<(MacOctets, Vec<Ipv4Prefix>)> {
     Some((address.mac, address.ipv4))
 }
 
+/// The Internet checksum (RFC 1071) of `bytes` (an odd length padded with a zero byte): what
+/// the agent's own packets carry (the node NIC's ping, health-check probes).
+#[must_use]
+pub fn internet_checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -674,9 +674,9 @@ fn reverse_icmp_error(
     ctx.store(ICMP_CHECKSUM, &icmp.value().to_be(), 0)
         .map_err(failed)?;
     // The error comes from the VIP, to the client (as the connection's replies do).
-    replace_outer_address(ctx, IP_SOURCE, outer_source, nat.source)?;
+    replace_ip_address(ctx, IP_SOURCE, outer_source, nat.source)?;
     if quoted.source != nat.destination {
-        replace_outer_address(ctx, IP_DESTINATION, outer_destination, nat.destination)?;
+        replace_ip_address(ctx, IP_DESTINATION, outer_destination, nat.destination)?;
     }
     crate::counters::bump(&LB_COUNTERS, counter::ICMP_ERROR);
     Ok(())
@@ -690,9 +690,10 @@ struct QuotedFields {
     destination_port: u16,
 }
 
-/// Rewrites an address of an ICMP error's own header (ICMP's checksum does not cover it).
+/// Rewrites an address of the IPv4 header, with the header's checksum (a transport checksum
+/// over it is the caller's: an ICMP error's covers no address).
 #[inline(always)]
-fn replace_outer_address(
+fn replace_ip_address(
     ctx: &TcContext,
     offset: usize,
     old: u32,
@@ -784,9 +785,7 @@ fn replace_address(
     let flags = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
     ctx.l4_csum_replace(checksum, u64::from(old), u64::from(new), flags)
         .map_err(failed)?;
-    ctx.l3_csum_replace(IP_CHECKSUM, u64::from(old), u64::from(new), 4)
-        .map_err(failed)?;
-    ctx.store(offset, &new, 0).map_err(failed)
+    replace_ip_address(ctx, offset, old, new)
 }
 
 #[inline(always)]

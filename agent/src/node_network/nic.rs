@@ -17,6 +17,7 @@ use std::{
 
 use crate::{
     cni::plumbing::{self, PlumbingError, PodNic},
+    net::internet_checksum,
     rtnetlink::{self, StaticRoute},
 };
 
@@ -256,18 +257,6 @@ pub fn echo_request(identifier: u16, sequence: u16) -> [u8; 16] {
     let sum = internet_checksum(&message);
     message[2..4].copy_from_slice(&sum.to_be_bytes());
     message
-}
-
-/// The Internet checksum (RFC 1071) of `bytes`.
-fn internet_checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 fn send_echo(

@@ -10,6 +10,7 @@
 use std::net::Ipv4Addr;
 
 use super::state::Reply;
+use crate::net::internet_checksum as checksum;
 
 const ETH_P_IPV4: [u8; 2] = [0x08, 0x00];
 const IPPROTO_ICMP: u8 = 1;
@@ -29,18 +30,6 @@ pub struct Endpoints {
     pub backend_mac: [u8; 6],
     pub backend_ip: Ipv4Addr,
     pub backend_port: u16,
-}
-
-/// The internet checksum of `bytes` (odd lengths padded).
-fn checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// An Ethernet + IPv4 frame from the monitor to the backend carrying `payload` of `protocol`.
