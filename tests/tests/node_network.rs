@@ -9,7 +9,9 @@
 //! InternalIP as source. Then, as kubelet would from the node's own namespace: TCP connects and
 //! an HTTP GET to pods on the same and on the other node; pods reach the other node's InternalIP;
 //! pods of the two subnets reach each other across nodes; pods reach a host outside the cluster
-//! through their own node, masqueraded to its address from the NAT-outgoing subnet only; a third
+//! through their own node, masqueraded to its address from the NAT-outgoing subnet only; an
+//! external host reaches a pod through NodePorts as kube-proxy serves them (its DNAT on the
+//! node: externalTrafficPolicy=Local to the node's own pod, Cluster to the other node's); a third
 //! subnet's centralized gateway on both nodes under ECMP (an ECMP reroute) sends its pod's flows
 //! out through both nodes, masqueraded there. An agent restart adopts the NIC as it
 //! is (same link, probes go on) and removes a stale route; a subnet deleted loses its route;
@@ -375,6 +377,44 @@ fn the_node_reaches_its_pods_and_the_other_nodes_through_ovn0() {
         table.contains("10.16.0.0/16") && table.contains("masquerade"),
         "{table}"
     );
+
+    // NodePort Services, which kube-proxy serves on Kube-OVN's nodes (its DNAT in the node's
+    // netfilter; pods then reach the endpoint through ovn0): the external host reaches d2's
+    // HTTP through node2's port 30081 (externalTrafficPolicy=Local: the node's own endpoint,
+    // the client's address kept) and through node1's port 30080 (Cluster: the endpoint on the
+    // other node, masqueraded as kube-proxy does). The replies find their way back through the
+    // node that translated them: the distributed gateway's policy, and the node policy.
+    let endpoint = format!("{}:8080", PODS[1].3);
+    for (node, port, masquerade) in [(&nodes[1], 30081, false), (&nodes[0], 30080, true)] {
+        let mut rules = format!(
+            "table ip obt_kube_proxy {{\n\
+             chain prerouting {{ type nat hook prerouting priority dstnat; \
+             tcp dport {port} dnat to {endpoint}; }}\n"
+        );
+        if masquerade {
+            rules.push_str(
+                "chain postrouting { type nat hook postrouting priority srcnat; \
+                 ct status dnat oifname \"ovn0\" masquerade; }\n",
+            );
+        }
+        rules.push_str("}\n");
+        let file = work.path().join(format!("kube-proxy-{port}.nft"));
+        std::fs::write(&file, rules).unwrap();
+        node.netns()
+            .exec("nft", &["-f", &file.to_string_lossy()])
+            .unwrap();
+        let server = SocketAddr::from((node.ip(), port));
+        let mut last = Err(std::io::Error::other("never tried"));
+        let answered = wait_until(Duration::from_secs(10), || {
+            last = http_get_from(external.netns(), server, "/");
+            last.as_ref().is_ok_and(|body| body.ends_with("pod d2\n"))
+        });
+        assert!(
+            answered,
+            "the external host → NodePort {server} → d2: {last:?}\n{}",
+            tails(&agents)
+        );
+    }
 
     // A restart adopts ovn0 as it is: the same link, probes going on; a stale static route
     // through it goes.
