@@ -250,10 +250,19 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
     }
     let [datapath, ports, ifindex, _] = stages::take(ctx, LB_REQUEST_MAGIC)?;
     let inport = ports >> 16;
-    if let Some(packet) = load(ctx).map(|scratch| scratch.packet)
-        && balance(ctx, datapath, inport, &packet)?
-    {
-        return hairpin(ctx, datapath, inport);
+    let scratch = LB_SCRATCH
+        .get_ptr_mut(0)
+        .ok_or(drop_reason::LB_NAT_FAILED)?;
+    // SAFETY: the per-CPU block is this program's alone while it runs.
+    let scratch = unsafe { &mut *scratch };
+    if load_into(ctx, scratch) {
+        let packet = scratch.packet;
+        if balance(ctx, datapath, inport, &packet)? {
+            return hairpin(ctx, datapath, inport);
+        }
+    } else if is_icmp_error(&scratch.raw) {
+        // The client's error about a reply from the VIP: to the backend.
+        translate_icmp_error(ctx, datapath, inport, FROM_PORT, scratch)?;
     }
     if acl::switch_of(datapath, SWITCH_INGRESS).is_some() {
         let request = acl::ingress_request(datapath, inport, ifindex);
@@ -551,23 +560,32 @@ fn icmp_error_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     // Not a packet the stage balances: this reads the outer header into `raw` for the test.
     load_into(ctx, scratch);
     if is_icmp_error(&scratch.raw) {
-        reverse_icmp_error(ctx, datapath, ports & 0xffff, scratch)?;
+        translate_icmp_error(ctx, datapath, ports & 0xffff, TO_PORT, scratch)?;
     }
     deliver_after_lb(ctx, ifindex, flags, true)
 }
 
-/// An ICMP error about a packet of a balanced connection, on its way to the client (a
-/// backend's port unreachable for a UDP Service, a fragmentation-needed on the way): the error
-/// quotes the packet as the backend received it, which the client's stack would match to no
-/// socket. As Linux's NAT does for a related packet (`nf_nat_icmp_reply_translation`, which
-/// OVN's `ct_lb_mark` relies on), the quoted packet gets the VIP back where the backend was
-/// (and the client where a hairpin put the VIP), and the error comes from the VIP. `scratch`
-/// holds the outer header of an ICMP error ([`is_icmp_error`]) as [`load_into`] read it.
+/// An ICMP error about a packet of a balanced connection, translated as Linux's NAT translates
+/// a related packet (`nf_nat_icmp_reply_translation`, which OVN's `ct_lb_mark` relies on):
+/// - on its way to the client (`TO_PORT` at the client's port: a backend's port unreachable
+///   for a UDP Service, a fragmentation-needed on the way), the error quotes the packet as the
+///   backend received it, which the client's stack would match to no socket: the quoted
+///   packet gets the VIP back where the backend was (and the client where a hairpin put the
+///   VIP), and the error comes from the VIP;
+/// - from the client (`FROM_PORT` at its port, to the VIP: its port unreachable for a reply
+///   that came too late), the error quotes the reply as the client got it: the quoted reply
+///   gets the backend back where the VIP was, and the error goes to the backend.
+///
+/// Either way the connection's entry in `direction` is keyed by the quoted packet reversed, and
+/// its translation says what the quoted packet's addresses were (its destination, its source)
+/// and what the error's are (its source, its destination). `scratch` holds the outer header
+/// of an ICMP error ([`is_icmp_error`]) as [`load_into`] read it.
 #[inline(always)]
-fn reverse_icmp_error(
+fn translate_icmp_error(
     ctx: &TcContext,
     datapath: u32,
     port: u32,
+    direction: u8,
     scratch: &mut Scratch,
 ) -> Result<(), DropReason> {
     let raw = &scratch.raw;
@@ -604,16 +622,15 @@ fn reverse_icmp_error(
         protocol,
         tcp_flags: 0,
     };
-    // The quoted packet went from the client to the backend: the connection's reply
-    // translation is keyed by the reverse of it.
-    let reply = Packet {
+    // The packet the quoted one answers: its entry translates the quoted one back.
+    let answered = Packet {
         source: quoted.destination,
         destination: quoted.source,
         source_port: quoted.destination_port,
         destination_port: quoted.source_port,
         ..quoted
     };
-    reply.write_key(&mut scratch.key, datapath, port, TO_PORT);
+    answered.write_key(&mut scratch.key, datapath, port, direction);
     // By reference, as in `reverse`.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let Some(entry) = LB_CONNECTIONS.get_ptr(&scratch.key) else {
@@ -622,7 +639,7 @@ fn reverse_icmp_error(
     // SAFETY: a copy of the entry, read while this program holds the map's RCU read lock.
     let nat = unsafe { *entry };
     let failed = |_| drop_reason::LB_NAT_FAILED;
-    // The quoted packet as the client sent it: from `nat.destination`, to `nat.source`.
+    // The quoted packet as it was sent: from `nat.destination`, to `nat.source`.
     let mut icmp = Checksum::new(icmp_checksum);
     let mut header = Checksum::new(quoted_checksum);
     header.replace32(quoted.source, nat.destination);
@@ -673,16 +690,14 @@ fn reverse_icmp_error(
         .map_err(failed)?;
     ctx.store(ICMP_CHECKSUM, &icmp.value().to_be(), 0)
         .map_err(failed)?;
-    // The error comes from the VIP, to the client (as the connection's replies do).
+    // The error goes as the answered packet does once translated.
     replace_ip_address(ctx, IP_SOURCE, outer_source, nat.source)?;
-    if quoted.source != nat.destination {
-        replace_ip_address(ctx, IP_DESTINATION, outer_destination, nat.destination)?;
-    }
+    replace_ip_address(ctx, IP_DESTINATION, outer_destination, nat.destination)?;
     crate::counters::bump(&LB_COUNTERS, counter::ICMP_ERROR);
     Ok(())
 }
 
-/// The quoted packet's addresses and ports as the client sent it (network order).
+/// The quoted packet's addresses and ports as it was sent (network order).
 struct QuotedFields {
     source: u32,
     destination: u32,

@@ -10,7 +10,9 @@
 //! - a UDP Service, DNS-shaped (a new socket per request): answers come from the VIP, from both
 //!   of its backends;
 //! - a UDP Service whose backends listen on nothing there: their port unreachable reaches the
-//!   client about the datagram it sent to the VIP, from the VIP, and refuses its socket;
+//!   client about the datagram it sent to the VIP, from the VIP, and refuses its socket; the
+//!   client's own port unreachable for an answer come too late reaches the backend about the
+//!   answer as the backend sent it;
 //! - a client that reset its connection to the VIP reuses its port to reach each backend
 //!   directly: those connections are not mistaken for the balanced one;
 //! - a backend taken out of the Service while a connection to it runs: the connection goes on,
@@ -59,6 +61,9 @@ const DNS_VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 11);
 const STICKY: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 20);
 /// A UDP Service on port 9 (discard) whose backends listen on nothing there.
 const REFUSING: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 12);
+/// A UDP Service whose backend (b2) answers late, on `LATE_TARGET_PORT`.
+const LATE: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 13);
+const LATE_TARGET_PORT: u16 = 5354;
 const SERVICE_PORT: u16 = 80;
 const TARGET_PORT: u16 = 8080;
 const DNS_PORT: u16 = 53;
@@ -126,6 +131,20 @@ fn serve_udp(pod: &Pod) {
         let mut buffer = [0_u8; 512];
         while let Ok((_, from)) = socket.recv_from(&mut buffer) {
             let _ = socket.send_to(name.as_bytes(), from);
+        }
+    });
+}
+
+/// A UDP server on `port` that answers each datagram after `delay`.
+fn serve_udp_late(pod: &Pod, port: u16, delay: Duration) {
+    let socket = run_in(&pod.netns().path(), || UdpSocket::bind(("0.0.0.0", port)))
+        .unwrap()
+        .unwrap();
+    thread::spawn(move || {
+        let mut buffer = [0_u8; 512];
+        while let Ok((_, from)) = socket.recv_from(&mut buffer) {
+            thread::sleep(delay);
+            let _ = socket.send_to(b"late", from);
         }
     });
 }
@@ -219,6 +238,13 @@ fn services_balance_connections_over_backends_on_both_nodes() {
             "udp",
             &format!("{REFUSING}:9"),
             &format!("{B1}:9,{B2}:9"),
+        )
+        .service(
+            "vpc-a",
+            &SUBNETS,
+            "udp",
+            &format!("{LATE}:{DNS_PORT}"),
+            &format!("{B2}:{LATE_TARGET_PORT}"),
         );
     let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1442);
     tcp_service(&[B1, B2, B3]).apply(lab).unwrap();
@@ -228,6 +254,7 @@ fn services_balance_connections_over_backends_on_both_nodes() {
     }
     serve_udp(b1);
     serve_udp(b3);
+    serve_udp_late(b2, LATE_TARGET_PORT, Duration::from_millis(300));
     let bpffs = BpfMount::create().unwrap();
     let log_dir = tempfile::tempdir().unwrap();
     let agents =
@@ -317,6 +344,37 @@ fn services_balance_connections_over_backends_on_both_nodes() {
             std::io::ErrorKind::ConnectionRefused
         );
     }
+
+    // The other way: the client's own port unreachable, for an answer that came after its
+    // socket closed, reaches the backend about the answer as the backend sent it, from the
+    // client (checksums right).
+    client
+        .netns()
+        .exec("sysctl", &["-qw", "net.ipv4.icmp_ratelimit=0"])
+        .unwrap();
+    let at_b2 = ovnbpf_tests::frames::FrameSocket::open_in(b2.netns(), "eth0").unwrap();
+    run_in(&client.netns().path(), || {
+        let socket = UdpSocket::bind(("0.0.0.0", 47_000))?;
+        socket.send_to(b"who", (LATE, DNS_PORT))
+    })
+    .unwrap()
+    .unwrap();
+    let frame = at_b2
+        .receive(Duration::from_secs(3), |frame| {
+            frame.len() > 42 && frame[12..14] == [0x08, 0x00] && frame[23] == 1 && frame[34] == 3
+        })
+        .unwrap()
+        .expect("the client's port unreachable at b2");
+    assert_eq!(frame[26..30], CLIENT.octets(), "from the client");
+    assert_eq!(frame[30..34], B2.octets(), "to the backend: {frame:02x?}");
+    let icmp = &frame[34..];
+    assert_eq!(icmp::checksum(icmp), 0, "ICMP checksum: {frame:02x?}");
+    let quoted = &icmp[8..];
+    assert_eq!(icmp::checksum(&quoted[..20]), 0, "quoted IPv4 checksum");
+    assert_eq!(quoted[12..16], B2.octets(), "the answer as b2 sent it");
+    assert_eq!(quoted[16..20], CLIENT.octets());
+    assert_eq!(quoted[20..22], LATE_TARGET_PORT.to_be_bytes());
+    assert_eq!(quoted[22..24], 47_000_u16.to_be_bytes());
 
     // Hairpin: b1 reaching its own Service is answered whichever backend it lands on, and
     // when it lands on itself it sees the VIP as its peer.
