@@ -71,7 +71,9 @@ fn connects(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> bool {
 }
 
 /// A TCP connection from `from` to `to` (at `ip`, `port`), if the handshake completes within a
-/// second: the sending end and the accepted one, which reads with a 500 ms timeout.
+/// second and `to` accepts it within another: the sending end and the accepted one, which reads
+/// with a 500 ms timeout. (A connection that completes but never reaches the listener, e.g.
+/// answered by something else, is `None` rather than a wait forever.)
 fn connection(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> Option<(TcpStream, TcpStream)> {
     let address = SocketAddr::from((ip, port));
     let listener = run_in(&to.netns().path(), || TcpListener::bind(address))
@@ -82,7 +84,14 @@ fn connection(from: &Pod, to: &Pod, ip: Ipv4Addr, port: u16) -> Option<(TcpStrea
     })
     .unwrap()
     .ok()?;
-    let (received, _) = listener.accept().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let mut accepted = None;
+    wait_until(Duration::from_secs(1), || {
+        accepted = listener.accept().ok();
+        accepted.is_some()
+    });
+    let (received, _) = accepted?;
+    received.set_nonblocking(false).unwrap();
     received
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
