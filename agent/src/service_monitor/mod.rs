@@ -367,7 +367,17 @@ async fn probe_backend(
                 }
             }
             received = socket.receive(&mut buffer) => {
-                let Ok(length) = received else { continue };
+                let length = match received {
+                    Ok(length) => length,
+                    Err(error) => {
+                        // The interface going away, say: not a loop on the same error (the
+                        // reconciliation stops this task once the port goes).
+                        counters.errors.fetch_add(1, Ordering::Relaxed);
+                        debug!(%error, "reading answers failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
                 let Some(reply) = probe::read_reply(&endpoints, &buffer[..length]) else {
                     continue;
                 };
