@@ -162,10 +162,25 @@ impl Packet {
 /// little stack left.
 #[inline(always)]
 fn load(ctx: &TcContext) -> Option<&'static mut Scratch> {
+    let scratch = scratch_block()?;
+    load_into(ctx, scratch).then_some(scratch)
+}
+
+/// This CPU's `LB_SCRATCH` block.
+#[inline(always)]
+fn scratch_block() -> Option<&'static mut Scratch> {
     let scratch = LB_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the per-CPU block is this program's alone while it runs.
-    let scratch = unsafe { &mut *scratch };
-    load_into(ctx, scratch).then_some(scratch)
+    Some(unsafe { &mut *scratch })
+}
+
+/// Whether `raw`, as [`load_into`] read it, is a plain IPv4 header (no options) of a packet
+/// that is not a fragment.
+#[inline(always)]
+fn plain_ipv4(raw: &[u8; RAW_BYTES]) -> bool {
+    u16::from_be_bytes([raw[0], raw[1]]) == ETH_P_IPV4
+        && raw[2] == 0x45
+        && u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff == 0
 }
 
 /// [`load`] into `scratch`: whether the packet is one the stage balances.
@@ -188,11 +203,7 @@ fn load_into(ctx: &TcContext, scratch: &mut Scratch) -> bool {
     }
     let raw = &scratch.raw;
     let protocol = raw[11];
-    if u16::from_be_bytes([raw[0], raw[1]]) != ETH_P_IPV4
-        || raw[2] != 0x45
-        || u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff != 0
-        || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
-    {
+    if !plain_ipv4(raw) || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP) {
         return false;
     }
     scratch.tcp_flags = 0;
@@ -250,11 +261,7 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
     }
     let [datapath, ports, ifindex, _] = stages::take(ctx, LB_REQUEST_MAGIC)?;
     let inport = ports >> 16;
-    let scratch = LB_SCRATCH
-        .get_ptr_mut(0)
-        .ok_or(drop_reason::LB_NAT_FAILED)?;
-    // SAFETY: the per-CPU block is this program's alone while it runs.
-    let scratch = unsafe { &mut *scratch };
+    let scratch = scratch_block().ok_or(drop_reason::LB_NAT_FAILED)?;
     if load_into(ctx, scratch) {
         let packet = scratch.packet;
         if balance(ctx, datapath, inport, &packet)? {
@@ -505,11 +512,9 @@ fn hairpin(ctx: &TcContext, datapath: u32, inport: u32) -> Result<i32, DropReaso
 /// inlining).
 #[inline(never)]
 pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<bool, DropReason> {
-    let Some(scratch) = LB_SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = scratch_block() else {
         return Ok(false);
     };
-    // SAFETY: the per-CPU block is this program's alone while it runs.
-    let scratch = unsafe { &mut *scratch };
     if !load_into(ctx, scratch) {
         return Ok(is_icmp_error(&scratch.raw));
     }
@@ -536,9 +541,7 @@ pub fn reverse(ctx: &TcContext, datapath: u32, port: u32) -> Result<bool, DropRe
 /// quote the packet they are about.
 #[inline(always)]
 fn is_icmp_error(raw: &[u8; RAW_BYTES]) -> bool {
-    u16::from_be_bytes([raw[0], raw[1]]) == ETH_P_IPV4
-        && raw[2] == 0x45
-        && u16::from_be_bytes([raw[8], raw[9]]) & 0x3fff == 0
+    plain_ipv4(raw)
         && raw[11] == IPPROTO_ICMP
         && matches!(
             raw[22],
@@ -552,11 +555,7 @@ fn is_icmp_error(raw: &[u8; RAW_BYTES]) -> bool {
 #[inline(always)]
 fn icmp_error_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     let [datapath, ports, ifindex, flags] = stages::take(ctx, LB_ICMP_REQUEST_MAGIC)?;
-    let scratch = LB_SCRATCH
-        .get_ptr_mut(0)
-        .ok_or(drop_reason::LB_NAT_FAILED)?;
-    // SAFETY: the per-CPU block is this program's alone while it runs.
-    let scratch = unsafe { &mut *scratch };
+    let scratch = scratch_block().ok_or(drop_reason::LB_NAT_FAILED)?;
     // Not a packet the stage balances: this reads the outer header into `raw` for the test.
     load_into(ctx, scratch);
     if is_icmp_error(&scratch.raw) {

@@ -33,7 +33,7 @@ pub mod ports;
 pub mod sb_sync;
 mod side_duties;
 
-use ports::{Pending, PortCommands};
+use ports::{Pending, PortCommand, PortCommands};
 pub use sb_sync::{Purpose, SbWriteStats};
 
 use crate::{
@@ -250,9 +250,18 @@ pub async fn run(
                 _ = filters.tick(), if filter_check_interval.is_some() => daemon.check_pod_filters(),
                 command = commands.recv(), if commands_open => match command {
                     Some(command) => {
+                        // A port bound, plugged or unplugged may start or stop a backend's
+                        // probing; reports and status queries change nothing.
+                        let ports_change = matches!(
+                            command,
+                            PortCommand::Bind { .. }
+                                | PortCommand::Plug { .. }
+                                | PortCommand::Unplug { .. }
+                        );
                         daemon.command(command).await;
-                        // A port plugged or unplugged may start or stop a backend's probing.
-                        daemon.reconcile_service_monitors(daemon.chassis_uuid);
+                        if ports_change {
+                            daemon.reconcile_service_monitors(daemon.chassis_uuid);
+                        }
                     }
                     None => commands_open = false,
                 },
