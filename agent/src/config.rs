@@ -99,6 +99,8 @@ pub const SETTINGS: &[Setting] = &[
     setting("no-node-nic", Kind::Switch),
     setting("nat-outgoing-subnet", Kind::List),
     setting("unsupported-acl", Kind::Text),
+    setting("socket-lb", Kind::Switch),
+    setting("socket-lb-cgroup", Kind::Path),
     setting("cni-port-wait-s", Kind::Seconds),
     setting("cni-gc-grace-s", Kind::Seconds),
     setting("cni-sweep-interval-s", Kind::Seconds),

@@ -377,7 +377,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         }
     }
     // (name, label, help, counts by the label's value).
-    let named_counters: [NamedCounters<'_>; 7] = [
+    let named_counters: [NamedCounters<'_>; 8] = [
         (
             "ovnbpf_datapath_drops_total",
             "reason",
@@ -407,6 +407,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "kind",
             "New connections to Service VIPs the datapath balanced (balanced), of them the ones a client's session affinity placed (affinity) and hairpins (hairpin), translations the table could not store (insert_failed: the next packet is balanced again, to the same backend), and ICMP errors about a balanced connection given back the VIP on their way to its client (icmp_error).",
             &report.lb,
+        ),
+        (
+            "ovnbpf_socket_lb_total",
+            "kind",
+            "What the socket-level balancer (--socket-lb) did for this node's pods: connect() calls to a Service VIP sent to a backend instead (connect), datagrams sent to a VIP by address sent to a backend (sendmsg), backends shown to the socket's owner as their VIP (reversed: getpeername, a datagram's source), VIPs left to the per-packet balancer (left: the client picked itself, or no backends), and reverse entries the table could not store (insert_failed).",
+            &report.socket_lb,
         ),
         (
             "ovnbpf_service_monitor_probes_total",
@@ -594,6 +600,7 @@ mod tests {
             conntrack: vec![("inserted", 9), ("insert_failed", 0)],
             acl_verdict_cache: vec![("hit", 7), ("miss", 2)],
             lb: vec![("balanced", 5), ("hairpin", 1)],
+            socket_lb: vec![("connect", 3), ("reversed", 2)],
             service_monitors: vec![("online", 2), ("offline", 1), ("undecided", 0)],
             service_monitor_probes: vec![("sent", 9), ("answered", 8)],
             connections: Some(crate::dataplane::ConnectionSweep {
@@ -663,6 +670,7 @@ mod tests {
             "ovnbpf_conntrack_capacity 262144",
             "ovnbpf_lb_translations 4",
             r#"ovnbpf_lb_connections_total{kind="balanced"} 5"#,
+            r#"ovnbpf_socket_lb_total{kind="connect"} 3"#,
             r#"ovnbpf_service_monitors{status="offline"} 1"#,
             r#"ovnbpf_service_monitor_probes_total{result="answered"} 8"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,

@@ -306,27 +306,12 @@ fn balance(
             return Ok(translated.flags & LB_NAT_HAIRPIN != 0);
         }
     }
-    let vip = get(
-        &LB_VIPS,
-        LbVipKey {
-            datapath,
-            vip: packet.destination,
-            port: packet.destination_port,
-            protocol: packet.protocol,
-            padding: 0,
-        },
-    )
-    .or_else(|| {
-        get(
-            &LB_VIPS,
-            LbVipKey {
-                datapath,
-                vip: packet.destination,
-                ..LbVipKey::default()
-            },
-        )
-    });
-    let Some(vip) = vip.copied() else {
+    let Some(vip) = vip_of(
+        datapath,
+        packet.destination,
+        packet.destination_port,
+        packet.protocol,
+    ) else {
         return Ok(false);
     };
     if vip.count == 0 {
@@ -339,7 +324,17 @@ fn balance(
     let picked = pick(connection_hash(hash_fields(vip.flags), &key), vip.count);
     let backend = match vip.affinity_seconds {
         0 => backend_at(vip.group, picked)?,
-        seconds => with_affinity(datapath, packet, &vip, picked, seconds, now)?,
+        seconds => {
+            let client = LbAffinityKey {
+                datapath,
+                client: packet.source,
+                vip: packet.destination,
+                port: packet.destination_port,
+                protocol: packet.protocol,
+                padding: 0,
+            };
+            with_affinity(client, &vip, picked, seconds, now)?
+        }
     };
     let backend_port = match backend.port {
         0 => packet.destination_port,
@@ -409,34 +404,52 @@ fn balance(
     Ok(hairpin)
 }
 
+/// The VIP (network byte order) `ip`, port `port` (host order), protocol `protocol` of switch
+/// `datapath`, or the switch's VIP `ip` without a port.
+#[inline(always)]
+pub(crate) fn vip_of(datapath: u32, ip: u32, port: u16, protocol: u8) -> Option<LbVip> {
+    get(
+        &LB_VIPS,
+        LbVipKey {
+            datapath,
+            vip: ip,
+            port,
+            protocol,
+            padding: 0,
+        },
+    )
+    .or_else(|| {
+        get(
+            &LB_VIPS,
+            LbVipKey {
+                datapath,
+                vip: ip,
+                ..LbVipKey::default()
+            },
+        )
+    })
+    .copied()
+}
+
 /// Backend `index` of group `group`.
 #[inline(always)]
-fn backend_at(group: u32, index: u32) -> Result<LbBackend, DropReason> {
+pub(crate) fn backend_at(group: u32, index: u32) -> Result<LbBackend, DropReason> {
     get(&LB_BACKENDS, LbBackendKey { group, index })
         .copied()
         .ok_or(drop_reason::LB_BACKEND_MISSING)
 }
 
-/// Session affinity (OVN's `chk_lb_aff` and `commit_lb_aff`): the backend the client's last new
+/// Session affinity (OVN's `chk_lb_aff` and `commit_lb_aff`): the backend client `key`'s last new
 /// connection to this VIP went to, if that was less than `seconds` ago and it is still one of
 /// the VIP's backends, else `picked`; either way remembered, from now.
 #[inline(always)]
-fn with_affinity(
-    datapath: u32,
-    packet: &Packet,
+pub(crate) fn with_affinity(
+    key: LbAffinityKey,
     vip: &LbVip,
     picked: u32,
     seconds: u32,
     now: u64,
 ) -> Result<LbBackend, DropReason> {
-    let key = LbAffinityKey {
-        datapath,
-        client: packet.source,
-        vip: packet.destination,
-        port: packet.destination_port,
-        protocol: packet.protocol,
-        padding: 0,
-    };
     let learned = LB_AFFINITIES
         .get_ptr(key)
         // SAFETY: LRU hash values stay valid while the program runs.

@@ -9,7 +9,9 @@
 //! ([`underlay`]); `from_segmenter` on a tcx link on ingress of the segmenter's receiving end
 //! checksums encapsulated segments and sends them out of the uplink ([`encap_checksum`]).
 //! `flood`, `ipv6` and `router` are later stages of `from_pod`, tail-called
-//! through the `STAGES` program array ([`flood`], [`ipv6`], [`router`]). Traffic that is not theirs leaves unchanged
+//! through the `STAGES` program array ([`flood`], [`ipv6`], [`router`]). `sock_connect4`,
+//! `sock_sendmsg4`, `sock_recvmsg4` and `sock_getpeername4` are cgroup hooks, the socket-level
+//! balancer ([`socket_lb`]). Traffic that is not theirs leaves unchanged
 //! ([`output::PASS`]). Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through
 //! [`drop`], local delivery through [`output`].
 #![cfg_attr(target_arch = "bpf", no_std)]
@@ -33,11 +35,15 @@ mod overlay;
 mod port_security;
 mod reject;
 mod router;
+mod socket_lb;
 mod stages;
 mod switching;
 mod underlay;
 
-use aya_ebpf::{macros::classifier, programs::TcContext};
+use aya_ebpf::{
+    macros::{cgroup_sock_addr, classifier},
+    programs::{SockAddrContext, TcContext},
+};
 
 pub(crate) use counters::count_reply;
 use counters::{classify, count};
@@ -183,3 +189,27 @@ fn main() {
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 4] = *b"GPL\0";
+
+#[cgroup_sock_addr(connect4)]
+pub fn sock_connect4(ctx: SockAddrContext) -> i32 {
+    socket_lb::redirect(&ctx, ovnbpf_common::lb::socket_counter::CONNECT);
+    socket_lb::ALLOW
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn sock_sendmsg4(ctx: SockAddrContext) -> i32 {
+    socket_lb::redirect(&ctx, ovnbpf_common::lb::socket_counter::SENDMSG);
+    socket_lb::ALLOW
+}
+
+#[cgroup_sock_addr(recvmsg4)]
+pub fn sock_recvmsg4(ctx: SockAddrContext) -> i32 {
+    socket_lb::reverse(&ctx);
+    socket_lb::ALLOW
+}
+
+#[cgroup_sock_addr(getpeername4)]
+pub fn sock_getpeername4(ctx: SockAddrContext) -> i32 {
+    socket_lb::reverse(&ctx);
+    socket_lb::ALLOW
+}

@@ -16,8 +16,9 @@ use ovnbpf_common::maps::{
     LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips, Localnets,
     MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
     PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables,
-    RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SourceRoutes, Stages,
-    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SockLbClients,
+    SockLbCounters, SockLbReverseMap, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts,
+    kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -119,6 +120,9 @@ kernel_map!(LB_AFFINITIES: LruHashMap = LbAffinities);
 kernel_map!(LB_MEMBERS: HashMap = LbMembers);
 kernel_map!(LB_COUNTERS: PerCpuArray = LbCounters);
 kernel_map!(LB_SCRATCH: PerCpuArray = LbScratch, crate::lb::Scratch);
+kernel_map!(SOCK_LB_CLIENTS: HashMap = SockLbClients);
+kernel_map!(SOCK_LB_REVERSE: LruHashMap = SockLbReverseMap);
+kernel_map!(SOCK_LB_COUNTERS: PerCpuArray = SockLbCounters);
 
 /// The value of `key` in hash map `map`, if present.
 #[inline(always)]

@@ -23,6 +23,7 @@
 
 pub mod agent;
 pub mod bpffs;
+pub mod cgroup;
 pub mod cluster;
 pub mod cni_runtime;
 pub mod containerd;

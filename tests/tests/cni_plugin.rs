@@ -3,6 +3,8 @@
 //! the Port_Binding and the switch's router port and returns only once the port is up; the pod
 //! then reaches its gateway and a pod on the other node. DEL removes the NIC, the attachment and the claim, also
 //! after an agent restart in between. Bad input gets the spec's error codes and leaks nothing.
+//! node1's agent runs the socket-level balancer: it knows a1's namespace from its ADD, and
+//! after a restart from its record, so a1's connects to a Service VIP go to the backend.
 
 use ovnbpf_tests::scenario;
 use ovnbpf_tests::scenario::CniNodes;
@@ -16,6 +18,7 @@ use std::{
 
 use ovnbpf_tests::{
     bpffs::BpfMount,
+    cgroup::Cgroup2Mount,
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
@@ -113,6 +116,8 @@ struct CniLab {
     /// Dropped first: the agents stop before their pins go.
     cni: CniNodes,
     bpffs: BpfMount,
+    /// node1's socket-level balancer's cgroup (the root).
+    _cgroup: Cgroup2Mount,
     plugins: PathBuf,
 }
 
@@ -133,16 +138,25 @@ impl CniLab {
     fn start(pods: &[(String, Ipv4Addr)]) -> Self {
         let pods: Vec<(&str, Ipv4Addr)> = pods.iter().map(|(n, ip)| (n.as_str(), *ip)).collect();
         let bpffs = BpfMount::create().unwrap();
+        let cgroup = Cgroup2Mount::create().unwrap();
         // Each node is its own namespace: the same port on both. node1's agent re-attaches a
         // removed filter within a second; node2's never does, so that CHECK's report of it can
         // be seen.
         let extra_args = [0, 1].map(|index: usize| {
-            vec![
+            let mut args = vec![
                 "--metrics-address".to_string(),
                 METRICS.into(),
                 "--filter-check-interval-s".into(),
                 if index == 0 { "1" } else { "0" }.into(),
-            ]
+            ];
+            if index == 0 {
+                args.extend([
+                    "--socket-lb".into(),
+                    "--socket-lb-cgroup".into(),
+                    cgroup.path().display().to_string(),
+                ]);
+            }
+            args
         });
         let cni = CniNodes::start(&pods, Some(bpffs.path()), extra_args);
         let plugins = plugin_dir(
@@ -154,6 +168,7 @@ impl CniLab {
         Self {
             cni,
             bpffs,
+            _cgroup: cgroup,
             plugins,
         }
     }
@@ -222,8 +237,10 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     status_becomes_ready(&lab);
     let results = add_both_pods(&lab, &pod_netns, &attachments, &pods);
     pods_reach_their_gateway_and_each_other(&lab, &pod_netns);
+    let _server = a1_reaches_a_service_balanced_at_the_socket(&lab, &pod_netns);
     let check_config = check_uses_the_add_result(&lab, &pod_netns, &attachments, &results);
     a_restarted_agent_keeps_forwarding(&mut lab, &pod_netns);
+    a1_connects_to_the_service_at_the_socket(&lab, &pod_netns[0]);
     del_removes_the_nic_the_record_and_the_claim(&lab, &pod_netns, &attachments);
     bad_input_gets_the_spec_codes_and_leaks_nothing(&lab, &pod_netns);
     garbage_on_the_socket_is_answered(&lab);
@@ -232,6 +249,77 @@ fn the_plugin_attaches_and_detaches_pods_through_the_agent() {
     an_unprogrammed_pod_stays_out_of_its_node(&lab, &pod_netns);
     an_unenforced_acl_is_reported(&lab);
     a_southbound_outage_is_reported(&mut lab);
+}
+
+/// A ClusterIP of vpc-a balanced to a2.
+const SERVICE: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+
+/// node1's count of connects the socket-level balancer sent to a backend.
+fn socket_connects(node: &Node) -> u64 {
+    let metrics = scrape(node);
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(r#"ovnbpf_socket_lb_total{kind="connect"} "#))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no socket connect count in\n{metrics}"))
+}
+
+/// A Service balanced to a2 (a listener there): a1's connect to it goes to a2 at connect(),
+/// its peer shown as the VIP. Returns the listener.
+fn a1_reaches_a_service_balanced_at_the_socket(
+    lab: &CniLab,
+    pod_netns: &[Netns; 2],
+) -> std::net::TcpListener {
+    let listener = pod_netns[1]
+        .run_in(|| Ok(std::net::TcpListener::bind(("0.0.0.0", 8080))?))
+        .unwrap();
+    let mut topology = Topology::new();
+    topology.service(
+        "vpc-a",
+        &["subnet-a"],
+        "tcp",
+        &format!("{SERVICE}:80"),
+        &format!("{A2}:8080"),
+    );
+    topology.apply(&lab.lab).unwrap();
+    let connects = |netns: &Netns| {
+        netns
+            .run_in(|| {
+                Ok(std::net::TcpStream::connect_timeout(
+                    &(SERVICE, 80).into(),
+                    Duration::from_millis(500),
+                )?)
+            })
+            .is_ok()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || connects(&pod_netns[0])),
+        "a1 never reached the Service{}",
+        lab.logs()
+    );
+    a1_connects_to_the_service_at_the_socket(lab, &pod_netns[0]);
+    listener
+}
+
+/// One connect of a1 to the Service: balanced at the socket (counted), its peer the VIP.
+fn a1_connects_to_the_service_at_the_socket(lab: &CniLab, a1: &Netns) {
+    let before = socket_connects(&lab.nodes[0]);
+    let peer = a1
+        .run_in(|| {
+            let stream = std::net::TcpStream::connect_timeout(
+                &(SERVICE, 80).into(),
+                Duration::from_secs(2),
+            )?;
+            Ok(stream.peer_addr()?)
+        })
+        .unwrap();
+    assert_eq!(peer, (SERVICE, 80).into());
+    assert_eq!(
+        socket_connects(&lab.nodes[0]),
+        before + 1,
+        "a1's connect was not balanced at the socket{}",
+        lab.logs()
+    );
 }
 
 /// The host end of a2's veth (from its container ID).

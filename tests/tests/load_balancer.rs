@@ -45,6 +45,7 @@ use std::{
 use ovnbpf_agent::netns::run_in;
 use ovnbpf_tests::{
     bpffs::BpfMount,
+    cgroup::Cgroup2Mount,
     icmp,
     kubeovn::{PolicyPort, PolicyRule, Topology},
     network::Pod,
@@ -218,6 +219,81 @@ fn tcp_service(backends: &[Ipv4Addr]) -> Topology {
 
 #[test]
 fn services_balance_connections_over_backends_on_both_nodes() {
+    services(false);
+}
+
+/// The same with the socket-level balancer on: the same results; the client's connections to
+/// the VIP are sent to their backend at connect(), none balanced per packet.
+#[test]
+fn services_balance_the_same_at_the_socket() {
+    services(true);
+}
+
+/// Starts the two agents, pinned under `pins`; with `socket_lb`, the socket-level balancer on
+/// that cgroup2 mount's root, each pod's namespace named.
+fn start_agents(
+    lab: &ovnbpf_tests::ovn::OvnLab,
+    nodes: &[ovnbpf_tests::network::Node],
+    pods: &[Pod],
+    socket_lb: Option<&Cgroup2Mount>,
+    pins: &std::path::Path,
+    log_dir: &std::path::Path,
+) -> Vec<ovnbpf_tests::process::Child> {
+    (0..nodes.len())
+        .map(|index| start_agent(lab, nodes, pods, index, socket_lb, pins, log_dir))
+        .collect()
+}
+
+/// Starts node `index`'s agent (see [`start_agents`]).
+fn start_agent(
+    lab: &ovnbpf_tests::ovn::OvnLab,
+    nodes: &[ovnbpf_tests::network::Node],
+    pods: &[Pod],
+    index: usize,
+    socket_lb: Option<&Cgroup2Mount>,
+    pins: &std::path::Path,
+    log_dir: &std::path::Path,
+) -> ovnbpf_tests::process::Child {
+    {
+        {
+            let mut spec = scenario::planned_agent(nodes, &PODS, index, Some(pins));
+            if let Some(cgroup) = socket_lb {
+                spec.local_ports = PODS
+                    .iter()
+                    .zip(pods)
+                    .filter(|(plan, _)| plan.2 == index)
+                    .map(|((name, ..), pod)| {
+                        format!("{name}.ns={name}_h,netns={}", pod.netns().path().display())
+                    })
+                    .collect();
+                spec.extra_args.extend([
+                    "--socket-lb".into(),
+                    "--socket-lb-cgroup".into(),
+                    cgroup.path().display().to_string(),
+                ]);
+            }
+            let log = log_dir.join(format!("{}.log", scenario::NODES[index]));
+            spec.spawn(lab, &ovnbpf_tests::workspace_binary("ovnbpf-agent"), log)
+                .unwrap()
+        }
+    }
+}
+
+/// Counter `kind` of family `family` (`lb`, `socket_lb`) on node `index`'s datapath.
+fn lb_counter(
+    nodes: &[ovnbpf_tests::network::Node],
+    pins: &std::path::Path,
+    index: usize,
+    family: &str,
+    kind: &str,
+) -> u64 {
+    let counters = scenario::datapath_counters(&nodes[index], &pins.join(scenario::NODES[index]));
+    counters[family][kind]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {family} counter {kind}: {counters}"))
+}
+
+fn services(socket_lb: bool) {
     let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
     let mut topology = Topology::new();
     topology
@@ -257,14 +333,27 @@ fn services_balance_connections_over_backends_on_both_nodes() {
     serve_udp_late(b2, LATE_TARGET_PORT, Duration::from_millis(300));
     let bpffs = BpfMount::create().unwrap();
     let log_dir = tempfile::tempdir().unwrap();
-    let agents =
-        scenario::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
+    let cgroup = socket_lb.then(|| Cgroup2Mount::create().unwrap());
+    let agents = start_agents(
+        lab,
+        nodes,
+        &pods,
+        cgroup.as_ref(),
+        bpffs.path(),
+        log_dir.path(),
+    );
     let logs = || scenario::log_tails(&agents);
     assert!(scenario::planned_pods_up(lab, &PODS), "{}", logs());
     let reachable = wait_until(Duration::from_secs(10), || {
         Session::open(client, VIP, SERVICE_PORT).is_some()
     });
     assert!(reachable, "the VIP never answered{}", logs());
+    let counter = |family, kind| lb_counter(nodes, bpffs.path(), 0, family, kind);
+    let (balanced_before, connects_before, reversed_before) = (
+        counter("lb", "balanced"),
+        counter("socket_lb", "connect"),
+        counter("socket_lb", "reversed"),
+    );
 
     // 100 connections: every backend is reached; each connection keeps its backend; the
     // backend sees the client's own address.
@@ -288,6 +377,19 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         "{reached:?}"
     );
     assert!(reached.values().all(|&n| n >= 10), "{reached:?}");
+    // Where the balancing happened: at connect() (each connection's peer shown as the VIP), or
+    // per packet, and never both.
+    let (balanced, connects, reversed) = (
+        counter("lb", "balanced") - balanced_before,
+        counter("socket_lb", "connect") - connects_before,
+        counter("socket_lb", "reversed") - reversed_before,
+    );
+    if socket_lb {
+        assert_eq!((balanced, connects), (0, 100), "{}", logs());
+        assert!(reversed >= 100, "{reversed} peers shown as the VIP");
+    } else {
+        assert_eq!((balanced, connects, reversed), (100, 0, 0));
+    }
 
     // DNS-shaped UDP: a new socket each time; answers from the VIP, from both backends.
     let answers: BTreeSet<String> = (0..20)
@@ -311,7 +413,9 @@ fn services_balance_connections_over_backends_on_both_nodes() {
             .unwrap();
     }
     let mut quoted_sources = BTreeSet::new();
-    for _ in 0..12 {
+    // (At the socket, the datagrams go to the backends' own addresses: their errors need no
+    // translation, and only the socket's outcome below is the same.)
+    for _ in 0..if socket_lb { 0 } else { 12 } {
         let frame = scenario::unreachable_for_socket_datagram(client, CLIENT, REFUSING);
         let icmp = &frame[34..];
         assert_eq!(icmp::checksum(icmp), 0, "ICMP checksum: {frame:02x?}");
@@ -327,7 +431,7 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         quoted_sources.insert(u16::from_be_bytes([quoted[20], quoted[21]]));
     }
     assert!(
-        quoted_sources.len() > 1,
+        socket_lb || quoted_sources.len() > 1,
         "one source port: {quoted_sources:?}"
     );
     for _ in 0..5 {
@@ -538,6 +642,76 @@ fn services_balance_connections_over_backends_on_both_nodes() {
         Session::open(client, VIP, SERVICE_PORT).is_none()
     });
     assert!(gone, "the deleted Service still answers{}", logs());
+    if let Some(cgroup) = &cgroup {
+        socket_balancer_restarts(
+            lab,
+            nodes,
+            &pods,
+            agents,
+            cgroup,
+            bpffs.path(),
+            log_dir.path(),
+        );
+    }
+}
+
+/// node1's agent killed and started again: its programs take over the pinned cgroup links and
+/// the client's connects go on being balanced at the socket; started once more without
+/// `--socket-lb`, it detaches them and they are balanced per packet again.
+fn socket_balancer_restarts(
+    lab: &ovnbpf_tests::ovn::OvnLab,
+    nodes: &[ovnbpf_tests::network::Node],
+    pods: &[Pod],
+    mut agents: Vec<ovnbpf_tests::process::Child>,
+    cgroup: &Cgroup2Mount,
+    pins: &std::path::Path,
+    log_dir: &std::path::Path,
+) {
+    let client = &pods[0];
+    tcp_service(&[B1, B2, B3]).apply(lab).unwrap();
+    let counter = |family, kind| lb_counter(nodes, pins, 0, family, kind);
+    let ten_connections = || {
+        let before = (counter("lb", "balanced"), counter("socket_lb", "connect"));
+        for _ in 0..10 {
+            let mut session = Session::open(client, VIP, SERVICE_PORT).expect("the VIP");
+            assert_eq!(session.ask().expect("an answer").1, CLIENT.to_string());
+        }
+        (
+            counter("lb", "balanced") - before.0,
+            counter("socket_lb", "connect") - before.1,
+        )
+    };
+    agents[0].kill();
+    agents[0] = start_agent(lab, nodes, pods, 0, Some(cgroup), pins, log_dir);
+    let log_path = agents[0].log_path().unwrap().to_path_buf();
+    let log = || std::fs::read_to_string(&log_path).unwrap();
+    let replaced = wait_until(Duration::from_secs(10), || {
+        log()
+            .lines()
+            .filter(|line| {
+                line.contains("socket balancer attached") && line.contains("how=Replaced")
+            })
+            .count()
+            == 4
+    });
+    assert!(replaced, "{}", agents[0].log_tail());
+    let up = wait_until(Duration::from_secs(10), || {
+        Session::open(client, VIP, SERVICE_PORT).is_some()
+    });
+    assert!(up, "{}", agents[0].log_tail());
+    assert_eq!(ten_connections(), (0, 10), "after a restart");
+
+    agents[0].stop();
+    agents[0] = start_agent(lab, nodes, pods, 0, None, pins, log_dir);
+    let off = wait_until(Duration::from_secs(10), || {
+        log().contains("socket-level balancer off")
+    });
+    assert!(off, "{}", agents[0].log_tail());
+    let up = wait_until(Duration::from_secs(10), || {
+        Session::open(client, VIP, SERVICE_PORT).is_some()
+    });
+    assert!(up, "{}", agents[0].log_tail());
+    assert_eq!(ten_connections(), (10, 0), "without --socket-lb");
 }
 
 #[test]

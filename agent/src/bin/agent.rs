@@ -110,7 +110,9 @@ struct RunArgs {
     #[arg(long, env = "OVN_BRIDGE_MAPPINGS", default_value = "")]
     bridge_mappings: String,
     /// A logical port bound to this node by configuration (repeatable): `NAME`, or
-    /// `NAME=INTERFACE` to forward for it through its host-side veth (needs --uplink).
+    /// `NAME=INTERFACE` to forward for it through its host-side veth (needs --uplink), or
+    /// `NAME=INTERFACE,netns=PATH` to also name the pod's network namespace (for
+    /// --socket-lb).
     #[arg(long = "local-port")]
     local_ports: Vec<String>,
     /// Forward with the eBPF datapath, Geneve over this interface; `auto`: the interface that
@@ -180,6 +182,16 @@ struct RunArgs {
     /// the operator's choice; reported either way).
     #[arg(long, env = "OVNBPF_UNSUPPORTED_ACL", value_enum, default_value_t = UnsupportedAcl::Drop)]
     unsupported_acl: UnsupportedAcl,
+    /// Balance this node's pods' connections to Service VIPs at the socket as well: a
+    /// connect() or sendto() to a VIP goes to a backend directly (cgroup BPF hooks), so the
+    /// connection's packets carry no translation; the per-packet balancer stays for what no
+    /// socket here sends (other nodes, NodePorts, hairpins).
+    #[arg(long, env = "OVNBPF_SOCKET_LB")]
+    socket_lb: bool,
+    /// The cgroup v2 directory whose processes the socket-level balancer serves (default: the
+    /// cgroup2 mount's root, every process; it acts only for this agent's pods).
+    #[arg(long, env = "OVNBPF_SOCKET_LB_CGROUP")]
+    socket_lb_cgroup: Option<std::path::PathBuf>,
     /// How long CNI ADD waits for the pod's Port_Binding, then for it to be up.
     #[arg(long, default_value_t = 20)]
     cni_port_wait_s: u64,
@@ -324,6 +336,34 @@ fn tls_client(
 }
 
 /// `--uplink`: a name as given, or for `auto` the interface that holds the tunnel IP.
+/// The cgroup the socket-level balancer attaches to (`None` without --socket-lb).
+fn socket_lb_cgroup(args: &RunArgs) -> anyhow::Result<Option<std::path::PathBuf>> {
+    if !args.socket_lb {
+        return Ok(None);
+    }
+    match &args.socket_lb_cgroup {
+        Some(path) => Ok(Some(path.clone())),
+        None => ovnbpf_agent::dataplane::ebpf::socket_lb::cgroup2_mount()
+            .map(Some)
+            .context("--socket-lb: no cgroup2 file system is mounted (mount one, or name a cgroup v2 directory with --socket-lb-cgroup)"),
+    }
+}
+
+/// The namespace cookies of pods' namespaces by port; a namespace that cannot be read (its pod
+/// gone while the agent was down) is logged and left out: its sockets are balanced per packet.
+fn netns_cookies(paths: &[(String, std::path::PathBuf)]) -> std::collections::HashMap<String, u64> {
+    paths
+        .iter()
+        .filter_map(|(port, path)| match ovnbpf_agent::netns::cookie(path) {
+            Ok(cookie) => Some((port.clone(), cookie)),
+            Err(error) => {
+                tracing::warn!(port, %error, "no namespace cookie: the pod's sockets are balanced per packet");
+                None
+            }
+        })
+        .collect()
+}
+
 fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
     if uplink != "auto" {
         return Ok(uplink.to_string());
@@ -355,14 +395,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .trim()
             .to_string(),
     };
+    // Pods' network namespaces, by port, for the socket-level balancer.
+    let mut netns_paths: Vec<(String, std::path::PathBuf)> = Vec::new();
     let (local_ports, interfaces): (Vec<String>, Vec<(String, String)>) = {
         let mut names = Vec::new();
         let mut interfaces = Vec::new();
         for entry in &args.local_ports {
             match entry.split_once('=') {
-                Some((port, interface)) => {
+                Some((port, rest)) => {
+                    let (interface, namespace) = match rest.split_once(",netns=") {
+                        Some((interface, path)) => (interface, Some(path)),
+                        None => (rest, None),
+                    };
                     names.push(port.to_string());
                     interfaces.push((port.to_string(), interface.to_string()));
+                    if let Some(path) = namespace {
+                        netns_paths.push((port.to_string(), std::path::PathBuf::from(path)));
+                    }
                 }
                 None => names.push(entry.clone()),
             }
@@ -387,6 +436,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(store) = &store {
         for record in store.restorable(plumbing::host_interface_exists) {
             restored_ports.push(record.logical_port.clone());
+            netns_paths.push((
+                record.logical_port.clone(),
+                std::path::PathBuf::from(&record.netns),
+            ));
             interfaces.push((record.logical_port, record.host_interface));
         }
     }
@@ -417,6 +470,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             providers: config::parse_bridge_mappings(&args.bridge_mappings)
                 .map_err(|e| anyhow::anyhow!("--bridge-mappings: {e}"))?,
             acl_fail_open: args.unsupported_acl == UnsupportedAcl::Allow,
+            socket_lb_cgroup: socket_lb_cgroup(&args)?,
+            netns: if args.socket_lb {
+                netns_cookies(&netns_paths)
+            } else {
+                std::collections::HashMap::new()
+            },
         }),
         None if !interfaces.is_empty() => {
             anyhow::bail!("--local-port NAME=INTERFACE needs --uplink")
@@ -669,7 +728,7 @@ async fn shutdown_signal() {
 fn verify() -> anyhow::Result<()> {
     let programs = KernelPrograms::load().context("loading the kernel programs")?;
     println!(
-        "{:<14} {:>8} {:>14} {:>16}  stack bytes (frames; deepest chain)",
+        "{:<17} {:>8} {:>14} {:>16}  stack bytes (frames; deepest chain)",
         "program", "prog id", "verified insns", "translated bytes"
     );
     for program in programs.programs()? {
@@ -678,7 +737,7 @@ fn verify() -> anyhow::Result<()> {
             format!("{}; {}", frames.join("+"), stack.deepest_chain)
         });
         println!(
-            "{:<14} {:>8} {:>14} {:>16}  {}",
+            "{:<17} {:>8} {:>14} {:>16}  {}",
             program.name,
             program.id,
             program

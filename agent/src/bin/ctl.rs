@@ -637,6 +637,8 @@ fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()
                 "interfaces": interfaces,
                 "drops": counters.drops,
                 "router_replies": counters.router_replies,
+                "lb": counters.lb,
+                "socket_lb": counters.socket_lb,
             })
         );
         return Ok(());
@@ -664,6 +666,14 @@ fn print_counters(pin_dir: &std::path::Path, as_json: bool) -> anyhow::Result<()
     }
     println!("router replies by kind:");
     for (kind, count) in &counters.router_replies {
+        println!("  {kind:<28} {count}");
+    }
+    println!("load balancers, per packet:");
+    for (kind, count) in &counters.lb {
+        println!("  {kind:<28} {count}");
+    }
+    println!("load balancers, at the socket:");
+    for (kind, count) in &counters.socket_lb {
         println!("  {kind:<28} {count}");
     }
     Ok(())

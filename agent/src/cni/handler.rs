@@ -238,7 +238,15 @@ impl Handler {
                 })?;
                 let attachment = attacher
                     .attach(built.host_index)
-                    .map_err(|e| HandlerError::Failed(e.to_string()));
+                    .map_err(|e| HandlerError::Failed(e.to_string()))
+                    .map(|attachment| match built.netns_cookie() {
+                        Ok(cookie) => attachment.in_netns(cookie),
+                        Err(error) => {
+                            // Its sockets are then balanced per packet only.
+                            warn!(interface = nic.host_interface, %error, "cannot read the pod's namespace cookie");
+                            attachment
+                        }
+                    });
                 if attachment.is_err() {
                     let _ = plumbing::delete(&nic.host_interface);
                     return attachment;

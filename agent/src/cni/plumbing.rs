@@ -92,6 +92,14 @@ pub struct BuiltNic {
     pod_socket: rtnetlink::Socket,
 }
 
+impl BuiltNic {
+    /// The cookie of the pod's network namespace (see [`netns::cookie_of`]).
+    pub fn netns_cookie(&self) -> std::io::Result<u64> {
+        use std::os::fd::AsFd;
+        netns::cookie_of(self.pod_socket.as_fd())
+    }
+}
+
 /// Builds the NIC. On failure nothing is left behind.
 pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
     if !nic.netns.exists() {

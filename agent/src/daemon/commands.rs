@@ -115,6 +115,10 @@ impl Daemon {
                 );
                 let lb =
                     datapath::reading(datapath.map(|d| d.lb_counters()), "load-balancer counter");
+                let socket_lb = datapath::reading(
+                    datapath.map(|d| d.socket_lb_counters()),
+                    "socket-level balancer counter",
+                );
                 let acl_verdict_cache = datapath::reading(
                     datapath.map(|d| d.acl_verdict_cache()),
                     "ACL verdict cache counter",
@@ -145,6 +149,7 @@ impl Daemon {
                     conntrack,
                     acl_verdict_cache,
                     lb,
+                    socket_lb,
                     service_monitors: self.service_monitors.status_counts(),
                     service_monitor_probes: self.service_monitors.probe_counts(),
                 });

@@ -96,6 +96,8 @@ pub struct DaemonReport {
     pub acl_verdict_cache: Vec<(&'static str, u64)>,
     /// New connections the load balancers balanced, by how.
     pub lb: Vec<(&'static str, u64)>,
+    /// What the socket-level balancer did, per kind (empty without it).
+    pub socket_lb: Vec<(&'static str, u64)>,
     /// Load balancer backends this chassis probes, by the status it decided.
     pub service_monitors: Vec<(&'static str, u64)>,
     /// Their health-check probes, by outcome.

@@ -162,6 +162,13 @@ pub trait Datapath: Send {
         Ok(Vec::new())
     }
 
+    /// What the socket-level balancer did: connects and datagrams sent to a backend instead
+    /// of a VIP (`connect`, `sendmsg`), backends shown as their VIP (`reversed`), VIPs left
+    /// to the per-packet balancer (`left`), reverse entries not stored (`insert_failed`).
+    fn socket_lb_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
     /// Walks of ACL rule lists the verdict cache answered (`hit`) and walks done (`miss`).
     fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
         Ok(Vec::new())
@@ -236,12 +243,32 @@ pub trait PortAttacher: Send + Sync {
 #[derive(Debug, PartialEq, Eq)]
 pub struct PortAttachment {
     ifindex: u32,
+    netns: Option<u64>,
 }
 
 impl PortAttachment {
     /// For [`PortAttacher`] implementations: interface `ifindex` is attached.
     pub(crate) fn attached(ifindex: u32) -> Self {
-        Self { ifindex }
+        Self {
+            ifindex,
+            netns: None,
+        }
+    }
+
+    /// The pod behind the interface lives in the network namespace of cookie `netns`
+    /// (`SO_NETNS_COOKIE`), which the socket-level balancer knows its sockets by.
+    #[must_use]
+    pub fn in_netns(self, netns: u64) -> Self {
+        Self {
+            netns: Some(netns),
+            ..self
+        }
+    }
+
+    /// The pod's network namespace cookie, when the CNI server knows it.
+    #[must_use]
+    pub fn netns(&self) -> Option<u64> {
+        self.netns
     }
 
     #[must_use]

@@ -174,6 +174,12 @@ pub struct Socket {
     fd: OwnedFd,
 }
 
+impl std::os::fd::AsFd for Socket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Socket {
     pub fn open() -> io::Result<Self> {
         // SAFETY: plain socket call; the descriptor is owned from here on.

@@ -261,6 +261,65 @@ pub mod counter {
     ];
 }
 
+/// A pod whose sockets the socket-level balancer serves (`SOCK_LB_CLIENTS`, keyed by its
+/// network namespace's cookie): its switch and address. A socket of a namespace not listed
+/// (the host's, another agent's pods) is left alone.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockLbClient {
+    pub datapath: u32,
+    /// Network byte order.
+    pub ip: u32,
+}
+
+/// A backend a socket was sent to instead of a VIP (`SOCK_LB_REVERSE`): the socket's cookie,
+/// the backend's address (network byte order), port (host order) and the protocol. What the
+/// socket's owner is shown as its peer or a datagram's source is the VIP again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SockLbReverseKey {
+    pub cookie: u64,
+    pub backend: u32,
+    pub port: u16,
+    pub protocol: u8,
+    pub padding: u8,
+}
+
+/// The VIP (network byte order) and port (host order) a [`SockLbReverseKey`] stands for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockLbReverse {
+    pub vip: u32,
+    pub port: u16,
+    pub padding: u16,
+}
+
+/// Indexes of `SOCK_LB_COUNTERS`: what the socket-level balancer did.
+pub mod socket_counter {
+    /// connect() of a TCP or UDP socket to a VIP, sent to a backend instead.
+    pub const CONNECT: u32 = 0;
+    /// Datagrams sent to a VIP by address (sendmsg on an unconnected UDP socket), sent to a
+    /// backend instead.
+    pub const SENDMSG: u32 = 1;
+    /// A backend's address shown as the VIP's (a datagram's source, getpeername()).
+    pub const REVERSED: u32 = 2;
+    /// Left to the per-packet balancer: the backend picked was the client itself (a hairpin,
+    /// whose packets northd's hairpin stages give the VIP as source) or the VIP has none.
+    pub const LEFT: u32 = 3;
+    /// Translations whose reverse entry the table could not take (the socket's owner sees the
+    /// backend's address).
+    pub const INSERT_FAILED: u32 = 4;
+    pub const COUNT: u32 = 5;
+    /// Names for metrics, by index.
+    pub const NAMES: [&str; COUNT as usize] =
+        ["connect", "sendmsg", "reversed", "left", "insert_failed"];
+}
+
+/// Pods the socket-level balancer serves on a node.
+pub const MAX_SOCK_LB_CLIENTS: u32 = 16_384;
+/// Sockets' translations remembered (the least recently used make room).
+pub const MAX_SOCK_LB_REVERSE: u32 = 262_144;
+
 pub const MAX_LB_VIPS: u32 = 131_072;
 pub const MAX_LB_SWITCHES: u32 = 16_384;
 pub const MAX_LB_BACKENDS: u32 = 262_144;
@@ -293,6 +352,12 @@ mod pod {
     unsafe impl aya::Pod for LbAffinity {}
     // SAFETY: as above.
     unsafe impl aya::Pod for LbMemberKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for SockLbClient {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for SockLbReverseKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for SockLbReverse {}
 }
 
 #[cfg(test)]
@@ -311,6 +376,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<LbAddressKey>(), 8);
         assert_eq!(core::mem::size_of::<LbNatKey>(), 24);
         assert_eq!(core::mem::size_of::<LbNat>(), 24);
+        assert_eq!(core::mem::size_of::<SockLbClient>(), 8);
+        assert_eq!(core::mem::size_of::<SockLbReverseKey>(), 16);
+        assert_eq!(core::mem::size_of::<SockLbReverse>(), 8);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::{
     drop_reason,
     lb::{
         self, LbAddressKey, LbAffinity, LbAffinityKey, LbBackend, LbBackendKey, LbMemberKey, LbNat,
-        LbNatKey, LbVip, LbVipKey,
+        LbNatKey, LbVip, LbVipKey, SockLbClient, SockLbReverse, SockLbReverseKey,
     },
     router_reply, stage,
 };
@@ -281,4 +281,13 @@ declare_maps! {
     /// while it translates a reply (the delivery paths have little stack left). Holds nothing
     /// between frames.
     LbScratch = LB_SCRATCH: PerCpuArray<u32, [u8; lb::LB_SCRATCH_BYTES]>[1];
+    /// Hash: a pod's network namespace cookie → [`SockLbClient`]: the pods whose sockets the
+    /// socket-level balancer serves (written only with `--socket-lb`).
+    SockLbClients = SOCK_LB_CLIENTS: HashMap<u64, SockLbClient>[lb::MAX_SOCK_LB_CLIENTS];
+    /// LRU hash: [`SockLbReverseKey`] → [`SockLbReverse`]: the VIP each socket's backend stands
+    /// for, kept by the kernel.
+    SockLbReverseMap = SOCK_LB_REVERSE: LruHashMap<SockLbReverseKey, SockLbReverse>[lb::MAX_SOCK_LB_REVERSE];
+    /// Per-CPU array of `u64`, indexed by [`lb::socket_counter`]: what the socket-level
+    /// balancer did.
+    SockLbCounters = SOCK_LB_COUNTERS: PerCpuArray<u32, u64>[lb::socket_counter::COUNT];
 }

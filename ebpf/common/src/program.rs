@@ -31,8 +31,22 @@ pub const ACL_AFTER_LB: &str = "acl_after_lb";
 /// The load-balancer stage, tail-called from `from_pod` for packets to a VIP of the pod's
 /// switch (slot [`crate::stage::LB`]).
 pub const LB: &str = "lb";
+/// The socket-level balancer's programs (cgroup `sock_addr` hooks, attached to a cgroup with
+/// `--socket-lb`): a connect() to a VIP goes to a backend instead; so does a datagram sent to
+/// one; what the socket's owner reads back (a datagram's source, its peer) is the VIP again.
+pub const SOCK_CONNECT4: &str = "sock_connect4";
+pub const SOCK_SENDMSG4: &str = "sock_sendmsg4";
+pub const SOCK_RECVMSG4: &str = "sock_recvmsg4";
+pub const SOCK_GETPEERNAME4: &str = "sock_getpeername4";
+/// The socket-level programs, which the agent loads as cgroup programs, not classifiers.
+pub const SOCKET_LB: [&str; 4] = [
+    SOCK_CONNECT4,
+    SOCK_SENDMSG4,
+    SOCK_RECVMSG4,
+    SOCK_GETPEERNAME4,
+];
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 16] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -45,6 +59,10 @@ pub const ALL: [&str; 12] = [
     ACL_REJECT,
     ACL_AFTER_LB,
     LB,
+    SOCK_CONNECT4,
+    SOCK_SENDMSG4,
+    SOCK_RECVMSG4,
+    SOCK_GETPEERNAME4,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
 pub const STAGES: [(&str, u32); 8] = [

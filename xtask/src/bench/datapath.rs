@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijkl]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklm]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -17,7 +17,9 @@
 //! frame, TCP segmented before it leaves (README, "Geneve on the wire"), next to (c); (l) (c)'s
 //! pair, the client dialling a Service VIP balanced to (c)'s server (the `lb` stage, the router
 //! hop a VIP outside the subnet takes, the reply's translation back), next to (c), the client
-//! dialling the backend directly. vpc-a's subnets carry the Service's balancers, as every
+//! dialling the backend directly; (m) (l) with the socket-level balancer (`--socket-lb`, for
+//! a client pod of its own, pm: a connect() to the VIP goes to the backend, so the packets are
+//! (c)'s), next to (c) and (l). vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -54,6 +56,7 @@ use anyhow::{Context, Result};
 use ovnbpf_tests::{
     agent::AgentSpec,
     bpffs::BpfMount,
+    cgroup::Cgroup2Mount,
     kernel_time::{KernelTime, RunTime},
     kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, Topology, mac_for},
     names::unique_prefix,
@@ -177,7 +180,7 @@ impl BenchPath<'_> {
     }
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
-        matches!(self.letter, 'c' | 'j' | 'l')
+        matches!(self.letter, 'c' | 'j' | 'l' | 'm')
     }
 }
 
@@ -554,7 +557,7 @@ const fn ip(a: u8, b: u8, c: u8, d: u8) -> Ipv4Addr {
 }
 
 /// The ovnbpf fixture's pods.
-const PLAN: [PodPlan; 11] = [
+const PLAN: [PodPlan; 12] = [
     ("p1", "subnet-a", ip(10, 0, 1, 2), ip(10, 0, 1, 1), 0),
     ("p2", "subnet-a", ip(10, 0, 1, 3), ip(10, 0, 1, 1), 1),
     ("p3", "subnet-a2", ip(10, 0, 2, 3), ip(10, 0, 2, 1), 1),
@@ -570,10 +573,16 @@ const PLAN: [PodPlan; 11] = [
     ("pj2", "subnet-j", ip(10, 3, 1, 3), ip(10, 3, 1, 1), 1),
     // (k)'s server, on node3, which asks for outer checksums.
     ("p9", "subnet-a", ip(10, 0, 1, 9), ip(10, 0, 1, 1), 2),
+    // (m)'s client, next to p1: the one pod whose namespace node1's agent is told (its
+    // sockets balanced at connect()).
+    ("pm", "subnet-a", ip(10, 0, 1, 12), ip(10, 0, 1, 1), 0),
 ];
 
+/// [`PLAN`]'s index of (m)'s client.
+const SOCKET_CLIENT: usize = 11;
+
 /// The ovnbpf paths: letter, name, client pod (`None`: node1's own namespace), server pod.
-const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 9] = [
+const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 10] = [
     ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
     ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
     ('e', "(e) ovnbpf routed, peering", Some(0), 3),
@@ -585,6 +594,13 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 9] = [
     ('k', "(k) ovnbpf L2, outer checksums", Some(0), 10),
     // (c)'s pair, the client dialling a Service VIP balanced to (c)'s server.
     ('l', "(l) ovnbpf Service VIP", Some(0), 1),
+    // The same VIP from pm, balanced at the socket.
+    (
+        'm',
+        "(m) ovnbpf Service VIP, socket LB",
+        Some(SOCKET_CLIENT),
+        1,
+    ),
 ];
 
 /// (l)'s ClusterIP: one backend, (c)'s server, on every port the measures use, in vpc-a's
@@ -597,6 +613,8 @@ const SERVICE_VIP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 100);
 struct OvnbpfNodes {
     agents: Vec<Child>,
     bpffs: BpfMount,
+    /// The cgroup2 hierarchy node1's socket-level balancer attaches to (its root).
+    cgroup: Cgroup2Mount,
     pods: Vec<Pod>,
     _physical: PhysicalSwitch,
     nodes: [Node; 3],
@@ -689,12 +707,18 @@ impl OvnbpfNodes {
                 // Geneve costs 58 bytes; the underlay carries full frames.
                 mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
             })?);
-            local_ports[node].push(format!("{name}.bench={host}"));
+            local_ports[node].push(match pods.last() {
+                Some(pod) if name == PLAN[SOCKET_CLIENT].0 => {
+                    format!("{name}.bench={host},netns={}", pod.netns().path().display())
+                }
+                _ => format!("{name}.bench={host}"),
+            });
         }
         let bpffs = BpfMount::create()?;
         let mut fixture = OvnbpfNodes {
             agents: Vec::new(),
             bpffs,
+            cgroup: Cgroup2Mount::create()?,
             pods,
             _physical: physical,
             nodes,
@@ -713,12 +737,20 @@ impl OvnbpfNodes {
                 vec!["--encap-csum=true".into(), "--no-node-nic".into()]
             } else {
                 // ovn0 gets the pods' MTU, so (i) carries what (h) does per packet.
-                vec![
+                let mut args = vec![
                     "--bridge-mappings".into(),
                     "physnet1:eth1".into(),
                     "--pod-mtu".into(),
                     "1442".into(),
-                ]
+                ];
+                if index == 0 {
+                    args.extend([
+                        "--socket-lb".into(),
+                        "--socket-lb-cgroup".into(),
+                        fixture.cgroup.path().display().to_string(),
+                    ]);
+                }
+                args
             };
             let spec = AgentSpec {
                 chassis,
@@ -746,7 +778,7 @@ impl OvnbpfNodes {
                 client: client.map_or(self.nodes[0].netns(), |pod| self.pods[pod].netns()),
                 server: self.pods[server].netns(),
                 server_ip: PLAN[server].2,
-                target: if letter == 'l' {
+                target: if matches!(letter, 'l' | 'm') {
                     SERVICE_VIP
                 } else {
                     PLAN[server].2
@@ -840,7 +872,7 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
 /// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
 /// ovnbpf paths against each other, with the goals the README states.
 fn comparisons(letters: &str) -> Vec<(char, char)> {
-    let mut pairs: Vec<(char, char)> = "cdefhijkl"
+    let mut pairs: Vec<(char, char)> = "cdefhijklm"
         .chars()
         .flat_map(|x| [(x, 'a'), (x, 'b')])
         .collect();
@@ -853,6 +885,8 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('j', 'c'),
         ('k', 'c'),
         ('l', 'c'),
+        ('m', 'c'),
+        ('m', 'l'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -938,7 +972,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; l/c throughput ≥ 0.95 and RR p50 ≤ 1.05 (issue 17: with socket-level balancing)"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05"
     );
     json_results
 }
@@ -1024,11 +1058,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–l (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–m (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijkl");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijkl".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to l, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklm");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklm".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to m, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1040,7 +1074,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| RoutedPair::create(&prefix))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l'])
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();

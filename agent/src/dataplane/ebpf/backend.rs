@@ -104,6 +104,10 @@ impl Datapath for NodeDatapath {
         Ok(NodeDatapath::lb_counters(self)?)
     }
 
+    fn socket_lb_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(NodeDatapath::socket_lb_counters(self)?)
+    }
+
     fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
         Ok(NodeDatapath::acl_verdict_cache(self)?)
     }

@@ -1,13 +1,13 @@
 //! Reading a running datapath from outside its agent, through the pinned maps: per-interface
 //! counters (for pods' veths, the port's: interfaces are shown by name), drops per reason and the
-//! routers' answers per kind.
+//! routers' answers per kind, what the load balancers did (per packet and at the socket).
 //! Used by `ovnbpfctl datapath`; reads the pins (creating the layout's directories if absent,
 //! like the agent) and writes nothing else.
 
 use std::{collections::BTreeMap, path::Path};
 
 use aya::maps::{PerCpuArray, PerCpuHashMap};
-use ovnbpf_common::{InterfaceCounters, drop_reason, map, router_reply};
+use ovnbpf_common::{InterfaceCounters, drop_reason, lb, map, router_reply};
 
 use super::{EbpfError, events::interface_names, pins::PinLayout};
 
@@ -20,6 +20,10 @@ pub struct DatapathCounters {
     pub drops: BTreeMap<&'static str, u64>,
     /// Answers the routers sent, by kind name.
     pub router_replies: BTreeMap<&'static str, u64>,
+    /// What the per-packet load balancer did, by counter name.
+    pub lb: BTreeMap<&'static str, u64>,
+    /// What the socket-level balancer did, by counter name.
+    pub socket_lb: BTreeMap<&'static str, u64>,
 }
 
 /// Reads the counters pinned under `root` (the agent's `--pin-dir`).
@@ -42,6 +46,8 @@ pub fn read_counters(root: &Path) -> Result<DatapathCounters, EbpfError> {
     }
     counters.drops = named_totals(&pins, map::DROP_COUNTERS, &drop_reason::NAMES)?;
     counters.router_replies = named_totals(&pins, map::ROUTER_REPLIES, &router_reply::NAMES)?;
+    counters.lb = named_totals(&pins, map::LB_COUNTERS, &lb::counter::NAMES)?;
+    counters.socket_lb = named_totals(&pins, map::SOCK_LB_COUNTERS, &lb::socket_counter::NAMES)?;
     Ok(counters)
 }
 

@@ -308,6 +308,7 @@ impl L2State {
             let (datapath, key) = (info.datapath, info.key);
             self.mark_groups_of(datapath, key);
         }
+        self.mark_socket_client(port);
     }
 
     /// Number of map keys waiting for [`Self::flush`].

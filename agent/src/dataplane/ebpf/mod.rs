@@ -42,6 +42,7 @@ pub mod physical;
 pub mod pins;
 pub mod pod_filter;
 pub mod segmenter;
+pub mod socket_lb;
 pub mod stack;
 pub mod tables;
 
@@ -110,6 +111,8 @@ pub enum EbpfError {
     },
     #[error(transparent)]
     Netns(#[from] netns::NetnsError),
+    #[error("the cgroup {path} for the socket-level balancer: {source}")]
+    Cgroup { path: String, source: io::Error },
 }
 
 /// Where a program attaches; each hook runs one program on ingress of its interface (the agent
@@ -236,19 +239,12 @@ impl KernelPrograms {
             });
         }
         for name in program::ALL {
-            classifier(&mut ebpf, name)?
-                .load()
-                .map_err(|source| match source {
-                    ProgramError::LoadError {
-                        io_error,
-                        verifier_log,
-                    } => EbpfError::Rejected {
-                        name,
-                        source: io_error,
-                        log: format!("{verifier_log:?}"),
-                    },
-                    source => EbpfError::Program { name, source },
-                })?;
+            let loaded = if program::SOCKET_LB.contains(&name) {
+                sock_addr(&mut ebpf, name)?.load()
+            } else {
+                classifier(&mut ebpf, name)?.load()
+            };
+            loaded.map_err(|source| load_error(name, source))?;
         }
         let stages = fill_stages(&mut ebpf)?;
         Ok(Self {
@@ -580,6 +576,15 @@ impl KernelPrograms {
         self.named_counters(map::LB_COUNTERS, &ovnbpf_common::lb::counter::NAMES)
     }
 
+    /// What the socket-level balancer did (summed over CPUs), named as in
+    /// [`ovnbpf_common::lb::socket_counter::NAMES`].
+    pub fn socket_lb_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.named_counters(
+            map::SOCK_LB_COUNTERS,
+            &ovnbpf_common::lb::socket_counter::NAMES,
+        )
+    }
+
     /// Rule-list walks the verdict cache answered and walks done (summed over CPUs), named as in
     /// [`ovnbpf_common::acl::verdict_cache::NAMES`].
     pub fn acl_verdict_cache(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
@@ -677,6 +682,31 @@ fn fill_stages(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, EbpfError> {
             .map_err(|source| EbpfError::Map { name, source })?;
     }
     Ok(stages)
+}
+
+/// A program the verifier (or the loader) did not take, with the verifier's log.
+fn load_error(name: &'static str, source: ProgramError) -> EbpfError {
+    match source {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => EbpfError::Rejected {
+            name,
+            source: io_error,
+            log: format!("{verifier_log:?}"),
+        },
+        source => EbpfError::Program { name, source },
+    }
+}
+
+fn sock_addr<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut aya::programs::CgroupSockAddr, EbpfError> {
+    ebpf.program_mut(name)
+        .ok_or(EbpfError::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| EbpfError::Program { name, source })
 }
 
 fn classifier<'a>(

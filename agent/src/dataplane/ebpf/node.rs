@@ -22,7 +22,7 @@ use super::{
     l3::L3State,
     pins::{PinError, PinLayout},
     pod_filter::{self, PodFilterError, PodFilters},
-    segmenter, unpin_link,
+    segmenter, socket_lb, unpin_link,
 };
 use crate::dataplane::PortAttachment;
 use crate::pipeline::ir::IrDiff;
@@ -46,6 +46,12 @@ pub struct NodeDatapathConfig {
     /// ACLs that do not translate are ignored (`--unsupported-acl=allow`) instead of failing
     /// their switch's pipeline closed.
     pub acl_fail_open: bool,
+    /// The socket-level balancer (`--socket-lb`): the cgroup v2 directory its programs attach
+    /// to; `None`: off (connections to VIPs are balanced per packet only).
+    pub socket_lb_cgroup: Option<PathBuf>,
+    /// The network namespace (by its cookie) of each of [`Self::interfaces`]' pods that has a
+    /// known one, for the socket-level balancer.
+    pub netns: HashMap<String, u64>,
 }
 
 /// Errors starting the node datapath.
@@ -143,6 +149,21 @@ impl NodeDatapath {
         }
         let mut l2 = L2State::new(&config.chassis);
         l2.set_acl_fail_open(config.acl_fail_open);
+        match &config.socket_lb_cgroup {
+            Some(cgroup) => {
+                socket_lb::attach(&mut programs, cgroup, pins.as_ref())?;
+                l2.set_socket_lb(true);
+            }
+            None => {
+                let detached = pins.as_ref().map_or(0, socket_lb::detach_pinned);
+                if detached > 0 {
+                    info!(
+                        detached,
+                        "socket-level balancer off: a previous agent's links detached"
+                    );
+                }
+            }
+        }
         let mut providers = HashMap::new();
         for (network, interface) in &config.providers {
             let index = ifindex(interface)?;
@@ -176,6 +197,7 @@ impl NodeDatapath {
             info!(hook = ?Hook::Pod, interface, ?how, "program attached");
             l2.set_peer_in_namespace(index, peer_in_namespace(&socket, index, interface));
             l2.set_interface(port, Some(index));
+            l2.set_netns(port, config.netns.get(port).copied());
             plugged.insert(port.clone(), (interface.clone(), index));
         }
         let static_interfaces = hooks
@@ -276,6 +298,7 @@ impl NodeDatapath {
             .unwrap_or(false);
         self.l2.set_peer_in_namespace(index, here);
         self.l2.set_interface(port, Some(index));
+        self.l2.set_netns(port, filter.netns());
         let writes = self.l2.flush(&mut self.programs)?;
         info!(
             port,
@@ -296,6 +319,7 @@ impl NodeDatapath {
             return Ok(0);
         };
         self.l2.set_interface(port, None);
+        self.l2.set_netns(port, None);
         info!(port, interface, "port unplugged");
         self.l2.flush(&mut self.programs)
     }
@@ -442,6 +466,11 @@ impl NodeDatapath {
     /// What the load-balancer stage did.
     pub fn lb_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
         self.programs.lb_counters()
+    }
+
+    /// What the socket-level balancer did.
+    pub fn socket_lb_counters(&self) -> Result<Vec<(&'static str, u64)>, EbpfError> {
+        self.programs.socket_lb_counters()
     }
 
     /// The ACL log ring buffer's consumer (`None` after the first call).

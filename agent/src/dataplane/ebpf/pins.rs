@@ -1,6 +1,7 @@
 //! The agent's pins on the BPF filesystem, which let a restarted agent adopt the running datapath:
 //! maps at `<root>/v<LAYOUT_VERSION>/maps/<MAP>`, tcx links at
-//! `<root>/v<LAYOUT_VERSION>/links/<hook>-<ifindex>`. Checks that the root is on bpffs, lists and
+//! `<root>/v<LAYOUT_VERSION>/links/<hook>-<ifindex>`, the socket-level balancer's cgroup links at
+//! `<root>/v<LAYOUT_VERSION>/socket-lb/<cgroup id>-<program>`. Checks that the root is on bpffs, lists and
 //! removes link pins, and clears what another layout version left. Touches only files under its
 //! root.
 
@@ -51,7 +52,7 @@ pub struct PinLayout {
 
 impl PinLayout {
     /// Checks that `root` is (or would be created) on a BPF filesystem and creates the current
-    /// layout's `maps/` and `links/` directories under it.
+    /// layout's `maps/`, `links/` and `socket-lb/` directories under it.
     pub fn prepare(root: &Path) -> Result<Self, PinError> {
         let existing = root
             .ancestors()
@@ -69,6 +70,7 @@ impl PinLayout {
         for dir in [
             layout.versioned.join("maps"),
             layout.versioned.join("links"),
+            layout.socket_lb_dir(),
         ] {
             std::fs::create_dir_all(&dir).map_err(io_error("creating", &dir))?;
         }
@@ -108,6 +110,13 @@ impl PinLayout {
         self.versioned
             .join("links")
             .join(format!("{hook}-{ifindex}"))
+    }
+
+    /// The directory of the socket-level balancer's cgroup links
+    /// (`<cgroup id>-<program>`, see [`super::socket_lb`]).
+    #[must_use]
+    pub fn socket_lb_dir(&self) -> PathBuf {
+        self.versioned.join("socket-lb")
     }
 
     /// Whether any map of this layout is pinned (a previous agent ran).

@@ -8,7 +8,9 @@
 //! all its subnets, so a Service's backends are written once, not once per subnet). The
 //! connection table (`LB_CONNECTIONS`) and clients' affinities (`LB_AFFINITIES`) are the
 //! kernel's: established connections keep their backend when the list changes, as OVN's
-//! conntrack entries do; new ones see the new list.
+//! conntrack entries do; new ones see the new list. With `--socket-lb`, the pods plugged here
+//! whose network namespace is known are listed by its cookie (`SOCK_LB_CLIENTS`: their switch
+//! and address), for the socket-level balancer.
 //!
 //! Incremental: a VIP's change writes its own key, its address and switch and, when its backend
 //! list is new, that group's entries: O(its backends).
@@ -21,9 +23,9 @@ use std::{
 use ovnbpf_common::{
     lb::{
         LB_VIP_HAIRPIN, LB_VIP_REJECT, LbAddressKey, LbBackend as KernelBackend, LbBackendKey,
-        LbMemberKey, LbVip as KernelVip, LbVipKey,
+        LbMemberKey, LbVip as KernelVip, LbVipKey, SockLbClient,
     },
-    maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips},
+    maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips, SockLbClients},
 };
 
 use super::{
@@ -60,6 +62,12 @@ impl TableKey<LbBackends> for LbBackendKey {
     }
 }
 
+impl TableKey<SockLbClients> for u64 {
+    fn slot(&self) -> Slot<SockLbClients> {
+        *self
+    }
+}
+
 impl TableKey<LbMembers> for LbMemberKey {
     fn slot(&self) -> Slot<LbMembers> {
         *self
@@ -91,6 +99,12 @@ pub(super) struct LbState {
     address_table: Table<LbAddresses, LbAddressKey>,
     backend_table: Table<LbBackends, LbBackendKey>,
     member_table: Table<LbMembers, LbMemberKey>,
+    /// The socket-level balancer (`--socket-lb`): whether it serves pods, and each plugged
+    /// pod's network namespace cookie, both ways.
+    socket_lb: bool,
+    netns_of_port: HashMap<String, u64>,
+    port_of_netns: HashMap<u64, String>,
+    client_table: Table<SockLbClients, u64>,
 }
 
 impl LbState {
@@ -100,6 +114,7 @@ impl LbState {
             + self.address_table.pending()
             + self.backend_table.pending()
             + self.member_table.pending()
+            + self.client_table.pending()
     }
 
     fn key(datapath: u32, vip: &LbVip) -> LbVipKey {
@@ -329,7 +344,62 @@ impl L2State {
             |s| &mut s.lb.address_table,
             |s, key| s.lb.addresses.contains_key(key).then_some(1),
         )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.lb.client_table,
+            |s, netns| s.desired_socket_client(*netns),
+        )?;
         Ok(writes)
+    }
+
+    /// Whether the socket-level balancer serves this node's pods (their entries in
+    /// `SOCK_LB_CLIENTS`); set before the first flush.
+    pub fn set_socket_lb(&mut self, enabled: bool) {
+        self.lb.socket_lb = enabled;
+        let all: Vec<u64> = self.lb.port_of_netns.keys().copied().collect();
+        for netns in all {
+            self.lb.client_table.mark(netns);
+        }
+    }
+
+    /// The network namespace (by its cookie) of the pod behind `port`, `None` when it is
+    /// unplugged or its namespace is unknown.
+    pub fn set_netns(&mut self, port: &str, netns: Option<u64>) {
+        if let Some(old) = self.lb.netns_of_port.remove(port) {
+            self.lb.port_of_netns.remove(&old);
+            self.lb.client_table.mark(old);
+        }
+        if let Some(netns) = netns {
+            // A namespace holds one pod: a port that had it before lets it go.
+            if let Some(other) = self.lb.port_of_netns.insert(netns, port.to_string()) {
+                self.lb.netns_of_port.remove(&other);
+            }
+            self.lb.netns_of_port.insert(port.to_string(), netns);
+            self.lb.client_table.mark(netns);
+        }
+    }
+
+    /// Marks the socket-level balancer's entry of `port`'s pod (its switch or address moved).
+    pub(super) fn mark_socket_client(&mut self, port: &str) {
+        if let Some(netns) = self.lb.netns_of_port.get(port) {
+            self.lb.client_table.mark(*netns);
+        }
+    }
+
+    /// The pod in namespace `netns`, as the socket-level balancer sees it: its switch and
+    /// first IPv4 address, while it is plugged here.
+    fn desired_socket_client(&self, netns: u64) -> Option<SockLbClient> {
+        if !self.lb.socket_lb {
+            return None;
+        }
+        let port = self.lb.port_of_netns.get(&netns)?;
+        self.local_port(port)?;
+        let binding = self.physical.binding(port)?;
+        Some(SockLbClient {
+            datapath: binding.datapath,
+            ip: u32::from_ne_bytes(binding.address?.octets()),
+        })
     }
 
     /// Removes what this state did not install.
@@ -338,7 +408,8 @@ impl L2State {
             + self.lb.switch_table.sweep(maps)?
             + self.lb.address_table.sweep(maps)?
             + self.lb.backend_table.sweep(maps)?
-            + self.lb.member_table.sweep(maps)?)
+            + self.lb.member_table.sweep(maps)?
+            + self.lb.client_table.sweep(maps)?)
     }
 }
 

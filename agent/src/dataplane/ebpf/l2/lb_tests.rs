@@ -1,12 +1,13 @@
 //! The load-balancer family against a recording of the maps: a Service's VIP on every subnet
 //! of its VPC shares one backend group, a backend change rewrites only that group, the ports of
-//! switches with VIPs are listed in `LB_SWITCHES`, and everything goes with the last VIP.
+//! switches with VIPs are listed in `LB_SWITCHES`, and everything goes with the last VIP; the
+//! socket-level balancer's pods are listed by their namespace.
 
 use std::net::Ipv4Addr;
 
 use ovnbpf_common::{
-    lb::{LB_HASH_IP_SRC, LB_VIP_HAIRPIN, LbAddressKey, LbVipKey},
-    maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips},
+    lb::{LB_HASH_IP_SRC, LB_VIP_HAIRPIN, LbAddressKey, LbVipKey, SockLbClient},
+    maps::{LbAddresses, LbBackends, LbMembers, LbSwitches, LbVips, SockLbClients},
 };
 
 use super::super::L2State;
@@ -191,4 +192,79 @@ fn group_ids_follow_the_backend_list_not_the_order() {
     assert_eq!(first.len(), 3);
     assert_eq!(groups([2, 0, 1]), first);
     assert_eq!(groups([1, 2, 0]), first);
+}
+
+/// The client as the compiler emits it on switch `datapath`, with its address.
+fn addressed_client(datapath: u32) -> IrEntry {
+    IrEntry::Port {
+        datapath,
+        key: 3,
+        name: "client".into(),
+        kind: PortKind::Vif {
+            chassis: Some("node1".into()),
+        },
+        addresses: vec![crate::net::LspAddress {
+            mac: [0x0a, 0x58, 0x0a, 0, 1, 10],
+            ipv4: vec![crate::net::Ipv4Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 10),
+                length: 32,
+            }],
+            ipv6: Vec::new(),
+        }],
+        port_security: Vec::new(),
+    }
+}
+
+/// With `--socket-lb`, a plugged pod whose namespace is known is listed by its namespace's
+/// cookie with its switch and address; its switch changing rewrites that entry, unplugging it
+/// removes it; without the balancer nothing is listed.
+#[test]
+fn the_socket_balancer_knows_plugged_pods_by_their_namespace() {
+    const NETNS: u64 = 0x1234_5678_9abc;
+    let clients = |maps: &Recorder| maps.table::<SockLbClients>();
+    let mut state = L2State::new("node1");
+    state.set_socket_lb(true);
+    let mut maps = Recorder::default();
+    state.set_interface("client", Some(40));
+    state.set_netns("client", Some(NETNS));
+    apply(
+        &mut state,
+        &mut maps,
+        vec![addressed_client(SUBNET_A)],
+        vec![],
+    );
+    let listed = SockLbClient {
+        datapath: SUBNET_A,
+        ip: u32::from_ne_bytes([10, 0, 1, 10]),
+    };
+    assert_eq!(clients(&maps), [(NETNS, listed)].into());
+
+    apply(
+        &mut state,
+        &mut maps,
+        vec![addressed_client(SUBNET_B)],
+        vec![addressed_client(SUBNET_A)],
+    );
+    let moved = SockLbClient {
+        datapath: SUBNET_B,
+        ..listed
+    };
+    assert_eq!(clients(&maps), [(NETNS, moved)].into());
+
+    state.set_interface("client", None);
+    state.set_netns("client", None);
+    state.flush(&mut maps).unwrap();
+    assert!(clients(&maps).is_empty());
+
+    let mut off = L2State::new("node1");
+    let mut off_maps = Recorder::default();
+    off.set_interface("client", Some(40));
+    off.set_netns("client", Some(NETNS));
+    apply(
+        &mut off,
+        &mut off_maps,
+        vec![addressed_client(SUBNET_A)],
+        vec![],
+    );
+    assert!(clients(&off_maps).is_empty());
 }

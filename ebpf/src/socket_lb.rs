@@ -1,0 +1,166 @@
+//! The socket-level balancer (beyond OVN: what Cilium does instead of kube-proxy), cgroup
+//! `sock_addr` hooks the agent attaches with `--socket-lb`. For a pod of this node
+//! (`SOCK_LB_CLIENTS`, by its network namespace's cookie), a connect() to a VIP of its switch
+//! goes to a backend instead, picked from the same groups and with the same session affinity
+//! as the per-packet `lb` stage reads (`LB_VIPS`, `LB_BACKENDS`, `LB_AFFINITIES`); so does a
+//! datagram sent to a VIP by address. The connection then carries no translation at all: its
+//! packets are a pod's packets to a pod. What the socket's owner reads back, its peer
+//! (getpeername) and a datagram's source (recvmsg), is the VIP again (`SOCK_LB_REVERSE`, by
+//! the socket's cookie).
+//!
+//! Left to the per-packet stage, untouched: sockets of namespaces that are not our pods', VIPs
+//! without backends (the stage drops or rejects as the balancer says), and a client balanced to
+//! itself (northd's hairpin stages give such a connection the VIP as source, which a socket
+//! hook cannot). A backend is picked by a hash of the socket's cookie (so one socket's
+//! datagrams stay on one backend, as one conntrack entry keeps them) with the VIP's hash
+//! fields; a VIP hashed by the client's address alone picks as the stage does.
+//!
+//! Every hook lets the call go on (returns 1): the balancer redirects, it never refuses.
+
+use aya_ebpf::{
+    helpers::{bpf_get_netns_cookie, bpf_get_socket_cookie, bpf_ktime_get_ns},
+    programs::SockAddrContext,
+};
+use ovnbpf_common::lb::{
+    LbAffinityKey, LbNatKey, SockLbReverse, SockLbReverseKey, connection_hash, hash_fields, pick,
+    socket_counter,
+};
+
+use crate::{
+    SOCK_LB_CLIENTS, SOCK_LB_COUNTERS, SOCK_LB_REVERSE,
+    headers::{IPPROTO_TCP, IPPROTO_UDP},
+    lb::{backend_at, vip_of, with_affinity},
+    maps::get,
+};
+
+/// What a hook returns: the call goes on.
+pub const ALLOW: i32 = 1;
+
+/// connect() (TCP, UDP) and sendmsg() to an address (UDP): a VIP of the pod's switch becomes
+/// one of its backends; `counter` says which.
+#[inline(always)]
+pub fn redirect(ctx: &SockAddrContext, counter: u32) {
+    let addr = ctx.sock_addr;
+    // SAFETY: the kernel hands the hook a valid `bpf_sock_addr`; its fields are read with the
+    // sizes the verifier allows.
+    let (ip, raw_port, protocol) =
+        unsafe { ((*addr).user_ip4, (*addr).user_port, (*addr).protocol) };
+    let protocol = protocol as u8;
+    if protocol != IPPROTO_TCP && protocol != IPPROTO_UDP {
+        return;
+    }
+    // SAFETY: the helper takes the hook's own context.
+    let netns = unsafe { bpf_get_netns_cookie(addr.cast()) };
+    let Some(client) = get(&SOCK_LB_CLIENTS, netns).copied() else {
+        return;
+    };
+    let port = u16::from_be(raw_port as u16);
+    let Some(vip) = vip_of(client.datapath, ip, port, protocol) else {
+        return;
+    };
+    if vip.count == 0 {
+        crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::LEFT);
+        return;
+    }
+    // SAFETY: as above.
+    let cookie = unsafe { bpf_get_socket_cookie(addr.cast()) };
+    let key = LbNatKey {
+        source: client.ip,
+        destination: ip,
+        source_port: (cookie ^ (cookie >> 16) ^ (cookie >> 32) ^ (cookie >> 48)) as u16,
+        destination_port: port,
+        protocol,
+        ..LbNatKey::default()
+    };
+    let picked = pick(connection_hash(hash_fields(vip.flags), &key), vip.count);
+    let backend = match vip.affinity_seconds {
+        0 => backend_at(vip.group, picked),
+        seconds => {
+            let affinity = LbAffinityKey {
+                datapath: client.datapath,
+                client: client.ip,
+                vip: ip,
+                port,
+                protocol,
+                padding: 0,
+            };
+            // SAFETY: reading the clock has no preconditions.
+            with_affinity(affinity, &vip, picked, seconds, unsafe {
+                bpf_ktime_get_ns()
+            })
+        }
+    };
+    let Ok(backend) = backend else {
+        return;
+    };
+    if backend.ip == client.ip {
+        crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::LEFT);
+        return;
+    }
+    let backend_port = match backend.port {
+        0 => port,
+        own => own,
+    };
+    let reverse = SockLbReverseKey {
+        cookie,
+        backend: backend.ip,
+        port: backend_port,
+        protocol,
+        padding: 0,
+    };
+    let shown = SockLbReverse {
+        vip: ip,
+        port,
+        padding: 0,
+    };
+    if SOCK_LB_REVERSE.insert(reverse, shown, 0).is_err() {
+        crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::INSERT_FAILED);
+    }
+    // SAFETY: connect4 and sendmsg4 hooks may write the destination (4-byte stores).
+    unsafe {
+        (*addr).user_ip4 = backend.ip;
+        (*addr).user_port = u32::from(backend_port.to_be());
+    }
+    crate::counters::bump(&SOCK_LB_COUNTERS, counter);
+}
+
+/// getpeername() and recvmsg(): a backend a VIP was translated to for this socket is shown as
+/// the VIP.
+#[inline(always)]
+pub fn reverse(ctx: &SockAddrContext) {
+    let addr = ctx.sock_addr;
+    // SAFETY: as in `redirect`.
+    let (ip, raw_port, protocol) =
+        unsafe { ((*addr).user_ip4, (*addr).user_port, (*addr).protocol) };
+    let protocol = protocol as u8;
+    if protocol != IPPROTO_TCP && protocol != IPPROTO_UDP {
+        return;
+    }
+    // SAFETY: the helper takes the hook's own context.
+    let netns = unsafe { bpf_get_netns_cookie(addr.cast()) };
+    if get(&SOCK_LB_CLIENTS, netns).is_none() {
+        return;
+    }
+    // SAFETY: as above.
+    let cookie = unsafe { bpf_get_socket_cookie(addr.cast()) };
+    let key = SockLbReverseKey {
+        cookie,
+        backend: ip,
+        port: u16::from_be(raw_port as u16),
+        protocol,
+        padding: 0,
+    };
+    let Some(shown) = SOCK_LB_REVERSE
+        .get_ptr(key)
+        // SAFETY: LRU hash values stay valid while the program runs.
+        .map(|entry| unsafe { *entry })
+    else {
+        return;
+    };
+    // SAFETY: getpeername4 and recvmsg4 hooks may write the address shown (4-byte stores).
+    unsafe {
+        (*addr).user_ip4 = shown.vip;
+        (*addr).user_port = u32::from(shown.port.to_be());
+    }
+    crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::REVERSED);
+}
