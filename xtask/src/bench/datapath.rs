@@ -597,7 +597,7 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 10] = [
     // The same VIP from pm, balanced at the socket.
     (
         'm',
-        "(m) ovnbpf Service VIP, socket LB",
+        "(m) ovnbpf VIP, socket LB",
         Some(SOCKET_CLIENT),
         1,
     ),
