@@ -103,6 +103,8 @@ fn the_agent_registers_and_claims_over_tls_under_the_ovn_controller_role() {
     let remote = lab
         .serve_southbound_ssl(&server, &pki.ca_cert(), Some("ovn-controller"))
         .unwrap();
+    // Over the network, the Southbound now speaks TLS only.
+    lab.stop_southbound_tcp().unwrap();
     // A node forwarding for p1 with the eBPF datapath, so that the agent also reports `up`;
     // its only way to the Southbound is TLS.
     let mut underlay = Underlay::create(&unique_prefix()).unwrap();
@@ -214,6 +216,7 @@ fn a_wrong_ca_or_an_expired_server_certificate_is_refused_with_a_clear_error() {
     let remote = lab
         .serve_southbound_ssl(&pki.sign("ovnsb").unwrap(), &pki.ca_cert(), None)
         .unwrap();
+    lab.stop_southbound_tcp().unwrap();
     let mut agent = start_agent(&lab, &remote, &client, &other.ca_cert());
     let said = wait_until(Duration::from_secs(15), || {
         agent.log_tail().contains("invalid peer certificate")

@@ -205,6 +205,30 @@ impl OvnLab {
         Ok(format!("ssl:{}:{port}", Ipv4Addr::LOCALHOST))
     }
 
+    /// Stops the SB's plain TCP listener (`ptcp:`), so that over the network it is served only
+    /// as [`Self::serve_southbound_ssl`] set it up (its unix socket stays, for northd and the
+    /// harness's tools, as ovn-central keeps its local socket). Returns once the port refuses.
+    pub fn stop_southbound_tcp(&self) -> Result<()> {
+        let target = format!("ptcp:{}:{}", self.sb_port, Ipv4Addr::LOCALHOST);
+        let control = self
+            .dir
+            .path()
+            .join(format!("{}.ctl", Db::Southbound.short()));
+        process::output(
+            Command::new("ovs-appctl")
+                .arg("-t")
+                .arg(&control)
+                .args(["ovsdb-server/remove-remote", &target]),
+        )?;
+        let refused = wait_until(START_TIMEOUT, || {
+            std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, self.sb_port)).is_err()
+        });
+        if !refused {
+            bail!("the Southbound still accepts plain TCP on {}", self.sb_port);
+        }
+        Ok(())
+    }
+
     /// Stops the database server of `db` (clients see the connection drop; the file stays).
     pub fn stop_database(&mut self, db: Db) {
         match db {

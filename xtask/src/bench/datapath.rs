@@ -595,12 +595,7 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 10] = [
     // (c)'s pair, the client dialling a Service VIP balanced to (c)'s server.
     ('l', "(l) ovnbpf Service VIP", Some(0), 1),
     // The same VIP from pm, balanced at the socket.
-    (
-        'm',
-        "(m) ovnbpf VIP, socket LB",
-        Some(SOCKET_CLIENT),
-        1,
-    ),
+    ('m', "(m) ovnbpf VIP, socket LB", Some(SOCKET_CLIENT), 1),
 ];
 
 /// (l)'s ClusterIP: one backend, (c)'s server, on every port the measures use, in vpc-a's
