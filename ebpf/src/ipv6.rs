@@ -17,8 +17,10 @@
 //! address, to the next hop's solicited-node group, hop limit 255, a source link-layer option),
 //! flooded on the switch like its ARP requests; the packet is dropped. What needs more (the
 //! answer or the forwarding toward a known neighbour, any other destination) is dropped and
-//! counted (`ipv6_to_router`: issue 21). Reads `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`,
-//! `NEIGHBOURS6`, `L2_FIB`; counts its solicitations in `ROUTER_REPLIES`.
+//! counted (`ipv6_to_router`: issue 21). The responder's answers go back through the
+//! solicitor's egress port security. Reads `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`,
+//! `NEIGHBOURS6`, `L2_FIB` (and, through `port_security`, `PORT_SECURITY`); counts its
+//! solicitations in `ROUTER_REPLIES`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{
@@ -157,6 +159,11 @@ fn advertise(
         (2, answer.mac),
     );
     write(ctx, &advertisement)?;
+    // Back through the solicitor's egress port security, as OVN's `outport = inport; output;`
+    // goes (a pod whose port security lists IPv4 only receives no IPv6, this answer neither).
+    if !crate::port_security::egress_allows(ctx, request.ifindex) {
+        return Err(drop_reason::EGRESS_PORT_SECURITY);
+    }
     Ok(Some(reply_to_sender(ctx, request.ifindex)))
 }
 

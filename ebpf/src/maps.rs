@@ -15,10 +15,10 @@ use ovnbpf_common::maps::{
     FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities,
     LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips, Localnets,
     MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
-    PoliciesBySource, PolicyPairs, PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables,
-    RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes, SockLbClients,
-    SockLbCounters, SockLbReverseMap, SourceRoutes, Stages, TunnelConfigMap, TunnelPorts,
-    kind::MapKind, same_name,
+    PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
+    RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes,
+    SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes, Stages, TunnelConfigMap,
+    TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -75,6 +75,7 @@ kernel_map!(TUNNEL_PORTS: HashMap = TunnelPorts);
 kernel_map!(POD_PORTS: HashMap = PodPorts);
 kernel_map!(L2_FIB: HashMap = L2Fib);
 kernel_map!(PORT_SECURITY: HashMap = PortSecurityMap);
+kernel_map!(PORT_SECURITY6: HashMap = PortSecurity6Map);
 kernel_map!(ARP_RESPONDER: HashMap = ArpResponder);
 kernel_map!(FLOOD_GROUPS: HashMap = FloodGroups);
 kernel_map!(FLOOD_MEMBERS: HashMap = FloodMembers);

@@ -242,6 +242,19 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     );
     lab.nbctl(&["--wait=sb", "lsp-set-port-security", &secured.port, &entry])
         .unwrap();
+    // A dual-stack one: port security "MAC IPv4 IPv6", as Kube-OVN writes it for a pod of a
+    // dual-stack subnet.
+    let dual = pods
+        .iter()
+        .find(|p| p.port == DUAL_PORT)
+        .expect("the dual-stack pod");
+    let entry = format!(
+        "{} {} {DUAL_IP6}",
+        ovnbpf_agent::net::format_mac(&dual.mac),
+        dual.ip
+    );
+    lab.nbctl(&["--wait=sb", "lsp-set-port-security", &dual.port, &entry])
+        .unwrap();
     // A neighbour a chassis learned (MAC_Binding is written by chassis, not northd): a second
     // address of the first subnet-a pod.
     let owner = pods
@@ -280,6 +293,12 @@ const NODE2_IP: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 3);
 const NODE2_MAC: &str = "0a:58:64:40:00:03";
 const NODE1_INTERNAL_IP: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 2);
 const NODE2_INTERNAL_IP: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 3);
+
+/// The pod whose port security lists an IPv6 address too, and that address.
+const DUAL_PORT: &str = "subnet-a-p1.ns";
+const DUAL_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0x11);
+/// An IPv6 address no port security lists.
+const UNLISTED_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0x99);
 
 /// The address of the learned neighbour.
 const LEARNED: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 77);
@@ -581,10 +600,9 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 ipv4(pod, other.mac, Ipv4Addr::new(a, b, c, 203), 64, PING),
             );
         }
-        // IPv6: the router ports' link-local addresses (pods here are IPv4-only; they send from
-        // their own EUI-64 link-local address). The port-secured pod is left out: IPv6 port
-        // security is not modelled.
-        if pod.switch != "subnet-a2" || pod.ip.octets()[3] != 10 {
+        // IPv6: the router ports' link-local addresses (pods here send from their own EUI-64
+        // link-local address, which port security admits).
+        {
             let gateway6 = link_local(router_mac);
             add(
                 "solicits its gateway's link-local address",
@@ -677,7 +695,144 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             );
         }
     }
+    cases.extend(ipv6_port_security_cases(pods));
     cases
+}
+
+/// IPv6 through port security, pod to pod on one switch: the dual-stack pod from its listed
+/// address and from one it does not hold, its neighbour discovery naming another MAC or
+/// advertising another address; its neighbour sending to its listed address and to another;
+/// and IPv6 to the pod whose port security lists IPv4 only.
+fn ipv6_port_security_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
+    let find = |port: &str| pods.iter().find(|p| p.port == port).expect(port);
+    let (dual, neighbour) = (find(DUAL_PORT), find("subnet-a-p0.ns"));
+    let (secured, secured_neighbour) = (find("subnet-a2-p0.ns"), find("subnet-a2-p1.ns"));
+    let from = |pod: &Pod, source: Ipv6Addr, to: &Pod, destination: Ipv6Addr, l4: L4| Packet {
+        eth_src: pod.mac,
+        eth_dst: to.mac,
+        l3: L3::Ipv6 {
+            source,
+            destination,
+            // Neighbour discovery travels with hop limit 255 (OVN's `nd` matches say so).
+            ttl: if matches!(l4, L4::Nd { .. }) { 255 } else { 64 },
+            l4,
+        },
+    };
+    let udp = L4::Udp {
+        source: 40000,
+        destination: 53,
+    };
+    let nd = |kind, target, own: [u8; 6]| L4::Nd {
+        kind,
+        target,
+        sll: if kind == 135 { own } else { [0; 6] },
+        tll: if kind == 136 { own } else { [0; 6] },
+    };
+    let neighbour_ll = link_local(neighbour.mac);
+    let spoofed_mac = [0x0a, 0x58, 0xde, 0xad, 0xbe, 0xef];
+    let cases = [
+        (
+            dual,
+            "sends UDP from its listed IPv6 address",
+            from(dual, DUAL_IP6, neighbour, neighbour_ll, udp),
+        ),
+        (
+            dual,
+            "sends UDP from an IPv6 address it does not hold",
+            from(dual, UNLISTED_IP6, neighbour, neighbour_ll, udp),
+        ),
+        (
+            dual,
+            "solicits its neighbour as itself",
+            from(
+                dual,
+                DUAL_IP6,
+                neighbour,
+                neighbour_ll,
+                nd(135, neighbour_ll, dual.mac),
+            ),
+        ),
+        (
+            dual,
+            "solicits its neighbour naming another MAC",
+            from(
+                dual,
+                DUAL_IP6,
+                neighbour,
+                neighbour_ll,
+                nd(135, neighbour_ll, spoofed_mac),
+            ),
+        ),
+        (
+            dual,
+            "advertises its listed address",
+            from(
+                dual,
+                DUAL_IP6,
+                neighbour,
+                neighbour_ll,
+                nd(136, DUAL_IP6, dual.mac),
+            ),
+        ),
+        (
+            dual,
+            "advertises an address it does not hold",
+            from(
+                dual,
+                DUAL_IP6,
+                neighbour,
+                neighbour_ll,
+                nd(136, UNLISTED_IP6, dual.mac),
+            ),
+        ),
+        (
+            dual,
+            "advertises its address naming another MAC",
+            from(
+                dual,
+                DUAL_IP6,
+                neighbour,
+                neighbour_ll,
+                nd(136, DUAL_IP6, spoofed_mac),
+            ),
+        ),
+        (
+            neighbour,
+            "sends UDP to the dual-stack pod's listed address",
+            from(neighbour, neighbour_ll, dual, DUAL_IP6, udp),
+        ),
+        (
+            neighbour,
+            "sends UDP to the dual-stack pod at an address it does not hold",
+            from(neighbour, neighbour_ll, dual, UNLISTED_IP6, udp),
+        ),
+        (
+            secured_neighbour,
+            "sends UDP to the IPv4-only pod's link-local address",
+            from(
+                secured_neighbour,
+                link_local(secured_neighbour.mac),
+                secured,
+                link_local(secured.mac),
+                udp,
+            ),
+        ),
+        (
+            secured,
+            "sends UDP from a global IPv6 address (IPv4-only port security)",
+            from(
+                secured,
+                UNLISTED_IP6,
+                secured_neighbour,
+                link_local(secured_neighbour.mac),
+                udp,
+            ),
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(pod, what, packet)| (format!("{} {what}", pod.port), pod, packet))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

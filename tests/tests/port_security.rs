@@ -4,15 +4,21 @@
 //! reported on the drop-event ring buffer. Ports without port security are not checked. Egress:
 //! a pod with port security receives only frames to its MAC (or multicast) and IPv4 to its
 //! address, broadcast or multicast; the rest is dropped and counted `egress_port_security`.
+//! IPv6, as ovn-trace's `check_in_port_sec`/`check_out_port_sec` judge it: a dual-stack pod
+//! sends from its IPv6 address or its link-local one, its neighbour discovery naming its own
+//! MAC (or none) and, in advertisements, its own addresses; it receives IPv6 to them or to
+//! multicast. A pod listing only IPv4 sends IPv6 from its link-local address only and
+//! receives none; one listing only IPv6 sends no IPv4 but DHCP discovery and receives none;
+//! ARP must name the pod's MAC even without addresses.
 
 mod common;
 
 use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms, events::DropReport};
-use ovnbpf_common::maps::{L2Fib, PortSecurityMap};
+use ovnbpf_common::maps::{L2Fib, PortSecurity6Map, PortSecurityMap};
 use ovnbpf_common::{
-    FIB_LOCAL, FibEntry, FibKey, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, PodPort,
-    PortSecurity, drop_reason,
+    FIB_LOCAL, FibEntry, FibKey, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER,
+    PORT_SECURITY_IPV4, PORT_SECURITY_IPV6, PodPort, PortSecurity, PortSecurity6, drop_reason,
 };
 use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT};
 use ovnbpf_tests::require_root;
@@ -46,7 +52,7 @@ fn mac_and_ip() -> PortSecurity {
     PortSecurity {
         mac: MAC,
         ip_count: 1,
-        padding: 0,
+        flags: PORT_SECURITY_IPV4,
         ips,
     }
 }
@@ -236,4 +242,296 @@ fn egress_port_security_drops_what_the_receiving_port_does_not_list() {
         .test_run(Hook::Pod, &to(OTHER_MAC, [10, 0, 1, 66]))
         .unwrap();
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+}
+
+const IP6: [u8; 16] = [0xfd, 0, 0x10, 0x16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const OTHER_IP6: [u8; 16] = [0xfd, 0, 0x10, 0x16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3];
+const SPOOFED_IP6: [u8; 16] = [0xfd, 0, 0x10, 0x16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x66];
+const LINK_LOCAL: [u8; 16] = ovnbpf_common::ipv6::link_local(MAC);
+/// A unicast MAC the frames are sent to (no FIB entry: allowed frames are passed on).
+const PEER_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 3];
+const ICMPV6: u8 = 58;
+
+/// Port security of `flags` with IPv4 `IP` (when listed) and IPv6 `IP6` (when listed), on
+/// ifindex `ifindex`.
+fn secure(programs: &mut KernelPrograms, ifindex: u32, flags: u8) {
+    let mut security = PortSecurity {
+        mac: MAC,
+        flags,
+        ..PortSecurity::default()
+    };
+    if flags & PORT_SECURITY_IPV4 != 0 {
+        security.ips[0] = u32::from_ne_bytes(IP);
+        security.ip_count = 1;
+    }
+    programs.set::<PortSecurityMap>(ifindex, security).unwrap();
+    if flags & PORT_SECURITY_IPV6 != 0 {
+        let mut security6 = PortSecurity6::default();
+        security6.ips[0] = IP6;
+        security6.ip_count = 1;
+        programs
+            .set::<PortSecurity6Map>(ifindex, security6)
+            .unwrap();
+    }
+}
+
+/// Ethernet (`eth_source` → `eth_destination`) + IPv6 (`source` → `destination`, hop limit
+/// 255) + `payload` of protocol `next_header`.
+fn ipv6(
+    eth_source: [u8; 6],
+    eth_destination: [u8; 6],
+    source: [u8; 16],
+    destination: [u8; 16],
+    next_header: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut frame = eth_destination.to_vec();
+    frame.extend_from_slice(&eth_source);
+    frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    frame.extend_from_slice(&[next_header, 255]);
+    frame.extend_from_slice(&source);
+    frame.extend_from_slice(&destination);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+fn udp6(source: [u8; 16], destination: [u8; 16]) -> Vec<u8> {
+    ipv6(
+        MAC,
+        PEER_MAC,
+        source,
+        destination,
+        17,
+        &[0x13, 0x88, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4],
+    )
+}
+
+/// A neighbour solicitation (135) or advertisement (136) from `source` about `target`, with a
+/// link-layer address option (source for a solicitation, target for an advertisement) when
+/// `option` names one.
+fn nd(kind: u8, source: [u8; 16], target: [u8; 16], option: Option<[u8; 6]>) -> Vec<u8> {
+    let mut message = vec![kind, 0, 0, 0, if kind == 136 { 0x60 } else { 0 }, 0, 0, 0];
+    message.extend_from_slice(&target);
+    if let Some(mac) = option {
+        message.extend_from_slice(&[if kind == 135 { 1 } else { 2 }, 1]);
+        message.extend_from_slice(&mac);
+    }
+    ipv6(MAC, PEER_MAC, source, OTHER_IP6, ICMPV6, &message)
+}
+
+/// Each (what, frame, allowed) sent by the pod on ifindex 1: allowed ones get past port
+/// security (what the switch then does with them is not this test's), the rest are dropped and
+/// counted `port_security`.
+fn judge(programs: &KernelPrograms, cases: &[(&str, Vec<u8>, bool)]) {
+    for (what, frame, allowed) in cases {
+        let before = drops(programs);
+        let outcome = programs.test_run(Hook::Pod, frame).unwrap();
+        if *allowed {
+            assert_eq!(drops(programs), before, "{what}");
+        } else {
+            assert_eq!(
+                (outcome.verdict, drops(programs)),
+                (TC_ACT_SHOT, before + 1),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dual_stack_pod_sends_ipv6_only_as_itself() {
+    let mut programs = programs(false);
+    secure(&mut programs, 1, PORT_SECURITY_IPV4 | PORT_SECURITY_IPV6);
+    judge(
+        &programs,
+        &[
+            ("from its IPv6 address", udp6(IP6, OTHER_IP6), true),
+            (
+                "from its link-local address",
+                udp6(LINK_LOCAL, OTHER_IP6),
+                true,
+            ),
+            (
+                "from another IPv6 address",
+                udp6(SPOOFED_IP6, OTHER_IP6),
+                false,
+            ),
+            (
+                "its IPv4 still",
+                udp(MAC, IP, [10, 0, 1, 3], (5000, 53)),
+                true,
+            ),
+            (
+                "a solicitation as itself",
+                nd(135, IP6, OTHER_IP6, Some(MAC)),
+                true,
+            ),
+            (
+                "a solicitation naming no MAC",
+                nd(135, IP6, OTHER_IP6, None),
+                true,
+            ),
+            (
+                "a solicitation naming another MAC",
+                nd(135, IP6, OTHER_IP6, Some(SPOOFED_MAC)),
+                false,
+            ),
+            (
+                "an advertisement of itself",
+                nd(136, IP6, IP6, Some(MAC)),
+                true,
+            ),
+            (
+                "an advertisement of its link-local address",
+                nd(136, LINK_LOCAL, LINK_LOCAL, None),
+                true,
+            ),
+            (
+                "an advertisement naming another MAC",
+                nd(136, IP6, IP6, Some(SPOOFED_MAC)),
+                false,
+            ),
+            (
+                "an advertisement of another address",
+                nd(136, IP6, SPOOFED_IP6, Some(MAC)),
+                false,
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_single_stack_pod_sends_only_its_family() {
+    let mut programs = programs(false);
+    secure(&mut programs, 1, PORT_SECURITY_IPV4);
+    judge(
+        &programs,
+        &[
+            (
+                "IPv4-only: from an IPv6 address",
+                udp6(IP6, OTHER_IP6),
+                false,
+            ),
+            (
+                "IPv4-only: from its link-local address",
+                udp6(LINK_LOCAL, OTHER_IP6),
+                true,
+            ),
+            (
+                "IPv4-only: an advertisement of another address",
+                nd(136, LINK_LOCAL, SPOOFED_IP6, Some(MAC)),
+                true,
+            ),
+        ],
+    );
+    secure(&mut programs, 1, PORT_SECURITY_IPV6);
+    judge(
+        &programs,
+        &[
+            (
+                "IPv6-only: IPv4",
+                udp(MAC, IP, [10, 0, 1, 3], (5000, 53)),
+                false,
+            ),
+            (
+                "IPv6-only: DHCP discovery",
+                udp(MAC, [0; 4], [255; 4], (68, 67)),
+                true,
+            ),
+            ("IPv6-only: ARP as itself", arp_request(MAC, IP), true),
+            ("IPv6-only: from its address", udp6(IP6, OTHER_IP6), true),
+        ],
+    );
+    secure(&mut programs, 1, 0);
+    judge(
+        &programs,
+        &[
+            ("MAC only: any IPv6", udp6(SPOOFED_IP6, OTHER_IP6), true),
+            (
+                "MAC only: ARP as itself",
+                arp_request(MAC, [10, 0, 1, 66]),
+                true,
+            ),
+            (
+                "MAC only: ARP naming another MAC",
+                arp_request(SPOOFED_MAC, IP),
+                false,
+            ),
+        ],
+    );
+}
+
+/// Pod 1 (no port security) sends IPv6 to a local pod on veth 40 whose port security is
+/// `flags`: what that pod lists (or multicast) is delivered, the rest dropped and counted.
+#[test]
+fn egress_port_security_checks_ipv6_destinations() {
+    const RECEIVER: u32 = 40;
+    let mut programs = programs(false);
+    let key = FibKey {
+        datapath: 5,
+        mac: MAC,
+        padding: [0; 2],
+    };
+    let entry = FibEntry {
+        kind: FIB_LOCAL,
+        ifindex: RECEIVER,
+        flags: LOCAL_PORT_VETH_PEER | LOCAL_PORT_EGRESS_SECURITY,
+        ..FibEntry::default()
+    };
+    programs.set::<L2Fib>(key, entry).unwrap();
+    let to = |destination: [u8; 16]| {
+        ipv6(
+            PEER_MAC,
+            MAC,
+            OTHER_IP6,
+            destination,
+            17,
+            &[0x13, 0x88, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4],
+        )
+    };
+    let all_nodes = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    for (flags, what, frame, delivered) in [
+        (
+            PORT_SECURITY_IPV4 | PORT_SECURITY_IPV6,
+            "to its address",
+            to(IP6),
+            true,
+        ),
+        (
+            PORT_SECURITY_IPV4 | PORT_SECURITY_IPV6,
+            "to its link-local address",
+            to(LINK_LOCAL),
+            true,
+        ),
+        (
+            PORT_SECURITY_IPV4 | PORT_SECURITY_IPV6,
+            "to all nodes",
+            to(all_nodes),
+            true,
+        ),
+        (
+            PORT_SECURITY_IPV4 | PORT_SECURITY_IPV6,
+            "to another address",
+            to(SPOOFED_IP6),
+            false,
+        ),
+        (
+            PORT_SECURITY_IPV4,
+            "IPv4-only, to its link-local address",
+            to(LINK_LOCAL),
+            false,
+        ),
+        (0, "MAC only, to any address", to(SPOOFED_IP6), true),
+    ] {
+        secure(&mut programs, RECEIVER, flags);
+        let before = drops_of(&programs, "egress_port_security");
+        let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
+        let dropped = drops_of(&programs, "egress_port_security") - before;
+        if delivered {
+            assert_eq!((outcome.verdict, dropped), (TC_ACT_REDIRECT, 0), "{what}");
+        } else {
+            assert_eq!((outcome.verdict, dropped), (TC_ACT_SHOT, 1), "{what}");
+        }
+    }
 }

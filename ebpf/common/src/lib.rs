@@ -150,16 +150,46 @@ pub const FIB_SERVICE_MONITOR: u32 = 4;
 /// Most IPv4 addresses one [`PortSecurity`] entry holds.
 pub const PORT_SECURITY_MAX_IPS: usize = 4;
 
-/// OVN's ingress port security for one pod (Port_Binding.port_security "MAC [IP…]"): frames must
-/// come from `mac`; when `ip_count` > 0, IPv4 packets from one of `ips` (network byte order; or a
-/// DHCP discovery from 0.0.0.0) and ARP with `mac` and one of `ips` as sender.
+/// OVN's port security for one pod (Port_Binding.port_security "MAC [IPv4…] [IPv6…]"), as
+/// ovn-controller's port-security flows and ovn-trace's `check_in_port_sec` judge it: frames
+/// must come from `mac` and ARP name it as sender. With addresses of either family listed
+/// (`flags`), IPv4 must come from one of `ips` (network byte order; or be a DHCP discovery from
+/// 0.0.0.0) and ARP name one of them, and IPv6 must come from one of the port's
+/// [`PortSecurity6`] addresses or the link-local address derived from `mac`, neighbour
+/// discovery naming `mac` (or nothing) as its link-layer address and, with IPv6 addresses
+/// listed, one of them (or that link-local one) as an advertisement's target. Egress: IPv4 to
+/// one of `ips`, broadcast or multicast when IPv4 is listed, none when only IPv6 is; IPv6 to
+/// one of the IPv6 addresses, the link-local one or multicast when IPv6 is listed, none when
+/// only IPv4 is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortSecurity {
     pub mac: [u8; 6],
     pub ip_count: u8,
-    pub padding: u8,
+    /// [`PORT_SECURITY_IPV4`], [`PORT_SECURITY_IPV6`]: which families the entry lists
+    /// addresses of (whether or not they fit `ips`: a listed prefix admits none of its
+    /// addresses here, which is stricter than OVN, never looser).
+    pub flags: u8,
     pub ips: [u32; PORT_SECURITY_MAX_IPS],
+}
+
+/// [`PortSecurity::flags`]: IPv4 addresses are listed.
+pub const PORT_SECURITY_IPV4: u8 = 1 << 0;
+/// [`PortSecurity::flags`]: IPv6 addresses are listed.
+pub const PORT_SECURITY_IPV6: u8 = 1 << 1;
+
+/// Most IPv6 addresses one [`PortSecurity6`] entry holds.
+pub const PORT_SECURITY_MAX_IPS6: usize = 4;
+
+/// The IPv6 addresses of a pod's port security (`PORT_SECURITY6`, by the veth's index), host
+/// addresses only (`/128`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortSecurity6 {
+    /// First, so that each address is 8-byte aligned in the map's value.
+    pub ips: [[u8; 16]; PORT_SECURITY_MAX_IPS6],
+    pub ip_count: u32,
+    pub padding: u32,
 }
 
 /// An IPv6 address on a datapath (the ND responder's key; a router's address or next hop).
@@ -665,6 +695,8 @@ unsafe impl aya::Pod for ArpKey {}
 unsafe impl aya::Pod for Ipv6Key {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PortSecurity {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for PortSecurity6 {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ArpAnswer {}
 #[cfg(feature = "user")]

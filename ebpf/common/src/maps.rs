@@ -20,8 +20,8 @@ use crate::{
     MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
     MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
-    PortSecurity, ProviderKey, RemoteEncap, RouteEntry, RouteKey, RouterAddress, RouterInfo,
-    TunnelConfig, TunnelPortKey,
+    PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, RouteEntry, RouteKey, RouterAddress,
+    RouterInfo, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -163,6 +163,9 @@ declare_maps! {
     /// Hash: ifindex of a pod's host-side veth → [`PortSecurity`]: what the pod may send (ports
     /// without an entry are not checked).
     PortSecurityMap = PORT_SECURITY: HashMap<u32, PortSecurity>[MAX_INTERFACES];
+    /// Hash: veth ifindex → [`PortSecurity6`]: the IPv6 addresses of a pod's port security
+    /// (ports listing some).
+    PortSecurity6Map = PORT_SECURITY6: HashMap<u32, PortSecurity6>[MAX_INTERFACES];
     /// Hash: [`ArpKey`] → [`ArpAnswer`]: the ARP responder (an IPv4 address on a datapath and the
     /// MAC to answer with).
     ArpResponder = ARP_RESPONDER: HashMap<ArpKey, ArpAnswer>[MAX_ARP_ENTRIES];

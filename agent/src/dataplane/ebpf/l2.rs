@@ -28,7 +28,7 @@ use std::{
 };
 
 use ovnbpf_common::{
-    PortSecurity,
+    PortSecurity, PortSecurity6,
     maps::{L2Fib, RemoteEncaps},
 };
 
@@ -61,6 +61,8 @@ struct PortInfo {
     datapath: u32,
     key: u32,
     security: Option<PortSecurity>,
+    /// Its port security's IPv6 addresses, when it lists some.
+    security6: Option<PortSecurity6>,
     /// The MAC of its first address (a router port's MAC).
     mac: Option<Mac>,
 }

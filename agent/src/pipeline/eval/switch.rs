@@ -14,67 +14,99 @@ use crate::{
     pipeline::ir::{IrEntry, PortKind},
 };
 
-/// OVN's ingress port security (IPv4/ARP): the source MAC must be allowed; when addresses are
-/// listed, so must be the IPv4 source (0.0.0.0 for DHCP discovery) and the ARP sender.
+/// OVN's ingress port security, as ovn-trace's `check_in_port_sec` judges it: the first entry
+/// whose MAC is the source decides. ARP must name that MAC as sender. With addresses of either
+/// family listed: IPv4 from a listed address (0.0.0.0 for DHCP discovery), ARP naming one; IPv6
+/// from a listed host address or the MAC's link-local address, a solicitation's source
+/// link-layer address and an advertisement's target link-layer address the MAC or none, and,
+/// with IPv6 addresses listed, an advertisement's target one of them or the link-local one.
 fn ingress_allowed(allowed: &[LspAddress], packet: &Packet) -> bool {
-    allowed
-        .iter()
-        .map(|address| (address.mac, &address.ipv4))
-        .any(|(mac, prefixes)| {
-            if packet.eth_src != mac {
+    let Some(entry) = allowed.iter().find(|entry| entry.mac == packet.eth_src) else {
+        return false;
+    };
+    let (ipv4, ipv6) = (&entry.ipv4, &entry.ipv6);
+    let unlisted = ipv4.is_empty() && ipv6.is_empty();
+    match packet.l3 {
+        L3::Arp { sha, spa, .. } => {
+            sha == entry.mac && (ipv4.is_empty() || ipv4.iter().any(|p| p.contains(spa)))
+        }
+        _ if unlisted => true,
+        L3::Ipv4 {
+            source,
+            destination,
+            l4,
+            ..
+        } => {
+            ipv4.iter().any(|p| p.contains(source))
+                || (source.is_unspecified()
+                    && destination.is_broadcast()
+                    && matches!(
+                        l4,
+                        L4::Udp {
+                            source: 68,
+                            destination: 67
+                        }
+                    ))
+        }
+        L3::Ipv6 { source, l4, .. } => {
+            if !listed6(entry, source) {
                 return false;
             }
-            if prefixes.is_empty() {
-                return true;
-            }
-            match packet.l3 {
-                L3::Arp { sha, spa, .. } => sha == mac && prefixes.iter().any(|p| p.contains(spa)),
-                // IPv6 port security is not modelled beyond the source MAC.
-                L3::Ipv6 { .. } => true,
-                L3::Ipv4 {
-                    source,
-                    destination,
-                    l4,
+            match l4 {
+                L4::Nd { kind: 135, sll, .. } => sll == [0; 6] || sll == entry.mac,
+                L4::Nd {
+                    kind: 136,
+                    tll,
+                    target,
                     ..
                 } => {
-                    prefixes.iter().any(|p| p.contains(source))
-                        || (source.is_unspecified()
-                            && destination.is_broadcast()
-                            && matches!(
-                                l4,
-                                L4::Udp {
-                                    source: 68,
-                                    destination: 67
-                                }
-                            ))
+                    (tll == [0; 6] || tll == entry.mac)
+                        && (ipv6.is_empty() || listed6(entry, target))
                 }
+                _ => true,
             }
-        })
+        }
+    }
 }
 
-/// OVN's egress port security (IPv4): frames to multicast/broadcast MACs are exempt (northd's
-/// `eth.mcast` rule); otherwise the destination MAC must be allowed and, when addresses are
-/// listed, so must be the IPv4 destination (or limited broadcast/multicast).
+/// Whether `ip` is one of `entry`'s IPv6 host addresses or its MAC's link-local address (what
+/// the kernel holds: host addresses only).
+fn listed6(entry: &LspAddress, ip: std::net::Ipv6Addr) -> bool {
+    ip.octets() == ovnbpf_common::ipv6::link_local(entry.mac)
+        || entry
+            .ipv6
+            .iter()
+            .any(|p| p.length == 128 && p.network == ip)
+}
+
+/// OVN's egress port security (ovn-trace's `check_out_port_sec`): frames to multicast or
+/// broadcast MACs are exempt (northd's `eth.mcast` rule); otherwise the destination MAC must be
+/// allowed and, when addresses of either family are listed, an IPv4 destination listed (or
+/// limited broadcast or multicast; none when only IPv6 is listed), an IPv6 destination listed,
+/// the link-local one or multicast (none when only IPv4 is listed).
 fn egress_allowed(allowed: &[LspAddress], packet: &Packet) -> bool {
     if is_multicast(&packet.eth_dst) {
         return true;
     }
-    allowed
-        .iter()
-        .map(|address| (address.mac, &address.ipv4))
-        .any(|(mac, prefixes)| {
-            if packet.eth_dst != mac {
-                return false;
-            }
-            match packet.l3 {
-                L3::Ipv4 { destination, .. } if !prefixes.is_empty() => {
-                    destination.is_broadcast()
-                        || destination.is_multicast()
-                        || prefixes.iter().any(|p| p.contains(destination))
-                }
-                _ => true,
-            }
-        })
+    let Some(entry) = allowed.iter().find(|entry| entry.mac == packet.eth_dst) else {
+        return false;
+    };
+    let (ipv4, ipv6) = (&entry.ipv4, &entry.ipv6);
+    if ipv4.is_empty() && ipv6.is_empty() {
+        return true;
+    }
+    match packet.l3 {
+        L3::Ipv4 { destination, .. } => {
+            !ipv4.is_empty()
+                && (destination.is_broadcast()
+                    || destination.is_multicast()
+                    || ipv4.iter().any(|p| p.contains(destination)))
+        }
+        L3::Ipv6 { destination, .. } => {
+            !ipv6.is_empty() && (destination.is_multicast() || listed6(entry, destination))
+        }
+        L3::Arp { .. } => true,
+    }
 }
 
 impl Evaluator<'_> {

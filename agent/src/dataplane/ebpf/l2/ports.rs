@@ -2,13 +2,13 @@
 //! veth, its pod-port entry (veth → datapath and port key, with the veth's counters opened
 //! around it), its tunnel-port entry (datapath and port key → veth, where decapsulated frames
 //! for it go) and its port security (what the pod may send). Owns the desired values of
-//! `POD_PORTS`, `TUNNEL_PORTS` and `PORT_SECURITY` and the IR's port entries; installs through
+//! `POD_PORTS`, `TUNNEL_PORTS`, `PORT_SECURITY` and `PORT_SECURITY6` and the IR's port entries; installs through
 //! the state's [`Table`](super::super::tables::Table)s.
 
 use ovnbpf_common::{
-    LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, LocalPort, PodPort,
-    PortSecurity, TunnelPortKey,
-    maps::{PodPorts, PortSecurityMap, TunnelPorts},
+    LOCAL_PORT_ACL, LOCAL_PORT_EGRESS_SECURITY, LOCAL_PORT_VETH_PEER, LocalPort,
+    PORT_SECURITY_IPV4, PORT_SECURITY_IPV6, PodPort, PortSecurity, PortSecurity6, TunnelPortKey,
+    maps::{PodPorts, PortSecurity6Map, PortSecurityMap, TunnelPorts},
 };
 
 use super::{
@@ -33,6 +33,12 @@ impl TableKey<PortSecurityMap> for u32 {
     }
 }
 
+impl TableKey<PortSecurity6Map> for u32 {
+    fn slot(&self) -> u32 {
+        *self
+    }
+}
+
 impl TableKey<TunnelPorts> for TunnelPortKey {
     fn slot(&self) -> TunnelPortKey {
         *self
@@ -44,12 +50,16 @@ impl TableKey<TunnelPorts> for TunnelPortKey {
 pub(super) struct PortTables {
     pub(super) pod: Table<PodPorts, u32>,
     pub(super) security: Table<PortSecurityMap, u32>,
+    pub(super) security6: Table<PortSecurity6Map, u32>,
     pub(super) tunnel: Table<TunnelPorts, TunnelPortKey>,
 }
 
 impl PortTables {
     pub(super) fn pending(&self) -> usize {
-        self.pod.pending() + self.security.pending() + self.tunnel.pending()
+        self.pod.pending()
+            + self.security.pending()
+            + self.security6.pending()
+            + self.tunnel.pending()
     }
 }
 
@@ -60,6 +70,7 @@ pub(super) struct LocalVif {
     pub(super) datapath: u32,
     pub(super) key: u32,
     pub(super) security: Option<PortSecurity>,
+    pub(super) security6: Option<PortSecurity6>,
     /// The veth's peer is in another namespace (a pod's), not in this one (the node's NIC).
     pub(super) peer_elsewhere: bool,
     /// Its switch runs egress ACLs.
@@ -86,21 +97,36 @@ impl LocalVif {
     }
 }
 
-/// The kernel form of Port_Binding.port_security: its first entry's MAC and up to
-/// [`ovnbpf_common::PORT_SECURITY_MAX_IPS`] IPv4 single-host addresses (IPv6 is checked by MAC
-/// only). `None` when there is no entry.
-pub(super) fn kernel_port_security(entries: &[LspAddress]) -> Option<PortSecurity> {
+/// The kernel form of Port_Binding.port_security: its first entry's MAC, which families it
+/// lists addresses of, and up to [`ovnbpf_common::PORT_SECURITY_MAX_IPS`] IPv4 and
+/// [`ovnbpf_common::PORT_SECURITY_MAX_IPS6`] IPv6 single-host addresses (the IPv6 ones, when
+/// there are any, in their own entry). `None` when there is no entry.
+pub(super) fn kernel_port_security(
+    entries: &[LspAddress],
+) -> Option<(PortSecurity, Option<PortSecurity6>)> {
     let first = entries.first()?;
     let mut security = PortSecurity {
         mac: first.mac,
         ..PortSecurity::default()
     };
+    if !first.ipv4.is_empty() {
+        security.flags |= PORT_SECURITY_IPV4;
+    }
+    if !first.ipv6.is_empty() {
+        security.flags |= PORT_SECURITY_IPV6;
+    }
     let hosts = first.ipv4.iter().filter(|p| p.length == 32);
     for (slot, prefix) in security.ips.iter_mut().zip(hosts) {
         *slot = u32::from_ne_bytes(prefix.network.octets());
         security.ip_count += 1;
     }
-    Some(security)
+    let mut security6 = PortSecurity6::default();
+    let hosts6 = first.ipv6.iter().filter(|p| p.length == 128);
+    for (slot, prefix) in security6.ips.iter_mut().zip(hosts6) {
+        *slot = prefix.network.octets();
+        security6.ip_count += 1;
+    }
+    Some((security, (security6.ip_count > 0).then_some(security6)))
 }
 
 /// One `IrEntry::Port`, as [`L2State::take_port`] takes it.
@@ -186,10 +212,15 @@ impl L2State {
                         .map(|p| p.network),
                 }),
             );
+            let (security, security6) = match kernel_port_security(port.port_security) {
+                Some((security, security6)) => (Some(security), security6),
+                None => (None, None),
+            };
             let info = PortInfo {
                 datapath,
                 key,
-                security: kernel_port_security(port.port_security),
+                security,
+                security6,
                 mac: port.addresses.first().map(|a| a.mac),
             };
             self.ports.insert(name.to_string(), info);
@@ -206,6 +237,7 @@ impl L2State {
         if let Some(ifindex) = self.physical.interface(port) {
             self.port_tables.pod.mark(ifindex);
             self.port_tables.security.mark(ifindex);
+            self.port_tables.security6.mark(ifindex);
         }
         if let Some(info) = self.ports.get(port) {
             self.port_tables.tunnel.mark(TunnelPortKey {
@@ -226,6 +258,7 @@ impl L2State {
             datapath: info.datapath,
             key: info.key,
             security: info.security,
+            security6: info.security6,
             peer_elsewhere: !self.same_namespace_peers.contains(&ifindex),
             acl: self.acl.egress_switches.contains(&info.datapath),
         })
@@ -246,6 +279,10 @@ impl L2State {
 
     fn desired_security(&self, ifindex: u32) -> Option<PortSecurity> {
         self.local_port_at(ifindex)?.security
+    }
+
+    fn desired_security6(&self, ifindex: u32) -> Option<PortSecurity6> {
+        self.local_port_at(ifindex)?.security6
     }
 
     fn desired_tunnel_port(&self, key: TunnelPortKey) -> Option<LocalPort> {
@@ -282,6 +319,14 @@ impl L2State {
         let mut writes = flush_from_with(
             self,
             maps,
+            |s| &mut s.port_tables.security6,
+            Pass::SetsOnly,
+            |s, &ifindex| s.desired_security6(ifindex),
+            |_, _, _| Ok(()),
+        )?;
+        writes += flush_from_with(
+            self,
+            maps,
             |s| &mut s.port_tables.security,
             Pass::SetsOnly,
             |s, &ifindex| s.desired_security(ifindex),
@@ -310,6 +355,12 @@ impl L2State {
             |s| &mut s.port_tables.security,
             |s, &ifindex| s.desired_security(ifindex),
         )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.port_tables.security6,
+            |s, &ifindex| s.desired_security6(ifindex),
+        )?;
         Ok(writes)
     }
 
@@ -321,6 +372,7 @@ impl L2State {
             .pod
             .sweep_with(maps, |maps, ifindex| maps.close_counters(ifindex))?
             + self.port_tables.security.sweep(maps)?
+            + self.port_tables.security6.sweep(maps)?
             + self.port_tables.tunnel.sweep(maps)?)
     }
 }

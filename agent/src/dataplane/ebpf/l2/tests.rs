@@ -10,7 +10,7 @@ use ovnbpf_common::{
     LocalPort, Localnet, PodPort, ProviderKey, REMOTE_ENCAP_CSUM, RemoteEncap,
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
-        PortSecurityMap, ProviderNetworks, RemoteEncaps, TunnelPorts,
+        PortSecurity6Map, PortSecurityMap, ProviderNetworks, RemoteEncaps, TunnelPorts,
     },
 };
 
@@ -392,7 +392,11 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
     state.flush(&mut maps).unwrap();
     let security = maps.port_security()[&40];
     assert_eq!(security.mac, LOCAL_MAC);
-    assert_eq!(security.ip_count, 2, "IPv6 is checked by MAC only");
+    assert_eq!(security.ip_count, 2);
+    assert_eq!(
+        security.flags,
+        ovnbpf_common::PORT_SECURITY_IPV4 | ovnbpf_common::PORT_SECURITY_IPV6
+    );
     assert_eq!(
         &security.ips[..2],
         &[
@@ -400,6 +404,38 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
             u32::from_ne_bytes([10, 0, 1, 20])
         ]
     );
+    let security6 = maps.table::<PortSecurity6Map>()[&40];
+    assert_eq!(security6.ip_count, 1);
+    assert_eq!(
+        security6.ips[0],
+        "fd00::2".parse::<std::net::Ipv6Addr>().unwrap().octets()
+    );
+    // An entry listing IPv4 only has no IPv6 entry (and says so: IPv6 is then refused).
+    let ipv4_only = IrEntry::Port {
+        datapath: DP,
+        key: 1,
+        name: "a1".into(),
+        kind: PortKind::Vif {
+            chassis: Some("node1".into()),
+        },
+        addresses: Vec::new(),
+        port_security: vec!["0a:58:0a:00:01:02 10.0.1.2".parse().unwrap()],
+    };
+    state.apply(&IrDiff {
+        added: vec![ipv4_only.clone()],
+        removed: vec![secured.clone()],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.port_security()[&40].flags,
+        ovnbpf_common::PORT_SECURITY_IPV4
+    );
+    assert!(maps.table::<PortSecurity6Map>().is_empty());
+    state.apply(&IrDiff {
+        added: vec![secured.clone()],
+        removed: vec![ipv4_only],
+    });
+    state.flush(&mut maps).unwrap();
     // Dropping port security (lsp-set-port-security with nothing) removes the entry.
     state.apply(&IrDiff {
         added: vec![port("a1", 1, Some("node1"))],
@@ -407,6 +443,7 @@ fn port_security_of_local_pods_reaches_the_kernel_form() {
     });
     state.flush(&mut maps).unwrap();
     assert!(maps.port_security().is_empty());
+    assert!(maps.table::<PortSecurity6Map>().is_empty());
     assert_eq!(maps.pod_ports().len(), 1);
 }
 
