@@ -22,8 +22,8 @@ use aya_ebpf::{
     programs::SockAddrContext,
 };
 use ovnbpf_common::lb::{
-    LbAffinityKey, LbNatKey, SockLbReverse, SockLbReverseKey, connection_hash, hash_fields, pick,
-    socket_counter,
+    LbAffinityKey, LbNatKey, SockLbClient, SockLbReverse, SockLbReverseKey, connection_hash,
+    hash_fields, pick, socket_counter,
 };
 
 use crate::{
@@ -36,10 +36,18 @@ use crate::{
 /// What a hook returns: the call goes on.
 pub const ALLOW: i32 = 1;
 
-/// connect() (TCP, UDP) and sendmsg() to an address (UDP): a VIP of the pod's switch becomes
-/// one of its backends; `counter` says which.
+/// A call the balancer serves: a TCP or UDP socket of a pod of this node, and the address the
+/// call names (network byte order) with its port (host order).
+struct Served {
+    client: SockLbClient,
+    ip: u32,
+    port: u16,
+    protocol: u8,
+}
+
+/// The call in `ctx`, when it is one the balancer serves.
 #[inline(always)]
-pub fn redirect(ctx: &SockAddrContext, counter: u32) {
+fn served(ctx: &SockAddrContext) -> Option<Served> {
     let addr = ctx.sock_addr;
     // SAFETY: the kernel hands the hook a valid `bpf_sock_addr`; its fields are read with the
     // sizes the verifier allows.
@@ -47,14 +55,33 @@ pub fn redirect(ctx: &SockAddrContext, counter: u32) {
         unsafe { ((*addr).user_ip4, (*addr).user_port, (*addr).protocol) };
     let protocol = protocol as u8;
     if protocol != IPPROTO_TCP && protocol != IPPROTO_UDP {
-        return;
+        return None;
     }
     // SAFETY: the helper takes the hook's own context.
     let netns = unsafe { bpf_get_netns_cookie(addr.cast()) };
-    let Some(client) = get(&SOCK_LB_CLIENTS, netns).copied() else {
+    let client = get(&SOCK_LB_CLIENTS, netns).copied()?;
+    Some(Served {
+        client,
+        ip,
+        port: u16::from_be(raw_port as u16),
+        protocol,
+    })
+}
+
+/// connect() (TCP, UDP) and sendmsg() to an address (UDP): a VIP of the pod's switch becomes
+/// one of its backends; `counter` says which.
+#[inline(always)]
+pub fn redirect(ctx: &SockAddrContext, counter: u32) {
+    let addr = ctx.sock_addr;
+    let Some(Served {
+        client,
+        ip,
+        port,
+        protocol,
+    }) = served(ctx)
+    else {
         return;
     };
-    let port = u16::from_be(raw_port as u16);
     let Some(vip) = vip_of(client.datapath, ip, port, protocol) else {
         return;
     };
@@ -62,7 +89,7 @@ pub fn redirect(ctx: &SockAddrContext, counter: u32) {
         crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::LEFT);
         return;
     }
-    // SAFETY: as above.
+    // SAFETY: the helper takes the hook's own context.
     let cookie = unsafe { bpf_get_socket_cookie(addr.cast()) };
     let key = LbNatKey {
         source: client.ip,
@@ -129,24 +156,18 @@ pub fn redirect(ctx: &SockAddrContext, counter: u32) {
 #[inline(always)]
 pub fn reverse(ctx: &SockAddrContext) {
     let addr = ctx.sock_addr;
-    // SAFETY: as in `redirect`.
-    let (ip, raw_port, protocol) =
-        unsafe { ((*addr).user_ip4, (*addr).user_port, (*addr).protocol) };
-    let protocol = protocol as u8;
-    if protocol != IPPROTO_TCP && protocol != IPPROTO_UDP {
+    let Some(Served {
+        ip, port, protocol, ..
+    }) = served(ctx)
+    else {
         return;
-    }
+    };
     // SAFETY: the helper takes the hook's own context.
-    let netns = unsafe { bpf_get_netns_cookie(addr.cast()) };
-    if get(&SOCK_LB_CLIENTS, netns).is_none() {
-        return;
-    }
-    // SAFETY: as above.
     let cookie = unsafe { bpf_get_socket_cookie(addr.cast()) };
     let key = SockLbReverseKey {
         cookie,
         backend: ip,
-        port: u16::from_be(raw_port as u16),
+        port,
         protocol,
         padding: 0,
     };

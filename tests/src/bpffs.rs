@@ -47,21 +47,9 @@ pub struct BpfMount {
 
 impl BpfMount {
     pub fn create() -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("ovnbpf-bpffs-")
-            .tempdir()
-            .context("creating a mount point")?;
-        let status = std::process::Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(dir.path())
-            .status()
-            .context("running mount")?;
-        anyhow::ensure!(
-            status.success(),
-            "mount -t bpf on {}: {status}",
-            dir.path().display()
-        );
-        Ok(Self { dir })
+        Ok(Self {
+            dir: mount_on_temporary_dir("bpf", "ovnbpf-bpffs-")?,
+        })
     }
 
     /// The mount point (the pin root to give an agent, or a parent of it).
@@ -73,11 +61,33 @@ impl BpfMount {
 
 impl Drop for BpfMount {
     fn drop(&mut self) {
-        let status = std::process::Command::new("umount")
-            .arg(self.dir.path())
-            .status();
-        if !status.is_ok_and(|s| s.success()) {
-            eprintln!("warning: could not unmount {}", self.dir.path().display());
-        }
+        unmount(self.dir.path());
+    }
+}
+
+/// A file system of type `fs_type` mounted on a new temporary directory named `prefix…`.
+pub(crate) fn mount_on_temporary_dir(fs_type: &str, prefix: &str) -> Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("creating a mount point")?;
+    let status = std::process::Command::new("mount")
+        .args(["-t", fs_type, fs_type])
+        .arg(dir.path())
+        .status()
+        .context("running mount")?;
+    anyhow::ensure!(
+        status.success(),
+        "mount -t {fs_type} on {}: {status}",
+        dir.path().display()
+    );
+    Ok(dir)
+}
+
+/// Unmounts `path`, saying so when it cannot (a drop must not panic).
+pub(crate) fn unmount(path: &Path) {
+    let status = std::process::Command::new("umount").arg(path).status();
+    if !status.is_ok_and(|s| s.success()) {
+        eprintln!("warning: could not unmount {}", path.display());
     }
 }

@@ -5,7 +5,9 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+
+use crate::bpffs::{mount_on_temporary_dir, unmount};
 
 /// A mount of the cgroup2 file system owned by one test.
 #[derive(Debug)]
@@ -15,21 +17,9 @@ pub struct Cgroup2Mount {
 
 impl Cgroup2Mount {
     pub fn create() -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("ovnbpf-cgroup2-")
-            .tempdir()
-            .context("creating a mount point")?;
-        let status = std::process::Command::new("mount")
-            .args(["-t", "cgroup2", "cgroup2"])
-            .arg(dir.path())
-            .status()
-            .context("running mount")?;
-        anyhow::ensure!(
-            status.success(),
-            "mount -t cgroup2 on {}: {status}",
-            dir.path().display()
-        );
-        Ok(Self { dir })
+        Ok(Self {
+            dir: mount_on_temporary_dir("cgroup2", "ovnbpf-cgroup2-")?,
+        })
     }
 
     /// The mount point: the root cgroup.
@@ -41,11 +31,6 @@ impl Cgroup2Mount {
 
 impl Drop for Cgroup2Mount {
     fn drop(&mut self) {
-        let status = std::process::Command::new("umount")
-            .arg(self.dir.path())
-            .status();
-        if !status.is_ok_and(|s| s.success()) {
-            eprintln!("warning: could not unmount {}", self.dir.path().display());
-        }
+        unmount(self.dir.path());
     }
 }

@@ -172,6 +172,19 @@ fn allowed_frames_and_unsecured_ports_pass() {
     assert_eq!(outcome.verdict, TCX_NEXT, "no port security, no check");
 }
 
+/// Sends `frame` from pod 1: `delivered` to the local pod it is for, or dropped and counted
+/// `egress_port_security`.
+fn delivered_or_dropped(programs: &KernelPrograms, what: &str, frame: &[u8], delivered: bool) {
+    let before = drops_of(programs, "egress_port_security");
+    let outcome = programs.test_run(Hook::Pod, frame).unwrap();
+    let dropped = drops_of(programs, "egress_port_security") - before;
+    if delivered {
+        assert_eq!((outcome.verdict, dropped), (TC_ACT_REDIRECT, 0), "{what}");
+    } else {
+        assert_eq!((outcome.verdict, dropped), (TC_ACT_SHOT, 1), "{what}");
+    }
+}
+
 /// The pod on ifindex 1 sends to a pod on this node (host veth 40) with port security "MAC IP"
 /// (the receiving pod's MAC is also in the FIB under `OTHER_MAC`, as a stale entry would be).
 #[test]
@@ -216,14 +229,7 @@ fn egress_port_security_drops_what_the_receiving_port_does_not_list() {
         ),
         ("to another MAC it does not list", to(OTHER_MAC, IP), false),
     ] {
-        let before = drops_of(&programs, "egress_port_security");
-        let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
-        let dropped = drops_of(&programs, "egress_port_security") - before;
-        if delivered {
-            assert_eq!((outcome.verdict, dropped), (TC_ACT_REDIRECT, 0), "{what}");
-        } else {
-            assert_eq!((outcome.verdict, dropped), (TC_ACT_SHOT, 1), "{what}");
-        }
+        delivered_or_dropped(&programs, what, &frame, delivered);
     }
     // Without the flag (a port with no port security) nothing is checked.
     let key = FibKey {
@@ -525,13 +531,6 @@ fn egress_port_security_checks_ipv6_destinations() {
         (0, "MAC only, to any address", to(SPOOFED_IP6), true),
     ] {
         secure(&mut programs, RECEIVER, flags);
-        let before = drops_of(&programs, "egress_port_security");
-        let outcome = programs.test_run(Hook::Pod, &frame).unwrap();
-        let dropped = drops_of(&programs, "egress_port_security") - before;
-        if delivered {
-            assert_eq!((outcome.verdict, dropped), (TC_ACT_REDIRECT, 0), "{what}");
-        } else {
-            assert_eq!((outcome.verdict, dropped), (TC_ACT_SHOT, 1), "{what}");
-        }
+        delivered_or_dropped(&programs, what, &frame, delivered);
     }
 }
