@@ -411,7 +411,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         (
             "ovnbpf_socket_lb_total",
             "kind",
-            "What the socket-level balancer (--socket-lb) did for this node's pods: connect() calls to a Service VIP sent to a backend instead (connect), datagrams sent to a VIP by address sent to a backend (sendmsg), backends shown to the socket's owner as their VIP (reversed: getpeername, a datagram's source), VIPs left to the per-packet balancer (left: the client picked itself, or no backends), and reverse entries the table could not store (insert_failed).",
+            "What the socket-level balancer (--socket-lb) did for this node's pods: connect() calls to a Service VIP sent to a backend instead (connect), datagrams sent to a VIP by address sent to a backend (sendmsg), backends shown to the socket's owner as their VIP (reversed: getpeername, a datagram's source), VIPs left to the per-packet balancer (left: the client is one of the VIP's backends, or there are none), and reverse entries the table could not store (insert_failed).",
             &report.socket_lb,
         ),
         (

@@ -10,7 +10,7 @@
 //! checksums encapsulated segments and sends them out of the uplink ([`encap_checksum`]).
 //! `flood`, `ipv6` and `router` are later stages of `from_pod`, tail-called
 //! through the `STAGES` program array ([`flood`], [`ipv6`], [`router`]). `sock_connect4`,
-//! `sock_sendmsg4`, `sock_recvmsg4` and `sock_getpeername4` are cgroup hooks, the socket-level
+//! `sock_sendmsg4`, `sock_recvmsg4`, `sock_getpeername4` and `sock_release` are cgroup hooks, the socket-level
 //! balancer ([`socket_lb`]). Traffic that is not theirs leaves unchanged
 //! ([`output::PASS`]). Maps are declared in `ovnbpf_common::maps` ([`maps`]); drops go through
 //! [`drop`], local delivery through [`output`].
@@ -41,8 +41,8 @@ mod switching;
 mod underlay;
 
 use aya_ebpf::{
-    macros::{cgroup_sock_addr, classifier},
-    programs::{SockAddrContext, TcContext},
+    macros::{cgroup_sock, cgroup_sock_addr, classifier},
+    programs::{SockAddrContext, SockContext, TcContext},
 };
 
 pub(crate) use counters::count_reply;
@@ -211,5 +211,11 @@ pub fn sock_recvmsg4(ctx: SockAddrContext) -> i32 {
 #[cgroup_sock_addr(getpeername4)]
 pub fn sock_getpeername4(ctx: SockAddrContext) -> i32 {
     socket_lb::reverse(&ctx);
+    socket_lb::ALLOW
+}
+
+#[cgroup_sock(sock_release)]
+pub fn sock_release(ctx: SockContext) -> i32 {
+    socket_lb::forget(&ctx);
     socket_lb::ALLOW
 }

@@ -9,25 +9,30 @@
 //! the socket's cookie).
 //!
 //! Left to the per-packet stage, untouched: sockets of namespaces that are not our pods', VIPs
-//! without backends (the stage drops or rejects as the balancer says), and a client balanced to
-//! itself (northd's hairpin stages give such a connection the VIP as source, which a socket
-//! hook cannot). A backend is picked by a hash of the socket's cookie (so one socket's
+//! without backends (the stage drops or rejects as the balancer says), and a client that is one
+//! of the VIP's backends (balanced to itself, northd's hairpin stages give its connection the
+//! VIP as source, which a socket hook cannot; and leaving only those picks would skew its
+//! spread). A backend is picked by a hash of the socket's cookie (so one socket's
 //! datagrams stay on one backend, as one conntrack entry keeps them) with the VIP's hash
 //! fields; a VIP hashed by the client's address alone picks as the stage does.
+//!
+//! A socket released (`sock_release`) takes its reverse entry along, when it was connected to
+//! a backend, so the table holds the live sockets' entries rather than evicting them for the
+//! dead ones'.
 //!
 //! Every hook lets the call go on (returns 1): the balancer redirects, it never refuses.
 
 use aya_ebpf::{
     helpers::{bpf_get_netns_cookie, bpf_get_socket_cookie, bpf_ktime_get_ns},
-    programs::SockAddrContext,
+    programs::{SockAddrContext, SockContext},
 };
 use ovnbpf_common::lb::{
-    LbAffinityKey, LbNatKey, SockLbClient, SockLbReverse, SockLbReverseKey, connection_hash,
-    hash_fields, pick, socket_counter,
+    LbAffinityKey, LbMemberKey, LbNatKey, SockLbClient, SockLbReverse, SockLbReverseKey,
+    connection_hash, hash_fields, pick, socket_counter,
 };
 
 use crate::{
-    SOCK_LB_CLIENTS, SOCK_LB_COUNTERS, SOCK_LB_REVERSE,
+    LB_MEMBERS, SOCK_LB_CLIENTS, SOCK_LB_COUNTERS, SOCK_LB_REVERSE,
     headers::{IPPROTO_TCP, IPPROTO_UDP},
     lb::{backend_at, vip_of, with_affinity},
     maps::get,
@@ -120,7 +125,16 @@ pub fn redirect(ctx: &SockAddrContext, counter: u32) {
     let Ok(backend) = backend else {
         return;
     };
-    if backend.ip == client.ip {
+    // A client that is one of the VIP's backends is left to the stage whichever backend was
+    // picked: balanced to itself it must be the stage's hairpin, and the stage alone spreads
+    // such a client evenly (leaving only its picks of itself would halve their share).
+    let member = LbMemberKey {
+        group: vip.group,
+        ip: client.ip,
+        port: backend.port,
+        padding: 0,
+    };
+    if backend.ip == client.ip || get(&LB_MEMBERS, member).is_some() {
         crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::LEFT);
         return;
     }
@@ -184,4 +198,32 @@ pub fn reverse(ctx: &SockAddrContext) {
         (*addr).user_port = u32::from(shown.port.to_be());
     }
     crate::counters::bump(&SOCK_LB_COUNTERS, socket_counter::REVERSED);
+}
+
+/// sock_release: a connected socket of a pod here forgets the VIP its backend stood for.
+#[inline(always)]
+pub fn forget(ctx: &SockContext) {
+    let sock = ctx.sock;
+    // SAFETY: the kernel hands the hook a valid `bpf_sock`; its fields are read with the sizes
+    // the verifier allows.
+    let (protocol, destination, raw_port) =
+        unsafe { ((*sock).protocol as u8, (*sock).dst_ip4, (*sock).dst_port) };
+    if (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP) || destination == 0 {
+        return;
+    }
+    // SAFETY: the helper takes the hook's own context.
+    let netns = unsafe { bpf_get_netns_cookie(sock.cast()) };
+    if get(&SOCK_LB_CLIENTS, netns).is_none() {
+        return;
+    }
+    // SAFETY: as above.
+    let cookie = unsafe { bpf_get_socket_cookie(sock.cast()) };
+    let key = SockLbReverseKey {
+        cookie,
+        backend: destination,
+        port: u16::from_be(raw_port),
+        protocol,
+        padding: 0,
+    };
+    let _ = SOCK_LB_REVERSE.remove(key);
 }

@@ -303,8 +303,9 @@ pub mod socket_counter {
     pub const SENDMSG: u32 = 1;
     /// A backend's address shown as the VIP's (a datagram's source, getpeername()).
     pub const REVERSED: u32 = 2;
-    /// Left to the per-packet balancer: the backend picked was the client itself (a hairpin,
-    /// whose packets northd's hairpin stages give the VIP as source) or the VIP has none.
+    /// Left to the per-packet balancer: the client is one of the VIP's backends (a hairpin's
+    /// packets get the VIP as source from northd's hairpin stages, and the stage spreads such
+    /// a client evenly), or the VIP has none.
     pub const LEFT: u32 = 3;
     /// Translations whose reverse entry the table could not take (the socket's owner sees the
     /// backend's address).

@@ -38,15 +38,19 @@ pub const SOCK_CONNECT4: &str = "sock_connect4";
 pub const SOCK_SENDMSG4: &str = "sock_sendmsg4";
 pub const SOCK_RECVMSG4: &str = "sock_recvmsg4";
 pub const SOCK_GETPEERNAME4: &str = "sock_getpeername4";
+/// The socket-level balancer's `sock_release` hook (a cgroup `sock` program): a connected
+/// socket's reverse entry goes with it.
+pub const SOCK_RELEASE: &str = "sock_release";
 /// The socket-level programs, which the agent loads as cgroup programs, not classifiers.
-pub const SOCKET_LB: [&str; 4] = [
+pub const SOCKET_LB: [&str; 5] = [
     SOCK_CONNECT4,
     SOCK_SENDMSG4,
     SOCK_RECVMSG4,
     SOCK_GETPEERNAME4,
+    SOCK_RELEASE,
 ];
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -63,6 +67,7 @@ pub const ALL: [&str; 16] = [
     SOCK_SENDMSG4,
     SOCK_RECVMSG4,
     SOCK_GETPEERNAME4,
+    SOCK_RELEASE,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
 pub const STAGES: [(&str, u32); 8] = [

@@ -239,7 +239,9 @@ impl KernelPrograms {
             });
         }
         for name in program::ALL {
-            let loaded = if program::SOCKET_LB.contains(&name) {
+            let loaded = if name == program::SOCK_RELEASE {
+                cgroup_sock(&mut ebpf, name)?.load()
+            } else if program::SOCKET_LB.contains(&name) {
                 sock_addr(&mut ebpf, name)?.load()
             } else {
                 classifier(&mut ebpf, name)?.load()
@@ -697,6 +699,16 @@ fn load_error(name: &'static str, source: ProgramError) -> EbpfError {
         },
         source => EbpfError::Program { name, source },
     }
+}
+
+fn cgroup_sock<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut aya::programs::CgroupSock, EbpfError> {
+    ebpf.program_mut(name)
+        .ok_or(EbpfError::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| EbpfError::Program { name, source })
 }
 
 fn sock_addr<'a>(

@@ -1,5 +1,5 @@
 //! The socket-level balancer's attachment (`--socket-lb`): its four cgroup `sock_addr`
-//! programs (`ebpf/src/socket_lb.rs`) on a cgroup v2 directory (by default the root of the
+//! programs and its `sock_release` one (`ebpf/src/socket_lb.rs`) on a cgroup v2 directory (by default the root of the
 //! cgroup2 mount, so that every pod's sockets are seen; the programs act only for the pods
 //! this agent plugged, by their namespace's cookie). With pins, each link is pinned at
 //! `socket-lb/<cgroup id>-<program>` and a restarted agent gives the pinned link its own
@@ -20,7 +20,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::programs::{CgroupAttachMode, CgroupSockAddr, links::FdLink};
+use aya::programs::{
+    CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError,
+    links::{FdLink, LinkError},
+};
 use ovnbpf_common::program;
 
 use super::{Attachment, EbpfError, KernelPrograms, pins::PinLayout};
@@ -65,7 +68,7 @@ pub fn attach(
     let mut kept = Vec::new();
     for name in program::SOCKET_LB {
         let pin = pins.map(|pins| pins.socket_lb_dir().join(format!("{id}-{name}")));
-        let program = sock_addr(programs, name)?;
+        let program = hook(programs, name)?;
         let attach_error = |source| EbpfError::Attach {
             name,
             interface: cgroup.display().to_string(),
@@ -74,16 +77,16 @@ pub fn attach(
         let how = match &pin {
             Some(pin) if replace_pinned(program, pin, name) => Attachment::Replaced,
             Some(pin) => {
-                let id = program
-                    .attach(&directory, ATTACH_MODE)
-                    .map_err(attach_error)?;
-                let link = FdLink::try_from(program.take_link(id).map_err(attach_error)?).map_err(
-                    |source| EbpfError::Link {
-                        name,
-                        interface: cgroup.display().to_string(),
-                        source,
-                    },
-                )?;
+                let link = program
+                    .attach_taken(&directory)
+                    .map_err(|error| match error {
+                        Taken::Attach(source) => attach_error(source),
+                        Taken::Link(source) => EbpfError::Link {
+                            name,
+                            interface: cgroup.display().to_string(),
+                            source,
+                        },
+                    })?;
                 link.pin(pin).map_err(|source| EbpfError::PinLink {
                     name,
                     interface: cgroup.display().to_string(),
@@ -93,9 +96,7 @@ pub fn attach(
             }
             None => {
                 // Held by the program: detached when the agent's programs are dropped.
-                program
-                    .attach(&directory, ATTACH_MODE)
-                    .map_err(attach_error)?;
+                program.attach_held(&directory).map_err(attach_error)?;
                 Attachment::Attached
             }
         };
@@ -137,7 +138,7 @@ fn unpin_others(pins: &PinLayout, kept: &[PathBuf]) -> usize {
 
 /// Gives the link pinned at `pin` `program` (true), or removes an unusable pin (false: none
 /// there, or one the kernel refuses to update).
-fn replace_pinned(program: &CgroupSockAddr, pin: &Path, name: &str) -> bool {
+fn replace_pinned(program: &dyn CgroupHook, pin: &Path, name: &str) -> bool {
     let link = match object_get(pin) {
         Ok(link) => link,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return false,
@@ -148,9 +149,9 @@ fn replace_pinned(program: &CgroupSockAddr, pin: &Path, name: &str) -> bool {
         }
     };
     let updated = program
-        .fd()
+        .program_fd()
         .map_err(|error| io::Error::other(error.to_string()))
-        .and_then(|fd| link_update(link.as_fd(), fd.as_fd()));
+        .and_then(|fd| link_update(link.as_fd(), fd));
     match updated {
         Ok(()) => true,
         Err(error) => {
@@ -161,13 +162,56 @@ fn replace_pinned(program: &CgroupSockAddr, pin: &Path, name: &str) -> bool {
     }
 }
 
-/// The loaded program `name` of the socket balancer.
-fn sock_addr<'a>(
+/// The loaded program `name` of the socket balancer, of whichever cgroup program type.
+fn hook<'a>(
     programs: &'a mut KernelPrograms,
     name: &'static str,
-) -> Result<&'a mut CgroupSockAddr, EbpfError> {
-    super::sock_addr(&mut programs.ebpf, name)
+) -> Result<&'a mut dyn CgroupHook, EbpfError> {
+    Ok(if name == program::SOCK_RELEASE {
+        super::cgroup_sock(&mut programs.ebpf, name)?
+    } else {
+        super::sock_addr(&mut programs.ebpf, name)?
+    })
 }
+
+/// Why a link to take could not be had.
+enum Taken {
+    Attach(ProgramError),
+    Link(LinkError),
+}
+
+/// What the balancer does with a cgroup program, of either of aya's types (`sock_addr` hooks,
+/// the `sock` release hook), which share no trait.
+trait CgroupHook {
+    fn program_fd(&self) -> Result<BorrowedFd<'_>, ProgramError>;
+    /// Attaches it to `cgroup`, the program holding the link (detached with the programs).
+    fn attach_held(&mut self, cgroup: &std::fs::File) -> Result<(), ProgramError>;
+    /// Attaches it to `cgroup` and hands the link over (to be pinned).
+    fn attach_taken(&mut self, cgroup: &std::fs::File) -> Result<FdLink, Taken>;
+}
+
+macro_rules! cgroup_hook {
+    ($program:ty) => {
+        impl CgroupHook for $program {
+            fn program_fd(&self) -> Result<BorrowedFd<'_>, ProgramError> {
+                Ok(self.fd()?.as_fd())
+            }
+
+            fn attach_held(&mut self, cgroup: &std::fs::File) -> Result<(), ProgramError> {
+                self.attach(cgroup, ATTACH_MODE).map(drop)
+            }
+
+            fn attach_taken(&mut self, cgroup: &std::fs::File) -> Result<FdLink, Taken> {
+                let id = self.attach(cgroup, ATTACH_MODE).map_err(Taken::Attach)?;
+                let link = self.take_link(id).map_err(Taken::Attach)?;
+                FdLink::try_from(link).map_err(Taken::Link)
+            }
+        }
+    };
+}
+
+cgroup_hook!(CgroupSockAddr);
+cgroup_hook!(CgroupSock);
 
 /// `bpf(BPF_OBJ_GET)`: a descriptor of the object pinned at `path`.
 fn object_get(path: &Path) -> io::Result<OwnedFd> {
