@@ -112,14 +112,16 @@ enum PortSetName {
     Port { datapath: u32, name: String },
 }
 
-/// Set ids, allocated once per name while the agent runs (0 is "any").
+/// Set ids, allocated once per name while the agent runs (0 is "any"): a hash of the set's
+/// name, so that a restarted agent gives each set the id the kernel holds its members under
+/// (ids in order of first use differ from one agent to the next, and until the new agent's
+/// writes and sweep are all in, rules would meet another set's members under their ids).
 #[derive(Debug, Default)]
 struct Ids {
     addresses: HashMap<String, u32>,
     address_names: HashMap<u32, String>,
     ports: HashMap<PortSetName, u32>,
     port_names: HashMap<u32, PortSetName>,
-    next: u32,
     /// Literal prefixes of inline sets, by their name.
     inline: HashMap<String, Vec<Prefix>>,
     /// Log ids (their own numbering), and what each stands for, shared with the event reader.
@@ -128,9 +130,17 @@ struct Ids {
 }
 
 impl Ids {
-    fn allocate(&mut self) -> u32 {
-        self.next += 1;
-        self.next
+    /// The id of a new set named `name` (FNV-1a, the next free one on a collision).
+    fn allocate(&self, name: &str) -> u32 {
+        let mut hash: u32 = 0x811c_9dc5;
+        for byte in name.bytes() {
+            hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+        }
+        let mut id = hash.max(1);
+        while self.address_names.contains_key(&id) || self.port_names.contains_key(&id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        id
     }
 }
 
@@ -157,7 +167,7 @@ impl SetIds for Ids {
         if let Some(id) = self.addresses.get(name) {
             return *id;
         }
-        let id = self.allocate();
+        let id = self.allocate(&format!("address set {name}"));
         self.addresses.insert(name.to_string(), id);
         self.address_names.insert(id, name.to_string());
         id
@@ -190,7 +200,10 @@ impl SetIds for Ids {
         if let Some(id) = self.ports.get(&name) {
             return *id;
         }
-        let id = self.allocate();
+        let id = self.allocate(&match &name {
+            PortSetName::Group { datapath, name } => format!("port group {datapath} {name}"),
+            PortSetName::Port { datapath, name } => format!("port {datapath} {name}"),
+        });
         self.ports.insert(name.clone(), id);
         self.port_names.insert(id, name);
         id

@@ -326,3 +326,37 @@ fn a_logged_rule_carries_a_log_id_the_book_names() {
         Some("np/web.ns/ingress/IPv4/0")
     );
 }
+
+/// A restarted agent meets its sets in another order than the agent before it (a snapshot,
+/// not the history of changes): each set still gets the id the kernel holds its members under.
+#[test]
+fn set_ids_depend_on_the_names_not_on_the_order_they_come_in() {
+    use super::{Ids, SetIds};
+    use crate::pipeline::ir::PortRef;
+    let ids = |order: &[&str]| {
+        let mut ids = Ids::default();
+        for name in order {
+            ids.address_set(name);
+            ids.port_set(5, &PortRef::Group(format!("5_{name}")));
+        }
+        let mut taken: Vec<(String, u32)> = ids
+            .addresses
+            .iter()
+            .map(|(name, id)| (name.clone(), *id))
+            .chain(
+                ids.ports
+                    .iter()
+                    .map(|(name, id)| (format!("{name:?}"), *id)),
+            )
+            .collect();
+        taken.sort();
+        taken
+    };
+    let first = ids(&["backends", "client", "node"]);
+    assert_eq!(first, ids(&["node", "client", "backends"]));
+    let mut distinct: Vec<u32> = first.iter().map(|(_, id)| *id).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 6, "{first:?}");
+    assert!(!distinct.contains(&0), "0 is any");
+}
