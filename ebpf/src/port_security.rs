@@ -6,7 +6,11 @@
 //! 0.0.0.0 excepted) and the ARP sender's address; the IPv6 source (a listed address, or the
 //! link-local one derived from the MAC), a neighbour solicitation's source link-layer address
 //! and an advertisement's target link-layer address (the MAC, or none) and, with IPv6
-//! addresses listed, the advertisement's target. Egress, for frames delivered to a pod
+//! addresses listed, the advertisement's target. There, as ovn-controller admits them (and
+//! ovn-trace does not), duplicate address detection and MLD reports from the unspecified
+//! address `::` to `ff02::/16` pass too (ICMPv6 code 0: a solicitation, checked as any, or an
+//! MLD report, v1 or v2, after a hop-by-hop header): a starting pod sends them before its
+//! link-local address is usable, and counting them as spoofing would be a false alarm. Egress, for frames delivered to a pod
 //! (`ls_out_check_port_sec`, `ls_out_apply_port_sec`): a multicast destination MAC, or the
 //! port's MAC and, when addresses are listed, an IPv4 destination among them, broadcast or
 //! multicast (none when only IPv6 is listed) and an IPv6 destination among them, the
@@ -38,6 +42,11 @@ const ND_TARGET: usize = ICMPV6 + 8;
 const ND_OPTIONS: usize = ICMPV6 + 24;
 const ND_SOLICITATION: u8 = 135;
 const ND_ADVERTISEMENT: u8 = 136;
+/// MLD reports: version 1 (RFC 2710) and 2 (RFC 3810).
+const MLD_REPORT: u8 = 131;
+const MLD2_REPORT: u8 = 143;
+/// IPv6's hop-by-hop options header (MLD reports carry a router alert in one).
+const IPV6_HOP_BY_HOP: u8 = 0;
 /// ND options: source and target link-layer address.
 const ND_OPTION_SLL: u8 = 1;
 const ND_OPTION_TLL: u8 = 2;
@@ -149,7 +158,15 @@ fn ipv6_allows(ctx: &TcContext, ifindex: u32, mac: &[u8; 6], with_ipv6: bool) ->
     let Ok(source) = ctx.load::<Ipv6>(IPV6_SOURCE) else {
         return false;
     };
-    if !listed6(ifindex, mac, source) {
+    if source == [0; 2] && with_ipv6 {
+        match unspecified_source_message(ctx) {
+            Some(MLD_REPORT | MLD2_REPORT) => return true,
+            // Duplicate address detection: judged as any solicitation below (which reads it
+            // where it follows the IPv6 header directly).
+            Some(ND_SOLICITATION) if ctx.load::<u8>(IPV6_NEXT_HEADER) == Ok(IPPROTO_ICMPV6) => {}
+            _ => return false,
+        }
+    } else if !listed6(ifindex, mac, source) {
         return false;
     }
     if ctx.load::<u8>(IPV6_NEXT_HEADER) != Ok(IPPROTO_ICMPV6) {
@@ -175,6 +192,29 @@ fn ipv6_allows(ctx: &TcContext, ifindex: u32, mac: &[u8; 6], with_ipv6: bool) ->
         return false;
     }
     !with_ipv6 || listed6(ifindex, mac, target)
+}
+
+/// For a frame to `ff02::/16` carrying ICMPv6 with code 0 (directly or after one hop-by-hop
+/// header), its ICMPv6 type: what ovn-controller admits from `::`.
+#[inline(always)]
+fn unspecified_source_message(ctx: &TcContext) -> Option<u8> {
+    let destination = ctx.load::<[u8; 2]>(IPV6_DESTINATION).ok()?;
+    if destination != [0xff, 0x02] {
+        return None;
+    }
+    let offset = match ctx.load::<u8>(IPV6_NEXT_HEADER).ok()? {
+        IPPROTO_ICMPV6 => ICMPV6,
+        IPV6_HOP_BY_HOP => {
+            let [next, length] = ctx.load::<[u8; 2]>(ICMPV6).ok()?;
+            if next != IPPROTO_ICMPV6 {
+                return None;
+            }
+            ICMPV6 + (usize::from(length) + 1) * 8
+        }
+        _ => return None,
+    };
+    let [kind, code] = ctx.load::<[u8; 2]>(offset).ok()?;
+    (code == 0).then_some(kind)
 }
 
 /// The source and target link-layer addresses of an ND message's first two options (zero

@@ -9,6 +9,8 @@
 //! MAC (or none) and, in advertisements, its own addresses; it receives IPv6 to them or to
 //! multicast. A pod listing only IPv4 sends IPv6 from its link-local address only and
 //! receives none; one listing only IPv6 sends no IPv4 but DHCP discovery and receives none;
+//! with IPv6 listed, duplicate address detection and MLD reports from `::` pass (as
+//! ovn-controller admits them);
 //! ARP must name the pod's MAC even without addresses.
 
 mod common;
@@ -404,6 +406,106 @@ fn a_dual_stack_pod_sends_ipv6_only_as_itself() {
                 false,
             ),
         ],
+    );
+}
+
+/// A frame from `::` to `destination` (a multicast group) at `MAC`'s multicast MAC: `payload`
+/// after a hop-by-hop header with a router alert (`hop_by_hop`) or directly.
+fn from_unspecified(destination: [u8; 16], hop_by_hop: bool, payload: &[u8]) -> Vec<u8> {
+    let mut eth_destination = [0x33, 0x33, 0, 0, 0, 0];
+    eth_destination[2..].copy_from_slice(&destination[12..]);
+    if !hop_by_hop {
+        return ipv6(MAC, eth_destination, [0; 16], destination, ICMPV6, payload);
+    }
+    // Next header ICMPv6, length 0 (8 bytes): router alert (MLD), PadN.
+    let mut message = vec![ICMPV6, 0, 5, 2, 0, 0, 1, 0];
+    message.extend_from_slice(payload);
+    ipv6(MAC, eth_destination, [0; 16], destination, 0, &message)
+}
+
+#[test]
+fn duplicate_address_detection_and_mld_from_the_unspecified_address_pass_as_ovn_controller_admits_them()
+ {
+    let all_mld_routers = {
+        let mut group = [0; 16];
+        group[..2].copy_from_slice(&[0xff, 0x02]);
+        group[15] = 0x16;
+        group
+    };
+    let solicited_node = {
+        let mut group = [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
+        group[13..].copy_from_slice(&IP6[13..]);
+        group
+    };
+    let mld2_report = [143, 0, 0, 0, 0, 0, 0, 1, 4, 0, 0, 0];
+    let mld1_report = [131, 0, 0, 0, 0, 0, 0, 0];
+    let dad = |target: [u8; 16], option: Option<[u8; 6]>| {
+        let mut message = vec![135, 0, 0, 0, 0, 0, 0, 0];
+        message.extend_from_slice(&target);
+        if let Some(mac) = option {
+            message.extend_from_slice(&[1, 1]);
+            message.extend_from_slice(&mac);
+        }
+        message
+    };
+    let mut programs = programs(false);
+    secure(&mut programs, 1, PORT_SECURITY_IPV4 | PORT_SECURITY_IPV6);
+    judge(
+        &programs,
+        &[
+            (
+                "an MLDv2 report behind a router alert",
+                from_unspecified(all_mld_routers, true, &mld2_report),
+                true,
+            ),
+            (
+                "an MLDv1 report",
+                from_unspecified(all_mld_routers, false, &mld1_report),
+                true,
+            ),
+            (
+                "duplicate address detection of its link-local address",
+                from_unspecified(solicited_node, false, &dad(LINK_LOCAL, None)),
+                true,
+            ),
+            (
+                "duplicate address detection naming another MAC",
+                from_unspecified(solicited_node, false, &dad(IP6, Some(SPOOFED_MAC))),
+                false,
+            ),
+            (
+                "an echo request from ::",
+                from_unspecified(all_mld_routers, false, &[128, 0, 0, 0, 0, 1, 0, 1]),
+                false,
+            ),
+            (
+                "an MLD report from :: to a group beyond ff02::/16",
+                ipv6(
+                    MAC,
+                    [0x33, 0x33, 0, 0, 0, 0x16],
+                    [0; 16],
+                    {
+                        let mut group = all_mld_routers;
+                        group[1] = 0x05;
+                        group
+                    },
+                    ICMPV6,
+                    &mld2_report,
+                ),
+                false,
+            ),
+        ],
+    );
+    // Without IPv6 listed, nothing comes from ::, as from any address but the link-local one.
+    let mut programs = self::programs(false);
+    secure(&mut programs, 1, PORT_SECURITY_IPV4);
+    judge(
+        &programs,
+        &[(
+            "IPv4-only: an MLDv2 report from ::",
+            from_unspecified(all_mld_routers, true, &mld2_report),
+            false,
+        )],
     );
 }
 
