@@ -17,16 +17,18 @@
 //! address, to the next hop's solicited-node group, hop limit 255, a source link-layer option),
 //! flooded on the switch like its ARP requests; the packet is dropped. What needs more (the
 //! answer or the forwarding toward a known neighbour, any other destination) is dropped and
-//! counted (`ipv6_to_router`: issue 21). The responder's answers go back through the
-//! solicitor's egress port security. Reads `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`,
-//! `NEIGHBOURS6`, `L2_FIB` (and, through `port_security`, `PORT_SECURITY`); counts its
-//! solicitations in `ROUTER_REPLIES`.
+//! counted (`ipv6_to_router`: issue 21); a router whose IPv6 flows are not all compiled
+//! (`ROUTER_IPV6_UNSUPPORTED`) has all its IPv6 dropped as `router_unsupported`. The
+//! responder's answers go back through the solicitor's egress port security. Reads
+//! `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`, `NEIGHBOURS6`, `L2_FIB` (and, through
+//! `port_security`, `PORT_SECURITY`); counts its solicitations in `ROUTER_REPLIES`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, DropReason, FibKey, IPV6_REQUEST_MAGIC, Ipv6Key, Ipv6Request,
     ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, drop_reason,
+    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
+    drop_reason,
     ipv6::{link_local, solicited_node},
     router_reply, stage as slot,
 };
@@ -177,7 +179,7 @@ fn to_router(
 ) -> Result<i32, DropReason> {
     let router = request.router;
     let flags = get(&ROUTERS, router).map_or(0, |r| r.flags);
-    if flags & ROUTER_FORWARDS == 0 {
+    if flags & ROUTER_FORWARDS == 0 || flags & ROUTER_IPV6_UNSUPPORTED != 0 {
         return Err(drop_reason::ROUTER_UNSUPPORTED);
     }
     let ip = frame.ip;

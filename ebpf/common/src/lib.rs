@@ -494,6 +494,9 @@ pub const ROUTER_POLICIES: u32 = 32;
 /// [`RouterInfo::flags`]: the router has source routes ([`map::SOURCE_ROUTES`]); routers
 /// without them cost one route lookup per hop, not two.
 pub const ROUTER_SOURCE_ROUTES: u32 = 2;
+/// [`RouterInfo::flags`]: the kernel does not forward this router's IPv6 (a flow only IPv6 can
+/// match is not compiled): IPv6 to its MAC is dropped as `router_unsupported`, its IPv4 goes on.
+pub const ROUTER_IPV6_UNSUPPORTED: u32 = 128;
 /// [`RouterInfo::flags`]: some of the router's ports route with a route table of their own
 /// ([`map::ROUTE_TABLES`]); its routes are keyed by [`route_key_datapath`].
 pub const ROUTER_ROUTE_TABLES: u32 = 64;

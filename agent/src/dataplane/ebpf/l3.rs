@@ -22,8 +22,9 @@ use std::{
 use ovnbpf_common::{
     ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE,
     ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ARP_REQUESTS,
-    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_ND_REQUESTS, ROUTER_POLICIES,
-    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress, RouterInfo,
+    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
+    ROUTER_POLICIES, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress,
+    RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouteTables, RouterAddresses, RouterAddresses6, Routers, Routes,
         SourceRoutes,
@@ -36,7 +37,7 @@ use super::{
 };
 use crate::pipeline::ir::{
     EcmpStage, IrDiff, IrEntry, Mac, PolicyVerdict, PortKind, Prefix, Prefix6, RejectProtocol,
-    RejectResponse, RouteSelector,
+    RejectResponse, RouteSelector, Unforwardable,
 };
 
 /// Where the state keeps a router's routes: the router, what the prefix is matched against, and
@@ -99,6 +100,9 @@ pub struct L3State {
     /// Per router: entries that keep the kernel from forwarding for it (drop/reroute policies,
     /// unsupported flows).
     blockers: HashMap<u32, HashSet<String>>,
+    /// Per router: entries that keep the kernel from forwarding its IPv6 only (unsupported
+    /// flows only IPv6 can match).
+    ipv6_blockers: HashMap<u32, HashSet<String>>,
     /// A router's own addresses: (router, address) → how many ARP entries name it, and what
     /// the router answers there (`RouterAddress` flags), both families.
     addresses: HashMap<(u32, IpAddr), (usize, u32)>,
@@ -130,16 +134,25 @@ impl L3State {
     }
 
     fn block(&mut self, datapath: u32, reason: String, added: bool) {
-        let set = self.blockers.entry(datapath).or_default();
+        Self::take_blocker(&mut self.blockers, datapath, reason, added);
+        self.router_table.mark(datapath);
+    }
+
+    fn take_blocker(
+        blockers: &mut HashMap<u32, HashSet<String>>,
+        datapath: u32,
+        reason: String,
+        added: bool,
+    ) {
+        let set = blockers.entry(datapath).or_default();
         if added {
             set.insert(reason);
         } else {
             set.remove(&reason);
         }
         if set.is_empty() {
-            self.blockers.remove(&datapath);
+            blockers.remove(&datapath);
         }
-        self.router_table.mark(datapath);
     }
 
     /// Keeps [`Self::source_prefixes`] when slot `key` (a source slot) gained its first route or
@@ -269,6 +282,7 @@ impl L3State {
             }
             IrEntry::Route6 {
                 datapath,
+                selector: RouteSelector::Destination,
                 prefix,
                 inport: Some(inport),
                 nexthop: None,
@@ -405,6 +419,18 @@ impl L3State {
             // The compiler decides which gaps stop forwarding (an unsupported routing flow, U2O
             // routing); the backend obeys. Unsupported flows it lets through, and side duties
             // left undone (e.g. MAC learning), are only reported.
+            IrEntry::NotForwardable {
+                datapath,
+                reason: reason @ Unforwardable::UnsupportedIpv6Flow { .. },
+            } => {
+                Self::take_blocker(
+                    &mut self.ipv6_blockers,
+                    *datapath,
+                    reason.to_string(),
+                    added,
+                );
+                self.router_table.mark(*datapath);
+            }
             IrEntry::NotForwardable { datapath, reason } => {
                 self.block(*datapath, reason.to_string(), added);
             }
@@ -472,13 +498,15 @@ impl L3State {
         }
     }
 
-    /// Why the kernel does not forward for `router` (empty when it does).
+    /// Why the kernel does not forward for `router`, or not its IPv6 (those reasons say "IPv6
+    /// only"; empty when it forwards both).
     #[must_use]
     pub fn blocked(&self, router: u32) -> Vec<String> {
         let mut reasons: Vec<String> = self
             .blockers
             .get(&router)
             .into_iter()
+            .chain(self.ipv6_blockers.get(&router))
             .flatten()
             .cloned()
             .collect();
@@ -546,6 +574,10 @@ impl L3State {
             | flag(
                 self.link_local_routes.contains_key(&datapath),
                 ROUTER_IPV6_LINK_LOCAL,
+            )
+            | flag(
+                self.ipv6_blockers.contains_key(&datapath),
+                ROUTER_IPV6_UNSUPPORTED,
             );
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
             .then_some(RouterInfo {
@@ -630,16 +662,26 @@ impl L3State {
             Pass::All,
             |&datapath| self.desired_router(datapath),
             |_, &datapath, desired| {
-                // Only for the log when the router goes.
-                if desired.is_none() {
-                    let reasons = self.blocked(datapath);
-                    if !reasons.is_empty() {
+                // Only for the log when the router goes, or its IPv6.
+                match desired {
+                    None => {
+                        let reasons = self.blocked(datapath);
+                        if !reasons.is_empty() {
+                            tracing::info!(
+                                router = datapath,
+                                ?reasons,
+                                "the kernel does not route for this router; its traffic is dropped and counted"
+                            );
+                        }
+                    }
+                    Some(info) if info.flags & ROUTER_IPV6_UNSUPPORTED != 0 => {
                         tracing::info!(
                             router = datapath,
-                            ?reasons,
-                            "the kernel does not route for this router; its traffic is dropped and counted"
+                            reasons = ?self.ipv6_blockers.get(&datapath),
+                            "the kernel routes this router's IPv4 but not its IPv6; its IPv6 is dropped and counted"
                         );
                     }
+                    Some(_) => {}
                 }
                 Ok(())
             },

@@ -1,11 +1,12 @@
 //! The IPv6 side of the forwarding stages: neighbour discovery responders on switches and
-//! routers, ICMPv6 echo and unreachable replies, IPv6 routes (including the per-port link-local
-//! routes northd emits for every router port), next-hop resolution and solicitation. Consulted
+//! routers, ICMPv6 echo and unreachable replies, IPv6 routes by destination or (`src-ip`) source
+//! (including the per-port link-local routes northd emits for every router port), allow policies
+//! (neutral), time exceeded (a side duty), next-hop resolution and solicitation. Consulted
 //! by [`super::classify`] for flows only IPv6 packets can match; `None` means "not recognised".
 
 use super::{matching::*, verdict::Class};
 use crate::lflow::ast::{Action, Expr, Source};
-use crate::pipeline::ir::{IrEntry, RejectProtocol, RejectResponse, RouterDropRule};
+use crate::pipeline::ir::{IrEntry, RejectProtocol, RejectResponse, RouteSelector, RouterDropRule};
 
 /// Classifies an IPv6-only flow of a forwarding stage.
 pub(super) fn classify(
@@ -75,7 +76,11 @@ pub(super) fn classify(
                 _ => None,
             }
         }
-        "lr_in_ip_input" => classify_router_input(dp, terms, actions, drops),
+        "lr_in_ip_input" => classify_router_input(dp, priority, terms, actions, drops),
+        // Kube-OVN's per-subnet allow policy, IPv6 half (`ip6.dst == <cidr6>`): allow keeps the
+        // routing decision, and an IPv6 policy that changes it (drop, reroute) is not compiled,
+        // which keeps the router's IPv6 out; so an IPv6 allow changes nothing compiled.
+        "lr_in_policy" if zeroes_then_next(actions, &slice("reg8", 0, 15)) => Some(Class::Neutral),
         "lr_in_ip_routing" if drops && matches!(terms, [Expr::Or(_)]) => {
             compiled(IrEntry::RouterDrop {
                 datapath: dp,
@@ -134,6 +139,7 @@ pub(super) fn classify(
 
 fn classify_router_input(
     dp: u32,
+    priority: i64,
     terms: &[&Expr],
     actions: &[Action],
     drops: bool,
@@ -156,15 +162,32 @@ fn classify_router_input(
             }])
         });
     }
-    // ICMPv6 echo to a router address.
+    // ICMPv6 echo to a router's addresses (one flow for a port's link-local and global ones).
     if terms
         .iter()
         .any(|t| compare_integer(t, "icmp6.type") == Some(128))
     {
-        let ip = terms.iter().find_map(|t| compare_ipv6(t, "ip6.dst"))?;
+        let ips = terms.iter().find_map(|t| compare_ipv6_set(t, "ip6.dst"))?;
         let replies = assigned_integer(actions, "icmp6.type") == Some(129);
-        return replies
-            .then(|| Class::Compiled(vec![IrEntry::RouterEchoReply6 { datapath: dp, ip }]));
+        return replies.then(|| {
+            Class::Compiled(
+                ips.into_iter()
+                    .map(|ip| IrEntry::RouterEchoReply6 { datapath: dp, ip })
+                    .collect(),
+            )
+        });
+    }
+    // Hop limit exceeded in transit, from a port's subnet: OVN answers with ICMPv6 time
+    // exceeded; the kernel drops the packet (`ttl_expired`) without the answer.
+    if priority == 31
+        && terms.iter().any(|t| mentions(t, "ip.ttl"))
+        && only_block(actions, &["icmp6"])
+            .is_some_and(|(_, block)| assigned_integer(block, "icmp6.type") == Some(3))
+    {
+        return Some(Class::SideDuty {
+            entries: Vec::new(),
+            duty: "ICMPv6 time exceeded is not sent (the packet is dropped as ttl_expired)".into(),
+        });
     }
     // DHCPv6 replies to the router (prefix delegation client): the slow path's business.
     if actions
@@ -215,7 +238,13 @@ fn classify_router_input(
 }
 
 fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -> Option<Class> {
-    let prefix = terms.iter().find_map(|t| compare_prefix6(t, "ip6.dst"))?;
+    let destination = terms.iter().find_map(|t| compare_prefix6(t, "ip6.dst"));
+    let source = terms.iter().find_map(|t| compare_prefix6(t, "ip6.src"));
+    let (selector, prefix) = match (destination, source) {
+        (Some(prefix), None) => (RouteSelector::Destination, prefix),
+        (None, Some(prefix)) => (RouteSelector::Source, prefix),
+        _ => return None,
+    };
     let inport = terms
         .iter()
         .find_map(|t| compare_string(t, "inport"))
@@ -240,6 +269,7 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
     };
     Some(Class::Compiled(vec![IrEntry::Route6 {
         datapath: dp,
+        selector,
         prefix,
         priority: u16::try_from(priority).unwrap_or(u16::MAX),
         inport,

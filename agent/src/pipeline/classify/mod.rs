@@ -83,6 +83,12 @@ const STAGES: &[(&str, Classifier)] = &[
     ("lr_out_chk_dnat_local", router::chk_dnat_local),
 ];
 
+/// Whether only IPv6 packets can match `match_` (it names IPv6 and no IPv4 field).
+#[must_use]
+pub fn matches_only_ipv6(match_: &Expr) -> bool {
+    ipv6_only(&conjuncts(match_))
+}
+
 /// Classifies `flow`.
 #[must_use]
 pub fn classify(flow: &Flow<'_>) -> Class {

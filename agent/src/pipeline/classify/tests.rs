@@ -93,6 +93,73 @@ fn peer_router_link_local_neighbours_compile() {
     );
 }
 
+/// The IPv6 half of a Kube-OVN dual-stack subnet's router flows, as northd 23.03 writes them:
+/// the `policySrc` route by source, the allow policy (no change to routing), and time exceeded
+/// (the kernel drops without the answer: a side duty, not a blocker).
+#[test]
+fn a_dual_stack_subnets_ipv6_router_flows_compile() {
+    assert_eq!(
+        class(
+            "lr_in_ip_routing",
+            192,
+            "ip6.src == fd00:10:1::/64",
+            r#"ip.ttl--; reg8[0..15] = 0; xxreg0 = fd00:10:1::1; xxreg1 = fd00:10:1::1; eth.src = 0a:58:63:5f:04:aa; outport = "vpc-a-subnet-a"; flags.loopback = 1; next;"#
+        ),
+        Class::Compiled(vec![IrEntry::Route6 {
+            datapath: 7,
+            selector: RouteSelector::Source,
+            prefix: crate::pipeline::ir::Prefix6 {
+                network: "fd00:10:1::".parse().unwrap(),
+                length: 64
+            },
+            priority: 192,
+            inport: None,
+            route_table: None,
+            nexthop: Some("fd00:10:1::1".parse().unwrap()),
+            source_ip: "fd00:10:1::1".parse().unwrap(),
+            source_mac: [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa],
+            port: "vpc-a-subnet-a".into(),
+        }])
+    );
+    assert_eq!(
+        class(
+            "lr_in_ip_input",
+            90,
+            "ip6.dst == {fd00:10:1::1, fe80::858:63ff:fe5f:4aa} && icmp6.type == 128 && icmp6.code == 0",
+            "ip6.dst <-> ip6.src; ip.ttl = 255; icmp6.type = 129; flags.loopback = 1; next; "
+        ),
+        Class::Compiled(
+            ["fd00:10:1::1", "fe80::858:63ff:fe5f:4aa"]
+                .map(|ip| IrEntry::RouterEchoReply6 {
+                    datapath: 7,
+                    ip: ip.parse().unwrap()
+                })
+                .to_vec()
+        ),
+        "a port's global and link-local addresses answer pings"
+    );
+    assert_eq!(
+        class(
+            "lr_in_policy",
+            31000,
+            "ip6.dst == fd00:10:1::/64",
+            "reg8[0..15] = 0; next;"
+        ),
+        Class::Neutral
+    );
+    assert!(
+        matches!(
+            class("lr_in_policy", 31000, "ip6.dst == fd00:10:1::/64", "drop;"),
+            Class::Unsupported(_)
+        ),
+        "an IPv6 policy that changes routing is not compiled"
+    );
+    assert!(matches!(
+        class("lr_in_ip_input", 31, r#"inport == "vpc-a-subnet-a" && ip6 && ip6.src == fd00:10:1::/64 && ip.ttl == {0, 1} && !ip.later_frag"#, r#"icmp6 {eth.dst <-> eth.src; ip6.dst = ip6.src; ip6.src = fd00:10:1::1 ; ip.ttl = 254; icmp6.type = 3; /* Time exceeded */ icmp6.code = 0; /* TTL exceeded in transit */ outport = "vpc-a-subnet-a"; flags.loopback = 1; output; };"#),
+        Class::SideDuty { entries, duty } if entries.is_empty() && duty.contains("time exceeded")
+    ));
+}
+
 #[test]
 fn router_flows_from_northd_compile() {
     assert!(matches!(

@@ -365,13 +365,18 @@ impl Compiler {
                                 reason: reason.clone(),
                             });
                             if classify::unsupported_stops_forwarding(&stage) {
-                                contribution.entries.push(IrEntry::NotForwardable {
-                                    datapath,
-                                    reason: Unforwardable::UnsupportedFlow {
-                                        stage: stage.clone(),
-                                        reason: reason.clone(),
-                                    },
-                                });
+                                let (stage, reason) = (stage.clone(), reason.clone());
+                                // A flow only IPv6 can match keeps the IPv6 of the router out
+                                // (a dual-stack VPC's IPv4 goes on).
+                                let reason =
+                                    if expanded.is_ok() && classify::matches_only_ipv6(&match_) {
+                                        Unforwardable::UnsupportedIpv6Flow { stage, reason }
+                                    } else {
+                                        Unforwardable::UnsupportedFlow { stage, reason }
+                                    };
+                                contribution
+                                    .entries
+                                    .push(IrEntry::NotForwardable { datapath, reason });
                             }
                             // Security fails closed: the switch's pipeline drops what reaches
                             // an ACL stage it cannot translate.

@@ -158,7 +158,7 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
 
 /// The compiler decides which unsupported flows stop their router: a NAT flow in an ingress
 /// router stage does (NotForwardable beside the Unsupported report, gone with the flow), one in
-/// `lr_out_snat` is only reported.
+/// `lr_out_snat` is only reported, one only IPv6 can match stops the router's IPv6 only.
 #[test]
 fn unsupported_router_flows_make_their_router_not_forwardable_as_the_compiler_decides() {
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
@@ -210,6 +210,27 @@ fn unsupported_router_flows_make_their_router_not_forwardable_as_the_compiler_de
         diff.removed
             .iter()
             .any(|e| matches!(e, IrEntry::NotForwardable { datapath: 9, .. })),
+        "{diff:?}"
+    );
+    // A flow only IPv6 can match keeps only the router's IPv6 out.
+    let nat6 = json!({"insert": {"logical_datapath": ["uuid", ROUTER], "priority": 100,
+        "match": "ip && ip6.dst == fd00::100", "actions": "ct_snat;",
+        "external_ids": ["map", [["stage-name", "lr_in_unsnat"]]]}});
+    let diff = flow("00000000-0000-0000-0000-0000000000f3", nat6);
+    let blocking: Vec<&IrEntry> = diff
+        .added
+        .iter()
+        .filter(|e| matches!(e, IrEntry::NotForwardable { .. }))
+        .collect();
+    assert_eq!(
+        blocking,
+        [&IrEntry::NotForwardable {
+            datapath: 9,
+            reason: Unforwardable::UnsupportedIpv6Flow {
+                stage: "lr_in_unsnat".into(),
+                reason: "NAT is not in the datapath yet".into(),
+            },
+        }],
         "{diff:?}"
     );
 }

@@ -347,14 +347,21 @@ family! {
 
         fn route<'e>(
             entry: &'e IrEntry,
-            (_, destination): (Self, Self),
+            (source, destination): (Self, Self),
             inport: &str,
             table: u32,
         ) -> Option<Route<'e, Self>> {
             let from = |needed: &Option<String>| needed.as_deref().is_none_or(|p| p == inport);
+            let selected = |selector: &RouteSelector, prefix: &crate::pipeline::ir::Prefix6| {
+                prefix.contains(match selector {
+                    RouteSelector::Destination => destination,
+                    RouteSelector::Source => source,
+                })
+            };
             let in_table = |route_table: &Option<u32>| route_table.is_none_or(|t| t == table);
             match entry {
                 IrEntry::Route6 {
+                    selector,
                     prefix,
                     priority,
                     inport: needed,
@@ -364,10 +371,10 @@ family! {
                     source_mac,
                     port,
                     ..
-                } if prefix.contains(destination) && from(needed) && in_table(route_table) => {
+                } if selected(selector, prefix) && from(needed) && in_table(route_table) => {
                     Some(Route {
                         priority: *priority,
-                        by_source: false,
+                        by_source: *selector == RouteSelector::Source,
                         network: prefix.network,
                         length: prefix.length,
                         nexthop: *nexthop,

@@ -335,9 +335,11 @@ pub enum IrEntry {
         protocol: Option<RejectProtocol>,
         response: RejectResponse,
     },
-    /// An IPv6 route (`inport` set for the per-port link-local routes).
+    /// An IPv6 route (`inport` set for the per-port link-local routes), by destination or
+    /// (`src-ip` static routes) by source.
     Route6 {
         datapath: u32,
+        selector: RouteSelector,
         prefix: Prefix6,
         priority: u16,
         inport: Option<String>,
@@ -422,6 +424,9 @@ pub const NO_DATAPATH: u32 = 0;
 pub enum Unforwardable {
     /// A flow of `stage` that changes how the datapath forwards could not be compiled.
     UnsupportedFlow { stage: String, reason: String },
+    /// Like [`Self::UnsupportedFlow`], for a flow only IPv6 packets can match: the datapath's
+    /// IPv6 must not be forwarded as compiled; its IPv4 is unaffected.
+    UnsupportedIpv6Flow { stage: String, reason: String },
     /// The router routes onto underlay switch `switch`, which has localnet port `localnet`
     /// (Kube-OVN's U2O interconnection): OVN sends such routed traffic through the localnet
     /// port with per-chassis MACs, which is not compiled.
@@ -432,6 +437,9 @@ impl std::fmt::Display for Unforwardable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Unforwardable::UnsupportedFlow { stage, reason } => write!(f, "{stage}: {reason}"),
+            Unforwardable::UnsupportedIpv6Flow { stage, reason } => {
+                write!(f, "{stage}: {reason} (IPv6 only)")
+            }
             Unforwardable::UnderlayRouting { switch, localnet } => write!(
                 f,
                 "routes onto underlay switch {switch} (localnet port {localnet}): U2O \

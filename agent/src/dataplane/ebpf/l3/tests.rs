@@ -467,6 +467,42 @@ fn side_duties_do_not_block_a_router_unsupported_neighbour_flows_do() {
     assert!(maps.routers().contains_key(&ROUTER));
 }
 
+#[test]
+fn an_unsupported_ipv6_flow_keeps_only_the_routers_ipv6_out() {
+    use ovnbpf_common::ROUTER_IPV6_UNSUPPORTED;
+    let mut state = L3State::default();
+    state.apply(&diff(vpc()));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.routers()[&ROUTER].flags & ROUTER_IPV6_UNSUPPORTED, 0);
+    let ipv6_only = IrEntry::NotForwardable {
+        datapath: ROUTER,
+        reason: Unforwardable::UnsupportedIpv6Flow {
+            stage: "lr_in_policy".into(),
+            reason: "router policy match".into(),
+        },
+    };
+    state.apply(&diff(vec![ipv6_only.clone()]));
+    state.flush(&mut maps).unwrap();
+    let info = maps.routers()[&ROUTER];
+    assert_eq!(
+        info.flags & (ROUTER_FORWARDS | ROUTER_IPV6_UNSUPPORTED),
+        ROUTER_FORWARDS | ROUTER_IPV6_UNSUPPORTED,
+        "IPv4 still forwarded, IPv6 not"
+    );
+    assert_eq!(
+        state.blocked(ROUTER),
+        ["lr_in_policy: router policy match (IPv6 only)"]
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![ipv6_only],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.routers()[&ROUTER].flags & ROUTER_IPV6_UNSUPPORTED, 0);
+    assert!(state.blocked(ROUTER).is_empty());
+}
+
 /// Kube-OVN gives every VPC router an allow policy per subnet (`ip4.dst == <cidr>`, priority
 /// 31000): allow keeps the routing decision, so a router with only such policies is forwarded;
 /// a drop or reroute policy beside them still keeps it out.
@@ -684,6 +720,7 @@ fn ipv6_addresses_neighbours_and_link_local_routes_reach_their_maps_and_flags() 
     let own: Ipv6Addr = "fe80::858:aff:fe00:101".parse().unwrap();
     let pod: Ipv6Addr = "fe80::858:aff:fe00:102".parse().unwrap();
     let link_local_route = IrEntry::Route6 {
+        selector: RouteSelector::Destination,
         datapath: ROUTER,
         prefix: crate::pipeline::ir::Prefix6 {
             network: "fe80::".parse().unwrap(),
