@@ -14,7 +14,9 @@
 //!   gets a `src-ip` static route `<cidr>` via its gateway (Kube-OVN ≥ 1.15's
 //!   `addCustomVPCStaticRouteForSubnet`, which shadows any shorter destination route for the
 //!   subnet's own traffic); the default VPC has the route `0.0.0.0/0` via the join gateway;
-//! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" and `external_ids` pod/ls/ip;
+//! - pod → LSP `<pod>.<namespace>` with addresses "MAC IP" (dual stack: "MAC IPv4 IPv6") and
+//!   `external_ids` pod/ls/ip; a dual-stack subnet (`cidrBlock` "IPv4,IPv6") has both gateways
+//!   on its router port and its policy and source route per family;
 //! - underlay → LSP `localnet.<subnet>` (localnet, `network_name`, `tag`,
 //!   `external_ids:ipv4_network`);
 //! - node → LSP `node-<node>` on `join`, in the port group `node.<node>`; the per-node groups
@@ -24,7 +26,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
 };
 
 use anyhow::{Context, Result, bail};
@@ -77,6 +79,46 @@ impl Cidr {
 }
 
 impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.len)
+    }
+}
+
+/// An IPv6 prefix such as fd00:10:1::/64 (the IPv6 half of a dual-stack `cidrBlock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr6 {
+    pub network: Ipv6Addr,
+    pub len: u8,
+}
+
+impl Cidr6 {
+    pub fn parse(text: &str) -> Result<Self> {
+        let (address, len) = text
+            .split_once('/')
+            .with_context(|| format!("{text:?} is not a CIDR"))?;
+        let address: Ipv6Addr = address
+            .parse()
+            .with_context(|| format!("address in {text:?}"))?;
+        let len: u8 = len
+            .parse()
+            .ok()
+            .filter(|len| *len <= 128)
+            .with_context(|| format!("prefix length in {text:?}"))?;
+        let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+        Ok(Self {
+            network: Ipv6Addr::from(u128::from(address) & mask),
+            len,
+        })
+    }
+
+    /// The `n`-th address of the prefix (1 is Kube-OVN's default gateway).
+    #[must_use]
+    pub fn host(&self, n: u128) -> Ipv6Addr {
+        Ipv6Addr::from(u128::from(self.network) + n)
+    }
+}
+
+impl std::fmt::Display for Cidr6 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.network, self.len)
     }
@@ -237,30 +279,50 @@ impl Topology {
     /// from `reconcileOvnDefaultVpcRoute` and `reconcileCustomVpcStaticRoute`). In a custom VPC
     /// it adds the `policySrc` route `<cidr>` via the gateway (`addCustomVPCStaticRouteForSubnet`,
     /// since Kube-OVN 1.15: every subnet of a custom VPC, overlay or U2O).
+    ///
+    /// A dual-stack subnet's `cidr` is Kube-OVN's `cidrBlock` "IPv4 CIDR,IPv6 CIDR": the router
+    /// port gets both gateways ("10.0.1.1/24 fd00:10:1::1/64", as `CreateLogicalPatchPort`
+    /// writes them), and the allow policy and the source route come per family
+    /// (`ip6.dst == <cidr6>`, `<cidr6>` via the IPv6 gateway).
     pub fn subnet(&mut self, vpc: &str, subnet: &str, cidr: &str) -> Result<&mut Self> {
+        let (cidr, cidr6) = match cidr.split_once(',') {
+            Some((cidr, cidr6)) => (cidr, Some(Cidr6::parse(cidr6)?)),
+            None => (cidr, None),
+        };
         self.plain_switch(subnet, cidr)?;
         let cidr = Cidr::parse(cidr)?;
         self.subnet_vpcs.insert(subnet.to_string(), vpc.to_string());
         let router_port = format!("{vpc}-{subnet}");
         let switch_port = format!("{subnet}-{vpc}");
         let gateway = format!("{}/{}", cidr.host(1), cidr.len);
+        let gateway6 = cidr6.map(|cidr6| format!("{}/{}", cidr6.host(1), cidr6.len));
         let router_port_option = format!("router-port={router_port}");
-        self.add(&[
-            "--may-exist",
-            "lrp-add",
-            vpc,
-            &router_port,
-            &mac_for(&router_port),
-            &gateway,
-        ])
-        .add(&["--may-exist", "lsp-add", subnet, &switch_port])
-        .add(&["lsp-set-type", &switch_port, "router"])
-        .add(&["lsp-set-addresses", &switch_port, "router"])
-        .add(&["lsp-set-options", &switch_port, &router_port_option])
-        .add(&["set", "logical_switch_port", &switch_port, VENDOR])
-        .subnet_policy(vpc, cidr);
+        let mac = mac_for(&router_port);
+        let mut lrp_add = vec!["--may-exist", "lrp-add", vpc, &router_port, &mac, &gateway];
+        lrp_add.extend(gateway6.as_deref());
+        self.add(&lrp_add)
+            .add(&["--may-exist", "lsp-add", subnet, &switch_port])
+            .add(&["lsp-set-type", &switch_port, "router"])
+            .add(&["lsp-set-addresses", &switch_port, "router"])
+            .add(&["lsp-set-options", &switch_port, &router_port_option])
+            .add(&["set", "logical_switch_port", &switch_port, VENDOR])
+            .subnet_policy(vpc, cidr);
         if vpc != DEFAULT_VPC {
             self.source_route(vpc, &cidr.to_string(), cidr.host(1));
+        }
+        if let Some(cidr6) = cidr6 {
+            let match_ = format!("ip6.dst == {cidr6}");
+            self.policy(vpc, Self::SUBNET_ALLOW_PRIORITY, &match_, "allow", None);
+            if vpc != DEFAULT_VPC {
+                self.add(&[
+                    "--may-exist",
+                    "--policy=src-ip",
+                    "lr-route-add",
+                    vpc,
+                    &cidr6.to_string(),
+                    &cidr6.host(1).to_string(),
+                ]);
+            }
         }
         Ok(self)
     }
@@ -306,15 +368,41 @@ impl Topology {
         mac: &str,
         ip: Ipv4Addr,
     ) -> &mut Self {
+        self.pod_with_addresses(subnet, pod, namespace, mac, &ip.to_string())
+    }
+
+    /// A pod of a dual-stack subnet: addresses "MAC IPv4 IPv6", `external_ids:ip` "IPv4,IPv6"
+    /// (Kube-OVN's `ip_address` annotation).
+    pub fn dual_stack_pod(
+        &mut self,
+        subnet: &str,
+        pod: &str,
+        namespace: &str,
+        mac: &str,
+        ips: (Ipv4Addr, Ipv6Addr),
+    ) -> &mut Self {
+        let ips = format!("{} {}", ips.0, ips.1);
+        self.pod_with_addresses(subnet, pod, namespace, mac, &ips)
+    }
+
+    /// `ips`: the pod's addresses, space-separated.
+    fn pod_with_addresses(
+        &mut self,
+        subnet: &str,
+        pod: &str,
+        namespace: &str,
+        mac: &str,
+        ips: &str,
+    ) -> &mut Self {
         let port = pod_port_name(pod, namespace);
-        let addresses = format!("{mac} {ip}");
+        let addresses = format!("{mac} {ips}");
         let mut command = vec![
             "set".to_string(),
             "logical_switch_port".to_string(),
             port.clone(),
         ];
         command.extend(
-            pod_external_ids(subnet, pod, namespace, ip)
+            pod_external_ids(subnet, pod, namespace, ips.replace(' ', ","))
                 .iter()
                 .map(|(key, value)| format!("external_ids:{key}={value}")),
         );
@@ -1144,7 +1232,7 @@ pub fn pod_external_ids(
     subnet: &str,
     pod: &str,
     namespace: &str,
-    ip: Ipv4Addr,
+    ip: impl std::fmt::Display,
 ) -> [(&'static str, String); 4] {
     [
         ("pod", format!("{namespace}/{pod}")),

@@ -334,6 +334,26 @@ impl CniNodes {
         pin_root: Option<&std::path::Path>,
         extra_args: [Vec<String>; 2],
     ) -> Self {
+        Self::start_with(
+            |topology| {
+                topology
+                    .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+                    .unwrap();
+                for (name, ip) in pods {
+                    topology.pod("subnet-a", name, "ns", &mac_for(name), *ip);
+                }
+            },
+            pin_root,
+            extra_args,
+        )
+    }
+
+    /// Like [`Self::start`], with the NB `build` writes instead of subnet-a's.
+    pub fn start_with(
+        build: impl FnOnce(&mut Topology),
+        pin_root: Option<&std::path::Path>,
+        extra_args: [Vec<String>; 2],
+    ) -> Self {
         let TwoNodes {
             lab,
             nodes,
@@ -341,12 +361,7 @@ impl CniNodes {
             underlay,
         } = TwoNodes::start();
         let mut topology = Topology::new();
-        topology
-            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-            .unwrap();
-        for (name, ip) in pods {
-            topology.pod("subnet-a", name, "ns", &mac_for(name), *ip);
-        }
+        build(&mut topology);
         topology.apply(&lab).unwrap();
         let mut this = Self {
             agents: Vec::new(),

@@ -19,14 +19,55 @@ use ovnbpf_cni::wire::{
 use tracing::{info, warn};
 
 use super::{
-    plumbing::{self, PlumbingError, PodNic},
+    plumbing::{self, NicAddress, PlumbingError, PodNic},
     store::{AttachmentRecord, AttachmentStore},
 };
 use crate::{
-    daemon::ports::{DaemonHandle, PortError},
+    daemon::ports::{DaemonHandle, FamilyFacts, PortError, PortFacts},
     dataplane::PortAttacher,
-    net::Ipv4Prefix,
+    net::{Ipv4Prefix, Ipv6Prefix},
 };
+
+/// A port's address of one family as its NIC gets it: with the default route via its gateway.
+fn nic_address<A>(facts: FamilyFacts<A>) -> NicAddress<A> {
+    NicAddress {
+        ip: facts.ip,
+        prefix_len: facts.prefix_len,
+        gateway: Some(facts.gateway),
+    }
+}
+
+/// The ADD result's addresses, IPv4 first, as Kube-OVN lists them: the address, its subnet
+/// (host bits cleared) and its gateway.
+fn ip_configs(facts: &PortFacts) -> Vec<IpConfig> {
+    let ipv4 = facts.ipv4.map(|a| {
+        let subnet = Ipv4Prefix {
+            network: a.ip,
+            length: a.prefix_len,
+        };
+        let network = std::net::Ipv4Addr::from(u32::from(a.ip) & subnet.mask());
+        IpConfig {
+            protocol: "IPv4".into(),
+            ip: a.ip.to_string(),
+            cidr: format!("{network}/{}", a.prefix_len),
+            gateway: a.gateway.to_string(),
+        }
+    });
+    let ipv6 = facts.ipv6.map(|a| {
+        let subnet = Ipv6Prefix {
+            network: a.ip,
+            length: a.prefix_len,
+        };
+        let network = std::net::Ipv6Addr::from(u128::from(a.ip) & subnet.mask());
+        IpConfig {
+            protocol: "IPv6".into(),
+            ip: a.ip.to_string(),
+            cidr: format!("{network}/{}", a.prefix_len),
+            gateway: a.gateway.to_string(),
+        }
+    });
+    ipv4.into_iter().chain(ipv6).collect()
+}
 
 /// Why an operation failed; the server turns it into an HTTP status and the error string.
 #[derive(Debug, thiserror::Error)]
@@ -215,17 +256,20 @@ impl Handler {
             pod_interface: if_name.clone(),
             mac: facts.mac.clone(),
             mtu: self.config.mtu,
-            ip: facts.ip,
-            prefix_len: facts.prefix_len,
-            gateway: Some(facts.gateway),
+            ipv4: facts.ipv4.map(nic_address),
+            ipv6: facts.ipv6.map(nic_address),
             routes,
         };
-        let routes = plumbing::routes_of(nic.gateway, &nic.routes)
+        let routes = plumbing::routes_of(nic.gateway4(), &nic.routes)
             .into_iter()
             .map(|route| Route {
                 dst: format!("{}/{}", route.destination, route.prefix_len),
                 gw: route.gateway.map(|gw| gw.to_string()).unwrap_or_default(),
             })
+            .chain(facts.ipv6.map(|ipv6| Route {
+                dst: "::/0".into(),
+                gw: ipv6.gateway.to_string(),
+            }))
             .collect();
         let built = {
             let nic = nic.clone();
@@ -298,25 +342,16 @@ impl Handler {
         info!(
             port,
             interface = host,
-            ip = %facts.ip,
+            ipv4 = ?facts.ipv4.map(|a| a.ip),
+            ipv6 = ?facts.ipv6.map(|a| a.ip),
             locked_ms,
             bound_ms,
             linked_ms,
             ms = elapsed_ms(start),
             "CNI ADD done"
         );
-        let subnet = Ipv4Prefix {
-            network: facts.ip,
-            length: facts.prefix_len,
-        };
-        let network = u32::from(facts.ip) & subnet.mask();
         Ok(CniResponse {
-            ips: vec![IpConfig {
-                protocol: "IPv4".into(),
-                ip: facts.ip.to_string(),
-                cidr: format!("{}/{}", std::net::Ipv4Addr::from(network), facts.prefix_len),
-                gateway: facts.gateway.to_string(),
-            }],
+            ips: ip_configs(&facts),
             mac_address: facts.mac,
             routes,
             mtu: self.config.mtu,
@@ -426,15 +461,33 @@ impl Handler {
         .await
         .map_err(|e| HandlerError::Failed(e.to_string()))?
         .map_err(HandlerError::Failed)?;
-        let address = format!("{}/{}", facts.ip, facts.prefix_len);
         let mut problems = Vec::new();
         if !state.mac.eq_ignore_ascii_case(&facts.mac) {
             problems.push(format!("MAC {} instead of {}", state.mac, facts.mac));
         }
-        if !state.addresses.contains(&address) {
-            problems.push(format!("addresses {:?} lack {address}", state.addresses));
+        let addresses = facts
+            .ipv4
+            .map(|a| format!("{}/{}", a.ip, a.prefix_len))
+            .into_iter()
+            .chain(facts.ipv6.map(|a| format!("{}/{}", a.ip, a.prefix_len)));
+        for address in addresses {
+            if !state.addresses.contains(&address) {
+                problems.push(format!("addresses {:?} lack {address}", state.addresses));
+            }
         }
-        for route in plumbing::routes_of(Some(facts.gateway), &configured_routes) {
+        if let Some(ipv6) = facts.ipv6
+            && state.default_gateway6 != Some(ipv6.gateway)
+        {
+            problems.push(format!(
+                "the IPv6 default route is via {} instead of {}",
+                state
+                    .default_gateway6
+                    .map_or("nothing".into(), |gw| gw.to_string()),
+                ipv6.gateway
+            ));
+        }
+        let gateway4 = facts.ipv4.map(|a| a.gateway);
+        for route in plumbing::routes_of(gateway4, &configured_routes) {
             if !state.routes.contains(&route) {
                 problems.push(format!(
                     "no route to {}/{} via {}",
@@ -594,7 +647,49 @@ fn namespace_is_gone(netns: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::namespace_is_gone;
+    use super::{FamilyFacts, PortFacts, ip_configs, namespace_is_gone};
+
+    #[test]
+    fn a_dual_stack_result_lists_ipv4_then_ipv6_with_their_subnets() {
+        let facts = PortFacts {
+            mac: "0a:58:0a:00:01:05".into(),
+            ipv4: Some(FamilyFacts {
+                ip: "10.0.1.5".parse().unwrap(),
+                prefix_len: 24,
+                gateway: "10.0.1.1".parse().unwrap(),
+            }),
+            ipv6: Some(FamilyFacts {
+                ip: "fd00:10:1::5".parse().unwrap(),
+                prefix_len: 64,
+                gateway: "fd00:10:1::1".parse().unwrap(),
+            }),
+        };
+        let ips = ip_configs(&facts);
+        let shown: Vec<_> = ips
+            .iter()
+            .map(|ip| {
+                (
+                    ip.protocol.as_str(),
+                    ip.ip.as_str(),
+                    ip.cidr.as_str(),
+                    ip.gateway.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("IPv4", "10.0.1.5", "10.0.1.0/24", "10.0.1.1"),
+                ("IPv6", "fd00:10:1::5", "fd00:10:1::/64", "fd00:10:1::1"),
+            ]
+        );
+        let ipv6_only = PortFacts {
+            ipv4: None,
+            ..facts
+        };
+        assert_eq!(ip_configs(&ipv6_only).len(), 1);
+        assert_eq!(ip_configs(&ipv6_only)[0].protocol, "IPv6");
+    }
 
     #[test]
     fn only_a_missing_file_in_a_visible_directory_is_a_gone_namespace() {

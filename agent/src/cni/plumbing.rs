@@ -1,13 +1,24 @@
 //! A pod's NIC, as the CNI server builds it: a veth pair whose host end stays in the agent's
 //! namespace and whose other end goes into the pod's namespace under the requested name, with the
-//! logical port's MAC, the MTU, its address, a default route via the gateway and the network
-//! configuration's routes, and a gratuitous ARP. Also reading a pod NIC back (CHECK, with `ip`) and deleting the host end (DEL). Builds
-//! and deletes through rtnetlink ([`crate::rtnetlink`]: no process per NIC) and, for the ARP, a
-//! packet socket; namespace switches happen only on helper threads ([`crate::netns::run_in`]).
-//! Blocking: call from a blocking task.
+//! logical port's MAC, the MTU, its addresses (IPv4, IPv6 or both), a default route per family
+//! via its gateway and the network configuration's (IPv4) routes, and an announcement per
+//! family: a gratuitous ARP, an unsolicited neighbour advertisement. Also reading a pod NIC back
+//! (CHECK, with `ip`) and deleting the host end (DEL). Builds and deletes through rtnetlink
+//! ([`crate::rtnetlink`]: no process per NIC) and, for the announcements, a packet socket;
+//! namespace switches happen only on helper threads ([`crate::netns::run_in`]). Blocking: call
+//! from a blocking task.
+//!
+//! IPv6 as kube-ovn-cni configures it: in the pod's namespace IPv6 is enabled and router
+//! advertisements are not accepted (`disable_ipv6=0`, `accept_ra=0` for all, default and the
+//! pod's interface; the node NIC, which is in the agent's own namespace, has no IPv6). Unlike
+//! kube-ovn-cni, which waits up to 5 s for duplicate address detection to end, the address is
+//! added without it (`IFA_F_NODAD`), so the pod is reachable when ADD returns: the address is
+//! the one the logical port lists, which OVN's IPAM gave this port alone, and port security
+//! (where set) keeps other ports from using it; a detection would only delay the pod by a
+//! second.
 
 use std::{
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     os::fd::{AsRawFd, FromRawFd},
     path::{Path, PathBuf},
     process::Command,
@@ -57,12 +68,28 @@ pub struct PodNic {
     pub pod_interface: String,
     pub mac: String,
     pub mtu: u32,
-    pub ip: Ipv4Addr,
-    pub prefix_len: u8,
-    pub gateway: Option<Ipv4Addr>,
-    /// The network configuration's routes, installed after the default route via `gateway` (a
-    /// default route among them replaces that one).
+    pub ipv4: Option<NicAddress<Ipv4Addr>>,
+    pub ipv6: Option<NicAddress<Ipv6Addr>>,
+    /// The network configuration's routes, installed after the default route via the IPv4
+    /// gateway (a default route among them replaces that one).
     pub routes: Vec<Ipv4Route>,
+}
+
+/// One address of a NIC, with its prefix length and the gateway of its default route (none:
+/// no default route of its family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NicAddress<A> {
+    pub ip: A,
+    pub prefix_len: u8,
+    pub gateway: Option<A>,
+}
+
+impl PodNic {
+    /// The IPv4 gateway, if the NIC has one.
+    #[must_use]
+    pub fn gateway4(&self) -> Option<Ipv4Addr> {
+        self.ipv4.and_then(|address| address.gateway)
+    }
 }
 
 /// The index of `interface` in the agent's namespace.
@@ -165,13 +192,25 @@ fn configure_pod_side(nic: &PodNic) -> Result<(rtnetlink::Socket, u32), Plumbing
         socket
             .set_up(index)
             .map_err(netlink(&format!("bringing {name} up")))?;
-        socket
-            .add_address(index, nic.ip, nic.prefix_len)
-            .map_err(netlink(&format!(
-                "adding {}/{} to {name}",
-                nic.ip, nic.prefix_len
-            )))?;
-        for route in &routes_of(nic.gateway, &nic.routes) {
+        if nic.ipv6.is_some() {
+            enable_ipv6(name);
+        }
+        let addresses = nic
+            .ipv4
+            .map(|a| (IpAddr::from(a.ip), a.prefix_len))
+            .into_iter()
+            .chain(nic.ipv6.map(|a| (IpAddr::from(a.ip), a.prefix_len)));
+        for (address, prefix_len) in addresses {
+            socket
+                .add_address(index, address, prefix_len)
+                .map_err(netlink(&format!("adding {address}/{prefix_len} to {name}")))?;
+        }
+        if let Some(gateway) = nic.ipv6.and_then(|address| address.gateway) {
+            socket
+                .replace_route(index, Ipv6Addr::UNSPECIFIED.into(), 0, Some(gateway.into()))
+                .map_err(netlink(&format!("route ::/0 via {gateway} dev {name}")))?;
+        }
+        for route in &routes_of(nic.gateway4(), &nic.routes) {
             let shown = format!(
                 "{}/{} via {}",
                 route.destination,
@@ -179,7 +218,12 @@ fn configure_pod_side(nic: &PodNic) -> Result<(rtnetlink::Socket, u32), Plumbing
                 route.gateway.map_or("the link".into(), |gw| gw.to_string())
             );
             socket
-                .replace_route(index, route.destination, route.prefix_len, route.gateway)
+                .replace_route(
+                    index,
+                    route.destination.into(),
+                    route.prefix_len,
+                    route.gateway.map(IpAddr::from),
+                )
                 .map_err(|source| {
                     if nic.routes.contains(route) {
                         PlumbingError::ConfiguredRoute {
@@ -195,7 +239,22 @@ fn configure_pod_side(nic: &PodNic) -> Result<(rtnetlink::Socket, u32), Plumbing
     })?
 }
 
-/// The routes a NIC gets, in order: the default route via its gateway, unless the network
+/// Turns IPv6 on in the calling thread's namespace and off router advertisements, for all its
+/// interfaces, new ones and `interface`, as kube-ovn-cni does (`sysctlEnableIPv6`). Best effort
+/// like there: a sysctl that cannot be written is logged; the address that follows fails with
+/// the reason if IPv6 is really off.
+fn enable_ipv6(interface: &str) {
+    for scope in ["all", "default", interface] {
+        for (key, value) in [("disable_ipv6", "0"), ("accept_ra", "0")] {
+            let path = format!("/proc/sys/net/ipv6/conf/{scope}/{key}");
+            if let Err(error) = std::fs::write(&path, value) {
+                tracing::info!(path, %error, "cannot set the sysctl");
+            }
+        }
+    }
+}
+
+/// The IPv4 routes a NIC gets, in order: the default route via its gateway, unless the network
 /// configuration has a default route of its own, then the configuration's routes.
 #[must_use]
 pub fn routes_of(gateway: Option<Ipv4Addr>, configured: &[Ipv4Route]) -> Vec<Ipv4Route> {
@@ -234,29 +293,50 @@ fn wait_up(socket: &rtnetlink::Socket, index: u32, interface: &str) {
     }
 }
 
-/// Sends one gratuitous ARP request for the pod's address from inside the pod, once the datapath
-/// forwards for it (so it reaches the pod's neighbours). Best effort: a failure is logged;
-/// neighbours learn the address at the first exchange anyway.
+/// Announces the pod's addresses from inside the pod, once the datapath forwards for it (so the
+/// announcements reach the pod's neighbours): one gratuitous ARP request for its IPv4 address,
+/// one unsolicited neighbour advertisement (to all nodes, override set) for its IPv6 address.
+/// Best effort: a failure is logged; neighbours learn the addresses at the first exchange anyway.
 pub fn announce(nic: &PodNic) {
     let name = &nic.pod_interface;
     let Some(mac) = crate::net::parse_mac(&nic.mac) else {
         return;
     };
+    let frames: Vec<(&str, Vec<u8>)> = nic
+        .ipv4
+        .map(|address| ("gratuitous ARP", gratuitous_arp(mac, address.ip)))
+        .into_iter()
+        .chain(nic.ipv6.map(|address| {
+            (
+                "unsolicited neighbour advertisement",
+                unsolicited_advertisement(mac, address.ip),
+            )
+        }))
+        .collect();
     let sent = netns::run_in(&nic.netns, || {
         // The index in the pod's namespace: /sys/class/net shows the agent's.
         let index = rtnetlink::index_of(name)?;
-        send_gratuitous_arp(index, mac, nic.ip)
+        let results: Vec<(&str, std::io::Result<()>)> = frames
+            .iter()
+            .map(|(what, frame)| (*what, send_frame(index, frame)))
+            .collect();
+        Ok::<_, std::io::Error>(results)
     });
     match sent {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::info!(interface = name, %error, "gratuitous ARP not sent"),
-        Err(error) => tracing::info!(interface = name, %error, "gratuitous ARP not sent"),
+        Ok(Ok(results)) => {
+            for (what, result) in results {
+                if let Err(error) = result {
+                    tracing::info!(interface = name, %error, "{what} not sent");
+                }
+            }
+        }
+        Ok(Err(error)) => tracing::info!(interface = name, %error, "announcements not sent"),
+        Err(error) => tracing::info!(interface = name, %error, "announcements not sent"),
     }
 }
 
-fn send_gratuitous_arp(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Result<()> {
-    let ifindex = i32::try_from(ifindex)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+/// A gratuitous ARP request for `ip` from `mac`, broadcast.
+fn gratuitous_arp(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
     let mut frame = Vec::with_capacity(42);
     frame.extend_from_slice(&[0xff; 6]);
     frame.extend_from_slice(&mac);
@@ -265,6 +345,54 @@ fn send_gratuitous_arp(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Res
     frame.extend_from_slice(&ip.octets());
     frame.extend_from_slice(&[0; 6]);
     frame.extend_from_slice(&ip.octets());
+    frame
+}
+
+/// An unsolicited neighbour advertisement of `ip` at `mac` (RFC 4861 7.2.6): from `ip` to the
+/// all-nodes group, hop limit 255, override set (solicited and router clear), `mac` in a
+/// target link-layer address option.
+fn unsolicited_advertisement(mac: [u8; 6], ip: Ipv6Addr) -> Vec<u8> {
+    const ICMPV6: u8 = 58;
+    const ADVERTISEMENT: u8 = 136;
+    const OVERRIDE: u8 = 0x20;
+    const TARGET_LINK_LAYER: u8 = 2;
+    let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    let mut message = vec![ADVERTISEMENT, 0, 0, 0, OVERRIDE, 0, 0, 0];
+    message.extend_from_slice(&ip.octets());
+    message.extend_from_slice(&[TARGET_LINK_LAYER, 1]);
+    message.extend_from_slice(&mac);
+    let length = message.len() as u16;
+    let mut pseudo_header = Vec::with_capacity(40 + message.len());
+    pseudo_header.extend_from_slice(&ip.octets());
+    pseudo_header.extend_from_slice(&all_nodes.octets());
+    pseudo_header.extend_from_slice(&u32::from(length).to_be_bytes());
+    pseudo_header.extend_from_slice(&[0, 0, 0, ICMPV6]);
+    pseudo_header.extend_from_slice(&message);
+    let checksum = crate::net::internet_checksum(&pseudo_header);
+    message[2..4].copy_from_slice(&checksum.to_be_bytes());
+    let mut frame = Vec::with_capacity(14 + 40 + message.len());
+    frame.extend_from_slice(&[0x33, 0x33, 0, 0, 0, 1]);
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    frame.extend_from_slice(&length.to_be_bytes());
+    frame.extend_from_slice(&[ICMPV6, 255]);
+    frame.extend_from_slice(&ip.octets());
+    frame.extend_from_slice(&all_nodes.octets());
+    frame.extend_from_slice(&message);
+    frame
+}
+
+/// Sends the Ethernet frame `frame` (destination, source and type included) out of `ifindex`.
+fn send_frame(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
+    let ifindex = i32::try_from(ifindex)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let header = frame.get(..14).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "shorter than an Ethernet header",
+        )
+    })?;
+    let protocol = u16::from_be_bytes([header[12], header[13]]);
     // SAFETY: plain socket calls with a sockaddr_ll we own and a buffer of the length we pass;
     // the descriptor is owned by an `OwnedFd` from its creation on.
     let socket = unsafe {
@@ -278,10 +406,10 @@ fn send_gratuitous_arp(ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> std::io::Res
     let sent = unsafe {
         let mut address: libc::sockaddr_ll = std::mem::zeroed();
         address.sll_family = libc::AF_PACKET as u16;
-        address.sll_protocol = 0x0806_u16.to_be();
+        address.sll_protocol = protocol.to_be();
         address.sll_ifindex = ifindex;
         address.sll_halen = 6;
-        address.sll_addr[..6].copy_from_slice(&[0xff; 6]);
+        address.sll_addr[..6].copy_from_slice(&header[..6]);
         libc::sendto(
             socket.as_raw_fd(),
             frame.as_ptr().cast(),
@@ -318,9 +446,13 @@ fn delete_with(socket: &rtnetlink::Socket, host_interface: &str) -> Result<(), P
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NicState {
     pub mac: String,
+    /// IPv4 and IPv6 addresses with their prefix lengths (`10.0.1.2/24`, `fd00::2/64`),
+    /// link-local ones too.
     pub addresses: Vec<String>,
     /// The IPv4 routes through the interface, the connected one too.
     pub routes: Vec<Ipv4Route>,
+    /// The gateway of the IPv6 default route through the interface, if there is one.
+    pub default_gateway6: Option<Ipv6Addr>,
 }
 
 /// Reads `interface` in the namespace at `netns` (CHECK).
@@ -349,16 +481,32 @@ pub fn inspect(netns_path: &Path, interface: &str) -> Result<NicState, PlumbingE
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_default()
             .to_string();
-        let addresses = run(&["-o", "-4", "addr", "show", "dev", interface])?
+        let addresses = run(&["-o", "addr", "show", "dev", interface])?
             .lines()
-            .filter_map(|line| line.split("inet ").nth(1)?.split_whitespace().next())
+            .filter_map(|line| {
+                let (_, rest) = line
+                    .split_once(" inet ")
+                    .or_else(|| line.split_once(" inet6 "))?;
+                rest.split_whitespace().next()
+            })
             .map(str::to_string)
             .collect();
         let routes = parse_routes(&run(&["-4", "route", "show", "dev", interface])?);
+        let default_gateway6 = run(&["-6", "route", "show", "default", "dev", interface])?
+            .lines()
+            .find_map(|line| {
+                line.split(" via ")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            });
         Ok(NicState {
             mac,
             addresses,
             routes,
+            default_gateway6,
         })
     })?
 }
@@ -415,6 +563,44 @@ mod tests {
                 route([10, 9, 9, 9], 32, None),
             ]
         );
+    }
+
+    #[test]
+    fn an_unsolicited_advertisement_is_what_rfc_4861_asks() {
+        let mac = [0x0a, 0x58, 0x0a, 0, 1, 2];
+        let ip: Ipv6Addr = "fd00:10:1::2".parse().unwrap();
+        let frame = unsolicited_advertisement(mac, ip);
+        assert_eq!(frame.len(), 14 + 40 + 32);
+        assert_eq!(&frame[..6], &[0x33, 0x33, 0, 0, 0, 1], "to all nodes' MAC");
+        assert_eq!(&frame[6..12], &mac);
+        assert_eq!(&frame[12..14], &[0x86, 0xdd]);
+        let (header, message) = frame[14..].split_at(40);
+        assert_eq!(header[0] >> 4, 6);
+        assert_eq!(
+            u16::from_be_bytes([header[4], header[5]]),
+            32,
+            "payload length"
+        );
+        assert_eq!((header[6], header[7]), (58, 255), "ICMPv6, hop limit 255");
+        assert_eq!(&header[8..24], &ip.octets());
+        assert_eq!(
+            &header[24..40],
+            &"ff02::1".parse::<Ipv6Addr>().unwrap().octets()
+        );
+        assert_eq!((message[0], message[1]), (136, 0));
+        assert_eq!(
+            message[4], 0x20,
+            "override only: neither router nor solicited"
+        );
+        assert_eq!(&message[8..24], &ip.octets(), "target");
+        assert_eq!(&message[24..26], &[2, 1], "target link-layer option");
+        assert_eq!(&message[26..32], &mac);
+        // A receiver's check: the sum over the pseudo-header and the message is all ones.
+        let mut checked = header[8..40].to_vec();
+        checked.extend_from_slice(&32u32.to_be_bytes());
+        checked.extend_from_slice(&[0, 0, 0, 58]);
+        checked.extend_from_slice(message);
+        assert_eq!(crate::net::internet_checksum(&checked), 0);
     }
 
     #[test]

@@ -670,3 +670,6 @@ pub async fn cleanup(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod port_facts_tests;

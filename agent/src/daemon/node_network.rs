@@ -8,7 +8,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::ports::{PortFacts, port_facts};
+use super::ports::{FamilyFacts, port_facts};
 use crate::{
     net::{Ipv4Prefix, parse_lsp_address},
     sb::{
@@ -45,7 +45,7 @@ impl NodePortConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeNetworkWanted {
     /// The join port's facts (MAC, join IP and prefix, join gateway), once in the Southbound.
-    pub port: Option<PortFacts>,
+    pub port: Option<JoinPort>,
     /// Why the join port cannot be served as configured (no static address), if so.
     pub problem: Option<String>,
     /// The default VPC's subnets to route through the join gateway, sorted.
@@ -57,11 +57,36 @@ pub struct NodeNetworkWanted {
     pub nat_outgoing: Vec<Ipv4Prefix>,
 }
 
+/// The node's port on the join switch: its MAC and IPv4 address (the node network is IPv4:
+/// an IPv6 join address is not used).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinPort {
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    pub ipv4: FamilyFacts<Ipv4Addr>,
+}
+
 /// Computes [`NodeNetworkWanted`] from `sb`: O(the cluster router's ports).
 #[must_use]
 pub fn wanted(sb: &Southbound, config: &NodePortConfig) -> NodeNetworkWanted {
     let (port, problem) = match port_facts(sb, &config.port()) {
-        Ok(facts) => (facts, None),
+        Ok(Some(facts)) => match facts.ipv4 {
+            Some(ipv4) => (
+                Some(JoinPort {
+                    mac: facts.mac,
+                    ipv4,
+                }),
+                None,
+            ),
+            None => (
+                None,
+                Some(format!(
+                    "the join port {} has no IPv4 address: the node network needs one",
+                    config.port()
+                )),
+            ),
+        },
+        Ok(None) => (None, None),
         Err(problem) => (None, Some(problem)),
     };
     let Some(facts) = port else {
@@ -71,8 +96,8 @@ pub fn wanted(sb: &Southbound, config: &NodePortConfig) -> NodeNetworkWanted {
         };
     };
     let join = Ipv4Prefix {
-        network: facts.ip,
-        length: facts.prefix_len,
+        network: facts.ipv4.ip,
+        length: facts.ipv4.prefix_len,
     };
     let all = sb
         .datapath_by_name(&config.cluster_router)

@@ -4,7 +4,11 @@
 //! datapaths ([`DatapathNames`], for the control socket), and the replies waiting for the
 //! Southbound to catch up ([`Pending`]). Owns no state of the loop; the loop applies the commands.
 
-use std::{collections::HashMap, net::Ipv4Addr, time::Duration};
+use std::{
+    collections::HashMap,
+    net::{Ipv4Addr, Ipv6Addr},
+    time::Duration,
+};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -12,22 +16,30 @@ use super::node_network::NodeNetworkWanted;
 
 use crate::{
     dataplane::PortAttachment,
-    net::{format_mac, parse_lsp_address as parse_port_security},
+    net::{LspAddress, format_mac},
     sb::{
         Southbound,
         rows::{DatapathBinding, PortBinding},
     },
 };
 
-/// What the pod side of a logical port is configured with.
+/// What the pod side of a logical port is configured with: its MAC and, for each family its
+/// addresses list, the first address with its subnet (at least one family).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortFacts {
     /// `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
-    pub ip: Ipv4Addr,
+    pub ipv4: Option<FamilyFacts<Ipv4Addr>>,
+    pub ipv6: Option<FamilyFacts<Ipv6Addr>>,
+}
+
+/// A port's address of one family, with the subnet it is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyFacts<A> {
+    pub ip: A,
     /// The subnet's prefix length (from the router port that holds the gateway).
     pub prefix_len: u8,
-    pub gateway: Ipv4Addr,
+    pub gateway: A,
 }
 
 /// Why a port request failed.
@@ -361,25 +373,22 @@ impl DaemonHandle {
 }
 
 /// The facts of `port`: `Ok(None)` while the Southbound does not have them yet (no
-/// Port_Binding, or its switch's router port not replicated yet); an error when the port can
-/// never have them (no static MAC and IPv4 address).
+/// Port_Binding, or no router port of its switch with a network holding each of its
+/// addresses); an error when the port can never have them (no static MAC with an address).
+/// A port's addresses are its first Southbound `mac` entry with an IP address, as Kube-OVN
+/// writes one ("MAC IPv4 IPv6" on a dual-stack subnet).
 pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, String> {
     let Some(binding) = sb.port_by_name(port) else {
         return Ok(None);
     };
-    let Some((mac, addresses)) = binding
+    let Some(address) = binding
         .mac
         .iter()
-        .find_map(|entry| parse_port_security(entry))
+        .filter_map(|entry| entry.parse::<LspAddress>().ok())
+        .find(|address| !address.ipv4.is_empty() || !address.ipv6.is_empty())
     else {
         return Err(format!(
             "Port_Binding {port} has no static \"MAC IP\" address ({:?})",
-            binding.mac
-        ));
-    };
-    let Some(ip) = addresses.first().map(|prefix| prefix.network) else {
-        return Err(format!(
-            "Port_Binding {port} has no IPv4 address ({:?})",
             binding.mac
         ));
     };
@@ -387,12 +396,29 @@ pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, Stri
         return Ok(None);
     };
     let neighbours: Vec<PortBinding> = sb.typed_ports_on_datapath(datapath).collect();
-    let gateway = neighbours
+    let router_networks: Vec<LspAddress> = neighbours
         .iter()
         .filter(|p| p.kind == "patch")
         .filter_map(|p| sb.port_by_name(p.options.get("peer")?))
-        .find_map(|router_port| subnet_gateway(&router_port, ip));
-    if gateway.is_none()
+        .flat_map(|router_port| router_port.mac)
+        .filter_map(|entry| entry.parse::<LspAddress>().ok())
+        .collect();
+    let ipv4 = address.ipv4.first().map(|prefix| {
+        let gateway = router_networks
+            .iter()
+            .flat_map(|networks| &networks.ipv4)
+            .find(|network| network.contains(prefix.network));
+        (prefix.network, gateway)
+    });
+    let ipv6 = address.ipv6.first().map(|prefix| {
+        let gateway = router_networks
+            .iter()
+            .flat_map(|networks| &networks.ipv6)
+            .find(|network| network.contains(prefix.network));
+        (prefix.network, gateway)
+    });
+    let missing_gateway = matches!(ipv4, Some((_, None))) || matches!(ipv6, Some((_, None)));
+    if missing_gateway
         && let Some(localnet) = neighbours.iter().find(|p| p.kind == "localnet")
         && !neighbours.iter().any(|p| p.kind == "patch")
     {
@@ -405,24 +431,26 @@ pub fn port_facts(sb: &Southbound, port: &str) -> Result<Option<PortFacts>, Stri
             localnet.logical_port
         ));
     }
-    Ok(gateway.map(|(gateway, prefix_len)| PortFacts {
-        mac: format_mac(&mac),
-        ip,
-        prefix_len,
-        gateway,
+    if missing_gateway {
+        return Ok(None);
+    }
+    Ok(Some(PortFacts {
+        mac: format_mac(&address.mac),
+        ipv4: ipv4.and_then(|(ip, network)| {
+            network.map(|network| FamilyFacts {
+                ip,
+                prefix_len: network.length,
+                gateway: network.network,
+            })
+        }),
+        ipv6: ipv6.and_then(|(ip, network)| {
+            network.map(|network| FamilyFacts {
+                ip,
+                prefix_len: network.length,
+                gateway: network.network,
+            })
+        }),
     }))
-}
-
-/// The router port's network that contains `ip`: (router IP, prefix length).
-fn subnet_gateway(router_port: &PortBinding, ip: Ipv4Addr) -> Option<(Ipv4Addr, u8)> {
-    router_port.mac.iter().find_map(|entry| {
-        let (_, networks) = parse_port_security(entry)?;
-        networks.into_iter().find_map(|network| {
-            network
-                .contains(ip)
-                .then_some((network.network, network.length))
-        })
-    })
 }
 
 /// Where a plugged port's caller waits for `up`.

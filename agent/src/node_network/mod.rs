@@ -31,8 +31,8 @@ use tracing::{info, warn};
 
 use crate::{
     daemon::{
-        node_network::NodeNetworkWanted,
-        ports::{DaemonHandle, PortError, PortFacts},
+        node_network::{JoinPort, NodeNetworkWanted},
+        ports::{DaemonHandle, PortError},
     },
     dataplane::PortAttacher,
     rtnetlink::StaticRoute,
@@ -144,7 +144,7 @@ const PING_INTERVAL: Duration = Duration::from_millis(200);
 #[derive(Debug, Default)]
 struct Applied {
     /// The join port's facts the NIC was built and plugged with.
-    port: Option<PortFacts>,
+    port: Option<JoinPort>,
     routes: Option<Vec<StaticRoute>>,
     /// The join gateway answered a ping since the port was plugged.
     pinged: bool,
@@ -219,7 +219,7 @@ async fn apply(
         .map(|subnet| StaticRoute {
             destination: subnet.network,
             prefix_len: subnet.length,
-            gateway: facts.gateway,
+            gateway: facts.ipv4.gateway,
             source: config.node_ip,
         })
         .collect();
@@ -272,7 +272,7 @@ async fn apply(
         applied.nat = Some(rules);
     }
     if !applied.pinged {
-        let (interface, gateway) = (config.interface.clone(), facts.gateway);
+        let (interface, gateway) = (config.interface.clone(), facts.ipv4.gateway);
         let reachable = blocking(move || {
             nic::ping(&interface, gateway, PING_TIMEOUT, PING_INTERVAL)
                 .map_err(|e| NodeNetworkError::Task(format!("pinging {gateway}: {e}")))
@@ -301,13 +301,13 @@ async fn plug(
     daemon: &DaemonHandle,
     attacher: &Arc<dyn PortAttacher>,
     config: &NodeNicConfig,
-    facts: &PortFacts,
+    facts: &JoinPort,
 ) -> Result<(), NodeNetworkError> {
     let node_nic = nic::NodeNic {
         interface: config.interface.clone(),
         mac: facts.mac.clone(),
-        ip: facts.ip,
-        prefix_len: facts.prefix_len,
+        ip: facts.ipv4.ip,
+        prefix_len: facts.ipv4.prefix_len,
         mtu: config.mtu,
     };
     let host = node_nic.host_interface();
@@ -341,8 +341,8 @@ async fn plug(
     info!(
         port = config.port,
         interface = config.interface,
-        ip = %facts.ip,
-        prefix_len = facts.prefix_len,
+        ip = %facts.ipv4.ip,
+        prefix_len = facts.ipv4.prefix_len,
         adopted = matches!(built, nic::Built::Adopted { .. }),
         "node NIC plugged"
     );

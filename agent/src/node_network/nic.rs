@@ -16,7 +16,7 @@ use std::{
 };
 
 use crate::{
-    cni::plumbing::{self, PlumbingError, PodNic},
+    cni::plumbing::{self, NicAddress, PlumbingError, PodNic},
     net::internet_checksum,
     rtnetlink::{self, StaticRoute},
 };
@@ -49,9 +49,12 @@ impl NodeNic {
             pod_interface: self.interface.clone(),
             mac: self.mac.clone(),
             mtu: self.mtu,
-            ip: self.ip,
-            prefix_len: self.prefix_len,
-            gateway: None,
+            ipv4: Some(NicAddress {
+                ip: self.ip,
+                prefix_len: self.prefix_len,
+                gateway: None,
+            }),
+            ipv6: None,
             routes: Vec::new(),
         }
     }

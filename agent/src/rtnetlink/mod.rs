@@ -1,7 +1,7 @@
 //! The few rtnetlink requests a pod NIC needs, sent from the agent itself instead of spawning
 //! `ip`: create a veth pair whose peer is born in the pod's namespace with its final name, MAC,
 //! MTU and state (one request), keep a host end out of the node's networking and bring it up,
-//! add an IPv4 address, replace a route, delete a link; for the node's own NIC (`ovn0`, see
+//! add an IPv4 or IPv6 address, replace a route, delete a link; for the node's own NIC (`ovn0`, see
 //! [`crate::node_network`]), the static routes through a link: set with a preferred source,
 //! listed, deleted.
 //! Each request is acknowledged before returning. A [`Socket`] acts in the namespace it was opened
@@ -17,7 +17,7 @@ pub use routes::StaticRoute;
 
 use std::{
     io,
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
@@ -61,6 +61,8 @@ const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
+/// `ifaddrmsg.ifa_flags`: no duplicate address detection for this address.
+const IFA_F_NODAD: u8 = 0x02;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PREFSRC: u16 = 7;
@@ -451,38 +453,56 @@ impl Socket {
         }
     }
 
-    /// Adds `address/prefix_len` to link `index`.
-    pub fn add_address(&self, index: u32, address: Ipv4Addr, prefix_len: u8) -> io::Result<()> {
+    /// Adds `address/prefix_len` to link `index`. An IPv6 address is added without duplicate
+    /// address detection (`IFA_F_NODAD`): usable at once, not tentative for a second (see
+    /// [`crate::cni::plumbing`] for why a pod's address cannot be a duplicate).
+    pub fn add_address(&self, index: u32, address: IpAddr, prefix_len: u8) -> io::Result<()> {
         let mut message = Message::new(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL);
+        let (family, flags) = match address {
+            IpAddr::V4(_) => (libc::AF_INET, 0),
+            IpAddr::V6(_) => (libc::AF_INET6, IFA_F_NODAD),
+        };
         // struct ifaddrmsg: family, prefix length, flags, scope, index.
         message
             .bytes
-            .extend_from_slice(&[libc::AF_INET as u8, prefix_len, 0, 0]);
+            .extend_from_slice(&[family as u8, prefix_len, flags, 0]);
         message.bytes.extend_from_slice(&index.to_ne_bytes());
-        message.attribute(IFA_LOCAL, &address.octets());
-        message.attribute(IFA_ADDRESS, &address.octets());
+        let octets = octets_of(address);
+        message.attribute(IFA_LOCAL, &octets);
+        message.attribute(IFA_ADDRESS, &octets);
         self.request(message)
     }
 
-    /// Sets the main table's IPv4 route to `destination/prefix_len` (0.0.0.0/0: the default
-    /// route) through link `index`, via `gateway` or, without one, on-link (scope link),
-    /// replacing a route to the same destination.
+    /// Sets the main table's route to `destination/prefix_len` (a zero length: the family's
+    /// default route) through link `index`, via `gateway` (of the destination's family) or,
+    /// without one, on-link (scope link), replacing a route to the same destination.
     pub fn replace_route(
         &self,
         index: u32,
-        destination: Ipv4Addr,
+        destination: IpAddr,
         prefix_len: u8,
-        gateway: Option<Ipv4Addr>,
+        gateway: Option<IpAddr>,
     ) -> io::Result<()> {
+        if gateway.is_some_and(|gateway| gateway.is_ipv4() != destination.is_ipv4()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("gateway {gateway:?} is not of {destination}'s family"),
+            ));
+        }
         let mut message = Message::new(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE);
         let scope = if gateway.is_some() {
             RT_SCOPE_UNIVERSE
         } else {
             RT_SCOPE_LINK
         };
+        let family = if destination.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
         // struct rtmsg: family, dst/src length, tos, table, protocol, scope, type, flags.
         message.bytes.extend_from_slice(&[
-            libc::AF_INET as u8,
+            family as u8,
             prefix_len,
             0,
             0,
@@ -493,13 +513,21 @@ impl Socket {
         ]);
         message.bytes.extend_from_slice(&0u32.to_ne_bytes());
         if prefix_len > 0 {
-            message.attribute(RTA_DST, &destination.octets());
+            message.attribute(RTA_DST, &octets_of(destination));
         }
         if let Some(gateway) = gateway {
-            message.attribute(RTA_GATEWAY, &gateway.octets());
+            message.attribute(RTA_GATEWAY, &octets_of(gateway));
         }
         message.attribute(RTA_OIF, &index.to_ne_bytes());
         self.request(message)
+    }
+}
+
+/// An address's bytes in network order (4 or 16).
+fn octets_of(address: IpAddr) -> Vec<u8> {
+    match address {
+        IpAddr::V4(address) => address.octets().to_vec(),
+        IpAddr::V6(address) => address.octets().to_vec(),
     }
 }
 
