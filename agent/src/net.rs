@@ -112,6 +112,20 @@ impl Ipv6Prefix {
     }
 }
 
+/// "fd00:10:16::/64".
+impl fmt::Display for Ipv6Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.length)
+    }
+}
+
+/// "10.16.0.0/16".
+impl fmt::Display for Ipv4Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.length)
+    }
+}
+
 /// One entry of a logical switch port's addresses as the Southbound writes them (the
 /// Port_Binding `mac` and `port_security` columns): "MAC [IP[/prefix]…]". A bare address is a
 /// host prefix (/32, /128); a prefix keeps its address as written (a router port's

@@ -9,25 +9,31 @@
 //! in a target link-layer option) back out of the pod's veth. Solicitations it does not answer
 //! go on: multicast ones to the flood stage, unicast ones to the router.
 //!
-//! The router (`lr_in_ip_input` and routing), as far as the kernel goes: other neighbour
-//! discovery to it is consumed (`nd_to_router`); a packet its router answers (echo, TCP, UDP to
-//! one of its addresses) is answered toward the sender, and a packet to a link-local address is
-//! routed back out of the port it came in on (northd's per-port `fe80::/64` routes). Where that
-//! next hop has no MAC, the router solicits it as OVN's `nd_ns` does (from the port's link-local
-//! address, to the next hop's solicited-node group, hop limit 255, a source link-layer option),
-//! flooded on the switch like its ARP requests; the packet is dropped. What needs more (the
-//! answer or the forwarding toward a known neighbour, any other destination) is dropped and
-//! counted (`ipv6_to_router`: issue 21); a router whose IPv6 flows are not all compiled
-//! (`ROUTER_IPV6_UNSUPPORTED`) has all its IPv6 dropped as `router_unsupported`. The
-//! responder's answers go back through the solicitor's egress port security. Reads
-//! `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`, `NEIGHBOURS6`, `L2_FIB` (and, through
-//! `port_security`, `PORT_SECURITY`); counts its solicitations in `ROUTER_REPLIES`.
+//! The router (`lr_in_ip_input`): other neighbour discovery to it is consumed
+//! (`nd_to_router`); an echo request to one of its addresses is answered in place (addresses
+//! swapped, type 129, hop limit 254: OVN sets 255 and routes the answer back) to the sender's
+//! MAC from the router's neighbours; an unknown sender is solicited instead, as the routed
+//! answer would be. Its other answers (reset, unreachable) are not composed for IPv6 (counted
+//! `ipv6_to_router`); what it does not answer is `to_router_unhandled`. Other IPv6 with hop
+//! limit left is routed ([`crate::router6`]: routes, peering, neighbours, solicitations; the
+//! routed frame's L2 output step is the router stage's). Where a next hop has no MAC, the router
+//! solicits it as OVN's `nd_ns` does (from the output port's link-local address, to the next
+//! hop's solicited-node group, hop limit 255, a source link-layer option), flooded on the switch
+//! like its ARP requests; the packet is dropped. A hop limit of 1 or less is dropped as
+//! `ttl_expired` (OVN's ICMPv6 time exceeded is not composed); a router whose IPv6 flows are not
+//! all compiled (`ROUTER_IPV6_UNSUPPORTED`) has all its IPv6 dropped as `router_unsupported`. The
+//! responder's and the router's answers go back out of the sender's veth (the responder's
+//! through its egress port security). This stage's stack is at the verifier's 512 bytes: what
+//! it adds goes to another stage. Reads `ND_RESPONDER`, `ROUTERS`, `ROUTER_ADDRESSES6`,
+//! `NEIGHBOURS6`, `L2_FIB`, `ACL_SWITCHES` (and, through `port_security`, `PORT_SECURITY`; through
+//! `router6`, its maps); counts its answers and solicitations in `ROUTER_REPLIES`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, DropReason, FibKey, IPV6_REQUEST_MAGIC, Ipv6Key, Ipv6Request,
     ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
+    acl::UNCHECKED_EGRESS,
     drop_reason,
     ipv6::{link_local, solicited_node},
     router_reply, stage as slot,
@@ -36,7 +42,8 @@ use ovnbpf_common::{
 use crate::maps::get;
 use crate::output::reply_to_sender;
 use crate::{
-    L2_FIB, ND_RESPONDER, NEIGHBOURS6, PASS, ROUTER_ADDRESSES6, ROUTERS, count_reply, csum, flood,
+    L2_FIB, ND_RESPONDER, NEIGHBOURS6, PASS, ROUTER_ADDRESSES6, ROUTERS, acl, count_reply, csum,
+    flood,
     headers::{
         ETH_HEADER_LEN, ETH_P_IPV6, EthHeader, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv6Frame,
         Ipv6Header, NdBody, NdFrame, NdMessage,
@@ -190,44 +197,100 @@ fn to_router(
         datapath: router,
         ip: ip.destination,
     };
-    let next_hop = match get(&ROUTER_ADDRESSES6, own) {
-        // For the router itself: what it answers goes back to the sender.
-        Some(address) => {
-            let answered = match ip.next_header {
-                IPPROTO_ICMPV6 => {
-                    icmp_type == Some(ECHO_REQUEST) && address.flags & ROUTER_ADDRESS_ECHO != 0
-                }
-                IPPROTO_TCP => address.flags & ROUTER_ADDRESS_TCP_RESET != 0,
-                IPPROTO_UDP => address.flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0,
-                _ => false,
-            };
-            if !answered {
-                return Err(drop_reason::TO_ROUTER_UNHANDLED);
-            }
-            ip.source
-        }
-        None if ip.hop_limit <= 1 => return Err(drop_reason::TTL_EXPIRED),
-        None => ip.destination,
-    };
-    // Only link-local next hops, out of the port the packet came in on.
-    if !is_link_local(&next_hop) || flags & ROUTER_IPV6_LINK_LOCAL == 0 {
-        return Err(drop_reason::IPV6_TO_ROUTER);
+    if let Some(address) = get(&ROUTER_ADDRESSES6, own) {
+        return to_router_address(ctx, frame, (icmp_type, address.flags), request);
     }
-    let neighbour = Ipv6Key {
-        datapath: router,
-        ip: next_hop,
-    };
-    if get(&NEIGHBOURS6, neighbour).is_some() {
-        return Err(drop_reason::IPV6_TO_ROUTER);
+    if ip.hop_limit <= 1 {
+        return Err(drop_reason::TTL_EXPIRED);
     }
-    if flags & ROUTER_ND_REQUESTS == 0 {
-        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    // Leaving the pod's switch for the router: where its to-lport ACLs may act on that, the
+    // kernel has no stage to run them (fails closed, as for IPv4).
+    if acl::unchecked(request.datapath, UNCHECKED_EGRESS) {
+        return Err(drop_reason::ACL_FAIL_CLOSED);
     }
-    solicit(ctx, &frame.eth, next_hop, request)
+    if is_link_local(&ip.destination) && flags & ROUTER_IPV6_LINK_LOCAL == 0 {
+        return Err(drop_reason::NO_ROUTE);
+    }
+    crate::router6::route(ctx, &ip, request)
 }
 
-/// Turns the packet into the router's solicitation for `next_hop`, from the router port whose
-/// MAC the pod addressed, and floods it on the pod's switch (`_MC_flood_l2`).
+/// What the router does with a packet to its own address (whose `RouterAddress` flags are
+/// `address_flags`): an echo request it answers is answered toward the sender; other answers
+/// (reset, unreachable) are not composed in the kernel (`ipv6_to_router`); what it does not
+/// answer is consumed (`to_router_unhandled`). The answer goes to the sender's MAC from the
+/// router's neighbours; an unknown sender is solicited instead, as the routed answer would be.
+#[inline(always)]
+fn to_router_address(
+    ctx: &TcContext,
+    frame: &Ipv6Frame,
+    (icmp_type, address_flags): (Option<u8>, u32),
+    request: &Ipv6Request,
+) -> Result<i32, DropReason> {
+    let ip = frame.ip;
+    let echo = match ip.next_header {
+        IPPROTO_ICMPV6 => {
+            let echo = icmp_type == Some(ECHO_REQUEST) && address_flags & ROUTER_ADDRESS_ECHO != 0;
+            if !echo {
+                return Err(drop_reason::TO_ROUTER_UNHANDLED);
+            }
+            true
+        }
+        IPPROTO_TCP if address_flags & ROUTER_ADDRESS_TCP_RESET != 0 => false,
+        IPPROTO_UDP if address_flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 => false,
+        _ => return Err(drop_reason::TO_ROUTER_UNHANDLED),
+    };
+    let sender = Ipv6Key {
+        datapath: request.router,
+        ip: ip.source,
+    };
+    let Some(neighbour) = get(&NEIGHBOURS6, sender).copied() else {
+        return solicit(ctx, &frame.eth, ip.source, request);
+    };
+    if !echo {
+        return Err(drop_reason::IPV6_TO_ROUTER);
+    }
+    echo_reply(ctx, frame, neighbour.mac, request.ifindex)
+}
+
+/// Answers an echo request to the router in place: addresses swapped, from the router port's
+/// MAC the pod addressed to `sender_mac`, hop limit 254 (OVN sets 255, then routes the answer
+/// back: `lr_in_ip_routing` decrements it), type 129; back out of the pod's veth.
+#[inline(always)]
+fn echo_reply(
+    ctx: &TcContext,
+    frame: &Ipv6Frame,
+    sender_mac: [u8; 6],
+    ifindex: u32,
+) -> Result<i32, DropReason> {
+    let Ok(echo) = ctx.load::<[u8; 4]>(ICMPV6_OFFSET) else {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    };
+    if echo[1] != 0 {
+        return Err(drop_reason::TO_ROUTER_UNHANDLED);
+    }
+    let mut reply = *frame;
+    reply.eth.destination = sender_mac;
+    reply.eth.source = frame.eth.destination;
+    reply.ip.source = frame.ip.destination;
+    reply.ip.destination = frame.ip.source;
+    reply.ip.hop_limit = 254;
+    // Type 128 → 129 (the pseudo header's sum is unchanged by the swap): RFC 1624,
+    // HC' = ~(~HC + ~m + m').
+    let old = u32::from(u16::from_be_bytes([echo[2], echo[3]]));
+    let sum = u32::from(!old as u16) + u32::from(!0x8000_u16) + 0x8100;
+    let checksum = csum::fold(sum).to_be_bytes();
+    let head = [129, 0, checksum[0], checksum[1]];
+    ctx.store(0, &reply, 0)
+        .and_then(|()| ctx.store(ICMPV6_OFFSET, &head, 0))
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    count_reply(router_reply::ECHO_REPLY);
+    Ok(reply_to_sender(ctx, ifindex))
+}
+
+/// Turns the packet into `router`'s solicitation for `next_hop`, from the router port whose
+/// MAC the pod addressed (source: its link-local address, as pinctrl's `nd_ns` derives it from
+/// `eth.src`), and floods it on the pod's switch (`_MC_flood_l2`). Routers without the stage
+/// drop and count the packet (`next_hop_unresolved`).
 #[inline(always)]
 fn solicit(
     ctx: &TcContext,
@@ -235,16 +298,32 @@ fn solicit(
     next_hop: [u8; 16],
     request: &Ipv6Request,
 ) -> Result<i32, DropReason> {
-    let router_mac = eth.destination;
-    let fib = FibKey {
-        datapath: request.datapath,
-        mac: router_mac,
-        padding: [0; 2],
-    };
-    let router_port = get(&L2_FIB, fib).map_or(0, |entry| entry.port);
+    let asks = get(&ROUTERS, request.router).is_some_and(|r| r.flags & ROUTER_ND_REQUESTS != 0);
+    if !asks {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    }
     let Some(group) = flood::router_group(request.datapath) else {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     };
+    let fib = FibKey {
+        datapath: request.datapath,
+        mac: eth.destination,
+        padding: [0; 2],
+    };
+    let router_port = get(&L2_FIB, fib).map_or(0, |entry| entry.port);
+    write_solicitation(ctx, eth.destination, next_hop)?;
+    Err(flood::request(ctx, &group.request(router_port, 0)))
+}
+
+/// Makes the skb a router's neighbour solicitation for `next_hop` from its port with MAC
+/// `router_mac` (from that port's link-local address, to the next hop's solicited-node group,
+/// hop limit 255, a source link-layer option), and counts it.
+#[inline(always)]
+pub(crate) fn write_solicitation(
+    ctx: &TcContext,
+    router_mac: [u8; 6],
+    next_hop: [u8; 16],
+) -> Result<(), DropReason> {
     let group_address = solicited_node(next_hop);
     let solicitation = nd_frame(
         EthHeader {
@@ -266,7 +345,7 @@ fn solicit(
     );
     write(ctx, &solicitation)?;
     count_reply(router_reply::ND_SOLICITATION);
-    Err(flood::request(ctx, &group.request(router_port, 0)))
+    Ok(())
 }
 
 /// An ND frame: `eth`, IPv6 (`source`, `destination`) with hop limit 255, the ND message
@@ -322,6 +401,6 @@ fn write(ctx: &TcContext, frame: &NdFrame) -> Result<(), DropReason> {
 
 /// `fe80::/64`, where northd's per-port routes send a packet back out of its inport.
 #[inline(always)]
-fn is_link_local(ip: &[u8; 16]) -> bool {
+pub(crate) fn is_link_local(ip: &[u8; 16]) -> bool {
     ip[0] == 0xfe && ip[1] == 0x80 && ip[2..8] == [0; 6]
 }

@@ -35,6 +35,7 @@ mod overlay;
 mod port_security;
 mod reject;
 mod router;
+mod router6;
 mod socket_lb;
 mod stages;
 mod switching;

@@ -17,8 +17,8 @@ use ovnbpf_common::maps::{
     MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
     PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
     RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes,
-    SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes, Stages, TunnelConfigMap,
-    TunnelPorts, kind::MapKind, same_name,
+    Routes6, SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages,
+    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -83,6 +83,8 @@ kernel_map!(FLOOD_SCRATCH: PerCpuArray = FloodScratch, crate::flood::FloodScratc
 kernel_map!(FLOOD_ROLES: HashMap = FloodRolesMap);
 kernel_map!(ROUTES: LpmTrie = Routes);
 kernel_map!(SOURCE_ROUTES: LpmTrie = SourceRoutes);
+kernel_map!(ROUTES6: LpmTrie = Routes6);
+kernel_map!(SOURCE_ROUTES6: LpmTrie = SourceRoutes6);
 kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
 kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
 kernel_map!(ECMP_MEMBERS: HashMap = EcmpMembers);

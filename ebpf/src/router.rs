@@ -16,7 +16,8 @@
 //! VNI; a next hop without a MAC gets the router's ARP request instead (flooded by the flood
 //! stage). What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
 //! the responder left unanswered (OVN's router consumes it) is dropped and counted; IPv6 is the
-//! IPv6 stage's ([`crate::ipv6`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
+//! IPv6 stage's ([`crate::ipv6`]), which hands what it routed here for the same output step
+//! ([`crate::router6::output`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
 //! `ROUTERS`, `ROUTE_TABLES`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `POLICY_PAIRS`,
 //! `ECMP_MEMBERS`, `NEIGHBOURS`, `L2_FIB`;
 //! counts its
@@ -27,9 +28,9 @@ use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW,
     POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_TO_ROUTER,
-    ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES,
-    ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey,
-    RouterRequest, drop_reason, ecmp, route_key_datapath, router_reply, stage as slot,
+    ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS,
+    ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry,
+    RouteKey, RouterRequest, drop_reason, ecmp, route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
@@ -79,12 +80,18 @@ pub fn request(ctx: &TcContext, request: &RouterRequest) -> DropReason {
 /// flood.
 #[inline(always)]
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
-    let [router, router_ip, ifindex, _] = stages::take(ctx, ROUTER_REQUEST_MAGIC)?;
-    match handle(ctx, router, router_ip, ifindex)? {
+    let routed = if stages::magic(ctx) == ROUTED6_REQUEST_MAGIC {
+        let [datapath, ingress_port, ..] = stages::take(ctx, ROUTED6_REQUEST_MAGIC)?;
+        crate::router6::output(ctx, datapath, ingress_port)?
+    } else {
+        let [router, router_ip, ifindex, _] = stages::take(ctx, ROUTER_REQUEST_MAGIC)?;
+        handle(ctx, router, router_ip, ifindex)?
+    };
+    match routed {
         Routed::Verdict(verdict) => Ok(verdict),
         Routed::Flood(request) => Err(flood::request(ctx, &request)),
-        // Into a switch whose from-lport ACLs may act on routed traffic (what is routed is
-        // IPv4): refused (fails closed).
+        // Into a switch whose from-lport ACLs may act on routed traffic: refused (fails
+        // closed; IPv6 checks its own before).
         Routed::Output(routed)
             if crate::acl::unchecked(routed.datapath, ovnbpf_common::acl::UNCHECKED_INGRESS) =>
         {

@@ -676,14 +676,20 @@ impl Topology {
         ])
     }
 
-    /// A VPC static route `prefix` via `nexthop`.
-    pub fn static_route(&mut self, vpc: &str, prefix: &str, nexthop: Ipv4Addr) -> &mut Self {
+    /// A VPC static route `prefix` via `nexthop` (either family: `IpAddr`, or an `Ipv4Addr` or
+    /// `Ipv6Addr`).
+    pub fn static_route(
+        &mut self,
+        vpc: &str,
+        prefix: &str,
+        nexthop: impl Into<std::net::IpAddr>,
+    ) -> &mut Self {
         self.add(&[
             "--may-exist",
             "lr-route-add",
             vpc,
             prefix,
-            &nexthop.to_string(),
+            &nexthop.into().to_string(),
         ])
     }
 
@@ -704,9 +710,11 @@ impl Topology {
         Ok(self)
     }
 
-    /// A VPC peering: router ports `<a>-<b>` (address `a_ip`, e.g. 10.0.255.1/30) and `<b>-<a>`,
-    /// each the other's peer. Like Kube-OVN, routes over the peering are separate static routes,
-    /// and both routers learn from ARP requests (no `always_learn_from_arp_request=false`).
+    /// A VPC peering: router ports `<a>-<b>` (address `a_ip`, e.g. 10.0.255.1/30, or both
+    /// families comma-separated as Kube-OVN's `localConnectIP`, each a network of the port) and
+    /// `<b>-<a>`, each the other's peer. Like Kube-OVN, routes over the peering are separate
+    /// static routes, and both routers learn from ARP requests (no
+    /// `always_learn_from_arp_request=false`).
     pub fn peering(&mut self, a: &str, a_ip: &str, b: &str, b_ip: &str) -> &mut Self {
         self.learning_vpcs.insert(a.to_string());
         self.learning_vpcs.insert(b.to_string());
@@ -714,24 +722,14 @@ impl Topology {
         let b_port = format!("{b}-{a}");
         let a_peer = format!("peer={b_port}");
         let b_peer = format!("peer={a_port}");
-        self.add(&[
-            "--may-exist",
-            "lrp-add",
-            a,
-            &a_port,
-            &mac_for(&a_port),
-            a_ip,
-            &a_peer,
-        ])
-        .add(&[
-            "--may-exist",
-            "lrp-add",
-            b,
-            &b_port,
-            &mac_for(&b_port),
-            b_ip,
-            &b_peer,
-        ])
+        let (a_mac, b_mac) = (mac_for(&a_port), mac_for(&b_port));
+        let mut a_args = vec!["--may-exist", "lrp-add", a, &a_port, &a_mac];
+        a_args.extend(a_ip.split(','));
+        a_args.push(&a_peer);
+        let mut b_args = vec!["--may-exist", "lrp-add", b, &b_port, &b_mac];
+        b_args.extend(b_ip.split(','));
+        b_args.push(&b_peer);
+        self.add(&a_args).add(&b_args)
     }
 
     /// External access for `vpc`, as Kube-OVN's OVN-native EIP/SNAT gives it: router port

@@ -5,9 +5,11 @@
 //! duplicate address detection left to run) and router advertisements off as kube-ovn-cni sets
 //! them. The pods, on different nodes, then ping each other and talk TCP over IPv6 across the
 //! nodes' Geneve tunnel; the VPC's router, whose IPv6 flows are compiled beside its IPv4 ones,
-//! answers pings to its IPv4 gateway (its IPv6 answers wait for IPv6 routing in the kernel: a
-//! ping of the IPv6 gateway is dropped and counted); a source address d1's port security does
-//! not list is dropped and counted. CHECK verifies both families; DEL removes the NICs.
+//! answers pings to both its gateways (the IPv6 answer with OVN's hop limit 254) and routes IPv6
+//! in the kernel: to a pod of another subnet on the other node (ping and TCP, the hop limit
+//! decremented once), and across a VPC peering to a pod of the peer VPC (twice); a hop limit
+//! that runs out at either router is dropped and counted; a source address d1's port security
+//! does not list is dropped and counted. CHECK verifies both families; DEL removes the NICs.
 
 use std::{
     io::{Read, Write},
@@ -33,18 +35,53 @@ use serde_json::{Value, json};
 /// Where each node's agent serves its metrics, inside the node's namespace.
 const METRICS: &str = "127.0.0.1:10665";
 const SUBNET: &str = "10.0.1.0/24,fd00:10:1::/64";
+/// A second subnet of vpc-a.
+const SUBNET_B: &str = "10.0.2.0/24,fd00:10:2::/64";
+/// vpc-b's subnet, peered with vpc-a.
+const SUBNET_C: &str = "10.1.0.0/24,fd00:20:1::/64";
 const GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 1);
-/// d1 (node1) and d2 (node2).
-const PODS: [(&str, Ipv4Addr, Ipv6Addr); 2] = [
+/// One pod: name, subnet, the node (index) whose plugin attaches it, addresses, gateway.
+type Pod = (
+    &'static str,
+    &'static str,
+    usize,
+    Ipv4Addr,
+    Ipv6Addr,
+    Ipv6Addr,
+);
+/// d1 (node1), d2 (node2) on subnet-a; d3 on subnet-b and d4 on vpc-b's subnet-c (node2).
+const PODS: [Pod; 4] = [
     (
         "d1",
+        "subnet-a",
+        0,
         Ipv4Addr::new(10, 0, 1, 2),
         Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 2),
+        GATEWAY6,
     ),
     (
         "d2",
+        "subnet-a",
+        1,
         Ipv4Addr::new(10, 0, 1, 3),
         Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 3),
+        GATEWAY6,
+    ),
+    (
+        "d3",
+        "subnet-b",
+        1,
+        Ipv4Addr::new(10, 0, 2, 2),
+        Ipv6Addr::new(0xfd00, 0x10, 2, 0, 0, 0, 0, 2),
+        Ipv6Addr::new(0xfd00, 0x10, 2, 0, 0, 0, 0, 1),
+    ),
+    (
+        "d4",
+        "subnet-c",
+        1,
+        Ipv4Addr::new(10, 1, 0, 2),
+        Ipv6Addr::new(0xfd00, 0x20, 1, 0, 0, 0, 0, 2),
+        Ipv6Addr::new(0xfd00, 0x20, 1, 0, 0, 0, 0, 1),
     ),
 ];
 /// An address of the subnet no port has.
@@ -71,6 +108,15 @@ fn scrape(node: &Node) -> String {
     .unwrap()
 }
 
+/// The drop counters of `node`'s agent that are not 0, for failure messages.
+fn drops(node: &Node) -> String {
+    scrape(node)
+        .lines()
+        .filter(|line| line.starts_with("ovnbpf_datapath_drops_total{") && !line.ends_with(" 0"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The value of the sample line starting with `sample` (name and labels), 0 without one.
 fn metric(text: &str, sample: &str) -> u64 {
     text.lines()
@@ -88,6 +134,25 @@ fn ping6(from: &Netns, to: &str, source: Option<&str>) -> bool {
         .is_ok_and(|text| text.contains(" 3 received"))
 }
 
+/// The hop limit of the answer to one ping of `to` (`None`: no answer).
+fn answer_hop_limit(from: &Netns, to: &str) -> Option<u8> {
+    let text = from
+        .exec("ping", &["-6", "-n", "-c", "1", "-W", "1", to])
+        .ok()?;
+    let (_, rest) = text.split_once(" ttl=")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether pings of `to` sent with hop limit `hops` all go unanswered.
+fn unanswered_with_hop_limit(from: &Netns, to: &str, hops: u8) -> bool {
+    let hops = hops.to_string();
+    let args = [
+        "-6", "-n", "-q", "-c", "3", "-i", "0.1", "-W", "1", "-t", &hops, to,
+    ];
+    // ping fails without a single answer.
+    from.exec("ping", &args).is_err()
+}
+
 struct DualStackLab {
     cni: CniNodes,
     plugins: PathBuf,
@@ -100,13 +165,37 @@ impl DualStackLab {
             |topology| {
                 topology
                     .vpc_with_subnet("vpc-a", "subnet-a", SUBNET)
-                    .unwrap();
-                for (name, ip, ip6) in PODS {
-                    topology.dual_stack_pod("subnet-a", name, "ns", &mac_for(name), (ip, ip6));
+                    .unwrap()
+                    .subnet("vpc-a", "subnet-b", SUBNET_B)
+                    .unwrap()
+                    .vpc_with_subnet("vpc-b", "subnet-c", SUBNET_C)
+                    .unwrap()
+                    // Kube-OVN's dual-stack VPC peering: both families on each side, a route
+                    // per family each way.
+                    .peering(
+                        "vpc-a",
+                        "10.0.255.1/30,fd00:255::1/126",
+                        "vpc-b",
+                        "10.0.255.2/30,fd00:255::2/126",
+                    )
+                    .static_route(
+                        "vpc-a",
+                        "fd00:20:1::/64",
+                        "fd00:255::2".parse::<Ipv6Addr>().unwrap(),
+                    )
+                    .static_route(
+                        "vpc-b",
+                        "fd00:10:1::/64",
+                        "fd00:255::1".parse::<Ipv6Addr>().unwrap(),
+                    )
+                    .static_route("vpc-a", "10.1.0.0/24", Ipv4Addr::new(10, 0, 255, 2))
+                    .static_route("vpc-b", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1));
+                for (name, subnet, _, ip, ip6, _) in PODS {
+                    topology.dual_stack_pod(subnet, name, "ns", &mac_for(name), (ip, ip6));
                 }
                 // kube-ovn-controller's port security for d1 (`ovn.kubernetes.io/port_security`):
                 // its MAC and both addresses.
-                let (name, ip, ip6) = PODS[0];
+                let (name, _, _, ip, ip6, _) = PODS[0];
                 topology.port_security("d1.ns", &format!("{} {ip} {ip6}", mac_for(name)));
             },
             None,
@@ -155,10 +244,7 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
     require_root();
     let lab = DualStackLab::start();
     let prefix = unique_prefix();
-    let pod_netns = [
-        Netns::create(&format!("{prefix}-pd1")).unwrap(),
-        Netns::create(&format!("{prefix}-pd2")).unwrap(),
-    ];
+    let pod_netns = PODS.map(|(name, ..)| Netns::create(&format!("{prefix}-p{name}")).unwrap());
     let attachments: Vec<PodAttachment> = PODS
         .iter()
         .zip(&pod_netns)
@@ -176,11 +262,12 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
         lab.cni.logs()
     );
 
-    // ADD: d1 with a 1.0.0 configuration, d2 with Kube-OVN's 0.3.1.
+    // ADD: d2 with Kube-OVN's 0.3.1 configuration, the others with 1.0.0.
     let mut results = Vec::new();
-    for (index, version) in ["1.0.0", "0.3.1"].into_iter().enumerate() {
-        let conf = config(&lab.cni.socket(index), version);
-        let output = lab.invoke(index, "ADD", &attachments[index], &conf);
+    for (index, version) in ["1.0.0", "0.3.1", "1.0.0", "1.0.0"].into_iter().enumerate() {
+        let node = PODS[index].2;
+        let conf = config(&lab.cni.socket(node), version);
+        let output = lab.invoke(node, "ADD", &attachments[index], &conf);
         assert!(
             output.status.success(),
             "ADD {}: {output:?}{}",
@@ -192,7 +279,7 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
         let addresses = pod_netns[index]
             .ip(&["-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"])
             .unwrap();
-        let wanted = format!("{}/64", PODS[index].2);
+        let wanted = format!("{}/64", PODS[index].4);
         assert!(addresses.contains(&wanted), "{addresses}");
         assert!(!addresses.contains("tentative"), "{addresses}");
         assert!(
@@ -224,9 +311,12 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
     // 0.3.1 results name each address's version.
     assert_eq!(results[1]["ips"][1]["version"], "6", "{}", results[1]);
     assert_eq!(results[1]["ips"][1]["address"], "fd00:10:1::3/64");
-    for netns in &pod_netns {
+    for ((.., gateway), netns) in PODS.iter().zip(&pod_netns) {
         let route = netns.ip(&["-6", "route", "show", "default"]).unwrap();
-        assert!(route.contains("via fd00:10:1::1 dev eth0"), "{route}");
+        assert!(
+            route.contains(&format!("via {gateway} dev eth0")),
+            "{route}"
+        );
         let accept_ra = netns
             .exec("sysctl", &["-n", "net.ipv6.conf.eth0.accept_ra"])
             .unwrap();
@@ -234,14 +324,14 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
     }
 
     // IPv6 across the nodes, and to the gateway (the router answers).
-    let (d1_ip6, d2_ip6) = (PODS[0].2.to_string(), PODS[1].2.to_string());
+    let [d1_ip6, d2_ip6, d3_ip6, d4_ip6] = PODS.map(|pod| pod.4.to_string());
     assert!(
         ping6(&pod_netns[0], &d2_ip6, None),
         "d1 → d2 over IPv6{}",
         lab.cni.logs()
     );
     assert!(ping6(&pod_netns[1], &d1_ip6, None), "d2 → d1 over IPv6");
-    tcp_over_ipv6(&pod_netns);
+    tcp_over_ipv6(&pod_netns, (0, 1));
     // The VPC's router still routes IPv4 beside its IPv6 flows: it answers d1's ping.
     assert!(
         pod_netns[0]
@@ -253,21 +343,54 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
         "d1 → its IPv4 gateway{}",
         lab.cni.logs()
     );
-    // Its IPv6 answers need IPv6 routing in the kernel (issue 21, not yet): a ping of the IPv6
-    // gateway is dropped and counted, not answered or passed on.
-    let to_router = |node: &Node| {
+    // And its IPv6 gateway: the answer leaves the router with hop limit 255 and is routed back
+    // to d1 (254), as OVN's.
+    assert_eq!(
+        answer_hop_limit(&pod_netns[0], &GATEWAY6.to_string()),
+        Some(254),
+        "d1 → its IPv6 gateway; drops:\n{}{}",
+        drops(&lab.cni.nodes[0]),
+        lab.cni.logs()
+    );
+    assert!(ping6(&pod_netns[0], &GATEWAY6.to_string(), None));
+
+    // Routed IPv6: d1 to d3, another subnet of the VPC on the other node, and back; each way
+    // one router decrements the hop limit (d3 answers with 64).
+    assert!(
+        ping6(&pod_netns[0], &d3_ip6, None),
+        "d1 → d3, routed{}",
+        lab.cni.logs()
+    );
+    assert_eq!(answer_hop_limit(&pod_netns[0], &d3_ip6), Some(63));
+    assert!(ping6(&pod_netns[2], &d1_ip6, None), "d3 → d1, routed");
+    tcp_over_ipv6(&pod_netns, (0, 2));
+    // Across the peering to vpc-b's d4 (vpc-a's route, then vpc-b's connected one): two
+    // routers each way.
+    assert!(
+        ping6(&pod_netns[0], &d4_ip6, None),
+        "d1 → d4 across the peering{}",
+        lab.cni.logs()
+    );
+    assert_eq!(answer_hop_limit(&pod_netns[0], &d4_ip6), Some(62));
+    assert!(
+        ping6(&pod_netns[3], &d1_ip6, None),
+        "d4 → d1 across the peering"
+    );
+    // A hop limit that runs out at the first router (1) or at the peer router (2) is dropped
+    // and counted there, on d1's node.
+    let expired = |node: &Node| {
         metric(
             &scrape(node),
-            r#"ovnbpf_datapath_drops_total{reason="ipv6_to_router"}"#,
+            r#"ovnbpf_datapath_drops_total{reason="ttl_expired"}"#,
         )
     };
-    let before = to_router(&lab.cni.nodes[0]);
-    assert!(!ping6(&pod_netns[0], &GATEWAY6.to_string(), None));
-    let after = to_router(&lab.cni.nodes[0]);
-    assert!(
-        after >= before + 3,
-        "ipv6_to_router drops {before} → {after}"
-    );
+    let before = expired(&lab.cni.nodes[0]);
+    assert!(unanswered_with_hop_limit(&pod_netns[0], &d3_ip6, 1));
+    assert!(unanswered_with_hop_limit(&pod_netns[0], &d4_ip6, 2));
+    let after = expired(&lab.cni.nodes[0]);
+    assert!(after >= before + 6, "ttl_expired drops {before} → {after}");
+    // d4 is two routers away: hop limit 3 reaches it.
+    assert!(!unanswered_with_hop_limit(&pod_netns[0], &d4_ip6, 3));
 
     // A source address d1's port security does not list is dropped at d1's port, and counted.
     let before = metric(
@@ -311,30 +434,30 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
         "{check:?}"
     );
 
-    // DEL removes both NICs.
-    for index in 0..2 {
-        let conf = config(&lab.cni.socket(index), "1.0.0");
-        let output = lab.invoke(index, "DEL", &attachments[index], &conf);
+    // DEL removes the NICs.
+    for (index, pod) in PODS.iter().enumerate() {
+        let conf = config(&lab.cni.socket(pod.2), "1.0.0");
+        let output = lab.invoke(pod.2, "DEL", &attachments[index], &conf);
         assert!(output.status.success(), "DEL: {output:?}");
         let links = pod_netns[index].ip(&["-o", "link", "show"]).unwrap();
         assert!(!links.contains("eth0"), "{links}");
     }
 }
 
-/// d1 connects to a listener of d2's over IPv6; bytes go both ways.
-fn tcp_over_ipv6(pod_netns: &[Netns; 2]) {
-    let server_address = SocketAddr::from((PODS[1].2, 8080));
-    let listener = pod_netns[1]
+/// Pod `client` connects to a listener of pod `server`'s over IPv6; bytes go both ways.
+fn tcp_over_ipv6(pod_netns: &[Netns], (client, server): (usize, usize)) {
+    let server_address = SocketAddr::from((PODS[server].4, 8080));
+    let listener = pod_netns[server]
         .run_in(|| Ok(TcpListener::bind(server_address)?))
         .unwrap();
-    let server = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
+    let accepting = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
         let (mut stream, peer) = listener.accept()?;
         let mut request = [0; 5];
         stream.read_exact(&mut request)?;
         stream.write_all(peer.ip().to_string().as_bytes())?;
         Ok(request.to_vec())
     });
-    let answer = pod_netns[0]
+    let answer = pod_netns[client]
         .run_in(|| {
             let mut stream = TcpStream::connect_timeout(&server_address, Duration::from_secs(5))?;
             stream.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -344,8 +467,17 @@ fn tcp_over_ipv6(pod_netns: &[Netns; 2]) {
             stream.read_to_string(&mut answer)?;
             Ok(answer)
         })
-        .expect("d1 connects to d2 over IPv6");
-    let request = server.join().unwrap().unwrap();
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} connects to {} over IPv6: {e}",
+                PODS[client].0, PODS[server].0
+            )
+        });
+    let request = accepting.join().unwrap().unwrap();
     assert_eq!(request, b"hello");
-    assert_eq!(answer, PODS[0].2.to_string(), "d2 sees d1's IPv6 address");
+    assert_eq!(
+        answer,
+        PODS[client].4.to_string(),
+        "the server sees the client's IPv6 address"
+    );
 }

@@ -337,9 +337,8 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
         replies_before,
         "no answer counted"
     );
-    // IPv6 behind the router's MAC to a destination the kernel does not route yet (not
-    // link-local: issue 21) is dropped and counted rather than handed to the node, and so is a
-    // frame that says IPv6 but is not. ARP the responder did not answer (a reply) is consumed,
+    // IPv6 behind the router's MAC to a destination it has no IPv6 route to is dropped and
+    // counted rather than handed to the node, and so is a frame that says IPv6 but is not. ARP the responder did not answer (a reply) is consumed,
     // as OVN's router consumes it. Other protocols go on.
     let mut ipv6 = vec![0; 14 + 40 + 8];
     ipv6[..6].copy_from_slice(&ROUTER_MAC);
@@ -358,7 +357,7 @@ fn other_traffic_to_the_router_is_dropped_and_counted_by_reason() {
     let mut arp_reply = icmp((ROUTER_MAC, POD_MAC), 64, (POD_IP, GATEWAY), 8);
     arp_reply[12..14].copy_from_slice(&[0x08, 0x06]);
     for (what, frame, reason) in [
-        ("IPv6 off-link", ipv6, "ipv6_to_router"),
+        ("IPv6 without a route", ipv6, "no_route"),
         ("IPv4 labelled IPv6", not_ipv6, "routed_malformed"),
         ("ARP", arp_reply, "arp_to_router"),
     ] {

@@ -16,7 +16,7 @@ pub mod program;
 pub mod stage;
 pub use stage::{
     ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
-    Ipv6Request, ROUTER_REQUEST_MAGIC, RouterRequest,
+    Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC, RouterRequest,
 };
 
 pub mod maps;
@@ -418,6 +418,36 @@ pub struct RouteEntry {
     pub ingress_ip: u32,
 }
 
+/// The data of a [`map::ROUTES6`] (or [`map::SOURCE_ROUTES6`]) key: a router's datapath key
+/// (network byte order) and an IPv6 destination (or source), so the trie's prefix length is
+/// 32 + the route's prefix length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Route6Key {
+    pub datapath: u32,
+    pub ip: [u8; 16],
+}
+
+/// Where an IPv6 route sends a packet (kinds as [`RouteEntry::kind`]'s: [`ROUTE_TO_SWITCH`],
+/// [`ROUTE_TO_ROUTER`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteEntry6 {
+    /// Next hop; all zeros = the destination itself (directly connected).
+    pub nexthop: [u8; 16],
+    /// The datapath behind the output port: the switch, or the peer router.
+    pub next_datapath: u32,
+    /// The port the packet enters `next_datapath` through (the switch's router port key).
+    pub ingress_port: u32,
+    /// OVN's priority of the route (IPv6 prefixes are up to 128 long: up to 128 × 3 + 2), as
+    /// [`RouteEntry::priority`].
+    pub priority: u16,
+    /// The output router port's MAC.
+    pub source_mac: [u8; 6],
+    pub kind: u8,
+    pub padding: [u8; 3],
+}
+
 /// [`PolicyEntry::verdict`]: keep the routing decision.
 pub const POLICY_ALLOW: u8 = 1;
 /// [`PolicyEntry::verdict`]: drop the packet.
@@ -497,6 +527,8 @@ pub const ROUTER_SOURCE_ROUTES: u32 = 2;
 /// [`RouterInfo::flags`]: the kernel does not forward this router's IPv6 (a flow only IPv6 can
 /// match is not compiled): IPv6 to its MAC is dropped as `router_unsupported`, its IPv4 goes on.
 pub const ROUTER_IPV6_UNSUPPORTED: u32 = 128;
+/// [`RouterInfo::flags`]: the router has IPv6 source routes ([`map::SOURCE_ROUTES6`]).
+pub const ROUTER_SOURCE_ROUTES6: u32 = 256;
 /// [`RouterInfo::flags`]: some of the router's ports route with a route table of their own
 /// ([`map::ROUTE_TABLES`]); its routes are keyed by [`route_key_datapath`].
 pub const ROUTER_ROUTE_TABLES: u32 = 64;
@@ -716,6 +748,13 @@ unsafe impl aya::Pod for DropEvent {}
 unsafe impl aya::Pod for RouteKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouteEntry {}
+// SAFETY: repr(C), Copy, a u32 and 16 bytes (20 bytes, 4-aligned): no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Route6Key {}
+// SAFETY: repr(C), Copy, 16 bytes, two u32, a u16, 6 + 1 + 3 bytes (36 bytes, 4-aligned):
+// no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RouteEntry6 {}
 // SAFETY: repr(C), Copy, a u16, two u8 and a RouteEntry (24 bytes, 4-aligned): no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PolicyEntry {}
@@ -799,6 +838,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<acl::AclRule>() % 4, 0);
         assert_eq!(core::mem::size_of::<RouteKey>(), 8);
         assert_eq!(core::mem::size_of::<RouteEntry>(), 24);
+        assert_eq!(core::mem::size_of::<Route6Key>(), 20);
+        assert_eq!(core::mem::size_of::<RouteEntry6>(), 36);
         assert_eq!(core::mem::size_of::<EcmpKey>(), 12);
         assert_eq!(core::mem::size_of::<PairPolicy>(), 16 + 12 + 28);
         assert_eq!(core::mem::size_of::<RouterInfo>(), 8);

@@ -20,8 +20,8 @@ use crate::{
     MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
     MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
-    PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, RouteEntry, RouteKey, RouterAddress,
-    RouterInfo, TunnelConfig, TunnelPortKey,
+    PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6,
+    RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -191,6 +191,11 @@ declare_maps! {
     /// LPM trie: ([`RouteKey`] by source, prefix) → [`RouteEntry`]: each router's `src-ip`
     /// routes.
     SourceRoutes = SOURCE_ROUTES: LpmTrie<RouteKey, RouteEntry>[MAX_ROUTES];
+    /// LPM trie: ([`Route6Key`], prefix) → [`RouteEntry6`]: each router's IPv6 routes.
+    Routes6 = ROUTES6: LpmTrie<Route6Key, RouteEntry6>[MAX_ROUTES];
+    /// LPM trie: ([`Route6Key`] by source, prefix) → [`RouteEntry6`]: each router's IPv6
+    /// `src-ip` routes.
+    SourceRoutes6 = SOURCE_ROUTES6: LpmTrie<Route6Key, RouteEntry6>[MAX_ROUTES];
     /// LPM trie: ([`RouteKey`] by destination, prefix) → [`PolicyEntry`]: each router's policies
     /// matching a destination prefix.
     PoliciesByDestination = POLICIES_BY_DESTINATION: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];

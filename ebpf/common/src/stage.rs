@@ -11,7 +11,8 @@
 pub const FLOOD: u32 = 0;
 /// IPv6 from a pod that the switch's ND responder or a router handles ([`Ipv6Request`]).
 pub const IPV6: u32 = 1;
-/// A frame from a pod to a router port's MAC, not IPv6: the logical router ([`RouterRequest`]).
+/// A frame from a pod to a router port's MAC, not IPv6: the logical router ([`RouterRequest`]);
+/// also IPv6 the IPv6 stage routed, for its L2 output step ([`ROUTED6_REQUEST_MAGIC`]).
 pub const ROUTER: u32 = 2;
 /// An IP frame through a switch's ingress ACL stage ([`AclRequest`]), which then switches it.
 pub const ACL_INGRESS: u32 = 3;
@@ -125,6 +126,11 @@ impl RouterRequest {
 
 /// [`RouterRequest::magic`].
 pub const ROUTER_REQUEST_MAGIC: u32 = 0x0f4a_0d06;
+
+/// The magic of the request the IPv6 stage hands the router stage with an IPv6 frame it routed
+/// (MACs and hop limit rewritten): words (switch datapath, the port the frame enters it
+/// through, 0, 0); the router stage makes its L2 output step.
+pub const ROUTED6_REQUEST_MAGIC: u32 = 0x0f46_0d06;
 
 /// What a program hands an ACL stage in the skb's control block: a frame on switch `datapath`
 /// between logical ports `ports` (ingress key in the high 16 bits, egress key in the low; 0 in

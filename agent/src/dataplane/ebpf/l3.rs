@@ -23,11 +23,11 @@ use ovnbpf_common::{
     ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE,
     ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ARP_REQUESTS,
     ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
-    ROUTER_POLICIES, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouterAddress,
-    RouterInfo,
+    ROUTER_POLICIES, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, ROUTER_SOURCE_ROUTES6, RouteEntry,
+    RouterAddress, RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouteTables, RouterAddresses, RouterAddresses6, Routers, Routes,
-        SourceRoutes,
+        Routes6, SourceRoutes, SourceRoutes6,
     },
 };
 
@@ -95,6 +95,14 @@ pub struct L3State {
     arp_requests: HashSet<u32>,
     /// Routers that solicit IPv6 next hops they have no MAC for.
     nd_requests: HashSet<u32>,
+    /// IPv6 routes per slot ([`routes6`]).
+    routes6: HashMap<routes6::RouteSlot6, HashSet<routes6::Candidate6>>,
+    routes6_by_port: HashMap<String, HashSet<routes6::RouteSlot6>>,
+    /// Per router: how many IPv6 prefixes have routes, and how many source prefixes.
+    slots6: HashMap<u32, usize>,
+    source_prefixes6: HashMap<u32, usize>,
+    route6_table: Table<Routes6, (u32, Prefix6)>,
+    source_route6_table: Table<SourceRoutes6, (u32, Prefix6)>,
     /// Per router: its per-port link-local routes (`fe80::/64` with an inport).
     link_local_routes: HashMap<u32, HashSet<String>>,
     /// Per router: entries that keep the kernel from forwarding for it (drop/reroute policies,
@@ -189,6 +197,7 @@ impl L3State {
                 // Routes into this datapath may change kind.
                 let keys: Vec<RouteSlot> = self.routes.keys().copied().collect();
                 keys.into_iter().for_each(|key| self.mark_route(key));
+                self.mark_all_routes6();
             }
             IrEntry::Port {
                 datapath,
@@ -253,6 +262,10 @@ impl L3State {
                 around.iter().for_each(|port| self.policies.mark_port(port));
                 self.ecmp.mark_port(name);
                 around.iter().for_each(|port| self.ecmp.mark_port(port));
+                self.mark_routes6_of_port(name);
+                around
+                    .iter()
+                    .for_each(|port| self.mark_routes6_of_port(port));
             }
             IrEntry::Route { .. }
             | IrEntry::EcmpRoute { .. }
@@ -300,6 +313,7 @@ impl L3State {
                 }
                 self.router_table.mark(*datapath);
             }
+            IrEntry::Route6 { .. } => self.take_route6(entry, added),
             IrEntry::RouterEchoReply6 { datapath, ip } => {
                 self.answer(*datapath, (*ip).into(), ROUTER_ADDRESS_ECHO, added);
             }
@@ -509,6 +523,10 @@ impl L3State {
             .chain(self.ipv6_blockers.get(&router))
             .flatten()
             .cloned()
+            .chain(
+                self.ipv6_beyond_tables(router)
+                    .map(|reason| format!("{reason} (IPv6 only)")),
+            )
             .collect();
         reasons.sort();
         reasons
@@ -519,6 +537,8 @@ impl L3State {
     pub fn pending(&self) -> usize {
         self.route_table.pending()
             + self.source_route_table.pending()
+            + self.route6_table.pending()
+            + self.source_route6_table.pending()
             + self.policies.pending()
             + self.ecmp.pending()
             + self.port_table_table.pending()
@@ -576,9 +596,11 @@ impl L3State {
                 ROUTER_IPV6_LINK_LOCAL,
             )
             | flag(
-                self.ipv6_blockers.contains_key(&datapath),
+                self.ipv6_blockers.contains_key(&datapath)
+                    || self.ipv6_beyond_tables(datapath).is_some(),
                 ROUTER_IPV6_UNSUPPORTED,
-            );
+            )
+            | flag(self.has_source_routes6(datapath), ROUTER_SOURCE_ROUTES6);
         (self.routers.get(&datapath) == Some(&true) && !self.blockers.contains_key(&datapath))
             .then_some(RouterInfo {
                 flags,
@@ -600,6 +622,18 @@ impl L3State {
             maps,
             |s| &mut s.source_route_table,
             |s, &(dp, prefix)| s.desired_route((dp, RouteSelector::Source, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.route6_table,
+            |s, &(dp, prefix)| s.desired_route6((dp, RouteSelector::Destination, prefix)),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.source_route6_table,
+            |s, &(dp, prefix)| s.desired_route6((dp, RouteSelector::Source, prefix)),
         )?;
         writes += flush_from(
             self,
@@ -677,7 +711,7 @@ impl L3State {
                     Some(info) if info.flags & ROUTER_IPV6_UNSUPPORTED != 0 => {
                         tracing::info!(
                             router = datapath,
-                            reasons = ?self.ipv6_blockers.get(&datapath),
+                            reasons = ?self.blocked(datapath),
                             "the kernel routes this router's IPv4 but not its IPv6; its IPv6 is dropped and counted"
                         );
                     }
@@ -694,6 +728,8 @@ impl L3State {
     pub fn sweep(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self.route_table.sweep(maps)?
             + self.source_route_table.sweep(maps)?
+            + self.route6_table.sweep(maps)?
+            + self.source_route6_table.sweep(maps)?
             + self.policies.destination_table.sweep(maps)?
             + self.policies.source_table.sweep(maps)?
             + self.ecmp.table.sweep(maps)?
@@ -749,6 +785,7 @@ mod keys;
 mod neighbours;
 mod policies;
 mod routes;
+mod routes6;
 pub use keys::route_slot;
 
 #[cfg(test)]

@@ -112,15 +112,20 @@ pub(super) fn classify(
                     next,
                 ],
             ) if plain(destination, "eth.dst") && is_next(next) => {
-                let port = compare_string(first, "outport")?.to_string();
-                let ip = compare_ipv6(second, "xxreg0")?;
+                let port = compare_string(first, "outport")?;
+                // One address, or a set: a peer router port's global and link-local ones.
+                let ips = compare_ipv6_set(second, "xxreg0")?;
                 let mac = assigned_mac(actions, "eth.dst")?;
-                compiled(IrEntry::Neighbour6 {
-                    datapath: dp,
-                    port,
-                    ip,
-                    mac,
-                })
+                Some(Class::Compiled(
+                    ips.into_iter()
+                        .map(|ip| IrEntry::Neighbour6 {
+                            datapath: dp,
+                            port: port.to_string(),
+                            ip,
+                            mac,
+                        })
+                        .collect(),
+                ))
             }
             _ => None,
         },

@@ -91,6 +91,26 @@ fn peer_router_link_local_neighbours_compile() {
             mac: [0x0a, 0x58, 0xd6, 0x22, 0x2a, 0x24],
         }])
     );
+    // A dual-stack peering: the peer router port's global and link-local addresses in one
+    // flow, one neighbour each.
+    assert_eq!(
+        class(
+            "lr_in_arp_resolve",
+            100,
+            r#"outport == "a-b" && xxreg0 == {fd00:255::2, fe80::800:ff:fe00:2}"#,
+            "eth.dst = 0a:00:00:00:00:02; next;"
+        ),
+        Class::Compiled(
+            ["fd00:255::2", "fe80::800:ff:fe00:2"]
+                .map(|ip| IrEntry::Neighbour6 {
+                    datapath: 7,
+                    port: "a-b".into(),
+                    ip: ip.parse().unwrap(),
+                    mac: [0x0a, 0, 0, 0, 0, 2],
+                })
+                .to_vec()
+        )
+    );
 }
 
 /// The IPv6 half of a Kube-OVN dual-stack subnet's router flows, as northd 23.03 writes them:

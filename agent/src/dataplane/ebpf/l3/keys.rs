@@ -1,19 +1,19 @@
 //! The L3 family's map keys: where a state key (a router and a prefix or an address) lives in
-//! `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `NEIGHBOURS(6)`, `ROUTER_ADDRESSES(6)` and `ROUTERS`. Pure
+//! `ROUTES(6)`, `SOURCE_ROUTES(6)`, `POLICIES_BY_*`, `NEIGHBOURS(6)`, `ROUTER_ADDRESSES(6)` and `ROUTERS`. Pure
 //! conversions.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ovnbpf_common::{
-    Ipv6Key, NeighbourKey, RouteKey,
+    Ipv6Key, NeighbourKey, Route6Key, RouteKey,
     maps::{
         Neighbours, Neighbours6, PoliciesByDestination, PoliciesBySource, RouteTables,
-        RouterAddresses, RouterAddresses6, Routers, Routes, SourceRoutes,
+        RouterAddresses, RouterAddresses6, Routers, Routes, Routes6, SourceRoutes, SourceRoutes6,
     },
 };
 
 use super::super::tables::TableKey;
-use crate::pipeline::ir::Prefix;
+use crate::pipeline::ir::{Prefix, Prefix6};
 
 /// The kernel's route slot for `prefix` in router `datapath`: the key (both in network byte
 /// order) and its prefix length in bits (the datapath's 32, then the prefix's).
@@ -35,6 +35,29 @@ impl TableKey<Routes> for (u32, Prefix) {
 impl TableKey<SourceRoutes> for (u32, Prefix) {
     fn slot(&self) -> (RouteKey, u32) {
         route_slot(self.0, self.1)
+    }
+}
+
+/// The kernel's IPv6 route slot for `prefix` in router `datapath`: the key (the datapath in
+/// network byte order) and its prefix length in bits (the datapath's 32, then the prefix's).
+#[must_use]
+pub fn route6_slot(datapath: u32, prefix: Prefix6) -> (Route6Key, u32) {
+    let key = Route6Key {
+        datapath: datapath.to_be(),
+        ip: prefix.network.octets(),
+    };
+    (key, 32 + u32::from(prefix.length))
+}
+
+impl TableKey<Routes6> for (u32, Prefix6) {
+    fn slot(&self) -> (Route6Key, u32) {
+        route6_slot(self.0, self.1)
+    }
+}
+
+impl TableKey<SourceRoutes6> for (u32, Prefix6) {
+    fn slot(&self) -> (Route6Key, u32) {
+        route6_slot(self.0, self.1)
     }
 }
 

@@ -983,3 +983,225 @@ fn route_tables_key_their_routes_apart_and_routes_of_no_table_count_in_each() {
     );
     assert!(maps.table::<RouteTables>().is_empty());
 }
+
+fn prefix6(text: &str) -> crate::pipeline::ir::Prefix6 {
+    let (network, length) = text.split_once('/').unwrap();
+    crate::pipeline::ir::Prefix6 {
+        network: network.parse().unwrap(),
+        length: length.parse().unwrap(),
+    }
+}
+
+fn route6(
+    selector: RouteSelector,
+    prefix: &str,
+    priority: u16,
+    nexthop: Option<&str>,
+    (mac, port): (Mac, &str),
+) -> IrEntry {
+    IrEntry::Route6 {
+        datapath: ROUTER,
+        selector,
+        prefix: prefix6(prefix),
+        priority,
+        inport: None,
+        route_table: None,
+        nexthop: nexthop.map(|ip| ip.parse().unwrap()),
+        source_ip: "fd00:a::1".parse().unwrap(),
+        source_mac: mac,
+        port: port.into(),
+    }
+}
+
+/// IPv6 routes reach their own tries keyed by (router, prefix) with OVN's priority (beyond a
+/// byte), resolved like IPv4's: a connected route to the switch behind its port, a static one
+/// with its next hop, a peering one to the peer router; `src-ip` ones go to the source trie and
+/// flag the router; a route in a route table or with an inport keeps only the router's IPv6 out,
+/// until it goes.
+#[test]
+fn ipv6_routes_reach_their_tries_resolved_and_what_the_kernel_cannot_route_keeps_ipv6_out() {
+    use ovnbpf_common::{
+        ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_IPV6_UNSUPPORTED, RouteEntry6,
+        maps::{Routes6, SourceRoutes6},
+    };
+    let mut state = L3State::default();
+    let connected_a = route6(
+        RouteSelector::Destination,
+        "fd00:a::/64",
+        194,
+        None,
+        (MAC_A, "lr-a"),
+    );
+    let source = route6(
+        RouteSelector::Source,
+        "fd00:b::/64",
+        192,
+        Some("fd00:b::1"),
+        (MAC_B, "lr-b"),
+    );
+    let mut entries = vpc();
+    entries.extend([
+        connected_a.clone(),
+        route6(
+            RouteSelector::Destination,
+            "fd00:b::/64",
+            194,
+            None,
+            (MAC_B, "lr-b"),
+        ),
+        // A longer static route within a connected prefix, and a peering.
+        route6(
+            RouteSelector::Destination,
+            "fd00:b::5/128",
+            385,
+            Some("fd00:a::9"),
+            (MAC_A, "lr-a"),
+        ),
+        route6(
+            RouteSelector::Destination,
+            "fd00:1::/48",
+            145,
+            Some("fd00:ff::2"),
+            (MAC_A, "lr-peer"),
+        ),
+        source.clone(),
+    ]);
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let routes = maps.table_by::<Routes6, _>(|(k, bits)| {
+        (
+            u32::from_be(k.datapath),
+            std::net::Ipv6Addr::from(k.ip).to_string(),
+            bits - 32,
+        )
+    });
+    let at = |ip: &str, length: u32| routes.get(&(ROUTER, ip.to_string(), length)).copied();
+    assert_eq!(
+        at("fd00:a::", 64),
+        Some(RouteEntry6 {
+            nexthop: [0; 16],
+            next_datapath: SWITCH_A,
+            ingress_port: 5,
+            priority: 194,
+            source_mac: MAC_A,
+            kind: ROUTE_TO_SWITCH,
+            padding: [0; 3],
+        })
+    );
+    assert_eq!(at("fd00:b::", 64).map(|r| r.next_datapath), Some(SWITCH_B));
+    let host = at("fd00:b::5", 128).unwrap();
+    assert_eq!(
+        (host.next_datapath, host.nexthop, host.priority),
+        (
+            SWITCH_A,
+            "fd00:a::9".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+            385
+        )
+    );
+    let peering = at("fd00:1::", 48).unwrap();
+    assert_eq!(
+        (peering.kind, peering.next_datapath, peering.ingress_port),
+        (ROUTE_TO_ROUTER, PEER_ROUTER, 1)
+    );
+    assert_eq!(routes.len(), 4);
+    let sources = maps.table::<SourceRoutes6>();
+    assert_eq!(sources.len(), 1);
+    assert_eq!(
+        sources
+            .values()
+            .next()
+            .map(|r| (r.next_datapath, r.priority)),
+        Some((SWITCH_B, 192))
+    );
+    // IPv4's tries hold none of them.
+    assert!(maps.routes().keys().all(|(_, _, length)| *length <= 32));
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_SOURCE_ROUTES6
+    );
+
+    // `reg7 == 0` (a static route where northd keys the main table) is the main table; a port
+    // selecting another table keeps the router's IPv6 out while it does.
+    let main_table = IrEntry::Route6 {
+        datapath: ROUTER,
+        selector: RouteSelector::Destination,
+        prefix: prefix6("fd00:3::/64"),
+        priority: 193,
+        inport: None,
+        route_table: Some(0),
+        nexthop: Some("fd00:a::8".parse().unwrap()),
+        source_ip: "fd00:a::1".parse().unwrap(),
+        source_mac: MAC_A,
+        port: "lr-a".into(),
+    };
+    let port_table = IrEntry::RouteTableOfPort {
+        datapath: ROUTER,
+        port: "lr-b".into(),
+        table: 1,
+    };
+    state.apply(&diff(vec![main_table.clone(), port_table.clone()]));
+    state.flush(&mut maps).unwrap();
+    let routes = maps.table_by::<Routes6, _>(|(k, bits)| (std::net::Ipv6Addr::from(k.ip), bits));
+    assert!(routes.contains_key(&("fd00:3::".parse().unwrap(), 96)));
+    assert_ne!(maps.routers()[&ROUTER].flags & ROUTER_IPV6_UNSUPPORTED, 0);
+    assert!(state.blocked(ROUTER)[0].contains("ports with route tables"));
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![main_table, port_table],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_SOURCE_ROUTES6
+    );
+
+    // A route in a route table keeps the router's IPv6 out (its IPv4 goes on); gone, it
+    // comes back. The source route gone, so is its flag; the connected route gone, its slot.
+    let mut in_table = route6(
+        RouteSelector::Destination,
+        "fd00:2::/64",
+        193,
+        Some("fd00:a::7"),
+        (MAC_A, "lr-a"),
+    );
+    if let IrEntry::Route6 { route_table, .. } = &mut in_table {
+        *route_table = Some(2);
+    }
+    state.apply(&diff(vec![in_table.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routers()[&ROUTER].flags,
+        ROUTER_FORWARDS | ROUTER_SOURCE_ROUTES6 | ROUTER_IPV6_UNSUPPORTED
+    );
+    assert!(
+        state.blocked(ROUTER)[0].contains("route table 2"),
+        "{:?}",
+        state.blocked(ROUTER)
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![in_table, source, connected_a.clone()],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
+    assert!(maps.table::<SourceRoutes6>().is_empty());
+    assert_eq!(maps.table::<Routes6>().len(), 3);
+
+    // The switch behind a port goes: its routes go with it, and come back with it.
+    let port_a = patch(SWITCH_A, 5, "a-lr", "lr-a");
+    state.apply(&diff(vec![connected_a]));
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![port_a.clone()],
+    });
+    state.flush(&mut maps).unwrap();
+    let installed = |maps: &Recorder| {
+        maps.table_by::<Routes6, _>(|(k, bits)| (std::net::Ipv6Addr::from(k.ip), bits))
+    };
+    let a: std::net::Ipv6Addr = "fd00:a::".parse().unwrap();
+    assert!(!installed(&maps).contains_key(&(a, 96)));
+    state.apply(&diff(vec![port_a]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(installed(&maps)[&(a, 96)].next_datapath, SWITCH_A);
+}

@@ -1,0 +1,215 @@
+//! IPv6 routing, for the IPv6 stage ([`crate::ipv6`]) once it has found a packet is not for
+//! the router itself, its hop limit lasts and the pod's switch lets it go: as the IPv4 router,
+//! the longest-prefix route by destination in `ROUTES6`, or by source in `SOURCE_ROUTES6`
+//! where the router has `src-ip` routes and OVN's priority says so, following router-to-router
+//! links (VPC peering) up to `MAX_ROUTER_HOPS`, the hop limit decremented per router (one that
+//! runs out at a later router is dropped as `ttl_expired`: the ICMPv6 time exceeded OVN sends
+//! is not composed); a link-local destination goes back out of the port it came in on (northd's
+//! per-port `fe80::/64` routes). Then the next hop's MAC from `NEIGHBOURS6` and the output
+//! port's MAC as source; the destination switch's L2 step is the router stage's (the IPv6
+//! stage has no stack left for it): the rewritten frame goes there with a
+//! [`ovnbpf_common::ROUTED6_REQUEST_MAGIC`] request naming the switch and the port it enters
+//! through. A next hop without a MAC gets the router's neighbour solicitation instead (flooded
+//! on that switch). Into a switch whose from-lport ACLs the kernel would have to run on it (for
+//! IPv6 it runs none), the packet is dropped (fails closed). Reads `ROUTERS`, `ROUTES6`,
+//! `SOURCE_ROUTES6`, `NEIGHBOURS6`, `L2_FIB`, `ACL_SWITCHES`.
+
+use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
+use ovnbpf_common::{
+    DropReason, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH,
+    ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
+    ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
+    acl::{UNCHECKED_INGRESS, USER_RULES_INGRESS},
+    drop_reason, stage as slot,
+};
+
+use crate::headers::{ETH_HEADER_LEN, Ipv6Header};
+use crate::maps::get;
+use crate::output::Output;
+use crate::router::Routed;
+use crate::{L2_FIB, NEIGHBOURS6, ROUTERS, ROUTES6, SOURCE_ROUTES6, acl, flood, ipv6, stages};
+
+/// Routes the IPv6 packet of `request` (see the module doc), whose IPv6 header is `ip`.
+#[inline(always)]
+pub fn route(ctx: &TcContext, ip: &Ipv6Header, request: &Ipv6Request) -> Result<i32, DropReason> {
+    let (last_router, route, hops) = if ipv6::is_link_local(&ip.destination) {
+        (request.router, back_out(ctx, request)?, 1)
+    } else {
+        lookup(request.router, (ip.source, ip.destination), ip.hop_limit)?
+    };
+    let next_hop = if route.nexthop != [0; 16] {
+        route.nexthop
+    } else {
+        ip.destination
+    };
+    forward(ctx, ip.hop_limit, (last_router, &route, hops), next_hop)
+}
+
+/// The route back out of the port the packet came in on (the router port whose MAC the pod
+/// addressed, on the pod's switch).
+#[inline(always)]
+fn back_out(ctx: &TcContext, request: &Ipv6Request) -> Result<RouteEntry6, DropReason> {
+    let Ok(router_mac) = ctx.load::<[u8; 6]>(0) else {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    };
+    let fib = FibKey {
+        datapath: request.datapath,
+        mac: router_mac,
+        padding: [0; 2],
+    };
+    Ok(RouteEntry6 {
+        next_datapath: request.datapath,
+        ingress_port: get(&L2_FIB, fib).map_or(0, |entry| entry.port),
+        source_mac: router_mac,
+        kind: ROUTE_TO_SWITCH,
+        ..RouteEntry6::default()
+    })
+}
+
+/// The route `router` (and the routers it hands over to) picks for a packet from `source` to
+/// `destination` that arrived with `hop_limit`: the last router, its route to a switch and the
+/// number of routers passed.
+#[inline(always)]
+fn lookup(
+    router: u32,
+    (source, destination): ([u8; 16], [u8; 16]),
+    hop_limit: u8,
+) -> Result<(u32, RouteEntry6, u8), DropReason> {
+    let mut datapath = router;
+    let mut hops: u8 = 0;
+    for _ in 0..MAX_ROUTER_HOPS {
+        // Each router decrements: the next one receives `hop_limit - hops`.
+        if hops > 0 && hop_limit <= hops + 1 {
+            return Err(drop_reason::TTL_EXPIRED);
+        }
+        let flags = get(&ROUTERS, datapath).map_or(0, |r| r.flags);
+        if flags & ROUTER_FORWARDS == 0 || flags & ROUTER_IPV6_UNSUPPORTED != 0 {
+            return Err(drop_reason::ROUTER_UNSUPPORTED);
+        }
+        let key = |ip| {
+            Key::new(
+                160,
+                Route6Key {
+                    datapath: datapath.to_be(),
+                    ip,
+                },
+            )
+        };
+        let by_destination = ROUTES6.get(key(destination));
+        // One stage in OVN: the higher priority of the two matches wins.
+        let by_source = if flags & ROUTER_SOURCE_ROUTES6 != 0 {
+            SOURCE_ROUTES6.get(key(source))
+        } else {
+            None
+        };
+        let route = match (by_destination, by_source) {
+            (Some(d), Some(s)) if s.priority > d.priority => *s,
+            (Some(d), _) => *d,
+            (None, Some(s)) => *s,
+            (None, None) => return Err(drop_reason::NO_ROUTE),
+        };
+        hops += 1;
+        if route.kind != ROUTE_TO_ROUTER {
+            return Ok((datapath, route, hops));
+        }
+        datapath = route.next_datapath;
+    }
+    Err(drop_reason::TOO_MANY_HOPS)
+}
+
+/// A routed packet to `next_hop` on the route's switch: MACs rewritten (the output port's, the
+/// neighbour's), hop limit decremented per router, then to the router stage for that switch's
+/// L2 step. A next hop without a MAC is solicited instead.
+#[inline(always)]
+fn forward(
+    ctx: &TcContext,
+    hop_limit: u8,
+    (last_router, route, hops): (u32, &RouteEntry6, u8),
+    next_hop: [u8; 16],
+) -> Result<i32, DropReason> {
+    let key = Ipv6Key {
+        datapath: last_router,
+        ip: next_hop,
+    };
+    let Some(neighbour) = get(&NEIGHBOURS6, key) else {
+        return solicit(ctx, last_router, route, next_hop);
+    };
+    let mac = neighbour.mac;
+    let fib = FibKey {
+        datapath: route.next_datapath,
+        mac,
+        padding: [0; 2],
+    };
+    if get(&L2_FIB, fib).is_none() {
+        return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION);
+    }
+    // Entering the destination switch from its router port: its from-lport ACLs, which the
+    // kernel runs neither there nor for IPv6 at all, may act on it.
+    if acl::unchecked(route.next_datapath, UNCHECKED_INGRESS) {
+        return Err(drop_reason::ACL_FAIL_CLOSED);
+    }
+    if acl::switch_of(route.next_datapath, USER_RULES_INGRESS).is_some() {
+        return Err(drop_reason::ACL_IPV6);
+    }
+    let mut macs = [0_u8; 12];
+    macs[..6].copy_from_slice(&mac);
+    macs[6..].copy_from_slice(&route.source_mac);
+    let hop_limit = hop_limit - hops;
+    ctx.store(0, &macs, 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 7, &hop_limit, 0))
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    let output = [
+        route.next_datapath,
+        route.ingress_port,
+        0,
+        0,
+        ROUTED6_REQUEST_MAGIC,
+    ];
+    Err(stages::jump(ctx, slot::ROUTER, output))
+}
+
+/// The router stage's part: the L2 output step of a frame the IPv6 stage routed (see the
+/// module doc) onto switch `datapath`, entering through its port `ingress_port`, to the MAC it
+/// addressed.
+#[inline(always)]
+pub fn output(ctx: &TcContext, datapath: u32, ingress_port: u32) -> Result<Routed, DropReason> {
+    let Ok(mac) = ctx.load::<[u8; 6]>(0) else {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    };
+    let fib = FibKey {
+        datapath,
+        mac,
+        padding: [0; 2],
+    };
+    let Some(entry) = get(&L2_FIB, fib).copied() else {
+        return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION);
+    };
+    Ok(Routed::Output(Output {
+        entry,
+        datapath,
+        ingress_port,
+        ip: true,
+        routed: true,
+    }))
+}
+
+/// Turns the packet into `router`'s solicitation for `next_hop` from the output port of
+/// `route`, flooded on the route's switch (`_MC_flood_l2`). Routers without the stage drop
+/// and count the packet (`next_hop_unresolved`).
+#[inline(always)]
+fn solicit(
+    ctx: &TcContext,
+    router: u32,
+    route: &RouteEntry6,
+    next_hop: [u8; 16],
+) -> Result<i32, DropReason> {
+    let asks = get(&ROUTERS, router).is_some_and(|r| r.flags & ROUTER_ND_REQUESTS != 0);
+    if !asks {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    }
+    let Some(group) = flood::router_group(route.next_datapath) else {
+        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
+    };
+    ipv6::write_solicitation(ctx, route.source_mac, next_hop)?;
+    Err(flood::request(ctx, &group.request(route.ingress_port, 0)))
+}
