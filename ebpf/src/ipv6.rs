@@ -19,8 +19,9 @@
 //! routed frame's L2 output step is the router stage's). Where a next hop has no MAC, the router
 //! solicits it as OVN's `nd_ns` does (from the output port's link-local address, to the next
 //! hop's solicited-node group, hop limit 255, a source link-layer option), flooded on the switch
-//! like its ARP requests; the packet is dropped. A hop limit of 1 or less is dropped as
-//! `ttl_expired` (OVN's ICMPv6 time exceeded is not composed); a router whose IPv6 flows are not
+//! like its ARP requests; the packet is dropped. A hop limit of 1 or less gets the router's
+//! ICMPv6 time exceeded, composed by the reject stage ([`crate::reject`]: this stage's stack is
+//! full), or is dropped as `ttl_expired` where the router sends none; a router whose IPv6 flows are not
 //! all compiled (`ROUTER_IPV6_UNSUPPORTED`) has all its IPv6 dropped as `router_unsupported`. The
 //! responder's and the router's answers go back out of the sender's veth (the responder's
 //! through its egress port security). This stage's stack is at the verifier's 512 bytes: what
@@ -201,7 +202,12 @@ fn to_router(
         return to_router_address(ctx, frame, (icmp_type, address.flags), request);
     }
     if ip.hop_limit <= 1 {
-        return Err(drop_reason::TTL_EXPIRED);
+        // The router's time exceeded, composed by the reject stage.
+        return Err(crate::reject::time_exceeded6_request(
+            ctx,
+            router,
+            request.ifindex,
+        ));
     }
     // Leaving the pod's switch for the router: where its to-lport ACLs may act on that, the
     // kernel has no stage to run them (fails closed, as for IPv4).

@@ -144,12 +144,14 @@ pub fn acl_egress(ctx: TcContext) -> i32 {
 }
 
 /// The reject stage, tail-called by the ACL stages for what a `reject` ACL refused (see
-/// [`reject::acl_stage`]); attached to no interface.
+/// [`reject::acl_stage`]), and by the IPv6 stage for IPv6 whose hop limit ran out at a router
+/// (see [`reject::time_exceeded6`]); attached to no interface.
 #[classifier]
 pub fn acl_reject(ctx: TcContext) -> i32 {
-    match reject::acl_stage(&ctx) {
-        Ok(verdict) => verdict,
-        Err(reason) => drop_frame(&ctx, reason),
+    if stages::magic(&ctx) == ovnbpf_common::TIME_EXCEEDED6_REQUEST_MAGIC {
+        reject::time_exceeded6_verdict(&ctx)
+    } else {
+        reject::acl_verdict(&ctx)
     }
 }
 

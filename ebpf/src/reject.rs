@@ -12,6 +12,15 @@
 //!   lookup from the port the packet was for, as OVN's `next(pipeline=ingress,
 //!   table=ls_in_l2_lkup)`, and so meets the sender's egress ACLs, a tunnel or a router.
 //!
+//! - a logical router, for IPv6 whose hop limit runs out on entering it from a port whose
+//!   network holds the sender (OVN's `icmp6 { … icmp6.type = 3; … }` in `lr_in_ip_input`): the
+//!   IPv6 stage hands it here ([`TIME_EXCEEDED6_REQUEST_MAGIC`], it has no stack left), and it
+//!   gets ICMPv6 time exceeded from the port's address in `TIME_EXCEEDED6`, hop limit 254, the
+//!   packet's traffic class and flow label, quoting the packet as far as the answer stays within
+//!   1280 bytes (pinctrl's room: 1280 − 14 − 40 − 8, Ethernet counted), back to the sender;
+//!   later fragments and senders outside the port's networks are dropped (`ttl_expired`). A
+//!   transport checksum the sender's stack left to offload stays the seed in the quote.
+//!
 //! Replies are counted by kind (`ROUTER_REPLIES`). Touches only the frame and that counter.
 //! The checksums are computed whole over what is written: an answer never leaves through a
 //! device that would complete an offloaded checksum (it goes back to a local pod's veth, or is
@@ -20,19 +29,22 @@
 use aya_ebpf::{
     bindings::bpf_adj_room_mode::{BPF_ADJ_ROOM_MAC, BPF_ADJ_ROOM_NET},
     helpers::{bpf_csum_diff, bpf_skb_change_tail, bpf_skb_load_bytes},
+    maps::lpm_trie::Key,
     programs::TcContext,
 };
 use ovnbpf_common::{
     ACL_REQUEST_MAGIC, DropReason, ROUTER_ADDRESS_PORT_UNREACHABLE,
-    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, drop_reason, router_reply,
-    stage::REJECT_FROM_EGRESS,
+    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, TIME_EXCEEDED6_KEY_PREFIX_BITS,
+    TIME_EXCEEDED6_REQUEST_MAGIC, TimeExceeded6Key, drop_reason, router_reply,
+    stage::{self as slot, REJECT_FROM_EGRESS},
 };
 
 use crate::csum;
 use crate::{
-    count_reply,
+    TIME_EXCEEDED6, count_reply,
     headers::{
-        ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_UDP, Ipv4Frame, Ipv4Header, UdpHeader,
+        ETH_HEADER_LEN, ETH_P_IPV4, EthHeader, IPPROTO_ICMPV6, IPPROTO_UDP, Ipv4Frame, Ipv4Header,
+        UdpHeader,
     },
     output::reply_to_sender,
     stages,
@@ -62,6 +74,18 @@ const CODE_PORT: u8 = 3;
 const MAX_QUOTE: u32 = 534;
 /// Bytes an ICMP error adds in front of the quoted datagram: IPv4 and ICMP headers.
 const ICMP_ERROR_ROOM: u32 = 28;
+/// pinctrl quotes the packet an ICMPv6 error answers up to a 1280-byte answer, its Ethernet
+/// header counted: 1280 − 14 − 40 − 8.
+const MAX_QUOTE6: u32 = 1218;
+/// Bytes an ICMPv6 error adds in front of the quoted packet: IPv6 and ICMPv6 headers.
+const ICMPV6_ERROR_ROOM: u32 = 48;
+/// ICMPv6 time exceeded (code 0: hop limit exceeded in transit).
+const ICMPV6_TIME_EXCEEDED: u8 = 3;
+/// OVN sets `ip.ttl = 254` on its time exceeded and outputs it without routing it.
+const TIME_EXCEEDED6_HOP_LIMIT: u8 = 254;
+/// IPv6's fragment header, and the offset bits of its second word.
+const IPPROTO_FRAGMENT: u8 = 44;
+const FRAGMENT_OFFSET_MASK: u16 = 0xfff8;
 /// The checksum is summed in chunks of this many bytes (a stack buffer; from_pod has no room
 /// for 64).
 const CHUNK: u32 = 32;
@@ -210,6 +234,133 @@ pub fn acl_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     }
 }
 
+/// The `acl_reject` program's verdict on what [`acl_stage`] answers (the drop reason counted
+/// and reported). A function of its own, as [`time_exceeded6_verdict`] is: inlined side by
+/// side, their frames overran the stack; returning the verdict, it may tail-call.
+#[inline(never)]
+pub fn acl_verdict(ctx: &TcContext) -> i32 {
+    match acl_stage(ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => crate::drop::drop_frame(ctx, reason),
+    }
+}
+
+/// The `acl_reject` program's verdict on an IPv6 packet whose hop limit ran out
+/// ([`time_exceeded6`]); see [`acl_verdict`].
+#[inline(never)]
+pub fn time_exceeded6_verdict(ctx: &TcContext) -> i32 {
+    match time_exceeded6(ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => crate::drop::drop_frame(ctx, reason),
+    }
+}
+
+/// Hands an IPv6 packet whose hop limit ran out on entering `router` (from the pod behind host
+/// interface `ifindex`) to this stage for the router's time exceeded (a tail call: on success
+/// this never returns). Returns the reason to drop the packet when the stage is not there.
+#[inline(always)]
+pub fn time_exceeded6_request(ctx: &TcContext, router: u32, ifindex: u32) -> DropReason {
+    stages::jump(
+        ctx,
+        slot::ACL_REJECT,
+        [router, ifindex, 0, 0, TIME_EXCEEDED6_REQUEST_MAGIC],
+    )
+}
+
+/// The router's ICMPv6 time exceeded in place of the IPv6 packet the IPv6 stage handed over
+/// (see the module doc), back out of the sender's veth; `ttl_expired` where the router sends
+/// none.
+#[inline(always)]
+pub fn time_exceeded6(ctx: &TcContext) -> Result<i32, DropReason> {
+    let expired = drop_reason::TTL_EXPIRED;
+    let failed = drop_reason::ROUTER_REPLY_FAILED;
+    let [router, ifindex, ..] = stages::take(ctx, TIME_EXCEEDED6_REQUEST_MAGIC)?;
+    // Read piecewise and written back piecewise: whole headers on the stack overran it.
+    let eth = ctx.load::<EthHeader>(0).map_err(|_| expired)?;
+    // Version, class and flow label; payload length; next header; hop limit.
+    let start = ctx.load::<[u8; 8]>(ETH_HEADER_LEN).map_err(|_| expired)?;
+    let sender = ctx
+        .load::<[u8; 16]>(ETH_HEADER_LEN + 8)
+        .map_err(|_| expired)?;
+    // OVN's flow matches `!ip.later_frag`.
+    if start[6] == IPPROTO_FRAGMENT {
+        let fragment = ctx
+            .load::<[u8; 4]>(ETH_HEADER_LEN + 40)
+            .map_err(|_| expired)?;
+        if u16::from_be_bytes([fragment[2], fragment[3]]) & FRAGMENT_OFFSET_MASK != 0 {
+            return Err(expired);
+        }
+    }
+    let key = Key::new(
+        TIME_EXCEEDED6_KEY_PREFIX_BITS + 128,
+        TimeExceeded6Key {
+            router: router.to_be(),
+            mac: eth.destination,
+            padding: [0; 2],
+            source: sender,
+        },
+    );
+    let Some(entry) = TIME_EXCEEDED6.get(key) else {
+        return Err(expired);
+    };
+    let source = entry.address;
+    // The packet as its header gives it (no jumbograms), within the frame.
+    let packet = 40 + u32::from(u16::from_be_bytes([start[4], start[5]]));
+    if packet == 40 || packet > ctx.len().saturating_sub(ETH_HEADER_LEN as u32) {
+        return Err(expired);
+    }
+    let quoted = if packet > MAX_QUOTE6 {
+        MAX_QUOTE6
+    } else {
+        packet
+    };
+    // Cut to the quoted part, then open room for the new IPv6 and ICMPv6 headers between the
+    // Ethernet header and the quoted packet.
+    if !resize(ctx, ETH_HEADER_LEN as u32 + quoted)
+        || ctx
+            .adjust_room(ICMPV6_ERROR_ROOM as i32, BPF_ADJ_ROOM_MAC, 0)
+            .is_err()
+    {
+        return Err(failed);
+    }
+    let length = 8 + quoted;
+    let reply_eth = EthHeader {
+        destination: eth.source,
+        source: eth.destination,
+        ether_type: eth.ether_type,
+    };
+    let length_bytes = (length as u16).to_be_bytes();
+    let ip_start = [
+        start[0],
+        start[1],
+        start[2],
+        start[3],
+        length_bytes[0],
+        length_bytes[1],
+        IPPROTO_ICMPV6,
+        TIME_EXCEEDED6_HOP_LIMIT,
+    ];
+    // Type, code, checksum (0 while summed), unused.
+    let icmp_head = [ICMPV6_TIME_EXCEEDED, 0, 0, 0, 0, 0, 0, 0];
+    let icmp_offset = ETH_HEADER_LEN + 40;
+    ctx.store(0, &reply_eth, 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN, &ip_start, 0))
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 8, &source, 0))
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 24, &sender, 0))
+        .and_then(|()| ctx.store(icmp_offset, &icmp_head, 0))
+        .map_err(|_| failed)?;
+    // The pseudo header's addresses lie just before the message: one sum over both, then its
+    // length and next header.
+    let addresses_and_message =
+        region_sum::<{ 32 + 8 + MAX_QUOTE6 }>(ctx, ETH_HEADER_LEN as u32 + 8, 32 + length)?;
+    let checksum =
+        csum::fold(u32::from(addresses_and_message) + length + u32::from(IPPROTO_ICMPV6));
+    ctx.store(icmp_offset + 2, &checksum.to_be(), 0)
+        .map_err(|_| failed)?;
+    count_reply(router_reply::TIME_EXCEEDED);
+    Ok(reply_to_sender(ctx, ifindex))
+}
+
 /// pinctrl's `tcp_reset` in place of `frame` (whose TCP segment starts with `segment`): RST|ACK
 /// from the address it was for to its sender's port, sequence 0, acknowledging the segment's
 /// sequence + 1, window 0; IPv4 ID 0, DF, TOS 0, TTL `ttl`. `failed`: the reason if it cannot be
@@ -316,7 +467,8 @@ fn unreachable(
     ctx.store(0, &head, 0).map_err(|_| failed)?;
     let icmp_offset = ETH_HEADER_LEN as u32 + 20;
     // The message's sum (checksum field 0), in network order.
-    let mut sum = region_sum(ctx, icmp_offset, 8 + quoted).map_err(|_| failed)?;
+    let mut sum =
+        region_sum::<{ 8 + MAX_QUOTE }>(ctx, icmp_offset, 8 + quoted).map_err(|_| failed)?;
     if let Some((seed, pseudo)) = offloaded {
         // The datagram's own sum: the message's minus the ICMP header's and the quoted IPv4
         // header's (all its words, checksum included).
@@ -361,10 +513,14 @@ fn ones_add(a: u16, b: u16) -> u16 {
     csum::ones_fold(u32::from(a) + u32::from(b))
 }
 
-/// The one's complement sum of the `length` bytes at `offset` (at most 8 + `MAX_QUOTE`), as a
+/// The one's complement sum of the `length` bytes at `offset` (at most `MAX`), as a
 /// network-order value.
 #[inline(always)]
-fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, DropReason> {
+fn region_sum<const MAX: u32>(
+    ctx: &TcContext,
+    offset: u32,
+    length: u32,
+) -> Result<u16, DropReason> {
     let mut buffer = [0_u64; (CHUNK / 8) as usize];
     let whole = length & !(CHUNK - 1);
     let rest = length & (CHUNK - 1);
@@ -380,7 +536,7 @@ fn region_sum(ctx: &TcContext, offset: u32, length: u32) -> Result<u16, DropReas
         sum = chunk_sum(ctx, offset + whole, &mut buffer, rest, sum)?;
     }
     let mut done: u32 = 0;
-    for _ in 0..(8 + MAX_QUOTE) / CHUNK {
+    for _ in 0..MAX / CHUNK {
         if done >= whole {
             break;
         }

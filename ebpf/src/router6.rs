@@ -3,8 +3,8 @@
 //! the longest-prefix route by destination in `ROUTES6`, or by source in `SOURCE_ROUTES6`
 //! where the router has `src-ip` routes and OVN's priority says so, following router-to-router
 //! links (VPC peering) up to `MAX_ROUTER_HOPS`, the hop limit decremented per router (one that
-//! runs out at a later router is dropped as `ttl_expired`: the ICMPv6 time exceeded OVN sends
-//! is not composed); a link-local destination goes back out of the port it came in on (northd's
+//! runs out at a later router is dropped as `ttl_expired`: OVN answers there only senders in
+//! the entering port's own networks, which a sender behind an earlier router is not); a link-local destination goes back out of the port it came in on (northd's
 //! per-port `fe80::/64` routes). Then the next hop's MAC from `NEIGHBOURS6` and the output
 //! port's MAC as source; the destination switch's L2 step is the router stage's (the IPv6
 //! stage has no stack left for it): the rewritten frame goes there with a

@@ -8,7 +8,8 @@
 //! answers pings to both its gateways (the IPv6 answer with OVN's hop limit 254) and routes IPv6
 //! in the kernel: to a pod of another subnet on the other node (ping and TCP, the hop limit
 //! decremented once), and across a VPC peering to a pod of the peer VPC (twice); a hop limit
-//! that runs out at either router is dropped and counted; a source address d1's port security
+//! that runs out at the first router gets its ICMPv6 time exceeded, one that runs out at the
+//! peer router is dropped and counted; a source address d1's port security
 //! does not list is dropped and counted. CHECK verifies both families; DEL removes the NICs.
 
 use std::{
@@ -141,6 +142,27 @@ fn answer_hop_limit(from: &Netns, to: &str) -> Option<u8> {
         .ok()?;
     let (_, rest) = text.split_once(" ttl=")?;
     rest.split_whitespace().next()?.parse().ok()
+}
+
+/// Who answered 3 pings of `to` with `size` bytes of payload sent with hop limit 1 with ICMPv6
+/// time exceeded (`ping` prints `From <address> icmp_seq=<n> Time exceeded: Hop limit` for each
+/// answer whose checksum the pod's stack accepted); empty when none did.
+fn time_exceeded_from(from: &Netns, to: &str, size: u16) -> Vec<String> {
+    let size = size.to_string();
+    let output = from
+        .command("ping")
+        .args([
+            "-6", "-n", "-c", "3", "-i", "0.1", "-W", "1", "-t", "1", "-s", &size, to,
+        ])
+        .output()
+        .expect("ping runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.contains("Time exceeded"))
+        .filter_map(|line| line.strip_prefix("From "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Whether pings of `to` sent with hop limit `hops` all go unanswered.
@@ -376,19 +398,27 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
         ping6(&pod_netns[3], &d1_ip6, None),
         "d4 → d1 across the peering"
     );
-    // A hop limit that runs out at the first router (1) or at the peer router (2) is dropped
-    // and counted there, on d1's node.
-    let expired = |node: &Node| {
-        metric(
-            &scrape(node),
-            r#"ovnbpf_datapath_drops_total{reason="ttl_expired"}"#,
-        )
-    };
-    let before = expired(&lab.cni.nodes[0]);
-    assert!(unanswered_with_hop_limit(&pod_netns[0], &d3_ip6, 1));
+    // A hop limit that runs out at the first router (1) gets OVN's ICMPv6 time exceeded from
+    // the gateway, checksummed so that the pod's stack takes it, for both destinations; one that
+    // runs out at the peer router (2) is dropped and counted there, on d1's node (OVN answers
+    // only senders in the entering port's networks).
+    let metric_of = |node: &Node, series: &str| metric(&scrape(node), series);
+    let expired = r#"ovnbpf_datapath_drops_total{reason="ttl_expired"}"#;
+    let answered = r#"ovnbpf_datapath_router_replies_total{kind="time_exceeded"}"#;
+    let answers_before = metric_of(&lab.cni.nodes[0], answered);
+    // The second size is more than the answer quotes (it stays within 1280 bytes).
+    for (destination, size) in [(&d3_ip6, 56), (&d4_ip6, 56), (&d3_ip6, 1300)] {
+        assert_eq!(
+            time_exceeded_from(&pod_netns[0], destination, size),
+            vec![GATEWAY6.to_string(); 3],
+            "hop limit 1 to {destination}, {size} bytes: time exceeded from the gateway"
+        );
+    }
+    assert!(metric_of(&lab.cni.nodes[0], answered) >= answers_before + 9);
+    let before = metric_of(&lab.cni.nodes[0], expired);
     assert!(unanswered_with_hop_limit(&pod_netns[0], &d4_ip6, 2));
-    let after = expired(&lab.cni.nodes[0]);
-    assert!(after >= before + 6, "ttl_expired drops {before} → {after}");
+    let after = metric_of(&lab.cni.nodes[0], expired);
+    assert!(after >= before + 3, "ttl_expired drops {before} → {after}");
     // d4 is two routers away: hop limit 3 reaches it.
     assert!(!unanswered_with_hop_limit(&pod_netns[0], &d4_ip6, 3));
 

@@ -8,8 +8,9 @@
 //! route in vpc-a whose next hop is a pod (a pod acting as a router); an underlay subnet in the
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
 //! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the join
-//! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod). Routers
-//! carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
+//! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod); and a
+//! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`), peered over both families with
+//! vpc-e. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
 //! frame to one pod through that pod's chassis's `from_uplink`), its maps installed from the same
@@ -40,6 +41,8 @@ struct Pod {
     vpc: &'static str,
     mac: [u8; 6],
     ip: Ipv4Addr,
+    /// A dual-stack pod's IPv6 address.
+    ip6: Option<Ipv6Addr>,
 }
 
 /// (vpc, subnet, cidr base, pods)
@@ -50,6 +53,14 @@ const SUBNETS: &[(&str, &str, [u8; 3], u8)] = &[
     ("vpc-b", "subnet-b", [10, 0, 1], 2),
     ("vpc-c", "subnet-c", [10, 2, 1], 2),
     ("ovn-cluster", "underlay", [192, 168, 100], 2),
+];
+
+/// Dual-stack subnets: (vpc, subnet, IPv4 /24 base, the IPv6 /64's second group: fd00:<g>::,
+/// pods). vpc-d's two route between each other; vpc-e is peered with vpc-d.
+const DUAL_SUBNETS: &[(&str, &str, [u8; 3], u16, u8)] = &[
+    ("vpc-d", "subnet-d1", [10, 3, 1], 0x31, 2),
+    ("vpc-d", "subnet-d2", [10, 3, 2], 0x32, 1),
+    ("vpc-e", "subnet-e", [10, 4, 1], 0x41, 1),
 ];
 
 /// The subnet with a localnet port (VLAN 100 on provider network "provider").
@@ -85,9 +96,49 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
                 vpc,
                 mac: mac(&mac_for(&name)),
                 ip,
+                ip6: None,
             });
         }
     }
+    for (vpc, subnet, [a, b, c], group, count) in DUAL_SUBNETS {
+        let cidr = format!("{a}.{b}.{c}.0/24,fd00:{group:x}::/64");
+        topology.vpc(vpc).subnet(vpc, subnet, &cidr).unwrap();
+        for index in 0..*count {
+            let name = format!("{subnet}-p{index}");
+            let ip = Ipv4Addr::new(*a, *b, *c, 10 + index);
+            let ip6 = Ipv6Addr::new(0xfd00, *group, 0, 0, 0, 0, 0, 0x10 + u16::from(index));
+            topology.dual_stack_pod(subnet, &name, "ns", &mac_for(&name), (ip, ip6));
+            pods.push(Pod {
+                port: format!("{name}.ns"),
+                switch: subnet,
+                vpc,
+                mac: mac(&mac_for(&name)),
+                ip,
+                ip6: Some(ip6),
+            });
+        }
+    }
+    // Kube-OVN's dual-stack peering (`localConnectIP` of both families), a route per family
+    // each way.
+    topology
+        .peering(
+            "vpc-d",
+            "10.255.1.1/30,fd00:ff::1/126",
+            "vpc-e",
+            "10.255.1.2/30,fd00:ff::2/126",
+        )
+        .static_route("vpc-d", "10.4.1.0/24", Ipv4Addr::new(10, 255, 1, 2))
+        .static_route("vpc-e", "10.3.1.0/24", Ipv4Addr::new(10, 255, 1, 1))
+        .static_route(
+            "vpc-d",
+            "fd00:41::/64",
+            "fd00:ff::2".parse::<Ipv6Addr>().unwrap(),
+        )
+        .static_route(
+            "vpc-e",
+            "fd00:31::/64",
+            "fd00:ff::1".parse::<Ipv6Addr>().unwrap(),
+        );
     topology
         .peering("vpc-a", "10.255.0.1/30", "vpc-c", "10.255.0.2/30")
         .static_route("vpc-a", "10.2.1.0/24", Ipv4Addr::new(10, 255, 0, 2))
@@ -172,6 +223,8 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         ("vpc-a", None),
         ("vpc-b", Some("false")),
         ("vpc-c", None),
+        ("vpc-d", None),
+        ("vpc-e", None),
     ] {
         let option = |key: &str| kubeovn::router_option(lab, vpc, key).unwrap();
         assert_eq!(
@@ -696,6 +749,91 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
         }
     }
     cases.extend(ipv6_port_security_cases(pods));
+    cases.extend(dual_stack_cases(pods));
+    cases
+}
+
+/// IPv6 from the dual-stack pods' global addresses: to the gateway, on the switch, routed to
+/// the other subnet and across the peering, to an unknown address of the subnet (the router
+/// solicits it), to no route, and with hop limits that run out at the first and second router.
+fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
+    let dual: Vec<&Pod> = pods.iter().filter(|p| p.ip6.is_some()).collect();
+    let in_switch = |name: &str| dual.iter().copied().find(|p| p.switch == name).expect(name);
+    let (d1, d2, e) = (
+        in_switch("subnet-d1"),
+        in_switch("subnet-d2"),
+        in_switch("subnet-e"),
+    );
+    let mut cases = Vec::new();
+    for pod in &dual {
+        let (_, router_mac) = gateway(pod);
+        let source = pod.ip6.expect("a dual-stack pod");
+        let group = source.segments()[1];
+        let packet = |eth_dst, destination, ttl, l4| Packet {
+            eth_src: pod.mac,
+            eth_dst,
+            l3: L3::Ipv6 {
+                source,
+                destination,
+                ttl,
+                l4,
+            },
+        };
+        let ping6 = L4::Icmp { kind: 128, code: 0 };
+        let address = |last: u16| Ipv6Addr::new(0xfd00, group, 0, 0, 0, 0, 0, last);
+        let mut add = |what: &str, packet: Packet| {
+            cases.push((format!("{} {what}", pod.port), *pod, packet));
+        };
+        add(
+            "pings its IPv6 gateway",
+            packet(router_mac, address(1), 64, ping6),
+        );
+        add(
+            "routes to an unknown IPv6 address in its subnet",
+            packet(router_mac, address(0x99), 64, ping6),
+        );
+        add(
+            "routes IPv6 to a VPC without a route",
+            packet(router_mac, "fd00:99::1".parse().unwrap(), 64, ping6),
+        );
+        add(
+            "routes IPv6 with hop limit 1",
+            packet(router_mac, e.ip6.unwrap(), 1, ping6),
+        );
+        let others = [d1, d2, e].into_iter().filter(|p| p.port != pod.port);
+        for other in others {
+            let destination = other.ip6.unwrap();
+            if other.switch == pod.switch {
+                add(
+                    &format!("pings {} over IPv6 on its switch", other.port),
+                    packet(other.mac, destination, 64, ping6),
+                );
+                continue;
+            }
+            add(
+                &format!("pings {} over IPv6", other.port),
+                packet(router_mac, destination, 64, ping6),
+            );
+            add(
+                &format!("opens TCP to {} over IPv6", other.port),
+                packet(
+                    router_mac,
+                    destination,
+                    64,
+                    L4::Tcp {
+                        source: 40000,
+                        destination: 80,
+                    },
+                ),
+            );
+            if other.vpc != pod.vpc {
+                add(
+                    &format!("routes IPv6 with hop limit 2 to {}", other.port),
+                    packet(router_mac, destination, 2, ping6),
+                );
+            }
+        }
+    }
     cases
 }
 

@@ -17,6 +17,7 @@ pub mod stage;
 pub use stage::{
     ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
     Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC, RouterRequest,
+    TIME_EXCEEDED6_REQUEST_MAGIC,
 };
 
 pub mod maps;
@@ -428,6 +429,30 @@ pub struct Route6Key {
     pub ip: [u8; 16],
 }
 
+/// Key of `TIME_EXCEEDED6` (LPM; the prefix length counts 96 bits of router, MAC and padding,
+/// then the network's): a router port a packet entered through, by its router's tunnel key
+/// (network byte order) and its MAC, and a network of that port the packet's source is in
+/// (northd's `inport == P && ip6.src == N && ip.ttl == {0, 1}` flows, one per network of P).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TimeExceeded6Key {
+    pub router: u32,
+    pub mac: [u8; 6],
+    pub padding: [u8; 2],
+    pub source: [u8; 16],
+}
+
+/// The bits of a [`TimeExceeded6Key`] before its source address.
+pub const TIME_EXCEEDED6_KEY_PREFIX_BITS: u32 = 96;
+
+/// Value of `TIME_EXCEEDED6`: the address the router's ICMPv6 time exceeded comes from (the
+/// port's address in that network).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeExceeded6Source {
+    pub address: [u8; 16],
+}
+
 /// Where an IPv6 route sends a packet (kinds as [`RouteEntry::kind`]'s: [`ROUTE_TO_SWITCH`],
 /// [`ROUTE_TO_ROUTER`]).
 #[repr(C)]
@@ -755,6 +780,12 @@ unsafe impl aya::Pod for Route6Key {}
 // no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouteEntry6 {}
+// SAFETY: repr(C), Copy, a u32, then 6 + 2 + 16 bytes: no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TimeExceeded6Key {}
+// SAFETY: repr(C), Copy, 16 bytes.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TimeExceeded6Source {}
 // SAFETY: repr(C), Copy, a u16, two u8 and a RouteEntry (24 bytes, 4-aligned): no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PolicyEntry {}

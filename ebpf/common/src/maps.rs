@@ -21,7 +21,8 @@ use crate::{
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
     MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
     PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6,
-    RouteKey, RouterAddress, RouterInfo, TunnelConfig, TunnelPortKey,
+    RouteKey, RouterAddress, RouterInfo, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig,
+    TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -196,6 +197,9 @@ declare_maps! {
     /// LPM trie: ([`Route6Key`] by source, prefix) → [`RouteEntry6`]: each router's IPv6
     /// `src-ip` routes.
     SourceRoutes6 = SOURCE_ROUTES6: LpmTrie<Route6Key, RouteEntry6>[MAX_ROUTES];
+    /// LPM trie: ([`TimeExceeded6Key`], prefix) → [`TimeExceeded6Source`]: where a router port
+    /// answers IPv6 whose hop limit runs out on entering it, by the sender's network.
+    TimeExceeded6 = TIME_EXCEEDED6: LpmTrie<TimeExceeded6Key, TimeExceeded6Source>[MAX_NEIGHBOURS];
     /// LPM trie: ([`RouteKey`] by destination, prefix) → [`PolicyEntry`]: each router's policies
     /// matching a destination prefix.
     PoliciesByDestination = POLICIES_BY_DESTINATION: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];

@@ -132,6 +132,12 @@ pub const ROUTER_REQUEST_MAGIC: u32 = 0x0f4a_0d06;
 /// through, 0, 0); the router stage makes its L2 output step.
 pub const ROUTED6_REQUEST_MAGIC: u32 = 0x0f46_0d06;
 
+/// The magic of the request the IPv6 stage hands the reject stage with an IPv6 packet whose
+/// hop limit ran out at the first router: words (router, the sender's host interface, 0, 0); the
+/// reject stage answers with the router's ICMPv6 time exceeded where `TIME_EXCEEDED6` names its
+/// source ([`crate::TimeExceeded6Key`]), or drops the packet (`ttl_expired`).
+pub const TIME_EXCEEDED6_REQUEST_MAGIC: u32 = 0x0e36_0d06;
+
 /// What a program hands an ACL stage in the skb's control block: a frame on switch `datapath`
 /// between logical ports `ports` (ingress key in the high 16 bits, egress key in the low; 0 in
 /// the ingress stage), at host interface `ifindex` (the sender's veth for the ingress stage,

@@ -9,7 +9,8 @@
 //! their own addresses (and what they answer there: pings, TCP resets, ICMP port/protocol
 //! unreachable). IPv6: addresses and neighbours in maps of their own (`ROUTER_ADDRESSES6`,
 //! `NEIGHBOURS6`), and the router flags for the kernel's IPv6 stage (northd's per-port link-local
-//! routes, solicitations for next hops). Owns the desired contents (the `desired_*` functions);
+//! routes, solicitations for next hops), and where a router port answers an expired hop limit
+//! with ICMPv6 time exceeded (`TIME_EXCEEDED6`, [`time_exceeded6`]). Owns the desired contents (the `desired_*` functions);
 //! what is installed is kept by one [`Table`] per map, which touches the kernel only through
 //! [`Maps`]. Incremental like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just
 //! those.
@@ -128,6 +129,8 @@ pub struct L3State {
     /// Per router: the route tables its ports select, and by how many ports.
     tables_of: HashMap<u32, std::collections::BTreeMap<u32, usize>>,
     port_table_table: Table<RouteTables, (u32, Ipv4Addr)>,
+    /// The routers' ICMPv6 time exceeded sources ([`time_exceeded6`]).
+    time_exceeded6: time_exceeded6::TimeExceeded6State,
 }
 
 impl L3State {
@@ -314,6 +317,9 @@ impl L3State {
                 self.router_table.mark(*datapath);
             }
             IrEntry::Route6 { .. } => self.take_route6(entry, added),
+            IrEntry::RouterPort { .. } | IrEntry::TtlExceeded6 { .. } => {
+                self.time_exceeded6.take(entry, added);
+            }
             IrEntry::RouterEchoReply6 { datapath, ip } => {
                 self.answer(*datapath, (*ip).into(), ROUTER_ADDRESS_ECHO, added);
             }
@@ -547,6 +553,7 @@ impl L3State {
             + self.address_table.pending()
             + self.address6_table.pending()
             + self.router_table.pending()
+            + self.time_exceeded6.table.pending()
     }
 
     /// Where a packet routed out of router port `port` toward `nexthop` (`None`: the
@@ -689,6 +696,12 @@ impl L3State {
             |s| &mut s.address6_table,
             |s, &(dp, ip)| s.desired_address(dp, IpAddr::V6(ip)),
         )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.time_exceeded6.table,
+            |s, slot| s.time_exceeded6.desired(slot),
+        )?;
         // Routers through the hook that logs why one goes.
         let mut routers = std::mem::take(&mut self.router_table);
         let written = routers.flush_with(
@@ -739,7 +752,8 @@ impl L3State {
             + self.neighbour6_table.sweep(maps)?
             + self.router_table.sweep(maps)?
             + self.address_table.sweep(maps)?
-            + self.address6_table.sweep(maps)?)
+            + self.address6_table.sweep(maps)?
+            + self.time_exceeded6.table.sweep(maps)?)
     }
 }
 
@@ -786,6 +800,7 @@ mod neighbours;
 mod policies;
 mod routes;
 mod routes6;
+mod time_exceeded6;
 pub use keys::route_slot;
 
 #[cfg(test)]

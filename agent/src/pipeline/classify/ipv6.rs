@@ -1,7 +1,7 @@
 //! The IPv6 side of the forwarding stages: neighbour discovery responders on switches and
 //! routers, ICMPv6 echo and unreachable replies, IPv6 routes by destination or (`src-ip`) source
 //! (including the per-port link-local routes northd emits for every router port), allow policies
-//! (neutral), time exceeded (a side duty), next-hop resolution and solicitation. Consulted
+//! (neutral), time exceeded, next-hop resolution and solicitation. Consulted
 //! by [`super::classify`] for flows only IPv6 packets can match; `None` means "not recognised".
 
 use super::{matching::*, verdict::Class};
@@ -182,16 +182,23 @@ fn classify_router_input(
             )
         });
     }
-    // Hop limit exceeded in transit, from a port's subnet: OVN answers with ICMPv6 time
-    // exceeded; the kernel drops the packet (`ttl_expired`) without the answer.
+    // Hop limit exceeded in transit, from a network of the port: OVN answers with ICMPv6
+    // time exceeded from the port's address in it.
     if priority == 31
         && terms.iter().any(|t| mentions(t, "ip.ttl"))
-        && only_block(actions, &["icmp6"])
-            .is_some_and(|(_, block)| assigned_integer(block, "icmp6.type") == Some(3))
+        && let Some((_, block)) = only_block(actions, &["icmp6"])
+        && assigned_integer(block, "icmp6.type") == Some(3)
     {
-        return Some(Class::SideDuty {
-            entries: Vec::new(),
-            duty: "ICMPv6 time exceeded is not sent (the packet is dropped as ttl_expired)".into(),
+        let network = terms.iter().find_map(|t| compare_prefix6(t, "ip6.src"))?;
+        let source = assigned_ipv6(block, "ip6.src")?;
+        return compiled(IrEntry::TtlExceeded6 {
+            datapath: dp,
+            port: terms
+                .iter()
+                .find_map(|t| compare_string(t, "inport"))?
+                .to_string(),
+            network,
+            source,
         });
     }
     // DHCPv6 replies to the router (prefix delegation client): the slow path's business.

@@ -176,7 +176,15 @@ fn a_dual_stack_subnets_ipv6_router_flows_compile() {
     );
     assert!(matches!(
         class("lr_in_ip_input", 31, r#"inport == "vpc-a-subnet-a" && ip6 && ip6.src == fd00:10:1::/64 && ip.ttl == {0, 1} && !ip.later_frag"#, r#"icmp6 {eth.dst <-> eth.src; ip6.dst = ip6.src; ip6.src = fd00:10:1::1 ; ip.ttl = 254; icmp6.type = 3; /* Time exceeded */ icmp6.code = 0; /* TTL exceeded in transit */ outport = "vpc-a-subnet-a"; flags.loopback = 1; output; };"#),
-        Class::SideDuty { entries, duty } if entries.is_empty() && duty.contains("time exceeded")
+        Class::Compiled(entries) if entries == [IrEntry::TtlExceeded6 {
+            datapath: 7,
+            port: "vpc-a-subnet-a".into(),
+            network: crate::pipeline::ir::Prefix6 {
+                network: "fd00:10:1::".parse().unwrap(),
+                length: 64,
+            },
+            source: "fd00:10:1::1".parse().unwrap(),
+        }]
     ));
 }
 

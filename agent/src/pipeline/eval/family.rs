@@ -331,15 +331,24 @@ family! {
             matches!(entry, IrEntry::NsForNextHop { .. })
         }
 
+        /// northd's `nd_ns` flows: a static route's next hop (priority 200, `xxreg0 == <next
+        /// hop>`) is solicited at its own solicited-node group (`eth.dst`, `ip6.dst` set), any
+        /// other (the destination itself) by the generic flow, which ovn-trace shows with the
+        /// packet's destination kept.
         fn next_hop_request(packet: &Packet, hop: &Hop<'_, Self>) -> Packet {
             let mut unresolved = *packet;
             unresolved.eth_dst = [0; 6];
             let mut solicitation = unresolved.nd_ns_template();
             if let L3::Ipv6 {
+                destination,
                 l4: L4::Nd { target, .. },
                 ..
             } = &mut solicitation.l3
             {
+                if *destination != hop.nexthop {
+                    *destination = super::packet::solicited_node(hop.nexthop);
+                    solicitation.eth_dst = super::packet::ipv6_multicast_mac(*destination);
+                }
                 *target = hop.nexthop;
             }
             solicitation

@@ -169,7 +169,35 @@ impl Evaluator<'_> {
             Input::Forward => {}
         }
         if ttl <= 1 {
-            self.step(trace, dp, "dropped: hop limit expired".into());
+            let answer = self.entries(dp).find_map(|e| match e {
+                IrEntry::TtlExceeded6 {
+                    port,
+                    network,
+                    source: router_ip,
+                    ..
+                } if port == inport && network.contains(source) => Some(*router_ip),
+                _ => None,
+            });
+            let Some(router_ip) = answer else {
+                self.step(trace, dp, "dropped: hop limit expired".into());
+                return;
+            };
+            self.step(
+                trace,
+                dp,
+                "hop limit exceeded: ICMPv6 time exceeded back to the sender".into(),
+            );
+            let error = Packet {
+                eth_src: port_mac,
+                eth_dst: packet.eth_src,
+                l3: L3::Ipv6 {
+                    source: router_ip,
+                    destination: source,
+                    ttl: 254,
+                    l4: L4::Icmp { kind: 3, code: 0 },
+                },
+            };
+            self.router_output(dp, inport, error, trace, hops);
             return;
         }
         self.route6(dp, inport, packet, trace, hops);

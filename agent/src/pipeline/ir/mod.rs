@@ -368,6 +368,14 @@ pub enum IrEntry {
     NeighbourLookup6 { datapath: u32 },
     /// Routed IPv6 packets whose next hop has no known MAC become neighbour solicitations.
     NsForNextHop { datapath: u32 },
+    /// IPv6 arriving on `port` from a sender in `network` with hop limit 0 or 1 gets ICMPv6
+    /// time exceeded from `source` (northd: one flow per network of the port).
+    TtlExceeded6 {
+        datapath: u32,
+        port: String,
+        network: Prefix6,
+        source: Ipv6Addr,
+    },
     /// Packets of this kind go to the slow path (the agent), e.g. DHCPv6 replies to a router port.
     Punt { datapath: u32, reason: String },
     /// Frames to `mac` (northd's `svc_monitor_mac`) on this switch are answers to the
@@ -632,7 +640,8 @@ impl IrEntry {
             | IrEntry::Punt { datapath, .. }
             | IrEntry::ServiceMonitorAnswers { datapath, .. }
             | IrEntry::RouterReject { datapath, .. }
-            | IrEntry::TtlExceeded { datapath, .. } => *datapath,
+            | IrEntry::TtlExceeded { datapath, .. }
+            | IrEntry::TtlExceeded6 { datapath, .. } => *datapath,
         }
     }
 }
