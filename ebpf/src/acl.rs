@@ -23,8 +23,8 @@
 //! outcome stale at once. Counted in `ACL_VERDICT_CACHE`.
 //!
 //! Reads `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`, `ACL_PORT_SETS`, `ACL_GENERATION`; writes
-//! `CONNTRACK`, `ACL_VERDICTS`, `ACL_VERDICT_SCRATCH`, `ACL_VERDICT_CACHE`, `ACL_LOGGED` and
-//! `ACL_LOG_EVENTS`.
+//! `CONNTRACK`, `ACL_PACKET_SCRATCH` (the parsed packet), `ACL_VERDICTS`,
+//! `ACL_VERDICT_SCRATCH`, `ACL_VERDICT_CACHE`, `ACL_LOGGED` and `ACL_LOG_EVENTS`.
 
 use aya_ebpf::{
     cty::{c_long, c_void},
@@ -47,8 +47,8 @@ use ovnbpf_common::{
 };
 
 use crate::{
-    ACL_ADDRESSES, ACL_GENERATION, ACL_LOG_EVENTS, ACL_LOGGED, ACL_PORT_SETS, ACL_RULES,
-    ACL_SWITCHES, ACL_VERDICT_CACHE, ACL_VERDICT_SCRATCH, ACL_VERDICTS,
+    ACL_ADDRESSES, ACL_GENERATION, ACL_LOG_EVENTS, ACL_LOGGED, ACL_PACKET_SCRATCH, ACL_PORT_SETS,
+    ACL_RULES, ACL_SWITCHES, ACL_VERDICT_CACHE, ACL_VERDICT_SCRATCH, ACL_VERDICTS,
     conntrack::{self, Flow, QuotedFlow, Zone},
     counters::bump,
     headers::{
@@ -96,7 +96,7 @@ pub fn ingress_request(datapath: u32, ingress_port: u32, ifindex: u32) -> AclReq
 
 /// What the stages read of a packet.
 #[derive(Clone, Copy, Default)]
-struct Packet {
+pub(crate) struct Packet {
     eth_source: [u8; 6],
     eth_destination: [u8; 6],
     /// 4 or 6.
@@ -112,7 +112,8 @@ struct Packet {
 
 /// A frame as the ACL stages take it.
 enum Parsed {
-    Ip(Packet),
+    /// IPv4 the stage judges, read into the packet.
+    Ip,
     /// IPv6 neighbour discovery or MLD: OVN's ACL stages let it through (priority 65532).
     Exempt,
     /// Other IPv6.
@@ -137,18 +138,18 @@ struct IcmpHeader {
     sequence: u16,
 }
 
+/// Reads the frame into `packet` (left as it was unless the frame is IP the stage judges).
 #[inline(always)]
-fn parse(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReason> {
+fn parse(
+    ctx: &TcContext,
+    inport: u32,
+    outport: u32,
+    packet: &mut Packet,
+) -> Result<Parsed, DropReason> {
     let eth = ctx
         .load::<EthHeader>(0)
         .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
-    let mut packet = Packet {
-        eth_source: eth.source,
-        eth_destination: eth.destination,
-        inport,
-        outport,
-        ..Packet::default()
-    };
+    let (eth_source, eth_destination) = (eth.source, eth.destination);
     match u16::from_be(eth.ether_type) {
         ETH_P_IPV4 => {}
         ETH_P_IPV6 => {
@@ -171,6 +172,13 @@ fn parse(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReaso
         .load::<Ipv4Header>(14)
         .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
     let l4 = 14 + usize::from(ip.version_ihl & 0x0f) * 4;
+    *packet = Packet {
+        eth_source,
+        eth_destination,
+        inport,
+        outport,
+        ..Packet::default()
+    };
     packet.family = 4;
     packet.protocol = ip.protocol;
     packet.flow.source = ip.source;
@@ -179,7 +187,7 @@ fn parse(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReaso
     // Later fragments carry no transport header.
     let later_fragment = u16::from_be(ip.fragment) & 0x1fff != 0;
     if later_fragment {
-        return Ok(Parsed::Ip(packet));
+        return Ok(Parsed::Ip);
     }
     match ip.protocol {
         IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => {
@@ -241,7 +249,26 @@ fn parse(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReaso
         }
         _ => {}
     }
-    Ok(Parsed::Ip(packet))
+    Ok(Parsed::Ip)
+}
+
+/// This CPU's block for the packet a stage judges.
+#[inline(always)]
+fn packet_block() -> Result<&'static mut Packet, DropReason> {
+    let block = ACL_PACKET_SCRATCH
+        .get_ptr_mut(0)
+        .ok_or(drop_reason::STAGE_REQUEST_INVALID)?;
+    // SAFETY: this CPU's slot, used by nothing else while the program runs; a `Packet` is
+    // plain data, any bytes are one.
+    Ok(unsafe { &mut *block })
+}
+
+/// [`parse`] out of line, into this CPU's `ACL_PACKET_SCRATCH` block: the verifier then meets
+/// one state after it rather than one per way through the parser, each carrying its own packet
+/// on the stack into the rule walk and the verdict (which took `acl_egress` past its budget).
+#[inline(never)]
+fn parse_into_block(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReason> {
+    parse(ctx, inport, outport, packet_block()?)
 }
 
 /// A walk of one rule list, in the caller's frame.
@@ -668,8 +695,8 @@ pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     if switch.flags & FAIL_CLOSED_INGRESS != 0 {
         return Err(drop_reason::ACL_FAIL_CLOSED);
     }
-    let packet = match parse(ctx, inport, 0)? {
-        Parsed::Ip(packet) => packet,
+    let packet: &Packet = match parse_into_block(ctx, inport, 0)? {
+        Parsed::Ip => packet_block()?,
         Parsed::Ipv6 if switch.flags & USER_RULES_INGRESS != 0 => {
             return Err(drop_reason::ACL_IPV6);
         }
@@ -681,14 +708,14 @@ pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
         datapath,
         port: inport,
     };
-    let is_tracked = tracked(datapath, switch, &INGRESS, &packet);
+    let is_tracked = tracked(datapath, switch, &INGRESS, packet);
     let state = if is_tracked {
         conntrack::lookup(zone, &packet.flow)
     } else {
         0
     };
-    let first = first_match::<true>(datapath, list::INGRESS, switch, &packet, state, false);
-    let (commit, related) = judged(first, zone, &packet)?;
+    let first = first_match::<true>(datapath, list::INGRESS, switch, packet, state, false);
+    let (commit, related) = judged(first, zone, packet)?;
     let verdict = AfterLb {
         state,
         related,
@@ -705,7 +732,7 @@ pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
         };
         return Err(stages::jump(ctx, slot::ACL_AFTER_LB, request.words()));
     }
-    finish_ingress(ctx, switch, zone, &packet, verdict, ifindex)
+    finish_ingress(ctx, switch, zone, packet, verdict, ifindex)
 }
 
 /// What the ingress stage hands its after-LB half (in the request's flags): the packet's
@@ -769,9 +796,10 @@ pub fn after_lb_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     let Some(switch) = get(&ACL_SWITCHES, datapath) else {
         return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
     };
-    let Parsed::Ip(packet) = parse(ctx, inport, 0)? else {
+    let Parsed::Ip = parse_into_block(ctx, inport, 0)? else {
         return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
     };
+    let packet: &Packet = packet_block()?;
     let zone = Zone {
         datapath,
         port: inport,
@@ -781,50 +809,58 @@ pub fn after_lb_stage(ctx: &TcContext) -> Result<i32, DropReason> {
         datapath,
         list::AFTER_LB,
         switch,
-        &packet,
+        packet,
         verdict.state,
         verdict.related,
     );
-    let (commit, _) = judged(after, zone, &packet)?;
+    let (commit, _) = judged(after, zone, packet)?;
     verdict.commit |= commit;
-    finish_ingress(ctx, switch, zone, &packet, verdict, ifindex)
+    finish_ingress(ctx, switch, zone, packet, verdict, ifindex)
 }
 
 /// The `acl_egress` stage.
 #[inline(always)]
 pub fn egress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     let [datapath, ports, ifindex, flags] = stages::take(ctx, ACL_REQUEST_MAGIC)?;
-    let (inport, outport) = (ports >> 16, ports & 0xffff);
+    judge_egress(ctx, datapath, ports)?;
+    // One delivery for every packet the stage lets through: inlined once, not once per way
+    // through the stage (three copies took the verifier past its budget).
     let between = crate::output::Between { datapath, ports };
+    crate::output::deliver_after_acl(ctx, ifindex, flags, true, between)
+}
+
+/// The egress stage's judgement of the packet on `datapath` between `ports` (the inport in the
+/// high 16 bits): `Ok` to deliver it, or the drop reason.
+#[inline(always)]
+fn judge_egress(ctx: &TcContext, datapath: u32, ports: u32) -> Result<(), DropReason> {
+    let (inport, outport) = (ports >> 16, ports & 0xffff);
     let Some(switch) = get(&ACL_SWITCHES, datapath) else {
-        return crate::output::deliver_after_acl(ctx, ifindex, flags, true, between);
+        return Ok(());
     };
     if switch.flags & FAIL_CLOSED_EGRESS != 0 {
         return Err(drop_reason::ACL_FAIL_CLOSED);
     }
-    let packet = match parse(ctx, inport, outport)? {
-        Parsed::Ip(packet) => packet,
+    let packet: &Packet = match parse_into_block(ctx, inport, outport)? {
+        Parsed::Ip => packet_block()?,
         Parsed::Ipv6 if switch.flags & USER_RULES_EGRESS != 0 => return Err(drop_reason::ACL_IPV6),
-        Parsed::Exempt | Parsed::Ipv6 => {
-            return crate::output::deliver_after_acl(ctx, ifindex, flags, true, between);
-        }
+        Parsed::Exempt | Parsed::Ipv6 => return Ok(()),
     };
     let zone = Zone {
         datapath,
         port: outport,
     };
-    let is_tracked = tracked(datapath, switch, &EGRESS, &packet);
+    let is_tracked = tracked(datapath, switch, &EGRESS, packet);
     let state = if is_tracked {
         conntrack::lookup(zone, &packet.flow)
     } else {
         0
     };
-    let verdict = first_match::<true>(datapath, list::EGRESS, switch, &packet, state, false);
-    let (commit, _) = judged(verdict, zone, &packet)?;
+    let verdict = first_match::<true>(datapath, list::EGRESS, switch, packet, state, false);
+    let (commit, _) = judged(verdict, zone, packet)?;
     if is_tracked && commit && switch.flags & COMMIT_EGRESS != 0 {
         conntrack::commit(zone, &packet.flow);
     }
-    crate::output::deliver_after_acl(ctx, ifindex, flags, true, between)
+    Ok(())
 }
 
 /// The request for the egress stage, and its slot.

@@ -9,9 +9,9 @@ use aya_ebpf::{
     },
 };
 use ovnbpf_common::maps::{
-    AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPortSets, AclRules, AclSwitches,
-    AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch, Conntrack,
-    ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
+    AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPacketScratch, AclPortSets, AclRules,
+    AclSwitches, AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch,
+    Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
     FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities,
     LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips, Localnets,
     MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
@@ -115,6 +115,7 @@ kernel_map!(ACL_VERDICTS: LruHashMap = AclVerdicts);
 kernel_map!(ACL_GENERATION: HashMap = AclGeneration);
 kernel_map!(ACL_VERDICT_CACHE: PerCpuArray = AclVerdictCache);
 kernel_map!(ACL_VERDICT_SCRATCH: PerCpuArray = AclVerdictScratch);
+kernel_map!(ACL_PACKET_SCRATCH: PerCpuArray = AclPacketScratch, crate::acl::Packet);
 kernel_map!(LB_ADDRESSES: HashMap = LbAddresses);
 kernel_map!(LB_SWITCHES: HashMap = LbSwitches);
 kernel_map!(LB_VIPS: HashMap = LbVips);

@@ -55,8 +55,10 @@ fn every_program_stays_within_the_verifier_budget() {
         let stack = program
             .stack
             .expect("the object's stack frames are readable");
+        // Some frame has a stack (the object's frames were read; an entry that only hands
+        // over to functions of its own, as `acl_reject`'s, may have none itself).
         assert!(
-            stack.deepest_chain <= STACK_LIMIT && stack.frames[0] > 0,
+            stack.deepest_chain <= STACK_LIMIT && stack.frames.iter().any(|&frame| frame > 0),
             "{}: {stack:?}",
             program.name
         );

@@ -118,6 +118,9 @@ pub const fn same_name(a: &str, b: &str) -> bool {
 /// Bytes of the flood walk's per-CPU scratch (its value type is the kernel's own: a FIB lookup
 /// parameter block, a member key and a re-addressing plan; the kernel checks the size).
 pub const FLOOD_SCRATCH_BYTES: usize = 88;
+/// Size of the ACL stages' parsed packet (`ebpf/src/acl.rs`'s `Packet`), kept in
+/// [`AclPacketScratch`].
+pub const ACL_PACKET_SCRATCH_BYTES: usize = 60;
 /// The size of [`map::CHECKSUM_SCRATCH`]'s one block.
 pub const CHECKSUM_CHUNK_BYTES: usize = 64;
 
@@ -265,6 +268,9 @@ declare_maps! {
     /// Per-CPU array of one [`AclVerdict`]: the verdict cache's key and outcome while a stage
     /// consults it (the stages' frames have no room for them). Holds nothing between frames.
     AclVerdictScratch = ACL_VERDICT_SCRATCH: PerCpuArray<u32, AclVerdict>[1];
+    /// Per-CPU array of one block: the packet an ACL stage parsed, which the stage's judgement
+    /// reads (`ebpf/src/acl.rs`). Holds nothing between frames.
+    AclPacketScratch = ACL_PACKET_SCRATCH: PerCpuArray<u32, [u8; ACL_PACKET_SCRATCH_BYTES]>[1];
     /// Per-CPU array of `u64`, indexed by [`acl::verdict_cache`]: walks answered from the cache
     /// and walks done.
     AclVerdictCache = ACL_VERDICT_CACHE: PerCpuArray<u32, u64>[acl::verdict_cache::COUNT];
