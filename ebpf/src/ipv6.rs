@@ -13,8 +13,8 @@
 //! (`nd_to_router`); an echo request to one of its addresses is answered in place (addresses
 //! swapped, type 129, hop limit 254: OVN sets 255 and routes the answer back) to the sender's
 //! MAC from the router's neighbours; an unknown sender is solicited instead, as the routed
-//! answer would be. Its other answers (reset, unreachable) are not composed for IPv6 (counted
-//! `ipv6_to_router`); what it does not answer is `to_router_unhandled`. Other IPv6 with hop
+//! answer would be. Its other answers (reset, port or address unreachable) are composed by the
+//! reject stage ([`crate::reject`]); what it does not answer is `to_router_unhandled`. Other IPv6 with hop
 //! limit left is routed ([`crate::router6`]: routes, peering, neighbours, solicitations; the
 //! routed frame's L2 output step is the router stage's). Where a next hop has no MAC, the router
 //! solicits it as OVN's `nd_ns` does (from the output port's link-local address, to the next
@@ -32,8 +32,9 @@
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{
     ARP_ANSWER_ROUTER, DropReason, FibKey, IPV6_REQUEST_MAGIC, Ipv6Key, Ipv6Request,
-    ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
-    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
+    ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE,
+    ROUTER_ADDRESS_TCP_RESET, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED,
+    ROUTER_ND_REQUESTS,
     acl::UNCHECKED_EGRESS,
     drop_reason,
     ipv6::{link_local, solicited_node},
@@ -55,6 +56,13 @@ use crate::{
 const ND_SOLICITATION: u8 = 135;
 const ND_ADVERTISEMENT: u8 = 136;
 const ECHO_REQUEST: u8 = 128;
+/// ICMPv6 destination unreachable codes of the router's answers: port unreachable for UDP,
+/// address unreachable for other protocols (northd's).
+const CODE_PORT: u8 = 4;
+const CODE_ADDRESS: u8 = 3;
+/// IPv6 extension headers (hop-by-hop, routing, fragment, destination options): what follows
+/// them is not read here.
+const EXTENSION_HEADERS: [u8; 4] = [0, 43, 44, 60];
 /// ICMPv6 types of neighbour discovery (router solicitation … redirect).
 const ND_TYPES: core::ops::RangeInclusive<u8> = 133..=137;
 /// Offset of the ICMPv6 header in a frame without extension headers.
@@ -221,10 +229,13 @@ fn to_router(
 }
 
 /// What the router does with a packet to its own address (whose `RouterAddress` flags are
-/// `address_flags`): an echo request it answers is answered toward the sender; other answers
-/// (reset, unreachable) are not composed in the kernel (`ipv6_to_router`); what it does not
-/// answer is consumed (`to_router_unhandled`). The answer goes to the sender's MAC from the
-/// router's neighbours; an unknown sender is solicited instead, as the routed answer would be.
+/// `address_flags`): an echo request it answers is answered toward the sender; TCP, UDP and
+/// other protocols it answers (reset, port or address unreachable) are handed to the reject
+/// stage, which composes the answer ([`crate::reject::router_answer6`]); what it does not
+/// answer is consumed (`to_router_unhandled`), as are ICMPv6 other than echo and packets behind
+/// extension headers (the kernel does not read through them). The answer goes to the sender's
+/// MAC from the router's neighbours; an unknown sender is solicited instead, as the routed
+/// answer would be.
 #[inline(always)]
 fn to_router_address(
     ctx: &TcContext,
@@ -233,16 +244,22 @@ fn to_router_address(
     request: &Ipv6Request,
 ) -> Result<i32, DropReason> {
     let ip = frame.ip;
-    let echo = match ip.next_header {
+    // None: an echo request; else the reject stage's answer (the ICMPv6 code, TCP's unused).
+    let answer = match ip.next_header {
         IPPROTO_ICMPV6 => {
             let echo = icmp_type == Some(ECHO_REQUEST) && address_flags & ROUTER_ADDRESS_ECHO != 0;
             if !echo {
                 return Err(drop_reason::TO_ROUTER_UNHANDLED);
             }
-            true
+            None
         }
-        IPPROTO_TCP if address_flags & ROUTER_ADDRESS_TCP_RESET != 0 => false,
-        IPPROTO_UDP if address_flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 => false,
+        IPPROTO_TCP if address_flags & ROUTER_ADDRESS_TCP_RESET != 0 => Some(0),
+        IPPROTO_UDP if address_flags & ROUTER_ADDRESS_PORT_UNREACHABLE != 0 => Some(CODE_PORT),
+        IPPROTO_TCP | IPPROTO_UDP => return Err(drop_reason::TO_ROUTER_UNHANDLED),
+        header if EXTENSION_HEADERS.contains(&header) => {
+            return Err(drop_reason::TO_ROUTER_UNHANDLED);
+        }
+        _ if address_flags & ROUTER_ADDRESS_PROTOCOL_UNREACHABLE != 0 => Some(CODE_ADDRESS),
         _ => return Err(drop_reason::TO_ROUTER_UNHANDLED),
     };
     let sender = Ipv6Key {
@@ -252,8 +269,13 @@ fn to_router_address(
     let Some(neighbour) = get(&NEIGHBOURS6, sender).copied() else {
         return solicit(ctx, &frame.eth, ip.source, request);
     };
-    if !echo {
-        return Err(drop_reason::IPV6_TO_ROUTER);
+    if let Some(code) = answer {
+        return Err(crate::reject::router_answer6_request(
+            ctx,
+            request.ifindex,
+            neighbour.mac,
+            code,
+        ));
     }
     echo_reply(ctx, frame, neighbour.mac, request.ifindex)
 }

@@ -12,6 +12,11 @@
 //!   lookup from the port the packet was for, as OVN's `next(pipeline=ingress,
 //!   table=ls_in_l2_lkup)`, and so meets the sender's egress ACLs, a tunnel or a router.
 //!
+//! - a logical router, for IPv6 to its own addresses (the IPv6 stage hands it over,
+//!   [`ROUTER_ANSWER6_REQUEST_MAGIC`], with the sender's MAC from the router's neighbours): TCP
+//!   gets a reset (hop limit 63 routed back: 62, traffic class and flow label 0), UDP ICMPv6
+//!   port unreachable, other protocols address unreachable (northd's codes 4 and 3; hop limit
+//!   255 routed back: 254, quoting as below), each only where the address's flags say so;
 //! - a logical router, for IPv6 whose hop limit runs out on entering it from a port whose
 //!   network holds the sender (OVN's `icmp6 { … icmp6.type = 3; … }` in `lr_in_ip_input`): the
 //!   IPv6 stage hands it here ([`TIME_EXCEEDED6_REQUEST_MAGIC`], it has no stack left), and it
@@ -34,8 +39,9 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     ACL_REQUEST_MAGIC, DropReason, ROUTER_ADDRESS_PORT_UNREACHABLE,
-    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, TIME_EXCEEDED6_KEY_PREFIX_BITS,
-    TIME_EXCEEDED6_REQUEST_MAGIC, TimeExceeded6Key, drop_reason, router_reply,
+    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ANSWER6_REQUEST_MAGIC,
+    TIME_EXCEEDED6_KEY_PREFIX_BITS, TIME_EXCEEDED6_REQUEST_MAGIC, TimeExceeded6Key, drop_reason,
+    router_reply,
     stage::{self as slot, REJECT_FROM_EGRESS},
 };
 
@@ -83,6 +89,10 @@ const ICMPV6_ERROR_ROOM: u32 = 48;
 const ICMPV6_TIME_EXCEEDED: u8 = 3;
 /// OVN sets `ip.ttl = 254` on its time exceeded and outputs it without routing it.
 const TIME_EXCEEDED6_HOP_LIMIT: u8 = 254;
+/// ICMPv6 destination unreachable, and its port unreachable code (address unreachable, 3,
+/// for other protocols).
+const ICMPV6_UNREACHABLE: u8 = 1;
+const CODE6_PORT: u8 = 4;
 /// IPv6's fragment header, and the offset bits of its second word.
 const IPPROTO_FRAGMENT: u8 = 44;
 const FRAGMENT_OFFSET_MASK: u16 = 0xfff8;
@@ -273,46 +283,182 @@ pub fn time_exceeded6_request(ctx: &TcContext, router: u32, ifindex: u32) -> Dro
 #[inline(always)]
 pub fn time_exceeded6(ctx: &TcContext) -> Result<i32, DropReason> {
     let expired = drop_reason::TTL_EXPIRED;
-    let failed = drop_reason::ROUTER_REPLY_FAILED;
     let [router, ifindex, ..] = stages::take(ctx, TIME_EXCEEDED6_REQUEST_MAGIC)?;
-    // Read piecewise and written back piecewise: whole headers on the stack overran it.
-    let eth = ctx.load::<EthHeader>(0).map_err(|_| expired)?;
-    // Version, class and flow label; payload length; next header; hop limit.
-    let start = ctx.load::<[u8; 8]>(ETH_HEADER_LEN).map_err(|_| expired)?;
-    let sender = ctx
-        .load::<[u8; 16]>(ETH_HEADER_LEN + 8)
-        .map_err(|_| expired)?;
+    let packet = Ipv6Start::load(ctx).ok_or(expired)?;
     // OVN's flow matches `!ip.later_frag`.
-    if start[6] == IPPROTO_FRAGMENT {
-        let fragment = ctx
-            .load::<[u8; 4]>(ETH_HEADER_LEN + 40)
-            .map_err(|_| expired)?;
-        if u16::from_be_bytes([fragment[2], fragment[3]]) & FRAGMENT_OFFSET_MASK != 0 {
-            return Err(expired);
-        }
+    if packet.is_later_fragment(ctx) {
+        return Err(expired);
     }
     let key = Key::new(
         TIME_EXCEEDED6_KEY_PREFIX_BITS + 128,
         TimeExceeded6Key {
             router: router.to_be(),
-            mac: eth.destination,
+            mac: packet.eth.destination,
             padding: [0; 2],
-            source: sender,
+            source: packet.sender,
         },
     );
     let Some(entry) = TIME_EXCEEDED6.get(key) else {
         return Err(expired);
     };
-    let source = entry.address;
-    // The packet as its header gives it (no jumbograms), within the frame.
-    let packet = 40 + u32::from(u16::from_be_bytes([start[4], start[5]]));
-    if packet == 40 || packet > ctx.len().saturating_sub(ETH_HEADER_LEN as u32) {
-        return Err(expired);
+    let reply_eth = EthHeader {
+        destination: packet.eth.source,
+        source: packet.eth.destination,
+        ether_type: packet.eth.ether_type,
+    };
+    icmp6_error(
+        ctx,
+        &packet,
+        (reply_eth, entry.address),
+        (ICMPV6_TIME_EXCEEDED, 0, TIME_EXCEEDED6_HOP_LIMIT),
+    )
+    .map_err(|reason| {
+        if reason == NOT_QUOTABLE {
+            expired
+        } else {
+            reason
+        }
+    })?;
+    count_reply(router_reply::TIME_EXCEEDED);
+    Ok(reply_to_sender(ctx, ifindex))
+}
+
+/// Hands IPv6 to one of `router`'s own addresses that the router answers (a TCP reset or an
+/// ICMPv6 unreachable: `RouterAddress` flags checked by the IPv6 stage) to this stage, with the
+/// sender's MAC from the router's neighbours, `sender_mac` (a tail call: on success this never
+/// returns). Returns the reason to drop the packet when the stage is not there.
+#[inline(always)]
+pub fn router_answer6_request(
+    ctx: &TcContext,
+    ifindex: u32,
+    sender_mac: [u8; 6],
+    code: u8,
+) -> DropReason {
+    let [a, b, c, d, e, f] = sender_mac;
+    stages::jump(
+        ctx,
+        slot::ACL_REJECT,
+        [
+            ifindex,
+            u32::from_ne_bytes([a, b, c, d]),
+            u32::from_ne_bytes([e, f, 0, 0]),
+            u32::from(code),
+            ROUTER_ANSWER6_REQUEST_MAGIC,
+        ],
+    )
+}
+
+/// The router's answer to IPv6 for one of its own addresses (see the module doc), routed back
+/// toward the sender: out of its veth from the router port's MAC to the sender's.
+#[inline(always)]
+pub fn router_answer6(ctx: &TcContext) -> Result<i32, DropReason> {
+    let failed = drop_reason::ROUTER_REPLY_FAILED;
+    let [ifindex, mac_start, mac_end, code] = stages::take(ctx, ROUTER_ANSWER6_REQUEST_MAGIC)?;
+    let packet = Ipv6Start::load(ctx).ok_or(drop_reason::TO_ROUTER_UNHANDLED)?;
+    let (start, end) = (mac_start.to_ne_bytes(), mac_end.to_ne_bytes());
+    let reply_eth = EthHeader {
+        destination: [start[0], start[1], start[2], start[3], end[0], end[1]],
+        source: packet.eth.destination,
+        ether_type: packet.eth.ether_type,
+    };
+    if packet.start[6] == IPPROTO_TCP {
+        tcp_reset6(ctx, &packet, &reply_eth)?;
+        count_reply(router_reply::TCP_RESET);
+    } else {
+        let address = ctx
+            .load::<[u8; 16]>(ETH_HEADER_LEN + 24)
+            .map_err(|_| failed)?;
+        icmp6_error(
+            ctx,
+            &packet,
+            (reply_eth, address),
+            (ICMPV6_UNREACHABLE, code as u8, UNREACHABLE_TTL),
+        )
+        .map_err(|reason| {
+            if reason == NOT_QUOTABLE {
+                drop_reason::TO_ROUTER_UNHANDLED
+            } else {
+                reason
+            }
+        })?;
+        count_reply(if code as u8 == CODE6_PORT {
+            router_reply::PORT_UNREACHABLE
+        } else {
+            router_reply::PROTOCOL_UNREACHABLE
+        });
     }
-    let quoted = if packet > MAX_QUOTE6 {
+    Ok(reply_to_sender(ctx, ifindex))
+}
+
+/// The `acl_reject` program's verdict on IPv6 for a router's own address
+/// ([`router_answer6`]); see [`acl_verdict`].
+#[inline(never)]
+pub fn router_answer6_verdict(ctx: &TcContext) -> i32 {
+    match router_answer6(ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => crate::drop::drop_frame(ctx, reason),
+    }
+}
+
+/// The start of an IPv6 packet the stage answers, read piecewise (whole headers on the stack
+/// overran it): Ethernet, the IPv6 header's first 8 bytes (version, class and flow label;
+/// payload length; next header; hop limit) and its source.
+struct Ipv6Start {
+    eth: EthHeader,
+    start: [u8; 8],
+    sender: [u8; 16],
+}
+
+impl Ipv6Start {
+    #[inline(always)]
+    fn load(ctx: &TcContext) -> Option<Self> {
+        Some(Self {
+            eth: ctx.load::<EthHeader>(0).ok()?,
+            start: ctx.load::<[u8; 8]>(ETH_HEADER_LEN).ok()?,
+            sender: ctx.load::<[u8; 16]>(ETH_HEADER_LEN + 8).ok()?,
+        })
+    }
+
+    /// Whether it is a fragment other than the first (a fragment header right after the IPv6
+    /// header with an offset).
+    #[inline(always)]
+    fn is_later_fragment(&self, ctx: &TcContext) -> bool {
+        self.start[6] == IPPROTO_FRAGMENT
+            && ctx
+                .load::<[u8; 4]>(ETH_HEADER_LEN + 40)
+                .is_ok_and(|f| u16::from_be_bytes([f[2], f[3]]) & FRAGMENT_OFFSET_MASK != 0)
+    }
+
+    /// The IPv6 packet's length as its header gives it (40 and more).
+    #[inline(always)]
+    fn length(&self) -> u32 {
+        40 + u32::from(u16::from_be_bytes([self.start[4], self.start[5]]))
+    }
+}
+
+/// What [`icmp6_error`] returns for a packet it cannot quote (a jumbogram, or one longer than
+/// its frame); the caller says why it drops it.
+const NOT_QUOTABLE: DropReason = drop_reason::ROUTED_MALFORMED;
+
+/// pinctrl's `icmp6` error in place of `packet`: `kind` and `code`, from `source` to the
+/// packet's sender with `eth`, hop limit `hop_limit`, the packet's traffic class and flow
+/// label, quoting the packet up to a 1280-byte answer (Ethernet counted), checksummed.
+#[inline(always)]
+fn icmp6_error(
+    ctx: &TcContext,
+    packet: &Ipv6Start,
+    (eth, source): (EthHeader, [u8; 16]),
+    (kind, code, hop_limit): (u8, u8, u8),
+) -> Result<(), DropReason> {
+    let failed = drop_reason::ROUTER_REPLY_FAILED;
+    let length = packet.length();
+    if length == 40 || length > ctx.len().saturating_sub(ETH_HEADER_LEN as u32) {
+        return Err(NOT_QUOTABLE);
+    }
+    let quoted = if length > MAX_QUOTE6 {
         MAX_QUOTE6
     } else {
-        packet
+        length
     };
     // Cut to the quoted part, then open room for the new IPv6 and ICMPv6 headers between the
     // Ethernet header and the quoted packet.
@@ -323,42 +469,76 @@ pub fn time_exceeded6(ctx: &TcContext) -> Result<i32, DropReason> {
     {
         return Err(failed);
     }
-    let length = 8 + quoted;
-    let reply_eth = EthHeader {
-        destination: eth.source,
-        source: eth.destination,
-        ether_type: eth.ether_type,
-    };
-    let length_bytes = (length as u16).to_be_bytes();
+    let message = 8 + quoted;
+    let message_bytes = (message as u16).to_be_bytes();
+    let start = packet.start;
     let ip_start = [
         start[0],
         start[1],
         start[2],
         start[3],
-        length_bytes[0],
-        length_bytes[1],
+        message_bytes[0],
+        message_bytes[1],
         IPPROTO_ICMPV6,
-        TIME_EXCEEDED6_HOP_LIMIT,
+        hop_limit,
     ];
     // Type, code, checksum (0 while summed), unused.
-    let icmp_head = [ICMPV6_TIME_EXCEEDED, 0, 0, 0, 0, 0, 0, 0];
+    let icmp_head = [kind, code, 0, 0, 0, 0, 0, 0];
     let icmp_offset = ETH_HEADER_LEN + 40;
-    ctx.store(0, &reply_eth, 0)
+    ctx.store(0, &eth, 0)
         .and_then(|()| ctx.store(ETH_HEADER_LEN, &ip_start, 0))
         .and_then(|()| ctx.store(ETH_HEADER_LEN + 8, &source, 0))
-        .and_then(|()| ctx.store(ETH_HEADER_LEN + 24, &sender, 0))
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 24, &packet.sender, 0))
         .and_then(|()| ctx.store(icmp_offset, &icmp_head, 0))
         .map_err(|_| failed)?;
     // The pseudo header's addresses lie just before the message: one sum over both, then its
     // length and next header.
     let addresses_and_message =
-        region_sum::<{ 32 + 8 + MAX_QUOTE6 }>(ctx, ETH_HEADER_LEN as u32 + 8, 32 + length)?;
+        region_sum::<{ 32 + 8 + MAX_QUOTE6 }>(ctx, ETH_HEADER_LEN as u32 + 8, 32 + message)?;
     let checksum =
-        csum::fold(u32::from(addresses_and_message) + length + u32::from(IPPROTO_ICMPV6));
+        csum::fold(u32::from(addresses_and_message) + message + u32::from(IPPROTO_ICMPV6));
     ctx.store(icmp_offset + 2, &checksum.to_be(), 0)
+        .map_err(|_| failed)
+}
+
+/// pinctrl's `tcp_reset` for IPv6 in place of `packet`: RST|ACK from the address it was for
+/// to its sender's port, sequence 0, acknowledging the segment's sequence + 1, window 0; hop
+/// limit 63 routed back (62), traffic class and flow label 0 (`pinctrl_compose_ipv6`).
+#[inline(always)]
+fn tcp_reset6(ctx: &TcContext, packet: &Ipv6Start, eth: &EthHeader) -> Result<(), DropReason> {
+    let failed = drop_reason::ROUTER_REPLY_FAILED;
+    let segment = ctx
+        .load::<TcpStart>(ETH_HEADER_LEN + 40)
+        .map_err(|_| drop_reason::TO_ROUTER_UNHANDLED)?;
+    let address = ctx
+        .load::<[u8; 16]>(ETH_HEADER_LEN + 24)
         .map_err(|_| failed)?;
-    count_reply(router_reply::TIME_EXCEEDED);
-    Ok(reply_to_sender(ctx, ifindex))
+    if !resize(ctx, (ETH_HEADER_LEN + 40 + 20) as u32) {
+        return Err(failed);
+    }
+    let ack = u32::from_be(segment.seq).wrapping_add(1);
+    let tcp = TcpResetHeader {
+        source: segment.destination,
+        destination: segment.source,
+        seq: 0,
+        ack: ack.to_be(),
+        flags: TCP_RESET_FLAGS.to_be(),
+        window: 0,
+        checksum: 0,
+        urgent: 0,
+    };
+    let ip_start = [0x60, 0, 0, 0, 0, 20, IPPROTO_TCP, TCP_RESET_TTL];
+    let tcp_offset = ETH_HEADER_LEN + 40;
+    ctx.store(0, eth, 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN, &ip_start, 0))
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 8, &address, 0))
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 24, &packet.sender, 0))
+        .and_then(|()| ctx.store(tcp_offset, &tcp, 0))
+        .map_err(|_| failed)?;
+    let addresses_and_segment = region_sum::<{ 32 + 20 }>(ctx, ETH_HEADER_LEN as u32 + 8, 52)?;
+    let checksum = csum::fold(u32::from(addresses_and_segment) + 20 + u32::from(IPPROTO_TCP));
+    ctx.store(tcp_offset + 16, &checksum.to_be(), 0)
+        .map_err(|_| failed)
 }
 
 /// pinctrl's `tcp_reset` in place of `frame` (whose TCP segment starts with `segment`): RST|ACK

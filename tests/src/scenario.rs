@@ -13,6 +13,7 @@ use std::{net::Ipv4Addr, time::Duration};
 use crate::{
     agent::AgentSpec,
     kubeovn::{Topology, mac_for},
+    netns::Netns,
     network::{Node, Pod, PodSpec, Underlay},
     ovn::OvnLab,
     process::{Child, wait_until},
@@ -264,13 +265,25 @@ pub fn socket_outcomes(
     ip: Ipv4Addr,
     port: u16,
 ) -> (std::io::Result<()>, std::io::Result<()>) {
-    let address = std::net::SocketAddr::from((ip, port));
-    pod.netns()
+    socket_outcomes_in(pod.netns(), std::net::SocketAddr::from((ip, port)))
+}
+
+/// [`socket_outcomes`] from the sockets of namespace `netns`, to `address` of either family.
+pub fn socket_outcomes_in(
+    netns: &Netns,
+    address: std::net::SocketAddr,
+) -> (std::io::Result<()>, std::io::Result<()>) {
+    let unspecified = if address.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    netns
         .run_in(|| {
             let tcp =
                 std::net::TcpStream::connect_timeout(&address, Duration::from_secs(3)).map(drop);
             let udp = (|| {
-                let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+                let socket = std::net::UdpSocket::bind(unspecified)?;
                 socket.connect(address)?;
                 socket.set_read_timeout(Some(Duration::from_secs(3)))?;
                 socket.send(b"ovnbpf-udp-probe")?;

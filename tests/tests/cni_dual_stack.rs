@@ -5,7 +5,8 @@
 //! duplicate address detection left to run) and router advertisements off as kube-ovn-cni sets
 //! them. The pods, on different nodes, then ping each other and talk TCP over IPv6 across the
 //! nodes' Geneve tunnel; the VPC's router, whose IPv6 flows are compiled beside its IPv4 ones,
-//! answers pings to both its gateways (the IPv6 answer with OVN's hop limit 254) and routes IPv6
+//! answers pings to both its gateways (the IPv6 answer with OVN's hop limit 254), refuses TCP
+//! and UDP to its IPv6 gateway (a reset, ICMPv6 port unreachable) and routes IPv6
 //! in the kernel: to a pod of another subnet on the other node (ping and TCP, the hop limit
 //! decremented once), and across a VPC peering to a pod of the peer VPC (twice); a hop limit
 //! that runs out at the first router gets its ICMPv6 time exceeded, one that runs out at the
@@ -375,6 +376,26 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
         lab.cni.logs()
     );
     assert!(ping6(&pod_netns[0], &GATEWAY6.to_string(), None));
+    // TCP and UDP to the IPv6 gateway are refused as OVN refuses them (a reset, ICMPv6 port
+    // unreachable), checksums right for d1's stack to take them, each answer counted.
+    let replies = |kind: &str| {
+        metric(
+            &scrape(&lab.cni.nodes[0]),
+            &format!(r#"ovnbpf_datapath_router_replies_total{{kind="{kind}"}}"#),
+        )
+    };
+    let (resets, unreachables) = (replies("tcp_reset"), replies("port_unreachable"));
+    let (tcp, udp) = scenario::socket_outcomes_in(&pod_netns[0], SocketAddr::from((GATEWAY6, 80)));
+    for (what, outcome) in [("TCP", tcp), ("UDP", udp)] {
+        assert_eq!(
+            outcome.as_ref().map_err(std::io::Error::kind).err(),
+            Some(std::io::ErrorKind::ConnectionRefused),
+            "{what} to the IPv6 gateway: {outcome:?}{}",
+            lab.cni.logs()
+        );
+    }
+    assert_eq!(replies("tcp_reset"), resets + 1);
+    assert_eq!(replies("port_unreachable"), unreachables + 1);
 
     // Routed IPv6: d1 to d3, another subnet of the VPC on the other node, and back; each way
     // one router decrements the hop limit (d3 answers with 64).

@@ -753,9 +753,10 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     cases
 }
 
-/// IPv6 from the dual-stack pods' global addresses: to the gateway, on the switch, routed to
-/// the other subnet and across the peering, to an unknown address of the subnet (the router
-/// solicits it), to no route, and with hop limits that run out at the first and second router.
+/// IPv6 from the dual-stack pods' global addresses: to the gateway (ping, TCP, UDP), on the
+/// switch, routed to the other subnet and across the peering, to an unknown address of the
+/// subnet (the router solicits it), to no route, and with hop limits that run out at the first
+/// and second router.
 fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     let dual: Vec<&Pod> = pods.iter().filter(|p| p.ip6.is_some()).collect();
     let in_switch = |name: &str| dual.iter().copied().find(|p| p.switch == name).expect(name);
@@ -787,6 +788,30 @@ fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
         add(
             "pings its IPv6 gateway",
             packet(router_mac, address(1), 64, ping6),
+        );
+        add(
+            "opens TCP to its IPv6 gateway",
+            packet(
+                router_mac,
+                address(1),
+                64,
+                L4::Tcp {
+                    source: 40000,
+                    destination: 80,
+                },
+            ),
+        );
+        add(
+            "sends UDP to its IPv6 gateway",
+            packet(
+                router_mac,
+                address(1),
+                64,
+                L4::Udp {
+                    source: 40000,
+                    destination: 53,
+                },
+            ),
         );
         add(
             "routes to an unknown IPv6 address in its subnet",

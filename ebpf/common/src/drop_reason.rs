@@ -53,10 +53,9 @@ pub const UNKNOWN_DESTINATION: DropReason = DropReason(16);
 /// for an address that is not the router's): OVN's router consumes it, learning its
 /// sender, which ovnbpf does not do yet.
 pub const ARP_TO_ROUTER: DropReason = DropReason(17);
-/// IPv6 to a router's MAC that the kernel's router does not handle yet (issue 21): answers
-/// and forwarding toward a known neighbour, and every destination but a link-local one. What
-/// it does handle: solicitations (answered by the switch), and a solicitation of its own for
-/// a link-local next hop without a MAC.
+/// IPv6 to a router's MAC that the kernel's router does not handle: multicast to the router
+/// (other than the neighbour discovery the switch and router answer), and IPv6 that reaches
+/// the router stage, which routes IPv4 only (the IPv6 stage routes the rest).
 pub const IPV6_TO_ROUTER: DropReason = DropReason(18);
 /// A frame for a port with port security to a MAC or IPv4 address the port does not list:
 /// OVN drops it in the egress pipeline (`ls_out_apply_port_sec`).

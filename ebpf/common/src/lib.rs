@@ -16,8 +16,8 @@ pub mod program;
 pub mod stage;
 pub use stage::{
     ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
-    Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC, RouterRequest,
-    TIME_EXCEEDED6_REQUEST_MAGIC,
+    Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_ANSWER6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC,
+    RouterRequest, TIME_EXCEEDED6_REQUEST_MAGIC,
 };
 
 pub mod maps;

@@ -138,6 +138,11 @@ pub const ROUTED6_REQUEST_MAGIC: u32 = 0x0f46_0d06;
 /// source ([`crate::TimeExceeded6Key`]), or drops the packet (`ttl_expired`).
 pub const TIME_EXCEEDED6_REQUEST_MAGIC: u32 = 0x0e36_0d06;
 
+/// The magic of the request the IPv6 stage hands the reject stage with IPv6 for a router's own
+/// address that the router answers: words (the sender's host interface, the sender's MAC in the
+/// next two words' first six bytes, the ICMPv6 unreachable code for what is not TCP).
+pub const ROUTER_ANSWER6_REQUEST_MAGIC: u32 = 0x0e37_0d06;
+
 /// What a program hands an ACL stage in the skb's control block: a frame on switch `datapath`
 /// between logical ports `ports` (ingress key in the high 16 bits, egress key in the low; 0 in
 /// the ingress stage), at host interface `ifindex` (the sender's veth for the ingress stage,

@@ -235,15 +235,21 @@ fn read_transport(frame: &[u8], at: usize, protocol: u8) -> Result<L4, String> {
 /// Checks the ICMPv6 checksum of the IPv6 packet `packet` (no extension headers): over the
 /// pseudo header (addresses, upper-layer length, next header) and the message.
 fn icmpv6_checksum_holds(packet: &[u8]) -> Result<(), String> {
+    transport6_checksum_holds(packet, 58, "ICMPv6")
+}
+
+/// Whether the checksum of the IPv6 `packet`'s transport (next header `protocol`, right after
+/// the IPv6 header) holds over its pseudo header.
+fn transport6_checksum_holds(packet: &[u8], protocol: u8, what: &str) -> Result<(), String> {
     let length = usize::from(u16::from_be_bytes([packet[4], packet[5]]));
-    need(packet, 40 + length, "ICMPv6 payload")?;
+    need(packet, 40 + length, what)?;
     let mut covered = Vec::with_capacity(40 + length);
     covered.extend_from_slice(&packet[8..40]);
     covered.extend_from_slice(&(length as u32).to_be_bytes());
-    covered.extend_from_slice(&[0, 0, 0, 58]);
+    covered.extend_from_slice(&[0, 0, 0, protocol]);
     covered.extend_from_slice(&packet[40..40 + length]);
     if checksum(&covered) != 0 {
-        return Err("ICMPv6 checksum is wrong".into());
+        return Err(format!("{what} checksum is wrong"));
     }
     Ok(())
 }
@@ -291,6 +297,14 @@ pub fn decode(frame: &[u8]) -> Result<(Packet, Option<u16>), String> {
             need(frame, at + 40, "IPv6")?;
             if frame[at + 6] == 58 {
                 icmpv6_checksum_holds(&frame[at..])?;
+            }
+            // A TCP reset: the router's answer, which the kernel composed.
+            if frame[at + 6] == 6
+                && frame
+                    .get(at + 40 + 13)
+                    .is_some_and(|flags| flags & 0x04 != 0)
+            {
+                transport6_checksum_holds(&frame[at..], 6, "TCP reset")?;
             }
             L3::Ipv6 {
                 source: ipv6_at(frame, at + 8),

@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklm]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmn]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -19,7 +19,10 @@
 //! hop a VIP outside the subnet takes, the reply's translation back), next to (c), the client
 //! dialling the backend directly; (m) (l) with the socket-level balancer (`--socket-lb`, for
 //! a client pod of its own, pm: a connect() to the VIP goes to the backend, so the packets are
-//! (c)'s), next to (c) and (l). vpc-a's subnets carry the Service's balancers, as every
+//! (c)'s), next to (c) and (l); (n) (c)'s pair over IPv6 (subnet-a is dual-stack as Kube-OVN
+//! builds one, `cidrBlock: "10.0.1.0/24,fd00:10:1::/64"`, p1 and p2 with both addresses: IPv6
+//! port security, the L2 lookup and Geneve), next to (c); Debian 12's sockperf (3.7) takes no
+//! IPv6 address, so (n) has no request/response figures. vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -50,7 +53,11 @@
 //! unicast to a local pod and one to another chassis, and the broadcast's copies priced as such
 //! unicasts (`broadcast / unicasts`). `--broadcast-only` measures just this case.
 
-use std::{collections::BTreeMap, net::Ipv4Addr, path::Path};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    path::Path,
+};
 
 use anyhow::{Context, Result};
 use ovnbpf_tests::{
@@ -168,9 +175,9 @@ struct BenchPath<'f> {
     client: &'f Netns,
     server: &'f Netns,
     /// Where the servers listen.
-    server_ip: Ipv4Addr,
+    server_ip: IpAddr,
     /// What the client dials: `server_ip`, or a Service VIP balanced to it ((l)).
-    target: Ipv4Addr,
+    target: IpAddr,
 }
 
 impl BenchPath<'_> {
@@ -181,6 +188,10 @@ impl BenchPath<'_> {
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
         matches!(self.letter, 'c' | 'j' | 'l' | 'm')
+    }
+    /// Whether sockperf can measure its request/response (Debian's 3.7 takes IPv4 only).
+    fn measures_request_response(&self) -> bool {
+        self.target.is_ipv4()
     }
 }
 
@@ -237,28 +248,33 @@ struct Servers {
     _children: Vec<Child>,
 }
 
-fn start_servers(server: &Netns, ip: Ipv4Addr, cpu: &str, connections: bool) -> Result<Servers> {
-    let ip = ip.to_string();
-    let mut children = vec![
-        server.spawn(
-            "iperf3",
-            "taskset",
-            &["-c", cpu, "iperf3", "-s", "-B", &ip],
-            None,
-        )?,
-        server.spawn(
+fn start_servers(server: &Netns, address: IpAddr, cpu: &str, connections: bool) -> Result<Servers> {
+    let ip = address.to_string();
+    let mut children = vec![server.spawn(
+        "iperf3",
+        "taskset",
+        &["-c", cpu, "iperf3", "-s", "-B", &ip],
+        None,
+    )?];
+    if address.is_ipv4() {
+        children.push(server.spawn(
             "sockperf",
             "taskset",
             &[
                 "-c", cpu, "sockperf", "server", "--tcp", "-i", &ip, "-p", RR_PORT,
             ],
             None,
-        )?,
-    ];
+        )?);
+    }
     if connections {
+        let family = if address.is_ipv4() {
+            "AF_INET"
+        } else {
+            "AF_INET6"
+        };
         let listener = [
             "import socket".to_string(),
-            "s = socket.socket()".into(),
+            format!("s = socket.socket(socket.{family})"),
             "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)".into(),
             format!("s.bind(('{ip}', {CONNECTION_PORT}))"),
             "s.listen(4096)".into(),
@@ -484,8 +500,8 @@ impl RawPair {
             name: "(a) raw veth",
             client: &self.left,
             server: &self.right,
-            server_ip: Ipv4Addr::new(10, 99, 0, 2),
-            target: Ipv4Addr::new(10, 99, 0, 2),
+            server_ip: Ipv4Addr::new(10, 99, 0, 2).into(),
+            target: Ipv4Addr::new(10, 99, 0, 2).into(),
         }
     }
 }
@@ -543,8 +559,8 @@ impl RoutedPair {
             name: "(b) kernel routing",
             client: self.pods[0].netns(),
             server: self.pods[1].netns(),
-            server_ip: Ipv4Addr::new(10, 1, 2, 2),
-            target: Ipv4Addr::new(10, 1, 2, 2),
+            server_ip: Ipv4Addr::new(10, 1, 2, 2).into(),
+            target: Ipv4Addr::new(10, 1, 2, 2).into(),
         }
     }
 }
@@ -582,7 +598,7 @@ const PLAN: [PodPlan; 12] = [
 const SOCKET_CLIENT: usize = 11;
 
 /// The ovnbpf paths: letter, name, client pod (`None`: node1's own namespace), server pod.
-const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 10] = [
+const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 11] = [
     ('c', "(c) ovnbpf L2 (Geneve)", Some(0), 1),
     ('d', "(d) ovnbpf routed, subnets", Some(0), 2),
     ('e', "(e) ovnbpf routed, peering", Some(0), 3),
@@ -596,7 +612,17 @@ const OVNBPF_PATHS: [(char, &str, Option<usize>, usize); 10] = [
     ('l', "(l) ovnbpf Service VIP", Some(0), 1),
     // The same VIP from pm, balanced at the socket.
     ('m', "(m) ovnbpf VIP, socket LB", Some(SOCKET_CLIENT), 1),
+    // (c)'s pair over IPv6.
+    ('n', "(n) ovnbpf L2, IPv6", Some(0), 1),
 ];
+
+/// (n)'s addresses: p1's and p2's IPv6 ones, in subnet-a's `fd00:10:1::/64`.
+const IPV6_PAIR: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 2),
+    Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 3),
+];
+/// subnet-a's IPv6 gateway.
+const IPV6_GATEWAY: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 1);
 
 /// (l)'s ClusterIP: one backend, (c)'s server, on every port the measures use, in vpc-a's
 /// balancers as kube-ovn-controller writes them (on both of its subnets).
@@ -648,7 +674,7 @@ impl OvnbpfNodes {
                 .distributed_gateway("subnet-x", name, join_ip);
         }
         topology
-            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")?
+            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24,fd00:10:1::/64")?
             .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")?
             .vpc_with_subnet("vpc-b", "subnet-b", "10.1.1.0/24")?
             .peering("vpc-a", "10.0.255.1/30", "vpc-b", "10.0.255.2/30")
@@ -676,8 +702,13 @@ impl OvnbpfNodes {
                 &format!("{backend}:{port}"),
             );
         }
-        for (name, subnet, ip, _, node) in PLAN {
-            topology.pod(subnet, name, "bench", &mac_for(name), ip);
+        for (index, (name, subnet, ip, _, node)) in PLAN.into_iter().enumerate() {
+            match IPV6_PAIR.get(index) {
+                Some(&ip6) => {
+                    topology.dual_stack_pod(subnet, name, "bench", &mac_for(name), (ip, ip6))
+                }
+                None => topology.pod(subnet, name, "bench", &mac_for(name), ip),
+            };
             if matches!(subnet, "ovn-default" | "subnet-x") {
                 topology.pod_on_node(subnet, name, "bench", ["node1", "node2"][node]);
             }
@@ -702,6 +733,30 @@ impl OvnbpfNodes {
                 // Geneve costs 58 bytes; the underlay carries full frames.
                 mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
             })?);
+            if let (Some(ip6), Some(pod)) = (IPV6_PAIR.get(pods.len() - 1), pods.last()) {
+                // As kube-ovn-cni configures a dual-stack pod: no duplicate address detection
+                // left to run, the gateway as the default route.
+                let netns = pod.netns();
+                netns.ip(&[
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{ip6}/64"),
+                    "dev",
+                    "eth0",
+                    "nodad",
+                ])?;
+                netns.ip(&[
+                    "-6",
+                    "route",
+                    "add",
+                    "default",
+                    "via",
+                    &IPV6_GATEWAY.to_string(),
+                    "dev",
+                    "eth0",
+                ])?;
+            }
             local_ports[node].push(match pods.last() {
                 Some(pod) if name == PLAN[SOCKET_CLIENT].0 => {
                     format!("{name}.bench={host},netns={}", pod.netns().path().display())
@@ -772,11 +827,14 @@ impl OvnbpfNodes {
                 name,
                 client: client.map_or(self.nodes[0].netns(), |pod| self.pods[pod].netns()),
                 server: self.pods[server].netns(),
-                server_ip: PLAN[server].2,
-                target: if matches!(letter, 'l' | 'm') {
-                    SERVICE_VIP
-                } else {
-                    PLAN[server].2
+                server_ip: match letter {
+                    'n' => IPV6_PAIR[server].into(),
+                    _ => PLAN[server].2.into(),
+                },
+                target: match letter {
+                    'l' | 'm' => SERVICE_VIP.into(),
+                    'n' => IPV6_PAIR[server].into(),
+                    _ => PLAN[server].2.into(),
                 },
             })
             .collect()
@@ -794,7 +852,7 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
     let (runs, seconds) = (settings.runs, settings.seconds.to_string());
     // One set of servers per target (two paths may share one, as (h) and (i)).
     let mut servers = Vec::new();
-    let mut started: Vec<(String, Ipv4Addr)> = Vec::new();
+    let mut started: Vec<(String, IpAddr)> = Vec::new();
     for path in paths {
         let target = (path.server.name().to_string(), path.server_ip);
         if !started.contains(&target) {
@@ -831,7 +889,10 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
                 tcp_throughput(&paths[i], &cpus, &seconds)?,
             );
         }
-        for &i in &order {
+        for &i in order
+            .iter()
+            .filter(|&&i| paths[i].measures_request_response())
+        {
             let (p50, p99) = request_response(&paths[i], &cpus, &seconds)?;
             record(i, Metric::RrP50, p50);
             record(i, Metric::RrP99, p99);
@@ -882,6 +943,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('l', 'c'),
         ('m', 'c'),
         ('m', 'l'),
+        ('n', 'c'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -967,7 +1029,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95"
     );
     json_results
 }
@@ -1053,11 +1115,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–m (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–n (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklm");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklm".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to m, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmn");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmn".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to n, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1069,7 +1131,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| RoutedPair::create(&prefix))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm'])
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();
