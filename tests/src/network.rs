@@ -251,13 +251,18 @@ impl Pod {
     /// Sends `count` echo requests `interval` seconds apart (ping's `-i`) and returns how many
     /// replies came back.
     pub fn ping_every(&self, target: Ipv4Addr, count: u32, interval: &str) -> Result<u32> {
-        ping_from(&self.netns, target, count, interval)
+        ping_from(&self.netns, target.into(), count, interval)
+    }
+
+    /// [`Self::ping`] over IPv6.
+    pub fn ping6(&self, target: std::net::Ipv6Addr, count: u32) -> Result<u32> {
+        ping_from(&self.netns, target.into(), count, "0.05")
     }
 }
 
 /// Pings `target` from `netns`: `count` echo requests `interval` seconds apart, 1 s deadline per
 /// reply. Returns how many replies came back.
-fn ping_from(netns: &Netns, target: Ipv4Addr, count: u32, interval: &str) -> Result<u32> {
+fn ping_from(netns: &Netns, target: std::net::IpAddr, count: u32, interval: &str) -> Result<u32> {
     let output = netns
         .command("ping")
         .args([
@@ -486,6 +491,6 @@ impl ExternalHost {
 
     /// Pings `target`: `count` echo requests 50 ms apart; how many replies came back.
     pub fn ping(&self, target: Ipv4Addr, count: u32) -> Result<u32> {
-        ping_from(&self.netns, target, count, "0.05")
+        ping_from(&self.netns, target.into(), count, "0.05")
     }
 }

@@ -19,7 +19,7 @@ use ovnbpf_tests::{
 };
 use serde_json::{Value, json};
 
-use super::topology::{SERVICE_PORT, SERVICE_VIP, TARGET_PORT, VPCS};
+use super::topology::{DUAL_STACK_VPC, SERVICE_PORT, SERVICE_VIP, TARGET_PORT, VPCS, ipv6_of};
 use crate::cmd::Binaries;
 
 const NODES: [&str; 2] = ["node1", "node2"];
@@ -153,8 +153,11 @@ pub fn run(lab: &OvnLab, binaries: &Binaries) -> Result<()> {
                 );
             }
             let result: Value = serde_json::from_slice(&output.stdout)?;
+            let ipv6 = result["ips"][1]["address"]
+                .as_str()
+                .map_or(String::new(), |address| format!(" and {address}"));
             println!(
-                "   {name:<6} {:<6} {:<13} gw {:<9} on {} (ADD {} ms)",
+                "   {name:<6} {:<6} {:<13} gw {:<9} on {} (ADD {} ms){ipv6}",
                 VPCS[vpc_index].0,
                 result["ips"][0]["address"].as_str().unwrap_or("?"),
                 result["ips"][0]["gateway"].as_str().unwrap_or("?"),
@@ -207,6 +210,19 @@ pub fn run(lab: &OvnLab, binaries: &Binaries) -> Result<()> {
         );
         if !isolated {
             bail!("VPC isolation broken: {neighbour}");
+        }
+    }
+    // vpc-a is dual-stack: the same over IPv6, its router's IPv6 gateway answering in the kernel.
+    if let Some((_, _, _, [first, second])) = VPCS.iter().find(|(v, ..)| *v == DUAL_STACK_VPC) {
+        for (target, what, count) in [(ipv6_of(1), "its IPv6 gateway", 3), (ipv6_of(3), second, 5)]
+        {
+            let received = pod(first)?.ping6(target, count)?;
+            println!(
+                "   {first} → {what} ({target}, {DUAL_STACK_VPC}, IPv6): {received}/{count} replies"
+            );
+            if received != count {
+                bail!("{first} could not reach {target} over IPv6");
+            }
         }
     }
     println!(
