@@ -114,6 +114,24 @@ struct TcpResetHeader {
     urgent: u16,
 }
 
+impl TcpResetHeader {
+    /// pinctrl's reset of the segment starting with `segment`: RST|ACK back to its source
+    /// port, sequence 0, acknowledging its sequence + 1, window 0, with `checksum`.
+    #[inline(always)]
+    fn answering(segment: &TcpStart, checksum: u16) -> Self {
+        Self {
+            source: segment.destination,
+            destination: segment.source,
+            seq: 0,
+            ack: u32::from_be(segment.seq).wrapping_add(1).to_be(),
+            flags: TCP_RESET_FLAGS.to_be(),
+            window: 0,
+            checksum: checksum.to_be(),
+            urgent: 0,
+        }
+    }
+}
+
 /// The start of the segment a reset answers: ports and sequence number.
 #[repr(C, packed)]
 #[derive(Clone, Copy)]
@@ -516,17 +534,7 @@ fn tcp_reset6(ctx: &TcContext, packet: &Ipv6Start, eth: &EthHeader) -> Result<()
     if !resize(ctx, (ETH_HEADER_LEN + 40 + 20) as u32) {
         return Err(failed);
     }
-    let ack = u32::from_be(segment.seq).wrapping_add(1);
-    let tcp = TcpResetHeader {
-        source: segment.destination,
-        destination: segment.source,
-        seq: 0,
-        ack: ack.to_be(),
-        flags: TCP_RESET_FLAGS.to_be(),
-        window: 0,
-        checksum: 0,
-        urgent: 0,
-    };
+    let tcp = TcpResetHeader::answering(&segment, 0);
     let ip_start = [0x60, 0, 0, 0, 0, 20, IPPROTO_TCP, TCP_RESET_TTL];
     let tcp_offset = ETH_HEADER_LEN + 40;
     ctx.store(0, eth, 0)
@@ -572,17 +580,7 @@ fn tcp_reset(
         + (ack >> 16)
         + (ack & 0xffff)
         + u32::from(TCP_RESET_FLAGS);
-    let checksum = csum::fold(sum);
-    let tcp = TcpResetHeader {
-        source: segment.destination,
-        destination: segment.source,
-        seq: 0,
-        ack: ack.to_be(),
-        flags: TCP_RESET_FLAGS.to_be(),
-        window: 0,
-        checksum: checksum.to_be(),
-        urgent: 0,
-    };
+    let tcp = TcpResetHeader::answering(segment, csum::fold(sum));
     // Ethernet, IPv4, TCP: three stores, no whole frame on the stack.
     ctx.store(0, &reply_eth(frame), 0)
         .and_then(|()| ctx.store(ETH_HEADER_LEN, &ip, 0))
