@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmn]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmno]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -22,7 +22,10 @@
 //! (c)'s), next to (c) and (l); (n) (c)'s pair over IPv6 (subnet-a is dual-stack as Kube-OVN
 //! builds one, `cidrBlock: "10.0.1.0/24,fd00:10:1::/64"`, p1 and p2 with both addresses: IPv6
 //! port security, the L2 lookup and Geneve), next to (c); Debian 12's sockperf (3.7) takes no
-//! IPv6 address, so (n) has no request/response figures. vpc-a's subnets carry the Service's balancers, as every
+//! IPv6 address, so (n) has no request/response figures; (o) the kernel's own overlay, the
+//! best one here: (c)'s shape (two pods of one subnet on two nodes, pod MTU 1442) through a
+//! Linux bridge and a VXLAN device on each node (VNI 42, UDP 4789, the other node as its one
+//! remote), next to (c), the goal c/o ≥ 1.1 in throughput. vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -183,7 +186,7 @@ struct BenchPath<'f> {
 impl BenchPath<'_> {
     /// Whether ovnbpf's programs carry it (its eBPF time is measured).
     fn is_ovnbpf(&self) -> bool {
-        !matches!(self.letter, 'a' | 'b')
+        !matches!(self.letter, 'a' | 'b' | 'o')
     }
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
@@ -561,6 +564,74 @@ impl RoutedPair {
             server: self.pods[1].netns(),
             server_ip: Ipv4Addr::new(10, 1, 2, 2).into(),
             target: Ipv4Addr::new(10, 1, 2, 2).into(),
+        }
+    }
+}
+
+/// (o): two pods of one subnet (10.2.0.0/24) on two nodes, bridged on each node to a VXLAN
+/// device whose one remote is the other node: the kernel's own L2 overlay, (c)'s shape.
+/// (Fields drop in order: pods, then nodes, then their underlay.)
+struct VxlanPair {
+    pods: Vec<Pod>,
+    _nodes: [Node; 2],
+    _underlay: Underlay,
+}
+
+impl VxlanPair {
+    fn create(prefix: &str) -> Result<VxlanPair> {
+        let mut underlay = Underlay::create(&format!("{prefix}v"))?;
+        let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let mut pods = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            let other = &nodes[1 - index];
+            let ip = |args: &[&str]| node.netns().ip(args).map(drop);
+            ip(&["link", "add", "br0", "type", "bridge"])?;
+            ip(&[
+                "link",
+                "add",
+                "vx0",
+                "type",
+                "vxlan",
+                "id",
+                "42",
+                "local",
+                &node.ip().to_string(),
+                "remote",
+                &other.ip().to_string(),
+                "dstport",
+                "4789",
+                "dev",
+                ovnbpf_tests::network::UPLINK,
+            ])?;
+            ip(&["link", "set", "vx0", "master", "br0", "up"])?;
+            ip(&["link", "set", "br0", "up"])?;
+            let pod = node.add_pod(&PodSpec {
+                name: "pod",
+                host_interface: "pod_h",
+                mac: None,
+                address: Some(&format!("10.2.0.{}/24", index + 2)),
+                gateway: None,
+                // As (c)'s pods, so both carry the same payload per packet.
+                mtu: Some(1442),
+            })?;
+            ip(&["link", "set", "pod_h", "master", "br0"])?;
+            pods.push(pod);
+        }
+        Ok(VxlanPair {
+            pods,
+            _nodes: nodes,
+            _underlay: underlay,
+        })
+    }
+
+    fn path(&self) -> BenchPath<'_> {
+        BenchPath {
+            letter: 'o',
+            name: "(o) kernel VXLAN",
+            client: self.pods[0].netns(),
+            server: self.pods[1].netns(),
+            server_ip: Ipv4Addr::new(10, 2, 0, 3).into(),
+            target: Ipv4Addr::new(10, 2, 0, 3).into(),
         }
     }
 }
@@ -944,6 +1015,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('m', 'c'),
         ('m', 'l'),
         ('n', 'c'),
+        ('c', 'o'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -1029,7 +1101,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; c/o (against the kernel's VXLAN) throughput ≥ 1.1"
     );
     json_results
 }
@@ -1115,11 +1187,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–n (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–o (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklmn");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmn".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to n, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmno");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmno".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to o, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1130,6 +1202,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .contains('b')
         .then(|| RoutedPair::create(&prefix))
         .transpose()?;
+    let vxlan = letters
+        .contains('o')
+        .then(|| VxlanPair::create(&prefix))
+        .transpose()?;
     let ovnbpf = letters
         .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
@@ -1137,6 +1213,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut paths: Vec<BenchPath> = Vec::new();
     paths.extend(raw.as_ref().map(RawPair::path));
     paths.extend(routed.as_ref().map(RoutedPair::path));
+    paths.extend(vxlan.as_ref().map(VxlanPair::path));
     if let Some(ovnbpf) = &ovnbpf {
         paths.extend(ovnbpf.paths(letters));
     }
@@ -1155,7 +1232,7 @@ pub fn run(args: &[String]) -> Result<()> {
         json_results.extend(report(&paths, &samples, letters));
     }
     drop(paths);
-    drop((ovnbpf, routed, raw));
+    drop((ovnbpf, vxlan, routed, raw));
     if letters.contains('g') {
         let broadcast = broadcast(&agent, flood_runs)?;
         print_broadcast(&broadcast);
