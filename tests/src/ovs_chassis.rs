@@ -191,6 +191,14 @@ impl OvsChassis {
         Ok(())
     }
 
+    /// The process IDs of the chassis's daemons (ovsdb-server, ovs-vswitchd, ovn-controller):
+    /// where its datapath's CPU time is spent (the userspace datapath forwards in
+    /// ovs-vswitchd's threads, not in the senders' softirq).
+    #[must_use]
+    pub fn daemon_pids(&self) -> Vec<u32> {
+        self.daemons.iter().map(Child::pid).collect()
+    }
+
     /// The ends of the daemons' logs, for assertion messages.
     #[must_use]
     pub fn log_tails(&self) -> String {

@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmno]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnop]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -25,7 +25,10 @@
 //! IPv6 address, so (n) has no request/response figures; (o) the kernel's own overlay, the
 //! best one here: (c)'s shape (two pods of one subnet on two nodes, pod MTU 1442) through a
 //! Linux bridge and a VXLAN device on each node (VNI 42, UDP 4789, the other node as its one
-//! remote), next to (c), the goal c/o ≥ 1.1 in throughput. vpc-a's subnets carry the Service's balancers, as every
+//! remote), next to (c), the goal c/o ≥ 1.1 in throughput; (p) real OVN: (c)'s shape on two
+//! chassis of ovn-controller with Open vSwitch's userspace (netdev) datapath (no kernel module
+//! here), a lab and topology of their own built as Kube-OVN builds them, next to (c), the goal
+//! c/p ≥ 20 in throughput. vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -43,7 +46,8 @@
 //!   path runs below saturation, and the work per packet outweighs iperf3's pacing), the same
 //!   rate for every path and repetition; the CPU time of the
 //!   client and the server (iperf3's `getrusage`, exact run time, with the softirq work done in
-//!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts) and
+//!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts), for
+//!   (p) also the OVS daemons' (its userspace datapath forwards in their threads), and
 //!   the kernel time of ovnbpf's programs (BPF run-time statistics,
 //!   [`ovnbpf_tests::kernel_time`]), per delivered packet;
 //! - new TCP connections per second (connect, then close) on (c), (j) and (l).
@@ -73,6 +77,7 @@ use ovnbpf_tests::{
     netns::Netns,
     network::{Node, PhysicalSwitch, Pod, PodSpec, Underlay},
     ovn::OvnLab,
+    ovs_chassis::OvsChassis,
     process::{self, Child},
 };
 use serde_json::{Value, json};
@@ -181,12 +186,16 @@ struct BenchPath<'f> {
     server_ip: IpAddr,
     /// What the client dials: `server_ip`, or a Service VIP balanced to it ((l)).
     target: IpAddr,
+    /// Processes outside the client and server that forward the path's packets, whose CPU
+    /// time counts in its cost per packet ((p): the OVS daemons; the kernel paths forward in
+    /// the senders' softirq, which iperf3's own figures hold).
+    forwarders: Vec<u32>,
 }
 
 impl BenchPath<'_> {
     /// Whether ovnbpf's programs carry it (its eBPF time is measured).
     fn is_ovnbpf(&self) -> bool {
-        !matches!(self.letter, 'a' | 'b' | 'o')
+        !matches!(self.letter, 'a' | 'b' | 'o' | 'p')
     }
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
@@ -403,7 +412,8 @@ fn udp_flows(path: &BenchPath, cpus: &Cpus, seconds: &str, paced: Option<u32>) -
     })
 }
 
-/// The paced run: busy CPU and ovnbpf kernel time per delivered packet.
+/// The paced run: busy CPU (the client's, the server's and the path's forwarders') and ovnbpf
+/// kernel time per delivered packet.
 fn cost_per_packet(
     path: &BenchPath,
     cpus: &Cpus,
@@ -411,7 +421,9 @@ fn cost_per_packet(
     kernel: &KernelTime,
 ) -> Result<(f64, f64)> {
     let before = kernel.sample()?;
-    let run = udp_flows(path, cpus, seconds, Some(paced_pps))?;
+    let forwarders_before = cpu_time_ns(&path.forwarders)?;
+    let mut run = udp_flows(path, cpus, seconds, Some(paced_pps))?;
+    run.cpu_ns += cpu_time_ns(&path.forwarders)? - forwarders_before;
     let ebpf: RunTime = kernel.sample()?.since(before);
     anyhow::ensure!(
         run.delivered > 0.0,
@@ -422,6 +434,30 @@ fn cost_per_packet(
         run.cpu_ns / run.delivered,
         ebpf.nanoseconds as f64 / run.delivered,
     ))
+}
+
+/// The CPU time (user and system, all threads) the processes `pids` have used, in ns, from
+/// `/proc/<pid>/stat` (clock ticks).
+fn cpu_time_ns(pids: &[u32]) -> Result<f64> {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut ticks = 0.0;
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat"))?;
+        // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        for index in [11, 12] {
+            ticks += fields
+                .get(index)
+                .and_then(|field| field.parse::<f64>().ok())
+                .with_context(|| format!("/proc/{pid}/stat without utime and stime: {stat}"))?;
+        }
+    }
+    Ok(ticks / ticks_per_s * 1e9)
 }
 
 /// New TCP connections per second from the path's client (connect, then close with a reset,
@@ -505,6 +541,7 @@ impl RawPair {
             server: &self.right,
             server_ip: Ipv4Addr::new(10, 99, 0, 2).into(),
             target: Ipv4Addr::new(10, 99, 0, 2).into(),
+            forwarders: Vec::new(),
         }
     }
 }
@@ -564,6 +601,7 @@ impl RoutedPair {
             server: self.pods[1].netns(),
             server_ip: Ipv4Addr::new(10, 1, 2, 2).into(),
             target: Ipv4Addr::new(10, 1, 2, 2).into(),
+            forwarders: Vec::new(),
         }
     }
 }
@@ -632,6 +670,81 @@ impl VxlanPair {
             server: self.pods[1].netns(),
             server_ip: Ipv4Addr::new(10, 2, 0, 3).into(),
             target: Ipv4Addr::new(10, 2, 0, 3).into(),
+            forwarders: Vec::new(),
+        }
+    }
+}
+
+/// (p): two pods of one subnet (10.5.0.0/24, a VPC built as Kube-OVN builds one) on two real OVN
+/// chassis (ovn-controller, ovs-vswitchd with the userspace datapath), a lab of their own.
+/// (Fields drop in order: the chassis first, then pods, nodes, underlay and the lab.)
+struct RealOvnPair {
+    chassis: Vec<OvsChassis>,
+    pods: Vec<Pod>,
+    _nodes: [Node; 2],
+    _underlay: Underlay,
+    _lab: OvnLab,
+}
+
+impl RealOvnPair {
+    const PODS: [(&'static str, Ipv4Addr); 2] = [
+        ("po1", Ipv4Addr::new(10, 5, 0, 2)),
+        ("po2", Ipv4Addr::new(10, 5, 0, 3)),
+    ];
+
+    fn create(prefix: &str) -> Result<RealOvnPair> {
+        let lab = OvnLab::start()?;
+        let mut topology = Topology::new();
+        topology.vpc_with_subnet("vpc-p", "subnet-p", "10.5.0.0/24")?;
+        for (name, ip) in Self::PODS {
+            topology.pod("subnet-p", name, "bench", &mac_for(name), ip);
+        }
+        topology.apply(&lab)?;
+        let mut underlay = Underlay::create(&format!("{prefix}p"))?;
+        let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let mut pods = Vec::new();
+        let mut chassis = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            let (name, ip) = Self::PODS[index];
+            let host = format!("{name}_h");
+            let pod = node.add_pod(&PodSpec {
+                name,
+                host_interface: &host,
+                mac: Some(&mac_for(name)),
+                address: Some(&format!("{ip}/24")),
+                gateway: Some(Ipv4Addr::new(10, 5, 0, 1)),
+                // As (c)'s pods, so both carry the same payload per packet.
+                mtu: Some(1442),
+            })?;
+            let ovs = OvsChassis::start(&lab, node, ["node1", "node2"][index])?;
+            ovs.plug(&host, pod.netns(), &format!("{name}.bench"))?;
+            pods.push(pod);
+            chassis.push(ovs);
+        }
+        // ovn-controller sets `up` once it has programmed a port.
+        wait_all_up(&lab, Self::PODS.len(), &[])?;
+        Ok(RealOvnPair {
+            chassis,
+            pods,
+            _nodes: nodes,
+            _underlay: underlay,
+            _lab: lab,
+        })
+    }
+
+    fn path(&self) -> BenchPath<'_> {
+        BenchPath {
+            letter: 'p',
+            name: "(p) real OVN (OVS netdev)",
+            client: self.pods[0].netns(),
+            server: self.pods[1].netns(),
+            server_ip: Self::PODS[1].1.into(),
+            target: Self::PODS[1].1.into(),
+            forwarders: self
+                .chassis
+                .iter()
+                .flat_map(OvsChassis::daemon_pids)
+                .collect(),
         }
     }
 }
@@ -907,6 +1020,7 @@ impl OvnbpfNodes {
                     'n' => IPV6_PAIR[server].into(),
                     _ => PLAN[server].2.into(),
                 },
+                forwarders: Vec::new(),
             })
             .collect()
     }
@@ -1016,6 +1130,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('m', 'l'),
         ('n', 'c'),
         ('c', 'o'),
+        ('c', 'p'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -1101,7 +1216,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; c/o (against the kernel's VXLAN) throughput ≥ 1.1"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20"
     );
     json_results
 }
@@ -1187,11 +1302,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–o (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–p (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklmno");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmno".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to o, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnop");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnop".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to p, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1206,6 +1321,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .contains('o')
         .then(|| VxlanPair::create(&prefix))
         .transpose()?;
+    let real_ovn = letters
+        .contains('p')
+        .then(|| RealOvnPair::create(&prefix))
+        .transpose()?;
     let ovnbpf = letters
         .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
@@ -1214,6 +1333,7 @@ pub fn run(args: &[String]) -> Result<()> {
     paths.extend(raw.as_ref().map(RawPair::path));
     paths.extend(routed.as_ref().map(RoutedPair::path));
     paths.extend(vxlan.as_ref().map(VxlanPair::path));
+    paths.extend(real_ovn.as_ref().map(RealOvnPair::path));
     if let Some(ovnbpf) = &ovnbpf {
         paths.extend(ovnbpf.paths(letters));
     }
@@ -1232,7 +1352,7 @@ pub fn run(args: &[String]) -> Result<()> {
         json_results.extend(report(&paths, &samples, letters));
     }
     drop(paths);
-    drop((ovnbpf, vxlan, routed, raw));
+    drop((ovnbpf, real_ovn, vxlan, routed, raw));
     if letters.contains('g') {
         let broadcast = broadcast(&agent, flood_runs)?;
         print_broadcast(&broadcast);
