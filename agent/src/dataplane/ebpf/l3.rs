@@ -10,10 +10,10 @@
 //! unreachable). IPv6: addresses and neighbours in maps of their own (`ROUTER_ADDRESSES6`,
 //! `NEIGHBOURS6`), and the router flags for the kernel's IPv6 stage (northd's per-port link-local
 //! routes, solicitations for next hops), and where a router port answers an expired hop limit
-//! with ICMPv6 time exceeded (`TIME_EXCEEDED6`, [`time_exceeded6`]). Owns the desired contents (the `desired_*` functions);
-//! what is installed is kept by one [`Table`] per map, which touches the kernel only through
-//! [`Maps`]. Incremental like [`super::l2`]: changes mark keys, [`L3State::flush`] writes just
-//! those.
+//! with ICMPv6 time exceeded (`TIME_EXCEEDED6`, [`time_exceeded6`]). Owns the desired contents
+//! (the `desired_*` functions); what is installed is kept by one [`Table`] per map, which
+//! touches the kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
+//! [`L3State::flush`] writes just those.
 
 use std::{
     collections::{HashMap, HashSet},

@@ -189,16 +189,23 @@ fn classify_router_input(
         && let Some((_, block)) = only_block(actions, &["icmp6"])
         && assigned_integer(block, "icmp6.type") == Some(3)
     {
-        let network = terms.iter().find_map(|t| compare_prefix6(t, "ip6.src"))?;
-        let source = assigned_ipv6(block, "ip6.src")?;
-        return compiled(IrEntry::TtlExceeded6 {
-            datapath: dp,
-            port: terms
-                .iter()
-                .find_map(|t| compare_string(t, "inport"))?
-                .to_string(),
-            network,
-            source,
+        let network = terms.iter().find_map(|t| compare_prefix6(t, "ip6.src"));
+        let port = terms.iter().find_map(|t| compare_string(t, "inport"));
+        return Some(match (port, network, assigned_ipv6(block, "ip6.src")) {
+            (Some(port), Some(network), Some(source)) => {
+                Class::Compiled(vec![IrEntry::TtlExceeded6 {
+                    datapath: dp,
+                    port: port.to_string(),
+                    network,
+                    source,
+                }])
+            }
+            // Another shape of the flow: the answer is left undone (the packet is dropped, as
+            // it is without the flow), not a reason to stop routing IPv6.
+            _ => Class::SideDuty {
+                entries: Vec::new(),
+                duty: "this ICMPv6 time exceeded flow's shape is not compiled (the packet is dropped as ttl_expired)".into(),
+            },
         });
     }
     // DHCPv6 replies to the router (prefix delegation client): the slow path's business.

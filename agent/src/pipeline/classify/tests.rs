@@ -186,6 +186,11 @@ fn a_dual_stack_subnets_ipv6_router_flows_compile() {
             source: "fd00:10:1::1".parse().unwrap(),
         }]
     ));
+    // A shape without the sender's network leaves the answer undone, IPv6 routing on.
+    assert!(matches!(
+        class("lr_in_ip_input", 31, r#"inport == "vpc-a-subnet-a" && ip6 && ip.ttl == {0, 1} && !ip.later_frag"#, r#"icmp6 {eth.dst <-> eth.src; ip6.dst = ip6.src; ip6.src = fd00:10:1::1 ; ip.ttl = 254; icmp6.type = 3; icmp6.code = 0; outport = "vpc-a-subnet-a"; flags.loopback = 1; output; };"#),
+        Class::SideDuty { entries, duty } if entries.is_empty() && duty.contains("time exceeded")
+    ));
 }
 
 #[test]
