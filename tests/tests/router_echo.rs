@@ -7,7 +7,10 @@
 //! UDP ICMP port unreachable and other protocols ICMP protocol unreachable as its `icmp4` builds
 //! them (both routed back: TTL 62 and 254), byte for byte; later fragments, SCTP and addresses
 //! without answers are dropped and counted. Other IPv4 to the router's MAC is routed; what the
-//! router cannot route is dropped and counted. Non-IPv4 passes untouched.
+//! router cannot route is dropped and counted. Non-IPv4 passes untouched. IPv6, byte for byte as
+//! pinctrl builds it: time exceeded from the port's address for a sender in its network (the
+//! packet's class and flow label, the quote cut at 1218 bytes), none for another sender; TCP
+//! to the router's address gets a reset (hop limit 62), UDP ICMPv6 port unreachable.
 
 mod common;
 
@@ -495,4 +498,216 @@ fn udp_and_other_protocols_to_the_router_get_the_unreachables_ovn_builds() {
         kinds.map(|kind| replies(&programs, kind)),
         [before[0] + 5, before[1] + 2]
     );
+}
+
+const POD_IP6: [u8; 16] = [0xfd, 0, 0, 0x10, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const GATEWAY6: [u8; 16] = [0xfd, 0, 0, 0x10, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+/// A destination in another subnet, through the router.
+const FAR6: [u8; 16] = [0xfd, 0, 0, 0x10, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+
+/// [`programs`] with the router's IPv6 side: its address `GATEWAY6` answering everything, the
+/// pod as a known neighbour, and time exceeded for senders in `fd00:10:1::/64` entering
+/// through the port with `ROUTER_MAC`.
+fn programs6() -> KernelPrograms {
+    use ovnbpf_common::maps::{Neighbours6, RouterAddresses6, TimeExceeded6};
+    use ovnbpf_common::{
+        Ipv6Key, Neighbour, TIME_EXCEEDED6_KEY_PREFIX_BITS, TimeExceeded6Key, TimeExceeded6Source,
+    };
+    let mut programs = programs();
+    let answers = ROUTER_ADDRESS_ECHO
+        | ROUTER_ADDRESS_TCP_RESET
+        | ROUTER_ADDRESS_PORT_UNREACHABLE
+        | ROUTER_ADDRESS_PROTOCOL_UNREACHABLE;
+    let key = |ip| Ipv6Key {
+        datapath: ROUTER,
+        ip,
+    };
+    programs
+        .set::<RouterAddresses6>(key(GATEWAY6), RouterAddress { flags: answers })
+        .unwrap();
+    programs
+        .set::<Neighbours6>(
+            key(POD_IP6),
+            Neighbour {
+                mac: POD_MAC,
+                reserved: [0; 2],
+            },
+        )
+        .unwrap();
+    let mut network = [0_u8; 16];
+    network[..8].copy_from_slice(&POD_IP6[..8]);
+    programs
+        .set::<TimeExceeded6>(
+            (
+                TimeExceeded6Key {
+                    router: ROUTER.to_be(),
+                    mac: ROUTER_MAC,
+                    padding: [0; 2],
+                    source: network,
+                },
+                TIME_EXCEEDED6_KEY_PREFIX_BITS + 64,
+            ),
+            TimeExceeded6Source { address: GATEWAY6 },
+        )
+        .unwrap();
+    programs
+}
+
+/// Ethernet + IPv6 (`class_flow`: the version, traffic class and flow label word) around
+/// `payload` of `next_header`.
+fn ipv6(
+    eth: ([u8; 6], [u8; 6]),
+    (class_flow, hop_limit): (u32, u8),
+    (source, destination): ([u8; 16], [u8; 16]),
+    next_header: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut frame = eth.0.to_vec();
+    frame.extend_from_slice(&eth.1);
+    frame.extend_from_slice(&[0x86, 0xdd]);
+    frame.extend_from_slice(&class_flow.to_be_bytes());
+    frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    frame.extend_from_slice(&[next_header, hop_limit]);
+    frame.extend_from_slice(&source);
+    frame.extend_from_slice(&destination);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// `message` of `next_header` from `source` to `destination` with its checksum (at
+/// `checksum_at`) computed over the IPv6 pseudo header.
+fn checksummed6(
+    (source, destination): ([u8; 16], [u8; 16]),
+    next_header: u8,
+    mut message: Vec<u8>,
+    checksum_at: usize,
+) -> Vec<u8> {
+    let mut covered = source.to_vec();
+    covered.extend_from_slice(&destination);
+    covered.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    covered.extend_from_slice(&[0, 0, 0, next_header]);
+    covered.extend_from_slice(&message);
+    let sum = checksum(&covered);
+    message[checksum_at..checksum_at + 2].copy_from_slice(&sum.to_be_bytes());
+    message
+}
+
+/// An ICMPv6 echo request of `size` payload bytes, checksummed.
+fn echo6(addresses: ([u8; 16], [u8; 16]), size: usize) -> Vec<u8> {
+    let mut message = vec![128, 0, 0, 0, 0x12, 0x34, 0, 1];
+    message.extend((0..size).map(|i| i as u8));
+    checksummed6(addresses, 58, message, 2)
+}
+
+/// What the router's pinctrl sends back for `offending` (an IPv6 frame): ICMPv6 `kind`/`code`
+/// from `source`, hop limit `hop_limit`, the offending packet's class and flow label, quoting it
+/// up to a 1280-byte answer (Ethernet counted).
+fn icmp6_error(
+    offending: &[u8],
+    source: [u8; 16],
+    (kind, code, hop_limit): (u8, u8, u8),
+) -> Vec<u8> {
+    let packet = &offending[14..];
+    let quoted = &packet[..packet.len().min(1280 - 14 - 40 - 8)];
+    let mut message = vec![kind, code, 0, 0, 0, 0, 0, 0];
+    message.extend_from_slice(quoted);
+    let message = checksummed6((source, POD_IP6), 58, message, 2);
+    let class_flow = u32::from_be_bytes([packet[0], packet[1], packet[2], packet[3]]);
+    ipv6(
+        (POD_MAC, ROUTER_MAC),
+        (class_flow, hop_limit),
+        (source, POD_IP6),
+        58,
+        &message,
+    )
+}
+
+#[test]
+fn ipv6_expiring_at_the_router_gets_ovns_icmpv6_time_exceeded_byte_for_byte() {
+    let programs = programs6();
+    // Traffic class 0x28 and a flow label: the answer carries both, as pinctrl's.
+    let class_flow = 0x6280_abcd;
+    for (size, what) in [(56, "whole"), (1400, "cut at 1218 bytes")] {
+        let expiring = ipv6(
+            (ROUTER_MAC, POD_MAC),
+            (class_flow, 1),
+            (POD_IP6, FAR6),
+            58,
+            &echo6((POD_IP6, FAR6), size),
+        );
+        let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
+        assert_eq!(outcome.verdict, TC_ACT_REDIRECT, "{what}");
+        assert_eq!(
+            outcome.frame,
+            icmp6_error(&expiring, GATEWAY6, (3, 0, 254)),
+            "the quote {what}"
+        );
+    }
+    assert_eq!(replies(&programs, "time_exceeded"), 2);
+    // A sender outside the port's networks gets none: dropped as expired.
+    let stranger = [0xfd, 0, 0, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+    let expiring = ipv6(
+        (ROUTER_MAC, POD_MAC),
+        (class_flow, 1),
+        (stranger, FAR6),
+        58,
+        &echo6((stranger, FAR6), 56),
+    );
+    let outcome = programs.test_run(Hook::Pod, &expiring).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_SHOT);
+    assert_eq!(replies(&programs, "time_exceeded"), 2);
+}
+
+#[test]
+fn tcp_and_udp_to_the_routers_ipv6_address_get_the_answers_ovn_builds() {
+    let programs = programs6();
+    let class_flow = 0x6280_abcd;
+    // TCP: RST|ACK from the router's address, seq 0, ack = seq + 1, hop limit 63 routed back
+    // to 62, class and flow label 0.
+    let mut segment = vec![
+        0x9c, 0x40, 0, 80, 0, 0, 0x10, 0, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff,
+    ];
+    segment.extend_from_slice(&[0, 0, 0, 0]);
+    let segment = checksummed6((POD_IP6, GATEWAY6), 6, segment, 16);
+    let syn = ipv6(
+        (ROUTER_MAC, POD_MAC),
+        (class_flow, 64),
+        (POD_IP6, GATEWAY6),
+        6,
+        &segment,
+    );
+    let outcome = programs.test_run(Hook::Pod, &syn).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    let mut reset = vec![
+        0, 80, 0x9c, 0x40, 0, 0, 0, 0, 0, 0, 0x10, 1, 0x50, 0x14, 0, 0,
+    ];
+    reset.extend_from_slice(&[0, 0, 0, 0]);
+    let reset = checksummed6((GATEWAY6, POD_IP6), 6, reset, 16);
+    let expected = ipv6(
+        (POD_MAC, ROUTER_MAC),
+        (0x6000_0000, 62),
+        (GATEWAY6, POD_IP6),
+        6,
+        &reset,
+    );
+    assert_eq!(outcome.frame, expected);
+    assert_eq!(replies(&programs, "tcp_reset"), 1);
+    // UDP: ICMPv6 port unreachable (code 4), hop limit 255 routed back to 254, quoting.
+    let datagram = checksummed6(
+        (POD_IP6, GATEWAY6),
+        17,
+        vec![0x9c, 0x40, 0, 53, 0, 12, 0, 0, b'o', b'v', b'n', b'!'],
+        6,
+    );
+    let query = ipv6(
+        (ROUTER_MAC, POD_MAC),
+        (class_flow, 64),
+        (POD_IP6, GATEWAY6),
+        17,
+        &datagram,
+    );
+    let outcome = programs.test_run(Hook::Pod, &query).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    assert_eq!(outcome.frame, icmp6_error(&query, GATEWAY6, (1, 4, 254)));
+    assert_eq!(replies(&programs, "port_unreachable"), 1);
 }
