@@ -267,8 +267,13 @@ fn packet_block() -> Result<&'static mut Packet, DropReason> {
 /// one state after it rather than one per way through the parser, each carrying its own packet
 /// on the stack into the rule walk and the verdict (which took `acl_egress` past its budget).
 #[inline(never)]
-fn parse_into_block(ctx: &TcContext, inport: u32, outport: u32) -> Result<Parsed, DropReason> {
-    parse(ctx, inport, outport, packet_block()?)
+fn parse_into_block(
+    ctx: &TcContext,
+    inport: u32,
+    outport: u32,
+    block: &mut Packet,
+) -> Result<Parsed, DropReason> {
+    parse(ctx, inport, outport, block)
 }
 
 /// A walk of one rule list, in the caller's frame.
@@ -695,8 +700,9 @@ pub fn ingress_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     if switch.flags & FAIL_CLOSED_INGRESS != 0 {
         return Err(drop_reason::ACL_FAIL_CLOSED);
     }
-    let packet: &Packet = match parse_into_block(ctx, inport, 0)? {
-        Parsed::Ip => packet_block()?,
+    let block = packet_block()?;
+    let packet: &Packet = match parse_into_block(ctx, inport, 0, block)? {
+        Parsed::Ip => block,
         Parsed::Ipv6 if switch.flags & USER_RULES_INGRESS != 0 => {
             return Err(drop_reason::ACL_IPV6);
         }
@@ -796,10 +802,11 @@ pub fn after_lb_stage(ctx: &TcContext) -> Result<i32, DropReason> {
     let Some(switch) = get(&ACL_SWITCHES, datapath) else {
         return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
     };
-    let Parsed::Ip = parse_into_block(ctx, inport, 0)? else {
+    let block = packet_block()?;
+    let Parsed::Ip = parse_into_block(ctx, inport, 0, block)? else {
         return crate::switching::switch_frame(ctx, datapath, inport, ifindex);
     };
-    let packet: &Packet = packet_block()?;
+    let packet: &Packet = block;
     let zone = Zone {
         datapath,
         port: inport,
@@ -840,8 +847,9 @@ fn judge_egress(ctx: &TcContext, datapath: u32, ports: u32) -> Result<(), DropRe
     if switch.flags & FAIL_CLOSED_EGRESS != 0 {
         return Err(drop_reason::ACL_FAIL_CLOSED);
     }
-    let packet: &Packet = match parse_into_block(ctx, inport, outport)? {
-        Parsed::Ip => packet_block()?,
+    let block = packet_block()?;
+    let packet: &Packet = match parse_into_block(ctx, inport, outport, block)? {
+        Parsed::Ip => block,
         Parsed::Ipv6 if switch.flags & USER_RULES_EGRESS != 0 => return Err(drop_reason::ACL_IPV6),
         Parsed::Exempt | Parsed::Ipv6 => return Ok(()),
     };

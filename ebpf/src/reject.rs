@@ -329,14 +329,8 @@ pub fn time_exceeded6(ctx: &TcContext) -> Result<i32, DropReason> {
         &packet,
         (reply_eth, entry.address),
         (ICMPV6_TIME_EXCEEDED, 0, TIME_EXCEEDED6_HOP_LIMIT),
-    )
-    .map_err(|reason| {
-        if reason == NOT_QUOTABLE {
-            expired
-        } else {
-            reason
-        }
-    })?;
+        expired,
+    )?;
     count_reply(router_reply::TIME_EXCEEDED);
     Ok(reply_to_sender(ctx, ifindex))
 }
@@ -391,14 +385,8 @@ pub fn router_answer6(ctx: &TcContext) -> Result<i32, DropReason> {
             &packet,
             (reply_eth, address),
             (ICMPV6_UNREACHABLE, code as u8, UNREACHABLE_TTL),
-        )
-        .map_err(|reason| {
-            if reason == NOT_QUOTABLE {
-                drop_reason::TO_ROUTER_UNHANDLED
-            } else {
-                reason
-            }
-        })?;
+            drop_reason::TO_ROUTER_UNHANDLED,
+        )?;
         count_reply(if code as u8 == CODE6_PORT {
             router_reply::PORT_UNREACHABLE
         } else {
@@ -454,24 +442,23 @@ impl Ipv6Start {
     }
 }
 
-/// What [`icmp6_error`] returns for a packet it cannot quote (a jumbogram, or one longer than
-/// its frame); the caller says why it drops it.
-const NOT_QUOTABLE: DropReason = drop_reason::ROUTED_MALFORMED;
-
 /// pinctrl's `icmp6` error in place of `packet`: `kind` and `code`, from `source` to the
 /// packet's sender with `eth`, hop limit `hop_limit`, the packet's traffic class and flow
-/// label, quoting the packet up to a 1280-byte answer (Ethernet counted), checksummed.
+/// label, quoting the packet up to a 1280-byte answer (Ethernet counted), checksummed. A
+/// packet it cannot quote (a jumbogram, or one longer than its frame) is dropped for
+/// `unquotable`, the caller's reason.
 #[inline(always)]
 fn icmp6_error(
     ctx: &TcContext,
     packet: &Ipv6Start,
     (eth, source): (EthHeader, [u8; 16]),
     (kind, code, hop_limit): (u8, u8, u8),
+    unquotable: DropReason,
 ) -> Result<(), DropReason> {
     let failed = drop_reason::ROUTER_REPLY_FAILED;
     let length = packet.length();
     if length == 40 || length > ctx.len().saturating_sub(ETH_HEADER_LEN as u32) {
-        return Err(NOT_QUOTABLE);
+        return Err(unquotable);
     }
     let quoted = if length > MAX_QUOTE6 {
         MAX_QUOTE6
