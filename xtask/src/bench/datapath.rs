@@ -192,7 +192,26 @@ struct BenchPath<'f> {
     forwarders: Vec<u32>,
 }
 
-impl BenchPath<'_> {
+impl<'f> BenchPath<'f> {
+    /// A baseline pair's path: `client` dials `server` at `server_ip` directly, nothing but
+    /// `forwarders` besides the two forwarding for it.
+    fn pair(
+        (letter, name): (char, &'static str),
+        (client, server): (&'f Netns, &'f Netns),
+        server_ip: Ipv4Addr,
+        forwarders: Vec<u32>,
+    ) -> Self {
+        BenchPath {
+            letter,
+            name,
+            client,
+            server,
+            server_ip: server_ip.into(),
+            target: server_ip.into(),
+            forwarders,
+        }
+    }
+
     /// Whether ovnbpf's programs carry it (its eBPF time is measured).
     fn is_ovnbpf(&self) -> bool {
         !matches!(self.letter, 'a' | 'b' | 'o' | 'p')
@@ -534,15 +553,12 @@ impl RawPair {
     }
 
     fn path(&self) -> BenchPath<'_> {
-        BenchPath {
-            letter: 'a',
-            name: "(a) raw veth",
-            client: &self.left,
-            server: &self.right,
-            server_ip: Ipv4Addr::new(10, 99, 0, 2).into(),
-            target: Ipv4Addr::new(10, 99, 0, 2).into(),
-            forwarders: Vec::new(),
-        }
+        BenchPath::pair(
+            ('a', "(a) raw veth"),
+            (&self.left, &self.right),
+            Ipv4Addr::new(10, 99, 0, 2),
+            Vec::new(),
+        )
     }
 }
 
@@ -594,15 +610,12 @@ impl RoutedPair {
     }
 
     fn path(&self) -> BenchPath<'_> {
-        BenchPath {
-            letter: 'b',
-            name: "(b) kernel routing",
-            client: self.pods[0].netns(),
-            server: self.pods[1].netns(),
-            server_ip: Ipv4Addr::new(10, 1, 2, 2).into(),
-            target: Ipv4Addr::new(10, 1, 2, 2).into(),
-            forwarders: Vec::new(),
-        }
+        BenchPath::pair(
+            ('b', "(b) kernel routing"),
+            (self.pods[0].netns(), self.pods[1].netns()),
+            Ipv4Addr::new(10, 1, 2, 2),
+            Vec::new(),
+        )
     }
 }
 
@@ -663,15 +676,12 @@ impl VxlanPair {
     }
 
     fn path(&self) -> BenchPath<'_> {
-        BenchPath {
-            letter: 'o',
-            name: "(o) kernel VXLAN",
-            client: self.pods[0].netns(),
-            server: self.pods[1].netns(),
-            server_ip: Ipv4Addr::new(10, 2, 0, 3).into(),
-            target: Ipv4Addr::new(10, 2, 0, 3).into(),
-            forwarders: Vec::new(),
-        }
+        BenchPath::pair(
+            ('o', "(o) kernel VXLAN"),
+            (self.pods[0].netns(), self.pods[1].netns()),
+            Ipv4Addr::new(10, 2, 0, 3),
+            Vec::new(),
+        )
     }
 }
 
@@ -733,19 +743,15 @@ impl RealOvnPair {
     }
 
     fn path(&self) -> BenchPath<'_> {
-        BenchPath {
-            letter: 'p',
-            name: "(p) real OVN (OVS netdev)",
-            client: self.pods[0].netns(),
-            server: self.pods[1].netns(),
-            server_ip: Self::PODS[1].1.into(),
-            target: Self::PODS[1].1.into(),
-            forwarders: self
-                .chassis
+        BenchPath::pair(
+            ('p', "(p) real OVN (OVS netdev)"),
+            (self.pods[0].netns(), self.pods[1].netns()),
+            Self::PODS[1].1,
+            self.chassis
                 .iter()
                 .flat_map(OvsChassis::daemon_pids)
                 .collect(),
-        }
+        )
     }
 }
 
