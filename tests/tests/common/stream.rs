@@ -1,7 +1,8 @@
-//! A paced TCP stream between two pods and the sender namespace's retransmission counters:
-//! what the restart and policy tests use to tell that a connection lost nothing.
+//! A paced TCP stream between two pods and a namespace's TCP counters: what the restart and
+//! policy tests use to tell that a connection lost nothing.
 
 use std::{
+    collections::BTreeMap,
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     sync::{
@@ -26,31 +27,74 @@ pub struct StreamReport {
     pub longest_pause: Duration,
 }
 
-/// A TCP counter of the calling thread's network namespace: `field` of the `group` line pair
-/// (`Tcp:` in `snmp`, `TcpExt:` in `netstat`).
-fn tcp_counter(file: &str, group: &str, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap();
-    let mut lines = text.lines().filter(|line| line.starts_with(group));
-    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
-    let position = names.split_whitespace().position(|name| name == field);
-    let position = position.unwrap_or_else(|| panic!("no {field} in {file}"));
-    values
-        .split_whitespace()
-        .nth(position)
+/// Every `Tcp:` and `TcpExt:` counter of a network namespace, by name: a snapshot to subtract
+/// from a later one, so that what a test measures is one stream's, not what the namespace's
+/// earlier connections did (a refused test connection that gives up after a second races its
+/// own SYN's retransmission, due after a second too, and counts in `RetransSegs` when it loses).
+#[derive(Clone, Debug, Default)]
+pub struct TcpCounters(BTreeMap<String, u64>);
+
+impl TcpCounters {
+    /// The counters of the namespace at `netns` now.
+    pub fn read(netns: &std::path::Path) -> Self {
+        run_in(netns, || {
+            let mut counters = BTreeMap::new();
+            for (file, group) in [("snmp", "Tcp:"), ("netstat", "TcpExt:")] {
+                let text =
+                    std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap();
+                let mut lines = text.lines().filter(|line| line.starts_with(group));
+                let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+                for (name, value) in names
+                    .split_whitespace()
+                    .zip(values.split_whitespace())
+                    .skip(1)
+                {
+                    // (`Tcp: MaxConn` is -1: not a counter.)
+                    if let Ok(value) = value.parse() {
+                        counters.insert(name.to_string(), value);
+                    }
+                }
+            }
+            Self(counters)
+        })
         .unwrap()
-        .parse()
-        .unwrap()
+    }
+
+    /// What grew since `earlier`, counter by counter.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        let grown = self.0.iter().map(|(name, value)| {
+            let before = earlier.0.get(name).copied().unwrap_or(0);
+            (name.clone(), value.saturating_sub(before))
+        });
+        Self(grown.collect())
+    }
+
+    /// The counter `name` (0 if the kernel has none by that name).
+    #[must_use]
+    pub fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or(0)
+    }
+
+    /// Segments sent again that the receiver did not report as duplicates (D-SACK, below the
+    /// cumulative ACK or above it): the segments the path lost.
+    #[must_use]
+    pub fn lost_segments(&self) -> u64 {
+        self.get("RetransSegs")
+            .saturating_sub(self.get("TCPDSACKRecv") + self.get("TCPDSACKOfoRecv"))
+    }
 }
 
-/// (segments retransmitted, duplicates the peer reported by D-SACK) in the namespace at `netns`.
-pub fn retransmissions(netns: &std::path::Path) -> (u64, u64) {
-    run_in(netns, || {
-        (
-            tcp_counter("snmp", "Tcp:", "RetransSegs"),
-            tcp_counter("netstat", "TcpExt:", "TCPDSACKRecv"),
-        )
-    })
-    .unwrap()
+impl std::fmt::Display for TcpCounters {
+    /// The counters that are not zero, `name=value` apart by spaces.
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (name, value) in self.0.iter().filter(|(_, value)| **value != 0) {
+            write!(formatter, "{}{name}={value}", if first { "" } else { " " })?;
+            first = false;
+        }
+        Ok(())
+    }
 }
 
 /// A TCP stream from `client` to `server` (at `server_ip`, `port`), paced at one chunk per
