@@ -36,6 +36,7 @@ mod port_security;
 mod reject;
 mod router;
 mod router6;
+mod router_advert;
 mod socket_lb;
 mod stages;
 mod switching;
@@ -146,12 +147,14 @@ pub fn acl_egress(ctx: TcContext) -> i32 {
 /// The reject stage, tail-called by the ACL stages for what a `reject` ACL refused (see
 /// [`reject::acl_stage`]), and by the IPv6 stage for IPv6 whose hop limit ran out at a router
 /// (see [`reject::time_exceeded6`]) and IPv6 for a router's address that it answers (see
-/// [`reject::router_answer6`]); attached to no interface.
+/// [`reject::router_answer6`]), and by `from_pod` for router solicitations a switch's router
+/// port answers (see [`router_advert`]); attached to no interface.
 #[classifier]
 pub fn acl_reject(ctx: TcContext) -> i32 {
     match stages::magic(&ctx) {
         ovnbpf_common::TIME_EXCEEDED6_REQUEST_MAGIC => reject::time_exceeded6_verdict(&ctx),
         ovnbpf_common::ROUTER_ANSWER6_REQUEST_MAGIC => reject::router_answer6_verdict(&ctx),
+        ovnbpf_common::ROUTER_ADVERT_REQUEST_MAGIC => router_advert::verdict(&ctx),
         _ => reject::acl_verdict(&ctx),
     }
 }

@@ -16,9 +16,9 @@ use ovnbpf_common::maps::{
     LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips, Localnets,
     MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
     PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
-    RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterReplies, Routers, Routes,
-    Routes6, SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages,
-    TimeExceeded6, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterAdverts, RouterReplies,
+    Routers, Routes, Routes6, SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes,
+    SourceRoutes6, Stages, TimeExceeded6, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -86,6 +86,7 @@ kernel_map!(SOURCE_ROUTES: LpmTrie = SourceRoutes);
 kernel_map!(ROUTES6: LpmTrie = Routes6);
 kernel_map!(SOURCE_ROUTES6: LpmTrie = SourceRoutes6);
 kernel_map!(TIME_EXCEEDED6: LpmTrie = TimeExceeded6);
+kernel_map!(ROUTER_ADVERTS: HashMap = RouterAdverts);
 kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
 kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
 kernel_map!(ECMP_MEMBERS: HashMap = EcmpMembers);

@@ -2,7 +2,8 @@
 //! the destination MAC on that datapath gives a local port (redirect) or a port on another chassis
 //! (Geneve). Port security is checked first ([`crate::port_security`]); ARP requests for known
 //! addresses are answered ([`crate::arp`]); IPv6 neighbour solicitations and IPv6 to a router go to
-//! the IPv6 stage ([`crate::ipv6`]), the rest to a router to the router stage ([`crate::router`]). Broadcast and multicast frames, and unicast to unknown MACs
+//! the IPv6 stage ([`crate::ipv6`]), router solicitations a router port answers to the reject
+//! stage ([`crate::router_advert`]), the rest to a router to the router stage ([`crate::router`]). Broadcast and multicast frames, and unicast to unknown MACs
 //! where the switch floods them, go to the datapath's flood group (the flood stage, tail-called:
 //! [`crate::flood`]); unicast to unknown MACs elsewhere is dropped, as OVN's `ls_in_l2_unknown`
 //! drops it. Frames of unknown ports go on untouched, to the stack or the next program. Reads
@@ -22,7 +23,7 @@ use crate::output::{Output, output};
 use crate::{
     L2_FIB, PASS, POD_PORTS, acl, arp, flood,
     headers::{ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6, EthHeader},
-    ipv6, lb, port_security, router, underlay,
+    ipv6, lb, port_security, router, router_advert, underlay,
 };
 
 /// The verdict for a frame from a pod, or the reason to drop it.
@@ -88,9 +89,15 @@ pub fn switch_frame(
         ifindex,
         magic: IPV6_REQUEST_MAGIC,
     };
-    // The switch's ND responder answers multicast solicitations before they flood.
-    if ether_type == ETH_P_IPV6 && multicast && ipv6::is_solicitation(ctx) {
-        return Err(ipv6::request(ctx, &ipv6_request(0)));
+    // The switch's ND responder answers multicast solicitations before they flood, and its
+    // router port router solicitations, where it advertises.
+    if ether_type == ETH_P_IPV6 && multicast {
+        if ipv6::is_solicitation(ctx) {
+            return Err(ipv6::request(ctx, &ipv6_request(0)));
+        }
+        if router_advert::wants(ctx, datapath) {
+            return Err(router_advert::request(ctx, datapath, ifindex));
+        }
     }
     let key = FibKey {
         datapath,

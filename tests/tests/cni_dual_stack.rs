@@ -11,7 +11,10 @@
 //! decremented once), and across a VPC peering to a pod of the peer VPC (twice); a hop limit
 //! that runs out at the first router gets its ICMPv6 time exceeded, one that runs out at the
 //! peer router is dropped and counted; a source address d1's port security
-//! does not list is dropped and counted. CHECK verifies both families; DEL removes the NICs.
+//! does not list is dropped and counted. subnet-a advertises (`enableIPv6RA`): a router
+//! solicitation from d1 gets the router port's advertisement, which d1's stack takes when
+//! told to, and the agent reports the periodic advertisements it does not send. CHECK verifies
+//! both families; DEL removes the NICs.
 
 use std::{
     io::{Read, Write},
@@ -189,6 +192,9 @@ impl DualStackLab {
                 topology
                     .vpc_with_subnet("vpc-a", "subnet-a", SUBNET)
                     .unwrap()
+                    // subnet-a's `enableIPv6RA`: the router's IPv6 is routed beside the
+                    // advertisement's flows, and a solicitation is answered.
+                    .ipv6_router_advertisements("vpc-a", "subnet-a", 64)
                     .subnet("vpc-a", "subnet-b", SUBNET_B)
                     .unwrap()
                     .vpc_with_subnet("vpc-b", "subnet-c", SUBNET_C)
@@ -397,6 +403,66 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
     assert_eq!(replies("tcp_reset"), resets + 1);
     assert_eq!(replies("port_unreachable"), unreachables + 1);
 
+    // Router advertisements (subnet-a's `enableIPv6RA`): a solicitation from d1, as a VM's
+    // stack sends one, gets the router port's advertisement as ovn-controller builds it (from
+    // the port's MAC and link-local address, M set, the subnet's prefix on-link), which d1's own
+    // stack, told to accept advertisements for the while, takes: a default route from it.
+    pod_netns[0]
+        .exec("sysctl", &["-w", "net.ipv6.conf.eth0.accept_ra=2"])
+        .unwrap();
+    let advertisements = replies("router_advertisement");
+    let advertisement = solicit_router(&pod_netns[0], &mac_for("d1"));
+    let router_mac = mac_bytes(&mac_for("vpc-a-subnet-a"));
+    let Some(advertisement) = advertisement else {
+        panic!(
+            "no router advertisement; drops:\n{}{}",
+            drops(&lab.cni.nodes[0]),
+            lab.cni.logs()
+        );
+    };
+    assert_eq!(&advertisement[6..12], &router_mac);
+    assert_eq!(advertisement[21], 255, "hop limit");
+    assert_eq!(&advertisement[22..38], &link_local(router_mac));
+    assert_eq!(
+        &advertisement[38..54],
+        &link_local(mac_bytes(&mac_for("d1")))
+    );
+    let message = &advertisement[54..];
+    // M (stateful DHCPv6), router lifetime 0xffff; a prefix information option for
+    // fd00:10:1::/64, on-link only (L: addresses come from DHCPv6).
+    assert_eq!(
+        &message[..8],
+        &[134, 0, message[2], message[3], 255, 0x80, 0xff, 0xff]
+    );
+    let mut prefix_option = vec![3, 4, 64, 0x80];
+    prefix_option.extend([0xff; 8]);
+    prefix_option.extend([0; 4]);
+    prefix_option.extend(Ipv6Addr::new(0xfd00, 0x10, 1, 0, 0, 0, 0, 0).octets());
+    assert!(
+        message.windows(32).any(|window| window == prefix_option),
+        "{message:02x?}"
+    );
+    assert_eq!(replies("router_advertisement"), advertisements + 1);
+    let learned = wait_until(Duration::from_secs(5), || {
+        pod_netns[0]
+            .ip(&["-6", "route", "show", "default", "proto", "ra"])
+            .is_ok_and(|routes| routes.contains("via fe80::"))
+    });
+    assert!(learned, "d1's stack did not take the advertisement");
+    pod_netns[0]
+        .exec("sysctl", &["-w", "net.ipv6.conf.eth0.accept_ra=0"])
+        .unwrap();
+    pod_netns[0]
+        .ip(&["-6", "route", "flush", "proto", "ra"])
+        .unwrap();
+    // Periodic advertisements (`send_periodic=true`) are not sent yet: the agent says so.
+    let log = std::fs::read_to_string(lab.cni.agents[0].log_path().unwrap()).unwrap();
+    assert!(
+        log.contains("periodic router advertisements of router port vpc-a-subnet-a are not sent"),
+        "{}",
+        lab.cni.logs()
+    );
+
     // Routed IPv6: d1 to d3, another subnet of the VPC on the other node, and back; each way
     // one router decrements the hop limit (d3 answers with 64).
     assert!(
@@ -531,4 +597,79 @@ fn tcp_over_ipv6(pod_netns: &[Netns], (client, server): (usize, usize)) {
         PODS[client].4.to_string(),
         "the server sees the client's IPv6 address"
     );
+}
+
+/// "0a:58:…" → bytes.
+fn mac_bytes(mac: &str) -> [u8; 6] {
+    let mut bytes = [0_u8; 6];
+    for (byte, part) in bytes.iter_mut().zip(mac.split(':')) {
+        *byte = u8::from_str_radix(part, 16).unwrap();
+    }
+    bytes
+}
+
+/// The EUI-64 link-local address of `mac`.
+fn link_local(mac: [u8; 6]) -> [u8; 16] {
+    let mut address = [0_u8; 16];
+    address[..2].copy_from_slice(&[0xfe, 0x80]);
+    address[8..].copy_from_slice(&[
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]);
+    address
+}
+
+/// Sends a router solicitation out of eth0 of `netns` (MAC `mac`, from its link-local
+/// address, with a source link-layer option) and returns the router advertisement that comes
+/// back within two seconds, its ICMPv6 checksum checked.
+fn solicit_router(netns: &Netns, mac: &str) -> Option<Vec<u8>> {
+    let mac = mac_bytes(mac);
+    let source = link_local(mac);
+    let mut all_routers = [0_u8; 16];
+    all_routers[..2].copy_from_slice(&[0xff, 2]);
+    all_routers[15] = 2;
+    let mut message = vec![133, 0, 0, 0, 0, 0, 0, 0, 1, 1];
+    message.extend(mac);
+    let pseudo = |source: &[u8], destination: &[u8], message: &[u8]| {
+        let mut covered = source.to_vec();
+        covered.extend(destination);
+        covered.extend((message.len() as u32).to_be_bytes());
+        covered.extend([0, 0, 0, 58]);
+        covered.extend(message);
+        ovnbpf_tests::icmp::checksum(&covered)
+    };
+    let sum = pseudo(&source, &all_routers, &message);
+    message[2..4].copy_from_slice(&sum.to_be_bytes());
+    let mut frame = vec![0x33, 0x33, 0, 0, 0, 2];
+    frame.extend(mac);
+    frame.extend([0x86, 0xdd, 0x60, 0, 0, 0]);
+    frame.extend((message.len() as u16).to_be_bytes());
+    frame.extend([58, 255]);
+    frame.extend(source);
+    frame.extend(all_routers);
+    frame.extend(&message);
+    let socket = ovnbpf_tests::frames::FrameSocket::open_in(netns, "eth0").unwrap();
+    socket.send(&frame).unwrap();
+    let advertisement = socket
+        .receive(Duration::from_secs(2), |frame| {
+            frame.len() > 54 && frame[12..14] == [0x86, 0xdd] && frame[20] == 58 && frame[54] == 134
+        })
+        .unwrap()?;
+    // Summed with its checksum, the pseudo header and message come to 0.
+    assert_eq!(
+        pseudo(
+            &advertisement[22..38],
+            &advertisement[38..54],
+            &advertisement[54..]
+        ),
+        0,
+        "the advertisement's checksum"
+    );
+    Some(advertisement)
 }

@@ -10,7 +10,12 @@
 //! router cannot route is dropped and counted. Non-IPv4 passes untouched. IPv6, byte for byte as
 //! pinctrl builds it: time exceeded from the port's address for a sender in its network (the
 //! packet's class and flow label, the quote cut at 1218 bytes), none for another sender; TCP
-//! to the router's address gets a reset (hop limit 62), UDP ICMPv6 port unreachable.
+//! to the router's address gets a reset (hop limit 62), UDP ICMPv6 port unreachable. A router
+//! solicitation on a switch whose router port advertises gets the port's advertisement (as
+//! ovn-controller's `put_nd_ra_opts` and the response flow make it: the solicitation's class,
+//! flow label and hop limit, from the port's MAC and link-local address, to the solicitor, or
+//! `ff02::1` for one from `::`); one with another hop limit, or on another switch, is not
+//! answered. (ovn-trace 23.03 aborts on `put_nd_ra_opts`: this is the oracle instead.)
 
 mod common;
 
@@ -710,4 +715,147 @@ fn tcp_and_udp_to_the_routers_ipv6_address_get_the_answers_ovn_builds() {
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
     assert_eq!(outcome.frame, icmp6_error(&query, GATEWAY6, (1, 4, 254)));
     assert_eq!(replies(&programs, "port_unreachable"), 1);
+}
+
+/// The EUI-64 link-local address of `mac`, built here apart from the agent's.
+fn link_local6(mac: [u8; 6]) -> [u8; 16] {
+    [
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]
+}
+
+/// The advertisement (checksum 0) of Kube-OVN's default `ipv6_ra_configs` for a port with
+/// `ROUTER_MAC` and prefix `fd00:10:1::/64` (M set, the prefix on-link only), with `extra`
+/// bytes of options after the link-layer one (an MTU option: 5 1 0 0 and 1400).
+fn advertisement(mtu: bool) -> Vec<u8> {
+    let mut message = vec![
+        0x86, 0, 0, 0, 0xff, 0x80, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    message.extend([1, 1]);
+    message.extend(ROUTER_MAC);
+    if mtu {
+        message.extend([5, 1, 0, 0, 0, 0, 0x05, 0x78]);
+    }
+    message.extend([
+        3, 4, 64, 0x80, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0,
+    ]);
+    let mut prefix = [0_u8; 16];
+    prefix[..8].copy_from_slice(&POD_IP6[..8]);
+    message.extend(prefix);
+    message
+}
+
+/// Switch 5's router port advertises `message`.
+fn advertise(programs: &mut KernelPrograms, message: &[u8]) {
+    use ovnbpf_common::{RouterAdvert, maps::RouterAdverts};
+    let mut advert = RouterAdvert {
+        mac: ROUTER_MAC,
+        length: message.len() as u16,
+        ..RouterAdvert::default()
+    };
+    advert.message[..message.len()].copy_from_slice(message);
+    // The sum the kernel completes with the destination: message, source, length, 58.
+    let mut covered = message.to_vec();
+    covered.extend(link_local6(ROUTER_MAC));
+    let mut sum: u32 = covered
+        .chunks(2)
+        .map(|pair| u32::from(pair[0]) << 8 | u32::from(pair[1]))
+        .sum();
+    sum += message.len() as u32 + 58;
+    advert.partial_sum = (sum & 0xffff) + (sum >> 16);
+    programs.set::<RouterAdverts>(5, advert).unwrap();
+}
+
+/// A router solicitation from `source` (with a source link-layer option unless from `::`),
+/// hop limit `hop_limit`, to `ff02::2`.
+fn solicitation(source: [u8; 16], hop_limit: u8, class_flow: u32) -> Vec<u8> {
+    let mut all_routers = [0_u8; 16];
+    all_routers[0] = 0xff;
+    all_routers[1] = 2;
+    all_routers[15] = 2;
+    let mut message = vec![133, 0, 0, 0, 0, 0, 0, 0];
+    if source != [0; 16] {
+        message.extend([1, 1]);
+        message.extend(POD_MAC);
+    }
+    let message = checksummed6((source, all_routers), 58, message, 2);
+    ipv6(
+        ([0x33, 0x33, 0, 0, 0, 2], POD_MAC),
+        (class_flow, hop_limit),
+        (source, all_routers),
+        58,
+        &message,
+    )
+}
+
+#[test]
+fn a_router_solicitation_gets_the_ports_advertisement_byte_for_byte() {
+    let mut programs = programs6();
+    let pod_link_local = link_local6(POD_MAC);
+    let class_flow = 0x6280_abcd;
+    for mtu in [false, true] {
+        let message = advertisement(mtu);
+        advertise(&mut programs, &message);
+        let outcome = programs
+            .test_run(Hook::Pod, &solicitation(pod_link_local, 255, class_flow))
+            .unwrap();
+        assert_eq!(outcome.verdict, TC_ACT_REDIRECT, "mtu option: {mtu}");
+        let source = link_local6(ROUTER_MAC);
+        let expected = ipv6(
+            (POD_MAC, ROUTER_MAC),
+            (class_flow, 255),
+            (source, pod_link_local),
+            58,
+            &checksummed6((source, pod_link_local), 58, message, 2),
+        );
+        assert_eq!(outcome.frame, expected, "mtu option: {mtu}");
+    }
+    assert_eq!(replies(&programs, "router_advertisement"), 2);
+    // From the unspecified address: to all nodes.
+    let outcome = programs
+        .test_run(Hook::Pod, &solicitation([0; 16], 255, 0x6000_0000))
+        .unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
+    let mut all_nodes = [0_u8; 16];
+    all_nodes[0] = 0xff;
+    all_nodes[1] = 2;
+    all_nodes[15] = 1;
+    assert_eq!(&outcome.frame[..6], &POD_MAC);
+    assert_eq!(&outcome.frame[38..54], &all_nodes);
+    let message = advertisement(true);
+    let source = link_local6(ROUTER_MAC);
+    assert_eq!(
+        &outcome.frame[54..],
+        &checksummed6((source, all_nodes), 58, message, 2)[..]
+    );
+    assert_eq!(replies(&programs, "router_advertisement"), 3);
+    // A hop limit below 255 is no solicitation to OVN (`nd_rs`): not answered, it goes on as
+    // multicast does (this switch has no flood group: on, untouched).
+    let outcome = programs
+        .test_run(Hook::Pod, &solicitation(pod_link_local, 254, class_flow))
+        .unwrap();
+    assert_eq!(outcome.verdict, TCX_NEXT);
+    // A switch whose router port does not advertise: the same.
+    use ovnbpf_common::maps::RouterAdverts;
+    programs.remove::<RouterAdverts>(5).unwrap();
+    let outcome = programs
+        .test_run(Hook::Pod, &solicitation(pod_link_local, 255, class_flow))
+        .unwrap();
+    assert_eq!(outcome.verdict, TCX_NEXT);
+    assert_eq!(replies(&programs, "router_advertisement"), 3);
 }

@@ -6,7 +6,9 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-pub const LAYOUT_VERSION: u32 = 11;
+/// (12 since 2026-12-06: `ROUTER_REPLIES` has room for 32 kinds, so new kinds need no new
+/// layout.)
+pub const LAYOUT_VERSION: u32 = 12;
 
 pub mod acl;
 pub mod checksum;
@@ -16,8 +18,8 @@ pub mod program;
 pub mod stage;
 pub use stage::{
     ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
-    Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_ANSWER6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC,
-    RouterRequest, TIME_EXCEEDED6_REQUEST_MAGIC,
+    Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_ADVERT_REQUEST_MAGIC, ROUTER_ANSWER6_REQUEST_MAGIC,
+    ROUTER_REQUEST_MAGIC, RouterRequest, TIME_EXCEEDED6_REQUEST_MAGIC,
 };
 
 pub mod maps;
@@ -453,6 +455,41 @@ pub struct TimeExceeded6Source {
     pub address: [u8; 16],
 }
 
+/// The longest router advertisement (ICMPv6 message) [`RouterAdvert`] holds: the header, a
+/// link-layer and an MTU option, a recursive DNS server, and up to six prefixes or the search
+/// list and routes in their stead.
+pub const ROUTER_ADVERT_MAX: usize = 256;
+
+/// Value of `ROUTER_ADVERTS` (keyed by a switch's tunnel key): the router advertisement the
+/// switch's router port answers a router solicitation with (OVN's `put_nd_ra_opts`, encoded as
+/// ovn-controller encodes it), from the port's MAC and its link-local address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterAdvert {
+    /// The router port's MAC: the answer's Ethernet source; its link-local address (EUI-64) is
+    /// the answer's IPv6 source.
+    pub mac: [u8; 6],
+    /// The message's length in bytes: a multiple of 8, at most [`ROUTER_ADVERT_MAX`].
+    pub length: u16,
+    /// The ICMPv6 checksum's sum so far, unfolded: the message (its checksum field 0), the
+    /// source address, the length and the next header (58); the kernel adds the destination's
+    /// words and folds.
+    pub partial_sum: u32,
+    /// The message (type 134 first); bytes past `length` are zero.
+    pub message: [u8; ROUTER_ADVERT_MAX],
+}
+
+impl Default for RouterAdvert {
+    fn default() -> Self {
+        Self {
+            mac: [0; 6],
+            length: 0,
+            partial_sum: 0,
+            message: [0; ROUTER_ADVERT_MAX],
+        }
+    }
+}
+
 /// Where an IPv6 route sends a packet (kinds as [`RouteEntry::kind`]'s: [`ROUTE_TO_SWITCH`],
 /// [`ROUTE_TO_ROUTER`]).
 #[repr(C)]
@@ -786,6 +823,9 @@ unsafe impl aya::Pod for TimeExceeded6Key {}
 // SAFETY: repr(C), Copy, 16 bytes.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TimeExceeded6Source {}
+// SAFETY: repr(C), Copy, 6 bytes, a u16, a u32 and 256 bytes (268 bytes, 4-aligned): no padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RouterAdvert {}
 // SAFETY: repr(C), Copy, a u16, two u8 and a RouteEntry (24 bytes, 4-aligned): no padding.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PolicyEntry {}

@@ -21,8 +21,8 @@ use crate::{
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
     MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
     PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6,
-    RouteKey, RouterAddress, RouterInfo, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig,
-    TunnelPortKey,
+    RouteKey, RouterAddress, RouterAdvert, RouterInfo, TimeExceeded6Key, TimeExceeded6Source,
+    TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -203,6 +203,9 @@ declare_maps! {
     /// LPM trie: ([`TimeExceeded6Key`], prefix) → [`TimeExceeded6Source`]: where a router port
     /// answers IPv6 whose hop limit runs out on entering it, by the sender's network.
     TimeExceeded6 = TIME_EXCEEDED6: LpmTrie<TimeExceeded6Key, TimeExceeded6Source>[MAX_NEIGHBOURS];
+    /// Hash: a switch's tunnel key → the [`RouterAdvert`] its router port answers router
+    /// solicitations with.
+    RouterAdverts = ROUTER_ADVERTS: HashMap<u32, RouterAdvert>[MAX_ROUTERS];
     /// LPM trie: ([`RouteKey`] by destination, prefix) → [`PolicyEntry`]: each router's policies
     /// matching a destination prefix.
     PoliciesByDestination = POLICIES_BY_DESTINATION: LpmTrie<RouteKey, PolicyEntry>[MAX_ROUTES];
@@ -229,7 +232,7 @@ declare_maps! {
     /// Hash: [`ProviderKey`] (provider NIC, VLAN) → switch datapath key.
     ProviderNetworks = PROVIDER_NETWORKS: HashMap<ProviderKey, u32>[MAX_LOCALNETS];
     /// Per-CPU array of `u64`, indexed by [`router_reply`]: answers the routers sent.
-    RouterReplies = ROUTER_REPLIES: PerCpuArray<u32, u64>[router_reply::COUNT];
+    RouterReplies = ROUTER_REPLIES: PerCpuArray<u32, u64>[router_reply::CAPACITY];
     /// Hash: [`Ipv6Key`] → [`ArpAnswer`]: the ND responder (an IPv6 address on a switch and the
     /// MAC to advertise).
     NdResponder = ND_RESPONDER: HashMap<Ipv6Key, ArpAnswer>[MAX_ARP_ENTRIES];

@@ -21,8 +21,13 @@ pub const ACL_TCP_RESET: u32 = 7;
 /// ICMP destination unreachable (port unreachable for UDP, host unreachable otherwise) for
 /// other IPv4 a `reject` ACL refused.
 pub const ACL_UNREACHABLE: u32 = 8;
-/// Number of kinds (the map's size).
-pub const COUNT: u32 = 9;
+/// Router advertisement answering a pod's router solicitation (OVN's `put_nd_ra_opts`).
+pub const ROUTER_ADVERTISEMENT: u32 = 9;
+/// Number of kinds.
+pub const COUNT: u32 = 10;
+/// The map's size: room for kinds to come without a new layout.
+pub const CAPACITY: u32 = 32;
+const _: () = assert!(COUNT <= CAPACITY);
 /// Names for metrics and logs, by index.
 pub const NAMES: [&str; COUNT as usize] = [
     "echo_reply",
@@ -34,4 +39,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "nd_solicitation",
     "acl_tcp_reset",
     "acl_unreachable",
+    "router_advertisement",
 ];

@@ -143,6 +143,11 @@ pub const TIME_EXCEEDED6_REQUEST_MAGIC: u32 = 0x0e36_0d06;
 /// next two words' first six bytes, the ICMPv6 unreachable code for what is not TCP).
 pub const ROUTER_ANSWER6_REQUEST_MAGIC: u32 = 0x0e37_0d06;
 
+/// The magic of the request `from_pod` hands the reject stage with a router solicitation to a
+/// switch whose router port advertises (`ROUTER_ADVERTS`): words (the switch, the sender's host
+/// interface, 0, 0); the reject stage answers with the port's router advertisement.
+pub const ROUTER_ADVERT_REQUEST_MAGIC: u32 = 0x0e38_0d06;
+
 /// What a program hands an ACL stage in the skb's control block: a frame on switch `datapath`
 /// between logical ports `ports` (ingress key in the high 16 bits, egress key in the low; 0 in
 /// the ingress stage), at host interface `ifindex` (the sender's veth for the ingress stage,

@@ -10,7 +10,9 @@
 //! unreachable). IPv6: addresses and neighbours in maps of their own (`ROUTER_ADDRESSES6`,
 //! `NEIGHBOURS6`), and the router flags for the kernel's IPv6 stage (northd's per-port link-local
 //! routes, solicitations for next hops), and where a router port answers an expired hop limit
-//! with ICMPv6 time exceeded (`TIME_EXCEEDED6`, [`time_exceeded6`]). Owns the desired contents
+//! with ICMPv6 time exceeded (`TIME_EXCEEDED6`, [`time_exceeded6`]); the router advertisements
+//! switches' router ports answer solicitations with (`ROUTER_ADVERTS`, [`router_adverts`]).
+//! Owns the desired contents
 //! (the `desired_*` functions); what is installed is kept by one [`Table`] per map, which
 //! touches the kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
@@ -131,6 +133,8 @@ pub struct L3State {
     port_table_table: Table<RouteTables, (u32, Ipv4Addr)>,
     /// The routers' ICMPv6 time exceeded sources ([`time_exceeded6`]).
     time_exceeded6: time_exceeded6::TimeExceeded6State,
+    /// The switches' router advertisements ([`router_adverts`]).
+    router_adverts: router_adverts::RouterAdvertState,
 }
 
 impl L3State {
@@ -210,6 +214,7 @@ impl L3State {
                 addresses,
                 ..
             } => {
+                self.router_adverts.take(entry, added);
                 // Only patch ports (router ports and their switch-side peers) matter to routes;
                 // pods are skipped, so a pod costs nothing here.
                 let PortKind::Patch { peer } = kind else {
@@ -320,6 +325,7 @@ impl L3State {
             IrEntry::RouterPort { .. } | IrEntry::TtlExceeded6 { .. } => {
                 self.time_exceeded6.take(entry, added);
             }
+            IrEntry::RouterAdvertisement { .. } => self.router_adverts.take(entry, added),
             IrEntry::RouterEchoReply6 { datapath, ip } => {
                 self.answer(*datapath, (*ip).into(), ROUTER_ADDRESS_ECHO, added);
             }
@@ -554,6 +560,7 @@ impl L3State {
             + self.address6_table.pending()
             + self.router_table.pending()
             + self.time_exceeded6.table.pending()
+            + self.router_adverts.table.pending()
     }
 
     /// Where a packet routed out of router port `port` toward `nexthop` (`None`: the
@@ -702,6 +709,12 @@ impl L3State {
             |s| &mut s.time_exceeded6.table,
             |s, slot| s.time_exceeded6.desired(slot),
         )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.router_adverts.table,
+            |s, switch| s.router_adverts.desired(switch),
+        )?;
         // Routers through the hook that logs why one goes.
         let mut routers = std::mem::take(&mut self.router_table);
         let written = routers.flush_with(
@@ -753,7 +766,8 @@ impl L3State {
             + self.router_table.sweep(maps)?
             + self.address_table.sweep(maps)?
             + self.address6_table.sweep(maps)?
-            + self.time_exceeded6.table.sweep(maps)?)
+            + self.time_exceeded6.table.sweep(maps)?
+            + self.router_adverts.table.sweep(maps)?)
     }
 }
 
@@ -798,6 +812,7 @@ mod ecmp;
 mod keys;
 mod neighbours;
 mod policies;
+mod router_adverts;
 mod routes;
 mod routes6;
 mod time_exceeded6;

@@ -1,7 +1,8 @@
 //! The IPv6 side of the forwarding stages: neighbour discovery responders on switches and
 //! routers, ICMPv6 echo and unreachable replies, IPv6 routes by destination or (`src-ip`) source
 //! (including the per-port link-local routes northd emits for every router port), allow policies
-//! (neutral), time exceeded, next-hop resolution and solicitation. Consulted
+//! (neutral), time exceeded, next-hop resolution and solicitation, router advertisements
+//! ([`super::router_advert`]). Consulted
 //! by [`super::classify`] for flows only IPv6 packets can match; `None` means "not recognised".
 
 use super::{matching::*, verdict::Class};
@@ -77,6 +78,8 @@ pub(super) fn classify(
             }
         }
         "lr_in_ip_input" => classify_router_input(dp, priority, terms, actions, drops),
+        "lr_in_nd_ra_options" => super::router_advert::options(dp, terms, actions),
+        "lr_in_nd_ra_response" => super::router_advert::response(terms, actions),
         // Kube-OVN's per-subnet allow policy, IPv6 half (`ip6.dst == <cidr6>`): allow keeps the
         // routing decision, and an IPv6 policy that changes it (drop, reroute) is not compiled,
         // which keeps the router's IPv6 out; so an IPv6 allow changes nothing compiled.

@@ -12,6 +12,7 @@ mod lb;
 pub(super) mod matching;
 mod policy;
 mod router;
+mod router_advert;
 mod switch;
 #[cfg(test)]
 mod tests;

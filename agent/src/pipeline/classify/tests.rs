@@ -617,3 +617,48 @@ fn policies_on_transport_ports_compile() {
         Class::Unsupported(_)
     ));
 }
+
+#[test]
+fn router_advertisement_flows_from_northd_compile() {
+    // northd 23.03's pair for a router port with Kube-OVN's default `ipv6_ra_configs`.
+    let options = class(
+        "lr_in_nd_ra_options",
+        50,
+        r#"inport == "ovn-cluster-ovn-default" && ip6.dst == ff02::2 && nd_rs"#,
+        r#"reg0[5] = put_nd_ra_opts(addr_mode = "dhcpv6_stateful", slla = 00:00:00:aa:bb:cc, prefix = fd00:10:16::/64); next;"#,
+    );
+    assert!(matches!(
+        options,
+        Class::Compiled(entries) if matches!(&entries[..], [IrEntry::RouterAdvertisement { datapath: 7, port, mac, message }]
+            if port == "ovn-cluster-ovn-default" && *mac == [0, 0, 0, 0xaa, 0xbb, 0xcc] && message.len() == 56 && message[5] == 0x80)
+    ));
+    assert_eq!(
+        class(
+            "lr_in_nd_ra_response",
+            50,
+            r#"inport == "ovn-cluster-ovn-default" && ip6.dst == ff02::2 && nd_ra && reg0[5]"#,
+            r#"eth.dst = eth.src; eth.src = 00:00:00:aa:bb:cc; ip6.dst = ip6.src; ip6.src = fe80::200:ff:feaa:bbcc; outport = inport; flags.loopback = 1; output;"#,
+        ),
+        Class::Neutral
+    );
+    // A response from another address than the port's link-local one is not the kernel's.
+    assert!(matches!(
+        class(
+            "lr_in_nd_ra_response",
+            50,
+            r#"inport == "ovn-cluster-ovn-default" && ip6.dst == ff02::2 && nd_ra && reg0[5]"#,
+            r#"eth.dst = eth.src; eth.src = 00:00:00:aa:bb:cc; ip6.dst = ip6.src; ip6.src = fe80::1; outport = inport; flags.loopback = 1; output;"#,
+        ),
+        Class::Unsupported(_)
+    ));
+    // Options ovn-controller would not encode: the answer is left undone, routing goes on.
+    assert!(matches!(
+        class(
+            "lr_in_nd_ra_options",
+            50,
+            r#"inport == "rp" && ip6.dst == ff02::2 && nd_rs"#,
+            r#"reg0[5] = put_nd_ra_opts(addr_mode = "slaac", slla = 00:00:00:aa:bb:cc); next;"#,
+        ),
+        Class::SideDuty { entries, duty } if entries.is_empty() && duty.contains("no prefix")
+    ));
+}

@@ -376,6 +376,15 @@ pub enum IrEntry {
         network: Prefix6,
         source: Ipv6Addr,
     },
+    /// Router port `port` answers router solicitations (to `ff02::2`, arriving through it) with
+    /// `message`, an ICMPv6 router advertisement (checksum 0) from its MAC `mac` and link-local
+    /// address (`lr_in_nd_ra_options`' `put_nd_ra_opts`, as ovn-controller encodes it).
+    RouterAdvertisement {
+        datapath: u32,
+        port: String,
+        mac: Mac,
+        message: Vec<u8>,
+    },
     /// Packets of this kind go to the slow path (the agent), e.g. DHCPv6 replies to a router port.
     Punt { datapath: u32, reason: String },
     /// Frames to `mac` (northd's `svc_monitor_mac`) on this switch are answers to the
@@ -641,7 +650,8 @@ impl IrEntry {
             | IrEntry::ServiceMonitorAnswers { datapath, .. }
             | IrEntry::RouterReject { datapath, .. }
             | IrEntry::TtlExceeded { datapath, .. }
-            | IrEntry::TtlExceeded6 { datapath, .. } => *datapath,
+            | IrEntry::TtlExceeded6 { datapath, .. }
+            | IrEntry::RouterAdvertisement { datapath, .. } => *datapath,
         }
     }
 }
