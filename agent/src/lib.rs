@@ -17,6 +17,7 @@ pub mod netns;
 pub mod node_network;
 pub mod ovsdb;
 pub mod pipeline;
+pub mod router_advert;
 pub mod rtnetlink;
 pub mod sb;
 pub mod service_monitor;

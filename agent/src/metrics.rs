@@ -377,7 +377,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         }
     }
     // (name, label, help, counts by the label's value).
-    let named_counters: [NamedCounters<'_>; 8] = [
+    let named_counters: [NamedCounters<'_>; 9] = [
         (
             "ovnbpf_datapath_drops_total",
             "reason",
@@ -419,6 +419,12 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             "result",
             "Load balancer health-check probes this chassis sent to the backends it hosts (sent), the ones answered (answered: a SYN+ACK or a reset for TCP, a port unreachable for UDP), those whose timeout passed unanswered (unanswered), and probes or sockets that failed (error).",
             &report.service_monitor_probes,
+        ),
+        (
+            "ovnbpf_router_advertisements_total",
+            "result",
+            "Periodic router advertisements (a router port's ipv6_ra_send_periodic, Kube-OVN's enableIPv6RA) this chassis wrote to its local ports of the port's switch (sent), and writes that failed (error). Solicited advertisements are the datapath's: ovnbpf_datapath_router_replies_total{kind=\"router_advertisement\"}.",
+            &report.router_advertisements,
         ),
         (
             "ovnbpf_acl_verdict_cache_total",
@@ -603,6 +609,7 @@ mod tests {
             socket_lb: vec![("connect", 3), ("reversed", 2)],
             service_monitors: vec![("online", 2), ("offline", 1), ("undecided", 0)],
             service_monitor_probes: vec![("sent", 9), ("answered", 8)],
+            router_advertisements: vec![("sent", 6), ("error", 0)],
             connections: Some(crate::dataplane::ConnectionSweep {
                 removed: 3,
                 live: 11,
@@ -673,6 +680,7 @@ mod tests {
             r#"ovnbpf_socket_lb_total{kind="connect"} 3"#,
             r#"ovnbpf_service_monitors{status="offline"} 1"#,
             r#"ovnbpf_service_monitor_probes_total{result="answered"} 8"#,
+            r#"ovnbpf_router_advertisements_total{result="sent"} 6"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

@@ -327,23 +327,33 @@ impl Topology {
         Ok(self)
     }
 
-    /// Router advertisements on dual-stack subnet `subnet` of `vpc` (`spec.enableIPv6RA` with
-    /// `ipv6RAConfigs` left empty), as kube-ovn-controller's `UpdateLogicalRouterPortRA` writes
-    /// them on the router port: Kube-OVN's default `ipv6_ra_configs` (stateful DHCPv6, sent
-    /// every 5 to 30 s) and `ipv6_prefix`, the network's prefix length.
-    pub fn ipv6_router_advertisements(&mut self, vpc: &str, subnet: &str, length: u8) -> &mut Self {
+    /// Router advertisements on dual-stack subnet `subnet` of `vpc` (`spec.enableIPv6RA`), as
+    /// kube-ovn-controller's `UpdateLogicalRouterPortRA` writes them on the router port:
+    /// `ipv6_ra_configs` from `configs` (the subnet's `ipv6RAConfigs`, "key=value,…"; empty:
+    /// Kube-OVN's default, stateful DHCPv6 sent every 5 to 30 s) and `ipv6_prefix`, the
+    /// network's prefix length.
+    pub fn ipv6_router_advertisements(
+        &mut self,
+        vpc: &str,
+        subnet: &str,
+        length: u8,
+        configs: &str,
+    ) -> &mut Self {
+        let configs = if configs.is_empty() {
+            "address_mode=dhcpv6_stateful,max_interval=30,min_interval=5,send_periodic=true"
+        } else {
+            configs
+        };
         let router_port = format!("{vpc}-{subnet}");
-        let prefix = format!("ipv6_prefix=\"{length}\"");
-        self.add(&[
-            "set",
-            "logical_router_port",
-            &router_port,
-            "ipv6_ra_configs:address_mode=dhcpv6_stateful",
-            "ipv6_ra_configs:max_interval=30",
-            "ipv6_ra_configs:min_interval=5",
-            "ipv6_ra_configs:send_periodic=true",
-            &prefix,
-        ])
+        let mut command = vec!["set".to_string(), "logical_router_port".into(), router_port];
+        command.extend(
+            configs
+                .split(',')
+                .map(|pair| format!("ipv6_ra_configs:{pair}")),
+        );
+        command.push(format!("ipv6_prefix=\"{length}\""));
+        self.commands.push(command);
+        self
     }
 
     /// Deletes subnet `subnet` (`cidr`) of `vpc` with what [`Self::subnet`] wrote for it: the

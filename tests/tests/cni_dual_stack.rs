@@ -13,8 +13,8 @@
 //! peer router is dropped and counted; a source address d1's port security
 //! does not list is dropped and counted. subnet-a advertises (`enableIPv6RA`): a router
 //! solicitation from d1 gets the router port's advertisement, which d1's stack takes when
-//! told to, and the agent reports the periodic advertisements it does not send. CHECK verifies
-//! both families; DEL removes the NICs.
+//! told to, and each node's agent sends periodic ones to its own pods of subnet-a (none to
+//! subnet-b's). CHECK verifies both families; DEL removes the NICs.
 
 use std::{
     io::{Read, Write},
@@ -89,6 +89,9 @@ const PODS: [Pod; 4] = [
         Ipv6Addr::new(0xfd00, 0x20, 1, 0, 0, 0, 0, 1),
     ),
 ];
+/// subnet-a's `ipv6RAConfigs`: Kube-OVN's default but sent every 3 to 4 s (northd's shortest).
+const RA_CONFIGS: &str =
+    "address_mode=dhcpv6_stateful,max_interval=4,min_interval=3,send_periodic=true";
 /// An address of the subnet no port has.
 const SPOOFED6: &str = "fd00:10:1::99";
 
@@ -192,9 +195,10 @@ impl DualStackLab {
                 topology
                     .vpc_with_subnet("vpc-a", "subnet-a", SUBNET)
                     .unwrap()
-                    // subnet-a's `enableIPv6RA`: the router's IPv6 is routed beside the
-                    // advertisement's flows, and a solicitation is answered.
-                    .ipv6_router_advertisements("vpc-a", "subnet-a", 64)
+                    // subnet-a's `enableIPv6RA`, with `ipv6RAConfigs` sending every 3 to 4 s:
+                    // the router's IPv6 is routed beside the advertisement's flows, a
+                    // solicitation is answered, and advertisements come unasked.
+                    .ipv6_router_advertisements("vpc-a", "subnet-a", 64, RA_CONFIGS)
                     .subnet("vpc-a", "subnet-b", SUBNET_B)
                     .unwrap()
                     .vpc_with_subnet("vpc-b", "subnet-c", SUBNET_C)
@@ -455,13 +459,56 @@ fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
     pod_netns[0]
         .ip(&["-6", "route", "flush", "proto", "ra"])
         .unwrap();
-    // Periodic advertisements (`send_periodic=true`) are not sent yet: the agent says so.
-    let log = std::fs::read_to_string(lab.cni.agents[0].log_path().unwrap()).unwrap();
+    // Periodic advertisements (`send_periodic=true`): each node's agent sends them to its own
+    // ports of subnet-a (d1 on node1, d2 on node2) every 3 to 4 s, from the port's MAC and
+    // link-local address to all nodes; d3, on subnet-b, which does not advertise, gets none.
+    let sockets = [0, 1, 2].map(|index| {
+        ovnbpf_tests::frames::FrameSocket::open_in(&pod_netns[index], "eth0").unwrap()
+    });
+    let periodic = |frame: &[u8]| {
+        frame.len() > 54
+            && frame[..6] == [0x33, 0x33, 0, 0, 0, 1]
+            && frame[20] == 58
+            && frame[54] == 134
+    };
+    for (index, socket) in sockets.iter().take(2).enumerate() {
+        let advertisement = socket.receive(Duration::from_secs(6), periodic).unwrap();
+        let Some(advertisement) = advertisement else {
+            panic!(
+                "{}: no periodic advertisement{}",
+                PODS[index].0,
+                lab.cni.logs()
+            );
+        };
+        assert_eq!(&advertisement[6..12], &router_mac);
+        assert_eq!(&advertisement[22..38], &link_local(router_mac));
+        assert_eq!(
+            &advertisement[38..54],
+            &Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets()
+        );
+        assert!(
+            advertisement[54..]
+                .windows(32)
+                .any(|window| window == prefix_option)
+        );
+        assert_eq!(
+            checksum6(&advertisement),
+            0,
+            "{}: the periodic advertisement's checksum",
+            PODS[index].0
+        );
+    }
     assert!(
-        log.contains("periodic router advertisements of router port vpc-a-subnet-a are not sent"),
-        "{}",
-        lab.cni.logs()
+        !sockets[2].drain().iter().any(|frame| periodic(frame)),
+        "d3's subnet does not advertise"
     );
+    for node in &lab.cni.nodes {
+        let sent = metric(
+            &scrape(node),
+            r#"ovnbpf_router_advertisements_total{result="sent"}"#,
+        );
+        assert!(sent >= 1, "{sent} periodic advertisements counted");
+    }
 
     // Routed IPv6: d1 to d3, another subnet of the VPC on the other node, and back; each way
     // one router decrements the hop limit (d3 answers with 64).
@@ -658,7 +705,12 @@ fn solicit_router(netns: &Netns, mac: &str) -> Option<Vec<u8>> {
     socket.send(&frame).unwrap();
     let advertisement = socket
         .receive(Duration::from_secs(2), |frame| {
-            frame.len() > 54 && frame[12..14] == [0x86, 0xdd] && frame[20] == 58 && frame[54] == 134
+            // The answer, not a periodic advertisement to all nodes.
+            frame.len() > 54
+                && frame[12..14] == [0x86, 0xdd]
+                && frame[20] == 58
+                && frame[54] == 134
+                && frame[38..54] == source
         })
         .unwrap()?;
     // Summed with its checksum, the pseudo header and message come to 0.
@@ -672,4 +724,15 @@ fn solicit_router(netns: &Netns, mac: &str) -> Option<Vec<u8>> {
         "the advertisement's checksum"
     );
     Some(advertisement)
+}
+
+/// The ICMPv6 checksum over an IPv6 frame's pseudo header and message, its checksum included:
+/// 0 when it is right.
+fn checksum6(frame: &[u8]) -> u16 {
+    let message = &frame[54..];
+    let mut covered = frame[22..54].to_vec();
+    covered.extend((message.len() as u32).to_be_bytes());
+    covered.extend([0, 0, 0, 58]);
+    covered.extend(message);
+    ovnbpf_tests::icmp::checksum(&covered)
 }

@@ -152,6 +152,7 @@ impl Daemon {
                     socket_lb,
                     service_monitors: self.service_monitors.status_counts(),
                     service_monitor_probes: self.service_monitors.probe_counts(),
+                    router_advertisements: self.periodic_adverts.counts(),
                 });
             }
             PortCommand::DatapathNames { reply } => {

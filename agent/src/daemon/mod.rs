@@ -144,6 +144,8 @@ struct Daemon {
     node_network: Option<tokio::sync::watch::Sender<node_network::NodeNetworkWanted>>,
     /// The load balancer backends this chassis probes (Service_Monitor).
     service_monitors: crate::service_monitor::ServiceMonitors,
+    /// Periodic router advertisements to the local ports of advertising switches.
+    periodic_adverts: crate::router_advert::periodic::PeriodicAdverts,
     /// The IR diffs not yet written, while the datapath holds a previous agent's state and this
     /// agent's view is not complete (see [`Self::release_held`]); `None` once written.
     held: Option<Vec<crate::pipeline::IrDiff>>,
@@ -261,6 +263,7 @@ pub async fn run(
                         daemon.command(command).await;
                         if ports_change {
                             daemon.reconcile_service_monitors(daemon.chassis_uuid);
+                            daemon.reconcile_periodic_adverts();
                         }
                     }
                     None => commands_open = false,
@@ -278,6 +281,7 @@ pub async fn run(
             }
         }
         daemon.service_monitors.stop();
+        daemon.periodic_adverts.stop();
         for task in [drop_events, acl_log_events].into_iter().flatten() {
             task.abort();
         }
@@ -339,6 +343,7 @@ impl Daemon {
             side_duties: side_duties::SideDuties::default(),
             node_network: None,
             service_monitors: crate::service_monitor::ServiceMonitors::default(),
+            periodic_adverts: crate::router_advert::periodic::PeriodicAdverts::default(),
             held: adopted.then(Vec::new),
             stats: DaemonStats::default(),
         }
@@ -416,6 +421,12 @@ impl Daemon {
             self.update_scope(chassis);
         }
         self.follow_service_monitors(&changes, chassis);
+        let bindings_changed = changes
+            .table(crate::sb::rows::PortBinding::TABLE)
+            .is_some_and(|table| !table.is_empty());
+        if changes.resynced || bindings_changed {
+            self.reconcile_periodic_adverts();
+        }
         self.release_held();
         self.sync_southbound().await;
         self.poll_pending();
@@ -473,6 +484,15 @@ impl Daemon {
         let interface_of = |port: &str| datapath.and_then(|datapath| datapath.interface_of(port));
         self.service_monitors
             .reconcile(&self.sb, chassis, &interface_of);
+    }
+
+    /// Brings the periodic router advertisements in line with the Southbound and the ports
+    /// plugged here.
+    fn reconcile_periodic_adverts(&mut self) {
+        let datapath = self.datapath.as_deref();
+        let interface_of = |port: &str| datapath.and_then(|datapath| datapath.interface_of(port));
+        self.periodic_adverts
+            .reconcile(&self.sb, &self.local_ports, &interface_of);
     }
 
     /// The retry timer: failed datapath writes are retried; when that succeeds the local ports'

@@ -114,6 +114,8 @@ pub struct DaemonReport {
     pub service_monitors: Vec<(&'static str, u64)>,
     /// Their health-check probes, by outcome.
     pub service_monitor_probes: Vec<(&'static str, u64)>,
+    /// Periodic router advertisements sent to local ports, and failed sends.
+    pub router_advertisements: Vec<(&'static str, u64)>,
     /// The datapath's counters per interface: (interface, a pod veth's logical port, counters).
     pub interfaces: Vec<crate::dataplane::InterfaceReading>,
 }

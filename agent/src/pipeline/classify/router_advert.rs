@@ -7,8 +7,8 @@
 //! then one option per argument in the flow's order); the second, in that shape, is neutral:
 //! the kernel's answer is the whole of it ([`crate::dataplane`]'s `router_adverts`).
 //!
-//! Hand-written: the encoding is OVN's own (a few fixed layouts of RFC 4861, 4191, 6106); no
-//! crate encodes `put_nd_ra_opts` arguments.
+//! The options' layouts are [`crate::router_advert::options`]', shared with the periodic
+//! sender.
 
 use std::net::Ipv6Addr;
 
@@ -16,13 +16,12 @@ use super::{matching::*, verdict::Class};
 use crate::lflow::ast::{Action, Expr, Source};
 use crate::lflow::lexer::{Constant, Mask, Token};
 use crate::pipeline::ir::{IrEntry, Mac};
+use crate::router_advert::options;
 
 /// `ff02::2`, where router solicitations go.
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 /// The longest message the kernel holds (`ovnbpf_common::ROUTER_ADVERT_MAX`).
 const MESSAGE_MAX: usize = ovnbpf_common::ROUTER_ADVERT_MAX;
-/// Lifetimes OVN writes: infinite (router lifetime 0xffff is OVN's too).
-const INFINITE: [u8; 4] = [0xff; 4];
 
 /// `lr_in_nd_ra_options`: the solicitation's answer of router port `inport`.
 pub(super) fn options(dp: u32, terms: &[&Expr], actions: &[Action]) -> Option<Class> {
@@ -99,7 +98,9 @@ fn arguments(tokens: &[Token]) -> Result<Vec<(&str, &Constant)>, String> {
 }
 
 /// The router port's MAC and the ICMPv6 router advertisement (checksum 0) that
-/// `put_nd_ra_opts(arguments)` makes ovn-controller send.
+/// `put_nd_ra_opts(arguments)` makes ovn-controller send: the header, then one option per
+/// argument in their order (the address mode first, as northd writes it, so the prefixes'
+/// A flag follows it).
 pub(crate) fn encode(tokens: &[Token]) -> Result<(Mac, Vec<u8>), String> {
     let arguments = arguments(tokens)?;
     let string = |value: &Constant| match value {
@@ -110,14 +111,9 @@ pub(crate) fn encode(tokens: &[Token]) -> Result<(Mac, Vec<u8>), String> {
         Some((_, value)) => string(value)?,
         None => return Err("no addr_mode".into()),
     };
-    // M for stateful DHCPv6, O for stateless; SLAAC neither.
-    let mut flags = match mode.as_str() {
-        "dhcpv6_stateful" => 0x80,
-        "dhcpv6_stateless" => 0x40,
-        "slaac" => 0,
-        other => return Err(format!("address mode {other:?}")),
-    };
-    let mut message = vec![134, 0, 0, 0, 255, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0];
+    let (mut flags, prefix_flags) =
+        options::mode_flags(&mode).ok_or_else(|| format!("address mode {mode:?}"))?;
+    let mut message = options::header(0);
     let mut mac = None;
     let mut prefixes = 0;
     for (name, value) in &arguments {
@@ -131,8 +127,7 @@ pub(crate) fn encode(tokens: &[Token]) -> Result<(Mac, Vec<u8>), String> {
                 },
             ) => {
                 mac = Some(*address);
-                message.extend([1, 1]);
-                message.extend(address);
+                message.extend(options::source_link_layer(*address));
             }
             (
                 "mtu",
@@ -141,16 +136,9 @@ pub(crate) fn encode(tokens: &[Token]) -> Result<(Mac, Vec<u8>), String> {
                 },
             ) => {
                 let mtu = u32::try_from(*value).map_err(|_| format!("MTU {value}"))?;
-                message.extend([5, 1, 0, 0]);
-                message.extend(mtu.to_be_bytes());
+                message.extend(options::mtu(mtu));
             }
-            ("router_preference", value) => {
-                flags |= match string(value)?.as_str() {
-                    "HIGH" => 0x08,
-                    "LOW" => 0x18,
-                    _ => 0,
-                };
-            }
+            ("router_preference", value) => flags |= options::preference(&string(value)?),
             (
                 "rdnss",
                 Constant::Ipv6 {
@@ -158,28 +146,16 @@ pub(crate) fn encode(tokens: &[Token]) -> Result<(Mac, Vec<u8>), String> {
                     mask: None,
                 },
             ) => {
-                message.extend([0x19, 3, 0, 0]);
-                message.extend(INFINITE);
-                message.extend(address.octets());
+                message.extend(options::dns_server(*address));
             }
-            ("dnssl", value) => message.extend(search_list(&string(value)?)?),
-            ("route_info", value) => {
-                for route in string(value)?.split(',') {
-                    message.extend(route_information(route)?);
-                }
-            }
+            ("dnssl", value) => message.extend(options::search_list(&string(value)?)?),
+            ("route_info", value) => message.extend(options::route_information(&string(value)?)?),
             ("prefix", Constant::Ipv6 { address, mask }) => {
                 let length = match mask {
                     Some(Mask::Prefix(length)) if *length <= 128 => *length,
                     _ => return Err(format!("prefix {address} without a length")),
                 };
-                // L, and A unless addresses come from stateful DHCPv6.
-                let autonomous = if flags & 0x80 != 0 { 0x80 } else { 0xc0 };
-                message.extend([3, 4, length, autonomous]);
-                message.extend(INFINITE);
-                message.extend(INFINITE);
-                message.extend([0; 4]);
-                message.extend(address.octets());
+                message.extend(options::prefix(*address, length, prefix_flags));
                 prefixes += 1;
             }
             (name, value) => return Err(format!("argument {name} = {value:?}")),
@@ -197,62 +173,6 @@ pub(crate) fn encode(tokens: &[Token]) -> Result<(Mac, Vec<u8>), String> {
         ));
     }
     Ok((mac, message))
-}
-
-/// The DNS search list option (RFC 6106) of `domains` (comma-separated), as OVN encodes it:
-/// each name in labels, the option zero-padded to 8 bytes.
-fn search_list(domains: &str) -> Result<Vec<u8>, String> {
-    let mut names = Vec::new();
-    for domain in domains.split(',') {
-        for label in domain.split('.').filter(|label| !label.is_empty()) {
-            let length = u8::try_from(label.len())
-                .ok()
-                .filter(|length| *length < 64)
-                .ok_or_else(|| format!("DNS label {label:?}"))?;
-            names.push(length);
-            names.extend(label.bytes());
-        }
-        names.push(0);
-    }
-    let total = (8 + names.len()).div_ceil(8) * 8;
-    let mut option = vec![
-        0x1f,
-        u8::try_from(total / 8).map_err(|_| "search list too long")?,
-    ];
-    option.extend([0, 0]);
-    option.extend(INFINITE);
-    option.extend(names);
-    option.resize(total, 0);
-    Ok(option)
-}
-
-/// One route information option (RFC 4191) of `PREFERENCE-prefix/length` (`HIGH-fd05::/64`).
-fn route_information(route: &str) -> Result<Vec<u8>, String> {
-    let (preference, prefix) = route
-        .split_once('-')
-        .ok_or_else(|| format!("route {route:?}"))?;
-    let preference = match preference {
-        "HIGH" => 0x08,
-        "LOW" => 0x18,
-        _ => 0,
-    };
-    let (address, length) = prefix
-        .split_once('/')
-        .ok_or_else(|| format!("route {route:?} without a length"))?;
-    let address: Ipv6Addr = address.parse().map_err(|_| format!("route {route:?}"))?;
-    let length: u8 = length
-        .parse()
-        .ok()
-        .filter(|length| *length <= 128)
-        .ok_or_else(|| format!("route {route:?}"))?;
-    let words = usize::from(length).div_ceil(64);
-    let mut option = vec![0x18, 1 + words as u8, length, preference];
-    option.extend(INFINITE);
-    // The network (the address under its mask), as OVN copies it.
-    let mask = u128::MAX.checked_shl(128 - u32::from(length)).unwrap_or(0);
-    let network = (u128::from(address) & mask).to_be_bytes();
-    option.extend(&network[..words * 8]);
-    Ok(option)
 }
 
 #[cfg(test)]

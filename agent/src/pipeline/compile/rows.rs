@@ -21,8 +21,7 @@ impl Compiler {
         let entries = if let Some(port) = sb.row::<PortBinding>(&uuid) {
             let (entry, bad) = port_entry(sb, &port);
             self.bad_addresses += bad;
-            let periodic = periodic_advertisements(sb, &port);
-            entry.into_iter().chain(periodic).collect()
+            entry.into_iter().collect()
         } else if let Some(binding) = sb.row::<MacBinding>(&uuid) {
             learned_neighbour(sb, &binding).into_iter().collect()
         } else if let Some(encap) = sb.row::<Encap>(&uuid) {
@@ -172,30 +171,6 @@ pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> (Option<IrEntry
         port_security,
     };
     (Some(entry), bad)
-}
-
-/// The duty ovn-controller has for a router port northd gave `ipv6_ra_send_periodic=true`
-/// (Kube-OVN's `enableIPv6RA` default): unsolicited router advertisements every few seconds to
-/// the local pods of its switch. Not done yet, so reported; solicited ones are answered
-/// ([`IrEntry::RouterAdvertisement`]).
-fn periodic_advertisements(sb: &Southbound, port: &PortBinding) -> Option<IrEntry> {
-    let periodic = port.kind == "patch"
-        && port
-            .options
-            .get("ipv6_ra_send_periodic")
-            .is_some_and(|value| value == "true");
-    if !periodic {
-        return None;
-    }
-    let datapath = sb.row::<DatapathBinding>(&port.datapath?)?;
-    Some(IrEntry::SideDutyNotDone {
-        datapath: datapath.tunnel_key,
-        stage: "Port_Binding".into(),
-        duty: format!(
-            "periodic router advertisements of router port {} are not sent (solicited ones are answered)",
-            port.logical_port
-        ),
-    })
 }
 
 /// An Encap row as the chassis's tunnel endpoint: Geneve over IPv4 only (what the datapath
