@@ -421,10 +421,7 @@ impl Daemon {
             self.update_scope(chassis);
         }
         self.follow_service_monitors(&changes, chassis);
-        let bindings_changed = changes
-            .table(crate::sb::rows::PortBinding::TABLE)
-            .is_some_and(|table| !table.is_empty());
-        if changes.resynced || bindings_changed {
+        if changes.resynced || self.advertising_ports_may_change(&changes) {
             self.reconcile_periodic_adverts();
         }
         self.release_held();
@@ -484,6 +481,22 @@ impl Daemon {
         let interface_of = |port: &str| datapath.and_then(|datapath| datapath.interface_of(port));
         self.service_monitors
             .reconcile(&self.sb, chassis, &interface_of);
+    }
+
+    /// Whether `changes` may change where periodic router advertisements go: a local port or a
+    /// patch port written, or any port gone (its type is gone with it).
+    fn advertising_ports_may_change(&self, changes: &ChangeSet) -> bool {
+        use crate::sb::rows::PortBinding;
+        changes.table(PortBinding::TABLE).is_some_and(|table| {
+            let relevant = |uuid: &uuid::Uuid| {
+                self.sb.row::<PortBinding>(uuid).is_some_and(|port| {
+                    port.kind == "patch" || self.local_ports.contains(&port.logical_port)
+                })
+            };
+            table.inserted.iter().any(relevant)
+                || table.modified.iter().any(|(uuid, _)| relevant(uuid))
+                || !table.deleted.is_empty()
+        })
     }
 
     /// Brings the periodic router advertisements in line with the Southbound and the ports

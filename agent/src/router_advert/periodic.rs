@@ -30,11 +30,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::options;
-use crate::{
-    net::parse_mac,
-    pipeline::ir::Mac,
-    sb::{Southbound, rows::PortBinding},
-};
+use crate::{net::parse_mac, pipeline::ir::Mac, sb::Southbound};
 
 /// `ff02::1`, all nodes.
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
@@ -187,50 +183,52 @@ impl PeriodicAdverts {
     }
 
     /// Brings the tasks in line with the Southbound: one per router port with periodic
-    /// advertisements whose switch has ports in `local_ports` that `interface_of` knows. O(the
-    /// replica's Port_Binding rows), run when they change.
+    /// advertisements whose switch has ports in `local_ports` that `interface_of` knows.
+    /// O(local ports + the typed ports of their switches): the local ports' switches, their
+    /// router ports (the switch side's `peer`) and those ports' options.
     pub fn reconcile(
         &mut self,
         sb: &Southbound,
         local_ports: &HashSet<String>,
         interface_of: &dyn Fn(&str) -> Option<String>,
     ) {
-        let bindings: Vec<PortBinding> = sb.rows::<PortBinding>().collect();
-        let by_name: HashMap<&str, &PortBinding> = bindings
-            .iter()
-            .map(|binding| (binding.logical_port.as_str(), binding))
-            .collect();
         // The host interfaces of the local ports, by their switch's row.
         let mut local: HashMap<uuid::Uuid, BTreeSet<String>> = HashMap::new();
-        for binding in &bindings {
-            if local_ports.contains(&binding.logical_port)
-                && let (Some(datapath), Some(interface)) =
-                    (binding.datapath, interface_of(&binding.logical_port))
+        for name in local_ports {
+            if let Some(datapath) = sb.port_by_name(name).and_then(|port| port.datapath)
+                && let Some(interface) = interface_of(name)
             {
                 local.entry(datapath).or_default().insert(interface);
             }
         }
         let mut wanted: HashMap<String, Target> = HashMap::new();
-        for binding in bindings.iter().filter(|binding| binding.kind == "patch") {
-            let config = match Config::from_options(&binding.options) {
-                Ok(Some(config)) => config,
-                Ok(None) => continue,
-                Err(reason) => {
-                    warn!(port = %binding.logical_port, %reason, "periodic router advertisements not sent");
+        for (switch, interfaces) in local {
+            let switch_sides = sb
+                .typed_ports_on_datapath(switch)
+                .filter(|port| port.kind == "patch");
+            for switch_side in switch_sides {
+                let Some(router_port) = switch_side
+                    .options
+                    .get("peer")
+                    .and_then(|peer| sb.port_by_name(peer))
+                else {
                     continue;
+                };
+                match Config::from_options(&router_port.options) {
+                    Ok(Some(config)) => {
+                        let target = Target {
+                            config,
+                            interfaces: interfaces.clone(),
+                        };
+                        wanted.insert(router_port.logical_port, target);
+                    }
+                    Ok(None) => {}
+                    Err(reason) => warn!(
+                        port = %router_port.logical_port,
+                        %reason,
+                        "periodic router advertisements not sent"
+                    ),
                 }
-            };
-            let switch = binding
-                .options
-                .get("peer")
-                .and_then(|peer| by_name.get(peer.as_str()))
-                .and_then(|peer| peer.datapath);
-            let interfaces = switch
-                .and_then(|switch| local.get(&switch))
-                .cloned()
-                .unwrap_or_default();
-            if !interfaces.is_empty() {
-                wanted.insert(binding.logical_port.clone(), Target { config, interfaces });
             }
         }
         self.running.retain(|port, running| {
