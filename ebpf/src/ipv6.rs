@@ -15,12 +15,12 @@
 //! MAC from the router's neighbours; an unknown sender is solicited instead, as the routed
 //! answer would be. Its other answers (reset, port or address unreachable) are composed by the
 //! reject stage ([`crate::reject`]); what it does not answer is `to_router_unhandled`. Other IPv6 with hop
-//! limit left is routed ([`crate::router6`]: routes, peering, neighbours, solicitations; the
-//! routed frame's L2 output step is the router stage's). Where a next hop has no MAC, the router
+//! limit left is routed by the route6 stage ([`crate::router6`], tail-called: routes, peering,
+//! neighbours, solicitations; the routed frame's L2 output step is the router stage's). Where a next hop has no MAC, the router
 //! solicits it as OVN's `nd_ns` does (from the output port's link-local address, to the next
 //! hop's solicited-node group, hop limit 255, a source link-layer option), flooded on the switch
 //! like its ARP requests; the packet is dropped. A hop limit of 1 or less gets the router's
-//! ICMPv6 time exceeded, composed by the reject stage ([`crate::reject`]: this stage's stack is
+//! ICMPv6 time exceeded, composed by the reject stage ([`crate::reject`]: this stage's stack was
 //! full), or is dropped as `ttl_expired` where the router sends none; a router whose IPv6 flows are not
 //! all compiled (`ROUTER_IPV6_UNSUPPORTED`) has all its IPv6 dropped as `router_unsupported`. The
 //! responder's and the router's answers go back out of the sender's veth (the responder's
@@ -225,7 +225,7 @@ fn to_router(
     if is_link_local(&ip.destination) && flags & ROUTER_IPV6_LINK_LOCAL == 0 {
         return Err(drop_reason::NO_ROUTE);
     }
-    crate::router6::route(ctx, &ip, request)
+    Err(crate::router6::request(ctx, request))
 }
 
 /// What the router does with a packet to its own address (whose `RouterAddress` flags are

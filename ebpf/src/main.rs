@@ -170,6 +170,16 @@ pub fn lb(ctx: TcContext) -> i32 {
     }
 }
 
+/// The IPv6 routing stage, tail-called from the IPv6 stage (see [`router6`]); attached to no
+/// interface.
+#[classifier]
+pub fn route6(ctx: TcContext) -> i32 {
+    match router6::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
 /// The router stage, tail-called from `from_pod` (see [`router`]); attached to no interface.
 #[classifier]
 pub fn router(ctx: TcContext) -> i32 {

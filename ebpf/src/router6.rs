@@ -1,5 +1,7 @@
-//! IPv6 routing, for the IPv6 stage ([`crate::ipv6`]) once it has found a packet is not for
-//! the router itself, its hop limit lasts and the pod's switch lets it go: as the IPv4 router,
+//! IPv6 routing, the route6 stage: a program of its own, which the IPv6 stage
+//! ([`crate::ipv6`]) tail-calls ([`request`]) once it has found a packet is not for the router
+//! itself, its hop limit lasts and the pod's switch lets it go (its stack was full): as the
+//! IPv4 router,
 //! the longest-prefix route by destination in `ROUTES6`, or by source in `SOURCE_ROUTES6`
 //! where the router has `src-ip` routes and OVN's priority says so, following router-to-router
 //! links (VPC peering) up to `MAX_ROUTER_HOPS`, the hop limit decremented per router (one that
@@ -17,8 +19,8 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
     DropReason, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH,
-    ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
-    ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
+    ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS, ROUTER_IPV6_UNSUPPORTED,
+    ROUTER_ND_REQUESTS, ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
     acl::{UNCHECKED_INGRESS, USER_RULES_INGRESS},
     drop_reason, stage as slot,
 };
@@ -29,9 +31,44 @@ use crate::output::Output;
 use crate::router::Routed;
 use crate::{L2_FIB, NEIGHBOURS6, ROUTERS, ROUTES6, SOURCE_ROUTES6, acl, flood, ipv6, stages};
 
+/// Hands the IPv6 packet of `request` to the route6 stage (a tail call: on success this never
+/// returns). Returns the reason to drop the packet when the stage is not there.
+#[inline(always)]
+pub fn request(ctx: &TcContext, request: &Ipv6Request) -> DropReason {
+    let [datapath, router, ingress_port, ifindex, _] = request.words();
+    stages::jump(
+        ctx,
+        slot::ROUTE6,
+        [
+            datapath,
+            router,
+            ingress_port,
+            ifindex,
+            ROUTE6_REQUEST_MAGIC,
+        ],
+    )
+}
+
+/// The route6 stage: routes the IPv6 packet its request names (see the module doc).
+#[inline(always)]
+pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    let [datapath, router, ingress_port, ifindex] = stages::take(ctx, ROUTE6_REQUEST_MAGIC)?;
+    let request = Ipv6Request {
+        datapath,
+        router,
+        ingress_port,
+        ifindex,
+        magic: 0,
+    };
+    let ip = ctx
+        .load::<Ipv6Header>(ETH_HEADER_LEN)
+        .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+    route(ctx, &ip, &request)
+}
+
 /// Routes the IPv6 packet of `request` (see the module doc), whose IPv6 header is `ip`.
 #[inline(always)]
-pub fn route(ctx: &TcContext, ip: &Ipv6Header, request: &Ipv6Request) -> Result<i32, DropReason> {
+fn route(ctx: &TcContext, ip: &Ipv6Header, request: &Ipv6Request) -> Result<i32, DropReason> {
     let (last_router, route, hops) = if ipv6::is_link_local(&ip.destination) {
         (request.router, back_out(ctx, request)?, 1)
     } else {

@@ -6,8 +6,8 @@
 
 /// Version of the pinned map layout under the pin root. A new agent that finds pinned maps of
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
-/// (12 since 2026-12-06: `ROUTER_REPLIES` has room for 32 kinds, so new kinds need no new
-/// layout.)
+/// (12 since 2026-12-06: `ROUTER_REPLIES` has room for 32 kinds and `STAGES` for 16 stages,
+/// so new kinds and stages need no new layout.)
 pub const LAYOUT_VERSION: u32 = 12;
 
 pub mod acl;
@@ -18,8 +18,9 @@ pub mod program;
 pub mod stage;
 pub use stage::{
     ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
-    Ipv6Request, ROUTED6_REQUEST_MAGIC, ROUTER_ADVERT_REQUEST_MAGIC, ROUTER_ANSWER6_REQUEST_MAGIC,
-    ROUTER_REQUEST_MAGIC, RouterRequest, TIME_EXCEEDED6_REQUEST_MAGIC,
+    Ipv6Request, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_ADVERT_REQUEST_MAGIC,
+    ROUTER_ANSWER6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC, RouterRequest,
+    TIME_EXCEEDED6_REQUEST_MAGIC,
 };
 
 pub mod maps;

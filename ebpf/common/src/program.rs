@@ -28,6 +28,8 @@ pub const ACL_EGRESS: &str = "acl_egress";
 pub const ACL_REJECT: &str = "acl_reject";
 /// The after-LB half of the ingress ACL stage (slot [`crate::stage::ACL_AFTER_LB`]).
 pub const ACL_AFTER_LB: &str = "acl_after_lb";
+/// The IPv6 routing stage, tail-called from the IPv6 stage (slot [`crate::stage::ROUTE6`]).
+pub const ROUTE6: &str = "route6";
 /// The load-balancer stage, tail-called from `from_pod` for packets to a VIP of the pod's
 /// switch (slot [`crate::stage::LB`]).
 pub const LB: &str = "lb";
@@ -50,7 +52,7 @@ pub const SOCKET_LB: [&str; 5] = [
     SOCK_RELEASE,
 ];
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -63,6 +65,7 @@ pub const ALL: [&str; 17] = [
     ACL_REJECT,
     ACL_AFTER_LB,
     LB,
+    ROUTE6,
     SOCK_CONNECT4,
     SOCK_SENDMSG4,
     SOCK_RECVMSG4,
@@ -70,7 +73,7 @@ pub const ALL: [&str; 17] = [
     SOCK_RELEASE,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 8] = [
+pub const STAGES: [(&str, u32); 9] = [
     (FLOOD, crate::stage::FLOOD),
     (IPV6, crate::stage::IPV6),
     (ROUTER, crate::stage::ROUTER),
@@ -79,4 +82,5 @@ pub const STAGES: [(&str, u32); 8] = [
     (ACL_REJECT, crate::stage::ACL_REJECT),
     (ACL_AFTER_LB, crate::stage::ACL_AFTER_LB),
     (LB, crate::stage::LB),
+    (ROUTE6, crate::stage::ROUTE6),
 ];

@@ -32,13 +32,17 @@ pub const ACL_AFTER_LB: u32 = 6;
 /// hands it ([`AclRequest`] with [`LB_ICMP_REQUEST_MAGIC`], as for the egress ACL stage): the
 /// packet it quotes translated back if a balanced connection's, then delivered.
 pub const LB: u32 = 7;
+/// IPv6 the IPv6 stage found is to be routed ([`Ipv6Request`] with [`ROUTE6_REQUEST_MAGIC`]):
+/// the routers' IPv6 routes, on a stack of its own (the IPv6 stage's was full).
+pub const ROUTE6: u32 = 8;
 /// [`AclRequest::flags`] of a reject from the egress stage: the answer enters the switch's L2
 /// lookup from the output port (OVN's `next(pipeline=ingress, table=ls_in_l2_lkup)`); without
 /// it, from the ingress stage, the answer goes straight back to the sender (`next(pipeline=egress,
 /// table=ls_out_qos_mark)`, past the egress ACLs).
 pub const REJECT_FROM_EGRESS: u32 = 1;
-/// Slots the array holds (room for stages added later without a layout change).
-pub const CAPACITY: u32 = 8;
+/// Slots the array holds (room for stages added later without a layout change; 16 since
+/// layout 12).
+pub const CAPACITY: u32 = 16;
 
 /// What `from_pod` hands the flood stage, in the skb's control block (`cb[0..5]`, which a tail
 /// call keeps): flood the frame on `datapath` to group `group`, as entered through logical port
@@ -102,6 +106,10 @@ impl Ipv6Request {
 
 /// [`Ipv6Request::magic`].
 pub const IPV6_REQUEST_MAGIC: u32 = 0x1b06_0d06;
+
+/// The magic of the [`Ipv6Request`] the IPv6 stage hands the route6 stage ([`ROUTE6`]) with
+/// IPv6 to route: the same words as its own request.
+pub const ROUTE6_REQUEST_MAGIC: u32 = 0x1b16_0d06;
 
 /// What `from_pod` hands the router stage in the skb's control block: a frame (not IPv6) sent
 /// from host interface `ifindex` to a MAC of router `router`, whose port on the sender's switch
