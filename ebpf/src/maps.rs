@@ -11,10 +11,10 @@ use aya_ebpf::{
 use ovnbpf_common::maps::{
     AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPacketScratch, AclPortSets, AclRules,
     AclSwitches, AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch,
-    Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, FloodGroups, FloodMembers,
-    FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities,
-    LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips, Localnets,
-    MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
+    Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, EcmpMembers6, FloodGroups,
+    FloodMembers, FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses,
+    LbAffinities, LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips,
+    Localnets, MapDef, NdResponder, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
     PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
     RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterAdverts, RouterReplies,
     Routers, Routes, Routes6, SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes,
@@ -90,6 +90,7 @@ kernel_map!(ROUTER_ADVERTS: HashMap = RouterAdverts);
 kernel_map!(POLICIES_BY_DESTINATION: LpmTrie = PoliciesByDestination);
 kernel_map!(POLICIES_BY_SOURCE: LpmTrie = PoliciesBySource);
 kernel_map!(ECMP_MEMBERS: HashMap = EcmpMembers);
+kernel_map!(ECMP_MEMBERS6: HashMap = EcmpMembers6);
 kernel_map!(POLICY_PAIRS: HashMap = PolicyPairs);
 kernel_map!(ROUTE_TABLES: HashMap = RouteTables);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);

@@ -6,8 +6,10 @@
 //! where the router has `src-ip` routes and OVN's priority says so, following router-to-router
 //! links (VPC peering) up to `MAX_ROUTER_HOPS`, the hop limit decremented per router (one that
 //! runs out at a later router is dropped as `ttl_expired`: OVN answers there only senders in
-//! the entering port's own networks, which a sender behind an earlier router is not); a link-local destination goes back out of the port it came in on (northd's
-//! per-port `fe80::/64` routes). Then the next hop's MAC from `NEIGHBOURS6` and the output
+//! the entering port's own networks, which a sender behind an earlier router is not); an ECMP
+//! route's member chosen by the flow's 5-tuple hash (`ECMP_MEMBERS6`, [`ecmp::flow_hash6`]); a
+//! link-local destination goes back out of the port it came in on (northd's per-port
+//! `fe80::/64` routes). Then the next hop's MAC from `NEIGHBOURS6` and the output
 //! port's MAC as source; the destination switch's L2 step is the router stage's (the IPv6
 //! stage has no stack left for it): the rewritten frame goes there with a
 //! [`ovnbpf_common::ROUTED6_REQUEST_MAGIC`] request naming the switch and the port it enters
@@ -18,18 +20,20 @@
 
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
-    DropReason, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH,
-    ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS, ROUTER_IPV6_UNSUPPORTED,
-    ROUTER_ND_REQUESTS, ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
+    DropReason, EcmpKey, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_ECMP,
+    ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS,
+    ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS, ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
     acl::{UNCHECKED_INGRESS, USER_RULES_INGRESS},
-    drop_reason, stage as slot,
+    drop_reason, ecmp, stage as slot,
 };
 
 use crate::headers::{ETH_HEADER_LEN, Ipv6Header};
 use crate::maps::get;
 use crate::output::Output;
 use crate::router::Routed;
-use crate::{L2_FIB, NEIGHBOURS6, ROUTERS, ROUTES6, SOURCE_ROUTES6, acl, flood, ipv6, stages};
+use crate::{
+    ECMP_MEMBERS6, L2_FIB, NEIGHBOURS6, ROUTERS, ROUTES6, SOURCE_ROUTES6, acl, flood, ipv6, stages,
+};
 
 /// Hands the IPv6 packet of `request` to the route6 stage (a tail call: on success this never
 /// returns). Returns the reason to drop the packet when the stage is not there.
@@ -72,7 +76,7 @@ fn route(ctx: &TcContext, ip: &Ipv6Header, request: &Ipv6Request) -> Result<i32,
     let (last_router, route, hops) = if ipv6::is_link_local(&ip.destination) {
         (request.router, back_out(ctx, request)?, 1)
     } else {
-        lookup(request.router, (ip.source, ip.destination), ip.hop_limit)?
+        lookup(request.router, ip, flow_hash(ctx, ip))?
     };
     let next_hop = if route.nexthop != [0; 16] {
         route.nexthop
@@ -103,48 +107,28 @@ fn back_out(ctx: &TcContext, request: &Ipv6Request) -> Result<RouteEntry6, DropR
     })
 }
 
-/// The route `router` (and the routers it hands over to) picks for a packet from `source` to
-/// `destination` that arrived with `hop_limit`: the last router, its route to a switch and the
-/// number of routers passed.
+/// The route `router` (and the routers it hands over to) picks for the packet whose IPv6 header
+/// is `ip`: the last router, its route to a switch (an ECMP route's member, chosen by
+/// `flow_hash`) and the number of routers passed.
 #[inline(always)]
 fn lookup(
     router: u32,
-    (source, destination): ([u8; 16], [u8; 16]),
-    hop_limit: u8,
+    ip: &Ipv6Header,
+    flow_hash: u32,
 ) -> Result<(u32, RouteEntry6, u8), DropReason> {
+    let hop_limit = ip.hop_limit;
     let mut datapath = router;
     let mut hops: u8 = 0;
+    let mut route = RouteEntry6::default();
     for _ in 0..MAX_ROUTER_HOPS {
         // Each router decrements: the next one receives `hop_limit - hops`.
         if hops > 0 && hop_limit <= hops + 1 {
             return Err(drop_reason::TTL_EXPIRED);
         }
-        let flags = get(&ROUTERS, datapath).map_or(0, |r| r.flags);
-        if flags & ROUTER_FORWARDS == 0 || flags & ROUTER_IPV6_UNSUPPORTED != 0 {
-            return Err(drop_reason::ROUTER_UNSUPPORTED);
+        let dropped = route_at(datapath, ip, flow_hash, &mut route);
+        if dropped != 0 {
+            return Err(DropReason(dropped));
         }
-        let key = |ip| {
-            Key::new(
-                160,
-                Route6Key {
-                    datapath: datapath.to_be(),
-                    ip,
-                },
-            )
-        };
-        let by_destination = ROUTES6.get(key(destination));
-        // One stage in OVN: the higher priority of the two matches wins.
-        let by_source = if flags & ROUTER_SOURCE_ROUTES6 != 0 {
-            SOURCE_ROUTES6.get(key(source))
-        } else {
-            None
-        };
-        let route = match (by_destination, by_source) {
-            (Some(d), Some(s)) if s.priority > d.priority => *s,
-            (Some(d), _) => *d,
-            (None, Some(s)) => *s,
-            (None, None) => return Err(drop_reason::NO_ROUTE),
-        };
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
             return Ok((datapath, route, hops));
@@ -152,6 +136,82 @@ fn lookup(
         datapath = route.next_datapath;
     }
     Err(drop_reason::TOO_MANY_HOPS)
+}
+
+/// Writes into `route` what router `datapath` routes the packet with IPv6 header `ip` by (an
+/// ECMP route's member for a flow of `flow_hash`); returns 0, or the reason to drop the
+/// packet. Out of line: the hops above, unrolled, share one copy of it and its stack.
+#[inline(never)]
+fn route_at(datapath: u32, ip: &Ipv6Header, flow_hash: u32, route: &mut RouteEntry6) -> u32 {
+    let flags = get(&ROUTERS, datapath).map_or(0, |r| r.flags);
+    if flags & ROUTER_FORWARDS == 0 || flags & ROUTER_IPV6_UNSUPPORTED != 0 {
+        return drop_reason::ROUTER_UNSUPPORTED.0;
+    }
+    let key = |ip| {
+        Key::new(
+            160,
+            Route6Key {
+                datapath: datapath.to_be(),
+                ip,
+            },
+        )
+    };
+    let by_destination = ROUTES6.get(key(ip.destination));
+    // One stage in OVN: the higher priority of the two matches wins.
+    let by_source = if flags & ROUTER_SOURCE_ROUTES6 != 0 {
+        SOURCE_ROUTES6.get(key(ip.source))
+    } else {
+        None
+    };
+    *route = match (by_destination, by_source) {
+        (Some(d), Some(s)) if s.priority > d.priority => *s,
+        (Some(d), _) => *d,
+        (None, Some(s)) => *s,
+        (None, None) => return drop_reason::NO_ROUTE.0,
+    };
+    if route.kind == ROUTE_ECMP {
+        return ecmp_member(datapath, route, flow_hash);
+    }
+    0
+}
+
+/// Replaces ECMP route `route` of router `datapath` by the member a flow of `flow_hash` takes;
+/// returns 0, or the reason to drop the packet (the member is missing).
+#[inline(always)]
+fn ecmp_member(datapath: u32, route: &mut RouteEntry6, flow_hash: u32) -> u32 {
+    let key = EcmpKey {
+        datapath,
+        group: route.next_datapath,
+        index: ecmp::member_index(flow_hash, route.ingress_port),
+    };
+    match get(&ECMP_MEMBERS6, key) {
+        Some(member) if member.kind != ROUTE_ECMP => {
+            *route = *member;
+            0
+        }
+        _ => drop_reason::ECMP_MEMBER_MISSING.0,
+    }
+}
+
+/// The 5-tuple hash ECMP members are chosen by: ports for TCP, UDP and SCTP right after the
+/// IPv6 header (0 for other protocols and behind extension headers).
+#[inline(always)]
+fn flow_hash(ctx: &TcContext, ip: &Ipv6Header) -> u32 {
+    let ports = match ip.next_header {
+        6 | 17 | 132 => ctx
+            .load::<[u16; 2]>(ETH_HEADER_LEN + 40)
+            .map_or((0, 0), |[source, destination]| {
+                (u16::from_be(source), u16::from_be(destination))
+            }),
+        _ => (0, 0),
+    };
+    ecmp::flow_hash6(
+        &ip.source,
+        &ip.destination,
+        ip.next_header,
+        ports.0,
+        ports.1,
+    )
 }
 
 /// A routed packet to `next_hop` on the route's switch: MACs rewritten (the output port's, the

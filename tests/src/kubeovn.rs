@@ -645,7 +645,13 @@ impl Topology {
     /// One of several static routes to `prefix` (`lr-route-add --ecmp`): with more than one
     /// next hop, northd makes them an ECMP group (Kube-OVN's VPC static routes with several
     /// next hops for one CIDR).
-    pub fn ecmp_route(&mut self, vpc: &str, prefix: &str, nexthop: Ipv4Addr) -> &mut Self {
+    pub fn ecmp_route(
+        &mut self,
+        vpc: &str,
+        prefix: &str,
+        nexthop: impl Into<std::net::IpAddr>,
+    ) -> &mut Self {
+        let nexthop = nexthop.into();
         self.add(&["--ecmp", "lr-route-add", vpc, prefix, &nexthop.to_string()])
     }
 

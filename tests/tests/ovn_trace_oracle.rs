@@ -9,7 +9,8 @@
 //! default VPC whose localnet port (VLAN 100) takes the frames no pod claims; router policies
 //! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the join
 //! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod); and a
-//! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`), peered over both families with
+//! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`, an IPv6 ECMP route via two of
+//! its pods), peered over both families with
 //! vpc-e. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
@@ -62,6 +63,9 @@ const DUAL_SUBNETS: &[(&str, &str, [u8; 3], u16, u8)] = &[
     ("vpc-d", "subnet-d2", [10, 3, 2], 0x32, 1),
     ("vpc-e", "subnet-e", [10, 4, 1], 0x41, 1),
 ];
+
+/// vpc-d's IPv6 ECMP route's prefix.
+const ECMP6_PREFIX: &str = "fd00:98::/64";
 
 /// The subnet with a localnet port (VLAN 100 on provider network "provider").
 const UNDERLAY: &str = "underlay";
@@ -176,6 +180,17 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         // An ECMP static route in vpc-a via two of its pods.
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 11))
         .ecmp_route("vpc-a", "198.51.100.0/24", Ipv4Addr::new(10, 0, 1, 12))
+        // And an IPv6 one in vpc-d via subnet-d1's two pods.
+        .ecmp_route(
+            "vpc-d",
+            ECMP6_PREFIX,
+            Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, 0x10),
+        )
+        .ecmp_route(
+            "vpc-d",
+            ECMP6_PREFIX,
+            Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, 0x11),
+        )
         // A policy that drops one destination across the peering.
         .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None)
         // Policies on both a source and a destination prefix (`Vpc.spec.policyRoutes`): one
@@ -755,8 +770,8 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
 
 /// IPv6 from the dual-stack pods' global addresses: to the gateway (ping, TCP, UDP), on the
 /// switch, routed to the other subnet and across the peering, to an unknown address of the
-/// subnet (the router solicits it), to no route, and with hop limits that run out at the first
-/// and second router.
+/// subnet (the router solicits it), to no route, over an ECMP route, and with hop limits that
+/// run out at the first and second router.
 fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     let dual: Vec<&Pod> = pods.iter().filter(|p| p.ip6.is_some()).collect();
     let in_switch = |name: &str| dual.iter().copied().find(|p| p.switch == name).expect(name);
@@ -825,6 +840,22 @@ fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             "routes IPv6 with hop limit 1",
             packet(router_mac, e.ip6.unwrap(), 1, ping6),
         );
+        // vpc-d's ECMP route: flows that differ in their source port spread over both next
+        // hops, each as the flow's hash picks (vpc-e's pod has no route there).
+        for source_port in 40000..40006 {
+            add(
+                &format!("opens TCP from port {source_port} over vpc-d's IPv6 ECMP route"),
+                packet(
+                    router_mac,
+                    "fd00:98::5".parse().unwrap(),
+                    64,
+                    L4::Tcp {
+                        source: source_port,
+                        destination: 80,
+                    },
+                ),
+            );
+        }
         let others = [d1, d2, e].into_iter().filter(|p| p.port != pod.port);
         for other in others {
             let destination = other.ip6.unwrap();
@@ -1023,9 +1054,19 @@ async fn ir_verdicts_equal_ovn_trace() {
     let mut compared = 0;
     let mut beyond_ovn_trace = 0;
     let mut selected = std::collections::BTreeSet::new();
+    // The IPv6 ECMP route's flows: the member each took, and whether it left for a pod.
+    let mut selected6 = std::collections::BTreeSet::new();
     for (what, pod, packet) in &cases {
         let ours = evaluator.trace(&pod.port, *packet).unwrap();
         selected.extend(ours.selected.iter().copied());
+        if what.contains("IPv6 ECMP route") {
+            assert!(
+                !ours.outputs.is_empty(),
+                "{what}: dropped\n{}",
+                ours.steps.join("\n")
+            );
+            selected6.extend(ours.selected.iter().copied());
+        }
         let Some((theirs, their_text)) = trace_oracle::ovn_trace(
             &lab,
             pod.switch,
@@ -1056,6 +1097,11 @@ async fn ir_verdicts_equal_ovn_trace() {
         selected.into_iter().collect::<Vec<_>>(),
         [1, 2],
         "ECMP members chosen"
+    );
+    assert_eq!(
+        selected6.into_iter().collect::<Vec<_>>(),
+        [1, 2],
+        "IPv6 ECMP members chosen"
     );
     assert!(
         disagreements.is_empty(),

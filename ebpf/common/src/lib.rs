@@ -390,6 +390,40 @@ pub mod ecmp {
         hash
     }
 
+    /// The hash of an IPv6 flow: [`flow_hash`] over each address folded to 32 bits (its four
+    /// words XORed; ports 0 for protocols without them).
+    #[inline(always)]
+    #[must_use]
+    pub fn flow_hash6(
+        source: &[u8; 16],
+        destination: &[u8; 16],
+        protocol: u8,
+        source_port: u16,
+        destination_port: u16,
+    ) -> u32 {
+        flow_hash(
+            fold(source),
+            fold(destination),
+            protocol,
+            source_port,
+            destination_port,
+        )
+    }
+
+    /// An IPv6 address's four big-endian words, XORed.
+    #[inline(always)]
+    fn fold(address: &[u8; 16]) -> u32 {
+        let word = |at: usize| {
+            u32::from_be_bytes([
+                address[at],
+                address[at + 1],
+                address[at + 2],
+                address[at + 3],
+            ])
+        };
+        word(0) ^ word(4) ^ word(8) ^ word(12)
+    }
+
     /// The member (an index into the group's `select` list) a flow of `hash` takes among
     /// `members`.
     #[inline(always)]
@@ -492,7 +526,9 @@ impl Default for RouterAdvert {
 }
 
 /// Where an IPv6 route sends a packet (kinds as [`RouteEntry::kind`]'s: [`ROUTE_TO_SWITCH`],
-/// [`ROUTE_TO_ROUTER`]).
+/// [`ROUTE_TO_ROUTER`], or [`ROUTE_ECMP`]: then [`RouteEntry6::next_datapath`] holds the group
+/// (an [`EcmpKey::group`]) and [`RouteEntry6::ingress_port`] its member count, the member is
+/// chosen by [`ecmp::flow_hash6`] and looked up in `ECMP_MEMBERS6`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouteEntry6 {

@@ -220,6 +220,8 @@ declare_maps! {
     PolicyPairs = POLICY_PAIRS: HashMap<PairPolicyKey, PairPolicy>[MAX_ROUTERS];
     /// Hash: [`EcmpKey`] → [`RouteEntry`]: where each member of routers' ECMP groups leads.
     EcmpMembers = ECMP_MEMBERS: HashMap<EcmpKey, RouteEntry>[MAX_ECMP_MEMBERS];
+    /// Hash: [`EcmpKey`] → [`RouteEntry6`]: where each index of an IPv6 ECMP group leads.
+    EcmpMembers6 = ECMP_MEMBERS6: HashMap<EcmpKey, RouteEntry6>[MAX_ECMP_MEMBERS];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
     Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
     /// Hash: router datapath key → [`RouterInfo`]: routers the kernel forwards for.

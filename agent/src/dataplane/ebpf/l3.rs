@@ -125,7 +125,9 @@ pub struct L3State {
     address6_table: Table<RouterAddresses6, (u32, Ipv6Addr)>,
     router_table: Table<Routers, u32>,
     policies: policies::Policies,
-    ecmp: ecmp::Groups,
+    ecmp: ecmp::Groups4,
+    /// The IPv6 ECMP routes' groups.
+    ecmp6: ecmp::Groups6,
     /// Router port → (its router, the route table it selects).
     port_tables: HashMap<String, (u32, u32)>,
     /// Per router: the route tables its ports select, and by how many ports.
@@ -270,6 +272,8 @@ impl L3State {
                 around.iter().for_each(|port| self.policies.mark_port(port));
                 self.ecmp.mark_port(name);
                 around.iter().for_each(|port| self.ecmp.mark_port(port));
+                self.ecmp6.mark_port(name);
+                around.iter().for_each(|port| self.ecmp6.mark_port(port));
                 self.mark_routes6_of_port(name);
                 around
                     .iter()
@@ -321,7 +325,25 @@ impl L3State {
                 }
                 self.router_table.mark(*datapath);
             }
-            IrEntry::Route6 { .. } => self.take_route6(entry, added),
+            IrEntry::Route6 { .. } | IrEntry::EcmpRoute6 { .. } => self.take_route6(entry, added),
+            IrEntry::EcmpMember6 {
+                datapath,
+                group,
+                member,
+                nexthop,
+                source_ip,
+                source_mac,
+                port,
+            } => {
+                let target = ecmp::Member {
+                    nexthop: *nexthop,
+                    source_ip: *source_ip,
+                    source_mac: *source_mac,
+                    port: port.clone(),
+                };
+                let key = (*datapath, ecmp::group_id(EcmpStage::Route, *group));
+                self.ecmp6.take_member(key, *member, &target, added);
+            }
             IrEntry::RouterPort { .. } | IrEntry::TtlExceeded6 { .. } => {
                 self.time_exceeded6.take(entry, added);
             }
@@ -553,6 +575,7 @@ impl L3State {
             + self.source_route6_table.pending()
             + self.policies.pending()
             + self.ecmp.pending()
+            + self.ecmp6.pending()
             + self.port_table_table.pending()
             + self.neighbour_table.pending()
             + self.neighbour6_table.pending()
@@ -682,6 +705,12 @@ impl L3State {
         writes += flush_from(
             self,
             maps,
+            |s| &mut s.ecmp6.table,
+            |s, key| s.desired_ecmp_member6(key),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
             |s| &mut s.neighbour_table,
             |s, &(dp, ip)| s.desired_neighbour(dp, IpAddr::V4(ip)),
         )?;
@@ -759,6 +788,7 @@ impl L3State {
             + self.policies.destination_table.sweep(maps)?
             + self.policies.source_table.sweep(maps)?
             + self.ecmp.table.sweep(maps)?
+            + self.ecmp6.table.sweep(maps)?
             + self.policies.pair_table.sweep(maps)?
             + self.port_table_table.sweep(maps)?
             + self.neighbour_table.sweep(maps)?

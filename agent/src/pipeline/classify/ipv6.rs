@@ -284,6 +284,21 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
         Some(Ok(table)) => Some(table),
         Some(Err(_)) => return None,
     };
+    // An ECMP route (`lr-route-add --ecmp`): the group and the members `select` picks from;
+    // `lr_in_ip_routing_ecmp` says where each leads.
+    if let Some((group, members)) = ecmp_selection(actions) {
+        return (inport.is_none()).then(|| {
+            Class::Compiled(vec![IrEntry::EcmpRoute6 {
+                datapath: dp,
+                selector,
+                prefix,
+                priority: u16::try_from(priority).unwrap_or(u16::MAX),
+                route_table,
+                group,
+                members,
+            }])
+        });
+    }
     let nexthop = match assigned(actions, "xxreg0")? {
         Source::Field(field) if plain(field, "ip6.dst") => None,
         Source::Constant(_) => Some(assigned_ipv6(actions, "xxreg0")?),

@@ -172,6 +172,27 @@ fn ecmp_member(
     let (Ok(group), Ok(member)) = (u16::try_from(group), u16::try_from(member)) else {
         return unsupported("ECMP group or member id beyond 16 bits");
     };
+    // An IPv6 route's member: `xxreg0 = NH6; xxreg1 = SRC6; …`.
+    if stage == EcmpStage::Route
+        && let (Some(nexthop), Some(source_ip), Some(source_mac), Some(port), Some(last)) = (
+            assigned_ipv6(actions, "xxreg0"),
+            assigned_ipv6(actions, "xxreg1"),
+            assigned_mac(actions, "eth.src"),
+            assigned_string(actions, "outport"),
+            actions.last(),
+        )
+        && is_next(last)
+    {
+        return Class::Compiled(vec![IrEntry::EcmpMember6 {
+            datapath: dp,
+            group,
+            member,
+            nexthop,
+            source_ip,
+            source_mac,
+            port: port.to_string(),
+        }]);
+    }
     let (Some(nexthop), Some(source_ip), Some(source_mac), Some(port), Some(last)) = (
         assigned_ipv4(actions, "reg0"),
         assigned_ipv4(actions, "reg1"),
@@ -179,7 +200,7 @@ fn ecmp_member(
         assigned_string(actions, "outport"),
         actions.last(),
     ) else {
-        return unsupported("ECMP member variant (IPv6 or an unknown next hop)");
+        return unsupported("ECMP member variant (a policy's IPv6 or an unknown next hop)");
     };
     if !is_next(last) {
         return unsupported("ECMP member variant");

@@ -394,12 +394,51 @@ family! {
                         discard: false,
                     })
                 }
+                IrEntry::EcmpRoute6 {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    group,
+                    members,
+                    ..
+                } if selected(selector, prefix) && in_table(route_table) => Some(Route {
+                    priority: *priority,
+                    by_source: *selector == RouteSelector::Source,
+                    network: prefix.network,
+                    length: prefix.length,
+                    nexthop: None,
+                    source_ip: Ipv6Addr::UNSPECIFIED,
+                    source_mac: [0; 6],
+                    port: "",
+                    ecmp: Some((*group, members.as_slice())),
+                    discard: false,
+                }),
                 _ => None,
             }
         }
 
-        fn ecmp_member<'e>(_: &'e IrEntry, _: (EcmpStage, u16, u16)) -> Option<Hop<'e, Self>> {
-            None
+        fn ecmp_member<'e>(
+            entry: &'e IrEntry,
+            (stage, group, member): (EcmpStage, u16, u16),
+        ) -> Option<Hop<'e, Self>> {
+            match entry {
+                IrEntry::EcmpMember6 {
+                    group: g,
+                    member: m,
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } if stage == EcmpStage::Route && (*g, *m) == (group, member) => Some(Hop {
+                    nexthop: *nexthop,
+                    source_ip: *source_ip,
+                    source_mac: *source_mac,
+                    port,
+                }),
+                _ => None,
+            }
         }
     }
 }

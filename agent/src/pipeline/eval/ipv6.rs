@@ -213,7 +213,9 @@ impl Evaluator<'_> {
             return;
         };
         let table = self.route_table(dp, inport);
-        if let Some(hop) = self.lookup_route(dp, (inport, table), (source, destination), 0, trace) {
+        let flow_hash = packet.flow_hash();
+        let addresses = (source, destination);
+        if let Some(hop) = self.lookup_route(dp, (inport, table), addresses, flow_hash, trace) {
             self.forward(dp, &hop, packet, trace, hops);
         }
     }

@@ -131,25 +131,36 @@ impl Packet {
         }
     }
 
-    /// The 5-tuple hash ECMP members are chosen by, as the kernel computes it (0 for non-IPv4).
+    /// The 5-tuple hash ECMP members are chosen by, as the kernel computes it (0 for what is
+    /// not IP).
     #[must_use]
     pub fn flow_hash(&self) -> u32 {
-        let L3::Ipv4 {
-            source,
-            destination,
-            ..
-        } = self.l3
-        else {
-            return 0;
-        };
         let (protocol, ports) = self.transport();
-        ovnbpf_common::ecmp::flow_hash(
-            u32::from(source),
-            u32::from(destination),
-            protocol,
-            ports.0,
-            ports.1,
-        )
+        match self.l3 {
+            L3::Ipv4 {
+                source,
+                destination,
+                ..
+            } => ovnbpf_common::ecmp::flow_hash(
+                u32::from(source),
+                u32::from(destination),
+                protocol,
+                ports.0,
+                ports.1,
+            ),
+            L3::Ipv6 {
+                source,
+                destination,
+                ..
+            } => ovnbpf_common::ecmp::flow_hash6(
+                &source.octets(),
+                &destination.octets(),
+                protocol,
+                ports.0,
+                ports.1,
+            ),
+            _ => 0,
+        }
     }
 
     /// `ip.ttl--`.

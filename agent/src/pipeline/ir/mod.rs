@@ -350,6 +350,29 @@ pub enum IrEntry {
         source_mac: Mac,
         port: String,
     },
+    /// An IPv6 ECMP route, as [`IrEntry::EcmpRoute`] ([`IrEntry::EcmpMember6`] says where
+    /// each member leads).
+    EcmpRoute6 {
+        datapath: u32,
+        selector: RouteSelector,
+        prefix: Prefix6,
+        priority: u16,
+        route_table: Option<u32>,
+        group: u16,
+        /// The member ids OVN's `select` chooses from, in its order.
+        members: Vec<u16>,
+    },
+    /// Member `member` of IPv6 ECMP route group `group`: the next hop, source address and MAC,
+    /// output port.
+    EcmpMember6 {
+        datapath: u32,
+        group: u16,
+        member: u16,
+        nexthop: Ipv6Addr,
+        source_ip: Ipv6Addr,
+        source_mac: Mac,
+        port: String,
+    },
     /// IPv6 next hop `ip` out of `port` has MAC `mac`.
     Neighbour6 {
         datapath: u32,
@@ -620,6 +643,8 @@ impl IrEntry {
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }
             | IrEntry::EcmpMember { datapath, .. }
+            | IrEntry::EcmpRoute6 { datapath, .. }
+            | IrEntry::EcmpMember6 { datapath, .. }
             | IrEntry::RouteTableOfPort { datapath, .. }
             | IrEntry::DiscardRoute { datapath, .. }
             | IrEntry::RouteMissDrop { datapath }

@@ -1,5 +1,6 @@
-//! ECMP in the kernel's `ECMP_MEMBERS`: for each group of a router (an ECMP route's, or a
-//! multi-next-hop reroute's; routes and policies number their groups apart), the member each
+//! ECMP in the kernel's `ECMP_MEMBERS` (IPv4) and `ECMP_MEMBERS6` (IPv6 routes): for each group
+//! of a router (an ECMP route's, or a multi-next-hop reroute's; routes and policies number
+//! their groups apart), the member each
 //! index of its `select` list leads to, resolved like a route's output. The route or policy that
 //! selects stores only the group and its member count ([`ovnbpf_common::ROUTE_ECMP`]); the kernel
 //! picks the index by the flow's hash ([`ovnbpf_common::ecmp`]), which the evaluator computes the
@@ -7,11 +8,18 @@
 //! indexes of the groups it touches.
 
 use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ovnbpf_common::{EcmpKey, ROUTE_ECMP, RouteEntry, ecmp, maps::EcmpMembers};
+use ovnbpf_common::{
+    EcmpKey, ROUTE_ECMP, RouteEntry, RouteEntry6, ecmp,
+    maps::{EcmpMembers, EcmpMembers6},
+};
 
 use super::{
-    super::tables::{Table, TableKey},
+    super::{
+        maps::Writable,
+        tables::{Table, TableKey},
+    },
     L3State,
 };
 use crate::pipeline::ir::{EcmpStage, Mac};
@@ -22,29 +30,60 @@ impl TableKey<EcmpMembers> for EcmpKey {
     }
 }
 
+impl TableKey<EcmpMembers6> for EcmpKey {
+    fn slot(&self) -> EcmpKey {
+        *self
+    }
+}
+
 /// A group of a router: (router, [`EcmpKey::group`]).
 pub(super) type GroupKey = (u32, u32);
 
-/// Where one member leads.
+/// Where one member leads (IPv4 or IPv6 addresses: `A`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Member {
-    pub(super) nexthop: std::net::Ipv4Addr,
-    pub(super) source_ip: std::net::Ipv4Addr,
+pub(super) struct Member<A> {
+    pub(super) nexthop: A,
+    pub(super) source_ip: A,
     pub(super) source_mac: Mac,
     pub(super) port: String,
 }
 
-/// Every router's ECMP groups.
-#[derive(Debug, Default)]
-pub(super) struct Groups {
+/// Every router's ECMP groups of one family: `A` its addresses, `M` the kernel map of its
+/// members (`ECMP_MEMBERS`, `ECMP_MEMBERS6`).
+pub(super) struct Groups<A, M: Writable> {
     /// A group's `select` list, and how many IR entries name it (an address-set policy names
     /// its group once per address).
     selects: HashMap<GroupKey, (Vec<u16>, usize)>,
     /// (group, member id) → where it leads.
-    members: HashMap<(GroupKey, u16), Member>,
+    members: HashMap<(GroupKey, u16), Member<A>>,
     /// Output port → the groups with a member through it.
     by_port: HashMap<String, HashSet<GroupKey>>,
-    pub(super) table: Table<EcmpMembers, EcmpKey>,
+    pub(super) table: Table<M, EcmpKey>,
+}
+
+/// The IPv4 groups (routes' and policies').
+pub(super) type Groups4 = Groups<Ipv4Addr, EcmpMembers>;
+/// The IPv6 groups (routes').
+pub(super) type Groups6 = Groups<Ipv6Addr, EcmpMembers6>;
+
+impl<A, M: Writable> Default for Groups<A, M> {
+    fn default() -> Self {
+        Self {
+            selects: HashMap::new(),
+            members: HashMap::new(),
+            by_port: HashMap::new(),
+            table: Table::default(),
+        }
+    }
+}
+
+impl<A: std::fmt::Debug, M: Writable> std::fmt::Debug for Groups<A, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups")
+            .field("selects", &self.selects)
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The kernel's group id of OVN group `group` of `stage`.
@@ -70,7 +109,11 @@ pub(super) fn selecting(group: u32, members: usize, priority: u8) -> RouteEntry 
     }
 }
 
-impl Groups {
+impl<A: Clone + PartialEq, M: Writable> Groups<A, M>
+where
+    EcmpKey: TableKey<M>,
+    M::Value: PartialEq,
+{
     pub(super) fn pending(&self) -> usize {
         self.table.pending()
     }
@@ -96,7 +139,13 @@ impl Groups {
     }
 
     /// Member `member` of group `key` leads to `target` (or no longer does).
-    pub(super) fn take_member(&mut self, key: GroupKey, member: u16, target: &Member, added: bool) {
+    pub(super) fn take_member(
+        &mut self,
+        key: GroupKey,
+        member: u16,
+        target: &Member<A>,
+        added: bool,
+    ) {
         if added {
             self.members.insert((key, member), target.clone());
             self.by_port
@@ -156,20 +205,33 @@ impl Groups {
     }
 }
 
+impl<A, M: Writable> Groups<A, M> {
+    /// The member at `key`'s index of its group's `select` list, if it has a flow.
+    fn member_at(&self, key: &EcmpKey) -> Option<&Member<A>> {
+        let group = (key.datapath, key.group);
+        let (list, _) = self.selects.get(&group)?;
+        let member = list.get(key.index as usize)?;
+        self.members.get(&(group, *member))
+    }
+}
+
 impl L3State {
     /// What the kernel stores for `key`: the route of the member at that index of the group's
     /// `select` list (none for a member without a flow or whose port is unknown: the kernel
     /// drops what would take it, counted).
     pub(super) fn desired_ecmp_member(&self, key: &EcmpKey) -> Option<RouteEntry> {
-        let group = (key.datapath, key.group);
-        let (list, _) = self.ecmp.selects.get(&group)?;
-        let member = list.get(key.index as usize)?;
-        let target = self.ecmp.members.get(&(group, *member))?;
+        let target = self.ecmp.member_at(key)?;
         self.resolve_output(
             &target.port,
             Some(target.nexthop),
             target.source_ip,
             target.source_mac,
         )
+    }
+
+    /// The same for an IPv6 group's member ([`Self::resolve_output6`]).
+    pub(super) fn desired_ecmp_member6(&self, key: &EcmpKey) -> Option<RouteEntry6> {
+        let target = self.ecmp6.member_at(key)?;
+        self.resolve_output6(&target.port, Some(target.nexthop), target.source_mac, 0)
     }
 }

@@ -1205,3 +1205,96 @@ fn ipv6_routes_reach_their_tries_resolved_and_what_the_kernel_cannot_route_keeps
     state.flush(&mut maps).unwrap();
     assert_eq!(installed(&maps)[&(a, 96)].next_datapath, SWITCH_A);
 }
+
+/// An IPv6 ECMP route stores its group and member count in `ROUTES6`; each index of the
+/// group's `select` list gets its member's route in `ECMP_MEMBERS6`, resolved like any IPv6
+/// route; a member moving rewrites its own index only; the route gone, its slot goes.
+#[test]
+fn ipv6_ecmp_routes_store_their_group_and_each_member_its_route() {
+    use ovnbpf_common::{
+        EcmpKey, ROUTE_ECMP,
+        maps::{EcmpMembers6, Routes6},
+    };
+    let member = |member: u16, nexthop: &str, port: &str, mac| IrEntry::EcmpMember6 {
+        datapath: ROUTER,
+        group: 1,
+        member,
+        nexthop: nexthop.parse().unwrap(),
+        source_ip: "fd00:a::1".parse().unwrap(),
+        source_mac: mac,
+        port: port.into(),
+    };
+    let route = IrEntry::EcmpRoute6 {
+        datapath: ROUTER,
+        selector: RouteSelector::Destination,
+        prefix: crate::pipeline::ir::Prefix6 {
+            network: "fd00:98::".parse().unwrap(),
+            length: 64,
+        },
+        priority: 193,
+        route_table: None,
+        group: 1,
+        members: vec![1, 2],
+    };
+    let mut entries = vpc();
+    entries.extend([
+        route.clone(),
+        member(1, "fd00:a::11", "lr-a", MAC_A),
+        member(2, "fd00:b::12", "lr-b", MAC_B),
+    ]);
+    let mut state = L3State::default();
+    state.apply(&diff(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let routes = maps.table_by::<Routes6, _>(|(k, bits)| (std::net::Ipv6Addr::from(k.ip), bits));
+    let stored = routes[&("fd00:98::".parse().unwrap(), 32 + 64)];
+    let group = ovnbpf_common::ecmp::ROUTE_GROUPS | 1;
+    assert_eq!(
+        (
+            stored.kind,
+            stored.next_datapath,
+            stored.ingress_port,
+            stored.priority
+        ),
+        (ROUTE_ECMP, group, 2, 193)
+    );
+    let members = |maps: &Recorder| {
+        maps.table_by::<EcmpMembers6, _>(|k: EcmpKey| (k.datapath, k.group, k.index))
+    };
+    let hop = |maps: &Recorder, index| {
+        members(maps).get(&(ROUTER, group, index)).map(|m| {
+            (
+                m.next_datapath,
+                std::net::Ipv6Addr::from(m.nexthop),
+                m.source_mac,
+            )
+        })
+    };
+    assert_eq!(
+        hop(&maps, 0),
+        Some((SWITCH_A, "fd00:a::11".parse().unwrap(), MAC_A))
+    );
+    assert_eq!(
+        hop(&maps, 1),
+        Some((SWITCH_B, "fd00:b::12".parse().unwrap(), MAC_B))
+    );
+    maps.reset_writes();
+    state.apply(&IrDiff {
+        added: vec![member(2, "fd00:b::14", "lr-b", MAC_B)],
+        removed: vec![member(2, "fd00:b::12", "lr-b", MAC_B)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes(), 1);
+    assert_eq!(
+        hop(&maps, 1),
+        Some((SWITCH_B, "fd00:b::14".parse().unwrap(), MAC_B))
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![route],
+    });
+    state.flush(&mut maps).unwrap();
+    let routes = maps.table_by::<Routes6, _>(|(k, bits)| (std::net::Ipv6Addr::from(k.ip), bits));
+    assert!(!routes.contains_key(&("fd00:98::".parse().unwrap(), 32 + 64)));
+    assert!(members(&maps).is_empty(), "the group's indexes go with it");
+}
