@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     net::format_mac,
-    pipeline::ir::{IrEntry, Mac, RouterDropRule},
+    pipeline::ir::{IrEntry, Mac, PortKind, RouterDropRule},
 };
 
 /// ip6.mcast_rsvd: ff0X::/16 with scope 0–2 and only the last group set.
@@ -50,6 +50,9 @@ impl Evaluator<'_> {
         trace: &mut Trace,
         hops: usize,
     ) -> bool {
+        if !from_router && self.router_solicitation(dp, inport, packet, trace, hops) {
+            return true;
+        }
         let L3::Ipv6 {
             destination,
             l4: L4::Nd {
@@ -112,6 +115,74 @@ impl Evaluator<'_> {
             trace,
             hops,
         );
+        true
+    }
+
+    /// A router solicitation (hop limit 255, to `ff02::2`) on a switch whose router port
+    /// advertises ([`IrEntry::RouterAdvertisement`]; several: the first by name, as the kernel):
+    /// answered with the port's advertisement back to the solicitor (to `ff02::1` from `::`),
+    /// as the kernel answers it (the message's options are not modelled: ICMPv6 type 134);
+    /// `true` if answered.
+    fn router_solicitation(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) -> bool {
+        let L3::Ipv6 {
+            source,
+            destination,
+            ttl: 255,
+            l4: L4::Icmp { kind: 133, code: 0 },
+        } = packet.l3
+        else {
+            return false;
+        };
+        if destination != Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2) {
+            return false;
+        }
+        let advertising = self
+            .ports
+            .iter()
+            .filter_map(|(name, (datapath, _, kind))| match kind {
+                PortKind::Patch { peer } if *datapath == dp => Some((*name, peer.as_str())),
+                _ => None,
+            })
+            .filter_map(|(_, router_port)| {
+                let (router, _, _) = self.ports.get(router_port)?;
+                self.entries(*router).find_map(|entry| match entry {
+                    IrEntry::RouterAdvertisement { port, mac, .. } if port == router_port => {
+                        Some((router_port, *mac))
+                    }
+                    _ => None,
+                })
+            })
+            .min_by_key(|(port, _)| *port);
+        let Some((router_port, mac)) = advertising else {
+            return false;
+        };
+        self.step(
+            trace,
+            dp,
+            format!("router solicitation: answered with {router_port}'s router advertisement"),
+        );
+        let answer = Packet {
+            eth_src: mac,
+            eth_dst: packet.eth_src,
+            l3: L3::Ipv6 {
+                source: Ipv6Addr::from(ovnbpf_common::ipv6::link_local(mac)),
+                destination: if source.is_unspecified() {
+                    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)
+                } else {
+                    source
+                },
+                ttl: 255,
+                l4: L4::Icmp { kind: 134, code: 0 },
+            },
+        };
+        self.deliver(dp, inport, inport, answer, true, trace, hops);
         true
     }
 
@@ -330,5 +401,79 @@ mod tests {
                 ..
             }
         )));
+    }
+
+    /// A router solicitation on a switch whose router port advertises gets the advertisement
+    /// back, as the kernel answers it; one with another hop limit does not.
+    #[test]
+    fn a_router_solicitation_is_answered_where_the_router_port_advertises() {
+        let mut entries = entries();
+        entries.extend([
+            IrEntry::Datapath {
+                datapath: 2,
+                name: "lr".into(),
+                router: true,
+            },
+            IrEntry::Port {
+                datapath: 1,
+                key: 3,
+                name: "ls-lr".into(),
+                kind: PortKind::Patch {
+                    peer: "lr-ls".into(),
+                },
+                addresses: vec![],
+                port_security: vec![],
+            },
+            IrEntry::Port {
+                datapath: 2,
+                key: 1,
+                name: "lr-ls".into(),
+                kind: PortKind::Patch {
+                    peer: "ls-lr".into(),
+                },
+                addresses: vec![],
+                port_security: vec![],
+            },
+            IrEntry::RouterAdvertisement {
+                datapath: 2,
+                port: "lr-ls".into(),
+                mac: ROUTER_MAC,
+                message: vec![134, 0, 0, 0, 255, 0x80, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0],
+            },
+        ]);
+        let evaluator = Evaluator::new(&entries);
+        let source: Ipv6Addr = "fe80::858:ff:fe00:1".parse().unwrap();
+        let solicitation = |ttl| Packet {
+            eth_src: POD_MAC,
+            eth_dst: [0x33, 0x33, 0, 0, 0, 2],
+            l3: L3::Ipv6 {
+                source,
+                destination: "ff02::2".parse().unwrap(),
+                ttl,
+                l4: L4::Icmp { kind: 133, code: 0 },
+            },
+        };
+        let trace = evaluator.trace("pod", solicitation(255)).unwrap();
+        assert_eq!(trace.outputs.len(), 1, "{:?}", trace.steps);
+        let (port, answer) = &trace.outputs[0];
+        assert_eq!(port, "pod");
+        assert_eq!((answer.eth_src, answer.eth_dst), (ROUTER_MAC, POD_MAC));
+        assert!(
+            matches!(answer.l3, L3::Ipv6 { source: from, destination: to, ttl: 255, l4: L4::Icmp { kind: 134, code: 0 } }
+                if from == Ipv6Addr::from(ovnbpf_common::ipv6::link_local(ROUTER_MAC)) && to == source),
+            "{answer}"
+        );
+        let trace = evaluator.trace("pod", solicitation(254)).unwrap();
+        assert!(
+            trace.outputs.iter().all(|(_, p)| !matches!(
+                p.l3,
+                L3::Ipv6 {
+                    l4: L4::Icmp { kind: 134, .. },
+                    ..
+                }
+            )),
+            "{:?}",
+            trace.steps
+        );
     }
 }
