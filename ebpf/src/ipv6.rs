@@ -90,14 +90,7 @@ pub fn request(ctx: &TcContext, request: &Ipv6Request) -> DropReason {
 /// The IPv6 stage (see the module doc).
 #[inline(always)]
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
-    let [datapath, router, ingress_port, ifindex] = stages::take(ctx, IPV6_REQUEST_MAGIC)?;
-    let request = Ipv6Request {
-        datapath,
-        router,
-        ingress_port,
-        ifindex,
-        magic: 0,
-    };
+    let request = Ipv6Request::from_words(stages::take(ctx, IPV6_REQUEST_MAGIC)?);
     let Ok(frame) = ctx.load::<Ipv6Frame>(0) else {
         return Err(drop_reason::ROUTED_MALFORMED);
     };

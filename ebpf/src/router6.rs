@@ -56,14 +56,7 @@ pub fn request(ctx: &TcContext, request: &Ipv6Request) -> DropReason {
 /// The route6 stage: routes the IPv6 packet its request names (see the module doc).
 #[inline(always)]
 pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
-    let [datapath, router, ingress_port, ifindex] = stages::take(ctx, ROUTE6_REQUEST_MAGIC)?;
-    let request = Ipv6Request {
-        datapath,
-        router,
-        ingress_port,
-        ifindex,
-        magic: 0,
-    };
+    let request = Ipv6Request::from_words(stages::take(ctx, ROUTE6_REQUEST_MAGIC)?);
     let ip = ctx
         .load::<Ipv6Header>(ETH_HEADER_LEN)
         .map_err(|_| drop_reason::ROUTED_MALFORMED)?;

@@ -153,6 +153,25 @@ impl FrameSocket {
     }
 }
 
+/// The EUI-64 link-local address of `mac` (RFC 4291: the universal/local bit flipped, `ff:fe`
+/// in the middle), built here apart from the agent's.
+#[must_use]
+pub fn link_local(mac: [u8; 6]) -> [u8; 16] {
+    let mut address = [0_u8; 16];
+    address[..2].copy_from_slice(&[0xfe, 0x80]);
+    address[8..].copy_from_slice(&[
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]);
+    address
+}
+
 /// Ethernet from `source` to `destination` + IPv4 (ID 0xabcd, DF, TTL 64) from `from` to `to`
 /// around `payload` of `protocol`, with a valid IPv4 checksum.
 #[must_use]

@@ -26,6 +26,7 @@ use std::{
 
 use ovnbpf_tests::{
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
+    frames::link_local,
     kubeovn::mac_for,
     names::unique_prefix,
     netns::Netns,
@@ -648,28 +649,7 @@ fn tcp_over_ipv6(pod_netns: &[Netns], (client, server): (usize, usize)) {
 
 /// "0a:58:…" → bytes.
 fn mac_bytes(mac: &str) -> [u8; 6] {
-    let mut bytes = [0_u8; 6];
-    for (byte, part) in bytes.iter_mut().zip(mac.split(':')) {
-        *byte = u8::from_str_radix(part, 16).unwrap();
-    }
-    bytes
-}
-
-/// The EUI-64 link-local address of `mac`.
-fn link_local(mac: [u8; 6]) -> [u8; 16] {
-    let mut address = [0_u8; 16];
-    address[..2].copy_from_slice(&[0xfe, 0x80]);
-    address[8..].copy_from_slice(&[
-        mac[0] ^ 2,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ]);
-    address
+    ovnbpf_agent::lflow::parse_mac(mac).unwrap()
 }
 
 /// Sends a router solicitation out of eth0 of `netns` (MAC `mac`, from its link-local

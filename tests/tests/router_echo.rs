@@ -26,7 +26,10 @@ use ovnbpf_common::{
     ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
     ROUTER_FORWARDS, RouterAddress, RouterInfo,
 };
-use ovnbpf_tests::frames::verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT};
+use ovnbpf_tests::frames::{
+    link_local,
+    verdict::{TC_ACT_REDIRECT, TC_ACT_SHOT, TCX_NEXT},
+};
 use ovnbpf_tests::{icmp::checksum, require_root};
 
 const POD_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0, 1, 2];
@@ -717,28 +720,6 @@ fn tcp_and_udp_to_the_routers_ipv6_address_get_the_answers_ovn_builds() {
     assert_eq!(replies(&programs, "port_unreachable"), 1);
 }
 
-/// The EUI-64 link-local address of `mac`, built here apart from the agent's.
-fn link_local6(mac: [u8; 6]) -> [u8; 16] {
-    [
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        mac[0] ^ 2,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ]
-}
-
 /// The advertisement (checksum 0) of Kube-OVN's default `ipv6_ra_configs` for a port with
 /// `ROUTER_MAC` and prefix `fd00:10:1::/64` (M set, the prefix on-link only), with `extra`
 /// bytes of options after the link-layer one (an MTU option: 5 1 0 0 and 1400).
@@ -771,7 +752,7 @@ fn advertise(programs: &mut KernelPrograms, message: &[u8]) {
     advert.message[..message.len()].copy_from_slice(message);
     // The sum the kernel completes with the destination: message, source, length, 58.
     let mut covered = message.to_vec();
-    covered.extend(link_local6(ROUTER_MAC));
+    covered.extend(link_local(ROUTER_MAC));
     let mut sum: u32 = covered
         .chunks(2)
         .map(|pair| u32::from(pair[0]) << 8 | u32::from(pair[1]))
@@ -806,7 +787,7 @@ fn solicitation(source: [u8; 16], hop_limit: u8, class_flow: u32) -> Vec<u8> {
 #[test]
 fn a_router_solicitation_gets_the_ports_advertisement_byte_for_byte() {
     let mut programs = programs6();
-    let pod_link_local = link_local6(POD_MAC);
+    let pod_link_local = link_local(POD_MAC);
     let class_flow = 0x6280_abcd;
     for mtu in [false, true] {
         let message = advertisement(mtu);
@@ -815,7 +796,7 @@ fn a_router_solicitation_gets_the_ports_advertisement_byte_for_byte() {
             .test_run(Hook::Pod, &solicitation(pod_link_local, 255, class_flow))
             .unwrap();
         assert_eq!(outcome.verdict, TC_ACT_REDIRECT, "mtu option: {mtu}");
-        let source = link_local6(ROUTER_MAC);
+        let source = link_local(ROUTER_MAC);
         let expected = ipv6(
             (POD_MAC, ROUTER_MAC),
             (class_flow, 255),
@@ -838,7 +819,7 @@ fn a_router_solicitation_gets_the_ports_advertisement_byte_for_byte() {
     assert_eq!(&outcome.frame[..6], &POD_MAC);
     assert_eq!(&outcome.frame[38..54], &all_nodes);
     let message = advertisement(true);
-    let source = link_local6(ROUTER_MAC);
+    let source = link_local(ROUTER_MAC);
     assert_eq!(
         &outcome.frame[54..],
         &checksummed6((source, all_nodes), 58, message, 2)[..]

@@ -91,6 +91,19 @@ pub struct Ipv6Request {
 }
 
 impl Ipv6Request {
+    /// The request of a control block's first four words (what [`crate::stage`]'s `take`
+    /// returns), its magic checked already.
+    #[must_use]
+    pub const fn from_words([datapath, router, ingress_port, ifindex]: [u32; 4]) -> Self {
+        Self {
+            datapath,
+            router,
+            ingress_port,
+            ifindex,
+            magic: 0,
+        }
+    }
+
     /// The control block's words, in field order.
     #[must_use]
     pub const fn words(&self) -> [u32; 5] {

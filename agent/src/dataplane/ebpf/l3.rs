@@ -335,12 +335,7 @@ impl L3State {
                 source_mac,
                 port,
             } => {
-                let target = ecmp::Member {
-                    nexthop: *nexthop,
-                    source_ip: *source_ip,
-                    source_mac: *source_mac,
-                    port: port.clone(),
-                };
+                let target = ecmp::Member::new(nexthop, source_ip, source_mac, port);
                 let key = (*datapath, ecmp::group_id(EcmpStage::Route, *group));
                 self.ecmp6.take_member(key, *member, &target, added);
             }
@@ -455,12 +450,7 @@ impl L3State {
                 source_mac,
                 port,
             } => {
-                let target = ecmp::Member {
-                    nexthop: *nexthop,
-                    source_ip: *source_ip,
-                    source_mac: *source_mac,
-                    port: port.clone(),
-                };
+                let target = ecmp::Member::new(nexthop, source_ip, source_mac, port);
                 let key = (*datapath, ecmp::group_id(*stage, *group));
                 self.ecmp.take_member(key, *member, &target, added);
             }

@@ -48,6 +48,18 @@ pub(super) struct Member<A> {
     pub(super) port: String,
 }
 
+impl<A: Copy> Member<A> {
+    /// A member's target: `nexthop` and `source_ip` of its family.
+    pub(super) fn new(nexthop: &A, source_ip: &A, source_mac: &Mac, port: &str) -> Self {
+        Self {
+            nexthop: *nexthop,
+            source_ip: *source_ip,
+            source_mac: *source_mac,
+            port: port.to_string(),
+        }
+    }
+}
+
 /// Every router's ECMP groups of one family: `A` its addresses, `M` the kernel map of its
 /// members (`ECMP_MEMBERS`, `ECMP_MEMBERS6`).
 pub(super) struct Groups<A, M: Writable> {
