@@ -161,3 +161,15 @@ pub fn paced_stream_via(
         }
     })
 }
+
+/// Frames the kernel dropped for want of room in a CPU's input backlog (`netdev_max_backlog`),
+/// all CPUs together (`/proc/net/softnet_stat`'s second column): where a veth's receiving CPU
+/// is too busy (say, verifying a restarted agent's programs), frames are lost there, beyond any
+/// ovnbpf counter.
+pub fn backlog_drops() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default();
+    text.lines()
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .filter_map(|dropped| u64::from_str_radix(dropped, 16).ok())
+        .sum()
+}
