@@ -511,4 +511,115 @@ mod tests {
         assert!(distinct.len() > 100, "{} distinct", distinct.len());
         assert_eq!(interval(&mut state, min, min), min);
     }
+
+    /// Switch `subnet` (pods `a.ns` and `b.ns`), another switch (`c.ns`), and the router port
+    /// of `subnet` with `router_options`, as a replica built from a snapshot.
+    fn southbound(router_options: serde_json::Value) -> Southbound {
+        use crate::ovsdb::{
+            schema::DatabaseSchema,
+            session::{MonitorMethod, SessionEvent, UpdateFormat},
+        };
+        use serde_json::json;
+        const SWITCH: &str = "00000000-0000-0000-0000-0000000000d1";
+        const OTHER: &str = "00000000-0000-0000-0000-0000000000d3";
+        const ROUTER: &str = "00000000-0000-0000-0000-0000000000d2";
+        let map =
+            json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
+        let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
+        "tables": {
+            "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"},
+                "external_ids": map}},
+            "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+                "type": {"type": "string"}, "tunnel_key": {"type": "integer"},
+                "datapath": {"type": {"key": {"type": "uuid"}, "min": 0, "max": 1}},
+                "options": map}},
+        }}))
+        .unwrap();
+        let monitored: BTreeMap<String, Vec<String>> = schema
+            .tables
+            .iter()
+            .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
+            .collect();
+        let port = |name: &str, kind: &str, datapath: &str, key: u32, options| {
+            json!({"initial": {"logical_port": name, "type": kind, "tunnel_key": key,
+                "datapath": ["uuid", datapath], "options": options}})
+        };
+        let none = json!(["map", []]);
+        let mut sb = Southbound::new();
+        sb.apply(&SessionEvent::Snapshot {
+            remote: "test".into(),
+            method: MonitorMethod::MonitorCondSince,
+            schema: std::sync::Arc::new(schema),
+            monitored,
+            updates: json!({
+                "Datapath_Binding": {
+                    SWITCH: {"initial": {"tunnel_key": 1}},
+                    OTHER: {"initial": {"tunnel_key": 3}},
+                    ROUTER: {"initial": {"tunnel_key": 2}},
+                },
+                "Port_Binding": {
+                    "00000000-0000-0000-0000-0000000000b1": port("a.ns", "", SWITCH, 1, none.clone()),
+                    "00000000-0000-0000-0000-0000000000b2": port("b.ns", "", SWITCH, 2, none.clone()),
+                    "00000000-0000-0000-0000-0000000000b3": port("c.ns", "", OTHER, 1, none.clone()),
+                    "00000000-0000-0000-0000-0000000000b4": port("subnet-vpc", "patch", SWITCH, 3,
+                        json!(["map", [["peer", "vpc-subnet"]]])),
+                    "00000000-0000-0000-0000-0000000000b5": port("vpc-subnet", "patch", ROUTER, 1,
+                        router_options),
+                },
+            }),
+            format: UpdateFormat::Update2,
+            resumed: false,
+        });
+        sb
+    }
+
+    fn router_options(periodic: bool) -> serde_json::Value {
+        let mut options = kube_ovn_default();
+        options.insert("peer".into(), "subnet-vpc".into());
+        if !periodic {
+            options.remove("ipv6_ra_send_periodic");
+        }
+        serde_json::json!([
+            "map",
+            options.into_iter().map(|(k, v)| [k, v]).collect::<Vec<_>>()
+        ])
+    }
+
+    /// Where advertisements go follows the local ports: one task for the router port while
+    /// its switch has local ports (their interfaces its targets, not the other switch's), none
+    /// once they leave or the port stops asking for periodic ones.
+    #[tokio::test]
+    async fn tasks_follow_the_local_ports_of_the_advertising_switch() {
+        let interface_of = |port: &str| Some(format!("h-{port}"));
+        let local = |ports: &[&str]| {
+            ports
+                .iter()
+                .map(|p| (*p).to_string())
+                .collect::<HashSet<_>>()
+        };
+        let mut adverts = PeriodicAdverts::default();
+        let sb = southbound(router_options(true));
+        adverts.reconcile(&sb, &local(&["a.ns", "c.ns"]), &interface_of);
+        assert_eq!(adverts.advertising(), 1);
+        let targets = |adverts: &PeriodicAdverts| {
+            adverts.running["vpc-subnet"]
+                .target
+                .borrow()
+                .interfaces
+                .clone()
+        };
+        assert_eq!(targets(&adverts), BTreeSet::from(["h-a.ns".to_string()]));
+        adverts.reconcile(&sb, &local(&["a.ns", "b.ns"]), &interface_of);
+        assert_eq!(
+            targets(&adverts),
+            BTreeSet::from(["h-a.ns".to_string(), "h-b.ns".to_string()])
+        );
+        // Only the other switch's pod here: nothing to send to.
+        adverts.reconcile(&sb, &local(&["c.ns"]), &interface_of);
+        assert_eq!(adverts.advertising(), 0);
+        // A port that does not ask for them.
+        let sb = southbound(router_options(false));
+        adverts.reconcile(&sb, &local(&["a.ns"]), &interface_of);
+        assert_eq!(adverts.advertising(), 0);
+    }
 }
