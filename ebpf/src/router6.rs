@@ -7,7 +7,8 @@
 //! links (VPC peering) up to `MAX_ROUTER_HOPS`, the hop limit decremented per router (one that
 //! runs out at a later router is dropped as `ttl_expired`: OVN answers there only senders in
 //! the entering port's own networks, which a sender behind an earlier router is not); an ECMP
-//! route's member chosen by the flow's 5-tuple hash (`ECMP_MEMBERS6`, [`ecmp::flow_hash6`]); a
+//! route's member chosen by the flow's 5-tuple hash (`ECMP_MEMBERS6`, [`ecmp::flow_hash6`]), a
+//! discard route's packets dropped (`route_discard`); a
 //! link-local destination goes back out of the port it came in on (northd's per-port
 //! `fe80::/64` routes). Then the next hop's MAC from `NEIGHBOURS6` and the output
 //! port's MAC as source; the destination switch's L2 step is the router stage's (the IPv6
@@ -20,7 +21,7 @@
 
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
-    DropReason, EcmpKey, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_ECMP,
+    DropReason, EcmpKey, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_DISCARD, ROUTE_ECMP,
     ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS,
     ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS, ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
     acl::{UNCHECKED_INGRESS, USER_RULES_INGRESS},
@@ -162,6 +163,9 @@ fn route_at(datapath: u32, ip: &Ipv6Header, flow_hash: u32, route: &mut RouteEnt
         (None, Some(s)) => *s,
         (None, None) => return drop_reason::NO_ROUTE.0,
     };
+    if route.kind == ROUTE_DISCARD {
+        return drop_reason::ROUTE_DISCARD.0;
+    }
     if route.kind == ROUTE_ECMP {
         return ecmp_member(datapath, route, flow_hash);
     }

@@ -10,7 +10,7 @@
 //! (allow, reroute to a node over the join switch, drop) and the default VPC's route to the join
 //! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod); and a
 //! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`, an IPv6 ECMP route via two of
-//! its pods), peered over both families with
+//! its pods, an IPv6 discard route inside a static one), peered over both families with
 //! vpc-e. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
@@ -191,6 +191,15 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             ECMP6_PREFIX,
             Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, 0x11),
         )
+        // An IPv6 discard route inside a wider static route: what it covers is dropped (its
+        // prefix longer than the subnets' /64: their `src-ip` routes, OVN priority 192, beat
+        // any destination route shorter than that).
+        .static_route(
+            "vpc-d",
+            "fd00:96::/32",
+            Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, 0x10),
+        )
+        .discard_route("vpc-d", "fd00:96:1::/80")
         // A policy that drops one destination across the peering.
         .policy("vpc-a", 1000, "ip4.dst == 10.2.1.11", "drop", None)
         // Policies on both a source and a destination prefix (`Vpc.spec.policyRoutes`): one
@@ -840,6 +849,14 @@ fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             "routes IPv6 with hop limit 1",
             packet(router_mac, e.ip6.unwrap(), 1, ping6),
         );
+        add(
+            "routes IPv6 into vpc-d's discard route",
+            packet(router_mac, "fd00:96:1::5".parse().unwrap(), 64, ping6),
+        );
+        add(
+            "routes IPv6 beside vpc-d's discard route",
+            packet(router_mac, "fd00:96:2::5".parse().unwrap(), 64, ping6),
+        );
         // vpc-d's ECMP route: flows that differ in their source port spread over both next
         // hops, each as the flow's hash picks (vpc-e's pod has no route there).
         for source_port in 40000..40006 {
@@ -1059,6 +1076,14 @@ async fn ir_verdicts_equal_ovn_trace() {
     for (what, pod, packet) in &cases {
         let ours = evaluator.trace(&pod.port, *packet).unwrap();
         selected.extend(ours.selected.iter().copied());
+        if what.contains("into vpc-d's discard route") && pod.vpc == "vpc-d" {
+            assert!(
+                ours.outputs.is_empty()
+                    && ours.steps.iter().any(|step| step.contains("discard route")),
+                "{what}: not discarded\n{}",
+                ours.steps.join("\n")
+            );
+        }
         if what.contains("IPv6 ECMP route") {
             assert!(
                 !ours.outputs.is_empty(),

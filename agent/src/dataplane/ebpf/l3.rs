@@ -325,7 +325,9 @@ impl L3State {
                 }
                 self.router_table.mark(*datapath);
             }
-            IrEntry::Route6 { .. } | IrEntry::EcmpRoute6 { .. } => self.take_route6(entry, added),
+            IrEntry::Route6 { .. } | IrEntry::EcmpRoute6 { .. } | IrEntry::DiscardRoute6 { .. } => {
+                self.take_route6(entry, added);
+            }
             IrEntry::EcmpMember6 {
                 datapath,
                 group,

@@ -276,7 +276,8 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
     let decrements = actions
         .iter()
         .any(|a| matches!(a, Action::Decrement(f) if plain(f, "ip.ttl")));
-    if terms.len() != known_terms || !decrements {
+    let discards = matches!(actions, [Action::Keyword { name, .. }] if is_drop(name));
+    if terms.len() != known_terms || !(decrements || discards) {
         return None;
     }
     let route_table = match route_table.map(u32::try_from) {
@@ -284,6 +285,18 @@ fn classify_route(dp: u32, priority: i64, terms: &[&Expr], actions: &[Action]) -
         Some(Ok(table)) => Some(table),
         Some(Err(_)) => return None,
     };
+    // A discard route (`lr-route-add … discard`).
+    if discards {
+        return inport.is_none().then(|| {
+            Class::Compiled(vec![IrEntry::DiscardRoute6 {
+                datapath: dp,
+                selector,
+                prefix,
+                priority: u16::try_from(priority).unwrap_or(u16::MAX),
+                route_table,
+            }])
+        });
+    }
     // An ECMP route (`lr-route-add --ecmp`): the group and the members `select` picks from;
     // `lr_in_ip_routing_ecmp` says where each leads.
     if let Some((group, members)) = ecmp_selection(actions) {

@@ -394,6 +394,24 @@ family! {
                         discard: false,
                     })
                 }
+                IrEntry::DiscardRoute6 {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    ..
+                } if selected(selector, prefix) && in_table(route_table) => Some(Route {
+                    priority: *priority,
+                    by_source: *selector == RouteSelector::Source,
+                    network: prefix.network,
+                    length: prefix.length,
+                    nexthop: None,
+                    source_ip: Ipv6Addr::UNSPECIFIED,
+                    source_mac: [0; 6],
+                    port: "",
+                    ecmp: None,
+                    discard: true,
+                }),
                 IrEntry::EcmpRoute6 {
                     selector,
                     prefix,

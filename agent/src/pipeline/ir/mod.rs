@@ -373,6 +373,14 @@ pub enum IrEntry {
         source_mac: Mac,
         port: String,
     },
+    /// An IPv6 discard route, as [`IrEntry::DiscardRoute`].
+    DiscardRoute6 {
+        datapath: u32,
+        selector: RouteSelector,
+        prefix: Prefix6,
+        priority: u16,
+        route_table: Option<u32>,
+    },
     /// IPv6 next hop `ip` out of `port` has MAC `mac`.
     Neighbour6 {
         datapath: u32,
@@ -645,6 +653,7 @@ impl IrEntry {
             | IrEntry::EcmpMember { datapath, .. }
             | IrEntry::EcmpRoute6 { datapath, .. }
             | IrEntry::EcmpMember6 { datapath, .. }
+            | IrEntry::DiscardRoute6 { datapath, .. }
             | IrEntry::RouteTableOfPort { datapath, .. }
             | IrEntry::DiscardRoute { datapath, .. }
             | IrEntry::RouteMissDrop { datapath }

@@ -8,13 +8,13 @@
 //! keys IPv6 routes by router only, the main table), and routes with an inport other than
 //! northd's per-port `fe80::/64` ones (which
 //! [`super::L3State`] turns into a router flag: the kernel sends link-local traffic back out of
-//! its inport). ECMP routes select a group of [`super::ecmp::Groups6`]. Discard routes and
-//! policies that change IPv6 routing are not compiled for IPv6; the compiler reports those
-//! flows, which keep the router's IPv6 out as well.
+//! its inport). ECMP routes select a group of [`super::ecmp::Groups6`]; discard routes are
+//! stored as such. Policies that change IPv6 routing are not compiled for IPv6; the compiler
+//! reports those flows, which keep the router's IPv6 out as well.
 
 use std::net::Ipv6Addr;
 
-use ovnbpf_common::{ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, RouteEntry6};
+use ovnbpf_common::{ROUTE_DISCARD, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, RouteEntry6};
 
 use super::L3State;
 use crate::pipeline::ir::{EcmpStage, IrEntry, Mac, Prefix6, RouteSelector};
@@ -42,6 +42,8 @@ enum Target6 {
     },
     /// To a member of ECMP group `group` ([`super::ecmp::group_id`]) of `members`.
     Ecmp { group: u32, members: usize },
+    /// Nowhere: a discard route.
+    Discard,
 }
 
 impl Candidate6 {
@@ -49,13 +51,13 @@ impl Candidate6 {
     fn port(&self) -> &str {
         match &self.target {
             Target6::Hop { port, .. } => port,
-            Target6::Ecmp { .. } => "",
+            Target6::Ecmp { .. } | Target6::Discard => "",
         }
     }
 }
 
 impl L3State {
-    /// Takes in one IPv6 route, or ECMP route (northd's per-port link-local ones are
+    /// Takes in one IPv6 route, ECMP route or discard route (northd's per-port link-local ones are
     /// [`super`]'s: any other with an inport is beyond the kernel).
     pub(super) fn take_route6(&mut self, entry: &IrEntry, added: bool) {
         let (datapath, selector, prefix, priority, route_table, inport, target) = match entry {
@@ -107,6 +109,21 @@ impl L3State {
                     },
                 )
             }
+            IrEntry::DiscardRoute6 {
+                datapath,
+                selector,
+                prefix,
+                priority,
+                route_table,
+            } => (
+                *datapath,
+                *selector,
+                *prefix,
+                *priority,
+                *route_table,
+                None,
+                Target6::Discard,
+            ),
             _ => return,
         };
         let via = match &target {
@@ -117,6 +134,7 @@ impl L3State {
             } => format!("{ip} out of {port}"),
             Target6::Hop { port, .. } => port.clone(),
             Target6::Ecmp { members, .. } => format!("{members} ECMP next hops"),
+            Target6::Discard => "nowhere (discard)".to_string(),
         };
         let beyond = match (route_table, inport) {
             (_, Some(inport)) => Some(format!("IPv6 route {prefix} via {via} only from {inport}")),
@@ -249,6 +267,11 @@ impl L3State {
                 source_mac,
                 port,
             } => self.resolve_output6(port, *nexthop, *source_mac, best.priority),
+            Target6::Discard => Some(RouteEntry6 {
+                priority: best.priority,
+                kind: ROUTE_DISCARD,
+                ..RouteEntry6::default()
+            }),
             Target6::Ecmp { group, members } => Some(RouteEntry6 {
                 next_datapath: *group,
                 ingress_port: u32::try_from(*members).unwrap_or(u32::MAX),
