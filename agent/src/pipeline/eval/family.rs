@@ -36,6 +36,30 @@ pub(super) struct Route<'e, A> {
     pub discard: bool,
 }
 
+impl<'e> Route<'e, Ipv6Addr> {
+    /// An IPv6 route without a hop of its own: an ECMP group's (`ecmp`), or else a discard
+    /// route.
+    fn without_hop(
+        selector: RouteSelector,
+        prefix: &crate::pipeline::ir::Prefix6,
+        priority: u16,
+        ecmp: Option<(u16, &'e [u16])>,
+    ) -> Self {
+        Self {
+            priority,
+            by_source: selector == RouteSelector::Source,
+            network: prefix.network,
+            length: prefix.length,
+            nexthop: None,
+            source_ip: Ipv6Addr::UNSPECIFIED,
+            source_mac: [0; 6],
+            port: "",
+            discard: ecmp.is_none(),
+            ecmp,
+        }
+    }
+}
+
 /// Where the chosen route sends a packet.
 pub(super) struct Hop<'e, A> {
     pub nexthop: A,
@@ -400,18 +424,9 @@ family! {
                     priority,
                     route_table,
                     ..
-                } if selected(selector, prefix) && in_table(route_table) => Some(Route {
-                    priority: *priority,
-                    by_source: *selector == RouteSelector::Source,
-                    network: prefix.network,
-                    length: prefix.length,
-                    nexthop: None,
-                    source_ip: Ipv6Addr::UNSPECIFIED,
-                    source_mac: [0; 6],
-                    port: "",
-                    ecmp: None,
-                    discard: true,
-                }),
+                } if selected(selector, prefix) && in_table(route_table) => {
+                    Some(Route::without_hop(*selector, prefix, *priority, None))
+                }
                 IrEntry::EcmpRoute6 {
                     selector,
                     prefix,
@@ -420,18 +435,10 @@ family! {
                     group,
                     members,
                     ..
-                } if selected(selector, prefix) && in_table(route_table) => Some(Route {
-                    priority: *priority,
-                    by_source: *selector == RouteSelector::Source,
-                    network: prefix.network,
-                    length: prefix.length,
-                    nexthop: None,
-                    source_ip: Ipv6Addr::UNSPECIFIED,
-                    source_mac: [0; 6],
-                    port: "",
-                    ecmp: Some((*group, members.as_slice())),
-                    discard: false,
-                }),
+                } if selected(selector, prefix) && in_table(route_table) => {
+                    let ecmp = Some((*group, members.as_slice()));
+                    Some(Route::without_hop(*selector, prefix, *priority, ecmp))
+                }
                 _ => None,
             }
         }
