@@ -218,6 +218,29 @@ fn verdict_cache(pins: &std::path::Path, node: usize, index: u32) -> u64 {
     counters.get(&index, 0).unwrap().iter().sum()
 }
 
+/// Node `node`'s datapath drop counters by reason (summed over CPUs), from its pins.
+fn drop_counts(pins: &std::path::Path, node: usize) -> Vec<u64> {
+    let layout = PinLayout::prepare(&pins.join(scenario::NODES[node])).unwrap();
+    let path = layout.map_path(ovnbpf_common::map::DROP_COUNTERS);
+    let map = aya::maps::Map::PerCpuArray(aya::maps::MapData::from_pin(path).unwrap());
+    let counters: aya::maps::PerCpuArray<_, u64> = map.try_into().unwrap();
+    (0..ovnbpf_common::drop_reason::COUNT)
+        .map(|index| counters.get(&index, 0).map_or(0, |c| c.iter().sum()))
+        .collect()
+}
+
+/// The reasons whose counts grew from `before` to `after`, `reason=+n` apart by spaces.
+fn drops_grown(before: &[u64], after: &[u64]) -> String {
+    let names = ovnbpf_common::drop_reason::NAMES;
+    let grown: Vec<String> = names
+        .iter()
+        .zip(before.iter().zip(after))
+        .filter(|(_, (b, a))| a > b)
+        .map(|(name, (b, a))| format!("{name}=+{}", a - b))
+        .collect();
+    grown.join(" ")
+}
+
 fn mac(name: &str) -> [u8; 6] {
     ovnbpf_agent::lflow::parse_mac(&mac_for(name)).unwrap()
 }
@@ -387,6 +410,7 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     let stream = paced_stream(client, web2, WEB2, WEB_PORT, Arc::clone(&stop));
     let counters_before = TcpCounters::read(&client.netns().path());
     let backlog_before = backlog_drops();
+    let drops_before = [0, 1].map(|node| drop_counts(bpffs.path(), node));
     // Meanwhile client's datagrams to the web pods, which their policy denies (it admits TCP
     // only): a restarted agent must never deliver one, not even before it has the policy.
     let denied = denied_datagrams(client, &[(web1, WEB1), (web2, WEB2)], &stop);
@@ -423,10 +447,12 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     thread::sleep(Duration::from_millis(200));
     let counters = TcpCounters::read(&client.netns().path()).since(&counters_before);
     let backlog = backlog_drops() - backlog_before;
+    let drops =
+        [0, 1].map(|node| drops_grown(&drops_before[node], &drop_counts(bpffs.path(), node)));
     eprintln!(
         "stream {} bytes, longest pause {:?}; client's TCP counters: {counters}; frames dropped \
-         for backlog room meanwhile: {backlog}",
-        report.bytes, report.longest_pause
+         for backlog room meanwhile: {backlog}; datapath drops meanwhile: node1 [{}], node2 [{}]",
+        report.bytes, report.longest_pause, drops[0], drops[1]
     );
     assert!(report.bytes > 10 * 1024 * 1024, "{} bytes", report.bytes);
     // At most one segment lost: about one run in twelve loses one across the restarts, by a
@@ -436,7 +462,10 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     // reset stream, fails.
     assert!(
         counters.lost_segments() <= 1,
-        "segments lost across the restarts ({counters}; backlog drops {backlog}){}",
+        "segments lost across the restarts ({counters}; backlog drops {backlog}; datapath \
+         drops node1 [{}], node2 [{}]){}",
+        drops[0],
+        drops[1],
         logs(&agents)
     );
     // The restarted agents enforce the same policies.
