@@ -2,18 +2,10 @@
 //! of each family with the subnet and gateway of the router port network that holds them, as
 //! northd copies Kube-OVN's dual-stack LSP and LRP into the Southbound.
 
-use std::{collections::BTreeMap, sync::Arc};
-
 use serde_json::{Value, json};
 
 use super::ports::{FamilyFacts, port_facts};
-use crate::{
-    ovsdb::{
-        schema::DatabaseSchema,
-        session::{MonitorMethod, SessionEvent, UpdateFormat},
-    },
-    sb::Southbound,
-};
+use crate::sb::Southbound;
 
 const SWITCH: &str = "00000000-0000-0000-0000-0000000000d1";
 const ROUTER: &str = "00000000-0000-0000-0000-0000000000d2";
@@ -23,32 +15,21 @@ const ROUTER: &str = "00000000-0000-0000-0000-0000000000d2";
 fn southbound(pod_mac: &str, router_mac: &str) -> Southbound {
     let set = |key: &str| json!({"type": {"key": key, "min": 0, "max": "unlimited"}});
     let map = json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
-    let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
-    "tables": {
+    let tables = json!({
         "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"},
             "external_ids": map}},
         "Port_Binding": {"columns": {"logical_port": {"type": "string"},
             "type": {"type": "string"}, "tunnel_key": {"type": "integer"},
             "datapath": {"type": {"key": {"type": "uuid"}, "min": 0, "max": 1}},
             "mac": set("string"), "options": map}},
-    }}))
-    .unwrap();
-    let monitored: BTreeMap<String, Vec<String>> = schema
-        .tables
-        .iter()
-        .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
-        .collect();
+    });
     let port = |name: &str, kind: &str, datapath: &str, key: u32, mac: &str, options: Value| {
         json!({"initial": {"logical_port": name, "type": kind, "tunnel_key": key,
             "datapath": ["uuid", datapath], "mac": ["set", [mac]], "options": options}})
     };
-    let mut sb = Southbound::new();
-    sb.apply(&SessionEvent::Snapshot {
-        remote: "test".into(),
-        method: MonitorMethod::MonitorCondSince,
-        schema: Arc::new(schema),
-        monitored,
-        updates: json!({
+    crate::sb::testing::southbound(
+        &tables,
+        json!({
             "Datapath_Binding": {
                 SWITCH: {"initial": {"tunnel_key": 1,
                     "external_ids": ["map", [["logical-switch", "x"], ["name", "subnet"]]]}},
@@ -66,10 +47,7 @@ fn southbound(pod_mac: &str, router_mac: &str) -> Southbound {
                         json!(["map", [["peer", "subnet-vpc"]]])),
             },
         }),
-        format: UpdateFormat::Update2,
-        resumed: false,
-    });
-    sb
+    )
 }
 
 const ROUTER_DUAL: &str = "0a:58:00:00:00:01 10.0.1.1/24 fd00:10:1::1/64";

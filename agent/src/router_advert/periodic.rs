@@ -515,43 +515,27 @@ mod tests {
     /// Switch `subnet` (pods `a.ns` and `b.ns`), another switch (`c.ns`), and the router port
     /// of `subnet` with `router_options`, as a replica built from a snapshot.
     fn southbound(router_options: serde_json::Value) -> Southbound {
-        use crate::ovsdb::{
-            schema::DatabaseSchema,
-            session::{MonitorMethod, SessionEvent, UpdateFormat},
-        };
         use serde_json::json;
         const SWITCH: &str = "00000000-0000-0000-0000-0000000000d1";
         const OTHER: &str = "00000000-0000-0000-0000-0000000000d3";
         const ROUTER: &str = "00000000-0000-0000-0000-0000000000d2";
         let map =
             json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
-        let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
-        "tables": {
-            "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"},
-                "external_ids": map}},
+        let tables = json!({
+            "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}},
             "Port_Binding": {"columns": {"logical_port": {"type": "string"},
                 "type": {"type": "string"}, "tunnel_key": {"type": "integer"},
                 "datapath": {"type": {"key": {"type": "uuid"}, "min": 0, "max": 1}},
                 "options": map}},
-        }}))
-        .unwrap();
-        let monitored: BTreeMap<String, Vec<String>> = schema
-            .tables
-            .iter()
-            .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
-            .collect();
+        });
         let port = |name: &str, kind: &str, datapath: &str, key: u32, options| {
             json!({"initial": {"logical_port": name, "type": kind, "tunnel_key": key,
                 "datapath": ["uuid", datapath], "options": options}})
         };
         let none = json!(["map", []]);
-        let mut sb = Southbound::new();
-        sb.apply(&SessionEvent::Snapshot {
-            remote: "test".into(),
-            method: MonitorMethod::MonitorCondSince,
-            schema: std::sync::Arc::new(schema),
-            monitored,
-            updates: json!({
+        crate::sb::testing::southbound(
+            &tables,
+            json!({
                 "Datapath_Binding": {
                     SWITCH: {"initial": {"tunnel_key": 1}},
                     OTHER: {"initial": {"tunnel_key": 3}},
@@ -567,10 +551,7 @@ mod tests {
                         router_options),
                 },
             }),
-            format: UpdateFormat::Update2,
-            resumed: false,
-        });
-        sb
+        )
     }
 
     fn router_options(periodic: bool) -> serde_json::Value {

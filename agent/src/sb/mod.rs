@@ -8,6 +8,8 @@ pub mod extract;
 pub mod index;
 pub mod monitor;
 pub mod rows;
+#[cfg(test)]
+pub mod testing;
 
 use uuid::Uuid;
 
