@@ -16,6 +16,7 @@ pub mod net;
 pub mod netns;
 pub mod node_network;
 pub mod ovsdb;
+pub mod packet_socket;
 pub mod pipeline;
 pub mod router_advert;
 pub mod rtnetlink;

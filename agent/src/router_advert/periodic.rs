@@ -359,26 +359,10 @@ impl PacketSocket {
         if ifindex == 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a zeroed sockaddr_ll is valid; the fields sendto reads are set.
-        let sent = unsafe {
-            let mut address: libc::sockaddr_ll = std::mem::zeroed();
-            address.sll_family = libc::AF_PACKET as u16;
-            address.sll_ifindex = ifindex as i32;
-            address.sll_halen = 6;
-            address.sll_addr[..6].copy_from_slice(&frame[..6]);
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                std::ptr::addr_of!(address).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        let ifindex = i32::try_from(ifindex)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+        // (Protocol 0: the frame carries its own EtherType.)
+        crate::packet_socket::send_frame(self.fd.as_raw_fd(), ifindex, 0, frame)
     }
 }
 

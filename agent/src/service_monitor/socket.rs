@@ -121,27 +121,12 @@ impl ProbeSocket {
 
     /// Sends `frame` out of the interface (into the pod).
     pub fn send(&self, frame: &[u8]) -> io::Result<()> {
-        // SAFETY: a sockaddr_ll we own and a buffer of the length we pass.
-        let sent = unsafe {
-            let mut address: libc::sockaddr_ll = std::mem::zeroed();
-            address.sll_family = libc::AF_PACKET as u16;
-            address.sll_protocol = ETH_P_IP.to_be();
-            address.sll_ifindex = self.ifindex;
-            address.sll_halen = 6;
-            address.sll_addr[..6].copy_from_slice(&frame[..6.min(frame.len())]);
-            libc::sendto(
-                self.fd.get_ref().as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                std::ptr::addr_of!(address).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        crate::packet_socket::send_frame(
+            self.fd.get_ref().as_raw_fd(),
+            self.ifindex,
+            ETH_P_IP,
+            frame,
+        )
     }
 
     /// The next frame received, into `buffer`: its length.
