@@ -663,16 +663,6 @@ fn solicit_router(netns: &Netns, mac: &str) -> Option<Vec<u8>> {
     all_routers[15] = 2;
     let mut message = vec![133, 0, 0, 0, 0, 0, 0, 0, 1, 1];
     message.extend(mac);
-    let pseudo = |source: &[u8], destination: &[u8], message: &[u8]| {
-        let mut covered = source.to_vec();
-        covered.extend(destination);
-        covered.extend((message.len() as u32).to_be_bytes());
-        covered.extend([0, 0, 0, 58]);
-        covered.extend(message);
-        ovnbpf_tests::icmp::checksum(&covered)
-    };
-    let sum = pseudo(&source, &all_routers, &message);
-    message[2..4].copy_from_slice(&sum.to_be_bytes());
     let mut frame = vec![0x33, 0x33, 0, 0, 0, 2];
     frame.extend(mac);
     frame.extend([0x86, 0xdd, 0x60, 0, 0, 0]);
@@ -681,6 +671,9 @@ fn solicit_router(netns: &Netns, mac: &str) -> Option<Vec<u8>> {
     frame.extend(source);
     frame.extend(all_routers);
     frame.extend(&message);
+    // Over the checksum's zeros, the sum is the checksum itself.
+    let sum = checksum6(&frame);
+    frame[56..58].copy_from_slice(&sum.to_be_bytes());
     let socket = ovnbpf_tests::frames::FrameSocket::open_in(netns, "eth0").unwrap();
     socket.send(&frame).unwrap();
     let advertisement = socket
@@ -693,21 +686,12 @@ fn solicit_router(netns: &Netns, mac: &str) -> Option<Vec<u8>> {
                 && frame[38..54] == source
         })
         .unwrap()?;
-    // Summed with its checksum, the pseudo header and message come to 0.
-    assert_eq!(
-        pseudo(
-            &advertisement[22..38],
-            &advertisement[38..54],
-            &advertisement[54..]
-        ),
-        0,
-        "the advertisement's checksum"
-    );
+    assert_eq!(checksum6(&advertisement), 0, "the advertisement's checksum");
     Some(advertisement)
 }
 
 /// The ICMPv6 checksum over an IPv6 frame's pseudo header and message, its checksum included:
-/// 0 when it is right.
+/// 0 when it is right (and, over a checksum field of zeros, the checksum to write there).
 fn checksum6(frame: &[u8]) -> u16 {
     let message = &frame[54..];
     let mut covered = frame[22..54].to_vec();
