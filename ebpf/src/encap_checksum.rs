@@ -201,7 +201,7 @@ pub fn from_segmenter(ctx: &TcContext) -> Result<i32, DropReason> {
     if !segmented_later(ctx) {
         store(ctx, base(ctx)?, outer.ip.destination)?;
     }
-    Ok(crate::geneve::send_to_next_hop(&config))
+    Ok(crate::geneve::send_to_next_hop(config))
 }
 
 /// The inner packet's share of the sum without reading its payload (see the module doc), with

@@ -239,7 +239,7 @@ struct RemoteWalk {
     skb: *mut __sk_buff,
     /// This CPU's `FLOOD_SCRATCH` slot (its `member` key names the group).
     scratch: *mut FloodScratch,
-    config: TunnelConfig,
+    config: &'static TunnelConfig,
     /// Whether the inner frame is IP (the encapsulated skb is IPv4 to the kernel).
     ip: bool,
     /// The first chassis whose next hop was unresolved (gets the frame itself), 0 if none.
@@ -267,9 +267,10 @@ fn scratch() -> Option<*mut FloodScratch> {
     FLOOD_SCRATCH.get_ptr_mut(0)
 }
 
-/// One other chassis but the last: the encapsulated frame re-addressed to it and cloned out.
+/// One other chassis but the last: the encapsulated frame re-addressed to it and cloned out
+/// (over an IPv6 underlay: `V6`).
 #[inline(never)]
-extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
+extern "C" fn remote_member<const V6: bool>(index: u32, walk: *mut c_void) -> c_long {
     // SAFETY: `walk` is the `RemoteWalk` the caller passed to bpf_loop, on its stack; its
     // scratch pointer comes from a successful per-CPU lookup.
     let walk = unsafe { &mut *walk.cast::<RemoteWalk>() };
@@ -286,13 +287,13 @@ extern "C" fn remote_member(index: u32, walk: *mut c_void) -> c_long {
     };
     scratch.outer.remote_ip = remote_ip;
     let ctx = TcContext::new(walk.skb);
-    if let Err(reason) = geneve::retarget_with(&ctx, &walk.config, &mut scratch.outer) {
+    if let Err(reason) = geneve::retarget_with::<V6>(&ctx, walk.config, &mut scratch.outer) {
         walk.failed = reason.0;
         return 1;
     }
-    match geneve::send_copy(
+    match geneve::send_copy::<V6>(
         &ctx,
-        &walk.config,
+        walk.config,
         scratch.outer.remote_ip,
         &mut scratch.params,
     ) {
@@ -344,17 +345,36 @@ fn from_pod(
     let (Some(config), Some(first)) = (geneve::tunnel_config(), first) else {
         return Ok(deliver_to_members(ctx, group, ingress_ifindex));
     };
+    if geneve::ipv6_underlay(config) {
+        to_remote_members::<true>(ctx, group, ingress_ifindex, tunnel, (config, first))
+    } else {
+        to_remote_members::<false>(ctx, group, ingress_ifindex, tunnel, (config, first))
+    }
+}
+
+/// [`from_pod`] for a group with other chassis, over an IPv6 underlay (`V6`) or an IPv4 one
+/// (a constant, so the verifier walks each family's path once: see `geneve::encapsulate`);
+/// `first` is the first chassis's endpoint.
+#[inline(always)]
+fn to_remote_members<const V6: bool>(
+    ctx: &TcContext,
+    group: &Group,
+    ingress_ifindex: u32,
+    tunnel: &mut Tunnel,
+    (config, first): (&'static TunnelConfig, u32),
+) -> Result<i32, DropReason> {
+    let remotes = group.counts.remote_count;
     // The last chassis (read before the clones: it gets the frame itself).
     let last = member(group.key, FLOOD_SLOT_REMOTE | (remotes - 1)).unwrap_or(first);
     to_local_members(ctx, group, ingress_ifindex);
     tunnel.remote_ip = first;
-    let ip = geneve::push_outer_headers(ctx, &config, tunnel)?;
+    let ip = geneve::push_outer_headers::<V6>(ctx, config, tunnel)?;
     // Every chassis but the last gets a clone with its next hop's MACs; the last gets the frame.
     let scratch = scratch().ok_or(drop_reason::ENCAP_FAILED)?;
     // Kept in the scratch slot only: a value in the frame would split the verifier's states.
     // SAFETY: a per-CPU array slot: only this CPU uses it while the program runs.
     unsafe {
-        (*scratch).outer.udp_base = geneve::retarget_base(ctx)?;
+        (*scratch).outer.udp_base = geneve::retarget_base::<V6>(ctx)?;
         (*scratch).member = FloodMemberKey {
             datapath: group.key.datapath,
             group: group.key.group,
@@ -375,7 +395,7 @@ fn from_pod(
     unsafe {
         bpf_loop(
             remotes - 1,
-            remote_member as *mut c_void,
+            remote_member::<V6> as *mut c_void,
             (&raw mut walk).cast(),
             0,
         );
@@ -387,10 +407,10 @@ fn from_pod(
     let target = if walk.pending != 0 {
         // The last chassis gets a copy too; the unresolved one gets the frame.
         // SAFETY: as above.
-        geneve::retarget(ctx, &config, last, unsafe { (*scratch).outer.udp_base })?;
+        geneve::retarget::<V6>(ctx, config, last, unsafe { (*scratch).outer.udp_base })?;
         // SAFETY: as above.
         let params = unsafe { &mut (*scratch).params };
-        if let Err(reason) = geneve::send_copy(ctx, &config, last, params) {
+        if let Err(reason) = geneve::send_copy::<V6>(ctx, config, last, params) {
             count_drop(reason);
         }
         walk.pending
@@ -398,10 +418,10 @@ fn from_pod(
         last
     };
     // SAFETY: as above.
-    geneve::retarget(ctx, &config, target, unsafe { (*scratch).outer.udp_base })?;
+    geneve::retarget::<V6>(ctx, config, target, unsafe { (*scratch).outer.udp_base })?;
     if ip {
-        Ok(geneve::send_to_next_hop(&config))
+        Ok(geneve::send_to_next_hop(config))
     } else {
-        geneve::send_resolved(ctx, &config, target)
+        geneve::send_resolved::<V6>(ctx, config, target)
     }
 }

@@ -136,6 +136,17 @@ pub struct Ipv6Frame {
     pub ip: Ipv6Header,
 }
 
+/// Everything OVN puts in front of the inner frame over an IPv6 underlay (outer IPv6 without
+/// extension headers), read or written in one go.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+pub struct OuterHeaders6 {
+    pub frame: Ipv6Frame,
+    pub udp: UdpHeader,
+    pub geneve: GeneveHeader,
+    pub option: GeneveOption,
+}
+
 /// An ICMPv6 neighbour solicitation or advertisement up to its target.
 #[repr(C, packed)]
 #[derive(Clone, Copy)]

@@ -150,7 +150,7 @@ pub(crate) fn l2_output(
                 egress_port: entry.port,
                 remote_ip: entry.remote_ip,
             };
-            Some(geneve::encapsulate(ctx, &config, &tunnel))
+            Some(geneve::encapsulate(ctx, config, &tunnel))
         }
         _ => None,
     }

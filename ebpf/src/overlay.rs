@@ -1,5 +1,6 @@
 //! The overlay's receive side (Cilium's bpf_overlay role): a Geneve frame in OVN's layout
-//! addressed to this node's encap IP loses its outer 58 bytes and goes to the local port that
+//! addressed to this node's encap IP (IPv4, or IPv6 over an IPv6 underlay) loses its outer 58
+//! bytes (78 over IPv6) and goes to the local port that
 //! (VNI = datapath key, egress port key) names, or to the local members of the flood group it
 //! names ([`crate::flood`]); anything else addressed to our Geneve port is dropped, and what is
 //! not ours passes. Reads `TUNNEL_PORTS` (and `TUNNEL_CONFIG` through [`crate::geneve`]).
@@ -11,12 +12,15 @@ use aya_ebpf::{
     },
     programs::TcContext,
 };
-use ovnbpf_common::{DropReason, TunnelPortKey, drop_reason, geneve};
+use ovnbpf_common::{DropReason, TunnelConfig, TunnelPortKey, drop_reason, geneve};
 
 use crate::{
     flood,
-    geneve::tunnel_config,
-    headers::{ETH_P_IPV4, ETH_P_IPV6, EthHeader, IPPROTO_UDP, OuterHeaders, UdpFrame},
+    geneve::{ipv6_underlay, tunnel_config},
+    headers::{
+        ETH_P_IPV4, ETH_P_IPV6, EthHeader, GeneveHeader, GeneveOption, IPPROTO_UDP, Ipv6Frame,
+        OuterHeaders, OuterHeaders6, UdpFrame, UdpHeader,
+    },
     maps::{TUNNEL_PORTS, get},
     output::{Between, deliver_to_port},
 };
@@ -31,49 +35,122 @@ pub enum Decision {
     Redirected(i32),
 }
 
+/// The Geneve part of a frame addressed to this node's endpoint: where the inner frame starts,
+/// and what the outer headers say.
+struct Outer {
+    overhead: usize,
+    geneve: GeneveHeader,
+    option: GeneveOption,
+}
+
+/// Whether the frame is Geneve to our IPv4 endpoint (`None`: not ours), and its outer headers
+/// if they are whole and OVN's.
 #[inline(always)]
-pub fn decapsulate(ctx: &TcContext) -> Decision {
-    let Some(config) = tunnel_config() else {
-        return Decision::NotOurs;
-    };
+fn outer4(ctx: &TcContext, config: &TunnelConfig) -> Option<Result<Outer, DropReason>> {
     // One copy of the outer headers for every frame long enough to be Geneve; shorter frames
     // only need their UDP part read to tell whether they are truncated Geneve or not ours.
     let outer = ctx.load::<OuterHeaders>(0);
     let frame = match &outer {
         Ok(outer) => outer.udp_frame,
-        Err(_) => match ctx.load::<UdpFrame>(0) {
-            Ok(frame) => frame,
-            Err(_) => return Decision::NotOurs,
-        },
+        Err(_) => ctx.load::<UdpFrame>(0).ok()?,
     };
     let fragment = u16::from_be(frame.ip.fragment) & 0x3fff;
-    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4
-        || frame.ip.version_ihl != 0x45
+    if frame.ip.version_ihl != 0x45
         || frame.ip.protocol != IPPROTO_UDP
         || frame.ip.destination != config.encap_ip
         || fragment != 0
         || u16::from_be(frame.udp.destination) != geneve::UDP_PORT
     {
-        return Decision::NotOurs;
+        return None;
     }
     // From here on the frame is addressed to our Geneve endpoint: anything off is dropped.
     let Ok(outer) = outer else {
-        return Decision::Drop(drop_reason::GENEVE_MALFORMED);
+        return Some(Err(drop_reason::GENEVE_MALFORMED));
     };
-    let frame_len = ctx.len() as usize;
     let udp_len = usize::from(u16::from_be(frame.udp.len));
-    let option_length = outer.option.length & 0x1f;
-    if frame_len < geneve::OVERHEAD + 14
-        || udp_len < 8 + 16 + 14
-        || 14 + 20 + udp_len > frame_len
-        || outer.geneve.version_options != 2
-        || u16::from_be(outer.geneve.protocol) != geneve::PROTOCOL_ETHERNET
-        || u16::from_be(outer.option.class) != geneve::OVN_OPTION_CLASS
-        || outer.option.kind != geneve::OVN_OPTION_TYPE
-        || option_length != 1
-    {
-        return Decision::Drop(drop_reason::GENEVE_MALFORMED);
+    Some(whole(
+        ctx,
+        geneve::OVERHEAD,
+        udp_len,
+        outer.geneve,
+        outer.option,
+    ))
+}
+
+/// [`outer4`] over an IPv6 underlay: Geneve to our IPv6 endpoint, the UDP header right after
+/// the IPv6 one (Open vSwitch sends no extension headers).
+#[inline(always)]
+fn outer6(ctx: &TcContext, config: &TunnelConfig) -> Option<Result<Outer, DropReason>> {
+    let frame = ctx.load::<Ipv6Frame>(0).ok()?;
+    if frame.ip.next_header != IPPROTO_UDP || frame.ip.destination != config.encap_ip6 {
+        return None;
     }
+    let udp = ctx.load::<UdpHeader>(14 + 40).ok()?;
+    if u16::from_be(udp.destination) != geneve::UDP_PORT {
+        return None;
+    }
+    let Ok(outer) = ctx.load::<OuterHeaders6>(0) else {
+        return Some(Err(drop_reason::GENEVE_MALFORMED));
+    };
+    let udp_len = usize::from(u16::from_be(udp.len));
+    Some(whole(
+        ctx,
+        geneve::OVERHEAD6,
+        udp_len,
+        outer.geneve,
+        outer.option,
+    ))
+}
+
+/// The checks every Geneve frame to our endpoint passes, whatever the outer family: lengths
+/// (the UDP datagram within the frame, room for the inner Ethernet header) and OVN's layout.
+#[inline(always)]
+fn whole(
+    ctx: &TcContext,
+    overhead: usize,
+    udp_len: usize,
+    header: GeneveHeader,
+    option: GeneveOption,
+) -> Result<Outer, DropReason> {
+    // Where the UDP header starts: the outer Ethernet and IP headers.
+    let udp_at = overhead - 24;
+    let frame_len = ctx.len() as usize;
+    if frame_len < overhead + 14
+        || udp_len < 8 + 16 + 14
+        || udp_at + udp_len > frame_len
+        || header.version_options != 2
+        || u16::from_be(header.protocol) != geneve::PROTOCOL_ETHERNET
+        || u16::from_be(option.class) != geneve::OVN_OPTION_CLASS
+        || option.kind != geneve::OVN_OPTION_TYPE
+        || option.length & 0x1f != 1
+    {
+        return Err(drop_reason::GENEVE_MALFORMED);
+    }
+    Ok(Outer {
+        overhead,
+        geneve: header,
+        option,
+    })
+}
+
+#[inline(always)]
+pub fn decapsulate(ctx: &TcContext) -> Decision {
+    let Some(config) = tunnel_config() else {
+        return Decision::NotOurs;
+    };
+    let Ok(ether_type) = ctx.load::<u16>(12) else {
+        return Decision::NotOurs;
+    };
+    let outer = match (u16::from_be(ether_type), ipv6_underlay(config)) {
+        (ETH_P_IPV4, false) => outer4(ctx, config),
+        (ETH_P_IPV6, true) => outer6(ctx, config),
+        _ => None,
+    };
+    let outer = match outer {
+        None => return Decision::NotOurs,
+        Some(Err(reason)) => return Decision::Drop(reason),
+        Some(Ok(outer)) => outer,
+    };
     let vni = outer.geneve.vni_reserved;
     let key = TunnelPortKey {
         datapath: (u32::from(vni[0]) << 16) | (u32::from(vni[1]) << 8) | u32::from(vni[2]),
@@ -88,7 +165,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
             None => return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
         },
     };
-    let Ok(inner) = ctx.load::<EthHeader>(geneve::OVERHEAD) else {
+    let Ok(inner) = ctx.load::<EthHeader>(outer.overhead) else {
         return Decision::Drop(drop_reason::GENEVE_MALFORMED);
     };
     let inner_type = u16::from_be(inner.ether_type);
@@ -97,11 +174,11 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
         ETH_P_IPV6 => BPF_F_ADJ_ROOM_DECAP_L3_IPV6,
         _ => 0,
     };
-    // Remove outer IPv4 + UDP + Geneve + option + inner Ethernet (58 bytes after the outer
-    // Ethernet header), then write the inner Ethernet header over the outer one.
+    // Remove outer IP + UDP + Geneve + option + inner Ethernet (58 bytes after the outer
+    // Ethernet header, 78 over IPv6), then write the inner Ethernet header over the outer one.
     if ctx
         .adjust_room(
-            -(geneve::OVERHEAD as i32),
+            -(outer.overhead as i32),
             BPF_ADJ_ROOM_MAC,
             u64::from(BPF_F_ADJ_ROOM_FIXED_GSO | decap_flags),
         )

@@ -1,5 +1,6 @@
 //! `ovnbpf-agent` as a simulated node's agent: the command line the tests and the demo use
-//! (the lab's SB, the node's name and underlay IP, Geneve over the interface that holds that IP
+//! (the lab's SB, the node's name and tunnel endpoint (IPv4, or IPv6 on an IPv6 underlay, the
+//! node's IPv4 address then given as `--node-ip`), Geneve over the interface that holds that IP
 //! (`--uplink auto`: the node's `eth0`), the node's pods
 //! as `PORT=INTERFACE`), started inside the node's namespace and tracked by PID.
 
@@ -44,11 +45,15 @@ impl AgentSpec<'_> {
             "--hostname".into(),
             self.chassis.into(),
             "--encap-ip".into(),
-            self.node.ip().to_string(),
+            self.node.encap_ip().to_string(),
             // As the DaemonSet runs it: the uplink is the interface holding the node's IP (eth0).
             "--uplink".into(),
             "auto".into(),
         ];
+        if self.node.encap_ip().is_ipv6() {
+            // The node's own address (its routes' source) is still the IPv4 one.
+            args.extend(["--node-ip".into(), self.node.ip().to_string()]);
+        }
         match &self.pin_root {
             Some(root) => args.extend(["--pin-dir".into(), root.display().to_string()]),
             None => args.push("--no-pins".into()),

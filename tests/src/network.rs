@@ -3,7 +3,7 @@
 //! `eth0` paired with a host-side veth in their node's namespace). Nothing is created in the
 //! caller's namespace, so interface names only need to be unique inside their own namespace.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context, Result, bail};
 
@@ -12,6 +12,8 @@ use crate::{netns::Netns, vlan_access::AccessPortPrograms};
 /// Underlay subnet the nodes' uplinks live in (inside the test namespaces only).
 pub const UNDERLAY_PREFIX_LEN: u8 = 24;
 const UNDERLAY_BASE: [u8; 3] = [172, 31, 0];
+/// The IPv6 underlay subnet (`fd00:172:31::/64`) of [`Underlay::create_ipv6`].
+const UNDERLAY6_BASE: [u16; 3] = [0xfd00, 0x172, 0x31];
 const BRIDGE: &str = "br0";
 /// Name of each node's uplink interface.
 pub const UPLINK: &str = "eth0";
@@ -32,6 +34,8 @@ pub struct Underlay {
     prefix: String,
     netns: Netns,
     next_host: u8,
+    /// The nodes' tunnel endpoints are IPv6 ([`Self::create_ipv6`]).
+    ipv6: bool,
 }
 
 impl Underlay {
@@ -54,7 +58,17 @@ impl Underlay {
             prefix: prefix.to_string(),
             netns,
             next_host: 10,
+            ipv6: false,
         })
+    }
+
+    /// [`Self::create`], for an IPv6 underlay: each node's uplink also gets an address of
+    /// `fd00:172:31::/64` (the same host part), which is its tunnel endpoint
+    /// ([`Node::encap_ip`]); the IPv4 one stays the node's own address.
+    pub fn create_ipv6(prefix: &str) -> Result<Self> {
+        let mut underlay = Self::create(prefix)?;
+        underlay.ipv6 = true;
+        Ok(underlay)
     }
 
     #[must_use]
@@ -82,12 +96,22 @@ impl Underlay {
             "dev",
             UPLINK,
         ])?;
+        let encap_ip = if self.ipv6 {
+            let [a, b, c] = UNDERLAY6_BASE;
+            let ip6 = Ipv6Addr::new(a, b, c, 0, 0, 0, 0, u16::from(host));
+            // Without duplicate address detection: usable at once (the test owns the segment).
+            netns.ip(&["addr", "add", &format!("{ip6}/64"), "dev", UPLINK, "nodad"])?;
+            IpAddr::V6(ip6)
+        } else {
+            IpAddr::V4(ip)
+        };
         netns.ip(&["link", "set", UPLINK, "up"])?;
         Ok(Node {
             prefix: self.prefix.clone(),
             name: name.to_string(),
             netns,
             ip,
+            encap_ip,
         })
     }
 }
@@ -99,6 +123,7 @@ pub struct Node {
     name: String,
     netns: Netns,
     ip: Ipv4Addr,
+    encap_ip: IpAddr,
 }
 
 /// How to wire a pod, the way a CNI would.
@@ -125,10 +150,16 @@ impl Node {
         &self.netns
     }
 
-    /// The node's underlay (tunnel endpoint) address.
+    /// The node's IPv4 underlay address (its tunnel endpoint, unless the underlay is IPv6).
     #[must_use]
     pub fn ip(&self) -> Ipv4Addr {
         self.ip
+    }
+
+    /// The node's tunnel endpoint: [`Self::ip`], or its IPv6 address on an IPv6 underlay.
+    #[must_use]
+    pub fn encap_ip(&self) -> IpAddr {
+        self.encap_ip
     }
 
     /// Creates pod namespace `<prefix>-<node>-<pod>` with `eth0` configured per `spec`, paired with

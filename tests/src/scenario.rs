@@ -94,10 +94,21 @@ pub struct TwoNodes {
 
 impl TwoNodes {
     pub fn start() -> Self {
+        Self::start_on(false)
+    }
+
+    /// [`Self::start`], the nodes tunnelling over IPv6 when `ipv6_underlay`
+    /// ([`Underlay::create_ipv6`]).
+    pub fn start_on(ipv6_underlay: bool) -> Self {
         crate::require_root();
         let lab = OvnLab::start().unwrap();
         let prefix = crate::names::unique_prefix();
-        let mut underlay = Underlay::create(&prefix).unwrap();
+        let mut underlay = if ipv6_underlay {
+            Underlay::create_ipv6(&prefix)
+        } else {
+            Underlay::create(&prefix)
+        }
+        .unwrap();
         let nodes = [
             underlay.add_node("node1").unwrap(),
             underlay.add_node("node2").unwrap(),
@@ -367,12 +378,22 @@ impl CniNodes {
         pin_root: Option<&std::path::Path>,
         extra_args: [Vec<String>; 2],
     ) -> Self {
+        Self::start_on(false, build, pin_root, extra_args)
+    }
+
+    /// Like [`Self::start_with`], the nodes tunnelling over IPv6 when `ipv6_underlay`.
+    pub fn start_on(
+        ipv6_underlay: bool,
+        build: impl FnOnce(&mut Topology),
+        pin_root: Option<&std::path::Path>,
+        extra_args: [Vec<String>; 2],
+    ) -> Self {
         let TwoNodes {
             lab,
             nodes,
             prefix,
             underlay,
-        } = TwoNodes::start();
+        } = TwoNodes::start_on(ipv6_underlay);
         let mut topology = Topology::new();
         build(&mut topology);
         topology.apply(&lab).unwrap();

@@ -14,7 +14,9 @@
 //! does not list is dropped and counted. subnet-a advertises (`enableIPv6RA`): a router
 //! solicitation from d1 gets the router port's advertisement, which d1's stack takes when
 //! told to, and each node's agent sends periodic ones to its own pods of subnet-a (none to
-//! subnet-b's). CHECK verifies both families; DEL removes the NICs.
+//! subnet-b's). CHECK verifies both families; DEL removes the NICs. All of it runs twice: with
+//! the nodes tunnelling over IPv4, and over an IPv6 underlay (IPv6 Encap rows, Geneve in IPv6
+//! between the nodes, whose IPv4 addresses are removed).
 
 use std::{
     io::{Read, Write},
@@ -189,9 +191,11 @@ struct DualStackLab {
 }
 
 impl DualStackLab {
-    fn start() -> Self {
+    /// The lab, its nodes tunnelling over IPv6 when `ipv6_underlay`.
+    fn start(ipv6_underlay: bool) -> Self {
         let extra_args = [0, 1].map(|_| vec!["--metrics-address".to_string(), METRICS.into()]);
-        let cni = CniNodes::start_with(
+        let cni = CniNodes::start_on(
+            ipv6_underlay,
             |topology| {
                 topology
                     .vpc_with_subnet("vpc-a", "subnet-a", SUBNET)
@@ -275,8 +279,49 @@ impl DualStackLab {
 
 #[test]
 fn dual_stack_pods_get_both_families_and_talk_ipv6_across_nodes() {
+    dual_stack_pods_across_nodes(false);
+}
+
+/// The same over an IPv6 underlay: the nodes register IPv6 Geneve endpoints and tunnel to each
+/// other over IPv6 (their IPv4 underlay addresses gone once the agents run, so nothing can
+/// take an IPv4 way).
+#[test]
+fn dual_stack_pods_talk_across_nodes_over_an_ipv6_underlay() {
+    dual_stack_pods_across_nodes(true);
+}
+
+fn dual_stack_pods_across_nodes(ipv6_underlay: bool) {
     require_root();
-    let lab = DualStackLab::start();
+    let lab = DualStackLab::start(ipv6_underlay);
+    if ipv6_underlay {
+        let encaps = || {
+            let listed = lab
+                .cni
+                .lab
+                .sbctl(&["--bare", "--columns=ip", "list", "Encap"])
+                .unwrap();
+            let mut ips: Vec<String> = listed.split_whitespace().map(str::to_string).collect();
+            ips.sort_unstable();
+            ips
+        };
+        let expected: Vec<String> = lab
+            .cni
+            .nodes
+            .iter()
+            .map(|node| node.encap_ip().to_string())
+            .collect();
+        wait_until(Duration::from_secs(10), || encaps() == expected);
+        assert_eq!(
+            encaps(),
+            expected,
+            "each chassis's Encap is its IPv6 endpoint"
+        );
+        for node in &lab.cni.nodes {
+            node.netns()
+                .ip(&["-4", "addr", "flush", "dev", "eth0"])
+                .unwrap();
+        }
+    }
     let prefix = unique_prefix();
     let pod_netns = PODS.map(|(name, ..)| Netns::create(&format!("{prefix}-p{name}")).unwrap());
     let attachments: Vec<PodAttachment> = PODS

@@ -35,7 +35,9 @@ impl NodeAgent {
         let netns = node.netns();
         let mut programs = common::load_programs();
         let uplink = netns.ifindex("eth0").unwrap();
-        programs.set_tunnel_endpoint(node.ip(), uplink).unwrap();
+        programs
+            .set_tunnel_endpoint(node.ip().into(), uplink)
+            .unwrap();
         programs
             .attach_in_netns(&netns.path(), Hook::Uplink, "eth0")
             .unwrap();
@@ -47,7 +49,7 @@ impl NodeAgent {
                 .zip(NODES)
                 .map(|(other, name)| IrEntry::ChassisEncap {
                     chassis: name.to_string(),
-                    ip: other.ip(),
+                    ip: other.ip().into(),
                     csum: false,
                 })
                 .collect(),

@@ -83,7 +83,9 @@ fn program_node(programs: &mut KernelPrograms, nodes: &[Node], index: usize, pod
     let node = &nodes[index];
     let netns = node.netns();
     let uplink = netns.ifindex("eth0").unwrap();
-    programs.set_tunnel_endpoint(node.ip(), uplink).unwrap();
+    programs
+        .set_tunnel_endpoint(node.ip().into(), uplink)
+        .unwrap();
     programs
         .attach_in_netns(&netns.path(), Hook::Uplink, "eth0")
         .unwrap();

@@ -3,13 +3,17 @@
 //! chassis (reached through an uplink veth with a routed, resolved next hop). The group is
 //! installed by the agent's own L2 state. A broadcast from one pod reaches every other local pod
 //! exactly once and leaves the uplink as one Geneve copy per other chassis (the frame itself
-//! being the last one); then one pod leaves and one joins, and the next broadcast follows.
+//! being the last one); then one pod leaves and one joins, and the next broadcast follows. The
+//! same over an IPv6 underlay: each copy leaves in IPv6 to its chassis's endpoint.
 //!
 //! `flood_cost` (ignored) is `cargo xtask bench datapath`'s driver for the cost of a broadcast.
 
 mod common;
 
-use std::{collections::BTreeSet, net::Ipv4Addr};
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
 use ovnbpf_agent::{
     dataplane::ebpf::{Hook, KernelPrograms, TestRunOutcome, l2::L2State},
@@ -30,11 +34,15 @@ use serde_json::Value;
 const DP: u32 = 7;
 const GROUP: u32 = 32768;
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
+/// This node's endpoint over an IPv6 underlay; the other chassis are in `fd00:31::/64`, routed
+/// through `fd00:30::2`.
+const NODE_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x30, 0, 0, 0, 0, 0, 1);
 const NEXT_HOP_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const LOCAL_PODS: u32 = 200;
 const CHASSIS: u32 = 40;
-/// Outer Ethernet, IPv4, UDP, Geneve with OVN's option: where the inner frame starts.
+/// Outer Ethernet, IPv4 (or IPv6), UDP, Geneve with OVN's option: where the inner frame starts.
 const GENEVE_OVERHEAD: usize = 14 + 20 + 8 + 8 + 8;
+const GENEVE_OVERHEAD6: usize = 14 + 40 + 8 + 8 + 8;
 
 fn port(name: &str, key: u32, chassis: &str) -> IrEntry {
     IrEntry::Port {
@@ -57,8 +65,18 @@ fn member(port: u32) -> IrEntry {
     }
 }
 
-fn chassis_ip(index: u32) -> Ipv4Addr {
-    Ipv4Addr::new(172, 31, (index / 200) as u8, (index % 200 + 1) as u8)
+/// Other chassis `index`'s endpoint, over an IPv6 underlay when `ipv6`.
+fn chassis_ip(index: u32, ipv6: bool) -> IpAddr {
+    if ipv6 {
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, index as u16 + 1))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(
+            172,
+            31,
+            (index / 200) as u8,
+            (index % 200 + 1) as u8,
+        ))
+    }
 }
 
 const SENDER_MAC: [u8; 6] = [0x0a, 0x58, 0x0a, 0x10, 0, 2];
@@ -116,28 +134,37 @@ fn rx_packets(ns: &Netns) -> std::collections::HashMap<String, u64> {
         .collect()
 }
 
-/// Every Geneve frame waiting on the socket (IPv4, UDP to 6081).
+/// Every Geneve frame waiting on the socket (IPv4 or IPv6, UDP to 6081).
 fn drain(socket: &FrameSocket) -> Vec<Vec<u8>> {
     socket
         .drain()
         .into_iter()
         .filter(|frame| {
-            frame.len() > GENEVE_OVERHEAD
+            let ipv4 = frame.len() > GENEVE_OVERHEAD
                 && frame[12..14] == [0x08, 0x00]
                 && frame[23] == 17
-                && frame[36..38] == 6081_u16.to_be_bytes()
+                && frame[36..38] == 6081_u16.to_be_bytes();
+            let ipv6 = frame.len() > GENEVE_OVERHEAD6
+                && frame[12..14] == [0x86, 0xdd]
+                && frame[20] == 17
+                && frame[56..58] == 6081_u16.to_be_bytes();
+            ipv4 || ipv6
         })
         .collect()
 }
 
-fn outer_destination(frame: &[u8]) -> Ipv4Addr {
-    Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33])
+fn outer_destination(frame: &[u8]) -> IpAddr {
+    if frame[12..14] == [0x86, 0xdd] {
+        IpAddr::V6(<[u8; 16]>::try_from(&frame[38..54]).unwrap().into())
+    } else {
+        IpAddr::V4(Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]))
+    }
 }
 
 /// The namespace: `lo` is the sending pod (the test-run device), `fNh`/`fNp` the local pods'
 /// veths (one pair more than the pods, for a pod that joins later), `uph`/`upp` the uplink with
-/// 172.31.0.0/16 routed through a permanent neighbour.
-fn build(ns: &Netns, local: u32) {
+/// 172.31.0.0/16 routed through a permanent neighbour (`ipv6`: fd00:31::/64 likewise).
+fn build(ns: &Netns, local: u32, ipv6: bool) {
     let batch = tempfile::NamedTempFile::new().unwrap();
     // No IPv6: no neighbour discovery frames on the veths to miscount.
     for key in ["all", "default"] {
@@ -159,10 +186,44 @@ fn build(ns: &Netns, local: u32) {
          neigh add 172.30.0.2 lladdr 02:00:00:00:00:02 dev uph nud permanent\n\
          route add 172.31.0.0/16 via 172.30.0.2 dev uph\n"
     ));
+
     std::fs::write(batch.path(), commands).unwrap();
     ns.ip(&["-batch", batch.path().to_str().unwrap()]).unwrap();
     ns.exec("sysctl", &["-qw", "net.ipv4.conf.all.forwarding=1"])
         .unwrap();
+    if ipv6 {
+        // IPv6 on the uplink only (the pods' veths stay without: see above), forwarding as
+        // the agent makes an IPv6 uplink forward.
+        for setting in ["disable_ipv6=0", "forwarding=1"] {
+            ns.exec("sysctl", &["-qw", &format!("net.ipv6.conf.uph.{setting}")])
+                .unwrap();
+        }
+        let address = format!("{NODE_IP6}/64");
+        ns.ip(&["addr", "add", &address, "dev", "uph", "nodad"])
+            .unwrap();
+        ns.ip(&[
+            "neigh",
+            "add",
+            "fd00:30::2",
+            "lladdr",
+            "02:00:00:00:00:02",
+            "dev",
+            "uph",
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+        ns.ip(&[
+            "route",
+            "add",
+            "fd00:31::/64",
+            "via",
+            "fd00:30::2",
+            "dev",
+            "uph",
+        ])
+        .unwrap();
+    }
 }
 
 /// A switch of `local` pods here plus the sender, and one pod on each of `chassis` other
@@ -173,22 +234,26 @@ struct Fixture {
     programs: KernelPrograms,
     uplink_capture: FrameSocket,
     local: u32,
-    chassis: BTreeSet<Ipv4Addr>,
+    chassis: BTreeSet<IpAddr>,
     /// The IR the state was given (for the evaluator).
     entries: Vec<IrEntry>,
+    /// The underlay is IPv6.
+    ipv6: bool,
 }
 
 impl Fixture {
-    fn build(local: u32, chassis: u32) -> Self {
+    /// The switch, the node tunnelling over IPv6 when `ipv6`.
+    fn build(local: u32, chassis: u32, ipv6: bool) -> Self {
         ovnbpf_tests::require_root();
         let ns = Netns::create(&format!("{}-flood", unique_prefix())).unwrap();
-        build(&ns, local);
+        build(&ns, local, ipv6);
         let veths: Vec<u32> = (0..local)
             .map(|i| ns.ifindex(&format!("f{i}h")).unwrap())
             .collect();
         let uplink = ns.ifindex("uph").unwrap();
         let uplink_capture = FrameSocket::open_in(&ns, "upp").unwrap();
         let mut state = L2State::new("node1");
+        state.set_ipv6_underlay(ipv6);
         let mut entries = vec![
             IrEntry::Datapath {
                 datapath: DP,
@@ -222,7 +287,7 @@ impl Fixture {
             );
             entries.push(IrEntry::ChassisEncap {
                 chassis: node.clone(),
-                ip: chassis_ip(index),
+                ip: chassis_ip(index, ipv6),
                 csum: false,
             });
             entries.push(port(&name, key, &node));
@@ -235,7 +300,12 @@ impl Fixture {
         let programs = ns
             .run_in(|| {
                 let mut programs = common::load_programs();
-                programs.set_tunnel_endpoint(NODE_IP, uplink).unwrap();
+                let endpoint = if ipv6 {
+                    IpAddr::V6(NODE_IP6)
+                } else {
+                    IpAddr::V4(NODE_IP)
+                };
+                programs.set_tunnel_endpoint(endpoint, uplink).unwrap();
                 state.flush(&mut programs).unwrap();
                 Ok(programs)
             })
@@ -246,8 +316,9 @@ impl Fixture {
             programs,
             uplink_capture,
             local,
-            chassis: (0..chassis).map(chassis_ip).collect(),
+            chassis: (0..chassis).map(|index| chassis_ip(index, ipv6)).collect(),
             entries,
+            ipv6,
         }
     }
 
@@ -270,13 +341,13 @@ impl Fixture {
         frame: &[u8],
         reached: &[u32],
         not: &[u32],
-    ) -> (BTreeSet<u32>, BTreeSet<Ipv4Addr>) {
+    ) -> (BTreeSet<u32>, BTreeSet<IpAddr>) {
         let before = rx_packets(&self.ns);
         let (outcome, _) = self.broadcast(frame);
         let after = rx_packets(&self.ns);
         check_local(&before, &after, reached, not);
         let copies = drain(&self.uplink_capture);
-        check_remote(&copies, &outcome, frame, &self.chassis);
+        check_remote(&copies, &outcome, frame, &self.chassis, self.ipv6);
         let local = (0..=self.local)
             .filter(|i| after[&format!("f{i}p")] > before[&format!("f{i}p")])
             .collect();
@@ -291,7 +362,16 @@ impl Fixture {
 
 #[test]
 fn a_broadcast_reaches_every_local_pod_once_and_each_other_chassis_once() {
-    let mut fixture = Fixture::build(LOCAL_PODS, CHASSIS);
+    broadcast_to_every_member(false);
+}
+
+#[test]
+fn over_an_ipv6_underlay_a_broadcast_reaches_each_other_chassis_once_in_ipv6() {
+    broadcast_to_every_member(true);
+}
+
+fn broadcast_to_every_member(ipv6: bool) {
+    let mut fixture = Fixture::build(LOCAL_PODS, CHASSIS, ipv6);
     let frame = broadcast();
     let all: Vec<u32> = (0..LOCAL_PODS).collect();
     let (local, remote) = fixture.broadcast_checked(&frame, &all, &[LOCAL_PODS]);
@@ -306,7 +386,7 @@ fn a_broadcast_reaches_every_local_pod_once_and_each_other_chassis_once() {
         if let Some(i) = port.strip_prefix("pod") {
             expected_local.insert(i.parse::<u32>().unwrap());
         } else if let Some(index) = port.strip_prefix("remote") {
-            expected_remote.insert(chassis_ip(index.parse().unwrap()));
+            expected_remote.insert(chassis_ip(index.parse().unwrap(), ipv6));
         } else {
             panic!("the evaluator output to {port}");
         }
@@ -344,7 +424,7 @@ fn flood_cost() {
     };
     let (local, chassis) = (env("FLOOD_BENCH_LOCAL", 64), env("FLOOD_BENCH_CHASSIS", 32));
     let runs = env("FLOOD_BENCH_RUNS", 2_000);
-    let mut fixture = Fixture::build(local, chassis);
+    let mut fixture = Fixture::build(local, chassis, false);
     let frame = broadcast();
     let all: Vec<u32> = (0..fixture.local).collect();
     fixture.broadcast_checked(&frame, &all, &[local]);
@@ -391,7 +471,7 @@ fn flood_cost() {
     let to_remote = unicast_to(remote_mac);
     let (outcome, _) = fixture.broadcast(&to_remote);
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
-    assert_eq!(outer_destination(&outcome.frame), chassis_ip(0));
+    assert_eq!(outer_destination(&outcome.frame), chassis_ip(0, false));
     drain(&fixture.uplink_capture);
     let mut mean = |frame: &[u8]| {
         let mut total = std::time::Duration::ZERO;
@@ -444,20 +524,22 @@ fn check_remote(
     copies: &[Vec<u8>],
     outcome: &TestRunOutcome,
     frame: &[u8],
-    chassis: &BTreeSet<Ipv4Addr>,
+    chassis: &BTreeSet<IpAddr>,
+    ipv6: bool,
 ) {
     assert_eq!(outcome.verdict, TC_ACT_REDIRECT);
-    let mut seen: Vec<Ipv4Addr> = copies.iter().map(|c| outer_destination(c)).collect();
+    let mut seen: Vec<IpAddr> = copies.iter().map(|c| outer_destination(c)).collect();
     seen.push(outer_destination(&outcome.frame));
+    let overhead = if ipv6 {
+        GENEVE_OVERHEAD6
+    } else {
+        GENEVE_OVERHEAD
+    };
     for copy in copies.iter().chain(std::iter::once(&outcome.frame)) {
-        assert_eq!(
-            &copy[GENEVE_OVERHEAD..],
-            frame,
-            "the inner frame is the broadcast"
-        );
+        assert_eq!(&copy[overhead..], frame, "the inner frame is the broadcast");
         assert_eq!(copy[..6], NEXT_HOP_MAC, "to the resolved next hop");
     }
-    let distinct: BTreeSet<Ipv4Addr> = seen.iter().copied().collect();
+    let distinct: BTreeSet<IpAddr> = seen.iter().copied().collect();
     assert_eq!(seen.len(), chassis.len(), "one copy per chassis: {seen:?}");
     assert_eq!(&distinct, chassis);
 }

@@ -10,7 +10,7 @@ mod common;
 
 use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_common::maps::{L2Fib, RemoteEncaps, TunnelPorts};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_agent::netns::run_in;
@@ -107,7 +107,7 @@ fn encapsulate(encap: Encap, inner: &[u8]) -> Vec<u8> {
 fn programs() -> KernelPrograms {
     require_root();
     let mut programs = common::load_programs();
-    programs.set_tunnel_endpoint(NODE_IP, 1).unwrap();
+    programs.set_tunnel_endpoint(NODE_IP.into(), 1).unwrap();
     programs
         .set::<TunnelPorts>(
             TunnelPortKey {
@@ -379,7 +379,7 @@ fn frames_to_another_chassis_leave_in_ovn_layout() {
         .unwrap();
     let uplink_mac = ovnbpf_agent::lflow::parse_mac(&netns.mac("up0").unwrap()).unwrap();
     programs
-        .set_tunnel_endpoint(NODE_IP, netns.ifindex("up0").unwrap())
+        .set_tunnel_endpoint(NODE_IP.into(), netns.ifindex("up0").unwrap())
         .unwrap();
     let outcome = run_in(&netns.path(), || programs.test_run(Hook::Pod, &arp))
         .unwrap()
@@ -397,11 +397,11 @@ fn frames_to_another_chassis_leave_in_ovn_layout() {
         outcome.frame, expected,
         "outer MACs from the neighbour table"
     );
-    programs.set_tunnel_endpoint(NODE_IP, 1).unwrap();
+    programs.set_tunnel_endpoint(NODE_IP.into(), 1).unwrap();
 
     // The peer's uplink program takes the frame back to the original.
     let sent = programs.test_run(Hook::Pod, &inner).unwrap().frame;
-    programs.set_tunnel_endpoint(PEER_IP, 1).unwrap();
+    programs.set_tunnel_endpoint(PEER_IP.into(), 1).unwrap();
     let received = programs.test_run(Hook::Uplink, &sent).unwrap();
     assert_eq!((received.verdict, received.frame), (TC_ACT_REDIRECT, inner));
 }
@@ -483,6 +483,7 @@ fn frames_to_a_chassis_that_asks_carry_a_valid_outer_udp_checksum() {
                     peer,
                     RemoteEncap {
                         flags: REMOTE_ENCAP_CSUM,
+                        ip6: [0; 16],
                     },
                 )
                 .unwrap();
@@ -538,4 +539,199 @@ fn frames_to_local_ports_are_redirected_unknown_ones_dropped_and_foreign_ones_pa
     let inner = inner_frame();
     let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
     assert_eq!((outcome.verdict, &outcome.frame), (TCX_NEXT, &inner));
+}
+
+/// This node's and the peer's endpoints over an IPv6 underlay.
+const NODE_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x172, 0, 0, 0, 0, 0, 1);
+const PEER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x172, 0, 0, 0, 0, 0, 2);
+/// The peer's endpoint key (any value the agent could give it).
+const PEER_KEY6: u32 = 0x0417_2002;
+
+/// OVN's layout over an IPv6 underlay, as Open vSwitch sends Geneve there: outer Ethernet /
+/// IPv6 (traffic class and flow label 0, hop limit 64, no extension header) / UDP with a zero
+/// checksum / Geneve with the C flag and one OVN option / inner.
+fn encapsulate6(
+    (source, destination): (Ipv6Addr, Ipv6Addr),
+    outer_macs: [u8; 12],
+    udp_source_port: u16,
+    inner: &[u8],
+) -> Vec<u8> {
+    let mut geneve = vec![0x02, 0x40, 0x65, 0x58];
+    geneve.extend_from_slice(&(DATAPATH << 8).to_be_bytes());
+    geneve.extend_from_slice(&[0x01, 0x02, 0x80, 0x01]);
+    geneve.extend_from_slice(&((1_u32 << 16) | PORT).to_be_bytes());
+    let udp_len = (8 + geneve.len() + inner.len()) as u16;
+    let mut frame = outer_macs.to_vec();
+    frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    frame.extend_from_slice(&udp_len.to_be_bytes());
+    frame.extend_from_slice(&[17, 64]);
+    frame.extend_from_slice(&source.octets());
+    frame.extend_from_slice(&destination.octets());
+    frame.extend_from_slice(&udp_source_port.to_be_bytes());
+    frame.extend_from_slice(&6081_u16.to_be_bytes());
+    frame.extend_from_slice(&udp_len.to_be_bytes());
+    frame.extend_from_slice(&[0, 0]);
+    frame.extend_from_slice(&geneve);
+    frame.extend_from_slice(inner);
+    assert_eq!(frame.len(), 78 + inner.len());
+    frame
+}
+
+/// [`switching_programs`] on an IPv6 underlay: the remote MAC's chassis is the endpoint with
+/// key [`PEER_KEY6`], whose `REMOTE_ENCAPS` entry holds its address.
+fn switching_programs6() -> KernelPrograms {
+    let mut programs = switching_programs();
+    programs.set_tunnel_endpoint(NODE_IP6.into(), 1).unwrap();
+    programs
+        .set::<L2Fib>(
+            FibKey {
+                datapath: DATAPATH,
+                mac: [0x0a, 0x58, 0x0a, 0, 1, 2],
+                padding: [0; 2],
+            },
+            FibEntry {
+                kind: FIB_REMOTE,
+                remote_ip: PEER_KEY6,
+                port: PORT,
+                ..FibEntry::default()
+            },
+        )
+        .unwrap();
+    programs
+        .set::<RemoteEncaps>(
+            PEER_KEY6,
+            RemoteEncap {
+                flags: 0,
+                ip6: PEER_IP6.octets(),
+            },
+        )
+        .unwrap();
+    programs
+}
+
+/// Over an IPv6 underlay a frame to a remote pod leaves in OVN's layout with the outer IPv6
+/// header, byte for byte (the peer's address from its endpoint's entry), with and without IP
+/// inside (ARP: outer MACs from the kernel's IPv6 FIB and neighbour table); the peer's uplink
+/// program takes it back to the inner frame; an endpoint key without an address is dropped and
+/// counted, and IPv6 that is not Geneve to this endpoint passes untouched.
+#[test]
+fn frames_over_an_ipv6_underlay_leave_and_arrive_in_ovn_layout() {
+    let mut programs = switching_programs6();
+    let inner = inner_frame();
+    let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
+    assert_eq!(
+        outcome.verdict,
+        TC_ACT_REDIRECT,
+        "{:?}",
+        programs.drop_counters().unwrap()
+    );
+    let source_port = u16::from_be_bytes([outcome.frame[54], outcome.frame[55]]);
+    assert!(source_port >= 32768, "UDP source port {source_port}");
+    let expected = encapsulate6((NODE_IP6, PEER_IP6), [0; 12], source_port, &inner);
+    assert_eq!(
+        outcome.frame, expected,
+        "outer IPv6, UDP, Geneve, OVN option"
+    );
+
+    // The peer's uplink program decapsulates it; what is not Geneve to its endpoint passes.
+    programs.set_tunnel_endpoint(PEER_IP6.into(), 1).unwrap();
+    let received = programs.test_run(Hook::Uplink, &expected).unwrap();
+    assert_eq!(
+        (received.verdict, &received.frame),
+        (TC_ACT_REDIRECT, &inner)
+    );
+    let elsewhere = encapsulate6((NODE_IP6, NODE_IP6), [0; 12], source_port, &inner);
+    let passed = programs.test_run(Hook::Uplink, &elsewhere).unwrap();
+    assert_eq!((passed.verdict, &passed.frame), (TCX_NEXT, &elsewhere));
+    let ipv4_geneve = encapsulate(Encap::default(), &inner);
+    let passed = programs.test_run(Hook::Uplink, &ipv4_geneve).unwrap();
+    assert_eq!(
+        (passed.verdict, &passed.frame),
+        (TCX_NEXT, &ipv4_geneve),
+        "Geneve over IPv4 is not this IPv6 endpoint's"
+    );
+    let malformed = drops(&programs, "geneve_malformed");
+    let truncated = &expected[..78 + 6];
+    let outcome = programs.test_run(Hook::Uplink, truncated).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_SHOT, "a truncated frame to us");
+    assert_eq!(drops(&programs, "geneve_malformed"), malformed + 1);
+
+    // An endpoint the agent has not given an address: dropped, counted.
+    programs.set_tunnel_endpoint(NODE_IP6.into(), 1).unwrap();
+    programs.remove::<RemoteEncaps>(PEER_KEY6).unwrap();
+    let unknown = drops(&programs, "tunnel_endpoint_unknown");
+    let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
+    assert_eq!(outcome.verdict, TC_ACT_SHOT);
+    assert_eq!(drops(&programs, "tunnel_endpoint_unknown"), unknown + 1);
+    programs
+        .set::<RemoteEncaps>(
+            PEER_KEY6,
+            RemoteEncap {
+                flags: 0,
+                ip6: PEER_IP6.octets(),
+            },
+        )
+        .unwrap();
+
+    // ARP inside: the outer MACs come from the IPv6 neighbour of the uplink.
+    let mut arp = inner[..14].to_vec();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3, 10, 0, 1, 3]);
+    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 2, 10, 0, 1, 2]);
+    let netns = Netns::create(&format!("{}-arp6", unique_prefix())).unwrap();
+    netns
+        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"])
+        .unwrap();
+    netns
+        .ip(&[
+            "addr",
+            "add",
+            &format!("{NODE_IP6}/64"),
+            "dev",
+            "up0",
+            "nodad",
+        ])
+        .unwrap();
+    netns.ip(&["link", "set", "up0", "up"]).unwrap();
+    netns.ip(&["link", "set", "up1", "up"]).unwrap();
+    netns
+        .exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])
+        .unwrap();
+    netns
+        .ip(&[
+            "-6",
+            "neigh",
+            "add",
+            &PEER_IP6.to_string(),
+            "lladdr",
+            "02:00:00:00:00:42",
+            "dev",
+            "up0",
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+    let uplink_mac = ovnbpf_agent::lflow::parse_mac(&netns.mac("up0").unwrap()).unwrap();
+    programs
+        .set_tunnel_endpoint(NODE_IP6.into(), netns.ifindex("up0").unwrap())
+        .unwrap();
+    let outcome = run_in(&netns.path(), || programs.test_run(Hook::Pod, &arp))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        outcome.verdict,
+        TC_ACT_REDIRECT,
+        "{:?}",
+        programs.drop_counters().unwrap()
+    );
+    let mut macs = [0_u8; 12];
+    macs[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x42]);
+    macs[6..].copy_from_slice(&uplink_mac);
+    let source_port = u16::from_be_bytes([outcome.frame[54], outcome.frame[55]]);
+    assert_eq!(
+        outcome.frame,
+        encapsulate6((NODE_IP6, PEER_IP6), macs, source_port, &arp),
+        "outer MACs from the IPv6 neighbour table"
+    );
 }

@@ -93,7 +93,9 @@ struct RunArgs {
     /// Hostname to register; defaults to the kernel's.
     #[arg(long, env = "OVNBPF_HOSTNAME")]
     hostname: Option<String>,
-    /// Tunnel endpoint IP (Encap.ip) of this node.
+    /// Tunnel endpoint IP (Encap.ip) of this node, IPv4 or IPv6: its family is the Geneve
+    /// underlay's (only chassis whose Encap is of the same family are tunnelled to, as OVN's
+    /// tunnels do not cross families either).
     #[arg(long, env = "OVN_ENCAP_IP")]
     encap_ip: String,
     /// Ask the other chassis for outer UDP checksums on the Geneve frames they send this node
@@ -368,9 +370,9 @@ fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
     if uplink != "auto" {
         return Ok(uplink.to_string());
     }
-    let address: std::net::Ipv4Addr = encap_ip
+    let address: std::net::IpAddr = encap_ip
         .parse()
-        .context("--uplink auto needs --encap-ip to be an IPv4 address")?;
+        .context("--uplink auto needs --encap-ip to be an IP address")?;
     ovnbpf_agent::rtnetlink::interface_with_address(address)
         .context("listing this node's addresses for --uplink auto")?
         .with_context(|| format!("--uplink auto: no interface holds the tunnel IP {address}"))
@@ -463,7 +465,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             encap_ip: args
                 .encap_ip
                 .parse()
-                .context("--encap-ip must be an IPv4 address to forward")?,
+                .context("--encap-ip must be an IP address to forward")?,
             uplink: uplink.clone(),
             interfaces,
             pin_root: (!args.no_pins).then(|| args.pin_dir.clone()),

@@ -5,7 +5,7 @@
 //! the datapath and the daemon's datapath bookkeeping.
 
 use std::{
-    net::Ipv4Addr,
+    net::IpAddr,
     sync::{Arc, atomic::Ordering},
 };
 
@@ -102,10 +102,19 @@ impl Daemon {
         {
             return;
         }
-        let endpoints: Vec<Ipv4Addr> = self
+        // Only endpoints of this node's underlay family are tunnelled to.
+        let ipv6_underlay = self
+            .config
+            .chassis
+            .encap_ip
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_ipv6());
+        let endpoints: Vec<IpAddr> = self
             .encaps
             .iter()
-            .filter(|(chassis, _)| **chassis != self.config.chassis.name)
+            .filter(|(chassis, ip)| {
+                **chassis != self.config.chassis.name && ip.is_ipv6() == ipv6_underlay
+            })
             .map(|(_, ip)| *ip)
             .collect();
         if endpoints.is_empty() {

@@ -17,7 +17,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::Ipv4Addr,
+    net::IpAddr,
     sync::{Arc, atomic::AtomicU64},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -121,7 +121,7 @@ struct Daemon {
     /// The datapath backend, when this agent forwards (not only follows the SB).
     datapath: Option<Box<dyn Datapath>>,
     /// Every chassis's encap IP as the IR last named it (for the tunnel next-hop refresh).
-    encaps: HashMap<String, Ipv4Addr>,
+    encaps: HashMap<String, IpAddr>,
     /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
     /// the monitored scope still grows).
     sweep_at: Option<tokio::time::Instant>,

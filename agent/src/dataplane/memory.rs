@@ -7,7 +7,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
-    net::Ipv4Addr,
+    net::IpAddr,
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -46,7 +46,7 @@ pub struct State {
     pub router_replies: Vec<(&'static str, u64)>,
     pub interface_counters: Vec<InterfaceReading>,
     /// The endpoints of each tunnel neighbour job that ran.
-    pub neighbour_jobs: Vec<Vec<Ipv4Addr>>,
+    pub neighbour_jobs: Vec<Vec<IpAddr>>,
 }
 
 impl State {
@@ -233,7 +233,7 @@ impl Datapath for MemoryDatapath {
         }))
     }
 
-    fn tunnel_neighbours(&self, endpoints: Vec<Ipv4Addr>) -> Option<OffLoopJob> {
+    fn tunnel_neighbours(&self, endpoints: Vec<IpAddr>) -> Option<OffLoopJob> {
         let datapath = self.clone();
         Some(Box::new(move || {
             datapath.state().neighbour_jobs.push(endpoints);

@@ -22,7 +22,7 @@
 //! call per IR diff, per plug and per CNI ADD's attach: nothing beside the map writes and the
 //! rtnl round trips those calls make (a CNI ADD takes milliseconds).
 
-use std::{fmt, net::Ipv4Addr, sync::Arc};
+use std::{fmt, net::IpAddr, sync::Arc};
 
 use crate::pipeline::ir::IrDiff;
 
@@ -211,7 +211,7 @@ pub trait Datapath: Send {
 
     /// The job that keeps the next hops towards `endpoints` (other chassis's tunnel IPs)
     /// resolved (returns how many could not be); `None` when the backend needs none.
-    fn tunnel_neighbours(&self, endpoints: Vec<Ipv4Addr>) -> Option<OffLoopJob>;
+    fn tunnel_neighbours(&self, endpoints: Vec<IpAddr>) -> Option<OffLoopJob>;
 
     /// The task that publishes every drop event on `tap`, logging at most `per_second` a second;
     /// `None` after the first call, or when the backend has no drop events.

@@ -126,7 +126,8 @@ fn matches(nic: &NodeNic) -> Result<bool, PlumbingError> {
             .map(|text| text.trim().to_string())
             .unwrap_or_default()
     };
-    let holder = rtnetlink::interface_with_address(nic.ip).map_err(netlink("listing addresses"))?;
+    let holder =
+        rtnetlink::interface_with_address(nic.ip.into()).map_err(netlink("listing addresses"))?;
     Ok(read("address").eq_ignore_ascii_case(&nic.mac)
         && read("mtu") == nic.mtu.to_string()
         && holder.as_deref() == Some(nic.interface.as_str()))

@@ -398,15 +398,19 @@ impl Socket {
     }
 
     /// The next hop towards `destination` in the main routing table: (link index, the gateway,
-    /// or `destination` itself when it is on-link).
-    pub fn next_hop(&self, destination: Ipv4Addr) -> io::Result<(u32, Ipv4Addr)> {
+    /// or `destination` itself when it is on-link). Either family.
+    pub fn next_hop(&self, destination: IpAddr) -> io::Result<(u32, IpAddr)> {
         let mut message = Message::query(RTM_GETROUTE);
-        // struct rtmsg: family, dst length 32, the rest zero.
+        let (family, bits) = match destination {
+            IpAddr::V4(_) => (libc::AF_INET, 32),
+            IpAddr::V6(_) => (libc::AF_INET6, 128),
+        };
+        // struct rtmsg: family, dst length, the rest zero.
         message
             .bytes
-            .extend_from_slice(&[libc::AF_INET as u8, 32, 0, 0, 0, 0, 0, 0]);
+            .extend_from_slice(&[family as u8, bits, 0, 0, 0, 0, 0, 0]);
         message.bytes.extend_from_slice(&0u32.to_ne_bytes());
-        message.attribute(RTA_DST, &destination.octets());
+        message.attribute(RTA_DST, &octets_of(destination));
         let reply = self.exchange(message)?;
         if let Some(Err(error)) = acknowledgement(&reply) {
             return Err(error);
@@ -417,26 +421,32 @@ impl Socket {
             .map(u32::from_ne_bytes)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no RTA_OIF"))?;
         let gateway = route(RTA_GATEWAY)
-            .and_then(|value| <[u8; 4]>::try_from(value).ok())
-            .map_or(destination, Ipv4Addr::from);
+            .and_then(|value| match value.len() {
+                4 => <[u8; 4]>::try_from(value).ok().map(IpAddr::from),
+                16 => <[u8; 16]>::try_from(value).ok().map(IpAddr::from),
+                _ => None,
+            })
+            .unwrap_or(destination);
         Ok((index, gateway))
     }
 
     /// Makes the kernel resolve `ip`'s link-layer address on link `index` now (an entry with
-    /// `NTF_USE`: an ARP request if it has none, a probe if it is stale, nothing if it is fresh),
-    /// without sending any other packet.
-    pub fn resolve_neighbour(&self, index: u32, ip: Ipv4Addr) -> io::Result<()> {
+    /// `NTF_USE`: an ARP request or neighbour solicitation if it has none, a probe if it is
+    /// stale, nothing if it is fresh), without sending any other packet.
+    pub fn resolve_neighbour(&self, index: u32, ip: IpAddr) -> io::Result<()> {
         let mut message = Message::new(RTM_NEWNEIGH, NLM_F_CREATE);
+        let family = match ip {
+            IpAddr::V4(_) => libc::AF_INET,
+            IpAddr::V6(_) => libc::AF_INET6,
+        };
         // struct ndmsg: family, padding (3), index, state, flags, type.
-        message
-            .bytes
-            .extend_from_slice(&[libc::AF_INET as u8, 0, 0, 0]);
+        message.bytes.extend_from_slice(&[family as u8, 0, 0, 0]);
         message
             .bytes
             .extend_from_slice(&(index as i32).to_ne_bytes());
         message.bytes.extend_from_slice(&0u16.to_ne_bytes());
         message.bytes.extend_from_slice(&[NTF_USE, 0]);
-        message.attribute(NDA_DST, &ip.octets());
+        message.attribute(NDA_DST, &octets_of(ip));
         self.request(message)
     }
 
@@ -606,9 +616,9 @@ pub fn index_of(name: &str) -> io::Result<u32> {
     }
 }
 
-/// The name of the interface that holds IPv4 `address` in the calling thread's namespace (the
+/// The name of the interface that holds `address` (either family) in the calling thread's namespace (the
 /// uplink Geneve leaves through, found from the tunnel IP), or `None`.
-pub fn interface_with_address(address: Ipv4Addr) -> io::Result<Option<String>> {
+pub fn interface_with_address(address: IpAddr) -> io::Result<Option<String>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills our pointer with a list we free below.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
@@ -620,15 +630,24 @@ pub fn interface_with_address(address: Ipv4Addr) -> io::Result<Option<String>> {
         // SAFETY: every entry of the list is valid until freeifaddrs.
         let current = unsafe { &*entry };
         entry = current.ifa_next;
-        if current.ifa_addr.is_null()
-            // SAFETY: a non-null address of the list.
-            || i32::from(unsafe { (*current.ifa_addr).sa_family }) != libc::AF_INET
-        {
+        if current.ifa_addr.is_null() {
             continue;
         }
-        // SAFETY: an AF_INET address is a sockaddr_in.
-        let inet = unsafe { &*current.ifa_addr.cast::<libc::sockaddr_in>() };
-        if Ipv4Addr::from(u32::from_be(inet.sin_addr.s_addr)) == address {
+        // SAFETY: a non-null address of the list.
+        let held = match i32::from(unsafe { (*current.ifa_addr).sa_family }) {
+            libc::AF_INET => {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let inet = unsafe { &*current.ifa_addr.cast::<libc::sockaddr_in>() };
+                IpAddr::from(Ipv4Addr::from(u32::from_be(inet.sin_addr.s_addr)))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let inet6 = unsafe { &*current.ifa_addr.cast::<libc::sockaddr_in6>() };
+                IpAddr::from(inet6.sin6_addr.s6_addr)
+            }
+            _ => continue,
+        };
+        if held == address {
             // SAFETY: ifa_name is a NUL-terminated name.
             let name = unsafe { std::ffi::CStr::from_ptr(current.ifa_name) };
             found = Some(name.to_string_lossy().into_owned());
@@ -647,13 +666,13 @@ mod tests {
     #[test]
     fn the_loopback_address_is_found_on_lo() {
         assert_eq!(
-            interface_with_address(Ipv4Addr::LOCALHOST)
+            interface_with_address(Ipv4Addr::LOCALHOST.into())
                 .unwrap()
                 .as_deref(),
             Some("lo")
         );
         assert_eq!(
-            interface_with_address(Ipv4Addr::new(192, 0, 2, 254)).unwrap(),
+            interface_with_address(Ipv4Addr::new(192, 0, 2, 254).into()).unwrap(),
             None
         );
     }

@@ -103,7 +103,10 @@ pub const LB_BACKEND_MISSING: DropReason = DropReason(33);
 /// `handle_svc_check`), which the agent read from the pod's interface before the datapath:
 /// counted, not reported as an event.
 pub const SERVICE_MONITOR: DropReason = DropReason(34);
-pub const COUNT: u32 = 35;
+/// Over an IPv6 underlay: a frame for another chassis whose endpoint key has no address in
+/// `REMOTE_ENCAPS` (the agent is rewriting the endpoints, or the chassis's Encap is IPv4).
+pub const TUNNEL_ENDPOINT_UNKNOWN: DropReason = DropReason(35);
+pub const COUNT: u32 = 36;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -144,4 +147,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "lb_nat_failed",
     "lb_backend_missing",
     "service_monitor",
+    "tunnel_endpoint_unknown",
 ];

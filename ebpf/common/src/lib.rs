@@ -8,7 +8,7 @@
 /// another version must migrate or recreate them; it must never reinterpret their bytes.
 /// (12 since 2026-12-06: `ROUTER_REPLIES` has room for 32 kinds and `STAGES` for 16 stages,
 /// so new kinds and stages need no new layout.)
-pub const LAYOUT_VERSION: u32 = 12;
+pub const LAYOUT_VERSION: u32 = 13;
 
 pub mod acl;
 pub mod checksum;
@@ -81,40 +81,62 @@ pub mod geneve {
     pub const OVN_OPTION_TYPE: u8 = 0x80;
     /// Outer Ethernet 14 + IPv4 20 + UDP 8 + Geneve 8 + OVN option 8 bytes.
     pub const OVERHEAD: usize = 58;
+    /// Outer Ethernet 14 + IPv6 40 + UDP 8 + Geneve 8 + OVN option 8 bytes (an IPv6 underlay).
+    pub const OVERHEAD6: usize = 78;
 }
 
 pub mod drop_reason;
 pub mod router_reply;
 pub use drop_reason::DropReason;
 
-/// This node's tunnel endpoint. `encap_ip` is the IPv4 address of this chassis's Encap row in
-/// network byte order; 0 means "not configured": the programs then neither decapsulate nor
-/// encapsulate. Encapsulated frames leave through `uplink_ifindex`. GSO super-packets toward a
-/// chassis that wants outer UDP checksums ([`REMOTE_ENCAP_CSUM`]) go out of
-/// `segmenter_ifindex` instead (0: none), the sending end of a veth pair that lets no GSO
-/// packet through whole: the kernel segments them there, and `from_segmenter`, on the other
-/// end's ingress, checksums each segment and sends it out of the uplink.
+/// This node's tunnel endpoint. Over an IPv4 underlay `encap_ip` is the IPv4 address of this
+/// chassis's Encap row in network byte order; over an IPv6 underlay ([`TUNNEL_IPV6`] in `flags`)
+/// `encap_ip6` is its IPv6 address and `encap_ip` is unused. Neither: "not configured", the
+/// programs then neither decapsulate nor encapsulate. Encapsulated frames leave through
+/// `uplink_ifindex`. GSO super-packets toward a chassis that wants outer UDP checksums
+/// ([`REMOTE_ENCAP_CSUM`]) go out of `segmenter_ifindex` instead (0: none), the sending end of
+/// a veth pair that lets no GSO packet through whole: the kernel segments them there, and
+/// `from_segmenter`, on the other end's ingress, checksums each segment and sends it out of the
+/// uplink (IPv4 underlays only: see [`TUNNEL_IPV6`]).
+///
+/// Other chassis are named by an *endpoint key* (`u32`) wherever the maps point at one
+/// ([`FibEntry::remote_ip`], the remote slots of [`map::FLOOD_MEMBERS`], the keys of
+/// [`map::REMOTE_ENCAPS`]): over an IPv4 underlay the endpoint's IPv4 address (network byte
+/// order); over an IPv6 one a key the agent derives from the endpoint's address, whose
+/// [`RemoteEncap`] holds the address itself.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TunnelConfig {
     pub encap_ip: u32,
     pub uplink_ifindex: u32,
     pub segmenter_ifindex: u32,
+    /// [`TUNNEL_IPV6`].
+    pub flags: u32,
+    pub encap_ip6: [u8; 16],
 }
 
+/// Flag of [`TunnelConfig::flags`]: the underlay is IPv6: Geneve goes out in IPv6 from
+/// `encap_ip6` (hop limit 64, traffic class and flow label 0, as OVS builds it) with a zero UDP
+/// checksum (RFC 6935; Open vSwitch's Geneve ports accept it), and frames to `encap_ip6` are
+/// decapsulated.
+pub const TUNNEL_IPV6: u32 = 1;
+
 /// What another chassis's Geneve endpoint asks of the frames sent to it (its Encap row's
-/// options), keyed by its encap IP in [`map::REMOTE_ENCAPS`]; an endpoint without an entry asks
-/// for nothing.
+/// options), keyed by its endpoint key (see [`TunnelConfig`]) in [`map::REMOTE_ENCAPS`]. Over
+/// an IPv4 underlay an endpoint without an entry asks for nothing; over an IPv6 one every
+/// endpoint has an entry, which holds its address (`ip6`): a key without one is not sent to.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoteEncap {
     /// [`REMOTE_ENCAP_CSUM`].
     pub flags: u32,
+    /// The endpoint's IPv6 address (IPv6 underlays; zero otherwise).
+    pub ip6: [u8; 16],
 }
 
 /// Flag of [`RemoteEncap::flags`]: the endpoint's Encap has `options:csum=true`: frames to it
 /// carry an outer UDP checksum (as ovn-controller sets `csum=true` on the OVS tunnel port
-/// toward such a chassis).
+/// toward such a chassis). Honoured over IPv4 underlays.
 pub const REMOTE_ENCAP_CSUM: u32 = 1;
 
 /// Other chassis's endpoints [`map::REMOTE_ENCAPS`] holds.
@@ -140,8 +162,8 @@ pub struct FibKey {
 /// [`FibEntry::kind`]: a port on this node, reached through `ifindex` (flags as in
 /// [`LocalPort`]).
 pub const FIB_LOCAL: u32 = 1;
-/// [`FibEntry::kind`]: a port on another chassis, reached through the tunnel to `remote_ip`
-/// (network byte order) with egress port key `port`.
+/// [`FibEntry::kind`]: a port on another chassis, reached through the tunnel to endpoint key
+/// `remote_ip` (see [`TunnelConfig`]) with egress port key `port`.
 pub const FIB_REMOTE: u32 = 2;
 /// [`FibEntry::kind`]: the MAC is a router port's; the router handles the frame.
 pub const FIB_ROUTER: u32 = 3;
@@ -927,8 +949,8 @@ mod tests {
 
     #[test]
     fn tunnel_types_have_the_kernel_layout() {
-        assert_eq!(core::mem::size_of::<TunnelConfig>(), 12);
-        assert_eq!(core::mem::size_of::<RemoteEncap>(), 4);
+        assert_eq!(core::mem::size_of::<TunnelConfig>(), 32);
+        assert_eq!(core::mem::size_of::<RemoteEncap>(), 20);
         assert_eq!(core::mem::size_of::<TunnelPortKey>(), 8);
         assert_eq!(core::mem::size_of::<LocalPort>(), 8);
         assert_eq!(core::mem::size_of::<PodPort>(), 8);

@@ -152,8 +152,9 @@ declare_maps! {
     InterfaceCountersMap = INTERFACE_COUNTERS: PerCpuHashMap<u32, InterfaceCounters>[MAX_INTERFACES];
     /// Array with one [`TunnelConfig`] (index 0): this node's tunnel endpoint.
     TunnelConfigMap = TUNNEL_CONFIG: Array<u32, TunnelConfig>[1];
-    /// Hash: another chassis's encap IP (network byte order) → [`RemoteEncap`]: what its Geneve
-    /// endpoint asks of the frames sent to it (endpoints asking nothing have no entry).
+    /// Hash: another chassis's endpoint key (its encap IP in network byte order over an IPv4
+    /// underlay: see [`TunnelConfig`]) → [`RemoteEncap`]: what its Geneve endpoint asks of the
+    /// frames sent to it, and its IPv6 address over an IPv6 underlay.
     RemoteEncaps = REMOTE_ENCAPS: HashMap<u32, RemoteEncap>[MAX_REMOTE_ENCAPS];
     /// Hash: [`TunnelPortKey`] → [`LocalPort`]: where a decapsulated frame for (datapath, logical
     /// output port) is delivered.
@@ -177,7 +178,7 @@ declare_maps! {
     /// this node reaches, locally and on other chassis.
     FloodGroups = FLOOD_GROUPS: HashMap<FloodKey, FloodGroup>[MAX_FLOOD_GROUPS];
     /// Hash: [`FloodMemberKey`] (a group and a slot) → `u32`: one member of a flood group, a local
-    /// veth's ifindex or another chassis's encap IP (network byte order).
+    /// veth's ifindex or another chassis's endpoint key (see [`TunnelConfig`]).
     FloodMembers = FLOOD_MEMBERS: HashMap<FloodMemberKey, u32>[MAX_FLOOD_MEMBERS];
     /// Per-CPU array of one scratch block: the flood walk's (its callback has no stack to spare
     /// for it). Holds nothing between frames.

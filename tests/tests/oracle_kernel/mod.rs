@@ -282,7 +282,7 @@ impl KernelReplay {
             let chassis = format!("oracle-{ip}");
             installed.push(IrEntry::ChassisEncap {
                 chassis: chassis.clone(),
-                ip,
+                ip: ip.into(),
                 csum: false,
             });
             installed.push(placed(entry, &chassis));
@@ -323,7 +323,9 @@ impl KernelReplay {
                     Ok(programs) => programs,
                     Err(error) => panic!("kernel programs failed to load:\n{error}"),
                 };
-                programs.set_tunnel_endpoint(NODE_IP, uplink_index).unwrap();
+                programs
+                    .set_tunnel_endpoint(NODE_IP.into(), uplink_index)
+                    .unwrap();
                 l2.flush(&mut programs).unwrap();
                 l3.flush(&mut programs).unwrap();
                 Ok((l2, l3, programs))
@@ -401,9 +403,11 @@ impl KernelReplay {
         let outcome = self
             .ns
             .run_in(|| {
-                programs.set_tunnel_endpoint(ip, uplink).unwrap();
+                programs.set_tunnel_endpoint(ip.into(), uplink).unwrap();
                 let outcome = programs.test_run(Hook::Uplink, frame).unwrap();
-                programs.set_tunnel_endpoint(NODE_IP, uplink).unwrap();
+                programs
+                    .set_tunnel_endpoint(NODE_IP.into(), uplink)
+                    .unwrap();
                 Ok(outcome)
             })
             .unwrap();

@@ -3,7 +3,7 @@
 //! stay usable directly, as the kernel tests do), and the backend's errors become
 //! [`DatapathError`]s. Owns nothing.
 
-use std::{net::Ipv4Addr, sync::Arc};
+use std::{net::IpAddr, sync::Arc};
 
 use tracing::Instrument;
 
@@ -157,7 +157,7 @@ impl Datapath for NodeDatapath {
     }
 
     /// See [`node::resolve_tunnel_neighbours`]: flood copies cannot resolve their next hop.
-    fn tunnel_neighbours(&self, endpoints: Vec<Ipv4Addr>) -> Option<OffLoopJob> {
+    fn tunnel_neighbours(&self, endpoints: Vec<IpAddr>) -> Option<OffLoopJob> {
         Some(Box::new(move || {
             node::resolve_tunnel_neighbours(&endpoints)
         }))

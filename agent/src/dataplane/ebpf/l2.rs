@@ -1,6 +1,6 @@
 //! This chassis's L2 kernel maps, derived from the IR: pod ports (host veth → datapath and port
 //! key) with their port security, tunnel ports (datapath and port key → host veth), the L2 FIB
-//! (a MAC on a datapath → a local veth or another chassis's encap IP and port key), the ARP and
+//! (a MAC on a datapath → a local veth or another chassis's endpoint key and port key), the ARP and
 //! ND responders, flood groups (local members' veths and the chassis with members) with the groups
 //! each datapath floods broadcasts and unknown unicast to, and underlay switches' localnets.
 //! Ports are located by [`Physical`] (OVN's physical.c role). This module holds the state and
@@ -9,7 +9,8 @@
 //! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER` and `ND_RESPONDER`;
 //! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
 //! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`;
-//! - `encaps`: `REMOTE_ENCAPS` (what other chassis's endpoints ask for: outer checksums);
+//! - `encaps`: `REMOTE_ENCAPS` (other chassis's endpoints: their keys, what they ask for, and
+//!   their addresses over an IPv6 underlay);
 //! - `lb`: `LB_VIPS`, `LB_ADDRESSES`, `LB_BACKENDS` (the connection table is the kernel's);
 //! - `acl` (rules translated by `acl_rules`): `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`,
 //!   `ACL_PORT_SETS` (the connection table is the kernel's; the agent only sweeps it).
@@ -24,7 +25,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
-    net::Ipv4Addr,
+    net::IpAddr,
 };
 
 use ovnbpf_common::{
@@ -77,9 +78,9 @@ pub struct L2State {
     /// redirected to the veth's egress, not into the peer's namespace.
     same_namespace_peers: HashSet<u32>,
     /// Each chassis's Geneve endpoints, from the IR.
-    encap_ips: HashMap<String, BTreeSet<Ipv4Addr>>,
-    /// Whether each endpoint wants outer UDP checksums (its Encap's `options:csum`).
-    endpoint_checksums: HashMap<Ipv4Addr, bool>,
+    encap_ips: HashMap<String, BTreeSet<IpAddr>>,
+    /// The endpoints this node tunnels to: their keys and what they ask for.
+    endpoints: encaps::Endpoints,
     ports: HashMap<String, PortInfo>,
     /// Ports per chassis, to re-resolve them when the chassis's encap IP changes.
     ports_by_chassis: HashMap<String, HashSet<String>>,
@@ -123,7 +124,7 @@ pub struct L2State {
     responder_tables: arp::ResponderTables,
     flood_tables: FloodTables,
     localnet_tables: LocalnetTables,
-    remote_encap_table: Table<RemoteEncaps, Ipv4Addr>,
+    remote_encap_table: Table<RemoteEncaps, u32>,
     /// The ACL family: rules, sets and switches, and what is installed.
     acl: acl::AclState,
     /// The load-balancer family: VIPs, backend groups, and what is installed.
@@ -170,9 +171,11 @@ impl L2State {
         }
     }
 
-    /// Chassis `chassis` is reached at `encap_ip` (`None`: gone).
-    fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) {
-        if self.physical.set_encap(chassis, encap_ip) {
+    /// Chassis `chassis` is reached at `encap_ip` (`None`: gone, or of the other family than
+    /// this node's underlay).
+    fn set_encap(&mut self, chassis: &str, encap_ip: Option<IpAddr>) {
+        let endpoint = encap_ip.and_then(|ip| self.endpoints.key(ip));
+        if self.physical.set_encap(chassis, endpoint) {
             let ports: Vec<String> = self
                 .ports_by_chassis
                 .get(chassis)
@@ -199,16 +202,18 @@ impl L2State {
     fn take(&mut self, entry: &IrEntry, added: bool) {
         match entry {
             IrEntry::ChassisEncap { chassis, ip, csum } => {
-                self.set_endpoint_checksum(*ip, added.then_some(*csum));
-                // A chassis with several Geneve endpoints is reached at its lowest.
+                self.set_endpoint(*ip, added.then_some(*csum));
+                // A chassis with several Geneve endpoints is reached at its lowest of this
+                // node's underlay family.
                 let ips = self.encap_ips.entry(chassis.clone()).or_default();
                 if added {
                     ips.insert(*ip);
                 } else {
                     ips.remove(ip);
                 }
-                let chosen = ips.first().copied();
-                if chosen.is_none() {
+                let endpoints = &self.endpoints;
+                let chosen = ips.iter().copied().find(|ip| endpoints.key(*ip).is_some());
+                if ips.is_empty() {
                     self.encap_ips.remove(chassis);
                 }
                 self.set_encap(chassis, chosen);
@@ -333,10 +338,11 @@ impl L2State {
         let mut writes = self.flush_acls(maps)?;
         // A switch's VIPs before the ports' flags that translate their replies.
         writes += self.flush_lbs(maps)?;
+        // The endpoints' addresses (IPv6 underlays) before the entries that send to them.
+        writes += self.flush_remote_encaps(maps)?;
         writes += self.flush_ports(maps)?;
         writes += self.flush_flood(maps)?;
         writes += self.flush_localnets(maps)?;
-        writes += self.flush_remote_encaps(maps)?;
         writes += flush_from(
             self,
             maps,

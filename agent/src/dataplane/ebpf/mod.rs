@@ -458,16 +458,24 @@ impl KernelPrograms {
     /// frames for other chassis leave, encapsulated, through `uplink_ifindex`.
     pub fn set_tunnel_endpoint(
         &mut self,
-        encap_ip: std::net::Ipv4Addr,
+        encap_ip: std::net::IpAddr,
         uplink_ifindex: u32,
     ) -> Result<(), EbpfError> {
         let name = map::TUNNEL_CONFIG;
         let mut config: Array<_, TunnelConfig> = Array::try_from(self.map_mut(name)?)
             .map_err(|source| EbpfError::Map { name, source })?;
-        let value = TunnelConfig {
-            encap_ip: u32::from_ne_bytes(encap_ip.octets()),
-            uplink_ifindex,
-            segmenter_ifindex: 0,
+        let value = match encap_ip {
+            std::net::IpAddr::V4(ip) => TunnelConfig {
+                encap_ip: u32::from_ne_bytes(ip.octets()),
+                uplink_ifindex,
+                ..TunnelConfig::default()
+            },
+            std::net::IpAddr::V6(ip) => TunnelConfig {
+                uplink_ifindex,
+                flags: ovnbpf_common::TUNNEL_IPV6,
+                encap_ip6: ip.octets(),
+                ..TunnelConfig::default()
+            },
         };
         config
             .set(0, value, 0)

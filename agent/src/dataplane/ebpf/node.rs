@@ -10,7 +10,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::Ipv4Addr,
+    net::IpAddr,
     path::PathBuf,
 };
 
@@ -32,8 +32,9 @@ use crate::pipeline::ir::IrDiff;
 pub struct NodeDatapathConfig {
     /// This chassis's name.
     pub chassis: String,
-    /// This node's tunnel endpoint.
-    pub encap_ip: Ipv4Addr,
+    /// This node's tunnel endpoint; its family is the underlay's (IPv6: only chassis with an
+    /// IPv6 Encap are tunnelled to, IPv4 likewise).
+    pub encap_ip: IpAddr,
     /// The interface Geneve leaves and arrives on.
     pub uplink: String,
     /// Logical port name → its host-side veth.
@@ -105,13 +106,35 @@ fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
 /// IPv4, as Kubernetes nodes do (Kube-OVN's installer turns it on too). Failing that is logged;
 /// flood copies and tunnelled ARP then find no next hop and are counted.
 fn ensure_ip_forwarding() {
-    let path = "/proc/sys/net/ipv4/ip_forward";
-    if std::fs::read_to_string(path).is_ok_and(|value| value.trim() == "1") {
+    ensure_sysctl("/proc/sys/net/ipv4/ip_forward", "1");
+}
+
+/// Over an IPv6 underlay the FIB lookups of the tunnel's next hops are forwarding lookups on
+/// the uplink too, which the kernel refuses unless the uplink forwards IPv6: turned on for the
+/// uplink alone (Kubernetes IPv6 nodes forward on every interface anyway). An uplink that took
+/// router advertisements only while not forwarding (`accept_ra=1`) is set to keep taking them
+/// (`accept_ra=2`), so its SLAAC addresses and default route stay.
+fn ensure_ipv6_forwarding(uplink: &str) {
+    let conf = format!("/proc/sys/net/ipv6/conf/{uplink}");
+    let forwarding = format!("{conf}/forwarding");
+    if std::fs::read_to_string(&forwarding).is_ok_and(|value| value.trim() == "1") {
         return;
     }
-    match std::fs::write(path, "1") {
-        Ok(()) => info!("IPv4 forwarding turned on (net.ipv4.ip_forward=1)"),
-        Err(error) => tracing::warn!(%error, "cannot turn on IPv4 forwarding"),
+    let accept_ra = format!("{conf}/accept_ra");
+    if std::fs::read_to_string(&accept_ra).is_ok_and(|value| value.trim() == "1") {
+        ensure_sysctl(&accept_ra, "2");
+    }
+    ensure_sysctl(&forwarding, "1");
+}
+
+/// Writes `value` to the sysctl at `path` unless it holds it; logged either way.
+fn ensure_sysctl(path: &str, value: &str) {
+    if std::fs::read_to_string(path).is_ok_and(|held| held.trim() == value) {
+        return;
+    }
+    match std::fs::write(path, value) {
+        Ok(()) => info!(path, value, "sysctl set for the datapath"),
+        Err(error) => tracing::warn!(path, value, %error, "cannot set a sysctl the datapath needs"),
     }
 }
 
@@ -132,6 +155,9 @@ impl NodeDatapath {
         let mut programs = KernelPrograms::load_with(pins.as_ref())?;
         let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
         let uplink_index = ifindex(&config.uplink)?;
+        if config.encap_ip.is_ipv6() {
+            ensure_ipv6_forwarding(&config.uplink);
+        }
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
         let socket = crate::rtnetlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
         let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
@@ -148,6 +174,7 @@ impl NodeDatapath {
             ),
         }
         let mut l2 = L2State::new(&config.chassis);
+        l2.set_ipv6_underlay(config.encap_ip.is_ipv6());
         l2.set_acl_fail_open(config.acl_fail_open);
         match &config.socket_lb_cgroup {
             Some(cgroup) => {
@@ -518,7 +545,7 @@ impl Drop for NodeDatapath {
 /// would be lost. Only next hops are asked for: an off-link endpoint is never ARPed for. Blocking
 /// (each request takes the kernel's rtnl lock): call from a blocking task. Returns how many
 /// endpoints could not be resolved.
-pub fn resolve_tunnel_neighbours(endpoints: &[Ipv4Addr]) -> usize {
+pub fn resolve_tunnel_neighbours(endpoints: &[IpAddr]) -> usize {
     let socket = match crate::rtnetlink::Socket::open() {
         Ok(socket) => socket,
         Err(error) => {

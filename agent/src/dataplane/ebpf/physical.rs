@@ -2,7 +2,8 @@
 //! host veth here, the tunnel to another chassis, or (a switch's router port) the router behind
 //! its patch peer. From this chassis's name, the host veths of the ports plugged here and the
 //! provider NICs (bridge mappings), which the daemon tells the backend, and from the IR: the
-//! other chassis's encap IPs (`IrEntry::ChassisEncap`) and each port's binding (its datapath,
+//! other chassis's tunnel endpoints (`IrEntry::ChassisEncap`, as the endpoint keys the kernel
+//! names them by, `ovnbpf_common::TunnelConfig`) and each port's binding (its datapath,
 //! chassis, patch peer and address, from `IrEntry::Port`). Owns those facts; decides no map
 //! value and installs nothing (the state modules and the tables do).
 
@@ -13,8 +14,8 @@ use std::{collections::HashMap, net::Ipv4Addr};
 pub enum Location {
     /// Bound here and plugged into this host veth.
     Local(u32),
-    /// Bound to another chassis, reached through the tunnel to its encap IP.
-    Remote(Ipv4Addr),
+    /// Bound to another chassis, reached through the tunnel to the endpoint with this key.
+    Remote(u32),
     /// A patch port: frames cross to its peer, a port of router `datapath` with `address`.
     Router {
         datapath: u32,
@@ -45,8 +46,8 @@ pub struct Physical {
     /// Logical port name → its host-side veth on this node, and back.
     interfaces: HashMap<String, u32>,
     ports_at: HashMap<u32, String>,
-    /// Chassis name → encap IP.
-    encaps: HashMap<String, Ipv4Addr>,
+    /// Chassis name → its endpoint's key.
+    encaps: HashMap<String, u32>,
     /// Provider network name → NIC index.
     providers: HashMap<String, u32>,
     /// Logical port name → its binding.
@@ -91,10 +92,12 @@ impl Physical {
         self.ports_at.get(&ifindex).map(String::as_str)
     }
 
-    /// Chassis `chassis` is reached at `encap_ip` (`None`: gone); whether that changed anything.
-    pub fn set_encap(&mut self, chassis: &str, encap_ip: Option<Ipv4Addr>) -> bool {
-        match encap_ip {
-            Some(ip) => self.encaps.insert(chassis.to_string(), ip) != Some(ip),
+    /// Chassis `chassis` is reached at the tunnel endpoint with key `endpoint` (see
+    /// `ovnbpf_common::TunnelConfig`; `None`: gone, or not reachable over this node's underlay);
+    /// whether that changed anything.
+    pub fn set_encap(&mut self, chassis: &str, endpoint: Option<u32>) -> bool {
+        match endpoint {
+            Some(key) => self.encaps.insert(chassis.to_string(), key) != Some(key),
             None => self.encaps.remove(chassis).is_some(),
         }
     }
@@ -147,7 +150,7 @@ impl Physical {
             Some(chassis) => self
                 .encaps
                 .get(chassis)
-                .map_or(Location::Unreachable, |&ip| Location::Remote(ip)),
+                .map_or(Location::Unreachable, |&key| Location::Remote(key)),
             None => Location::Unreachable,
         }
     }
@@ -176,14 +179,11 @@ mod tests {
         physical.set_binding("p4", vif(Some("node3")));
         physical.set_binding("p5", vif(None));
         physical.set_interface("p1", Some(40));
-        assert!(physical.set_encap("node2", Some(Ipv4Addr::new(172, 18, 0, 3))));
-        assert!(!physical.set_encap("node2", Some(Ipv4Addr::new(172, 18, 0, 3))));
+        assert!(physical.set_encap("node2", Some(0x0300_12ac)));
+        assert!(!physical.set_encap("node2", Some(0x0300_12ac)));
         assert_eq!(physical.locate("p1"), Location::Local(40));
         assert_eq!(physical.locate("p2"), Location::Unreachable);
-        assert_eq!(
-            physical.locate("p3"),
-            Location::Remote(Ipv4Addr::new(172, 18, 0, 3))
-        );
+        assert_eq!(physical.locate("p3"), Location::Remote(0x0300_12ac));
         assert_eq!(physical.locate("p4"), Location::Unreachable);
         assert_eq!(physical.locate("p5"), Location::Unreachable);
         assert_eq!(physical.locate("unknown"), Location::Unreachable);

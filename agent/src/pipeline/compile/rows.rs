@@ -173,9 +173,10 @@ pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> (Option<IrEntry
     (Some(entry), bad)
 }
 
-/// An Encap row as the chassis's tunnel endpoint: Geneve over IPv4 only (what the datapath
-/// tunnels through); other types and IPv6 endpoints give no entry. Checksums are asked for with
-/// `options:csum=true` only, as ovn-controller reads it (absent or anything else: none).
+/// An Encap row as the chassis's tunnel endpoint: Geneve over IPv4 or IPv6 (what the datapath
+/// tunnels through); other types and addresses that are not an IP give no entry. Checksums are
+/// asked for with `options:csum=true` only, as ovn-controller reads it (absent or anything
+/// else: none).
 pub(super) fn chassis_encap(encap: &Encap) -> Option<IrEntry> {
     if encap.kind != "geneve" {
         return None;
@@ -193,7 +194,7 @@ pub(super) fn chassis_encap(encap: &Encap) -> Option<IrEntry> {
             tracing::debug!(
                 chassis = %encap.chassis_name,
                 ip = %encap.ip,
-                "Geneve endpoint not IPv4: not tunnelled to"
+                "Geneve endpoint not an IP address: not tunnelled to"
             );
             None
         }

@@ -120,7 +120,7 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
         southbound(json!("0a:58:0a:00:01:02 10.0.1.2"), json!(["set", []]));
     let with_csum = |ip: [u8; 4], csum: bool| IrEntry::ChassisEncap {
         chassis: "node2".into(),
-        ip: Ipv4Addr::from(ip),
+        ip: Ipv4Addr::from(ip).into(),
         csum,
     };
     let node2 = |ip: [u8; 4]| with_csum(ip, false);
@@ -138,12 +138,21 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
     let diff = update(json!({"modify": {"ip": "172.18.0.9"}}));
     assert_eq!(diff.added, [node2([172, 18, 0, 9])]);
     assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);
-    // Not Geneve (or not IPv4): no endpoint to tunnel to.
+    // Not Geneve: no endpoint to tunnel to.
     let diff = update(json!({"modify": {"type": "vxlan"}}));
     assert!(diff.added.is_empty());
     assert_eq!(diff.removed, [node2([172, 18, 0, 9])]);
+    // An IPv6 endpoint is one (nodes on an IPv6 underlay tunnel to it); an address that is
+    // not an IP is not.
     let diff = update(json!({"modify": {"type": "geneve", "ip": "fd00::9"}}));
-    assert!(diff.is_empty(), "{diff:?}");
+    let ipv6 = IrEntry::ChassisEncap {
+        chassis: "node2".into(),
+        ip: "fd00::9".parse().unwrap(),
+        csum: false,
+    };
+    assert_eq!((diff.added, diff.removed), (vec![ipv6.clone()], vec![]));
+    let diff = update(json!({"modify": {"ip": "node2.example"}}));
+    assert_eq!((diff.added, diff.removed), (vec![], vec![ipv6]));
     let diff = update(json!({"modify": {"ip": "172.18.0.3"}}));
     assert_eq!(diff.added, [node2([172, 18, 0, 3])]);
     // `options:csum=true` asks for outer checksums; anything else (or nothing) does not.

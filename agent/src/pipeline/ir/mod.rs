@@ -41,11 +41,12 @@ pub enum PortKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IrEntry {
     /// Chassis `chassis` is reached through Geneve at `ip` (from its Encap row of type
-    /// "geneve"): where ports bound to it are tunnelled to; `csum`: its `options:csum` is
-    /// "true", so frames to it carry an outer UDP checksum.
+    /// "geneve", either family: a node reaches those of its own underlay's): where ports bound
+    /// to it are tunnelled to; `csum`: its `options:csum` is "true", so frames to it carry an
+    /// outer UDP checksum.
     ChassisEncap {
         chassis: String,
-        ip: Ipv4Addr,
+        ip: std::net::IpAddr,
         csum: bool,
     },
     /// A datapath (from Datapath_Binding): a logical switch or router.

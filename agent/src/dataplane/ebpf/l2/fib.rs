@@ -82,9 +82,9 @@ impl L2State {
                 port: key,
                 ..FibEntry::default()
             },
-            Location::Remote(encap_ip) => FibEntry {
+            Location::Remote(endpoint) => FibEntry {
                 kind: FIB_REMOTE,
-                remote_ip: u32::from_ne_bytes(encap_ip.octets()),
+                remote_ip: endpoint,
                 port: key,
                 ..FibEntry::default()
             },

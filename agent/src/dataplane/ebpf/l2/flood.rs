@@ -170,7 +170,7 @@ impl L2State {
         };
         match self.physical.locate(name) {
             Location::Local(ifindex) => MemberTarget::Local(ifindex),
-            Location::Remote(ip) => MemberTarget::Remote(u32::from_ne_bytes(ip.octets())),
+            Location::Remote(endpoint) => MemberTarget::Remote(endpoint),
             Location::Router { .. } => MemberTarget::Unreachable,
             Location::Unreachable => MemberTarget::Unreachable,
         }

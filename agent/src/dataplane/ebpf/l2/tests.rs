@@ -1,6 +1,6 @@
 use super::*;
 use ovnbpf_common::FLOOD_SLOT_REMOTE;
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, net::Ipv4Addr};
 
 use crate::dataplane::ebpf::maps::{Recorder, Slot, Writable};
 use crate::pipeline::ir::PortKind;
@@ -170,7 +170,7 @@ fn two_pods() -> (L2State, Recorder) {
 fn encap(chassis: &str, ip: Ipv4Addr) -> IrEntry {
     IrEntry::ChassisEncap {
         chassis: chassis.into(),
-        ip,
+        ip: ip.into(),
         csum: false,
     }
 }
@@ -186,7 +186,7 @@ fn endpoints_that_ask_for_checksums_are_listed_by_their_ip() {
     let key = u32::from_ne_bytes(NODE2.octets());
     let with_csum = |csum| IrEntry::ChassisEncap {
         chassis: "node2".into(),
-        ip: NODE2,
+        ip: NODE2.into(),
         csum,
     };
     let writes = maps.writes_to::<RemoteEncaps>();
@@ -200,7 +200,8 @@ fn endpoints_that_ask_for_checksums_are_listed_by_their_ip() {
         HashMap::from([(
             key,
             RemoteEncap {
-                flags: REMOTE_ENCAP_CSUM
+                flags: REMOTE_ENCAP_CSUM,
+                ip6: [0; 16],
             }
         )])
     );
@@ -217,7 +218,7 @@ fn endpoints_that_ask_for_checksums_are_listed_by_their_ip() {
 
     state.apply(&added(vec![IrEntry::ChassisEncap {
         chassis: "node3".into(),
-        ip: Ipv4Addr::new(172, 31, 0, 30),
+        ip: Ipv4Addr::new(172, 31, 0, 30).into(),
         csum: true,
     }]));
     state.flush(&mut maps).unwrap();
@@ -225,7 +226,7 @@ fn endpoints_that_ask_for_checksums_are_listed_by_their_ip() {
         added: Vec::new(),
         removed: vec![IrEntry::ChassisEncap {
             chassis: "node3".into(),
-            ip: Ipv4Addr::new(172, 31, 0, 30),
+            ip: Ipv4Addr::new(172, 31, 0, 30).into(),
             csum: true,
         }],
     });
@@ -268,6 +269,51 @@ fn remote_pods_follow_their_chassis_encap_from_the_ir() {
     assert!(maps.fib().contains_key(&(DP, LOCAL_MAC)));
 }
 
+/// Over an IPv6 underlay a remote pod's FIB entry names its chassis's IPv6 endpoint by key, and
+/// that key's `REMOTE_ENCAPS` entry holds the address (an endpoint asking nothing too); a chassis
+/// with both families is reached at its IPv6 endpoint, one with only an IPv4 endpoint is not
+/// reachable; the endpoint's entry goes with it.
+#[test]
+fn over_an_ipv6_underlay_remote_pods_are_reached_at_their_chassis_ipv6_endpoint() {
+    let mut state = L2State::new("node1");
+    state.set_ipv6_underlay(true);
+    state.set_interface("a1", Some(40));
+    let node2_ip6: std::net::Ipv6Addr = "fd00:172::b".parse().unwrap();
+    let encap6 = |ip: std::net::Ipv6Addr| IrEntry::ChassisEncap {
+        chassis: "node2".into(),
+        ip: ip.into(),
+        csum: false,
+    };
+    let mut entries = vec![encap("node2", NODE2), encap6(node2_ip6)];
+    entries.extend(pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP));
+    entries.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
+    state.apply(&added(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let remote = maps.fib()[&(DP, REMOTE_MAC)];
+    assert_eq!((remote.kind, remote.port), (FIB_REMOTE, 2));
+    let endpoints = maps.table::<RemoteEncaps>();
+    assert_eq!(
+        endpoints.get(&remote.remote_ip),
+        Some(&RemoteEncap {
+            flags: 0,
+            ip6: node2_ip6.octets(),
+        }),
+        "the FIB's endpoint key holds node2's IPv6 address: {endpoints:?}"
+    );
+    assert_eq!(endpoints.len(), 1, "no entry for the IPv4 endpoint");
+
+    // Only its IPv4 endpoint left: node2 is not reachable over this underlay.
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![encap6(node2_ip6)],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(!maps.fib().contains_key(&(DP, REMOTE_MAC)));
+    assert!(maps.table::<RemoteEncaps>().is_empty());
+    assert!(maps.fib().contains_key(&(DP, LOCAL_MAC)));
+}
+
 #[test]
 fn local_and_remote_pods_fill_every_map() {
     let (state, maps) = two_pods();
@@ -307,7 +353,7 @@ fn local_and_remote_pods_fill_every_map() {
 fn a_pod_moving_to_another_chassis_rewrites_only_its_fib_entry() {
     let (mut state, mut maps) = two_pods();
     let node3 = Ipv4Addr::new(172, 31, 0, 12);
-    state.set_encap("node3", Some(node3));
+    state.set_encap("node3", Some(node3.into()));
     assert_eq!(state.pending(), 0, "no port on node3 yet");
     state.apply(&IrDiff {
         added: vec![port("a2", 2, Some("node3"))],
@@ -321,12 +367,12 @@ fn a_pod_moving_to_another_chassis_rewrites_only_its_fib_entry() {
         u32::from_ne_bytes(node3.octets())
     );
     // Node2's encap IP changing now touches nothing.
-    state.set_encap("node2", Some(Ipv4Addr::new(172, 31, 0, 99)));
+    state.set_encap("node2", Some(Ipv4Addr::new(172, 31, 0, 99).into()));
     maps.reset_writes();
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.writes(), 0);
     // Node3's does: one write.
-    state.set_encap("node3", Some(Ipv4Addr::new(172, 31, 0, 13)));
+    state.set_encap("node3", Some(Ipv4Addr::new(172, 31, 0, 13).into()));
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.writes(), 1);
 }
@@ -364,7 +410,7 @@ fn unbound_ports_and_unknown_chassis_get_no_fib_entry() {
     // The switch still answers ARP for them (as OVN's ARP responder does).
     assert_eq!(maps.arp().len(), 2);
     // node9 appears: q becomes reachable.
-    state.set_encap("node9", Some(NODE2));
+    state.set_encap("node9", Some(NODE2.into()));
     state.flush(&mut maps).unwrap();
     assert_eq!(maps.fib()[&(DP, LOCAL_MAC)].kind, FIB_REMOTE);
 }
@@ -456,7 +502,7 @@ fn a_restarted_agent_rewrites_nothing_away_and_sweeps_only_what_is_gone() {
     let mut previous = L2State::new("node1");
     previous.set_interface("a1", Some(40));
     previous.set_interface("gone", Some(41));
-    previous.set_encap("node2", Some(NODE2));
+    previous.set_encap("node2", Some(NODE2.into()));
     let mut entries = pod("a1", 1, Some("node1"), LOCAL_MAC, LOCAL_IP);
     entries.extend(pod("a2", 2, Some("node2"), REMOTE_MAC, REMOTE_IP));
     entries.extend(pod("gone", 9, Some("node1"), gone_mac, gone_ip));
@@ -480,7 +526,7 @@ fn a_restarted_agent_rewrites_nothing_away_and_sweeps_only_what_is_gone() {
     );
     assert_eq!(maps.fib()[&(DP, REMOTE_MAC)].kind, FIB_REMOTE);
 
-    restarted.set_encap("node2", Some(NODE2));
+    restarted.set_encap("node2", Some(NODE2.into()));
     restarted.flush(&mut maps).unwrap();
     maps.reset_writes();
     let removed = restarted.sweep(&mut maps).unwrap();
@@ -569,7 +615,7 @@ fn a_flood_group_lists_local_veths_and_each_remote_chassis_once() {
     // Node2's encap IP changes: one write, its slot.
     maps.reset_writes();
     let moved = Ipv4Addr::new(172, 31, 0, 50);
-    state.set_encap("node2", Some(moved));
+    state.set_encap("node2", Some(moved.into()));
     state.flush(&mut maps).unwrap();
     let moved = u32::from_ne_bytes(moved.octets());
     assert_eq!(maps.flood_members(DP, FLOOD), (vec![40], vec![moved]));
@@ -609,7 +655,7 @@ fn large_switch(local: u32, remote: u32) -> (L2State, Vec<u32>, Vec<u32>) {
     for index in 0..remote {
         let (key, chassis) = (10_001 + index, format!("node-{index}"));
         let ip = Ipv4Addr::new(172, 31, (index / 250) as u8, (index % 250 + 1) as u8);
-        state.set_encap(&chassis, Some(ip));
+        state.set_encap(&chassis, Some(ip.into()));
         entries.push(port(&format!("r{key}"), key, Some(&chassis)));
         members.push(key);
         encaps.push(u32::from_ne_bytes(ip.octets()));
