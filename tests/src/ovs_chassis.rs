@@ -28,7 +28,8 @@ pub struct OvsChassis {
 
 impl OvsChassis {
     /// Starts a chassis named `chassis` on `node`, registered in `lab`'s Southbound with the
-    /// node's underlay IP as its Geneve endpoint.
+    /// node's tunnel endpoint ([`Node::encap_ip`], IPv6 on an IPv6 underlay) as its Geneve
+    /// endpoint.
     pub fn start(lab: &OvnLab, node: &Node, chassis: &str) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("ovnbpf-ovs-")
@@ -65,6 +66,7 @@ impl OvsChassis {
         this.vsctl(&["--no-wait", "init"])?;
         this.spawn("ovs-vswitchd", std::slice::from_ref(&remote))?;
         let ip = node.ip();
+        let encap_ip = node.encap_ip();
         this.vsctl(&[
             "set",
             "open",
@@ -76,7 +78,7 @@ impl OvsChassis {
                 lab.unix_remote(Db::Southbound)
             ),
             "external_ids:ovn-encap-type=geneve",
-            &format!("external_ids:ovn-encap-ip={ip}"),
+            &format!("external_ids:ovn-encap-ip={encap_ip}"),
             "external_ids:ovn-bridge-datapath-type=netdev",
         ])?;
         this.vsctl(&[
@@ -116,6 +118,10 @@ impl OvsChassis {
             "dev",
             "br-phy",
         ])?;
+        if encap_ip.is_ipv6() {
+            let address = format!("{encap_ip}/64");
+            netns.ip(&["addr", "add", &address, "dev", "br-phy", "nodad"])?;
+        }
         this.spawn("ovn-controller", &[remote])?;
         Ok(this)
     }

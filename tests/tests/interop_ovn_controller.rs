@@ -12,7 +12,8 @@
 //! from the switch's ingress (for its own pod) and from its egress (for the other side's pod,
 //! through the tunnel). Outer UDP checksums follow what the real node's Encap asks for: valid
 //! on every frame ovnbpf sends it (TCP segments included) while it says `csum=true`, none once
-//! it says `csum=false`; OVS takes both.
+//! it says `csum=false`; OVS takes both. Over an IPv6 underlay the two tunnel to each other in
+//! IPv6, with the outer headers OVS writes (the UDP checksum aside).
 
 use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
@@ -539,4 +540,158 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     }
     drop(agent);
     drop(peer);
+}
+
+/// Over an IPv6 underlay: ovnbpf (node1) and ovn-controller (node2) each register an IPv6
+/// Encap and tunnel to each other in IPv6. Pings both ways, switched and routed, TCP both ways
+/// and broadcasts both ways go through; on the wire, the outer IPv6 header ovnbpf writes for an
+/// echo request is the one OVS writes for the echo reply (version, traffic class, flow label,
+/// payload length, next header, hop limit), and so are the Geneve header and the OVN option's
+/// class, type and length. The outer UDP checksum is the one difference: OVS fills it (its
+/// Encap asks for checksums, ovn-controller's default), ovnbpf leaves it zero over IPv6, which
+/// OVS takes.
+#[test]
+fn ovnbpf_and_a_real_ovn_controller_tunnel_to_each_other_over_ipv6() {
+    let TwoNodes { lab, nodes, .. } = &TwoNodes::start_on(true);
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
+        .unwrap();
+    // The IPv6 underlay's 78 bytes of overhead within the nodes' 1500.
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1400);
+    let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
+    let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
+    peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
+    peer.plug("a3_h", a3.netns(), "a3.ns").unwrap();
+    // As in the IPv4 test: OVS's userspace datapath takes no partial inner checksums.
+    nodes[0]
+        .netns()
+        .exec("ethtool", &["-K", "eth0", "tx", "off"])
+        .unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let agent = AgentSpec {
+        chassis: "node1",
+        node: &nodes[0],
+        local_ports: vec!["a1.ns=a1_h".into()],
+        pin_root: None,
+        cni_dir: None,
+        extra_args: Vec::new(),
+    }
+    .spawn(
+        lab,
+        &workspace_binary("ovnbpf-agent"),
+        log_dir.path().join("node1.log"),
+    )
+    .unwrap();
+    let logs = || format!("{}{}", agent.log_tail(), peer.log_tails());
+    let up = wait_until(Duration::from_secs(30), || {
+        ["a1.ns", "a2.ns", "a3.ns"]
+            .iter()
+            .all(|port| scenario::port_up(lab, port))
+    });
+    assert!(up, "ports not up{}", logs());
+    let encaps = lab
+        .sbctl(&["--bare", "--columns=ip", "list", "Encap"])
+        .unwrap();
+    for node in nodes {
+        assert!(
+            encaps.contains(&node.encap_ip().to_string()),
+            "{encaps}: no IPv6 Encap for {}",
+            node.name()
+        );
+    }
+
+    let reached = wait_until(Duration::from_secs(10), || {
+        a1.ping(A2, 1).is_ok_and(|n| n == 1)
+    });
+    assert!(reached, "a1 (ovnbpf) → a2 (ovn-controller){}", logs());
+    // One echo each way on the wire, captured on node1's uplink: request from ovnbpf, reply
+    // from OVS.
+    let pcap = log_dir.path().join("ipv6-underlay.pcap");
+    let mut tcpdump = nodes[0]
+        .netns()
+        .spawn(
+            "tcpdump",
+            "tcpdump",
+            &[
+                "-i",
+                "eth0",
+                "-nn",
+                "-U",
+                "-s",
+                "0",
+                "-w",
+                &pcap.to_string_lossy(),
+                "ip6 and udp dst port 6081",
+            ],
+            None,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(a1.ping(A2, 5).unwrap(), 5, "a1 → a2{}", logs());
+    std::thread::sleep(Duration::from_millis(300));
+    tcpdump.stop();
+    let pcap = std::fs::read(&pcap).unwrap();
+    let frames = ovnbpf_tests::frames::pcap_frames(&pcap);
+    // The first frame from `node` whose inner packet is an IPv4 ICMP echo of `kind` (the pods'
+    // own neighbour discovery crosses too).
+    let from = |node: usize, kind: u8| {
+        let source = match nodes[node].encap_ip() {
+            std::net::IpAddr::V6(ip) => ip.octets(),
+            std::net::IpAddr::V4(_) => unreachable!("an IPv6 underlay"),
+        };
+        let inner_ip = 78 + 14;
+        frames
+            .iter()
+            .find(|frame| {
+                frame.len() > inner_ip + 20
+                    && frame[22..38] == source
+                    && frame[inner_ip - 2..inner_ip] == [0x08, 0x00]
+                    && frame[inner_ip + 9] == 1
+                    && frame[inner_ip + 20] == kind
+            })
+            .unwrap_or_else(|| panic!("no echo {kind} from node{} captured", node + 1))
+    };
+    let (ours, theirs) = (from(0, 8), from(1, 0));
+    assert_eq!(ours.len(), theirs.len(), "an echo request and its reply");
+    assert_eq!(
+        (&ours[12..22], &ours[56..58], &ours[58..60]),
+        (&theirs[12..22], &theirs[56..58], &theirs[58..60]),
+        "outer EtherType and IPv6 header up to the addresses, UDP port and length"
+    );
+    assert_eq!(
+        (&ours[62..70], &ours[70..74]),
+        (&theirs[62..70], &theirs[70..74]),
+        "Geneve header (VNI included) and the OVN option's class, type and length"
+    );
+    assert_eq!(&ours[60..62], &[0, 0], "ovnbpf's UDP checksum over IPv6");
+    assert_ne!(
+        &theirs[60..62],
+        &[0, 0],
+        "OVS's UDP checksum (its Encap asks)"
+    );
+
+    assert_eq!(a2.ping(A1, 5).unwrap(), 5, "a2 → a1{}", logs());
+    assert_eq!(a1.ping(A3, 5).unwrap(), 5, "a1 → a3 (routed){}", logs());
+    assert_eq!(a3.ping(A1, 5).unwrap(), 5, "a3 → a1 (routed){}", logs());
+    for (client, server, server_ip) in [(a1, a2, A2), (a2, a1, A1)] {
+        let report = client.tcp_stream_to(server, server_ip);
+        assert!(report.is_ok(), "{report:?}{}", logs());
+    }
+    for (sender, receiver, name) in [(a1, a2, "a2"), (a2, a1, "a1")] {
+        let log = log_dir.path().join(format!("{name}-capture.txt"));
+        let capture = capture_broadcasts(receiver, log.clone());
+        std::thread::sleep(Duration::from_millis(700));
+        broadcast_ping(sender);
+        let seen = wait_until(Duration::from_secs(5), || echo_requests(&log) >= 3);
+        drop(capture);
+        assert!(
+            seen,
+            "{name} got {} broadcasts{}",
+            echo_requests(&log),
+            logs()
+        );
+    }
 }
