@@ -333,33 +333,61 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     lab.nbctl(&["--wait=sb", "lsp-set-port-security", &dual.port, &entry])
         .unwrap();
     // A neighbour a chassis learned (MAC_Binding is written by chassis, not northd): a second
-    // address of the first subnet-a pod.
+    // address of the first subnet-a pod; and an IPv6 one, a second address of subnet-d1's
+    // first pod, learned on vpc-d's port.
     let owner = pods
         .iter()
         .find(|p| p.switch == "subnet-a")
         .expect("a subnet-a pod");
-    let vpc_a = lab
+    learn(
+        lab,
+        "vpc-a",
+        "vpc-a-subnet-a",
+        &LEARNED.to_string(),
+        owner.mac,
+    );
+    let owner6 = pods
+        .iter()
+        .find(|p| p.switch == "subnet-d1")
+        .expect("a subnet-d1 pod");
+    learn(
+        lab,
+        "vpc-d",
+        "vpc-d-subnet-d1",
+        &LEARNED6.to_string(),
+        owner6.mac,
+    );
+    pods
+}
+
+/// Writes the MAC_Binding a chassis writes when router `router`'s port `port` learns `ip` at
+/// `mac`, stamped now as ovn-controller stamps it: northd ages rows out after the router's
+/// `mac_binding_age_threshold` (Kube-OVN's 300 s) from their timestamp, so an unstamped row
+/// would be gone at once.
+fn learn(lab: &OvnLab, router: &str, port: &str, ip: &str, mac: [u8; 6]) {
+    let datapath = lab
         .sbctl(&[
             "--bare",
             "--columns=_uuid",
             "find",
             "Datapath_Binding",
-            "external_ids:name=vpc-a",
+            &format!("external_ids:name={router}"),
         ])
         .unwrap();
-    let mac = format!("mac=\"{}\"", ovnbpf_agent::net::format_mac(&owner.mac));
-    let datapath = format!("datapath={}", vpc_a.trim());
-    let ip = format!("ip=\"{LEARNED}\"");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
     lab.sbctl(&[
         "create",
         "MAC_Binding",
-        "logical_port=vpc-a-subnet-a",
-        &ip,
-        &mac,
-        &datapath,
+        &format!("logical_port={port}"),
+        &format!("ip=\"{ip}\""),
+        &format!("mac=\"{}\"", ovnbpf_agent::net::format_mac(&mac)),
+        &format!("datapath={}", datapath.trim()),
+        &format!("timestamp={now_ms}"),
     ])
     .unwrap();
-    pods
 }
 
 /// The nodes' ports on the join switch that the default VPC's reroute policies send to, and
@@ -377,8 +405,9 @@ const DUAL_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0x11);
 /// An IPv6 address no port security lists.
 const UNLISTED_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0, 1, 0, 0, 0, 0x99);
 
-/// The address of the learned neighbour.
+/// The address of the learned neighbour, and of the IPv6 one (in subnet-d1).
 const LEARNED: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 77);
+const LEARNED6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, 0x77);
 
 fn gateway(pod: &Pod) -> (Ipv4Addr, [u8; 6]) {
     let [a, b, c, _] = pod.ip.octets();
@@ -779,7 +808,8 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
 
 /// IPv6 from the dual-stack pods' global addresses: to the gateway (ping, TCP, UDP), on the
 /// switch, routed to the other subnet and across the peering, to an unknown address of the
-/// subnet (the router solicits it), to no route, over an ECMP route, and with hop limits that
+/// subnet (the router solicits it), to a neighbour learned in MAC_Binding, to no route, over an
+/// ECMP route, and with hop limits that
 /// run out at the first and second router.
 fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     let dual: Vec<&Pod> = pods.iter().filter(|p| p.ip6.is_some()).collect();
@@ -848,6 +878,10 @@ fn dual_stack_cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
         add(
             "routes IPv6 with hop limit 1",
             packet(router_mac, e.ip6.unwrap(), 1, ping6),
+        );
+        add(
+            "routes IPv6 to a learned neighbour",
+            packet(router_mac, LEARNED6, 64, ping6),
         );
         add(
             "routes IPv6 into vpc-d's discard route",
@@ -1081,6 +1115,28 @@ async fn ir_verdicts_equal_ovn_trace() {
                 ours.outputs.is_empty()
                     && ours.steps.iter().any(|step| step.contains("discard route")),
                 "{what}: not discarded\n{}",
+                ours.steps.join("\n")
+            );
+        }
+        // A learned neighbour is routed to, not solicited: the ping itself reaches its owner.
+        if what.contains("routes IPv6 to a learned neighbour") {
+            assert!(
+                matches!(
+                    ours.outputs.as_slice(),
+                    [(port, Packet { l3: L3::Ipv6 { l4: L4::Icmp { kind: 128, .. }, .. }, .. })]
+                        if port == "subnet-d1-p0.ns"
+                ),
+                "{what}: not to the neighbour MAC_Binding names\n{}",
+                ours.steps.join("\n")
+            );
+        }
+        if what.contains("routes to a learned neighbour") {
+            assert!(
+                matches!(
+                    ours.outputs.as_slice(),
+                    [(port, Packet { l3: L3::Ipv4 { .. }, .. })] if port == "subnet-a-p0.ns"
+                ),
+                "{what}: not to the neighbour MAC_Binding names\n{}",
                 ours.steps.join("\n")
             );
         }

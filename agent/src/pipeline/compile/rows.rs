@@ -201,15 +201,24 @@ pub(super) fn chassis_encap(encap: &Encap) -> Option<IrEntry> {
     }
 }
 
-/// A MAC_Binding row as a learned neighbour (IPv4 only for now).
+/// A MAC_Binding row as a learned neighbour, of either family.
 pub(super) fn learned_neighbour(sb: &Southbound, binding: &MacBinding) -> Option<IrEntry> {
     let datapath = sb.row::<DatapathBinding>(&binding.datapath?)?.tunnel_key;
-    let ip = binding.ip.parse().ok()?;
+    let ip: std::net::IpAddr = binding.ip.parse().ok()?;
     let mac = crate::net::parse_mac(&binding.mac)?;
-    Some(IrEntry::LearnedNeighbour {
-        datapath,
-        port: binding.logical_port.clone(),
-        ip,
-        mac,
+    let port = binding.logical_port.clone();
+    Some(match ip {
+        std::net::IpAddr::V4(ip) => IrEntry::LearnedNeighbour {
+            datapath,
+            port,
+            ip,
+            mac,
+        },
+        std::net::IpAddr::V6(ip) => IrEntry::LearnedNeighbour6 {
+            datapath,
+            port,
+            ip,
+            mac,
+        },
     })
 }

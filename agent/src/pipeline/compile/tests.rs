@@ -38,6 +38,9 @@ fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff
             "priority": {"type": "integer"}, "match": {"type": "string"},
             "actions": {"type": "string"}, "external_ids": map}},
         "Address_Set": {"columns": {"name": {"type": "string"}, "addresses": set}},
+        "MAC_Binding": {"columns": {"logical_port": {"type": "string"},
+            "ip": {"type": "string"}, "mac": {"type": "string"},
+            "datapath": optional(json!({"type": "uuid"})), "timestamp": {"type": "integer"}}},
     }}))
     .unwrap();
     let monitored: BTreeMap<String, Vec<String>> = schema
@@ -163,6 +166,52 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
     assert_eq!(diff.added, [node2([172, 18, 0, 3])]);
     let diff = update(json!({"delete": null}));
     assert_eq!(diff.removed, [node2([172, 18, 0, 3])]);
+}
+
+/// MAC_Binding rows of either family become learned neighbours of their router.
+#[test]
+fn mac_bindings_of_both_families_become_learned_neighbours() {
+    let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
+    let mut update = |uuid: &str, row: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: json!({"MAC_Binding": {uuid: row}}),
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    let mac = [0x0a, 0x58, 0x0a, 0, 2, 5];
+    let binding = |ip: &str| {
+        json!({"insert": {"logical_port": "vpc-a-subnet-b", "ip": ip,
+            "mac": "0a:58:0a:00:02:05", "datapath": ["uuid", ROUTER]}})
+    };
+    let diff = update("00000000-0000-0000-0000-0000000000c1", binding("10.0.2.5"));
+    assert_eq!(
+        diff.added,
+        [IrEntry::LearnedNeighbour {
+            datapath: 9,
+            port: "vpc-a-subnet-b".into(),
+            ip: Ipv4Addr::new(10, 0, 2, 5),
+            mac,
+        }]
+    );
+    let diff = update(
+        "00000000-0000-0000-0000-0000000000c2",
+        binding("fd00:10:2::5"),
+    );
+    assert_eq!(
+        diff.added,
+        [IrEntry::LearnedNeighbour6 {
+            datapath: 9,
+            port: "vpc-a-subnet-b".into(),
+            ip: "fd00:10:2::5".parse().unwrap(),
+            mac,
+        }]
+    );
+    let diff = update(
+        "00000000-0000-0000-0000-0000000000c3",
+        binding("not an address"),
+    );
+    assert!(diff.is_empty(), "{diff:?}");
 }
 
 /// The compiler decides which unsupported flows stop their router: a NAT flow in an ingress
