@@ -1,5 +1,7 @@
 //! The outer UDP checksum of a Geneve frame, for the chassis whose Encap asks for one
-//! (`options:csum=true`, read from `REMOTE_ENCAPS`), and the segmenter's side of it.
+//! (`options:csum=true`, read from `REMOTE_ENCAPS`), and the segmenter's side of it; over an
+//! IPv4 or an IPv6 underlay (a const generic `V6` where the offsets differ: the pseudo header's
+//! addresses are 16 bytes, the inner frame 20 bytes further).
 //!
 //! A frame is checksummed after its outer headers are written (their checksum field zero). The
 //! sum is taken the way the kernel's own UDP tunnels take it with local checksum offload: over
@@ -36,16 +38,20 @@ use ovnbpf_common::{
 use crate::{
     CHECKSUM_SCRATCH, PASS, REMOTE_ENCAPS,
     csum::{complement, ones_fold, udp_checksum},
-    headers::{ETH_P_IPV4, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, UdpFrame},
+    headers::{ETH_P_IPV4, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, Ipv6Frame, UdpFrame, UdpHeader},
     maps::get,
 };
 
 /// Offsets in an encapsulated frame: the outer IPv4 source, the outer UDP header and its
-/// checksum, the inner frame's network header.
+/// checksum, the inner frame's network header; and the same over an IPv6 underlay.
 const OUTER_IP_SOURCE: usize = 14 + 12;
 const OUTER_UDP: usize = 14 + 20;
 const OUTER_UDP_CHECKSUM: usize = OUTER_UDP + 6;
 const INNER_L3: usize = geneve::OVERHEAD + 14;
+const OUTER_IP6_SOURCE: usize = 14 + 8;
+const OUTER_UDP6: usize = 14 + 40;
+const OUTER_UDP6_CHECKSUM: usize = OUTER_UDP6 + 6;
+const INNER_L3_6: usize = geneve::OVERHEAD6 + 14;
 
 /// Whether the chassis at `remote_ip` (network byte order) wants outer UDP checksums.
 #[inline(always)]
@@ -66,14 +72,19 @@ pub fn segmented_later(ctx: &TcContext) -> bool {
 /// options, checksum field zero or not: it is left out). Never 0 (the protocol is in it). Its
 /// steps are out of line and read headers into `CHECKSUM_SCRATCH`: the stages that encapsulate
 /// have little stack to spare.
+/// Over an IPv6 underlay (`V6`) the outer header is IPv6 without extension headers.
 #[inline(always)]
-pub fn base(ctx: &TcContext) -> Result<u32, DropReason> {
-    let outer = outer_headers(ctx);
+pub fn base<const V6: bool>(ctx: &TcContext) -> Result<u32, DropReason> {
+    let (outer, inner_l3) = if V6 {
+        (outer_headers6(ctx), INNER_L3_6)
+    } else {
+        (outer_headers(ctx), INNER_L3)
+    };
     if outer == 0 {
         return Err(drop_reason::ENCAP_FAILED);
     }
-    let inner = match transport_shortcut(ctx, (outer >> 32) as u16) {
-        0 => summed_whole(ctx, INNER_L3 as u32)?,
+    let inner = match transport_shortcut(ctx, (outer >> 32) as u16, inner_l3) {
+        0 => summed_whole(ctx, inner_l3 as u32)?,
         shortcut => shortcut as u32,
     };
     Ok(outer as u32 + inner)
@@ -97,6 +108,40 @@ fn outer_headers(ctx: &TcContext) -> u64 {
     let sum = range_sum(buffer, 0, 4)
         + range_sum(buffer, udp, udp + 6)
         + range_sum(buffer, udp + 8, INNER_L3 - OUTER_IP_SOURCE)
+        + u32::from(IPPROTO_UDP)
+        + udp_len;
+    u64::from(ether_type) << 32 | u64::from(sum)
+}
+
+/// [`outer_headers`] over an IPv6 underlay: the 16-byte source, then the UDP header but its
+/// checksum, Geneve, its option and the inner Ethernet header (read behind the source into the
+/// one buffer: the destination between them is not summed here).
+#[inline(never)]
+fn outer_headers6(ctx: &TcContext) -> u64 {
+    const UDP_AT: usize = 16;
+    const END: usize = UDP_AT + INNER_L3_6 - OUTER_UDP6;
+    let Ok(buffer) = scratch() else {
+        return 0;
+    };
+    // SAFETY: the helper copies 16 bytes, then END - 16 more behind them, of the skb into the
+    // 64-byte slot (END is 54).
+    let loaded = unsafe {
+        let skb = ctx.skb.skb as *const c_void;
+        bpf_skb_load_bytes(skb, OUTER_IP6_SOURCE as u32, buffer.as_mut_ptr().cast(), 16) == 0
+            && bpf_skb_load_bytes(
+                skb,
+                OUTER_UDP6 as u32,
+                buffer.as_mut_ptr().add(UDP_AT).cast(),
+                (END - UDP_AT) as u32,
+            ) == 0
+    };
+    if !loaded {
+        return 0;
+    }
+    let udp_len = u32::from(be16(buffer, UDP_AT + 4));
+    let ether_type = be16(buffer, END - 2);
+    let sum = range_sum(buffer, 0, UDP_AT + 6)
+        + range_sum(buffer, UDP_AT + 8, END)
         + u32::from(IPPROTO_UDP)
         + udp_len;
     u64::from(ether_type) << 32 | u64::from(sum)
@@ -151,12 +196,29 @@ fn range_sum(buffer: &[u8; CHECKSUM_CHUNK_BYTES], start: usize, end: usize) -> u
     sum
 }
 
-/// Writes the outer UDP checksum toward `remote_ip` from [`base`]'s `base`.
+/// Writes the outer UDP checksum field (`checksum`, network byte order: [`toward`],
+/// [`toward6`]) of a frame encapsulated over an IPv6 underlay (`V6`) or an IPv4 one.
 #[inline(always)]
-pub fn store(ctx: &TcContext, base: u32, remote_ip: u32) -> Result<(), DropReason> {
-    let checksum = toward(base, remote_ip);
-    ctx.store(OUTER_UDP_CHECKSUM, &checksum, 0)
+pub fn store<const V6: bool>(ctx: &TcContext, checksum: u16) -> Result<(), DropReason> {
+    let at = if V6 {
+        OUTER_UDP6_CHECKSUM
+    } else {
+        OUTER_UDP_CHECKSUM
+    };
+    ctx.store(at, &checksum, 0)
         .map_err(|_| drop_reason::ENCAP_FAILED)
+}
+
+/// [`toward`] an IPv6 endpoint at `remote_ip6`.
+#[inline(always)]
+pub fn toward6(base: u32, remote_ip6: &[u8; 16]) -> u16 {
+    let words = remote_ip6.as_ptr().cast::<u16>();
+    let mut sum = base;
+    for index in 0..8 {
+        // SAFETY: within the 16 bytes, read unaligned (the address may sit anywhere).
+        sum += u32::from(u16::from_be(unsafe { words.add(index).read_unaligned() }));
+    }
+    udp_checksum(sum).to_be()
 }
 
 /// The outer UDP checksum field (network byte order) for a frame of [`base`] `base` sent to
@@ -185,6 +247,9 @@ pub fn from_segmenter(ctx: &TcContext) -> Result<i32, DropReason> {
     let Some(config) = crate::geneve::tunnel_config() else {
         return Ok(PASS);
     };
+    if crate::geneve::ipv6_underlay(config) {
+        return from_segmenter6(ctx, config);
+    }
     let Ok(outer) = ctx.load::<UdpFrame>(0) else {
         return Ok(PASS);
     };
@@ -199,45 +264,65 @@ pub fn from_segmenter(ctx: &TcContext) -> Result<i32, DropReason> {
     // A segment the kernel left whole (it had nothing to cut) is summed as it is; one still to
     // be cut would carry a wrong checksum into every segment: it leaves with none.
     if !segmented_later(ctx) {
-        store(ctx, base(ctx)?, outer.ip.destination)?;
+        store::<false>(ctx, toward(base::<false>(ctx)?, outer.ip.destination))?;
+    }
+    Ok(crate::geneve::send_to_next_hop(config))
+}
+
+/// [`from_segmenter`] over an IPv6 underlay.
+#[inline(always)]
+fn from_segmenter6(ctx: &TcContext, config: &TunnelConfig) -> Result<i32, DropReason> {
+    let (Ok(outer), Ok(udp)) = (ctx.load::<Ipv6Frame>(0), ctx.load::<UdpHeader>(OUTER_UDP6)) else {
+        return Ok(PASS);
+    };
+    let ours = outer.eth.ether_type == ETH_P_IPV6.to_be()
+        && outer.ip.next_header == IPPROTO_UDP
+        && outer.ip.source == config.encap_ip6
+        && udp.destination == geneve::UDP_PORT.to_be();
+    if !ours {
+        return Ok(PASS);
+    }
+    if !segmented_later(ctx) {
+        store::<true>(ctx, toward6(base::<true>(ctx)?, &outer.ip.destination))?;
     }
     Ok(crate::geneve::send_to_next_hop(config))
 }
 
 /// The inner packet's share of the sum without reading its payload (see the module doc), with
 /// bit 32 set; 0 when it must be summed whole. Its IP header is read into `CHECKSUM_SCRATCH`.
+/// `inner_l3`: where the inner frame's network header starts.
 #[inline(never)]
-fn transport_shortcut(ctx: &TcContext, ether_type: u16) -> u64 {
+fn transport_shortcut(ctx: &TcContext, ether_type: u16, inner_l3: usize) -> u64 {
     let Ok(buffer) = scratch() else {
         return 0;
     };
     let found = |sum: u32| 1_u64 << 32 | u64::from(sum);
     let frame_len = ctx.len() as usize;
     if ether_type == ETH_P_IPV4 {
-        if frame_len < INNER_L3 + 20 || load(ctx, INNER_L3, buffer, 20).is_err() {
+        if frame_len < inner_l3 + 20 || load(ctx, inner_l3, buffer, 20).is_err() {
             return 0;
         }
         let total_len = usize::from(be16(buffer, 2));
         // Options, padding or a truncated packet, a fragment.
-        if buffer[0] != 0x45 || INNER_L3 + total_len != frame_len || be16(buffer, 6) & 0x3fff != 0 {
+        if buffer[0] != 0x45 || inner_l3 + total_len != frame_len || be16(buffer, 6) & 0x3fff != 0 {
             return 0;
         }
         let protocol = buffer[9];
-        if protocol != IPPROTO_TCP && !has_udp_checksum(ctx, protocol, INNER_L3 + 20) {
+        if protocol != IPPROTO_TCP && !has_udp_checksum(ctx, protocol, inner_l3 + 20) {
             return 0;
         }
         let pseudo = range_sum(buffer, 12, 20) + u32::from(protocol) + (total_len as u32 - 20);
         found(range_sum(buffer, 0, 20) + complement(pseudo))
     } else if ether_type == ETH_P_IPV6 {
-        if frame_len < INNER_L3 + 40 || load(ctx, INNER_L3, buffer, 40).is_err() {
+        if frame_len < inner_l3 + 40 || load(ctx, inner_l3, buffer, 40).is_err() {
             return 0;
         }
         let payload_len = usize::from(be16(buffer, 4));
-        if INNER_L3 + 40 + payload_len != frame_len {
+        if inner_l3 + 40 + payload_len != frame_len {
             return 0;
         }
         let next_header = buffer[6];
-        if next_header != IPPROTO_TCP && !has_udp_checksum(ctx, next_header, INNER_L3 + 40) {
+        if next_header != IPPROTO_TCP && !has_udp_checksum(ctx, next_header, inner_l3 + 40) {
             return 0;
         }
         let pseudo = range_sum(buffer, 8, 40) + u32::from(next_header) + payload_len as u32;

@@ -2,8 +2,8 @@
 //! option): this node's tunnel endpoint, and encapsulation toward another chassis (the 58 bytes
 //! in front of the frame, 78 over an IPv6 underlay, out of the uplink with the next hop's MAC
 //! resolved by the kernel, or re-addressed for each flood copy), with an outer UDP checksum for
-//! chassis that want one over IPv4 ([`crate::encap_checksum`]; over IPv6 the checksum is zero,
-//! see [`ovnbpf_common::TUNNEL_IPV6`]). Other chassis are named by their endpoint key
+//! chassis that want one ([`crate::encap_checksum`]; zero for the others, which over IPv6 is
+//! RFC 6935's tunnel exception, see [`ovnbpf_common::TUNNEL_IPV6`]). Other chassis are named by their endpoint key
 //! ([`ovnbpf_common::TunnelConfig`]): their IPv4 address, or over an IPv6 underlay the key of
 //! their address in `REMOTE_ENCAPS`. Decapsulation and what follows it are in
 //! [`crate::overlay`]. Reads `TUNNEL_CONFIG` and `REMOTE_ENCAPS`.
@@ -23,7 +23,7 @@ use ovnbpf_common::DropReason;
 /// Address families of a FIB lookup.
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
-use ovnbpf_common::{TUNNEL_IPV6, TunnelConfig, drop_reason, geneve};
+use ovnbpf_common::{REMOTE_ENCAP_CSUM, TUNNEL_IPV6, TunnelConfig, drop_reason, geneve};
 
 use crate::{
     REMOTE_ENCAPS, TUNNEL_CONFIG,
@@ -92,11 +92,11 @@ fn encapsulate_over<const V6: bool>(
     tunnel: &Tunnel,
 ) -> Result<i32, DropReason> {
     let ip = push_outer_headers::<V6>(ctx, config, tunnel)?;
-    if V6 {
-        // No outer checksum over IPv6 (see the module doc).
-    } else if encap_checksum::wanted(&tunnel.remote_ip) {
+    if encap_checksum::wanted(&tunnel.remote_ip) {
         if !encap_checksum::segmented_later(ctx) {
-            encap_checksum::store(ctx, encap_checksum::base(ctx)?, tunnel.remote_ip)?;
+            let base = encap_checksum::base::<V6>(ctx)?;
+            let checksum = outer_checksum::<V6>(base, tunnel.remote_ip)?;
+            encap_checksum::store::<V6>(ctx, checksum)?;
         } else if ip && let Some(verdict) = encap_checksum::to_segmenter(config) {
             return Ok(verdict);
         }
@@ -136,8 +136,10 @@ pub fn send_to_next_hop(config: &TunnelConfig) -> i32 {
 const OUTER_IP_CHECKSUM: usize = 14 + 10;
 const OUTER_IP_DESTINATION: usize = 14 + 16;
 const OUTER_UDP_CHECKSUM: usize = 14 + 20 + 6;
-/// Offset of the outer IPv6 destination in a frame encapsulated over an IPv6 underlay.
+/// Offsets of the outer IPv6 destination and of the outer UDP checksum in a frame encapsulated
+/// over an IPv6 underlay.
 const OUTER_IP6_DESTINATION: usize = 14 + 24;
+const OUTER_UDP6_CHECKSUM: usize = 14 + 40 + 6;
 
 /// Points an encapsulated frame at another chassis: outer destination and checksums
 /// (`udp_base`: see [`Retarget`]).
@@ -172,10 +174,21 @@ pub struct Retarget {
 /// The outer UDP checksum base of a frame [`retarget`] re-addresses: see [`Retarget::udp_base`].
 #[inline(always)]
 pub fn retarget_base<const V6: bool>(ctx: &TcContext) -> Result<u32, DropReason> {
-    if V6 || encap_checksum::segmented_later(ctx) {
+    if encap_checksum::segmented_later(ctx) {
         Ok(0)
     } else {
-        encap_checksum::base(ctx)
+        encap_checksum::base::<V6>(ctx)
+    }
+}
+
+/// The outer UDP checksum field toward the endpoint with key `endpoint`, from the frame's
+/// [`encap_checksum::base`] `base`.
+#[inline(always)]
+fn outer_checksum<const V6: bool>(base: u32, endpoint: u32) -> Result<u16, DropReason> {
+    if V6 {
+        Ok(encap_checksum::toward6(base, endpoint6(endpoint)?))
+    } else {
+        Ok(encap_checksum::toward(base, endpoint))
     }
 }
 
@@ -187,18 +200,26 @@ pub fn retarget_with<const V6: bool>(
     fields: &mut Retarget,
 ) -> Result<(), DropReason> {
     if V6 {
-        // Only the destination changes: IPv6 has no header checksum, the UDP one is zero.
+        // One lookup for the address and the wish; IPv6 has no header checksum.
+        let encap =
+            get(&REMOTE_ENCAPS, fields.remote_ip).ok_or(drop_reason::TUNNEL_ENDPOINT_UNKNOWN)?;
+        fields.udp_checksum = if fields.udp_base != 0 && encap.flags & REMOTE_ENCAP_CSUM != 0 {
+            encap_checksum::toward6(fields.udp_base, &encap.ip6)
+        } else {
+            0
+        };
         return ctx
-            .store(OUTER_IP6_DESTINATION, endpoint6(fields.remote_ip)?, 0)
+            .store(OUTER_IP6_DESTINATION, &encap.ip6, 0)
+            .and_then(|()| ctx.store(OUTER_UDP6_CHECKSUM, &fields.udp_checksum, 0))
             .map_err(|_| drop_reason::ENCAP_FAILED);
     }
-    let ip_len = (ctx.len() - 14) as u16;
-    fields.checksum = csum::outer_ipv4(ip_len, config.encap_ip, fields.remote_ip).to_be();
     fields.udp_checksum = if fields.udp_base != 0 && encap_checksum::wanted(&fields.remote_ip) {
         encap_checksum::toward(fields.udp_base, fields.remote_ip)
     } else {
         0
     };
+    let ip_len = (ctx.len() - 14) as u16;
+    fields.checksum = csum::outer_ipv4(ip_len, config.encap_ip, fields.remote_ip).to_be();
     ctx.store(OUTER_IP_DESTINATION, &fields.remote_ip, 0)
         .and_then(|()| ctx.store(OUTER_IP_CHECKSUM, &fields.checksum, 0))
         .and_then(|()| ctx.store(OUTER_UDP_CHECKSUM, &fields.udp_checksum, 0))

@@ -1,8 +1,8 @@
 //! Captures of Geneve frames on an underlay link, read back frame by frame: what the wire
 //! tests judge (outer source port, outer UDP checksum and whether it sums, length, the inner
-//! flow). Frames in OVN's layout: outer Ethernet, IPv4 without options, UDP, Geneve with the
-//! one 8-byte OVN option, inner Ethernet. Also waits for a chassis's Encap to ask for (or not)
-//! outer checksums.
+//! flow). Frames in OVN's layout: outer Ethernet, IPv4 without options (or IPv6 without
+//! extension headers), UDP, Geneve with the one 8-byte OVN option, inner Ethernet. Also waits
+//! for a chassis's Encap to ask for (or not) outer checksums.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,10 +17,12 @@ use crate::{
     process::wait_until,
 };
 
-/// Where the outer UDP header starts; the inner IPv4 header, after the UDP, Geneve (with OVN's
-/// option) and inner Ethernet headers.
+/// Where the outer UDP header starts after an outer IPv4 header; the inner IP header, after the
+/// UDP, Geneve (with OVN's option) and inner Ethernet headers.
 const OUTER_UDP: usize = 14 + 20;
 const INNER_IP: usize = OUTER_UDP + 8 + 16 + 14;
+/// After an outer IPv6 header: how much further everything is.
+const IPV6_SHIFT: usize = 20;
 
 fn be16(frame: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([frame[at], frame[at + 1]])
@@ -42,29 +44,45 @@ pub struct Captured {
     pub broadcast: bool,
 }
 
-/// The Geneve frames of a pcap file.
+/// The Geneve frames of a pcap file, over either family.
 #[must_use]
 pub fn read(pcap: &[u8]) -> Vec<Captured> {
     pcap_frames(pcap)
         .into_iter()
-        .filter(|frame| frame.len() > INNER_IP + 24)
-        .map(|frame| {
-            let addresses = (
-                Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
-                Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
-            );
-            let ipv4 = be16(frame, INNER_IP - 2) == 0x0800;
-            let ipv6 = be16(frame, INNER_IP - 2) == 0x86dd && frame.len() >= INNER_IP + 42;
-            let header_len = usize::from(frame[INNER_IP] & 0xf) * 4;
-            Captured {
-                len: frame.len(),
-                source_port: be16(frame, OUTER_UDP),
-                checksum: be16(frame, OUTER_UDP + 6),
-                checksum_valid: transport_checksum(addresses, 17, &frame[OUTER_UDP..]) == 0,
-                inner: ipv4.then(|| (frame[INNER_IP + 9], be16(frame, INNER_IP + header_len))),
-                inner6: ipv6.then(|| (frame[INNER_IP + 6], be16(frame, INNER_IP + 40))),
-                broadcast: frame[OUTER_UDP + 8 + 16..OUTER_UDP + 8 + 16 + 6] == [0xff; 6],
+        .filter_map(|frame| {
+            let ipv6_outer = frame.len() > 14 && frame[12..14] == [0x86, 0xdd];
+            let shift = if ipv6_outer { IPV6_SHIFT } else { 0 };
+            let (udp, inner_ip) = (OUTER_UDP + shift, INNER_IP + shift);
+            if frame.len() <= inner_ip + 24 {
+                return None;
             }
+            let checksum_valid = if ipv6_outer {
+                // The IPv6 pseudo header (RFC 8200 §8.1), then the datagram.
+                let datagram = &frame[udp..];
+                let mut summed = frame[22..54].to_vec();
+                summed.extend_from_slice(&(datagram.len() as u32).to_be_bytes());
+                summed.extend_from_slice(&[0, 0, 0, 17]);
+                summed.extend_from_slice(datagram);
+                crate::icmp::checksum(&summed) == 0
+            } else {
+                let addresses = (
+                    Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
+                    Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
+                );
+                transport_checksum(addresses, 17, &frame[udp..]) == 0
+            };
+            let ipv4 = be16(frame, inner_ip - 2) == 0x0800;
+            let ipv6 = be16(frame, inner_ip - 2) == 0x86dd && frame.len() >= inner_ip + 42;
+            let header_len = usize::from(frame[inner_ip] & 0xf) * 4;
+            Some(Captured {
+                len: frame.len(),
+                source_port: be16(frame, udp),
+                checksum: be16(frame, udp + 6),
+                checksum_valid,
+                inner: ipv4.then(|| (frame[inner_ip + 9], be16(frame, inner_ip + header_len))),
+                inner6: ipv6.then(|| (frame[inner_ip + 6], be16(frame, inner_ip + 40))),
+                broadcast: frame[udp + 8 + 16..udp + 8 + 16 + 6] == [0xff; 6],
+            })
         })
         .collect()
 }
@@ -74,7 +92,7 @@ pub fn read(pcap: &[u8]) -> Vec<Captured> {
 pub fn capture(
     netns: &Netns,
     interface: &str,
-    from: Ipv4Addr,
+    from: std::net::IpAddr,
     prefix: &str,
     traffic: impl FnOnce(),
 ) -> Vec<Captured> {

@@ -735,3 +735,56 @@ fn frames_over_an_ipv6_underlay_leave_and_arrive_in_ovn_layout() {
         "outer MACs from the IPv6 neighbour table"
     );
 }
+
+/// Over an IPv6 underlay too: toward an endpoint that asks, every frame of
+/// [`checksum_cases`] leaves with an outer UDP checksum valid over the IPv6 pseudo header, and
+/// otherwise in the layout it has without; toward one that does not ask, with checksum 0.
+#[test]
+fn over_an_ipv6_underlay_frames_to_a_chassis_that_asks_carry_a_valid_outer_udp_checksum() {
+    let mut programs = switching_programs6();
+    for asked in [true, false] {
+        programs
+            .set::<RemoteEncaps>(
+                PEER_KEY6,
+                RemoteEncap {
+                    flags: if asked { REMOTE_ENCAP_CSUM } else { 0 },
+                    ip6: PEER_IP6.octets(),
+                },
+            )
+            .unwrap();
+        for (what, inner) in checksum_cases() {
+            let outcome = programs.test_run(Hook::Pod, &inner).unwrap();
+            assert_eq!(
+                outcome.verdict,
+                TC_ACT_REDIRECT,
+                "{what}: {:?}",
+                programs.drop_counters().unwrap()
+            );
+            let sent = outcome.frame;
+            let field = u16::from_be_bytes([sent[60], sent[61]]);
+            if asked {
+                assert_ne!(field, 0, "{what}: no outer checksum");
+                let datagram = &sent[54..];
+                let mut pseudo = sent[22..54].to_vec();
+                pseudo.extend_from_slice(&(datagram.len() as u32).to_be_bytes());
+                pseudo.extend_from_slice(&[0, 0, 0, 17]);
+                pseudo.extend_from_slice(datagram);
+                assert_eq!(
+                    checksum(&pseudo),
+                    0,
+                    "{what}: outer UDP checksum {field:#06x} does not sum"
+                );
+            } else {
+                assert_eq!(field, 0, "{what}: a checksum nobody asked for");
+            }
+            let mut unsummed = sent.clone();
+            unsummed[60..62].copy_from_slice(&[0, 0]);
+            let source_port = u16::from_be_bytes([sent[54], sent[55]]);
+            assert_eq!(
+                unsummed,
+                encapsulate6((NODE_IP6, PEER_IP6), [0; 12], source_port, &inner),
+                "{what}"
+            );
+        }
+    }
+}

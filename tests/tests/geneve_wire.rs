@@ -39,7 +39,13 @@ const UNDERLAY_MTU: usize = 1500;
 
 /// Runs `traffic` while capturing node1's Geneve frames on node2's uplink; the frames.
 fn capture(nodes: &[Node; 2], prefix: &str, traffic: impl FnOnce()) -> Vec<Captured> {
-    geneve_capture::capture(nodes[1].netns(), "eth0", nodes[0].ip(), prefix, traffic)
+    geneve_capture::capture(
+        nodes[1].netns(),
+        "eth0",
+        nodes[0].encap_ip(),
+        prefix,
+        traffic,
+    )
 }
 
 /// The link-local address of `pod`'s eth0.

@@ -97,7 +97,7 @@ pub use drop_reason::DropReason;
 /// ([`REMOTE_ENCAP_CSUM`]) go out of `segmenter_ifindex` instead (0: none), the sending end of
 /// a veth pair that lets no GSO packet through whole: the kernel segments them there, and
 /// `from_segmenter`, on the other end's ingress, checksums each segment and sends it out of the
-/// uplink (IPv4 underlays only: see [`TUNNEL_IPV6`]).
+/// uplink.
 ///
 /// Other chassis are named by an *endpoint key* (`u32`) wherever the maps point at one
 /// ([`FibEntry::remote_ip`], the remote slots of [`map::FLOOD_MEMBERS`], the keys of
@@ -116,9 +116,10 @@ pub struct TunnelConfig {
 }
 
 /// Flag of [`TunnelConfig::flags`]: the underlay is IPv6: Geneve goes out in IPv6 from
-/// `encap_ip6` (hop limit 64, traffic class and flow label 0, as OVS builds it) with a zero UDP
-/// checksum (RFC 6935; Open vSwitch's Geneve ports accept it), and frames to `encap_ip6` are
-/// decapsulated.
+/// `encap_ip6` (hop limit 64, traffic class and flow label 0, as OVS builds it), its UDP
+/// checksum computed for endpoints that ask ([`REMOTE_ENCAP_CSUM`]) and zero for the others
+/// (RFC 6935's tunnel exception; Open vSwitch's Geneve ports accept it), and frames to
+/// `encap_ip6` are decapsulated.
 pub const TUNNEL_IPV6: u32 = 1;
 
 /// What another chassis's Geneve endpoint asks of the frames sent to it (its Encap row's
@@ -136,7 +137,7 @@ pub struct RemoteEncap {
 
 /// Flag of [`RemoteEncap::flags`]: the endpoint's Encap has `options:csum=true`: frames to it
 /// carry an outer UDP checksum (as ovn-controller sets `csum=true` on the OVS tunnel port
-/// toward such a chassis). Honoured over IPv4 underlays.
+/// toward such a chassis).
 pub const REMOTE_ENCAP_CSUM: u32 = 1;
 
 /// Other chassis's endpoints [`map::REMOTE_ENCAPS`] holds.
