@@ -10,7 +10,7 @@ mod common;
 
 use ovnbpf_agent::dataplane::ebpf::Maps;
 use ovnbpf_common::maps::{L2Fib, RemoteEncaps, TunnelPorts};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ovnbpf_agent::dataplane::ebpf::{Hook, KernelPrograms};
 use ovnbpf_agent::netns::run_in;
@@ -330,6 +330,57 @@ fn expected_encapsulation(inner: &[u8], sent: &[u8]) -> Vec<u8> {
     )
 }
 
+/// The unicast ARP reply of `inner`'s pods (not IP: it takes the encapsulation path whose outer
+/// MACs come from the kernel's FIB and neighbour table, as its neighbour redirect only handles
+/// IP).
+fn arp_reply(inner: &[u8]) -> Vec<u8> {
+    let mut arp = inner[..14].to_vec();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3, 10, 0, 1, 3]);
+    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 2, 10, 0, 1, 2]);
+    arp
+}
+
+/// The peer's MAC in [`uplink_with_peer`]'s neighbour table.
+const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x42];
+
+/// A namespace whose uplink `up0` (a veth) holds `node` with `peer` a permanent neighbour at
+/// [`PEER_MAC`], forwarding IP of that family (as the agent makes a node's uplink: the FIB
+/// lookup is a forwarding one); the uplink's MAC.
+fn uplink_with_peer(node: IpAddr, peer: IpAddr) -> (Netns, [u8; 6]) {
+    let netns = Netns::create(&format!("{}-arp", unique_prefix())).unwrap();
+    netns
+        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"])
+        .unwrap();
+    let (address, forwarding) = match node {
+        IpAddr::V4(_) => (format!("{node}/24"), "net.ipv4.ip_forward=1"),
+        IpAddr::V6(_) => (format!("{node}/64"), "net.ipv6.conf.all.forwarding=1"),
+    };
+    netns
+        .ip(&["addr", "add", &address, "dev", "up0", "nodad"])
+        .unwrap();
+    for link in ["up0", "up1"] {
+        netns.ip(&["link", "set", link, "up"]).unwrap();
+    }
+    netns.exec("sysctl", &["-qw", forwarding]).unwrap();
+    netns
+        .ip(&[
+            "neigh",
+            "add",
+            &peer.to_string(),
+            "lladdr",
+            "02:00:00:00:00:42",
+            "dev",
+            "up0",
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+    let uplink_mac = ovnbpf_agent::lflow::parse_mac(&netns.mac("up0").unwrap()).unwrap();
+    (netns, uplink_mac)
+}
+
 #[test]
 fn frames_to_another_chassis_leave_in_ovn_layout() {
     let mut programs = switching_programs();
@@ -345,39 +396,8 @@ fn frames_to_another_chassis_leave_in_ovn_layout() {
     // A unicast ARP reply (not IP) takes the other encapsulation path, same layout; the kernel's
     // neighbour redirect only handles IP, so its outer MACs come from the neighbour table: run
     // it where the peer is a known neighbour of the uplink.
-    let mut arp = inner[..14].to_vec();
-    arp[12..14].copy_from_slice(&[0x08, 0x06]);
-    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3, 10, 0, 1, 3]);
-    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 2, 10, 0, 1, 2]);
-    let netns = Netns::create(&format!("{}-arp", unique_prefix())).unwrap();
-    netns
-        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"])
-        .unwrap();
-    netns
-        .ip(&["addr", "add", &format!("{NODE_IP}/24"), "dev", "up0"])
-        .unwrap();
-    netns.ip(&["link", "set", "up0", "up"]).unwrap();
-    // A node forwards IP (the agent makes sure): the FIB lookup is a forwarding one.
-    netns
-        .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
-        .unwrap();
-    netns.ip(&["link", "set", "up1", "up"]).unwrap();
-    let peer_mac = [0x02, 0, 0, 0, 0, 0x42];
-    netns
-        .ip(&[
-            "neigh",
-            "add",
-            &PEER_IP.to_string(),
-            "lladdr",
-            "02:00:00:00:00:42",
-            "dev",
-            "up0",
-            "nud",
-            "permanent",
-        ])
-        .unwrap();
-    let uplink_mac = ovnbpf_agent::lflow::parse_mac(&netns.mac("up0").unwrap()).unwrap();
+    let arp = arp_reply(&inner);
+    let (netns, uplink_mac) = uplink_with_peer(NODE_IP.into(), PEER_IP.into());
     programs
         .set_tunnel_endpoint(NODE_IP.into(), netns.ifindex("up0").unwrap())
         .unwrap();
@@ -391,7 +411,7 @@ fn frames_to_another_chassis_leave_in_ovn_layout() {
         programs.drop_counters().unwrap()
     );
     let mut expected = expected_encapsulation(&arp, &outcome.frame);
-    expected[..6].copy_from_slice(&peer_mac);
+    expected[..6].copy_from_slice(&PEER_MAC);
     expected[6..12].copy_from_slice(&uplink_mac);
     assert_eq!(
         outcome.frame, expected,
@@ -674,45 +694,8 @@ fn frames_over_an_ipv6_underlay_leave_and_arrive_in_ovn_layout() {
         .unwrap();
 
     // ARP inside: the outer MACs come from the IPv6 neighbour of the uplink.
-    let mut arp = inner[..14].to_vec();
-    arp[12..14].copy_from_slice(&[0x08, 0x06]);
-    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 3, 10, 0, 1, 3]);
-    arp.extend_from_slice(&[0x0a, 0x58, 0x0a, 0, 1, 2, 10, 0, 1, 2]);
-    let netns = Netns::create(&format!("{}-arp6", unique_prefix())).unwrap();
-    netns
-        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"])
-        .unwrap();
-    netns
-        .ip(&[
-            "addr",
-            "add",
-            &format!("{NODE_IP6}/64"),
-            "dev",
-            "up0",
-            "nodad",
-        ])
-        .unwrap();
-    netns.ip(&["link", "set", "up0", "up"]).unwrap();
-    netns.ip(&["link", "set", "up1", "up"]).unwrap();
-    netns
-        .exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])
-        .unwrap();
-    netns
-        .ip(&[
-            "-6",
-            "neigh",
-            "add",
-            &PEER_IP6.to_string(),
-            "lladdr",
-            "02:00:00:00:00:42",
-            "dev",
-            "up0",
-            "nud",
-            "permanent",
-        ])
-        .unwrap();
-    let uplink_mac = ovnbpf_agent::lflow::parse_mac(&netns.mac("up0").unwrap()).unwrap();
+    let arp = arp_reply(&inner);
+    let (netns, uplink_mac) = uplink_with_peer(NODE_IP6.into(), PEER_IP6.into());
     programs
         .set_tunnel_endpoint(NODE_IP6.into(), netns.ifindex("up0").unwrap())
         .unwrap();
@@ -726,7 +709,7 @@ fn frames_over_an_ipv6_underlay_leave_and_arrive_in_ovn_layout() {
         programs.drop_counters().unwrap()
     );
     let mut macs = [0_u8; 12];
-    macs[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x42]);
+    macs[..6].copy_from_slice(&PEER_MAC);
     macs[6..].copy_from_slice(&uplink_mac);
     let source_port = u16::from_be_bytes([outcome.frame[54], outcome.frame[55]]);
     assert_eq!(

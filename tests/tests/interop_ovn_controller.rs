@@ -350,51 +350,105 @@ fn echo_requests(log: &PathBuf) -> usize {
         .count()
 }
 
+/// The two nodes, node1 forwarding with ovnbpf (a1), node2 a real OVN chassis (a2, a3), vpc-a's
+/// subnet-a and subnet-a2 as Kube-OVN builds them, every port up. Dropped agent first, then
+/// the chassis, then the pods and nodes.
+struct Interop {
+    agent: Child,
+    peer: OvsChassis,
+    pods: Vec<Pod>,
+    log_dir: tempfile::TempDir,
+    two: TwoNodes,
+}
+
+impl Interop {
+    /// The nodes tunnelling over IPv6 when `ipv6_underlay`.
+    fn start(ipv6_underlay: bool) -> Self {
+        let two = TwoNodes::start_on(ipv6_underlay);
+        let (lab, nodes) = (&two.lab, &two.nodes);
+        let mut topology = Topology::new();
+        topology
+            .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+            .unwrap()
+            .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
+            .unwrap();
+        // Room for the outer headers within the nodes' 1500: 58 bytes, 78 over IPv6.
+        let mtu = if ipv6_underlay { 1400 } else { 1442 };
+        let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, mtu);
+        let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
+        peer.plug("a2_h", pods[1].netns(), "a2.ns").unwrap();
+        peer.plug("a3_h", pods[2].netns(), "a3.ns").unwrap();
+        // OVS's userspace datapath reads frames whole: what leaves node1 must carry no partial
+        // inner checksum (a kernel OVS peer would take it). node1's uplink completes them, as a
+        // NIC does on the wire (TX checksum offload off on the veth: the kernel fills them in
+        // before the frame leaves). a1 itself sends GSO super-packets with partial checksums,
+        // as pods do.
+        nodes[0]
+            .netns()
+            .exec("ethtool", &["-K", "eth0", "tx", "off"])
+            .unwrap();
+        let log_dir = tempfile::tempdir().unwrap();
+        let agent = AgentSpec {
+            chassis: "node1",
+            node: &nodes[0],
+            local_ports: vec!["a1.ns=a1_h".into()],
+            pin_root: None,
+            cni_dir: None,
+            extra_args: Vec::new(),
+        }
+        .spawn(
+            lab,
+            &workspace_binary("ovnbpf-agent"),
+            log_dir.path().join("node1.log"),
+        )
+        .unwrap();
+        let this = Self {
+            agent,
+            peer,
+            pods,
+            log_dir,
+            two,
+        };
+        let up = wait_until(Duration::from_secs(30), || {
+            ["a1.ns", "a2.ns", "a3.ns"]
+                .iter()
+                .all(|port| scenario::port_up(&this.two.lab, port))
+        });
+        assert!(up, "ports not up{}", this.logs());
+        this
+    }
+
+    /// Both sides' log tails, for assertion messages.
+    fn logs(&self) -> String {
+        format!("{}{}", self.agent.log_tail(), self.peer.log_tails())
+    }
+}
+
+/// Broadcasts both ways: each side's flood copy is delivered by the other.
+fn broadcasts_cross(a1: &Pod, a2: &Pod, log_dir: &std::path::Path, logs: &dyn Fn() -> String) {
+    for (sender, receiver, name) in [(a1, a2, "a2"), (a2, a1, "a1")] {
+        let log = log_dir.join(format!("{name}-capture.txt"));
+        let capture = capture_broadcasts(receiver, log.clone());
+        std::thread::sleep(Duration::from_millis(700));
+        broadcast_ping(sender);
+        let seen = wait_until(Duration::from_secs(5), || echo_requests(&log) >= 3);
+        drop(capture);
+        assert!(
+            seen,
+            "{name} got {} broadcasts{}",
+            echo_requests(&log),
+            logs()
+        );
+    }
+}
+
 #[test]
 fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
-    let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap()
-        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
-        .unwrap();
-    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1442);
-    let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
-
-    let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
-    peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
-    peer.plug("a3_h", a3.netns(), "a3.ns").unwrap();
-    // OVS's userspace datapath reads frames whole: what leaves node1 must carry no partial
-    // inner checksum (a kernel OVS peer would take it). node1's uplink completes them, as a NIC
-    // does on the wire (TX checksum offload off on the veth: the kernel fills them in before the
-    // frame leaves). a1 itself sends GSO super-packets with partial checksums, as pods do.
-    nodes[0]
-        .netns()
-        .exec("ethtool", &["-K", "eth0", "tx", "off"])
-        .unwrap();
-    let log_dir = tempfile::tempdir().unwrap();
-    let agent = AgentSpec {
-        chassis: "node1",
-        node: &nodes[0],
-        local_ports: vec!["a1.ns=a1_h".into()],
-        pin_root: None,
-        cni_dir: None,
-        extra_args: Vec::new(),
-    }
-    .spawn(
-        lab,
-        &workspace_binary("ovnbpf-agent"),
-        log_dir.path().join("node1.log"),
-    )
-    .unwrap();
-    let logs = || format!("{}{}", agent.log_tail(), peer.log_tails());
-    let up = wait_until(Duration::from_secs(30), || {
-        ["a1.ns", "a2.ns", "a3.ns"]
-            .iter()
-            .all(|port| scenario::port_up(lab, port))
-    });
-    assert!(up, "ports not up{}", logs());
+    let interop = Interop::start(false);
+    let (lab, nodes, peer) = (&interop.two.lab, &interop.two.nodes, &interop.peer);
+    let (a1, a2, a3) = (&interop.pods[0], &interop.pods[1], &interop.pods[2]);
+    let log_dir = &interop.log_dir;
+    let logs = || interop.logs();
 
     // Unicast both ways: ovnbpf's Geneve into OVS, OVS's into ovnbpf.
     let reached = wait_until(Duration::from_secs(10), || {
@@ -417,7 +471,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     // Outer checksums as the receiver's Encap asks: ovn-controller's default (`csum=true`)
     // gets a valid one on every frame (OVS checks them: a wrong one is dropped), GSO segments
     // included; with `ovn-encap-csum=false`, none, and OVS takes those too.
-    checksums_as_the_peer_asks(lab, nodes, &peer, a1, a2, &logs);
+    checksums_as_the_peer_asks(lab, nodes, peer, a1, a2, &logs);
 
     // The router's answers for its own address: the same from ovnbpf (a1) as from real OVN (a2).
     let ovn = router_answers(a2, mac("a2"), A2);
@@ -446,20 +500,7 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
     // Broadcasts both ways: each side's flood copy is delivered by the other.
     // (Before the reject ACLs below: with users' to-lport ACLs on subnet-a, ovnbpf refuses IPv4
     // floods there, as it runs no egress ACL stage for them.)
-    for (sender, receiver, name) in [(a1, a2, "a2"), (a2, a1, "a1")] {
-        let log = log_dir.path().join(format!("{name}-capture.txt"));
-        let capture = capture_broadcasts(receiver, log.clone());
-        std::thread::sleep(Duration::from_millis(700));
-        broadcast_ping(sender);
-        let seen = wait_until(Duration::from_secs(5), || echo_requests(&log) >= 3);
-        drop(capture);
-        assert!(
-            seen,
-            "{name} got {} broadcasts{}",
-            echo_requests(&log),
-            logs()
-        );
-    }
+    broadcasts_cross(a1, a2, log_dir.path(), &logs);
     // A subnet's `reject` ACLs (Kube-OVN's `spec.acls`): the answers are the same bytes from
     // ovnbpf as from ovn-controller. From-lport, for an address nobody has: each side's switch
     // ingress answers its own pod. To-lport, for port 23 of the pods: each side's egress stage
@@ -550,8 +591,6 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
             );
         }
     }
-    drop(agent);
-    drop(peer);
 }
 
 /// Over an IPv6 underlay: ovnbpf (node1) and ovn-controller (node2) each register an IPv6
@@ -563,46 +602,11 @@ fn ovnbpf_and_a_real_ovn_controller_forward_for_each_other() {
 /// every frame (TCP segments too), and gone once it stops asking.
 #[test]
 fn ovnbpf_and_a_real_ovn_controller_tunnel_to_each_other_over_ipv6() {
-    let TwoNodes { lab, nodes, .. } = &TwoNodes::start_on(true);
-    let mut topology = Topology::new();
-    topology
-        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap()
-        .subnet("vpc-a", "subnet-a2", "10.0.2.0/24")
-        .unwrap();
-    // The IPv6 underlay's 78 bytes of overhead within the nodes' 1500.
-    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1400);
-    let (a1, a2, a3) = (&pods[0], &pods[1], &pods[2]);
-    let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
-    peer.plug("a2_h", a2.netns(), "a2.ns").unwrap();
-    peer.plug("a3_h", a3.netns(), "a3.ns").unwrap();
-    // As in the IPv4 test: OVS's userspace datapath takes no partial inner checksums.
-    nodes[0]
-        .netns()
-        .exec("ethtool", &["-K", "eth0", "tx", "off"])
-        .unwrap();
-    let log_dir = tempfile::tempdir().unwrap();
-    let agent = AgentSpec {
-        chassis: "node1",
-        node: &nodes[0],
-        local_ports: vec!["a1.ns=a1_h".into()],
-        pin_root: None,
-        cni_dir: None,
-        extra_args: Vec::new(),
-    }
-    .spawn(
-        lab,
-        &workspace_binary("ovnbpf-agent"),
-        log_dir.path().join("node1.log"),
-    )
-    .unwrap();
-    let logs = || format!("{}{}", agent.log_tail(), peer.log_tails());
-    let up = wait_until(Duration::from_secs(30), || {
-        ["a1.ns", "a2.ns", "a3.ns"]
-            .iter()
-            .all(|port| scenario::port_up(lab, port))
-    });
-    assert!(up, "ports not up{}", logs());
+    let interop = Interop::start(true);
+    let (lab, nodes, peer) = (&interop.two.lab, &interop.two.nodes, &interop.peer);
+    let (a1, a2, a3) = (&interop.pods[0], &interop.pods[1], &interop.pods[2]);
+    let log_dir = &interop.log_dir;
+    let logs = || interop.logs();
     let encaps = lab
         .sbctl(&["--bare", "--columns=ip", "list", "Encap"])
         .unwrap();
@@ -691,21 +695,8 @@ fn ovnbpf_and_a_real_ovn_controller_tunnel_to_each_other_over_ipv6() {
         let report = client.tcp_stream_to(server, server_ip);
         assert!(report.is_ok(), "{report:?}{}", logs());
     }
-    for (sender, receiver, name) in [(a1, a2, "a2"), (a2, a1, "a1")] {
-        let log = log_dir.path().join(format!("{name}-capture.txt"));
-        let capture = capture_broadcasts(receiver, log.clone());
-        std::thread::sleep(Duration::from_millis(700));
-        broadcast_ping(sender);
-        let seen = wait_until(Duration::from_secs(5), || echo_requests(&log) >= 3);
-        drop(capture);
-        assert!(
-            seen,
-            "{name} got {} broadcasts{}",
-            echo_requests(&log),
-            logs()
-        );
-    }
+    broadcasts_cross(a1, a2, log_dir.path(), &logs);
     // Outer checksums as the receiver's Encap asks, over IPv6 too: valid on every frame (TCP
     // segments included: the segmenter's path), none once it stops asking.
-    checksums_as_the_peer_asks(lab, nodes, &peer, a1, a2, &logs);
+    checksums_as_the_peer_asks(lab, nodes, peer, a1, a2, &logs);
 }
