@@ -65,21 +65,23 @@ impl Daemon {
     }
 
     /// Keeps the chassis's encap IPs the tunnel next-hop refresh resolves in line with the
-    /// diff's `ChassisEncap` entries; whether they changed.
+    /// diff's `ChassisEncap` entries (a chassis may have several, of either family); whether
+    /// they changed.
     fn track_encaps(&mut self, diff: &IrDiff) -> bool {
         let mut changed = false;
         for entry in &diff.removed {
             if let IrEntry::ChassisEncap { chassis, ip, .. } = entry
-                && self.encaps.get(chassis) == Some(ip)
+                && let Some(ips) = self.encaps.get_mut(chassis)
             {
-                self.encaps.remove(chassis);
-                changed = true;
+                changed |= ips.remove(ip);
+                if ips.is_empty() {
+                    self.encaps.remove(chassis);
+                }
             }
         }
         for entry in &diff.added {
             if let IrEntry::ChassisEncap { chassis, ip, .. } = entry {
-                self.encaps.insert(chassis.clone(), *ip);
-                changed = true;
+                changed |= self.encaps.entry(chassis.clone()).or_default().insert(*ip);
             }
         }
         changed
@@ -112,10 +114,9 @@ impl Daemon {
         let endpoints: Vec<IpAddr> = self
             .encaps
             .iter()
-            .filter(|(chassis, ip)| {
-                **chassis != self.config.chassis.name && ip.is_ipv6() == ipv6_underlay
-            })
-            .map(|(_, ip)| *ip)
+            .filter(|(chassis, _)| **chassis != self.config.chassis.name)
+            .flat_map(|(_, ips)| ips.iter().copied())
+            .filter(|ip| ip.is_ipv6() == ipv6_underlay)
             .collect();
         if endpoints.is_empty() {
             return;

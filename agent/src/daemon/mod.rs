@@ -120,8 +120,8 @@ struct Daemon {
     chassis_uuid: Option<uuid::Uuid>,
     /// The datapath backend, when this agent forwards (not only follows the SB).
     datapath: Option<Box<dyn Datapath>>,
-    /// Every chassis's encap IP as the IR last named it (for the tunnel next-hop refresh).
-    encaps: HashMap<String, IpAddr>,
+    /// Every chassis's encap IPs as the IR names them (for the tunnel next-hop refresh).
+    encaps: HashMap<String, std::collections::BTreeSet<IpAddr>>,
     /// When to remove the datapath entries nobody asked for (set by a snapshot, pushed back while
     /// the monitored scope still grows).
     sweep_at: Option<tokio::time::Instant>,

@@ -558,3 +558,51 @@ async fn an_adopted_datapath_is_written_once_the_southbound_view_is_complete() {
     assert_eq!(daemon.program_datapath(&third), 1);
     assert!(!daemon.release_held(), "nothing held any more");
 }
+
+/// The tunnel next-hop refresh follows every Encap of every other chassis, and resolves those of
+/// this node's underlay family only: a chassis with an IPv4 and an IPv6 endpoint keeps its IPv4
+/// one refreshed on an IPv4 node whichever the IR named last, and loses it only when that one
+/// goes.
+#[tokio::test]
+async fn the_next_hop_refresh_resolves_each_chassis_endpoints_of_the_underlay_family() {
+    use crate::pipeline::ir::{IrDiff, IrEntry};
+    let backend = MemoryDatapath::with_interfaces(&[]);
+    let (mut daemon, _recorder) = daemon(Some(&backend));
+    let encap = |chassis: &str, ip: &str| IrEntry::ChassisEncap {
+        chassis: chassis.into(),
+        ip: ip.parse().unwrap(),
+        csum: false,
+    };
+    async fn refreshed(
+        daemon: &mut Daemon,
+        backend: &MemoryDatapath,
+        diff: IrDiff,
+    ) -> Vec<std::net::IpAddr> {
+        daemon.program_datapath(&diff);
+        let job = daemon.neighbour_refresh.take().expect("a refresh starts");
+        job.await.unwrap();
+        let mut jobs = std::mem::take(&mut backend.state().neighbour_jobs);
+        jobs.pop().unwrap_or_default()
+    }
+    let both = IrDiff {
+        added: vec![
+            encap("node2", "172.31.0.11"),
+            encap("node2", "fd00:172:31::b"),
+            encap("node1", "172.31.0.10"),
+        ],
+        removed: Vec::new(),
+    };
+    assert_eq!(
+        refreshed(&mut daemon, &backend, both).await,
+        ["172.31.0.11".parse::<std::net::IpAddr>().unwrap()],
+        "node2's IPv4 endpoint only; not this node's own"
+    );
+    let ipv6_gone = IrDiff {
+        added: Vec::new(),
+        removed: vec![encap("node2", "fd00:172:31::b")],
+    };
+    assert_eq!(
+        refreshed(&mut daemon, &backend, ipv6_gone).await,
+        ["172.31.0.11".parse::<std::net::IpAddr>().unwrap()]
+    );
+}

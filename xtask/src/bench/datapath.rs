@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnop]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopq]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -28,7 +28,8 @@
 //! remote), next to (c), the goal c/o ≥ 1.1 in throughput; (p) real OVN: (c)'s shape on two
 //! chassis of ovn-controller with Open vSwitch's userspace (netdev) datapath (no kernel module
 //! here), a lab and topology of their own built as Kube-OVN builds them, next to (c), the goal
-//! c/p ≥ 20 in throughput. vpc-a's subnets carry the Service's balancers, as every
+//! c/p ≥ 20 in throughput; (q) (c)'s shape over an IPv6 underlay (the agents tunnel in IPv6, a
+//! lab of its own, pod MTU 1422 for the 78 bytes of outer headers), next to (c). vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -755,6 +756,85 @@ impl RealOvnPair {
     }
 }
 
+/// (q): (c)'s shape over an IPv6 underlay: two pods of one subnet (10.6.0.0/24, a VPC built as
+/// Kube-OVN builds one) on two nodes whose agents tunnel in IPv6 (`--encap-ip` the nodes'
+/// `fd00:172:31::/64` addresses), a lab of their own. The pods' MTU is 1422 (78 bytes of outer
+/// headers), so each packet carries 20 bytes less than (c)'s.
+/// (Fields drop in order: the agents first, then pods, nodes, underlay and the lab.)
+struct Ipv6UnderlayPair {
+    agents: Vec<Child>,
+    pods: Vec<Pod>,
+    nodes: [Node; 2],
+    _underlay: Underlay,
+    lab: OvnLab,
+}
+
+impl Drop for Ipv6UnderlayPair {
+    fn drop(&mut self) {
+        stop_agents(std::mem::take(&mut self.agents));
+    }
+}
+
+impl Ipv6UnderlayPair {
+    const PODS: [(&'static str, Ipv4Addr); 2] = [
+        ("pq1", Ipv4Addr::new(10, 6, 0, 2)),
+        ("pq2", Ipv4Addr::new(10, 6, 0, 3)),
+    ];
+
+    fn create(prefix: &str, agent: &Path) -> Result<Ipv6UnderlayPair> {
+        let lab = OvnLab::start()?;
+        let mut topology = Topology::new();
+        topology.vpc_with_subnet("vpc-q", "subnet-q", "10.6.0.0/24")?;
+        for (name, ip) in Self::PODS {
+            topology.pod("subnet-q", name, "bench", &mac_for(name), ip);
+        }
+        topology.apply(&lab)?;
+        let mut underlay = Underlay::create_ipv6(&format!("{prefix}q"))?;
+        let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let mut pair = Ipv6UnderlayPair {
+            agents: Vec::new(),
+            pods: Vec::new(),
+            nodes,
+            _underlay: underlay,
+            lab,
+        };
+        for (index, (name, ip)) in Self::PODS.into_iter().enumerate() {
+            let host = format!("{name}_h");
+            pair.pods.push(pair.nodes[index].add_pod(&PodSpec {
+                name,
+                host_interface: &host,
+                mac: Some(&mac_for(name)),
+                address: Some(&format!("{ip}/24")),
+                gateway: Some(Ipv4Addr::new(10, 6, 0, 1)),
+                mtu: Some(1422),
+            })?);
+            let chassis = ["node1", "node2"][index];
+            let spec = AgentSpec {
+                chassis,
+                node: &pair.nodes[index],
+                local_ports: vec![format!("{name}.bench={host}")],
+                pin_root: None,
+                cni_dir: None,
+                extra_args: vec!["--no-node-nic".into()],
+            };
+            let log = std::env::temp_dir().join(format!("{prefix}-q-{chassis}.log"));
+            let child = spec.spawn(&pair.lab, agent, log)?;
+            pair.agents.push(child);
+        }
+        wait_all_up(&pair.lab, Self::PODS.len(), &pair.agents)?;
+        Ok(pair)
+    }
+
+    fn path(&self) -> BenchPath<'_> {
+        BenchPath::pair(
+            ('q', "(q) ovnbpf L2, IPv6 underlay"),
+            (self.pods[0].netns(), self.pods[1].netns()),
+            Self::PODS[1].1,
+            Vec::new(),
+        )
+    }
+}
+
 /// A pod of the ovnbpf fixture: name, subnet, address, gateway, node index.
 type PodPlan = (&'static str, &'static str, Ipv4Addr, Ipv4Addr, usize);
 
@@ -1135,6 +1215,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('m', 'c'),
         ('m', 'l'),
         ('n', 'c'),
+        ('q', 'c'),
         ('c', 'o'),
         ('c', 'p'),
     ]);
@@ -1222,7 +1303,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20"
     );
     json_results
 }
@@ -1310,9 +1391,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let prefix = unique_prefix();
     // Which paths to measure: letters a–p (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnop");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnop".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to p, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopq");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnopq".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to q, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1331,6 +1412,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .contains('p')
         .then(|| RealOvnPair::create(&prefix))
         .transpose()?;
+    let ipv6_underlay = letters
+        .contains('q')
+        .then(|| Ipv6UnderlayPair::create(&prefix, &agent))
+        .transpose()?;
     let ovnbpf = letters
         .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
@@ -1343,6 +1428,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if let Some(ovnbpf) = &ovnbpf {
         paths.extend(ovnbpf.paths(letters));
     }
+    paths.extend(ipv6_underlay.as_ref().map(Ipv6UnderlayPair::path));
     let mut json_results = Vec::new();
     if !paths.is_empty() {
         let settings = Settings {
@@ -1358,7 +1444,7 @@ pub fn run(args: &[String]) -> Result<()> {
         json_results.extend(report(&paths, &samples, letters));
     }
     drop(paths);
-    drop((ovnbpf, real_ovn, vxlan, routed, raw));
+    drop((ipv6_underlay, ovnbpf, real_ovn, vxlan, routed, raw));
     if letters.contains('g') {
         let broadcast = broadcast(&agent, flood_runs)?;
         print_broadcast(&broadcast);
