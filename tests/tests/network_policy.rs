@@ -517,10 +517,14 @@ fn network_policies_are_enforced_on_both_nodes_and_spare_established_streams() {
     );
 
     // The policies go (kube-ovn-controller deletes their port groups, and the ACLs with them):
-    // everything flows again, once both agents have seen it (web1's to-lport ACLs are judged on
-    // node1, other's on node2: each agent applies the deletion on its own time).
+    // everything flows again, once both agents have programmed it (web1's to-lport ACLs are
+    // judged on node1, other's on node2: each agent applies the deletion on its own time). Until
+    // then a packet may meet a state between two deletions (a switch's rule list half rewritten,
+    // as ovn-controller's flows are between two flow mods): `--wait=hv` returns once every
+    // chassis has acknowledged the last one.
     for group in ["web.ns", "isolate.ns", "unrelated.ns"] {
-        lab.nbctl(&["pg-del", group]).unwrap();
+        lab.nbctl(&["--wait=hv", "--timeout=30", "pg-del", group])
+            .unwrap();
     }
     let open = wait_until(Duration::from_secs(10), || {
         connects(other, web2, WEB2, WEB_PORT) && connects(other, web1, WEB1, WEB_PORT)
