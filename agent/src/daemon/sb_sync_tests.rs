@@ -1,15 +1,12 @@
 //! Tests of `sb_sync`: the comparisons and the bookkeeping of writes, against a replica built
 //! from update notifications and a session handle that records instead of sending.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use serde_json::json;
 
 use super::*;
-use crate::ovsdb::{
-    schema::DatabaseSchema,
-    session::{MonitorMethod, Recorder, SessionEvent, UpdateFormat, recording_handle},
-};
+use crate::ovsdb::session::{Recorder, SessionEvent, UpdateFormat, recording_handle};
 
 const US: &str = "00000000-0000-0000-0000-0000000000c1";
 const OTHER: &str = "00000000-0000-0000-0000-0000000000c2";
@@ -37,43 +34,28 @@ fn uuid(text: &str) -> Uuid {
 fn southbound(port: Value) -> Southbound {
     let optional = |key: Value| json!({"type": {"key": key, "min": 0, "max": 1}});
     let map = json!({"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}});
-    let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
-    "tables": {
-        "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
-        "Chassis": {"columns": {"name": {"type": "string"}}},
-        "Chassis_Private": {"columns": {"name": {"type": "string"},
-            "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
-        "Port_Binding": {"columns": {"logical_port": {"type": "string"},
-            "chassis": optional(json!({"type": "uuid"})),
-            "encap": optional(json!({"type": "uuid"})),
-            "requested_chassis": optional(json!({"type": "uuid"})),
-            "up": optional(json!("boolean")), "options": map}},
-        "Service_Monitor": {"columns": {"logical_port": {"type": "string"},
-            "status": optional(json!("string"))}},
-    }}))
-    .unwrap();
-    let monitored: BTreeMap<String, Vec<String>> = schema
-        .tables
-        .iter()
-        .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
-        .collect();
-    let mut sb = Southbound::new();
-    sb.apply(&SessionEvent::Snapshot {
-        remote: "test".into(),
-        method: MonitorMethod::MonitorCondSince,
-        schema: Arc::new(schema),
-        monitored,
-        updates: json!({
+    crate::sb::testing::southbound(
+        &json!({
+            "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
+            "Chassis": {"columns": {"name": {"type": "string"}}},
+            "Chassis_Private": {"columns": {"name": {"type": "string"},
+                "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
+            "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+                "chassis": optional(json!({"type": "uuid"})),
+                "encap": optional(json!({"type": "uuid"})),
+                "requested_chassis": optional(json!({"type": "uuid"})),
+                "up": optional(json!("boolean")), "options": map}},
+            "Service_Monitor": {"columns": {"logical_port": {"type": "string"},
+                "status": optional(json!("string"))}},
+        }),
+        json!({
             "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
             "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
             "Chassis_Private": {PRIVATE: {"initial": {"name": "node1", "chassis": ["uuid", US], "nb_cfg": 2}}},
             "Port_Binding": {PB: {"initial": port}},
             "Service_Monitor": {MONITOR: {"initial": {"logical_port": "pod.ns"}}},
         }),
-        format: UpdateFormat::Update2,
-        resumed: false,
-    });
-    sb
+    )
 }
 
 /// Applies a modification of `pod.ns` and lets `sync` observe it.

@@ -5,8 +5,6 @@
 //! serving its commands. The Southbound is a replica built from a snapshot; the session handle
 //! records instead of sending.
 
-use std::{collections::BTreeMap, sync::Arc};
-
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -17,10 +15,7 @@ use super::{
 use crate::{
     chassis::ChassisConfig,
     dataplane::{Datapath, InterfaceCounters, PortAttachment, memory::MemoryDatapath},
-    ovsdb::{
-        schema::DatabaseSchema,
-        session::{MonitorMethod, Recorder, SessionEvent, UpdateFormat, recording_handle},
-    },
+    ovsdb::session::{Recorder, SessionEvent, UpdateFormat, recording_handle},
     sb::{Southbound, monitor::LocalScope},
 };
 
@@ -51,29 +46,17 @@ fn config() -> DaemonConfig {
 /// This chassis registered, `nb_cfg` 3 asked for and 2 acknowledged, and an unbound `pod.ns`.
 fn southbound() -> Southbound {
     let optional = |key: serde_json::Value| json!({"type": {"key": key, "min": 0, "max": 1}});
-    let schema = DatabaseSchema::parse(&json!({"name": "OVN_Southbound", "version": "20.27.0",
-    "tables": {
-        "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
-        "Chassis": {"columns": {"name": {"type": "string"}}},
-        "Chassis_Private": {"columns": {"name": {"type": "string"},
-            "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
-        "Port_Binding": {"columns": {"logical_port": {"type": "string"},
-            "chassis": optional(json!({"type": "uuid"})), "up": optional(json!("boolean"))}},
-    }}))
-    .unwrap();
-    let monitored: BTreeMap<String, Vec<String>> = schema
-        .tables
-        .iter()
-        .map(|(name, table)| (name.clone(), table.columns.keys().cloned().collect()))
-        .collect();
     let us = "00000000-0000-0000-0000-0000000000c1";
-    let mut sb = Southbound::new();
-    sb.apply(&SessionEvent::Snapshot {
-        remote: "test".into(),
-        method: MonitorMethod::MonitorCondSince,
-        schema: Arc::new(schema),
-        monitored,
-        updates: json!({
+    crate::sb::testing::southbound(
+        &json!({
+            "SB_Global": {"columns": {"nb_cfg": {"type": "integer"}}},
+            "Chassis": {"columns": {"name": {"type": "string"}}},
+            "Chassis_Private": {"columns": {"name": {"type": "string"},
+                "chassis": optional(json!({"type": "uuid"})), "nb_cfg": {"type": "integer"}}},
+            "Port_Binding": {"columns": {"logical_port": {"type": "string"},
+                "chassis": optional(json!({"type": "uuid"})), "up": optional(json!("boolean"))}},
+        }),
+        json!({
             "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
             "Chassis": {us: {"initial": {"name": "node1"}}},
             "Chassis_Private": {"00000000-0000-0000-0000-0000000000d1":
@@ -81,10 +64,7 @@ fn southbound() -> Southbound {
             "Port_Binding": {"00000000-0000-0000-0000-0000000000b1":
                 {"initial": {"logical_port": PORT, "up": false}}},
         }),
-        format: UpdateFormat::Update2,
-        resumed: false,
-    });
-    sb
+    )
 }
 
 /// A daemon with `datapath` (if any) that has the replica of [`southbound`]; its Southbound
