@@ -92,10 +92,16 @@ fn encapsulate_over<const V6: bool>(
     tunnel: &Tunnel,
 ) -> Result<i32, DropReason> {
     let ip = push_outer_headers::<V6>(ctx, config, tunnel)?;
-    if encap_checksum::wanted(&tunnel.remote_ip) {
+    // One lookup for the endpoint's wish and (over IPv6) its address.
+    let endpoint = get(&REMOTE_ENCAPS, tunnel.remote_ip);
+    if let Some(encap) = endpoint.filter(|encap| encap.flags & REMOTE_ENCAP_CSUM != 0) {
         if !encap_checksum::segmented_later(ctx) {
             let base = encap_checksum::base::<V6>(ctx)?;
-            let checksum = outer_checksum::<V6>(base, tunnel.remote_ip)?;
+            let checksum = if V6 {
+                encap_checksum::toward6(base, &encap.ip6)
+            } else {
+                encap_checksum::toward(base, tunnel.remote_ip)
+            };
             encap_checksum::store::<V6>(ctx, checksum)?;
         } else if ip && let Some(verdict) = encap_checksum::to_segmenter(config) {
             return Ok(verdict);
@@ -178,17 +184,6 @@ pub fn retarget_base<const V6: bool>(ctx: &TcContext) -> Result<u32, DropReason>
         Ok(0)
     } else {
         encap_checksum::base::<V6>(ctx)
-    }
-}
-
-/// The outer UDP checksum field toward the endpoint with key `endpoint`, from the frame's
-/// [`encap_checksum::base`] `base`.
-#[inline(always)]
-fn outer_checksum<const V6: bool>(base: u32, endpoint: u32) -> Result<u16, DropReason> {
-    if V6 {
-        Ok(encap_checksum::toward6(base, endpoint6(endpoint)?))
-    } else {
-        Ok(encap_checksum::toward(base, endpoint))
     }
 }
 
