@@ -160,6 +160,9 @@ pub struct Topology {
     switch_cidrs: BTreeMap<String, Cidr>,
     /// Leaves NB_Global's options as plain OVN has them (see [`Self::plain_ovn_globals`]).
     plain_ovn_globals: bool,
+    /// Custom-VPC subnets get no `policySrc` route, as before Kube-OVN 1.15 (see
+    /// [`Self::without_subnet_source_routes`]).
+    no_subnet_source_routes: bool,
 }
 
 /// The NB_Global options kube-ovn-controller's `Run` writes at start, with its defaults
@@ -182,6 +185,18 @@ impl Topology {
     /// kube-ovn-controller writes (every topology's default, [`KUBE_OVN_NB_GLOBALS`]).
     pub fn plain_ovn_globals(&mut self) -> &mut Self {
         self.plain_ovn_globals = true;
+        self
+    }
+
+    /// Custom-VPC subnets built as Kube-OVN 1.12–1.14 builds them: without the per-subnet
+    /// `policySrc` route `<cidr>` via its gateway that 1.15 adds (see [`Self::subnet`]). That
+    /// route outranks every destination route shorter than the subnet's own prefix (northd ranks
+    /// a source /24 at 72, a destination /0 at 1, in 23.03 as in later OVN), so a VPC whose
+    /// default route points at a NAT gateway pod sends its subnet's outbound traffic to the
+    /// subnet's own gateway address instead: the router asks ARP for its own address, on real
+    /// OVN (ovn-trace) as on ovnbpf.
+    pub fn without_subnet_source_routes(&mut self) -> &mut Self {
+        self.no_subnet_source_routes = true;
         self
     }
 
@@ -307,13 +322,13 @@ impl Topology {
             .add(&["lsp-set-options", &switch_port, &router_port_option])
             .add(&["set", "logical_switch_port", &switch_port, VENDOR])
             .subnet_policy(vpc, cidr);
-        if vpc != DEFAULT_VPC {
+        if vpc != DEFAULT_VPC && !self.no_subnet_source_routes {
             self.source_route(vpc, &cidr.to_string(), cidr.host(1));
         }
         if let Some(cidr6) = cidr6 {
             let match_ = format!("ip6.dst == {cidr6}");
             self.policy(vpc, Self::SUBNET_ALLOW_PRIORITY, &match_, "allow", None);
-            if vpc != DEFAULT_VPC {
+            if vpc != DEFAULT_VPC && !self.no_subnet_source_routes {
                 self.add(&[
                     "--may-exist",
                     "--policy=src-ip",

@@ -1,0 +1,306 @@
+//! Kube-OVN's VPC NAT gateway (`VpcNatGateway`, the iptables pattern) through the agents'
+//! datapath. A custom VPC's subnet holds a NAT gateway pod at its `lanIp`; the VPC's default
+//! route points at it (the user's `staticRoutes` `0.0.0.0/0 → lanIp`, as Kube-OVN's e2e writes
+//! it); the pod's second NIC `net1` is a macvlan on the node's provider NIC (Multus on NAD
+//! `ovn-vpc-external-network`), on the physical network an external host sits on; inside the
+//! pod, iptables does what `nat-gateway.sh` does: the subnet SNATed to a shared EIP, one pod's
+//! FIP (DNAT in, SNAT out). The agents' part is routing to the pod next hop (across nodes and on
+//! its own node) and leaving the macvlan's frames alone on a provider NIC they also serve (an
+//! underlay subnet bridged to it): the external host sees the shared EIP or the FIP as source,
+//! reaches the FIP's pod, and still reaches the underlay pod on the same NIC.
+//!
+//! The VPC is built as Kube-OVN 1.12–1.14 builds it: 1.15's per-subnet source route outranks the
+//! default route, on real OVN as here (see `Topology::without_subnet_source_routes`).
+
+use ovnbpf_tests::scenario;
+use std::{
+    io::{Read, Write},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    time::Duration,
+};
+
+use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
+use ovnbpf_tests::{
+    bpffs::BpfMount,
+    kubeovn::Topology,
+    netns::Netns,
+    network::{PhysicalSwitch, Pod},
+    process::{Child, wait_until},
+    workspace_binary,
+};
+
+const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 50, 0, 254);
+/// The external host: the external subnet's gateway.
+const EXTERNAL_HOST: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
+/// `net1`'s own address (the NAD's IPAM).
+const NET1_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 10);
+/// The EIP of the subnet's shared SNAT rule.
+const SNAT_EIP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 100);
+/// The EIP of a2's FIP.
+const FIP_EIP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 101);
+/// The port the external host answers UDP "who are you" datagrams on.
+const WHO_PORT: u16 = 7070;
+/// The port a2 listens on behind its FIP.
+const FIP_TCP_PORT: u16 = 8080;
+
+/// a1 is on the other node than the NAT gateway, a2 on its node; u1 is an underlay pod on the
+/// provider network the gateway's net1 is on.
+const PODS: [PodPlan; 4] = [
+    ("a1", "subnet-nat", 0, Ipv4Addr::new(10, 50, 0, 2)),
+    ("a2", "subnet-nat", 1, Ipv4Addr::new(10, 50, 0, 3)),
+    ("natgw", "subnet-nat", 1, LAN_IP),
+    ("u1", "external", 1, Ipv4Addr::new(172, 30, 0, 20)),
+];
+
+#[test]
+fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let physical = PhysicalSwitch::create(prefix).unwrap();
+    for node in nodes {
+        physical.add_trunk(node, "eth1").unwrap();
+    }
+    let external = physical
+        .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
+        .unwrap();
+    let mut topology = Topology::new();
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet("vpc-nat", "subnet-nat", "10.50.0.0/24")
+        .unwrap()
+        .static_route("vpc-nat", "0.0.0.0/0", LAN_IP)
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0);
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PODS, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let (a1, a2, natgw, u1) = (&pods[0], &pods[1], &pods[2], &pods[3]);
+    nat_gateway_pod(natgw, nodes[1].netns());
+
+    let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = BpfMount::create().unwrap();
+    let agents: Vec<Child> = (0..2)
+        .map(|index| {
+            let mut spec = scenario::planned_agent(nodes, &PODS, index, Some(bpffs.path()));
+            spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
+            spec.spawn(
+                lab,
+                &workspace_binary("ovnbpf-agent"),
+                log_dir
+                    .path()
+                    .join(format!("{}.log", scenario::NODES[index])),
+            )
+            .unwrap()
+        })
+        .collect();
+    let logs = || scenario::log_tails(&agents);
+    assert!(
+        scenario::planned_pods_up(lab, &PODS),
+        "not every pod came up{}",
+        logs()
+    );
+    let _who = WhoAreYou::start(external.netns());
+
+    // Out through the gateway pod, from the other node and from its own: routed by the VPC to
+    // the pod next hop, SNATed by the pod to the shared EIP (a1) or a2's FIP.
+    let reached = wait_until(Duration::from_secs(10), || {
+        a1.ping(EXTERNAL_HOST, 1).is_ok_and(|n| n == 1)
+    });
+    assert!(reached, "a1 → the external host{}", logs());
+    assert_eq!(a2.ping(EXTERNAL_HOST, 3).unwrap(), 3, "a2 → the external host");
+    assert_eq!(
+        source_seen_from(a1),
+        Some(SNAT_EIP),
+        "a1 leaves as the shared EIP{}",
+        logs()
+    );
+    assert_eq!(
+        source_seen_from(a2),
+        Some(FIP_EIP),
+        "a2 leaves as its FIP{}",
+        logs()
+    );
+
+    // In through the FIP: the pod sees the external host itself (DNAT only).
+    assert_eq!(
+        external.ping(FIP_EIP, 3).unwrap(),
+        3,
+        "the external host → a2's FIP{}",
+        logs()
+    );
+    assert_eq!(
+        peer_of_connection_through_fip(a2, external.netns()),
+        Some(EXTERNAL_HOST),
+        "a TCP connection to the FIP reaches a2 from the external host{}",
+        logs()
+    );
+
+    // The underlay pod on the same provider NIC is still reached, both ways.
+    assert_eq!(
+        external.ping(PODS[3].3, 3).unwrap(),
+        3,
+        "the external host → the underlay pod{}",
+        logs()
+    );
+    assert_eq!(u1.ping(EXTERNAL_HOST, 3).unwrap(), 3, "the underlay pod → out");
+}
+
+/// Makes `pod` the NAT gateway as Kube-OVN's StatefulSet and `nat-gateway.sh` make it: `net1`
+/// a macvlan (bridge mode) on `node`'s provider NIC `eth1` with its own address, the default
+/// route through it (eth0 keeps the VPC's subnet), forwarding on, the EIPs on net1, the shared
+/// SNAT for the subnet and a2's FIP (its DNAT and its SNAT before the shared one).
+fn nat_gateway_pod(pod: &Pod, node: &Netns) {
+    let netns = pod.netns();
+    node.ip(&[
+        "link", "add", "link", "eth1", "name", "natgw-net1", "type", "macvlan", "mode", "bridge",
+    ])
+    .unwrap();
+    node.ip(&["link", "set", "natgw-net1", "netns", netns.name()])
+        .unwrap();
+    netns
+        .ip(&["link", "set", "natgw-net1", "name", "net1"])
+        .unwrap();
+    netns
+        .ip(&["addr", "add", &format!("{NET1_IP}/24"), "dev", "net1"])
+        .unwrap();
+    netns.ip(&["link", "set", "net1", "up"]).unwrap();
+    netns
+        .ip(&[
+            "route",
+            "replace",
+            "default",
+            "via",
+            &EXTERNAL_HOST.to_string(),
+            "dev",
+            "net1",
+        ])
+        .unwrap();
+    netns
+        .exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    for eip in [SNAT_EIP, FIP_EIP] {
+        netns
+            .ip(&["addr", "replace", &format!("{eip}/24"), "dev", "net1"])
+            .unwrap();
+    }
+    let (fip_pod, fip, snat) = (
+        PODS[1].3.to_string(),
+        FIP_EIP.to_string(),
+        SNAT_EIP.to_string(),
+    );
+    for rule in [
+        vec!["-A", "PREROUTING", "-d", &fip, "-j", "DNAT"],
+        vec!["-A", "POSTROUTING", "-s", &fip_pod, "-o", "net1", "-j", "SNAT"],
+        vec!["-A", "POSTROUTING", "-s", "10.50.0.0/24", "-o", "net1", "-j", "SNAT"],
+    ] {
+        let mut args = vec!["-t", "nat"];
+        args.extend(rule);
+        match args[3] {
+            "PREROUTING" => args.extend(["--to-destination", &fip_pod]),
+            _ if args[5] == fip_pod => args.extend(["--to-source", &fip]),
+            _ => args.extend(["--to-source", &snat, "--random-fully"]),
+        }
+        netns.exec("iptables", &args).unwrap();
+    }
+}
+
+/// A UDP server on the external host that answers each datagram with the address it came from.
+struct WhoAreYou {
+    socket: UdpSocket,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WhoAreYou {
+    fn start(netns: &Netns) -> Self {
+        let socket = netns
+            .run_in(|| Ok(UdpSocket::bind((Ipv4Addr::UNSPECIFIED, WHO_PORT))?))
+            .unwrap();
+        let serving = socket.try_clone().unwrap();
+        let thread = std::thread::spawn(move || {
+            let mut buffer = [0u8; 64];
+            while let Ok((length, peer)) = serving.recv_from(&mut buffer) {
+                if &buffer[..length] == b"stop" {
+                    break;
+                }
+                let _ = serving.send_to(peer.ip().to_string().as_bytes(), peer);
+            }
+        });
+        Self {
+            socket,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for WhoAreYou {
+    fn drop(&mut self) {
+        let local = SocketAddr::from((Ipv4Addr::LOCALHOST, WHO_PORT));
+        let _ = self.socket.send_to(b"stop", local);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The source address the external host saw `pod`'s datagram come from (three tries).
+fn source_seen_from(pod: &Pod) -> Option<Ipv4Addr> {
+    let socket = pod
+        .netns()
+        .run_in(|| Ok(UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?))
+        .ok()?;
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    socket.connect((EXTERNAL_HOST, WHO_PORT)).ok()?;
+    let mut buffer = [0u8; 64];
+    (0..3).find_map(|_| {
+        socket.send(b"who").ok()?;
+        let length = socket.recv(&mut buffer).ok()?;
+        std::str::from_utf8(&buffer[..length]).ok()?.parse().ok()
+    })
+}
+
+/// Connects from `external` to the FIP's TCP port, which `pod` listens on; the peer address
+/// the pod's side of the connection has, after a byte each way.
+fn peer_of_connection_through_fip(pod: &Pod, external: &Netns) -> Option<Ipv4Addr> {
+    let listener = pod
+        .netns()
+        .run_in(|| Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, FIP_TCP_PORT))?))
+        .ok()?;
+    listener.set_nonblocking(true).ok()?;
+    let accepting = std::thread::spawn(move || -> Option<Ipv4Addr> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let (mut stream, peer) = loop {
+            match listener.accept() {
+                Ok(accepted) => break accepted,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(_) => return None,
+            }
+        };
+        stream.set_nonblocking(false).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).ok()?;
+        stream.write_all(&byte).ok()?;
+        match peer.ip() {
+            std::net::IpAddr::V4(address) => Some(address),
+            std::net::IpAddr::V6(_) => None,
+        }
+    });
+    let target = SocketAddr::from((FIP_EIP, FIP_TCP_PORT));
+    let exchanged = external
+        .run_in(|| Ok(TcpStream::connect_timeout(&target, Duration::from_secs(3))?))
+        .and_then(|mut stream| {
+            stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+            stream.write_all(b"x")?;
+            let mut echoed = [0u8; 1];
+            stream.read_exact(&mut echoed)?;
+            Ok(())
+        });
+    let peer = accepting.join().ok()?;
+    exchanged.ok()?;
+    peer
+}
