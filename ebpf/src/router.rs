@@ -27,10 +27,11 @@ use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
     EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW,
-    POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_TO_ROUTER,
-    ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS,
-    ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry,
-    RouteKey, RouterRequest, drop_reason, ecmp, route_key_datapath, router_reply, stage as slot,
+    POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_GATEWAY,
+    ROUTE_TO_ROUTER, ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS,
+    ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES,
+    ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason, ecmp,
+    route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
@@ -426,6 +427,9 @@ fn lookup(
         } else {
             route
         };
+        if route.kind == ROUTE_GATEWAY {
+            return Err(drop_reason::GATEWAY_UNSUPPORTED);
+        }
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
             return Ok(Lookup::Route(datapath, route, hops));

@@ -22,8 +22,9 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::{
     DropReason, EcmpKey, FibKey, Ipv6Key, Ipv6Request, MAX_ROUTER_HOPS, ROUTE_DISCARD, ROUTE_ECMP,
-    ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_FORWARDS,
-    ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS, ROUTER_SOURCE_ROUTES6, Route6Key, RouteEntry6,
+    ROUTE_GATEWAY, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC,
+    ROUTER_FORWARDS, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS, ROUTER_SOURCE_ROUTES6, Route6Key,
+    RouteEntry6,
     acl::{UNCHECKED_INGRESS, USER_RULES_INGRESS},
     drop_reason, ecmp, stage as slot,
 };
@@ -167,7 +168,13 @@ fn route_at(datapath: u32, ip: &Ipv6Header, flow_hash: u32, route: &mut RouteEnt
         return drop_reason::ROUTE_DISCARD.0;
     }
     if route.kind == ROUTE_ECMP {
-        return ecmp_member(datapath, route, flow_hash);
+        let dropped = ecmp_member(datapath, route, flow_hash);
+        if dropped != 0 {
+            return dropped;
+        }
+    }
+    if route.kind == ROUTE_GATEWAY {
+        return drop_reason::GATEWAY_UNSUPPORTED.0;
     }
     0
 }

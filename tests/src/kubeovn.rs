@@ -797,6 +797,74 @@ impl Topology {
             .add(&["lrp-set-gateway-chassis", port, chassis, "10"])
     }
 
+    /// A custom VPC's external access as kube-ovn-controller 1.13 gives it (`spec.enableExternal`,
+    /// `handleAddVpcExternalSubnet`) on the underlay subnet `external` (a switch with a
+    /// localnet port, see [`Self::plain_switch`] and [`Self::localnet`]): router port
+    /// `<vpc>-<external>` with `network` (its OvnEip of type lrp, e.g. 172.30.0.10/24), switch
+    /// port `<external>-<vpc>` of type router, and a Gateway_Chassis per chassis of `gateways`
+    /// (the nodes labelled `ovn.kubernetes.io/external-gw=true`), priorities 100, 99, … in their
+    /// order. The VPC then learns from ARP requests.
+    pub fn external_access(
+        &mut self,
+        vpc: &str,
+        external: &str,
+        network: &str,
+        gateways: &[&str],
+    ) -> &mut Self {
+        self.learning_vpcs.insert(vpc.to_string());
+        let router_port = format!("{vpc}-{external}");
+        let switch_port = format!("{external}-{vpc}");
+        let router_port_option = format!("router-port={router_port}");
+        let (lr, ls) = (
+            format!("external_ids:lr={vpc}"),
+            format!("external_ids:ls={external}"),
+        );
+        self.add(&[
+            "--may-exist",
+            "lrp-add",
+            vpc,
+            &router_port,
+            &mac_for(&router_port),
+            network,
+        ])
+        .add(&["set", "logical_router_port", &router_port, &lr, VENDOR])
+        .add(&["--may-exist", "lsp-add", external, &switch_port])
+        .add(&["lsp-set-type", &switch_port, "router"])
+        .add(&["lsp-set-addresses", &switch_port, "router"])
+        .add(&["lsp-set-options", &switch_port, &router_port_option])
+        .add(&["set", "logical_switch_port", &switch_port, &ls, VENDOR]);
+        for (index, chassis) in gateways.iter().enumerate() {
+            let priority = (100 - index).to_string();
+            self.add(&["lrp-set-gateway-chassis", &router_port, chassis, &priority]);
+        }
+        self
+    }
+
+    /// A distributed FIP on router `vpc` (an `OvnFip` naming the pod's IP CR): `dnat_and_snat`
+    /// from `external` to the pod's `logical` IP, with the pod's port and MAC as `logical_port`
+    /// and `external_mac` (Kube-OVN also writes `options:staleless=false`, a misspelling OVN
+    /// ignores, left out here).
+    pub fn distributed_fip(
+        &mut self,
+        vpc: &str,
+        external: &str,
+        logical: Ipv4Addr,
+        port: &str,
+        mac: &str,
+    ) -> &mut Self {
+        let logical = logical.to_string();
+        self.add(&[
+            "--may-exist",
+            "lr-nat-add",
+            vpc,
+            "dnat_and_snat",
+            external,
+            &logical,
+            port,
+            mac,
+        ])
+    }
+
     /// Port security on a pod's LSP (Kube-OVN's `ovn.kubernetes.io/port_security` annotation):
     /// `entry` is "MAC IP…".
     pub fn port_security(&mut self, port: &str, entry: &str) -> &mut Self {

@@ -108,7 +108,11 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
         a1.ping(EXTERNAL_HOST, 1).is_ok_and(|n| n == 1)
     });
     assert!(reached, "a1 → the external host{}", logs());
-    assert_eq!(a2.ping(EXTERNAL_HOST, 3).unwrap(), 3, "a2 → the external host");
+    assert_eq!(
+        a2.ping(EXTERNAL_HOST, 3).unwrap(),
+        3,
+        "a2 → the external host"
+    );
     assert_eq!(
         source_seen_from(a1),
         Some(SNAT_EIP),
@@ -143,7 +147,11 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
         "the external host → the underlay pod{}",
         logs()
     );
-    assert_eq!(u1.ping(EXTERNAL_HOST, 3).unwrap(), 3, "the underlay pod → out");
+    assert_eq!(
+        u1.ping(EXTERNAL_HOST, 3).unwrap(),
+        3,
+        "the underlay pod → out"
+    );
 }
 
 /// Makes `pod` the NAT gateway as Kube-OVN's StatefulSet and `nat-gateway.sh` make it: `net1`
@@ -153,7 +161,16 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
 fn nat_gateway_pod(pod: &Pod, node: &Netns) {
     let netns = pod.netns();
     node.ip(&[
-        "link", "add", "link", "eth1", "name", "natgw-net1", "type", "macvlan", "mode", "bridge",
+        "link",
+        "add",
+        "link",
+        "eth1",
+        "name",
+        "natgw-net1",
+        "type",
+        "macvlan",
+        "mode",
+        "bridge",
     ])
     .unwrap();
     node.ip(&["link", "set", "natgw-net1", "netns", netns.name()])
@@ -191,8 +208,26 @@ fn nat_gateway_pod(pod: &Pod, node: &Netns) {
     );
     for rule in [
         vec!["-A", "PREROUTING", "-d", &fip, "-j", "DNAT"],
-        vec!["-A", "POSTROUTING", "-s", &fip_pod, "-o", "net1", "-j", "SNAT"],
-        vec!["-A", "POSTROUTING", "-s", "10.50.0.0/24", "-o", "net1", "-j", "SNAT"],
+        vec![
+            "-A",
+            "POSTROUTING",
+            "-s",
+            &fip_pod,
+            "-o",
+            "net1",
+            "-j",
+            "SNAT",
+        ],
+        vec![
+            "-A",
+            "POSTROUTING",
+            "-s",
+            "10.50.0.0/24",
+            "-o",
+            "net1",
+            "-j",
+            "SNAT",
+        ],
     ] {
         let mut args = vec!["-t", "nat"];
         args.extend(rule);
@@ -303,4 +338,132 @@ fn peer_of_connection_through_fip(pod: &Pod, external: &Netns) -> Option<Ipv4Add
     let peer = accepting.join().ok()?;
     exchanged.ok()?;
     peer
+}
+
+/// Kube-OVN's OVN-native external access (pattern 2), where ovnbpf does not carry the gateway's
+/// traffic yet: a custom VPC with `enableExternal` (a gateway port on the underlay subnet
+/// `external`, bound to gateway chassis node1), its default route out of it, an SNAT rule, a
+/// centralized and a distributed FIP. The VPC's own routing goes on (before, the whole router
+/// was dropped as U2O and NAT), and what would leave through the gateway port is dropped and
+/// counted as `gateway_unsupported`, on the sender's node.
+const NATIVE_PODS: [PodPlan; 3] = [
+    ("e1", "subnet-e1", 0, Ipv4Addr::new(10, 60, 1, 2)),
+    ("e2", "subnet-e2", 1, Ipv4Addr::new(10, 60, 2, 3)),
+    ("e3", "subnet-e1", 1, Ipv4Addr::new(10, 60, 1, 3)),
+];
+
+#[test]
+fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let physical = PhysicalSwitch::create(prefix).unwrap();
+    for node in nodes {
+        physical.add_trunk(node, "eth1").unwrap();
+    }
+    let external = physical
+        .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
+        .unwrap();
+    let mut topology = Topology::new();
+    // As 1.13 builds it (1.15's per-subnet source routes outrank the default route).
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet("vpc-ext", "subnet-e1", "10.60.1.0/24")
+        .unwrap()
+        .subnet("vpc-ext", "subnet-e2", "10.60.2.0/24")
+        .unwrap()
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0)
+        .external_access(
+            "vpc-ext",
+            "external",
+            "172.30.0.10/24",
+            &[scenario::NODES[0]],
+        )
+        .static_route("vpc-ext", "0.0.0.0/0", EXTERNAL_HOST)
+        .nat("vpc-ext", "snat", "172.30.0.10", "10.60.1.0/24")
+        .nat("vpc-ext", "dnat_and_snat", "172.30.0.12", "10.60.1.3");
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &NATIVE_PODS, true, 1400);
+    // The distributed FIP names e2's port, which exists now.
+    Topology::new()
+        .distributed_fip(
+            "vpc-ext",
+            "172.30.0.11",
+            NATIVE_PODS[1].3,
+            "e2.ns",
+            &ovnbpf_tests::kubeovn::mac_for("e2"),
+        )
+        .apply(lab)
+        .unwrap();
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let (e1, e2, e3) = (&pods[0], &pods[1], &pods[2]);
+
+    let log_dir = tempfile::tempdir().unwrap();
+    let bpffs = BpfMount::create().unwrap();
+    let agents: Vec<Child> = (0..2)
+        .map(|index| {
+            let mut spec = scenario::planned_agent(nodes, &NATIVE_PODS, index, Some(bpffs.path()));
+            spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
+            spec.spawn(
+                lab,
+                &workspace_binary("ovnbpf-agent"),
+                log_dir
+                    .path()
+                    .join(format!("{}.log", scenario::NODES[index])),
+            )
+            .unwrap()
+        })
+        .collect();
+    let logs = || scenario::log_tails(&agents);
+    assert!(
+        scenario::planned_pods_up(lab, &NATIVE_PODS),
+        "not every pod came up{}",
+        logs()
+    );
+
+    // Routed inside the VPC: across subnets and nodes, and on one node.
+    let reached = wait_until(Duration::from_secs(10), || {
+        e1.ping(NATIVE_PODS[1].3, 1).is_ok_and(|n| n == 1)
+    });
+    assert!(reached, "e1 → e2 across subnets and nodes{}", logs());
+    assert_eq!(e3.ping(NATIVE_PODS[1].3, 3).unwrap(), 3, "e3 → e2 on node2");
+    assert_eq!(e2.ping(NATIVE_PODS[0].3, 3).unwrap(), 3, "e2 → e1");
+    // The gateway port's address answers, as on every chassis with OVN.
+    assert_eq!(
+        e1.ping(Ipv4Addr::new(172, 30, 0, 10), 3).unwrap(),
+        3,
+        "e1 → the gateway port's address{}",
+        logs()
+    );
+
+    // Out of the gateway port (the external subnet's connected route, the default route):
+    // dropped on the sender's node and counted, from the pods with and without a FIP.
+    let gateway_drops = |node: usize| {
+        scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))
+            ["drops"]["gateway_unsupported"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    let before = [gateway_drops(0), gateway_drops(1)];
+    assert_eq!(
+        e1.ping(EXTERNAL_HOST, 2).unwrap(),
+        0,
+        "e1 → the external host"
+    );
+    assert_eq!(e2.ping(EXTERNAL_HOST, 2).unwrap(), 0, "e2 (a FIP) → out");
+    assert_eq!(
+        e3.ping(Ipv4Addr::new(192, 0, 2, 1), 2).unwrap(),
+        0,
+        "e3 → beyond, by the default route"
+    );
+    assert!(
+        gateway_drops(0) >= before[0] + 2 && gateway_drops(1) >= before[1] + 4,
+        "gateway traffic not counted as gateway_unsupported on the senders' nodes: {before:?} → \
+         {:?}{}",
+        [gateway_drops(0), gateway_drops(1)],
+        logs()
+    );
+    // Nothing answers for the EIPs on the external network.
+    assert_eq!(external.ping(Ipv4Addr::new(172, 30, 0, 11), 2).unwrap(), 0);
 }

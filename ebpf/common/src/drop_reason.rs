@@ -106,7 +106,10 @@ pub const SERVICE_MONITOR: DropReason = DropReason(34);
 /// Over an IPv6 underlay: a frame for another chassis whose endpoint key has no address in
 /// `REMOTE_ENCAPS` (the agent is rewriting the endpoints, or the chassis's Encap is IPv4).
 pub const TUNNEL_ENDPOINT_UNKNOWN: DropReason = DropReason(35);
-pub const COUNT: u32 = 36;
+/// Routed out of a gateway port (OVN-native NAT and EIPs, a VPC's external access through its
+/// gateway chassis), which the datapath does not carry yet; the rest of the router is routed.
+pub const GATEWAY_UNSUPPORTED: DropReason = DropReason(36);
+pub const COUNT: u32 = 37;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -148,4 +151,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "lb_backend_missing",
     "service_monitor",
     "tunnel_endpoint_unknown",
+    "gateway_unsupported",
 ];

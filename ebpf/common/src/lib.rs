@@ -363,6 +363,11 @@ pub const ROUTE_TO_ROUTER: u8 = 2;
 pub const ROUTE_ECMP: u8 = 3;
 /// [`RouteEntry::kind`]: a discard route: the packet is dropped (before the policies).
 pub const ROUTE_DISCARD: u8 = 4;
+/// [`RouteEntry::kind`]: the output port is a gateway port (a router port with a
+/// `chassisredirect` companion: OVN-native NAT, EIPs, centralized egress), whose traffic the
+/// datapath does not carry yet: the packet is dropped as [`drop_reason::GATEWAY_UNSUPPORTED`]
+/// once the policies and ECMP have had their say (a policy may reroute it elsewhere).
+pub const ROUTE_GATEWAY: u8 = 5;
 
 /// A member of an ECMP group of a router: the route the packet takes when
 /// [`ecmp::member_index`] chose `index`.

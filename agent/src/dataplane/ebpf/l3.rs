@@ -23,11 +23,11 @@ use std::{
 };
 
 use ovnbpf_common::{
-    ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO, ROUTER_ADDRESS_PORT_UNREACHABLE,
-    ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET, ROUTER_ARP_REQUESTS,
-    ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED, ROUTER_ND_REQUESTS,
-    ROUTER_POLICIES, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, ROUTER_SOURCE_ROUTES6, RouteEntry,
-    RouterAddress, RouterInfo,
+    ROUTE_GATEWAY, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTER_ADDRESS_ECHO,
+    ROUTER_ADDRESS_PORT_UNREACHABLE, ROUTER_ADDRESS_PROTOCOL_UNREACHABLE, ROUTER_ADDRESS_TCP_RESET,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_IPV6_LINK_LOCAL, ROUTER_IPV6_UNSUPPORTED,
+    ROUTER_ND_REQUESTS, ROUTER_POLICIES, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES,
+    ROUTER_SOURCE_ROUTES6, RouteEntry, RouterAddress, RouterInfo,
     maps::{
         Neighbours, Neighbours6, RouteTables, RouterAddresses, RouterAddresses6, Routers, Routes,
         Routes6, SourceRoutes, SourceRoutes6,
@@ -85,6 +85,9 @@ pub struct L3State {
     ports: HashMap<String, PortInfo>,
     /// Port name → the patch ports whose peer it is.
     patch_by_peer: HashMap<String, HashSet<String>>,
+    /// Gateway ports ([`IrEntry::GatewayPort`]): routes out of them drop their packets
+    /// (`ROUTE_GATEWAY`).
+    gateway_ports: HashSet<String>,
     routes: HashMap<RouteSlot, HashSet<Candidate>>,
     routes_by_port: HashMap<String, HashSet<RouteSlot>>,
     /// Per router: how many source prefixes have routes (the kernel looks the source up only
@@ -255,12 +258,6 @@ impl L3State {
                 }
                 // Routes out of this port, and out of the ports patched to it, resolve through
                 // it.
-                let mut marks: Vec<RouteSlot> = Vec::new();
-                let around = self.patch_by_peer.get(name).into_iter().flatten();
-                for port in std::iter::once(name).chain(around) {
-                    marks.extend(self.routes_by_port.get(port).into_iter().flatten().copied());
-                }
-                marks.into_iter().for_each(|key| self.mark_route(key));
                 let around: Vec<String> = self
                     .patch_by_peer
                     .get(name)
@@ -268,16 +265,16 @@ impl L3State {
                     .flatten()
                     .cloned()
                     .collect();
-                self.policies.mark_port(name);
-                around.iter().for_each(|port| self.policies.mark_port(port));
-                self.ecmp.mark_port(name);
-                around.iter().for_each(|port| self.ecmp.mark_port(port));
-                self.ecmp6.mark_port(name);
-                around.iter().for_each(|port| self.ecmp6.mark_port(port));
-                self.mark_routes6_of_port(name);
-                around
-                    .iter()
-                    .for_each(|port| self.mark_routes6_of_port(port));
+                self.mark_routes_out_of(name);
+                around.iter().for_each(|port| self.mark_routes_out_of(port));
+            }
+            IrEntry::GatewayPort { port, .. } => {
+                if added {
+                    self.gateway_ports.insert(port.clone());
+                } else {
+                    self.gateway_ports.remove(port);
+                }
+                self.mark_routes_out_of(port);
             }
             IrEntry::Route { .. }
             | IrEntry::EcmpRoute { .. }
@@ -518,6 +515,35 @@ impl L3State {
     }
 
     /// Sets or clears what the router answers at its address `ip`.
+    /// Marks every route, policy and ECMP member (both families) out of router port `port`:
+    /// where they lead was resolved through it.
+    fn mark_routes_out_of(&mut self, port: &str) {
+        let marks: Vec<RouteSlot> = self
+            .routes_by_port
+            .get(port)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        marks.into_iter().for_each(|key| self.mark_route(key));
+        self.policies.mark_port(port);
+        self.ecmp.mark_port(port);
+        self.ecmp6.mark_port(port);
+        self.mark_routes6_of_port(port);
+    }
+
+    /// The route kind out of router port `port` toward the datapath behind it: a gateway
+    /// port's, or to a router or a switch.
+    fn output_kind(&self, port: &str, behind: u32) -> Option<u8> {
+        if self.gateway_ports.contains(port) {
+            return Some(ROUTE_GATEWAY);
+        }
+        Some(match self.routers.get(&behind)? {
+            true => ROUTE_TO_ROUTER,
+            false => ROUTE_TO_SWITCH,
+        })
+    }
+
     fn answer(&mut self, datapath: u32, ip: IpAddr, flag: u32, added: bool) {
         let flags = &mut self.addresses.entry((datapath, ip)).or_default().1;
         if added {
@@ -589,9 +615,11 @@ impl L3State {
     ) -> Option<RouteEntry> {
         let out = self.ports.get(port)?;
         let peer = self.ports.get(out.peer.as_ref()?)?;
-        let (kind, ingress_ip) = match self.routers.get(&peer.datapath)? {
-            true => (ROUTE_TO_ROUTER, peer.ipv4),
-            false => (ROUTE_TO_SWITCH, Some(source_ip)),
+        let kind = self.output_kind(port, peer.datapath)?;
+        let ingress_ip = if kind == ROUTE_TO_ROUTER {
+            peer.ipv4
+        } else {
+            Some(source_ip)
         };
         Some(RouteEntry {
             nexthop: nexthop.map_or(0, |ip| u32::from_ne_bytes(ip.octets())),

@@ -27,7 +27,10 @@ pub use verdict::{
 /// The duty's old path; see [`crate::pipeline::ir::MAC_LEARNING_NOT_DONE`].
 pub use crate::pipeline::ir::MAC_LEARNING_NOT_DONE;
 
-use crate::lflow::ast::{Action, Expr};
+use crate::lflow::{
+    ast::{Action, Expr},
+    lexer::Constant,
+};
 
 /// The parsed flow being classified.
 pub struct Flow<'a> {
@@ -88,6 +91,59 @@ const STAGES: &[(&str, Classifier)] = &[
 #[must_use]
 pub fn matches_only_ipv6(match_: &Expr) -> bool {
     ipv6_only(&conjuncts(match_))
+}
+
+/// The ports `match_` pins `inport` or `outport` to (its conjuncts `inport == "p"`,
+/// `outport == "p"`): the flow applies only to packets entering or leaving through them.
+#[must_use]
+pub fn pinned_ports(match_: &Expr) -> Vec<&str> {
+    conjuncts(match_)
+        .into_iter()
+        .filter_map(|term| {
+            compare_string(term, "inport").or_else(|| compare_string(term, "outport"))
+        })
+        .collect()
+}
+
+/// The ports `match_` requires to reside on the chassis (its conjuncts
+/// `is_chassis_resident("p")`).
+#[must_use]
+pub fn resident_ports(match_: &Expr) -> Vec<&str> {
+    conjuncts(match_)
+        .into_iter()
+        .filter_map(|term| match term {
+            Expr::Function { name, arguments } if name == "is_chassis_resident" => {
+                match arguments.as_slice() {
+                    [Constant::String(port)] => Some(port.as_str()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `match_` is an ARP request for one address and nothing else
+/// (`arp.op == 1 && arp.tpa == A`): in `lr_in_ip_input` of a router with a gateway port,
+/// northd's answer for a NAT external address on every port of the router.
+#[must_use]
+pub fn is_bare_arp_request(match_: &Expr) -> bool {
+    match conjuncts(match_).as_slice() {
+        [first, second] => {
+            let op = |t: &Expr| compare_integer(t, "arp.op") == Some(1);
+            let target = |t: &Expr| compare_ipv4(t, "arp.tpa").is_some();
+            (op(first) && target(second)) || (op(second) && target(first))
+        }
+        _ => false,
+    }
+}
+
+/// Whether `match_` tests the IPv4 destination and nothing else (`ip4.dst == {A, …}`): in
+/// `lr_in_arp_resolve` of a router with a gateway port, northd's drop of routed traffic to the
+/// gateway's NAT addresses.
+#[must_use]
+pub fn is_bare_destination(match_: &Expr) -> bool {
+    matches!(conjuncts(match_).as_slice(), [term] if compare_eq(term).is_some_and(|(f, _)| plain(f, "ip4.dst")))
 }
 
 /// Classifies `flow`.

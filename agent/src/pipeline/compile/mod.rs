@@ -6,6 +6,7 @@
 
 mod address_sets;
 mod coverage;
+mod gateway;
 mod groups;
 mod registers;
 mod rows;
@@ -179,6 +180,19 @@ impl Compiler {
                 _ => {}
             }
         }
+        // A chassisredirect port's coming or going turns the verdicts of its router's flows.
+        for uuid in &rows {
+            let now = sb
+                .row::<PortBinding>(uuid)
+                .and_then(|port| gateway::gateway_port_entry(sb, &port));
+            let before = self
+                .rows
+                .get(uuid)
+                .map(|c| c.entries.as_slice())
+                .unwrap_or_default();
+            let entries: Vec<IrEntry> = before.iter().cloned().chain(now).collect();
+            flows.extend(gateway::dependent_flows(sb, &entries));
+        }
         for (set, name, addresses) in member_changes {
             self.change_address_set_members(set, &name, &addresses, &mut delta);
         }
@@ -324,8 +338,12 @@ impl Compiler {
                     classify::keeps_address_sets(&stage),
                 );
                 let acl_name = flow.external_ids.get("stage-hint");
+                let needs_redirect_port = expanded.is_ok()
+                    && gateway::needs_redirect_port(sb, &classify::resident_ports(&match_));
                 for datapath in datapaths {
                     let class = match &expanded {
+                        // Installed by ovn-controller only where the port resides.
+                        Ok(()) if needs_redirect_port => Class::Neutral,
                         Ok(()) => classify::classify(&Flow {
                             datapath,
                             stage: &stage,
@@ -359,12 +377,30 @@ impl Compiler {
                             Outcome::SideDuty(duty)
                         }
                         Class::Unsupported(reason) => {
+                            let gateway = (expanded.is_ok() && stage.starts_with("lr_"))
+                                .then(|| {
+                                    gateway::confined_to_gateway(
+                                        &gateway::gateway_ports(sb, datapath),
+                                        &stage,
+                                        &classify::pinned_ports(&match_),
+                                        classify::is_bare_arp_request(&match_)
+                                            || classify::is_bare_destination(&match_),
+                                    )
+                                })
+                                .flatten();
+                            let reason = match &gateway {
+                                Some(port) => format!(
+                                    "{reason}; only gateway port {port}'s traffic, dropped as \
+                                     gateway_unsupported"
+                                ),
+                                None => reason,
+                            };
                             contribution.entries.push(IrEntry::Unsupported {
                                 datapath,
                                 stage: stage.clone(),
                                 reason: reason.clone(),
                             });
-                            if classify::unsupported_stops_forwarding(&stage) {
+                            if gateway.is_none() && classify::unsupported_stops_forwarding(&stage) {
                                 let (stage, reason) = (stage.clone(), reason.clone());
                                 // A flow only IPv6 can match keeps the IPv6 of the router out
                                 // (a dual-stack VPC's IPv4 goes on).

@@ -21,7 +21,10 @@ impl Compiler {
         let entries = if let Some(port) = sb.row::<PortBinding>(&uuid) {
             let (entry, bad) = port_entry(sb, &port);
             self.bad_addresses += bad;
-            entry.into_iter().collect()
+            entry
+                .into_iter()
+                .chain(super::gateway::gateway_port_entry(sb, &port))
+                .collect()
         } else if let Some(binding) = sb.row::<MacBinding>(&uuid) {
             learned_neighbour(sb, &binding).into_iter().collect()
         } else if let Some(encap) = sb.row::<Encap>(&uuid) {

@@ -1,6 +1,8 @@
 //! Underlay routing (Kube-OVN's U2O interconnection): routers with a port on a switch that has a
-//! localnet port are reported as Unsupported entries and made NotForwardable, recomputed per switch when a localnet or
-//! patch port changes. Touches the SB replica (read) and the compiler's underlay state.
+//! localnet port are reported as Unsupported entries and made NotForwardable, recomputed per
+//! switch when a localnet, patch or chassisredirect port changes; a gateway port there is a
+//! gateway, not U2O (`gateway.rs`). Touches the SB replica (read) and the compiler's underlay
+//! state.
 
 use uuid::Uuid;
 
@@ -29,6 +31,13 @@ impl Compiler {
                     kind: PortKind::Localnet { .. },
                     ..
                 } => switches.push(*datapath),
+                // A gateway port's switch: its router's ports there stop (or start) being U2O.
+                IrEntry::GatewayPort { port, .. } => switches.extend(
+                    sb.port_by_name(port)
+                        .and_then(|port| sb.port_by_name(port.options.get("peer")?))
+                        .and_then(|peer| sb.row::<DatapathBinding>(&peer.datapath?))
+                        .map(|switch| switch.tunnel_key),
+                ),
                 IrEntry::Port {
                     datapath,
                     kind: PortKind::Patch { peer },
@@ -94,6 +103,8 @@ pub(super) fn underlay_routing_entries(sb: &Southbound, switch: u32) -> Vec<IrEn
         .iter()
         .filter(|port| port.kind == "patch")
         .filter_map(|port| sb.port_by_name(port.options.get("peer")?))
+        // A gateway port on the switch is a gateway, not U2O (see `gateway.rs`).
+        .filter(|router_port| !super::gateway::is_gateway_port(sb, router_port))
         .filter_map(|router_port| sb.row::<DatapathBinding>(&router_port.datapath?))
         .filter(|router| router.external_ids.contains_key("logical-router"))
         .map(|router| router.tunnel_key)

@@ -647,6 +647,16 @@ impl<'a> Evaluator<'a> {
         trace: &mut Trace,
         hops: usize,
     ) {
+        let gateway =
+            |e: &IrEntry| matches!(e, IrEntry::GatewayPort { port, .. } if port == hop.port);
+        if self.entries(dp).any(gateway) {
+            let text = format!(
+                "dropped: out of gateway port {} (gateway_unsupported)",
+                hop.port
+            );
+            self.step(trace, dp, text);
+            return;
+        }
         packet.decrement_ttl();
         packet.eth_src = hop.source_mac;
         let (port, nexthop) = (hop.port, hop.nexthop);

@@ -204,6 +204,15 @@ pub enum IrEntry {
     ArpReplySkipPort { datapath: u32, inport: String },
     /// Frames reaching the end of a pipeline are delivered to their output port.
     Deliver { datapath: u32, egress: bool },
+    /// Router port `port` is a gateway port: northd gave it the `chassisredirect` companion
+    /// `redirect` (a distributed gateway port: OVN-native NAT, EIPs, a VPC's external access),
+    /// which ovnbpf chassis do not hold. Its traffic is dropped, counted and reported
+    /// (`gateway_unsupported`); the rest of the router is routed.
+    GatewayPort {
+        datapath: u32,
+        port: String,
+        redirect: String,
+    },
     /// A router port accepts unicast frames to `mac` (and multicast) arriving on `port`.
     RouterPort {
         datapath: u32,
@@ -649,6 +658,7 @@ impl IrEntry {
             | IrEntry::ArpReplySkipPort { datapath, .. }
             | IrEntry::Deliver { datapath, .. }
             | IrEntry::RouterPort { datapath, .. }
+            | IrEntry::GatewayPort { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }
             | IrEntry::EcmpMember { datapath, .. }

@@ -14,7 +14,7 @@
 
 use std::net::Ipv6Addr;
 
-use ovnbpf_common::{ROUTE_DISCARD, ROUTE_ECMP, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, RouteEntry6};
+use ovnbpf_common::{ROUTE_DISCARD, ROUTE_ECMP, RouteEntry6};
 
 use super::L3State;
 use crate::pipeline::ir::{EcmpStage, IrEntry, Mac, Prefix6, RouteSelector};
@@ -293,10 +293,7 @@ impl L3State {
     ) -> Option<RouteEntry6> {
         let out = self.ports.get(port)?;
         let peer = self.ports.get(out.peer.as_ref()?)?;
-        let kind = match self.routers.get(&peer.datapath)? {
-            true => ROUTE_TO_ROUTER,
-            false => ROUTE_TO_SWITCH,
-        };
+        let kind = self.output_kind(port, peer.datapath)?;
         Some(RouteEntry6 {
             nexthop: nexthop.map_or([0; 16], |ip| ip.octets()),
             next_datapath: peer.datapath,

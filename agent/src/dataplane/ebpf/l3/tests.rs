@@ -1298,3 +1298,43 @@ fn ipv6_ecmp_routes_store_their_group_and_each_member_its_route() {
     assert!(!routes.contains_key(&("fd00:98::".parse().unwrap(), 32 + 64)));
     assert!(members(&maps).is_empty(), "the group's indexes go with it");
 }
+
+#[test]
+fn routes_out_of_a_gateway_port_drop_and_the_rest_of_the_router_routes() {
+    let gateway = IrEntry::GatewayPort {
+        datapath: ROUTER,
+        port: "lr-b".into(),
+        redirect: "cr-lr-b".into(),
+    };
+    let mut state = L3State::default();
+    state.apply(&diff(vpc()));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    maps.reset_writes();
+    // lr-b becomes a gateway port: its routes (the connected 10.0.2.0/24) turn into gateway
+    // routes, one write; lr-a's and the peering's are untouched; the router still forwards.
+    state.apply(&diff(vec![gateway.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.writes(), 1);
+    let to_b = maps.routes()[&key(ROUTER, "10.0.2.0/24")];
+    assert_eq!((to_b.kind, to_b.next_datapath), (ROUTE_GATEWAY, SWITCH_B));
+    assert_eq!(
+        maps.routes()[&key(ROUTER, "10.0.1.0/24")].kind,
+        ROUTE_TO_SWITCH
+    );
+    assert_eq!(
+        maps.routes()[&key(ROUTER, "10.1.0.0/16")].kind,
+        ROUTE_TO_ROUTER
+    );
+    assert_eq!(maps.routers()[&ROUTER].flags, ROUTER_FORWARDS);
+    // No longer a gateway port: back to a route to the switch.
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![gateway],
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.routes()[&key(ROUTER, "10.0.2.0/24")].kind,
+        ROUTE_TO_SWITCH
+    );
+}
