@@ -11,7 +11,11 @@
 //! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod); and a
 //! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`, an IPv6 ECMP route via two of
 //! its pods, an IPv6 discard route inside a static one), peered over both families with
-//! vpc-e. Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
+//! vpc-e; and vpc-x with Kube-OVN's OVN-native external access (a gateway port on an underlay
+//! subnet, SNAT, a centralized FIP), whose gateway traffic ovnbpf fences: those cases are
+//! dropped by the evaluator and the kernel (`gateway_unsupported`), not compared with ovn-trace,
+//! and every other case of vpc-x is. Routers carry Kube-OVN's options,
+//! `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
 //! frame to one pod through that pod's chassis's `from_uplink`), its maps installed from the same
@@ -54,7 +58,15 @@ const SUBNETS: &[(&str, &str, [u8; 3], u8)] = &[
     ("vpc-b", "subnet-b", [10, 0, 1], 2),
     ("vpc-c", "subnet-c", [10, 2, 1], 2),
     ("ovn-cluster", "underlay", [192, 168, 100], 2),
+    ("vpc-x", "subnet-x", [10, 5, 1], 2),
 ];
+
+/// vpc-x's external access (Kube-OVN's `enableExternal`, OVN-native NAT): its gateway port's
+/// address on the external underlay subnet, the external gateway its default route points at,
+/// and the EIP of the FIP of subnet-x's second pod (centralized).
+const EXTERNAL_X_PORT: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 10);
+const EXTERNAL_X_GATEWAY: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 1);
+const EXTERNAL_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 20);
 
 /// Dual-stack subnets: (vpc, subnet, IPv4 /24 base, the IPv6 /64's second group: fd00:<g>::,
 /// pods). vpc-d's two route between each other; vpc-e is peered with vpc-d.
@@ -238,6 +250,21 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     topology
         .subnet_route_table("vpc-a", "subnet-a2", "10.0.2.0/24", "rtb1")
         .unwrap();
+    // vpc-x reaches the outside through a gateway port (bound to a gateway chassis no test
+    // runs): SNAT for its subnet and a centralized FIP; ovnbpf fences its traffic.
+    topology
+        .plain_switch("external-x", "172.31.0.0/24")
+        .unwrap()
+        .localnet("external-x", "provider", 200)
+        .external_access("vpc-x", "external-x", "172.31.0.10/24", &["gw-node"])
+        .static_route("vpc-x", "0.0.0.0/0", EXTERNAL_X_GATEWAY)
+        .nat("vpc-x", "snat", &EXTERNAL_X_PORT.to_string(), "10.5.1.0/24")
+        .nat(
+            "vpc-x",
+            "dnat_and_snat",
+            &EXTERNAL_X_FIP.to_string(),
+            "10.5.1.11",
+        );
     topology.apply(lab).unwrap();
     // The routers carry Kube-OVN's options, learning from ARP requests both ways: on where the
     // VPC is peered (vpc-a, vpc-c) or has a U2O subnet (ovn-cluster), off elsewhere (vpc-b).
@@ -249,6 +276,7 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
         ("vpc-c", None),
         ("vpc-d", None),
         ("vpc-e", None),
+        ("vpc-x", None),
     ] {
         let option = |key: &str| kubeovn::router_option(lab, vpc, key).unwrap();
         assert_eq!(
@@ -800,6 +828,39 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 ipv4(pod, router_mac, Ipv4Addr::new(192, 168, 61, 7), 64, PING),
             );
         }
+        if pod.vpc == "vpc-x" {
+            // The gateway port's address answers on every chassis; what the external subnet's
+            // connected route sends out of the gateway port is fenced (a FIP's EIP too).
+            add(
+                "pings its VPC's gateway port",
+                ipv4(pod, router_mac, EXTERNAL_X_PORT, 64, PING),
+            );
+            add(
+                "pings the external gateway (gateway port)",
+                ipv4(pod, router_mac, EXTERNAL_X_GATEWAY, 64, PING),
+            );
+            add(
+                "pings the FIP's EIP (gateway port)",
+                ipv4(pod, router_mac, EXTERNAL_X_FIP, 64, PING),
+            );
+            add(
+                "opens TCP to an external host (gateway port)",
+                ipv4(
+                    pod,
+                    router_mac,
+                    Ipv4Addr::new(172, 31, 0, 50),
+                    64,
+                    L4::Tcp {
+                        source: 40000,
+                        destination: 443,
+                    },
+                ),
+            );
+            add(
+                "runs out of TTL toward the gateway port",
+                ipv4(pod, router_mac, EXTERNAL_X_GATEWAY, 1, PING),
+            );
+        }
     }
     cases.extend(ipv6_port_security_cases(pods));
     cases.extend(dual_stack_cases(pods));
@@ -1089,8 +1150,9 @@ async fn ir_verdicts_equal_ovn_trace() {
     let common::Replica { sb, compiler, .. } = common::Replica::start(&lab).await;
     // Every flow of the forwarding stages compiles: what stays unsupported is stateful
     // (ACL, load balancing, conntrack, NAT), which this topology leaves at its defaults.
+    // Gateway ports' flows are fenced: reported, their traffic dropped (`gateway_unsupported`).
     let forwarding_gaps = common::unsupported_described(&sb, &compiler, |_, reason| {
-        !reason.ends_with("is not in the datapath yet")
+        !reason.ends_with("is not in the datapath yet") && !reason.ends_with("gateway_unsupported")
     });
     assert!(
         forwarding_gaps.is_empty(),
@@ -1104,6 +1166,9 @@ async fn ir_verdicts_equal_ovn_trace() {
     let mut drops = 0;
     let mut compared = 0;
     let mut beyond_ovn_trace = 0;
+    // Cases the evaluator drops at a gateway port, where OVN's gateway chassis would carry them:
+    // not compared with ovn-trace (the kernel must drop them alike, below).
+    let mut fenced = 0;
     let mut selected = std::collections::BTreeSet::new();
     // The IPv6 ECMP route's flows: the member each took, and whether it left for a pod.
     let mut selected6 = std::collections::BTreeSet::new();
@@ -1148,6 +1213,24 @@ async fn ir_verdicts_equal_ovn_trace() {
             );
             selected6.extend(ours.selected.iter().copied());
         }
+        if ours
+            .steps
+            .iter()
+            .any(|step| step.ends_with("(gateway_unsupported)"))
+        {
+            assert!(
+                what.contains("(gateway port)") && ours.outputs.is_empty(),
+                "{what}: fenced\n{}",
+                ours.steps.join("\n")
+            );
+            fenced += 1;
+            continue;
+        }
+        assert!(
+            !what.contains("(gateway port)"),
+            "{what}: not fenced\n{}",
+            ours.steps.join("\n")
+        );
         let Some((theirs, their_text)) = trace_oracle::ovn_trace(
             &lab,
             pod.switch,
@@ -1168,9 +1251,16 @@ async fn ir_verdicts_equal_ovn_trace() {
         disagreements.extend(disagreement);
     }
     println!(
-        "{} cases: {compared} compared with ovn-trace ({drops} drops), {beyond_ovn_trace} that ovn-trace 23.03 cannot evaluate, {} disagreements",
+        "{} cases: {compared} compared with ovn-trace ({drops} drops), {beyond_ovn_trace} that ovn-trace 23.03 cannot evaluate, {fenced} dropped at a gateway port, {} disagreements",
         cases.len(),
         disagreements.len()
+    );
+    assert_eq!(
+        fenced,
+        cases
+            .iter()
+            .filter(|(what, ..)| what.contains("(gateway port)"))
+            .count()
     );
     assert!(compared >= 200, "only {compared} cases compared");
     // The flows that differ in their source port took both members of the ECMP groups.

@@ -647,6 +647,7 @@ impl KernelReplay {
             let why = ours.steps.last().map(String::as_str).unwrap_or_default();
             let expected_reason = [
                 ("dropped: discard route", "route_discard"),
+                ("(gateway_unsupported)", "gateway_unsupported"),
                 ("dropped: router policy", "policy_drop"),
                 ("dropped: ls_in_acl", "acl_drop"),
                 ("dropped: ls_out_acl", "acl_drop"),
