@@ -3,22 +3,27 @@
 //! Kube-OVN's `cni_op_latency_seconds`), the CNI socket's malformed requests, attachments collected
 //! without a DEL, and what the daemon loop reports on each scrape (Southbound sync, local ports,
 //! its counters, the datapath's drops per reason and counters per interface); the same port answers
-//! the health probes ([`crate::health`]). HTTP heads are read and answers written with the CNI
-//! crate's `http` module (the CNI socket speaks the same HTTP/1.1 subset). Owns the CNI operation
-//! histograms (the CNI server records into them) and its TCP listener; reads the daemon only
-//! through a [`DaemonHandle`].
+//! the health probes ([`crate::health`]). The exposition is `prometheus-client`'s ([`Scrape`]: a
+//! registry built per scrape from the daemon's snapshot, the CNI histograms kept between scrapes),
+//! which writes names, label escaping and histogram series as the format says. HTTP heads are
+//! read and answers written with the CNI crate's `http` module (the CNI socket speaks the same
+//! HTTP/1.1 subset). Owns the CNI operation histograms (the CNI server records into them) and its
+//! TCP listener; reads the daemon only through a [`DaemonHandle`].
 
 use std::{
-    collections::BTreeMap,
-    fmt::Write as _,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
 use ovnbpf_cni::http;
+use prometheus_client::{
+    encoding::prometheus_text,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Metric, Registry},
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -35,41 +40,39 @@ const BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Histogram {
-    /// Observations at or below each of [`BUCKETS`] (cumulative, as exposed).
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum_seconds: f64,
-}
+/// A metric's labels, in the order they are written.
+type Labels = Vec<(&'static str, String)>;
 
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        for (bucket, bound) in self.buckets.iter_mut().zip(BUCKETS) {
-            if seconds <= bound {
-                *bucket += 1;
-            }
-        }
-        self.count += 1;
-        self.sum_seconds += seconds;
-    }
+/// The CNI operation histograms, by operation and HTTP status.
+type OperationHistograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
 /// CNI operations by (operation, HTTP status): how many and how long they took.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CniMetrics {
-    operations: Mutex<BTreeMap<(&'static str, u16), Histogram>>,
+    operations: OperationHistograms,
+}
+
+impl Default for CniMetrics {
+    fn default() -> Self {
+        Self {
+            operations: Family::new_with_constructor(latency_histogram),
+        }
+    }
 }
 
 impl CniMetrics {
     /// Records one operation (`add`, `del`, …) answered with `status` after `elapsed`.
     pub fn observe(&self, operation: &'static str, status: u16, elapsed: Duration) {
-        if let Ok(mut operations) = self.operations.lock() {
-            operations
-                .entry((operation, status))
-                .or_default()
-                .observe(elapsed.as_secs_f64());
-        }
+        self.operations
+            .get_or_create(&vec![
+                ("op", operation.to_string()),
+                ("code", status.to_string()),
+            ])
+            .observe(elapsed.as_secs_f64());
     }
 }
 
@@ -97,45 +100,103 @@ pub struct Sources {
     pub node_network: Option<Arc<crate::node_network::NodeNetworkStatus>>,
 }
 
-/// A counter family with one label: its name, the label, its help and the counts by label value.
-type NamedCounters<'a> = (&'a str, &'a str, &'a str, &'a [(&'static str, u64)]);
+/// The families of one scrape, registered as they are read (the daemon's values are snapshots:
+/// each scrape builds its own registry) and written by `prometheus-client` in the Prometheus
+/// text format 0.0.4 (names, label escaping, histogram series).
+pub struct Scrape {
+    registry: Registry,
+}
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+impl Scrape {
+    fn new() -> Self {
+        Self {
+            registry: Registry::default(),
+        }
+    }
+
+    /// The library appends the help's full stop and a counter's `_total`.
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        let name = name.strip_suffix("_total").unwrap_or(name);
+        let help = help.strip_suffix('.').unwrap_or(help);
+        self.registry.register(name, help, metric);
+    }
+
+    /// A counter `name` (ending in `_total`) without labels.
+    pub fn counter(&mut self, name: &str, help: &str, value: u64) {
+        let counter: Counter = Counter::default();
+        counter.inc_by(value);
+        self.register(name, help, counter);
+    }
+
+    /// A gauge `name` without labels.
+    pub fn gauge(&mut self, name: &str, help: &str, value: u64) {
+        let gauge: Gauge = Gauge::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        self.register(name, help, gauge);
+    }
+
+    /// A counter family `name` (ending in `_total`): one series per label set.
+    fn counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
+        let family = Family::<Labels, Counter>::default();
+        for (labels, value) in series {
+            family.get_or_create(&labels).inc_by(value);
+        }
+        self.register(name, help, family);
+    }
+
+    /// A gauge family `name`: one series per label set.
+    fn gauges(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, u64)>) {
+        let family = Family::<Labels, Gauge>::default();
+        for (labels, value) in series {
+            family
+                .get_or_create(&labels)
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+        self.register(name, help, family);
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String does not fail.
+        let _ = prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// A counter family with one label: its name, the label, its help and the counts by label value.
+type NamedCounters<'a> = (&'a str, &'static str, &'a str, &'a [(&'static str, u64)]);
+
+/// One label.
+fn label(name: &'static str, value: impl ToString) -> Labels {
+    vec![(name, value.to_string())]
 }
 
 /// The text exposition of `cni`, `server` and the daemon's `report` (`None` when the loop did
 /// not answer: its metrics are left out and `ovnbpf_daemon_up` is 0).
 #[must_use]
 pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonReport>) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+    let mut scrape = Scrape::new();
+    register(&mut scrape, cni, server, report);
+    scrape.text()
+}
+
+/// Registers the families of `cni`, `server` and the daemon's `report` in `scrape`.
+fn register(
+    scrape: &mut Scrape,
+    cni: &CniMetrics,
+    server: &ServerStats,
+    report: Option<&DaemonReport>,
+) {
+    scrape.register(
         "ovnbpf_cni_op_latency_seconds",
-        "histogram",
         "CNI operations served by the agent, by operation and HTTP status.",
+        cni.operations.clone(),
     );
-    let operations = cni
-        .operations
-        .lock()
-        .map(|operations| operations.clone())
-        .unwrap_or_default();
-    for ((operation, status), histogram) in &operations {
-        let labels = format!("op=\"{operation}\",code=\"{status}\"");
-        for (bound, count) in BUCKETS.iter().zip(histogram.buckets) {
-            let _ = writeln!(
-                out,
-                "ovnbpf_cni_op_latency_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "ovnbpf_cni_op_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
-             ovnbpf_cni_op_latency_seconds_sum{{{labels}}} {}\n\
-             ovnbpf_cni_op_latency_seconds_count{{{labels}}} {}",
-            histogram.count, histogram.sum_seconds, histogram.count
-        );
-    }
     for (name, help, value) in [
         (
             "ovnbpf_cni_requests_total",
@@ -153,35 +214,25 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             &server.failures,
         ),
     ] {
-        family(&mut out, name, "counter", help);
-        let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        scrape.counter(name, help, value.load(Ordering::Relaxed));
     }
-    family(
-        &mut out,
+    scrape.counters(
         "ovnbpf_cni_gc_collected_total",
-        "counter",
         "CNI attachments removed without a DEL: by the runtime's GC, or by the sweep because \
          their network namespace was gone.",
+        [
+            ("gc", &server.collected_by_gc),
+            ("sweep", &server.collected_by_sweep),
+        ]
+        .map(|(by, value)| (label("by", by), value.load(Ordering::Relaxed))),
     );
-    for (by, value) in [
-        ("gc", &server.collected_by_gc),
-        ("sweep", &server.collected_by_sweep),
-    ] {
-        let _ = writeln!(
-            out,
-            "ovnbpf_cni_gc_collected_total{{by=\"{by}\"}} {}",
-            value.load(Ordering::Relaxed)
-        );
-    }
-    family(
-        &mut out,
+    scrape.gauge(
         "ovnbpf_daemon_up",
-        "gauge",
         "1 when the daemon loop answered this scrape.",
+        u64::from(report.is_some()),
     );
-    let _ = writeln!(out, "ovnbpf_daemon_up {}", u8::from(report.is_some()));
     let Some(report) = report else {
-        return out;
+        return;
     };
     let stats = &report.stats;
     for (name, kind, help, value) in [
@@ -309,28 +360,24 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             stats.datapath_errors,
         ),
     ] {
-        family(&mut out, name, kind, help);
-        let _ = writeln!(out, "{name} {value}");
+        match kind {
+            "gauge" => scrape.gauge(name, help, value),
+            _ => scrape.counter(name, help, value),
+        }
     }
-    family(
-        &mut out,
+    scrape.counters(
         "ovnbpf_southbound_writes_total",
-        "counter",
         "Southbound transactions the agent submitted, by purpose (one may serve several).",
+        crate::daemon::Purpose::ALL.into_iter().map(|purpose| {
+            let count = stats
+                .southbound
+                .transactions
+                .get(&purpose)
+                .copied()
+                .unwrap_or(0);
+            (label("purpose", purpose.as_str()), count)
+        }),
     );
-    for purpose in crate::daemon::Purpose::ALL {
-        let count = stats
-            .southbound
-            .transactions
-            .get(&purpose)
-            .copied()
-            .unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "ovnbpf_southbound_writes_total{{purpose=\"{}\"}} {count}",
-            purpose.as_str()
-        );
-    }
     for (name, help, value) in [
         (
             "ovnbpf_southbound_write_retries_total",
@@ -348,8 +395,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             stats.southbound.claims_postponed,
         ),
     ] {
-        family(&mut out, name, "counter", help);
-        let _ = writeln!(out, "{name} {value}");
+        scrape.counter(name, help, value);
     }
     // Known once the agent swept its connection table.
     if let Some(table) = report.connections {
@@ -372,8 +418,7 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
                 table.balanced_live as u64,
             ),
         ] {
-            family(&mut out, name, "gauge", help);
-            let _ = writeln!(out, "{name} {value}");
+            scrape.gauge(name, help, value);
         }
     }
     // (name, label, help, counts by the label's value).
@@ -433,24 +478,20 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
             &report.acl_verdict_cache,
         ),
     ];
-    for (name, label, help, counts) in named_counters {
-        family(&mut out, name, "counter", help);
-        for (value, count) in counts {
-            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
-        }
+    for (name, key, help, counts) in named_counters {
+        let series = counts
+            .iter()
+            .map(|(value, count)| (label(key, value), *count));
+        scrape.counters(name, help, series);
     }
-    family(
-        &mut out,
+    scrape.gauges(
         "ovnbpf_service_monitors",
-        "gauge",
         "Load balancer backends this chassis probes for their health checks (Service_Monitor rows of its ports), by the status its probes decided and wrote (undecided: not yet, and northd keeps the backend).",
+        report
+            .service_monitors
+            .iter()
+            .map(|(status, count)| (label("status", status), *count)),
     );
-    for (status, count) in &report.service_monitors {
-        let _ = writeln!(
-            out,
-            "ovnbpf_service_monitors{{status=\"{status}\"}} {count}"
-        );
-    }
     type Field = fn(&crate::dataplane::InterfaceCounters) -> u64;
     let fields: [(&str, &str, Field); 5] = [
         (
@@ -480,17 +521,15 @@ pub fn render(cni: &CniMetrics, server: &ServerStats, report: Option<&DaemonRepo
         ),
     ];
     for (name, help, field) in fields {
-        family(&mut out, name, "counter", help);
-        for (interface, port, counters) in &report.interfaces {
-            let port = port.as_deref().unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "{name}{{interface=\"{interface}\",port=\"{port}\"}} {}",
-                field(counters)
-            );
-        }
+        let series = report.interfaces.iter().map(|(interface, port, counters)| {
+            let labels = vec![
+                ("interface", interface.clone()),
+                ("port", port.clone().unwrap_or_default()),
+            ];
+            (labels, field(counters))
+        });
+        scrape.counters(name, help, series);
     }
-    out
 }
 
 /// Serves `GET /metrics` and the health probes (`/healthz`, `/livez`, `/readyz`; see
@@ -549,11 +588,12 @@ async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()>
             Some(daemon) => daemon.report().await.ok(),
             None => None,
         };
-        let mut body = render(&sources.cni, &sources.server, report.as_ref());
+        let mut scrape = Scrape::new();
+        register(&mut scrape, &sources.cni, &sources.server, report.as_ref());
         if let Some(node_network) = &sources.node_network {
-            body.push_str(&node_network.render());
+            node_network.register(&mut scrape);
         }
-        (200, "text/plain; version=0.0.4", body)
+        (200, prometheus_text::CONTENT_TYPE, scrape.text())
     } else {
         (404, "text/plain", String::new())
     };
@@ -590,9 +630,104 @@ mod tests {
         assert!(!text.contains("ovnbpf_southbound_synced"), "{text}");
     }
 
+    /// The exposition as a scraper reads it (`prometheus-parse`, a parser of the text format
+    /// 0.0.4 of its own): every family typed as declared, every sample's value and labels as
+    /// the agent holds them. A label value with a quote, a backslash and a line break is
+    /// escaped as the format says (that parser does not unescape: checked on the line).
     #[test]
-    fn the_daemon_report_is_rendered() {
-        let report = DaemonReport {
+    fn a_scraper_reads_every_family_back() {
+        let cni = CniMetrics::default();
+        cni.observe("add", 200, Duration::from_millis(30));
+        cni.observe("add", 200, Duration::from_millis(300));
+        let mut report = rich_report();
+        let mut odd = report.interfaces[0].clone();
+        odd.0 = "odd_h".into();
+        odd.1 = Some("we\"ird\\port\nname".into());
+        report.interfaces.push(odd);
+        let mut scrape = Scrape::new();
+        register(&mut scrape, &cni, &ServerStats::default(), Some(&report));
+        let node = crate::node_network::NodeNetworkStatus::default();
+        node.routes.store(3, Ordering::Relaxed);
+        node.register(&mut scrape);
+        let text = scrape.text();
+        let escaped = r#"ovnbpf_interface_received_packets_total{interface="odd_h",port="we\"ird\\port\nname"} 7"#;
+        assert!(
+            text.lines().any(|l| l == escaped),
+            "{escaped} missing in\n{text}"
+        );
+        let text: String = text
+            .lines()
+            .filter(|l| !l.contains("odd_h"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("the exposition parses");
+        let sample = |metric: &str, labels: &[(&str, &str)]| {
+            parsed
+                .samples
+                .iter()
+                .find(|s| {
+                    s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+                })
+                .map(|s| s.value.clone())
+                .unwrap_or_else(|| panic!("{metric} {labels:?} missing in\n{text}"))
+        };
+        use prometheus_parse::Value;
+        assert_eq!(sample("ovnbpf_daemon_up", &[]), Value::Gauge(1.0));
+        assert_eq!(sample("ovnbpf_local_ports", &[]), Value::Gauge(3.0));
+        assert_eq!(
+            sample(
+                "ovnbpf_datapath_drops_total",
+                &[("reason", "port_security")]
+            ),
+            Value::Counter(4.0)
+        );
+        assert_eq!(
+            sample("ovnbpf_southbound_writes_total", &[("purpose", "claim")]),
+            Value::Counter(2.0)
+        );
+        assert_eq!(
+            sample(
+                "ovnbpf_interface_received_packets_total",
+                &[("interface", "web_h"), ("port", "web.ns")]
+            ),
+            Value::Counter(7.0)
+        );
+        assert_eq!(sample("ovnbpf_node_routes", &[]), Value::Gauge(3.0));
+        let Value::Histogram(buckets) = sample(
+            "ovnbpf_cni_op_latency_seconds",
+            &[("op", "add"), ("code", "200")],
+        ) else {
+            panic!("the CNI latency is not a histogram:\n{text}");
+        };
+        let count = |bound: f64| {
+            buckets
+                .iter()
+                .find(|b| b.less_than == bound)
+                .map(|b| b.count)
+        };
+        assert_eq!(
+            (count(0.025), count(0.05), count(0.5), count(f64::INFINITY)),
+            (Some(0.0), Some(1.0), Some(2.0), Some(2.0))
+        );
+        // Every family is documented and every sample belongs to one.
+        for sample in &parsed.samples {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| sample.metric.strip_suffix(suffix))
+                .filter(|family| parsed.docs.contains_key(*family))
+                .unwrap_or(&sample.metric);
+            assert!(
+                parsed.docs.contains_key(family),
+                "{} has no HELP",
+                sample.metric
+            );
+        }
+    }
+
+    /// A report with a value in every family.
+    fn rich_report() -> DaemonReport {
+        DaemonReport {
             synced: true,
             connected: true,
             ready: true,
@@ -643,7 +778,12 @@ mod tests {
                 },
             )],
             ..DaemonReport::default()
-        };
+        }
+    }
+
+    #[test]
+    fn the_daemon_report_is_rendered() {
+        let report = rich_report();
         let text = render(
             &CniMetrics::default(),
             &ServerStats::default(),

@@ -74,36 +74,40 @@ pub struct NodeNetworkStatus {
 
 impl NodeNetworkStatus {
     /// The Prometheus text of the status.
-    #[must_use]
-    pub fn render(&self) -> String {
-        let gauge = |value: bool| u8::from(value);
-        format!(
-            "# HELP ovnbpf_node_nic_plugged Whether the node's NIC on the join switch is built, \
-             attached and its port up.\n# TYPE ovnbpf_node_nic_plugged gauge\n\
-             ovnbpf_node_nic_plugged {}\n\
-             # HELP ovnbpf_node_routes Routes to default-VPC subnets through the node's NIC.\n\
-             # TYPE ovnbpf_node_routes gauge\novnbpf_node_routes {}\n\
-             # HELP ovnbpf_node_join_gateway_reachable Whether the join gateway answered the \
-             node's last ping (Kube-OVN's JoinSubnetGatewayReachable).\n\
-             # TYPE ovnbpf_node_join_gateway_reachable gauge\n\
-             ovnbpf_node_join_gateway_reachable {}\n\
-             # HELP ovnbpf_node_network_failures_total Failed attempts to set up the node's \
-             network (each retried).\n# TYPE ovnbpf_node_network_failures_total counter\n\
-             ovnbpf_node_network_failures_total {}\n\
-             # HELP ovnbpf_node_stale_routes_removed_total Stale static routes removed from the \
-             node's NIC.\n# TYPE ovnbpf_node_stale_routes_removed_total counter\n\
-             ovnbpf_node_stale_routes_removed_total {}\n\
-             # HELP ovnbpf_node_nat_outgoing_subnets Subnets whose traffic out of the cluster \
-             is masqueraded to the node's address.\n\
-             # TYPE ovnbpf_node_nat_outgoing_subnets gauge\n\
-             ovnbpf_node_nat_outgoing_subnets {}\n",
-            gauge(self.plugged.load(Ordering::Relaxed)),
-            self.routes.load(Ordering::Relaxed),
-            gauge(self.gateway_reachable.load(Ordering::Relaxed)),
-            self.failures.load(Ordering::Relaxed),
-            self.stale_routes_removed.load(Ordering::Relaxed),
-            self.nat_outgoing_subnets.load(Ordering::Relaxed),
-        )
+    /// Registers the node network's metrics in `scrape`.
+    pub fn register(&self, scrape: &mut crate::metrics::Scrape) {
+        let load = |value: &std::sync::atomic::AtomicU64| value.load(Ordering::Relaxed);
+        scrape.gauge(
+            "ovnbpf_node_nic_plugged",
+            "Whether the node's NIC on the join switch is built, attached and its port up.",
+            u64::from(self.plugged.load(Ordering::Relaxed)),
+        );
+        scrape.gauge(
+            "ovnbpf_node_routes",
+            "Routes to default-VPC subnets through the node's NIC.",
+            load(&self.routes),
+        );
+        scrape.gauge(
+            "ovnbpf_node_join_gateway_reachable",
+            "Whether the join gateway answered the node's last ping (Kube-OVN's \
+             JoinSubnetGatewayReachable).",
+            u64::from(self.gateway_reachable.load(Ordering::Relaxed)),
+        );
+        scrape.counter(
+            "ovnbpf_node_network_failures_total",
+            "Failed attempts to set up the node's network (each retried).",
+            load(&self.failures),
+        );
+        scrape.counter(
+            "ovnbpf_node_stale_routes_removed_total",
+            "Stale static routes removed from the node's NIC.",
+            load(&self.stale_routes_removed),
+        );
+        scrape.gauge(
+            "ovnbpf_node_nat_outgoing_subnets",
+            "Subnets whose traffic out of the cluster is masqueraded to the node's address.",
+            load(&self.nat_outgoing_subnets),
+        );
     }
 }
 
