@@ -5,9 +5,8 @@
 //! its counters, the datapath's drops per reason and counters per interface); the same port answers
 //! the health probes ([`crate::health`]). The exposition is `prometheus-client`'s ([`Scrape`]: a
 //! registry built per scrape from the daemon's snapshot, the CNI histograms kept between scrapes),
-//! which writes names, label escaping and histogram series as the format says. HTTP heads are
-//! read and answers written with the CNI crate's `http` module (the CNI socket speaks the same
-//! HTTP/1.1 subset). Owns the CNI operation histograms (the CNI server records into them) and its
+//! which writes names, label escaping and histogram series as the format says; HTTP is hyper's.
+//! Owns the CNI operation histograms (the CNI server records into them) and its
 //! TCP listener; reads the daemon only through a [`DaemonHandle`].
 
 use std::{
@@ -18,16 +17,21 @@ use std::{
     time::Duration,
 };
 
-use ovnbpf_cni::http;
+use http_body_util::Full;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::{Bytes, Incoming},
+    header::CONTENT_TYPE,
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{
     encoding::prometheus_text,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Metric, Registry},
 };
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-};
+use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use crate::{
@@ -540,7 +544,7 @@ pub async fn serve(listener: TcpListener, sources: Sources) {
             Ok((stream, _)) => {
                 let sources = sources.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = answer(stream, &sources).await {
+                    if let Err(error) = connection(stream, &sources).await {
                         tracing::debug!(%error, "metrics connection");
                     }
                 });
@@ -553,29 +557,27 @@ pub async fn serve(listener: TcpListener, sources: Sources) {
     }
 }
 
-async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    let complete = tokio::time::timeout(Duration::from_secs(5), async {
-        while http::head_end(&head).is_none() && head.len() < http::MAX_HEAD {
-            let read = stream.read(&mut chunk).await?;
-            if read == 0 {
-                break;
-            }
-            head.extend_from_slice(&chunk[..read]);
-        }
-        Ok::<_, std::io::Error>(http::head_end(&head))
-    })
-    .await;
-    let Ok(Ok(Some(end))) = complete else {
-        return Ok(());
+/// Serves one connection (one request: the answer closes it), within 5 s for the head.
+async fn connection(stream: TcpStream, sources: &Sources) -> Result<(), hyper::Error> {
+    let service = service_fn(|request| async move {
+        Ok::<_, std::convert::Infallible>(answer(&request, sources).await)
+    });
+    http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(5))
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+}
+
+/// `GET /metrics`, a health probe, or 404.
+async fn answer(request: &Request<Incoming>, sources: &Sources) -> Response<Full<Bytes>> {
+    let path = if request.method() == Method::GET {
+        request.uri().path()
+    } else {
+        ""
     };
-    // Without the blank line, as the parser takes it.
-    let path = match http::parse_request_head(&head[..end - 2]) {
-        Ok(request) if request.method == "GET" => request.path,
-        _ => String::new(),
-    };
-    let (status, content_type, body) = if let Some(probe) = Probe::from_path(&path) {
+    let (status, content_type, body) = if let Some(probe) = Probe::from_path(path) {
         let verdict = health::check(
             probe,
             sources.daemon.as_ref(),
@@ -597,9 +599,14 @@ async fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()>
     } else {
         (404, "text/plain", String::new())
     };
-    let response = http::encode_response_as(status, content_type, body.as_bytes());
-    stream.write_all(&response).await?;
-    stream.shutdown().await
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The CNI socket: HTTP/1.1 on a unix socket (mode 0600), one request per connection, routed to
-//! the [`Handler`]. Kube-OVN's statuses: ADD 200 + JSON, DEL 204; CHECK and STATUS 200, GC 204;
+//! The CNI socket: HTTP/1.1 on a unix socket (mode 0600), served by hyper, one request per
+//! connection, routed to the [`Handler`]. Kube-OVN's statuses: ADD 200 + JSON, DEL 204; CHECK and STATUS 200, GC 204;
 //! failures 400 (bad request), 422 (the pod cannot be served as configured), 500 (failed) or
 //! 503 (not ready) with `{"error": …}`. Malformed
 //! requests are answered and counted, never fatal; slow clients time out.
@@ -11,14 +11,20 @@ use std::{
     time::Duration,
 };
 
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{
+    Method, Request, Response,
+    body::{Bytes, Incoming},
+    header::CONTENT_TYPE,
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use ovnbpf_cni::{
-    http::{self, MAX_HEAD},
+    http::MAX_BODY,
     wire::{self, CniRequest, CniResponse, GcRequest},
 };
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{UnixListener, UnixStream},
-};
+use tokio::net::{UnixListener, UnixStream};
 use tracing::{Instrument, info_span, warn};
 
 use super::handler::{Handler, HandlerError};
@@ -68,36 +74,6 @@ pub async fn serve(
     }
 }
 
-/// Reads one request: head and body.
-async fn read_request(stream: &mut UnixStream) -> Result<(http::RequestHead, Vec<u8>), String> {
-    let mut buffer = Vec::with_capacity(1024);
-    let mut chunk = [0_u8; 4096];
-    let end = loop {
-        if let Some(end) = http::head_end(&buffer) {
-            break end;
-        }
-        if buffer.len() > MAX_HEAD {
-            return Err("request head too long".into());
-        }
-        let read = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
-        if read == 0 {
-            return Err("connection closed before the request was complete".into());
-        }
-        buffer.extend_from_slice(&chunk[..read]);
-    };
-    let head = http::parse_request_head(&buffer[..end - 2]).map_err(|e| e.to_string())?;
-    let mut body = buffer[end..].to_vec();
-    while body.len() < head.content_length {
-        let read = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
-        if read == 0 {
-            return Err("connection closed inside the body".into());
-        }
-        body.extend_from_slice(&chunk[..read]);
-    }
-    body.truncate(head.content_length);
-    Ok((head, body))
-}
-
 fn error_body(message: &str) -> Vec<u8> {
     serde_json::to_vec(&CniResponse {
         error: message.to_string(),
@@ -118,14 +94,42 @@ fn operation(path: &str) -> &'static str {
     }
 }
 
+/// Serves one connection: its request, or a 400 (from hyper) for one that does not parse or
+/// does not come within [`READ_TIMEOUT`], counted as a bad request.
 async fn connection(
-    mut stream: UnixStream,
+    stream: UnixStream,
     handler: &Handler,
     stats: &ServerStats,
     operations: &CniMetrics,
 ) {
     stats.requests.fetch_add(1, Ordering::Relaxed);
-    let (status, body) = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut stream)).await {
+    let service = service_fn(|request| async move {
+        Ok::<_, std::convert::Infallible>(answer(request, handler, stats, operations).await)
+    });
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(error) = served {
+        stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+        stats.failures.fetch_add(1, Ordering::Relaxed);
+        warn!(%error, "malformed CNI request");
+    }
+}
+
+/// The answer to one request whose head parsed: its body read (at most [`MAX_BODY`], within
+/// [`READ_TIMEOUT`]), then routed.
+async fn answer(
+    request: Request<Incoming>,
+    handler: &Handler,
+    stats: &ServerStats,
+    operations: &CniMetrics,
+) -> Response<Full<Bytes>> {
+    let (head, body) = request.into_parts();
+    let body = tokio::time::timeout(READ_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await;
+    let (status, body) = match body {
         Err(_) => {
             stats.bad_requests.fetch_add(1, Ordering::Relaxed);
             (400, error_body("timed out reading the request"))
@@ -133,23 +137,27 @@ async fn connection(
         Ok(Err(reason)) => {
             stats.bad_requests.fetch_add(1, Ordering::Relaxed);
             warn!(%reason, "malformed CNI request");
-            (400, error_body(&reason))
+            (400, error_body(&format!("reading the body: {reason}")))
         }
-        Ok(Ok((head, body))) => {
+        Ok(Ok(body)) => {
             let start = std::time::Instant::now();
-            let (status, body) = route(&head, &body, handler, stats).await;
-            operations.observe(operation(&head.path), status, start.elapsed());
+            let path = head.uri.path();
+            let (status, body) = route(&head.method, path, &body.to_bytes(), handler, stats).await;
+            operations.observe(operation(path), status, start.elapsed());
             (status, body)
         }
     };
     if status >= 400 {
         stats.failures.fetch_add(1, Ordering::Relaxed);
     }
-    let response = http::encode_response(status, &body);
-    if let Err(error) = stream.write_all(&response).await {
-        warn!(%error, "writing the CNI response failed");
-    }
-    let _ = stream.shutdown().await;
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HandlerError> {
@@ -157,16 +165,17 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HandlerError>
 }
 
 async fn route(
-    head: &http::RequestHead,
+    method: &Method,
+    path: &str,
     body: &[u8],
     handler: &Handler,
     stats: &ServerStats,
 ) -> (u16, Vec<u8>) {
-    if head.method != "POST" {
+    if method != Method::POST {
         return (405, error_body("only POST is served"));
     }
     let result: Result<(u16, Vec<u8>), HandlerError> = async {
-        match head.path.as_str() {
+        match path {
             wire::PATH_ADD => {
                 let request: CniRequest = parse(body)?;
                 let response = handler.add(&request).await?;
@@ -199,9 +208,9 @@ async fn route(
     match result {
         Ok(reply) => reply,
         Err(error) => {
-            warn!(path = head.path, %error, "CNI request failed");
+            warn!(path, %error, "CNI request failed");
             let status = match error {
-                HandlerError::BadRequest(_) if head.path.starts_with("/api/v1/") => 400,
+                HandlerError::BadRequest(_) if path.starts_with("/api/v1/") => 400,
                 HandlerError::BadRequest(_) => 404,
                 HandlerError::Failed(_) => 500,
                 HandlerError::NotReady(_) => 503,
