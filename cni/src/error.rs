@@ -43,10 +43,15 @@ impl CniError {
         }
     }
 
-    /// The error JSON, tagged with `cni_version`.
+    /// The error JSON, tagged with `cni_version` (written by `rscni-types`' `ErrorResult`).
     #[must_use]
     pub fn to_json(&self, cni_version: &str) -> Value {
-        json!({"cniVersion": cni_version, "code": self.code, "msg": self.msg, "details": self.details})
+        let error =
+            rscni_types::error::Error::Custom(self.code, self.msg.clone(), self.details.clone());
+        let version = cni_version.parse().unwrap_or_default();
+        serde_json::to_value(rscni_types::types::ErrorResult::new(version, &error)).unwrap_or_else(
+            |_| json!({"cniVersion": cni_version, "code": self.code, "msg": self.msg, "details": self.details}),
+        )
     }
 }
 

@@ -3,9 +3,11 @@
 //! - [`netconf`]: the network configuration and `CNI_ARGS` the runtime hands the plugin;
 //! - [`result`]: CNI results in every spec version the plugin speaks;
 //! - [`error`]: CNI error codes and the error JSON;
-//! - [`http`]: HTTP/1.1 framing over a unix socket (client side blocking; parsing shared).
+//! - [`http`]: the plugin's HTTP/1.1 client over the unix socket (hyper).
 //!
-//! Depends on serde only; no runtime, no work beyond parsing.
+//! The specification's types (network configuration, results in the current and the legacy
+//! layout, the error JSON) are `rscni-types`' (spec 1.1.0, results 0.3.0–1.1.0, as the
+//! reference implementation writes them); Kube-OVN's keys and API are ours.
 
 pub mod error;
 pub mod http;

@@ -152,7 +152,7 @@ fn dispatch(invocation: &Invocation, conf: &NetConf, post: Post<'_>) -> Result<O
         }
         "CHECK" => {
             needs("0.4.0")?;
-            if conf.prev_result.is_none() {
+            if !conf.has_prev_result {
                 return Err(CniError::new(
                     error::INVALID_NETWORK_CONFIG,
                     "CHECK needs prevResult",

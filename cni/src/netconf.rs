@@ -1,6 +1,7 @@
 //! The network configuration on the plugin's stdin (Kube-OVN's netconf: `type` "kube-ovn" or
 //! "ovnbpf", `server_socket`, `provider`, `routes`, `ipam`) and the pod identity in `CNI_ARGS`.
 
+use rscni_types::types;
 use serde_json::Value;
 
 use crate::{
@@ -21,8 +22,8 @@ pub struct NetConf {
     pub server_socket: String,
     pub provider: String,
     pub routes: Vec<Route>,
-    /// The previous plugin's result (CHECK, chained ADD/DEL).
-    pub prev_result: Option<Value>,
+    /// Whether the previous plugin's result came along (CHECK needs it).
+    pub has_prev_result: bool,
     /// GC: `cni.dev/valid-attachments`.
     pub valid_attachments: Vec<Attachment>,
 }
@@ -31,15 +32,18 @@ fn invalid(msg: impl Into<String>) -> CniError {
     CniError::new(error::INVALID_NETWORK_CONFIG, msg, "")
 }
 
-fn string(value: &Value, key: &str) -> String {
-    value
+/// A string-valued key of the plugin's own (Kube-OVN's `server_socket`, `provider`).
+fn string(conf: &types::NetConf, key: &str) -> String {
+    conf.custom
         .get(key)
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string()
 }
 
-/// Parses the configuration bytes from stdin.
+/// Parses the configuration bytes from stdin: the specification's keys through
+/// `rscni-types`' [`types::NetConf`], Kube-OVN's (`server_socket`, `provider`, `routes`) from
+/// its other keys.
 pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
     let value: Value = serde_json::from_slice(stdin).map_err(|e| {
         CniError::new(
@@ -55,7 +59,14 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
             "",
         ));
     }
-    let cni_version = string(&value, "cniVersion");
+    let conf: types::NetConf = serde_json::from_value(value).map_err(|e| {
+        CniError::new(
+            error::DECODING_FAILURE,
+            "the network configuration does not decode",
+            e.to_string(),
+        )
+    })?;
+    let cni_version = conf.cni_version.clone();
     if cni_version.is_empty() {
         return Err(invalid("cniVersion is missing"));
     }
@@ -66,19 +77,17 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
             format!("supported: {}", SUPPORTED_VERSIONS.join(", ")),
         ));
     }
-    let plugin_type = string(&value, "type");
-    // Kube-OVN's rule: under another plugin type, the settings come from the `ipam` section
-    // (IPAM-only mode, which creates no NIC; ovnbpf does not offer it).
-    if !PLUGIN_TYPES.contains(&plugin_type.as_str()) {
+    if !PLUGIN_TYPES.contains(&conf.r#type.as_str()) {
         return Err(invalid(format!(
-            "type {plugin_type:?}: ovnbpf attaches NICs as type \"kube-ovn\" or \"ovnbpf\" (IPAM-only mode is not supported)"
+            "type {:?}: ovnbpf attaches NICs as type \"kube-ovn\" or \"ovnbpf\" (IPAM-only mode is not supported)",
+            conf.r#type
         )));
     }
-    let server_socket = string(&value, "server_socket");
+    let server_socket = string(&conf, "server_socket");
     if server_socket.is_empty() {
         return Err(invalid("server_socket is required"));
     }
-    let routes: Vec<crate::wire::Route> = match value.get("routes") {
+    let routes: Vec<crate::wire::Route> = match conf.custom.get("routes") {
         None | Some(Value::Null) => Vec::new(),
         Some(routes) => {
             serde_json::from_value(routes.clone()).map_err(|e| invalid(format!("routes: {e}")))?
@@ -87,23 +96,27 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
     for route in &routes {
         route.parse_ipv4().map_err(invalid)?;
     }
-    let valid_attachments = match value.get("cni.dev/valid-attachments") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(list) => serde_json::from_value(list.clone())
-            .map_err(|e| invalid(format!("cni.dev/valid-attachments: {e}")))?,
-    };
-    let provider = match string(&value, "provider") {
+    let provider = match string(&conf, "provider") {
         provider if provider.is_empty() => "ovn".to_string(),
         provider => provider,
     };
+    let valid_attachments = conf
+        .valid_attachments
+        .iter()
+        .flatten()
+        .map(|attachment| Attachment {
+            container_id: attachment.container_id.clone(),
+            ifname: attachment.ifname.clone(),
+        })
+        .collect();
     Ok(NetConf {
         cni_version,
-        name: string(&value, "name"),
-        plugin_type,
+        name: conf.name.clone(),
+        plugin_type: conf.r#type.clone(),
         server_socket,
         provider,
         routes,
-        prev_result: value.get("prevResult").cloned(),
+        has_prev_result: conf.prev_result.is_some(),
         valid_attachments,
     })
 }
@@ -140,7 +153,7 @@ mod tests {
         .unwrap();
         assert_eq!(conf.provider, "ovn");
         assert_eq!(conf.server_socket, "/run/x.sock");
-        assert!(conf.routes.is_empty() && conf.prev_result.is_none());
+        assert!(conf.routes.is_empty() && !conf.has_prev_result);
     }
 
     #[test]

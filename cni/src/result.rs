@@ -1,86 +1,115 @@
-//! CNI results: what ADD prints, built from the agent's [`CniResponse`] in the spec version of
-//! the configuration (1.1.0 has interface MTUs; before 1.0.0 each IP names its version).
+//! CNI results: what ADD prints, built from the agent's [`CniResponse`] as `rscni-types`'
+//! [`types::CNIResult`] and written in the spec version of the configuration by that crate:
+//! the current layout from 1.0.0 (interface MTUs from 1.1.0), the legacy one before (each IP
+//! names its version, `dns` always present).
 
+use std::net::IpAddr;
+
+use rscni_types::{
+    ipnet::IpNet,
+    legacy,
+    types::{self, CNIResultWithVersion},
+    version::SpecVersion,
+};
 use serde_json::{Value, json};
 
 use crate::{version_at_least, wire::CniResponse};
 
-/// The ADD result for `response` (the pod's interface in `netns`) in `cni_version`.
+/// The ADD result for `response` (the pod's interface in `netns`) in `cni_version` (one the
+/// plugin supports: the configuration was checked).
 #[must_use]
 pub fn add_result(response: &CniResponse, netns: &str, cni_version: &str) -> Value {
-    let mut interface = json!({
-        "name": response.nicname,
-        "mac": response.mac_address,
-        "sandbox": netns,
-    });
-    if version_at_least(cni_version, "1.1.0") && response.mtu > 0 {
-        interface["mtu"] = json!(response.mtu);
-    }
+    let mtu = (version_at_least(cni_version, "1.1.0") && response.mtu > 0).then_some(response.mtu);
+    let interface = |name: &str, mac: &str, sandbox: Option<&str>| types::Interface {
+        name: name.to_string(),
+        mac: mac.to_string(),
+        mtu,
+        sandbox: sandbox.map(str::to_string),
+        socket_path: None,
+        pci_id: None,
+    };
     // The host end first, when the agent names it (the container interface is then index 1).
     let mut interfaces = Vec::new();
     if !response.host_interface.is_empty() {
-        let mut host = json!({"name": response.host_interface, "mac": response.host_mac});
-        if version_at_least(cni_version, "1.1.0") && response.mtu > 0 {
-            host["mtu"] = json!(response.mtu);
-        }
-        interfaces.push(host);
+        interfaces.push(interface(
+            &response.host_interface,
+            &response.host_mac,
+            None,
+        ));
     }
-    let container_index = interfaces.len();
-    interfaces.push(interface);
-    let ips: Vec<Value> = response
+    let container_index = interfaces.len() as u32;
+    interfaces.push(interface(
+        &response.nicname,
+        &response.mac_address,
+        Some(netns),
+    ));
+    let ips = response
         .ips
         .iter()
         .filter_map(|ip| {
             let prefix = ip.cidr.split_once('/')?.1;
-            let mut entry = json!({
-                "address": format!("{}/{prefix}", ip.ip),
-                "interface": container_index,
-            });
-            if !ip.gateway.is_empty() {
-                entry["gateway"] = json!(ip.gateway);
-            }
-            if !version_at_least(cni_version, "1.0.0") {
-                entry["version"] = json!(if ip.protocol == "IPv6" { "6" } else { "4" });
-            }
-            Some(entry)
+            Some(types::IpConfig {
+                interface: Some(container_index),
+                address: format!("{}/{prefix}", ip.ip).parse().ok()?,
+                gateway: ip.gateway.parse().ok(),
+            })
         })
         .collect();
+    let route = |dst: IpNet, gw: Option<IpAddr>| types::Route {
+        dst,
+        gw,
+        mtu: None,
+        advmss: None,
+        priority: None,
+        table: None,
+        scope: None,
+    };
     // Kube-OVN's rule: without routes from the daemon, a default route per gateway.
-    let routes: Vec<Value> = if response.routes.is_empty() {
+    let routes = if response.routes.is_empty() {
         response
             .ips
             .iter()
-            .filter(|ip| !ip.gateway.is_empty())
-            .map(|ip| {
-                let dst = if ip.protocol == "IPv6" {
+            .filter_map(|ip| {
+                let gateway: IpAddr = ip.gateway.parse().ok()?;
+                let dst = if gateway.is_ipv6() {
                     "::/0"
                 } else {
                     "0.0.0.0/0"
                 };
-                json!({"dst": dst, "gw": ip.gateway})
+                Some(route(dst.parse().ok()?, Some(gateway)))
             })
             .collect()
     } else {
         response
             .routes
             .iter()
-            .map(|route| {
-                let mut entry =
-                    json!({"dst": if route.dst.is_empty() { "0.0.0.0/0" } else { &route.dst }});
-                if !route.gw.is_empty() {
-                    entry["gw"] = json!(route.gw);
-                }
-                entry
+            .filter_map(|r| {
+                let dst = if r.dst.is_empty() {
+                    "0.0.0.0/0"
+                } else {
+                    &r.dst
+                };
+                Some(route(dst.parse().ok()?, r.gw.parse().ok()))
             })
             .collect()
     };
-    json!({
-        "cniVersion": cni_version,
-        "interfaces": interfaces,
-        "ips": ips,
-        "routes": routes,
-        "dns": response.dns.clone().unwrap_or_else(|| json!({})),
-    })
+    let dns = response
+        .dns
+        .clone()
+        .and_then(|dns| serde_json::from_value::<types::Dns>(dns).ok());
+    let result = types::CNIResult {
+        interfaces,
+        ips,
+        routes,
+        dns,
+    };
+    let version: SpecVersion = cni_version.parse().unwrap_or_default();
+    let encoded = if version_at_least(cni_version, "1.0.0") {
+        serde_json::to_value(CNIResultWithVersion::new(version, result))
+    } else {
+        serde_json::to_value(legacy::CNIResult::new(version, result))
+    };
+    encoded.unwrap_or_else(|_| json!({ "cniVersion": cni_version }))
 }
 
 #[cfg(test)]
