@@ -269,7 +269,7 @@ pub async fn run(
                     None => commands_open = false,
                 },
                 event = events.recv() => match event {
-                    Some(event) => daemon.handle(&event).await,
+                    Some(event) => daemon.handle(event).await,
                     None => break,
                 },
                 Some(decided) = daemon.service_monitors.next_decision() => {
@@ -349,8 +349,8 @@ impl Daemon {
         }
     }
 
-    async fn handle(&mut self, event: &SessionEvent) {
-        match event {
+    async fn handle(&mut self, event: SessionEvent) {
+        match &event {
             SessionEvent::Transacted { id, result } => {
                 self.sb_sync.finished(&self.sb, *id, result.clone());
                 self.sync_southbound().await;
@@ -375,8 +375,12 @@ impl Daemon {
                 self.sweep_at = Some(tokio::time::Instant::now() + SWEEP_DELAY);
             }
         }
-        let changes = self.sb.apply(event);
-        self.record(event, &changes);
+        let changes = self.sb.apply(&event);
+        self.record(&event, &changes);
+        let disconnected = matches!(event, SessionEvent::Disconnected { .. });
+        // The update's JSON is in the replica now: gone before the compile, whose own peak
+        // would come on top of it (the snapshot's tree was ~100 MiB at 10,000 ports).
+        drop(event);
         let diff = self.compiler.apply(&self.sb, &changes);
         self.stats.ir_changes += diff.len() as u64;
         self.stats.bad_addresses = self.compiler.bad_addresses();
@@ -397,7 +401,7 @@ impl Daemon {
                 "pipeline IR changed"
             );
         }
-        if matches!(event, SessionEvent::Disconnected { .. }) {
+        if disconnected {
             // Writes in flight end with the session's Transacted events (retried from there).
             self.connected = false;
             self.stats.disconnects += 1;

@@ -460,14 +460,14 @@ async fn a_port_whose_writes_succeed_on_retry_is_reported_up_by_the_retry() {
     // The claim lands while the port is not programmed: bound here, down.
     let us = "00000000-0000-0000-0000-0000000000c1";
     daemon
-        .handle(&SessionEvent::Update {
+        .handle(SessionEvent::Update {
             updates: json!({"Port_Binding": {"00000000-0000-0000-0000-0000000000b1":
                 {"modify": {"chassis": ["uuid", us]}}}}),
             format: UpdateFormat::Update2,
         })
         .await;
     daemon
-        .handle(&SessionEvent::Transacted {
+        .handle(SessionEvent::Transacted {
             id: claim.0,
             result: Ok(()),
         })

@@ -101,21 +101,24 @@ pub(super) async fn start_monitor(
         .unwrap_or_else(|| ZERO_TXN.to_string());
     let params = json!([database, MONITOR_ID, requests, since]);
     match connection.call("monitor_cond_since", params).await {
-        Ok(reply) => {
-            let (found, txn, updates) = match reply.as_array().map(Vec::as_slice) {
+        Ok(mut reply) => {
+            if !matches!(reply.as_array().map(Vec::len), Some(3)) {
+                return Err(OvsdbError::Protocol(format!(
+                    "monitor_cond_since reply {reply}"
+                )));
+            }
+            // Taken, not cloned: the snapshot is the largest message there is (a second tree of
+            // it was ~100 MiB of peak heap at 10,000 ports).
+            let (found, txn, updates) = match reply.as_array_mut().map(Vec::as_mut_slice) {
                 Some([found, txn, updates]) => (
                     found.as_bool().unwrap_or(false),
-                    txn.as_str(),
-                    updates.clone(),
+                    txn.as_str().map(str::to_string),
+                    updates.take(),
                 ),
-                _ => {
-                    return Err(OvsdbError::Protocol(format!(
-                        "monitor_cond_since reply {reply}"
-                    )));
-                }
+                _ => (false, None, Value::Null),
             };
             let resumed = found && state.last_txn_id.is_some();
-            state.last_txn_id = txn.map(str::to_string);
+            state.last_txn_id = txn;
             return Ok(SessionEvent::Snapshot {
                 remote,
                 method: MonitorMethod::MonitorCondSince,

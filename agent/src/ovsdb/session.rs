@@ -537,23 +537,27 @@ fn handle_notification(
     notification: Notification,
     format: UpdateFormat,
 ) -> Result<Option<SessionEvent>, String> {
-    let params = notification.params.as_array().cloned().unwrap_or_default();
+    // Taken apart, not cloned: an update can be as large as the snapshot.
+    let mut params = match notification.params {
+        Value::Array(params) => params,
+        _ => Vec::new(),
+    };
     let ours = params.first().and_then(Value::as_str) == Some(MONITOR_ID);
     match notification.method.as_str() {
         "update3" if ours => {
-            let [_, txn, updates] = params.as_slice() else {
+            let [_, txn, updates] = params.as_mut_slice() else {
                 return Err(format!("malformed update3 with {} params", params.len()));
             };
             if let Some(txn) = txn.as_str() {
                 state.last_txn_id = Some(txn.to_string());
             }
             Ok(Some(SessionEvent::Update {
-                updates: updates.clone(),
+                updates: updates.take(),
                 format: UpdateFormat::Update2,
             }))
         }
         "update2" | "update" if ours => {
-            let [_, updates] = params.as_slice() else {
+            let [_, updates] = params.as_mut_slice() else {
                 return Err(format!(
                     "malformed {} with {} params",
                     notification.method,
@@ -561,7 +565,7 @@ fn handle_notification(
                 ));
             };
             Ok(Some(SessionEvent::Update {
-                updates: updates.clone(),
+                updates: updates.take(),
                 format,
             }))
         }

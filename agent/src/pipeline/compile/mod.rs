@@ -449,6 +449,8 @@ impl Compiler {
             self.add(entry, delta);
         }
         self.flows_by_set.add(flow.uuid, &contribution.address_sets);
+        // Most flows give one entry, which `extend` left in a vector of four.
+        contribution.entries.shrink_to_fit();
         self.flows.insert(flow.uuid, contribution);
     }
 }
