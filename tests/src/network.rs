@@ -466,6 +466,15 @@ impl PhysicalSwitch {
         &self.netns
     }
 
+    /// A switch with a trunk to each of `nodes`, their provider NIC `nic`.
+    pub fn with_trunks(prefix: &str, nodes: &[Node], nic: &str) -> Result<Self> {
+        let switch = Self::create(prefix)?;
+        for node in nodes {
+            switch.add_trunk(node, nic)?;
+        }
+        Ok(switch)
+    }
+
     /// Gives `node` a provider NIC `nic` on the switch's port `t-<node>`.
     pub fn add_trunk(&self, node: &Node, nic: &str) -> Result<()> {
         let port = format!("t-{}", node.name());

@@ -193,6 +193,26 @@ pub fn start_planned_agents(
         .collect()
 }
 
+/// [`start_planned_agents`], each agent also given `extra_args` (e.g. `--bridge-mappings`).
+pub fn start_planned_agents_with(
+    lab: &OvnLab,
+    nodes: &[Node],
+    plans: &[PodPlan],
+    pin_root: Option<&std::path::Path>,
+    log_dir: &std::path::Path,
+    extra_args: &[&str],
+) -> Vec<Child> {
+    (0..nodes.len())
+        .map(|index| {
+            let mut spec = planned_agent(nodes, plans, index, pin_root);
+            spec.extra_args = extra_args.iter().map(|a| (*a).to_string()).collect();
+            let log = log_dir.join(format!("{}.log", NODES[index]));
+            spec.spawn(lab, &workspace_binary("ovnbpf-agent"), log)
+                .unwrap()
+        })
+        .collect()
+}
+
 /// Waits up to 20 s until every planned pod's Port_Binding is `up`.
 pub fn planned_pods_up(lab: &OvnLab, plans: &[PodPlan]) -> bool {
     wait_until(Duration::from_secs(20), || {

@@ -17,8 +17,7 @@ use ovnbpf_tests::{
     bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
     network::PhysicalSwitch,
-    process::{Child, wait_until},
-    workspace_binary,
+    process::wait_until,
 };
 
 const PODS: [PodPlan; 7] = [
@@ -36,10 +35,7 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
-    let physical = PhysicalSwitch::create(prefix).unwrap();
-    for node in nodes {
-        physical.add_trunk(node, "eth1").unwrap();
-    }
+    let physical = PhysicalSwitch::with_trunks(prefix, nodes, "eth1").unwrap();
     let external_100 = physical
         .add_host("x100", Some(100), "10.100.0.200/24")
         .unwrap();
@@ -69,20 +65,14 @@ fn vlan_pods_reach_their_vlan_across_nodes_and_nothing_else() {
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
-    let agents: Vec<Child> = (0..2)
-        .map(|index| {
-            let mut spec = scenario::planned_agent(nodes, &PODS, index, Some(bpffs.path()));
-            spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
-            spec.spawn(
-                lab,
-                &workspace_binary("ovnbpf-agent"),
-                log_dir
-                    .path()
-                    .join(format!("{}.log", scenario::NODES[index])),
-            )
-            .unwrap()
-        })
-        .collect();
+    let agents = scenario::start_planned_agents_with(
+        lab,
+        nodes,
+        &PODS,
+        Some(bpffs.path()),
+        log_dir.path(),
+        &["--bridge-mappings", "physnet1:eth1"],
+    );
     let logs = || scenario::log_tails(&agents);
     assert!(
         scenario::planned_pods_up(lab, &PODS),

@@ -25,8 +25,7 @@ use ovnbpf_tests::{
     kubeovn::Topology,
     netns::Netns,
     network::{PhysicalSwitch, Pod},
-    process::{Child, wait_until},
-    workspace_binary,
+    process::wait_until,
 };
 
 const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 50, 0, 254);
@@ -57,10 +56,7 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
-    let physical = PhysicalSwitch::create(prefix).unwrap();
-    for node in nodes {
-        physical.add_trunk(node, "eth1").unwrap();
-    }
+    let physical = PhysicalSwitch::with_trunks(prefix, nodes, "eth1").unwrap();
     let external = physical
         .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
         .unwrap();
@@ -80,20 +76,14 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
-    let agents: Vec<Child> = (0..2)
-        .map(|index| {
-            let mut spec = scenario::planned_agent(nodes, &PODS, index, Some(bpffs.path()));
-            spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
-            spec.spawn(
-                lab,
-                &workspace_binary("ovnbpf-agent"),
-                log_dir
-                    .path()
-                    .join(format!("{}.log", scenario::NODES[index])),
-            )
-            .unwrap()
-        })
-        .collect();
+    let agents = scenario::start_planned_agents_with(
+        lab,
+        nodes,
+        &PODS,
+        Some(bpffs.path()),
+        log_dir.path(),
+        &["--bridge-mappings", "physnet1:eth1"],
+    );
     let logs = || scenario::log_tails(&agents);
     assert!(
         scenario::planned_pods_up(lab, &PODS),
@@ -357,10 +347,7 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
-    let physical = PhysicalSwitch::create(prefix).unwrap();
-    for node in nodes {
-        physical.add_trunk(node, "eth1").unwrap();
-    }
+    let physical = PhysicalSwitch::with_trunks(prefix, nodes, "eth1").unwrap();
     let external = physical
         .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
         .unwrap();
@@ -401,20 +388,14 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
-    let agents: Vec<Child> = (0..2)
-        .map(|index| {
-            let mut spec = scenario::planned_agent(nodes, &NATIVE_PODS, index, Some(bpffs.path()));
-            spec.extra_args = vec!["--bridge-mappings".into(), "physnet1:eth1".into()];
-            spec.spawn(
-                lab,
-                &workspace_binary("ovnbpf-agent"),
-                log_dir
-                    .path()
-                    .join(format!("{}.log", scenario::NODES[index])),
-            )
-            .unwrap()
-        })
-        .collect();
+    let agents = scenario::start_planned_agents_with(
+        lab,
+        nodes,
+        &NATIVE_PODS,
+        Some(bpffs.path()),
+        log_dir.path(),
+        &["--bridge-mappings", "physnet1:eth1"],
+    );
     let logs = || scenario::log_tails(&agents);
     assert!(
         scenario::planned_pods_up(lab, &NATIVE_PODS),
