@@ -99,7 +99,6 @@ sb_row! {
         mac: Vec<String> = strings("mac"),
         port_security: Vec<String> = strings("port_security"),
         options: BTreeMap<String, String> = string_map("options"),
-        parent_port: Option<String> = optional_string("parent_port"),
         tag: Option<i64> = optional_integer("tag"),
         chassis: Option<Uuid> = optional_uuid("chassis"),
         additional_chassis: Vec<Uuid> = uuids("additional_chassis"),
@@ -108,9 +107,6 @@ sb_row! {
         up: Option<bool> = optional_bool("up"),
         gateway_chassis: Vec<Uuid> = uuids("gateway_chassis"),
         ha_chassis_group: Option<Uuid> = optional_uuid("ha_chassis_group"),
-        nat_addresses: Vec<String> = strings("nat_addresses"),
-        virtual_parent: Option<String> = optional_string("virtual_parent"),
-        external_ids: BTreeMap<String, String> = string_map("external_ids"),
     }
 }
 
@@ -120,12 +116,9 @@ sb_row! {
         logical_datapath: Option<Uuid> = optional_uuid("logical_datapath"),
         logical_dp_group: Option<Uuid> = optional_uuid("logical_dp_group"),
         pipeline: String = string("pipeline"),
-        table_id: i64 = integer("table_id"),
         priority: i64 = integer("priority"),
         match_: String = string("match"),
         actions: String = string("actions"),
-        tags: BTreeMap<String, String> = string_map("tags"),
-        controller_meter: Option<String> = optional_string("controller_meter"),
         /// `stage-name`, `stage-hint`, `source`: the compiler keys off `stage-name`.
         external_ids: BTreeMap<String, String> = string_map("external_ids"),
     }
