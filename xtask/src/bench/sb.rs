@@ -23,9 +23,9 @@ use super::stats::{median, numbers, percentile, sizes, write_json};
 use crate::{args::option, cmd};
 
 /// What one measured child process cost.
-struct Measured {
-    wall: Duration,
-    max_rss_kib: u64,
+pub(super) struct Measured {
+    pub(super) wall: Duration,
+    pub(super) max_rss_kib: u64,
     stdout: String,
 }
 
@@ -46,7 +46,8 @@ fn wait_measured(pid: u32) -> Result<u64> {
     Ok(u64::try_from(usage.ru_maxrss).unwrap_or(0))
 }
 
-fn measure(command: &mut Command) -> Result<Measured> {
+/// Runs `command` to its end: its wall time, peak RSS and output.
+pub(super) fn measure(command: &mut Command) -> Result<Measured> {
     let started = Instant::now();
     let mut child = command
         .stdout(Stdio::piped())

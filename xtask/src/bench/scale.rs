@@ -1,0 +1,194 @@
+//! `bench scale [--pods 1000,10000] [--agent PATH]`: the agent (the release build, or the binary
+//! at PATH, e.g. another commit's, to compare two builds) as one chassis of a large Southbound (a real OVN
+//! central with `bench sb`'s topology), from its start until it has compiled its first view:
+//! wall time, peak RSS and the RSS it settles at (from the agent's `/proc/<pid>/status`), next to
+//! the baseline in the same run, `ovsdb-client dump` of the same Southbound (what the server
+//! takes to hand the tables over, and what a bare client holds of them). The agent follows the
+//! Southbound with `--monitor-all` (every row: a node's worst case) and without a datapath (no
+//! `--uplink`: it compiles, it writes no kernel map), so this is the control plane's cost. The
+//! agent has compiled its first view when its metrics first say `ovnbpf_southbound_synced 1`:
+//! the daemon loop answers a scrape only between two events, after the snapshot's compile.
+//! Not yet (issue 26): a real ovn-controller beside it, a share of local ports bound here, the
+//! datapath's programming, one change's end-to-end latency.
+
+use std::{
+    io::{Read, Write},
+    net::{Ipv4Addr, SocketAddr, TcpStream},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use ovnbpf_tests::ovn::{Db, OvnLab};
+use serde_json::{Value, json};
+
+use super::{
+    sb::{measure, populate},
+    stats::{median, sizes, write_json},
+};
+use crate::{args::option, cmd};
+
+/// Where the measured agent serves its metrics.
+const METRICS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 19_665);
+/// How long the agent may take to compile its first view.
+const SYNC_LIMIT: Duration = Duration::from_secs(600);
+/// How long the agent runs after it synced before its settled RSS is read.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// One agent run: start → first view compiled, and its memory.
+struct AgentRun {
+    synced: Duration,
+    peak_kib: u64,
+    settled_kib: u64,
+}
+
+/// `VmHWM` and `VmRSS` of `pid`, in KiB.
+fn memory_kib(pid: u32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .with_context(|| format!("{name} missing in /proc/{pid}/status"))
+    };
+    Ok((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+/// Whether the agent's metrics say it has synced (the snapshot compiled).
+fn synced() -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&METRICS, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.lines()
+        .any(|line| line == "ovnbpf_southbound_synced 1")
+}
+
+/// Starts the agent on `remote`, waits until it has compiled its first view, reads its memory,
+/// and stops it (by its PID: only the process started here).
+fn run_agent(agent: &std::path::Path, remote: &str) -> Result<AgentRun> {
+    let state = tempfile::tempdir()?;
+    let path = |name: &str| state.path().join(name).display().to_string();
+    let started = Instant::now();
+    let mut child = Command::new(agent)
+        .args([
+            "run",
+            "--sb-remote",
+            remote,
+            "--encap-ip",
+            "192.0.2.10",
+            "--system-id",
+            "bench-scale",
+            "--monitor-all",
+            "--no-cni",
+            "--no-node-nic",
+            "--no-pins",
+            "--metrics-address",
+            &METRICS.to_string(),
+        ])
+        .args(["--state-dir", &path("state")])
+        .args(["--control-socket", &path("control.sock")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting ovnbpf-agent")?;
+    let result = (|| {
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!("ovnbpf-agent ended before syncing: {status}");
+            }
+            if synced() {
+                break;
+            }
+            if started.elapsed() > SYNC_LIMIT {
+                bail!("ovnbpf-agent did not sync within {SYNC_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let synced = started.elapsed();
+        std::thread::sleep(SETTLE);
+        let (peak_kib, settled_kib) = memory_kib(child.id())?;
+        Ok(AgentRun {
+            synced,
+            peak_kib,
+            settled_kib,
+        })
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let sizes = sizes(args)?;
+    let agent = match option(args, "--agent") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => {
+            println!("== bench scale: building the agent (release)");
+            cmd::build_binaries(cmd::Profile::Release)?.agent
+        }
+    };
+    println!("== bench scale: agent {}", agent.display());
+    let mut results = Vec::new();
+    for pods in sizes {
+        println!("== bench scale: {pods} pods: building the topology");
+        let lab = OvnLab::start()?;
+        populate(&lab, pods)?;
+        let remote = lab.unix_remote(Db::Southbound);
+        // Interleaved: dump, agent, dump, agent.
+        let (mut dump_ms, mut dump_rss, mut runs) = (Vec::new(), 0, Vec::new());
+        for _ in 0..2 {
+            let dump =
+                measure(Command::new("ovsdb-client").args(["dump", &remote, "OVN_Southbound"]))?;
+            dump_ms.push(dump.wall.as_secs_f64() * 1000.0);
+            dump_rss = dump_rss.max(dump.max_rss_kib);
+            runs.push(run_agent(&agent, &remote)?);
+        }
+        let synced_ms = median(
+            runs.iter()
+                .map(|r| r.synced.as_secs_f64() * 1000.0)
+                .collect(),
+        );
+        let peak = runs.iter().map(|r| r.peak_kib).max().unwrap_or(0);
+        let settled = runs.iter().map(|r| r.settled_kib).max().unwrap_or(0);
+        results.push(json!({
+            "pods": pods,
+            "baseline_dump_ms": median(dump_ms), "baseline_dump_max_rss_kib": dump_rss,
+            "agent_synced_ms": synced_ms, "agent_peak_rss_kib": peak,
+            "agent_settled_rss_kib": settled,
+        }));
+    }
+    print_table(&results);
+    write_json("scale", &results)
+}
+
+fn print_table(results: &[Value]) {
+    println!();
+    println!(
+        "| pods | dump ms | agent start → compiled ms | × dump | dump peak RSS MiB | agent peak RSS MiB | agent settled RSS MiB | peak / dump |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            r["pods"],
+            f("baseline_dump_ms"),
+            f("agent_synced_ms"),
+            f("agent_synced_ms") / f("baseline_dump_ms"),
+            f("baseline_dump_max_rss_kib") / 1024.0,
+            f("agent_peak_rss_kib") / 1024.0,
+            f("agent_settled_rss_kib") / 1024.0,
+            f("agent_peak_rss_kib") / f("baseline_dump_max_rss_kib"),
+        );
+    }
+}
