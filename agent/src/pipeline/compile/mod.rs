@@ -190,7 +190,8 @@ impl Compiler {
                 .get(uuid)
                 .map(|c| c.entries.as_slice())
                 .unwrap_or_default();
-            let entries: Vec<IrEntry> = before.iter().cloned().chain(now).collect();
+            let gateway = |entry: &&IrEntry| matches!(entry, IrEntry::GatewayPort { .. });
+            let entries: Vec<IrEntry> = before.iter().filter(gateway).cloned().chain(now).collect();
             flows.extend(gateway::dependent_flows(sb, &entries));
         }
         for (set, name, addresses) in member_changes {
