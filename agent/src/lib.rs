@@ -2,6 +2,7 @@
 //! integration tests and tools drive the same code. The repository's `ARCHITECTURE.md` has the
 //! data flow, the code map and the layering rules; each module's doc says what it owns.
 
+pub mod allocator;
 pub mod chassis;
 pub mod cni;
 pub mod config;

@@ -512,7 +512,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         (0, Some(uplink)) => interface_mtu(uplink)?.saturating_sub(100),
         (mtu, _) => mtu,
     };
-    cap_allocator_arenas();
+    ovnbpf_agent::allocator::cap_arenas();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         if args.cleanup {
@@ -753,17 +753,6 @@ fn verify() -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// glibc gives each thread that allocates an arena of its own (up to eight per core) and keeps
-/// what they freed: the runtime's workers each held the snapshot's peak. Two arenas are enough
-/// for an agent whose work is one loop and a few blocking tasks. Before any thread starts.
-fn cap_allocator_arenas() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt takes two integers; no other thread exists yet.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
 }
 
 #[cfg(test)]

@@ -138,6 +138,8 @@ enum LflowCommand {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the agent: `sb-sync`'s numbers stand for its.
+    ovnbpf_agent::allocator::cap_arenas();
     match Cli::parse().command {
         Command::Monitor {
             socket,
@@ -499,6 +501,7 @@ async fn sb_sync(
             _ => None,
         };
         let programmed = programming.elapsed();
+        let snapshot = matches!(event, SessionEvent::Snapshot { .. });
         match event {
             SessionEvent::Snapshot { .. } if sync_ms.is_none() => {
                 sync_ms = Some(
@@ -516,7 +519,7 @@ async fn sb_sync(
             }
             SessionEvent::Update { .. } => {
                 apply_us.push(applied.as_secs_f64() * 1e6);
-                if let Some(diff) = diff {
+                if let Some(diff) = &diff {
                     compile_us.push(compiled.as_secs_f64() * 1e6);
                     diff_entries.push(diff.len());
                 }
@@ -529,6 +532,11 @@ async fn sb_sync(
             SessionEvent::Snapshot { .. }
             | SessionEvent::Transacted { .. }
             | SessionEvent::ConditionChanged { .. } => {}
+        }
+        if snapshot {
+            // As the agent does once a snapshot is handled.
+            drop(diff);
+            ovnbpf_agent::allocator::release_freed_memory();
         }
         if sync_ms.is_some() && apply_us.len() >= updates {
             break;

@@ -404,7 +404,7 @@ impl Daemon {
         }
         if snapshot {
             drop(diff);
-            release_freed_memory();
+            crate::allocator::release_freed_memory();
         }
         if disconnected {
             // Writes in flight end with the session's Transacted events (retried from there).
@@ -708,18 +708,6 @@ pub async fn cleanup(
                 "timed out waiting for the Southbound DB".into(),
             ))
         })
-}
-
-/// Hands the memory a snapshot's handling freed back to the system: its JSON tree, the compile's
-/// transient diff and change set were the agent's peak, and glibc keeps freed memory in its
-/// arenas (the agent's resident size stayed at that peak). `malloc_trim` is glibc's; elsewhere
-/// nothing is done.
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim takes a plain integer and only returns free memory to the system.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 #[cfg(test)]
