@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod ethtool;
 pub mod health;
+pub mod http_server;
 pub mod lflow;
 pub mod metrics;
 pub mod net;

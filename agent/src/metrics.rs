@@ -19,24 +19,21 @@ use std::{
 
 use http_body_util::Full;
 use hyper::{
-    Method, Request, Response, StatusCode,
+    Method, Request, Response,
     body::{Bytes, Incoming},
-    header::CONTENT_TYPE,
-    server::conn::http1,
-    service::service_fn,
 };
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{
     encoding::prometheus_text,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Metric, Registry},
 };
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tracing::warn;
 
 use crate::{
     daemon::ports::{DaemonHandle, DaemonReport},
     health::{self, Probe},
+    http_server,
 };
 
 /// Upper bounds (seconds) of the latency histogram's buckets.
@@ -544,7 +541,13 @@ pub async fn serve(listener: TcpListener, sources: Sources) {
             Ok((stream, _)) => {
                 let sources = sources.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = connection(stream, &sources).await {
+                    let answered =
+                        http_server::serve_one(stream, Duration::from_secs(5), |request| {
+                            let sources = &sources;
+                            async move { answer(&request, sources).await }
+                        })
+                        .await;
+                    if let Err(error) = answered {
                         tracing::debug!(%error, "metrics connection");
                     }
                 });
@@ -555,19 +558,6 @@ pub async fn serve(listener: TcpListener, sources: Sources) {
             }
         }
     }
-}
-
-/// Serves one connection (one request: the answer closes it), within 5 s for the head.
-async fn connection(stream: TcpStream, sources: &Sources) -> Result<(), hyper::Error> {
-    let service = service_fn(|request| async move {
-        Ok::<_, std::convert::Infallible>(answer(&request, sources).await)
-    });
-    http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(5))
-        .keep_alive(false)
-        .serve_connection(TokioIo::new(stream), service)
-        .await
 }
 
 /// `GET /metrics`, a health probe, or 404.
@@ -599,14 +589,7 @@ async fn answer(request: &Request<Incoming>, sources: &Sources) -> Response<Full
     } else {
         (404, "text/plain", String::new())
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() =
-        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    response
+    http_server::response(status, content_type, body)
 }
 
 #[cfg(test)]

@@ -15,11 +15,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::{
     Method, Request, Response,
     body::{Bytes, Incoming},
-    header::CONTENT_TYPE,
-    server::conn::http1,
-    service::service_fn,
 };
-use hyper_util::rt::{TokioIo, TokioTimer};
 use ovnbpf_cni::{
     http::MAX_BODY,
     wire::{self, CniRequest, CniResponse, GcRequest},
@@ -28,7 +24,10 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{Instrument, info_span, warn};
 
 use super::handler::{Handler, HandlerError};
-use crate::metrics::{CniMetrics, ServerStats};
+use crate::{
+    http_server,
+    metrics::{CniMetrics, ServerStats},
+};
 
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,15 +102,10 @@ async fn connection(
     operations: &CniMetrics,
 ) {
     stats.requests.fetch_add(1, Ordering::Relaxed);
-    let service = service_fn(|request| async move {
-        Ok::<_, std::convert::Infallible>(answer(request, handler, stats, operations).await)
-    });
-    let served = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(READ_TIMEOUT)
-        .keep_alive(false)
-        .serve_connection(TokioIo::new(stream), service)
-        .await;
+    let served = http_server::serve_one(stream, READ_TIMEOUT, |request| {
+        answer(request, handler, stats, operations)
+    })
+    .await;
     if let Err(error) = served {
         stats.bad_requests.fetch_add(1, Ordering::Relaxed);
         stats.failures.fetch_add(1, Ordering::Relaxed);
@@ -150,14 +144,7 @@ async fn answer(
     if status >= 400 {
         stats.failures.fetch_add(1, Ordering::Relaxed);
     }
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() =
-        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
+    http_server::response(status, "application/json", body)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HandlerError> {

@@ -153,6 +153,12 @@ impl Southbound {
 
     /// Every logical flow that applies to `datapath`: its own and those of its datapath groups.
     pub fn flows_for_datapath(&self, datapath: Uuid) -> impl Iterator<Item = LogicalFlow> + '_ {
+        self.flow_uuids_for_datapath(datapath)
+            .filter_map(|uuid| self.row(&uuid))
+    }
+
+    /// The rows of [`Self::flows_for_datapath`], without reading them.
+    pub fn flow_uuids_for_datapath(&self, datapath: Uuid) -> impl Iterator<Item = Uuid> + '_ {
         let own = self
             .indexes
             .flows_by_datapath
@@ -166,7 +172,7 @@ impl Southbound {
             .into_iter()
             .flatten()
             .flat_map(|group| self.indexes.flows_by_group.get(group).into_iter().flatten());
-        own.chain(grouped).filter_map(|uuid| self.row(uuid))
+        own.chain(grouped).copied()
     }
 
     #[must_use]

@@ -106,30 +106,18 @@ pub(super) fn dependent_flows(sb: &Southbound, entries: &[IrEntry]) -> Vec<Uuid>
             continue;
         };
         datapaths.extend(sb.indexes().datapath_by_key.get(datapath).copied());
-        let switch = sb
-            .port_by_name(port)
-            .and_then(|port| sb.port_by_name(port.options.get("peer")?))
-            .and_then(|peer| peer.datapath);
-        datapaths.extend(switch);
+        datapaths.extend(switch_behind(sb, port).map(|switch| switch.uuid));
     }
-    let indexes = sb.indexes();
     datapaths
-        .iter()
-        .flat_map(|datapath| {
-            let direct = indexes
-                .flows_by_datapath
-                .get(datapath)
-                .into_iter()
-                .flatten();
-            let grouped = indexes
-                .groups_by_datapath
-                .get(datapath)
-                .into_iter()
-                .flatten()
-                .flat_map(|group| indexes.flows_by_group.get(group).into_iter().flatten());
-            direct.chain(grouped).copied()
-        })
+        .into_iter()
+        .flat_map(|datapath| sb.flow_uuids_for_datapath(datapath))
         .collect()
+}
+
+/// The switch behind router port `port` (its peer's datapath).
+pub(super) fn switch_behind(sb: &Southbound, port: &str) -> Option<DatapathBinding> {
+    let peer = sb.port_by_name(sb.port_by_name(port)?.options.get("peer")?)?;
+    sb.row::<DatapathBinding>(&peer.datapath?)
 }
 
 #[cfg(test)]

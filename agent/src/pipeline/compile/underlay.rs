@@ -33,10 +33,7 @@ impl Compiler {
                 } => switches.push(*datapath),
                 // A gateway port's switch: its router's ports there stop (or start) being U2O.
                 IrEntry::GatewayPort { port, .. } => switches.extend(
-                    sb.port_by_name(port)
-                        .and_then(|port| sb.port_by_name(port.options.get("peer")?))
-                        .and_then(|peer| sb.row::<DatapathBinding>(&peer.datapath?))
-                        .map(|switch| switch.tunnel_key),
+                    super::gateway::switch_behind(sb, port).map(|switch| switch.tunnel_key),
                 ),
                 IrEntry::Port {
                     datapath,
