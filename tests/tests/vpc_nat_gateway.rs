@@ -24,8 +24,9 @@ use ovnbpf_tests::{
     bpffs::BpfMount,
     kubeovn::Topology,
     netns::Netns,
-    network::{PhysicalSwitch, Pod},
-    process::wait_until,
+    network::{ExternalHost, Node, PhysicalSwitch, Pod},
+    ovn::OvnLab,
+    process::{Child, wait_until},
 };
 
 const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 50, 0, 254);
@@ -56,10 +57,7 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
-    let physical = PhysicalSwitch::with_trunks(prefix, nodes, "eth1").unwrap();
-    let external = physical
-        .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
-        .unwrap();
+    let (_physical, external) = external_network(prefix, nodes);
     let mut topology = Topology::new();
     topology
         .without_subnet_source_routes()
@@ -76,20 +74,8 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
-    let agents = scenario::start_planned_agents_with(
-        lab,
-        nodes,
-        &PODS,
-        Some(bpffs.path()),
-        log_dir.path(),
-        &["--bridge-mappings", "physnet1:eth1"],
-    );
+    let agents = start_agents(lab, nodes, &PODS, bpffs.path(), log_dir.path());
     let logs = || scenario::log_tails(&agents);
-    assert!(
-        scenario::planned_pods_up(lab, &PODS),
-        "not every pod came up{}",
-        logs()
-    );
     let _who = WhoAreYou::start(external.netns());
 
     // Out through the gateway pod, from the other node and from its own: routed by the VPC to
@@ -142,6 +128,41 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
         3,
         "the underlay pod → out"
     );
+}
+
+/// The external network: a physical switch with a trunk to each node's provider NIC `eth1`,
+/// and the external host (the external subnet's gateway) on it.
+fn external_network(prefix: &str, nodes: &[Node]) -> (PhysicalSwitch, ExternalHost) {
+    let physical = PhysicalSwitch::with_trunks(prefix, nodes, "eth1").unwrap();
+    let external = physical
+        .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
+        .unwrap();
+    (physical, external)
+}
+
+/// One agent per node, provider network `physnet1` bridged to `eth1`, once every planned pod
+/// is up.
+fn start_agents(
+    lab: &OvnLab,
+    nodes: &[Node],
+    plans: &[PodPlan],
+    pins: &std::path::Path,
+    log_dir: &std::path::Path,
+) -> Vec<Child> {
+    let agents = scenario::start_planned_agents_with(
+        lab,
+        nodes,
+        plans,
+        Some(pins),
+        log_dir,
+        &["--bridge-mappings", "physnet1:eth1"],
+    );
+    assert!(
+        scenario::planned_pods_up(lab, plans),
+        "not every pod came up{}",
+        scenario::log_tails(&agents)
+    );
+    agents
 }
 
 /// Makes `pod` the NAT gateway as Kube-OVN's StatefulSet and `nat-gateway.sh` make it: `net1`
@@ -347,10 +368,7 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
-    let physical = PhysicalSwitch::with_trunks(prefix, nodes, "eth1").unwrap();
-    let external = physical
-        .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
-        .unwrap();
+    let (_physical, external) = external_network(prefix, nodes);
     let mut topology = Topology::new();
     // As 1.13 builds it (1.15's per-subnet source routes outrank the default route).
     topology
@@ -388,20 +406,8 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
 
     let log_dir = tempfile::tempdir().unwrap();
     let bpffs = BpfMount::create().unwrap();
-    let agents = scenario::start_planned_agents_with(
-        lab,
-        nodes,
-        &NATIVE_PODS,
-        Some(bpffs.path()),
-        log_dir.path(),
-        &["--bridge-mappings", "physnet1:eth1"],
-    );
+    let agents = start_agents(lab, nodes, &NATIVE_PODS, bpffs.path(), log_dir.path());
     let logs = || scenario::log_tails(&agents);
-    assert!(
-        scenario::planned_pods_up(lab, &NATIVE_PODS),
-        "not every pod came up{}",
-        logs()
-    );
 
     // Routed inside the VPC: across subnets and nodes, and on one node.
     let reached = wait_until(Duration::from_secs(10), || {
