@@ -373,7 +373,7 @@ fn resolve_uplink(uplink: &str, encap_ip: &str) -> anyhow::Result<String> {
     let address: std::net::IpAddr = encap_ip
         .parse()
         .context("--uplink auto needs --encap-ip to be an IP address")?;
-    ovnbpf_agent::rtnetlink::interface_with_address(address)
+    ovnbpf_agent::netlink::interface_with_address(address)
         .context("listing this node's addresses for --uplink auto")?
         .with_context(|| format!("--uplink auto: no interface holds the tunnel IP {address}"))
 }

@@ -4,7 +4,7 @@
 //! via its gateway and the network configuration's (IPv4) routes, and an announcement per
 //! family: a gratuitous ARP, an unsolicited neighbour advertisement. Also reading a pod NIC back
 //! (CHECK, with `ip`) and deleting the host end (DEL). Builds and deletes through rtnetlink
-//! ([`crate::rtnetlink`]: no process per NIC) and, for the announcements, a packet socket;
+//! ([`crate::netlink`]: no process per NIC) and, for the announcements, a packet socket;
 //! namespace switches happen only on helper threads ([`crate::netns::run_in`]). Blocking: call
 //! from a blocking task.
 //!
@@ -26,7 +26,7 @@ use std::{
 
 use ovnbpf_cni::wire::Ipv4Route;
 
-use crate::{netns, rtnetlink};
+use crate::{netlink, netns};
 
 /// Errors building or reading a pod NIC.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +116,7 @@ pub fn host_interface_exists(interface: &str) -> bool {
 pub struct BuiltNic {
     pub host_index: u32,
     pod_index: u32,
-    pod_socket: rtnetlink::Socket,
+    pod_socket: netlink::Socket,
 }
 
 impl BuiltNic {
@@ -132,7 +132,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
     if !nic.netns.exists() {
         return Err(PlumbingError::NoNetns(nic.netns.display().to_string()));
     }
-    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     // A leftover host end of the same container (a retried ADD) is replaced.
     delete_with(&socket, &nic.host_interface)?;
     let mac = crate::net::parse_mac(&nic.mac).ok_or_else(|| PlumbingError::Netlink {
@@ -144,7 +144,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
         source,
     })?;
     socket
-        .create_veth(&rtnetlink::VethPair {
+        .create_veth(&netlink::VethPair {
             host: &nic.host_interface,
             peer: &nic.pod_interface,
             peer_mac: mac,
@@ -184,11 +184,11 @@ fn netlink(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
 
 /// Brings the pod end up with its address and routes; returns a socket of the pod's namespace
 /// and the pod end's index.
-fn configure_pod_side(nic: &PodNic) -> Result<(rtnetlink::Socket, u32), PlumbingError> {
+fn configure_pod_side(nic: &PodNic) -> Result<(netlink::Socket, u32), PlumbingError> {
     let name = &nic.pod_interface;
     netns::run_in(&nic.netns, || {
-        let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
-        let index = rtnetlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
+        let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+        let index = netlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
         socket
             .set_up(index)
             .map_err(netlink(&format!("bringing {name} up")))?;
@@ -279,13 +279,13 @@ const UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// up: before, frames they send are dropped (a pod's first ARP would go unanswered for a
 /// second). Best effort: a link that stays down is logged; the pod gets it when it comes up.
 pub fn wait_until_up(nic: &PodNic, built: &BuiltNic) -> Result<(), PlumbingError> {
-    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     wait_up(&socket, built.host_index, &nic.host_interface);
     wait_up(&built.pod_socket, built.pod_index, &nic.pod_interface);
     Ok(())
 }
 
-fn wait_up(socket: &rtnetlink::Socket, index: u32, interface: &str) {
+fn wait_up(socket: &netlink::Socket, index: u32, interface: &str) {
     match socket.wait_up(index, UP_WAIT) {
         Ok(true) => {}
         Ok(false) => tracing::warn!(interface, "the link is not up after {UP_WAIT:?}"),
@@ -315,7 +315,7 @@ pub fn announce(nic: &PodNic) {
         .collect();
     let sent = netns::run_in(&nic.netns, || {
         // The index in the pod's namespace: /sys/class/net shows the agent's.
-        let index = rtnetlink::index_of(name)?;
+        let index = netlink::index_of(name)?;
         let results: Vec<(&str, std::io::Result<()>)> = frames
             .iter()
             .map(|(what, frame)| (*what, send_frame(index, frame)))
@@ -431,11 +431,11 @@ fn send_frame(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
 
 /// Deletes the host end (and with it the pod end); an absent interface is fine.
 pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
-    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     delete_with(&socket, host_interface)
 }
 
-fn delete_with(socket: &rtnetlink::Socket, host_interface: &str) -> Result<(), PlumbingError> {
+fn delete_with(socket: &netlink::Socket, host_interface: &str) -> Result<(), PlumbingError> {
     socket
         .delete_link_named(host_interface)
         .map(drop)

@@ -35,7 +35,7 @@ use crate::{
         ports::{DaemonHandle, PortError},
     },
     dataplane::PortAttacher,
-    rtnetlink::StaticRoute,
+    netlink::StaticRoute,
 };
 
 /// How the node's NIC is built.

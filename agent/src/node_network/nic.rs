@@ -18,7 +18,7 @@ use std::{
 use crate::{
     cni::plumbing::{self, NicAddress, PlumbingError, PodNic},
     net::internet_checksum,
-    rtnetlink::{self, StaticRoute},
+    netlink::{self, StaticRoute},
 };
 
 /// The namespace the agent runs in, as a path the plumbing can open.
@@ -89,7 +89,7 @@ impl Built {
 pub fn ensure(nic: &NodeNic) -> Result<Built, PlumbingError> {
     let host = nic.host_interface();
     if matches(nic)? {
-        let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+        let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
         let index = plumbing::host_ifindex(&nic.interface)?;
         socket
             .set_up(index)
@@ -127,7 +127,7 @@ fn matches(nic: &NodeNic) -> Result<bool, PlumbingError> {
             .unwrap_or_default()
     };
     let holder =
-        rtnetlink::interface_with_address(nic.ip.into()).map_err(netlink("listing addresses"))?;
+        netlink::interface_with_address(nic.ip.into()).map_err(netlink("listing addresses"))?;
     Ok(read("address").eq_ignore_ascii_case(&nic.mac)
         && read("mtu") == nic.mtu.to_string()
         && holder.as_deref() == Some(nic.interface.as_str()))
@@ -135,7 +135,7 @@ fn matches(nic: &NodeNic) -> Result<bool, PlumbingError> {
 
 /// Removes node NIC `interface` (both ends, and the routes through it); absent is fine.
 pub fn remove(interface: &str) -> Result<bool, PlumbingError> {
-    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     let mut removed = false;
     for name in [interface.to_string(), host_interface_of(interface)] {
         removed |= socket
@@ -148,7 +148,7 @@ pub fn remove(interface: &str) -> Result<bool, PlumbingError> {
 /// Sets `routes` through `interface` and removes the other static routes through it. Returns
 /// how many stale routes went.
 pub fn set_routes(interface: &str, routes: &[StaticRoute]) -> Result<usize, PlumbingError> {
-    let socket = rtnetlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
     let index = plumbing::host_ifindex(interface)?;
     for route in routes {
         socket

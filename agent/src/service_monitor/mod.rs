@@ -299,7 +299,7 @@ async fn probe_backend(
     decisions: mpsc::UnboundedSender<Decided>,
     counters: Arc<ProbeCounters>,
 ) {
-    let socket = match crate::rtnetlink::index_of(&target.interface)
+    let socket = match crate::netlink::index_of(&target.interface)
         .and_then(|ifindex| ProbeSocket::open(ifindex, target.endpoints.source_mac))
     {
         Ok(socket) => socket,

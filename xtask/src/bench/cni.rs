@@ -1,12 +1,14 @@
-//! `cargo xtask bench cni [--pods 100] [--concurrency 10]`: pod attach and detach through the
-//! CNI binary, as a runtime calls it, on two nodes with one agent each (release builds).
+//! `cargo xtask bench cni [--pods 100] [--concurrency 10] [--agent PATH --plugin PATH]`: pod
+//! attach and detach through the CNI binary, as a runtime calls it, on two nodes with one agent
+//! each (release builds; `--agent`/`--plugin` measure another build's binaries).
 //! - ADD: from invoking the plugin until it returns, and until the pod answers a ping from a
 //!   prober pod on the other node (echo requests every 2 ms from a socket in the prober's
 //!   namespace);
 //! - DEL: from invoking the plugin until it returns.
 //!
 //! Baseline in the same run: the same NIC (veth into a fresh namespace, MAC, MTU, address,
-//! default route) built with plain `ip` commands and no agent, with the same concurrency.
+//! default route) built with plain `ip` commands and no agent, then deleted with `ip link del`,
+//! with the same concurrency: ADD and DEL are each printed as a ratio to it.
 //! Prints p50/p99 and the ratios; JSON in target/bench/cni.json. Goal: ADD p99 under 100 ms, taken
 //! as the issue defines the latency: until the pod answers the ping.
 
@@ -138,8 +140,8 @@ fn summary(name: &str, durations: &[Duration]) -> Value {
     json!({"what": name, "n": ms.len(), "p50_ms": percentile(&ms, 50.0), "p99_ms": percentile(&ms, 99.0), "max_ms": ms.last()})
 }
 
-/// The baseline: the NIC built by hand, no agent.
-fn baseline(node: &Node, pods: &[Netns], concurrency: usize) -> Result<Vec<Duration>> {
+/// The baseline: the NIC built by hand, no agent; how long building took.
+fn baseline_add(node: &Node, pods: &[Netns], concurrency: usize) -> Result<Vec<Duration>> {
     concurrently(pods.len(), concurrency, |index| {
         let pod = &pods[index];
         let host = format!("base{index}_h");
@@ -172,9 +174,17 @@ fn baseline(node: &Node, pods: &[Netns], concurrency: usize) -> Result<Vec<Durat
         pod.ip(&["addr", "add", &format!("{ip}/16"), "dev", "eth0"])?;
         pod.ip(&["link", "set", "eth0", "up"])?;
         pod.ip(&["route", "add", "default", "via", "10.0.0.1", "dev", "eth0"])?;
-        let elapsed = start.elapsed();
-        node.netns().ip(&["link", "del", &host])?;
-        Ok(elapsed)
+        Ok(start.elapsed())
+    })
+}
+
+/// The baseline's DEL: the NICs [`baseline_add`] built, deleted by hand.
+fn baseline_del(node: &Node, count: usize, concurrency: usize) -> Result<Vec<Duration>> {
+    concurrently(count, concurrency, |index| {
+        let start = Instant::now();
+        node.netns()
+            .ip(&["link", "del", &format!("base{index}_h")])?;
+        Ok(start.elapsed())
     })
 }
 
@@ -200,9 +210,20 @@ fn start_agent(
 pub fn run(args: &[String]) -> Result<()> {
     let count: usize = option(args, "--pods").unwrap_or("100").parse()?;
     let concurrency: usize = option(args, "--concurrency").unwrap_or("10").parse()?;
-    println!("== bench cni: building the agent and the plugin (release)");
-    let binaries = cmd::build_binaries(cmd::Profile::Release)?;
-    let (agent, plugin) = (binaries.agent, binaries.cni);
+    let (agent, plugin) = match (option(args, "--agent"), option(args, "--plugin")) {
+        (Some(agent), Some(plugin)) => (agent.into(), plugin.into()),
+        (None, None) => {
+            println!("== bench cni: building the agent and the plugin (release)");
+            let binaries = cmd::build_binaries(cmd::Profile::Release)?;
+            (binaries.agent, binaries.cni)
+        }
+        _ => bail!("--agent and --plugin go together"),
+    };
+    println!(
+        "== bench cni: agent {}, plugin {}",
+        agent.display(),
+        plugin.display()
+    );
     let lab = OvnLab::start()?;
     let prefix = unique_prefix();
     let mut topology = Topology::new();
@@ -256,7 +277,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let base_netns: Vec<Netns> = (0..count)
         .map(|i| Netns::create(&format!("{prefix}-b{i}")))
         .collect::<Result<_>>()?;
-    let base = baseline(&nodes[0], &base_netns, concurrency)?;
+    let base = baseline_add(&nodes[0], &base_netns, concurrency)?;
+    let base_del = baseline_del(&nodes[0], count, concurrency)?;
     drop(base_netns);
 
     println!("== bench cni: the prober pod (node2)");
@@ -348,6 +370,7 @@ pub fn run(args: &[String]) -> Result<()> {
         summary("ovnbpf ADD (plugin returns)", &add),
         summary("ovnbpf ADD until the pod answers a ping", &answered),
         summary("ovnbpf DEL (plugin returns)", &del),
+        summary("baseline: NIC deleted by ip link del", &base_del),
     ];
     println!(
         "\n{:<44} {:>6} {:>10} {:>10} {:>10}",
@@ -363,9 +386,11 @@ pub fn run(args: &[String]) -> Result<()> {
             r["max_ms"].as_f64().unwrap_or(f64::NAN),
         );
     }
-    let ratio = |i: usize, key: &str| {
-        results[i][key].as_f64().unwrap_or(f64::NAN) / results[0][key].as_f64().unwrap_or(f64::NAN)
+    let ratio_to = |i: usize, base: usize, key: &str| {
+        results[i][key].as_f64().unwrap_or(f64::NAN)
+            / results[base][key].as_f64().unwrap_or(f64::NAN)
     };
+    let ratio = |i: usize, key: &str| ratio_to(i, 0, key);
     // Veth deletion (and any tcx attach) waits for RCU grace periods under rtnl: expedited grace
     // periods change the numbers, so say which kind this kernel uses.
     let expedited = std::fs::read_to_string("/sys/kernel/rcu_expedited")
@@ -384,6 +409,11 @@ pub fn run(args: &[String]) -> Result<()> {
         } else {
             "missed"
         }
+    );
+    println!(
+        "DEL / baseline DEL: p50 {:.1}×, p99 {:.1}×",
+        ratio_to(3, 4, "p50_ms"),
+        ratio_to(3, 4, "p99_ms")
     );
     write_json("cni", &results).context("writing target/bench/cni.json")
 }

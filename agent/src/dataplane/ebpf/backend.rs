@@ -184,7 +184,7 @@ impl PortAttacher for PodFilters {
     }
 
     fn is_attached(&self, ifindex: u32) -> Result<bool, DatapathError> {
-        crate::rtnetlink::Socket::open()
+        crate::netlink::Socket::open()
             .and_then(|socket| pod_filter::is_attached(&socket, ifindex))
             .map_err(|error| {
                 DatapathError::new(format!(

@@ -159,7 +159,7 @@ impl NodeDatapath {
             ensure_ipv6_forwarding(&config.uplink);
         }
         programs.set_tunnel_endpoint(config.encap_ip, uplink_index)?;
-        let socket = crate::rtnetlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
+        let socket = crate::netlink::Socket::open().map_err(NodeDatapathError::Netlink)?;
         let mut hooks = vec![(Hook::Uplink, config.uplink.as_str(), uplink_index)];
         // Without a segmenter the node still forwards: GSO frames toward chassis that ask for
         // outer checksums then leave without one (legal over IPv4), as said here.
@@ -320,7 +320,7 @@ impl NodeDatapath {
         }
         self.plugged
             .insert(port.to_string(), (interface.to_string(), index));
-        let here = crate::rtnetlink::Socket::open()
+        let here = crate::netlink::Socket::open()
             .map(|socket| peer_in_namespace(&socket, index, interface))
             .unwrap_or(false);
         self.l2.set_peer_in_namespace(index, here);
@@ -520,7 +520,7 @@ impl Drop for NodeDatapath {
         if self.pins.is_some() {
             return;
         }
-        let socket = match crate::rtnetlink::Socket::open() {
+        let socket = match crate::netlink::Socket::open() {
             Ok(socket) => socket,
             Err(error) => {
                 tracing::warn!(%error, "cannot remove the pods' from_pod filters and the segmenter");
@@ -546,7 +546,7 @@ impl Drop for NodeDatapath {
 /// (each request takes the kernel's rtnl lock): call from a blocking task. Returns how many
 /// endpoints could not be resolved.
 pub fn resolve_tunnel_neighbours(endpoints: &[IpAddr]) -> usize {
-    let socket = match crate::rtnetlink::Socket::open() {
+    let socket = match crate::netlink::Socket::open() {
         Ok(socket) => socket,
         Err(error) => {
             tracing::warn!(%error, "cannot resolve tunnel next hops");
@@ -575,7 +575,7 @@ pub fn resolve_tunnel_neighbours(endpoints: &[IpAddr]) -> usize {
 
 /// Whether host interface `index` (`interface`) has its peer in this namespace (the node's own
 /// NIC). Unknown (the link cannot be read) counts as a pod's veth, the common case.
-fn peer_in_namespace(socket: &crate::rtnetlink::Socket, index: u32, interface: &str) -> bool {
+fn peer_in_namespace(socket: &crate::netlink::Socket, index: u32, interface: &str) -> bool {
     match socket.peer_in_other_namespace(index) {
         Ok(elsewhere) => !elsewhere,
         Err(error) => {

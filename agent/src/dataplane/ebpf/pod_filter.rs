@@ -1,5 +1,5 @@
 //! `from_pod` on pods' host veths, as a direct-action cls_bpf filter on clsact ingress
-//! ([`crate::rtnetlink::IngressFilter`]) rather than a tcx link. Why: a tcx attach waits for a
+//! ([`crate::netlink::IngressFilter`]) rather than a tcx link. Why: a tcx attach waits for a
 //! full RCU grace period (`synchronize_rcu` in `tcx_link_prog_attach`, about 15 ms here) while it
 //! holds the kernel's rtnl lock, so concurrent ADDs queue behind each other's attach (ADD p99
 //! about 200 ms at 10 at a time); the filter waits at most for an expedited grace period (ADD p99
@@ -18,7 +18,7 @@ use std::{
 
 use crate::{
     dataplane::PortAttachment,
-    rtnetlink::{IngressFilter, Socket},
+    netlink::{IngressFilter, Socket},
 };
 
 /// The agent's filter on every pod's host veth: first on clsact ingress, recognised by its name.

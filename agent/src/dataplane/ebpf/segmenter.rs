@@ -22,7 +22,7 @@
 
 use std::io;
 
-use crate::rtnetlink::{self, Socket};
+use crate::netlink::{self, Socket};
 
 /// The sending end (the programs redirect GSO frames to its egress).
 pub const SENDING: &str = "ovnbpf-segin";
@@ -59,7 +59,7 @@ fn link_error(interface: &'static str) -> impl FnOnce(io::Error) -> SegmenterErr
 /// the sending end's tunnel segmentation off (again: it is cheap, and an adopted pair may have
 /// been changed), both ends up and kept out of the node's own networking.
 pub fn ensure(socket: &Socket) -> Result<Segmenter, SegmenterError> {
-    let pair = match (rtnetlink::index_of(SENDING), rtnetlink::index_of(RECEIVING)) {
+    let pair = match (netlink::index_of(SENDING), netlink::index_of(RECEIVING)) {
         (Ok(sending), Ok(receiving)) => Segmenter { sending, receiving },
         _ => {
             // A half pair is rebuilt.
@@ -68,8 +68,8 @@ pub fn ensure(socket: &Socket) -> Result<Segmenter, SegmenterError> {
                 .create_segmenter_pair(SENDING, RECEIVING, MTU)
                 .map_err(link_error(SENDING))?;
             Segmenter {
-                sending: rtnetlink::index_of(SENDING).map_err(link_error(SENDING))?,
-                receiving: rtnetlink::index_of(RECEIVING).map_err(link_error(RECEIVING))?,
+                sending: netlink::index_of(SENDING).map_err(link_error(SENDING))?,
+                receiving: netlink::index_of(RECEIVING).map_err(link_error(RECEIVING))?,
             }
         }
     };
