@@ -22,10 +22,17 @@ fn main() -> anyhow::Result<()> {
     let root_dir = ebpf_dir
         .to_str()
         .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {ebpf_dir:?}"))?;
+    // The agent's `bpf-log` feature builds the programs with their log statements.
+    let features: &[&str] = if std::env::var_os("CARGO_FEATURE_BPF_LOG").is_some() {
+        &["log"]
+    } else {
+        &[]
+    };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "ovnbpf-ebpf",
             root_dir,
+            features,
             ..Default::default()
         }],
         aya_build::Toolchain::default(),

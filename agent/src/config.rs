@@ -100,6 +100,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("nat-outgoing-subnet", Kind::List),
     setting("unsupported-acl", Kind::Text),
     setting("socket-lb", Kind::Switch),
+    setting("bpf-log-level", Kind::Text),
     setting("socket-lb-cgroup", Kind::Path),
     setting("cni-port-wait-s", Kind::Seconds),
     setting("cni-gc-grace-s", Kind::Seconds),

@@ -341,6 +341,17 @@ fn balance(
         port => port,
     };
     let hairpin = backend.ip == packet.source && vip.flags & LB_VIP_HAIRPIN != 0;
+    #[cfg(feature = "log")]
+    aya_log_ebpf::debug!(
+        ctx,
+        "lb: {:i}:{} to {:i}:{} picks {:i}:{}",
+        u32::from_be(packet.source),
+        packet.source_port,
+        u32::from_be(packet.destination),
+        packet.destination_port,
+        u32::from_be(backend.ip),
+        backend_port
+    );
     let closing = if packet.closes() { LB_NAT_CLOSING } else { 0 };
     let forward = LbNat {
         // A hairpin's client sees the VIP as source (northd's `ct_snat_to_vip`).

@@ -21,6 +21,8 @@
 //! dead ones'.
 //!
 //! Every hook lets the call go on (returns 1): the balancer redirects, it never refuses.
+//!
+//! With the `log` feature each redirection is logged at debug level (aya-log).
 
 use aya_ebpf::{
     helpers::{bpf_get_netns_cookie, bpf_get_socket_cookie, bpf_ktime_get_ns},
@@ -163,6 +165,15 @@ pub fn redirect(ctx: &SockAddrContext, counter: u32) {
         (*addr).user_port = u32::from(backend_port.to_be());
     }
     crate::counters::bump(&SOCK_LB_COUNTERS, counter);
+    #[cfg(feature = "log")]
+    aya_log_ebpf::debug!(
+        ctx,
+        "socket lb: {:i}:{} to {:i}:{}",
+        u32::from_be(ip),
+        port,
+        u32::from_be(backend.ip),
+        backend_port
+    );
 }
 
 /// getpeername() and recvmsg(): a backend a VIP was translated to for this socket is shown as

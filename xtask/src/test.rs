@@ -29,6 +29,8 @@ pub fn run(extra_args: &[String]) -> Result<()> {
         "warnings",
     ]))?;
 
+    bpf_log_build()?;
+
     println!("== test: cargo test (unit, eBPF, netns and real-OVN integration tests)");
     let (status, counts) = run_cargo_test(extra_args)?;
 
@@ -55,6 +57,35 @@ pub fn run(extra_args: &[String]) -> Result<()> {
     // The plain summary CI reads: every test the suite ran (fuzz targets not counted).
     println!("tests: {} passed, {} failed", counts.passed, counts.failed);
     Ok(())
+}
+
+/// The agent built with its kernel programs' log statements (`--features bpf-log`, in a target
+/// directory of its own so the suite's default build stays as it is) loads every program
+/// through the verifier with logging on: a log statement that grows a program past the
+/// verifier's limits (its stack, above all) fails here rather than for a developer.
+fn bpf_log_build() -> Result<()> {
+    println!("== test: the bpf-log build's programs pass the verifier with logs on");
+    let target = crate::cmd::workspace_root().join("target/bpf-log");
+    run_checked(
+        Command::new("cargo")
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "ovnbpf-agent",
+                "--bin",
+                "ovnbpf-agent",
+                "--features",
+                "bpf-log",
+                "--target-dir",
+            ])
+            .arg(&target),
+    )?;
+    run_checked(Command::new(target.join("debug/ovnbpf-agent")).args([
+        "verify",
+        "--bpf-log-level",
+        "debug",
+    ]))
 }
 
 #[derive(Default)]

@@ -20,6 +20,7 @@ use ovnbpf_agent::{
         Datapath,
         ebpf::{
             KernelPrograms,
+            kernel_log::BpfLogLevel,
             node::{NodeDatapath, NodeDatapathConfig},
         },
     },
@@ -46,7 +47,11 @@ enum Command {
     /// Follow the Southbound DB as this node's chassis.
     Run(Box<RunArgs>),
     /// Load every kernel program through the verifier and print what the kernel accepted.
-    Verify,
+    Verify {
+        /// Load the programs logging up to this level, to see what logging costs.
+        #[arg(long, value_enum, default_value_t = BpfLogLevel::Off)]
+        bpf_log_level: BpfLogLevel,
+    },
     /// Remove every pinned map and link under the pin directory, the pods' `from_pod` filters
     /// and the segmenter pair in this network namespace: the datapath a stopped agent left
     /// forwarding detaches (uninstall).
@@ -190,6 +195,11 @@ struct RunArgs {
     /// socket here sends (other nodes, NodePorts, hairpins).
     #[arg(long, env = "OVNBPF_SOCKET_LB")]
     socket_lb: bool,
+    /// Up to which level the kernel programs log, to this log under target `ovnbpf::kernel`
+    /// (e.g. each drop with its reason at `debug`): a record per packet, for debugging. Off,
+    /// the verifier removes the log statements: they cost nothing.
+    #[arg(long, env = "OVNBPF_BPF_LOG_LEVEL", value_enum, default_value_t = BpfLogLevel::Off)]
+    bpf_log_level: BpfLogLevel,
     /// The cgroup v2 directory whose processes the socket-level balancer serves (default: the
     /// cgroup2 mount's root, every process; it acts only for this agent's pods).
     #[arg(long, env = "OVNBPF_SOCKET_LB_CGROUP")]
@@ -257,7 +267,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => run(*args),
-        Command::Verify => verify(),
+        Command::Verify { bpf_log_level } => verify(bpf_log_level),
         Command::InstallCni {
             plugin,
             bin_dir,
@@ -472,6 +482,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             providers: config::parse_bridge_mappings(&args.bridge_mappings)
                 .map_err(|e| anyhow::anyhow!("--bridge-mappings: {e}"))?,
             acl_fail_open: args.unsupported_acl == UnsupportedAcl::Allow,
+            bpf_log_level: args.bpf_log_level,
             socket_lb_cgroup: socket_lb_cgroup(&args)?,
             netns: if args.socket_lb {
                 netns_cookies(&netns_paths)
@@ -728,8 +739,9 @@ async fn shutdown_signal() {
     }
 }
 
-fn verify() -> anyhow::Result<()> {
-    let programs = KernelPrograms::load().context("loading the kernel programs")?;
+fn verify(log_level: BpfLogLevel) -> anyhow::Result<()> {
+    let programs =
+        KernelPrograms::load_with(None, log_level).context("loading the kernel programs")?;
     println!(
         "{:<17} {:>8} {:>14} {:>16}  stack bytes (frames; deepest chain)",
         "program", "prog id", "verified insns", "translated bytes"

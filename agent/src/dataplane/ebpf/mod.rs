@@ -33,6 +33,7 @@ pub mod backend;
 pub mod conntrack;
 pub mod events;
 pub mod inspect;
+pub mod kernel_log;
 pub mod l2;
 pub mod l3;
 pub mod lb_connections;
@@ -102,6 +103,8 @@ pub enum EbpfError {
     UnknownMap { name: String },
     #[error(transparent)]
     Pins(#[from] pins::PinError),
+    #[error(transparent)]
+    KernelLog(#[from] kernel_log::KernelLogError),
     #[error("counting the possible CPUs for per-CPU map values: {0}")]
     Cpus(io::Error),
     #[error("map {name}: {source}")]
@@ -195,22 +198,33 @@ pub struct KernelPrograms {
     /// programs' lifetime: the kernel empties a program array once no descriptor or pin of it
     /// is left.
     _stages: ProgramArray<MapData>,
+    /// The reader of the programs' debug logs, when they log.
+    _log: Option<kernel_log::KernelLog>,
 }
 
 impl KernelPrograms {
     /// Parses the embedded object and loads every program through the verifier. Fails on the
     /// first program the verifier rejects, with its log, and on programs the agent does not know.
     pub fn load() -> Result<Self, EbpfError> {
-        Self::load_with(None)
+        Self::load_with(None, kernel_log::BpfLogLevel::Off)
     }
 
     /// Like [`Self::load`]; with `pins`, every map is taken from its pin when one exists (a
-    /// previous agent's state, forwarding on) and created and pinned otherwise.
-    pub fn load_with(pins: Option<&pins::PinLayout>) -> Result<Self, EbpfError> {
+    /// previous agent's state, forwarding on) and created and pinned otherwise. The programs
+    /// log up to `log_level` ([`kernel_log`]).
+    pub fn load_with(
+        pins: Option<&pins::PinLayout>,
+        log_level: kernel_log::BpfLogLevel,
+    ) -> Result<Self, EbpfError> {
         if OBJECT.is_empty() {
             return Err(EbpfError::NoObject);
         }
+        // Checked first: a load that cannot log as asked does not start.
+        let level = kernel_log::level_global(log_level)?;
         let mut loader = EbpfLoader::new();
+        if let Some(level) = &level {
+            loader.override_global(kernel_log::LEVEL_GLOBAL, level, true);
+        }
         let paths: Vec<(&str, std::path::PathBuf)> = match pins {
             Some(pins) => map::ALL
                 .iter()
@@ -222,8 +236,11 @@ impl KernelPrograms {
             loader.map_pin_path(name, path.as_path());
         }
         let mut ebpf = loader.load(OBJECT).map_err(EbpfError::Parse)?;
-        // Every map must be one the agent pins, or a restart would lose its contents.
-        if let Some((name, _)) = ebpf.maps().find(|(name, _)| !map::ALL.contains(name)) {
+        // Every map must be one the agent pins, or a restart would lose its contents; but for
+        // the log ring buffer and the globals (`.rodata`), which have none worth keeping.
+        if let Some((name, _)) = ebpf.maps().find(|(name, _)| {
+            !map::ALL.contains(name) && *name != kernel_log::LOG_MAP && !name.starts_with(".rodata")
+        }) {
             return Err(EbpfError::UnknownMap {
                 name: name.to_string(),
             });
@@ -249,9 +266,11 @@ impl KernelPrograms {
             loaded.map_err(|source| load_error(name, source))?;
         }
         let stages = fill_stages(&mut ebpf)?;
+        let log = kernel_log::KernelLog::start(&mut ebpf, log_level)?;
         Ok(Self {
             ebpf,
             _stages: stages,
+            _log: log,
         })
     }
 

@@ -53,6 +53,8 @@ pub struct NodeDatapathConfig {
     /// The network namespace (by its cookie) of each of [`Self::interfaces`]' pods that has a
     /// known one, for the socket-level balancer.
     pub netns: HashMap<String, u64>,
+    /// Up to which level the kernel programs log (`--bpf-log-level`; off by default).
+    pub bpf_log_level: super::kernel_log::BpfLogLevel,
 }
 
 /// Errors starting the node datapath.
@@ -152,7 +154,7 @@ impl NodeDatapath {
             .transpose()?;
         let adopted = pins.as_ref().is_some_and(PinLayout::has_maps);
         ensure_ip_forwarding();
-        let mut programs = KernelPrograms::load_with(pins.as_ref())?;
+        let mut programs = KernelPrograms::load_with(pins.as_ref(), config.bpf_log_level)?;
         let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
         let uplink_index = ifindex(&config.uplink)?;
         if config.encap_ip.is_ipv6() {
@@ -277,7 +279,7 @@ impl NodeDatapath {
     /// pinned nowhere: the map writes of IR diffs, for `ovnbpfctl sb-sync --program` (a
     /// benchmark; nothing forwards through it). Everything goes when it is dropped.
     pub fn unattached(chassis: &str) -> Result<Self, NodeDatapathError> {
-        let mut programs = KernelPrograms::load_with(None)?;
+        let mut programs = KernelPrograms::load()?;
         let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
         Ok(Self {
             acl_fail_open: false,
