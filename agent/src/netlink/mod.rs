@@ -148,7 +148,7 @@ impl Socket {
                             return Ok(messages);
                         }
                     }
-                    NetlinkPayload::Noop | NetlinkPayload::Overrun(_) => {}
+                    // Noop, Overrun: not an answer.
                     _ => {}
                 }
             }

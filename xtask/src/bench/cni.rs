@@ -211,7 +211,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let count: usize = option(args, "--pods").unwrap_or("100").parse()?;
     let concurrency: usize = option(args, "--concurrency").unwrap_or("10").parse()?;
     let (agent, plugin) = match (option(args, "--agent"), option(args, "--plugin")) {
-        (Some(agent), Some(plugin)) => (agent.into(), plugin.into()),
+        // Absolute: the runtime runs the plugin from a directory of its own.
+        (Some(agent), Some(plugin)) => (
+            std::fs::canonicalize(agent).with_context(|| format!("--agent {agent}"))?,
+            std::fs::canonicalize(plugin).with_context(|| format!("--plugin {plugin}"))?,
+        ),
         (None, None) => {
             println!("== bench cni: building the agent and the plugin (release)");
             let binaries = cmd::build_binaries(cmd::Profile::Release)?;
