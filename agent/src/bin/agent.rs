@@ -195,9 +195,10 @@ struct RunArgs {
     /// socket here sends (other nodes, NodePorts, hairpins).
     #[arg(long, env = "OVNBPF_SOCKET_LB")]
     socket_lb: bool,
-    /// Up to which level the kernel programs log, to this log under target `ovnbpf::kernel`
-    /// (e.g. each drop with its reason at `debug`): a record per packet, for debugging. Off,
-    /// the verifier removes the log statements: they cost nothing.
+    /// Up to which level the kernel programs log, to this log under target `ovnbpf::kernel`:
+    /// at `debug`, each load-balanced connection's pick and each socket-level redirection, a
+    /// record per connection, for debugging. Needs an agent built with `--features bpf-log`; a
+    /// default build has no log statements and refuses any level but `off`.
     #[arg(long, env = "OVNBPF_BPF_LOG_LEVEL", value_enum, default_value_t = BpfLogLevel::Off)]
     bpf_log_level: BpfLogLevel,
     /// The cgroup v2 directory whose processes the socket-level balancer serves (default: the

@@ -132,7 +132,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
     if !nic.netns.exists() {
         return Err(PlumbingError::NoNetns(nic.netns.display().to_string()));
     }
-    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
     // A leftover host end of the same container (a retried ADD) is replaced.
     delete_with(&socket, &nic.host_interface)?;
     let mac = crate::net::parse_mac(&nic.mac).ok_or_else(|| PlumbingError::Netlink {
@@ -151,7 +151,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
             mtu: nic.mtu,
             peer_netns: &netns,
         })
-        .map_err(netlink(&format!(
+        .map_err(request_failed(&format!(
             "creating veth {} with {} in {}",
             nic.host_interface,
             nic.pod_interface,
@@ -159,7 +159,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
         )))?;
     let result = socket
         .isolate_and_up(&nic.host_interface)
-        .map_err(netlink(&format!("isolating {}", nic.host_interface)))
+        .map_err(request_failed(&format!("isolating {}", nic.host_interface)))
         .and_then(|()| configure_pod_side(nic))
         .and_then(|(pod_socket, pod_index)| {
             Ok(BuiltNic {
@@ -175,7 +175,7 @@ pub fn create(nic: &PodNic) -> Result<BuiltNic, PlumbingError> {
 }
 
 /// Maps an I/O error of the netlink request `what`.
-fn netlink(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
+pub(crate) fn request_failed(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
     move |source| PlumbingError::Netlink {
         what: what.to_string(),
         source,
@@ -187,11 +187,11 @@ fn netlink(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
 fn configure_pod_side(nic: &PodNic) -> Result<(netlink::Socket, u32), PlumbingError> {
     let name = &nic.pod_interface;
     netns::run_in(&nic.netns, || {
-        let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
-        let index = netlink::index_of(name).map_err(netlink(&format!("finding {name}")))?;
+        let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
+        let index = netlink::index_of(name).map_err(request_failed(&format!("finding {name}")))?;
         socket
             .set_up(index)
-            .map_err(netlink(&format!("bringing {name} up")))?;
+            .map_err(request_failed(&format!("bringing {name} up")))?;
         if nic.ipv6.is_some() {
             enable_ipv6(name);
         }
@@ -203,12 +203,16 @@ fn configure_pod_side(nic: &PodNic) -> Result<(netlink::Socket, u32), PlumbingEr
         for (address, prefix_len) in addresses {
             socket
                 .add_address(index, address, prefix_len)
-                .map_err(netlink(&format!("adding {address}/{prefix_len} to {name}")))?;
+                .map_err(request_failed(&format!(
+                    "adding {address}/{prefix_len} to {name}"
+                )))?;
         }
         if let Some(gateway) = nic.ipv6.and_then(|address| address.gateway) {
             socket
                 .replace_route(index, Ipv6Addr::UNSPECIFIED.into(), 0, Some(gateway.into()))
-                .map_err(netlink(&format!("route ::/0 via {gateway} dev {name}")))?;
+                .map_err(request_failed(&format!(
+                    "route ::/0 via {gateway} dev {name}"
+                )))?;
         }
         for route in &routes_of(nic.gateway4(), &nic.routes) {
             let shown = format!(
@@ -231,7 +235,7 @@ fn configure_pod_side(nic: &PodNic) -> Result<(netlink::Socket, u32), PlumbingEr
                             source,
                         }
                     } else {
-                        netlink(&format!("route {shown} dev {name}"))(source)
+                        request_failed(&format!("route {shown} dev {name}"))(source)
                     }
                 })?;
         }
@@ -279,7 +283,7 @@ const UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// up: before, frames they send are dropped (a pod's first ARP would go unanswered for a
 /// second). Best effort: a link that stays down is logged; the pod gets it when it comes up.
 pub fn wait_until_up(nic: &PodNic, built: &BuiltNic) -> Result<(), PlumbingError> {
-    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
     wait_up(&socket, built.host_index, &nic.host_interface);
     wait_up(&built.pod_socket, built.pod_index, &nic.pod_interface);
     Ok(())
@@ -431,7 +435,7 @@ fn send_frame(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
 
 /// Deletes the host end (and with it the pod end); an absent interface is fine.
 pub fn delete(host_interface: &str) -> Result<(), PlumbingError> {
-    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
     delete_with(&socket, host_interface)
 }
 
@@ -439,7 +443,7 @@ fn delete_with(socket: &netlink::Socket, host_interface: &str) -> Result<(), Plu
     socket
         .delete_link_named(host_interface)
         .map(drop)
-        .map_err(netlink(&format!("deleting {host_interface}")))
+        .map_err(request_failed(&format!("deleting {host_interface}")))
 }
 
 /// What a pod NIC looks like from inside the pod.

@@ -16,7 +16,7 @@ use std::{
 };
 
 use crate::{
-    cni::plumbing::{self, NicAddress, PlumbingError, PodNic},
+    cni::plumbing::{self, NicAddress, PlumbingError, PodNic, request_failed},
     net::internet_checksum,
     netlink::{self, StaticRoute},
 };
@@ -89,11 +89,11 @@ impl Built {
 pub fn ensure(nic: &NodeNic) -> Result<Built, PlumbingError> {
     let host = nic.host_interface();
     if matches(nic)? {
-        let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+        let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
         let index = plumbing::host_ifindex(&nic.interface)?;
         socket
             .set_up(index)
-            .map_err(netlink(&format!("bringing {} up", nic.interface)))?;
+            .map_err(request_failed(&format!("bringing {} up", nic.interface)))?;
         return Ok(Built::Adopted {
             host_index: plumbing::host_ifindex(&host)?,
         });
@@ -126,8 +126,8 @@ fn matches(nic: &NodeNic) -> Result<bool, PlumbingError> {
             .map(|text| text.trim().to_string())
             .unwrap_or_default()
     };
-    let holder =
-        netlink::interface_with_address(nic.ip.into()).map_err(netlink("listing addresses"))?;
+    let holder = netlink::interface_with_address(nic.ip.into())
+        .map_err(request_failed("listing addresses"))?;
     Ok(read("address").eq_ignore_ascii_case(&nic.mac)
         && read("mtu") == nic.mtu.to_string()
         && holder.as_deref() == Some(nic.interface.as_str()))
@@ -135,12 +135,12 @@ fn matches(nic: &NodeNic) -> Result<bool, PlumbingError> {
 
 /// Removes node NIC `interface` (both ends, and the routes through it); absent is fine.
 pub fn remove(interface: &str) -> Result<bool, PlumbingError> {
-    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
     let mut removed = false;
     for name in [interface.to_string(), host_interface_of(interface)] {
         removed |= socket
             .delete_link_named(&name)
-            .map_err(netlink(&format!("deleting {name}")))?;
+            .map_err(request_failed(&format!("deleting {name}")))?;
     }
     Ok(removed)
 }
@@ -148,19 +148,21 @@ pub fn remove(interface: &str) -> Result<bool, PlumbingError> {
 /// Sets `routes` through `interface` and removes the other static routes through it. Returns
 /// how many stale routes went.
 pub fn set_routes(interface: &str, routes: &[StaticRoute]) -> Result<usize, PlumbingError> {
-    let socket = netlink::Socket::open().map_err(netlink("opening a netlink socket"))?;
+    let socket = netlink::Socket::open().map_err(request_failed("opening a netlink socket"))?;
     let index = plumbing::host_ifindex(interface)?;
     for route in routes {
         socket
             .replace_static_route(index, route)
-            .map_err(netlink(&format!(
+            .map_err(request_failed(&format!(
                 "route {}/{} via {} dev {interface} src {}",
                 route.destination, route.prefix_len, route.gateway, route.source
             )))?;
     }
     let present = socket
         .static_routes(index)
-        .map_err(netlink(&format!("listing the routes through {interface}")))?;
+        .map_err(request_failed(&format!(
+            "listing the routes through {interface}"
+        )))?;
     let mut removed = 0;
     for stale in present.iter().filter(|present| {
         !routes.iter().any(|route| {
@@ -169,7 +171,7 @@ pub fn set_routes(interface: &str, routes: &[StaticRoute]) -> Result<usize, Plum
     }) {
         if socket
             .delete_static_route(index, stale.destination, stale.prefix_len)
-            .map_err(netlink(&format!(
+            .map_err(request_failed(&format!(
                 "deleting route {}/{} dev {interface}",
                 stale.destination, stale.prefix_len
             )))?
@@ -337,13 +339,6 @@ fn is_echo_reply(packet: &[u8], target: Ipv4Addr, identifier: u16) -> bool {
         return false;
     };
     source == Some(target) && icmp[0] == 0 && icmp[4..6] == identifier.to_be_bytes()
-}
-
-fn netlink(what: &str) -> impl FnOnce(std::io::Error) -> PlumbingError + '_ {
-    move |source| PlumbingError::Netlink {
-        what: what.to_string(),
-        source,
-    }
 }
 
 #[cfg(test)]
