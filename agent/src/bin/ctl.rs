@@ -451,6 +451,41 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// What the calling thread used, from `getrusage(RUSAGE_THREAD)` and its CPU clock: where a
+/// slow compile's time went (its own work, page faults, or the scheduler).
+#[derive(Clone, Copy, Default)]
+struct ThreadUsage {
+    cpu_us: f64,
+    page_faults: i64,
+    preempted: i64,
+}
+
+impl ThreadUsage {
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            cpu_us: self.cpu_us - earlier.cpu_us,
+            page_faults: self.page_faults - earlier.page_faults,
+            preempted: self.preempted - earlier.preempted,
+        }
+    }
+}
+
+fn thread_usage() -> ThreadUsage {
+    // SAFETY: plain syscalls filling structures we own.
+    let (usage, clock) = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        let mut clock: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut clock);
+        (usage, clock)
+    };
+    ThreadUsage {
+        cpu_us: clock.tv_sec as f64 * 1e6 + clock.tv_nsec as f64 / 1e3,
+        page_faults: usage.ru_minflt + usage.ru_majflt,
+        preempted: usage.ru_nivcsw,
+    }
+}
+
 async fn sb_sync(
     remote: &str,
     updates: usize,
@@ -479,6 +514,8 @@ async fn sb_sync(
     let mut ir_rss_kib = 0;
     let mut apply_us = Vec::new();
     let mut compile_us = Vec::new();
+    let mut compile_usage_seen: Vec<ThreadUsage> = Vec::new();
+    let mut update_rows: Vec<String> = Vec::new();
     let mut diff_entries = Vec::new();
     while let Some(event) = events.recv().await {
         let received = Instant::now();
@@ -487,7 +524,15 @@ async fn sb_sync(
         if !changes.rejected.is_empty() {
             bail!("rejected rows: {:?}", changes.rejected);
         }
+        let snapshot = matches!(event, SessionEvent::Snapshot { .. });
+        let update = matches!(event, SessionEvent::Update { .. });
+        if let SessionEvent::Disconnected { reason, .. } = &event {
+            bail!("disconnected: {reason}");
+        }
+        // Held through the compile (the agent drops it before), so that the RSS the compile adds
+        // is the IR's and not the reuse of the JSON's freed memory.
         let rss_before = rss_kib();
+        let cpu_before = thread_usage();
         let compiling = Instant::now();
         let diff = if compile {
             Some(compiler.apply(&sb, &changes))
@@ -495,43 +540,49 @@ async fn sb_sync(
             None
         };
         let compiled = compiling.elapsed();
+        let compile_usage = thread_usage().since(&cpu_before);
         let programming = Instant::now();
         let written = match (&mut datapath, &diff) {
             (Some(datapath), Some(diff)) => Some(datapath.apply(diff).context("writing the maps")?),
             _ => None,
         };
         let programmed = programming.elapsed();
-        let snapshot = matches!(event, SessionEvent::Snapshot { .. });
-        match event {
-            SessionEvent::Snapshot { .. } if sync_ms.is_none() => {
-                sync_ms = Some(
-                    started.elapsed().as_secs_f64() * 1000.0 - compiled.as_secs_f64() * 1000.0,
+        if snapshot && sync_ms.is_none() {
+            sync_ms =
+                Some(started.elapsed().as_secs_f64() * 1000.0 - compiled.as_secs_f64() * 1000.0);
+            if compile {
+                compile_ms = Some(compiled.as_secs_f64() * 1000.0);
+                ir_rss_kib = rss_kib().saturating_sub(rss_before);
+            }
+            if written.is_some() {
+                program_ms = Some(programmed.as_secs_f64() * 1000.0);
+            }
+            // Tell a driving process that the initial sync is done.
+            eprintln!("synced");
+        } else if update {
+            apply_us.push(applied.as_secs_f64() * 1e6);
+            if let Some(diff) = &diff {
+                compile_us.push(compiled.as_secs_f64() * 1e6);
+                compile_usage_seen.push(compile_usage);
+                update_rows.push(
+                    changes
+                        .tables
+                        .iter()
+                        .map(|(table, change)| {
+                            let rows = change.inserted.len()
+                                + change.modified.len()
+                                + change.deleted.len();
+                            format!("{table}:{rows}")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" "),
                 );
-                if compile {
-                    compile_ms = Some(compiled.as_secs_f64() * 1000.0);
-                    ir_rss_kib = rss_kib().saturating_sub(rss_before);
-                }
-                if written.is_some() {
-                    program_ms = Some(programmed.as_secs_f64() * 1000.0);
-                }
-                // Tell a driving process that the initial sync is done.
-                eprintln!("synced");
+                diff_entries.push(diff.len());
             }
-            SessionEvent::Update { .. } => {
-                apply_us.push(applied.as_secs_f64() * 1e6);
-                if let Some(diff) = &diff {
-                    compile_us.push(compiled.as_secs_f64() * 1e6);
-                    diff_entries.push(diff.len());
-                }
-                if let Some(written) = written {
-                    program_us.push(programmed.as_secs_f64() * 1e6);
-                    map_writes.push(written);
-                }
+            if let Some(written) = written {
+                program_us.push(programmed.as_secs_f64() * 1e6);
+                map_writes.push(written);
             }
-            SessionEvent::Disconnected { reason, .. } => bail!("disconnected: {reason}"),
-            SessionEvent::Snapshot { .. }
-            | SessionEvent::Transacted { .. }
-            | SessionEvent::ConditionChanged { .. } => {}
         }
         if snapshot {
             // As the agent does once a snapshot is handled.
@@ -547,6 +598,10 @@ async fn sb_sync(
         "sync_ms": sync_ms, "rows": rows, "apply_us": apply_us,
         "compile_ms": compile_ms, "ir_entries": compiler.entries().count(), "ir_rss_kib": ir_rss_kib,
         "compile_us": compile_us, "diff_entries": diff_entries,
+        "compile_cpu_us": compile_usage_seen.iter().map(|u| u.cpu_us).collect::<Vec<_>>(),
+        "compile_page_faults": compile_usage_seen.iter().map(|u| u.page_faults).collect::<Vec<_>>(),
+        "compile_preempted": compile_usage_seen.iter().map(|u| u.preempted).collect::<Vec<_>>(),
+        "update_rows": update_rows,
         "program_ms": program_ms, "program_us": program_us, "map_writes": map_writes,
     }))
 }

@@ -1,6 +1,9 @@
-//! `bench compile [--pods …] [--updates 20]`: the full SB → IR compile (time, IR entries, RSS it
-//! adds) and the compile cost of each single-pod change, next to the replica's own sync and apply
-//! cost in the same run as the baseline. `bench compile --acls` instead: 1000 pods under 100
+//! `bench compile [--pods …] [--updates 20] [--ctl PATH]`: the full SB → IR compile (time, IR
+//! entries, RSS it adds) and the compile cost of each single-pod change, next to the replica's own
+//! sync and apply cost in the same run as the baseline (`--ctl`: another build's `ovnbpfctl`,
+//! e.g. another commit's, to compare). For the slowest update it also prints the compiling
+//! thread's CPU time, page faults and preemptions (a slow compile's own work, or a wait) and the
+//! rows it changed. `bench compile --acls` instead: 1000 pods under 100
 //! NetworkPolicies of 100 ports each (10,100 ACLs) whose peers are address sets of 500 addresses
 //! (50,000 members), built as kube-ovn-controller builds them; the changes are one address
 //! joining a set each (a pod matching a policy's selector). `bench compile --services`: 5000
@@ -35,8 +38,13 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let sizes = sizes(args)?;
     let updates: usize = option(args, "--updates").unwrap_or("20").parse()?;
-    println!("== bench compile: building ovnbpfctl (release)");
-    let ctl = cmd::build_binaries(cmd::Profile::Release)?.ctl;
+    let ctl = match option(args, "--ctl") {
+        Some(path) => std::fs::canonicalize(path)?,
+        None => {
+            println!("== bench compile: building ovnbpfctl (release)");
+            cmd::build_binaries(cmd::Profile::Release)?.ctl
+        }
+    };
     let mut results = Vec::new();
     for pods in sizes {
         println!("== bench compile: {pods} pods: building the topology");
@@ -46,6 +54,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let report = sync_and_update(&lab, &ctl, &remote, updates, &["--compile"])?;
         let mut apply = numbers(&report, "apply_us");
         let mut compile = numbers(&report, "compile_us");
+        let slowest = slowest_update(&report);
         let diffs = numbers(&report, "diff_entries");
         apply.sort_by(f64::total_cmp);
         compile.sort_by(f64::total_cmp);
@@ -57,6 +66,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "compile_p50_us": percentile(&compile, 50.0), "compile_p99_us": percentile(&compile, 99.0),
             "max_diff_entries": diffs.iter().copied().fold(0.0, f64::max),
             "updates": compile.len(),
+            "slowest_update": slowest,
         }));
     }
     println!();
@@ -82,7 +92,44 @@ pub fn run(args: &[String]) -> Result<()> {
             f("max_diff_entries"),
         );
     }
+    for r in &results {
+        let slowest = &r["slowest_update"];
+        println!(
+            "{} pods: the slowest update, #{}: {:.0} µs, of which the compiling thread ran {:.0} µs (page faults {}, preempted {} times); its rows {}; the next update's {}",
+            r["pods"],
+            slowest["index"],
+            slowest["wall_us"].as_f64().unwrap_or(f64::NAN),
+            slowest["cpu_us"].as_f64().unwrap_or(f64::NAN),
+            slowest["page_faults"],
+            slowest["preempted"],
+            slowest["rows"],
+            slowest["next_rows"],
+        );
+    }
     write_json("compile", &results)
+}
+
+/// The update whose compile took longest, with the compiling thread's CPU time, page faults
+/// and preemptions during it (`ovnbpfctl sb-sync`'s report): whether a slow compile was its own
+/// work or waited.
+fn slowest_update(report: &serde_json::Value) -> serde_json::Value {
+    let wall = numbers(report, "compile_us");
+    let cpu = numbers(report, "compile_cpu_us");
+    let faults = numbers(report, "compile_page_faults");
+    let preempted = numbers(report, "compile_preempted");
+    let Some((index, wall_us)) = wall
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+    else {
+        return serde_json::Value::Null;
+    };
+    json!({
+        "index": index, "wall_us": wall_us, "cpu_us": cpu.get(index),
+        "page_faults": faults.get(index), "preempted": preempted.get(index),
+        "rows": report["update_rows"].get(index), "next_rows": report["update_rows"].get(index + 1),
+    })
 }
 
 /// Policies, ports per policy (one ACL each), pods per policy and addresses per policy's set.
