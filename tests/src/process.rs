@@ -110,7 +110,21 @@ impl Child {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(15)..].join("\n");
-        format!("\n--- last lines of {} ---\n{tail}", path.display())
+        // A process that ended with an error (anyhow's `Error: …` and its causes) says why
+        // above its backtrace, which alone would fill the tail.
+        let error: Vec<&str> = lines
+            .iter()
+            .skip_while(|line| !line.starts_with("Error: "))
+            .take_while(|line| !line.starts_with("Stack backtrace:"))
+            .take(20)
+            .copied()
+            .collect();
+        let error = if error.is_empty() {
+            String::new()
+        } else {
+            format!("\n--- its error ---\n{}", error.join("\n"))
+        };
+        format!("\n--- last lines of {} ---\n{tail}{error}", path.display())
     }
 
     /// Leaves the process running after this guard is gone (for `cargo xtask lab up`); returns its PID.
