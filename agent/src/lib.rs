@@ -21,6 +21,7 @@ pub mod node_network;
 pub mod ovsdb;
 pub mod packet_socket;
 pub mod pipeline;
+pub mod readiness;
 pub mod router_advert;
 pub mod sb;
 pub mod service_monitor;

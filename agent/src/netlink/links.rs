@@ -3,7 +3,11 @@
 //! (operational state, peer namespace), waited for through link notifications, deleted by name.
 //! Requests of the parent's [`Socket`].
 
-use std::{io, os::fd::AsRawFd, time::Duration};
+use std::{
+    io,
+    os::fd::{AsFd, AsRawFd},
+    time::Duration,
+};
 
 use netlink_packet_core::{DefaultNla, Emitable, NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::{
@@ -216,7 +220,7 @@ impl Socket {
             }
             read_state = false;
             let remaining = deadline.saturating_duration_since(std::time::Instant::now());
-            if remaining.is_zero() || !self.readable_within(remaining)? {
+            if remaining.is_zero() || !crate::readiness::readable_within(self.as_fd(), remaining)? {
                 return Ok(false);
             }
             let (datagram, notification) = match self.receive() {

@@ -28,7 +28,7 @@ pub use static_routes::StaticRoute;
 use std::{
     io,
     net::{IpAddr, Ipv4Addr},
-    os::fd::{AsFd, AsRawFd, BorrowedFd},
+    os::fd::{AsFd, BorrowedFd},
     sync::atomic::{AtomicU32, Ordering},
 };
 
@@ -169,28 +169,6 @@ impl Socket {
                 Ok((_, from)) => return Ok((datagram, from.multicast_groups() != 0)),
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return Err(error),
-            }
-        }
-    }
-
-    /// Waits until the socket has a datagram to read, up to `timeout`; whether one came.
-    fn readable_within(&self, timeout: std::time::Duration) -> io::Result<bool> {
-        let mut descriptor = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // Rounded up: poll must not give up before the caller's deadline.
-        let milliseconds = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        loop {
-            // SAFETY: one valid pollfd for the duration of the call.
-            let ready = unsafe { libc::poll(&mut descriptor, 1, milliseconds) };
-            if ready >= 0 {
-                return Ok(ready > 0);
-            }
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
-                return Err(error);
             }
         }
     }

@@ -81,6 +81,12 @@ fn run(namespace: Option<&File>, command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A veth pair `a`–`b` in the calling thread's namespace, both ends down; `a`'s index.
+fn pair(node: &Socket, a: &str, b: &str) -> u32 {
+    node.create_segmenter_pair(a, b, 1500).unwrap();
+    index_of(a).unwrap()
+}
+
 /// A veth pair born across two namespaces, isolated, brought up and awaited, addressed and
 /// routed, then deleted: each step as `ip` and `/proc/sys` see it.
 #[test]
@@ -215,8 +221,7 @@ fn a_pod_nic_is_built_and_removed_through_netlink() {
 fn waiting_for_a_link_that_stays_down_ends_at_the_timeout() {
     in_namespaces(|_| {
         let node = Socket::open().unwrap();
-        node.create_segmenter_pair("nlt_a", "nlt_b", 1500).unwrap();
-        let index = index_of("nlt_a").unwrap();
+        let index = pair(&node, "nlt_a", "nlt_b");
         node.set_up(index).unwrap();
         let started = std::time::Instant::now();
         assert!(!node.wait_up(index, Duration::from_millis(200)).unwrap());
@@ -233,9 +238,7 @@ fn waiting_for_a_link_that_stays_down_ends_at_the_timeout() {
 fn static_routes_are_set_listed_and_deleted() {
     in_namespaces(|_| {
         let node = Socket::open().unwrap();
-        node.create_segmenter_pair("nlt_n0", "nlt_n1", 1500)
-            .unwrap();
-        let index = index_of("nlt_n0").unwrap();
+        let index = pair(&node, "nlt_n0", "nlt_n1");
         node.set_up(index).unwrap();
         node.set_up(index_of("nlt_n1").unwrap()).unwrap();
         node.add_address(index, Ipv4Addr::new(100, 64, 0, 2).into(), 16)
@@ -311,9 +314,7 @@ fn trivial_classifier() -> OwnedFd {
 fn an_ingress_filter_is_attached_read_replaced_and_deleted() {
     in_namespaces(|_| {
         let node = Socket::open().unwrap();
-        node.create_segmenter_pair("nlt_f0", "nlt_f1", 1500)
-            .unwrap();
-        let index = index_of("nlt_f0").unwrap();
+        let index = pair(&node, "nlt_f0", "nlt_f1");
         let filter = IngressFilter {
             priority: 1,
             handle: 1,

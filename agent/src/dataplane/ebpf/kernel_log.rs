@@ -15,7 +15,7 @@
 //! `AYA_LOGS` map; nothing else of the programs.
 
 use std::{
-    os::fd::AsRawFd,
+    os::fd::AsFd,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -108,7 +108,8 @@ impl KernelLog {
             .name("ovnbpf-kernel-log".into())
             .spawn(move || {
                 while !stopping.load(Ordering::Relaxed) {
-                    wait_readable(logger.as_raw_fd(), IDLE_WAKE);
+                    // An error (none is expected) only makes the loop poll again.
+                    let _ = crate::readiness::readable_within(logger.as_fd(), IDLE_WAKE);
                     // aya-log panics on a record it cannot decode: it ends this thread only.
                     logger.flush();
                 }
@@ -128,18 +129,6 @@ impl Drop for KernelLog {
             let _ = thread.join();
         }
     }
-}
-
-/// Waits until `fd` is readable or `timeout` passes (an error or a signal ends the wait too).
-fn wait_readable(fd: i32, timeout: Duration) {
-    let mut descriptor = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let milliseconds = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut descriptor, 1, milliseconds) };
 }
 
 /// Hands aya-log's records (as `log` records) to tracing.
