@@ -395,9 +395,29 @@ fn register(
             "Claims of a port another chassis holds put off (at most one claim per 500 ms).",
             stats.southbound.claims_postponed,
         ),
+        (
+            "ovnbpf_neighbours_heard_total",
+            "ARP senders the routers heard of and did not know at that MAC (MAC learning; \
+             the learned ones are written as MAC_Binding, purpose mac_binding).",
+            stats.neighbours_heard,
+        ),
     ] {
         scrape.counter(name, help, value);
     }
+    scrape.counters(
+        "ovnbpf_neighbours_not_learned_total",
+        "Heard ARP senders the routers did not learn, by reason (known: the binding exists; \
+         unknown_port, unknown_router: the packet's router port is not in the Southbound).",
+        crate::daemon::NotLearned::ALL.into_iter().map(|reason| {
+            let reason = reason.as_str();
+            let count = stats
+                .neighbours_not_learned
+                .get(reason)
+                .copied()
+                .unwrap_or(0);
+            (label("reason", reason), count)
+        }),
+    );
     // Known once the agent swept its connection table.
     if let Some(table) = report.connections {
         for (name, help, value) in [

@@ -30,6 +30,7 @@ mod headers;
 mod ipv6;
 mod lb;
 mod maps;
+mod neighbour_learning;
 mod output;
 mod overlay;
 mod port_security;

@@ -15,7 +15,8 @@
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI; a next hop without a MAC gets the router's ARP request instead (flooded by the flood
 //! stage). What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
-//! the responder left unanswered (OVN's router consumes it) is dropped and counted; IPv6 is the
+//! the responder left unanswered (OVN's router consumes it) is dropped and counted, its sender
+//! reported for MAC learning ([`crate::neighbour_learning`]); IPv6 is the
 //! IPv6 stage's ([`crate::ipv6`]), which hands what it routed here for the same output step
 //! ([`crate::router6::output`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
 //! `ROUTERS`, `ROUTE_TABLES`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `POLICY_PAIRS`,
@@ -116,8 +117,11 @@ fn handle(
     };
     match u16::from_be(frame.eth.ether_type) {
         ETH_P_IPV4 => {}
-        // What the ARP responder did not answer OVN's router consumes (it learns the sender).
-        ETH_P_ARP => return Err(drop_reason::ARP_TO_ROUTER),
+        // What the ARP responder did not answer OVN's router consumes, learning the sender.
+        ETH_P_ARP => {
+            crate::neighbour_learning::report_arp(ctx, router);
+            return Err(drop_reason::ARP_TO_ROUTER);
+        }
         // `switching` hands IPv6 to the IPv6 stage; anything else IPv6 here is not handled.
         ETH_P_IPV6 => return Err(drop_reason::IPV6_TO_ROUTER),
         _ => return Ok(Routed::Verdict(PASS)),

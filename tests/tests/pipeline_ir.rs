@@ -342,11 +342,12 @@ async fn routers_on_underlay_switches_are_reported_unsupported() {
 
 /// A VPC router as kube-ovn-controller builds it (`always_learn_from_arp_request=false`, so
 /// northd writes the no-learn variants of the neighbour stages): every neighbour flow compiles,
-/// the learning is reported as a side duty, and the eBPF backend forwards the router. Turning the
+/// the learning from ND is reported as a side duty (from ARP it is done: `mac_learning.rs`),
+/// and the eBPF backend forwards the router. Turning the
 /// option on (as a peering does) changes the variants (to the same IR), and still nothing is
 /// unsupported. A neighbour flow the compiler cannot forward still blocks the router.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_ovn_routers_compile_with_mac_learning_as_a_side_duty() {
+async fn kube_ovn_routers_compile_with_nd_learning_as_a_side_duty() {
     let (lab, mut replica) = subnet_with_pods(2).await;
     let router = replica
         .compiler

@@ -269,8 +269,8 @@ const KUBE_OVN_VPC_PODS: [PodPlan; 5] = [
 /// static route whose next hop is a pod, and by source (the per-subnet routes Kube-OVN writes,
 /// and a VPC `policySrc` route via a pod), and by its policy routes (drop, reroute via a pod);
 /// the router refuses TCP and UDP to its addresses as
-/// OVN does; it is forwarded (nothing counted as `router_unsupported`), its MAC learning
-/// reported as a side duty, not as unsupported.
+/// OVN does; it is forwarded (nothing counted as `router_unsupported`), its MAC learning from
+/// ND reported as a side duty (from ARP it is done), not as unsupported.
 #[test]
 fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
     let TwoNodes {
@@ -405,7 +405,7 @@ fn a_custom_vpc_built_as_kube_ovn_builds_it_routes() {
             "{chassis}: {counters}"
         );
     }
-    // The compiler's verdict on the router: learning is a side duty, nothing is unsupported.
+    // The compiler's verdict on the router: ND learning is a side duty, nothing is unsupported.
     let coverage = ovnbpf_tests::process::output(
         std::process::Command::new(ovnbpf_tests::workspace_binary("ovnbpfctl")).args([
             "lflow",

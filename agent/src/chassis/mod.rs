@@ -12,21 +12,24 @@ use uuid::Uuid;
 
 use crate::sb::{
     Southbound,
-    rows::{Chassis, ChassisPrivate, Encap, PortBinding, ServiceMonitor},
+    rows::{Chassis, ChassisPrivate, Encap, MacBinding, PortBinding, ServiceMonitor},
 };
 
 /// Feature flags ovnbpf advertises in `Chassis.other_config`. northd ANDs them across all chassis,
 /// so advertising a feature we do not implement would make northd emit flows we cannot honour,
-/// and omitting one we implement would downgrade the whole cluster. Only this one is implemented:
+/// and omitting one we implement would downgrade the whole cluster. Implemented:
 ///
 /// - `port-up-notif`: we set `Port_Binding.up` only once the port's datapath is programmed, so
 ///   northd may report LSP `up` from it (instead of from `chassis` alone).
+/// - `mac-binding-timestamp`: the MAC_Binding rows our routers learn carry the time they were
+///   written (`daemon/mac_learning.rs`), so northd may age them out by the routers'
+///   `mac_binding_age_threshold` (it ages none while a chassis lacks the flag).
 ///
-/// Not advertised (yet): `ct-no-masked-label`, `mac-binding-timestamp`, `ovn-ct-lb-related`,
+/// Not advertised (yet): `ct-no-masked-label`, `ovn-ct-lb-related`,
 /// `fdb-timestamp`, `ls-dpg-column`, `ct-commit-nat-v2`, `ct-commit-to-zone`,
 /// `ovn-sample-with-registers`, `ct-next-zone`, `ct-label-flush`, `ct-state-save`: they describe
-/// conntrack, MAC_Binding/FDB aging and sampling behaviour the eBPF datapath does not have yet.
-pub const FEATURES: &[&str] = &["port-up-notif"];
+/// conntrack, FDB aging and sampling behaviour the eBPF datapath does not have yet.
+pub const FEATURES: &[&str] = &["port-up-notif", "mac-binding-timestamp"];
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ChassisError {
@@ -274,6 +277,40 @@ pub fn service_monitor_status_op(monitor: Uuid, status: &str) -> Value {
     })
 }
 
+/// Inserts the MAC_Binding a router port `port` learned (`ip` at `mac`), stamped `timestamp_ms`,
+/// as pinctrl's `put_arp` does.
+#[must_use]
+pub fn mac_binding_insert_op(
+    port: &str,
+    ip: &str,
+    mac: &str,
+    datapath: Uuid,
+    timestamp_ms: i64,
+) -> Value {
+    json!({
+        "op": "insert",
+        "table": MacBinding::TABLE,
+        "row": {
+            "logical_port": port,
+            "ip": ip,
+            "mac": mac,
+            "datapath": uuid_json(datapath),
+            "timestamp": timestamp_ms,
+        },
+    })
+}
+
+/// Gives MAC_Binding row `binding` the MAC `mac` a router learned, stamped `timestamp_ms`.
+#[must_use]
+pub fn mac_binding_update_op(binding: Uuid, mac: &str, timestamp_ms: i64) -> Value {
+    json!({
+        "op": "update",
+        "table": MacBinding::TABLE,
+        "where": where_uuid(binding),
+        "row": {"mac": mac, "timestamp": timestamp_ms},
+    })
+}
+
 /// Acknowledges `nb_cfg` in our Chassis_Private row, with the time it was reached (ms since epoch).
 #[must_use]
 pub fn nb_cfg_ops(private: &ChassisPrivate, nb_cfg: i64, timestamp_ms: i64) -> Vec<Value> {
@@ -313,6 +350,7 @@ mod tests {
         assert_eq!(ops[2]["row"]["chassis"], json!(["named-uuid", "chassis"]));
         let other_config = &ops[1]["row"]["other_config"];
         assert!(other_config.to_string().contains("port-up-notif"));
+        assert!(other_config.to_string().contains("mac-binding-timestamp"));
         assert!(!other_config.to_string().contains("ct-no-masked-label"));
     }
 

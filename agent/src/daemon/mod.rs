@@ -16,7 +16,7 @@
 //! and the datapath; writes only this chassis's rows, through [`sb_sync`].
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     net::IpAddr,
     sync::{Arc, atomic::AtomicU64},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -28,11 +28,13 @@ mod acls;
 pub mod binding;
 mod commands;
 mod datapath;
+mod mac_learning;
 pub mod node_network;
 pub mod ports;
 pub mod sb_sync;
 mod side_duties;
 
+pub use mac_learning::NotLearned;
 use ports::{Pending, PortCommand, PortCommands};
 pub use sb_sync::{Purpose, SbWriteStats};
 
@@ -96,6 +98,10 @@ pub struct DaemonStats {
     pub datapath_errors: u64,
     /// Southbound connections lost (the session reconnects by itself).
     pub disconnects: u64,
+    /// ARP senders the datapath's routers heard of (MAC learning), and of them those not
+    /// learned, by reason ([`mac_learning::NotLearned`]).
+    pub neighbours_heard: u64,
+    pub neighbours_not_learned: BTreeMap<&'static str, u64>,
 }
 
 struct Daemon {
@@ -159,6 +165,10 @@ const DROP_LOGS_PER_SECOND: u32 = 10;
 /// ovn-controller's own limit is the ACL's meter, where one is set).
 const ACL_LOGS_PER_SECOND: u32 = 100;
 
+/// Heard neighbours waiting for the loop at most (more are lost and counted by the backend;
+/// each sender is reported again by its next ARP).
+const HEARD_NEIGHBOURS_QUEUE: usize = 1024;
+
 /// How often failed datapath writes are retried (they are also retried with every change).
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -194,6 +204,12 @@ pub async fn run(
         let acl_log_events = datapath
             .as_mut()
             .and_then(|datapath| datapath.acl_log_events(ACL_LOGS_PER_SECOND))
+            .map(tokio::spawn);
+        let (neighbour_sink, mut heard_neighbours) =
+            tokio::sync::mpsc::channel(HEARD_NEIGHBOURS_QUEUE);
+        let neighbour_events = datapath
+            .as_mut()
+            .and_then(|datapath| datapath.neighbour_events(neighbour_sink))
             .map(tokio::spawn);
         let scope = LocalScope {
             ports: config
@@ -272,6 +288,7 @@ pub async fn run(
                     Some(event) => daemon.handle(event).await,
                     None => break,
                 },
+                Some(heard) = heard_neighbours.recv() => daemon.heard_neighbour(&heard).await,
                 Some(decided) = daemon.service_monitors.next_decision() => {
                     if daemon.service_monitors.decided(decided) {
                         daemon.sb_sync.mark_monitor(decided.monitor);
@@ -282,7 +299,10 @@ pub async fn run(
         }
         daemon.service_monitors.stop();
         daemon.periodic_adverts.stop();
-        for task in [drop_events, acl_log_events].into_iter().flatten() {
+        for task in [drop_events, acl_log_events, neighbour_events]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
         let stats = daemon.stats();
@@ -562,6 +582,7 @@ impl Daemon {
             local_ports: &self.local_ports,
             programmed: &programmed,
             monitor_status: &monitor_status,
+            now_ms: now_ms(),
         });
         if self.synced {
             self.sb_sync.reconcile(
@@ -663,12 +684,37 @@ impl Daemon {
             debug!("nb_cfg not acknowledged: a Port_Binding write is in flight");
             return;
         }
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         self.sb_sync
-            .acknowledge(&self.sb, &self.handle, &self.config.chassis, now_ms);
+            .acknowledge(&self.sb, &self.handle, &self.config.chassis, now_ms());
     }
+
+    /// A router heard of a neighbour it does not know: learned (its MAC_Binding written) when
+    /// OVN's router would learn it ([`mac_learning`]).
+    async fn heard_neighbour(&mut self, heard: &crate::dataplane::HeardNeighbour) {
+        self.stats.neighbours_heard += 1;
+        match mac_learning::learned(&self.sb, heard) {
+            Ok(learned) => {
+                debug!(port = %learned.port, ip = %learned.ip, mac = %learned.mac, "router heard a neighbour");
+                self.sb_sync.learn(learned);
+                self.sync_southbound().await;
+            }
+            Err(reason) => {
+                debug!(router = heard.router, ip = %heard.ip, reason = reason.as_str(), "heard neighbour not learned");
+                *self
+                    .stats
+                    .neighbours_not_learned
+                    .entry(reason.as_str())
+                    .or_default() += 1;
+            }
+        }
+    }
+}
+
+/// Now, in ms since the epoch (Southbound timestamps).
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// How the daemon connects to the Southbound: its probe interval and TLS settings.

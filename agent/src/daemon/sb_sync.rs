@@ -1,7 +1,8 @@
 //! The agent's Southbound writes, level-triggered like ovn-controller's: after every replica
 //! update and every local change, the rows this chassis owns (its Chassis, Encap and
 //! Chassis_Private; the `chassis`, `encap` and `up` of the Port_Bindings it claims or releases;
-//! the `status` of the Service_Monitors it probes) are compared with what the agent wants them to be, and a write is made when they differ and
+//! the `status` of the Service_Monitors it probes; the MAC_Binding rows its routers learned,
+//! [`super::mac_learning`]) are compared with what the agent wants them to be, and a write is made when they differ and
 //! no transaction touching the row is outstanding. A write stays outstanding until its reply and
 //! the update that carries it have arrived (tracked by its transaction, never by a clock); a
 //! failed or lost write is compared (and so retried) again after [`RETRY_AFTER`] (doubling while
@@ -24,8 +25,8 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use super::binding::ClaimPacer;
 pub use super::binding::{CLAIM_INTERVAL, can_bind_here};
+use super::{binding::ClaimPacer, mac_learning::Learned};
 use crate::{
     chassis::{self, ChassisConfig},
     ovsdb::{
@@ -34,7 +35,7 @@ use crate::{
     },
     sb::{
         Southbound,
-        rows::{Chassis, ChassisPrivate, Encap, PortBinding, ServiceMonitor},
+        rows::{Chassis, ChassisPrivate, Encap, MacBinding, PortBinding, ServiceMonitor},
     },
 };
 
@@ -52,16 +53,18 @@ pub enum Purpose {
     Release,
     AckNbCfg,
     ServiceMonitor,
+    MacBinding,
 }
 
 impl Purpose {
-    pub const ALL: [Purpose; 6] = [
+    pub const ALL: [Purpose; 7] = [
         Purpose::Register,
         Purpose::Claim,
         Purpose::Up,
         Purpose::Release,
         Purpose::AckNbCfg,
         Purpose::ServiceMonitor,
+        Purpose::MacBinding,
     ];
 
     #[must_use]
@@ -73,6 +76,7 @@ impl Purpose {
             Purpose::Release => "release",
             Purpose::AckNbCfg => "ack_nb_cfg",
             Purpose::ServiceMonitor => "service_monitor",
+            Purpose::MacBinding => "mac_binding",
         }
     }
 }
@@ -100,6 +104,8 @@ enum RowKey {
     Port(Uuid),
     /// A Service_Monitor row's `status`.
     Monitor(Uuid),
+    /// The MAC_Binding of a learned neighbour (by its id in [`SbSync::learned`]).
+    Binding(u64),
 }
 
 /// What an outstanding write set, to recognise the update that carries it.
@@ -120,6 +126,12 @@ enum Expect {
     },
     Monitor {
         status: &'static str,
+    },
+    /// The MAC_Binding of (`port`, `ip`) has `mac`.
+    Binding {
+        port: String,
+        ip: String,
+        mac: String,
     },
 }
 
@@ -145,6 +157,8 @@ pub struct Wanted<'a> {
     pub programmed: &'a dyn Fn(&str) -> bool,
     /// The status this chassis's probes decided for a Service_Monitor row, if they did.
     pub monitor_status: &'a dyn Fn(&Uuid) -> Option<&'static str>,
+    /// Now, in ms since the epoch: the timestamp of the MAC_Bindings written.
+    pub now_ms: i64,
 }
 
 /// See the module documentation.
@@ -164,12 +178,21 @@ pub struct SbSync {
     failed: HashSet<RowKey>,
     retry_ports: HashSet<String>,
     retry_monitors: HashSet<Uuid>,
+    retry_learned: HashSet<u64>,
     retry_own: bool,
     retry_at: Option<tokio::time::Instant>,
     /// The wait before the next retry (grows while writes keep failing).
     retry_delay: Option<Duration>,
     /// Claims of ports another chassis holds, paced.
     claims: ClaimPacer,
+    /// Neighbours the routers learned whose MAC_Binding the replica does not show yet, by id;
+    /// an entry goes once the replica shows it (or, updating only, shows no binding to update).
+    learned: HashMap<u64, Learned>,
+    /// (router port, address) → its id in `learned`.
+    learned_ids: HashMap<(String, String), u64>,
+    next_learned_id: u64,
+    /// Learned neighbours to compare at the next [`Self::reconcile`].
+    dirty_learned: HashSet<u64>,
     stats: SbWriteStats,
 }
 
@@ -222,6 +245,24 @@ impl SbSync {
     /// changed).
     pub fn mark_monitor(&mut self, monitor: Uuid) {
         self.dirty_monitors.insert(monitor);
+    }
+
+    /// A router learned a neighbour: its MAC_Binding is written at the next reconciliation
+    /// unless the replica shows it by then (a later MAC for the same address replaces it).
+    pub fn learn(&mut self, learned: Learned) {
+        let key = (learned.port.clone(), learned.ip.clone());
+        let id = *self.learned_ids.entry(key).or_insert_with(|| {
+            self.next_learned_id += 1;
+            self.next_learned_id
+        });
+        self.learned.insert(id, learned);
+        self.dirty_learned.insert(id);
+    }
+
+    /// Learned neighbours whose MAC_Binding is not in the replica yet.
+    #[must_use]
+    pub fn learning(&self) -> usize {
+        self.learned.len()
     }
 
     /// Compare this chassis's own rows at the next reconciliation.
@@ -302,6 +343,9 @@ impl SbSync {
                 self.dirty_monitors.remove(uuid);
             }
         }
+        if let Some(change) = changes.tables.get(MacBinding::TABLE) {
+            self.bindings_changed(sb, change);
+        }
         let Some(change) = changes.tables.get(PortBinding::TABLE) else {
             return;
         };
@@ -327,6 +371,42 @@ impl SbSync {
                     debug!(port = %port.logical_port, "released port's binding deleted");
                 }
             }
+        }
+    }
+
+    /// MAC_Binding rows changed: a learned neighbour's write they carry is done, and every
+    /// learned neighbour they touch is compared again.
+    fn bindings_changed(&mut self, sb: &Southbound, change: &crate::ovsdb::replica::TableChanges) {
+        if self.learned_ids.is_empty() {
+            return;
+        }
+        let Some(table) = sb.replica().table(MacBinding::TABLE) else {
+            return;
+        };
+        let layout = table.layout().clone();
+        let current = change
+            .inserted
+            .iter()
+            .chain(change.modified.iter().map(|(uuid, _)| uuid))
+            .filter_map(|uuid| sb.row::<MacBinding>(uuid));
+        let deleted = change.deleted.iter().map(|(uuid, row)| {
+            MacBinding::from_row(&RowRef {
+                uuid: *uuid,
+                layout: &layout,
+                row,
+            })
+        });
+        let touched: Vec<u64> = current
+            .chain(deleted)
+            .filter_map(|binding| {
+                self.learned_ids
+                    .get(&(binding.logical_port, binding.ip))
+                    .copied()
+            })
+            .collect();
+        for id in touched {
+            self.touch(RowKey::Binding(id));
+            self.dirty_learned.insert(id);
         }
     }
 
@@ -373,6 +453,9 @@ impl SbSync {
                 (RowKey::Monitor(uuid), _) => {
                     self.dirty_monitors.insert(uuid);
                 }
+                (RowKey::Binding(id), _) => {
+                    self.dirty_learned.insert(id);
+                }
             }
         }
     }
@@ -413,6 +496,9 @@ impl SbSync {
                     (RowKey::Monitor(uuid), _) => {
                         self.retry_monitors.insert(uuid);
                     }
+                    (RowKey::Binding(id), _) => {
+                        self.retry_learned.insert(id);
+                    }
                 }
                 continue;
             }
@@ -435,6 +521,7 @@ impl SbSync {
         );
         self.dirty.extend(self.retry_ports.drain());
         self.dirty_monitors.extend(self.retry_monitors.drain());
+        self.dirty_learned.extend(self.retry_learned.drain());
         if std::mem::take(&mut self.retry_own) {
             self.own_dirty = true;
         }
@@ -512,11 +599,70 @@ impl SbSync {
             purposes.push(Purpose::ServiceMonitor);
             rows.push((key, None, Expect::Monitor { status }));
         }
+        self.learned_writes(sb, wanted.now_ms, &mut ops, &mut purposes, &mut rows);
         if !ops.is_empty() {
             purposes.sort_unstable();
             purposes.dedup();
             self.submit(handle, &purposes, ops, rows);
         }
+    }
+
+    /// The MAC_Binding writes of the learned neighbours marked since the last call: an insert
+    /// for an address the port has no binding for, an update of one with another MAC; a
+    /// neighbour the replica shows (or, updating only, has no binding to update) is done.
+    fn learned_writes(
+        &mut self,
+        sb: &Southbound,
+        now_ms: i64,
+        ops: &mut Vec<Value>,
+        purposes: &mut Vec<Purpose>,
+        rows: &mut Vec<(RowKey, Option<String>, Expect)>,
+    ) {
+        for id in std::mem::take(&mut self.dirty_learned) {
+            let key = RowKey::Binding(id);
+            if self.busy.contains_key(&key) {
+                continue;
+            }
+            let Some(learned) = self.learned.get(&id) else {
+                continue;
+            };
+            let op = match sb.mac_binding(&learned.port, &learned.ip) {
+                Some(binding) if binding.mac == learned.mac => None,
+                Some(binding) => Some(chassis::mac_binding_update_op(
+                    binding.uuid,
+                    &learned.mac,
+                    now_ms,
+                )),
+                None if learned.update_only => None,
+                None => Some(chassis::mac_binding_insert_op(
+                    &learned.port,
+                    &learned.ip,
+                    &learned.mac,
+                    learned.datapath,
+                    now_ms,
+                )),
+            };
+            let Some(op) = op else {
+                self.forget_learned(id);
+                continue;
+            };
+            debug!(port = %learned.port, ip = %learned.ip, mac = %learned.mac, "writing a learned neighbour");
+            ops.push(op);
+            purposes.push(Purpose::MacBinding);
+            let expect = Expect::Binding {
+                port: learned.port.clone(),
+                ip: learned.ip.clone(),
+                mac: learned.mac.clone(),
+            };
+            rows.push((key, None, expect));
+        }
+    }
+
+    fn forget_learned(&mut self, id: u64) {
+        if let Some(learned) = self.learned.remove(&id) {
+            self.learned_ids.remove(&(learned.port, learned.ip));
+        }
+        self.retry_learned.remove(&id);
     }
 
     /// The write that brings `port` to what the agent wants, if it differs: for a local port a
@@ -683,6 +829,9 @@ fn carried(sb: &Southbound, key: RowKey, expect: &Expect) -> bool {
         (RowKey::Monitor(uuid), Expect::Monitor { status }) => sb
             .row::<ServiceMonitor>(&uuid)
             .is_none_or(|row| row.status.as_deref() == Some(*status)),
+        (RowKey::Binding(_), Expect::Binding { port, ip, mac }) => sb
+            .mac_binding(port, ip)
+            .is_some_and(|binding| binding.mac == *mac),
         (RowKey::Own, Expect::NbCfg { private, nb_cfg }) => sb
             .row::<ChassisPrivate>(private)
             .is_none_or(|private| private.nb_cfg == *nb_cfg),

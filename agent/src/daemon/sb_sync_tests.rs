@@ -13,6 +13,10 @@ const OTHER: &str = "00000000-0000-0000-0000-0000000000c2";
 const PRIVATE: &str = "00000000-0000-0000-0000-0000000000d1";
 const PB: &str = "00000000-0000-0000-0000-0000000000b1";
 const MONITOR: &str = "00000000-0000-0000-0000-0000000000e1";
+const ROUTER: &str = "00000000-0000-0000-0000-0000000000f1";
+const BINDING: &str = "00000000-0000-0000-0000-0000000000f2";
+/// The time the tests' writes are stamped with.
+const NOW_MS: i64 = 1_700_000_000_000;
 
 fn config() -> ChassisConfig {
     ChassisConfig {
@@ -47,6 +51,9 @@ fn southbound(port: Value) -> Southbound {
                 "up": optional(json!("boolean")), "options": map}},
             "Service_Monitor": {"columns": {"logical_port": {"type": "string"},
                 "status": optional(json!("string"))}},
+            "MAC_Binding": {"columns": {"logical_port": {"type": "string"},
+                "ip": {"type": "string"}, "mac": {"type": "string"},
+                "datapath": optional(json!({"type": "uuid"})), "timestamp": {"type": "integer"}}},
         }),
         json!({
             "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
@@ -112,6 +119,7 @@ impl Node {
             local_ports: &self.local,
             programmed: &is_programmed,
             monitor_status: &monitor_status,
+            now_ms: NOW_MS,
         };
         self.sync
             .reconcile(sb, &self.handle, &config, Some(&wanted));
@@ -410,4 +418,133 @@ fn a_decided_backend_status_is_written_once_and_written_back_when_changed_under_
         node.sync.stats().transactions.get(&Purpose::ServiceMonitor),
         Some(&3)
     );
+}
+
+/// Applies a MAC_Binding update (`BINDING`: insert, modify or delete) and lets `node` observe it.
+fn update_binding(sb: &mut Southbound, node: &mut Node, update: Value) {
+    let changes = sb.apply(&SessionEvent::Update {
+        updates: json!({"MAC_Binding": {BINDING: update}}),
+        format: UpdateFormat::Update2,
+    });
+    node.sync.observe(sb, &changes, &node.local, Some(uuid(US)));
+}
+
+fn learned(mac: &str, update_only: bool) -> Learned {
+    Learned {
+        port: "vpc-ext-external".into(),
+        ip: "172.30.0.1".into(),
+        mac: mac.into(),
+        datapath: uuid(ROUTER),
+        update_only,
+    }
+}
+
+/// A learned neighbour is inserted as pinctrl inserts it, a newer MAC for the same address
+/// waits for the write in flight and then updates the row, and the neighbour is forgotten once
+/// the replica shows it.
+#[test]
+fn a_learned_neighbour_is_inserted_then_updated_and_forgotten_once_shown() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(true, true);
+    node.sync.learn(learned("02:00:00:00:00:01", false));
+    let inserted = node.reconcile(&sb);
+    assert_eq!(inserted.len(), 1);
+    assert_eq!(
+        inserted[0].1,
+        [json!({"op": "insert", "table": "MAC_Binding", "row": {
+            "logical_port": "vpc-ext-external", "ip": "172.30.0.1", "mac": "02:00:00:00:00:01",
+            "datapath": ["uuid", ROUTER], "timestamp": NOW_MS}})]
+    );
+    // The neighbour answers from another MAC before the insert is carried: held.
+    node.sync.learn(learned("02:00:00:00:00:02", false));
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "held by the insert in flight"
+    );
+    update_binding(
+        &mut sb,
+        &mut node,
+        json!({"insert": {"logical_port": "vpc-ext-external", "ip": "172.30.0.1",
+            "mac": "02:00:00:00:00:01", "datapath": ["uuid", ROUTER], "timestamp": NOW_MS}}),
+    );
+    node.sync.finished(&sb, inserted[0].0, Ok(()));
+    let updated = node.reconcile(&sb);
+    assert_eq!(
+        updated[0].1,
+        [json!({"op": "update", "table": "MAC_Binding",
+            "where": [["_uuid", "==", ["uuid", BINDING]]],
+            "row": {"mac": "02:00:00:00:00:02", "timestamp": NOW_MS}})]
+    );
+    update_binding(
+        &mut sb,
+        &mut node,
+        json!({"modify": {"mac": "02:00:00:00:00:02"}}),
+    );
+    node.sync.finished(&sb, updated[0].0, Ok(()));
+    assert!(node.reconcile(&sb).is_empty(), "the row says it");
+    assert_eq!(node.sync.learning(), 0, "forgotten once shown");
+    // Heard again at the MAC the row has: nothing to write.
+    node.sync.learn(learned("02:00:00:00:00:02", false));
+    assert!(node.reconcile(&sb).is_empty());
+    assert_eq!(node.sync.learning(), 0);
+    assert_eq!(
+        node.sync.stats().transactions.get(&Purpose::MacBinding),
+        Some(&2)
+    );
+}
+
+/// A request updates only a binding the port has: without one nothing is written; with one
+/// (another MAC), the row is updated.
+#[test]
+fn a_request_only_updates_a_binding_the_port_has() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(true, true);
+    node.sync.learn(learned("02:00:00:00:00:01", true));
+    assert!(node.reconcile(&sb).is_empty(), "no binding to update");
+    assert_eq!(node.sync.learning(), 0);
+    update_binding(
+        &mut sb,
+        &mut node,
+        json!({"insert": {"logical_port": "vpc-ext-external", "ip": "172.30.0.1",
+            "mac": "02:00:00:00:00:01", "datapath": ["uuid", ROUTER], "timestamp": 1}}),
+    );
+    node.sync.learn(learned("02:00:00:00:00:03", true));
+    let updated = node.reconcile(&sb);
+    assert_eq!(
+        row(&updated[0].1),
+        &json!({"mac": "02:00:00:00:00:03", "timestamp": NOW_MS})
+    );
+}
+
+/// A refused insert is compared again when due; once the row another chassis inserted first
+/// (the schema's index) is in, the write updates that row if its MAC differs.
+#[test]
+fn a_refused_insert_is_compared_again_and_updates_the_row_that_won() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(true, true);
+    node.sync.learn(learned("02:00:00:00:00:01", false));
+    let inserted = node.reconcile(&sb);
+    node.sync
+        .finished(&sb, inserted[0].0, Err("constraint violation".into()));
+    assert!(
+        node.reconcile(&sb).is_empty(),
+        "not before the retry is due"
+    );
+    node.sync.wake(node.sync.wake_at().unwrap());
+    let again = node.reconcile(&sb);
+    assert_eq!(again[0].1, inserted[0].1, "the same insert again");
+    update_binding(
+        &mut sb,
+        &mut node,
+        json!({"insert": {"logical_port": "vpc-ext-external", "ip": "172.30.0.1",
+            "mac": "02:00:00:00:00:09", "datapath": ["uuid", ROUTER], "timestamp": 1}}),
+    );
+    node.sync
+        .finished(&sb, again[0].0, Err("constraint violation".into()));
+    let updated = node.reconcile(&sb);
+    assert_eq!(
+        row(&updated[0].1),
+        &json!({"mac": "02:00:00:00:00:01", "timestamp": NOW_MS})
+    );
+    assert_eq!(node.sync.stats().retries, 2);
 }

@@ -24,7 +24,7 @@
 
 use std::{fmt, net::IpAddr, sync::Arc};
 
-use crate::pipeline::ir::IrDiff;
+use crate::{net::Mac, pipeline::ir::IrDiff};
 
 pub mod drops;
 pub mod ebpf;
@@ -81,9 +81,27 @@ pub struct ConnectionSweep {
 /// The off-loop sweep of the connection table; `None` when it failed (logged by the backend).
 pub type SweepJob = Box<dyn FnOnce() -> Option<ConnectionSweep> + Send>;
 
-/// A task that follows the backend's drop events until it is dropped.
-/// A task following one of the datapath's event streams (drops, ACL logs) until dropped.
+/// A task following one of the datapath's event streams (drops, ACL logs, heard neighbours)
+/// until dropped.
 pub type DropFollower = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// An ARP sender a logical router heard of and does not know at that MAC (OVN's
+/// `lookup_arp` missed): the daemon decides whether the router learns it (`put_arp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeardNeighbour {
+    /// The router's datapath tunnel key.
+    pub router: u32,
+    /// The MAC the packet was addressed to: the router port it entered by.
+    pub router_mac: Mac,
+    /// The sender's address and MAC (`arp.spa`, `arp.sha`).
+    pub ip: IpAddr,
+    pub mac: Mac,
+    /// An ARP request (else a reply).
+    pub request: bool,
+}
+
+/// Where a backend hands the neighbours its routers heard of.
+pub type NeighbourSink = tokio::sync::mpsc::Sender<HeardNeighbour>;
 
 /// Per interface: (interface, the logical port of a pod's interface, its counters).
 pub type InterfaceReading = (String, Option<String>, InterfaceCounters);
@@ -220,6 +238,13 @@ pub trait Datapath: Send {
     /// The task that logs what logged ACLs decided (OVN's `acl_log` lines), at most
     /// `per_second` lines a second; `None` after the first call, or when the backend has none.
     fn acl_log_events(&mut self, _per_second: u32) -> Option<DropFollower> {
+        None
+    }
+
+    /// The task that hands every ARP sender the routers heard of and do not know to `sink`
+    /// (MAC learning; a full sink loses the report, the sender's next ARP reports it again);
+    /// `None` after the first call, or when the backend reports none.
+    fn neighbour_events(&mut self, _sink: NeighbourSink) -> Option<DropFollower> {
         None
     }
 }

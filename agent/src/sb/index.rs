@@ -2,7 +2,8 @@
 //! maintained from each change set in O(changed rows): Port_Binding by logical_port and by
 //! (datapath, tunnel_key), ports per datapath, Datapath_Binding by tunnel_key, logical flows by
 //! datapath and by datapath group, groups by member datapath, Datapath_Binding, Chassis,
-//! Chassis_Private and Address_Set by name.
+//! Chassis_Private and Address_Set by name, MAC_Binding by (logical_port, ip) (its index in the
+//! schema).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -12,7 +13,8 @@ use std::{
 use uuid::Uuid;
 
 use super::rows::{
-    AddressSet, Chassis, ChassisPrivate, DatapathBinding, LogicalDpGroup, LogicalFlow, PortBinding,
+    AddressSet, Chassis, ChassisPrivate, DatapathBinding, LogicalDpGroup, LogicalFlow, MacBinding,
+    PortBinding,
 };
 use crate::ovsdb::replica::{ChangeSet, Replica, RowRef, TableChanges};
 
@@ -37,6 +39,8 @@ pub struct Indexes {
     pub chassis_private_by_name: HashMap<String, Uuid>,
     /// Address_Set name → row (`$name` in flow matches).
     pub address_set_by_name: HashMap<String, Uuid>,
+    /// MAC_Binding by (`logical_port`, `ip`): what a router port learned of an address.
+    pub mac_binding_by_port_ip: HashMap<(String, String), Uuid>,
 }
 
 /// Removes `key → uuid` only if the key still maps to that row (another row may have taken it).
@@ -135,6 +139,14 @@ impl Indexes {
                 &AddressSet::from_row(row).name,
                 uuid,
             ),
+            MacBinding::TABLE => {
+                let binding = MacBinding::from_row(row);
+                remove_if(
+                    &mut self.mac_binding_by_port_ip,
+                    &(binding.logical_port, binding.ip),
+                    uuid,
+                );
+            }
             _ => {}
         }
     }
@@ -203,6 +215,11 @@ impl Indexes {
             AddressSet::TABLE => {
                 self.address_set_by_name
                     .insert(AddressSet::from_row(row).name, uuid);
+            }
+            MacBinding::TABLE => {
+                let binding = MacBinding::from_row(row);
+                self.mac_binding_by_port_ip
+                    .insert((binding.logical_port, binding.ip), uuid);
             }
             _ => {}
         }

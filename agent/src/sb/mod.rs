@@ -109,6 +109,13 @@ impl Southbound {
         self.row(self.indexes.address_set_by_name.get(name)?)
     }
 
+    /// The MAC_Binding of `ip` (as OVN writes it) on router port `logical_port`.
+    #[must_use]
+    pub fn mac_binding(&self, logical_port: &str, ip: &str) -> Option<rows::MacBinding> {
+        let key = (logical_port.to_string(), ip.to_string());
+        self.row(self.indexes.mac_binding_by_port_ip.get(&key)?)
+    }
+
     #[must_use]
     pub fn port_by_name(&self, logical_port: &str) -> Option<PortBinding> {
         self.row(self.indexes.port_by_name.get(logical_port)?)

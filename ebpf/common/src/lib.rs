@@ -830,6 +830,28 @@ pub struct DropEvent {
     pub header: [u8; DROP_EVENT_HEADER],
 }
 
+/// Capacity of [`map::NEIGHBOUR_EVENTS`] in bytes (a power of two, a multiple of the page size).
+pub const NEIGHBOUR_EVENTS_BYTES: u32 = 16 * 1024;
+
+/// An ARP packet a router received (OVN's `lr_in_lookup_neighbor`) whose sender its neighbour
+/// table does not hold at that MAC: the agent decides, by the router's learning stages, whether
+/// the router learns it (`put_arp`) and writes the MAC_Binding row ovn-controller would.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NeighbourEvent {
+    /// The router's datapath key.
+    pub router: u32,
+    /// The sender's IPv4 address (`arp.spa`), network byte order.
+    pub ip: u32,
+    /// The sender's MAC (`arp.sha`).
+    pub mac: [u8; 6],
+    /// The MAC the packet was addressed to: the router port it entered.
+    pub router_mac: [u8; 6],
+    /// The ARP operation (1 request, 2 reply).
+    pub operation: u16,
+    pub reserved: u16,
+}
+
 // SAFETY: InterfaceCounters is repr(C), Copy, has no padding (eight u64) and every bit pattern is
 // a valid value.
 #[cfg(feature = "user")]
@@ -839,6 +861,8 @@ unsafe impl aya::Pod for InterfaceCounters {}
 // u32s) without padding; every bit pattern is a valid value.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TunnelConfig {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for NeighbourEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RemoteEncap {}
 #[cfg(feature = "user")]

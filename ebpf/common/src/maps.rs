@@ -19,10 +19,10 @@ use crate::{
     FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet,
     MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
     MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
-    MAX_TUNNEL_PORTS, Neighbour, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
-    PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6,
-    RouteKey, RouterAddress, RouterAdvert, RouterInfo, TimeExceeded6Key, TimeExceeded6Source,
-    TunnelConfig, TunnelPortKey,
+    MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, Neighbour, NeighbourEvent, NeighbourKey, PairPolicy,
+    PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6, ProviderKey, RemoteEncap,
+    Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress, RouterAdvert, RouterInfo,
+    TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -225,6 +225,9 @@ declare_maps! {
     EcmpMembers6 = ECMP_MEMBERS6: HashMap<EcmpKey, RouteEntry6>[MAX_ECMP_MEMBERS];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
     Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
+    /// Ring buffer of [`NeighbourEvent`]s: ARP senders routers heard of and do not hold at
+    /// that MAC (MAC learning).
+    NeighbourEvents = NEIGHBOUR_EVENTS: RingBuf<(), NeighbourEvent>[NEIGHBOUR_EVENTS_BYTES];
     /// Hash: router datapath key → [`RouterInfo`]: routers the kernel forwards for.
     Routers = ROUTERS: HashMap<u32, RouterInfo>[MAX_ROUTERS];
     /// Hash: [`NeighbourKey`] (a router and one of its own addresses) → [`RouterAddress`].

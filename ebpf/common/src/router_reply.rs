@@ -1,5 +1,5 @@
 //! Indexes of [`crate::map::ROUTER_REPLIES`]: what the datapath sent back to a pod for a router
-//! (and, `acl_*`, for a switch's `reject` ACL).
+//! (and, `acl_*`, for a switch's `reject` ACL), and the neighbours routers reported for learning.
 
 /// ICMP echo reply from a router address.
 pub const ECHO_REPLY: u32 = 0;
@@ -23,8 +23,12 @@ pub const ACL_TCP_RESET: u32 = 7;
 pub const ACL_UNREACHABLE: u32 = 8;
 /// Router advertisement answering a pod's router solicitation (OVN's `put_nd_ra_opts`).
 pub const ROUTER_ADVERTISEMENT: u32 = 9;
+/// An ARP sender a router heard of reported to the agent for MAC learning ([`crate::NeighbourEvent`]).
+pub const NEIGHBOUR_REPORTED: u32 = 10;
+/// Such a report lost: the ring buffer was full (the sender is reported again by its next ARP).
+pub const NEIGHBOUR_REPORT_LOST: u32 = 11;
 /// Number of kinds.
-pub const COUNT: u32 = 10;
+pub const COUNT: u32 = 12;
 /// The map's size: room for kinds to come without a new layout.
 pub const CAPACITY: u32 = 32;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -40,4 +44,6 @@ pub const NAMES: [&str; COUNT as usize] = [
     "acl_tcp_reset",
     "acl_unreachable",
     "router_advertisement",
+    "neighbour_reported",
+    "neighbour_report_lost",
 ];

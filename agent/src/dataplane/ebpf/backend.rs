@@ -14,8 +14,8 @@ use super::{
 };
 use crate::{
     dataplane::{
-        Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, OffLoopJob, PortAttacher,
-        PortAttachment, SweepJob,
+        Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, NeighbourSink,
+        OffLoopJob, PortAttacher, PortAttachment, SweepJob,
     },
     pipeline::ir::IrDiff,
 };
@@ -171,6 +171,11 @@ impl Datapath for NodeDatapath {
     fn acl_log_events(&mut self, per_second: u32) -> Option<DropFollower> {
         let events = self.take_acl_log_events()?;
         Some(Box::pin(events.follow(per_second).in_current_span()))
+    }
+
+    fn neighbour_events(&mut self, sink: NeighbourSink) -> Option<DropFollower> {
+        let events = self.take_neighbour_events()?;
+        Some(Box::pin(events.follow(sink).in_current_span()))
     }
 }
 

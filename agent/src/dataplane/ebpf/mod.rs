@@ -38,6 +38,7 @@ pub mod l2;
 pub mod l3;
 pub mod lb_connections;
 pub mod maps;
+pub mod neighbour_events;
 pub mod node;
 pub mod physical;
 pub mod pins;
@@ -577,6 +578,15 @@ impl KernelPrograms {
     ) -> Result<acl_log::AclLogEvents, EbpfError> {
         let ring = self.take_ring(map::ACL_LOG_EVENTS)?;
         Ok(acl_log::AclLogEvents::new(ring, book))
+    }
+
+    /// Takes the consumer side of the routers' heard-neighbour ring buffer (once per loaded
+    /// object).
+    pub fn take_neighbour_events(
+        &mut self,
+    ) -> Result<neighbour_events::NeighbourEvents, EbpfError> {
+        let ring = self.take_ring(map::NEIGHBOUR_EVENTS)?;
+        Ok(neighbour_events::NeighbourEvents::new(ring))
     }
 
     fn take_ring(

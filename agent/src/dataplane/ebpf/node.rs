@@ -502,6 +502,17 @@ impl NodeDatapath {
         self.programs.socket_lb_counters()
     }
 
+    /// The heard-neighbour ring buffer's consumer (`None` after the first call).
+    pub fn take_neighbour_events(&mut self) -> Option<super::neighbour_events::NeighbourEvents> {
+        match self.programs.take_neighbour_events() {
+            Ok(events) => Some(events),
+            Err(error) => {
+                tracing::debug!(%error, "no heard-neighbour ring buffer to follow");
+                None
+            }
+        }
+    }
+
     /// The ACL log ring buffer's consumer (`None` after the first call).
     pub fn take_acl_log_events(&mut self) -> Option<super::acl_log::AclLogEvents> {
         let book = self.l2.acl_log_book();

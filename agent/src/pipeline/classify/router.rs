@@ -429,9 +429,10 @@ enum LearningEffect {
     Flag,
     /// Looks a sender up in MAC_Binding into a learning register bit (`lookup_arp`,
     /// `lookup_arp_ip`, `lookup_nd`, `lookup_nd_ip`): only the learning stage reads the result.
-    Lookup,
+    /// `nd`: of IPv6 neighbour discovery.
+    Lookup { nd: bool },
     /// Writes MAC_Binding (`put_arp`, `put_nd`).
-    Learn,
+    Learn { nd: bool },
 }
 
 fn learning_effect(action: &Action) -> Option<LearningEffect> {
@@ -445,21 +446,22 @@ fn learning_effect(action: &Action) -> Option<LearningEffect> {
                 mask: None,
                 ..
             }) => Some(LearningEffect::Flag),
-            Source::Call { name, .. }
-                if matches!(
-                    name.as_str(),
-                    "lookup_arp" | "lookup_arp_ip" | "lookup_nd" | "lookup_nd_ip"
-                ) =>
-            {
-                Some(LearningEffect::Lookup)
-            }
+            Source::Call { name, .. } => match name.as_str() {
+                "lookup_arp" | "lookup_arp_ip" => Some(LearningEffect::Lookup { nd: false }),
+                "lookup_nd" | "lookup_nd_ip" => Some(LearningEffect::Lookup { nd: true }),
+                _ => None,
+            },
             _ => None,
         },
         Action::Keyword {
             name,
             arguments: Some(_),
             block: None,
-        } if name == "put_arp" || name == "put_nd" => Some(LearningEffect::Learn),
+        } => match name.as_str() {
+            "put_arp" => Some(LearningEffect::Learn { nd: false }),
+            "put_nd" => Some(LearningEffect::Learn { nd: true }),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -469,8 +471,10 @@ fn learning_effect(action: &Action) -> Option<LearningEffect> {
 /// learning bits reg9[2]/reg9[3], which nothing but the learning stage reads, and write
 /// MAC_Binding; every path ends in `next;` (the learning stage's default drop is unreachable:
 /// reg9[2] is 0 only after a lookup on ARP/ND, which a priority-90 `put_*` flow takes). So
-/// forwarding is compiled (`NeighbourLearning`: on to the next stage) and the learning itself is
-/// a side duty ([`MAC_LEARNING_NOT_DONE`]). Any other action is unsupported.
+/// forwarding is compiled (`NeighbourLearning`: on to the next stage). The learning itself is
+/// done for ARP: the kernel reports the senders a router does not know and the daemon writes
+/// their MAC_Binding as pinctrl's `put_arp` does (`daemon/mac_learning.rs`); for ND it is a
+/// side duty not done ([`MAC_LEARNING_NOT_DONE`]). Any other action is unsupported.
 pub(super) fn neighbour_learning(dp: u32, _: i64, terms: &[&Expr], actions: &[Action]) -> Class {
     let forwarding = IrEntry::NeighbourLearning {
         datapath: dp,
@@ -495,13 +499,19 @@ pub(super) fn neighbour_learning(dp: u32, _: i64, terms: &[&Expr], actions: &[Ac
             else {
                 return unsupported("neighbour learning variant");
             };
-            if effects.iter().all(|e| matches!(e, LearningEffect::Flag)) {
-                Class::Compiled(vec![forwarding])
-            } else {
+            let nd = effects.iter().any(|effect| {
+                matches!(
+                    effect,
+                    LearningEffect::Lookup { nd: true } | LearningEffect::Learn { nd: true }
+                )
+            });
+            if nd {
                 Class::SideDuty {
                     entries: vec![forwarding],
                     duty: MAC_LEARNING_NOT_DONE.to_string(),
                 }
+            } else {
+                Class::Compiled(vec![forwarding])
             }
         }
         _ => unsupported("neighbour learning variant"),

@@ -260,10 +260,11 @@ fn router_flows_from_northd_compile() {
 
 /// The neighbour stages as northd 23.03 writes them for a router with Kube-OVN's options
 /// (`always_learn_from_arp_request=false`) and without (the default, true): every flow
-/// compiles; the ones that look up or write MAC_Binding are side duties (not learned), never
-/// unsupported, so they do not stop the router; an unknown action still is unsupported.
+/// compiles; those of ARP are compiled whole (the kernel reports the senders, the daemon writes
+/// MAC_Binding), those that look up or write MAC_Binding from ND are side duties (not learned),
+/// never unsupported, so they do not stop the router; an unknown action still is unsupported.
 #[test]
-fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
+fn neighbour_learning_compiles_arp_learning_and_leaves_nd_learning_as_a_side_duty() {
     let side_duty = |stage: &str, priority: i64, match_: &str, actions: &str| match class(
         stage, priority, match_, actions,
     ) {
@@ -279,10 +280,19 @@ fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
         }
         other => panic!("{stage} {match_} / {actions}: {other:?}"),
     };
+    let learned = |stage: &str, priority: i64, match_: &str, actions: &str| {
+        assert!(
+            matches!(
+                class(stage, priority, match_, actions),
+                Class::Compiled(entries) if matches!(entries.as_slice(), [IrEntry::NeighbourLearning { datapath: 7, .. }])
+            ),
+            "{stage} {match_} / {actions}"
+        );
+    };
     let lookup = "lr_in_lookup_neighbor";
     let learn = "lr_in_learn_neighbor";
     // always_learn_from_arp_request=false
-    side_duty(
+    learned(
         lookup,
         110,
         r#"inport == "r2-s1" && arp.spa == 10.0.1.0/24 && arp.tpa == 10.0.1.1 && arp.op == 1"#,
@@ -294,13 +304,13 @@ fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
         "nd_na && ip6.src == fe80::/10 && ip6.dst == ff00::/8",
         "reg9[2] = lookup_nd(inport, ip6.src, nd.tll); reg9[3] = lookup_nd_ip(inport, ip6.src); next;",
     );
-    side_duty(
+    learned(
         lookup,
         100,
         "arp.op == 2",
         "reg9[2] = lookup_arp(inport, arp.spa, arp.sha); reg9[3] = 1; next;",
     );
-    side_duty(
+    learned(
         lookup,
         100,
         r#"inport == "r2-s1" && arp.spa == 10.0.1.0/24 && arp.op == 1"#,
@@ -313,7 +323,7 @@ fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
         "reg9[2] = lookup_nd(inport, ip6.src, nd.sll); reg9[3] = lookup_nd_ip(inport, ip6.src); next;",
     );
     // The default (true)
-    side_duty(
+    learned(
         lookup,
         100,
         "arp.op == 2",
@@ -326,7 +336,7 @@ fn neighbour_learning_compiles_with_learning_as_a_side_duty() {
         "reg9[2] = lookup_nd(inport, nd.target, nd.tll); next;",
     );
     // Both
-    side_duty(learn, 90, "arp", "put_arp(inport, arp.spa, arp.sha); next;");
+    learned(learn, 90, "arp", "put_arp(inport, arp.spa, arp.sha); next;");
     side_duty(
         learn,
         95,

@@ -435,9 +435,10 @@ pub enum IrEntry {
     /// The router drops frames not admitted by any router port.
     RouterAdmissionDrop { datapath: u32 },
     /// The neighbour lookup/learning stages for ARP/ND from `port` (if any) whose sender is in
-    /// `subnet` (if any): every packet goes on to the next stage. In OVN they also teach the
-    /// router the sender (MAC_Binding, written by ovn-controller); ovnbpf does not learn, which
-    /// the compiler reports as [`IrEntry::SideDutyNotDone`].
+    /// `subnet` (if any): every packet goes on to the next stage. They also teach the router
+    /// the sender (MAC_Binding, written by the chassis): from ARP the kernel's routers report
+    /// it and the daemon writes it; from ND ovnbpf does not learn, which the compiler reports
+    /// as [`IrEntry::SideDutyNotDone`].
     NeighbourLearning {
         datapath: u32,
         port: Option<String>,
@@ -508,9 +509,10 @@ impl std::fmt::Display for Unforwardable {
 }
 
 /// The side duty of the neighbour stages the datapath leaves undone: ovn-controller (pinctrl)
-/// writes MAC_Binding rows from ARP and ND (`put_arp`, `put_nd`); ovnbpf does not learn yet.
+/// writes MAC_Binding rows from ARP and ND (`put_arp`, `put_nd`); ovnbpf learns from ARP, not
+/// yet from ND.
 pub const MAC_LEARNING_NOT_DONE: &str =
-    "MAC learning (MAC_Binding from ARP/ND senders) is not done by the datapath";
+    "IPv6 MAC learning (MAC_Binding from ND senders) is not done by the datapath";
 
 /// The transport protocol a router reject rule is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
