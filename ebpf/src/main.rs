@@ -30,6 +30,7 @@ mod headers;
 mod ipv6;
 mod lb;
 mod maps;
+mod nat;
 mod neighbour_learning;
 mod output;
 mod overlay;

@@ -14,12 +14,12 @@ use ovnbpf_common::maps::{
     Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, EcmpMembers6, FloodGroups,
     FloodMembers, FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses,
     LbAffinities, LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips,
-    Localnets, MapDef, NdResponder, NeighbourEvents, Neighbours, Neighbours6, PodPorts,
-    PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap,
-    ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterAdverts,
-    RouterReplies, Routers, Routes, Routes6, SockLbClients, SockLbCounters, SockLbReverseMap,
-    SourceRoutes, SourceRoutes6, Stages, TimeExceeded6, TunnelConfigMap, TunnelPorts,
-    kind::MapKind, same_name,
+    Localnets, MapDef, NatByExternal, NatByLogical, NdResponder, NeighbourEvents, Neighbours,
+    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurity6Map,
+    PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
+    RouterAddresses6, RouterAdverts, RouterReplies, Routers, Routes, Routes6, SockLbClients,
+    SockLbCounters, SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages, TimeExceeded6,
+    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -96,6 +96,8 @@ kernel_map!(POLICY_PAIRS: HashMap = PolicyPairs);
 kernel_map!(ROUTE_TABLES: HashMap = RouteTables);
 kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(NEIGHBOUR_EVENTS: RingBuf = NeighbourEvents);
+kernel_map!(NAT_BY_LOGICAL: HashMap = NatByLogical);
+kernel_map!(NAT_BY_EXTERNAL: HashMap = NatByExternal);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);
 kernel_map!(ROUTER_ADDRESSES: HashMap = RouterAddresses);

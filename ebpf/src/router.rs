@@ -27,16 +27,16 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NeighbourKey, POLICY_ALLOW,
-    POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_GATEWAY,
-    ROUTE_TO_ROUTER, ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS,
-    ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES,
-    ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason, ecmp,
-    route_key_datapath, router_reply, stage as slot,
+    EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NatTarget, NeighbourKey,
+    POLICY_ALLOW, POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP,
+    ROUTE_GATEWAY, ROUTE_TO_ROUTER, ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC,
+    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
+    ecmp, route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
-use crate::maps::get;
+use crate::maps::{NAT_BY_EXTERNAL, NAT_BY_LOGICAL, get};
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
     ECMP_MEMBERS, L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE,
@@ -287,9 +287,10 @@ const ARP_REQUEST_LEN: u32 = 60;
 /// Turns a packet whose next hop `nexthop` has no MAC into the ARP request OVN's router sends for
 /// it (`lr_in_arp_request`: `arp { eth.dst = ff:ff:ff:ff:ff:ff; arp.spa = reg1; arp.tpa = reg0;
 /// arp.op = 1; output; }`), from the output port's MAC and address, flooded on the next hop's
-/// switch from the router's port there; the packet itself is dropped, as ovn-trace shows it
-/// (ovn-controller buffers it until the reply). Routers without the stage, or switches without a
-/// group to flood to, drop and count it (`next_hop_unresolved`).
+/// switch from the router's port there (an underlay switch without members here: out of the
+/// provider NIC only); the packet itself is dropped, as ovn-trace shows it (ovn-controller
+/// buffers it until the reply). Routers without the stage, or switches without a group to
+/// flood to, drop and count it (`next_hop_unresolved`).
 #[inline(always)]
 fn arp_request(
     ctx: &TcContext,
@@ -301,9 +302,12 @@ fn arp_request(
     if !asks || route.ingress_ip == 0 {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     }
-    let Some(group) = flood::router_group(route.next_datapath) else {
+    // An underlay switch without members here (no group installed): the physical network.
+    let group = flood::router_group(route.next_datapath);
+    let localnet = crate::underlay::localnet(route.next_datapath);
+    if group.is_none() && localnet.is_none() {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
-    };
+    }
     // SAFETY: the helper takes the skb pointer the context holds and plain integers.
     if unsafe { aya_ebpf::helpers::bpf_skb_change_tail(ctx.skb.skb, ARP_REQUEST_LEN, 0) } != 0 {
         return Err(drop_reason::ROUTER_REPLY_FAILED);
@@ -329,13 +333,20 @@ fn arp_request(
         .and_then(|()| ctx.store(core::mem::size_of::<ArpFrame>(), &padding, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(router_reply::ARP_REQUEST);
-    Ok(Routed::Flood(group.request(route.ingress_port, 0)))
+    match (group, localnet) {
+        (Some(group), _) => Ok(Routed::Flood(group.request(route.ingress_port, 0))),
+        (None, Some(localnet)) => crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict),
+        (None, None) => Err(drop_reason::NEXT_HOP_UNRESOLVED),
+    }
 }
 
 /// Where the routers take a packet.
 enum Lookup {
     /// The last router, its route to a switch, and the number of routers passed.
     Route(u32, RouteEntry, u8),
+    /// As `Route`, out of the last router's gateway port, from a pod with a distributed NAT
+    /// rule here: the packet leaves from the rule's external address and MAC.
+    Translated(u32, RouteEntry, u8, NatTarget),
     /// The TTL runs out on entering a later router, whose ingress port has this address.
     Expired(u32),
 }
@@ -432,7 +443,23 @@ fn lookup(
             route
         };
         if route.kind == ROUTE_GATEWAY {
-            return Err(drop_reason::GATEWAY_UNSUPPORTED);
+            // A pod of this chassis with a distributed NAT rule leaves here (not to one of the
+            // router's own NAT addresses: OVN loops that back into the router); the rest of
+            // the gateway port's traffic is the gateway chassis's.
+            let from = NeighbourKey {
+                datapath,
+                ip: source,
+            };
+            let to = NeighbourKey {
+                datapath,
+                ip: destination,
+            };
+            return match get(&NAT_BY_LOGICAL, from) {
+                Some(target) if get(&NAT_BY_EXTERNAL, to).is_none() => {
+                    Ok(Lookup::Translated(datapath, route, hops + 1, *target))
+                }
+                _ => Err(drop_reason::GATEWAY_UNSUPPORTED),
+            };
         }
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
@@ -556,19 +583,27 @@ fn route(
     ifindex: u32,
 ) -> Result<Routed, DropReason> {
     let ip = frame.ip;
-    let (last_router, route, hops) = match lookup(
+    let (last_router, mut route, hops, nat) = match lookup(
         router,
         (ip.source, ip.destination),
         ip.ttl,
         router_ip,
         &flow_of(ctx, &ip),
     )? {
-        Lookup::Route(last_router, route, hops) => (last_router, route, hops),
+        Lookup::Route(last_router, route, hops) => (last_router, route, hops, None),
+        Lookup::Translated(last_router, route, hops, target) => {
+            (last_router, route, hops, Some(target))
+        }
         Lookup::Expired(source) if u16::from_be(ip.fragment) & 0x1fff == 0 => {
             return time_exceeded(ctx, frame, source, ifindex).map(Routed::Verdict);
         }
         Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
     };
+    if let Some(target) = &nat {
+        // `lr_in_gw_redirect`: `eth.src = M; reg1 = E;` (also the ARP request's sender).
+        route.source_mac = target.mac;
+        route.ingress_ip = target.ip;
+    }
     let nexthop = if route.nexthop != 0 {
         route.nexthop
     } else {
@@ -587,10 +622,13 @@ fn route(
         mac,
         padding: [0; 2],
     };
-    let Some(entry) = get(&L2_FIB, fib_key) else {
-        return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION);
+    // A MAC no port of an underlay switch has is the physical network's (`_MC_unknown` holds
+    // the localnet port).
+    let entry = match get(&L2_FIB, fib_key) {
+        Some(entry) => Some(*entry),
+        None if crate::underlay::localnet(route.next_datapath).is_some() => None,
+        None => return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
     };
-    let entry = *entry;
     // TTL and its checksum word (TTL is the high byte of the word it shares with the protocol).
     let old_word = (u16::from(ip.ttl) << 8 | u16::from(ip.protocol)).to_be();
     let new_ttl = ip.ttl - hops;
@@ -609,6 +647,26 @@ fn route(
             )
         })
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    if let Some(target) = &nat {
+        let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+        crate::nat::translate(
+            ctx,
+            crate::nat::IP_SOURCE,
+            (ip.source, target.ip),
+            ip.protocol,
+            first_fragment,
+        )?;
+    }
+    let Some(entry) = entry else {
+        // Into a switch whose from-lport ACLs may act on routed traffic: refused, as for its
+        // ports (`stage`).
+        if crate::acl::unchecked(route.next_datapath, ovnbpf_common::acl::UNCHECKED_INGRESS) {
+            return Err(drop_reason::ACL_FAIL_CLOSED);
+        }
+        let localnet = crate::underlay::localnet(route.next_datapath)
+            .ok_or(drop_reason::ROUTED_UNKNOWN_DESTINATION)?;
+        return crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict);
+    };
     Ok(Routed::Output(Output {
         entry,
         datapath: route.next_datapath,

@@ -3,7 +3,8 @@
 //! localnet port's VLAN (untagged for none), with no Geneve; broadcasts go to the local members and
 //! once to the physical network. On the provider NIC's ingress, frames of a known (NIC, VLAN) to a
 //! local pod are untagged and delivered, broadcasts are copied to the switch's local members and
-//! still passed to the host; everything else passes untouched. Reads `LOCALNETS`,
+//! still passed to the host; a distributed NAT rule's frames and ARP are [`crate::nat`]'s;
+//! everything else passes untouched. Reads `LOCALNETS`,
 //! `PROVIDER_NETWORKS`, `L2_FIB`, `FLOOD_ROLES`, `FLOOD_GROUPS`.
 
 use aya_ebpf::{
@@ -11,7 +12,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::DropReason;
-use ovnbpf_common::{FIB_LOCAL, FibKey, Localnet, ProviderKey, drop_reason};
+use ovnbpf_common::{FIB_LOCAL, FIB_ROUTER, FibKey, Localnet, ProviderKey, drop_reason};
 
 use crate::maps::get;
 use crate::{
@@ -63,6 +64,10 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
         return PASS;
     };
     if eth.destination[0] & 1 != 0 {
+        // ARP for a distributed NAT rule's address: answered here (only on its pod's chassis).
+        if let Some(verdict) = crate::nat::answer_from_provider(ctx, datapath, ifindex) {
+            return verdict;
+        }
         // A broadcast (ARP from the physical network): copies to the local members, untagged;
         // the host still gets it as it came.
         let Some(group) = flood::group_of(datapath, true) else {
@@ -89,6 +94,11 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     let Some(entry) = get(&L2_FIB, key).copied() else {
         return PASS;
     };
+    // A router's MAC here is a distributed NAT rule's external MAC (the switch's own router
+    // port MAC is the gateway chassis's).
+    if entry.kind == FIB_ROUTER {
+        return crate::nat::from_provider_to_router(ctx, &entry, vlan);
+    }
     if entry.kind != FIB_LOCAL {
         return PASS;
     }

@@ -533,4 +533,13 @@ impl ExternalHost {
     pub fn ping(&self, target: Ipv4Addr, count: u32) -> Result<u32> {
         ping_from(&self.netns, target.into(), count, "0.05")
     }
+
+    /// The MAC of its NIC, as `ip` prints it.
+    pub fn mac(&self) -> Result<String> {
+        let text = self.netns.ip(&["-br", "link", "show", "eth0"])?;
+        text.split_whitespace()
+            .nth(2)
+            .map(str::to_string)
+            .with_context(|| format!("no MAC in {text:?}"))
+    }
 }

@@ -110,7 +110,7 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
         logs()
     );
     assert_eq!(
-        peer_of_connection_through_fip(a2, external.netns()),
+        peer_of_connection_through_fip(a2, external.netns(), FIP_EIP),
         Some(EXTERNAL_HOST),
         "a TCP connection to the FIP reaches a2 from the external host{}",
         logs()
@@ -307,9 +307,35 @@ fn source_seen_from(pod: &Pod) -> Option<Ipv4Addr> {
     })
 }
 
-/// Connects from `external` to the FIP's TCP port, which `pod` listens on; the peer address
-/// the pod's side of the connection has, after a byte each way.
-fn peer_of_connection_through_fip(pod: &Pod, external: &Netns) -> Option<Ipv4Addr> {
+/// One UDP socket in a pod asking the external host who it is, datagram after datagram (a flow
+/// that runs across NAT changes).
+struct Asker(UdpSocket);
+
+impl Asker {
+    fn new(pod: &Pod) -> Self {
+        let socket = pod
+            .netns()
+            .run_in(|| Ok(UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?))
+            .unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        socket.connect((EXTERNAL_HOST, WHO_PORT)).unwrap();
+        Self(socket)
+    }
+
+    /// The source the external host saw this datagram come from; `None` without an answer.
+    fn ask(&self) -> Option<Ipv4Addr> {
+        let mut buffer = [0u8; 64];
+        self.0.send(b"who").ok()?;
+        let length = self.0.recv(&mut buffer).ok()?;
+        std::str::from_utf8(&buffer[..length]).ok()?.parse().ok()
+    }
+}
+
+/// Connects from `external` to `fip`'s TCP port, which `pod` listens on; the peer address the
+/// pod's side of the connection has, after a byte each way.
+fn peer_of_connection_through_fip(pod: &Pod, external: &Netns, fip: Ipv4Addr) -> Option<Ipv4Addr> {
     let listener = pod
         .netns()
         .run_in(|| Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, FIP_TCP_PORT))?))
@@ -336,7 +362,7 @@ fn peer_of_connection_through_fip(pod: &Pod, external: &Netns) -> Option<Ipv4Add
             std::net::IpAddr::V6(_) => None,
         }
     });
-    let target = SocketAddr::from((FIP_EIP, FIP_TCP_PORT));
+    let target = SocketAddr::from((fip, FIP_TCP_PORT));
     let exchanged = external
         .run_in(|| Ok(TcpStream::connect_timeout(&target, Duration::from_secs(3))?))
         .and_then(|mut stream| {
@@ -351,12 +377,21 @@ fn peer_of_connection_through_fip(pod: &Pod, external: &Netns) -> Option<Ipv4Add
     peer
 }
 
-/// Kube-OVN's OVN-native external access (pattern 2), where ovnbpf does not carry the gateway's
-/// traffic yet: a custom VPC with `enableExternal` (a gateway port on the underlay subnet
-/// `external`, bound to gateway chassis node1), its default route out of it, an SNAT rule, a
-/// centralized and a distributed FIP. The VPC's own routing goes on (before, the whole router
-/// was dropped as U2O and NAT), and what would leave through the gateway port is dropped and
-/// counted as `gateway_unsupported`, on the sender's node.
+/// Kube-OVN's OVN-native external access (pattern 2): a custom VPC with `enableExternal` (a
+/// gateway port on the underlay subnet `external`, bound to gateway chassis node1), its default
+/// route out of it, an SNAT rule, a centralized FIP and a distributed one (`OvnFip` of e2, on
+/// node2). The VPC's own routing goes on (before, the whole router was dropped as U2O and NAT).
+/// The distributed FIP is carried on e2's node, as OVN carries it there: e2 leaves as its FIP
+/// from its own node's provider NIC (the router asks for the external gateway's MAC from the
+/// FIP and learns it from the reply), the external host reaches e2 through the FIP (ARP for it
+/// answered with e2's MAC from e2's node only, DNAT in, e2 seeing the external host itself).
+/// Unbinding and binding the FIP again takes effect on a flow that runs on (one UDP socket).
+/// What the gateway chassis would carry (the SNAT, the centralized FIP) is dropped and counted
+/// as `gateway_unsupported`, on the sender's node, and nothing answers for the centralized
+/// FIP.
+/// e2's distributed FIP.
+const DISTRIBUTED_FIP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 11);
+
 const NATIVE_PODS: [PodPlan; 3] = [
     ("e1", "subnet-e1", 0, Ipv4Addr::new(10, 60, 1, 2)),
     ("e2", "subnet-e2", 1, Ipv4Addr::new(10, 60, 2, 3)),
@@ -364,7 +399,7 @@ const NATIVE_PODS: [PodPlan; 3] = [
 ];
 
 #[test]
-fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic() {
+fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_traffic() {
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
@@ -391,16 +426,19 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
         .nat("vpc-ext", "dnat_and_snat", "172.30.0.12", "10.60.1.3");
     let pods = scenario::build_planned_pods(lab, nodes, topology, &NATIVE_PODS, true, 1400);
     // The distributed FIP names e2's port, which exists now.
-    Topology::new()
-        .distributed_fip(
-            "vpc-ext",
-            "172.30.0.11",
-            NATIVE_PODS[1].3,
-            "e2.ns",
-            &ovnbpf_tests::kubeovn::mac_for("e2"),
-        )
-        .apply(lab)
-        .unwrap();
+    let bind_fip = || {
+        Topology::new()
+            .distributed_fip(
+                "vpc-ext",
+                &DISTRIBUTED_FIP.to_string(),
+                NATIVE_PODS[1].3,
+                "e2.ns",
+                &ovnbpf_tests::kubeovn::mac_for("e2"),
+            )
+            .apply(lab)
+            .unwrap();
+    };
+    bind_fip();
     scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
     let (e1, e2, e3) = (&pods[0], &pods[1], &pods[2]);
 
@@ -424,8 +462,96 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
         logs()
     );
 
-    // Out of the gateway port (the external subnet's connected route, the default route):
-    // dropped on the sender's node and counted, from the pods with and without a FIP.
+    // The distributed FIP, on e2's node: out as the FIP, in through it.
+    let _who = WhoAreYou::start(external.netns());
+    assert!(
+        wait_until(Duration::from_secs(10), || source_seen_from(e2)
+            == Some(DISTRIBUTED_FIP)),
+        "e2 leaves as its distributed FIP{}",
+        logs()
+    );
+    // A flow running while the FIP is unbound and bound again (one UDP socket, never
+    // restarted): without the FIP its datagrams are the gateway chassis's (dropped here), with
+    // it they leave as the FIP again, from the next datagram on (no connection state).
+    let running = Asker::new(e2);
+    assert_eq!(running.ask(), Some(DISTRIBUTED_FIP), "{}", logs());
+    lab.nbctl(&[
+        "lr-nat-del",
+        "vpc-ext",
+        "dnat_and_snat",
+        &DISTRIBUTED_FIP.to_string(),
+    ])
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask().is_none()),
+        "the unbound FIP still carries e2's flow{}",
+        logs()
+    );
+    assert_eq!(
+        external.ping(DISTRIBUTED_FIP, 2).unwrap(),
+        0,
+        "the unbound FIP still answers"
+    );
+    bind_fip();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask()
+            == Some(DISTRIBUTED_FIP)),
+        "e2's running flow does not leave as the FIP bound again{}",
+        logs()
+    );
+    assert_eq!(e2.ping(EXTERNAL_HOST, 3).unwrap(), 3, "e2 → out{}", logs());
+    // The external host learned the FIP's MAC from the router's ARP request: forgotten, so it
+    // asks, and only e2's node answers.
+    external.netns().ip(&["neigh", "flush", "all"]).unwrap();
+    assert_eq!(
+        external.ping(DISTRIBUTED_FIP, 3).unwrap(),
+        3,
+        "the external host → e2's FIP{}",
+        logs()
+    );
+    assert_eq!(
+        peer_of_connection_through_fip(e2, external.netns(), DISTRIBUTED_FIP),
+        Some(EXTERNAL_HOST),
+        "a TCP connection to the FIP reaches e2 from the external host{}",
+        logs()
+    );
+    // The external gateway's MAC, learned from its reply to the router's ARP request.
+    let learned = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=logical_port,mac",
+            "find",
+            "MAC_Binding",
+            &format!("ip=\"{EXTERNAL_HOST}\""),
+        ])
+        .unwrap();
+    assert!(
+        learned.contains("vpc-ext-external") && learned.contains(&external.mac().unwrap()),
+        "MAC_Binding of the external gateway: {learned}"
+    );
+    let fip_answers = |node: usize| {
+        scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))
+            ["router_replies"]["arp_reply_provider"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (fip_answers(0), fip_answers(1) > 0),
+        (0, true),
+        "ARP for the FIP answered by e2's node alone"
+    );
+    let neighbour = external
+        .netns()
+        .ip(&["neigh", "show", &DISTRIBUTED_FIP.to_string()])
+        .unwrap();
+    assert!(
+        neighbour.contains(&ovnbpf_tests::kubeovn::mac_for("e2")),
+        "the FIP is at e2's MAC (its external MAC): {neighbour}"
+    );
+
+    // Out of the gateway port otherwise (the external subnet's connected route, the default
+    // route): dropped on the sender's node and counted, from the pods without a distributed
+    // FIP (e3's is centralized).
     let gateway_drops = |node: usize| {
         scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))
             ["drops"]["gateway_unsupported"]
@@ -438,19 +564,18 @@ fn ovn_native_external_access_keeps_the_vpc_routed_and_drops_its_gateway_traffic
         0,
         "e1 → the external host"
     );
-    assert_eq!(e2.ping(EXTERNAL_HOST, 2).unwrap(), 0, "e2 (a FIP) → out");
     assert_eq!(
         e3.ping(Ipv4Addr::new(192, 0, 2, 1), 2).unwrap(),
         0,
-        "e3 → beyond, by the default route"
+        "e3 (a centralized FIP) → beyond, by the default route"
     );
     assert!(
-        gateway_drops(0) >= before[0] + 2 && gateway_drops(1) >= before[1] + 4,
+        gateway_drops(0) >= before[0] + 2 && gateway_drops(1) >= before[1] + 2,
         "gateway traffic not counted as gateway_unsupported on the senders' nodes: {before:?} → \
          {:?}{}",
         [gateway_drops(0), gateway_drops(1)],
         logs()
     );
-    // Nothing answers for the EIPs on the external network.
-    assert_eq!(external.ping(Ipv4Addr::new(172, 30, 0, 11), 2).unwrap(), 0);
+    // Nothing answers for the centralized FIP on the external network.
+    assert_eq!(external.ping(Ipv4Addr::new(172, 30, 0, 12), 2).unwrap(), 0);
 }

@@ -13,6 +13,11 @@
 //!   routers, or one for the router's own address) is not learned: the sender is learned from
 //!   its reply to the router's own ARP request.
 //!
+//! The router port is the one whose MAC the packet was addressed to, or, for a MAC no port has
+//! (a distributed NAT rule's external MAC: the reply to the router's ARP request from that MAC),
+//! the router's gateway port, which admits those (a router with several gateway ports learns
+//! nothing from them).
+//!
 //! Decides from the replica; the writes themselves are [`super::sb_sync`]'s.
 
 use uuid::Uuid;
@@ -71,9 +76,11 @@ pub fn learned(sb: &Southbound, heard: &HeardNeighbour) -> Result<Learned, NotLe
     let router = sb
         .datapath_by_key(heard.router)
         .ok_or(NotLearned::UnknownRouter)?;
-    let port = sb
-        .typed_ports_on_datapath(router.uuid)
+    let ports: Vec<PortBinding> = sb.typed_ports_on_datapath(router.uuid).collect();
+    let port = ports
+        .iter()
         .find(|port| is_router_port_with_mac(port, heard.router_mac))
+        .or_else(|| only_gateway_port(&ports))
         .ok_or(NotLearned::UnknownPort)?;
     let (ip, mac) = (heard.ip.to_string(), heard.mac.to_string());
     if sb
@@ -83,12 +90,25 @@ pub fn learned(sb: &Southbound, heard: &HeardNeighbour) -> Result<Learned, NotLe
         return Err(NotLearned::Known);
     }
     Ok(Learned {
-        port: port.logical_port,
+        port: port.logical_port.clone(),
         ip,
         mac,
         datapath: router.uuid,
         update_only: heard.request,
     })
+}
+
+/// The router's gateway port, when it has one: a frame to a MAC no router port has reached the
+/// router as a distributed NAT rule's external MAC, which only the gateway port admits.
+fn only_gateway_port(ports: &[PortBinding]) -> Option<&PortBinding> {
+    let mut gateways = ports
+        .iter()
+        .filter(|port| port.kind == "chassisredirect")
+        .filter_map(|redirect| redirect.options.get("distributed-port"));
+    let (Some(gateway), None) = (gateways.next(), gateways.next()) else {
+        return None;
+    };
+    ports.iter().find(|port| port.logical_port == *gateway)
 }
 
 /// Whether `port` is a router port (not its chassisredirect companion, which shares its MAC)
@@ -123,6 +143,7 @@ mod tests {
                 "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}},
                 "Port_Binding": {"columns": {"logical_port": {"type": "string"},
                     "type": {"type": "string"}, "mac": strings,
+                    "options": {"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}},
                     "datapath": optional(json!({"type": "uuid"})),
                     "tunnel_key": {"type": "integer"}}},
                 "MAC_Binding": {"columns": {"logical_port": {"type": "string"},
@@ -134,6 +155,7 @@ mod tests {
                 "Port_Binding": {
                     "00000000-0000-0000-0000-0000000000b1": {"initial": {
                         "logical_port": "cr-vpc-ext-external", "type": "chassisredirect",
+                        "options": ["map", [["distributed-port", "vpc-ext-external"]]],
                         "mac": ["set", [format!("{GATEWAY_MAC} 172.30.0.10/24")]],
                         "datapath": ["uuid", ROUTER], "tunnel_key": 3}},
                     "00000000-0000-0000-0000-0000000000b2": {"initial": {
@@ -206,17 +228,16 @@ mod tests {
             ),
             Err(NotLearned::UnknownRouter)
         );
-        assert_eq!(
-            learned(
-                &sb,
-                &heard(
-                    "0a:58:00:00:00:99",
-                    "172.30.0.1",
-                    "02:00:00:00:00:05",
-                    false
-                )
-            ),
-            Err(NotLearned::UnknownPort)
+        // To a MAC no port has (a distributed FIP's): the gateway port's.
+        let nat_mac = heard(
+            "0a:58:00:00:00:99",
+            "172.30.0.1",
+            "02:00:00:00:00:05",
+            false,
         );
+        assert!(matches!(
+            learned(&sb, &nat_mac),
+            Ok(Learned { ref port, .. }) if port == "vpc-ext-external"
+        ));
     }
 }

@@ -109,7 +109,9 @@ pub const TUNNEL_ENDPOINT_UNKNOWN: DropReason = DropReason(35);
 /// Routed out of a gateway port (OVN-native NAT and EIPs, a VPC's external access through its
 /// gateway chassis), which the datapath does not carry yet; the rest of the router is routed.
 pub const GATEWAY_UNSUPPORTED: DropReason = DropReason(36);
-pub const COUNT: u32 = 37;
+/// The kernel refused to rewrite an address of a packet a distributed NAT rule translates.
+pub const NAT_FAILED: DropReason = DropReason(37);
+pub const COUNT: u32 = 38;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -152,4 +154,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "service_monitor",
     "tunnel_endpoint_unknown",
     "gateway_unsupported",
+    "nat_failed",
 ];

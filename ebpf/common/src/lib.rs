@@ -250,6 +250,9 @@ pub struct ArpAnswer {
 /// Flag of [`ArpAnswer::flags`]: the address is a router port's on this switch, and frames to
 /// `mac` on this switch go to the router ([`FIB_ROUTER`]).
 pub const ARP_ANSWER_ROUTER: u8 = 1;
+/// Flag of [`ArpAnswer::flags`]: requests from the provider network (the switch's localnet) are
+/// answered too (a distributed NAT rule's external address, on its pod's chassis).
+pub const ARP_ANSWER_PROVIDER: u8 = 2;
 
 /// Where frames to one MAC go. For [`FIB_ROUTER`]: `port` is the switch's router port key,
 /// `ifindex` the router's datapath key and `remote_ip` the router port's IPv4 address (network
@@ -614,6 +617,22 @@ pub struct Neighbour {
     pub reserved: [u8; 2],
 }
 
+/// One side of a distributed NAT rule (a FIP handled on its pod's chassis), keyed by router and
+/// address ([`NeighbourKey`]): in [`map::NAT_BY_LOGICAL`], by the pod's address, what its
+/// packets leaving the gateway port become (`ip`: the external address, `mac`: the external
+/// MAC); in [`map::NAT_BY_EXTERNAL`], by the external address, the pod's address (`ip`) that
+/// packets entering the gateway port for it go to (`mac`: the external MAC). `switch`: the
+/// switch behind the gateway port (the provider network's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatTarget {
+    /// Network byte order.
+    pub ip: u32,
+    pub switch: u32,
+    pub mac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+
 /// [`RouterAddress::flags`]: the router answers ICMP echo requests to the address.
 pub const ROUTER_ADDRESS_ECHO: u32 = 1;
 /// [`RouterAddress::flags`]: TCP to the address is answered with a reset (OVN's `tcp_reset`).
@@ -738,6 +757,8 @@ pub const MAX_LOCALNETS: u32 = 4_096;
 pub const MAX_ROUTES: u32 = 65_536;
 /// ECMP members of all routers.
 pub const MAX_ECMP_MEMBERS: u32 = 16_384;
+/// Capacity of [`map::NAT_BY_LOGICAL`] and [`map::NAT_BY_EXTERNAL`].
+pub const MAX_NATS: u32 = 65_536;
 /// Capacity of [`map::NEIGHBOURS`].
 pub const MAX_NEIGHBOURS: u32 = 262_144;
 /// Capacity of [`map::ROUTERS`].
@@ -863,6 +884,8 @@ unsafe impl aya::Pod for InterfaceCounters {}
 unsafe impl aya::Pod for TunnelConfig {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for NeighbourEvent {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for NatTarget {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RemoteEncap {}
 #[cfg(feature = "user")]

@@ -18,11 +18,11 @@ use crate::{
     ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, EcmpKey, FibEntry, FibKey, FloodGroup,
     FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet,
     MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
-    MAX_INTERFACES, MAX_LOCALNETS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
-    MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, Neighbour, NeighbourEvent, NeighbourKey, PairPolicy,
-    PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6, ProviderKey, RemoteEncap,
-    Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress, RouterAdvert, RouterInfo,
-    TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
+    MAX_INTERFACES, MAX_LOCALNETS, MAX_NATS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS,
+    MAX_ROUTES, MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent,
+    NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6,
+    ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress,
+    RouterAdvert, RouterInfo, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -225,6 +225,12 @@ declare_maps! {
     EcmpMembers6 = ECMP_MEMBERS6: HashMap<EcmpKey, RouteEntry6>[MAX_ECMP_MEMBERS];
     /// Hash: [`NeighbourKey`] → [`Neighbour`]: next hops' MACs per router.
     Neighbours = NEIGHBOURS: HashMap<NeighbourKey, Neighbour>[MAX_NEIGHBOURS];
+    /// Hash: [`NeighbourKey`] (a router and a pod's address) → [`NatTarget`]: the distributed
+    /// NAT rules of this chassis's pods, by the address their packets leave from.
+    NatByLogical = NAT_BY_LOGICAL: HashMap<NeighbourKey, NatTarget>[MAX_NATS];
+    /// Hash: [`NeighbourKey`] (a router and an external address) → [`NatTarget`]: the same
+    /// rules, by the address their packets arrive for.
+    NatByExternal = NAT_BY_EXTERNAL: HashMap<NeighbourKey, NatTarget>[MAX_NATS];
     /// Ring buffer of [`NeighbourEvent`]s: ARP senders routers heard of and do not hold at
     /// that MAC (MAC learning).
     NeighbourEvents = NEIGHBOUR_EVENTS: RingBuf<(), NeighbourEvent>[NEIGHBOUR_EVENTS_BYTES];

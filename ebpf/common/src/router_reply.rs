@@ -27,8 +27,11 @@ pub const ROUTER_ADVERTISEMENT: u32 = 9;
 pub const NEIGHBOUR_REPORTED: u32 = 10;
 /// Such a report lost: the ring buffer was full (the sender is reported again by its next ARP).
 pub const NEIGHBOUR_REPORT_LOST: u32 = 11;
+/// ARP reply to the provider network for a distributed NAT rule's external address (the
+/// router's answer for its gateway port).
+pub const ARP_REPLY_PROVIDER: u32 = 12;
 /// Number of kinds.
-pub const COUNT: u32 = 12;
+pub const COUNT: u32 = 13;
 /// The map's size: room for kinds to come without a new layout.
 pub const CAPACITY: u32 = 32;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -46,4 +49,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "router_advertisement",
     "neighbour_reported",
     "neighbour_report_lost",
+    "arp_reply_provider",
 ];

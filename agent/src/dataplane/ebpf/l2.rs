@@ -12,6 +12,8 @@
 //! - `encaps`: `REMOTE_ENCAPS` (other chassis's endpoints: their keys, what they ask for, and
 //!   their addresses over an IPv6 underlay);
 //! - `lb`: `LB_VIPS`, `LB_ADDRESSES`, `LB_BACKENDS` (the connection table is the kernel's);
+//! - `nat`: `NAT_BY_LOGICAL`, `NAT_BY_EXTERNAL` (distributed NAT rules of local pods), and their
+//!   answers and FIB entries on the gateway's switch;
 //! - `acl` (rules translated by `acl_rules`): `ACL_SWITCHES`, `ACL_RULES`, `ACL_ADDRESSES`,
 //!   `ACL_PORT_SETS` (the connection table is the kernel's; the agent only sweeps it).
 //!
@@ -54,6 +56,7 @@ mod flood;
 mod flood_slots;
 mod lb;
 mod localnet;
+mod nat;
 mod ports;
 
 /// A logical port as the L2 maps need it (where it leads is [`Physical`]'s).
@@ -129,6 +132,8 @@ pub struct L2State {
     acl: acl::AclState,
     /// The load-balancer family: VIPs, backend groups, and what is installed.
     lb: lb::LbState,
+    /// The distributed NAT family: this chassis's pods' FIPs, and what is installed.
+    nat: nat::NatState,
 }
 
 impl L2State {
@@ -265,6 +270,24 @@ impl L2State {
             | IrEntry::PortGroupMember { .. } => self.take_acl(entry, added),
             IrEntry::LoadBalancer { datapath, vip } => self.take_lb_vip(*datapath, vip, added),
             IrEntry::LbHairpin { datapath } => self.take_lb_hairpin(*datapath, added),
+            IrEntry::DistributedNat {
+                datapath,
+                gateway_port,
+                logical_ip,
+                external_ip,
+                external_mac,
+                logical_port,
+            } => self.take_distributed_nat(
+                *datapath,
+                &nat::NatRule {
+                    gateway_port: gateway_port.clone(),
+                    logical_ip: *logical_ip,
+                    external_ip: *external_ip,
+                    external_mac: *external_mac,
+                    logical_port: logical_port.clone(),
+                },
+                added,
+            ),
             IrEntry::LbAffinity {
                 datapath,
                 vip,
@@ -316,6 +339,7 @@ impl L2State {
             self.mark_groups_of(datapath, key);
         }
         self.mark_socket_client(port);
+        self.mark_nat_of_port(port);
     }
 
     /// Number of map keys waiting for [`Self::flush`].
@@ -329,6 +353,7 @@ impl L2State {
             + self.remote_encap_table.pending()
             + self.acl.pending()
             + self.lb.pending()
+            + self.nat.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
@@ -350,6 +375,7 @@ impl L2State {
             |s, &(dp, mac)| s.desired_fib(dp, mac),
         )?;
         writes += self.flush_responders(maps)?;
+        writes += self.flush_nat(maps)?;
         Ok(writes)
     }
 
@@ -365,6 +391,7 @@ impl L2State {
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?
             + self.sweep_responders(maps)?
+            + self.sweep_nat(maps)?
             + self.sweep_acls(maps)?)
     }
 }

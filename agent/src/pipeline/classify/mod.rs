@@ -10,6 +10,7 @@ mod acl_match;
 mod ipv6;
 mod lb;
 pub(super) mod matching;
+mod nat;
 mod policy;
 mod router;
 mod router_advert;
@@ -168,7 +169,7 @@ pub fn classify(flow: &Flow<'_>) -> Class {
                 .ends_with("_ecmp")
                 .then_some(policy::ecmp as Classifier)
         });
-    match classifier {
+    let class = match classifier {
         Some(classifier) => classifier(dp, flow.priority, &terms, flow.actions),
         // A stage the datapath does not compile passes every packet on: a flow of it that only
         // says `next;` (or `ct_clear; next;`: no connection state is kept) agrees with that,
@@ -176,5 +177,12 @@ pub fn classify(flow: &Flow<'_>) -> Class {
         // these stages classifiers of their own.
         None if passes_on(flow.actions) => Class::Neutral,
         None => not_compiled(flow.stage),
+    };
+    // A distributed NAT rule's flows (in stages whose other flows their classifiers know).
+    match class {
+        Class::Unsupported(_) => {
+            nat::classify(dp, flow.stage, &terms, flow.actions).unwrap_or(class)
+        }
+        class => class,
     }
 }

@@ -672,3 +672,130 @@ fn router_advertisement_flows_from_northd_compile() {
         Class::SideDuty { entries, duty } if entries.is_empty() && duty.contains("no prefix")
     ));
 }
+
+/// A distributed FIP's flows as northd 23.03 writes them for Kube-OVN's `OvnFip` (172.30.0.11
+/// of e2.ns, 10.60.2.3, its MAC as external MAC, on gateway port vpc-ext-external): the redirect
+/// exemption and both SNAT flows are the rule; the rest compile to nothing more (the rule carries
+/// them out); the flows it does not carry out (the hairpin back into the router, the redirect
+/// of everything else) stay unsupported, as does a rule's flow of another shape.
+#[test]
+fn a_distributed_fips_flows_compile_to_its_rule() {
+    let rule = IrEntry::DistributedNat {
+        datapath: 7,
+        gateway_port: "vpc-ext-external".into(),
+        logical_ip: Ipv4Addr::new(10, 60, 2, 3),
+        external_ip: Ipv4Addr::new(172, 30, 0, 11),
+        external_mac: [0x0a, 0x58, 0x85, 0x1a, 0xd0, 0x96],
+        logical_port: "e2.ns".into(),
+    };
+    for (stage, match_, actions) in [
+        (
+            "lr_in_gw_redirect",
+            r#"ip4.src == 10.60.2.3 && outport == "vpc-ext-external" && is_chassis_resident("e2.ns")"#,
+            "eth.src = 0a:58:85:1a:d0:96; reg1 = 172.30.0.11; next;",
+        ),
+        (
+            "lr_out_snat",
+            r#"ip && ip4.src == 10.60.2.3 && outport == "vpc-ext-external" && is_chassis_resident("e2.ns")"#,
+            "eth.src = 0a:58:85:1a:d0:96; ct_snat_in_czone(172.30.0.11);",
+        ),
+        (
+            "lr_out_snat",
+            r#"ip && ip4.src == 10.60.2.3 && outport == "vpc-ext-external" && is_chassis_resident("e2.ns") && reg9[4] == 1"#,
+            "eth.src = 0a:58:85:1a:d0:96; reg9[4] = 0; ct_snat(172.30.0.11);",
+        ),
+    ] {
+        assert_eq!(
+            class(stage, 100, match_, actions),
+            Class::Compiled(vec![rule.clone()]),
+            "{stage} {match_}"
+        );
+    }
+    for (stage, match_, actions) in [
+        (
+            "lr_in_dnat",
+            r#"ip && ip4.dst == 172.30.0.11 && inport == "vpc-ext-external""#,
+            "ct_dnat_in_czone(10.60.2.3);",
+        ),
+        (
+            "lr_in_unsnat",
+            r#"ip && ip4.dst == 172.30.0.11 && inport == "vpc-ext-external" && flags.loopback == 0"#,
+            "ct_snat_in_czone;",
+        ),
+        (
+            "lr_in_unsnat",
+            r#"ip && ip4.dst == 172.30.0.11 && inport == "vpc-ext-external" && flags.loopback == 1 && flags.use_snat_zone == 1"#,
+            "ct_snat;",
+        ),
+        (
+            "lr_out_undnat",
+            r#"ip && ip4.src == 10.60.2.3 && outport == "vpc-ext-external""#,
+            "eth.src = 0a:58:85:1a:d0:96; ct_dnat_in_czone;",
+        ),
+        (
+            "lr_in_admission",
+            r#"eth.dst == 0a:58:85:1a:d0:96 && inport == "vpc-ext-external" && is_chassis_resident("e2.ns")"#,
+            "xreg0[0..47] = 0a:58:ba:12:b2:f2; next;",
+        ),
+        (
+            "ls_in_l2_lkup",
+            r#"eth.dst == 0a:58:85:1a:d0:96 && is_chassis_resident("e2.ns")"#,
+            r#"outport = "external-vpc-ext"; output;"#,
+        ),
+        (
+            "lr_in_ip_input",
+            r#"inport == "vpc-ext-external" && arp.op == 1 && arp.tpa == 172.30.0.11 && is_chassis_resident("e2.ns")"#,
+            "eth.dst = eth.src; eth.src = 0a:58:85:1a:d0:96; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = 0a:58:85:1a:d0:96; arp.tpa <-> arp.spa; outport = inport; flags.loopback = 1; output;",
+        ),
+        (
+            "lr_in_ip_input",
+            r#"inport == "vpc-ext-external" && arp.op == 1 && arp.tpa == 172.30.0.11"#,
+            "drop;",
+        ),
+        (
+            "lr_in_arp_resolve",
+            r#"inport == "vpc-ext-external" && outport == "vpc-ext-external" && ip4.dst == 172.30.0.11"#,
+            "drop;",
+        ),
+        (
+            "lr_out_chk_dnat_local",
+            r#"ip && ip4.dst == 172.30.0.11 && is_chassis_resident("e2.ns")"#,
+            "reg9[4] = 1; next;",
+        ),
+    ] {
+        assert_eq!(
+            class(stage, 100, match_, actions),
+            Class::Compiled(Vec::new()),
+            "{stage} {match_}"
+        );
+    }
+    for (stage, match_, actions) in [
+        (
+            "lr_out_egr_loop",
+            r#"ip4.dst == 172.30.0.11 && outport == "vpc-ext-external" && is_chassis_resident("e2.ns")"#,
+            "clone { ct_clear; inport = outport; outport = \"\"; eth.dst <-> eth.src; flags = 0; flags.loopback = 1; flags.use_snat_zone = reg9[4]; reg0 = 0; reg1 = 0; reg2 = 0; reg3 = 0; reg4 = 0; reg5 = 0; reg6 = 0; reg7 = 0; reg8 = 0; reg9 = 0; reg9[0] = 1; next(pipeline=ingress, table=0); };",
+        ),
+        (
+            "lr_in_gw_redirect",
+            r#"outport == "vpc-ext-external""#,
+            r#"outport = "cr-vpc-ext-external"; next;"#,
+        ),
+        // A SNAT that also matches a destination is not a distributed rule's.
+        (
+            "lr_out_snat",
+            r#"ip && ip4.src == 10.60.2.3 && ip4.dst == 1.2.3.4 && outport == "vpc-ext-external" && is_chassis_resident("e2.ns")"#,
+            "eth.src = 0a:58:85:1a:d0:96; ct_snat_in_czone(172.30.0.11);",
+        ),
+        // A centralized rule's SNAT without a resident port.
+        (
+            "lr_out_snat",
+            r#"ip && ip4.src == 10.60.1.0/24 && outport == "vpc-ext-external""#,
+            "ct_snat_in_czone(172.30.0.10);",
+        ),
+    ] {
+        assert!(
+            matches!(class(stage, 100, match_, actions), Class::Unsupported(_)),
+            "{stage} {match_}"
+        );
+    }
+}

@@ -213,6 +213,20 @@ pub enum IrEntry {
         port: String,
         redirect: String,
     },
+    /// A distributed NAT rule (`dnat_and_snat` with `logical_port` and `external_mac`: a FIP
+    /// handled on its pod's chassis): where `logical_port` resides, what `logical_ip` sends out
+    /// of gateway port `gateway_port` leaves from `external_ip` and `external_mac`, what enters
+    /// that port for `external_ip` goes to `logical_ip`, and the switch behind the port answers
+    /// ARP for `external_ip` with `external_mac` and hands frames to it to the router. Elsewhere
+    /// the rule does nothing (the traffic goes to the gateway chassis).
+    DistributedNat {
+        datapath: u32,
+        gateway_port: String,
+        logical_ip: Ipv4Addr,
+        external_ip: Ipv4Addr,
+        external_mac: Mac,
+        logical_port: String,
+    },
     /// A router port accepts unicast frames to `mac` (and multicast) arriving on `port`.
     RouterPort {
         datapath: u32,
@@ -661,6 +675,7 @@ impl IrEntry {
             | IrEntry::Deliver { datapath, .. }
             | IrEntry::RouterPort { datapath, .. }
             | IrEntry::GatewayPort { datapath, .. }
+            | IrEntry::DistributedNat { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }
             | IrEntry::EcmpMember { datapath, .. }

@@ -172,6 +172,10 @@ impl L2State {
     /// What the responder of switch `datapath` answers for `ip`.
     fn desired_answer(&self, datapath: u32, ip: IpAddr) -> Option<ArpAnswer> {
         let key = (datapath, ip);
+        // A distributed NAT rule's address: answered where its pod is, nowhere else.
+        if let Some(answer) = self.nat_answer(key) {
+            return answer;
+        }
         let router = self.router_flags(key);
         let Some(mac) = self.arp.get(&key) else {
             return router.map(|(mac, flags)| ArpAnswer {

@@ -61,7 +61,11 @@ impl L2State {
                 ..FibEntry::default()
             });
         }
-        let port = self.fib.get(&(datapath, mac))?;
+        let port = self
+            .fib
+            .get(&(datapath, mac))
+            .map(String::as_str)
+            .or_else(|| self.nat_fib_port(datapath, mac))?;
         let key = self.ports.get(port)?.key;
         Some(match self.physical.locate(port) {
             Location::Local(ifindex) => FibEntry {

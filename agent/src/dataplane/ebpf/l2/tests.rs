@@ -5,12 +5,14 @@ use std::{collections::BTreeSet, net::Ipv4Addr};
 use crate::dataplane::ebpf::maps::{Recorder, Slot, Writable};
 use crate::pipeline::ir::PortKind;
 use ovnbpf_common::{
-    ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER, FIB_SERVICE_MONITOR,
-    FLOOD_MAX_LOCAL, FibEntry, FloodGroup, FloodMemberKey, FloodRoles, LOCAL_PORT_VETH_PEER,
-    LocalPort, Localnet, PodPort, ProviderKey, REMOTE_ENCAP_CSUM, RemoteEncap,
+    ARP_ANSWER_PROVIDER, ARP_ANSWER_ROUTER, ArpAnswer, FIB_LOCAL, FIB_REMOTE, FIB_ROUTER,
+    FIB_SERVICE_MONITOR, FLOOD_MAX_LOCAL, FibEntry, FloodGroup, FloodMemberKey, FloodRoles,
+    LOCAL_PORT_VETH_PEER, LocalPort, Localnet, NatTarget, PodPort, ProviderKey, REMOTE_ENCAP_CSUM,
+    RemoteEncap,
     maps::{
-        ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef, PodPorts,
-        PortSecurity6Map, PortSecurityMap, ProviderNetworks, RemoteEncaps, TunnelPorts,
+        ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef,
+        NatByExternal, NatByLogical, PodPorts, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
+        RemoteEncaps, TunnelPorts,
     },
 };
 
@@ -45,6 +47,12 @@ impl Recorder {
     }
     fn providers(&self) -> HashMap<ProviderKey, u32> {
         self.table::<ProviderNetworks>()
+    }
+    fn nat_by_logical(&self) -> HashMap<(u32, u32), NatTarget> {
+        self.table_by::<NatByLogical, _>(|k| (k.datapath, k.ip))
+    }
+    fn nat_by_external(&self) -> HashMap<(u32, u32), NatTarget> {
+        self.table_by::<NatByExternal, _>(|k| (k.datapath, k.ip))
     }
     /// Writes to the flood-group and flood-member maps.
     fn flood_writes(&self) -> usize {
@@ -1075,4 +1083,102 @@ fn a_switchs_service_monitor_mac_is_the_agents_until_northd_drops_it() {
     });
     state.flush(&mut maps).unwrap();
     assert!(!maps.fib().contains_key(&(DP, MONITOR_MAC)));
+}
+
+/// A distributed NAT rule (a FIP of pod "e2" on router 9's gateway port "lr-ls", whose switch
+/// is `DP`): where e2 is plugged, both NAT entries, the answer for the FIP with e2's MAC (also
+/// to the provider network) and the FIB entry handing frames to that MAC to the router; where
+/// e2 is not (unplugged, or on another chassis), none of them, and the FIP is not answered
+/// (though the switch sends ARP for it to the router); the rule gone, nothing.
+#[test]
+fn a_distributed_nat_rule_is_installed_where_its_pod_is() {
+    const ROUTER: u32 = 9;
+    const FIP_MAC: Mac = [0x0a, 0x58, 0x85, 0x1a, 0xd0, 0x96];
+    let (fip, logical) = (Ipv4Addr::new(172, 30, 0, 11), Ipv4Addr::new(10, 60, 2, 3));
+    let rule = IrEntry::DistributedNat {
+        datapath: ROUTER,
+        gateway_port: "lr-ls".into(),
+        logical_ip: logical,
+        external_ip: fip,
+        external_mac: FIP_MAC,
+        logical_port: "e2".into(),
+    };
+    let mut state = L2State::new("node1");
+    let mut entries = router_patches(ROUTER).to_vec();
+    entries.extend([
+        IrEntry::Port {
+            datapath: 77,
+            key: 3,
+            name: "e2".into(),
+            kind: PortKind::Vif {
+                chassis: Some("node1".into()),
+            },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        },
+        // northd sends ARP for the FIP on the switch to the router (every chassis).
+        IrEntry::ArpForRouterIp {
+            datapath: DP,
+            ip: fip,
+            router_port: "ls-lr".into(),
+            group: None,
+        },
+        rule.clone(),
+    ]);
+    state.apply(&added(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    let answer_key = (DP, u32::from_ne_bytes(fip.octets()));
+    assert!(maps.nat_by_logical().is_empty(), "e2 is not plugged yet");
+    assert!(
+        !maps.arp().contains_key(&answer_key),
+        "the FIP is not answered"
+    );
+    assert!(!maps.fib().contains_key(&(DP, FIP_MAC)));
+
+    state.set_interface("e2", Some(41));
+    state.flush(&mut maps).unwrap();
+    let key = |ip: Ipv4Addr| (ROUTER, u32::from_ne_bytes(ip.octets()));
+    let out = maps.nat_by_logical()[&key(logical)];
+    assert_eq!(
+        (out.ip, out.switch, out.mac),
+        (u32::from_ne_bytes(fip.octets()), DP, FIP_MAC)
+    );
+    let inward = maps.nat_by_external()[&key(fip)];
+    assert_eq!(
+        (inward.ip, inward.switch, inward.mac),
+        (u32::from_ne_bytes(logical.octets()), DP, FIP_MAC)
+    );
+    assert_eq!(maps.arp()[&answer_key].mac, FIP_MAC);
+    assert_eq!(maps.arp()[&answer_key].flags, ARP_ANSWER_PROVIDER);
+    let fib = maps.fib()[&(DP, FIP_MAC)];
+    assert_eq!(
+        (fib.kind, fib.ifindex, fib.port),
+        (FIB_ROUTER, ROUTER, 2),
+        "frames to the FIP's MAC go to the router"
+    );
+
+    // Unplugged: nothing of the rule stays.
+    state.set_interface("e2", None);
+    state.flush(&mut maps).unwrap();
+    assert!(maps.nat_by_logical().is_empty() && maps.nat_by_external().is_empty());
+    assert!(!maps.arp().contains_key(&answer_key));
+    assert!(!maps.fib().contains_key(&(DP, FIP_MAC)));
+
+    // Plugged again, then the rule goes.
+    state.set_interface("e2", Some(41));
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.nat_by_logical().len(), 1);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![rule],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.nat_by_logical().is_empty() && maps.nat_by_external().is_empty());
+    assert!(!maps.fib().contains_key(&(DP, FIP_MAC)));
+    assert_eq!(
+        maps.arp()[&answer_key].flags,
+        ARP_ANSWER_ROUTER,
+        "back to northd's answer of the router's"
+    );
 }

@@ -1,0 +1,170 @@
+//! Distributed NAT's translation (a FIP on its pod's chassis): one IPv4 address of a packet
+//! replaced by another, with the IPv4 header's checksum and, in a first fragment, the TCP or
+//! UDP checksum over the pseudo-header (a UDP checksum of zero stays zero; ICMP and other
+//! protocols carry none over the addresses). Stateless: a 1:1 rule translates every packet the
+//! same way, so no connection is tracked and a rule's change applies to the next packet. The
+//! addresses ICMP errors quote are not translated. The way in from the provider network: a
+//! frame to a rule's external MAC ([`from_provider_to_router`]) and ARP for its external
+//! address ([`answer_from_provider`]). Reads `NAT_BY_EXTERNAL` and `ARP_RESPONDER`.
+
+use aya_ebpf::{
+    bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
+    helpers::{bpf_redirect, bpf_skb_vlan_pop},
+    programs::TcContext,
+};
+use ovnbpf_common::{
+    ARP_ANSWER_PROVIDER, ArpKey, DropReason, FibEntry, NeighbourKey, ROUTER_REQUEST_MAGIC,
+    RouterRequest, drop_reason,
+};
+
+use crate::{
+    ARP_RESPONDER,
+    headers::{ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, EthHeader, Ipv4Frame},
+    maps::{NAT_BY_EXTERNAL, get},
+};
+
+const IP_CHECKSUM: usize = ETH_HEADER_LEN + 10;
+/// Offsets of the IPv4 source and destination addresses in the frame.
+pub const IP_SOURCE: usize = ETH_HEADER_LEN + 12;
+pub const IP_DESTINATION: usize = ETH_HEADER_LEN + 16;
+const L4_OFFSET: usize = ETH_HEADER_LEN + 20;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
+/// Replaces the address at `offset` ([`IP_SOURCE`] or [`IP_DESTINATION`]) of an IPv4 packet
+/// without options, `old` (as in the packet) by `new`; `protocol` and `first_fragment` say
+/// whether a transport checksum covers it.
+#[inline(always)]
+pub fn translate(
+    ctx: &TcContext,
+    offset: usize,
+    (old, new): (u32, u32),
+    protocol: u8,
+    first_fragment: bool,
+) -> Result<(), DropReason> {
+    if old == new {
+        return Ok(());
+    }
+    let failed = |_| drop_reason::NAT_FAILED;
+    let transport = match protocol {
+        IPPROTO_TCP => Some((L4_OFFSET + 16, 0)),
+        IPPROTO_UDP => Some((L4_OFFSET + 6, u64::from(BPF_F_MARK_MANGLED_0))),
+        _ => None,
+    };
+    if let Some((checksum, mangled)) = transport.filter(|_| first_fragment) {
+        let flags = u64::from(BPF_F_PSEUDO_HDR) | mangled | 4;
+        ctx.l4_csum_replace(checksum, u64::from(old), u64::from(new), flags)
+            .map_err(failed)?;
+    }
+    ctx.l3_csum_replace(IP_CHECKSUM, u64::from(old), u64::from(new), 4)
+        .map_err(failed)?;
+    ctx.store(offset, &new, 0).map_err(failed)
+}
+
+/// A frame from the provider network to a router's MAC on the provider network's switch (a
+/// distributed NAT rule's external MAC, on its pod's chassis: `ls_in_l2_lkup` hands it to the
+/// router, which admits it on the gateway port): an ARP packet is the router's (its sender
+/// reported for learning, [`crate::neighbour_learning`]); IPv4 to a rule's external address
+/// gets the pod's address (`lr_in_dnat`) and goes to the router stage as entering through the
+/// gateway port, untagged; the rest is the gateway chassis's (`gateway_unsupported`). An
+/// expiring TTL is dropped (`ttl_expired`), where OVN answers from the gateway port.
+#[inline(always)]
+pub fn from_provider_to_router(ctx: &TcContext, entry: &FibEntry, vlan: u32) -> i32 {
+    let router = entry.ifindex;
+    match enter_router(ctx, router, entry.remote_ip, vlan) {
+        Ok(reason) | Err(reason) => crate::drop::drop_frame(ctx, reason),
+    }
+}
+
+/// The reason [`from_provider_to_router`] drops the frame (`Ok` once the router stage was
+/// called and missed).
+#[inline(always)]
+fn enter_router(
+    ctx: &TcContext,
+    router: u32,
+    router_ip: u32,
+    vlan: u32,
+) -> Result<DropReason, DropReason> {
+    let Ok(eth) = ctx.load::<EthHeader>(0) else {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    };
+    match u16::from_be(eth.ether_type) {
+        ETH_P_ARP => {
+            crate::neighbour_learning::report_arp(ctx, router);
+            return Err(drop_reason::ARP_TO_ROUTER);
+        }
+        ETH_P_IPV4 => {}
+        _ => return Err(drop_reason::GATEWAY_UNSUPPORTED),
+    }
+    let frame = ctx
+        .load::<Ipv4Frame>(0)
+        .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+    let ip = frame.ip;
+    if ip.version_ihl != 0x45 {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    }
+    let to = NeighbourKey {
+        datapath: router,
+        ip: ip.destination,
+    };
+    let target = *get(&NAT_BY_EXTERNAL, to).ok_or(drop_reason::GATEWAY_UNSUPPORTED)?;
+    if ip.ttl <= 1 {
+        return Err(drop_reason::TTL_EXPIRED);
+    }
+    // SAFETY: the helper takes the skb pointer the context holds.
+    if vlan != 0 && unsafe { bpf_skb_vlan_pop(ctx.skb.skb) } != 0 {
+        return Err(drop_reason::DECAP_FAILED);
+    }
+    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+    translate(
+        ctx,
+        IP_DESTINATION,
+        (ip.destination, target.ip),
+        ip.protocol,
+        first_fragment,
+    )?;
+    let request = RouterRequest {
+        router,
+        router_ip,
+        ifindex: 0,
+        magic: ROUTER_REQUEST_MAGIC,
+    };
+    Ok(crate::router::request(ctx, &request))
+}
+
+/// The answer to an ARP request from the provider network for an address the switch's
+/// responder answers there too (a distributed NAT rule's external address, on its pod's
+/// chassis: the router's `lr_in_ip_input` answer), sent back out of provider NIC `ifindex`.
+#[inline(always)]
+pub fn answer_from_provider(ctx: &TcContext, datapath: u32, ifindex: u32) -> Option<i32> {
+    let request = ctx.load::<ArpFrame>(0).ok()?;
+    if u16::from_be(request.hardware_type) != 1
+        || u16::from_be(request.protocol_type) != ETH_P_IPV4
+        || request.hardware_len != 6
+        || request.protocol_len != 4
+        || u16::from_be(request.operation) != 1
+    {
+        return None;
+    }
+    let key = ArpKey {
+        datapath,
+        ip: u32::from_ne_bytes(request.target_ip),
+    };
+    let answer = get(&ARP_RESPONDER, key)?;
+    if answer.flags & ARP_ANSWER_PROVIDER == 0 {
+        return None;
+    }
+    let mut reply = request;
+    reply.eth.destination = request.eth.source;
+    reply.eth.source = answer.mac;
+    reply.operation = 2_u16.to_be();
+    reply.sender_mac = answer.mac;
+    reply.sender_ip = request.target_ip;
+    reply.target_mac = request.sender_mac;
+    reply.target_ip = request.sender_ip;
+    ctx.store(0, &reply, 0).ok()?;
+    crate::counters::count_reply(ovnbpf_common::router_reply::ARP_REPLY_PROVIDER);
+    // SAFETY: the helper takes plain integers and only sets the skb's redirect target; the
+    // frame keeps its VLAN tag (in the skb's metadata) on the way out.
+    Some(unsafe { bpf_redirect(ifindex, 0) } as i32)
+}
