@@ -2,8 +2,11 @@
 //! replaced by another, with the IPv4 header's checksum and, in a first fragment, the TCP or
 //! UDP checksum over the pseudo-header (a UDP checksum of zero stays zero; ICMP and other
 //! protocols carry none over the addresses). Stateless: a 1:1 rule translates every packet the
-//! same way, so no connection is tracked and a rule's change applies to the next packet. The
-//! addresses ICMP errors quote are not translated. The way in from the provider network: a
+//! same way, so no connection is tracked and a rule's change applies to the next packet. An ICMP
+//! error's quoted packet is translated too ([`translate_quoted`]), as Linux's NAT translates a
+//! related packet: the pod matches an error about what it sent (fragmentation needed on the
+//! way out, an external port unreachable) to its socket, and the outside an error the pod sends
+//! about what it received. The way in from the provider network: a
 //! frame to a rule's external MAC ([`from_provider_to_router`]) and ARP for its external
 //! address ([`answer_from_provider`]). Reads `NAT_BY_EXTERNAL` and `ARP_RESPONDER`.
 
@@ -28,8 +31,15 @@ const IP_CHECKSUM: usize = ETH_HEADER_LEN + 10;
 pub const IP_SOURCE: usize = ETH_HEADER_LEN + 12;
 pub const IP_DESTINATION: usize = ETH_HEADER_LEN + 16;
 const L4_OFFSET: usize = ETH_HEADER_LEN + 20;
+const IPPROTO_ICMP: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
+/// The ICMP checksum, and the quoted IPv4 header of an ICMP error (after the ICMP header).
+const ICMP_CHECKSUM: usize = L4_OFFSET + 2;
+const QUOTED_OFFSET: usize = L4_OFFSET + 8;
+/// Offsets of the quoted packet's source and destination addresses.
+pub const QUOTED_SOURCE: usize = QUOTED_OFFSET + 12;
+pub const QUOTED_DESTINATION: usize = QUOTED_OFFSET + 16;
 
 /// Replaces the address at `offset` ([`IP_SOURCE`] or [`IP_DESTINATION`]) of an IPv4 packet
 /// without options, `old` (as in the packet) by `new`; `protocol` and `first_fragment` say
@@ -59,6 +69,95 @@ pub fn translate(
     ctx.l3_csum_replace(IP_CHECKSUM, u64::from(old), u64::from(new), 4)
         .map_err(failed)?;
     ctx.store(offset, &new, 0).map_err(failed)
+}
+
+/// In an ICMP error (destination unreachable, time exceeded, parameter problem) of `protocol`,
+/// replaces the quoted packet's address at `offset` ([`QUOTED_SOURCE`] or
+/// [`QUOTED_DESTINATION`]) if it is `old`, by `new`: with the quoted IPv4 header's checksum,
+/// the quoted TCP or UDP checksum where the quote holds it (a zero UDP checksum stays zero),
+/// and the ICMP checksum over them. Other packets are left alone.
+#[inline(always)]
+pub fn translate_quoted(
+    ctx: &TcContext,
+    protocol: u8,
+    offset: usize,
+    old: u32,
+    new: u32,
+) -> Result<(), DropReason> {
+    if protocol != IPPROTO_ICMP || old == new {
+        return Ok(());
+    }
+    match quoted(ctx, offset, old, new) {
+        0 => Ok(()),
+        reason => Err(DropReason(reason)),
+    }
+}
+
+/// [`translate_quoted`] for an ICMP packet: 0, or the drop reason. Out of line (the router
+/// stage has little stack to spare), so with arguments and a result a BPF call can pass.
+#[inline(never)]
+fn quoted(ctx: &TcContext, offset: usize, old: u32, new: u32) -> u32 {
+    match translate_quoted_icmp(ctx, offset, old, new) {
+        Ok(()) => 0,
+        Err(reason) => reason.0,
+    }
+}
+
+/// The checksum arithmetic is the kernel's: each checksum field is updated in place by the
+/// difference of what it covers (the helpers' plain incremental update), then the ICMP
+/// checksum by the differences of the fields it covers, read back; few values live on the
+/// stack.
+#[inline(always)]
+fn translate_quoted_icmp(
+    ctx: &TcContext,
+    offset: usize,
+    old: u32,
+    new: u32,
+) -> Result<(), DropReason> {
+    let kind = ctx.load::<u8>(L4_OFFSET).unwrap_or(0);
+    let address = ctx.load::<u32>(offset).unwrap_or(0);
+    if !matches!(kind, 3 | 11 | 12) || address != old {
+        return Ok(());
+    }
+    let failed = |_| drop_reason::NAT_FAILED;
+    // The quoted header: its address and checksum (their changes cancel out in ICMP's sum).
+    ctx.store(offset, &new, 0).map_err(failed)?;
+    ctx.l4_csum_replace(ICMP_CHECKSUM, u64::from(old), u64::from(new), 4)
+        .map_err(failed)?;
+    let header_checksum = ctx.load::<u16>(QUOTED_OFFSET + 10).map_err(failed)?;
+    ctx.l3_csum_replace(QUOTED_OFFSET + 10, u64::from(old), u64::from(new), 4)
+        .map_err(failed)?;
+    let updated = ctx.load::<u16>(QUOTED_OFFSET + 10).map_err(failed)?;
+    ctx.l4_csum_replace(
+        ICMP_CHECKSUM,
+        u64::from(header_checksum),
+        u64::from(updated),
+        2,
+    )
+    .map_err(failed)?;
+    // The quoted transport checksum, where the quote holds it (a first fragment without
+    // options; a zero UDP checksum stays zero).
+    let layout = ctx.load::<u8>(QUOTED_OFFSET).unwrap_or(0);
+    let fragment = ctx.load::<u16>(QUOTED_OFFSET + 6).map_or(1, u16::from_be);
+    let at = match ctx.load::<u8>(QUOTED_OFFSET + 9).unwrap_or(0) {
+        IPPROTO_TCP => QUOTED_OFFSET + 20 + 16,
+        IPPROTO_UDP => QUOTED_OFFSET + 20 + 6,
+        _ => return Ok(()),
+    };
+    if layout != 0x45 || fragment & 0x1fff != 0 {
+        return Ok(());
+    }
+    let Ok(transport) = ctx.load::<u16>(at) else {
+        return Ok(());
+    };
+    if transport == 0 {
+        return Ok(());
+    }
+    ctx.l3_csum_replace(at, u64::from(old), u64::from(new), 4)
+        .map_err(failed)?;
+    let updated = ctx.load::<u16>(at).map_err(failed)?;
+    ctx.l4_csum_replace(ICMP_CHECKSUM, u64::from(transport), u64::from(updated), 2)
+        .map_err(failed)
 }
 
 /// A frame from the provider network to a router's MAC on the provider network's switch (a
@@ -123,6 +222,8 @@ fn enter_router(
         ip.protocol,
         first_fragment,
     )?;
+    // An error about what the pod sent from the external address.
+    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, target.ip)?;
     let request = RouterRequest {
         router,
         router_ip,

@@ -656,6 +656,14 @@ fn route(
             ip.protocol,
             first_fragment,
         )?;
+        // An error about what the pod received for the external address.
+        crate::nat::translate_quoted(
+            ctx,
+            ip.protocol,
+            crate::nat::QUOTED_DESTINATION,
+            ip.source,
+            target.ip,
+        )?;
     }
     let Some(entry) = entry else {
         // Into a switch whose from-lport ACLs may act on routed traffic: refused, as for its

@@ -515,6 +515,31 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
         "a TCP connection to the FIP reaches e2 from the external host{}",
         logs()
     );
+    // ICMP errors either way quote the packet as its receiver knows it: a closed port refuses
+    // TCP (a reset) and UDP (port unreachable) both ways.
+    let refused = |(tcp, udp): (std::io::Result<()>, std::io::Result<()>)| {
+        let kind = |result: std::io::Result<()>| result.err().map(|error| error.kind());
+        (kind(tcp), kind(udp))
+    };
+    let refused_twice = (
+        Some(std::io::ErrorKind::ConnectionRefused),
+        Some(std::io::ErrorKind::ConnectionRefused),
+    );
+    assert_eq!(
+        refused(scenario::socket_outcomes(e2, EXTERNAL_HOST, 9)),
+        refused_twice,
+        "e2 → a closed port outside{}",
+        logs()
+    );
+    assert_eq!(
+        refused(scenario::socket_outcomes_in(
+            external.netns(),
+            SocketAddr::from((DISTRIBUTED_FIP, 9))
+        )),
+        refused_twice,
+        "outside → a closed port of e2 through its FIP{}",
+        logs()
+    );
     // The external gateway's MAC, learned from its reply to the router's ARP request.
     let learned = lab
         .sbctl(&[
