@@ -12,9 +12,10 @@
 //! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`, an IPv6 ECMP route via two of
 //! its pods, an IPv6 discard route inside a static one), peered over both families with
 //! vpc-e; and vpc-x with Kube-OVN's OVN-native external access (a gateway port on an underlay
-//! subnet, SNAT, a centralized FIP), whose gateway traffic ovnbpf fences: those cases are
-//! dropped by the evaluator and the kernel (`gateway_unsupported`), not compared with ovn-trace,
-//! and every other case of vpc-x is. Routers carry Kube-OVN's options,
+//! subnet, SNAT, a centralized FIP, and a distributed FIP of one pod), whose gateway chassis's
+//! traffic ovnbpf fences: those cases are dropped by the evaluator and the kernel
+//! (`gateway_unsupported`), not compared with ovn-trace, and every other case of vpc-x is,
+//! the distributed FIP's pod's traffic out of the gateway port among them. Routers carry Kube-OVN's options,
 //! `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
@@ -67,6 +68,11 @@ const SUBNETS: &[(&str, &str, [u8; 3], u8)] = &[
 const EXTERNAL_X_PORT: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 10);
 const EXTERNAL_X_GATEWAY: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 1);
 const EXTERNAL_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 20);
+/// The EIP of subnet-x's first pod's distributed FIP (an `OvnFip` of the pod: its MAC as the
+/// external MAC), carried on the pod's chassis.
+const DISTRIBUTED_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 21);
+/// The pod that has it.
+const DISTRIBUTED_X_POD: &str = "subnet-x-p0";
 
 /// Dual-stack subnets: (vpc, subnet, IPv4 /24 base, the IPv6 /64's second group: fd00:<g>::,
 /// pods). vpc-d's two route between each other; vpc-e is peered with vpc-d.
@@ -266,6 +272,16 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "10.5.1.11",
         );
     topology.apply(lab).unwrap();
+    Topology::new()
+        .distributed_fip(
+            "vpc-x",
+            &DISTRIBUTED_X_FIP.to_string(),
+            Ipv4Addr::new(10, 5, 1, 10),
+            &format!("{DISTRIBUTED_X_POD}.ns"),
+            &mac_for(DISTRIBUTED_X_POD),
+        )
+        .apply(lab)
+        .unwrap();
     // The routers carry Kube-OVN's options, learning from ARP requests both ways: on where the
     // VPC is peered (vpc-a, vpc-c) or has a U2O subnet (ovn-cluster), off elsewhere (vpc-b).
     // Learning routers have no `always_learn_from_arp_request` key (northd's default, true).
@@ -830,21 +846,34 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
         }
         if pod.vpc == "vpc-x" {
             // The gateway port's address answers on every chassis; what the external subnet's
-            // connected route sends out of the gateway port is fenced (a FIP's EIP too).
+            // connected route sends out of the gateway port is fenced (a FIP's EIP too), but
+            // from the pod with a distributed FIP, which leaves from it (the router asks for
+            // the next hop from the FIP: no MAC_Binding of the outside here).
+            let out = if pod.port == format!("{DISTRIBUTED_X_POD}.ns") {
+                "(distributed FIP)"
+            } else {
+                "(gateway port)"
+            };
             add(
                 "pings its VPC's gateway port",
                 ipv4(pod, router_mac, EXTERNAL_X_PORT, 64, PING),
             );
             add(
-                "pings the external gateway (gateway port)",
+                &format!("pings the external gateway {out}"),
                 ipv4(pod, router_mac, EXTERNAL_X_GATEWAY, 64, PING),
             );
+            // Not from the distributed FIP's pod: out of the gateway port to the centralized
+            // FIP's EIP, OVN loops the packet back into the router where the gateway chassis
+            // port resides (`lr_out_egr_loop`), which ovn-trace takes every port to; a chassis
+            // of that pod sends it out (the kernel does).
+            if out == "(gateway port)" {
+                add(
+                    "pings the FIP's EIP (gateway port)",
+                    ipv4(pod, router_mac, EXTERNAL_X_FIP, 64, PING),
+                );
+            }
             add(
-                "pings the FIP's EIP (gateway port)",
-                ipv4(pod, router_mac, EXTERNAL_X_FIP, 64, PING),
-            );
-            add(
-                "opens TCP to an external host (gateway port)",
+                &format!("opens TCP to an external host {out}"),
                 ipv4(
                     pod,
                     router_mac,
@@ -1202,6 +1231,19 @@ async fn ir_verdicts_equal_ovn_trace() {
                     [(port, Packet { l3: L3::Ipv4 { .. }, .. })] if port == "subnet-a-p0.ns"
                 ),
                 "{what}: not to the neighbour MAC_Binding names\n{}",
+                ours.steps.join("\n")
+            );
+        }
+        // The distributed FIP's pod leaves from its FIP: the router asks for the next hop from
+        // the FIP's address and MAC on the external subnet's localnet port.
+        if what.contains("(distributed FIP)") {
+            assert!(
+                matches!(
+                    ours.outputs.as_slice(),
+                    [(_, Packet { eth_src, l3: L3::Arp { op: 1, spa, .. }, .. })]
+                        if *spa == DISTRIBUTED_X_FIP && *eth_src == pod.mac
+                ),
+                "{what}: not from the FIP\n{}",
                 ours.steps.join("\n")
             );
         }

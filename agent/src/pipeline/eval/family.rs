@@ -643,7 +643,7 @@ impl<'a> Evaluator<'a> {
         &self,
         dp: u32,
         hop: &Hop<'_, A>,
-        mut packet: Packet,
+        packet: Packet,
         trace: &mut Trace,
         hops: usize,
     ) {
@@ -657,6 +657,19 @@ impl<'a> Evaluator<'a> {
             self.step(trace, dp, text);
             return;
         }
+        self.forward_unfenced(dp, hop, packet, trace, hops);
+    }
+
+    /// [`Self::forward`] out of any port, a gateway port included (a distributed NAT rule's
+    /// packets).
+    pub(super) fn forward_unfenced<A: Family>(
+        &self,
+        dp: u32,
+        hop: &Hop<'_, A>,
+        mut packet: Packet,
+        trace: &mut Trace,
+        hops: usize,
+    ) {
         packet.decrement_ttl();
         packet.eth_src = hop.source_mac;
         let (port, nexthop) = (hop.port, hop.nexthop);

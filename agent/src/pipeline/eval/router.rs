@@ -334,6 +334,31 @@ impl<'a> Evaluator<'a> {
                 );
             }
         }
+        // A distributed NAT rule of the sender, out of its gateway port: the packet leaves from
+        // the rule's external address and MAC (`lr_in_gw_redirect`, `lr_out_snat`; ovn-trace
+        // takes every port as resident, the kernel installs the rule where its pod is, which
+        // is where the pod's packets are routed).
+        if let Some((external_ip, external_mac)) =
+            self.distributed_nat(dp, port, source, destination)
+        {
+            self.step(
+                trace,
+                dp,
+                format!("distributed NAT: {source} leaves as {external_ip}"),
+            );
+            let mut packet = packet;
+            if let L3::Ipv4 { source, .. } = &mut packet.l3 {
+                *source = external_ip;
+            }
+            let hop = Hop {
+                nexthop,
+                source_ip: external_ip,
+                source_mac: external_mac,
+                port,
+            };
+            self.forward_unfenced(dp, &hop, packet, trace, hops);
+            return;
+        }
         let hop = Hop {
             nexthop,
             source_ip,
@@ -341,5 +366,35 @@ impl<'a> Evaluator<'a> {
             port,
         };
         self.forward(dp, &hop, packet, trace, hops);
+    }
+
+    /// The external address and MAC of router `dp`'s distributed NAT rule for `source` out of
+    /// gateway port `port`, unless `destination` is one of the router's NAT addresses (OVN
+    /// loops that back into the router, which ovnbpf does not: fenced).
+    fn distributed_nat(
+        &self,
+        dp: u32,
+        port: &str,
+        source: Ipv4Addr,
+        destination: Ipv4Addr,
+    ) -> Option<(Ipv4Addr, Mac)> {
+        let to_nat_address = self.entries(dp).any(|e| {
+            matches!(e, IrEntry::DistributedNat { external_ip, .. } if *external_ip == destination)
+        });
+        if to_nat_address {
+            return None;
+        }
+        self.entries(dp).find_map(|e| match e {
+            IrEntry::DistributedNat {
+                gateway_port,
+                logical_ip,
+                external_ip,
+                external_mac,
+                ..
+            } if gateway_port == port && *logical_ip == source => {
+                Some((*external_ip, *external_mac))
+            }
+            _ => None,
+        })
     }
 }
