@@ -4,25 +4,29 @@
 //! Reads `ARP_RESPONDER`.
 
 use aya_ebpf::programs::TcContext;
-use ovnbpf_common::ArpKey;
+use ovnbpf_common::{ArpAnswer, ArpKey};
 
 use crate::maps::get;
-use crate::{
-    ARP_RESPONDER,
-    headers::{ArpFrame, ETH_P_IPV4},
-    output::reply_to_sender,
-};
+use crate::{ARP_RESPONDER, headers::ArpFrame, output::reply_to_sender};
 
 /// The verdict if the frame was an ARP request this responder answered.
 #[inline(always)]
 pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Option<i32> {
+    answer_in_place(ctx, datapath, |answer| answer.owner_port != inport)?;
+    Some(reply_to_sender(ctx, ifindex))
+}
+
+/// Turns the frame, if it is an ARP request for an address switch `datapath`'s responder has
+/// an answer for that `accepts`, into that answer, in place (to be sent back where the request
+/// came from).
+#[inline(always)]
+pub fn answer_in_place(
+    ctx: &TcContext,
+    datapath: u32,
+    accepts: impl Fn(&ArpAnswer) -> bool,
+) -> Option<()> {
     let request = ctx.load::<ArpFrame>(0).ok()?;
-    if u16::from_be(request.hardware_type) != 1
-        || u16::from_be(request.protocol_type) != ETH_P_IPV4
-        || request.hardware_len != 6
-        || request.protocol_len != 4
-        || u16::from_be(request.operation) != 1
-    {
+    if !request.is_ipv4_over_ethernet() || u16::from_be(request.operation) != 1 {
         return None;
     }
     let key = ArpKey {
@@ -30,7 +34,7 @@ pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Opt
         ip: u32::from_ne_bytes(request.target_ip),
     };
     let answer = get(&ARP_RESPONDER, key)?;
-    if answer.owner_port == inport {
+    if !accepts(answer) {
         return None;
     }
     let mut reply = request;
@@ -41,6 +45,5 @@ pub fn respond(ctx: &TcContext, datapath: u32, inport: u32, ifindex: u32) -> Opt
     reply.sender_ip = request.target_ip;
     reply.target_mac = request.sender_mac;
     reply.target_ip = request.sender_ip;
-    ctx.store(0, &reply, 0).ok()?;
-    Some(reply_to_sender(ctx, ifindex))
+    ctx.store(0, &reply, 0).ok()
 }

@@ -104,6 +104,17 @@ pub struct ArpFrame {
     pub target_ip: [u8; 4],
 }
 
+impl ArpFrame {
+    /// Whether it is ARP for IPv4 over Ethernet (the only kind the datapath reads).
+    #[inline(always)]
+    pub fn is_ipv4_over_ethernet(&self) -> bool {
+        u16::from_be(self.hardware_type) == 1
+            && u16::from_be(self.protocol_type) == ETH_P_IPV4
+            && self.hardware_len == 6
+            && self.protocol_len == 4
+    }
+}
+
 /// Ethernet, IPv4 without options, UDP: what a DHCP discovery looks like.
 #[repr(C, packed)]
 #[derive(Clone, Copy)]

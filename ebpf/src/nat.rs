@@ -8,7 +8,7 @@
 //! way out, an external port unreachable) to its socket, and the outside an error the pod sends
 //! about what it received. The way in from the provider network: a
 //! frame to a rule's external MAC ([`from_provider_to_router`]) and ARP for its external
-//! address ([`answer_from_provider`]). Reads `NAT_BY_EXTERNAL` and `ARP_RESPONDER`.
+//! address ([`answer_from_provider`]). Reads `NAT_BY_EXTERNAL` (`ARP_RESPONDER` through [`crate::arp`]).
 
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
@@ -16,13 +16,12 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ARP_ANSWER_PROVIDER, ArpKey, DropReason, FibEntry, NeighbourKey, ROUTER_REQUEST_MAGIC,
-    RouterRequest, drop_reason,
+    ARP_ANSWER_PROVIDER, DropReason, FibEntry, NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest,
+    drop_reason,
 };
 
 use crate::{
-    ARP_RESPONDER,
-    headers::{ArpFrame, ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, EthHeader, Ipv4Frame},
+    headers::{ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, EthHeader, Ipv4Frame},
     maps::{NAT_BY_EXTERNAL, get},
 };
 
@@ -238,32 +237,9 @@ fn enter_router(
 /// chassis: the router's `lr_in_ip_input` answer), sent back out of provider NIC `ifindex`.
 #[inline(always)]
 pub fn answer_from_provider(ctx: &TcContext, datapath: u32, ifindex: u32) -> Option<i32> {
-    let request = ctx.load::<ArpFrame>(0).ok()?;
-    if u16::from_be(request.hardware_type) != 1
-        || u16::from_be(request.protocol_type) != ETH_P_IPV4
-        || request.hardware_len != 6
-        || request.protocol_len != 4
-        || u16::from_be(request.operation) != 1
-    {
-        return None;
-    }
-    let key = ArpKey {
-        datapath,
-        ip: u32::from_ne_bytes(request.target_ip),
-    };
-    let answer = get(&ARP_RESPONDER, key)?;
-    if answer.flags & ARP_ANSWER_PROVIDER == 0 {
-        return None;
-    }
-    let mut reply = request;
-    reply.eth.destination = request.eth.source;
-    reply.eth.source = answer.mac;
-    reply.operation = 2_u16.to_be();
-    reply.sender_mac = answer.mac;
-    reply.sender_ip = request.target_ip;
-    reply.target_mac = request.sender_mac;
-    reply.target_ip = request.sender_ip;
-    ctx.store(0, &reply, 0).ok()?;
+    crate::arp::answer_in_place(ctx, datapath, |answer| {
+        answer.flags & ARP_ANSWER_PROVIDER != 0
+    })?;
     crate::counters::count_reply(ovnbpf_common::router_reply::ARP_REPLY_PROVIDER);
     // SAFETY: the helper takes plain integers and only sets the skb's redirect target; the
     // frame keeps its VLAN tag (in the skb's metadata) on the way out.

@@ -11,7 +11,7 @@ use ovnbpf_common::{NeighbourEvent, NeighbourKey, router_reply};
 
 use crate::{
     counters::count_reply,
-    headers::{ArpFrame, ETH_P_IPV4},
+    headers::ArpFrame,
     maps::{NEIGHBOUR_EVENTS, NEIGHBOURS, get},
 };
 
@@ -23,12 +23,7 @@ pub fn report_arp(ctx: &TcContext, router: u32) {
         return;
     };
     let operation = u16::from_be(arp.operation);
-    if u16::from_be(arp.hardware_type) != 1
-        || u16::from_be(arp.protocol_type) != ETH_P_IPV4
-        || arp.hardware_len != 6
-        || arp.protocol_len != 4
-        || !(1..=2).contains(&operation)
-    {
+    if !arp.is_ipv4_over_ethernet() || !(1..=2).contains(&operation) {
         return;
     }
     let ip = u32::from_ne_bytes(arp.sender_ip);

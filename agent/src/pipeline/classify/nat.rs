@@ -110,7 +110,7 @@ fn rule(dp: u32, stage: &str, terms: &Terms, actions: &[Action]) -> Option<IrEnt
     if terms.destination.is_some() || terms.inport.is_some() || terms.eth_destination.is_some() {
         return None;
     }
-    let external_mac = set_mac(actions, "eth.src")?;
+    let external_mac = assigned_mac(actions, "eth.src")?;
     let external_ip = match stage {
         // `eth.src = M; reg1 = E; next;`
         "lr_in_gw_redirect" => match actions {
@@ -201,7 +201,7 @@ fn carried(stage: &str, terms: &Terms, actions: &[Action]) -> bool {
                 && t.outport.is_some()
                 && t.resident.is_none()
                 && matches!(actions, [_, Action::Keyword { name, arguments: None, block: None }] if name == "ct_dnat_in_czone")
-                && set_mac(actions, "eth.src").is_some()
+                && assigned_mac(actions, "eth.src").is_some()
         }
         // `eth.dst == M && inport == GW && is_chassis_resident(P)` → `xreg0[0..47] = …; next;`
         "lr_in_admission" => {
@@ -226,7 +226,8 @@ fn carried(stage: &str, terms: &Terms, actions: &[Action]) -> bool {
             request
                 && match t.resident {
                     Some(_) => {
-                        set_mac(actions, "eth.src").is_some() && uses_keyword(actions, &["output"])
+                        assigned_mac(actions, "eth.src").is_some()
+                            && uses_keyword(actions, &["output"])
                     }
                     None => is_drop_only(actions),
                 }
@@ -247,17 +248,6 @@ fn carried(stage: &str, terms: &Terms, actions: &[Action]) -> bool {
                 && matches!(actions, [Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 1, mask: None, .. }) }, last] if *destination == bit("reg9", 4) && is_next(last))
         }
         _ => false,
-    }
-}
-
-/// The MAC `actions` assign to `name` (`eth.src = M;`).
-fn set_mac(actions: &[Action], name: &str) -> Option<Mac> {
-    match assigned(actions, name)? {
-        Source::Constant(Constant::Mac {
-            address,
-            mask: None,
-        }) => Some(*address),
-        _ => None,
     }
 }
 
