@@ -213,6 +213,51 @@ pub fn start_planned_agents_with(
         .collect()
 }
 
+/// The planned agent of every node (see [`start_planned_agents_with`]), pinned under a bpffs
+/// of their own and logging to a temporary directory, started once every planned pod is up
+/// (asserted, with the agents' logs).
+pub struct PlannedAgents {
+    pub children: Vec<Child>,
+    pub bpffs: crate::bpffs::BpfMount,
+    _log_dir: tempfile::TempDir,
+}
+
+impl PlannedAgents {
+    pub fn start(lab: &OvnLab, nodes: &[Node], plans: &[PodPlan], extra_args: &[&str]) -> Self {
+        let log_dir = tempfile::tempdir().expect("a temporary directory for the agents' logs");
+        let bpffs = crate::bpffs::BpfMount::create().expect("a bpffs for the agents' pins");
+        let children = start_planned_agents_with(
+            lab,
+            nodes,
+            plans,
+            Some(bpffs.path()),
+            log_dir.path(),
+            extra_args,
+        );
+        let agents = Self {
+            children,
+            bpffs,
+            _log_dir: log_dir,
+        };
+        assert!(
+            planned_pods_up(lab, plans),
+            "not every pod came up{}",
+            agents.logs()
+        );
+        agents
+    }
+
+    /// The last lines of every agent's log.
+    pub fn logs(&self) -> String {
+        log_tails(&self.children)
+    }
+
+    /// Node `index`'s datapath counters ([`datapath_counters`]).
+    pub fn counters(&self, nodes: &[Node], index: usize) -> serde_json::Value {
+        datapath_counters(&nodes[index], &self.bpffs.path().join(NODES[index]))
+    }
+}
+
 /// Waits up to 20 s until every planned pod's Port_Binding is `up`.
 pub fn planned_pods_up(lab: &OvnLab, plans: &[PodPlan]) -> bool {
     wait_until(Duration::from_secs(20), || {

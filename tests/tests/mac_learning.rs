@@ -11,12 +11,11 @@
 use std::{net::Ipv4Addr, time::Duration};
 
 use ovnbpf_tests::{
-    bpffs::BpfMount,
     kubeovn::{Topology, mac_for},
     network::Pod,
     ovn::OvnLab,
     process::wait_until,
-    scenario::{self, PodPlan, TwoNodes},
+    scenario::{self, PlannedAgents, PodPlan, TwoNodes},
 };
 
 const PODS: [PodPlan; 3] = [
@@ -61,16 +60,8 @@ fn a_router_learns_a_next_hop_no_port_has_and_every_node_routes_through_it() {
     let (l1, l2, l3) = (&pods[0], &pods[1], &pods[2]);
     hold_appliance(l1);
 
-    let log_dir = tempfile::tempdir().unwrap();
-    let bpffs = BpfMount::create().unwrap();
-    let agents =
-        scenario::start_planned_agents(lab, nodes, &PODS, Some(bpffs.path()), log_dir.path());
-    let logs = || scenario::log_tails(&agents);
-    assert!(
-        scenario::planned_pods_up(lab, &PODS),
-        "not every pod came up{}",
-        logs()
-    );
+    let agents = PlannedAgents::start(lab, nodes, &PODS, &[]);
+    let logs = || agents.logs();
     assert_eq!(bindings(lab), Vec::<(String, String)>::new());
 
     // From node2: its router ARPs; l1 answers on node1, whose agent writes the binding; node2
@@ -89,8 +80,7 @@ fn a_router_learns_a_next_hop_no_port_has_and_every_node_routes_through_it() {
     // From node1 too (the same row; node1's router heard the reply itself).
     assert_eq!(l3.ping(BEHIND, 3).unwrap(), 3, "l3 → behind l1");
     let reported = |node: usize| {
-        scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))
-            ["router_replies"]["neighbour_reported"]
+        agents.counters(nodes, node)["router_replies"]["neighbour_reported"]
             .as_u64()
             .unwrap_or_default()
     };

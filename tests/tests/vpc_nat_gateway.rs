@@ -19,14 +19,13 @@ use std::{
     time::Duration,
 };
 
-use ovnbpf_tests::scenario::{PodPlan, TwoNodes};
+use ovnbpf_tests::scenario::{PlannedAgents, PodPlan, TwoNodes};
 use ovnbpf_tests::{
-    bpffs::BpfMount,
     kubeovn::Topology,
     netns::Netns,
     network::{ExternalHost, Node, PhysicalSwitch, Pod},
     ovn::OvnLab,
-    process::{Child, wait_until},
+    process::wait_until,
 };
 
 const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 50, 0, 254);
@@ -72,10 +71,8 @@ fn vpc_reaches_the_outside_through_a_nat_gateway_pod() {
     let (a1, a2, natgw, u1) = (&pods[0], &pods[1], &pods[2], &pods[3]);
     nat_gateway_pod(natgw, nodes[1].netns());
 
-    let log_dir = tempfile::tempdir().unwrap();
-    let bpffs = BpfMount::create().unwrap();
-    let agents = start_agents(lab, nodes, &PODS, bpffs.path(), log_dir.path());
-    let logs = || scenario::log_tails(&agents);
+    let agents = start_agents(lab, nodes, &PODS);
+    let logs = || agents.logs();
     let _who = WhoAreYou::start(external.netns());
 
     // Out through the gateway pod, from the other node and from its own: routed by the VPC to
@@ -142,27 +139,8 @@ fn external_network(prefix: &str, nodes: &[Node]) -> (PhysicalSwitch, ExternalHo
 
 /// One agent per node, provider network `physnet1` bridged to `eth1`, once every planned pod
 /// is up.
-fn start_agents(
-    lab: &OvnLab,
-    nodes: &[Node],
-    plans: &[PodPlan],
-    pins: &std::path::Path,
-    log_dir: &std::path::Path,
-) -> Vec<Child> {
-    let agents = scenario::start_planned_agents_with(
-        lab,
-        nodes,
-        plans,
-        Some(pins),
-        log_dir,
-        &["--bridge-mappings", "physnet1:eth1"],
-    );
-    assert!(
-        scenario::planned_pods_up(lab, plans),
-        "not every pod came up{}",
-        scenario::log_tails(&agents)
-    );
-    agents
+fn start_agents(lab: &OvnLab, nodes: &[Node], plans: &[PodPlan]) -> PlannedAgents {
+    PlannedAgents::start(lab, nodes, plans, &["--bridge-mappings", "physnet1:eth1"])
 }
 
 /// Makes `pod` the NAT gateway as Kube-OVN's StatefulSet and `nat-gateway.sh` make it: `net1`
@@ -442,10 +420,8 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
     scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
     let (e1, e2, e3) = (&pods[0], &pods[1], &pods[2]);
 
-    let log_dir = tempfile::tempdir().unwrap();
-    let bpffs = BpfMount::create().unwrap();
-    let agents = start_agents(lab, nodes, &NATIVE_PODS, bpffs.path(), log_dir.path());
-    let logs = || scenario::log_tails(&agents);
+    let agents = start_agents(lab, nodes, &NATIVE_PODS);
+    let logs = || agents.logs();
 
     // Routed inside the VPC: across subnets and nodes, and on one node.
     let reached = wait_until(Duration::from_secs(10), || {
@@ -555,8 +531,7 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
         "MAC_Binding of the external gateway: {learned}"
     );
     let fip_answers = |node: usize| {
-        scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))
-            ["router_replies"]["arp_reply_provider"]
+        agents.counters(nodes, node)["router_replies"]["arp_reply_provider"]
             .as_u64()
             .unwrap_or_default()
     };
@@ -578,8 +553,7 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
     // route): dropped on the sender's node and counted, from the pods without a distributed
     // FIP (e3's is centralized).
     let gateway_drops = |node: usize| {
-        scenario::datapath_counters(&nodes[node], &bpffs.path().join(scenario::NODES[node]))
-            ["drops"]["gateway_unsupported"]
+        agents.counters(nodes, node)["drops"]["gateway_unsupported"]
             .as_u64()
             .unwrap_or_default()
     };
