@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopq]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopqr]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -29,7 +29,11 @@
 //! chassis of ovn-controller with Open vSwitch's userspace (netdev) datapath (no kernel module
 //! here), a lab and topology of their own built as Kube-OVN builds them, next to (c), the goal
 //! c/p ≥ 20 in throughput; (q) (c)'s shape over an IPv6 underlay (the agents tunnel in IPv6, a
-//! lab of its own, pod MTU 1422 for the 78 bytes of outer headers), next to (c). vpc-a's subnets carry the Service's balancers, as every
+//! lab of its own, pod MTU 1422 for the 78 bytes of outer headers), next to (c); (r) a pod with a
+//! distributed FIP (Kube-OVN's `OvnFip`, vpc-r's gateway port on the provider network's
+//! `external` subnet, VLAN 200 through the physical switch) to an external host there: out
+//! SNATed from the FIP, back DNATed, no Geneve, MTU 1500, next to (f), the same physical path
+//! without NAT or routing (the goal r/f ≥ 0.9). vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -76,7 +80,7 @@ use ovnbpf_tests::{
     kubeovn::{DEFAULT_VPC, PolicyPort, PolicyRule, Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
-    network::{Node, PhysicalSwitch, Pod, PodSpec, Underlay},
+    network::{ExternalHost, Node, PhysicalSwitch, Pod, PodSpec, Underlay},
     ovn::OvnLab,
     ovs_chassis::OvsChassis,
     process::{self, Child},
@@ -843,7 +847,7 @@ const fn ip(a: u8, b: u8, c: u8, d: u8) -> Ipv4Addr {
 }
 
 /// The ovnbpf fixture's pods.
-const PLAN: [PodPlan; 12] = [
+const PLAN: [PodPlan; 13] = [
     ("p1", "subnet-a", ip(10, 0, 1, 2), ip(10, 0, 1, 1), 0),
     ("p2", "subnet-a", ip(10, 0, 1, 3), ip(10, 0, 1, 1), 1),
     ("p3", "subnet-a2", ip(10, 0, 2, 3), ip(10, 0, 2, 1), 1),
@@ -862,7 +866,14 @@ const PLAN: [PodPlan; 12] = [
     // (m)'s client, next to p1: the one pod whose namespace node1's agent is told (its
     // sockets balanced at connect()).
     ("pm", "subnet-a", ip(10, 0, 1, 12), ip(10, 0, 1, 1), 0),
+    // (r)'s client: the pod with the distributed FIP.
+    ("pr", "subnet-r", ip(10, 5, 1, 2), ip(10, 5, 1, 1), 0),
 ];
+
+/// [`PLAN`]'s index of (r)'s client, its FIP, and the external host it talks to.
+const FIP_CLIENT: usize = 12;
+const FIP: Ipv4Addr = ip(172, 30, 0, 11);
+const EXTERNAL_HOST: Ipv4Addr = ip(172, 30, 0, 1);
 
 /// [`PLAN`]'s index of (m)'s client.
 const SOCKET_CLIENT: usize = 11;
@@ -907,6 +918,8 @@ struct OvnbpfNodes {
     /// The cgroup2 hierarchy node1's socket-level balancer attaches to (its root).
     cgroup: Cgroup2Mount,
     pods: Vec<Pod>,
+    /// (r)'s server, on the physical switch.
+    external: ExternalHost,
     _physical: PhysicalSwitch,
     nodes: [Node; 3],
     _underlay: Underlay,
@@ -956,7 +969,14 @@ impl OvnbpfNodes {
             .static_route("vpc-b", "10.0.2.0/24", Ipv4Addr::new(10, 0, 255, 1))
             .vpc_with_subnet("vpc-u", "subnet-u", "10.100.0.0/24")?
             .localnet("subnet-u", "physnet1", 100)
-            .vpc_with_subnet("vpc-j", "subnet-j", "10.3.1.0/24")?;
+            .vpc_with_subnet("vpc-j", "subnet-j", "10.3.1.0/24")?
+            // (r): vpc-r's external access on the provider network, its default route out
+            // of it (the external host in the connected subnet is what (r) talks to).
+            .vpc_with_subnet("vpc-r", "subnet-r", "10.5.1.0/24")?
+            .plain_switch("external", "172.30.0.0/24")?
+            .localnet("external", "physnet1", 200)
+            .external_access("vpc-r", "external", "172.30.0.10/24", &["node2"])
+            .static_route("vpc-r", "0.0.0.0/0", EXTERNAL_HOST);
         let backend = PLAN[1].2;
         for (protocol, port) in [
             ("tcp", 5201),
@@ -985,10 +1005,22 @@ impl OvnbpfNodes {
         }
         topology.apply(&lab)?;
         hundred_acls("pj2.bench", PLAN[8].2).apply(&lab)?;
+        // (r)'s FIP names its pod's port, which exists now.
+        let (fip_pod, _, fip_pod_ip, ..) = PLAN[FIP_CLIENT];
+        Topology::new()
+            .distributed_fip(
+                "vpc-r",
+                &FIP.to_string(),
+                fip_pod_ip,
+                &format!("{fip_pod}.bench"),
+                &mac_for(fip_pod),
+            )
+            .apply(&lab)?;
         let physical = PhysicalSwitch::create(&format!("{prefix}o"))?;
         for node in &nodes[..2] {
             physical.add_trunk(node, "eth1")?;
         }
+        let external = physical.add_host("ext", Some(200), &format!("{EXTERNAL_HOST}/24"))?;
         let mut pods = Vec::new();
         let mut local_ports: [Vec<String>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         for (name, subnet, ip, gateway, node) in PLAN {
@@ -1000,8 +1032,13 @@ impl OvnbpfNodes {
                 mac: Some(&mac_for(name)),
                 address: Some(&format!("{ip}/{}", if default_vpc { 16 } else { 24 })),
                 gateway: Some(gateway),
-                // Geneve costs 58 bytes; the underlay carries full frames.
-                mtu: Some(if subnet == "subnet-u" { 1500 } else { 1442 }),
+                // Geneve costs 58 bytes; the underlay and the provider network (r) carry full
+                // frames.
+                mtu: Some(if matches!(subnet, "subnet-u" | "subnet-r") {
+                    1500
+                } else {
+                    1442
+                }),
             })?);
             if let (Some(ip6), Some(pod)) = (IPV6_PAIR.get(pods.len() - 1), pods.last()) {
                 // As kube-ovn-cni configures a dual-stack pod: no duplicate address detection
@@ -1040,6 +1077,7 @@ impl OvnbpfNodes {
             bpffs,
             cgroup: Cgroup2Mount::create()?,
             pods,
+            external,
             _physical: physical,
             nodes,
             _underlay: underlay,
@@ -1089,6 +1127,14 @@ impl OvnbpfNodes {
     }
 
     fn paths(&self, letters: &str) -> Vec<BenchPath<'_>> {
+        let fip = letters.contains('r').then(|| {
+            BenchPath::pair(
+                ('r', "(r) ovnbpf FIP to outside"),
+                (self.pods[FIP_CLIENT].netns(), self.external.netns()),
+                EXTERNAL_HOST,
+                Vec::new(),
+            )
+        });
         OVNBPF_PATHS
             .iter()
             .filter(|(letter, ..)| letters.contains(*letter))
@@ -1108,6 +1154,7 @@ impl OvnbpfNodes {
                 },
                 forwarders: Vec::new(),
             })
+            .chain(fip)
             .collect()
     }
 }
@@ -1199,7 +1246,7 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
 /// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
 /// ovnbpf paths against each other, with the goals the README states.
 fn comparisons(letters: &str) -> Vec<(char, char)> {
-    let mut pairs: Vec<(char, char)> = "cdefhijklm"
+    let mut pairs: Vec<(char, char)> = "cdefhijklmr"
         .chars()
         .flat_map(|x| [(x, 'a'), (x, 'b')])
         .collect();
@@ -1216,6 +1263,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('m', 'l'),
         ('n', 'c'),
         ('q', 'c'),
+        ('r', 'f'),
         ('c', 'o'),
         ('c', 'p'),
     ]);
@@ -1303,7 +1351,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20; r/f (a distributed FIP against the same physical path without NAT) throughput ≥ 0.9"
     );
     json_results
 }
@@ -1389,11 +1437,11 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–p (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–r (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopq");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnopq".contains(*c)) {
-        anyhow::bail!("--paths takes letters a to q, not {bad:?}");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopqr");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnopqr".contains(*c)) {
+        anyhow::bail!("--paths takes letters a to r, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1417,7 +1465,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| Ipv6UnderlayPair::create(&prefix, &agent))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n'])
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'r'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();
