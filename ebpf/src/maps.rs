@@ -18,8 +18,8 @@ use ovnbpf_common::maps::{
     Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurity6Map,
     PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
     RouterAddresses6, RouterAdverts, RouterReplies, Routers, Routes, Routes6, SockLbClients,
-    SockLbCounters, SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages, TimeExceeded6,
-    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    SockLbCounters, SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages, SwitchRouters,
+    TimeExceeded6, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -98,6 +98,7 @@ kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(NEIGHBOUR_EVENTS: RingBuf = NeighbourEvents);
 kernel_map!(NAT_BY_LOGICAL: HashMap = NatByLogical);
 kernel_map!(NAT_BY_EXTERNAL: HashMap = NatByExternal);
+kernel_map!(SWITCH_ROUTERS: HashMap = SwitchRouters);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);
 kernel_map!(ROUTER_ADDRESSES: HashMap = RouterAddresses);

@@ -3,8 +3,11 @@
 //! reported on the `NEIGHBOUR_EVENTS` ring buffer. The agent decides by the router's learning
 //! flows whether the router learns it (`put_arp`) and writes the MAC_Binding row, which comes
 //! back as the neighbour's entry in `NEIGHBOURS`, so the sender is reported no more. The packet
-//! itself is the router's (consumed, as OVN's router consumes it). Reads `NEIGHBOURS`; writes
-//! `NEIGHBOUR_EVENTS` and counts in `ROUTER_REPLIES`.
+//! itself is the router's (consumed, as OVN's router consumes it). A broadcast ARP a pod sends
+//! that the switch's responder does not answer reaches the switch's router too, as OVN floods it
+//! to the router port ([`report_to_switch_router`]): a gratuitous ARP teaches the router a moved
+//! address's new MAC. Reads `NEIGHBOURS` and `SWITCH_ROUTERS`; writes `NEIGHBOUR_EVENTS` and
+//! counts in `ROUTER_REPLIES`.
 
 use aya_ebpf::programs::TcContext;
 use ovnbpf_common::{NeighbourEvent, NeighbourKey, router_reply};
@@ -12,13 +15,29 @@ use ovnbpf_common::{NeighbourEvent, NeighbourKey, router_reply};
 use crate::{
     counters::count_reply,
     headers::ArpFrame,
-    maps::{NEIGHBOUR_EVENTS, NEIGHBOURS, get},
+    maps::{NEIGHBOUR_EVENTS, NEIGHBOURS, SWITCH_ROUTERS, get},
 };
 
 /// Reports the sender of the ARP packet in `ctx` (addressed to a port of router `router`) when
 /// the router does not know it at that MAC.
 #[inline(always)]
 pub fn report_arp(ctx: &TcContext, router: u32) {
+    report(ctx, router, None);
+}
+
+/// Reports the sender of the broadcast ARP packet in `ctx` on switch `switch` to the switch's
+/// router, which OVN floods it to (a gratuitous ARP: a moved address's new MAC).
+#[inline(always)]
+pub fn report_to_switch_router(ctx: &TcContext, switch: u32) {
+    if let Some(port) = get(&SWITCH_ROUTERS, switch) {
+        report(ctx, port.router, Some(port.mac));
+    }
+}
+
+/// Reports the sender to `router`, whose port `router_mac` it reached (default: the frame's
+/// destination).
+#[inline(always)]
+fn report(ctx: &TcContext, router: u32, router_mac: Option<[u8; 6]>) {
     let Ok(arp) = ctx.load::<ArpFrame>(0) else {
         return;
     };
@@ -46,7 +65,7 @@ pub fn report_arp(ctx: &TcContext, router: u32) {
         router,
         ip,
         mac: arp.sender_mac,
-        router_mac: arp.eth.destination,
+        router_mac: router_mac.unwrap_or(arp.eth.destination),
         operation,
         reserved: 0,
     });

@@ -42,10 +42,14 @@ pub fn forward(ctx: &TcContext) -> Result<i32, DropReason> {
         return Err(drop_reason::PORT_SECURITY);
     }
     let ether_type = u16::from_be(eth.ether_type);
-    if ether_type == ETH_P_ARP
-        && let Some(verdict) = arp::respond(ctx, datapath, ingress_port, ifindex)
-    {
-        return Ok(verdict);
+    if ether_type == ETH_P_ARP {
+        if let Some(verdict) = arp::respond(ctx, datapath, ingress_port, ifindex) {
+            return Ok(verdict);
+        }
+        // Flooded, the switch's router port included: the router learns from it.
+        if eth.destination[0] & 1 != 0 {
+            crate::neighbour_learning::report_to_switch_router(ctx, datapath);
+        }
     }
     let ip = ether_type == ETH_P_IPV4 || ether_type == ETH_P_IPV6;
     // IPv4 to a VIP of the switch's load balancers: their stage, which switches it afterwards

@@ -633,6 +633,16 @@ pub struct NatTarget {
     pub reserved: [u8; 2],
 }
 
+/// The router port of a switch ([`map::SWITCH_ROUTERS`]): the router's datapath key and the
+/// port's MAC. A broadcast ARP reaches that router too, which learns from it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwitchRouter {
+    pub router: u32,
+    pub mac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+
 /// [`RouterAddress::flags`]: the router answers ICMP echo requests to the address.
 pub const ROUTER_ADDRESS_ECHO: u32 = 1;
 /// [`RouterAddress::flags`]: TCP to the address is answered with a reset (OVN's `tcp_reset`).
@@ -886,6 +896,8 @@ unsafe impl aya::Pod for TunnelConfig {}
 unsafe impl aya::Pod for NeighbourEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for NatTarget {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SwitchRouter {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RemoteEncap {}
 #[cfg(feature = "user")]

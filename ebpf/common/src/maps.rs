@@ -22,7 +22,8 @@ use crate::{
     MAX_ROUTES, MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent,
     NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6,
     ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress,
-    RouterAdvert, RouterInfo, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
+    RouterAdvert, RouterInfo, SwitchRouter, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig,
+    TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -231,6 +232,9 @@ declare_maps! {
     /// Hash: [`NeighbourKey`] (a router and an external address) → [`NatTarget`]: the same
     /// rules, by the address their packets arrive for.
     NatByExternal = NAT_BY_EXTERNAL: HashMap<NeighbourKey, NatTarget>[MAX_NATS];
+    /// Hash: switch datapath key → [`SwitchRouter`]: the router a switch's broadcast ARP also
+    /// reaches (MAC learning from gratuitous ARP).
+    SwitchRouters = SWITCH_ROUTERS: HashMap<u32, SwitchRouter>[MAX_FLOOD_GROUPS];
     /// Ring buffer of [`NeighbourEvent`]s: ARP senders routers heard of and do not hold at
     /// that MAC (MAC learning).
     NeighbourEvents = NEIGHBOUR_EVENTS: RingBuf<(), NeighbourEvent>[NEIGHBOUR_EVENTS_BYTES];

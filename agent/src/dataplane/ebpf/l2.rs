@@ -9,6 +9,7 @@
 //! - `fib`: `L2_FIB`; `arp`: `ARP_RESPONDER` and `ND_RESPONDER`;
 //! - `flood`: `FLOOD_GROUPS`/`FLOOD_MEMBERS` (slot by slot, `flood_slots`), `FLOOD_ROLES`;
 //! - `localnet`: `LOCALNETS`, `PROVIDER_NETWORKS`;
+//! - `switch_routers`: `SWITCH_ROUTERS` (the router a switch's broadcast ARP reaches);
 //! - `encaps`: `REMOTE_ENCAPS` (other chassis's endpoints: their keys, what they ask for, and
 //!   their addresses over an IPv6 underlay);
 //! - `lb`: `LB_VIPS`, `LB_ADDRESSES`, `LB_BACKENDS` (the connection table is the kernel's);
@@ -32,7 +33,7 @@ use std::{
 
 use ovnbpf_common::{
     PortSecurity, PortSecurity6,
-    maps::{L2Fib, RemoteEncaps},
+    maps::{L2Fib, RemoteEncaps, SwitchRouters},
 };
 
 use self::{
@@ -58,6 +59,7 @@ mod lb;
 mod localnet;
 mod nat;
 mod ports;
+mod switch_routers;
 
 /// A logical port as the L2 maps need it (where it leads is [`Physical`]'s).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +123,8 @@ pub struct L2State {
     router_arp_by_port: HashMap<String, HashSet<arp::AnswerKey>>,
     /// Router port → the switch port it is patched to (to re-resolve its MAC).
     patch_by_peer: HashMap<String, String>,
+    /// Datapath → its patch ports (a switch's router ports, a router's own), by name.
+    patch_ports: HashMap<u32, BTreeSet<String>>,
     /// What is installed, per map family.
     port_tables: PortTables,
     fib_table: Table<L2Fib, (u32, Mac)>,
@@ -128,6 +132,7 @@ pub struct L2State {
     flood_tables: FloodTables,
     localnet_tables: LocalnetTables,
     remote_encap_table: Table<RemoteEncaps, u32>,
+    switch_router_table: Table<SwitchRouters, u32>,
     /// The ACL family: rules, sets and switches, and what is installed.
     acl: acl::AclState,
     /// The load-balancer family: VIPs, backend groups, and what is installed.
@@ -333,6 +338,7 @@ impl L2State {
             for (datapath, mac) in self.fib_by_port.get(switch_port).into_iter().flatten() {
                 self.fib_table.mark((*datapath, *mac));
             }
+            self.mark_switch_router_of(switch_port);
         }
         if let Some(info) = self.ports.get(port) {
             let (datapath, key) = (info.datapath, info.key);
@@ -351,6 +357,7 @@ impl L2State {
             + self.flood_tables.pending()
             + self.localnet_tables.pending()
             + self.remote_encap_table.pending()
+            + self.switch_router_table.pending()
             + self.acl.pending()
             + self.lb.pending()
             + self.nat.pending()
@@ -376,6 +383,7 @@ impl L2State {
         )?;
         writes += self.flush_responders(maps)?;
         writes += self.flush_nat(maps)?;
+        writes += self.flush_switch_routers(maps)?;
         Ok(writes)
     }
 
@@ -387,6 +395,7 @@ impl L2State {
         Ok(self.sweep_ports(maps)?
             + self.sweep_localnets(maps)?
             + self.remote_encap_table.sweep(maps)?
+            + self.switch_router_table.sweep(maps)?
             + self.sweep_lbs(maps)?
             + self.sweep_flood(maps)?
             + self.fib_table.sweep(maps)?

@@ -180,6 +180,9 @@ impl L2State {
                 }
             }
             self.physical.set_binding(name, None);
+            if self.patch_ports.contains_key(&old.datapath) {
+                self.take_patch_port(old.datapath, name, false);
+            }
             if self
                 .port_names
                 .get(&(old.datapath, old.key))
@@ -198,6 +201,7 @@ impl L2State {
             }
             if let Some(peer) = &peer {
                 self.patch_by_peer.insert(peer.clone(), name.to_string());
+                self.take_patch_port(datapath, name, true);
             }
             self.physical.set_binding(
                 name,

@@ -12,7 +12,7 @@ use ovnbpf_common::{
     maps::{
         ArpResponder, FloodGroups, FloodMembers, FloodRolesMap, L2Fib, Localnets, MapDef,
         NatByExternal, NatByLogical, PodPorts, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
-        RemoteEncaps, TunnelPorts,
+        RemoteEncaps, SwitchRouters, TunnelPorts,
     },
 };
 
@@ -47,6 +47,9 @@ impl Recorder {
     }
     fn providers(&self) -> HashMap<ProviderKey, u32> {
         self.table::<ProviderNetworks>()
+    }
+    fn switch_routers(&self) -> HashMap<u32, ovnbpf_common::SwitchRouter> {
+        self.table::<SwitchRouters>()
     }
     fn nat_by_logical(&self) -> HashMap<(u32, u32), NatTarget> {
         self.table_by::<NatByLogical, _>(|k| (k.datapath, k.ip))
@@ -1181,4 +1184,36 @@ fn a_distributed_nat_rule_is_installed_where_its_pod_is() {
         ARP_ANSWER_ROUTER,
         "back to northd's answer of the router's"
     );
+}
+
+/// A switch's router (the one its broadcast ARP reaches, for MAC learning): the router behind
+/// its router port, with that port's MAC, whichever of the pair comes first; gone with either.
+#[test]
+fn a_switch_names_the_router_its_broadcast_arp_reaches() {
+    const ROUTER: u32 = 9;
+    let [switch_side, router_side] = router_patches(ROUTER);
+    let mut state = L2State::new("node1");
+    let mut maps = Recorder::default();
+    // The router's port first, then the switch's.
+    state.apply(&added(vec![router_side.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert!(maps.switch_routers().is_empty());
+    state.apply(&added(vec![switch_side.clone()]));
+    state.flush(&mut maps).unwrap();
+    let router = maps.switch_routers()[&DP];
+    assert_eq!(
+        (router.router, router.mac),
+        (ROUTER, [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa])
+    );
+    assert!(
+        !maps.switch_routers().contains_key(&ROUTER),
+        "a router is no switch"
+    );
+    // The router's port goes: the switch floods to no router.
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![router_side],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.switch_routers().is_empty());
 }
