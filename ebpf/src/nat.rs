@@ -165,10 +165,19 @@ fn translate_quoted_icmp(
 /// reported for learning, [`crate::neighbour_learning`]); IPv4 to a rule's external address
 /// gets the pod's address (`lr_in_dnat`) and goes to the router stage as entering through the
 /// gateway port, untagged; the rest is the gateway chassis's (`gateway_unsupported`). An
-/// expiring TTL is dropped (`ttl_expired`), where OVN answers from the gateway port.
+/// expiring TTL is dropped (`ttl_expired`), where OVN answers from the gateway port. The
+/// provider network's switch (`switch`) runs no ACL stage here: IPv4 is refused where its
+/// from-lport ACLs may act on it (fails closed, as for its pods).
 #[inline(always)]
-pub fn from_provider_to_router(ctx: &TcContext, entry: &FibEntry, vlan: u32) -> i32 {
+pub fn from_provider_to_router(ctx: &TcContext, switch: u32, entry: &FibEntry, vlan: u32) -> i32 {
     let router = entry.ifindex;
+    if crate::acl::unchecked(switch, ovnbpf_common::acl::UNCHECKED_INGRESS)
+        && ctx
+            .load::<EthHeader>(0)
+            .is_ok_and(|eth| u16::from_be(eth.ether_type) == ETH_P_IPV4)
+    {
+        return crate::drop::drop_frame(ctx, drop_reason::ACL_FAIL_CLOSED);
+    }
     match enter_router(ctx, router, entry.remote_ip, vlan) {
         Ok(reason) | Err(reason) => crate::drop::drop_frame(ctx, reason),
     }

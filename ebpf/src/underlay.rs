@@ -97,7 +97,7 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     // A router's MAC here is a distributed NAT rule's external MAC (the switch's own router
     // port MAC is the gateway chassis's).
     if entry.kind == FIB_ROUTER {
-        return crate::nat::from_provider_to_router(ctx, &entry, vlan);
+        return crate::nat::from_provider_to_router(ctx, datapath, &entry, vlan);
     }
     if entry.kind != FIB_LOCAL {
         return PASS;

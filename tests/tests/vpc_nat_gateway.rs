@@ -577,4 +577,44 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
     );
     // Nothing answers for the centralized FIP on the external network.
     assert_eq!(external.ping(Ipv4Addr::new(172, 30, 0, 12), 2).unwrap(), 0);
+
+    // A from-lport ACL on the external subnet (Kube-OVN's `spec.acls`): what the provider
+    // network sends for the FIP meets no ACL stage on its way in, so it is refused there and
+    // counted (security fails closed): it never reaches e2.
+    let (fail_closed, delivered_to_e2) = (
+        || {
+            agents.counters(nodes, 1)["drops"]["acl_fail_closed"]
+                .as_u64()
+                .unwrap_or_default()
+        },
+        || scenario::delivered(&agents.counters(nodes, 1), "e2_h"),
+    );
+    Topology::new()
+        .subnet_acls(
+            "external",
+            &[ovnbpf_tests::kubeovn::SubnetAcl {
+                direction: "from-lport",
+                priority: 1000,
+                match_: "ip4.src == 192.0.2.0/24",
+                action: "drop",
+            }],
+        )
+        .apply(lab)
+        .unwrap();
+    // Once the agent has the ACL, the pings stop.
+    assert!(
+        wait_until(Duration::from_secs(10), || external
+            .ping(DISTRIBUTED_FIP, 1)
+            .is_ok_and(|n| n == 0)),
+        "the FIP still answers under the external subnet's ACL{}",
+        logs()
+    );
+    let before = (fail_closed(), delivered_to_e2());
+    assert_eq!(external.ping(DISTRIBUTED_FIP, 3).unwrap(), 0);
+    assert!(
+        fail_closed() >= before.0 + 3 && delivered_to_e2() == before.1,
+        "the FIP's way in is not refused before e2 under the ACL: {before:?} → {:?}{}",
+        (fail_closed(), delivered_to_e2()),
+        logs()
+    );
 }
