@@ -396,6 +396,12 @@ fn register(
             stats.southbound.claims_postponed,
         ),
         (
+            "ovnbpf_neighbours_learning_dropped_total",
+            "Learned neighbours dropped because 1,000 were already waiting for their MAC_Binding \
+             write (each sender is reported again by its next ARP).",
+            stats.southbound.learning_dropped,
+        ),
+        (
             "ovnbpf_neighbours_heard_total",
             "ARP senders the routers heard of and did not know at that MAC (MAC learning; \
              the learned ones are written as MAC_Binding, purpose mac_binding).",
@@ -775,6 +781,7 @@ mod tests {
                     retries: 1,
                     out_of_date: 5,
                     claims_postponed: 2,
+                    learning_dropped: 0,
                 },
                 ..Default::default()
             },

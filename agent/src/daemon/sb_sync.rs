@@ -44,6 +44,10 @@ use crate::{
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 pub const RETRY_MAX: Duration = Duration::from_secs(8);
 
+/// Learned neighbours waiting for their MAC_Binding write at most (pinctrl's
+/// `MAX_MAC_BINDINGS`).
+pub const MAX_LEARNING: usize = 1000;
+
 /// Why a transaction was made (a transaction may serve several).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Purpose {
@@ -94,6 +98,8 @@ pub struct SbWriteStats {
     pub out_of_date: u64,
     /// Claims of ports another chassis holds put off by [`CLAIM_INTERVAL`].
     pub claims_postponed: u64,
+    /// Learned neighbours dropped: [`MAX_LEARNING`] were waiting for their write.
+    pub learning_dropped: u64,
 }
 
 /// A row (or group of rows) a transaction can hold.
@@ -249,8 +255,14 @@ impl SbSync {
 
     /// A router learned a neighbour: its MAC_Binding is written at the next reconciliation
     /// unless the replica shows it by then (a later MAC for the same address replaces it).
+    /// At most [`MAX_LEARNING`] wait (pinctrl's bound on pending `put_arp`s): one more new
+    /// address is dropped and counted (its sender is reported again by its next ARP).
     pub fn learn(&mut self, learned: Learned) {
         let key = (learned.port.clone(), learned.ip.clone());
+        if self.learned.len() >= MAX_LEARNING && !self.learned_ids.contains_key(&key) {
+            self.stats.learning_dropped += 1;
+            return;
+        }
         let id = *self.learned_ids.entry(key).or_insert_with(|| {
             self.next_learned_id += 1;
             self.next_learned_id
@@ -626,6 +638,15 @@ impl SbSync {
             let Some(learned) = self.learned.get(&id) else {
                 continue;
             };
+            // The router port or the router went meanwhile: nothing to learn on.
+            if sb.port_by_name(&learned.port).is_none()
+                || sb
+                    .row::<crate::sb::rows::DatapathBinding>(&learned.datapath)
+                    .is_none()
+            {
+                self.forget_learned(id);
+                continue;
+            }
             let op = match sb.mac_binding(&learned.port, &learned.ip) {
                 Some(binding) if binding.mac == learned.mac => None,
                 Some(binding) => Some(chassis::mac_binding_update_op(

@@ -15,6 +15,8 @@ const PB: &str = "00000000-0000-0000-0000-0000000000b1";
 const MONITOR: &str = "00000000-0000-0000-0000-0000000000e1";
 const ROUTER: &str = "00000000-0000-0000-0000-0000000000f1";
 const BINDING: &str = "00000000-0000-0000-0000-0000000000f2";
+/// The router port neighbours are learned on.
+const ROUTER_PORT: &str = "00000000-0000-0000-0000-0000000000f3";
 /// The time the tests' writes are stamped with.
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -51,6 +53,7 @@ fn southbound(port: Value) -> Southbound {
                 "up": optional(json!("boolean")), "options": map}},
             "Service_Monitor": {"columns": {"logical_port": {"type": "string"},
                 "status": optional(json!("string"))}},
+            "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}}},
             "MAC_Binding": {"columns": {"logical_port": {"type": "string"},
                 "ip": {"type": "string"}, "mac": {"type": "string"},
                 "datapath": optional(json!({"type": "uuid"})), "timestamp": {"type": "integer"}}},
@@ -59,7 +62,9 @@ fn southbound(port: Value) -> Southbound {
             "SB_Global": {"00000000-0000-0000-0000-0000000000a1": {"initial": {"nb_cfg": 3}}},
             "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
             "Chassis_Private": {PRIVATE: {"initial": {"name": "node1", "chassis": ["uuid", US], "nb_cfg": 2}}},
-            "Port_Binding": {PB: {"initial": port}},
+            "Port_Binding": {PB: {"initial": port},
+                ROUTER_PORT: {"initial": {"logical_port": "vpc-ext-external"}}},
+            "Datapath_Binding": {ROUTER: {"initial": {"tunnel_key": 7}}},
             "Service_Monitor": {MONITOR: {"initial": {"logical_port": "pod.ns"}}},
         }),
     )
@@ -547,4 +552,32 @@ fn a_refused_insert_is_compared_again_and_updates_the_row_that_won() {
         &json!({"mac": "02:00:00:00:00:01", "timestamp": NOW_MS})
     );
     assert_eq!(node.sync.stats().retries, 2);
+}
+
+/// A neighbour learned on a port (or router) gone meanwhile is forgotten unwritten; at most
+/// `MAX_LEARNING` wait, one more new address is dropped and counted.
+#[test]
+fn learned_neighbours_are_bounded_and_forgotten_with_their_port() {
+    let sb = southbound(json!({"logical_port": "pod.ns", "chassis": ["uuid", US], "up": true}));
+    let mut node = Node::new(true, true);
+    node.sync.learn(Learned {
+        port: "gone".into(),
+        ..learned("02:00:00:00:00:01", false)
+    });
+    assert!(node.reconcile(&sb).is_empty());
+    assert_eq!(node.sync.learning(), 0);
+    for index in 0..=MAX_LEARNING {
+        node.sync.learn(Learned {
+            ip: format!("10.{}.{}.1", index / 256, index % 256),
+            ..learned("02:00:00:00:00:01", false)
+        });
+    }
+    assert_eq!(node.sync.learning(), MAX_LEARNING);
+    assert_eq!(node.sync.stats().learning_dropped, 1);
+    // A waiting address learned again (another MAC) still gets through.
+    node.sync.learn(Learned {
+        ip: "10.0.0.1".into(),
+        ..learned("02:00:00:00:00:02", false)
+    });
+    assert_eq!(node.sync.stats().learning_dropped, 1);
 }
