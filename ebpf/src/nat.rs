@@ -21,7 +21,8 @@ use ovnbpf_common::{
 };
 
 use crate::{
-    headers::{ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, EthHeader, Ipv4Frame},
+    PASS,
+    headers::{ETH_HEADER_LEN, ETH_P_ARP, ETH_P_IPV4, EthHeader, Ipv4Frame, Ipv4Header},
     maps::{NAT_BY_EXTERNAL, get},
 };
 
@@ -159,62 +160,64 @@ fn translate_quoted_icmp(
         .map_err(failed)
 }
 
-/// A frame from the provider network to a router's MAC on the provider network's switch (a
-/// distributed NAT rule's external MAC, on its pod's chassis: `ls_in_l2_lkup` hands it to the
-/// router, which admits it on the gateway port): an ARP packet is the router's (its sender
-/// reported for learning, [`crate::neighbour_learning`]); IPv4 to a rule's external address
-/// gets the pod's address (`lr_in_dnat`) and goes to the router stage as entering through the
-/// gateway port, untagged; the rest is the gateway chassis's (`gateway_unsupported`). An
-/// expiring TTL is dropped (`ttl_expired`), where OVN answers from the gateway port. The
-/// provider network's switch (`switch`) runs no ACL stage here: IPv4 is refused where its
-/// from-lport ACLs may act on it (fails closed, as for its pods).
+/// A frame from the provider network to a router's MAC on the provider network's switch
+/// `switch`: an ARP packet's sender is reported for learning ([`crate::neighbour_learning`]:
+/// the external gateway's reply to a distributed NAT rule's request); IPv4 to a rule's external
+/// address (the rule's external MAC, on its pod's chassis: `ls_in_l2_lkup` hands it to the
+/// router, which admits it on the gateway port) gets the pod's address (`lr_in_dnat`) and goes
+/// to the router stage as entering through the gateway port, untagged. The rest goes on
+/// untouched, as before (the datapath carries no other traffic from a provider network into a
+/// router). An expiring TTL is dropped (`ttl_expired`), where OVN answers from the gateway port.
+/// The switch runs no ACL stage here: a FIP's IPv4 is refused where its from-lport ACLs may act
+/// on it (fails closed, as for its pods).
 #[inline(always)]
 pub fn from_provider_to_router(ctx: &TcContext, switch: u32, entry: &FibEntry, vlan: u32) -> i32 {
     let router = entry.ifindex;
-    if crate::acl::unchecked(switch, ovnbpf_common::acl::UNCHECKED_INGRESS)
-        && ctx
-            .load::<EthHeader>(0)
-            .is_ok_and(|eth| u16::from_be(eth.ether_type) == ETH_P_IPV4)
-    {
-        return crate::drop::drop_frame(ctx, drop_reason::ACL_FAIL_CLOSED);
-    }
-    match enter_router(ctx, router, entry.remote_ip, vlan) {
-        Ok(reason) | Err(reason) => crate::drop::drop_frame(ctx, reason),
-    }
-}
-
-/// The reason [`from_provider_to_router`] drops the frame (`Ok` once the router stage was
-/// called and missed).
-#[inline(always)]
-fn enter_router(
-    ctx: &TcContext,
-    router: u32,
-    router_ip: u32,
-    vlan: u32,
-) -> Result<DropReason, DropReason> {
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
-        return Err(drop_reason::ROUTED_MALFORMED);
+        return PASS;
     };
     match u16::from_be(eth.ether_type) {
         ETH_P_ARP => {
             crate::neighbour_learning::report_arp(ctx, router);
-            return Err(drop_reason::ARP_TO_ROUTER);
+            return PASS;
         }
         ETH_P_IPV4 => {}
-        _ => return Err(drop_reason::GATEWAY_UNSUPPORTED),
+        _ => return PASS,
     }
-    let frame = ctx
-        .load::<Ipv4Frame>(0)
-        .map_err(|_| drop_reason::ROUTED_MALFORMED)?;
+    let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
+        return PASS;
+    };
     let ip = frame.ip;
-    if ip.version_ihl != 0x45 {
-        return Err(drop_reason::ROUTED_MALFORMED);
-    }
     let to = NeighbourKey {
         datapath: router,
         ip: ip.destination,
     };
-    let target = *get(&NAT_BY_EXTERNAL, to).ok_or(drop_reason::GATEWAY_UNSUPPORTED)?;
+    let Some(target) = get(&NAT_BY_EXTERNAL, to).copied() else {
+        return PASS;
+    };
+    let reason = if crate::acl::unchecked(switch, ovnbpf_common::acl::UNCHECKED_INGRESS) {
+        drop_reason::ACL_FAIL_CLOSED
+    } else {
+        match enter_router(ctx, &ip, target.ip, (router, entry.remote_ip), vlan) {
+            Ok(reason) | Err(reason) => reason,
+        }
+    };
+    crate::drop::drop_frame(ctx, reason)
+}
+
+/// Hands `ip` (for a FIP, to become `pod`) to `router`'s stage: the reason to drop the frame
+/// (`Ok` once the router stage was called and missed).
+#[inline(always)]
+fn enter_router(
+    ctx: &TcContext,
+    ip: &Ipv4Header,
+    pod: u32,
+    (router, router_ip): (u32, u32),
+    vlan: u32,
+) -> Result<DropReason, DropReason> {
+    if ip.version_ihl != 0x45 {
+        return Err(drop_reason::ROUTED_MALFORMED);
+    }
     if ip.ttl <= 1 {
         return Err(drop_reason::TTL_EXPIRED);
     }
@@ -226,12 +229,12 @@ fn enter_router(
     translate(
         ctx,
         IP_DESTINATION,
-        (ip.destination, target.ip),
+        (ip.destination, pod),
         ip.protocol,
         first_fragment,
     )?;
     // An error about what the pod sent from the external address.
-    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, target.ip)?;
+    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
     let request = RouterRequest {
         router,
         router_ip,
