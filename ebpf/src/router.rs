@@ -302,12 +302,13 @@ fn arp_request(
     if !asks || route.ingress_ip == 0 {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     }
-    // An underlay switch without members here (no group installed): the physical network.
-    let group = flood::router_group(route.next_datapath);
-    let localnet = crate::underlay::localnet(route.next_datapath);
-    if group.is_none() && localnet.is_none() {
-        return Err(drop_reason::NEXT_HOP_UNRESOLVED);
-    }
+    // The group to flood to, or (`Err`) an underlay switch without members here (no group
+    // installed): its physical network.
+    let flood_to = match flood::router_group(route.next_datapath) {
+        Some(group) => Ok(group),
+        None => Err(crate::underlay::localnet(route.next_datapath)
+            .ok_or(drop_reason::NEXT_HOP_UNRESOLVED)?),
+    };
     // SAFETY: the helper takes the skb pointer the context holds and plain integers.
     if unsafe { aya_ebpf::helpers::bpf_skb_change_tail(ctx.skb.skb, ARP_REQUEST_LEN, 0) } != 0 {
         return Err(drop_reason::ROUTER_REPLY_FAILED);
@@ -333,10 +334,9 @@ fn arp_request(
         .and_then(|()| ctx.store(core::mem::size_of::<ArpFrame>(), &padding, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(router_reply::ARP_REQUEST);
-    match (group, localnet) {
-        (Some(group), _) => Ok(Routed::Flood(group.request(route.ingress_port, 0))),
-        (None, Some(localnet)) => crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict),
-        (None, None) => Err(drop_reason::NEXT_HOP_UNRESOLVED),
+    match flood_to {
+        Ok(group) => Ok(Routed::Flood(group.request(route.ingress_port, 0))),
+        Err(localnet) => crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict),
     }
 }
 
@@ -623,11 +623,11 @@ fn route(
         padding: [0; 2],
     };
     // A MAC no port of an underlay switch has is the physical network's (`_MC_unknown` holds
-    // the localnet port).
+    // the localnet port): `Err` with the switch's localnet.
     let entry = match get(&L2_FIB, fib_key) {
-        Some(entry) => Some(*entry),
-        None if crate::underlay::localnet(route.next_datapath).is_some() => None,
-        None => return Err(drop_reason::ROUTED_UNKNOWN_DESTINATION),
+        Some(entry) => Ok(*entry),
+        None => Err(crate::underlay::localnet(route.next_datapath)
+            .ok_or(drop_reason::ROUTED_UNKNOWN_DESTINATION)?),
     };
     // TTL and its checksum word (TTL is the high byte of the word it shares with the protocol).
     let old_word = (u16::from(ip.ttl) << 8 | u16::from(ip.protocol)).to_be();
@@ -665,15 +665,19 @@ fn route(
             target.ip,
         )?;
     }
-    let Some(entry) = entry else {
+    let entry = match entry {
+        Ok(entry) => entry,
         // Into a switch whose from-lport ACLs may act on routed traffic: refused, as for its
         // ports (`stage`).
-        if crate::acl::unchecked(route.next_datapath, ovnbpf_common::acl::UNCHECKED_INGRESS) {
+        Err(_)
+            if crate::acl::unchecked(
+                route.next_datapath,
+                ovnbpf_common::acl::UNCHECKED_INGRESS,
+            ) =>
+        {
             return Err(drop_reason::ACL_FAIL_CLOSED);
         }
-        let localnet = crate::underlay::localnet(route.next_datapath)
-            .ok_or(drop_reason::ROUTED_UNKNOWN_DESTINATION)?;
-        return crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict);
+        Err(localnet) => return crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict),
     };
     Ok(Routed::Output(Output {
         entry,

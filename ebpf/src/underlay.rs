@@ -94,8 +94,7 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     let Some(entry) = get(&L2_FIB, key).copied() else {
         return PASS;
     };
-    // A router's MAC here is a distributed NAT rule's external MAC (the switch's own router
-    // port MAC is the gateway chassis's).
+    // A router's MAC: a distributed NAT rule's frames enter the router; the rest goes on.
     if entry.kind == FIB_ROUTER {
         return crate::nat::from_provider_to_router(ctx, datapath, &entry, vlan);
     }

@@ -51,6 +51,16 @@ impl TableKey<NatByExternal> for (u32, Ipv4Addr) {
     }
 }
 
+/// A NAT map's value: the address a packet gets, on `switch`, with `rule`'s external MAC.
+fn target(ip: Ipv4Addr, switch: u32, rule: &NatRule) -> NatTarget {
+    NatTarget {
+        ip: u32::from_ne_bytes(ip.octets()),
+        switch,
+        mac: rule.external_mac,
+        reserved: [0; 2],
+    }
+}
+
 /// One distributed NAT rule of a router.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct NatRule {
@@ -206,23 +216,13 @@ impl L2State {
 
     fn desired_by_logical(&self, key: (u32, Ipv4Addr)) -> Option<NatTarget> {
         let (rule, switch) = self.local_nat(key)?;
-        Some(NatTarget {
-            ip: u32::from_ne_bytes(rule.external_ip.octets()),
-            switch,
-            mac: rule.external_mac,
-            reserved: [0; 2],
-        })
+        Some(target(rule.external_ip, switch, rule))
     }
 
     fn desired_by_external(&self, (router, external): (u32, Ipv4Addr)) -> Option<NatTarget> {
         let logical = *self.nat.by_external.get(&(router, external))?;
         let (rule, switch) = self.local_nat((router, logical))?;
-        Some(NatTarget {
-            ip: u32::from_ne_bytes(rule.logical_ip.octets()),
-            switch,
-            mac: rule.external_mac,
-            reserved: [0; 2],
-        })
+        Some(target(rule.logical_ip, switch, rule))
     }
 
     /// Writes the marked NAT entries; returns the writes made.
