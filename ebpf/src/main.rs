@@ -25,6 +25,7 @@ mod csum;
 mod drop;
 mod encap_checksum;
 mod flood;
+mod gateway;
 mod geneve;
 mod headers;
 mod ipv6;

@@ -12,14 +12,15 @@ use ovnbpf_common::maps::{
     AclAddresses, AclGeneration, AclLogEvents, AclLogged, AclPacketScratch, AclPortSets, AclRules,
     AclSwitches, AclVerdictCache, AclVerdictScratch, AclVerdicts, ArpResponder, ChecksumScratch,
     Conntrack, ConntrackCounters, DropCounters, DropEvents, EcmpMembers, EcmpMembers6, FloodGroups,
-    FloodMembers, FloodRolesMap, FloodScratch, InterfaceCountersMap, L2Fib, LbAddresses,
-    LbAffinities, LbBackends, LbConnections, LbCounters, LbMembers, LbScratch, LbSwitches, LbVips,
-    Localnets, MapDef, NatByExternal, NatByLogical, NdResponder, NeighbourEvents, Neighbours,
-    Neighbours6, PodPorts, PoliciesByDestination, PoliciesBySource, PolicyPairs, PortSecurity6Map,
-    PortSecurityMap, ProviderNetworks, RemoteEncaps, RouteTables, RouterAddresses,
-    RouterAddresses6, RouterAdverts, RouterReplies, Routers, Routes, Routes6, SockLbClients,
-    SockLbCounters, SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages, SwitchRouters,
-    TimeExceeded6, TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
+    FloodMembers, FloodRolesMap, FloodScratch, GatewayEgressMap, GatewayInports, GatewayRedirects,
+    InterfaceCountersMap, L2Fib, LbAddresses, LbAffinities, LbBackends, LbConnections, LbCounters,
+    LbMembers, LbScratch, LbSwitches, LbVips, Localnets, MapDef, NatByExternal, NatByLogical,
+    NdResponder, NeighbourEvents, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
+    PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
+    RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterAdverts, RouterReplies,
+    Routers, Routes, Routes6, SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes,
+    SourceRoutes6, Stages, SwitchRouters, TimeExceeded6, TunnelConfigMap, TunnelPorts,
+    kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -98,6 +99,9 @@ kernel_map!(NEIGHBOURS: HashMap = Neighbours);
 kernel_map!(NEIGHBOUR_EVENTS: RingBuf = NeighbourEvents);
 kernel_map!(NAT_BY_LOGICAL: HashMap = NatByLogical);
 kernel_map!(NAT_BY_EXTERNAL: HashMap = NatByExternal);
+kernel_map!(GATEWAY_REDIRECTS: HashMap = GatewayRedirects);
+kernel_map!(GATEWAY_INPORTS: HashMap = GatewayInports);
+kernel_map!(GATEWAY_EGRESS: HashMap = GatewayEgressMap);
 kernel_map!(SWITCH_ROUTERS: HashMap = SwitchRouters);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

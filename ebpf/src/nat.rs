@@ -16,8 +16,8 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ARP_ANSWER_PROVIDER, DropReason, FibEntry, NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest,
-    drop_reason,
+    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FibEntry, NeighbourKey,
+    ROUTER_REQUEST_MAGIC, RouterRequest, drop_reason,
 };
 
 use crate::{
@@ -160,18 +160,25 @@ fn translate_quoted_icmp(
         .map_err(failed)
 }
 
-/// A frame from the provider network to a router's MAC on the provider network's switch
-/// `switch`: an ARP packet's sender is reported for learning ([`crate::neighbour_learning`]:
-/// the external gateway's reply to a distributed NAT rule's request); IPv4 to a rule's external
-/// address (the rule's external MAC, on its pod's chassis: `ls_in_l2_lkup` hands it to the
-/// router, which admits it on the gateway port) gets the pod's address (`lr_in_dnat`) and goes
-/// to the router stage as entering through the gateway port, untagged. The rest goes on
-/// untouched, as before (the datapath carries no other traffic from a provider network into a
-/// router). An expiring TTL is dropped (`ttl_expired`), where OVN answers from the gateway port.
+/// A frame from the provider network (NIC `ifindex`, VLAN `vlan`) to a router's MAC on the
+/// provider network's switch `switch`: an ARP packet's sender is reported for learning
+/// ([`crate::neighbour_learning`]: the external gateway's reply to the router's request); IPv4
+/// to a rule's external address (the rule's external MAC, on its pod's chassis: `ls_in_l2_lkup`
+/// hands it to the router, which admits it on the gateway port) gets the pod's address
+/// (`lr_in_dnat`), and other IPv4 to the MAC of a gateway port active here
+/// ([`FIB_ROUTER_GATEWAY`]: OVN's resident admission) keeps its own; either goes to the router
+/// stage as entering through the gateway port, untagged. The rest goes on untouched, as before
+/// (the datapath carries no other traffic from a provider network into a router). An expiring
+/// TTL is dropped (`ttl_expired`), where OVN answers from the gateway port.
 /// The switch runs no ACL stage here: a FIP's IPv4 is refused where its from-lport ACLs may act
 /// on it (fails closed, as for its pods).
 #[inline(always)]
-pub fn from_provider_to_router(ctx: &TcContext, switch: u32, entry: &FibEntry, vlan: u32) -> i32 {
+pub fn from_provider_to_router(
+    ctx: &TcContext,
+    switch: u32,
+    entry: &FibEntry,
+    (ifindex, vlan): (u32, u32),
+) -> i32 {
     let router = entry.ifindex;
     let Ok(eth) = ctx.load::<EthHeader>(0) else {
         return PASS;
@@ -192,13 +199,16 @@ pub fn from_provider_to_router(ctx: &TcContext, switch: u32, entry: &FibEntry, v
         datapath: router,
         ip: ip.destination,
     };
-    let Some(target) = get(&NAT_BY_EXTERNAL, to).copied() else {
-        return PASS;
+    // A FIP's address becomes its pod's; to the active gateway's own port, it stays.
+    let pod = match get(&NAT_BY_EXTERNAL, to) {
+        Some(target) => target.ip,
+        None if entry.flags & FIB_ROUTER_GATEWAY != 0 => ip.destination,
+        None => return PASS,
     };
     let reason = if crate::acl::unchecked(switch, ovnbpf_common::acl::UNCHECKED_INGRESS) {
         drop_reason::ACL_FAIL_CLOSED
     } else {
-        match enter_router(ctx, &ip, target.ip, (router, entry.remote_ip), vlan) {
+        match enter_router(ctx, &ip, pod, (router, entry.remote_ip), (ifindex, vlan)) {
             Ok(reason) | Err(reason) => reason,
         }
     };
@@ -213,7 +223,7 @@ fn enter_router(
     ip: &Ipv4Header,
     pod: u32,
     (router, router_ip): (u32, u32),
-    vlan: u32,
+    (ifindex, vlan): (u32, u32),
 ) -> Result<DropReason, DropReason> {
     if ip.version_ihl != 0x45 {
         return Err(drop_reason::ROUTED_MALFORMED);
@@ -235,10 +245,12 @@ fn enter_router(
     )?;
     // An error about what the pod sent from the external address.
     translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
+    // The router's own answers (an echo reply from the gateway port) go back out of the
+    // provider NIC, when untagged (the tag is gone by then).
     let request = RouterRequest {
         router,
         router_ip,
-        ifindex: 0,
+        ifindex: if vlan == 0 { ifindex } else { 0 },
         magic: ROUTER_REQUEST_MAGIC,
     };
     Ok(crate::router::request(ctx, &request))

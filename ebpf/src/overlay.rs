@@ -2,8 +2,10 @@
 //! addressed to this node's encap IP (IPv4, or IPv6 over an IPv6 underlay) loses its outer 58
 //! bytes (78 over IPv6) and goes to the local port that
 //! (VNI = datapath key, egress port key) names, or to the local members of the flood group it
-//! names ([`crate::flood`]); anything else addressed to our Geneve port is dropped, and what is
-//! not ours passes. Reads `TUNNEL_PORTS` (and `TUNNEL_CONFIG` through [`crate::geneve`]).
+//! names ([`crate::flood`]), or, for a chassisredirect port active here, out of its gateway
+//! port ([`crate::gateway`]); anything else addressed to our Geneve port is dropped, and what is
+//! not ours passes. Reads `TUNNEL_PORTS`, `GATEWAY_EGRESS` (and `TUNNEL_CONFIG` through
+//! [`crate::geneve`]).
 
 use aya_ebpf::{
     bindings::{
@@ -21,7 +23,7 @@ use crate::{
         ETH_P_IPV4, ETH_P_IPV6, EthHeader, GeneveHeader, GeneveOption, IPPROTO_UDP, Ipv6Frame,
         OuterHeaders, OuterHeaders6, UdpFrame, UdpHeader,
     },
-    maps::{TUNNEL_PORTS, get},
+    maps::{GATEWAY_EGRESS, TUNNEL_PORTS, get},
     output::{Between, deliver_to_port},
 };
 
@@ -158,10 +160,12 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
     };
     // OVN's option: the ingress port's key above the egress port's.
     let option_data = u32::from_be(outer.option.data);
+    // A local port, a flood group, or (neither) a chassisredirect port active here.
     let (port, group) = match get(&TUNNEL_PORTS, key) {
         Some(port) => (Some((port.ifindex, port.flags)), None),
         None => match flood::local_group(key.datapath, key.port) {
             Some(group) => (None, Some(group)),
+            None if get(&GATEWAY_EGRESS, key).is_some() => (None, None),
             None => return Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
         },
     };
@@ -209,6 +213,9 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
             Decision::Drop(drop_reason::ACL_FAIL_CLOSED)
         }
         (None, Some(group)) => Decision::Redirected(flood::deliver_to_members(ctx, &group, 0)),
-        (None, None) => Decision::Drop(drop_reason::GENEVE_UNKNOWN_DESTINATION),
+        (None, None) => match crate::gateway::egress(ctx, key, &inner) {
+            Ok(verdict) => Decision::Redirected(verdict),
+            Err(reason) => Decision::Drop(reason),
+        },
     }
 }

@@ -14,29 +14,32 @@
 //! ([`ovnbpf_common::ecmp`]), TTL decremented per router, source MAC of the output port, the next hop's MAC from the
 //! neighbours, then the destination switch's L2 step: a local pod, or Geneve with that switch's
 //! VNI; a next hop without a MAC gets the router's ARP request instead (flooded by the flood
-//! stage). What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
+//! stage). Out of a gateway port ([`ROUTE_GATEWAY`]): a local pod's distributed NAT rule's
+//! SNAT, else on to the switch where the gateway's chassisredirect port is active here, or
+//! tunnelled to the chassis where it is ([`redirect`], with the ARP request for an unknown next
+//! hop), else dropped. What a router cannot do in the kernel is dropped and counted, never half-forwarded. ARP
 //! the responder left unanswered (OVN's router consumes it) is dropped and counted, its sender
 //! reported for MAC learning ([`crate::neighbour_learning`]); IPv6 is the
 //! IPv6 stage's ([`crate::ipv6`]), which hands what it routed here for the same output step
 //! ([`crate::router6::output`]); other protocols go on untouched. Reads `ROUTER_ADDRESSES`,
 //! `ROUTERS`, `ROUTE_TABLES`, `ROUTES`, `SOURCE_ROUTES`, `POLICIES_BY_*`, `POLICY_PAIRS`,
-//! `ECMP_MEMBERS`, `NEIGHBOURS`, `L2_FIB`;
+//! `ECMP_MEMBERS`, `NEIGHBOURS`, `L2_FIB`, `NAT_BY_*`, `GATEWAY_REDIRECTS`, `GATEWAY_INPORTS`;
 //! counts its
 //! answers in `ROUTER_REPLIES`.
 
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    EcmpKey, FibKey, FloodRequest, MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NatTarget, NeighbourKey,
-    POLICY_ALLOW, POLICY_REROUTE, PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP,
-    ROUTE_GATEWAY, ROUTE_TO_ROUTER, ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO,
-    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC,
-    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
-    ecmp, route_key_datapath, router_reply, stage as slot,
+    EcmpKey, FIB_REMOTE, FibEntry, FibKey, FloodRequest, GatewayRedirect, MAX_PAIR_POLICIES,
+    MAX_ROUTER_HOPS, NatTarget, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE, PairPolicyKey,
+    PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_GATEWAY, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH,
+    ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS,
+    ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry,
+    RouteKey, RouterRequest, drop_reason, ecmp, route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
-use crate::maps::{NAT_BY_EXTERNAL, NAT_BY_LOGICAL, get};
+use crate::maps::{GATEWAY_INPORTS, GATEWAY_REDIRECTS, NAT_BY_EXTERNAL, NAT_BY_LOGICAL, get};
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
     ECMP_MEMBERS, L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE,
@@ -298,8 +301,7 @@ fn arp_request(
     route: &RouteEntry,
     nexthop: u32,
 ) -> Result<Routed, DropReason> {
-    let asks = get(&ROUTERS, router).is_some_and(|r| r.flags & ROUTER_ARP_REQUESTS != 0);
-    if !asks || route.ingress_ip == 0 {
+    if !asks_for_next_hops(router, route) {
         return Err(drop_reason::NEXT_HOP_UNRESOLVED);
     }
     // The group to flood to, or (`Err`) an underlay switch without members here (no group
@@ -309,6 +311,16 @@ fn arp_request(
         None => Err(crate::underlay::localnet(route.next_datapath)
             .ok_or(drop_reason::NEXT_HOP_UNRESOLVED)?),
     };
+    write_arp_request(ctx, route, nexthop)?;
+    match flood_to {
+        Ok(group) => Ok(Routed::Flood(group.request(route.ingress_port, 0))),
+        Err(localnet) => crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict),
+    }
+}
+
+/// Rewrites the frame into the router's ARP request for `nexthop` out of `route`'s port.
+#[inline(always)]
+fn write_arp_request(ctx: &TcContext, route: &RouteEntry, nexthop: u32) -> Result<(), DropReason> {
     // SAFETY: the helper takes the skb pointer the context holds and plain integers.
     if unsafe { aya_ebpf::helpers::bpf_skb_change_tail(ctx.skb.skb, ARP_REQUEST_LEN, 0) } != 0 {
         return Err(drop_reason::ROUTER_REPLY_FAILED);
@@ -334,9 +346,101 @@ fn arp_request(
         .and_then(|()| ctx.store(core::mem::size_of::<ArpFrame>(), &padding, 0))
         .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
     count_reply(router_reply::ARP_REQUEST);
-    match flood_to {
-        Ok(group) => Ok(Routed::Flood(group.request(route.ingress_port, 0))),
-        Err(localnet) => crate::underlay::to_provider(ctx, &localnet).map(Routed::Verdict),
+    Ok(())
+}
+
+/// Whether `router` sends ARP requests for next hops out of `route`'s port.
+#[inline(always)]
+fn asks_for_next_hops(router: u32, route: &RouteEntry) -> bool {
+    let asks = get(&ROUTERS, router).is_some_and(|r| r.flags & ROUTER_ARP_REQUESTS != 0);
+    asks && route.ingress_ip != 0
+}
+
+/// The output of a packet `router` routes out of its gateway port while the gateway's
+/// chassisredirect port is active on another chassis (`lr_in_gw_redirect`, then the output to
+/// that port): MACs and TTL rewritten as for any routed packet, then tunnelled to the gateway
+/// chassis on the router's VNI, from the port the packet entered by (`lookup` put its key in
+/// the route); a next hop without a MAC gets the router's ARP request, tunnelled there too,
+/// which the gateway chassis sends out on the gateway port's network. A path of its own, apart
+/// from [`route`]'s switch output, so that the verifier walks it once.
+#[inline(always)]
+fn redirect(
+    ctx: &TcContext,
+    ip: &Ipv4Header,
+    router: u32,
+    route: &RouteEntry,
+    hops: u8,
+) -> Result<Routed, DropReason> {
+    let gateway = get(&GATEWAY_REDIRECTS, router).ok_or(drop_reason::GATEWAY_UNSUPPORTED)?;
+    let key = next_hop(router, route, ip.destination);
+    let nexthop = key.ip;
+    let neighbour = get(&NEIGHBOURS, key).map(|neighbour| neighbour.mac);
+    match neighbour {
+        Some(mac) => rewrite(ctx, ip, mac, route.source_mac, hops)?,
+        None if asks_for_next_hops(router, route) => write_arp_request(ctx, route, nexthop)?,
+        None => return Err(drop_reason::NEXT_HOP_UNRESOLVED),
+    }
+    Ok(Routed::Output(Output {
+        entry: to_gateway(gateway),
+        datapath: router,
+        ingress_port: route.ingress_port,
+        ip: neighbour.is_some(),
+        routed: true,
+    }))
+}
+
+/// The next hop `route` of `router` takes a packet to `destination` to, as `NEIGHBOURS` keys it.
+#[inline(always)]
+fn next_hop(router: u32, route: &RouteEntry, destination: u32) -> NeighbourKey {
+    NeighbourKey {
+        datapath: router,
+        ip: if route.nexthop != 0 {
+            route.nexthop
+        } else {
+            destination
+        },
+    }
+}
+
+/// A routed packet's MACs (to `mac`, from `source_mac`) and TTL (`hops` routers passed), with
+/// the IPv4 checksum.
+#[inline(always)]
+fn rewrite(
+    ctx: &TcContext,
+    ip: &Ipv4Header,
+    mac: [u8; 6],
+    source_mac: [u8; 6],
+    hops: u8,
+) -> Result<(), DropReason> {
+    // TTL and its checksum word (TTL is the high byte of the word it shares with the protocol).
+    let old_word = (u16::from(ip.ttl) << 8 | u16::from(ip.protocol)).to_be();
+    let new_ttl = ip.ttl - hops;
+    let new_word = (u16::from(new_ttl) << 8 | u16::from(ip.protocol)).to_be();
+    let mut macs = [0_u8; 12];
+    macs[..6].copy_from_slice(&mac);
+    macs[6..].copy_from_slice(&source_mac);
+    ctx.store(0, &macs, 0)
+        .and_then(|()| ctx.store(ETH_HEADER_LEN + 8, &new_ttl, 0))
+        .and_then(|()| {
+            ctx.l3_csum_replace(
+                ETH_HEADER_LEN + 10,
+                u64::from(old_word),
+                u64::from(new_word),
+                2,
+            )
+        })
+        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)
+}
+
+/// The L2 output to the chassisredirect port of `gateway` on its chassis.
+#[inline(always)]
+fn to_gateway(gateway: &GatewayRedirect) -> FibEntry {
+    FibEntry {
+        kind: FIB_REMOTE,
+        ifindex: 0,
+        flags: 0,
+        remote_ip: gateway.remote_ip,
+        port: gateway.port,
     }
 }
 
@@ -454,12 +558,30 @@ fn lookup(
                 datapath,
                 ip: destination,
             };
-            return match get(&NAT_BY_LOGICAL, from) {
-                Some(target) if get(&NAT_BY_EXTERNAL, to).is_none() => {
-                    Ok(Lookup::Translated(datapath, route, hops + 1, *target))
-                }
-                _ => Err(drop_reason::GATEWAY_UNSUPPORTED),
+            if let Some(target) = get(&NAT_BY_LOGICAL, from)
+                && get(&NAT_BY_EXTERNAL, to).is_none()
+            {
+                return Ok(Lookup::Translated(datapath, route, hops + 1, *target));
+            }
+            // `lr_in_gw_redirect`: to the chassisredirect port, here (on to the switch) or on
+            // the gateway chassis (the route stays a gateway's: [`route`] tunnels it there,
+            // from the port the packet entered by).
+            let Some(gateway) = get(&GATEWAY_REDIRECTS, datapath)
+                .filter(|gateway| gateway.switch == route.next_datapath)
+            else {
+                return Err(drop_reason::GATEWAY_UNSUPPORTED);
             };
+            let mut route = route;
+            if gateway.remote_ip == 0 {
+                route.kind = ROUTE_TO_SWITCH;
+            } else {
+                let entered = NeighbourKey {
+                    datapath,
+                    ip: ingress_ip,
+                };
+                route.ingress_port = get(&GATEWAY_INPORTS, entered).copied().unwrap_or(0);
+            }
+            return Ok(Lookup::Route(datapath, route, hops + 1));
         }
         hops += 1;
         if route.kind != ROUTE_TO_ROUTER {
@@ -604,15 +726,12 @@ fn route(
         route.source_mac = target.mac;
         route.ingress_ip = target.ip;
     }
-    let nexthop = if route.nexthop != 0 {
-        route.nexthop
-    } else {
-        ip.destination
-    };
-    let key = NeighbourKey {
-        datapath: last_router,
-        ip: nexthop,
-    };
+    // Out of a gateway port whose chassisredirect port is another chassis's (see `lookup`).
+    if nat.is_none() && route.kind == ROUTE_GATEWAY {
+        return redirect(ctx, &ip, last_router, &route, hops);
+    }
+    let key = next_hop(last_router, &route, ip.destination);
+    let nexthop = key.ip;
     let Some(neighbour) = get(&NEIGHBOURS, key) else {
         return arp_request(ctx, last_router, &route, nexthop);
     };
@@ -629,24 +748,7 @@ fn route(
         None => Err(crate::underlay::localnet(route.next_datapath)
             .ok_or(drop_reason::ROUTED_UNKNOWN_DESTINATION)?),
     };
-    // TTL and its checksum word (TTL is the high byte of the word it shares with the protocol).
-    let old_word = (u16::from(ip.ttl) << 8 | u16::from(ip.protocol)).to_be();
-    let new_ttl = ip.ttl - hops;
-    let new_word = (u16::from(new_ttl) << 8 | u16::from(ip.protocol)).to_be();
-    let mut macs = [0_u8; 12];
-    macs[..6].copy_from_slice(&mac);
-    macs[6..].copy_from_slice(&route.source_mac);
-    ctx.store(0, &macs, 0)
-        .and_then(|()| ctx.store(ETH_HEADER_LEN + 8, &new_ttl, 0))
-        .and_then(|()| {
-            ctx.l3_csum_replace(
-                ETH_HEADER_LEN + 10,
-                u64::from(old_word),
-                u64::from(new_word),
-                2,
-            )
-        })
-        .map_err(|_| drop_reason::ROUTER_REPLY_FAILED)?;
+    rewrite(ctx, &ip, mac, route.source_mac, hops)?;
     if let Some(target) = &nat {
         let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
         crate::nat::translate(

@@ -3,7 +3,8 @@
 //! localnet port's VLAN (untagged for none), with no Geneve; broadcasts go to the local members and
 //! once to the physical network. On the provider NIC's ingress, frames of a known (NIC, VLAN) to a
 //! local pod are untagged and delivered, broadcasts are copied to the switch's local members and
-//! still passed to the host; a distributed NAT rule's frames and ARP are [`crate::nat`]'s;
+//! still passed to the host; a distributed NAT rule's frames and ARP, and an active gateway
+//! port's, are [`crate::nat`]'s;
 //! everything else passes untouched. Reads `LOCALNETS`,
 //! `PROVIDER_NETWORKS`, `L2_FIB`, `FLOOD_ROLES`, `FLOOD_GROUPS`.
 
@@ -96,7 +97,7 @@ pub fn from_provider(ctx: &TcContext) -> i32 {
     };
     // A router's MAC: a distributed NAT rule's frames enter the router; the rest goes on.
     if entry.kind == FIB_ROUTER {
-        return crate::nat::from_provider_to_router(ctx, datapath, &entry, vlan);
+        return crate::nat::from_provider_to_router(ctx, datapath, &entry, (ifindex, vlan));
     }
     if entry.kind != FIB_LOCAL {
         return PASS;

@@ -618,3 +618,224 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
         logs()
     );
 }
+
+/// A custom VPC's external access without NAT, through its gateway chassis (Kube-OVN's
+/// `enableExternal` with the external network routing the VPC's subnet back to the gateway
+/// port): the ovnbpf agent of the gateway chassis claims the chassisredirect port; what either
+/// node's pods send out of the gateway port leaves from the gateway chassis's provider NIC (the
+/// other node tunnels it there over Geneve, to the chassisredirect port), with the pod's own
+/// address; the external host reaches the pods back through the gateway port, whose address
+/// only the gateway chassis answers ARP for. Moving the gateway to the other node moves the
+/// claim, and a running flow follows. A centralized NAT rule, which the datapath does not
+/// carry, fences the gateway: its traffic is dropped and counted, never sent un-NATed.
+const GATEWAY_PODS: [PodPlan; 2] = [
+    ("g1", "subnet-g1", 0, Ipv4Addr::new(10, 70, 1, 2)),
+    ("g2", "subnet-g1", 1, Ipv4Addr::new(10, 70, 1, 3)),
+];
+/// The gateway port's address on the external network.
+const GATEWAY_PORT_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 10);
+
+#[test]
+fn ovn_native_gateway_chassis_carries_a_vpcs_routed_external_traffic() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let (_physical, external) = external_network(prefix, nodes);
+    let mut topology = Topology::new();
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet("vpc-gw", "subnet-g1", "10.70.1.0/24")
+        .unwrap()
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0)
+        .external_access(
+            "vpc-gw",
+            "external",
+            &format!("{GATEWAY_PORT_IP}/24"),
+            &[scenario::NODES[0]],
+        )
+        .static_route("vpc-gw", "0.0.0.0/0", EXTERNAL_HOST);
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &GATEWAY_PODS, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let (g1, g2) = (&pods[0], &pods[1]);
+    // The external network routes the VPC's subnet to the gateway port.
+    external
+        .netns()
+        .ip(&[
+            "route",
+            "add",
+            "10.70.0.0/16",
+            "via",
+            &GATEWAY_PORT_IP.to_string(),
+        ])
+        .unwrap();
+
+    let agents = start_agents(lab, nodes, &GATEWAY_PODS);
+    let logs = || agents.logs();
+    let held_by = |node: usize| {
+        let chassis = lab
+            .sbctl(&[
+                "--bare",
+                "--columns=_uuid",
+                "find",
+                "Chassis",
+                &format!("name={}", scenario::NODES[node]),
+            ])
+            .unwrap_or_default();
+        let bound = lab
+            .sbctl(&[
+                "--bare",
+                "--columns=chassis",
+                "find",
+                "Port_Binding",
+                "logical_port=cr-vpc-gw-external",
+            ])
+            .unwrap_or_default();
+        !chassis.trim().is_empty() && chassis.trim() == bound.trim()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || held_by(0)),
+        "node1's agent does not hold the chassisredirect port{}",
+        logs()
+    );
+
+    // Out from the gateway chassis's pod, and from the other node's through it; the external
+    // host sees the pods' own addresses.
+    let _who = WhoAreYou::start(external.netns());
+    assert!(
+        wait_until(Duration::from_secs(10), || source_seen_from(g1)
+            == Some(GATEWAY_PODS[0].3)),
+        "g1 (on the gateway chassis) does not reach the external host{}",
+        logs()
+    );
+    assert_eq!(
+        source_seen_from(g2),
+        Some(GATEWAY_PODS[1].3),
+        "g2 (off the gateway chassis) does not reach the external host{}",
+        logs()
+    );
+    // g2's traffic leaves by node1's provider NIC, not its own.
+    let sent = |node: usize| provider_tx_packets(&nodes[node]);
+    let before = (sent(0), sent(1));
+    assert_eq!(
+        g2.ping(EXTERNAL_HOST, 20).unwrap(),
+        20,
+        "g2 → out{}",
+        logs()
+    );
+    let after = (sent(0), sent(1));
+    assert!(
+        after.0 >= before.0 + 20 && after.1 < before.1 + 20,
+        "g2's pings did not leave by the gateway chassis's provider NIC (node1, node2 sent): \
+         {before:?} → {after:?}{}",
+        logs()
+    );
+    // In through the gateway port: the external host asks for its address (answered by the
+    // gateway chassis alone), then reaches both pods and the port itself.
+    external.netns().ip(&["neigh", "flush", "all"]).unwrap();
+    assert_eq!(
+        external.ping(GATEWAY_PODS[1].3, 3).unwrap(),
+        3,
+        "the external host → g2 through the gateway port{}",
+        logs()
+    );
+    assert_eq!(external.ping(GATEWAY_PODS[0].3, 3).unwrap(), 3, "→ g1");
+    assert_eq!(
+        external.ping(GATEWAY_PORT_IP, 3).unwrap(),
+        3,
+        "the external host → the gateway port{}",
+        logs()
+    );
+    let provider_answers = |node: usize| {
+        agents.counters(nodes, node)["router_replies"]["arp_reply_provider"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (provider_answers(0) > 0, provider_answers(1)),
+        (true, 0),
+        "ARP for the gateway port answered by the gateway chassis alone"
+    );
+
+    // The gateway moves to node2 (the node labels change): node1 releases the port, node2
+    // claims it, and a flow that runs on follows.
+    let running = Asker::new(g1);
+    assert_eq!(running.ask(), Some(GATEWAY_PODS[0].3), "{}", logs());
+    lab.nbctl(&[
+        "lrp-set-gateway-chassis",
+        "vpc-gw-external",
+        scenario::NODES[1],
+        "100",
+    ])
+    .unwrap();
+    lab.nbctl(&[
+        "lrp-del-gateway-chassis",
+        "vpc-gw-external",
+        scenario::NODES[0],
+    ])
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || held_by(1)),
+        "node2's agent does not take the chassisredirect port{}",
+        logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask()
+            == Some(GATEWAY_PODS[0].3)),
+        "g1's running flow does not follow the gateway to node2{}",
+        logs()
+    );
+    let before = (sent(0), sent(1));
+    assert_eq!(
+        g1.ping(EXTERNAL_HOST, 20).unwrap(),
+        20,
+        "g1 → out{}",
+        logs()
+    );
+    let after = (sent(0), sent(1));
+    assert!(
+        after.1 >= before.1 + 20 && after.0 < before.0 + 20,
+        "g1's pings did not leave by the new gateway chassis (node1, node2 sent): {before:?} → \
+         {after:?}{}",
+        logs()
+    );
+
+    // Centralized NAT (Kube-OVN's `OvnSnatRule`), which the datapath does not carry: the
+    // gateway's traffic is dropped and counted on the sender's node, not sent un-NATed.
+    let gateway_drops = |node: usize| {
+        agents.counters(nodes, node)["drops"]["gateway_unsupported"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    lab.nbctl(&[
+        "lr-nat-add",
+        "vpc-gw",
+        "snat",
+        &GATEWAY_PORT_IP.to_string(),
+        "10.70.1.0/24",
+    ])
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask().is_none()),
+        "the gateway still carries g1's flow under a centralized SNAT rule{}",
+        logs()
+    );
+    let before = gateway_drops(0);
+    assert_eq!(g1.ping(EXTERNAL_HOST, 2).unwrap(), 0, "g1 → out under SNAT");
+    assert!(
+        gateway_drops(0) >= before + 2,
+        "not counted as gateway_unsupported{}",
+        logs()
+    );
+}
+
+/// Packets `node`'s provider NIC `eth1` has sent.
+fn provider_tx_packets(node: &Node) -> u64 {
+    let shown = node.netns().ip(&["-s", "-j", "link", "show", "eth1"]);
+    shown
+        .ok()
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
+        .and_then(|links| links[0]["stats64"]["tx"]["packets"].as_u64())
+        .unwrap_or_default()
+}

@@ -28,6 +28,7 @@ mod acls;
 pub mod binding;
 mod commands;
 mod datapath;
+pub mod gateway;
 mod mac_learning;
 pub mod node_network;
 pub mod ports;
@@ -112,6 +113,8 @@ struct Daemon {
     scope: LocalScope,
     /// Ports bound here: the configured ones and those the CNI server plugged.
     local_ports: HashSet<String>,
+    /// The chassisredirect ports this chassis is the active gateway for.
+    gateways: gateway::GatewayElection,
     /// Replies to port commands waiting for the Southbound.
     pending: Pending,
     /// Whether a Southbound snapshot has been applied.
@@ -344,6 +347,7 @@ impl Daemon {
             handle,
             scope,
             local_ports,
+            gateways: gateway::GatewayElection::default(),
             pending: Pending::default(),
             synced: false,
             connected: false,
@@ -438,6 +442,9 @@ impl Daemon {
             .map(|c| c.uuid);
         self.sb_sync
             .observe(&self.sb, &changes, &self.local_ports, chassis);
+        for port in self.gateways.observe(&self.sb, &changes, chassis) {
+            self.sb_sync.mark(&port);
+        }
         if chassis != self.chassis_uuid || datapath_writes > 0 {
             // A new Chassis row changes every claim; a datapath write may change any local
             // port's `up` (compared: the node's own ports, not the Southbound's).
@@ -580,6 +587,7 @@ impl Daemon {
             config: &self.config.chassis,
             chassis,
             local_ports: &self.local_ports,
+            gateways: self.gateways.active(),
             programmed: &programmed,
             monitor_status: &monitor_status,
             now_ms: now_ms(),

@@ -159,6 +159,9 @@ pub struct Wanted<'a> {
     pub chassis: Uuid,
     /// Ports bound here (configured and plugged).
     pub local_ports: &'a HashSet<String>,
+    /// The chassisredirect ports this chassis is the active gateway for (claimed as local
+    /// ports are, with `up` once claimed).
+    pub gateways: &'a HashSet<String>,
     /// Whether a port's datapath forwards for it (its `up`).
     pub programmed: &'a dyn Fn(&str) -> bool,
     /// The status this chassis's probes decided for a Service_Monitor row, if they did.
@@ -698,7 +701,8 @@ impl SbSync {
     ) -> Option<(Value, Vec<Purpose>, Expect)> {
         let name = &port.logical_port;
         let ours = port.chassis == Some(wanted.chassis);
-        let local = wanted.local_ports.contains(name);
+        let gateway = wanted.gateways.contains(name);
+        let local = wanted.local_ports.contains(name) || gateway;
         let bindable = local && can_bind_here(port, wanted.config, wanted.chassis);
         if !bindable {
             if !local && !ours {
@@ -730,7 +734,7 @@ impl SbSync {
             self.stats.claims_postponed += 1;
             return None;
         }
-        let programmed = (wanted.programmed)(name);
+        let programmed = gateway || (wanted.programmed)(name);
         let write = chassis::bind_op(port, wanted.chassis, programmed)?;
         if write.claims {
             self.claims.claimed(name, now);

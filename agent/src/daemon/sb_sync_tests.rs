@@ -82,6 +82,8 @@ fn modify_port(sb: &mut Southbound, sync: &mut SbSync, local: &HashSet<String>, 
 struct Node {
     sync: SbSync,
     local: HashSet<String>,
+    /// The chassisredirect ports this node is the active gateway for.
+    gateways: HashSet<String>,
     programmed: bool,
     /// What the probes decided for `MONITOR`.
     monitor_status: Option<&'static str>,
@@ -99,6 +101,7 @@ impl Node {
             } else {
                 HashSet::new()
             },
+            gateways: HashSet::new(),
             programmed,
             monitor_status: None,
             handle,
@@ -122,6 +125,7 @@ impl Node {
             config: &config,
             chassis: uuid(US),
             local_ports: &self.local,
+            gateways: &self.gateways,
             programmed: &is_programmed,
             monitor_status: &monitor_status,
             now_ms: NOW_MS,
@@ -580,4 +584,25 @@ fn learned_neighbours_are_bounded_and_forgotten_with_their_port() {
         ..learned("02:00:00:00:00:02", false)
     });
     assert_eq!(node.sync.stats().learning_dropped, 1);
+}
+
+#[test]
+fn the_gateway_chassis_claims_its_chassisredirect_port_up_and_releases_it_when_it_moves() {
+    let mut sb = southbound(json!({"logical_port": "pod.ns", "up": false}));
+    let mut node = Node::new(false, false);
+    // Elected: claimed as a local port is, `up` with it (no veth to program).
+    node.gateways.insert("pod.ns".into());
+    node.sync.mark("pod.ns");
+    let claimed = node.reconcile(&sb);
+    assert_eq!(row(&claimed[0].1)["chassis"], json!(["uuid", US]));
+    assert_eq!(row(&claimed[0].1)["up"], json!(true));
+    node.modify(&mut sb, json!({"chassis": ["uuid", US], "up": true}));
+    node.sync.finished(&sb, claimed[0].0, Ok(()));
+    assert!(node.reconcile(&sb).is_empty(), "held: nothing to write");
+    // Another chassis is elected: released.
+    node.gateways.clear();
+    node.sync.mark("pod.ns");
+    let released = node.reconcile(&sb);
+    assert_eq!(row(&released[0].1)["chassis"], json!(["set", []]));
+    assert_eq!(row(&released[0].1)["up"], json!(false));
 }

@@ -107,7 +107,9 @@ pub const SERVICE_MONITOR: DropReason = DropReason(34);
 /// `REMOTE_ENCAPS` (the agent is rewriting the endpoints, or the chassis's Encap is IPv4).
 pub const TUNNEL_ENDPOINT_UNKNOWN: DropReason = DropReason(35);
 /// Routed out of a gateway port (OVN-native NAT and EIPs, a VPC's external access through its
-/// gateway chassis), which the datapath does not carry yet; the rest of the router is routed.
+/// gateway chassis) whose chassisredirect port is active nowhere this chassis reaches, or whose
+/// gateway carries centralized NAT, which the datapath does not yet; the rest of the router is
+/// routed.
 pub const GATEWAY_UNSUPPORTED: DropReason = DropReason(36);
 /// The kernel refused to rewrite an address of a packet a distributed NAT rule translates.
 pub const NAT_FAILED: DropReason = DropReason(37);

@@ -367,9 +367,11 @@ pub const ROUTE_ECMP: u8 = 3;
 /// [`RouteEntry::kind`]: a discard route: the packet is dropped (before the policies).
 pub const ROUTE_DISCARD: u8 = 4;
 /// [`RouteEntry::kind`]: the output port is a gateway port (a router port with a
-/// `chassisredirect` companion: OVN-native NAT, EIPs, centralized egress), whose traffic the
-/// datapath does not carry yet: the packet is dropped as [`drop_reason::GATEWAY_UNSUPPORTED`]
-/// once the policies and ECMP have had their say (a policy may reroute it elsewhere).
+/// `chassisredirect` companion: OVN-native NAT, EIPs, centralized egress): once the policies
+/// and ECMP have had their say (a policy may reroute it elsewhere), a local pod's distributed
+/// NAT rule applies ([`map::NAT_BY_LOGICAL`]), else the packet goes where
+/// [`map::GATEWAY_REDIRECTS`] says (on to the switch here, or tunnelled to the gateway
+/// chassis), else it is dropped as [`drop_reason::GATEWAY_UNSUPPORTED`].
 pub const ROUTE_GATEWAY: u8 = 5;
 
 /// A member of an ECMP group of a router: the route the packet takes when
@@ -633,6 +635,40 @@ pub struct NatTarget {
     pub reserved: [u8; 2],
 }
 
+/// Where a router sends what it routes out of its gateway port ([`map::GATEWAY_REDIRECTS`],
+/// keyed by the router): OVN's `lr_in_gw_redirect` (`outport = "cr-…"`) and the output to the
+/// chassisredirect port. With `remote_ip` 0 the port resides here (this chassis is the active
+/// gateway) and the packet goes on to the switch behind the port; otherwise it is tunnelled to
+/// the gateway chassis's endpoint `remote_ip` (a key as [`FibEntry::remote_ip`]) on the
+/// router's VNI, to `port` (the chassisredirect port's key), from the router port it entered
+/// by ([`map::GATEWAY_INPORTS`]). `switch`: the switch behind the gateway port, which a route
+/// must lead to (a router with several gateway ports is redirected for one of them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatewayRedirect {
+    pub remote_ip: u32,
+    pub port: u32,
+    pub switch: u32,
+    pub reserved: u32,
+}
+
+/// What the active gateway chassis does with a frame another chassis tunnelled to a
+/// chassisredirect port ([`map::GATEWAY_EGRESS`], keyed by the router's VNI and that port's
+/// key): the router's egress (no stage of it acts on a gateway port without centralized NAT)
+/// then the ingress of `switch`, the switch behind the gateway port, entered by its router port
+/// `switch_port`: to a local port of it by its FIB, else out of its localnet's provider NIC.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatewayEgress {
+    pub switch: u32,
+    pub switch_port: u32,
+}
+
+/// Flag of [`FibEntry::flags`] for a [`FIB_ROUTER`] entry: the router port is a gateway port
+/// whose chassisredirect port resides here (the active gateway chassis): IPv4 from the
+/// provider network to its MAC enters the router (OVN's `is_chassis_resident` admission).
+pub const FIB_ROUTER_GATEWAY: u32 = 1;
+
 /// The router port of a switch ([`map::SWITCH_ROUTERS`]): the router's datapath key and the
 /// port's MAC. A broadcast ARP reaches that router too, which learns from it.
 #[repr(C)]
@@ -769,6 +805,9 @@ pub const MAX_ROUTES: u32 = 65_536;
 pub const MAX_ECMP_MEMBERS: u32 = 16_384;
 /// Capacity of [`map::NAT_BY_LOGICAL`] and [`map::NAT_BY_EXTERNAL`].
 pub const MAX_NATS: u32 = 65_536;
+/// Capacity of [`map::GATEWAY_REDIRECTS`] (router ports of routers with a gateway port) and
+/// [`map::GATEWAY_EGRESS`].
+pub const MAX_GATEWAYS: u32 = 16_384;
 /// Capacity of [`map::NEIGHBOURS`].
 pub const MAX_NEIGHBOURS: u32 = 262_144;
 /// Capacity of [`map::ROUTERS`].
@@ -896,6 +935,10 @@ unsafe impl aya::Pod for TunnelConfig {}
 unsafe impl aya::Pod for NeighbourEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for NatTarget {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for GatewayRedirect {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for GatewayEgress {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SwitchRouter {}
 #[cfg(feature = "user")]

@@ -16,14 +16,14 @@
 
 use crate::{
     ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, EcmpKey, FibEntry, FibKey, FloodGroup,
-    FloodKey, FloodMemberKey, FloodRoles, InterfaceCounters, Ipv6Key, LocalPort, Localnet,
-    MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS,
-    MAX_INTERFACES, MAX_LOCALNETS, MAX_NATS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS,
-    MAX_ROUTES, MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent,
-    NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6,
-    ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress,
-    RouterAdvert, RouterInfo, SwitchRouter, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig,
-    TunnelPortKey,
+    FloodKey, FloodMemberKey, FloodRoles, GatewayEgress, GatewayRedirect, InterfaceCounters,
+    Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES,
+    MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_GATEWAYS, MAX_INTERFACES, MAX_LOCALNETS, MAX_NATS,
+    MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
+    NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent, NeighbourKey, PairPolicy,
+    PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6, ProviderKey, RemoteEncap,
+    Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress, RouterAdvert, RouterInfo,
+    SwitchRouter, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -232,6 +232,17 @@ declare_maps! {
     /// Hash: [`NeighbourKey`] (a router and an external address) → [`NatTarget`]: the same
     /// rules, by the address their packets arrive for.
     NatByExternal = NAT_BY_EXTERNAL: HashMap<NeighbourKey, NatTarget>[MAX_NATS];
+    /// Hash: a router's datapath key → [`GatewayRedirect`]: where what the router routes out
+    /// of its gateway port goes. No entry: the gateway has no active chassis, or carries what
+    /// the datapath does not (centralized NAT): dropped as `gateway_unsupported`.
+    GatewayRedirects = GATEWAY_REDIRECTS: HashMap<u32, GatewayRedirect>[MAX_GATEWAYS];
+    /// Hash: [`NeighbourKey`] (a router with a gateway port elsewhere, the address of one of
+    /// its ports) → `u32`: that port's key, the logical input port of what entered by it and is
+    /// tunnelled to the gateway chassis.
+    GatewayInports = GATEWAY_INPORTS: HashMap<NeighbourKey, u32>[MAX_GATEWAYS];
+    /// Hash: [`TunnelPortKey`] (a router's VNI, a chassisredirect port's key) → [`GatewayEgress`]:
+    /// on the active gateway chassis, where frames other chassis tunnel to the port go.
+    GatewayEgressMap = GATEWAY_EGRESS: HashMap<TunnelPortKey, GatewayEgress>[MAX_GATEWAYS];
     /// Hash: switch datapath key → [`SwitchRouter`]: the router a switch's broadcast ARP also
     /// reaches (MAC learning from gratuitous ARP).
     SwitchRouters = SWITCH_ROUTERS: HashMap<u32, SwitchRouter>[MAX_FLOOD_GROUPS];

@@ -55,6 +55,7 @@ mod encaps;
 mod fib;
 mod flood;
 mod flood_slots;
+mod gateway;
 mod lb;
 mod localnet;
 mod nat;
@@ -139,6 +140,8 @@ pub struct L2State {
     lb: lb::LbState,
     /// The distributed NAT family: this chassis's pods' FIPs, and what is installed.
     nat: nat::NatState,
+    /// The gateway family: routers' gateway ports as this chassis carries them.
+    gateway: gateway::GatewayState,
 }
 
 impl L2State {
@@ -293,6 +296,14 @@ impl L2State {
                 },
                 added,
             ),
+            IrEntry::GatewayPort {
+                datapath,
+                port,
+                redirect,
+            } => self.take_gateway_port(*datapath, port, redirect, added),
+            IrEntry::CentralizedNat { datapath, redirect } => {
+                self.take_centralized_nat(*datapath, redirect, added);
+            }
             IrEntry::LbAffinity {
                 datapath,
                 vip,
@@ -346,6 +357,7 @@ impl L2State {
         }
         self.mark_socket_client(port);
         self.mark_nat_of_port(port);
+        self.mark_gateway_of_port(port);
     }
 
     /// Number of map keys waiting for [`Self::flush`].
@@ -361,6 +373,7 @@ impl L2State {
             + self.acl.pending()
             + self.lb.pending()
             + self.nat.pending()
+            + self.gateway.pending()
     }
 
     /// Writes every marked key whose desired value differs from the installed one. On an error
@@ -383,6 +396,7 @@ impl L2State {
         )?;
         writes += self.flush_responders(maps)?;
         writes += self.flush_nat(maps)?;
+        writes += self.flush_gateways(maps)?;
         writes += self.flush_switch_routers(maps)?;
         Ok(writes)
     }
@@ -401,6 +415,7 @@ impl L2State {
             + self.fib_table.sweep(maps)?
             + self.sweep_responders(maps)?
             + self.sweep_nat(maps)?
+            + self.sweep_gateways(maps)?
             + self.sweep_acls(maps)?)
     }
 }

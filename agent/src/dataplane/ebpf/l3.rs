@@ -85,8 +85,8 @@ pub struct L3State {
     ports: HashMap<String, PortInfo>,
     /// Port name → the patch ports whose peer it is.
     patch_by_peer: HashMap<String, HashSet<String>>,
-    /// Gateway ports ([`IrEntry::GatewayPort`]): routes out of them drop their packets
-    /// (`ROUTE_GATEWAY`).
+    /// Gateway ports ([`IrEntry::GatewayPort`]): routes out of them are `ROUTE_GATEWAY` (the
+    /// kernel asks `GATEWAY_REDIRECTS`, the L2 gateway family's, where they go).
     gateway_ports: HashSet<String>,
     routes: HashMap<RouteSlot, HashSet<Candidate>>,
     routes_by_port: HashMap<String, HashSet<RouteSlot>>,

@@ -26,12 +26,22 @@ pub enum Location {
     Unreachable,
 }
 
+/// Where a chassisredirect port is active, seen from this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residence {
+    /// On this chassis (its Port_Binding's chassis is this one).
+    Here,
+    /// On another chassis, reached through the tunnel to the endpoint with this key.
+    Remote(u32),
+}
+
 /// What the IR says of a port that decides where it leads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// The port's datapath (tunnel key).
     pub datapath: u32,
-    /// The chassis a VIF is bound to (`None` for unbound VIFs and other ports).
+    /// The chassis a VIF or a chassisredirect port is bound to (`None` for unbound ones and
+    /// other ports).
     pub chassis: Option<String>,
     /// A patch port's peer.
     pub peer: Option<String>,
@@ -125,6 +135,16 @@ impl Physical {
     #[must_use]
     pub fn binding(&self, port: &str) -> Option<&Binding> {
         self.bindings.get(port)
+    }
+
+    /// Where chassisredirect port `port` is active: `None` when it is bound to no chassis, or
+    /// to one without a known endpoint.
+    #[must_use]
+    pub fn residence(&self, port: &str) -> Option<Residence> {
+        match self.bindings.get(port)?.chassis.as_deref()? {
+            chassis if chassis == self.chassis => Some(Residence::Here),
+            chassis => self.encaps.get(chassis).map(|&key| Residence::Remote(key)),
+        }
     }
 
     /// Where port `port` leads.

@@ -124,6 +124,25 @@ pub fn resident_ports(match_: &Expr) -> Vec<&str> {
         .collect()
 }
 
+/// Whether a router flow of `stage` translates addresses through conntrack (`ct_snat`,
+/// `ct_dnat`, their `_in_czone` forms, `ct_lb`, `ct_lb_mark`): where it applies only where a
+/// chassisredirect port resides, a centralized NAT rule of that gateway.
+#[must_use]
+pub fn translates_with_conntrack(stage: &str, actions: &[crate::lflow::ast::Action]) -> bool {
+    stage.starts_with("lr_")
+        && matching::uses_keyword(
+            actions,
+            &[
+                "ct_snat",
+                "ct_dnat",
+                "ct_snat_in_czone",
+                "ct_dnat_in_czone",
+                "ct_lb",
+                "ct_lb_mark",
+            ],
+        )
+}
+
 /// Whether `match_` is an ARP request for one address and nothing else
 /// (`arp.op == 1 && arp.tpa == A`): in `lr_in_ip_input` of a router with a gateway port,
 /// northd's answer for a NAT external address on every port of the router.

@@ -15,6 +15,9 @@
 //!   the drop of what would leave `GW` for `E` after entering it (`lr_in_arp_resolve`), and the
 //!   mark of traffic to `E` for the SNAT zone (`lr_out_chk_dnat_local`).
 //!
+//! And the gateway port's redirect itself (`lr_in_gw_redirect`: `outport == GW` →
+//! `outport = "cr-GW"; next;`), which [`IrEntry::GatewayPort`] carries out.
+//!
 //! The translation is stateless (one address for another, both ways): for a 1:1 rule that is
 //! what the connection tracker does for every packet of `L`'s and `E`'s flows, and a rule's
 //! change takes effect on the next packet. Not carried out (they stay unsupported, confined to
@@ -35,6 +38,7 @@ use crate::{
 pub(super) fn classify(dp: u32, stage: &str, terms: &[&Expr], actions: &[Action]) -> Option<Class> {
     let matched = Terms::of(terms)?;
     match stage {
+        "lr_in_gw_redirect" if is_redirect(&matched, actions) => Some(Class::Compiled(Vec::new())),
         "lr_in_gw_redirect" | "lr_out_snat" => {
             rule(dp, stage, &matched, actions).map(|entry| Class::Compiled(vec![entry]))
         }
@@ -98,6 +102,34 @@ impl<'a> Terms<'a> {
         }
         Some(parsed)
     }
+}
+
+/// Whether a `lr_in_gw_redirect` flow is the gateway port's redirect itself (`outport == GW` →
+/// `outport = "cr-GW"; next;`), which the gateway port's entry carries out (the backend sends
+/// the port's traffic to the chassis where `cr-GW` is active).
+fn is_redirect(terms: &Terms, actions: &[Action]) -> bool {
+    let only_outport = matches!(
+        terms,
+        Terms {
+            ip: false,
+            source: None,
+            destination: None,
+            inport: None,
+            outport: Some(_),
+            resident: None,
+            eth_destination: None,
+            arp_request_for: None,
+            arp_request: false,
+            loopback: None,
+            snat_zone: false,
+            hairpin_mark: false,
+        }
+    );
+    only_outport
+        && matches!(actions, [
+            Action::Assign { destination, source: Source::Constant(Constant::String(_)) },
+            last,
+        ] if plain(destination, "outport") && is_next(last))
 }
 
 /// The rule of a `lr_in_gw_redirect` or `lr_out_snat` flow of a distributed NAT rule.

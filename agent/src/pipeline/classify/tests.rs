@@ -676,8 +676,9 @@ fn router_advertisement_flows_from_northd_compile() {
 /// A distributed FIP's flows as northd 23.03 writes them for Kube-OVN's `OvnFip` (172.30.0.11
 /// of e2.ns, 10.60.2.3, its MAC as external MAC, on gateway port vpc-ext-external): the redirect
 /// exemption and both SNAT flows are the rule; the rest compile to nothing more (the rule carries
-/// them out); the flows it does not carry out (the hairpin back into the router, the redirect
-/// of everything else) stay unsupported, as does a rule's flow of another shape.
+/// them out), as does the redirect of everything else (the gateway port's entry carries it
+/// out); the flow it does not carry out (the hairpin back into the router) stays unsupported,
+/// as does a rule's flow of another shape.
 #[test]
 fn a_distributed_fips_flows_compile_to_its_rule() {
     let rule = IrEntry::DistributedNat {
@@ -762,6 +763,12 @@ fn a_distributed_fips_flows_compile_to_its_rule() {
             r#"ip && ip4.dst == 172.30.0.11 && is_chassis_resident("e2.ns")"#,
             "reg9[4] = 1; next;",
         ),
+        // The gateway port's redirect itself, which its entry carries out.
+        (
+            "lr_in_gw_redirect",
+            r#"outport == "vpc-ext-external""#,
+            r#"outport = "cr-vpc-ext-external"; next;"#,
+        ),
     ] {
         assert_eq!(
             class(stage, 100, match_, actions),
@@ -774,11 +781,6 @@ fn a_distributed_fips_flows_compile_to_its_rule() {
             "lr_out_egr_loop",
             r#"ip4.dst == 172.30.0.11 && outport == "vpc-ext-external" && is_chassis_resident("e2.ns")"#,
             "clone { ct_clear; inport = outport; outport = \"\"; eth.dst <-> eth.src; flags = 0; flags.loopback = 1; flags.use_snat_zone = reg9[4]; reg0 = 0; reg1 = 0; reg2 = 0; reg3 = 0; reg4 = 0; reg5 = 0; reg6 = 0; reg7 = 0; reg8 = 0; reg9 = 0; reg9[0] = 1; next(pipeline=ingress, table=0); };",
-        ),
-        (
-            "lr_in_gw_redirect",
-            r#"outport == "vpc-ext-external""#,
-            r#"outport = "cr-vpc-ext-external"; next;"#,
         ),
         // A SNAT that also matches a destination is not a distributed rule's.
         (

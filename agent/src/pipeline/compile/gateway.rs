@@ -1,10 +1,13 @@
 //! Gateway ports (a router port northd gave a `chassisredirect` companion: a distributed
-//! gateway port, where Kube-OVN's OVN-native NAT, EIPs and a VPC's external access live). An
-//! ovnbpf chassis holds no chassisredirect port and does not carry a gateway port's traffic yet,
-//! so the compiler fences that traffic in rather than giving up on the whole router:
+//! gateway port, where Kube-OVN's OVN-native NAT, EIPs and a VPC's external access live). The
+//! compiler stays chassis-agnostic: what the gateway chassis does for the port is the
+//! backend's, from [`IrEntry::GatewayPort`] and where the companion's binding says it is active.
+//! So:
 //! - a flow that requires a chassisredirect port to reside here (`is_chassis_resident("cr-…")`)
-//!   never applies on this chassis, as ovn-controller installs such flows only on the chassis
-//!   holding the port: neutral;
+//!   is neutral: its admission, ARP answer and switch lookup are what the backend does for an
+//!   active gateway; but where it translates through conntrack (centralized NAT, which the
+//!   datapath does not carry) it also fences the gateway ([`IrEntry::CentralizedNat`]), so
+//!   that no chassis forwards the gateway's traffic un-NATed;
 //! - an unsupported router flow confined to a gateway port's traffic (its match pins `inport` or
 //!   `outport` to the port; `lr_out_chk_dnat_local`, whose register only the gateway port's SNAT
 //!   flows read; the ARP answers for NAT addresses, and the drop of routed traffic to them,
@@ -65,10 +68,10 @@ pub(super) fn is_gateway_port(sb: &Southbound, port: &PortBinding) -> bool {
     })
 }
 
-/// Whether some port of `resident` (a flow's `is_chassis_resident` arguments) is a
-/// chassisredirect port: the flow never applies on an ovnbpf chassis.
-pub(super) fn needs_redirect_port(sb: &Southbound, resident: &[&str]) -> bool {
-    resident.iter().any(|name| {
+/// The first port of `resident` (a flow's `is_chassis_resident` arguments) that is a
+/// chassisredirect port: the flow applies only on the chassis where that port is active.
+pub(super) fn redirect_port<'a>(sb: &Southbound, resident: &[&'a str]) -> Option<&'a str> {
+    resident.iter().copied().find(|name| {
         sb.port_by_name(name)
             .is_some_and(|port| port.kind == CHASSIS_REDIRECT)
     })

@@ -339,8 +339,12 @@ impl Compiler {
                     classify::keeps_address_sets(&stage),
                 );
                 let acl_name = flow.external_ids.get("stage-hint");
-                let needs_redirect_port = expanded.is_ok()
-                    && gateway::needs_redirect_port(sb, &classify::resident_ports(&match_));
+                let redirect_port = expanded
+                    .is_ok()
+                    .then(|| gateway::redirect_port(sb, &classify::resident_ports(&match_)))
+                    .flatten()
+                    .map(str::to_string);
+                let needs_redirect_port = redirect_port.is_some();
                 for datapath in datapaths {
                     let class = match &expanded {
                         // Installed by ovn-controller only where the port resides.
@@ -354,6 +358,15 @@ impl Compiler {
                         }),
                         Err(reason) => Class::Unsupported(reason.clone()),
                     };
+                    // Centralized NAT: the gateway is fenced wherever its port is active.
+                    if let Some(redirect) = &redirect_port
+                        && classify::translates_with_conntrack(&stage, &actions)
+                    {
+                        contribution.entries.push(IrEntry::CentralizedNat {
+                            datapath,
+                            redirect: redirect.clone(),
+                        });
+                    }
                     let outcome = match class {
                         Class::Compiled(entries) => {
                             contribution.entries.extend(entries.into_iter().map(

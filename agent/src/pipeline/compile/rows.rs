@@ -133,6 +133,12 @@ pub(super) fn port_entry(sb: &Southbound, port: &PortBinding) -> (Option<IrEntry
         "patch" => PortKind::Patch {
             peer: port.options.get("peer").cloned().unwrap_or_default(),
         },
+        "chassisredirect" => PortKind::ChassisRedirect {
+            chassis: port
+                .chassis
+                .and_then(|c| sb.row::<Chassis>(&c))
+                .map(|c| c.name),
+        },
         "localnet" => PortKind::Localnet {
             network_name: port
                 .options

@@ -412,3 +412,47 @@ fn an_address_joining_or_leaving_a_set_is_one_member_entry() {
     let diff = update(json!({"Address_Set": {set: {"modify": {"name": "other"}}}}));
     assert_eq!((diff.added.len(), diff.removed.len()), (2, 2));
 }
+
+/// A flow that applies only where a chassisredirect port is active is neutral, whoever holds
+/// the port (the backend carries the gateway from the port's binding); one of them that
+/// translates through conntrack (a centralized SNAT rule) also fences that gateway, and its
+/// deletion lifts the fence.
+#[test]
+fn a_centralized_nat_flow_of_a_gateway_fences_it() {
+    let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
+    let mut apply = |updates: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates,
+            format: UpdateFormat::Update2,
+        });
+        compiler.apply(&sb, &changes)
+    };
+    apply(
+        json!({"Port_Binding": {"00000000-0000-0000-0000-0000000000b2": {"insert": {
+        "logical_port": "cr-vpc-a-ext", "type": "chassisredirect", "tunnel_key": 3,
+        "datapath": ["uuid", ROUTER],
+        "options": ["map", [["distributed-port", "vpc-a-ext"]]]}}}}),
+    );
+    let flow = |stage: &str, actions: &str| {
+        json!({"insert": {"logical_datapath": ["uuid", ROUTER], "priority": 153,
+            "match": "ip && ip4.src == 10.0.1.0/24 && outport == \"vpc-a-ext\" && is_chassis_resident(\"cr-vpc-a-ext\")",
+            "actions": actions, "external_ids": ["map", [["stage-name", stage]]]}})
+    };
+    let fence = IrEntry::CentralizedNat {
+        datapath: 9,
+        redirect: "cr-vpc-a-ext".into(),
+    };
+    let snat = "00000000-0000-0000-0000-0000000000f1";
+    let diff = apply(
+        json!({"Logical_Flow": {snat: flow("lr_out_snat", "ct_snat_in_czone(172.18.0.10);")}}),
+    );
+    assert_eq!(diff.added, std::slice::from_ref(&fence), "{diff:?}");
+    // The resident admission of the gateway port's MAC: neutral, no fence.
+    let diff = apply(
+        json!({"Logical_Flow": {"00000000-0000-0000-0000-0000000000f2":
+        flow("lr_in_admission", "xreg0[0..47] = 0a:58:00:00:00:01; next;")}}),
+    );
+    assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
+    let diff = apply(json!({"Logical_Flow": {snat: {"delete": null}}}));
+    assert_eq!(diff.removed, [fence], "{diff:?}");
+}

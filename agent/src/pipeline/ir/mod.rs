@@ -32,7 +32,10 @@ pub enum PortKind {
         network_name: String,
         tag: Option<u16>,
     },
-    /// Any other Port_Binding type (l3gateway, chassisredirect, localport, …).
+    /// A distributed gateway port's companion (`chassisredirect`), active on the chassis it is
+    /// bound to.
+    ChassisRedirect { chassis: Option<String> },
+    /// Any other Port_Binding type (l3gateway, localport, …).
     Other(String),
 }
 
@@ -205,14 +208,22 @@ pub enum IrEntry {
     /// Frames reaching the end of a pipeline are delivered to their output port.
     Deliver { datapath: u32, egress: bool },
     /// Router port `port` is a gateway port: northd gave it the `chassisredirect` companion
-    /// `redirect` (a distributed gateway port: OVN-native NAT, EIPs, a VPC's external access),
-    /// which ovnbpf chassis do not hold. Its traffic is dropped, counted and reported
-    /// (`gateway_unsupported`); the rest of the router is routed.
+    /// `redirect` (a distributed gateway port: OVN-native NAT, EIPs, a VPC's external access).
+    /// What the router routes out of it goes to the chassis where `redirect` is active (its
+    /// Port_Binding's chassis), which sends it on to the switch behind the port; with no active
+    /// chassis it is dropped, counted and reported (`gateway_unsupported`). The rest of the
+    /// router is routed.
     GatewayPort {
         datapath: u32,
         port: String,
         redirect: String,
     },
+    /// Router `datapath`'s gateway with chassisredirect port `redirect` carries centralized NAT
+    /// (a flow of a NAT stage that applies where `redirect` is active translates with
+    /// conntrack: `snat`, a `dnat_and_snat` without `logical_port`, `dnat`), which the datapath
+    /// does not: what the router routes out of the gateway stays dropped
+    /// (`gateway_unsupported`) wherever `redirect` is active, never forwarded un-NATed.
+    CentralizedNat { datapath: u32, redirect: String },
     /// A distributed NAT rule (`dnat_and_snat` with `logical_port` and `external_mac`: a FIP
     /// handled on its pod's chassis): where `logical_port` resides, what `logical_ip` sends out
     /// of gateway port `gateway_port` leaves from `external_ip` and `external_mac`, what enters
@@ -675,6 +686,7 @@ impl IrEntry {
             | IrEntry::Deliver { datapath, .. }
             | IrEntry::RouterPort { datapath, .. }
             | IrEntry::GatewayPort { datapath, .. }
+            | IrEntry::CentralizedNat { datapath, .. }
             | IrEntry::DistributedNat { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }

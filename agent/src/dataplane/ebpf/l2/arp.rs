@@ -177,10 +177,12 @@ impl L2State {
             return answer;
         }
         let router = self.router_flags(key);
+        // A gateway port's address active here: answered to the provider network too.
+        let gateway = self.gateway_answer_flags(key);
         let Some(mac) = self.arp.get(&key) else {
             return router.map(|(mac, flags)| ArpAnswer {
                 mac,
-                flags,
+                flags: flags | gateway,
                 ..ArpAnswer::default()
             });
         };
@@ -191,7 +193,7 @@ impl L2State {
             .map_or(0, |info| info.key);
         Some(ArpAnswer {
             mac: *mac,
-            flags: router.map_or(0, |(_, flags)| flags),
+            flags: router.map_or(0, |(_, flags)| flags) | gateway,
             owner_port,
             ..ArpAnswer::default()
         })

@@ -61,6 +61,9 @@ impl L2State {
                 ..FibEntry::default()
             });
         }
+        if let Some(entry) = self.gateway_fib(datapath, mac) {
+            return Some(entry);
+        }
         let port = self
             .fib
             .get(&(datapath, mac))

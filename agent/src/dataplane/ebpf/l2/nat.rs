@@ -181,7 +181,7 @@ impl L2State {
     }
 
     /// The switch behind router port `gateway_port` (its patch peer's datapath).
-    fn gateway_switch(&self, gateway_port: &str) -> Option<u32> {
+    pub(super) fn gateway_switch(&self, gateway_port: &str) -> Option<u32> {
         let peer = self.physical.binding(gateway_port)?.peer.as_ref()?;
         Some(self.physical.binding(peer)?.datapath)
     }

@@ -152,7 +152,7 @@ impl L2State {
         // Its slots as they are, before it changes.
         self.mark_port_slots(name);
         let chassis = match kind {
-            PortKind::Vif { chassis } => chassis.clone(),
+            PortKind::Vif { chassis } | PortKind::ChassisRedirect { chassis } => chassis.clone(),
             _ => None,
         };
         let peer = match kind {

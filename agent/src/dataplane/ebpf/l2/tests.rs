@@ -1217,3 +1217,127 @@ fn a_switch_names_the_router_its_broadcast_arp_reaches() {
     state.flush(&mut maps).unwrap();
     assert!(maps.switch_routers().is_empty());
 }
+
+/// Router 9's gateway port "lr-ls" (on switch `DP`, by its port "ls-lr") with chassisredirect
+/// port "cr-lr-ls" (key 3), bound to `chassis`; the router's other port "lr-pods" (key 4,
+/// 10.1.0.1) faces the pods' switch 6.
+fn gateway_router(chassis: Option<&str>) -> Vec<IrEntry> {
+    let mut entries = router_patches(9).to_vec();
+    entries.extend([
+        patch(6, 1, "pods-lr", "lr-pods", "router"),
+        patch(9, 4, "lr-pods", "pods-lr", "0a:58:63:5f:04:bb 10.1.0.1/24"),
+        IrEntry::Port {
+            datapath: 9,
+            key: 3,
+            name: "cr-lr-ls".into(),
+            kind: PortKind::ChassisRedirect {
+                chassis: chassis.map(str::to_string),
+            },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        },
+        IrEntry::ArpForRouterIp {
+            datapath: DP,
+            ip: Ipv4Addr::new(10, 0, 1, 1),
+            router_port: "ls-lr".into(),
+            group: None,
+        },
+    ]);
+    entries
+}
+
+/// A gateway port is carried where its chassisredirect port is active: on another chassis,
+/// its routes are tunnelled there (the chassis's endpoint, the port's key, the router ports
+/// packets enter by); here, they go on to the switch, what others tunnel to the port leaves by
+/// that switch, the provider network's frames to its MAC enter the router and its address is
+/// answered to the provider network; fenced by centralized NAT, or unbound, nothing.
+#[test]
+fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
+    use ovnbpf_common::{
+        FIB_ROUTER_GATEWAY, GatewayEgress, GatewayRedirect,
+        maps::{GatewayEgressMap, GatewayInports, GatewayRedirects},
+    };
+    const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
+    let gateway = IrEntry::GatewayPort {
+        datapath: 9,
+        port: "lr-ls".into(),
+        redirect: "cr-lr-ls".into(),
+    };
+    let fence = IrEntry::CentralizedNat {
+        datapath: 9,
+        redirect: "cr-lr-ls".into(),
+    };
+    let ip = |address: Ipv4Addr| u32::from_ne_bytes(address.octets());
+    let inports =
+        |maps: &Recorder| -> HashMap<u32, u32> { maps.table_by::<GatewayInports, _>(|key| key.ip) };
+    let answer_flags = |maps: &Recorder| maps.arp()[&(DP, ip(Ipv4Addr::new(10, 0, 1, 1)))].flags;
+    let mut state = L2State::new("node1");
+    let mut entries = gateway_router(Some("node2"));
+    entries.extend([encap("node2", NODE2), gateway.clone()]);
+    state.apply(&added(entries));
+    let mut maps = Recorder::default();
+    state.flush(&mut maps).unwrap();
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&9],
+        GatewayRedirect {
+            remote_ip: ip(NODE2),
+            port: 3,
+            switch: DP,
+            reserved: 0,
+        }
+    );
+    assert_eq!(
+        inports(&maps),
+        HashMap::from([
+            (ip(Ipv4Addr::new(10, 1, 0, 1)), 4),
+            (ip(Ipv4Addr::new(10, 0, 1, 1)), 1)
+        ])
+    );
+    assert!(maps.table::<GatewayEgressMap>().is_empty());
+    assert!(!maps.fib().contains_key(&(DP, ROUTER_MAC)));
+    assert_eq!(answer_flags(&maps), ARP_ANSWER_ROUTER);
+
+    // Elected here.
+    state.apply(&IrDiff {
+        added: gateway_router(Some("node1")).split_off(4),
+        removed: gateway_router(Some("node2")).split_off(4),
+    });
+    state.flush(&mut maps).unwrap();
+    assert_eq!(maps.table::<GatewayRedirects>()[&9].remote_ip, 0);
+    assert!(inports(&maps).is_empty());
+    assert_eq!(
+        maps.table_by::<GatewayEgressMap, _>(|key| (key.datapath, key.port))[&(9, 3)],
+        GatewayEgress {
+            switch: DP,
+            switch_port: 2,
+        }
+    );
+    let fib = maps.fib()[&(DP, ROUTER_MAC)];
+    assert_eq!(
+        (fib.kind, fib.ifindex, fib.flags, fib.remote_ip, fib.port),
+        (
+            FIB_ROUTER,
+            9,
+            FIB_ROUTER_GATEWAY,
+            ip(Ipv4Addr::new(10, 0, 1, 1)),
+            2
+        )
+    );
+    assert_eq!(answer_flags(&maps), ARP_ANSWER_ROUTER | ARP_ANSWER_PROVIDER);
+
+    // Centralized NAT fences it: nothing of the gateway stays.
+    state.apply(&added(vec![fence.clone()]));
+    state.flush(&mut maps).unwrap();
+    assert!(maps.table::<GatewayRedirects>().is_empty());
+    assert!(maps.table::<GatewayEgressMap>().is_empty());
+    assert!(!maps.fib().contains_key(&(DP, ROUTER_MAC)));
+    assert_eq!(answer_flags(&maps), ARP_ANSWER_ROUTER);
+
+    // Unfenced but bound nowhere: nothing either.
+    state.apply(&IrDiff {
+        added: gateway_router(None).split_off(4),
+        removed: [gateway_router(Some("node1")).split_off(4), vec![fence]].concat(),
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.table::<GatewayRedirects>().is_empty() && inports(&maps).is_empty());
+}

@@ -1,0 +1,347 @@
+//! The gateway family of the L2 maps: a router's distributed gateway port
+//! ([`IrEntry::GatewayPort`](crate::pipeline::ir::IrEntry::GatewayPort), a router port with a
+//! chassisredirect companion) as this chassis carries it, by where the companion is active
+//! (its Port_Binding's chassis, which the daemon's election claims here):
+//! - here (this chassis is the active gateway): routes out of the port go on to the switch
+//!   behind it (`GATEWAY_REDIRECTS` with no endpoint); what other chassis tunnel to the
+//!   companion leaves by that switch (`GATEWAY_EGRESS`); the provider network's frames to the
+//!   port's MAC enter the router (the FIB entry OVN's resident `ls_in_l2_lkup` flow gives, with
+//!   `FIB_ROUTER_GATEWAY`), and its ARP for the port's address is answered
+//!   (`ARP_ANSWER_PROVIDER`, the resident `lr_in_ip_input` answer);
+//! - on another chassis: routes out of the port are tunnelled there (`GATEWAY_REDIRECTS` with
+//!   its endpoint), from the router port a packet entered by (`GATEWAY_INPORTS`);
+//! - nowhere, or the router has centralized NAT on the port
+//!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat), which the
+//!   datapath does not carry): no entry, and the routes' packets are dropped as
+//!   `gateway_unsupported`, never forwarded un-NATed.
+//!
+//! A router with several gateway ports is carried for the first (by name). Owns the desired
+//! values of the three gateway maps and the state behind them; the FIB entry and the answer's
+//! flag are computed here for the FIB and responder families. Reads
+//! [`Physical`](super::super::physical::Physical) for where ports are.
+
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    net::{IpAddr, Ipv4Addr},
+};
+
+use ovnbpf_common::{
+    ARP_ANSWER_PROVIDER, FIB_ROUTER, FIB_ROUTER_GATEWAY, FibEntry, GatewayEgress, GatewayRedirect,
+    NeighbourKey, TunnelPortKey,
+    maps::{GatewayEgressMap, GatewayInports, GatewayRedirects},
+};
+
+use super::{
+    super::{
+        EbpfError, Maps,
+        physical::Residence,
+        tables::{Table, TableKey, flush_from},
+    },
+    L2State,
+    arp::AnswerKey,
+};
+use crate::pipeline::ir::Mac;
+
+impl TableKey<GatewayRedirects> for u32 {
+    fn slot(&self) -> u32 {
+        *self
+    }
+}
+
+impl TableKey<GatewayInports> for (u32, Ipv4Addr) {
+    fn slot(&self) -> NeighbourKey {
+        NeighbourKey {
+            datapath: self.0,
+            ip: u32::from_ne_bytes(self.1.octets()),
+        }
+    }
+}
+
+impl TableKey<GatewayEgressMap> for TunnelPortKey {
+    fn slot(&self) -> TunnelPortKey {
+        *self
+    }
+}
+
+/// The keys one router's gateway decides, besides its redirect: so that they are marked again
+/// when it changes.
+#[derive(Debug, Default, Clone)]
+struct GatewayKeys {
+    inports: Vec<(u32, Ipv4Addr)>,
+    egress: Option<TunnelPortKey>,
+    fib: Option<(u32, Mac)>,
+    answer: Option<AnswerKey>,
+}
+
+/// The gateway ports, the fences, their keys and what is installed.
+#[derive(Debug, Default)]
+pub(super) struct GatewayState {
+    /// Router → its (gateway port, chassisredirect port) pairs.
+    by_router: HashMap<u32, BTreeSet<(String, String)>>,
+    /// (router, chassisredirect port) pairs with centralized NAT.
+    centralized_nat: HashSet<(u32, String)>,
+    keys: HashMap<u32, GatewayKeys>,
+    /// The FIB and answer keys back to their router.
+    fib_keys: HashMap<(u32, Mac), u32>,
+    answer_keys: HashMap<AnswerKey, u32>,
+    redirects: Table<GatewayRedirects, u32>,
+    inports: Table<GatewayInports, (u32, Ipv4Addr)>,
+    egress: Table<GatewayEgressMap, TunnelPortKey>,
+}
+
+impl GatewayState {
+    pub(super) fn pending(&self) -> usize {
+        self.redirects.pending() + self.inports.pending() + self.egress.pending()
+    }
+}
+
+/// The gateway a router is carried for, as this chassis sees it now.
+struct Gateway<'a> {
+    port: &'a str,
+    redirect: &'a str,
+    /// The switch behind the port and the key of its port to the router.
+    switch: u32,
+    switch_port: u32,
+    residence: Residence,
+}
+
+impl L2State {
+    /// Takes in (or out) gateway port `port` of router `router` with chassisredirect port
+    /// `redirect`.
+    pub(super) fn take_gateway_port(
+        &mut self,
+        router: u32,
+        port: &str,
+        redirect: &str,
+        added: bool,
+    ) {
+        let pair = (port.to_string(), redirect.to_string());
+        if added {
+            self.gateway
+                .by_router
+                .entry(router)
+                .or_default()
+                .insert(pair);
+        } else if let Some(pairs) = self.gateway.by_router.get_mut(&router) {
+            pairs.remove(&pair);
+            if pairs.is_empty() {
+                self.gateway.by_router.remove(&router);
+            }
+        }
+        self.mark_gateway(router);
+    }
+
+    /// Takes in (or out) the fence of router `router`'s gateway `redirect` (centralized NAT).
+    pub(super) fn take_centralized_nat(&mut self, router: u32, redirect: &str, added: bool) {
+        let key = (router, redirect.to_string());
+        if added {
+            self.gateway.centralized_nat.insert(key);
+        } else {
+            self.gateway.centralized_nat.remove(&key);
+        }
+        self.mark_gateway(router);
+    }
+
+    /// Marks the gateway slots of the routers `port` can matter to: its own router's, and
+    /// (a switch's router port) its peer's router's.
+    pub(super) fn mark_gateway_of_port(&mut self, port: &str) {
+        let Some(binding) = self.physical.binding(port) else {
+            return;
+        };
+        let peer_router = binding
+            .peer
+            .as_deref()
+            .and_then(|peer| self.physical.binding(peer))
+            .map(|peer| peer.datapath);
+        let routers: Vec<u32> = std::iter::once(binding.datapath)
+            .chain(peer_router)
+            .filter(|router| self.gateway.by_router.contains_key(router))
+            .collect();
+        routers
+            .into_iter()
+            .for_each(|router| self.mark_gateway(router));
+    }
+
+    /// Marks every slot router `router`'s gateway decides: those it had, and those it has now.
+    fn mark_gateway(&mut self, router: u32) {
+        self.gateway.redirects.mark(router);
+        if let Some(old) = self.gateway.keys.remove(&router) {
+            old.inports
+                .iter()
+                .for_each(|key| self.gateway.inports.mark(*key));
+            if let Some(key) = old.egress {
+                self.gateway.egress.mark(key);
+            }
+            if let Some(key) = old.fib {
+                self.gateway.fib_keys.remove(&key);
+                self.fib_table.mark(key);
+            }
+            if let Some(key) = old.answer {
+                self.gateway.answer_keys.remove(&key);
+                self.mark_answer(key);
+            }
+        }
+        let Some(keys) = self.gateway_keys(router) else {
+            return;
+        };
+        keys.inports
+            .iter()
+            .for_each(|key| self.gateway.inports.mark(*key));
+        if let Some(key) = keys.egress {
+            self.gateway.egress.mark(key);
+        }
+        if let Some(key) = keys.fib {
+            self.gateway.fib_keys.insert(key, router);
+            self.fib_table.mark(key);
+        }
+        if let Some(key) = keys.answer {
+            self.gateway.answer_keys.insert(key, router);
+            self.mark_answer(key);
+        }
+        self.gateway.keys.insert(router, keys);
+    }
+
+    /// The keys router `router`'s first gateway port names, whatever its residence.
+    fn gateway_keys(&self, router: u32) -> Option<GatewayKeys> {
+        let (port, redirect) = self.gateway.by_router.get(&router)?.first()?;
+        let inports = self
+            .patch_ports
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.physical.binding(name)?.address)
+            .map(|ip| (router, ip))
+            .collect();
+        let egress = self.ports.get(redirect).map(|info| TunnelPortKey {
+            datapath: router,
+            port: info.key,
+        });
+        let switch = self.gateway_switch(port);
+        let fib = switch.zip(self.ports.get(port).and_then(|info| info.mac));
+        let answer = switch.zip(self.physical.binding(port).and_then(|b| b.address));
+        Some(GatewayKeys {
+            inports,
+            egress,
+            fib,
+            answer: answer.map(|(switch, ip)| (switch, IpAddr::V4(ip))),
+        })
+    }
+
+    /// Router `router`'s gateway as carried here: `None` when it has none, it is fenced, or
+    /// its chassisredirect port is active nowhere this chassis can reach.
+    fn carried_gateway(&self, router: u32) -> Option<Gateway<'_>> {
+        let (port, redirect) = self.gateway.by_router.get(&router)?.first()?;
+        if self
+            .gateway
+            .centralized_nat
+            .contains(&(router, redirect.clone()))
+        {
+            return None;
+        }
+        let switch_side = self.physical.binding(port)?.peer.as_deref()?;
+        Some(Gateway {
+            port,
+            redirect,
+            switch: self.physical.binding(switch_side)?.datapath,
+            switch_port: self.ports.get(switch_side)?.key,
+            residence: self.physical.residence(redirect)?,
+        })
+    }
+
+    fn desired_redirect(&self, router: u32) -> Option<GatewayRedirect> {
+        let gateway = self.carried_gateway(router)?;
+        Some(GatewayRedirect {
+            remote_ip: match gateway.residence {
+                Residence::Here => 0,
+                Residence::Remote(endpoint) => endpoint,
+            },
+            port: self.ports.get(gateway.redirect)?.key,
+            switch: gateway.switch,
+            reserved: 0,
+        })
+    }
+
+    fn desired_inport(&self, (router, ip): (u32, Ipv4Addr)) -> Option<u32> {
+        let gateway = self.carried_gateway(router)?;
+        if gateway.residence == Residence::Here {
+            return None;
+        }
+        let port = self.patch_ports.get(&router)?.iter().find(|name| {
+            self.physical
+                .binding(name)
+                .is_some_and(|binding| binding.address == Some(ip))
+        })?;
+        Some(self.ports.get(port)?.key)
+    }
+
+    fn desired_egress(&self, key: TunnelPortKey) -> Option<GatewayEgress> {
+        let gateway = self.carried_gateway(key.datapath)?;
+        let here = gateway.residence == Residence::Here
+            && self.ports.get(gateway.redirect)?.key == key.port;
+        here.then_some(GatewayEgress {
+            switch: gateway.switch,
+            switch_port: gateway.switch_port,
+        })
+    }
+
+    /// The FIB entry for `mac` on `switch` when it is the MAC of a gateway port active here:
+    /// to the router, admitted from the provider network.
+    pub(super) fn gateway_fib(&self, switch: u32, mac: Mac) -> Option<FibEntry> {
+        let router = *self.gateway.fib_keys.get(&(switch, mac))?;
+        let gateway = self.carried_gateway(router)?;
+        (gateway.residence == Residence::Here && gateway.switch == switch).then(|| FibEntry {
+            kind: FIB_ROUTER,
+            ifindex: router,
+            flags: FIB_ROUTER_GATEWAY,
+            remote_ip: self
+                .physical
+                .binding(gateway.port)
+                .and_then(|binding| binding.address)
+                .map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
+            port: gateway.switch_port,
+        })
+    }
+
+    /// The responder's extra flags for `key`: [`ARP_ANSWER_PROVIDER`] for a gateway port's
+    /// address active here (requests from the provider network are answered too).
+    pub(super) fn gateway_answer_flags(&self, key: AnswerKey) -> u8 {
+        let Some(router) = self.gateway.answer_keys.get(&key) else {
+            return 0;
+        };
+        match self.carried_gateway(*router) {
+            Some(gateway) if gateway.residence == Residence::Here => ARP_ANSWER_PROVIDER,
+            _ => 0,
+        }
+    }
+
+    /// Writes the marked gateway entries; returns the writes made.
+    pub(super) fn flush_gateways(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        // Where the tunnelled frames go before the redirects that send them.
+        let mut writes = flush_from(
+            self,
+            maps,
+            |s| &mut s.gateway.egress,
+            |s, key| s.desired_egress(*key),
+        )?;
+        writes += flush_from(
+            self,
+            maps,
+            |s| &mut s.gateway.inports,
+            |s, key| s.desired_inport(*key),
+        )?;
+        Ok(writes
+            + flush_from(
+                self,
+                maps,
+                |s| &mut s.gateway.redirects,
+                |s, key| s.desired_redirect(*key),
+            )?)
+    }
+
+    /// Removes the gateway entries this state did not install; returns how many went.
+    pub(super) fn sweep_gateways(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
+        Ok(self.gateway.redirects.sweep(maps)?
+            + self.gateway.inports.sweep(maps)?
+            + self.gateway.egress.sweep(maps)?)
+    }
+}
