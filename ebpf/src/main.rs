@@ -40,6 +40,7 @@ mod reject;
 mod router;
 mod router6;
 mod router_advert;
+mod snat;
 mod socket_lb;
 mod stages;
 mod switching;
@@ -178,6 +179,16 @@ pub fn lb(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn route6(ctx: TcContext) -> i32 {
     match router6::stage(&ctx) {
+        Ok(verdict) => verdict,
+        Err(reason) => drop_frame(&ctx, reason),
+    }
+}
+
+/// The active gateway chassis's NAT stage, tail-called by the router stage, `from_uplink` and
+/// `from_provider` (see [`snat`]); attached to no interface.
+#[classifier]
+pub fn gateway_nat(ctx: TcContext) -> i32 {
+    match snat::stage(&ctx) {
         Ok(verdict) => verdict,
         Err(reason) => drop_frame(&ctx, reason),
     }

@@ -18,9 +18,9 @@ use ovnbpf_common::maps::{
     NdResponder, NeighbourEvents, Neighbours, Neighbours6, PodPorts, PoliciesByDestination,
     PoliciesBySource, PolicyPairs, PortSecurity6Map, PortSecurityMap, ProviderNetworks,
     RemoteEncaps, RouteTables, RouterAddresses, RouterAddresses6, RouterAdverts, RouterReplies,
-    Routers, Routes, Routes6, SockLbClients, SockLbCounters, SockLbReverseMap, SourceRoutes,
-    SourceRoutes6, Stages, SwitchRouters, TimeExceeded6, TunnelConfigMap, TunnelPorts,
-    kind::MapKind, same_name,
+    Routers, Routes, Routes6, SnatReverse, SnatRules, SnatSessions, SockLbClients, SockLbCounters,
+    SockLbReverseMap, SourceRoutes, SourceRoutes6, Stages, SwitchRouters, TimeExceeded6,
+    TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
@@ -102,6 +102,9 @@ kernel_map!(NAT_BY_EXTERNAL: HashMap = NatByExternal);
 kernel_map!(GATEWAY_REDIRECTS: HashMap = GatewayRedirects);
 kernel_map!(GATEWAY_INPORTS: HashMap = GatewayInports);
 kernel_map!(GATEWAY_EGRESS: HashMap = GatewayEgressMap);
+kernel_map!(SNAT_RULES: LpmTrie = SnatRules);
+kernel_map!(SNAT_SESSIONS: LruHashMap = SnatSessions);
+kernel_map!(SNAT_REVERSE: LruHashMap = SnatReverse);
 kernel_map!(SWITCH_ROUTERS: HashMap = SwitchRouters);
 kernel_map!(LOCALNETS: HashMap = Localnets);
 kernel_map!(PROVIDER_NETWORKS: HashMap = ProviderNetworks);

@@ -16,7 +16,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FibEntry, NeighbourKey,
+    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry, NeighbourKey,
     ROUTER_REQUEST_MAGIC, RouterRequest, drop_reason,
 };
 
@@ -208,7 +208,14 @@ pub fn from_provider_to_router(
     let reason = if crate::acl::unchecked(switch, ovnbpf_common::acl::UNCHECKED_INGRESS) {
         drop_reason::ACL_FAIL_CLOSED
     } else {
-        match enter_router(ctx, &ip, pod, (router, entry.remote_ip), (ifindex, vlan)) {
+        let snat = entry.flags & FIB_ROUTER_SNAT != 0;
+        match enter_router(
+            ctx,
+            &ip,
+            pod,
+            (router, entry.remote_ip, snat),
+            (ifindex, vlan),
+        ) {
             Ok(reason) | Err(reason) => reason,
         }
     };
@@ -222,7 +229,7 @@ fn enter_router(
     ctx: &TcContext,
     ip: &Ipv4Header,
     pod: u32,
-    (router, router_ip): (u32, u32),
+    (router, router_ip, snat): (u32, u32, bool),
     (ifindex, vlan): (u32, u32),
 ) -> Result<DropReason, DropReason> {
     if ip.version_ihl != 0x45 {
@@ -247,10 +254,15 @@ fn enter_router(
     translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
     // The router's own answers (an echo reply from the gateway port) go back out of the
     // provider NIC, when untagged (the tag is gone by then).
+    let ifindex = if vlan == 0 { ifindex } else { 0 };
+    if snat {
+        // The active gateway's centralized SNAT first: replies get their pod back.
+        return Ok(crate::snat::request_in(ctx, router, router_ip, ifindex));
+    }
     let request = RouterRequest {
         router,
         router_ip,
-        ifindex: if vlan == 0 { ifindex } else { 0 },
+        ifindex,
         magic: ROUTER_REQUEST_MAGIC,
     };
     Ok(crate::router::request(ctx, &request))

@@ -213,7 +213,7 @@ pub fn decapsulate(ctx: &TcContext) -> Decision {
             Decision::Drop(drop_reason::ACL_FAIL_CLOSED)
         }
         (None, Some(group)) => Decision::Redirected(flood::deliver_to_members(ctx, &group, 0)),
-        (None, None) => match crate::gateway::egress(ctx, key, &inner) {
+        (None, None) => match crate::gateway::egress(ctx, key) {
             Ok(verdict) => Decision::Redirected(verdict),
             Err(reason) => Decision::Drop(reason),
         },

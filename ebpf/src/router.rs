@@ -30,12 +30,13 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    EcmpKey, FIB_REMOTE, FibEntry, FibKey, FloodRequest, GatewayRedirect, MAX_PAIR_POLICIES,
-    MAX_ROUTER_HOPS, NatTarget, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE, PairPolicyKey,
-    PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_GATEWAY, ROUTE_TO_ROUTER, ROUTE_TO_SWITCH,
-    ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO, ROUTER_ARP_REQUESTS, ROUTER_FORWARDS,
-    ROUTER_POLICIES, ROUTER_REQUEST_MAGIC, ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry,
-    RouteKey, RouterRequest, drop_reason, ecmp, route_key_datapath, router_reply, stage as slot,
+    EcmpKey, FIB_REMOTE, FibEntry, FibKey, FloodRequest, GATEWAY_SNAT, GatewayRedirect,
+    MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NatTarget, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE,
+    PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_GATEWAY, ROUTE_GATEWAY_SNAT,
+    ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO,
+    ROUTER_ARP_REQUESTS, ROUTER_FORWARDS, ROUTER_POLICIES, ROUTER_REQUEST_MAGIC,
+    ROUTER_ROUTE_TABLES, ROUTER_SOURCE_ROUTES, RouteEntry, RouteKey, RouterRequest, drop_reason,
+    ecmp, route_key_datapath, router_reply, stage as slot,
 };
 
 use crate::csum;
@@ -573,7 +574,11 @@ fn lookup(
             };
             let mut route = route;
             if gateway.remote_ip == 0 {
-                route.kind = ROUTE_TO_SWITCH;
+                route.kind = if gateway.flags & GATEWAY_SNAT != 0 {
+                    ROUTE_GATEWAY_SNAT
+                } else {
+                    ROUTE_TO_SWITCH
+                };
             } else {
                 let entered = NeighbourKey {
                     datapath,
@@ -749,6 +754,15 @@ fn route(
             .ok_or(drop_reason::ROUTED_UNKNOWN_DESTINATION)?),
     };
     rewrite(ctx, &ip, mac, route.source_mac, hops)?;
+    // The active gateway's centralized SNAT, in a stage of its own.
+    if route.kind == ROUTE_GATEWAY_SNAT {
+        return Err(crate::snat::request_out(
+            ctx,
+            last_router,
+            route.next_datapath,
+            route.ingress_port,
+        ));
+    }
     if let Some(target) = &nat {
         let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
         crate::nat::translate(

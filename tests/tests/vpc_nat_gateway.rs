@@ -319,37 +319,8 @@ fn peer_of_connection_through_fip(pod: &Pod, external: &Netns, fip: Ipv4Addr) ->
         .run_in(|| Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, FIP_TCP_PORT))?))
         .ok()?;
     listener.set_nonblocking(true).ok()?;
-    let accepting = std::thread::spawn(move || -> Option<Ipv4Addr> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        let (mut stream, peer) = loop {
-            match listener.accept() {
-                Ok(accepted) => break accepted,
-                Err(_) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(_) => return None,
-            }
-        };
-        stream.set_nonblocking(false).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).ok()?;
-        stream.write_all(&byte).ok()?;
-        match peer.ip() {
-            std::net::IpAddr::V4(address) => Some(address),
-            std::net::IpAddr::V6(_) => None,
-        }
-    });
-    let target = SocketAddr::from((fip, FIP_TCP_PORT));
-    let exchanged = external
-        .run_in(|| Ok(TcpStream::connect_timeout(&target, Duration::from_secs(3))?))
-        .and_then(|mut stream| {
-            stream.set_read_timeout(Some(Duration::from_secs(3)))?;
-            stream.write_all(b"x")?;
-            let mut echoed = [0u8; 1];
-            stream.read_exact(&mut echoed)?;
-            Ok(())
-        });
+    let accepting = std::thread::spawn(move || echo_one_byte(&listener));
+    let exchanged = exchange_one_byte(external, SocketAddr::from((fip, FIP_TCP_PORT)));
     let peer = accepting.join().ok()?;
     exchanged.ok()?;
     peer
@@ -626,8 +597,10 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
 /// other node tunnels it there over Geneve, to the chassisredirect port), with the pod's own
 /// address; the external host reaches the pods back through the gateway port, whose address
 /// only the gateway chassis answers ARP for. Moving the gateway to the other node moves the
-/// claim, and a running flow follows. A centralized NAT rule, which the datapath does not
-/// carry, fences the gateway: its traffic is dropped and counted, never sent un-NATed.
+/// claim, and a running flow follows. A centralized SNAT rule translates on the gateway
+/// chassis, the running flow moving to it and back off it when it goes; a centralized FIP,
+/// which the datapath does not carry yet, fences the gateway: its traffic is dropped and
+/// counted, never sent un-NATed.
 const GATEWAY_PODS: [PodPlan; 2] = [
     ("g1", "subnet-g1", 0, Ipv4Addr::new(10, 70, 1, 2)),
     ("g2", "subnet-g1", 1, Ipv4Addr::new(10, 70, 1, 3)),
@@ -636,7 +609,7 @@ const GATEWAY_PODS: [PodPlan; 2] = [
 const GATEWAY_PORT_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 10);
 
 #[test]
-fn ovn_native_gateway_chassis_carries_a_vpcs_routed_external_traffic() {
+fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
@@ -801,8 +774,74 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_routed_external_traffic() {
         logs()
     );
 
-    // Centralized NAT (Kube-OVN's `OvnSnatRule`), which the datapath does not carry: the
-    // gateway's traffic is dropped and counted on the sender's node, not sent un-NATed.
+    // Centralized SNAT (Kube-OVN's `OvnSnatRule` on its own EIP), on the gateway chassis
+    // (node2 now): the running flow leaves from the EIP from its next datagram on (g1, off the
+    // gateway: tunnelled to it, translated there), and so do g2's pings and a TCP connection
+    // (g2, on the gateway); the external network asks for the EIP, which the gateway answers.
+    lab.nbctl(&[
+        "lr-nat-add",
+        "vpc-gw",
+        "snat",
+        &SNAT_EIP.to_string(),
+        "10.70.1.0/24",
+    ])
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask() == Some(SNAT_EIP)),
+        "g1's running flow does not leave from the SNAT EIP{}",
+        logs()
+    );
+    assert_eq!(
+        source_seen_from(g2),
+        Some(SNAT_EIP),
+        "g2 → out under SNAT{}",
+        logs()
+    );
+    assert_eq!(
+        g1.ping(EXTERNAL_HOST, 3).unwrap(),
+        3,
+        "g1 pings out under SNAT{}",
+        logs()
+    );
+    assert_eq!(
+        g2.ping(EXTERNAL_HOST, 3).unwrap(),
+        3,
+        "g2 pings out under SNAT{}",
+        logs()
+    );
+    assert_eq!(
+        tcp_peer_seen_outside(g2, external.netns()),
+        Some(SNAT_EIP),
+        "g2's TCP connection out under SNAT{}",
+        logs()
+    );
+    assert_eq!(
+        tcp_peer_seen_outside(g1, external.netns()),
+        Some(SNAT_EIP),
+        "g1's TCP connection out under SNAT{}",
+        logs()
+    );
+    let neighbour = external
+        .netns()
+        .ip(&["neigh", "show", &SNAT_EIP.to_string()])
+        .unwrap();
+    assert!(
+        neighbour.contains(&ovnbpf_tests::kubeovn::mac_for("vpc-gw-external")),
+        "the SNAT EIP is at the gateway port's MAC: {neighbour}"
+    );
+    // The rule goes: the running flow leaves from g1's own address again, at once.
+    lab.nbctl(&["lr-nat-del", "vpc-gw", "snat", "10.70.1.0/24"])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask()
+            == Some(GATEWAY_PODS[0].3)),
+        "g1's running flow does not leave untranslated once the rule is gone{}",
+        logs()
+    );
+
+    // Centralized NAT the datapath does not carry yet (a centralized FIP, Kube-OVN's `OvnFip`
+    // without the pod's MAC): the gateway's traffic is dropped and counted on the sender's
+    // node, not sent un-NATed.
     let gateway_drops = |node: usize| {
         agents.counters(nodes, node)["drops"]["gateway_unsupported"]
             .as_u64()
@@ -811,23 +850,78 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_routed_external_traffic() {
     lab.nbctl(&[
         "lr-nat-add",
         "vpc-gw",
-        "snat",
-        &GATEWAY_PORT_IP.to_string(),
-        "10.70.1.0/24",
+        "dnat_and_snat",
+        "172.30.0.101",
+        &GATEWAY_PODS[1].3.to_string(),
     ])
     .unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || running.ask().is_none()),
-        "the gateway still carries g1's flow under a centralized SNAT rule{}",
+        "the gateway still carries g1's flow under a centralized FIP{}",
         logs()
     );
     let before = gateway_drops(0);
-    assert_eq!(g1.ping(EXTERNAL_HOST, 2).unwrap(), 0, "g1 → out under SNAT");
+    assert_eq!(
+        g1.ping(EXTERNAL_HOST, 2).unwrap(),
+        0,
+        "g1 → out under a centralized FIP"
+    );
     assert!(
         gateway_drops(0) >= before + 2,
         "not counted as gateway_unsupported{}",
         logs()
     );
+}
+
+/// The address the external host sees a TCP connection from `pod` come from (a byte each
+/// way on port [`FIP_TCP_PORT`] of the external host).
+fn tcp_peer_seen_outside(pod: &Pod, external: &Netns) -> Option<Ipv4Addr> {
+    let listener = external
+        .run_in(|| Ok(TcpListener::bind((EXTERNAL_HOST, FIP_TCP_PORT))?))
+        .ok()?;
+    listener.set_nonblocking(true).ok()?;
+    let accepting = std::thread::spawn(move || echo_one_byte(&listener));
+    let exchanged = exchange_one_byte(pod.netns(), SocketAddr::from((EXTERNAL_HOST, FIP_TCP_PORT)));
+    let peer = accepting.join().ok()?;
+    exchanged.ok()?;
+    peer
+}
+
+/// Accepts one connection on `listener` (non-blocking; 5 s), echoes one byte on it and
+/// returns the peer's address.
+fn echo_one_byte(listener: &TcpListener) -> Option<Ipv4Addr> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (mut stream, peer) = loop {
+        match listener.accept() {
+            Ok(accepted) => break accepted,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => return None,
+        }
+    };
+    stream.set_nonblocking(false).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    let mut byte = [0u8; 1];
+    stream.read_exact(&mut byte).ok()?;
+    stream.write_all(&byte).ok()?;
+    match peer.ip() {
+        std::net::IpAddr::V4(address) => Some(address),
+        std::net::IpAddr::V6(_) => None,
+    }
+}
+
+/// Connects from `netns` to `target` and has one byte echoed.
+fn exchange_one_byte(netns: &Netns, target: SocketAddr) -> std::io::Result<()> {
+    netns
+        .run_in(|| Ok(TcpStream::connect_timeout(&target, Duration::from_secs(3))?))
+        .map_err(std::io::Error::other)
+        .and_then(|mut stream| {
+            stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+            stream.write_all(b"x")?;
+            let mut echoed = [0u8; 1];
+            stream.read_exact(&mut echoed)
+        })
 }
 
 /// Packets `node`'s provider NIC `eth1` has sent.

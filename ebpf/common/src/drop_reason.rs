@@ -113,7 +113,10 @@ pub const TUNNEL_ENDPOINT_UNKNOWN: DropReason = DropReason(35);
 pub const GATEWAY_UNSUPPORTED: DropReason = DropReason(36);
 /// The kernel refused to rewrite an address of a packet a distributed NAT rule translates.
 pub const NAT_FAILED: DropReason = DropReason(37);
-pub const COUNT: u32 = 38;
+/// A packet a centralized SNAT rule covers that the gateway cannot translate: not TCP, UDP or
+/// an ICMP echo, a later fragment, IPv4 options, or no free port for it.
+pub const SNAT_UNSUPPORTED: DropReason = DropReason(38);
+pub const COUNT: u32 = 39;
 /// Entries of `DROP_COUNTERS`: room for reasons added later without a layout change.
 pub const CAPACITY: u32 = 64;
 const _: () = assert!(COUNT <= CAPACITY);
@@ -157,4 +160,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "tunnel_endpoint_unknown",
     "gateway_unsupported",
     "nat_failed",
+    "snat_unsupported",
 ];

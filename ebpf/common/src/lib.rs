@@ -17,10 +17,10 @@ pub mod lb;
 pub mod program;
 pub mod stage;
 pub use stage::{
-    ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, IPV6_REQUEST_MAGIC,
-    Ipv6Request, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC, ROUTER_ADVERT_REQUEST_MAGIC,
-    ROUTER_ANSWER6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC, RouterRequest,
-    TIME_EXCEEDED6_REQUEST_MAGIC,
+    ACL_REQUEST_MAGIC, AclRequest, FLOOD_REQUEST_MAGIC, FloodRequest, GatewayRequest,
+    IPV6_REQUEST_MAGIC, Ipv6Request, ROUTE6_REQUEST_MAGIC, ROUTED6_REQUEST_MAGIC,
+    ROUTER_ADVERT_REQUEST_MAGIC, ROUTER_ANSWER6_REQUEST_MAGIC, ROUTER_REQUEST_MAGIC, RouterRequest,
+    SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, TIME_EXCEEDED6_REQUEST_MAGIC,
 };
 
 pub mod maps;
@@ -373,6 +373,10 @@ pub const ROUTE_DISCARD: u8 = 4;
 /// [`map::GATEWAY_REDIRECTS`] says (on to the switch here, or tunnelled to the gateway
 /// chassis), else it is dropped as [`drop_reason::GATEWAY_UNSUPPORTED`].
 pub const ROUTE_GATEWAY: u8 = 5;
+/// [`RouteEntry::kind`] the router stage gives a [`ROUTE_GATEWAY`] route whose gateway is active
+/// here with centralized SNAT rules: routed onto the switch as [`ROUTE_TO_SWITCH`], then
+/// through the gateway NAT stage before it leaves (never written to a map).
+pub const ROUTE_GATEWAY_SNAT: u8 = 6;
 
 /// A member of an ECMP group of a router: the route the packet takes when
 /// [`ecmp::member_index`] chose `index`.
@@ -649,8 +653,14 @@ pub struct GatewayRedirect {
     pub remote_ip: u32,
     pub port: u32,
     pub switch: u32,
-    pub reserved: u32,
+    /// [`GATEWAY_SNAT`].
+    pub flags: u32,
 }
+
+/// Flag of [`GatewayRedirect::flags`] and [`GatewayEgress::flags`]: the router has centralized
+/// SNAT rules ([`map::SNAT_RULES`]) this chassis, the active gateway, applies on the way out
+/// (the gateway NAT stage).
+pub const GATEWAY_SNAT: u32 = 1;
 
 /// What the active gateway chassis does with a frame another chassis tunnelled to a
 /// chassisredirect port ([`map::GATEWAY_EGRESS`], keyed by the router's VNI and that port's
@@ -662,7 +672,59 @@ pub struct GatewayRedirect {
 pub struct GatewayEgress {
     pub switch: u32,
     pub switch_port: u32,
+    /// [`GATEWAY_SNAT`].
+    pub flags: u32,
+    pub reserved: u32,
 }
+
+/// A centralized SNAT rule (`snat` on a router with a gateway port: Kube-OVN's `OvnSnatRule`),
+/// the value of [`map::SNAT_RULES`] (keyed as routes are, by router and source prefix: the
+/// longest prefix wins, as northd's priorities say): what leaves the gateway port from the
+/// prefix leaves from `external` (network byte order), one port per connection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnatRule {
+    pub external: u32,
+}
+
+/// One side of a centralized SNAT connection ([`map::SNAT_SESSIONS`] from inside,
+/// [`map::SNAT_REVERSE`] from outside): router `router`'s connection of `protocol` between
+/// `local` (a pod's address and port, or the external address and the port it was given) and
+/// `remote`. ICMP echo is keyed by its identifier as the local port, the remote port 0.
+/// Addresses in network byte order, ports in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatKey {
+    pub router: u32,
+    pub local_ip: u32,
+    pub remote_ip: u32,
+    pub local_port: u16,
+    pub remote_port: u16,
+    pub protocol: u8,
+    pub padding: [u8; 3],
+}
+
+/// What the other side of a [`SnatKey`] is: the translated address and port (from inside), or
+/// the pod's (from outside); when the connection last carried a packet (`bpf_ktime_get_ns`),
+/// after [`SNAT_IDLE_NS`] of silence its external port is free again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnatSession {
+    pub ip: u32,
+    pub port: u16,
+    pub padding: u16,
+    pub seen_ns: u64,
+}
+
+/// How long a centralized SNAT connection holds its external port without a packet: TCP's
+/// (an established connection's, conntrack's default is 5 days; a port held an hour idle is
+/// given again), and the rest's (UDP, ICMP echo: conntrack's stream timeout).
+pub const SNAT_IDLE_NS: [u64; 2] = [3_600_000_000_000, 120_000_000_000];
+
+/// Flag of [`FibEntry::flags`] for a [`FIB_ROUTER_GATEWAY`] entry: the router has centralized
+/// SNAT rules here, so what enters the gateway port passes the gateway NAT stage first (replies
+/// to a translated connection get the pod's address and port back).
+pub const FIB_ROUTER_SNAT: u32 = 2;
 
 /// Flag of [`FibEntry::flags`] for a [`FIB_ROUTER`] entry: the router port is a gateway port
 /// whose chassisredirect port resides here (the active gateway chassis): IPv4 from the
@@ -808,6 +870,11 @@ pub const MAX_NATS: u32 = 65_536;
 /// Capacity of [`map::GATEWAY_REDIRECTS`] (router ports of routers with a gateway port) and
 /// [`map::GATEWAY_EGRESS`].
 pub const MAX_GATEWAYS: u32 = 16_384;
+/// Capacity of [`map::SNAT_RULES`].
+pub const MAX_SNAT_RULES: u32 = 16_384;
+/// Capacity of [`map::SNAT_SESSIONS`] and [`map::SNAT_REVERSE`]: centralized SNAT connections
+/// through this gateway chassis (least recently used ones make room).
+pub const MAX_SNAT_SESSIONS: u32 = 262_144;
 /// Capacity of [`map::NEIGHBOURS`].
 pub const MAX_NEIGHBOURS: u32 = 262_144;
 /// Capacity of [`map::ROUTERS`].
@@ -939,6 +1006,12 @@ unsafe impl aya::Pod for NatTarget {}
 unsafe impl aya::Pod for GatewayRedirect {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for GatewayEgress {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SnatRule {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SnatKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SnatSession {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SwitchRouter {}
 #[cfg(feature = "user")]

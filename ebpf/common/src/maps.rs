@@ -19,11 +19,12 @@ use crate::{
     FloodKey, FloodMemberKey, FloodRoles, GatewayEgress, GatewayRedirect, InterfaceCounters,
     Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES,
     MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_GATEWAYS, MAX_INTERFACES, MAX_LOCALNETS, MAX_NATS,
-    MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES, MAX_TUNNEL_PORTS,
-    NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent, NeighbourKey, PairPolicy,
-    PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6, ProviderKey, RemoteEncap,
-    Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress, RouterAdvert, RouterInfo,
-    SwitchRouter, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
+    MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES, MAX_SNAT_RULES, MAX_SNAT_SESSIONS,
+    MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent, NeighbourKey,
+    PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6, ProviderKey,
+    RemoteEncap, Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress, RouterAdvert,
+    RouterInfo, SnatKey, SnatRule, SnatSession, SwitchRouter, TimeExceeded6Key,
+    TimeExceeded6Source, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -243,6 +244,16 @@ declare_maps! {
     /// Hash: [`TunnelPortKey`] (a router's VNI, a chassisredirect port's key) → [`GatewayEgress`]:
     /// on the active gateway chassis, where frames other chassis tunnel to the port go.
     GatewayEgressMap = GATEWAY_EGRESS: HashMap<TunnelPortKey, GatewayEgress>[MAX_GATEWAYS];
+    /// LPM trie: [`RouteKey`] (a router, a source prefix; prefix length 32 + the prefix's) →
+    /// [`SnatRule`]: the centralized SNAT rules of the routers this chassis is the active
+    /// gateway of.
+    SnatRules = SNAT_RULES: LpmTrie<RouteKey, SnatRule>[MAX_SNAT_RULES];
+    /// LRU hash: [`SnatKey`] from inside → [`SnatSession`] (the external address and port): the
+    /// centralized SNAT connections through this gateway chassis.
+    SnatSessions = SNAT_SESSIONS: LruHashMap<SnatKey, SnatSession>[MAX_SNAT_SESSIONS];
+    /// LRU hash: [`SnatKey`] from outside → [`SnatSession`] (the pod's address and port): the
+    /// same connections, as their replies find them.
+    SnatReverse = SNAT_REVERSE: LruHashMap<SnatKey, SnatSession>[MAX_SNAT_SESSIONS];
     /// Hash: switch datapath key → [`SwitchRouter`]: the router a switch's broadcast ARP also
     /// reaches (MAC learning from gratuitous ARP).
     SwitchRouters = SWITCH_ROUTERS: HashMap<u32, SwitchRouter>[MAX_FLOOD_GROUPS];

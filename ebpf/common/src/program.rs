@@ -33,6 +33,9 @@ pub const ROUTE6: &str = "route6";
 /// The load-balancer stage, tail-called from `from_pod` for packets to a VIP of the pod's
 /// switch (slot [`crate::stage::LB`]).
 pub const LB: &str = "lb";
+/// The active gateway chassis's NAT stage, tail-called by the router stage, `from_uplink` and
+/// `from_provider` (slot [`crate::stage::GATEWAY_NAT`]).
+pub const GATEWAY_NAT: &str = "gateway_nat";
 /// The socket-level balancer's programs (cgroup `sock_addr` hooks, attached to a cgroup with
 /// `--socket-lb`): a connect() to a VIP goes to a backend instead; so does a datagram sent to
 /// one; what the socket's owner reads back (a datagram's source, its peer) is the VIP again.
@@ -52,7 +55,7 @@ pub const SOCKET_LB: [&str; 5] = [
     SOCK_RELEASE,
 ];
 /// Every program the object must contain; each one is loaded through the verifier at start-up.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     FROM_POD,
     FROM_UPLINK,
     FROM_PROVIDER,
@@ -66,6 +69,7 @@ pub const ALL: [&str; 18] = [
     ACL_AFTER_LB,
     LB,
     ROUTE6,
+    GATEWAY_NAT,
     SOCK_CONNECT4,
     SOCK_SENDMSG4,
     SOCK_RECVMSG4,
@@ -73,7 +77,7 @@ pub const ALL: [&str; 18] = [
     SOCK_RELEASE,
 ];
 /// The tail-called stages and their slots in [`crate::map::STAGES`].
-pub const STAGES: [(&str, u32); 9] = [
+pub const STAGES: [(&str, u32); 10] = [
     (FLOOD, crate::stage::FLOOD),
     (IPV6, crate::stage::IPV6),
     (ROUTER, crate::stage::ROUTER),
@@ -83,4 +87,5 @@ pub const STAGES: [(&str, u32); 9] = [
     (ACL_AFTER_LB, crate::stage::ACL_AFTER_LB),
     (LB, crate::stage::LB),
     (ROUTE6, crate::stage::ROUTE6),
+    (GATEWAY_NAT, crate::stage::GATEWAY_NAT),
 ];

@@ -35,6 +35,11 @@ pub const LB: u32 = 7;
 /// IPv6 the IPv6 stage found is to be routed ([`Ipv6Request`] with [`ROUTE6_REQUEST_MAGIC`]):
 /// the routers' IPv6 routes, on a stack of its own (the IPv6 stage's was full).
 pub const ROUTE6: u32 = 8;
+/// The active gateway chassis's NAT stage: what a router routes out of its gateway port (from a
+/// pod here, or tunnelled here by another chassis) under a centralized SNAT rule
+/// ([`GatewayRequest`] with [`SNAT_OUT_REQUEST_MAGIC`]), and what enters the gateway port from
+/// the provider network ([`GatewayRequest`] with [`SNAT_IN_REQUEST_MAGIC`]).
+pub const GATEWAY_NAT: u32 = 9;
 /// [`AclRequest::flags`] of a reject from the egress stage: the answer enters the switch's L2
 /// lookup from the output port (OVN's `next(pipeline=ingress, table=ls_in_l2_lkup)`); without
 /// it, from the ingress stage, the answer goes straight back to the sender (`next(pipeline=egress,
@@ -147,6 +152,40 @@ impl RouterRequest {
 
 /// [`RouterRequest::magic`].
 pub const ROUTER_REQUEST_MAGIC: u32 = 0x0f4a_0d06;
+
+/// What the gateway NAT stage is handed ([`GATEWAY_NAT`]): router `router`'s frame; with
+/// [`SNAT_OUT_REQUEST_MAGIC`], routed out of its gateway port onto `switch` (entered by its
+/// router port `port`), to translate and send on there; with [`SNAT_IN_REQUEST_MAGIC`],
+/// entering the gateway port (whose address is `port`, network byte order) from provider NIC
+/// `ifindex` (0: answers cannot go back that way), to translate back and route.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatewayRequest {
+    pub router: u32,
+    pub switch: u32,
+    pub port: u32,
+    pub ifindex: u32,
+    pub magic: u32,
+}
+
+impl GatewayRequest {
+    /// The control block's words, in field order.
+    #[must_use]
+    pub const fn words(&self) -> [u32; 5] {
+        [
+            self.router,
+            self.switch,
+            self.port,
+            self.ifindex,
+            self.magic,
+        ]
+    }
+}
+
+/// [`GatewayRequest::magic`] of the way out.
+pub const SNAT_OUT_REQUEST_MAGIC: u32 = 0x05a7_0d06;
+/// [`GatewayRequest::magic`] of the way in.
+pub const SNAT_IN_REQUEST_MAGIC: u32 = 0x05a8_0d06;
 
 /// The magic of the request the IPv6 stage hands the router stage with an IPv6 frame it routed
 /// (MACs and hop limit rewritten): words (switch datapath, the port the frame enters it

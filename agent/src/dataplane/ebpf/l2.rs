@@ -304,6 +304,12 @@ impl L2State {
             IrEntry::CentralizedNat { datapath, redirect } => {
                 self.take_centralized_nat(*datapath, redirect, added);
             }
+            IrEntry::CentralizedSnat {
+                datapath,
+                gateway_port,
+                logical,
+                external,
+            } => self.take_centralized_snat(*datapath, (gateway_port, *logical), *external, added),
             IrEntry::LbAffinity {
                 datapath,
                 vip,

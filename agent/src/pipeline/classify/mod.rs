@@ -166,6 +166,15 @@ pub fn is_bare_destination(match_: &Expr) -> bool {
     matches!(conjuncts(match_).as_slice(), [term] if compare_eq(term).is_some_and(|(f, _)| plain(f, "ip4.dst")))
 }
 
+/// Classifies `flow`, which applies only where a chassisredirect port is active: a centralized
+/// SNAT rule's flows are carried ([`IrEntry::CentralizedSnat`]); the others are neutral (what
+/// the gateway chassis does for the port is the backend's; see `compile/gateway.rs`).
+#[must_use]
+pub fn classify_resident(flow: &Flow<'_>) -> Class {
+    let terms = conjuncts(flow.match_);
+    nat::centralized(flow.datapath, flow.stage, &terms, flow.actions).unwrap_or(Class::Neutral)
+}
+
 /// Classifies `flow`.
 #[must_use]
 pub fn classify(flow: &Flow<'_>) -> Class {

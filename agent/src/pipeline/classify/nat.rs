@@ -104,6 +104,83 @@ impl<'a> Terms<'a> {
     }
 }
 
+/// The class of a flow of a centralized SNAT rule on the chassis where the gateway's
+/// chassisredirect port `cr` is active, as northd 23.03 writes them for `snat` from `P` to `E`
+/// on gateway port `GW`: `lr_out_snat` `ip && ip4.src == P && outport == GW &&
+/// is_chassis_resident(cr)` → `ct_snat_in_czone(E);` is the rule; its hairpin twin (`&&
+/// reg9[4] == 1` → `reg9[4] = 0; ct_snat(E);`, traffic from inside the VPC to a NAT address,
+/// which the datapath does not loop back) and `lr_in_unsnat`'s `ip && ip4.dst == E && inport
+/// == GW && flags.loopback == 0 && is_chassis_resident(cr)` → `ct_snat_in_czone;` (and its
+/// loopback twin → `ct_snat;`: the gateway NAT stage's way in) compile to nothing more. `None`
+/// for other flows.
+pub(super) fn centralized(
+    dp: u32,
+    stage: &str,
+    terms: &[&Expr],
+    actions: &[Action],
+) -> Option<Class> {
+    match stage {
+        "lr_out_snat" => {
+            let (mut ip, mut source, mut outport, mut resident, mut hairpin) =
+                (false, None, None, false, false);
+            for term in terms {
+                if matches!(term, Expr::Field(f) if plain(f, "ip")) {
+                    ip = true;
+                } else if let Some(prefix) = compare_prefix(term, "ip4.src") {
+                    source = Some(prefix);
+                } else if let Some(port) = compare_string(term, "outport") {
+                    outport = Some(port);
+                } else if compare_field_integer(term, &bit("reg9", 4)) == Some(1) {
+                    hairpin = true;
+                } else if matches!(term, Expr::Function { name, .. } if name == "is_chassis_resident")
+                {
+                    resident = true;
+                } else {
+                    return None;
+                }
+            }
+            let (Some(logical), Some(gateway_port), true, true) = (source, outport, ip, resident)
+            else {
+                return None;
+            };
+            let zeroes_mark = |a: &Action| matches!(a, Action::Assign { destination, source: Source::Constant(Constant::Integer { value: 0, mask: None, .. }) } if *destination == bit("reg9", 4));
+            match (actions, hairpin) {
+                ([only], false) => {
+                    let external = keyword_address(only, "ct_snat_in_czone")?;
+                    Some(Class::Compiled(vec![IrEntry::CentralizedSnat {
+                        datapath: dp,
+                        gateway_port: gateway_port.to_string(),
+                        logical,
+                        external,
+                    }]))
+                }
+                ([mark, last], true) if zeroes_mark(mark) => {
+                    keyword_address(last, "ct_snat").map(|_| Class::Compiled(Vec::new()))
+                }
+                _ => None,
+            }
+        }
+        "lr_in_unsnat" => {
+            let t = Terms::of(terms)?;
+            let shape = t.ip
+                && t.destination.is_some()
+                && t.inport.is_some()
+                && t.resident.is_some()
+                && t.source.is_none()
+                && t.outport.is_none()
+                && t.eth_destination.is_none();
+            let bare = |name: &str| matches!(actions, [Action::Keyword { name: keyword, arguments: None, block: None }] if keyword == name);
+            let carried = match t.loopback {
+                Some(false) => !t.snat_zone && bare("ct_snat_in_czone"),
+                Some(true) => t.snat_zone && bare("ct_snat"),
+                None => false,
+            };
+            (shape && carried).then(|| Class::Compiled(Vec::new()))
+        }
+        _ => None,
+    }
+}
+
 /// Whether a `lr_in_gw_redirect` flow is the gateway port's redirect itself (`outport == GW` →
 /// `outport = "cr-GW"; next;`), which the gateway port's entry carries out (the backend sends
 /// the port's traffic to the chassis where `cr-GW` is active).

@@ -801,3 +801,87 @@ fn a_distributed_fips_flows_compile_to_its_rule() {
         );
     }
 }
+
+/// A centralized SNAT rule's flows where the gateway's port resides (northd 23.03, `snat` from
+/// 10.60.1.0/24 to 172.30.0.100 on gateway port vpc-ext-external): the SNAT is the rule, its
+/// hairpin twin and the un-SNAT flows compile to nothing more; another resident flow (a
+/// centralized FIP's DNAT) and shapes beyond these are neutral (the compiler fences them).
+#[test]
+fn a_centralized_snat_rules_resident_flows() {
+    let resident = |stage: &str, match_: &str, actions: &str| {
+        let match_ = parse_match(&format!(
+            r#"{match_} && is_chassis_resident("cr-vpc-ext-external")"#
+        ))
+        .unwrap();
+        let actions = parse_actions(actions).unwrap();
+        classify_resident(&Flow {
+            datapath: 7,
+            stage,
+            priority: 153,
+            match_: &match_,
+            actions: &actions,
+        })
+    };
+    let source = r#"ip && ip4.src == 10.60.1.0/24 && outport == "vpc-ext-external""#;
+    assert_eq!(
+        resident("lr_out_snat", source, "ct_snat_in_czone(172.30.0.100);"),
+        Class::Compiled(vec![IrEntry::CentralizedSnat {
+            datapath: 7,
+            gateway_port: "vpc-ext-external".into(),
+            logical: crate::net::Ipv4Prefix {
+                network: Ipv4Addr::new(10, 60, 1, 0),
+                length: 24,
+            },
+            external: Ipv4Addr::new(172, 30, 0, 100),
+        }])
+    );
+    let destination = r#"ip && ip4.dst == 172.30.0.100 && inport == "vpc-ext-external""#;
+    for (stage, match_, actions) in [
+        (
+            "lr_out_snat",
+            format!("{source} && reg9[4] == 1"),
+            "reg9[4] = 0; ct_snat(172.30.0.100);",
+        ),
+        (
+            "lr_in_unsnat",
+            format!("{destination} && flags.loopback == 0"),
+            "ct_snat_in_czone;",
+        ),
+        (
+            "lr_in_unsnat",
+            format!("{destination} && flags.loopback == 1 && flags.use_snat_zone == 1"),
+            "ct_snat;",
+        ),
+    ] {
+        assert_eq!(
+            resident(stage, &match_, actions),
+            Class::Compiled(Vec::new()),
+            "{stage} {match_}"
+        );
+    }
+    for (stage, match_, actions) in [
+        (
+            "lr_in_dnat",
+            destination.to_string(),
+            "ct_dnat_in_czone(10.60.1.3);",
+        ),
+        // A SNAT to a destination too is not a plain rule's.
+        (
+            "lr_out_snat",
+            format!("{source} && ip4.dst == 1.2.3.4"),
+            "ct_snat_in_czone(172.30.0.100);",
+        ),
+        // The hairpin's shape without its mark's reset.
+        (
+            "lr_out_snat",
+            format!("{source} && reg9[4] == 1"),
+            "ct_snat(172.30.0.100);",
+        ),
+    ] {
+        assert_eq!(
+            resident(stage, &match_, actions),
+            Class::Neutral,
+            "{stage} {match_}"
+        );
+    }
+}

@@ -348,7 +348,13 @@ impl Compiler {
                 for datapath in datapaths {
                     let class = match &expanded {
                         // Installed by ovn-controller only where the port resides.
-                        Ok(()) if needs_redirect_port => Class::Neutral,
+                        Ok(()) if needs_redirect_port => classify::classify_resident(&Flow {
+                            datapath,
+                            stage: &stage,
+                            priority: flow.priority,
+                            match_: &match_,
+                            actions: &actions,
+                        }),
                         Ok(()) => classify::classify(&Flow {
                             datapath,
                             stage: &stage,
@@ -358,8 +364,10 @@ impl Compiler {
                         }),
                         Err(reason) => Class::Unsupported(reason.clone()),
                     };
-                    // Centralized NAT: the gateway is fenced wherever its port is active.
+                    // Centralized NAT not carried: the gateway is fenced wherever its port is
+                    // active.
                     if let Some(redirect) = &redirect_port
+                        && matches!(class, Class::Neutral)
                         && classify::translates_with_conntrack(&stage, &actions)
                     {
                         contribution.entries.push(IrEntry::CentralizedNat {

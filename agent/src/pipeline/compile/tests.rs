@@ -414,11 +414,12 @@ fn an_address_joining_or_leaving_a_set_is_one_member_entry() {
 }
 
 /// A flow that applies only where a chassisredirect port is active is neutral, whoever holds
-/// the port (the backend carries the gateway from the port's binding); one of them that
-/// translates through conntrack (a centralized SNAT rule) also fences that gateway, and its
-/// deletion lifts the fence.
+/// the port (the backend carries the gateway from the port's binding), but for a centralized
+/// SNAT rule's, which is carried (`CentralizedSnat`); one of them that translates through
+/// conntrack otherwise (a centralized FIP's DNAT) fences that gateway, and its deletion lifts
+/// the fence.
 #[test]
-fn a_centralized_nat_flow_of_a_gateway_fences_it() {
+fn a_gateways_centralized_snat_is_carried_and_other_centralized_nat_fences_it() {
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
     let mut apply = |updates: Value| {
         let changes = sb.apply(&SessionEvent::Update {
@@ -433,26 +434,58 @@ fn a_centralized_nat_flow_of_a_gateway_fences_it() {
         "datapath": ["uuid", ROUTER],
         "options": ["map", [["distributed-port", "vpc-a-ext"]]]}}}}),
     );
-    let flow = |stage: &str, actions: &str| {
+    let flow = |stage: &str, match_: &str, actions: &str| {
         json!({"insert": {"logical_datapath": ["uuid", ROUTER], "priority": 153,
-            "match": "ip && ip4.src == 10.0.1.0/24 && outport == \"vpc-a-ext\" && is_chassis_resident(\"cr-vpc-a-ext\")",
+            "match": format!("{match_} && is_chassis_resident(\"cr-vpc-a-ext\")"),
             "actions": actions, "external_ids": ["map", [["stage-name", stage]]]}})
     };
+    let snat = flow(
+        "lr_out_snat",
+        r#"ip && ip4.src == 10.0.1.0/24 && outport == "vpc-a-ext""#,
+        "ct_snat_in_czone(172.18.0.10);",
+    );
+    let diff = apply(json!({"Logical_Flow": {"00000000-0000-0000-0000-0000000000f1": snat}}));
+    assert_eq!(
+        diff.added,
+        [IrEntry::CentralizedSnat {
+            datapath: 9,
+            gateway_port: "vpc-a-ext".into(),
+            logical: Ipv4Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 0),
+                length: 24,
+            },
+            external: Ipv4Addr::new(172, 18, 0, 10),
+        }],
+        "{diff:?}"
+    );
+    // Its way in, and the resident admission of the gateway port's MAC: nothing more.
+    let unsnat = flow(
+        "lr_in_unsnat",
+        r#"ip && ip4.dst == 172.18.0.10 && inport == "vpc-a-ext" && flags.loopback == 0"#,
+        "ct_snat_in_czone;",
+    );
+    let admission = flow(
+        "lr_in_admission",
+        r#"eth.dst == 0a:58:00:00:00:01 && inport == "vpc-a-ext""#,
+        "xreg0[0..47] = 0a:58:00:00:00:01; next;",
+    );
+    let diff = apply(
+        json!({"Logical_Flow": {"00000000-0000-0000-0000-0000000000f2": unsnat,
+        "00000000-0000-0000-0000-0000000000f3": admission}}),
+    );
+    assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
+    // A centralized FIP's DNAT is not carried: it fences the gateway, until it goes.
     let fence = IrEntry::CentralizedNat {
         datapath: 9,
         redirect: "cr-vpc-a-ext".into(),
     };
-    let snat = "00000000-0000-0000-0000-0000000000f1";
-    let diff = apply(
-        json!({"Logical_Flow": {snat: flow("lr_out_snat", "ct_snat_in_czone(172.18.0.10);")}}),
-    );
+    let dnat = "00000000-0000-0000-0000-0000000000f4";
+    let diff = apply(json!({"Logical_Flow": {dnat: flow(
+        "lr_in_dnat",
+        r#"ip && ip4.dst == 172.18.0.21 && inport == "vpc-a-ext""#,
+        "ct_dnat_in_czone(10.0.1.5);",
+    )}}));
     assert_eq!(diff.added, std::slice::from_ref(&fence), "{diff:?}");
-    // The resident admission of the gateway port's MAC: neutral, no fence.
-    let diff = apply(
-        json!({"Logical_Flow": {"00000000-0000-0000-0000-0000000000f2":
-        flow("lr_in_admission", "xreg0[0..47] = 0a:58:00:00:00:01; next;")}}),
-    );
-    assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
-    let diff = apply(json!({"Logical_Flow": {snat: {"delete": null}}}));
+    let diff = apply(json!({"Logical_Flow": {dnat: {"delete": null}}}));
     assert_eq!(diff.removed, [fence], "{diff:?}");
 }

@@ -224,6 +224,18 @@ pub enum IrEntry {
     /// does not: what the router routes out of the gateway stays dropped
     /// (`gateway_unsupported`) wherever `redirect` is active, never forwarded un-NATed.
     CentralizedNat { datapath: u32, redirect: String },
+    /// A centralized SNAT rule of router `datapath` (`snat` from `logical` to `external` on
+    /// gateway port `gateway_port`, Kube-OVN's `OvnSnatRule`): where the gateway's
+    /// chassisredirect port is active, what leaves the port from `logical` leaves from
+    /// `external` (a port per connection) and the replies come back to it; the gateway also
+    /// answers ARP for `external` there. Elsewhere it does nothing (the traffic goes to the
+    /// gateway chassis).
+    CentralizedSnat {
+        datapath: u32,
+        gateway_port: String,
+        logical: Prefix,
+        external: Ipv4Addr,
+    },
     /// A distributed NAT rule (`dnat_and_snat` with `logical_port` and `external_mac`: a FIP
     /// handled on its pod's chassis): where `logical_port` resides, what `logical_ip` sends out
     /// of gateway port `gateway_port` leaves from `external_ip` and `external_mac`, what enters
@@ -687,6 +699,7 @@ impl IrEntry {
             | IrEntry::RouterPort { datapath, .. }
             | IrEntry::GatewayPort { datapath, .. }
             | IrEntry::CentralizedNat { datapath, .. }
+            | IrEntry::CentralizedSnat { datapath, .. }
             | IrEntry::DistributedNat { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }

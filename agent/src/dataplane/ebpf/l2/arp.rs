@@ -180,11 +180,13 @@ impl L2State {
         // A gateway port's address active here: answered to the provider network too.
         let gateway = self.gateway_answer_flags(key);
         let Some(mac) = self.arp.get(&key) else {
-            return router.map(|(mac, flags)| ArpAnswer {
-                mac,
-                flags: flags | gateway,
-                ..ArpAnswer::default()
-            });
+            return router
+                .map(|(mac, flags)| ArpAnswer {
+                    mac,
+                    flags: flags | gateway,
+                    ..ArpAnswer::default()
+                })
+                .or_else(|| self.gateway_answer(key));
         };
         let owner_port = self
             .arp_owner

@@ -21,14 +21,14 @@
 //! [`Physical`](super::super::physical::Physical) for where ports are.
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::{IpAddr, Ipv4Addr},
 };
 
 use ovnbpf_common::{
-    ARP_ANSWER_PROVIDER, FIB_ROUTER, FIB_ROUTER_GATEWAY, FibEntry, GatewayEgress, GatewayRedirect,
-    NeighbourKey, TunnelPortKey,
-    maps::{GatewayEgressMap, GatewayInports, GatewayRedirects},
+    ARP_ANSWER_PROVIDER, ArpAnswer, FIB_ROUTER, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry,
+    GATEWAY_SNAT, GatewayEgress, GatewayRedirect, NeighbourKey, RouteKey, SnatRule, TunnelPortKey,
+    maps::{GatewayEgressMap, GatewayInports, GatewayRedirects, SnatRules},
 };
 
 use super::{
@@ -40,7 +40,13 @@ use super::{
     L2State,
     arp::AnswerKey,
 };
-use crate::pipeline::ir::Mac;
+use crate::pipeline::ir::{Mac, Prefix};
+
+impl TableKey<SnatRules> for (u32, Prefix) {
+    fn slot(&self) -> (RouteKey, u32) {
+        super::super::l3::route_slot(self.0, self.1)
+    }
+}
 
 impl TableKey<GatewayRedirects> for u32 {
     fn slot(&self) -> u32 {
@@ -70,7 +76,9 @@ struct GatewayKeys {
     inports: Vec<(u32, Ipv4Addr)>,
     egress: Option<TunnelPortKey>,
     fib: Option<(u32, Mac)>,
-    answer: Option<AnswerKey>,
+    /// The port's address, then its SNAT rules' external addresses, on the switch.
+    answers: Vec<AnswerKey>,
+    snat_rules: Vec<(u32, Prefix)>,
 }
 
 /// The gateway ports, the fences, their keys and what is installed.
@@ -78,8 +86,10 @@ struct GatewayKeys {
 pub(super) struct GatewayState {
     /// Router → its (gateway port, chassisredirect port) pairs.
     by_router: HashMap<u32, BTreeSet<(String, String)>>,
-    /// (router, chassisredirect port) pairs with centralized NAT.
+    /// (router, chassisredirect port) pairs with centralized NAT not carried.
     centralized_nat: HashSet<(u32, String)>,
+    /// Router → its centralized SNAT rules: (gateway port, source prefix) → external address.
+    snat: HashMap<u32, BTreeMap<(String, Prefix), Ipv4Addr>>,
     keys: HashMap<u32, GatewayKeys>,
     /// The FIB and answer keys back to their router.
     fib_keys: HashMap<(u32, Mac), u32>,
@@ -87,11 +97,15 @@ pub(super) struct GatewayState {
     redirects: Table<GatewayRedirects, u32>,
     inports: Table<GatewayInports, (u32, Ipv4Addr)>,
     egress: Table<GatewayEgressMap, TunnelPortKey>,
+    snat_rules: Table<SnatRules, (u32, Prefix)>,
 }
 
 impl GatewayState {
     pub(super) fn pending(&self) -> usize {
-        self.redirects.pending() + self.inports.pending() + self.egress.pending()
+        self.redirects.pending()
+            + self.inports.pending()
+            + self.egress.pending()
+            + self.snat_rules.pending()
     }
 }
 
@@ -142,6 +156,28 @@ impl L2State {
         self.mark_gateway(router);
     }
 
+    /// Takes in (or out) centralized SNAT rule `logical` → `external` of router `router`'s
+    /// gateway port `gateway_port`.
+    pub(super) fn take_centralized_snat(
+        &mut self,
+        router: u32,
+        (gateway_port, logical): (&str, Prefix),
+        external: Ipv4Addr,
+        added: bool,
+    ) {
+        let rules = self.gateway.snat.entry(router).or_default();
+        let key = (gateway_port.to_string(), logical);
+        if added {
+            rules.insert(key, external);
+        } else if rules.get(&key) == Some(&external) {
+            rules.remove(&key);
+        }
+        if rules.is_empty() {
+            self.gateway.snat.remove(&router);
+        }
+        self.mark_gateway(router);
+    }
+
     /// Marks the gateway slots of the routers `port` can matter to: its own router's, and
     /// (a switch's router port) its peer's router's.
     pub(super) fn mark_gateway_of_port(&mut self, port: &str) {
@@ -176,10 +212,13 @@ impl L2State {
                 self.gateway.fib_keys.remove(&key);
                 self.fib_table.mark(key);
             }
-            if let Some(key) = old.answer {
+            for key in old.answers {
                 self.gateway.answer_keys.remove(&key);
                 self.mark_answer(key);
             }
+            old.snat_rules
+                .iter()
+                .for_each(|key| self.gateway.snat_rules.mark(*key));
         }
         let Some(keys) = self.gateway_keys(router) else {
             return;
@@ -194,10 +233,13 @@ impl L2State {
             self.gateway.fib_keys.insert(key, router);
             self.fib_table.mark(key);
         }
-        if let Some(key) = keys.answer {
-            self.gateway.answer_keys.insert(key, router);
-            self.mark_answer(key);
+        for key in &keys.answers {
+            self.gateway.answer_keys.insert(*key, router);
+            self.mark_answer(*key);
         }
+        keys.snat_rules
+            .iter()
+            .for_each(|key| self.gateway.snat_rules.mark(*key));
         self.gateway.keys.insert(router, keys);
     }
 
@@ -218,13 +260,50 @@ impl L2State {
         });
         let switch = self.gateway_switch(port);
         let fib = switch.zip(self.ports.get(port).and_then(|info| info.mac));
-        let answer = switch.zip(self.physical.binding(port).and_then(|b| b.address));
+        let rules = self.snat_rules_of(router, port);
+        let addresses = self
+            .physical
+            .binding(port)
+            .and_then(|binding| binding.address)
+            .into_iter()
+            .chain(rules.iter().map(|(_, external)| *external));
+        let answers = match switch {
+            Some(switch) => addresses.map(|ip| (switch, IpAddr::V4(ip))).collect(),
+            None => Vec::new(),
+        };
         Some(GatewayKeys {
             inports,
             egress,
             fib,
-            answer: answer.map(|(switch, ip)| (switch, IpAddr::V4(ip))),
+            answers,
+            snat_rules: rules.iter().map(|(prefix, _)| (router, *prefix)).collect(),
         })
+    }
+
+    /// Router `router`'s SNAT rules on gateway port `port`: (source prefix, external address).
+    fn snat_rules_of(&self, router: u32, port: &str) -> Vec<(Prefix, Ipv4Addr)> {
+        self.gateway
+            .snat
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .filter(|((gateway_port, _), _)| gateway_port == port)
+            .map(|((_, prefix), external)| (*prefix, *external))
+            .collect()
+    }
+
+    /// Whether router `router`'s gateway is active here with SNAT rules (the NAT stage's).
+    fn snat_here(&self, router: u32, gateway: &Gateway<'_>) -> bool {
+        gateway.residence == Residence::Here && !self.snat_rules_of(router, gateway.port).is_empty()
+    }
+
+    /// [`GATEWAY_SNAT`] for router `router`'s `gateway` when [`Self::snat_here`].
+    fn snat_flag(&self, router: u32, gateway: &Gateway<'_>) -> u32 {
+        if self.snat_here(router, gateway) {
+            GATEWAY_SNAT
+        } else {
+            0
+        }
     }
 
     /// Router `router`'s gateway as carried here: `None` when it has none, it is fenced, or
@@ -257,7 +336,22 @@ impl L2State {
             },
             port: self.ports.get(gateway.redirect)?.key,
             switch: gateway.switch,
-            reserved: 0,
+            flags: self.snat_flag(router, &gateway),
+        })
+    }
+
+    fn desired_snat_rule(&self, (router, prefix): (u32, Prefix)) -> Option<SnatRule> {
+        let gateway = self.carried_gateway(router)?;
+        if gateway.residence != Residence::Here {
+            return None;
+        }
+        let external = self
+            .gateway
+            .snat
+            .get(&router)?
+            .get(&(gateway.port.to_string(), prefix))?;
+        Some(SnatRule {
+            external: u32::from_ne_bytes(external.octets()),
         })
     }
 
@@ -278,9 +372,11 @@ impl L2State {
         let gateway = self.carried_gateway(key.datapath)?;
         let here = gateway.residence == Residence::Here
             && self.ports.get(gateway.redirect)?.key == key.port;
-        here.then_some(GatewayEgress {
+        here.then(|| GatewayEgress {
             switch: gateway.switch,
             switch_port: gateway.switch_port,
+            flags: self.snat_flag(key.datapath, &gateway),
+            reserved: 0,
         })
     }
 
@@ -289,16 +385,37 @@ impl L2State {
     pub(super) fn gateway_fib(&self, switch: u32, mac: Mac) -> Option<FibEntry> {
         let router = *self.gateway.fib_keys.get(&(switch, mac))?;
         let gateway = self.carried_gateway(router)?;
+        let snat = if self.snat_here(router, &gateway) {
+            FIB_ROUTER_SNAT
+        } else {
+            0
+        };
         (gateway.residence == Residence::Here && gateway.switch == switch).then(|| FibEntry {
             kind: FIB_ROUTER,
             ifindex: router,
-            flags: FIB_ROUTER_GATEWAY,
+            flags: FIB_ROUTER_GATEWAY | snat,
             remote_ip: self
                 .physical
                 .binding(gateway.port)
                 .and_then(|binding| binding.address)
                 .map_or(0, |ip| u32::from_ne_bytes(ip.octets())),
             port: gateway.switch_port,
+        })
+    }
+
+    /// The answer for `key` when it is the external address of an SNAT rule of a gateway
+    /// active here that the switch has no answer of its own for: the gateway port's MAC, to the
+    /// provider network too (`lr_in_ip_input`'s resident answer).
+    pub(super) fn gateway_answer(&self, key: AnswerKey) -> Option<ArpAnswer> {
+        let router = *self.gateway.answer_keys.get(&key)?;
+        let gateway = self.carried_gateway(router)?;
+        if gateway.residence != Residence::Here {
+            return None;
+        }
+        Some(ArpAnswer {
+            mac: self.ports.get(gateway.port)?.mac?,
+            flags: ARP_ANSWER_PROVIDER,
+            ..ArpAnswer::default()
         })
     }
 
@@ -318,6 +435,12 @@ impl L2State {
     pub(super) fn flush_gateways(&mut self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         // Where the tunnelled frames go before the redirects that send them.
         let mut writes = flush_from(
+            self,
+            maps,
+            |s| &mut s.gateway.snat_rules,
+            |s, key| s.desired_snat_rule(*key),
+        )?;
+        writes += flush_from(
             self,
             maps,
             |s| &mut s.gateway.egress,
@@ -342,6 +465,7 @@ impl L2State {
     pub(super) fn sweep_gateways(&self, maps: &mut impl Maps) -> Result<usize, EbpfError> {
         Ok(self.gateway.redirects.sweep(maps)?
             + self.gateway.inports.sweep(maps)?
-            + self.gateway.egress.sweep(maps)?)
+            + self.gateway.egress.sweep(maps)?
+            + self.gateway.snat_rules.sweep(maps)?)
     }
 }

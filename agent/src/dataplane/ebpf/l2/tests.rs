@@ -1254,8 +1254,8 @@ fn gateway_router(chassis: Option<&str>) -> Vec<IrEntry> {
 #[test]
 fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     use ovnbpf_common::{
-        FIB_ROUTER_GATEWAY, GatewayEgress, GatewayRedirect,
-        maps::{GatewayEgressMap, GatewayInports, GatewayRedirects},
+        FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, GATEWAY_SNAT, GatewayEgress, GatewayRedirect,
+        maps::{GatewayEgressMap, GatewayInports, GatewayRedirects, SnatRules},
     };
     const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
     let gateway = IrEntry::GatewayPort {
@@ -1283,7 +1283,7 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
             remote_ip: ip(NODE2),
             port: 3,
             switch: DP,
-            reserved: 0,
+            flags: 0,
         }
     );
     assert_eq!(
@@ -1310,6 +1310,8 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         GatewayEgress {
             switch: DP,
             switch_port: 2,
+            flags: 0,
+            reserved: 0,
         }
     );
     let fib = maps.fib()[&(DP, ROUTER_MAC)];
@@ -1324,6 +1326,54 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         )
     );
     assert_eq!(answer_flags(&maps), ARP_ANSWER_ROUTER | ARP_ANSWER_PROVIDER);
+
+    // A centralized SNAT rule, applied here: its prefix in SNAT_RULES, the NAT stage asked
+    // for on both ways, its external address answered with the port's MAC.
+    let snat = IrEntry::CentralizedSnat {
+        datapath: 9,
+        gateway_port: "lr-ls".into(),
+        logical: crate::net::Ipv4Prefix {
+            network: Ipv4Addr::new(10, 1, 0, 0),
+            length: 16,
+        },
+        external: Ipv4Addr::new(10, 0, 1, 100),
+    };
+    state.apply(&added(vec![snat.clone()]));
+    state.flush(&mut maps).unwrap();
+    let rules = maps.table_by::<SnatRules, _>(|(key, length)| (key.ip, length));
+    assert_eq!(
+        rules[&(ip(Ipv4Addr::new(10, 1, 0, 0)), 48)].external,
+        ip(Ipv4Addr::new(10, 0, 1, 100))
+    );
+    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, GATEWAY_SNAT);
+    assert_eq!(
+        maps.table_by::<GatewayEgressMap, _>(|key| (key.datapath, key.port))[&(9, 3)].flags,
+        GATEWAY_SNAT
+    );
+    assert_eq!(
+        maps.fib()[&(DP, ROUTER_MAC)].flags,
+        FIB_ROUTER_GATEWAY | FIB_ROUTER_SNAT
+    );
+    let external_answer = maps.arp()[&(DP, ip(Ipv4Addr::new(10, 0, 1, 100)))];
+    assert_eq!(
+        (external_answer.mac, external_answer.flags),
+        (ROUTER_MAC, ARP_ANSWER_PROVIDER)
+    );
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![snat],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(
+        maps.table_by::<SnatRules, _>(|(key, length)| (key.ip, length))
+            .is_empty()
+    );
+    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, 0);
+    assert!(
+        !maps
+            .arp()
+            .contains_key(&(DP, ip(Ipv4Addr::new(10, 0, 1, 100))))
+    );
 
     // Centralized NAT fences it: nothing of the gateway stays.
     state.apply(&added(vec![fence.clone()]));

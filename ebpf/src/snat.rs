@@ -1,0 +1,342 @@
+//! The active gateway chassis's NAT stage (program `gateway_nat`, tail-called): centralized SNAT
+//! (`snat` on a router with a gateway port, Kube-OVN's `OvnSnatRule`), what OVN's
+//! `lr_out_snat` (`ct_snat_in_czone(E)`) and `lr_in_unsnat` do on the chassis where the
+//! gateway's chassisredirect port is active. Written here rather than through the kernel's
+//! conntrack NAT (`bpf_ct_set_nat_info`): that kfunc only records a NAT binding, the program
+//! would still rewrite every packet and read the chosen port back from the entry, and the
+//! agent could not sweep one rule's connections by itself; a table of our own is two hash
+//! lookups a packet.
+//!
+//! The way out ([`SNAT_OUT_REQUEST_MAGIC`], from the router stage or a frame another chassis
+//! tunnelled to the chassisredirect port, already routed): a packet whose source the router's
+//! longest SNAT prefix covers (`SNAT_RULES`) leaves from the rule's external address, with its
+//! own source port where that is free toward its destination, else another (8 tries); TCP,
+//! UDP and ICMP echo (its identifier as the port), first fragments without IPv4 options; the
+//! rest a rule covers is dropped (`snat_unsupported`). A connection is looked up from inside
+//! (`SNAT_SESSIONS`) and from outside (`SNAT_REVERSE`); each packet checks the rule it falls
+//! under now, so a changed or removed rule takes effect on the next packet of a running flow
+//! (a new connection under the new address; under no rule, untranslated, as OVN forwards it).
+//! A port is given again after [`SNAT_IDLE_NS`] without a packet. The way in
+//! ([`SNAT_IN_REQUEST_MAGIC`], from the provider network to the gateway port): a reply to a
+//! connection gets the pod's address and port back; then the router stage routes it (what is
+//! no reply goes to the router unchanged). Not yet: ICMP errors about a translated connection
+//! (not translated: the pod does not get them), traffic from inside the VPC to an external
+//! address (OVN's hairpin). Addresses and ports in the keys are as in the packet. Reads
+//! `SNAT_RULES`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
+
+use aya_ebpf::{
+    bindings::BPF_F_MARK_MANGLED_0,
+    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
+    maps::lpm_trie::Key,
+    programs::TcContext,
+};
+use ovnbpf_common::{
+    DropReason, GatewayRequest, ROUTER_REQUEST_MAGIC, RouteKey, RouterRequest, SNAT_IDLE_NS,
+    SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, SnatKey, SnatSession, drop_reason,
+    stage as slot,
+};
+
+use crate::{
+    headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame, Ipv4Header},
+    maps::{SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS},
+    nat::{IP_DESTINATION, IP_SOURCE, translate},
+    stages,
+};
+
+const IPPROTO_ICMP: u8 = 1;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+const L4_OFFSET: usize = ETH_HEADER_LEN + 20;
+/// Tries at a free external port before the packet is dropped.
+const PORT_TRIES: u32 = 8;
+
+/// Hands a frame router `router` routed out of its gateway port onto `switch` (entered by its
+/// router port `switch_port`) to this stage; the reason to drop it when the stage is missing.
+#[inline(always)]
+pub fn request_out(ctx: &TcContext, router: u32, switch: u32, switch_port: u32) -> DropReason {
+    let request = GatewayRequest {
+        router,
+        switch,
+        port: switch_port,
+        ifindex: 0,
+        magic: SNAT_OUT_REQUEST_MAGIC,
+    };
+    stages::jump(ctx, slot::GATEWAY_NAT, request.words())
+}
+
+/// Hands a frame entering router `router`'s gateway port (address `router_ip`) from provider
+/// NIC `ifindex` to this stage.
+#[inline(always)]
+pub fn request_in(ctx: &TcContext, router: u32, router_ip: u32, ifindex: u32) -> DropReason {
+    let request = GatewayRequest {
+        router,
+        switch: 0,
+        port: router_ip,
+        ifindex,
+        magic: SNAT_IN_REQUEST_MAGIC,
+    };
+    stages::jump(ctx, slot::GATEWAY_NAT, request.words())
+}
+
+/// The stage: see the module doc.
+#[inline(always)]
+pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
+    if stages::magic(ctx) == SNAT_IN_REQUEST_MAGIC {
+        let [router, _, router_ip, ifindex] = stages::take(ctx, SNAT_IN_REQUEST_MAGIC)?;
+        inbound(ctx, router)?;
+        let request = RouterRequest {
+            router,
+            router_ip,
+            ifindex,
+            magic: ROUTER_REQUEST_MAGIC,
+        };
+        return Err(crate::router::request(ctx, &request));
+    }
+    let [router, switch, switch_port, _] = stages::take(ctx, SNAT_OUT_REQUEST_MAGIC)?;
+    outbound(ctx, router)?;
+    crate::gateway::leave(ctx, switch, switch_port)
+}
+
+/// Where a packet's ports are: the offsets of its source and destination "ports" (an ICMP
+/// echo's identifier for both) and of the checksum covering them, and whether a zero checksum
+/// means none (UDP).
+struct Ports {
+    source: usize,
+    destination: usize,
+    checksum: usize,
+    udp: bool,
+}
+
+/// The ports of `ip` (TCP, UDP, or an ICMP echo request or reply); `None` for other packets.
+#[inline(always)]
+fn ports_of(ctx: &TcContext, ip: &Ipv4Header) -> Option<Ports> {
+    match ip.protocol {
+        IPPROTO_TCP => Some(Ports {
+            source: L4_OFFSET,
+            destination: L4_OFFSET + 2,
+            checksum: L4_OFFSET + 16,
+            udp: false,
+        }),
+        IPPROTO_UDP => Some(Ports {
+            source: L4_OFFSET,
+            destination: L4_OFFSET + 2,
+            checksum: L4_OFFSET + 6,
+            udp: true,
+        }),
+        IPPROTO_ICMP => {
+            let kind = ctx.load::<u8>(L4_OFFSET).ok()?;
+            (kind == 8 || kind == 0).then_some(Ports {
+                source: L4_OFFSET + 4,
+                destination: L4_OFFSET + 4,
+                checksum: L4_OFFSET + 2,
+                udp: false,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Router `router`'s connection `ip` belongs to, seen from its local side (the source on the
+/// way out, `outward`; the destination on the way in), and the local port as in the packet.
+#[inline(always)]
+fn connection(
+    ctx: &TcContext,
+    router: u32,
+    ip: &Ipv4Header,
+    ports: &Ports,
+    outward: bool,
+) -> Result<(SnatKey, u16), DropReason> {
+    let read = |offset| {
+        ctx.load::<u16>(offset)
+            .map_err(|_| drop_reason::SNAT_UNSUPPORTED)
+    };
+    let (source_port, destination_port) = (read(ports.source)?, read(ports.destination)?);
+    let (local_ip, remote_ip, local_port, remote_port) = if outward {
+        (ip.source, ip.destination, source_port, destination_port)
+    } else {
+        (ip.destination, ip.source, destination_port, source_port)
+    };
+    let key = SnatKey {
+        router,
+        local_ip,
+        remote_ip,
+        local_port,
+        // An echo's identifier is its only port.
+        remote_port: if ip.protocol == IPPROTO_ICMP {
+            0
+        } else {
+            remote_port
+        },
+        protocol: ip.protocol,
+        padding: [0; 3],
+    };
+    Ok((key, local_port))
+}
+
+/// Whether `ip` is an IPv4 packet without options and not a later fragment.
+#[inline(always)]
+fn whole(ip: &Ipv4Header) -> bool {
+    ip.version_ihl == 0x45 && u16::from_be(ip.fragment) & 0x1fff == 0
+}
+
+/// Replaces the port at `offset` (`old`, as in the packet) by `new`, with the checksum.
+#[inline(always)]
+fn set_port(
+    ctx: &TcContext,
+    ports: &Ports,
+    offset: usize,
+    (old, new): (u16, u16),
+) -> Result<(), DropReason> {
+    if old == new {
+        return Ok(());
+    }
+    let failed = |_| drop_reason::NAT_FAILED;
+    let mangled = if ports.udp {
+        u64::from(BPF_F_MARK_MANGLED_0)
+    } else {
+        0
+    };
+    ctx.l4_csum_replace(ports.checksum, u64::from(old), u64::from(new), mangled | 2)
+        .map_err(failed)?;
+    ctx.store(offset, &new, 0).map_err(failed)
+}
+
+/// The way out: see the module doc.
+#[inline(always)]
+fn outbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
+    let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
+        return Ok(());
+    };
+    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
+        // The router's ARP request for a next hop.
+        return Ok(());
+    }
+    let ip = frame.ip;
+    let rule_key = Key::new(
+        64,
+        RouteKey {
+            datapath: router.to_be(),
+            ip: ip.source,
+        },
+    );
+    let Some(external) = SNAT_RULES.get(rule_key).map(|rule| rule.external) else {
+        return Ok(());
+    };
+    let ports = ports_of(ctx, &ip)
+        .filter(|_| whole(&ip))
+        .ok_or(drop_reason::SNAT_UNSUPPORTED)?;
+    let (inside, source_port) = connection(ctx, router, &ip, &ports, true)?;
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let port = match current(&inside, external, now) {
+        Some(port) => port,
+        None => allocate(&inside, external, now)?,
+    };
+    translate(ctx, IP_SOURCE, (ip.source, external), ip.protocol, true)?;
+    set_port(ctx, &ports, ports.source, (source_port, port))
+}
+
+/// The external port of connection `inside` if it has one under `external` whose reply side
+/// still names it (both refreshed to `now`).
+#[inline(always)]
+fn current(inside: &SnatKey, external: u32, now: u64) -> Option<u16> {
+    let session = SNAT_SESSIONS.get_ptr_mut(inside)?;
+    // SAFETY: the pointer is to a map value, valid for this program's run.
+    let session = unsafe { &mut *session };
+    if session.ip != external {
+        return None;
+    }
+    let outside = outside_key(inside, external, session.port);
+    // SAFETY: as above.
+    let reply = unsafe { &mut *SNAT_REVERSE.get_ptr_mut(outside)? };
+    if reply.ip != inside.local_ip || reply.port != inside.local_port {
+        return None;
+    }
+    session.seen_ns = now;
+    reply.seen_ns = now;
+    Some(session.port)
+}
+
+/// The outside view of connection `inside` once translated to `external` and `port`.
+#[inline(always)]
+fn outside_key(inside: &SnatKey, external: u32, port: u16) -> SnatKey {
+    SnatKey {
+        local_ip: external,
+        local_port: port,
+        ..*inside
+    }
+}
+
+/// Gives connection `inside` an external port under `external`: its own where that is free
+/// toward its destination (or taken by nothing heard from for [`SNAT_IDLE_NS`]), else a random
+/// one, [`PORT_TRIES`] times; records both sides.
+#[inline(always)]
+fn allocate(inside: &SnatKey, external: u32, now: u64) -> Result<u16, DropReason> {
+    let idle = SNAT_IDLE_NS[usize::from(inside.protocol != IPPROTO_TCP)];
+    let mut port = inside.local_port;
+    for _ in 0..PORT_TRIES {
+        let outside = outside_key(inside, external, port);
+        // SAFETY: the reference is to a map value, read at once.
+        let taken = unsafe { SNAT_REVERSE.get(outside) };
+        let free = taken.is_none_or(|taken| {
+            (taken.ip == inside.local_ip && taken.port == inside.local_port)
+                || now.saturating_sub(taken.seen_ns) > idle
+        });
+        if free {
+            let reply = SnatSession {
+                ip: inside.local_ip,
+                port: inside.local_port,
+                padding: 0,
+                seen_ns: now,
+            };
+            let session = SnatSession {
+                ip: external,
+                port,
+                padding: 0,
+                seen_ns: now,
+            };
+            SNAT_REVERSE
+                .insert(outside, reply, 0)
+                .and_then(|()| SNAT_SESSIONS.insert(inside, session, 0))
+                .map_err(|_| drop_reason::SNAT_UNSUPPORTED)?;
+            return Ok(port);
+        }
+        // SAFETY: a helper without arguments.
+        let random = unsafe { bpf_get_prandom_u32() };
+        // Ports 1024 and up (any identifier for ICMP), as in the packet.
+        port = ((1024 + random % 64_512) as u16).to_be();
+    }
+    Err(drop_reason::SNAT_UNSUPPORTED)
+}
+
+/// The way in: a reply to a translated connection gets the pod's address and port back.
+#[inline(always)]
+fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
+    let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
+        return Ok(());
+    };
+    let ip = frame.ip;
+    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 || !whole(&ip) {
+        return Ok(());
+    }
+    let Some(ports) = ports_of(ctx, &ip) else {
+        return Ok(());
+    };
+    let (outside, destination_port) = connection(ctx, router, &ip, &ports, false)?;
+    let Some(reply) = SNAT_REVERSE.get_ptr_mut(outside) else {
+        return Ok(());
+    };
+    // SAFETY: the pointer is to a map value, valid for this program's run.
+    let reply = unsafe { &mut *reply };
+    // SAFETY: a helper without arguments.
+    reply.seen_ns = unsafe { bpf_ktime_get_ns() };
+    let (pod, pod_port) = (reply.ip, reply.port);
+    translate(
+        ctx,
+        IP_DESTINATION,
+        (ip.destination, pod),
+        ip.protocol,
+        true,
+    )?;
+    set_port(ctx, &ports, ports.destination, (destination_port, pod_port))
+}
