@@ -8,7 +8,9 @@
 //! lookups a packet.
 //!
 //! The way out ([`SNAT_OUT_REQUEST_MAGIC`], from the router stage or a frame another chassis
-//! tunnelled to the chassisredirect port, already routed): a packet whose source the router's
+//! tunnelled to the chassisredirect port, already routed): a centralized FIP's pod leaves from
+//! its FIP (`NAT_BY_LOGICAL`, stateless, as a distributed FIP's; its way in is
+//! `from_provider`'s); else a packet whose source the router's
 //! longest SNAT prefix covers (`SNAT_RULES`) leaves from the rule's external address, with its
 //! own source port where that is free toward its destination, else another (8 tries); TCP,
 //! UDP and ICMP echo (its identifier as the port), first fragments without IPv4 options; the
@@ -31,15 +33,15 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    DropReason, GatewayRequest, ROUTER_REQUEST_MAGIC, RouteKey, RouterRequest, SNAT_IDLE_NS,
-    SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, SnatKey, SnatSession, drop_reason,
+    DropReason, GatewayRequest, NeighbourKey, ROUTER_REQUEST_MAGIC, RouteKey, RouterRequest,
+    SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, SnatKey, SnatSession, drop_reason,
     stage as slot,
 };
 
 use crate::{
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame, Ipv4Header},
-    maps::{SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS},
-    nat::{IP_DESTINATION, IP_SOURCE, translate},
+    maps::{NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS, get},
+    nat::{IP_DESTINATION, IP_SOURCE, QUOTED_DESTINATION, translate, translate_quoted},
     stages,
 };
 
@@ -212,6 +214,29 @@ fn outbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         return Ok(());
     }
     let ip = frame.ip;
+    // A centralized FIP's pod (not to another of the router's NAT addresses): its FIP, without
+    // connection state, as a distributed one's.
+    let from = NeighbourKey {
+        datapath: router,
+        ip: ip.source,
+    };
+    let to = NeighbourKey {
+        datapath: router,
+        ip: ip.destination,
+    };
+    if let Some(fip) = get(&NAT_BY_LOGICAL, from).map(|target| target.ip)
+        && get(&NAT_BY_EXTERNAL, to).is_none()
+    {
+        let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+        translate(
+            ctx,
+            IP_SOURCE,
+            (ip.source, fip),
+            ip.protocol,
+            first_fragment,
+        )?;
+        return translate_quoted(ctx, ip.protocol, QUOTED_DESTINATION, ip.source, fip);
+    }
     let rule_key = Key::new(
         64,
         RouteKey {

@@ -335,9 +335,8 @@ fn peer_of_connection_through_fip(pod: &Pod, external: &Netns, fip: Ipv4Addr) ->
 /// FIP and learns it from the reply), the external host reaches e2 through the FIP (ARP for it
 /// answered with e2's MAC from e2's node only, DNAT in, e2 seeing the external host itself).
 /// Unbinding and binding the FIP again takes effect on a flow that runs on (one UDP socket).
-/// What the gateway chassis would carry (the SNAT, the centralized FIP) is dropped and counted
-/// as `gateway_unsupported`, on the sender's node, and nothing answers for the centralized
-/// FIP.
+/// What the gateway chassis carries (the SNAT, the centralized FIP) goes through node1 (see
+/// also `ovn_native_gateway_chassis_carries_a_vpcs_external_traffic`).
 /// e2's distributed FIP.
 const DISTRIBUTED_FIP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 11);
 
@@ -348,7 +347,7 @@ const NATIVE_PODS: [PodPlan; 3] = [
 ];
 
 #[test]
-fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_traffic() {
+fn ovn_native_external_access_carries_a_distributed_fip_and_the_gateways_nat() {
     let TwoNodes {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
@@ -520,34 +519,28 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
         "the FIP is at e2's MAC (its external MAC): {neighbour}"
     );
 
-    // Out of the gateway port otherwise (the external subnet's connected route, the default
-    // route): dropped on the sender's node and counted, from the pods without a distributed
-    // FIP (e3's is centralized).
-    let gateway_drops = |node: usize| {
-        agents.counters(nodes, node)["drops"]["gateway_unsupported"]
-            .as_u64()
-            .unwrap_or_default()
-    };
-    let before = [gateway_drops(0), gateway_drops(1)];
-    assert_eq!(
-        e1.ping(EXTERNAL_HOST, 2).unwrap(),
-        0,
-        "e1 → the external host"
-    );
-    assert_eq!(
-        e3.ping(Ipv4Addr::new(192, 0, 2, 1), 2).unwrap(),
-        0,
-        "e3 (a centralized FIP) → beyond, by the default route"
-    );
+    // Out of the gateway port otherwise: through the gateway chassis (node1, e1's), which
+    // carries the subnet's SNAT (to the gateway port's own address) and e3's centralized FIP
+    // (e3 on node2: tunnelled to node1, and reached through the FIP from outside).
     assert!(
-        gateway_drops(0) >= before[0] + 2 && gateway_drops(1) >= before[1] + 2,
-        "gateway traffic not counted as gateway_unsupported on the senders' nodes: {before:?} → \
-         {:?}{}",
-        [gateway_drops(0), gateway_drops(1)],
+        wait_until(Duration::from_secs(10), || source_seen_from(e1)
+            == Some(Ipv4Addr::new(172, 30, 0, 10))),
+        "e1 leaves from the subnet's SNAT address{}",
         logs()
     );
-    // Nothing answers for the centralized FIP on the external network.
-    assert_eq!(external.ping(Ipv4Addr::new(172, 30, 0, 12), 2).unwrap(), 0);
+    let centralized_fip = Ipv4Addr::new(172, 30, 0, 12);
+    assert_eq!(
+        source_seen_from(e3),
+        Some(centralized_fip),
+        "e3 leaves from its centralized FIP{}",
+        logs()
+    );
+    assert_eq!(
+        external.ping(centralized_fip, 3).unwrap(),
+        3,
+        "the external host → e3's centralized FIP{}",
+        logs()
+    );
 
     // A from-lport ACL on the external subnet (Kube-OVN's `spec.acls`): what the provider
     // network sends for the FIP meets no ACL stage on its way in, so it is refused there and
@@ -598,9 +591,9 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_drops_the_gateways_t
 /// address; the external host reaches the pods back through the gateway port, whose address
 /// only the gateway chassis answers ARP for. Moving the gateway to the other node moves the
 /// claim, and a running flow follows. A centralized SNAT rule translates on the gateway
-/// chassis, the running flow moving to it and back off it when it goes; a centralized FIP,
-/// which the datapath does not carry yet, fences the gateway: its traffic is dropped and
-/// counted, never sent un-NATed.
+/// chassis, the running flow moving to it and back off it when it goes; so does a centralized
+/// FIP, both ways; a DNAT rule alone, which the datapath does not carry yet, fences the
+/// gateway: its traffic is dropped and counted, never sent un-NATed.
 const GATEWAY_PODS: [PodPlan; 2] = [
     ("g1", "subnet-g1", 0, Ipv4Addr::new(10, 70, 1, 2)),
     ("g2", "subnet-g1", 1, Ipv4Addr::new(10, 70, 1, 3)),
@@ -839,9 +832,59 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         logs()
     );
 
-    // Centralized NAT the datapath does not carry yet (a centralized FIP, Kube-OVN's `OvnFip`
-    // without the pod's MAC): the gateway's traffic is dropped and counted on the sender's
-    // node, not sent un-NATed.
+    // A centralized FIP (Kube-OVN's `OvnFip` of an IP, without the pod's MAC) for g1, off the
+    // gateway chassis: the running flow leaves from the FIP from its next datagram on; the
+    // external host reaches g1 through it (ping, TCP); unbound, the flow leaves from g1's own
+    // address again.
+    let central_fip = Ipv4Addr::new(172, 30, 0, 101);
+    lab.nbctl(&[
+        "lr-nat-add",
+        "vpc-gw",
+        "dnat_and_snat",
+        &central_fip.to_string(),
+        &GATEWAY_PODS[0].3.to_string(),
+    ])
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask()
+            == Some(central_fip)),
+        "g1's running flow does not leave from its centralized FIP{}",
+        logs()
+    );
+    assert_eq!(
+        external.ping(central_fip, 3).unwrap(),
+        3,
+        "the external host → g1's centralized FIP{}",
+        logs()
+    );
+    assert_eq!(
+        peer_of_connection_through_fip(g1, external.netns(), central_fip),
+        Some(EXTERNAL_HOST),
+        "a TCP connection to the centralized FIP reaches g1{}",
+        logs()
+    );
+    lab.nbctl(&[
+        "lr-nat-del",
+        "vpc-gw",
+        "dnat_and_snat",
+        &central_fip.to_string(),
+    ])
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || running.ask()
+            == Some(GATEWAY_PODS[0].3)),
+        "g1's running flow does not leave from its own address once the FIP is unbound{}",
+        logs()
+    );
+    assert_eq!(
+        external.ping(central_fip, 2).unwrap(),
+        0,
+        "the unbound FIP answers"
+    );
+
+    // Centralized NAT the datapath does not carry yet (a DNAT rule alone, Kube-OVN's
+    // `OvnDnatRule`: its replies need connection state): the gateway's traffic is dropped and
+    // counted on the sender's node, not sent un-NATed.
     let gateway_drops = |node: usize| {
         agents.counters(nodes, node)["drops"]["gateway_unsupported"]
             .as_u64()
@@ -850,21 +893,21 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
     lab.nbctl(&[
         "lr-nat-add",
         "vpc-gw",
-        "dnat_and_snat",
-        "172.30.0.101",
+        "dnat",
+        "172.30.0.102",
         &GATEWAY_PODS[1].3.to_string(),
     ])
     .unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || running.ask().is_none()),
-        "the gateway still carries g1's flow under a centralized FIP{}",
+        "the gateway still carries g1's flow beside a DNAT rule{}",
         logs()
     );
     let before = gateway_drops(0);
     assert_eq!(
         g1.ping(EXTERNAL_HOST, 2).unwrap(),
         0,
-        "g1 → out under a centralized FIP"
+        "g1 → out beside a DNAT rule"
     );
     assert!(
         gateway_drops(0) >= before + 2,

@@ -310,6 +310,12 @@ impl L2State {
                 logical,
                 external,
             } => self.take_centralized_snat(*datapath, (gateway_port, *logical), *external, added),
+            IrEntry::CentralizedDnat {
+                datapath,
+                gateway_port,
+                external,
+                logical,
+            } => self.take_centralized_dnat(*datapath, (gateway_port, *external), *logical, added),
             IrEntry::LbAffinity {
                 datapath,
                 vip,

@@ -160,6 +160,42 @@ pub(super) fn centralized(
                 _ => None,
             }
         }
+        // `ip && ip4.dst == E && inport == GW` → `ct_dnat_in_czone(L);`: the DNAT.
+        "lr_in_dnat" => {
+            let t = Terms::of(terms)?;
+            let shape = t.ip
+                && t.inport.is_some()
+                && t.resident.is_some()
+                && t.source.is_none()
+                && t.outport.is_none()
+                && t.eth_destination.is_none()
+                && t.loopback.is_none();
+            let (Some(external), Some(gateway_port), [only], true) =
+                (t.destination, t.inport, actions, shape)
+            else {
+                return None;
+            };
+            let logical = keyword_address(only, "ct_dnat_in_czone")?;
+            Some(Class::Compiled(vec![IrEntry::CentralizedDnat {
+                datapath: dp,
+                gateway_port: gateway_port.to_string(),
+                external,
+                logical,
+            }]))
+        }
+        // `ip && ip4.src == L && outport == GW` → `ct_dnat_in_czone;`: the reverse DNAT of the
+        // replies, carried out by the pair (the backend fences a DNAT without its SNAT).
+        "lr_out_undnat" => {
+            let t = Terms::of(terms)?;
+            let shape = t.ip
+                && t.source.is_some()
+                && t.outport.is_some()
+                && t.resident.is_some()
+                && t.destination.is_none()
+                && t.inport.is_none();
+            let bare = matches!(actions, [Action::Keyword { name, arguments: None, block: None }] if name == "ct_dnat_in_czone");
+            (shape && bare).then(|| Class::Compiled(Vec::new()))
+        }
         "lr_in_unsnat" => {
             let t = Terms::of(terms)?;
             let shape = t.ip

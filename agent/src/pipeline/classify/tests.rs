@@ -804,8 +804,9 @@ fn a_distributed_fips_flows_compile_to_its_rule() {
 
 /// A centralized SNAT rule's flows where the gateway's port resides (northd 23.03, `snat` from
 /// 10.60.1.0/24 to 172.30.0.100 on gateway port vpc-ext-external): the SNAT is the rule, its
-/// hairpin twin and the un-SNAT flows compile to nothing more; another resident flow (a
-/// centralized FIP's DNAT) and shapes beyond these are neutral (the compiler fences them).
+/// hairpin twin and the un-SNAT flows compile to nothing more; a DNAT is one
+/// (`CentralizedDnat`), its replies' reverse nothing more; another resident flow (a load
+/// balancer) and shapes beyond these are neutral (the compiler fences them).
 #[test]
 fn a_centralized_snat_rules_resident_flows() {
     let resident = |stage: &str, match_: &str, actions: &str| {
@@ -859,11 +860,30 @@ fn a_centralized_snat_rules_resident_flows() {
             "{stage} {match_}"
         );
     }
+    // A centralized FIP's (or DNAT rule's) DNAT, and its reverse for the replies.
+    assert_eq!(
+        resident("lr_in_dnat", destination, "ct_dnat_in_czone(10.60.1.3);"),
+        Class::Compiled(vec![IrEntry::CentralizedDnat {
+            datapath: 7,
+            gateway_port: "vpc-ext-external".into(),
+            external: Ipv4Addr::new(172, 30, 0, 100),
+            logical: Ipv4Addr::new(10, 60, 1, 3),
+        }])
+    );
+    assert_eq!(
+        resident(
+            "lr_out_undnat",
+            r#"ip && ip4.src == 10.60.1.3 && outport == "vpc-ext-external""#,
+            "ct_dnat_in_czone;"
+        ),
+        Class::Compiled(Vec::new())
+    );
     for (stage, match_, actions) in [
+        // A load balancer on the gateway router.
         (
             "lr_in_dnat",
             destination.to_string(),
-            "ct_dnat_in_czone(10.60.1.3);",
+            "ct_lb_mark(backends=10.60.1.3:80);",
         ),
         // A SNAT to a destination too is not a plain rule's.
         (

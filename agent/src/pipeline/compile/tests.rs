@@ -416,8 +416,8 @@ fn an_address_joining_or_leaving_a_set_is_one_member_entry() {
 /// A flow that applies only where a chassisredirect port is active is neutral, whoever holds
 /// the port (the backend carries the gateway from the port's binding), but for a centralized
 /// SNAT rule's, which is carried (`CentralizedSnat`); one of them that translates through
-/// conntrack otherwise (a centralized FIP's DNAT) fences that gateway, and its deletion lifts
-/// the fence.
+/// conntrack otherwise (a load balancer on the gateway router) fences that gateway, and its
+/// deletion lifts the fence.
 #[test]
 fn a_gateways_centralized_snat_is_carried_and_other_centralized_nat_fences_it() {
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
@@ -474,7 +474,8 @@ fn a_gateways_centralized_snat_is_carried_and_other_centralized_nat_fences_it() 
         "00000000-0000-0000-0000-0000000000f3": admission}}),
     );
     assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
-    // A centralized FIP's DNAT is not carried: it fences the gateway, until it goes.
+    // A load balancer on the gateway router is not carried: it fences the gateway, until it
+    // goes.
     let fence = IrEntry::CentralizedNat {
         datapath: 9,
         redirect: "cr-vpc-a-ext".into(),
@@ -483,7 +484,7 @@ fn a_gateways_centralized_snat_is_carried_and_other_centralized_nat_fences_it() 
     let diff = apply(json!({"Logical_Flow": {dnat: flow(
         "lr_in_dnat",
         r#"ip && ip4.dst == 172.18.0.21 && inport == "vpc-a-ext""#,
-        "ct_dnat_in_czone(10.0.1.5);",
+        "ct_lb_mark(backends=10.0.1.5:80);",
     )}}));
     assert_eq!(diff.added, std::slice::from_ref(&fence), "{diff:?}");
     let diff = apply(json!({"Logical_Flow": {dnat: {"delete": null}}}));

@@ -236,6 +236,18 @@ pub enum IrEntry {
         logical: Prefix,
         external: Ipv4Addr,
     },
+    /// A centralized DNAT of router `datapath` (`dnat`, or a `dnat_and_snat` without the pod's
+    /// port and MAC: Kube-OVN's `OvnDnatRule`, an `OvnFip` of an IP): where the gateway's
+    /// chassisredirect port is active, what enters gateway port `gateway_port` for `external`
+    /// goes to `logical`. With a [`IrEntry::CentralizedSnat`] of `logical`/32 to `external`
+    /// beside it the pair is a centralized FIP, translated both ways without connection state;
+    /// alone it fences the gateway (the reverse translation of its replies needs one).
+    CentralizedDnat {
+        datapath: u32,
+        gateway_port: String,
+        external: Ipv4Addr,
+        logical: Ipv4Addr,
+    },
     /// A distributed NAT rule (`dnat_and_snat` with `logical_port` and `external_mac`: a FIP
     /// handled on its pod's chassis): where `logical_port` resides, what `logical_ip` sends out
     /// of gateway port `gateway_port` leaves from `external_ip` and `external_mac`, what enters
@@ -700,6 +712,7 @@ impl IrEntry {
             | IrEntry::GatewayPort { datapath, .. }
             | IrEntry::CentralizedNat { datapath, .. }
             | IrEntry::CentralizedSnat { datapath, .. }
+            | IrEntry::CentralizedDnat { datapath, .. }
             | IrEntry::DistributedNat { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }

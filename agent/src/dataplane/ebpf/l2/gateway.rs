@@ -27,7 +27,8 @@ use std::{
 
 use ovnbpf_common::{
     ARP_ANSWER_PROVIDER, ArpAnswer, FIB_ROUTER, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry,
-    GATEWAY_SNAT, GatewayEgress, GatewayRedirect, NeighbourKey, RouteKey, SnatRule, TunnelPortKey,
+    GATEWAY_SNAT, GatewayEgress, GatewayRedirect, NatTarget, NeighbourKey, RouteKey, SnatRule,
+    TunnelPortKey,
     maps::{GatewayEgressMap, GatewayInports, GatewayRedirects, SnatRules},
 };
 
@@ -79,6 +80,8 @@ struct GatewayKeys {
     /// The port's address, then its SNAT rules' external addresses, on the switch.
     answers: Vec<AnswerKey>,
     snat_rules: Vec<(u32, Prefix)>,
+    /// The centralized FIPs' (router, logical) and (router, external) NAT slots.
+    fips: Vec<((u32, Ipv4Addr), (u32, Ipv4Addr))>,
 }
 
 /// The gateway ports, the fences, their keys and what is installed.
@@ -90,6 +93,8 @@ pub(super) struct GatewayState {
     centralized_nat: HashSet<(u32, String)>,
     /// Router → its centralized SNAT rules: (gateway port, source prefix) → external address.
     snat: HashMap<u32, BTreeMap<(String, Prefix), Ipv4Addr>>,
+    /// Router → its centralized DNATs: (gateway port, external address) → logical address.
+    dnat: HashMap<u32, BTreeMap<(String, Ipv4Addr), Ipv4Addr>>,
     keys: HashMap<u32, GatewayKeys>,
     /// The FIB and answer keys back to their router.
     fib_keys: HashMap<(u32, Mac), u32>,
@@ -106,6 +111,26 @@ impl GatewayState {
             + self.inports.pending()
             + self.egress.pending()
             + self.snat_rules.pending()
+    }
+}
+
+/// Takes rule `key` → `value` of router `router` in (or out of) `rules` (out only while it
+/// still has that value).
+fn take_rule<K: Ord, V: PartialEq>(
+    rules: &mut HashMap<u32, BTreeMap<K, V>>,
+    router: u32,
+    key: K,
+    value: V,
+    added: bool,
+) {
+    let of_router = rules.entry(router).or_default();
+    if added {
+        of_router.insert(key, value);
+    } else if of_router.get(&key) == Some(&value) {
+        of_router.remove(&key);
+    }
+    if of_router.is_empty() {
+        rules.remove(&router);
     }
 }
 
@@ -165,16 +190,22 @@ impl L2State {
         external: Ipv4Addr,
         added: bool,
     ) {
-        let rules = self.gateway.snat.entry(router).or_default();
         let key = (gateway_port.to_string(), logical);
-        if added {
-            rules.insert(key, external);
-        } else if rules.get(&key) == Some(&external) {
-            rules.remove(&key);
-        }
-        if rules.is_empty() {
-            self.gateway.snat.remove(&router);
-        }
+        take_rule(&mut self.gateway.snat, router, key, external, added);
+        self.mark_gateway(router);
+    }
+
+    /// Takes in (or out) centralized DNAT `external` → `logical` of router `router`'s gateway
+    /// port `gateway_port`.
+    pub(super) fn take_centralized_dnat(
+        &mut self,
+        router: u32,
+        (gateway_port, external): (&str, Ipv4Addr),
+        logical: Ipv4Addr,
+        added: bool,
+    ) {
+        let key = (gateway_port.to_string(), external);
+        take_rule(&mut self.gateway.dnat, router, key, logical, added);
         self.mark_gateway(router);
     }
 
@@ -219,6 +250,9 @@ impl L2State {
             old.snat_rules
                 .iter()
                 .for_each(|key| self.gateway.snat_rules.mark(*key));
+            for (logical, external) in old.fips {
+                self.nat_tables_mark(logical, external);
+            }
         }
         let Some(keys) = self.gateway_keys(router) else {
             return;
@@ -240,6 +274,9 @@ impl L2State {
         keys.snat_rules
             .iter()
             .for_each(|key| self.gateway.snat_rules.mark(*key));
+        for (logical, external) in &keys.fips {
+            self.nat_tables_mark(*logical, *external);
+        }
         self.gateway.keys.insert(router, keys);
     }
 
@@ -271,12 +308,68 @@ impl L2State {
             Some(switch) => addresses.map(|ip| (switch, IpAddr::V4(ip))).collect(),
             None => Vec::new(),
         };
+        let fips = self
+            .dnats_of(router, port)
+            .into_iter()
+            .map(|(external, logical)| ((router, logical), (router, external)))
+            .collect();
         Some(GatewayKeys {
             inports,
             egress,
             fib,
             answers,
             snat_rules: rules.iter().map(|(prefix, _)| (router, *prefix)).collect(),
+            fips,
+        })
+    }
+
+    /// Router `router`'s centralized DNATs on gateway port `port`: (external, logical).
+    fn dnats_of(&self, router: u32, port: &str) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+        self.gateway
+            .dnat
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .filter(|((gateway_port, _), _)| gateway_port == port)
+            .map(|((_, external), logical)| (*external, *logical))
+            .collect()
+    }
+
+    /// Whether DNAT `external` → `logical` on router `router`'s gateway port `port` has its
+    /// SNAT twin (`logical`/32 → `external`): a centralized FIP.
+    fn is_fip(&self, router: u32, port: &str, (external, logical): (Ipv4Addr, Ipv4Addr)) -> bool {
+        let host = Prefix {
+            network: logical,
+            length: 32,
+        };
+        self.gateway
+            .snat
+            .get(&router)
+            .and_then(|rules| rules.get(&(port.to_string(), host)))
+            == Some(&external)
+    }
+
+    /// The translation a centralized FIP of a gateway active here gives NAT slot `key` (a
+    /// router and an address), by its `logical` address (`by_logical`) or its external one:
+    /// the other address, with the gateway port's MAC.
+    pub(super) fn gateway_fip(
+        &self,
+        (router, address): (u32, Ipv4Addr),
+        by_logical: bool,
+    ) -> Option<NatTarget> {
+        let gateway = self.carried_gateway(router)?;
+        if gateway.residence != Residence::Here {
+            return None;
+        }
+        let (external, logical) = self
+            .dnats_of(router, gateway.port)
+            .into_iter()
+            .find(|&(external, logical)| address == if by_logical { logical } else { external })?;
+        Some(NatTarget {
+            ip: u32::from_ne_bytes(if by_logical { external } else { logical }.octets()),
+            switch: gateway.switch,
+            mac: self.ports.get(gateway.port)?.mac?,
+            reserved: [0; 2],
         })
     }
 
@@ -314,6 +407,14 @@ impl L2State {
             .gateway
             .centralized_nat
             .contains(&(router, redirect.clone()))
+        {
+            return None;
+        }
+        // A DNAT without its SNAT twin (a `dnat` rule) needs connection state for its replies.
+        if self
+            .dnats_of(router, port)
+            .into_iter()
+            .any(|pair| !self.is_fip(router, port, pair))
         {
             return None;
         }

@@ -215,13 +215,28 @@ impl L2State {
     }
 
     fn desired_by_logical(&self, key: (u32, Ipv4Addr)) -> Option<NatTarget> {
-        let (rule, switch) = self.local_nat(key)?;
+        let Some((rule, switch)) = self.local_nat(key) else {
+            return self.gateway_fip(key, true);
+        };
         Some(target(rule.external_ip, switch, rule))
     }
 
+    /// Marks NAT slots `logical` and `external` (a centralized FIP's, which the gateway family
+    /// decides).
+    pub(super) fn nat_tables_mark(&mut self, logical: (u32, Ipv4Addr), external: (u32, Ipv4Addr)) {
+        self.nat.by_logical.mark(logical);
+        self.nat.by_external_table.mark(external);
+    }
+
     fn desired_by_external(&self, (router, external): (u32, Ipv4Addr)) -> Option<NatTarget> {
-        let logical = *self.nat.by_external.get(&(router, external))?;
-        let (rule, switch) = self.local_nat((router, logical))?;
+        let local = self
+            .nat
+            .by_external
+            .get(&(router, external))
+            .and_then(|logical| self.local_nat((router, *logical)));
+        let Some((rule, switch)) = local else {
+            return self.gateway_fip((router, external), false);
+        };
         Some(target(rule.logical_ip, switch, rule))
     }
 
