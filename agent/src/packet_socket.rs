@@ -1,9 +1,42 @@
 //! Writing a whole Ethernet frame out of an interface through an AF_PACKET socket: the one
-//! `sendto` the health checks' probes (`service_monitor::socket`) and the periodic router
-//! advertisements (`router_advert::periodic`) both send with. Touches only the descriptor it is
-//! given.
+//! `sendto` the health checks' probes (`service_monitor::socket`), the periodic router
+//! advertisements (`router_advert::periodic`) and the gateway chassis's gratuitous ARPs
+//! (`dataplane::ebpf::announce`) send with, and the send-only socket ([`Sender`]) the last two
+//! open. Touches only the descriptors it is given or opens.
 
-use std::{io, os::fd::RawFd};
+use std::{
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+};
+
+/// A send-only packet socket: whole frames, each carrying its own EtherType, out of the
+/// interface named per send.
+#[derive(Debug)]
+pub struct Sender {
+    fd: OwnedFd,
+}
+
+impl Sender {
+    /// Opens the socket (protocol 0: it receives nothing).
+    pub fn open() -> io::Result<Self> {
+        // SAFETY: a plain socket call; the descriptor is owned.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+        })
+    }
+
+    /// Writes `frame` out of interface `ifindex`.
+    pub fn send(&self, ifindex: u32, frame: &[u8]) -> io::Result<()> {
+        let ifindex = i32::try_from(ifindex)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+        send_frame(self.fd.as_raw_fd(), ifindex, 0, frame)
+    }
+}
 
 /// Sends `frame` (its destination MAC first) out of interface `ifindex` through packet socket
 /// `fd`, as protocol `protocol` (host byte order).

@@ -746,6 +746,15 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         "node2's agent does not take the chassisredirect port{}",
         logs()
     );
+    // Before any pod sends through the new gateway, the physical network (the switch's
+    // learned MACs) knows where the gateway port is now: node2's gratuitous ARP.
+    assert!(
+        wait_until(Duration::from_secs(5), || external
+            .ping(GATEWAY_PODS[0].3, 1)
+            .is_ok_and(|n| n == 1)),
+        "the external host does not reach g1 through the moved gateway before any pod sends{}",
+        logs()
+    );
     assert!(
         wait_until(Duration::from_secs(10), || running.ask()
             == Some(GATEWAY_PODS[0].3)),

@@ -18,7 +18,6 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     io,
     net::Ipv6Addr,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -333,21 +332,11 @@ async fn advertise(mut target: watch::Receiver<Target>, counters: Arc<Counters>,
 }
 
 /// A packet socket that writes whole frames to an interface named per send.
-struct PacketSocket {
-    fd: OwnedFd,
-}
+struct PacketSocket(crate::packet_socket::Sender);
 
 impl PacketSocket {
     fn open() -> io::Result<Self> {
-        // SAFETY: a plain socket call (protocol 0: it sends only); the descriptor is owned.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor nothing else owns.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(raw) },
-        })
+        crate::packet_socket::Sender::open().map(Self)
     }
 
     /// Writes `frame` out of `interface` (to whatever is behind it: a pod's veth peer).
@@ -359,10 +348,7 @@ impl PacketSocket {
         if ifindex == 0 {
             return Err(io::Error::last_os_error());
         }
-        let ifindex = i32::try_from(ifindex)
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
-        // (Protocol 0: the frame carries its own EtherType.)
-        crate::packet_socket::send_frame(self.fd.as_raw_fd(), ifindex, 0, frame)
+        self.0.send(ifindex, frame)
     }
 }
 

@@ -29,6 +29,7 @@ pub use maps::Maps;
 use crate::netns;
 
 pub mod acl_log;
+pub mod announce;
 pub mod backend;
 pub mod conntrack;
 pub mod events;

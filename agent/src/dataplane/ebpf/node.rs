@@ -17,7 +17,7 @@ use std::{
 use tracing::info;
 
 use super::{
-    Attachment, EbpfError, Hook, KernelPrograms,
+    Attachment, EbpfError, Hook, KernelPrograms, announce,
     l2::L2State,
     l3::L3State,
     pins::{PinError, PinLayout},
@@ -89,6 +89,9 @@ pub struct NodeDatapath {
     static_interfaces: Vec<(u32, String)>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
+    /// The socket a gateway becoming active here announces itself through (opened on first
+    /// use).
+    announcer: Option<crate::packet_socket::Sender>,
 }
 
 fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
@@ -272,6 +275,7 @@ impl NodeDatapath {
             pod_filters,
             static_interfaces,
             adopted,
+            announcer: None,
         })
     }
 
@@ -291,6 +295,7 @@ impl NodeDatapath {
             pod_filters,
             static_interfaces: Vec::new(),
             adopted: false,
+            announcer: None,
         })
     }
 
@@ -458,7 +463,11 @@ impl NodeDatapath {
         }
         // Routes before the switch entries that lead to them.
         let routed = self.l3.flush(&mut self.programs)?;
-        Ok(routed + self.l2.flush(&mut self.programs)?)
+        let written = routed + self.l2.flush(&mut self.programs)?;
+        // Once the gateway's entries are in: the physical network learns where it is now.
+        let announcements = self.l2.take_announcements();
+        announce::send(&mut self.announcer, &announcements);
+        Ok(written)
     }
 
     /// Whether logical port `port` is programmed (its veth forwards and receives).

@@ -103,6 +103,10 @@ pub(super) struct GatewayState {
     inports: Table<GatewayInports, (u32, Ipv4Addr)>,
     egress: Table<GatewayEgressMap, TunnelPortKey>,
     snat_rules: Table<SnatRules, (u32, Prefix)>,
+    /// Routers whose gateway is active here, and those that became so since the last
+    /// [`L2State::take_announcements`].
+    here: HashSet<u32>,
+    announce: BTreeSet<u32>,
 }
 
 impl GatewayState {
@@ -253,6 +257,14 @@ impl L2State {
             for (logical, external) in old.fips {
                 self.nat_tables_mark(logical, external);
             }
+        }
+        let here = self
+            .carried_gateway(router)
+            .is_some_and(|gateway| gateway.residence == Residence::Here);
+        if !here {
+            self.gateway.here.remove(&router);
+        } else if self.gateway.here.insert(router) {
+            self.gateway.announce.insert(router);
         }
         let Some(keys) = self.gateway_keys(router) else {
             return;
@@ -530,6 +542,42 @@ impl L2State {
             Some(gateway) if gateway.residence == Residence::Here => ARP_ANSWER_PROVIDER,
             _ => 0,
         }
+    }
+
+    /// What the gateways that became active here since the last call announce (their port's
+    /// address and NAT external addresses, out of the provider NIC of the switch behind the
+    /// port); one that is no longer active here, or whose switch has no provider NIC here,
+    /// announces nothing.
+    pub fn take_announcements(&mut self) -> Vec<crate::dataplane::ebpf::announce::Announcement> {
+        std::mem::take(&mut self.gateway.announce)
+            .into_iter()
+            .filter_map(|router| {
+                let gateway = self.carried_gateway(router)?;
+                if gateway.residence != Residence::Here {
+                    return None;
+                }
+                let (_, network, tag) = self.localnets.get(&gateway.switch)?;
+                let addresses = self
+                    .physical
+                    .binding(gateway.port)
+                    .and_then(|binding| binding.address)
+                    .into_iter()
+                    .chain(
+                        self.snat_rules_of(router, gateway.port)
+                            .into_iter()
+                            .map(|(_, external)| external),
+                    )
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                Some(crate::dataplane::ebpf::announce::Announcement {
+                    ifindex: self.physical.provider(network)?,
+                    vlan: tag.unwrap_or(0),
+                    mac: self.ports.get(gateway.port)?.mac?,
+                    addresses,
+                })
+            })
+            .collect()
     }
 
     /// Writes the marked gateway entries; returns the writes made.
