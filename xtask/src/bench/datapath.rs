@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopqr]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopqrs]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -33,7 +33,10 @@
 //! distributed FIP (Kube-OVN's `OvnFip`, vpc-r's gateway port on the provider network's
 //! `external` subnet, VLAN 200 through the physical switch) to an external host there: out
 //! SNATed from the FIP, back DNATed, no Geneve, MTU 1500, next to (f), the same physical path
-//! without NAT or routing (the goal r/f ≥ 0.9). vpc-a's subnets carry the Service's balancers, as every
+//! without NAT or routing (the goal r/f ≥ 0.9); (s) a pod of the same subnet on node2, vpc-r's
+//! gateway chassis, to the same external host through the subnet's centralized SNAT (Kube-OVN's
+//! `OvnSnatRule`: the gateway NAT stage, a port per connection), next to (f) (the goal s/f ≥
+//! 0.9). vpc-a's subnets carry the Service's balancers, as every
 //! Kube-OVN subnet does, so (c) and (k) pay the reply-side lookup too. Pod MTU 1442 on
 //! (b)–(e), (h)–(l), so they carry the same payload per packet.
 //!
@@ -847,7 +850,7 @@ const fn ip(a: u8, b: u8, c: u8, d: u8) -> Ipv4Addr {
 }
 
 /// The ovnbpf fixture's pods.
-const PLAN: [PodPlan; 13] = [
+const PLAN: [PodPlan; 14] = [
     ("p1", "subnet-a", ip(10, 0, 1, 2), ip(10, 0, 1, 1), 0),
     ("p2", "subnet-a", ip(10, 0, 1, 3), ip(10, 0, 1, 1), 1),
     ("p3", "subnet-a2", ip(10, 0, 2, 3), ip(10, 0, 2, 1), 1),
@@ -868,12 +871,18 @@ const PLAN: [PodPlan; 13] = [
     ("pm", "subnet-a", ip(10, 0, 1, 12), ip(10, 0, 1, 1), 0),
     // (r)'s client: the pod with the distributed FIP.
     ("pr", "subnet-r", ip(10, 5, 1, 2), ip(10, 5, 1, 1), 0),
+    // (s)'s client: a pod of subnet-r on vpc-r's gateway chassis, under the subnet's SNAT.
+    ("ps", "subnet-r", ip(10, 5, 1, 3), ip(10, 5, 1, 1), 1),
 ];
 
 /// [`PLAN`]'s index of (r)'s client, its FIP, and the external host it talks to.
 const FIP_CLIENT: usize = 12;
 const FIP: Ipv4Addr = ip(172, 30, 0, 11);
 const EXTERNAL_HOST: Ipv4Addr = ip(172, 30, 0, 1);
+
+/// [`PLAN`]'s index of (s)'s client, and subnet-r's SNAT address.
+const SNAT_CLIENT: usize = 13;
+const SNAT_EIP: Ipv4Addr = ip(172, 30, 0, 12);
 
 /// [`PLAN`]'s index of (m)'s client.
 const SOCKET_CLIENT: usize = 11;
@@ -976,7 +985,9 @@ impl OvnbpfNodes {
             .plain_switch("external", "172.30.0.0/24")?
             .localnet("external", "physnet1", 200)
             .external_access("vpc-r", "external", "172.30.0.10/24", &["node2"])
-            .static_route("vpc-r", "0.0.0.0/0", EXTERNAL_HOST);
+            .static_route("vpc-r", "0.0.0.0/0", EXTERNAL_HOST)
+            // (s): the subnet's SNAT (pr's distributed FIP takes precedence for pr).
+            .nat("vpc-r", "snat", &SNAT_EIP.to_string(), "10.5.1.0/24");
         let backend = PLAN[1].2;
         for (protocol, port) in [
             ("tcp", 5201),
@@ -1135,6 +1146,14 @@ impl OvnbpfNodes {
                 Vec::new(),
             )
         });
+        let snat = letters.contains('s').then(|| {
+            BenchPath::pair(
+                ('s', "(s) ovnbpf SNAT to outside"),
+                (self.pods[SNAT_CLIENT].netns(), self.external.netns()),
+                EXTERNAL_HOST,
+                Vec::new(),
+            )
+        });
         OVNBPF_PATHS
             .iter()
             .filter(|(letter, ..)| letters.contains(*letter))
@@ -1155,6 +1174,7 @@ impl OvnbpfNodes {
                 forwarders: Vec::new(),
             })
             .chain(fip)
+            .chain(snat)
             .collect()
     }
 }
@@ -1264,6 +1284,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('n', 'c'),
         ('q', 'c'),
         ('r', 'f'),
+        ('s', 'f'),
         ('c', 'o'),
         ('c', 'p'),
     ]);
@@ -1351,7 +1372,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20; r/f (a distributed FIP against the same physical path without NAT) throughput ≥ 0.9"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20; r/f (a distributed FIP against the same physical path without NAT) throughput ≥ 0.9; s/f (centralized SNAT on the gateway chassis, the same) throughput ≥ 0.9"
     );
     json_results
 }
@@ -1439,8 +1460,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let prefix = unique_prefix();
     // Which paths to measure: letters a–r (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopqr");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnopqr".contains(*c)) {
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopqrs");
+    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnopqrs".contains(*c)) {
         anyhow::bail!("--paths takes letters a to r, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
@@ -1465,7 +1486,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| Ipv6UnderlayPair::create(&prefix, &agent))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'r'])
+        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'r', 's'])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();
