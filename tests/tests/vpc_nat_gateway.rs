@@ -925,6 +925,33 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
     );
 }
 
+/// A TCP connection from `pod` to the external host's `port` (a byte each way once open), and
+/// the external host's end, held open.
+fn tcp_connection_out(pod: &Pod, external: &Netns, port: u16) -> (TcpStream, TcpStream) {
+    let listener = external
+        .run_in(|| Ok(TcpListener::bind((EXTERNAL_HOST, port))?))
+        .unwrap();
+    let accepting = std::thread::spawn(move || -> std::io::Result<TcpStream> {
+        let (mut stream, _) = listener.accept()?;
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte)?;
+        stream.write_all(&byte)?;
+        Ok(stream)
+    });
+    let target = SocketAddr::from((EXTERNAL_HOST, port));
+    let mut stream = pod
+        .netns()
+        .run_in(|| Ok(TcpStream::connect_timeout(&target, Duration::from_secs(3))?))
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    stream.write_all(b"x").unwrap();
+    let mut echoed = [0u8; 1];
+    stream.read_exact(&mut echoed).unwrap();
+    (stream, accepting.join().unwrap().unwrap())
+}
+
 /// The address the external host sees a TCP connection from `pod` come from (a byte each
 /// way on port [`FIP_TCP_PORT`] of the external host).
 fn tcp_peer_seen_outside(pod: &Pod, external: &Netns) -> Option<Ipv4Addr> {
@@ -984,4 +1011,138 @@ fn provider_tx_packets(node: &Node) -> u64 {
         .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
         .and_then(|links| links[0]["stats64"]["tx"]["packets"].as_u64())
         .unwrap_or_default()
+}
+
+/// Issue 25's user report, in all four placements: a pod pings the outside and runs a UDP flow
+/// through its subnet's SNAT; a FIP is bound to it (distributed or centralized; the pod on or
+/// off the gateway chassis) and unbound again, neither flow restarted. Each change applies
+/// within a second to the running UDP flow (it leaves from the FIP, then from the SNAT address
+/// again), and the running ping loses at most half a second of replies across both changes. A
+/// TCP connection opened under the SNAT address is reset once the FIP is bound (its next
+/// segment leaves from the FIP; the external host resets it), not black-holed.
+const PLACEMENT_PODS: [PodPlan; 2] = [
+    ("l1", "subnet-l", 0, Ipv4Addr::new(10, 80, 1, 2)),
+    ("l2", "subnet-l", 1, Ipv4Addr::new(10, 80, 1, 3)),
+];
+
+#[test]
+fn nat_changes_take_effect_on_running_flows_in_every_placement() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let (_physical, external) = external_network(prefix, nodes);
+    let mut topology = Topology::new();
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet("vpc-l", "subnet-l", "10.80.1.0/24")
+        .unwrap()
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0)
+        .external_access("vpc-l", "external", "172.30.0.10/24", &[scenario::NODES[0]])
+        .static_route("vpc-l", "0.0.0.0/0", EXTERNAL_HOST)
+        .nat("vpc-l", "snat", &SNAT_EIP.to_string(), "10.80.1.0/24");
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PLACEMENT_PODS, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let agents = start_agents(lab, nodes, &PLACEMENT_PODS);
+    let logs = || agents.logs();
+    let _who = WhoAreYou::start(external.netns());
+
+    for (case, (pod_index, distributed)) in [(0, true), (0, false), (1, true), (1, false)]
+        .into_iter()
+        .enumerate()
+    {
+        let (name, _, _, address) = PLACEMENT_PODS[pod_index];
+        let pod = &pods[pod_index];
+        let placement = format!(
+            "{} FIP of {name} ({} the gateway chassis)",
+            if distributed {
+                "distributed"
+            } else {
+                "centralized"
+            },
+            if pod_index == 0 { "on" } else { "off" }
+        );
+        let fip = Ipv4Addr::new(172, 30, 0, 110 + case as u8).to_string();
+        let running = Asker::new(pod);
+        assert!(
+            wait_until(Duration::from_secs(10), || running.ask() == Some(SNAT_EIP)),
+            "{placement}: the flow does not leave from the SNAT address first{}",
+            logs()
+        );
+        // A TCP connection through the SNAT address, open across the binding.
+        let (mut connection, _held) = tcp_connection_out(pod, external.netns(), 9090 + case as u16);
+        std::thread::scope(|scope| {
+            // Five seconds of pings, ten a second, across both changes.
+            let pinging = scope.spawn(|| pod.ping_every(EXTERNAL_HOST, 50, "0.1"));
+            std::thread::sleep(Duration::from_secs(1));
+            let bind = if distributed {
+                vec![
+                    "lr-nat-add".to_string(),
+                    "vpc-l".into(),
+                    "dnat_and_snat".into(),
+                    fip.clone(),
+                    address.to_string(),
+                    format!("{name}.ns"),
+                    ovnbpf_tests::kubeovn::mac_for(name),
+                ]
+            } else {
+                vec![
+                    "lr-nat-add".to_string(),
+                    "vpc-l".into(),
+                    "dnat_and_snat".into(),
+                    fip.clone(),
+                    address.to_string(),
+                ]
+            };
+            lab.nbctl(&bind.iter().map(String::as_str).collect::<Vec<_>>())
+                .unwrap();
+            let bound = std::time::Instant::now();
+            assert!(
+                wait_until(Duration::from_secs(5), || running.ask()
+                    == Some(fip.parse().unwrap())),
+                "{placement}: the running flow does not leave from the FIP{}",
+                logs()
+            );
+            let switched = bound.elapsed();
+            assert!(
+                switched < Duration::from_secs(1),
+                "{placement}: the running flow took {switched:?} to leave from the FIP"
+            );
+            // The TCP connection's next segment leaves from the FIP too: the external host
+            // knows no such connection and resets it, and the reset reaches the pod (reset,
+            // not black-holed).
+            let mut answer = [0u8; 1];
+            let outcome = connection
+                .write_all(b"x")
+                .and_then(|()| connection.read(&mut answer));
+            assert_eq!(
+                outcome.map_err(|error| error.kind()),
+                Err(std::io::ErrorKind::ConnectionReset),
+                "{placement}: the TCP connection opened under SNAT{}",
+                logs()
+            );
+            std::thread::sleep(Duration::from_secs(1));
+            lab.nbctl(&["lr-nat-del", "vpc-l", "dnat_and_snat", &fip])
+                .unwrap();
+            let unbound = std::time::Instant::now();
+            assert!(
+                wait_until(Duration::from_secs(5), || running.ask() == Some(SNAT_EIP)),
+                "{placement}: the running flow does not leave from the SNAT address again{}",
+                logs()
+            );
+            let switched = unbound.elapsed();
+            assert!(
+                switched < Duration::from_secs(1),
+                "{placement}: the running flow took {switched:?} to go back to the SNAT address"
+            );
+            let replies = pinging.join().unwrap().unwrap();
+            assert!(
+                replies >= 45,
+                "{placement}: the running ping got {replies} of 50 replies across binding and \
+                 unbinding{}",
+                logs()
+            );
+        });
+    }
 }

@@ -1461,7 +1461,10 @@ pub fn run(args: &[String]) -> Result<()> {
     // Which paths to measure: letters a–r (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
     let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopqrs");
-    if let Some(bad) = letters.chars().find(|c| !"abcdefghijklmnopqrs".contains(*c)) {
+    if let Some(bad) = letters
+        .chars()
+        .find(|c| !"abcdefghijklmnopqrs".contains(*c))
+    {
         anyhow::bail!("--paths takes letters a to r, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
@@ -1486,7 +1489,9 @@ pub fn run(args: &[String]) -> Result<()> {
         .then(|| Ipv6UnderlayPair::create(&prefix, &agent))
         .transpose()?;
     let ovnbpf = letters
-        .contains(['c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'r', 's'])
+        .contains([
+            'c', 'd', 'e', 'f', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'r', 's',
+        ])
         .then(|| OvnbpfNodes::create(&prefix, &agent))
         .transpose()?;
     let mut paths: Vec<BenchPath> = Vec::new();
