@@ -137,6 +137,25 @@ fn external_network(prefix: &str, nodes: &[Node]) -> (PhysicalSwitch, ExternalHo
     (physical, external)
 }
 
+/// Kube-OVN's OVN-native external access for `vpc` (a custom VPC with its first subnet
+/// `subnet`, `cidr`), as 1.13 builds it (1.15's per-subnet source routes outrank the default
+/// route): the underlay subnet `external` (172.30.0.0/24, provider network `physnet1`,
+/// untagged), the VPC's gateway port on it at 172.30.0.10 bound to gateway chassis node1, and
+/// the VPC's default route to the external host.
+fn external_access(vpc: &str, subnet: &str, cidr: &str) -> Topology {
+    let mut topology = Topology::new();
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet(vpc, subnet, cidr)
+        .unwrap()
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0)
+        .external_access(vpc, "external", "172.30.0.10/24", &[scenario::NODES[0]])
+        .static_route(vpc, "0.0.0.0/0", EXTERNAL_HOST);
+    topology
+}
+
 /// One agent per node, provider network `physnet1` bridged to `eth1`, once every planned pod
 /// is up.
 fn start_agents(lab: &OvnLab, nodes: &[Node], plans: &[PodPlan]) -> PlannedAgents {
@@ -598,7 +617,7 @@ const GATEWAY_PODS: [PodPlan; 2] = [
     ("g1", "subnet-g1", 0, Ipv4Addr::new(10, 70, 1, 2)),
     ("g2", "subnet-g1", 1, Ipv4Addr::new(10, 70, 1, 3)),
 ];
-/// The gateway port's address on the external network.
+/// The gateway port's address on the external network ([`external_access`]'s).
 const GATEWAY_PORT_IP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 10);
 
 #[test]
@@ -607,21 +626,7 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
     let (_physical, external) = external_network(prefix, nodes);
-    let mut topology = Topology::new();
-    topology
-        .without_subnet_source_routes()
-        .vpc_with_subnet("vpc-gw", "subnet-g1", "10.70.1.0/24")
-        .unwrap()
-        .plain_switch("external", "172.30.0.0/24")
-        .unwrap()
-        .localnet("external", "physnet1", 0)
-        .external_access(
-            "vpc-gw",
-            "external",
-            &format!("{GATEWAY_PORT_IP}/24"),
-            &[scenario::NODES[0]],
-        )
-        .static_route("vpc-gw", "0.0.0.0/0", EXTERNAL_HOST);
+    let topology = external_access("vpc-gw", "subnet-g1", "10.70.1.0/24");
     let pods = scenario::build_planned_pods(lab, nodes, topology, &GATEWAY_PODS, true, 1400);
     scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
     let (g1, g2) = (&pods[0], &pods[1]);
@@ -1031,17 +1036,8 @@ fn nat_changes_take_effect_on_running_flows_in_every_placement() {
         lab, nodes, prefix, ..
     } = &TwoNodes::start();
     let (_physical, external) = external_network(prefix, nodes);
-    let mut topology = Topology::new();
-    topology
-        .without_subnet_source_routes()
-        .vpc_with_subnet("vpc-l", "subnet-l", "10.80.1.0/24")
-        .unwrap()
-        .plain_switch("external", "172.30.0.0/24")
-        .unwrap()
-        .localnet("external", "physnet1", 0)
-        .external_access("vpc-l", "external", "172.30.0.10/24", &[scenario::NODES[0]])
-        .static_route("vpc-l", "0.0.0.0/0", EXTERNAL_HOST)
-        .nat("vpc-l", "snat", &SNAT_EIP.to_string(), "10.80.1.0/24");
+    let mut topology = external_access("vpc-l", "subnet-l", "10.80.1.0/24");
+    topology.nat("vpc-l", "snat", &SNAT_EIP.to_string(), "10.80.1.0/24");
     let pods = scenario::build_planned_pods(lab, nodes, topology, &PLACEMENT_PODS, true, 1400);
     scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
     let agents = start_agents(lab, nodes, &PLACEMENT_PODS);
