@@ -173,6 +173,36 @@ impl OvsChassis {
         )
     }
 
+    /// Bridges provider network `network` to the node's NIC `nic` as ovn-controller's bridge
+    /// mappings do (`ovn-bridge-mappings=<network>:br-ex`, `br-ex` a netdev bridge holding
+    /// `nic`), with TX checksum offload off on `nic`.
+    pub fn provider_network(&self, network: &str, nic: &str) -> Result<()> {
+        output(self.command("ethtool").args(["-K", nic, "tx", "off"]))?;
+        self.vsctl(&[
+            "--may-exist",
+            "add-br",
+            "br-ex",
+            "--",
+            "set",
+            "bridge",
+            "br-ex",
+            "datapath_type=netdev",
+            "--",
+            "--may-exist",
+            "add-port",
+            "br-ex",
+            nic,
+        ])?;
+        output(self.command("ip").args(["link", "set", "br-ex", "up"]))?;
+        self.vsctl(&[
+            "set",
+            "open",
+            ".",
+            &format!("external_ids:ovn-bridge-mappings={network}:br-ex"),
+        ])
+        .map(drop)
+    }
+
     /// Plugs host veth `interface` (in the node's namespace; its pod peer in `pod_netns`) into
     /// `br-int` as logical port `logical_port`, with TX checksum offload off on both ends.
     pub fn plug(

@@ -14,6 +14,8 @@
 //! on every frame ovnbpf sends it (TCP segments included) while it says `csum=true`, none once
 //! it says `csum=false`; OVS takes both. Over an IPv6 underlay the two tunnel to each other in
 //! IPv6, with the outer headers OVS writes, the checksums following the Encap as over IPv4.
+//! Each is the other's gateway chassis: what one routes out of a VPC's gateway port is
+//! tunnelled to the other, which SNATs it onto the provider network.
 
 use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
@@ -699,4 +701,137 @@ fn ovnbpf_and_a_real_ovn_controller_tunnel_to_each_other_over_ipv6() {
     // Outer checksums as the receiver's Encap asks, over IPv6 too: valid on every frame (TCP
     // segments included: the segmenter's path), none once it stops asking.
     checksums_as_the_peer_asks(lab, nodes, peer, a1, a2, &logs);
+}
+
+/// A mixed cluster's gateway, both ways (the migration keeps gateway nodes on ovn-controller
+/// for a while): a custom VPC with OVN-native external access and its subnet's SNAT, x1 on the
+/// ovnbpf node, x2 on the real OVN node, an external host on the provider network (bridged by
+/// each side as it bridges it: the agent's bridge mappings, ovn-controller's `br-ex`). With the
+/// real node as the gateway chassis, x1's traffic out of the gateway port is tunnelled to it in
+/// OVN's layout and leaves SNATed there; with the ovnbpf node as the gateway, x2's is tunnelled
+/// by OVS to ovnbpf, which SNATs it. The external host has no route to the VPC: only the SNAT
+/// brings the replies back.
+#[test]
+fn ovnbpf_and_a_real_ovn_controller_are_each_others_gateway_chassis() {
+    const X1: Ipv4Addr = Ipv4Addr::new(10, 90, 1, 2);
+    const X2: Ipv4Addr = Ipv4Addr::new(10, 90, 1, 3);
+    const EXTERNAL_HOST: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 1);
+    const PLAN: [PodPlan; 2] = [("x1", "subnet-x", 0, X1), ("x2", "subnet-x", 1, X2)];
+    let two = TwoNodes::start();
+    let (lab, nodes) = (&two.lab, &two.nodes);
+    let physical =
+        ovnbpf_tests::network::PhysicalSwitch::with_trunks(&two.prefix, nodes, "eth1").unwrap();
+    let external = physical
+        .add_host("ext", None, &format!("{EXTERNAL_HOST}/24"))
+        .unwrap();
+    // OVS's userspace datapath reads frames whole (see `Interop::start`).
+    external
+        .netns()
+        .exec("ethtool", &["-K", "eth0", "tx", "off"])
+        .unwrap();
+    nodes[0]
+        .netns()
+        .exec("ethtool", &["-K", "eth0", "tx", "off"])
+        .unwrap();
+    let mut topology = Topology::new();
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet("vpc-x", "subnet-x", "10.90.1.0/24")
+        .unwrap()
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0)
+        .external_access("vpc-x", "external", "172.30.0.10/24", &[scenario::NODES[1]])
+        .static_route("vpc-x", "0.0.0.0/0", EXTERNAL_HOST)
+        .nat("vpc-x", "snat", "172.30.0.100", "10.90.1.0/24");
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PLAN, true, 1442);
+    let (x1, x2) = (&pods[0], &pods[1]);
+    let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
+    peer.plug("x2_h", x2.netns(), "x2.ns").unwrap();
+    peer.provider_network("physnet1", "eth1").unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let agent = AgentSpec {
+        chassis: "node1",
+        node: &nodes[0],
+        local_ports: vec!["x1.ns=x1_h".into()],
+        pin_root: None,
+        cni_dir: None,
+        extra_args: vec!["--bridge-mappings".into(), "physnet1:eth1".into()],
+    }
+    .spawn(
+        lab,
+        &workspace_binary("ovnbpf-agent"),
+        log_dir.path().join("node1.log"),
+    )
+    .unwrap();
+    let logs = || format!("{}{}", agent.log_tail(), peer.log_tails());
+    let up = wait_until(Duration::from_secs(30), || {
+        ["x1.ns", "x2.ns"]
+            .iter()
+            .all(|port| scenario::port_up(lab, port))
+    });
+    assert!(up, "ports not up{}", logs());
+    let held_by = |chassis: &str| {
+        let uuid = lab
+            .sbctl(&[
+                "--bare",
+                "--columns=_uuid",
+                "find",
+                "Chassis",
+                &format!("name={chassis}"),
+            ])
+            .unwrap_or_default();
+        let bound = lab
+            .sbctl(&[
+                "--bare",
+                "--columns=chassis",
+                "find",
+                "Port_Binding",
+                "logical_port=cr-vpc-x-external",
+            ])
+            .unwrap_or_default();
+        !uuid.trim().is_empty() && uuid.trim() == bound.trim()
+    };
+
+    // ovn-controller's gateway: x1 (ovnbpf) out through it, and x2 from its own node.
+    assert!(
+        wait_until(Duration::from_secs(20), || held_by("node2")),
+        "ovn-controller does not hold the chassisredirect port{}",
+        logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || x2
+            .ping(EXTERNAL_HOST, 1)
+            .is_ok_and(|n| n == 1)),
+        "x2 (ovn-controller's own pod) does not reach the external host{}",
+        logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || x1
+            .ping(EXTERNAL_HOST, 1)
+            .is_ok_and(|n| n == 1)),
+        "x1 (ovnbpf) does not reach the external host through ovn-controller's gateway{}",
+        logs()
+    );
+    assert_eq!(x1.ping(EXTERNAL_HOST, 5).unwrap(), 5, "x1 → out{}", logs());
+
+    // The ovnbpf node becomes the gateway: x2 (ovn-controller's) out through it.
+    lab.nbctl(&["lrp-set-gateway-chassis", "vpc-x-external", "node1", "100"])
+        .unwrap();
+    lab.nbctl(&["lrp-del-gateway-chassis", "vpc-x-external", "node2"])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || held_by("node1")),
+        "the ovnbpf agent does not take the chassisredirect port{}",
+        logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || x2
+            .ping(EXTERNAL_HOST, 1)
+            .is_ok_and(|n| n == 1)),
+        "x2 (ovn-controller) does not reach the external host through ovnbpf's gateway{}",
+        logs()
+    );
+    assert_eq!(x2.ping(EXTERNAL_HOST, 5).unwrap(), 5, "x2 → out{}", logs());
+    assert_eq!(x1.ping(EXTERNAL_HOST, 5).unwrap(), 5, "x1 → out{}", logs());
 }
