@@ -424,6 +424,17 @@ fn register(
             (label("reason", reason), count)
         }),
     );
+    scrape.gauges(
+        "ovnbpf_gateway_ports",
+        "Gateway ports (chassisredirect) whose gateway chassis group names this chassis, by its \
+         role: active (it holds the port), undecided_without_bfd (a group of several live \
+         chassis, which OVN decides by BFD, not run by this agent: no ovnbpf chassis holds it).",
+        crate::daemon::gateway::Role::ALL.into_iter().map(|role| {
+            let role = role.as_str();
+            let count = stats.gateway_ports.get(role).copied().unwrap_or(0);
+            (label("role", role), count)
+        }),
+    );
     // Known once the agent swept its connection table.
     if let Some(table) = report.connections {
         for (name, help, value) in [

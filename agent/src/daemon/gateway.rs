@@ -24,6 +24,28 @@ use crate::{
 /// The Port_Binding type of a distributed gateway port's companion.
 const CHASSIS_REDIRECT: &str = "chassisredirect";
 
+/// What the election makes of this chassis for one chassisredirect port whose group names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// The active gateway: it claims the port.
+    Active,
+    /// A group of several live chassis: OVN decides by BFD, which ovnbpf does not run yet, so
+    /// no ovnbpf chassis of it is active (logged, and counted in the metrics).
+    UndecidedWithoutBfd,
+}
+
+impl Role {
+    pub const ALL: [Role; 2] = [Role::Active, Role::UndecidedWithoutBfd];
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::UndecidedWithoutBfd => "undecided_without_bfd",
+        }
+    }
+}
+
 /// The chassisredirect ports of the Southbound and those this chassis is active for.
 #[derive(Debug, Default)]
 pub struct GatewayElection {
@@ -31,6 +53,8 @@ pub struct GatewayElection {
     redirects: HashSet<Uuid>,
     /// The ports this chassis is the active gateway for.
     active: HashSet<String>,
+    /// This chassis's role for each port whose group names it.
+    roles: std::collections::BTreeMap<String, Role>,
 }
 
 impl GatewayElection {
@@ -38,6 +62,17 @@ impl GatewayElection {
     #[must_use]
     pub fn active(&self) -> &HashSet<String> {
         &self.active
+    }
+
+    /// How many ports whose group names this chassis it has each role for.
+    #[must_use]
+    pub fn roles(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut counts: std::collections::BTreeMap<&'static str, u64> =
+            Role::ALL.iter().map(|role| (role.as_str(), 0)).collect();
+        for role in self.roles.values() {
+            *counts.entry(role.as_str()).or_default() += 1;
+        }
+        counts
     }
 
     /// Takes in a replica change and elects again where it can move a gateway (a
@@ -91,16 +126,26 @@ impl GatewayElection {
         if !(changes.resynced || redirect_changed || groups_changed) {
             return Vec::new();
         }
-        let active: HashSet<String> = match chassis {
+        let roles: std::collections::BTreeMap<String, Role> = match chassis {
             Some(chassis) => self
                 .redirects
                 .iter()
                 .filter_map(|uuid| sb.row::<PortBinding>(uuid))
-                .filter(|port| is_active(sb, port, chassis))
-                .map(|port| port.logical_port)
+                .filter_map(|port| Some((port.logical_port.clone(), role(sb, &port, chassis)?)))
                 .collect(),
-            None => HashSet::new(),
+            None => std::collections::BTreeMap::new(),
         };
+        for (port, role) in &roles {
+            if *role == Role::UndecidedWithoutBfd && self.roles.get(port) != Some(role) {
+                tracing::warn!(port = %port, "gateway chassis group of several live chassis: OVN elects by BFD, which this agent does not run yet; not claiming the port");
+            }
+        }
+        let active: HashSet<String> = roles
+            .iter()
+            .filter(|(_, role)| **role == Role::Active)
+            .map(|(port, _)| port.clone())
+            .collect();
+        self.roles = roles;
         let moved: Vec<String> = active.symmetric_difference(&self.active).cloned().collect();
         for port in &moved {
             if active.contains(port) {
@@ -114,21 +159,27 @@ impl GatewayElection {
     }
 }
 
-/// Whether `chassis` is the active gateway for chassisredirect port `port` (see the module doc).
-fn is_active(sb: &Southbound, port: &PortBinding, chassis: Uuid) -> bool {
+/// `chassis`'s role for chassisredirect port `port` (see the module doc); `None` when the
+/// port's group does not name it.
+fn role(sb: &Southbound, port: &PortBinding, chassis: Uuid) -> Option<Role> {
     let members = group_members(sb, port);
-    match members.as_slice() {
-        [] => false,
-        [only] => *only == Some(chassis),
-        _ => {
-            // The members whose chassis still exists: ours alone.
-            let mut alive = members
-                .iter()
-                .filter_map(|member| *member)
-                .filter(|member| sb.row::<Chassis>(member).is_some());
-            alive.next() == Some(chassis) && alive.next().is_none()
-        }
+    if !members.contains(&Some(chassis)) {
+        return None;
     }
+    if let [_] = members.as_slice() {
+        return Some(Role::Active);
+    }
+    // The members whose chassis still exists: ours alone, or others too.
+    let alive = members
+        .iter()
+        .filter_map(|member| *member)
+        .filter(|member| sb.row::<Chassis>(member).is_some())
+        .count();
+    Some(if alive == 1 {
+        Role::Active
+    } else {
+        Role::UndecidedWithoutBfd
+    })
 }
 
 /// The chassis of `port`'s HA group (or its legacy gateway chassis); `None` for a member whose
@@ -263,8 +314,10 @@ mod tests {
     fn a_group_of_several_is_active_only_where_the_others_are_gone() {
         let mut sb = southbound(&[(FIRST, US), (SECOND, OTHER)]);
         let mut election = GatewayElection::default();
-        // Both chassis are there: OVN decides by BFD, which is not run, so no one claims.
+        // Both chassis are there: OVN decides by BFD, which is not run, so no one claims (and
+        // the metrics say why).
         assert!(election.observe(&sb, &resync(), Some(uuid(US))).is_empty());
+        assert_eq!(election.roles()["undecided_without_bfd"], 1);
         // The other chassis leaves (its row deleted, the weak reference cleared): the only
         // candidate left is this chassis.
         let changes = update(
@@ -275,6 +328,13 @@ mod tests {
         assert_eq!(
             election.observe(&sb, &changes, Some(uuid(US))),
             vec!["cr-vpc-ext".to_string()]
+        );
+        assert_eq!(
+            (
+                election.roles()["active"],
+                election.roles()["undecided_without_bfd"]
+            ),
+            (1, 0)
         );
         // The chassisredirect port goes: nothing to hold.
         let changes = update(

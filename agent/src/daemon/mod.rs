@@ -103,6 +103,9 @@ pub struct DaemonStats {
     /// learned, by reason ([`mac_learning::NotLearned`]).
     pub neighbours_heard: u64,
     pub neighbours_not_learned: BTreeMap<&'static str, u64>,
+    /// Chassisredirect ports whose gateway group names this chassis, by its role
+    /// ([`gateway::Role`]).
+    pub gateway_ports: BTreeMap<&'static str, u64>,
 }
 
 struct Daemon {
@@ -636,6 +639,7 @@ impl Daemon {
             transactions: southbound.transactions.values().sum(),
             failed_transactions: southbound.failures,
             southbound,
+            gateway_ports: self.gateways.roles(),
             ..self.stats.clone()
         }
     }
