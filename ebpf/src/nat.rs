@@ -169,7 +169,8 @@ fn translate_quoted_icmp(
 /// ([`FIB_ROUTER_GATEWAY`]: OVN's resident admission) keeps its own; either goes to the router
 /// stage as entering through the gateway port, untagged. The rest goes on untouched, as before
 /// (the datapath carries no other traffic from a provider network into a router). An expiring
-/// TTL is dropped (`ttl_expired`), where OVN answers from the gateway port.
+/// TTL is answered with ICMP time exceeded from the packet's destination, untranslated, as
+/// OVN's `lr_in_ip_input` answers for the gateway port (dropped, `ttl_expired`, off a VLAN).
 /// The switch runs no ACL stage here: a FIP's IPv4 is refused where its from-lport ACLs may act
 /// on it (fails closed, as for its pods).
 #[inline(always)]
@@ -235,12 +236,27 @@ fn enter_router(
     if ip.version_ihl != 0x45 {
         return Err(drop_reason::ROUTED_MALFORMED);
     }
-    if ip.ttl <= 1 {
-        return Err(drop_reason::TTL_EXPIRED);
-    }
     // SAFETY: the helper takes the skb pointer the context holds.
     if vlan != 0 && unsafe { bpf_skb_vlan_pop(ctx.skb.skb) } != 0 {
         return Err(drop_reason::DECAP_FAILED);
+    }
+    // The router's own answers (an echo reply from the gateway port) go back out of the
+    // provider NIC, when untagged (the tag is gone by then).
+    let ifindex = if vlan == 0 { ifindex } else { 0 };
+    if ip.ttl <= 1 {
+        // `lr_in_ip_input`'s answer for the gateway port, before any translation: ICMP time
+        // exceeded from the packet's own destination (OVN swaps the addresses), which the
+        // router stage sends when entered "from" that address.
+        if ifindex == 0 {
+            return Err(drop_reason::TTL_EXPIRED);
+        }
+        let request = RouterRequest {
+            router,
+            router_ip: ip.destination,
+            ifindex,
+            magic: ROUTER_REQUEST_MAGIC,
+        };
+        return Ok(crate::router::request(ctx, &request));
     }
     let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
     translate(
@@ -252,9 +268,6 @@ fn enter_router(
     )?;
     // An error about what the pod sent from the external address.
     translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
-    // The router's own answers (an echo reply from the gateway port) go back out of the
-    // provider NIC, when untagged (the tag is gone by then).
-    let ifindex = if vlan == 0 { ifindex } else { 0 };
     if snat {
         // The active gateway's centralized SNAT first: replies get their pod back.
         return Ok(crate::snat::request_in(ctx, router, router_ip, ifindex));

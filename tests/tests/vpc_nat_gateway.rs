@@ -718,6 +718,22 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         "the external host → the gateway port{}",
         logs()
     );
+    // A packet whose TTL runs out entering the gateway port gets OVN's answer: ICMP time
+    // exceeded from its own destination.
+    let expiring = external
+        .netns()
+        .command("ping")
+        .args(["-n", "-c", "1", "-W", "2", "-t", "1"])
+        .arg(GATEWAY_PODS[1].3.to_string())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&expiring.stdout);
+    assert!(
+        printed.contains(&format!("From {}", GATEWAY_PODS[1].3))
+            && printed.contains("Time to live exceeded"),
+        "TTL 1 into the gateway port: {printed}{}",
+        logs()
+    );
     let provider_answers = |node: usize| {
         agents.counters(nodes, node)["router_replies"]["arp_reply_provider"]
             .as_u64()

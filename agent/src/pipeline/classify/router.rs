@@ -322,6 +322,10 @@ pub(super) fn router_input(dp: u32, priority: i64, terms: &[&Expr], actions: &[A
                 port: port.to_string(),
                 source,
             }]),
+            // A gateway port's (northd swaps the addresses: the answer comes from the
+            // packet's destination): what enters the port comes from the provider network,
+            // whose way in answers it so (`ebpf/src/nat.rs`).
+            (Some(_), None) if ttl_exceeded_swaps(actions) => Class::Compiled(Vec::new()),
             _ => unsupported("TTL-exceeded variant"),
         },
         _ if uses_keyword(actions, &["tcp_reset", "sctp_abort", "icmp4"]) => {
@@ -421,6 +425,28 @@ fn ttl_exceeded_source(actions: &[Action]) -> Option<Ipv4Addr> {
         }) => Some(*address),
         _ => None,
     }
+}
+
+/// Whether `actions` are an ICMP time exceeded with the packet's addresses swapped
+/// (`icmp4 { …; icmp4.type = 11; …; ip4.dst <-> ip4.src; … }`).
+fn ttl_exceeded_swaps(actions: &[Action]) -> bool {
+    let [
+        Action::Keyword {
+            name,
+            block: Some(block),
+            ..
+        },
+    ] = actions
+    else {
+        return false;
+    };
+    name == "icmp4"
+        && assigned_integer(block, "icmp4.type") == Some(11)
+        && block.iter().any(|action| {
+            matches!(action, Action::Exchange { left, right }
+                if (plain(left, "ip4.dst") && plain(right, "ip4.src"))
+                    || (plain(left, "ip4.src") && plain(right, "ip4.dst")))
+        })
 }
 
 /// One action of the neighbour lookup/learning stages, by what it does to forwarding.

@@ -253,6 +253,16 @@ fn router_flows_from_northd_compile() {
         class("lr_in_ip_input", 31, r#"inport == "vpc-a-subnet-a" && ip4 && ip.ttl == {0, 1} && !ip.later_frag"#, r#"icmp4 {eth.dst <-> eth.src; icmp4.type = 11; /* Time exceeded */ icmp4.code = 0; /* TTL exceeded in transit */ ip4.dst = ip4.src; ip4.src = 10.0.1.1 ; ip.ttl = 254; outport = "vpc-a-subnet-a"; flags.loopback = 1; output; };"#),
         Class::Compiled(entries) if matches!(entries[0], IrEntry::TtlExceeded { .. })
     ));
+    // A gateway port's variant (from the packet's destination), answered on the way in.
+    assert_eq!(
+        class(
+            "lr_in_ip_input",
+            31,
+            r#"inport == "vpc1-ext" && ip4 && ip.ttl == {0, 1} && !ip.later_frag"#,
+            r#"icmp4 {eth.dst <-> eth.src; icmp4.type = 11; /* Time exceeded */ icmp4.code = 0; /* TTL exceeded in transit */ ip4.dst <-> ip4.src ; ip.ttl = 254; outport = "vpc1-ext"; flags.loopback = 1; output; };"#
+        ),
+        Class::Compiled(Vec::new())
+    );
     assert!(
         matches!(class("lr_in_ip_routing", 194, r#"inport == "p" && ip6.dst == fe80::/64"#, "ip.ttl--; next;"), Class::Unsupported(r) if r.contains("IPv6"))
     );
