@@ -21,9 +21,10 @@
 //! A port is given again after [`SNAT_IDLE_NS`] without a packet. The way in
 //! ([`SNAT_IN_REQUEST_MAGIC`], from the provider network to the gateway port): a reply to a
 //! connection gets the pod's address and port back; then the router stage routes it (what is
-//! no reply goes to the router unchanged). Not yet: ICMP errors about a translated connection
-//! (not translated: the pod does not get them), traffic from inside the VPC to an external
-//! address (OVN's hairpin). Addresses and ports in the keys are as in the packet. Reads
+//! no reply goes to the router unchanged), and an ICMP error about a connection is translated
+//! as Linux's NAT translates a related packet (the pod gets it, about the packet it sent:
+//! path MTU discovery and port unreachables work through the SNAT). Not yet: traffic from
+//! inside the VPC to an external address (OVN's hairpin). Addresses and ports in the keys are as in the packet. Reads
 //! `SNAT_RULES`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
 
 use aya_ebpf::{
@@ -41,7 +42,9 @@ use ovnbpf_common::{
 use crate::{
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame, Ipv4Header},
     maps::{NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS, get},
-    nat::{IP_DESTINATION, IP_SOURCE, QUOTED_DESTINATION, translate, translate_quoted},
+    nat::{
+        IP_DESTINATION, IP_SOURCE, QUOTED_DESTINATION, QUOTED_SOURCE, translate, translate_quoted,
+    },
     stages,
 };
 
@@ -334,6 +337,89 @@ fn allocate(inside: &SnatKey, external: u32, now: u64) -> Result<u16, DropReason
     Err(drop_reason::SNAT_UNSUPPORTED)
 }
 
+/// Offsets of an ICMP error's checksum and of the packet it quotes (after its 8-byte header).
+const ICMP_CHECKSUM: usize = L4_OFFSET + 2;
+const QUOTED_OFFSET: usize = L4_OFFSET + 8;
+
+/// An ICMP error (destination unreachable, time exceeded, parameter problem) about what a
+/// translated connection sent, as Linux's NAT translates a related packet: the error goes to
+/// the pod, quoting the packet as the pod sent it (its address and port; the ICMP checksum and
+/// the quoted checksums with them). Other packets are left alone.
+#[inline(always)]
+fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<(), DropReason> {
+    let kind = ctx.load::<u8>(L4_OFFSET).unwrap_or(0);
+    if ip.protocol != IPPROTO_ICMP || !matches!(kind, 3 | 11 | 12) {
+        return Ok(());
+    }
+    let Ok(quoted) = ctx.load::<Ipv4Header>(QUOTED_OFFSET) else {
+        return Ok(());
+    };
+    if quoted.version_ihl != 0x45 {
+        return Ok(());
+    }
+    // The quoted packet's ports (an echo's identifier: its "source port").
+    let at = QUOTED_OFFSET + 20;
+    let (port_at, remote_port) = match quoted.protocol {
+        IPPROTO_TCP | IPPROTO_UDP => (at, ctx.load::<u16>(at + 2).unwrap_or(0)),
+        IPPROTO_ICMP => (at + 4, 0),
+        _ => return Ok(()),
+    };
+    let Ok(local_port) = ctx.load::<u16>(port_at) else {
+        return Ok(());
+    };
+    let outside = SnatKey {
+        router,
+        local_ip: quoted.source,
+        remote_ip: quoted.destination,
+        local_port,
+        remote_port,
+        protocol: quoted.protocol,
+        padding: [0; 3],
+    };
+    // SAFETY: the reference is to a map value, read at once.
+    let Some(connection) = (unsafe { SNAT_REVERSE.get(outside) }).copied() else {
+        return Ok(());
+    };
+    let failed = |_| drop_reason::NAT_FAILED;
+    // The quoted port, with the quoted UDP checksum over it (a zero one stays zero; a TCP
+    // checksum is past the 8 bytes a quote holds at least, and left as quoted), then the ICMP
+    // checksum over both.
+    if local_port != connection.port {
+        if quoted.protocol == IPPROTO_UDP
+            && let Ok(checksum) = ctx.load::<u16>(at + 6)
+            && checksum != 0
+        {
+            ctx.l3_csum_replace(at + 6, u64::from(local_port), u64::from(connection.port), 2)
+                .map_err(failed)?;
+            let updated = ctx.load::<u16>(at + 6).map_err(failed)?;
+            ctx.l4_csum_replace(ICMP_CHECKSUM, u64::from(checksum), u64::from(updated), 2)
+                .map_err(failed)?;
+        }
+        ctx.l4_csum_replace(
+            ICMP_CHECKSUM,
+            u64::from(local_port),
+            u64::from(connection.port),
+            2,
+        )
+        .map_err(failed)?;
+        ctx.store(port_at, &connection.port, 0).map_err(failed)?;
+    }
+    translate_quoted(
+        ctx,
+        ip.protocol,
+        QUOTED_SOURCE,
+        quoted.source,
+        connection.ip,
+    )?;
+    translate(
+        ctx,
+        IP_DESTINATION,
+        (ip.destination, connection.ip),
+        ip.protocol,
+        true,
+    )
+}
+
 /// The way in: a reply to a translated connection gets the pod's address and port back.
 #[inline(always)]
 fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
@@ -345,7 +431,7 @@ fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         return Ok(());
     }
     let Some(ports) = ports_of(ctx, &ip) else {
-        return Ok(());
+        return related(ctx, router, &ip);
     };
     let (outside, destination_port) = connection(ctx, router, &ip, &ports, false)?;
     let Some(reply) = SNAT_REVERSE.get_ptr_mut(outside) else {

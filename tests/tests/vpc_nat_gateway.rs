@@ -852,6 +852,23 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         neighbour.contains(&ovnbpf_tests::kubeovn::mac_for("vpc-gw-external")),
         "the SNAT EIP is at the gateway port's MAC: {neighbour}"
     );
+    // A closed port outside refuses TCP (a reset, a reply) and UDP (ICMP port unreachable,
+    // about the packet as it left: translated back so the pod's socket gets it), from both
+    // nodes.
+    for pod in [g1, g2] {
+        let kind = |result: std::io::Result<()>| result.err().map(|error| error.kind());
+        let (tcp, udp) = scenario::socket_outcomes(pod, EXTERNAL_HOST, 9);
+        assert_eq!(
+            (kind(tcp), kind(udp)),
+            (
+                Some(std::io::ErrorKind::ConnectionRefused),
+                Some(std::io::ErrorKind::ConnectionRefused)
+            ),
+            "{} → a closed port outside under SNAT{}",
+            pod.name(),
+            logs()
+        );
+    }
     // The rule goes: the running flow leaves from g1's own address again, at once.
     lab.nbctl(&["lr-nat-del", "vpc-gw", "snat", "10.70.1.0/24"])
         .unwrap();
