@@ -1175,3 +1175,49 @@ fn nat_changes_take_effect_on_running_flows_in_every_placement() {
         });
     }
 }
+
+/// A dedicated gateway node (Kube-OVN's `external-gw` nodes are often infrastructure nodes):
+/// node2 runs no pod, yet as the VPC's gateway chassis its agent, monitoring only what its
+/// claims make local, gets the router and its switches and carries the VPC's SNAT for the pods
+/// on node1.
+const LONE_PODS: [PodPlan; 1] = [("d1", "subnet-d", 0, Ipv4Addr::new(10, 85, 1, 2))];
+
+#[test]
+fn a_gateway_chassis_without_pods_of_its_own_carries_the_vpc() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let (_physical, external) = external_network(prefix, nodes);
+    let mut topology = external_access("vpc-d", "subnet-d", "10.85.1.0/24");
+    topology.nat("vpc-d", "snat", &SNAT_EIP.to_string(), "10.85.1.0/24");
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &LONE_PODS, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let agents = start_agents(lab, nodes, &LONE_PODS);
+    let logs = || agents.logs();
+    lab.nbctl(&[
+        "lrp-set-gateway-chassis",
+        "vpc-d-external",
+        scenario::NODES[1],
+        "100",
+    ])
+    .unwrap();
+    lab.nbctl(&[
+        "lrp-del-gateway-chassis",
+        "vpc-d-external",
+        scenario::NODES[0],
+    ])
+    .unwrap();
+    let _who = WhoAreYou::start(external.netns());
+    assert!(
+        wait_until(Duration::from_secs(15), || source_seen_from(&pods[0])
+            == Some(SNAT_EIP)),
+        "d1 does not leave from the SNAT address through the pod-less gateway node{}",
+        logs()
+    );
+    assert_eq!(
+        pods[0].ping(EXTERNAL_HOST, 3).unwrap(),
+        3,
+        "d1 → out{}",
+        logs()
+    );
+}
