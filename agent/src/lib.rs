@@ -3,6 +3,7 @@
 //! data flow, the code map and the layering rules; each module's doc says what it owns.
 
 pub mod allocator;
+pub mod bfd;
 pub mod chassis;
 pub mod cni;
 pub mod config;

@@ -427,8 +427,8 @@ fn register(
     scrape.gauges(
         "ovnbpf_gateway_ports",
         "Gateway ports (chassisredirect) whose gateway chassis group names this chassis, by its \
-         role: active (it holds the port), undecided_without_bfd (a group of several live \
-         chassis, which OVN decides by BFD, not run by this agent: no ovnbpf chassis holds it).",
+         role: active (it holds the port), standby (another chassis of the group is elected, or \
+         none is reachable: no BFD session up).",
         crate::daemon::gateway::Role::ALL.into_iter().map(|role| {
             let role = role.as_str();
             let count = stats.gateway_ports.get(role).copied().unwrap_or(0);

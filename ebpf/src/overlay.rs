@@ -3,8 +3,9 @@
 //! bytes (78 over IPv6) and goes to the local port that
 //! (VNI = datapath key, egress port key) names, or to the local members of the flood group it
 //! names ([`crate::flood`]), or, for a chassisredirect port active here, out of its gateway
-//! port ([`crate::gateway`]); anything else addressed to our Geneve port is dropped, and what is
-//! not ours passes. Reads `TUNNEL_PORTS`, `GATEWAY_EGRESS` (and `TUNNEL_CONFIG` through
+//! port ([`crate::gateway`]); a tunnel's BFD control packet (VNI 0, no options) passes to the
+//! host's stack, where the agent's BFD sessions read it; anything else addressed to our Geneve
+//! port is dropped, and what is not ours passes. Reads `TUNNEL_PORTS`, `GATEWAY_EGRESS` (and `TUNNEL_CONFIG` through
 //! [`crate::geneve`]).
 
 use aya_ebpf::{
@@ -69,6 +70,9 @@ fn outer4(ctx: &TcContext, config: &TunnelConfig) -> Option<Result<Outer, DropRe
     let Ok(outer) = outer else {
         return Some(Err(drop_reason::GENEVE_MALFORMED));
     };
+    if is_bfd(&outer.geneve) {
+        return None;
+    }
     let udp_len = usize::from(u16::from_be(frame.udp.len));
     Some(whole(
         ctx,
@@ -94,6 +98,9 @@ fn outer6(ctx: &TcContext, config: &TunnelConfig) -> Option<Result<Outer, DropRe
     let Ok(outer) = ctx.load::<OuterHeaders6>(0) else {
         return Some(Err(drop_reason::GENEVE_MALFORMED));
     };
+    if is_bfd(&outer.geneve) {
+        return None;
+    }
     let udp_len = usize::from(u16::from_be(udp.len));
     Some(whole(
         ctx,
@@ -102,6 +109,14 @@ fn outer6(ctx: &TcContext, config: &TunnelConfig) -> Option<Result<Outer, DropRe
         outer.geneve,
         outer.option,
     ))
+}
+
+/// Whether a Geneve frame to our endpoint is a tunnel's BFD control packet, as Open vSwitch
+/// sends one on an OVN tunnel (VNI 0, no options; OVN's frames always carry its option): the
+/// agent's BFD sessions read those from the host's stack (`agent/src/bfd`).
+#[inline(always)]
+fn is_bfd(header: &GeneveHeader) -> bool {
+    header.version_options & 0x3f == 0 && header.vni_reserved[..3] == [0, 0, 0]
 }
 
 /// The checks every Geneve frame to our endpoint passes, whatever the outer family: lengths

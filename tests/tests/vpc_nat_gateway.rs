@@ -1221,3 +1221,129 @@ fn a_gateway_chassis_without_pods_of_its_own_carries_the_vpc() {
         logs()
     );
 }
+
+/// Gateway failover (OVN's HA chassis group, BFD between the chassis): a VPC's gateway port on
+/// node1 (priority 100) and node2 (99), its pod on node3 (the group's reference chassis), the
+/// subnet's SNAT. The agents run BFD with each other as ovn-controller has Open vSwitch do on
+/// its tunnels (NB_Global's `bfd-min-rx` 300 ms, `bfd-mult` 3). node1 holds the port; its agent
+/// is killed (its datapath goes with it, as a node failing), node2's BFD session with it goes
+/// down within a second, node2 elects itself, claims the port and announces it, and the pod's
+/// running ping resumes: losses counted and bounded (at most 3 s of a 10/s ping).
+#[test]
+fn a_gateway_fails_over_when_its_chassis_is_lost() {
+    const PLAN: [PodPlan; 1] = [("f3", "subnet-f", 2, Ipv4Addr::new(10, 95, 1, 3))];
+    let TwoNodes {
+        lab,
+        nodes,
+        prefix,
+        mut underlay,
+    } = TwoNodes::start();
+    let [node1, node2] = nodes;
+    let nodes = [node1, node2, underlay.add_node("node3").unwrap()];
+    let (_physical, _external) = external_network(&prefix, &nodes);
+    lab.nbctl(&[
+        "set",
+        "NB_Global",
+        ".",
+        "options:bfd-min-rx=300",
+        "options:bfd-min-tx=100",
+        "options:bfd-mult=3",
+    ])
+    .unwrap();
+    let mut topology = Topology::new();
+    topology
+        .without_subnet_source_routes()
+        .vpc_with_subnet("vpc-f", "subnet-f", "10.95.1.0/24")
+        .unwrap()
+        .plain_switch("external", "172.30.0.0/24")
+        .unwrap()
+        .localnet("external", "physnet1", 0)
+        .external_access("vpc-f", "external", "172.30.0.10/24", &["node1", "node2"])
+        .static_route("vpc-f", "0.0.0.0/0", EXTERNAL_HOST)
+        .nat("vpc-f", "snat", &SNAT_EIP.to_string(), "10.95.1.0/24");
+    let pods = scenario::build_planned_pods(&lab, &nodes, topology, &PLAN, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let log_dir = tempfile::tempdir().unwrap();
+    let mut agents: Vec<ovnbpf_tests::process::Child> = ["node1", "node2", "node3"]
+        .iter()
+        .zip(&nodes)
+        .map(|(chassis, node)| {
+            ovnbpf_tests::agent::AgentSpec {
+                chassis,
+                node,
+                local_ports: if *chassis == "node3" {
+                    vec!["f3.ns=f3_h".into()]
+                } else {
+                    Vec::new()
+                },
+                pin_root: None,
+                cni_dir: None,
+                extra_args: vec!["--bridge-mappings".into(), "physnet1:eth1".into()],
+            }
+            .spawn(
+                &lab,
+                &ovnbpf_tests::workspace_binary("ovnbpf-agent"),
+                log_dir.path().join(format!("{chassis}.log")),
+            )
+            .unwrap()
+        })
+        .collect();
+    let logs = |agents: &[ovnbpf_tests::process::Child]| {
+        agents
+            .iter()
+            .map(ovnbpf_tests::process::Child::log_tail)
+            .collect::<String>()
+    };
+    assert!(
+        scenario::planned_pods_up(&lab, &PLAN),
+        "f3 not up{}",
+        logs(&agents)
+    );
+    let held_by = |chassis: &str| {
+        let uuid = lab
+            .sbctl(&[
+                "--bare",
+                "--columns=_uuid",
+                "find",
+                "Chassis",
+                &format!("name={chassis}"),
+            ])
+            .unwrap_or_default();
+        let bound = lab
+            .sbctl(&[
+                "--bare",
+                "--columns=chassis",
+                "find",
+                "Port_Binding",
+                "logical_port=cr-vpc-f-external",
+            ])
+            .unwrap_or_default();
+        !uuid.trim().is_empty() && uuid.trim() == bound.trim()
+    };
+    let f3 = &pods[0];
+    assert!(
+        wait_until(Duration::from_secs(20), || held_by("node1")
+            && f3.ping(EXTERNAL_HOST, 1).is_ok_and(|n| n == 1)),
+        "node1 does not hold the gateway port, or f3 does not reach out through it{}{}",
+        lab.sbctl(&["list", "HA_Chassis_Group"]).unwrap_or_default(),
+        logs(&agents)
+    );
+    let replies = std::thread::scope(|scope| {
+        // Twelve seconds of pings, ten a second; node1 fails after three.
+        let pinging = scope.spawn(|| f3.ping_every(EXTERNAL_HOST, 120, "0.1"));
+        std::thread::sleep(Duration::from_secs(3));
+        agents[0].kill();
+        assert!(
+            wait_until(Duration::from_secs(10), || held_by("node2")),
+            "node2 does not take the gateway port over{}",
+            logs(&agents)
+        );
+        pinging.join().unwrap().unwrap()
+    });
+    println!("failover: {replies} of 120 replies");
+    assert!(
+        replies >= 90,
+        "the running ping got {replies} of 120 replies across the failover{}",
+        logs(&agents)
+    );
+}

@@ -1,15 +1,18 @@
-//! Gateway chassis election (OVN's `controller/ha-chassis.c` and `consider_cr_lport`): which
-//! chassisredirect ports (a distributed gateway port's companion, bound to one chassis of its
-//! HA group) this chassis is the active gateway for, and so claims; [`super::sb_sync`] writes
-//! the claims and the releases. The rule is ovn-controller 23.03's without BFD: a group of one
-//! chassis is active on that chassis; a group of several on the one chassis of it that still
-//! has a Chassis row (`is_local_chassis_only_candidate`: the others are gone); otherwise OVN
-//! decides by the BFD sessions between the chassis, which ovnbpf does not run yet, so no
-//! ovnbpf chassis claims the port (ovn-controller, seeing no BFD session up, claims none
-//! either). The group is the port's `ha_chassis_group` (northd 23.03 writes one per gateway
-//! port), else its legacy `gateway_chassis` rows. Reads the replica; touches nothing else.
+//! Gateway chassis election (OVN's `controller/ha-chassis.c`, `consider_cr_lport` and
+//! `bfd_calculate_chassis`): which chassisredirect ports (a distributed gateway port's
+//! companion, bound to one chassis of its HA group) this chassis is the active gateway for, and
+//! so claims ([`super::sb_sync`] writes the claims and the releases), and which chassis it runs
+//! BFD with ([`bfd_peers`]; the sessions are `crate::bfd`'s). The rule is ovn-controller
+//! 23.03's, `ha_chassis_group_is_active`: a group of one chassis is active on that chassis; a
+//! group of several on the one chassis of it that still has a Chassis row
+//! (`is_local_chassis_only_candidate`), else, by the chassis whose BFD session with this one is
+//! up (its "active tunnels"; none up: not active), on the highest-priority one of them and this
+//! chassis, where this chassis alone of the group is up only if a BFD session with one of the
+//! group's reference chassis (those with ports behind the gateway) is. The group is the port's
+//! `ha_chassis_group` (northd 23.03 writes one per gateway port), else its legacy
+//! `gateway_chassis` rows. Reads the replica; touches nothing else.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use uuid::Uuid;
 
@@ -17,7 +20,7 @@ use crate::{
     ovsdb::replica::ChangeSet,
     sb::{
         Southbound,
-        rows::{Chassis, GatewayChassis, HaChassis, HaChassisGroup, PortBinding},
+        rows::{Chassis, Encap, GatewayChassis, HaChassis, HaChassisGroup, PortBinding, SbGlobal},
     },
 };
 
@@ -29,19 +32,18 @@ const CHASSIS_REDIRECT: &str = "chassisredirect";
 pub enum Role {
     /// The active gateway: it claims the port.
     Active,
-    /// A group of several live chassis: OVN decides by BFD, which ovnbpf does not run yet, so
-    /// no ovnbpf chassis of it is active (logged, and counted in the metrics).
-    UndecidedWithoutBfd,
+    /// Another chassis of the group is, or none is reachable (no BFD session up).
+    Standby,
 }
 
 impl Role {
-    pub const ALL: [Role; 2] = [Role::Active, Role::UndecidedWithoutBfd];
+    pub const ALL: [Role; 2] = [Role::Active, Role::Standby];
 
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Active => "active",
-            Role::UndecidedWithoutBfd => "undecided_without_bfd",
+            Role::Standby => "standby",
         }
     }
 }
@@ -54,7 +56,9 @@ pub struct GatewayElection {
     /// The ports this chassis is the active gateway for.
     active: HashSet<String>,
     /// This chassis's role for each port whose group names it.
-    roles: std::collections::BTreeMap<String, Role>,
+    roles: BTreeMap<String, Role>,
+    /// The chassis whose BFD session with this one is up.
+    active_tunnels: BTreeSet<String>,
 }
 
 impl GatewayElection {
@@ -66,8 +70,8 @@ impl GatewayElection {
 
     /// How many ports whose group names this chassis it has each role for.
     #[must_use]
-    pub fn roles(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        let mut counts: std::collections::BTreeMap<&'static str, u64> =
+    pub fn roles(&self) -> BTreeMap<&'static str, u64> {
+        let mut counts: BTreeMap<&'static str, u64> =
             Role::ALL.iter().map(|role| (role.as_str(), 0)).collect();
         for role in self.roles.values() {
             *counts.entry(role.as_str()).or_default() += 1;
@@ -111,41 +115,45 @@ impl GatewayElection {
                 .inserted
                 .iter()
                 .chain(ports.modified.iter().map(|(uuid, _)| uuid))
-                .chain(ports.deleted.iter().map(|(uuid, _)| uuid))
                 .any(|uuid| self.redirects.contains(uuid))
                 || !ports.deleted.is_empty()
         });
-        let groups_changed = [
-            HaChassisGroup::TABLE,
-            HaChassis::TABLE,
-            GatewayChassis::TABLE,
-            Chassis::TABLE,
-        ]
-        .iter()
-        .any(|table| changes.tables.get(*table).is_some_and(|c| !c.is_empty()));
-        if !(changes.resynced || redirect_changed || groups_changed) {
+        if !(changes.resynced || redirect_changed || groups_changed(changes)) {
             return Vec::new();
         }
-        let roles: std::collections::BTreeMap<String, Role> = match chassis {
+        self.elect(sb, chassis)
+    }
+
+    /// The chassis whose BFD session with this one is up changed: elects again.
+    pub fn tunnels_changed(
+        &mut self,
+        sb: &Southbound,
+        chassis: Option<Uuid>,
+        active_tunnels: BTreeSet<String>,
+    ) -> Vec<String> {
+        self.active_tunnels = active_tunnels;
+        self.elect(sb, chassis)
+    }
+
+    /// Elects every port again; returns those whose election for `chassis` changed.
+    fn elect(&mut self, sb: &Southbound, chassis: Option<Uuid>) -> Vec<String> {
+        let roles: BTreeMap<String, Role> = match chassis {
             Some(chassis) => self
                 .redirects
                 .iter()
                 .filter_map(|uuid| sb.row::<PortBinding>(uuid))
-                .filter_map(|port| Some((port.logical_port.clone(), role(sb, &port, chassis)?)))
+                .filter_map(|port| {
+                    let role = role(sb, &port, chassis, &self.active_tunnels)?;
+                    Some((port.logical_port, role))
+                })
                 .collect(),
-            None => std::collections::BTreeMap::new(),
+            None => BTreeMap::new(),
         };
-        for (port, role) in &roles {
-            if *role == Role::UndecidedWithoutBfd && self.roles.get(port) != Some(role) {
-                tracing::warn!(port = %port, "gateway chassis group of several live chassis: OVN elects by BFD, which this agent does not run yet; not claiming the port");
-            }
-        }
         let active: HashSet<String> = roles
             .iter()
             .filter(|(_, role)| **role == Role::Active)
             .map(|(port, _)| port.clone())
             .collect();
-        self.roles = roles;
         let moved: Vec<String> = active.symmetric_difference(&self.active).cloned().collect();
         for port in &moved {
             if active.contains(port) {
@@ -154,53 +162,178 @@ impl GatewayElection {
                 tracing::info!(port = %port, "no longer the active gateway chassis: releasing the port");
             }
         }
+        self.roles = roles;
         self.active = active;
         moved
     }
 }
 
+/// Whether `changes` touch what an election or the BFD peers are made of.
+#[must_use]
+pub fn groups_changed(changes: &ChangeSet) -> bool {
+    changes.resynced
+        || [
+            HaChassisGroup::TABLE,
+            HaChassis::TABLE,
+            GatewayChassis::TABLE,
+            Chassis::TABLE,
+            Encap::TABLE,
+            SbGlobal::TABLE,
+        ]
+        .iter()
+        .any(|table| changes.tables.get(*table).is_some_and(|c| !c.is_empty()))
+}
+
+/// A member of a gateway group: its chassis (`None`: the Chassis row is gone, a weak reference
+/// the server cleared), its name and priority.
+struct Member {
+    chassis: Option<Uuid>,
+    name: String,
+    priority: i64,
+}
+
 /// `chassis`'s role for chassisredirect port `port` (see the module doc); `None` when the
 /// port's group does not name it.
-fn role(sb: &Southbound, port: &PortBinding, chassis: Uuid) -> Option<Role> {
-    let members = group_members(sb, port);
-    if !members.contains(&Some(chassis)) {
+fn role(
+    sb: &Southbound,
+    port: &PortBinding,
+    chassis: Uuid,
+    active_tunnels: &BTreeSet<String>,
+) -> Option<Role> {
+    let (members, references) = group_members(sb, port);
+    if !members.iter().any(|member| member.chassis == Some(chassis)) {
         return None;
     }
+    let active = |yes: bool| if yes { Role::Active } else { Role::Standby };
     if let [_] = members.as_slice() {
         return Some(Role::Active);
     }
-    // The members whose chassis still exists: ours alone, or others too.
-    let alive = members
-        .iter()
-        .filter_map(|member| *member)
-        .filter(|member| sb.row::<Chassis>(member).is_some())
-        .count();
-    Some(if alive == 1 {
-        Role::Active
-    } else {
-        Role::UndecidedWithoutBfd
-    })
+    let alive: Vec<&Member> = members.iter().filter(|m| m.chassis.is_some()).collect();
+    if let [only] = alive.as_slice() {
+        return Some(active(only.chassis == Some(chassis)));
+    }
+    if active_tunnels.is_empty() {
+        return Some(Role::Standby);
+    }
+    let mut ordered: Vec<&Member> = alive
+        .into_iter()
+        .filter(|m| m.chassis == Some(chassis) || active_tunnels.contains(&m.name))
+        .collect();
+    // `compare_chassis_prio_`: higher priority first, then the greater name.
+    ordered.sort_by(|a, b| b.priority.cmp(&a.priority).then(b.name.cmp(&a.name)));
+    if let [only] = ordered.as_slice() {
+        // Only this chassis of the group is up: active if it reaches a reference chassis.
+        let reaches = references.iter().any(|name| active_tunnels.contains(name));
+        return Some(active(only.chassis == Some(chassis) && reaches));
+    }
+    Some(active(ordered.first()?.chassis == Some(chassis)))
 }
 
-/// The chassis of `port`'s HA group (or its legacy gateway chassis); `None` for a member whose
-/// Chassis row is gone (a weak reference the server cleared).
-fn group_members(sb: &Southbound, port: &PortBinding) -> Vec<Option<Uuid>> {
+/// The members of `port`'s HA group (or its legacy gateway chassis), and the names of the
+/// group's reference chassis.
+fn group_members(sb: &Southbound, port: &PortBinding) -> (Vec<Member>, Vec<String>) {
+    let name = |chassis: Option<Uuid>| {
+        chassis
+            .and_then(|uuid| sb.row::<Chassis>(&uuid))
+            .map(|row| row.name)
+            .unwrap_or_default()
+    };
     if let Some(group) = port
         .ha_chassis_group
         .and_then(|group| sb.row::<HaChassisGroup>(&group))
     {
-        return group
+        let members = group
             .ha_chassis
             .iter()
             .filter_map(|member| sb.row::<HaChassis>(member))
-            .map(|member| member.chassis)
+            .map(|member| Member {
+                chassis: member.chassis,
+                name: name(member.chassis),
+                priority: member.priority,
+            })
             .collect();
+        let references = group
+            .ref_chassis
+            .iter()
+            .map(|chassis| name(Some(*chassis)))
+            .collect();
+        return (members, references);
     }
-    port.gateway_chassis
+    let members = port
+        .gateway_chassis
         .iter()
         .filter_map(|member| sb.row::<GatewayChassis>(member))
-        .map(|member| member.chassis)
-        .collect()
+        .map(|member| Member {
+            chassis: member.chassis,
+            name: name(member.chassis),
+            priority: member.priority,
+        })
+        .collect();
+    (members, Vec::new())
+}
+
+/// The chassis this chassis (`chassis`, named `name`) runs BFD with (ovn-controller's
+/// `bfd_calculate_chassis`): for each HA group of at least two chassis, its other members and
+/// its reference chassis when this chassis is a member, its members when it is a reference; by
+/// their Geneve endpoint of this node's underlay family (`ipv6`), with the timers of
+/// `SB_Global.options` (`bfd-min-rx`, `bfd-min-tx` in ms, `bfd-mult`; Open vSwitch's defaults
+/// without them).
+#[must_use]
+pub fn bfd_peers(sb: &Southbound, chassis: Uuid, name: &str, ipv6: bool) -> crate::bfd::Peers {
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    for group in sb.rows::<HaChassisGroup>() {
+        let members: Vec<Uuid> = group
+            .ha_chassis
+            .iter()
+            .filter_map(|member| sb.row::<HaChassis>(member)?.chassis)
+            .collect();
+        if group.ha_chassis.len() < 2 {
+            continue;
+        }
+        let names = |uuids: &[Uuid]| -> Vec<String> {
+            uuids
+                .iter()
+                .filter_map(|uuid| sb.row::<Chassis>(uuid).map(|row| row.name))
+                .collect()
+        };
+        if members.contains(&chassis) {
+            wanted.extend(names(&members));
+            wanted.extend(names(&group.ref_chassis));
+        } else if group.ref_chassis.contains(&chassis) {
+            wanted.extend(names(&members));
+        }
+    }
+    wanted.remove(name);
+    let endpoints: BTreeMap<String, std::net::IpAddr> = sb
+        .rows::<Encap>()
+        .filter(|encap| encap.kind == "geneve" && wanted.contains(&encap.chassis_name))
+        .filter_map(|encap| {
+            let ip: std::net::IpAddr = encap.ip.parse().ok()?;
+            (ip.is_ipv6() == ipv6).then_some((encap.chassis_name, ip))
+        })
+        .collect();
+    let options = sb
+        .sb_global()
+        .map(|global| global.options)
+        .unwrap_or_default();
+    let defaults = crate::bfd::Timers::default();
+    let millis = |key: &str, default: std::time::Duration| {
+        options
+            .get(key)
+            .and_then(|value| value.parse::<u64>().ok())
+            .map_or(default, std::time::Duration::from_millis)
+    };
+    crate::bfd::Peers {
+        chassis: endpoints,
+        timers: crate::bfd::Timers {
+            min_rx: millis("bfd-min-rx", defaults.min_rx),
+            min_tx: millis("bfd-min-tx", defaults.min_tx),
+            mult: options
+                .get("bfd-mult")
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(defaults.mult),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -224,6 +357,11 @@ mod tests {
 
     /// Chassis node1 (us) and node2, port `cr-vpc-ext` with HA group members `members`
     /// (HA_Chassis uuid → its chassis), and a pod's port.
+    const THIRD: &str = "00000000-0000-0000-0000-0000000000c3";
+
+    /// Chassis node1 (us, priority 90 in the group), node2 (100) and node3 (the group's
+    /// reference chassis), port `cr-vpc-ext` with HA group members `members` (HA_Chassis uuid →
+    /// its chassis), and a pod's port.
     fn southbound(members: &[(&str, &str)]) -> Southbound {
         let optional = |key: Value| json!({"type": {"key": key, "min": 0, "max": 1}});
         let set = json!({"type": {"key": {"type": "uuid"}, "min": 0, "max": "unlimited"}});
@@ -232,7 +370,8 @@ mod tests {
             .map(|(member, chassis)| {
                 (
                     (*member).to_string(),
-                    json!({"initial": {"chassis": ["uuid", chassis], "priority": 100}}),
+                    json!({"initial": {"chassis": ["uuid", chassis],
+                        "priority": if *chassis == US { 90 } else { 100 }}}),
                 )
             })
             .collect();
@@ -248,18 +387,21 @@ mod tests {
                     "chassis": optional(json!({"type": "uuid"})),
                     "ha_chassis_group": optional(json!({"type": "uuid"})),
                     "gateway_chassis": set}},
-                "HA_Chassis_Group": {"columns": {"name": {"type": "string"}, "ha_chassis": set}},
+                "HA_Chassis_Group": {"columns": {"name": {"type": "string"}, "ha_chassis": set,
+                    "ref_chassis": set}},
                 "HA_Chassis": {"columns": {"chassis": optional(json!({"type": "uuid"})),
                     "priority": {"type": "integer"}}},
             }),
             json!({
-                "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}}},
+                "Chassis": {US: {"initial": {"name": "node1"}}, OTHER: {"initial": {"name": "node2"}},
+                    THIRD: {"initial": {"name": "node3"}}},
                 "Port_Binding": {
                     REDIRECT: {"initial": {"logical_port": "cr-vpc-ext", "type": "chassisredirect",
                         "ha_chassis_group": ["uuid", GROUP]}},
                     POD: {"initial": {"logical_port": "pod.ns"}}},
                 "HA_Chassis_Group": {GROUP: {"initial": {"name": "vpc-ext",
-                    "ha_chassis": ["set", group_members]}}},
+                    "ha_chassis": ["set", group_members],
+                    "ref_chassis": ["set", [["uuid", THIRD]]]}}},
                 "HA_Chassis": ha_chassis,
             }),
         )
@@ -314,10 +456,25 @@ mod tests {
     fn a_group_of_several_is_active_only_where_the_others_are_gone() {
         let mut sb = southbound(&[(FIRST, US), (SECOND, OTHER)]);
         let mut election = GatewayElection::default();
-        // Both chassis are there: OVN decides by BFD, which is not run, so no one claims (and
-        // the metrics say why).
+        // Both chassis are there, no BFD session up: no one claims (OVN's "lost connectivity").
         assert!(election.observe(&sb, &resync(), Some(uuid(US))).is_empty());
-        assert_eq!(election.roles()["undecided_without_bfd"], 1);
+        assert_eq!(election.roles()["standby"], 1);
+        // With the other's session up, the higher priority (the other's, 100 against ours,
+        // 90) wins; with it down and a reference chassis's up, this one does.
+        let tunnels = |names: &[&str]| names.iter().map(|name| name.to_string()).collect();
+        assert!(
+            election
+                .tunnels_changed(&sb, Some(uuid(US)), tunnels(&["node2"]))
+                .is_empty()
+        );
+        assert_eq!(
+            election.tunnels_changed(&sb, Some(uuid(US)), tunnels(&["node3"])),
+            vec!["cr-vpc-ext".to_string()]
+        );
+        assert_eq!(
+            election.tunnels_changed(&sb, Some(uuid(US)), tunnels(&["node2", "node3"])),
+            vec!["cr-vpc-ext".to_string()]
+        );
         // The other chassis leaves (its row deleted, the weak reference cleared): the only
         // candidate left is this chassis.
         let changes = update(
@@ -330,10 +487,7 @@ mod tests {
             vec!["cr-vpc-ext".to_string()]
         );
         assert_eq!(
-            (
-                election.roles()["active"],
-                election.roles()["undecided_without_bfd"]
-            ),
+            (election.roles()["active"], election.roles()["standby"]),
             (1, 0)
         );
         // The chassisredirect port goes: nothing to hold.

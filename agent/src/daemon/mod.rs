@@ -158,6 +158,8 @@ struct Daemon {
     service_monitors: crate::service_monitor::ServiceMonitors,
     /// Periodic router advertisements to the local ports of advertising switches.
     periodic_adverts: crate::router_advert::periodic::PeriodicAdverts,
+    /// BFD with the chassis this one shares gateway groups with (a forwarding agent's).
+    bfd: Option<crate::bfd::Bfd>,
     /// The IR diffs not yet written, while the datapath holds a previous agent's state and this
     /// agent's view is not complete (see [`Self::release_held`]); `None` once written.
     held: Option<Vec<crate::pipeline::IrDiff>>,
@@ -233,6 +235,7 @@ pub async fn run(
         let (handle, mut events) = session::start(session_config);
         let mut daemon = Daemon::new(config, handle, scope, datapath);
         daemon.node_network = Some(commands.node_network.clone());
+        daemon.bfd = daemon.start_bfd();
         tokio::pin!(shutdown);
         let mut commands_open = true;
         let mut retry = tokio::time::interval(RETRY_INTERVAL);
@@ -295,6 +298,7 @@ pub async fn run(
                     None => break,
                 },
                 Some(heard) = heard_neighbours.recv() => daemon.heard_neighbour(&heard).await,
+                () = bfd_changed(&mut daemon.bfd) => daemon.tunnels_changed().await,
                 Some(decided) = daemon.service_monitors.next_decision() => {
                     if daemon.service_monitors.decided(decided) {
                         daemon.sb_sync.mark_monitor(decided.monitor);
@@ -305,6 +309,9 @@ pub async fn run(
         }
         daemon.service_monitors.stop();
         daemon.periodic_adverts.stop();
+        if let Some(bfd) = &daemon.bfd {
+            bfd.stop();
+        }
         for task in [drop_events, acl_log_events, neighbour_events]
             .into_iter()
             .flatten()
@@ -319,7 +326,69 @@ pub async fn run(
     .await
 }
 
+/// Resolves when the chassis whose BFD sessions are up change (never without BFD).
+async fn bfd_changed(bfd: &mut Option<crate::bfd::Bfd>) {
+    let Some(bfd) = bfd else {
+        return std::future::pending().await;
+    };
+    if bfd.up().changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 impl Daemon {
+    /// BFD for a forwarding agent, on its Geneve endpoint; none (logged) where the port cannot
+    /// be bound (a gateway group of several chassis then has no active gateway here).
+    fn start_bfd(&self) -> Option<crate::bfd::Bfd> {
+        self.datapath.as_ref()?;
+        let local: std::net::IpAddr = self.config.chassis.encap_ip.parse().ok()?;
+        match crate::bfd::Bfd::start(local) {
+            Ok(bfd) => Some(bfd),
+            Err(error) => {
+                warn!(%error, "BFD not started: gateway groups of several chassis get no active gateway here");
+                None
+            }
+        }
+    }
+
+    /// Gives the BFD task the chassis this one shares gateway groups with (starting it again if
+    /// its port could not be bound before: a predecessor still held it).
+    fn update_bfd_peers(&mut self, chassis: Option<uuid::Uuid>) {
+        if self.bfd.is_none() {
+            self.bfd = self.start_bfd();
+        }
+        let (Some(bfd), Some(chassis)) = (&self.bfd, chassis) else {
+            return;
+        };
+        let ipv6 = self
+            .config
+            .chassis
+            .encap_ip
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_ipv6());
+        bfd.set_peers(gateway::bfd_peers(
+            &self.sb,
+            chassis,
+            &self.config.chassis.name,
+            ipv6,
+        ));
+    }
+
+    /// The chassis whose BFD sessions are up changed: the gateways are elected again.
+    async fn tunnels_changed(&mut self) {
+        let Some(bfd) = self.bfd.as_mut() else {
+            return;
+        };
+        let up = bfd.up().borrow_and_update().clone();
+        for port in self
+            .gateways
+            .tunnels_changed(&self.sb, self.chassis_uuid, up)
+        {
+            self.sb_sync.mark(&port);
+        }
+        self.sync_southbound().await;
+    }
+
     /// A daemon that has seen nothing of the Southbound yet.
     fn new(
         config: DaemonConfig,
@@ -371,6 +440,7 @@ impl Daemon {
             node_network: None,
             service_monitors: crate::service_monitor::ServiceMonitors::default(),
             periodic_adverts: crate::router_advert::periodic::PeriodicAdverts::default(),
+            bfd: None,
             held: adopted.then(Vec::new),
             stats: DaemonStats::default(),
         }
@@ -447,6 +517,9 @@ impl Daemon {
             .observe(&self.sb, &changes, &self.local_ports, chassis);
         for port in self.gateways.observe(&self.sb, &changes, chassis) {
             self.sb_sync.mark(&port);
+        }
+        if gateway::groups_changed(&changes) {
+            self.update_bfd_peers(chassis);
         }
         if chassis != self.chassis_uuid || datapath_writes > 0 {
             // A new Chassis row changes every claim; a datapath write may change any local
