@@ -258,6 +258,29 @@ impl PlannedAgents {
     }
 }
 
+/// Whether Port_Binding `port` is bound to the chassis named `chassis` in `lab`'s Southbound.
+pub fn bound_to(lab: &OvnLab, port: &str, chassis: &str) -> bool {
+    let uuid = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "Chassis",
+            &format!("name={chassis}"),
+        ])
+        .unwrap_or_default();
+    let bound = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=chassis",
+            "find",
+            "Port_Binding",
+            &format!("logical_port={port}"),
+        ])
+        .unwrap_or_default();
+    !uuid.trim().is_empty() && uuid.trim() == bound.trim()
+}
+
 /// Waits up to 20 s until every planned pod's Port_Binding is `up`.
 pub fn planned_pods_up(lab: &OvnLab, plans: &[PodPlan]) -> bool {
     wait_until(Duration::from_secs(20), || {

@@ -771,27 +771,7 @@ fn ovnbpf_and_a_real_ovn_controller_are_each_others_gateway_chassis() {
             .all(|port| scenario::port_up(lab, port))
     });
     assert!(up, "ports not up{}", logs());
-    let held_by = |chassis: &str| {
-        let uuid = lab
-            .sbctl(&[
-                "--bare",
-                "--columns=_uuid",
-                "find",
-                "Chassis",
-                &format!("name={chassis}"),
-            ])
-            .unwrap_or_default();
-        let bound = lab
-            .sbctl(&[
-                "--bare",
-                "--columns=chassis",
-                "find",
-                "Port_Binding",
-                "logical_port=cr-vpc-x-external",
-            ])
-            .unwrap_or_default();
-        !uuid.trim().is_empty() && uuid.trim() == bound.trim()
-    };
+    let held_by = |chassis: &str| scenario::bound_to(lab, "cr-vpc-x-external", chassis);
 
     // ovn-controller's gateway: x1 (ovnbpf) out through it, and x2 from its own node.
     assert!(

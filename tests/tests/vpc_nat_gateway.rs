@@ -156,6 +156,33 @@ fn external_access(vpc: &str, subnet: &str, cidr: &str) -> Topology {
     topology
 }
 
+/// A VPC with OVN-native external access ([`external_access`]) and its subnet's SNAT to
+/// [`SNAT_EIP`], on `two`'s nodes: the external network, `plans`' pods, the agents, and the
+/// external host's "who are you" server.
+struct SnatVpc {
+    _who: WhoAreYou,
+    pods: Vec<Pod>,
+    agents: PlannedAgents,
+    external: ExternalHost,
+    _physical: PhysicalSwitch,
+}
+
+fn snat_vpc(two: &TwoNodes, (vpc, subnet, cidr): (&str, &str, &str), plans: &[PodPlan]) -> SnatVpc {
+    let (physical, external) = external_network(&two.prefix, &two.nodes);
+    let mut topology = external_access(vpc, subnet, cidr);
+    topology.nat(vpc, "snat", &SNAT_EIP.to_string(), cidr);
+    let pods = scenario::build_planned_pods(&two.lab, &two.nodes, topology, plans, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let agents = start_agents(&two.lab, &two.nodes, plans);
+    SnatVpc {
+        _who: WhoAreYou::start(external.netns()),
+        pods,
+        agents,
+        external,
+        _physical: physical,
+    }
+}
+
 /// One agent per node, provider network `physnet1` bridged to `eth1`, once every planned pod
 /// is up.
 fn start_agents(lab: &OvnLab, nodes: &[Node], plans: &[PodPlan]) -> PlannedAgents {
@@ -644,27 +671,8 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
 
     let agents = start_agents(lab, nodes, &GATEWAY_PODS);
     let logs = || agents.logs();
-    let held_by = |node: usize| {
-        let chassis = lab
-            .sbctl(&[
-                "--bare",
-                "--columns=_uuid",
-                "find",
-                "Chassis",
-                &format!("name={}", scenario::NODES[node]),
-            ])
-            .unwrap_or_default();
-        let bound = lab
-            .sbctl(&[
-                "--bare",
-                "--columns=chassis",
-                "find",
-                "Port_Binding",
-                "logical_port=cr-vpc-gw-external",
-            ])
-            .unwrap_or_default();
-        !chassis.trim().is_empty() && chassis.trim() == bound.trim()
-    };
+    let held_by =
+        |node: usize| scenario::bound_to(lab, "cr-vpc-gw-external", scenario::NODES[node]);
     assert!(
         wait_until(Duration::from_secs(10), || held_by(0)),
         "node1's agent does not hold the chassisredirect port{}",
@@ -1065,17 +1073,15 @@ const PLACEMENT_PODS: [PodPlan; 2] = [
 
 #[test]
 fn nat_changes_take_effect_on_running_flows_in_every_placement() {
-    let TwoNodes {
-        lab, nodes, prefix, ..
-    } = &TwoNodes::start();
-    let (_physical, external) = external_network(prefix, nodes);
-    let mut topology = external_access("vpc-l", "subnet-l", "10.80.1.0/24");
-    topology.nat("vpc-l", "snat", &SNAT_EIP.to_string(), "10.80.1.0/24");
-    let pods = scenario::build_planned_pods(lab, nodes, topology, &PLACEMENT_PODS, true, 1400);
-    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
-    let agents = start_agents(lab, nodes, &PLACEMENT_PODS);
+    let two = &TwoNodes::start();
+    let lab = &two.lab;
+    let SnatVpc {
+        pods,
+        agents,
+        external,
+        ..
+    } = &snat_vpc(two, ("vpc-l", "subnet-l", "10.80.1.0/24"), &PLACEMENT_PODS);
     let logs = || agents.logs();
-    let _who = WhoAreYou::start(external.netns());
 
     for (case, (pod_index, distributed)) in [(0, true), (0, false), (1, true), (1, false)]
         .into_iter()
@@ -1184,15 +1190,10 @@ const LONE_PODS: [PodPlan; 1] = [("d1", "subnet-d", 0, Ipv4Addr::new(10, 85, 1, 
 
 #[test]
 fn a_gateway_chassis_without_pods_of_its_own_carries_the_vpc() {
-    let TwoNodes {
-        lab, nodes, prefix, ..
-    } = &TwoNodes::start();
-    let (_physical, external) = external_network(prefix, nodes);
-    let mut topology = external_access("vpc-d", "subnet-d", "10.85.1.0/24");
-    topology.nat("vpc-d", "snat", &SNAT_EIP.to_string(), "10.85.1.0/24");
-    let pods = scenario::build_planned_pods(lab, nodes, topology, &LONE_PODS, true, 1400);
-    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
-    let agents = start_agents(lab, nodes, &LONE_PODS);
+    let two = &TwoNodes::start();
+    let lab = &two.lab;
+    let SnatVpc { pods, agents, .. } =
+        &snat_vpc(two, ("vpc-d", "subnet-d", "10.85.1.0/24"), &LONE_PODS);
     let logs = || agents.logs();
     lab.nbctl(&[
         "lrp-set-gateway-chassis",
@@ -1207,7 +1208,6 @@ fn a_gateway_chassis_without_pods_of_its_own_carries_the_vpc() {
         scenario::NODES[0],
     ])
     .unwrap();
-    let _who = WhoAreYou::start(external.netns());
     assert!(
         wait_until(Duration::from_secs(15), || source_seen_from(&pods[0])
             == Some(SNAT_EIP)),
@@ -1225,7 +1225,7 @@ fn a_gateway_chassis_without_pods_of_its_own_carries_the_vpc() {
 /// Gateway failover (OVN's HA chassis group, BFD between the chassis): a VPC's gateway port on
 /// node1 (priority 100) and node2 (99), its pod on node3 (the group's reference chassis), the
 /// subnet's SNAT. The agents run BFD with each other as ovn-controller has Open vSwitch do on
-/// its tunnels (NB_Global's `bfd-min-rx` 300 ms, `bfd-mult` 3). node1 holds the port; its agent
+/// its tunnels (NB_Global's `bfd-min-rx` 500 ms, `bfd-mult` 3). node1 holds the port; its agent
 /// is killed (its datapath goes with it, as a node failing), node2's BFD session with it goes
 /// down within a second, node2 elects itself, claims the port and announces it, and the pod's
 /// running ping resumes: losses counted and bounded (at most 3 s of a 10/s ping).
@@ -1245,7 +1245,7 @@ fn a_gateway_fails_over_when_its_chassis_is_lost() {
         "set",
         "NB_Global",
         ".",
-        "options:bfd-min-rx=300",
+        "options:bfd-min-rx=500",
         "options:bfd-min-tx=100",
         "options:bfd-mult=3",
     ])
@@ -1299,30 +1299,10 @@ fn a_gateway_fails_over_when_its_chassis_is_lost() {
         "f3 not up{}",
         logs(&agents)
     );
-    let held_by = |chassis: &str| {
-        let uuid = lab
-            .sbctl(&[
-                "--bare",
-                "--columns=_uuid",
-                "find",
-                "Chassis",
-                &format!("name={chassis}"),
-            ])
-            .unwrap_or_default();
-        let bound = lab
-            .sbctl(&[
-                "--bare",
-                "--columns=chassis",
-                "find",
-                "Port_Binding",
-                "logical_port=cr-vpc-f-external",
-            ])
-            .unwrap_or_default();
-        !uuid.trim().is_empty() && uuid.trim() == bound.trim()
-    };
+    let held_by = |chassis: &str| scenario::bound_to(&lab, "cr-vpc-f-external", chassis);
     let f3 = &pods[0];
     assert!(
-        wait_until(Duration::from_secs(20), || held_by("node1")
+        wait_until(Duration::from_secs(30), || held_by("node1")
             && f3.ping(EXTERNAL_HOST, 1).is_ok_and(|n| n == 1)),
         "node1 does not hold the gateway port, or f3 does not reach out through it{}{}",
         lab.sbctl(&["list", "HA_Chassis_Group"]).unwrap_or_default(),

@@ -124,7 +124,7 @@ pub fn frame(control: &Control, source_mac: [u8; 6], source_port: u16) -> Vec<u8
     ip[9] = 17;
     ip[12..16].copy_from_slice(&BFD_SRC_IP);
     ip[16..20].copy_from_slice(&BFD_DST_IP);
-    let checksum = internet_checksum(&ip);
+    let checksum = crate::net::internet_checksum(&ip);
     ip[10..12].copy_from_slice(&checksum.to_be_bytes());
     frame.extend_from_slice(&ip);
     frame.extend_from_slice(&source_port.to_be_bytes());
@@ -161,18 +161,6 @@ pub fn parse(payload: &[u8]) -> Option<Control> {
     Control::decode(inner.get(14 + header + 8..)?)
 }
 
-/// The Internet checksum of `bytes` (an even number of them).
-fn internet_checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,7 +185,7 @@ mod tests {
         assert_eq!(frame.len(), 8 + 14 + 20 + 8 + 24);
         assert_eq!(&frame[8..14], &BFD_DST_MAC);
         // A valid IPv4 header checksum: the sum over the header is 0xffff.
-        assert_eq!(internet_checksum(&frame[22..42]), 0);
+        assert_eq!(crate::net::internet_checksum(&frame[22..42]), 0);
         assert_eq!(parse(&frame), Some(control()));
         // RFC 5880's layout: version 1, state Init with P set, length 24.
         let encoded = control().encode();

@@ -405,20 +405,7 @@ fn router_reject(dp: u32, terms: &[&Expr], actions: &[Action]) -> Class {
 
 /// `icmp4 { …; ip4.src = S; …; output; }` → S.
 fn ttl_exceeded_source(actions: &[Action]) -> Option<Ipv4Addr> {
-    let [
-        Action::Keyword {
-            name,
-            block: Some(block),
-            ..
-        },
-    ] = actions
-    else {
-        return None;
-    };
-    if name != "icmp4" || assigned_integer(block, "icmp4.type") != Some(11) {
-        return None;
-    }
-    match assigned(block, "ip4.src")? {
+    match assigned(time_exceeded(actions)?, "ip4.src")? {
         Source::Constant(Constant::Ipv4 {
             address,
             mask: None,
@@ -427,9 +414,8 @@ fn ttl_exceeded_source(actions: &[Action]) -> Option<Ipv4Addr> {
     }
 }
 
-/// Whether `actions` are an ICMP time exceeded with the packet's addresses swapped
-/// (`icmp4 { …; icmp4.type = 11; …; ip4.dst <-> ip4.src; … }`).
-fn ttl_exceeded_swaps(actions: &[Action]) -> bool {
+/// The block of an ICMP time exceeded (`icmp4 { …; icmp4.type = 11; … }`), if `actions` are one.
+fn time_exceeded(actions: &[Action]) -> Option<&[Action]> {
     let [
         Action::Keyword {
             name,
@@ -438,15 +424,21 @@ fn ttl_exceeded_swaps(actions: &[Action]) -> bool {
         },
     ] = actions
     else {
-        return false;
+        return None;
     };
-    name == "icmp4"
-        && assigned_integer(block, "icmp4.type") == Some(11)
-        && block.iter().any(|action| {
+    (name == "icmp4" && assigned_integer(block, "icmp4.type") == Some(11)).then_some(block)
+}
+
+/// Whether `actions` are an ICMP time exceeded with the packet's addresses swapped
+/// (`icmp4 { …; icmp4.type = 11; …; ip4.dst <-> ip4.src; … }`).
+fn ttl_exceeded_swaps(actions: &[Action]) -> bool {
+    time_exceeded(actions).is_some_and(|block| {
+        block.iter().any(|action| {
             matches!(action, Action::Exchange { left, right }
                 if (plain(left, "ip4.dst") && plain(right, "ip4.src"))
                     || (plain(left, "ip4.src") && plain(right, "ip4.dst")))
         })
+    })
 }
 
 /// One action of the neighbour lookup/learning stages, by what it does to forwarding.
