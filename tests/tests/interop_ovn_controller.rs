@@ -15,7 +15,8 @@
 //! it says `csum=false`; OVS takes both. Over an IPv6 underlay the two tunnel to each other in
 //! IPv6, with the outer headers OVS writes, the checksums following the Encap as over IPv4.
 //! Each is the other's gateway chassis: what one routes out of a VPC's gateway port is
-//! tunnelled to the other, which SNATs it onto the provider network.
+//! tunnelled to the other, which SNATs it onto the provider network; in one HA group, the two
+//! elect by BFD sessions between ovnbpf and Open vSwitch.
 
 use ovnbpf_tests::scenario;
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
@@ -814,4 +815,49 @@ fn ovnbpf_and_a_real_ovn_controller_are_each_others_gateway_chassis() {
     );
     assert_eq!(x2.ping(EXTERNAL_HOST, 5).unwrap(), 5, "x2 → out{}", logs());
     assert_eq!(x1.ping(EXTERNAL_HOST, 5).unwrap(), 5, "x1 → out{}", logs());
+
+    // Both in one group (node1 100, node2 90): with two live chassis, each side elects by its
+    // BFD sessions, so the ovnbpf agent keeps the port only while its session with Open
+    // vSwitch is up; with node2 raised over node1, ovn-controller takes the port only once its
+    // session with the ovnbpf agent is up. BFD between the two, both ways.
+    lab.nbctl(&["lrp-set-gateway-chassis", "vpc-x-external", "node2", "90"])
+        .unwrap();
+    // Open vSwitch's side of the session: its tunnel to node1 says up.
+    let ovs_bfd = || {
+        peer.vsctl(&[
+            "--bare",
+            "--columns=bfd_status",
+            "find",
+            "interface",
+            "type=geneve",
+        ])
+        .unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || ovs_bfd().contains("state=up")),
+        "Open vSwitch's BFD session with the ovnbpf node is not up: {}{}",
+        ovs_bfd(),
+        logs()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        held_by("node1") && x2.ping(EXTERNAL_HOST, 3).is_ok_and(|n| n == 3),
+        "the ovnbpf agent lost the gateway beside ovn-controller (no BFD session up?){}",
+        logs()
+    );
+    lab.nbctl(&["lrp-set-gateway-chassis", "vpc-x-external", "node2", "110"])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || held_by("node2")),
+        "ovn-controller does not take the gateway of higher priority (no BFD session up with \
+         the ovnbpf node?){}",
+        logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || x1
+            .ping(EXTERNAL_HOST, 1)
+            .is_ok_and(|n| n == 1)),
+        "x1 does not reach the external host through ovn-controller's gateway again{}",
+        logs()
+    );
 }
