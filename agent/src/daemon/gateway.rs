@@ -59,9 +59,39 @@ pub struct GatewayElection {
     roles: BTreeMap<String, Role>,
     /// The chassis whose BFD session with this one is up.
     active_tunnels: BTreeSet<String>,
+    /// Until when a port this chassis already holds is kept, whatever BFD says: a restarted
+    /// agent's sessions start down (ovn-controller's live on in Open vSwitch across its
+    /// restarts), and releasing the port meanwhile would move the gateway away and back.
+    hold_until: Option<std::time::Instant>,
 }
 
+/// How long a restarted agent keeps the gateway ports it holds while its BFD sessions come up
+/// (a few of OVS's default 1 s slow transmit intervals).
+pub const HOLD_AFTER_START: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl GatewayElection {
+    /// An election that keeps the ports this chassis holds until `hold_until`
+    /// ([`HOLD_AFTER_START`] after the agent's start).
+    #[must_use]
+    pub fn holding_until(hold_until: std::time::Instant) -> Self {
+        Self {
+            hold_until: Some(hold_until),
+            ..Self::default()
+        }
+    }
+
+    /// When the hold on the ports this chassis holds ends, if it has not yet.
+    #[must_use]
+    pub fn hold_until(&self) -> Option<std::time::Instant> {
+        self.hold_until
+    }
+
+    /// The hold has ended: elects again by BFD alone.
+    pub fn end_hold(&mut self, sb: &Southbound, chassis: Option<Uuid>) -> Vec<String> {
+        self.hold_until = None;
+        self.elect(sb, chassis)
+    }
+
     /// The chassisredirect ports this chassis is the active gateway for.
     #[must_use]
     pub fn active(&self) -> &HashSet<String> {
@@ -137,13 +167,20 @@ impl GatewayElection {
 
     /// Elects every port again; returns those whose election for `chassis` changed.
     fn elect(&mut self, sb: &Southbound, chassis: Option<Uuid>) -> Vec<String> {
+        let holding = self
+            .hold_until
+            .is_some_and(|until| std::time::Instant::now() < until);
         let roles: BTreeMap<String, Role> = match chassis {
             Some(chassis) => self
                 .redirects
                 .iter()
                 .filter_map(|uuid| sb.row::<PortBinding>(uuid))
                 .filter_map(|port| {
-                    let role = role(sb, &port, chassis, &self.active_tunnels)?;
+                    let role = match role(sb, &port, chassis, &self.active_tunnels)? {
+                        // Held here already: kept while the sessions come up.
+                        Role::Standby if holding && port.chassis == Some(chassis) => Role::Active,
+                        role => role,
+                    };
                     Some((port.logical_port, role))
                 })
                 .collect(),
@@ -500,5 +537,30 @@ mod tests {
             vec!["cr-vpc-ext".to_string()]
         );
         assert!(election.active().is_empty());
+    }
+
+    /// A restarted agent keeps the gateway port it holds while its BFD sessions come up, then
+    /// goes by them.
+    #[test]
+    fn a_restarted_agent_keeps_the_port_it_holds_until_the_hold_ends() {
+        let mut sb = southbound(&[(FIRST, US), (SECOND, OTHER)]);
+        update(
+            &mut sb,
+            json!({"Port_Binding": {REDIRECT: {"modify": {"chassis": ["uuid", US]}}}}),
+        );
+        let later = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut election = GatewayElection::holding_until(later);
+        // No session up yet: without the hold this chassis would release the port.
+        assert!(
+            election
+                .observe(&sb, &resync(), Some(uuid(US)))
+                .contains(&"cr-vpc-ext".to_string())
+        );
+        assert!(election.active().contains("cr-vpc-ext"));
+        assert_eq!(
+            election.end_hold(&sb, Some(uuid(US))),
+            vec!["cr-vpc-ext".to_string()]
+        );
+        assert!(election.active().is_empty() && election.hold_until().is_none());
     }
 }

@@ -255,6 +255,13 @@ pub async fn run(
                     None => std::future::pending().await,
                 }
             };
+            let hold_until = daemon.gateways.hold_until();
+            let hold_ends = async move {
+                match hold_until {
+                    Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
             let sb_wake_at = daemon.sb_sync.wake_at();
             let sb_wake = async move {
                 match sb_wake_at {
@@ -299,6 +306,7 @@ pub async fn run(
                 },
                 Some(heard) = heard_neighbours.recv() => daemon.heard_neighbour(&heard).await,
                 () = bfd_changed(&mut daemon.bfd) => daemon.tunnels_changed().await,
+                () = hold_ends => daemon.gateway_hold_ended().await,
                 Some(decided) = daemon.service_monitors.next_decision() => {
                     if daemon.service_monitors.decided(decided) {
                         daemon.sb_sync.mark_monitor(decided.monitor);
@@ -389,6 +397,14 @@ impl Daemon {
         self.sync_southbound().await;
     }
 
+    /// The restart's hold on the gateway ports this chassis holds ended: elected by BFD alone.
+    async fn gateway_hold_ended(&mut self) {
+        for port in self.gateways.end_hold(&self.sb, self.chassis_uuid) {
+            self.sb_sync.mark(&port);
+        }
+        self.sync_southbound().await;
+    }
+
     /// A daemon that has seen nothing of the Southbound yet.
     fn new(
         config: DaemonConfig,
@@ -419,7 +435,9 @@ impl Daemon {
             handle,
             scope,
             local_ports,
-            gateways: gateway::GatewayElection::default(),
+            gateways: gateway::GatewayElection::holding_until(
+                std::time::Instant::now() + gateway::HOLD_AFTER_START,
+            ),
             pending: Pending::default(),
             synced: false,
             connected: false,
