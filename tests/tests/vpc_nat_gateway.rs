@@ -877,6 +877,24 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
             logs()
         );
     }
+    // `ovnbpfctl trace` agrees: g1's ping leaves the gateway's network from the SNAT address.
+    let microflow = format!(
+        "inport == \"g1.ns\" && eth.src == {} && eth.dst == {} && ip4.src == {} && \
+         ip4.dst == {EXTERNAL_HOST} && ip.ttl == 64 && icmp4.type == 8 && icmp4.code == 0",
+        ovnbpf_tests::kubeovn::mac_for("g1"),
+        ovnbpf_tests::kubeovn::mac_for("vpc-gw-subnet-g1"),
+        GATEWAY_PODS[0].3,
+    );
+    let traced = trace(lab, &microflow);
+    let outputs = traced["outputs"].as_array().cloned().unwrap_or_default();
+    assert!(
+        outputs.len() == 1
+            && outputs[0]["port"] == "localnet.external"
+            && outputs[0]["packet"].as_str().is_some_and(
+                |packet| packet.contains(&format!("IPv4 {SNAT_EIP} → {EXTERNAL_HOST}"))
+            ),
+        "the trace of g1's ping under SNAT: {traced:#}"
+    );
     // The rule goes: the running flow leaves from g1's own address again, at once.
     lab.nbctl(&["lr-nat-del", "vpc-gw", "snat", "10.70.1.0/24"])
         .unwrap();
@@ -1047,6 +1065,21 @@ fn exchange_one_byte(netns: &Netns, target: SocketAddr) -> std::io::Result<()> {
             let mut echoed = [0u8; 1];
             stream.read_exact(&mut echoed)
         })
+}
+
+/// `ovnbpfctl trace --json MICROFLOW` against `lab`'s Southbound.
+fn trace(lab: &OvnLab, microflow: &str) -> serde_json::Value {
+    let remote = lab.unix_remote(ovnbpf_tests::ovn::Db::Southbound);
+    let output = std::process::Command::new(ovnbpf_tests::workspace_binary("ovnbpfctl"))
+        .args(["trace", "--json", microflow, "--remote", &remote])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "ovnbpfctl trace failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// Packets `node`'s provider NIC `eth1` has sent.

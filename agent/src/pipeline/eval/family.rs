@@ -647,17 +647,95 @@ impl<'a> Evaluator<'a> {
         trace: &mut Trace,
         hops: usize,
     ) {
-        let gateway =
-            |e: &IrEntry| matches!(e, IrEntry::GatewayPort { port, .. } if port == hop.port);
-        if self.entries(dp).any(gateway) {
-            let text = format!(
-                "dropped: out of gateway port {} (gateway_unsupported)",
-                hop.port
-            );
-            self.step(trace, dp, text);
+        let redirect = self.entries(dp).find_map(|e| match e {
+            IrEntry::GatewayPort { port, redirect, .. } if port == hop.port => Some(redirect),
+            _ => None,
+        });
+        let Some(redirect) = redirect else {
+            self.forward_unfenced(dp, hop, packet, trace, hops);
             return;
+        };
+        match self.gateway_fence(dp, hop.port, redirect) {
+            Some(why) => {
+                let text = format!(
+                    "dropped: out of gateway port {}, {why} (gateway_unsupported)",
+                    hop.port
+                );
+                self.step(trace, dp, text);
+            }
+            None => {
+                let text = format!("to {redirect} (lr_in_gw_redirect), on its chassis");
+                self.step(trace, dp, text);
+                let packet = self.centralized_snat(dp, hop.port, packet, trace);
+                self.forward_unfenced(dp, hop, packet, trace, hops);
+            }
         }
-        self.forward_unfenced(dp, hop, packet, trace, hops);
+    }
+
+    /// Why the gateway chassis does not carry what router `dp` routes out of gateway port
+    /// `port` (chassisredirect port `redirect`): it is active nowhere, or the router has
+    /// centralized NAT the datapath does not carry (as the backend decides); `None` when it
+    /// does.
+    fn gateway_fence(&self, dp: u32, port: &str, redirect: &str) -> Option<&'static str> {
+        let bound = self.entries(dp).any(|e| {
+            matches!(e, IrEntry::Port { name, kind: crate::pipeline::ir::PortKind::ChassisRedirect { chassis: Some(_) }, .. } if name == redirect)
+        });
+        if !bound {
+            return Some("no active gateway chassis");
+        }
+        let fenced = self.entries(dp).any(
+            |e| matches!(e, IrEntry::CentralizedNat { redirect: fenced, .. } if fenced == redirect),
+        );
+        // A DNAT without its SNAT twin (a `dnat` rule) needs connection state.
+        let lone_dnat = self.entries(dp).any(|e| match e {
+            IrEntry::CentralizedDnat {
+                gateway_port,
+                external,
+                logical,
+                ..
+            } if gateway_port == port => !self.entries(dp).any(|s| {
+                matches!(s, IrEntry::CentralizedSnat { gateway_port: p, logical: l, external: x, .. }
+                    if p == port && l.length == 32 && l.network == *logical && x == external)
+            }),
+            _ => false,
+        });
+        (fenced || lone_dnat).then_some("centralized NAT not carried")
+    }
+
+    /// On the gateway chassis, the router's centralized SNAT (or a centralized FIP's /32 SNAT)
+    /// of the longest prefix holding the packet's IPv4 source, out of gateway port `port`: the
+    /// source becomes the rule's external address (its port kept, as the kernel keeps it where
+    /// it is free).
+    fn centralized_snat(
+        &self,
+        dp: u32,
+        port: &str,
+        mut packet: Packet,
+        trace: &mut Trace,
+    ) -> Packet {
+        let L3::Ipv4 { source, .. } = &mut packet.l3 else {
+            return packet;
+        };
+        let rule = self
+            .entries(dp)
+            .filter_map(|e| match e {
+                IrEntry::CentralizedSnat {
+                    gateway_port,
+                    logical,
+                    external,
+                    ..
+                } if gateway_port == port && logical.contains(*source) => {
+                    Some((logical.length, *external))
+                }
+                _ => None,
+            })
+            .max_by_key(|(length, _)| *length);
+        if let Some((_, external)) = rule {
+            let text = format!("centralized SNAT: {source} leaves as {external}");
+            *source = external;
+            self.step(trace, dp, text);
+        }
+        packet
     }
 
     /// [`Self::forward`] out of any port, a gateway port included (a distributed NAT rule's
