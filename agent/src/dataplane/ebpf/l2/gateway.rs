@@ -7,17 +7,22 @@
 //!   companion leaves by that switch (`GATEWAY_EGRESS`); the provider network's frames to the
 //!   port's MAC enter the router (the FIB entry OVN's resident `ls_in_l2_lkup` flow gives, with
 //!   `FIB_ROUTER_GATEWAY`), and its ARP for the port's address is answered
-//!   (`ARP_ANSWER_PROVIDER`, the resident `lr_in_ip_input` answer);
+//!   (`ARP_ANSWER_PROVIDER`, the resident `lr_in_ip_input` answer); with the router's
+//!   centralized SNAT rules (`SNAT_RULES`, [`GATEWAY_SNAT`] on the redirect and the egress,
+//!   `FIB_ROUTER_SNAT`: both ways through the gateway NAT stage) and its centralized FIPs (in
+//!   the NAT family's maps, by [`L2State::gateway_fip`]), whose external addresses it answers
+//!   ARP for too; the gratuitous ARPs of a gateway that became active here are collected for
+//!   the node ([`L2State::take_announcements`]);
 //! - on another chassis: routes out of the port are tunnelled there (`GATEWAY_REDIRECTS` with
 //!   its endpoint), from the router port a packet entered by (`GATEWAY_INPORTS`);
-//! - nowhere, or the router has centralized NAT on the port
-//!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat), which the
-//!   datapath does not carry): no entry, and the routes' packets are dropped as
+//! - nowhere, or the router has centralized NAT on the port the datapath does not carry
+//!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat), or a DNAT
+//!   without its SNAT twin): no entry, and the routes' packets are dropped as
 //!   `gateway_unsupported`, never forwarded un-NATed.
 //!
 //! A router with several gateway ports is carried for the first (by name). Owns the desired
-//! values of the three gateway maps and the state behind them; the FIB entry and the answer's
-//! flag are computed here for the FIB and responder families. Reads
+//! values of the four gateway maps and the state behind them; the FIB entry, the answers and
+//! the FIPs' NAT entries are computed here for the FIB, responder and NAT families. Reads
 //! [`Physical`](super::super::physical::Physical) for where ports are.
 
 use std::{
