@@ -63,6 +63,9 @@ pub struct GatewayElection {
     /// agent's sessions start down (ovn-controller's live on in Open vSwitch across its
     /// restarts), and releasing the port meanwhile would move the gateway away and back.
     hold_until: Option<std::time::Instant>,
+    /// The ports bound to this chassis when it first elected (`None` before): the only ones
+    /// the hold keeps (a port it takes meanwhile goes by BFD).
+    held_at_start: Option<HashSet<String>>,
 }
 
 /// How long a restarted agent keeps the gateway ports it holds while its BFD sessions come up
@@ -111,7 +114,8 @@ impl GatewayElection {
 
     /// Takes in a replica change and elects again where it can move a gateway (a
     /// chassisredirect port, an HA group, a gateway chassis or a Chassis row changed); returns
-    /// the ports whose election for `chassis` changed (to be claimed or released).
+    /// the ports to compare again: those whose election for `chassis` changed (to be claimed or
+    /// released), and the active ones whose row changed (another chassis took one).
     pub fn observe(
         &mut self,
         sb: &Southbound,
@@ -148,10 +152,31 @@ impl GatewayElection {
                 .any(|uuid| self.redirects.contains(uuid))
                 || !ports.deleted.is_empty()
         });
-        if !(changes.resynced || redirect_changed || groups_changed(changes)) {
-            return Vec::new();
+        // An active port's row changed (another chassis took it, or released it): compared
+        // again, so that it is claimed back.
+        let touched: Vec<String> = ports
+            .into_iter()
+            .flat_map(|ports| {
+                ports
+                    .inserted
+                    .iter()
+                    .chain(ports.modified.iter().map(|(uuid, _)| uuid))
+            })
+            .filter_map(|uuid| sb.row::<PortBinding>(uuid))
+            .map(|port| port.logical_port)
+            .filter(|port| self.active.contains(port))
+            .collect();
+        let mut moved = if changes.resynced || redirect_changed || groups_changed(changes) {
+            self.elect(sb, chassis)
+        } else {
+            Vec::new()
+        };
+        for port in touched {
+            if !moved.contains(&port) {
+                moved.push(port);
+            }
         }
-        self.elect(sb, chassis)
+        moved
     }
 
     /// The chassis whose BFD session with this one is up changed: elects again.
@@ -170,6 +195,17 @@ impl GatewayElection {
         let holding = self
             .hold_until
             .is_some_and(|until| std::time::Instant::now() < until);
+        if let (None, Some(chassis)) = (&self.held_at_start, chassis) {
+            self.held_at_start = Some(
+                self.redirects
+                    .iter()
+                    .filter_map(|uuid| sb.row::<PortBinding>(uuid))
+                    .filter(|port| port.chassis == Some(chassis))
+                    .map(|port| port.logical_port)
+                    .collect(),
+            );
+        }
+        let held_at_start = self.held_at_start.clone().unwrap_or_default();
         let roles: BTreeMap<String, Role> = match chassis {
             Some(chassis) => self
                 .redirects
@@ -178,7 +214,13 @@ impl GatewayElection {
                 .filter_map(|port| {
                     let role = match role(sb, &port, chassis, &self.active_tunnels)? {
                         // Held here already: kept while the sessions come up.
-                        Role::Standby if holding && port.chassis == Some(chassis) => Role::Active,
+                        Role::Standby
+                            if holding
+                                && port.chassis == Some(chassis)
+                                && held_at_start.contains(&port.logical_port) =>
+                        {
+                            Role::Active
+                        }
                         role => role,
                     };
                     Some((port.logical_port, role))
@@ -562,5 +604,39 @@ mod tests {
             vec!["cr-vpc-ext".to_string()]
         );
         assert!(election.active().is_empty() && election.hold_until().is_none());
+    }
+
+    /// A port this chassis is active for that another chassis takes (or releases) is compared
+    /// again, so that it is claimed back; a port it took during the hold is not kept by it.
+    #[test]
+    fn an_active_port_taken_by_another_chassis_is_compared_again() {
+        let mut sb = southbound(&[(FIRST, US)]);
+        let mut election = GatewayElection::holding_until(
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        );
+        election.observe(&sb, &resync(), Some(uuid(US)));
+        assert!(election.active().contains("cr-vpc-ext"));
+        let changes = update(
+            &mut sb,
+            json!({"Port_Binding": {REDIRECT: {"modify": {"chassis": ["uuid", OTHER]}}}}),
+        );
+        assert_eq!(
+            election.observe(&sb, &changes, Some(uuid(US))),
+            vec!["cr-vpc-ext".to_string()]
+        );
+        // The port was not bound here at the first election: the hold does not keep it when a
+        // second chassis joins and no session is up.
+        let changes = update(
+            &mut sb,
+            json!({"Port_Binding": {REDIRECT: {"modify": {"chassis": ["uuid", US]}}},
+                   "HA_Chassis": {SECOND: {"insert": {"chassis": ["uuid", OTHER], "priority": 100}}},
+                   "HA_Chassis_Group": {GROUP: {"modify": {"ha_chassis": ["set", [["uuid", SECOND]]]}}}}),
+        );
+        assert!(
+            election
+                .observe(&sb, &changes, Some(uuid(US)))
+                .contains(&"cr-vpc-ext".to_string())
+        );
+        assert!(election.active().is_empty());
     }
 }
