@@ -2,13 +2,22 @@
 //! chassisredirect port it claims): for the gateway port's address and its NAT external
 //! addresses, from the port's MAC, out of the provider NIC of the switch behind the port
 //! (tagged with its localnet's VLAN), so that the physical network learns at once where the
-//! gateway is now. One request each (op 1, sender and target the address, as OVN sends them),
-//! when the gateway becomes active; OVN repeats them with a backoff, not done here. Owns the
-//! frames and the send-only packet socket; what to announce is the L2 gateway family's.
+//! gateway is now. One request each (op 1, sender and target the address, as OVN sends them)
+//! when the gateway becomes active, repeated with OVN's backoff at 1, 2, 4 and 8 s while it
+//! stays active. Owns the frames, the send-only packet socket and the repeats; what to announce
+//! is the L2 gateway family's.
 
-use std::net::Ipv4Addr;
+use std::{
+    collections::HashMap,
+    net::Ipv4Addr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{packet_socket::Sender, pipeline::ir::Mac};
 
@@ -44,34 +53,90 @@ pub fn garp_frame(mac: Mac, address: Ipv4Addr, vlan: u16) -> Vec<u8> {
     frame
 }
 
-/// Sends `announcements` through `sender` (opened on first use); failures are logged, the
-/// next takeover announces again.
-pub fn send(sender: &mut Option<Sender>, announcements: &[Announcement]) {
-    if announcements.is_empty() {
-        return;
-    }
-    if sender.is_none() {
-        match Sender::open() {
-            Ok(opened) => *sender = Some(opened),
-            Err(error) => {
-                warn!(%error, "no packet socket for the gateway's gratuitous ARPs");
-                return;
-            }
+/// When a gateway that became active here announces itself again, after the first time: OVN's
+/// backoff (pinctrl doubles the interval, 1 s first), so that a frame the old gateway still
+/// sent, or a lost announcement, does not leave the physical network pointing at it.
+const REPEATS: [Duration; 4] = [
+    Duration::from_secs(1),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// Sends the announcements: at once, then [`REPEATS`] on a thread of their own, until the
+/// gateway is no longer active here ([`Self::withdraw`]). Owns the send-only socket (opened on
+/// first use) and the repeats' stop flags.
+#[derive(Debug, Default)]
+pub struct Announcer {
+    socket: Option<Arc<Sender>>,
+    repeating: HashMap<u32, Arc<AtomicBool>>,
+}
+
+impl Announcer {
+    /// Router `router`'s gateway became active here: `announcement`, now and repeated.
+    pub fn announce(&mut self, router: u32, announcement: Announcement) {
+        let Some(socket) = self.socket() else {
+            return;
+        };
+        info!(addresses = ?announcement.addresses, ifindex = announcement.ifindex, "gateway active here: gratuitous ARPs");
+        send(&socket, &announcement);
+        self.withdraw(router);
+        let active = Arc::new(AtomicBool::new(true));
+        self.repeating.insert(router, Arc::clone(&active));
+        let repeating = std::thread::Builder::new()
+            .name("garp".into())
+            .spawn(move || {
+                for delay in REPEATS {
+                    std::thread::sleep(delay);
+                    if !active.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    send(&socket, &announcement);
+                }
+            });
+        if let Err(error) = repeating {
+            warn!(%error, "the gateway's gratuitous ARPs are not repeated");
         }
     }
-    let Some(socket) = sender.as_ref() else {
-        return;
-    };
-    for announcement in announcements {
-        for address in &announcement.addresses {
-            let frame = garp_frame(announcement.mac, *address, announcement.vlan);
-            match socket.send(announcement.ifindex, &frame) {
-                Ok(()) => {
-                    info!(%address, ifindex = announcement.ifindex, "gateway active here: gratuitous ARP sent")
-                }
+
+    /// Router `router`'s gateway is no longer active here: its repeats stop.
+    pub fn withdraw(&mut self, router: u32) {
+        if let Some(active) = self.repeating.remove(&router) {
+            active.store(false, Ordering::Relaxed);
+        }
+    }
+
+    fn socket(&mut self) -> Option<Arc<Sender>> {
+        if self.socket.is_none() {
+            match Sender::open() {
+                Ok(opened) => self.socket = Some(Arc::new(opened)),
                 Err(error) => {
-                    warn!(%address, ifindex = announcement.ifindex, %error, "gratuitous ARP not sent")
+                    warn!(%error, "no packet socket for the gateway's gratuitous ARPs");
                 }
+            }
+        }
+        self.socket.clone()
+    }
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        for active in self.repeating.values() {
+            active.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends `announcement`'s frames; failures are logged.
+fn send(socket: &Sender, announcement: &Announcement) {
+    for address in &announcement.addresses {
+        let frame = garp_frame(announcement.mac, *address, announcement.vlan);
+        match socket.send(announcement.ifindex, &frame) {
+            Ok(()) => {
+                debug!(%address, ifindex = announcement.ifindex, "gateway active here: gratuitous ARP sent");
+            }
+            Err(error) => {
+                warn!(%address, ifindex = announcement.ifindex, %error, "gratuitous ARP not sent");
             }
         }
     }

@@ -89,9 +89,8 @@ pub struct NodeDatapath {
     static_interfaces: Vec<(u32, String)>,
     /// Whether the maps came from a previous agent (they may hold stale entries until swept).
     adopted: bool,
-    /// The socket a gateway becoming active here announces itself through (opened on first
-    /// use).
-    announcer: Option<crate::packet_socket::Sender>,
+    /// How a gateway becoming active here announces itself.
+    announcer: announce::Announcer,
 }
 
 fn ifindex(interface: &str) -> Result<u32, NodeDatapathError> {
@@ -275,7 +274,7 @@ impl NodeDatapath {
             pod_filters,
             static_interfaces,
             adopted,
-            announcer: None,
+            announcer: announce::Announcer::default(),
         })
     }
 
@@ -295,7 +294,7 @@ impl NodeDatapath {
             pod_filters,
             static_interfaces: Vec::new(),
             adopted: false,
-            announcer: None,
+            announcer: announce::Announcer::default(),
         })
     }
 
@@ -465,8 +464,12 @@ impl NodeDatapath {
         let routed = self.l3.flush(&mut self.programs)?;
         let written = routed + self.l2.flush(&mut self.programs)?;
         // Once the gateway's entries are in: the physical network learns where it is now.
-        let announcements = self.l2.take_announcements();
-        announce::send(&mut self.announcer, &announcements);
+        for router in self.l2.take_withdrawals() {
+            self.announcer.withdraw(router);
+        }
+        for (router, announcement) in self.l2.take_announcements() {
+            self.announcer.announce(router, announcement);
+        }
         Ok(written)
     }
 

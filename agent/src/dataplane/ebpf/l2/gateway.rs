@@ -112,6 +112,9 @@ pub(super) struct GatewayState {
     /// [`L2State::take_announcements`].
     here: HashSet<u32>,
     announce: BTreeSet<u32>,
+    /// Routers whose gateway stopped being active here since the last
+    /// [`L2State::take_withdrawals`].
+    withdraw: BTreeSet<u32>,
 }
 
 impl GatewayState {
@@ -267,8 +270,12 @@ impl L2State {
             .carried_gateway(router)
             .is_some_and(|gateway| gateway.residence == Residence::Here);
         if !here {
-            self.gateway.here.remove(&router);
+            if self.gateway.here.remove(&router) {
+                self.gateway.announce.remove(&router);
+                self.gateway.withdraw.insert(router);
+            }
         } else if self.gateway.here.insert(router) {
+            self.gateway.withdraw.remove(&router);
             self.gateway.announce.insert(router);
         }
         let Some(keys) = self.gateway_keys(router) else {
@@ -553,7 +560,9 @@ impl L2State {
     /// address and NAT external addresses, out of the provider NIC of the switch behind the
     /// port); one that is no longer active here, or whose switch has no provider NIC here,
     /// announces nothing.
-    pub fn take_announcements(&mut self) -> Vec<crate::dataplane::ebpf::announce::Announcement> {
+    pub fn take_announcements(
+        &mut self,
+    ) -> Vec<(u32, crate::dataplane::ebpf::announce::Announcement)> {
         std::mem::take(&mut self.gateway.announce)
             .into_iter()
             .filter_map(|router| {
@@ -575,13 +584,22 @@ impl L2State {
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
-                Some(crate::dataplane::ebpf::announce::Announcement {
+                let announcement = crate::dataplane::ebpf::announce::Announcement {
                     ifindex: self.physical.provider(network)?,
                     vlan: tag.unwrap_or(0),
                     mac: self.ports.get(gateway.port)?.mac?,
                     addresses,
-                })
+                };
+                Some((router, announcement))
             })
+            .collect()
+    }
+
+    /// The routers whose gateway stopped being active here since the last call (their
+    /// announcements' repeats stop).
+    pub fn take_withdrawals(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.gateway.withdraw)
+            .into_iter()
             .collect()
     }
 
