@@ -23,7 +23,7 @@
 //! connection gets the pod's address and port back; then the router stage routes it (what is
 //! no reply goes to the router unchanged), and an ICMP error about a connection is translated
 //! as Linux's NAT translates a related packet (the pod gets it, about the packet it sent:
-//! path MTU discovery and port unreachables work through the SNAT). Not yet: traffic from
+//! port unreachables and fragmentation-needed reach the pod through the SNAT). Not yet: traffic from
 //! inside the VPC to an external address (OVN's hairpin). Addresses and ports in the keys are as in the packet. Reads
 //! `SNAT_RULES`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
 
