@@ -269,16 +269,21 @@ pub fn bound_to(lab: &OvnLab, port: &str, chassis: &str) -> bool {
             &format!("name={chassis}"),
         ])
         .unwrap_or_default();
-    let bound = lab
-        .sbctl(&[
-            "--bare",
-            "--columns=chassis",
-            "find",
-            "Port_Binding",
-            &format!("logical_port={port}"),
-        ])
-        .unwrap_or_default();
-    !uuid.trim().is_empty() && uuid.trim() == bound.trim()
+    let bound = port_chassis(lab, port).unwrap_or_default();
+    !uuid.trim().is_empty() && uuid.trim() == bound
+}
+
+/// The chassis column of `port`'s Port_Binding in `lab`'s Southbound, trimmed (empty when
+/// unclaimed).
+pub fn port_chassis(lab: &OvnLab, port: &str) -> anyhow::Result<String> {
+    let chassis = lab.sbctl(&[
+        "--bare",
+        "--columns=chassis",
+        "find",
+        "Port_Binding",
+        &format!("logical_port={port}"),
+    ])?;
+    Ok(chassis.trim().to_string())
 }
 
 /// Waits up to 20 s until every planned pod's Port_Binding is `up`.

@@ -80,16 +80,7 @@ fn host_interfaces(node: &Node) -> String {
 }
 
 fn chassis_of(lab: &OvnLab, port: &str) -> String {
-    lab.sbctl(&[
-        "--bare",
-        "--columns=chassis",
-        "find",
-        "Port_Binding",
-        &format!("logical_port={port}"),
-    ])
-    .unwrap()
-    .trim()
-    .to_string()
+    scenario::port_chassis(lab, port).unwrap()
 }
 
 fn ping(from: &Netns, to: Ipv4Addr) -> bool {

@@ -89,17 +89,7 @@ impl Lab {
 
     /// The chassis column of `port`'s Port_Binding (empty when unclaimed).
     fn chassis_of(&self, port: &str) -> String {
-        self.lab
-            .sbctl(&[
-                "--bare",
-                "--columns=chassis",
-                "find",
-                "Port_Binding",
-                &format!("logical_port={port}"),
-            ])
-            .unwrap()
-            .trim()
-            .to_string()
+        scenario::port_chassis(&self.lab, port).unwrap()
     }
 
     /// The interfaces of node `index`'s namespace, by name.
