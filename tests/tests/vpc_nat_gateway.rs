@@ -695,21 +695,7 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         logs()
     );
     // g2's traffic leaves by node1's provider NIC, not its own.
-    let sent = |node: usize| provider_tx_packets(&nodes[node]);
-    let before = (sent(0), sent(1));
-    assert_eq!(
-        g2.ping(EXTERNAL_HOST, 20).unwrap(),
-        20,
-        "g2 → out{}",
-        logs()
-    );
-    let after = (sent(0), sent(1));
-    assert!(
-        after.0 >= before.0 + 20 && after.1 < before.1 + 20,
-        "g2's pings did not leave by the gateway chassis's provider NIC (node1, node2 sent): \
-         {before:?} → {after:?}{}",
-        logs()
-    );
+    assert_pings_leave_by(nodes, (g2, "g2"), 0, logs);
     // In through the gateway port: the external host asks for its address (answered by the
     // gateway chassis alone), then reaches both pods and the port itself.
     external.netns().ip(&["neigh", "flush", "all"]).unwrap();
@@ -790,20 +776,7 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         "g1's running flow does not follow the gateway to node2{}",
         logs()
     );
-    let before = (sent(0), sent(1));
-    assert_eq!(
-        g1.ping(EXTERNAL_HOST, 20).unwrap(),
-        20,
-        "g1 → out{}",
-        logs()
-    );
-    let after = (sent(0), sent(1));
-    assert!(
-        after.1 >= before.1 + 20 && after.0 < before.0 + 20,
-        "g1's pings did not leave by the new gateway chassis (node1, node2 sent): {before:?} → \
-         {after:?}{}",
-        logs()
-    );
+    assert_pings_leave_by(nodes, (g1, "g1"), 1, logs);
 
     // Centralized SNAT (Kube-OVN's `OvnSnatRule` on its own EIP), on the gateway chassis
     // (node2 now): the running flow leaves from the EIP from its next datagram on (g1, off the
@@ -1080,6 +1053,33 @@ fn trace(lab: &OvnLab, microflow: &str) -> serde_json::Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `pod` (with its name) pings the external host 20 times; the pings leave by node
+/// `gateway`'s provider NIC (it sends at least 20 more packets), not by the other node's.
+fn assert_pings_leave_by(
+    nodes: &[Node; 2],
+    (pod, name): (&Pod, &str),
+    gateway: usize,
+    logs: impl Fn() -> String,
+) {
+    let sent = || nodes.each_ref().map(provider_tx_packets);
+    let before = sent();
+    assert_eq!(
+        pod.ping(EXTERNAL_HOST, 20).unwrap(),
+        20,
+        "{name} → out{}",
+        logs()
+    );
+    let after = sent();
+    let grew_by_20 = |node: usize| after[node] >= before[node] + 20;
+    assert!(
+        grew_by_20(gateway) && !grew_by_20(1 - gateway),
+        "{name}'s pings did not leave by node{}'s provider NIC (node1, node2 sent): \
+         {before:?} → {after:?}{}",
+        gateway + 1,
+        logs()
+    );
 }
 
 /// Packets `node`'s provider NIC `eth1` has sent.
