@@ -727,9 +727,12 @@ fn route(
         Lookup::Expired(_) => return Err(drop_reason::TTL_EXPIRED),
     };
     if let Some(target) = &nat {
-        // `lr_in_gw_redirect`: `eth.src = M; reg1 = E;` (also the ARP request's sender).
+        // `lr_in_gw_redirect`: `eth.src = M; reg1 = E;` (also the ARP request's sender); a
+        // centralized FIP keeps the gateway port's (its MAC, `reg1` untouched).
         route.source_mac = target.mac;
-        route.ingress_ip = target.ip;
+        if target.flags & ovnbpf_common::NAT_CENTRALIZED == 0 {
+            route.ingress_ip = target.ip;
+        }
     }
     // Out of a gateway port whose chassisredirect port is another chassis's (see `lookup`).
     if nat.is_none() && route.kind == ROUTE_GATEWAY {

@@ -23,9 +23,10 @@
 //! connection gets the pod's address and port back; then the router stage routes it (what is
 //! no reply goes to the router unchanged), and an ICMP error about a connection is translated
 //! as Linux's NAT translates a related packet (the pod gets it, about the packet it sent:
-//! port unreachables and fragmentation-needed reach the pod through the SNAT). Not yet: traffic from
-//! inside the VPC to an external address (OVN's hairpin). Addresses and ports in the keys are as in the packet. Reads
-//! `SNAT_RULES`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
+//! port unreachables and fragmentation-needed reach the pod through the SNAT). A packet out to one of
+//! the router's FIP addresses comes back in ([`egress_loop`], OVN's hairpin). Addresses and ports
+//! in the keys are as in the packet. Reads `SNAT_RULES`, `NAT_BY_LOGICAL`, `NAT_BY_EXTERNAL` and
+//! `L2_FIB`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
 
 use aya_ebpf::{
     bindings::BPF_F_MARK_MANGLED_0,
@@ -34,14 +35,14 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    DropReason, GatewayRequest, NeighbourKey, ROUTER_REQUEST_MAGIC, RouteKey, RouterRequest,
-    SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, SnatKey, SnatSession, drop_reason,
-    stage as slot,
+    DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NeighbourKey, ROUTER_REQUEST_MAGIC,
+    RouteKey, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, SnatKey,
+    SnatSession, drop_reason, stage as slot,
 };
 
 use crate::{
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame, Ipv4Header},
-    maps::{NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS, get},
+    maps::{L2_FIB, NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS, get},
     nat::{
         IP_DESTINATION, IP_SOURCE, QUOTED_DESTINATION, QUOTED_SOURCE, translate, translate_quoted,
     },
@@ -99,7 +100,64 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
     }
     let [router, switch, switch_port, _] = stages::take(ctx, SNAT_OUT_REQUEST_MAGIC)?;
     outbound(ctx, router)?;
+    if let Some(request) = egress_loop(ctx, router, switch)? {
+        return Err(crate::router::request(ctx, &request));
+    }
     crate::gateway::leave(ctx, switch, switch_port)
+}
+
+/// OVN's `lr_out_egr_loop`: a packet leaving the gateway port (translated) for one of the
+/// router's FIP addresses resident here (a centralized one's on the gateway chassis, a
+/// distributed one's on its pod's) comes back into the router through that port, its MACs
+/// swapped and its destination the FIP's pod's (`lr_in_dnat`): the request for the router
+/// stage, entered from the port's address (read from its FIB entry on `switch`, found by its
+/// MAC, the frame's source after routing). `None` for any other packet.
+#[inline(always)]
+fn egress_loop(
+    ctx: &TcContext,
+    router: u32,
+    switch: u32,
+) -> Result<Option<RouterRequest>, DropReason> {
+    let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
+        return Ok(None);
+    };
+    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
+        return Ok(None);
+    }
+    let ip = frame.ip;
+    let to = NeighbourKey {
+        datapath: router,
+        ip: ip.destination,
+    };
+    let Some(pod) = get(&NAT_BY_EXTERNAL, to).map(|target| target.ip) else {
+        return Ok(None);
+    };
+    let port = FibKey {
+        datapath: switch,
+        mac: frame.eth.source,
+        padding: [0; 2],
+    };
+    let Some(entry) = get(&L2_FIB, port).filter(|e| e.flags & FIB_ROUTER_GATEWAY != 0) else {
+        return Ok(None);
+    };
+    let failed = |_| drop_reason::NAT_FAILED;
+    ctx.store(0, &frame.eth.source, 0).map_err(failed)?;
+    ctx.store(6, &frame.eth.destination, 0).map_err(failed)?;
+    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+    translate(
+        ctx,
+        IP_DESTINATION,
+        (ip.destination, pod),
+        ip.protocol,
+        first_fragment,
+    )?;
+    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
+    Ok(Some(RouterRequest {
+        router,
+        router_ip: entry.remote_ip,
+        ifindex: 0,
+        magic: ROUTER_REQUEST_MAGIC,
+    }))
 }
 
 /// Where a packet's ports are: the offsets of its source and destination "ports" (an ICMP

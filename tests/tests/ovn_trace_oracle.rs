@@ -11,12 +11,13 @@
 //! gateway; source routes (Kube-OVN's per-subnet ones, and a /32 one in vpc-c via a pod); and a
 //! dual-stack VPC, vpc-d (two subnets `cidrBlock: "IPv4,IPv6"`, an IPv6 ECMP route via two of
 //! its pods, an IPv6 discard route inside a static one), peered over both families with
-//! vpc-e; and vpc-x with Kube-OVN's OVN-native external access (a gateway port on an underlay
-//! subnet, SNAT, a centralized FIP, and a distributed FIP of one pod), whose gateway chassis's
-//! traffic ovnbpf fences: those cases are dropped by the evaluator and the kernel
-//! (`gateway_unsupported`), not compared with ovn-trace, and every other case of vpc-x is,
-//! the distributed FIP's pod's traffic out of the gateway port among them. Routers carry Kube-OVN's options,
-//! `always_learn_from_arp_request` both ways.
+//! vpc-e; and vpc-x with Kube-OVN's OVN-native external access (a gateway port on an untagged
+//! underlay subnet bound to a gateway chassis, SNAT, a centralized FIP, and a distributed FIP of
+//! one pod): its NAT cases are compared like the rest (SNAT and both FIPs on the way out, to a
+//! host the router learned and to unknown ones; the way in from the external network to both
+//! FIPs and their ARP; a FIP's pod reaching its own FIP, OVN's `lr_out_egr_loop`). Replies to
+//! the SNAT need connection state ovn-trace does not model: `vpc_nat_gateway` sends those.
+//! Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
 //! frame to one pod through that pod's chassis's `from_uplink`), its maps installed from the same
@@ -73,6 +74,15 @@ const EXTERNAL_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 20);
 const DISTRIBUTED_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 21);
 /// The pod that has it.
 const DISTRIBUTED_X_POD: &str = "subnet-x-p0";
+/// A host on vpc-x's external network its router has learned (a MAC_Binding of the gateway
+/// port), and its MAC.
+const EXTERNAL_X_HOST: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 60);
+const EXTERNAL_X_HOST_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x31, 0x00, 0x60];
+/// The localnet port of vpc-x's external switch: where the external host's frames enter.
+const EXTERNAL_X_LOCALNET: &str = "localnet.external-x";
+/// vpc-x's gateway chassis, and the encap IP it registers.
+const GATEWAY_X_CHASSIS: &str = "gw-node";
+const GATEWAY_X_CHASSIS_IP: Ipv4Addr = Ipv4Addr::new(172, 31, 250, 1);
 
 /// Dual-stack subnets: (vpc, subnet, IPv4 /24 base, the IPv6 /64's second group: fd00:<g>::,
 /// pods). vpc-d's two route between each other; vpc-e is peered with vpc-d.
@@ -261,7 +271,9 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
     topology
         .plain_switch("external-x", "172.31.0.0/24")
         .unwrap()
-        .localnet("external-x", "provider", 200)
+        // Untagged, as Kube-OVN's external network usually is (a Vlan of ID 0): the kernel's
+        // test runs cannot hand a program a tagged frame's tag.
+        .localnet("external-x", "provider", 0)
         .external_access("vpc-x", "external-x", "172.31.0.10/24", &["gw-node"])
         .static_route("vpc-x", "0.0.0.0/0", EXTERNAL_X_GATEWAY)
         .nat("vpc-x", "snat", &EXTERNAL_X_PORT.to_string(), "10.5.1.0/24")
@@ -272,6 +284,22 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "10.5.1.11",
         );
     topology.apply(lab).unwrap();
+    lab.sbctl(&[
+        "chassis-add",
+        GATEWAY_X_CHASSIS,
+        "geneve",
+        &GATEWAY_X_CHASSIS_IP.to_string(),
+    ])
+    .unwrap();
+    lab.sbctl(&["lsp-bind", "cr-vpc-x-external-x", GATEWAY_X_CHASSIS])
+        .unwrap();
+    learn(
+        lab,
+        "vpc-x",
+        "vpc-x-external-x",
+        &EXTERNAL_X_HOST.to_string(),
+        EXTERNAL_X_HOST_MAC,
+    );
     Topology::new()
         .distributed_fip(
             "vpc-x",
@@ -889,10 +917,80 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
                 "runs out of TTL toward the gateway port",
                 ipv4(pod, router_mac, EXTERNAL_X_GATEWAY, 1, PING),
             );
+            // To a host the router knows: the packet itself leaves, from the pod's FIP (its
+            // distributed one from its own chassis, the centralized one from the gateway).
+            add(
+                &format!("pings the known external host {out}"),
+                ipv4(pod, router_mac, EXTERNAL_X_HOST, 64, PING),
+            );
+            add(
+                &format!("sends UDP to the known external host {out}"),
+                ipv4(
+                    pod,
+                    router_mac,
+                    EXTERNAL_X_HOST,
+                    64,
+                    L4::Udp {
+                        source: 40001,
+                        destination: 53,
+                    },
+                ),
+            );
         }
     }
     cases.extend(ipv6_port_security_cases(pods));
     cases.extend(dual_stack_cases(pods));
+    cases
+}
+
+/// The way in from vpc-x's external network (the host OVN learned, on the external switch's
+/// localnet port): to the centralized FIP's EIP (to the gateway port's MAC) and to the
+/// distributed one's (to its pod's MAC, the rule's `external_mac`), ping, UDP and TCP, which
+/// become the FIPs' pods'; ARP for both, answered with those MACs; a ping of the gateway port.
+/// Replies to the subnet's SNAT need the connection's state, which ovn-trace does not model:
+/// the NAT tests send those through the datapath.
+fn external_cases<'a>(host: &'a Pod, pods: &[Pod]) -> Vec<(String, &'a Pod, Packet)> {
+    let gateway_mac = mac(&mac_for("vpc-x-external-x"));
+    let distributed_mac = pods
+        .iter()
+        .find(|p| p.port == format!("{DISTRIBUTED_X_POD}.ns"))
+        .expect("the distributed FIP's pod")
+        .mac;
+    let udp = L4::Udp {
+        source: 5353,
+        destination: 53,
+    };
+    let tcp = L4::Tcp {
+        source: 40002,
+        destination: 80,
+    };
+    let mut cases = Vec::new();
+    for (fip, eth_dst, which) in [
+        (EXTERNAL_X_FIP, gateway_mac, "centralized"),
+        (DISTRIBUTED_X_FIP, distributed_mac, "distributed"),
+    ] {
+        for (what, l4) in [
+            ("pings", PING),
+            ("sends UDP to", udp),
+            ("opens TCP to", tcp),
+        ] {
+            cases.push((
+                format!("the external host {what} the {which} FIP"),
+                host,
+                ipv4(host, eth_dst, fip, 64, l4),
+            ));
+        }
+        cases.push((
+            format!("the external host ARPs for the {which} FIP"),
+            host,
+            arp_request(host, fip),
+        ));
+    }
+    cases.push((
+        "the external host pings the gateway port".to_string(),
+        host,
+        ipv4(host, gateway_mac, EXTERNAL_X_PORT, 64, PING),
+    ));
     cases
 }
 
@@ -1190,14 +1288,21 @@ async fn ir_verdicts_equal_ovn_trace() {
     );
     let evaluator = Evaluator::new(compiler.entries());
 
-    let cases = cases(&pods);
+    let external_host = Pod {
+        port: EXTERNAL_X_LOCALNET.to_string(),
+        switch: "external-x",
+        vpc: "",
+        mac: EXTERNAL_X_HOST_MAC,
+        ip: EXTERNAL_X_HOST,
+        ip6: None,
+    };
+    let mut cases = cases(&pods);
+    cases.extend(external_cases(&external_host, &pods));
     let mut disagreements = Vec::new();
     let mut drops = 0;
     let mut compared = 0;
     let mut beyond_ovn_trace = 0;
-    // Cases the evaluator drops at a gateway port, where OVN's gateway chassis would carry them:
-    // not compared with ovn-trace (the kernel must drop them alike, below).
-    let mut fenced = 0;
+    let mut nat_cases = 0;
     let mut selected = std::collections::BTreeSet::new();
     // The IPv6 ECMP route's flows: the member each took, and whether it left for a pod.
     let mut selected6 = std::collections::BTreeSet::new();
@@ -1234,14 +1339,15 @@ async fn ir_verdicts_equal_ovn_trace() {
                 ours.steps.join("\n")
             );
         }
-        // The distributed FIP's pod leaves from its FIP: the router asks for the next hop from
-        // the FIP's address and MAC on the external subnet's localnet port.
+        // The distributed FIP's pod leaves from its FIP: the router asks for an unknown next
+        // hop from the FIP's address and MAC on the external subnet's localnet port, and sends
+        // to a known one from them.
         if what.contains("(distributed FIP)") {
             assert!(
                 matches!(
                     ours.outputs.as_slice(),
-                    [(_, Packet { eth_src, l3: L3::Arp { op: 1, spa, .. }, .. })]
-                        if *spa == DISTRIBUTED_X_FIP && *eth_src == pod.mac
+                    [(_, Packet { eth_src, l3: L3::Arp { op: 1, spa: from, .. } | L3::Ipv4 { source: from, .. }, .. })]
+                        if *from == DISTRIBUTED_X_FIP && *eth_src == pod.mac
                 ),
                 "{what}: not from the FIP\n{}",
                 ours.steps.join("\n")
@@ -1255,24 +1361,35 @@ async fn ir_verdicts_equal_ovn_trace() {
             );
             selected6.extend(ours.selected.iter().copied());
         }
-        if ours
-            .steps
-            .iter()
-            .any(|step| step.ends_with("(gateway_unsupported)"))
-        {
-            assert!(
-                what.contains("(gateway port)") && ours.outputs.is_empty(),
-                "{what}: fenced\n{}",
-                ours.steps.join("\n")
-            );
-            fenced += 1;
-            continue;
-        }
+        // vpc-x's gateway is bound to a chassis and its NAT carried: nothing is fenced.
         assert!(
-            !what.contains("(gateway port)"),
-            "{what}: not fenced\n{}",
+            !ours
+                .steps
+                .iter()
+                .any(|step| step.ends_with("(gateway_unsupported)")),
+            "{what}: fenced\n{}",
             ours.steps.join("\n")
         );
+        // vpc-x's NAT: what leaves for a known host or enters from one is carried (a FIP's pod
+        // reaching its own FIP back to itself), and compared with ovn-trace below.
+        let nat_case = what.contains("known external host")
+            || pod.port == EXTERNAL_X_LOCALNET
+            || what.contains("the FIP's EIP");
+        if nat_case {
+            assert!(
+                !ours.outputs.is_empty(),
+                "{what}: dropped\n{}",
+                ours.steps.join("\n")
+            );
+            nat_cases += 1;
+        }
+        if what.contains("the FIP's EIP") {
+            assert!(
+                matches!(ours.outputs.as_slice(), [(port, _)] if *port == pod.port),
+                "{what}: not back to the pod\n{}",
+                ours.steps.join("\n")
+            );
+        }
         let Some((theirs, their_text)) = trace_oracle::ovn_trace(
             &lab,
             pod.switch,
@@ -1283,6 +1400,7 @@ async fn ir_verdicts_equal_ovn_trace() {
                 ct: &[],
             },
         ) else {
+            assert!(!nat_case, "{what}: beyond ovn-trace");
             beyond_ovn_trace += 1;
             continue;
         };
@@ -1293,18 +1411,14 @@ async fn ir_verdicts_equal_ovn_trace() {
         disagreements.extend(disagreement);
     }
     println!(
-        "{} cases: {compared} compared with ovn-trace ({drops} drops), {beyond_ovn_trace} that ovn-trace 23.03 cannot evaluate, {fenced} dropped at a gateway port, {} disagreements",
+        "{} cases: {compared} compared with ovn-trace ({drops} drops; {nat_cases} through vpc-x's NAT), {beyond_ovn_trace} that ovn-trace 23.03 cannot evaluate, {} disagreements",
         cases.len(),
         disagreements.len()
     );
-    assert_eq!(
-        fenced,
-        cases
-            .iter()
-            .filter(|(what, ..)| what.contains("(gateway port)"))
-            .count()
-    );
     assert!(compared >= 200, "only {compared} cases compared");
+    // Both vpc-x pods' two cases to the known host, their own FIP's hairpin (the centralized
+    // one's pod), the 9 from the external network.
+    assert_eq!(nat_cases, 2 * 2 + 1 + 9, "NAT cases compared");
     // The flows that differ in their source port took both members of the ECMP groups.
     assert_eq!(
         selected.into_iter().collect::<Vec<_>>(),
@@ -1335,8 +1449,17 @@ async fn ir_verdicts_equal_ovn_trace() {
             reasons.join("; ")
         );
     }
+    let distributed_pod = format!("{DISTRIBUTED_X_POD}.ns");
     for (what, pod, packet) in &cases {
-        kernel.check(&mut report, &evaluator, what, &pod.port, *packet);
+        if pod.port == EXTERNAL_X_LOCALNET {
+            // The distributed FIP's traffic enters its pod's chassis; the rest the gateway's.
+            let resident = what
+                .contains("distributed")
+                .then_some(distributed_pod.as_str());
+            kernel.check_from_provider(&mut report, &evaluator, what, &pod.port, *packet, resident);
+        } else {
+            kernel.check(&mut report, &evaluator, what, &pod.port, *packet);
+        }
     }
     println!(
         "kernel replay: {} cases, {} dropped by both, {} forwarded alike, {} dropped by the kernel as an unsupported router, {} disagreements",

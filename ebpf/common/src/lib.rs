@@ -628,7 +628,8 @@ pub struct Neighbour {
 /// packets leaving the gateway port become (`ip`: the external address, `mac`: the external
 /// MAC); in [`map::NAT_BY_EXTERNAL`], by the external address, the pod's address (`ip`) that
 /// packets entering the gateway port for it go to (`mac`: the external MAC). `switch`: the
-/// switch behind the gateway port (the provider network's).
+/// switch behind the gateway port (the provider network's). A centralized FIP's, on the active
+/// gateway chassis, has [`NAT_CENTRALIZED`] in `flags` (its MAC the gateway port's).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NatTarget {
@@ -636,8 +637,15 @@ pub struct NatTarget {
     pub ip: u32,
     pub switch: u32,
     pub mac: [u8; 6],
-    pub reserved: [u8; 2],
+    /// [`NAT_CENTRALIZED`].
+    pub flags: u8,
+    pub reserved: u8,
 }
+
+/// Flag of [`NatTarget::flags`]: a centralized FIP's (`dnat_and_snat` without `logical_port`),
+/// on the active gateway chassis: the router asks for next hops from the gateway port's own
+/// address (OVN's `reg1`), not from the FIP as a distributed one's does.
+pub const NAT_CENTRALIZED: u8 = 1;
 
 /// Where a router sends what it routes out of its gateway port ([`map::GATEWAY_REDIRECTS`],
 /// keyed by the router): OVN's `lr_in_gw_redirect` (`outport = "cr-…"`) and the output to the

@@ -203,6 +203,8 @@ fn placed(entry: &IrEntry, chassis: &str) -> IrEntry {
 pub struct KernelReplay {
     ns: Netns,
     uplink_index: u32,
+    /// The provider NIC's (`provh`).
+    provider_index: u32,
     /// The veth a receiving pod is plugged into (see [`Self::receive`]).
     receiver_index: u32,
     l2: L2State,
@@ -267,6 +269,22 @@ impl KernelReplay {
         let mut by_chassis = HashMap::new();
         let mut installed = Vec::with_capacity(entries.len());
         for entry in entries {
+            // A gateway bound to a chassis is active on this one (the sender's): what a pod
+            // routes out of it leaves here, and the way in from its external network enters here.
+            if let IrEntry::Port {
+                kind: PortKind::ChassisRedirect { chassis: Some(_) },
+                ..
+            } = entry
+            {
+                let mut entry = entry.clone();
+                if let IrEntry::Port { kind, .. } = &mut entry {
+                    *kind = PortKind::ChassisRedirect {
+                        chassis: Some(CHASSIS.to_string()),
+                    };
+                }
+                installed.push(entry);
+                continue;
+            }
             let IrEntry::Port {
                 datapath,
                 key,
@@ -334,6 +352,7 @@ impl KernelReplay {
         Self {
             ns,
             uplink_index,
+            provider_index,
             receiver_index,
             l2,
             l3,
@@ -360,6 +379,19 @@ impl KernelReplay {
         if self.sender.as_deref() == Some(sender) {
             return;
         }
+        self.unplug_sender();
+        let entry = &self.pods[sender].entry;
+        let diff = IrDiff {
+            removed: vec![placed(entry, &self.chassis_of(sender))],
+            added: vec![placed(entry, CHASSIS)],
+        };
+        self.l2.set_interface(sender, Some(1));
+        self.install(&diff);
+        self.sender = Some(sender.to_string());
+    }
+
+    /// Moves the pod plugged here as the sender, if any, back to its own chassis.
+    fn unplug_sender(&mut self) {
         if let Some(previous) = self.sender.take() {
             let entry = &self.pods[&previous].entry;
             let diff = IrDiff {
@@ -369,14 +401,6 @@ impl KernelReplay {
             self.l2.set_interface(&previous, None);
             self.install(&diff);
         }
-        let entry = &self.pods[sender].entry;
-        let diff = IrDiff {
-            removed: vec![placed(entry, &self.chassis_of(sender))],
-            added: vec![placed(entry, CHASSIS)],
-        };
-        self.l2.set_interface(sender, Some(1));
-        self.install(&diff);
-        self.sender = Some(sender.to_string());
     }
 
     /// Receives `frame`, Geneve to pod `port` (alone on its chassis), as that chassis: its
@@ -467,9 +491,11 @@ impl KernelReplay {
     }
 
     /// Where an evaluator output to `port` leaves this chassis.
-    fn expected_where(&self, port: &str, sender: &str) -> Where {
+    fn expected_where(&self, port: &str) -> Where {
         match self.pods.get(port) {
-            Some(pod) if port != sender && !pod.underlay => Where::Remote(port.to_string()),
+            Some(pod) if self.sender.as_deref() != Some(port) && !pod.underlay => {
+                Where::Remote(port.to_string())
+            }
             _ => Where::Here,
         }
     }
@@ -534,6 +560,38 @@ impl KernelReplay {
         );
     }
 
+    /// Replays one case entering from the external network: `packet` received on the provider
+    /// NIC of this chassis, where the gateway is active and pod `resident` (a distributed FIP's,
+    /// whose chassis takes its traffic) is plugged, if any; compared as [`Self::check`].
+    pub fn check_from_provider(
+        &mut self,
+        report: &mut Report,
+        evaluator: &Evaluator,
+        what: &str,
+        inport: &str,
+        packet: Packet,
+        resident: Option<&str>,
+    ) {
+        report.replayed += 1;
+        match resident {
+            Some(pod) => self.make_sender(pod),
+            None => self.unplug_sender(),
+        }
+        let ours = evaluator.trace(inport, packet).unwrap();
+        // The provider NIC is the test-run device for the run (a pod's frames are sent on it
+        // otherwise; the plugged pod keeps its place in the maps).
+        self.set_provider(1);
+        self.compare_on(Hook::Provider, report, &ours, what, packet);
+        let provider = self.provider_index;
+        self.set_provider(provider);
+    }
+
+    fn set_provider(&mut self, ifindex: u32) {
+        self.l2
+            .set_providers(HashMap::from([("provider".to_string(), ifindex)]));
+        self.install(&IrDiff::default());
+    }
+
     /// Forgets every connection the kernel committed.
     pub fn clear_connections(&mut self) {
         self.programs.clear_connections().unwrap();
@@ -553,16 +611,16 @@ impl KernelReplay {
         report.replayed += 1;
         self.make_sender(inport);
         let ours = evaluator.trace_with_ct(inport, packet, ct).unwrap();
-        self.compare(report, &ours, what, inport, packet);
+        self.compare_on(Hook::Pod, report, &ours, what, packet);
         ours
     }
 
-    fn compare(
+    fn compare_on(
         &mut self,
+        hook: Hook,
         report: &mut Report,
         ours: &Trace,
         what: &str,
-        inport: &str,
         packet: Packet,
     ) {
         let packet_sent = packet;
@@ -571,7 +629,7 @@ impl KernelReplay {
             .iter()
             .map(|(port, packet)| {
                 (
-                    self.expected_where(port, inport),
+                    self.expected_where(port),
                     on_the_wire(*packet, &packet_sent, &self.router_macs),
                 )
             })
@@ -587,7 +645,7 @@ impl KernelReplay {
         let programs = &self.programs;
         let outcome = self
             .ns
-            .run_in(|| Ok(programs.test_run(Hook::Pod, &frame).unwrap()))
+            .run_in(|| Ok(programs.test_run(hook, &frame).unwrap()))
             .unwrap();
         let after = self.programs.drop_counters().unwrap();
         let reasons: Vec<&str> = after

@@ -667,9 +667,20 @@ impl<'a> Evaluator<'a> {
                 let text = format!("to {redirect} (lr_in_gw_redirect), on its chassis");
                 self.step(trace, dp, text);
                 let packet = self.centralized_snat(dp, hop.port, packet, trace);
-                self.forward_unfenced(dp, hop, packet, trace, hops);
+                match self.egress_loop(dp, hop, packet, trace) {
+                    Some(looped) => self.router(dp, hop.port, looped, trace, hops + 1),
+                    None => self.forward_unfenced(dp, hop, packet, trace, hops),
+                }
             }
         }
+    }
+
+    /// Whether router `dp`'s chassisredirect port `redirect` is bound to a chassis (its gateway
+    /// is active somewhere).
+    pub(super) fn redirect_bound(&self, dp: u32, redirect: &str) -> bool {
+        self.entries(dp).any(|e| {
+            matches!(e, IrEntry::Port { name, kind: crate::pipeline::ir::PortKind::ChassisRedirect { chassis: Some(_) }, .. } if name == redirect)
+        })
     }
 
     /// Why the gateway chassis does not carry what router `dp` routes out of gateway port
@@ -677,10 +688,7 @@ impl<'a> Evaluator<'a> {
     /// centralized NAT the datapath does not carry (as the backend decides); `None` when it
     /// does.
     fn gateway_fence(&self, dp: u32, port: &str, redirect: &str) -> Option<&'static str> {
-        let bound = self.entries(dp).any(|e| {
-            matches!(e, IrEntry::Port { name, kind: crate::pipeline::ir::PortKind::ChassisRedirect { chassis: Some(_) }, .. } if name == redirect)
-        });
-        if !bound {
+        if !self.redirect_bound(dp, redirect) {
             return Some("no active gateway chassis");
         }
         let fenced = self.entries(dp).any(
@@ -733,6 +741,73 @@ impl<'a> Evaluator<'a> {
         if let Some((_, external)) = rule {
             let text = format!("centralized SNAT: {source} leaves as {external}");
             *source = external;
+            self.step(trace, dp, text);
+        }
+        packet
+    }
+
+    /// OVN's `lr_out_egr_loop` on the gateway chassis: a packet out of gateway port `hop.port`
+    /// to one of the router's centralized FIP addresses is routed (TTL, the port's MAC, which
+    /// `lr_in_arp_resolve` gives a NAT address too), then looped back into the router through
+    /// that port, its MACs swapped; `None` for any other packet.
+    fn egress_loop<A: Family>(
+        &self,
+        dp: u32,
+        hop: &Hop<'_, A>,
+        mut packet: Packet,
+        trace: &mut Trace,
+    ) -> Option<Packet> {
+        let L3::Ipv4 { destination, .. } = packet.l3 else {
+            return None;
+        };
+        let to_fip = self.entries(dp).any(|e| {
+            matches!(e, IrEntry::CentralizedDnat { gateway_port, external, .. }
+                if gateway_port == hop.port && *external == destination)
+        });
+        if !to_fip {
+            return None;
+        }
+        packet.decrement_ttl();
+        packet.eth_src = hop.source_mac;
+        packet.eth_dst = hop.source_mac;
+        let text = format!(
+            "lr_out_egr_loop: {destination} is a FIP's, back into the router from {}",
+            hop.port
+        );
+        self.step(trace, dp, text);
+        Some(packet)
+    }
+
+    /// OVN's `lr_in_dnat` for what enters gateway port `inport`: a centralized FIP's address
+    /// (its gateway chassis bound) or a distributed one's becomes its pod's.
+    pub(super) fn gateway_dnat(
+        &self,
+        dp: u32,
+        inport: &str,
+        mut packet: Packet,
+        trace: &mut Trace,
+    ) -> Packet {
+        let L3::Ipv4 { destination, .. } = &mut packet.l3 else {
+            return packet;
+        };
+        let pod = self.entries(dp).find_map(|e| match e {
+            IrEntry::CentralizedDnat {
+                gateway_port,
+                external,
+                logical,
+                ..
+            } if gateway_port == inport && external == destination => Some(*logical),
+            IrEntry::DistributedNat {
+                gateway_port,
+                external_ip,
+                logical_ip,
+                ..
+            } if gateway_port == inport && external_ip == destination => Some(*logical_ip),
+            _ => None,
+        });
+        if let Some(pod) = pod {
+            let text = format!("lr_in_dnat: FIP {destination} becomes {pod}");
+            *destination = pod;
             self.step(trace, dp, text);
         }
         packet

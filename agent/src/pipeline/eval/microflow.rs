@@ -1,7 +1,8 @@
 //! Packets to and from ovn-trace's language: built from a microflow description
 //! (`eth.src == … && ip4.dst == …`, the syntax ovn-trace takes), printed back to one, and changed
 //! by action statements (`field = value;`, `ip.ttl--;`, `arp { … };`, `nd_ns { … };`,
-//! `icmp4 { … };`, `output("port");`) as `ovn-trace --minimal` prints them.
+//! `icmp4 { … };`, `clone { … };`, NAT blocks `ct_snat(ip4.src=E) { … };`, `output("port");`)
+//! as `ovn-trace --minimal` prints them.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -21,6 +22,14 @@ fn as_mac(constant: &Constant) -> Option<Mac> {
             address,
             mask: None,
         } => Some(*address),
+        // A MAC copied from a register (`eth.src = xreg0[0..47]`), which ovn-trace prints as
+        // the register's value: 48 bits, most significant first.
+        Constant::Integer {
+            value, mask: None, ..
+        } if *value >> 48 == 0 => {
+            let bytes = value.to_be_bytes();
+            bytes[10..16].try_into().ok()
+        }
         _ => None,
     }
 }
@@ -449,6 +458,21 @@ pub fn apply_statements(
                     outputs.extend(apply_statements(&template, block)?)
                 }
                 ("clone", None, Some(block)) => outputs.extend(apply_statements(&current, block)?),
+                // A NAT through conntrack: ovn-trace prints the translation it made as the
+                // block's argument (`ct_snat(ip4.src=E) { … }`), none where it assumes no entry.
+                (nat, arguments, Some(block))
+                    if nat.starts_with("ct_snat") || nat.starts_with("ct_dnat") =>
+                {
+                    let mut translated = current;
+                    match arguments.as_deref() {
+                        None | Some([]) => {}
+                        Some([Token::Id(field), Token::Punct("="), Token::Constant(value)]) => {
+                            translated.set(field, value)?
+                        }
+                        Some(_) => return Err(format!("unexpected NAT arguments in {action}")),
+                    }
+                    outputs.extend(apply_statements(&translated, block)?);
+                }
                 ("tcp_reset", None, Some(block)) => {
                     let template = loopback(current.tcp_reset_template(), block);
                     outputs.extend(apply_statements(&template, block)?)
@@ -458,4 +482,56 @@ pub fn apply_statements(
         }
     }
     Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ovn_trace_nat_blocks_and_register_macs_apply_to_the_packet() {
+        let packet = Packet {
+            eth_src: [0x0a, 0x58, 0, 0, 0, 1],
+            eth_dst: [0x0a, 0x58, 0, 0, 0, 2],
+            l3: L3::Ipv4 {
+                source: Ipv4Addr::new(10, 5, 1, 11),
+                destination: Ipv4Addr::new(172, 31, 0, 20),
+                ttl: 64,
+                l4: L4::Icmp { kind: 8, code: 0 },
+            },
+        };
+        // What ovn-trace 23.03 printed for a FIP's pod pinging its own FIP (the hairpin): a
+        // NAT block with no translation, one with, and a MAC from a register.
+        let text = r#"ip.ttl--;
+            ct_dnatin_czone {
+                ct_snat(ip4.src=172.31.0.20) {
+                    clone {
+                        eth.src = 0xa58879df5fa;
+                        ct_dnatin_czone(ip4.dst=10.5.1.11) {
+                            ip.ttl--;
+                            output("p1");
+                        };
+                    };
+                };
+            };"#;
+        let actions = crate::lflow::parse_actions(text).unwrap();
+        let outputs = apply_statements(&packet, &actions).unwrap();
+        let [(port, out)] = outputs.as_slice() else {
+            panic!("{outputs:?}");
+        };
+        assert_eq!(port, "p1");
+        assert_eq!(out.eth_src, [0x0a, 0x58, 0x87, 0x9d, 0xf5, 0xfa]);
+        assert_eq!(
+            out.l3,
+            L3::Ipv4 {
+                source: Ipv4Addr::new(172, 31, 0, 20),
+                destination: Ipv4Addr::new(10, 5, 1, 11),
+                ttl: 62,
+                l4: L4::Icmp { kind: 8, code: 0 },
+            }
+        );
+        // A register value wider than a MAC is no MAC.
+        let wide = crate::lflow::parse_actions("eth.src = 0x1000000000000;").unwrap();
+        assert!(apply_statements(&packet, &wide).is_err());
+    }
 }

@@ -30,6 +30,63 @@ impl<'a> Evaluator<'a> {
         })
     }
 
+    /// The MAC of gateway port `port` where its chassisredirect port is bound to a chassis
+    /// (`lr_in_admission`'s resident flow, the backend's `FIB_ROUTER_GATEWAY` there): its
+    /// Port_Binding's first address.
+    pub(super) fn active_gateway_port_mac(&self, dp: u32, port: &str) -> Option<Mac> {
+        let redirect = self.entries(dp).find_map(|e| match e {
+            IrEntry::GatewayPort {
+                port: p, redirect, ..
+            } if p == port => Some(redirect),
+            _ => None,
+        })?;
+        self.redirect_bound(dp, redirect).then_some(())?;
+        self.entries(dp).find_map(|e| match e {
+            IrEntry::Port {
+                name, addresses, ..
+            } if name == port => addresses.first().map(|a| a.mac),
+            _ => None,
+        })
+    }
+
+    /// `lr_in_ip_input`'s resident ARP answers on gateway port `inport` for `tpa`: the port's
+    /// own address and its centralized NAT addresses with its MAC, where its gateway is active;
+    /// a distributed FIP's address with the rule's external MAC (on the FIP's pod's chassis).
+    fn gateway_arp_answer(&self, dp: u32, inport: &str, tpa: Ipv4Addr) -> Option<Mac> {
+        let distributed = self.entries(dp).find_map(|e| match e {
+            IrEntry::DistributedNat {
+                gateway_port,
+                external_ip,
+                external_mac,
+                ..
+            } if gateway_port == inport && *external_ip == tpa => Some(*external_mac),
+            _ => None,
+        });
+        if distributed.is_some() {
+            return distributed;
+        }
+        let port_mac = self.active_gateway_port_mac(dp, inport)?;
+        let own = self.entries(dp).any(|e| match e {
+            IrEntry::Port {
+                name, addresses, ..
+            } if name == inport => addresses
+                .iter()
+                .any(|a| a.ipv4.iter().any(|p| p.network == tpa)),
+            IrEntry::CentralizedSnat {
+                gateway_port,
+                external,
+                ..
+            }
+            | IrEntry::CentralizedDnat {
+                gateway_port,
+                external,
+                ..
+            } => gateway_port == inport && *external == tpa,
+            _ => false,
+        });
+        own.then_some(port_mac)
+    }
+
     /// Leaves the router through `port` into the switch behind it.
     pub(super) fn router_output(
         &self,
@@ -99,15 +156,25 @@ impl<'a> Evaluator<'a> {
             return;
         }
         self.step(trace, dp, format!("router ingress from {inport}: {packet}"));
-        let Some(port_mac) = self.router_port_mac(dp, inport) else {
+        let Some(port_mac) = self
+            .router_port_mac(dp, inport)
+            .or_else(|| self.active_gateway_port_mac(dp, inport))
+        else {
             self.step(trace, dp, format!("dropped: {inport} is not admitted"));
             return;
         };
         let multicast_ok = self.entries(dp).any(
             |e| matches!(e, IrEntry::RouterPort { port, multicast: true, .. } if port == inport),
         );
-        let admitted =
-            packet.eth_dst == port_mac || (is_multicast(&packet.eth_dst) && multicast_ok);
+        // A gateway port also admits its distributed FIPs' external MACs (`lr_in_admission`,
+        // where the FIP's pod resides: ovn-trace takes every port as resident).
+        let fip_mac = self.entries(dp).any(|e| {
+            matches!(e, IrEntry::DistributedNat { gateway_port, external_mac, .. }
+                if gateway_port == inport && *external_mac == packet.eth_dst)
+        });
+        let admitted = packet.eth_dst == port_mac
+            || fip_mac
+            || (is_multicast(&packet.eth_dst) && multicast_ok);
         if is_multicast(&packet.eth_src) || !admitted {
             self.step(trace, dp, "dropped by admission".into());
             return;
@@ -128,14 +195,19 @@ impl<'a> Evaluator<'a> {
                     matches!(e, IrEntry::RouterArpReply { port, ip, subnet, .. }
                         if port == inport && *ip == tpa && subnet.contains(spa))
                 });
-                if answers {
+                let answer_mac = if answers {
+                    Some(port_mac)
+                } else {
+                    self.gateway_arp_answer(dp, inport, tpa)
+                };
+                if let Some(answer_mac) = answer_mac {
                     self.step(trace, dp, format!("router answers ARP for {tpa}"));
                     let answer = Packet {
-                        eth_src: port_mac,
+                        eth_src: answer_mac,
                         eth_dst: packet.eth_src,
                         l3: L3::Arp {
                             op: 2,
-                            sha: port_mac,
+                            sha: answer_mac,
                             spa: tpa,
                             tha: sha,
                             tpa: spa,
@@ -219,6 +291,7 @@ impl<'a> Evaluator<'a> {
             }
             return;
         }
+        let packet = self.gateway_dnat(dp, inport, packet, trace);
         self.route(dp, inport, packet, trace, hops);
     }
 

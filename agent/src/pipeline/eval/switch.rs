@@ -236,6 +236,30 @@ impl Evaluator<'_> {
         false
     }
 
+    /// The L2 lookup's resident flows for the router port of switch `dp` behind a gateway port
+    /// (`eth.dst == M && is_chassis_resident(…)`): `mac` is the gateway port's own, where its
+    /// chassisredirect port is active, or a distributed FIP's external MAC (on its pod's
+    /// chassis: ovn-trace takes every port as resident).
+    fn gateway_lookup(&self, dp: u32, mac: [u8; 6]) -> Option<&str> {
+        self.entries(dp).find_map(|e| {
+            let IrEntry::Port {
+                name,
+                kind: PortKind::Patch { peer },
+                ..
+            } = e
+            else {
+                return None;
+            };
+            let (router, ..) = self.ports.get(peer.as_str())?;
+            let fip_mac = self.entries(*router).any(|r| {
+                matches!(r, IrEntry::DistributedNat { gateway_port, external_mac, .. }
+                    if gateway_port == peer && *external_mac == mac)
+            });
+            (fip_mac || self.active_gateway_port_mac(*router, peer) == Some(mac))
+                .then_some(name.as_str())
+        })
+    }
+
     /// `switching`: the L2 lookup, in northd's priority order (ARP for router IPs, floods from
     /// router ports, multicast, the FIB, unknown destinations).
     fn switching(
@@ -316,10 +340,13 @@ impl Evaluator<'_> {
             }
             return;
         }
-        let known = self.entries(dp).find_map(|e| match e {
-            IrEntry::L2Fib { mac, port, .. } if *mac == packet.eth_dst => Some(port),
-            _ => None,
-        });
+        let known = self
+            .entries(dp)
+            .find_map(|e| match e {
+                IrEntry::L2Fib { mac, port, .. } if *mac == packet.eth_dst => Some(port.as_str()),
+                _ => None,
+            })
+            .or_else(|| self.gateway_lookup(dp, packet.eth_dst));
         match known {
             Some(port) => {
                 self.step(

@@ -393,7 +393,8 @@ impl L2State {
             ip: u32::from_ne_bytes(if by_logical { external } else { logical }.octets()),
             switch: gateway.switch,
             mac: self.ports.get(gateway.port)?.mac?,
-            reserved: [0; 2],
+            flags: ovnbpf_common::NAT_CENTRALIZED,
+            reserved: 0,
         })
     }
 

@@ -57,7 +57,8 @@ fn target(ip: Ipv4Addr, switch: u32, rule: &NatRule) -> NatTarget {
         ip: u32::from_ne_bytes(ip.octets()),
         switch,
         mac: rule.external_mac,
-        reserved: [0; 2],
+        flags: 0,
+        reserved: 0,
     }
 }
 
