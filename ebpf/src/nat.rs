@@ -16,8 +16,8 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry, NeighbourKey,
-    ROUTER_REQUEST_MAGIC, RouterRequest, drop_reason,
+    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry, NAT_STATEFUL,
+    NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest, drop_reason,
 };
 
 use crate::{
@@ -200,16 +200,18 @@ pub fn from_provider_to_router(
         datapath: router,
         ip: ip.destination,
     };
-    // A FIP's address becomes its pod's; to the active gateway's own port, it stays.
-    let pod = match get(&NAT_BY_EXTERNAL, to) {
-        Some(target) => target.ip,
-        None if entry.flags & FIB_ROUTER_GATEWAY != 0 => ip.destination,
+    // A FIP's address becomes its pod's; to the active gateway's own port, it stays, and so
+    // does a `dnat` rule's, which the gateway NAT stage translates, recording the connection.
+    let (pod, stateful) = match get(&NAT_BY_EXTERNAL, to) {
+        Some(target) if target.flags & NAT_STATEFUL != 0 => (ip.destination, true),
+        Some(target) => (target.ip, false),
+        None if entry.flags & FIB_ROUTER_GATEWAY != 0 => (ip.destination, false),
         None => return PASS,
     };
     let reason = if crate::acl::unchecked(switch, ovnbpf_common::acl::UNCHECKED_INGRESS) {
         drop_reason::ACL_FAIL_CLOSED
     } else {
-        let snat = entry.flags & FIB_ROUTER_SNAT != 0;
+        let snat = stateful || entry.flags & FIB_ROUTER_SNAT != 0;
         match enter_router(
             ctx,
             &ip,
@@ -258,16 +260,18 @@ fn enter_router(
         };
         return Ok(crate::router::request(ctx, &request));
     }
-    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-    translate(
-        ctx,
-        IP_DESTINATION,
-        (ip.destination, pod),
-        ip.protocol,
-        first_fragment,
-    )?;
-    // An error about what the pod sent from the external address.
-    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
+    if pod != ip.destination {
+        let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+        translate(
+            ctx,
+            IP_DESTINATION,
+            (ip.destination, pod),
+            ip.protocol,
+            first_fragment,
+        )?;
+        // An error about what the pod sent from the external address.
+        translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
+    }
     if snat {
         // The active gateway's centralized SNAT first: replies get their pod back.
         return Ok(crate::snat::request_in(ctx, router, router_ip, ifindex));

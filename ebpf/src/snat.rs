@@ -24,7 +24,11 @@
 //! no reply goes to the router unchanged), and an ICMP error about a connection is translated
 //! as Linux's NAT translates a related packet (the pod gets it, about the packet it sent:
 //! port unreachables and fragmentation-needed reach the pod through the SNAT). A packet out to one of
-//! the router's FIP addresses comes back in ([`egress_loop`], OVN's hairpin). Addresses and ports
+//! the router's FIP addresses comes back in ([`egress_loop`], OVN's hairpin). A `dnat` rule
+//! (`NAT_BY_EXTERNAL` with `NAT_STATEFUL`: no SNAT twin) is translated on the way in here, not
+//! statelessly: a new connection to its address is recorded both ways ([`admit`], the pod's
+//! side flagged `SNAT_SESSION_DNAT`), and on the way out such a connection's replies leave from
+//! the rule's address before any SNAT rule is looked at. Addresses and ports
 //! in the keys are as in the packet. Reads `SNAT_RULES`, `NAT_BY_LOGICAL`, `NAT_BY_EXTERNAL` and
 //! `L2_FIB`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
 
@@ -35,9 +39,9 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NeighbourKey, ROUTER_REQUEST_MAGIC,
-    RouteKey, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC, SNAT_OUT_REQUEST_MAGIC, SnatKey,
-    SnatSession, drop_reason, stage as slot,
+    DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NAT_STATEFUL, NeighbourKey,
+    ROUTER_REQUEST_MAGIC, RouteKey, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC,
+    SNAT_OUT_REQUEST_MAGIC, SNAT_SESSION_DNAT, SnatKey, SnatSession, drop_reason, stage as slot,
 };
 
 use crate::{
@@ -129,7 +133,7 @@ fn egress_loop(
         datapath: router,
         ip: ip.destination,
     };
-    let Some(pod) = get(&NAT_BY_EXTERNAL, to).map(|target| target.ip) else {
+    let Some(target) = get(&NAT_BY_EXTERNAL, to).copied() else {
         return Ok(None);
     };
     let port = FibKey {
@@ -143,6 +147,11 @@ fn egress_loop(
     let failed = |_| drop_reason::NAT_FAILED;
     ctx.store(0, &frame.eth.source, 0).map_err(failed)?;
     ctx.store(6, &frame.eth.destination, 0).map_err(failed)?;
+    if target.flags & NAT_STATEFUL != 0 {
+        // A `dnat` rule's: the way in records the connection.
+        return Err(request_in(ctx, router, entry.remote_ip, 0));
+    }
+    let pod = target.ip;
     let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
     translate(
         ctx,
@@ -224,9 +233,12 @@ fn connection(
         local_ip,
         remote_ip,
         local_port,
-        // An echo's identifier is its only port.
+        // An echo's identifier is its only port; its type tells a request from a reply.
         remote_port: if ip.protocol == IPPROTO_ICMP {
-            0
+            u16::from(
+                ctx.load::<u8>(L4_OFFSET)
+                    .map_err(|_| drop_reason::SNAT_UNSUPPORTED)?,
+            )
         } else {
             remote_port
         },
@@ -298,6 +310,19 @@ fn outbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         )?;
         return translate_quoted(ctx, ip.protocol, QUOTED_DESTINATION, ip.source, fip);
     }
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // A reply of a connection a `dnat` rule admitted: from the rule's address. (The ports are
+    // read again below: an `Option<Ports>` kept across both had the verifier see a register
+    // spilled unset.)
+    if whole(&ip)
+        && let Some(ports) = ports_of(ctx, &ip)
+    {
+        let (inside, _) = connection(ctx, router, &ip, &ports, true)?;
+        if let Some(external) = dnat_reply(&inside, now) {
+            return translate(ctx, IP_SOURCE, (ip.source, external), ip.protocol, true);
+        }
+    }
     let rule_key = Key::new(
         64,
         RouteKey {
@@ -312,8 +337,6 @@ fn outbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         .filter(|_| whole(&ip))
         .ok_or(drop_reason::SNAT_UNSUPPORTED)?;
     let (inside, source_port) = connection(ctx, router, &ip, &ports, true)?;
-    // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
     let port = match current(&inside, external, now) {
         Some(port) => port,
         None => allocate(&inside, external, now)?,
@@ -343,13 +366,74 @@ fn current(inside: &SnatKey, external: u32, now: u64) -> Option<u16> {
     Some(session.port)
 }
 
+/// The external address of connection `inside` when a `dnat` rule admitted it (both sides
+/// still naming each other, refreshed to `now`).
+#[inline(always)]
+fn dnat_reply(inside: &SnatKey, now: u64) -> Option<u32> {
+    let session = SNAT_SESSIONS.get_ptr_mut(inside)?;
+    // SAFETY: the pointer is to a map value, valid for this program's run.
+    let session = unsafe { &mut *session };
+    if session.flags & SNAT_SESSION_DNAT == 0 {
+        return None;
+    }
+    let outside = outside_key(inside, session.ip, session.port);
+    // SAFETY: as above.
+    let reply = unsafe { &mut *SNAT_REVERSE.get_ptr_mut(outside)? };
+    if reply.ip != inside.local_ip || reply.port != inside.local_port {
+        return None;
+    }
+    session.seen_ns = now;
+    reply.seen_ns = now;
+    Some(session.ip)
+}
+
+/// A new connection from outside to `dnat` rule address `outside.local_ip`, for pod `pod`:
+/// recorded both ways (the pod's side flagged [`SNAT_SESSION_DNAT`]), the port kept.
+#[inline(always)]
+fn admit(outside: &SnatKey, pod: u32, now: u64) -> Result<(), DropReason> {
+    let inside = SnatKey {
+        local_ip: pod,
+        remote_port: other_side(outside),
+        ..*outside
+    };
+    let reply = SnatSession {
+        ip: pod,
+        port: outside.local_port,
+        flags: 0,
+        seen_ns: now,
+    };
+    let session = SnatSession {
+        ip: outside.local_ip,
+        port: outside.local_port,
+        flags: SNAT_SESSION_DNAT,
+        seen_ns: now,
+    };
+    SNAT_REVERSE
+        .insert(outside, reply, 0)
+        .and_then(|()| SNAT_SESSIONS.insert(inside, session, 0))
+        .map_err(|_| drop_reason::SNAT_UNSUPPORTED)
+}
+
 /// The outside view of connection `inside` once translated to `external` and `port`.
 #[inline(always)]
 fn outside_key(inside: &SnatKey, external: u32, port: u16) -> SnatKey {
     SnatKey {
         local_ip: external,
         local_port: port,
+        remote_port: other_side(inside),
         ..*inside
+    }
+}
+
+/// The remote port of the other side's key of connection `key`: the same, but for ICMP echo,
+/// whose requests go one way and replies the other (8 ↔ 0), so that a request from outside
+/// never passes for the reply to a pod's.
+#[inline(always)]
+fn other_side(key: &SnatKey) -> u16 {
+    if key.protocol == IPPROTO_ICMP {
+        key.remote_port ^ 8
+    } else {
+        key.remote_port
     }
 }
 
@@ -372,13 +456,13 @@ fn allocate(inside: &SnatKey, external: u32, now: u64) -> Result<u16, DropReason
             let reply = SnatSession {
                 ip: inside.local_ip,
                 port: inside.local_port,
-                padding: 0,
+                flags: 0,
                 seen_ns: now,
             };
             let session = SnatSession {
                 ip: external,
                 port,
-                padding: 0,
+                flags: 0,
                 seen_ns: now,
             };
             SNAT_REVERSE
@@ -417,9 +501,10 @@ fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<(), DropReas
     }
     // The quoted packet's ports (an echo's identifier: its "source port").
     let at = QUOTED_OFFSET + 20;
+    // An echo the error quotes went out: its reply's type keys the outside side.
     let (port_at, remote_port) = match quoted.protocol {
         IPPROTO_TCP | IPPROTO_UDP => (at, ctx.load::<u16>(at + 2).unwrap_or(0)),
-        IPPROTO_ICMP => (at + 4, 0),
+        IPPROTO_ICMP => (at + 4, u16::from(ctx.load::<u8>(at).unwrap_or(0)) ^ 8),
         _ => return Ok(()),
     };
     let Ok(local_port) = ctx.load::<u16>(port_at) else {
@@ -493,7 +578,26 @@ fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
     };
     let (outside, destination_port) = connection(ctx, router, &ip, &ports, false)?;
     let Some(reply) = SNAT_REVERSE.get_ptr_mut(outside) else {
-        return Ok(());
+        // A new connection to a `dnat` rule's address.
+        let to = NeighbourKey {
+            datapath: router,
+            ip: ip.destination,
+        };
+        let Some(pod) = get(&NAT_BY_EXTERNAL, to)
+            .filter(|target| target.flags & NAT_STATEFUL != 0)
+            .map(|target| target.ip)
+        else {
+            return Ok(());
+        };
+        // SAFETY: a helper without arguments.
+        admit(&outside, pod, unsafe { bpf_ktime_get_ns() })?;
+        return translate(
+            ctx,
+            IP_DESTINATION,
+            (ip.destination, pod),
+            ip.protocol,
+            true,
+        );
     };
     // SAFETY: the pointer is to a map value, valid for this program's run.
     let reply = unsafe { &mut *reply };

@@ -13,9 +13,9 @@
 //! its pods, an IPv6 discard route inside a static one), peered over both families with
 //! vpc-e; and vpc-x with Kube-OVN's OVN-native external access (a gateway port on an untagged
 //! underlay subnet bound to a gateway chassis, SNAT, a centralized FIP, and a distributed FIP of
-//! one pod): its NAT cases are compared like the rest (SNAT and both FIPs on the way out, to a
-//! host the router learned and to unknown ones; the way in from the external network to both
-//! FIPs and their ARP; a FIP's pod reaching its own FIP, OVN's `lr_out_egr_loop`). Replies to
+//! one pod, a `dnat` rule): its NAT cases are compared like the rest (SNAT and both FIPs on the way out, to a
+//! host the router learned and to unknown ones; the way in from the external network to the
+//! NAT addresses and their ARP; a FIP's pod reaching its own FIP, OVN's `lr_out_egr_loop`). Replies to
 //! the SNAT need connection state ovn-trace does not model: `vpc_nat_gateway` sends those.
 //! Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
@@ -60,7 +60,7 @@ const SUBNETS: &[(&str, &str, [u8; 3], u8)] = &[
     ("vpc-b", "subnet-b", [10, 0, 1], 2),
     ("vpc-c", "subnet-c", [10, 2, 1], 2),
     ("ovn-cluster", "underlay", [192, 168, 100], 2),
-    ("vpc-x", "subnet-x", [10, 5, 1], 2),
+    ("vpc-x", "subnet-x", [10, 5, 1], 3),
 ];
 
 /// vpc-x's external access (Kube-OVN's `enableExternal`, OVN-native NAT): its gateway port's
@@ -74,6 +74,8 @@ const EXTERNAL_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 20);
 const DISTRIBUTED_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 21);
 /// The pod that has it.
 const DISTRIBUTED_X_POD: &str = "subnet-x-p0";
+/// The address of a `dnat` rule (a DNAT without its SNAT twin) to subnet-x's third pod.
+const DNAT_X: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 22);
 /// A host on vpc-x's external network its router has learned (a MAC_Binding of the gateway
 /// port), and its MAC.
 const EXTERNAL_X_HOST: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 60);
@@ -282,7 +284,8 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             "dnat_and_snat",
             &EXTERNAL_X_FIP.to_string(),
             "10.5.1.11",
-        );
+        )
+        .nat("vpc-x", "dnat", &DNAT_X.to_string(), "10.5.1.12");
     topology.apply(lab).unwrap();
     lab.sbctl(&[
         "chassis-add",
@@ -894,7 +897,9 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
             // FIP's EIP, OVN loops the packet back into the router where the gateway chassis
             // port resides (`lr_out_egr_loop`), which ovn-trace takes every port to; a chassis
             // of that pod sends it out (the kernel does).
-            if out == "(gateway port)" {
+            // (From the centralized FIP's pod: the others leave by the SNAT, whose address is
+            // the gateway port's own, which the reply would be for.)
+            if pod.port == "subnet-x-p1.ns" {
                 add(
                     "pings the FIP's EIP (gateway port)",
                     ipv4(pod, router_mac, EXTERNAL_X_FIP, 64, PING),
@@ -944,9 +949,10 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
 }
 
 /// The way in from vpc-x's external network (the host OVN learned, on the external switch's
-/// localnet port): to the centralized FIP's EIP (to the gateway port's MAC) and to the
-/// distributed one's (to its pod's MAC, the rule's `external_mac`), ping, UDP and TCP, which
-/// become the FIPs' pods'; ARP for both, answered with those MACs; a ping of the gateway port.
+/// localnet port): to the centralized FIP's EIP (to the gateway port's MAC), to the
+/// distributed one's (to its pod's MAC, the rule's `external_mac`) and to a `dnat` rule's
+/// address, ping, UDP and TCP, which become the pods'; ARP for the three, answered with those
+/// MACs; a ping of the gateway port.
 /// Replies to the subnet's SNAT need the connection's state, which ovn-trace does not model:
 /// the NAT tests send those through the datapath.
 fn external_cases<'a>(host: &'a Pod, pods: &[Pod]) -> Vec<(String, &'a Pod, Packet)> {
@@ -966,8 +972,9 @@ fn external_cases<'a>(host: &'a Pod, pods: &[Pod]) -> Vec<(String, &'a Pod, Pack
     };
     let mut cases = Vec::new();
     for (fip, eth_dst, which) in [
-        (EXTERNAL_X_FIP, gateway_mac, "centralized"),
-        (DISTRIBUTED_X_FIP, distributed_mac, "distributed"),
+        (EXTERNAL_X_FIP, gateway_mac, "centralized FIP"),
+        (DISTRIBUTED_X_FIP, distributed_mac, "distributed FIP"),
+        (DNAT_X, gateway_mac, "DNAT rule's address"),
     ] {
         for (what, l4) in [
             ("pings", PING),
@@ -975,13 +982,13 @@ fn external_cases<'a>(host: &'a Pod, pods: &[Pod]) -> Vec<(String, &'a Pod, Pack
             ("opens TCP to", tcp),
         ] {
             cases.push((
-                format!("the external host {what} the {which} FIP"),
+                format!("the external host {what} the {which}"),
                 host,
                 ipv4(host, eth_dst, fip, 64, l4),
             ));
         }
         cases.push((
-            format!("the external host ARPs for the {which} FIP"),
+            format!("the external host ARPs for the {which}"),
             host,
             arp_request(host, fip),
         ));
@@ -1416,9 +1423,9 @@ async fn ir_verdicts_equal_ovn_trace() {
         disagreements.len()
     );
     assert!(compared >= 200, "only {compared} cases compared");
-    // Both vpc-x pods' two cases to the known host, their own FIP's hairpin (the centralized
-    // one's pod), the 9 from the external network.
-    assert_eq!(nat_cases, 2 * 2 + 1 + 9, "NAT cases compared");
+    // The three vpc-x pods' two cases to the known host, the centralized FIP's pod's hairpin,
+    // the 13 from the external network.
+    assert_eq!(nat_cases, 3 * 2 + 1 + 13, "NAT cases compared");
     // The flows that differ in their source port took both members of the ECMP groups.
     assert_eq!(
         selected.into_iter().collect::<Vec<_>>(),

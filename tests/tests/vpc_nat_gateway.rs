@@ -638,8 +638,7 @@ fn ovn_native_external_access_carries_a_distributed_fip_and_the_gateways_nat() {
 /// only the gateway chassis answers ARP for. Moving the gateway to the other node moves the
 /// claim, and a running flow follows. A centralized SNAT rule translates on the gateway
 /// chassis, the running flow moving to it and back off it when it goes; so does a centralized
-/// FIP, both ways; a DNAT rule alone, which the datapath does not carry yet, fences the
-/// gateway: its traffic is dropped and counted, never sent un-NATed.
+/// FIP, both ways; so does a `dnat` rule, whose replies alone leave from its address.
 const GATEWAY_PODS: [PodPlan; 2] = [
     ("g1", "subnet-g1", 0, Ipv4Addr::new(10, 70, 1, 2)),
     ("g2", "subnet-g1", 1, Ipv4Addr::new(10, 70, 1, 3)),
@@ -928,36 +927,63 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         "the unbound FIP answers"
     );
 
-    // Centralized NAT the datapath does not carry yet (a DNAT rule alone, Kube-OVN's
-    // `OvnDnatRule`: its replies need connection state): the gateway's traffic is dropped and
-    // counted on the sender's node, not sent un-NATed.
-    let gateway_drops = |node: usize| {
-        agents.counters(nodes, node)["drops"]["gateway_unsupported"]
-            .as_u64()
-            .unwrap_or_default()
-    };
+    // A `dnat` rule (a DNAT without its SNAT twin) beside the subnet's SNAT, for g1 (off the
+    // gateway chassis): the external host reaches g1 through the rule's address (ping, TCP: g1
+    // sees the external host itself, and the replies come back from the rule's address, or
+    // the connection would not open), while what g1 opens itself still leaves from the SNAT
+    // EIP, its running flow too. The rule goes: its address answers no more.
+    let dnat_ip = Ipv4Addr::new(172, 30, 0, 102);
+    lab.nbctl(&[
+        "lr-nat-add",
+        "vpc-gw",
+        "snat",
+        &SNAT_EIP.to_string(),
+        "10.70.1.0/24",
+    ])
+    .unwrap();
     lab.nbctl(&[
         "lr-nat-add",
         "vpc-gw",
         "dnat",
-        "172.30.0.102",
-        &GATEWAY_PODS[1].3.to_string(),
+        &dnat_ip.to_string(),
+        &GATEWAY_PODS[0].3.to_string(),
     ])
     .unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || running.ask().is_none()),
-        "the gateway still carries g1's flow beside a DNAT rule{}",
+        wait_until(Duration::from_secs(10), || external
+            .ping(dnat_ip, 1)
+            .unwrap_or(0)
+            == 1),
+        "the external host → g1's DNAT address{}",
         logs()
     );
-    let before = gateway_drops(0);
     assert_eq!(
-        g1.ping(EXTERNAL_HOST, 2).unwrap(),
-        0,
-        "g1 → out beside a DNAT rule"
+        external.ping(dnat_ip, 3).unwrap(),
+        3,
+        "the external host → g1's DNAT address{}",
+        logs()
     );
+    assert_eq!(
+        peer_of_connection_through_fip(g1, external.netns(), dnat_ip),
+        Some(EXTERNAL_HOST),
+        "a TCP connection to the DNAT address reaches g1{}",
+        logs()
+    );
+    assert_eq!(
+        source_seen_from(g1),
+        Some(SNAT_EIP),
+        "g1's own traffic beside its DNAT rule{}",
+        logs()
+    );
+    assert_eq!(running.ask(), Some(SNAT_EIP), "g1's running flow{}", logs());
+    lab.nbctl(&["lr-nat-del", "vpc-gw", "dnat", &dnat_ip.to_string()])
+        .unwrap();
     assert!(
-        gateway_drops(0) >= before + 2,
-        "not counted as gateway_unsupported{}",
+        wait_until(Duration::from_secs(10), || external
+            .ping(dnat_ip, 1)
+            .unwrap_or(1)
+            == 0),
+        "the removed DNAT address still answers{}",
         logs()
     );
 }

@@ -647,6 +647,11 @@ pub struct NatTarget {
 /// address (OVN's `reg1`), not from the FIP as a distributed one's does.
 pub const NAT_CENTRALIZED: u8 = 1;
 
+/// Flag of [`NatTarget::flags`], in [`map::NAT_BY_EXTERNAL`] only: a centralized `dnat` rule
+/// (no SNAT twin): the way in is translated by the gateway NAT stage, which records the
+/// connection so that only its replies leave from the external address.
+pub const NAT_STATEFUL: u8 = 2;
+
 /// Where a router sends what it routes out of its gateway port ([`map::GATEWAY_REDIRECTS`],
 /// keyed by the router): OVN's `lr_in_gw_redirect` (`outport = "cr-…"`) and the output to the
 /// chassisredirect port. With `remote_ip` 0 the port resides here (this chassis is the active
@@ -698,8 +703,9 @@ pub struct SnatRule {
 /// One side of a centralized SNAT connection ([`map::SNAT_SESSIONS`] from inside,
 /// [`map::SNAT_REVERSE`] from outside): router `router`'s connection of `protocol` between
 /// `local` (a pod's address and port, or the external address and the port it was given) and
-/// `remote`. ICMP echo is keyed by its identifier as the local port, the remote port 0.
-/// Addresses in network byte order, ports in host order.
+/// `remote`. ICMP echo is keyed by its identifier as the local port and, as the remote port, the
+/// type that side sends (8, a request; 0, a reply): the other side's key has the other.
+/// Addresses and ports as in the packet (network byte order).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SnatKey {
@@ -720,9 +726,15 @@ pub struct SnatKey {
 pub struct SnatSession {
     pub ip: u32,
     pub port: u16,
-    pub padding: u16,
+    /// [`SNAT_SESSION_DNAT`].
+    pub flags: u16,
     pub seen_ns: u64,
 }
+
+/// Flag of [`SnatSession::flags`] (the inside side's): a connection a centralized `dnat` rule
+/// admitted from outside, whose replies leave from the rule's external address and the port
+/// they came to (whatever SNAT rule covers the pod).
+pub const SNAT_SESSION_DNAT: u16 = 1;
 
 /// How long a centralized SNAT connection holds its external port without a packet: TCP's
 /// (an established connection's, conntrack's default is 5 days; a port held an hour idle is

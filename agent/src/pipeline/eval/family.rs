@@ -655,7 +655,7 @@ impl<'a> Evaluator<'a> {
             self.forward_unfenced(dp, hop, packet, trace, hops);
             return;
         };
-        match self.gateway_fence(dp, hop.port, redirect) {
+        match self.gateway_fence(dp, redirect) {
             Some(why) => {
                 let text = format!(
                     "dropped: out of gateway port {}, {why} (gateway_unsupported)",
@@ -683,31 +683,18 @@ impl<'a> Evaluator<'a> {
         })
     }
 
-    /// Why the gateway chassis does not carry what router `dp` routes out of gateway port
-    /// `port` (chassisredirect port `redirect`): it is active nowhere, or the router has
+    /// Why the gateway chassis does not carry what router `dp` routes out of the gateway port
+    /// of chassisredirect port `redirect`: it is active nowhere, or the router has
     /// centralized NAT the datapath does not carry (as the backend decides); `None` when it
     /// does.
-    fn gateway_fence(&self, dp: u32, port: &str, redirect: &str) -> Option<&'static str> {
+    fn gateway_fence(&self, dp: u32, redirect: &str) -> Option<&'static str> {
         if !self.redirect_bound(dp, redirect) {
             return Some("no active gateway chassis");
         }
         let fenced = self.entries(dp).any(
             |e| matches!(e, IrEntry::CentralizedNat { redirect: fenced, .. } if fenced == redirect),
         );
-        // A DNAT without its SNAT twin (a `dnat` rule) needs connection state.
-        let lone_dnat = self.entries(dp).any(|e| match e {
-            IrEntry::CentralizedDnat {
-                gateway_port,
-                external,
-                logical,
-                ..
-            } if gateway_port == port => !self.entries(dp).any(|s| {
-                matches!(s, IrEntry::CentralizedSnat { gateway_port: p, logical: l, external: x, .. }
-                    if p == port && l.length == 32 && l.network == *logical && x == external)
-            }),
-            _ => false,
-        });
-        (fenced || lone_dnat).then_some("centralized NAT not carried")
+        fenced.then_some("centralized NAT not carried")
     }
 
     /// On the gateway chassis, the router's centralized SNAT (or a centralized FIP's /32 SNAT)

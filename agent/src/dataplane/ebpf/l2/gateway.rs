@@ -15,10 +15,12 @@
 //!   the node ([`L2State::take_announcements`]);
 //! - on another chassis: routes out of the port are tunnelled there (`GATEWAY_REDIRECTS` with
 //!   its endpoint), from the router port a packet entered by (`GATEWAY_INPORTS`);
+//!   A `dnat` rule (a DNAT without its SNAT twin) is in `NAT_BY_EXTERNAL` only, with
+//!   `NAT_STATEFUL`: the NAT stage translates its way in and records the connection, so that
+//!   only replies leave from its address (and the gateway goes by the NAT stage, as with SNAT);
 //! - nowhere, or the router has centralized NAT on the port the datapath does not carry
-//!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat), or a DNAT
-//!   without its SNAT twin): no entry, and the routes' packets are dropped as
-//!   `gateway_unsupported`, never forwarded un-NATed.
+//!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat)): no entry, and
+//!   the routes' packets are dropped as `gateway_unsupported`, never forwarded un-NATed.
 //!
 //! A router with several gateway ports is carried for the first (by name). Owns the desired
 //! values of the four gateway maps and the state behind them; the FIB entry, the answers and
@@ -322,18 +324,23 @@ impl L2State {
         let switch = self.gateway_switch(port);
         let fib = switch.zip(self.ports.get(port).and_then(|info| info.mac));
         let rules = self.snat_rules_of(router, port);
-        let addresses = self
+        let dnats = self.dnats_of(router, port);
+        let addresses: BTreeSet<Ipv4Addr> = self
             .physical
             .binding(port)
             .and_then(|binding| binding.address)
             .into_iter()
-            .chain(rules.iter().map(|(_, external)| *external));
+            .chain(rules.iter().map(|(_, external)| *external))
+            .chain(dnats.iter().map(|(external, _)| *external))
+            .collect();
         let answers = match switch {
-            Some(switch) => addresses.map(|ip| (switch, IpAddr::V4(ip))).collect(),
+            Some(switch) => addresses
+                .into_iter()
+                .map(|ip| (switch, IpAddr::V4(ip)))
+                .collect(),
             None => Vec::new(),
         };
-        let fips = self
-            .dnats_of(router, port)
+        let fips = dnats
             .into_iter()
             .map(|(external, logical)| ((router, logical), (router, external)))
             .collect();
@@ -389,11 +396,21 @@ impl L2State {
             .dnats_of(router, gateway.port)
             .into_iter()
             .find(|&(external, logical)| address == if by_logical { logical } else { external })?;
+        // A `dnat` rule's pod leaves untranslated (its replies by the NAT stage's record).
+        let stateful = !self.is_fip(router, gateway.port, (external, logical));
+        if by_logical && stateful {
+            return None;
+        }
         Some(NatTarget {
             ip: u32::from_ne_bytes(if by_logical { external } else { logical }.octets()),
             switch: gateway.switch,
             mac: self.ports.get(gateway.port)?.mac?,
-            flags: ovnbpf_common::NAT_CENTRALIZED,
+            flags: ovnbpf_common::NAT_CENTRALIZED
+                | if stateful {
+                    ovnbpf_common::NAT_STATEFUL
+                } else {
+                    0
+                },
             reserved: 0,
         })
     }
@@ -410,9 +427,15 @@ impl L2State {
             .collect()
     }
 
-    /// Whether router `router`'s gateway is active here with SNAT rules (the NAT stage's).
+    /// Whether router `router`'s gateway is active here with SNAT rules or `dnat` rules (the
+    /// NAT stage's, which records their connections).
     fn snat_here(&self, router: u32, gateway: &Gateway<'_>) -> bool {
-        gateway.residence == Residence::Here && !self.snat_rules_of(router, gateway.port).is_empty()
+        gateway.residence == Residence::Here
+            && (!self.snat_rules_of(router, gateway.port).is_empty()
+                || self
+                    .dnats_of(router, gateway.port)
+                    .into_iter()
+                    .any(|pair| !self.is_fip(router, gateway.port, pair)))
     }
 
     /// [`GATEWAY_SNAT`] for router `router`'s `gateway` when [`Self::snat_here`].
@@ -432,14 +455,6 @@ impl L2State {
             .gateway
             .centralized_nat
             .contains(&(router, redirect.clone()))
-        {
-            return None;
-        }
-        // A DNAT without its SNAT twin (a `dnat` rule) needs connection state for its replies.
-        if self
-            .dnats_of(router, port)
-            .into_iter()
-            .any(|pair| !self.is_fip(router, port, pair))
         {
             return None;
         }

@@ -1250,7 +1250,8 @@ fn gateway_router(chassis: Option<&str>) -> Vec<IrEntry> {
 /// its routes are tunnelled there (the chassis's endpoint, the port's key, the router ports
 /// packets enter by); here, they go on to the switch, what others tunnel to the port leaves by
 /// that switch, the provider network's frames to its MAC enter the router and its address is
-/// answered to the provider network; fenced by centralized NAT, or unbound, nothing.
+/// answered to the provider network; with a centralized SNAT rule or a `dnat` rule, the NAT
+/// stage both ways; fenced by centralized NAT, or unbound, nothing.
 #[test]
 fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     use ovnbpf_common::{
@@ -1374,6 +1375,44 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
             .arp()
             .contains_key(&(DP, ip(Ipv4Addr::new(10, 0, 1, 100))))
     );
+
+    // A `dnat` rule (no SNAT twin): its address to its pod in NAT_BY_EXTERNAL, stateful (the
+    // NAT stage translates the way in and records the connection), the pod itself in no
+    // NAT_BY_LOGICAL entry (what it opens is not translated by the rule), the NAT stage asked
+    // for on both ways, the address answered with the port's MAC.
+    let (dnat_ip, dnat_pod) = (Ipv4Addr::new(10, 0, 1, 102), Ipv4Addr::new(10, 1, 0, 5));
+    let dnat = IrEntry::CentralizedDnat {
+        datapath: 9,
+        gateway_port: "lr-ls".into(),
+        external: dnat_ip,
+        logical: dnat_pod,
+    };
+    state.apply(&added(vec![dnat.clone()]));
+    state.flush(&mut maps).unwrap();
+    let target = maps.nat_by_external()[&(9, ip(dnat_ip))];
+    assert_eq!(
+        (target.ip, target.flags, target.mac),
+        (
+            ip(dnat_pod),
+            ovnbpf_common::NAT_CENTRALIZED | ovnbpf_common::NAT_STATEFUL,
+            ROUTER_MAC
+        )
+    );
+    assert!(!maps.nat_by_logical().contains_key(&(9, ip(dnat_pod))));
+    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, GATEWAY_SNAT);
+    assert_eq!(
+        maps.fib()[&(DP, ROUTER_MAC)].flags,
+        FIB_ROUTER_GATEWAY | FIB_ROUTER_SNAT
+    );
+    assert_eq!(maps.arp()[&(DP, ip(dnat_ip))].mac, ROUTER_MAC);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![dnat],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.nat_by_external().is_empty());
+    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, 0);
+    assert!(!maps.arp().contains_key(&(DP, ip(dnat_ip))));
 
     // Centralized NAT fences it: nothing of the gateway stays.
     state.apply(&added(vec![fence.clone()]));
