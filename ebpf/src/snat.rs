@@ -24,7 +24,8 @@
 //! no reply goes to the router unchanged), and an ICMP error about a connection is translated
 //! as Linux's NAT translates a related packet (the pod gets it, about the packet it sent:
 //! port unreachables and fragmentation-needed reach the pod through the SNAT). A packet out to one of
-//! the router's FIP addresses comes back in ([`egress_loop`], OVN's hairpin). A `dnat` rule
+//! the router's FIP addresses, or a reply to one of its SNAT's connections, comes back in
+//! ([`egress_loop`], OVN's hairpin). A `dnat` rule
 //! (`NAT_BY_EXTERNAL` with `NAT_STATEFUL`: no SNAT twin) is translated on the way in here, not
 //! statelessly: a new connection to its address is recorded both ways ([`admit`], the pod's
 //! side flagged `SNAT_SESSION_DNAT`), and on the way out such a connection's replies leave from
@@ -115,7 +116,9 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
 /// distributed one's on its pod's) comes back into the router through that port, its MACs
 /// swapped and its destination the FIP's pod's (`lr_in_dnat`): the request for the router
 /// stage, entered from the port's address (read from its FIB entry on `switch`, found by its
-/// MAC, the frame's source after routing). `None` for any other packet.
+/// MAC, the frame's source after routing). One for a `dnat` rule's address, or a reply to an
+/// SNAT connection (`lr_in_unsnat`), goes to the way in of this stage instead, which records
+/// or translates it. `None` for any other packet.
 #[inline(always)]
 fn egress_loop(
     ctx: &TcContext,
@@ -133,9 +136,12 @@ fn egress_loop(
         datapath: router,
         ip: ip.destination,
     };
-    let Some(target) = get(&NAT_BY_EXTERNAL, to).copied() else {
+    let target = get(&NAT_BY_EXTERNAL, to).copied();
+    // Else a reply to one of the SNAT's connections (to the rule's address, from a FIP's pod
+    // a SNATed pod reached through the hairpin): the way in gives it its pod back.
+    if target.is_none() && !is_snat_reply(ctx, router, &ip) {
         return Ok(None);
-    };
+    }
     let port = FibKey {
         datapath: switch,
         mac: frame.eth.source,
@@ -147,11 +153,11 @@ fn egress_loop(
     let failed = |_| drop_reason::NAT_FAILED;
     ctx.store(0, &frame.eth.source, 0).map_err(failed)?;
     ctx.store(6, &frame.eth.destination, 0).map_err(failed)?;
-    if target.flags & NAT_STATEFUL != 0 {
-        // A `dnat` rule's: the way in records the connection.
-        return Err(request_in(ctx, router, entry.remote_ip, 0));
-    }
-    let pod = target.ip;
+    let pod = match target {
+        Some(target) if target.flags & NAT_STATEFUL == 0 => target.ip,
+        // A `dnat` rule's (the way in records the connection), or the SNAT's reply.
+        _ => return Err(request_in(ctx, router, entry.remote_ip, 0)),
+    };
     let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
     translate(
         ctx,
@@ -364,6 +370,23 @@ fn current(inside: &SnatKey, external: u32, now: u64) -> Option<u16> {
     session.seen_ns = now;
     reply.seen_ns = now;
     Some(session.port)
+}
+
+/// Whether `ip` (leaving router `router`'s gateway port) is a reply to one of its SNAT's
+/// connections: its destination and port are a translated connection's, toward its source.
+#[inline(always)]
+fn is_snat_reply(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> bool {
+    if !whole(ip) {
+        return false;
+    }
+    let Some(ports) = ports_of(ctx, ip) else {
+        return false;
+    };
+    let Ok((outside, _)) = connection(ctx, router, ip, &ports, false) else {
+        return false;
+    };
+    // SAFETY: the reference is to a map value, read at once.
+    unsafe { SNAT_REVERSE.get(outside) }.is_some()
 }
 
 /// The external address of connection `inside` when a `dnat` rule admitted it (both sides

@@ -931,7 +931,8 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
     // gateway chassis): the external host reaches g1 through the rule's address (ping, TCP: g1
     // sees the external host itself, and the replies come back from the rule's address, or
     // the connection would not open), while what g1 opens itself still leaves from the SNAT
-    // EIP, its running flow too. The rule goes: its address answers no more.
+    // EIP, its running flow too; g2 reaches g1 through it from inside the VPC. The rule goes:
+    // its address answers no more.
     let dnat_ip = Ipv4Addr::new(172, 30, 0, 102);
     lab.nbctl(&[
         "lr-nat-add",
@@ -976,6 +977,21 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         logs()
     );
     assert_eq!(running.ask(), Some(SNAT_EIP), "g1's running flow{}", logs());
+    // From inside the VPC (OVN's hairpin, `lr_out_egr_loop`): g2 leaves by the SNAT for the
+    // DNAT address and comes back into the router, to g1, which sees the SNAT EIP and whose
+    // replies loop back to g2 through the SNAT's connection.
+    assert_eq!(
+        g2.ping(dnat_ip, 3).unwrap(),
+        3,
+        "g2 → g1's DNAT address, inside the VPC{}",
+        logs()
+    );
+    assert_eq!(
+        peer_of_connection_through_fip(g1, g2.netns(), dnat_ip),
+        Some(SNAT_EIP),
+        "a TCP connection from g2 to g1's DNAT address{}",
+        logs()
+    );
     lab.nbctl(&["lr-nat-del", "vpc-gw", "dnat", &dnat_ip.to_string()])
         .unwrap();
     assert!(
