@@ -30,7 +30,7 @@
 use aya_ebpf::{maps::lpm_trie::Key, programs::TcContext};
 use ovnbpf_common::DropReason;
 use ovnbpf_common::{
-    EcmpKey, FIB_REMOTE, FibEntry, FibKey, FloodRequest, GATEWAY_SNAT, GatewayRedirect,
+    EcmpKey, FIB_REMOTE, FibEntry, FibKey, FloodRequest, GATEWAY_SNAT, GatewayKey, GatewayRedirect,
     MAX_PAIR_POLICIES, MAX_ROUTER_HOPS, NatTarget, NeighbourKey, POLICY_ALLOW, POLICY_REROUTE,
     PairPolicyKey, PolicyEntry, ROUTE_DISCARD, ROUTE_ECMP, ROUTE_GATEWAY, ROUTE_GATEWAY_SNAT,
     ROUTE_TO_ROUTER, ROUTE_TO_SWITCH, ROUTED6_REQUEST_MAGIC, ROUTER_ADDRESS_ECHO,
@@ -372,7 +372,11 @@ fn redirect(
     route: &RouteEntry,
     hops: u8,
 ) -> Result<Routed, DropReason> {
-    let gateway = get(&GATEWAY_REDIRECTS, router).ok_or(drop_reason::GATEWAY_UNSUPPORTED)?;
+    let port = GatewayKey {
+        router,
+        switch: route.next_datapath,
+    };
+    let gateway = get(&GATEWAY_REDIRECTS, port).ok_or(drop_reason::GATEWAY_UNSUPPORTED)?;
     let key = next_hop(router, route, ip.destination);
     let nexthop = key.ip;
     let neighbour = get(&NEIGHBOURS, key).map(|neighbour| neighbour.mac);
@@ -567,9 +571,11 @@ fn lookup(
             // `lr_in_gw_redirect`: to the chassisredirect port, here (on to the switch) or on
             // the gateway chassis (the route stays a gateway's: [`route`] tunnels it there,
             // from the port the packet entered by).
-            let Some(gateway) = get(&GATEWAY_REDIRECTS, datapath)
-                .filter(|gateway| gateway.switch == route.next_datapath)
-            else {
+            let port = GatewayKey {
+                router: datapath,
+                switch: route.next_datapath,
+            };
+            let Some(gateway) = get(&GATEWAY_REDIRECTS, port) else {
                 return Err(drop_reason::GATEWAY_UNSUPPORTED);
             };
             let mut route = route;

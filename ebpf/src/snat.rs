@@ -10,8 +10,8 @@
 //! The way out ([`SNAT_OUT_REQUEST_MAGIC`], from the router stage or a frame another chassis
 //! tunnelled to the chassisredirect port, already routed): a centralized FIP's pod leaves from
 //! its FIP (`NAT_BY_LOGICAL`, stateless, as a distributed FIP's; its way in is
-//! `from_provider`'s); else a packet whose source the router's
-//! longest SNAT prefix covers (`SNAT_RULES`) leaves from the rule's external address, with its
+//! `from_provider`'s); else a packet whose source the longest SNAT prefix of the router's
+//! gateway port it leaves by covers (`SNAT_RULES`) leaves from the rule's external address, with its
 //! own source port where that is free toward its destination, else another (8 tries); TCP,
 //! UDP and ICMP echo (its identifier as the port), first fragments without IPv4 options; the
 //! rest a rule covers is dropped (`snat_unsupported`). A connection is looked up from inside
@@ -41,8 +41,9 @@ use aya_ebpf::{
 };
 use ovnbpf_common::{
     DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NAT_STATEFUL, NeighbourKey,
-    ROUTER_REQUEST_MAGIC, RouteKey, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC,
-    SNAT_OUT_REQUEST_MAGIC, SNAT_SESSION_DNAT, SnatKey, SnatSession, drop_reason, stage as slot,
+    ROUTER_REQUEST_MAGIC, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC,
+    SNAT_OUT_REQUEST_MAGIC, SNAT_SESSION_DNAT, SnatKey, SnatRuleKey, SnatSession, drop_reason,
+    stage as slot,
 };
 
 use crate::{
@@ -104,7 +105,7 @@ pub fn stage(ctx: &TcContext) -> Result<i32, DropReason> {
         return Err(crate::router::request(ctx, &request));
     }
     let [router, switch, switch_port, _] = stages::take(ctx, SNAT_OUT_REQUEST_MAGIC)?;
-    outbound(ctx, router)?;
+    outbound(ctx, router, switch)?;
     if let Some(request) = egress_loop(ctx, router, switch)? {
         return Err(crate::router::request(ctx, &request));
     }
@@ -282,9 +283,9 @@ fn set_port(
     ctx.store(offset, &new, 0).map_err(failed)
 }
 
-/// The way out: see the module doc.
+/// The way out of router `router`'s gateway port onto `switch`: see the module doc.
 #[inline(always)]
-fn outbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
+fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason> {
     let Ok(frame) = ctx.load::<Ipv4Frame>(0) else {
         return Ok(());
     };
@@ -330,9 +331,10 @@ fn outbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         }
     }
     let rule_key = Key::new(
-        64,
-        RouteKey {
-            datapath: router.to_be(),
+        96,
+        SnatRuleKey {
+            router: router.to_be(),
+            switch: switch.to_be(),
             ip: ip.source,
         },
     );

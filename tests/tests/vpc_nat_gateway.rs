@@ -315,6 +315,11 @@ impl Drop for WhoAreYou {
 
 /// The source address the external host saw `pod`'s datagram come from (three tries).
 fn source_seen_from(pod: &Pod) -> Option<Ipv4Addr> {
+    source_seen_by(pod, EXTERNAL_HOST)
+}
+
+/// The source address external host `host` saw `pod`'s datagram come from (three tries).
+fn source_seen_by(pod: &Pod, host: Ipv4Addr) -> Option<Ipv4Addr> {
     let socket = pod
         .netns()
         .run_in(|| Ok(UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?))
@@ -322,7 +327,7 @@ fn source_seen_from(pod: &Pod) -> Option<Ipv4Addr> {
     socket
         .set_read_timeout(Some(Duration::from_millis(500)))
         .ok()?;
-    socket.connect((EXTERNAL_HOST, WHO_PORT)).ok()?;
+    socket.connect((host, WHO_PORT)).ok()?;
     let mut buffer = [0u8; 64];
     (0..3).find_map(|_| {
         socket.send(b"who").ok()?;
@@ -694,7 +699,7 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         logs()
     );
     // g2's traffic leaves by node1's provider NIC, not its own.
-    assert_pings_leave_by(nodes, (g2, "g2"), 0, logs);
+    assert_pings_leave_by(nodes, (g2, "g2"), (EXTERNAL_HOST, 0), logs);
     // In through the gateway port: the external host asks for its address (answered by the
     // gateway chassis alone), then reaches both pods and the port itself.
     external.netns().ip(&["neigh", "flush", "all"]).unwrap();
@@ -775,7 +780,7 @@ fn ovn_native_gateway_chassis_carries_a_vpcs_external_traffic() {
         "g1's running flow does not follow the gateway to node2{}",
         logs()
     );
-    assert_pings_leave_by(nodes, (g1, "g1"), 1, logs);
+    assert_pings_leave_by(nodes, (g1, "g1"), (EXTERNAL_HOST, 1), logs);
 
     // Centralized SNAT (Kube-OVN's `OvnSnatRule` on its own EIP), on the gateway chassis
     // (node2 now): the running flow leaves from the EIP from its next datagram on (g1, off the
@@ -1097,22 +1102,17 @@ fn trace(lab: &OvnLab, microflow: &str) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// `pod` (with its name) pings the external host 20 times; the pings leave by node
+/// `pod` (with its name) pings external host `to` 20 times; the pings leave by node
 /// `gateway`'s provider NIC (it sends at least 20 more packets), not by the other node's.
 fn assert_pings_leave_by(
     nodes: &[Node; 2],
     (pod, name): (&Pod, &str),
-    gateway: usize,
+    (to, gateway): (Ipv4Addr, usize),
     logs: impl Fn() -> String,
 ) {
     let sent = || nodes.each_ref().map(provider_tx_packets);
     let before = sent();
-    assert_eq!(
-        pod.ping(EXTERNAL_HOST, 20).unwrap(),
-        20,
-        "{name} → out{}",
-        logs()
-    );
+    assert_eq!(pod.ping(to, 20).unwrap(), 20, "{name} → out{}", logs());
     let after = sent();
     let grew_by_20 = |node: usize| after[node] >= before[node] + 20;
     assert!(
@@ -1254,6 +1254,76 @@ fn nat_changes_take_effect_on_running_flows_in_every_placement() {
                 logs()
             );
         });
+    }
+}
+
+/// Kube-OVN's `extraExternalSubnets`: a VPC with a gateway port on each of two external
+/// subnets, `external` (untagged, gateway chassis node1) and `external2` (VLAN 20 of the same
+/// provider network, gateway chassis node2), each with an SNAT EIP of its own for the VPC's
+/// subnet (northd applies a rule at the port whose network holds its address). Both pods reach
+/// both external hosts, each through the gateway port on the host's network, from that port's
+/// EIP, by that port's gateway chassis. Before, a router with several gateway ports was carried
+/// for the first only, and what it routed out of the others was dropped.
+const TWO_GATEWAY_PODS: [PodPlan; 2] = [
+    ("t1", "subnet-t1", 0, Ipv4Addr::new(10, 80, 1, 2)),
+    ("t2", "subnet-t1", 1, Ipv4Addr::new(10, 80, 1, 3)),
+];
+/// The second external network's host and the VPC's SNAT EIP there.
+const EXTERNAL2_HOST: Ipv4Addr = Ipv4Addr::new(172, 30, 20, 1);
+const SNAT2_EIP: Ipv4Addr = Ipv4Addr::new(172, 30, 20, 100);
+
+#[test]
+fn a_vpc_with_two_gateway_ports_leaves_by_each() {
+    let TwoNodes {
+        lab, nodes, prefix, ..
+    } = &TwoNodes::start();
+    let (physical, external) = external_network(prefix, nodes);
+    let external2 = physical
+        .add_host("ext2", Some(20), &format!("{EXTERNAL2_HOST}/24"))
+        .unwrap();
+    let cidr = "10.80.1.0/24";
+    let mut topology = external_access("vpc-two", "subnet-t1", cidr);
+    topology
+        .plain_switch("external2", "172.30.20.0/24")
+        .unwrap()
+        .localnet("external2", "physnet1", 20)
+        .external_access(
+            "vpc-two",
+            "external2",
+            "172.30.20.10/24",
+            &[scenario::NODES[1]],
+        )
+        .nat("vpc-two", "snat", &SNAT_EIP.to_string(), cidr)
+        .nat("vpc-two", "snat", &SNAT2_EIP.to_string(), cidr);
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &TWO_GATEWAY_PODS, true, 1400);
+    scenario::silence_ipv6(&pods.iter().collect::<Vec<_>>());
+    let agents = start_agents(lab, nodes, &TWO_GATEWAY_PODS);
+    let logs = || agents.logs();
+    let _who = WhoAreYou::start(external.netns());
+    let _who2 = WhoAreYou::start(external2.netns());
+    for (redirect, node) in [("cr-vpc-two-external", 0), ("cr-vpc-two-external2", 1)] {
+        assert!(
+            wait_until(Duration::from_secs(10), || scenario::bound_to(
+                lab,
+                redirect,
+                scenario::NODES[node]
+            )),
+            "{redirect} is not held by node{}{}",
+            node + 1,
+            logs()
+        );
+    }
+    for (pod, name) in pods.iter().zip(["t1", "t2"]) {
+        for (host, eip) in [(EXTERNAL_HOST, SNAT_EIP), (EXTERNAL2_HOST, SNAT2_EIP)] {
+            assert!(
+                wait_until(Duration::from_secs(10), || source_seen_by(pod, host)
+                    == Some(eip)),
+                "{name} does not reach {host} from {eip}{}",
+                logs()
+            );
+        }
+        assert_pings_leave_by(nodes, (pod, name), (EXTERNAL_HOST, 0), logs);
+        assert_pings_leave_by(nodes, (pod, name), (EXTERNAL2_HOST, 1), logs);
     }
 }
 

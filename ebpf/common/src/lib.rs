@@ -355,6 +355,27 @@ pub struct RouteKey {
     pub ip: u32,
 }
 
+/// A router's gateway port, by the router's datapath key and the key of the switch behind the
+/// port (a router has one port on a switch): [`map::GATEWAY_REDIRECTS`]'s key. Kube-OVN gives a
+/// VPC one gateway port per external subnet (`extraExternalSubnets`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GatewayKey {
+    pub router: u32,
+    pub switch: u32,
+}
+
+/// [`map::SNAT_RULES`]' key: a router and the switch behind its gateway port (in network byte
+/// order, so the trie's first 64 bits are theirs), then a source address, so the prefix length
+/// is 64 + the rule's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatRuleKey {
+    pub router: u32,
+    pub switch: u32,
+    pub ip: u32,
+}
+
 /// [`RouteEntry::kind`]: the output port faces a switch; the neighbour's MAC is looked up and
 /// the switch's L2 step follows.
 pub const ROUTE_TO_SWITCH: u8 = 1;
@@ -652,14 +673,13 @@ pub const NAT_CENTRALIZED: u8 = 1;
 /// connection so that only its replies leave from the external address.
 pub const NAT_STATEFUL: u8 = 2;
 
-/// Where a router sends what it routes out of its gateway port ([`map::GATEWAY_REDIRECTS`],
-/// keyed by the router): OVN's `lr_in_gw_redirect` (`outport = "cr-…"`) and the output to the
+/// Where a router sends what it routes out of one of its gateway ports
+/// ([`map::GATEWAY_REDIRECTS`], keyed by the router and the port's switch): OVN's `lr_in_gw_redirect` (`outport = "cr-…"`) and the output to the
 /// chassisredirect port. With `remote_ip` 0 the port resides here (this chassis is the active
 /// gateway) and the packet goes on to the switch behind the port; otherwise it is tunnelled to
 /// the gateway chassis's endpoint `remote_ip` (a key as [`FibEntry::remote_ip`]) on the
 /// router's VNI, to `port` (the chassisredirect port's key), from the router port it entered
-/// by ([`map::GATEWAY_INPORTS`]). `switch`: the switch behind the gateway port, which a route
-/// must lead to (a router with several gateway ports is redirected for one of them).
+/// by ([`map::GATEWAY_INPORTS`]). `switch`: the switch behind the gateway port.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GatewayRedirect {
@@ -1068,6 +1088,10 @@ unsafe impl aya::Pod for FloodRoles {}
 unsafe impl aya::Pod for DropEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouteKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for GatewayKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SnatRuleKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RouteEntry {}
 // SAFETY: repr(C), Copy, a u32 and 16 bytes (20 bytes, 4-aligned): no padding.

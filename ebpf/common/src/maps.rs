@@ -16,15 +16,15 @@
 
 use crate::{
     ArpAnswer, ArpKey, DROP_EVENTS_BYTES, DropEvent, EcmpKey, FibEntry, FibKey, FloodGroup,
-    FloodKey, FloodMemberKey, FloodRoles, GatewayEgress, GatewayRedirect, InterfaceCounters,
-    Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS, MAX_FIB_ENTRIES,
-    MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_GATEWAYS, MAX_INTERFACES, MAX_LOCALNETS, MAX_NATS,
-    MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES, MAX_SNAT_RULES, MAX_SNAT_SESSIONS,
-    MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, NatTarget, Neighbour, NeighbourEvent, NeighbourKey,
-    PairPolicy, PairPolicyKey, PodPort, PolicyEntry, PortSecurity, PortSecurity6, ProviderKey,
-    RemoteEncap, Route6Key, RouteEntry, RouteEntry6, RouteKey, RouterAddress, RouterAdvert,
-    RouterInfo, SnatKey, SnatRule, SnatSession, SwitchRouter, TimeExceeded6Key,
-    TimeExceeded6Source, TunnelConfig, TunnelPortKey,
+    FloodKey, FloodMemberKey, FloodRoles, GatewayEgress, GatewayKey, GatewayRedirect,
+    InterfaceCounters, Ipv6Key, LocalPort, Localnet, MAX_ARP_ENTRIES, MAX_ECMP_MEMBERS,
+    MAX_FIB_ENTRIES, MAX_FLOOD_GROUPS, MAX_FLOOD_MEMBERS, MAX_GATEWAYS, MAX_INTERFACES,
+    MAX_LOCALNETS, MAX_NATS, MAX_NEIGHBOURS, MAX_REMOTE_ENCAPS, MAX_ROUTERS, MAX_ROUTES,
+    MAX_SNAT_RULES, MAX_SNAT_SESSIONS, MAX_TUNNEL_PORTS, NEIGHBOUR_EVENTS_BYTES, NatTarget,
+    Neighbour, NeighbourEvent, NeighbourKey, PairPolicy, PairPolicyKey, PodPort, PolicyEntry,
+    PortSecurity, PortSecurity6, ProviderKey, RemoteEncap, Route6Key, RouteEntry, RouteEntry6,
+    RouteKey, RouterAddress, RouterAdvert, RouterInfo, SnatKey, SnatRule, SnatRuleKey, SnatSession,
+    SwitchRouter, TimeExceeded6Key, TimeExceeded6Source, TunnelConfig, TunnelPortKey,
     acl::{
         self, AclAddressKey, AclLogEvent, AclPortKey, AclRule, AclRuleKey, AclSwitch, AclVerdict,
         AclVerdictKey, CtEntry, CtKey,
@@ -233,10 +233,11 @@ declare_maps! {
     /// Hash: [`NeighbourKey`] (a router and an external address) → [`NatTarget`]: the same
     /// rules, by the address their packets arrive for.
     NatByExternal = NAT_BY_EXTERNAL: HashMap<NeighbourKey, NatTarget>[MAX_NATS];
-    /// Hash: a router's datapath key → [`GatewayRedirect`]: where what the router routes out
-    /// of its gateway port goes. No entry: the gateway has no active chassis, or carries what
-    /// the datapath does not (centralized NAT): dropped as `gateway_unsupported`.
-    GatewayRedirects = GATEWAY_REDIRECTS: HashMap<u32, GatewayRedirect>[MAX_GATEWAYS];
+    /// Hash: [`GatewayKey`] (a router, the switch behind one of its gateway ports) →
+    /// [`GatewayRedirect`]: where what the router routes out of that port goes. No entry: the
+    /// gateway has no active chassis, or carries what the datapath does not (centralized NAT):
+    /// dropped as `gateway_unsupported`.
+    GatewayRedirects = GATEWAY_REDIRECTS: HashMap<GatewayKey, GatewayRedirect>[MAX_GATEWAYS];
     /// Hash: [`NeighbourKey`] (a router with a gateway port elsewhere, the address of one of
     /// its ports) → `u32`: that port's key, the logical input port of what entered by it and is
     /// tunnelled to the gateway chassis.
@@ -244,10 +245,10 @@ declare_maps! {
     /// Hash: [`TunnelPortKey`] (a router's VNI, a chassisredirect port's key) → [`GatewayEgress`]:
     /// on the active gateway chassis, where frames other chassis tunnel to the port go.
     GatewayEgressMap = GATEWAY_EGRESS: HashMap<TunnelPortKey, GatewayEgress>[MAX_GATEWAYS];
-    /// LPM trie: [`RouteKey`] (a router, a source prefix; prefix length 32 + the prefix's) →
-    /// [`SnatRule`]: the centralized SNAT rules of the routers this chassis is the active
-    /// gateway of.
-    SnatRules = SNAT_RULES: LpmTrie<RouteKey, SnatRule>[MAX_SNAT_RULES];
+    /// LPM trie: [`SnatRuleKey`] (a router, the switch behind its gateway port, a source
+    /// prefix; prefix length 64 + the prefix's) → [`SnatRule`]: the centralized SNAT rules of
+    /// the gateway ports this chassis is the active gateway of.
+    SnatRules = SNAT_RULES: LpmTrie<SnatRuleKey, SnatRule>[MAX_SNAT_RULES];
     /// LRU hash: [`SnatKey`] from inside → [`SnatSession`] (the external address and port): the
     /// centralized SNAT connections through this gateway chassis.
     SnatSessions = SNAT_SESSIONS: LruHashMap<SnatKey, SnatSession>[MAX_SNAT_SESSIONS];

@@ -69,20 +69,21 @@ const REPEATS: [Duration; 4] = [
 #[derive(Debug, Default)]
 pub struct Announcer {
     socket: Option<Arc<Sender>>,
-    repeating: HashMap<u32, Arc<AtomicBool>>,
+    repeating: HashMap<String, Arc<AtomicBool>>,
 }
 
 impl Announcer {
-    /// Router `router`'s gateway became active here: `announcement`, now and repeated.
-    pub fn announce(&mut self, router: u32, announcement: Announcement) {
+    /// The gateway of chassisredirect port `gateway` became active here: `announcement`, now
+    /// and repeated.
+    pub fn announce(&mut self, gateway: String, announcement: Announcement) {
         let Some(socket) = self.socket() else {
             return;
         };
         info!(addresses = ?announcement.addresses, ifindex = announcement.ifindex, "gateway active here: gratuitous ARPs");
         send(&socket, &announcement);
-        self.withdraw(router);
+        self.withdraw(&gateway);
         let active = Arc::new(AtomicBool::new(true));
-        self.repeating.insert(router, Arc::clone(&active));
+        self.repeating.insert(gateway, Arc::clone(&active));
         let repeating = std::thread::Builder::new()
             .name("garp".into())
             .spawn(move || {
@@ -99,9 +100,10 @@ impl Announcer {
         }
     }
 
-    /// Router `router`'s gateway is no longer active here: its repeats stop.
-    pub fn withdraw(&mut self, router: u32) {
-        if let Some(active) = self.repeating.remove(&router) {
+    /// The gateway of chassisredirect port `gateway` is no longer active here: its repeats
+    /// stop.
+    pub fn withdraw(&mut self, gateway: &str) {
+        if let Some(active) = self.repeating.remove(gateway) {
             active.store(false, Ordering::Relaxed);
         }
     }

@@ -464,11 +464,11 @@ impl NodeDatapath {
         let routed = self.l3.flush(&mut self.programs)?;
         let written = routed + self.l2.flush(&mut self.programs)?;
         // Once the gateway's entries are in: the physical network learns where it is now.
-        for router in self.l2.take_withdrawals() {
-            self.announcer.withdraw(router);
+        for gateway in self.l2.take_withdrawals() {
+            self.announcer.withdraw(&gateway);
         }
-        for (router, announcement) in self.l2.take_announcements() {
-            self.announcer.announce(router, announcement);
+        for (gateway, announcement) in self.l2.take_announcements() {
+            self.announcer.announce(gateway, announcement);
         }
         Ok(written)
     }

@@ -22,8 +22,10 @@
 //!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat)): no entry, and
 //!   the routes' packets are dropped as `gateway_unsupported`, never forwarded un-NATed.
 //!
-//! A router with several gateway ports is carried for the first (by name). Owns the desired
-//! values of the four gateway maps and the state behind them; the FIB entry, the answers and
+//! Each gateway port of a router (Kube-OVN's `extraExternalSubnets` gives a VPC one per external
+//! subnet) is carried on its own: its redirect keyed by the router and the switch behind it,
+//! its SNAT rules by both too, each active where its own chassisredirect port is, announced by
+//! that port's name. Owns the desired values of the four gateway maps and the state behind them; the FIB entry, the answers and
 //! the FIPs' NAT entries are computed here for the FIB, responder and NAT families. Reads
 //! [`Physical`](super::super::physical::Physical) for where ports are.
 
@@ -34,8 +36,8 @@ use std::{
 
 use ovnbpf_common::{
     ARP_ANSWER_PROVIDER, ArpAnswer, FIB_ROUTER, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry,
-    GATEWAY_SNAT, GatewayEgress, GatewayRedirect, NatTarget, NeighbourKey, RouteKey, SnatRule,
-    TunnelPortKey,
+    GATEWAY_SNAT, GatewayEgress, GatewayKey, GatewayRedirect, NatTarget, NeighbourKey, SnatRule,
+    SnatRuleKey, TunnelPortKey,
     maps::{GatewayEgressMap, GatewayInports, GatewayRedirects, SnatRules},
 };
 
@@ -50,15 +52,25 @@ use super::{
 };
 use crate::pipeline::ir::{Mac, Prefix};
 
-impl TableKey<SnatRules> for (u32, Prefix) {
-    fn slot(&self) -> (RouteKey, u32) {
-        super::super::l3::route_slot(self.0, self.1)
+/// An SNAT rule's slot: (router, switch behind its gateway port, source prefix).
+impl TableKey<SnatRules> for (u32, u32, Prefix) {
+    fn slot(&self) -> (SnatRuleKey, u32) {
+        let key = SnatRuleKey {
+            router: self.0.to_be(),
+            switch: self.1.to_be(),
+            ip: u32::from_ne_bytes(self.2.network.octets()),
+        };
+        (key, 64 + u32::from(self.2.length))
     }
 }
 
-impl TableKey<GatewayRedirects> for u32 {
-    fn slot(&self) -> u32 {
-        *self
+/// A gateway port's redirect slot: (router, switch behind the port).
+impl TableKey<GatewayRedirects> for (u32, u32) {
+    fn slot(&self) -> GatewayKey {
+        GatewayKey {
+            router: self.0,
+            switch: self.1,
+        }
     }
 }
 
@@ -77,16 +89,18 @@ impl TableKey<GatewayEgressMap> for TunnelPortKey {
     }
 }
 
-/// The keys one router's gateway decides, besides its redirect: so that they are marked again
-/// when it changes.
+/// The keys one router's gateway ports decide: so that they are marked again when one
+/// changes.
 #[derive(Debug, Default, Clone)]
 struct GatewayKeys {
+    /// (router, switch) of each port.
+    redirects: Vec<(u32, u32)>,
     inports: Vec<(u32, Ipv4Addr)>,
-    egress: Option<TunnelPortKey>,
-    fib: Option<(u32, Mac)>,
-    /// The port's address, then its SNAT rules' external addresses, on the switch.
+    egress: Vec<TunnelPortKey>,
+    fib: Vec<(u32, Mac)>,
+    /// Each port's address, its SNAT rules' and DNATs' external addresses, on its switch.
     answers: Vec<AnswerKey>,
-    snat_rules: Vec<(u32, Prefix)>,
+    snat_rules: Vec<(u32, u32, Prefix)>,
     /// The centralized FIPs' (router, logical) and (router, external) NAT slots.
     fips: Vec<((u32, Ipv4Addr), (u32, Ipv4Addr))>,
 }
@@ -103,20 +117,20 @@ pub(super) struct GatewayState {
     /// Router → its centralized DNATs: (gateway port, external address) → logical address.
     dnat: HashMap<u32, BTreeMap<(String, Ipv4Addr), Ipv4Addr>>,
     keys: HashMap<u32, GatewayKeys>,
-    /// The FIB and answer keys back to their router.
+    /// The FIB and answer keys (their switch names the port) back to their router.
     fib_keys: HashMap<(u32, Mac), u32>,
     answer_keys: HashMap<AnswerKey, u32>,
-    redirects: Table<GatewayRedirects, u32>,
+    redirects: Table<GatewayRedirects, (u32, u32)>,
     inports: Table<GatewayInports, (u32, Ipv4Addr)>,
     egress: Table<GatewayEgressMap, TunnelPortKey>,
-    snat_rules: Table<SnatRules, (u32, Prefix)>,
-    /// Routers whose gateway is active here, and those that became so since the last
-    /// [`L2State::take_announcements`].
-    here: HashSet<u32>,
-    announce: BTreeSet<u32>,
-    /// Routers whose gateway stopped being active here since the last
+    snat_rules: Table<SnatRules, (u32, u32, Prefix)>,
+    /// The gateways active here (router, chassisredirect port), and those that became so since
+    /// the last [`L2State::take_announcements`].
+    here: HashSet<(u32, String)>,
+    announce: BTreeSet<(u32, String)>,
+    /// The chassisredirect ports whose gateway stopped being active here since the last
     /// [`L2State::take_withdrawals`].
-    withdraw: BTreeSet<u32>,
+    withdraw: BTreeSet<String>,
 }
 
 impl GatewayState {
@@ -243,58 +257,80 @@ impl L2State {
             .for_each(|router| self.mark_gateway(router));
     }
 
-    /// Marks every slot router `router`'s gateway decides: those it had, and those it has now.
+    /// Marks every slot router `router`'s gateway ports decide: those they had, and those they
+    /// have now.
     fn mark_gateway(&mut self, router: u32) {
-        self.gateway.redirects.mark(router);
         if let Some(old) = self.gateway.keys.remove(&router) {
-            old.inports
-                .iter()
-                .for_each(|key| self.gateway.inports.mark(*key));
-            if let Some(key) = old.egress {
-                self.gateway.egress.mark(key);
-            }
-            if let Some(key) = old.fib {
-                self.gateway.fib_keys.remove(&key);
-                self.fib_table.mark(key);
-            }
-            for key in old.answers {
-                self.gateway.answer_keys.remove(&key);
-                self.mark_answer(key);
-            }
-            old.snat_rules
-                .iter()
-                .for_each(|key| self.gateway.snat_rules.mark(*key));
-            for (logical, external) in old.fips {
-                self.nat_tables_mark(logical, external);
+            self.mark_gateway_keys(router, &old, false);
+        }
+        let pairs: Vec<(String, String)> = self
+            .gateway
+            .by_router
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let here: BTreeSet<String> = pairs
+            .iter()
+            .filter(|(port, redirect)| {
+                self.carried_gateway(router, port, redirect)
+                    .is_some_and(|gateway| gateway.residence == Residence::Here)
+            })
+            .map(|(_, redirect)| redirect.clone())
+            .collect();
+        let was_here: Vec<String> = self
+            .gateway
+            .here
+            .iter()
+            .filter(|(r, redirect)| *r == router && !here.contains(redirect))
+            .map(|(_, redirect)| redirect.clone())
+            .collect();
+        for redirect in was_here {
+            let key = (router, redirect);
+            self.gateway.here.remove(&key);
+            self.gateway.announce.remove(&key);
+            self.gateway.withdraw.insert(key.1);
+        }
+        for redirect in here {
+            if self.gateway.here.insert((router, redirect.clone())) {
+                self.gateway.withdraw.remove(&redirect);
+                self.gateway.announce.insert((router, redirect));
             }
         }
-        let here = self
-            .carried_gateway(router)
-            .is_some_and(|gateway| gateway.residence == Residence::Here);
-        if !here {
-            if self.gateway.here.remove(&router) {
-                self.gateway.announce.remove(&router);
-                self.gateway.withdraw.insert(router);
-            }
-        } else if self.gateway.here.insert(router) {
-            self.gateway.withdraw.remove(&router);
-            self.gateway.announce.insert(router);
+        let keys = self.gateway_keys(router, &pairs);
+        self.mark_gateway_keys(router, &keys, true);
+        if !pairs.is_empty() {
+            self.gateway.keys.insert(router, keys);
         }
-        let Some(keys) = self.gateway_keys(router) else {
-            return;
-        };
+    }
+
+    /// Marks the slots `keys` name; `current`: they are router `router`'s keys now (the FIB
+    /// and answer keys point back to it), else its former ones (they no longer do).
+    fn mark_gateway_keys(&mut self, router: u32, keys: &GatewayKeys, current: bool) {
+        keys.redirects
+            .iter()
+            .for_each(|key| self.gateway.redirects.mark(*key));
         keys.inports
             .iter()
             .for_each(|key| self.gateway.inports.mark(*key));
-        if let Some(key) = keys.egress {
-            self.gateway.egress.mark(key);
-        }
-        if let Some(key) = keys.fib {
-            self.gateway.fib_keys.insert(key, router);
-            self.fib_table.mark(key);
+        keys.egress
+            .iter()
+            .for_each(|key| self.gateway.egress.mark(*key));
+        for key in &keys.fib {
+            if current {
+                self.gateway.fib_keys.insert(*key, router);
+            } else {
+                self.gateway.fib_keys.remove(key);
+            }
+            self.fib_table.mark(*key);
         }
         for key in &keys.answers {
-            self.gateway.answer_keys.insert(*key, router);
+            if current {
+                self.gateway.answer_keys.insert(*key, router);
+            } else {
+                self.gateway.answer_keys.remove(key);
+            }
             self.mark_answer(*key);
         }
         keys.snat_rules
@@ -303,55 +339,56 @@ impl L2State {
         for (logical, external) in &keys.fips {
             self.nat_tables_mark(*logical, *external);
         }
-        self.gateway.keys.insert(router, keys);
     }
 
-    /// The keys router `router`'s first gateway port names, whatever its residence.
-    fn gateway_keys(&self, router: u32) -> Option<GatewayKeys> {
-        let (port, redirect) = self.gateway.by_router.get(&router)?.first()?;
-        let inports = self
-            .patch_ports
-            .get(&router)
-            .into_iter()
-            .flatten()
-            .filter_map(|name| self.physical.binding(name)?.address)
-            .map(|ip| (router, ip))
-            .collect();
-        let egress = self.ports.get(redirect).map(|info| TunnelPortKey {
-            datapath: router,
-            port: info.key,
-        });
-        let switch = self.gateway_switch(port);
-        let fib = switch.zip(self.ports.get(port).and_then(|info| info.mac));
-        let rules = self.snat_rules_of(router, port);
-        let dnats = self.dnats_of(router, port);
-        let addresses: BTreeSet<Ipv4Addr> = self
-            .physical
-            .binding(port)
-            .and_then(|binding| binding.address)
-            .into_iter()
-            .chain(rules.iter().map(|(_, external)| *external))
-            .chain(dnats.iter().map(|(external, _)| *external))
-            .collect();
-        let answers = match switch {
-            Some(switch) => addresses
+    /// The keys router `router`'s gateway ports `pairs` (gateway port, chassisredirect port)
+    /// name, whatever their residence.
+    fn gateway_keys(&self, router: u32, pairs: &[(String, String)]) -> GatewayKeys {
+        let mut keys = GatewayKeys {
+            inports: self
+                .patch_ports
+                .get(&router)
                 .into_iter()
-                .map(|ip| (switch, IpAddr::V4(ip)))
+                .flatten()
+                .filter_map(|name| self.physical.binding(name)?.address)
+                .map(|ip| (router, ip))
                 .collect(),
-            None => Vec::new(),
+            ..GatewayKeys::default()
         };
-        let fips = dnats
-            .into_iter()
-            .map(|(external, logical)| ((router, logical), (router, external)))
-            .collect();
-        Some(GatewayKeys {
-            inports,
-            egress,
-            fib,
-            answers,
-            snat_rules: rules.iter().map(|(prefix, _)| (router, *prefix)).collect(),
-            fips,
-        })
+        for (port, redirect) in pairs {
+            keys.egress
+                .extend(self.ports.get(redirect).map(|info| TunnelPortKey {
+                    datapath: router,
+                    port: info.key,
+                }));
+            let dnats = self.dnats_of(router, port);
+            keys.fips.extend(
+                dnats
+                    .iter()
+                    .map(|(external, logical)| ((router, *logical), (router, *external))),
+            );
+            let Some(switch) = self.gateway_switch(port) else {
+                continue;
+            };
+            keys.redirects.push((router, switch));
+            if let Some(mac) = self.ports.get(port.as_str()).and_then(|info| info.mac) {
+                keys.fib.push((switch, mac));
+            }
+            let rules = self.snat_rules_of(router, port);
+            let addresses: BTreeSet<Ipv4Addr> = self
+                .physical
+                .binding(port)
+                .and_then(|binding| binding.address)
+                .into_iter()
+                .chain(rules.iter().map(|(_, external)| *external))
+                .chain(dnats.iter().map(|(external, _)| *external))
+                .collect();
+            keys.answers
+                .extend(addresses.into_iter().map(|ip| (switch, IpAddr::V4(ip))));
+            keys.snat_rules
+                .extend(rules.iter().map(|(prefix, _)| (router, switch, *prefix)));
+        }
+        keys
     }
 
     /// Router `router`'s centralized DNATs on gateway port `port`: (external, logical).
@@ -388,14 +425,16 @@ impl L2State {
         (router, address): (u32, Ipv4Addr),
         by_logical: bool,
     ) -> Option<NatTarget> {
-        let gateway = self.carried_gateway(router)?;
-        if gateway.residence != Residence::Here {
-            return None;
-        }
-        let (external, logical) = self
-            .dnats_of(router, gateway.port)
+        let (gateway, (external, logical)) = self
+            .carried_gateways(router)
             .into_iter()
-            .find(|&(external, logical)| address == if by_logical { logical } else { external })?;
+            .filter(|gateway| gateway.residence == Residence::Here)
+            .find_map(|gateway| {
+                let dnat = self.dnats_of(router, gateway.port).into_iter().find(
+                    |&(external, logical)| address == if by_logical { logical } else { external },
+                )?;
+                Some((gateway, dnat))
+            })?;
         // A `dnat` rule's pod leaves untranslated (its replies by the NAT stage's record).
         let stateful = !self.is_fip(router, gateway.port, (external, logical));
         if by_logical && stateful {
@@ -447,14 +486,19 @@ impl L2State {
         }
     }
 
-    /// Router `router`'s gateway as carried here: `None` when it has none, it is fenced, or
-    /// its chassisredirect port is active nowhere this chassis can reach.
-    fn carried_gateway(&self, router: u32) -> Option<Gateway<'_>> {
-        let (port, redirect) = self.gateway.by_router.get(&router)?.first()?;
+    /// Router `router`'s gateway port `port` (chassisredirect port `redirect`) as carried
+    /// here: `None` when it is fenced, or its chassisredirect port is active nowhere this
+    /// chassis can reach.
+    fn carried_gateway<'a>(
+        &'a self,
+        router: u32,
+        port: &'a str,
+        redirect: &'a str,
+    ) -> Option<Gateway<'a>> {
         if self
             .gateway
             .centralized_nat
-            .contains(&(router, redirect.clone()))
+            .contains(&(router, redirect.to_string()))
         {
             return None;
         }
@@ -468,8 +512,26 @@ impl L2State {
         })
     }
 
-    fn desired_redirect(&self, router: u32) -> Option<GatewayRedirect> {
-        let gateway = self.carried_gateway(router)?;
+    /// Router `router`'s gateway ports as carried here (see [`Self::carried_gateway`]).
+    fn carried_gateways(&self, router: u32) -> Vec<Gateway<'_>> {
+        self.gateway
+            .by_router
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .filter_map(|(port, redirect)| self.carried_gateway(router, port, redirect))
+            .collect()
+    }
+
+    /// Router `router`'s gateway port onto `switch`, as carried here.
+    fn carried_gateway_on(&self, router: u32, switch: u32) -> Option<Gateway<'_>> {
+        self.carried_gateways(router)
+            .into_iter()
+            .find(|gateway| gateway.switch == switch)
+    }
+
+    fn desired_redirect(&self, (router, switch): (u32, u32)) -> Option<GatewayRedirect> {
+        let gateway = self.carried_gateway_on(router, switch)?;
         Some(GatewayRedirect {
             remote_ip: match gateway.residence {
                 Residence::Here => 0,
@@ -481,8 +543,8 @@ impl L2State {
         })
     }
 
-    fn desired_snat_rule(&self, (router, prefix): (u32, Prefix)) -> Option<SnatRule> {
-        let gateway = self.carried_gateway(router)?;
+    fn desired_snat_rule(&self, (router, switch, prefix): (u32, u32, Prefix)) -> Option<SnatRule> {
+        let gateway = self.carried_gateway_on(router, switch)?;
         if gateway.residence != Residence::Here {
             return None;
         }
@@ -496,9 +558,15 @@ impl L2State {
         })
     }
 
+    /// The key of router `router`'s port with address `ip`, where one of its gateway ports is
+    /// active on another chassis (what enters by that port and leaves by the gateway port is
+    /// tunnelled there from it).
     fn desired_inport(&self, (router, ip): (u32, Ipv4Addr)) -> Option<u32> {
-        let gateway = self.carried_gateway(router)?;
-        if gateway.residence == Residence::Here {
+        let elsewhere = self
+            .carried_gateways(router)
+            .iter()
+            .any(|gateway| gateway.residence != Residence::Here);
+        if !elsewhere {
             return None;
         }
         let port = self.patch_ports.get(&router)?.iter().find(|name| {
@@ -510,10 +578,17 @@ impl L2State {
     }
 
     fn desired_egress(&self, key: TunnelPortKey) -> Option<GatewayEgress> {
-        let gateway = self.carried_gateway(key.datapath)?;
-        let here = gateway.residence == Residence::Here
-            && self.ports.get(gateway.redirect)?.key == key.port;
-        here.then(|| GatewayEgress {
+        let gateway = self
+            .carried_gateways(key.datapath)
+            .into_iter()
+            .find(|gateway| {
+                gateway.residence == Residence::Here
+                    && self
+                        .ports
+                        .get(gateway.redirect)
+                        .is_some_and(|info| info.key == key.port)
+            })?;
+        Some(GatewayEgress {
             switch: gateway.switch,
             switch_port: gateway.switch_port,
             flags: self.snat_flag(key.datapath, &gateway),
@@ -525,7 +600,7 @@ impl L2State {
     /// to the router, admitted from the provider network.
     pub(super) fn gateway_fib(&self, switch: u32, mac: Mac) -> Option<FibEntry> {
         let router = *self.gateway.fib_keys.get(&(switch, mac))?;
-        let gateway = self.carried_gateway(router)?;
+        let gateway = self.carried_gateway_on(router, switch)?;
         let snat = if self.snat_here(router, &gateway) {
             FIB_ROUTER_SNAT
         } else {
@@ -549,7 +624,7 @@ impl L2State {
     /// provider network too (`lr_in_ip_input`'s resident answer).
     pub(super) fn gateway_answer(&self, key: AnswerKey) -> Option<ArpAnswer> {
         let router = *self.gateway.answer_keys.get(&key)?;
-        let gateway = self.carried_gateway(router)?;
+        let gateway = self.carried_gateway_on(router, key.0)?;
         if gateway.residence != Residence::Here {
             return None;
         }
@@ -566,7 +641,7 @@ impl L2State {
         let Some(router) = self.gateway.answer_keys.get(&key) else {
             return 0;
         };
-        match self.carried_gateway(*router) {
+        match self.carried_gateway_on(*router, key.0) {
             Some(gateway) if gateway.residence == Residence::Here => ARP_ANSWER_PROVIDER,
             _ => 0,
         }
@@ -578,11 +653,18 @@ impl L2State {
     /// announces nothing.
     pub fn take_announcements(
         &mut self,
-    ) -> Vec<(u32, crate::dataplane::ebpf::announce::Announcement)> {
+    ) -> Vec<(String, crate::dataplane::ebpf::announce::Announcement)> {
         std::mem::take(&mut self.gateway.announce)
             .into_iter()
-            .filter_map(|router| {
-                let gateway = self.carried_gateway(router)?;
+            .filter_map(|(router, redirect)| {
+                let port = self
+                    .gateway
+                    .by_router
+                    .get(&router)?
+                    .iter()
+                    .find(|(_, r)| *r == redirect)
+                    .map(|(port, _)| port)?;
+                let gateway = self.carried_gateway(router, port, &redirect)?;
                 if gateway.residence != Residence::Here {
                     return None;
                 }
@@ -597,6 +679,11 @@ impl L2State {
                             .into_iter()
                             .map(|(_, external)| external),
                     )
+                    .chain(
+                        self.dnats_of(router, gateway.port)
+                            .into_iter()
+                            .map(|(external, _)| external),
+                    )
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
@@ -606,14 +693,14 @@ impl L2State {
                     mac: self.ports.get(gateway.port)?.mac?,
                     addresses,
                 };
-                Some((router, announcement))
+                Some((gateway.redirect.to_string(), announcement))
             })
             .collect()
     }
 
-    /// The routers whose gateway stopped being active here since the last call (their
-    /// announcements' repeats stop).
-    pub fn take_withdrawals(&mut self) -> Vec<u32> {
+    /// The chassisredirect ports whose gateway stopped being active here since the last call
+    /// (their announcements' repeats stop).
+    pub fn take_withdrawals(&mut self) -> Vec<String> {
         std::mem::take(&mut self.gateway.withdraw)
             .into_iter()
             .collect()

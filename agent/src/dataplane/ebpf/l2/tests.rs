@@ -1255,7 +1255,8 @@ fn gateway_router(chassis: Option<&str>) -> Vec<IrEntry> {
 #[test]
 fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     use ovnbpf_common::{
-        FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, GATEWAY_SNAT, GatewayEgress, GatewayRedirect,
+        FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, GATEWAY_SNAT, GatewayEgress, GatewayKey,
+        GatewayRedirect,
         maps::{GatewayEgressMap, GatewayInports, GatewayRedirects, SnatRules},
     };
     const ROUTER_MAC: Mac = [0x0a, 0x58, 0x63, 0x5f, 0x04, 0xaa];
@@ -1279,7 +1280,10 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     let mut maps = Recorder::default();
     state.flush(&mut maps).unwrap();
     assert_eq!(
-        maps.table::<GatewayRedirects>()[&9],
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }],
         GatewayRedirect {
             remote_ip: ip(NODE2),
             port: 3,
@@ -1304,7 +1308,14 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         removed: gateway_router(Some("node2")).split_off(4),
     });
     state.flush(&mut maps).unwrap();
-    assert_eq!(maps.table::<GatewayRedirects>()[&9].remote_ip, 0);
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .remote_ip,
+        0
+    );
     assert!(inports(&maps).is_empty());
     assert_eq!(
         maps.table_by::<GatewayEgressMap, _>(|key| (key.datapath, key.port))[&(9, 3)],
@@ -1341,12 +1352,26 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     };
     state.apply(&added(vec![snat.clone()]));
     state.flush(&mut maps).unwrap();
-    let rules = maps.table_by::<SnatRules, _>(|(key, length)| (key.ip, length));
+    let rules = maps.table_by::<SnatRules, _>(|(key, length)| {
+        (
+            u32::from_be(key.router),
+            u32::from_be(key.switch),
+            key.ip,
+            length,
+        )
+    });
     assert_eq!(
-        rules[&(ip(Ipv4Addr::new(10, 1, 0, 0)), 48)].external,
+        rules[&(9, DP, ip(Ipv4Addr::new(10, 1, 0, 0)), 80)].external,
         ip(Ipv4Addr::new(10, 0, 1, 100))
     );
-    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, GATEWAY_SNAT);
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .flags,
+        GATEWAY_SNAT
+    );
     assert_eq!(
         maps.table_by::<GatewayEgressMap, _>(|key| (key.datapath, key.port))[&(9, 3)].flags,
         GATEWAY_SNAT
@@ -1369,7 +1394,14 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         maps.table_by::<SnatRules, _>(|(key, length)| (key.ip, length))
             .is_empty()
     );
-    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, 0);
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .flags,
+        0
+    );
     assert!(
         !maps
             .arp()
@@ -1399,7 +1431,14 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         )
     );
     assert!(!maps.nat_by_logical().contains_key(&(9, ip(dnat_pod))));
-    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, GATEWAY_SNAT);
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .flags,
+        GATEWAY_SNAT
+    );
     assert_eq!(
         maps.fib()[&(DP, ROUTER_MAC)].flags,
         FIB_ROUTER_GATEWAY | FIB_ROUTER_SNAT
@@ -1411,7 +1450,14 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     });
     state.flush(&mut maps).unwrap();
     assert!(maps.nat_by_external().is_empty());
-    assert_eq!(maps.table::<GatewayRedirects>()[&9].flags, 0);
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .flags,
+        0
+    );
     assert!(!maps.arp().contains_key(&(DP, ip(dnat_ip))));
 
     // Centralized NAT fences it: nothing of the gateway stays.
