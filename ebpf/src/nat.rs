@@ -16,8 +16,8 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry, NAT_STATEFUL,
-    NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest, drop_reason,
+    ARP_ANSWER_PROVIDER, DropReason, FIB_ROUTER_GATEWAY, FIB_ROUTER_SNAT, FibEntry,
+    NAT_SNAT_ADDRESS, NAT_STATEFUL, NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest, drop_reason,
 };
 
 use crate::{
@@ -201,9 +201,12 @@ pub fn from_provider_to_router(
         ip: ip.destination,
     };
     // A FIP's address becomes its pod's; to the active gateway's own port, it stays, and so
-    // does a `dnat` rule's, which the gateway NAT stage translates, recording the connection.
+    // do a `dnat` rule's, which the gateway NAT stage translates, recording the connection,
+    // and an SNAT rule's, whose replies that stage translates.
     let (pod, stateful) = match get(&NAT_BY_EXTERNAL, to) {
-        Some(target) if target.flags & NAT_STATEFUL != 0 => (ip.destination, true),
+        Some(target) if target.flags & (NAT_STATEFUL | NAT_SNAT_ADDRESS) != 0 => {
+            (ip.destination, true)
+        }
         Some(target) => (target.ip, false),
         None if entry.flags & FIB_ROUTER_GATEWAY != 0 => (ip.destination, false),
         None => return PASS,

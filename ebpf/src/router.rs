@@ -40,7 +40,7 @@ use ovnbpf_common::{
 };
 
 use crate::csum;
-use crate::maps::{GATEWAY_INPORTS, GATEWAY_REDIRECTS, NAT_BY_EXTERNAL, NAT_BY_LOGICAL, get};
+use crate::maps::{GATEWAY_INPORTS, GATEWAY_REDIRECTS, NAT_BY_LOGICAL, get};
 use crate::output::{Output, output, reply_to_sender};
 use crate::{
     ECMP_MEMBERS, L2_FIB, NEIGHBOURS, PASS, POLICIES_BY_DESTINATION, POLICIES_BY_SOURCE,
@@ -564,7 +564,7 @@ fn lookup(
                 ip: destination,
             };
             if let Some(target) = get(&NAT_BY_LOGICAL, from)
-                && get(&NAT_BY_EXTERNAL, to).is_none()
+                && !crate::snat::is_fip_address(to)
             {
                 return Ok(Lookup::Translated(datapath, route, hops + 1, *target));
             }

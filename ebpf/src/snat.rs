@@ -40,8 +40,8 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ovnbpf_common::{
-    DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NAT_STATEFUL, NeighbourKey,
-    ROUTER_REQUEST_MAGIC, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC,
+    DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NAT_SNAT_ADDRESS, NAT_STATEFUL,
+    NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC,
     SNAT_OUT_REQUEST_MAGIC, SNAT_SESSION_DNAT, SnatKey, SnatRuleKey, SnatSession, drop_reason,
     stage as slot,
 };
@@ -137,10 +137,13 @@ fn egress_loop(
         datapath: router,
         ip: ip.destination,
     };
-    let target = get(&NAT_BY_EXTERNAL, to).copied();
-    // Else a reply to one of the SNAT's connections (to the rule's address, from a FIP's pod
-    // a SNATed pod reached through the hairpin): the way in gives it its pod back.
-    if target.is_none() && !is_snat_reply(ctx, router, &ip) {
+    // One of the router's NAT addresses (the lookup every packet pays), and for an SNAT
+    // rule's, a reply to one of its connections (from a FIP's pod a SNATed pod reached
+    // through the hairpin), which the way in gives its pod back.
+    let Some(target) = get(&NAT_BY_EXTERNAL, to).copied() else {
+        return Ok(None);
+    };
+    if target.flags & NAT_SNAT_ADDRESS != 0 && !is_snat_reply(ctx, router, &ip) {
         return Ok(None);
     }
     let port = FibKey {
@@ -154,11 +157,11 @@ fn egress_loop(
     let failed = |_| drop_reason::NAT_FAILED;
     ctx.store(0, &frame.eth.source, 0).map_err(failed)?;
     ctx.store(6, &frame.eth.destination, 0).map_err(failed)?;
-    let pod = match target {
-        Some(target) if target.flags & NAT_STATEFUL == 0 => target.ip,
+    if target.flags & (NAT_STATEFUL | NAT_SNAT_ADDRESS) != 0 {
         // A `dnat` rule's (the way in records the connection), or the SNAT's reply.
-        _ => return Err(request_in(ctx, router, entry.remote_ip, 0)),
-    };
+        return Err(request_in(ctx, router, entry.remote_ip, 0));
+    }
+    let pod = target.ip;
     let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
     translate(
         ctx,
@@ -305,7 +308,7 @@ fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason>
         ip: ip.destination,
     };
     if let Some(fip) = get(&NAT_BY_LOGICAL, from).map(|target| target.ip)
-        && get(&NAT_BY_EXTERNAL, to).is_none()
+        && !is_fip_address(to)
     {
         let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
         translate(
@@ -317,19 +320,6 @@ fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason>
         )?;
         return translate_quoted(ctx, ip.protocol, QUOTED_DESTINATION, ip.source, fip);
     }
-    // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    // A reply of a connection a `dnat` rule admitted: from the rule's address. (The ports are
-    // read again below: an `Option<Ports>` kept across both had the verifier see a register
-    // spilled unset.)
-    if whole(&ip)
-        && let Some(ports) = ports_of(ctx, &ip)
-    {
-        let (inside, _) = connection(ctx, router, &ip, &ports, true)?;
-        if let Some(external) = dnat_reply(&inside, now) {
-            return translate(ctx, IP_SOURCE, (ip.source, external), ip.protocol, true);
-        }
-    }
     let rule_key = Key::new(
         96,
         SnatRuleKey {
@@ -338,14 +328,32 @@ fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason>
             ip: ip.source,
         },
     );
-    let Some(external) = SNAT_RULES.get(rule_key).map(|rule| rule.external) else {
+    let rule = SNAT_RULES.get(rule_key).map(|rule| rule.external);
+    let unsupported = || match rule {
+        Some(_) => Err(drop_reason::SNAT_UNSUPPORTED),
+        None => Ok(()),
+    };
+    if !whole(&ip) {
+        return unsupported();
+    }
+    let Some(ports) = ports_of(ctx, &ip) else {
+        return unsupported();
+    };
+    let (inside, source_port) = connection(ctx, router, &ip, &ports, true)?;
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // The connection, looked up once: a reply of one a `dnat` rule admitted leaves from the
+    // rule's address; else the SNAT rule's port it has, if it still has one.
+    let session = SNAT_SESSIONS.get_ptr_mut(inside);
+    if let Some(session) = session
+        && let Some(external) = dnat_reply(session, &inside, now)
+    {
+        return translate(ctx, IP_SOURCE, (ip.source, external), ip.protocol, true);
+    }
+    let Some(external) = rule else {
         return Ok(());
     };
-    let ports = ports_of(ctx, &ip)
-        .filter(|_| whole(&ip))
-        .ok_or(drop_reason::SNAT_UNSUPPORTED)?;
-    let (inside, source_port) = connection(ctx, router, &ip, &ports, true)?;
-    let port = match current(&inside, external, now) {
+    let port = match session.and_then(|session| current(session, &inside, external, now)) {
         Some(port) => port,
         None => allocate(&inside, external, now)?,
     };
@@ -353,11 +361,10 @@ fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason>
     set_port(ctx, &ports, ports.source, (source_port, port))
 }
 
-/// The external port of connection `inside` if it has one under `external` whose reply side
-/// still names it (both refreshed to `now`).
+/// The external port of connection `inside` (its `session`) if it has one under `external`
+/// whose reply side still names it (both refreshed to `now`).
 #[inline(always)]
-fn current(inside: &SnatKey, external: u32, now: u64) -> Option<u16> {
-    let session = SNAT_SESSIONS.get_ptr_mut(inside)?;
+fn current(session: *mut SnatSession, inside: &SnatKey, external: u32, now: u64) -> Option<u16> {
     // SAFETY: the pointer is to a map value, valid for this program's run.
     let session = unsafe { &mut *session };
     if session.ip != external {
@@ -372,6 +379,13 @@ fn current(inside: &SnatKey, external: u32, now: u64) -> Option<u16> {
     session.seen_ns = now;
     reply.seen_ns = now;
     Some(session.port)
+}
+
+/// Whether NAT slot `to` (a router and an address) is a FIP's or a `dnat` rule's address, not
+/// an SNAT rule's only.
+#[inline(always)]
+pub fn is_fip_address(to: NeighbourKey) -> bool {
+    get(&NAT_BY_EXTERNAL, to).is_some_and(|target| target.flags & NAT_SNAT_ADDRESS == 0)
 }
 
 /// Whether `ip` (leaving router `router`'s gateway port) is a reply to one of its SNAT's
@@ -391,11 +405,10 @@ fn is_snat_reply(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> bool {
     unsafe { SNAT_REVERSE.get(outside) }.is_some()
 }
 
-/// The external address of connection `inside` when a `dnat` rule admitted it (both sides
-/// still naming each other, refreshed to `now`).
+/// The external address of connection `inside` (its `session`) when a `dnat` rule admitted it
+/// (both sides still naming each other, refreshed to `now`).
 #[inline(always)]
-fn dnat_reply(inside: &SnatKey, now: u64) -> Option<u32> {
-    let session = SNAT_SESSIONS.get_ptr_mut(inside)?;
+fn dnat_reply(session: *mut SnatSession, inside: &SnatKey, now: u64) -> Option<u32> {
     // SAFETY: the pointer is to a map value, valid for this program's run.
     let session = unsafe { &mut *session };
     if session.flags & SNAT_SESSION_DNAT == 0 {

@@ -673,6 +673,13 @@ pub const NAT_CENTRALIZED: u8 = 1;
 /// connection so that only its replies leave from the external address.
 pub const NAT_STATEFUL: u8 = 2;
 
+/// Flag of [`NatTarget::flags`], in [`map::NAT_BY_EXTERNAL`] only, on the active gateway
+/// chassis: the external address of an SNAT rule (no pod: `ip` 0). What the router sends out
+/// of the gateway port to it may be a reply to one of the SNAT's connections, which the gateway
+/// NAT stage's way in gives its pod back (OVN's hairpin); what arrives for it from the provider
+/// network goes there too.
+pub const NAT_SNAT_ADDRESS: u8 = 4;
+
 /// Where a router sends what it routes out of one of its gateway ports
 /// ([`map::GATEWAY_REDIRECTS`], keyed by the router and the port's switch): OVN's `lr_in_gw_redirect` (`outport = "cr-…"`) and the output to the
 /// chassisredirect port. With `remote_ip` 0 the port resides here (this chassis is the active

@@ -103,6 +103,8 @@ struct GatewayKeys {
     snat_rules: Vec<(u32, u32, Prefix)>,
     /// The centralized FIPs' (router, logical) and (router, external) NAT slots.
     fips: Vec<((u32, Ipv4Addr), (u32, Ipv4Addr))>,
+    /// The SNAT rules' (router, external) NAT slots.
+    snat_addresses: Vec<(u32, Ipv4Addr)>,
 }
 
 /// The gateway ports, the fences, their keys and what is installed.
@@ -339,6 +341,9 @@ impl L2State {
         for (logical, external) in &keys.fips {
             self.nat_tables_mark(*logical, *external);
         }
+        for external in &keys.snat_addresses {
+            self.nat_external_mark(*external);
+        }
     }
 
     /// The keys router `router`'s gateway ports `pairs` (gateway port, chassisredirect port)
@@ -387,6 +392,8 @@ impl L2State {
                 .extend(addresses.into_iter().map(|ip| (switch, IpAddr::V4(ip))));
             keys.snat_rules
                 .extend(rules.iter().map(|(prefix, _)| (router, switch, *prefix)));
+            keys.snat_addresses
+                .extend(rules.iter().map(|(_, external)| (router, *external)));
         }
         keys
     }
@@ -425,16 +432,35 @@ impl L2State {
         (router, address): (u32, Ipv4Addr),
         by_logical: bool,
     ) -> Option<NatTarget> {
-        let (gateway, (external, logical)) = self
+        let here: Vec<Gateway<'_>> = self
             .carried_gateways(router)
             .into_iter()
             .filter(|gateway| gateway.residence == Residence::Here)
-            .find_map(|gateway| {
+            .collect();
+        let found =
+            here.iter().find_map(|gateway| {
                 let dnat = self.dnats_of(router, gateway.port).into_iter().find(
                     |&(external, logical)| address == if by_logical { logical } else { external },
                 )?;
                 Some((gateway, dnat))
+            });
+        let Some((gateway, (external, logical))) = found else {
+            // An SNAT rule's address: marked for the gateway NAT stage's hairpin and way in.
+            let gateway = here.iter().find(|gateway| {
+                !by_logical
+                    && self
+                        .snat_rules_of(router, gateway.port)
+                        .iter()
+                        .any(|(_, external)| *external == address)
             })?;
+            return Some(NatTarget {
+                ip: 0,
+                switch: gateway.switch,
+                mac: self.ports.get(gateway.port)?.mac?,
+                flags: ovnbpf_common::NAT_CENTRALIZED | ovnbpf_common::NAT_SNAT_ADDRESS,
+                reserved: 0,
+            });
+        };
         // A `dnat` rule's pod leaves untranslated (its replies by the NAT stage's record).
         let stateful = !self.is_fip(router, gateway.port, (external, logical));
         if by_logical && stateful {

@@ -229,6 +229,12 @@ impl L2State {
         self.nat.by_external_table.mark(external);
     }
 
+    /// Marks NAT slot `external` only (an SNAT rule's address, which the gateway family
+    /// decides).
+    pub(super) fn nat_external_mark(&mut self, external: (u32, Ipv4Addr)) {
+        self.nat.by_external_table.mark(external);
+    }
+
     fn desired_by_external(&self, (router, external): (u32, Ipv4Addr)) -> Option<NatTarget> {
         let local = self
             .nat

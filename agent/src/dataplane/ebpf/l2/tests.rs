@@ -1385,6 +1385,15 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         (external_answer.mac, external_answer.flags),
         (ROUTER_MAC, ARP_ANSWER_PROVIDER)
     );
+    // Its address is a NAT address of the router (for the NAT stage's hairpin and way in).
+    let eip = maps.nat_by_external()[&(9, ip(Ipv4Addr::new(10, 0, 1, 100)))];
+    assert_eq!(
+        (eip.ip, eip.flags),
+        (
+            0,
+            ovnbpf_common::NAT_CENTRALIZED | ovnbpf_common::NAT_SNAT_ADDRESS
+        )
+    );
     state.apply(&IrDiff {
         added: Vec::new(),
         removed: vec![snat],
@@ -1402,6 +1411,7 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
             .flags,
         0
     );
+    assert!(maps.nat_by_external().is_empty());
     assert!(
         !maps
             .arp()
