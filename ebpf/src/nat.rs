@@ -264,16 +264,7 @@ fn enter_router(
         return Ok(crate::router::request(ctx, &request));
     }
     if pod != ip.destination {
-        let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-        translate(
-            ctx,
-            IP_DESTINATION,
-            (ip.destination, pod),
-            ip.protocol,
-            first_fragment,
-        )?;
-        // An error about what the pod sent from the external address.
-        translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
+        to_pod(ctx, ip, pod)?;
     }
     if snat {
         // The active gateway's centralized SNAT first: replies get their pod back.
@@ -286,6 +277,21 @@ fn enter_router(
         magic: ROUTER_REQUEST_MAGIC,
     };
     Ok(crate::router::request(ctx, &request))
+}
+
+/// `ip`'s destination (a FIP's address) becomes `pod`, and so does the source of the packet an
+/// ICMP error quotes (an error about what the pod sent from the external address).
+#[inline(always)]
+pub fn to_pod(ctx: &TcContext, ip: &Ipv4Header, pod: u32) -> Result<(), DropReason> {
+    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+    translate(
+        ctx,
+        IP_DESTINATION,
+        (ip.destination, pod),
+        ip.protocol,
+        first_fragment,
+    )?;
+    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)
 }
 
 /// The answer to an ARP request from the provider network for an address the switch's

@@ -161,16 +161,7 @@ fn egress_loop(
         // A `dnat` rule's (the way in records the connection), or the SNAT's reply.
         return Err(request_in(ctx, router, entry.remote_ip, 0));
     }
-    let pod = target.ip;
-    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-    translate(
-        ctx,
-        IP_DESTINATION,
-        (ip.destination, pod),
-        ip.protocol,
-        first_fragment,
-    )?;
-    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)?;
+    crate::nat::to_pod(ctx, &ip, target.ip)?;
     Ok(Some(RouterRequest {
         router,
         router_ip: entry.remote_ip,
@@ -524,18 +515,18 @@ const QUOTED_OFFSET: usize = L4_OFFSET + 8;
 /// An ICMP error (destination unreachable, time exceeded, parameter problem) about what a
 /// translated connection sent, as Linux's NAT translates a related packet: the error goes to
 /// the pod, quoting the packet as the pod sent it (its address and port; the ICMP checksum and
-/// the quoted checksums with them). Other packets are left alone.
+/// the quoted checksums with them); whether it was one. Other packets are left alone.
 #[inline(always)]
-fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<(), DropReason> {
+fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<bool, DropReason> {
     let kind = ctx.load::<u8>(L4_OFFSET).unwrap_or(0);
     if ip.protocol != IPPROTO_ICMP || !matches!(kind, 3 | 11 | 12) {
-        return Ok(());
+        return Ok(false);
     }
     let Ok(quoted) = ctx.load::<Ipv4Header>(QUOTED_OFFSET) else {
-        return Ok(());
+        return Ok(false);
     };
     if quoted.version_ihl != 0x45 {
-        return Ok(());
+        return Ok(false);
     }
     // The quoted packet's ports (an echo's identifier: its "source port").
     let at = QUOTED_OFFSET + 20;
@@ -543,10 +534,10 @@ fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<(), DropReas
     let (port_at, remote_port) = match quoted.protocol {
         IPPROTO_TCP | IPPROTO_UDP => (at, ctx.load::<u16>(at + 2).unwrap_or(0)),
         IPPROTO_ICMP => (at + 4, u16::from(ctx.load::<u8>(at).unwrap_or(0)) ^ 8),
-        _ => return Ok(()),
+        _ => return Ok(false),
     };
     let Ok(local_port) = ctx.load::<u16>(port_at) else {
-        return Ok(());
+        return Ok(false);
     };
     let outside = SnatKey {
         router,
@@ -559,7 +550,7 @@ fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<(), DropReas
     };
     // SAFETY: the reference is to a map value, read at once.
     let Some(connection) = (unsafe { SNAT_REVERSE.get(outside) }).copied() else {
-        return Ok(());
+        return Ok(false);
     };
     let failed = |_| drop_reason::NAT_FAILED;
     // The quoted port, with the quoted UDP checksum over it (a zero one stays zero; a TCP
@@ -598,7 +589,8 @@ fn related(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> Result<(), DropReas
         (ip.destination, connection.ip),
         ip.protocol,
         true,
-    )
+    )?;
+    Ok(true)
 }
 
 /// The way in: a reply to a translated connection gets the pod's address and port back.
@@ -608,23 +600,35 @@ fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         return Ok(());
     };
     let ip = frame.ip;
-    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 || !whole(&ip) {
+    if u16::from_be(frame.eth.ether_type) != ETH_P_IPV4 {
         return Ok(());
     }
+    // To a `dnat` rule's address, what the stage cannot track goes no further (routed on
+    // untranslated, it would come back here by the hairpin).
+    let to = NeighbourKey {
+        datapath: router,
+        ip: ip.destination,
+    };
+    let dnat = get(&NAT_BY_EXTERNAL, to)
+        .filter(|target| target.flags & NAT_STATEFUL != 0)
+        .map(|target| target.ip);
+    let untracked = || match dnat {
+        Some(_) => Err(drop_reason::SNAT_UNSUPPORTED),
+        None => Ok(()),
+    };
+    if !whole(&ip) {
+        return untracked();
+    }
     let Some(ports) = ports_of(ctx, &ip) else {
-        return related(ctx, router, &ip);
+        if related(ctx, router, &ip)? {
+            return Ok(());
+        }
+        return untracked();
     };
     let (outside, destination_port) = connection(ctx, router, &ip, &ports, false)?;
     let Some(reply) = SNAT_REVERSE.get_ptr_mut(outside) else {
         // A new connection to a `dnat` rule's address.
-        let to = NeighbourKey {
-            datapath: router,
-            ip: ip.destination,
-        };
-        let Some(pod) = get(&NAT_BY_EXTERNAL, to)
-            .filter(|target| target.flags & NAT_STATEFUL != 0)
-            .map(|target| target.ip)
-        else {
+        let Some(pod) = dnat else {
             return Ok(());
         };
         // SAFETY: a helper without arguments.

@@ -734,7 +734,7 @@ impl<'a> Evaluator<'a> {
     }
 
     /// OVN's `lr_out_egr_loop` on the gateway chassis: a packet out of gateway port `hop.port`
-    /// to one of the router's centralized FIP addresses is routed (TTL, the port's MAC, which
+    /// to one of the router's centralized DNAT addresses (a FIP's, a `dnat` rule's) is routed (TTL, the port's MAC, which
     /// `lr_in_arp_resolve` gives a NAT address too), then looped back into the router through
     /// that port, its MACs swapped; `None` for any other packet.
     fn egress_loop<A: Family>(
@@ -758,15 +758,16 @@ impl<'a> Evaluator<'a> {
         packet.eth_src = hop.source_mac;
         packet.eth_dst = hop.source_mac;
         let text = format!(
-            "lr_out_egr_loop: {destination} is a FIP's, back into the router from {}",
+            "lr_out_egr_loop: {destination} is a NAT address, back into the router from {}",
             hop.port
         );
         self.step(trace, dp, text);
         Some(packet)
     }
 
-    /// OVN's `lr_in_dnat` for what enters gateway port `inport`: a centralized FIP's address
-    /// (its gateway chassis bound) or a distributed one's becomes its pod's.
+    /// OVN's `lr_in_dnat` for what enters gateway port `inport`: a centralized DNAT's address
+    /// (a FIP's or a `dnat` rule's, its gateway chassis bound) or a distributed FIP's becomes
+    /// its pod's. (A stateless evaluator: a `dnat` rule's replies are not traced back.)
     pub(super) fn gateway_dnat(
         &self,
         dp: u32,
@@ -793,7 +794,7 @@ impl<'a> Evaluator<'a> {
             _ => None,
         });
         if let Some(pod) = pod {
-            let text = format!("lr_in_dnat: FIP {destination} becomes {pod}");
+            let text = format!("lr_in_dnat: {destination} becomes {pod}");
             *destination = pod;
             self.step(trace, dp, text);
         }

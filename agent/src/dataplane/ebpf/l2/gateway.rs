@@ -7,27 +7,29 @@
 //!   companion leaves by that switch (`GATEWAY_EGRESS`); the provider network's frames to the
 //!   port's MAC enter the router (the FIB entry OVN's resident `ls_in_l2_lkup` flow gives, with
 //!   `FIB_ROUTER_GATEWAY`), and its ARP for the port's address is answered
-//!   (`ARP_ANSWER_PROVIDER`, the resident `lr_in_ip_input` answer); with the router's
+//!   (`ARP_ANSWER_PROVIDER`, the resident `lr_in_ip_input` answer); with the port's
 //!   centralized SNAT rules (`SNAT_RULES`, [`GATEWAY_SNAT`] on the redirect and the egress,
-//!   `FIB_ROUTER_SNAT`: both ways through the gateway NAT stage) and its centralized FIPs (in
-//!   the NAT family's maps, by [`L2State::gateway_fip`]), whose external addresses it answers
-//!   ARP for too; the gratuitous ARPs of a gateway that became active here are collected for
-//!   the node ([`L2State::take_announcements`]);
+//!   `FIB_ROUTER_SNAT`: both ways through the gateway NAT stage; their addresses in
+//!   `NAT_BY_EXTERNAL` with `NAT_SNAT_ADDRESS`, for the stage's hairpin), its centralized FIPs
+//!   (in the NAT family's maps, by [`L2State::gateway_fip`]) and its `dnat` rules (a DNAT
+//!   without its SNAT twin: in `NAT_BY_EXTERNAL` only, with `NAT_STATEFUL`, the NAT stage
+//!   translating the way in and recording the connection so that only its replies leave from
+//!   the rule's address), whose external addresses it answers ARP for too; the gratuitous ARPs
+//!   of a gateway that became active here are collected for the node
+//!   ([`L2State::take_announcements`]);
 //! - on another chassis: routes out of the port are tunnelled there (`GATEWAY_REDIRECTS` with
 //!   its endpoint), from the router port a packet entered by (`GATEWAY_INPORTS`);
-//!   A `dnat` rule (a DNAT without its SNAT twin) is in `NAT_BY_EXTERNAL` only, with
-//!   `NAT_STATEFUL`: the NAT stage translates its way in and records the connection, so that
-//!   only replies leave from its address (and the gateway goes by the NAT stage, as with SNAT);
 //! - nowhere, or the router has centralized NAT on the port the datapath does not carry
 //!   ([`IrEntry::CentralizedNat`](crate::pipeline::ir::IrEntry::CentralizedNat)): no entry, and
 //!   the routes' packets are dropped as `gateway_unsupported`, never forwarded un-NATed.
 //!
-//! Each gateway port of a router (Kube-OVN's `extraExternalSubnets` gives a VPC one per external
-//! subnet) is carried on its own: its redirect keyed by the router and the switch behind it,
-//! its SNAT rules by both too, each active where its own chassisredirect port is, announced by
-//! that port's name. Owns the desired values of the four gateway maps and the state behind them; the FIB entry, the answers and
-//! the FIPs' NAT entries are computed here for the FIB, responder and NAT families. Reads
-//! [`Physical`](super::super::physical::Physical) for where ports are.
+//! Each gateway port of a router (Kube-OVN's `extraExternalSubnets` gives a VPC one per
+//! external subnet) is carried on its own: its redirect keyed by the router and the switch
+//! behind it, its SNAT rules by both too, each active where its own chassisredirect port is,
+//! announced by that port's name. Owns the desired values of the four gateway maps and the
+//! state behind them; the FIB entry, the answers and the NAT entries are computed here for the
+//! FIB, responder and NAT families. Reads [`Physical`](super::super::physical::Physical) for
+//! where ports are.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
