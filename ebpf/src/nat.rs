@@ -279,6 +279,21 @@ fn enter_router(
     Ok(crate::router::request(ctx, &request))
 }
 
+/// `ip`'s source (a FIP's pod) becomes `external`, and so does the destination of the packet
+/// an ICMP error quotes (an error about what the pod received for the external address).
+#[inline(always)]
+pub fn from_pod(ctx: &TcContext, ip: &Ipv4Header, external: u32) -> Result<(), DropReason> {
+    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+    translate(
+        ctx,
+        IP_SOURCE,
+        (ip.source, external),
+        ip.protocol,
+        first_fragment,
+    )?;
+    translate_quoted(ctx, ip.protocol, QUOTED_DESTINATION, ip.source, external)
+}
+
 /// `ip`'s destination (a FIP's address) becomes `pod`, and so does the source of the packet an
 /// ICMP error quotes (an error about what the pod sent from the external address).
 #[inline(always)]

@@ -773,22 +773,7 @@ fn route(
         ));
     }
     if let Some(target) = &nat {
-        let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-        crate::nat::translate(
-            ctx,
-            crate::nat::IP_SOURCE,
-            (ip.source, target.ip),
-            ip.protocol,
-            first_fragment,
-        )?;
-        // An error about what the pod received for the external address.
-        crate::nat::translate_quoted(
-            ctx,
-            ip.protocol,
-            crate::nat::QUOTED_DESTINATION,
-            ip.source,
-            target.ip,
-        )?;
+        crate::nat::from_pod(ctx, &ip, target.ip)?;
     }
     let entry = match entry {
         Ok(entry) => entry,

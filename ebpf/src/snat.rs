@@ -49,9 +49,7 @@ use ovnbpf_common::{
 use crate::{
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame, Ipv4Header},
     maps::{L2_FIB, NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS, get},
-    nat::{
-        IP_DESTINATION, IP_SOURCE, QUOTED_DESTINATION, QUOTED_SOURCE, translate, translate_quoted,
-    },
+    nat::{IP_DESTINATION, IP_SOURCE, QUOTED_SOURCE, translate, translate_quoted},
     stages,
 };
 
@@ -301,15 +299,7 @@ fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason>
     if let Some(fip) = get(&NAT_BY_LOGICAL, from).map(|target| target.ip)
         && !is_fip_address(to)
     {
-        let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-        translate(
-            ctx,
-            IP_SOURCE,
-            (ip.source, fip),
-            ip.protocol,
-            first_fragment,
-        )?;
-        return translate_quoted(ctx, ip.protocol, QUOTED_DESTINATION, ip.source, fip);
+        return crate::nat::from_pod(ctx, &ip, fip);
     }
     let rule_key = Key::new(
         96,
