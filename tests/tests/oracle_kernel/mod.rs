@@ -13,6 +13,13 @@
 //! evaluator models it (MACs, addresses, TTL, ARP/ND fields, L4 kind and ports), read back from
 //! the kernel's bytes with its IPv4 header checksum checked.
 //!
+//! A gateway port's chassisredirect port bound to a chassis is active on this one: what a pod
+//! routes out of it is translated and leaves by the provider NIC here. A case from the external
+//! network ([`KernelReplay::check_from_provider`]) runs `from_provider` with the provider NIC
+//! made the test-run device, on this chassis (the gateway's), or with a distributed FIP's pod
+//! plugged here (its chassis takes the FIP's traffic). The connection tables are not cleared
+//! between cases: what one left behind meets the next, as on a node.
+//!
 //! A Geneve frame to one pod is then received as that pod's chassis would: the same programs,
 //! their tunnel endpoint made the pod's chassis and the pod plugged here on `rcvh`, run
 //! `from_uplink` on it (decapsulation, then the receiver's egress pipeline: egress port
