@@ -283,30 +283,38 @@ fn enter_router(
 /// an ICMP error quotes (an error about what the pod received for the external address).
 #[inline(always)]
 pub fn from_pod(ctx: &TcContext, ip: &Ipv4Header, external: u32) -> Result<(), DropReason> {
-    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-    translate(
+    translate_both(
         ctx,
-        IP_SOURCE,
+        ip,
+        (IP_SOURCE, QUOTED_DESTINATION),
         (ip.source, external),
-        ip.protocol,
-        first_fragment,
-    )?;
-    translate_quoted(ctx, ip.protocol, QUOTED_DESTINATION, ip.source, external)
+    )
 }
 
 /// `ip`'s destination (a FIP's address) becomes `pod`, and so does the source of the packet an
 /// ICMP error quotes (an error about what the pod sent from the external address).
 #[inline(always)]
 pub fn to_pod(ctx: &TcContext, ip: &Ipv4Header, pod: u32) -> Result<(), DropReason> {
-    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
-    translate(
+    translate_both(
         ctx,
-        IP_DESTINATION,
+        ip,
+        (IP_DESTINATION, QUOTED_SOURCE),
         (ip.destination, pod),
-        ip.protocol,
-        first_fragment,
-    )?;
-    translate_quoted(ctx, ip.protocol, QUOTED_SOURCE, ip.destination, pod)
+    )
+}
+
+/// Address `old` of `ip` at `offset` becomes `new`, and so does the one at `quoted` of the
+/// packet an ICMP error quotes.
+#[inline(always)]
+fn translate_both(
+    ctx: &TcContext,
+    ip: &Ipv4Header,
+    (offset, quoted): (usize, usize),
+    (old, new): (u32, u32),
+) -> Result<(), DropReason> {
+    let first_fragment = u16::from_be(ip.fragment) & 0x1fff == 0;
+    translate(ctx, offset, (old, new), ip.protocol, first_fragment)?;
+    translate_quoted(ctx, ip.protocol, quoted, old, new)
 }
 
 /// The answer to an ARP request from the provider network for an address the switch's

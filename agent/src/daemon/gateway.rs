@@ -205,7 +205,7 @@ impl GatewayElection {
                     .collect(),
             );
         }
-        let held_at_start = self.held_at_start.clone().unwrap_or_default();
+        let held_at_start = self.held_at_start.as_ref();
         let roles: BTreeMap<String, Role> = match chassis {
             Some(chassis) => self
                 .redirects
@@ -217,7 +217,8 @@ impl GatewayElection {
                         Role::Standby
                             if holding
                                 && port.chassis == Some(chassis)
-                                && held_at_start.contains(&port.logical_port) =>
+                                && held_at_start
+                                    .is_some_and(|held| held.contains(&port.logical_port)) =>
                         {
                             Role::Active
                         }

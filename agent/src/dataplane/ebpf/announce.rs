@@ -80,7 +80,17 @@ impl Announcer {
             return;
         };
         info!(addresses = ?announcement.addresses, ifindex = announcement.ifindex, "gateway active here: gratuitous ARPs");
-        send(&socket, &announcement);
+        // The frames, built once for the first send and the repeats.
+        let frames: Vec<(Ipv4Addr, Vec<u8>)> = announcement
+            .addresses
+            .iter()
+            .map(|address| {
+                let frame = garp_frame(announcement.mac, *address, announcement.vlan);
+                (*address, frame)
+            })
+            .collect();
+        let ifindex = announcement.ifindex;
+        send(&socket, ifindex, &frames);
         self.withdraw(&gateway);
         let active = Arc::new(AtomicBool::new(true));
         self.repeating.insert(gateway, Arc::clone(&active));
@@ -92,7 +102,7 @@ impl Announcer {
                     if !active.load(Ordering::Relaxed) {
                         return;
                     }
-                    send(&socket, &announcement);
+                    send(&socket, ifindex, &frames);
                 }
             });
         if let Err(error) = repeating {
@@ -129,16 +139,16 @@ impl Drop for Announcer {
     }
 }
 
-/// Sends `announcement`'s frames; failures are logged.
-fn send(socket: &Sender, announcement: &Announcement) {
-    for address in &announcement.addresses {
-        let frame = garp_frame(announcement.mac, *address, announcement.vlan);
-        match socket.send(announcement.ifindex, &frame) {
+/// Sends an announcement's `frames` (each with its address) out of `ifindex`; failures are
+/// logged.
+fn send(socket: &Sender, ifindex: u32, frames: &[(Ipv4Addr, Vec<u8>)]) {
+    for (address, frame) in frames {
+        match socket.send(ifindex, frame) {
             Ok(()) => {
-                debug!(%address, ifindex = announcement.ifindex, "gateway active here: gratuitous ARP sent");
+                debug!(%address, ifindex, "gateway active here: gratuitous ARP sent");
             }
             Err(error) => {
-                warn!(%address, ifindex = announcement.ifindex, %error, "gratuitous ARP not sent");
+                warn!(%address, ifindex, %error, "gratuitous ARP not sent");
             }
         }
     }
