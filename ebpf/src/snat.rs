@@ -29,9 +29,13 @@
 //! (`NAT_BY_EXTERNAL` with `NAT_STATEFUL`: no SNAT twin) is translated on the way in here, not
 //! statelessly: a new connection to its address is recorded both ways ([`admit`], the pod's
 //! side flagged `SNAT_SESSION_DNAT`), and on the way out such a connection's replies leave from
-//! the rule's address before any SNAT rule is looked at. Addresses and ports
-//! in the keys are as in the packet. Reads `SNAT_RULES`, `NAT_BY_LOGICAL`, `NAT_BY_EXTERNAL` and
-//! `L2_FIB`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`.
+//! the rule's address before any SNAT rule is looked at. A VIP of the router's load balancers
+//! (`LB_VIPS` keyed by the router: Kube-OVN's `OvnDnatRule`, OVN's `lr_in_dnat` `ct_lb_mark`)
+//! is admitted the same way, to a backend picked as the switches' balancer picks and its port
+//! ([`balanced`]); its replies leave from the VIP and its port. Addresses and ports in the keys
+//! are as in the packet. Reads `SNAT_RULES`, `NAT_BY_LOGICAL`, `NAT_BY_EXTERNAL`, `L2_FIB`,
+//! `LB_VIPS` and `LB_BACKENDS`; reads and writes `SNAT_SESSIONS` and `SNAT_REVERSE`; counts
+//! balanced connections in `LB_COUNTERS`.
 
 use aya_ebpf::{
     bindings::BPF_F_MARK_MANGLED_0,
@@ -43,12 +47,16 @@ use ovnbpf_common::{
     DropReason, FIB_ROUTER_GATEWAY, FibKey, GatewayRequest, NAT_SNAT_ADDRESS, NAT_STATEFUL,
     NeighbourKey, ROUTER_REQUEST_MAGIC, RouterRequest, SNAT_IDLE_NS, SNAT_IN_REQUEST_MAGIC,
     SNAT_OUT_REQUEST_MAGIC, SNAT_SESSION_DNAT, SnatKey, SnatRuleKey, SnatSession, drop_reason,
+    lb::{LbNatKey, connection_hash, counter, hash_fields, pick},
     stage as slot,
 };
 
 use crate::{
     headers::{ETH_HEADER_LEN, ETH_P_IPV4, Ipv4Frame, Ipv4Header},
-    maps::{L2_FIB, NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES, SNAT_SESSIONS, get},
+    maps::{
+        L2_FIB, LB_COUNTERS, NAT_BY_EXTERNAL, NAT_BY_LOGICAL, SNAT_REVERSE, SNAT_RULES,
+        SNAT_SESSIONS, get,
+    },
     nat::{IP_DESTINATION, IP_SOURCE, QUOTED_SOURCE, translate, translate_quoted},
     stages,
 };
@@ -327,9 +335,10 @@ fn outbound(ctx: &TcContext, router: u32, switch: u32) -> Result<(), DropReason>
     // rule's address; else the SNAT rule's port it has, if it still has one.
     let session = SNAT_SESSIONS.get_ptr_mut(inside);
     if let Some(session) = session
-        && let Some(external) = dnat_reply(session, &inside, now)
+        && let Some((external, port)) = dnat_reply(session, &inside, now)
     {
-        return translate(ctx, IP_SOURCE, (ip.source, external), ip.protocol, true);
+        translate(ctx, IP_SOURCE, (ip.source, external), ip.protocol, true)?;
+        return set_port(ctx, &ports, ports.source, (source_port, port));
     }
     let Some(external) = rule else {
         return Ok(());
@@ -386,10 +395,11 @@ fn is_snat_reply(ctx: &TcContext, router: u32, ip: &Ipv4Header) -> bool {
     unsafe { SNAT_REVERSE.get(outside) }.is_some()
 }
 
-/// The external address of connection `inside` (its `session`) when a `dnat` rule admitted it
-/// (both sides still naming each other, refreshed to `now`).
+/// The external address and port (as in the packet) of connection `inside` (its `session`)
+/// when a `dnat` rule or a load balancer admitted it (both sides still naming each other,
+/// refreshed to `now`).
 #[inline(always)]
-fn dnat_reply(session: *mut SnatSession, inside: &SnatKey, now: u64) -> Option<u32> {
+fn dnat_reply(session: *mut SnatSession, inside: &SnatKey, now: u64) -> Option<(u32, u16)> {
     // SAFETY: the pointer is to a map value, valid for this program's run.
     let session = unsafe { &mut *session };
     if session.flags & SNAT_SESSION_DNAT == 0 {
@@ -403,21 +413,23 @@ fn dnat_reply(session: *mut SnatSession, inside: &SnatKey, now: u64) -> Option<u
     }
     session.seen_ns = now;
     reply.seen_ns = now;
-    Some(session.ip)
+    Some((session.ip, session.port))
 }
 
-/// A new connection from outside to `dnat` rule address `outside.local_ip`, for pod `pod`:
-/// recorded both ways (the pod's side flagged [`SNAT_SESSION_DNAT`]), the port kept.
+/// A new connection from outside to `outside.local_ip` (a `dnat` rule's address, a VIP), for
+/// pod `pod` and its port `pod_port` (as in the packet): recorded both ways (the pod's side
+/// flagged [`SNAT_SESSION_DNAT`]).
 #[inline(always)]
-fn admit(outside: &SnatKey, pod: u32, now: u64) -> Result<(), DropReason> {
+fn admit(outside: &SnatKey, (pod, pod_port): (u32, u16), now: u64) -> Result<(), DropReason> {
     let inside = SnatKey {
         local_ip: pod,
+        local_port: pod_port,
         remote_port: other_side(outside),
         ..*outside
     };
     let reply = SnatSession {
         ip: pod,
-        port: outside.local_port,
+        port: pod_port,
         flags: 0,
         seen_ns: now,
     };
@@ -454,6 +466,49 @@ fn other_side(key: &SnatKey) -> u16 {
     } else {
         key.remote_port
     }
+}
+
+/// The backend (address and port, as in the packet) a new connection from outside (its key
+/// `outside`) to a VIP of router `router`'s load balancers goes to, picked as the switches'
+/// balancer picks (a hash of the VIP's fields, [`crate::lb::vip_of`]); `None` when the
+/// destination is no VIP; a VIP without backends drops it (OVN's `drop;`).
+#[inline(always)]
+fn balanced(router: u32, outside: &SnatKey) -> Result<Option<(u32, u16)>, DropReason> {
+    // An echo has no port: only a VIP without one takes it.
+    let (source_port, destination_port, protocol) = if outside.protocol == IPPROTO_ICMP {
+        (0, 0, 0)
+    } else {
+        (
+            u16::from_be(outside.remote_port),
+            u16::from_be(outside.local_port),
+            outside.protocol,
+        )
+    };
+    let Some(vip) = crate::lb::vip_of(router, outside.local_ip, destination_port, protocol) else {
+        return Ok(None);
+    };
+    if vip.count == 0 {
+        return Err(drop_reason::LB_NO_BACKENDS);
+    }
+    let key = LbNatKey {
+        datapath: router,
+        port: 0,
+        source: outside.remote_ip,
+        destination: outside.local_ip,
+        source_port,
+        destination_port,
+        protocol: outside.protocol,
+        direction: 0,
+        padding: 0,
+    };
+    let picked = pick(connection_hash(hash_fields(vip.flags), &key), vip.count);
+    let backend = crate::lb::backend_at(vip.group, picked)?;
+    crate::counters::bump(&LB_COUNTERS, counter::BALANCED);
+    let port = match backend.port {
+        0 => outside.local_port,
+        port => port.to_be(),
+    };
+    Ok(Some((backend.ip, port)))
 }
 
 /// Gives connection `inside` an external port under `external`: its own where that is free
@@ -599,12 +654,17 @@ fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         datapath: router,
         ip: ip.destination,
     };
+    // The rule's pod, 0 for none (an `Option` kept across the branches below leaves its
+    // payload uninitialized where it is `None`, which the verifier refuses to spill).
     let dnat = get(&NAT_BY_EXTERNAL, to)
         .filter(|target| target.flags & NAT_STATEFUL != 0)
-        .map(|target| target.ip);
-    let untracked = || match dnat {
-        Some(_) => Err(drop_reason::SNAT_UNSUPPORTED),
-        None => Ok(()),
+        .map_or(0, |target| target.ip);
+    let untracked = || {
+        if dnat != 0 {
+            Err(drop_reason::SNAT_UNSUPPORTED)
+        } else {
+            Ok(())
+        }
     };
     if !whole(&ip) {
         return untracked();
@@ -617,19 +677,26 @@ fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
     };
     let (outside, destination_port) = connection(ctx, router, &ip, &ports, false)?;
     let Some(reply) = SNAT_REVERSE.get_ptr_mut(outside) else {
-        // A new connection to a `dnat` rule's address.
-        let Some(pod) = dnat else {
-            return Ok(());
+        // A new connection to a `dnat` rule's address (its port kept), or to a VIP of the
+        // router's load balancers.
+        let (pod, pod_port) = if dnat != 0 {
+            (dnat, destination_port)
+        } else {
+            match balanced(router, &outside)? {
+                Some(backend) => backend,
+                None => return Ok(()),
+            }
         };
         // SAFETY: a helper without arguments.
-        admit(&outside, pod, unsafe { bpf_ktime_get_ns() })?;
-        return translate(
+        admit(&outside, (pod, pod_port), unsafe { bpf_ktime_get_ns() })?;
+        translate(
             ctx,
             IP_DESTINATION,
             (ip.destination, pod),
             ip.protocol,
             true,
-        );
+        )?;
+        return set_port(ctx, &ports, ports.destination, (destination_port, pod_port));
     };
     // SAFETY: the pointer is to a map value, valid for this program's run.
     let reply = unsafe { &mut *reply };

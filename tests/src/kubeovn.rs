@@ -1251,6 +1251,23 @@ impl Topology {
         self.add(&["--may-exist", "lr-lb-add", vpc, name])
     }
 
+    /// An `OvnDnatRule` `name` on router `vpc`, as kube-ovn-controller's `AddDnatRule` writes
+    /// it: a load balancer of its own, named after the rule, of `protocol` (tcp, udp), with VIP
+    /// `eip:external_port` → `ip:internal_port`, attached to the router (`lr-lb-add`).
+    pub fn ovn_dnat_rule(
+        &mut self,
+        vpc: &str,
+        name: &str,
+        (eip, external_port): (Ipv4Addr, u16),
+        (ip, internal_port): (Ipv4Addr, u16),
+        protocol: &str,
+    ) -> &mut Self {
+        let vip = format!("{eip}:{external_port}");
+        let backend = format!("{ip}:{internal_port}");
+        self.load_balancer(name, &vip, &backend, protocol)
+            .router_load_balancer(vpc, name)
+    }
+
     /// A NAT rule on router `vpc` (Kube-OVN's OVN-native SNAT / EIP): `kind` snat, dnat or
     /// dnat_and_snat, from `logical` (an IP or, for SNAT, a CIDR) to `external`.
     pub fn nat(&mut self, vpc: &str, kind: &str, external: &str, logical: &str) -> &mut Self {

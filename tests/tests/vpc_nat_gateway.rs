@@ -365,13 +365,30 @@ impl Asker {
 /// Connects from `external` to `fip`'s TCP port, which `pod` listens on; the peer address the
 /// pod's side of the connection has, after a byte each way.
 fn peer_of_connection_through_fip(pod: &Pod, external: &Netns, fip: Ipv4Addr) -> Option<Ipv4Addr> {
+    peer_of_connection_to(
+        pod,
+        FIP_TCP_PORT,
+        external,
+        SocketAddr::from((fip, FIP_TCP_PORT)),
+    )
+}
+
+/// Connects from `external` to `target`, which reaches `pod` listening on TCP port `port`; the
+/// peer address the pod's side of the connection has, after a byte each way (`None` when the
+/// connection or the exchange failed: the client takes only answers from `target`).
+fn peer_of_connection_to(
+    pod: &Pod,
+    port: u16,
+    external: &Netns,
+    target: SocketAddr,
+) -> Option<Ipv4Addr> {
     let listener = pod
         .netns()
-        .run_in(|| Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, FIP_TCP_PORT))?))
+        .run_in(|| Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))?))
         .ok()?;
     listener.set_nonblocking(true).ok()?;
     let accepting = std::thread::spawn(move || echo_one_byte(&listener));
-    let exchanged = exchange_one_byte(external, SocketAddr::from((fip, FIP_TCP_PORT)));
+    let exchanged = exchange_one_byte(external, target);
     let peer = accepting.join().ok()?;
     exchanged.ok()?;
     peer
@@ -1325,6 +1342,116 @@ fn a_vpc_with_two_gateway_ports_leaves_by_each() {
         assert_pings_leave_by(nodes, (pod, name), (EXTERNAL_HOST, 0), logs);
         assert_pings_leave_by(nodes, (pod, name), (EXTERNAL2_HOST, 1), logs);
     }
+}
+
+/// Kube-OVN's `OvnDnatRule`s: a load balancer per rule on the VPC's router (`lr-lb-add`), its VIP
+/// an EIP's port, balanced by the gateway chassis (node1; OVN's `lr_in_dnat` `ct_lb_mark` where
+/// the chassisredirect port resides). The external host reaches l1 (on the gateway node) and
+/// l2 (on node2, its replies tunnelled to the gateway) through the EIP's ports, TCP and UDP:
+/// each pod sees the external host itself, the host's connected sockets take the answers only
+/// from the EIP and the port it dialled (the replies translated back, port included). A port
+/// no rule names is not answered; the subnet's SNAT goes on beside the rules on the same
+/// gateway. A rule removed takes its VIP away: new connections are no longer answered.
+const DNAT_PODS: [PodPlan; 2] = [
+    ("l1", "subnet-l", 0, Ipv4Addr::new(10, 86, 1, 2)),
+    ("l2", "subnet-l", 1, Ipv4Addr::new(10, 86, 1, 3)),
+];
+/// The EIP the rules publish the pods' ports on.
+const DNAT_EIP: Ipv4Addr = Ipv4Addr::new(172, 30, 0, 110);
+
+#[test]
+fn ovn_dnat_rules_publish_pods_ports_through_the_gateway() {
+    let two = &TwoNodes::start();
+    let lab = &two.lab;
+    let SnatVpc {
+        pods,
+        agents,
+        external,
+        ..
+    } = &snat_vpc(two, ("vpc-l", "subnet-l", "10.86.1.0/24"), &DNAT_PODS);
+    let logs = || agents.logs();
+    let (l1, l2) = (&pods[0], &pods[1]);
+    let (l1_ip, l2_ip) = (DNAT_PODS[0].3, DNAT_PODS[1].3);
+    Topology::new()
+        .ovn_dnat_rule("vpc-l", "dnat-l1", (DNAT_EIP, 8080), (l1_ip, 80), "tcp")
+        .ovn_dnat_rule("vpc-l", "dnat-l2", (DNAT_EIP, 9090), (l2_ip, 90), "tcp")
+        .ovn_dnat_rule("vpc-l", "dnat-l2-udp", (DNAT_EIP, 5353), (l2_ip, 53), "udp")
+        .apply(lab)
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || scenario::bound_to(
+            lab,
+            "cr-vpc-l-external",
+            scenario::NODES[0]
+        )),
+        "the gateway is not held by node1{}",
+        logs()
+    );
+    let to = |port| SocketAddr::from((DNAT_EIP, port));
+    let reached = wait_until(Duration::from_secs(10), || {
+        peer_of_connection_to(l1, 80, external.netns(), to(8080)) == Some(EXTERNAL_HOST)
+    });
+    assert!(reached, "EIP:8080 does not reach l1:80{}", logs());
+    assert_eq!(
+        peer_of_connection_to(l2, 90, external.netns(), to(9090)),
+        Some(EXTERNAL_HOST),
+        "EIP:9090 does not reach l2:90 (on the other node){}",
+        logs()
+    );
+    // UDP: l2 answers on :53 with the address it saw; the host's socket is connected to the
+    // EIP's port 5353, so only a reply from there is taken.
+    let server = l2
+        .netns()
+        .run_in(|| Ok(UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 53))?))
+        .unwrap();
+    let answering = std::thread::spawn(move || {
+        server.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut buffer = [0u8; 16];
+        let (_, peer) = server.recv_from(&mut buffer).ok()?;
+        server.send_to(peer.ip().to_string().as_bytes(), peer).ok()
+    });
+    let client = external
+        .netns()
+        .run_in(|| Ok(UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?))
+        .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    client.connect(to(5353)).unwrap();
+    client.send(b"who").unwrap();
+    let mut answer = [0u8; 64];
+    let length = client.recv(&mut answer).unwrap_or(0);
+    assert_eq!(
+        std::str::from_utf8(&answer[..length]).ok(),
+        Some(EXTERNAL_HOST.to_string().as_str()),
+        "EIP:5353/udp → l2:53{}",
+        logs()
+    );
+    answering.join().unwrap();
+    // A port no rule names is not answered; the SNAT beside the rules still works.
+    assert!(
+        exchange_one_byte(external.netns(), to(7070)).is_err(),
+        "EIP:7070 answered"
+    );
+    assert_eq!(
+        source_seen_from(l2),
+        Some(SNAT_EIP),
+        "l2 leaves as the SNAT address"
+    );
+    // The rule removed (kube-ovn-controller's `DelDnatRule`: the VIP out of the balancer).
+    lab.nbctl(&["lb-del", "dnat-l1", &to(8080).to_string()])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || peer_of_connection_to(
+            l1,
+            80,
+            external.netns(),
+            to(8080)
+        )
+        .is_none()),
+        "EIP:8080 still reaches l1 after the rule's removal{}",
+        logs()
+    );
 }
 
 /// A dedicated gateway node (Kube-OVN's `external-gw` nodes are often infrastructure nodes):

@@ -278,6 +278,14 @@ impl L2State {
             | IrEntry::PortGroupMember { .. } => self.take_acl(entry, added),
             IrEntry::LoadBalancer { datapath, vip } => self.take_lb_vip(*datapath, vip, added),
             IrEntry::LbHairpin { datapath } => self.take_lb_hairpin(*datapath, added),
+            IrEntry::RouterLoadBalancer {
+                datapath,
+                redirect,
+                vip,
+            } => {
+                self.take_router_lb_vip(*datapath, vip, added);
+                self.take_router_vip(*datapath, redirect, vip.vip, added);
+            }
             IrEntry::DistributedNat {
                 datapath,
                 gateway_port,

@@ -113,7 +113,7 @@ fn zeroes(action: &Action, register: &str, bit_number: u32) -> bool {
 }
 
 /// `backends=IP[:PORT],…[; hash_fields="f,…"]` → the backends and the hash fields.
-fn balance_arguments(tokens: &[Token]) -> Option<(Vec<LbBackend>, Vec<LbHashField>)> {
+pub(super) fn balance_arguments(tokens: &[Token]) -> Option<(Vec<LbBackend>, Vec<LbHashField>)> {
     let mut parts = tokens.split(|token| matches!(token, Token::Punct(";")));
     let backends = parts.next()?;
     let [Token::Id(name), Token::Punct("="), list @ ..] = backends else {

@@ -14,6 +14,7 @@ mod nat;
 mod policy;
 mod router;
 mod router_advert;
+mod router_lb;
 mod switch;
 #[cfg(test)]
 mod tests;
@@ -166,13 +167,17 @@ pub fn is_bare_destination(match_: &Expr) -> bool {
     matches!(conjuncts(match_).as_slice(), [term] if compare_eq(term).is_some_and(|(f, _)| plain(f, "ip4.dst")))
 }
 
-/// Classifies `flow`, which applies only where a chassisredirect port is active: a centralized
-/// SNAT rule's flows are carried ([`IrEntry::CentralizedSnat`]); the others are neutral (what
+/// Classifies `flow`, which applies only where chassisredirect port `redirect` is active: a
+/// router load balancer's VIP ([`IrEntry::RouterLoadBalancer`]) and a centralized SNAT rule's
+/// flows are carried ([`IrEntry::CentralizedSnat`]); the others are neutral (what
 /// the gateway chassis does for the port is the backend's; see `compile/gateway.rs`).
 #[must_use]
-pub fn classify_resident(flow: &Flow<'_>) -> Class {
+pub fn classify_resident(flow: &Flow<'_>, redirect: &str) -> Class {
     let terms = conjuncts(flow.match_);
-    nat::centralized(flow.datapath, flow.stage, &terms, flow.actions).unwrap_or(Class::Neutral)
+    let dp = flow.datapath;
+    router_lb::resident(dp, flow.stage, &terms, flow.actions, redirect)
+        .or_else(|| nat::centralized(dp, flow.stage, &terms, flow.actions))
+        .unwrap_or(Class::Neutral)
 }
 
 /// Classifies `flow`.
@@ -208,9 +213,9 @@ pub fn classify(flow: &Flow<'_>) -> Class {
     };
     // A distributed NAT rule's flows (in stages whose other flows their classifiers know).
     match class {
-        Class::Unsupported(_) => {
-            nat::classify(dp, flow.stage, &terms, flow.actions).unwrap_or(class)
-        }
+        Class::Unsupported(_) => nat::classify(dp, flow.stage, &terms, flow.actions)
+            .or_else(|| router_lb::carried(flow.stage, &terms, flow.actions))
+            .unwrap_or(class),
         class => class,
     }
 }

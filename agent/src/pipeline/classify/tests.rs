@@ -825,13 +825,16 @@ fn a_centralized_snat_rules_resident_flows() {
         ))
         .unwrap();
         let actions = parse_actions(actions).unwrap();
-        classify_resident(&Flow {
-            datapath: 7,
-            stage,
-            priority: 153,
-            match_: &match_,
-            actions: &actions,
-        })
+        classify_resident(
+            &Flow {
+                datapath: 7,
+                stage,
+                priority: 153,
+                match_: &match_,
+                actions: &actions,
+            },
+            "cr-vpc-ext-external",
+        )
     };
     let source = r#"ip && ip4.src == 10.60.1.0/24 && outport == "vpc-ext-external""#;
     assert_eq!(
@@ -914,4 +917,164 @@ fn a_centralized_snat_rules_resident_flows() {
             "{stage} {match_}"
         );
     }
+}
+
+/// A router load balancer's flows (Kube-OVN's `OvnDnatRule`s `172.30.0.110:8080` → l1
+/// `10.86.1.2:80` and a UDP one, on gateway port vpc-l-external) as northd 23.03 writes them,
+/// with `ct_mark` and, for chassis that do not advertise `ct_lb_mark`, `ct_label`: the VIP where
+/// the gateway resides is the entry; the defrag lookup, the established and related flows,
+/// the replies' reverse and the hairpin mark compile to nothing more; other actions on a VIP
+/// fence the gateway; the VIP's ARP answer on another port is a side duty.
+#[test]
+fn a_router_load_balancers_flows_compile_to_its_vips() {
+    let redirect = "cr-vpc-l-external";
+    let resident = |stage: &str, match_: &str, actions: &str| {
+        let match_ =
+            parse_match(&format!(r#"{match_} && is_chassis_resident("{redirect}")"#)).unwrap();
+        let actions = parse_actions(actions).unwrap();
+        let flow = Flow {
+            datapath: 7,
+            stage,
+            priority: 120,
+            match_: &match_,
+            actions: &actions,
+        };
+        classify_resident(&flow, redirect)
+    };
+    let vip = |port, protocol, backend: (Ipv4Addr, u16)| {
+        Class::Compiled(vec![IrEntry::RouterLoadBalancer {
+            datapath: 7,
+            redirect: redirect.into(),
+            vip: Box::new(crate::pipeline::ir::LbVip {
+                vip: Ipv4Addr::new(172, 30, 0, 110),
+                port: Some(port),
+                protocol: Some(protocol),
+                backends: vec![crate::pipeline::ir::LbBackend {
+                    ip: backend.0,
+                    port: Some(backend.1),
+                }],
+                hash_fields: Vec::new(),
+                reject: false,
+            }),
+        }])
+    };
+    let new = "ct.new && !ct.rel && ip4 && ip4.dst == 172.30.0.110";
+    for keyword in ["ct_lb_mark", "ct_lb"] {
+        assert_eq!(
+            resident(
+                "lr_in_dnat",
+                &format!("{new} && tcp && tcp.dst == 8080"),
+                &format!("{keyword}(backends=10.86.1.2:80);")
+            ),
+            vip(
+                8080,
+                crate::pipeline::ir::LbProtocol::Tcp,
+                (Ipv4Addr::new(10, 86, 1, 2), 80)
+            )
+        );
+    }
+    assert_eq!(
+        resident(
+            "lr_in_dnat",
+            &format!("{new} && udp && udp.dst == 5353"),
+            "ct_lb_mark(backends=10.86.1.3:53);"
+        ),
+        vip(
+            5353,
+            crate::pipeline::ir::LbProtocol::Udp,
+            (Ipv4Addr::new(10, 86, 1, 3), 53)
+        )
+    );
+    // Options the datapath does not carry (force SNAT), and backends without the VIP's port:
+    // the gateway is fenced.
+    let fence = Class::Compiled(vec![IrEntry::CentralizedNat {
+        datapath: 7,
+        redirect: redirect.into(),
+    }]);
+    for actions in [
+        "flags.force_snat_for_lb = 1; ct_lb_mark(backends=10.86.1.2:80);",
+        "ct_lb_mark(backends=10.86.1.2);",
+    ] {
+        assert_eq!(
+            resident(
+                "lr_in_dnat",
+                &format!("{new} && tcp && tcp.dst == 8080"),
+                actions
+            ),
+            fence,
+            "{actions}"
+        );
+    }
+    assert_eq!(
+        resident(
+            "lr_out_undnat",
+            r#"ip4 && ((ip4.src == 10.86.1.2 && tcp.src == 80) || (ip4.src == 10.86.1.3 && tcp.src == 80)) && outport == "vpc-l-external""#,
+            "ct_dnat_in_czone;"
+        ),
+        Class::Compiled(Vec::new())
+    );
+    for mark in ["ct_mark", "ct_label"] {
+        for (stage, match_, actions) in [
+            (
+                "lr_in_defrag",
+                "ip && ip4.dst == 172.30.0.110".to_string(),
+                "ct_dnat;",
+            ),
+            (
+                "lr_in_dnat",
+                format!("ct.est && !ct.rel && !ct.new && {mark}.natted && {mark}.force_snat == 1"),
+                "flags.force_snat_for_lb = 1; next;",
+            ),
+            (
+                "lr_in_dnat",
+                format!("ct.rel && !ct.est && !ct.new && {mark}.skip_snat == 1"),
+                "flags.skip_snat_for_lb = 1; ct_commit_nat;",
+            ),
+            (
+                "lr_in_dnat",
+                "ct.rel && !ct.est && !ct.new".to_string(),
+                "ct_commit_nat;",
+            ),
+            (
+                "lr_out_chk_dnat_local",
+                format!("ip && {mark}.natted == 1"),
+                "reg9[4] = 1; next;",
+            ),
+        ] {
+            assert_eq!(
+                class(stage, 50, &match_, actions),
+                Class::Compiled(Vec::new()),
+                "{stage} {match_}"
+            );
+        }
+    }
+    // Passing established connections on is what the datapath does anyway.
+    assert_eq!(
+        class(
+            "lr_in_dnat",
+            50,
+            "ct.est && !ct.rel && !ct.new && ct_mark.natted",
+            "next;"
+        ),
+        Class::Neutral
+    );
+    // Not a balanced connection's: a new one balanced without residence stays unsupported.
+    assert!(matches!(
+        class(
+            "lr_in_dnat",
+            120,
+            &format!("{new} && tcp && tcp.dst == 8080"),
+            "ct_lb_mark(backends=10.86.1.2:80);"
+        ),
+        Class::Unsupported(_)
+    ));
+    assert!(matches!(
+        class(
+            "lr_in_ip_input",
+            90,
+            r#"inport == "vpc-l-subnet-l" && arp.op == 1 && arp.tpa == {172.30.0.110}"#,
+            "eth.dst = eth.src; eth.src = xreg0[0..47]; arp.op = 2; /* ARP reply */ arp.tha = arp.sha; arp.sha = xreg0[0..47]; arp.tpa <-> arp.spa; outport = inport; flags.loopback = 1; output;"
+        ),
+        Class::SideDuty { .. }
+    ));
 }

@@ -344,17 +344,21 @@ impl Compiler {
                     .then(|| gateway::redirect_port(sb, &classify::resident_ports(&match_)))
                     .flatten()
                     .map(str::to_string);
-                let needs_redirect_port = redirect_port.is_some();
                 for datapath in datapaths {
                     let class = match &expanded {
                         // Installed by ovn-controller only where the port resides.
-                        Ok(()) if needs_redirect_port => classify::classify_resident(&Flow {
-                            datapath,
-                            stage: &stage,
-                            priority: flow.priority,
-                            match_: &match_,
-                            actions: &actions,
-                        }),
+                        Ok(()) if let Some(redirect) = &redirect_port => {
+                            classify::classify_resident(
+                                &Flow {
+                                    datapath,
+                                    stage: &stage,
+                                    priority: flow.priority,
+                                    match_: &match_,
+                                    actions: &actions,
+                                },
+                                redirect,
+                            )
+                        }
                         Ok(()) => classify::classify(&Flow {
                             datapath,
                             stage: &stage,

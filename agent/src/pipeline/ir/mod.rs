@@ -248,6 +248,16 @@ pub enum IrEntry {
         external: Ipv4Addr,
         logical: Ipv4Addr,
     },
+    /// A VIP of router `datapath`'s load balancers (`lr_in_dnat`'s `ct_lb_mark`, Kube-OVN's
+    /// `OvnDnatRule`), balanced where the gateway's chassisredirect port `redirect` is active:
+    /// a new connection entering the gateway port for the VIP goes to one of its backends (none:
+    /// dropped), its replies leave from the VIP again, and the gateway answers ARP for the VIP
+    /// there. Elsewhere it does nothing (the traffic goes to the gateway chassis).
+    RouterLoadBalancer {
+        datapath: u32,
+        redirect: String,
+        vip: Box<LbVip>,
+    },
     /// A distributed NAT rule (`dnat_and_snat` with `logical_port` and `external_mac`: a FIP
     /// handled on its pod's chassis): where `logical_port` resides, what `logical_ip` sends out
     /// of gateway port `gateway_port` leaves from `external_ip` and `external_mac`, what enters
@@ -713,6 +723,7 @@ impl IrEntry {
             | IrEntry::CentralizedNat { datapath, .. }
             | IrEntry::CentralizedSnat { datapath, .. }
             | IrEntry::CentralizedDnat { datapath, .. }
+            | IrEntry::RouterLoadBalancer { datapath, .. }
             | IrEntry::DistributedNat { datapath, .. }
             | IrEntry::Route { datapath, .. }
             | IrEntry::EcmpRoute { datapath, .. }

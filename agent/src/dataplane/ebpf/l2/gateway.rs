@@ -14,7 +14,9 @@
 //!   (in the NAT family's maps, by [`L2State::gateway_fip`]) and its `dnat` rules (a DNAT
 //!   without its SNAT twin: in `NAT_BY_EXTERNAL` only, with `NAT_STATEFUL`, the NAT stage
 //!   translating the way in and recording the connection so that only its replies leave from
-//!   the rule's address), whose external addresses it answers ARP for too; the gratuitous ARPs
+//!   the rule's address) and its load balancers' VIPs (their `LB_VIPS` entries, the lb
+//!   family's: the NAT stage balances new connections to them and records each), whose
+//!   addresses it answers ARP for too; the gratuitous ARPs
 //!   of a gateway that became active here are collected for the node
 //!   ([`L2State::take_announcements`]);
 //! - on another chassis: routes out of the port are tunnelled there (`GATEWAY_REDIRECTS` with
@@ -120,6 +122,9 @@ pub(super) struct GatewayState {
     snat: HashMap<u32, BTreeMap<(String, Prefix), Ipv4Addr>>,
     /// Router → its centralized DNATs: (gateway port, external address) → logical address.
     dnat: HashMap<u32, BTreeMap<(String, Ipv4Addr), Ipv4Addr>>,
+    /// Router → its load balancers' VIP addresses by chassisredirect port: (redirect, address)
+    /// → how many VIPs (ports, protocols) the address has.
+    vips: HashMap<u32, BTreeMap<(String, Ipv4Addr), usize>>,
     keys: HashMap<u32, GatewayKeys>,
     /// The FIB and answer keys (their switch names the port) back to their router.
     fib_keys: HashMap<(u32, Mac), u32>,
@@ -239,6 +244,43 @@ impl L2State {
         let key = (gateway_port.to_string(), external);
         take_rule(&mut self.gateway.dnat, router, key, logical, added);
         self.mark_gateway(router);
+    }
+
+    /// Takes in (or out) a VIP at `address` of router `router`'s load balancers, balanced where
+    /// chassisredirect port `redirect` is active.
+    pub(super) fn take_router_vip(
+        &mut self,
+        router: u32,
+        redirect: &str,
+        address: Ipv4Addr,
+        added: bool,
+    ) {
+        let of_router = self.gateway.vips.entry(router).or_default();
+        let key = (redirect.to_string(), address);
+        if added {
+            *of_router.entry(key).or_default() += 1;
+        } else if let Some(count) = of_router.get_mut(&key) {
+            *count -= 1;
+            if *count == 0 {
+                of_router.remove(&key);
+            }
+        }
+        if of_router.is_empty() {
+            self.gateway.vips.remove(&router);
+        }
+        self.mark_gateway(router);
+    }
+
+    /// Router `router`'s VIP addresses balanced where `redirect` is active.
+    fn vips_of(&self, router: u32, redirect: &str) -> Vec<Ipv4Addr> {
+        self.gateway
+            .vips
+            .get(&router)
+            .into_iter()
+            .flatten()
+            .filter(|((of, _), _)| of == redirect)
+            .map(|((_, address), _)| *address)
+            .collect()
     }
 
     /// Marks the gateway slots of the routers `port` can matter to: its own router's, and
@@ -389,6 +431,7 @@ impl L2State {
                 .into_iter()
                 .chain(rules.iter().map(|(_, external)| *external))
                 .chain(dnats.iter().map(|(external, _)| *external))
+                .chain(self.vips_of(router, redirect))
                 .collect();
             keys.answers
                 .extend(addresses.into_iter().map(|ip| (switch, IpAddr::V4(ip))));
@@ -494,11 +537,12 @@ impl L2State {
             .collect()
     }
 
-    /// Whether router `router`'s gateway is active here with SNAT rules or `dnat` rules (the
-    /// NAT stage's, which records their connections).
+    /// Whether router `router`'s gateway is active here with SNAT rules, `dnat` rules or load
+    /// balancers (the NAT stage's, which records their connections).
     fn snat_here(&self, router: u32, gateway: &Gateway<'_>) -> bool {
         gateway.residence == Residence::Here
             && (!self.snat_rules_of(router, gateway.port).is_empty()
+                || !self.vips_of(router, gateway.redirect).is_empty()
                 || self
                     .dnats_of(router, gateway.port)
                     .into_iter()
@@ -712,6 +756,7 @@ impl L2State {
                             .into_iter()
                             .map(|(external, _)| external),
                     )
+                    .chain(self.vips_of(router, gateway.redirect))
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();

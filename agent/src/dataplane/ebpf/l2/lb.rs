@@ -254,6 +254,27 @@ impl L2State {
         lb.switch_table.mark(datapath);
     }
 
+    /// A VIP of router `datapath` (balanced by the gateway NAT stage where its gateway is
+    /// active) is added or removed: its `LB_VIPS` entry and backend group only (no switch
+    /// balances it).
+    pub(super) fn take_router_lb_vip(&mut self, datapath: u32, vip: &LbVip, added: bool) {
+        let key = LbState::key(datapath, vip);
+        let lb = &mut self.lb;
+        if added {
+            if let Some(old) = lb.vips.insert(key, vip.clone()) {
+                lb.release(&old.backends);
+            }
+            lb.acquire(&vip.backends);
+        } else {
+            if lb.vips.get(&key) != Some(vip) {
+                return;
+            }
+            lb.vips.remove(&key);
+            lb.release(&vip.backends);
+        }
+        lb.vip_table.mark(key);
+    }
+
     /// Switch `datapath` has the hairpin stages (or no longer has).
     pub(super) fn take_lb_hairpin(&mut self, datapath: u32, added: bool) {
         let lb = &mut self.lb;

@@ -1250,8 +1250,9 @@ fn gateway_router(chassis: Option<&str>) -> Vec<IrEntry> {
 /// its routes are tunnelled there (the chassis's endpoint, the port's key, the router ports
 /// packets enter by); here, they go on to the switch, what others tunnel to the port leaves by
 /// that switch, the provider network's frames to its MAC enter the router and its address is
-/// answered to the provider network; with a centralized SNAT rule or a `dnat` rule, the NAT
-/// stage both ways; fenced by centralized NAT, or unbound, nothing.
+/// answered to the provider network; with a centralized SNAT rule, a `dnat` rule or a router
+/// load balancer's VIP, the NAT stage both ways; fenced by centralized NAT, or unbound,
+/// nothing.
 #[test]
 fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
     use ovnbpf_common::{
@@ -1469,6 +1470,68 @@ fn a_gateway_port_is_carried_where_its_chassisredirect_port_is_active() {
         0
     );
     assert!(!maps.arp().contains_key(&(DP, ip(dnat_ip))));
+
+    // A router load balancer's VIP (an `OvnDnatRule`): its LB_VIPS entry keyed by the router
+    // (no switch's VIP address: LB_ADDRESSES and LB_SWITCHES untouched), the NAT stage asked
+    // for both ways, the VIP answered with the port's MAC; all gone with it.
+    let vip_ip = Ipv4Addr::new(10, 0, 1, 110);
+    let router_vip = IrEntry::RouterLoadBalancer {
+        datapath: 9,
+        redirect: "cr-lr-ls".into(),
+        vip: Box::new(crate::pipeline::ir::LbVip {
+            vip: vip_ip,
+            port: Some(8080),
+            protocol: Some(crate::pipeline::ir::LbProtocol::Tcp),
+            backends: vec![crate::pipeline::ir::LbBackend {
+                ip: Ipv4Addr::new(10, 1, 0, 5),
+                port: Some(80),
+            }],
+            hash_fields: Vec::new(),
+            reject: false,
+        }),
+    };
+    state.apply(&added(vec![router_vip.clone()]));
+    state.flush(&mut maps).unwrap();
+    let vips = maps.table::<ovnbpf_common::maps::LbVips>();
+    let kernel_vip = vips[&ovnbpf_common::lb::LbVipKey {
+        datapath: 9,
+        vip: ip(vip_ip),
+        port: 8080,
+        protocol: 6,
+        padding: 0,
+    }];
+    assert_eq!(kernel_vip.count, 1);
+    assert!(maps.table::<ovnbpf_common::maps::LbAddresses>().is_empty());
+    assert!(maps.table::<ovnbpf_common::maps::LbSwitches>().is_empty());
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .flags,
+        GATEWAY_SNAT
+    );
+    assert_eq!(
+        maps.fib()[&(DP, ROUTER_MAC)].flags,
+        FIB_ROUTER_GATEWAY | FIB_ROUTER_SNAT
+    );
+    assert_eq!(maps.arp()[&(DP, ip(vip_ip))].mac, ROUTER_MAC);
+    state.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![router_vip],
+    });
+    state.flush(&mut maps).unwrap();
+    assert!(maps.table::<ovnbpf_common::maps::LbVips>().is_empty());
+    assert!(maps.table::<ovnbpf_common::maps::LbBackends>().is_empty());
+    assert_eq!(
+        maps.table::<GatewayRedirects>()[&GatewayKey {
+            router: 9,
+            switch: DP
+        }]
+            .flags,
+        0
+    );
+    assert!(!maps.arp().contains_key(&(DP, ip(vip_ip))));
 
     // Centralized NAT fences it: nothing of the gateway stays.
     state.apply(&added(vec![fence.clone()]));
