@@ -20,7 +20,9 @@
 mod common;
 mod oracle_kernel;
 
-use std::{net::Ipv4Addr, process::Command};
+use std::net::Ipv4Addr;
+
+use common::trace_oracle;
 
 use ovnbpf_agent::pipeline::eval::{
     Balanced, CtAssumptions, Evaluator,
@@ -29,8 +31,8 @@ use ovnbpf_agent::pipeline::eval::{
 use ovnbpf_common::ct;
 use ovnbpf_tests::{
     kubeovn::{Topology, mac_for},
-    ovn::{Db, OvnLab},
-    process, require_root,
+    ovn::OvnLab,
+    require_root,
 };
 
 struct Pod {
@@ -176,26 +178,6 @@ fn cases(pods: &[Pod]) -> Vec<(String, &Pod, Packet)> {
     cases
 }
 
-/// ovn-trace's balancing of `packet` (a new connection): the backends and hash fields of the
-/// `ct_lb_mark(backends=…)` (or `ct_lb`) it would run, as northd wrote them.
-fn ovn_trace_balancing(lab: &OvnLab, pod: &Pod, packet: &Packet) -> Option<String> {
-    let sb = format!("--db={}", lab.unix_remote(Db::Southbound));
-    let mut command = Command::new("ovn-trace");
-    command.args([&sb, "--summary"]);
-    for _ in 0..4 {
-        command.arg("--ct=new");
-    }
-    let text =
-        process::output(command.args([pod.switch, &packet.to_microflow(&pod.port)])).unwrap();
-    text.lines()
-        .map(str::trim)
-        .find_map(|line| {
-            line.strip_prefix("ct_lb_mark(backends=")
-                .or_else(|| line.strip_prefix("ct_lb(backends="))
-        })
-        .map(|rest| rest.trim_end_matches(");").to_string())
-}
-
 /// The evaluator's balancing in the same words.
 fn ours(balanced: &[Balanced]) -> Option<String> {
     let [decision] = balanced else {
@@ -246,7 +228,7 @@ async fn load_balancer_decisions_equal_ovn_trace_and_the_kernel() {
         let trace = evaluator.trace_with_ct(&pod.port, *packet, new).unwrap();
         let (mine, theirs) = (
             ours(&trace.balanced),
-            ovn_trace_balancing(&lab, pod, packet),
+            trace_oracle::ovn_trace_balancing(&lab, pod.switch, &pod.port, packet),
         );
         match &mine {
             Some(_) => balanced += 1,

@@ -13,10 +13,13 @@
 //! its pods, an IPv6 discard route inside a static one), peered over both families with
 //! vpc-e; and vpc-x with Kube-OVN's OVN-native external access (a gateway port on an untagged
 //! underlay subnet bound to a gateway chassis, SNAT, a centralized FIP, and a distributed FIP of
-//! one pod, a `dnat` rule): its NAT cases are compared like the rest (SNAT and both FIPs on the way out, to a
-//! host the router learned and to unknown ones; the way in from the external network to the
-//! NAT addresses and their ARP; a FIP's pod reaching its own FIP, OVN's `lr_out_egr_loop`). Replies to
-//! the SNAT need connection state ovn-trace does not model: `vpc_nat_gateway` sends those.
+//! one pod, a `dnat` rule, two `OvnDnatRule`s: router load balancers on one EIP): its NAT cases
+//! are compared like the rest (SNAT and both FIPs on the way out, to a host the router learned
+//! and to unknown ones; the way in from the external network to the NAT addresses, the load
+//! balancers' VIP ports (`--ct=new`; ovn-trace's backends checked, the datapath's pick applied
+//! to what it prints, which shows no translation) and their ARP; a FIP's pod reaching its own
+//! FIP, OVN's `lr_out_egr_loop`). Replies to the SNAT and to balanced connections need
+//! connection state ovn-trace does not model: `vpc_nat_gateway` sends those.
 //! Routers carry Kube-OVN's options, `always_learn_from_arp_request` both ways.
 //!
 //! Three ways: the same packets are then replayed through the kernel's `from_pod` (and a Geneve
@@ -76,6 +79,9 @@ const DISTRIBUTED_X_FIP: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 21);
 const DISTRIBUTED_X_POD: &str = "subnet-x-p0";
 /// The address of a `dnat` rule (a DNAT without its SNAT twin) to subnet-x's third pod.
 const DNAT_X: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 22);
+/// The EIP of vpc-x's `OvnDnatRule`s (router load balancers): TCP port 8080 to subnet-x's third
+/// pod's port 80, UDP port 5353 to its second pod's port 53.
+const ROUTER_LB_X: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 23);
 /// A host on vpc-x's external network its router has learned (a MAC_Binding of the gateway
 /// port), and its MAC.
 const EXTERNAL_X_HOST: Ipv4Addr = Ipv4Addr::new(172, 31, 0, 60);
@@ -285,7 +291,21 @@ fn build(lab: &OvnLab) -> Vec<Pod> {
             &EXTERNAL_X_FIP.to_string(),
             "10.5.1.11",
         )
-        .nat("vpc-x", "dnat", &DNAT_X.to_string(), "10.5.1.12");
+        .nat("vpc-x", "dnat", &DNAT_X.to_string(), "10.5.1.12")
+        .ovn_dnat_rule(
+            "vpc-x",
+            "dnat-x-tcp",
+            (ROUTER_LB_X, 8080),
+            (Ipv4Addr::new(10, 5, 1, 12), 80),
+            "tcp",
+        )
+        .ovn_dnat_rule(
+            "vpc-x",
+            "dnat-x-udp",
+            (ROUTER_LB_X, 5353),
+            (Ipv4Addr::new(10, 5, 1, 11), 53),
+            "udp",
+        );
     topology.apply(lab).unwrap();
     lab.sbctl(&[
         "chassis-add",
@@ -998,7 +1018,58 @@ fn external_cases<'a>(host: &'a Pod, pods: &[Pod]) -> Vec<(String, &'a Pod, Pack
         host,
         ipv4(host, gateway_mac, EXTERNAL_X_PORT, 64, PING),
     ));
+    // The router load balancers' VIP: its two ports (balanced where the gateway resides), a
+    // port no rule names (routed on as OVN routes it), and ARP for it.
+    for (port, l4) in [
+        (
+            "TCP port 8080",
+            L4::Tcp {
+                source: 40003,
+                destination: 8080,
+            },
+        ),
+        (
+            "UDP port 5353",
+            L4::Udp {
+                source: 5354,
+                destination: 5353,
+            },
+        ),
+        (
+            "TCP port 7070, which no rule names",
+            L4::Tcp {
+                source: 40004,
+                destination: 7070,
+            },
+        ),
+    ] {
+        cases.push((
+            format!("the external host reaches the router load balancer's {port}"),
+            host,
+            ipv4(host, gateway_mac, ROUTER_LB_X, 64, l4),
+        ));
+    }
+    cases.push((
+        "the external host ARPs for the router load balancer's VIP".to_string(),
+        host,
+        arp_request(host, ROUTER_LB_X),
+    ));
     cases
+}
+
+/// `packet` with its destination address and port `backend`'s: ovn-trace prints a router load
+/// balancer's decision but applies no translation to what it prints.
+fn to_backend(mut packet: Packet, backend: (Ipv4Addr, u16)) -> Packet {
+    if let L3::Ipv4 {
+        destination, l4, ..
+    } = &mut packet.l3
+    {
+        *destination = backend.0;
+        if let L4::Tcp { destination, .. } | L4::Udp { destination, .. } = l4 {
+            *destination = backend.1;
+        }
+    }
+    packet
 }
 
 /// IPv6 from the dual-stack pods' global addresses: to the gateway (ping, TCP, UDP), on the
@@ -1310,6 +1381,7 @@ async fn ir_verdicts_equal_ovn_trace() {
     let mut compared = 0;
     let mut beyond_ovn_trace = 0;
     let mut nat_cases = 0;
+    let mut router_lb_balanced = 0;
     let mut selected = std::collections::BTreeSet::new();
     // The IPv6 ECMP route's flows: the member each took, and whether it left for a pod.
     let mut selected6 = std::collections::BTreeSet::new();
@@ -1397,20 +1469,42 @@ async fn ir_verdicts_equal_ovn_trace() {
                 ours.steps.join("\n")
             );
         }
-        let Some((theirs, their_text)) = trace_oracle::ovn_trace(
+        // A router load balancer balances new connections (ovn-trace: `--ct=new`).
+        let router_lb = what.contains("router load balancer");
+        let Some((mut theirs, their_text)) = trace_oracle::ovn_trace(
             &lab,
             pod.switch,
             &pod.port,
             packet,
             TraceOptions {
                 select: ours.selected.first().copied(),
-                ct: &[],
+                ct: if router_lb { &["new"; 4] } else { &[] },
             },
         ) else {
             assert!(!nat_case, "{what}: beyond ovn-trace");
             beyond_ovn_trace += 1;
             continue;
         };
+        // Its decision: ovn-trace's backends are the VIP's, and the one the datapath picks is
+        // applied to what ovn-trace outputs.
+        if router_lb && let [decision] = ours.balanced.as_slice() {
+            let backends: Vec<String> = decision
+                .backends
+                .iter()
+                .map(|b| format!("{}:{}", b.ip, b.port.unwrap_or(0)))
+                .collect();
+            assert_eq!(
+                trace_oracle::ovn_trace_balancing(&lab, pod.switch, &pod.port, packet),
+                Some(backends.join(",")),
+                "{what}: the backends"
+            );
+            if let Some(chosen) = decision.chosen {
+                for (_, output) in &mut theirs {
+                    *output = to_backend(*output, (chosen.ip, chosen.port.unwrap_or(0)));
+                }
+            }
+            router_lb_balanced += 1;
+        }
         compared += 1;
         let what = format!("{what}\n  packet: {packet}");
         let (dropped, disagreement) = trace_oracle::compare(&what, &ours, theirs, &their_text);
@@ -1424,8 +1518,12 @@ async fn ir_verdicts_equal_ovn_trace() {
     );
     assert!(compared >= 200, "only {compared} cases compared");
     // The three vpc-x pods' two cases to the known host, the centralized FIP's pod's hairpin,
-    // the 13 from the external network.
-    assert_eq!(nat_cases, 3 * 2 + 1 + 13, "NAT cases compared");
+    // the 17 from the external network.
+    assert_eq!(nat_cases, 3 * 2 + 1 + 17, "NAT cases compared");
+    assert_eq!(
+        router_lb_balanced, 2,
+        "router load balancer decisions compared"
+    );
     // The flows that differ in their source port took both members of the ECMP groups.
     assert_eq!(
         selected.into_iter().collect::<Vec<_>>(),

@@ -116,3 +116,32 @@ fn flatten_blocks(lines: &[&str]) -> String {
     }
     kept.join("\n")
 }
+
+/// ovn-trace's balancing of `packet` (a new connection entering `switch` on `inport`): the
+/// backends and hash fields of the `ct_lb_mark(backends=…)` (or `ct_lb`) it would run, as
+/// northd wrote them. ovn-trace prints the decision but applies no translation.
+///
+/// # Panics
+/// If ovn-trace fails.
+#[must_use]
+pub fn ovn_trace_balancing(
+    lab: &OvnLab,
+    switch: &str,
+    inport: &str,
+    packet: &Packet,
+) -> Option<String> {
+    let sb = format!("--db={}", lab.unix_remote(Db::Southbound));
+    let mut command = Command::new("ovn-trace");
+    command.args([&sb, "--summary"]);
+    for _ in 0..4 {
+        command.arg("--ct=new");
+    }
+    let text = process::output(command.args([switch, &packet.to_microflow(inport)])).unwrap();
+    text.lines()
+        .map(str::trim)
+        .find_map(|line| {
+            line.strip_prefix("ct_lb_mark(backends=")
+                .or_else(|| line.strip_prefix("ct_lb(backends="))
+        })
+        .map(|rest| rest.trim_end_matches(");").to_string())
+}

@@ -767,16 +767,21 @@ impl<'a> Evaluator<'a> {
 
     /// OVN's `lr_in_dnat` for what enters gateway port `inport`: a centralized DNAT's address
     /// (a FIP's or a `dnat` rule's, its gateway chassis bound) or a distributed FIP's becomes
-    /// its pod's. (A stateless evaluator: a `dnat` rule's replies are not traced back.)
+    /// its pod's; a new connection to a VIP of the router's load balancers goes to a backend
+    /// (`None`: a VIP without backends drops it). (A stateless evaluator: a `dnat` rule's and
+    /// a balanced connection's replies are not traced back.)
     pub(super) fn gateway_dnat(
         &self,
         dp: u32,
         inport: &str,
         mut packet: Packet,
         trace: &mut Trace,
-    ) -> Packet {
+    ) -> Option<Packet> {
+        if let Some(balanced) = self.router_balance(dp, inport, &packet, trace) {
+            return balanced;
+        }
         let L3::Ipv4 { destination, .. } = &mut packet.l3 else {
-            return packet;
+            return Some(packet);
         };
         let pod = self.entries(dp).find_map(|e| match e {
             IrEntry::CentralizedDnat {
@@ -798,7 +803,7 @@ impl<'a> Evaluator<'a> {
             *destination = pod;
             self.step(trace, dp, text);
         }
-        packet
+        Some(packet)
     }
 
     /// [`Self::forward`] out of any port, a gateway port included (a distributed NAT rule's

@@ -5,7 +5,9 @@
 //! the backend as destination. A client balanced to itself gets the VIP as source and leaves
 //! through its own port. A VIP without backends drops or rejects. Each decision is recorded
 //! ([`super::Trace::balanced`]): `ovn-trace` prints `ct_lb_mark(backends=…)` but applies no
-//! translation, so the differential tests compare the decision, not the packet after it.
+//! translation, so the differential tests compare the decision, not the packet after it. A
+//! router's load balancers (`lr_in_dnat` where its gateway resides: Kube-OVN's `OvnDnatRule`)
+//! are run the same way for new connections entering the gateway port.
 
 use std::net::Ipv4Addr;
 
@@ -105,6 +107,70 @@ impl Evaluator<'_> {
         vips()
             .find(|vip| vip.protocol == Some(protocol) && vip.port == Some(port))
             .or_else(|| vips().find(|vip| vip.port.is_none()))
+    }
+
+    /// OVN's `lr_in_dnat` balancing for a new connection entering router `dp`'s gateway port
+    /// `inport` (its chassisredirect port bound) to a VIP of the router's load balancers, as
+    /// the gateway NAT stage runs it: the backend picked by the switches' hash, the packet's
+    /// destination and port its; the decision recorded. `None` when `packet` is no IPv4 TCP
+    /// or UDP packet to such a VIP; a VIP without backends drops it (`Some(None)`).
+    pub(super) fn router_balance(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: &Packet,
+        trace: &mut Trace,
+    ) -> Option<Option<Packet>> {
+        let (source, destination, protocol, sport, dport) = transport(packet)?;
+        let redirect = self.entries(dp).find_map(|e| match e {
+            IrEntry::GatewayPort { port, redirect, .. } if port == inport => Some(redirect),
+            _ => None,
+        })?;
+        let vips = || {
+            self.entries(dp).filter_map(move |entry| match entry {
+                IrEntry::RouterLoadBalancer {
+                    redirect: r, vip, ..
+                } if r == redirect && vip.vip == destination => Some(&**vip),
+                _ => None,
+            })
+        };
+        let vip = vips()
+            .find(|vip| vip.protocol == Some(protocol) && vip.port == Some(dport))
+            .or_else(|| vips().find(|vip| vip.port.is_none()))?;
+        let key = LbNatKey {
+            source: u32::from_ne_bytes(source.octets()),
+            destination: u32::from_ne_bytes(destination.octets()),
+            source_port: sport,
+            destination_port: dport,
+            protocol: protocol.number(),
+            ..LbNatKey::default()
+        };
+        let chosen = (!vip.backends.is_empty()).then(|| {
+            let fields = hash_fields(vip.hash_flags());
+            vip.backends[pick(connection_hash(fields, &key), vip.backends.len() as u32) as usize]
+        });
+        trace.balanced.push(Balanced {
+            vip: vip.vip,
+            port: vip.port,
+            backends: vip.backends.clone(),
+            chosen,
+        });
+        let Some(backend) = chosen else {
+            let text = format!("dropped: router load balancer VIP {destination} has no backends");
+            self.step(trace, dp, text);
+            return Some(None);
+        };
+        let backend_port = backend.port.unwrap_or(dport);
+        let text = format!(
+            "lr_in_dnat: router load balancer VIP {destination}:{dport} → backend {}:{backend_port}",
+            backend.ip
+        );
+        self.step(trace, dp, text);
+        Some(Some(translated(
+            packet,
+            (source, sport),
+            (backend.ip, backend_port),
+        )))
     }
 
     /// `ls_in_lb` for `packet` from VIF `inport` of switch `dp`.

@@ -49,8 +49,16 @@ impl<'a> Evaluator<'a> {
         })
     }
 
+    /// Whether `redirect` is gateway port `port`'s chassisredirect port.
+    fn is_redirect_of(&self, dp: u32, port: &str, redirect: &str) -> bool {
+        self.entries(dp).any(|e| {
+            matches!(e, IrEntry::GatewayPort { port: p, redirect: r, .. } if p == port && r == redirect)
+        })
+    }
+
     /// `lr_in_ip_input`'s resident ARP answers on gateway port `inport` for `tpa`: the port's
-    /// own address and its centralized NAT addresses with its MAC, where its gateway is active;
+    /// own address, its centralized NAT addresses and its load balancers' VIPs with its MAC,
+    /// where its gateway is active;
     /// a distributed FIP's address with the rule's external MAC (on the FIP's pod's chassis).
     fn gateway_arp_answer(&self, dp: u32, inport: &str, tpa: Ipv4Addr) -> Option<Mac> {
         let distributed = self.entries(dp).find_map(|e| match e {
@@ -82,6 +90,9 @@ impl<'a> Evaluator<'a> {
                 external,
                 ..
             } => gateway_port == inport && *external == tpa,
+            IrEntry::RouterLoadBalancer { redirect, vip, .. } => {
+                vip.vip == tpa && self.is_redirect_of(dp, inport, redirect)
+            }
             _ => false,
         });
         own.then_some(port_mac)
@@ -291,7 +302,9 @@ impl<'a> Evaluator<'a> {
             }
             return;
         }
-        let packet = self.gateway_dnat(dp, inport, packet, trace);
+        let Some(packet) = self.gateway_dnat(dp, inport, packet, trace) else {
+            return;
+        };
         self.route(dp, inport, packet, trace, hops);
     }
 
