@@ -5,9 +5,11 @@
 //! So:
 //! - a flow that requires a chassisredirect port to reside here (`is_chassis_resident("cr-…")`)
 //!   is neutral: its admission, ARP answer and switch lookup are what the backend does for an
-//!   active gateway; but a centralized SNAT rule's is carried ([`IrEntry::CentralizedSnat`],
-//!   `classify::classify_resident`), and one that translates through conntrack otherwise
-//!   (other centralized NAT, which the datapath does not carry yet) fences the gateway
+//!   active gateway; but a centralized SNAT or DNAT rule's and a router load balancer's VIP are
+//!   carried ([`IrEntry::CentralizedSnat`], [`IrEntry::CentralizedDnat`],
+//!   [`IrEntry::RouterLoadBalancer`], `classify::classify_resident`), and one that translates
+//!   through conntrack otherwise (other centralized NAT, which the datapath does not carry yet)
+//!   fences the gateway
 //!   ([`IrEntry::CentralizedNat`]), so that no chassis forwards the gateway's traffic un-NATed;
 //! - an unsupported router flow confined to a gateway port's traffic (its match pins `inport` or
 //!   `outport` to the port; `lr_out_chk_dnat_local`, whose register only the gateway port's SNAT
