@@ -40,9 +40,25 @@ pub(super) enum LbOutcome {
     NoBackends { reject: bool },
 }
 
+/// A packet's addresses, protocol and ports: (source, destination, protocol, source port,
+/// destination port).
+type Transport = (Ipv4Addr, Ipv4Addr, LbProtocol, u16, u16);
+
+/// The VIP among `vips` (one address's) a packet of `protocol` to `port` is for: its (protocol,
+/// port) first, then a VIP without a port, as the kernel looks them up.
+fn matching_vip<'v, I: Iterator<Item = &'v LbVip>>(
+    vips: impl Fn() -> I,
+    protocol: LbProtocol,
+    port: u16,
+) -> Option<&'v LbVip> {
+    vips()
+        .find(|vip| vip.protocol == Some(protocol) && vip.port == Some(port))
+        .or_else(|| vips().find(|vip| vip.port.is_none()))
+}
+
 /// `packet`'s addresses, protocol and ports, if it is IPv4 TCP or UDP (what the kernel's
 /// stage balances).
-fn transport(packet: &Packet) -> Option<(Ipv4Addr, Ipv4Addr, LbProtocol, u16, u16)> {
+fn transport(packet: &Packet) -> Option<Transport> {
     let L3::Ipv4 {
         source,
         destination,
@@ -104,83 +120,13 @@ impl Evaluator<'_> {
                 _ => None,
             })
         };
-        vips()
-            .find(|vip| vip.protocol == Some(protocol) && vip.port == Some(port))
-            .or_else(|| vips().find(|vip| vip.port.is_none()))
+        matching_vip(vips, protocol, port)
     }
 
-    /// OVN's `lr_in_dnat` balancing for a new connection entering router `dp`'s gateway port
-    /// `inport` (its chassisredirect port bound) to a VIP of the router's load balancers, as
-    /// the gateway NAT stage runs it: the backend picked by the switches' hash, the packet's
-    /// destination and port its; the decision recorded. `None` when `packet` is no IPv4 TCP
-    /// or UDP packet to such a VIP; a VIP without backends drops it (`Some(None)`).
-    pub(super) fn router_balance(
-        &self,
-        dp: u32,
-        inport: &str,
-        packet: &Packet,
-        trace: &mut Trace,
-    ) -> Option<Option<Packet>> {
-        let (source, destination, protocol, sport, dport) = transport(packet)?;
-        let redirect = self.entries(dp).find_map(|e| match e {
-            IrEntry::GatewayPort { port, redirect, .. } if port == inport => Some(redirect),
-            _ => None,
-        })?;
-        let vips = || {
-            self.entries(dp).filter_map(move |entry| match entry {
-                IrEntry::RouterLoadBalancer {
-                    redirect: r, vip, ..
-                } if r == redirect && vip.vip == destination => Some(&**vip),
-                _ => None,
-            })
-        };
-        let vip = vips()
-            .find(|vip| vip.protocol == Some(protocol) && vip.port == Some(dport))
-            .or_else(|| vips().find(|vip| vip.port.is_none()))?;
-        let key = LbNatKey {
-            source: u32::from_ne_bytes(source.octets()),
-            destination: u32::from_ne_bytes(destination.octets()),
-            source_port: sport,
-            destination_port: dport,
-            protocol: protocol.number(),
-            ..LbNatKey::default()
-        };
-        let chosen = (!vip.backends.is_empty()).then(|| {
-            let fields = hash_fields(vip.hash_flags());
-            vip.backends[pick(connection_hash(fields, &key), vip.backends.len() as u32) as usize]
-        });
-        trace.balanced.push(Balanced {
-            vip: vip.vip,
-            port: vip.port,
-            backends: vip.backends.clone(),
-            chosen,
-        });
-        let Some(backend) = chosen else {
-            let text = format!("dropped: router load balancer VIP {destination} has no backends");
-            self.step(trace, dp, text);
-            return Some(None);
-        };
-        let backend_port = backend.port.unwrap_or(dport);
-        let text = format!(
-            "lr_in_dnat: router load balancer VIP {destination}:{dport} → backend {}:{backend_port}",
-            backend.ip
-        );
-        self.step(trace, dp, text);
-        Some(Some(translated(
-            packet,
-            (source, sport),
-            (backend.ip, backend_port),
-        )))
-    }
-
-    /// `ls_in_lb` for `packet` from VIF `inport` of switch `dp`.
-    pub(super) fn load_balance(&self, dp: u32, packet: Packet, trace: &mut Trace) -> LbOutcome {
-        let Some((source, destination, protocol, sport, dport)) = transport(&packet) else {
-            return LbOutcome::Continue(packet);
-        };
-        let Some(vip) = self.vip_of(dp, destination, protocol, dport) else {
-            return LbOutcome::Continue(packet);
-        };
+    /// The backend `vip` gives the new connection `transport` (`None`: it has none), picked
+    /// by the kernel's hash of the VIP's fields; the decision recorded in `trace`.
+    fn choose(&self, vip: &LbVip, transport: Transport, trace: &mut Trace) -> Option<LbBackend> {
+        let (source, destination, protocol, sport, dport) = transport;
         let key = LbNatKey {
             source: u32::from_ne_bytes(source.octets()),
             destination: u32::from_ne_bytes(destination.octets()),
@@ -200,7 +146,64 @@ impl Evaluator<'_> {
             backends: vip.backends.clone(),
             chosen,
         });
-        let Some(backend) = chosen else {
+        chosen
+    }
+
+    /// OVN's `lr_in_dnat` balancing for a new connection entering router `dp`'s gateway port
+    /// `inport` (its chassisredirect port bound) to a VIP of the router's load balancers, as
+    /// the gateway NAT stage runs it: the backend picked by the switches' hash, the packet's
+    /// destination and port its; the decision recorded. `None` when `packet` is no IPv4 TCP
+    /// or UDP packet to such a VIP; a VIP without backends drops it (`Some(None)`).
+    pub(super) fn router_balance(
+        &self,
+        dp: u32,
+        inport: &str,
+        packet: &Packet,
+        trace: &mut Trace,
+    ) -> Option<Option<Packet>> {
+        let transport = transport(packet)?;
+        let (source, destination, protocol, sport, dport) = transport;
+        let redirect = self.entries(dp).find_map(|e| match e {
+            IrEntry::GatewayPort { port, redirect, .. } if port == inport => Some(redirect),
+            _ => None,
+        })?;
+        let vips = || {
+            self.entries(dp).filter_map(move |entry| match entry {
+                IrEntry::RouterLoadBalancer {
+                    redirect: r, vip, ..
+                } if r == redirect && vip.vip == destination => Some(&**vip),
+                _ => None,
+            })
+        };
+        let vip = matching_vip(vips, protocol, dport)?;
+        let Some(backend) = self.choose(vip, transport, trace) else {
+            let text = format!("dropped: router load balancer VIP {destination} has no backends");
+            self.step(trace, dp, text);
+            return Some(None);
+        };
+        let backend_port = backend.port.unwrap_or(dport);
+        let text = format!(
+            "lr_in_dnat: router load balancer VIP {destination}:{dport} → backend {}:{backend_port}",
+            backend.ip
+        );
+        self.step(trace, dp, text);
+        Some(Some(translated(
+            packet,
+            (source, sport),
+            (backend.ip, backend_port),
+        )))
+    }
+
+    /// `ls_in_lb` for `packet` from VIF `inport` of switch `dp`.
+    pub(super) fn load_balance(&self, dp: u32, packet: Packet, trace: &mut Trace) -> LbOutcome {
+        let Some(transport) = transport(&packet) else {
+            return LbOutcome::Continue(packet);
+        };
+        let (source, destination, protocol, sport, dport) = transport;
+        let Some(vip) = self.vip_of(dp, destination, protocol, dport) else {
+            return LbOutcome::Continue(packet);
+        };
+        let Some(backend) = self.choose(vip, transport, trace) else {
             let verdict = if vip.reject { "rejected" } else { "dropped" };
             self.step(
                 trace,

@@ -121,6 +121,30 @@ impl LbState {
         vip_key(datapath, vip.vip, vip.port, vip.protocol)
     }
 
+    /// Takes VIP `vip` of datapath `datapath` in (or out, while it is still that VIP), with
+    /// its backend group, and marks its entry. `None` when nothing changed; else whether the
+    /// VIP's key came or went (`false`: a VIP replaced by another of the same key).
+    fn take_vip(&mut self, datapath: u32, vip: &LbVip, added: bool) -> Option<bool> {
+        let key = Self::key(datapath, vip);
+        let counted = if added {
+            let old = self.vips.insert(key, vip.clone());
+            if let Some(old) = &old {
+                self.release(&old.backends);
+            }
+            self.acquire(&vip.backends);
+            old.is_none()
+        } else {
+            if self.vips.get(&key) != Some(vip) {
+                return None;
+            }
+            self.vips.remove(&key);
+            self.release(&vip.backends);
+            true
+        };
+        self.vip_table.mark(key);
+        Some(counted)
+    }
+
     /// Takes the group of `backends` (a new one gets an id and its entries marked).
     fn acquire(&mut self, backends: &[LbBackend]) {
         if backends.is_empty() {
@@ -225,31 +249,25 @@ impl LbState {
 impl L2State {
     /// A VIP of switch `datapath` is added or removed.
     pub(super) fn take_lb_vip(&mut self, datapath: u32, vip: &LbVip, added: bool) {
-        let key = LbState::key(datapath, vip);
+        let Some(counted) = self.lb.take_vip(datapath, vip, added) else {
+            return;
+        };
         let address = LbAddressKey {
             datapath,
-            ip: key.vip,
+            ip: LbState::key(datapath, vip).vip,
         };
         let lb = &mut self.lb;
-        if added {
-            match lb.vips.insert(key, vip.clone()) {
-                Some(old) => lb.release(&old.backends),
-                None => {
-                    *lb.addresses.entry(address).or_default() += 1;
-                    *lb.vips_per_switch.entry(datapath).or_default() += 1;
-                }
+        match (counted, added) {
+            (true, true) => {
+                *lb.addresses.entry(address).or_default() += 1;
+                *lb.vips_per_switch.entry(datapath).or_default() += 1;
             }
-            lb.acquire(&vip.backends);
-        } else {
-            if lb.vips.get(&key) != Some(vip) {
-                return;
+            (true, false) => {
+                decrement(&mut lb.addresses, address);
+                decrement(&mut lb.vips_per_switch, datapath);
             }
-            lb.vips.remove(&key);
-            lb.release(&vip.backends);
-            decrement(&mut lb.addresses, address);
-            decrement(&mut lb.vips_per_switch, datapath);
+            (false, _) => {}
         }
-        lb.vip_table.mark(key);
         lb.address_table.mark(address);
         lb.switch_table.mark(datapath);
     }
@@ -258,21 +276,7 @@ impl L2State {
     /// active) is added or removed: its `LB_VIPS` entry and backend group only (no switch
     /// balances it).
     pub(super) fn take_router_lb_vip(&mut self, datapath: u32, vip: &LbVip, added: bool) {
-        let key = LbState::key(datapath, vip);
-        let lb = &mut self.lb;
-        if added {
-            if let Some(old) = lb.vips.insert(key, vip.clone()) {
-                lb.release(&old.backends);
-            }
-            lb.acquire(&vip.backends);
-        } else {
-            if lb.vips.get(&key) != Some(vip) {
-                return;
-            }
-            lb.vips.remove(&key);
-            lb.release(&vip.backends);
-        }
-        lb.vip_table.mark(key);
+        self.lb.take_vip(datapath, vip, added);
     }
 
     /// Switch `datapath` has the hairpin stages (or no longer has).
