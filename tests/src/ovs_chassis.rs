@@ -18,12 +18,9 @@ use crate::{
 
 const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
-/// The three daemons of one real chassis.
+/// The three daemons of one real chassis: an [`OvsSwitch`] and ovn-controller.
 pub struct OvsChassis {
-    dir: tempfile::TempDir,
-    netns: String,
-    /// ovsdb-server, ovs-vswitchd, ovn-controller (stopped in reverse).
-    daemons: Vec<Child>,
+    switch: OvsSwitch,
 }
 
 impl OvsChassis {
@@ -31,40 +28,9 @@ impl OvsChassis {
     /// node's tunnel endpoint ([`Node::encap_ip`], IPv6 on an IPv6 underlay) as its Geneve
     /// endpoint.
     pub fn start(lab: &OvnLab, node: &Node, chassis: &str) -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("ovnbpf-ovs-")
-            .tempdir()
-            .context("creating the OVS state dir")?;
-        let mut this = Self {
-            dir,
-            netns: node.netns().name().to_string(),
-            daemons: Vec::new(),
-        };
-        let path = this.dir.path().to_path_buf();
-        let db = path.join("conf.db");
-        output(
-            Command::new("ovsdb-tool")
-                .arg("create")
-                .arg(&db)
-                .arg(VSWITCH_SCHEMA),
-        )?;
-        let socket = path.join("db.sock");
-        let remote = format!("unix:{}", socket.display());
-        this.spawn(
-            "ovsdb-server",
-            &[
-                db.display().to_string(),
-                format!("--remote=punix:{}", socket.display()),
-            ],
-        )?;
-        anyhow::ensure!(
-            wait_until(Duration::from_secs(5), || socket.exists()),
-            "ovsdb-server did not open {}{}",
-            socket.display(),
-            this.log_tails()
-        );
-        this.vsctl(&["--no-wait", "init"])?;
-        this.spawn("ovs-vswitchd", std::slice::from_ref(&remote))?;
+        let switch = OvsSwitch::start(node.netns())?;
+        let mut this = Self { switch };
+        let remote = this.switch.db_remote();
         let ip = node.ip();
         let encap_ip = node.encap_ip();
         this.vsctl(&[
@@ -80,18 +46,6 @@ impl OvsChassis {
             "external_ids:ovn-encap-type=geneve",
             &format!("external_ids:ovn-encap-ip={encap_ip}"),
             "external_ids:ovn-bridge-datapath-type=netdev",
-        ])?;
-        this.vsctl(&[
-            "--may-exist",
-            "add-br",
-            "br-int",
-            "--",
-            "set",
-            "bridge",
-            "br-int",
-            "datapath_type=netdev",
-            "fail_mode=secure",
-            "other_config:disable-in-band=true",
         ])?;
         this.vsctl(&[
             "--may-exist",
@@ -122,62 +76,24 @@ impl OvsChassis {
             let address = format!("{encap_ip}/64");
             netns.ip(&["addr", "add", &address, "dev", "br-phy", "nodad"])?;
         }
-        this.spawn("ovn-controller", &[remote])?;
+        this.switch.spawn("ovn-controller", &[remote])?;
         Ok(this)
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.netns, program]);
-        for variable in [
-            "OVS_RUNDIR",
-            "OVS_DBDIR",
-            "OVS_LOGDIR",
-            "OVS_SYSCONFDIR",
-            "OVN_RUNDIR",
-            "OVN_LOGDIR",
-        ] {
-            command.env(variable, self.dir.path());
-        }
-        command
-    }
-
-    /// Starts a daemon in the foreground (tracked by PID), logging to `<dir>/<program>.log`.
-    fn spawn(&mut self, program: &str, args: &[String]) -> Result<()> {
-        let dir = self.dir.path();
-        let mut command = self.command(program);
-        command.args(args).args([
-            format!("--pidfile={}", dir.join(format!("{program}.pid")).display()),
-            format!(
-                "--log-file={}",
-                dir.join(format!("{program}.log")).display()
-            ),
-        ]);
-        let child = Child::spawn(
-            program,
-            &mut command,
-            Some(dir.join(format!("{program}.out"))),
-        )?;
-        self.daemons.push(child);
-        Ok(())
     }
 
     /// Runs `ovs-vsctl` against this chassis's database.
     pub fn vsctl(&self, args: &[&str]) -> Result<String> {
-        let database = format!("--db=unix:{}", self.dir.path().join("db.sock").display());
-        output(
-            self.command("ovs-vsctl")
-                .arg(database)
-                .arg("--timeout=30")
-                .args(args),
-        )
+        self.switch.vsctl(args)
     }
 
     /// Bridges provider network `network` to the node's NIC `nic` as ovn-controller's bridge
     /// mappings do (`ovn-bridge-mappings=<network>:br-ex`, `br-ex` a netdev bridge holding
     /// `nic`), with TX checksum offload off on `nic`.
     pub fn provider_network(&self, network: &str, nic: &str) -> Result<()> {
-        output(self.command("ethtool").args(["-K", nic, "tx", "off"]))?;
+        output(
+            self.switch
+                .command("ethtool")
+                .args(["-K", nic, "tx", "off"]),
+        )?;
         self.vsctl(&[
             "--may-exist",
             "add-br",
@@ -193,7 +109,11 @@ impl OvsChassis {
             "br-ex",
             nic,
         ])?;
-        output(self.command("ip").args(["link", "set", "br-ex", "up"]))?;
+        output(
+            self.switch
+                .command("ip")
+                .args(["link", "set", "br-ex", "up"]),
+        )?;
         self.vsctl(&[
             "set",
             "open",
@@ -211,7 +131,11 @@ impl OvsChassis {
         pod_netns: &crate::netns::Netns,
         logical_port: &str,
     ) -> Result<()> {
-        output(self.command("ethtool").args(["-K", interface, "tx", "off"]))?;
+        output(
+            self.switch
+                .command("ethtool")
+                .args(["-K", interface, "tx", "off"]),
+        )?;
         pod_netns.exec("ethtool", &["-K", "eth0", "tx", "off"])?;
         self.vsctl(&[
             "--may-exist",
@@ -232,6 +156,161 @@ impl OvsChassis {
     /// ovs-vswitchd's threads, not in the senders' softirq).
     #[must_use]
     pub fn daemon_pids(&self) -> Vec<u32> {
+        self.switch.daemon_pids()
+    }
+
+    /// The ends of the daemons' logs, for assertion messages.
+    #[must_use]
+    pub fn log_tails(&self) -> String {
+        self.switch.log_tails()
+    }
+}
+
+/// Open vSwitch alone, in a namespace: ovsdb-server and ovs-vswitchd from Debian's packages,
+/// their state in a temp dir, and `br-int` with the userspace (netdev) datapath, `fail_mode`
+/// secure and no in-band flows, as ovn-controller wants it. The daemons (and any started on
+/// top, such as ovn-controller) are ended by PID on drop, the last started first.
+pub struct OvsSwitch {
+    dir: tempfile::TempDir,
+    netns: String,
+    /// The daemons, in the order started (stopped in reverse).
+    daemons: Vec<Child>,
+}
+
+impl OvsSwitch {
+    /// Starts ovsdb-server and ovs-vswitchd in `netns` and adds `br-int`.
+    pub fn start(netns: &crate::netns::Netns) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("ovnbpf-ovs-")
+            .tempdir()
+            .context("creating the OVS state dir")?;
+        let mut this = Self {
+            dir,
+            netns: netns.name().to_string(),
+            daemons: Vec::new(),
+        };
+        let path = this.dir.path().to_path_buf();
+        let db = path.join("conf.db");
+        output(
+            Command::new("ovsdb-tool")
+                .arg("create")
+                .arg(&db)
+                .arg(VSWITCH_SCHEMA),
+        )?;
+        let socket = path.join("db.sock");
+        this.spawn(
+            "ovsdb-server",
+            &[
+                db.display().to_string(),
+                format!("--remote=punix:{}", socket.display()),
+            ],
+        )?;
+        anyhow::ensure!(
+            wait_until(Duration::from_secs(5), || socket.exists()),
+            "ovsdb-server did not open {}{}",
+            socket.display(),
+            this.log_tails()
+        );
+        this.vsctl(&["--no-wait", "init"])?;
+        let remote = this.db_remote();
+        this.spawn("ovs-vswitchd", &[remote])?;
+        this.vsctl(&[
+            "--may-exist",
+            "add-br",
+            "br-int",
+            "--",
+            "set",
+            "bridge",
+            "br-int",
+            "datapath_type=netdev",
+            "fail_mode=secure",
+            "other_config:disable-in-band=true",
+        ])?;
+        Ok(this)
+    }
+
+    /// The database's socket as a remote (`unix:…`).
+    #[must_use]
+    pub fn db_remote(&self) -> String {
+        format!("unix:{}", self.dir.path().join("db.sock").display())
+    }
+
+    /// The management socket of bridge `bridge`, where an OpenFlow controller connects.
+    #[must_use]
+    pub fn management_socket(&self, bridge: &str) -> std::path::PathBuf {
+        self.dir.path().join(format!("{bridge}.mgmt"))
+    }
+
+    /// A command run in the switch's namespace with its state dir as OVS's and OVN's.
+    pub fn command(&self, program: &str) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.netns, program]);
+        for variable in [
+            "OVS_RUNDIR",
+            "OVS_DBDIR",
+            "OVS_LOGDIR",
+            "OVS_SYSCONFDIR",
+            "OVN_RUNDIR",
+            "OVN_LOGDIR",
+        ] {
+            command.env(variable, self.dir.path());
+        }
+        command
+    }
+
+    /// Starts a daemon in the foreground (tracked by PID), logging to `<dir>/<program>.log`.
+    pub fn spawn(&mut self, program: &str, args: &[String]) -> Result<()> {
+        let dir = self.dir.path();
+        let mut command = self.command(program);
+        command.args(args).args([
+            format!("--pidfile={}", dir.join(format!("{program}.pid")).display()),
+            format!(
+                "--log-file={}",
+                dir.join(format!("{program}.log")).display()
+            ),
+        ]);
+        let child = Child::spawn(
+            program,
+            &mut command,
+            Some(dir.join(format!("{program}.out"))),
+        )?;
+        self.daemons.push(child);
+        Ok(())
+    }
+
+    /// Runs `ovs-vsctl` against the switch's database.
+    pub fn vsctl(&self, args: &[&str]) -> Result<String> {
+        output(
+            self.command("ovs-vsctl")
+                .arg(format!("--db={}", self.db_remote()))
+                .arg("--timeout=30")
+                .args(args),
+        )
+    }
+
+    /// Runs `ovs-ofctl` (OpenFlow 1.5) against the switch.
+    pub fn ofctl(&self, args: &[&str]) -> Result<String> {
+        output(
+            self.command("ovs-ofctl")
+                .arg("-O")
+                .arg("OpenFlow15")
+                .args(args),
+        )
+    }
+
+    /// Runs `ovs-appctl` against ovs-vswitchd.
+    pub fn appctl(&self, args: &[&str]) -> Result<String> {
+        // Found through the pidfile in OVS_RUNDIR (`ovs-vswitchd.<pid>.ctl`).
+        output(
+            self.command("ovs-appctl")
+                .arg("--target=ovs-vswitchd")
+                .args(args),
+        )
+    }
+
+    /// The process IDs of the daemons.
+    #[must_use]
+    pub fn daemon_pids(&self) -> Vec<u32> {
         self.daemons.iter().map(Child::pid).collect()
     }
 
@@ -241,6 +320,7 @@ impl OvsChassis {
         ["ovsdb-server", "ovs-vswitchd", "ovn-controller"]
             .iter()
             .map(|name| tail(&self.dir.path().join(format!("{name}.log"))))
+            .filter(|text| !text.ends_with("---\n"))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -256,7 +336,7 @@ fn tail(path: &Path) -> String {
     )
 }
 
-impl Drop for OvsChassis {
+impl Drop for OvsSwitch {
     fn drop(&mut self) {
         while let Some(mut daemon) = self.daemons.pop() {
             daemon.stop();

@@ -2,7 +2,7 @@
 //!
 //! A backend turns the pipeline IR ([`IrDiff`]s) and the pods plugged on this node into
 //! forwarding state: [`ebpf`] programs kernel maps and TC programs; an OpenFlow backend (OVS
-//! br-int) is to sit beside it. Backends only apply what they are told; they never read the
+//! br-int) is to sit beside it ([`openflow`] holds its wire side so far). Backends only apply what they are told; they never read the
 //! Southbound DB (`tests/tests/layering.rs` checks the imports).
 //!
 //! [`Datapath`] is what the daemon loop drives: apply a diff, plug and unplug a port, say which
@@ -30,6 +30,7 @@ pub mod drops;
 pub mod ebpf;
 #[cfg(test)]
 pub mod memory;
+pub mod openflow;
 
 pub use drops::{DropReport, DropTap};
 /// The counters of one interface the datapath runs on (see the type for what each counts). A

@@ -1,0 +1,280 @@
+//! A session with one OpenFlow switch (br-int's management socket): HELLO with OpenFlow 1.5 only
+//! (a switch that does not offer it is refused), FEATURES, the switch's echo requests answered
+//! whenever the session reads, and flow changes applied as OVN's ofctrl applies them: in one
+//! bundle, atomic and ordered, so the switch takes all of them or none. The switch's errors
+//! come back with what it said (type and code); a request it does not answer within
+//! [`REPLY_TIMEOUT`] is an error too, as is a closed socket.
+//!
+//! One request at a time (`&mut self`): the backend that drives it owns it.
+
+use std::{io, path::Path, time::Duration};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::UnixStream,
+};
+
+use super::message::{
+    self, BundleControl, DecodeError, FlowMod, HEADER_LEN, Incoming, VERSION, barrier_request,
+    bundle_add, bundle_control, echo_reply, features_request, hello,
+};
+
+/// How long the switch has to answer a request.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the session failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFlowError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the switch closed the connection")]
+    Closed,
+    #[error("the switch does not speak OpenFlow 1.5 (it offers the version bitmap {offered:#x})")]
+    Version { offered: u32 },
+    #[error("the switch sent a message that does not decode: {0}")]
+    Malformed(#[from] DecodeError),
+    #[error("the switch refused {request}: OpenFlow error type {kind}, code {code}")]
+    Refused {
+        request: &'static str,
+        kind: u16,
+        code: u16,
+    },
+    #[error("the switch did not answer {request} within {REPLY_TIMEOUT:?}")]
+    Timeout { request: &'static str },
+    #[error("a message of {0} bytes is longer than OpenFlow's 65,535")]
+    TooLong(usize),
+}
+
+/// A session with one switch.
+#[derive(Debug)]
+pub struct Connection {
+    stream: UnixStream,
+    next_xid: u32,
+    next_bundle: u32,
+    datapath_id: u64,
+    tables: u8,
+}
+
+impl Connection {
+    /// Connects to the switch's socket at `path` and opens the session (HELLO, FEATURES).
+    ///
+    /// # Errors
+    /// When the socket cannot be reached, the switch does not offer OpenFlow 1.5, or does not
+    /// answer.
+    pub async fn connect(path: &Path) -> Result<Self, OpenFlowError> {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|source| OpenFlowError::Io {
+                what: format!("connecting to {}", path.display()),
+                source,
+            })?;
+        let mut connection = Self {
+            stream,
+            next_xid: 1,
+            next_bundle: 1,
+            datapath_id: 0,
+            tables: 0,
+        };
+        let xid = connection.xid();
+        connection.send(&hello(xid)).await?;
+        let versions = tokio::time::timeout(REPLY_TIMEOUT, async {
+            loop {
+                match connection.read().await? {
+                    (Incoming::Hello { versions }, _) => return Ok(versions),
+                    (Incoming::Error { kind, code }, _) => {
+                        return Err(OpenFlowError::Refused {
+                            request: "HELLO",
+                            kind,
+                            code,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await
+        .map_err(|_| OpenFlowError::Timeout { request: "HELLO" })??;
+        if versions & (1 << VERSION) == 0 {
+            return Err(OpenFlowError::Version { offered: versions });
+        }
+        let xid = connection.xid();
+        connection.send(&features_request(xid)).await?;
+        if let Incoming::FeaturesReply {
+            datapath_id,
+            tables,
+        } = connection.reply(xid, "FEATURES_REQUEST").await?
+        {
+            connection.datapath_id = datapath_id;
+            connection.tables = tables;
+        }
+        Ok(connection)
+    }
+
+    /// The switch's datapath ID (FEATURES).
+    #[must_use]
+    pub fn datapath_id(&self) -> u64 {
+        self.datapath_id
+    }
+
+    /// How many flow tables the switch has (FEATURES).
+    #[must_use]
+    pub fn tables(&self) -> u8 {
+        self.tables
+    }
+
+    /// Applies `changes` in one atomic, ordered bundle: all of them, or (the switch refusing
+    /// one) none, the bundle discarded and the refusal returned.
+    ///
+    /// # Errors
+    /// When the switch refuses a change or the bundle, or the session fails.
+    pub async fn apply(&mut self, changes: &[FlowMod]) -> Result<(), OpenFlowError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let bundle = self.next_bundle;
+        self.next_bundle = self.next_bundle.wrapping_add(1);
+        let xid = self.xid();
+        self.send(&bundle_control(xid, bundle, BundleControl::Open))
+            .await?;
+        self.reply(xid, "BUNDLE_CONTROL open").await?;
+        let first = self.next_xid;
+        for change in changes {
+            let xid = self.xid();
+            self.send(&bundle_add(xid, bundle, &change.encode(xid)))
+                .await?;
+        }
+        // The adds are not answered unless refused: a barrier says they were all read.
+        let barrier = self.xid();
+        self.send(&barrier_request(barrier)).await?;
+        let refused = self.refusals_until(barrier, first).await?;
+        let control = if refused.is_some() {
+            BundleControl::Discard
+        } else {
+            BundleControl::Commit
+        };
+        let xid = self.xid();
+        self.send(&bundle_control(xid, bundle, control)).await?;
+        let committed = self.reply(xid, "BUNDLE_CONTROL commit").await;
+        match refused {
+            Some((kind, code)) => Err(OpenFlowError::Refused {
+                request: "FLOW_MOD",
+                kind,
+                code,
+            }),
+            None => committed.map(drop),
+        }
+    }
+
+    /// Waits until the switch has handled everything sent before (BARRIER).
+    ///
+    /// # Errors
+    /// When the session fails.
+    pub async fn barrier(&mut self) -> Result<(), OpenFlowError> {
+        let xid = self.xid();
+        self.send(&barrier_request(xid)).await?;
+        self.reply(xid, "BARRIER_REQUEST").await.map(drop)
+    }
+
+    fn xid(&mut self) -> u32 {
+        let xid = self.next_xid;
+        self.next_xid = self.next_xid.wrapping_add(1).max(1);
+        xid
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> Result<(), OpenFlowError> {
+        if bytes.len() > usize::from(u16::MAX) {
+            return Err(OpenFlowError::TooLong(bytes.len()));
+        }
+        self.stream
+            .write_all(bytes)
+            .await
+            .map_err(|source| OpenFlowError::Io {
+                what: "writing to the switch".into(),
+                source,
+            })
+    }
+
+    /// The next message and its xid; the switch's echo requests are answered on the way.
+    async fn read(&mut self) -> Result<(Incoming, u32), OpenFlowError> {
+        loop {
+            let mut header = [0; HEADER_LEN];
+            self.read_exact(&mut header).await?;
+            let (_, length, xid) = message::parse_header(&header);
+            if length < HEADER_LEN {
+                return Err(DecodeError::Short(length).into());
+            }
+            let mut bytes = header.to_vec();
+            bytes.resize(length, 0);
+            self.read_exact(&mut bytes[HEADER_LEN..]).await?;
+            match message::decode(&bytes)? {
+                Incoming::EchoRequest { data } => self.send(&echo_reply(xid, &data)).await?,
+                incoming => return Ok((incoming, xid)),
+            }
+        }
+    }
+
+    async fn read_exact(&mut self, buffer: &mut [u8]) -> Result<(), OpenFlowError> {
+        match self.stream.read_exact(buffer).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(OpenFlowError::Closed)
+            }
+            Err(source) => Err(OpenFlowError::Io {
+                what: "reading from the switch".into(),
+                source,
+            }),
+        }
+    }
+
+    /// The switch's answer to request `xid` (`request` names it in errors).
+    async fn reply(&mut self, xid: u32, request: &'static str) -> Result<Incoming, OpenFlowError> {
+        let waited = tokio::time::timeout(REPLY_TIMEOUT, async {
+            loop {
+                match self.read().await? {
+                    (Incoming::Error { kind, code }, id) if id == xid => {
+                        return Err(OpenFlowError::Refused {
+                            request,
+                            kind,
+                            code,
+                        });
+                    }
+                    (incoming, id) if id == xid => return Ok(incoming),
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        waited.map_err(|_| OpenFlowError::Timeout { request })?
+    }
+
+    /// Reads until the reply to barrier `barrier`: the first refusal of a request sent since
+    /// xid `first` (type and code), if any.
+    async fn refusals_until(
+        &mut self,
+        barrier: u32,
+        first: u32,
+    ) -> Result<Option<(u16, u16)>, OpenFlowError> {
+        let waited = tokio::time::timeout(REPLY_TIMEOUT, async {
+            let mut refused = None;
+            loop {
+                match self.read().await? {
+                    (Incoming::BarrierReply, id) if id == barrier => return Ok(refused),
+                    (Incoming::Error { kind, code }, id)
+                        if id.wrapping_sub(first) < barrier.wrapping_sub(first) =>
+                    {
+                        refused.get_or_insert((kind, code));
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        waited.map_err(|_| OpenFlowError::Timeout {
+            request: "BARRIER_REQUEST",
+        })?
+    }
+}

@@ -1,0 +1,381 @@
+//! OpenFlow 1.5 messages: the header (`version u8 | type u8 | length u16 | xid u32`), the ones
+//! the agent sends (hello, echo reply, features and barrier requests, flow mods, bundle control
+//! and add), and the ones it reads from the switch ([`Incoming`]).
+
+use super::{
+    action::{Instruction, to_u16},
+    oxm::Match,
+};
+
+/// OpenFlow 1.5's wire version.
+pub const VERSION: u8 = 0x06;
+/// The header's length.
+pub const HEADER_LEN: usize = 8;
+
+const HELLO: u8 = 0;
+const ERROR: u8 = 1;
+const ECHO_REQUEST: u8 = 2;
+const ECHO_REPLY: u8 = 3;
+const FEATURES_REQUEST: u8 = 5;
+const FEATURES_REPLY: u8 = 6;
+const FLOW_MOD: u8 = 14;
+const BARRIER_REQUEST: u8 = 20;
+const BARRIER_REPLY: u8 = 21;
+const BUNDLE_CONTROL: u8 = 33;
+const BUNDLE_ADD_MESSAGE: u8 = 34;
+
+/// `OFPTT_ALL`: every table (a delete's).
+pub const ALL_TABLES: u8 = 0xff;
+const NO_BUFFER: u32 = 0xffff_ffff;
+const ANY: u32 = 0xffff_ffff;
+
+/// A whole message: the header with `kind`, `xid` and the length, then `body`.
+fn message(kind: u8, xid: u32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+    out.push(VERSION);
+    out.push(kind);
+    out.extend(to_u16(HEADER_LEN + body.len()).to_be_bytes());
+    out.extend(xid.to_be_bytes());
+    out.extend(body);
+    out
+}
+
+/// HELLO with a version bitmap element naming OpenFlow 1.5 only.
+#[must_use]
+pub fn hello(xid: u32) -> Vec<u8> {
+    // OFPHET_VERSIONBITMAP, 8 bytes, bit 6 (version 0x06).
+    let mut body = Vec::new();
+    body.extend(1_u16.to_be_bytes());
+    body.extend(8_u16.to_be_bytes());
+    body.extend((1_u32 << VERSION).to_be_bytes());
+    message(HELLO, xid, &body)
+}
+
+#[must_use]
+pub fn echo_reply(xid: u32, data: &[u8]) -> Vec<u8> {
+    message(ECHO_REPLY, xid, data)
+}
+
+#[must_use]
+pub fn features_request(xid: u32) -> Vec<u8> {
+    message(FEATURES_REQUEST, xid, &[])
+}
+
+#[must_use]
+pub fn barrier_request(xid: u32) -> Vec<u8> {
+    message(BARRIER_REQUEST, xid, &[])
+}
+
+/// What a flow mod does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Adds the flow (replacing one with the same match and priority).
+    Add,
+    /// Deletes the flows the match (and cookie) selects, at any priority.
+    Delete,
+    /// Deletes the one flow of this exact match and priority.
+    DeleteStrict,
+}
+
+/// A flow mod: a flow of table `table` with `priority`, `matching`, `instructions`, owned by
+/// `cookie` (a delete selects by `cookie` under `cookie_mask` too).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowMod {
+    pub command: Command,
+    pub table: u8,
+    pub priority: u16,
+    pub cookie: u64,
+    pub cookie_mask: u64,
+    pub matching: Match,
+    pub instructions: Vec<Instruction>,
+}
+
+impl FlowMod {
+    /// Adds a flow owned by `cookie`.
+    #[must_use]
+    pub fn add(
+        cookie: u64,
+        table: u8,
+        priority: u16,
+        matching: Match,
+        instructions: Vec<Instruction>,
+    ) -> Self {
+        Self {
+            command: Command::Add,
+            table,
+            priority,
+            cookie,
+            cookie_mask: 0,
+            matching,
+            instructions,
+        }
+    }
+
+    /// Deletes every flow of every table owned by `cookie`, and nothing else.
+    #[must_use]
+    pub fn delete_cookie(cookie: u64) -> Self {
+        Self {
+            command: Command::Delete,
+            table: ALL_TABLES,
+            priority: 0,
+            cookie,
+            cookie_mask: u64::MAX,
+            matching: Match::new(),
+            instructions: Vec::new(),
+        }
+    }
+
+    /// The message (`ofp_flow_mod`).
+    #[must_use]
+    pub fn encode(&self, xid: u32) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend(self.cookie.to_be_bytes());
+        body.extend(self.cookie_mask.to_be_bytes());
+        body.push(self.table);
+        body.push(match self.command {
+            Command::Add => 0,
+            Command::Delete => 3,
+            Command::DeleteStrict => 4,
+        });
+        body.extend(0_u16.to_be_bytes()); // idle timeout
+        body.extend(0_u16.to_be_bytes()); // hard timeout
+        body.extend(self.priority.to_be_bytes());
+        body.extend(NO_BUFFER.to_be_bytes());
+        body.extend(ANY.to_be_bytes()); // out_port
+        body.extend(ANY.to_be_bytes()); // out_group
+        body.extend(0_u16.to_be_bytes()); // flags
+        body.extend(0_u16.to_be_bytes()); // importance
+        self.matching.encode(&mut body);
+        for instruction in &self.instructions {
+            instruction.encode(&mut body);
+        }
+        message(FLOW_MOD, xid, &body)
+    }
+}
+
+/// A bundle control request: `OPEN_REQUEST` (0), `COMMIT_REQUEST` (4) or `DISCARD_REQUEST` (6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleControl {
+    Open = 0,
+    Commit = 4,
+    Discard = 6,
+}
+
+/// A bundle's flags: atomic (all or nothing) and ordered (in the order added).
+const BUNDLE_ATOMIC_ORDERED: u16 = 1 | 2;
+
+/// `OFPT_BUNDLE_CONTROL` for bundle `bundle`.
+#[must_use]
+pub fn bundle_control(xid: u32, bundle: u32, control: BundleControl) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(bundle.to_be_bytes());
+    body.extend((control as u16).to_be_bytes());
+    body.extend(BUNDLE_ATOMIC_ORDERED.to_be_bytes());
+    message(BUNDLE_CONTROL, xid, &body)
+}
+
+/// `OFPT_BUNDLE_ADD_MESSAGE`: `inner` (a whole message, whose xid must be `xid`) into bundle
+/// `bundle`.
+#[must_use]
+pub fn bundle_add(xid: u32, bundle: u32, inner: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(bundle.to_be_bytes());
+    body.extend(0_u16.to_be_bytes());
+    body.extend(BUNDLE_ATOMIC_ORDERED.to_be_bytes());
+    body.extend(inner);
+    message(BUNDLE_ADD_MESSAGE, xid, &body)
+}
+
+/// A message read from the switch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Incoming {
+    /// HELLO: the versions the switch speaks (its bitmap, or its header's version alone).
+    Hello {
+        versions: u32,
+    },
+    Error {
+        kind: u16,
+        code: u16,
+    },
+    EchoRequest {
+        data: Vec<u8>,
+    },
+    EchoReply,
+    FeaturesReply {
+        datapath_id: u64,
+        tables: u8,
+    },
+    BarrierReply,
+    /// A bundle control reply: the request's type plus one (`OPEN_REPLY`, `COMMIT_REPLY`, …).
+    BundleReply {
+        bundle: u32,
+        reply: u16,
+    },
+    /// Anything else (port status, packet-ins nobody asked for): its type.
+    Other {
+        kind: u8,
+    },
+}
+
+/// Why a message could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("a message of {0} bytes is shorter than its header")]
+    Short(usize),
+    #[error("message type {kind} has a {length}-byte body, too short for it")]
+    Truncated { kind: u8, length: usize },
+}
+
+/// The header's (type, length, xid) of the 8 bytes `header`.
+#[must_use]
+pub fn parse_header(header: &[u8; HEADER_LEN]) -> (u8, usize, u32) {
+    let length = usize::from(u16::from_be_bytes([header[2], header[3]]));
+    let xid = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    (header[1], length, xid)
+}
+
+/// Decodes one whole message (`bytes`, header included).
+///
+/// # Errors
+/// When `bytes` is shorter than the header or than the fields its type has.
+pub fn decode(bytes: &[u8]) -> Result<Incoming, DecodeError> {
+    let header: &[u8; HEADER_LEN] = bytes
+        .get(..HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(DecodeError::Short(bytes.len()))?;
+    let (kind, _, _) = parse_header(header);
+    let body = &bytes[HEADER_LEN..];
+    let truncated = || DecodeError::Truncated {
+        kind,
+        length: body.len(),
+    };
+    let u16_at = |at: usize| -> Result<u16, DecodeError> {
+        body.get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(truncated)
+    };
+    let u32_at = |at: usize| -> Result<u32, DecodeError> {
+        body.get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(truncated)
+    };
+    Ok(match kind {
+        HELLO => Incoming::Hello {
+            versions: hello_versions(header[0], body),
+        },
+        ERROR => Incoming::Error {
+            kind: u16_at(0)?,
+            code: u16_at(2)?,
+        },
+        ECHO_REQUEST => Incoming::EchoRequest {
+            data: body.to_vec(),
+        },
+        ECHO_REPLY => Incoming::EchoReply,
+        FEATURES_REPLY => {
+            let id = body.get(..8).ok_or_else(truncated)?;
+            let mut datapath_id = [0; 8];
+            datapath_id.copy_from_slice(id);
+            Incoming::FeaturesReply {
+                datapath_id: u64::from_be_bytes(datapath_id),
+                tables: *body.get(12).ok_or_else(truncated)?,
+            }
+        }
+        BARRIER_REPLY => Incoming::BarrierReply,
+        BUNDLE_CONTROL => Incoming::BundleReply {
+            bundle: u32_at(0)?,
+            reply: u16_at(4)?,
+        },
+        other => Incoming::Other { kind: other },
+    })
+}
+
+/// The versions a HELLO offers: its version bitmap element's first word, or the header's
+/// version alone (a HELLO without elements).
+fn hello_versions(version: u8, mut elements: &[u8]) -> u32 {
+    while elements.len() >= 4 {
+        let kind = u16::from_be_bytes([elements[0], elements[1]]);
+        let length = usize::from(u16::from_be_bytes([elements[2], elements[3]]));
+        if length < 4 || length > elements.len() {
+            break;
+        }
+        if kind == 1 && length >= 8 {
+            return u32::from_be_bytes([elements[4], elements[5], elements[6], elements[7]]);
+        }
+        elements = &elements[length + super::oxm::padding(length)..];
+    }
+    1_u32.checked_shl(u32::from(version)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::openflow::{action::Action, oxm::Field};
+
+    /// A flow mod's fixed part, match and instructions in OpenFlow 1.5's layout.
+    #[test]
+    fn a_flow_mod_encodes_in_openflow_1_5_layout() {
+        let flow = FlowMod::add(
+            0xab,
+            3,
+            100,
+            Match::new().with(Field::in_port(1)),
+            vec![Instruction::ApplyActions(vec![Action::Output(2)])],
+        );
+        let bytes = flow.encode(7);
+        assert_eq!(&bytes[..8], &[6, 14, 0, 88, 0, 0, 0, 7]);
+        assert_eq!(bytes.len(), 88);
+        let (cookie, mask) = (&bytes[8..16], &bytes[16..24]);
+        assert_eq!(cookie, &0xab_u64.to_be_bytes());
+        assert_eq!(mask, &[0; 8]);
+        assert_eq!(&bytes[24..26], &[3, 0], "table 3, ADD");
+        assert_eq!(&bytes[30..32], &[0, 100], "priority");
+        // The match: OXM, 4 + 8 bytes (in_port), no padding.
+        assert_eq!(&bytes[48..60], &[0, 1, 0, 12, 0x80, 0, 0, 4, 0, 0, 0, 1]);
+        assert_eq!(&bytes[60..64], &[0; 4]);
+        assert_eq!(&bytes[64..68], &[0, 4, 0, 24], "apply_actions");
+    }
+
+    /// What the switch sends is read: its HELLO's bitmap (or its header's version), errors,
+    /// echo requests with their data, features, bundle replies; short messages refused.
+    #[test]
+    fn switch_messages_decode() {
+        assert_eq!(decode(&hello(1)), Ok(Incoming::Hello { versions: 1 << 6 }));
+        assert_eq!(
+            decode(&[4, 0, 0, 8, 0, 0, 0, 1]),
+            Ok(Incoming::Hello { versions: 1 << 4 })
+        );
+        assert_eq!(
+            decode(&[6, 1, 0, 12, 0, 0, 0, 9, 0, 5, 0, 2]),
+            Ok(Incoming::Error { kind: 5, code: 2 })
+        );
+        assert_eq!(
+            decode(&[6, 2, 0, 10, 0, 0, 0, 9, 0xaa, 0xbb]),
+            Ok(Incoming::EchoRequest {
+                data: vec![0xaa, 0xbb]
+            })
+        );
+        let mut features = vec![6, 6, 0, 32, 0, 0, 0, 2];
+        features.extend(0x42_u64.to_be_bytes());
+        features.extend([0, 0, 0, 0, 254, 0, 0, 0]);
+        features.extend([0; 8]);
+        assert_eq!(
+            decode(&features),
+            Ok(Incoming::FeaturesReply {
+                datapath_id: 0x42,
+                tables: 254
+            })
+        );
+        assert_eq!(
+            decode(&[6, 33, 0, 16, 0, 0, 0, 3, 0, 0, 0, 1, 0, 5, 0, 3]),
+            Ok(Incoming::BundleReply {
+                bundle: 1,
+                reply: 5
+            })
+        );
+        assert_eq!(decode(&[6, 1]), Err(DecodeError::Short(2)));
+        assert!(matches!(
+            decode(&[6, 1, 0, 9, 0, 0, 0, 1, 0]),
+            Err(DecodeError::Truncated { kind: 1, .. })
+        ));
+    }
+}

@@ -1,0 +1,26 @@
+//! The OpenFlow backend's wire side (issue 19): OpenFlow 1.5 with the Nicira extensions OVN's
+//! flows use, spoken to Open vSwitch's br-int over its management socket, for nodes where the
+//! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables and the
+//! `Datapath` implementation build on this.
+//!
+//! Written here rather than taken from a crate: none speaks OF1.5 with NXM registers, tunnel
+//! metadata and bundles (`rovs-openflow` is OF1.3 without bundles, register matching or
+//! `tun_metadata`; see the project's toolchain notes). The codec is encoder-heavy: the agent
+//! builds flow mods and bundles and decodes only what the switch answers (hello, echo,
+//! features, barrier and bundle replies, errors).
+//!
+//! - [`oxm`]: match fields (OXM and NXM TLVs), in the order their prerequisites need;
+//! - [`action`]: instructions and actions (output, set_field, resubmit, goto, VLAN push/pop);
+//! - [`message`]: the messages the agent sends and the ones it reads;
+//! - [`connection`]: a session with one switch: version negotiation, features, echo answers,
+//!   atomic ordered bundles of flow mods, barriers, and the deletion of the flows of one
+//!   cookie (nothing else's is touched).
+//!
+//! Touches nothing but the socket it is given.
+
+pub mod action;
+pub mod connection;
+pub mod message;
+pub mod oxm;
+
+pub use connection::{Connection, OpenFlowError};
