@@ -5,16 +5,24 @@
 //!   test's own): OpenFlow 1.5 negotiated, the features read, flows applied in one atomic
 //!   bundle and acting as written (`ofproto/trace`), a bundle with one flow the switch refuses
 //!   applied not at all (the refusal's type and code returned), the flows of our cookie deleted
-//!   and another controller's flow left alone.
+//!   and another controller's flow left alone;
+//! - the IR's L2 forwarding translated ([`ovnbpf_agent::dataplane::openflow::l2`]) and
+//!   programmed into br-int carries real pings between two namespaces plugged into it (the
+//!   ARP broadcast through the flood, the rest through the L2 lookup), and unplugging one port
+//!   stops them.
 
 use std::process::Command;
 
-use ovnbpf_agent::dataplane::openflow::{
-    OpenFlowError,
-    action::{Action, Instruction, PORT_LOCAL},
-    connection::Connection,
-    message::{self, BundleControl, FlowMod},
-    oxm::{Field, Match},
+use ovnbpf_agent::{
+    dataplane::openflow::{
+        OpenFlowError,
+        action::{Action, Instruction, PORT_LOCAL},
+        connection::Connection,
+        l2::L2Flows,
+        message::{self, BundleControl, FlowMod},
+        oxm::{Field, Match},
+    },
+    pipeline::ir::{IrDiff, IrEntry, PortKind},
 };
 use ovnbpf_tests::{names::unique_prefix, netns::Netns, ovs_chassis::OvsSwitch, require_root};
 
@@ -212,4 +220,154 @@ async fn a_session_programs_br_int_atomically_and_only_its_own_flows() {
         flows.contains("cookie=0x77"),
         "another's flow went: {flows}"
     );
+}
+
+/// A pod namespace `name` on `switch`'s namespace: a veth whose host end `host` is added to
+/// br-int (TX checksum offload off on both ends: OVS's userspace datapath does not complete
+/// partial checksums), the pod end `eth0` with `mac` and `ip`/24; its OpenFlow port.
+fn plug_pod(
+    switch: &OvsSwitch,
+    host_netns: &Netns,
+    pod: &Netns,
+    host: &str,
+    mac: &str,
+    ip: &str,
+) -> u32 {
+    host_netns
+        .ip(&[
+            "link",
+            "add",
+            host,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            pod.name(),
+        ])
+        .unwrap();
+    host_netns.ip(&["link", "set", host, "up"]).unwrap();
+    host_netns
+        .exec("ethtool", &["-K", host, "tx", "off"])
+        .unwrap();
+    pod.ip(&["link", "set", "eth0", "address", mac]).unwrap();
+    pod.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"])
+        .unwrap();
+    pod.ip(&["link", "set", "eth0", "up"]).unwrap();
+    pod.exec("ethtool", &["-K", "eth0", "tx", "off"]).unwrap();
+    switch.vsctl(&["add-port", "br-int", host]).unwrap();
+    switch
+        .vsctl(&["get", "interface", host, "ofport"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_irs_l2_forwarding_programmed_into_br_int_carries_pings() {
+    require_root();
+    let prefix = unique_prefix();
+    let host = Netns::create(&format!("{prefix}-ofh")).unwrap();
+    let pods = [
+        Netns::create(&format!("{prefix}-ofa")).unwrap(),
+        Netns::create(&format!("{prefix}-ofb")).unwrap(),
+    ];
+    let switch = OvsSwitch::start(&host).unwrap();
+    let logs = || switch.log_tails();
+    let macs = [[2, 0, 0, 0, 0xa, 1], [2, 0, 0, 0, 0xa, 2]];
+    let mac_text = |mac: [u8; 6]| {
+        mac.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let ofports = [
+        plug_pod(
+            &switch,
+            &host,
+            &pods[0],
+            "ofa",
+            &mac_text(macs[0]),
+            "10.9.0.1",
+        ),
+        plug_pod(
+            &switch,
+            &host,
+            &pods[1],
+            "ofb",
+            &mac_text(macs[1]),
+            "10.9.0.2",
+        ),
+    ];
+    // Switch 5 with the two pods' ports, their MACs and the flood group, as the compiler
+    // writes them.
+    let mut entries = Vec::new();
+    for (index, name) in ["a.ns", "b.ns"].iter().enumerate() {
+        let key = index as u32 + 1;
+        entries.push(IrEntry::Port {
+            datapath: 5,
+            key,
+            name: (*name).into(),
+            kind: PortKind::Vif { chassis: None },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        });
+        entries.push(IrEntry::L2Fib {
+            datapath: 5,
+            mac: macs[index],
+            port: (*name).into(),
+        });
+        entries.push(IrEntry::FloodMember {
+            datapath: 5,
+            group: 32768,
+            port: key,
+        });
+    }
+    entries.push(IrEntry::FloodGroup {
+        datapath: 5,
+        key: 32768,
+        name: "_MC_flood".into(),
+    });
+    entries.push(IrEntry::FloodMulticast {
+        datapath: 5,
+        group: "_MC_flood".into(),
+    });
+    let mut flows = L2Flows::new();
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    flows.plug("a.ns", ofports[0]);
+    flows.plug("b.ns", ofports[1]);
+    let socket = switch.management_socket("br-int");
+    let mut connection = Connection::connect(&socket)
+        .await
+        .unwrap_or_else(|error| panic!("{error}{}", logs()));
+    connection
+        .apply(&flows.changes())
+        .await
+        .unwrap_or_else(|error| panic!("{error}{}", logs()));
+    let ping = |from: &Netns, to: &str| {
+        from.exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", to])
+            .is_ok_and(|text| text.contains(" 3 received"))
+    };
+    assert!(
+        ping(&pods[0], "10.9.0.2"),
+        "a → b through br-int\n{}{}",
+        switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default(),
+        logs()
+    );
+    assert!(ping(&pods[1], "10.9.0.1"), "b → a");
+    // b unplugged: its classification and output go; a no longer reaches it.
+    flows.unplug("b.ns");
+    connection.apply(&flows.changes()).await.unwrap();
+    pods[0].ip(&["neigh", "flush", "dev", "eth0"]).unwrap();
+    assert!(
+        !ping(&pods[0], "10.9.0.2"),
+        "a still reaches an unplugged b"
+    );
+    drop(connection);
+    drop(switch);
 }

@@ -1,7 +1,7 @@
 //! The OpenFlow backend's wire side (issue 19): OpenFlow 1.5 with the Nicira extensions OVN's
 //! flows use, spoken to Open vSwitch's br-int over its management socket, for nodes where the
-//! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables and the
-//! `Datapath` implementation build on this.
+//! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables has begun
+//! ([`l2`]); the rest of it and the `Datapath` implementation build on this.
 //!
 //! Written here rather than taken from a crate: none speaks OF1.5 with NXM registers, tunnel
 //! metadata and bundles (`rovs-openflow` is OF1.3 without bundles, register matching or
@@ -14,12 +14,15 @@
 //! - [`message`]: the messages the agent sends and the ones it reads;
 //! - [`connection`]: a session with one switch: version negotiation, features, echo answers,
 //!   atomic ordered bundles of flow mods, barriers, and the deletion of the flows of one
-//!   cookie (nothing else's is touched).
+//!   cookie (nothing else's is touched);
+//! - [`l2`]: the switches' L2 forwarding of the IR (ports plugged here, the L2 lookup, the
+//!   flood to a group's members) as flows, changed per switch.
 //!
 //! Touches nothing but the socket it is given.
 
 pub mod action;
 pub mod connection;
+pub mod l2;
 pub mod message;
 pub mod oxm;
 

@@ -1,0 +1,401 @@
+//! The switches' L2 forwarding of the pipeline IR as flows on br-int, for the ports plugged on
+//! this node (the first part of the translation; tunnels, routers and the rest come next):
+//! - table [`CLASSIFY`]: a plugged port's OpenFlow port sets the pipeline's datapath
+//!   (`metadata`, the switch's tunnel key) and logical input port (`reg14`, the port's key),
+//!   as OVN's physical stage does, then the L2 lookup;
+//! - table [`LOOKUP`]: `L2Fib` (a known MAC) sets the logical output port (`reg15`) and
+//!   resubmits to the output table; `FloodMulticast` (broadcast and multicast) does so for each
+//!   member of the flood group in turn (`FloodGroup`, `FloodMember`);
+//! - table [`OUTPUT`]: a logical output port that is plugged here leaves by its OpenFlow port.
+//!   Open vSwitch does not send a packet back out of the port it came in on, so a flood leaves
+//!   out of every member but the sender, as OVN's does.
+//!
+//! A frame nothing matches is dropped (br-int's `fail_mode` is secure; a table miss drops in
+//! OpenFlow 1.5). Flows are owned by one cookie ([`COOKIE`]).
+//!
+//! Incremental by switch: a change marks the switches it touches, and [`L2Flows::changes`]
+//! compares their desired flows with the installed ones, so one change costs O(its switch's
+//! flows). Owns the IR's L2 state and the installed flows; touches nothing else.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{
+    action::{Action, Instruction},
+    message::{Command, FlowMod},
+    oxm::{Field, Match},
+};
+use crate::pipeline::ir::{IrDiff, IrEntry, Mac};
+
+/// The cookie of the flows this backend installs.
+pub const COOKIE: u64 = 0x0b0f_0001;
+/// Table of the ports' classification.
+pub const CLASSIFY: u8 = 0;
+/// Table of the L2 lookup.
+pub const LOOKUP: u8 = 10;
+/// Table of the output to local ports.
+pub const OUTPUT: u8 = 40;
+
+/// A flow's identity in the switch: (table, priority, the encoded match).
+type FlowKey = (u8, u16, Vec<u8>);
+
+/// The IR's L2 state, the plugged ports and what is installed.
+#[derive(Debug, Default)]
+pub struct L2Flows {
+    /// Logical port name → (switch, port key).
+    ports: HashMap<String, (u32, u32)>,
+    /// Logical port name → its OpenFlow port on br-int.
+    plugged: HashMap<String, u32>,
+    /// Switch → its known MACs and their ports.
+    fib: HashMap<u32, BTreeMap<Mac, String>>,
+    /// (switch, group name) → the group's key.
+    groups: HashMap<(u32, String), u32>,
+    /// (switch, group key) → member port keys.
+    members: HashMap<(u32, u32), BTreeSet<u32>>,
+    /// Switch → the group its broadcast and multicast frames flood to.
+    multicast: HashMap<u32, String>,
+    /// Switches whose flows may have changed since [`Self::changes`].
+    marked: BTreeSet<u32>,
+    /// Switch → its installed flows.
+    installed: HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
+}
+
+impl L2Flows {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes in an IR diff's L2 entries (the others are not this part's).
+    pub fn apply(&mut self, diff: &IrDiff) {
+        for entry in &diff.removed {
+            self.take(entry, false);
+        }
+        for entry in &diff.added {
+            self.take(entry, true);
+        }
+    }
+
+    fn take(&mut self, entry: &IrEntry, added: bool) {
+        match entry {
+            IrEntry::Port {
+                datapath,
+                key,
+                name,
+                ..
+            } => {
+                if added {
+                    self.ports.insert(name.clone(), (*datapath, *key));
+                } else if self.ports.get(name) == Some(&(*datapath, *key)) {
+                    self.ports.remove(name);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::L2Fib {
+                datapath,
+                mac,
+                port,
+            } => {
+                let fib = self.fib.entry(*datapath).or_default();
+                if added {
+                    fib.insert(*mac, port.clone());
+                } else if fib.get(mac) == Some(port) {
+                    fib.remove(mac);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::FloodGroup {
+                datapath,
+                key,
+                name,
+            } => {
+                let slot = (*datapath, name.clone());
+                if added {
+                    self.groups.insert(slot, *key);
+                } else if self.groups.get(&slot) == Some(key) {
+                    self.groups.remove(&slot);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::FloodMember {
+                datapath,
+                group,
+                port,
+            } => {
+                let members = self.members.entry((*datapath, *group)).or_default();
+                if added {
+                    members.insert(*port);
+                } else {
+                    members.remove(port);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::FloodMulticast { datapath, group } => {
+                if added {
+                    self.multicast.insert(*datapath, group.clone());
+                } else if self.multicast.get(datapath) == Some(group) {
+                    self.multicast.remove(datapath);
+                }
+                self.marked.insert(*datapath);
+            }
+            _ => {}
+        }
+    }
+
+    /// Logical port `port` is plugged here as OpenFlow port `ofport`.
+    pub fn plug(&mut self, port: &str, ofport: u32) {
+        self.plugged.insert(port.to_string(), ofport);
+        if let Some((switch, _)) = self.ports.get(port) {
+            self.marked.insert(*switch);
+        }
+    }
+
+    /// Logical port `port` is no longer plugged here.
+    pub fn unplug(&mut self, port: &str) {
+        self.plugged.remove(port);
+        if let Some((switch, _)) = self.ports.get(port) {
+            self.marked.insert(*switch);
+        }
+    }
+
+    /// The flow mods that bring the marked switches' installed flows to the desired ones
+    /// (deletes first, then adds), recorded as installed.
+    pub fn changes(&mut self) -> Vec<FlowMod> {
+        let mut deletes = Vec::new();
+        let mut adds = Vec::new();
+        for switch in std::mem::take(&mut self.marked) {
+            let desired = self.desired(switch);
+            let installed = self.installed.remove(&switch).unwrap_or_default();
+            for (key, flow) in &installed {
+                if !desired.contains_key(key) {
+                    deletes.push(FlowMod {
+                        command: Command::DeleteStrict,
+                        cookie_mask: u64::MAX,
+                        instructions: Vec::new(),
+                        ..flow.clone()
+                    });
+                }
+            }
+            for (key, flow) in &desired {
+                if installed.get(key) != Some(flow) {
+                    adds.push(flow.clone());
+                }
+            }
+            if !desired.is_empty() {
+                self.installed.insert(switch, desired);
+            }
+        }
+        deletes.extend(adds);
+        deletes
+    }
+
+    /// Switch `switch`'s desired flows.
+    fn desired(&self, switch: u32) -> BTreeMap<FlowKey, FlowMod> {
+        let mut flows = BTreeMap::new();
+        let mut add = |flow: FlowMod| {
+            let mut matching = Vec::new();
+            flow.matching.encode(&mut matching);
+            flows.insert((flow.table, flow.priority, matching), flow);
+        };
+        let on_switch = |name: &String| {
+            self.ports
+                .get(name)
+                .filter(|(dp, _)| *dp == switch)
+                .map(|(_, key)| *key)
+        };
+        for (name, ofport) in &self.plugged {
+            let Some(key) = on_switch(name) else { continue };
+            add(FlowMod::add(
+                COOKIE,
+                CLASSIFY,
+                100,
+                Match::new().with(Field::in_port(*ofport)),
+                vec![Instruction::ApplyActions(vec![
+                    Action::SetField(Field::metadata(u64::from(switch))),
+                    Action::SetField(Field::register(14, key)),
+                    Action::Resubmit(LOOKUP),
+                ])],
+            ));
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                100,
+                on_datapath(switch).with(Field::register(15, key)),
+                vec![Instruction::ApplyActions(vec![Action::Output(*ofport)])],
+            ));
+        }
+        for (mac, port) in self.fib.get(&switch).into_iter().flatten() {
+            let Some(key) = on_switch(port) else { continue };
+            add(FlowMod::add(
+                COOKIE,
+                LOOKUP,
+                50,
+                on_datapath(switch).with(Field::eth_destination(*mac)),
+                vec![Instruction::ApplyActions(vec![
+                    Action::SetField(Field::register(15, key)),
+                    Action::Resubmit(OUTPUT),
+                ])],
+            ));
+        }
+        let flood = self
+            .multicast
+            .get(&switch)
+            .and_then(|name| self.groups.get(&(switch, name.clone())))
+            .and_then(|group| self.members.get(&(switch, *group)));
+        if let Some(members) = flood {
+            let actions = members
+                .iter()
+                .flat_map(|member| {
+                    [
+                        Action::SetField(Field::register(15, *member)),
+                        Action::Resubmit(OUTPUT),
+                    ]
+                })
+                .collect();
+            let group_bit = [1, 0, 0, 0, 0, 0];
+            add(FlowMod::add(
+                COOKIE,
+                LOOKUP,
+                70,
+                on_datapath(switch).with(Field::eth_destination(group_bit).masked(&group_bit)),
+                vec![Instruction::ApplyActions(actions)],
+            ));
+        }
+        flows
+    }
+}
+
+/// A match on switch `switch`'s pipeline (`metadata`).
+fn on_datapath(switch: u32) -> Match {
+    Match::new().with(Field::metadata(u64::from(switch)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::ir::PortKind;
+
+    fn port(key: u32, name: &str) -> IrEntry {
+        IrEntry::Port {
+            datapath: 5,
+            key,
+            name: name.into(),
+            kind: PortKind::Vif { chassis: None },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        }
+    }
+
+    fn switch_entries() -> Vec<IrEntry> {
+        vec![
+            port(1, "p1"),
+            port(2, "p2"),
+            IrEntry::L2Fib {
+                datapath: 5,
+                mac: [2, 0, 0, 0, 0, 1],
+                port: "p1".into(),
+            },
+            IrEntry::L2Fib {
+                datapath: 5,
+                mac: [2, 0, 0, 0, 0, 2],
+                port: "p2".into(),
+            },
+            IrEntry::FloodGroup {
+                datapath: 5,
+                key: 32768,
+                name: "_MC_flood".into(),
+            },
+            IrEntry::FloodMember {
+                datapath: 5,
+                group: 32768,
+                port: 1,
+            },
+            IrEntry::FloodMember {
+                datapath: 5,
+                group: 32768,
+                port: 2,
+            },
+            IrEntry::FloodMulticast {
+                datapath: 5,
+                group: "_MC_flood".into(),
+            },
+        ]
+    }
+
+    fn tables(changes: &[FlowMod]) -> Vec<(Command, u8, u16)> {
+        changes
+            .iter()
+            .map(|flow| (flow.command, flow.table, flow.priority))
+            .collect()
+    }
+
+    /// Two plugged ports of one switch: each classified and output, both MACs looked up, the
+    /// flood to both; applied again, nothing changes; one port unplugged, its classification
+    /// and output go (strictly, our cookie only) and the flood keeps both members (the other
+    /// chassis's part is the tunnel's, next); a MAC gone, its lookup goes.
+    #[test]
+    fn a_switchs_l2_entries_become_flows_and_changes_only_what_changed() {
+        let mut flows = L2Flows::new();
+        flows.apply(&IrDiff {
+            added: switch_entries(),
+            removed: Vec::new(),
+        });
+        flows.plug("p1", 3);
+        flows.plug("p2", 4);
+        let first = flows.changes();
+        let mut shape = tables(&first);
+        shape.sort_by_key(|(_, table, priority)| (*table, *priority));
+        assert_eq!(
+            shape,
+            [
+                (Command::Add, CLASSIFY, 100),
+                (Command::Add, CLASSIFY, 100),
+                (Command::Add, LOOKUP, 50),
+                (Command::Add, LOOKUP, 50),
+                (Command::Add, LOOKUP, 70),
+                (Command::Add, OUTPUT, 100),
+                (Command::Add, OUTPUT, 100),
+            ]
+        );
+        let flood = first
+            .iter()
+            .find(|flow| flow.priority == 70)
+            .map(|flow| flow.instructions.clone());
+        assert_eq!(
+            flood,
+            Some(vec![Instruction::ApplyActions(vec![
+                Action::SetField(Field::register(15, 1)),
+                Action::Resubmit(OUTPUT),
+                Action::SetField(Field::register(15, 2)),
+                Action::Resubmit(OUTPUT),
+            ])])
+        );
+        assert!(flows.changes().is_empty());
+        flows.apply(&IrDiff::default());
+        flows.unplug("p2");
+        let unplugged = flows.changes();
+        assert_eq!(
+            tables(&unplugged),
+            [
+                (Command::DeleteStrict, CLASSIFY, 100),
+                (Command::DeleteStrict, OUTPUT, 100),
+            ]
+        );
+        assert!(
+            unplugged
+                .iter()
+                .all(|flow| flow.cookie == COOKIE && flow.cookie_mask == u64::MAX)
+        );
+        flows.apply(&IrDiff {
+            added: Vec::new(),
+            removed: vec![IrEntry::L2Fib {
+                datapath: 5,
+                mac: [2, 0, 0, 0, 0, 2],
+                port: "p2".into(),
+            }],
+        });
+        assert_eq!(
+            tables(&flows.changes()),
+            [(Command::DeleteStrict, LOOKUP, 50)]
+        );
+    }
+}
