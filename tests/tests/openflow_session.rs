@@ -14,10 +14,12 @@
 use std::process::Command;
 
 use ovnbpf_agent::{
+    dataplane::Datapath,
     dataplane::openflow::{
         OpenFlowError,
         action::{Action, Instruction, PORT_LOCAL},
         connection::Connection,
+        datapath::{OpenFlowDatapath, OvsConfig},
         l2::L2Flows,
         message::{self, BundleControl, FlowMod},
         oxm::{Field, Match},
@@ -222,17 +224,10 @@ async fn a_session_programs_br_int_atomically_and_only_its_own_flows() {
     );
 }
 
-/// A pod namespace `name` on `switch`'s namespace: a veth whose host end `host` is added to
-/// br-int (TX checksum offload off on both ends: OVS's userspace datapath does not complete
-/// partial checksums), the pod end `eth0` with `mac` and `ip`/24; its OpenFlow port.
-fn plug_pod(
-    switch: &OvsSwitch,
-    host_netns: &Netns,
-    pod: &Netns,
-    host: &str,
-    mac: &str,
-    ip: &str,
-) -> u32 {
+/// Pod namespace `pod` joined to `host_netns` by a veth whose host end is `host` (TX checksum
+/// offload off on both ends: OVS's userspace datapath does not complete partial checksums),
+/// the pod end `eth0` with `mac` and `ip`/24.
+fn veth_pod(host_netns: &Netns, pod: &Netns, host: &str, mac: &str, ip: &str) {
     host_netns
         .ip(&[
             "link",
@@ -256,6 +251,18 @@ fn plug_pod(
         .unwrap();
     pod.ip(&["link", "set", "eth0", "up"]).unwrap();
     pod.exec("ethtool", &["-K", "eth0", "tx", "off"]).unwrap();
+}
+
+/// [`veth_pod`], its host end added to br-int: its OpenFlow port.
+fn plug_pod(
+    switch: &OvsSwitch,
+    host_netns: &Netns,
+    pod: &Netns,
+    host: &str,
+    mac: &str,
+    ip: &str,
+) -> u32 {
+    veth_pod(host_netns, pod, host, mac, ip);
     switch.vsctl(&["add-port", "br-int", host]).unwrap();
     switch
         .vsctl(&["get", "interface", host, "ofport"])
@@ -265,44 +272,9 @@ fn plug_pod(
         .unwrap()
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn the_irs_l2_forwarding_programmed_into_br_int_carries_pings() {
-    require_root();
-    let prefix = unique_prefix();
-    let host = Netns::create(&format!("{prefix}-ofh")).unwrap();
-    let pods = [
-        Netns::create(&format!("{prefix}-ofa")).unwrap(),
-        Netns::create(&format!("{prefix}-ofb")).unwrap(),
-    ];
-    let switch = OvsSwitch::start(&host).unwrap();
-    let logs = || switch.log_tails();
-    let macs = [[2, 0, 0, 0, 0xa, 1], [2, 0, 0, 0, 0xa, 2]];
-    let mac_text = |mac: [u8; 6]| {
-        mac.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let ofports = [
-        plug_pod(
-            &switch,
-            &host,
-            &pods[0],
-            "ofa",
-            &mac_text(macs[0]),
-            "10.9.0.1",
-        ),
-        plug_pod(
-            &switch,
-            &host,
-            &pods[1],
-            "ofb",
-            &mac_text(macs[1]),
-            "10.9.0.2",
-        ),
-    ];
-    // Switch 5 with the two pods' ports, their MACs and the flood group, as the compiler
-    // writes them.
+/// Switch 5 with pods `a.ns` and `b.ns` (keys 1 and 2, `macs`), their MACs and the flood
+/// group, as the compiler writes them.
+fn two_pod_switch(macs: [[u8; 6]; 2]) -> Vec<IrEntry> {
     let mut entries = Vec::new();
     for (index, name) in ["a.ns", "b.ns"].iter().enumerate() {
         let key = index as u32 + 1;
@@ -334,9 +306,56 @@ async fn the_irs_l2_forwarding_programmed_into_br_int_carries_pings() {
         datapath: 5,
         group: "_MC_flood".into(),
     });
+    entries
+}
+
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Three pings from `from` to `to` answered.
+fn pings(from: &Netns, to: &str) -> bool {
+    from.exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", to])
+        .is_ok_and(|text| text.contains(" 3 received"))
+}
+
+const MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0xa, 1], [2, 0, 0, 0, 0xa, 2]];
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_irs_l2_forwarding_programmed_into_br_int_carries_pings() {
+    require_root();
+    let prefix = unique_prefix();
+    let host = Netns::create(&format!("{prefix}-ofh")).unwrap();
+    let pods = [
+        Netns::create(&format!("{prefix}-ofa")).unwrap(),
+        Netns::create(&format!("{prefix}-ofb")).unwrap(),
+    ];
+    let switch = OvsSwitch::start(&host).unwrap();
+    let logs = || switch.log_tails();
+    let ofports = [
+        plug_pod(
+            &switch,
+            &host,
+            &pods[0],
+            "ofa",
+            &mac_text(MACS[0]),
+            "10.9.0.1",
+        ),
+        plug_pod(
+            &switch,
+            &host,
+            &pods[1],
+            "ofb",
+            &mac_text(MACS[1]),
+            "10.9.0.2",
+        ),
+    ];
     let mut flows = L2Flows::new();
     flows.apply(&IrDiff {
-        added: entries,
+        added: two_pod_switch(MACS),
         removed: Vec::new(),
     });
     flows.plug("a.ns", ofports[0]);
@@ -349,25 +368,107 @@ async fn the_irs_l2_forwarding_programmed_into_br_int_carries_pings() {
         .apply(&flows.changes())
         .await
         .unwrap_or_else(|error| panic!("{error}{}", logs()));
-    let ping = |from: &Netns, to: &str| {
-        from.exec("ping", &["-c", "3", "-i", "0.2", "-W", "1", to])
-            .is_ok_and(|text| text.contains(" 3 received"))
-    };
     assert!(
-        ping(&pods[0], "10.9.0.2"),
+        pings(&pods[0], "10.9.0.2"),
         "a → b through br-int\n{}{}",
         switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default(),
         logs()
     );
-    assert!(ping(&pods[1], "10.9.0.1"), "b → a");
+    assert!(pings(&pods[1], "10.9.0.1"), "b → a");
     // b unplugged: its classification and output go; a no longer reaches it.
     flows.unplug("b.ns");
     connection.apply(&flows.changes()).await.unwrap();
     pods[0].ip(&["neigh", "flush", "dev", "eth0"]).unwrap();
     assert!(
-        !ping(&pods[0], "10.9.0.2"),
+        !pings(&pods[0], "10.9.0.2"),
         "a still reaches an unplugged b"
     );
     drop(connection);
+    drop(switch);
+}
+
+/// The OpenFlow backend as the daemon drives it: the IR applied before any pod (the first
+/// write resyncs), pods' host interfaces added to br-int by its attacher and plugged, pings
+/// between them; a second datapath over the same switch (a restarted agent) resyncs: our
+/// cookie's flows replaced (a stale one of ours gone), the pings go on; a pod unplugged is taken out of br-int and no
+/// longer reached.
+#[test]
+fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
+    require_root();
+    let prefix = unique_prefix();
+    let host = Netns::create(&format!("{prefix}-ofh")).unwrap();
+    let pods = [
+        Netns::create(&format!("{prefix}-ofa")).unwrap(),
+        Netns::create(&format!("{prefix}-ofb")).unwrap(),
+    ];
+    let switch = OvsSwitch::start(&host).unwrap();
+    let logs = || switch.log_tails();
+    veth_pod(&host, &pods[0], "ofa", &mac_text(MACS[0]), "10.9.0.1");
+    veth_pod(&host, &pods[1], "ofb", &mac_text(MACS[1]), "10.9.0.2");
+    let config = OvsConfig {
+        management_socket: switch.management_socket("br-int"),
+        db_remote: switch.db_remote(),
+    };
+    let start = |config: &OvsConfig| {
+        let mut datapath = OpenFlowDatapath::start(config.clone()).unwrap();
+        datapath
+            .apply(&IrDiff {
+                added: two_pod_switch(MACS),
+                removed: Vec::new(),
+            })
+            .unwrap_or_else(|error| panic!("{error}{}", logs()));
+        let attacher = datapath.attacher();
+        for (port, interface) in [("a.ns", "ofa"), ("b.ns", "ofb")] {
+            let attachment = host
+                .run_in(|| {
+                    // The interface's index in this namespace (sysfs shows the caller's).
+                    let name = std::ffi::CString::new(interface)?;
+                    // SAFETY: a NUL-terminated name.
+                    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+                    anyhow::ensure!(index != 0, "no interface {interface}");
+                    Ok(attacher.attach(index)?)
+                })
+                .unwrap_or_else(|error| panic!("attaching {interface}: {error}{}", logs()));
+            datapath.plug(port, interface, attachment).unwrap();
+            assert!(datapath.programmed(port));
+        }
+        datapath
+    };
+    let first = start(&config);
+    assert!(pings(&pods[0], "10.9.0.2"), "a → b{}", logs());
+    assert!(pings(&pods[1], "10.9.0.1"), "b → a");
+    let ours = || {
+        switch
+            .ofctl(&["dump-flows", "br-int"])
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains("cookie=0xb0f0001"))
+            .count()
+    };
+    let installed = ours();
+    assert_eq!(installed, 7, "two ports in and out, two MACs, the flood");
+    drop(first);
+    // A flow of our cookie the new agent does not want (left by the one before): the
+    // resync takes it away.
+    switch
+        .ofctl(&[
+            "add-flow",
+            "br-int",
+            "cookie=0xb0f0001,table=10,priority=1,actions=drop",
+        ])
+        .unwrap();
+    assert_eq!(ours(), installed + 1);
+    let mut second = start(&config);
+    assert_eq!(ours(), installed, "the resync left a stale flow of ours");
+    assert!(pings(&pods[0], "10.9.0.2"), "a → b after the resync");
+    second.unplug("b.ns").unwrap();
+    let ports = switch.vsctl(&["list-ports", "br-int"]).unwrap();
+    assert!(!ports.contains("ofb") && ports.contains("ofa"), "{ports}");
+    pods[0].ip(&["neigh", "flush", "dev", "eth0"]).unwrap();
+    assert!(
+        !pings(&pods[0], "10.9.0.2"),
+        "a still reaches an unplugged b"
+    );
+    drop(second);
     drop(switch);
 }

@@ -188,6 +188,31 @@ impl L2Flows {
         deletes
     }
 
+    /// A full resync, for a switch whose flows are not known (a session opened again, an
+    /// agent started): our cookie's flows deleted, then every desired flow, recorded as
+    /// installed.
+    pub fn resync(&mut self) -> Vec<FlowMod> {
+        let switches: BTreeSet<u32> = self
+            .ports
+            .values()
+            .map(|(switch, _)| *switch)
+            .chain(self.fib.keys().copied())
+            .chain(self.multicast.keys().copied())
+            .chain(self.installed.keys().copied())
+            .collect();
+        self.marked.clear();
+        self.installed.clear();
+        let mut changes = vec![FlowMod::delete_cookie(COOKIE)];
+        for switch in switches {
+            let desired = self.desired(switch);
+            changes.extend(desired.values().cloned());
+            if !desired.is_empty() {
+                self.installed.insert(switch, desired);
+            }
+        }
+        changes
+    }
+
     /// Switch `switch`'s desired flows.
     fn desired(&self, switch: u32) -> BTreeMap<FlowKey, FlowMod> {
         let mut flows = BTreeMap::new();
@@ -397,5 +422,11 @@ mod tests {
             tables(&flows.changes()),
             [(Command::DeleteStrict, LOOKUP, 50)]
         );
+        // A resync: our cookie's flows deleted in every table, then all that is wanted (p1's
+        // classification and output, its MAC, the flood), and nothing more to change after.
+        let resync = flows.resync();
+        assert_eq!(resync[0], FlowMod::delete_cookie(COOKIE));
+        assert_eq!(resync.len(), 1 + 4);
+        assert!(flows.changes().is_empty());
     }
 }

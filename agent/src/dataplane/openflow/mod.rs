@@ -1,7 +1,7 @@
 //! The OpenFlow backend's wire side (issue 19): OpenFlow 1.5 with the Nicira extensions OVN's
 //! flows use, spoken to Open vSwitch's br-int over its management socket, for nodes where the
 //! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables has begun
-//! ([`l2`]); the rest of it and the `Datapath` implementation build on this.
+//! ([`l2`]), behind a `Datapath` ([`datapath`]) no flag selects yet.
 //!
 //! Written here rather than taken from a crate: none speaks OF1.5 with NXM registers, tunnel
 //! metadata and bundles (`rovs-openflow` is OF1.3 without bundles, register matching or
@@ -16,12 +16,15 @@
 //!   atomic ordered bundles of flow mods, barriers, and the deletion of the flows of one
 //!   cookie (nothing else's is touched);
 //! - [`l2`]: the switches' L2 forwarding of the IR (ports plugged here, the L2 lookup, the
-//!   flood to a group's members) as flows, changed per switch.
+//!   flood to a group's members) as flows, changed per switch;
+//! - [`datapath`]: the backend as the daemon drives it (`Datapath`): the session on a thread of
+//!   its own, writes retried and resynced, pods' interfaces added to br-int.
 //!
 //! Touches nothing but the socket it is given.
 
 pub mod action;
 pub mod connection;
+pub mod datapath;
 pub mod l2;
 pub mod message;
 pub mod oxm;

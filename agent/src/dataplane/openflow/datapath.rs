@@ -1,0 +1,346 @@
+//! The OpenFlow backend as the daemon drives it ([`Datapath`]): the IR's L2 forwarding
+//! ([`L2Flows`]) programmed into br-int through one session, and the pods' host interfaces
+//! added to br-int ([`OvsAttacher`]).
+//!
+//! The session is asynchronous and the trait is not: a thread of its own owns the
+//! [`Connection`] on a current-thread runtime, and each write waits for its bundle's answer
+//! (the daemon's writes block as the eBPF backend's map writes do). A write that fails is kept
+//! and retried ([`Datapath::pending`], [`Datapath::retry`]); a session that failed is opened
+//! again for the next write, which then carries a full resync (our cookie's flows deleted and
+//! every desired flow added, in one bundle), since what the switch holds is no longer known.
+//!
+//! Ports are added to br-int with `ovs-vsctl` (Open vSwitch's own client, as Kube-OVN's daemon
+//! does through its OVSDB library): one call per pod ADD and DEL, on the CNI server's blocking
+//! task or at unplug. Not yet here (issue 19): tunnels, routers, localnets, counters, drop
+//! events.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    path::PathBuf,
+    process::Command,
+    sync::{Arc, Mutex, mpsc},
+    time::{Duration, Instant},
+};
+
+use super::{connection::Connection, l2::L2Flows, message::FlowMod};
+use crate::{
+    dataplane::{
+        Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, OffLoopJob, PortAttacher,
+        PortAttachment,
+    },
+    pipeline::ir::IrDiff,
+};
+
+/// The bridge the backend programs.
+pub const BRIDGE: &str = "br-int";
+
+/// A write for the session thread: flow changes, applied in one bundle; the answer comes back
+/// on `done`.
+struct Write {
+    changes: Vec<FlowMod>,
+    done: mpsc::Sender<Result<(), String>>,
+}
+
+/// Where Open vSwitch is: br-int's management socket and the database's remote.
+#[derive(Clone, Debug)]
+pub struct OvsConfig {
+    pub management_socket: PathBuf,
+    pub db_remote: String,
+}
+
+/// The OpenFlow datapath of this node.
+pub struct OpenFlowDatapath {
+    l2: L2Flows,
+    writes: mpsc::Sender<Write>,
+    /// The session had to be opened again: the next write resyncs.
+    resync: bool,
+    /// Changes the switch did not take yet.
+    pending: Vec<FlowMod>,
+    /// Logical port → its host interface.
+    plugged: HashMap<String, String>,
+    attacher: Arc<OvsAttacher>,
+}
+
+impl OpenFlowDatapath {
+    /// Starts the session thread for the switch at `config` (connected at the first write).
+    ///
+    /// # Errors
+    /// When the thread cannot be started.
+    pub fn start(config: OvsConfig) -> Result<Self, DatapathError> {
+        let (writes, requests) = mpsc::channel::<Write>();
+        let socket = config.management_socket.clone();
+        std::thread::Builder::new()
+            .name("openflow".into())
+            .spawn(move || session(&socket, &requests))
+            .map_err(DatapathError::new)?;
+        Ok(Self {
+            l2: L2Flows::new(),
+            writes,
+            resync: true,
+            pending: Vec::new(),
+            plugged: HashMap::new(),
+            attacher: Arc::new(OvsAttacher::new(config.db_remote)),
+        })
+    }
+
+    /// Sends what changed (with what waits for a retry; everything after a failed session) to
+    /// the switch; the number of flow changes written.
+    fn flush(&mut self) -> Result<usize, DatapathError> {
+        let mut changes = if self.resync {
+            self.l2.resync()
+        } else {
+            std::mem::take(&mut self.pending)
+        };
+        changes.extend(self.l2.changes());
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        let (done, answer) = mpsc::channel();
+        let count = changes.len();
+        let sent = self.writes.send(Write {
+            changes: changes.clone(),
+            done,
+        });
+        let result = sent
+            .map_err(|_| "the OpenFlow session thread is gone".to_string())
+            .and_then(|()| {
+                answer
+                    .recv()
+                    .map_err(|_| "the OpenFlow session thread is gone".to_string())?
+            });
+        match result {
+            Ok(()) => {
+                self.resync = false;
+                self.pending.clear();
+                Ok(count)
+            }
+            Err(error) => {
+                // What the switch holds is not known after a failed bundle: resync next.
+                self.resync = true;
+                self.pending = changes;
+                Err(DatapathError::new(error))
+            }
+        }
+    }
+}
+
+/// The session thread: opens the session when a write comes without one, applies each write
+/// in one bundle, answers it; a failed session is dropped and opened again at the next write.
+fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        tracing::error!("the OpenFlow session thread cannot build its runtime");
+        return;
+    };
+    let mut connection: Option<Connection> = None;
+    while let Ok(write) = requests.recv() {
+        let result = runtime.block_on(async {
+            if connection.is_none() {
+                connection = Some(Connection::connect(socket).await?);
+            }
+            match connection.as_mut() {
+                Some(open) => open.apply(&write.changes).await,
+                None => Ok(()),
+            }
+        });
+        if let Err(error) = &result {
+            tracing::warn!(%error, socket = %socket.display(), "OpenFlow write failed");
+            connection = None;
+        }
+        let _ = write.done.send(result.map_err(|error| error.to_string()));
+    }
+}
+
+impl Datapath for OpenFlowDatapath {
+    fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
+        self.l2.apply(diff);
+        self.flush()
+    }
+
+    fn plug(
+        &mut self,
+        port: &str,
+        interface: &str,
+        attachment: PortAttachment,
+    ) -> Result<usize, DatapathError> {
+        let ofport = self
+            .attacher
+            .ofport(attachment.ifindex())
+            .ok_or_else(|| DatapathError::new(format!("{interface} was not added to {BRIDGE}")))?;
+        self.plugged.insert(port.to_string(), interface.to_string());
+        self.l2.plug(port, ofport);
+        self.flush()
+    }
+
+    fn unplug(&mut self, port: &str) -> Result<usize, DatapathError> {
+        let Some(interface) = self.plugged.remove(port) else {
+            return Ok(0);
+        };
+        self.l2.unplug(port);
+        let written = self.flush();
+        self.attacher.remove(&interface);
+        written
+    }
+
+    fn interface_of(&self, port: &str) -> Option<String> {
+        self.plugged.get(port).cloned()
+    }
+
+    fn programmed(&self, port: &str) -> bool {
+        self.plugged.contains_key(port) && !self.resync && self.pending.is_empty()
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len() + usize::from(self.resync && !self.plugged.is_empty())
+    }
+
+    fn retry(&mut self) -> Result<usize, DatapathError> {
+        if self.pending.is_empty() && !self.resync {
+            return Ok(0);
+        }
+        self.flush()
+    }
+
+    fn sweep(&mut self) -> Result<usize, DatapathError> {
+        // The first write after the start resyncs: a previous agent's flows of our cookie go
+        // then.
+        Ok(0)
+    }
+
+    fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
+    fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
+        Ok(Vec::new())
+    }
+
+    fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError> {
+        Ok(Vec::new())
+    }
+
+    fn attacher(&self) -> Arc<dyn PortAttacher> {
+        self.attacher.clone()
+    }
+
+    fn attachment_check(&self) -> Option<OffLoopJob> {
+        None
+    }
+
+    fn tunnel_neighbours(&self, _endpoints: Vec<IpAddr>) -> Option<OffLoopJob> {
+        None
+    }
+
+    fn drop_events(&mut self, _per_second: u32, _tap: DropTap) -> Option<DropFollower> {
+        None
+    }
+}
+
+/// Adds pods' host interfaces to br-int and knows their OpenFlow ports.
+pub struct OvsAttacher {
+    db_remote: String,
+    /// Host interface index → its OpenFlow port.
+    ofports: Mutex<HashMap<u32, u32>>,
+}
+
+/// How long Open vSwitch has to give an added interface its OpenFlow port.
+const OFPORT_WAIT: Duration = Duration::from_secs(5);
+
+impl OvsAttacher {
+    fn new(db_remote: String) -> Self {
+        Self {
+            db_remote,
+            ofports: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn vsctl(&self, args: &[&str]) -> Result<String, DatapathError> {
+        let output = Command::new("ovs-vsctl")
+            .arg(format!("--db={}", self.db_remote))
+            .arg("--timeout=10")
+            .args(args)
+            .output()
+            .map_err(|error| DatapathError::new(format!("running ovs-vsctl: {error}")))?;
+        if !output.status.success() {
+            return Err(DatapathError::new(format!(
+                "ovs-vsctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    }
+
+    fn ofport(&self, ifindex: u32) -> Option<u32> {
+        self.ofports.lock().ok()?.get(&ifindex).copied()
+    }
+
+    /// Takes `interface` out of br-int (best effort: logged when it fails).
+    fn remove(&self, interface: &str) {
+        if let Err(error) = self.vsctl(&["--if-exists", "del-port", BRIDGE, interface]) {
+            tracing::warn!(%error, interface, "cannot take the port out of br-int");
+        }
+        if let (Ok(mut ofports), Some(ifindex)) = (self.ofports.lock(), interface_index(interface))
+        {
+            ofports.remove(&ifindex);
+        }
+    }
+}
+
+/// The name of host interface `ifindex`.
+fn interface_name(ifindex: u32) -> Option<String> {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: the buffer holds IF_NAMESIZE bytes, as if_indextoname requires.
+    let found = unsafe { libc::if_indextoname(ifindex, name.as_mut_ptr()) };
+    if found.is_null() {
+        return None;
+    }
+    // SAFETY: if_indextoname wrote a NUL-terminated name into the buffer.
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// The index of host interface `name`.
+fn interface_index(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
+impl PortAttacher for OvsAttacher {
+    fn name(&self) -> &'static str {
+        "br-int"
+    }
+
+    fn attach(&self, ifindex: u32) -> Result<PortAttachment, DatapathError> {
+        let name = interface_name(ifindex)
+            .ok_or_else(|| DatapathError::new(format!("no interface of index {ifindex}")))?;
+        self.vsctl(&["--may-exist", "add-port", BRIDGE, &name])?;
+        let deadline = Instant::now() + OFPORT_WAIT;
+        let ofport = loop {
+            let text = self.vsctl(&["get", "interface", &name, "ofport"])?;
+            match text.parse::<i64>() {
+                Ok(port) if port > 0 => break u32::try_from(port).map_err(DatapathError::new)?,
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    return Err(DatapathError::new(format!(
+                        "{BRIDGE} gave {name} no OpenFlow port ({text})"
+                    )));
+                }
+            }
+        };
+        self.ofports
+            .lock()
+            .map_err(|_| DatapathError::new("the attacher's port table is poisoned"))?
+            .insert(ifindex, ofport);
+        Ok(PortAttachment::attached(ifindex))
+    }
+
+    fn is_attached(&self, ifindex: u32) -> Result<bool, DatapathError> {
+        Ok(self.ofport(ifindex).is_some())
+    }
+}
