@@ -110,6 +110,9 @@ pub const SETTINGS: &[Setting] = &[
     setting("private-key", Kind::Path),
     setting("certificate", Kind::Path),
     setting("ca-cert", Kind::Path),
+    setting("dataplane", Kind::Text),
+    setting("ovs-bridge-socket", Kind::Path),
+    setting("ovs-db", Kind::Text),
 ];
 
 /// Why a configuration file was refused.

@@ -180,10 +180,21 @@ pub struct OvsSwitch {
 impl OvsSwitch {
     /// Starts ovsdb-server and ovs-vswitchd in `netns` and adds `br-int`.
     pub fn start(netns: &crate::netns::Netns) -> Result<Self> {
-        let dir = tempfile::Builder::new()
+        Self::start_in(netns, Self::state_dir()?)
+    }
+
+    /// A state dir for [`Self::start_in`]: its sockets' paths are known before the switch
+    /// starts (an agent started first can be told them).
+    pub fn state_dir() -> Result<tempfile::TempDir> {
+        tempfile::Builder::new()
             .prefix("ovnbpf-ovs-")
             .tempdir()
-            .context("creating the OVS state dir")?;
+            .context("creating the OVS state dir")
+    }
+
+    /// [`Self::start`] with its state in `dir` (the database socket `db.sock`, br-int's
+    /// management socket `br-int.mgmt`).
+    pub fn start_in(netns: &crate::netns::Netns, dir: tempfile::TempDir) -> Result<Self> {
         let mut this = Self {
             dir,
             netns: netns.name().to_string(),

@@ -408,6 +408,7 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
     let config = OvsConfig {
         management_socket: switch.management_socket("br-int"),
         db_remote: switch.db_remote(),
+        interfaces: Vec::new(),
     };
     let start = |config: &OvsConfig| {
         let mut datapath = OpenFlowDatapath::start(config.clone()).unwrap();

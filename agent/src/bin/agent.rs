@@ -23,10 +23,21 @@ use ovnbpf_agent::{
             kernel_log::BpfLogLevel,
             node::{NodeDatapath, NodeDatapathConfig},
         },
+        openflow::datapath::{OpenFlowDatapath, OvsConfig},
     },
     node_network::{NodeNetworkStatus, NodeNicConfig},
     ovsdb::remote::Remote,
 };
+
+/// `--dataplane`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Dataplane {
+    /// The eBPF datapath (tc and XDP programs, pinned maps).
+    Ebpf,
+    /// Open vSwitch's br-int through OpenFlow (the fallback): experimental, L2 between the
+    /// pods of this node only so far.
+    Openflow,
+}
 
 /// `--unsupported-acl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -233,6 +244,18 @@ struct RunArgs {
     /// /var/run/tls/cacert).
     #[arg(long, env = "OVN_SSL_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
+    /// The datapath this node runs: `ebpf`, or `openflow`, Open vSwitch's br-int programmed
+    /// with OpenFlow (experimental: L2 between this node's pods only so far; what it does not
+    /// program yet is dropped).
+    #[arg(long, env = "OVNBPF_DATAPLANE", value_enum, default_value_t = Dataplane::Ebpf)]
+    dataplane: Dataplane,
+    /// With `--dataplane openflow`: br-int's management socket, where the agent connects.
+    #[arg(long, default_value = "/var/run/openvswitch/br-int.mgmt")]
+    ovs_bridge_socket: std::path::PathBuf,
+    /// With `--dataplane openflow`: Open vSwitch's database, where pods' interfaces are added
+    /// to br-int.
+    #[arg(long, default_value = "unix:/var/run/openvswitch/db.sock")]
+    ovs_db: String,
     /// Delete this chassis's rows from the Southbound DB and exit.
     #[arg(long)]
     cleanup: bool,
@@ -542,11 +565,25 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         // The one place that picks the backend; everything else drives it as a `Datapath`.
-        let datapath: Option<Box<dyn Datapath>> = match &datapath_config {
-            Some(datapath_config) => Some(Box::new(
+        let datapath: Option<Box<dyn Datapath>> = match (&datapath_config, args.dataplane) {
+            (Some(datapath_config), Dataplane::Ebpf) => Some(Box::new(
                 NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?,
             )),
-            None => None,
+            (Some(datapath_config), Dataplane::Openflow) => {
+                tracing::warn!(
+                    socket = %args.ovs_bridge_socket.display(),
+                    "the OpenFlow datapath is experimental: L2 between this node's pods only"
+                );
+                Some(Box::new(
+                    OpenFlowDatapath::start(OvsConfig {
+                        management_socket: args.ovs_bridge_socket.clone(),
+                        db_remote: args.ovs_db.clone(),
+                        interfaces: datapath_config.interfaces.clone(),
+                    })
+                    .context("starting the OpenFlow datapath")?,
+                ))
+            }
+            (None, _) => None,
         };
         let attacher = datapath.as_deref().map(Datapath::attacher);
         let (handle, commands) = daemon::ports::channel();

@@ -42,11 +42,14 @@ struct Write {
     done: mpsc::Sender<Result<(), String>>,
 }
 
-/// Where Open vSwitch is: br-int's management socket and the database's remote.
+/// Where Open vSwitch is (br-int's management socket, the database's remote), and the ports to
+/// forward for from the start (`--local-port`, and pods a previous agent plugged: logical
+/// port, host interface).
 #[derive(Clone, Debug)]
 pub struct OvsConfig {
     pub management_socket: PathBuf,
     pub db_remote: String,
+    pub interfaces: Vec<(String, String)>,
 }
 
 /// The OpenFlow datapath of this node.
@@ -74,14 +77,32 @@ impl OpenFlowDatapath {
             .name("openflow".into())
             .spawn(move || session(&socket, &requests))
             .map_err(DatapathError::new)?;
-        Ok(Self {
+        let mut datapath = Self {
             l2: L2Flows::new(),
             writes,
             resync: true,
             pending: Vec::new(),
             plugged: HashMap::new(),
             attacher: Arc::new(OvsAttacher::new(config.db_remote)),
-        })
+        };
+        // Written with the first write's resync.
+        for (port, interface) in &config.interfaces {
+            let attached = interface_index(interface)
+                .ok_or_else(|| DatapathError::new(format!("no interface {interface}")))
+                .and_then(|ifindex| datapath.attacher.attach(ifindex));
+            match attached {
+                Ok(attachment) => {
+                    if let Some(ofport) = datapath.attacher.ofport(attachment.ifindex()) {
+                        datapath.plugged.insert(port.clone(), interface.clone());
+                        datapath.l2.plug(port, ofport);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, port, interface, "cannot add the port to br-int");
+                }
+            }
+        }
+        Ok(datapath)
     }
 
     /// Sends what changed (with what waits for a retry; everything after a failed session) to
