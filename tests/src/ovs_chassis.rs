@@ -289,6 +289,19 @@ impl OvsSwitch {
         Ok(())
     }
 
+    /// Stops ovs-vswitchd and starts it again (its flows are gone; its ports come back from the
+    /// database).
+    pub fn restart_vswitchd(&mut self) -> Result<()> {
+        let index = self
+            .daemons
+            .iter()
+            .position(|daemon| daemon.name() == "ovs-vswitchd")
+            .context("ovs-vswitchd is not running")?;
+        self.daemons.remove(index).stop();
+        let remote = self.db_remote();
+        self.spawn("ovs-vswitchd", &[remote])
+    }
+
     /// Runs `ovs-vsctl` against the switch's database.
     pub fn vsctl(&self, args: &[&str]) -> Result<String> {
         output(

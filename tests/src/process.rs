@@ -79,6 +79,12 @@ impl Child {
         })
     }
 
+    /// The name it was started under.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, std::process::Child::id)

@@ -11,7 +11,7 @@
 //!   ARP broadcast through the flood, the rest through the L2 lookup), and unplugging one port
 //!   stops them.
 
-use std::process::Command;
+use std::{process::Command, time::Duration};
 
 use ovnbpf_agent::{
     dataplane::Datapath,
@@ -26,7 +26,9 @@ use ovnbpf_agent::{
     },
     pipeline::ir::{IrDiff, IrEntry, PortKind},
 };
-use ovnbpf_tests::{names::unique_prefix, netns::Netns, ovs_chassis::OvsSwitch, require_root};
+use ovnbpf_tests::{
+    names::unique_prefix, netns::Netns, ovs_chassis::OvsSwitch, process::wait_until, require_root,
+};
 
 /// The flows' owner.
 const COOKIE: u64 = 0xab;
@@ -387,10 +389,53 @@ async fn the_irs_l2_forwarding_programmed_into_br_int_carries_pings() {
     drop(switch);
 }
 
+/// An OpenFlow datapath over `switch` (`config`) with `two_pod_switch`'s IR applied and the
+/// pods' host interfaces (in `host`) attached and plugged.
+fn datapath_with_two_pods(
+    switch: &OvsSwitch,
+    host: &Netns,
+    config: &OvsConfig,
+) -> OpenFlowDatapath {
+    let mut datapath = OpenFlowDatapath::start(config.clone()).unwrap();
+    datapath
+        .apply(&IrDiff {
+            added: two_pod_switch(MACS),
+            removed: Vec::new(),
+        })
+        .unwrap_or_else(|error| panic!("{error}{}", switch.log_tails()));
+    let attacher = datapath.attacher();
+    for (port, interface) in [("a.ns", "ofa"), ("b.ns", "ofb")] {
+        let attachment = host
+            .run_in(|| {
+                // The interface's index in this namespace (sysfs shows the caller's).
+                let name = std::ffi::CString::new(interface)?;
+                // SAFETY: a NUL-terminated name.
+                let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+                anyhow::ensure!(index != 0, "no interface {interface}");
+                Ok(attacher.attach(index)?)
+            })
+            .unwrap_or_else(|error| panic!("attaching {interface}: {error}{}", switch.log_tails()));
+        datapath.plug(port, interface, attachment).unwrap();
+        assert!(datapath.programmed(port));
+    }
+    datapath
+}
+
+/// How many flows of the OpenFlow datapath's cookie br-int holds.
+fn our_flows(switch: &OvsSwitch) -> usize {
+    switch
+        .ofctl(&["dump-flows", "br-int"])
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("cookie=0xb0f0001"))
+        .count()
+}
+
 /// The OpenFlow backend as the daemon drives it: the IR applied before any pod (the first
 /// write resyncs), pods' host interfaces added to br-int by its attacher and plugged, pings
 /// between them; a second datapath over the same switch (a restarted agent) resyncs: our
-/// cookie's flows replaced (a stale one of ours gone), the pings go on; a pod unplugged is taken out of br-int and no
+/// cookie's flows replaced (a stale one of ours gone), the pings go on; Open vSwitch restarted
+/// under it (its flows gone), the lost session is noticed and the retry resyncs; a pod unplugged is taken out of br-int and no
 /// longer reached.
 #[test]
 fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
@@ -401,8 +446,7 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
         Netns::create(&format!("{prefix}-ofa")).unwrap(),
         Netns::create(&format!("{prefix}-ofb")).unwrap(),
     ];
-    let switch = OvsSwitch::start(&host).unwrap();
-    let logs = || switch.log_tails();
+    let mut switch = OvsSwitch::start(&host).unwrap();
     veth_pod(&host, &pods[0], "ofa", &mac_text(MACS[0]), "10.9.0.1");
     veth_pod(&host, &pods[1], "ofb", &mac_text(MACS[1]), "10.9.0.2");
     let config = OvsConfig {
@@ -410,43 +454,10 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
         db_remote: switch.db_remote(),
         interfaces: Vec::new(),
     };
-    let start = |config: &OvsConfig| {
-        let mut datapath = OpenFlowDatapath::start(config.clone()).unwrap();
-        datapath
-            .apply(&IrDiff {
-                added: two_pod_switch(MACS),
-                removed: Vec::new(),
-            })
-            .unwrap_or_else(|error| panic!("{error}{}", logs()));
-        let attacher = datapath.attacher();
-        for (port, interface) in [("a.ns", "ofa"), ("b.ns", "ofb")] {
-            let attachment = host
-                .run_in(|| {
-                    // The interface's index in this namespace (sysfs shows the caller's).
-                    let name = std::ffi::CString::new(interface)?;
-                    // SAFETY: a NUL-terminated name.
-                    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-                    anyhow::ensure!(index != 0, "no interface {interface}");
-                    Ok(attacher.attach(index)?)
-                })
-                .unwrap_or_else(|error| panic!("attaching {interface}: {error}{}", logs()));
-            datapath.plug(port, interface, attachment).unwrap();
-            assert!(datapath.programmed(port));
-        }
-        datapath
-    };
-    let first = start(&config);
-    assert!(pings(&pods[0], "10.9.0.2"), "a → b{}", logs());
+    let first = datapath_with_two_pods(&switch, &host, &config);
+    assert!(pings(&pods[0], "10.9.0.2"), "a → b{}", switch.log_tails());
     assert!(pings(&pods[1], "10.9.0.1"), "b → a");
-    let ours = || {
-        switch
-            .ofctl(&["dump-flows", "br-int"])
-            .unwrap()
-            .lines()
-            .filter(|line| line.contains("cookie=0xb0f0001"))
-            .count()
-    };
-    let installed = ours();
+    let installed = our_flows(&switch);
     assert_eq!(installed, 7, "two ports in and out, two MACs, the flood");
     drop(first);
     // A flow of our cookie the new agent does not want (left by the one before): the
@@ -458,10 +469,48 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
             "cookie=0xb0f0001,table=10,priority=1,actions=drop",
         ])
         .unwrap();
-    assert_eq!(ours(), installed + 1);
-    let mut second = start(&config);
-    assert_eq!(ours(), installed, "the resync left a stale flow of ours");
+    assert_eq!(our_flows(&switch), installed + 1);
+    let mut second = datapath_with_two_pods(&switch, &host, &config);
+    assert_eq!(
+        our_flows(&switch),
+        installed,
+        "the resync left a stale flow of ours"
+    );
     assert!(pings(&pods[0], "10.9.0.2"), "a → b after the resync");
+    // Open vSwitch restarted under the agent: its flows are gone; the idle session notices
+    // within its probe interval, a resync waits as a pending write, and the daemon's retry
+    // (done here by hand) puts every flow back.
+    switch.restart_vswitchd().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || switch
+            .ofctl(&["dump-flows", "br-int"])
+            .is_ok()),
+        "ovs-vswitchd did not come back{}",
+        switch.log_tails()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || our_flows(&switch) == 0
+            && second.pending() > 0),
+        "the lost session is not noticed: {} flows, {} pending{}",
+        our_flows(&switch),
+        second.pending(),
+        switch.log_tails()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || second.retry().is_ok()),
+        "the resync failed{}",
+        switch.log_tails()
+    );
+    assert_eq!(second.pending(), 0);
+    assert_eq!(
+        our_flows(&switch),
+        installed,
+        "not every flow is back after the resync"
+    );
+    assert!(
+        pings(&pods[0], "10.9.0.2"),
+        "a → b after Open vSwitch restarted"
+    );
     second.unplug("b.ns").unwrap();
     let ports = switch.vsctl(&["list-ports", "br-int"]).unwrap();
     assert!(!ports.contains("ofb") && ports.contains("ofa"), "{ports}");

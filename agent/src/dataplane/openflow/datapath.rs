@@ -8,6 +8,9 @@
 //! and retried ([`Datapath::pending`], [`Datapath::retry`]); a session that failed is opened
 //! again for the next write, which then carries a full resync (our cookie's flows deleted and
 //! every desired flow added, in one bundle), since what the switch holds is no longer known.
+//! Between writes the thread asks the switch for a barrier every [`PROBE_INTERVAL`]: a switch
+//! that restarted (its flows gone) or went away is noticed then, and the resync waits as a
+//! pending write for the daemon's next retry.
 //!
 //! Ports are added to br-int with `ovs-vsctl` (Open vSwitch's own client, as Kube-OVN's daemon
 //! does through its OVSDB library): one call per pod ADD and DEL, on the CNI server's blocking
@@ -19,7 +22,11 @@ use std::{
     net::IpAddr,
     path::PathBuf,
     process::Command,
-    sync::{Arc, Mutex, mpsc},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
     time::{Duration, Instant},
 };
 
@@ -34,6 +41,9 @@ use crate::{
 
 /// The bridge the backend programs.
 pub const BRIDGE: &str = "br-int";
+
+/// How often an idle session checks that the switch is still there (a barrier).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A write for the session thread: flow changes, applied in one bundle; the answer comes back
 /// on `done`.
@@ -63,6 +73,8 @@ pub struct OpenFlowDatapath {
     /// Logical port → its host interface.
     plugged: HashMap<String, String>,
     attacher: Arc<OvsAttacher>,
+    /// Set by the session thread when an idle session was lost: the switch must be resynced.
+    lost: Arc<AtomicBool>,
 }
 
 impl OpenFlowDatapath {
@@ -73,9 +85,11 @@ impl OpenFlowDatapath {
     pub fn start(config: OvsConfig) -> Result<Self, DatapathError> {
         let (writes, requests) = mpsc::channel::<Write>();
         let socket = config.management_socket.clone();
+        let lost = Arc::new(AtomicBool::new(false));
+        let session_lost = Arc::clone(&lost);
         std::thread::Builder::new()
             .name("openflow".into())
-            .spawn(move || session(&socket, &requests))
+            .spawn(move || session(&socket, &requests, &session_lost))
             .map_err(DatapathError::new)?;
         let mut datapath = Self {
             l2: L2Flows::new(),
@@ -84,6 +98,7 @@ impl OpenFlowDatapath {
             pending: Vec::new(),
             plugged: HashMap::new(),
             attacher: Arc::new(OvsAttacher::new(config.db_remote)),
+            lost,
         };
         // Written with the first write's resync.
         for (port, interface) in &config.interfaces {
@@ -148,7 +163,8 @@ impl OpenFlowDatapath {
 
 /// The session thread: opens the session when a write comes without one, applies each write
 /// in one bundle, answers it; a failed session is dropped and opened again at the next write.
-fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>) {
+/// Idle, it probes the switch every [`PROBE_INTERVAL`]; a session lost then sets `lost`.
+fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &AtomicBool) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -157,7 +173,21 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>) {
         return;
     };
     let mut connection: Option<Connection> = None;
-    while let Ok(write) = requests.recv() {
+    loop {
+        let write = match requests.recv_timeout(PROBE_INTERVAL) {
+            Ok(write) => write,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(open) = connection.as_mut()
+                    && let Err(error) = runtime.block_on(open.barrier())
+                {
+                    tracing::warn!(%error, socket = %socket.display(), "OpenFlow session lost; the switch is resynced at the next retry");
+                    connection = None;
+                    lost.store(true, Ordering::Relaxed);
+                }
+                continue;
+            }
+        };
         let result = runtime.block_on(async {
             if connection.is_none() {
                 connection = Some(Connection::connect(socket).await?);
@@ -215,10 +245,15 @@ impl Datapath for OpenFlowDatapath {
     }
 
     fn pending(&self) -> usize {
-        self.pending.len() + usize::from(self.resync && !self.plugged.is_empty())
+        self.pending.len()
+            + usize::from(self.resync && !self.plugged.is_empty())
+            + usize::from(self.lost.load(Ordering::Relaxed))
     }
 
     fn retry(&mut self) -> Result<usize, DatapathError> {
+        if self.lost.swap(false, Ordering::Relaxed) {
+            self.resync = true;
+        }
         if self.pending.is_empty() && !self.resync {
             return Ok(0);
         }
