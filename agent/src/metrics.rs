@@ -523,6 +523,13 @@ fn register(
         scrape.counters(name, help, series);
     }
     scrape.gauges(
+        "ovnbpf_dataplane",
+        "The datapath this node runs (1 for it): ebpf, or openflow (Open vSwitch's br-int, experimental).",
+        report
+            .dataplane
+            .map(|kind| (label("dataplane", kind), 1)),
+    );
+    scrape.gauges(
         "ovnbpf_service_monitors",
         "Load balancer backends this chassis probes for their health checks (Service_Monitor rows of its ports), by the status its probes decided and wrote (undecided: not yet, and northd keeps the backend).",
         report
@@ -762,6 +769,7 @@ mod tests {
             unenforced_acl_switches: 1,
             side_duty_datapaths: 2,
             truncated_flood_groups: 1,
+            dataplane: Some("openflow"),
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
             acl_logged: vec![("drop", 3), ("lost", 0)],
@@ -849,6 +857,7 @@ mod tests {
             r#"ovnbpf_service_monitors{status="offline"} 1"#,
             r#"ovnbpf_service_monitor_probes_total{result="answered"} 8"#,
             r#"ovnbpf_router_advertisements_total{result="sent"} 6"#,
+            r#"ovnbpf_dataplane{dataplane="openflow"} 1"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

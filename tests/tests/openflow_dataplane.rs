@@ -3,8 +3,10 @@
 //! of eBPF. Two pods of subnet-a are added through the CNI plugin as a runtime adds them: the
 //! agent adds their host interfaces to br-int, claims their ports, and they come up only once
 //! their flows are in; the pods then reach each other (the ARP broadcast through the flood,
-//! the rest through the L2 lookup), through flows of the agent's cookie only. A pod deleted is
-//! taken out of br-int and no longer reached. (Tunnels and routers are not programmed yet:
+//! the rest through the L2 lookup), through flows of the agent's cookie only; the metrics name
+//! the datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
+//! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of
+//! br-int and no longer reached. (Tunnels and routers are not programmed yet:
 //! the pods are on one node of one switch.)
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
@@ -20,6 +22,8 @@ use ovnbpf_tests::{
 };
 use serde_json::json;
 
+/// Where node1's agent serves its metrics, inside the node's namespace.
+const METRICS: &str = "127.0.0.1:10665";
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
 
@@ -53,8 +57,12 @@ fn pods_of_an_openflow_node_reach_each_other_through_br_int() {
         socket.display().to_string(),
         "--ovs-db".into(),
         db,
+        "--metrics-address".into(),
+        METRICS.into(),
     ];
-    let cni = CniNodes::start(&[("a1", A1), ("a2", A2)], None, [openflow, Vec::new()]);
+    // node2's agent is left to choose (`auto`): eBPF loads here, so eBPF it is.
+    let auto = ["--dataplane", "auto", "--metrics-address", METRICS].map(String::from);
+    let cni = CniNodes::start(&[("a1", A1), ("a2", A2)], None, [openflow, auto.to_vec()]);
     let logs = || cni.logs();
     let switch = OvsSwitch::start_in(cni.nodes[0].netns(), state).unwrap();
     let plugins = plugin_dir(
@@ -111,6 +119,24 @@ fn pods_of_an_openflow_node_reach_each_other_through_br_int() {
             .all(|line| line.contains("cookie=0xb0f0001")),
         "a flow not of the agent's cookie: {flows}"
     );
+    // Each agent says which datapath it runs.
+    for (node, dataplane) in [(0, "openflow"), (1, "ebpf")] {
+        let metrics = ovnbpf_tests::netns::run_in_path(&cni.nodes[node].netns().path(), || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(METRICS)?;
+            write!(stream, "GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")?;
+            let mut text = String::new();
+            stream.read_to_string(&mut text)?;
+            Ok(text)
+        })
+        .unwrap();
+        let expected = format!(r#"ovnbpf_dataplane{{dataplane="{dataplane}"}} 1"#);
+        assert!(
+            metrics.lines().any(|line| line == expected),
+            "node{}: {expected} missing in\n{metrics}",
+            node + 1
+        );
+    }
     // a2 deleted: out of br-int, no longer reached.
     let output = runtime.exec("DEL", &attachments[1], &config).unwrap();
     assert!(output.status.success(), "DEL a2: {output:?}{}", logs());

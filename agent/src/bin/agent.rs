@@ -37,6 +37,19 @@ enum Dataplane {
     /// Open vSwitch's br-int through OpenFlow (the fallback): experimental, L2 between the
     /// pods of this node only so far.
     Openflow,
+    /// eBPF where the kernel loads and attaches its programs, else OpenFlow where br-int's
+    /// management socket exists.
+    Auto,
+}
+
+/// The datapath `--dataplane auto` runs: eBPF when it started (`ebpf_failure` is `None`),
+/// else OpenFlow when br-int's socket is there; else the eBPF failure stands.
+fn auto_dataplane(ebpf_failure: Option<&anyhow::Error>, ovs_socket_exists: bool) -> Dataplane {
+    match (ebpf_failure, ovs_socket_exists) {
+        (None, _) => Dataplane::Ebpf,
+        (Some(_), true) => Dataplane::Openflow,
+        (Some(_), false) => Dataplane::Ebpf,
+    }
 }
 
 /// `--unsupported-acl`.
@@ -244,9 +257,10 @@ struct RunArgs {
     /// /var/run/tls/cacert).
     #[arg(long, env = "OVN_SSL_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
-    /// The datapath this node runs: `ebpf`, or `openflow`, Open vSwitch's br-int programmed
-    /// with OpenFlow (experimental: L2 between this node's pods only so far; what it does not
-    /// program yet is dropped).
+    /// The datapath this node runs: `ebpf`, `openflow` (Open vSwitch's br-int programmed with
+    /// OpenFlow; experimental: L2 between this node's pods only so far, what it does not
+    /// program yet is dropped), or `auto` (eBPF where its programs load and attach, else
+    /// OpenFlow where br-int's socket exists).
     #[arg(long, env = "OVNBPF_DATAPLANE", value_enum, default_value_t = Dataplane::Ebpf)]
     dataplane: Dataplane,
     /// With `--dataplane openflow`: br-int's management socket, where the agent connects.
@@ -565,10 +579,27 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         // The one place that picks the backend; everything else drives it as a `Datapath`.
-        let datapath: Option<Box<dyn Datapath>> = match (&datapath_config, args.dataplane) {
-            (Some(datapath_config), Dataplane::Ebpf) => Some(Box::new(
-                NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?,
-            )),
+        // `auto` tries eBPF first; a datapath it started is the one run.
+        let mut ebpf = None;
+        let dataplane = match (&datapath_config, args.dataplane) {
+            (Some(datapath_config), Dataplane::Auto) => {
+                let started =
+                    NodeDatapath::start(datapath_config).context("starting the eBPF datapath");
+                let chosen = auto_dataplane(started.as_ref().err(), args.ovs_bridge_socket.exists());
+                match started {
+                    Ok(datapath) => ebpf = Some(datapath),
+                    Err(error) if chosen == Dataplane::Openflow => tracing::warn!(
+                        error = format!("{error:#}"),
+                        "--dataplane auto: the eBPF datapath cannot run here; running OpenFlow on br-int"
+                    ),
+                    Err(error) => return Err(error),
+                }
+                chosen
+            }
+            (_, requested) => requested,
+        };
+        let datapath: Option<Box<dyn Datapath>> = match (&datapath_config, dataplane) {
+            (None, _) => None,
             (Some(datapath_config), Dataplane::Openflow) => {
                 tracing::warn!(
                     socket = %args.ovs_bridge_socket.display(),
@@ -583,8 +614,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     .context("starting the OpenFlow datapath")?,
                 ))
             }
-            (None, _) => None,
+            (Some(datapath_config), Dataplane::Ebpf | Dataplane::Auto) => Some(Box::new(match ebpf {
+                Some(started) => started,
+                None => NodeDatapath::start(datapath_config).context("starting the eBPF datapath")?,
+            })),
         };
+        if let Some(datapath) = &datapath {
+            tracing::info!(dataplane = datapath.kind(), "datapath started");
+        }
         let attacher = datapath.as_deref().map(Datapath::attacher);
         let (handle, commands) = daemon::ports::channel();
         let node_network_task = match (&node_network, &attacher) {
@@ -808,6 +845,17 @@ fn verify(log_level: BpfLogLevel) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--dataplane auto`: eBPF when it started; OpenFlow when it did not and br-int is there;
+    /// else the eBPF failure is the agent's.
+    #[test]
+    fn auto_runs_ebpf_where_it_starts_else_openflow_where_br_int_is() {
+        let failure = anyhow::anyhow!("the verifier refused from_pod");
+        assert_eq!(auto_dataplane(None, true), Dataplane::Ebpf);
+        assert_eq!(auto_dataplane(None, false), Dataplane::Ebpf);
+        assert_eq!(auto_dataplane(Some(&failure), true), Dataplane::Openflow);
+        assert_eq!(auto_dataplane(Some(&failure), false), Dataplane::Ebpf);
+    }
 
     #[test]
     fn every_setting_of_the_file_is_a_flag_of_run_and_back() {

@@ -143,6 +143,7 @@ impl Daemon {
                     side_duty_datapaths: self.side_duties.datapaths(),
                     truncated_flood_groups: datapath.map_or(0, |d| d.truncated_flood_groups()),
                     datapath_pending: datapath.map_or(0, |d| d.pending()),
+                    dataplane: datapath.map(|d| d.kind()),
                     drops,
                     router_replies,
                     acl_logged,

@@ -93,6 +93,8 @@ pub struct DaemonReport {
     pub truncated_flood_groups: usize,
     /// Datapath writes that failed and wait for a retry (the datapath is not wholly programmed).
     pub datapath_pending: usize,
+    /// Which datapath this node runs (`ebpf`, `openflow`); `None` without one.
+    pub dataplane: Option<&'static str>,
     /// Datapaths whose flows ask for a side duty the datapath does not do (e.g. MAC learning);
     /// they are forwarded.
     pub side_duty_datapaths: usize,

@@ -107,6 +107,10 @@ impl MemoryDatapath {
 }
 
 impl Datapath for MemoryDatapath {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     fn adopted(&self) -> bool {
         self.state().adopted
     }

@@ -110,6 +110,9 @@ pub type InterfaceReading = (String, Option<String>, InterfaceCounters);
 /// The datapath of this node as the daemon loop drives it. Writes that fail are kept and retried
 /// ([`Self::pending`], [`Self::retry`]); every method returning a count returns the writes made.
 pub trait Datapath: Send {
+    /// Which datapath this is (`ebpf`, `openflow`), for logs and metrics.
+    fn kind(&self) -> &'static str;
+
     /// Takes in an IR diff and writes what it changes.
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError>;
 

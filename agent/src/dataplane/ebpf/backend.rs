@@ -39,6 +39,10 @@ impl From<PodFilterError> for DatapathError {
 }
 
 impl Datapath for NodeDatapath {
+    fn kind(&self) -> &'static str {
+        "ebpf"
+    }
+
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
         Ok(NodeDatapath::apply(self, diff)?)
     }

@@ -206,6 +206,10 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &At
 }
 
 impl Datapath for OpenFlowDatapath {
+    fn kind(&self) -> &'static str {
+        "openflow"
+    }
+
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
         self.l2.apply(diff);
         self.flush()
