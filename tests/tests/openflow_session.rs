@@ -59,6 +59,13 @@ fn ovn_shaped_flow() -> FlowMod {
     )
 }
 
+/// Asserts that `text` (what ovs-ofctl printed) holds each of `expected`.
+fn assert_printed(text: &str, expected: &[&str]) {
+    for part in expected {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+}
+
 /// `ovs-ofctl ofp-print` of `bytes`.
 fn ofp_print(bytes: &[u8]) -> String {
     let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -77,46 +84,46 @@ fn ofp_print(bytes: &[u8]) -> String {
 
 #[test]
 fn our_messages_decode_as_open_vswitch_reads_them() {
-    let flow = ofp_print(&ovn_shaped_flow().encode(5));
-    for expected in [
-        "OFPT_FLOW_MOD (OF1.5)",
-        "xid=0x5",
-        "ADD",
-        "priority=100",
-        "cookie:0xab",
-        "tcp",
-        "reg14=0x5",
-        "metadata=0x3",
-        "in_port=1",
-        "nw_dst=10.0.1.0/24",
-        "tp_dst=80",
-        "actions=set_field:0x7->reg15,resubmit(,40),output:2",
-    ] {
-        assert!(flow.contains(expected), "{expected:?} not in {flow}");
-    }
-    let delete = ofp_print(&FlowMod::delete_cookie(COOKIE).encode(6));
+    assert_printed(
+        &ofp_print(&ovn_shaped_flow().encode(5)),
+        &[
+            "OFPT_FLOW_MOD (OF1.5)",
+            "xid=0x5",
+            "ADD",
+            "priority=100",
+            "cookie:0xab",
+            "tcp",
+            "reg14=0x5",
+            "metadata=0x3",
+            "in_port=1",
+            "nw_dst=10.0.1.0/24",
+            "tp_dst=80",
+            "actions=set_field:0x7->reg15,resubmit(,40),output:2",
+        ],
+    );
     // OFPTT_ALL (OVS prints it as table 255): every table.
-    for expected in ["DEL", "table:255", "cookie:0xab/0xffffffffffffffff"] {
-        assert!(delete.contains(expected), "{expected:?} not in {delete}");
-    }
-    let open = ofp_print(&message::bundle_control(7, 1, BundleControl::Open));
-    for expected in [
-        "OFPT_BUNDLE_CONTROL (OF1.5)",
-        "bundle_id=0x1",
-        "type=OPEN_REQUEST",
-        "flags=atomic ordered",
-    ] {
-        assert!(open.contains(expected), "{expected:?} not in {open}");
-    }
-    let add = ofp_print(&message::bundle_add(8, 1, &ovn_shaped_flow().encode(8)));
-    for expected in [
-        "OFPT_BUNDLE_ADD_MESSAGE (OF1.5)",
-        "bundle_id=0x1",
-        "OFPT_FLOW_MOD",
-        "resubmit(,40)",
-    ] {
-        assert!(add.contains(expected), "{expected:?} not in {add}");
-    }
+    assert_printed(
+        &ofp_print(&FlowMod::delete_cookie(COOKIE).encode(6)),
+        &["DEL", "table:255", "cookie:0xab/0xffffffffffffffff"],
+    );
+    assert_printed(
+        &ofp_print(&message::bundle_control(7, 1, BundleControl::Open)),
+        &[
+            "OFPT_BUNDLE_CONTROL (OF1.5)",
+            "bundle_id=0x1",
+            "type=OPEN_REQUEST",
+            "flags=atomic ordered",
+        ],
+    );
+    assert_printed(
+        &ofp_print(&message::bundle_add(8, 1, &ovn_shaped_flow().encode(8))),
+        &[
+            "OFPT_BUNDLE_ADD_MESSAGE (OF1.5)",
+            "bundle_id=0x1",
+            "OFPT_FLOW_MOD",
+            "resubmit(,40)",
+        ],
+    );
     let hello = ofp_print(&message::hello(1));
     assert!(
         hello.contains("OFPT_HELLO (OF1.5)") && hello.contains("version bitmap: 0x06"),

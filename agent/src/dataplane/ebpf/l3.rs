@@ -145,11 +145,8 @@ pub struct L3State {
 impl L3State {
     /// Takes in one IR diff.
     pub fn apply(&mut self, diff: &IrDiff) {
-        for entry in &diff.removed {
-            self.take(entry, false);
-        }
-        for entry in &diff.added {
-            self.take(entry, true);
+        for (entry, added) in diff.in_order() {
+            self.take(entry, added);
         }
     }
 

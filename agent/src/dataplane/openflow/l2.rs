@@ -67,11 +67,8 @@ impl L2Flows {
 
     /// Takes in an IR diff's L2 entries (the others are not this part's).
     pub fn apply(&mut self, diff: &IrDiff) {
-        for entry in &diff.removed {
-            self.take(entry, false);
-        }
-        for entry in &diff.added {
-            self.take(entry, true);
+        for (entry, added) in diff.in_order() {
+            self.take(entry, added);
         }
     }
 

@@ -784,4 +784,13 @@ impl IrDiff {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Its entries in the order a backend takes them in: the removed ones (`false`), then the
+    /// added ones (`true`), so that an entry replaced by an equal-keyed one ends up present.
+    pub fn in_order(&self) -> impl Iterator<Item = (&IrEntry, bool)> {
+        self.removed
+            .iter()
+            .map(|entry| (entry, false))
+            .chain(self.added.iter().map(|entry| (entry, true)))
+    }
 }
