@@ -31,7 +31,6 @@ impl OvsChassis {
         let switch = OvsSwitch::start(node.netns())?;
         let mut this = Self { switch };
         let remote = this.switch.db_remote();
-        let ip = node.ip();
         let encap_ip = node.encap_ip();
         this.vsctl(&[
             "set",
@@ -47,35 +46,7 @@ impl OvsChassis {
             &format!("external_ids:ovn-encap-ip={encap_ip}"),
             "external_ids:ovn-bridge-datapath-type=netdev",
         ])?;
-        this.vsctl(&[
-            "--may-exist",
-            "add-br",
-            "br-phy",
-            "--",
-            "set",
-            "bridge",
-            "br-phy",
-            "datapath_type=netdev",
-            "--",
-            "--may-exist",
-            "add-port",
-            "br-phy",
-            UPLINK,
-        ])?;
-        let netns = node.netns();
-        netns.ip(&["addr", "flush", "dev", UPLINK])?;
-        netns.ip(&["link", "set", "br-phy", "up"])?;
-        netns.ip(&[
-            "addr",
-            "add",
-            &format!("{ip}/{UNDERLAY_PREFIX_LEN}"),
-            "dev",
-            "br-phy",
-        ])?;
-        if encap_ip.is_ipv6() {
-            let address = format!("{encap_ip}/64");
-            netns.ip(&["addr", "add", &address, "dev", "br-phy", "nodad"])?;
-        }
+        this.switch.underlay(node)?;
         this.switch.spawn("ovn-controller", &[remote])?;
         Ok(this)
     }
@@ -238,6 +209,42 @@ impl OvsSwitch {
             "other_config:disable-in-band=true",
         ])?;
         Ok(this)
+    }
+
+    /// Moves `node`'s underlay address onto a netdev bridge `br-phy` holding its `eth0`, where
+    /// Open vSwitch's userspace tunnelling needs it (it routes and terminates Geneve there).
+    pub fn underlay(&self, node: &Node) -> Result<()> {
+        self.vsctl(&[
+            "--may-exist",
+            "add-br",
+            "br-phy",
+            "--",
+            "set",
+            "bridge",
+            "br-phy",
+            "datapath_type=netdev",
+            "--",
+            "--may-exist",
+            "add-port",
+            "br-phy",
+            UPLINK,
+        ])?;
+        let netns = node.netns();
+        let encap_ip = node.encap_ip();
+        netns.ip(&["addr", "flush", "dev", UPLINK])?;
+        netns.ip(&["link", "set", "br-phy", "up"])?;
+        netns.ip(&[
+            "addr",
+            "add",
+            &format!("{}/{UNDERLAY_PREFIX_LEN}", node.ip()),
+            "dev",
+            "br-phy",
+        ])?;
+        if encap_ip.is_ipv6() {
+            let address = format!("{encap_ip}/64");
+            netns.ip(&["addr", "add", &address, "dev", "br-phy", "nodad"])?;
+        }
+        Ok(())
     }
 
     /// The database's socket as a remote (`unix:…`).

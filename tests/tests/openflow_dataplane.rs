@@ -1,13 +1,16 @@
 //! The agent with `--dataplane openflow` (issue 19, its first end-to-end part): node1's agent
-//! programs a real Open vSwitch's br-int (userspace datapath, in node1's namespace) instead
-//! of eBPF. Two pods of subnet-a are added through the CNI plugin as a runtime adds them: the
-//! agent adds their host interfaces to br-int, claims their ports, and they come up only once
-//! their flows are in; the pods then reach each other (the ARP broadcast through the flood,
-//! the rest through the L2 lookup), through flows of the agent's cookie only; the metrics name
-//! the datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
-//! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of
-//! br-int and no longer reached. (Tunnels and routers are not programmed yet:
-//! the pods are on one node of one switch.)
+//! programs a real Open vSwitch's br-int (userspace datapath, in node1's namespace, its underlay
+//! address on `br-phy`) instead of eBPF; node2's agent runs eBPF. Three pods of subnet-a are
+//! added through the CNI plugin as a runtime adds them (a1 and a3 on node1, a2 on node2): node1's
+//! agent adds their host interfaces and a Geneve port to node2 to br-int, claims their ports,
+//! and they come up only once their flows are in. The pods of node1 reach each other through
+//! br-int (the ARP broadcast through the flood, the rest through the L2 lookup), and a1 and a2
+//! reach each other across the nodes: Open vSwitch's Geneve with OVN's option (through the TLV
+//! map, the logical ports moved in and out of `tun_metadata0`) and ovnbpf's eBPF Geneve
+//! understand each other. Only flows of the agent's cookie are on br-int; the metrics name the
+//! datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
+//! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of br-int and
+//! no longer reached.
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
@@ -26,6 +29,7 @@ use serde_json::json;
 const METRICS: &str = "127.0.0.1:10665";
 const A1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+const A3: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 4);
 
 fn attachment(container_id: &str, netns: &Netns, pod: &str) -> PodAttachment {
     PodAttachment {
@@ -45,7 +49,7 @@ fn pings(from: &Netns, to: Ipv4Addr) -> bool {
 }
 
 #[test]
-fn pods_of_an_openflow_node_reach_each_other_through_br_int() {
+fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
     require_root();
     let state = OvsSwitch::state_dir().unwrap();
     let socket = state.path().join("br-int.mgmt");
@@ -62,35 +66,49 @@ fn pods_of_an_openflow_node_reach_each_other_through_br_int() {
     ];
     // node2's agent is left to choose (`auto`): eBPF loads here, so eBPF it is.
     let auto = ["--dataplane", "auto", "--metrics-address", METRICS].map(String::from);
-    let cni = CniNodes::start(&[("a1", A1), ("a2", A2)], None, [openflow, auto.to_vec()]);
+    let cni = CniNodes::start(
+        &[("a1", A1), ("a2", A2), ("a3", A3)],
+        None,
+        [openflow, auto.to_vec()],
+    );
     let logs = || cni.logs();
     let switch = OvsSwitch::start_in(cni.nodes[0].netns(), state).unwrap();
+    // Open vSwitch tunnels from br-phy, which takes node1's underlay address.
+    switch.underlay(&cni.nodes[0]).unwrap();
     let plugins = plugin_dir(
         &cni.work.path().join("bin"),
         "ovnbpf",
         &workspace_binary("ovnbpf-cni"),
     )
     .unwrap();
-    let runtime = Runtime::new(
-        cni.nodes[0].netns(),
-        vec![plugins, PathBuf::from("/usr/lib/cni")],
-    );
-    let config = json!({
-        "cniVersion": "1.0.0",
-        "name": "ovn",
-        "type": "ovnbpf",
-        "server_socket": cni.socket(0),
+    let runtimes = [0, 1].map(|node| {
+        Runtime::new(
+            cni.nodes[node].netns(),
+            vec![plugins.clone(), PathBuf::from("/usr/lib/cni")],
+        )
     });
-    let pods = [
-        Netns::create(&format!("{}-pa1", cni.prefix)).unwrap(),
-        Netns::create(&format!("{}-pa2", cni.prefix)).unwrap(),
-    ];
-    let attachments = [
-        attachment("0f0f00000001", &pods[0], "a1"),
-        attachment("0f0f00000002", &pods[1], "a2"),
-    ];
-    for (index, pod) in ["a1", "a2"].iter().enumerate() {
-        let output = runtime.exec("ADD", &attachments[index], &config).unwrap();
+    let config = |node: usize| {
+        json!({
+            "cniVersion": "1.0.0",
+            "name": "ovn",
+            "type": "ovnbpf",
+            "server_socket": cni.socket(node),
+        })
+    };
+    // a1 and a3 on node1 (OpenFlow), a2 on node2 (eBPF).
+    let placement = [("a1", 0), ("a3", 0), ("a2", 1)];
+    let pods = placement.map(|(pod, _)| Netns::create(&format!("{}-p{pod}", cni.prefix)).unwrap());
+    let attachments = [0, 1, 2].map(|index| {
+        attachment(
+            &format!("0f0f0000000{index}"),
+            &pods[index],
+            placement[index].0,
+        )
+    });
+    for (index, (pod, node)) in placement.iter().enumerate() {
+        let output = runtimes[*node]
+            .exec("ADD", &attachments[index], &config(*node))
+            .unwrap();
         assert!(
             output.status.success(),
             "ADD {pod}: {output:?}{}{}",
@@ -102,15 +120,25 @@ fn pods_of_an_openflow_node_reach_each_other_through_br_int() {
             "{pod} not up after ADD"
         );
     }
+    // Two pods and the tunnel to node2 on br-int.
     let ports = switch.vsctl(&["list-ports", "br-int"]).unwrap();
-    assert_eq!(ports.lines().count(), 2, "{ports}");
+    assert_eq!(ports.lines().count(), 3, "{ports}");
     assert!(
-        wait_until(Duration::from_secs(5), || pings(&pods[0], A2)),
-        "a1 → a2 through br-int\n{}{}",
+        wait_until(Duration::from_secs(5), || pings(&pods[0], A3)),
+        "a1 → a3 through br-int\n{}{}",
         switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default(),
         logs()
     );
-    assert!(pings(&pods[1], A1), "a2 → a1");
+    assert!(pings(&pods[1], A1), "a3 → a1");
+    // Across: OVS's Geneve (OVN's option through the TLV map) to and from the eBPF node.
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(&pods[0], A2)),
+        "a1 (OpenFlow) → a2 (eBPF)\n{}{}{}",
+        switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default(),
+        logs(),
+        switch.log_tails()
+    );
+    assert!(pings(&pods[2], A3), "a2 (eBPF) → a3 (OpenFlow)");
     let flows = switch.ofctl(&["dump-flows", "br-int"]).unwrap();
     assert!(
         flows
@@ -137,13 +165,17 @@ fn pods_of_an_openflow_node_reach_each_other_through_br_int() {
             node + 1
         );
     }
-    // a2 deleted: out of br-int, no longer reached.
-    let output = runtime.exec("DEL", &attachments[1], &config).unwrap();
-    assert!(output.status.success(), "DEL a2: {output:?}{}", logs());
+    // a3 deleted: out of br-int, no longer reached.
+    let output = runtimes[0]
+        .exec("DEL", &attachments[1], &config(0))
+        .unwrap();
+    assert!(output.status.success(), "DEL a3: {output:?}{}", logs());
     let ports = switch.vsctl(&["list-ports", "br-int"]).unwrap();
-    assert_eq!(ports.lines().count(), 1, "{ports}");
+    assert_eq!(ports.lines().count(), 2, "{ports}");
     pods[0].ip(&["neigh", "flush", "dev", "eth0"]).unwrap();
-    assert!(!pings(&pods[0], A2), "a1 still reaches a deleted a2");
-    let _ = runtime.exec("DEL", &attachments[0], &config);
+    assert!(!pings(&pods[0], A3), "a1 still reaches a deleted a3");
+    for (index, (_, node)) in placement.iter().enumerate() {
+        let _ = runtimes[*node].exec("DEL", &attachments[index], &config(*node));
+    }
     drop(switch);
 }

@@ -22,7 +22,7 @@ use ovnbpf_agent::{
         datapath::{OpenFlowDatapath, OvsConfig},
         l2::L2Flows,
         message::{self, BundleControl, FlowMod},
-        oxm::{Field, Match},
+        oxm::{Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_METADATA},
     },
     pipeline::ir::{IrDiff, IrEntry, PortKind},
 };
@@ -122,6 +122,76 @@ fn our_messages_decode_as_open_vswitch_reads_them() {
             "bundle_id=0x1",
             "OFPT_FLOW_MOD",
             "resubmit(,40)",
+        ],
+    );
+    // OVN's Geneve plumbing: the option mapped to tun_metadata0; out by a tunnel with the VNI,
+    // the egress key and the ingress port moved from reg14; in from it, the other way.
+    assert_printed(
+        &ofp_print(&message::tlv_table_add(9, (0x0102, 0x80, 4, 0))),
+        &[
+            "NXT_TLV_TABLE_MOD (OF1.5)",
+            "ADD",
+            "class",
+            "0x102",
+            "0x80",
+            "tun_metadata0",
+        ],
+    );
+    let tunnel_out = FlowMod::add(
+        COOKIE,
+        40,
+        100,
+        Match::new()
+            .with(Field::metadata(5))
+            .with(Field::register(15, 3)),
+        vec![Instruction::ApplyActions(vec![
+            Action::SetField(Field::tunnel_id(5)),
+            Action::SetField(Field::tunnel_metadata0(&3_u32.to_be_bytes())),
+            Action::Move {
+                source: NXM_REG14,
+                source_offset: 0,
+                destination: NXM_TUN_METADATA0,
+                destination_offset: 16,
+                bits: 15,
+            },
+            Action::Output(9),
+        ])],
+    );
+    assert_printed(
+        &ofp_print(&tunnel_out.encode(10)),
+        &[
+            "set_field:0x5->tun_id",
+            "move:NXM_NX_REG14[0..14]->NXM_NX_TUN_METADATA0[16..30]",
+            "output:9",
+        ],
+    );
+    let tunnel_in = FlowMod::add(
+        COOKIE,
+        0,
+        100,
+        Match::new().with(Field::in_port(9)),
+        vec![Instruction::ApplyActions(vec![
+            Action::Move {
+                source: NXM_TUN_ID,
+                source_offset: 0,
+                destination: OXM_METADATA,
+                destination_offset: 0,
+                bits: 24,
+            },
+            Action::Move {
+                source: NXM_TUN_METADATA0,
+                source_offset: 0,
+                destination: NXM_REG15,
+                destination_offset: 0,
+                bits: 16,
+            },
+        ])],
+    );
+    assert_printed(
+        &ofp_print(&tunnel_in.encode(11)),
+        &[
+            "move:NXM_NX_TUN_ID[0..23]->OXM_OF_METADATA[0..23]",
+            "move:NXM_NX_TUN_METADATA0[0..15]->NXM_NX_REG15[0..15]",
         ],
     );
     let hello = ofp_print(&message::hello(1));
@@ -460,12 +530,16 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
         management_socket: switch.management_socket("br-int"),
         db_remote: switch.db_remote(),
         interfaces: Vec::new(),
+        chassis: "node1".into(),
     };
     let first = datapath_with_two_pods(&switch, &host, &config);
     assert!(pings(&pods[0], "10.9.0.2"), "a → b{}", switch.log_tails());
     assert!(pings(&pods[1], "10.9.0.1"), "b → a");
     let installed = our_flows(&switch);
-    assert_eq!(installed, 7, "two ports in and out, two MACs, the flood");
+    assert_eq!(
+        installed, 8,
+        "two ports in and out, two MACs, the flood and its delivery from other chassis"
+    );
     drop(first);
     // A flow of our cookie the new agent does not want (left by the one before): the
     // resync takes it away.

@@ -34,8 +34,8 @@ use ovnbpf_agent::{
 enum Dataplane {
     /// The eBPF datapath (tc and XDP programs, pinned maps).
     Ebpf,
-    /// Open vSwitch's br-int through OpenFlow (the fallback): experimental, L2 between the
-    /// pods of this node only so far.
+    /// Open vSwitch's br-int through OpenFlow (the fallback): experimental, the switches' L2
+    /// (across nodes through Geneve) only so far.
     Openflow,
     /// eBPF where the kernel loads and attaches its programs, else OpenFlow where br-int's
     /// management socket exists.
@@ -258,9 +258,9 @@ struct RunArgs {
     #[arg(long, env = "OVN_SSL_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
     /// The datapath this node runs: `ebpf`, `openflow` (Open vSwitch's br-int programmed with
-    /// OpenFlow; experimental: L2 between this node's pods only so far, what it does not
-    /// program yet is dropped), or `auto` (eBPF where its programs load and attach, else
-    /// OpenFlow where br-int's socket exists).
+    /// OpenFlow; experimental: the switches' L2, across nodes through Geneve, so far; what it
+    /// does not program yet is dropped), or `auto` (eBPF where its programs load and attach,
+    /// else OpenFlow where br-int's socket exists).
     #[arg(long, env = "OVNBPF_DATAPLANE", value_enum, default_value_t = Dataplane::Ebpf)]
     dataplane: Dataplane,
     /// With `--dataplane openflow`: br-int's management socket, where the agent connects.
@@ -603,13 +603,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             (Some(datapath_config), Dataplane::Openflow) => {
                 tracing::warn!(
                     socket = %args.ovs_bridge_socket.display(),
-                    "the OpenFlow datapath is experimental: L2 between this node's pods only"
+                    "the OpenFlow datapath is experimental: the switches' L2 only (no routers yet)"
                 );
                 Some(Box::new(
                     OpenFlowDatapath::start(OvsConfig {
                         management_socket: args.ovs_bridge_socket.clone(),
                         db_remote: args.ovs_db.clone(),
                         interfaces: datapath_config.interfaces.clone(),
+                        chassis: datapath_config.chassis.clone(),
                     })
                     .context("starting the OpenFlow datapath")?,
                 ))

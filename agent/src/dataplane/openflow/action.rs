@@ -25,6 +25,16 @@ pub enum Action {
     PopVlan,
     /// Nicira's `resubmit(,table)`: runs table `table` on the packet now, then goes on.
     Resubmit(u8),
+    /// `move` (OpenFlow 1.5's copy_field): copies `bits` bits of field `source` (an NXM header, see
+    /// [`super::oxm::NXM_REG14`]) from bit `source_offset` to field `destination` at bit
+    /// `destination_offset`.
+    Move {
+        source: u32,
+        source_offset: u16,
+        destination: u32,
+        destination_offset: u16,
+        bits: u16,
+    },
 }
 
 impl Action {
@@ -56,6 +66,26 @@ impl Action {
             Action::PopVlan => {
                 out.extend(18_u16.to_be_bytes());
                 out.extend(8_u16.to_be_bytes());
+                out.extend([0; 4]);
+            }
+            Action::Move {
+                source,
+                source_offset,
+                destination,
+                destination_offset,
+                bits,
+            } => {
+                // OFPAT_COPY_FIELD (28), OpenFlow 1.5's form of Nicira's `move` (OVS takes
+                // NXAST_REG_MOVE only up to 1.4): n_bits, offsets, 2 bytes of padding, the two
+                // field headers, padding to 24 bytes.
+                out.extend(28_u16.to_be_bytes());
+                out.extend(24_u16.to_be_bytes());
+                out.extend(bits.to_be_bytes());
+                out.extend(source_offset.to_be_bytes());
+                out.extend(destination_offset.to_be_bytes());
+                out.extend([0; 2]);
+                out.extend(source.to_be_bytes());
+                out.extend(destination.to_be_bytes());
                 out.extend([0; 4]);
             }
             Action::Resubmit(table) => {

@@ -47,6 +47,11 @@ pub enum OpenFlowError {
     Timeout { request: &'static str },
     #[error("a message of {0} bytes is longer than OpenFlow's 65,535")]
     TooLong(usize),
+    #[error(
+        "the switch maps OVN's Geneve option elsewhere than tun_metadata0, or tun_metadata0 to \
+         another option"
+    )]
+    TlvTaken,
 }
 
 /// A session with one switch.
@@ -167,6 +172,36 @@ impl Connection {
             }),
             None => committed.map(drop),
         }
+    }
+
+    /// Makes sure Geneve option `(class, type, length)` is mapped to `tun_metadata0` (OVN's
+    /// option, class 0x0102 type 0x80 length 4, carries the logical ports): kept where the
+    /// switch maps it there already, added where `tun_metadata0` is free.
+    ///
+    /// # Errors
+    /// When the option is mapped elsewhere, `tun_metadata0` holds another option, or the
+    /// switch refuses.
+    pub async fn map_geneve_option(
+        &mut self,
+        (class, kind, length): (u16, u8, u8),
+    ) -> Result<(), OpenFlowError> {
+        let xid = self.xid();
+        self.send(&message::tlv_table_request(xid)).await?;
+        let Incoming::TlvTable { mappings } = self.reply(xid, "NXT_TLV_TABLE_REQUEST").await?
+        else {
+            return Err(OpenFlowError::TlvTaken);
+        };
+        let ours = |m: &&message::TlvMapping| m.0 == class && m.1 == kind;
+        match mappings.iter().find(ours) {
+            Some(&(_, _, mapped_length, 0)) if mapped_length == length => return Ok(()),
+            Some(_) => return Err(OpenFlowError::TlvTaken),
+            None if mappings.iter().any(|m| m.3 == 0) => return Err(OpenFlowError::TlvTaken),
+            None => {}
+        }
+        let xid = self.xid();
+        self.send(&message::tlv_table_add(xid, (class, kind, length, 0)))
+            .await?;
+        self.barrier().await
     }
 
     /// Waits until the switch has handled everything sent before (BARRIER).

@@ -14,11 +14,13 @@
 //!
 //! Ports are added to br-int with `ovs-vsctl` (Open vSwitch's own client, as Kube-OVN's daemon
 //! does through its OVSDB library): one call per pod ADD and DEL, on the CNI server's blocking
-//! task or at unplug. Not yet here (issue 19): tunnels, routers, localnets, counters, drop
+//! task or at unplug. The Geneve tunnels to other chassis are br-int ports too (one per chassis,
+//! `key=flow`, added again at each retry until they are there). Not yet here (issue 19):
+//! routers, localnets, counters, drop
 //! events.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     net::IpAddr,
     path::PathBuf,
     process::Command,
@@ -30,13 +32,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{connection::Connection, l2::L2Flows, message::FlowMod};
+use super::{
+    connection::Connection,
+    l2::{L2Flows, OVN_GENEVE_OPTION},
+    message::FlowMod,
+};
 use crate::{
     dataplane::{
         Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, OffLoopJob, PortAttacher,
         PortAttachment,
     },
-    pipeline::ir::IrDiff,
+    pipeline::ir::{IrDiff, IrEntry},
 };
 
 /// The bridge the backend programs.
@@ -60,6 +66,8 @@ pub struct OvsConfig {
     pub management_socket: PathBuf,
     pub db_remote: String,
     pub interfaces: Vec<(String, String)>,
+    /// This chassis's name (ports bound to others are reached through Geneve tunnels).
+    pub chassis: String,
 }
 
 /// The OpenFlow datapath of this node.
@@ -75,6 +83,11 @@ pub struct OpenFlowDatapath {
     attacher: Arc<OvsAttacher>,
     /// Set by the session thread when an idle session was lost: the switch must be resynced.
     lost: Arc<AtomicBool>,
+    chassis: String,
+    /// Other chassis → (their tunnel endpoint, outer checksums), from the IR.
+    wanted_tunnels: BTreeMap<String, (IpAddr, bool)>,
+    /// Other chassis → (their tunnel endpoint, the tunnel port's name), on br-int.
+    tunnels: BTreeMap<String, (IpAddr, String)>,
 }
 
 impl OpenFlowDatapath {
@@ -92,7 +105,10 @@ impl OpenFlowDatapath {
             .spawn(move || session(&socket, &requests, &session_lost))
             .map_err(DatapathError::new)?;
         let mut datapath = Self {
-            l2: L2Flows::new(),
+            l2: L2Flows::for_chassis(&config.chassis),
+            chassis: config.chassis.clone(),
+            wanted_tunnels: BTreeMap::new(),
+            tunnels: BTreeMap::new(),
             writes,
             resync: true,
             pending: Vec::new(),
@@ -190,7 +206,9 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &At
         };
         let result = runtime.block_on(async {
             if connection.is_none() {
-                connection = Some(Connection::connect(socket).await?);
+                let mut opened = Connection::connect(socket).await?;
+                opened.map_geneve_option(OVN_GENEVE_OPTION).await?;
+                connection = Some(opened);
             }
             match connection.as_mut() {
                 Some(open) => open.apply(&write.changes).await,
@@ -205,12 +223,92 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &At
     }
 }
 
+impl OpenFlowDatapath {
+    /// Follows the chassis encaps of `diff`: the Geneve tunnels wanted to other chassis, then
+    /// [`Self::ensure_tunnels`].
+    fn follow_tunnels(&mut self, diff: &IrDiff) {
+        for (entry, added) in diff.in_order() {
+            let IrEntry::ChassisEncap { chassis, ip, csum } = entry else {
+                continue;
+            };
+            if *chassis == self.chassis {
+                continue;
+            }
+            if added {
+                self.wanted_tunnels.insert(chassis.clone(), (*ip, *csum));
+            } else if self
+                .wanted_tunnels
+                .get(chassis)
+                .is_some_and(|(at, _)| at == ip)
+            {
+                self.wanted_tunnels.remove(chassis);
+            }
+        }
+        self.ensure_tunnels();
+    }
+
+    /// Brings br-int's Geneve ports in line with the wanted tunnels (`key=flow`: the flows set
+    /// the VNI; OVN's option through the TLV map): one to each other chassis, gone with it. A
+    /// port that cannot be added is tried again at the next write or retry (a pending write).
+    fn ensure_tunnels(&mut self) {
+        let gone: Vec<String> = self
+            .tunnels
+            .iter()
+            .filter(|(chassis, (ip, _))| {
+                self.wanted_tunnels.get(*chassis).map(|(at, _)| at) != Some(ip)
+            })
+            .map(|(chassis, _)| chassis.clone())
+            .collect();
+        for chassis in gone {
+            if let Some((_, port)) = self.tunnels.remove(&chassis) {
+                self.attacher.remove(&port);
+                self.l2.set_tunnel(&chassis, None);
+            }
+        }
+        let missing: Vec<(String, IpAddr, bool)> = self
+            .wanted_tunnels
+            .iter()
+            .filter(|(chassis, _)| !self.tunnels.contains_key(*chassis))
+            .map(|(chassis, (ip, csum))| (chassis.clone(), *ip, *csum))
+            .collect();
+        for (chassis, ip, csum) in missing {
+            let port = tunnel_port_name(&chassis);
+            match self.attacher.add_tunnel(&port, ip, csum) {
+                Ok(ofport) => {
+                    self.tunnels.insert(chassis.clone(), (ip, port));
+                    self.l2.set_tunnel(&chassis, Some(ofport));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, chassis, %ip, "cannot add the tunnel port to br-int; retried");
+                }
+            }
+        }
+    }
+
+    /// Wanted tunnels not on br-int yet.
+    fn missing_tunnels(&self) -> usize {
+        self.wanted_tunnels
+            .keys()
+            .filter(|chassis| !self.tunnels.contains_key(*chassis))
+            .count()
+    }
+}
+
+/// The tunnel port to `chassis`: `ovn-` and a hash of the name (interface names hold 15 bytes).
+fn tunnel_port_name(chassis: &str) -> String {
+    let hash = chassis.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    format!("ovn-{hash:08x}")
+}
+
 impl Datapath for OpenFlowDatapath {
     fn kind(&self) -> &'static str {
         "openflow"
     }
 
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
+        self.follow_tunnels(diff);
         self.l2.apply(diff);
         self.flush()
     }
@@ -252,13 +350,15 @@ impl Datapath for OpenFlowDatapath {
         self.pending.len()
             + usize::from(self.resync && !self.plugged.is_empty())
             + usize::from(self.lost.load(Ordering::Relaxed))
+            + self.missing_tunnels()
     }
 
     fn retry(&mut self) -> Result<usize, DatapathError> {
         if self.lost.swap(false, Ordering::Relaxed) {
             self.resync = true;
         }
-        if self.pending.is_empty() && !self.resync {
+        self.ensure_tunnels();
+        if self.pending.is_empty() && !self.resync && !self.l2.has_changes() {
             return Ok(0);
         }
         self.flush()
@@ -338,6 +438,43 @@ impl OvsAttacher {
         self.ofports.lock().ok()?.get(&ifindex).copied()
     }
 
+    /// The OpenFlow port of interface `name` on br-int, once Open vSwitch gave it one.
+    fn ofport_of(&self, name: &str) -> Result<u32, DatapathError> {
+        let deadline = Instant::now() + OFPORT_WAIT;
+        loop {
+            let text = self.vsctl(&["get", "interface", name, "ofport"])?;
+            match text.parse::<i64>() {
+                Ok(port) if port > 0 => return u32::try_from(port).map_err(DatapathError::new),
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    return Err(DatapathError::new(format!(
+                        "{BRIDGE} gave {name} no OpenFlow port ({text})"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Adds Geneve port `name` to br-int toward `remote` (outer UDP checksums when `csum`);
+    /// its OpenFlow port.
+    fn add_tunnel(&self, name: &str, remote: IpAddr, csum: bool) -> Result<u32, DatapathError> {
+        self.vsctl(&[
+            "--may-exist",
+            "add-port",
+            BRIDGE,
+            name,
+            "--",
+            "set",
+            "interface",
+            name,
+            "type=geneve",
+            &format!("options:remote_ip={remote}"),
+            "options:key=flow",
+            &format!("options:csum={csum}"),
+        ])?;
+        self.ofport_of(name)
+    }
+
     /// Takes `interface` out of br-int (best effort: logged when it fails).
     fn remove(&self, interface: &str) {
         if let Err(error) = self.vsctl(&["--if-exists", "del-port", BRIDGE, interface]) {
@@ -380,19 +517,7 @@ impl PortAttacher for OvsAttacher {
         let name = interface_name(ifindex)
             .ok_or_else(|| DatapathError::new(format!("no interface of index {ifindex}")))?;
         self.vsctl(&["--may-exist", "add-port", BRIDGE, &name])?;
-        let deadline = Instant::now() + OFPORT_WAIT;
-        let ofport = loop {
-            let text = self.vsctl(&["get", "interface", &name, "ofport"])?;
-            match text.parse::<i64>() {
-                Ok(port) if port > 0 => break u32::try_from(port).map_err(DatapathError::new)?,
-                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    return Err(DatapathError::new(format!(
-                        "{BRIDGE} gave {name} no OpenFlow port ({text})"
-                    )));
-                }
-            }
-        };
+        let ofport = self.ofport_of(&name)?;
         self.ofports
             .lock()
             .map_err(|_| DatapathError::new("the attacher's port table is poisoned"))?

@@ -22,9 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::{
     action::{Action, Instruction},
     message::{Command, FlowMod},
-    oxm::{Field, Match},
+    oxm::{Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_METADATA},
 };
-use crate::pipeline::ir::{IrDiff, IrEntry, Mac};
+use crate::pipeline::ir::{IrDiff, IrEntry, Mac, PortKind};
 
 /// The cookie of the flows this backend installs.
 pub const COOKIE: u64 = 0x0b0f_0001;
@@ -37,6 +37,13 @@ pub const OUTPUT: u8 = 40;
 
 /// A flow's identity in the switch: (table, priority, the encoded match).
 type FlowKey = (u8, u16, Vec<u8>);
+
+/// The key under which the tunnel ports' classification flows are kept (no switch has it).
+const TUNNELS: u32 = u32::MAX;
+
+/// OVN's Geneve option: class, type, length (its value: 15 bits of logical input port, 16 of
+/// logical output port or group, in `tun_metadata0`).
+pub const OVN_GENEVE_OPTION: (u16, u8, u8) = (0x0102, 0x80, 4);
 
 /// The IR's L2 state, the plugged ports and what is installed.
 #[derive(Debug, Default)]
@@ -57,12 +64,44 @@ pub struct L2Flows {
     marked: BTreeSet<u32>,
     /// Switch → its installed flows.
     installed: HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
+    /// This chassis's name.
+    chassis: String,
+    /// Logical port → the other chassis it is bound to.
+    bound_elsewhere: HashMap<String, String>,
+    /// Other chassis → the OpenFlow port of the Geneve tunnel to it.
+    tunnels: BTreeMap<String, u32>,
 }
 
 impl L2Flows {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The flows of chassis `chassis` (ports bound to other chassis are reached through their
+    /// tunnels).
+    #[must_use]
+    pub fn for_chassis(chassis: &str) -> Self {
+        Self {
+            chassis: chassis.to_string(),
+            ..Self::default()
+        }
+    }
+
+    /// The Geneve tunnel to chassis `chassis` is OpenFlow port `ofport` (`None`: gone).
+    pub fn set_tunnel(&mut self, chassis: &str, ofport: Option<u32>) {
+        match ofport {
+            Some(ofport) => self.tunnels.insert(chassis.to_string(), ofport),
+            None => self.tunnels.remove(chassis),
+        };
+        self.marked.insert(TUNNELS);
+        let switches: Vec<u32> = self
+            .bound_elsewhere
+            .iter()
+            .filter(|(_, other)| *other == chassis)
+            .filter_map(|(port, _)| self.ports.get(port).map(|(switch, _)| *switch))
+            .collect();
+        self.marked.extend(switches);
     }
 
     /// Takes in an IR diff's L2 entries (the others are not this part's).
@@ -78,12 +117,24 @@ impl L2Flows {
                 datapath,
                 key,
                 name,
+                kind,
                 ..
             } => {
                 if added {
                     self.ports.insert(name.clone(), (*datapath, *key));
+                    match kind {
+                        PortKind::Vif {
+                            chassis: Some(chassis),
+                        } if *chassis != self.chassis => {
+                            self.bound_elsewhere.insert(name.clone(), chassis.clone());
+                        }
+                        _ => {
+                            self.bound_elsewhere.remove(name);
+                        }
+                    }
                 } else if self.ports.get(name) == Some(&(*datapath, *key)) {
                     self.ports.remove(name);
+                    self.bound_elsewhere.remove(name);
                 }
                 self.marked.insert(*datapath);
             }
@@ -154,6 +205,12 @@ impl L2Flows {
         }
     }
 
+    /// Whether a change waits for [`Self::changes`].
+    #[must_use]
+    pub fn has_changes(&self) -> bool {
+        !self.marked.is_empty()
+    }
+
     /// The flow mods that bring the marked switches' installed flows to the desired ones
     /// (deletes first, then adds), recorded as installed.
     pub fn changes(&mut self) -> Vec<FlowMod> {
@@ -196,6 +253,7 @@ impl L2Flows {
             .chain(self.fib.keys().copied())
             .chain(self.multicast.keys().copied())
             .chain(self.installed.keys().copied())
+            .chain([TUNNELS])
             .collect();
         self.marked.clear();
         self.installed.clear();
@@ -210,14 +268,35 @@ impl L2Flows {
         changes
     }
 
+    /// What enters by a tunnel: the datapath from the tunnel ID, the logical input and output
+    /// ports from OVN's option, then the output table (only local ports and groups there).
+    fn tunnel_flows(&self) -> BTreeMap<FlowKey, FlowMod> {
+        let mut flows = BTreeMap::new();
+        for ofport in self.tunnels.values() {
+            let flow = FlowMod::add(
+                COOKIE,
+                CLASSIFY,
+                100,
+                Match::new().with(Field::in_port(*ofport)),
+                vec![Instruction::ApplyActions(vec![
+                    moved((NXM_TUN_ID, 0), (OXM_METADATA, 0), 24),
+                    moved((NXM_TUN_METADATA0, 16), (NXM_REG14, 0), 15),
+                    moved((NXM_TUN_METADATA0, 0), (NXM_REG15, 0), 16),
+                    Action::Resubmit(OUTPUT),
+                ])],
+            );
+            insert(&mut flows, flow);
+        }
+        flows
+    }
+
     /// Switch `switch`'s desired flows.
     fn desired(&self, switch: u32) -> BTreeMap<FlowKey, FlowMod> {
+        if switch == TUNNELS {
+            return self.tunnel_flows();
+        }
         let mut flows = BTreeMap::new();
-        let mut add = |flow: FlowMod| {
-            let mut matching = Vec::new();
-            flow.matching.encode(&mut matching);
-            flows.insert((flow.table, flow.priority, matching), flow);
-        };
+        let mut add = |flow: FlowMod| insert(&mut flows, flow);
         let on_switch = |name: &String| {
             self.ports
                 .get(name)
@@ -245,6 +324,24 @@ impl L2Flows {
                 vec![Instruction::ApplyActions(vec![Action::Output(*ofport)])],
             ));
         }
+        // The switch's ports bound to other chassis, by key: through their tunnel.
+        let remote: BTreeMap<u32, u32> = self
+            .bound_elsewhere
+            .iter()
+            .filter_map(|(name, chassis)| {
+                let key = on_switch(name)?;
+                Some((key, *self.tunnels.get(chassis)?))
+            })
+            .collect();
+        for (key, tunnel) in &remote {
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                100,
+                on_datapath(switch).with(Field::register(15, *key)),
+                vec![Instruction::ApplyActions(tunnel_out(switch, *key, *tunnel))],
+            ));
+        }
         for (mac, port) in self.fib.get(&switch).into_iter().flatten() {
             let Some(key) = on_switch(port) else { continue };
             add(FlowMod::add(
@@ -262,10 +359,13 @@ impl L2Flows {
             .multicast
             .get(&switch)
             .and_then(|name| self.groups.get(&(switch, name.clone())))
-            .and_then(|group| self.members.get(&(switch, *group)));
-        if let Some(members) = flood {
-            let actions = members
+            .and_then(|group| Some((*group, self.members.get(&(switch, *group))?)));
+        if let Some((group, members)) = flood {
+            // Each member here, then one copy to each other chassis with members, for the
+            // group (their own local members take it there).
+            let local: Vec<Action> = members
                 .iter()
+                .filter(|member| !remote.contains_key(member))
                 .flat_map(|member| {
                     [
                         Action::SetField(Field::register(15, *member)),
@@ -273,6 +373,14 @@ impl L2Flows {
                     ]
                 })
                 .collect();
+            let chassis: BTreeSet<u32> = members
+                .iter()
+                .filter_map(|member| remote.get(member).copied())
+                .collect();
+            let mut actions = local.clone();
+            for tunnel in chassis {
+                actions.extend(tunnel_out(switch, group, tunnel));
+            }
             let group_bit = [1, 0, 0, 0, 0, 0];
             add(FlowMod::add(
                 COOKIE,
@@ -281,9 +389,46 @@ impl L2Flows {
                 on_datapath(switch).with(Field::eth_destination(group_bit).masked(&group_bit)),
                 vec![Instruction::ApplyActions(actions)],
             ));
+            // The group's frames another chassis sends here: to the members here only.
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                100,
+                on_datapath(switch).with(Field::register(15, group)),
+                vec![Instruction::ApplyActions(local)],
+            ));
         }
         flows
     }
+}
+
+/// Adds `flow` to `flows` under its identity.
+fn insert(flows: &mut BTreeMap<FlowKey, FlowMod>, flow: FlowMod) {
+    let mut matching = Vec::new();
+    flow.matching.encode(&mut matching);
+    flows.insert((flow.table, flow.priority, matching), flow);
+}
+
+/// Nicira's `move` of `bits` bits from (field, offset) to (field, offset).
+fn moved(source: (u32, u16), destination: (u32, u16), bits: u16) -> Action {
+    Action::Move {
+        source: source.0,
+        source_offset: source.1,
+        destination: destination.0,
+        destination_offset: destination.1,
+        bits,
+    }
+}
+
+/// Out of tunnel port `tunnel` as OVN's Geneve carries it: the switch's key as VNI, OVN's
+/// option with the logical input port (`reg14`) and `egress` (a port or a group).
+fn tunnel_out(switch: u32, egress: u32, tunnel: u32) -> Vec<Action> {
+    vec![
+        Action::SetField(Field::tunnel_id(u64::from(switch))),
+        Action::SetField(Field::tunnel_metadata0(&(egress & 0xffff).to_be_bytes())),
+        moved((NXM_REG14, 0), (NXM_TUN_METADATA0, 16), 15),
+        Action::Output(tunnel),
+    ]
 }
 
 /// A match on switch `switch`'s pipeline (`metadata`).
@@ -376,6 +521,7 @@ mod tests {
                 (Command::Add, LOOKUP, 70),
                 (Command::Add, OUTPUT, 100),
                 (Command::Add, OUTPUT, 100),
+                (Command::Add, OUTPUT, 100),
             ]
         );
         let flood = first
@@ -423,7 +569,70 @@ mod tests {
         // classification and output, its MAC, the flood), and nothing more to change after.
         let resync = flows.resync();
         assert_eq!(resync[0], FlowMod::delete_cookie(COOKIE));
-        assert_eq!(resync.len(), 1 + 4);
+        assert_eq!(resync.len(), 1 + 5);
         assert!(flows.changes().is_empty());
+    }
+
+    /// A port bound to another chassis is reached through that chassis's tunnel once there is
+    /// one: the output sets the VNI and OVN's option (the egress key, the ingress port moved
+    /// from reg14) and leaves by the tunnel; the flood sends one copy there for the group;
+    /// what the tunnel brings in is classified from the VNI and the option.
+    #[test]
+    fn ports_of_other_chassis_are_reached_through_their_tunnel() {
+        let mut flows = L2Flows::for_chassis("node1");
+        let mut entries = switch_entries();
+        entries.push(IrEntry::Port {
+            datapath: 5,
+            key: 3,
+            name: "p3".into(),
+            kind: PortKind::Vif {
+                chassis: Some("node2".into()),
+            },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        });
+        entries.push(IrEntry::FloodMember {
+            datapath: 5,
+            group: 32768,
+            port: 3,
+        });
+        flows.apply(&IrDiff {
+            added: entries,
+            removed: Vec::new(),
+        });
+        flows.plug("p1", 3);
+        let before = flows.changes();
+        flows.set_tunnel("node2", Some(9));
+        let with_tunnel = flows.changes();
+        let to_node2 = tunnel_out(5, 3, 9);
+        assert!(
+            with_tunnel.iter().any(|flow| flow.table == OUTPUT
+                && flow.instructions == vec![Instruction::ApplyActions(to_node2.clone())]),
+            "{with_tunnel:?}"
+        );
+        assert!(
+            !before
+                .iter()
+                .any(|flow| flow.instructions == vec![Instruction::ApplyActions(to_node2.clone())])
+        );
+        let flood = with_tunnel
+            .iter()
+            .find(|flow| flow.table == LOOKUP && flow.priority == 70)
+            .expect("the flood changed");
+        let Instruction::ApplyActions(actions) = &flood.instructions[0] else {
+            panic!("{flood:?}");
+        };
+        assert!(actions.ends_with(&tunnel_out(5, 32768, 9)), "{actions:?}");
+        assert!(
+            with_tunnel.iter().any(|flow| flow.table == CLASSIFY
+                && flow.matching == Match::new().with(Field::in_port(9)))
+        );
+        // The tunnel gone: its flows go.
+        flows.set_tunnel("node2", None);
+        let gone = flows.changes();
+        assert!(
+            gone.iter()
+                .any(|flow| flow.command == Command::DeleteStrict && flow.table == CLASSIFY)
+        );
     }
 }

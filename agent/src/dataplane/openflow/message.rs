@@ -16,6 +16,12 @@ const HELLO: u8 = 0;
 const ERROR: u8 = 1;
 const ECHO_REQUEST: u8 = 2;
 const ECHO_REPLY: u8 = 3;
+const EXPERIMENTER: u8 = 4;
+/// Nicira's TLV table messages (experimenter types): the map of Geneve options to
+/// `tun_metadata` fields.
+const NXT_TLV_TABLE_MOD: u32 = 24;
+const NXT_TLV_TABLE_REQUEST: u32 = 25;
+const NXT_TLV_TABLE_REPLY: u32 = 26;
 const FEATURES_REQUEST: u8 = 5;
 const FEATURES_REPLY: u8 = 6;
 const FLOW_MOD: u8 = 14;
@@ -186,6 +192,35 @@ pub fn bundle_add(xid: u32, bundle: u32, inner: &[u8]) -> Vec<u8> {
     message(BUNDLE_ADD_MESSAGE, xid, &body)
 }
 
+/// A Geneve option mapped to a `tun_metadata` field: (option class, type, length, field
+/// index).
+pub type TlvMapping = (u16, u8, u8, u16);
+
+/// `NXT_TLV_TABLE_REQUEST`: the switch's Geneve option map.
+#[must_use]
+pub fn tlv_table_request(xid: u32) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(super::action::NX_VENDOR_ID.to_be_bytes());
+    body.extend(NXT_TLV_TABLE_REQUEST.to_be_bytes());
+    message(EXPERIMENTER, xid, &body)
+}
+
+/// `NXT_TLV_TABLE_MOD` adding `mapping`.
+#[must_use]
+pub fn tlv_table_add(xid: u32, (class, kind, length, index): TlvMapping) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(super::action::NX_VENDOR_ID.to_be_bytes());
+    body.extend(NXT_TLV_TABLE_MOD.to_be_bytes());
+    body.extend(0_u16.to_be_bytes()); // NXTTMC_ADD
+    body.extend([0; 6]);
+    body.extend(class.to_be_bytes());
+    body.push(kind);
+    body.push(length);
+    body.extend(index.to_be_bytes());
+    body.extend([0; 2]);
+    message(EXPERIMENTER, xid, &body)
+}
+
 /// A message read from the switch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Incoming {
@@ -210,6 +245,10 @@ pub enum Incoming {
     BundleReply {
         bundle: u32,
         reply: u16,
+    },
+    /// The switch's Geneve option map (`NXT_TLV_TABLE_REPLY`).
+    TlvTable {
+        mappings: Vec<TlvMapping>,
     },
     /// Anything else (port status, packet-ins nobody asked for): its type.
     Other {
@@ -285,6 +324,25 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, DecodeError> {
             bundle: u32_at(0)?,
             reply: u16_at(4)?,
         },
+        EXPERIMENTER
+            if u32_at(0)? == super::action::NX_VENDOR_ID && u32_at(4)? == NXT_TLV_TABLE_REPLY =>
+        {
+            // max_option_space u32, max_fields u16, reserved 10 bytes, then 8-byte mappings.
+            let mappings = body
+                .get(24..)
+                .unwrap_or_default()
+                .chunks_exact(8)
+                .map(|m| {
+                    (
+                        u16::from_be_bytes([m[0], m[1]]),
+                        m[2],
+                        m[3],
+                        u16::from_be_bytes([m[4], m[5]]),
+                    )
+                })
+                .collect();
+            Incoming::TlvTable { mappings }
+        }
         other => Incoming::Other { kind: other },
     })
 }

@@ -2,7 +2,7 @@
 //! flows use, spoken to Open vSwitch's br-int over its management socket, for nodes where the
 //! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables has begun
 //! ([`l2`]), behind a `Datapath` ([`datapath`]) that `--dataplane openflow` selects
-//! (experimental: L2 between one node's pods so far).
+//! (experimental: switches' L2, across nodes through Geneve, so far).
 //!
 //! Written here rather than taken from a crate: none speaks OF1.5 with NXM registers, tunnel
 //! metadata and bundles (`rovs-openflow` is OF1.3 without bundles, register matching or

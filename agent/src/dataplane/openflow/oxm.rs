@@ -12,6 +12,16 @@ const OFPXMC_OPENFLOW_BASIC: u16 = 0x8000;
 /// Nicira's extension class 1 (`NXM_NX_*`).
 const NXM_1: u16 = 0x0001;
 
+/// NXM headers (`class << 16 | field << 9 | length`) of the fields Nicira's `move` action
+/// copies bits between: the logical input and output ports (`reg14`, `reg15`), the tunnel ID,
+/// the first tunnel metadata field (its maximum length, as OVS writes it in actions) and the
+/// pipeline metadata.
+pub const NXM_REG14: u32 = 0x0001_0000 | 14 << 9 | 4;
+pub const NXM_REG15: u32 = 0x0001_0000 | 15 << 9 | 4;
+pub const NXM_TUN_ID: u32 = 0x0001_0000 | 16 << 9 | 8;
+pub const NXM_TUN_METADATA0: u32 = 0x0001_0000 | 40 << 9 | 124;
+pub const OXM_METADATA: u32 = 0x8000_0000 | 2 << 9 | 8;
+
 /// One match field: its class, field number and value bytes, with an optional mask of the same
 /// length.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
