@@ -10,7 +10,8 @@
 //! understand each other. Only flows of the agent's cookie are on br-int; the metrics name the
 //! datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
 //! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of br-int and
-//! no longer reached.
+//! no longer reached. And an OpenFlow node and a real ovn-controller chassis forward for each
+//! other the same way.
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
@@ -178,4 +179,90 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
         let _ = runtimes[*node].exec("DEL", &attachments[index], &config(*node));
     }
     drop(switch);
+}
+
+/// The OpenFlow node and a real OVN chassis (ovn-controller 23.03 with Open vSwitch 3.1's
+/// userspace datapath, Debian's) forward for each other: a1 on node1, a local port of an agent
+/// with `--dataplane openflow` (its interface added to br-int at start), a2 on node2 behind
+/// ovn-controller; pings both ways across their Geneve, each side's ARP broadcast through the
+/// other's flood.
+#[test]
+fn an_openflow_node_and_a_real_ovn_controller_forward_for_each_other() {
+    use ovnbpf_tests::{
+        agent::AgentSpec,
+        kubeovn::Topology,
+        ovs_chassis::OvsChassis,
+        scenario::{PodPlan, TwoNodes},
+    };
+    require_root();
+    const PLAN: [PodPlan; 2] = [("a1", "subnet-a", 0, A1), ("a2", "subnet-a", 1, A2)];
+    let two = TwoNodes::start();
+    let (lab, nodes) = (&two.lab, &two.nodes);
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap();
+    // Room for Geneve's 58 bytes within the nodes' 1500.
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PLAN, true, 1442);
+    let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
+    peer.plug("a2_h", pods[1].netns(), "a2.ns").unwrap();
+    // node1: Open vSwitch under the agent, whose userspace datapath reads frames whole (TX
+    // checksum offload off on a1's veth, as on node2's).
+    let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
+    switch.underlay(&nodes[0]).unwrap();
+    nodes[0]
+        .netns()
+        .exec("ethtool", &["-K", "a1_h", "tx", "off"])
+        .unwrap();
+    pods[0]
+        .netns()
+        .exec("ethtool", &["-K", "eth0", "tx", "off"])
+        .unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let mut agent = AgentSpec {
+        chassis: "node1",
+        node: &nodes[0],
+        local_ports: vec!["a1.ns=a1_h".into()],
+        pin_root: None,
+        cni_dir: None,
+        extra_args: vec![
+            "--dataplane".into(),
+            "openflow".into(),
+            "--ovs-bridge-socket".into(),
+            switch.management_socket("br-int").display().to_string(),
+            "--ovs-db".into(),
+            switch.db_remote(),
+        ],
+    }
+    .spawn(
+        lab,
+        &workspace_binary("ovnbpf-agent"),
+        log_dir.path().join("node1.log"),
+    )
+    .unwrap();
+    let logs = || {
+        format!(
+            "{}{}{}",
+            agent.log_tail(),
+            peer.log_tails(),
+            switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default()
+        )
+    };
+    let up = wait_until(Duration::from_secs(30), || {
+        ["a1.ns", "a2.ns"]
+            .iter()
+            .all(|port| scenario::port_up(lab, port))
+    });
+    assert!(up, "ports not up{}", logs());
+    assert!(
+        wait_until(Duration::from_secs(10), || pings(pods[0].netns(), A2)),
+        "a1 (OpenFlow) → a2 (ovn-controller){}",
+        logs()
+    );
+    assert!(
+        pings(pods[1].netns(), A1),
+        "a2 (ovn-controller) → a1 (OpenFlow){}",
+        logs()
+    );
+    agent.stop();
 }
