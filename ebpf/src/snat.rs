@@ -676,33 +676,31 @@ fn inbound(ctx: &TcContext, router: u32) -> Result<(), DropReason> {
         return untracked();
     };
     let (outside, destination_port) = connection(ctx, router, &ip, &ports, false)?;
-    let Some(reply) = SNAT_REVERSE.get_ptr_mut(outside) else {
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (pod, pod_port) = match SNAT_REVERSE.get_ptr_mut(outside) {
+        // A reply to a translated connection, or a later packet of an admitted one.
+        Some(reply) => {
+            // SAFETY: the pointer is to a map value, valid for this program's run.
+            let reply = unsafe { &mut *reply };
+            reply.seen_ns = now;
+            (reply.ip, reply.port)
+        }
         // A new connection to a `dnat` rule's address (its port kept), or to a VIP of the
         // router's load balancers.
-        let (pod, pod_port) = if dnat != 0 {
-            (dnat, destination_port)
-        } else {
-            match balanced(router, &outside)? {
-                Some(backend) => backend,
-                None => return Ok(()),
-            }
-        };
-        // SAFETY: a helper without arguments.
-        admit(&outside, (pod, pod_port), unsafe { bpf_ktime_get_ns() })?;
-        translate(
-            ctx,
-            IP_DESTINATION,
-            (ip.destination, pod),
-            ip.protocol,
-            true,
-        )?;
-        return set_port(ctx, &ports, ports.destination, (destination_port, pod_port));
+        None => {
+            let target = if dnat != 0 {
+                (dnat, destination_port)
+            } else {
+                match balanced(router, &outside)? {
+                    Some(backend) => backend,
+                    None => return Ok(()),
+                }
+            };
+            admit(&outside, target, now)?;
+            target
+        }
     };
-    // SAFETY: the pointer is to a map value, valid for this program's run.
-    let reply = unsafe { &mut *reply };
-    // SAFETY: a helper without arguments.
-    reply.seen_ns = unsafe { bpf_ktime_get_ns() };
-    let (pod, pod_port) = (reply.ip, reply.port);
     translate(
         ctx,
         IP_DESTINATION,

@@ -66,8 +66,8 @@ pub struct L2Flows {
     installed: HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
     /// This chassis's name.
     chassis: String,
-    /// Logical port → the other chassis it is bound to.
-    bound_elsewhere: HashMap<String, String>,
+    /// Switch → its ports bound to other chassis: port key → that chassis.
+    remote_ports: HashMap<u32, BTreeMap<u32, String>>,
     /// Other chassis → the OpenFlow port of the Geneve tunnel to it.
     tunnels: BTreeMap<String, u32>,
 }
@@ -96,10 +96,10 @@ impl L2Flows {
         };
         self.marked.insert(TUNNELS);
         let switches: Vec<u32> = self
-            .bound_elsewhere
+            .remote_ports
             .iter()
-            .filter(|(_, other)| *other == chassis)
-            .filter_map(|(port, _)| self.ports.get(port).map(|(switch, _)| *switch))
+            .filter(|(_, ports)| ports.values().any(|other| other == chassis))
+            .map(|(switch, _)| *switch)
             .collect();
         self.marked.extend(switches);
     }
@@ -120,21 +120,25 @@ impl L2Flows {
                 kind,
                 ..
             } => {
+                let remote = self.remote_ports.entry(*datapath).or_default();
                 if added {
                     self.ports.insert(name.clone(), (*datapath, *key));
                     match kind {
                         PortKind::Vif {
                             chassis: Some(chassis),
                         } if *chassis != self.chassis => {
-                            self.bound_elsewhere.insert(name.clone(), chassis.clone());
+                            remote.insert(*key, chassis.clone());
                         }
                         _ => {
-                            self.bound_elsewhere.remove(name);
+                            remote.remove(key);
                         }
                     }
                 } else if self.ports.get(name) == Some(&(*datapath, *key)) {
                     self.ports.remove(name);
-                    self.bound_elsewhere.remove(name);
+                    remote.remove(key);
+                }
+                if remote.is_empty() {
+                    self.remote_ports.remove(datapath);
                 }
                 self.marked.insert(*datapath);
             }
@@ -326,12 +330,11 @@ impl L2Flows {
         }
         // The switch's ports bound to other chassis, by key: through their tunnel.
         let remote: BTreeMap<u32, u32> = self
-            .bound_elsewhere
-            .iter()
-            .filter_map(|(name, chassis)| {
-                let key = on_switch(name)?;
-                Some((key, *self.tunnels.get(chassis)?))
-            })
+            .remote_ports
+            .get(&switch)
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, chassis)| Some((*key, *self.tunnels.get(chassis)?)))
             .collect();
         for (key, tunnel) in &remote {
             add(FlowMod::add(
