@@ -530,6 +530,14 @@ fn register(
             .map(|kind| (label("dataplane", kind), 1)),
     );
     scrape.gauges(
+        "ovnbpf_dataplane_untranslated_datapaths",
+        "Datapaths the dataplane does not translate whole (OpenFlow): partial, some of their traffic dropped where OVN forwards or answers it; fenced, not forwarded at all, because what is left out (ACLs, load balancers, NAT, ECMP) would otherwise let through what OVN would not. The agent's log names each datapath and reason.",
+        report
+            .untranslated_datapaths
+            .iter()
+            .map(|(effect, count)| (label("effect", effect), *count as u64)),
+    );
+    scrape.gauges(
         "ovnbpf_service_monitors",
         "Load balancer backends this chassis probes for their health checks (Service_Monitor rows of its ports), by the status its probes decided and wrote (undecided: not yet, and northd keeps the backend).",
         report
@@ -770,6 +778,7 @@ mod tests {
             side_duty_datapaths: 2,
             truncated_flood_groups: 1,
             dataplane: Some("openflow"),
+            untranslated_datapaths: vec![("partial", 2), ("fenced", 1)],
             drops: vec![("port_security", 4)],
             router_replies: vec![("tcp_reset", 2)],
             acl_logged: vec![("drop", 3), ("lost", 0)],
@@ -858,6 +867,7 @@ mod tests {
             r#"ovnbpf_service_monitor_probes_total{result="answered"} 8"#,
             r#"ovnbpf_router_advertisements_total{result="sent"} 6"#,
             r#"ovnbpf_dataplane{dataplane="openflow"} 1"#,
+            r#"ovnbpf_dataplane_untranslated_datapaths{effect="fenced"} 1"#,
             r#"ovnbpf_interface_received_packets_total{interface="web_h",port="web.ns"} 7"#,
             r#"ovnbpf_interface_delivered_bytes_total{interface="web_h",port="web.ns"} 900"#,
         ] {

@@ -150,15 +150,7 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
     );
     // Each agent says which datapath it runs.
     for (node, dataplane) in [(0, "openflow"), (1, "ebpf")] {
-        let metrics = ovnbpf_tests::netns::run_in_path(&cni.nodes[node].netns().path(), || {
-            use std::io::{Read, Write};
-            let mut stream = std::net::TcpStream::connect(METRICS)?;
-            write!(stream, "GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")?;
-            let mut text = String::new();
-            stream.read_to_string(&mut text)?;
-            Ok(text)
-        })
-        .unwrap();
+        let metrics = metrics(&cni.nodes[node]);
         let expected = format!(r#"ovnbpf_dataplane{{dataplane="{dataplane}"}} 1"#);
         assert!(
             metrics.lines().any(|line| line == expected),
@@ -265,4 +257,183 @@ fn an_openflow_node_and_a_real_ovn_controller_forward_for_each_other() {
         logs()
     );
     agent.stop();
+}
+
+/// An OpenFlow node routes (issue 19's routers): vpc-a with subnets a (10.0.1.0/24) and b
+/// (10.0.2.0/24), peered with vpc-c (10.1.1.0/24), as kube-ovn-controller builds them (router
+/// options, the subnets' allow policies and source routes, static routes across the peering).
+/// a1, b1 and c1 on node1 (the agent with `--dataplane openflow`), b2 on node2 (eBPF). On br-int:
+/// the switch answers ARP for the gateway, the router its pings; a1 and b1 reach each other
+/// through the router; a1 reaches b2 (routed on node1, tunnelled in subnet-b) and back (routed
+/// by node2's eBPF); a1 reaches c1 through the peering (router to router). A user's ACL on
+/// subnet-b, which the OpenFlow translation does not carry, fences the switch: b1 is no longer
+/// reached (never forwarded past an ACL the datapath does not enforce), the metrics count the
+/// fenced datapath; the ACL removed, b1 is reached again.
+#[test]
+fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
+    use ovnbpf_tests::{
+        kubeovn::Topology,
+        scenario::{PodPlan, TwoNodes},
+    };
+    require_root();
+    const B1: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+    const B2: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+    const C1: Ipv4Addr = Ipv4Addr::new(10, 1, 1, 2);
+    const PLAN: [PodPlan; 4] = [
+        ("a1", "subnet-a", 0, A1),
+        ("b1", "subnet-b", 0, B1),
+        ("c1", "subnet-c", 0, C1),
+        ("b2", "subnet-b", 1, B2),
+    ];
+    let two = TwoNodes::start();
+    let (lab, nodes) = (&two.lab, &two.nodes);
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
+        .unwrap()
+        .subnet("vpc-a", "subnet-b", "10.0.2.0/24")
+        .unwrap()
+        .vpc_with_subnet("vpc-c", "subnet-c", "10.1.1.0/24")
+        .unwrap()
+        .peering("vpc-a", "10.0.255.1/30", "vpc-c", "10.0.255.2/30")
+        .static_route("vpc-a", "10.1.1.0/24", Ipv4Addr::new(10, 0, 255, 2))
+        .static_route("vpc-c", "10.0.1.0/24", Ipv4Addr::new(10, 0, 255, 1));
+    let pods = scenario::build_planned_pods(lab, nodes, topology, &PLAN, true, 1442);
+    let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
+    switch.underlay(&nodes[0]).unwrap();
+    // Open vSwitch's userspace datapath reads frames whole: TX checksum offload off.
+    for (index, (pod, _, node, _)) in PLAN.iter().enumerate() {
+        if *node == 0 {
+            nodes[0]
+                .netns()
+                .exec("ethtool", &["-K", &format!("{pod}_h"), "tx", "off"])
+                .unwrap();
+            pods[index]
+                .netns()
+                .exec("ethtool", &["-K", "eth0", "tx", "off"])
+                .unwrap();
+        }
+    }
+    let log_dir = tempfile::tempdir().unwrap();
+    let mut spec = scenario::planned_agent(nodes, &PLAN, 0, None);
+    spec.extra_args = vec![
+        "--dataplane".into(),
+        "openflow".into(),
+        "--ovs-bridge-socket".into(),
+        switch.management_socket("br-int").display().to_string(),
+        "--ovs-db".into(),
+        switch.db_remote(),
+        "--metrics-address".into(),
+        METRICS.into(),
+    ];
+    let mut openflow = spec
+        .spawn(
+            lab,
+            &workspace_binary("ovnbpf-agent"),
+            log_dir.path().join("node1.log"),
+        )
+        .unwrap();
+    let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
+    let mut ebpf =
+        scenario::start_planned_agent(lab, nodes, &PLAN, 1, Some(bpffs.path()), log_dir.path());
+    let logs = || {
+        format!(
+            "{}{}{}",
+            openflow.log_tail(),
+            ebpf.log_tail(),
+            switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default()
+        )
+    };
+    assert!(
+        scenario::planned_pods_up(lab, &PLAN),
+        "not every pod came up{}",
+        logs()
+    );
+    let pod = |name: &str| pods[PLAN.iter().position(|plan| plan.0 == name).unwrap()].netns();
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(
+            pod("a1"),
+            Ipv4Addr::new(10, 0, 1, 1)
+        )),
+        "a1 → its gateway (the switch's ARP answer, the router's echo reply){}",
+        logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(pod("a1"), B1)),
+        "a1 → b1 through vpc-a on br-int{}",
+        logs()
+    );
+    assert!(pings(pod("b1"), A1), "b1 → a1{}", logs());
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(pod("a1"), B2)),
+        "a1 (OpenFlow) → b2 (eBPF), routed on node1{}",
+        logs()
+    );
+    assert!(
+        pings(pod("b2"), A1),
+        "b2 (eBPF) → a1 (OpenFlow), routed on node2"
+    );
+    assert!(
+        pings(pod("b2"), B1),
+        "b2 → b1 in subnet-b, across the tunnel"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(pod("a1"), C1)),
+        "a1 → c1 through the peering, router to router{}",
+        logs()
+    );
+    assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
+
+    // A user's ACL on subnet-b fences it on the OpenFlow node; gone, the switch is back.
+    let mut acl = Topology::new();
+    acl.acl(
+        "subnet-b",
+        "to-lport",
+        1000,
+        "ip4.src == 10.0.9.0/24",
+        "drop",
+    );
+    acl.apply(lab).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || !pings(pod("a1"), B1)),
+        "a1 still reaches b1 past an ACL the OpenFlow datapath does not enforce{}",
+        logs()
+    );
+    assert!(
+        !pings(pod("b2"), B1),
+        "what the tunnel brings into the fenced subnet-b is still delivered{}",
+        logs()
+    );
+    assert!(pings(pod("a1"), C1), "the rest of the VPC still routes");
+    assert_eq!(untranslated(&nodes[0], "fenced"), Some(1));
+    lab.nbctl(&["--wait=sb", "acl-del", "subnet-b"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || pings(pod("a1"), B1)),
+        "b1 not reached again once the ACL is gone{}",
+        logs()
+    );
+    assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
+    openflow.stop();
+    ebpf.stop();
+}
+
+/// Node `node`'s agent's metrics (served at [`METRICS`] in the node's namespace).
+fn metrics(node: &ovnbpf_tests::network::Node) -> String {
+    ovnbpf_tests::netns::run_in_path(&node.netns().path(), || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(METRICS)?;
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n")?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text)?;
+        Ok(text)
+    })
+    .unwrap()
+}
+
+/// The agent's count of datapaths with `effect` (`partial`, `fenced`) it does not translate.
+fn untranslated(node: &ovnbpf_tests::network::Node, effect: &str) -> Option<u64> {
+    let prefix = format!(r#"ovnbpf_dataplane_untranslated_datapaths{{effect="{effect}"}} "#);
+    metrics(node)
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
 }

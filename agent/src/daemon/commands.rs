@@ -144,6 +144,9 @@ impl Daemon {
                     truncated_flood_groups: datapath.map_or(0, |d| d.truncated_flood_groups()),
                     datapath_pending: datapath.map_or(0, |d| d.pending()),
                     dataplane: datapath.map(|d| d.kind()),
+                    untranslated_datapaths: datapath
+                        .map(|d| d.untranslated_datapaths())
+                        .unwrap_or_default(),
                     drops,
                     router_replies,
                     acl_logged,

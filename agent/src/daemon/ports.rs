@@ -95,6 +95,8 @@ pub struct DaemonReport {
     pub datapath_pending: usize,
     /// Which datapath this node runs (`ebpf`, `openflow`); `None` without one.
     pub dataplane: Option<&'static str>,
+    /// Datapaths the backend does not translate whole, per effect (`partial`, `fenced`).
+    pub untranslated_datapaths: Vec<(&'static str, usize)>,
     /// Datapaths whose flows ask for a side duty the datapath does not do (e.g. MAC learning);
     /// they are forwarded.
     pub side_duty_datapaths: usize,

@@ -160,6 +160,13 @@ pub trait Datapath: Send {
     /// Southbound view is complete. Returns the number removed.
     fn sweep(&mut self) -> Result<usize, DatapathError>;
 
+    /// Datapaths the backend does not translate whole, per effect (`partial`: some of their
+    /// traffic dropped where OVN forwards it; `fenced`: not forwarded at all). Backends that
+    /// translate the whole IR have none.
+    fn untranslated_datapaths(&self) -> Vec<(&'static str, usize)> {
+        Vec::new()
+    }
+
     /// Dropped frames per reason.
     fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError>;
 

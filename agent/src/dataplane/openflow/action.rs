@@ -1,7 +1,8 @@
 //! A flow's instructions and the actions inside them, as OpenFlow 1.5 encodes them (each padded
 //! to 8 bytes): `apply_actions` with output, set_field (registers and metadata through their
-//! OXM/NXM fields, as OVS takes them), VLAN push and pop, and Nicira's `resubmit(,table)`;
-//! `goto_table`. An empty instruction list drops the packet.
+//! OXM/NXM fields, as OVS takes them), VLAN push and pop, TTL set and decrement, copy_field,
+//! and Nicira's `resubmit(,table)` and `clone`; `goto_table`. An empty instruction list drops
+//! the packet.
 
 use super::oxm::{Field, padding};
 
@@ -35,6 +36,14 @@ pub enum Action {
         destination_offset: u16,
         bits: u16,
     },
+    /// Nicira's `clone(actions)`: runs `actions` on a copy of the packet (its fields and
+    /// registers), then goes on with the packet as it was: how a flood or a crossing into
+    /// another datapath leaves the rest of the actions untouched.
+    Clone(Vec<Action>),
+    /// `dec_ttl`: the IP TTL (or hop limit) less one (a packet it brings to 0 is not sent on).
+    DecrementTtl,
+    /// Sets the IP TTL.
+    SetTtl(u8),
 }
 
 impl Action {
@@ -87,6 +96,33 @@ impl Action {
                 out.extend(source.to_be_bytes());
                 out.extend(destination.to_be_bytes());
                 out.extend([0; 4]);
+            }
+            Action::Clone(actions) => {
+                // OFPAT_EXPERIMENTER, NXAST_CLONE (42): an ext_action_header (16 bytes), then
+                // the actions, each already 8-byte aligned.
+                let mut body = Vec::new();
+                for action in actions {
+                    action.encode(&mut body);
+                }
+                out.extend(0xffff_u16.to_be_bytes());
+                out.extend(to_u16(16 + body.len()).to_be_bytes());
+                out.extend(NX_VENDOR_ID.to_be_bytes());
+                out.extend(42_u16.to_be_bytes());
+                out.extend([0; 6]);
+                out.extend(body);
+            }
+            Action::DecrementTtl => {
+                // OFPAT_DEC_NW_TTL (24).
+                out.extend(24_u16.to_be_bytes());
+                out.extend(8_u16.to_be_bytes());
+                out.extend([0; 4]);
+            }
+            Action::SetTtl(ttl) => {
+                // OFPAT_SET_NW_TTL (23).
+                out.extend(23_u16.to_be_bytes());
+                out.extend(8_u16.to_be_bytes());
+                out.push(*ttl);
+                out.extend([0; 3]);
             }
             Action::Resubmit(table) => {
                 // OFPAT_EXPERIMENTER, NXAST_RESUBMIT_TABLE (14): in_port (the packet's own,

@@ -1,5 +1,5 @@
-//! The OpenFlow backend as the daemon drives it ([`Datapath`]): the IR's L2 forwarding
-//! ([`L2Flows`]) programmed into br-int through one session, and the pods' host interfaces
+//! The OpenFlow backend as the daemon drives it ([`Datapath`]): the IR's forwarding
+//! ([`L2Flows`], [`RouterFlows`]) programmed into br-int through one session, and the pods' host interfaces
 //! added to br-int ([`OvsAttacher`]).
 //!
 //! The session is asynchronous and the trait is not: a thread of its own owns the
@@ -15,8 +15,9 @@
 //! Ports are added to br-int with `ovs-vsctl` (Open vSwitch's own client, as Kube-OVN's daemon
 //! does through its OVSDB library): one call per pod ADD and DEL, on the CNI server's blocking
 //! task or at unplug. The Geneve tunnels to other chassis are br-int ports too (one per chassis,
-//! `key=flow`, added again at each retry until they are there). Not yet here (issue 19):
-//! routers, localnets, counters, drop
+//! `key=flow`, added again at each retry until they are there). Routers are [`RouterFlows`];
+//! what neither translates is accounted (and fenced where it must be) by [`Untranslated`].
+//! Not yet here (issue 19): localnets, IPv6 routing, ACLs, load balancers, NAT, counters, drop
 //! events.
 
 use std::{
@@ -35,7 +36,9 @@ use std::{
 use super::{
     connection::Connection,
     l2::{L2Flows, OVN_GENEVE_OPTION},
+    l3::RouterFlows,
     message::FlowMod,
+    untranslated::Untranslated,
 };
 use crate::{
     dataplane::{
@@ -73,6 +76,8 @@ pub struct OvsConfig {
 /// The OpenFlow datapath of this node.
 pub struct OpenFlowDatapath {
     l2: L2Flows,
+    l3: RouterFlows,
+    untranslated: Untranslated,
     writes: mpsc::Sender<Write>,
     /// The session had to be opened again: the next write resyncs.
     resync: bool,
@@ -106,6 +111,8 @@ impl OpenFlowDatapath {
             .map_err(DatapathError::new)?;
         let mut datapath = Self {
             l2: L2Flows::for_chassis(&config.chassis),
+            l3: RouterFlows::default(),
+            untranslated: Untranslated::default(),
             chassis: config.chassis.clone(),
             wanted_tunnels: BTreeMap::new(),
             tunnels: BTreeMap::new(),
@@ -140,11 +147,14 @@ impl OpenFlowDatapath {
     /// the switch; the number of flow changes written.
     fn flush(&mut self) -> Result<usize, DatapathError> {
         let mut changes = if self.resync {
-            self.l2.resync()
+            let mut changes = self.l2.resync();
+            changes.extend(self.l3.resync());
+            changes
         } else {
             std::mem::take(&mut self.pending)
         };
         changes.extend(self.l2.changes());
+        changes.extend(self.l3.changes());
         if changes.is_empty() {
             return Ok(0);
         }
@@ -309,7 +319,13 @@ impl Datapath for OpenFlowDatapath {
 
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
         self.follow_tunnels(diff);
+        self.untranslated.apply(diff);
         self.l2.apply(diff);
+        self.l3.apply(diff);
+        for (datapath, fenced) in self.untranslated.take_fence_changes() {
+            self.l2.set_fenced(datapath, fenced);
+            self.l3.set_fenced(datapath, fenced);
+        }
         self.flush()
     }
 
@@ -358,7 +374,11 @@ impl Datapath for OpenFlowDatapath {
             self.resync = true;
         }
         self.ensure_tunnels();
-        if self.pending.is_empty() && !self.resync && !self.l2.has_changes() {
+        if self.pending.is_empty()
+            && !self.resync
+            && !self.l2.has_changes()
+            && !self.l3.has_changes()
+        {
             return Ok(0);
         }
         self.flush()
@@ -376,6 +396,10 @@ impl Datapath for OpenFlowDatapath {
 
     fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
         Ok(Vec::new())
+    }
+
+    fn untranslated_datapaths(&self) -> Vec<(&'static str, usize)> {
+        self.untranslated.counts()
     }
 
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError> {

@@ -1,14 +1,23 @@
 //! The switches' L2 forwarding of the pipeline IR as flows on br-int, for the ports plugged on
-//! this node (the first part of the translation; tunnels, routers and the rest come next):
+//! this node and the tunnels to other chassis (routers are [`super::l3`]'s):
 //! - table [`CLASSIFY`]: a plugged port's OpenFlow port sets the pipeline's datapath
 //!   (`metadata`, the switch's tunnel key) and logical input port (`reg14`, the port's key),
-//!   as OVN's physical stage does, then the L2 lookup;
+//!   as OVN's physical stage does, then the ingress table; a tunnel's frames take both ports
+//!   from OVN's Geneve option and go to the output table;
+//! - table [`INGRESS`]: the sanity checks (`IngressSanity`: tagged frames, multicast sources)
+//!   and the ARP responder (`ArpReply`, with `ArpReplySkip` and `ArpReplySkipPort`), then the
+//!   L2 lookup;
 //! - table [`LOOKUP`]: `L2Fib` (a known MAC) sets the logical output port (`reg15`) and
 //!   resubmits to the output table; `FloodMulticast` (broadcast and multicast) does so for each
-//!   member of the flood group in turn (`FloodGroup`, `FloodMember`);
-//! - table [`OUTPUT`]: a logical output port that is plugged here leaves by its OpenFlow port.
-//!   Open vSwitch does not send a packet back out of the port it came in on, so a flood leaves
-//!   out of every member but the sender, as OVN's does.
+//!   member of the flood group in turn (`FloodGroup`, `FloodMember`), and sends one copy to
+//!   each other chassis with members;
+//! - table [`OUTPUT`]: a logical output port that is plugged here leaves by its OpenFlow port
+//!   (back by the input port when a router answers its own sender; never to the logical port
+//!   the frame came from, so a flood leaves out of every member but the sender, as OVN's does);
+//!   one bound elsewhere by its chassis's tunnel.
+//!
+//! A port with port security does not forward (its checks are not translated: see
+//! [`super::untranslated`], which also fences whole switches).
 //!
 //! A frame nothing matches is dropped (br-int's `fail_mode` is secure; a table miss drops in
 //! OpenFlow 1.5). Flows are owned by one cookie ([`COOKIE`]).
@@ -17,12 +26,16 @@
 //! compares their desired flows with the installed ones, so one change costs O(its switch's
 //! flows). Owns the IR's L2 state and the installed flows; touches nothing else.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::Ipv4Addr;
 
 use super::{
-    action::{Action, Instruction},
+    action::{Action, Instruction, PORT_IN_PORT},
     message::{Command, FlowMod},
-    oxm::{Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_METADATA},
+    oxm::{
+        Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_ARP_SHA,
+        OXM_ARP_SPA, OXM_ARP_THA, OXM_ARP_TPA, OXM_ETH_DST, OXM_ETH_SRC, OXM_METADATA,
+    },
 };
 use crate::pipeline::ir::{IrDiff, IrEntry, Mac, PortKind};
 
@@ -35,8 +48,11 @@ pub const LOOKUP: u8 = 10;
 /// Table of the output to local ports.
 pub const OUTPUT: u8 = 40;
 
+/// Table of the switches' ingress checks and ARP responder, before the L2 lookup.
+pub const INGRESS: u8 = 5;
+
 /// A flow's identity in the switch: (table, priority, the encoded match).
-type FlowKey = (u8, u16, Vec<u8>);
+pub(super) type FlowKey = (u8, u16, Vec<u8>);
 
 /// The key under which the tunnel ports' classification flows are kept (no switch has it).
 const TUNNELS: u32 = u32::MAX;
@@ -70,6 +86,18 @@ pub struct L2Flows {
     remote_ports: HashMap<u32, BTreeMap<u32, String>>,
     /// Other chassis → the OpenFlow port of the Geneve tunnel to it.
     tunnels: BTreeMap<String, u32>,
+    /// Ports with port security, which is not translated: they do not forward.
+    secured: HashSet<String>,
+    /// Switches with the ingress sanity checks.
+    sanity: BTreeSet<u32>,
+    /// Switch → the addresses its ARP responder answers for, and with what MAC.
+    arp_replies: HashMap<u32, BTreeMap<Ipv4Addr, Mac>>,
+    /// Switch → (address, port) pairs whose requests are not answered (the owner asking).
+    arp_skips: HashMap<u32, BTreeSet<(Ipv4Addr, String)>>,
+    /// Switch → ports whose ARP requests are never answered (localnet).
+    arp_skip_ports: HashMap<u32, BTreeSet<String>>,
+    /// Switches without flows ([`super::untranslated`]).
+    fenced: BTreeSet<u32>,
 }
 
 impl L2Flows {
@@ -118,10 +146,16 @@ impl L2Flows {
                 key,
                 name,
                 kind,
+                port_security,
                 ..
             } => {
                 let remote = self.remote_ports.entry(*datapath).or_default();
                 if added {
+                    if port_security.is_empty() {
+                        self.secured.remove(name);
+                    } else {
+                        self.secured.insert(name.clone());
+                    }
                     self.ports.insert(name.clone(), (*datapath, *key));
                     match kind {
                         PortKind::Vif {
@@ -135,6 +169,7 @@ impl L2Flows {
                     }
                 } else if self.ports.get(name) == Some(&(*datapath, *key)) {
                     self.ports.remove(name);
+                    self.secured.remove(name);
                     remote.remove(key);
                 }
                 if remote.is_empty() {
@@ -181,6 +216,45 @@ impl L2Flows {
                 }
                 self.marked.insert(*datapath);
             }
+            IrEntry::IngressSanity { datapath } => {
+                if added {
+                    self.sanity.insert(*datapath);
+                } else {
+                    self.sanity.remove(datapath);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::ArpReply { datapath, ip, mac } => {
+                let replies = self.arp_replies.entry(*datapath).or_default();
+                if added {
+                    replies.insert(*ip, *mac);
+                } else if replies.get(ip) == Some(mac) {
+                    replies.remove(ip);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::ArpReplySkip {
+                datapath,
+                ip,
+                inport,
+            } => {
+                let skips = self.arp_skips.entry(*datapath).or_default();
+                if added {
+                    skips.insert((*ip, inport.clone()));
+                } else {
+                    skips.remove(&(*ip, inport.clone()));
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::ArpReplySkipPort { datapath, inport } => {
+                let skips = self.arp_skip_ports.entry(*datapath).or_default();
+                if added {
+                    skips.insert(inport.clone());
+                } else {
+                    skips.remove(inport);
+                }
+                self.marked.insert(*datapath);
+            }
             IrEntry::FloodMulticast { datapath, group } => {
                 if added {
                     self.multicast.insert(*datapath, group.clone());
@@ -209,6 +283,16 @@ impl L2Flows {
         }
     }
 
+    /// Switch `switch` goes without flows (`fenced`) or has them again.
+    pub fn set_fenced(&mut self, switch: u32, fenced: bool) {
+        if fenced {
+            self.fenced.insert(switch);
+        } else {
+            self.fenced.remove(&switch);
+        }
+        self.marked.insert(switch);
+    }
+
     /// Whether a change waits for [`Self::changes`].
     #[must_use]
     pub fn has_changes(&self) -> bool {
@@ -218,32 +302,11 @@ impl L2Flows {
     /// The flow mods that bring the marked switches' installed flows to the desired ones
     /// (deletes first, then adds), recorded as installed.
     pub fn changes(&mut self) -> Vec<FlowMod> {
-        let mut deletes = Vec::new();
-        let mut adds = Vec::new();
-        for switch in std::mem::take(&mut self.marked) {
-            let desired = self.desired(switch);
-            let installed = self.installed.remove(&switch).unwrap_or_default();
-            for (key, flow) in &installed {
-                if !desired.contains_key(key) {
-                    deletes.push(FlowMod {
-                        command: Command::DeleteStrict,
-                        cookie_mask: u64::MAX,
-                        instructions: Vec::new(),
-                        ..flow.clone()
-                    });
-                }
-            }
-            for (key, flow) in &desired {
-                if installed.get(key) != Some(flow) {
-                    adds.push(flow.clone());
-                }
-            }
-            if !desired.is_empty() {
-                self.installed.insert(switch, desired);
-            }
-        }
-        deletes.extend(adds);
-        deletes
+        let desired = std::mem::take(&mut self.marked)
+            .into_iter()
+            .map(|switch| (switch, self.desired(switch)))
+            .collect();
+        diff_flows(&mut self.installed, desired)
     }
 
     /// A full resync, for a switch whose flows are not known (a session opened again, an
@@ -256,6 +319,8 @@ impl L2Flows {
             .map(|(switch, _)| *switch)
             .chain(self.fib.keys().copied())
             .chain(self.multicast.keys().copied())
+            .chain(self.sanity.iter().copied())
+            .chain(self.arp_replies.keys().copied())
             .chain(self.installed.keys().copied())
             .chain([TUNNELS])
             .collect();
@@ -294,12 +359,77 @@ impl L2Flows {
         flows
     }
 
+    /// Switch `switch`'s ingress table: the sanity checks, the ARP responder (a request for an
+    /// address it knows is answered from the switch, back out of the port it came in on, as
+    /// northd's `ls_in_arp_rsp` does), then the L2 lookup.
+    fn ingress_flows(&self, switch: u32) -> Vec<FlowMod> {
+        let key_of = |name: &String| {
+            self.ports
+                .get(name)
+                .filter(|(dp, _)| *dp == switch)
+                .map(|(_, key)| *key)
+        };
+        let flow = |priority: u16, matching: Match, actions: Vec<Action>| {
+            FlowMod::add(
+                COOKIE,
+                INGRESS,
+                priority,
+                matching,
+                vec![Instruction::ApplyActions(actions)],
+            )
+        };
+        let lookup = || vec![Action::Resubmit(LOOKUP)];
+        let request = || {
+            on_datapath(switch)
+                .with(Field::eth_type(0x0806))
+                .with(Field::arp_op(1))
+        };
+        let mut flows = vec![flow(0, on_datapath(switch), lookup())];
+        if self.sanity.contains(&switch) {
+            // Tagged frames, and frames from a multicast source.
+            let present = 0x1000_u16.to_be_bytes();
+            let group_bit = [1, 0, 0, 0, 0, 0];
+            flows.push(flow(
+                100,
+                on_datapath(switch).with(Field::vlan_vid(0x1000).masked(&present)),
+                Vec::new(),
+            ));
+            flows.push(flow(
+                100,
+                on_datapath(switch).with(Field::eth_source(group_bit).masked(&group_bit)),
+                Vec::new(),
+            ));
+        }
+        for port in self.arp_skip_ports.get(&switch).into_iter().flatten() {
+            let Some(key) = key_of(port) else { continue };
+            flows.push(flow(95, request().with(Field::register(14, key)), lookup()));
+        }
+        for (ip, port) in self.arp_skips.get(&switch).into_iter().flatten() {
+            let Some(key) = key_of(port) else { continue };
+            let matching = request()
+                .with(Field::register(14, key))
+                .with(Field::arp_target_ip(*ip));
+            flows.push(flow(95, matching, lookup()));
+        }
+        for (ip, mac) in self.arp_replies.get(&switch).into_iter().flatten() {
+            flows.push(flow(
+                90,
+                request().with(Field::arp_target_ip(*ip)),
+                arp_reply(*ip, *mac),
+            ));
+        }
+        flows
+    }
+
     /// Switch `switch`'s desired flows.
     fn desired(&self, switch: u32) -> BTreeMap<FlowKey, FlowMod> {
         if switch == TUNNELS {
             return self.tunnel_flows();
         }
         let mut flows = BTreeMap::new();
+        if self.fenced.contains(&switch) {
+            return flows;
+        }
         let mut add = |flow: FlowMod| insert(&mut flows, flow);
         let on_switch = |name: &String| {
             self.ports
@@ -309,6 +439,9 @@ impl L2Flows {
         };
         for (name, ofport) in &self.plugged {
             let Some(key) = on_switch(name) else { continue };
+            if self.secured.contains(name) {
+                continue;
+            }
             add(FlowMod::add(
                 COOKIE,
                 CLASSIFY,
@@ -317,16 +450,39 @@ impl L2Flows {
                 vec![Instruction::ApplyActions(vec![
                     Action::SetField(Field::metadata(u64::from(switch))),
                     Action::SetField(Field::register(14, key)),
-                    Action::Resubmit(LOOKUP),
+                    Action::Resubmit(INGRESS),
                 ])],
             ));
+            // Out of its port; back out of the port it came in on when a router or responder
+            // answers it (Open vSwitch sends nothing out of the input port otherwise); never
+            // back to the logical port it came from.
+            let to_port = on_datapath(switch).with(Field::register(15, key));
             add(FlowMod::add(
                 COOKIE,
                 OUTPUT,
                 100,
-                on_datapath(switch).with(Field::register(15, key)),
+                to_port.clone(),
                 vec![Instruction::ApplyActions(vec![Action::Output(*ofport)])],
             ));
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                105,
+                to_port.clone().with(Field::in_port(*ofport)),
+                vec![Instruction::ApplyActions(vec![Action::Output(
+                    PORT_IN_PORT,
+                )])],
+            ));
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                110,
+                to_port.with(Field::register(14, key)),
+                Vec::new(),
+            ));
+        }
+        for flow in self.ingress_flows(switch) {
+            add(flow);
         }
         // The switch's ports bound to other chassis, by key: through their tunnel.
         let remote: BTreeMap<u32, u32> = self
@@ -405,11 +561,59 @@ impl L2Flows {
     }
 }
 
+/// The flow mods that bring the installed flows of each datapath to its desired flows
+/// (deletes first, then adds), recorded as installed.
+pub(super) fn diff_flows(
+    installed: &mut HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
+    desired: Vec<(u32, BTreeMap<FlowKey, FlowMod>)>,
+) -> Vec<FlowMod> {
+    let mut deletes = Vec::new();
+    let mut adds = Vec::new();
+    for (datapath, desired) in desired {
+        let before = installed.remove(&datapath).unwrap_or_default();
+        for (key, flow) in &before {
+            if !desired.contains_key(key) {
+                deletes.push(FlowMod {
+                    command: Command::DeleteStrict,
+                    cookie_mask: u64::MAX,
+                    instructions: Vec::new(),
+                    ..flow.clone()
+                });
+            }
+        }
+        for (key, flow) in &desired {
+            if before.get(key) != Some(flow) {
+                adds.push(flow.clone());
+            }
+        }
+        if !desired.is_empty() {
+            installed.insert(datapath, desired);
+        }
+    }
+    deletes.extend(adds);
+    deletes
+}
+
 /// Adds `flow` to `flows` under its identity.
-fn insert(flows: &mut BTreeMap<FlowKey, FlowMod>, flow: FlowMod) {
+pub(super) fn insert(flows: &mut BTreeMap<FlowKey, FlowMod>, flow: FlowMod) {
     let mut matching = Vec::new();
     flow.matching.encode(&mut matching);
     flows.insert((flow.table, flow.priority, matching), flow);
+}
+
+/// The ARP request turned into the answer that `ip` is at `mac`, sent back out of the port it
+/// came in on.
+fn arp_reply(ip: Ipv4Addr, mac: Mac) -> Vec<Action> {
+    vec![
+        moved((OXM_ETH_SRC, 0), (OXM_ETH_DST, 0), 48),
+        Action::SetField(Field::eth_source(mac)),
+        Action::SetField(Field::arp_op(2)),
+        moved((OXM_ARP_SHA, 0), (OXM_ARP_THA, 0), 48),
+        Action::SetField(Field::arp_source_mac(mac)),
+        moved((OXM_ARP_SPA, 0), (OXM_ARP_TPA, 0), 32),
+        Action::SetField(Field::arp_source_ip(ip)),
+        Action::Output(PORT_IN_PORT),
+    ]
 }
 
 /// Nicira's `move` of `bits` bits from (field, offset) to (field, offset).
@@ -435,7 +639,7 @@ fn tunnel_out(switch: u32, egress: u32, tunnel: u32) -> Vec<Action> {
 }
 
 /// A match on switch `switch`'s pipeline (`metadata`).
-fn on_datapath(switch: u32) -> Match {
+pub(super) fn on_datapath(switch: u32) -> Match {
     Match::new().with(Field::metadata(u64::from(switch)))
 }
 
@@ -498,9 +702,10 @@ mod tests {
             .collect()
     }
 
-    /// Two plugged ports of one switch: each classified and output, both MACs looked up, the
+    /// Two plugged ports of one switch: each classified and output (with its input-port and
+    /// same-port variants), the switch's ingress on to the lookup, both MACs looked up, the
     /// flood to both; applied again, nothing changes; one port unplugged, its classification
-    /// and output go (strictly, our cookie only) and the flood keeps both members (the other
+    /// and outputs go (strictly, our cookie only) and the flood keeps both members (the other
     /// chassis's part is the tunnel's, next); a MAC gone, its lookup goes.
     #[test]
     fn a_switchs_l2_entries_become_flows_and_changes_only_what_changed() {
@@ -519,12 +724,17 @@ mod tests {
             [
                 (Command::Add, CLASSIFY, 100),
                 (Command::Add, CLASSIFY, 100),
+                (Command::Add, INGRESS, 0),
                 (Command::Add, LOOKUP, 50),
                 (Command::Add, LOOKUP, 50),
                 (Command::Add, LOOKUP, 70),
                 (Command::Add, OUTPUT, 100),
                 (Command::Add, OUTPUT, 100),
                 (Command::Add, OUTPUT, 100),
+                (Command::Add, OUTPUT, 105),
+                (Command::Add, OUTPUT, 105),
+                (Command::Add, OUTPUT, 110),
+                (Command::Add, OUTPUT, 110),
             ]
         );
         let flood = first
@@ -549,6 +759,8 @@ mod tests {
             [
                 (Command::DeleteStrict, CLASSIFY, 100),
                 (Command::DeleteStrict, OUTPUT, 100),
+                (Command::DeleteStrict, OUTPUT, 105),
+                (Command::DeleteStrict, OUTPUT, 110),
             ]
         );
         assert!(
@@ -569,10 +781,11 @@ mod tests {
             [(Command::DeleteStrict, LOOKUP, 50)]
         );
         // A resync: our cookie's flows deleted in every table, then all that is wanted (p1's
-        // classification and output, its MAC, the flood), and nothing more to change after.
+        // classification and three outputs, the ingress, its MAC, the flood), and nothing
+        // more to change after.
         let resync = flows.resync();
         assert_eq!(resync[0], FlowMod::delete_cookie(COOKIE));
-        assert_eq!(resync.len(), 1 + 5);
+        assert_eq!(resync.len(), 1 + 8);
         assert!(flows.changes().is_empty());
     }
 

@@ -2,7 +2,7 @@
 //! flows use, spoken to Open vSwitch's br-int over its management socket, for nodes where the
 //! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables has begun
 //! ([`l2`]), behind a `Datapath` ([`datapath`]) that `--dataplane openflow` selects
-//! (experimental: switches' L2, across nodes through Geneve, so far).
+//! (experimental: switches and IPv4 routers, across nodes through Geneve, so far).
 //!
 //! Written here rather than taken from a crate: none speaks OF1.5 with NXM registers, tunnel
 //! metadata and bundles (`rovs-openflow` is OF1.3 without bundles, register matching or
@@ -11,13 +11,20 @@
 //! features, barrier and bundle replies, errors).
 //!
 //! - [`oxm`]: match fields (OXM and NXM TLVs), in the order their prerequisites need;
-//! - [`action`]: instructions and actions (output, set_field, resubmit, goto, VLAN push/pop);
+//! - [`action`]: instructions and actions (output, set_field, copy_field, resubmit, clone,
+//!   TTL, goto, VLAN push/pop);
 //! - [`message`]: the messages the agent sends and the ones it reads;
 //! - [`connection`]: a session with one switch: version negotiation, features, echo answers,
 //!   atomic ordered bundles of flow mods, barriers, and the deletion of the flows of one
 //!   cookie (nothing else's is touched);
-//! - [`l2`]: the switches' L2 forwarding of the IR (ports plugged here, the L2 lookup, the
-//!   flood to a group's members) as flows, changed per switch;
+//! - [`l2`]: the switches' L2 forwarding of the IR (ports plugged here, the ingress checks and
+//!   ARP responder, the L2 lookup, the flood to a group's members, tunnels) as flows, changed
+//!   per switch;
+//! - [`l3`]: the routers (admission, IP input, routes, policies, next hops) and the patches
+//!   between datapaths, as flows changed per datapath;
+//! - [`untranslated`]: what the translation leaves out and what that costs each datapath
+//!   (partial, or fenced: no flows at all, where leaving it out would forward what OVN would
+//!   not);
 //! - [`datapath`]: the backend as the daemon drives it (`Datapath`): the session on a thread of
 //!   its own, writes retried and resynced, pods' interfaces added to br-int.
 //!
@@ -27,7 +34,9 @@ pub mod action;
 pub mod connection;
 pub mod datapath;
 pub mod l2;
+pub mod l3;
 pub mod message;
 pub mod oxm;
+pub mod untranslated;
 
 pub use connection::{Connection, OpenFlowError};

@@ -21,6 +21,18 @@ pub const NXM_REG15: u32 = 0x0001_0000 | 15 << 9 | 4;
 pub const NXM_TUN_ID: u32 = 0x0001_0000 | 16 << 9 | 8;
 pub const NXM_TUN_METADATA0: u32 = 0x0001_0000 | 40 << 9 | 124;
 pub const OXM_METADATA: u32 = 0x8000_0000 | 2 << 9 | 8;
+/// `reg0` and `reg1` (the routers' next hop, and a scratch register for swapping addresses).
+pub const NXM_REG0: u32 = 0x0001_0000 | 4;
+pub const NXM_REG1: u32 = 0x0001_0000 | 1 << 9 | 4;
+/// The OXM headers of the header fields the routers' and switches' replies copy between.
+pub const OXM_ETH_DST: u32 = 0x8000_0000 | 3 << 9 | 6;
+pub const OXM_ETH_SRC: u32 = 0x8000_0000 | 4 << 9 | 6;
+pub const OXM_IPV4_SRC: u32 = 0x8000_0000 | 11 << 9 | 4;
+pub const OXM_IPV4_DST: u32 = 0x8000_0000 | 12 << 9 | 4;
+pub const OXM_ARP_SPA: u32 = 0x8000_0000 | 22 << 9 | 4;
+pub const OXM_ARP_TPA: u32 = 0x8000_0000 | 23 << 9 | 4;
+pub const OXM_ARP_SHA: u32 = 0x8000_0000 | 24 << 9 | 6;
+pub const OXM_ARP_THA: u32 = 0x8000_0000 | 25 << 9 | 6;
 
 /// One match field: its class, field number and value bytes, with an optional mask of the same
 /// length.
@@ -136,10 +148,61 @@ impl Field {
     /// An IPv4 destination prefix (`length` bits of `network`).
     #[must_use]
     pub fn ipv4_destination_prefix(network: std::net::Ipv4Addr, length: u8) -> Self {
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(length.min(32)))
-            .unwrap_or(0);
-        Self::ipv4_destination(network).masked(&mask.to_be_bytes())
+        Self::ipv4_destination(network).masked(&prefix_mask(length).to_be_bytes())
+    }
+
+    /// An IPv4 source prefix (`length` bits of `network`).
+    #[must_use]
+    pub fn ipv4_source_prefix(network: std::net::Ipv4Addr, length: u8) -> Self {
+        Self::ipv4_source(network).masked(&prefix_mask(length).to_be_bytes())
+    }
+
+    /// The IP TTL (`NXM_NX_IP_TTL`; needs `eth_type` IPv4 or IPv6 before it).
+    #[must_use]
+    pub fn ip_ttl(ttl: u8) -> Self {
+        Self::new(7, NXM_1, 29, &[ttl])
+    }
+
+    #[must_use]
+    pub fn tcp_source(port: u16) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 13, &port.to_be_bytes())
+    }
+
+    #[must_use]
+    pub fn udp_source(port: u16) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 15, &port.to_be_bytes())
+    }
+
+    #[must_use]
+    pub fn sctp_source(port: u16) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 17, &port.to_be_bytes())
+    }
+
+    #[must_use]
+    pub fn sctp_destination(port: u16) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 18, &port.to_be_bytes())
+    }
+
+    /// The ICMPv4 type (needs `ip_protocol` 1 before it).
+    #[must_use]
+    pub fn icmpv4_type(icmp_type: u8) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 19, &[icmp_type])
+    }
+
+    #[must_use]
+    pub fn arp_source_ip(address: std::net::Ipv4Addr) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 22, &address.octets())
+    }
+
+    /// An ARP sender prefix (`length` bits of `network`).
+    #[must_use]
+    pub fn arp_source_prefix(network: std::net::Ipv4Addr, length: u8) -> Self {
+        Self::arp_source_ip(network).masked(&prefix_mask(length).to_be_bytes())
+    }
+
+    #[must_use]
+    pub fn arp_source_mac(mac: [u8; 6]) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 24, &mac)
     }
 
     #[must_use]
@@ -175,6 +238,13 @@ impl Field {
             out.extend(mask);
         }
     }
+}
+
+/// The mask of an IPv4 prefix of `length` bits.
+fn prefix_mask(length: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32 - u32::from(length.min(32)))
+        .unwrap_or(0)
 }
 
 /// A flow's match: its fields, encoded prerequisites first.

@@ -1,0 +1,531 @@
+//! The IR's routers as flows on br-int (IPv4), and the patches between datapaths:
+//! - table [`l2::OUTPUT`]: a logical output port that is one end of a patch (switch–router,
+//!   router–router) goes on in its peer's datapath: metadata and logical input port set to the
+//!   peer's, inside a `clone` so the actions after it (a flood's next member) see the packet as
+//!   it was, then the router's admission or the switch's L2 lookup;
+//! - table [`ADMISSION`]: a router port takes frames to its MAC (and multicast) that enter by it
+//!   (`RouterPort`), and sets the route table they are routed with (`reg7`: the port's
+//!   `RouteTableOfPort`, else 0);
+//! - table [`IP_INPUT`]: the router's drop rules (martian, multicast and broadcast, spoofed
+//!   sources, traffic to its own addresses, TTL 0 or 1: `RouterDrop`), echo replies for its
+//!   addresses (`RouterEchoReply`: source and destination swapped, TTL 255), the rest of IPv4
+//!   on to routing;
+//! - table [`ROUTING`]: routes by destination or source prefix at northd's priorities
+//!   (`Route`, `DiscardRoute`; a route of a table only for packets routed with it): TTL
+//!   decremented, the next hop in `reg0`, the output port's MAC
+//!   as source, the logical output port in `reg15`;
+//! - table [`POLICY`]: the router's policies (`RouterPolicy`: allow, drop, reroute);
+//! - table [`RESOLVE`]: the next hop's MAC (`Neighbour`, then `LearnedNeighbour`), then the
+//!   output table, where the patch carries the packet to the switch.
+//!
+//! What a router does not route is dropped (a table miss); what the translation leaves out is
+//! accounted by [`super::untranslated`]. Flows are changed per datapath, as [`super::l2`]'s.
+//! Owns the routers' state and their installed flows; touches nothing else.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+
+use super::{
+    action::{Action, Instruction},
+    l2::{self, COOKIE, FlowKey, LOOKUP, OUTPUT},
+    message::FlowMod,
+    oxm::{Field, Match, NXM_REG0, NXM_REG1, OXM_IPV4_DST, OXM_IPV4_SRC},
+};
+use crate::pipeline::ir::{
+    IrDiff, IrEntry, L4Match, PolicyVerdict, PortKind, RouteSelector, RouterDropRule,
+};
+
+/// Table of the routers' admission.
+pub const ADMISSION: u8 = 20;
+/// Table of the routers' IP input (drops, echo replies).
+pub const IP_INPUT: u8 = 21;
+/// Table of the routes.
+pub const ROUTING: u8 = 22;
+/// Table of the router policies.
+pub const POLICY: u8 = 23;
+/// Table of the next hops' MACs.
+pub const RESOLVE: u8 = 24;
+
+const IPV4: u16 = 0x0800;
+
+/// A patch port: its datapath, key and peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PortInfo {
+    datapath: u32,
+    key: u32,
+    peer: Option<String>,
+}
+
+/// The routers' state and what is installed.
+#[derive(Debug, Default)]
+pub struct RouterFlows {
+    /// Logical port → where it is (every port: routes name their output ports).
+    ports: HashMap<String, PortInfo>,
+    /// Datapath → its patch ports.
+    patches: HashMap<u32, BTreeSet<String>>,
+    /// The datapaths that are routers.
+    routers: BTreeSet<u32>,
+    /// Router → its entries this part translates.
+    entries: HashMap<u32, BTreeSet<IrEntry>>,
+    /// Datapaths without flows ([`super::untranslated`]).
+    fenced: BTreeSet<u32>,
+    marked: BTreeSet<u32>,
+    installed: HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
+}
+
+impl RouterFlows {
+    /// Takes in an IR diff's router and patch entries.
+    pub fn apply(&mut self, diff: &IrDiff) {
+        for (entry, added) in diff.in_order() {
+            self.take(entry, added);
+        }
+    }
+
+    fn take(&mut self, entry: &IrEntry, added: bool) {
+        match entry {
+            IrEntry::Datapath {
+                datapath, router, ..
+            } => {
+                if added && *router {
+                    self.routers.insert(*datapath);
+                } else {
+                    self.routers.remove(datapath);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::Port {
+                datapath,
+                key,
+                name,
+                kind,
+                ..
+            } => {
+                let peer = match kind {
+                    PortKind::Patch { peer } => Some(peer.clone()),
+                    _ => None,
+                };
+                let info = PortInfo {
+                    datapath: *datapath,
+                    key: *key,
+                    peer: peer.clone(),
+                };
+                if added {
+                    self.ports.insert(name.clone(), info);
+                    if peer.is_some() {
+                        self.patches
+                            .entry(*datapath)
+                            .or_default()
+                            .insert(name.clone());
+                    }
+                } else if self.ports.get(name) == Some(&info) {
+                    self.ports.remove(name);
+                    if let Some(patches) = self.patches.get_mut(datapath) {
+                        patches.remove(name);
+                        if patches.is_empty() {
+                            self.patches.remove(datapath);
+                        }
+                    }
+                }
+                self.marked.insert(*datapath);
+                // The peer's crossing names this port's key.
+                if let Some(other) = peer.and_then(|peer| self.ports.get(&peer)) {
+                    self.marked.insert(other.datapath);
+                }
+                // Patches of other datapaths whose peer this is.
+                let crossing: Vec<u32> = self
+                    .ports
+                    .values()
+                    .filter(|other| other.peer.as_ref() == Some(name))
+                    .map(|other| other.datapath)
+                    .collect();
+                self.marked.extend(crossing);
+            }
+            IrEntry::RouterPort { datapath, .. }
+            | IrEntry::RouteTableOfPort { datapath, .. }
+            | IrEntry::Route { datapath, .. }
+            | IrEntry::DiscardRoute { datapath, .. }
+            | IrEntry::RouterPolicy { datapath, .. }
+            | IrEntry::Neighbour { datapath, .. }
+            | IrEntry::LearnedNeighbour { datapath, .. }
+            | IrEntry::RouterDrop { datapath, .. }
+            | IrEntry::RouterEchoReply { datapath, .. } => {
+                let entries = self.entries.entry(*datapath).or_default();
+                if added {
+                    entries.insert(entry.clone());
+                } else {
+                    entries.remove(entry);
+                }
+                if entries.is_empty() {
+                    self.entries.remove(datapath);
+                }
+                self.marked.insert(*datapath);
+            }
+            _ => {}
+        }
+    }
+
+    /// Datapath `datapath` goes without flows (`fenced`) or has them again.
+    pub fn set_fenced(&mut self, datapath: u32, fenced: bool) {
+        if fenced {
+            self.fenced.insert(datapath);
+        } else {
+            self.fenced.remove(&datapath);
+        }
+        self.marked.insert(datapath);
+    }
+
+    /// Whether a change waits for [`Self::changes`].
+    #[must_use]
+    pub fn has_changes(&self) -> bool {
+        !self.marked.is_empty()
+    }
+
+    /// The flow mods that bring the marked datapaths' flows to the desired ones (deletes first).
+    pub fn changes(&mut self) -> Vec<FlowMod> {
+        let desired = std::mem::take(&mut self.marked)
+            .into_iter()
+            .map(|datapath| (datapath, self.desired(datapath)))
+            .collect();
+        l2::diff_flows(&mut self.installed, desired)
+    }
+
+    /// Every desired flow, recorded as installed (the caller deletes the cookie's flows first).
+    pub fn resync(&mut self) -> Vec<FlowMod> {
+        self.marked.clear();
+        self.installed.clear();
+        let datapaths: BTreeSet<u32> = self.patches.keys().chain(&self.routers).copied().collect();
+        let mut changes = Vec::new();
+        for datapath in datapaths {
+            let desired = self.desired(datapath);
+            changes.extend(desired.values().cloned());
+            if !desired.is_empty() {
+                self.installed.insert(datapath, desired);
+            }
+        }
+        changes
+    }
+
+    fn key(&self, port: &str) -> Option<u32> {
+        self.ports.get(port).map(|info| info.key)
+    }
+
+    /// Datapath `datapath`'s desired flows: its patches' crossings and, for a router, its
+    /// pipeline.
+    fn desired(&self, datapath: u32) -> BTreeMap<FlowKey, FlowMod> {
+        let mut flows = BTreeMap::new();
+        if self.fenced.contains(&datapath) {
+            return flows;
+        }
+        let mut add = |table: u8, priority: u16, matching: Match, actions: Vec<Action>| {
+            l2::insert(
+                &mut flows,
+                FlowMod::add(
+                    COOKIE,
+                    table,
+                    priority,
+                    matching,
+                    vec![Instruction::ApplyActions(actions)],
+                ),
+            );
+        };
+        let on = || l2::on_datapath(datapath);
+        for name in self.patches.get(&datapath).into_iter().flatten() {
+            let Some(info) = self.ports.get(name) else {
+                continue;
+            };
+            let Some(peer) = info.peer.as_ref().and_then(|peer| self.ports.get(peer)) else {
+                continue;
+            };
+            let next = if self.routers.contains(&peer.datapath) {
+                ADMISSION
+            } else {
+                LOOKUP
+            };
+            add(
+                OUTPUT,
+                100,
+                on().with(Field::register(15, info.key)),
+                vec![Action::Clone(vec![
+                    Action::SetField(Field::metadata(u64::from(peer.datapath))),
+                    Action::SetField(Field::register(14, peer.key)),
+                    Action::SetField(Field::register(15, 0)),
+                    Action::SetField(Field::register(0, 0)),
+                    Action::Resubmit(next),
+                ])],
+            );
+        }
+        if !self.routers.contains(&datapath) {
+            return flows;
+        }
+        let ipv4 = || on().with(Field::eth_type(IPV4));
+        // The route table of each port that has one (`reg7`, as northd's
+        // `lr_in_ip_routing_pre`); the others route with table 0.
+        let route_tables: HashMap<&String, u32> = self
+            .entries
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| match entry {
+                IrEntry::RouteTableOfPort { port, table, .. } => Some((port, *table)),
+                _ => None,
+            })
+            .collect();
+        // A route of a table matches only packets routed with that table.
+        let in_table = |matching: Match, table: &Option<u32>| match table {
+            Some(table) => matching.with(Field::register(7, *table)),
+            None => matching,
+        };
+        add(IP_INPUT, 0, ipv4(), vec![Action::Resubmit(ROUTING)]);
+        add(POLICY, 0, on(), vec![Action::Resubmit(RESOLVE)]);
+        for entry in self.entries.get(&datapath).into_iter().flatten() {
+            match entry {
+                IrEntry::RouterPort {
+                    port,
+                    mac,
+                    multicast,
+                    ..
+                } => {
+                    let Some(key) = self.key(port) else { continue };
+                    let destination = if *multicast {
+                        let group_bit = [1, 0, 0, 0, 0, 0];
+                        Field::eth_destination(group_bit).masked(&group_bit)
+                    } else {
+                        Field::eth_destination(*mac)
+                    };
+                    let table = route_tables.get(port).copied().unwrap_or(0);
+                    add(
+                        ADMISSION,
+                        100,
+                        on().with(Field::register(14, key)).with(destination),
+                        vec![
+                            Action::SetField(Field::register(7, table)),
+                            Action::Resubmit(IP_INPUT),
+                        ],
+                    );
+                }
+                IrEntry::RouterDrop { rule, .. } => {
+                    for (priority, matching) in drop_matches(rule, &ipv4) {
+                        add(IP_INPUT, priority, matching, Vec::new());
+                    }
+                }
+                IrEntry::RouterEchoReply { ip, .. } => add(
+                    IP_INPUT,
+                    90,
+                    ipv4()
+                        .with(Field::ip_protocol(1))
+                        .with(Field::ipv4_destination(*ip))
+                        .with(Field::icmpv4_type(8)),
+                    vec![
+                        moved(OXM_IPV4_DST, NXM_REG1, 32),
+                        moved(OXM_IPV4_SRC, OXM_IPV4_DST, 32),
+                        moved(NXM_REG1, OXM_IPV4_SRC, 32),
+                        Action::SetTtl(255),
+                        Action::SetField(Field::icmpv4_type(0)),
+                        Action::Resubmit(ROUTING),
+                    ],
+                ),
+                IrEntry::Route {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    nexthop,
+                    source_mac,
+                    port,
+                    ..
+                } => {
+                    let Some(key) = self.key(port) else { continue };
+                    let next_hop = match nexthop {
+                        Some(nexthop) => Action::SetField(Field::register(0, u32::from(*nexthop))),
+                        None => moved(OXM_IPV4_DST, NXM_REG0, 32),
+                    };
+                    add(
+                        ROUTING,
+                        *priority,
+                        in_table(
+                            ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
+                            route_table,
+                        ),
+                        vec![
+                            Action::DecrementTtl,
+                            next_hop,
+                            Action::SetField(Field::eth_source(*source_mac)),
+                            Action::SetField(Field::register(15, key)),
+                            Action::Resubmit(POLICY),
+                        ],
+                    );
+                }
+                IrEntry::DiscardRoute {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    ..
+                } => add(
+                    ROUTING,
+                    *priority,
+                    in_table(
+                        ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
+                        route_table,
+                    ),
+                    Vec::new(),
+                ),
+                IrEntry::RouterPolicy {
+                    priority,
+                    source,
+                    destination,
+                    l4,
+                    verdict,
+                    ..
+                } => {
+                    let mut matching = ipv4();
+                    if let Some(source) = source {
+                        matching =
+                            matching.with(Field::ipv4_source_prefix(source.network, source.length));
+                    }
+                    if let Some(destination) = destination {
+                        matching = matching.with(Field::ipv4_destination_prefix(
+                            destination.network,
+                            destination.length,
+                        ));
+                    }
+                    if let Some(l4) = l4 {
+                        let Some(fields) = l4_fields(l4) else {
+                            continue;
+                        };
+                        for field in fields {
+                            matching = matching.with(field);
+                        }
+                    }
+                    let actions = match verdict {
+                        PolicyVerdict::Allow => vec![Action::Resubmit(RESOLVE)],
+                        PolicyVerdict::Drop => Vec::new(),
+                        PolicyVerdict::Reroute {
+                            nexthop,
+                            source_mac,
+                            port,
+                            ..
+                        } => {
+                            let Some(key) = self.key(port) else { continue };
+                            vec![
+                                Action::SetField(Field::register(0, u32::from(*nexthop))),
+                                Action::SetField(Field::eth_source(*source_mac)),
+                                Action::SetField(Field::register(15, key)),
+                                Action::Resubmit(RESOLVE),
+                            ]
+                        }
+                        // Fenced (see `untranslated`).
+                        PolicyVerdict::RerouteEcmp { .. } => continue,
+                    };
+                    add(POLICY, *priority, matching, actions);
+                }
+                IrEntry::Neighbour { port, ip, mac, .. }
+                | IrEntry::LearnedNeighbour { port, ip, mac, .. } => {
+                    let Some(key) = self.key(port) else { continue };
+                    let priority = if matches!(entry, IrEntry::Neighbour { .. }) {
+                        100
+                    } else {
+                        50
+                    };
+                    add(
+                        RESOLVE,
+                        priority,
+                        on().with(Field::register(15, key))
+                            .with(Field::register(0, u32::from(*ip))),
+                        vec![
+                            Action::SetField(Field::eth_destination(*mac)),
+                            Action::Resubmit(OUTPUT),
+                        ],
+                    );
+                }
+                _ => {}
+            }
+        }
+        flows
+    }
+}
+
+/// The matches (with their priorities) of a router drop rule, for IPv4 (IPv6 and ARP are not
+/// routed at all: nothing takes them past the IP input).
+fn drop_matches(rule: &RouterDropRule, ipv4: &dyn Fn() -> Match) -> Vec<(u16, Match)> {
+    let source = |network: [u8; 4], length| {
+        ipv4().with(prefix_field(RouteSelector::Source, network.into(), length))
+    };
+    let destination = |network: [u8; 4], length| {
+        ipv4().with(prefix_field(
+            RouteSelector::Destination,
+            network.into(),
+            length,
+        ))
+    };
+    match rule {
+        // ip4.src_mcast, the limited broadcast, loopback and "this network" either way.
+        RouterDropRule::Martian => vec![
+            (100, source([224, 0, 0, 0], 4)),
+            (100, source([255, 255, 255, 255], 32)),
+            (100, source([127, 0, 0, 0], 8)),
+            (100, destination([127, 0, 0, 0], 8)),
+            (100, source([0, 0, 0, 0], 8)),
+            (100, destination([0, 0, 0, 0], 8)),
+        ],
+        RouterDropRule::Multicast => vec![(100, destination([224, 0, 0, 0], 4))],
+        RouterDropRule::Broadcast => vec![(100, ipv4().with(Field::eth_destination([0xff; 6])))],
+        RouterDropRule::SpoofedSource(addresses) => addresses
+            .iter()
+            .map(|address| (100, ipv4().with(Field::ipv4_source(*address))))
+            .collect(),
+        RouterDropRule::ToRouter(addresses) => addresses
+            .iter()
+            .map(|address| (60, ipv4().with(Field::ipv4_destination(*address))))
+            .collect(),
+        RouterDropRule::TtlExpired => vec![
+            (30, ipv4().with(Field::ip_ttl(0))),
+            (30, ipv4().with(Field::ip_ttl(1))),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// The prefix match of a route or rule: on the destination, or the source.
+fn prefix_field(selector: RouteSelector, network: Ipv4Addr, length: u8) -> Field {
+    match selector {
+        RouteSelector::Destination => Field::ipv4_destination_prefix(network, length),
+        RouteSelector::Source => Field::ipv4_source_prefix(network, length),
+    }
+}
+
+/// A policy's transport match as fields, when each of its ports is a single one (ranges are
+/// fenced, see `untranslated`).
+fn l4_fields(l4: &L4Match) -> Option<Vec<Field>> {
+    let single = |range: Option<(u16, u16)>| match range {
+        None => Some(None),
+        Some((low, high)) if low == high => Some(Some(low)),
+        Some(_) => None,
+    };
+    let (source, destination) = (single(l4.source_ports)?, single(l4.destination_ports)?);
+    type PortField = fn(u16) -> Field;
+    let (source_field, destination_field): (PortField, PortField) = match l4.protocol {
+        6 => (Field::tcp_source, Field::tcp_destination),
+        17 => (Field::udp_source, Field::udp_destination),
+        132 => (Field::sctp_source, Field::sctp_destination),
+        _ => return None,
+    };
+    let mut fields = vec![Field::ip_protocol(l4.protocol)];
+    fields.extend(source.map(source_field));
+    fields.extend(destination.map(destination_field));
+    Some(fields)
+}
+
+/// `move` of a whole `bits`-bit field to another.
+fn moved(source: u32, destination: u32, bits: u16) -> Action {
+    Action::Move {
+        source,
+        source_offset: 0,
+        destination,
+        destination_offset: 0,
+        bits,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use super::*;
+use crate::dataplane::openflow::message::Command;
+use crate::pipeline::ir::Prefix;
+
+const SWITCH: u32 = 1;
+const ROUTER: u32 = 3;
+const ROUTER_MAC: [u8; 6] = [0, 0, 0, 0xaa, 0, 1];
+
+fn port(datapath: u32, key: u32, name: &str, peer: &str) -> IrEntry {
+    IrEntry::Port {
+        datapath,
+        key,
+        name: name.into(),
+        kind: PortKind::Patch { peer: peer.into() },
+        addresses: Vec::new(),
+        port_security: Vec::new(),
+    }
+}
+
+/// A switch linked to a router (Kube-OVN's `<subnet>-<vpc>` and `<vpc>-<subnet>` patch), the
+/// router's port, its connected route, a neighbour and its echo reply.
+fn routed() -> Vec<IrEntry> {
+    vec![
+        IrEntry::Datapath {
+            datapath: SWITCH,
+            name: "subnet-a".into(),
+            router: false,
+        },
+        IrEntry::Datapath {
+            datapath: ROUTER,
+            name: "vpc-a".into(),
+            router: true,
+        },
+        port(SWITCH, 1, "subnet-a-vpc-a", "vpc-a-subnet-a"),
+        port(ROUTER, 1, "vpc-a-subnet-a", "subnet-a-vpc-a"),
+        IrEntry::RouterPort {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            mac: ROUTER_MAC,
+            multicast: false,
+        },
+        IrEntry::Route {
+            datapath: ROUTER,
+            selector: RouteSelector::Destination,
+            prefix: Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 0),
+                length: 24,
+            },
+            priority: 74,
+            route_table: None,
+            nexthop: None,
+            source_ip: Ipv4Addr::new(10, 0, 1, 1),
+            source_mac: ROUTER_MAC,
+            port: "vpc-a-subnet-a".into(),
+        },
+        IrEntry::Neighbour {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            ip: Ipv4Addr::new(10, 0, 1, 2),
+            mac: [0, 0, 0, 0, 1, 2],
+        },
+        IrEntry::RouterEchoReply {
+            datapath: ROUTER,
+            ip: Ipv4Addr::new(10, 0, 1, 1),
+        },
+    ]
+}
+
+fn find(flows: &[FlowMod], table: u8, priority: u16) -> Vec<&FlowMod> {
+    flows
+        .iter()
+        .filter(|flow| flow.table == table && flow.priority == priority)
+        .collect()
+}
+
+/// Each end of the patch crosses into the other's datapath inside a clone (the router's
+/// admission, the switch's lookup); the route sets the next hop to the destination, the
+/// router port's MAC and key; the neighbour resolves the MAC and outputs.
+#[test]
+fn a_routed_switch_crosses_into_its_router_and_back() {
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: routed(),
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let crossings = find(&changes, OUTPUT, 100);
+    assert_eq!(crossings.len(), 2, "{changes:#?}");
+    let into = |datapath: u32, next: u8| {
+        vec![Instruction::ApplyActions(vec![Action::Clone(vec![
+            Action::SetField(Field::metadata(u64::from(datapath))),
+            Action::SetField(Field::register(14, 1)),
+            Action::SetField(Field::register(15, 0)),
+            Action::SetField(Field::register(0, 0)),
+            Action::Resubmit(next),
+        ])])]
+    };
+    let switch_side = crossings
+        .iter()
+        .find(|flow| flow.matching == l2::on_datapath(SWITCH).with(Field::register(15, 1)))
+        .expect("the switch's crossing");
+    assert_eq!(switch_side.instructions, into(ROUTER, ADMISSION));
+    let router_side = crossings
+        .iter()
+        .find(|flow| flow.matching == l2::on_datapath(ROUTER).with(Field::register(15, 1)))
+        .expect("the router's crossing");
+    assert_eq!(router_side.instructions, into(SWITCH, LOOKUP));
+    let route = find(&changes, ROUTING, 74);
+    assert_eq!(
+        route[0].instructions,
+        vec![Instruction::ApplyActions(vec![
+            Action::DecrementTtl,
+            moved(OXM_IPV4_DST, NXM_REG0, 32),
+            Action::SetField(Field::eth_source(ROUTER_MAC)),
+            Action::SetField(Field::register(15, 1)),
+            Action::Resubmit(POLICY),
+        ])]
+    );
+    let resolve = find(&changes, RESOLVE, 100);
+    assert_eq!(
+        resolve[0].matching,
+        l2::on_datapath(ROUTER)
+            .with(Field::register(15, 1))
+            .with(Field::register(0, u32::from(Ipv4Addr::new(10, 0, 1, 2))))
+    );
+    assert_eq!(find(&changes, IP_INPUT, 90).len(), 1, "the echo reply");
+    assert_eq!(find(&changes, ADMISSION, 100).len(), 1);
+    assert!(flows.changes().is_empty(), "nothing changed since");
+}
+
+/// A fenced router loses every flow of its own (strict deletes of our cookie) and gets them
+/// back unfenced; the switch keeps its crossing. A neighbour removed takes only its flow.
+#[test]
+fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: routed(),
+        removed: Vec::new(),
+    });
+    let all = flows.changes();
+    let router_flows = all
+        .iter()
+        .filter(|flow| flow.matching != l2::on_datapath(SWITCH).with(Field::register(15, 1)))
+        .count();
+    flows.set_fenced(ROUTER, true);
+    let fenced = flows.changes();
+    assert_eq!(fenced.len(), router_flows);
+    assert!(
+        fenced
+            .iter()
+            .all(|flow| flow.command == Command::DeleteStrict && flow.cookie_mask == u64::MAX)
+    );
+    flows.set_fenced(ROUTER, false);
+    assert_eq!(flows.changes().len(), router_flows);
+    let neighbour = routed().remove(6);
+    flows.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![neighbour],
+    });
+    let removed = flows.changes();
+    assert_eq!(removed.len(), 1);
+    assert_eq!(
+        (removed[0].command, removed[0].table),
+        (Command::DeleteStrict, RESOLVE)
+    );
+}
+
+/// The router's drop rules match what northd drops before routing: martian sources and
+/// destinations, TTL 0 and 1 below the echo reply (which answers a TTL-1 ping, as OVN does),
+/// its own addresses below the echo reply too.
+#[test]
+fn router_drop_rules_rank_around_the_echo_reply() {
+    let ipv4 = || l2::on_datapath(ROUTER).with(Field::eth_type(IPV4));
+    let martian = drop_matches(&RouterDropRule::Martian, &ipv4);
+    assert_eq!(martian.len(), 6);
+    assert!(martian.iter().all(|(priority, _)| *priority > 90));
+    let ttl = drop_matches(&RouterDropRule::TtlExpired, &ipv4);
+    assert!(ttl.iter().all(|(priority, _)| *priority < 90));
+    let own = drop_matches(
+        &RouterDropRule::ToRouter(vec![Ipv4Addr::new(10, 0, 1, 1)]),
+        &ipv4,
+    );
+    assert_eq!(
+        own,
+        [(
+            60,
+            ipv4().with(Field::ipv4_destination(Ipv4Addr::new(10, 0, 1, 1)))
+        )]
+    );
+}

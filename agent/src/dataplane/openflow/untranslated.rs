@@ -1,0 +1,297 @@
+//! What the OpenFlow translation leaves out, per datapath, and what that costs: the backend
+//! forwards only what it has flows for (a table miss drops), so an IR entry it does not
+//! translate is one of two kinds.
+//! - An entry that only adds forwarding or answers (IPv6 routing, router resets, ICMP errors,
+//!   ARP for unresolved next hops, flooding of unknown destinations, …): left out, what it
+//!   would forward or answer is dropped. The datapath is [`Effect::Partial`].
+//! - An entry that restricts or redirects forwarding (a user's ACL, a load balancer's VIP, NAT,
+//!   a gateway port, ECMP, the compiler's `NotForwardable`): forwarding without it
+//!   would send what OVN would not, so the whole datapath goes without flows (security fails
+//!   closed). The datapath is [`Effect::Fenced`].
+//!
+//! Owns that classification and the per-datapath reasons; the flows follow
+//! [`Untranslated::take_fence_changes`]. Touches nothing else.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict, PortKind};
+
+/// What an untranslated entry costs its datapath.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Effect {
+    /// Some of its traffic is dropped where OVN forwards or answers it.
+    Partial,
+    /// The datapath is not forwarded at all.
+    Fenced,
+}
+
+impl Effect {
+    /// The metric label.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Effect::Partial => "partial",
+            Effect::Fenced => "fenced",
+        }
+    }
+}
+
+/// The untranslated entries' reasons per datapath.
+#[derive(Debug, Default)]
+pub struct Untranslated {
+    /// Datapath → (effect, reason) → entries with it.
+    reasons: HashMap<u32, BTreeMap<(Effect, String), usize>>,
+    /// Datapaths whose fence came or went since [`Self::take_fence_changes`].
+    changed: BTreeSet<u32>,
+    /// The fenced datapaths the flows were last told of.
+    fenced: BTreeSet<u32>,
+}
+
+impl Untranslated {
+    /// Takes in an IR diff's entries.
+    pub fn apply(&mut self, diff: &IrDiff) {
+        for (entry, added) in diff.in_order() {
+            let Some((effect, reason)) = classify(entry) else {
+                continue;
+            };
+            let datapath = entry.datapath();
+            let reasons = self.reasons.entry(datapath).or_default();
+            let key = (effect, reason);
+            if added {
+                let count = reasons.entry(key.clone()).or_default();
+                *count += 1;
+                if *count == 1 {
+                    tracing::warn!(
+                        datapath,
+                        effect = effect.label(),
+                        reason = key.1,
+                        "the OpenFlow datapath does not translate this"
+                    );
+                }
+            } else if let Some(count) = reasons.get_mut(&key) {
+                *count -= 1;
+                if *count == 0 {
+                    reasons.remove(&key);
+                }
+            }
+            if reasons.is_empty() {
+                self.reasons.remove(&datapath);
+            }
+            self.changed.insert(datapath);
+        }
+    }
+
+    /// Whether `datapath` is fenced.
+    #[must_use]
+    pub fn is_fenced(&self, datapath: u32) -> bool {
+        self.reasons
+            .get(&datapath)
+            .is_some_and(|reasons| reasons.keys().any(|(effect, _)| *effect == Effect::Fenced))
+    }
+
+    /// The datapaths fenced or unfenced since the last call: (datapath, fenced now).
+    pub fn take_fence_changes(&mut self) -> Vec<(u32, bool)> {
+        let mut changes = Vec::new();
+        for datapath in std::mem::take(&mut self.changed) {
+            let fenced = self.is_fenced(datapath);
+            if fenced != self.fenced.contains(&datapath) {
+                if fenced {
+                    self.fenced.insert(datapath);
+                } else {
+                    self.fenced.remove(&datapath);
+                }
+                changes.push((datapath, fenced));
+            }
+        }
+        changes
+    }
+
+    /// How many datapaths each effect holds (a datapath counts once, by its worst).
+    #[must_use]
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        let fenced = self.fenced.len();
+        let partial = self
+            .reasons
+            .keys()
+            .filter(|datapath| !self.is_fenced(**datapath))
+            .count();
+        vec![
+            (Effect::Partial.label(), partial),
+            (Effect::Fenced.label(), fenced),
+        ]
+    }
+
+    /// Datapath `datapath`'s reasons, for tests and logs.
+    #[must_use]
+    pub fn reasons(&self, datapath: u32) -> Vec<(Effect, String)> {
+        self.reasons
+            .get(&datapath)
+            .into_iter()
+            .flat_map(|reasons| reasons.keys().cloned())
+            .collect()
+    }
+}
+
+/// What leaving `entry` out costs, if the translation leaves it out.
+#[must_use]
+pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
+    let fenced = |reason: &str| Some((Effect::Fenced, reason.to_string()));
+    let partial = |reason: &str| Some((Effect::Partial, reason.to_string()));
+    match entry {
+        IrEntry::NotForwardable { reason, .. } => Some((Effect::Fenced, reason.to_string())),
+        IrEntry::AclFailClosed { .. } | IrEntry::UnenforcedAcl { .. } => {
+            fenced("ACLs the compiler could not translate")
+        }
+        // northd's own allow rules (IPv6 neighbour discovery) restrict nothing.
+        IrEntry::Acl { rule, .. }
+            if rule.acl.is_none() && matches!(rule.action, AclAction::Allow { .. }) =>
+        {
+            None
+        }
+        IrEntry::Acl { .. } | IrEntry::AclTracking { .. } => {
+            fenced("ACLs are not translated to OpenFlow")
+        }
+        IrEntry::LoadBalancer { .. } | IrEntry::LbAffinity { .. } | IrEntry::LbHairpin { .. } => {
+            fenced("load balancers are not translated to OpenFlow")
+        }
+        IrEntry::GatewayPort { .. }
+        | IrEntry::CentralizedNat { .. }
+        | IrEntry::CentralizedSnat { .. }
+        | IrEntry::CentralizedDnat { .. }
+        | IrEntry::RouterLoadBalancer { .. }
+        | IrEntry::DistributedNat { .. } => {
+            fenced("gateway ports and NAT are not translated to OpenFlow")
+        }
+        IrEntry::EcmpRoute { .. }
+        | IrEntry::EcmpMember { .. }
+        | IrEntry::RouterPolicy {
+            verdict: PolicyVerdict::RerouteEcmp { .. },
+            ..
+        } => fenced("ECMP is not translated to OpenFlow"),
+        IrEntry::RouterPolicy { l4: Some(l4), .. }
+            if [l4.source_ports, l4.destination_ports]
+                .iter()
+                .flatten()
+                .any(|(low, high)| low != high)
+                || ![6, 17, 132].contains(&l4.protocol) =>
+        {
+            fenced("router policies on port ranges are not translated to OpenFlow")
+        }
+        IrEntry::Port {
+            name,
+            port_security,
+            ..
+        } if !port_security.is_empty() => Some((
+            Effect::Partial,
+            format!("port security is not translated to OpenFlow: {name} does not forward"),
+        )),
+        IrEntry::Port {
+            kind: PortKind::Localnet { .. },
+            ..
+        } => partial("localnet ports are not translated to OpenFlow"),
+        IrEntry::FloodUnknown { .. } => partial("unknown destinations are not flooded"),
+        IrEntry::Route6 { .. }
+        | IrEntry::EcmpRoute6 { .. }
+        | IrEntry::EcmpMember6 { .. }
+        | IrEntry::DiscardRoute6 { .. }
+        | IrEntry::RouterEchoReply6 { .. }
+        | IrEntry::RouterNdReply { .. }
+        | IrEntry::RouterReject6 { .. }
+        | IrEntry::TtlExceeded6 { .. }
+        | IrEntry::RouterAdvertisement { .. } => partial("IPv6 routing is not translated"),
+        IrEntry::ArpRequestForNextHop { .. } => {
+            partial("next hops without a known MAC are not asked for (ARP)")
+        }
+        IrEntry::NeighbourLearning { .. } => partial("neighbours are not learned (MAC_Binding)"),
+        IrEntry::RouterArpReply { .. } => partial("the router does not answer ARP itself"),
+        IrEntry::RouterReject { .. } => {
+            partial("the router's resets and unreachables are not sent")
+        }
+        IrEntry::TtlExceeded { .. } => partial("ICMP time exceeded is not sent"),
+        IrEntry::Punt { .. } | IrEntry::ServiceMonitorAnswers { .. } => {
+            partial("nothing is punted to the agent")
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::ir::Unforwardable;
+
+    fn diff(entries: Vec<IrEntry>, added: bool) -> IrDiff {
+        if added {
+            IrDiff {
+                added: entries,
+                removed: Vec::new(),
+            }
+        } else {
+            IrDiff {
+                added: Vec::new(),
+                removed: entries,
+            }
+        }
+    }
+
+    /// A datapath is fenced while one of its entries restricts what it forwards and the
+    /// translation leaves it out; entries that only add forwarding make it partial; the fence
+    /// goes with the last such entry.
+    #[test]
+    fn a_restricting_entry_left_out_fences_its_datapath_until_it_goes() {
+        let mut untranslated = Untranslated::default();
+        let nat = IrEntry::GatewayPort {
+            datapath: 3,
+            port: "lrp".into(),
+            redirect: "cr-lrp".into(),
+        };
+        let blocked = IrEntry::NotForwardable {
+            datapath: 3,
+            reason: Unforwardable::UnsupportedFlow {
+                stage: "lr_in_x".into(),
+                reason: "y".into(),
+            },
+        };
+        let ttl = IrEntry::TtlExceeded {
+            datapath: 4,
+            port: "p".into(),
+            source: std::net::Ipv4Addr::new(10, 0, 0, 1),
+        };
+        untranslated.apply(&diff(vec![nat.clone(), blocked.clone(), ttl], true));
+        assert_eq!(untranslated.take_fence_changes(), [(3, true)]);
+        assert!(!untranslated.is_fenced(4));
+        assert_eq!(untranslated.counts(), [("partial", 1), ("fenced", 1)]);
+        untranslated.apply(&diff(vec![nat], false));
+        assert!(
+            untranslated.take_fence_changes().is_empty(),
+            "still fenced by the other entry"
+        );
+        untranslated.apply(&diff(vec![blocked], false));
+        assert_eq!(untranslated.take_fence_changes(), [(3, false)]);
+        assert!(untranslated.reasons(3).is_empty());
+    }
+
+    /// Policies on single ports are translated; ranges fence the router; northd's own allow
+    /// ACLs fence nothing.
+    #[test]
+    fn policies_on_single_ports_are_translated_and_ranges_are_not() {
+        use crate::pipeline::ir::L4Match;
+        let policy = |ports: (u16, u16)| IrEntry::RouterPolicy {
+            datapath: 3,
+            priority: 10,
+            source: None,
+            destination: None,
+            l4: Some(L4Match {
+                protocol: 6,
+                source_ports: None,
+                destination_ports: Some(ports),
+            }),
+            verdict: PolicyVerdict::Drop,
+        };
+        assert_eq!(classify(&policy((80, 80))), None);
+        assert_eq!(
+            classify(&policy((80, 90))).map(|(effect, _)| effect),
+            Some(Effect::Fenced)
+        );
+    }
+}
