@@ -213,16 +213,129 @@ pub fn start_planned_agents_with(
         .collect()
 }
 
+/// Which datapath the agents of a scenario run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dataplane {
+    Ebpf,
+    /// `--dataplane openflow`: each node gets an Open vSwitch of its own (userspace datapath,
+    /// tunnelling from `br-phy`, which takes the node's underlay address) whose br-int the
+    /// agent programs.
+    OpenFlow,
+}
+
+/// Open vSwitch under the agent of each node, for [`Dataplane::OpenFlow`].
+pub struct OvsNodes {
+    pub switches: Vec<crate::ovs_chassis::OvsSwitch>,
+}
+
+impl OvsNodes {
+    /// An Open vSwitch in each node, its underlay on `br-phy`; TX checksum offload off on the
+    /// planned pods' veths (both ends), since the userspace datapath reads frames whole.
+    pub fn start(nodes: &[Node], plans: &[PodPlan], pods: &[Pod]) -> anyhow::Result<Self> {
+        let mut switches = Vec::new();
+        for node in nodes {
+            let switch = crate::ovs_chassis::OvsSwitch::start(node.netns())?;
+            switch.underlay(node)?;
+            switches.push(switch);
+        }
+        for ((name, _, node, _), pod) in plans.iter().zip(pods) {
+            nodes[*node]
+                .netns()
+                .exec("ethtool", &["-K", &format!("{name}_h"), "tx", "off"])?;
+            pod.netns().exec("ethtool", &["-K", "eth0", "tx", "off"])?;
+        }
+        Ok(Self { switches })
+    }
+
+    /// The agent arguments that make node `index`'s agent program its switch.
+    #[must_use]
+    pub fn agent_args(&self, index: usize) -> Vec<String> {
+        let switch = &self.switches[index];
+        vec![
+            "--dataplane".into(),
+            "openflow".into(),
+            "--ovs-bridge-socket".into(),
+            switch.management_socket("br-int").display().to_string(),
+            "--ovs-db".into(),
+            switch.db_remote(),
+        ]
+    }
+
+    /// Every node's br-int flows, for assertion messages.
+    #[must_use]
+    pub fn flows(&self) -> String {
+        self.switches
+            .iter()
+            .map(|switch| switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Every planned pod's received packets, as the kernel counts them on its `eth0` (whatever
+/// datapath delivered them).
+#[must_use]
+pub fn received_packets(pod: &Pod) -> u64 {
+    let text = pod
+        .netns()
+        .exec("ip", &["-j", "-s", "link", "show", "eth0"])
+        .unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|links| links[0]["stats64"]["rx"]["packets"].as_u64())
+        .unwrap_or_else(|| panic!("no counters for {}: {text}", pod.name()))
+}
+
 /// The planned agent of every node (see [`start_planned_agents_with`]), pinned under a bpffs
 /// of their own and logging to a temporary directory, started once every planned pod is up
 /// (asserted, with the agents' logs).
 pub struct PlannedAgents {
     pub children: Vec<Child>,
     pub bpffs: crate::bpffs::BpfMount,
+    /// With [`Dataplane::OpenFlow`], each node's Open vSwitch.
+    pub ovs: Option<OvsNodes>,
     _log_dir: tempfile::TempDir,
 }
 
 impl PlannedAgents {
+    /// [`Self::start`] on `dataplane` (`pods`: the planned pods, which Open vSwitch needs
+    /// prepared).
+    pub fn start_on(
+        lab: &OvnLab,
+        nodes: &[Node],
+        plans: &[PodPlan],
+        pods: &[Pod],
+        dataplane: Dataplane,
+    ) -> Self {
+        let Dataplane::OpenFlow = dataplane else {
+            return Self::start(lab, nodes, plans, &[]);
+        };
+        let ovs = OvsNodes::start(nodes, plans, pods).expect("Open vSwitch on every node");
+        let log_dir = tempfile::tempdir().expect("a temporary directory for the agents' logs");
+        let bpffs = crate::bpffs::BpfMount::create().expect("a bpffs for the agents' pins");
+        let children = (0..nodes.len())
+            .map(|index| {
+                let mut spec = planned_agent(nodes, plans, index, None);
+                spec.extra_args = ovs.agent_args(index);
+                let log = log_dir.path().join(format!("{}.log", NODES[index]));
+                spec.spawn(lab, &workspace_binary("ovnbpf-agent"), log)
+                    .expect("the agent started")
+            })
+            .collect();
+        let agents = Self {
+            children,
+            bpffs,
+            ovs: Some(ovs),
+            _log_dir: log_dir,
+        };
+        assert!(
+            planned_pods_up(lab, plans),
+            "not every pod came up{}",
+            agents.logs()
+        );
+        agents
+    }
+
     pub fn start(lab: &OvnLab, nodes: &[Node], plans: &[PodPlan], extra_args: &[&str]) -> Self {
         let log_dir = tempfile::tempdir().expect("a temporary directory for the agents' logs");
         let bpffs = crate::bpffs::BpfMount::create().expect("a bpffs for the agents' pins");
@@ -237,6 +350,7 @@ impl PlannedAgents {
         let agents = Self {
             children,
             bpffs,
+            ovs: None,
             _log_dir: log_dir,
         };
         assert!(
@@ -247,9 +361,10 @@ impl PlannedAgents {
         agents
     }
 
-    /// The last lines of every agent's log.
+    /// The last lines of every agent's log (and, with Open vSwitch, its flows).
     pub fn logs(&self) -> String {
-        log_tails(&self.children)
+        let flows = self.ovs.as_ref().map(OvsNodes::flows).unwrap_or_default();
+        format!("{}{flows}", log_tails(&self.children))
     }
 
     /// Node `index`'s datapath counters ([`datapath_counters`]).
