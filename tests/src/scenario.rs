@@ -305,10 +305,10 @@ impl PlannedAgents {
         nodes: &[Node],
         plans: &[PodPlan],
         pods: &[Pod],
-        dataplane: Dataplane,
+        (dataplane, extra_args): (Dataplane, &[&str]),
     ) -> Self {
         let Dataplane::OpenFlow = dataplane else {
-            return Self::start(lab, nodes, plans, &[]);
+            return Self::start(lab, nodes, plans, extra_args);
         };
         let ovs = OvsNodes::start(nodes, plans, pods).expect("Open vSwitch on every node");
         let log_dir = tempfile::tempdir().expect("a temporary directory for the agents' logs");
@@ -317,6 +317,8 @@ impl PlannedAgents {
             .map(|index| {
                 let mut spec = planned_agent(nodes, plans, index, None);
                 spec.extra_args = ovs.agent_args(index);
+                spec.extra_args
+                    .extend(extra_args.iter().map(|arg| (*arg).to_string()));
                 let log = log_dir.path().join(format!("{}.log", NODES[index]));
                 spec.spawn(lab, &workspace_binary("ovnbpf-agent"), log)
                     .expect("the agent started")

@@ -536,6 +536,7 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
         db_remote: switch.db_remote(),
         interfaces: Vec::new(),
         chassis: "node1".into(),
+        providers: Vec::new(),
     };
     let first = datapath_with_two_pods(&switch, &host, &config);
     assert!(pings(&pods[0], "10.9.0.2"), "a → b{}", switch.log_tails());

@@ -330,7 +330,7 @@ fn kube_ovn_vpc_routes(dataplane: Dataplane) {
         .ip(&["addr", "add", "192.168.61.1/32", "dev", "lo"])
         .unwrap();
 
-    let agents = PlannedAgents::start_on(lab, nodes, plans, &pods, dataplane);
+    let agents = PlannedAgents::start_on(lab, nodes, plans, &pods, (dataplane, &[]));
     let bpffs = &agents.bpffs;
     let logs = || agents.logs();
 

@@ -37,7 +37,7 @@ fn vpcs_switch_their_pods_apart(dataplane: Dataplane) {
     let TwoNodes { lab, nodes, .. } = &TwoNodes::start();
     let pods = scenario::overlapping_vpcs_with(lab, nodes, &PODS);
     let log_dir = tempfile::tempdir().unwrap();
-    let agents = PlannedAgents::start_on(lab, nodes, &PODS, &pods, dataplane);
+    let agents = PlannedAgents::start_on(lab, nodes, &PODS, &pods, (dataplane, &[]));
     let logs = || agents.logs();
 
     // Unicast: vpc-b's pods stay quiet (no IPv6 chatter) while vpc-a talks, same node and across;

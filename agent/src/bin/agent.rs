@@ -603,7 +603,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             (Some(datapath_config), Dataplane::Openflow) => {
                 tracing::warn!(
                     socket = %args.ovs_bridge_socket.display(),
-                    "the OpenFlow datapath is experimental: the switches' L2 only (no routers yet)"
+                    "the OpenFlow datapath is experimental: switches, localnets and IPv4 routers; what it does not translate is logged and dropped"
                 );
                 Some(Box::new(
                     OpenFlowDatapath::start(OvsConfig {
@@ -611,6 +611,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                         db_remote: args.ovs_db.clone(),
                         interfaces: datapath_config.interfaces.clone(),
                         chassis: datapath_config.chassis.clone(),
+                        providers: datapath_config.providers.clone(),
                     })
                     .context("starting the OpenFlow datapath")?,
                 ))

@@ -17,7 +17,8 @@
 //! task or at unplug. The Geneve tunnels to other chassis are br-int ports too (one per chassis,
 //! `key=flow`, added again at each retry until they are there). Routers are [`RouterFlows`];
 //! what neither translates is accounted (and fenced where it must be) by [`Untranslated`].
-//! Not yet here (issue 19): localnets, IPv6 routing, ACLs, load balancers, NAT, counters, drop
+//! The provider NICs of the bridge mappings are br-int ports too (added at start).
+//! Not yet here (issue 19): IPv6 routing, ACLs, load balancers, NAT, counters, drop
 //! events.
 
 use std::{
@@ -71,6 +72,9 @@ pub struct OvsConfig {
     pub interfaces: Vec<(String, String)>,
     /// This chassis's name (ports bound to others are reached through Geneve tunnels).
     pub chassis: String,
+    /// The bridge mappings: provider network → its NIC, added to br-int at start (a switch's
+    /// localnet port on that network leaves and enters by it).
+    pub providers: Vec<(String, String)>,
 }
 
 /// The OpenFlow datapath of this node.
@@ -124,6 +128,21 @@ impl OpenFlowDatapath {
             lost,
         };
         // Written with the first write's resync.
+        for (network, nic) in &config.providers {
+            let ofport = datapath
+                .attacher
+                .vsctl(&["--may-exist", "add-port", BRIDGE, nic])
+                .and_then(|_| datapath.attacher.ofport_of(nic));
+            match ofport {
+                Ok(ofport) => datapath.l2.set_provider(network, ofport),
+                Err(error) => {
+                    return Err(DatapathError::new(format!(
+                        "adding {nic}, the NIC of provider network {network}, to {BRIDGE}: \
+                         {error}"
+                    )));
+                }
+            }
+        }
         for (port, interface) in &config.interfaces {
             let attached = interface_index(interface)
                 .ok_or_else(|| DatapathError::new(format!("no interface {interface}")))

@@ -14,7 +14,11 @@
 //! - table [`OUTPUT`]: a logical output port that is plugged here leaves by its OpenFlow port
 //!   (back by the input port when a router answers its own sender; never to the logical port
 //!   the frame came from, so a flood leaves out of every member but the sender, as OVN's does);
-//!   one bound elsewhere by its chassis's tunnel.
+//!   one bound elsewhere by its chassis's tunnel, or, on a switch with a localnet port, through
+//!   the provider network: the localnet port leaves by the provider NIC with its VLAN tag (its
+//!   tagged frames enter there), as OVN's bridge mappings do;
+//! - unknown destinations flood to `_MC_unknown` (`FloodUnknown`: the localnet port, ports
+//!   with "unknown" addresses).
 //!
 //! A port with port security does not forward (its checks are not translated: see
 //! [`super::untranslated`], which also fences whole switches).
@@ -98,6 +102,34 @@ pub struct L2Flows {
     arp_skip_ports: HashMap<u32, BTreeSet<String>>,
     /// Switches without flows ([`super::untranslated`]).
     fenced: BTreeSet<u32>,
+    /// Switch → its localnet port: (key, provider network, VLAN tag).
+    localnets: HashMap<u32, (u32, String, Option<u16>)>,
+    /// Provider network → the OpenFlow port of its NIC on br-int (the bridge mappings).
+    providers: HashMap<String, u32>,
+    /// Switch → the group its unknown destinations flood to.
+    unknown: HashMap<u32, String>,
+}
+
+/// A switch's localnet port whose network is mapped here.
+struct Localnet {
+    key: u32,
+    ofport: u32,
+    /// Its VLAN (none: untagged).
+    tag: Option<u16>,
+}
+
+impl Localnet {
+    /// Out of the provider NIC, tagged with the port's VLAN.
+    fn output(&self) -> Vec<Action> {
+        match self.tag {
+            Some(tag) => vec![
+                Action::PushVlan,
+                Action::SetField(Field::vlan_vid(0x1000 | tag)),
+                Action::Output(self.ofport),
+            ],
+            None => vec![Action::Output(self.ofport)],
+        }
+    }
 }
 
 impl L2Flows {
@@ -167,10 +199,21 @@ impl L2Flows {
                             remote.remove(key);
                         }
                     }
+                    if let PortKind::Localnet { network_name, tag } = kind {
+                        self.localnets
+                            .insert(*datapath, (*key, network_name.clone(), *tag));
+                    }
                 } else if self.ports.get(name) == Some(&(*datapath, *key)) {
                     self.ports.remove(name);
                     self.secured.remove(name);
                     remote.remove(key);
+                    if self
+                        .localnets
+                        .get(datapath)
+                        .is_some_and(|(localnet, ..)| localnet == key)
+                    {
+                        self.localnets.remove(datapath);
+                    }
                 }
                 if remote.is_empty() {
                     self.remote_ports.remove(datapath);
@@ -213,6 +256,14 @@ impl L2Flows {
                     members.insert(*port);
                 } else {
                     members.remove(port);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::FloodUnknown { datapath, group } => {
+                if added {
+                    self.unknown.insert(*datapath, group.clone());
+                } else if self.unknown.get(datapath) == Some(group) {
+                    self.unknown.remove(datapath);
                 }
                 self.marked.insert(*datapath);
             }
@@ -265,6 +316,28 @@ impl L2Flows {
             }
             _ => {}
         }
+    }
+
+    /// Provider network `network`'s NIC is OpenFlow port `ofport` on br-int.
+    pub fn set_provider(&mut self, network: &str, ofport: u32) {
+        self.providers.insert(network.to_string(), ofport);
+        let switches: Vec<u32> = self
+            .localnets
+            .iter()
+            .filter(|(_, (_, on, _))| on == network)
+            .map(|(switch, _)| *switch)
+            .collect();
+        self.marked.extend(switches);
+    }
+
+    /// Switch `switch`'s localnet port, if its network is mapped here.
+    fn localnet_of(&self, switch: u32) -> Option<Localnet> {
+        let (key, network, tag) = self.localnets.get(&switch)?;
+        Some(Localnet {
+            key: *key,
+            ofport: *self.providers.get(network)?,
+            tag: tag.filter(|tag| *tag != 0),
+        })
     }
 
     /// Logical port `port` is plugged here as OpenFlow port `ofport`.
@@ -484,21 +557,66 @@ impl L2Flows {
         for flow in self.ingress_flows(switch) {
             add(flow);
         }
-        // The switch's ports bound to other chassis, by key: through their tunnel.
-        let remote: BTreeMap<u32, u32> = self
+        // The switch's localnet port, where its provider network is mapped here: frames with
+        // its tag (or none) from the provider NIC enter by it, and it is how the switch's ports
+        // on other chassis are reached (through the physical network, not Geneve, as OVN does).
+        let localnet = self.localnet_of(switch);
+        if let Some(localnet) = &localnet {
+            let mut classify = vec![
+                Action::SetField(Field::metadata(u64::from(switch))),
+                Action::SetField(Field::register(14, localnet.key)),
+                Action::Resubmit(INGRESS),
+            ];
+            if localnet.tag.is_some() {
+                classify.insert(0, Action::PopVlan);
+            }
+            let vid = localnet.tag.map_or(0, |tag| 0x1000 | tag);
+            add(FlowMod::add(
+                COOKIE,
+                CLASSIFY,
+                100,
+                Match::new()
+                    .with(Field::in_port(localnet.ofport))
+                    .with(Field::vlan_vid(vid)),
+                vec![Instruction::ApplyActions(classify)],
+            ));
+            let to_localnet = on_datapath(switch).with(Field::register(15, localnet.key));
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                100,
+                to_localnet.clone(),
+                vec![Instruction::ApplyActions(localnet.output())],
+            ));
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                110,
+                to_localnet.with(Field::register(14, localnet.key)),
+                Vec::new(),
+            ));
+        }
+        // The switch's ports bound to other chassis, by key: through the localnet port, or
+        // their chassis's tunnel.
+        let remote: BTreeMap<u32, Option<u32>> = self
             .remote_ports
             .get(&switch)
             .into_iter()
             .flatten()
-            .filter_map(|(key, chassis)| Some((*key, *self.tunnels.get(chassis)?)))
+            .map(|(key, chassis)| (*key, self.tunnels.get(chassis).copied()))
             .collect();
         for (key, tunnel) in &remote {
+            let actions = match (&localnet, tunnel) {
+                (Some(localnet), _) => localnet.output(),
+                (None, Some(tunnel)) => tunnel_out(switch, *key, *tunnel),
+                (None, None) => continue,
+            };
             add(FlowMod::add(
                 COOKIE,
                 OUTPUT,
                 100,
                 on_datapath(switch).with(Field::register(15, *key)),
-                vec![Instruction::ApplyActions(tunnel_out(switch, *key, *tunnel))],
+                vec![Instruction::ApplyActions(actions)],
             ));
         }
         for (mac, port) in self.fib.get(&switch).into_iter().flatten() {
@@ -514,32 +632,15 @@ impl L2Flows {
                 ])],
             ));
         }
-        let flood = self
-            .multicast
-            .get(&switch)
-            .and_then(|name| self.groups.get(&(switch, name.clone())))
-            .and_then(|group| Some((*group, self.members.get(&(switch, *group))?)));
-        if let Some((group, members)) = flood {
-            // Each member here, then one copy to each other chassis with members, for the
-            // group (their own local members take it there).
-            let local: Vec<Action> = members
-                .iter()
-                .filter(|member| !remote.contains_key(member))
-                .flat_map(|member| {
-                    [
-                        Action::SetField(Field::register(15, *member)),
-                        Action::Resubmit(OUTPUT),
-                    ]
-                })
-                .collect();
-            let chassis: BTreeSet<u32> = members
-                .iter()
-                .filter_map(|member| remote.get(member).copied())
-                .collect();
-            let mut actions = local.clone();
-            for tunnel in chassis {
-                actions.extend(tunnel_out(switch, group, tunnel));
-            }
+        let flood = |name: Option<&String>| {
+            let group = *self.groups.get(&(switch, name?.clone()))?;
+            let members = self.members.get(&(switch, group))?;
+            Some((
+                group,
+                flood_actions(switch, group, members, &remote, localnet.is_some()),
+            ))
+        };
+        if let Some((group, (actions, local))) = flood(self.multicast.get(&switch)) {
             let group_bit = [1, 0, 0, 0, 0, 0];
             add(FlowMod::add(
                 COOKIE,
@@ -557,8 +658,60 @@ impl L2Flows {
                 vec![Instruction::ApplyActions(local)],
             ));
         }
+        // Unknown destinations: to the ports that take them (`_MC_unknown`: a localnet port,
+        // ports with "unknown" addresses).
+        if let Some((group, (actions, local))) = flood(self.unknown.get(&switch)) {
+            add(FlowMod::add(
+                COOKIE,
+                LOOKUP,
+                0,
+                on_datapath(switch),
+                vec![Instruction::ApplyActions(actions)],
+            ));
+            add(FlowMod::add(
+                COOKIE,
+                OUTPUT,
+                100,
+                on_datapath(switch).with(Field::register(15, group)),
+                vec![Instruction::ApplyActions(local)],
+            ));
+        }
         flows
     }
+}
+
+/// A flood of group `group` of switch `switch`: each member here in turn, then, unless the
+/// switch reaches other chassis through its localnet port (itself a member), one copy to each
+/// other chassis with members, for the group (their own local members take it there). Also
+/// the part for the members here only (what another chassis sends for the group).
+fn flood_actions(
+    switch: u32,
+    group: u32,
+    members: &BTreeSet<u32>,
+    remote: &BTreeMap<u32, Option<u32>>,
+    through_localnet: bool,
+) -> (Vec<Action>, Vec<Action>) {
+    let local: Vec<Action> = members
+        .iter()
+        .filter(|member| !remote.contains_key(member))
+        .flat_map(|member| {
+            [
+                Action::SetField(Field::register(15, *member)),
+                Action::Resubmit(OUTPUT),
+            ]
+        })
+        .collect();
+    let mut actions = local.clone();
+    if !through_localnet {
+        let tunnels: BTreeSet<u32> = members
+            .iter()
+            .filter_map(|member| *remote.get(member)?)
+            .collect();
+        for tunnel in tunnels {
+            actions.extend(tunnel_out(switch, group, tunnel));
+        }
+    }
+    (actions, local)
 }
 
 /// The flow mods that bring the installed flows of each datapath to its desired flows
@@ -849,6 +1002,99 @@ mod tests {
         assert!(
             gone.iter()
                 .any(|flow| flow.command == Command::DeleteStrict && flow.table == CLASSIFY)
+        );
+    }
+
+    /// A switch with a localnet port on a mapped network: frames with its VLAN from the NIC
+    /// enter untagged as the localnet port; out of it they leave tagged; the switch's ports on
+    /// other chassis are reached through it, not a tunnel, and the flood sends no tunnel copy.
+    #[test]
+    fn a_localnet_switch_reaches_other_chassis_through_its_vlan() {
+        let mut flows = L2Flows::for_chassis("node1");
+        let mut entries = switch_entries();
+        entries.push(IrEntry::Port {
+            datapath: 5,
+            key: 3,
+            name: "p3".into(),
+            kind: PortKind::Vif {
+                chassis: Some("node2".into()),
+            },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        });
+        entries.push(IrEntry::Port {
+            datapath: 5,
+            key: 4,
+            name: "ln".into(),
+            kind: PortKind::Localnet {
+                network_name: "physnet1".into(),
+                tag: Some(100),
+            },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        });
+        for port in [3, 4] {
+            entries.push(IrEntry::FloodMember {
+                datapath: 5,
+                group: 32768,
+                port,
+            });
+        }
+        flows.apply(&IrDiff {
+            added: entries,
+            removed: Vec::new(),
+        });
+        flows.plug("p1", 3);
+        flows.set_tunnel("node2", Some(9));
+        flows.set_provider("physnet1", 7);
+        let changes = flows.changes();
+        let tagged_out = vec![Instruction::ApplyActions(vec![
+            Action::PushVlan,
+            Action::SetField(Field::vlan_vid(0x1000 | 100)),
+            Action::Output(7),
+        ])];
+        let output_of = |key: u32| {
+            changes
+                .iter()
+                .find(|flow| {
+                    flow.table == OUTPUT
+                        && flow.priority == 100
+                        && flow.matching == on_datapath(5).with(Field::register(15, key))
+                })
+                .map(|flow| flow.instructions.clone())
+        };
+        assert_eq!(output_of(4), Some(tagged_out.clone()), "the localnet port");
+        assert_eq!(
+            output_of(3),
+            Some(tagged_out),
+            "node2's port, through the VLAN"
+        );
+        let classify = changes
+            .iter()
+            .find(|flow| {
+                flow.table == CLASSIFY
+                    && flow.matching
+                        == Match::new()
+                            .with(Field::in_port(7))
+                            .with(Field::vlan_vid(0x1000 | 100))
+            })
+            .expect("the VLAN's frames classified");
+        assert_eq!(
+            classify.instructions,
+            vec![Instruction::ApplyActions(vec![
+                Action::PopVlan,
+                Action::SetField(Field::metadata(5)),
+                Action::SetField(Field::register(14, 4)),
+                Action::Resubmit(INGRESS),
+            ])]
+        );
+        let flood = changes
+            .iter()
+            .find(|flow| flow.table == LOOKUP && flow.priority == 70)
+            .expect("the flood");
+        assert!(
+            !format!("{:?}", flood.instructions).contains("Output(9)"),
+            "a tunnel copy on a localnet switch: {flood:?}"
         );
     }
 }

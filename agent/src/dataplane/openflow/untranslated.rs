@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict, PortKind};
+use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict};
 
 /// What an untranslated entry costs its datapath.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,11 +185,6 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
             Effect::Partial,
             format!("port security is not translated to OpenFlow: {name} does not forward"),
         )),
-        IrEntry::Port {
-            kind: PortKind::Localnet { .. },
-            ..
-        } => partial("localnet ports are not translated to OpenFlow"),
-        IrEntry::FloodUnknown { .. } => partial("unknown destinations are not flooded"),
         IrEntry::Route6 { .. }
         | IrEntry::EcmpRoute6 { .. }
         | IrEntry::EcmpMember6 { .. }
