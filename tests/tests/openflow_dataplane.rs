@@ -10,8 +10,9 @@
 //! understand each other. Only flows of the agent's cookie are on br-int; the metrics name the
 //! datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
 //! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of br-int and
-//! no longer reached. And an OpenFlow node and a real ovn-controller chassis forward for each
-//! other the same way.
+//! no longer reached, and only its own flows changed. An OpenFlow node, an eBPF node and a real ovn-controller chassis
+//! forward and route for each other, and an OpenFlow node routes a VPC and fences a switch it
+//! cannot enforce.
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
@@ -158,13 +159,59 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
             node + 1
         );
     }
-    // a3 deleted: out of br-int, no longer reached.
+    // a3 deleted: out of br-int, no longer reached; only its own flows changed (its
+    // classification and outputs, by its OpenFlow port and logical key).
+    let a3_key = cni
+        .lab
+        .sbctl(&[
+            "--bare",
+            "--columns=tunnel_key",
+            "find",
+            "Port_Binding",
+            "logical_port=a3.ns",
+        ])
+        .unwrap();
+    let a3_key: u32 = a3_key.trim().parse().unwrap();
+    let ports_before: Vec<String> = ports.lines().map(str::to_string).collect();
+    let ofports_before: Vec<String> = ports_before
+        .iter()
+        .map(|port| switch.vsctl(&["get", "interface", port, "ofport"]).unwrap())
+        .collect();
+    let flows_before = our_flows(&switch);
     let output = runtimes[0]
         .exec("DEL", &attachments[1], &config(0))
         .unwrap();
     assert!(output.status.success(), "DEL a3: {output:?}{}", logs());
     let ports = switch.vsctl(&["list-ports", "br-int"]).unwrap();
     assert_eq!(ports.lines().count(), 2, "{ports}");
+    let a3_ofport = ports_before
+        .iter()
+        .zip(&ofports_before)
+        .find(|(port, _)| !ports.lines().any(|left| left == port.as_str()))
+        .map(|(_, ofport)| ofport.trim().to_string())
+        .unwrap();
+    let flows_after = our_flows(&switch);
+    let changed: Vec<&String> = flows_before
+        .iter()
+        .filter(|flow| !flows_after.contains(flow))
+        .chain(
+            flows_after
+                .iter()
+                .filter(|flow| !flows_before.contains(flow)),
+        )
+        .collect();
+    let key = format!("{a3_key:#x}");
+    let own = |flow: &str| {
+        flow.contains(&format!("in_port={a3_ofport},"))
+            || flow.contains(&format!("in_port={a3_ofport} "))
+            || flow.contains(&format!("output:{a3_ofport}"))
+            || flow.contains(&format!("reg15={key},"))
+    };
+    assert!(!changed.is_empty(), "a3's DEL changed no flow");
+    assert!(
+        changed.iter().all(|flow| own(flow)),
+        "a3's DEL (OpenFlow port {a3_ofport}, key {key}) changed other flows: {changed:#?}"
+    );
     pods[0].ip(&["neigh", "flush", "dev", "eth0"]).unwrap();
     assert!(!pings(&pods[0], A3), "a1 still reaches a deleted a3");
     for (index, (_, node)) in placement.iter().enumerate() {
@@ -173,48 +220,73 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
     drop(switch);
 }
 
-/// The OpenFlow node and a real OVN chassis (ovn-controller 23.03 with Open vSwitch 3.1's
-/// userspace datapath, Debian's) forward for each other: a1 on node1, a local port of an agent
-/// with `--dataplane openflow` (its interface added to br-int at start), a2 on node2 behind
-/// ovn-controller; pings both ways across their Geneve, each side's ARP broadcast through the
-/// other's flood.
+/// Three kinds of node in one cluster (issue 19's mixed cluster): node1 an agent with
+/// `--dataplane openflow`, node2 a real OVN chassis (ovn-controller 23.03 with Open vSwitch 3.1's
+/// userspace datapath, Debian's), node3 an agent on eBPF. vpc-a's subnet-a has a1 (node1) and a2
+/// (node2), subnet-b has b1 (node1) and b3 (node3); each node routes what its pods send and
+/// tunnels it to the destination's node (Geneve with OVN's option, three implementations of it).
+/// Pings all ways: same subnet across OpenFlow and ovn-controller, and routed between each pair
+/// of node kinds.
 #[test]
-fn an_openflow_node_and_a_real_ovn_controller_forward_for_each_other() {
+fn an_openflow_node_an_ebpf_node_and_a_real_ovn_controller_forward_for_each_other() {
     use ovnbpf_tests::{
         agent::AgentSpec,
-        kubeovn::Topology,
+        kubeovn::{Topology, mac_for},
+        network::PodSpec,
         ovs_chassis::OvsChassis,
         scenario::{PodPlan, TwoNodes},
     };
     require_root();
-    const PLAN: [PodPlan; 2] = [("a1", "subnet-a", 0, A1), ("a2", "subnet-a", 1, A2)];
-    let two = TwoNodes::start();
+    const B1: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+    const B3: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+    const PLAN: [PodPlan; 3] = [
+        ("a1", "subnet-a", 0, A1),
+        ("a2", "subnet-a", 1, A2),
+        ("b1", "subnet-b", 0, B1),
+    ];
+    let mut two = TwoNodes::start();
+    let node3 = two.underlay.add_node("node3").unwrap();
     let (lab, nodes) = (&two.lab, &two.nodes);
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24")
-        .unwrap();
+        .unwrap()
+        .subnet("vpc-a", "subnet-b", "10.0.2.0/24")
+        .unwrap()
+        .pod("subnet-b", "b3", "ns", &mac_for("b3"), B3);
     // Room for Geneve's 58 bytes within the nodes' 1500.
     let pods = scenario::build_planned_pods(lab, nodes, topology, &PLAN, true, 1442);
+    let b3 = node3
+        .add_pod(&PodSpec {
+            name: "b3",
+            host_interface: "b3_h",
+            mac: Some(&mac_for("b3")),
+            address: Some("10.0.2.3/24"),
+            gateway: Some(Ipv4Addr::new(10, 0, 2, 1)),
+            mtu: Some(1442),
+        })
+        .unwrap();
     let peer = OvsChassis::start(lab, &nodes[1], "node2").unwrap();
     peer.plug("a2_h", pods[1].netns(), "a2.ns").unwrap();
     // node1: Open vSwitch under the agent, whose userspace datapath reads frames whole (TX
-    // checksum offload off on a1's veth, as on node2's).
+    // checksum offload off on its pods' veths, as on node2's).
     let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
     switch.underlay(&nodes[0]).unwrap();
-    nodes[0]
-        .netns()
-        .exec("ethtool", &["-K", "a1_h", "tx", "off"])
-        .unwrap();
-    pods[0]
-        .netns()
-        .exec("ethtool", &["-K", "eth0", "tx", "off"])
-        .unwrap();
+    for (index, interface) in [(0, "a1_h"), (2, "b1_h")] {
+        nodes[0]
+            .netns()
+            .exec("ethtool", &["-K", interface, "tx", "off"])
+            .unwrap();
+        pods[index]
+            .netns()
+            .exec("ethtool", &["-K", "eth0", "tx", "off"])
+            .unwrap();
+    }
     let log_dir = tempfile::tempdir().unwrap();
-    let mut agent = AgentSpec {
+    let mut openflow = AgentSpec {
         chassis: "node1",
         node: &nodes[0],
-        local_ports: vec!["a1.ns=a1_h".into()],
+        local_ports: vec!["a1.ns=a1_h".into(), "b1.ns=b1_h".into()],
         pin_root: None,
         cni_dir: None,
         extra_args: vec![
@@ -232,31 +304,68 @@ fn an_openflow_node_and_a_real_ovn_controller_forward_for_each_other() {
         log_dir.path().join("node1.log"),
     )
     .unwrap();
+    let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
+    let mut ebpf = AgentSpec {
+        chassis: "node3",
+        node: &node3,
+        local_ports: vec!["b3.ns=b3_h".into()],
+        pin_root: Some(bpffs.path().join("node3")),
+        cni_dir: None,
+        extra_args: Vec::new(),
+    }
+    .spawn(
+        lab,
+        &workspace_binary("ovnbpf-agent"),
+        log_dir.path().join("node3.log"),
+    )
+    .unwrap();
     let logs = || {
         format!(
-            "{}{}{}",
-            agent.log_tail(),
+            "{}{}{}{}",
+            openflow.log_tail(),
+            ebpf.log_tail(),
             peer.log_tails(),
             switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default()
         )
     };
     let up = wait_until(Duration::from_secs(30), || {
-        ["a1.ns", "a2.ns"]
+        ["a1.ns", "a2.ns", "b1.ns", "b3.ns"]
             .iter()
             .all(|port| scenario::port_up(lab, port))
     });
     assert!(up, "ports not up{}", logs());
+    let (a1, a2, b1) = (pods[0].netns(), pods[1].netns(), pods[2].netns());
+    let b3 = b3.netns();
     assert!(
-        wait_until(Duration::from_secs(10), || pings(pods[0].netns(), A2)),
+        wait_until(Duration::from_secs(10), || pings(a1, A2)),
         "a1 (OpenFlow) → a2 (ovn-controller){}",
         logs()
     );
-    assert!(
-        pings(pods[1].netns(), A1),
-        "a2 (ovn-controller) → a1 (OpenFlow){}",
-        logs()
-    );
-    agent.stop();
+    for (from, to, what) in [
+        (a2, A1, "a2 (ovn-controller) → a1 (OpenFlow)"),
+        (a1, B3, "a1 (OpenFlow) → b3 (eBPF), routed on node1"),
+        (b3, A1, "b3 (eBPF) → a1 (OpenFlow), routed on node3"),
+        (a2, B3, "a2 (ovn-controller) → b3 (eBPF), routed on node2"),
+        (b3, A2, "b3 (eBPF) → a2 (ovn-controller), routed on node3"),
+        (
+            b1,
+            A2,
+            "b1 (OpenFlow) → a2 (ovn-controller), routed on node1",
+        ),
+        (
+            a2,
+            B1,
+            "a2 (ovn-controller) → b1 (OpenFlow), routed on node2",
+        ),
+    ] {
+        assert!(
+            wait_until(Duration::from_secs(5), || pings(from, to)),
+            "{what}{}",
+            logs()
+        );
+    }
+    openflow.stop();
+    ebpf.stop();
 }
 
 /// An OpenFlow node routes (issue 19's routers): vpc-a with subnets a (10.0.1.0/24) and b
@@ -326,20 +435,22 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         "--metrics-address".into(),
         METRICS.into(),
     ];
-    let mut openflow = spec
-        .spawn(
+    // In a cell: the test restarts it while the logs closure reads it.
+    let openflow = std::cell::RefCell::new(
+        spec.spawn(
             lab,
             &workspace_binary("ovnbpf-agent"),
             log_dir.path().join("node1.log"),
         )
-        .unwrap();
+        .unwrap(),
+    );
     let bpffs = ovnbpf_tests::bpffs::BpfMount::create().unwrap();
     let mut ebpf =
         scenario::start_planned_agent(lab, nodes, &PLAN, 1, Some(bpffs.path()), log_dir.path());
     let logs = || {
         format!(
             "{}{}{}",
-            openflow.log_tail(),
+            openflow.borrow().log_tail(),
             ebpf.log_tail(),
             switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default()
         )
@@ -384,6 +495,49 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     );
     assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
 
+    // The agent restarted under traffic: the flows it left forward until the new one's view is
+    // complete, which then replaces them in one bundle. Not a packet lost, locally routed or
+    // tunnelled.
+    let flows_before = our_flows(&switch);
+    let restarted = std::thread::scope(|scope| {
+        let streams = [B1, B2].map(|to| {
+            scope.spawn(move || {
+                pod("a1")
+                    .exec(
+                        "ping",
+                        &["-q", "-c", "300", "-i", "0.02", "-W", "1", &to.to_string()],
+                    )
+                    .unwrap_or_else(|error| format!("{error:#}"))
+            })
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        openflow.borrow_mut().stop();
+        let restarted = spec
+            .spawn(
+                lab,
+                &workspace_binary("ovnbpf-agent"),
+                log_dir.path().join("node1-restarted.log"),
+            )
+            .unwrap();
+        *openflow.borrow_mut() = restarted;
+        streams.map(|stream| stream.join().unwrap())
+    });
+    for (text, to) in restarted.iter().zip(["b1", "b2"]) {
+        assert!(
+            text.contains("300 packets transmitted, 300 received"),
+            "a1 → {to} lost packets across the agent's restart: {text}{}",
+            logs()
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || our_flows(&switch)
+            == flows_before),
+        "the restarted agent's flows differ: {:#?} before, {:#?} now{}",
+        flows_before,
+        our_flows(&switch),
+        logs()
+    );
+
     // A user's ACL on subnet-b fences it on the OpenFlow node; gone, the switch is back.
     let mut acl = Topology::new();
     acl.acl(
@@ -413,8 +567,22 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         logs()
     );
     assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
-    openflow.stop();
+    openflow.borrow_mut().stop();
     ebpf.stop();
+}
+
+/// br-int's flows of the agent's cookie, as text without their counters, sorted.
+fn our_flows(switch: &OvsSwitch) -> Vec<String> {
+    let text = switch
+        .ofctl(&["--no-stats", "dump-flows", "br-int", "cookie=0xb0f0001/-1"])
+        .unwrap_or_default();
+    let mut flows: Vec<String> = text
+        .lines()
+        .filter(|line| line.contains("cookie="))
+        .map(str::to_string)
+        .collect();
+    flows.sort();
+    flows
 }
 
 /// Node `node`'s agent's metrics (served at [`METRICS`] in the node's namespace).

@@ -258,6 +258,10 @@ async fn a_session_programs_br_int_atomically_and_only_its_own_flows() {
         flows.contains("table=40") && flows.contains("reg15=0x7 actions=output:42"),
         "{flows}"
     );
+    // The session counts them too (a flow stats request for the cookie), and nothing of a
+    // cookie no one uses.
+    assert_eq!(connection.count_flows(COOKIE).await.unwrap(), 2);
+    assert_eq!(connection.count_flows(0x0dd).await.unwrap(), 0);
     let trace = switch
         .appctl(&[
             "ofproto/trace",
@@ -297,6 +301,7 @@ async fn a_session_programs_br_int_atomically_and_only_its_own_flows() {
     connection.barrier().await.unwrap();
     let flows = switch.ofctl(&["dump-flows", "br-int"]).unwrap();
     assert_eq!(ours(&flows), 0, "{flows}");
+    assert_eq!(connection.count_flows(COOKIE).await.unwrap(), 0);
     assert!(
         flows.contains("cookie=0x77"),
         "another's flow went: {flows}"

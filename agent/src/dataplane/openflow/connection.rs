@@ -52,6 +52,8 @@ pub enum OpenFlowError {
          another option"
     )]
     TlvTaken,
+    #[error("the switch answered {request} with another kind of message")]
+    Unexpected { request: &'static str },
 }
 
 /// A session with one switch.
@@ -202,6 +204,31 @@ impl Connection {
         self.send(&message::tlv_table_add(xid, (class, kind, length, 0)))
             .await?;
         self.barrier().await
+    }
+
+    /// How many flows of `cookie` the switch holds, in every table (a flow stats request).
+    ///
+    /// # Errors
+    /// When the session fails or the switch refuses.
+    pub async fn count_flows(&mut self, cookie: u64) -> Result<usize, OpenFlowError> {
+        let xid = self.xid();
+        self.send(&message::flow_stats_request(xid, cookie)).await?;
+        let mut total = 0;
+        loop {
+            match self.reply(xid, "OFPMP_FLOW_DESC").await? {
+                Incoming::FlowStats { flows, more } => {
+                    total += flows;
+                    if !more {
+                        return Ok(total);
+                    }
+                }
+                _ => {
+                    return Err(OpenFlowError::Unexpected {
+                        request: "OFPMP_FLOW_DESC",
+                    });
+                }
+            }
+        }
     }
 
     /// Waits until the switch has handled everything sent before (BARRIER).

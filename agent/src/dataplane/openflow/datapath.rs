@@ -97,6 +97,12 @@ pub struct OpenFlowDatapath {
     wanted_tunnels: BTreeMap<String, (IpAddr, bool)>,
     /// Other chassis → (their tunnel endpoint, the tunnel port's name), on br-int.
     tunnels: BTreeMap<String, (IpAddr, String)>,
+    /// br-int held flows of our cookie at the start (a previous agent's): they forward until
+    /// the daemon releases this agent's complete view ([`Datapath::adopted`]).
+    adopted: bool,
+    /// Nothing is written until the first IR diffs come (with `adopted`, the daemon's complete
+    /// view): the first write's resync then replaces the previous agent's flows at once.
+    holding: bool,
 }
 
 impl OpenFlowDatapath {
@@ -105,6 +111,21 @@ impl OpenFlowDatapath {
     /// # Errors
     /// When the thread cannot be started.
     pub fn start(config: OvsConfig) -> Result<Self, DatapathError> {
+        let adopted = match installed_flows(&config.management_socket) {
+            Ok(0) => false,
+            Ok(flows) => {
+                tracing::info!(
+                    flows,
+                    "br-int holds a previous agent's flows: they forward until this agent's view \
+                     is complete"
+                );
+                true
+            }
+            Err(error) => {
+                tracing::info!(%error, "br-int's flows could not be counted; starting afresh");
+                false
+            }
+        };
         let (writes, requests) = mpsc::channel::<Write>();
         let socket = config.management_socket.clone();
         let lost = Arc::new(AtomicBool::new(false));
@@ -126,6 +147,8 @@ impl OpenFlowDatapath {
             plugged: HashMap::new(),
             attacher: Arc::new(OvsAttacher::new(config.db_remote)),
             lost,
+            adopted,
+            holding: adopted,
         };
         // Written with the first write's resync.
         for (network, nic) in &config.providers {
@@ -165,6 +188,9 @@ impl OpenFlowDatapath {
     /// Sends what changed (with what waits for a retry; everything after a failed session) to
     /// the switch; the number of flow changes written.
     fn flush(&mut self) -> Result<usize, DatapathError> {
+        if self.holding {
+            return Ok(0);
+        }
         let mut changes = if self.resync {
             let mut changes = self.l2.resync();
             changes.extend(self.l3.resync());
@@ -204,6 +230,29 @@ impl OpenFlowDatapath {
             }
         }
     }
+}
+
+/// How many flows of our cookie the switch at `socket` holds (asked on a thread of its own: the
+/// daemon starts the backend inside its runtime).
+fn installed_flows(socket: &std::path::Path) -> Result<usize, String> {
+    let socket = socket.to_path_buf();
+    std::thread::Builder::new()
+        .name("openflow-count".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|error| error.to_string())?;
+            runtime
+                .block_on(async {
+                    let mut connection = Connection::connect(&socket).await?;
+                    connection.count_flows(super::l2::COOKIE).await
+                })
+                .map_err(|error| error.to_string())
+        })
+        .map_err(|error| error.to_string())?
+        .join()
+        .map_err(|_| "the thread counting br-int's flows panicked".to_string())?
 }
 
 /// The session thread: opens the session when a write comes without one, applies each write
@@ -337,15 +386,26 @@ impl Datapath for OpenFlowDatapath {
     }
 
     fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
-        self.follow_tunnels(diff);
-        self.untranslated.apply(diff);
-        self.l2.apply(diff);
-        self.l3.apply(diff);
+        self.apply_all(std::slice::from_ref(diff))
+    }
+
+    fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, DatapathError> {
+        for diff in diffs {
+            self.follow_tunnels(diff);
+            self.untranslated.apply(diff);
+            self.l2.apply(diff);
+            self.l3.apply(diff);
+        }
         for (datapath, fenced) in self.untranslated.take_fence_changes() {
             self.l2.set_fenced(datapath, fenced);
             self.l3.set_fenced(datapath, fenced);
         }
+        self.holding = false;
         self.flush()
+    }
+
+    fn adopted(&self) -> bool {
+        self.adopted
     }
 
     fn plug(

@@ -25,6 +25,12 @@ const NXT_TLV_TABLE_REPLY: u32 = 26;
 const FEATURES_REQUEST: u8 = 5;
 const FEATURES_REPLY: u8 = 6;
 const FLOW_MOD: u8 = 14;
+const MULTIPART_REQUEST: u8 = 18;
+const MULTIPART_REPLY: u8 = 19;
+/// `OFPMP_FLOW_DESC`: the flows' descriptions (OpenFlow 1.5's name for flow stats).
+const MULTIPART_FLOW_DESC: u16 = 1;
+/// `OFPMPF_REPLY_MORE`: more replies of the request follow.
+const MULTIPART_MORE: u16 = 1;
 const BARRIER_REQUEST: u8 = 20;
 const BARRIER_REPLY: u8 = 21;
 const BUNDLE_CONTROL: u8 = 33;
@@ -70,6 +76,24 @@ pub fn features_request(xid: u32) -> Vec<u8> {
 #[must_use]
 pub fn barrier_request(xid: u32) -> Vec<u8> {
     message(BARRIER_REQUEST, xid, &[])
+}
+
+/// A flow stats request (`OFPMP_FLOW_DESC`) for the flows of `cookie`, in every table.
+#[must_use]
+pub fn flow_stats_request(xid: u32, cookie: u64) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(MULTIPART_FLOW_DESC.to_be_bytes());
+    body.extend(0_u16.to_be_bytes());
+    body.extend([0; 4]);
+    body.push(ALL_TABLES);
+    body.extend([0; 3]);
+    body.extend(ANY.to_be_bytes());
+    body.extend(ANY.to_be_bytes());
+    body.extend([0; 4]);
+    body.extend(cookie.to_be_bytes());
+    body.extend(u64::MAX.to_be_bytes());
+    Match::new().encode(&mut body);
+    message(MULTIPART_REQUEST, xid, &body)
 }
 
 /// What a flow mod does.
@@ -246,6 +270,11 @@ pub enum Incoming {
         bundle: u32,
         reply: u16,
     },
+    /// A part of a flow stats reply: the flows it describes, and whether more parts follow.
+    FlowStats {
+        flows: usize,
+        more: bool,
+    },
     /// The switch's Geneve option map (`NXT_TLV_TABLE_REPLY`).
     TlvTable {
         mappings: Vec<TlvMapping>,
@@ -320,6 +349,24 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, DecodeError> {
             }
         }
         BARRIER_REPLY => Incoming::BarrierReply,
+        MULTIPART_REPLY if u16_at(0)? == MULTIPART_FLOW_DESC => {
+            // Type, flags, 4 bytes of padding, then the flow descriptions, each led by its
+            // length.
+            let mut descriptions = body.get(8..).unwrap_or_default();
+            let mut flows = 0;
+            while let Some(length) = descriptions.get(..2) {
+                let length = usize::from(u16::from_be_bytes([length[0], length[1]]));
+                if length == 0 || length > descriptions.len() {
+                    return Err(truncated());
+                }
+                descriptions = &descriptions[length..];
+                flows += 1;
+            }
+            Incoming::FlowStats {
+                flows,
+                more: u16_at(2)? & MULTIPART_MORE != 0,
+            }
+        }
         BUNDLE_CONTROL => Incoming::BundleReply {
             bundle: u32_at(0)?,
             reply: u16_at(4)?,
@@ -430,6 +477,25 @@ mod tests {
                 reply: 5
             })
         );
+        // A flow stats reply part: two descriptions (16 and 8 bytes, each led by its length),
+        // more to come; one whose length runs past the message is refused.
+        let mut stats = vec![6, 19, 0, 40, 0, 0, 0, 4, 0, 1, 0, 1, 0, 0, 0, 0];
+        stats.extend([0, 16]);
+        stats.extend([0; 14]);
+        stats.extend([0, 8]);
+        stats.extend([0; 6]);
+        assert_eq!(
+            decode(&stats),
+            Ok(Incoming::FlowStats {
+                flows: 2,
+                more: true
+            })
+        );
+        stats[32..34].copy_from_slice(&[0, 9]);
+        assert!(matches!(
+            decode(&stats),
+            Err(DecodeError::Truncated { kind: 19, .. })
+        ));
         assert_eq!(decode(&[6, 1]), Err(DecodeError::Short(2)));
         assert!(matches!(
             decode(&[6, 1, 0, 9, 0, 0, 0, 1, 0]),
