@@ -1,5 +1,6 @@
 //! The agent's control socket (`--control-socket`): a unix socket `ovnbpfctl` talks to for what
-//! only the running agent has. Today that is `monitor`: the datapath's drop events as they
+//! only the running agent has: `status` (which datapath runs, whether it is ready and wholly
+//! programmed, what it does not translate), and `monitor`: the datapath's drop events as they
 //! happen, each with its reason, interface, the logical port (pod) behind the interface, the
 //! logical datapath the frame entered and its switch or router name, and the frame's addresses,
 //! optionally only a pod's.
@@ -9,9 +10,10 @@
 //! and where a frame was dropped, not at which stage, so a frame a router dropped after the
 //! pod's switch passed it still names that switch.
 //!
-//! Protocol: the client sends one JSON line, `{"monitor": {"port": "<pod>[.<namespace>]"}}`
-//! (`port` optional); the agent answers with one JSON line per event until the client goes
-//! away (`{"lagged": N}` when the client fell N events behind). Reads the drop events through
+//! Protocol: the client sends one JSON line. `{"status": {}}` gets one JSON line back (see
+//! [`status_json`]). `{"monitor": {"port": "<pod>[.<namespace>]"}}` (`port` optional) gets one
+//! JSON line per event until the client goes away (`{"lagged": N}` when the client fell N
+//! events behind). Reads the drop events through
 //! their [`DropTap`], the interface → port names and the datapath names through the
 //! [`DaemonHandle`]; owns nothing else.
 
@@ -63,13 +65,18 @@ pub async fn serve(listener: UnixListener, drops: DropTap, daemon: DaemonHandle)
 enum Request {
     /// Drop events, only those of this logical port (or of the pod `port.*`) if given.
     Monitor { port: Option<String> },
+    /// The datapath's status, once.
+    Status,
 }
 
 fn parse_request(line: &str) -> Result<Request, String> {
     let value: Value =
         serde_json::from_str(line).map_err(|e| format!("the request is not JSON: {e}"))?;
+    if value.get("status").is_some() {
+        return Ok(Request::Status);
+    }
     let Some(monitor) = value.get("monitor") else {
-        return Err("unknown request (expected {\"monitor\": {...}})".into());
+        return Err("unknown request (expected {\"monitor\": {...}} or {\"status\": {}})".into());
     };
     let port = match monitor.get("port") {
         None | Some(Value::Null) => None,
@@ -87,8 +94,17 @@ async fn answer(stream: UnixStream, drops: &DropTap, daemon: &DaemonHandle) -> s
     if !matches!(read, Ok(Ok(n)) if n > 0) {
         return Ok(());
     }
-    let Request::Monitor { port: filter } = match parse_request(line.trim()) {
-        Ok(request) => request,
+    let filter = match parse_request(line.trim()) {
+        Ok(Request::Monitor { port }) => port,
+        Ok(Request::Status) => {
+            let reply = match daemon.report().await {
+                Ok(report) => status_json(&report),
+                Err(error) => json!({ "error": error.to_string() }),
+            };
+            return writer
+                .write_all((reply.to_string() + "\n").as_bytes())
+                .await;
+        }
         Err(error) => {
             let reply = json!({ "error": error }).to_string() + "\n";
             return writer.write_all(reply.as_bytes()).await;
@@ -115,6 +131,24 @@ async fn answer(stream: UnixStream, drops: &DropTap, daemon: &DaemonHandle) -> s
             .write_all((message.to_string() + "\n").as_bytes())
             .await?;
     }
+}
+
+/// The status line: the datapath this node runs (`null` without one), whether the agent is
+/// ready, the datapath writes waiting for a retry, the local ports, and the datapaths the
+/// datapath does not translate whole, per effect (`partial`, `fenced`; OpenFlow).
+fn status_json(report: &crate::daemon::ports::DaemonReport) -> Value {
+    let untranslated: serde_json::Map<String, Value> = report
+        .untranslated_datapaths
+        .iter()
+        .map(|(effect, count)| ((*effect).to_string(), json!(count)))
+        .collect();
+    json!({
+        "dataplane": report.dataplane,
+        "ready": report.ready,
+        "pending_writes": report.datapath_pending,
+        "local_ports": report.local_ports,
+        "untranslated_datapaths": untranslated,
+    })
 }
 
 /// Whether an event of `port` passes the client's filter (`pod.namespace`, or `pod` for any
@@ -233,6 +267,7 @@ mod tests {
                 port: Some("web.ns".into())
             })
         );
+        assert_eq!(parse_request(r#"{"status": {}}"#), Ok(Request::Status));
         assert!(parse_request("monitor").unwrap_err().contains("not JSON"));
         assert!(
             parse_request(r#"{"watch": {}}"#)

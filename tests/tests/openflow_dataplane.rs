@@ -434,6 +434,8 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         switch.db_remote(),
         "--metrics-address".into(),
         METRICS.into(),
+        "--control-socket".into(),
+        log_dir.path().join("control.sock").display().to_string(),
     ];
     // In a cell: the test restarts it while the logs closure reads it.
     let openflow = std::cell::RefCell::new(
@@ -494,6 +496,23 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         logs()
     );
     assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
+    // ovnbpfctl says which datapath the agent runs, and what it does not translate whole, all
+    // partial: the two routers (IPv6, resets, ICMP errors) and the three switches (health-check
+    // answers are not taken to the agent).
+    let status = ovnbpf_tests::process::output(
+        std::process::Command::new(workspace_binary("ovnbpfctl")).args([
+            "status",
+            "--json",
+            "--socket",
+            &log_dir.path().join("control.sock").display().to_string(),
+        ]),
+    )
+    .unwrap();
+    let status: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
+    assert_eq!(status["dataplane"], "openflow", "{status}");
+    assert_eq!(status["ready"], true, "{status}");
+    assert_eq!(status["untranslated_datapaths"]["fenced"], 0, "{status}");
+    assert_eq!(status["untranslated_datapaths"]["partial"], 5, "{status}");
 
     // The agent restarted under traffic: the flows it left forward until the new one's view is
     // complete, which then replaces them in one bundle. Not a packet lost, locally routed or

@@ -78,6 +78,16 @@ enum Command {
         #[arg(long)]
         count: Option<usize>,
     },
+    /// The running agent's datapath: which one (ebpf, openflow), ready, writes waiting, and
+    /// the datapaths it does not translate whole.
+    Status {
+        /// The agent's --control-socket.
+        #[arg(long, default_value = "/run/ovnbpf/control.sock")]
+        socket: std::path::PathBuf,
+        /// Print the agent's JSON line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspect a running eBPF datapath through its pins.
     Datapath {
         #[command(subcommand)]
@@ -147,6 +157,7 @@ fn main() -> anyhow::Result<()> {
             json,
             count,
         } => monitor(&socket, pod.as_deref(), json, count),
+        Command::Status { socket, json } => status(&socket, json),
         Command::Datapath {
             command: DatapathCommand::Counters { pin_dir, json },
         } => print_counters(&pin_dir, json),
@@ -607,6 +618,44 @@ async fn sb_sync(
 }
 
 /// Streams the agent's drop events until `count` have been printed (or forever).
+/// Asks the agent at `socket` for its status and prints it.
+fn status(socket: &std::path::Path, as_json: bool) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connecting to the agent's control socket {}",
+            socket.display()
+        )
+    })?;
+    writeln!(stream, "{}", json!({"status": {}}))?;
+    let mut line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut line)
+        .context("reading from the agent")?;
+    let status: serde_json::Value =
+        serde_json::from_str(line.trim()).with_context(|| format!("the agent sent {line:?}"))?;
+    if let Some(error) = status.get("error") {
+        anyhow::bail!("the agent refused: {error}");
+    }
+    if as_json {
+        println!("{}", line.trim());
+        return Ok(());
+    }
+    println!(
+        "dataplane: {}",
+        status["dataplane"].as_str().unwrap_or("none")
+    );
+    println!("ready: {}", status["ready"]);
+    println!("local ports: {}", status["local_ports"]);
+    println!("writes waiting for a retry: {}", status["pending_writes"]);
+    if let Some(untranslated) = status["untranslated_datapaths"].as_object() {
+        for (effect, count) in untranslated {
+            println!("datapaths not translated whole ({effect}): {count}");
+        }
+    }
+    Ok(())
+}
+
 fn monitor(
     socket: &std::path::Path,
     pod: Option<&str>,
