@@ -1,4 +1,4 @@
-//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopqrs]`:
+//! `cargo xtask bench datapath [--runs 5] [--seconds 3] [--paced-pps N] [--paths abcdefghijklmnopqrst]`:
 //! pod↔pod across two nodes, every path set up at once and measured **interleaved**: each
 //! repetition measures every path once per measure (in a rotated order), so the host's drift
 //! over minutes falls on all paths alike, and every ratio is taken per repetition (the two paths' samples of the same
@@ -33,7 +33,9 @@
 //! distributed FIP (Kube-OVN's `OvnFip`, vpc-r's gateway port on the provider network's
 //! `external` subnet, VLAN 200 through the physical switch) to an external host there: out
 //! SNATed from the FIP, back DNATed, no Geneve, MTU 1500, next to (f), the same physical path
-//! without NAT or routing (the goal r/f ≥ 0.9); (s) a pod of the same subnet on node2, vpc-r's
+//! without NAT or routing (the goal r/f ≥ 0.9); (t) (p)'s shape with ovnbpf's OpenFlow backend
+//! programming the same userspace Open vSwitch on each node instead of ovn-controller, next to
+//! (p) (the goal t/p ≥ 1.0); (s) a pod of the same subnet on node2, vpc-r's
 //! gateway chassis, to the same external host through the subnet's centralized SNAT (Kube-OVN's
 //! `OvnSnatRule`: the gateway NAT stage, a port per connection), next to (f) (the goal s/f ≥
 //! 0.9). vpc-a's subnets carry the Service's balancers, as every
@@ -55,7 +57,7 @@
 //!   rate for every path and repetition; the CPU time of the
 //!   client and the server (iperf3's `getrusage`, exact run time, with the softirq work done in
 //!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts), for
-//!   (p) also the OVS daemons' (its userspace datapath forwards in their threads), and
+//!   (p) and (t) also the OVS daemons' (its userspace datapath forwards in their threads), and
 //!   the kernel time of ovnbpf's programs (BPF run-time statistics,
 //!   [`ovnbpf_tests::kernel_time`]), per delivered packet;
 //! - new TCP connections per second (connect, then close) on (c), (j) and (l).
@@ -85,7 +87,7 @@ use ovnbpf_tests::{
     netns::Netns,
     network::{ExternalHost, Node, PhysicalSwitch, Pod, PodSpec, Underlay},
     ovn::OvnLab,
-    ovs_chassis::OvsChassis,
+    ovs_chassis::{OvsChassis, OvsSwitch},
     process::{self, Child},
 };
 use serde_json::{Value, json};
@@ -222,7 +224,7 @@ impl<'f> BenchPath<'f> {
 
     /// Whether ovnbpf's programs carry it (its eBPF time is measured).
     fn is_ovnbpf(&self) -> bool {
-        !matches!(self.letter, 'a' | 'b' | 'o' | 'p')
+        !matches!(self.letter, 'a' | 'b' | 'o' | 'p' | 't')
     }
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
@@ -763,6 +765,106 @@ impl RealOvnPair {
     }
 }
 
+/// (t): (p)'s shape, the same Open vSwitch (userspace datapath) on each node, programmed by
+/// ovnbpf's agent with `--dataplane openflow` instead of ovn-controller, a lab of its own:
+/// next to (p), the goal t/p ≥ 1.0 in throughput (the same switch, other flows).
+/// (Fields drop in order: the agents first, then the switches, pods, nodes, underlay and lab.)
+struct OpenFlowPair {
+    agents: Vec<Child>,
+    switches: Vec<OvsSwitch>,
+    pods: Vec<Pod>,
+    nodes: [Node; 2],
+    _underlay: Underlay,
+    lab: OvnLab,
+}
+
+impl Drop for OpenFlowPair {
+    fn drop(&mut self) {
+        stop_agents(std::mem::take(&mut self.agents));
+    }
+}
+
+impl OpenFlowPair {
+    const PODS: [(&'static str, Ipv4Addr); 2] = [
+        ("pt1", Ipv4Addr::new(10, 7, 0, 2)),
+        ("pt2", Ipv4Addr::new(10, 7, 0, 3)),
+    ];
+
+    fn create(prefix: &str, agent: &Path) -> Result<OpenFlowPair> {
+        let lab = OvnLab::start()?;
+        let mut topology = Topology::new();
+        topology.vpc_with_subnet("vpc-t", "subnet-t", "10.7.0.0/24")?;
+        for (name, ip) in Self::PODS {
+            topology.pod("subnet-t", name, "bench", &mac_for(name), ip);
+        }
+        topology.apply(&lab)?;
+        let mut underlay = Underlay::create(&format!("{prefix}t"))?;
+        let nodes = [underlay.add_node("node1")?, underlay.add_node("node2")?];
+        let mut pair = OpenFlowPair {
+            agents: Vec::new(),
+            switches: Vec::new(),
+            pods: Vec::new(),
+            nodes,
+            _underlay: underlay,
+            lab,
+        };
+        for (index, (name, ip)) in Self::PODS.into_iter().enumerate() {
+            let host = format!("{name}_h");
+            let node = &pair.nodes[index];
+            let pod = node.add_pod(&PodSpec {
+                name,
+                host_interface: &host,
+                mac: Some(&mac_for(name)),
+                address: Some(&format!("{ip}/24")),
+                gateway: Some(Ipv4Addr::new(10, 7, 0, 1)),
+                // As (p)'s pods.
+                mtu: Some(1442),
+            })?;
+            // The userspace datapath reads frames whole, as (p)'s chassis have them.
+            node.netns().exec("ethtool", &["-K", &host, "tx", "off"])?;
+            pod.netns().exec("ethtool", &["-K", "eth0", "tx", "off"])?;
+            let switch = OvsSwitch::start(node.netns())?;
+            switch.underlay(node)?;
+            let chassis = ["node1", "node2"][index];
+            let spec = AgentSpec {
+                chassis,
+                node,
+                local_ports: vec![format!("{name}.bench={host}")],
+                pin_root: None,
+                cni_dir: None,
+                extra_args: vec![
+                    "--no-node-nic".into(),
+                    "--dataplane".into(),
+                    "openflow".into(),
+                    "--ovs-bridge-socket".into(),
+                    switch.management_socket("br-int").display().to_string(),
+                    "--ovs-db".into(),
+                    switch.db_remote(),
+                ],
+            };
+            let log = std::env::temp_dir().join(format!("{prefix}-t-{chassis}.log"));
+            let child = spec.spawn(&pair.lab, agent, log)?;
+            pair.agents.push(child);
+            pair.switches.push(switch);
+            pair.pods.push(pod);
+        }
+        wait_all_up(&pair.lab, Self::PODS.len(), &pair.agents)?;
+        Ok(pair)
+    }
+
+    fn path(&self) -> BenchPath<'_> {
+        BenchPath::pair(
+            ('t', "(t) ovnbpf OpenFlow (OVS netdev)"),
+            (self.pods[0].netns(), self.pods[1].netns()),
+            Self::PODS[1].1,
+            self.switches
+                .iter()
+                .flat_map(OvsSwitch::daemon_pids)
+                .collect(),
+        )
+    }
+}
+
 /// (q): (c)'s shape over an IPv6 underlay: two pods of one subnet (10.6.0.0/24, a VPC built as
 /// Kube-OVN builds one) on two nodes whose agents tunnel in IPv6 (`--encap-ip` the nodes'
 /// `fd00:172:31::/64` addresses), a lab of their own. The pods' MTU is 1422 (78 bytes of outer
@@ -1287,6 +1389,7 @@ fn comparisons(letters: &str) -> Vec<(char, char)> {
         ('s', 'f'),
         ('c', 'o'),
         ('c', 'p'),
+        ('t', 'p'),
     ]);
     pairs.retain(|(x, y)| letters.contains(*x) && letters.contains(*y));
     pairs
@@ -1372,7 +1475,7 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         json_results.push(json!({"ratio": label, "metrics": metrics}));
     }
     println!(
-        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20; r/f (a distributed FIP against the same physical path without NAT) throughput ≥ 0.9; s/f (centralized SNAT on the gateway chassis, the same) throughput ≥ 0.9"
+        "goals: c/b throughput ≥ 0.8 and RR p99 ≤ 1.2; h/d throughput ≥ 0.95; j/c throughput ≥ 0.9 and RR p50 ≤ 1.1; m/c (the VIP balanced at the socket) throughput ≥ 0.95 and RR p50 ≤ 1.05; n/c (IPv6) throughput ≥ 0.95; q/c (IPv6 underlay) shown, no goal; c/o (against the kernel's VXLAN) throughput ≥ 1.1; c/p (against real OVN, userspace datapath) throughput ≥ 20; t/p (ovnbpf's OpenFlow backend against ovn-controller on the same userspace OVS) throughput ≥ 1.0; r/f (a distributed FIP against the same physical path without NAT) throughput ≥ 0.9; s/f (centralized SNAT on the gateway chassis, the same) throughput ≥ 0.9"
     );
     json_results
 }
@@ -1458,14 +1561,14 @@ pub fn run(args: &[String]) -> Result<()> {
         return write_json("datapath-broadcast", &[result]);
     }
     let prefix = unique_prefix();
-    // Which paths to measure: letters a–r (all by default), e.g. `--paths af` to compare the
+    // Which paths to measure: letters a–t (all by default), e.g. `--paths af` to compare the
     // underlay with the raw pair alone.
-    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopqrs");
+    let letters = option(args, "--paths").unwrap_or("abcdefghijklmnopqrst");
     if let Some(bad) = letters
         .chars()
-        .find(|c| !"abcdefghijklmnopqrs".contains(*c))
+        .find(|c| !"abcdefghijklmnopqrst".contains(*c))
     {
-        anyhow::bail!("--paths takes letters a to r, not {bad:?}");
+        anyhow::bail!("--paths takes letters a to t, not {bad:?}");
     }
     println!("== bench datapath: setting up every path");
     let raw = letters
@@ -1484,6 +1587,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .contains('p')
         .then(|| RealOvnPair::create(&prefix))
         .transpose()?;
+    let openflow = letters
+        .contains('t')
+        .then(|| OpenFlowPair::create(&prefix, &agent))
+        .transpose()?;
     let ipv6_underlay = letters
         .contains('q')
         .then(|| Ipv6UnderlayPair::create(&prefix, &agent))
@@ -1499,6 +1606,7 @@ pub fn run(args: &[String]) -> Result<()> {
     paths.extend(routed.as_ref().map(RoutedPair::path));
     paths.extend(vxlan.as_ref().map(VxlanPair::path));
     paths.extend(real_ovn.as_ref().map(RealOvnPair::path));
+    paths.extend(openflow.as_ref().map(OpenFlowPair::path));
     if let Some(ovnbpf) = &ovnbpf {
         paths.extend(ovnbpf.paths(letters));
     }
@@ -1518,7 +1626,15 @@ pub fn run(args: &[String]) -> Result<()> {
         json_results.extend(report(&paths, &samples, letters));
     }
     drop(paths);
-    drop((ipv6_underlay, ovnbpf, real_ovn, vxlan, routed, raw));
+    drop((
+        ipv6_underlay,
+        ovnbpf,
+        openflow,
+        real_ovn,
+        vxlan,
+        routed,
+        raw,
+    ));
     if letters.contains('g') {
         let broadcast = broadcast(&agent, flood_runs)?;
         print_broadcast(&broadcast);
