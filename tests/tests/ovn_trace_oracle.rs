@@ -27,9 +27,16 @@
 //! IR by the agent's backend ([`oracle_kernel`]); every kernel verdict must equal the evaluator's,
 //! or be a drop the backend counts for a router it declines (`router_unsupported`, the reasons
 //! printed).
+//!
+//! Four ways: the same IR translated by the OpenFlow backend into a real Open vSwitch's br-int
+//! ([`oracle_openflow`]), every case a pod sends traced there with `ofproto/trace`: what its
+//! datapath actions output (ports and rewritten headers) must equal the evaluator's outputs, or
+//! be a drop the backend reports (a fenced datapath, a port with port security, IPv6 and the
+//! router's own answers on a partial one; the counts and fenced datapaths printed).
 
 mod common;
 mod oracle_kernel;
+mod oracle_openflow;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -1580,6 +1587,44 @@ async fn ir_verdicts_equal_ovn_trace() {
         "{} of {} cases disagree between the kernel and the evaluator:\n\n{}",
         report.disagreements.len(),
         report.replayed,
+        report.disagreements.join("\n\n")
+    );
+
+    // Open vSwitch, programmed by the OpenFlow backend from the same IR, on every case a pod
+    // sends (`ofproto/trace`).
+    let openflow = oracle_openflow::OpenFlowReplay::new(&entries);
+    let datapaths = entries.iter().filter_map(|entry| match entry {
+        ovnbpf_agent::pipeline::ir::IrEntry::Datapath { datapath, name, .. } => {
+            Some((*datapath, name.clone()))
+        }
+        _ => None,
+    });
+    for fenced in openflow.fenced(datapaths) {
+        println!("  the OpenFlow backend fences {fenced}");
+    }
+    let mut report = oracle_openflow::Report::default();
+    for (what, pod, packet) in &cases {
+        openflow.check(&mut report, &evaluator, what, &pod.port, *packet);
+    }
+    println!(
+        "ofproto/trace: {} cases traced ({} from the external network not), {} dropped by both, {} forwarded alike, dropped by br-int where the backend reports it does not translate: {:?}, {} disagreements",
+        report.traced,
+        report.skipped,
+        report.both_drop,
+        report.both_forward,
+        report.untranslated,
+        report.disagreements.len()
+    );
+    assert!(
+        report.both_forward >= 200,
+        "only {} cases forwarded alike",
+        report.both_forward
+    );
+    assert!(
+        report.disagreements.is_empty(),
+        "{} of {} cases disagree between br-int and the evaluator:\n\n{}",
+        report.disagreements.len(),
+        report.traced,
         report.disagreements.join("\n\n")
     );
 }

@@ -6,7 +6,9 @@
 //!   from OVN's Geneve option and go to the output table;
 //! - table [`INGRESS`]: the sanity checks (`IngressSanity`: tagged frames, multicast sources)
 //!   and the ARP responder (`ArpReply`, with `ArpReplySkip` and `ArpReplySkipPort`), then the
-//!   L2 lookup;
+//!   L2 lookup; neighbour solicitations the switch's ND responder would answer (`NdReply`, an
+//!   OVN controller action) are dropped rather than flooded, but for their owner's
+//!   (`NdReplySkip`);
 //! - table [`LOOKUP`]: `L2Fib` (a known MAC) sets the logical output port (`reg15`) and
 //!   resubmits to the output table; `FloodMulticast` (broadcast and multicast) does so for each
 //!   member of the flood group in turn (`FloodGroup`, `FloodMember`), and sends one copy to
@@ -31,7 +33,7 @@
 //! flows). Owns the IR's L2 state and the installed flows; touches nothing else.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{
     action::{Action, Instruction, PORT_IN_PORT},
@@ -100,6 +102,10 @@ pub struct L2Flows {
     arp_skips: HashMap<u32, BTreeSet<(Ipv4Addr, String)>>,
     /// Switch → ports whose ARP requests are never answered (localnet).
     arp_skip_ports: HashMap<u32, BTreeSet<String>>,
+    /// Switch → the IPv6 addresses its ND responder answers for (not translated: their
+    /// solicitations are dropped, not flooded), and the (address, port) pairs it skips.
+    nd_replies: HashMap<u32, BTreeSet<Ipv6Addr>>,
+    nd_skips: HashMap<u32, BTreeSet<(Ipv6Addr, String)>>,
     /// Switches without flows ([`super::untranslated`]).
     fenced: BTreeSet<u32>,
     /// Switch → its localnet port: (key, provider network, VLAN tag).
@@ -290,6 +296,28 @@ impl L2Flows {
                 inport,
             } => {
                 let skips = self.arp_skips.entry(*datapath).or_default();
+                if added {
+                    skips.insert((*ip, inport.clone()));
+                } else {
+                    skips.remove(&(*ip, inport.clone()));
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::NdReply { datapath, ip, .. } => {
+                let replies = self.nd_replies.entry(*datapath).or_default();
+                if added {
+                    replies.insert(*ip);
+                } else {
+                    replies.remove(ip);
+                }
+                self.marked.insert(*datapath);
+            }
+            IrEntry::NdReplySkip {
+                datapath,
+                ip,
+                inport,
+            } => {
+                let skips = self.nd_skips.entry(*datapath).or_default();
                 if added {
                     skips.insert((*ip, inport.clone()));
                 } else {
@@ -490,6 +518,27 @@ impl L2Flows {
                 request().with(Field::arp_target_ip(*ip)),
                 arp_reply(*ip, *mac),
             ));
+        }
+        // OVN answers these solicitations from the switch (a controller action, `nd_na`); the
+        // backend does not, and never floods what OVN would answer: dropped (the switch is
+        // reported partial), except when the owner asks.
+        let solicitation = |target: Ipv6Addr| {
+            on_datapath(switch)
+                .with(Field::eth_type(0x86dd))
+                .with(Field::ip_protocol(58))
+                .with(Field::icmpv6_type(135))
+                .with(Field::nd_target(target))
+        };
+        for (ip, port) in self.nd_skips.get(&switch).into_iter().flatten() {
+            let Some(key) = key_of(port) else { continue };
+            flows.push(flow(
+                95,
+                solicitation(*ip).with(Field::register(14, key)),
+                lookup(),
+            ));
+        }
+        for ip in self.nd_replies.get(&switch).into_iter().flatten() {
+            flows.push(flow(90, solicitation(*ip), Vec::new()));
         }
         flows
     }

@@ -189,6 +189,18 @@ impl Field {
         Self::new(9, OFPXMC_OPENFLOW_BASIC, 19, &[icmp_type])
     }
 
+    /// The ICMPv6 type (needs `ip_protocol` 58 before it).
+    #[must_use]
+    pub fn icmpv6_type(icmp_type: u8) -> Self {
+        Self::new(9, OFPXMC_OPENFLOW_BASIC, 29, &[icmp_type])
+    }
+
+    /// A neighbour discovery message's target (needs `icmpv6_type` 135 or 136 before it).
+    #[must_use]
+    pub fn nd_target(address: std::net::Ipv6Addr) -> Self {
+        Self::new(10, OFPXMC_OPENFLOW_BASIC, 31, &address.octets())
+    }
+
     #[must_use]
     pub fn arp_source_ip(address: std::net::Ipv4Addr) -> Self {
         Self::new(9, OFPXMC_OPENFLOW_BASIC, 22, &address.octets())

@@ -194,6 +194,9 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
         | IrEntry::RouterReject6 { .. }
         | IrEntry::TtlExceeded6 { .. }
         | IrEntry::RouterAdvertisement { .. } => partial("IPv6 routing is not translated"),
+        IrEntry::NdReply { .. } => {
+            partial("the switch's ND responder does not answer (its solicitations are dropped)")
+        }
         IrEntry::ArpRequestForNextHop { .. } => {
             partial("next hops without a known MAC are not asked for (ARP)")
         }
