@@ -122,9 +122,18 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
             "{pod} not up after ADD"
         );
     }
-    // Two pods and the tunnel to node2 on br-int.
+    // Two pods and the tunnel to node2 on br-int, the pods' named as Kube-OVN names them.
     let ports = switch.vsctl(&["list-ports", "br-int"]).unwrap();
     assert_eq!(ports.lines().count(), 3, "{ports}");
+    let iface_ids = switch
+        .vsctl(&["--bare", "--columns=external_ids", "list", "interface"])
+        .unwrap();
+    for pod in ["a1.ns", "a3.ns"] {
+        assert!(
+            iface_ids.contains(&format!("iface-id={pod}")),
+            "{pod}: {iface_ids}"
+        );
+    }
     assert!(
         wait_until(Duration::from_secs(5), || pings(&pods[0], A3)),
         "a1 → a3 through br-int\n{}{}",

@@ -173,6 +173,7 @@ impl OpenFlowDatapath {
             match attached {
                 Ok(attachment) => {
                     if let Some(ofport) = datapath.attacher.ofport(attachment.ifindex()) {
+                        datapath.attacher.name_port(interface, port);
                         datapath.plugged.insert(port.clone(), interface.clone());
                         datapath.l2.plug(port, ofport);
                     }
@@ -419,6 +420,7 @@ impl Datapath for OpenFlowDatapath {
             .ofport(attachment.ifindex())
             .ok_or_else(|| DatapathError::new(format!("{interface} was not added to {BRIDGE}")))?;
         self.plugged.insert(port.to_string(), interface.to_string());
+        self.attacher.name_port(interface, port);
         self.l2.plug(port, ofport);
         self.flush()
     }
@@ -576,6 +578,16 @@ impl OvsAttacher {
             &format!("options:csum={csum}"),
         ])?;
         self.ofport_of(name)
+    }
+
+    /// Names logical port `port` on `interface`'s br-int interface (`external_ids:iface-id`, as
+    /// Kube-OVN and ovn-controller name it, for the tools that read it; best effort: logged
+    /// when it fails).
+    fn name_port(&self, interface: &str, port: &str) {
+        let iface_id = format!("external_ids:iface-id={port}");
+        if let Err(error) = self.vsctl(&["set", "interface", interface, &iface_id]) {
+            tracing::warn!(%error, interface, port, "cannot name the port on br-int");
+        }
     }
 
     /// Takes `interface` out of br-int (best effort: logged when it fails).
