@@ -253,6 +253,26 @@ impl OvsSwitch {
         format!("unix:{}", self.dir.path().join("db.sock").display())
     }
 
+    /// The arguments that make an agent program this switch's br-int (`--dataplane openflow`).
+    #[must_use]
+    pub fn agent_args(&self) -> Vec<String> {
+        Self::agent_args_in(self.dir.path())
+    }
+
+    /// [`Self::agent_args`] of a switch that will keep its state in `dir` (see
+    /// [`Self::start_in`]): an agent started before the switch.
+    #[must_use]
+    pub fn agent_args_in(dir: &std::path::Path) -> Vec<String> {
+        vec![
+            "--dataplane".into(),
+            "openflow".into(),
+            "--ovs-bridge-socket".into(),
+            dir.join("br-int.mgmt").display().to_string(),
+            "--ovs-db".into(),
+            format!("unix:{}", dir.join("db.sock").display()),
+        ]
+    }
+
     /// The management socket of bridge `bridge`, where an OpenFlow controller connects.
     #[must_use]
     pub fn management_socket(&self, bridge: &str) -> std::path::PathBuf {

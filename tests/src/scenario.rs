@@ -250,15 +250,7 @@ impl OvsNodes {
     /// The agent arguments that make node `index`'s agent program its switch.
     #[must_use]
     pub fn agent_args(&self, index: usize) -> Vec<String> {
-        let switch = &self.switches[index];
-        vec![
-            "--dataplane".into(),
-            "openflow".into(),
-            "--ovs-bridge-socket".into(),
-            switch.management_socket("br-int").display().to_string(),
-            "--ovs-db".into(),
-            switch.db_remote(),
-        ]
+        self.switches[index].agent_args()
     }
 
     /// Every node's br-int flows, for assertion messages.

@@ -54,18 +54,8 @@ fn pings(from: &Netns, to: Ipv4Addr) -> bool {
 fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
     require_root();
     let state = OvsSwitch::state_dir().unwrap();
-    let socket = state.path().join("br-int.mgmt");
-    let db = format!("unix:{}", state.path().join("db.sock").display());
-    let openflow = vec![
-        "--dataplane".to_string(),
-        "openflow".into(),
-        "--ovs-bridge-socket".into(),
-        socket.display().to_string(),
-        "--ovs-db".into(),
-        db,
-        "--metrics-address".into(),
-        METRICS.into(),
-    ];
+    let mut openflow = OvsSwitch::agent_args_in(state.path());
+    openflow.extend(["--metrics-address".into(), METRICS.into()]);
     // node2's agent is left to choose (`auto`): eBPF loads here, so eBPF it is.
     let auto = ["--dataplane", "auto", "--metrics-address", METRICS].map(String::from);
     let cni = CniNodes::start(
@@ -298,14 +288,7 @@ fn an_openflow_node_an_ebpf_node_and_a_real_ovn_controller_forward_for_each_othe
         local_ports: vec!["a1.ns=a1_h".into(), "b1.ns=b1_h".into()],
         pin_root: None,
         cni_dir: None,
-        extra_args: vec![
-            "--dataplane".into(),
-            "openflow".into(),
-            "--ovs-bridge-socket".into(),
-            switch.management_socket("br-int").display().to_string(),
-            "--ovs-db".into(),
-            switch.db_remote(),
-        ],
+        extra_args: switch.agent_args(),
     }
     .spawn(
         lab,
@@ -434,18 +417,13 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     }
     let log_dir = tempfile::tempdir().unwrap();
     let mut spec = scenario::planned_agent(nodes, &PLAN, 0, None);
-    spec.extra_args = vec![
-        "--dataplane".into(),
-        "openflow".into(),
-        "--ovs-bridge-socket".into(),
-        switch.management_socket("br-int").display().to_string(),
-        "--ovs-db".into(),
-        switch.db_remote(),
+    spec.extra_args = switch.agent_args();
+    spec.extra_args.extend([
         "--metrics-address".into(),
         METRICS.into(),
         "--control-socket".into(),
         log_dir.path().join("control.sock").display().to_string(),
-    ];
+    ]);
     // In a cell: the test restarts it while the logs closure reads it.
     let openflow = std::cell::RefCell::new(
         spec.spawn(

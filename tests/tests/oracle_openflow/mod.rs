@@ -27,6 +27,7 @@ use ovnbpf_agent::{
     dataplane::openflow::{
         Connection, l2::L2Flows, l3::RouterFlows, message::FlowMod, untranslated::Untranslated,
     },
+    net::{format_mac, parse_mac},
     pipeline::{
         IrDiff,
         eval::{
@@ -371,12 +372,7 @@ fn odp_ports(switch: &OvsSwitch, ofports: &HashMap<String, u32>) -> HashMap<u32,
 
 /// `ofproto/trace`'s flow for `packet` entering by OpenFlow port `ofport`.
 fn flow_text(ofport: u32, packet: &Packet) -> String {
-    let mac = |m: [u8; 6]| {
-        m.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
+    let mac = |m: [u8; 6]| format_mac(&m);
     let mut flow = format!(
         "in_port={ofport},dl_src={},dl_dst={}",
         mac(packet.eth_src),
@@ -518,15 +514,6 @@ fn fields(text: &str) -> BTreeMap<&str, &str> {
             Some((key.trim(), value.split('/').next()?.trim()))
         })
         .collect()
-}
-
-fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let bytes: Vec<u8> = text
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    bytes.try_into().ok()
 }
 
 /// Applies one `set(kind(fields))` to `state`.

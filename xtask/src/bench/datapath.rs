@@ -832,15 +832,7 @@ impl OpenFlowPair {
                 local_ports: vec![format!("{name}.bench={host}")],
                 pin_root: None,
                 cni_dir: None,
-                extra_args: vec![
-                    "--no-node-nic".into(),
-                    "--dataplane".into(),
-                    "openflow".into(),
-                    "--ovs-bridge-socket".into(),
-                    switch.management_socket("br-int").display().to_string(),
-                    "--ovs-db".into(),
-                    switch.db_remote(),
-                ],
+                extra_args: [vec!["--no-node-nic".into()], switch.agent_args()].concat(),
             };
             let log = std::env::temp_dir().join(format!("{prefix}-t-{chassis}.log"));
             let child = spec.spawn(&pair.lab, agent, log)?;

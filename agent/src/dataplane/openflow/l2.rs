@@ -37,11 +37,12 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{
     action::{Action, Instruction, PORT_IN_PORT},
-    message::{Command, FlowMod},
+    message::FlowMod,
     oxm::{
         Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_ARP_SHA,
         OXM_ARP_SPA, OXM_ARP_THA, OXM_ARP_TPA, OXM_ETH_DST, OXM_ETH_SRC, OXM_METADATA,
     },
+    table::{DatapathFlows, Flows, insert, on_datapath},
 };
 use crate::pipeline::ir::{IrDiff, IrEntry, Mac, PortKind};
 
@@ -56,9 +57,6 @@ pub const OUTPUT: u8 = 40;
 
 /// Table of the switches' ingress checks and ARP responder, before the L2 lookup.
 pub const INGRESS: u8 = 5;
-
-/// A flow's identity in the switch: (table, priority, the encoded match).
-pub(super) type FlowKey = (u8, u16, Vec<u8>);
 
 /// The key under which the tunnel ports' classification flows are kept (no switch has it).
 const TUNNELS: u32 = u32::MAX;
@@ -82,10 +80,8 @@ pub struct L2Flows {
     members: HashMap<(u32, u32), BTreeSet<u32>>,
     /// Switch → the group its broadcast and multicast frames flood to.
     multicast: HashMap<u32, String>,
-    /// Switches whose flows may have changed since [`Self::changes`].
-    marked: BTreeSet<u32>,
-    /// Switch → its installed flows.
-    installed: HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
+    /// Per switch: installed flows, changes since the last write, the fence.
+    flows: DatapathFlows,
     /// This chassis's name.
     chassis: String,
     /// Switch → its ports bound to other chassis: port key → that chassis.
@@ -106,8 +102,6 @@ pub struct L2Flows {
     /// solicitations are dropped, not flooded), and the (address, port) pairs it skips.
     nd_replies: HashMap<u32, BTreeSet<Ipv6Addr>>,
     nd_skips: HashMap<u32, BTreeSet<(Ipv6Addr, String)>>,
-    /// Switches without flows ([`super::untranslated`]).
-    fenced: BTreeSet<u32>,
     /// Switch → its localnet port: (key, provider network, VLAN tag).
     localnets: HashMap<u32, (u32, String, Option<u16>)>,
     /// Provider network → the OpenFlow port of its NIC on br-int (the bridge mappings).
@@ -160,14 +154,16 @@ impl L2Flows {
             Some(ofport) => self.tunnels.insert(chassis.to_string(), ofport),
             None => self.tunnels.remove(chassis),
         };
-        self.marked.insert(TUNNELS);
+        self.flows.mark(TUNNELS);
         let switches: Vec<u32> = self
             .remote_ports
             .iter()
             .filter(|(_, ports)| ports.values().any(|other| other == chassis))
             .map(|(switch, _)| *switch)
             .collect();
-        self.marked.extend(switches);
+        for switch in switches {
+            self.flows.mark(switch);
+        }
     }
 
     /// Takes in an IR diff's L2 entries (the others are not this part's).
@@ -224,7 +220,7 @@ impl L2Flows {
                 if remote.is_empty() {
                     self.remote_ports.remove(datapath);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::L2Fib {
                 datapath,
@@ -237,7 +233,7 @@ impl L2Flows {
                 } else if fib.get(mac) == Some(port) {
                     fib.remove(mac);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::FloodGroup {
                 datapath,
@@ -250,7 +246,7 @@ impl L2Flows {
                 } else if self.groups.get(&slot) == Some(key) {
                     self.groups.remove(&slot);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::FloodMember {
                 datapath,
@@ -263,7 +259,7 @@ impl L2Flows {
                 } else {
                     members.remove(port);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::FloodUnknown { datapath, group } => {
                 if added {
@@ -271,7 +267,7 @@ impl L2Flows {
                 } else if self.unknown.get(datapath) == Some(group) {
                     self.unknown.remove(datapath);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::IngressSanity { datapath } => {
                 if added {
@@ -279,7 +275,7 @@ impl L2Flows {
                 } else {
                     self.sanity.remove(datapath);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::ArpReply { datapath, ip, mac } => {
                 let replies = self.arp_replies.entry(*datapath).or_default();
@@ -288,7 +284,7 @@ impl L2Flows {
                 } else if replies.get(ip) == Some(mac) {
                     replies.remove(ip);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::ArpReplySkip {
                 datapath,
@@ -301,7 +297,7 @@ impl L2Flows {
                 } else {
                     skips.remove(&(*ip, inport.clone()));
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::NdReply { datapath, ip, .. } => {
                 let replies = self.nd_replies.entry(*datapath).or_default();
@@ -310,7 +306,7 @@ impl L2Flows {
                 } else {
                     replies.remove(ip);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::NdReplySkip {
                 datapath,
@@ -323,7 +319,7 @@ impl L2Flows {
                 } else {
                     skips.remove(&(*ip, inport.clone()));
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::ArpReplySkipPort { datapath, inport } => {
                 let skips = self.arp_skip_ports.entry(*datapath).or_default();
@@ -332,7 +328,7 @@ impl L2Flows {
                 } else {
                     skips.remove(inport);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::FloodMulticast { datapath, group } => {
                 if added {
@@ -340,7 +336,7 @@ impl L2Flows {
                 } else if self.multicast.get(datapath) == Some(group) {
                     self.multicast.remove(datapath);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             _ => {}
         }
@@ -355,7 +351,9 @@ impl L2Flows {
             .filter(|(_, (_, on, _))| on == network)
             .map(|(switch, _)| *switch)
             .collect();
-        self.marked.extend(switches);
+        for switch in switches {
+            self.flows.mark(switch);
+        }
     }
 
     /// Switch `switch`'s localnet port, if its network is mapped here.
@@ -372,7 +370,7 @@ impl L2Flows {
     pub fn plug(&mut self, port: &str, ofport: u32) {
         self.plugged.insert(port.to_string(), ofport);
         if let Some((switch, _)) = self.ports.get(port) {
-            self.marked.insert(*switch);
+            self.flows.mark(*switch);
         }
     }
 
@@ -380,34 +378,31 @@ impl L2Flows {
     pub fn unplug(&mut self, port: &str) {
         self.plugged.remove(port);
         if let Some((switch, _)) = self.ports.get(port) {
-            self.marked.insert(*switch);
+            self.flows.mark(*switch);
         }
     }
 
     /// Switch `switch` goes without flows (`fenced`) or has them again.
     pub fn set_fenced(&mut self, switch: u32, fenced: bool) {
-        if fenced {
-            self.fenced.insert(switch);
-        } else {
-            self.fenced.remove(&switch);
-        }
-        self.marked.insert(switch);
+        self.flows.set_fenced(switch, fenced);
     }
 
     /// Whether a change waits for [`Self::changes`].
     #[must_use]
     pub fn has_changes(&self) -> bool {
-        !self.marked.is_empty()
+        self.flows.has_changes()
     }
 
     /// The flow mods that bring the marked switches' installed flows to the desired ones
     /// (deletes first, then adds), recorded as installed.
     pub fn changes(&mut self) -> Vec<FlowMod> {
-        let desired = std::mem::take(&mut self.marked)
+        let desired = self
+            .flows
+            .take_marked()
             .into_iter()
             .map(|switch| (switch, self.desired(switch)))
             .collect();
-        diff_flows(&mut self.installed, desired)
+        self.flows.diff(desired)
     }
 
     /// A full resync, for a switch whose flows are not known (a session opened again, an
@@ -422,25 +417,22 @@ impl L2Flows {
             .chain(self.multicast.keys().copied())
             .chain(self.sanity.iter().copied())
             .chain(self.arp_replies.keys().copied())
-            .chain(self.installed.keys().copied())
+            .chain(self.flows.installed_datapaths())
             .chain([TUNNELS])
             .collect();
-        self.marked.clear();
-        self.installed.clear();
+        self.flows.reset();
+        let desired = switches
+            .into_iter()
+            .map(|switch| (switch, self.desired(switch)))
+            .collect();
         let mut changes = vec![FlowMod::delete_cookie(COOKIE)];
-        for switch in switches {
-            let desired = self.desired(switch);
-            changes.extend(desired.values().cloned());
-            if !desired.is_empty() {
-                self.installed.insert(switch, desired);
-            }
-        }
+        changes.extend(self.flows.diff(desired));
         changes
     }
 
     /// What enters by a tunnel: the datapath from the tunnel ID, the logical input and output
     /// ports from OVN's option, then the output table (only local ports and groups there).
-    fn tunnel_flows(&self) -> BTreeMap<FlowKey, FlowMod> {
+    fn tunnel_flows(&self) -> Flows {
         let mut flows = BTreeMap::new();
         for ofport in self.tunnels.values() {
             let flow = FlowMod::add(
@@ -544,12 +536,12 @@ impl L2Flows {
     }
 
     /// Switch `switch`'s desired flows.
-    fn desired(&self, switch: u32) -> BTreeMap<FlowKey, FlowMod> {
+    fn desired(&self, switch: u32) -> Flows {
         if switch == TUNNELS {
             return self.tunnel_flows();
         }
         let mut flows = BTreeMap::new();
-        if self.fenced.contains(&switch) {
+        if self.flows.is_fenced(switch) {
             return flows;
         }
         let mut add = |flow: FlowMod| insert(&mut flows, flow);
@@ -763,46 +755,6 @@ fn flood_actions(
     (actions, local)
 }
 
-/// The flow mods that bring the installed flows of each datapath to its desired flows
-/// (deletes first, then adds), recorded as installed.
-pub(super) fn diff_flows(
-    installed: &mut HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
-    desired: Vec<(u32, BTreeMap<FlowKey, FlowMod>)>,
-) -> Vec<FlowMod> {
-    let mut deletes = Vec::new();
-    let mut adds = Vec::new();
-    for (datapath, desired) in desired {
-        let before = installed.remove(&datapath).unwrap_or_default();
-        for (key, flow) in &before {
-            if !desired.contains_key(key) {
-                deletes.push(FlowMod {
-                    command: Command::DeleteStrict,
-                    cookie_mask: u64::MAX,
-                    instructions: Vec::new(),
-                    ..flow.clone()
-                });
-            }
-        }
-        for (key, flow) in &desired {
-            if before.get(key) != Some(flow) {
-                adds.push(flow.clone());
-            }
-        }
-        if !desired.is_empty() {
-            installed.insert(datapath, desired);
-        }
-    }
-    deletes.extend(adds);
-    deletes
-}
-
-/// Adds `flow` to `flows` under its identity.
-pub(super) fn insert(flows: &mut BTreeMap<FlowKey, FlowMod>, flow: FlowMod) {
-    let mut matching = Vec::new();
-    flow.matching.encode(&mut matching);
-    flows.insert((flow.table, flow.priority, matching), flow);
-}
-
 /// The ARP request turned into the answer that `ip` is at `mac`, sent back out of the port it
 /// came in on.
 fn arp_reply(ip: Ipv4Addr, mac: Mac) -> Vec<Action> {
@@ -840,14 +792,10 @@ fn tunnel_out(switch: u32, egress: u32, tunnel: u32) -> Vec<Action> {
     ]
 }
 
-/// A match on switch `switch`'s pipeline (`metadata`).
-pub(super) fn on_datapath(switch: u32) -> Match {
-    Match::new().with(Field::metadata(u64::from(switch)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::openflow::message::Command;
     use crate::pipeline::ir::PortKind;
 
     fn port(key: u32, name: &str) -> IrEntry {

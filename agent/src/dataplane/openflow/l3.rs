@@ -27,9 +27,10 @@ use std::net::Ipv4Addr;
 
 use super::{
     action::{Action, Instruction},
-    l2::{self, COOKIE, FlowKey, LOOKUP, OUTPUT},
+    l2::{COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
     oxm::{Field, Match, NXM_REG0, NXM_REG1, OXM_IPV4_DST, OXM_IPV4_SRC},
+    table::{DatapathFlows, Flows, insert, on_datapath},
 };
 use crate::pipeline::ir::{
     IrDiff, IrEntry, L4Match, PolicyVerdict, PortKind, RouteSelector, RouterDropRule,
@@ -67,10 +68,8 @@ pub struct RouterFlows {
     routers: BTreeSet<u32>,
     /// Router → its entries this part translates.
     entries: HashMap<u32, BTreeSet<IrEntry>>,
-    /// Datapaths without flows ([`super::untranslated`]).
-    fenced: BTreeSet<u32>,
-    marked: BTreeSet<u32>,
-    installed: HashMap<u32, BTreeMap<FlowKey, FlowMod>>,
+    /// Per datapath: installed flows, changes since the last write, the fence.
+    flows: DatapathFlows,
 }
 
 impl RouterFlows {
@@ -91,7 +90,7 @@ impl RouterFlows {
                 } else {
                     self.routers.remove(datapath);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             IrEntry::Port {
                 datapath,
@@ -126,10 +125,10 @@ impl RouterFlows {
                         }
                     }
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
                 // The peer's crossing names this port's key.
                 if let Some(other) = peer.and_then(|peer| self.ports.get(&peer)) {
-                    self.marked.insert(other.datapath);
+                    self.flows.mark(other.datapath);
                 }
                 // Patches of other datapaths whose peer this is.
                 let crossing: Vec<u32> = self
@@ -138,7 +137,9 @@ impl RouterFlows {
                     .filter(|other| other.peer.as_ref() == Some(name))
                     .map(|other| other.datapath)
                     .collect();
-                self.marked.extend(crossing);
+                for datapath in crossing {
+                    self.flows.mark(datapath);
+                }
             }
             IrEntry::RouterPort { datapath, .. }
             | IrEntry::RouteTableOfPort { datapath, .. }
@@ -158,7 +159,7 @@ impl RouterFlows {
                 if entries.is_empty() {
                     self.entries.remove(datapath);
                 }
-                self.marked.insert(*datapath);
+                self.flows.mark(*datapath);
             }
             _ => {}
         }
@@ -166,43 +167,35 @@ impl RouterFlows {
 
     /// Datapath `datapath` goes without flows (`fenced`) or has them again.
     pub fn set_fenced(&mut self, datapath: u32, fenced: bool) {
-        if fenced {
-            self.fenced.insert(datapath);
-        } else {
-            self.fenced.remove(&datapath);
-        }
-        self.marked.insert(datapath);
+        self.flows.set_fenced(datapath, fenced);
     }
 
     /// Whether a change waits for [`Self::changes`].
     #[must_use]
     pub fn has_changes(&self) -> bool {
-        !self.marked.is_empty()
+        self.flows.has_changes()
     }
 
     /// The flow mods that bring the marked datapaths' flows to the desired ones (deletes first).
     pub fn changes(&mut self) -> Vec<FlowMod> {
-        let desired = std::mem::take(&mut self.marked)
+        let desired = self
+            .flows
+            .take_marked()
             .into_iter()
             .map(|datapath| (datapath, self.desired(datapath)))
             .collect();
-        l2::diff_flows(&mut self.installed, desired)
+        self.flows.diff(desired)
     }
 
     /// Every desired flow, recorded as installed (the caller deletes the cookie's flows first).
     pub fn resync(&mut self) -> Vec<FlowMod> {
-        self.marked.clear();
-        self.installed.clear();
         let datapaths: BTreeSet<u32> = self.patches.keys().chain(&self.routers).copied().collect();
-        let mut changes = Vec::new();
-        for datapath in datapaths {
-            let desired = self.desired(datapath);
-            changes.extend(desired.values().cloned());
-            if !desired.is_empty() {
-                self.installed.insert(datapath, desired);
-            }
-        }
-        changes
+        self.flows.reset();
+        let desired = datapaths
+            .into_iter()
+            .map(|datapath| (datapath, self.desired(datapath)))
+            .collect();
+        self.flows.diff(desired)
     }
 
     fn key(&self, port: &str) -> Option<u32> {
@@ -211,13 +204,13 @@ impl RouterFlows {
 
     /// Datapath `datapath`'s desired flows: its patches' crossings and, for a router, its
     /// pipeline.
-    fn desired(&self, datapath: u32) -> BTreeMap<FlowKey, FlowMod> {
+    fn desired(&self, datapath: u32) -> Flows {
         let mut flows = BTreeMap::new();
-        if self.fenced.contains(&datapath) {
+        if self.flows.is_fenced(datapath) {
             return flows;
         }
         let mut add = |table: u8, priority: u16, matching: Match, actions: Vec<Action>| {
-            l2::insert(
+            insert(
                 &mut flows,
                 FlowMod::add(
                     COOKIE,
@@ -228,7 +221,7 @@ impl RouterFlows {
                 ),
             );
         };
-        let on = || l2::on_datapath(datapath);
+        let on = || on_datapath(datapath);
         for name in self.patches.get(&datapath).into_iter().flatten() {
             let Some(info) = self.ports.get(name) else {
                 continue;

@@ -22,6 +22,7 @@
 //!   per switch;
 //! - [`l3`]: the routers (admission, IP input, routes, policies, next hops) and the patches
 //!   between datapaths, as flows changed per datapath;
+//! - `table`: the per-datapath bookkeeping both share (installed flows, changes, fences);
 //! - [`untranslated`]: what the translation leaves out and what that costs each datapath
 //!   (partial, or fenced: no flows at all, where leaving it out would forward what OVN would
 //!   not);
@@ -37,6 +38,7 @@ pub mod l2;
 pub mod l3;
 pub mod message;
 pub mod oxm;
+mod table;
 pub mod untranslated;
 
 pub use connection::{Connection, OpenFlowError};

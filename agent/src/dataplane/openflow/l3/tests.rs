@@ -97,12 +97,12 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
     };
     let switch_side = crossings
         .iter()
-        .find(|flow| flow.matching == l2::on_datapath(SWITCH).with(Field::register(15, 1)))
+        .find(|flow| flow.matching == on_datapath(SWITCH).with(Field::register(15, 1)))
         .expect("the switch's crossing");
     assert_eq!(switch_side.instructions, into(ROUTER, ADMISSION));
     let router_side = crossings
         .iter()
-        .find(|flow| flow.matching == l2::on_datapath(ROUTER).with(Field::register(15, 1)))
+        .find(|flow| flow.matching == on_datapath(ROUTER).with(Field::register(15, 1)))
         .expect("the router's crossing");
     assert_eq!(router_side.instructions, into(SWITCH, LOOKUP));
     let route = find(&changes, ROUTING, 74);
@@ -119,7 +119,7 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
     let resolve = find(&changes, RESOLVE, 100);
     assert_eq!(
         resolve[0].matching,
-        l2::on_datapath(ROUTER)
+        on_datapath(ROUTER)
             .with(Field::register(15, 1))
             .with(Field::register(0, u32::from(Ipv4Addr::new(10, 0, 1, 2))))
     );
@@ -140,7 +140,7 @@ fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
     let all = flows.changes();
     let router_flows = all
         .iter()
-        .filter(|flow| flow.matching != l2::on_datapath(SWITCH).with(Field::register(15, 1)))
+        .filter(|flow| flow.matching != on_datapath(SWITCH).with(Field::register(15, 1)))
         .count();
     flows.set_fenced(ROUTER, true);
     let fenced = flows.changes();
@@ -170,7 +170,7 @@ fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
 /// its own addresses below the echo reply too.
 #[test]
 fn router_drop_rules_rank_around_the_echo_reply() {
-    let ipv4 = || l2::on_datapath(ROUTER).with(Field::eth_type(IPV4));
+    let ipv4 = || on_datapath(ROUTER).with(Field::eth_type(IPV4));
     let martian = drop_matches(&RouterDropRule::Martian, &ipv4);
     assert_eq!(martian.len(), 6);
     assert!(martian.iter().all(|(priority, _)| *priority > 90));
