@@ -306,6 +306,46 @@ async fn a_session_programs_br_int_atomically_and_only_its_own_flows() {
         flows.contains("cookie=0x77"),
         "another's flow went: {flows}"
     );
+
+    // The matches the routers' and switches' translation adds, as the switch reads them: a
+    // source prefix, a TTL, a port range's masked block, a solicitation's target.
+    let range = FlowMod::add(
+        COOKIE,
+        23,
+        100,
+        Match::new()
+            .with(Field::eth_type(0x0800))
+            .with(Field::ipv4_source_prefix(
+                std::net::Ipv4Addr::new(10, 3, 0, 0),
+                16,
+            ))
+            .with(Field::ip_ttl(1))
+            .with(Field::ip_protocol(6))
+            .with(Field::tcp_destination(1000).masked(&0xfff8_u16.to_be_bytes())),
+        Vec::new(),
+    );
+    let solicitation = FlowMod::add(
+        COOKIE,
+        5,
+        90,
+        Match::new()
+            .with(Field::eth_type(0x86dd))
+            .with(Field::ip_protocol(58))
+            .with(Field::icmpv6_type(135))
+            .with(Field::nd_target("fe80::1".parse().unwrap())),
+        Vec::new(),
+    );
+    connection
+        .apply(&[range, solicitation])
+        .await
+        .unwrap_or_else(|error| panic!("{error}{}", logs()));
+    let flows = switch.ofctl(&["dump-flows", "br-int"]).unwrap();
+    for expected in [
+        "nw_src=10.3.0.0/16,nw_ttl=1,tp_dst=0x3e8/0xfff8",
+        "icmp_type=135,nd_target=fe80::1",
+    ] {
+        assert!(flows.contains(expected), "{expected} not in {flows}");
+    }
 }
 
 /// Pod namespace `pod` joined to `host_netns` by a veth whose host end is `host` (TX checksum

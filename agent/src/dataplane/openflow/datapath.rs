@@ -17,7 +17,8 @@
 //! task or at unplug. The Geneve tunnels to other chassis are br-int ports too (one per chassis,
 //! `key=flow`, added again at each retry until they are there). Routers are [`RouterFlows`];
 //! what neither translates is accounted (and fenced where it must be) by [`Untranslated`].
-//! The provider NICs of the bridge mappings are br-int ports too (added at start).
+//! The provider NICs of the bridge mappings are br-int ports too (added at start, and at each
+//! retry until they are, as the configured local ports).
 //! Not yet here (issue 19): IPv6 routing, ACLs, load balancers, NAT, counters, drop
 //! events.
 
@@ -103,6 +104,11 @@ pub struct OpenFlowDatapath {
     /// Nothing is written until the first IR diffs come (with `adopted`, the daemon's complete
     /// view): the first write's resync then replaces the previous agent's flows at once.
     holding: bool,
+    /// Provider NICs (network, NIC) and local ports (port, interface) from the configuration
+    /// not on br-int yet: added again at each retry (a busy switch can take seconds to give a
+    /// port its number), pending writes meanwhile.
+    unattached_providers: Vec<(String, String)>,
+    unattached_ports: Vec<(String, String)>,
 }
 
 impl OpenFlowDatapath {
@@ -149,40 +155,13 @@ impl OpenFlowDatapath {
             lost,
             adopted,
             holding: adopted,
+            unattached_providers: Vec::new(),
+            unattached_ports: Vec::new(),
         };
         // Written with the first write's resync.
-        for (network, nic) in &config.providers {
-            let ofport = datapath
-                .attacher
-                .vsctl(&["--may-exist", "add-port", BRIDGE, nic])
-                .and_then(|_| datapath.attacher.ofport_of(nic));
-            match ofport {
-                Ok(ofport) => datapath.l2.set_provider(network, ofport),
-                Err(error) => {
-                    return Err(DatapathError::new(format!(
-                        "adding {nic}, the NIC of provider network {network}, to {BRIDGE}: \
-                         {error}"
-                    )));
-                }
-            }
-        }
-        for (port, interface) in &config.interfaces {
-            let attached = interface_index(interface)
-                .ok_or_else(|| DatapathError::new(format!("no interface {interface}")))
-                .and_then(|ifindex| datapath.attacher.attach(ifindex));
-            match attached {
-                Ok(attachment) => {
-                    if let Some(ofport) = datapath.attacher.ofport(attachment.ifindex()) {
-                        datapath.attacher.name_port(interface, port);
-                        datapath.plugged.insert(port.clone(), interface.clone());
-                        datapath.l2.plug(port, ofport);
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%error, port, interface, "cannot add the port to br-int");
-                }
-            }
-        }
+        datapath.unattached_providers = config.providers.clone();
+        datapath.unattached_ports = config.interfaces.clone();
+        datapath.attach_configured();
         Ok(datapath)
     }
 
@@ -364,6 +343,53 @@ impl OpenFlowDatapath {
         }
     }
 
+    /// Adds the configured provider NICs and local ports that are not on br-int yet; what fails
+    /// is logged and left for the next retry.
+    fn attach_configured(&mut self) {
+        let attacher = Arc::clone(&self.attacher);
+        self.unattached_providers.retain(|(network, nic)| {
+            let ofport = attacher
+                .vsctl(&["--may-exist", "add-port", BRIDGE, nic])
+                .and_then(|_| attacher.ofport_of(nic));
+            match ofport {
+                Ok(ofport) => {
+                    self.l2.set_provider(network, ofport);
+                    false
+                }
+                Err(error) => {
+                    tracing::warn!(%error, network, nic, "cannot add the provider NIC to br-int; retried");
+                    true
+                }
+            }
+        });
+        self.unattached_ports.retain(|(port, interface)| {
+            // An interface that is gone is not waited for (its pod went while no agent ran).
+            let Some(ifindex) = interface_index(interface) else {
+                tracing::warn!(port, interface, "no such interface: the port is not plugged");
+                return false;
+            };
+            let attached = attacher
+                .attach(ifindex)
+                .and_then(|attachment| {
+                    attacher.ofport(attachment.ifindex()).ok_or_else(|| {
+                        DatapathError::new(format!("{interface} has no OpenFlow port"))
+                    })
+                });
+            match attached {
+                Ok(ofport) => {
+                    attacher.name_port(interface, port);
+                    self.plugged.insert(port.clone(), interface.clone());
+                    self.l2.plug(port, ofport);
+                    false
+                }
+                Err(error) => {
+                    tracing::warn!(%error, port, interface, "cannot add the port to br-int; retried");
+                    true
+                }
+            }
+        });
+    }
+
     /// Wanted tunnels not on br-int yet.
     fn missing_tunnels(&self) -> usize {
         self.wanted_tunnels
@@ -448,6 +474,8 @@ impl Datapath for OpenFlowDatapath {
             + usize::from(self.resync && !self.plugged.is_empty())
             + usize::from(self.lost.load(Ordering::Relaxed))
             + self.missing_tunnels()
+            + self.unattached_providers.len()
+            + self.unattached_ports.len()
     }
 
     fn retry(&mut self) -> Result<usize, DatapathError> {
@@ -455,6 +483,7 @@ impl Datapath for OpenFlowDatapath {
             self.resync = true;
         }
         self.ensure_tunnels();
+        self.attach_configured();
         if self.pending.is_empty()
             && !self.resync
             && !self.l2.has_changes()

@@ -270,11 +270,7 @@ impl L2Flows {
                 self.flows.mark(*datapath);
             }
             IrEntry::IngressSanity { datapath } => {
-                if added {
-                    self.sanity.insert(*datapath);
-                } else {
-                    self.sanity.remove(datapath);
-                }
+                toggle(&mut self.sanity, *datapath, added);
                 self.flows.mark(*datapath);
             }
             IrEntry::ArpReply { datapath, ip, mac } => {
@@ -292,20 +288,11 @@ impl L2Flows {
                 inport,
             } => {
                 let skips = self.arp_skips.entry(*datapath).or_default();
-                if added {
-                    skips.insert((*ip, inport.clone()));
-                } else {
-                    skips.remove(&(*ip, inport.clone()));
-                }
+                toggle(skips, (*ip, inport.clone()), added);
                 self.flows.mark(*datapath);
             }
             IrEntry::NdReply { datapath, ip, .. } => {
-                let replies = self.nd_replies.entry(*datapath).or_default();
-                if added {
-                    replies.insert(*ip);
-                } else {
-                    replies.remove(ip);
-                }
+                toggle(self.nd_replies.entry(*datapath).or_default(), *ip, added);
                 self.flows.mark(*datapath);
             }
             IrEntry::NdReplySkip {
@@ -314,20 +301,15 @@ impl L2Flows {
                 inport,
             } => {
                 let skips = self.nd_skips.entry(*datapath).or_default();
-                if added {
-                    skips.insert((*ip, inport.clone()));
-                } else {
-                    skips.remove(&(*ip, inport.clone()));
-                }
+                toggle(skips, (*ip, inport.clone()), added);
                 self.flows.mark(*datapath);
             }
             IrEntry::ArpReplySkipPort { datapath, inport } => {
-                let skips = self.arp_skip_ports.entry(*datapath).or_default();
-                if added {
-                    skips.insert(inport.clone());
-                } else {
-                    skips.remove(inport);
-                }
+                toggle(
+                    self.arp_skip_ports.entry(*datapath).or_default(),
+                    inport.clone(),
+                    added,
+                );
                 self.flows.mark(*datapath);
             }
             IrEntry::FloodMulticast { datapath, group } => {
@@ -753,6 +735,15 @@ fn flood_actions(
         }
     }
     (actions, local)
+}
+
+/// `item` in `set` when `added`, out of it otherwise.
+fn toggle<T: Ord>(set: &mut BTreeSet<T>, item: T, added: bool) {
+    if added {
+        set.insert(item);
+    } else {
+        set.remove(&item);
+    }
 }
 
 /// The ARP request turned into the answer that `ip` is at `mac`, sent back out of the port it

@@ -14,7 +14,8 @@
 //!   (`Route`, `DiscardRoute`; a route of a table only for packets routed with it): TTL
 //!   decremented, the next hop in `reg0`, the output port's MAC
 //!   as source, the logical output port in `reg15`;
-//! - table [`POLICY`]: the router's policies (`RouterPolicy`: allow, drop, reroute);
+//! - table [`POLICY`]: the router's policies (`RouterPolicy`: allow, drop, reroute; a port
+//!   range as the masked blocks that cover it);
 //! - table [`RESOLVE`]: the next hop's MAC (`Neighbour`, then `LearnedNeighbour`), then the
 //!   output table, where the patch carries the packet to the switch.
 //!
@@ -382,14 +383,16 @@ impl RouterFlows {
                             destination.length,
                         ));
                     }
-                    if let Some(l4) = l4 {
-                        let Some(fields) = l4_fields(l4) else {
-                            continue;
-                        };
-                        for field in fields {
-                            matching = matching.with(field);
+                    // One flow per combination of the port ranges' masked blocks.
+                    let alternatives = match l4 {
+                        Some(l4) => {
+                            let Some(alternatives) = l4_matches(l4) else {
+                                continue;
+                            };
+                            alternatives
                         }
-                    }
+                        None => vec![Vec::new()],
+                    };
                     let actions = match verdict {
                         PolicyVerdict::Allow => vec![Action::Resubmit(RESOLVE)],
                         PolicyVerdict::Drop => Vec::new(),
@@ -410,7 +413,12 @@ impl RouterFlows {
                         // Fenced (see `untranslated`).
                         PolicyVerdict::RerouteEcmp { .. } => continue,
                     };
-                    add(POLICY, *priority, matching, actions);
+                    for fields in alternatives {
+                        let matching = fields
+                            .into_iter()
+                            .fold(matching.clone(), |matching, field| matching.with(field));
+                        add(POLICY, *priority, matching, actions.clone());
+                    }
                 }
                 IrEntry::Neighbour { port, ip, mac, .. }
                 | IrEntry::LearnedNeighbour { port, ip, mac, .. } => {
@@ -487,15 +495,10 @@ fn prefix_field(selector: RouteSelector, network: Ipv4Addr, length: u8) -> Field
     }
 }
 
-/// A policy's transport match as fields, when each of its ports is a single one (ranges are
-/// fenced, see `untranslated`).
-fn l4_fields(l4: &L4Match) -> Option<Vec<Field>> {
-    let single = |range: Option<(u16, u16)>| match range {
-        None => Some(None),
-        Some((low, high)) if low == high => Some(Some(low)),
-        Some(_) => None,
-    };
-    let (source, destination) = (single(l4.source_ports)?, single(l4.destination_ports)?);
+/// A policy's transport match as alternative sets of fields: its protocol, and each inclusive
+/// port range as the masked blocks that cover it exactly (one set per combination of a source
+/// and a destination block). `None` for a protocol without ports here.
+fn l4_matches(l4: &L4Match) -> Option<Vec<Vec<Field>>> {
     type PortField = fn(u16) -> Field;
     let (source_field, destination_field): (PortField, PortField) = match l4.protocol {
         6 => (Field::tcp_source, Field::tcp_destination),
@@ -503,10 +506,45 @@ fn l4_fields(l4: &L4Match) -> Option<Vec<Field>> {
         132 => (Field::sctp_source, Field::sctp_destination),
         _ => return None,
     };
-    let mut fields = vec![Field::ip_protocol(l4.protocol)];
-    fields.extend(source.map(source_field));
-    fields.extend(destination.map(destination_field));
-    Some(fields)
+    let blocks = |range: Option<(u16, u16)>, field: PortField| -> Vec<Option<Field>> {
+        match range {
+            None => vec![None],
+            Some((low, high)) => port_blocks(low, high)
+                .into_iter()
+                .map(|(value, mask)| Some(field(value).masked(&mask.to_be_bytes())))
+                .collect(),
+        }
+    };
+    let sources = blocks(l4.source_ports, source_field);
+    let destinations = blocks(l4.destination_ports, destination_field);
+    let mut alternatives = Vec::new();
+    for source in &sources {
+        for destination in &destinations {
+            let mut fields = vec![Field::ip_protocol(l4.protocol)];
+            fields.extend(source.clone());
+            fields.extend(destination.clone());
+            alternatives.push(fields);
+        }
+    }
+    Some(alternatives)
+}
+
+/// The (value, mask) blocks that cover ports `low..=high` exactly: the largest aligned
+/// power-of-two blocks, in order.
+fn port_blocks(low: u16, high: u16) -> Vec<(u16, u16)> {
+    let (mut low, high) = (u32::from(low), u32::from(high));
+    let mut blocks = Vec::new();
+    while low <= high {
+        let mut size = 1_u32;
+        while size < 0x1_0000 && low % (size * 2) == 0 && low + size * 2 - 1 <= high {
+            size *= 2;
+        }
+        // Values and masks of 16-bit ports (`size` is at most 65,536, the whole range).
+        let mask = u16::try_from(!(size - 1) & 0xffff).unwrap_or(0);
+        blocks.push((u16::try_from(low).unwrap_or(u16::MAX), mask));
+        low += size;
+    }
+    blocks
 }
 
 /// `move` of a whole `bits`-bit field to another.

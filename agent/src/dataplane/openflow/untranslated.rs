@@ -168,14 +168,8 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
             verdict: PolicyVerdict::RerouteEcmp { .. },
             ..
         } => fenced("ECMP is not translated to OpenFlow"),
-        IrEntry::RouterPolicy { l4: Some(l4), .. }
-            if [l4.source_ports, l4.destination_ports]
-                .iter()
-                .flatten()
-                .any(|(low, high)| low != high)
-                || ![6, 17, 132].contains(&l4.protocol) =>
-        {
-            fenced("router policies on port ranges are not translated to OpenFlow")
+        IrEntry::RouterPolicy { l4: Some(l4), .. } if ![6, 17, 132].contains(&l4.protocol) => {
+            fenced("router policies on this transport protocol are not translated to OpenFlow")
         }
         IrEntry::Port {
             name,
@@ -269,10 +263,9 @@ mod tests {
         assert!(untranslated.reasons(3).is_empty());
     }
 
-    /// Policies on single ports are translated; ranges fence the router; northd's own allow
-    /// ACLs fence nothing.
+    /// Policies on ports and port ranges are translated.
     #[test]
-    fn policies_on_single_ports_are_translated_and_ranges_are_not() {
+    fn policies_on_ports_and_ranges_are_translated() {
         use crate::pipeline::ir::L4Match;
         let policy = |ports: (u16, u16)| IrEntry::RouterPolicy {
             datapath: 3,
@@ -287,9 +280,6 @@ mod tests {
             verdict: PolicyVerdict::Drop,
         };
         assert_eq!(classify(&policy((80, 80))), None);
-        assert_eq!(
-            classify(&policy((80, 90))).map(|(effect, _)| effect),
-            Some(Effect::Fenced)
-        );
+        assert_eq!(classify(&policy((80, 90))), None);
     }
 }

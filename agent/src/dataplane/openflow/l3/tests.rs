@@ -188,3 +188,35 @@ fn router_drop_rules_rank_around_the_echo_reply() {
         )]
     );
 }
+
+/// A port range becomes the aligned blocks that cover it exactly, whole range and single port
+/// included.
+#[test]
+fn port_ranges_become_the_masked_blocks_that_cover_them() {
+    assert_eq!(port_blocks(80, 80), [(80, 0xffff)]);
+    assert_eq!(
+        port_blocks(1000, 1023),
+        [(1000, 0xfff8), (1008, 0xfff0)],
+        "1000-1007 and 1008-1023"
+    );
+    assert_eq!(port_blocks(0, 65535), [(0, 0)]);
+    assert_eq!(
+        port_blocks(65534, 65535),
+        [(65534, 0xfffe)],
+        "the top of the range without overflow"
+    );
+    // Every port in and out of a range, against its blocks.
+    let covered = |port: u16, blocks: &[(u16, u16)]| {
+        blocks
+            .iter()
+            .any(|(value, mask)| port & mask == *value & mask)
+    };
+    let blocks = port_blocks(1025, 3000);
+    for port in 0..=u16::MAX {
+        assert_eq!(
+            covered(port, &blocks),
+            (1025..=3000).contains(&port),
+            "{port}"
+        );
+    }
+}
