@@ -140,12 +140,12 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
         switch.log_tails()
     );
     assert!(pings(&pods[2], A3), "a2 (eBPF) → a3 (OpenFlow)");
+    // Every flow is the agent's: its cookie's low 32 bits (the high ones name a drop's reason).
     let flows = switch.ofctl(&["dump-flows", "br-int"]).unwrap();
-    assert!(
-        flows
-            .lines()
-            .skip(1)
-            .all(|line| line.contains("cookie=0xb0f0001")),
+    let all = flows.lines().skip(1).count();
+    assert_eq!(
+        our_flows(&switch).len(),
+        all,
         "a flow not of the agent's cookie: {flows}"
     );
     // Each agent says which datapath it runs.
@@ -544,7 +544,15 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         logs()
     );
 
-    // A user's ACL on subnet-b fences it on the OpenFlow node; gone, the switch is back.
+    // A user's ACL on subnet-b fences it on the OpenFlow node (what enters it dropped and
+    // counted); gone, the switch is back.
+    let untranslated_drops = || {
+        let prefix = r#"ovnbpf_datapath_drops_total{reason="openflow_untranslated"} "#;
+        metrics(&nodes[0])
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix)?.trim().parse::<u64>().ok())
+            .unwrap_or_default()
+    };
     let mut acl = Topology::new();
     acl.acl(
         "subnet-b",
@@ -559,10 +567,16 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         "a1 still reaches b1 past an ACL the OpenFlow datapath does not enforce{}",
         logs()
     );
+    let drops_before = untranslated_drops();
     assert!(
         !pings(pod("b2"), B1),
         "what the tunnel brings into the fenced subnet-b is still delivered{}",
         logs()
+    );
+    assert!(
+        untranslated_drops() >= drops_before + 3,
+        "the fenced switch's drops not counted: {drops_before}, then {}",
+        untranslated_drops()
     );
     assert!(pings(pod("a1"), C1), "the rest of the VPC still routes");
     assert_eq!(untranslated(&nodes[0], "fenced"), Some(1));
@@ -577,10 +591,16 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     ebpf.stop();
 }
 
-/// br-int's flows of the agent's cookie, as text without their counters, sorted.
+/// br-int's flows of the agent (their cookie's low 32 bits), as text without their counters,
+/// sorted.
 fn our_flows(switch: &OvsSwitch) -> Vec<String> {
     let text = switch
-        .ofctl(&["--no-stats", "dump-flows", "br-int", "cookie=0xb0f0001/-1"])
+        .ofctl(&[
+            "--no-stats",
+            "dump-flows",
+            "br-int",
+            "cookie=0xb0f0001/0xffffffff",
+        ])
         .unwrap_or_default();
     let mut flows: Vec<String> = text
         .lines()

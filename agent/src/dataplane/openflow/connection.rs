@@ -206,13 +206,36 @@ impl Connection {
         self.barrier().await
     }
 
-    /// How many flows of `cookie` the switch holds, in every table (a flow stats request).
+    /// How many packets the flows of `cookie` (all of its bits) matched, in every table (an
+    /// aggregate stats request).
+    ///
+    /// # Errors
+    /// When the session fails or the switch refuses.
+    pub async fn count_packets(&mut self, cookie: u64) -> Result<u64, OpenFlowError> {
+        let xid = self.xid();
+        self.send(&message::aggregate_stats_request(xid, cookie, u64::MAX))
+            .await?;
+        match self.reply(xid, "OFPMP_AGGREGATE_STATS").await? {
+            Incoming::AggregateStats { packets } => Ok(packets),
+            _ => Err(OpenFlowError::Unexpected {
+                request: "OFPMP_AGGREGATE_STATS",
+            }),
+        }
+    }
+
+    /// How many flows of owner `cookie` (its low 32 bits, [`message::OWNER_MASK`]) the switch
+    /// holds, in every table (a flow stats request).
     ///
     /// # Errors
     /// When the session fails or the switch refuses.
     pub async fn count_flows(&mut self, cookie: u64) -> Result<usize, OpenFlowError> {
         let xid = self.xid();
-        self.send(&message::flow_stats_request(xid, cookie)).await?;
+        self.send(&message::flow_stats_request(
+            xid,
+            cookie,
+            message::OWNER_MASK,
+        ))
+        .await?;
         let mut total = 0;
         loop {
             match self.reply(xid, "OFPMP_FLOW_DESC").await? {

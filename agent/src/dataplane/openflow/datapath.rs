@@ -53,14 +53,24 @@ use crate::{
 /// The bridge the backend programs.
 pub const BRIDGE: &str = "br-int";
 
+/// How long a count of the drops may take (the session may be busy with a write).
+const COUNT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often an idle session checks that the switch is still there (a barrier).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
-/// A write for the session thread: flow changes, applied in one bundle; the answer comes back
-/// on `done`.
-struct Write {
-    changes: Vec<FlowMod>,
-    done: mpsc::Sender<Result<(), String>>,
+/// What the session thread is asked, the answer coming back on `done`.
+enum Request {
+    /// Flow changes, applied in one bundle.
+    Write {
+        changes: Vec<FlowMod>,
+        done: mpsc::Sender<Result<(), String>>,
+    },
+    /// The packets the flows of `cookie` matched.
+    Count {
+        cookie: u64,
+        done: mpsc::Sender<Result<u64, String>>,
+    },
 }
 
 /// Where Open vSwitch is (br-int's management socket, the database's remote), and the ports to
@@ -83,7 +93,7 @@ pub struct OpenFlowDatapath {
     l2: L2Flows,
     l3: RouterFlows,
     untranslated: Untranslated,
-    writes: mpsc::Sender<Write>,
+    writes: mpsc::Sender<Request>,
     /// The session had to be opened again: the next write resyncs.
     resync: bool,
     /// Changes the switch did not take yet.
@@ -132,7 +142,7 @@ impl OpenFlowDatapath {
                 false
             }
         };
-        let (writes, requests) = mpsc::channel::<Write>();
+        let (writes, requests) = mpsc::channel::<Request>();
         let socket = config.management_socket.clone();
         let lost = Arc::new(AtomicBool::new(false));
         let session_lost = Arc::clone(&lost);
@@ -185,7 +195,7 @@ impl OpenFlowDatapath {
         }
         let (done, answer) = mpsc::channel();
         let count = changes.len();
-        let sent = self.writes.send(Write {
+        let sent = self.writes.send(Request::Write {
             changes: changes.clone(),
             done,
         });
@@ -238,7 +248,7 @@ fn installed_flows(socket: &std::path::Path) -> Result<usize, String> {
 /// The session thread: opens the session when a write comes without one, applies each write
 /// in one bundle, answers it; a failed session is dropped and opened again at the next write.
 /// Idle, it probes the switch every [`PROBE_INTERVAL`]; a session lost then sets `lost`.
-fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &AtomicBool) {
+fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Request>, lost: &AtomicBool) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -248,8 +258,8 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &At
     };
     let mut connection: Option<Connection> = None;
     loop {
-        let write = match requests.recv_timeout(PROBE_INTERVAL) {
-            Ok(write) => write,
+        let request = match requests.recv_timeout(PROBE_INTERVAL) {
+            Ok(request) => request,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if let Some(open) = connection.as_mut()
@@ -262,22 +272,40 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Write>, lost: &At
                 continue;
             }
         };
-        let result = runtime.block_on(async {
+        let opened = runtime.block_on(async {
             if connection.is_none() {
                 let mut opened = Connection::connect(socket).await?;
                 opened.map_geneve_option(OVN_GENEVE_OPTION).await?;
                 connection = Some(opened);
             }
-            match connection.as_mut() {
-                Some(open) => open.apply(&write.changes).await,
-                None => Ok(()),
-            }
+            Ok::<_, super::OpenFlowError>(())
         });
-        if let Err(error) = &result {
-            tracing::warn!(%error, socket = %socket.display(), "OpenFlow write failed");
-            connection = None;
+        match request {
+            Request::Write { changes, done } => {
+                let result = opened.and_then(|()| match connection.as_mut() {
+                    Some(open) => runtime.block_on(open.apply(&changes)),
+                    None => Ok(()),
+                });
+                if let Err(error) = &result {
+                    tracing::warn!(%error, socket = %socket.display(), "OpenFlow write failed");
+                    connection = None;
+                }
+                let _ = done.send(result.map_err(|error| error.to_string()));
+            }
+            Request::Count { cookie, done } => {
+                let result = opened.and_then(|()| match connection.as_mut() {
+                    Some(open) => runtime.block_on(open.count_packets(cookie)),
+                    None => Ok(0),
+                });
+                if let Err(error) = &result {
+                    // What the switch holds is not known after a lost session: resynced next.
+                    tracing::warn!(%error, socket = %socket.display(), "OpenFlow count failed");
+                    connection = None;
+                    lost.store(true, Ordering::Relaxed);
+                }
+                let _ = done.send(result.map_err(|error| error.to_string()));
+            }
         }
-        let _ = write.done.send(result.map_err(|error| error.to_string()));
     }
 }
 
@@ -500,8 +528,21 @@ impl Datapath for OpenFlowDatapath {
         Ok(0)
     }
 
+    /// What the translation leaves out and br-int drops (fenced datapaths, ports with port
+    /// security, what routers do not route), as the switch counted it.
     fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
-        Ok(Vec::new())
+        let (done, answer) = mpsc::channel();
+        self.writes
+            .send(Request::Count {
+                cookie: super::l2::COOKIE_UNTRANSLATED,
+                done,
+            })
+            .map_err(|_| DatapathError::new("the OpenFlow session thread is gone"))?;
+        let packets = answer
+            .recv_timeout(COUNT_TIMEOUT)
+            .map_err(|_| DatapathError::new("the OpenFlow session did not answer the count"))?
+            .map_err(DatapathError::new)?;
+        Ok(vec![("openflow_untranslated", packets)])
     }
 
     fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {

@@ -46,8 +46,12 @@ use super::{
 };
 use crate::pipeline::ir::{IrDiff, IrEntry, Mac, PortKind};
 
-/// The cookie of the flows this backend installs.
+/// The cookie of the flows this backend installs (its low 32 bits: the owner).
 pub const COOKIE: u64 = 0x0b0f_0001;
+/// The cookie of the flows that drop what the translation leaves out (a fenced datapath, a
+/// port with port security, what a router does not route): their packets are the count of
+/// `openflow_untranslated` drops.
+pub const COOKIE_UNTRANSLATED: u64 = COOKIE | 1 << 32;
 /// Table of the ports' classification.
 pub const CLASSIFY: u8 = 0;
 /// Table of the L2 lookup.
@@ -523,16 +527,30 @@ impl L2Flows {
             return self.tunnel_flows();
         }
         let mut flows = BTreeMap::new();
-        if self.flows.is_fenced(switch) {
-            return flows;
-        }
-        let mut add = |flow: FlowMod| insert(&mut flows, flow);
         let on_switch = |name: &String| {
             self.ports
                 .get(name)
                 .filter(|(dp, _)| *dp == switch)
                 .map(|(_, key)| *key)
         };
+        // What enters a fenced switch, or by a port with port security, is dropped and counted.
+        let fenced = self.flows.is_fenced(switch);
+        for (name, ofport) in &self.plugged {
+            if on_switch(name).is_some() && (fenced || self.secured.contains(name)) {
+                insert(
+                    &mut flows,
+                    untranslated_drop(CLASSIFY, 100, Match::new().with(Field::in_port(*ofport))),
+                );
+            }
+        }
+        if fenced {
+            insert(
+                &mut flows,
+                untranslated_drop(OUTPUT, 1, on_datapath(switch)),
+            );
+            return flows;
+        }
+        let mut add = |flow: FlowMod| insert(&mut flows, flow);
         for (name, ofport) in &self.plugged {
             let Some(key) = on_switch(name) else { continue };
             if self.secured.contains(name) {
@@ -735,6 +753,11 @@ fn flood_actions(
         }
     }
     (actions, local)
+}
+
+/// A flow of `table` that drops what it matches as untranslated ([`COOKIE_UNTRANSLATED`]).
+pub(super) fn untranslated_drop(table: u8, priority: u16, matching: Match) -> FlowMod {
+    FlowMod::add(COOKIE_UNTRANSLATED, table, priority, matching, Vec::new())
 }
 
 /// `item` in `set` when `added`, out of it otherwise.

@@ -28,7 +28,7 @@ use std::net::Ipv4Addr;
 
 use super::{
     action::{Action, Instruction},
-    l2::{COOKIE, LOOKUP, OUTPUT},
+    l2::{self, COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
     oxm::{Field, Match, NXM_REG0, NXM_REG1, OXM_IPV4_DST, OXM_IPV4_SRC},
     table::{DatapathFlows, Flows, insert, on_datapath},
@@ -208,6 +208,13 @@ impl RouterFlows {
     fn desired(&self, datapath: u32) -> Flows {
         let mut flows = BTreeMap::new();
         if self.flows.is_fenced(datapath) {
+            // What crosses into a fenced router is dropped and counted.
+            if self.routers.contains(&datapath) {
+                insert(
+                    &mut flows,
+                    l2::untranslated_drop(ADMISSION, 1, on_datapath(datapath)),
+                );
+            }
             return flows;
         }
         let mut add = |table: u8, priority: u16, matching: Match, actions: Vec<Action>| {
@@ -269,7 +276,9 @@ impl RouterFlows {
             Some(table) => matching.with(Field::register(7, *table)),
             None => matching,
         };
-        add(IP_INPUT, 0, ipv4(), vec![Action::Resubmit(ROUTING)]);
+        add(IP_INPUT, 1, ipv4(), vec![Action::Resubmit(ROUTING)]);
+        // The rest (IPv6, ARP to the router) is not translated: dropped and counted.
+        let untranslated = l2::untranslated_drop(IP_INPUT, 0, on());
         add(POLICY, 0, on(), vec![Action::Resubmit(RESOLVE)]);
         for entry in self.entries.get(&datapath).into_iter().flatten() {
             match entry {
@@ -442,6 +451,7 @@ impl RouterFlows {
                 _ => {}
             }
         }
+        insert(&mut flows, untranslated);
         flows
     }
 }

@@ -36,6 +36,16 @@ const BARRIER_REPLY: u8 = 21;
 const BUNDLE_CONTROL: u8 = 33;
 const BUNDLE_ADD_MESSAGE: u8 = 34;
 
+/// The bits of a cookie that name its owner (the low 32): a delete or count by owner masks the
+/// rest, which the backend uses to tell its drop flows' reasons apart.
+pub const OWNER_MASK: u64 = 0xffff_ffff;
+
+/// `OFPMP_AGGREGATE_STATS`: the packets of the flows a request selects, summed.
+const MULTIPART_AGGREGATE: u16 = 2;
+/// OXS (OpenFlow 1.5's statistics TLVs): the basic class and its packet count.
+const OXS_BASIC: u16 = 0x8002;
+const OXS_PACKET_COUNT: u8 = 4;
+
 /// `OFPTT_ALL`: every table (a delete's).
 pub const ALL_TABLES: u8 = 0xff;
 const NO_BUFFER: u32 = 0xffff_ffff;
@@ -78,11 +88,24 @@ pub fn barrier_request(xid: u32) -> Vec<u8> {
     message(BARRIER_REQUEST, xid, &[])
 }
 
-/// A flow stats request (`OFPMP_FLOW_DESC`) for the flows of `cookie`, in every table.
+/// A flow stats request (`OFPMP_FLOW_DESC`) for the flows of `cookie` (under `mask`), in
+/// every table.
 #[must_use]
-pub fn flow_stats_request(xid: u32, cookie: u64) -> Vec<u8> {
+pub fn flow_stats_request(xid: u32, cookie: u64, mask: u64) -> Vec<u8> {
+    stats_request(xid, MULTIPART_FLOW_DESC, cookie, mask)
+}
+
+/// An aggregate stats request (`OFPMP_AGGREGATE_STATS`): the packets the flows of `cookie`
+/// (under `mask`) matched, in every table.
+#[must_use]
+pub fn aggregate_stats_request(xid: u32, cookie: u64, mask: u64) -> Vec<u8> {
+    stats_request(xid, MULTIPART_AGGREGATE, cookie, mask)
+}
+
+/// A multipart request of `kind` with a flow stats request's body.
+fn stats_request(xid: u32, kind: u16, cookie: u64, mask: u64) -> Vec<u8> {
     let mut body = Vec::new();
-    body.extend(MULTIPART_FLOW_DESC.to_be_bytes());
+    body.extend(kind.to_be_bytes());
     body.extend(0_u16.to_be_bytes());
     body.extend([0; 4]);
     body.push(ALL_TABLES);
@@ -91,7 +114,7 @@ pub fn flow_stats_request(xid: u32, cookie: u64) -> Vec<u8> {
     body.extend(ANY.to_be_bytes());
     body.extend([0; 4]);
     body.extend(cookie.to_be_bytes());
-    body.extend(u64::MAX.to_be_bytes());
+    body.extend(mask.to_be_bytes());
     Match::new().encode(&mut body);
     message(MULTIPART_REQUEST, xid, &body)
 }
@@ -149,7 +172,7 @@ impl FlowMod {
             table: ALL_TABLES,
             priority: 0,
             cookie,
-            cookie_mask: u64::MAX,
+            cookie_mask: OWNER_MASK,
             matching: Match::new(),
             instructions: Vec::new(),
         }
@@ -270,6 +293,10 @@ pub enum Incoming {
         bundle: u32,
         reply: u16,
     },
+    /// An aggregate stats reply: the packets the selected flows matched.
+    AggregateStats {
+        packets: u64,
+    },
     /// A part of a flow stats reply: the flows it describes, and whether more parts follow.
     FlowStats {
         flows: usize,
@@ -366,6 +393,25 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, DecodeError> {
                 flows,
                 more: u16_at(2)? & MULTIPART_MORE != 0,
             }
+        }
+        MULTIPART_REPLY if u16_at(0)? == MULTIPART_AGGREGATE => {
+            // Type, flags, 4 bytes of padding, then `ofp_stats`: reserved, its length, OXS
+            // TLVs (class, field << 1, length, value).
+            let length = usize::from(u16_at(10)?);
+            let mut fields = body.get(12..8 + length).ok_or_else(truncated)?;
+            let mut packets = 0;
+            while let [c0, c1, field, size, rest @ ..] = fields {
+                let size = usize::from(*size);
+                let value = rest.get(..size).ok_or_else(truncated)?;
+                if u16::from_be_bytes([*c0, *c1]) == OXS_BASIC
+                    && field >> 1 == OXS_PACKET_COUNT
+                    && let Ok(bytes) = <[u8; 8]>::try_from(value)
+                {
+                    packets = u64::from_be_bytes(bytes);
+                }
+                fields = &rest[size..];
+            }
+            Incoming::AggregateStats { packets }
         }
         BUNDLE_CONTROL => Incoming::BundleReply {
             bundle: u32_at(0)?,
@@ -496,6 +542,17 @@ mod tests {
             decode(&stats),
             Err(DecodeError::Truncated { kind: 19, .. })
         ));
+        // An aggregate stats reply: `ofp_stats` with a flow count (skipped) and the packet
+        // count.
+        let mut aggregate = vec![6, 19, 0, 40, 0, 0, 0, 5, 0, 2, 0, 0, 0, 0, 0, 0];
+        aggregate.extend([0, 0, 0, 24]);
+        aggregate.extend([0x80, 0x02, 3 << 1, 4, 0, 0, 0, 9]);
+        aggregate.extend([0x80, 0x02, 4 << 1, 8]);
+        aggregate.extend(1234_u64.to_be_bytes());
+        assert_eq!(
+            decode(&aggregate),
+            Ok(Incoming::AggregateStats { packets: 1234 })
+        );
         assert_eq!(decode(&[6, 1]), Err(DecodeError::Short(2)));
         assert!(matches!(
             decode(&[6, 1, 0, 9, 0, 0, 0, 1, 0]),

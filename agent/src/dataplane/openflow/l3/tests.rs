@@ -128,8 +128,9 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
     assert!(flows.changes().is_empty(), "nothing changed since");
 }
 
-/// A fenced router loses every flow of its own (strict deletes of our cookie) and gets them
-/// back unfenced; the switch keeps its crossing. A neighbour removed takes only its flow.
+/// A fenced router loses every flow of its own (strict deletes of our cookie) but one that
+/// drops and counts what crosses into it, and gets them back unfenced; the switch keeps its
+/// crossing. A neighbour removed takes only its flow.
 #[test]
 fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
     let mut flows = RouterFlows::default();
@@ -144,14 +145,29 @@ fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
         .count();
     flows.set_fenced(ROUTER, true);
     let fenced = flows.changes();
-    assert_eq!(fenced.len(), router_flows);
-    assert!(
-        fenced
-            .iter()
-            .all(|flow| flow.command == Command::DeleteStrict && flow.cookie_mask == u64::MAX)
+    let (deletes, adds): (Vec<&FlowMod>, Vec<&FlowMod>) = fenced
+        .iter()
+        .partition(|flow| flow.command == Command::DeleteStrict);
+    assert_eq!(deletes.len(), router_flows);
+    assert!(deletes.iter().all(|flow| flow.cookie_mask == u64::MAX));
+    assert_eq!(
+        adds.iter()
+            .map(|flow| (
+                flow.cookie,
+                flow.table,
+                flow.matching.clone(),
+                flow.instructions.len()
+            ))
+            .collect::<Vec<_>>(),
+        [(l2::COOKIE_UNTRANSLATED, ADMISSION, on_datapath(ROUTER), 0)],
+        "the fence's counted drop"
     );
     flows.set_fenced(ROUTER, false);
-    assert_eq!(flows.changes().len(), router_flows);
+    assert_eq!(
+        flows.changes().len(),
+        router_flows + 1,
+        "back, the fence's drop gone"
+    );
     let neighbour = routed().remove(6);
     flows.apply(&IrDiff {
         added: Vec::new(),
