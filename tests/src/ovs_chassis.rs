@@ -18,6 +18,22 @@ use crate::{
 
 const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
+/// Turns TX checksum offload off on both ends of a pod's veth (`interface` in `node_netns`,
+/// `eth0` in `pod_netns`): Open vSwitch's userspace datapath reads frames whole and does not
+/// complete partial checksums.
+///
+/// # Errors
+/// When `ethtool` fails.
+pub fn full_checksums(
+    node_netns: &crate::netns::Netns,
+    interface: &str,
+    pod_netns: &crate::netns::Netns,
+) -> Result<()> {
+    node_netns.exec("ethtool", &["-K", interface, "tx", "off"])?;
+    pod_netns.exec("ethtool", &["-K", "eth0", "tx", "off"])?;
+    Ok(())
+}
+
 /// The three daemons of one real chassis: an [`OvsSwitch`] and ovn-controller.
 pub struct OvsChassis {
     switch: OvsSwitch,

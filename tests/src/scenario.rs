@@ -239,10 +239,8 @@ impl OvsNodes {
             switches.push(switch);
         }
         for ((name, _, node, _), pod) in plans.iter().zip(pods) {
-            nodes[*node]
-                .netns()
-                .exec("ethtool", &["-K", &format!("{name}_h"), "tx", "off"])?;
-            pod.netns().exec("ethtool", &["-K", "eth0", "tx", "off"])?;
+            let interface = format!("{name}_h");
+            crate::ovs_chassis::full_checksums(nodes[*node].netns(), &interface, pod.netns())?;
         }
         Ok(Self { switches })
     }

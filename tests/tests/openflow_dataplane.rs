@@ -19,7 +19,7 @@ use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 use ovnbpf_tests::{
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
     netns::Netns,
-    ovs_chassis::OvsSwitch,
+    ovs_chassis::{OvsSwitch, full_checksums},
     process::wait_until,
     require_root,
     scenario::{self, CniNodes},
@@ -272,14 +272,7 @@ fn an_openflow_node_an_ebpf_node_and_a_real_ovn_controller_forward_for_each_othe
     let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
     switch.underlay(&nodes[0]).unwrap();
     for (index, interface) in [(0, "a1_h"), (2, "b1_h")] {
-        nodes[0]
-            .netns()
-            .exec("ethtool", &["-K", interface, "tx", "off"])
-            .unwrap();
-        pods[index]
-            .netns()
-            .exec("ethtool", &["-K", "eth0", "tx", "off"])
-            .unwrap();
+        full_checksums(nodes[0].netns(), interface, pods[index].netns()).unwrap();
     }
     let log_dir = tempfile::tempdir().unwrap();
     let mut openflow = AgentSpec {
@@ -405,14 +398,8 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     // Open vSwitch's userspace datapath reads frames whole: TX checksum offload off.
     for (index, (pod, _, node, _)) in PLAN.iter().enumerate() {
         if *node == 0 {
-            nodes[0]
-                .netns()
-                .exec("ethtool", &["-K", &format!("{pod}_h"), "tx", "off"])
-                .unwrap();
-            pods[index]
-                .netns()
-                .exec("ethtool", &["-K", "eth0", "tx", "off"])
-                .unwrap();
+            let interface = format!("{pod}_h");
+            full_checksums(nodes[0].netns(), &interface, pods[index].netns()).unwrap();
         }
     }
     let log_dir = tempfile::tempdir().unwrap();

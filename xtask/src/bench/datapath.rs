@@ -87,7 +87,7 @@ use ovnbpf_tests::{
     netns::Netns,
     network::{ExternalHost, Node, PhysicalSwitch, Pod, PodSpec, Underlay},
     ovn::OvnLab,
-    ovs_chassis::{OvsChassis, OvsSwitch},
+    ovs_chassis::{OvsChassis, OvsSwitch, full_checksums},
     process::{self, Child},
 };
 use serde_json::{Value, json};
@@ -821,8 +821,7 @@ impl OpenFlowPair {
                 mtu: Some(1442),
             })?;
             // The userspace datapath reads frames whole, as (p)'s chassis have them.
-            node.netns().exec("ethtool", &["-K", &host, "tx", "off"])?;
-            pod.netns().exec("ethtool", &["-K", "eth0", "tx", "off"])?;
+            full_checksums(node.netns(), &host, pod.netns())?;
             let switch = OvsSwitch::start(node.netns())?;
             switch.underlay(node)?;
             let chassis = ["node1", "node2"][index];

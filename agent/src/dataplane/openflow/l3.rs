@@ -9,18 +9,19 @@
 //! - table [`IP_INPUT`]: the router's drop rules (martian, multicast and broadcast, spoofed
 //!   sources, traffic to its own addresses, TTL 0 or 1: `RouterDrop`), echo replies for its
 //!   addresses (`RouterEchoReply`: source and destination swapped, TTL 255), the rest of IPv4
-//!   on to routing;
+//!   on to routing; anything else (IPv6, ARP to the router) dropped as untranslated (counted);
 //! - table [`ROUTING`]: routes by destination or source prefix at northd's priorities
 //!   (`Route`, `DiscardRoute`; a route of a table only for packets routed with it): TTL
-//!   decremented, the next hop in `reg0`, the output port's MAC
-//!   as source, the logical output port in `reg15`;
+//!   decremented, the next hop in `reg0`, the output port's MAC as source, the logical output
+//!   port in `reg15`;
 //! - table [`POLICY`]: the router's policies (`RouterPolicy`: allow, drop, reroute; a port
 //!   range as the masked blocks that cover it);
 //! - table [`RESOLVE`]: the next hop's MAC (`Neighbour`, then `LearnedNeighbour`), then the
 //!   output table, where the patch carries the packet to the switch.
 //!
 //! What a router does not route is dropped (a table miss); what the translation leaves out is
-//! accounted by [`super::untranslated`]. Flows are changed per datapath, as [`super::l2`]'s.
+//! accounted by [`super::untranslated`], and a fenced router's admission drops and counts what
+//! crosses into it. Flows are changed per datapath, as [`super::l2`]'s.
 //! Owns the routers' state and their installed flows; touches nothing else.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

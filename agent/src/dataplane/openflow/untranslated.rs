@@ -2,8 +2,8 @@
 //! forwards only what it has flows for (a table miss drops), so an IR entry it does not
 //! translate is one of two kinds.
 //! - An entry that only adds forwarding or answers (IPv6 routing, router resets, ICMP errors,
-//!   ARP for unresolved next hops, flooding of unknown destinations, …): left out, what it
-//!   would forward or answer is dropped. The datapath is [`Effect::Partial`].
+//!   ARP for unresolved next hops, the switch's ND responder, …): left out, what it would
+//!   forward or answer is dropped. The datapath is [`Effect::Partial`].
 //! - An entry that restricts or redirects forwarding (a user's ACL, a load balancer's VIP, NAT,
 //!   a gateway port, ECMP, the compiler's `NotForwardable`): forwarding without it
 //!   would send what OVN would not, so the whole datapath goes without flows (security fails
