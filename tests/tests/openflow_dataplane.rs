@@ -488,6 +488,32 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     assert_eq!(status["untranslated_datapaths"]["fenced"], 0, "{status}");
     assert_eq!(status["untranslated_datapaths"]["partial"], 5, "{status}");
 
+    // An address no destination route covers: a1's subnet's source route (Kube-OVN 1.15's
+    // `policySrc`) sends it to a1's own gateway address, whose MAC the router would ask ARP for
+    // (its own answer, not translated): dropped and counted as untranslated.
+    let drops = |reason: &str| {
+        let prefix = format!(r#"ovnbpf_datapath_drops_total{{reason="{reason}"}} "#);
+        metrics(&nodes[0])
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<u64>().ok())
+            .unwrap_or_default()
+    };
+    let before = drops("openflow_untranslated");
+    assert!(
+        !pings(pod("a1"), Ipv4Addr::new(192, 0, 2, 1)),
+        "a1 → an unrouted address"
+    );
+    assert!(
+        drops("openflow_untranslated") >= before + 3,
+        "unresolved next hop not counted: {before}, then {}",
+        drops("openflow_untranslated")
+    );
+    assert_eq!(
+        drops("no_route"),
+        0,
+        "every packet of a1's has a (source) route"
+    );
+
     // The agent restarted under traffic: the flows it left forward until the new one's view is
     // complete, which then replaces them in one bundle. Not a packet lost, locally routed or
     // tunnelled.
@@ -533,13 +559,7 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
 
     // A user's ACL on subnet-b fences it on the OpenFlow node (what enters it dropped and
     // counted); gone, the switch is back.
-    let untranslated_drops = || {
-        let prefix = r#"ovnbpf_datapath_drops_total{reason="openflow_untranslated"} "#;
-        metrics(&nodes[0])
-            .lines()
-            .find_map(|line| line.strip_prefix(prefix)?.trim().parse::<u64>().ok())
-            .unwrap_or_default()
-    };
+    let untranslated_drops = || drops("openflow_untranslated");
     let mut acl = Topology::new();
     acl.acl(
         "subnet-b",

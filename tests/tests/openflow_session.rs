@@ -589,9 +589,10 @@ fn the_openflow_datapath_plugs_pods_into_br_int_and_forwards_between_them() {
     assert!(pings(&pods[1], "10.9.0.1"), "b → a");
     let installed = our_flows(&switch);
     assert_eq!(
-        installed, 13,
+        installed, 14,
         "two ports in and out (each out three ways: its port, back by the input port, not to \
-         itself), the switch's ingress, two MACs, the flood and its delivery from other chassis"
+         itself), the switch's ingress, two MACs and the unknown ones' drop, the flood and its \
+         delivery from other chassis"
     );
     drop(first);
     // A flow of our cookie the new agent does not want (left by the one before): the

@@ -528,21 +528,22 @@ impl Datapath for OpenFlowDatapath {
         Ok(0)
     }
 
-    /// What the translation leaves out and br-int drops (fenced datapaths, ports with port
-    /// security, what routers do not route), as the switch counted it.
+    /// br-int's counted drops per reason ([`super::l2::DROP_REASONS`]: what the translation
+    /// leaves out, no route, unknown destinations), as the switch counted them.
     fn drop_counters(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
-        let (done, answer) = mpsc::channel();
-        self.writes
-            .send(Request::Count {
-                cookie: super::l2::COOKIE_UNTRANSLATED,
-                done,
-            })
-            .map_err(|_| DatapathError::new("the OpenFlow session thread is gone"))?;
-        let packets = answer
-            .recv_timeout(COUNT_TIMEOUT)
-            .map_err(|_| DatapathError::new("the OpenFlow session did not answer the count"))?
-            .map_err(DatapathError::new)?;
-        Ok(vec![("openflow_untranslated", packets)])
+        let mut counters = Vec::new();
+        for (reason, cookie) in super::l2::DROP_REASONS {
+            let (done, answer) = mpsc::channel();
+            self.writes
+                .send(Request::Count { cookie, done })
+                .map_err(|_| DatapathError::new("the OpenFlow session thread is gone"))?;
+            let packets = answer
+                .recv_timeout(COUNT_TIMEOUT)
+                .map_err(|_| DatapathError::new("the OpenFlow session did not answer the count"))?
+                .map_err(DatapathError::new)?;
+            counters.push((reason, packets));
+        }
+        Ok(counters)
     }
 
     fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {

@@ -52,6 +52,17 @@ pub const COOKIE: u64 = 0x0b0f_0001;
 /// port with port security, what a router does not route): their packets are the count of
 /// `openflow_untranslated` drops.
 pub const COOKIE_UNTRANSLATED: u64 = COOKIE | 1 << 32;
+/// The cookie of the flows that drop what OVN drops too, by reason (the eBPF datapath's
+/// names): a destination no route covers, a unicast MAC the switch does not know (and does
+/// not flood).
+pub const COOKIE_NO_ROUTE: u64 = COOKIE | 2 << 32;
+pub const COOKIE_UNKNOWN_DESTINATION: u64 = COOKIE | 3 << 32;
+/// Each counted drop's reason and cookie.
+pub const DROP_REASONS: [(&str, u64); 3] = [
+    ("openflow_untranslated", COOKIE_UNTRANSLATED),
+    ("no_route", COOKIE_NO_ROUTE),
+    ("unknown_destination", COOKIE_UNKNOWN_DESTINATION),
+];
 /// Table of the ports' classification.
 pub const CLASSIFY: u8 = 0;
 /// Table of the L2 lookup.
@@ -716,6 +727,15 @@ impl L2Flows {
                 on_datapath(switch).with(Field::register(15, group)),
                 vec![Instruction::ApplyActions(local)],
             ));
+        } else {
+            // Otherwise dropped, as OVN drops it, and counted.
+            add(FlowMod::add(
+                COOKIE_UNKNOWN_DESTINATION,
+                LOOKUP,
+                0,
+                on_datapath(switch),
+                Vec::new(),
+            ));
         }
         flows
     }
@@ -867,8 +887,8 @@ mod tests {
     }
 
     /// Two plugged ports of one switch: each classified and output (with its input-port and
-    /// same-port variants), the switch's ingress on to the lookup, both MACs looked up, the
-    /// flood to both; applied again, nothing changes; one port unplugged, its classification
+    /// same-port variants), the switch's ingress on to the lookup, both MACs looked up (an
+    /// unknown one dropped and counted), the flood to both; applied again, nothing changes; one port unplugged, its classification
     /// and outputs go (strictly, our cookie only) and the flood keeps both members (the other
     /// chassis's part is the tunnel's, next); a MAC gone, its lookup goes.
     #[test]
@@ -889,6 +909,7 @@ mod tests {
                 (Command::Add, CLASSIFY, 100),
                 (Command::Add, CLASSIFY, 100),
                 (Command::Add, INGRESS, 0),
+                (Command::Add, LOOKUP, 0),
                 (Command::Add, LOOKUP, 50),
                 (Command::Add, LOOKUP, 50),
                 (Command::Add, LOOKUP, 70),
@@ -901,6 +922,11 @@ mod tests {
                 (Command::Add, OUTPUT, 110),
             ]
         );
+        let unknown = first
+            .iter()
+            .find(|flow| flow.table == LOOKUP && flow.priority == 0)
+            .map(|flow| (flow.cookie, flow.instructions.is_empty()));
+        assert_eq!(unknown, Some((COOKIE_UNKNOWN_DESTINATION, true)));
         let flood = first
             .iter()
             .find(|flow| flow.priority == 70)
@@ -945,11 +971,11 @@ mod tests {
             [(Command::DeleteStrict, LOOKUP, 50)]
         );
         // A resync: our cookie's flows deleted in every table, then all that is wanted (p1's
-        // classification and three outputs, the ingress, its MAC, the flood), and nothing
-        // more to change after.
+        // classification and three outputs, the ingress, its MAC, the unknown MACs' drop, the
+        // flood), and nothing more to change after.
         let resync = flows.resync();
         assert_eq!(resync[0], FlowMod::delete_cookie(COOKIE));
-        assert_eq!(resync.len(), 1 + 8);
+        assert_eq!(resync.len(), 1 + 9);
         assert!(flows.changes().is_empty());
     }
 

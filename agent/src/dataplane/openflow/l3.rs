@@ -281,6 +281,10 @@ impl RouterFlows {
         // The rest (IPv6, ARP to the router) is not translated: dropped and counted.
         let untranslated = l2::untranslated_drop(IP_INPUT, 0, on());
         add(POLICY, 0, on(), vec![Action::Resubmit(RESOLVE)]);
+        // No route: dropped, as OVN drops it, and counted; a next hop without a known MAC is
+        // not asked for (ARP is the router's own answer): dropped as untranslated.
+        let no_route = FlowMod::add(l2::COOKIE_NO_ROUTE, ROUTING, 0, on(), Vec::new());
+        let unresolved = l2::untranslated_drop(RESOLVE, 0, on());
         for entry in self.entries.get(&datapath).into_iter().flatten() {
             match entry {
                 IrEntry::RouterPort {
@@ -452,7 +456,9 @@ impl RouterFlows {
                 _ => {}
             }
         }
-        insert(&mut flows, untranslated);
+        for flow in [untranslated, no_route, unresolved] {
+            insert(&mut flows, flow);
+        }
         flows
     }
 }

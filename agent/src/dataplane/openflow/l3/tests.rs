@@ -124,6 +124,15 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
             .with(Field::register(0, u32::from(Ipv4Addr::new(10, 0, 1, 2))))
     );
     assert_eq!(find(&changes, IP_INPUT, 90).len(), 1, "the echo reply");
+    // What no route covers, and a next hop without a MAC, dropped by flows that count them.
+    let cookies = |table: u8| {
+        find(&changes, table, 0)
+            .iter()
+            .map(|flow| (flow.cookie, flow.instructions.is_empty()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(cookies(ROUTING), [(l2::COOKIE_NO_ROUTE, true)]);
+    assert_eq!(cookies(RESOLVE), [(l2::COOKIE_UNTRANSLATED, true)]);
     assert_eq!(find(&changes, ADMISSION, 100).len(), 1);
     assert!(flows.changes().is_empty(), "nothing changed since");
 }
