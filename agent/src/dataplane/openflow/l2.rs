@@ -843,6 +843,20 @@ mod tests {
         }
     }
 
+    /// Port p3 (key 3) of the switch, bound to chassis node2.
+    fn node2_port() -> IrEntry {
+        IrEntry::Port {
+            datapath: 5,
+            key: 3,
+            name: "p3".into(),
+            kind: PortKind::Vif {
+                chassis: Some("node2".into()),
+            },
+            addresses: Vec::new(),
+            port_security: Vec::new(),
+        }
+    }
+
     fn switch_entries() -> Vec<IrEntry> {
         vec![
             port(1, "p1"),
@@ -987,16 +1001,7 @@ mod tests {
     fn ports_of_other_chassis_are_reached_through_their_tunnel() {
         let mut flows = L2Flows::for_chassis("node1");
         let mut entries = switch_entries();
-        entries.push(IrEntry::Port {
-            datapath: 5,
-            key: 3,
-            name: "p3".into(),
-            kind: PortKind::Vif {
-                chassis: Some("node2".into()),
-            },
-            addresses: Vec::new(),
-            port_security: Vec::new(),
-        });
+        entries.push(node2_port());
         entries.push(IrEntry::FloodMember {
             datapath: 5,
             group: 32768,
@@ -1049,16 +1054,7 @@ mod tests {
     fn a_localnet_switch_reaches_other_chassis_through_its_vlan() {
         let mut flows = L2Flows::for_chassis("node1");
         let mut entries = switch_entries();
-        entries.push(IrEntry::Port {
-            datapath: 5,
-            key: 3,
-            name: "p3".into(),
-            kind: PortKind::Vif {
-                chassis: Some("node2".into()),
-            },
-            addresses: Vec::new(),
-            port_security: Vec::new(),
-        });
+        entries.push(node2_port());
         entries.push(IrEntry::Port {
             datapath: 5,
             key: 4,
