@@ -66,6 +66,8 @@ pub struct RouterFlows {
     ports: HashMap<String, PortInfo>,
     /// Datapath → its patch ports.
     patches: HashMap<u32, BTreeSet<String>>,
+    /// Port → the patch ports that name it their peer (its change changes their crossings).
+    peered_by: HashMap<String, BTreeSet<String>>,
     /// The datapaths that are routers.
     routers: BTreeSet<u32>,
     /// Router → its entries this part translates.
@@ -112,9 +114,13 @@ impl RouterFlows {
                 };
                 if added {
                     self.ports.insert(name.clone(), info);
-                    if peer.is_some() {
+                    if let Some(peer) = &peer {
                         self.patches
                             .entry(*datapath)
+                            .or_default()
+                            .insert(name.clone());
+                        self.peered_by
+                            .entry(peer.clone())
                             .or_default()
                             .insert(name.clone());
                     }
@@ -126,17 +132,28 @@ impl RouterFlows {
                             self.patches.remove(datapath);
                         }
                     }
+                    if let Some(peer) = &peer
+                        && let Some(named) = self.peered_by.get_mut(peer)
+                    {
+                        named.remove(name);
+                        if named.is_empty() {
+                            self.peered_by.remove(peer);
+                        }
+                    }
                 }
                 self.flows.mark(*datapath);
                 // The peer's crossing names this port's key.
                 if let Some(other) = peer.and_then(|peer| self.ports.get(&peer)) {
                     self.flows.mark(other.datapath);
                 }
-                // Patches of other datapaths whose peer this is.
+                // Patches of other datapaths whose peer this is (by index, not a scan of every
+                // port: one change costs O(that change)).
                 let crossing: Vec<u32> = self
-                    .ports
-                    .values()
-                    .filter(|other| other.peer.as_ref() == Some(name))
+                    .peered_by
+                    .get(name)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|patch| self.ports.get(patch))
                     .map(|other| other.datapath)
                     .collect();
                 for datapath in crossing {

@@ -245,3 +245,51 @@ fn port_ranges_become_the_masked_blocks_that_cover_them() {
         );
     }
 }
+
+/// A patch whose peer arrives later (or changes) gets its crossing then: the peer's change
+/// marks the patch's datapath through the index of who names it, even when the peer does not
+/// name the patch back.
+#[test]
+fn a_patch_crosses_once_its_peer_arrives() {
+    let mut flows = RouterFlows::default();
+    let mut entries = routed();
+    let switch_side = entries.remove(2);
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    let crossing = |changes: &[FlowMod]| {
+        changes.iter().any(|flow| {
+            flow.table == OUTPUT
+                && flow.matching == on_datapath(ROUTER).with(Field::register(15, 1))
+        })
+    };
+    assert!(!crossing(&flows.changes()), "no crossing without the peer");
+    // The switch's end, naming no peer of its own.
+    let IrEntry::Port {
+        datapath,
+        key,
+        name,
+        addresses,
+        port_security,
+        ..
+    } = switch_side
+    else {
+        panic!("the switch's patch port");
+    };
+    flows.apply(&IrDiff {
+        added: vec![IrEntry::Port {
+            datapath,
+            key,
+            name,
+            kind: PortKind::Other("router".into()),
+            addresses,
+            port_security,
+        }],
+        removed: Vec::new(),
+    });
+    assert!(
+        crossing(&flows.changes()),
+        "the router's crossing once its peer is known"
+    );
+}
