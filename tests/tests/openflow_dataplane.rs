@@ -10,9 +10,9 @@
 //! understand each other. Only flows of the agent's cookie are on br-int; the metrics name the
 //! datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
 //! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of br-int and
-//! no longer reached, and only its own flows changed. An OpenFlow node, an eBPF node and a real ovn-controller chassis
-//! forward and route for each other, and an OpenFlow node routes a VPC and fences a switch it
-//! cannot enforce.
+//! no longer reached, and only its own flows changed. An OpenFlow node, an eBPF node and a real
+//! ovn-controller chassis forward and route for each other; an OpenFlow node routes a VPC and
+//! fences a switch it cannot enforce, and answers what OVN answers in userspace.
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
@@ -471,7 +471,7 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     );
     assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
     // ovnbpfctl says which datapath the agent runs, and what it does not translate whole, all
-    // partial: the two routers (IPv6, resets, ICMP errors) and the three switches (health-check
+    // partial: the two routers (their own ARP replies) and the three switches (health-check
     // answers are not taken to the agent).
     let status = ovnbpf_tests::process::output(
         std::process::Command::new(workspace_binary("ovnbpfctl")).args([
@@ -489,8 +489,8 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     assert_eq!(status["untranslated_datapaths"]["partial"], 5, "{status}");
 
     // An address no destination route covers: a1's subnet's source route (Kube-OVN 1.15's
-    // `policySrc`) sends it to a1's own gateway address, whose MAC the router would ask ARP for
-    // (its own answer, not translated): dropped and counted as untranslated.
+    // `policySrc`) sends it to a1's own gateway address, whose MAC the router asks ARP for (the
+    // agent's request, which nobody answers): not forwarded, and never dropped as unrouted.
     let drops = |reason: &str| {
         let prefix = format!(r#"ovnbpf_datapath_drops_total{{reason="{reason}"}} "#);
         metrics(&nodes[0])
@@ -498,15 +498,22 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
             .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<u64>().ok())
             .unwrap_or_default()
     };
-    let before = drops("openflow_untranslated");
+    let arp_requests = || {
+        let prefix = r#"ovnbpf_datapath_router_replies_total{kind="arp_request"} "#;
+        metrics(&nodes[0])
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix)?.trim().parse::<u64>().ok())
+            .unwrap_or_default()
+    };
+    let before = arp_requests();
     assert!(
         !pings(pod("a1"), Ipv4Addr::new(192, 0, 2, 1)),
         "a1 → an unrouted address"
     );
     assert!(
-        drops("openflow_untranslated") >= before + 3,
-        "unresolved next hop not counted: {before}, then {}",
-        drops("openflow_untranslated")
+        arp_requests() >= before + 3,
+        "the unresolved next hop not asked for: {before}, then {}",
+        arp_requests()
     );
     assert_eq!(
         drops("no_route"),
@@ -596,6 +603,176 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     assert_eq!(untranslated(&nodes[0], "fenced"), Some(0));
     openflow.borrow_mut().stop();
     ebpf.stop();
+}
+
+/// What OVN answers in ovn-controller's userspace, the OpenFlow node's agent answers as br-int's
+/// controller (issue 19): vpc-a's subnet-a is dual-stack, subnet-b IPv4, its pods all on the
+/// OpenFlow node.
+/// - a1 and a2 reach each other over IPv6: their solicitations are answered by the switch's ND
+///   responder (the agent's advertisements), not flooded;
+/// - a1's packet with TTL 1 to subnet-b gets time exceeded from its gateway;
+/// - TCP to the gateway is refused (the router's reset), UDP to it gets port unreachable;
+/// - a route whose next hop has no known MAC (10.0.2.9, an address b1 holds besides its own):
+///   the router asks ARP for it, learns b1's answer (MAC_Binding, written by the agent), and
+///   then forwards a1's pings to b1 (which holds 192.0.2.1 too and answers).
+#[test]
+fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
+    use ovnbpf_tests::{
+        kubeovn::{Topology, mac_for},
+        scenario::{PodPlan, TwoNodes},
+    };
+    require_root();
+    const A2: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 3);
+    const B1: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+    const NEXT_HOP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 9);
+    const BEYOND: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const PLAN: [PodPlan; 3] = [
+        ("a1", "subnet-a", 0, A1),
+        ("a2", "subnet-a", 0, A2),
+        ("b1", "subnet-b", 0, B1),
+    ];
+    let a1_6: std::net::Ipv6Addr = "fd00:10:1::2".parse().unwrap();
+    let a2_6: std::net::Ipv6Addr = "fd00:10:1::3".parse().unwrap();
+    let two = TwoNodes::start();
+    let (lab, nodes) = (&two.lab, &two.nodes);
+    let mut topology = Topology::new();
+    topology
+        .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24,fd00:10:1::/64")
+        .unwrap()
+        .subnet("vpc-a", "subnet-b", "10.0.2.0/24")
+        .unwrap()
+        .static_route("vpc-a", "192.0.2.0/24", NEXT_HOP)
+        .dual_stack_pod("subnet-a", "a1", "ns", &mac_for("a1"), (A1, a1_6))
+        .dual_stack_pod("subnet-a", "a2", "ns", &mac_for("a2"), (A2, a2_6))
+        .pod("subnet-b", "b1", "ns", &mac_for("b1"), B1);
+    topology.apply(lab).unwrap();
+    let pods = scenario::add_planned_pods(nodes, &PLAN, true, 1442);
+    let pod = |name: &str| pods[PLAN.iter().position(|plan| plan.0 == name).unwrap()].netns();
+    for (name, ip) in [("a1", a1_6), ("a2", a2_6)] {
+        pod(name)
+            .ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("{ip}/64"),
+                "dev",
+                "eth0",
+                "nodad",
+            ])
+            .unwrap();
+    }
+    for address in [format!("{NEXT_HOP}/24"), format!("{BEYOND}/32")] {
+        pod("b1")
+            .ip(&["addr", "add", &address, "dev", "eth0"])
+            .unwrap();
+    }
+    let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
+    switch.underlay(&nodes[0]).unwrap();
+    for (index, (name, ..)) in PLAN.iter().enumerate() {
+        full_checksums(nodes[0].netns(), &format!("{name}_h"), pods[index].netns()).unwrap();
+    }
+    let log_dir = tempfile::tempdir().unwrap();
+    let mut spec = scenario::planned_agent(nodes, &PLAN, 0, None);
+    spec.extra_args = switch.agent_args();
+    spec.extra_args
+        .extend(["--metrics-address".into(), METRICS.into()]);
+    let mut agent = spec
+        .spawn(
+            lab,
+            &workspace_binary("ovnbpf-agent"),
+            log_dir.path().join("node1.log"),
+        )
+        .unwrap();
+    let logs = || {
+        format!(
+            "{}{}",
+            agent.log_tail(),
+            switch.ofctl(&["dump-flows", "br-int"]).unwrap_or_default()
+        )
+    };
+    assert!(
+        scenario::planned_pods_up(lab, &PLAN),
+        "not every pod came up{}",
+        logs()
+    );
+    let replies = |kind: &str| {
+        let prefix = format!(r#"ovnbpf_datapath_router_replies_total{{kind="{kind}"}} "#);
+        metrics(&nodes[0])
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<u64>().ok())
+            .unwrap_or_default()
+    };
+    // The command's output, whatever its exit status.
+    let said = |from: &str, command: &str| {
+        pod(from)
+            .exec("sh", &["-c", &format!("{command} 2>&1; true")])
+            .unwrap()
+    };
+
+    // IPv6 on the switch: the solicitations answered by the agent.
+    assert!(
+        wait_until(Duration::from_secs(5), || said(
+            "a1",
+            &format!("ping -6 -c 2 -i 0.2 -W 1 {a2_6}")
+        )
+        .contains(" 2 received")),
+        "a1 → a2 over IPv6{}",
+        logs()
+    );
+    assert!(replies("nd_advertisement") >= 1, "{}", logs());
+    let neighbour = pod("a1")
+        .ip(&["-6", "neigh", "show", &a2_6.to_string()])
+        .unwrap();
+    assert!(
+        neighbour.contains(&mac_for("a2")),
+        "a1 learned a2's MAC from the advertisement: {neighbour}"
+    );
+
+    // Time exceeded from the gateway, for a packet whose TTL runs out entering vpc-a.
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(pod("a1"), B1)),
+        "a1 → b1{}",
+        logs()
+    );
+    let expired = said("a1", &format!("ping -c 1 -t 1 -W 2 {B1}"));
+    assert!(
+        expired.contains("From 10.0.1.1") && expired.contains("Time to live exceeded"),
+        "{expired}{}",
+        logs()
+    );
+
+    // The router's own address: TCP refused by its reset, UDP answered port unreachable.
+    let refused = said("a1", "timeout 3 bash -c 'exec 3<>/dev/tcp/10.0.1.1/80'");
+    assert!(refused.contains("refused"), "{refused}{}", logs());
+    assert!(replies("tcp_reset") >= 1);
+    let before = replies("port_unreachable");
+    said("a1", "bash -c 'echo probe > /dev/udp/10.0.1.1/53'");
+    assert!(
+        wait_until(Duration::from_secs(3), || replies("port_unreachable")
+            > before),
+        "no port unreachable{}",
+        logs()
+    );
+
+    // A next hop without a MAC: asked for, learned, then forwarded to.
+    assert!(
+        wait_until(Duration::from_secs(10), || pings(pod("a1"), BEYOND)),
+        "a1 → 192.0.2.1 through the next hop the router had to learn{}",
+        logs()
+    );
+    assert!(replies("arp_request") >= 1);
+    assert!(replies("neighbour_reported") >= 1);
+    let binding = lab
+        .sbctl(&[
+            "--bare",
+            "--columns=mac",
+            "find",
+            "MAC_Binding",
+            &format!("ip={NEXT_HOP}"),
+        ])
+        .unwrap();
+    assert_eq!(binding.trim(), mac_for("b1"), "the learned MAC_Binding");
+    agent.stop();
 }
 
 /// br-int's flows of the agent (their cookie's low 32 bits), as text without their counters,

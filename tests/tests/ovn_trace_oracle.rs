@@ -32,7 +32,9 @@
 //! ([`oracle_openflow`]), every case a pod sends traced there with `ofproto/trace`: what its
 //! datapath actions output (ports and rewritten headers) must equal the evaluator's outputs, or
 //! be a drop the backend reports (a fenced datapath, a port with port security, IPv6 and the
-//! router's own answers on a partial one; the counts and fenced datapaths printed).
+//! router's own ARP replies on a partial one), or a packet br-int sends to the agent where
+//! what the evaluator outputs beyond br-int is answers (the agent's, whose bytes its unit tests
+//! and `openflow_dataplane` check); the counts and fenced datapaths printed.
 
 mod common;
 mod oracle_kernel;

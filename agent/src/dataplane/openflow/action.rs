@@ -8,6 +8,8 @@ use super::oxm::{Field, padding};
 
 /// `OFPP_IN_PORT`: the port the packet came in on.
 pub const PORT_IN_PORT: u32 = 0xffff_fff8;
+/// `OFPP_CONTROLLER`: the controller (the agent's answering session, [`super::answer`]).
+pub const PORT_CONTROLLER: u32 = 0xffff_fffd;
 /// `OFPP_LOCAL`: the bridge's own port.
 pub const PORT_LOCAL: u32 = 0xffff_fffe;
 
@@ -47,7 +49,7 @@ pub enum Action {
 }
 
 impl Action {
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Action::Output(port) => {
                 out.extend(0_u16.to_be_bytes());

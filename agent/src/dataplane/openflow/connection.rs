@@ -264,6 +264,50 @@ impl Connection {
         self.reply(xid, "BARRIER_REQUEST").await.map(drop)
     }
 
+    /// Asks the switch for the packets its flows send to the controller, whole and unbuffered
+    /// (a management-socket session gets none until it asks).
+    ///
+    /// # Errors
+    /// When the session fails.
+    pub async fn receive_packet_ins(&mut self) -> Result<(), OpenFlowError> {
+        let xid = self.xid();
+        self.send(&message::set_config(xid, 0xffff)).await?;
+        self.barrier().await
+    }
+
+    /// The next packet-in, waiting as long as it takes. What else comes meanwhile is passed
+    /// over; the switch's refusals of packet-outs are logged.
+    ///
+    /// # Errors
+    /// When the session fails.
+    pub async fn next_packet_in(&mut self) -> Result<message::PacketIn, OpenFlowError> {
+        loop {
+            match self.read().await? {
+                (Incoming::PacketIn(packet_in), _) => return Ok(*packet_in),
+                (Incoming::Error { kind, code }, xid) => {
+                    tracing::warn!(kind, code, xid, "the switch refused a packet-out");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends `data` into the switch as if from `in_port`, through `actions` (no answer is
+    /// awaited: a refusal comes back to [`Self::next_packet_in`]).
+    ///
+    /// # Errors
+    /// When the session fails.
+    pub async fn packet_out(
+        &mut self,
+        in_port: u32,
+        actions: &[super::action::Action],
+        data: &[u8],
+    ) -> Result<(), OpenFlowError> {
+        let xid = self.xid();
+        self.send(&message::packet_out(xid, in_port, actions, data))
+            .await
+    }
+
     fn xid(&mut self) -> u32 {
         let xid = self.next_xid;
         self.next_xid = self.next_xid.wrapping_add(1).max(1);

@@ -19,8 +19,9 @@
 //! what neither translates is accounted (and fenced where it must be) by [`Untranslated`].
 //! The provider NICs of the bridge mappings are br-int ports too (added at start, and at each
 //! retry until they are, as the configured local ports).
-//! Not yet here (issue 19): IPv6 routing, ACLs, load balancers, NAT, counters, drop
-//! events.
+//! What OVN answers in userspace the [`Controller`] answers, on a session and thread of its
+//! own. Not yet here (issue 19): IPv6 routing, ECMP, ACLs, load balancers, NAT, some counters,
+//! drop events.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -37,6 +38,7 @@ use std::{
 
 use super::{
     connection::Connection,
+    controller::Controller,
     l2::{L2Flows, OVN_GENEVE_OPTION},
     l3::RouterFlows,
     message::FlowMod,
@@ -44,8 +46,8 @@ use super::{
 };
 use crate::{
     dataplane::{
-        Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, OffLoopJob, PortAttacher,
-        PortAttachment,
+        Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, NeighbourSink,
+        OffLoopJob, PortAttacher, PortAttachment,
     },
     pipeline::ir::{IrDiff, IrEntry},
 };
@@ -119,6 +121,8 @@ pub struct OpenFlowDatapath {
     /// port its number), pending writes meanwhile.
     unattached_providers: Vec<(String, String)>,
     unattached_ports: Vec<(String, String)>,
+    /// The agent as br-int's controller: the answers OVN makes in userspace.
+    controller: Controller,
 }
 
 impl OpenFlowDatapath {
@@ -167,6 +171,7 @@ impl OpenFlowDatapath {
             holding: adopted,
             unattached_providers: Vec::new(),
             unattached_ports: Vec::new(),
+            controller: Controller::start(config.management_socket.clone())?,
         };
         // Written with the first write's resync.
         datapath.unattached_providers = config.providers.clone();
@@ -543,11 +548,12 @@ impl Datapath for OpenFlowDatapath {
                 .map_err(DatapathError::new)?;
             counters.push((reason, packets));
         }
+        counters.extend(self.controller.unanswered());
         Ok(counters)
     }
 
     fn router_replies(&self) -> Result<Vec<(&'static str, u64)>, DatapathError> {
-        Ok(Vec::new())
+        Ok(self.controller.answered())
     }
 
     fn untranslated_datapaths(&self) -> Vec<(&'static str, usize)> {
@@ -571,6 +577,12 @@ impl Datapath for OpenFlowDatapath {
     }
 
     fn drop_events(&mut self, _per_second: u32, _tap: DropTap) -> Option<DropFollower> {
+        None
+    }
+
+    fn neighbour_events(&mut self, sink: NeighbourSink) -> Option<DropFollower> {
+        // The controller's thread hands them over itself.
+        self.controller.set_sink(sink);
         None
     }
 }

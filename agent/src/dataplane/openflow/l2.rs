@@ -6,9 +6,9 @@
 //!   from OVN's Geneve option and go to the output table;
 //! - table [`INGRESS`]: the sanity checks (`IngressSanity`: tagged frames, multicast sources)
 //!   and the ARP responder (`ArpReply`, with `ArpReplySkip` and `ArpReplySkipPort`), then the
-//!   L2 lookup; neighbour solicitations the switch's ND responder would answer (`NdReply`, an
-//!   OVN controller action) are dropped rather than flooded, but for their owner's
-//!   (`NdReplySkip`);
+//!   L2 lookup; neighbour solicitations the switch's ND responder answers (`NdReply`, an OVN
+//!   controller action) go up to the agent, which answers them ([`super::answer`]), but for
+//!   their owner's (`NdReplySkip`);
 //! - table [`LOOKUP`]: `L2Fib` (a known MAC) sets the logical output port (`reg15`) and
 //!   resubmits to the output table; `FloodMulticast` (broadcast and multicast) does so for each
 //!   member of the flood group in turn (`FloodGroup`, `FloodMember`), and sends one copy to
@@ -36,7 +36,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{
-    action::{Action, Instruction, PORT_IN_PORT},
+    action::{Action, Instruction, PORT_CONTROLLER, PORT_IN_PORT},
+    answer::{COOKIE_ND_ADVERTISEMENT, PARAMETER, PARAMETER_LOW},
     message::FlowMod,
     oxm::{
         Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_ARP_SHA,
@@ -113,9 +114,9 @@ pub struct L2Flows {
     arp_skips: HashMap<u32, BTreeSet<(Ipv4Addr, String)>>,
     /// Switch → ports whose ARP requests are never answered (localnet).
     arp_skip_ports: HashMap<u32, BTreeSet<String>>,
-    /// Switch → the IPv6 addresses its ND responder answers for (not translated: their
-    /// solicitations are dropped, not flooded), and the (address, port) pairs it skips.
-    nd_replies: HashMap<u32, BTreeSet<Ipv6Addr>>,
+    /// Switch → the IPv6 addresses its ND responder answers for and with what MAC (the agent
+    /// answers), and the (address, port) pairs it skips.
+    nd_replies: HashMap<u32, BTreeSet<(Ipv6Addr, Mac)>>,
     nd_skips: HashMap<u32, BTreeSet<(Ipv6Addr, String)>>,
     /// Switch → its localnet port: (key, provider network, VLAN tag).
     localnets: HashMap<u32, (u32, String, Option<u16>)>,
@@ -306,8 +307,12 @@ impl L2Flows {
                 toggle(skips, (*ip, inport.clone()), added);
                 self.flows.mark(*datapath);
             }
-            IrEntry::NdReply { datapath, ip, .. } => {
-                toggle(self.nd_replies.entry(*datapath).or_default(), *ip, added);
+            IrEntry::NdReply { datapath, ip, mac } => {
+                toggle(
+                    self.nd_replies.entry(*datapath).or_default(),
+                    (*ip, *mac),
+                    added,
+                );
                 self.flows.mark(*datapath);
             }
             IrEntry::NdReplySkip {
@@ -508,9 +513,9 @@ impl L2Flows {
                 arp_reply(*ip, *mac),
             ));
         }
-        // OVN answers these solicitations from the switch (a controller action, `nd_na`); the
-        // backend does not, and never floods what OVN would answer: dropped (the switch is
-        // reported partial), except when the owner asks.
+        // OVN answers these solicitations from the switch in userspace (`nd_na`, a controller
+        // action): sent up to the agent ([`super::answer`]) with the MAC to answer with, except
+        // when the owner asks.
         let solicitation = |target: Ipv6Addr| {
             on_datapath(switch)
                 .with(Field::eth_type(0x86dd))
@@ -526,8 +531,14 @@ impl L2Flows {
                 lookup(),
             ));
         }
-        for ip in self.nd_replies.get(&switch).into_iter().flatten() {
-            flows.push(flow(90, solicitation(*ip), Vec::new()));
+        for (ip, mac) in self.nd_replies.get(&switch).into_iter().flatten() {
+            flows.push(FlowMod::add(
+                COOKIE_ND_ADVERTISEMENT,
+                INGRESS,
+                90,
+                solicitation(*ip),
+                vec![Instruction::ApplyActions(to_controller(*mac))],
+            ));
         }
         flows
     }
@@ -773,6 +784,22 @@ fn flood_actions(
         }
     }
     (actions, local)
+}
+
+/// Sends the packet to the agent with `mac` in the answer's parameter registers (the ND
+/// responder's answer).
+fn to_controller(mac: Mac) -> Vec<Action> {
+    vec![
+        Action::SetField(Field::register(
+            PARAMETER,
+            u32::from_be_bytes([mac[0], mac[1], mac[2], mac[3]]),
+        )),
+        Action::SetField(Field::register(
+            PARAMETER_LOW,
+            u32::from_be_bytes([mac[4], mac[5], 0, 0]),
+        )),
+        Action::Output(PORT_CONTROLLER),
+    ]
 }
 
 /// A flow of `table` that drops what it matches as untranslated ([`COOKIE_UNTRANSLATED`]).

@@ -28,14 +28,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 
 use super::{
-    action::{Action, Instruction},
+    action::{Action, Instruction, PORT_CONTROLLER},
+    answer::{
+        COOKIE_ARP_REQUEST, COOKIE_LEARN, COOKIE_TCP_RESET, COOKIE_TIME_EXCEEDED,
+        COOKIE_UNREACHABLE, PARAMETER,
+    },
     l2::{self, COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
     oxm::{Field, Match, NXM_REG0, NXM_REG1, OXM_IPV4_DST, OXM_IPV4_SRC},
     table::{DatapathFlows, Flows, insert, on_datapath},
 };
 use crate::pipeline::ir::{
-    IrDiff, IrEntry, L4Match, PolicyVerdict, PortKind, RouteSelector, RouterDropRule,
+    IrDiff, IrEntry, L4Match, PolicyVerdict, PortKind, RejectProtocol, RejectResponse,
+    RouteSelector, RouterDropRule,
 };
 
 /// Table of the routers' admission.
@@ -50,6 +55,7 @@ pub const POLICY: u8 = 23;
 pub const RESOLVE: u8 = 24;
 
 const IPV4: u16 = 0x0800;
+const ARP: u16 = 0x0806;
 
 /// A patch port: its datapath, key and peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,7 +174,11 @@ impl RouterFlows {
             | IrEntry::Neighbour { datapath, .. }
             | IrEntry::LearnedNeighbour { datapath, .. }
             | IrEntry::RouterDrop { datapath, .. }
-            | IrEntry::RouterEchoReply { datapath, .. } => {
+            | IrEntry::RouterEchoReply { datapath, .. }
+            | IrEntry::RouterReject { datapath, .. }
+            | IrEntry::TtlExceeded { datapath, .. }
+            | IrEntry::ArpRequestForNextHop { datapath }
+            | IrEntry::NeighbourLearning { datapath, .. } => {
                 let entries = self.entries.entry(*datapath).or_default();
                 if added {
                     entries.insert(entry.clone());
@@ -299,9 +309,28 @@ impl RouterFlows {
         let untranslated = l2::untranslated_drop(IP_INPUT, 0, on());
         add(POLICY, 0, on(), vec![Action::Resubmit(RESOLVE)]);
         // No route: dropped, as OVN drops it, and counted; a next hop without a known MAC is
-        // not asked for (ARP is the router's own answer): dropped as untranslated.
+        // asked for by the agent (`lr_in_arp_request`'s `arp`: the next hop in `reg0`, the
+        // source address in `reg1`), where the router does so.
         let no_route = FlowMod::add(l2::COOKIE_NO_ROUTE, ROUTING, 0, on(), Vec::new());
-        let unresolved = l2::untranslated_drop(RESOLVE, 0, on());
+        let asks = self
+            .entries
+            .get(&datapath)
+            .is_some_and(|entries| entries.contains(&IrEntry::ArpRequestForNextHop { datapath }));
+        let unresolved = if asks {
+            FlowMod::add(
+                COOKIE_ARP_REQUEST,
+                RESOLVE,
+                0,
+                on().with(Field::eth_type(IPV4)),
+                vec![Instruction::ApplyActions(vec![Action::Output(
+                    PORT_CONTROLLER,
+                )])],
+            )
+        } else {
+            l2::untranslated_drop(RESOLVE, 0, on())
+        };
+        // The flows that send packets to the agent for its answers.
+        let mut answers = Vec::new();
         for entry in self.entries.get(&datapath).into_iter().flatten() {
             match entry {
                 IrEntry::RouterPort {
@@ -355,6 +384,7 @@ impl RouterFlows {
                     priority,
                     route_table,
                     nexthop,
+                    source_ip,
                     source_mac,
                     port,
                     ..
@@ -374,6 +404,7 @@ impl RouterFlows {
                         vec![
                             Action::DecrementTtl,
                             next_hop,
+                            Action::SetField(Field::register(1, u32::from(*source_ip))),
                             Action::SetField(Field::eth_source(*source_mac)),
                             Action::SetField(Field::register(15, key)),
                             Action::Resubmit(POLICY),
@@ -429,13 +460,14 @@ impl RouterFlows {
                         PolicyVerdict::Drop => Vec::new(),
                         PolicyVerdict::Reroute {
                             nexthop,
+                            source_ip,
                             source_mac,
                             port,
-                            ..
                         } => {
                             let Some(key) = self.key(port) else { continue };
                             vec![
                                 Action::SetField(Field::register(0, u32::from(*nexthop))),
+                                Action::SetField(Field::register(1, u32::from(*source_ip))),
                                 Action::SetField(Field::eth_source(*source_mac)),
                                 Action::SetField(Field::register(15, key)),
                                 Action::Resubmit(RESOLVE),
@@ -450,6 +482,77 @@ impl RouterFlows {
                             .fold(matching.clone(), |matching, field| matching.with(field));
                         add(POLICY, *priority, matching, actions.clone());
                     }
+                }
+                IrEntry::RouterReject {
+                    ip,
+                    protocol,
+                    response,
+                    ..
+                } => {
+                    let (priority, matching) = match protocol {
+                        Some(protocol) => (
+                            80,
+                            ipv4().with(Field::ip_protocol(match protocol {
+                                RejectProtocol::Tcp => 6,
+                                RejectProtocol::Udp => 17,
+                                RejectProtocol::Sctp => 132,
+                            })),
+                        ),
+                        None => (70, ipv4()),
+                    };
+                    let matching = matching
+                        .with(Field::ipv4_destination(*ip))
+                        .with(Field::not_later_fragment());
+                    answers.push(match response {
+                        RejectResponse::TcpReset => {
+                            to_controller(COOKIE_TCP_RESET, priority, matching, Vec::new())
+                        }
+                        RejectResponse::IcmpUnreachable { code } => to_controller(
+                            COOKIE_UNREACHABLE,
+                            priority,
+                            matching,
+                            vec![Action::SetField(Field::register(
+                                PARAMETER,
+                                u32::from(*code),
+                            ))],
+                        ),
+                        // OVN's `sctp_abort` is not built (nor by the eBPF datapath).
+                        RejectResponse::SctpAbort => {
+                            l2::untranslated_drop(IP_INPUT, priority, matching)
+                        }
+                    });
+                }
+                IrEntry::TtlExceeded { port, source, .. } => {
+                    let Some(key) = self.key(port) else { continue };
+                    for ttl in [0, 1] {
+                        answers.push(to_controller(
+                            COOKIE_TIME_EXCEEDED,
+                            31,
+                            ipv4()
+                                .with(Field::register(14, key))
+                                .with(Field::ip_ttl(ttl))
+                                .with(Field::not_later_fragment()),
+                            vec![Action::SetField(Field::register(
+                                PARAMETER,
+                                u32::from(*source),
+                            ))],
+                        ));
+                    }
+                }
+                IrEntry::NeighbourLearning { port, subnet, .. } => {
+                    // The sender of an ARP the router hears goes to the daemon's MAC learning
+                    // (`put_arp`); the frame goes no further (the router's own ARP answers are
+                    // not translated).
+                    let mut matching = on().with(Field::eth_type(ARP));
+                    if let Some(port) = port {
+                        let Some(key) = self.key(port) else { continue };
+                        matching = matching.with(Field::register(14, key));
+                    }
+                    if let Some(subnet) = subnet {
+                        matching =
+                            matching.with(Field::arp_source_prefix(subnet.network, subnet.length));
+                    }
+                    answers.push(to_controller(COOKIE_LEARN, 80, matching, Vec::new()));
                 }
                 IrEntry::Neighbour { port, ip, mac, .. }
                 | IrEntry::LearnedNeighbour { port, ip, mac, .. } => {
@@ -469,11 +572,27 @@ impl RouterFlows {
                             Action::Resubmit(OUTPUT),
                         ],
                     );
+                    // An ARP from a neighbour already learned at that MAC teaches nothing
+                    // (`lookup_arp` hits): not sent to the agent.
+                    if matches!(entry, IrEntry::LearnedNeighbour { .. }) {
+                        add(
+                            IP_INPUT,
+                            85,
+                            on().with(Field::eth_type(ARP))
+                                .with(Field::register(14, key))
+                                .with(Field::arp_source_ip(*ip))
+                                .with(Field::arp_source_mac(*mac)),
+                            Vec::new(),
+                        );
+                    }
                 }
                 _ => {}
             }
         }
-        for flow in [untranslated, no_route, unresolved] {
+        for flow in answers
+            .into_iter()
+            .chain([untranslated, no_route, unresolved])
+        {
             insert(&mut flows, flow);
         }
         flows
@@ -579,6 +698,19 @@ fn port_blocks(low: u16, high: u16) -> Vec<(u16, u16)> {
         low += size;
     }
     blocks
+}
+
+/// A flow of the IP input that sends what it matches to the agent for the answer `cookie`
+/// names, after `actions` (its parameter).
+fn to_controller(cookie: u64, priority: u16, matching: Match, mut actions: Vec<Action>) -> FlowMod {
+    actions.push(Action::Output(PORT_CONTROLLER));
+    FlowMod::add(
+        cookie,
+        IP_INPUT,
+        priority,
+        matching,
+        vec![Instruction::ApplyActions(actions)],
+    )
 }
 
 /// `move` of a whole `bits`-bit field to another.

@@ -1,9 +1,10 @@
 //! OpenFlow 1.5 messages: the header (`version u8 | type u8 | length u16 | xid u32`), the ones
 //! the agent sends (hello, echo reply, features and barrier requests, flow mods, bundle control
-//! and add), and the ones it reads from the switch ([`Incoming`]).
+//! and add, set-config, packet-outs), and the ones it reads from the switch ([`Incoming`],
+//! packet-ins among them).
 
 use super::{
-    action::{Instruction, to_u16},
+    action::{Action, Instruction, to_u16},
     oxm::Match,
 };
 
@@ -24,6 +25,9 @@ const NXT_TLV_TABLE_REQUEST: u32 = 25;
 const NXT_TLV_TABLE_REPLY: u32 = 26;
 const FEATURES_REQUEST: u8 = 5;
 const FEATURES_REPLY: u8 = 6;
+const SET_CONFIG: u8 = 9;
+const PACKET_IN: u8 = 10;
+const PACKET_OUT: u8 = 13;
 const FLOW_MOD: u8 = 14;
 const MULTIPART_REQUEST: u8 = 18;
 const MULTIPART_REPLY: u8 = 19;
@@ -117,6 +121,107 @@ fn stats_request(xid: u32, kind: u16, cookie: u64, mask: u64) -> Vec<u8> {
     body.extend(mask.to_be_bytes());
     Match::new().encode(&mut body);
     message(MULTIPART_REQUEST, xid, &body)
+}
+
+/// `OFPT_SET_CONFIG`: normal fragment handling, and `miss_send_len` bytes of a packet sent to
+/// this connection (`0xffff`, `OFPCML_NO_BUFFER`: the whole packet, unbuffered). Open vSwitch
+/// sends a service connection (its management socket) packet-ins only once this is nonzero.
+#[must_use]
+pub fn set_config(xid: u32, miss_send_len: u16) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(0_u16.to_be_bytes());
+    body.extend(miss_send_len.to_be_bytes());
+    message(SET_CONFIG, xid, &body)
+}
+
+/// `OFPT_PACKET_OUT` (OpenFlow 1.5): `data` injected as if it came in on `in_port` (the match
+/// holds only that pipeline field), through `actions`.
+#[must_use]
+pub fn packet_out(xid: u32, in_port: u32, actions: &[Action], data: &[u8]) -> Vec<u8> {
+    let mut encoded = Vec::new();
+    for action in actions {
+        action.encode(&mut encoded);
+    }
+    let mut body = Vec::new();
+    body.extend(NO_BUFFER.to_be_bytes());
+    body.extend(to_u16(encoded.len()).to_be_bytes());
+    body.extend([0; 2]);
+    Match::new()
+        .with(super::oxm::Field::in_port(in_port))
+        .encode(&mut body);
+    body.extend(encoded);
+    body.extend(data);
+    message(PACKET_OUT, xid, &body)
+}
+
+/// A packet the switch sent up (`OFPT_PACKET_IN`): the flow that sent it (table, cookie), its
+/// pipeline fields as they were then, and the packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PacketIn {
+    pub table: u8,
+    pub cookie: u64,
+    pub in_port: u32,
+    /// OVN's datapath key.
+    pub metadata: u64,
+    /// `reg0`–`reg15` (zero where the switch left one out: it sends the nonzero ones).
+    pub registers: [u32; 16],
+    pub data: Vec<u8>,
+}
+
+/// OXM classes of the packet-in's pipeline fields: OpenFlow basic (`in_port`, `metadata`),
+/// the 64-bit packet registers (OpenFlow 1.5's `xreg`n: `reg`2n above `reg`2n+1), Nicira's
+/// 32-bit registers (what earlier versions send).
+const OXM_BASIC: u16 = 0x8000;
+const OXM_PACKET_REGS: u16 = 0x8001;
+const NXM_1: u16 = 0x0001;
+
+/// Decodes a packet-in's body (after the header).
+fn packet_in(body: &[u8]) -> Option<PacketIn> {
+    let table = *body.get(7)?;
+    let cookie = u64::from_be_bytes(body.get(8..16)?.try_into().ok()?);
+    // The match: type, length (without its padding), OXM TLVs; then 2 bytes of padding.
+    let length = usize::from(u16::from_be_bytes(body.get(18..20)?.try_into().ok()?));
+    let mut fields = body.get(20..16 + length)?;
+    let data = body.get(16 + length + super::oxm::padding(length) + 2..)?;
+    let mut packet_in = PacketIn {
+        table,
+        cookie,
+        data: data.to_vec(),
+        ..PacketIn::default()
+    };
+    while let [c0, c1, field, size, rest @ ..] = fields {
+        let size = usize::from(*size);
+        let value = rest.get(..size)?;
+        // A masked field carries its mask after the value: the value is its first half.
+        let value = if field & 1 == 1 {
+            &value[..size / 2]
+        } else {
+            value
+        };
+        let number = field >> 1;
+        let as_u64 = || {
+            let mut bytes = [0; 8];
+            let at = 8_usize.checked_sub(value.len())?;
+            bytes.get_mut(at..)?.copy_from_slice(value);
+            Some(u64::from_be_bytes(bytes))
+        };
+        match (u16::from_be_bytes([*c0, *c1]), number) {
+            (OXM_BASIC, 0) => packet_in.in_port = u32::try_from(as_u64()?).ok()?,
+            (OXM_BASIC, 2) => packet_in.metadata = as_u64()?,
+            (OXM_PACKET_REGS, index @ 0..8) => {
+                let value = as_u64()?;
+                let index = usize::from(index) * 2;
+                packet_in.registers[index] = u32::try_from(value >> 32).ok()?;
+                packet_in.registers[index + 1] = u32::try_from(value & 0xffff_ffff).ok()?;
+            }
+            (NXM_1, index @ 0..16) => {
+                packet_in.registers[usize::from(index)] = u32::try_from(as_u64()?).ok()?;
+            }
+            _ => {}
+        }
+        fields = &rest[size..];
+    }
+    Some(packet_in)
 }
 
 /// What a flow mod does.
@@ -306,6 +411,8 @@ pub enum Incoming {
     TlvTable {
         mappings: Vec<TlvMapping>,
     },
+    /// A packet a flow sent to the controller.
+    PacketIn(Box<PacketIn>),
     /// Anything else (port status, packet-ins nobody asked for): its type.
     Other {
         kind: u8,
@@ -376,6 +483,7 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, DecodeError> {
             }
         }
         BARRIER_REPLY => Incoming::BarrierReply,
+        PACKET_IN => Incoming::PacketIn(Box::new(packet_in(body).ok_or_else(truncated)?)),
         MULTIPART_REPLY if u16_at(0)? == MULTIPART_FLOW_DESC => {
             // Type, flags, 4 bytes of padding, then the flow descriptions, each led by its
             // length.
@@ -484,6 +592,77 @@ mod tests {
         assert_eq!(&bytes[48..60], &[0, 1, 0, 12, 0x80, 0, 0, 4, 0, 0, 0, 1]);
         assert_eq!(&bytes[60..64], &[0; 4]);
         assert_eq!(&bytes[64..68], &[0, 4, 0, 24], "apply_actions");
+    }
+
+    /// A packet-in as Open vSwitch sends it in OpenFlow 1.5: the flow's table and cookie, the
+    /// pipeline fields (in_port, metadata, the 64-bit packet registers `xreg`n holding `reg`2n
+    /// above `reg`2n+1) in its match, two bytes of padding, the frame. A match running past the
+    /// message is refused.
+    #[test]
+    fn a_packet_in_decodes_with_its_pipeline_fields() {
+        let mut body = Vec::new();
+        body.extend(NO_BUFFER.to_be_bytes());
+        body.extend(60_u16.to_be_bytes());
+        body.push(1); // OFPR_ACTION
+        body.push(21);
+        body.extend(0x0011_0b0f_0001_u64.to_be_bytes());
+        let mut fields = Vec::new();
+        fields.extend([0x80, 0x00, 0, 4, 0, 0, 0, 3]);
+        fields.extend([0x80, 0x00, 2 << 1, 8]);
+        fields.extend(7_u64.to_be_bytes());
+        fields.extend([0x80, 0x01, 1 << 1, 8]);
+        fields.extend((0x0a00_0101_u64 << 32 | 9).to_be_bytes());
+        fields.extend([0x80, 0x01, 7 << 1, 8]);
+        fields.extend((4_u64 << 32 | 5).to_be_bytes());
+        let length = 4 + fields.len();
+        body.extend(1_u16.to_be_bytes());
+        body.extend(to_u16(length).to_be_bytes());
+        body.extend(&fields);
+        body.resize(body.len() + super::super::oxm::padding(length), 0);
+        body.extend([0, 0]);
+        body.extend([0xaa; 60]);
+        let bytes = message(PACKET_IN, 9, &body);
+        let mut registers = [0; 16];
+        registers[2] = 0x0a00_0101;
+        registers[3] = 9;
+        registers[14] = 4;
+        registers[15] = 5;
+        assert_eq!(
+            decode(&bytes),
+            Ok(Incoming::PacketIn(Box::new(PacketIn {
+                table: 21,
+                cookie: 0x0011_0b0f_0001,
+                in_port: 3,
+                metadata: 7,
+                registers,
+                data: vec![0xaa; 60],
+            })))
+        );
+        let mut cut = body.clone();
+        cut[18..20].copy_from_slice(&500_u16.to_be_bytes());
+        assert!(matches!(
+            decode(&message(PACKET_IN, 9, &cut)),
+            Err(DecodeError::Truncated { kind: 10, .. })
+        ));
+    }
+
+    /// A packet-out in OpenFlow 1.5's layout: no buffer, the actions' length, a match with only
+    /// the input port, the actions, the frame.
+    #[test]
+    fn a_packet_out_encodes_in_openflow_1_5_layout() {
+        let bytes = packet_out(4, 0xffff_fffd, &[Action::Output(2)], &[0xbb; 42]);
+        assert_eq!(&bytes[..2], &[6, 13]);
+        assert_eq!(bytes.len(), 8 + 8 + 16 + 16 + 42);
+        assert_eq!(&bytes[8..12], &NO_BUFFER.to_be_bytes());
+        assert_eq!(&bytes[12..14], &16_u16.to_be_bytes(), "actions' length");
+        assert_eq!(
+            &bytes[16..32],
+            &[
+                0, 1, 0, 12, 0x80, 0, 0, 4, 0xff, 0xff, 0xff, 0xfd, 0, 0, 0, 0
+            ]
+        );
+        assert_eq!(&bytes[32..40], &[0, 0, 0, 16, 0, 0, 0, 2], "output:2");
+        assert_eq!(&bytes[48..], &[0xbb; 42]);
     }
 
     /// What the switch sends is read: its HELLO's bitmap (or its header's version), errors,

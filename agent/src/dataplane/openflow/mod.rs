@@ -17,6 +17,11 @@
 //! - [`connection`]: a session with one switch: version negotiation, features, echo answers,
 //!   atomic ordered bundles of flow mods, barriers, and the deletion of the flows of one
 //!   cookie (nothing else's is touched);
+//! - [`answer`]: the answers OVN makes in ovn-controller's userspace (the ND responder, a
+//!   router's time exceeded, resets and unreachables, ARP for next hops, MAC learning), built
+//!   from the packets the flows send up;
+//! - [`controller`]: the agent as br-int's controller: a session that takes those packets and
+//!   sends the answers back in;
 //! - [`l2`]: the switches' L2 forwarding of the IR (ports plugged here, the ingress checks and
 //!   ARP responder, the L2 lookup, the flood to a group's members, tunnels) as flows, changed
 //!   per switch;
@@ -32,7 +37,9 @@
 //! Touches nothing but the socket it is given.
 
 pub mod action;
+pub mod answer;
 pub mod connection;
+pub mod controller;
 pub mod datapath;
 pub mod l2;
 pub mod l3;

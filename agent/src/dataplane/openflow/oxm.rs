@@ -163,6 +163,12 @@ impl Field {
         Self::new(7, NXM_1, 29, &[ttl])
     }
 
+    /// Not a later fragment (`NXM_NX_IP_FRAG`'s "later" bit clear: OVN's `!ip.later_frag`).
+    #[must_use]
+    pub fn not_later_fragment() -> Self {
+        Self::new(7, NXM_1, 26, &[0]).masked(&[2])
+    }
+
     #[must_use]
     pub fn tcp_source(port: u16) -> Self {
         Self::new(9, OFPXMC_OPENFLOW_BASIC, 13, &port.to_be_bytes())

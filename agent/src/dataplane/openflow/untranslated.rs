@@ -1,9 +1,10 @@
 //! What the OpenFlow translation leaves out, per datapath, and what that costs: the backend
 //! forwards only what it has flows for (a table miss drops), so an IR entry it does not
 //! translate is one of two kinds.
-//! - An entry that only adds forwarding or answers (IPv6 routing, router resets, ICMP errors,
-//!   ARP for unresolved next hops, the switch's ND responder, …): left out, what it would
-//!   forward or answer is dropped. The datapath is [`Effect::Partial`].
+//! - An entry that only adds forwarding or answers (IPv6 routing, the router's own ARP
+//!   answers, …): left out, what it would forward or answer is dropped. The datapath is
+//!   [`Effect::Partial`]. (The answers OVN makes in userspace, the agent makes:
+//!   [`super::answer`].)
 //! - An entry that restricts or redirects forwarding (a user's ACL, a load balancer's VIP, NAT,
 //!   a gateway port, ECMP, the compiler's `NotForwardable`): forwarding without it
 //!   would send what OVN would not, so the whole datapath goes without flows (security fails
@@ -14,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict};
+use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict, RejectResponse};
 
 /// What an untranslated entry costs its datapath.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -188,18 +189,11 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
         | IrEntry::RouterReject6 { .. }
         | IrEntry::TtlExceeded6 { .. }
         | IrEntry::RouterAdvertisement { .. } => partial("IPv6 routing is not translated"),
-        IrEntry::NdReply { .. } => {
-            partial("the switch's ND responder does not answer (its solicitations are dropped)")
-        }
-        IrEntry::ArpRequestForNextHop { .. } => {
-            partial("next hops without a known MAC are not asked for (ARP)")
-        }
-        IrEntry::NeighbourLearning { .. } => partial("neighbours are not learned (MAC_Binding)"),
         IrEntry::RouterArpReply { .. } => partial("the router does not answer ARP itself"),
-        IrEntry::RouterReject { .. } => {
-            partial("the router's resets and unreachables are not sent")
-        }
-        IrEntry::TtlExceeded { .. } => partial("ICMP time exceeded is not sent"),
+        IrEntry::RouterReject {
+            response: RejectResponse::SctpAbort,
+            ..
+        } => partial("the router's SCTP aborts are not sent"),
         IrEntry::Punt { .. } | IrEntry::ServiceMonitorAnswers { .. } => {
             partial("nothing is punted to the agent")
         }
@@ -244,12 +238,16 @@ mod tests {
                 reason: "y".into(),
             },
         };
-        let ttl = IrEntry::TtlExceeded {
+        let arp = IrEntry::RouterArpReply {
             datapath: 4,
             port: "p".into(),
-            source: std::net::Ipv4Addr::new(10, 0, 0, 1),
+            ip: std::net::Ipv4Addr::new(10, 0, 0, 1),
+            subnet: crate::pipeline::ir::Prefix {
+                network: std::net::Ipv4Addr::new(10, 0, 0, 0),
+                length: 24,
+            },
         };
-        untranslated.apply(&diff(vec![nat.clone(), blocked.clone(), ttl], true));
+        untranslated.apply(&diff(vec![nat.clone(), blocked.clone(), arp], true));
         assert_eq!(untranslated.take_fence_changes(), [(3, true)]);
         assert!(!untranslated.is_fenced(4));
         assert_eq!(untranslated.counts(), [("partial", 1), ("fenced", 1)]);

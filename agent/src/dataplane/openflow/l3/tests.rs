@@ -111,6 +111,7 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
         vec![Instruction::ApplyActions(vec![
             Action::DecrementTtl,
             moved(OXM_IPV4_DST, NXM_REG0, 32),
+            Action::SetField(Field::register(1, u32::from(Ipv4Addr::new(10, 0, 1, 1)))),
             Action::SetField(Field::eth_source(ROUTER_MAC)),
             Action::SetField(Field::register(15, 1)),
             Action::Resubmit(POLICY),
@@ -135,6 +136,159 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
     assert_eq!(cookies(RESOLVE), [(l2::COOKIE_UNTRANSLATED, true)]);
     assert_eq!(find(&changes, ADMISSION, 100).len(), 1);
     assert!(flows.changes().is_empty(), "nothing changed since");
+}
+
+/// The router's answers OVN makes in userspace go to the agent, each by the cookie that names
+/// it, with its parameter: time exceeded (the port's address) for TTL 0 and 1 from that port,
+/// a reset for TCP and an unreachable (its code) for UDP and the rest to its address (never for
+/// later fragments), an ARP request where no neighbour resolves the next hop (only where the
+/// router asks), and the ARP senders it hears for learning (but a neighbour learned at that
+/// MAC); SCTP stays dropped and counted (no abort is built).
+#[test]
+fn the_routers_own_answers_go_to_the_agent() {
+    let gateway = Ipv4Addr::new(10, 0, 1, 1);
+    let mut entries = routed();
+    entries.extend([
+        IrEntry::TtlExceeded {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            source: gateway,
+        },
+        IrEntry::RouterReject {
+            datapath: ROUTER,
+            ip: gateway,
+            protocol: Some(RejectProtocol::Tcp),
+            response: RejectResponse::TcpReset,
+        },
+        IrEntry::RouterReject {
+            datapath: ROUTER,
+            ip: gateway,
+            protocol: Some(RejectProtocol::Udp),
+            response: RejectResponse::IcmpUnreachable { code: 3 },
+        },
+        IrEntry::RouterReject {
+            datapath: ROUTER,
+            ip: gateway,
+            protocol: Some(RejectProtocol::Sctp),
+            response: RejectResponse::SctpAbort,
+        },
+        IrEntry::RouterReject {
+            datapath: ROUTER,
+            ip: gateway,
+            protocol: None,
+            response: RejectResponse::IcmpUnreachable { code: 2 },
+        },
+        IrEntry::NeighbourLearning {
+            datapath: ROUTER,
+            port: Some("vpc-a-subnet-a".into()),
+            subnet: None,
+        },
+        IrEntry::LearnedNeighbour {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            ip: Ipv4Addr::new(10, 0, 1, 9),
+            mac: [0, 0, 0, 0, 1, 9],
+        },
+    ]);
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let sent_up = |flow: &FlowMod| {
+        matches!(flow.instructions.as_slice(),
+            [Instruction::ApplyActions(actions)] if actions.last() == Some(&Action::Output(PORT_CONTROLLER)))
+    };
+    let ipv4 = || on_datapath(ROUTER).with(Field::eth_type(IPV4));
+    let expired = find(&changes, IP_INPUT, 31);
+    assert_eq!(expired.len(), 2, "TTL 0 and 1");
+    for (flow, ttl) in expired.iter().zip([0, 1]) {
+        assert_eq!(flow.cookie, COOKIE_TIME_EXCEEDED);
+        assert!(sent_up(flow));
+        assert_eq!(
+            flow.matching,
+            ipv4()
+                .with(Field::register(14, 1))
+                .with(Field::ip_ttl(ttl))
+                .with(Field::not_later_fragment())
+        );
+        assert_eq!(
+            flow.instructions,
+            [Instruction::ApplyActions(vec![
+                Action::SetField(Field::register(PARAMETER, u32::from(gateway))),
+                Action::Output(PORT_CONTROLLER),
+            ])]
+        );
+    }
+    let to_gateway = |protocol: Option<u8>| {
+        let matching = match protocol {
+            Some(protocol) => ipv4().with(Field::ip_protocol(protocol)),
+            None => ipv4(),
+        };
+        matching
+            .with(Field::ipv4_destination(gateway))
+            .with(Field::not_later_fragment())
+    };
+    let by_match = |priority: u16, matching: Match| {
+        find(&changes, IP_INPUT, priority)
+            .into_iter()
+            .find(|flow| flow.matching == matching)
+            .unwrap_or_else(|| panic!("no flow {matching:?}"))
+    };
+    let reset = by_match(80, to_gateway(Some(6)));
+    assert_eq!(reset.cookie, COOKIE_TCP_RESET);
+    assert!(sent_up(reset));
+    let port = by_match(80, to_gateway(Some(17)));
+    assert_eq!(port.cookie, COOKIE_UNREACHABLE);
+    assert_eq!(
+        port.instructions,
+        [Instruction::ApplyActions(vec![
+            Action::SetField(Field::register(PARAMETER, 3)),
+            Action::Output(PORT_CONTROLLER),
+        ])]
+    );
+    let sctp = by_match(80, to_gateway(Some(132)));
+    assert_eq!(
+        (sctp.cookie, sctp.instructions.is_empty()),
+        (l2::COOKIE_UNTRANSLATED, true)
+    );
+    let rest = by_match(70, to_gateway(None));
+    assert_eq!(rest.cookie, COOKIE_UNREACHABLE);
+    let arp = || on_datapath(ROUTER).with(Field::eth_type(ARP));
+    let learn = by_match(80, arp().with(Field::register(14, 1)));
+    assert_eq!(learn.cookie, COOKIE_LEARN);
+    assert!(sent_up(learn));
+    let known = by_match(
+        85,
+        arp()
+            .with(Field::register(14, 1))
+            .with(Field::arp_source_ip(Ipv4Addr::new(10, 0, 1, 9)))
+            .with(Field::arp_source_mac([0, 0, 0, 0, 1, 9])),
+    );
+    assert_eq!(
+        known.instructions,
+        [Instruction::ApplyActions(Vec::new())],
+        "nothing to learn"
+    );
+    // This router does not ask for next hops: an unresolved one is dropped as untranslated.
+    assert_eq!(
+        find(&changes, RESOLVE, 0)[0].cookie,
+        l2::COOKIE_UNTRANSLATED
+    );
+    flows.apply(&IrDiff {
+        added: vec![IrEntry::ArpRequestForNextHop { datapath: ROUTER }],
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let (ask, gone): (Vec<&FlowMod>, Vec<&FlowMod>) = find(&changes, RESOLVE, 0)
+        .into_iter()
+        .partition(|flow| flow.command == Command::Add);
+    assert_eq!(ask.len(), 1, "{changes:#?}");
+    assert_eq!(gone[0].cookie, l2::COOKIE_UNTRANSLATED, "the drop goes");
+    assert_eq!(ask[0].cookie, COOKIE_ARP_REQUEST);
+    assert_eq!(ask[0].matching, ipv4());
+    assert!(sent_up(ask[0]));
 }
 
 /// A fenced router loses every flow of its own (strict deletes of our cookie) but one that
