@@ -606,10 +606,11 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
 }
 
 /// What OVN answers in ovn-controller's userspace, the OpenFlow node's agent answers as br-int's
-/// controller (issue 19): vpc-a's subnet-a is dual-stack, subnet-b IPv4, its pods all on the
-/// OpenFlow node.
+/// controller (issue 19): vpc-a's subnets are dual-stack, their pods all on the OpenFlow
+/// node.
 /// - a1 and a2 reach each other over IPv6: their solicitations are answered by the switch's ND
-///   responder (the agent's advertisements), not flooded;
+///   responder (the agent's advertisements), not flooded; a1 reaches its IPv6 gateway (the
+///   router's advertisement and echo reply) and b1 of subnet-b (routed, hop limit 63 back);
 /// - a1's packet with TTL 1 to subnet-b gets time exceeded from its gateway;
 /// - TCP to the gateway is refused (the router's reset), UDP to it gets port unreachable;
 /// - a route whose next hop has no known MAC (10.0.2.9, an address b1 holds besides its own):
@@ -633,22 +634,23 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     ];
     let a1_6: std::net::Ipv6Addr = "fd00:10:1::2".parse().unwrap();
     let a2_6: std::net::Ipv6Addr = "fd00:10:1::3".parse().unwrap();
+    let b1_6: std::net::Ipv6Addr = "fd00:10:2::2".parse().unwrap();
     let two = TwoNodes::start();
     let (lab, nodes) = (&two.lab, &two.nodes);
     let mut topology = Topology::new();
     topology
         .vpc_with_subnet("vpc-a", "subnet-a", "10.0.1.0/24,fd00:10:1::/64")
         .unwrap()
-        .subnet("vpc-a", "subnet-b", "10.0.2.0/24")
+        .subnet("vpc-a", "subnet-b", "10.0.2.0/24,fd00:10:2::/64")
         .unwrap()
         .static_route("vpc-a", "192.0.2.0/24", NEXT_HOP)
         .dual_stack_pod("subnet-a", "a1", "ns", &mac_for("a1"), (A1, a1_6))
         .dual_stack_pod("subnet-a", "a2", "ns", &mac_for("a2"), (A2, a2_6))
-        .pod("subnet-b", "b1", "ns", &mac_for("b1"), B1);
+        .dual_stack_pod("subnet-b", "b1", "ns", &mac_for("b1"), (B1, b1_6));
     topology.apply(lab).unwrap();
     let pods = scenario::add_planned_pods(nodes, &PLAN, true, 1442);
     let pod = |name: &str| pods[PLAN.iter().position(|plan| plan.0 == name).unwrap()].netns();
-    for (name, ip) in [("a1", a1_6), ("a2", a2_6)] {
+    for (name, ip) in [("a1", a1_6), ("a2", a2_6), ("b1", b1_6)] {
         pod(name)
             .ip(&[
                 "-6",
@@ -659,6 +661,11 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
                 "eth0",
                 "nodad",
             ])
+            .unwrap();
+        let segments = ip.segments();
+        let gateway = std::net::Ipv6Addr::new(segments[0], segments[1], segments[2], 0, 0, 0, 0, 1);
+        pod(name)
+            .ip(&["-6", "route", "add", "default", "via", &gateway.to_string()])
             .unwrap();
     }
     for address in [format!("{NEXT_HOP}/24"), format!("{BEYOND}/32")] {
@@ -726,6 +733,30 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     assert!(
         neighbour.contains(&mac_for("a2")),
         "a1 learned a2's MAC from the advertisement: {neighbour}"
+    );
+    // IPv6 routed: the gateway answers solicitations (the agent's, with the router flag) and
+    // pings; a1 and b1 reach each other across vpc-a.
+    assert!(
+        said("a1", "ping -6 -c 2 -i 0.2 -W 1 fd00:10:1::1").contains(" 2 received"),
+        "a1 → its IPv6 gateway{}",
+        logs()
+    );
+    let gateway = pod("a1")
+        .ip(&["-6", "neigh", "show", "fd00:10:1::1"])
+        .unwrap();
+    assert!(
+        gateway.contains("router"),
+        "the gateway advertised itself a router: {gateway}"
+    );
+    assert!(
+        said("a1", &format!("ping -6 -c 2 -i 0.2 -W 1 {b1_6}")).contains(" 2 received"),
+        "a1 → b1 over IPv6, routed{}",
+        logs()
+    );
+    let back = said("b1", &format!("ping -6 -c 1 -W 1 {a1_6}"));
+    assert!(
+        back.contains("ttl=63"),
+        "one router on the way back: {back}"
     );
 
     // Time exceeded from the gateway, for a packet whose TTL runs out entering vpc-a.

@@ -163,9 +163,10 @@ impl OpenFlowReplay {
         untranslated.apply(&diff);
         l2.apply(&diff);
         l3.apply(&diff);
-        for (datapath, fenced) in untranslated.take_fence_changes() {
-            l2.set_fenced(datapath, fenced);
-            l3.set_fenced(datapath, fenced);
+        for change in untranslated.take_fence_changes() {
+            l2.set_fenced(change.datapath, change.fenced);
+            l3.set_fenced(change.datapath, change.fenced);
+            l3.set_ipv6_fenced(change.datapath, change.ipv6_fenced);
         }
         for (pod, ofport) in &ofports {
             l2.plug(pod, *ofport);
@@ -329,6 +330,13 @@ impl OpenFlowReplay {
             .collect();
         if reasons.iter().any(|(effect, _)| *effect == Effect::Fenced) {
             return Some("fenced");
+        }
+        if matches!(packet.l3, L3::Ipv6 { .. })
+            && reasons
+                .iter()
+                .any(|(effect, _)| *effect == Effect::Ipv6Fenced)
+        {
+            return Some("IPv6 fenced");
         }
         // A port with port security does not forward at all: to it or from it.
         let secured = |port: &str| {
@@ -608,8 +616,13 @@ fn set(inner: &str, state: &mut State) {
                 *tpa = ip("tip").unwrap_or(*tpa);
             }
         }
-        "icmp" => {
+        // ICMP under IPv4, ICMPv6 under IPv6.
+        "icmp" | "icmpv6" => {
             if let L3::Ipv4 {
+                l4: L4::Icmp { kind, code },
+                ..
+            }
+            | L3::Ipv6 {
                 l4: L4::Icmp { kind, code },
                 ..
             } = &mut packet.l3

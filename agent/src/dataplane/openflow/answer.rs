@@ -2,6 +2,7 @@
 //! by the agent from the packets br-int's flows send it ([`PacketIn`]), as pinctrl builds them:
 //! - the switch's ND responder (`nd_na`): a neighbour advertisement for the solicited target
 //!   from the MAC the flow gives, flags solicited and override, back to the soliciting port;
+//!   a router's for its own address (`nd_na_router`) likewise, with the router flag;
 //! - a router's time exceeded (`icmp4 { icmp4.type = 11; … ip.ttl = 254; outport = inport;
 //!   output; }`): ICMP time exceeded from the port's address the flow gives, quoting the
 //!   expired datagram, back out of the port it came in by;
@@ -45,6 +46,7 @@ pub const COOKIE_TCP_RESET: u64 = COOKIE | 18 << 32;
 pub const COOKIE_UNREACHABLE: u64 = COOKIE | 19 << 32;
 pub const COOKIE_ARP_REQUEST: u64 = COOKIE | 20 << 32;
 pub const COOKIE_LEARN: u64 = COOKIE | 21 << 32;
+pub const COOKIE_ND_ROUTER_ADVERTISEMENT: u64 = COOKIE | 22 << 32;
 
 /// The register a flow leaves an answer's parameter in: the MAC's first four bytes (ND), the
 /// router port's address (time exceeded), the ICMP code (unreachable).
@@ -119,8 +121,8 @@ pub enum Unanswered {
     /// pinctrl does not answer it either (a later fragment, an ICMP error, a reset).
     #[error("OVN does not answer it")]
     NotAnswered,
-    /// An ARP broadcast: the router port it reached is not in the frame (a request teaching a
-    /// new address is not learned anyway).
+    /// An ARP broadcast from a flow that names no router port either (a request teaching a new
+    /// address is not learned anyway).
     #[error("a broadcast ARP names no router port")]
     NoRouterPort,
 }
@@ -169,11 +171,14 @@ pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
         return Err(Unanswered::UnknownCookie);
     }
     match cookie {
-        COOKIE_ND_ADVERTISEMENT => {
-            let mut mac = [0; 6];
-            mac[..4].copy_from_slice(&registers[usize::from(PARAMETER)].to_be_bytes());
-            mac[4..].copy_from_slice(&registers[usize::from(PARAMETER_LOW)].to_be_bytes()[..2]);
-            let frame = nd_advertisement(frame, mac)?;
+        COOKIE_ND_ADVERTISEMENT | COOKIE_ND_ROUTER_ADVERTISEMENT => {
+            // A router's (`nd_na_router`) has the router flag too.
+            let flags = if cookie == COOKIE_ND_ROUTER_ADVERTISEMENT {
+                0xe0
+            } else {
+                0x60
+            };
+            let frame = nd_advertisement(frame, parameter_mac(registers), flags)?;
             Ok(Outcome::Reply(Reply {
                 kind: Kind::NdAdvertisement,
                 frame,
@@ -235,6 +240,14 @@ pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
         COOKIE_LEARN => heard(packet_in).map(Outcome::Heard),
         _ => Err(Unanswered::UnknownCookie),
     }
+}
+
+/// The MAC a flow left in the parameter registers.
+fn parameter_mac(registers: &[u32; 16]) -> [u8; 6] {
+    let mut mac = [0; 6];
+    mac[..4].copy_from_slice(&registers[usize::from(PARAMETER)].to_be_bytes());
+    mac[4..].copy_from_slice(&registers[usize::from(PARAMETER_LOW)].to_be_bytes()[..2]);
+    mac
 }
 
 /// Back out of the logical port the packet came in by (`outport = inport; flags.loopback = 1;
@@ -444,10 +457,11 @@ fn arp_request(source_mac: Mac, source: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
     out
 }
 
-/// pinctrl's `nd_na` for the neighbour solicitation in `frame`: to its sender from `mac` and
-/// the target, hop limit 255, traffic class and flow label 0, flags solicited and override,
-/// the target's link-layer address option with `mac`.
-fn nd_advertisement(frame: &[u8], mac: [u8; 6]) -> Result<Vec<u8>, Unanswered> {
+/// pinctrl's `nd_na` (and `nd_na_router`) for the neighbour solicitation in `frame`: to its
+/// sender from `mac` and the target, hop limit 255, traffic class and flow label 0, `flags`
+/// (the first byte: solicited and override, and router for a router's), the target's
+/// link-layer address option with `mac`.
+fn nd_advertisement(frame: &[u8], mac: [u8; 6], flags: u8) -> Result<Vec<u8>, Unanswered> {
     if u16_at(frame, 12)? != IPV6 || frame.get(ETH + 6) != Some(&ICMPV6) {
         return Err(Unanswered::Malformed);
     }
@@ -457,7 +471,7 @@ fn nd_advertisement(frame: &[u8], mac: [u8; 6]) -> Result<Vec<u8>, Unanswered> {
     }
     let sender = Ipv6Addr::from(octets::<16>(frame, ETH + 8)?);
     let target = Ipv6Addr::from(octets::<16>(frame, icmp + 8)?);
-    let mut message = vec![136, 0, 0, 0, 0x60, 0, 0, 0];
+    let mut message = vec![136, 0, 0, 0, flags, 0, 0, 0];
     message.extend(target.octets());
     message.extend([2, 1]);
     message.extend(mac);
@@ -482,15 +496,18 @@ fn nd_advertisement(frame: &[u8], mac: [u8; 6]) -> Result<Vec<u8>, Unanswered> {
 }
 
 /// The sender of the ARP in `packet_in` the router heard, for MAC learning: the router port is
-/// the one the frame was addressed to (a broadcast names none).
+/// the one the frame was addressed to, or for a broadcast the one whose MAC the flow gives.
 fn heard(packet_in: &PacketIn) -> Result<HeardNeighbour, Unanswered> {
     let frame = packet_in.data.as_slice();
     if u16_at(frame, 12)? != ARP || u16_at(frame, ETH + 2)? != IPV4 {
         return Err(Unanswered::Malformed);
     }
-    let router_mac = mac_at(frame, 0)?;
+    let mut router_mac = mac_at(frame, 0)?;
     if router_mac.0[0] & 1 != 0 {
-        return Err(Unanswered::NoRouterPort);
+        router_mac = Mac(parameter_mac(&packet_in.registers));
+        if router_mac.0 == [0; 6] {
+            return Err(Unanswered::NoRouterPort);
+        }
     }
     let op = u16_at(frame, ETH + 6)?;
     Ok(HeardNeighbour {

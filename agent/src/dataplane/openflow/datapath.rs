@@ -20,8 +20,8 @@
 //! The provider NICs of the bridge mappings are br-int ports too (added at start, and at each
 //! retry until they are, as the configured local ports).
 //! What OVN answers in userspace the [`Controller`] answers, on a session and thread of its
-//! own. Not yet here (issue 19): IPv6 routing, ECMP, ACLs, load balancers, NAT, some counters,
-//! drop events.
+//! own. Not yet here (issue 19): ECMP, ACLs, load balancers, NAT, the router's IPv6 answers,
+//! some counters, drop events.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -456,9 +456,10 @@ impl Datapath for OpenFlowDatapath {
             self.l2.apply(diff);
             self.l3.apply(diff);
         }
-        for (datapath, fenced) in self.untranslated.take_fence_changes() {
-            self.l2.set_fenced(datapath, fenced);
-            self.l3.set_fenced(datapath, fenced);
+        for change in self.untranslated.take_fence_changes() {
+            self.l2.set_fenced(change.datapath, change.fenced);
+            self.l3.set_fenced(change.datapath, change.fenced);
+            self.l3.set_ipv6_fenced(change.datapath, change.ipv6_fenced);
         }
         self.holding = false;
         self.flush()

@@ -7,8 +7,9 @@
 //! - table [`INGRESS`]: the sanity checks (`IngressSanity`: tagged frames, multicast sources)
 //!   and the ARP responder (`ArpReply`, with `ArpReplySkip` and `ArpReplySkipPort`), then the
 //!   L2 lookup; neighbour solicitations the switch's ND responder answers (`NdReply`, an OVN
-//!   controller action) go up to the agent, which answers them ([`super::answer`]), but for
-//!   their owner's (`NdReplySkip`);
+//!   controller action) go up to the agent, which answers them ([`super::answer`]; with the
+//!   router flag for a router port's address, `NdForRouterIp`), but for their owner's
+//!   (`NdReplySkip`);
 //! - table [`LOOKUP`]: `L2Fib` (a known MAC) sets the logical output port (`reg15`) and
 //!   resubmits to the output table; `FloodMulticast` (broadcast and multicast) does so for each
 //!   member of the flood group in turn (`FloodGroup`, `FloodMember`), and sends one copy to
@@ -37,7 +38,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{
     action::{Action, Instruction, PORT_CONTROLLER, PORT_IN_PORT},
-    answer::{COOKIE_ND_ADVERTISEMENT, PARAMETER, PARAMETER_LOW},
+    answer::{COOKIE_ND_ADVERTISEMENT, COOKIE_ND_ROUTER_ADVERTISEMENT, PARAMETER, PARAMETER_LOW},
     message::FlowMod,
     oxm::{
         Field, Match, NXM_REG14, NXM_REG15, NXM_TUN_ID, NXM_TUN_METADATA0, OXM_ARP_SHA,
@@ -117,6 +118,9 @@ pub struct L2Flows {
     /// Switch → the IPv6 addresses its ND responder answers for and with what MAC (the agent
     /// answers), and the (address, port) pairs it skips.
     nd_replies: HashMap<u32, BTreeSet<(Ipv6Addr, Mac)>>,
+    /// Switch → its router ports' IPv6 addresses (`NdForRouterIp`): answered with the router
+    /// flag, as `nd_na_router`.
+    nd_router_ips: HashMap<u32, BTreeSet<Ipv6Addr>>,
     nd_skips: HashMap<u32, BTreeSet<(Ipv6Addr, String)>>,
     /// Switch → its localnet port: (key, provider network, VLAN tag).
     localnets: HashMap<u32, (u32, String, Option<u16>)>,
@@ -313,6 +317,10 @@ impl L2Flows {
                     (*ip, *mac),
                     added,
                 );
+                self.flows.mark(*datapath);
+            }
+            IrEntry::NdForRouterIp { datapath, ip, .. } => {
+                toggle(self.nd_router_ips.entry(*datapath).or_default(), *ip, added);
                 self.flows.mark(*datapath);
             }
             IrEntry::NdReplySkip {
@@ -531,9 +539,15 @@ impl L2Flows {
                 lookup(),
             ));
         }
+        let router_ips = self.nd_router_ips.get(&switch);
         for (ip, mac) in self.nd_replies.get(&switch).into_iter().flatten() {
+            let router = router_ips.is_some_and(|ips| ips.contains(ip));
             flows.push(FlowMod::add(
-                COOKIE_ND_ADVERTISEMENT,
+                if router {
+                    COOKIE_ND_ROUTER_ADVERTISEMENT
+                } else {
+                    COOKIE_ND_ADVERTISEMENT
+                },
                 INGRESS,
                 90,
                 solicitation(*ip),
@@ -786,9 +800,9 @@ fn flood_actions(
     (actions, local)
 }
 
-/// Sends the packet to the agent with `mac` in the answer's parameter registers (the ND
-/// responder's answer).
-fn to_controller(mac: Mac) -> Vec<Action> {
+/// Sends the packet to the agent with `mac` in the answer's parameter registers (the MAC the
+/// ND responder answers with, the router port that hears an ARP).
+pub(super) fn to_controller(mac: Mac) -> Vec<Action> {
     vec![
         Action::SetField(Field::register(
             PARAMETER,
@@ -819,6 +833,15 @@ fn toggle<T: Ord>(set: &mut BTreeSet<T>, item: T, added: bool) {
 /// The ARP request turned into the answer that `ip` is at `mac`, sent back out of the port it
 /// came in on.
 fn arp_reply(ip: Ipv4Addr, mac: Mac) -> Vec<Action> {
+    let mut actions = arp_request_to_reply(ip, mac);
+    actions.push(Action::Output(PORT_IN_PORT));
+    actions
+}
+
+/// The ARP request turned into the reply for `ip` at `mac` (OVN's responder: `eth.dst =
+/// eth.src; eth.src = mac; arp.op = 2; arp.tha = arp.sha; arp.sha = mac; arp.tpa = arp.spa;
+/// arp.spa = ip`), to be sent back.
+pub(super) fn arp_request_to_reply(ip: Ipv4Addr, mac: Mac) -> Vec<Action> {
     vec![
         moved((OXM_ETH_SRC, 0), (OXM_ETH_DST, 0), 48),
         Action::SetField(Field::eth_source(mac)),
@@ -827,7 +850,6 @@ fn arp_reply(ip: Ipv4Addr, mac: Mac) -> Vec<Action> {
         Action::SetField(Field::arp_source_mac(mac)),
         moved((OXM_ARP_SPA, 0), (OXM_ARP_TPA, 0), 32),
         Action::SetField(Field::arp_source_ip(ip)),
-        Action::Output(PORT_IN_PORT),
     ]
 }
 
@@ -1018,6 +1040,86 @@ mod tests {
         assert_eq!(resync[0], FlowMod::delete_cookie(COOKIE));
         assert_eq!(resync.len(), 1 + 9);
         assert!(flows.changes().is_empty());
+    }
+
+    /// The ND responder's solicitations go to the agent with the MAC to answer with, by the
+    /// cookie that names the answer: a router port's address (`NdForRouterIp`) with the router
+    /// flag, a pod's without; the owner's own solicitation is looked up instead.
+    #[test]
+    fn solicitations_the_switch_answers_go_to_the_agent() {
+        let pod: Ipv6Addr = "fd00::2".parse().unwrap();
+        let gateway: Ipv6Addr = "fd00::1".parse().unwrap();
+        let mut entries = switch_entries();
+        entries.extend([
+            IrEntry::NdReply {
+                datapath: 5,
+                ip: pod,
+                mac: [2, 0, 0, 0, 0, 1],
+            },
+            IrEntry::NdReplySkip {
+                datapath: 5,
+                ip: pod,
+                inport: "p1".into(),
+            },
+            IrEntry::NdReply {
+                datapath: 5,
+                ip: gateway,
+                mac: [2, 0, 0, 0, 0, 0xfe],
+            },
+            IrEntry::NdForRouterIp {
+                datapath: 5,
+                ip: gateway,
+                router_port: "lrp".into(),
+                group: None,
+            },
+        ]);
+        let mut flows = L2Flows::new();
+        flows.apply(&IrDiff {
+            added: entries,
+            removed: Vec::new(),
+        });
+        let changes = flows.changes();
+        let solicitation = |target: Ipv6Addr| {
+            on_datapath(5)
+                .with(Field::eth_type(0x86dd))
+                .with(Field::ip_protocol(58))
+                .with(Field::icmpv6_type(135))
+                .with(Field::nd_target(target))
+        };
+        let flow = |matching: Match| {
+            changes
+                .iter()
+                .find(|flow| flow.table == INGRESS && flow.matching == matching)
+                .unwrap_or_else(|| panic!("no flow {matching:?}: {changes:#?}"))
+        };
+        let answered = flow(solicitation(pod));
+        assert_eq!(
+            (answered.cookie, answered.priority),
+            (COOKIE_ND_ADVERTISEMENT, 90)
+        );
+        assert_eq!(
+            answered.instructions,
+            [Instruction::ApplyActions(to_controller([2, 0, 0, 0, 0, 1]))]
+        );
+        assert_eq!(
+            to_controller([2, 0, 0, 0, 0, 1])[..2],
+            [
+                Action::SetField(Field::register(PARAMETER, 0x0200_0000)),
+                Action::SetField(Field::register(PARAMETER_LOW, 0x0001_0000)),
+            ]
+        );
+        assert_eq!(
+            flow(solicitation(gateway)).cookie,
+            COOKIE_ND_ROUTER_ADVERTISEMENT
+        );
+        let owner = flow(solicitation(pod).with(Field::register(14, 1)));
+        assert_eq!(
+            (owner.priority, owner.instructions.clone()),
+            (
+                95,
+                vec![Instruction::ApplyActions(vec![Action::Resubmit(LOOKUP)])]
+            )
+        );
     }
 
     /// A port bound to another chassis is reached through that chassis's tunnel once there is

@@ -1,23 +1,29 @@
-//! The IR's routers as flows on br-int (IPv4), and the patches between datapaths:
+//! The IR's routers as flows on br-int (IPv4 and IPv6), and the patches between datapaths:
 //! - table [`l2::OUTPUT`]: a logical output port that is one end of a patch (switch–router,
 //!   router–router) goes on in its peer's datapath: metadata and logical input port set to the
 //!   peer's, inside a `clone` so the actions after it (a flood's next member) see the packet as
-//!   it was, then the router's admission or the switch's L2 lookup;
+//!   it was, then the router's admission or the switch's L2 lookup (a switch's frame never back
+//!   into the patch it came by: a flood from the router leaves the router out);
 //! - table [`ADMISSION`]: a router port takes frames to its MAC (and multicast) that enter by it
 //!   (`RouterPort`), and sets the route table they are routed with (`reg7`: the port's
 //!   `RouteTableOfPort`, else 0);
 //! - table [`IP_INPUT`]: the router's drop rules (martian, multicast and broadcast, spoofed
-//!   sources, traffic to its own addresses, TTL 0 or 1: `RouterDrop`), echo replies for its
-//!   addresses (`RouterEchoReply`: source and destination swapped, TTL 255), the rest of IPv4
-//!   on to routing; anything else (IPv6, ARP to the router) dropped as untranslated (counted);
+//!   sources, traffic to its own addresses, TTL 0 or 1, IPv6 reserved multicast and neighbour
+//!   discovery not for it: `RouterDrop`), echo replies for its addresses (`RouterEchoReply`,
+//!   `RouterEchoReply6`: source and destination swapped, TTL 255); the answers the agent makes
+//!   ([`super::answer`]: time exceeded, resets and unreachables, its ARP reply and its
+//!   neighbour advertisements, MAC learning from the ARP it hears) sent up by cookie; the rest
+//!   of IPv4 and IPv6 on to routing; anything else dropped as untranslated (counted);
 //! - table [`ROUTING`]: routes by destination or source prefix at northd's priorities
-//!   (`Route`, `DiscardRoute`; a route of a table only for packets routed with it): TTL
-//!   decremented, the next hop in `reg0`, the output port's MAC as source, the logical output
-//!   port in `reg15`;
+//!   (`Route`, `DiscardRoute`, `Route6`, `DiscardRoute6`; a route of a table only for packets
+//!   routed with it): TTL decremented, the next hop in `reg0` (IPv6: `xxreg0`, `reg0`–`reg3`)
+//!   and the source address in `reg1` (IPv4), the output port's MAC as source, the logical
+//!   output port in `reg15`;
 //! - table [`POLICY`]: the router's policies (`RouterPolicy`: allow, drop, reroute; a port
 //!   range as the masked blocks that cover it);
-//! - table [`RESOLVE`]: the next hop's MAC (`Neighbour`, then `LearnedNeighbour`), then the
-//!   output table, where the patch carries the packet to the switch.
+//! - table [`RESOLVE`]: the next hop's MAC (`Neighbour`, `Neighbour6`, then the learned ones),
+//!   then the output table, where the patch carries the packet to the switch; an unresolved
+//!   IPv4 next hop is asked for by the agent (`ArpRequestForNextHop`).
 //!
 //! What a router does not route is dropped (a table miss); what the translation leaves out is
 //! accounted by [`super::untranslated`], and a fenced router's admission drops and counts what
@@ -30,12 +36,15 @@ use std::net::Ipv4Addr;
 use super::{
     action::{Action, Instruction, PORT_CONTROLLER},
     answer::{
-        COOKIE_ARP_REQUEST, COOKIE_LEARN, COOKIE_TCP_RESET, COOKIE_TIME_EXCEEDED,
-        COOKIE_UNREACHABLE, PARAMETER,
+        COOKIE_ARP_REQUEST, COOKIE_LEARN, COOKIE_ND_ROUTER_ADVERTISEMENT, COOKIE_TCP_RESET,
+        COOKIE_TIME_EXCEEDED, COOKIE_UNREACHABLE, PARAMETER,
     },
     l2::{self, COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
-    oxm::{Field, Match, NXM_REG0, NXM_REG1, OXM_IPV4_DST, OXM_IPV4_SRC},
+    oxm::{
+        Field, Match, NXM_REG0, NXM_REG1, NXM_REG2, NXM_REG3, OXM_IPV4_DST, OXM_IPV4_SRC,
+        OXM_IPV6_DST, OXM_IPV6_SRC,
+    },
     table::{DatapathFlows, Flows, insert, on_datapath},
 };
 use crate::pipeline::ir::{
@@ -56,6 +65,7 @@ pub const RESOLVE: u8 = 24;
 
 const IPV4: u16 = 0x0800;
 const ARP: u16 = 0x0806;
+const IPV6: u16 = 0x86dd;
 
 /// A patch port: its datapath, key and peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +86,8 @@ pub struct RouterFlows {
     peered_by: HashMap<String, BTreeSet<String>>,
     /// The datapaths that are routers.
     routers: BTreeSet<u32>,
+    /// The routers whose IPv6 is fenced ([`super::untranslated::Effect::Ipv6Fenced`]).
+    ipv6_fenced: BTreeSet<u32>,
     /// Router → its entries this part translates.
     entries: HashMap<u32, BTreeSet<IrEntry>>,
     /// Per datapath: installed flows, changes since the last write, the fence.
@@ -178,7 +190,16 @@ impl RouterFlows {
             | IrEntry::RouterReject { datapath, .. }
             | IrEntry::TtlExceeded { datapath, .. }
             | IrEntry::ArpRequestForNextHop { datapath }
-            | IrEntry::NeighbourLearning { datapath, .. } => {
+            | IrEntry::NeighbourLearning { datapath, .. }
+            | IrEntry::RouterArpReply { datapath, .. }
+            | IrEntry::Route6 { datapath, .. }
+            | IrEntry::DiscardRoute6 { datapath, .. }
+            | IrEntry::Neighbour6 { datapath, .. }
+            | IrEntry::LearnedNeighbour6 { datapath, .. }
+            | IrEntry::RouterEchoReply6 { datapath, .. }
+            | IrEntry::RouterNdReply { datapath, .. }
+            | IrEntry::RouterReject6 { datapath, .. }
+            | IrEntry::TtlExceeded6 { datapath, .. } => {
                 let entries = self.entries.entry(*datapath).or_default();
                 if added {
                     entries.insert(entry.clone());
@@ -197,6 +218,19 @@ impl RouterFlows {
     /// Datapath `datapath` goes without flows (`fenced`) or has them again.
     pub fn set_fenced(&mut self, datapath: u32, fenced: bool) {
         self.flows.set_fenced(datapath, fenced);
+    }
+
+    /// Router `datapath`'s IPv6 goes unrouted (`fenced`: dropped and counted as it enters) or
+    /// is routed again.
+    pub fn set_ipv6_fenced(&mut self, datapath: u32, fenced: bool) {
+        let changed = if fenced {
+            self.ipv6_fenced.insert(datapath)
+        } else {
+            self.ipv6_fenced.remove(&datapath)
+        };
+        if changed {
+            self.flows.mark(datapath);
+        }
     }
 
     /// Whether a change waits for [`Self::changes`].
@@ -270,6 +304,18 @@ impl RouterFlows {
             } else {
                 LOOKUP
             };
+            // A switch never sends a frame back to the port it came from (a flood that came
+            // from the router leaves out the router); a router routes back out of its input
+            // port (OVN's routing sets `flags.loopback`).
+            if !self.routers.contains(&datapath) {
+                add(
+                    OUTPUT,
+                    110,
+                    on().with(Field::register(15, info.key))
+                        .with(Field::register(14, info.key)),
+                    Vec::new(),
+                );
+            }
             add(
                 OUTPUT,
                 100,
@@ -287,6 +333,7 @@ impl RouterFlows {
             return flows;
         }
         let ipv4 = || on().with(Field::eth_type(IPV4));
+        let ipv6 = || on().with(Field::eth_type(IPV6));
         // The route table of each port that has one (`reg7`, as northd's
         // `lr_in_ip_routing_pre`); the others route with table 0.
         let route_tables: HashMap<&String, u32> = self
@@ -299,12 +346,34 @@ impl RouterFlows {
                 _ => None,
             })
             .collect();
+        // Each router port's MAC.
+        let router_macs: HashMap<&String, &[u8; 6]> = self
+            .entries
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| match entry {
+                IrEntry::RouterPort { port, mac, .. } => Some((port, mac)),
+                _ => None,
+            })
+            .collect();
         // A route of a table matches only packets routed with that table.
         let in_table = |matching: Match, table: &Option<u32>| match table {
             Some(table) => matching.with(Field::register(7, *table)),
             None => matching,
         };
         add(IP_INPUT, 1, ipv4(), vec![Action::Resubmit(ROUTING)]);
+        add(IP_INPUT, 1, ipv6(), vec![Action::Resubmit(ROUTING)]);
+        // IPv6 whose hop limit runs out here (time exceeded, where the router sends it, is
+        // not translated: below).
+        for hop_limit in [0, 1] {
+            add(
+                IP_INPUT,
+                30,
+                ipv6().with(Field::ip_ttl(hop_limit)),
+                Vec::new(),
+            );
+        }
         // The rest (IPv6, ARP to the router) is not translated: dropped and counted.
         let untranslated = l2::untranslated_drop(IP_INPUT, 0, on());
         add(POLICY, 0, on(), vec![Action::Resubmit(RESOLVE)]);
@@ -358,7 +427,7 @@ impl RouterFlows {
                     );
                 }
                 IrEntry::RouterDrop { rule, .. } => {
-                    for (priority, matching) in drop_matches(rule, &ipv4) {
+                    for (priority, matching) in drop_matches(rule, &ipv4, &ipv6) {
                         add(IP_INPUT, priority, matching, Vec::new());
                     }
                 }
@@ -539,20 +608,199 @@ impl RouterFlows {
                         ));
                     }
                 }
+                IrEntry::RouterEchoReply6 { ip, .. } => add(
+                    IP_INPUT,
+                    90,
+                    ipv6()
+                        .with(Field::ip_protocol(58))
+                        .with(Field::ipv6_destination(*ip))
+                        .with(Field::icmpv6_type(128)),
+                    {
+                        // The source through xxreg0, then the addresses swapped.
+                        let mut actions = ipv6_to_xxreg0(OXM_IPV6_DST);
+                        actions.push(moved(OXM_IPV6_SRC, OXM_IPV6_DST, 128));
+                        actions.extend(xxreg0_to_ipv6(OXM_IPV6_SRC));
+                        actions.extend([
+                            Action::SetTtl(255),
+                            Action::SetField(Field::icmpv6_type(129)),
+                            Action::Resubmit(ROUTING),
+                        ]);
+                        actions
+                    },
+                ),
+                IrEntry::RouterNdReply { port, ip, .. } => {
+                    // `nd_na_router`: the agent answers, from the port's MAC.
+                    let (Some(key), Some(mac)) = (self.key(port), router_macs.get(port)) else {
+                        continue;
+                    };
+                    let mut actions = l2::to_controller(**mac);
+                    actions.pop();
+                    answers.push(to_controller(
+                        COOKIE_ND_ROUTER_ADVERTISEMENT,
+                        95,
+                        ipv6()
+                            .with(Field::register(14, key))
+                            .with(Field::ip_protocol(58))
+                            .with(Field::icmpv6_type(135))
+                            .with(Field::nd_target(*ip)),
+                        actions,
+                    ));
+                }
+                IrEntry::RouterReject6 { ip, protocol, .. } => {
+                    // Its resets and unreachables are not built: dropped, counted.
+                    let (priority, matching) = match protocol {
+                        Some(protocol) => (
+                            80,
+                            ipv6().with(Field::ip_protocol(match protocol {
+                                RejectProtocol::Tcp => 6,
+                                RejectProtocol::Udp => 17,
+                                RejectProtocol::Sctp => 132,
+                            })),
+                        ),
+                        None => (70, ipv6()),
+                    };
+                    answers.push(l2::untranslated_drop(
+                        IP_INPUT,
+                        priority,
+                        matching.with(Field::ipv6_destination(*ip)),
+                    ));
+                }
+                IrEntry::TtlExceeded6 { port, network, .. } => {
+                    // Its time exceeded is not built: dropped, counted.
+                    let Some(key) = self.key(port) else { continue };
+                    for hop_limit in [0, 1] {
+                        answers.push(l2::untranslated_drop(
+                            IP_INPUT,
+                            31,
+                            ipv6()
+                                .with(Field::register(14, key))
+                                .with(Field::ipv6_source_prefix(network.network, network.length))
+                                .with(Field::ip_ttl(hop_limit)),
+                        ));
+                    }
+                }
+                IrEntry::Route6 {
+                    selector,
+                    prefix,
+                    priority,
+                    inport,
+                    route_table,
+                    nexthop,
+                    source_mac,
+                    port,
+                    ..
+                } => {
+                    let Some(key) = self.key(port) else { continue };
+                    let mut matching = in_table(
+                        ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
+                        route_table,
+                    );
+                    if let Some(inport) = inport {
+                        let Some(inport) = self.key(inport) else {
+                            continue;
+                        };
+                        matching = matching.with(Field::register(14, inport));
+                    }
+                    let mut actions = vec![Action::DecrementTtl];
+                    match nexthop {
+                        Some(nexthop) => actions.extend(xxreg0(*nexthop)),
+                        None => actions.extend(ipv6_to_xxreg0(OXM_IPV6_DST)),
+                    }
+                    actions.extend([
+                        Action::SetField(Field::eth_source(*source_mac)),
+                        Action::SetField(Field::register(15, key)),
+                        Action::Resubmit(POLICY),
+                    ]);
+                    add(ROUTING, *priority, matching, actions);
+                }
+                IrEntry::DiscardRoute6 {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    ..
+                } => add(
+                    ROUTING,
+                    *priority,
+                    in_table(
+                        ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
+                        route_table,
+                    ),
+                    Vec::new(),
+                ),
+                IrEntry::Neighbour6 { port, ip, mac, .. }
+                | IrEntry::LearnedNeighbour6 { port, ip, mac, .. } => {
+                    let Some(key) = self.key(port) else { continue };
+                    let priority = if matches!(entry, IrEntry::Neighbour6 { .. }) {
+                        100
+                    } else {
+                        50
+                    };
+                    let matching = xxreg0(*ip)
+                        .into_iter()
+                        .filter_map(|action| match action {
+                            Action::SetField(field) => Some(field),
+                            _ => None,
+                        })
+                        .fold(on().with(Field::register(15, key)), Match::with);
+                    add(
+                        RESOLVE,
+                        priority,
+                        matching,
+                        vec![
+                            Action::SetField(Field::eth_destination(*mac)),
+                            Action::Resubmit(OUTPUT),
+                        ],
+                    );
+                }
+                IrEntry::RouterArpReply {
+                    port, ip, subnet, ..
+                } => {
+                    // The router's own ARP reply, back out of the port the request came in by
+                    // (`outport = inport`); the request goes to the agent first, which hands
+                    // its sender to MAC learning (a request only updates a binding).
+                    let (Some(key), Some(mac)) = (self.key(port), router_macs.get(port)) else {
+                        continue;
+                    };
+                    let mut actions = l2::to_controller(**mac);
+                    actions.extend(l2::arp_request_to_reply(*ip, **mac));
+                    actions.extend([
+                        Action::SetField(Field::register(15, key)),
+                        Action::SetField(Field::register(14, 0)),
+                        Action::Resubmit(OUTPUT),
+                    ]);
+                    answers.push(FlowMod::add(
+                        COOKIE_LEARN,
+                        IP_INPUT,
+                        90,
+                        on().with(Field::eth_type(ARP))
+                            .with(Field::register(14, key))
+                            .with(Field::arp_op(1))
+                            .with(Field::arp_target_ip(*ip))
+                            .with(Field::arp_source_prefix(subnet.network, subnet.length)),
+                        vec![Instruction::ApplyActions(actions)],
+                    ));
+                }
                 IrEntry::NeighbourLearning { port, subnet, .. } => {
                     // The sender of an ARP the router hears goes to the daemon's MAC learning
                     // (`put_arp`); the frame goes no further (the router's own ARP answers are
                     // not translated).
                     let mut matching = on().with(Field::eth_type(ARP));
+                    // The port's MAC, for a broadcast (which names none).
+                    let mut parameter = Vec::new();
                     if let Some(port) = port {
                         let Some(key) = self.key(port) else { continue };
                         matching = matching.with(Field::register(14, key));
+                        if let Some(mac) = router_macs.get(port) {
+                            parameter = l2::to_controller(**mac);
+                            parameter.pop();
+                        }
                     }
                     if let Some(subnet) = subnet {
                         matching =
                             matching.with(Field::arp_source_prefix(subnet.network, subnet.length));
                     }
-                    answers.push(to_controller(COOKIE_LEARN, 80, matching, Vec::new()));
+                    answers.push(to_controller(COOKIE_LEARN, 80, matching, parameter));
                 }
                 IrEntry::Neighbour { port, ip, mac, .. }
                 | IrEntry::LearnedNeighbour { port, ip, mac, .. } => {
@@ -589,9 +837,28 @@ impl RouterFlows {
                 _ => {}
             }
         }
+        // Neighbour discovery the router does not answer is dropped (OVN learns the sender;
+        // IPv6 MAC learning is not done); an IPv6 next hop without a known MAC is not asked for
+        // (a solicitation of the agent's is not built): dropped, counted.
+        for kind in [135, 136] {
+            answers.push(FlowMod::add(
+                COOKIE,
+                IP_INPUT,
+                90,
+                ipv6()
+                    .with(Field::ip_protocol(58))
+                    .with(Field::icmpv6_type(kind)),
+                Vec::new(),
+            ));
+        }
+        let unresolved6 = l2::untranslated_drop(RESOLVE, 1, ipv6());
+        if self.ipv6_fenced.contains(&datapath) {
+            // Above every IPv6 flow of the IP input.
+            answers.push(l2::untranslated_drop(IP_INPUT, 150, ipv6()));
+        }
         for flow in answers
             .into_iter()
-            .chain([untranslated, no_route, unresolved])
+            .chain([untranslated, no_route, unresolved, unresolved6])
         {
             insert(&mut flows, flow);
         }
@@ -599,9 +866,17 @@ impl RouterFlows {
     }
 }
 
-/// The matches (with their priorities) of a router drop rule, for IPv4 (IPv6 and ARP are not
-/// routed at all: nothing takes them past the IP input).
-fn drop_matches(rule: &RouterDropRule, ipv4: &dyn Fn() -> Match) -> Vec<(u16, Match)> {
+/// The matches (with their priorities) of a router drop rule, for IPv4 and IPv6 (ARP is not
+/// routed at all: nothing takes it past the IP input).
+fn drop_matches(
+    rule: &RouterDropRule,
+    ipv4: &dyn Fn() -> Match,
+    ipv6: &dyn Fn() -> Match,
+) -> Vec<(u16, Match)> {
+    let destination6 = |network: &str, length| {
+        let network = network.parse().unwrap_or(std::net::Ipv6Addr::UNSPECIFIED);
+        ipv6().with(Field::ipv6_destination_prefix(network, length))
+    };
     let source = |network: [u8; 4], length| {
         ipv4().with(prefix_field(RouteSelector::Source, network.into(), length))
     };
@@ -622,8 +897,34 @@ fn drop_matches(rule: &RouterDropRule, ipv4: &dyn Fn() -> Match) -> Vec<(u16, Ma
             (100, source([0, 0, 0, 0], 8)),
             (100, destination([0, 0, 0, 0], 8)),
         ],
-        RouterDropRule::Multicast => vec![(100, destination([224, 0, 0, 0], 4))],
-        RouterDropRule::Broadcast => vec![(100, ipv4().with(Field::eth_destination([0xff; 6])))],
+        RouterDropRule::Multicast => vec![
+            (100, destination([224, 0, 0, 0], 4)),
+            (100, destination6("ff00::", 8)),
+        ],
+        RouterDropRule::Broadcast => vec![
+            (100, ipv4().with(Field::eth_destination([0xff; 6]))),
+            (100, ipv6().with(Field::eth_destination([0xff; 6]))),
+        ],
+        // ff00::, ff01:: and ff02:: with only their last 16 bits set.
+        RouterDropRule::Ipv6ReservedMulticast => vec![
+            (100, destination6("ff00::", 112)),
+            (100, destination6("ff01::", 112)),
+            (100, destination6("ff02::", 112)),
+        ],
+        RouterDropRule::ToRouter6(addresses) => addresses
+            .iter()
+            .map(|address| (60, ipv6().with(Field::ipv6_destination(*address))))
+            .collect(),
+        RouterDropRule::RouterSolicitationOrAdvertisement => [133, 134]
+            .map(|kind| {
+                (
+                    100,
+                    ipv6()
+                        .with(Field::ip_protocol(58))
+                        .with(Field::icmpv6_type(kind)),
+                )
+            })
+            .to_vec(),
         RouterDropRule::SpoofedSource(addresses) => addresses
             .iter()
             .map(|address| (100, ipv4().with(Field::ipv4_source(*address))))
@@ -639,6 +940,61 @@ fn drop_matches(rule: &RouterDropRule, ipv4: &dyn Fn() -> Match) -> Vec<(u16, Ma
         _ => Vec::new(),
     }
 }
+
+/// An IPv6 route's prefix match: on the destination, or the source.
+fn prefix6_field(selector: RouteSelector, network: std::net::Ipv6Addr, length: u8) -> Field {
+    match selector {
+        RouteSelector::Destination => Field::ipv6_destination_prefix(network, length),
+        RouteSelector::Source => Field::ipv6_source_prefix(network, length),
+    }
+}
+
+/// `xxreg0` (`reg0`–`reg3`, `reg0` the most significant word) set to `address`.
+fn xxreg0(address: std::net::Ipv6Addr) -> [Action; 4] {
+    let octets = address.octets();
+    let word = |index: usize| {
+        u32::from_be_bytes([
+            octets[index * 4],
+            octets[index * 4 + 1],
+            octets[index * 4 + 2],
+            octets[index * 4 + 3],
+        ])
+    };
+    [0_u8, 1, 2, 3].map(|index| Action::SetField(Field::register(index, word(usize::from(index)))))
+}
+
+/// The IPv6 address field `field` (an OXM header) copied into `xxreg0`.
+fn ipv6_to_xxreg0(field: u32) -> Vec<Action> {
+    XXREG0
+        .iter()
+        .zip([96, 64, 32, 0])
+        .map(|(register, offset)| Action::Move {
+            source: field,
+            source_offset: offset,
+            destination: *register,
+            destination_offset: 0,
+            bits: 32,
+        })
+        .collect()
+}
+
+/// `xxreg0` copied into the IPv6 address field `field`.
+fn xxreg0_to_ipv6(field: u32) -> Vec<Action> {
+    XXREG0
+        .iter()
+        .zip([96, 64, 32, 0])
+        .map(|(register, offset)| Action::Move {
+            source: *register,
+            source_offset: 0,
+            destination: field,
+            destination_offset: offset,
+            bits: 32,
+        })
+        .collect()
+}
+
+/// `xxreg0`'s registers, most significant first.
+const XXREG0: [u32; 4] = [NXM_REG0, NXM_REG1, NXM_REG2, NXM_REG3];
 
 /// The prefix match of a route or rule: on the destination, or the source.
 fn prefix_field(selector: RouteSelector, network: Ipv4Addr, length: u8) -> Field {

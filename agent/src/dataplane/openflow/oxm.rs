@@ -24,6 +24,12 @@ pub const OXM_METADATA: u32 = 0x8000_0000 | 2 << 9 | 8;
 /// `reg0` and `reg1` (the routers' next hop, and a scratch register for swapping addresses).
 pub const NXM_REG0: u32 = 0x0001_0000 | 4;
 pub const NXM_REG1: u32 = 0x0001_0000 | 1 << 9 | 4;
+/// `reg2` and `reg3`: with `reg0` and `reg1`, an IPv6 next hop (`xxreg0`, `reg0` its most
+/// significant word).
+pub const NXM_REG2: u32 = 0x0001_0000 | 2 << 9 | 4;
+pub const NXM_REG3: u32 = 0x0001_0000 | 3 << 9 | 4;
+pub const OXM_IPV6_SRC: u32 = 0x8000_0000 | 26 << 9 | 16;
+pub const OXM_IPV6_DST: u32 = 0x8000_0000 | 27 << 9 | 16;
 /// The OXM headers of the header fields the routers' and switches' replies copy between.
 pub const OXM_ETH_DST: u32 = 0x8000_0000 | 3 << 9 | 6;
 pub const OXM_ETH_SRC: u32 = 0x8000_0000 | 4 << 9 | 6;
@@ -157,6 +163,28 @@ impl Field {
         Self::ipv4_source(network).masked(&prefix_mask(length).to_be_bytes())
     }
 
+    #[must_use]
+    pub fn ipv6_source(address: std::net::Ipv6Addr) -> Self {
+        Self::new(8, OFPXMC_OPENFLOW_BASIC, 26, &address.octets())
+    }
+
+    #[must_use]
+    pub fn ipv6_destination(address: std::net::Ipv6Addr) -> Self {
+        Self::new(8, OFPXMC_OPENFLOW_BASIC, 27, &address.octets())
+    }
+
+    /// An IPv6 destination prefix (`length` bits of `network`).
+    #[must_use]
+    pub fn ipv6_destination_prefix(network: std::net::Ipv6Addr, length: u8) -> Self {
+        Self::ipv6_destination(network).masked(&prefix_mask6(length).to_be_bytes())
+    }
+
+    /// An IPv6 source prefix (`length` bits of `network`).
+    #[must_use]
+    pub fn ipv6_source_prefix(network: std::net::Ipv6Addr, length: u8) -> Self {
+        Self::ipv6_source(network).masked(&prefix_mask6(length).to_be_bytes())
+    }
+
     /// The IP TTL (`NXM_NX_IP_TTL`; needs `eth_type` IPv4 or IPv6 before it).
     #[must_use]
     pub fn ip_ttl(ttl: u8) -> Self {
@@ -262,6 +290,13 @@ impl Field {
 fn prefix_mask(length: u8) -> u32 {
     u32::MAX
         .checked_shl(32 - u32::from(length.min(32)))
+        .unwrap_or(0)
+}
+
+/// The mask of an IPv6 prefix of `length` bits.
+fn prefix_mask6(length: u8) -> u128 {
+    u128::MAX
+        .checked_shl(128 - u32::from(length.min(128)))
         .unwrap_or(0)
 }
 

@@ -8,7 +8,8 @@
 //! - An entry that restricts or redirects forwarding (a user's ACL, a load balancer's VIP, NAT,
 //!   a gateway port, ECMP, the compiler's `NotForwardable`): forwarding without it
 //!   would send what OVN would not, so the whole datapath goes without flows (security fails
-//!   closed). The datapath is [`Effect::Fenced`].
+//!   closed). The datapath is [`Effect::Fenced`]. Where such an entry redirects only a
+//!   router's IPv6 (IPv6 ECMP), only its IPv6 goes unrouted: [`Effect::Ipv6Fenced`].
 //!
 //! Owns that classification and the per-datapath reasons; the flows follow
 //! [`Untranslated::take_fence_changes`]. Touches nothing else.
@@ -22,6 +23,9 @@ use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict, RejectRespo
 pub enum Effect {
     /// Some of its traffic is dropped where OVN forwards or answers it.
     Partial,
+    /// A router's IPv6 is not forwarded at all (an IPv6 entry that redirects it is left out);
+    /// its IPv4 is. Counted as partial.
+    Ipv6Fenced,
     /// The datapath is not forwarded at all.
     Fenced,
 }
@@ -32,6 +36,7 @@ impl Effect {
     pub fn label(self) -> &'static str {
         match self {
             Effect::Partial => "partial",
+            Effect::Ipv6Fenced => "ipv6_fenced",
             Effect::Fenced => "fenced",
         }
     }
@@ -46,6 +51,16 @@ pub struct Untranslated {
     changed: BTreeSet<u32>,
     /// The fenced datapaths the flows were last told of.
     fenced: BTreeSet<u32>,
+    /// The routers whose IPv6 is fenced the flows were last told of.
+    ipv6_fenced: BTreeSet<u32>,
+}
+
+/// A datapath whose fence changed: whether it is fenced now, whole or its IPv6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FenceChange {
+    pub datapath: u32,
+    pub fenced: bool,
+    pub ipv6_fenced: bool,
 }
 
 impl Untranslated {
@@ -90,18 +105,34 @@ impl Untranslated {
             .is_some_and(|reasons| reasons.keys().any(|(effect, _)| *effect == Effect::Fenced))
     }
 
-    /// The datapaths fenced or unfenced since the last call: (datapath, fenced now).
-    pub fn take_fence_changes(&mut self) -> Vec<(u32, bool)> {
+    /// Whether router `datapath`'s IPv6 is fenced.
+    #[must_use]
+    pub fn is_ipv6_fenced(&self, datapath: u32) -> bool {
+        self.reasons.get(&datapath).is_some_and(|reasons| {
+            reasons
+                .keys()
+                .any(|(effect, _)| *effect == Effect::Ipv6Fenced)
+        })
+    }
+
+    /// The datapaths fenced or unfenced (whole or their IPv6) since the last call.
+    pub fn take_fence_changes(&mut self) -> Vec<FenceChange> {
         let mut changes = Vec::new();
         for datapath in std::mem::take(&mut self.changed) {
             let fenced = self.is_fenced(datapath);
-            if fenced != self.fenced.contains(&datapath) {
-                if fenced {
-                    self.fenced.insert(datapath);
-                } else {
-                    self.fenced.remove(&datapath);
-                }
-                changes.push((datapath, fenced));
+            let ipv6_fenced = self.is_ipv6_fenced(datapath);
+            let was = (
+                self.fenced.contains(&datapath),
+                self.ipv6_fenced.contains(&datapath),
+            );
+            if (fenced, ipv6_fenced) != was {
+                toggle(&mut self.fenced, datapath, fenced);
+                toggle(&mut self.ipv6_fenced, datapath, ipv6_fenced);
+                changes.push(FenceChange {
+                    datapath,
+                    fenced,
+                    ipv6_fenced,
+                });
             }
         }
         changes
@@ -130,6 +161,15 @@ impl Untranslated {
             .into_iter()
             .flat_map(|reasons| reasons.keys().cloned())
             .collect()
+    }
+}
+
+/// `item` in `set` when `present`, out of it otherwise.
+fn toggle(set: &mut BTreeSet<u32>, item: u32, present: bool) {
+    if present {
+        set.insert(item);
+    } else {
+        set.remove(&item);
     }
 }
 
@@ -180,16 +220,21 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
             Effect::Partial,
             format!("port security is not translated to OpenFlow: {name} does not forward"),
         )),
-        IrEntry::Route6 { .. }
-        | IrEntry::EcmpRoute6 { .. }
-        | IrEntry::EcmpMember6 { .. }
-        | IrEntry::DiscardRoute6 { .. }
-        | IrEntry::RouterEchoReply6 { .. }
-        | IrEntry::RouterNdReply { .. }
-        | IrEntry::RouterReject6 { .. }
-        | IrEntry::TtlExceeded6 { .. }
-        | IrEntry::RouterAdvertisement { .. } => partial("IPv6 routing is not translated"),
-        IrEntry::RouterArpReply { .. } => partial("the router does not answer ARP itself"),
+        // Left out, the router would route that IPv6 elsewhere: its IPv6 is not routed.
+        IrEntry::EcmpRoute6 { .. } | IrEntry::EcmpMember6 { .. } => Some((
+            Effect::Ipv6Fenced,
+            "IPv6 ECMP is not translated to OpenFlow: the router's IPv6 is not routed".into(),
+        )),
+        IrEntry::RouterReject6 { .. } => {
+            partial("the router's IPv6 resets and unreachables are not sent")
+        }
+        IrEntry::TtlExceeded6 { .. } => partial("ICMPv6 time exceeded is not sent"),
+        IrEntry::NsForNextHop { .. } => {
+            partial("IPv6 next hops without a known MAC are not asked for (ND)")
+        }
+        IrEntry::RouterAdvertisement { .. } => {
+            partial("router solicitations are not answered (router advertisements)")
+        }
         IrEntry::RouterReject {
             response: RejectResponse::SctpAbort,
             ..
@@ -238,17 +283,19 @@ mod tests {
                 reason: "y".into(),
             },
         };
-        let arp = IrEntry::RouterArpReply {
+        let punt = IrEntry::Punt {
             datapath: 4,
-            port: "p".into(),
-            ip: std::net::Ipv4Addr::new(10, 0, 0, 1),
-            subnet: crate::pipeline::ir::Prefix {
-                network: std::net::Ipv4Addr::new(10, 0, 0, 0),
-                length: 24,
-            },
+            reason: "DHCPv6".into(),
         };
-        untranslated.apply(&diff(vec![nat.clone(), blocked.clone(), arp], true));
-        assert_eq!(untranslated.take_fence_changes(), [(3, true)]);
+        untranslated.apply(&diff(vec![nat.clone(), blocked.clone(), punt], true));
+        assert_eq!(
+            untranslated.take_fence_changes(),
+            [FenceChange {
+                datapath: 3,
+                fenced: true,
+                ipv6_fenced: false
+            }]
+        );
         assert!(!untranslated.is_fenced(4));
         assert_eq!(untranslated.counts(), [("partial", 1), ("fenced", 1)]);
         untranslated.apply(&diff(vec![nat], false));
@@ -257,7 +304,14 @@ mod tests {
             "still fenced by the other entry"
         );
         untranslated.apply(&diff(vec![blocked], false));
-        assert_eq!(untranslated.take_fence_changes(), [(3, false)]);
+        assert_eq!(
+            untranslated.take_fence_changes(),
+            [FenceChange {
+                datapath: 3,
+                fenced: false,
+                ipv6_fenced: false
+            }]
+        );
         assert!(untranslated.reasons(3).is_empty());
     }
 

@@ -88,9 +88,10 @@ fn a_solicitation_gets_the_advertisement_pinctrl_builds() {
         (3, 0x0009_0000),
         (14, 4),
     ];
+    let solicitation = frame;
     let answered = reply(answer(&packet_in(
         COOKIE_ND_ADVERTISEMENT,
-        frame,
+        solicitation.clone(),
         &registers,
     )));
     assert_eq!(answered.kind, Kind::NdAdvertisement);
@@ -121,6 +122,23 @@ fn a_solicitation_gets_the_advertisement_pinctrl_builds() {
             Action::Resubmit(OUTPUT),
         ]
     );
+    // A router's (`nd_na_router`): the router flag too, the checksum still holding.
+    let router = reply(answer(&packet_in(
+        COOKIE_ND_ROUTER_ADVERTISEMENT,
+        solicitation,
+        &registers,
+    )));
+    assert_eq!(
+        &router.frame[58..62],
+        &[0xe0, 0, 0, 0],
+        "router, solicited, override"
+    );
+    let mut pseudo = Vec::new();
+    pseudo.extend(&router.frame[22..54]);
+    pseudo.extend(32_u32.to_be_bytes());
+    pseudo.extend([0, 0, 0, ICMPV6]);
+    pseudo.extend(&router.frame[54..]);
+    assert_eq!(internet_checksum(&pseudo), 0);
 }
 
 /// A router's time exceeded: from the port's address the flow gives, TTL 254, DF, quoting the
@@ -278,7 +296,7 @@ fn an_unresolved_next_hop_gets_an_arp_request_out_of_the_output_port() {
 }
 
 /// An ARP the router hears reports its sender for MAC learning, with the router port's MAC it
-/// was addressed to; a broadcast names no port.
+/// was addressed to, or for a broadcast the one its flow gives (none: not reported).
 #[test]
 fn an_arp_the_router_hears_reports_its_sender() {
     let arp = |destination: [u8; 6], op: u8| {
@@ -305,6 +323,21 @@ fn an_arp_the_router_hears_reports_its_sender() {
     assert_eq!(
         answer(&packet_in(COOKIE_LEARN, arp([0xff; 6], 1), &[])),
         Err(Unanswered::NoRouterPort)
+    );
+    // A broadcast request the router answers: its flow names the port by its MAC.
+    let named = [
+        (2, u32::from_be_bytes([0x0a, 0x58, 0x0a, 0x00])),
+        (3, 0x0101_0000),
+    ];
+    assert_eq!(
+        answer(&packet_in(COOKIE_LEARN, arp([0xff; 6], 1), &named)),
+        Ok(Outcome::Heard(HeardNeighbour {
+            router: 7,
+            router_mac: Mac(ROUTER_MAC),
+            ip: IpAddr::V4(POD),
+            mac: Mac(POD_MAC),
+            request: true,
+        }))
     );
 }
 

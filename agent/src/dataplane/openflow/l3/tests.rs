@@ -105,6 +105,20 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
         .find(|flow| flow.matching == on_datapath(ROUTER).with(Field::register(15, 1)))
         .expect("the router's crossing");
     assert_eq!(router_side.instructions, into(SWITCH, LOOKUP));
+    // The switch never sends a frame back into the patch it came by (a flood from the router);
+    // the router may route back out of its input port.
+    let loops = find(&changes, OUTPUT, 110);
+    assert_eq!(loops.len(), 1, "{loops:#?}");
+    assert_eq!(
+        loops[0].matching,
+        on_datapath(SWITCH)
+            .with(Field::register(15, 1))
+            .with(Field::register(14, 1))
+    );
+    assert_eq!(
+        loops[0].instructions,
+        [Instruction::ApplyActions(Vec::new())]
+    );
     let route = find(&changes, ROUTING, 74);
     assert_eq!(
         route[0].instructions,
@@ -124,7 +138,11 @@ fn a_routed_switch_crosses_into_its_router_and_back() {
             .with(Field::register(15, 1))
             .with(Field::register(0, u32::from(Ipv4Addr::new(10, 0, 1, 2))))
     );
-    assert_eq!(find(&changes, IP_INPUT, 90).len(), 1, "the echo reply");
+    assert_eq!(
+        find(&changes, IP_INPUT, 90).len(),
+        3,
+        "the echo reply, and the neighbour discovery the router drops (135, 136)"
+    );
     // What no route covers, and a next hop without a MAC, dropped by flows that count them.
     let cookies = |table: u8| {
         find(&changes, table, 0)
@@ -188,6 +206,15 @@ fn the_routers_own_answers_go_to_the_agent() {
             port: "vpc-a-subnet-a".into(),
             ip: Ipv4Addr::new(10, 0, 1, 9),
             mac: [0, 0, 0, 0, 1, 9],
+        },
+        IrEntry::RouterArpReply {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            ip: gateway,
+            subnet: Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 0),
+                length: 24,
+            },
         },
     ]);
     let mut flows = RouterFlows::default();
@@ -271,6 +298,25 @@ fn the_routers_own_answers_go_to_the_agent() {
         [Instruction::ApplyActions(Vec::new())],
         "nothing to learn"
     );
+    // The router's ARP reply for its address, to requesters of the port's subnet: the request
+    // to the agent (learning), then turned into the reply from the port's MAC, out of the port.
+    let reply = by_match(
+        90,
+        arp()
+            .with(Field::register(14, 1))
+            .with(Field::arp_op(1))
+            .with(Field::arp_target_ip(gateway))
+            .with(Field::arp_source_prefix(Ipv4Addr::new(10, 0, 1, 0), 24)),
+    );
+    assert_eq!(reply.cookie, COOKIE_LEARN);
+    let mut expected = l2::to_controller(ROUTER_MAC);
+    expected.extend(l2::arp_request_to_reply(gateway, ROUTER_MAC));
+    expected.extend([
+        Action::SetField(Field::register(15, 1)),
+        Action::SetField(Field::register(14, 0)),
+        Action::Resubmit(OUTPUT),
+    ]);
+    assert_eq!(reply.instructions, [Instruction::ApplyActions(expected)]);
     // This router does not ask for next hops: an unresolved one is dropped as untranslated.
     assert_eq!(
         find(&changes, RESOLVE, 0)[0].cookie,
@@ -291,6 +337,171 @@ fn the_routers_own_answers_go_to_the_agent() {
     assert!(sent_up(ask[0]));
 }
 
+/// IPv6 routes as IPv4's: the destination prefix, hop limit decremented, the next hop in
+/// `xxreg0` (`reg0` its most significant word), the port's MAC and key; a neighbour resolves
+/// by `xxreg0`; the router answers pings to its address (addresses swapped through `xxreg0`,
+/// type 129) and solicitations for it (the agent, with the port's MAC); other neighbour
+/// discovery, reserved multicast and expiring hop limits are dropped; an unresolved next hop is
+/// dropped and counted.
+#[test]
+fn ipv6_routes_resolve_through_xxreg0() {
+    use std::net::Ipv6Addr;
+    let gateway: Ipv6Addr = "fd00:10:1::1".parse().unwrap();
+    let pod: Ipv6Addr = "fd00:10:1::2".parse().unwrap();
+    let mut entries = routed();
+    entries.extend([
+        IrEntry::Route6 {
+            datapath: ROUTER,
+            selector: RouteSelector::Destination,
+            prefix: crate::pipeline::ir::Prefix6 {
+                network: "fd00:10:1::".parse().unwrap(),
+                length: 64,
+            },
+            priority: 194,
+            inport: None,
+            route_table: None,
+            nexthop: None,
+            source_ip: gateway,
+            source_mac: ROUTER_MAC,
+            port: "vpc-a-subnet-a".into(),
+        },
+        IrEntry::Neighbour6 {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            ip: pod,
+            mac: [0, 0, 0, 0, 1, 2],
+        },
+        IrEntry::RouterEchoReply6 {
+            datapath: ROUTER,
+            ip: gateway,
+        },
+        IrEntry::RouterNdReply {
+            datapath: ROUTER,
+            port: "vpc-a-subnet-a".into(),
+            ip: gateway,
+        },
+        IrEntry::RouterDrop {
+            datapath: ROUTER,
+            rule: RouterDropRule::Ipv6ReservedMulticast,
+        },
+    ]);
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let ipv6 = || on_datapath(ROUTER).with(Field::eth_type(IPV6));
+    let route = find(&changes, ROUTING, 194);
+    assert_eq!(
+        route[0].matching,
+        ipv6().with(Field::ipv6_destination_prefix(
+            "fd00:10:1::".parse().unwrap(),
+            64
+        ))
+    );
+    let mut expected = vec![Action::DecrementTtl];
+    expected.extend(ipv6_to_xxreg0(OXM_IPV6_DST));
+    expected.extend([
+        Action::SetField(Field::eth_source(ROUTER_MAC)),
+        Action::SetField(Field::register(15, 1)),
+        Action::Resubmit(POLICY),
+    ]);
+    assert_eq!(route[0].instructions, [Instruction::ApplyActions(expected)]);
+    assert_eq!(
+        ipv6_to_xxreg0(OXM_IPV6_DST)[0],
+        Action::Move {
+            source: OXM_IPV6_DST,
+            source_offset: 96,
+            destination: NXM_REG0,
+            destination_offset: 0,
+            bits: 32
+        },
+        "the address's most significant word into reg0"
+    );
+    let resolve = find(&changes, RESOLVE, 100);
+    let neighbour = resolve
+        .iter()
+        .find(|flow| {
+            flow.matching
+                != on_datapath(ROUTER)
+                    .with(Field::register(15, 1))
+                    .with(Field::register(0, u32::from(Ipv4Addr::new(10, 0, 1, 2))))
+        })
+        .expect("the IPv6 neighbour");
+    assert_eq!(
+        neighbour.matching,
+        on_datapath(ROUTER)
+            .with(Field::register(15, 1))
+            .with(Field::register(0, 0xfd00_0010))
+            .with(Field::register(1, 0x0001_0000))
+            .with(Field::register(2, 0))
+            .with(Field::register(3, 2))
+    );
+    let echo = find(&changes, IP_INPUT, 90)
+        .into_iter()
+        .find(|flow| {
+            flow.matching
+                == ipv6()
+                    .with(Field::ip_protocol(58))
+                    .with(Field::ipv6_destination(gateway))
+                    .with(Field::icmpv6_type(128))
+        })
+        .expect("the IPv6 echo reply");
+    let mut expected = ipv6_to_xxreg0(OXM_IPV6_DST);
+    expected.push(moved(OXM_IPV6_SRC, OXM_IPV6_DST, 128));
+    expected.extend(xxreg0_to_ipv6(OXM_IPV6_SRC));
+    expected.extend([
+        Action::SetTtl(255),
+        Action::SetField(Field::icmpv6_type(129)),
+        Action::Resubmit(ROUTING),
+    ]);
+    assert_eq!(echo.instructions, [Instruction::ApplyActions(expected)]);
+    let solicitation = find(&changes, IP_INPUT, 95);
+    assert_eq!(solicitation[0].cookie, COOKIE_ND_ROUTER_ADVERTISEMENT);
+    assert_eq!(
+        solicitation[0].matching,
+        ipv6()
+            .with(Field::register(14, 1))
+            .with(Field::ip_protocol(58))
+            .with(Field::icmpv6_type(135))
+            .with(Field::nd_target(gateway))
+    );
+    let mut expected = l2::to_controller(ROUTER_MAC);
+    expected.pop();
+    expected.push(Action::Output(PORT_CONTROLLER));
+    assert_eq!(
+        solicitation[0].instructions,
+        [Instruction::ApplyActions(expected)]
+    );
+    let reserved = find(&changes, IP_INPUT, 100);
+    assert_eq!(
+        reserved.len(),
+        3,
+        "ff00::, ff01::, ff02:: with a 16-bit group"
+    );
+    assert_eq!(find(&changes, IP_INPUT, 30).len(), 2, "hop limits 0 and 1");
+    let unresolved = find(&changes, RESOLVE, 1);
+    assert_eq!(
+        (unresolved[0].cookie, unresolved[0].matching.clone()),
+        (l2::COOKIE_UNTRANSLATED, ipv6())
+    );
+    // Its IPv6 fenced (IPv6 ECMP left out): every IPv6 packet dropped and counted as it
+    // enters, above the rest; then routed again.
+    flows.set_ipv6_fenced(ROUTER, true);
+    let fence = flows.changes();
+    assert_eq!(
+        fence
+            .iter()
+            .map(|flow| (flow.command, flow.table, flow.priority, flow.cookie))
+            .collect::<Vec<_>>(),
+        [(Command::Add, IP_INPUT, 150, l2::COOKIE_UNTRANSLATED)]
+    );
+    assert_eq!(fence[0].matching, ipv6());
+    flows.set_ipv6_fenced(ROUTER, false);
+    assert_eq!(flows.changes()[0].command, Command::DeleteStrict);
+}
+
 /// A fenced router loses every flow of its own (strict deletes of our cookie) but one that
 /// drops and counts what crosses into it, and gets them back unfenced; the switch keeps its
 /// crossing. A neighbour removed takes only its flow.
@@ -302,9 +513,13 @@ fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
         removed: Vec::new(),
     });
     let all = flows.changes();
+    let switch_side = on_datapath(SWITCH).with(Field::register(15, 1));
     let router_flows = all
         .iter()
-        .filter(|flow| flow.matching != on_datapath(SWITCH).with(Field::register(15, 1)))
+        .filter(|flow| {
+            flow.matching != switch_side
+                && flow.matching != switch_side.clone().with(Field::register(14, 1))
+        })
         .count();
     flows.set_fenced(ROUTER, true);
     let fenced = flows.changes();
@@ -350,14 +565,16 @@ fn fencing_a_router_removes_its_flows_and_one_change_costs_one_flow() {
 #[test]
 fn router_drop_rules_rank_around_the_echo_reply() {
     let ipv4 = || on_datapath(ROUTER).with(Field::eth_type(IPV4));
-    let martian = drop_matches(&RouterDropRule::Martian, &ipv4);
+    let ipv6 = || on_datapath(ROUTER).with(Field::eth_type(IPV6));
+    let martian = drop_matches(&RouterDropRule::Martian, &ipv4, &ipv6);
     assert_eq!(martian.len(), 6);
     assert!(martian.iter().all(|(priority, _)| *priority > 90));
-    let ttl = drop_matches(&RouterDropRule::TtlExpired, &ipv4);
+    let ttl = drop_matches(&RouterDropRule::TtlExpired, &ipv4, &ipv6);
     assert!(ttl.iter().all(|(priority, _)| *priority < 90));
     let own = drop_matches(
         &RouterDropRule::ToRouter(vec![Ipv4Addr::new(10, 0, 1, 1)]),
         &ipv4,
+        &ipv6,
     );
     assert_eq!(
         own,
