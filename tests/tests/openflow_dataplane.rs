@@ -611,6 +611,7 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
 /// - a1 and a2 reach each other over IPv6: their solicitations are answered by the switch's ND
 ///   responder (the agent's advertisements), not flooded; a1 reaches its IPv6 gateway (the
 ///   router's advertisement and echo reply) and b1 of subnet-b (routed, hop limit 63 back);
+///   hop limit 1 gets ICMPv6 time exceeded, TCP to the gateway's IPv6 is refused;
 /// - a1's packet with TTL 1 to subnet-b gets time exceeded from its gateway;
 /// - TCP to the gateway is refused (the router's reset), UDP to it gets port unreachable;
 /// - a route whose next hop has no known MAC (10.0.2.9, an address b1 holds besides its own):
@@ -758,6 +759,14 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
         back.contains("ttl=63"),
         "one router on the way back: {back}"
     );
+    let expired = said("a1", &format!("ping -6 -c 1 -t 1 -W 2 {b1_6}"));
+    assert!(
+        expired.contains("From fd00:10:1::1") && expired.contains("Time exceeded"),
+        "{expired}{}",
+        logs()
+    );
+    let refused = said("a1", "timeout 3 bash -c 'exec 3<>/dev/tcp/fd00:10:1::1/80'");
+    assert!(refused.contains("refused"), "IPv6: {refused}{}", logs());
 
     // Time exceeded from the gateway, for a packet whose TTL runs out entering vpc-a.
     assert!(

@@ -11,7 +11,10 @@
 //!   input (`next`): a reset from TTL 63, an unreachable from TTL 255;
 //! - a router's ARP request for a next hop without a known MAC (`lr_in_arp_request`'s `arp`):
 //!   a broadcast request from the output port's MAC and address for the next hop, out of that
-//!   port (the packet that needed it is dropped, as the eBPF datapath drops it);
+//!   port (the packet that needed it is dropped, as the eBPF datapath drops it); for IPv6 a
+//!   neighbour solicitation (`nd_ns`) from the port's link-local address;
+//! - the same answers for IPv6: ICMPv6 time exceeded and unreachables (quoting up to a
+//!   1280-byte answer), resets;
 //! - a router's MAC learning (`put_arp`): the sender of an ARP the router heard of, handed to
 //!   the daemon, which decides whether to write the MAC_Binding.
 //!
@@ -53,6 +56,9 @@ pub const COOKIE_ND_ROUTER_ADVERTISEMENT: u64 = COOKIE | 22 << 32;
 pub const PARAMETER: u8 = 2;
 /// The register with the MAC's last two bytes (in its high half).
 pub const PARAMETER_LOW: u8 = 3;
+/// The first of the four registers (`xxreg1`) with an IPv6 parameter: the router port's
+/// address (ICMPv6 time exceeded).
+pub const PARAMETER6: u8 = 4;
 
 /// What the agent sent or reported, as the metric names it (the eBPF datapath's names where
 /// it has the kind).
@@ -64,17 +70,19 @@ pub enum Kind {
     PortUnreachable,
     ProtocolUnreachable,
     ArpRequest,
+    NdSolicitation,
     NeighbourReported,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::NdAdvertisement,
         Kind::TimeExceeded,
         Kind::TcpReset,
         Kind::PortUnreachable,
         Kind::ProtocolUnreachable,
         Kind::ArpRequest,
+        Kind::NdSolicitation,
         Kind::NeighbourReported,
     ];
 
@@ -87,6 +95,7 @@ impl Kind {
             Kind::PortUnreachable => "port_unreachable",
             Kind::ProtocolUnreachable => "protocol_unreachable",
             Kind::ArpRequest => "arp_request",
+            Kind::NdSolicitation => "nd_solicitation",
             Kind::NeighbourReported => "neighbour_reported",
         }
     }
@@ -185,6 +194,15 @@ pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
                 actions: back_to_sender(packet_in),
             }))
         }
+        COOKIE_TIME_EXCEEDED if is_ipv6(frame) => {
+            let source = parameter_ipv6(registers);
+            let frame = icmp6_error(frame, (3, 0, 254), source, Ipv6View::parse(frame)?)?;
+            Ok(Outcome::Reply(Reply {
+                kind: Kind::TimeExceeded,
+                frame,
+                actions: back_to_sender(packet_in),
+            }))
+        }
         COOKIE_TIME_EXCEEDED => {
             let source = Ipv4Addr::from(registers[usize::from(PARAMETER)]);
             let frame = icmp_error(frame, 11, 0, source, 254)?;
@@ -196,9 +214,29 @@ pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
         }
         COOKIE_TCP_RESET => Ok(Outcome::Reply(Reply {
             kind: Kind::TcpReset,
-            frame: tcp_reset(frame)?,
+            frame: if is_ipv6(frame) {
+                tcp_reset6(frame)?
+            } else {
+                tcp_reset(frame)?
+            },
             actions: routed(packet_in),
         })),
+        COOKIE_UNREACHABLE if is_ipv6(frame) => {
+            let code = u8::try_from(registers[usize::from(PARAMETER)])
+                .map_err(|_| Unanswered::Malformed)?;
+            let ip = Ipv6View::parse(frame)?;
+            let frame = icmp6_error(frame, (1, code, 255), ip.destination, ip)?;
+            Ok(Outcome::Reply(Reply {
+                // ICMPv6's port unreachable is code 4 (address unreachable, 3, for the rest).
+                kind: if code == 4 {
+                    Kind::PortUnreachable
+                } else {
+                    Kind::ProtocolUnreachable
+                },
+                frame,
+                actions: routed(packet_in),
+            }))
+        }
         COOKIE_UNREACHABLE => {
             let code = u8::try_from(registers[usize::from(PARAMETER)])
                 .map_err(|_| Unanswered::Malformed)?;
@@ -221,13 +259,23 @@ pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
         }
         COOKIE_ARP_REQUEST => {
             let source_mac = mac_at(frame, 6)?;
-            let frame = arp_request(
-                source_mac,
-                Ipv4Addr::from(registers[1]),
-                Ipv4Addr::from(registers[0]),
-            );
+            let (kind, frame) = if is_ipv6(frame) {
+                (
+                    Kind::NdSolicitation,
+                    nd_solicitation(source_mac, parameter_ipv6_at(registers, 0)),
+                )
+            } else {
+                (
+                    Kind::ArpRequest,
+                    arp_request(
+                        source_mac,
+                        Ipv4Addr::from(registers[1]),
+                        Ipv4Addr::from(registers[0]),
+                    ),
+                )
+            };
             Ok(Outcome::Reply(Reply {
-                kind: Kind::ArpRequest,
+                kind,
                 frame,
                 actions: vec![
                     Action::SetField(Field::metadata(packet_in.metadata)),
@@ -248,6 +296,25 @@ fn parameter_mac(registers: &[u32; 16]) -> [u8; 6] {
     mac[..4].copy_from_slice(&registers[usize::from(PARAMETER)].to_be_bytes());
     mac[4..].copy_from_slice(&registers[usize::from(PARAMETER_LOW)].to_be_bytes()[..2]);
     mac
+}
+
+/// Whether `frame` is IPv6 (the flows that send both families up share their cookie).
+fn is_ipv6(frame: &[u8]) -> bool {
+    u16_at(frame, 12).is_ok_and(|ether_type| ether_type == IPV6)
+}
+
+/// The IPv6 address a flow left in `xxreg1` (`reg4`–`reg7`): a router port's address.
+fn parameter_ipv6(registers: &[u32; 16]) -> Ipv6Addr {
+    parameter_ipv6_at(registers, usize::from(PARAMETER6))
+}
+
+/// The IPv6 address in the four registers from `first` (`first` the most significant).
+fn parameter_ipv6_at(registers: &[u32; 16], first: usize) -> Ipv6Addr {
+    let mut octets = [0; 16];
+    for (index, chunk) in octets.chunks_exact_mut(4).enumerate() {
+        chunk.copy_from_slice(&registers[first + index].to_be_bytes());
+    }
+    Ipv6Addr::from(octets)
 }
 
 /// Back out of the logical port the packet came in by (`outport = inport; flags.loopback = 1;
@@ -418,7 +485,28 @@ fn tcp_reset(frame: &[u8]) -> Result<Vec<u8>, Unanswered> {
     if ip.is_later_fragment() {
         return Err(Unanswered::NotAnswered);
     }
-    let tcp = ETH + ip.header_len;
+    let segment = reset_segment(frame, ETH + ip.header_len, |segment| {
+        let mut pseudo = Vec::with_capacity(12);
+        pseudo.extend(ip.destination.octets());
+        pseudo.extend(ip.source.octets());
+        pseudo.extend([0, TCP]);
+        pseudo.extend(u16::try_from(segment.len()).unwrap_or(0).to_be_bytes());
+        sum(&pseudo)
+    })?;
+    let mut out = reply_ethernet(frame, IPV4)?;
+    out.extend(ipv4_header(40, 63, TCP, ip.destination, ip.source));
+    out.extend(segment);
+    Ok(out)
+}
+
+/// The reset's TCP segment for the segment at `tcp` in `frame`: RST|ACK back to its source
+/// port, sequence 0, acknowledging its sequence + 1, window 0, checksummed with `pseudo` (its
+/// family's pseudo header's sum). A reset is not answered.
+fn reset_segment(
+    frame: &[u8],
+    tcp: usize,
+    pseudo: impl Fn(&[u8]) -> u32,
+) -> Result<[u8; 20], Unanswered> {
     let (source_port, destination_port) = (u16_at(frame, tcp)?, u16_at(frame, tcp + 2)?);
     let sequence = u32::from_be_bytes(octets::<4>(frame, tcp + 4)?);
     let flags = *frame.get(tcp + 13).ok_or(Unanswered::Malformed)?;
@@ -430,16 +518,9 @@ fn tcp_reset(frame: &[u8]) -> Result<Vec<u8>, Unanswered> {
     segment[2..4].copy_from_slice(&source_port.to_be_bytes());
     segment[8..12].copy_from_slice(&sequence.wrapping_add(1).to_be_bytes());
     segment[12..14].copy_from_slice(&(5_u16 << 12 | 0x04 | 0x10).to_be_bytes());
-    let mut pseudo = Vec::with_capacity(12);
-    pseudo.extend(ip.destination.octets());
-    pseudo.extend(ip.source.octets());
-    pseudo.extend([0, TCP, 0, 20]);
-    let checksum = finish(sum(&pseudo) + sum(&segment));
+    let checksum = finish(pseudo(&segment) + sum(&segment));
     segment[16..18].copy_from_slice(&checksum.to_be_bytes());
-    let mut out = reply_ethernet(frame, IPV4)?;
-    out.extend(ipv4_header(40, 63, TCP, ip.destination, ip.source));
-    out.extend(segment);
-    Ok(out)
+    Ok(segment)
 }
 
 /// pinctrl's `arp` request for a next hop: broadcast from `source_mac`, asking for `target`
@@ -493,6 +574,174 @@ fn nd_advertisement(frame: &[u8], mac: [u8; 6], flags: u8) -> Result<Vec<u8>, Un
     out.extend(sender.octets());
     out.extend(message);
     Ok(out)
+}
+
+/// An IPv6 frame's fields the answers use.
+#[derive(Clone, Copy)]
+struct Ipv6View {
+    /// Version, traffic class and flow label.
+    start: [u8; 4],
+    /// The packet's length, its header included (from its payload length).
+    length: usize,
+    next_header: u8,
+    source: Ipv6Addr,
+    destination: Ipv6Addr,
+}
+
+/// IPv6's fragment header, and the offset bits of its second 16-bit word.
+const FRAGMENT: u8 = 44;
+const FRAGMENT_OFFSET_MASK: u16 = 0xfff8;
+/// pinctrl quotes the packet an ICMPv6 error answers up to a 1280-byte answer, its Ethernet
+/// header counted: 1280 − 14 − 40 − 8.
+const MAX_QUOTE6: usize = 1218;
+
+impl Ipv6View {
+    fn parse(frame: &[u8]) -> Result<Self, Unanswered> {
+        if !is_ipv6(frame) || frame.get(ETH).is_none_or(|byte| byte >> 4 != 6) {
+            return Err(Unanswered::Malformed);
+        }
+        let length = 40 + usize::from(u16_at(frame, ETH + 4)?);
+        if frame.len() < ETH + length {
+            return Err(Unanswered::Malformed);
+        }
+        let view = Self {
+            start: octets::<4>(frame, ETH)?,
+            length,
+            next_header: frame[ETH + 6],
+            source: Ipv6Addr::from(octets::<16>(frame, ETH + 8)?),
+            destination: Ipv6Addr::from(octets::<16>(frame, ETH + 24)?),
+        };
+        // A later fragment (a fragment header right after this one, with an offset).
+        if view.next_header == FRAGMENT && u16_at(frame, ETH + 42)? & FRAGMENT_OFFSET_MASK != 0 {
+            return Err(Unanswered::NotAnswered);
+        }
+        Ok(view)
+    }
+}
+
+/// The one's complement sum of IPv6's pseudo header for `length` bytes of `next_header`.
+fn pseudo_header6(source: Ipv6Addr, destination: Ipv6Addr, length: usize, next_header: u8) -> u32 {
+    let mut pseudo = Vec::with_capacity(40);
+    pseudo.extend(source.octets());
+    pseudo.extend(destination.octets());
+    pseudo.extend(u32::try_from(length).unwrap_or(0).to_be_bytes());
+    pseudo.extend([0, 0, 0, next_header]);
+    sum(&pseudo)
+}
+
+/// An IPv6 header: `start` (version, traffic class, flow label), then the rest.
+fn ipv6_header(
+    start: [u8; 4],
+    payload: usize,
+    (next_header, hop_limit): (u8, u8),
+    source: Ipv6Addr,
+    destination: Ipv6Addr,
+) -> Vec<u8> {
+    let mut header = Vec::with_capacity(40);
+    header.extend(start);
+    header.extend(u16::try_from(payload).unwrap_or(u16::MAX).to_be_bytes());
+    header.extend([next_header, hop_limit]);
+    header.extend(source.octets());
+    header.extend(destination.octets());
+    header
+}
+
+/// pinctrl's `icmp6` error (`kind`, `code`, `hop_limit`) for the IPv6 packet `ip` in `frame`:
+/// from `source` to the packet's sender, with its traffic class and flow label, quoting it up
+/// to a 1280-byte answer. A packet with no payload length (a jumbogram) is not answered.
+fn icmp6_error(
+    frame: &[u8],
+    (kind, code, hop_limit): (u8, u8, u8),
+    source: Ipv6Addr,
+    ip: Ipv6View,
+) -> Result<Vec<u8>, Unanswered> {
+    if ip.length == 40 {
+        return Err(Unanswered::NotAnswered);
+    }
+    let quoted = &frame[ETH..ETH + ip.length.min(MAX_QUOTE6)];
+    let mut message = vec![kind, code, 0, 0, 0, 0, 0, 0];
+    message.extend(quoted);
+    let checksum = finish(pseudo_header6(source, ip.source, message.len(), ICMPV6) + sum(&message));
+    message[2..4].copy_from_slice(&checksum.to_be_bytes());
+    let mut out = reply_ethernet(frame, IPV6)?;
+    out.extend(ipv6_header(
+        ip.start,
+        message.len(),
+        (ICMPV6, hop_limit),
+        source,
+        ip.source,
+    ));
+    out.extend(message);
+    Ok(out)
+}
+
+/// pinctrl's `tcp_reset` for IPv6: as [`tcp_reset`]'s segment, hop limit 63, traffic class and
+/// flow label 0.
+fn tcp_reset6(frame: &[u8]) -> Result<Vec<u8>, Unanswered> {
+    let ip = Ipv6View::parse(frame)?;
+    if ip.next_header != TCP {
+        return Err(Unanswered::Malformed);
+    }
+    let segment = reset_segment(frame, ETH + 40, |segment| {
+        pseudo_header6(ip.destination, ip.source, segment.len(), TCP)
+    })?;
+    let mut out = reply_ethernet(frame, IPV6)?;
+    out.extend(ipv6_header(
+        [0x60, 0, 0, 0],
+        segment.len(),
+        (TCP, 63),
+        ip.destination,
+        ip.source,
+    ));
+    out.extend(segment);
+    Ok(out)
+}
+
+/// A router's solicitation for IPv6 next hop `target` from its port with MAC `mac` (pinctrl's
+/// `nd_ns`): from the port's link-local address (derived from the MAC) to the target's
+/// solicited-node group, hop limit 255, the source link-layer address option.
+fn nd_solicitation(mac: Mac, target: Ipv6Addr) -> Vec<u8> {
+    let group = Ipv6Addr::from(ovnbpf_common::ipv6::solicited_node(target.octets()));
+    let group_octets = group.octets();
+    let m = mac.0;
+    let source = Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 2,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
+    ]);
+    let mut message = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    message.extend(target.octets());
+    message.extend([1, 1]);
+    message.extend(m);
+    let checksum = finish(pseudo_header6(source, group, message.len(), ICMPV6) + sum(&message));
+    message[2..4].copy_from_slice(&checksum.to_be_bytes());
+    let mut out = Vec::with_capacity(ETH + 40 + message.len());
+    out.extend([0x33, 0x33]);
+    out.extend(&group_octets[12..]);
+    out.extend(m);
+    out.extend(IPV6.to_be_bytes());
+    out.extend(ipv6_header(
+        [0x60, 0, 0, 0],
+        message.len(),
+        (ICMPV6, 255),
+        source,
+        group,
+    ));
+    out.extend(message);
+    out
 }
 
 /// The sender of the ARP in `packet_in` the router heard, for MAC learning: the router port is

@@ -59,11 +59,24 @@ pub const COOKIE_UNTRANSLATED: u64 = COOKIE | 1 << 32;
 /// not flood).
 pub const COOKIE_NO_ROUTE: u64 = COOKIE | 2 << 32;
 pub const COOKIE_UNKNOWN_DESTINATION: u64 = COOKIE | 3 << 32;
+/// A router's: TTL (hop limit) run out, traffic to its own address it does not answer (a
+/// later fragment, a protocol without an answer), a policy's drop, a discard route, neighbour
+/// discovery it does not answer.
+pub const COOKIE_TTL_EXPIRED: u64 = COOKIE | 4 << 32;
+pub const COOKIE_TO_ROUTER_UNHANDLED: u64 = COOKIE | 5 << 32;
+pub const COOKIE_POLICY_DROP: u64 = COOKIE | 6 << 32;
+pub const COOKIE_ROUTE_DISCARD: u64 = COOKIE | 7 << 32;
+pub const COOKIE_ND_TO_ROUTER: u64 = COOKIE | 8 << 32;
 /// Each counted drop's reason and cookie.
-pub const DROP_REASONS: [(&str, u64); 3] = [
+pub const DROP_REASONS: [(&str, u64); 8] = [
     ("openflow_untranslated", COOKIE_UNTRANSLATED),
     ("no_route", COOKIE_NO_ROUTE),
     ("unknown_destination", COOKIE_UNKNOWN_DESTINATION),
+    ("ttl_expired", COOKIE_TTL_EXPIRED),
+    ("to_router_unhandled", COOKIE_TO_ROUTER_UNHANDLED),
+    ("policy_drop", COOKIE_POLICY_DROP),
+    ("route_discard", COOKIE_ROUTE_DISCARD),
+    ("nd_to_router", COOKIE_ND_TO_ROUTER),
 ];
 /// Table of the ports' classification.
 pub const CLASSIFY: u8 = 0;

@@ -37,7 +37,7 @@ use super::{
     action::{Action, Instruction, PORT_CONTROLLER},
     answer::{
         COOKIE_ARP_REQUEST, COOKIE_LEARN, COOKIE_ND_ROUTER_ADVERTISEMENT, COOKIE_TCP_RESET,
-        COOKIE_TIME_EXCEEDED, COOKIE_UNREACHABLE, PARAMETER,
+        COOKIE_TIME_EXCEEDED, COOKIE_UNREACHABLE, PARAMETER, PARAMETER6,
     },
     l2::{self, COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
@@ -199,7 +199,8 @@ impl RouterFlows {
             | IrEntry::RouterEchoReply6 { datapath, .. }
             | IrEntry::RouterNdReply { datapath, .. }
             | IrEntry::RouterReject6 { datapath, .. }
-            | IrEntry::TtlExceeded6 { datapath, .. } => {
+            | IrEntry::TtlExceeded6 { datapath, .. }
+            | IrEntry::NsForNextHop { datapath } => {
                 let entries = self.entries.entry(*datapath).or_default();
                 if added {
                     entries.insert(entry.clone());
@@ -364,16 +365,6 @@ impl RouterFlows {
         };
         add(IP_INPUT, 1, ipv4(), vec![Action::Resubmit(ROUTING)]);
         add(IP_INPUT, 1, ipv6(), vec![Action::Resubmit(ROUTING)]);
-        // IPv6 whose hop limit runs out here (time exceeded, where the router sends it, is
-        // not translated: below).
-        for hop_limit in [0, 1] {
-            add(
-                IP_INPUT,
-                30,
-                ipv6().with(Field::ip_ttl(hop_limit)),
-                Vec::new(),
-            );
-        }
         // The rest (IPv6, ARP to the router) is not translated: dropped and counted.
         let untranslated = l2::untranslated_drop(IP_INPUT, 0, on());
         add(POLICY, 0, on(), vec![Action::Resubmit(RESOLVE)]);
@@ -400,6 +391,16 @@ impl RouterFlows {
         };
         // The flows that send packets to the agent for its answers.
         let mut answers = Vec::new();
+        // IPv6 whose hop limit runs out here (time exceeded where the router sends it: below),
+        // dropped and counted.
+        for hop_limit in [0, 1] {
+            answers.push(dropped(
+                l2::COOKIE_TTL_EXPIRED,
+                IP_INPUT,
+                30,
+                ipv6().with(Field::ip_ttl(hop_limit)),
+            ));
+        }
         for entry in self.entries.get(&datapath).into_iter().flatten() {
             match entry {
                 IrEntry::RouterPort {
@@ -427,8 +428,16 @@ impl RouterFlows {
                     );
                 }
                 IrEntry::RouterDrop { rule, .. } => {
+                    // Counted where the eBPF datapath has the reason.
+                    let cookie = match rule {
+                        RouterDropRule::TtlExpired => l2::COOKIE_TTL_EXPIRED,
+                        RouterDropRule::ToRouter(_) | RouterDropRule::ToRouter6(_) => {
+                            l2::COOKIE_TO_ROUTER_UNHANDLED
+                        }
+                        _ => COOKIE,
+                    };
                     for (priority, matching) in drop_matches(rule, &ipv4, &ipv6) {
-                        add(IP_INPUT, priority, matching, Vec::new());
+                        answers.push(dropped(cookie, IP_INPUT, priority, matching));
                     }
                 }
                 IrEntry::RouterEchoReply { ip, .. } => add(
@@ -486,15 +495,15 @@ impl RouterFlows {
                     priority,
                     route_table,
                     ..
-                } => add(
+                } => answers.push(dropped(
+                    l2::COOKIE_ROUTE_DISCARD,
                     ROUTING,
                     *priority,
                     in_table(
                         ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
                         route_table,
                     ),
-                    Vec::new(),
-                ),
+                )),
                 IrEntry::RouterPolicy {
                     priority,
                     source,
@@ -549,7 +558,16 @@ impl RouterFlows {
                         let matching = fields
                             .into_iter()
                             .fold(matching.clone(), |matching, field| matching.with(field));
-                        add(POLICY, *priority, matching, actions.clone());
+                        if *verdict == PolicyVerdict::Drop {
+                            answers.push(dropped(
+                                l2::COOKIE_POLICY_DROP,
+                                POLICY,
+                                *priority,
+                                matching,
+                            ));
+                        } else {
+                            add(POLICY, *priority, matching, actions.clone());
+                        }
                     }
                 }
                 IrEntry::RouterReject {
@@ -557,40 +575,21 @@ impl RouterFlows {
                     protocol,
                     response,
                     ..
-                } => {
-                    let (priority, matching) = match protocol {
-                        Some(protocol) => (
-                            80,
-                            ipv4().with(Field::ip_protocol(match protocol {
-                                RejectProtocol::Tcp => 6,
-                                RejectProtocol::Udp => 17,
-                                RejectProtocol::Sctp => 132,
-                            })),
-                        ),
-                        None => (70, ipv4()),
-                    };
-                    let matching = matching
-                        .with(Field::ipv4_destination(*ip))
-                        .with(Field::not_later_fragment());
-                    answers.push(match response {
-                        RejectResponse::TcpReset => {
-                            to_controller(COOKIE_TCP_RESET, priority, matching, Vec::new())
-                        }
-                        RejectResponse::IcmpUnreachable { code } => to_controller(
-                            COOKIE_UNREACHABLE,
-                            priority,
-                            matching,
-                            vec![Action::SetField(Field::register(
-                                PARAMETER,
-                                u32::from(*code),
-                            ))],
-                        ),
-                        // OVN's `sctp_abort` is not built (nor by the eBPF datapath).
-                        RejectResponse::SctpAbort => {
-                            l2::untranslated_drop(IP_INPUT, priority, matching)
-                        }
-                    });
-                }
+                } => answers.push(reject(
+                    ipv4().with(Field::ipv4_destination(*ip)),
+                    *protocol,
+                    *response,
+                )),
+                IrEntry::RouterReject6 {
+                    ip,
+                    protocol,
+                    response,
+                    ..
+                } => answers.push(reject(
+                    ipv6().with(Field::ipv6_destination(*ip)),
+                    *protocol,
+                    *response,
+                )),
                 IrEntry::TtlExceeded { port, source, .. } => {
                     let Some(key) = self.key(port) else { continue };
                     for ttl in [0, 1] {
@@ -646,36 +645,40 @@ impl RouterFlows {
                         actions,
                     ));
                 }
-                IrEntry::RouterReject6 { ip, protocol, .. } => {
-                    // Its resets and unreachables are not built: dropped, counted.
-                    let (priority, matching) = match protocol {
-                        Some(protocol) => (
-                            80,
-                            ipv6().with(Field::ip_protocol(match protocol {
-                                RejectProtocol::Tcp => 6,
-                                RejectProtocol::Udp => 17,
-                                RejectProtocol::Sctp => 132,
-                            })),
-                        ),
-                        None => (70, ipv6()),
-                    };
-                    answers.push(l2::untranslated_drop(
-                        IP_INPUT,
-                        priority,
-                        matching.with(Field::ipv6_destination(*ip)),
-                    ));
-                }
-                IrEntry::TtlExceeded6 { port, network, .. } => {
-                    // Its time exceeded is not built: dropped, counted.
+                IrEntry::TtlExceeded6 {
+                    port,
+                    network,
+                    source,
+                    ..
+                } => {
+                    // Time exceeded from the port's address (in `xxreg1`), for senders in its
+                    // network.
                     let Some(key) = self.key(port) else { continue };
+                    let octets = source.octets();
+                    let parameter: Vec<Action> = (0_u8..4)
+                        .map(|index| {
+                            let at = usize::from(index) * 4;
+                            Action::SetField(Field::register(
+                                PARAMETER6 + index,
+                                u32::from_be_bytes([
+                                    octets[at],
+                                    octets[at + 1],
+                                    octets[at + 2],
+                                    octets[at + 3],
+                                ]),
+                            ))
+                        })
+                        .collect();
                     for hop_limit in [0, 1] {
-                        answers.push(l2::untranslated_drop(
-                            IP_INPUT,
+                        answers.push(to_controller(
+                            COOKIE_TIME_EXCEEDED,
                             31,
                             ipv6()
                                 .with(Field::register(14, key))
                                 .with(Field::ipv6_source_prefix(network.network, network.length))
-                                .with(Field::ip_ttl(hop_limit)),
+                                .with(Field::ip_ttl(hop_limit))
+                                .with(Field::not_later_fragment()),
+                            parameter.clone(),
                         ));
                     }
                 }
@@ -719,15 +722,15 @@ impl RouterFlows {
                     priority,
                     route_table,
                     ..
-                } => add(
+                } => answers.push(dropped(
+                    l2::COOKIE_ROUTE_DISCARD,
                     ROUTING,
                     *priority,
                     in_table(
                         ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
                         route_table,
                     ),
-                    Vec::new(),
-                ),
+                )),
                 IrEntry::Neighbour6 { port, ip, mac, .. }
                 | IrEntry::LearnedNeighbour6 { port, ip, mac, .. } => {
                     let Some(key) = self.key(port) else { continue };
@@ -838,20 +841,36 @@ impl RouterFlows {
             }
         }
         // Neighbour discovery the router does not answer is dropped (OVN learns the sender;
-        // IPv6 MAC learning is not done); an IPv6 next hop without a known MAC is not asked for
-        // (a solicitation of the agent's is not built): dropped, counted.
+        // IPv6 MAC learning is not done).
         for kind in [135, 136] {
-            answers.push(FlowMod::add(
-                COOKIE,
+            answers.push(dropped(
+                l2::COOKIE_ND_TO_ROUTER,
                 IP_INPUT,
                 90,
                 ipv6()
                     .with(Field::ip_protocol(58))
                     .with(Field::icmpv6_type(kind)),
-                Vec::new(),
             ));
         }
-        let unresolved6 = l2::untranslated_drop(RESOLVE, 1, ipv6());
+        // An IPv6 next hop without a known MAC: the agent's solicitation (`nd_ns`, the next hop
+        // in `xxreg0`), where the router asks.
+        let solicits = self
+            .entries
+            .get(&datapath)
+            .is_some_and(|entries| entries.contains(&IrEntry::NsForNextHop { datapath }));
+        let unresolved6 = if solicits {
+            FlowMod::add(
+                COOKIE_ARP_REQUEST,
+                RESOLVE,
+                1,
+                ipv6(),
+                vec![Instruction::ApplyActions(vec![Action::Output(
+                    PORT_CONTROLLER,
+                )])],
+            )
+        } else {
+            l2::untranslated_drop(RESOLVE, 1, ipv6())
+        };
         if self.ipv6_fenced.contains(&datapath) {
             // Above every IPv6 flow of the IP input.
             answers.push(l2::untranslated_drop(IP_INPUT, 150, ipv6()));
@@ -1054,6 +1073,47 @@ fn port_blocks(low: u16, high: u16) -> Vec<(u16, u16)> {
         low += size;
     }
     blocks
+}
+
+/// A flow that drops what it matches, owned by `cookie` (a drop reason's, to be counted).
+fn dropped(cookie: u64, table: u8, priority: u16, matching: Match) -> FlowMod {
+    FlowMod::add(cookie, table, priority, matching, Vec::new())
+}
+
+/// The flow of a router's answer to traffic to its own address (`to_address`: the family and
+/// the address): a reset for TCP, an unreachable with its code (the protocol's at priority 80,
+/// the rest at 70), never for a later fragment; SCTP's abort is not built (nor by the eBPF
+/// datapath): dropped, counted.
+fn reject(
+    to_address: Match,
+    protocol: Option<RejectProtocol>,
+    response: RejectResponse,
+) -> FlowMod {
+    let (priority, matching) = match protocol {
+        Some(protocol) => (
+            80,
+            to_address.with(Field::ip_protocol(match protocol {
+                RejectProtocol::Tcp => 6,
+                RejectProtocol::Udp => 17,
+                RejectProtocol::Sctp => 132,
+            })),
+        ),
+        None => (70, to_address),
+    };
+    let matching = matching.with(Field::not_later_fragment());
+    match response {
+        RejectResponse::TcpReset => to_controller(COOKIE_TCP_RESET, priority, matching, Vec::new()),
+        RejectResponse::IcmpUnreachable { code } => to_controller(
+            COOKIE_UNREACHABLE,
+            priority,
+            matching,
+            vec![Action::SetField(Field::register(
+                PARAMETER,
+                u32::from(code),
+            ))],
+        ),
+        RejectResponse::SctpAbort => l2::untranslated_drop(IP_INPUT, priority, matching),
+    }
 }
 
 /// A flow of the IP input that sends what it matches to the agent for the answer `cookie`

@@ -312,20 +312,20 @@ impl Match {
         Self::default()
     }
 
-    /// The match with `field` added.
+    /// The match with `field` added (kept in encoding order, so that two matches of the same
+    /// fields are equal whatever order they were added in).
     #[must_use]
     pub fn with(mut self, field: Field) -> Self {
-        self.fields.push(field);
+        let at = self.fields.partition_point(|other| *other <= field);
+        self.fields.insert(at, field);
         self
     }
 
     /// The `ofp_match`: type OXM, its length (header and fields, not the padding), the fields,
     /// zeros to a multiple of 8 bytes.
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
-        let mut fields = self.fields.clone();
-        fields.sort();
         let mut body = Vec::new();
-        for field in &fields {
+        for field in &self.fields {
             field.encode(&mut body);
         }
         let length = 4 + body.len();

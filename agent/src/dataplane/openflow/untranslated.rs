@@ -225,17 +225,14 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
             Effect::Ipv6Fenced,
             "IPv6 ECMP is not translated to OpenFlow: the router's IPv6 is not routed".into(),
         )),
-        IrEntry::RouterReject6 { .. } => {
-            partial("the router's IPv6 resets and unreachables are not sent")
-        }
-        IrEntry::TtlExceeded6 { .. } => partial("ICMPv6 time exceeded is not sent"),
-        IrEntry::NsForNextHop { .. } => {
-            partial("IPv6 next hops without a known MAC are not asked for (ND)")
-        }
         IrEntry::RouterAdvertisement { .. } => {
             partial("router solicitations are not answered (router advertisements)")
         }
         IrEntry::RouterReject {
+            response: RejectResponse::SctpAbort,
+            ..
+        }
+        | IrEntry::RouterReject6 {
             response: RejectResponse::SctpAbort,
             ..
         } => partial("the router's SCTP aborts are not sent"),

@@ -363,3 +363,171 @@ fn what_cannot_be_answered_says_why() {
         Err(Unanswered::Malformed)
     );
 }
+
+const POD6: &str = "fd00:10:1::5";
+const GATEWAY6: &str = "fd00:10:1::1";
+const FAR6: &str = "fd00:10:2::7";
+
+/// An IPv6 frame from the pod to the router's MAC, traffic class and flow label set.
+fn ipv6_frame(destination: &str, next_header: u8, hop_limit: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    frame.extend(ROUTER_MAC);
+    frame.extend(POD_MAC);
+    frame.extend(IPV6.to_be_bytes());
+    frame.extend(ipv6_header(
+        [0x6a, 0xb1, 0x23, 0x45],
+        payload.len(),
+        (next_header, hop_limit),
+        POD6.parse().unwrap(),
+        destination.parse().unwrap(),
+    ));
+    frame.extend(payload);
+    frame
+}
+
+/// Whether the transport checksum of IPv6 `frame` holds over its pseudo header.
+fn checksum6_holds(frame: &[u8]) -> bool {
+    let payload = &frame[ETH + 40..];
+    let mut whole = Vec::new();
+    whole.extend(&frame[ETH + 8..ETH + 40]);
+    whole.extend(u32::try_from(payload.len()).unwrap().to_be_bytes());
+    whole.extend([0, 0, 0, frame[ETH + 6]]);
+    whole.extend(payload);
+    internet_checksum(&whole) == 0
+}
+
+/// IPv6's answers: time exceeded from the port's address the flow left in `xxreg1`, hop limit
+/// 254, the packet's traffic class and flow label, quoting it up to a 1280-byte answer, back
+/// out of the input port; an unreachable from the address it was for (255, routed on); a
+/// reset (63, traffic class and flow label 0); a later fragment is not answered.
+#[test]
+fn ipv6_gets_pinctrls_errors_and_resets() {
+    let gateway: Ipv6Addr = GATEWAY6.parse().unwrap();
+    let octets = gateway.octets();
+    let word = |at: usize| {
+        u32::from_be_bytes([octets[at], octets[at + 1], octets[at + 2], octets[at + 3]])
+    };
+    let registers = [
+        (4, word(0)),
+        (5, word(4)),
+        (6, word(8)),
+        (7, word(12)),
+        (14, 2),
+    ];
+    let expired = ipv6_frame(FAR6, 17, 1, &[0x11; 2000]);
+    let answered = reply(answer(&packet_in(
+        COOKIE_TIME_EXCEEDED,
+        expired.clone(),
+        &registers,
+    )));
+    assert_eq!(answered.kind, Kind::TimeExceeded);
+    let out = &answered.frame;
+    assert_eq!(out.len(), 1280, "quoted up to a 1280-byte answer");
+    assert_eq!((&out[0..6], &out[6..12]), (&POD_MAC[..], &ROUTER_MAC[..]));
+    assert_eq!(
+        &out[14..18],
+        &[0x6a, 0xb1, 0x23, 0x45],
+        "the packet's class and flow label"
+    );
+    assert_eq!(&out[18..20], &(8 + 1218_u16).to_be_bytes());
+    assert_eq!((out[20], out[21]), (ICMPV6, 254));
+    assert_eq!(&out[22..38], &gateway.octets());
+    assert_eq!(&out[38..54], &POD6.parse::<Ipv6Addr>().unwrap().octets());
+    assert_eq!(&out[54..56], &[3, 0]);
+    assert_eq!(&out[62..], &expired[14..14 + 1218]);
+    assert!(checksum6_holds(out));
+    assert_eq!(
+        answered.actions[2],
+        Action::SetField(Field::register(15, 2))
+    );
+
+    let udp = ipv6_frame(GATEWAY6, 17, 64, &[0, 53, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4]);
+    let answered = reply(answer(&packet_in(
+        COOKIE_UNREACHABLE,
+        udp.clone(),
+        &[(2, 4)],
+    )));
+    assert_eq!(answered.kind, Kind::PortUnreachable);
+    let out = &answered.frame;
+    assert_eq!(out.len(), 14 + 40 + 8 + 52);
+    assert_eq!((out[20], out[21]), (ICMPV6, 255));
+    assert_eq!(
+        &out[22..38],
+        &gateway.octets(),
+        "from the address it was for"
+    );
+    assert_eq!(&out[54..56], &[1, 4]);
+    assert!(checksum6_holds(out));
+    assert_eq!(answered.actions.last(), Some(&Action::Resubmit(ROUTING)));
+
+    let mut syn = [0_u8; 20];
+    syn[0..2].copy_from_slice(&40000_u16.to_be_bytes());
+    syn[2..4].copy_from_slice(&80_u16.to_be_bytes());
+    syn[4..8].copy_from_slice(&7_u32.to_be_bytes());
+    syn[12] = 5 << 4;
+    syn[13] = 0x02;
+    let answered = reply(answer(&packet_in(
+        COOKIE_TCP_RESET,
+        ipv6_frame(GATEWAY6, TCP, 64, &syn),
+        &[],
+    )));
+    let out = &answered.frame;
+    assert_eq!(out.len(), 14 + 40 + 20);
+    assert_eq!(&out[14..18], &[0x60, 0, 0, 0]);
+    assert_eq!((out[20], out[21]), (TCP, 63));
+    assert_eq!(&out[54..56], &80_u16.to_be_bytes());
+    assert_eq!(&out[62..66], &8_u32.to_be_bytes());
+    assert_eq!(&out[66..68], &[0x50, 0x14]);
+    assert!(checksum6_holds(out));
+
+    // A later fragment: a fragment header with an offset.
+    let mut fragment = vec![17, 0, 0, 0x10, 0, 0, 0, 1];
+    fragment.extend([0; 16]);
+    let later = ipv6_frame(FAR6, 44, 1, &fragment);
+    assert_eq!(
+        answer(&packet_in(COOKIE_TIME_EXCEEDED, later, &registers)),
+        Err(Unanswered::NotAnswered)
+    );
+}
+
+/// An IPv6 next hop without a MAC: the router's solicitation for it (`xxreg0`), from the
+/// output port's link-local address to the next hop's solicited-node group, hop limit 255,
+/// its MAC as the source link-layer option, out of the output port.
+#[test]
+fn an_unresolved_ipv6_next_hop_gets_a_solicitation() {
+    let next_hop: Ipv6Addr = FAR6.parse().unwrap();
+    let octets = next_hop.octets();
+    let word = |at: usize| {
+        u32::from_be_bytes([octets[at], octets[at + 1], octets[at + 2], octets[at + 3]])
+    };
+    let mut routed = ipv6_frame(FAR6, 17, 63, &[0; 8]);
+    routed[0..6].fill(0);
+    routed[6..12].copy_from_slice(&ROUTER_MAC);
+    let registers = [
+        (0, word(0)),
+        (1, word(4)),
+        (2, word(8)),
+        (3, word(12)),
+        (15, 5),
+    ];
+    let answered = reply(answer(&packet_in(COOKIE_ARP_REQUEST, routed, &registers)));
+    assert_eq!(answered.kind, Kind::NdSolicitation);
+    let out = &answered.frame;
+    assert_eq!(out.len(), 14 + 40 + 32);
+    assert_eq!(&out[0..6], &[0x33, 0x33, 0xff, 0x00, 0x00, 0x07]);
+    assert_eq!(&out[6..12], &ROUTER_MAC);
+    assert_eq!((out[20], out[21]), (ICMPV6, 255));
+    let link_local: Ipv6Addr = "fe80::858:aff:fe00:101".parse().unwrap();
+    assert_eq!(&out[22..38], &link_local.octets());
+    let group: Ipv6Addr = "ff02::1:ff00:7".parse().unwrap();
+    assert_eq!(&out[38..54], &group.octets());
+    assert_eq!(&out[54..58], &[135, 0, out[56], out[57]]);
+    assert_eq!(&out[62..78], &next_hop.octets());
+    assert_eq!(&out[78..80], &[1, 1]);
+    assert_eq!(&out[80..86], &ROUTER_MAC);
+    assert!(checksum6_holds(out));
+    assert_eq!(
+        answered.actions[2],
+        Action::SetField(Field::register(15, 5))
+    );
+}

@@ -486,6 +486,59 @@ fn ipv6_routes_resolve_through_xxreg0() {
         (unresolved[0].cookie, unresolved[0].matching.clone()),
         (l2::COOKIE_UNTRANSLATED, ipv6())
     );
+    // The router's IPv6 answers: time exceeded from the port's address (in `xxreg1`), a reset
+    // for TCP to its address, and a solicitation for a next hop without a MAC.
+    flows.apply(&IrDiff {
+        added: vec![
+            IrEntry::TtlExceeded6 {
+                datapath: ROUTER,
+                port: "vpc-a-subnet-a".into(),
+                network: crate::pipeline::ir::Prefix6 {
+                    network: "fd00:10:1::".parse().unwrap(),
+                    length: 64,
+                },
+                source: gateway,
+            },
+            IrEntry::RouterReject6 {
+                datapath: ROUTER,
+                ip: gateway,
+                protocol: Some(RejectProtocol::Tcp),
+                response: RejectResponse::TcpReset,
+            },
+            IrEntry::NsForNextHop { datapath: ROUTER },
+        ],
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let expired = find(&changes, IP_INPUT, 31);
+    assert_eq!(expired.len(), 2, "hop limits 0 and 1");
+    assert_eq!(expired[0].cookie, COOKIE_TIME_EXCEEDED);
+    assert_eq!(
+        expired[0].instructions,
+        [Instruction::ApplyActions(vec![
+            Action::SetField(Field::register(4, 0xfd00_0010)),
+            Action::SetField(Field::register(5, 0x0001_0000)),
+            Action::SetField(Field::register(6, 0)),
+            Action::SetField(Field::register(7, 1)),
+            Action::Output(PORT_CONTROLLER),
+        ])]
+    );
+    let reset = find(&changes, IP_INPUT, 80);
+    assert_eq!(
+        (reset[0].cookie, reset[0].matching.clone()),
+        (
+            COOKIE_TCP_RESET,
+            ipv6()
+                .with(Field::ip_protocol(6))
+                .with(Field::ipv6_destination(gateway))
+                .with(Field::not_later_fragment())
+        )
+    );
+    let solicit = find(&changes, RESOLVE, 1)
+        .into_iter()
+        .find(|flow| flow.command == Command::Add)
+        .expect("the solicitation's flow");
+    assert_eq!(solicit.cookie, COOKIE_ARP_REQUEST);
     // Its IPv6 fenced (IPv6 ECMP left out): every IPv6 packet dropped and counted as it
     // enters, above the rest; then routed again.
     flows.set_ipv6_fenced(ROUTER, true);
@@ -500,6 +553,71 @@ fn ipv6_routes_resolve_through_xxreg0() {
     assert_eq!(fence[0].matching, ipv6());
     flows.set_ipv6_fenced(ROUTER, false);
     assert_eq!(flows.changes()[0].command, Command::DeleteStrict);
+}
+
+/// What a router drops for a reason the eBPF datapath names is dropped by a flow of that
+/// reason's cookie, so that it is counted: TTL run out, its own addresses, a policy's drop, a
+/// discard route.
+#[test]
+fn a_routers_drops_carry_their_reasons_cookie() {
+    let mut entries = routed();
+    entries.extend([
+        IrEntry::RouterDrop {
+            datapath: ROUTER,
+            rule: RouterDropRule::TtlExpired,
+        },
+        IrEntry::RouterDrop {
+            datapath: ROUTER,
+            rule: RouterDropRule::ToRouter(vec![Ipv4Addr::new(10, 0, 1, 1)]),
+        },
+        IrEntry::RouterPolicy {
+            datapath: ROUTER,
+            priority: 2000,
+            source: None,
+            destination: Some(Prefix {
+                network: Ipv4Addr::new(10, 9, 0, 0),
+                length: 16,
+            }),
+            l4: None,
+            verdict: PolicyVerdict::Drop,
+        },
+        IrEntry::DiscardRoute {
+            datapath: ROUTER,
+            selector: RouteSelector::Destination,
+            prefix: Prefix {
+                network: Ipv4Addr::new(10, 8, 0, 0),
+                length: 16,
+            },
+            priority: 49,
+            route_table: None,
+        },
+    ]);
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let cookies = |table: u8, priority: u16| {
+        find(&changes, table, priority)
+            .iter()
+            .filter(|flow| flow.instructions.is_empty())
+            .map(|flow| flow.cookie)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        cookies(IP_INPUT, 30),
+        [l2::COOKIE_TTL_EXPIRED; 4],
+        "TTL 0 and 1, hop limit 0 and 1"
+    );
+    assert_eq!(cookies(IP_INPUT, 60), [l2::COOKIE_TO_ROUTER_UNHANDLED]);
+    assert_eq!(cookies(POLICY, 2000), [l2::COOKIE_POLICY_DROP]);
+    assert_eq!(cookies(ROUTING, 49), [l2::COOKIE_ROUTE_DISCARD]);
+    assert!(
+        l2::DROP_REASONS
+            .iter()
+            .any(|(reason, cookie)| *reason == "policy_drop" && *cookie == l2::COOKIE_POLICY_DROP)
+    );
 }
 
 /// A fenced router loses every flow of its own (strict deletes of our cookie) but one that
