@@ -616,7 +616,8 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
 /// - TCP to the gateway is refused (the router's reset), UDP to it gets port unreachable;
 /// - a route whose next hop has no known MAC (10.0.2.9, an address b1 holds besides its own):
 ///   the router asks ARP for it, learns b1's answer (MAC_Binding, written by the agent), and
-///   then forwards a1's pings to b1 (which holds 192.0.2.1 too and answers).
+///   then forwards a1's pings to b1 (which holds 192.0.2.1 too and answers);
+/// - an ECMP route's members (two of b1's addresses) are chosen per flow and reached.
 #[test]
 fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     use ovnbpf_tests::{
@@ -628,6 +629,8 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     const B1: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
     const NEXT_HOP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 9);
     const BEYOND: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const NEXT_HOP_2: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 10);
+    const BEYOND_ECMP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
     const PLAN: [PodPlan; 3] = [
         ("a1", "subnet-a", 0, A1),
         ("a2", "subnet-a", 0, A2),
@@ -645,6 +648,8 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
         .subnet("vpc-a", "subnet-b", "10.0.2.0/24,fd00:10:2::/64")
         .unwrap()
         .static_route("vpc-a", "192.0.2.0/24", NEXT_HOP)
+        .ecmp_route("vpc-a", "198.51.100.0/24", NEXT_HOP)
+        .ecmp_route("vpc-a", "198.51.100.0/24", NEXT_HOP_2)
         .dual_stack_pod("subnet-a", "a1", "ns", &mac_for("a1"), (A1, a1_6))
         .dual_stack_pod("subnet-a", "a2", "ns", &mac_for("a2"), (A2, a2_6))
         .dual_stack_pod("subnet-b", "b1", "ns", &mac_for("b1"), (B1, b1_6));
@@ -669,7 +674,12 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
             .ip(&["-6", "route", "add", "default", "via", &gateway.to_string()])
             .unwrap();
     }
-    for address in [format!("{NEXT_HOP}/24"), format!("{BEYOND}/32")] {
+    for address in [
+        format!("{NEXT_HOP}/24"),
+        format!("{NEXT_HOP_2}/24"),
+        format!("{BEYOND}/32"),
+        format!("{BEYOND_ECMP}/32"),
+    ] {
         pod("b1")
             .ip(&["addr", "add", &address, "dev", "eth0"])
             .unwrap();
@@ -812,6 +822,21 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
         ])
         .unwrap();
     assert_eq!(binding.trim(), mac_for("b1"), "the learned MAC_Binding");
+
+    // An ECMP route (two next hops, both b1's): each flow takes one member by its hash
+    // (Open vSwitch's `multipath`), asked for and learned as above; several flows (ports) all
+    // arrive.
+    for port in 40000..40004 {
+        assert!(
+            wait_until(Duration::from_secs(10), || said(
+                "a1",
+                &format!("timeout 2 bash -c 'exec 3<>/dev/tcp/{BEYOND_ECMP}/{port}'")
+            )
+            .contains("refused")),
+            "a1 → {BEYOND_ECMP}:{port} through the ECMP route (b1 refuses the port){}",
+            logs()
+        );
+    }
     agent.stop();
 }
 

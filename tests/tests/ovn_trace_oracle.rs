@@ -1609,11 +1609,12 @@ async fn ir_verdicts_equal_ovn_trace() {
         openflow.check(&mut report, &evaluator, what, &pod.port, *packet);
     }
     println!(
-        "ofproto/trace: {} cases traced ({} from the external network not), {} dropped by both, {} forwarded alike, dropped by br-int where the backend reports it does not translate: {:?}, {} disagreements",
+        "ofproto/trace: {} cases traced ({} from the external network not), {} dropped by both, {} forwarded alike, {} through another ECMP member alike, dropped by br-int where the backend reports it does not translate: {:?}, {} disagreements",
         report.traced,
         report.skipped,
         report.both_drop,
         report.both_forward,
+        report.ecmp_member,
         report.untranslated,
         report.disagreements.len()
     );

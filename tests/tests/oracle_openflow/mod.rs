@@ -42,6 +42,8 @@ use ovnbpf_agent::{
 use ovnbpf_tests::{names::unique_prefix, netns::Netns, ovs_chassis::OvsSwitch};
 
 const CHASSIS: &str = "oracle-openflow";
+/// The most members an ECMP group's choices are tried for.
+const MAX_ECMP_MEMBERS: usize = 16;
 /// The provider NIC's OpenFlow port.
 const PROVIDER_OFPORT: u32 = 999;
 
@@ -54,6 +56,9 @@ pub struct Report {
     /// The evaluator outputs more and br-int drops it on a datapath the backend reports
     /// untranslated, per excuse (see [`OpenFlowReplay::excused`]).
     pub untranslated: BTreeMap<&'static str, usize>,
+    /// Cases through an ECMP group where br-int chose another member than the evaluator's hash
+    /// and did what the evaluator does for that member.
+    pub ecmp_member: usize,
     /// Cases from the external network, not traced.
     pub skipped: usize,
     pub disagreements: Vec<String>,
@@ -166,6 +171,7 @@ impl OpenFlowReplay {
         for change in untranslated.take_fence_changes() {
             l2.set_fenced(change.datapath, change.fenced);
             l3.set_fenced(change.datapath, change.fenced);
+            l2.set_ipv6_fenced(change.datapath, change.ipv6_fenced);
             l3.set_ipv6_fenced(change.datapath, change.ipv6_fenced);
         }
         for (pod, ofport) in &ofports {
@@ -281,6 +287,20 @@ impl OpenFlowReplay {
             } else {
                 report.both_forward += 1;
             }
+            return;
+        }
+        // An ECMP choice: Open vSwitch's `multipath` hashes otherwise than the evaluator (and the
+        // kernel): br-int must do what the evaluator does for one of the group's members.
+        if !ours.selected.is_empty()
+            && (0..MAX_ECMP_MEMBERS).any(|index| {
+                evaluator
+                    .trace_choosing(inport, packet, index)
+                    .is_ok_and(|member| {
+                        member.outputs.iter().cloned().collect::<BTreeSet<_>>() == theirs
+                    })
+            })
+        {
+            report.ecmp_member += 1;
             return;
         }
         // A flow that sent the packet to the agent (the answers OVN makes in userspace): the

@@ -1,8 +1,8 @@
 //! A flow's instructions and the actions inside them, as OpenFlow 1.5 encodes them (each padded
 //! to 8 bytes): `apply_actions` with output, set_field (registers and metadata through their
 //! OXM/NXM fields, as OVS takes them), VLAN push and pop, TTL set and decrement, copy_field,
-//! and Nicira's `resubmit(,table)` and `clone`; `goto_table`. An empty instruction list drops
-//! the packet.
+//! and Nicira's `resubmit(,table)`, `clone` and `multipath`; `goto_table`. An empty
+//! instruction list drops the packet.
 
 use super::oxm::{Field, padding};
 
@@ -46,6 +46,13 @@ pub enum Action {
     DecrementTtl,
     /// Sets the IP TTL.
     SetTtl(u8),
+    /// Nicira's `multipath`: a symmetric hash of the packet's addresses, protocol and ports
+    /// (`symmetric_l3l4+udp`) modulo `links`, written into the low 16 bits of `destination`
+    /// (an NXM header): how a flow of an ECMP group picks its member.
+    Multipath {
+        links: u16,
+        destination: u32,
+    },
 }
 
 impl Action {
@@ -125,6 +132,24 @@ impl Action {
                 out.extend(8_u16.to_be_bytes());
                 out.push(*ttl);
                 out.extend([0; 3]);
+            }
+            Action::Multipath { links, destination } => {
+                // OFPAT_EXPERIMENTER, NXAST_MULTIPATH (10): fields (symmetric_l3l4+udp, 3),
+                // basis, padding, algorithm (modulo_n, 0), max_link, arg, padding, ofs_nbits
+                // (offset 0, 16 bits), destination: 32 bytes.
+                out.extend(0xffff_u16.to_be_bytes());
+                out.extend(32_u16.to_be_bytes());
+                out.extend(NX_VENDOR_ID.to_be_bytes());
+                out.extend(10_u16.to_be_bytes());
+                out.extend(3_u16.to_be_bytes());
+                out.extend(0_u16.to_be_bytes());
+                out.extend([0; 2]);
+                out.extend(0_u16.to_be_bytes());
+                out.extend(links.saturating_sub(1).to_be_bytes());
+                out.extend(0_u32.to_be_bytes());
+                out.extend([0; 2]);
+                out.extend(15_u16.to_be_bytes());
+                out.extend(destination.to_be_bytes());
             }
             Action::Resubmit(table) => {
                 // OFPAT_EXPERIMENTER, NXAST_RESUBMIT_TABLE (14): in_port (the packet's own,

@@ -20,8 +20,8 @@
 //! The provider NICs of the bridge mappings are br-int ports too (added at start, and at each
 //! retry until they are, as the configured local ports).
 //! What OVN answers in userspace the [`Controller`] answers, on a session and thread of its
-//! own. Not yet here (issue 19): ECMP, ACLs, load balancers, NAT, the router's IPv6 answers,
-//! some counters, drop events.
+//! own. Not yet here (issue 19): ACLs, load balancers, NAT, router advertisements, interface
+//! counters, drop events.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -459,6 +459,7 @@ impl Datapath for OpenFlowDatapath {
         for change in self.untranslated.take_fence_changes() {
             self.l2.set_fenced(change.datapath, change.fenced);
             self.l3.set_fenced(change.datapath, change.fenced);
+            self.l2.set_ipv6_fenced(change.datapath, change.ipv6_fenced);
             self.l3.set_ipv6_fenced(change.datapath, change.ipv6_fenced);
         }
         self.holding = false;

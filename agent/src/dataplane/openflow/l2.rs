@@ -135,6 +135,8 @@ pub struct L2Flows {
     /// flag, as `nd_na_router`.
     nd_router_ips: HashMap<u32, BTreeSet<Ipv6Addr>>,
     nd_skips: HashMap<u32, BTreeSet<(Ipv6Addr, String)>>,
+    /// Switches whose IPv6 is not forwarded ([`super::untranslated::Effect::Ipv6Fenced`]).
+    ipv6_fenced: BTreeSet<u32>,
     /// Switch → its localnet port: (key, provider network, VLAN tag).
     localnets: HashMap<u32, (u32, String, Option<u16>)>,
     /// Provider network → the OpenFlow port of its NIC on br-int (the bridge mappings).
@@ -410,6 +412,19 @@ impl L2Flows {
         self.flows.set_fenced(switch, fenced);
     }
 
+    /// Switch `switch`'s IPv6 is dropped and counted where it enters and leaves (`fenced`), or
+    /// forwarded again.
+    pub fn set_ipv6_fenced(&mut self, switch: u32, fenced: bool) {
+        let changed = if fenced {
+            self.ipv6_fenced.insert(switch)
+        } else {
+            self.ipv6_fenced.remove(&switch)
+        };
+        if changed {
+            self.flows.mark(switch);
+        }
+    }
+
     /// Whether a change waits for [`Self::changes`].
     #[must_use]
     pub fn has_changes(&self) -> bool {
@@ -646,6 +661,16 @@ impl L2Flows {
         }
         for flow in self.ingress_flows(switch) {
             add(flow);
+        }
+        if self.ipv6_fenced.contains(&switch) {
+            // Above every flow of the ingress and output tables.
+            for table in [INGRESS, OUTPUT] {
+                add(untranslated_drop(
+                    table,
+                    200,
+                    on_datapath(switch).with(Field::eth_type(0x86dd)),
+                ));
+            }
         }
         // The switch's localnet port, where its provider network is mapped here: frames with
         // its tag (or none) from the provider NIC enter by it, and it is how the switch's ports
@@ -1053,6 +1078,50 @@ mod tests {
         assert_eq!(resync[0], FlowMod::delete_cookie(COOKIE));
         assert_eq!(resync.len(), 1 + 9);
         assert!(flows.changes().is_empty());
+    }
+
+    /// A switch whose IPv6 is fenced drops and counts IPv6 where it enters (ingress) and
+    /// leaves (output), above every other flow there; unfenced, the drops go.
+    #[test]
+    fn a_switchs_ipv6_fence_drops_ipv6_in_and_out() {
+        let mut flows = L2Flows::new();
+        flows.apply(&IrDiff {
+            added: switch_entries(),
+            removed: Vec::new(),
+        });
+        flows.changes();
+        flows.set_ipv6_fenced(5, true);
+        let fence = flows.changes();
+        let ipv6 = on_datapath(5).with(Field::eth_type(0x86dd));
+        assert_eq!(
+            fence
+                .iter()
+                .map(|flow| (
+                    flow.command,
+                    flow.table,
+                    flow.priority,
+                    flow.cookie,
+                    flow.matching.clone()
+                ))
+                .collect::<Vec<_>>(),
+            [
+                (
+                    Command::Add,
+                    INGRESS,
+                    200,
+                    COOKIE_UNTRANSLATED,
+                    ipv6.clone()
+                ),
+                (Command::Add, OUTPUT, 200, COOKIE_UNTRANSLATED, ipv6),
+            ]
+        );
+        flows.set_ipv6_fenced(5, false);
+        assert!(
+            flows
+                .changes()
+                .iter()
+                .all(|flow| flow.command == Command::DeleteStrict)
+        );
     }
 
     /// The ND responder's solicitations go to the agent with the MAC to answer with, by the

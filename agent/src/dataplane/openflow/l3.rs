@@ -21,6 +21,12 @@
 //!   output port in `reg15`;
 //! - table [`POLICY`]: the router's policies (`RouterPolicy`: allow, drop, reroute; a port
 //!   range as the masked blocks that cover it);
+//! - table [`ECMP`]: an ECMP route's or reroute policy's member (`EcmpRoute`, `EcmpRoute6`,
+//!   `EcmpMember`, `EcmpMember6`): the route or policy puts the group in `reg9` and the
+//!   member's index in `reg8` (Nicira's `multipath`, a symmetric hash of the addresses,
+//!   protocol and ports: one member per flow, both ways; it hashes otherwise than the eBPF
+//!   datapath, so a flow may take another member there), the member sets the next hop,
+//!   source and output port;
 //! - table [`RESOLVE`]: the next hop's MAC (`Neighbour`, `Neighbour6`, then the learned ones),
 //!   then the output table, where the patch carries the packet to the switch; an unresolved
 //!   IPv4 next hop is asked for by the agent (`ArpRequestForNextHop`).
@@ -42,13 +48,13 @@ use super::{
     l2::{self, COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
     oxm::{
-        Field, Match, NXM_REG0, NXM_REG1, NXM_REG2, NXM_REG3, OXM_IPV4_DST, OXM_IPV4_SRC,
+        Field, Match, NXM_REG0, NXM_REG1, NXM_REG2, NXM_REG3, NXM_REG8, OXM_IPV4_DST, OXM_IPV4_SRC,
         OXM_IPV6_DST, OXM_IPV6_SRC,
     },
     table::{DatapathFlows, Flows, insert, on_datapath},
 };
 use crate::pipeline::ir::{
-    IrDiff, IrEntry, L4Match, PolicyVerdict, PortKind, RejectProtocol, RejectResponse,
+    EcmpStage, IrDiff, IrEntry, L4Match, PolicyVerdict, PortKind, RejectProtocol, RejectResponse,
     RouteSelector, RouterDropRule,
 };
 
@@ -62,6 +68,8 @@ pub const ROUTING: u8 = 22;
 pub const POLICY: u8 = 23;
 /// Table of the next hops' MACs.
 pub const RESOLVE: u8 = 24;
+/// Table of the ECMP groups' members (routes and reroute policies).
+pub const ECMP: u8 = 25;
 
 const IPV4: u16 = 0x0800;
 const ARP: u16 = 0x0806;
@@ -200,7 +208,11 @@ impl RouterFlows {
             | IrEntry::RouterNdReply { datapath, .. }
             | IrEntry::RouterReject6 { datapath, .. }
             | IrEntry::TtlExceeded6 { datapath, .. }
-            | IrEntry::NsForNextHop { datapath } => {
+            | IrEntry::NsForNextHop { datapath }
+            | IrEntry::EcmpRoute { datapath, .. }
+            | IrEntry::EcmpMember { datapath, .. }
+            | IrEntry::EcmpRoute6 { datapath, .. }
+            | IrEntry::EcmpMember6 { datapath, .. } => {
                 let entries = self.entries.entry(*datapath).or_default();
                 if added {
                     entries.insert(entry.clone());
@@ -344,6 +356,27 @@ impl RouterFlows {
             .flatten()
             .filter_map(|entry| match entry {
                 IrEntry::RouteTableOfPort { port, table, .. } => Some((port, *table)),
+                _ => None,
+            })
+            .collect();
+        // Each ECMP group's members, in the order its choice indexes them: (stage tag, group)
+        // → member ids.
+        let groups: HashMap<(u32, u16), &[u16]> = self
+            .entries
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| match entry {
+                IrEntry::EcmpRoute { group, members, .. } => {
+                    Some(((ECMP_ROUTE, *group), members.as_slice()))
+                }
+                IrEntry::EcmpRoute6 { group, members, .. } => {
+                    Some(((ECMP_ROUTE6, *group), members.as_slice()))
+                }
+                IrEntry::RouterPolicy {
+                    verdict: PolicyVerdict::RerouteEcmp { group, members },
+                    ..
+                } => Some(((ECMP_POLICY, *group), members.as_slice())),
                 _ => None,
             })
             .collect();
@@ -551,8 +584,9 @@ impl RouterFlows {
                                 Action::Resubmit(RESOLVE),
                             ]
                         }
-                        // Fenced (see `untranslated`).
-                        PolicyVerdict::RerouteEcmp { .. } => continue,
+                        PolicyVerdict::RerouteEcmp { group, members } => {
+                            ecmp_choice(ECMP_POLICY, *group, members.len())
+                        }
                     };
                     for fields in alternatives {
                         let matching = fields
@@ -681,6 +715,108 @@ impl RouterFlows {
                             parameter.clone(),
                         ));
                     }
+                }
+                IrEntry::EcmpRoute {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    group,
+                    members,
+                    ..
+                } => {
+                    let mut actions = vec![Action::DecrementTtl];
+                    actions.extend(ecmp_choice(ECMP_ROUTE, *group, members.len()));
+                    add(
+                        ROUTING,
+                        *priority,
+                        in_table(
+                            ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
+                            route_table,
+                        ),
+                        actions,
+                    );
+                }
+                IrEntry::EcmpRoute6 {
+                    selector,
+                    prefix,
+                    priority,
+                    route_table,
+                    group,
+                    members,
+                    ..
+                } => {
+                    let mut actions = vec![Action::DecrementTtl];
+                    actions.extend(ecmp_choice(ECMP_ROUTE6, *group, members.len()));
+                    add(
+                        ROUTING,
+                        *priority,
+                        in_table(
+                            ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
+                            route_table,
+                        ),
+                        actions,
+                    );
+                }
+                IrEntry::EcmpMember {
+                    stage,
+                    group,
+                    member,
+                    nexthop,
+                    source_ip,
+                    source_mac,
+                    port,
+                    ..
+                } => {
+                    let (tag, next) = match stage {
+                        EcmpStage::Route => (ECMP_ROUTE, POLICY),
+                        EcmpStage::Policy => (ECMP_POLICY, RESOLVE),
+                    };
+                    let (Some(key), Some(index)) = (
+                        self.key(port),
+                        member_index(&groups, (tag, *group), *member),
+                    ) else {
+                        continue;
+                    };
+                    add(
+                        ECMP,
+                        100,
+                        ecmp_member_match(on(), tag, *group, index),
+                        vec![
+                            Action::SetField(Field::register(0, u32::from(*nexthop))),
+                            Action::SetField(Field::register(1, u32::from(*source_ip))),
+                            Action::SetField(Field::eth_source(*source_mac)),
+                            Action::SetField(Field::register(15, key)),
+                            Action::Resubmit(next),
+                        ],
+                    );
+                }
+                IrEntry::EcmpMember6 {
+                    group,
+                    member,
+                    nexthop,
+                    source_mac,
+                    port,
+                    ..
+                } => {
+                    let (Some(key), Some(index)) = (
+                        self.key(port),
+                        member_index(&groups, (ECMP_ROUTE6, *group), *member),
+                    ) else {
+                        continue;
+                    };
+                    let mut actions = xxreg0(*nexthop).to_vec();
+                    actions.extend([
+                        Action::SetField(Field::eth_source(*source_mac)),
+                        Action::SetField(Field::register(15, key)),
+                        Action::Resubmit(POLICY),
+                    ]);
+                    add(
+                        ECMP,
+                        100,
+                        ecmp_member_match(on(), ECMP_ROUTE6, *group, index),
+                        actions,
+                    );
                 }
                 IrEntry::Route6 {
                     selector,
@@ -1073,6 +1209,43 @@ fn port_blocks(low: u16, high: u16) -> Vec<(u16, u16)> {
         low += size;
     }
     blocks
+}
+
+/// The tags of an ECMP group's stage in `reg9`'s high half (routes and policies number their
+/// groups apart, as do IPv6 routes).
+const ECMP_ROUTE: u32 = 1 << 16;
+const ECMP_POLICY: u32 = 2 << 16;
+const ECMP_ROUTE6: u32 = 3 << 16;
+
+/// The choice of a member of ECMP group `group` of stage `tag` among `members`: the group in
+/// `reg9`, the member's index in `reg8` (a hash of the flow's addresses, protocol and ports,
+/// the same both ways), then the group's member table.
+fn ecmp_choice(tag: u32, group: u16, members: usize) -> Vec<Action> {
+    vec![
+        Action::SetField(Field::register(9, tag | u32::from(group))),
+        Action::SetField(Field::register(8, 0)),
+        Action::Multipath {
+            links: u16::try_from(members).unwrap_or(u16::MAX),
+            destination: NXM_REG8,
+        },
+        Action::Resubmit(ECMP),
+    ]
+}
+
+/// The match of member `index` of ECMP group `group` of stage `tag`.
+fn ecmp_member_match(on: Match, tag: u32, group: u16, index: u32) -> Match {
+    on.with(Field::register(9, tag | u32::from(group)))
+        .with(Field::register(8, index))
+}
+
+/// The index of member `member` in its group's choice.
+fn member_index(
+    groups: &HashMap<(u32, u16), &[u16]>,
+    group: (u32, u16),
+    member: u16,
+) -> Option<u32> {
+    let index = groups.get(&group)?.iter().position(|id| *id == member)?;
+    u32::try_from(index).ok()
 }
 
 /// A flow that drops what it matches, owned by `cookie` (a drop reason's, to be counted).

@@ -28,6 +28,8 @@ pub const NXM_REG1: u32 = 0x0001_0000 | 1 << 9 | 4;
 /// significant word).
 pub const NXM_REG2: u32 = 0x0001_0000 | 2 << 9 | 4;
 pub const NXM_REG3: u32 = 0x0001_0000 | 3 << 9 | 4;
+/// `reg8` and `reg9`: an ECMP group's member index and the group.
+pub const NXM_REG8: u32 = 0x0001_0000 | 8 << 9 | 4;
 pub const OXM_IPV6_SRC: u32 = 0x8000_0000 | 26 << 9 | 16;
 pub const OXM_IPV6_DST: u32 = 0x8000_0000 | 27 << 9 | 16;
 /// The OXM headers of the header fields the routers' and switches' replies copy between.

@@ -6,25 +6,26 @@
 //!   [`Effect::Partial`]. (The answers OVN makes in userspace, the agent makes:
 //!   [`super::answer`].)
 //! - An entry that restricts or redirects forwarding (a user's ACL, a load balancer's VIP, NAT,
-//!   a gateway port, ECMP, the compiler's `NotForwardable`): forwarding without it
+//!   a gateway port, the compiler's `NotForwardable`): forwarding without it
 //!   would send what OVN would not, so the whole datapath goes without flows (security fails
-//!   closed). The datapath is [`Effect::Fenced`]. Where such an entry redirects only a
-//!   router's IPv6 (IPv6 ECMP), only its IPv6 goes unrouted: [`Effect::Ipv6Fenced`].
+//!   closed). The datapath is [`Effect::Fenced`]. Where such an entry concerns only IPv6
+//!   (the compiler's `UnsupportedIpv6Flow`), only the datapath's IPv6 goes unforwarded:
+//!   [`Effect::Ipv6Fenced`].
 //!
 //! Owns that classification and the per-datapath reasons; the flows follow
 //! [`Untranslated::take_fence_changes`]. Touches nothing else.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, PolicyVerdict, RejectResponse};
+use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, RejectResponse, Unforwardable};
 
 /// What an untranslated entry costs its datapath.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Effect {
     /// Some of its traffic is dropped where OVN forwards or answers it.
     Partial,
-    /// A router's IPv6 is not forwarded at all (an IPv6 entry that redirects it is left out);
-    /// its IPv4 is. Counted as partial.
+    /// The datapath's IPv6 is not forwarded at all (a flow only IPv6 matches could not be
+    /// compiled); its IPv4 is. Counted as partial.
     Ipv6Fenced,
     /// The datapath is not forwarded at all.
     Fenced,
@@ -179,6 +180,11 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
     let fenced = |reason: &str| Some((Effect::Fenced, reason.to_string()));
     let partial = |reason: &str| Some((Effect::Partial, reason.to_string()));
     match entry {
+        // A flow only IPv6 matches: the datapath's IPv6 is not forwarded, its IPv4 is.
+        IrEntry::NotForwardable {
+            reason: reason @ Unforwardable::UnsupportedIpv6Flow { .. },
+            ..
+        } => Some((Effect::Ipv6Fenced, reason.to_string())),
         IrEntry::NotForwardable { reason, .. } => Some((Effect::Fenced, reason.to_string())),
         IrEntry::AclFailClosed { .. } | IrEntry::UnenforcedAcl { .. } => {
             fenced("ACLs the compiler could not translate")
@@ -203,12 +209,6 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
         | IrEntry::DistributedNat { .. } => {
             fenced("gateway ports and NAT are not translated to OpenFlow")
         }
-        IrEntry::EcmpRoute { .. }
-        | IrEntry::EcmpMember { .. }
-        | IrEntry::RouterPolicy {
-            verdict: PolicyVerdict::RerouteEcmp { .. },
-            ..
-        } => fenced("ECMP is not translated to OpenFlow"),
         IrEntry::RouterPolicy { l4: Some(l4), .. } if ![6, 17, 132].contains(&l4.protocol) => {
             fenced("router policies on this transport protocol are not translated to OpenFlow")
         }
@@ -220,14 +220,6 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
             Effect::Partial,
             format!("port security is not translated to OpenFlow: {name} does not forward"),
         )),
-        // Left out, the router would route that IPv6 elsewhere: its IPv6 is not routed.
-        IrEntry::EcmpRoute6 { .. } | IrEntry::EcmpMember6 { .. } => Some((
-            Effect::Ipv6Fenced,
-            "IPv6 ECMP is not translated to OpenFlow: the router's IPv6 is not routed".into(),
-        )),
-        IrEntry::RouterAdvertisement { .. } => {
-            partial("router solicitations are not answered (router advertisements)")
-        }
         IrEntry::RouterReject {
             response: RejectResponse::SctpAbort,
             ..
@@ -246,7 +238,7 @@ pub fn classify(entry: &IrEntry) -> Option<(Effect, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::ir::Unforwardable;
+    use crate::pipeline::ir::PolicyVerdict;
 
     fn diff(entries: Vec<IrEntry>, added: bool) -> IrDiff {
         if added {
@@ -310,6 +302,39 @@ mod tests {
             }]
         );
         assert!(untranslated.reasons(3).is_empty());
+    }
+
+    /// A flow only IPv6 matches that the compiler could not translate fences the datapath's
+    /// IPv6 only (its IPv4 forwarded), counted as partial; gone, the fence goes.
+    #[test]
+    fn an_untranslated_ipv6_flow_fences_only_ipv6() {
+        let mut untranslated = Untranslated::default();
+        let ipv6 = IrEntry::NotForwardable {
+            datapath: 5,
+            reason: crate::pipeline::ir::Unforwardable::UnsupportedIpv6Flow {
+                stage: "ls_in_acl".into(),
+                reason: "x".into(),
+            },
+        };
+        untranslated.apply(&diff(vec![ipv6.clone()], true));
+        assert_eq!(
+            untranslated.take_fence_changes(),
+            [FenceChange {
+                datapath: 5,
+                fenced: false,
+                ipv6_fenced: true
+            }]
+        );
+        assert_eq!(untranslated.counts(), [("partial", 1), ("fenced", 0)]);
+        untranslated.apply(&diff(vec![ipv6], false));
+        assert_eq!(
+            untranslated.take_fence_changes(),
+            [FenceChange {
+                datapath: 5,
+                fenced: false,
+                ipv6_fenced: false
+            }]
+        );
     }
 
     /// Policies on ports and port ranges are translated.

@@ -538,7 +538,10 @@ impl<'a> Evaluator<'a> {
         trace: &mut Trace,
     ) -> Option<Hop<'a, A>> {
         let count = u32::try_from(members.len()).unwrap_or(u32::MAX);
-        let index = ovnbpf_common::ecmp::member_index(flow_hash, count) as usize;
+        let index = match trace.ecmp_index {
+            Some(index) => index % members.len().max(1),
+            None => ovnbpf_common::ecmp::member_index(flow_hash, count) as usize,
+        };
         let member = *members.get(index)?;
         trace.selected.push(member);
         let hop = self

@@ -48,6 +48,10 @@ pub struct Trace {
     /// The ECMP members OVN's `select` chose on the way, in order (by the flow's hash, as the
     /// kernel chooses; `ovn-trace --select-id` makes the same choice).
     pub selected: Vec<u16>,
+    /// The ECMP member index every `select` takes instead of the flow hash's choice (modulo
+    /// its group's size): for a datapath that hashes differently (Open vSwitch's `multipath`),
+    /// every member's outcome can be traced.
+    pub ecmp_index: Option<usize>,
     /// The conntrack states the trace assumes (and how many it used).
     pub ct: CtAssumptions,
     /// The load balancers' decisions on the way, in order.
@@ -180,14 +184,39 @@ impl<'a> Evaluator<'a> {
         packet: Packet,
         ct: CtAssumptions,
     ) -> Result<Trace, String> {
+        self.trace_from(
+            inport,
+            packet,
+            Trace {
+                ct,
+                ..Trace::default()
+            },
+        )
+    }
+
+    /// Traces `packet` from `inport` with every ECMP `select` taking member `index` of its
+    /// group (modulo the group's size).
+    pub fn trace_choosing(
+        &self,
+        inport: &str,
+        packet: Packet,
+        index: usize,
+    ) -> Result<Trace, String> {
+        self.trace_from(
+            inport,
+            packet,
+            Trace {
+                ecmp_index: Some(index),
+                ..Trace::default()
+            },
+        )
+    }
+
+    fn trace_from(&self, inport: &str, packet: Packet, mut trace: Trace) -> Result<Trace, String> {
         let (datapath, _, _) = self
             .ports
             .get(inport)
             .ok_or_else(|| format!("unknown port {inport:?}"))?;
-        let mut trace = Trace {
-            ct,
-            ..Trace::default()
-        };
         self.switch(*datapath, inport, packet, false, &mut trace, 0);
         let unsupported: BTreeSet<UnsupportedOnPath> = trace
             .crossed

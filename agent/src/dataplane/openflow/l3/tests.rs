@@ -620,6 +620,107 @@ fn a_routers_drops_carry_their_reasons_cookie() {
     );
 }
 
+/// ECMP: a route of several next hops decrements the TTL, puts its group in `reg9` and picks
+/// a member's index into `reg8` (Open vSwitch's `multipath` over the flow's addresses,
+/// protocol and ports); the member table turns each index into its member's next hop, source
+/// and port, then the policies (a reroute policy's members: then the next hops). Routes and
+/// policies number their groups apart.
+#[test]
+fn ecmp_routes_and_policies_pick_a_member_by_the_flows_hash() {
+    let member = |stage, member: u16, nexthop: [u8; 4]| IrEntry::EcmpMember {
+        datapath: ROUTER,
+        stage,
+        group: 1,
+        member,
+        nexthop: nexthop.into(),
+        source_ip: Ipv4Addr::new(10, 0, 1, 1),
+        source_mac: ROUTER_MAC,
+        port: "vpc-a-subnet-a".into(),
+    };
+    let mut entries = routed();
+    entries.extend([
+        IrEntry::EcmpRoute {
+            datapath: ROUTER,
+            selector: RouteSelector::Destination,
+            prefix: Prefix {
+                network: Ipv4Addr::new(192, 168, 0, 0),
+                length: 16,
+            },
+            priority: 33,
+            route_table: None,
+            group: 1,
+            members: vec![1, 2],
+        },
+        member(EcmpStage::Route, 1, [10, 0, 1, 7]),
+        member(EcmpStage::Route, 2, [10, 0, 1, 8]),
+        IrEntry::RouterPolicy {
+            datapath: ROUTER,
+            priority: 29000,
+            source: Some(Prefix {
+                network: Ipv4Addr::new(10, 0, 1, 0),
+                length: 24,
+            }),
+            destination: None,
+            l4: None,
+            verdict: PolicyVerdict::RerouteEcmp {
+                group: 1,
+                members: vec![2, 1],
+            },
+        },
+        member(EcmpStage::Policy, 1, [10, 0, 1, 9]),
+        member(EcmpStage::Policy, 2, [10, 0, 1, 10]),
+    ]);
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let choice = |tag: u32| {
+        vec![
+            Action::SetField(Field::register(9, tag | 1)),
+            Action::SetField(Field::register(8, 0)),
+            Action::Multipath {
+                links: 2,
+                destination: NXM_REG8,
+            },
+            Action::Resubmit(ECMP),
+        ]
+    };
+    let route = find(&changes, ROUTING, 33);
+    let mut expected = vec![Action::DecrementTtl];
+    expected.extend(choice(ECMP_ROUTE));
+    assert_eq!(route[0].instructions, [Instruction::ApplyActions(expected)]);
+    let policy = find(&changes, POLICY, 29000);
+    assert_eq!(
+        policy[0].instructions,
+        [Instruction::ApplyActions(choice(ECMP_POLICY))]
+    );
+    let members = find(&changes, ECMP, 100);
+    assert_eq!(members.len(), 4);
+    let member_flow = |tag: u32, index: u32| {
+        members
+            .iter()
+            .find(|flow| flow.matching == ecmp_member_match(on_datapath(ROUTER), tag, 1, index))
+            .map(|flow| flow.instructions.clone())
+            .expect("the member's flow")
+    };
+    let to = |nexthop: [u8; 4], next: u8| {
+        vec![Instruction::ApplyActions(vec![
+            Action::SetField(Field::register(0, u32::from(Ipv4Addr::from(nexthop)))),
+            Action::SetField(Field::register(1, u32::from(Ipv4Addr::new(10, 0, 1, 1)))),
+            Action::SetField(Field::eth_source(ROUTER_MAC)),
+            Action::SetField(Field::register(15, 1)),
+            Action::Resubmit(next),
+        ])]
+    };
+    assert_eq!(member_flow(ECMP_ROUTE, 0), to([10, 0, 1, 7], POLICY));
+    assert_eq!(member_flow(ECMP_ROUTE, 1), to([10, 0, 1, 8], POLICY));
+    // The policy's members in its own order: index 0 is member 2.
+    assert_eq!(member_flow(ECMP_POLICY, 0), to([10, 0, 1, 10], RESOLVE));
+    assert_eq!(member_flow(ECMP_POLICY, 1), to([10, 0, 1, 9], RESOLVE));
+}
+
 /// A fenced router loses every flow of its own (strict deletes of our cookie) but one that
 /// drops and counts what crosses into it, and gets them back unfenced; the switch keeps its
 /// crossing. A neighbour removed takes only its flow.
