@@ -725,8 +725,7 @@ impl RouterFlows {
                     members,
                     ..
                 } => {
-                    let mut actions = vec![Action::DecrementTtl];
-                    actions.extend(ecmp_choice(ECMP_ROUTE, *group, members.len()));
+                    let actions = ecmp_route(ECMP_ROUTE, *group, members.len());
                     add(
                         ROUTING,
                         *priority,
@@ -746,8 +745,7 @@ impl RouterFlows {
                     members,
                     ..
                 } => {
-                    let mut actions = vec![Action::DecrementTtl];
-                    actions.extend(ecmp_choice(ECMP_ROUTE6, *group, members.len()));
+                    let actions = ecmp_route(ECMP_ROUTE6, *group, members.len());
                     add(
                         ROUTING,
                         *priority,
@@ -1230,6 +1228,13 @@ fn ecmp_choice(tag: u32, group: u16, members: usize) -> Vec<Action> {
         },
         Action::Resubmit(ECMP),
     ]
+}
+
+/// An ECMP route's actions: the TTL decremented, then the member chosen.
+fn ecmp_route(tag: u32, group: u16, members: usize) -> Vec<Action> {
+    let mut actions = vec![Action::DecrementTtl];
+    actions.extend(ecmp_choice(tag, group, members));
+    actions
 }
 
 /// The match of member `index` of ECMP group `group` of stage `tag`.
