@@ -257,3 +257,51 @@ pub fn pcap_frames(pcap: &[u8]) -> Vec<&[u8]> {
     }
     frames
 }
+
+/// Sends a router solicitation out of eth0 of `netns` (MAC `mac`, from its link-local
+/// address, with a source link-layer option) and returns the router advertisement that comes
+/// back within two seconds, its ICMPv6 checksum checked.
+pub fn solicit_router(netns: &Netns, mac: [u8; 6]) -> Option<Vec<u8>> {
+    let source = link_local(mac);
+    let mut all_routers = [0_u8; 16];
+    all_routers[..2].copy_from_slice(&[0xff, 2]);
+    all_routers[15] = 2;
+    let mut message = vec![133, 0, 0, 0, 0, 0, 0, 0, 1, 1];
+    message.extend(mac);
+    let mut frame = vec![0x33, 0x33, 0, 0, 0, 2];
+    frame.extend(mac);
+    frame.extend([0x86, 0xdd, 0x60, 0, 0, 0]);
+    frame.extend((message.len() as u16).to_be_bytes());
+    frame.extend([58, 255]);
+    frame.extend(source);
+    frame.extend(all_routers);
+    frame.extend(&message);
+    // Over the checksum's zeros, the sum is the checksum itself.
+    let sum = checksum6(&frame);
+    frame[56..58].copy_from_slice(&sum.to_be_bytes());
+    let socket = FrameSocket::open_in(netns, "eth0").unwrap();
+    socket.send(&frame).unwrap();
+    let advertisement = socket
+        .receive(Duration::from_secs(2), |frame| {
+            // The answer, not a periodic advertisement to all nodes.
+            frame.len() > 54
+                && frame[12..14] == [0x86, 0xdd]
+                && frame[20] == 58
+                && frame[54] == 134
+                && frame[38..54] == source
+        })
+        .unwrap()?;
+    assert_eq!(checksum6(&advertisement), 0, "the advertisement's checksum");
+    Some(advertisement)
+}
+
+/// The ICMPv6 checksum over an IPv6 frame's pseudo header and message, its checksum included:
+/// 0 when it is right (and, over a checksum field of zeros, the checksum to write there).
+pub fn checksum6(frame: &[u8]) -> u16 {
+    let message = &frame[54..];
+    let mut covered = frame[22..54].to_vec();
+    covered.extend((message.len() as u32).to_be_bytes());
+    covered.extend([0, 0, 0, 58]);
+    covered.extend(message);
+    checksum(&covered)
+}

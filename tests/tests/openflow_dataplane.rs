@@ -611,7 +611,8 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
 /// - a1 and a2 reach each other over IPv6: their solicitations are answered by the switch's ND
 ///   responder (the agent's advertisements), not flooded; a1 reaches its IPv6 gateway (the
 ///   router's advertisement and echo reply) and b1 of subnet-b (routed, hop limit 63 back);
-///   hop limit 1 gets ICMPv6 time exceeded, TCP to the gateway's IPv6 is refused;
+///   hop limit 1 gets ICMPv6 time exceeded, TCP to the gateway's IPv6 is refused; a router
+///   solicitation gets subnet-a's advertisement;
 /// - a1's packet with TTL 1 to subnet-b gets time exceeded from its gateway;
 /// - TCP to the gateway is refused (the router's reset), UDP to it gets port unreachable;
 /// - a route whose next hop has no known MAC (10.0.2.9, an address b1 holds besides its own):
@@ -647,6 +648,12 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
         .unwrap()
         .subnet("vpc-a", "subnet-b", "10.0.2.0/24,fd00:10:2::/64")
         .unwrap()
+        .ipv6_router_advertisements(
+            "vpc-a",
+            "subnet-a",
+            64,
+            "address_mode=dhcpv6_stateful,send_periodic=false",
+        )
         .static_route("vpc-a", "192.0.2.0/24", NEXT_HOP)
         .ecmp_route("vpc-a", "198.51.100.0/24", NEXT_HOP)
         .ecmp_route("vpc-a", "198.51.100.0/24", NEXT_HOP_2)
@@ -777,6 +784,21 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     );
     let refused = said("a1", "timeout 3 bash -c 'exec 3<>/dev/tcp/fd00:10:1::1/80'");
     assert!(refused.contains("refused"), "IPv6: {refused}{}", logs());
+    // subnet-a advertises (`enableIPv6RA`): a1's router solicitation gets the router port's
+    // advertisement, from its MAC and link-local address, M set.
+    let router_mac = ovnbpf_agent::lflow::parse_mac(&mac_for("vpc-a-subnet-a")).unwrap();
+    let advertisement = ovnbpf_tests::frames::solicit_router(
+        pod("a1"),
+        ovnbpf_agent::lflow::parse_mac(&mac_for("a1")).unwrap(),
+    )
+    .unwrap_or_else(|| panic!("no router advertisement{}", logs()));
+    assert_eq!(&advertisement[6..12], &router_mac);
+    assert_eq!(
+        &advertisement[22..38],
+        &ovnbpf_tests::frames::link_local(router_mac)
+    );
+    assert_eq!((advertisement[54], advertisement[59]), (134, 0x80));
+    assert!(replies("router_advertisement") >= 1);
 
     // Time exceeded from the gateway, for a packet whose TTL runs out entering vpc-a.
     assert!(

@@ -15,6 +15,8 @@
 //!   neighbour solicitation (`nd_ns`) from the port's link-local address;
 //! - the same answers for IPv6: ICMPv6 time exceeded and unreachables (quoting up to a
 //!   1280-byte answer), resets;
+//! - a router port's router advertisement for a solicitation (`put_nd_ra_opts`): the port's
+//!   message as the IR encodes it, from its link-local address, back to the solicitor;
 //! - a router's MAC learning (`put_arp`): the sender of an ARP the router heard of, handed to
 //!   the daemon, which decides whether to write the MAC_Binding.
 //!
@@ -29,7 +31,8 @@
 //! every byte must be pinctrl's (the eBPF datapath builds the same ones in the kernel), and the
 //! parsing is the few offsets the flows that send them already matched.
 //!
-//! Pure: owns no state and touches nothing; [`super::controller`] runs it.
+//! Pure: owns no state and touches nothing (the advertisements are handed in);
+//! [`super::controller`] runs it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -50,6 +53,13 @@ pub const COOKIE_UNREACHABLE: u64 = COOKIE | 19 << 32;
 pub const COOKIE_ARP_REQUEST: u64 = COOKIE | 20 << 32;
 pub const COOKIE_LEARN: u64 = COOKIE | 21 << 32;
 pub const COOKIE_ND_ROUTER_ADVERTISEMENT: u64 = COOKIE | 22 << 32;
+pub const COOKIE_ROUTER_ADVERTISEMENT: u64 = COOKIE | 23 << 32;
+
+/// The router advertisements the router ports send: router → port key → the port's MAC and
+/// its advertisement (the ICMPv6 message, checksum 0), as the IR gives them
+/// (`RouterAdvertisement`); written by the routers' translation, read here.
+pub type Adverts =
+    std::collections::HashMap<u32, std::collections::HashMap<u32, ([u8; 6], Vec<u8>)>>;
 
 /// The register a flow leaves an answer's parameter in: the MAC's first four bytes (ND), the
 /// router port's address (time exceeded), the ICMP code (unreachable).
@@ -71,11 +81,12 @@ pub enum Kind {
     ProtocolUnreachable,
     ArpRequest,
     NdSolicitation,
+    RouterAdvertisement,
     NeighbourReported,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::NdAdvertisement,
         Kind::TimeExceeded,
         Kind::TcpReset,
@@ -83,6 +94,7 @@ impl Kind {
         Kind::ProtocolUnreachable,
         Kind::ArpRequest,
         Kind::NdSolicitation,
+        Kind::RouterAdvertisement,
         Kind::NeighbourReported,
     ];
 
@@ -96,6 +108,7 @@ impl Kind {
             Kind::ProtocolUnreachable => "protocol_unreachable",
             Kind::ArpRequest => "arp_request",
             Kind::NdSolicitation => "nd_solicitation",
+            Kind::RouterAdvertisement => "router_advertisement",
             Kind::NeighbourReported => "neighbour_reported",
         }
     }
@@ -168,11 +181,11 @@ const MAX_QUOTE: usize = 534;
 /// IPv4's don't-fragment flag, which pinctrl sets on what it builds.
 const DONT_FRAGMENT: u16 = 0x4000;
 
-/// The answer to `packet_in`.
+/// The answer to `packet_in` (`adverts`: the router ports' advertisements).
 ///
 /// # Errors
 /// Why there is none.
-pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
+pub fn answer(packet_in: &PacketIn, adverts: &Adverts) -> Result<Outcome, Unanswered> {
     let frame = packet_in.data.as_slice();
     let registers = &packet_in.registers;
     let cookie = packet_in.cookie;
@@ -283,6 +296,18 @@ pub fn answer(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
                     Action::SetField(Field::register(15, registers[15])),
                     Action::Resubmit(OUTPUT),
                 ],
+            }))
+        }
+        COOKIE_ROUTER_ADVERTISEMENT => {
+            let router = u32::try_from(packet_in.metadata).map_err(|_| Unanswered::Malformed)?;
+            let (mac, message) = adverts
+                .get(&router)
+                .and_then(|ports| ports.get(&registers[14]))
+                .ok_or(Unanswered::NotAnswered)?;
+            Ok(Outcome::Reply(Reply {
+                kind: Kind::RouterAdvertisement,
+                frame: router_advertisement(frame, Mac(*mac), message)?,
+                actions: back_to_sender(packet_in),
             }))
         }
         COOKIE_LEARN => heard(packet_in).map(Outcome::Heard),
@@ -742,6 +767,64 @@ fn nd_solicitation(mac: Mac, target: Ipv6Addr) -> Vec<u8> {
     ));
     out.extend(message);
     out
+}
+
+/// A router port's answer to the router solicitation in `frame` (`lr_in_nd_ra_response`): the
+/// solicitation's IPv6 header as ovn-controller keeps it (traffic class, flow label, hop limit
+/// 255), from the port's MAC and link-local address to the solicitor (to `ff02::1` where it
+/// sent from `::`, as OVN 23.03.3 on), with the port's `message`, checksummed.
+fn router_advertisement(frame: &[u8], mac: Mac, message: &[u8]) -> Result<Vec<u8>, Unanswered> {
+    let ip = Ipv6View::parse(frame)?;
+    let source = link_local(mac);
+    let destination = if ip.source.is_unspecified() {
+        Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)
+    } else {
+        ip.source
+    };
+    let mut message = message.to_vec();
+    if message.len() < 4 {
+        return Err(Unanswered::Malformed);
+    }
+    message[2..4].copy_from_slice(&[0, 0]);
+    let checksum =
+        finish(pseudo_header6(source, destination, message.len(), ICMPV6) + sum(&message));
+    message[2..4].copy_from_slice(&checksum.to_be_bytes());
+    let mut out = Vec::with_capacity(ETH + 40 + message.len());
+    out.extend(octets::<6>(frame, 6)?);
+    out.extend(mac.0);
+    out.extend(IPV6.to_be_bytes());
+    out.extend(ipv6_header(
+        ip.start,
+        message.len(),
+        (ICMPV6, 255),
+        source,
+        destination,
+    ));
+    out.extend(message);
+    Ok(out)
+}
+
+/// The link-local address of `mac` (EUI-64).
+fn link_local(mac: Mac) -> Ipv6Addr {
+    let m = mac.0;
+    Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 2,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
+    ])
 }
 
 /// The sender of the ARP in `packet_in` the router heard, for MAC learning: the router port is

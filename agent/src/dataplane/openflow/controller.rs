@@ -14,7 +14,7 @@
 use std::{
     path::PathBuf,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -22,7 +22,7 @@ use std::{
 
 use super::{
     action::PORT_CONTROLLER,
-    answer::{self, Kind, Outcome, Unanswered},
+    answer::{self, Adverts, Kind, Outcome, Unanswered},
     connection::{Connection, OpenFlowError},
 };
 use crate::dataplane::{DatapathError, NeighbourSink};
@@ -54,14 +54,14 @@ impl Controller {
     ///
     /// # Errors
     /// When the thread cannot be started.
-    pub fn start(socket: PathBuf) -> Result<Self, DatapathError> {
+    pub fn start(socket: PathBuf, adverts: Arc<RwLock<Adverts>>) -> Result<Self, DatapathError> {
         let counters = Arc::new(Counters::default());
         let sink: Arc<Mutex<Option<NeighbourSink>>> = Arc::default();
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let (thread_counters, thread_sink) = (Arc::clone(&counters), Arc::clone(&sink));
         std::thread::Builder::new()
             .name("openflow-answers".into())
-            .spawn(move || run(&socket, &thread_counters, &thread_sink, stopped))
+            .spawn(move || run(&socket, &thread_counters, &thread_sink, &adverts, stopped))
             .map_err(DatapathError::new)?;
         Ok(Self {
             counters,
@@ -113,6 +113,7 @@ fn run(
     socket: &std::path::Path,
     counters: &Counters,
     sink: &Mutex<Option<NeighbourSink>>,
+    adverts: &RwLock<Adverts>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -125,7 +126,7 @@ fn run(
     runtime.block_on(async {
         loop {
             tokio::select! {
-                result = serve(socket, counters, sink) => {
+                result = serve(socket, counters, sink, adverts) => {
                     if let Err(error) = result {
                         tracing::warn!(%error, socket = %socket.display(), "the OpenFlow controller session was lost; opened again");
                     }
@@ -145,6 +146,7 @@ async fn serve(
     socket: &std::path::Path,
     counters: &Counters,
     sink: &Mutex<Option<NeighbourSink>>,
+    adverts: &RwLock<Adverts>,
 ) -> Result<(), OpenFlowError> {
     let mut connection = Connection::connect(socket).await?;
     connection.receive_packet_ins().await?;
@@ -162,7 +164,11 @@ async fn serve(
             counters.rate_limited.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        match answer::answer(&packet_in) {
+        let answered = match adverts.read() {
+            Ok(adverts) => answer::answer(&packet_in, &adverts),
+            Err(_) => answer::answer(&packet_in, &Adverts::new()),
+        };
+        match answered {
             Ok(Outcome::Reply(reply)) => {
                 connection
                     .packet_out(PORT_CONTROLLER, &reply.actions, &reply.frame)

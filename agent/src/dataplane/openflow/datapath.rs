@@ -154,9 +154,9 @@ impl OpenFlowDatapath {
             .name("openflow".into())
             .spawn(move || session(&socket, &requests, &session_lost))
             .map_err(DatapathError::new)?;
+        let l3 = RouterFlows::default();
         let mut datapath = Self {
             l2: L2Flows::for_chassis(&config.chassis),
-            l3: RouterFlows::default(),
             untranslated: Untranslated::default(),
             chassis: config.chassis.clone(),
             wanted_tunnels: BTreeMap::new(),
@@ -171,7 +171,8 @@ impl OpenFlowDatapath {
             holding: adopted,
             unattached_providers: Vec::new(),
             unattached_ports: Vec::new(),
-            controller: Controller::start(config.management_socket.clone())?,
+            controller: Controller::start(config.management_socket.clone(), l3.adverts())?,
+            l3,
         };
         // Written with the first write's resync.
         datapath.unattached_providers = config.providers.clone();

@@ -38,12 +38,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
+use std::sync::{Arc, RwLock};
 
 use super::{
     action::{Action, Instruction, PORT_CONTROLLER},
     answer::{
-        COOKIE_ARP_REQUEST, COOKIE_LEARN, COOKIE_ND_ROUTER_ADVERTISEMENT, COOKIE_TCP_RESET,
-        COOKIE_TIME_EXCEEDED, COOKIE_UNREACHABLE, PARAMETER, PARAMETER6,
+        Adverts, COOKIE_ARP_REQUEST, COOKIE_LEARN, COOKIE_ND_ROUTER_ADVERTISEMENT,
+        COOKIE_ROUTER_ADVERTISEMENT, COOKIE_TCP_RESET, COOKIE_TIME_EXCEEDED, COOKIE_UNREACHABLE,
+        PARAMETER, PARAMETER6,
     },
     l2::{self, COOKIE, LOOKUP, OUTPUT},
     message::FlowMod,
@@ -100,9 +102,18 @@ pub struct RouterFlows {
     entries: HashMap<u32, BTreeSet<IrEntry>>,
     /// Per datapath: installed flows, changes since the last write, the fence.
     flows: DatapathFlows,
+    /// The router ports' advertisements, for the agent's answers (written as each router's
+    /// flows are computed).
+    adverts: Arc<RwLock<Adverts>>,
 }
 
 impl RouterFlows {
+    /// The router ports' advertisements, as the answering controller reads them.
+    #[must_use]
+    pub fn adverts(&self) -> Arc<RwLock<Adverts>> {
+        Arc::clone(&self.adverts)
+    }
+
     /// Takes in an IR diff's router and patch entries.
     pub fn apply(&mut self, diff: &IrDiff) {
         for (entry, added) in diff.in_order() {
@@ -212,7 +223,8 @@ impl RouterFlows {
             | IrEntry::EcmpRoute { datapath, .. }
             | IrEntry::EcmpMember { datapath, .. }
             | IrEntry::EcmpRoute6 { datapath, .. }
-            | IrEntry::EcmpMember6 { datapath, .. } => {
+            | IrEntry::EcmpMember6 { datapath, .. }
+            | IrEntry::RouterAdvertisement { datapath, .. } => {
                 let entries = self.entries.entry(*datapath).or_default();
                 if added {
                     entries.insert(entry.clone());
@@ -281,6 +293,26 @@ impl RouterFlows {
     /// Datapath `datapath`'s desired flows: its patches' crossings and, for a router, its
     /// pipeline.
     fn desired(&self, datapath: u32) -> Flows {
+        // The router ports' advertisements, for the agent (this router's, afresh).
+        let adverts: HashMap<u32, ([u8; 6], Vec<u8>)> = self
+            .entries
+            .get(&datapath)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| match entry {
+                IrEntry::RouterAdvertisement {
+                    port, mac, message, ..
+                } => Some((self.key(port)?, (*mac, message.clone()))),
+                _ => None,
+            })
+            .collect();
+        if let Ok(mut all) = self.adverts.write() {
+            if adverts.is_empty() {
+                all.remove(&datapath);
+            } else {
+                all.insert(datapath, adverts);
+            }
+        }
         let mut flows = BTreeMap::new();
         if self.flows.is_fenced(datapath) {
             // What crosses into a fenced router is dropped and counted.
@@ -889,6 +921,25 @@ impl RouterFlows {
                             Action::Resubmit(OUTPUT),
                         ],
                     );
+                }
+                IrEntry::RouterAdvertisement { port, .. } => {
+                    // `nd_rs` to all routers on the port: answered by the agent with the port's
+                    // advertisement (above the drops of reserved multicast and solicitations).
+                    let Some(key) = self.key(port) else { continue };
+                    answers.push(to_controller(
+                        COOKIE_ROUTER_ADVERTISEMENT,
+                        110,
+                        ipv6()
+                            .with(Field::register(14, key))
+                            .with(Field::ipv6_destination(std::net::Ipv6Addr::new(
+                                0xff02, 0, 0, 0, 0, 0, 0, 2,
+                            )))
+                            .with(Field::ip_ttl(255))
+                            .with(Field::ip_protocol(58))
+                            .with(Field::icmpv6_type(133))
+                            .with(Field::icmpv6_code(0)),
+                        Vec::new(),
+                    ));
                 }
                 IrEntry::RouterArpReply {
                     port, ip, subnet, ..

@@ -231,6 +231,12 @@ impl Field {
         Self::new(9, OFPXMC_OPENFLOW_BASIC, 29, &[icmp_type])
     }
 
+    /// The ICMPv6 code (needs `icmpv6_type` before it).
+    #[must_use]
+    pub fn icmpv6_code(code: u8) -> Self {
+        Self::new(10, OFPXMC_OPENFLOW_BASIC, 30, &[code])
+    }
+
     /// A neighbour discovery message's target (needs `icmpv6_type` 135 or 136 before it).
     #[must_use]
     pub fn nd_target(address: std::net::Ipv6Addr) -> Self {

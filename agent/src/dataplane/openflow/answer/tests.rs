@@ -44,6 +44,11 @@ fn ipv4_frame(
     frame
 }
 
+/// The answer with no router advertisements.
+fn answer_with(packet_in: &PacketIn) -> Result<Outcome, Unanswered> {
+    answer(packet_in, &Adverts::new())
+}
+
 fn reply(outcome: Result<Outcome, Unanswered>) -> Reply {
     match outcome {
         Ok(Outcome::Reply(reply)) => reply,
@@ -89,7 +94,7 @@ fn a_solicitation_gets_the_advertisement_pinctrl_builds() {
         (14, 4),
     ];
     let solicitation = frame;
-    let answered = reply(answer(&packet_in(
+    let answered = reply(answer_with(&packet_in(
         COOKIE_ND_ADVERTISEMENT,
         solicitation.clone(),
         &registers,
@@ -123,7 +128,7 @@ fn a_solicitation_gets_the_advertisement_pinctrl_builds() {
         ]
     );
     // A router's (`nd_na_router`): the router flag too, the checksum still holding.
-    let router = reply(answer(&packet_in(
+    let router = reply(answer_with(&packet_in(
         COOKIE_ND_ROUTER_ADVERTISEMENT,
         solicitation,
         &registers,
@@ -149,7 +154,7 @@ fn an_expired_datagram_gets_time_exceeded_quoting_it() {
     let payload = [0xab; 92];
     let frame = ipv4_frame(FAR, 17, 1, 0, &payload);
     let registers = [(2, u32::from(GATEWAY)), (14, 2)];
-    let answered = reply(answer(&packet_in(
+    let answered = reply(answer_with(&packet_in(
         COOKIE_TIME_EXCEEDED,
         frame.clone(),
         &registers,
@@ -174,7 +179,12 @@ fn an_expired_datagram_gets_time_exceeded_quoting_it() {
     );
 
     let long = ipv4_frame(FAR, 17, 1, 0, &[0x11; 1000]);
-    let out = reply(answer(&packet_in(COOKIE_TIME_EXCEEDED, long, &registers))).frame;
+    let out = reply(answer_with(&packet_in(
+        COOKIE_TIME_EXCEEDED,
+        long,
+        &registers,
+    )))
+    .frame;
     assert_eq!(
         out.len(),
         14 + 20 + 8 + MAX_QUOTE,
@@ -184,7 +194,7 @@ fn an_expired_datagram_gets_time_exceeded_quoting_it() {
 
     let later = ipv4_frame(FAR, 17, 1, 0x0010, &payload);
     assert_eq!(
-        answer(&packet_in(COOKIE_TIME_EXCEEDED, later, &registers)),
+        answer_with(&packet_in(COOKIE_TIME_EXCEEDED, later, &registers)),
         Err(Unanswered::NotAnswered)
     );
 }
@@ -202,7 +212,7 @@ fn tcp_to_the_router_gets_a_reset_routed_back() {
     syn[13] = 0x02;
     let registers = [(7, 3), (14, 2)];
     let frame = ipv4_frame(GATEWAY, TCP, 64, 0x4000, &syn);
-    let answered = reply(answer(&packet_in(COOKIE_TCP_RESET, frame, &registers)));
+    let answered = reply(answer_with(&packet_in(COOKIE_TCP_RESET, frame, &registers)));
     assert_eq!(answered.kind, Kind::TcpReset);
     let out = &answered.frame;
     assert_eq!(out.len(), 14 + 40);
@@ -231,7 +241,7 @@ fn tcp_to_the_router_gets_a_reset_routed_back() {
     syn[13] = 0x04;
     let reset = ipv4_frame(GATEWAY, TCP, 64, 0, &syn);
     assert_eq!(
-        answer(&packet_in(COOKIE_TCP_RESET, reset, &registers)),
+        answer_with(&packet_in(COOKIE_TCP_RESET, reset, &registers)),
         Err(Unanswered::NotAnswered)
     );
 }
@@ -241,7 +251,11 @@ fn tcp_to_the_router_gets_a_reset_routed_back() {
 #[test]
 fn other_traffic_to_the_router_gets_an_unreachable_with_the_flows_code() {
     let frame = ipv4_frame(GATEWAY, 17, 64, 0, &[0, 53, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4]);
-    let answered = reply(answer(&packet_in(COOKIE_UNREACHABLE, frame, &[(2, 3)])));
+    let answered = reply(answer_with(&packet_in(
+        COOKIE_UNREACHABLE,
+        frame,
+        &[(2, 3)],
+    )));
     assert_eq!(answered.kind, Kind::PortUnreachable);
     let out = &answered.frame;
     assert_eq!((out[22], out[23]), (255, ICMP));
@@ -250,13 +264,13 @@ fn other_traffic_to_the_router_gets_an_unreachable_with_the_flows_code() {
     assert_eq!(internet_checksum(&out[34..]), 0);
 
     let gre = ipv4_frame(GATEWAY, 47, 64, 0, &[0; 8]);
-    let answered = reply(answer(&packet_in(COOKIE_UNREACHABLE, gre, &[(2, 2)])));
+    let answered = reply(answer_with(&packet_in(COOKIE_UNREACHABLE, gre, &[(2, 2)])));
     assert_eq!(answered.kind, Kind::ProtocolUnreachable);
     assert_eq!(&answered.frame[34..36], &[3, 2]);
 
     let fragment = ipv4_frame(GATEWAY, ICMP, 64, 0x2000, &[8, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(
-        answer(&packet_in(COOKIE_UNREACHABLE, fragment, &[(2, 2)])),
+        answer_with(&packet_in(COOKIE_UNREACHABLE, fragment, &[(2, 2)])),
         Err(Unanswered::NotAnswered)
     );
 }
@@ -274,7 +288,11 @@ fn an_unresolved_next_hop_gets_an_arp_request_out_of_the_output_port() {
         (14, 2),
         (15, 5),
     ];
-    let answered = reply(answer(&packet_in(COOKIE_ARP_REQUEST, routed, &registers)));
+    let answered = reply(answer_with(&packet_in(
+        COOKIE_ARP_REQUEST,
+        routed,
+        &registers,
+    )));
     assert_eq!(answered.kind, Kind::ArpRequest);
     let mut expected = vec![0xff; 6];
     expected.extend(ROUTER_MAC);
@@ -311,7 +329,7 @@ fn an_arp_the_router_hears_reports_its_sender() {
         frame
     };
     assert_eq!(
-        answer(&packet_in(COOKIE_LEARN, arp(ROUTER_MAC, 2), &[])),
+        answer_with(&packet_in(COOKIE_LEARN, arp(ROUTER_MAC, 2), &[])),
         Ok(Outcome::Heard(HeardNeighbour {
             router: 7,
             router_mac: Mac(ROUTER_MAC),
@@ -321,7 +339,7 @@ fn an_arp_the_router_hears_reports_its_sender() {
         }))
     );
     assert_eq!(
-        answer(&packet_in(COOKIE_LEARN, arp([0xff; 6], 1), &[])),
+        answer_with(&packet_in(COOKIE_LEARN, arp([0xff; 6], 1), &[])),
         Err(Unanswered::NoRouterPort)
     );
     // A broadcast request the router answers: its flow names the port by its MAC.
@@ -330,7 +348,7 @@ fn an_arp_the_router_hears_reports_its_sender() {
         (3, 0x0101_0000),
     ];
     assert_eq!(
-        answer(&packet_in(COOKIE_LEARN, arp([0xff; 6], 1), &named)),
+        answer_with(&packet_in(COOKIE_LEARN, arp([0xff; 6], 1), &named)),
         Ok(Outcome::Heard(HeardNeighbour {
             router: 7,
             router_mac: Mac(ROUTER_MAC),
@@ -347,19 +365,19 @@ fn an_arp_the_router_hears_reports_its_sender() {
 fn what_cannot_be_answered_says_why() {
     let frame = ipv4_frame(GATEWAY, TCP, 64, 0, &[0; 20]);
     assert_eq!(
-        answer(&packet_in(0xdead_beef, frame.clone(), &[])),
+        answer_with(&packet_in(0xdead_beef, frame.clone(), &[])),
         Err(Unanswered::UnknownCookie)
     );
     assert_eq!(
-        answer(&packet_in(COOKIE, frame.clone(), &[])),
+        answer_with(&packet_in(COOKIE, frame.clone(), &[])),
         Err(Unanswered::UnknownCookie)
     );
     assert_eq!(
-        answer(&packet_in(COOKIE_TCP_RESET, frame[..40].to_vec(), &[])),
+        answer_with(&packet_in(COOKIE_TCP_RESET, frame[..40].to_vec(), &[])),
         Err(Unanswered::Malformed)
     );
     assert_eq!(
-        answer(&packet_in(COOKIE_ND_ADVERTISEMENT, frame, &[])),
+        answer_with(&packet_in(COOKIE_ND_ADVERTISEMENT, frame, &[])),
         Err(Unanswered::Malformed)
     );
 }
@@ -415,7 +433,7 @@ fn ipv6_gets_pinctrls_errors_and_resets() {
         (14, 2),
     ];
     let expired = ipv6_frame(FAR6, 17, 1, &[0x11; 2000]);
-    let answered = reply(answer(&packet_in(
+    let answered = reply(answer_with(&packet_in(
         COOKIE_TIME_EXCEEDED,
         expired.clone(),
         &registers,
@@ -442,7 +460,7 @@ fn ipv6_gets_pinctrls_errors_and_resets() {
     );
 
     let udp = ipv6_frame(GATEWAY6, 17, 64, &[0, 53, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4]);
-    let answered = reply(answer(&packet_in(
+    let answered = reply(answer_with(&packet_in(
         COOKIE_UNREACHABLE,
         udp.clone(),
         &[(2, 4)],
@@ -466,7 +484,7 @@ fn ipv6_gets_pinctrls_errors_and_resets() {
     syn[4..8].copy_from_slice(&7_u32.to_be_bytes());
     syn[12] = 5 << 4;
     syn[13] = 0x02;
-    let answered = reply(answer(&packet_in(
+    let answered = reply(answer_with(&packet_in(
         COOKIE_TCP_RESET,
         ipv6_frame(GATEWAY6, TCP, 64, &syn),
         &[],
@@ -485,7 +503,7 @@ fn ipv6_gets_pinctrls_errors_and_resets() {
     fragment.extend([0; 16]);
     let later = ipv6_frame(FAR6, 44, 1, &fragment);
     assert_eq!(
-        answer(&packet_in(COOKIE_TIME_EXCEEDED, later, &registers)),
+        answer_with(&packet_in(COOKIE_TIME_EXCEEDED, later, &registers)),
         Err(Unanswered::NotAnswered)
     );
 }
@@ -510,7 +528,11 @@ fn an_unresolved_ipv6_next_hop_gets_a_solicitation() {
         (3, word(12)),
         (15, 5),
     ];
-    let answered = reply(answer(&packet_in(COOKIE_ARP_REQUEST, routed, &registers)));
+    let answered = reply(answer_with(&packet_in(
+        COOKIE_ARP_REQUEST,
+        routed,
+        &registers,
+    )));
     assert_eq!(answered.kind, Kind::NdSolicitation);
     let out = &answered.frame;
     assert_eq!(out.len(), 14 + 40 + 32);
@@ -530,4 +552,69 @@ fn an_unresolved_ipv6_next_hop_gets_a_solicitation() {
         answered.actions[2],
         Action::SetField(Field::register(15, 5))
     );
+}
+
+/// A router solicitation on a port that advertises: the port's advertisement (its message,
+/// checksummed) from its MAC and link-local address, in the solicitation's IPv6 header (its
+/// traffic class and flow label, hop limit 255), back to the solicitor, or to all nodes when it
+/// solicited from `::`; a port without an advertisement does not answer.
+#[test]
+fn a_router_solicitation_gets_the_ports_advertisement() {
+    let message = vec![134, 0, 0xaa, 0xbb, 64, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut adverts = Adverts::new();
+    adverts.insert(
+        7,
+        std::collections::HashMap::from([(2, (ROUTER_MAC, message.clone()))]),
+    );
+    let solicitation = |source: &str| {
+        let mut frame = Vec::new();
+        frame.extend([0x33, 0x33, 0, 0, 0, 2]);
+        frame.extend(POD_MAC);
+        frame.extend(IPV6.to_be_bytes());
+        frame.extend(ipv6_header(
+            [0x60, 0, 0, 0x11],
+            8,
+            (ICMPV6, 255),
+            source.parse().unwrap(),
+            "ff02::2".parse().unwrap(),
+        ));
+        frame.extend([133, 0, 0, 0, 0, 0, 0, 0]);
+        frame
+    };
+    let from = |source: &str, port: u32| {
+        answer(
+            &packet_in(
+                COOKIE_ROUTER_ADVERTISEMENT,
+                solicitation(source),
+                &[(14, port)],
+            ),
+            &adverts,
+        )
+    };
+    let answered = reply(from("fe80::5", 2));
+    assert_eq!(answered.kind, Kind::RouterAdvertisement);
+    let out = &answered.frame;
+    assert_eq!((&out[0..6], &out[6..12]), (&POD_MAC[..], &ROUTER_MAC[..]));
+    assert_eq!(&out[14..18], &[0x60, 0, 0, 0x11]);
+    assert_eq!((out[20], out[21]), (ICMPV6, 255));
+    let link_local: Ipv6Addr = "fe80::858:aff:fe00:101".parse().unwrap();
+    assert_eq!(&out[22..38], &link_local.octets());
+    assert_eq!(
+        &out[38..54],
+        &"fe80::5".parse::<Ipv6Addr>().unwrap().octets()
+    );
+    assert_eq!(&out[54..56], &message[..2]);
+    assert_eq!(&out[58..], &message[4..], "the port's message");
+    assert!(checksum6_holds(out));
+    assert_eq!(
+        answered.actions[2],
+        Action::SetField(Field::register(15, 2))
+    );
+    let to_all = reply(from("::", 2)).frame;
+    assert_eq!(
+        &to_all[38..54],
+        &"ff02::1".parse::<Ipv6Addr>().unwrap().octets()
+    );
+    assert!(checksum6_holds(&to_all));
+    assert_eq!(from("fe80::5", 3), Err(Unanswered::NotAnswered));
 }

@@ -721,6 +721,56 @@ fn ecmp_routes_and_policies_pick_a_member_by_the_flows_hash() {
     assert_eq!(member_flow(ECMP_POLICY, 1), to([10, 0, 1, 9], RESOLVE));
 }
 
+/// A router port that advertises answers router solicitations to all routers on it (hop
+/// limit 255, code 0) through the agent, above the drops of reserved multicast and
+/// solicitations; its advertisement is there for the agent under the router and port key, and
+/// goes with the entry.
+#[test]
+fn router_solicitations_go_to_the_agent_with_the_ports_advertisement() {
+    let advert = IrEntry::RouterAdvertisement {
+        datapath: ROUTER,
+        port: "vpc-a-subnet-a".into(),
+        mac: ROUTER_MAC,
+        message: vec![134, 0, 0, 0],
+    };
+    let mut entries = routed();
+    entries.push(advert.clone());
+    let mut flows = RouterFlows::default();
+    flows.apply(&IrDiff {
+        added: entries,
+        removed: Vec::new(),
+    });
+    let changes = flows.changes();
+    let solicitation = find(&changes, IP_INPUT, 110);
+    assert_eq!(solicitation[0].cookie, COOKIE_ROUTER_ADVERTISEMENT);
+    assert_eq!(
+        solicitation[0].matching,
+        on_datapath(ROUTER)
+            .with(Field::eth_type(IPV6))
+            .with(Field::register(14, 1))
+            .with(Field::ipv6_destination("ff02::2".parse().unwrap()))
+            .with(Field::ip_ttl(255))
+            .with(Field::ip_protocol(58))
+            .with(Field::icmpv6_type(133))
+            .with(Field::icmpv6_code(0))
+    );
+    let adverts = flows.adverts();
+    assert_eq!(
+        adverts
+            .read()
+            .unwrap()
+            .get(&ROUTER)
+            .and_then(|ports| ports.get(&1)),
+        Some(&(ROUTER_MAC, vec![134, 0, 0, 0]))
+    );
+    flows.apply(&IrDiff {
+        added: Vec::new(),
+        removed: vec![advert],
+    });
+    flows.changes();
+    assert!(adverts.read().unwrap().get(&ROUTER).is_none());
+}
+
 /// A fenced router loses every flow of its own (strict deletes of our cookie) but one that
 /// drops and counts what crosses into it, and gets them back unfenced; the switch keeps its
 /// crossing. A neighbour removed takes only its flow.
