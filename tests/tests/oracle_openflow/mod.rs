@@ -390,13 +390,25 @@ impl OpenFlowReplay {
 }
 
 /// Whether `output` is an answer made for `packet` rather than `packet` forwarded: another
-/// kind of packet, a reset, an ICMP error, a neighbour advertisement.
+/// kind of packet, a reset, an ICMP error, a router or neighbour advertisement, a router's
+/// neighbour solicitation.
 fn is_answer(output: &Packet, packet: &Packet) -> bool {
     let kind_changed = std::mem::discriminant(&output.l3) != std::mem::discriminant(&packet.l3);
     let answer = match output.l3 {
-        L3::Ipv4 { l4, .. } | L3::Ipv6 { l4, .. } => matches!(
+        L3::Ipv4 { l4, .. } => matches!(l4, L4::TcpReset { .. } | L4::Icmp { kind: 3 | 11, .. }),
+        // ICMPv6 unreachable, time exceeded, router advertisement; the router's solicitation
+        // for a next hop, a neighbour advertisement.
+        L3::Ipv6 { l4, .. } => matches!(
             l4,
-            L4::TcpReset { .. } | L4::Icmp { kind: 3 | 11, .. } | L4::Nd { kind: 136, .. }
+            L4::TcpReset { .. }
+                | L4::Icmp {
+                    kind: 1 | 3 | 134,
+                    ..
+                }
+                | L4::Nd {
+                    kind: 135 | 136,
+                    ..
+                }
         ),
         L3::Arp { .. } => true,
     };
