@@ -729,24 +729,7 @@ fn nd_solicitation(mac: Mac, target: Ipv6Addr) -> Vec<u8> {
     let group = Ipv6Addr::from(ovnbpf_common::ipv6::solicited_node(target.octets()));
     let group_octets = group.octets();
     let m = mac.0;
-    let source = Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 2,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ]);
+    let source = link_local(mac);
     let mut message = vec![135, 0, 0, 0, 0, 0, 0, 0];
     message.extend(target.octets());
     message.extend([1, 1]);
@@ -806,25 +789,7 @@ fn router_advertisement(frame: &[u8], mac: Mac, message: &[u8]) -> Result<Vec<u8
 
 /// The link-local address of `mac` (EUI-64).
 fn link_local(mac: Mac) -> Ipv6Addr {
-    let m = mac.0;
-    Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 2,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ])
+    Ipv6Addr::from(ovnbpf_common::ipv6::link_local(mac.0))
 }
 
 /// The sender of the ARP in `packet_in` the router heard, for MAC learning: the router port is
