@@ -20,8 +20,7 @@
 //! The provider NICs of the bridge mappings are br-int ports too (added at start, and at each
 //! retry until they are, as the configured local ports).
 //! What OVN answers in userspace the [`Controller`] answers, on a session and thread of its
-//! own. Not yet here (issue 19): ACLs, load balancers, NAT, router advertisements, interface
-//! counters, drop events.
+//! own. Not yet here (issue 19): ACLs, load balancers, NAT, interface counters, drop events.
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -1,14 +1,15 @@
 //! The OpenFlow backend's wire side (issue 19): OpenFlow 1.5 with the Nicira extensions OVN's
 //! flows use, spoken to Open vSwitch's br-int over its management socket, for nodes where the
-//! eBPF datapath cannot run. The translation of the pipeline IR into OVS tables has begun
-//! ([`l2`]), behind a `Datapath` ([`datapath`]) that `--dataplane openflow` selects
-//! (experimental: switches and IPv4 routers, across nodes through Geneve, so far).
+//! eBPF datapath cannot run. The pipeline IR is translated into OVS tables
+//! ([`l2`], [`l3`]), behind a `Datapath` ([`datapath`]) that `--dataplane openflow` selects:
+//! switches, localnets, IPv4 and IPv6 routers with ECMP, across nodes through Geneve, and the
+//! answers OVN makes in userspace ([`answer`]); ACLs, load balancers and NAT are fenced.
 //!
 //! Written here rather than taken from a crate: none speaks OF1.5 with NXM registers, tunnel
 //! metadata and bundles (`rovs-openflow` is OF1.3 without bundles, register matching or
 //! `tun_metadata`; see the project's toolchain notes). The codec is encoder-heavy: the agent
-//! builds flow mods and bundles and decodes only what the switch answers (hello, echo,
-//! features, barrier and bundle replies, errors).
+//! builds flow mods, bundles and packet-outs and decodes only what the switch sends (hello,
+//! echo, features, barrier and bundle replies, flow and aggregate stats, packet-ins, errors).
 //!
 //! - [`oxm`]: match fields (OXM and NXM TLVs), in the order their prerequisites need;
 //! - [`action`]: instructions and actions (output, set_field, copy_field, resubmit, clone,
