@@ -664,6 +664,12 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     let pods = scenario::add_planned_pods(nodes, &PLAN, true, 1442);
     let pod = |name: &str| pods[PLAN.iter().position(|plan| plan.0 == name).unwrap()].netns();
     for (name, ip) in [("a1", a1_6), ("a2", a2_6), ("b1", b1_6)] {
+        // The pods' stacks take no advertisement: subnet-a's (hop limit 255) would change the
+        // hop limit of what they send, and the kernel's own solicitations at link-up are
+        // answered or not depending on when the agent's flows come.
+        pod(name)
+            .exec("sysctl", &["-qw", "net.ipv6.conf.eth0.accept_ra=0"])
+            .unwrap();
         pod(name)
             .ip(&[
                 "-6",
