@@ -428,6 +428,19 @@ impl RouterFlows {
             Some(table) => matching.with(Field::register(7, *table)),
             None => matching,
         };
+        // A route's match: its family, its prefix on the destination or source, its table.
+        let route4 = |selector: RouteSelector, prefix: &crate::pipeline::ir::Prefix, table| {
+            in_table(
+                ipv4().with(prefix_field(selector, prefix.network, prefix.length)),
+                table,
+            )
+        };
+        let route6 = |selector: RouteSelector, prefix: &crate::pipeline::ir::Prefix6, table| {
+            in_table(
+                ipv6().with(prefix6_field(selector, prefix.network, prefix.length)),
+                table,
+            )
+        };
         add(IP_INPUT, 1, ipv4(), vec![Action::Resubmit(ROUTING)]);
         add(IP_INPUT, 1, ipv6(), vec![Action::Resubmit(ROUTING)]);
         // The rest (IPv6, ARP to the router) is not translated: dropped and counted.
@@ -540,10 +553,7 @@ impl RouterFlows {
                     add(
                         ROUTING,
                         *priority,
-                        in_table(
-                            ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
-                            route_table,
-                        ),
+                        route4(*selector, prefix, route_table),
                         vec![
                             Action::DecrementTtl,
                             next_hop,
@@ -564,10 +574,7 @@ impl RouterFlows {
                     l2::COOKIE_ROUTE_DISCARD,
                     ROUTING,
                     *priority,
-                    in_table(
-                        ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
-                        route_table,
-                    ),
+                    route4(*selector, prefix, route_table),
                 )),
                 IrEntry::RouterPolicy {
                     priority,
@@ -720,21 +727,7 @@ impl RouterFlows {
                     // Time exceeded from the port's address (in `xxreg1`), for senders in its
                     // network.
                     let Some(key) = self.key(port) else { continue };
-                    let octets = source.octets();
-                    let parameter: Vec<Action> = (0_u8..4)
-                        .map(|index| {
-                            let at = usize::from(index) * 4;
-                            Action::SetField(Field::register(
-                                PARAMETER6 + index,
-                                u32::from_be_bytes([
-                                    octets[at],
-                                    octets[at + 1],
-                                    octets[at + 2],
-                                    octets[at + 3],
-                                ]),
-                            ))
-                        })
-                        .collect();
+                    let parameter = registers_from(PARAMETER6, *source).to_vec();
                     for hop_limit in [0, 1] {
                         answers.push(to_controller(
                             COOKIE_TIME_EXCEEDED,
@@ -761,10 +754,7 @@ impl RouterFlows {
                     add(
                         ROUTING,
                         *priority,
-                        in_table(
-                            ipv4().with(prefix_field(*selector, prefix.network, prefix.length)),
-                            route_table,
-                        ),
+                        route4(*selector, prefix, route_table),
                         actions,
                     );
                 }
@@ -781,10 +771,7 @@ impl RouterFlows {
                     add(
                         ROUTING,
                         *priority,
-                        in_table(
-                            ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
-                            route_table,
-                        ),
+                        route6(*selector, prefix, route_table),
                         actions,
                     );
                 }
@@ -860,10 +847,7 @@ impl RouterFlows {
                     ..
                 } => {
                     let Some(key) = self.key(port) else { continue };
-                    let mut matching = in_table(
-                        ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
-                        route_table,
-                    );
+                    let mut matching = route6(*selector, prefix, route_table);
                     if let Some(inport) = inport {
                         let Some(inport) = self.key(inport) else {
                             continue;
@@ -892,10 +876,7 @@ impl RouterFlows {
                     l2::COOKIE_ROUTE_DISCARD,
                     ROUTING,
                     *priority,
-                    in_table(
-                        ipv6().with(prefix6_field(*selector, prefix.network, prefix.length)),
-                        route_table,
-                    ),
+                    route6(*selector, prefix, route_table),
                 )),
                 IrEntry::Neighbour6 { port, ip, mac, .. }
                 | IrEntry::LearnedNeighbour6 { port, ip, mac, .. } => {
@@ -1155,16 +1136,17 @@ fn prefix6_field(selector: RouteSelector, network: std::net::Ipv6Addr, length: u
 
 /// `xxreg0` (`reg0`–`reg3`, `reg0` the most significant word) set to `address`.
 fn xxreg0(address: std::net::Ipv6Addr) -> [Action; 4] {
+    registers_from(0, address)
+}
+
+/// The four registers from `first` (`first` the most significant) set to `address`.
+fn registers_from(first: u8, address: std::net::Ipv6Addr) -> [Action; 4] {
     let octets = address.octets();
-    let word = |index: usize| {
-        u32::from_be_bytes([
-            octets[index * 4],
-            octets[index * 4 + 1],
-            octets[index * 4 + 2],
-            octets[index * 4 + 3],
-        ])
-    };
-    [0_u8, 1, 2, 3].map(|index| Action::SetField(Field::register(index, word(usize::from(index)))))
+    [0_u8, 1, 2, 3].map(|index| {
+        let at = usize::from(index) * 4;
+        let word = u32::from_be_bytes([octets[at], octets[at + 1], octets[at + 2], octets[at + 3]]);
+        Action::SetField(Field::register(first + index, word))
+    })
 }
 
 /// The IPv6 address field `field` (an OXM header) copied into `xxreg0`.
