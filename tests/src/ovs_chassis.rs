@@ -18,6 +18,22 @@ use crate::{
 
 const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
+/// Tells each node's Open vSwitch the MAC of every other node's tunnel endpoint (see
+/// [`OvsSwitch::know_tunnel_peers`]).
+///
+/// # Errors
+/// When a MAC cannot be read or `ovs-appctl` fails.
+pub fn introduce_tunnel_peers(nodes: &[Node], switches: &[OvsSwitch]) -> Result<()> {
+    for (index, switch) in switches.iter().enumerate() {
+        let peers: Vec<&Node> = (nodes.iter().enumerate())
+            .filter(|(peer, _)| *peer != index)
+            .map(|(_, node)| node)
+            .collect();
+        switch.know_tunnel_peers(&peers)?;
+    }
+    Ok(())
+}
+
 /// Turns TX checksum offload off on both ends of a pod's veth (`interface` in `node_netns`,
 /// `eth0` in `pod_netns`): Open vSwitch's userspace datapath reads frames whole and does not
 /// complete partial checksums.
@@ -65,6 +81,14 @@ impl OvsChassis {
         this.switch.underlay(node)?;
         this.switch.spawn("ovn-controller", &[remote])?;
         Ok(this)
+    }
+
+    /// See [`OvsSwitch::know_tunnel_peers`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn know_tunnel_peers(&self, peers: &[&Node]) -> Result<()> {
+        self.switch.know_tunnel_peers(peers)
     }
 
     /// Runs `ovs-vsctl` against this chassis's database.
@@ -259,6 +283,42 @@ impl OvsSwitch {
         if encap_ip.is_ipv6() {
             let address = format!("{encap_ip}/64");
             netns.ip(&["addr", "add", &address, "dev", "br-phy", "nodad"])?;
+        }
+        Ok(())
+    }
+
+    /// Tells this switch the MAC of each peer's tunnel endpoint (`tnl/neigh/set br-phy`, the
+    /// MAC of whichever of the peer's interfaces holds its underlay address, `eth0` or its own
+    /// `br-phy`), then pings the peer from `br-phy` until it answers. The userspace datapath
+    /// drops a tunnelled packet whose endpoint it has not resolved yet while it sends an ARP of
+    /// its own (the kernel's datapath queues it in the kernel's neighbour table instead); on a
+    /// loaded machine that first loss lands in whatever a test sends first across nodes. The
+    /// ping's ARP also corrects the peer's neighbour entry for this node, which still holds
+    /// `eth0`'s MAC if the peer talked to it before [`Self::underlay`] (Open vSwitch only
+    /// terminates Geneve sent to `br-phy`'s). Giving `br-phy` `eth0`'s MAC instead would make
+    /// `eth0`'s own stack take every tunnelled packet too.
+    ///
+    /// # Errors
+    /// When a peer's MAC cannot be read, `ovs-appctl` fails or the peer does not answer
+    /// within 5 s.
+    pub fn know_tunnel_peers(&self, peers: &[&Node]) -> Result<()> {
+        for peer in peers {
+            let endpoint = peer.encap_ip().to_string();
+            let text = peer.netns().ip(&["-j", "addr", "show", "to", &endpoint])?;
+            let links: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("ip -j addr show to {endpoint}: {text:?}"))?;
+            let interface = links[0]["ifname"]
+                .as_str()
+                .with_context(|| format!("no interface holds {endpoint}: {text}"))?;
+            let mac = peer.netns().mac(interface)?;
+            self.appctl(&["tnl/neigh/set", "br-phy", &endpoint, &mac])?;
+            let answered = wait_until(Duration::from_secs(5), || {
+                self.command("ping")
+                    .args(["-n", "-q", "-c", "1", "-W", "1", &endpoint])
+                    .output()
+                    .is_ok_and(|output| output.status.success())
+            });
+            anyhow::ensure!(answered, "{endpoint} does not answer {}", self.netns);
         }
         Ok(())
     }

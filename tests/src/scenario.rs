@@ -229,8 +229,9 @@ pub struct OvsNodes {
 }
 
 impl OvsNodes {
-    /// An Open vSwitch in each node, its underlay on `br-phy`; TX checksum offload off on the
-    /// planned pods' veths (both ends), since the userspace datapath reads frames whole.
+    /// An Open vSwitch in each node, its underlay on `br-phy`, each knowing the others' tunnel
+    /// endpoints' MACs; TX checksum offload off on the planned pods' veths (both ends), since
+    /// the userspace datapath reads frames whole.
     pub fn start(nodes: &[Node], plans: &[PodPlan], pods: &[Pod]) -> anyhow::Result<Self> {
         let mut switches = Vec::new();
         for node in nodes {
@@ -238,6 +239,7 @@ impl OvsNodes {
             switch.underlay(node)?;
             switches.push(switch);
         }
+        crate::ovs_chassis::introduce_tunnel_peers(nodes, &switches)?;
         for ((name, _, node, _), pod) in plans.iter().zip(pods) {
             let interface = format!("{name}_h");
             crate::ovs_chassis::full_checksums(nodes[*node].netns(), &interface, pod.netns())?;

@@ -67,6 +67,7 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
     let switch = OvsSwitch::start_in(cni.nodes[0].netns(), state).unwrap();
     // Open vSwitch tunnels from br-phy, which takes node1's underlay address.
     switch.underlay(&cni.nodes[0]).unwrap();
+    switch.know_tunnel_peers(&[&cni.nodes[1]]).unwrap();
     let plugins = plugin_dir(
         &cni.work.path().join("bin"),
         "ovnbpf",
@@ -271,6 +272,8 @@ fn an_openflow_node_an_ebpf_node_and_a_real_ovn_controller_forward_for_each_othe
     // checksum offload off on its pods' veths, as on node2's).
     let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
     switch.underlay(&nodes[0]).unwrap();
+    switch.know_tunnel_peers(&[&nodes[1]]).unwrap();
+    peer.know_tunnel_peers(&[&nodes[0]]).unwrap();
     for (index, interface) in [(0, "a1_h"), (2, "b1_h")] {
         full_checksums(nodes[0].netns(), interface, pods[index].netns()).unwrap();
     }
@@ -395,6 +398,7 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     let pods = scenario::build_planned_pods(lab, nodes, topology, &PLAN, true, 1442);
     let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
     switch.underlay(&nodes[0]).unwrap();
+    switch.know_tunnel_peers(&[&nodes[1]]).unwrap();
     // Open vSwitch's userspace datapath reads frames whole: TX checksum offload off.
     for (index, (pod, _, node, _)) in PLAN.iter().enumerate() {
         if *node == 0 {
@@ -699,6 +703,7 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
     }
     let switch = OvsSwitch::start(nodes[0].netns()).unwrap();
     switch.underlay(&nodes[0]).unwrap();
+    switch.know_tunnel_peers(&[&nodes[1]]).unwrap();
     for (index, (name, ..)) in PLAN.iter().enumerate() {
         full_checksums(nodes[0].netns(), &format!("{name}_h"), pods[index].netns()).unwrap();
     }
