@@ -468,6 +468,40 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
         pings(pod("b2"), B1),
         "b2 → b1 in subnet-b, across the tunnel"
     );
+    // The interface counters are br-int's port counts: what a1's host interface took in (a1's
+    // echo requests) and delivered (the replies), and the tunnel's.
+    let counter = |name: &str, interface: &str| {
+        metrics(&nodes[0]).lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix(r#"{interface=""#)?;
+            let rest = rest.strip_prefix(interface)?;
+            rest.rsplit_once(' ')?.1.parse::<u64>().ok()
+        })
+    };
+    let received = || {
+        counter(
+            "ovnbpf_interface_received_packets_total",
+            "a1_h\",port=\"a1.ns\"}",
+        )
+    };
+    let delivered = || {
+        counter(
+            "ovnbpf_interface_delivered_packets_total",
+            "a1_h\",port=\"a1.ns\"}",
+        )
+    };
+    let tunnel_delivered = || counter("ovnbpf_interface_delivered_packets_total", "ovn-");
+    let before = (received(), delivered(), tunnel_delivered());
+    assert!(pings(pod("a1"), B2), "a1 → b2 again{}", logs());
+    let after = (received(), delivered(), tunnel_delivered());
+    let grew = |before: Option<u64>, after: Option<u64>| {
+        before.zip(after).is_some_and(|(b, a)| a >= b + 3)
+    };
+    assert!(
+        grew(before.0, after.0) && grew(before.1, after.1) && grew(before.2, after.2),
+        "a1_h's counts (received, delivered) and the tunnel's delivered, before and after 3 \
+         echoes: {before:?} {after:?}\n{}",
+        metrics(&nodes[0])
+    );
     assert!(
         wait_until(Duration::from_secs(5), || pings(pod("a1"), C1)),
         "a1 → c1 through the peering, router to router{}",

@@ -254,6 +254,31 @@ impl Connection {
         }
     }
 
+    /// Every port's counts (a port stats request, all its parts).
+    ///
+    /// # Errors
+    /// When the session fails or the switch refuses.
+    pub async fn port_counters(&mut self) -> Result<Vec<message::PortCounters>, OpenFlowError> {
+        let xid = self.xid();
+        self.send(&message::port_stats_request(xid)).await?;
+        let mut all = Vec::new();
+        loop {
+            match self.reply(xid, "OFPMP_PORT_STATS").await? {
+                Incoming::PortStats { ports, more } => {
+                    all.extend(ports);
+                    if !more {
+                        return Ok(all);
+                    }
+                }
+                _ => {
+                    return Err(OpenFlowError::Unexpected {
+                        request: "OFPMP_PORT_STATS",
+                    });
+                }
+            }
+        }
+    }
+
     /// Waits until the switch has handled everything sent before (BARRIER).
     ///
     /// # Errors

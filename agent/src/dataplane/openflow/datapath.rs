@@ -20,7 +20,7 @@
 //! The provider NICs of the bridge mappings are br-int ports too (added at start, and at each
 //! retry until they are, as the configured local ports).
 //! What OVN answers in userspace the [`Controller`] answers, on a session and thread of its
-//! own. Not yet here (issue 19): ACLs, load balancers, NAT, interface counters, drop events.
+//! own. Not yet here (issue 19): ACLs, load balancers, NAT, drop events.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -38,15 +38,15 @@ use std::{
 use super::{
     connection::Connection,
     controller::Controller,
-    l2::{L2Flows, OVN_GENEVE_OPTION},
+    l2::{L2Flows, OVN_GENEVE_OPTION, PortUse},
     l3::RouterFlows,
-    message::FlowMod,
+    message::{FlowMod, PortCounters},
     untranslated::Untranslated,
 };
 use crate::{
     dataplane::{
-        Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, NeighbourSink,
-        OffLoopJob, PortAttacher, PortAttachment,
+        Datapath, DatapathError, DropFollower, DropTap, InterfaceCounters, InterfaceReading,
+        NeighbourSink, OffLoopJob, PortAttacher, PortAttachment,
     },
     pipeline::ir::{IrDiff, IrEntry},
 };
@@ -71,6 +71,10 @@ enum Request {
     Count {
         cookie: u64,
         done: mpsc::Sender<Result<u64, String>>,
+    },
+    /// Every port's counts.
+    Ports {
+        done: mpsc::Sender<Result<Vec<PortCounters>, String>>,
     },
 }
 
@@ -119,6 +123,8 @@ pub struct OpenFlowDatapath {
     /// not on br-int yet: added again at each retry (a busy switch can take seconds to give a
     /// port its number), pending writes meanwhile.
     unattached_providers: Vec<(String, String)>,
+    /// Provider network → its NIC, once on br-int.
+    providers: HashMap<String, String>,
     unattached_ports: Vec<(String, String)>,
     /// The agent as br-int's controller: the answers OVN makes in userspace.
     controller: Controller,
@@ -169,6 +175,7 @@ impl OpenFlowDatapath {
             adopted,
             holding: adopted,
             unattached_providers: Vec::new(),
+            providers: HashMap::new(),
             unattached_ports: Vec::new(),
             controller: Controller::start(config.management_socket.clone(), l3.adverts())?,
             l3,
@@ -297,6 +304,18 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Request>, lost: &
                 }
                 let _ = done.send(result.map_err(|error| error.to_string()));
             }
+            Request::Ports { done } => {
+                let result = opened.and_then(|()| match connection.as_mut() {
+                    Some(open) => runtime.block_on(open.port_counters()),
+                    None => Ok(Vec::new()),
+                });
+                if let Err(error) = &result {
+                    tracing::warn!(%error, socket = %socket.display(), "OpenFlow port stats failed");
+                    connection = None;
+                    lost.store(true, Ordering::Relaxed);
+                }
+                let _ = done.send(result.map_err(|error| error.to_string()));
+            }
             Request::Count { cookie, done } => {
                 let result = opened.and_then(|()| match connection.as_mut() {
                     Some(open) => runtime.block_on(open.count_packets(cookie)),
@@ -387,6 +406,7 @@ impl OpenFlowDatapath {
             match ofport {
                 Ok(ofport) => {
                     self.l2.set_provider(network, ofport);
+                    self.providers.insert(network.clone(), nic.clone());
                     false
                 }
                 Err(error) => {
@@ -562,8 +582,45 @@ impl Datapath for OpenFlowDatapath {
         self.untranslated.counts()
     }
 
+    /// What the switch counted on each port the flows use (pods' interfaces, provider NICs,
+    /// tunnels): what it took in from the port as received, what it sent out of it as
+    /// delivered. The switch does not tell which drops came in by which port (br-int's drops
+    /// are counted by reason), so `dropped` stays 0, as do the eBPF counters' IPv4/other/
+    /// malformed split.
     fn interface_counters(&self) -> Result<Vec<InterfaceReading>, DatapathError> {
-        Ok(Vec::new())
+        let (done, answer) = mpsc::channel();
+        self.writes
+            .send(Request::Ports { done })
+            .map_err(|_| DatapathError::new("the OpenFlow session thread is gone"))?;
+        let counted: HashMap<u32, PortCounters> = answer
+            .recv_timeout(COUNT_TIMEOUT)
+            .map_err(|_| DatapathError::new("the OpenFlow session did not answer the port stats"))?
+            .map_err(DatapathError::new)?
+            .into_iter()
+            .map(|counters| (counters.port, counters))
+            .collect();
+        let mut report: Vec<InterfaceReading> = self
+            .l2
+            .ofports()
+            .filter_map(|(ofport, role)| {
+                let (interface, port) = match role {
+                    PortUse::Pod(port) => (self.plugged.get(port)?, Some(port.to_string())),
+                    PortUse::Provider(network) => (self.providers.get(network)?, None),
+                    PortUse::Tunnel(chassis) => (&self.tunnels.get(chassis)?.1, None),
+                };
+                let counted = counted.get(&ofport)?;
+                let counters = InterfaceCounters {
+                    packets: counted.rx_packets,
+                    bytes: counted.rx_bytes,
+                    delivered_packets: counted.tx_packets,
+                    delivered_bytes: counted.tx_bytes,
+                    ..InterfaceCounters::default()
+                };
+                Some((interface.clone(), port, counters))
+            })
+            .collect();
+        report.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(report)
     }
 
     fn attacher(&self) -> Arc<dyn PortAttacher> {

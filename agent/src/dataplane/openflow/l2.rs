@@ -145,6 +145,17 @@ pub struct L2Flows {
     unknown: HashMap<u32, String>,
 }
 
+/// What an OpenFlow port of br-int is to the flows ([`L2Flows::ofports`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortUse<'a> {
+    /// A plugged logical port's interface.
+    Pod(&'a str),
+    /// The NIC of a provider network.
+    Provider(&'a str),
+    /// The Geneve tunnel to a chassis.
+    Tunnel(&'a str),
+}
+
 /// A switch's localnet port whose network is mapped here.
 struct Localnet {
     key: u32,
@@ -389,6 +400,16 @@ impl L2Flows {
             ofport: *self.providers.get(network)?,
             tag: tag.filter(|tag| *tag != 0),
         })
+    }
+
+    /// Every OpenFlow port the flows use, and what it is.
+    pub fn ofports(&self) -> impl Iterator<Item = (u32, PortUse<'_>)> {
+        let pods = (self.plugged.iter()).map(|(port, ofport)| (*ofport, PortUse::Pod(port)));
+        let providers =
+            (self.providers.iter()).map(|(network, ofport)| (*ofport, PortUse::Provider(network)));
+        let tunnels =
+            (self.tunnels.iter()).map(|(chassis, ofport)| (*ofport, PortUse::Tunnel(chassis)));
+        pods.chain(providers).chain(tunnels)
     }
 
     /// Logical port `port` is plugged here as OpenFlow port `ofport`.

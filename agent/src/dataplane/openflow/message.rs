@@ -46,6 +46,11 @@ pub const OWNER_MASK: u64 = 0xffff_ffff;
 
 /// `OFPMP_AGGREGATE_STATS`: the packets of the flows a request selects, summed.
 const MULTIPART_AGGREGATE: u16 = 2;
+/// `OFPMP_PORT_STATS`: each port's packet and byte counts.
+const MULTIPART_PORT_STATS: u16 = 4;
+/// An `ofp_port_stats` entry's fixed part (length, port, duration, eight counters); properties
+/// may follow.
+const PORT_STATS_LEN: usize = 80;
 /// OXS (OpenFlow 1.5's statistics TLVs): the basic class and its packet count.
 const OXS_BASIC: u16 = 0x8002;
 const OXS_PACKET_COUNT: u8 = 4;
@@ -104,6 +109,18 @@ pub fn flow_stats_request(xid: u32, cookie: u64, mask: u64) -> Vec<u8> {
 #[must_use]
 pub fn aggregate_stats_request(xid: u32, cookie: u64, mask: u64) -> Vec<u8> {
     stats_request(xid, MULTIPART_AGGREGATE, cookie, mask)
+}
+
+/// A port stats request (`OFPMP_PORT_STATS`) for every port (`OFPP_ANY`).
+#[must_use]
+pub fn port_stats_request(xid: u32) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(MULTIPART_PORT_STATS.to_be_bytes());
+    body.extend(0_u16.to_be_bytes());
+    body.extend([0; 4]);
+    body.extend(ANY.to_be_bytes());
+    body.extend([0; 4]);
+    message(MULTIPART_REQUEST, xid, &body)
 }
 
 /// A multipart request of `kind` with a flow stats request's body.
@@ -407,6 +424,11 @@ pub enum Incoming {
         flows: usize,
         more: bool,
     },
+    /// A part of a port stats reply: each port's counts, and whether more parts follow.
+    PortStats {
+        ports: Vec<PortCounters>,
+        more: bool,
+    },
     /// The switch's Geneve option map (`NXT_TLV_TABLE_REPLY`).
     TlvTable {
         mappings: Vec<TlvMapping>,
@@ -417,6 +439,17 @@ pub enum Incoming {
     Other {
         kind: u8,
     },
+}
+
+/// One port's counts in a port stats reply, as the switch sees them: `rx` what it took in from
+/// the port, `tx` what it sent out of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    pub port: u32,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
 }
 
 /// Why a message could not be read.
@@ -499,6 +532,40 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, DecodeError> {
             }
             Incoming::FlowStats {
                 flows,
+                more: u16_at(2)? & MULTIPART_MORE != 0,
+            }
+        }
+        MULTIPART_REPLY if u16_at(0)? == MULTIPART_PORT_STATS => {
+            // Type, flags, 4 bytes of padding, then `ofp_port_stats` entries, each led by its
+            // length: port, duration, then rx/tx packets and rx/tx bytes (and more counters and
+            // properties, not read).
+            let mut entries = body.get(8..).unwrap_or_default();
+            let mut ports = Vec::new();
+            while let Some(length) = entries.get(..2) {
+                let length = usize::from(u16::from_be_bytes([length[0], length[1]]));
+                if length < PORT_STATS_LEN || length > entries.len() {
+                    return Err(truncated());
+                }
+                let u32_in = |at: usize| {
+                    u32::from_be_bytes([
+                        entries[at],
+                        entries[at + 1],
+                        entries[at + 2],
+                        entries[at + 3],
+                    ])
+                };
+                let u64_in = |at: usize| (u64::from(u32_in(at)) << 32) | u64::from(u32_in(at + 4));
+                ports.push(PortCounters {
+                    port: u32_in(4),
+                    rx_packets: u64_in(16),
+                    tx_packets: u64_in(24),
+                    rx_bytes: u64_in(32),
+                    tx_bytes: u64_in(40),
+                });
+                entries = &entries[length..];
+            }
+            Incoming::PortStats {
+                ports,
                 more: u16_at(2)? & MULTIPART_MORE != 0,
             }
         }
@@ -731,6 +798,43 @@ mod tests {
         assert_eq!(
             decode(&aggregate),
             Ok(Incoming::AggregateStats { packets: 1234 })
+        );
+        // A port stats reply: port 3's entry (80 bytes, then an 8-byte property, which is
+        // skipped) with rx 5 packets / 700 bytes and tx 6 / 800, no more parts; an entry
+        // shorter than the fixed part is refused.
+        let mut ports = vec![6, 19, 0, 104, 0, 0, 0, 6, 0, 4, 0, 0, 0, 0, 0, 0];
+        ports.extend([0, 88, 0, 0, 0, 0, 0, 3]);
+        ports.extend([0; 8]);
+        for count in [5_u64, 6, 700, 800] {
+            ports.extend(count.to_be_bytes());
+        }
+        ports.extend([0; 32]);
+        ports.extend([0, 0, 0, 8, 0, 0, 0, 0]);
+        assert_eq!(ports.len(), 104);
+        assert_eq!(
+            decode(&ports),
+            Ok(Incoming::PortStats {
+                ports: vec![PortCounters {
+                    port: 3,
+                    rx_packets: 5,
+                    tx_packets: 6,
+                    rx_bytes: 700,
+                    tx_bytes: 800,
+                }],
+                more: false
+            })
+        );
+        ports[16..18].copy_from_slice(&[0, 72]);
+        assert!(matches!(
+            decode(&ports),
+            Err(DecodeError::Truncated { kind: 19, .. })
+        ));
+        assert_eq!(
+            port_stats_request(7),
+            [
+                6, 18, 0, 24, 0, 0, 0, 7, 0, 4, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0,
+                0
+            ]
         );
         assert_eq!(decode(&[6, 1]), Err(DecodeError::Short(2)));
         assert!(matches!(
