@@ -124,11 +124,22 @@ fn run(
         return;
     };
     runtime.block_on(async {
+        // Whether the last attempt failed before its session was up: a switch that stays away
+        // is warned of once, not at every attempt.
+        let mut failing = false;
         loop {
+            let mut up = false;
             tokio::select! {
-                result = serve(socket, counters, sink, adverts) => {
+                result = serve(socket, counters, sink, adverts, &mut up) => {
                     if let Err(error) = result {
-                        tracing::warn!(%error, socket = %socket.display(), "the OpenFlow controller session was lost; opened again");
+                        if up {
+                            tracing::warn!(%error, socket = %socket.display(), "the OpenFlow controller session was lost; opened again");
+                        } else if !failing {
+                            tracing::warn!(%error, socket = %socket.display(), "the OpenFlow controller session cannot be opened; tried again every second");
+                        } else {
+                            tracing::debug!(%error, socket = %socket.display(), "the OpenFlow controller session cannot be opened");
+                        }
+                        failing = !up;
                     }
                 }
                 _ = &mut stop => return,
@@ -141,15 +152,17 @@ fn run(
     });
 }
 
-/// One session: packet-ins asked for, each answered, until the session fails.
+/// One session: packet-ins asked for (`up` set then), each answered, until the session fails.
 async fn serve(
     socket: &std::path::Path,
     counters: &Counters,
     sink: &Mutex<Option<NeighbourSink>>,
     adverts: &RwLock<Adverts>,
+    up: &mut bool,
 ) -> Result<(), OpenFlowError> {
     let mut connection = Connection::connect(socket).await?;
     connection.receive_packet_ins().await?;
+    *up = true;
     tracing::info!(socket = %socket.display(), "answering br-int's packet-ins");
     let mut second = Instant::now();
     let mut handled = 0_u32;
