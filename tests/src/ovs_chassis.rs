@@ -441,6 +441,14 @@ impl OvsSwitch {
         self.daemons.iter().map(Child::pid).collect()
     }
 
+    /// The PID of daemon `program` (`ovs-vswitchd`, `ovn-controller`, …), if it runs.
+    #[must_use]
+    pub fn daemon_pid(&self, program: &str) -> Option<u32> {
+        (self.daemons.iter())
+            .find(|daemon| daemon.name() == program)
+            .map(Child::pid)
+    }
+
     /// The ends of the daemons' logs, for assertion messages.
     #[must_use]
     pub fn log_tails(&self) -> String {

@@ -1,6 +1,6 @@
-//! `bench scale [--pods 1000,10000] [--agent PATH]`: the agent (the release build, or the binary
-//! at PATH, e.g. another commit's, to compare two builds) as one chassis of a large Southbound (a real OVN
-//! central with `bench sb`'s topology), from its start until it has compiled its first view:
+//! `bench scale [--pods 1000,10000] [--agent PATH] [--local-ports 50]`: the agent (the release
+//! build, or the binary at PATH, e.g. another commit's, to compare two builds) as one chassis
+//! of a large Southbound (a real OVN central with `bench sb`'s topology), from its start until it has compiled its first view:
 //! wall time, peak RSS and the RSS it settles at (from the agent's `/proc/<pid>/status`), next to
 //! the baseline in the same run, `ovsdb-client dump` of the same Southbound (what the server
 //! takes to hand the tables over, and what a bare client holds of them). The agent follows the
@@ -8,8 +8,18 @@
 //! `--uplink`: it compiles, it writes no kernel map), so this is the control plane's cost. The
 //! agent has compiled its first view when its metrics first say `ovnbpf_southbound_synced 1`:
 //! the daemon loop answers a scrape only between two events, after the snapshot's compile.
-//! Not yet (issue 26): a real ovn-controller beside it, a share of local ports bound here, the
-//! datapath's programming, one change's end-to-end latency.
+//!
+//! Beside them in the same run, interleaved (dump, agent, ovn-controller, twice): a real
+//! ovn-controller with Open vSwitch (userspace datapath, in a namespace of its own, as the lab's
+//! chassis run), also `ovn-monitor-all`, with `--local-ports` of the pods bound to it (internal
+//! ports with their `iface-id`): from its start until it has acknowledged the Southbound's
+//! `nb_cfg` (ovn-controller writes `Chassis_Private.nb_cfg` once the flows of that configuration
+//! are installed) and every local port is `ovn-installed`; its peak RSS is ovn-controller's and
+//! ovs-vswitchd's together. The two are not the same work: the agent compiles every datapath
+//! and programs nothing, ovn-controller translates the flows of its local ports' datapaths and
+//! installs them; the table says so.
+//! Not yet (issue 26): a share of local ports bound to the agent, the datapath's programming,
+//! one change's end-to-end latency.
 
 use std::{
     io::{Read, Write},
@@ -19,7 +29,13 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use ovnbpf_tests::ovn::{Db, OvnLab};
+use ovnbpf_tests::{
+    kubeovn::pod_port_name,
+    names::unique_prefix,
+    netns::Netns,
+    ovn::{Db, OvnLab},
+    ovs_chassis::OvsSwitch,
+};
 use serde_json::{Value, json};
 
 use super::{
@@ -128,8 +144,116 @@ fn run_agent(agent: &std::path::Path, remote: &str) -> Result<AgentRun> {
     result
 }
 
+/// Starts a real ovn-controller (and Open vSwitch under it, in a namespace of its own) as
+/// chassis `bench-ovn` of `lab` with the first `local` pods bound to it, waits until it has
+/// acknowledged the Southbound's current `nb_cfg` and set every local port `ovn-installed`,
+/// reads the memory of ovn-controller and ovs-vswitchd, and stops them (by PID, on drop).
+fn run_ovn_controller(lab: &OvnLab, local: u32) -> Result<AgentRun> {
+    let netns = Netns::create(&format!("{}-ovn", unique_prefix()))?;
+    let mut switch = OvsSwitch::start(&netns)?;
+    // The local ports first (internal ports, bound by their iface-id), in one transaction.
+    let mut ports = Vec::new();
+    for index in 0..local {
+        let name = format!("lp{index}");
+        let binding = pod_port_name(&format!("pod-{index}"), "bench");
+        ports.extend([
+            "--".to_string(),
+            "add-port".into(),
+            "br-int".into(),
+            name.clone(),
+            "--".into(),
+            "set".into(),
+            "interface".into(),
+            name,
+            "type=internal".into(),
+            format!("external_ids:iface-id={binding}"),
+        ]);
+    }
+    if !ports.is_empty() {
+        let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
+        switch.vsctl(&ports)?;
+    }
+    // A configuration to acknowledge: northd copies NB_Global's nb_cfg to SB_Global.
+    lab.nbctl(&["--wait=sb", "sync"])?;
+    let target: u64 = lab
+        .sbctl(&["--bare", "--columns=nb_cfg", "list", "SB_Global"])?
+        .trim()
+        .parse()
+        .context("SB_Global's nb_cfg")?;
+    switch.vsctl(&[
+        "set",
+        "open",
+        ".",
+        "external_ids:system-id=bench-ovn",
+        "external_ids:hostname=bench-ovn",
+        &format!(
+            "external_ids:ovn-remote={}",
+            lab.unix_remote(Db::Southbound)
+        ),
+        "external_ids:ovn-encap-type=geneve",
+        "external_ids:ovn-encap-ip=192.0.2.11",
+        "external_ids:ovn-bridge-datapath-type=netdev",
+        "external_ids:ovn-monitor-all=true",
+    ])?;
+    let started = Instant::now();
+    switch.spawn("ovn-controller", &[switch.db_remote()])?;
+    let acknowledged = || {
+        lab.sbctl(&[
+            "--bare",
+            "--columns=nb_cfg",
+            "find",
+            "Chassis_Private",
+            "name=bench-ovn",
+        ])
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .is_some_and(|cfg| cfg >= target)
+    };
+    let installed = || {
+        switch
+            .vsctl(&[
+                "--bare",
+                "--columns=name",
+                "find",
+                "interface",
+                "external_ids:ovn-installed=\"true\"",
+            ])
+            .map(|text| text.split_whitespace().count())
+            .unwrap_or(0)
+    };
+    loop {
+        if acknowledged() && installed() >= local as usize {
+            break;
+        }
+        if started.elapsed() > SYNC_LIMIT {
+            bail!(
+                "ovn-controller did not program within {SYNC_LIMIT:?}{}",
+                switch.log_tails()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let synced = started.elapsed();
+    std::thread::sleep(SETTLE);
+    let (mut peak_kib, mut settled_kib) = (0, 0);
+    for program in ["ovn-controller", "ovs-vswitchd"] {
+        let pid = switch
+            .daemon_pid(program)
+            .with_context(|| format!("{program} is not running"))?;
+        let (peak, settled) = memory_kib(pid)?;
+        peak_kib += peak;
+        settled_kib += settled;
+    }
+    Ok(AgentRun {
+        synced,
+        peak_kib,
+        settled_kib,
+    })
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let sizes = sizes(args)?;
+    let local: u32 = option(args, "--local-ports").unwrap_or("50").parse()?;
     let agent = match option(args, "--agent") {
         Some(path) => std::path::PathBuf::from(path),
         None => {
@@ -144,14 +268,16 @@ pub fn run(args: &[String]) -> Result<()> {
         let lab = OvnLab::start()?;
         populate(&lab, pods)?;
         let remote = lab.unix_remote(Db::Southbound);
-        // Interleaved: dump, agent, dump, agent.
+        // Interleaved: dump, agent, ovn-controller, twice.
         let (mut dump_ms, mut dump_rss, mut runs) = (Vec::new(), 0, Vec::new());
+        let mut ovn_runs = Vec::new();
         for _ in 0..2 {
             let dump =
                 measure(Command::new("ovsdb-client").args(["dump", &remote, "OVN_Southbound"]))?;
             dump_ms.push(dump.wall.as_secs_f64() * 1000.0);
             dump_rss = dump_rss.max(dump.max_rss_kib);
             runs.push(run_agent(&agent, &remote)?);
+            ovn_runs.push(run_ovn_controller(&lab, local.min(pods))?);
         }
         let synced_ms = median(
             runs.iter()
@@ -160,11 +286,21 @@ pub fn run(args: &[String]) -> Result<()> {
         );
         let peak = runs.iter().map(|r| r.peak_kib).max().unwrap_or(0);
         let settled = runs.iter().map(|r| r.settled_kib).max().unwrap_or(0);
+        let ovn_ms: Vec<f64> = (ovn_runs.iter())
+            .map(|r| r.synced.as_secs_f64() * 1000.0)
+            .collect();
+        let ovn_peak = ovn_runs.iter().map(|r| r.peak_kib).max().unwrap_or(0);
+        let ovn_settled = ovn_runs.iter().map(|r| r.settled_kib).max().unwrap_or(0);
         results.push(json!({
             "pods": pods,
             "baseline_dump_ms": median(dump_ms), "baseline_dump_max_rss_kib": dump_rss,
             "agent_synced_ms": synced_ms, "agent_peak_rss_kib": peak,
             "agent_settled_rss_kib": settled,
+            "ovn_controller_local_ports": local.min(pods),
+            "ovn_controller_programmed_ms": median(ovn_ms.clone()),
+            "ovn_controller_programmed_ms_runs": ovn_ms,
+            "ovn_controller_vswitchd_peak_rss_kib": ovn_peak,
+            "ovn_controller_vswitchd_settled_rss_kib": ovn_settled,
         }));
     }
     print_table(&results);
@@ -172,6 +308,34 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 fn print_table(results: &[Value]) {
+    print_agent_table(results);
+    println!();
+    println!(
+        "real ovn-controller + ovs-vswitchd (userspace datapath), ovn-monitor-all, with local ports bound: start → nb_cfg acknowledged and every local port ovn-installed; the agent: start → first view compiled, every datapath, no datapath programmed"
+    );
+    println!(
+        "| pods | local ports | ovn-controller programmed ms | agent compiled ms | agent / ovn | ovn-controller + vswitchd peak RSS MiB | agent peak RSS MiB | agent / ovn | settled MiB, ovn / agent |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.2} | {:.1} / {:.1} |",
+            r["pods"],
+            r["ovn_controller_local_ports"],
+            f("ovn_controller_programmed_ms"),
+            f("agent_synced_ms"),
+            f("agent_synced_ms") / f("ovn_controller_programmed_ms"),
+            f("ovn_controller_vswitchd_peak_rss_kib") / 1024.0,
+            f("agent_peak_rss_kib") / 1024.0,
+            f("agent_peak_rss_kib") / f("ovn_controller_vswitchd_peak_rss_kib"),
+            f("ovn_controller_vswitchd_settled_rss_kib") / 1024.0,
+            f("agent_settled_rss_kib") / 1024.0,
+        );
+    }
+}
+
+fn print_agent_table(results: &[Value]) {
     println!();
     println!(
         "| pods | dump ms | agent start → compiled ms | × dump | dump peak RSS MiB | agent peak RSS MiB | agent settled RSS MiB | peak / dump |"
