@@ -22,7 +22,7 @@ const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 /// [`OvsSwitch::know_tunnel_peers`]).
 ///
 /// # Errors
-/// When a MAC cannot be read or `ovs-appctl` fails.
+/// As there.
 pub fn introduce_tunnel_peers(nodes: &[Node], switches: &[OvsSwitch]) -> Result<()> {
     for (index, switch) in switches.iter().enumerate() {
         let peers: Vec<&Node> = (nodes.iter().enumerate())
