@@ -10,9 +10,10 @@
 //! understand each other. Only flows of the agent's cookie are on br-int; the metrics name the
 //! datapath (`ovnbpf_dataplane{dataplane="openflow"}`; node2's agent, left to choose with
 //! `--dataplane auto`, runs eBPF, which loads here). A pod deleted is taken out of br-int and
-//! no longer reached, and only its own flows changed. An OpenFlow node, an eBPF node and a real
-//! ovn-controller chassis forward and route for each other; an OpenFlow node routes a VPC and
-//! fences a switch it cannot enforce, and answers what OVN answers in userspace.
+//! no longer reached, and only its own flows changed; added again, the same. An OpenFlow node,
+//! an eBPF node and a real ovn-controller chassis forward and route for each other; an OpenFlow
+//! node routes a VPC and fences a switch it cannot enforce, and answers what OVN answers in
+//! userspace.
 
 use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
@@ -201,19 +202,60 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
         )
         .collect();
     let key = format!("{a3_key:#x}");
-    let own = |flow: &str| {
-        flow.contains(&format!("in_port={a3_ofport},"))
-            || flow.contains(&format!("in_port={a3_ofport} "))
-            || flow.contains(&format!("output:{a3_ofport}"))
+    // a3's flows: by its OpenFlow port (`ofport`) or its logical key.
+    let own = |ofport: &str, flow: &str| {
+        flow.contains(&format!("in_port={ofport},"))
+            || flow.contains(&format!("in_port={ofport} "))
+            || flow.contains(&format!("output:{ofport}"))
             || flow.contains(&format!("reg15={key},"))
     };
     assert!(!changed.is_empty(), "a3's DEL changed no flow");
     assert!(
-        changed.iter().all(|flow| own(flow)),
+        changed.iter().all(|flow| own(&a3_ofport, flow)),
         "a3's DEL (OpenFlow port {a3_ofport}, key {key}) changed other flows: {changed:#?}"
     );
     pods[0].ip(&["neigh", "flush", "dev", "eth0"]).unwrap();
     assert!(!pings(&pods[0], A3), "a1 still reaches a deleted a3");
+    // a3 added again: back on br-int (a new OpenFlow port), reached again, and again only its
+    // own flows changed.
+    let output = runtimes[0]
+        .exec("ADD", &attachments[1], &config(0))
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "ADD a3 again: {output:?}{}",
+        logs()
+    );
+    let readded = switch.vsctl(&["list-ports", "br-int"]).unwrap();
+    let a3_port = readded
+        .lines()
+        .find(|port| !ports.lines().any(|left| left == *port))
+        .unwrap_or_else(|| panic!("a3 not back on br-int: {readded}"));
+    let a3_ofport = switch
+        .vsctl(&["get", "interface", a3_port, "ofport"])
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        wait_until(Duration::from_secs(5), || pings(&pods[0], A3)),
+        "a1 → a3 added again{}",
+        logs()
+    );
+    let flows_readded = our_flows(&switch);
+    let changed: Vec<&String> = flows_after
+        .iter()
+        .filter(|flow| !flows_readded.contains(flow))
+        .chain(
+            flows_readded
+                .iter()
+                .filter(|flow| !flows_after.contains(flow)),
+        )
+        .collect();
+    assert!(!changed.is_empty(), "a3's ADD changed no flow");
+    assert!(
+        changed.iter().all(|flow| own(&a3_ofport, flow)),
+        "a3's ADD (OpenFlow port {a3_ofport}, key {key}) changed other flows: {changed:#?}"
+    );
     for (index, (_, node)) in placement.iter().enumerate() {
         let _ = runtimes[*node].exec("DEL", &attachments[index], &config(*node));
     }
