@@ -534,12 +534,18 @@ fn an_openflow_node_routes_a_vpc_and_fences_a_switch_it_cannot_enforce() {
     let tunnel_delivered = || counter("ovnbpf_interface_delivered_packets_total", "ovn-");
     let before = (received(), delivered(), tunnel_delivered());
     assert!(pings(pod("a1"), B2), "a1 → b2 again{}", logs());
-    let after = (received(), delivered(), tunnel_delivered());
     let grew = |before: Option<u64>, after: Option<u64>| {
         before.zip(after).is_some_and(|(b, a)| a >= b + 3)
     };
+    // A tunnel's counts are Open vSwitch's own, which its revalidators add up from the
+    // datapath's flows (about once a second); a veth's are the kernel's, at once.
+    let mut after = before;
+    let counted = wait_until(Duration::from_secs(5), || {
+        after = (received(), delivered(), tunnel_delivered());
+        grew(before.0, after.0) && grew(before.1, after.1) && grew(before.2, after.2)
+    });
     assert!(
-        grew(before.0, after.0) && grew(before.1, after.1) && grew(before.2, after.2),
+        counted,
         "a1_h's counts (received, delivered) and the tunnel's delivered, before and after 3 \
          echoes: {before:?} {after:?}\n{}",
         metrics(&nodes[0])
