@@ -192,15 +192,7 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
         .map(|(_, ofport)| ofport.trim().to_string())
         .unwrap();
     let flows_after = our_flows(&switch);
-    let changed: Vec<&String> = flows_before
-        .iter()
-        .filter(|flow| !flows_after.contains(flow))
-        .chain(
-            flows_after
-                .iter()
-                .filter(|flow| !flows_before.contains(flow)),
-        )
-        .collect();
+    let changed = changed_flows(&flows_before, &flows_after);
     let key = format!("{a3_key:#x}");
     // a3's flows: by its OpenFlow port (`ofport`) or its logical key.
     let own = |ofport: &str, flow: &str| {
@@ -242,15 +234,7 @@ fn an_openflow_node_forwards_for_its_pods_and_tunnels_to_an_ebpf_node() {
         logs()
     );
     let flows_readded = our_flows(&switch);
-    let changed: Vec<&String> = flows_after
-        .iter()
-        .filter(|flow| !flows_readded.contains(flow))
-        .chain(
-            flows_readded
-                .iter()
-                .filter(|flow| !flows_after.contains(flow)),
-        )
-        .collect();
+    let changed = changed_flows(&flows_after, &flows_readded);
     assert!(!changed.is_empty(), "a3's ADD changed no flow");
     assert!(
         changed.iter().all(|flow| own(&a3_ofport, flow)),
@@ -953,6 +937,13 @@ fn an_openflow_node_answers_what_ovn_answers_in_userspace() {
         );
     }
     agent.stop();
+}
+
+/// The flows only one of `before` and `after` holds (what a change removed or added).
+fn changed_flows<'a>(before: &'a [String], after: &'a [String]) -> Vec<&'a String> {
+    let removed = before.iter().filter(|flow| !after.contains(flow));
+    let added = after.iter().filter(|flow| !before.contains(flow));
+    removed.chain(added).collect()
 }
 
 /// br-int's flows of the agent (their cookie's low 32 bits), as text without their counters,
