@@ -31,6 +31,9 @@ commands:
                          kernel cost of a broadcast to 64 local pods and 32 chassis
   bench cni [--pods N] [--concurrency C]
                          CNI ADD/DEL latency vs building the same NIC with `ip` (same run)
+  bench compare A.json B.json [--within 0.05]
+                         two `bench datapath` reports ratio by ratio: which moved by more
+                         than --within between them
   image [--debug] [--name REF] [--output FILE]
                          ovnbpf's container image as an OCI archive (default
                          target/image/ovnbpf-<version>.oci.tar, localhost/ovnbpf:<version>)

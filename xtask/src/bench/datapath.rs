@@ -52,9 +52,11 @@
 //!   sender's CPU pushes through the path (the whole path runs in its softirq: veths, tc
 //!   programs, Geneve, the receiver's stack) and how many arrive;
 //! - cost per packet: the same flows paced, all flows together, at `--paced-pps` or by default
-//!   at [`PACED_SHARE`] of the slowest path's unpaced rate in the first repetition (so every
-//!   path runs below saturation, and the work per packet outweighs iperf3's pacing), the same
-//!   rate for every path and repetition; the CPU time of the
+//!   at [`PACED_SHARE`] of the slowest path's unpaced rate in the first repetition, rounded down
+//!   to 1, 2 or 5 times a power of ten (so every path runs below saturation, the work per
+//!   packet outweighs iperf3's pacing, and two invocations pace alike), the same rate for every
+//!   path and repetition but Open vSwitch's userspace datapath's ((p), (t): a rate of their
+//!   own, and their costs compared only with each other's); the CPU time of the
 //!   client and the server (iperf3's `getrusage`, exact run time, with the softirq work done in
 //!   their context, which is the whole path; `/proc/stat`'s tick samples miss paced bursts), for
 //!   (p) and (t) also the OVS daemons' (its userspace datapath forwards in their threads), and
@@ -92,7 +94,7 @@ use ovnbpf_tests::{
 };
 use serde_json::{Value, json};
 
-use super::stats::{median, write_json};
+use super::stats::{median, percentile, write_json};
 use crate::{
     args::option,
     cmd,
@@ -158,6 +160,11 @@ impl Metric {
             Metric::EbpfNsPerPacket => "eBPF ns/pkt",
             Metric::ConnectionsPerS => "conn/s",
         }
+    }
+
+    /// Whether it is measured by the paced runs (compared only between paths paced alike).
+    fn is_per_paced_packet(self) -> bool {
+        matches!(self, Metric::CpuNsPerPacket | Metric::EbpfNsPerPacket)
     }
 
     /// The value as printed in the per-path table (packets per second in thousands).
@@ -226,6 +233,10 @@ impl<'f> BenchPath<'f> {
     fn is_ovnbpf(&self) -> bool {
         !matches!(self.letter, 'a' | 'b' | 'o' | 'p' | 't')
     }
+    /// Which paced rate it takes: 1 for Open vSwitch's userspace datapath, 0 for the rest.
+    fn pacing(&self) -> usize {
+        usize::from(matches!(self.letter, 'p' | 't'))
+    }
     /// Whether its connection rate is measured ((j) against (c)).
     fn measures_connections(&self) -> bool {
         matches!(self.letter, 'c' | 'j' | 'l' | 'm')
@@ -268,10 +279,26 @@ const CONNECTION_PORT: u16 = 12_345;
 /// The small-packet flows: payload bytes and number of flows.
 const UDP_PAYLOAD: u32 = 64;
 const UDP_FLOWS: u32 = 4;
-/// The paced rate of the cost-per-packet run, as a share of the slowest path's unpaced rate:
-/// below what every path carries, so the CPU time measured is the cost of the packets, not of
-/// a saturated path.
+/// The paced rate of the cost-per-packet runs, unless `--paced-pps` sets one: this share of
+/// the slowest path's unpaced delivered rate in the first repetition, below what every path
+/// carries (the CPU time measured is then the cost of the packets, not of a saturated path),
+/// rounded down to 1, 2 or 5 times a power of ten ([`round_rate`]), so that two invocations on
+/// one host pace at the same rate although their first repetitions differ by a few per cent. A
+/// slower rate costs more per packet (the CPUs idle and go cold between packets), so costs are
+/// compared only between paths paced at the same rate. Open vSwitch's userspace datapath ((p),
+/// (t)) carries a fraction of what the kernel paths carry, so it is paced on its own
+/// ([`BenchPath::pacing`]).
 const PACED_SHARE: f64 = 0.6;
+
+/// `rate` rounded down to 1, 2 or 5 times a power of ten (at least [`UDP_FLOWS`]).
+fn round_rate(rate: f64) -> u32 {
+    let power = 10f64.powi(rate.max(1.0).log10().floor() as i32);
+    let step = [5.0, 2.0, 1.0]
+        .into_iter()
+        .find(|step| step * power <= rate)
+        .unwrap_or(1.0);
+    ((step * power) as u32).max(UDP_FLOWS)
+}
 
 /// How much each path is measured.
 struct Settings {
@@ -279,7 +306,7 @@ struct Settings {
     runs: u32,
     /// Seconds of each run.
     seconds: u32,
-    /// Packets per second of the paced run, all flows together (`None`: [`PACED_SHARE`]).
+    /// Packets per second of the paced runs, all flows together (`None`: [`PACED_SHARE`]).
     paced_pps: Option<u32>,
 }
 
@@ -353,8 +380,9 @@ fn tcp_throughput(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<f64> {
 }
 
 /// One sockperf ping-pong run: the round trip's p50 and p99 in µs.
-fn request_response(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<(f64, f64)> {
+fn request_response(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<Vec<f64>> {
     let ip = path.target.to_string();
+    let log = tempfile_path("sockperf-rtt");
     let text = pinned(
         path.client,
         &cpus.client,
@@ -371,15 +399,43 @@ fn request_response(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<(f64
             "-m",
             "14",
             "--full-rtt",
+            "--full-log",
+            &log,
         ],
     )?;
-    let percentile = |which: &str| {
-        text.lines()
-            .find(|line| line.contains(&format!("percentile {which} =")))
-            .and_then(|line| line.rsplit('=').next()?.trim().parse::<f64>().ok())
-            .with_context(|| format!("sockperf printed no percentile {which}:\n{text}"))
-    };
-    Ok((percentile("50.000")?, percentile("99.000")?))
+    let logged = std::fs::read_to_string(&log).with_context(|| format!("reading {log}"));
+    let _ = std::fs::remove_file(&log);
+    let round_trips = round_trips(&logged?);
+    anyhow::ensure!(
+        !round_trips.is_empty(),
+        "sockperf logged no round trip:\n{text}"
+    );
+    Ok(round_trips)
+}
+
+/// The round trips (µs, sorted) of a sockperf `--full-log`: after its header, one line per
+/// observation, `index, sent at, received at, round trip`.
+fn round_trips(log: &str) -> Vec<f64> {
+    let mut round_trips: Vec<f64> = log
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+            match fields[..] {
+                [index, _, _, rtt] if index.parse::<u64>().is_ok() => rtt.parse().ok(),
+                _ => None,
+            }
+        })
+        .collect();
+    round_trips.sort_by(f64::total_cmp);
+    round_trips
+}
+
+/// A file name of its own under the temporary directory (the bench runs once per host).
+fn tempfile_path(stem: &str) -> String {
+    std::env::temp_dir()
+        .join(format!("ovnbpf-bench-{stem}-{}", std::process::id()))
+        .display()
+        .to_string()
 }
 
 /// One small-packet run.
@@ -1275,10 +1331,18 @@ impl OvnbpfNodes {
 /// Every path's samples, per metric, one per repetition.
 type Samples = BTreeMap<Metric, Vec<f64>>;
 
+/// What [`measure_interleaved`] measured, per path.
+struct Measured {
+    samples: Vec<Samples>,
+    /// The p50 and p99 of all the path's round trips over every repetition.
+    pooled: Vec<Option<(f64, f64)>>,
+    /// The rate of its paced runs, packets per second.
+    paced_rates: Vec<u32>,
+}
+
 /// Measures every path `runs` times, interleaved: in each repetition, each measure over every
 /// path (starting one path later than the repetition before).
-/// Returns the samples and the paced rate used.
-fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<Samples>, u32)> {
+fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<Measured> {
     let cpus = Cpus::of_host();
     let (runs, seconds) = (settings.runs, settings.seconds.to_string());
     // One set of servers per target (two paths may share one, as (h) and (i)).
@@ -1304,10 +1368,13 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
     std::thread::sleep(std::time::Duration::from_millis(500));
     let kernel = KernelTime::enable()?;
     let mut samples: Vec<Samples> = paths.iter().map(|_| Samples::new()).collect();
+    let mut pooled: Vec<Vec<f64>> = paths.iter().map(|_| Vec::new()).collect();
     let mut record = |index: usize, metric: Metric, value: f64| {
         samples[index].entry(metric).or_default().push(value);
     };
-    let mut paced_pps = settings.paced_pps;
+    // Per pacing group: the rate set, else the slowest delivered rate of the first repetition.
+    let mut paced: [Option<u32>; 2] = [settings.paced_pps; 2];
+    let mut paced_rates = vec![0; paths.len()];
     for repetition in 0..runs as usize {
         println!("== bench datapath: repetition {} of {runs}", repetition + 1);
         let order: Vec<usize> = (0..paths.len())
@@ -1324,21 +1391,26 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
             .iter()
             .filter(|&&i| paths[i].measures_request_response())
         {
-            let (p50, p99) = request_response(&paths[i], &cpus, &seconds)?;
-            record(i, Metric::RrP50, p50);
-            record(i, Metric::RrP99, p99);
+            let round_trips = request_response(&paths[i], &cpus, &seconds)?;
+            record(i, Metric::RrP50, percentile(&round_trips, 50.0));
+            record(i, Metric::RrP99, percentile(&round_trips, 99.0));
+            pooled[i].extend(round_trips);
         }
-        let mut slowest = f64::INFINITY;
+        let mut slowest = [f64::INFINITY; 2];
         for &i in &order {
             let run = udp_flows(&paths[i], &cpus, &seconds, None)?;
             record(i, Metric::UdpSentPps, run.sent_per_s);
             record(i, Metric::UdpDeliveredPps, run.delivered_per_s);
-            slowest = slowest.min(run.delivered_per_s);
+            let group = &mut slowest[paths[i].pacing()];
+            *group = group.min(run.delivered_per_s);
         }
-        let paced =
-            *paced_pps.get_or_insert_with(|| ((slowest * PACED_SHARE) as u32).max(UDP_FLOWS));
+        for (rate, slowest) in paced.iter_mut().zip(slowest) {
+            rate.get_or_insert_with(|| round_rate(slowest * PACED_SHARE));
+        }
         for &i in &order {
-            let (cpu, ebpf) = cost_per_packet(&paths[i], &cpus, (&seconds, paced), &kernel)?;
+            let rate = paced[paths[i].pacing()].unwrap_or(UDP_FLOWS);
+            paced_rates[i] = rate;
+            let (cpu, ebpf) = cost_per_packet(&paths[i], &cpus, (&seconds, rate), &kernel)?;
             record(i, Metric::CpuNsPerPacket, cpu);
             if paths[i].is_ovnbpf() {
                 record(i, Metric::EbpfNsPerPacket, ebpf);
@@ -1353,7 +1425,23 @@ fn measure_interleaved(paths: &[BenchPath], settings: &Settings) -> Result<(Vec<
         }
     }
     drop(servers);
-    Ok((samples, paced_pps.unwrap_or_default()))
+    let pooled = pooled
+        .into_iter()
+        .map(|mut round_trips| {
+            round_trips.sort_by(f64::total_cmp);
+            (!round_trips.is_empty()).then(|| {
+                (
+                    percentile(&round_trips, 50.0),
+                    percentile(&round_trips, 99.0),
+                )
+            })
+        })
+        .collect();
+    Ok(Measured {
+        samples,
+        pooled,
+        paced_rates,
+    })
 }
 
 /// The pairs compared: every ovnbpf path against the raw pair and plain routing, then the
@@ -1405,14 +1493,20 @@ fn spread_json(values: &[f64]) -> Value {
 }
 
 /// Prints the per-path table and the ratio table; returns their JSON.
-fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value> {
+fn report(paths: &[BenchPath], measured: &Measured, letters: &str) -> Vec<Value> {
+    let samples = &measured.samples;
     print!("\n{:<28}", "path (median ±half-range %)");
     for metric in Metric::ALL {
         print!(" {:>16}", metric.heading());
     }
     println!();
     let mut json_results = Vec::new();
-    for (path, samples) in paths.iter().zip(samples) {
+    for (((path, samples), pooled), paced) in paths
+        .iter()
+        .zip(samples)
+        .zip(&measured.pooled)
+        .zip(&measured.paced_rates)
+    {
         print!("{:<28}", path.name);
         let mut medians = serde_json::Map::new();
         for metric in Metric::ALL {
@@ -1430,8 +1524,10 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
             .iter()
             .map(|(metric, values)| (metric.key().to_string(), json!(values)))
             .collect();
+        let pooled = pooled.map(|(p50, p99)| json!({"tcp_rr_p50_us": p50, "tcp_rr_p99_us": p99}));
         json_results.push(json!({"path": path.name, "letter": path.letter.to_string(),
-                                 "samples": per_run, "median": medians}));
+                                 "samples": per_run, "median": medians, "pooled": pooled,
+                                 "paced_packets_per_s": paced}));
     }
     let index = |letter: char| paths.iter().position(|p| p.letter == letter);
     print!("\n{:<8}", "ratio");
@@ -1449,8 +1545,11 @@ fn report(paths: &[BenchPath], samples: &[Samples], letters: &str) -> Vec<Value>
         let label = format!("{x}/{y}");
         print!("{label:<8}");
         let mut metrics = serde_json::Map::new();
+        // Costs per packet are compared only at the same paced rate.
+        let same_rate = measured.paced_rates[over] == measured.paced_rates[under];
         for metric in Metric::COMPARED {
             let values = match (samples[over].get(&metric), samples[under].get(&metric)) {
+                (Some(_), Some(_)) if metric.is_per_paced_packet() && !same_rate => Vec::new(),
                 (Some(over), Some(under)) => ratios(over, under),
                 _ => Vec::new(),
             };
@@ -1609,12 +1708,27 @@ pub fn run(args: &[String]) -> Result<()> {
             seconds,
             paced_pps,
         };
-        let (samples, paced_pps) = measure_interleaved(&paths, &settings)?;
-        println!("\n(paced runs at {paced_pps} packets/s, all flows together)");
+        let measured = measure_interleaved(&paths, &settings)?;
+        let rates: BTreeMap<u32, String> = paths.iter().zip(&measured.paced_rates).fold(
+            BTreeMap::new(),
+            |mut rates, (path, rate)| {
+                rates.entry(*rate).or_default().push(path.letter);
+                rates
+            },
+        );
+        let rates: Vec<String> = rates
+            .iter()
+            .map(|(rate, letters)| format!("{letters} at {rate}"))
+            .collect();
+        println!(
+            "\n(paced runs, packets/s of all flows together: {})",
+            rates.join(", ")
+        );
         json_results.push(json!({"repetitions": runs, "seconds": seconds,
-            "paced_packets_per_s": paced_pps, "udp_payload": UDP_PAYLOAD,
+            "paced_packets_per_s": rates,
+            "udp_payload": UDP_PAYLOAD,
             "udp_flows": UDP_FLOWS}));
-        json_results.extend(report(&paths, &samples, letters));
+        json_results.extend(report(&paths, &measured, letters));
     }
     drop(paths);
     drop((
@@ -1632,4 +1746,31 @@ pub fn run(args: &[String]) -> Result<()> {
         json_results.push(json!({"path": "(g) broadcast", "broadcast": broadcast}));
     }
     write_json("datapath", &json_results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paced_rates_round_down_to_one_two_or_five_times_a_power_of_ten() {
+        assert_eq!(round_rate(23_472.0), 20_000);
+        assert_eq!(round_rate(29_950.0), 20_000);
+        assert_eq!(round_rate(57_000.0), 50_000);
+        assert_eq!(round_rate(150_000.0), 100_000);
+        assert_eq!(round_rate(100_000.0), 100_000);
+        assert_eq!(round_rate(3.0), UDP_FLOWS);
+    }
+
+    #[test]
+    fn round_trips_are_read_from_sockperf_s_full_log_sorted() {
+        let log = "------------------------------\n\
+            test was performed using the following parameters: --mps=600000 --msg-size=14 --full-rtt\n\
+            ------------------------------\n\
+            978, 2.461088687, 2.461125486, 36.799\n\
+            979, 2.461125647, 2.461162085, 16.438\n\
+            980, 2.461162265, 2.461198573, 136.308\n\
+            ------------------------------\n";
+        assert_eq!(round_trips(log), vec![16.438, 36.799, 136.308]);
+    }
 }
