@@ -29,7 +29,7 @@ commands:
                          pod-to-pod TCP throughput and request/response latency across two
                          nodes vs a raw veth and plain kernel routing (same run), and the
                          kernel cost of a broadcast to 64 local pods and 32 chassis
-  bench cni [--pods N] [--concurrency C]
+  bench cni [--pods N] [--concurrency C] [--one-node]
                          CNI ADD/DEL latency vs building the same NIC with `ip` (same run)
   bench compare A.json B.json [--within 0.05]
                          two `bench datapath` reports ratio by ratio: which moved by more

@@ -11,6 +11,12 @@
 //! with the same concurrency: ADD and DEL are each printed as a ratio to it.
 //! Prints p50/p99 and the ratios; JSON in target/bench/cni.json. Goal: ADD p99 under 100 ms, taken
 //! as the issue defines the latency: until the pod answers the ping.
+//!
+//! Pod density (`--one-node`: every pod on node1, e.g. `--pods 250`): what one pod's packets
+//! and the agent's maps cost with the first pod alone on its node and again with all of them,
+//! in the same run: the prober's echoes to the first pod (the kernel time of ovnbpf's programs
+//! per round trip, both nodes' together, and ping's mean round trip) and the BPF map memory
+//! node1's agent holds (the kernel's `memlock` of each map it has open).
 
 use std::{
     net::Ipv4Addr,
@@ -25,6 +31,7 @@ use ovnbpf_tests::{
     bpffs::BpfMount,
     cni_runtime::{PodAttachment, Runtime, plugin_dir},
     icmp::Pinger,
+    kernel_time::KernelTime,
     kubeovn::{Topology, mac_for},
     names::unique_prefix,
     netns::Netns,
@@ -188,6 +195,84 @@ fn baseline_del(node: &Node, count: usize, concurrency: usize) -> Result<Vec<Dur
     })
 }
 
+/// The BPF map memory `pid` holds open: the kernel's `memlock` of each map it has a descriptor
+/// of (each map once), in KiB.
+fn map_memory_kib(pid: u32) -> Result<u64> {
+    let mut maps = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
+        let Ok(info) = std::fs::read_to_string(entry?.path()) else {
+            continue; // closed meanwhile
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|value| value.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) {
+            maps.insert(id, memlock);
+        }
+    }
+    Ok(maps.values().sum::<u64>() / 1024)
+}
+
+/// Echoes the prober sends to measure one pod's packets.
+const COST_ECHOES: u32 = 2_000;
+
+/// One pod's packets: `COST_ECHOES` echoes from `prober` to `ip` every 2 ms; the kernel time of
+/// ovnbpf's programs per round trip (ns) and ping's mean round trip (µs). The programs' time
+/// over as long a quiet period just before is taken off: the other pods' own packets (IPv6
+/// autoconfiguration's solicitations and reports, flooded to every pod of the switch) and the
+/// agents' BFD run the same programs meanwhile.
+fn echo_cost(prober: &Netns, ip: Ipv4Addr, kernel: &KernelTime) -> Result<(f64, f64)> {
+    let quiet_start = kernel.sample()?;
+    let started = std::time::Instant::now();
+    std::thread::sleep(ECHO_PACE * COST_ECHOES);
+    let quiet =
+        kernel.sample()?.since(quiet_start).nanoseconds as f64 / started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
+    let before = kernel.sample()?;
+    let text = prober.exec(
+        "ping",
+        &[
+            "-q",
+            "-c",
+            &COST_ECHOES.to_string(),
+            "-i",
+            "0.002",
+            &ip.to_string(),
+        ],
+    )?;
+    let spent =
+        kernel.sample()?.since(before).nanoseconds as f64 - quiet * started.elapsed().as_secs_f64();
+    // "rtt min/avg/max/mdev = 0.041/0.052/0.311/0.012 ms"
+    let mean_ms: f64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("rtt min/avg/max/mdev = "))
+        .and_then(|values| values.split('/').nth(1)?.parse().ok())
+        .with_context(|| format!("ping printed no round trips:\n{text}"))?;
+    let received: f64 = text
+        .lines()
+        .find_map(|line| line.split(", ").nth(1)?.strip_suffix(" received"))
+        .and_then(|count| count.parse().ok())
+        .with_context(|| format!("ping printed no count:\n{text}"))?;
+    anyhow::ensure!(received > 0.0, "no echo answered:\n{text}");
+    Ok((spent.max(0.0) / received, mean_ms * 1e3))
+}
+
+/// One density sample: one pod's packets and node1's agent's map memory.
+fn density_sample(
+    prober: &Netns,
+    kernel: &KernelTime,
+    agent: &Child,
+    pods_on_node: usize,
+) -> Result<Value> {
+    let (ebpf_ns, rtt_us) = echo_cost(prober, pod_ip(0), kernel)?;
+    Ok(
+        json!({"pods_on_node1": pods_on_node, "ebpf_ns_per_round_trip": ebpf_ns,
+              "ping_mean_us": rtt_us, "agent_map_memory_kib": map_memory_kib(agent.pid())?}),
+    )
+}
+
 fn start_agent(
     lab: &OvnLab,
     node: &Node,
@@ -210,6 +295,8 @@ fn start_agent(
 pub fn run(args: &[String]) -> Result<()> {
     let count: usize = option(args, "--pods").unwrap_or("100").parse()?;
     let concurrency: usize = option(args, "--concurrency").unwrap_or("10").parse()?;
+    let one_node = args.iter().any(|a| a == "--one-node");
+    anyhow::ensure!(count > 0, "--pods takes a number above 0");
     let (agent, plugin) = match (option(args, "--agent"), option(args, "--plugin")) {
         // Absolute: the runtime runs the plugin from a directory of its own.
         (Some(agent), Some(plugin)) => (
@@ -303,10 +390,10 @@ pub fn run(args: &[String]) -> Result<()> {
         bail!("the prober pod could not be added{}", logs.join("\n"));
     }
 
-    println!("== bench cni: ADD {count} pods, {concurrency} at a time, alternating nodes");
+    let node_of = |index: usize| if one_node { 0 } else { index % 2 };
     let answered = Mutex::new(vec![Duration::ZERO; count]);
-    let add = concurrently(count, concurrency, |index| {
-        let node = index % 2;
+    let add_one = |index: usize| {
+        let node = node_of(index);
         // Opened ahead: its own socket, so no other worker reads its replies.
         let pinger = Pinger::open_in(&prober.path())?;
         let start = Instant::now();
@@ -342,14 +429,35 @@ pub fn run(args: &[String]) -> Result<()> {
             );
         }
         Ok(returned)
-    })?;
+    };
+    let kernel = KernelTime::enable()?;
+    println!("== bench cni: ADD the first pod alone, then its packets' cost");
+    let mut add = vec![add_one(0)?];
+    let mut density = vec![density_sample(&prober, &kernel, &agents[0], 1)?];
+    println!(
+        "== bench cni: ADD {} more pods, {concurrency} at a time, {}",
+        count - 1,
+        if one_node {
+            "all on node1"
+        } else {
+            "alternating nodes"
+        }
+    );
+    add.extend(concurrently(count - 1, concurrency, |index| {
+        add_one(index + 1)
+    })?);
+    let on_node1 = (0..count).filter(|&index| node_of(index) == 0).count();
+    // The new pods' own start-up packets (IPv6 autoconfiguration: duplicate address detection,
+    // router solicitations every 4 s, three times) pass before their cost is measured.
+    std::thread::sleep(Duration::from_secs(15));
+    density.push(density_sample(&prober, &kernel, &agents[0], on_node1)?);
     let answered = answered
         .into_inner()
         .map_err(|_| anyhow::anyhow!("a worker panicked"))?;
 
     println!("== bench cni: DEL {count} pods, {concurrency} at a time");
     let del = concurrently(count, concurrency, |index| {
-        let node = index % 2;
+        let node = node_of(index);
         let start = Instant::now();
         let output = runtimes[node].exec("DEL", &attachment(index), &config(node))?;
         if !output.status.success() {
@@ -369,7 +477,34 @@ pub fn run(args: &[String]) -> Result<()> {
     print_phases(&logs);
     drop(agents);
 
-    let results = [
+    println!(
+        "\none pod's packets (the prober's {COST_ECHOES} echoes to pod0) and node1's agent's map memory:"
+    );
+    println!(
+        "{:>14} {:>26} {:>16} {:>20}",
+        "pods on node1", "eBPF ns per round trip", "ping mean µs", "agent maps KiB"
+    );
+    for sample in &density {
+        println!(
+            "{:>14} {:>26.0} {:>16.1} {:>20}",
+            sample["pods_on_node1"],
+            sample["ebpf_ns_per_round_trip"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            sample["ping_mean_us"].as_f64().unwrap_or(f64::NAN),
+            sample["agent_map_memory_kib"]
+        );
+    }
+    let density_ratio = |key: &str| {
+        density[1][key].as_f64().unwrap_or(f64::NAN) / density[0][key].as_f64().unwrap_or(f64::NAN)
+    };
+    println!(
+        "{on_node1} pods / 1 pod: eBPF per round trip {:.2}×, ping {:.2}×, map memory {:.2}×",
+        density_ratio("ebpf_ns_per_round_trip"),
+        density_ratio("ping_mean_us"),
+        density_ratio("agent_map_memory_kib")
+    );
+    let mut results = vec![
         summary("baseline: NIC by ip commands", &base),
         summary("ovnbpf ADD (plugin returns)", &add),
         summary("ovnbpf ADD until the pod answers a ping", &answered),
@@ -419,5 +554,6 @@ pub fn run(args: &[String]) -> Result<()> {
         ratio_to(3, 4, "p50_ms"),
         ratio_to(3, 4, "p99_ms")
     );
+    results.push(json!({"what": "density", "one_node": one_node, "samples": density}));
     write_json("cni", &results).context("writing target/bench/cni.json")
 }
