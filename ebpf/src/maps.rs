@@ -23,6 +23,9 @@ use ovnbpf_common::maps::{
     TunnelConfigMap, TunnelPorts, kind::MapKind, same_name,
 };
 
+/// `BPF_F_NO_PREALLOC`: a hash map's elements are allocated as they are inserted.
+const NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
+
 /// Declares the static `$name` of aya type `$kind` from the [`MapDef`] `$def`: aya's `#[map]`
 /// names the map after the static, and the build fails unless that name and the kind are the
 /// declaration's. `$value` overrides the value type with a kernel-private one of the same size.
@@ -61,6 +64,20 @@ macro_rules! kernel_map {
     (@static $name:ident: RingBuf = $def:ty, $value:ty) => {
         #[map]
         pub(crate) static $name: RingBuf = RingBuf::with_byte_size(<$def as MapDef>::MAX_ENTRIES, 0);
+    };
+    // Hash maps allocate their elements as they are inserted (`BPF_F_NO_PREALLOC`), not all of
+    // `MAX_ENTRIES` at creation: preallocated, the agent's hash maps took ~300 MiB per node
+    // whatever the node ran (`bench cni --one-node`). The kernel's lookups are the same either
+    // way. LRU maps (connection tables) cannot be, and stay preallocated.
+    (@static $name:ident: HashMap = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: HashMap<<$def as MapDef>::Key, $value> =
+            HashMap::with_max_entries(<$def as MapDef>::MAX_ENTRIES, NO_PREALLOC);
+    };
+    (@static $name:ident: PerCpuHashMap = $def:ty, $value:ty) => {
+        #[map]
+        pub(crate) static $name: PerCpuHashMap<<$def as MapDef>::Key, $value> =
+            PerCpuHashMap::with_max_entries(<$def as MapDef>::MAX_ENTRIES, NO_PREALLOC);
     };
     (@static $name:ident: $kind:ident = $def:ty, $value:ty) => {
         #[map]
