@@ -221,8 +221,8 @@ const COST_ECHOES: u32 = 2_000;
 /// One pod's packets: `COST_ECHOES` echoes from `prober` to `ip` every 2 ms; the kernel time of
 /// ovnbpf's programs per round trip (ns) and ping's mean round trip (µs). The programs' time
 /// over as long a quiet period just before is taken off: the other pods' own packets (IPv6
-/// autoconfiguration's solicitations and reports, flooded to every pod of the switch) and the
-/// agents' BFD run the same programs meanwhile.
+/// autoconfiguration's solicitations and reports, flooded to every pod of the switch) run the
+/// same programs meanwhile.
 fn echo_cost(prober: &Netns, ip: Ipv4Addr, kernel: &KernelTime) -> Result<(f64, f64)> {
     let quiet_start = kernel.sample()?;
     let started = std::time::Instant::now();

@@ -379,7 +379,7 @@ fn tcp_throughput(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<f64> {
     Ok(bits / 1e9)
 }
 
-/// One sockperf ping-pong run: the round trip's p50 and p99 in µs.
+/// One sockperf ping-pong run: every round trip it logged, in µs, sorted.
 fn request_response(path: &BenchPath, cpus: &Cpus, seconds: &str) -> Result<Vec<f64>> {
     let ip = path.target.to_string();
     let log = tempfile_path("sockperf-rtt");
