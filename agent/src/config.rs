@@ -47,6 +47,8 @@ pub enum Kind {
     Bool,
     /// Whole seconds, 0 or more.
     Seconds,
+    /// A whole number of things (its range is the flag's, checked by clap).
+    Count,
     /// An MTU: 0 (derived) or 68 to 65535, see [`parse_mtu`].
     Mtu,
     /// OVSDB remotes, `tcp:HOST:PORT`, `ssl:HOST:PORT` or `unix:PATH`, comma-separated.
@@ -101,6 +103,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("unsupported-acl", Kind::Text),
     setting("socket-lb", Kind::Switch),
     setting("bpf-log-level", Kind::Text),
+    setting("connection-table-entries", Kind::Count),
     setting("socket-lb-cgroup", Kind::Path),
     setting("cni-port-wait-s", Kind::Seconds),
     setting("cni-gc-grace-s", Kind::Seconds),
@@ -223,6 +226,10 @@ fn check(kind: Kind, value: &toml::Value) -> Result<Vec<String>, String> {
                 return Err(format!("{seconds} is negative"));
             }
             one(seconds.to_string())
+        }
+        Kind::Count => {
+            let count = value.as_integer().ok_or_else(|| expected("an integer"))?;
+            one(count.to_string())
         }
         Kind::Mtu => {
             let mtu = value.as_integer().ok_or_else(|| expected("an integer"))?;
@@ -426,7 +433,7 @@ pub fn effective(
                 out.push_str(&format!("# {} is not set\n", setting.key));
                 continue;
             }
-            Kind::Switch | Kind::Bool | Kind::Seconds | Kind::Mtu => raw.join(","),
+            Kind::Switch | Kind::Bool | Kind::Seconds | Kind::Count | Kind::Mtu => raw.join(","),
             Kind::List => format!(
                 "[{}]",
                 raw.iter().map(|v| quote(v)).collect::<Vec<_>>().join(", ")
@@ -467,6 +474,7 @@ mod tests {
             probe-interval-s = 0
             local-port = ["a.ns", "b.ns=b_h"]
             metrics-address = "0.0.0.0:10665"
+            connection-table-entries = 65536
         "#;
         let mut got = values(text);
         got.sort();
@@ -475,6 +483,7 @@ mod tests {
             got,
             [
                 ("bridge-mappings", owned(&["physnet1:eth1"])),
+                ("connection-table-entries", owned(&["65536"])),
                 ("encap-csum", owned(&["false"])),
                 ("encap-ip", owned(&["192.0.2.7"])),
                 ("local-port", owned(&["a.ns", "b.ns=b_h"])),
@@ -526,6 +535,11 @@ mod tests {
             ),
             ("local-port = [1]", "local-port", "holds an integer"),
             ("probe-interval-s = 1.5", "probe-interval-s", "not a float"),
+            (
+                "connection-table-entries = \"65536\"",
+                "connection-table-entries",
+                "expected an integer, not a string",
+            ),
         ] {
             let error = parse(text).unwrap_err();
             assert!(

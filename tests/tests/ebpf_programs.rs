@@ -77,6 +77,38 @@ fn hash_maps_are_not_preallocated() {
     );
 }
 
+/// `--connection-table-entries` sizes every connection table the programs are loaded with (the
+/// affinities to half), and nothing else.
+#[test]
+fn connection_tables_take_the_size_asked_for() {
+    use ovnbpf_agent::dataplane::ebpf::{CONNECTION_TABLES, KernelPrograms, kernel_log};
+    ovnbpf_tests::require_root();
+    const ENTRIES: u32 = 4_096;
+    let _programs =
+        KernelPrograms::load_with(None, kernel_log::BpfLogLevel::Off, Some(ENTRIES)).unwrap();
+    // Other tests load programs at the default sizes meanwhile: look for maps of this size.
+    let sized: Vec<(String, u32)> = aya::maps::loaded_maps()
+        .filter_map(Result::ok)
+        .filter_map(|map| Some((map.name_as_str()?.to_string(), map.max_entries())))
+        .filter(|(_, entries)| [ENTRIES, ENTRIES / 2].contains(entries))
+        .collect();
+    for (name, divisor) in CONNECTION_TABLES {
+        // The kernel keeps 15 characters of a name.
+        let kept: String = name.chars().take(15).collect();
+        assert!(
+            sized.contains(&(kept.clone(), ENTRIES / divisor)),
+            "{name} was not created with {} entries: {sized:?}",
+            ENTRIES / divisor
+        );
+    }
+    assert!(
+        !sized
+            .iter()
+            .any(|(name, _)| name == "L2_FIB" || name == "ACL_VERDICTS"),
+        "only the connection tables are sized: {sized:?}"
+    );
+}
+
 /// Each program stays under ovnbpf's verifier budget (a quarter of the kernel's 1M-instruction
 /// limit), so a new feature sees in this suite when a stage must move behind a tail call; and the
 /// stack measured from the object is one the verifier accepts (at most 512 bytes per chain).

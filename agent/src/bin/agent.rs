@@ -225,6 +225,15 @@ struct RunArgs {
     /// default build has no log statements and refuses any level but `off`.
     #[arg(long, env = "OVNBPF_BPF_LOG_LEVEL", value_enum, default_value_t = BpfLogLevel::Off)]
     bpf_log_level: BpfLogLevel,
+    /// Connections each connection table holds (conntrack, SNAT sessions and their reverse,
+    /// load-balanced connections, the socket-level balancer's reverse; affinities half): the
+    /// kernel allocates these tables whole, ~140 MiB at the default. When one is full, a new
+    /// connection evicts the least recently used. Tables pinned by an earlier agent keep their
+    /// size.
+    #[arg(long, env = "OVNBPF_CONNECTION_TABLE_ENTRIES",
+          default_value_t = ovnbpf_common::acl::MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1_024..=16_777_216))]
+    connection_table_entries: u32,
     /// The cgroup v2 directory whose processes the socket-level balancer serves (default: the
     /// cgroup2 mount's root, every process; it acts only for this agent's pods).
     #[arg(long, env = "OVNBPF_SOCKET_LB_CGROUP")]
@@ -521,6 +530,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("--bridge-mappings: {e}"))?,
             acl_fail_open: args.unsupported_acl == UnsupportedAcl::Allow,
             bpf_log_level: args.bpf_log_level,
+            connection_table_entries: args.connection_table_entries,
             socket_lb_cgroup: socket_lb_cgroup(&args)?,
             netns: if args.socket_lb {
                 netns_cookies(&netns_paths)
@@ -818,7 +828,7 @@ async fn shutdown_signal() {
 
 fn verify(log_level: BpfLogLevel) -> anyhow::Result<()> {
     let programs =
-        KernelPrograms::load_with(None, log_level).context("loading the kernel programs")?;
+        KernelPrograms::load_with(None, log_level, None).context("loading the kernel programs")?;
     println!(
         "{:<17} {:>8} {:>14} {:>16}  stack bytes (frames; deepest chain)",
         "program", "prog id", "verified insns", "translated bytes"
@@ -939,5 +949,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("setting `pod-mtu`"), "{error}");
+    }
+
+    #[test]
+    fn connection_tables_are_sized_within_their_range() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "ovnbpf-agent",
+                "run",
+                "--sb-remote",
+                "tcp:192.0.2.1:6642",
+                "--encap-ip",
+                "192.0.2.7",
+            ];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|cli| match cli.command {
+                Command::Run(args) => args.connection_table_entries,
+                _ => unreachable!("run was asked for"),
+            })
+        };
+        assert_eq!(parse(&[]).unwrap(), ovnbpf_common::acl::MAX_CONNECTIONS);
+        assert_eq!(
+            parse(&["--connection-table-entries", "65536"]).unwrap(),
+            65_536
+        );
+        for refused in ["100", "16777217", "many"] {
+            assert!(
+                parse(&["--connection-table-entries", refused]).is_err(),
+                "{refused} was taken"
+            );
+        }
     }
 }

@@ -204,19 +204,34 @@ pub struct KernelPrograms {
     _log: Option<kernel_log::KernelLog>,
 }
 
+/// The connection tables: LRU maps, which the kernel allocates whole when it creates them
+/// (unlike the hash maps, which grow as entries are inserted), so their capacity is a node's
+/// fixed cost: ~140 MiB at the defaults. `--connection-table-entries` sizes them together, each
+/// to the entries given divided by its divisor (affinities are fewer than connections).
+pub const CONNECTION_TABLES: [(&str, u32); 6] = [
+    (map::CONNTRACK, 1),
+    (map::SNAT_SESSIONS, 1),
+    (map::SNAT_REVERSE, 1),
+    (map::LB_CONNECTIONS, 1),
+    (map::SOCK_LB_REVERSE, 1),
+    (map::LB_AFFINITIES, 2),
+];
+
 impl KernelPrograms {
     /// Parses the embedded object and loads every program through the verifier. Fails on the
     /// first program the verifier rejects, with its log, and on programs the agent does not know.
     pub fn load() -> Result<Self, EbpfError> {
-        Self::load_with(None, kernel_log::BpfLogLevel::Off)
+        Self::load_with(None, kernel_log::BpfLogLevel::Off, None)
     }
 
     /// Like [`Self::load`]; with `pins`, every map is taken from its pin when one exists (a
     /// previous agent's state, forwarding on) and created and pinned otherwise. The programs
-    /// log up to `log_level` ([`kernel_log`]).
+    /// log up to `log_level` ([`kernel_log`]). `connection_entries` sizes the
+    /// [`CONNECTION_TABLES`] it creates (a pinned one is adopted as it is).
     pub fn load_with(
         pins: Option<&pins::PinLayout>,
         log_level: kernel_log::BpfLogLevel,
+        connection_entries: Option<u32>,
     ) -> Result<Self, EbpfError> {
         if OBJECT.is_empty() {
             return Err(EbpfError::NoObject);
@@ -236,6 +251,11 @@ impl KernelPrograms {
         };
         for (name, path) in &paths {
             loader.map_pin_path(name, path.as_path());
+        }
+        if let Some(entries) = connection_entries {
+            for (name, divisor) in CONNECTION_TABLES {
+                loader.map_max_entries(name, entries / divisor);
+            }
         }
         let mut ebpf = loader.load(OBJECT).map_err(EbpfError::Parse)?;
         // Every map must be one the agent pins, or a restart would lose its contents; but for

@@ -55,6 +55,9 @@ pub struct NodeDatapathConfig {
     pub netns: HashMap<String, u64>,
     /// Up to which level the kernel programs log (`--bpf-log-level`; off by default).
     pub bpf_log_level: super::kernel_log::BpfLogLevel,
+    /// The capacity of the connection tables it creates (`--connection-table-entries`,
+    /// [`super::CONNECTION_TABLES`]).
+    pub connection_table_entries: u32,
 }
 
 /// Errors starting the node datapath.
@@ -156,7 +159,11 @@ impl NodeDatapath {
             .transpose()?;
         let adopted = pins.as_ref().is_some_and(PinLayout::has_maps);
         ensure_ip_forwarding();
-        let mut programs = KernelPrograms::load_with(pins.as_ref(), config.bpf_log_level)?;
+        let mut programs = KernelPrograms::load_with(
+            pins.as_ref(),
+            config.bpf_log_level,
+            Some(config.connection_table_entries),
+        )?;
         let pod_filters = PodFilters::new(programs.program_fd(Hook::Pod)?);
         let uplink_index = ifindex(&config.uplink)?;
         if config.encap_ip.is_ipv6() {
