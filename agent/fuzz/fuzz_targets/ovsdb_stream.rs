@@ -1,7 +1,8 @@
 //! Fuzzes everything an OVSDB server's bytes reach before they become replica rows: the stream
-//! splitter (with the input cut at a fuzzer-chosen point, as reads would), JSON parsing, and the
-//! replica's decoding of snapshots and updates (update, update2/update3 formats) against a schema
-//! covering every column kind. Nothing may panic, whatever the server sends.
+//! splitter (with the input cut at a fuzzer-chosen point, as reads would), the message's members
+//! and parameters taken apart as their text, and the replica's decoding of snapshots and updates
+//! (update, update2/update3 formats) row by row from that text, against a schema covering every
+//! column kind. Nothing may panic, whatever the server sends.
 #![no_main]
 
 use std::{collections::BTreeMap, sync::Arc};
@@ -9,11 +10,12 @@ use std::{collections::BTreeMap, sync::Arc};
 use libfuzzer_sys::fuzz_target;
 use ovnbpf_agent::ovsdb::{
     framing::Decoder,
+    raw::{RawJson, for_each_member},
     replica::Replica,
     schema::DatabaseSchema,
     session::{MonitorMethod, SessionEvent, UpdateFormat},
 };
-use serde_json::{Value, json};
+use serde_json::{json, value::RawValue};
 
 fn schema() -> Arc<DatabaseSchema> {
     let json = json!({"name": "Fuzz", "version": "1.0.0", "tables": {"T": {"columns": {
@@ -40,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
         method: MonitorMethod::MonitorCondSince,
         schema: schema.clone(),
         monitored,
-        updates: json!({}),
+        updates: json!({}).into(),
         format: UpdateFormat::Update2,
         resumed: false,
     });
@@ -50,10 +52,22 @@ fuzz_target!(|data: &[u8]| {
         loop {
             match decoder.next_message() {
                 Ok(Some(message)) => {
-                    let Ok(value) = serde_json::from_slice::<Value>(&message) else { continue };
-                    let updates = value.get("params").and_then(|p| p.get(2).or_else(|| p.get(1))).cloned();
+                    // As the connection and the session take a message apart: its text kept,
+                    // the updates a part of it.
+                    let Ok(text) = String::from_utf8(message) else { continue };
+                    let message = RawJson::whole(text);
+                    let mut params = None;
+                    let _ = for_each_member(message.text(), |name, value| {
+                        if name == "params" {
+                            params = message.part(value);
+                        }
+                    });
+                    let Some(params) = params else { continue };
+                    let Ok(items) = params.parse::<Vec<&RawValue>>() else { continue };
+                    let Some(updates) = items.get(2).or_else(|| items.get(1)) else { continue };
+                    let Some(updates) = params.part(updates) else { continue };
                     for format in [UpdateFormat::Update2, UpdateFormat::Update1] {
-                        let updates = updates.clone().unwrap_or(Value::Null);
+                        let updates = updates.clone();
                         replica.apply(&SessionEvent::Update { updates, format });
                     }
                 }

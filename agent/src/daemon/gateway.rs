@@ -489,7 +489,7 @@ mod tests {
 
     fn update(sb: &mut Southbound, updates: Value) -> ChangeSet {
         sb.apply(&SessionEvent::Update {
-            updates,
+            updates: updates.into(),
             format: UpdateFormat::Update2,
         })
     }

@@ -73,7 +73,7 @@ fn southbound(port: Value) -> Southbound {
 /// Applies a modification of `pod.ns` and lets `sync` observe it.
 fn modify_port(sb: &mut Southbound, sync: &mut SbSync, local: &HashSet<String>, row: Value) {
     let changes = sb.apply(&SessionEvent::Update {
-        updates: json!({"Port_Binding": {PB: {"modify": row}}}),
+        updates: json!({"Port_Binding": {PB: {"modify": row}}}).into(),
         format: UpdateFormat::Update2,
     });
     sync.observe(sb, &changes, local, Some(uuid(US)));
@@ -300,7 +300,7 @@ fn a_resync_frees_answered_writes_and_compares_every_local_port_again() {
     assert!(node.reconcile(&sb).is_empty(), "held until its update");
     // The snapshot after the reconnection: the server never got the claim.
     let mut changes = sb.apply(&SessionEvent::Update {
-        updates: json!({}),
+        updates: json!({}).into(),
         format: UpdateFormat::Update2,
     });
     changes.resynced = true;
@@ -381,7 +381,7 @@ fn a_port_that_becomes_bound_here_without_being_plugged_here_is_released() {
 /// Applies a modification of `MONITOR` and lets `node` observe it.
 fn modify_monitor(sb: &mut Southbound, node: &mut Node, row: Value) {
     let changes = sb.apply(&SessionEvent::Update {
-        updates: json!({"Service_Monitor": {MONITOR: {"modify": row}}}),
+        updates: json!({"Service_Monitor": {MONITOR: {"modify": row}}}).into(),
         format: UpdateFormat::Update2,
     });
     node.sync.observe(sb, &changes, &node.local, Some(uuid(US)));
@@ -432,7 +432,7 @@ fn a_decided_backend_status_is_written_once_and_written_back_when_changed_under_
 /// Applies a MAC_Binding update (`BINDING`: insert, modify or delete) and lets `node` observe it.
 fn update_binding(sb: &mut Southbound, node: &mut Node, update: Value) {
     let changes = sb.apply(&SessionEvent::Update {
-        updates: json!({"MAC_Binding": {BINDING: update}}),
+        updates: json!({"MAC_Binding": {BINDING: update}}).into(),
         format: UpdateFormat::Update2,
     });
     node.sync.observe(sb, &changes, &node.local, Some(uuid(US)));

@@ -462,7 +462,8 @@ async fn a_port_whose_writes_succeed_on_retry_is_reported_up_by_the_retry() {
     daemon
         .handle(SessionEvent::Update {
             updates: json!({"Port_Binding": {"00000000-0000-0000-0000-0000000000b1":
-                {"modify": {"chassis": ["uuid", us]}}}}),
+                {"modify": {"chassis": ["uuid", us]}}}})
+            .into(),
             format: UpdateFormat::Update2,
         })
         .await;

@@ -23,11 +23,19 @@ use tokio::{
 };
 use tracing::{debug, warn};
 
-use super::{OvsdbError, framing::Decoder, remote::Remote, tls::TlsClient};
+use serde_json::value::RawValue;
+
+use super::{
+    OvsdbError,
+    framing::Decoder,
+    raw::{RawJson, for_each_member},
+    remote::Remote,
+    tls::TlsClient,
+};
 
 /// Who waits for a reply: a caller, or the owner's message stream ([`Incoming::Reply`]).
 enum Waiter {
-    Caller(oneshot::Sender<Result<Value, OvsdbError>>),
+    Caller(oneshot::Sender<Result<RawJson, OvsdbError>>),
     InStream,
 }
 
@@ -49,7 +57,9 @@ pub enum Incoming {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notification {
     pub method: String,
-    pub params: Value,
+    /// As sent: an update's parameters are as large as its rows, so they are decoded where they
+    /// are read (see `raw`).
+    pub params: RawJson,
 }
 
 /// Connection settings.
@@ -95,6 +105,16 @@ impl Caller {
         method: &str,
         params: Value,
     ) -> impl std::future::Future<Output = Result<Value, OvsdbError>> + Send + 'static {
+        let reply = self.send_raw(method, params);
+        async move { decoded(reply.await?) }
+    }
+
+    /// As [`Self::send`], with the reply's result as the server sent it (for large replies).
+    pub fn send_raw(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> impl std::future::Future<Output = Result<RawJson, OvsdbError>> + Send + 'static {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, Waiter::Caller(tx));
@@ -230,6 +250,12 @@ impl Connection {
         self.caller.call(method, params).await
     }
 
+    /// As [`Self::call`], with the reply's result as the server sent it: a monitor's snapshot is
+    /// decoded row by row from its text (see `raw`).
+    pub async fn call_raw(&self, method: &str, params: Value) -> Result<RawJson, OvsdbError> {
+        self.caller.send_raw(method, params).await
+    }
+
     /// A handle for calls from other tasks.
     #[must_use]
     pub fn caller(&self) -> Caller {
@@ -247,6 +273,13 @@ impl Connection {
     pub fn failure(&self) -> Option<String> {
         lock(&self.failure).clone()
     }
+}
+
+/// A reply's result as a [`Value`] (replies other than a snapshot are small).
+fn decoded(result: RawJson) -> Result<Value, OvsdbError> {
+    result
+        .to_value()
+        .map_err(|error| OvsdbError::Protocol(format!("reply result: {error}")))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -335,58 +368,105 @@ fn drain_messages(decoder: &mut Decoder, context: &ReadContext) -> Result<(), St
             Ok(None) => return Ok(()),
             Err(error) => return Err(format!("framing error: {error}")),
         };
-        let message: Value =
-            serde_json::from_slice(&bytes).map_err(|e| format!("invalid JSON: {e}"))?;
-        dispatch(message, context)?;
+        let text = String::from_utf8(bytes).map_err(|e| format!("invalid UTF-8: {e}"))?;
+        dispatch(&RawJson::whole(text), context)?;
     }
 }
 
-fn dispatch(message: Value, context: &ReadContext) -> Result<(), String> {
-    let Value::Object(mut object) = message else {
-        return Err("message is not a JSON object".into());
-    };
-    let id = object.remove("id").unwrap_or(Value::Null);
-    if let Some(method) = object.remove("method") {
-        let Value::String(method) = method else {
-            return Err("method is not a string".into());
-        };
-        let params = object.remove("params").unwrap_or(Value::Null);
-        if id.is_null() {
+/// A JSON-RPC message's members, as their text (the message is not built as a tree: a reply or
+/// an update can hold a whole snapshot).
+#[derive(Default)]
+struct Members<'a> {
+    id: Option<&'a RawValue>,
+    method: Option<&'a RawValue>,
+    params: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
+    details: Option<&'a RawValue>,
+}
+
+impl<'a> Members<'a> {
+    fn of(message: &'a RawJson) -> Result<Self, String> {
+        let mut members = Members::default();
+        for_each_member(message.text(), |name, value| {
+            let slot = match &*name {
+                "id" => &mut members.id,
+                "method" => &mut members.method,
+                "params" => &mut members.params,
+                "result" => &mut members.result,
+                "error" => &mut members.error,
+                "details" => &mut members.details,
+                _ => return,
+            };
+            *slot = Some(value);
+        })
+        .map_err(|e| format!("invalid JSON-RPC message: {e}"))?;
+        Ok(members)
+    }
+}
+
+/// Whether a member is absent or `null`.
+fn is_null(member: Option<&RawValue>) -> bool {
+    member.is_none_or(|value| value.get() == "null")
+}
+
+fn dispatch(message: &RawJson, context: &ReadContext) -> Result<(), String> {
+    let members = Members::of(message)?;
+    if let Some(method) = members.method {
+        let method: String =
+            serde_json::from_str(method.get()).map_err(|_| "method is not a string")?;
+        let params = members
+            .params
+            .and_then(|params| message.part(params))
+            .unwrap_or_else(RawJson::null);
+        let Some(id) = members.id.filter(|id| id.get() != "null") else {
             // A notification for the owner; if it is gone, nobody cares any more.
             let _ = context
                 .notify
                 .send(Incoming::Notification(Notification { method, params }));
             return Ok(());
-        }
+        };
         let reply = if method == "echo" {
-            json!({"id": id, "result": params, "error": null})
+            format!(
+                r#"{{"id":{},"result":{},"error":null}}"#,
+                id.get(),
+                params.text()
+            )
         } else {
             warn!(remote = %context.remote, %method, "server sent an unknown request");
-            json!({"id": id, "result": null, "error": "unknown method"})
+            format!(
+                r#"{{"id":{},"result":null,"error":"unknown method"}}"#,
+                id.get()
+            )
         };
-        let _ = context.outgoing.send(reply.to_string().into_bytes());
+        let _ = context.outgoing.send(reply.into_bytes());
         return Ok(());
     }
-    if !object.contains_key("result") && !object.contains_key("error") {
+    if members.result.is_none() && members.error.is_none() {
         return Err("message is neither a request nor a reply".into());
     }
-    let Some(id) = id.as_u64() else {
+    let Some(id) = members
+        .id
+        .and_then(|id| serde_json::from_str::<u64>(id.get()).ok())
+    else {
         // Replies to our probe (id "echo") and stray ids are not anyone's business.
         return Ok(());
     };
     let Some(waiter) = lock(&context.pending).remove(&id) else {
         return Ok(());
     };
-    let error = object.remove("error").unwrap_or(Value::Null);
-    let result = if error.is_null() {
-        Ok(object.remove("result").unwrap_or(Value::Null))
+    let result = if is_null(members.error) {
+        Ok(members
+            .result
+            .and_then(|result| message.part(result))
+            .unwrap_or_else(RawJson::null))
     } else {
-        let text = error
-            .as_str()
-            .map_or_else(|| error.to_string(), str::to_string);
+        let error = members.error.map_or("null", RawValue::get);
         Err(OvsdbError::Rpc {
-            error: text,
-            details: object.remove("details"),
+            error: serde_json::from_str::<String>(error).unwrap_or_else(|_| error.to_string()),
+            details: members
+                .details
+                .and_then(|details| serde_json::from_str(details.get()).ok()),
         })
     };
     match waiter {
@@ -394,6 +474,7 @@ fn dispatch(message: Value, context: &ReadContext) -> Result<(), String> {
             let _ = sender.send(result);
         }
         Waiter::InStream => {
+            let result = result.and_then(decoded);
             let _ = context.notify.send(Incoming::Reply { id, result });
         }
     }

@@ -1,6 +1,6 @@
 //! OVSDB values (RFC 7047 §5.1): atoms and data (sets and maps) in canonical, sorted form, decoded
-//! from and encoded to the JSON notation with the help of the column type, plus the update2
-//! `modify` diff semantics. Pure data; no I/O.
+//! from (by `datum_decode`) and encoded to the JSON notation with the help of the column type,
+//! plus the update2 `modify` diff semantics. Pure data; no I/O.
 
 use std::cmp::Ordering;
 
@@ -8,7 +8,12 @@ use serde_json::{Value, json};
 use thiserror::Error;
 use uuid::Uuid;
 
-use super::schema::{AtomType, ColumnType};
+use serde::de::DeserializeSeed;
+
+use super::{
+    datum_decode::DatumSeed,
+    schema::{AtomType, ColumnType},
+};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("invalid OVSDB value: {0}")]
@@ -49,23 +54,6 @@ impl Atom {
             AtomType::String => Atom::String(String::new()),
             AtomType::Uuid => Atom::Uuid(Uuid::nil()),
         }
-    }
-
-    /// Decodes an atom of `atom_type` from JSON.
-    pub fn decode(json: &Value, atom_type: AtomType) -> Result<Self, DatumError> {
-        let wrong = || invalid(format!("{json} is not a {atom_type:?}"));
-        Ok(match atom_type {
-            AtomType::Integer => Atom::Integer(json.as_i64().ok_or_else(wrong)?),
-            AtomType::Real => Atom::Real(json.as_f64().ok_or_else(wrong)?),
-            AtomType::Boolean => Atom::Boolean(json.as_bool().ok_or_else(wrong)?),
-            AtomType::String => Atom::String(json.as_str().ok_or_else(wrong)?.to_string()),
-            AtomType::Uuid => match json.as_array().map(Vec::as_slice) {
-                Some([Value::String(tag), Value::String(id)]) if tag == "uuid" => Atom::Uuid(
-                    Uuid::parse_str(id).map_err(|e| invalid(format!("uuid {id:?}: {e}")))?,
-                ),
-                _ => return Err(wrong()),
-            },
-        })
     }
 
     #[must_use]
@@ -159,35 +147,19 @@ impl Datum {
 
     /// Decodes the JSON notation of a value of type `column`.
     pub fn decode(json: &Value, column: &ColumnType) -> Result<Self, DatumError> {
-        if let Some(value_type) = column.value {
-            let pairs = match json.as_array().map(Vec::as_slice) {
-                Some([Value::String(tag), Value::Array(pairs)]) if tag == "map" => pairs,
-                _ => return Err(invalid(format!("{json} is not a map"))),
-            };
-            let mut entries = pairs
-                .iter()
-                .map(|pair| match pair.as_array().map(Vec::as_slice) {
-                    Some([key, value]) => Ok((
-                        Atom::decode(key, column.key)?,
-                        Atom::decode(value, value_type)?,
-                    )),
-                    _ => Err(invalid(format!("{pair} is not a map pair"))),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            entries.dedup_by(|a, b| a.0 == b.0);
-            return Ok(Datum::Map(entries));
-        }
-        let mut atoms = match json.as_array().map(Vec::as_slice) {
-            Some([Value::String(tag), Value::Array(items)]) if tag == "set" => items
-                .iter()
-                .map(|item| Atom::decode(item, column.key))
-                .collect::<Result<Vec<_>, _>>()?,
-            _ => vec![Atom::decode(json, column.key)?],
-        };
-        atoms.sort();
-        atoms.dedup();
-        Ok(Datum::Set(atoms))
+        DatumSeed(column)
+            .deserialize(json)
+            .map_err(|e| invalid(format!("{json}: {e}")))
+    }
+
+    /// Decodes the JSON notation of a value of type `column` from its text, building no JSON
+    /// tree of it.
+    pub fn decode_text(text: &str, column: &ColumnType) -> Result<Self, DatumError> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        DatumSeed(column)
+            .deserialize(&mut deserializer)
+            .and_then(|datum| deserializer.end().map(|()| datum))
+            .map_err(|e| invalid(e.to_string()))
     }
 
     /// The JSON notation (single-element sets as bare atoms, as ovsdb-server writes them).

@@ -4,7 +4,9 @@
 //! across a list of remotes (clustered databases and relays).
 //!
 //! - [`framing`]: the byte stream → JSON messages;
-//! - [`schema`], [`datum`]: schemas, typed values and update2 diff semantics;
+//! - [`raw`]: JSON values kept as the text they came in, decoded where they are read;
+//! - [`schema`], [`datum`]: schemas, typed values and update2 diff semantics (`datum_decode`:
+//!   values from their JSON notation, as text or a tree);
 //! - [`remote`]: `unix:`/`tcp:`/`ssl:` addresses and lists of them;
 //! - [`tls`]: TLS for `ssl:` remotes, as OVS's stream-ssl;
 //! - [`connection`]: one JSON-RPC connection;
@@ -16,8 +18,10 @@
 
 pub mod connection;
 pub mod datum;
+mod datum_decode;
 pub mod framing;
 mod monitor_start;
+pub mod raw;
 pub mod remote;
 pub mod replica;
 pub mod schema;

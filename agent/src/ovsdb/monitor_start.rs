@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use serde_json::{Value, json};
+use serde_json::{Value, json, value::RawValue};
 use tracing::warn;
 
 use super::{
@@ -100,23 +100,17 @@ pub(super) async fn start_monitor(
         .clone()
         .unwrap_or_else(|| ZERO_TXN.to_string());
     let params = json!([database, MONITOR_ID, requests, since]);
-    match connection.call("monitor_cond_since", params).await {
-        Ok(mut reply) => {
-            if !matches!(reply.as_array().map(Vec::len), Some(3)) {
-                return Err(OvsdbError::Protocol(format!(
-                    "monitor_cond_since reply {reply}"
-                )));
-            }
-            // Taken, not cloned: the snapshot is the largest message there is (a second tree of
-            // it was ~100 MiB of peak heap at 10,000 ports).
-            let (found, txn, updates) = match reply.as_array_mut().map(Vec::as_mut_slice) {
-                Some([found, txn, updates]) => (
-                    found.as_bool().unwrap_or(false),
-                    txn.as_str().map(str::to_string),
-                    updates.take(),
-                ),
-                _ => (false, None, Value::Null),
+    match connection.call_raw("monitor_cond_since", params).await {
+        Ok(reply) => {
+            // The reply is [found, last-txn-id, updates]; the updates stay text (the snapshot is
+            // the largest message there is, see `raw`).
+            let malformed = || OvsdbError::Protocol(format!("monitor_cond_since reply {reply:?}"));
+            let Ok([found, txn, updates]) = reply.parse::<[&RawValue; 3]>() else {
+                return Err(malformed());
             };
+            let found = serde_json::from_str::<bool>(found.get()).unwrap_or(false);
+            let txn = serde_json::from_str::<String>(txn.get()).ok();
+            let updates = reply.part(updates).ok_or_else(malformed)?;
             let resumed = found && state.last_txn_id.is_some();
             state.last_txn_id = txn;
             return Ok(SessionEvent::Snapshot {
@@ -134,7 +128,7 @@ pub(super) async fn start_monitor(
     }
     state.last_txn_id = None;
     match connection
-        .call("monitor_cond", json!([database, MONITOR_ID, requests]))
+        .call_raw("monitor_cond", json!([database, MONITOR_ID, requests]))
         .await
     {
         Ok(updates) => {
@@ -153,7 +147,7 @@ pub(super) async fn start_monitor(
     }
     // Plain monitor has no conditions: every row is replicated.
     let updates = connection
-        .call("monitor", json!([database, MONITOR_ID, plain_requests]))
+        .call_raw("monitor", json!([database, MONITOR_ID, plain_requests]))
         .await?;
     Ok(SessionEvent::Snapshot {
         remote,

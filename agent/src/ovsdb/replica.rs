@@ -9,11 +9,12 @@ use std::{
     sync::Arc,
 };
 
-use serde_json::Value;
+use serde_json::{Value, value::RawValue};
 use uuid::Uuid;
 
 use super::{
     datum::{Atom, Datum},
+    raw::{RawJson, for_each_member},
     schema::{ColumnType, DatabaseSchema},
     session::{SessionEvent, UpdateFormat},
 };
@@ -240,7 +241,7 @@ impl Replica {
         &mut self,
         schema: &Arc<DatabaseSchema>,
         monitored: &BTreeMap<String, Vec<String>>,
-        updates: &Value,
+        updates: &RawJson,
         format: UpdateFormat,
     ) -> ChangeSet {
         let mut fresh = Replica {
@@ -297,46 +298,48 @@ impl Replica {
         diff
     }
 
-    /// Applies `<table-updates>` / `<table-updates2>`.
-    fn apply_updates(&mut self, updates: &Value, format: UpdateFormat) -> ChangeSet {
+    /// Applies `<table-updates>` / `<table-updates2>`, row by row from their text: a row's values
+    /// are decoded from it directly, with no JSON tree (see `raw`); only a `modify`'s few
+    /// columns are.
+    fn apply_updates(&mut self, updates: &RawJson, format: UpdateFormat) -> ChangeSet {
         let mut changes = ChangeSet::default();
-        let Some(tables) = updates.as_object() else {
-            if !updates.is_null() {
-                changes
-                    .rejected
-                    .push(format!("table updates are not an object: {updates}"));
-            }
+        if updates.is_null() {
             return changes;
-        };
-        for (table_name, rows) in tables {
-            let Some(table) = self.tables.get_mut(table_name) else {
-                continue;
+        }
+        let tables = &mut self.tables;
+        let walked = for_each_member(updates.text(), |table_name, rows| {
+            let Some(table) = tables.get_mut(&*table_name) else {
+                return;
             };
-            let Some(rows) = rows.as_object() else {
-                changes
-                    .rejected
-                    .push(format!("{table_name}: row updates are not an object"));
-                continue;
-            };
-            for (uuid_text, update) in rows {
-                let Ok(uuid) = Uuid::parse_str(uuid_text) else {
+            let walked = for_each_member(rows.get(), |uuid_text, update| {
+                let Ok(uuid) = Uuid::parse_str(&uuid_text) else {
                     changes
                         .rejected
                         .push(format!("{table_name}: invalid row uuid {uuid_text:?}"));
-                    continue;
+                    return;
                 };
                 let result = match format {
                     UpdateFormat::Update2 => table.apply_update2(uuid, update),
                     UpdateFormat::Update1 => table.apply_update1(uuid, update),
                 };
                 match result {
-                    Ok(Some(change)) => change.record(changes.entry(table_name), uuid),
+                    Ok(Some(change)) => change.record(changes.entry(&table_name), uuid),
                     Ok(None) => {}
                     Err(reason) => changes
                         .rejected
                         .push(format!("{table_name} {uuid}: {reason}")),
                 }
+            });
+            if let Err(error) = walked {
+                changes.rejected.push(format!(
+                    "{table_name}: row updates are not an object: {error}"
+                ));
             }
+        });
+        if let Err(error) = walked {
+            changes.rejected.push(format!(
+                "table updates are not an object: {error}: {updates:?}"
+            ));
         }
         changes.tables.retain(|_, t| !t.is_empty());
         changes
@@ -365,20 +368,25 @@ impl RowChange {
 }
 
 impl Table {
-    /// Decodes a full row (absent columns take their defaults).
-    fn decode_row(&self, columns: &Value) -> Result<Row, String> {
-        let object = columns
-            .as_object()
-            .ok_or_else(|| format!("row is not an object: {columns}"))?;
+    /// Decodes a full row from its text (absent columns take their defaults).
+    fn decode_row(&self, columns: &RawValue) -> Result<Row, String> {
         let mut row = self.layout.default_row();
-        for (column, value) in object {
-            if let Some(position) = self.layout.position(column) {
-                let column_type = &self.layout.columns[position].1;
-                row.values[position] =
-                    Datum::decode(value, column_type).map_err(|e| format!("{column}: {e}"))?;
+        let mut failed = None;
+        for_each_member(columns.get(), |column, value| {
+            let Some(position) = self.layout.position(&column) else {
+                return;
+            };
+            if failed.is_some() {
+                return;
             }
-        }
-        Ok(row)
+            let column_type = &self.layout.columns[position].1;
+            match Datum::decode_text(value.get(), column_type) {
+                Ok(datum) => row.values[position] = datum,
+                Err(error) => failed = Some(format!("{column}: {error}")),
+            }
+        })
+        .map_err(|_| format!("row is not an object: {}", columns.get()))?;
+        failed.map_or(Ok(row), Err)
     }
 
     fn insert(&mut self, uuid: Uuid, row: Row) -> Option<RowChange> {
@@ -389,16 +397,27 @@ impl Table {
         }
     }
 
-    fn apply_update2(&mut self, uuid: Uuid, update: &Value) -> Result<Option<RowChange>, String> {
-        let object = update.as_object().ok_or("row update is not an object")?;
-        let (kind, columns) = object.iter().next().ok_or("empty row update")?;
-        match kind.as_str() {
+    fn apply_update2(
+        &mut self,
+        uuid: Uuid,
+        update: &RawValue,
+    ) -> Result<Option<RowChange>, String> {
+        let mut first = None;
+        for_each_member(update.get(), |kind, columns| {
+            first.get_or_insert((kind, columns));
+        })
+        .map_err(|_| "row update is not an object")?;
+        let (kind, columns) = first.ok_or("empty row update")?;
+        match &*kind {
             "initial" | "insert" => {
                 let row = self.decode_row(columns)?;
                 Ok(self.insert(uuid, row))
             }
             "modify" => {
-                let diffs = columns.as_object().ok_or("modify is not an object")?;
+                // A modification carries only what changed: small, so a tree of it will do.
+                let diffs: Value =
+                    serde_json::from_str(columns.get()).map_err(|e| e.to_string())?;
+                let diffs = diffs.as_object().ok_or("modify is not an object")?;
                 let old = self
                     .rows
                     .get(&uuid)
@@ -440,16 +459,25 @@ impl Table {
         }
     }
 
-    fn apply_update1(&mut self, uuid: Uuid, update: &Value) -> Result<Option<RowChange>, String> {
-        match update.get("new") {
+    fn apply_update1(
+        &mut self,
+        uuid: Uuid,
+        update: &RawValue,
+    ) -> Result<Option<RowChange>, String> {
+        let (mut old, mut new) = (None, None);
+        for_each_member(update.get(), |name, value| match &*name {
+            "old" => old = Some(value),
+            "new" => new = Some(value),
+            _ => {}
+        })
+        .map_err(|_| "row update is not an object")?;
+        match new {
             Some(new) => {
                 // `new` carries every monitored column, so it replaces the row.
                 let row = self.decode_row(new)?;
                 Ok(self.insert(uuid, row))
             }
-            None if update.get("old").is_some() => {
-                Ok(self.rows.remove(&uuid).map(RowChange::Deleted))
-            }
+            None if old.is_some() => Ok(self.rows.remove(&uuid).map(RowChange::Deleted)),
             None => Err("row update has neither old nor new".into()),
         }
     }
@@ -481,7 +509,7 @@ mod tests {
             method: MonitorMethod::MonitorCondSince,
             schema: Arc::new(schema),
             monitored: [("G".to_string(), vec!["name".to_string(), "ports".to_string()])].into(),
-            updates: json!({"G": {ROW: {"initial": {"name": "g", "ports": ["set", [["uuid", A], ["uuid", B]]]}}}}),
+            updates: json!({"G": {ROW: {"initial": {"name": "g", "ports": ["set", [["uuid", A], ["uuid", B]]]}}}}).into(),
             format: UpdateFormat::Update2,
             resumed: false,
         });
@@ -492,7 +520,7 @@ mod tests {
     fn set_diffs_are_reported_as_added_and_removed_elements() {
         let mut replica = replica();
         let changes = replica.apply(&SessionEvent::Update {
-            updates: json!({"G": {ROW: {"modify": {"ports": ["set", [["uuid", B], ["uuid", C]]], "name": "h"}}}}),
+            updates: json!({"G": {ROW: {"modify": {"ports": ["set", [["uuid", B], ["uuid", C]]], "name": "h"}}}}).into(),
             format: UpdateFormat::Update2,
         });
         let table = changes.table("G").unwrap();

@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use serde_json::{Value, json};
+use serde_json::{Value, json, value::RawValue};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -25,6 +25,7 @@ use super::{
     OvsdbError,
     connection::{Caller, Connection, ConnectionOptions, Incoming, Notification},
     monitor_start::{check_cluster_member, check_database_row, start_monitor},
+    raw::RawJson,
     remote::Remote,
     schema::DatabaseSchema,
 };
@@ -103,13 +104,14 @@ pub enum SessionEvent {
         schema: Arc<DatabaseSchema>,
         /// Monitored tables and columns actually requested (those the server's schema has).
         monitored: BTreeMap<String, Vec<String>>,
-        updates: Value,
+        /// `<table-updates>` as the server sent them (the replica decodes them row by row).
+        updates: RawJson,
         format: UpdateFormat,
         resumed: bool,
     },
     /// An incremental update.
     Update {
-        updates: Value,
+        updates: RawJson,
         format: UpdateFormat,
     },
     /// The connection was lost; the session is reconnecting.
@@ -537,43 +539,48 @@ fn handle_notification(
     notification: Notification,
     format: UpdateFormat,
 ) -> Result<Option<SessionEvent>, String> {
-    // Taken apart, not cloned: an update can be as large as the snapshot.
-    let mut params = match notification.params {
-        Value::Array(params) => params,
-        _ => Vec::new(),
+    let method = notification.method.as_str();
+    // The parameters' text, not a tree of it: an update can be as large as the snapshot.
+    let Ok(params) = notification.params.parse::<Vec<&RawValue>>() else {
+        debug!(%method, "ignoring ovsdb notification without a parameter list");
+        return Ok(None);
     };
-    let ours = params.first().and_then(Value::as_str) == Some(MONITOR_ID);
-    match notification.method.as_str() {
+    let monitor = params
+        .first()
+        .and_then(|id| serde_json::from_str::<String>(id.get()).ok());
+    let ours = monitor.as_deref() == Some(MONITOR_ID);
+    let updates_at = |index: usize| {
+        params
+            .get(index)
+            .and_then(|updates| notification.params.part(updates))
+            .ok_or_else(|| format!("malformed {method} with {} params", params.len()))
+    };
+    match method {
         "update3" if ours => {
-            let [_, txn, updates] = params.as_mut_slice() else {
-                return Err(format!("malformed update3 with {} params", params.len()));
-            };
-            if let Some(txn) = txn.as_str() {
-                state.last_txn_id = Some(txn.to_string());
+            let updates = updates_at(2)?;
+            if let Some(txn) = params
+                .get(1)
+                .and_then(|txn| serde_json::from_str::<String>(txn.get()).ok())
+            {
+                state.last_txn_id = Some(txn);
             }
             Ok(Some(SessionEvent::Update {
-                updates: updates.take(),
+                updates,
                 format: UpdateFormat::Update2,
             }))
         }
-        "update2" | "update" if ours => {
-            let [_, updates] = params.as_mut_slice() else {
-                return Err(format!(
-                    "malformed {} with {} params",
-                    notification.method,
-                    params.len()
-                ));
-            };
-            Ok(Some(SessionEvent::Update {
-                updates: updates.take(),
-                format,
-            }))
-        }
+        "update2" | "update" if ours => Ok(Some(SessionEvent::Update {
+            updates: updates_at(1)?,
+            format,
+        })),
         "monitor_canceled" if ours => Err("the server canceled the monitor".into()),
-        "update" if params.first().and_then(Value::as_str) == Some(SERVER_MONITOR_ID) => {
+        "update" if monitor.as_deref() == Some(SERVER_MONITOR_ID) => {
             let database = &state.config.database;
-            let rows = params
+            let updates = params
                 .get(1)
+                .and_then(|updates| serde_json::from_str::<Value>(updates.get()).ok());
+            let rows = updates
+                .as_ref()
                 .and_then(|u| u.get("Database"))
                 .and_then(Value::as_object);
             for row in rows

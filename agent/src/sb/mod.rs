@@ -240,7 +240,8 @@ mod tests {
             updates: json!({
                 "Datapath_Binding": {DP: {"initial": {"tunnel_key": 7}}},
                 "Port_Binding": {PB: {"initial": port}}
-            }),
+            })
+            .into(),
             format: UpdateFormat::Update2,
             resumed: false,
         });
@@ -283,7 +284,7 @@ mod tests {
     fn indexes_follow_modifications_and_deletions() {
         let mut sb = southbound_of_another_version();
         sb.apply(&SessionEvent::Update {
-            updates: json!({"Port_Binding": {PB: {"modify": {"logical_port": "renamed.ns", "tunnel_key": 4}}}}),
+            updates: json!({"Port_Binding": {PB: {"modify": {"logical_port": "renamed.ns", "tunnel_key": 4}}}}).into(),
             format: UpdateFormat::Update2,
         });
         assert!(sb.port_by_name("p1.ns").is_none());
@@ -293,7 +294,7 @@ mod tests {
             Some("renamed.ns".into())
         );
         let changes = sb.apply(&SessionEvent::Update {
-            updates: json!({"Port_Binding": {PB: {"delete": null}}}),
+            updates: json!({"Port_Binding": {PB: {"delete": null}}}).into(),
             format: UpdateFormat::Update2,
         });
         assert_eq!(changes.table("Port_Binding").unwrap().deleted.len(), 1);
@@ -331,7 +332,7 @@ mod tests {
             ["lrp"]
         );
         sb.apply(&SessionEvent::Update {
-            updates: json!({"Port_Binding": {PB: {"modify": {"type": "", "requested_chassis": ["set", []], "chassis": ["uuid", OTHER]}}}}),
+            updates: json!({"Port_Binding": {PB: {"modify": {"type": "", "requested_chassis": ["set", []], "chassis": ["uuid", OTHER]}}}}).into(),
             format: UpdateFormat::Update2,
         });
         assert_eq!(sb.typed_ports_on_datapath(datapath).count(), 0, "a VIF now");
@@ -341,7 +342,7 @@ mod tests {
             ["lrp"]
         );
         sb.apply(&SessionEvent::Update {
-            updates: json!({"Port_Binding": {PB: {"delete": null}}}),
+            updates: json!({"Port_Binding": {PB: {"delete": null}}}).into(),
             format: UpdateFormat::Update2,
         });
         assert_eq!(sb.ports_of_chassis(OTHER.parse().unwrap()).count(), 0);

@@ -29,7 +29,7 @@ pub fn southbound(tables: &Value, updates: Value) -> Southbound {
         method: MonitorMethod::MonitorCondSince,
         schema: Arc::new(schema),
         monitored,
-        updates,
+        updates: updates.into(),
         format: UpdateFormat::Update2,
         resumed: false,
     });

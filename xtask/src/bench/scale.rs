@@ -1,5 +1,6 @@
-//! `bench scale [--pods 1000,10000] [--agent PATH] [--local-ports 50]`: the agent (the release
-//! build, or the binary at PATH, e.g. another commit's, to compare two builds) as one chassis
+//! `bench scale [--pods 1000,10000] [--agent PATH] [--baseline-agent PATH] [--local-ports 50]
+//! [--no-ovn-controller]`: the agent (the release build, or the binary at PATH; with
+//! `--baseline-agent`, another build beside it in the same runs, e.g. another commit's) as one chassis
 //! of a large Southbound (a real OVN central with `bench sb`'s topology), from its start until it has compiled its first view:
 //! wall time, peak RSS and the RSS it settles at (from the agent's `/proc/<pid>/status`), next to
 //! the baseline in the same run, `ovsdb-client dump` of the same Southbound (what the server
@@ -262,53 +263,86 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     };
     println!("== bench scale: agent {}", agent.display());
+    let baseline_agent = option(args, "--baseline-agent").map(std::path::PathBuf::from);
+    if let Some(baseline) = &baseline_agent {
+        println!("== bench scale: baseline agent {}", baseline.display());
+    }
+    let with_ovn_controller = !args.iter().any(|a| a == "--no-ovn-controller");
     let mut results = Vec::new();
     for pods in sizes {
         println!("== bench scale: {pods} pods: building the topology");
         let lab = OvnLab::start()?;
         populate(&lab, pods)?;
         let remote = lab.unix_remote(Db::Southbound);
-        // Interleaved: dump, agent, ovn-controller, twice.
-        let (mut dump_ms, mut dump_rss, mut runs) = (Vec::new(), 0, Vec::new());
-        let mut ovn_runs = Vec::new();
+        // Interleaved: dump, agent, the baseline agent, ovn-controller, twice.
+        let (mut dump_ms, mut dump_rss) = (Vec::new(), 0);
+        let (mut runs, mut baseline_runs, mut ovn_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..2 {
             let dump =
                 measure(Command::new("ovsdb-client").args(["dump", &remote, "OVN_Southbound"]))?;
             dump_ms.push(dump.wall.as_secs_f64() * 1000.0);
             dump_rss = dump_rss.max(dump.max_rss_kib);
             runs.push(run_agent(&agent, &remote)?);
-            ovn_runs.push(run_ovn_controller(&lab, local.min(pods))?);
+            if let Some(baseline) = &baseline_agent {
+                baseline_runs.push(run_agent(baseline, &remote)?);
+            }
+            if with_ovn_controller {
+                ovn_runs.push(run_ovn_controller(&lab, local.min(pods))?);
+            }
         }
-        let synced_ms = median(
-            runs.iter()
-                .map(|r| r.synced.as_secs_f64() * 1000.0)
-                .collect(),
-        );
-        let peak = runs.iter().map(|r| r.peak_kib).max().unwrap_or(0);
-        let settled = runs.iter().map(|r| r.settled_kib).max().unwrap_or(0);
-        let ovn_ms: Vec<f64> = (ovn_runs.iter())
-            .map(|r| r.synced.as_secs_f64() * 1000.0)
-            .collect();
-        let ovn_peak = ovn_runs.iter().map(|r| r.peak_kib).max().unwrap_or(0);
-        let ovn_settled = ovn_runs.iter().map(|r| r.settled_kib).max().unwrap_or(0);
-        results.push(json!({
+        let mut result = json!({
             "pods": pods,
             "baseline_dump_ms": median(dump_ms), "baseline_dump_max_rss_kib": dump_rss,
-            "agent_synced_ms": synced_ms, "agent_peak_rss_kib": peak,
-            "agent_settled_rss_kib": settled,
-            "ovn_controller_local_ports": local.min(pods),
-            "ovn_controller_programmed_ms": median(ovn_ms.clone()),
-            "ovn_controller_programmed_ms_runs": ovn_ms,
-            "ovn_controller_vswitchd_peak_rss_kib": ovn_peak,
-            "ovn_controller_vswitchd_settled_rss_kib": ovn_settled,
-        }));
+        });
+        summarize(&mut result, "agent", &runs);
+        if let Some(baseline) = &baseline_agent {
+            result["baseline_agent_binary"] = json!(baseline.display().to_string());
+            summarize(&mut result, "baseline_agent", &baseline_runs);
+        }
+        if with_ovn_controller {
+            result["ovn_controller_local_ports"] = json!(local.min(pods));
+            let ovn_ms: Vec<f64> = (ovn_runs.iter())
+                .map(|r| r.synced.as_secs_f64() * 1000.0)
+                .collect();
+            result["ovn_controller_programmed_ms"] = json!(median(ovn_ms.clone()));
+            result["ovn_controller_programmed_ms_runs"] = json!(ovn_ms);
+            result["ovn_controller_vswitchd_peak_rss_kib"] =
+                json!(ovn_runs.iter().map(|r| r.peak_kib).max().unwrap_or(0));
+            result["ovn_controller_vswitchd_settled_rss_kib"] =
+                json!(ovn_runs.iter().map(|r| r.settled_kib).max().unwrap_or(0));
+        }
+        results.push(result);
     }
     print_table(&results);
     write_json("scale", &results)
 }
 
+/// `<who>_synced_ms` (median), `<who>_peak_rss_kib` and `<who>_settled_rss_kib` (the largest).
+fn summarize(result: &mut Value, who: &str, runs: &[AgentRun]) {
+    let synced_ms: Vec<f64> = runs
+        .iter()
+        .map(|r| r.synced.as_secs_f64() * 1000.0)
+        .collect();
+    result[format!("{who}_synced_ms")] = json!(median(synced_ms.clone()));
+    result[format!("{who}_synced_ms_runs")] = json!(synced_ms);
+    result[format!("{who}_peak_rss_kib")] = json!(runs.iter().map(|r| r.peak_kib).max());
+    result[format!("{who}_settled_rss_kib")] = json!(runs.iter().map(|r| r.settled_kib).max());
+}
+
 fn print_table(results: &[Value]) {
     print_agent_table(results);
+    if results
+        .iter()
+        .any(|r| r.get("baseline_agent_synced_ms").is_some())
+    {
+        print_baseline_agent_table(results);
+    }
+    if results
+        .iter()
+        .all(|r| r.get("ovn_controller_programmed_ms").is_none())
+    {
+        return;
+    }
     println!();
     println!(
         "real ovn-controller + ovs-vswitchd (userspace datapath), ovn-monitor-all, with local ports bound: start → nb_cfg acknowledged and every local port ovn-installed; the agent: start → first view compiled, every datapath, no datapath programmed"
@@ -331,6 +365,37 @@ fn print_table(results: &[Value]) {
             f("agent_peak_rss_kib") / f("ovn_controller_vswitchd_peak_rss_kib"),
             f("ovn_controller_vswitchd_settled_rss_kib") / 1024.0,
             f("agent_settled_rss_kib") / 1024.0,
+        );
+    }
+}
+
+fn print_baseline_agent_table(results: &[Value]) {
+    println!();
+    println!("the agent against the baseline agent (--baseline-agent), same runs interleaved");
+    println!(
+        "| pods | start → compiled ms, agent / baseline | ratio | peak RSS MiB, agent / baseline | ratio | settled RSS MiB, agent / baseline | ratio |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        let pair = |key: &str, scale: f64| {
+            let (ours, theirs) = (
+                f(&format!("agent_{key}")),
+                f(&format!("baseline_agent_{key}")),
+            );
+            format!(
+                "{:.1} / {:.1} | {:.2}",
+                ours / scale,
+                theirs / scale,
+                ours / theirs
+            )
+        };
+        println!(
+            "| {} | {} | {} | {} |",
+            r["pods"],
+            pair("synced_ms", 1.0),
+            pair("peak_rss_kib", 1024.0),
+            pair("settled_rss_kib", 1024.0),
         );
     }
 }

@@ -63,7 +63,8 @@ fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff
                 "datapath": ["uuid", DP], "mac": mac, "port_security": port_security}}},
             "Encap": {ENCAP: {"initial": {"type": "geneve", "ip": "172.18.0.3",
                 "chassis_name": "node2"}}},
-        }),
+        })
+        .into(),
         format: UpdateFormat::Update2,
         resumed: false,
     });
@@ -132,7 +133,7 @@ fn encap_rows_become_chassis_encaps_and_change_incrementally() {
 
     let mut update = |row: Value| {
         let changes = sb.apply(&SessionEvent::Update {
-            updates: json!({"Encap": {ENCAP: row}}),
+            updates: json!({"Encap": {ENCAP: row}}).into(),
             format: UpdateFormat::Update2,
         });
         compiler.apply(&sb, &changes)
@@ -174,7 +175,7 @@ fn mac_bindings_of_both_families_become_learned_neighbours() {
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
     let mut update = |uuid: &str, row: Value| {
         let changes = sb.apply(&SessionEvent::Update {
-            updates: json!({"MAC_Binding": {uuid: row}}),
+            updates: json!({"MAC_Binding": {uuid: row}}).into(),
             format: UpdateFormat::Update2,
         });
         compiler.apply(&sb, &changes)
@@ -222,7 +223,7 @@ fn unsupported_router_flows_make_their_router_not_forwardable_as_the_compiler_de
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
     let mut flow = |uuid: &str, row: Value| {
         let changes = sb.apply(&SessionEvent::Update {
-            updates: json!({"Logical_Flow": {uuid: row}}),
+            updates: json!({"Logical_Flow": {uuid: row}}).into(),
             format: UpdateFormat::Update2,
         });
         compiler.apply(&sb, &changes)
@@ -304,7 +305,7 @@ fn address_sets_in_policies_expand_to_one_entry_per_address_and_change_increment
     // what this is about.
     let mut update = |updates: Value| {
         let changes = sb.apply(&SessionEvent::Update {
-            updates,
+            updates: updates.into(),
             format: UpdateFormat::Update2,
         });
         let mut diff = compiler.apply(&sb, &changes);
@@ -381,7 +382,7 @@ fn an_address_joining_or_leaving_a_set_is_one_member_entry() {
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
     let mut update = |updates: Value| {
         let changes = sb.apply(&SessionEvent::Update {
-            updates,
+            updates: updates.into(),
             format: UpdateFormat::Update2,
         });
         compiler.apply(&sb, &changes)
@@ -423,7 +424,7 @@ fn a_gateways_centralized_snat_is_carried_and_other_centralized_nat_fences_it() 
     let (mut sb, mut compiler, _) = southbound(json!(["set", []]), json!(["set", []]));
     let mut apply = |updates: Value| {
         let changes = sb.apply(&SessionEvent::Update {
-            updates,
+            updates: updates.into(),
             format: UpdateFormat::Update2,
         });
         compiler.apply(&sb, &changes)
