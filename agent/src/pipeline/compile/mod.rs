@@ -70,13 +70,26 @@ pub struct Compiler {
     bad_addresses: u64,
 }
 
+/// How the IR's entries changed in one [`Compiler::apply`], or `None` while the first view is
+/// compiled into an empty IR: its diff is then the whole IR, and a change set of it would be a
+/// second copy of every entry at the snapshot's peak.
 #[derive(Default)]
-struct Delta(HashMap<IrEntry, i64>);
+struct Delta(Option<HashMap<IrEntry, i64>>);
 
 impl Delta {
+    fn tracked() -> Self {
+        Self(Some(HashMap::new()))
+    }
+
+    fn count(&mut self, entry: IrEntry, change: i64) {
+        if let Some(changes) = &mut self.0 {
+            *changes.entry(entry).or_insert(0) += change;
+        }
+    }
+
     fn into_diff(self) -> IrDiff {
         let mut diff = IrDiff::default();
-        for (entry, change) in self.0 {
+        for (entry, change) in self.0.unwrap_or_default() {
             match change {
                 1.. => diff.added.push(entry),
                 ..=-1 => diff.removed.push(entry),
@@ -109,7 +122,16 @@ impl Compiler {
 
     /// Brings the IR in line with `sb` after it applied `changes`.
     pub fn apply(&mut self, sb: &Southbound, changes: &ChangeSet) -> IrDiff {
-        let mut delta = Delta::default();
+        if changes.resynced && self.entries.is_empty() {
+            self.rebuild(sb, &mut Delta(None));
+            let mut added: Vec<IrEntry> = self.entries.keys().cloned().collect();
+            added.sort();
+            return IrDiff {
+                added,
+                removed: Vec::new(),
+            };
+        }
+        let mut delta = Delta::tracked();
         if changes.resynced {
             self.rebuild(sb, &mut delta);
             return delta.into_diff();
@@ -275,11 +297,14 @@ impl Compiler {
     }
 
     fn add(&mut self, entry: IrEntry, delta: &mut Delta) {
-        let count = self.entries.entry(entry.clone()).or_insert(0);
-        *count += 1;
-        if *count == 1 {
-            *delta.0.entry(entry).or_insert(0) += 1;
+        if let Some(count) = self.entries.get_mut(&entry) {
+            *count += 1;
+            return;
         }
+        if delta.0.is_some() {
+            delta.count(entry.clone(), 1);
+        }
+        self.entries.insert(entry, 1);
     }
 
     fn remove(&mut self, entry: IrEntry, delta: &mut Delta) {
@@ -287,7 +312,7 @@ impl Compiler {
             *count -= 1;
             if *count == 0 {
                 self.entries.remove(&entry);
-                *delta.0.entry(entry).or_insert(0) -= 1;
+                delta.count(entry, -1);
             }
         }
     }

@@ -9,6 +9,7 @@ use super::*;
 use crate::{
     net::{Ipv4Prefix, LspAddress},
     ovsdb::{
+        replica::TableChanges,
         schema::DatabaseSchema,
         session::{MonitorMethod, SessionEvent, UpdateFormat},
     },
@@ -490,4 +491,32 @@ fn a_gateways_centralized_snat_is_carried_and_other_centralized_nat_fences_it() 
     assert_eq!(diff.added, std::slice::from_ref(&fence), "{diff:?}");
     let diff = apply(json!({"Logical_Flow": {dnat: {"delete": null}}}));
     assert_eq!(diff.removed, [fence], "{diff:?}");
+}
+
+/// The first view is compiled without a change set (its diff is the whole IR): the same diff as
+/// a compiler tracking every change finds for the same rows.
+#[test]
+fn the_first_views_diff_is_what_tracking_finds() {
+    let (sb, compiler, first) = southbound(
+        json!("0a:58:0a:00:01:02 10.0.1.2"),
+        json!("0a:58:0a:00:01:02 10.0.1.2"),
+    );
+    assert!(first.added.len() >= 3, "{first:?}");
+    assert!(first.removed.is_empty());
+    let mut whole: Vec<IrEntry> = compiler.entries().cloned().collect();
+    whole.sort();
+    assert_eq!(first.added, whole);
+    // Every row as inserted by an update, into a compiler that tracks what changes.
+    let mut every_row = ChangeSet::default();
+    for (name, table) in sb.replica().tables() {
+        every_row.tables.insert(
+            name.to_string(),
+            TableChanges {
+                inserted: table.rows().map(|row| row.uuid).collect(),
+                ..TableChanges::default()
+            },
+        );
+    }
+    let tracked = Compiler::new().apply(&sb, &every_row);
+    assert_eq!(tracked, first);
 }
