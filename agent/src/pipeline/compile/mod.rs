@@ -68,6 +68,8 @@ pub struct Compiler {
     /// Port_Binding address entries (`mac`, `port_security`) that did not parse, counted each
     /// time their row was compiled.
     bad_addresses: u64,
+    /// Whole recompiles (the first view, a resync, a Datapath_Binding change).
+    full_compiles: u64,
 }
 
 /// How the IR's entries changed in one [`Compiler::apply`], or `None` while the first view is
@@ -113,6 +115,13 @@ impl Compiler {
     #[must_use]
     pub fn bad_addresses(&self) -> u64 {
         self.bad_addresses
+    }
+
+    /// How many times every row and flow was compiled: the first view, a resync, a
+    /// Datapath_Binding change (the costly case: the cold start's compile again).
+    #[must_use]
+    pub fn full_compiles(&self) -> u64 {
+        self.full_compiles
     }
 
     /// Every IR entry.
@@ -193,9 +202,23 @@ impl Compiler {
                         );
                     }
                 }
-                DatapathBinding::TABLE | Chassis::TABLE => {
-                    // Tunnel keys and chassis names are baked into entries everywhere: rare, so
-                    // recompile all rather than tracking every dependency.
+                Chassis::TABLE => {
+                    // A chassis's name is in the port entries of the ports bound to it (or
+                    // asking for it), and nowhere else: theirs alone. Every chassis that
+                    // registers or changes used to recompile every row and flow on every node
+                    // (at 50,000 pods, as much as a cold start; once more at each start, for
+                    // the agent's own registration).
+                    for chassis in touched.chain(gone) {
+                        rows.extend(
+                            (sb.indexes().ports_by_chassis.get(&chassis).into_iter())
+                                .flatten()
+                                .copied(),
+                        );
+                    }
+                }
+                DatapathBinding::TABLE => {
+                    // Tunnel keys are baked into entries everywhere: rare, so recompile all
+                    // rather than tracking every dependency.
                     self.rebuild(sb, &mut delta);
                     return delta.into_diff();
                 }
@@ -248,6 +271,7 @@ impl Compiler {
     }
 
     fn rebuild(&mut self, sb: &Southbound, delta: &mut Delta) {
+        self.full_compiles += 1;
         self.flows_by_set.relearn_names(sb);
         let flows: Vec<Uuid> = self.flows.keys().copied().collect();
         for uuid in flows {

@@ -32,7 +32,9 @@ fn southbound(mac: Value, port_security: Value) -> (Southbound, Compiler, IrDiff
         "Datapath_Binding": {"columns": {"tunnel_key": {"type": "integer"}, "external_ids": map}},
         "Port_Binding": {"columns": {"logical_port": {"type": "string"},
             "datapath": optional(json!({"type": "uuid"})), "tunnel_key": {"type": "integer"},
-            "type": {"type": "string"}, "mac": set, "port_security": set, "options": map}},
+            "type": {"type": "string"}, "mac": set, "port_security": set, "options": map,
+            "chassis": optional(json!({"type": "uuid"}))}},
+        "Chassis": {"columns": {"name": {"type": "string"}}},
         "Encap": {"columns": {"type": {"type": "string"}, "ip": {"type": "string"},
             "chassis_name": {"type": "string"}, "options": map}},
         "Logical_Flow": {"columns": {"logical_datapath": optional(json!({"type": "uuid"})),
@@ -519,4 +521,60 @@ fn the_first_views_diff_is_what_tracking_finds() {
     }
     let tracked = Compiler::new().apply(&sb, &every_row);
     assert_eq!(tracked, first);
+}
+
+/// A chassis's name is in the port entries of the ports bound to it: its change recompiles
+/// those, not every row and flow (as a tunnel key's change still does).
+#[test]
+fn a_chassis_change_recompiles_only_its_ports() {
+    const CHASSIS: &str = "00000000-0000-0000-0000-0000000000c9";
+    let (mut sb, mut compiler, _) =
+        southbound(json!("0a:58:0a:00:01:02 10.0.1.2"), json!(["set", []]));
+    assert_eq!(compiler.full_compiles(), 1, "the first view");
+    let mut update = |updates: Value| {
+        let changes = sb.apply(&SessionEvent::Update {
+            updates: updates.into(),
+            format: UpdateFormat::Update2,
+        });
+        let diff = compiler.apply(&sb, &changes);
+        (diff, compiler.full_compiles())
+    };
+    let bound_to = |diff: &[IrEntry]| -> Vec<Option<String>> {
+        diff.iter()
+            .filter_map(|entry| match entry {
+                IrEntry::Port {
+                    kind: PortKind::Vif { chassis },
+                    ..
+                } => Some(chassis.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    // The port is bound to a chassis that registers in the same update.
+    let (diff, full_compiles) = update(json!({
+        "Chassis": {CHASSIS: {"insert": {"name": "node1"}}},
+        "Port_Binding": {PB: {"modify": {"chassis": ["uuid", CHASSIS]}}},
+    }));
+    assert_eq!(bound_to(&diff.removed), [None]);
+    assert_eq!(bound_to(&diff.added), [Some("node1".to_string())]);
+    assert_eq!(full_compiles, 1, "only the port was recompiled");
+    // The chassis alone changes: the port's entry follows.
+    let (diff, full_compiles) =
+        update(json!({"Chassis": {CHASSIS: {"modify": {"name": "node9"}}}}));
+    assert_eq!(bound_to(&diff.removed), [Some("node1".to_string())]);
+    assert_eq!(bound_to(&diff.added), [Some("node9".to_string())]);
+    assert_eq!(diff.len(), 2, "{diff:?}");
+    assert_eq!(full_compiles, 1);
+    // And goes: the port is bound to no chassis the SB knows.
+    let (diff, full_compiles) = update(json!({"Chassis": {CHASSIS: {"delete": null}}}));
+    assert_eq!(bound_to(&diff.added), [None]);
+    assert_eq!(full_compiles, 1);
+    let (diff, full_compiles) = update(json!({"Chassis": {"00000000-0000-0000-0000-0000000000ca":
+        {"insert": {"name": "node3"}}}}));
+    assert!(diff.is_empty(), "a chassis nothing is bound to: {diff:?}");
+    assert_eq!(full_compiles, 1, "none of these recompiled everything");
+    let (diff, full_compiles) =
+        update(json!({"Datapath_Binding": {DP: {"modify": {"tunnel_key": 6}}}}));
+    assert!(!diff.is_empty());
+    assert_eq!(full_compiles, 2, "a tunnel key's change still does");
 }
