@@ -372,4 +372,91 @@ mod tests {
             Datum::default_of(&column(AtomType::String, Some(AtomType::Integer), 0, 9)).is_empty()
         );
     }
+
+    /// Every form of every column kind, decoded from text and from a tree: the same value or
+    /// both refused.
+    #[test]
+    fn text_and_tree_decode_alike() {
+        let integer = column(AtomType::Integer, None, 1, 1);
+        let real = column(AtomType::Real, None, 1, 1);
+        let boolean = column(AtomType::Boolean, None, 1, 1);
+        let string_set = column(AtomType::String, None, 0, u64::MAX);
+        let optional_uuid = column(AtomType::Uuid, None, 0, 1);
+        let map = column(AtomType::String, Some(AtomType::Integer), 0, u64::MAX);
+        let uuid_map = column(AtomType::Integer, Some(AtomType::Uuid), 0, u64::MAX);
+        let values = [
+            json!(7),
+            json!(-7),
+            json!(u64::MAX),
+            json!(1.5),
+            json!(true),
+            json!("s\"\\é\u{1}"),
+            json!(["uuid", U1]),
+            json!(["uuid", "nope"]),
+            json!(["uuid", U1, U2]),
+            json!(["uuid"]),
+            json!(["set", []]),
+            json!(["set", ["b", "a", "b"]]),
+            json!(["set", [["uuid", U2], ["uuid", U1], ["uuid", U2]]]),
+            json!(["set", [1, "a"]]),
+            json!(["set", ["a"], "extra"]),
+            json!(["map", [["k2", 2], ["k1", 1], ["k2", 3]]]),
+            json!(["map", [[1, ["uuid", U1]]]]),
+            json!(["map", [["k"]]]),
+            json!(["map", [["k", 1, 2]]]),
+            json!(["map", {}]),
+            json!(["named-uuid", "x"]),
+            json!([]),
+            json!([1, 2]),
+            json!({"x": 1}),
+            json!(null),
+        ];
+        let columns = [
+            &integer,
+            &real,
+            &boolean,
+            &string_set,
+            &optional_uuid,
+            &map,
+            &uuid_map,
+        ];
+        let mut decoded = 0;
+        for value in &values {
+            for column in columns {
+                let from_tree = Datum::decode(value, column).ok();
+                let from_text = Datum::decode_text(&value.to_string(), column).ok();
+                assert_eq!(from_tree, from_text, "{value} as {column:?}");
+                decoded += usize::from(from_text.is_some());
+            }
+        }
+        assert_eq!(decoded, 18, "values some column takes");
+    }
+
+    #[test]
+    fn values_come_out_canonical() {
+        let set = column(AtomType::Uuid, None, 0, u64::MAX);
+        let text = format!(r#"["set", [["uuid", "{U1}"], ["uuid", "{U2}"], ["uuid", "{U1}"]]]"#);
+        assert_eq!(
+            Datum::decode_text(&text, &set).unwrap(),
+            Datum::Set(vec![
+                Atom::Uuid(U2.parse().unwrap()),
+                Atom::Uuid(U1.parse().unwrap())
+            ])
+        );
+        let map = column(AtomType::String, Some(AtomType::String), 0, u64::MAX);
+        let value = Datum::decode_text(r#"["map", [["b", "2"], ["a", "1"]]]"#, &map).unwrap();
+        assert_eq!(value.to_json(), json!(["map", [["a", "1"], ["b", "2"]]]));
+        let real = column(AtomType::Real, None, 1, 1);
+        assert_eq!(
+            Datum::decode_text("3", &real).unwrap(),
+            Datum::Set(vec![Atom::Real(3.0)])
+        );
+        let integer = column(AtomType::Integer, None, 1, 1);
+        let error = Datum::decode_text("\"7\"", &integer).unwrap_err();
+        assert!(error.0.contains("\"7\" is not a Integer"), "{error}");
+        assert!(
+            Datum::decode_text("7 8", &integer).is_err(),
+            "trailing text"
+        );
+    }
 }
