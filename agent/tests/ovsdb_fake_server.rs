@@ -305,8 +305,7 @@ async fn resumes_from_the_last_transaction_when_the_server_has_the_history() {
         .unwrap()
         .get("key")
         .unwrap()
-        .single()
-        .cloned();
+        .single();
     assert_eq!(key.and_then(|k| k.as_integer()), Some(5));
 }
 

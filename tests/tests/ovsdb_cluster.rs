@@ -55,7 +55,7 @@ fn assert_matches_cluster(lab: &ClusterLab, replica: &Replica) -> usize {
                 .map(|(column, column_type)| Datum::decode(&row[column], column_type).unwrap())
                 .collect();
             assert_eq!(
-                table.row(&uuid.parse().unwrap()).unwrap().row.values,
+                table.row(&uuid.parse().unwrap()).unwrap().values(),
                 values,
                 "{name} {uuid}"
             );

@@ -242,7 +242,7 @@ fn assert_replica_matches(lab: &OvnLab, replica: &Replica) -> usize {
         for (uuid, row) in &dumped {
             let replica_row = table.row(&uuid.parse().unwrap()).unwrap();
             assert_eq!(
-                replica_row.row.values,
+                replica_row.values(),
                 typed(replica, name, row),
                 "{name} {uuid}"
             );

@@ -12,7 +12,8 @@
 //! - [`connection`]: one JSON-RPC connection;
 //! - [`session`]: a monitoring session that reconnects and resumes (`monitor_start`: how it
 //!   starts monitoring on a connection);
-//! - [`replica`]: the client-side copy of monitored tables and the change set of each update.
+//! - [`replica`]: the client-side copy of monitored tables and the change set of each update
+//!   (`packed`: a row's values in one block, read in place).
 //!
 //! This module knows nothing about OVN; the `sb` module gives the Southbound rows their meaning.
 
@@ -21,6 +22,7 @@ pub mod datum;
 mod datum_decode;
 pub mod framing;
 mod monitor_start;
+pub mod packed;
 pub mod raw;
 pub mod remote;
 pub mod replica;

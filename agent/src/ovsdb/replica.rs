@@ -12,8 +12,10 @@ use std::{
 use serde_json::{Value, value::RawValue};
 use uuid::Uuid;
 
+pub use super::packed::Row;
 use super::{
     datum::{Atom, Datum},
+    packed::DatumRef,
     raw::{RawJson, for_each_member},
     schema::{ColumnType, DatabaseSchema},
     session::{SessionEvent, UpdateFormat},
@@ -47,22 +49,6 @@ impl TableLayout {
     pub fn position(&self, column: &str) -> Option<usize> {
         self.index.get(column).copied()
     }
-
-    fn default_row(&self) -> Row {
-        Row {
-            values: self
-                .columns
-                .iter()
-                .map(|(_, t)| Datum::default_of(t))
-                .collect(),
-        }
-    }
-}
-
-/// One row's values, ordered as its table's [`TableLayout`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Row {
-    pub values: Vec<Datum>,
 }
 
 /// One replicated table.
@@ -70,6 +56,8 @@ pub struct Row {
 pub struct Table {
     layout: Arc<TableLayout>,
     rows: HashMap<Uuid, Row>,
+    /// Where a row is packed before its block is allocated at its size.
+    scratch: Vec<u8>,
 }
 
 impl Table {
@@ -117,8 +105,15 @@ pub struct RowRef<'a> {
 impl<'a> RowRef<'a> {
     /// Value of `column`, `None` if the column is not monitored (or not in this schema version).
     #[must_use]
-    pub fn get(&self, column: &str) -> Option<&'a Datum> {
-        self.layout.position(column).map(|i| &self.row.values[i])
+    pub fn get(&self, column: &str) -> Option<DatumRef<'a>> {
+        let position = self.layout.position(column)?;
+        self.row.datum(position, &self.layout.columns[position].1)
+    }
+
+    /// Every value, decoded, in the layout's column order.
+    #[must_use]
+    pub fn values(&self) -> Vec<Datum> {
+        self.row.values(&self.layout.columns)
     }
 }
 
@@ -262,6 +257,7 @@ impl Replica {
                 Table {
                     layout,
                     rows: HashMap::new(),
+                    scratch: Vec::new(),
                 },
             );
         }
@@ -369,8 +365,8 @@ impl RowChange {
 
 impl Table {
     /// Decodes a full row from its text (absent columns take their defaults).
-    fn decode_row(&self, columns: &RawValue) -> Result<Row, String> {
-        let mut row = self.layout.default_row();
+    fn decode_row(&mut self, columns: &RawValue) -> Result<Row, String> {
+        let mut values = vec![None; self.layout.columns.len()];
         let mut failed = None;
         for_each_member(columns.get(), |column, value| {
             let Some(position) = self.layout.position(&column) else {
@@ -381,12 +377,15 @@ impl Table {
             }
             let column_type = &self.layout.columns[position].1;
             match Datum::decode_text(value.get(), column_type) {
-                Ok(datum) => row.values[position] = datum,
+                Ok(datum) => values[position] = Some(datum),
                 Err(error) => failed = Some(format!("{column}: {error}")),
             }
         })
         .map_err(|_| format!("row is not an object: {}", columns.get()))?;
-        failed.map_or(Ok(row), Err)
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(Row::pack(&self.layout.columns, &values, &mut self.scratch)),
+        }
     }
 
     fn insert(&mut self, uuid: Uuid, row: Row) -> Option<RowChange> {
@@ -422,7 +421,7 @@ impl Table {
                     .rows
                     .get(&uuid)
                     .ok_or("modify of a row the replica does not have")?;
-                let mut row = old.clone();
+                let mut values = old.values(&self.layout.columns);
                 let mut set_changes = Vec::new();
                 for (column, diff) in diffs {
                     if let Some(position) = self.layout.position(column) {
@@ -430,7 +429,7 @@ impl Table {
                         if column_type.is_composite() && !column_type.is_map() {
                             let toggled = Datum::decode(diff, column_type)
                                 .map_err(|e| format!("{column}: {e}"))?;
-                            let before = row.values[position].atoms();
+                            let before = values[position].atoms();
                             let (removed, added) = toggled
                                 .atoms()
                                 .iter()
@@ -442,11 +441,13 @@ impl Table {
                                 removed,
                             });
                         }
-                        row.values[position]
+                        values[position]
                             .apply_diff(diff, column_type)
                             .map_err(|e| format!("{column}: {e}"))?;
                     }
                 }
+                let values: Vec<_> = values.into_iter().map(Some).collect();
+                let row = Row::pack(&self.layout.columns, &values, &mut self.scratch);
                 Ok(match self.insert(uuid, row) {
                     Some(RowChange::Modified(old, _)) => {
                         Some(RowChange::Modified(old, set_changes))
@@ -488,7 +489,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::ovsdb::session::MonitorMethod;
+    use crate::ovsdb::{packed::AtomRef, session::MonitorMethod};
 
     const ROW: &str = "11111111-1111-4111-8111-111111111111";
     const A: &str = "aaaaaaaa-1111-4111-8111-111111111111";
@@ -539,8 +540,7 @@ mod tests {
             .get("ports")
             .unwrap()
             .atoms()
-            .iter()
-            .filter_map(Atom::as_uuid)
+            .filter_map(AtomRef::as_uuid)
             .map(|u| u.to_string())
             .collect();
         assert_eq!(ports, [A, C]);

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use crate::ovsdb::{datum::Atom, replica::RowRef};
+use crate::ovsdb::{packed::AtomRef, replica::RowRef};
 
 pub fn string(row: &RowRef<'_>, column: &str) -> String {
     row.get(column)
         .and_then(|d| d.single())
-        .and_then(Atom::as_str)
+        .and_then(AtomRef::as_str)
         .unwrap_or_default()
         .to_string()
 }
@@ -19,7 +19,7 @@ pub fn string(row: &RowRef<'_>, column: &str) -> String {
 pub fn optional_string(row: &RowRef<'_>, column: &str) -> Option<String> {
     row.get(column)
         .and_then(|d| d.single())
-        .and_then(Atom::as_str)
+        .and_then(AtomRef::as_str)
         .map(str::to_string)
 }
 
@@ -30,7 +30,7 @@ pub fn integer(row: &RowRef<'_>, column: &str) -> i64 {
 pub fn optional_integer(row: &RowRef<'_>, column: &str) -> Option<i64> {
     row.get(column)
         .and_then(|d| d.single())
-        .and_then(Atom::as_integer)
+        .and_then(AtomRef::as_integer)
 }
 
 /// A tunnel key or other small non-negative integer; out-of-range values read as 0 (never valid).
@@ -41,18 +41,18 @@ pub fn key(row: &RowRef<'_>, column: &str) -> u32 {
 pub fn optional_bool(row: &RowRef<'_>, column: &str) -> Option<bool> {
     row.get(column)
         .and_then(|d| d.single())
-        .and_then(Atom::as_bool)
+        .and_then(AtomRef::as_bool)
 }
 
 pub fn optional_uuid(row: &RowRef<'_>, column: &str) -> Option<Uuid> {
     row.get(column)
         .and_then(|d| d.single())
-        .and_then(Atom::as_uuid)
+        .and_then(AtomRef::as_uuid)
 }
 
 pub fn uuids(row: &RowRef<'_>, column: &str) -> Vec<Uuid> {
     row.get(column)
-        .map(|d| d.atoms().iter().filter_map(Atom::as_uuid).collect())
+        .map(|d| d.atoms().filter_map(AtomRef::as_uuid).collect())
         .unwrap_or_default()
 }
 
@@ -60,8 +60,7 @@ pub fn strings(row: &RowRef<'_>, column: &str) -> Vec<String> {
     row.get(column)
         .map(|d| {
             d.atoms()
-                .iter()
-                .filter_map(Atom::as_str)
+                .filter_map(AtomRef::as_str)
                 .map(str::to_string)
                 .collect()
         })
@@ -72,7 +71,6 @@ pub fn string_map(row: &RowRef<'_>, column: &str) -> BTreeMap<String, String> {
     row.get(column)
         .map(|d| {
             d.pairs()
-                .iter()
                 .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
                 .collect()
         })

@@ -227,9 +227,14 @@ pub(super) fn group_header(sb: &Southbound, uuid: Uuid) -> Option<IrEntry> {
 pub(super) fn port_key_reader(sb: &Southbound) -> Option<impl Fn(&Uuid) -> Option<u32> + '_> {
     let bindings = sb.replica().table(PortBinding::TABLE)?;
     let key_column = bindings.layout().position("tunnel_key")?;
+    let key_type = &bindings.layout().columns[key_column].1;
     Some(move |port: &Uuid| {
         let row = bindings.row(port)?;
-        let key = row.row.values[key_column].single()?.as_integer()?;
+        let key = row
+            .row
+            .datum(key_column, key_type)?
+            .single()?
+            .as_integer()?;
         u32::try_from(key).ok()
     })
 }
