@@ -88,7 +88,7 @@ impl Compiler {
                         .registers
                         .as_deref()
                         .is_none_or(|r| r.gates.iter().all(|bit| settable.contains(bit)))
-                        && c.entries.iter().any(|entry| {
+                        && self.ir.resolve(&c.entries).any(|entry| {
                             matches!(entry, IrEntry::Unsupported { datapath: d, .. } if *d == datapath)
                         }) =>
                 {
@@ -139,7 +139,7 @@ impl Compiler {
             }
         }
         // Not a flow but the topology: routers that route onto underlay switches.
-        for entry in self.underlay_routing.values().flatten() {
+        for entry in (self.underlay_routing.values()).flat_map(|ids| self.ir.resolve(ids)) {
             if let IrEntry::Unsupported { stage, reason, .. } = entry {
                 let stage = coverage.entry(stage.clone()).or_default();
                 stage.unsupported += 1;

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
-use super::{Compiler, Delta};
+use super::{Compiler, Delta, EntryId};
 use crate::{
     ovsdb::replica::SetChange,
     pipeline::ir::IrEntry,
@@ -22,7 +22,8 @@ use crate::{
 #[derive(Debug)]
 pub(super) struct GroupState {
     header: IrEntry,
-    members: HashMap<Uuid, Option<IrEntry>>,
+    header_id: EntryId,
+    members: HashMap<Uuid, Option<EntryId>>,
 }
 
 impl Compiler {
@@ -77,14 +78,14 @@ impl Compiler {
         delta: &mut Delta,
     ) {
         self.port_groups.entry(port).or_default().insert(uuid);
-        let entry = key.map(|key| IrEntry::FloodMember {
-            datapath,
-            group,
-            port: key,
+        let entry = key.map(|key| {
+            let member = IrEntry::FloodMember {
+                datapath,
+                group,
+                port: key,
+            };
+            self.add(member, delta)
         });
-        if let Some(entry) = &entry {
-            self.add(entry.clone(), delta);
-        }
         if let Some(Some(old)) = state.members.insert(port, entry) {
             self.remove(old, delta);
         }
@@ -157,11 +158,12 @@ impl Compiler {
             self.retract_group(uuid, delta);
         }
         if !self.groups.contains_key(&uuid) {
-            self.add(header.clone(), delta);
+            let header_id = self.add(header.clone(), delta);
             self.groups.insert(
                 uuid,
                 GroupState {
                     header,
+                    header_id,
                     members: HashMap::new(),
                 },
             );
@@ -203,7 +205,7 @@ impl Compiler {
             for port in ports {
                 self.unlist_member(uuid, &mut state, port, delta);
             }
-            self.remove(state.header, delta);
+            self.remove(state.header_id, delta);
         }
     }
 }

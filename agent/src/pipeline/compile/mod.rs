@@ -6,6 +6,7 @@
 
 mod address_sets;
 mod coverage;
+mod entry_table;
 mod gateway;
 mod groups;
 mod registers;
@@ -18,6 +19,7 @@ use uuid::Uuid;
 
 use address_sets::FlowsBySet;
 pub use coverage::{Outcome, StageCoverage};
+use entry_table::{EntryId, EntryTable};
 use groups::GroupState;
 pub use underlay::UNDERLAY_ROUTING_STAGE;
 
@@ -42,7 +44,8 @@ use crate::{
 struct Contribution {
     stage: String,
     outcome: Option<Outcome>,
-    entries: Vec<IrEntry>,
+    /// What the row contributed, by id in the compiler's [`EntryTable`].
+    entries: Vec<EntryId>,
     /// How a logical flow uses registers, for the flows that need or set any (most do
     /// neither, and pay one pointer).
     registers: Option<Box<registers::RegisterUse>>,
@@ -63,8 +66,8 @@ pub struct Compiler {
     port_groups: HashMap<Uuid, HashSet<Uuid>>,
     /// Switches with a localnet port that routers route onto (Kube-OVN's U2O interconnection,
     /// not compiled): per switch tunnel key, the Unsupported entries of those routers.
-    underlay_routing: HashMap<u32, Vec<IrEntry>>,
-    entries: HashMap<IrEntry, u32>,
+    underlay_routing: HashMap<u32, Vec<EntryId>>,
+    ir: EntryTable,
     /// Port_Binding address entries (`mac`, `port_security`) that did not parse, counted each
     /// time their row was compiled.
     bad_addresses: u64,
@@ -126,14 +129,14 @@ impl Compiler {
 
     /// Every IR entry.
     pub fn entries(&self) -> impl Iterator<Item = &IrEntry> {
-        self.entries.keys()
+        self.ir.iter()
     }
 
     /// Brings the IR in line with `sb` after it applied `changes`.
     pub fn apply(&mut self, sb: &Southbound, changes: &ChangeSet) -> IrDiff {
-        if changes.resynced && self.entries.is_empty() {
+        if changes.resynced && self.ir.is_empty() {
             self.rebuild(sb, &mut Delta(None));
-            let mut added: Vec<IrEntry> = self.entries.keys().cloned().collect();
+            let mut added: Vec<IrEntry> = self.ir.iter().cloned().collect();
             added.sort();
             return IrDiff {
                 added,
@@ -236,7 +239,11 @@ impl Compiler {
                 .map(|c| c.entries.as_slice())
                 .unwrap_or_default();
             let gateway = |entry: &&IrEntry| matches!(entry, IrEntry::GatewayPort { .. });
-            let entries: Vec<IrEntry> = before.iter().filter(gateway).cloned().chain(now).collect();
+            let entries: Vec<IrEntry> = (self.ir.resolve(before))
+                .filter(gateway)
+                .cloned()
+                .chain(now)
+                .collect();
             flows.extend(gateway::dependent_flows(sb, &entries));
         }
         for (set, name, addresses) in member_changes {
@@ -318,26 +325,31 @@ impl Compiler {
         for switch in switches {
             self.refresh_underlay_routing(sb, switch, delta);
         }
+        self.ir.shrink_to_fit();
     }
 
-    fn add(&mut self, entry: IrEntry, delta: &mut Delta) {
-        if let Some(count) = self.entries.get_mut(&entry) {
-            *count += 1;
-            return;
-        }
-        if delta.0.is_some() {
+    /// Counts one more use of `entry`, by the source that keeps the returned id.
+    fn add(&mut self, entry: IrEntry, delta: &mut Delta) -> EntryId {
+        let (id, new) = self.ir.add(entry);
+        if new
+            && delta.0.is_some()
+            && let Some(entry) = self.ir.get(id)
+        {
             delta.count(entry.clone(), 1);
         }
-        self.entries.insert(entry, 1);
+        id
     }
 
-    fn remove(&mut self, entry: IrEntry, delta: &mut Delta) {
-        if let Some(count) = self.entries.get_mut(&entry) {
-            *count -= 1;
-            if *count == 0 {
-                self.entries.remove(&entry);
-                delta.count(entry, -1);
-            }
+    fn add_all(&mut self, entries: Vec<IrEntry>, delta: &mut Delta) -> Vec<EntryId> {
+        entries
+            .into_iter()
+            .map(|entry| self.add(entry, delta))
+            .collect()
+    }
+
+    fn remove(&mut self, id: EntryId, delta: &mut Delta) {
+        if let Some(entry) = self.ir.remove(id) {
+            delta.count(entry, -1);
         }
     }
 
@@ -368,6 +380,7 @@ impl Compiler {
             stage: stage.clone(),
             ..Contribution::default()
         };
+        let mut contributed = Vec::new();
         let parsed = parse_match(&flow.match_)
             .map_err(|e| format!("match does not parse: {e}"))
             .and_then(|m| {
@@ -423,28 +436,26 @@ impl Compiler {
                         && matches!(class, Class::Neutral)
                         && classify::translates_with_conntrack(&stage, &actions)
                     {
-                        contribution.entries.push(IrEntry::CentralizedNat {
+                        contributed.push(IrEntry::CentralizedNat {
                             datapath,
                             redirect: redirect.clone(),
                         });
                     }
                     let outcome = match class {
                         Class::Compiled(entries) => {
-                            contribution.entries.extend(entries.into_iter().map(
-                                |entry| match entry {
-                                    IrEntry::Acl { datapath, mut rule } => {
-                                        rule.acl = acl_name.cloned();
-                                        IrEntry::Acl { datapath, rule }
-                                    }
-                                    other => other,
-                                },
-                            ));
+                            contributed.extend(entries.into_iter().map(|entry| match entry {
+                                IrEntry::Acl { datapath, mut rule } => {
+                                    rule.acl = acl_name.cloned();
+                                    IrEntry::Acl { datapath, rule }
+                                }
+                                other => other,
+                            }));
                             Outcome::Compiled
                         }
                         Class::Neutral => Outcome::Neutral,
                         Class::SideDuty { entries, duty } => {
-                            contribution.entries.extend(entries);
-                            contribution.entries.push(IrEntry::SideDutyNotDone {
+                            contributed.extend(entries);
+                            contributed.push(IrEntry::SideDutyNotDone {
                                 datapath,
                                 stage: stage.clone(),
                                 duty: duty.clone(),
@@ -470,7 +481,7 @@ impl Compiler {
                                 ),
                                 None => reason,
                             };
-                            contribution.entries.push(IrEntry::Unsupported {
+                            contributed.push(IrEntry::Unsupported {
                                 datapath,
                                 stage: stage.clone(),
                                 reason: reason.clone(),
@@ -485,23 +496,19 @@ impl Compiler {
                                     } else {
                                         Unforwardable::UnsupportedFlow { stage, reason }
                                     };
-                                contribution
-                                    .entries
-                                    .push(IrEntry::NotForwardable { datapath, reason });
+                                contributed.push(IrEntry::NotForwardable { datapath, reason });
                             }
                             // Security fails closed: the switch's pipeline drops what reaches
                             // an ACL stage it cannot translate.
                             if let Some(egress) = classify::acl_fails_closed(&stage) {
-                                contribution
-                                    .entries
-                                    .push(IrEntry::AclFailClosed { datapath, egress });
+                                contributed.push(IrEntry::AclFailClosed { datapath, egress });
                             }
                             // northd names the ACL a flow comes from; its default ACL-stage
                             // flows carry no such hint.
                             if let Some(acl) = acl_name
                                 && classify::is_acl_stage(&stage)
                             {
-                                contribution.entries.push(IrEntry::UnenforcedAcl {
+                                contributed.push(IrEntry::UnenforcedAcl {
                                     datapath,
                                     acl: acl.clone(),
                                 });
@@ -520,12 +527,8 @@ impl Compiler {
                 }
             }
         }
-        for entry in contribution.entries.clone() {
-            self.add(entry, delta);
-        }
+        contribution.entries = self.add_all(contributed, delta);
         self.flows_by_set.add(flow.uuid, &contribution.address_sets);
-        // Most flows give one entry, which `extend` left in a vector of four.
-        contribution.entries.shrink_to_fit();
         self.flows.insert(flow.uuid, contribution);
     }
 }

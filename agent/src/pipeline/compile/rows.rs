@@ -54,12 +54,9 @@ impl Compiler {
             return;
         };
         let contribution = Contribution {
-            entries,
+            entries: self.add_all(entries, delta),
             ..Contribution::default()
         };
-        for entry in contribution.entries.clone() {
-            self.add(entry, delta);
-        }
         self.rows.insert(uuid, contribution);
     }
 }
@@ -101,14 +98,14 @@ impl Compiler {
         let added: Vec<IrEntry> = change.added.iter().filter_map(member).collect();
         let mut contribution = self.rows.remove(&uuid).unwrap_or_default();
         for entry in removed {
-            if let Some(at) = contribution.entries.iter().position(|e| *e == entry) {
-                contribution.entries.swap_remove(at);
-                self.remove(entry, delta);
+            let id = self.ir.find(&entry);
+            if let Some(at) = contribution.entries.iter().position(|e| Some(*e) == id) {
+                self.remove(contribution.entries.swap_remove(at), delta);
             }
         }
         for entry in added {
-            contribution.entries.push(entry.clone());
-            self.add(entry, delta);
+            let id = self.add(entry, delta);
+            contribution.entries.push(id);
         }
         self.rows.insert(uuid, contribution);
     }

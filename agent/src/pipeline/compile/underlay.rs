@@ -24,7 +24,7 @@ impl Compiler {
             return Vec::new();
         };
         let mut switches = Vec::new();
-        for entry in &contribution.entries {
+        for entry in self.ir.resolve(&contribution.entries) {
             match entry {
                 IrEntry::Port {
                     datapath,
@@ -60,10 +60,7 @@ impl Compiler {
         switch: u32,
         delta: &mut Delta,
     ) {
-        let entries = underlay_routing_entries(sb, switch);
-        for entry in &entries {
-            self.add(entry.clone(), delta);
-        }
+        let entries = self.add_all(underlay_routing_entries(sb, switch), delta);
         for entry in self.underlay_routing.remove(&switch).unwrap_or_default() {
             self.remove(entry, delta);
         }
