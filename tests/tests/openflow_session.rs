@@ -526,10 +526,13 @@ fn datapath_with_two_pods(
 ) -> OpenFlowDatapath {
     let mut datapath = OpenFlowDatapath::start(config.clone()).unwrap();
     datapath
-        .apply(&IrDiff {
-            added: two_pod_switch(MACS),
-            removed: Vec::new(),
-        })
+        .apply(
+            &IrDiff {
+                added: two_pod_switch(MACS),
+                removed: Vec::new(),
+            }
+            .borrowed(),
+        )
         .unwrap_or_else(|error| panic!("{error}{}", switch.log_tails()));
     let attacher = datapath.attacher();
     for (port, interface) in [("a.ns", "ofa"), ("b.ns", "ofb")] {

@@ -19,7 +19,7 @@ use ovnbpf_agent::{
         session::{self, SessionConfig, SessionEvent},
     },
     pipeline::{
-        Compiler, StageCoverage,
+        Compiler, IrDiff, StageCoverage,
         eval::{Evaluator, packet::Packet},
     },
     sb::{DATABASE, Southbound, monitor, rows::LogicalFlow},
@@ -272,7 +272,7 @@ async fn coverage(remote: &str) -> anyhow::Result<(Southbound, Compiler)> {
         match event {
             SessionEvent::Snapshot { .. } => {
                 let mut compiler = Compiler::new();
-                compiler.apply(&sb, &changes);
+                compiler.compile(&sb, &changes);
                 return Ok((sb, compiler));
             }
             SessionEvent::Disconnected { reason, .. } => {
@@ -545,8 +545,9 @@ async fn sb_sync(
         let rss_before = rss_kib();
         let cpu_before = thread_usage();
         let compiling = Instant::now();
+        // As the agent: a first view's diff is the IR itself (`None`), read in place.
         let diff = if compile {
-            Some(compiler.apply(&sb, &changes))
+            Some(compiler.compile(&sb, &changes))
         } else {
             None
         };
@@ -554,7 +555,10 @@ async fn sb_sync(
         let compile_usage = thread_usage().since(&cpu_before);
         let programming = Instant::now();
         let written = match (&mut datapath, &diff) {
-            (Some(datapath), Some(diff)) => Some(datapath.apply(diff).context("writing the maps")?),
+            (Some(datapath), Some(diff)) => {
+                let view = (diff.as_ref()).map_or_else(|| compiler.whole_view(), IrDiff::borrowed);
+                Some(datapath.apply(&view).context("writing the maps")?)
+            }
             _ => None,
         };
         let programmed = programming.elapsed();
@@ -588,7 +592,7 @@ async fn sb_sync(
                         .collect::<Vec<_>>()
                         .join(" "),
                 );
-                diff_entries.push(diff.len());
+                diff_entries.push(diff.as_ref().map_or(0, IrDiff::len));
             }
             if let Some(written) = written {
                 program_us.push(programmed.as_secs_f64() * 1e6);

@@ -5,6 +5,7 @@
 //! named ACL). A warning when a switch gets its first one, a note when it has none left, and the
 //! counts for the metrics. Owns only its counts; reads nothing but the diffs it is given.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tracing::{info, warn};
@@ -41,19 +42,14 @@ impl UnenforcedAcls {
     }
 
     /// Applies one IR diff; `name` names a datapath for the logs.
-    pub fn apply(&mut self, diff: &IrDiff, name: impl Fn(u32) -> String) {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>, name: impl Fn(u32) -> String) {
         let mut touched = BTreeSet::new();
         let before: HashMap<u32, usize> = self
             .by_datapath
             .iter()
             .map(|(datapath, acls)| (*datapath, acls.len()))
             .collect();
-        for (entry, added) in diff
-            .removed
-            .iter()
-            .map(|e| (e, false))
-            .chain(diff.added.iter().map(|e| (e, true)))
-        {
+        for (entry, added) in diff.in_order() {
             let (datapath, acl) = match entry {
                 IrEntry::UnenforcedAcl { datapath, acl } => (datapath, acl),
                 IrEntry::Acl { datapath, rule } if self.enforcement == Enforcement::None => {

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use super::Daemon;
 use crate::{
     dataplane::DatapathError,
-    pipeline::ir::{IrDiff, IrEntry},
+    pipeline::ir::{IrDiff, IrDiffRef, IrEntry},
 };
 
 /// A datapath reading for the metrics: empty without a datapath, or when it fails (logged).
@@ -34,20 +34,20 @@ impl Daemon {
     /// retries them with the next change (or the retry timer). A change of another chassis's
     /// encap IP (an `IrEntry::ChassisEncap` of the diff) also refreshes the tunnel next hops.
     /// Returns the number of writes.
-    pub(super) fn program_datapath(&mut self, diff: &IrDiff) -> usize {
+    pub(super) fn program_datapath(&mut self, diff: &IrDiffRef<'_>) -> usize {
         if self.track_encaps(diff) {
             self.refresh_tunnel_neighbours(true);
         }
         if let Some(held) = self.held.as_mut() {
             // The view is not complete yet (see `release_held`).
-            held.push(diff.clone());
+            held.push(diff.to_owned_diff());
             return 0;
         }
         self.write_datapath(std::slice::from_ref(diff))
     }
 
     /// Writes IR diffs (in order, together) into the datapath, their encaps already tracked.
-    pub(super) fn write_datapath(&mut self, diffs: &[IrDiff]) -> usize {
+    pub(super) fn write_datapath(&mut self, diffs: &[IrDiffRef<'_>]) -> usize {
         let Some(datapath) = self.datapath.as_mut() else {
             return 0;
         };
@@ -67,9 +67,9 @@ impl Daemon {
     /// Keeps the chassis's encap IPs the tunnel next-hop refresh resolves in line with the
     /// diff's `ChassisEncap` entries (a chassis may have several, of either family); whether
     /// they changed.
-    fn track_encaps(&mut self, diff: &IrDiff) -> bool {
+    fn track_encaps(&mut self, diff: &IrDiffRef<'_>) -> bool {
         let mut changed = false;
-        for entry in &diff.removed {
+        for entry in diff.removed.iter().copied() {
             if let IrEntry::ChassisEncap { chassis, ip, .. } = entry
                 && let Some(ips) = self.encaps.get_mut(chassis)
             {
@@ -79,7 +79,7 @@ impl Daemon {
                 }
             }
         }
-        for entry in &diff.added {
+        for entry in diff.added.iter().copied() {
             if let IrEntry::ChassisEncap { chassis, ip, .. } = entry {
                 changed |= self.encaps.entry(chassis.clone()).or_default().insert(*ip);
             }
@@ -230,7 +230,7 @@ impl Daemon {
                 pending_conditions = self.conditions_pending.len(),
                 "the Southbound view is still incomplete at the sweep; writing the datapath"
             );
-            self.write_datapath(&diffs);
+            self.write_datapath(&diffs.iter().map(IrDiff::borrowed).collect::<Vec<_>>());
             self.mark_local_ports();
         }
         let Some(datapath) = self.datapath.as_mut() else {

@@ -497,9 +497,14 @@ impl Daemon {
         // The update's JSON is in the replica now: gone before the compile, whose own peak
         // would come on top of it (the snapshot's tree was ~100 MiB at 10,000 ports).
         drop(event);
-        let diff = self.compiler.apply(&self.sb, &changes);
-        self.stats.ir_changes += diff.len() as u64;
+        let compiled = self.compiler.compile(&self.sb, &changes);
         self.stats.bad_addresses = self.compiler.bad_addresses();
+        // A first view's diff is the compiler's IR itself, read in place: the compiler is set
+        // aside while the diff's readers below (which never read it) borrow its entries.
+        let compiler = std::mem::take(&mut self.compiler);
+        let diff = (compiled.as_ref())
+            .map_or_else(|| compiler.whole_view(), crate::pipeline::IrDiff::borrowed);
+        self.stats.ir_changes += diff.len() as u64;
         let sb = &self.sb;
         let datapath_name = |key| {
             sb.datapath_by_key(key)
@@ -517,8 +522,10 @@ impl Daemon {
                 "pipeline IR changed"
             );
         }
+        drop(diff);
+        self.compiler = compiler;
         if snapshot {
-            drop(diff);
+            drop(compiled);
             crate::allocator::release_freed_memory();
         }
         if disconnected {
@@ -573,7 +580,11 @@ impl Daemon {
         }
         let diffs = self.held.take().unwrap_or_default();
         let entries: usize = diffs.iter().map(crate::pipeline::IrDiff::len).sum();
-        let writes = self.write_datapath(&diffs);
+        let borrowed: Vec<_> = diffs
+            .iter()
+            .map(crate::pipeline::IrDiff::borrowed)
+            .collect();
+        let writes = self.write_datapath(&borrowed);
         info!(
             diffs = diffs.len(),
             entries, writes, "the Southbound view is complete: datapath written"

@@ -4,6 +4,7 @@
 //! unsupported flows these never stop a datapath. Owns only its counts; reads nothing but the
 //! diffs it is given.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 use tracing::info;
@@ -18,13 +19,8 @@ pub struct SideDuties {
 
 impl SideDuties {
     /// Applies one IR diff; `name` names a datapath for the logs.
-    pub fn apply(&mut self, diff: &IrDiff, name: impl Fn(u32) -> String) {
-        for (entry, added) in diff
-            .removed
-            .iter()
-            .map(|e| (e, false))
-            .chain(diff.added.iter().map(|e| (e, true)))
-        {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>, name: impl Fn(u32) -> String) {
+        for (entry, added) in diff.in_order() {
             let IrEntry::SideDutyNotDone { datapath, duty, .. } = entry else {
                 continue;
             };

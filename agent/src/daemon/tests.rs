@@ -311,7 +311,7 @@ async fn a_diff_the_backend_cannot_write_is_counted_holds_nb_cfg_and_is_written_
         removed: Vec::new(),
     };
     backend.state().failing = true;
-    assert_eq!(daemon.program_datapath(&diff), 0);
+    assert_eq!(daemon.program_datapath(&diff.borrowed()), 0);
     assert_eq!(daemon.stats.datapath_errors, 1);
     daemon.acknowledge_nb_cfg().await;
     assert!(acknowledged(&mut recorder).is_empty());
@@ -520,8 +520,8 @@ async fn an_adopted_datapath_is_written_once_the_southbound_view_is_complete() {
         added: Vec::new(),
         removed: vec![switch(6)],
     };
-    assert_eq!(daemon.program_datapath(&first), 0);
-    assert_eq!(daemon.program_datapath(&second), 0);
+    assert_eq!(daemon.program_datapath(&first.borrowed()), 0);
+    assert_eq!(daemon.program_datapath(&second.borrowed()), 0);
     assert!(!daemon.release_held(), "a condition is pending");
     assert!(backend.state().installed.is_empty(), "nothing written yet");
     // The condition's rows are in: the whole view is written at once.
@@ -536,7 +536,7 @@ async fn an_adopted_datapath_is_written_once_the_southbound_view_is_complete() {
         added: vec![switch(8)],
         removed: Vec::new(),
     };
-    assert_eq!(daemon.program_datapath(&third), 1);
+    assert_eq!(daemon.program_datapath(&third.borrowed()), 1);
     assert!(!daemon.release_held(), "nothing held any more");
 }
 
@@ -559,7 +559,7 @@ async fn the_next_hop_refresh_resolves_each_chassis_endpoints_of_the_underlay_fa
         backend: &MemoryDatapath,
         diff: IrDiff,
     ) -> Vec<std::net::IpAddr> {
-        daemon.program_datapath(&diff);
+        daemon.program_datapath(&diff.borrowed());
         let job = daemon.neighbour_refresh.take().expect("a refresh starts");
         job.await.unwrap();
         let mut jobs = std::mem::take(&mut backend.state().neighbour_jobs);

@@ -15,7 +15,7 @@ use super::{
     Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, OffLoopJob, PortAttacher,
     PortAttachment,
 };
-use crate::pipeline::ir::{IrDiff, IrEntry};
+use crate::pipeline::ir::{IrDiffRef, IrEntry};
 
 /// One thing the backend writes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -115,13 +115,13 @@ impl Datapath for MemoryDatapath {
         self.state().adopted
     }
 
-    fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
+    fn apply(&mut self, diff: &IrDiffRef<'_>) -> Result<usize, DatapathError> {
         let mut state = self.state();
-        for entry in &diff.removed {
+        for &entry in &diff.removed {
             state.entries.remove(entry);
             state.dirty.insert(Key::Entry(entry.clone()));
         }
-        for entry in &diff.added {
+        for &entry in &diff.added {
             state.entries.insert(entry.clone());
             state.dirty.insert(Key::Entry(entry.clone()));
         }

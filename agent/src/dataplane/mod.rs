@@ -24,7 +24,7 @@
 
 use std::{fmt, net::IpAddr, sync::Arc};
 
-use crate::{net::Mac, pipeline::ir::IrDiff};
+use crate::{net::Mac, pipeline::ir::IrDiffRef};
 
 pub mod drops;
 pub mod ebpf;
@@ -114,11 +114,11 @@ pub trait Datapath: Send {
     fn kind(&self) -> &'static str;
 
     /// Takes in an IR diff and writes what it changes.
-    fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError>;
+    fn apply(&mut self, diff: &IrDiffRef<'_>) -> Result<usize, DatapathError>;
 
     /// Takes in IR diffs, in order, and writes what they change together, once (never a state
     /// between them).
-    fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, DatapathError> {
+    fn apply_all(&mut self, diffs: &[IrDiffRef<'_>]) -> Result<usize, DatapathError> {
         let mut writes = 0;
         for diff in diffs {
             writes += self.apply(diff)?;

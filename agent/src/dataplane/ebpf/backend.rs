@@ -17,7 +17,7 @@ use crate::{
         Datapath, DatapathError, DropFollower, DropTap, InterfaceReading, NeighbourSink,
         OffLoopJob, PortAttacher, PortAttachment, SweepJob,
     },
-    pipeline::ir::IrDiff,
+    pipeline::ir::IrDiffRef,
 };
 
 impl From<EbpfError> for DatapathError {
@@ -43,7 +43,7 @@ impl Datapath for NodeDatapath {
         "ebpf"
     }
 
-    fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
+    fn apply(&mut self, diff: &IrDiffRef<'_>) -> Result<usize, DatapathError> {
         Ok(NodeDatapath::apply(self, diff)?)
     }
 
@@ -76,7 +76,7 @@ impl Datapath for NodeDatapath {
         NodeDatapath::adopted(self)
     }
 
-    fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, DatapathError> {
+    fn apply_all(&mut self, diffs: &[IrDiffRef<'_>]) -> Result<usize, DatapathError> {
         Ok(NodeDatapath::apply_all(self, diffs)?)
     }
 

@@ -26,6 +26,7 @@
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
 
+use std::borrow::Borrow;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::IpAddr,
@@ -203,7 +204,7 @@ impl L2State {
     }
 
     /// Takes in one IR diff.
-    pub fn apply(&mut self, diff: &IrDiff) {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>) {
         for (entry, added) in diff.in_order() {
             self.take(entry, added);
         }

@@ -17,6 +17,7 @@
 //! touches the kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
+use std::borrow::Borrow;
 use std::{
     collections::{HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
@@ -144,7 +145,7 @@ pub struct L3State {
 
 impl L3State {
     /// Takes in one IR diff.
-    pub fn apply(&mut self, diff: &IrDiff) {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>) {
         for (entry, added) in diff.in_order() {
             self.take(entry, added);
         }

@@ -8,6 +8,7 @@
 //! everything is detached when it is dropped. Owns a [`KernelPrograms`], an [`L2State`], an
 //! [`L3State`] and the pin layout; never reads the Southbound DB.
 
+use std::borrow::Borrow;
 use std::{
     collections::{HashMap, HashSet},
     net::IpAddr,
@@ -25,7 +26,7 @@ use super::{
     segmenter, socket_lb, unpin_link,
 };
 use crate::dataplane::PortAttachment;
-use crate::pipeline::ir::IrDiff;
+use crate::pipeline::ir::{IrDiff, IrEntry};
 
 /// What the node datapath needs to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -457,12 +458,15 @@ impl NodeDatapath {
     }
 
     /// Takes in an IR diff and writes what it changes.
-    pub fn apply(&mut self, diff: &IrDiff) -> Result<usize, EbpfError> {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>) -> Result<usize, EbpfError> {
         self.apply_all(std::slice::from_ref(diff))
     }
 
     /// Takes in IR diffs, in order, then writes what they change together.
-    pub fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, EbpfError> {
+    pub fn apply_all<E: Borrow<IrEntry>>(
+        &mut self,
+        diffs: &[IrDiff<E>],
+    ) -> Result<usize, EbpfError> {
         for diff in diffs {
             self.l2.apply(diff);
             self.l3.apply(diff);

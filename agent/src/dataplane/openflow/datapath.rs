@@ -48,7 +48,7 @@ use crate::{
         Datapath, DatapathError, DropFollower, DropTap, InterfaceCounters, InterfaceReading,
         NeighbourSink, OffLoopJob, PortAttacher, PortAttachment,
     },
-    pipeline::ir::{IrDiff, IrEntry},
+    pipeline::ir::{IrDiffRef, IrEntry},
 };
 
 /// The bridge the backend programs.
@@ -336,7 +336,7 @@ fn session(socket: &std::path::Path, requests: &mpsc::Receiver<Request>, lost: &
 impl OpenFlowDatapath {
     /// Follows the chassis encaps of `diff`: the Geneve tunnels wanted to other chassis, then
     /// [`Self::ensure_tunnels`].
-    fn follow_tunnels(&mut self, diff: &IrDiff) {
+    fn follow_tunnels(&mut self, diff: &IrDiffRef<'_>) {
         for (entry, added) in diff.in_order() {
             let IrEntry::ChassisEncap { chassis, ip, csum } = entry else {
                 continue;
@@ -465,11 +465,11 @@ impl Datapath for OpenFlowDatapath {
         "openflow"
     }
 
-    fn apply(&mut self, diff: &IrDiff) -> Result<usize, DatapathError> {
+    fn apply(&mut self, diff: &IrDiffRef<'_>) -> Result<usize, DatapathError> {
         self.apply_all(std::slice::from_ref(diff))
     }
 
-    fn apply_all(&mut self, diffs: &[IrDiff]) -> Result<usize, DatapathError> {
+    fn apply_all(&mut self, diffs: &[IrDiffRef<'_>]) -> Result<usize, DatapathError> {
         for diff in diffs {
             self.follow_tunnels(diff);
             self.untranslated.apply(diff);

@@ -33,6 +33,7 @@
 //! compares their desired flows with the installed ones, so one change costs O(its switch's
 //! flows). Owns the IR's L2 state and the installed flows; touches nothing else.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -213,7 +214,7 @@ impl L2Flows {
     }
 
     /// Takes in an IR diff's L2 entries (the others are not this part's).
-    pub fn apply(&mut self, diff: &IrDiff) {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>) {
         for (entry, added) in diff.in_order() {
             self.take(entry, added);
         }
@@ -1063,7 +1064,7 @@ mod tests {
             ])])
         );
         assert!(flows.changes().is_empty());
-        flows.apply(&IrDiff::default());
+        flows.apply(&IrDiff::<IrEntry>::default());
         flows.unplug("p2");
         let unplugged = flows.changes();
         assert_eq!(

@@ -36,6 +36,7 @@
 //! crosses into it. Flows are changed per datapath, as [`super::l2`]'s.
 //! Owns the routers' state and their installed flows; touches nothing else.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLock};
@@ -115,7 +116,7 @@ impl RouterFlows {
     }
 
     /// Takes in an IR diff's router and patch entries.
-    pub fn apply(&mut self, diff: &IrDiff) {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>) {
         for (entry, added) in diff.in_order() {
             self.take(entry, added);
         }

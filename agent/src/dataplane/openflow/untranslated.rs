@@ -15,6 +15,7 @@
 //! Owns that classification and the per-datapath reasons; the flows follow
 //! [`Untranslated::take_fence_changes`]. Touches nothing else.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::pipeline::ir::{AclAction, IrDiff, IrEntry, RejectResponse, Unforwardable};
@@ -66,7 +67,7 @@ pub struct FenceChange {
 
 impl Untranslated {
     /// Takes in an IR diff's entries.
-    pub fn apply(&mut self, diff: &IrDiff) {
+    pub fn apply<E: Borrow<IrEntry>>(&mut self, diff: &IrDiff<E>) {
         for (entry, added) in diff.in_order() {
             let Some((effect, reason)) = classify(entry) else {
                 continue;

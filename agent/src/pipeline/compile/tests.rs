@@ -519,6 +519,20 @@ fn the_first_views_diff_is_what_tracking_finds() {
             },
         );
     }
+    // The agent reads a first view in place: no diff of its own, the IR itself, sorted.
+    let mut in_place = Compiler::new();
+    let snapshot = ChangeSet {
+        resynced: true,
+        ..every_row.clone()
+    };
+    assert_eq!(in_place.compile(&sb, &snapshot), None);
+    assert_eq!(in_place.whole_view().to_owned_diff(), first);
+    assert!(in_place.whole_view().added.is_sorted());
+    assert_eq!(
+        in_place.compile(&sb, &ChangeSet::default()),
+        Some(IrDiff::default()),
+        "after it, changes again"
+    );
     let tracked = Compiler::new().apply(&sb, &every_row);
     assert_eq!(tracked, first);
 }
