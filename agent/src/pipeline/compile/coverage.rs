@@ -55,9 +55,7 @@ impl Compiler {
             .flows
             .iter()
             .filter_map(|(uuid, c)| match &c.outcome {
-                Some(Outcome::Unsupported(reason)) => {
-                    Some((*uuid, c.stage.as_str(), reason.as_str()))
-                }
+                Some(Outcome::Unsupported(reason)) => Some((*uuid, &*c.stage, reason.as_str())),
                 _ => None,
             })
             .collect();
@@ -92,7 +90,7 @@ impl Compiler {
                             matches!(entry, IrEntry::Unsupported { datapath: d, .. } if *d == datapath)
                         }) =>
                 {
-                    Some((*uuid, c.stage.as_str(), reason.as_str()))
+                    Some((*uuid, &*c.stage, reason.as_str()))
                 }
                 _ => None,
             })
@@ -108,7 +106,7 @@ impl Compiler {
             .flows
             .iter()
             .filter_map(|(uuid, c)| match &c.outcome {
-                Some(Outcome::SideDuty(duty)) => Some((*uuid, c.stage.as_str(), duty.as_str())),
+                Some(Outcome::SideDuty(duty)) => Some((*uuid, &*c.stage, duty.as_str())),
                 _ => None,
             })
             .collect();
@@ -121,7 +119,7 @@ impl Compiler {
     pub fn coverage(&self) -> BTreeMap<String, StageCoverage> {
         let mut coverage: BTreeMap<String, StageCoverage> = BTreeMap::new();
         for contribution in self.flows.values() {
-            let stage = coverage.entry(contribution.stage.clone()).or_default();
+            let stage = coverage.entry(contribution.stage.to_string()).or_default();
             stage.flows += 1;
             match &contribution.outcome {
                 Some(Outcome::Compiled) => stage.compiled += 1,

@@ -13,7 +13,12 @@ mod registers;
 mod rows;
 mod underlay;
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use smallvec::SmallVec;
 
 use uuid::Uuid;
 
@@ -42,16 +47,21 @@ use crate::{
 /// A source row's contribution.
 #[derive(Debug, Default)]
 struct Contribution {
-    stage: String,
+    /// A flow's stage (`stage-name`), one shared copy per stage name.
+    stage: Arc<str>,
     outcome: Option<Outcome>,
     /// What the row contributed, by id in the compiler's [`EntryTable`].
-    entries: Vec<EntryId>,
+    entries: EntryIds,
     /// How a logical flow uses registers, for the flows that need or set any (most do
     /// neither, and pay one pointer).
     registers: Option<Box<registers::RegisterUse>>,
     /// The address sets a logical flow's match names (`$name`).
-    address_sets: Vec<String>,
+    address_sets: Box<[String]>,
 }
+
+/// A source's entry ids: most flows and rows have one to four, kept inline (a vector's block
+/// of a 4-byte id took 32 bytes).
+type EntryIds = SmallVec<[EntryId; 4]>;
 
 /// The compiler's state: contributions per source row and the reference-counted IR.
 #[derive(Debug, Default)]
@@ -66,8 +76,10 @@ pub struct Compiler {
     port_groups: HashMap<Uuid, HashSet<Uuid>>,
     /// Switches with a localnet port that routers route onto (Kube-OVN's U2O interconnection,
     /// not compiled): per switch tunnel key, the Unsupported entries of those routers.
-    underlay_routing: HashMap<u32, Vec<EntryId>>,
+    underlay_routing: HashMap<u32, EntryIds>,
     ir: EntryTable,
+    /// The stage names of the flows compiled, each held once.
+    stages: HashSet<Arc<str>>,
     /// Port_Binding address entries (`mac`, `port_security`) that did not parse, counted each
     /// time their row was compiled.
     bad_addresses: u64,
@@ -356,7 +368,7 @@ impl Compiler {
         id
     }
 
-    fn add_all(&mut self, entries: Vec<IrEntry>, delta: &mut Delta) -> Vec<EntryId> {
+    fn add_all(&mut self, entries: Vec<IrEntry>, delta: &mut Delta) -> EntryIds {
         entries
             .into_iter()
             .map(|entry| self.add(entry, delta))
@@ -392,10 +404,19 @@ impl Compiler {
             .get("stage-name")
             .cloned()
             .unwrap_or_default();
+        let shared_stage = match self.stages.get(stage.as_str()) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<str> = Arc::from(stage.as_str());
+                self.stages.insert(shared.clone());
+                shared
+            }
+        };
         let mut contribution = Contribution {
-            stage: stage.clone(),
+            stage: shared_stage,
             ..Contribution::default()
         };
+        let mut address_sets = Vec::new();
         let mut contributed = Vec::new();
         let parsed = parse_match(&flow.match_)
             .map_err(|e| format!("match does not parse: {e}"))
@@ -413,7 +434,7 @@ impl Compiler {
                 let expanded = address_sets::expand(
                     &mut match_,
                     sb,
-                    &mut contribution.address_sets,
+                    &mut address_sets,
                     classify::keeps_address_sets(&stage),
                 );
                 let acl_name = flow.external_ids.get("stage-hint");
@@ -544,6 +565,7 @@ impl Compiler {
             }
         }
         contribution.entries = self.add_all(contributed, delta);
+        contribution.address_sets = address_sets.into_boxed_slice();
         self.flows_by_set.add(flow.uuid, &contribution.address_sets);
         self.flows.insert(flow.uuid, contribution);
     }
