@@ -265,15 +265,7 @@ impl Datum {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn column(key: AtomType, value: Option<AtomType>, min: u64, max: u64) -> ColumnType {
-        ColumnType {
-            key,
-            value,
-            min,
-            max,
-        }
-    }
+    use crate::ovsdb::schema::column_of as column;
 
     const U1: &str = "6f1d0b39-8c5e-4b0f-9d3a-1f0c2a3b4c5d";
     const U2: &str = "0a1d0b39-8c5e-4b0f-9d3a-1f0c2a3b4c5d";

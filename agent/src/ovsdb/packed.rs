@@ -359,15 +359,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn column(key: AtomType, value: Option<AtomType>, min: u64, max: u64) -> ColumnType {
-        ColumnType {
-            key,
-            value,
-            min,
-            max,
-        }
-    }
+    use crate::ovsdb::schema::column_of as column;
 
     fn columns() -> Vec<(String, ColumnType)> {
         [

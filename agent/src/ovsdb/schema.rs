@@ -182,6 +182,17 @@ impl DatabaseSchema {
     }
 }
 
+/// A column type from its parts, for tests.
+#[cfg(test)]
+pub(crate) fn column_of(key: AtomType, value: Option<AtomType>, min: u64, max: u64) -> ColumnType {
+    ColumnType {
+        key,
+        value,
+        min,
+        max,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ use crate::{
     },
 };
 
-/// A source row's contribution.
+/// A logical flow's contribution.
 #[derive(Debug, Default)]
 struct Contribution {
     /// A flow's stage (`stage-name`), one shared copy per stage name.
@@ -69,7 +69,8 @@ pub struct Compiler {
     flows: HashMap<Uuid, Contribution>,
     /// Which flows name which address set.
     flows_by_set: FlowsBySet,
-    rows: HashMap<Uuid, Contribution>,
+    /// The entries of each row (Port_Binding, MAC_Binding, Encap, …) that is not a flow.
+    rows: HashMap<Uuid, EntryIds>,
     groups: HashMap<Uuid, GroupState>,
     /// Port_Binding row → the groups listing it, so a port that arrives (or changes its key)
     /// after its groups updates just its member entries.
@@ -264,7 +265,7 @@ impl Compiler {
             let before = self
                 .rows
                 .get(uuid)
-                .map(|c| c.entries.as_slice())
+                .map(|ids| ids.as_slice())
                 .unwrap_or_default();
             let gateway = |entry: &&IrEntry| matches!(entry, IrEntry::GatewayPort { .. });
             let entries: Vec<IrEntry> = (self.ir.resolve(before))
@@ -391,10 +392,8 @@ impl Compiler {
     }
 
     fn retract_row(&mut self, uuid: Uuid, delta: &mut Delta) {
-        if let Some(contribution) = self.rows.remove(&uuid) {
-            for entry in contribution.entries {
-                self.remove(entry, delta);
-            }
+        for id in self.rows.remove(&uuid).unwrap_or_default() {
+            self.remove(id, delta);
         }
     }
 

@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::{Compiler, Contribution, Delta};
+use super::{Compiler, Delta};
 use crate::ovsdb::{datum::Atom, replica::SetChange};
 use crate::{
     net::{LspAddress, is_address_keyword},
@@ -53,11 +53,8 @@ impl Compiler {
         } else {
             return;
         };
-        let contribution = Contribution {
-            entries: self.add_all(entries, delta),
-            ..Contribution::default()
-        };
-        self.rows.insert(uuid, contribution);
+        let ids = self.add_all(entries, delta);
+        self.rows.insert(uuid, ids);
     }
 }
 
@@ -96,18 +93,18 @@ impl Compiler {
         let member = |atom: &Atom| address_set_member(name, atom.as_str()?);
         let removed: Vec<IrEntry> = change.removed.iter().filter_map(member).collect();
         let added: Vec<IrEntry> = change.added.iter().filter_map(member).collect();
-        let mut contribution = self.rows.remove(&uuid).unwrap_or_default();
+        let mut ids = self.rows.remove(&uuid).unwrap_or_default();
         for entry in removed {
             let id = self.ir.find(&entry);
-            if let Some(at) = contribution.entries.iter().position(|e| Some(*e) == id) {
-                self.remove(contribution.entries.swap_remove(at), delta);
+            if let Some(at) = ids.iter().position(|e| Some(*e) == id) {
+                self.remove(ids.swap_remove(at), delta);
             }
         }
         for entry in added {
             let id = self.add(entry, delta);
-            contribution.entries.push(id);
+            ids.push(id);
         }
-        self.rows.insert(uuid, contribution);
+        self.rows.insert(uuid, ids);
     }
 }
 

@@ -20,11 +20,11 @@ impl Compiler {
     /// patch port's own datapath, and a patch port's peer's. From the row's compiled entry, so
     /// that a deleted row still names them.
     pub(super) fn underlay_candidates(&self, sb: &Southbound, row: Uuid) -> Vec<u32> {
-        let Some(contribution) = self.rows.get(&row) else {
+        let Some(ids) = self.rows.get(&row) else {
             return Vec::new();
         };
         let mut switches = Vec::new();
-        for entry in self.ir.resolve(&contribution.entries) {
+        for entry in self.ir.resolve(ids) {
             match entry {
                 IrEntry::Port {
                     datapath,
