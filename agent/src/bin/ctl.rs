@@ -556,7 +556,7 @@ async fn sb_sync(
         let programming = Instant::now();
         let written = match (&mut datapath, &diff) {
             (Some(datapath), Some(diff)) => {
-                let view = (diff.as_ref()).map_or_else(|| compiler.whole_view(), IrDiff::borrowed);
+                let view = compiler.view(diff.as_ref());
                 Some(datapath.apply(&view).context("writing the maps")?)
             }
             _ => None,

@@ -64,6 +64,12 @@ impl Daemon {
         }
     }
 
+    /// Writes the diffs held while the view was incomplete (see `release_held`).
+    pub(super) fn write_held(&mut self, diffs: &[IrDiff]) -> usize {
+        let borrowed: Vec<IrDiffRef<'_>> = diffs.iter().map(IrDiff::borrowed).collect();
+        self.write_datapath(&borrowed)
+    }
+
     /// Keeps the chassis's encap IPs the tunnel next-hop refresh resolves in line with the
     /// diff's `ChassisEncap` entries (a chassis may have several, of either family); whether
     /// they changed.
@@ -230,7 +236,7 @@ impl Daemon {
                 pending_conditions = self.conditions_pending.len(),
                 "the Southbound view is still incomplete at the sweep; writing the datapath"
             );
-            self.write_datapath(&diffs.iter().map(IrDiff::borrowed).collect::<Vec<_>>());
+            self.write_held(&diffs);
             self.mark_local_ports();
         }
         let Some(datapath) = self.datapath.as_mut() else {

@@ -502,8 +502,7 @@ impl Daemon {
         // A first view's diff is the compiler's IR itself, read in place: the compiler is set
         // aside while the diff's readers below (which never read it) borrow its entries.
         let compiler = std::mem::take(&mut self.compiler);
-        let diff = (compiled.as_ref())
-            .map_or_else(|| compiler.whole_view(), crate::pipeline::IrDiff::borrowed);
+        let diff = compiler.view(compiled.as_ref());
         self.stats.ir_changes += diff.len() as u64;
         let sb = &self.sb;
         let datapath_name = |key| {
@@ -580,11 +579,7 @@ impl Daemon {
         }
         let diffs = self.held.take().unwrap_or_default();
         let entries: usize = diffs.iter().map(crate::pipeline::IrDiff::len).sum();
-        let borrowed: Vec<_> = diffs
-            .iter()
-            .map(crate::pipeline::IrDiff::borrowed)
-            .collect();
-        let writes = self.write_datapath(&borrowed);
+        let writes = self.write_held(&diffs);
         info!(
             diffs = diffs.len(),
             entries, writes, "the Southbound view is complete: datapath written"

@@ -40,22 +40,26 @@ impl fmt::Debug for Row {
 
 impl Row {
     /// Packs one value per column of `columns` (`None`: the column's default), using `scratch`
-    /// as the working buffer so the row's block is allocated once, at its size.
+    /// as the working buffer so the row's block is allocated once, at its size. Each value is
+    /// written after a one-byte length, widened in place when it is 128 bytes or more.
     pub(super) fn pack(
         columns: &[(String, ColumnType)],
         values: &[Option<Datum>],
         scratch: &mut Vec<u8>,
     ) -> Row {
         scratch.clear();
-        let mut value = Vec::new();
         for (position, (_, column)) in columns.iter().enumerate() {
-            value.clear();
+            let length_at = scratch.len();
+            scratch.push(0);
             match values.get(position).and_then(Option::as_ref) {
-                Some(datum) => put_datum(&mut value, datum, column),
-                None => put_default(&mut value, column),
+                Some(datum) => put_datum(scratch, datum, column),
+                None => put_default(scratch, column),
             }
-            put_varint(scratch, value.len() as u64);
-            scratch.extend_from_slice(&value);
+            let (length, width) = varint(scratch.len() as u64 - length_at as u64 - 1);
+            match &length[..width] {
+                [byte] => scratch[length_at] = *byte,
+                wide => drop(scratch.splice(length_at..=length_at, wide.iter().copied())),
+            }
         }
         Row(Box::from(scratch.as_slice()))
     }
@@ -322,12 +326,22 @@ fn unzigzag(value: u64) -> i64 {
     ((value >> 1) as i64) ^ -((value & 1) as i64)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+fn put_varint(out: &mut Vec<u8>, value: u64) {
+    let (bytes, width) = varint(value);
+    out.extend_from_slice(&bytes[..width]);
+}
+
+/// `value` as a varint: its bytes and how many of them there are.
+fn varint(mut value: u64) -> ([u8; 10], usize) {
+    let mut bytes = [0; 10];
+    let mut width = 0;
     while value >= 0x80 {
-        out.push((value & 0x7f) as u8 | 0x80);
+        bytes[width] = (value & 0x7f) as u8 | 0x80;
         value >>= 7;
+        width += 1;
     }
-    out.push(value as u8);
+    bytes[width] = value as u8;
+    (bytes, width + 1)
 }
 
 /// Reads a varint off the front of `bytes`.
@@ -379,6 +393,11 @@ mod tests {
         .collect()
     }
 
+    fn pack_all(columns: &[(String, ColumnType)], values: &[Datum], scratch: &mut Vec<u8>) -> Row {
+        let owned: Vec<Option<Datum>> = values.iter().cloned().map(Some).collect();
+        Row::pack(columns, &owned, scratch)
+    }
+
     fn decode(columns: &[(String, ColumnType)], values: &[serde_json::Value]) -> Vec<Datum> {
         columns
             .iter()
@@ -414,8 +433,7 @@ mod tests {
         let mut scratch = Vec::new();
         for values in rows {
             let datums = decode(&columns, &values);
-            let owned: Vec<Option<Datum>> = datums.iter().cloned().map(Some).collect();
-            let row = Row::pack(&columns, &owned, &mut scratch);
+            let row = pack_all(&columns, &datums, &mut scratch);
             assert_eq!(row.values(&columns), datums);
             for (position, ((_, column), datum)) in columns.iter().zip(&datums).enumerate() {
                 let view = row.datum(position, column).unwrap();
@@ -484,34 +502,26 @@ mod tests {
     #[test]
     fn equal_values_pack_to_equal_rows() {
         let columns = columns();
-        let a = decode(
-            &columns,
-            &[
+        // The same set and map, written in another order and with a repeated element.
+        let with = |set: serde_json::Value, map: serde_json::Value| {
+            let values = [
                 json!(1),
                 json!(0.0),
                 json!(false),
                 json!("s"),
                 json!(["set", []]),
-                json!(["set", ["b", "a"]]),
-                json!(["map", [["y", 2], ["x", 1]]]),
-            ],
-        );
-        let b = decode(
-            &columns,
-            &[
-                json!(1),
-                json!(0.0),
-                json!(false),
-                json!("s"),
-                json!(["set", []]),
-                json!(["set", ["a", "b", "a"]]),
-                json!(["map", [["x", 1], ["y", 2]]]),
-            ],
-        );
-        let pack = |values: &[Datum]| {
-            let owned: Vec<Option<Datum>> = values.iter().cloned().map(Some).collect();
-            Row::pack(&columns, &owned, &mut Vec::new())
+            ];
+            decode(&columns, &[&values[..], &[set, map]].concat())
         };
+        let a = with(
+            json!(["set", ["b", "a"]]),
+            json!(["map", [["y", 2], ["x", 1]]]),
+        );
+        let b = with(
+            json!(["set", ["a", "b", "a"]]),
+            json!(["map", [["x", 1], ["y", 2]]]),
+        );
+        let pack = |values: &[Datum]| pack_all(&columns, values, &mut Vec::new());
         assert_eq!(pack(&a), pack(&b));
         let mut c = a.clone();
         c[0] = Datum::Set(vec![Atom::Integer(2)]);
@@ -570,8 +580,7 @@ mod tests {
         ];
         // The UUID's 16 bytes, the priority's one, the strings' bytes.
         let text_bytes = 16 + 1 + strings.iter().map(|s| s.len()).sum::<usize>();
-        let owned: Vec<Option<Datum>> = decode(&columns, &values).into_iter().map(Some).collect();
-        let row = Row::pack(&columns, &owned, &mut Vec::new());
+        let row = pack_all(&columns, &decode(&columns, &values), &mut Vec::new());
         // Each column adds its length and count (a byte each here), each string its length.
         assert_eq!(row.len(), text_bytes + 2 * columns.len() + strings.len());
     }

@@ -26,8 +26,8 @@
 //! Incremental: an IR diff or a change of an interface or chassis marks only the map keys it can
 //! affect, and [`L2State::flush`] rewrites just those, so one pod costs O(its entries).
 
-use std::borrow::Borrow;
 use std::{
+    borrow::Borrow,
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::IpAddr,
 };

@@ -17,8 +17,8 @@
 //! touches the kernel only through [`Maps`]. Incremental like [`super::l2`]: changes mark keys,
 //! [`L3State::flush`] writes just those.
 
-use std::borrow::Borrow;
 use std::{
+    borrow::Borrow,
     collections::{HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };

@@ -8,8 +8,8 @@
 //! everything is detached when it is dropped. Owns a [`KernelPrograms`], an [`L2State`], an
 //! [`L3State`] and the pin layout; never reads the Southbound DB.
 
-use std::borrow::Borrow;
 use std::{
+    borrow::Borrow,
     collections::{HashMap, HashSet},
     net::IpAddr,
     path::PathBuf,

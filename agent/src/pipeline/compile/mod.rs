@@ -45,7 +45,7 @@ use crate::{
 };
 
 /// A logical flow's contribution.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Contribution {
     /// A flow's stage (`stage-name`), one shared copy per stage name.
     stage: Arc<str>,
@@ -91,7 +91,6 @@ pub struct Compiler {
 /// How the IR's entries changed in one [`Compiler::apply`], or `None` while the first view is
 /// compiled into an empty IR: its diff is then the whole IR, and a change set of it would be a
 /// second copy of every entry at the snapshot's peak.
-#[derive(Default)]
 struct Delta(Option<HashMap<IrEntry, i64>>);
 
 impl Delta {
@@ -150,6 +149,13 @@ impl Compiler {
     pub fn apply(&mut self, sb: &Southbound, changes: &ChangeSet) -> IrDiff {
         self.compile(sb, changes)
             .unwrap_or_else(|| self.whole_view().to_owned_diff())
+    }
+
+    /// What a [`Self::compile`] changed, by reference: its diff, or for a first view the
+    /// whole IR.
+    #[must_use]
+    pub fn view<'a>(&'a self, compiled: Option<&'a IrDiff>) -> IrDiffRef<'a> {
+        compiled.map_or_else(|| self.whole_view(), IrDiff::borrowed)
     }
 
     /// Every entry, sorted: the diff of a first view, read in place.
@@ -413,7 +419,10 @@ impl Compiler {
         };
         let mut contribution = Contribution {
             stage: shared_stage,
-            ..Contribution::default()
+            outcome: None,
+            entries: EntryIds::new(),
+            registers: None,
+            address_sets: Box::default(),
         };
         let mut address_sets = Vec::new();
         let mut contributed = Vec::new();
