@@ -3,11 +3,13 @@
 //! bench ([`sb`], [`compile`], [`datapath`], [`cni`], [`conntrack`], [`scale`]), and [`compare`]
 //! of two `datapath` reports; what they share is in [`stats`].
 
+mod change_probe;
 mod cni;
 mod compare;
 mod compile;
 mod conntrack;
 mod datapath;
+mod ovsdb_watch;
 mod sb;
 mod scale;
 mod stats;
@@ -24,7 +26,7 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("scale") => scale::run(&args[1..]),
         Some("compare") => compare::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5] [--flood-runs 5000] [--broadcast-only] | cni [--pods 100] [--concurrency 10] [--one-node] | conntrack [--runs 5] [--repeat 200000] | scale [--pods 1000,10000] [--agent PATH] [--local-ports 50] | compare A.json B.json [--within 0.05]"
+            "usage: cargo xtask bench sb|compile [--pods 1000,10000,50000] [--updates 20] | datapath [--runs 3] [--seconds 5] [--flood-runs 5000] [--broadcast-only] | cni [--pods 100] [--concurrency 10] [--one-node] | conntrack [--runs 5] [--repeat 200000] | scale [--pods 1000,10000] [--agent PATH] [--baseline-agent PATH] [--local-ports 50] [--changes 100] [--no-ovn-controller] | compare A.json B.json [--within 0.05]"
         ),
     }
 }

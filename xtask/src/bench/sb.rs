@@ -65,17 +65,30 @@ pub(super) fn measure(command: &mut Command) -> Result<Measured> {
     })
 }
 
+/// The VPCs and subnets [`populate`] spreads pods over: (VPC, switch, the /16's first octets).
+const SUBNETS: [(&str, &str, [u8; 2]); 4] = [
+    ("ovn-cluster", "ovn-default", [10, 16]),
+    ("vpc-a", "subnet-a", [10, 0]),
+    ("vpc-b", "subnet-b", [10, 1]),
+    ("vpc-c", "subnet-c", [10, 0]),
+];
+
+/// Pod `pod-<index>`'s switch and address as [`populate`] writes them: round robin over the
+/// four subnets, hosts from .2 up.
+pub fn pod_address(index: u32) -> (&'static str, Ipv4Addr) {
+    let (_, subnet, [a, b]) = SUBNETS[(index % 4) as usize];
+    let host = 2 + index / 4;
+    (
+        subnet,
+        Ipv4Addr::new(a, b, (host >> 8) as u8, (host & 0xff) as u8),
+    )
+}
+
 /// Default VPC plus three custom VPCs, `pods` pod ports spread over four /16 subnets.
 pub fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
-    let subnets = [
-        ("ovn-cluster", "ovn-default", [10, 16]),
-        ("vpc-a", "subnet-a", [10, 0]),
-        ("vpc-b", "subnet-b", [10, 1]),
-        ("vpc-c", "subnet-c", [10, 0]),
-    ];
     let mut topology = Topology::new();
     topology.default_vpc()?;
-    for (vpc, subnet, [a, b]) in subnets.iter().skip(1) {
+    for (vpc, subnet, [a, b]) in SUBNETS.iter().skip(1) {
         topology.vpc_with_subnet(vpc, subnet, &format!("{a}.{b}.0.0/16"))?;
     }
     topology.apply(lab)?;
@@ -85,12 +98,10 @@ pub fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
     let nb = lab.unix_remote(Db::Northbound);
     for batch in (0..pods).collect::<Vec<_>>().chunks(250) {
         let mut operations = vec![json!("OVN_Northbound")];
-        let mut members: Vec<Vec<Value>> = vec![Vec::new(); subnets.len()];
+        let mut members: Vec<Vec<Value>> = vec![Vec::new(); SUBNETS.len()];
         for &index in batch {
             let which = (index % 4) as usize;
-            let (_, subnet, [a, b]) = subnets[which];
-            let host = 2 + index / 4;
-            let ip = Ipv4Addr::new(a, b, (host >> 8) as u8, (host & 0xff) as u8);
+            let (subnet, ip) = pod_address(index);
             let pod = format!("pod-{index}");
             let handle = format!("lsp{index}");
             let row = kubeovn::pod_port_row(subnet, &pod, "bench", &mac_for(&pod), ip);
@@ -100,7 +111,7 @@ pub fn populate(lab: &OvnLab, pods: u32) -> Result<()> {
             );
             members[which].push(json!(["named-uuid", handle]));
         }
-        for ((_, subnet, _), ports) in subnets.iter().zip(members) {
+        for ((_, subnet, _), ports) in SUBNETS.iter().zip(members) {
             if !ports.is_empty() {
                 operations.push(json!({"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", subnet]],
                     "mutations": [["ports", "insert", ["set", ports]]]}));
