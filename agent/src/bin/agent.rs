@@ -588,6 +588,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        // The Southbound first: its snapshot arrives while the kernel verifies the programs.
+        let session = daemon::connect(&config);
         // The one place that picks the backend; everything else drives it as a `Datapath`.
         // `auto` tries eBPF first; a datapath it started is the one run.
         let mut ebpf = None;
@@ -728,7 +730,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-        daemon::run(config, datapath, commands, shutdown_signal()).await;
+        daemon::run(config, session, datapath, commands, shutdown_signal()).await;
         if let Some(metrics) = metrics {
             metrics.abort();
         }
