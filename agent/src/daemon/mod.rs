@@ -509,6 +509,7 @@ impl Daemon {
             _ => {}
         }
         self.stats.events += 1;
+        let started = std::time::Instant::now();
         let snapshot = matches!(event, SessionEvent::Snapshot { .. });
         if snapshot {
             self.synced = true;
@@ -523,7 +524,9 @@ impl Daemon {
         // The update's JSON is in the replica now: gone before the compile, whose own peak
         // would come on top of it (the snapshot's tree was ~100 MiB at 10,000 ports).
         drop(event);
+        let applied = started.elapsed();
         let compiled = self.compiler.compile(&self.sb, &changes);
+        let compile_done = started.elapsed();
         self.stats.bad_addresses = self.compiler.bad_addresses();
         // A first view's diff is the compiler's IR itself, read in place: the compiler is set
         // aside while the diff's readers below (which never read it) borrow its entries.
@@ -544,6 +547,9 @@ impl Daemon {
             debug!(
                 added = diff.added.len(),
                 removed = diff.removed.len(),
+                applied_us = applied.as_micros(),
+                compiled_us = (compile_done - applied).as_micros(),
+                written_us = (started.elapsed() - compile_done).as_micros(),
                 "pipeline IR changed"
             );
         }

@@ -549,6 +549,7 @@ fn handle_notification(
         .first()
         .and_then(|id| serde_json::from_str::<String>(id.get()).ok());
     let ours = monitor.as_deref() == Some(MONITOR_ID);
+    debug!(%method, ours, bytes = notification.params.text().len(), "ovsdb notification received");
     let updates_at = |index: usize| {
         params
             .get(index)

@@ -1,6 +1,8 @@
 //! One Port_Binding change's latency, end to end, measured by a packet (`bench scale`): a sender
-//! pod streams small UDP datagrams (one about every 100 µs) to the address of a probe pod whose
-//! logical port does not exist yet, so the chassis drops them. The bench inserts that port into
+//! pod streams small UDP datagrams to the address of a probe pod whose logical port does not
+//! exist yet, so the chassis drops them: one about every 100 µs from the change until the first
+//! arrives, one a millisecond otherwise (each dropped datagram costs the chassis work, and the
+//! machine's two cores also run ovsdb-server and northd, whose delays would count). The bench inserts that port into
 //! the NB as kube-ovn-controller does (the LSP and its switch's reference, one transaction) and
 //! stamps the first datagram the probe pod receives: from the transaction's sending (NB →
 //! packet: ovsdb-server, northd and the chassis) and from the arrival of the Southbound update
@@ -27,8 +29,10 @@ use super::ovsdb_watch::{Ovsdb, SbWatch};
 
 /// The probe pod's UDP port.
 const PROBE_PORT: u16 = 9;
-/// The sender's pause between two datagrams.
+/// The sender's pause between two datagrams while a change is timed (the resolution).
 const SEND_INTERVAL: Duration = Duration::from_micros(50);
+/// The sender's pause between two datagrams otherwise.
+const IDLE_INTERVAL: Duration = Duration::from_millis(1);
 /// How long nothing must arrive for the chassis to count as no longer forwarding.
 const SILENCE: Duration = Duration::from_millis(100);
 /// How long one change may take to reach the datapath, or to leave it.
@@ -60,6 +64,8 @@ pub struct Sample {
 pub struct ChangeProbe {
     receiver: UdpSocket,
     sending: Arc<AtomicBool>,
+    /// Send every [`SEND_INTERVAL`] (else every [`IDLE_INTERVAL`]).
+    timing: Arc<AtomicBool>,
     sender: Option<JoinHandle<()>>,
     nb: Ovsdb,
 }
@@ -94,19 +100,24 @@ impl ChangeProbe {
         })?;
         let receiver = receiver.run_in(|| Ok(UdpSocket::bind(("0.0.0.0", PROBE_PORT))?))?;
         let sending = Arc::new(AtomicBool::new(true));
-        let running = Arc::clone(&sending);
+        let timing = Arc::new(AtomicBool::new(false));
+        let (running, fast) = (Arc::clone(&sending), Arc::clone(&timing));
         let sender = std::thread::spawn(move || {
             let mut sequence = 0_u64;
             while running.load(Ordering::Relaxed) {
                 sequence += 1;
                 // Refused or unreachable while the port is absent: keep sending.
                 let _ = socket.send(&sequence.to_be_bytes());
-                std::thread::sleep(SEND_INTERVAL);
+                std::thread::sleep(match fast.load(Ordering::Relaxed) {
+                    true => SEND_INTERVAL,
+                    false => IDLE_INTERVAL,
+                });
             }
         });
         Ok(Self {
             receiver,
             sending,
+            timing,
             sender: Some(sender),
             nb: Ovsdb::connect(nb_remote)?,
         })
@@ -141,6 +152,7 @@ impl ChangeProbe {
         let logical_port = port.logical_port();
         watch.forget(&logical_port);
         let row = kubeovn::pod_port_row(port.switch, port.pod, port.namespace, port.mac, port.ip);
+        self.timing.store(true, Ordering::Relaxed);
         let sent = Instant::now();
         let results = self.nb.transact(
             "OVN_Northbound",
@@ -151,6 +163,7 @@ impl ChangeProbe {
             ],
         )?;
         let arrived = self.first_arrival();
+        self.timing.store(false, Ordering::Relaxed);
         let uuid: Value = results
             .first()
             .map(|r| r["uuid"].clone())
