@@ -7,9 +7,15 @@
 //! stamps the first datagram the probe pod receives: from the transaction's sending (NB →
 //! packet: ovsdb-server, northd and the chassis) and from the arrival of the Southbound update
 //! that inserted its Port_Binding ([`SbWatch`], a client of the same server: SB → packet, the
-//! chassis's own share). Then it deletes the port and waits until nothing has arrived for
+//! chassis's share). Then it deletes the port and waits until nothing has arrived for
 //! 100 ms (the chassis stopped forwarding to it) before the next change. The resolution is the
 //! sender's interval. Owns its two sockets and its sender thread; changes only the probe's LSP.
+//!
+//! SB → packet also holds the server's fan-out: ovsdb-server sends its clients their updates
+//! one after another, and with northd recomputing on the same two cores the agent's came 25 ms
+//! after the watch's at 10,000 pods (strace of the server, 2026-12-08: commit, 13 ms, the
+//! watch's update, 25 ms, the agent's; the agent then had the port forwarding 2.7 ms later, its
+//! claim's round trip included, by its debug log).
 
 use std::{
     net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket},

@@ -735,7 +735,6 @@ fn fill_stages(ebpf: &mut Ebpf) -> Result<ProgramArray<MapData>, EbpfError> {
     Ok(stages)
 }
 
-/// A program the verifier (or the loader) did not take, with the verifier's log.
 /// Loads every program of [`program::ALL`], the verifier's work spread over the machine's cores
 /// (at most four threads pulling programs in that order). The verifier is most of a cold start
 /// (1.7 s of system time for all programs here, against 0.5 s for the Southbound snapshot of
@@ -795,6 +794,7 @@ fn load_program(name: &'static str, program: &mut Program) -> Result<(), EbpfErr
     loaded.map_err(|source| load_error(name, source))
 }
 
+/// A program the verifier (or the loader) did not take, with the verifier's log.
 fn load_error(name: &'static str, source: ProgramError) -> EbpfError {
     match source {
         ProgramError::LoadError {
