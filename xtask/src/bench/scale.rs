@@ -144,25 +144,21 @@ struct ProbePods {
 
 impl ProbePods {
     fn create(node: &Node) -> Result<Self> {
+        // A pod on `ovn-default` (a /16) with its logical port's MAC and address.
+        let pod = |name: &str, host_interface: &str, mac: &str, ip: Ipv4Addr| {
+            node.add_pod(&PodSpec {
+                name,
+                host_interface,
+                mac: Some(mac),
+                address: Some(&format!("{ip}/16")),
+                gateway: None,
+                mtu: None,
+            })
+        };
         let (_, sender_ip) = pod_address(0);
-        let sender_mac = mac_for("pod-0");
-        let sender = node.add_pod(&PodSpec {
-            name: "sender",
-            host_interface: "snd_h",
-            mac: Some(&sender_mac),
-            address: Some(&format!("{sender_ip}/16")),
-            gateway: None,
-            mtu: None,
-        })?;
+        let sender = pod("sender", "snd_h", &mac_for("pod-0"), sender_ip)?;
         let probe_mac = mac_for(PROBE_POD);
-        let probe = node.add_pod(&PodSpec {
-            name: PROBE_POD,
-            host_interface: "prb_h",
-            mac: Some(&probe_mac),
-            address: Some(&format!("{PROBE_IP}/16")),
-            gateway: None,
-            mtu: None,
-        })?;
+        let probe = pod(PROBE_POD, "prb_h", &probe_mac, PROBE_IP)?;
         Ok(Self {
             sender,
             probe,
